@@ -1,0 +1,22 @@
+# Every third-party dependency, found once. All come from Debian 12 packages that
+# scripts/install-deps.sh installs.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(OpenSSL REQUIRED)
+find_package(CapnProto REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(GTest REQUIRED)
+find_package(benchmark REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+
+# Asio is header-only in Debian (libasio-dev) and ships no CMake package.
+find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+add_library(kvtier_asio INTERFACE)
+target_include_directories(kvtier_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
+target_compile_definitions(kvtier_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+target_link_libraries(kvtier_asio INTERFACE Threads::Threads)
+add_library(kvtier::asio ALIAS kvtier_asio)
+
+include(GoogleTest)

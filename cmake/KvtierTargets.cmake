@@ -1,0 +1,69 @@
+# The one declarative helper for kvtier targets.
+#
+#   kvtier_library(NAME foo
+#     SOURCES a.cc b.cc            # C++ sources
+#     CUDA_SOURCES k.cu            # compiled only when KVTIER_WITH_CUDA
+#     CPU_SOURCES k_cpu.cc         # compiled only when NOT KVTIER_WITH_CUDA
+#     DEPS kvtier::common ...      # public link dependencies
+#     PRIVATE_DEPS ...             # private link dependencies
+#     TESTS foo_test.cc ...        # one GoogleTest binary per file
+#     TEST_DEPS ...)               # extra dependencies of the tests
+#
+# declares the static library kvtier_foo with the alias kvtier::foo, and its tests.
+# Include paths are rooted at the repository ("common/status.h") and at the generated
+# directory (Cap'n Proto headers).
+
+add_library(kvtier_build_flags INTERFACE)
+target_compile_features(kvtier_build_flags INTERFACE cxx_std_20)
+target_compile_options(kvtier_build_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror>
+  $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+if(KVTIER_SANITIZE)
+  target_compile_options(kvtier_build_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  target_link_options(kvtier_build_flags INTERFACE -fsanitize=address,undefined)
+endif()
+add_library(kvtier::build_flags ALIAS kvtier_build_flags)
+
+set(KVTIER_GENERATED_DIR "${PROJECT_BINARY_DIR}/generated")
+set(KVTIER_BIN_DIR "${PROJECT_BINARY_DIR}/bin")
+
+function(kvtier_test)
+  cmake_parse_arguments(ARG "" "SOURCE" "DEPS" ${ARGN})
+  get_filename_component(name "${ARG_SOURCE}" NAME_WE)
+  add_executable(${name} "${ARG_SOURCE}")
+  target_link_libraries(${name} PRIVATE kvtier_build_flags ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    KVTIER_SOURCE_DIR="${PROJECT_SOURCE_DIR}" KVTIER_BIN_DIR="${KVTIER_BIN_DIR}")
+  # PRE_TEST: tests are listed when ctest runs, so building never executes test binaries.
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 30
+    PROPERTIES TIMEOUT 120)
+endfunction()
+
+function(kvtier_library)
+  cmake_parse_arguments(ARG "" "NAME"
+    "SOURCES;CUDA_SOURCES;CPU_SOURCES;DEPS;PRIVATE_DEPS;TESTS;TEST_DEPS" ${ARGN})
+  set(target kvtier_${ARG_NAME})
+  set(sources ${ARG_SOURCES})
+  if(KVTIER_WITH_CUDA)
+    list(APPEND sources ${ARG_CUDA_SOURCES})
+  else()
+    list(APPEND sources ${ARG_CPU_SOURCES})
+  endif()
+  add_library(${target} STATIC ${sources})
+  add_library(kvtier::${ARG_NAME} ALIAS ${target})
+  target_include_directories(${target} PUBLIC "${PROJECT_SOURCE_DIR}" "${KVTIER_GENERATED_DIR}")
+  target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE kvtier_build_flags ${ARG_PRIVATE_DEPS})
+  set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  foreach(test_source IN LISTS ARG_TESTS)
+    kvtier_test(SOURCE "${test_source}" DEPS ${target} ${ARG_TEST_DEPS})
+  endforeach()
+endfunction()
+
+# kvtier_executable(NAME kvtier SOURCES ... DEPS ...): a binary placed in build/bin.
+function(kvtier_executable)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE kvtier_build_flags ${ARG_DEPS})
+  set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${KVTIER_BIN_DIR}")
+endfunction()

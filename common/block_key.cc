@@ -1,0 +1,134 @@
+#include "common/block_key.h"
+
+#include <array>
+#include <cstring>
+
+#include <openssl/evp.h>
+
+namespace kvtier {
+namespace {
+
+// Incremental SHA-256 with the little-endian, length-prefixed writers of the key encoding.
+class Sha256Writer {
+ public:
+  Sha256Writer() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256Writer() { EVP_MD_CTX_free(ctx_); }
+  Sha256Writer(const Sha256Writer&) = delete;
+  Sha256Writer& operator=(const Sha256Writer&) = delete;
+
+  void Bytes(const void* data, size_t size) { EVP_DigestUpdate(ctx_, data, size); }
+  void U32(uint32_t v) {
+    const std::array<uint8_t, 4> b{static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
+                                   static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
+    Bytes(b.data(), b.size());
+  }
+  void U64(uint64_t v) {
+    U32(static_cast<uint32_t>(v));
+    U32(static_cast<uint32_t>(v >> 32));
+  }
+  void String(std::string_view s) {
+    U32(static_cast<uint32_t>(s.size()));
+    Bytes(s.data(), s.size());
+  }
+  void Key(const BlockKey& key) {
+    U64(key.hi);
+    U64(key.lo);
+  }
+
+  // The first 16 bytes of the digest as a key (big-endian halves, so ToHex() is the
+  // digest's hex prefix).
+  BlockKey Finish() {
+    std::array<uint8_t, 32> digest{};
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(ctx_, digest.data(), &size);
+    BlockKey key;
+    for (int i = 0; i < 8; ++i) key.hi = (key.hi << 8) | digest[i];
+    for (int i = 8; i < 16; ++i) key.lo = (key.lo << 8) | digest[i];
+    return key;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+constexpr uint64_t kOpaqueBit = uint64_t{1} << 63;
+
+}  // namespace
+
+std::string BlockKey::ToHex() const {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    out[15 - i] = kDigits[(hi >> (4 * i)) & 0xF];
+    out[31 - i] = kDigits[(lo >> (4 * i)) & 0xF];
+  }
+  return out;
+}
+
+Result<BlockKey> BlockKey::FromHex(std::string_view hex) {
+  if (hex.size() != 32) {
+    return InvalidArgumentError("block key must be 32 hex digits, got " +
+                                std::to_string(hex.size()) + " characters");
+  }
+  BlockKey key;
+  for (size_t i = 0; i < 32; ++i) {
+    const char c = hex[i];
+    uint64_t nibble = 0;
+    if (c >= '0' && c <= '9') nibble = static_cast<uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f') nibble = static_cast<uint64_t>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') nibble = static_cast<uint64_t>(c - 'A' + 10);
+    else return InvalidArgumentError("block key has a non-hex character at position " + std::to_string(i));
+    uint64_t& half = i < 16 ? key.hi : key.lo;
+    half = (half << 4) | nibble;
+  }
+  return key;
+}
+
+BlockKey RootKey(std::string_view salt) {
+  Sha256Writer w;
+  w.Bytes("kvtier.root.v1", 14);
+  w.String(salt);
+  BlockKey key = w.Finish();
+  key.hi &= ~kOpaqueBit;
+  return key;
+}
+
+BlockKey ChainBlockKey(const BlockKey& parent, std::span<const uint32_t> tokens,
+                       const BlockExtraKeys& extra) {
+  Sha256Writer w;
+  w.Bytes("kvtier.block.v1", 15);
+  w.Key(parent);
+  w.U64(extra.lora_id);
+  w.String(extra.model_tag);
+  w.U32(static_cast<uint32_t>(extra.extra.size()));
+  for (const std::string& e : extra.extra) w.String(e);
+  w.U32(static_cast<uint32_t>(tokens.size()));
+  for (uint32_t t : tokens) w.U32(t);
+  BlockKey key = w.Finish();
+  key.hi &= ~kOpaqueBit;
+  return key;
+}
+
+std::vector<BlockKey> ComputeBlockKeys(std::string_view salt, std::span<const uint32_t> tokens,
+                                       uint32_t tokens_per_block, const BlockExtraKeys& extra) {
+  std::vector<BlockKey> keys;
+  if (tokens_per_block == 0) return keys;
+  const size_t full_blocks = tokens.size() / tokens_per_block;
+  keys.reserve(full_blocks);
+  BlockKey parent = RootKey(salt);
+  for (size_t i = 0; i < full_blocks; ++i) {
+    parent = ChainBlockKey(parent, tokens.subspan(i * tokens_per_block, tokens_per_block), extra);
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
+OpaqueKeyNamespace::OpaqueKeyNamespace(std::string_view engine_namespace, std::string_view salt) {
+  Sha256Writer w;
+  w.Bytes("kvtier.opaque.v1", 16);
+  w.String(engine_namespace);
+  w.String(salt);
+  tag_ = w.Finish().hi | kOpaqueBit;
+}
+
+}  // namespace kvtier

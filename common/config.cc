@@ -1,0 +1,206 @@
+#include "common/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/config_fields.h"
+
+extern char** environ;
+
+namespace kvtier {
+namespace {
+
+using config_internal::Field;
+using config_internal::FindField;
+using config_internal::Fields;
+
+std::string EnvVarFor(std::string_view path) {
+  std::string out = "KVTIER_";
+  for (char c : path) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string FlagFor(std::string_view path) {
+  std::string out = "--";
+  for (char c : path) out += (c == '.' || c == '_') ? '-' : c;
+  return out;
+}
+
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    std::string item(text.substr(start, comma - start));
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    if (!item.empty()) out.push_back(std::move(item));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// "bind, port" for prefix "metrics.": the keys a YAML section under `prefix` may hold.
+std::string KnownKeysUnder(std::string_view prefix) {
+  std::vector<std::string_view> keys;
+  for (const Field& f : Fields()) {
+    if (!f.path.starts_with(prefix)) continue;
+    std::string_view rest = f.path.substr(prefix.size());
+    rest = rest.substr(0, rest.find('.'));
+    if (std::find(keys.begin(), keys.end(), rest) == keys.end()) keys.push_back(rest);
+  }
+  std::string out;
+  for (std::string_view key : keys) out += (out.empty() ? "" : ", ") + std::string(key);
+  return out;
+}
+
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return "";
+  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ")";
+}
+
+Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view source, KvtierConfig& config) {
+  std::vector<std::string> values;
+  if (node.IsScalar()) {
+    values.push_back(node.Scalar());
+  } else if (node.IsSequence() && field.is_list) {
+    for (const YAML::Node& item : node) {
+      if (!item.IsScalar()) {
+        return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) +
+                                    Where(item) + ": list items must be plain values");
+      }
+      values.push_back(item.Scalar());
+    }
+  } else if (node.IsNull()) {
+    values.emplace_back();
+  } else {
+    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) + ": expects " +
+                                (field.is_list ? "a list" : "a single value") + " (allowed: " + field.allowed + ")");
+  }
+  Status status = field.set(config, values);
+  if (!status.ok()) {
+    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) + ": " +
+                                status.message() + " (allowed: " + field.allowed + ")");
+  }
+  return Status::Ok();
+}
+
+Status ApplyMap(const YAML::Node& map, const std::string& prefix, std::string_view source, KvtierConfig& config) {
+  for (const auto& entry : map) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string path = prefix + key;
+    const YAML::Node& value = entry.second;
+    if (const Field* field = FindField(path)) {
+      KVTIER_RETURN_IF_ERROR(ApplyLeaf(*field, value, source, config));
+      continue;
+    }
+    const std::string known_under = KnownKeysUnder(path + ".");
+    if (!known_under.empty() && value.IsMap()) {
+      KVTIER_RETURN_IF_ERROR(ApplyMap(value, path + ".", source, config));
+      continue;
+    }
+    if (!known_under.empty()) {
+      return InvalidArgumentError(std::string(source) + ": " + path + Where(entry.first) +
+                                  ": expects a section with keys: " + known_under);
+    }
+    return InvalidArgumentError(std::string(source) + ": unknown field \"" + path + "\"" + Where(entry.first) +
+                                " (known " + (prefix.empty() ? std::string("top-level fields") : "fields in \"" +
+                                prefix.substr(0, prefix.size() - 1) + "\"") + ": " + KnownKeysUnder(prefix) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<ConfigFieldInfo> ListConfigFields() {
+  const KvtierConfig defaults;
+  std::vector<ConfigFieldInfo> out;
+  for (const Field& f : Fields()) {
+    out.push_back({std::string(f.path), EnvVarFor(f.path), FlagFor(f.path), f.allowed, std::string(f.help),
+                   f.get(defaults)});
+  }
+  return out;
+}
+
+Status ApplySetting(std::string_view path, std::string_view text, KvtierConfig& config) {
+  const Field* field = FindField(path);
+  if (field == nullptr) return InvalidArgumentError("unknown setting \"" + std::string(path) + "\"");
+  const std::vector<std::string> values =
+      field->is_list ? SplitList(text) : std::vector<std::string>{std::string(text)};
+  Status status = field->set(config, values);
+  if (!status.ok()) {
+    return InvalidArgumentError(std::string(path) + ": " + status.message() + " (allowed: " + field->allowed + ")");
+  }
+  return Status::Ok();
+}
+
+Status ApplyYaml(std::string_view yaml_text, std::string_view source_name, KvtierConfig& config) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string(source_name) + ": invalid YAML at line " +
+                                std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
+                                ": " + e.msg);
+  }
+  if (root.IsNull()) return Status::Ok();  // an empty file keeps every default
+  if (!root.IsMap()) {
+    return InvalidArgumentError(std::string(source_name) + ": the top level must be a mapping of settings");
+  }
+  try {
+    return ApplyMap(root, "", source_name, config);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(std::string(source_name) + ": " + e.msg);
+  }
+}
+
+Status ValidateConfig(const KvtierConfig& config) {
+  if (config.tls.cert_file.empty() != config.tls.key_file.empty()) {
+    return InvalidArgumentError("tls.cert_file and tls.key_file must be set together (got only " +
+                                std::string(config.tls.cert_file.empty() ? "tls.key_file" : "tls.cert_file") + ")");
+  }
+  if (config.coordinator.listen.empty() && config.coordinator.unix_socket.empty()) {
+    return InvalidArgumentError("coordinator.listen and coordinator.unix_socket are both empty: nothing to listen on");
+  }
+  return Status::Ok();
+}
+
+Result<KvtierConfig> LoadConfig(const ConfigSources& sources) {
+  KvtierConfig config;
+  if (!sources.yaml_path.empty()) {
+    std::ifstream in(sources.yaml_path);
+    if (!in) return InvalidArgumentError("config file " + sources.yaml_path + ": cannot be read");
+    std::stringstream text;
+    text << in.rdbuf();
+    KVTIER_RETURN_IF_ERROR(ApplyYaml(text.str(), sources.yaml_path, config));
+  }
+  for (const Field& field : Fields()) {
+    const auto it = sources.environment.find(EnvVarFor(field.path));
+    if (it == sources.environment.end()) continue;
+    Status status = ApplySetting(field.path, it->second, config);
+    if (!status.ok()) return status.WithContext("environment " + it->first);
+  }
+  for (const auto& [path, text] : sources.flags) {
+    Status status = ApplySetting(path, text, config);
+    if (!status.ok()) return status.WithContext("flag " + FlagFor(path));
+  }
+  KVTIER_RETURN_IF_ERROR(ValidateConfig(config));
+  return config;
+}
+
+std::map<std::string, std::string> ProcessEnvironment() {
+  std::map<std::string, std::string> out;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const size_t eq = text.find('=');
+    if (eq != std::string_view::npos) out.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace kvtier

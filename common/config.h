@@ -1,0 +1,102 @@
+// Configuration of a kvtier process: one YAML file, environment overrides, flags.
+//
+// Every setting has a dotted path ("metrics.port") and is declared once in a schema
+// (config_fields.cc) with its type, allowed range and help. The same schema drives the
+// three sources, so they accept the same values and fail with the same words:
+//
+//   YAML        metrics: {port: 9400}          (unknown keys are errors)
+//   environment KVTIER_METRICS_PORT=9400       (path upper-cased, '.' -> '_')
+//   flag        --metrics-port 9400            (path with '.' and '_' -> '-')
+//
+// Precedence: defaults < YAML file < environment < flags. Lists (coordinator.listen) are
+// YAML sequences, or comma-separated in the environment and on flags. Environment
+// variables that start with KVTIER_ but name no setting are ignored, because Kubernetes
+// injects KVTIER_SERVICE_HOST-style variables for a Service named "kvtier"; the
+// deployment sets enableServiceLinks: false so that they cannot shadow a setting.
+//
+// Every error is kInvalidArgument and names the source, the setting and what is allowed:
+//   "flag --metrics-port: metrics.port: \"70000\" is out of range [0, 65535]".
+//
+// Thread safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvtier {
+
+struct LogConfig {
+  std::string level = "info";
+};
+
+struct MetricsConfig {
+  std::string bind = "0.0.0.0";
+  uint16_t port = 9400;
+};
+
+struct AuthConfig {
+  bool enabled = true;
+  std::string token_file;  // YAML list of tenants; see services/auth/token_store.h
+};
+
+struct TlsConfig {
+  std::string cert_file;  // server certificate chain (PEM); with key_file enables TLS
+  std::string key_file;   // server private key (PEM)
+  std::string ca_file;    // clients: CA bundle that the server's certificate must chain to
+  bool server_enabled() const { return !cert_file.empty(); }
+};
+
+struct CoordinatorConfig {
+  std::vector<std::string> listen = {"127.0.0.1:7400"};  // host:port; port 0 picks one
+  std::string unix_socket;                                // path; empty for none
+  uint64_t max_message_bytes = 64ull << 20;
+};
+
+struct KvtierConfig {
+  std::string data_dir = "./kvtier-data";
+  LogConfig log;
+  MetricsConfig metrics;
+  AuthConfig auth;
+  TlsConfig tls;
+  CoordinatorConfig coordinator;
+};
+
+// One declared setting, for help texts and documentation.
+struct ConfigFieldInfo {
+  std::string path;
+  std::string env_var;
+  std::string flag;
+  std::string allowed;  // "[0, 65535]", "one of: trace, debug, ..."
+  std::string help;
+  std::string default_value;
+};
+[[nodiscard]] std::vector<ConfigFieldInfo> ListConfigFields();
+
+struct ConfigSources {
+  std::string yaml_path;  // empty: no file
+  std::map<std::string, std::string> environment;  // all of it; non-KVTIER_ entries are ignored
+  std::vector<std::pair<std::string, std::string>> flags;  // (setting path, text) in order given
+};
+
+// Defaults, then each source in order; then cross-field checks.
+[[nodiscard]] Result<KvtierConfig> LoadConfig(const ConfigSources& sources);
+
+// Parses YAML text over `config` (exposed for tests and for configs not in files).
+[[nodiscard]] Status ApplyYaml(std::string_view yaml_text, std::string_view source_name, KvtierConfig& config);
+
+// Sets one setting from text, as an environment variable or flag would.
+[[nodiscard]] Status ApplySetting(std::string_view path, std::string_view text, KvtierConfig& config);
+
+// Checks that hold across settings (TLS certificate and key come together, ...).
+[[nodiscard]] Status ValidateConfig(const KvtierConfig& config);
+
+// The process environment as a map, for ConfigSources::environment.
+[[nodiscard]] std::map<std::string, std::string> ProcessEnvironment();
+
+}  // namespace kvtier

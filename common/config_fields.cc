@@ -1,0 +1,173 @@
+#include "common/config_fields.h"
+
+#include <charconv>
+#include <cstdint>
+#include <limits>
+
+#include "common/logging.h"
+
+namespace kvtier::config_internal {
+namespace {
+
+std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
+
+Status OneValue(std::span<const std::string> values) {
+  if (values.size() != 1) {
+    return InvalidArgumentError("expects a single value, got a list of " + std::to_string(values.size()));
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> ParseUint(std::string_view text, uint64_t min, uint64_t max) {
+  uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const std::string range = "[" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (ec == std::errc::result_out_of_range) {
+    return InvalidArgumentError(Quote(text) + " is out of range " + range);
+  }
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError(Quote(text) + " is not a whole number in " + range);
+  }
+  if (value < min || value > max) return InvalidArgumentError(Quote(text) + " is out of range " + range);
+  return value;
+}
+
+// Each field names where it lives with a generic accessor, [](auto& c) -> auto& { ... },
+// that serves both the setter (mutable config) and the getter (const config).
+template <typename Access>
+Field UintField(std::string_view path, std::string_view help, uint64_t min, uint64_t max, Access member) {
+  Field f{path, help, "[" + std::to_string(min) + ", " + std::to_string(max) + "]", false, {}, {}};
+  f.set = [member, min, max](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    KVTIER_RETURN_IF_ERROR(OneValue(v));
+    KVTIER_ASSIGN_OR_RETURN(member(c), ParseUint(v[0], min, max));
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) { return std::to_string(member(c)); };
+  return f;
+}
+
+template <typename Access>
+Field PortField(std::string_view path, std::string_view help, Access member) {
+  Field f{path, help, "[0, 65535]", false, {}, {}};
+  f.set = [member](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    KVTIER_RETURN_IF_ERROR(OneValue(v));
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t port, ParseUint(v[0], 0, 65535));
+    member(c) = static_cast<uint16_t>(port);
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) { return std::to_string(member(c)); };
+  return f;
+}
+
+template <typename Access>
+Field BoolField(std::string_view path, std::string_view help, Access member) {
+  Field f{path, help, "true or false", false, {}, {}};
+  f.set = [member](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    KVTIER_RETURN_IF_ERROR(OneValue(v));
+    if (v[0] == "true") member(c) = true;
+    else if (v[0] == "false") member(c) = false;
+    else return InvalidArgumentError(Quote(v[0]) + " is not a boolean (allowed: true, false)");
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) { return member(c) ? "true" : "false"; };
+  return f;
+}
+
+// `check` validates a non-empty value; an empty string is allowed when `allow_empty`.
+template <typename Access>
+Field StringField(std::string_view path, std::string_view help, std::string allowed, bool allow_empty,
+                  Access member, std::function<Status(std::string_view)> check = {}) {
+  Field f{path, help, std::move(allowed), false, {}, {}};
+  f.set = [member, allow_empty, check](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    KVTIER_RETURN_IF_ERROR(OneValue(v));
+    if (v[0].empty()) {
+      if (!allow_empty) return InvalidArgumentError("must not be empty");
+    } else if (check) {
+      KVTIER_RETURN_IF_ERROR(check(v[0]));
+    }
+    member(c) = v[0];
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) { return member(c); };
+  return f;
+}
+
+// "host:port", "[v6]:port" or "unix:/path"; ports in [0, 65535].
+Status CheckListenAddress(std::string_view address) {
+  if (address.starts_with("unix:")) {
+    if (address.size() == 5) return InvalidArgumentError(Quote(address) + " names no socket path");
+    return Status::Ok();
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) {
+    return InvalidArgumentError(Quote(address) + " is not an address (allowed: host:port, [ipv6]:port, unix:/path)");
+  }
+  const Result<uint64_t> port = ParseUint(address.substr(colon + 1), 0, 65535);
+  if (!port.ok()) return InvalidArgumentError(Quote(address) + " has a bad port: " + port.status().message());
+  return Status::Ok();
+}
+
+Field ListenField() {
+  Field f{"coordinator.listen", "Addresses the coordinator RPC listens on.",
+          "a list of host:port, [ipv6]:port or unix:/path", true, {}, {}};
+  f.set = [](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    for (const std::string& address : v) KVTIER_RETURN_IF_ERROR(CheckListenAddress(address));
+    c.coordinator.listen.assign(v.begin(), v.end());
+    return Status::Ok();
+  };
+  f.get = [](const KvtierConfig& c) {
+    std::string out;
+    for (const std::string& a : c.coordinator.listen) out += (out.empty() ? "" : ",") + a;
+    return out;
+  };
+  return f;
+}
+
+std::vector<Field> BuildFields() {
+  std::vector<Field> fields;
+  fields.push_back(StringField("data_dir", "Directory for persistent data (RocksDB, state).",
+                               "a directory path", false, [](auto& c) -> auto& { return c.data_dir; }));
+  fields.push_back(StringField(
+      "log.level", "Log verbosity.", "one of: trace, debug, info, warn, error, off", false,
+      [](auto& c) -> auto& { return c.log.level; },
+      [](std::string_view v) -> Status { return ParseLogLevel(v).status(); }));
+  fields.push_back(StringField("metrics.bind", "IP address the /metrics, /healthz, /readyz endpoint binds.",
+                               "an IPv4 or IPv6 address", false,
+                               [](auto& c) -> auto& { return c.metrics.bind; }));
+  fields.push_back(PortField("metrics.port", "Port of the HTTP endpoint; 0 picks a free one.",
+                             [](auto& c) -> auto& { return c.metrics.port; }));
+  fields.push_back(BoolField("auth.enabled", "Require a tenant token on every RPC connection.",
+                             [](auto& c) -> auto& { return c.auth.enabled; }));
+  fields.push_back(StringField("auth.token_file", "YAML file of tenants, tokens and salts.", "a file path",
+                               true, [](auto& c) -> auto& { return c.auth.token_file; }));
+  fields.push_back(StringField("tls.cert_file", "Server certificate chain (PEM); enables TLS.", "a file path",
+                               true, [](auto& c) -> auto& { return c.tls.cert_file; }));
+  fields.push_back(StringField("tls.key_file", "Server private key (PEM).", "a file path", true,
+                               [](auto& c) -> auto& { return c.tls.key_file; }));
+  fields.push_back(StringField("tls.ca_file", "CA bundle clients verify servers against (PEM).", "a file path",
+                               true, [](auto& c) -> auto& { return c.tls.ca_file; }));
+  fields.push_back(ListenField());
+  fields.push_back(StringField("coordinator.unix_socket", "Unix socket path the coordinator also listens on.",
+                               "a file path", true,
+                               [](auto& c) -> auto& { return c.coordinator.unix_socket; }));
+  fields.push_back(UintField("coordinator.max_message_bytes",
+                             "Largest RPC message accepted; larger ones close the connection.", 4096,
+                             1ull << 30, [](auto& c) -> auto& { return c.coordinator.max_message_bytes; }));
+  return fields;
+}
+
+}  // namespace
+
+const std::vector<Field>& Fields() {
+  static const std::vector<Field> fields = BuildFields();
+  return fields;
+}
+
+const Field* FindField(std::string_view path) {
+  for (const Field& f : Fields()) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace kvtier::config_internal

@@ -1,0 +1,28 @@
+// The configuration schema: one entry per setting. Internal to common/config.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/config.h"
+
+namespace kvtier::config_internal {
+
+struct Field {
+  std::string_view path;
+  std::string_view help;
+  std::string allowed;
+  bool is_list = false;
+  // Parses and validates `values` (one element unless is_list) into the config.
+  // Errors are "\"<value>\" is out of range [a, b]" style, without the path.
+  std::function<Status(KvtierConfig&, std::span<const std::string>)> set;
+  std::function<std::string(const KvtierConfig&)> get;
+};
+
+const std::vector<Field>& Fields();
+const Field* FindField(std::string_view path);
+
+}  // namespace kvtier::config_internal

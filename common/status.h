@@ -1,0 +1,151 @@
+// Status and Result<T>: how every kvtier library reports failure.
+//
+// A Status is a canonical code (the gRPC/abseil set) plus a message that names what was
+// wrong. The code is for machines: it tells the caller whether a retry can help (see
+// RetryAdviceFor). The message is for people: it names the field, value or resource at
+// fault and never needs parsing.
+//
+// Result<T> holds either a T or a non-OK Status.
+//
+// Thread safety: values; a const Status or Result may be read from any thread.
+// Ownership: plain value types, cheap to move. An OK Status allocates nothing.
+//
+// REQUIRES: Result<T>::value() and operator* only on an ok() Result.
+// REQUIRES: a Result is never constructed from an OK Status.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace kvtier {
+
+enum class StatusCode : int {
+  kOk = 0,
+  kCancelled = 1,
+  kUnknown = 2,
+  kInvalidArgument = 3,
+  kDeadlineExceeded = 4,
+  kNotFound = 5,
+  kAlreadyExists = 6,
+  kPermissionDenied = 7,
+  kResourceExhausted = 8,
+  kFailedPrecondition = 9,
+  kAborted = 10,
+  kOutOfRange = 11,
+  kUnimplemented = 12,
+  kInternal = 13,
+  kUnavailable = 14,
+  kDataLoss = 15,
+  kUnauthenticated = 16,
+};
+
+// What a caller should do about a failed operation, by code (abseil's guidance):
+//  kNever: the same call fails the same way; fix the input or the state first.
+//  kWithBackoff: transient (kUnavailable, kResourceExhausted, kDeadlineExceeded):
+//    retry the same call after a delay.
+//  kAtHigherLevel: kAborted: a concurrent change won; redo the whole read-modify-write.
+enum class RetryAdvice { kNever, kWithBackoff, kAtHigherLevel };
+
+[[nodiscard]] RetryAdvice RetryAdviceFor(StatusCode code);
+[[nodiscard]] std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message);
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  RetryAdvice retry_advice() const { return RetryAdviceFor(code_); }
+
+  // Returns a Status with the same code and "context: message".
+  Status WithContext(std::string_view context) const;
+
+  // "OK" or "INVALID_ARGUMENT: metrics.port: 70000 is out of range [0, 65535]".
+  std::string ToString() const;
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Status& status);
+
+// Constructors named after their codes, for readable call sites.
+Status CancelledError(std::string message);
+Status InvalidArgumentError(std::string message);
+Status DeadlineExceededError(std::string message);
+Status NotFoundError(std::string message);
+Status AlreadyExistsError(std::string message);
+Status PermissionDeniedError(std::string message);
+Status ResourceExhaustedError(std::string message);
+Status FailedPreconditionError(std::string message);
+Status AbortedError(std::string message);
+Status OutOfRangeError(std::string message);
+Status UnimplementedError(std::string message);
+Status InternalError(std::string message);
+Status UnavailableError(std::string message);
+Status DataLossError(std::string message);
+Status UnauthenticatedError(std::string message);
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+    assert(!status_.ok() && "Result constructed from an OK Status");
+    if (status_.ok()) status_ = InternalError("Result constructed from an OK Status");
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+
+  T& value() & { assert(ok()); return *value_; }
+  const T& value() const& { assert(ok()); return *value_; }
+  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  template <typename U>
+  T value_or(U&& fallback) const& {
+    return ok() ? *value_ : static_cast<T>(std::forward<U>(fallback));
+  }
+
+ private:
+  Status status_;  // OK exactly when value_ holds a value
+  std::optional<T> value_;
+};
+
+}  // namespace kvtier
+
+#define KVTIER_STATUS_CONCAT_INNER(a, b) a##b
+#define KVTIER_STATUS_CONCAT(a, b) KVTIER_STATUS_CONCAT_INNER(a, b)
+
+// Returns from the current function when `expr` (a Status) is not OK.
+#define KVTIER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::kvtier::Status kvtier_status_ = (expr);        \
+    if (!kvtier_status_.ok()) return kvtier_status_; \
+  } while (false)
+
+// `lhs = value of expr` (a Result<T>), or returns its Status from the current function.
+#define KVTIER_ASSIGN_OR_RETURN(lhs, expr) \
+  KVTIER_ASSIGN_OR_RETURN_IMPL(KVTIER_STATUS_CONCAT(kvtier_result_, __LINE__), lhs, expr)
+#define KVTIER_ASSIGN_OR_RETURN_IMPL(result, lhs, expr) \
+  auto result = (expr);                                 \
+  if (!result.ok()) return result.status();             \
+  lhs = std::move(result).value()
