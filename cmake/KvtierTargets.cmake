@@ -15,6 +15,8 @@
 
 add_library(kvtier_build_flags INTERFACE)
 target_compile_features(kvtier_build_flags INTERFACE cxx_std_20)
+# CMake 3.25 predates nvcc 13 and cannot map cuda_std_20 to a flag for it; pass it directly.
+target_compile_options(kvtier_build_flags INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
 target_compile_options(kvtier_build_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Werror>
   $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)

@@ -1,44 +1,17 @@
 #include "common/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/test_util.h"
+
 namespace kvtier {
 namespace {
 
-// Sends `request` to 127.0.0.1:port and returns everything the server answers until it
-// closes the connection (the server always closes after one response).
 std::string Exchange(uint16_t port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "connect failed";
-  }
-  size_t sent = 0;
-  while (sent < request.size()) {
-    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    sent += static_cast<size_t>(n);
-  }
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, static_cast<size_t>(n));
-  close(fd);
-  return response;
+  return testing::SendRaw("127.0.0.1:" + std::to_string(port), request, std::chrono::seconds(5)).received;
 }
 
 class HttpServerTest : public ::testing::Test {

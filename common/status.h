@@ -103,9 +103,9 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!status_.ok() && "Result constructed from an OK Status");
-    if (status_.ok()) status_ = InternalError("Result constructed from an OK Status");
+  Result(Status status)  // NOLINT: implicit by design
+      : status_(status.ok() ? InternalError("Result constructed from an OK Status") : std::move(status)) {
+    assert(!status_.ok());
   }
 
   bool ok() const { return value_.has_value(); }

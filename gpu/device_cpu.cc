@@ -1,0 +1,16 @@
+// The device probe of a build without the CUDA sources.
+#include "gpu/device.h"
+
+namespace kvtier::gpu {
+
+DeviceProbe ProbeDevices() {
+  DeviceProbe probe;
+  probe.cpu_reason = "built without CUDA (KVTIER_CUDA=OFF, or nvcc was not found at build time)";
+  return probe;
+}
+
+Status DeviceSelfTest(int device_index) {
+  return UnavailableError("GPU " + std::to_string(device_index) + ": this build has no CUDA sources");
+}
+
+}  // namespace kvtier::gpu

@@ -1,0 +1,64 @@
+// TokenStore: which tenant a bearer token belongs to, and that tenant's cache salt.
+//
+// Tokens come from a YAML file (mounted from a Kubernetes Secret in production):
+//
+//   tenants:
+//     - name: team-a          # [a-z0-9-]{1,63}
+//       token: "…"            # at least 32 characters; generate with `openssl rand -hex 32`
+//       salt: "team-a-2026"   # optional; default: the name. Chains under different salts never meet.
+//
+// Only SHA-256 digests of tokens are kept in memory, and a token is checked against every
+// tenant's digest with a constant-time comparison, so neither timing nor a memory dump
+// reveals a token. With auth disabled (local use), every token maps to tenant "default"
+// with an empty salt.
+//
+// Thread safety: immutable after creation; Authenticate may be called from any thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvtier::auth {
+
+struct Tenant {
+  std::string name;
+  std::string salt;
+};
+
+class TokenStore {
+ public:
+  // kInvalidArgument naming the file, the entry and the field for every malformed entry,
+  // duplicate name or duplicate token.
+  [[nodiscard]] static Result<TokenStore> FromFile(const std::string& path);
+  [[nodiscard]] static Result<TokenStore> FromYaml(std::string_view yaml, std::string_view source_name);
+  // One tenant: what `kvtier up` uses when it generates a token for local use.
+  [[nodiscard]] static Result<TokenStore> SingleTenant(Tenant tenant, std::string_view token);
+  // Any token is accepted as tenant "default" with an empty salt.
+  static TokenStore Disabled();
+
+  // kUnauthenticated when the token matches no tenant (the message never echoes it).
+  [[nodiscard]] Result<Tenant> Authenticate(std::string_view token) const;
+
+  bool enabled() const { return enabled_; }
+  size_t tenant_count() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    Tenant tenant;
+    std::array<uint8_t, 32> token_digest;
+  };
+  TokenStore(bool enabled, std::vector<Entry> entries) : enabled_(enabled), entries_(std::move(entries)) {}
+
+  bool enabled_;
+  std::vector<Entry> entries_;
+};
+
+// 32 random bytes from OpenSSL's CSPRNG, as 64 hex digits.
+[[nodiscard]] std::string GenerateToken();
+
+}  // namespace kvtier::auth

@@ -1,0 +1,83 @@
+#include "services/auth/token_store.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::auth {
+namespace {
+
+const std::string kTokenA(40, 'a');
+const std::string kTokenB(40, 'b');
+
+std::string TwoTenants() {
+  return "tenants:\n"
+         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
+         "  - {name: team-b, token: " + kTokenB + "}\n";
+}
+
+TEST(TokenStoreTest, EachTokenMapsToItsTenantAndSalt) {
+  Result<TokenStore> store = TokenStore::FromYaml(TwoTenants(), "tokens.yaml");
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->tenant_count(), 2u);
+  Result<Tenant> a = store->Authenticate(kTokenA);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->name, "team-a");
+  EXPECT_EQ(a->salt, "salt-a");
+  Result<Tenant> b = store->Authenticate(kTokenB);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->salt, "team-b") << "the salt defaults to the tenant name";
+}
+
+TEST(TokenStoreTest, WrongTokenIsUnauthenticatedAndNotEchoed) {
+  const TokenStore store = *TokenStore::FromYaml(TwoTenants(), "tokens.yaml");
+  const std::string wrong(40, 'c');
+  Result<Tenant> result = store.Authenticate(wrong);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(result.status().message().find(wrong), std::string::npos);
+  EXPECT_FALSE(store.Authenticate("").ok());
+}
+
+TEST(TokenStoreTest, MalformedFilesNameTheEntryAndField) {
+  auto error = [](const std::string& yaml) { return TokenStore::FromYaml(yaml, "tokens.yaml").status(); };
+  EXPECT_NE(error("tenants: [\n").message().find("invalid YAML"), std::string::npos);
+  EXPECT_NE(error("users: []\n").message().find("\"tenants\""), std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: Team_A, token: " + kTokenA + "}\n").message().find("tenants[0].name"),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: short}\n").message().find("tenants[0].token: must be at least 32"),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", role: admin}\n").message().find("unknown field \"role\""),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n  - {name: a, token: " + kTokenB + "}\n")
+                .message()
+                .find("tenants[1].name: \"a\" appears twice"),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n  - {name: b, token: " + kTokenA + "}\n")
+                .message()
+                .find("same token"),
+            std::string::npos);
+  EXPECT_NE(TokenStore::FromFile("/nonexistent/tokens.yaml").status().message().find("cannot be read"),
+            std::string::npos);
+}
+
+TEST(TokenStoreTest, DisabledAcceptsAnyTokenAsDefaultTenant) {
+  const TokenStore store = TokenStore::Disabled();
+  EXPECT_FALSE(store.enabled());
+  Result<Tenant> t = store.Authenticate("anything");
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->name, "default");
+  EXPECT_EQ(t->salt, "");
+}
+
+TEST(TokenStoreTest, GeneratedTokensAreLongAndDistinct) {
+  const std::string a = GenerateToken();
+  const std::string b = GenerateToken();
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_NE(a, b);
+  Result<TokenStore> store = TokenStore::SingleTenant({"default", ""}, a);
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(store->Authenticate(a).ok());
+  EXPECT_FALSE(store->Authenticate(b).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::auth

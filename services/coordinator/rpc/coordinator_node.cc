@@ -1,0 +1,50 @@
+#include "services/coordinator/rpc/coordinator_node.h"
+
+#include "services/rpc/rpc_server.h"
+#include "services/rpc/session_service.h"
+
+namespace kvtier::coordinator {
+
+class CoordinatorNode::Impl {
+ public:
+  explicit Impl(CoordinatorNodeOptions options) : options_(std::move(options)) {}
+
+  Status Start() {
+    if (options_.registry == nullptr) return InvalidArgumentError("CoordinatorNode needs a metrics registry");
+    KVTIER_ASSIGN_OR_RETURN(metrics_, rpc::RpcMetrics::Create(*options_.registry));
+    session_.identity = {options_.node_id, options_.roles};
+    session_.tokens = &options_.tokens;
+    session_.clock = options_.clock;
+    session_.metrics = metrics_.get();
+
+    rpc::RpcServerOptions server;
+    server.listen = options_.rpc.listen;
+    if (!options_.rpc.unix_socket.empty()) server.listen.push_back("unix:" + options_.rpc.unix_socket);
+    server.max_message_bytes = options_.rpc.max_message_bytes;
+    server.tls_cert_file = options_.tls.cert_file;
+    server.tls_key_file = options_.tls.key_file;
+    server.metrics = metrics_.get();
+    KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
+                                                            [this] { return rpc::MakeBootstrap(session_); }));
+    return Status::Ok();
+  }
+
+  CoordinatorNodeOptions options_;
+  std::unique_ptr<rpc::RpcMetrics> metrics_;
+  rpc::SessionContext session_;
+  std::unique_ptr<rpc::RpcServer> server_;
+};
+
+Result<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(CoordinatorNodeOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  KVTIER_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<CoordinatorNode>(new CoordinatorNode(std::move(impl)));
+}
+
+CoordinatorNode::CoordinatorNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CoordinatorNode::~CoordinatorNode() { Shutdown(); }
+const std::vector<std::string>& CoordinatorNode::endpoints() const { return impl_->server_->endpoints(); }
+bool CoordinatorNode::tls() const { return impl_->server_->tls(); }
+void CoordinatorNode::Shutdown() { impl_->server_->Shutdown(); }
+
+}  // namespace kvtier::coordinator

@@ -1,0 +1,49 @@
+// CoordinatorNode: the coordinator role as a running RPC server.
+//
+// Serves the tenant session (services/rpc/session_service.h) on every configured listener
+// (TCP and a Unix socket, plain or TLS) with the node's token store. Issue 3 adds the
+// Coordinator capability (index, membership, routing) to the session.
+//
+// Thread safety: Create(), endpoints() and Shutdown() from one controlling thread; the
+// server runs on its own event-loop thread (services/rpc/rpc_server.h).
+// Ownership: owns its server, token store and RPC metrics; the registry and clock outlive it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/metrics.h"
+#include "services/auth/token_store.h"
+
+namespace kvtier::coordinator {
+
+struct CoordinatorNodeOptions {
+  std::string node_id = "coordinator";
+  std::vector<std::string> roles = {"coordinator"};
+  CoordinatorConfig rpc;
+  TlsConfig tls;
+  auth::TokenStore tokens = auth::TokenStore::Disabled();
+  MetricsRegistry* registry = nullptr;  // required
+  const Clock* clock = &SystemClock::Instance();
+};
+
+class CoordinatorNode {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<CoordinatorNode>> Create(CoordinatorNodeOptions options);
+  ~CoordinatorNode();
+
+  const std::vector<std::string>& endpoints() const;
+  bool tls() const;
+  void Shutdown();
+
+  class Impl;
+
+ private:
+  explicit CoordinatorNode(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::coordinator

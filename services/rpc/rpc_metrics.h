@@ -1,0 +1,41 @@
+// RpcMetrics: the metrics every kvtier RPC listener and service method reports.
+//
+//   kvtier_rpc_connections                 gauge    open connections
+//   kvtier_rpc_connections_total           counter  accepted connections
+//   kvtier_rpc_connection_errors_total     counter  connections closed by an error {reason}
+//   kvtier_rpc_requests_total              counter  method calls {method, code}
+//   kvtier_rpc_request_duration_seconds    histogram method latency {method}
+//   kvtier_rpc_auth_failures_total         counter  rejected tokens
+//
+// Thread safety: as common/metrics.h. Create once per registry; share the pointer.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "common/metrics.h"
+
+namespace kvtier::rpc {
+
+class RpcMetrics {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<RpcMetrics>> Create(MetricsRegistry& registry);
+
+  Gauge& open_connections() { return *open_connections_; }
+  Counter& accepted_connections() { return *accepted_connections_; }
+  Counter& connection_errors(std::string_view reason) { return connection_errors_->WithLabels({reason}); }
+  Counter& auth_failures() { return *auth_failures_; }
+  // Counts one finished call of `method` with its outcome and duration.
+  void RecordCall(std::string_view method, const Status& status, double seconds);
+
+ private:
+  RpcMetrics() = default;
+  Gauge* open_connections_ = nullptr;
+  Counter* accepted_connections_ = nullptr;
+  Counter* auth_failures_ = nullptr;
+  CounterFamily* connection_errors_ = nullptr;
+  CounterFamily* requests_ = nullptr;
+  HistogramFamily* durations_ = nullptr;
+};
+
+}  // namespace kvtier::rpc

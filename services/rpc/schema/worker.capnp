@@ -1,0 +1,75 @@
+# kvtier RPC schema: a worker node's block pools, for the inference processes on its node.
+# Evolution rules: see common.capnp.
+#
+# Bytes never cross this interface: a process maps the pool (CUDA IPC or shared memory)
+# once with attachPool, then moves blocks by id. Block ids are pool-relative.
+@0xebb4683354dcaf99;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("kvtier::rpc::schema");
+
+using Common = import "common.capnp";
+
+struct PoolAttachment {
+  poolId @0 :UInt32;
+  layout @1 :Common.KvLayout;
+  numBlocks @2 :UInt32;
+  blockStrideBytes @3 :UInt64;   # distance between consecutive blocks in the mapping
+  mapping :union {
+    cudaIpc @4 :Data;            # cudaIpcMemHandle_t (64 bytes) of the pool's device memory
+    sharedMemory @5 :Text;       # POSIX shared-memory name (shm_open) of a host pool
+  }
+  deviceIndex @6 :Int32;         # CUDA device of a cudaIpc mapping; -1 for host pools
+}
+
+struct Allocation {
+  blockIds @0 :List(UInt32);     # the sequence's block table, in token order
+  reusedBlocks @1 :UInt32;       # leading blocks found cached (their KV is already there)
+  partialReuseTokens @2 :UInt32; # tokens of the next block reusable (copied on partial reuse)
+}
+
+struct WorkerStats {
+  pools @0 :List(PoolStats);
+  struct PoolStats {
+    poolId @0 :UInt32;
+    totalBlocks @1 :UInt32;
+    usedBlocks @2 :UInt32;
+    cachedBlocks @3 :UInt32;     # free for reuse but still holding cached KV
+  }
+  reuseHits @1 :UInt64;
+  evictions @2 :UInt64;
+  offloadedBlocks @3 :UInt64;
+  onboardedBlocks @4 :UInt64;
+}
+
+interface Worker {
+  attachPool @0 (poolId :UInt32, layout :Common.KvLayout) -> (attachment :PoolAttachment);
+  # Maps the pool into the caller. FAILED_PRECONDITION when `layout` differs from the
+  # pool's (the message names the field); NOT_FOUND for an unknown pool.
+
+  allocate @1 (sequenceId :UInt64, poolId :UInt32, keys :List(Common.BlockKey),
+               numTokens :UInt32, partialTokens :List(UInt32)) -> (allocation :Allocation);
+  # Builds the block table for a new sequence of `numTokens` tokens, reusing the cached
+  # prefix named by `keys`. RESOURCE_EXHAUSTED when eviction cannot free enough blocks.
+
+  extend @2 (sequenceId :UInt64, numTokens :UInt32) -> (allocation :Allocation);
+  # Grows the sequence to `numTokens` tokens (decode). NOT_FOUND: unknown sequence.
+
+  free @3 (sequenceId :UInt64) -> ();
+  # Drops the sequence's references; committed blocks stay cached until evicted. Also done
+  # for every sequence of a connection that drops.
+
+  commit @4 (sequenceId :UInt64, keys :List(Common.BlockKey), retention :Common.RetentionConfig)
+      -> (committed :UInt32);
+  # Publishes the sequence's full blocks under `keys` (in order from its first block) with
+  # the request's retention; they become reusable and are announced to the coordinator.
+
+  lookupLocal @5 (poolId :UInt32, keys :List(Common.BlockKey)) -> (matchedBlocks :UInt32);
+  # Longest prefix of `keys` cached in this worker's pool.
+
+  onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location))
+      -> (onboardedBlocks :UInt32);
+  # Brings blocks into the sequence's table from the host tier, another worker or a store.
+
+  stats @7 () -> (stats :WorkerStats);
+}

@@ -1,0 +1,106 @@
+#include "services/rpc/session_service.h"
+
+#include <chrono>
+
+#include "common/version.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/status_mapping.h"
+
+namespace kvtier::rpc {
+namespace {
+
+void FillServerInfo(const ServerIdentity& identity, schema::ServerInfo::Builder info) {
+  info.setVersion(kVersion);
+  info.setSchemaVersion(kSchemaVersion);
+  info.setNodeId(identity.node_id);
+  auto roles = info.initRoles(static_cast<unsigned>(identity.roles.size()));
+  for (unsigned i = 0; i < identity.roles.size(); ++i) roles.set(i, identity.roles[i]);
+}
+
+// Records one call's outcome and latency when it goes out of scope.
+class CallRecorder {
+ public:
+  CallRecorder(RpcMetrics* metrics, std::string_view method)
+      : metrics_(metrics), method_(method), start_(std::chrono::steady_clock::now()) {}
+  ~CallRecorder() {
+    if (metrics_ == nullptr) return;
+    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start_;
+    metrics_->RecordCall(method_, status_, elapsed.count());
+  }
+  // Records `status` and throws it to the caller.
+  [[noreturn]] void Fail(Status status) {
+    status_ = std::move(status);
+    ThrowStatus(status_);
+  }
+
+ private:
+  RpcMetrics* metrics_;
+  std::string_view method_;
+  std::chrono::steady_clock::time_point start_;
+  Status status_;
+};
+
+class SessionServer final : public schema::Session::Server {
+ public:
+  SessionServer(const SessionContext& context, auth::Tenant tenant) : context_(context), tenant_(std::move(tenant)) {}
+
+ protected:
+  kj::Promise<void> ping(PingContext call) override {
+    CallRecorder recorder(context_.metrics, "ping");
+    const capnp::Data::Reader payload = call.getParams().getPayload();
+    if (payload.size() > kMaxPingPayloadBytes) {
+      recorder.Fail(InvalidArgumentError("ping payload is " + std::to_string(payload.size()) +
+                                         " bytes; the limit is " + std::to_string(kMaxPingPayloadBytes)));
+    }
+    auto results = call.getResults();
+    results.setPayload(payload);
+    results.setServerTimeNs(static_cast<uint64_t>(context_.clock->Now().count()));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> version(VersionContext call) override {
+    CallRecorder recorder(context_.metrics, "version");
+    FillServerInfo(context_.identity, call.getResults().initServer());
+    return kj::READY_NOW;
+  }
+
+ private:
+  const SessionContext& context_;
+  const auth::Tenant tenant_;
+};
+
+class BootstrapServer final : public schema::Bootstrap::Server {
+ public:
+  explicit BootstrapServer(const SessionContext& context) : context_(context) {}
+
+ protected:
+  kj::Promise<void> authenticate(AuthenticateContext call) override {
+    CallRecorder recorder(context_.metrics, "authenticate");
+    if (failures_ >= kMaxAuthFailures) {
+      recorder.Fail(UnauthenticatedError("too many failed authentication attempts on this connection; reconnect"));
+    }
+    Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr());
+    if (!tenant.ok()) {
+      ++failures_;
+      if (context_.metrics != nullptr) context_.metrics->auth_failures().Inc();
+      recorder.Fail(tenant.status());
+    }
+    auto results = call.getResults();
+    results.setTenant(tenant->name);
+    FillServerInfo(context_.identity, results.initServer());
+    results.setSession(kj::heap<SessionServer>(context_, *std::move(tenant)));
+    return kj::READY_NOW;
+  }
+
+ private:
+  const SessionContext& context_;
+  int failures_ = 0;
+};
+
+}  // namespace
+
+capnp::Capability::Client MakeBootstrap(const SessionContext& context) {
+  return schema::Bootstrap::Client(kj::heap<BootstrapServer>(context));
+}
+
+}  // namespace kvtier::rpc

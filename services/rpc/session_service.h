@@ -1,0 +1,43 @@
+// The bootstrap and session capabilities every kvtier listener serves.
+//
+// MakeBootstrap() returns a fresh Bootstrap capability for one connection. Its only method,
+// authenticate(token), checks the token with the TokenStore and returns a Session scoped
+// to that tenant. A connection gets at most kMaxAuthFailures wrong tokens; after that
+// every attempt fails, so a client cannot guess tokens at line rate.
+//
+// The classes behind the capabilities are thin `final` adapters: each method converts
+// its parameters, calls a plain C++ object and converts the result or Status back.
+//
+// Thread safety: the capabilities run on the RpcServer's event-loop thread only.
+// Ownership: `context` and everything it points to outlive the server.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <capnp/capability.h>
+
+#include "common/clock.h"
+#include "services/auth/token_store.h"
+#include "services/rpc/rpc_metrics.h"
+
+namespace kvtier::rpc {
+
+inline constexpr int kMaxAuthFailures = 5;
+inline constexpr size_t kMaxPingPayloadBytes = 64 * 1024;
+
+struct ServerIdentity {
+  std::string node_id;
+  std::vector<std::string> roles;  // "coordinator", "worker", "store"
+};
+
+struct SessionContext {
+  ServerIdentity identity;
+  const auth::TokenStore* tokens = nullptr;
+  const Clock* clock = nullptr;
+  RpcMetrics* metrics = nullptr;  // optional
+};
+
+[[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);
+
+}  // namespace kvtier::rpc

@@ -1,0 +1,44 @@
+// Helpers shared by kvtier's tests: temporary directories, raw sockets, child commands.
+//
+// Thread safety: free functions and a RAII type; no shared state.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace kvtier::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Connects to "host:port" (IPv4) or "unix:/path", sends `bytes`, half-closes nothing, and
+// reads until the peer closes the connection or `timeout` passes.
+struct RawExchange {
+  bool connected = false;
+  bool peer_closed = false;  // the peer closed (EOF or reset) within the timeout
+  std::string received;
+};
+RawExchange SendRaw(const std::string& address, const std::string& bytes, std::chrono::milliseconds timeout);
+
+// Runs `command` with /bin/sh; returns its exit code and puts stdout+stderr in `output`.
+int RunCommand(const std::string& command, std::string* output);
+
+// Writes `text` to `path`; returns false on failure.
+bool WriteFile(const std::string& path, const std::string& text);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+uint16_t FreeTcpPort();
+
+}  // namespace kvtier::testing
