@@ -45,6 +45,12 @@ std::vector<std::string> SplitList(std::string_view text) {
 }
 
 // "bind, port" for prefix "metrics.": the keys a YAML section under `prefix` may hold.
+// The setter's message, plus the allowed values unless it already states them.
+std::string WithAllowed(const Field& field, const Status& status) {
+  if (status.message().find(field.allowed) != std::string::npos) return status.message();
+  return status.message() + " (allowed: " + field.allowed + ")";
+}
+
 std::string KnownKeysUnder(std::string_view prefix) {
   std::vector<std::string_view> keys;
   for (const Field& f : Fields()) {
@@ -85,7 +91,7 @@ Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view so
   Status status = field.set(config, values);
   if (!status.ok()) {
     return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) + ": " +
-                                status.message() + " (allowed: " + field.allowed + ")");
+                                WithAllowed(field, status));
   }
   return Status::Ok();
 }
@@ -134,7 +140,7 @@ Status ApplySetting(std::string_view path, std::string_view text, KvtierConfig& 
       field->is_list ? SplitList(text) : std::vector<std::string>{std::string(text)};
   Status status = field->set(config, values);
   if (!status.ok()) {
-    return InvalidArgumentError(std::string(path) + ": " + status.message() + " (allowed: " + field->allowed + ")");
+    return InvalidArgumentError(std::string(path) + ": " + WithAllowed(*field, status));
   }
   return Status::Ok();
 }

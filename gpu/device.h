@@ -37,7 +37,7 @@ struct DeviceProbe {
 [[nodiscard]] DeviceProbe ProbeDevices();
 
 // One line: "using GPU 0 (NVIDIA H100, 79.1 GiB, sm_90)" or
-// "no usable GPU (<reason>); using the CPU path".
+// "no usable GPU: <reason>; using the CPU path".
 void LogDeviceSelection(const DeviceProbe& probe);
 
 // Writes a pattern into device memory with a kernel and reads it back: proves that the

@@ -6,7 +6,7 @@ namespace kvtier::gpu {
 
 void LogDeviceSelection(const DeviceProbe& probe) {
   if (!probe.has_gpu()) {
-    spdlog::info("no usable GPU ({}); using the CPU path", probe.cpu_reason);
+    spdlog::info("no usable GPU: {}; using the CPU path", probe.cpu_reason);
     return;
   }
   const DeviceInfo& d = probe.devices.front();

@@ -111,3 +111,80 @@ uint16_t FreeTcpPort() {
 }
 
 }  // namespace kvtier::testing
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <sstream>
+#include <thread>
+
+namespace kvtier::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& output_dir)
+    : stdout_path_(output_dir + "/child.stdout"), stderr_path_(output_dir + "/child.stderr") {
+  pid_ = fork();
+  if (pid_ == 0) {
+    const int out = open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, STDOUT_FILENO);
+    dup2(err, STDERR_FILENO);
+    // The test runner may block signals; the child starts with a clean mask.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && exit_code_ == -1000) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool ChildProcess::WaitForOutput(const std::string& text, std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ReadAll(stdout_path_).find(text) != std::string::npos) return true;
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return ReadAll(stdout_path_).find(text) != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+void ChildProcess::Signal(int signal_number) const { kill(pid_, signal_number); }
+
+int ChildProcess::Wait(std::chrono::milliseconds timeout) {
+  if (exit_code_ != -1000) return exit_code_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      return exit_code_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1000;
+}
+
+std::string ChildProcess::Stdout() const { return ReadAll(stdout_path_); }
+std::string ChildProcess::Stderr() const { return ReadAll(stderr_path_); }
+
+}  // namespace kvtier::testing

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <vector>
 #include <string>
 
 namespace kvtier::testing {
@@ -40,5 +41,33 @@ bool WriteFile(const std::string& path, const std::string& text);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 uint16_t FreeTcpPort();
+
+}  // namespace kvtier::testing
+
+namespace kvtier::testing {
+
+// A child process with stdout and stderr captured to files, killed on destruction.
+class ChildProcess {
+ public:
+  // argv[0] is the program path. Returns a process that failed to start as exit code 127.
+  ChildProcess(const std::vector<std::string>& argv, const std::string& output_dir);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Waits until stdout contains `text`, the process exits, or `timeout` passes.
+  bool WaitForOutput(const std::string& text, std::chrono::milliseconds timeout) const;
+  void Signal(int signal_number) const;
+  // The exit code, -(signal) if killed by a signal, or -1000 if still running at `timeout`.
+  int Wait(std::chrono::milliseconds timeout);
+  std::string Stdout() const;
+  std::string Stderr() const;
+
+ private:
+  int pid_ = -1;
+  int exit_code_ = -1000;
+  std::string stdout_path_;
+  std::string stderr_path_;
+};
 
 }  // namespace kvtier::testing

@@ -1,0 +1,139 @@
+// The kvtier command: every role, the benchmarks and the trace replay in one binary.
+//
+// Exit codes: 0 success; 1 a runtime failure (cannot start, server unreachable, command
+// not built in this release); 2 bad usage: an unknown flag, a bad value or a bad
+// configuration file. Nothing is started when the exit code is 2.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "common/logging.h"
+#include "common/version.h"
+#include "services/cli/config_flags.h"
+#include "services/cli/serve.h"
+#include "services/rpc/rpc_client.h"
+
+namespace kvtier::cli {
+namespace {
+
+constexpr int kExitUsage = 2;
+
+constexpr const char* kUpFooter = R"(Examples:
+  kvtier up                                   # local: generated token, data in ./kvtier-data
+  kvtier up --metrics-port 9500 --data-dir /var/lib/kvtier
+  kvtier up --config kvtier.yaml              # settings from YAML; flags and KVTIER_* override it
+  kvtier up --auth-enabled false              # no authentication: trusted machines only
+
+Every setting is a flag here, a KVTIER_* environment variable, or a YAML key.
+Check it is alive:  curl http://127.0.0.1:9400/healthz)";
+
+struct VersionFlags {
+  std::string connect;
+  std::string token;
+  std::string token_file;
+  std::string tls_ca_file;
+  std::string tls_server_name;
+};
+
+int RunVersion(const VersionFlags& flags) {
+  std::printf("client  kvtier %s (rpc schema %u)\n", kVersion, kSchemaVersion);
+  if (flags.connect.empty()) return 0;
+  rpc::RpcClientOptions options;
+  options.address = flags.connect;
+  options.token = flags.token;
+  options.tls_ca_file = flags.tls_ca_file;
+  options.tls_server_name = flags.tls_server_name;
+  if (options.token.empty() && !flags.token_file.empty()) {
+    std::ifstream in(flags.token_file);
+    if (!in || !std::getline(in, options.token)) {
+      std::fprintf(stderr, "kvtier version: --token-file %s: cannot be read\n", flags.token_file.c_str());
+      return kExitUsage;
+    }
+  }
+  Result<std::unique_ptr<rpc::RpcClient>> client = rpc::RpcClient::Connect(std::move(options));
+  if (!client.ok()) {
+    std::fprintf(stderr, "kvtier version: %s: %s\n", flags.connect.c_str(), client.status().ToString().c_str());
+    return 1;
+  }
+  const rpc::ServerVersion& server = (*client)->server();
+  std::string roles;
+  for (const std::string& r : server.roles) roles += (roles.empty() ? "" : ",") + r;
+  std::printf("server  kvtier %s (rpc schema %u) node %s, roles %s, tenant %s\n", server.version.c_str(),
+              server.schema_version, server.node_id.c_str(), roles.c_str(), (*client)->tenant().c_str());
+  return 0;
+}
+
+int NotBuiltYet(const std::string& command, const std::string& arrives_with) {
+  std::fprintf(stderr,
+               "kvtier %s: not built yet in kvtier %s. It arrives with %s.\n"
+               "Meanwhile `kvtier up` runs what exists (the coordinator RPC skeleton and the metrics endpoint).\n",
+               command.c_str(), kVersion, arrives_with.c_str());
+  return 1;
+}
+
+int RunRole(Role role, const char* name, const ConfigFlags& flags) {
+  Result<KvtierConfig> config = flags.Load();
+  if (!config.ok()) {
+    std::fprintf(stderr, "kvtier %s: configuration error: %s\n", name, config.status().message().c_str());
+    return kExitUsage;
+  }
+  InitLogging(*ParseLogLevel(config->log.level));  // validated by the config schema
+  return Serve(role, *config);
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  BlockShutdownSignals();  // before any thread starts, so only sigwait sees them
+
+  CLI::App app{"kvtier: a distributed multi-tier KV-cache for LLM inference engines.\n"
+               "Start with `kvtier up`, then see `kvtier up --help`."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kvtier ") + kVersion);
+
+  CLI::App* up = app.add_subcommand("up", "Run every role in one process: the embedded default for one machine.");
+  ConfigFlags up_flags(*up);
+  up->footer(kUpFooter);
+
+  CLI::App* coordinator = app.add_subcommand(
+      "coordinator", "Run the coordinator alone (cluster prefix index, membership, routing). Needs --auth-token-file "
+                     "unless --auth-enabled false.");
+  ConfigFlags coordinator_flags(*coordinator);
+
+  CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
+  CLI::App* store = app.add_subcommand("store", "Run a storage node (host and disk tiers, cross-node transfer).");
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: index, pool, transfer, disk.");
+  CLI::App* replay = app.add_subcommand("replay", "Replay a Mooncake-format request trace against a cluster.");
+  for (CLI::App* later : {worker, store, bench, replay}) later->allow_extras();
+
+  VersionFlags version_flags;
+  CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
+  version->add_option("--connect", version_flags.connect, "Server address: host:port or unix:/path")
+      ->type_name("ADDR");
+  version->add_option("--token", version_flags.token, "Tenant token")->envname("KVTIER_TOKEN");
+  version->add_option("--token-file", version_flags.token_file, "File whose first line is the token")
+      ->type_name("FILE");
+  version->add_option("--tls-ca-file", version_flags.tls_ca_file, "Use TLS; trust this CA bundle")->type_name("FILE");
+  version->add_option("--tls-server-name", version_flags.tls_server_name, "Name the server certificate must carry");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  if (up->parsed()) return RunRole(Role::kUp, "up", up_flags);
+  if (coordinator->parsed()) return RunRole(Role::kCoordinator, "coordinator", coordinator_flags);
+  if (worker->parsed()) return NotBuiltYet("worker", "the GPU worker node (block pools and kernels)");
+  if (store->parsed()) return NotBuiltYet("store", "the host and disk tiers and the storage node");
+  if (bench->parsed()) return NotBuiltYet("bench", "the components it measures (index, pool, transfer, disk)");
+  if (replay->parsed()) return NotBuiltYet("replay", "the client SDK and the embedded cluster");
+  return RunVersion(version_flags);
+}
+
+}  // namespace kvtier::cli
+
+int main(int argc, char** argv) { return kvtier::cli::Main(argc, argv); }

@@ -1,0 +1,189 @@
+#include "services/cli/serve.h"
+
+#include <signal.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/http_server.h"
+#include "common/version.h"
+#include "gpu/device.h"
+#include "services/auth/token_store.h"
+#include "services/coordinator/rpc/coordinator_node.h"
+
+namespace kvtier::cli {
+namespace {
+
+constexpr int kExitStartFailure = 1;
+constexpr int kExitConfigError = 2;
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? kExitConfigError : kExitStartFailure;
+}
+
+struct ResolvedAuth {
+  auth::TokenStore tokens = auth::TokenStore::Disabled();
+  std::string summary;          // the banner line
+  bool generate_token = false;  // `up` without a token file: make one once data_dir exists
+};
+
+// Writes a generated token where local clients find it, readable by the owner only.
+Status WriteTokenFile(const std::string& path, const std::string& token) {
+  std::ofstream out(path, std::ios::trunc);
+  out << token << "\n";
+  out.close();
+  if (!out || chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+    return UnavailableError("cannot write the generated token to " + path);
+  }
+  return Status::Ok();
+}
+
+Result<ResolvedAuth> ResolveAuth(Role role, const KvtierConfig& config) {
+  ResolvedAuth out;
+  if (!config.auth.enabled) {
+    out.summary = "OFF (auth.enabled=false): any client can read and write every cache. Local use only!";
+    return out;
+  }
+  if (!config.auth.token_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(out.tokens, auth::TokenStore::FromFile(config.auth.token_file));
+    out.summary = "on, " + std::to_string(out.tokens.tenant_count()) + " tenant(s) from " + config.auth.token_file;
+    return out;
+  }
+  if (role == Role::kCoordinator) {
+    return InvalidArgumentError(
+        "auth.token_file: required when auth.enabled is true (or set --auth-enabled false for local use only)");
+  }
+  out.generate_token = true;
+  return out;
+}
+
+// `up` with no token file: a fresh random token for one local tenant, saved in data_dir.
+Status GenerateLocalToken(const KvtierConfig& config, ResolvedAuth& auth) {
+  const std::string token = auth::GenerateToken();
+  const std::string path = config.data_dir + "/token";
+  KVTIER_RETURN_IF_ERROR(WriteTokenFile(path, token));
+  KVTIER_ASSIGN_OR_RETURN(auth.tokens, auth::TokenStore::SingleTenant({"default", ""}, token));
+  auth.summary = "on, tenant \"default\", token " + token + " (also in " + path + ")";
+  return Status::Ok();
+}
+
+Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda) {
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* info, registry.AddGauge("kvtier_build_info",
+                                                               "Always 1; labels describe the build.",
+                                                               {"version", "cuda"}));
+  info->WithLabels({kVersion, cuda ? "true" : "false"}).Set(1);
+  return Status::Ok();
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "kvtier";
+  return name;
+}
+
+int WaitForShutdownSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int received = 0;
+  sigwait(&signals, &received);
+  return received;
+}
+
+}  // namespace
+
+void BlockShutdownSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+int Serve(Role role, const KvtierConfig& config) {
+  const gpu::DeviceProbe devices = gpu::ProbeDevices();
+  gpu::LogDeviceSelection(devices);
+
+  // Everything that can be refused is checked before anything is created.
+  Result<ResolvedAuth> auth = ResolveAuth(role, config);
+  if (!auth.ok()) {
+    spdlog::error("{}", auth.status().message());
+    return ExitCodeFor(auth.status());
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(config.data_dir, ec);
+  if (ec) {
+    spdlog::error("data_dir {}: cannot create: {}", config.data_dir, ec.message());
+    return kExitStartFailure;
+  }
+  if (auth->generate_token) {
+    if (Status s = GenerateLocalToken(config, *auth); !s.ok()) {
+      spdlog::error("{}", s.message());
+      return kExitStartFailure;
+    }
+  }
+
+  MetricsRegistry registry;
+  if (Status s = RegisterProcessMetrics(registry, devices.cuda_compiled); !s.ok()) {
+    spdlog::error("metrics: {}", s.ToString());
+    return kExitStartFailure;
+  }
+
+  coordinator::CoordinatorNodeOptions node_options;
+  node_options.node_id = HostName();
+  node_options.roles = {"coordinator"};
+  node_options.rpc = config.coordinator;
+  node_options.tls = config.tls;
+  node_options.tokens = std::move(auth->tokens);
+  node_options.registry = &registry;
+  Result<std::unique_ptr<coordinator::CoordinatorNode>> node = coordinator::CoordinatorNode::Create(std::move(node_options));
+  if (!node.ok()) {
+    spdlog::error("coordinator: {}", node.status().message());
+    return ExitCodeFor(node.status());
+  }
+
+  std::atomic<bool> ready{false};
+  MetricsHttpServerOptions http_options;
+  http_options.bind_address = config.metrics.bind;
+  http_options.port = config.metrics.port;
+  http_options.registry = &registry;
+  http_options.readiness = [&ready]() -> Status {
+    return ready ? Status::Ok() : UnavailableError("starting up");
+  };
+  Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
+  if (!http.ok()) {
+    spdlog::error("metrics endpoint: {}", http.status().message());
+    return ExitCodeFor(http.status());
+  }
+  ready = true;
+
+  std::string rpc_endpoints;
+  for (const std::string& e : (*node)->endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
+  std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
+  std::printf("  rpc       %s%s\n", rpc_endpoints.c_str(), (*node)->tls() ? " (TLS)" : "");
+  std::printf("  metrics   %s/metrics\n", (*http)->endpoint().c_str());
+  std::printf("  health    %s/healthz  %s/readyz\n", (*http)->endpoint().c_str(), (*http)->endpoint().c_str());
+  std::printf("  data dir  %s\n", config.data_dir.c_str());
+  std::printf("  auth      %s\n", auth->summary.c_str());
+  std::printf("  roles     coordinator (index RPC skeleton: ping, version, authenticate)\n");
+  std::printf("Stop with Ctrl-C or SIGTERM.\n");
+  std::fflush(stdout);
+  if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);
+
+  const int signal_number = WaitForShutdownSignal();
+  spdlog::info("received {}, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  ready = false;
+  (*http)->Shutdown();
+  (*node)->Shutdown();
+  spdlog::info("stopped cleanly");
+  return 0;
+}
+
+}  // namespace kvtier::cli

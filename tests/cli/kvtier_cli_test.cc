@@ -1,0 +1,141 @@
+// The kvtier binary as a user runs it: `up` serves and stops cleanly, bad input exits 2
+// and starts nothing, commands of later releases say so and exit 1.
+#include <signal.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using std::chrono::seconds;
+using testing::ChildProcess;
+
+const std::string kKvtier = std::string(KVTIER_BIN_DIR) + "/kvtier";
+
+// The value after `label` on its banner line ("  metrics   http://127.0.0.1:9400/metrics").
+std::string BannerValue(const std::string& banner, const std::string& label) {
+  const std::regex line("\\n  " + label + " +(\\S+)");
+  std::smatch match;
+  return std::regex_search(banner, match, line) ? match[1].str() : "";
+}
+
+std::string HttpGet(const std::string& url) {
+  // url: http://HOST:PORT/PATH
+  const std::string rest = url.substr(7);
+  const size_t slash = rest.find('/');
+  return testing::SendRaw(rest.substr(0, slash), "GET " + rest.substr(slash) + " HTTP/1.1\r\n\r\n", seconds(5))
+      .received;
+}
+
+class KvtierUpTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
+  testing::TempDir dir;
+  const std::string data_dir = dir.File("data");
+  ChildProcess up({kKvtier, "up", "--metrics-port", "0", "--coordinator-listen", "127.0.0.1:0", "--data-dir",
+                   data_dir, "--metrics-bind", "127.0.0.1"},
+                  dir.path());
+  ASSERT_TRUE(up.WaitForOutput("Stop with Ctrl-C", seconds(20))) << up.Stdout() << up.Stderr();
+  const std::string banner = up.Stdout();
+  const std::string metrics_url = BannerValue(banner, "metrics");
+  ASSERT_TRUE(metrics_url.starts_with("http://127.0.0.1:")) << banner;
+  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+
+  EXPECT_TRUE(HttpGet(base + "/healthz").starts_with("HTTP/1.1 200")) << HttpGet(base + "/healthz");
+  EXPECT_TRUE(HttpGet(base + "/readyz").starts_with("HTTP/1.1 200"));
+
+  // The live /metrics output passes promtool.
+  const std::string response = HttpGet(metrics_url);
+  ASSERT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
+  const std::string body = response.substr(response.find("\r\n\r\n") + 4);
+  EXPECT_NE(body.find("kvtier_build_info{"), std::string::npos);
+  ASSERT_TRUE(testing::WriteFile(dir.File("metrics.txt"), body));
+  std::string promtool;
+  EXPECT_EQ(testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"), &promtool), 0) << promtool;
+  EXPECT_EQ(promtool, "") << "promtool lint findings";
+
+  // The generated token authenticates against the printed RPC endpoint.
+  const std::string rpc = BannerValue(banner, "rpc");
+  std::string version;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + rpc + " --token-file " + data_dir + "/token",
+                                &version),
+            0)
+      << version;
+  EXPECT_NE(version.find("tenant default"), std::string::npos) << version;
+
+  up.Signal(GetParam());
+  EXPECT_EQ(up.Wait(seconds(10)), 0) << up.Stderr();
+  EXPECT_NE(up.Stderr().find("stopped cleanly"), std::string::npos) << up.Stderr();
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, KvtierUpTest, ::testing::Values(SIGINT, SIGTERM),
+                         [](const auto& info) { return info.param == SIGINT ? "SIGINT" : "SIGTERM"; });
+
+struct BadInput {
+  const char* name;
+  std::vector<std::string> args;
+  std::string config_yaml;  // written to a file passed with --config when not empty
+  std::string expected;     // in stderr
+};
+
+void PrintTo(const BadInput& c, std::ostream* os) { *os << c.name; }
+
+class KvtierBadInputTest : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(KvtierBadInputTest, ExitsTwoNamingTheProblemAndStartsNothing) {
+  const BadInput& c = GetParam();
+  testing::TempDir dir;
+  std::vector<std::string> argv = {kKvtier};
+  argv.insert(argv.end(), c.args.begin(), c.args.end());
+  argv.insert(argv.end(), {"--data-dir", dir.File("data"), "--metrics-port", "0", "--coordinator-listen", "127.0.0.1:0"});
+  if (!c.config_yaml.empty()) {
+    ASSERT_TRUE(testing::WriteFile(dir.File("kvtier.yaml"), c.config_yaml));
+    argv.insert(argv.end(), {"--config", dir.File("kvtier.yaml")});
+  }
+  ChildProcess child(argv, dir.path());
+  EXPECT_EQ(child.Wait(seconds(10)), 2) << child.Stdout() << child.Stderr();
+  EXPECT_NE(child.Stderr().find(c.expected), std::string::npos) << child.Stderr();
+  EXPECT_EQ(child.Stdout().find("rpc"), std::string::npos) << "no server banner: " << child.Stdout();
+  EXPECT_FALSE(std::filesystem::exists(dir.File("data"))) << "nothing is created";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, KvtierBadInputTest,
+    ::testing::Values(
+        BadInput{"UnknownFlag", {"up", "--no-such-flag"}, "", "--no-such-flag"},
+        BadInput{"FlagOutOfRange", {"up", "--coordinator-max-message-bytes", "12"}, "",
+                 "coordinator.max_message_bytes: \"12\" is out of range [4096, 1073741824]"},
+        BadInput{"InvalidYaml", {"up"}, "metrics: [1, 2\n", "invalid YAML at line"},
+        BadInput{"UnknownField", {"up"}, "metrics:\n  prot: 9400\n", "unknown field \"metrics.prot\""},
+        BadInput{"YamlOutOfRange", {"up"}, "log: {level: chatty}\n", "log.level"},
+        BadInput{"CoordinatorWithoutTokens", {"coordinator"}, "", "auth.token_file: required"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
+  testing::TempDir dir;
+  for (const char* command : {"bench", "replay", "worker", "store"}) {
+    ChildProcess child({kKvtier, command}, dir.path());
+    EXPECT_EQ(child.Wait(seconds(10)), 1) << command;
+    EXPECT_NE(child.Stderr().find("not built yet"), std::string::npos) << command << ": " << child.Stderr();
+  }
+}
+
+TEST(KvtierCliTest, HelpAndVersion) {
+  std::string help;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " up --help", &help), 0);
+  for (const char* expected : {"--metrics-port", "--data-dir", "KVTIER_METRICS_PORT", "Examples:"}) {
+    EXPECT_NE(help.find(expected), std::string::npos) << expected;
+  }
+  std::string version;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " version", &version), 0);
+  EXPECT_NE(version.find("kvtier 0."), std::string::npos) << version;
+  EXPECT_EQ(testing::RunCommand(kKvtier, nullptr), 2) << "a subcommand is required";
+}
+
+}  // namespace
+}  // namespace kvtier
