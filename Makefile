@@ -1,0 +1,40 @@
+# kvtier: the two commands a new machine needs are `make run` and `make test`.
+# Both install missing Debian packages first (scripts/install-deps.sh, idempotent).
+
+BUILD_DIR   ?= build
+ASAN_DIR    ?= build-asan
+BUILD_TYPE  ?= RelWithDebInfo
+KVTIER_CUDA ?= AUTO
+JOBS        ?= $(shell nproc)
+ARGS        ?=
+
+.PHONY: all deps configure build test run test-asan clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVTIER_CUDA=$(KVTIER_CUDA)
+
+# Leaves the CLI at build/bin/kvtier.
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
+
+# The main job: kvtier up with local defaults (ARGS="--metrics-port 9500" to change them).
+run: build
+	$(BUILD_DIR)/bin/kvtier up $(ARGS)
+
+# AddressSanitizer + UBSan build of the whole tree (CUDA off: nvcc objects are not
+# instrumented), with every test.
+test-asan: deps
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKVTIER_SANITIZE=ON -DKVTIER_CUDA=OFF
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) --timeout 600
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)
