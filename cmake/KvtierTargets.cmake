@@ -69,3 +69,11 @@ function(kvtier_executable)
   target_link_libraries(${ARG_NAME} PRIVATE kvtier_build_flags ${ARG_DEPS})
   set_target_properties(${ARG_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${KVTIER_BIN_DIR}")
 endfunction()
+
+# kvtier_benchmark(SOURCE foo_bench.cc DEPS ...): a Google Benchmark program in build/bin.
+# Benchmarks are built with the tree (so they keep compiling) but never run by ctest.
+function(kvtier_benchmark)
+  cmake_parse_arguments(ARG "" "SOURCE" "DEPS" ${ARGN})
+  get_filename_component(name "${ARG_SOURCE}" NAME_WE)
+  kvtier_executable(NAME ${name} SOURCES "${ARG_SOURCE}" DEPS ${ARG_DEPS} benchmark::benchmark benchmark::benchmark_main)
+endfunction()
