@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "common/logging.h"
 
@@ -34,25 +35,15 @@ Result<uint64_t> ParseUint(std::string_view text, uint64_t min, uint64_t max) {
 
 // Each field names where it lives with a generic accessor, [](auto& c) -> auto& { ... },
 // that serves both the setter (mutable config) and the getter (const config).
+// A whole number in [min, max], stored in whatever unsigned type the member has.
 template <typename Access>
 Field UintField(std::string_view path, std::string_view help, uint64_t min, uint64_t max, Access member) {
   Field f{path, help, "[" + std::to_string(min) + ", " + std::to_string(max) + "]", false, {}, {}};
   f.set = [member, min, max](KvtierConfig& c, std::span<const std::string> v) -> Status {
     KVTIER_RETURN_IF_ERROR(OneValue(v));
-    KVTIER_ASSIGN_OR_RETURN(member(c), ParseUint(v[0], min, max));
-    return Status::Ok();
-  };
-  f.get = [member](const KvtierConfig& c) { return std::to_string(member(c)); };
-  return f;
-}
-
-template <typename Access>
-Field PortField(std::string_view path, std::string_view help, Access member) {
-  Field f{path, help, "[0, 65535]", false, {}, {}};
-  f.set = [member](KvtierConfig& c, std::span<const std::string> v) -> Status {
-    KVTIER_RETURN_IF_ERROR(OneValue(v));
-    KVTIER_ASSIGN_OR_RETURN(const uint64_t port, ParseUint(v[0], 0, 65535));
-    member(c) = static_cast<uint16_t>(port);
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t value, ParseUint(v[0], min, max));
+    auto& slot = member(c);
+    slot = static_cast<std::remove_reference_t<decltype(slot)>>(value);
     return Status::Ok();
   };
   f.get = [member](const KvtierConfig& c) { return std::to_string(member(c)); };
@@ -134,7 +125,7 @@ std::vector<Field> BuildFields() {
   fields.push_back(StringField("metrics.bind", "IP address the /metrics, /healthz, /readyz endpoint binds.",
                                "an IPv4 or IPv6 address", false,
                                [](auto& c) -> auto& { return c.metrics.bind; }));
-  fields.push_back(PortField("metrics.port", "Port of the HTTP endpoint; 0 picks a free one.",
+  fields.push_back(UintField("metrics.port", "Port of the HTTP endpoint; 0 picks a free one.", 0, 65535,
                              [](auto& c) -> auto& { return c.metrics.port; }));
   fields.push_back(BoolField("auth.enabled", "Require a tenant token on every RPC connection.",
                              [](auto& c) -> auto& { return c.auth.enabled; }));
