@@ -1,0 +1,154 @@
+// BlockIndex: the coordinator's memory of which node and tier holds each KV block.
+//
+// A radix tree over chained block keys (common/block_key.h): every block records its
+// parent, so a prompt's keys match as a chain from the root, and the longest cached
+// prefix is found with one hash probe per block. For each block the index keeps its
+// locations (node, tier, pool), priority (0-100) and retention expiry, hit count and salt
+// scope; its last access is its position in each location's LRU list. Per (node, tier) it keeps a prioritized LRU: all blocks of the
+// lowest priority go before any block of the next, least recently used first, leaves
+// first (evicting an interior block would orphan its cached descendants).
+//
+// Salt scopes: a block is stored under the scope (tenant) of its writer; a lookup under
+// another scope never matches it and never counts it in a node's score.
+//
+// Retention (TensorRT-LLM semantics): a block stored with a priority and a duration keeps
+// that priority until the duration has passed since it was stored, then reverts to
+// kDefaultPriority. Expiry runs from a min-heap ordered by deadline (AdvanceTime), never
+// from a scan of the tree. An expired block keeps its place as most recently used at its
+// new priority.
+//
+// Memory: 52 bytes per block plus 4-byte hash slots at load factor <= 0.75; extra
+// locations of a block held by several nodes or tiers take 24 bytes each. Storage is
+// reserved for expected_blocks up front (the cluster's total capacity), so that vector
+// growth does not double it.
+//
+// Thread safety: none; one thread owns an index (the coordinator's event-loop thread).
+// Ownership: the index owns its storage; the clock outlives it.
+//
+// REQUIRES: node ids below kMaxNodes; priorities in [0, 100] (checked: kInvalidArgument).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <span>
+#include <vector>
+
+#include "common/block_key.h"
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace kvtier::coordinator {
+
+enum class Tier : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
+inline constexpr int kTierCount = 3;
+inline constexpr uint8_t kDefaultPriority = 35;
+inline constexpr uint8_t kMaxPriority = 100;
+inline constexpr uint32_t kMaxNodes = 4096;
+
+using NodeId = uint16_t;   // dense ids; the membership layer maps node names to them
+using ScopeId = uint16_t;  // salt scopes; the session layer maps tenants to them
+
+struct Location {
+  NodeId node = 0;
+  Tier tier = Tier::kGpu;
+  uint16_t pool = 0;
+  friend bool operator==(const Location&, const Location&) = default;
+};
+
+// Priority and retention of one stored block. duration 0: the priority never expires.
+struct BlockRetention {
+  uint8_t priority = kDefaultPriority;
+  Nanos duration{0};
+};
+
+struct StoreRequest {
+  ScopeId scope = 0;
+  std::optional<BlockKey> parent;          // absent: the chain starts at the scope's root
+  std::span<const BlockKey> keys;          // in chain order
+  Location location;
+  std::span<const BlockRetention> retention;  // one per key, or empty for the default
+};
+
+struct NodeScore {
+  NodeId node = 0;
+  uint32_t prefix_blocks = 0;  // longest consecutive prefix this node can serve
+  double score = 0.0;          // that prefix, each block weighted by the node's best tier
+};
+
+struct LookupResult {
+  uint32_t matched_blocks = 0;
+  // Locations of matched block i: locations[location_begin[i] .. location_begin[i + 1]).
+  std::vector<Location> locations;
+  std::vector<uint32_t> location_begin;  // matched_blocks + 1 entries
+  std::vector<NodeScore> scores;         // nodes with prefix_blocks > 0, best score first
+
+  std::span<const Location> LocationsOf(uint32_t block) const {
+    return std::span<const Location>(locations).subspan(location_begin[block],
+                                                        location_begin[block + 1] - location_begin[block]);
+  }
+};
+
+struct BlockIndexOptions {
+  std::array<double, kTierCount> tier_weights = {1.0, 0.5, 0.25};  // gpu, host, disk
+  const Clock* clock = &SystemClock::Instance();
+  size_t expected_blocks = 1 << 16;  // the sum of the nodes' capacities
+};
+
+struct BlockIndexStats {
+  size_t blocks = 0;         // blocks with at least one location, plus interior ghosts
+  size_t locations = 0;
+  size_t memory_bytes = 0;   // everything the index allocated
+  uint64_t expirations = 0;
+};
+
+class BlockIndex {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<BlockIndex>> Create(const BlockIndexOptions& options);
+  ~BlockIndex();
+
+  // Adds `location` to each block of the chain, creating blocks as needed; a block
+  // already there is refreshed (its retention replaced, its LRU position renewed).
+  // kFailedPrecondition: the parent is not indexed (a lost event: resync the node);
+  // kInvalidArgument: a priority above 100, a retention list of the wrong length, or a
+  // key already indexed under another scope or parent. Nothing changes on error.
+  [[nodiscard]] Status Store(const StoreRequest& request);
+
+  // Drops `location` (node and tier) from each block; blocks left with no location and no
+  // children disappear. Keys not held there are skipped. Returns how many were dropped.
+  size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
+
+  // Drops every location of `node` (it left, or restarted).
+  size_t RemoveNode(NodeId node);
+
+  // The longest prefix of `keys` cached under `scope`, its locations, and every node's
+  // score. Does not change recency.
+  [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
+
+  // Marks the prefix of `keys` that `node` holds (in any tier) as used there: hit counts,
+  // and LRU positions on that node (ancestors end up more recent than descendants).
+  void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
+
+  // Evicts up to `count` blocks from (node, tier) in prioritized-LRU, leaf-first order
+  // and returns their keys in eviction order (what the node would report as removed).
+  std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
+
+  // Blocks held on (node, tier).
+  size_t Held(NodeId node, Tier tier) const;
+
+  // Reverts the priority of every block whose retention has expired. Cost: O(log n) per
+  // expired block; nothing else is visited.
+  void AdvanceTime();
+
+  BlockIndexStats Stats() const;
+
+  class Impl;
+
+ private:
+  explicit BlockIndex(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::coordinator

@@ -1,0 +1,151 @@
+// Compact storage behind BlockIndex (internal): blocks in one vector, an open-addressing
+// key table of 4-byte slots, location slots that double as LRU-list links.
+//
+// Why hand-written: a std::unordered_map<BlockKey, Block> costs ~40 bytes of node and
+// bucket overhead per block on top of the block itself, and the index's goal is at most
+// 64 bytes per block in total. Here a block is 52 bytes and its key-table slot 4 bytes at
+// load factor <= 0.75, and the common case (one location) needs no other allocation.
+//
+// Thread safety: none (owned by one BlockIndex).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/block_key.h"
+
+namespace kvtier::coordinator::internal {
+
+inline constexpr uint32_t kNil = UINT32_MAX;
+// Slot references: an index into blocks (the block's inline first slot) or, with this
+// bit set, into the overflow slots.
+inline constexpr uint32_t kOverflowRef = 1u << 31;
+inline constexpr uint32_t kNoLocation = UINT32_MAX;
+
+// A slot whose location was removed while children are still held at its place: it keeps
+// their count (so leaf tracking stays exact if the block comes back) but is no location.
+inline constexpr uint32_t kAbsentBit = 1u << 31;
+
+// node: 12 bits (kMaxNodes 4096), tier: 2 bits, pool: 16 bits.
+inline uint32_t PackLocation(uint32_t node, uint32_t tier, uint32_t pool) { return node << 18 | tier << 16 | pool; }
+inline uint32_t PackedNode(uint32_t packed) { return packed >> 18; }
+inline uint32_t PackedTier(uint32_t packed) { return (packed >> 16) & 3; }
+inline uint32_t PackedPool(uint32_t packed) { return packed & 0xFFFF; }
+// Node and tier only: what "the same place" means for LRU lists and leaf tracking.
+inline uint32_t PlaceOf(uint32_t packed) { return (packed & ~kAbsentBit) >> 16; }
+inline bool IsHeld(uint32_t packed) { return packed != kNoLocation && (packed & kAbsentBit) == 0; }
+
+struct LocationSlot {             // 20 bytes
+  uint32_t packed = kNoLocation;
+  uint32_t lru_prev = kNil;        // neighbours in the (node, tier, priority) LRU list
+  uint32_t lru_next = kNil;
+  uint32_t children_here = 0;      // children of the block held at the same node and tier
+  uint32_t next_location = kNil;   // the block's next slot reference
+};
+
+// A BlockKey stored as 4-byte words: BlockKey's 8-byte alignment would pad Block by 4.
+struct StoredKey {
+  uint32_t words[4];
+  static StoredKey From(const BlockKey& k) {
+    return {{static_cast<uint32_t>(k.hi), static_cast<uint32_t>(k.hi >> 32), static_cast<uint32_t>(k.lo),
+             static_cast<uint32_t>(k.lo >> 32)}};
+  }
+  BlockKey Key() const {
+    return {uint64_t{words[1]} << 32 | words[0], uint64_t{words[3]} << 32 | words[2]};
+  }
+  bool operator==(const BlockKey& k) const { return Key() == k; }
+};
+
+// Last access is not a field: recency is each location's position in its LRU list, which
+// is all that eviction needs, and 4 bytes less per block.
+struct Block {                     // 52 bytes
+  StoredKey key;
+  uint32_t parent = kNil;          // kNil: the chain's root; doubles as the free-list link
+  uint32_t children = 0;           // child blocks in the index
+  uint16_t hits = 0;               // saturating
+  uint16_t retention_seq = 0;      // matches the live expiry-heap entry
+  uint16_t scope = 0;
+  uint8_t priority = 35;
+  uint8_t live = 0;
+  LocationSlot first;
+};
+static_assert(sizeof(LocationSlot) == 20);
+static_assert(sizeof(Block) == 52);
+
+struct OverflowSlot {
+  LocationSlot slot;
+  uint32_t owner = kNil;           // block index; kNil while on the free list
+};
+
+// Key -> block index; linear probing with backward-shift deletion (no tombstones).
+class KeyTable {
+ public:
+  explicit KeyTable(size_t expected) {
+    size_t size = 16;
+    while (size * 3 < expected * 4) size *= 2;
+    slots_.assign(size, kNil);
+    mask_ = size - 1;
+  }
+
+  uint32_t Find(const BlockKey& key, const std::vector<Block>& blocks) const {
+    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+      const uint32_t b = slots_[i];
+      if (b == kNil) return kNil;
+      if (blocks[b].key == key) return b;
+    }
+  }
+
+  // REQUIRES: `key` is absent.
+  void Insert(const BlockKey& key, uint32_t block, const std::vector<Block>& blocks) {
+    if ((count_ + 1) * 4 > slots_.size() * 3) Grow(blocks);
+    size_t i = Home(key);
+    while (slots_[i] != kNil) i = (i + 1) & mask_;
+    slots_[i] = block;
+    ++count_;
+  }
+
+  // REQUIRES: `key` is present.
+  void Erase(const BlockKey& key, const std::vector<Block>& blocks) {
+    size_t hole = Home(key);
+    while (!(blocks[slots_[hole]].key == key)) hole = (hole + 1) & mask_;
+    // Shift back every later entry of the probe run whose home does not lie in (hole, j].
+    for (size_t j = (hole + 1) & mask_; slots_[j] != kNil; j = (j + 1) & mask_) {
+      const size_t home = Home(blocks[slots_[j]].key.Key());
+      const bool home_in_gap = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (!home_in_gap) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole] = kNil;
+    --count_;
+  }
+
+  size_t memory_bytes() const { return slots_.capacity() * sizeof(uint32_t); }
+
+ private:
+  size_t Home(const BlockKey& key) const {
+    uint64_t h = key.hi * 0x9E3779B97F4A7C15ULL ^ key.lo * 0xC2B2AE3D27D4EB4FULL;
+    h ^= h >> 31;
+    return static_cast<size_t>(h) & mask_;
+  }
+
+  void Grow(const std::vector<Block>& blocks) {
+    std::vector<uint32_t> old;
+    old.swap(slots_);
+    slots_.assign(old.size() * 2, kNil);
+    mask_ = slots_.size() - 1;
+    for (uint32_t b : old) {
+      if (b == kNil) continue;
+      size_t i = Home(blocks[b].key.Key());
+      while (slots_[i] != kNil) i = (i + 1) & mask_;
+      slots_[i] = b;
+    }
+  }
+
+  std::vector<uint32_t> slots_;
+  size_t mask_ = 0;
+  size_t count_ = 0;
+};
+
+}  // namespace kvtier::coordinator::internal
