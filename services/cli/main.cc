@@ -11,6 +11,7 @@
 
 #include "common/logging.h"
 #include "common/version.h"
+#include "services/cli/bench_command.h"
 #include "services/cli/config_flags.h"
 #include "services/cli/serve.h"
 #include "services/rpc/rpc_client.h"
@@ -104,9 +105,9 @@ int Main(int argc, char** argv) {
 
   CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
   CLI::App* store = app.add_subcommand("store", "Run a storage node (host and disk tiers, cross-node transfer).");
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: index, pool, transfer, disk.");
+  BenchCommand bench(app);
   CLI::App* replay = app.add_subcommand("replay", "Replay a Mooncake-format request trace against a cluster.");
-  for (CLI::App* later : {worker, store, bench, replay}) later->allow_extras();
+  for (CLI::App* later : {worker, store, replay}) later->allow_extras();
 
   VersionFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
@@ -129,7 +130,7 @@ int Main(int argc, char** argv) {
   if (coordinator->parsed()) return RunRole(Role::kCoordinator, "coordinator", coordinator_flags);
   if (worker->parsed()) return NotBuiltYet("worker", "the GPU worker node (block pools and kernels)");
   if (store->parsed()) return NotBuiltYet("store", "the host and disk tiers and the storage node");
-  if (bench->parsed()) return NotBuiltYet("bench", "the components it measures (index, pool, transfer, disk)");
+  if (bench.parsed()) return bench.Run();
   if (replay->parsed()) return NotBuiltYet("replay", "the client SDK and the embedded cluster");
   return RunVersion(version_flags);
 }

@@ -1,29 +1,35 @@
 #include "services/coordinator/index/block_index.h"
 
+#include <array>
+
 #include "services/coordinator/index/block_index_impl.h"
 
 namespace kvtier::coordinator {
 namespace {
 
 // A chain never repeats a key (that would be a cycle); a batch that does is malformed.
-bool HasDuplicateKeys(std::span<const BlockKey> keys, std::vector<BlockKey>& scratch) {
-  if (keys.size() <= 16) {
-    for (size_t i = 1; i < keys.size(); ++i) {
+// A 1024-bit filter over the keys' hashes makes this linear; a filter hit is confirmed by
+// comparing with the keys before it.
+bool HasDuplicateKeys(std::span<const BlockKey> keys) {
+  std::array<uint64_t, 16> seen{};
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t bit = (keys[i].hi * 0x9E3779B97F4A7C15ULL ^ keys[i].lo) * 0xC2B2AE3D27D4EB4FULL >> 54;
+    uint64_t& word = seen[bit >> 6];
+    if (word & (uint64_t{1} << (bit & 63))) {
       for (size_t j = 0; j < i; ++j) {
-        if (keys[i] == keys[j]) return true;
+        if (keys[j] == keys[i]) return true;
       }
     }
-    return false;
+    word |= uint64_t{1} << (bit & 63);
   }
-  scratch.assign(keys.begin(), keys.end());
-  std::sort(scratch.begin(), scratch.end());
-  return std::adjacent_find(scratch.begin(), scratch.end()) != scratch.end();
+  return false;
 }
 
 }  // namespace
 
 // Every check happens before the first change, so a refused request changes nothing.
-Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) const {
+// Leaves each key's block (kNil: new) in found_ for Store to use.
+Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
   if (r.location.node >= kMaxNodes) {
     return InvalidArgumentError("node id " + std::to_string(r.location.node) + " is out of range [0, " +
                                 std::to_string(kMaxNodes - 1) + "]");
@@ -39,11 +45,12 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) c
                                   std::to_string(r.retention[i].priority) + " is out of range [0, 100]");
     }
   }
-  std::vector<BlockKey> sorted;
-  if (HasDuplicateKeys(r.keys, sorted)) return InvalidArgumentError("stored event repeats a block key");
+  if (HasDuplicateKeys(r.keys)) return InvalidArgumentError("stored event repeats a block key");
+  found_.clear();
   uint32_t expected_parent = parent;
   for (size_t i = 0; i < r.keys.size(); ++i) {
     const uint32_t b = table_.Find(r.keys[i], blocks_);
+    found_.push_back(b);
     if (b == kNil) {
       expected_parent = kNil - 1;  // every later key must be new as well
       continue;
@@ -76,19 +83,24 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   const uint32_t place = internal::PlaceOf(packed);
   // Pass 1, root to leaf: blocks, retention and locations (a parent's slot exists before
   // its child's, so children_here counts stay exact).
-  std::vector<uint32_t>& chain = scratch_;
-  chain.clear();
+  std::vector<uint32_t>& slots = scratch_;
+  slots.clear();
   for (size_t i = 0; i < r.keys.size(); ++i) {
-    uint32_t b = table_.Find(r.keys[i], blocks_);
+    uint32_t b = found_[i];
     if (b == kNil) b = NewBlock(r.keys[i], parent, r.scope);
     SetRetention(b, r.retention.empty() ? BlockRetention{} : r.retention[i]);
-    if (FindHeldSlot(b, place) == kNil) AddLocation(b, packed);
-    chain.push_back(b);
+    uint32_t ref = FindHeldSlot(b, place);
+    if (ref == kNil) {
+      ref = AddLocation(b, packed);  // not linked yet
+    } else {
+      Unlink(ref);
+    }
+    slots.push_back(ref);
     parent = b;
   }
   // Pass 2, leaf to root: recency. Ancestors end up more recent than descendants, so a
   // list's least recently used end holds leaves and eviction rarely skips interior blocks.
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) MoveToTail(FindHeldSlot(*it, place));
+  for (auto it = slots.rbegin(); it != slots.rend(); ++it) LinkTail(*it);
   return Status::Ok();
 }
 
@@ -242,8 +254,7 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.blocks = live_blocks_;
   stats.locations = locations_;
   stats.expirations = expirations_;
-  stats.memory_bytes = blocks_.capacity() * sizeof(Block) + overflow_.capacity() * sizeof(OverflowSlot) +
-                       table_.memory_bytes() + expiry_.size() * sizeof(ExpiryEntry) +
+  stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() + expiry_.size() * sizeof(ExpiryEntry) +
                        nodes_.size() * sizeof(void*);
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
   return stats;

@@ -17,10 +17,9 @@
 // from a scan of the tree. An expired block keeps its place as most recently used at its
 // new priority.
 //
-// Memory: 52 bytes per block plus 4-byte hash slots at load factor <= 0.75; extra
-// locations of a block held by several nodes or tiers take 24 bytes each. Storage is
-// reserved for expected_blocks up front (the cluster's total capacity), so that vector
-// growth does not double it.
+// Memory: 52 bytes per block plus 4-byte hash slots at load factor <= 0.8; extra
+// locations of a block held by several nodes or tiers take 24 bytes each. Blocks grow in
+// pages of 1024; the key table is sized for expected_blocks and grows by half.
 //
 // Thread safety: none; one thread owns an index (the coordinator's event-loop thread).
 // Ownership: the index owns its storage; the clock outlives it.

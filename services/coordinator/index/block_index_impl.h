@@ -12,6 +12,7 @@ namespace kvtier::coordinator {
 
 using internal::Block;
 using internal::KeyTable;
+using internal::PagedVector;
 using internal::kNil;
 using internal::kNoLocation;
 using internal::kOverflowRef;
@@ -47,9 +48,7 @@ using internal::NodeLists;
 class BlockIndex::Impl {
  public:
   explicit Impl(const BlockIndexOptions& options)
-      : options_(options), epoch_(options.clock->Now()), table_(options.expected_blocks) {
-    blocks_.reserve(options.expected_blocks);
-  }
+      : options_(options), table_(options.expected_blocks) {}
 
   // ---- slots and lists -------------------------------------------------------------
   LocationSlot& Slot(uint32_t ref) {
@@ -95,9 +94,10 @@ class BlockIndex::Impl {
     return *nodes_[node];
   }
 
+  // REQUIRES: the slot's node has lists (made by AddLocation before any slot is linked).
   ListHead& ListOf(uint32_t ref) {
-    const uint32_t packed = Slot(ref).packed;
-    return Lists(internal::PackedNode(packed)).lists[internal::PackedTier(packed)][blocks_[Owner(ref)].priority];
+    const uint32_t packed = Slot(ref).packed & ~internal::kAbsentBit;
+    return nodes_[internal::PackedNode(packed)]->lists[internal::PackedTier(packed)][blocks_[Owner(ref)].priority];
   }
 
   void LinkTail(uint32_t ref) {
@@ -181,6 +181,7 @@ class BlockIndex::Impl {
     free_overflow_ = ref;
   }
 
+  // Returns the new slot, not yet in its LRU list: the caller links it (LinkTail).
   // REQUIRES: b holds nothing at the place of `packed`.
   uint32_t AddLocation(uint32_t b, uint32_t packed) {
     uint32_t ref = FindSlot(b, internal::PlaceOf(packed));
@@ -205,7 +206,6 @@ class BlockIndex::Impl {
       slot.packed = packed;
       slot.children_here = 0;
     }
-    LinkTail(ref);
     ++Lists(internal::PackedNode(packed)).held[internal::PackedTier(packed)];
     ++locations_;
     if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
@@ -219,7 +219,7 @@ class BlockIndex::Impl {
     const uint32_t b = Owner(ref);
     const uint32_t packed = Slot(ref).packed;
     Unlink(ref);
-    --Lists(internal::PackedNode(packed)).held[internal::PackedTier(packed)];
+    --nodes_[internal::PackedNode(packed)]->held[internal::PackedTier(packed)];
     --locations_;
     if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
       const uint32_t pref = FindSlot(parent, internal::PlaceOf(packed));
@@ -262,7 +262,7 @@ class BlockIndex::Impl {
   }
 
   Status Store(const StoreRequest& r);
-  Status ValidateStore(const StoreRequest& r, uint32_t parent) const;
+  Status ValidateStore(const StoreRequest& r, uint32_t parent);
   LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
@@ -275,14 +275,14 @@ class BlockIndex::Impl {
   }
 
   BlockIndexOptions options_;
-  Nanos epoch_;
-  std::vector<Block> blocks_;
+  internal::PagedVector<Block> blocks_;
   uint32_t free_block_ = kNil;
-  std::vector<OverflowSlot> overflow_;
+  internal::PagedVector<OverflowSlot> overflow_;
   uint32_t free_overflow_ = kNil;
-  KeyTable table_;
+  KeyTable<internal::PagedVector<Block>> table_;
   std::vector<std::unique_ptr<NodeLists>> nodes_;
-  std::vector<uint32_t> scratch_;  // reused by Store and Touch
+  std::vector<uint32_t> scratch_;        // reused by Store and Touch
+  std::vector<uint32_t> found_;          // Store: each key's block from validation
   std::priority_queue<ExpiryEntry, std::vector<ExpiryEntry>, std::greater<>> expiry_;
   size_t live_blocks_ = 0;
   size_t locations_ = 0;

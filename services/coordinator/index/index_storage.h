@@ -9,7 +9,9 @@
 // Thread safety: none (owned by one BlockIndex).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/block_key.h"
@@ -77,18 +79,40 @@ struct OverflowSlot {
   uint32_t owner = kNil;           // block index; kNil while on the free list
 };
 
-// Key -> block index; linear probing with backward-shift deletion (no tombstones).
+// A vector of T in pages of 1024: growth adds a page instead of doubling (so memory tracks
+// use within one page), and elements never move.
+template <typename T>
+class PagedVector {
+ public:
+  static constexpr size_t kPageBits = 10;
+  static constexpr size_t kPageSize = size_t{1} << kPageBits;
+
+  T& operator[](size_t i) { return pages_[i >> kPageBits][i & (kPageSize - 1)]; }
+  const T& operator[](size_t i) const { return pages_[i >> kPageBits][i & (kPageSize - 1)]; }
+  size_t size() const { return size_; }
+  T& emplace_back() {
+    if (size_ == pages_.size() * kPageSize) pages_.push_back(std::make_unique<T[]>(kPageSize));
+    return (*this)[size_++];
+  }
+  size_t memory_bytes() const { return pages_.size() * (kPageSize * sizeof(T) + sizeof(void*)); }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> pages_;
+  size_t size_ = 0;
+};
+
+// Key -> block index; linear probing with backward-shift deletion (no tombstones). The
+// table has any size (a key's home is a multiply-shift of its hash, not a mask), so it is
+// sized to the expected block count at load 0.8 instead of the next power of two, and
+// grows by half when full. Load 0.8 keeps probe runs short (about 3 slots on a hit, 13 on
+// a miss at the limit, within one or two cache lines of 4-byte slots).
+template <typename Blocks>
 class KeyTable {
  public:
-  explicit KeyTable(size_t expected) {
-    size_t size = 16;
-    while (size * 3 < expected * 4) size *= 2;
-    slots_.assign(size, kNil);
-    mask_ = size - 1;
-  }
+  explicit KeyTable(size_t expected) { slots_.assign(std::max<size_t>(16, expected * 5 / 4 + 1), kNil); }
 
-  uint32_t Find(const BlockKey& key, const std::vector<Block>& blocks) const {
-    for (size_t i = Home(key);; i = (i + 1) & mask_) {
+  uint32_t Find(const BlockKey& key, const Blocks& blocks) const {
+    for (size_t i = Home(key);; i = Next(i)) {
       const uint32_t b = slots_[i];
       if (b == kNil) return kNil;
       if (blocks[b].key == key) return b;
@@ -96,20 +120,20 @@ class KeyTable {
   }
 
   // REQUIRES: `key` is absent.
-  void Insert(const BlockKey& key, uint32_t block, const std::vector<Block>& blocks) {
-    if ((count_ + 1) * 4 > slots_.size() * 3) Grow(blocks);
+  void Insert(const BlockKey& key, uint32_t block, const Blocks& blocks) {
+    if ((count_ + 1) * 5 > slots_.size() * 4) Grow(blocks);
     size_t i = Home(key);
-    while (slots_[i] != kNil) i = (i + 1) & mask_;
+    while (slots_[i] != kNil) i = Next(i);
     slots_[i] = block;
     ++count_;
   }
 
   // REQUIRES: `key` is present.
-  void Erase(const BlockKey& key, const std::vector<Block>& blocks) {
+  void Erase(const BlockKey& key, const Blocks& blocks) {
     size_t hole = Home(key);
-    while (!(blocks[slots_[hole]].key == key)) hole = (hole + 1) & mask_;
+    while (!(blocks[slots_[hole]].key == key)) hole = Next(hole);
     // Shift back every later entry of the probe run whose home does not lie in (hole, j].
-    for (size_t j = (hole + 1) & mask_; slots_[j] != kNil; j = (j + 1) & mask_) {
+    for (size_t j = Next(hole); slots_[j] != kNil; j = Next(j)) {
       const size_t home = Home(blocks[slots_[j]].key.Key());
       const bool home_in_gap = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
       if (!home_in_gap) {
@@ -127,24 +151,23 @@ class KeyTable {
   size_t Home(const BlockKey& key) const {
     uint64_t h = key.hi * 0x9E3779B97F4A7C15ULL ^ key.lo * 0xC2B2AE3D27D4EB4FULL;
     h ^= h >> 31;
-    return static_cast<size_t>(h) & mask_;
+    return static_cast<size_t>((static_cast<unsigned __int128>(h) * slots_.size()) >> 64);
   }
+  size_t Next(size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
 
-  void Grow(const std::vector<Block>& blocks) {
+  void Grow(const Blocks& blocks) {
     std::vector<uint32_t> old;
     old.swap(slots_);
-    slots_.assign(old.size() * 2, kNil);
-    mask_ = slots_.size() - 1;
+    slots_.assign(old.size() + old.size() / 2, kNil);
     for (uint32_t b : old) {
       if (b == kNil) continue;
       size_t i = Home(blocks[b].key.Key());
-      while (slots_[i] != kNil) i = (i + 1) & mask_;
+      while (slots_[i] != kNil) i = Next(i);
       slots_[i] = b;
     }
   }
 
   std::vector<uint32_t> slots_;
-  size_t mask_ = 0;
   size_t count_ = 0;
 };
 

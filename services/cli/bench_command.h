@@ -1,0 +1,26 @@
+// `kvtier bench ...`: the component benchmarks. Today: `index` (the coordinator's prefix
+// index over a Mooncake trace). pool, transfer and disk arrive with their components.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kvtier::cli {
+
+class BenchCommand {
+ public:
+  explicit BenchCommand(CLI::App& app);
+  bool parsed() const { return bench_->parsed(); }
+  // Returns the exit code.
+  int Run() const;
+
+ private:
+  CLI::App* bench_;
+  CLI::App* index_;
+  std::string trace_;
+  uint32_t workers_ = 4;
+  uint64_t gpu_blocks_ = 16384;
+  uint32_t passes_ = 5;
+  bool json_ = false;
+};
+
+}  // namespace kvtier::cli
