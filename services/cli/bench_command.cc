@@ -25,10 +25,22 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   index_->add_flag("--json", json_, "Print one JSON object");
+  for (const char* name : {"pool", "transfer", "disk"}) {
+    later_.push_back(bench_->add_subcommand(name, std::string("Benchmark of the ") + name +
+                                                      " path (arrives with that component)"));
+    later_.back()->allow_extras();
+  }
   bench_->footer("Example:\n  kvtier bench index --trace ../shared/traces/conversation_trace.jsonl --json");
 }
 
 int BenchCommand::Run() const {
+  for (const CLI::App* later : later_) {
+    if (later->parsed()) {
+      std::fprintf(stderr, "kvtier bench %s: not built yet; it arrives with the component it measures.\n",
+                   later->get_name().c_str());
+      return 1;
+    }
+  }
   Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(trace_);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvtier bench index: %s\n", trace.status().message().c_str());

@@ -16,6 +16,7 @@ class BenchCommand {
  private:
   CLI::App* bench_;
   CLI::App* index_;
+  std::vector<CLI::App*> later_;  // pool, transfer, disk: arrive with their components
   std::string trace_;
   uint32_t workers_ = 4;
   uint64_t gpu_blocks_ = 16384;

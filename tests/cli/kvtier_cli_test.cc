@@ -2,6 +2,7 @@
 // and starts nothing, commands of later releases say so and exit 1.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -118,11 +119,35 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
   testing::TempDir dir;
-  for (const char* command : {"bench", "replay", "worker", "store"}) {
-    ChildProcess child({kKvtier, command}, dir.path());
-    EXPECT_EQ(child.Wait(seconds(10)), 1) << command;
-    EXPECT_NE(child.Stderr().find("not built yet"), std::string::npos) << command << ": " << child.Stderr();
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"bench", "pool"}, {"bench", "transfer"}, {"replay"}, {"worker"}, {"store"}}) {
+    std::vector<std::string> argv = {kKvtier};
+    argv.insert(argv.end(), command.begin(), command.end());
+    ChildProcess child(argv, dir.path());
+    EXPECT_EQ(child.Wait(seconds(10)), 1) << command.back();
+    EXPECT_NE(child.Stderr().find("not built yet"), std::string::npos) << command.back() << ": " << child.Stderr();
   }
+}
+
+TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
+  testing::TempDir dir;
+  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
+                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"));
+  ChildProcess child({kKvtier, "bench", "index", "--trace", dir.File("trace.jsonl"), "--passes", "1", "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(30)), 0) << child.Stderr();
+  const std::string out = child.Stdout();
+  for (const char* key : {"\"ops_per_sec\":", "\"lookup_p50_us\":", "\"lookup_p99_us\":", "\"bytes_per_block\":",
+                          "\"hit_rate\":0.4000"}) {  // 2 of 5 prompt blocks were cached
+    EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
+  }
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
+
+  ASSERT_TRUE(testing::WriteFile(dir.File("bad.jsonl"), "{\"timestamp\": 0}\n"));
+  ChildProcess bad({kKvtier, "bench", "index", "--trace", dir.File("bad.jsonl")}, dir.path());
+  EXPECT_EQ(bad.Wait(seconds(30)), 2);
+  EXPECT_NE(bad.Stderr().find("line 1: missing field \"input_length\""), std::string::npos) << bad.Stderr();
 }
 
 TEST(KvtierCliTest, HelpAndVersion) {
