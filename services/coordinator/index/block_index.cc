@@ -223,6 +223,23 @@ size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey
   return removed;
 }
 
+size_t BlockIndex::Impl::ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys) {
+  const uint32_t from_place = internal::PlaceOf(internal::PackLocation(node, static_cast<uint32_t>(from), 0));
+  const uint32_t to_packed = internal::PackLocation(node, static_cast<uint32_t>(to.tier), to.pool);
+  size_t moved = 0;
+  for (const BlockKey& key : keys) {
+    const uint32_t b = table_.Find(key, blocks_);
+    if (b == kNil) continue;
+    const uint32_t from_ref = FindHeldSlot(b, from_place);
+    if (from_ref == kNil) continue;
+    // Add before removing, so that a block held only here is never collected in between.
+    if (FindHeldSlot(b, internal::PlaceOf(to_packed)) == kNil) LinkTail(AddLocation(b, to_packed));
+    RemoveLocation(from_ref);
+    ++moved;
+  }
+  return moved;
+}
+
 size_t BlockIndex::Impl::RemoveNode(NodeId node) {
   if (node >= nodes_.size() || !nodes_[node]) return 0;
   size_t removed = 0;
@@ -278,6 +295,9 @@ size_t BlockIndex::Remove(NodeId node, Tier tier, std::span<const BlockKey> keys
   return impl_->Remove(node, tier, keys);
 }
 size_t BlockIndex::RemoveNode(NodeId node) { return impl_->RemoveNode(node); }
+size_t BlockIndex::ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys) {
+  return impl_->ChangeTier(node, from, to, keys);
+}
 LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys) const {
   return impl_->Lookup(scope, keys);
 }

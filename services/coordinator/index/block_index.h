@@ -119,6 +119,11 @@ class BlockIndex {
   // children disappear. Keys not held there are skipped. Returns how many were dropped.
   size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
 
+  // Moves each block held at (node, from) to `to` on the same node (an offload or an
+  // onboard); keys not held at (node, from) are skipped. Returns how many moved.
+  // REQUIRES: keys in chain order (ancestors first), as stored events list them.
+  size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);
+
   // Drops every location of `node` (it left, or restarted).
   size_t RemoveNode(NodeId node);
 

@@ -268,6 +268,7 @@ class BlockIndex::Impl {
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
   size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
   size_t RemoveNode(NodeId node);
+  size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);
   void AdvanceTime();
   BlockIndexStats Stats() const;
   size_t Held(NodeId node, Tier tier) const {

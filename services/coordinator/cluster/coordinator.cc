@@ -1,0 +1,152 @@
+#include "services/coordinator/cluster/coordinator.h"
+
+#include <unordered_map>
+
+namespace kvtier::coordinator {
+namespace {
+
+bool ValidTier(Tier tier) { return static_cast<int>(tier) < kTierCount; }
+
+// The checks that need no index state, for every event before any is applied.
+Status ValidateEvent(const KvEvent& e) {
+  if (!ValidTier(e.tier) || (e.kind == KvEvent::Kind::kTierChanged && !ValidTier(e.to_tier))) {
+    return InvalidArgumentError("unknown tier");
+  }
+  if (e.kind != KvEvent::Kind::kStored) return Status::Ok();
+  if (e.keys.empty()) return InvalidArgumentError("a stored event names no blocks");
+  if (!e.retention.empty() && e.retention.size() != e.keys.size()) {
+    return InvalidArgumentError(std::to_string(e.keys.size()) + " keys but " + std::to_string(e.retention.size()) +
+                                " retention entries");
+  }
+  for (const BlockRetention& r : e.retention) {
+    if (r.priority > kMaxPriority) {
+      return InvalidArgumentError("priority " + std::to_string(r.priority) + " is out of range [0, 100]");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
+  if (options.membership.lease_ttl.count() <= 0) return InvalidArgumentError("lease_ttl must be positive");
+  if (!(options.overlap_weight >= 0)) return InvalidArgumentError("overlap_weight must be non-negative");
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(options.index));
+  return std::unique_ptr<Coordinator>(new Coordinator(options, std::move(index)));
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
+    : options_(options), index_(std::move(index)), membership_(options.membership) {}
+
+Result<RegisterResult> Coordinator::Register(const std::string& node, NodeRole role, uint64_t incarnation) {
+  KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(node, role, incarnation));
+  if (result.snapshot_required) index_->RemoveNode(result.node);  // old holdings are unknown now
+  if (result.node >= active_blocks_.size()) active_blocks_.resize(result.node + 1, 0);
+  active_blocks_[result.node] = 0;
+  return result;
+}
+
+Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64_t active_blocks) {
+  KVTIER_RETURN_IF_ERROR(membership_.Heartbeat(node, lease_id));
+  active_blocks_[*membership_.Find(node)] = active_blocks;
+  return Status::Ok();
+}
+
+Status Coordinator::Apply(NodeId node, const KvEvent& e) {
+  switch (e.kind) {
+    case KvEvent::Kind::kStored:
+      return index_->Store({e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention});
+    case KvEvent::Kind::kRemoved:
+      index_->Remove(node, e.tier, e.keys);
+      return Status::Ok();
+    case KvEvent::Kind::kTierChanged:
+      index_->ChangeTier(node, e.tier, {node, e.to_tier, e.to_pool}, e.keys);
+      return Status::Ok();
+    case KvEvent::Kind::kCleared:
+      index_->RemoveNode(node);
+      return Status::Ok();
+  }
+  return InvalidArgumentError("unknown event kind");
+}
+
+Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
+  for (size_t i = 0; i < batch.events.size(); ++i) {
+    Status s = ValidateEvent(batch.events[i]);
+    if (!s.ok()) return s.WithContext("node \"" + batch.node + "\" event " + std::to_string(batch.first_sequence + i));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const BatchCheck check, membership_.CheckBatch(batch.node, batch.incarnation,
+                                                                         batch.first_sequence, batch.events.size()));
+  if (check.verdict != BatchVerdict::kApply) return EventAck{check.verdict, check.next_sequence};
+  const NodeId node = *membership_.Find(batch.node);
+  for (size_t i = check.skip; i < batch.events.size(); ++i) {
+    if (!Apply(node, batch.events[i]).ok()) {
+      // The index cannot take the event (a parent it never saw, a chain that disagrees):
+      // an earlier event was lost. Keep what was applied and ask for the truth.
+      membership_.Applied(node, batch.first_sequence, i);
+      membership_.RequireSnapshot(node);
+      return EventAck{BatchVerdict::kSnapshotRequired, batch.first_sequence + i};
+    }
+  }
+  membership_.Applied(node, batch.first_sequence, batch.events.size());
+  return EventAck{BatchVerdict::kApply, batch.first_sequence + batch.events.size()};
+}
+
+Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
+  KVTIER_ASSIGN_OR_RETURN(const NodeId node, membership_.Find(snapshot.node));
+  std::unordered_map<BlockKey, size_t, BlockKeyHash> position;
+  for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
+    const SnapshotBlock& b = snapshot.blocks[i];
+    if (!ValidTier(b.tier)) return InvalidArgumentError("snapshot block " + std::to_string(i) + ": unknown tier");
+    if (b.retention.priority > kMaxPriority) {
+      return InvalidArgumentError("snapshot block " + std::to_string(i) + ": priority " +
+                                  std::to_string(b.retention.priority) + " is out of range [0, 100]");
+    }
+    position.emplace(b.key, i);
+  }
+  KVTIER_RETURN_IF_ERROR(
+      membership_.SnapshotApplied(snapshot.node, snapshot.incarnation, snapshot.next_sequence).status());
+  index_->RemoveNode(node);
+  // Store parents before children: for each block, collect its ancestors that the snapshot
+  // also holds (stopping at a stored one, or after n steps on a malformed cycle) and store
+  // them root first. A block whose parent is held nowhere cannot be reached by a lookup:
+  // the index refuses it and it is skipped.
+  std::vector<bool> done(snapshot.blocks.size(), false);
+  std::vector<size_t> chain;
+  for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
+    chain.clear();
+    for (size_t at = i; !done[at] && chain.size() <= snapshot.blocks.size();) {
+      chain.push_back(at);
+      const auto parent = snapshot.blocks[at].parent ? position.find(*snapshot.blocks[at].parent) : position.end();
+      if (parent == position.end()) break;
+      at = parent->second;
+    }
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      if (done[*it]) continue;
+      done[*it] = true;
+      const SnapshotBlock& b = snapshot.blocks[*it];
+      (void)index_->Store({b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
+                           std::span<const BlockRetention>(&b.retention, 1)});
+    }
+  }
+  return Status::Ok();
+}
+
+LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys) { return index_->Lookup(scope, keys); }
+
+Result<RouteChoice> Coordinator::Route(ScopeId scope, std::span<const BlockKey> keys) {
+  std::vector<WorkerLoad> workers;
+  for (NodeId node : membership_.LiveNodes()) {
+    if (membership_.role(node) == NodeRole::kWorker) workers.push_back({node, active_blocks_[node]});
+  }
+  if (workers.empty()) return UnavailableError("no live worker to route to");
+  return ChooseWorker(index_->Lookup(scope, keys), keys.size(), workers, options_.overlap_weight);
+}
+
+void Coordinator::Tick() {
+  for (NodeId node : membership_.ExpireLeases()) index_->RemoveNode(node);
+  index_->AdvanceTime();
+}
+
+CoordinatorStats Coordinator::Stats() const { return {index_->Stats(), membership_.Stats()}; }
+
+}  // namespace kvtier::coordinator

@@ -1,0 +1,298 @@
+// The coordinator's event stream rules: sequence numbers, duplicates, gaps, lost parents,
+// restarts, lease expiry and snapshot resync, with a fake clock; and convergence to the
+// truth when events are dropped, duplicated and reordered at random.
+#include "services/coordinator/cluster/coordinator.h"
+
+#include <map>
+#include <random>
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace kvtier::coordinator {
+namespace {
+
+using std::chrono::seconds;
+
+std::vector<BlockKey> Chain(uint64_t first, size_t n) {
+  const OpaqueKeyNamespace ns("test", "");
+  std::vector<BlockKey> keys;
+  for (size_t i = 0; i < n; ++i) keys.push_back(ns.Key(first + i));
+  return keys;
+}
+
+KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt, Tier tier = Tier::kGpu) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::kStored;
+  e.keys = std::move(keys);
+  e.parent = parent;
+  e.tier = tier;
+  return e;
+}
+
+KvEvent Removed(std::vector<BlockKey> keys, Tier tier = Tier::kGpu) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::kRemoved;
+  e.keys = std::move(keys);
+  e.tier = tier;
+  return e;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Restart(); }
+
+  // A fresh coordinator: what a coordinator restart looks like to the nodes.
+  void Restart() {
+    CoordinatorOptions options;
+    options.index.clock = &clock_;
+    options.membership.clock = &clock_;
+    options.membership.lease_ttl = seconds(10);
+    coordinator_ = *Coordinator::Create(options);
+  }
+
+  // Registers `node` and sends an empty snapshot, as a node with nothing cached does.
+  uint64_t Join(const std::string& node, uint64_t incarnation = 1, NodeRole role = NodeRole::kWorker) {
+    Result<RegisterResult> r = coordinator_->Register(node, role, incarnation);
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->snapshot_required);
+    EXPECT_TRUE(coordinator_->PublishSnapshot({node, incarnation, 0, {}}).ok());
+    return r->lease_id;
+  }
+
+  EventAck Publish(const std::string& node, uint64_t first, std::vector<KvEvent> events, uint64_t incarnation = 1) {
+    Result<EventAck> ack = coordinator_->PublishEvents({node, incarnation, first, std::move(events)});
+    EXPECT_TRUE(ack.ok()) << ack.status();
+    return ack.ok() ? *ack : EventAck{};
+  }
+
+  uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
+
+  FakeClock clock_{seconds(100)};
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, EventsApplyInSequenceAndDuplicatesAreSkipped) {
+  Join("w1");
+  const auto abc = Chain(1, 3);
+  EXPECT_EQ(Publish("w1", 0, {Stored({abc[0], abc[1]})}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(abc), 2u);
+  // The same batch again (a retry): nothing changes.
+  const size_t locations = coordinator_->Stats().index.locations;
+  const EventAck again = Publish("w1", 0, {Stored({abc[0], abc[1]})});
+  EXPECT_EQ(again.verdict, BatchVerdict::kDuplicate);
+  EXPECT_EQ(again.next_sequence, 1u);
+  EXPECT_EQ(coordinator_->Stats().index.locations, locations);
+  // A batch overlapping what was applied: event 0 skipped, event 1 applied.
+  const EventAck overlap = Publish("w1", 0, {Stored({abc[0], abc[1]}), Stored({abc[2]}, abc[1])});
+  EXPECT_EQ(overlap.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(overlap.next_sequence, 2u);
+  EXPECT_EQ(Matched(abc), 3u);
+  EXPECT_EQ(coordinator_->Stats().membership.duplicate_events, 2u);
+}
+
+TEST_F(CoordinatorTest, AGapStopsTheStreamUntilASnapshot) {
+  Join("w1");
+  const auto abc = Chain(1, 3);
+  Publish("w1", 0, {Stored({abc[0]})});
+  // Event 1 was lost; event 2 arrives.
+  EXPECT_EQ(Publish("w1", 2, {Stored({abc[2]}, abc[1])}).verdict, BatchVerdict::kSnapshotRequired);
+  EXPECT_EQ(Publish("w1", 1, {Stored({abc[1]}, abc[0])}).verdict, BatchVerdict::kSnapshotRequired)
+      << "nothing is applied while the stream waits for its snapshot";
+  EXPECT_EQ(Matched(abc), 1u);
+  // The snapshot says what the node really holds, as of event 3.
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 3,
+                                             {{abc[2], abc[1], 0, Tier::kGpu, 0, {}},  // children first: reordered
+                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
+                                              {abc[0], std::nullopt, 0, Tier::kGpu, 0, {}}}})
+                  .ok());
+  EXPECT_EQ(Matched(abc), 3u);
+  EXPECT_EQ(Publish("w1", 3, {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(abc), 2u);
+  const MembershipStats stats = coordinator_->Stats().membership;
+  EXPECT_EQ(stats.sequence_gaps, 1u);
+  EXPECT_GE(stats.resyncs, 2u);  // the join and the gap
+}
+
+TEST_F(CoordinatorTest, AStoredBlockWithAnUnknownParentAsksForASnapshot) {
+  Join("w1");
+  const auto ab = Chain(1, 2);
+  const EventAck ack = Publish("w1", 0, {Stored({ab[1]}, ab[0])});  // parent never announced
+  EXPECT_EQ(ack.verdict, BatchVerdict::kSnapshotRequired);
+  EXPECT_EQ(ack.next_sequence, 0u);
+}
+
+TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {
+  Join("w1");
+  KvEvent bad = Stored(Chain(10, 2));
+  bad.retention = {{35, {}}, {101, {}}};
+  Result<EventAck> ack = coordinator_->PublishEvents({"w1", 1, 0, {Stored(Chain(1, 1)), bad}});
+  ASSERT_FALSE(ack.ok());
+  EXPECT_EQ(ack.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ack.status().message().find("event 1"), std::string::npos) << ack.status();
+  EXPECT_NE(ack.status().message().find("priority 101"), std::string::npos) << ack.status();
+  EXPECT_EQ(coordinator_->Stats().index.blocks, 0u);
+  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(1, 1))}).verdict, BatchVerdict::kApply) << "sequence not advanced";
+  // Unknown nodes and stale incarnations get clear errors.
+  EXPECT_EQ(coordinator_->PublishEvents({"nobody", 1, 0, {}}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->PublishEvents({"w1", 7, 1, {}}).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, ARestartedNodeLosesItsOldLocations) {
+  Join("w1", /*incarnation=*/1);
+  const auto ab = Chain(1, 2);
+  Publish("w1", 0, {Stored(ab)});
+  Result<RegisterResult> again = coordinator_->Register("w1", NodeRole::kWorker, /*incarnation=*/2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->restarted);
+  EXPECT_TRUE(again->snapshot_required);
+  EXPECT_EQ(Matched(ab), 0u) << "the new process holds nothing it has not reported";
+  EXPECT_EQ(coordinator_->PublishEvents({"w1", 1, 1, {}}).status().code(), StatusCode::kFailedPrecondition)
+      << "events of the old incarnation are stale";
+}
+
+TEST_F(CoordinatorTest, ExpiredLeaseRemovesTheNodesBlocksWithinTwoLeasePeriods) {
+  const uint64_t lease1 = Join("w1");
+  const uint64_t lease2 = Join("w2");
+  const auto ab = Chain(1, 2);
+  Publish("w1", 0, {Stored(ab)});
+  Publish("w2", 0, {Stored(ab)});
+  for (int i = 0; i < 3; ++i) {  // w2 keeps heartbeating, w1 went silent
+    clock_.Advance(seconds(5));
+    ASSERT_TRUE(coordinator_->Heartbeat("w2", lease2, 0).ok());
+    coordinator_->Tick();
+  }
+  const LookupResult result = coordinator_->Lookup(0, ab);
+  EXPECT_EQ(result.matched_blocks, 2u);
+  ASSERT_EQ(result.scores.size(), 1u) << "only w2 (node id 1) still holds the prefix";
+  EXPECT_EQ(result.scores[0].node, 1);
+  EXPECT_EQ(coordinator_->Stats().membership.lease_expiries, 1u);
+  EXPECT_EQ(coordinator_->Heartbeat("w1", lease1, 0).code(), StatusCode::kNotFound) << "it must register again";
+}
+
+TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) {
+  const uint64_t lease = Join("w1");
+  const auto abc = Chain(1, 3);
+  Publish("w1", 0, {Stored(abc)});
+  Restart();
+  EXPECT_EQ(Matched(abc), 0u) << "an empty index misses; it never names a wrong location";
+  // The node notices on its next heartbeat and rejoins with a snapshot of its holdings.
+  EXPECT_EQ(coordinator_->Heartbeat("w1", lease, 0).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1).ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1,
+                                             {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
+                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
+                                              {abc[2], abc[1], 0, Tier::kGpu, 0, {}}}})
+                  .ok());
+  EXPECT_EQ(Matched(abc), 3u);
+  EXPECT_EQ(Publish("w1", 1, {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
+}
+
+TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
+  EXPECT_EQ(coordinator_->Route(0, Chain(1, 2)).status().code(), StatusCode::kUnavailable);
+  Join("store-1", 1, NodeRole::kStore);
+  EXPECT_EQ(coordinator_->Route(0, Chain(1, 2)).status().code(), StatusCode::kUnavailable);
+  const uint64_t lease_a = Join("w-a");
+  const uint64_t lease_b = Join("w-b");
+  const auto prompt = Chain(1, 4);
+  Publish("store-1", 0, {Stored(prompt, std::nullopt, Tier::kDisk)});
+  Publish("w-b", 0, {Stored({prompt[0], prompt[1]})});
+  ASSERT_TRUE(coordinator_->Heartbeat("w-a", lease_a, 0).ok());
+  ASSERT_TRUE(coordinator_->Heartbeat("w-b", lease_b, 1).ok());
+  Result<RouteChoice> choice = coordinator_->Route(0, prompt);
+  ASSERT_TRUE(choice.ok());
+  EXPECT_EQ(choice->prefix_blocks, 2u) << "w-b: 2 to prefill + 1 active beats w-a's 4 + 0";
+}
+
+// A node's real holdings change at random; its events reach the coordinator dropped,
+// duplicated and reordered. Whenever the coordinator asks, the node sends a snapshot of
+// the truth. Once the stream is caught up, every lookup matches the truth.
+TEST(CoordinatorConvergenceTest, DroppedDuplicatedAndReorderedEventsConverge) {
+  std::mt19937_64 rng(42);
+  FakeClock clock;
+  CoordinatorOptions options;
+  options.index.clock = &clock;
+  options.membership.clock = &clock;
+  std::unique_ptr<Coordinator> coordinator = *Coordinator::Create(options);
+  ASSERT_TRUE(coordinator->Register("w1", NodeRole::kWorker, 1).ok());
+
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint64_t p = 0; p < 10; ++p) prompts.push_back(Chain(100 * p, 1 + rng() % 5));
+  std::map<BlockKey, std::optional<BlockKey>> truth;  // what w1 holds, and each block's parent
+  std::vector<std::pair<uint64_t, KvEvent>> sent;     // every event with its sequence number
+  uint64_t next_sequence = 0;
+  bool snapshot_pending = true;
+  std::optional<std::pair<uint64_t, KvEvent>> delayed;
+  int applied = 0, duplicates = 0, dropped = 0, snapshots = 0;
+  auto snapshot = [&] {
+    ++snapshots;
+    NodeSnapshot s{"w1", 1, next_sequence, {}};
+    for (const auto& [key, parent] : truth) s.blocks.push_back({key, parent, 0, Tier::kGpu, 0, {}});
+    ASSERT_TRUE(coordinator->PublishSnapshot(s).ok());
+    snapshot_pending = false;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    // The node changes its holdings: store a prompt prefix, or drop a leaf it holds.
+    const auto& prompt = prompts[rng() % prompts.size()];
+    if (rng() % 3 != 0) {
+      const size_t n = 1 + rng() % prompt.size();
+      std::vector<BlockKey> fresh;
+      std::optional<BlockKey> parent;
+      for (size_t i = 0; i < n; ++i) {
+        if (!truth.count(prompt[i])) fresh.push_back(prompt[i]);
+        if (fresh.empty()) parent = prompt[i];
+      }
+      if (fresh.empty() || (parent && !truth.count(*parent))) continue;
+      for (size_t i = 0; i < fresh.size(); ++i) truth[fresh[i]] = i == 0 ? parent : std::optional<BlockKey>(fresh[i - 1]);
+      sent.push_back({next_sequence++, Stored(fresh, parent)});
+    } else {
+      const BlockKey& last = prompt.back();
+      const bool is_leaf = std::none_of(truth.begin(), truth.end(), [&](const auto& e) { return e.second == last; });
+      if (!truth.count(last) || !is_leaf) continue;
+      truth.erase(last);
+      sent.push_back({next_sequence++, Removed({last})});
+    }
+    // The network delivers the newest event, or drops it, duplicates it, or holds it back
+    // until after the next one (reordering).
+    std::vector<std::pair<uint64_t, KvEvent>> deliver;
+    switch (rng() % 10) {
+      case 0: ++dropped; break;
+      case 1: deliver = {sent.back(), sent.back()}; break;
+      case 2:
+        if (!delayed) {
+          delayed = sent.back();
+          break;
+        }
+        [[fallthrough]];
+      default: deliver = {sent.back()};
+    }
+    if (delayed && delayed->first != sent.back().first) {
+      deliver.push_back(*delayed);  // the held-back event arrives late
+      delayed.reset();
+    }
+    for (const auto& [sequence, event] : deliver) {
+      Result<EventAck> ack = coordinator->PublishEvents({"w1", 1, sequence, {event}});
+      ASSERT_TRUE(ack.ok()) << ack.status();
+      if (ack->verdict == BatchVerdict::kApply) ++applied;
+      if (ack->verdict == BatchVerdict::kDuplicate) ++duplicates;
+      if (ack->verdict == BatchVerdict::kSnapshotRequired) snapshot_pending = true;
+    }
+    if (snapshot_pending && rng() % 4 == 0) snapshot();  // the node answers a little later
+  }
+  if (snapshot_pending) snapshot();
+  for (const auto& prompt : prompts) {
+    size_t expected = 0;
+    while (expected < prompt.size() && truth.count(prompt[expected])) ++expected;
+    ASSERT_EQ(coordinator->Lookup(0, prompt).matched_blocks, expected);
+  }
+  EXPECT_EQ(coordinator->Stats().index.locations, truth.size());
+  // The run must have exercised every path, or it proves nothing.
+  EXPECT_GT(applied, 300);
+  EXPECT_GT(duplicates, 10);
+  EXPECT_GT(dropped, 30);
+  EXPECT_GT(snapshots, 10);
+  EXPECT_GT(coordinator->Stats().membership.sequence_gaps, 10u);
+}
+
+}  // namespace
+}  // namespace kvtier::coordinator

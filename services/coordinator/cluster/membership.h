@@ -1,0 +1,106 @@
+// Membership: the nodes of the cluster, their leases, and the order of their event streams.
+//
+// A node registers with a stable name and an incarnation (a new value on every process
+// start) and gets a dense NodeId and a lease. Heartbeats renew the lease; a lease not
+// renewed within its TTL expires, and ExpireLeases() reports the node so that the caller
+// drops its locations. Every event batch carries the node's incarnation and the sequence
+// number of its first event. CheckBatch() decides what to apply:
+//   - events below the next expected number are duplicates and are skipped;
+//   - a batch that starts above it leaves a gap: nothing is applied, the stream waits for
+//     a snapshot (snapshot_required), and later batches are refused until one arrives;
+//   - a batch from an old incarnation is stale and refused.
+// A snapshot resets the stream: it reflects every event before its next_sequence.
+//
+// Thread safety: none; owned by the Coordinator on its event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "services/coordinator/index/block_index.h"
+
+namespace kvtier::coordinator {
+
+enum class NodeRole : uint8_t { kWorker, kStore };
+
+struct MembershipOptions {
+  Nanos lease_ttl = std::chrono::seconds(10);
+  const Clock* clock = &SystemClock::Instance();
+};
+
+struct RegisterResult {
+  NodeId node = 0;
+  uint64_t lease_id = 0;
+  bool snapshot_required = false;  // the index holds nothing for this incarnation yet
+  bool restarted = false;          // a known node came back with a new incarnation
+};
+
+enum class BatchVerdict { kApply, kDuplicate, kSnapshotRequired };
+
+struct BatchCheck {
+  BatchVerdict verdict = BatchVerdict::kApply;
+  size_t skip = 0;              // leading events already applied
+  uint64_t next_sequence = 0;   // what the node should send next
+};
+
+struct MembershipStats {
+  size_t live_nodes = 0;
+  uint64_t lease_expiries = 0;
+  uint64_t sequence_gaps = 0;
+  uint64_t duplicate_events = 0;
+  uint64_t resyncs = 0;         // snapshots asked for (gaps, restarts, lost events)
+};
+
+class Membership {
+ public:
+  explicit Membership(const MembershipOptions& options) : options_(options) {}
+
+  // kInvalidArgument for an empty name; kResourceExhausted past kMaxNodes names.
+  [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role, uint64_t incarnation);
+  // kNotFound for an unknown node, an expired lease or another lease id: register again.
+  [[nodiscard]] Status Heartbeat(const std::string& name, uint64_t lease_id);
+  // Nodes whose leases ran out since the last call; they are no longer live.
+  std::vector<NodeId> ExpireLeases();
+
+  // kNotFound for an unknown or expired node, kFailedPrecondition for a stale incarnation.
+  [[nodiscard]] Result<BatchCheck> CheckBatch(const std::string& name, uint64_t incarnation, uint64_t first_sequence,
+                                              size_t count);
+  // Records that events up to first_sequence + count - 1 were applied.
+  void Applied(NodeId node, uint64_t first_sequence, size_t count);
+  // The stream lost an event the index needed (e.g. a stored block's parent): resync.
+  void RequireSnapshot(NodeId node);
+  // A snapshot replaced the node's holdings; it reflects every event before next_sequence.
+  [[nodiscard]] Result<NodeId> SnapshotApplied(const std::string& name, uint64_t incarnation, uint64_t next_sequence);
+
+  [[nodiscard]] Result<NodeId> Find(const std::string& name) const;
+  bool live(NodeId node) const { return node < nodes_.size() && nodes_[node].live; }
+  const std::string& name(NodeId node) const { return nodes_[node].name; }
+  std::vector<NodeId> LiveNodes() const;
+  NodeRole role(NodeId node) const { return nodes_[node].role; }
+  MembershipStats Stats() const;
+
+ private:
+  struct Node {
+    std::string name;
+    NodeRole role = NodeRole::kWorker;
+    uint64_t incarnation = 0;
+    uint64_t lease_id = 0;
+    Nanos lease_deadline{0};
+    uint64_t next_sequence = 0;
+    bool live = false;
+    bool awaiting_snapshot = false;
+  };
+  Result<Node*> LiveNode(const std::string& name);
+
+  MembershipOptions options_;
+  std::vector<Node> nodes_;  // indexed by NodeId
+  std::unordered_map<std::string, NodeId> by_name_;
+  uint64_t next_lease_id_ = 1;
+  MembershipStats stats_;
+};
+
+}  // namespace kvtier::coordinator
