@@ -123,6 +123,13 @@ std::vector<BlockKey> ComputeBlockKeys(std::string_view salt, std::span<const ui
   return keys;
 }
 
+uint64_t SaltScope(std::string_view salt) {
+  Sha256Writer w;
+  w.Bytes("kvtier.scope.v1", 15);
+  w.String(salt);
+  return w.Finish().hi;  // the first 8 bytes of the digest
+}
+
 OpaqueKeyNamespace::OpaqueKeyNamespace(std::string_view engine_namespace, std::string_view salt) {
   Sha256Writer w;
   w.Bytes("kvtier.opaque.v1", 16);

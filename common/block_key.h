@@ -88,6 +88,10 @@ class OpaqueKeyNamespace {
   uint64_t tag_;
 };
 
+// A tenant's salt scope as it travels in events and block headers: the first 8 bytes of
+// SHA-256("kvtier.scope.v1" | u32 len(salt) | salt). Never the salt itself.
+[[nodiscard]] uint64_t SaltScope(std::string_view salt);
+
 struct BlockKeyHash {
   size_t operator()(const BlockKey& key) const {
     // The bits are already uniformly distributed (SHA-256), except opaque lo parts,

@@ -172,7 +172,7 @@ int Serve(Role role, const KvtierConfig& config) {
   std::printf("  health    %s/healthz  %s/readyz\n", (*http)->endpoint().c_str(), (*http)->endpoint().c_str());
   std::printf("  data dir  %s\n", config.data_dir.c_str());
   std::printf("  auth      %s\n", auth->summary.c_str());
-  std::printf("  roles     coordinator (index RPC skeleton: ping, version, authenticate)\n");
+  std::printf("  roles     coordinator (prefix index, membership, routing)\n");
   std::printf("Stop with Ctrl-C or SIGTERM.\n");
   std::fflush(stdout);
   if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);

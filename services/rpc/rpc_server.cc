@@ -96,6 +96,7 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
       return;
     }
     for (auto& receiver : receivers) tasks.add(AcceptLoop(*receiver));
+    if (options_.tick) tasks.add(TickLoop());
     auto stop = kj::newPromiseAndFulfiller<void>();
     stop_ = kj::mv(stop.fulfiller);
     executor_ = &kj::getCurrentThreadExecutor();
@@ -127,6 +128,13 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
       receivers.push_back(kj::mv(receiver));
     }
     return Status::Ok();
+  }
+
+  kj::Promise<void> TickLoop() {
+    return timer_->afterDelay(options_.tick_interval.count() * kj::MILLISECONDS).then([this] {
+      options_.tick();
+      return TickLoop();
+    });
   }
 
   kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver) {

@@ -14,6 +14,7 @@
 // REQUIRES: the factory returns a capability of the schema the clients expect.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,10 @@ struct RpcServerOptions {
   std::string tls_cert_file;         // both set: every listener serves TLS only
   std::string tls_key_file;
   RpcMetrics* metrics = nullptr;     // optional
+  // Called on the server's event-loop thread every tick_interval (when set): the place for
+  // work that must not race the capabilities, such as the coordinator's lease expiry.
+  std::function<void()> tick;
+  std::chrono::milliseconds tick_interval{1000};
 };
 
 using BootstrapFactory = std::function<capnp::Capability::Client()>;

@@ -64,6 +64,15 @@ class SessionServer final : public schema::Session::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> coordinator(CoordinatorContext call) override {
+    CallRecorder recorder(context_.metrics, "coordinator");
+    if (!context_.coordinator) {
+      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the coordinator role"));
+    }
+    call.getResults().setCoordinator(context_.coordinator(tenant_).castAs<schema::Coordinator>());
+    return kj::READY_NOW;
+  }
+
  private:
   const SessionContext& context_;
   const auth::Tenant tenant_;

@@ -12,6 +12,7 @@
 // Ownership: `context` and everything it points to outlive the server.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct SessionContext {
   const auth::TokenStore* tokens = nullptr;
   const Clock* clock = nullptr;
   RpcMetrics* metrics = nullptr;  // optional
+  // Makes the Coordinator capability for a tenant; empty where this process runs no
+  // coordinator (Session.coordinator() then answers UNAVAILABLE).
+  std::function<capnp::Capability::Client(const auth::Tenant&)> coordinator;
 };
 
 [[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);

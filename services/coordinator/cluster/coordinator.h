@@ -99,6 +99,8 @@ class Coordinator {
   // two lease periods.
   void Tick();
   CoordinatorStats Stats() const;
+  const std::string& NodeName(NodeId node) const { return membership_.name(node); }
+  Nanos lease_ttl() const { return options_.membership.lease_ttl; }
 
  private:
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index);

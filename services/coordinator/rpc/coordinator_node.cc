@@ -1,5 +1,6 @@
 #include "services/coordinator/rpc/coordinator_node.h"
 
+#include "services/coordinator/rpc/coordinator_service.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
 
@@ -12,10 +13,20 @@ class CoordinatorNode::Impl {
   Status Start() {
     if (options_.registry == nullptr) return InvalidArgumentError("CoordinatorNode needs a metrics registry");
     KVTIER_ASSIGN_OR_RETURN(metrics_, rpc::RpcMetrics::Create(*options_.registry));
+    CoordinatorOptions coordinator;
+    coordinator.index.clock = options_.clock;
+    coordinator.index.expected_blocks = options_.expected_blocks;
+    coordinator.membership.clock = options_.clock;
+    coordinator.membership.lease_ttl = options_.lease_ttl;
+    KVTIER_ASSIGN_OR_RETURN(state_.coordinator, Coordinator::Create(coordinator));
+    KVTIER_ASSIGN_OR_RETURN(state_.metrics, CoordinatorMetrics::Create(*options_.registry));
     session_.identity = {options_.node_id, options_.roles};
     session_.tokens = &options_.tokens;
     session_.clock = options_.clock;
     session_.metrics = metrics_.get();
+    session_.coordinator = [this](const auth::Tenant& tenant) {
+      return MakeCoordinatorService(state_, SaltScope(tenant.salt));
+    };
 
     rpc::RpcServerOptions server;
     server.listen = options_.rpc.listen;
@@ -24,6 +35,11 @@ class CoordinatorNode::Impl {
     server.tls_cert_file = options_.tls.cert_file;
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();
+    server.tick = [this] {
+      state_.coordinator->Tick();
+      state_.metrics->Update(state_.coordinator->Stats());
+    };
+    server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl / 4);
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
                                                             [this] { return rpc::MakeBootstrap(session_); }));
     return Status::Ok();
@@ -31,6 +47,7 @@ class CoordinatorNode::Impl {
 
   CoordinatorNodeOptions options_;
   std::unique_ptr<rpc::RpcMetrics> metrics_;
+  CoordinatorState state_;  // used only on the server's event-loop thread
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
 };

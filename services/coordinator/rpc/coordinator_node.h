@@ -1,8 +1,9 @@
 // CoordinatorNode: the coordinator role as a running RPC server.
 //
 // Serves the tenant session (services/rpc/session_service.h) on every configured listener
-// (TCP and a Unix socket, plain or TLS) with the node's token store. Issue 3 adds the
-// Coordinator capability (index, membership, routing) to the session.
+// (TCP and a Unix socket, plain or TLS) with the node's token store, and through it the
+// Coordinator capability (services/coordinator/rpc/coordinator_service.h): the prefix
+// index, membership and routing, ticked every quarter lease on the server's thread.
 //
 // Thread safety: Create(), endpoints() and Shutdown() from one controlling thread; the
 // server runs on its own event-loop thread (services/rpc/rpc_server.h).
@@ -28,6 +29,8 @@ struct CoordinatorNodeOptions {
   auth::TokenStore tokens = auth::TokenStore::Disabled();
   MetricsRegistry* registry = nullptr;  // required
   const Clock* clock = &SystemClock::Instance();
+  Nanos lease_ttl = std::chrono::seconds(10);
+  size_t expected_blocks = 1 << 20;  // index sizing: the cluster's total block capacity
 };
 
 class CoordinatorNode {

@@ -45,6 +45,7 @@ struct StoredEvent {
   tokensPerBlock @5 :UInt32;
   priority @6 :UInt8;
   retentionExpiryMs @7 :UInt64;   # 0: none; else ms after the event until priority reverts
+  saltScope @8 :UInt64;           # the tenant's salt scope (common/block_key.h SaltScope)
 }
 
 struct RemovedEvent {
@@ -90,14 +91,16 @@ struct SnapshotBlock {
   location @3 :Common.Location;
   priority @4 :UInt8;
   retentionExpiryMs @5 :UInt64;
+  saltScope @6 :UInt64;
 }
 
 struct NodeSnapshot {
-  # A node's full holdings as of `sequence` (the last event sequence it reflects). Large
-  # snapshots are sent in chunks; `last` marks the final chunk.
+  # A node's full holdings. It reflects every event numbered below `nextSequence`; the
+  # node's next batch starts there. Large snapshots are sent in chunks (parents before or
+  # after children, in any order); `last` marks the final chunk.
   nodeId @0 :Text;
   incarnation @1 :UInt64;
-  sequence @2 :UInt64;
+  nextSequence @2 :UInt64;
   blocks @3 :List(SnapshotBlock);
   last @4 :Bool;
 }
@@ -134,7 +137,7 @@ struct RouteDecision {
   nodeId @0 :Text;
   rpcAddress @1 :Text;
   prefixBlocks @2 :UInt32;
-  score @3 :Float64;
+  score @3 :Float64;         # the routing cost: blocks to prefill + active blocks (lower wins)
 }
 
 struct CoordinatorStats {
@@ -152,9 +155,10 @@ interface Coordinator {
   # Joins (or rejoins) the cluster. A new incarnation of a known node drops its old
   # locations and asks for a snapshot. INVALID_ARGUMENT: empty node id or address.
 
-  heartbeat @1 (nodeId :Text, leaseId :UInt64, capacities :List(TierCapacity))
+  heartbeat @1 (nodeId :Text, leaseId :UInt64, capacities :List(TierCapacity), activeBlocks :UInt64)
       -> (lease :Lease, snapshotRequired :Bool);
-  # Renews the lease. NOT_FOUND: unknown node or expired lease (register again).
+  # Renews the lease and reports load (KV blocks of running requests) for routing.
+  # NOT_FOUND: unknown node or expired lease (register again).
 
   publishEvents @2 (batch :EventBatch) -> (status :EventAckStatus, nextSequence :UInt64);
   # Applies a batch in sequence order. Events already applied are skipped; a gap applies

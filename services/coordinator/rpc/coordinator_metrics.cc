@@ -1,0 +1,63 @@
+#include "services/coordinator/rpc/coordinator_metrics.h"
+
+namespace kvtier::coordinator {
+
+Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRegistry& r) {
+  std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* lookups, r.AddCounter("kvtier_coordinator_lookups_total", "Prefix lookups."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* hits, r.AddCounter("kvtier_coordinator_lookup_hit_blocks_total",
+                                                            "Matched blocks by the best tier holding them.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(HistogramFamily* matched,
+                          r.AddHistogram("kvtier_coordinator_matched_blocks", "Blocks matched per lookup.",
+                                         {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}));
+  KVTIER_ASSIGN_OR_RETURN(HistogramFamily* latency,
+                          r.AddHistogram("kvtier_coordinator_lookup_duration_seconds", "Index time of one lookup.",
+                                         ExponentialBuckets(1e-7, 2, 20)));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* blocks, r.AddGauge("kvtier_coordinator_index_blocks", "Blocks in the index."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_coordinator_index_bytes", "Memory of the index."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* nodes, r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
+                          r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind.", {"kind"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* gaps, r.AddCounter("kvtier_coordinator_sequence_gaps_total",
+                                                            "Event streams found with a gap."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* resyncs,
+                          r.AddCounter("kvtier_coordinator_resyncs_total", "Snapshots asked of nodes."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* expiries,
+                          r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
+  m->lookups_ = &lookups->WithLabels({});
+  m->hit_blocks_ = {&hits->WithLabels({"gpu"}), &hits->WithLabels({"host"}), &hits->WithLabels({"disk"})};
+  m->matched_blocks_ = &matched->WithLabels({});
+  m->lookup_seconds_ = &latency->WithLabels({});
+  m->index_blocks_ = &blocks->WithLabels({});
+  m->index_bytes_ = &bytes->WithLabels({});
+  m->nodes_ = &nodes->WithLabels({});
+  m->events_ = {&events->WithLabels({"stored"}), &events->WithLabels({"removed"}),
+                &events->WithLabels({"tier_changed"}), &events->WithLabels({"cleared"})};
+  m->sequence_gaps_ = &gaps->WithLabels({});
+  m->resyncs_ = &resyncs->WithLabels({});
+  m->lease_expiries_ = &expiries->WithLabels({});
+  return m;
+}
+
+void CoordinatorMetrics::RecordLookup(const LookupResult& result, double seconds) {
+  lookups_->Inc();
+  matched_blocks_->Observe(result.matched_blocks);
+  lookup_seconds_->Observe(seconds);
+  for (uint32_t b = 0; b < result.matched_blocks; ++b) {
+    int best = kTierCount - 1;
+    for (const Location& l : result.LocationsOf(b)) best = std::min(best, static_cast<int>(l.tier));
+    hit_blocks_[best]->Inc();
+  }
+}
+
+void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
+  index_blocks_->Set(static_cast<double>(stats.index.blocks));
+  index_bytes_->Set(static_cast<double>(stats.index.memory_bytes));
+  nodes_->Set(static_cast<double>(stats.membership.live_nodes));
+  sequence_gaps_->Inc(static_cast<double>(stats.membership.sequence_gaps - last_.sequence_gaps));
+  resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
+  lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));
+  last_ = stats.membership;
+}
+
+}  // namespace kvtier::coordinator

@@ -1,0 +1,224 @@
+#include "services/coordinator/rpc/coordinator_service.h"
+
+#include <chrono>
+
+#include "services/rpc/schema/coordinator.capnp.h"
+#include "services/rpc/status_mapping.h"
+
+namespace kvtier::coordinator {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using rpc::ThrowIfError;
+using rpc::ThrowStatus;
+
+BlockKey ToKey(schema::BlockKey::Reader k) { return {k.getHi(), k.getLo()}; }
+void FromKey(const BlockKey& k, schema::BlockKey::Builder b) {
+  b.setHi(k.hi);
+  b.setLo(k.lo);
+}
+std::vector<BlockKey> ToKeys(capnp::List<schema::BlockKey>::Reader list) {
+  std::vector<BlockKey> keys;
+  keys.reserve(list.size());
+  for (auto k : list) keys.push_back(ToKey(k));
+  return keys;
+}
+Tier ToTier(schema::Tier t) {
+  const auto value = static_cast<uint16_t>(t);
+  if (value >= kTierCount) ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));
+  return static_cast<Tier>(value);
+}
+uint8_t ToPriority(uint8_t p) {
+  if (p > kMaxPriority) ThrowStatus(InvalidArgumentError("priority " + std::to_string(p) + " is out of range [0, 100]"));
+  return p;
+}
+BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
+  return {ToPriority(priority), std::chrono::milliseconds(expiry_ms)};
+}
+
+class CoordinatorServer final : public schema::Coordinator::Server {
+ public:
+  CoordinatorServer(CoordinatorState& state, uint64_t salt_scope) : state_(state), salt_scope_(salt_scope) {}
+
+ protected:
+  kj::Promise<void> register_(RegisterContext call) override {
+    const auto node = call.getParams().getNode();
+    const std::string name = node.getNodeId().cStr();
+    const NodeRole role = node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
+    Result<RegisterResult> r = state_.coordinator->Register(name, role, node.getIncarnation());
+    ThrowIfError(r.status());
+    state_.rpc_addresses[name] = node.getRpcAddress().cStr();
+    auto results = call.getResults();
+    results.initLease().setLeaseId(r->lease_id);
+    results.getLease().setTtlMs(LeaseTtlMs());
+    results.setSnapshotRequired(r->snapshot_required);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> heartbeat(HeartbeatContext call) override {
+    const auto params = call.getParams();
+    ThrowIfError(state_.coordinator->Heartbeat(params.getNodeId().cStr(), params.getLeaseId(), params.getActiveBlocks()));
+    auto results = call.getResults();
+    results.initLease().setLeaseId(params.getLeaseId());
+    results.getLease().setTtlMs(LeaseTtlMs());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> publishEvents(PublishEventsContext call) override {
+    const auto batch = call.getParams().getBatch();
+    EventBatch plain{batch.getNodeId().cStr(), batch.getIncarnation(), batch.getFirstSequence(), {}};
+    for (auto e : batch.getEvents()) plain.events.push_back(ToEvent(e));
+    Result<EventAck> ack = state_.coordinator->PublishEvents(plain);
+    ThrowIfError(ack.status());
+    for (const KvEvent& e : plain.events) state_.metrics->RecordEvent(e.kind);
+    state_.metrics->Update(state_.coordinator->Stats());
+    auto results = call.getResults();
+    results.setStatus(ack->verdict == BatchVerdict::kApply       ? schema::EventAckStatus::APPLIED
+                      : ack->verdict == BatchVerdict::kDuplicate ? schema::EventAckStatus::DUPLICATE
+                                                                 : schema::EventAckStatus::SNAPSHOT_REQUIRED);
+    results.setNextSequence(ack->next_sequence);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> publishSnapshot(PublishSnapshotContext call) override {
+    const auto chunk = call.getParams().getSnapshot();
+    const std::string name = chunk.getNodeId().cStr();
+    NodeSnapshot& pending = state_.pending_snapshots[name];
+    pending.node = name;
+    pending.incarnation = chunk.getIncarnation();
+    pending.next_sequence = chunk.getNextSequence();
+    for (auto b : chunk.getBlocks()) {
+      const auto location = b.getLocation();
+      SnapshotBlock block{ToKey(b.getKey()), std::nullopt, Scope(b.getSaltScope()), ToTier(location.getTier()),
+                          static_cast<uint16_t>(location.getPoolId()), ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
+      if (b.getHasParent()) block.parent = ToKey(b.getParentKey());
+      pending.blocks.push_back(block);
+    }
+    if (chunk.getLast()) {
+      NodeSnapshot complete = std::move(pending);
+      state_.pending_snapshots.erase(name);
+      ThrowIfError(state_.coordinator->PublishSnapshot(complete));
+      state_.metrics->Update(state_.coordinator->Stats());
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> lookup(LookupContext call) override {
+    const std::vector<BlockKey> keys = ToKeys(call.getParams().getRequest().getKeys());
+    const auto start = std::chrono::steady_clock::now();
+    const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
+    const LookupResult result = scope ? state_.coordinator->Lookup(*scope, keys) : LookupResult{0, {}, {0}, {}};
+    state_.metrics->RecordLookup(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    auto out = call.getResults().initResult();
+    out.setMatchedBlocks(result.matched_blocks);
+    auto blocks = out.initBlocks(result.matched_blocks);
+    for (uint32_t i = 0; i < result.matched_blocks; ++i) {
+      FromKey(keys[i], blocks[i].initKey());
+      const auto locations = result.LocationsOf(i);
+      auto list = blocks[i].initLocations(static_cast<unsigned>(locations.size()));
+      for (unsigned j = 0; j < locations.size(); ++j) {
+        list[j].setNodeId(NodeName(locations[j].node));
+        list[j].setTier(static_cast<schema::Tier>(locations[j].tier));
+        list[j].setPoolId(locations[j].pool);
+      }
+    }
+    auto scores = out.initScores(static_cast<unsigned>(result.scores.size()));
+    for (unsigned i = 0; i < result.scores.size(); ++i) {
+      scores[i].setNodeId(NodeName(result.scores[i].node));
+      scores[i].setPrefixBlocks(result.scores[i].prefix_blocks);
+      scores[i].setScore(result.scores[i].score);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> route(RouteContext call) override {
+    const std::vector<BlockKey> keys = ToKeys(call.getParams().getRequest().getKeys());
+    // An unknown scope has no cached blocks; route on load alone (ScopeId 0 of another
+    // tenant is never consulted: its lookup below uses a scope nobody writes).
+    const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
+    Result<RouteChoice> choice = state_.coordinator->Route(scope.value_or(kNoScope), scope ? keys : std::vector<BlockKey>{});
+    ThrowIfError(choice.status());
+    auto decision = call.getResults().initDecision();
+    const std::string name = NodeName(choice->node);
+    decision.setNodeId(name);
+    decision.setRpcAddress(state_.rpc_addresses[name]);
+    decision.setPrefixBlocks(choice->prefix_blocks);
+    decision.setScore(choice->cost);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> stats(StatsContext call) override {
+    const CoordinatorStats s = state_.coordinator->Stats();
+    auto out = call.getResults().initStats();
+    out.setNodes(static_cast<uint32_t>(s.membership.live_nodes));
+    out.setIndexBlocks(s.index.blocks);
+    out.setIndexBytes(s.index.memory_bytes);
+    out.setSequenceGaps(s.membership.sequence_gaps);
+    out.setResyncs(s.membership.resyncs);
+    out.setLeaseExpiries(s.membership.lease_expiries);
+    return kj::READY_NOW;
+  }
+
+ private:
+  static constexpr ScopeId kNoScope = UINT16_MAX;
+
+  ScopeId Scope(uint64_t salt_scope) {
+    Result<ScopeId> id = state_.scopes.Intern(salt_scope);
+    ThrowIfError(id.status());
+    return *id;
+  }
+
+  std::string NodeName(NodeId node) const { return state_.coordinator->NodeName(node); }
+
+  KvEvent ToEvent(schema::KvEvent::Reader e) {
+    KvEvent out;
+    switch (e.which()) {
+      case schema::KvEvent::STORED: {
+        const auto s = e.getStored();
+        out.kind = KvEvent::Kind::kStored;
+        out.scope = Scope(s.getSaltScope());
+        if (s.getHasParent()) out.parent = ToKey(s.getParentKey());
+        out.keys = ToKeys(s.getKeys());
+        out.tier = ToTier(s.getTier());
+        out.pool = static_cast<uint16_t>(s.getPoolId());
+        out.retention.assign(out.keys.size(), ToRetention(s.getPriority(), s.getRetentionExpiryMs()));
+        break;
+      }
+      case schema::KvEvent::REMOVED:
+        out.kind = KvEvent::Kind::kRemoved;
+        out.keys = ToKeys(e.getRemoved().getKeys());
+        out.tier = ToTier(e.getRemoved().getTier());
+        break;
+      case schema::KvEvent::TIER_CHANGED: {
+        const auto t = e.getTierChanged();
+        out.kind = KvEvent::Kind::kTierChanged;
+        out.keys = ToKeys(t.getKeys());
+        out.tier = ToTier(t.getFromTier());
+        out.to_tier = ToTier(t.getToTier());
+        out.to_pool = static_cast<uint16_t>(t.getToPoolId());
+        break;
+      }
+      case schema::KvEvent::CLEARED:
+        out.kind = KvEvent::Kind::kCleared;
+        break;
+      default:
+        ThrowStatus(InvalidArgumentError("unknown KV event kind"));
+    }
+    return out;
+  }
+
+  uint64_t LeaseTtlMs() const {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(state_.coordinator->lease_ttl()).count());
+  }
+
+  CoordinatorState& state_;
+  const uint64_t salt_scope_;
+};
+
+}  // namespace
+
+capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, uint64_t salt_scope) {
+  return schema::Coordinator::Client(kj::heap<CoordinatorServer>(state, salt_scope));
+}
+
+}  // namespace kvtier::coordinator

@@ -1,0 +1,35 @@
+// The Coordinator capability: a thin `final` adapter from the RPC schema
+// (services/rpc/schema/coordinator.capnp) to the plain Coordinator library. Each method
+// converts its parameters, calls the library and converts the result; a library Status
+// becomes an RPC error through services/rpc/status_mapping.h.
+//
+// One capability per tenant session: lookups and routes run under the session's salt
+// scope; nodes publish events that carry each block's scope.
+//
+// Thread safety: every capability and the state run on the RPC server's event-loop thread.
+// Ownership: `state` outlives every capability made from it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include <capnp/capability.h>
+
+#include "services/coordinator/cluster/coordinator.h"
+#include "services/coordinator/cluster/scope_registry.h"
+#include "services/coordinator/rpc/coordinator_metrics.h"
+
+namespace kvtier::coordinator {
+
+struct CoordinatorState {
+  std::unique_ptr<Coordinator> coordinator;
+  std::unique_ptr<CoordinatorMetrics> metrics;
+  ScopeRegistry scopes;
+  std::unordered_map<std::string, std::string> rpc_addresses;    // node -> address, for Route
+  std::unordered_map<std::string, NodeSnapshot> pending_snapshots;  // chunks until `last`
+};
+
+[[nodiscard]] capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, uint64_t salt_scope);
+
+}  // namespace kvtier::coordinator

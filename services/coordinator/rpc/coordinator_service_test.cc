@@ -1,0 +1,181 @@
+// The Coordinator capability over a real loopback connection: a worker registers and
+// publishes events through its session; tenants look up and route through theirs. Salt
+// isolation, sequence handling and bad input, end to end through the RPC layer.
+#include <capnp/ez-rpc.h>
+#include <gtest/gtest.h>
+
+#include "common/block_key.h"
+#include "services/coordinator/rpc/coordinator_node.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/status_mapping.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::coordinator {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+const std::string kTokenA(40, 'a');
+const std::string kTokenB(40, 'b');
+const std::string kNodeToken(40, 'n');
+
+// One client connection (its own KJ event loop) holding a tenant's Coordinator capability.
+class CoordinatorClient {
+ public:
+  CoordinatorClient(const std::string& address, const std::string& token)
+      : client_(address), coordinator_(Connect(token)) {}
+
+  template <typename Request>
+  Status Send(Request request) {
+    Status status;
+    request.send().then([](auto) {}, [&](kj::Exception&& e) { status = rpc::ExceptionToStatus(e); }).wait(ws());
+    return status;
+  }
+  kj::WaitScope& ws() { return client_.getWaitScope(); }
+  schema::Coordinator::Client& coordinator() { return coordinator_; }
+
+ private:
+  schema::Coordinator::Client Connect(const std::string& token) {
+    auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken(token);
+    auto session = auth.send().wait(client_.getWaitScope()).getSession();
+    return session.coordinatorRequest().send().wait(client_.getWaitScope()).getCoordinator();
+  }
+  capnp::EzRpcClient client_;
+  schema::Coordinator::Client coordinator_;
+};
+
+void SetKeys(capnp::List<schema::BlockKey>::Builder list, uint64_t first) {
+  for (unsigned i = 0; i < list.size(); ++i) {
+    list[i].setHi(OpaqueKeyNamespace("test", "").Key(first + i).hi);
+    list[i].setLo(first + i);
+  }
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    CoordinatorNodeOptions options;
+    options.rpc.listen = {"127.0.0.1:0"};
+    options.tokens = *auth::TokenStore::FromYaml("tenants:\n"
+                                                 "  - {name: team-a, token: " + kTokenA + "}\n"
+                                                 "  - {name: team-b, token: " + kTokenB + "}\n"
+                                                 "  - {name: nodes, token: " + kNodeToken + "}\n",
+                                                 "tokens");
+    options.registry = &registry_;
+    node_ = *CoordinatorNode::Create(std::move(options));
+    address_ = node_->endpoints()[0];
+  }
+
+  // Registers worker w1 and publishes 3 blocks (ids 1..3) of team-a's salt scope.
+  void WorkerStoresThreeBlocksOfTeamA(CoordinatorClient& worker) {
+    auto reg = worker.coordinator().registerRequest();
+    auto info = reg.initNode();
+    info.setNodeId("w1");
+    info.setRpcAddress("10.0.0.1:7401");
+    info.setIncarnation(1);
+    ASSERT_TRUE(worker.Send(kj::mv(reg)).ok());
+    auto snapshot = worker.coordinator().publishSnapshotRequest();
+    auto s = snapshot.initSnapshot();
+    s.setNodeId("w1");
+    s.setIncarnation(1);
+    s.setLast(true);
+    ASSERT_TRUE(worker.Send(kj::mv(snapshot)).ok());
+    auto publish = worker.coordinator().publishEventsRequest();
+    auto batch = publish.initBatch();
+    batch.setNodeId("w1");
+    batch.setIncarnation(1);
+    auto stored = batch.initEvents(1)[0].initStored();
+    SetKeys(stored.initKeys(3), 1);
+    stored.setSaltScope(SaltScope("team-a"));
+    stored.setPriority(50);
+    auto response = publish.send().wait(worker.ws());
+    ASSERT_EQ(response.getStatus(), schema::EventAckStatus::APPLIED);
+    ASSERT_EQ(response.getNextSequence(), 1u);
+  }
+
+  uint32_t LookupMatched(CoordinatorClient& tenant, std::vector<schema::NodeScore::Reader>* scores = nullptr) {
+    auto request = tenant.coordinator().lookupRequest();
+    SetKeys(request.initRequest().initKeys(4), 1);
+    auto response = request.send().wait(tenant.ws());
+    if (scores) {
+      for (auto s : response.getResult().getScores()) scores->push_back(s);
+    }
+    return response.getResult().getMatchedBlocks();
+  }
+
+  MetricsRegistry registry_;
+  std::unique_ptr<CoordinatorNode> node_;
+  std::string address_;
+};
+
+TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
+  {
+    CoordinatorClient worker(address_, kNodeToken);
+    WorkerStoresThreeBlocksOfTeamA(worker);
+  }
+  CoordinatorClient team_a(address_, kTokenA);
+  auto request = team_a.coordinator().lookupRequest();
+  SetKeys(request.initRequest().initKeys(4), 1);  // blocks 1-3 cached, block 4 new
+  auto response = request.send().wait(team_a.ws());
+  const auto result = response.getResult();
+  EXPECT_EQ(result.getMatchedBlocks(), 3u);
+  ASSERT_EQ(result.getScores().size(), 1u);
+  EXPECT_EQ(std::string(result.getScores()[0].getNodeId().cStr()), "w1");
+  EXPECT_EQ(result.getScores()[0].getPrefixBlocks(), 3u);
+  EXPECT_EQ(result.getBlocks()[2].getLocations()[0].getTier(), schema::Tier::GPU);
+
+  CoordinatorClient team_b(address_, kTokenB);
+  EXPECT_EQ(LookupMatched(team_b), 0u) << "team-b must not see team-a's blocks";
+
+  const std::string metrics = registry_.Exposition();
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_hit_blocks_total{tier=\"gpu\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("kvtier_coordinator_index_blocks 3"), std::string::npos);
+}
+
+TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
+  CoordinatorClient worker(address_, kNodeToken);
+  WorkerStoresThreeBlocksOfTeamA(worker);
+  CoordinatorClient team_a(address_, kTokenA);
+  auto request = team_a.coordinator().routeRequest();
+  SetKeys(request.initRequest().initKeys(4), 1);
+  auto decision = request.send().wait(team_a.ws()).getDecision();
+  EXPECT_EQ(std::string(decision.getNodeId().cStr()), "w1");
+  EXPECT_EQ(std::string(decision.getRpcAddress().cStr()), "10.0.0.1:7401");
+  EXPECT_EQ(decision.getPrefixBlocks(), 3u);
+}
+
+TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
+  CoordinatorClient worker(address_, kNodeToken);
+  WorkerStoresThreeBlocksOfTeamA(worker);
+
+  auto unknown = worker.coordinator().publishEventsRequest();
+  unknown.initBatch().setNodeId("nobody");
+  const Status not_found = worker.Send(kj::mv(unknown));
+  EXPECT_EQ(not_found.code(), StatusCode::kNotFound) << not_found;
+  EXPECT_NE(not_found.message().find("nobody"), std::string::npos);
+
+  auto bad_priority = worker.coordinator().publishEventsRequest();
+  auto batch = bad_priority.initBatch();
+  batch.setNodeId("w1");
+  batch.setIncarnation(1);
+  batch.setFirstSequence(1);
+  auto stored = batch.initEvents(1)[0].initStored();
+  SetKeys(stored.initKeys(1), 50);
+  stored.setPriority(101);
+  const Status invalid = worker.Send(kj::mv(bad_priority));
+  EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid;
+  EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << invalid;
+
+  auto stale = worker.coordinator().heartbeatRequest();
+  stale.setNodeId("w1");
+  stale.setLeaseId(999);
+  EXPECT_EQ(worker.Send(kj::mv(stale)).code(), StatusCode::kNotFound);
+
+  auto stats = worker.coordinator().statsRequest().send().wait(worker.ws()).getStats();
+  EXPECT_EQ(stats.getIndexBlocks(), 3u) << "the index is unchanged";
+  EXPECT_EQ(stats.getNodes(), 1u);
+}
+
+}  // namespace
+}  // namespace kvtier::coordinator
