@@ -4,6 +4,7 @@
 
 #include "services/bench/index_bench.h"
 #include "services/bench/trace.h"
+#include "services/coordinator/rpc/lookup_rpc_bench.h"
 
 namespace kvtier::cli {
 
@@ -25,6 +26,16 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   index_->add_flag("--json", json_, "Print one JSON object");
+  lookup_rpc_ = bench_->add_subcommand(
+      "lookup-rpc", "Lookup latency over the RPC on loopback at a fixed rate (open loop): an embedded coordinator "
+                    "loaded with a trace's blocks, one tenant connection.");
+  lookup_rpc_->add_option("--trace", trace_, "Mooncake-format trace whose prompts are looked up")
+      ->required()
+      ->check(CLI::ExistingFile)
+      ->type_name("FILE");
+  lookup_rpc_->add_option("--rate", rate_, "Lookups per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
+  lookup_rpc_->add_option("--seconds", seconds_, "Duration of the load")->check(CLI::Range(0.1, 50.0))->capture_default_str();
+  lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
   for (const char* name : {"pool", "transfer", "disk"}) {
     later_.push_back(bench_->add_subcommand(name, std::string("Benchmark of the ") + name +
                                                       " path (arrives with that component)"));
@@ -41,6 +52,42 @@ int BenchCommand::Run() const {
       return 1;
     }
   }
+  return lookup_rpc_->parsed() ? RunLookupRpc() : RunIndex();
+}
+
+int BenchCommand::RunLookupRpc() const {
+  Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(trace_);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", trace.status().message().c_str());
+    return trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  coordinator::LookupRpcBenchOptions options;
+  for (const bench::TraceRequest& r : *trace) options.prompts.push_back(r.hash_ids);
+  options.rate_per_sec = rate_;
+  options.seconds = seconds_;
+  Result<coordinator::LookupRpcBenchResult> r = coordinator::RunLookupRpcBench(options);
+  if (!r.ok()) {
+    std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", r.status().ToString().c_str());
+    return 1;
+  }
+  if (json_) {
+    std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
+                "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
+                "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f}\n",
+                rate_, r->achieved_rate, static_cast<unsigned long long>(r->calls),
+                static_cast<unsigned long long>(r->errors), r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
+                static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks);
+    return r->errors == 0 ? 0 : 1;
+  }
+  std::printf("kvtier bench lookup-rpc: %llu lookups at %.0f/s (asked %.0f/s), %llu errors, %llu blocks indexed\n",
+              static_cast<unsigned long long>(r->calls), r->achieved_rate, rate_,
+              static_cast<unsigned long long>(r->errors), static_cast<unsigned long long>(r->indexed_blocks));
+  std::printf("  latency p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n", r->p50_us, r->p90_us,
+              r->p99_us, r->p999_us, r->max_us);
+  return r->errors == 0 ? 0 : 1;
+}
+
+int BenchCommand::RunIndex() const {
   Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(trace_);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvtier bench index: %s\n", trace.status().message().c_str());

@@ -14,8 +14,14 @@ class BenchCommand {
   int Run() const;
 
  private:
+  int RunIndex() const;
+  int RunLookupRpc() const;
+
   CLI::App* bench_;
   CLI::App* index_;
+  CLI::App* lookup_rpc_;
+  double rate_ = 20000;
+  double seconds_ = 5;
   std::vector<CLI::App*> later_;  // pool, transfer, disk: arrive with their components
   std::string trace_;
   uint32_t workers_ = 4;

@@ -150,6 +150,21 @@ TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
   EXPECT_NE(bad.Stderr().find("line 1: missing field \"input_length\""), std::string::npos) << bad.Stderr();
 }
 
+TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {
+  testing::TempDir dir;
+  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
+                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"));
+  ChildProcess child({kKvtier, "bench", "lookup-rpc", "--trace", dir.File("trace.jsonl"), "--rate", "500",
+                      "--seconds", "0.2", "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stdout() << child.Stderr();
+  const std::string out = child.Stdout();
+  EXPECT_NE(out.find("\"calls\":100,\"errors\":0"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"indexed_blocks\":3"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"mean_matched_blocks\":2.50"), std::string::npos) << "every block is cached: " << out;
+}
+
 TEST(KvtierCliTest, HelpAndVersion) {
   std::string help;
   EXPECT_EQ(testing::RunCommand(kKvtier + " up --help", &help), 0);

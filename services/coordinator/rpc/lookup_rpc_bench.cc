@@ -1,0 +1,171 @@
+#include "services/coordinator/rpc/lookup_rpc_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include <capnp/ez-rpc.h>
+
+#include "common/block_key.h"
+#include "services/auth/token_store.h"
+#include "services/coordinator/rpc/coordinator_node.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/status_mapping.h"
+
+namespace kvtier::coordinator {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr size_t kEventsPerBatch = 512;
+
+schema::Coordinator::Client Connect(capnp::EzRpcClient& client, const std::string& token) {
+  auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
+  auth.setToken(token);
+  auto session = auth.send().wait(client.getWaitScope()).getSession();
+  return session.coordinatorRequest().send().wait(client.getWaitScope()).getCoordinator();
+}
+
+void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns, const uint64_t* ids) {
+  for (unsigned i = 0; i < list.size(); ++i) {
+    const BlockKey key = ns.Key(ids[i]);
+    list[i].setHi(key.hi);
+    list[i].setLo(key.lo);
+  }
+}
+
+// A worker announces every block of the trace as chains continuing what it already stored.
+uint64_t LoadTrace(capnp::EzRpcClient& client, schema::Coordinator::Client& coordinator,
+                   const std::vector<std::vector<uint64_t>>& prompts, uint64_t salt_scope) {
+  auto& ws = client.getWaitScope();
+  auto reg = coordinator.registerRequest();
+  reg.initNode().setNodeId("bench-worker");
+  reg.getNode().setIncarnation(1);
+  reg.send().wait(ws);
+  auto snapshot = coordinator.publishSnapshotRequest();
+  snapshot.initSnapshot().setNodeId("bench-worker");
+  snapshot.getSnapshot().setIncarnation(1);
+  snapshot.getSnapshot().setLast(true);
+  snapshot.send().wait(ws);
+
+  const OpaqueKeyNamespace ns("mooncake", "");
+  std::unordered_set<uint64_t> stored;
+  uint64_t sequence = 0;
+  for (size_t first = 0; first < prompts.size(); first += kEventsPerBatch) {
+    const size_t last = std::min(prompts.size(), first + kEventsPerBatch);
+    std::vector<size_t> fresh_from;  // per prompt: the first id not stored yet
+    for (size_t p = first; p < last; ++p) {
+      size_t prefix = 0;
+      while (prefix < prompts[p].size() && stored.count(prompts[p][prefix])) ++prefix;
+      fresh_from.push_back(prefix);
+      for (size_t i = prefix; i < prompts[p].size(); ++i) stored.insert(prompts[p][i]);
+    }
+    auto publish = coordinator.publishEventsRequest();
+    auto batch = publish.initBatch();
+    batch.setNodeId("bench-worker");
+    batch.setIncarnation(1);
+    batch.setFirstSequence(sequence);
+    size_t events = 0;
+    for (size_t p = first; p < last; ++p) events += fresh_from[p - first] < prompts[p].size();
+    auto list = batch.initEvents(static_cast<unsigned>(events));
+    unsigned e = 0;
+    for (size_t p = first; p < last; ++p) {
+      const size_t prefix = fresh_from[p - first];
+      if (prefix == prompts[p].size()) continue;
+      auto event = list[e++].initStored();
+      event.setSaltScope(salt_scope);
+      if (prefix > 0) {
+        event.setHasParent(true);
+        const BlockKey parent = ns.Key(prompts[p][prefix - 1]);
+        event.initParentKey().setHi(parent.hi);
+        event.getParentKey().setLo(parent.lo);
+      }
+      SetKeys(event.initKeys(static_cast<unsigned>(prompts[p].size() - prefix)), ns, prompts[p].data() + prefix);
+    }
+    publish.send().wait(ws);
+    sequence += events;
+  }
+  return stored.size();
+}
+
+double Percentile(std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+}
+
+}  // namespace
+
+Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options) {
+  if (options.prompts.empty()) return InvalidArgumentError("the trace has no requests");
+  if (!(options.rate_per_sec > 0) || !(options.seconds > 0)) {
+    return InvalidArgumentError("--rate and --seconds must be positive");
+  }
+  const std::string token = auth::GenerateToken();
+  MetricsRegistry registry;
+  CoordinatorNodeOptions node_options;
+  node_options.rpc.listen = {"127.0.0.1:0"};
+  KVTIER_ASSIGN_OR_RETURN(node_options.tokens, auth::TokenStore::SingleTenant({"bench", "bench-salt"}, token));
+  node_options.registry = &registry;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
+
+  LookupRpcBenchResult result;
+  capnp::EzRpcClient client(node->endpoints()[0]);
+  auto& ws = client.getWaitScope();
+  schema::Coordinator::Client coordinator = Connect(client, token);
+  result.indexed_blocks = LoadTrace(client, coordinator, options.prompts, SaltScope("bench-salt"));
+
+  const OpaqueKeyNamespace ns("mooncake", "");
+  const auto total = static_cast<uint64_t>(options.rate_per_sec * options.seconds);
+  const auto interval = std::chrono::duration<double>(1.0 / options.rate_per_sec);
+  std::vector<double> latencies_us;
+  latencies_us.reserve(total);
+  uint64_t matched = 0;
+  std::vector<kj::Promise<void>> in_flight;  // kept until the end: a few hundred KB
+  in_flight.reserve(total);
+  uint64_t done = 0;
+  const auto start = SteadyClock::now();
+  const auto give_up = start + std::chrono::duration_cast<SteadyClock::duration>(
+                                   std::chrono::duration<double>(options.seconds + 10.0));
+  for (uint64_t sent = 0; sent < total || done < sent;) {
+    const auto now = SteadyClock::now();
+    if (now > give_up) {
+      result.errors += sent - done;  // answers that never came
+      break;
+    }
+    while (sent < total && start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent) <= now) {
+      const auto scheduled = start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent);
+      const std::vector<uint64_t>& prompt = options.prompts[sent % options.prompts.size()];
+      auto request = coordinator.lookupRequest();
+      SetKeys(request.initRequest().initKeys(static_cast<unsigned>(prompt.size())), ns, prompt.data());
+      in_flight.push_back(request.send().then(
+          [&, scheduled](auto response) {
+            latencies_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - scheduled).count());
+            matched += response.getResult().getMatchedBlocks();
+            ++done;
+          },
+          [&](kj::Exception&&) {
+            ++result.errors;
+            ++done;
+          }).eagerlyEvaluate(nullptr));  // KJ promises are lazy: run the continuation on arrival
+      ++sent;
+    }
+    ws.poll();
+  }
+  const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  in_flight.clear();
+  node->Shutdown();
+
+  std::sort(latencies_us.begin(), latencies_us.end());
+  result.calls = latencies_us.size();
+  result.achieved_rate = static_cast<double>(result.calls) / elapsed;
+  result.p50_us = Percentile(latencies_us, 0.50);
+  result.p90_us = Percentile(latencies_us, 0.90);
+  result.p99_us = Percentile(latencies_us, 0.99);
+  result.p999_us = Percentile(latencies_us, 0.999);
+  result.max_us = latencies_us.empty() ? 0 : latencies_us.back();
+  result.mean_matched_blocks = result.calls == 0 ? 0 : static_cast<double>(matched) / static_cast<double>(result.calls);
+  return result;
+}
+
+}  // namespace kvtier::coordinator

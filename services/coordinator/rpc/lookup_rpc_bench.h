@@ -1,0 +1,39 @@
+// The benchmark behind `kvtier bench lookup-rpc`: Lookup latency over the RPC on loopback.
+//
+// Starts a coordinator node on 127.0.0.1 (its own thread, as in production), loads it with
+// the blocks of a Mooncake trace through a worker's session (register, snapshot, stored
+// events in batches), then sends Lookup calls for the trace's prompts on one tenant
+// connection at a fixed rate: open loop, each call's latency measured from the moment it
+// was scheduled to the moment its answer was processed, so a client that falls behind
+// shows as latency instead of being hidden (no coordinated omission). The client thread
+// polls its event loop instead of sleeping, because epoll's millisecond timeouts would add
+// up to a millisecond to every measured call.
+//
+// Thread safety: a blocking function; uses the calling thread and the node's thread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kvtier::coordinator {
+
+struct LookupRpcBenchOptions {
+  std::vector<std::vector<uint64_t>> prompts;  // Mooncake hash_ids per request
+  double rate_per_sec = 20000;
+  double seconds = 5;
+};
+
+struct LookupRpcBenchResult {
+  uint64_t calls = 0;
+  uint64_t errors = 0;
+  double achieved_rate = 0;
+  double p50_us = 0, p90_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
+  uint64_t indexed_blocks = 0;
+  double mean_matched_blocks = 0;
+};
+
+[[nodiscard]] Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options);
+
+}  // namespace kvtier::coordinator
