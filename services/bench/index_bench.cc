@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <vector>
 #include <queue>
 
+#include "services/coordinator/index/admission.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
 
@@ -61,23 +63,54 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
   uint64_t hit_blocks = 0;
   double index_seconds = 0.0;
   ActiveRequests active(options.workers);
+  KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter, coordinator::FrequencyFilter::Create({}));
+  std::function<bool(const BlockKey&)> admit;
+  if (options.frequency_admission) admit = [&filter](const BlockKey& key) { return filter.Admit(key); };
+  std::vector<BlockKey> demoted;
+  std::vector<BlockKey> onboard;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::vector<BlockKey>& keys = prompts[i];
     active.AdvanceTo(static_cast<double>(trace[i].timestamp_ms));
     const auto start = Clock::now();
     const coordinator::LookupResult lookup = index->Lookup(0, keys);
     const auto looked_up = Clock::now();
-    const coordinator::RouteChoice route = coordinator::ChooseWorker(lookup, keys.size(), active.loads());
+    const coordinator::RouteChoice route = coordinator::ChooseWorker(lookup, keys.size(), active.loads(), options.overlap_weight);
     const NodeId node = route.node;
     const uint32_t prefix = route.prefix_blocks;
     index->Touch(node, 0, keys);
+    if (options.frequency_admission) {
+      for (const BlockKey& key : keys) filter.Record(key);
+    }
+    // Which prefix blocks the worker holds on its GPU, and which only in host memory.
+    onboard.clear();
+    for (uint32_t b = 0; b < prefix; ++b) {
+      bool on_gpu = false;
+      for (const coordinator::Location& l : lookup.LocationsOf(b)) on_gpu |= l.node == node && l.tier == Tier::kGpu;
+      if (!on_gpu) onboard.push_back(keys[b]);
+    }
+    r.host_hit_blocks += onboard.size();
+    r.gpu_hit_blocks += prefix - onboard.size();
     // The prefix is in use by this request (pinned on a real worker): only the rest of the
     // pool can make room, and a prompt longer than that keeps only what fits.
-    const size_t room = options.gpu_blocks_per_worker - std::min<size_t>(prefix, options.gpu_blocks_per_worker);
+    const size_t capacity = options.gpu_blocks_per_worker;
+    const size_t room = capacity - std::min<size_t>(prefix, capacity);
     const size_t fresh = std::min(keys.size() - prefix, room);
-    const size_t held = index->Held(node, Tier::kGpu);
-    if (held + fresh > options.gpu_blocks_per_worker) {
-      r.removed_blocks += index->Evict(node, Tier::kGpu, held + fresh - options.gpu_blocks_per_worker).size();
+    const size_t needed = index->Held(node, Tier::kGpu) + onboard.size() + fresh;
+    if (needed > capacity) {
+      if (options.host_blocks_per_worker > 0) {
+        demoted.clear();
+        r.removed_blocks += index->Demote(node, Tier::kGpu, {node, Tier::kHost, 0}, needed - capacity, admit, &demoted).size();
+        r.offloaded_blocks += demoted.size();
+        const size_t host_held = index->Held(node, Tier::kHost);
+        if (host_held > options.host_blocks_per_worker) {
+          r.removed_blocks += index->Evict(node, Tier::kHost, host_held - options.host_blocks_per_worker).size();
+        }
+      } else {
+        r.removed_blocks += index->Evict(node, Tier::kGpu, needed - capacity).size();
+      }
+    }
+    if (!onboard.empty()) {
+      r.onboarded_blocks += index->ChangeTier(node, Tier::kHost, {node, Tier::kGpu, 0}, onboard);
     }
     if (fresh > 0) {
       std::optional<BlockKey> parent;
@@ -139,7 +172,8 @@ Result<IndexBenchResult> RunIndexBench(const std::vector<TraceRequest>& trace, c
   PassResult& median = passes[order[order.size() / 2]];
   IndexBenchResult result = median.totals;
   for (const PassResult& pass : passes) result.pass_seconds.push_back(pass.totals.seconds);
-  const double ops = static_cast<double>(result.lookups + result.stored_blocks + result.removed_blocks);
+  const double ops = static_cast<double>(result.lookups + result.stored_blocks + result.removed_blocks +
+                                         result.offloaded_blocks + result.onboarded_blocks);
   result.ops_per_sec = ops / result.seconds;
   result.requests_per_sec = static_cast<double>(result.requests) / result.seconds;
   result.lookup_p50_us = Percentile(median.lookup_us, 0.50);

@@ -7,9 +7,12 @@
 //      must prefill plus the blocks of the requests it is running. A request runs from its
 //      timestamp for decode_ms_per_token * output_length (the trace has no finish times;
 //      20 ms per token is a typical decode step for an 8B model under load);
-//   3. the chosen worker reuses its prefix (Touch), evicts as many blocks as its capacity
-//      forces (prioritized LRU, leaf first) and stores the request's new blocks, each
-//      reported as the KV events a worker would publish (removed, then stored).
+//   3. the chosen worker reuses its prefix (Touch; blocks it holds only in host memory are
+//      onboarded back to the GPU), evicts as many GPU blocks as its capacity forces
+//      (prioritized LRU, leaf first), offloading each victim to its host tier when it has
+//      one and the admission filter lets the block in (else dropping it), trims the host
+//      tier to its capacity, and stores the request's new blocks: each step reported as the
+//      KV events a worker would publish.
 // Block-weighted hit rate is the share of prompt blocks the chosen worker already held.
 //
 // Thread safety: a pure function of its inputs.
@@ -28,6 +31,9 @@ struct IndexBenchOptions {
   uint64_t gpu_blocks_per_worker = 16384;
   uint32_t passes = 5;  // fresh index each pass; the reported pass is the median by time
   double decode_ms_per_token = 20.0;
+  uint64_t host_blocks_per_worker = 0;  // 0: no host tier
+  bool frequency_admission = false;     // offload only blocks requested at least twice
+  double overlap_weight = 1.0;          // routing: weight of blocks to prefill against active blocks
 };
 
 struct IndexBenchResult {
@@ -44,6 +50,10 @@ struct IndexBenchResult {
   double bytes_per_block = 0.0;   // index memory / indexed blocks, at the end of the pass
   uint64_t indexed_blocks = 0;
   double hit_rate = 0.0;          // block-weighted
+  uint64_t gpu_hit_blocks = 0;
+  uint64_t host_hit_blocks = 0;
+  uint64_t offloaded_blocks = 0;  // tier-changed events (GPU -> host), onboards included
+  uint64_t onboarded_blocks = 0;
   std::vector<double> pass_seconds;
 };
 

@@ -25,6 +25,17 @@ BenchCommand::BenchCommand(CLI::App& app) {
   index_->add_option("--passes", passes_, "Passes over the trace, each on a fresh index; the median is reported")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  index_->add_option("--host-blocks", host_blocks_, "Host-memory blocks per worker (0: no host tier)")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 32))
+      ->capture_default_str();
+  index_->add_option("--admission", admission_, "Who may enter the host tier: none (every evicted block) or "
+                                                "frequency (requested at least twice, TinyLFU sketch)")
+      ->check(CLI::IsMember({"none", "frequency"}))
+      ->capture_default_str();
+  index_->add_option("--overlap-weight", overlap_weight_,
+                     "Routing cost = weight x blocks to prefill + active blocks of the worker")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   index_->add_flag("--json", json_, "Print one JSON object");
   lookup_rpc_ = bench_->add_subcommand(
       "lookup-rpc", "Lookup latency over the RPC on loopback at a fixed rate (open loop): an embedded coordinator "
@@ -97,6 +108,9 @@ int BenchCommand::RunIndex() const {
   options.workers = workers_;
   options.gpu_blocks_per_worker = gpu_blocks_;
   options.passes = passes_;
+  options.host_blocks_per_worker = host_blocks_;
+  options.frequency_admission = admission_ == "frequency";
+  options.overlap_weight = overlap_weight_;
   Result<bench::IndexBenchResult> r = bench::RunIndexBench(*trace, options);
   if (!r.ok()) {
     std::fprintf(stderr, "kvtier bench index: %s\n", r.status().ToString().c_str());
@@ -107,12 +121,18 @@ int BenchCommand::RunIndex() const {
         "{\"bench\":\"index\",\"requests\":%llu,\"workers\":%u,\"gpu_blocks_per_worker\":%llu,\"passes\":%u,"
         "\"ops_per_sec\":%.0f,\"requests_per_sec\":%.0f,\"lookups\":%llu,\"stored_blocks\":%llu,"
         "\"removed_blocks\":%llu,\"blocks_looked_up\":%llu,\"lookup_p50_us\":%.3f,\"lookup_p99_us\":%.3f,"
-        "\"bytes_per_block\":%.1f,\"indexed_blocks\":%llu,\"hit_rate\":%.4f,\"seconds\":%.4f}\n",
+        "\"bytes_per_block\":%.1f,\"indexed_blocks\":%llu,\"hit_rate\":%.4f,\"hits_by_tier\":{\"gpu\":%llu,\"host\":%llu},"
+        "\"host_blocks_per_worker\":%llu,\"admission\":\"%s\",\"overlap_weight\":%g,\"offloaded_blocks\":%llu,\"onboarded_blocks\":%llu,"
+        "\"seconds\":%.4f}\n",
         static_cast<unsigned long long>(r->requests), workers_, static_cast<unsigned long long>(gpu_blocks_), passes_,
         r->ops_per_sec, r->requests_per_sec, static_cast<unsigned long long>(r->lookups),
         static_cast<unsigned long long>(r->stored_blocks), static_cast<unsigned long long>(r->removed_blocks),
         static_cast<unsigned long long>(r->blocks_looked_up), r->lookup_p50_us, r->lookup_p99_us, r->bytes_per_block,
-        static_cast<unsigned long long>(r->indexed_blocks), r->hit_rate, r->seconds);
+        static_cast<unsigned long long>(r->indexed_blocks), r->hit_rate,
+        static_cast<unsigned long long>(r->gpu_hit_blocks), static_cast<unsigned long long>(r->host_hit_blocks),
+        static_cast<unsigned long long>(host_blocks_), admission_.c_str(), overlap_weight_,
+        static_cast<unsigned long long>(r->offloaded_blocks), static_cast<unsigned long long>(r->onboarded_blocks),
+        r->seconds);
     return 0;
   }
   std::printf("kvtier bench index: %llu requests, %u workers x %llu GPU blocks, median of %u passes\n",
@@ -123,7 +143,8 @@ int BenchCommand::RunIndex() const {
   std::printf("  lookup p50/p99   %.2f / %.2f us\n", r->lookup_p50_us, r->lookup_p99_us);
   std::printf("  memory/block     %.1f bytes (%llu blocks indexed)\n", r->bytes_per_block,
               static_cast<unsigned long long>(r->indexed_blocks));
-  std::printf("  hit rate         %.2f%% of prompt blocks\n", 100.0 * r->hit_rate);
+  std::printf("  hit rate         %.2f%% of prompt blocks (gpu %llu, host %llu blocks)\n", 100.0 * r->hit_rate,
+              static_cast<unsigned long long>(r->gpu_hit_blocks), static_cast<unsigned long long>(r->host_hit_blocks));
   return 0;
 }
 

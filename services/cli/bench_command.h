@@ -27,6 +27,9 @@ class BenchCommand {
   uint32_t workers_ = 4;
   uint64_t gpu_blocks_ = 16384;
   uint32_t passes_ = 5;
+  uint64_t host_blocks_ = 0;
+  std::string admission_ = "none";
+  double overlap_weight_ = 1.0;
   bool json_ = false;
 };
 

@@ -170,7 +170,9 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   }
 }
 
-std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t count) {
+std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t count, const Location* demote_to,
+                                              const std::function<bool(const BlockKey&)>* admit,
+                                              std::vector<BlockKey>* demoted) {
   std::vector<BlockKey> evicted;
   if (node >= nodes_.size() || !nodes_[node]) return evicted;
   auto& lists = nodes_[node]->lists[static_cast<int>(tier)];
@@ -187,9 +189,17 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
         continue;
       }
       const uint32_t b = Owner(ref);
-      evicted.push_back(blocks_[b].key.Key());
+      const BlockKey key = blocks_[b].key.Key();
+      evicted.push_back(key);
       const uint32_t parent = blocks_[b].parent;
       const uint32_t place = internal::PlaceOf(Slot(ref).packed);
+      if (demote_to != nullptr && (*admit == nullptr || (*admit)(key))) {
+        // Offload: the copy in the lower tier is added before this one goes, so that the
+        // block is never collected in between.
+        const uint32_t to = internal::PackLocation(node, static_cast<uint32_t>(demote_to->tier), demote_to->pool);
+        if (FindHeldSlot(b, internal::PlaceOf(to)) == kNil) LinkTail(AddLocation(b, to));
+        demoted->push_back(key);
+      }
       RemoveLocation(ref);
       ref = next;
       // The parent may just have become a leaf here. It is a candidate before `next` when
@@ -303,6 +313,12 @@ LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys) c
 }
 void BlockIndex::Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys) { impl_->Touch(node, scope, keys); }
 std::vector<BlockKey> BlockIndex::Evict(NodeId node, Tier tier, size_t count) { return impl_->Evict(node, tier, count); }
+std::vector<BlockKey> BlockIndex::Demote(NodeId node, Tier from, Location to, size_t count,
+                                         const std::function<bool(const BlockKey&)>& admit,
+                                         std::vector<BlockKey>* demoted) {
+  std::vector<BlockKey> local;
+  return impl_->Evict(node, from, count, &to, &admit, demoted != nullptr ? demoted : &local);
+}
 size_t BlockIndex::Held(NodeId node, Tier tier) const { return impl_->Held(node, tier); }
 void BlockIndex::AdvanceTime() { impl_->AdvanceTime(); }
 BlockIndexStats BlockIndex::Stats() const { return impl_->Stats(); }

@@ -29,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -138,6 +139,12 @@ class BlockIndex {
   // Evicts up to `count` blocks from (node, tier) in prioritized-LRU, leaf-first order
   // and returns their keys in eviction order (what the node would report as removed).
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
+
+  // Evict, but each victim that `admit` accepts (all, when admit is empty) moves to `to`
+  // on the same node instead of leaving it: the offload path (GPU -> host -> disk).
+  // Returns every victim in eviction order; `demoted` receives those that moved.
+  std::vector<BlockKey> Demote(NodeId node, Tier from, Location to, size_t count,
+                               const std::function<bool(const BlockKey&)>& admit, std::vector<BlockKey>* demoted);
 
   // Blocks held on (node, tier).
   size_t Held(NodeId node, Tier tier) const;

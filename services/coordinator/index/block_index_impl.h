@@ -187,7 +187,25 @@ class BlockIndex::Impl {
     uint32_t ref = FindSlot(b, internal::PlaceOf(packed));
     if (ref != kNil) {
       Slot(ref).packed = packed;  // an absent slot comes back with its children's count
-    } else if (blocks_[b].first.packed == kNoLocation) {
+    } else {
+      ref = NewSlot(b, packed);
+    }
+    ++Lists(internal::PackedNode(packed)).held[internal::PackedTier(packed)];
+    ++locations_;
+    if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
+      uint32_t pref = FindSlot(parent, internal::PlaceOf(packed));
+      // The parent is not at this place (a child offloaded before it): an absent slot
+      // keeps the count, so the parent is interior here as soon as it arrives.
+      if (pref == kNil) pref = NewSlot(parent, (packed & ~0xFFFFu) | internal::kAbsentBit);
+      ++Slot(pref).children_here;
+    }
+    return ref;
+  }
+
+  // A new slot of block b holding `packed` (which may be absent), not in any list.
+  uint32_t NewSlot(uint32_t b, uint32_t packed) {
+    uint32_t ref;
+    if (blocks_[b].first.packed == kNoLocation) {
       ref = b;
     } else {
       if (free_overflow_ != kNil) {
@@ -201,16 +219,8 @@ class BlockIndex::Impl {
       Slot(ref).next_location = blocks_[b].first.next_location;
       blocks_[b].first.next_location = ref;
     }
-    LocationSlot& slot = Slot(ref);
-    if (slot.packed != packed) {
-      slot.packed = packed;
-      slot.children_here = 0;
-    }
-    ++Lists(internal::PackedNode(packed)).held[internal::PackedTier(packed)];
-    ++locations_;
-    if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
-      if (const uint32_t pref = FindSlot(parent, internal::PlaceOf(packed)); pref != kNil) ++Slot(pref).children_here;
-    }
+    Slot(ref).packed = packed;
+    Slot(ref).children_here = 0;
     return ref;
   }
 
@@ -265,7 +275,9 @@ class BlockIndex::Impl {
   Status ValidateStore(const StoreRequest& r, uint32_t parent);
   LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
-  std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
+  std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count, const Location* demote_to = nullptr,
+                              const std::function<bool(const BlockKey&)>* admit = nullptr,
+                              std::vector<BlockKey>* demoted = nullptr);
   size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
   size_t RemoveNode(NodeId node);
   size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);

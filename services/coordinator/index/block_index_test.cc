@@ -193,6 +193,38 @@ TEST_F(BlockIndexTest, RemovedInteriorBlockBreaksThePrefixButKeepsItsChildren) {
   EXPECT_EQ(index_->Evict(0, Tier::kGpu, 3), (std::vector<BlockKey>{abc[2], abc[1], abc[0]}));
 }
 
+TEST_F(BlockIndexTest, DemotionOffloadsAdmittedVictimsAndKeepsLeafOrderBelow) {
+  const auto abc = Chain(1, 3);
+  const Location host{0, Tier::kHost, 0};
+  ASSERT_TRUE(Store(abc, kGpu0).ok());
+  std::vector<BlockKey> demoted;
+  // Block 2 (the leaf) leaves the GPU for host memory.
+  EXPECT_EQ(index_->Demote(0, Tier::kGpu, host, 1, {}, &demoted), std::vector<BlockKey>{abc[2]});
+  EXPECT_EQ(demoted, std::vector<BlockKey>{abc[2]});
+  LookupResult result = index_->Lookup(0, abc);
+  EXPECT_EQ(result.matched_blocks, 3u);
+  ASSERT_EQ(result.scores.size(), 1u);
+  EXPECT_DOUBLE_EQ(result.scores[0].score, 2.5) << "blocks 0,1 on GPU (1.0 each), block 2 on host (0.5)";
+  // Blocks 1 and 0 follow, but the filter admits only block 0.
+  demoted.clear();
+  const auto admit_root = [&](const BlockKey& key) { return key == abc[0]; };
+  EXPECT_EQ(index_->Demote(0, Tier::kGpu, host, 2, admit_root, &demoted), (std::vector<BlockKey>{abc[1], abc[0]}));
+  EXPECT_EQ(demoted, std::vector<BlockKey>{abc[0]});
+  EXPECT_EQ(index_->Held(0, Tier::kGpu), 0u);
+  EXPECT_EQ(index_->Held(0, Tier::kHost), 2u);
+  EXPECT_EQ(index_->Lookup(0, abc).matched_blocks, 1u) << "block 1 was dropped, so the prefix stops after block 0";
+}
+
+TEST_F(BlockIndexTest, ParentArrivingBelowItsChildIsInteriorThere) {
+  const auto ab = Chain(1, 2);
+  const Location host{0, Tier::kHost, 0};
+  ASSERT_TRUE(Store(ab, kGpu0).ok());
+  std::vector<BlockKey> demoted;
+  index_->Demote(0, Tier::kGpu, host, 2, {}, &demoted);  // the child reaches host first
+  EXPECT_EQ(demoted, (std::vector<BlockKey>{ab[1], ab[0]}));
+  EXPECT_EQ(index_->Evict(0, Tier::kHost, 1), std::vector<BlockKey>{ab[1]}) << "the child goes first on host too";
+}
+
 TEST_F(BlockIndexTest, RemoveNodeDropsEveryLocationOfTheNode) {
   const auto abc = Chain(1, 3);
   ASSERT_TRUE(Store(abc, kGpu0).ok());
