@@ -1,6 +1,7 @@
 #include "services/cli/bench_command.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "services/bench/index_bench.h"
 #include "services/bench/trace.h"
@@ -66,12 +67,20 @@ int BenchCommand::Run() const {
   return lookup_rpc_->parsed() ? RunLookupRpc() : RunIndex();
 }
 
+// Reads --trace; on failure prints why and sets `exit_code` (2 for a malformed file).
+static std::optional<std::vector<bench::TraceRequest>> LoadTrace(const std::string& path, const char* command,
+                                                                 int& exit_code) {
+  Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(path);
+  if (trace.ok()) return *std::move(trace);
+  std::fprintf(stderr, "kvtier bench %s: %s\n", command, trace.status().message().c_str());
+  exit_code = trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  return std::nullopt;
+}
+
 int BenchCommand::RunLookupRpc() const {
-  Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(trace_);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", trace.status().message().c_str());
-    return trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
+  int exit_code = 0;
+  std::optional<std::vector<bench::TraceRequest>> trace = LoadTrace(trace_, "lookup-rpc", exit_code);
+  if (!trace) return exit_code;
   coordinator::LookupRpcBenchOptions options;
   for (const bench::TraceRequest& r : *trace) options.prompts.push_back(r.hash_ids);
   options.rate_per_sec = rate_;
@@ -99,11 +108,9 @@ int BenchCommand::RunLookupRpc() const {
 }
 
 int BenchCommand::RunIndex() const {
-  Result<std::vector<bench::TraceRequest>> trace = bench::ReadMooncakeTrace(trace_);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "kvtier bench index: %s\n", trace.status().message().c_str());
-    return trace.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
-  }
+  int exit_code = 0;
+  std::optional<std::vector<bench::TraceRequest>> trace = LoadTrace(trace_, "index", exit_code);
+  if (!trace) return exit_code;
   bench::IndexBenchOptions options;
   options.workers = workers_;
   options.gpu_blocks_per_worker = gpu_blocks_;

@@ -219,13 +219,20 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
   return evicted;
 }
 
+// Place of (node, tier): what Remove and ChangeTier look blocks up by.
+static uint32_t PlaceOfTier(NodeId node, Tier tier) {
+  return internal::PlaceOf(internal::PackLocation(node, static_cast<uint32_t>(tier), 0));
+}
+
+uint32_t BlockIndex::Impl::HeldSlotOf(const BlockKey& key, uint32_t place) const {
+  const uint32_t b = table_.Find(key, blocks_);
+  return b == kNil ? kNil : FindHeldSlot(b, place);
+}
+
 size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey> keys) {
-  const uint32_t place = internal::PlaceOf(internal::PackLocation(node, static_cast<uint32_t>(tier), 0));
   size_t removed = 0;
   for (const BlockKey& key : keys) {
-    const uint32_t b = table_.Find(key, blocks_);
-    if (b == kNil) continue;
-    const uint32_t ref = FindHeldSlot(b, place);
+    const uint32_t ref = HeldSlotOf(key, PlaceOfTier(node, tier));
     if (ref == kNil) continue;
     RemoveLocation(ref);
     ++removed;
@@ -234,15 +241,13 @@ size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey
 }
 
 size_t BlockIndex::Impl::ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys) {
-  const uint32_t from_place = internal::PlaceOf(internal::PackLocation(node, static_cast<uint32_t>(from), 0));
   const uint32_t to_packed = internal::PackLocation(node, static_cast<uint32_t>(to.tier), to.pool);
   size_t moved = 0;
   for (const BlockKey& key : keys) {
-    const uint32_t b = table_.Find(key, blocks_);
-    if (b == kNil) continue;
-    const uint32_t from_ref = FindHeldSlot(b, from_place);
+    const uint32_t from_ref = HeldSlotOf(key, PlaceOfTier(node, from));
     if (from_ref == kNil) continue;
     // Add before removing, so that a block held only here is never collected in between.
+    const uint32_t b = Owner(from_ref);
     if (FindHeldSlot(b, internal::PlaceOf(to_packed)) == kNil) LinkTail(AddLocation(b, to_packed));
     RemoveLocation(from_ref);
     ++moved;

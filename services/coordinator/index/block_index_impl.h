@@ -280,6 +280,7 @@ class BlockIndex::Impl {
                               std::vector<BlockKey>* demoted = nullptr);
   size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
   size_t RemoveNode(NodeId node);
+  uint32_t HeldSlotOf(const BlockKey& key, uint32_t place) const;  // kNil when not held there
   size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);
   void AdvanceTime();
   BlockIndexStats Stats() const;

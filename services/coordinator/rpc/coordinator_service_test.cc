@@ -93,13 +93,10 @@ class CoordinatorServiceTest : public ::testing::Test {
     ASSERT_EQ(response.getNextSequence(), 1u);
   }
 
-  uint32_t LookupMatched(CoordinatorClient& tenant, std::vector<schema::NodeScore::Reader>* scores = nullptr) {
+  uint32_t LookupMatched(CoordinatorClient& tenant) {
     auto request = tenant.coordinator().lookupRequest();
     SetKeys(request.initRequest().initKeys(4), 1);
     auto response = request.send().wait(tenant.ws());
-    if (scores) {
-      for (auto s : response.getResult().getScores()) scores->push_back(s);
-    }
     return response.getResult().getMatchedBlocks();
   }
 
@@ -139,7 +136,8 @@ TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
   CoordinatorClient team_a(address_, kTokenA);
   auto request = team_a.coordinator().routeRequest();
   SetKeys(request.initRequest().initKeys(4), 1);
-  auto decision = request.send().wait(team_a.ws()).getDecision();
+  auto response = request.send().wait(team_a.ws());  // readers point into the response: keep it
+  auto decision = response.getDecision();
   EXPECT_EQ(std::string(decision.getNodeId().cStr()), "w1");
   EXPECT_EQ(std::string(decision.getRpcAddress().cStr()), "10.0.0.1:7401");
   EXPECT_EQ(decision.getPrefixBlocks(), 3u);
@@ -172,7 +170,8 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   stale.setLeaseId(999);
   EXPECT_EQ(worker.Send(kj::mv(stale)).code(), StatusCode::kNotFound);
 
-  auto stats = worker.coordinator().statsRequest().send().wait(worker.ws()).getStats();
+  auto stats_response = worker.coordinator().statsRequest().send().wait(worker.ws());
+  auto stats = stats_response.getStats();
   EXPECT_EQ(stats.getIndexBlocks(), 3u) << "the index is unchanged";
   EXPECT_EQ(stats.getNodes(), 1u);
 }
