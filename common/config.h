@@ -56,6 +56,7 @@ struct CoordinatorConfig {
   std::vector<std::string> listen = {"127.0.0.1:7400"};  // host:port; port 0 picks one
   std::string unix_socket;                                // path; empty for none
   uint64_t max_message_bytes = 64ull << 20;
+  uint64_t lease_ttl_ms = 10000;  // a node silent this long leaves the index
 };
 
 struct KvtierConfig {

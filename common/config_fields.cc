@@ -144,6 +144,9 @@ std::vector<Field> BuildFields() {
   fields.push_back(UintField("coordinator.max_message_bytes",
                              "Largest RPC message accepted; larger ones close the connection.", 4096,
                              1ull << 30, [](auto& c) -> auto& { return c.coordinator.max_message_bytes; }));
+  fields.push_back(UintField("coordinator.lease_ttl_ms",
+                             "Node lease: a node that sends no heartbeat for this long leaves the index.", 500,
+                             3600000, [](auto& c) -> auto& { return c.coordinator.lease_ttl_ms; }));
   return fields;
 }
 

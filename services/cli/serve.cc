@@ -140,6 +140,7 @@ int Serve(Role role, const KvtierConfig& config) {
   node_options.node_id = HostName();
   node_options.roles = {"coordinator"};
   node_options.rpc = config.coordinator;
+  node_options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   node_options.tls = config.tls;
   node_options.tokens = std::move(auth->tokens);
   node_options.registry = &registry;

@@ -199,6 +199,8 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
         const uint32_t to = internal::PackLocation(node, static_cast<uint32_t>(demote_to->tier), demote_to->pool);
         if (FindHeldSlot(b, internal::PlaceOf(to)) == kNil) LinkTail(AddLocation(b, to));
         demoted->push_back(key);
+      } else {
+        ++evictions_by_priority_[blocks_[b].priority];
       }
       RemoveLocation(ref);
       ref = next;
@@ -234,6 +236,7 @@ size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey
   for (const BlockKey& key : keys) {
     const uint32_t ref = HeldSlotOf(key, PlaceOfTier(node, tier));
     if (ref == kNil) continue;
+    ++evictions_by_priority_[blocks_[Owner(ref)].priority];
     RemoveLocation(ref);
     ++removed;
   }
@@ -286,6 +289,7 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.blocks = live_blocks_;
   stats.locations = locations_;
   stats.expirations = expirations_;
+  stats.evictions_by_priority = evictions_by_priority_;
   stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() + expiry_.size() * sizeof(ExpiryEntry) +
                        nodes_.size() * sizeof(void*);
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;

@@ -102,6 +102,9 @@ struct BlockIndexStats {
   size_t locations = 0;
   size_t memory_bytes = 0;   // everything the index allocated
   uint64_t expirations = 0;
+  // Locations dropped by Evict (victims not moved to a lower tier) and Remove, by the
+  // block's priority then. RemoveNode (a node leaving) is not counted: it is no eviction.
+  std::array<uint64_t, kMaxPriority + 1> evictions_by_priority{};
 };
 
 class BlockIndex {

@@ -301,6 +301,7 @@ class BlockIndex::Impl {
   size_t live_blocks_ = 0;
   size_t locations_ = 0;
   uint64_t expirations_ = 0;
+  std::array<uint64_t, kMaxPriority + 1> evictions_by_priority_{};
 };
 
 }  // namespace kvtier::coordinator

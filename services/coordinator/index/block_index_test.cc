@@ -120,6 +120,10 @@ TEST_F(BlockIndexTest, LowestPriorityIsEvictedFirstWhateverItsRecency) {
   ASSERT_TRUE(Store(Chain(300, 1), kGpu0).ok());                                // newest, default 35
   const std::vector<BlockKey> order = index_->Evict(0, Tier::kGpu, 3);
   EXPECT_EQ(order, (std::vector<BlockKey>{Chain(200, 1)[0], Chain(300, 1)[0], Chain(100, 1)[0]}));
+  const auto& evictions = index_->Stats().evictions_by_priority;
+  EXPECT_EQ(evictions[10], 1u);
+  EXPECT_EQ(evictions[35], 1u);
+  EXPECT_EQ(evictions[50], 1u);
   EXPECT_EQ(index_->Held(0, Tier::kGpu), 0u);
   EXPECT_EQ(index_->Stats().blocks, 0u);
 }

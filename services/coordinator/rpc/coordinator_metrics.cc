@@ -18,6 +18,9 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* nodes, r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
                           r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind.", {"kind"}));
+  KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
+                                                      "Blocks evicted from a node's tier, by their priority.",
+                                                      {"priority"}));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* gaps, r.AddCounter("kvtier_coordinator_sequence_gaps_total",
                                                             "Event streams found with a gap."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* resyncs,
@@ -58,6 +61,11 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
   lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));
   last_ = stats.membership;
+  for (int p = 0; p <= kMaxPriority; ++p) {
+    const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];
+    if (delta > 0) evictions_->WithLabels({std::to_string(p)}).Inc(static_cast<double>(delta));
+  }
+  last_evictions_ = stats.index.evictions_by_priority;
 }
 
 }  // namespace kvtier::coordinator

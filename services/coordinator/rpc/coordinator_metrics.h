@@ -1,7 +1,8 @@
 // The coordinator's metrics (all prefixed kvtier_coordinator_):
 //   lookups_total, lookup_hit_blocks_total{tier}, matched_blocks (histogram),
 //   lookup_duration_seconds (histogram), index_blocks, index_bytes, nodes (gauges),
-//   events_total{kind}, sequence_gaps_total, resyncs_total, lease_expiries_total.
+//   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
+//   lease_expiries_total.
 //
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once
@@ -35,7 +36,9 @@ class CoordinatorMetrics {
   Counter* sequence_gaps_ = nullptr;
   Counter* resyncs_ = nullptr;
   Counter* lease_expiries_ = nullptr;
+  CounterFamily* evictions_ = nullptr;
   MembershipStats last_;  // what the counters already include
+  std::array<uint64_t, kMaxPriority + 1> last_evictions_{};
 };
 
 }  // namespace kvtier::coordinator

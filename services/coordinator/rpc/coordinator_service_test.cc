@@ -165,6 +165,17 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid;
   EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << invalid;
 
+  // An eviction reported by the worker shows in the metric, by priority (stored at 50).
+  auto removed = worker.coordinator().publishEventsRequest();
+  auto removal = removed.initBatch();
+  removal.setNodeId("w1");
+  removal.setIncarnation(1);
+  removal.setFirstSequence(1);
+  SetKeys(removal.initEvents(1)[0].initRemoved().initKeys(1), 3);
+  ASSERT_TRUE(worker.Send(kj::mv(removed)).ok());
+  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_evictions_total{priority=\"50\"} 1"), std::string::npos)
+      << registry_.Exposition();
+
   auto stale = worker.coordinator().heartbeatRequest();
   stale.setNodeId("w1");
   stale.setLeaseId(999);
@@ -172,7 +183,7 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
 
   auto stats_response = worker.coordinator().statsRequest().send().wait(worker.ws());
   auto stats = stats_response.getStats();
-  EXPECT_EQ(stats.getIndexBlocks(), 3u) << "the index is unchanged";
+  EXPECT_EQ(stats.getIndexBlocks(), 2u) << "only the reported eviction changed the index";
   EXPECT_EQ(stats.getNodes(), 1u);
 }
 
