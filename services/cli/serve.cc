@@ -97,6 +97,35 @@ int WaitForShutdownSignal() {
   return received;
 }
 
+Result<std::unique_ptr<coordinator::CoordinatorNode>> StartCoordinator(const KvtierConfig& config,
+                                                                       auth::TokenStore tokens,
+                                                                       MetricsRegistry& registry) {
+  coordinator::CoordinatorNodeOptions options;
+  options.node_id = HostName();
+  options.roles = {"coordinator"};
+  options.rpc = config.coordinator;
+  options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
+  options.tls = config.tls;
+  options.tokens = std::move(tokens);
+  options.registry = &registry;
+  return coordinator::CoordinatorNode::Create(std::move(options));
+}
+
+void PrintBanner(Role role, const KvtierConfig& config, const coordinator::CoordinatorNode& node,
+                 const MetricsHttpServer& http, const std::string& auth_summary) {
+  std::string rpc_endpoints;
+  for (const std::string& e : node.endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
+  std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
+  std::printf("  rpc       %s%s\n", rpc_endpoints.c_str(), node.tls() ? " (TLS)" : "");
+  std::printf("  metrics   %s/metrics\n", http.endpoint().c_str());
+  std::printf("  health    %s/healthz  %s/readyz\n", http.endpoint().c_str(), http.endpoint().c_str());
+  std::printf("  data dir  %s\n", config.data_dir.c_str());
+  std::printf("  auth      %s\n", auth_summary.c_str());
+  std::printf("  roles     coordinator (prefix index, membership, routing)\n");
+  std::printf("Stop with Ctrl-C or SIGTERM.\n");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 void BlockShutdownSignals() {
@@ -136,15 +165,7 @@ int Serve(Role role, const KvtierConfig& config) {
     return kExitStartFailure;
   }
 
-  coordinator::CoordinatorNodeOptions node_options;
-  node_options.node_id = HostName();
-  node_options.roles = {"coordinator"};
-  node_options.rpc = config.coordinator;
-  node_options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
-  node_options.tls = config.tls;
-  node_options.tokens = std::move(auth->tokens);
-  node_options.registry = &registry;
-  Result<std::unique_ptr<coordinator::CoordinatorNode>> node = coordinator::CoordinatorNode::Create(std::move(node_options));
+  Result<std::unique_ptr<coordinator::CoordinatorNode>> node = StartCoordinator(config, std::move(auth->tokens), registry);
   if (!node.ok()) {
     spdlog::error("coordinator: {}", node.status().message());
     return ExitCodeFor(node.status());
@@ -165,17 +186,7 @@ int Serve(Role role, const KvtierConfig& config) {
   }
   ready = true;
 
-  std::string rpc_endpoints;
-  for (const std::string& e : (*node)->endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
-  std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
-  std::printf("  rpc       %s%s\n", rpc_endpoints.c_str(), (*node)->tls() ? " (TLS)" : "");
-  std::printf("  metrics   %s/metrics\n", (*http)->endpoint().c_str());
-  std::printf("  health    %s/healthz  %s/readyz\n", (*http)->endpoint().c_str(), (*http)->endpoint().c_str());
-  std::printf("  data dir  %s\n", config.data_dir.c_str());
-  std::printf("  auth      %s\n", auth->summary.c_str());
-  std::printf("  roles     coordinator (prefix index, membership, routing)\n");
-  std::printf("Stop with Ctrl-C or SIGTERM.\n");
-  std::fflush(stdout);
+  PrintBanner(role, config, **node, **http, auth->summary);
   if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);
 
   const int signal_number = WaitForShutdownSignal();

@@ -89,38 +89,15 @@ uint64_t LoadTrace(capnp::EzRpcClient& client, schema::Coordinator::Client& coor
   return stored.size();
 }
 
-double Percentile(std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
-}
-
-}  // namespace
-
-Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options) {
-  if (options.prompts.empty()) return InvalidArgumentError("the trace has no requests");
-  if (!(options.rate_per_sec > 0) || !(options.seconds > 0)) {
-    return InvalidArgumentError("--rate and --seconds must be positive");
-  }
-  const std::string token = auth::GenerateToken();
-  MetricsRegistry registry;
-  CoordinatorNodeOptions node_options;
-  node_options.rpc.listen = {"127.0.0.1:0"};
-  KVTIER_ASSIGN_OR_RETURN(node_options.tokens, auth::TokenStore::SingleTenant({"bench", "bench-salt"}, token));
-  node_options.registry = &registry;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
-
-  LookupRpcBenchResult result;
-  capnp::EzRpcClient client(node->endpoints()[0]);
+// Sends the lookups open loop and returns each call's latency from its scheduled time.
+std::vector<double> SendAtRate(capnp::EzRpcClient& client, schema::Coordinator::Client& coordinator,
+                               const LookupRpcBenchOptions& options, LookupRpcBenchResult& result, uint64_t& matched) {
   auto& ws = client.getWaitScope();
-  schema::Coordinator::Client coordinator = Connect(client, token);
-  result.indexed_blocks = LoadTrace(client, coordinator, options.prompts, SaltScope("bench-salt"));
-
   const OpaqueKeyNamespace ns("mooncake", "");
   const auto total = static_cast<uint64_t>(options.rate_per_sec * options.seconds);
   const auto interval = std::chrono::duration<double>(1.0 / options.rate_per_sec);
   std::vector<double> latencies_us;
   latencies_us.reserve(total);
-  uint64_t matched = 0;
   std::vector<kj::Promise<void>> in_flight;  // kept until the end: a few hundred KB
   in_flight.reserve(total);
   uint64_t done = 0;
@@ -152,8 +129,38 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
     }
     ws.poll();
   }
+  return latencies_us;
+}
+
+double Percentile(std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+}
+
+}  // namespace
+
+Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options) {
+  if (options.prompts.empty()) return InvalidArgumentError("the trace has no requests");
+  if (!(options.rate_per_sec > 0) || !(options.seconds > 0)) {
+    return InvalidArgumentError("--rate and --seconds must be positive");
+  }
+  const std::string token = auth::GenerateToken();
+  MetricsRegistry registry;
+  CoordinatorNodeOptions node_options;
+  node_options.rpc.listen = {"127.0.0.1:0"};
+  KVTIER_ASSIGN_OR_RETURN(node_options.tokens, auth::TokenStore::SingleTenant({"bench", "bench-salt"}, token));
+  node_options.registry = &registry;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
+
+  LookupRpcBenchResult result;
+  capnp::EzRpcClient client(node->endpoints()[0]);
+  schema::Coordinator::Client coordinator = Connect(client, token);
+  result.indexed_blocks = LoadTrace(client, coordinator, options.prompts, SaltScope("bench-salt"));
+
+  const auto start = SteadyClock::now();
+  uint64_t matched = 0;
+  std::vector<double> latencies_us = SendAtRate(client, coordinator, options, result, matched);
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  in_flight.clear();
   node->Shutdown();
 
   std::sort(latencies_us.begin(), latencies_us.end());
