@@ -2,12 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
 #include "common/config_fields.h"
+#include "common/file.h"
 
 extern char** environ;
 
@@ -179,11 +178,8 @@ Status ValidateConfig(const KvtierConfig& config) {
 Result<KvtierConfig> LoadConfig(const ConfigSources& sources) {
   KvtierConfig config;
   if (!sources.yaml_path.empty()) {
-    std::ifstream in(sources.yaml_path);
-    if (!in) return InvalidArgumentError("config file " + sources.yaml_path + ": cannot be read");
-    std::stringstream text;
-    text << in.rdbuf();
-    KVTIER_RETURN_IF_ERROR(ApplyYaml(text.str(), sources.yaml_path, config));
+    KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(sources.yaml_path, "config file"));
+    KVTIER_RETURN_IF_ERROR(ApplyYaml(text, sources.yaml_path, config));
   }
   for (const Field& field : Fields()) {
     const auto it = sources.environment.find(EnvVarFor(field.path));

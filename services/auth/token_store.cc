@@ -1,12 +1,11 @@
 #include "services/auth/token_store.h"
 
-#include <fstream>
-#include <sstream>
-
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <yaml-cpp/yaml.h>
+
+#include "common/file.h"
 
 namespace kvtier::auth {
 namespace {
@@ -30,11 +29,8 @@ bool IsValidTenantName(std::string_view name) {
 }  // namespace
 
 Result<TokenStore> TokenStore::FromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return InvalidArgumentError("auth.token_file " + path + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return FromYaml(text.str(), "auth.token_file " + path);
+  KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "auth.token_file"));
+  return FromYaml(text, "auth.token_file " + path);
 }
 
 Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view source_name) {

@@ -1,19 +1,9 @@
 #include "services/rpc/tls.h"
 
-#include <fstream>
-#include <sstream>
-
+#include "common/file.h"
 #include "services/rpc/status_mapping.h"
 
 namespace kvtier::rpc {
-
-Result<std::string> ReadTextFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) return InvalidArgumentError(what + " " + path + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 namespace {
 

@@ -46,7 +46,4 @@ class TlsClient {
   kj::Own<kj::TlsContext> context_;
 };
 
-// Reads a whole file; kInvalidArgument naming `what` and the path when it cannot be read.
-[[nodiscard]] Result<std::string> ReadTextFile(const std::string& path, const std::string& what);
-
 }  // namespace kvtier::rpc
