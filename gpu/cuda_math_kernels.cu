@@ -1,0 +1,235 @@
+// Arithmetic kernels: per-token quantization and paged decode attention. The arithmetic
+// matches the CPU reference (fp32, IEEE division, expf), so results agree to rounding.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "gpu/cuda_kernels.cuh"
+#include "gpu/kernel_checks.h"
+
+namespace kvtier::gpu::internal {
+namespace {
+
+constexpr unsigned kWarpsPerBlock = 4;
+constexpr unsigned kMaxPerLane = kMaxAttentionHeadDim / 32;
+
+__device__ inline float ToFloat(float x) { return x; }
+__device__ inline float ToFloat(__half x) { return __half2float(x); }
+__device__ inline float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ inline T FromFloat(float x);
+template <>
+__device__ inline float FromFloat<float>(float x) { return x; }
+template <>
+__device__ inline __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ inline float WarpMax(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  return v;
+}
+__device__ inline float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  return v;
+}
+
+// One warp per (token, head) row.
+template <typename In, bool kInt8>
+__global__ void QuantizeRows(const In* input, void* output, float* scales, size_t rows, uint32_t dim) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const unsigned lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together
+  const In* x = input + row * dim;
+  float amax = 0.0f;
+  for (uint32_t d = lane; d < dim; d += 32) amax = fmaxf(amax, fabsf(ToFloat(x[d])));
+  amax = WarpMax(amax);
+  const float scale = amax / (kInt8 ? 127.0f : 448.0f);
+  if (lane == 0) scales[row] = scale;
+  for (uint32_t d = lane; d < dim; d += 32) {
+    const float scaled = scale > 0.0f ? ToFloat(x[d]) / scale : 0.0f;
+    if constexpr (kInt8) {
+      static_cast<int8_t*>(output)[row * dim + d] = static_cast<int8_t>(fminf(fmaxf(rintf(scaled), -127.0f), 127.0f));
+    } else {
+      static_cast<uint8_t*>(output)[row * dim + d] =
+          static_cast<uint8_t>(__nv_cvt_float_to_fp8(scaled, __NV_SATFINITE, __NV_E4M3));
+    }
+  }
+}
+
+template <typename Out, bool kInt8>
+__global__ void DequantizeElements(const void* input, const float* scales, Out* output, size_t count, uint32_t dim) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float q;
+    if constexpr (kInt8) {
+      q = static_cast<float>(static_cast<const int8_t*>(input)[i]);
+    } else {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(input)[i], __NV_E4M3);
+      q = __half2float(__half(h));
+    }
+    output[i] = FromFloat<Out>(q * scales[i / dim]);
+  }
+}
+
+template <typename In>
+void LaunchQuantizeTyped(const QuantizeArgs& a, cudaStream_t s) {
+  const size_t rows = size_t{a.tokens} * a.heads;
+  const auto grid = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  const auto* input = static_cast<const In*>(a.input);
+  if (a.output_dtype == KvDtype::kInt8) {
+    QuantizeRows<In, true><<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
+  } else {
+    QuantizeRows<In, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
+  }
+}
+
+template <typename Out>
+void LaunchDequantizeTyped(const DequantizeArgs& a, cudaStream_t s) {
+  const size_t count = size_t{a.tokens} * a.heads * a.head_dim;
+  const auto grid = static_cast<unsigned>(std::min<size_t>((count + 255) / 256, 65535));
+  auto* output = static_cast<Out*>(a.output);
+  if (a.input_dtype == KvDtype::kInt8) {
+    DequantizeElements<Out, true><<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
+  } else {
+    DequantizeElements<Out, false><<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
+  }
+}
+
+__global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* tables, uint32_t batch,
+                                     uint32_t max_blocks, uint32_t tokens_per_block, size_t pool_blocks,
+                                     DeviceFault* fault) {
+  const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= batch) return;
+  const uint32_t length = lengths[b];
+  if (length < 1 || length > max_blocks * tokens_per_block) {
+    Report(fault, FaultKind::kBadLength, b, length);
+    return;
+  }
+  for (uint32_t e = 0; e < (length + tokens_per_block - 1) / tokens_per_block; ++e) {
+    const uint32_t id = tables[static_cast<size_t>(b) * max_blocks + e];
+    if (id >= pool_blocks) {
+      Report(fault, FaultKind::kBadTableEntry, b, id, e);
+      return;
+    }
+  }
+}
+
+struct AttentionGeometry {
+  size_t block_bytes, key_offset, value_offset, head_run_bytes;
+  uint32_t tokens_per_block, dim, group, query_heads, max_blocks;
+  float scale;
+};
+
+// Thread block (query head, sequence); each warp runs an online softmax over every
+// kWarpsPerBlock-th token, lanes split the head dimension; warps merge at the end.
+template <typename T>
+__global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, const float* query, const uint32_t* tables,
+                                      const uint32_t* lengths, float* output, const DeviceFault* fault) {
+  if (Faulted(fault)) return;
+  __shared__ float warp_max[kWarpsPerBlock], warp_sum[kWarpsPerBlock];
+  __shared__ float warp_acc[kWarpsPerBlock][kMaxAttentionHeadDim];
+  const uint32_t qh = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const size_t head_offset = static_cast<size_t>(qh / g.group) * g.head_run_bytes;
+  const float* q = query + (static_cast<size_t>(b) * g.query_heads + qh) * g.dim;
+  float q_reg[kMaxPerLane], acc[kMaxPerLane];
+  for (unsigned k = 0; k < kMaxPerLane; ++k) {
+    const uint32_t d = lane + 32 * k;
+    q_reg[k] = d < g.dim ? q[d] : 0.0f;
+    acc[k] = 0.0f;
+  }
+  float running_max = -INFINITY, running_sum = 0.0f;
+  const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
+  for (uint32_t t = warp; t < lengths[b]; t += kWarpsPerBlock) {
+    const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
+    const size_t token = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
+    const T* key = reinterpret_cast<const T*>(block + g.key_offset) + token;
+    const T* value = reinterpret_cast<const T*>(block + g.value_offset) + token;
+    float dot = 0.0f;
+    for (unsigned k = 0; k < kMaxPerLane; ++k) {
+      const uint32_t d = lane + 32 * k;
+      if (d < g.dim) dot += q_reg[k] * ToFloat(key[d]);
+    }
+    const float score = WarpSum(dot) * g.scale;
+    const float new_max = fmaxf(running_max, score);
+    const float correction = expf(running_max - new_max);
+    const float p = expf(score - new_max);
+    running_sum = running_sum * correction + p;
+    for (unsigned k = 0; k < kMaxPerLane; ++k) {
+      const uint32_t d = lane + 32 * k;
+      if (d < g.dim) acc[k] = acc[k] * correction + p * ToFloat(value[d]);
+    }
+    running_max = new_max;
+  }
+  if (lane == 0) {
+    warp_max[warp] = running_max;
+    warp_sum[warp] = running_sum;
+  }
+  for (unsigned k = 0; k < kMaxPerLane; ++k) {
+    if (lane + 32 * k < g.dim) warp_acc[warp][lane + 32 * k] = acc[k];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float total_max = -INFINITY;
+  for (unsigned w = 0; w < kWarpsPerBlock; ++w) total_max = fmaxf(total_max, warp_max[w]);
+  float total_sum = 0.0f;
+  for (unsigned w = 0; w < kWarpsPerBlock; ++w) total_sum += warp_sum[w] * expf(warp_max[w] - total_max);
+  float* out = output + (static_cast<size_t>(b) * g.query_heads + qh) * g.dim;
+  for (uint32_t d = lane; d < g.dim; d += 32) {
+    float merged = 0.0f;
+    for (unsigned w = 0; w < kWarpsPerBlock; ++w) merged += warp_acc[w][d] * expf(warp_max[w] - total_max);
+    out[d] = merged / total_sum;
+  }
+}
+
+}  // namespace
+
+void LaunchQuantize(const QuantizeArgs& a, cudaStream_t s) {
+  switch (a.input_dtype) {
+    case KvDtype::kFp32: LaunchQuantizeTyped<float>(a, s); break;
+    case KvDtype::kFp16: LaunchQuantizeTyped<__half>(a, s); break;
+    default: LaunchQuantizeTyped<__nv_bfloat16>(a, s); break;
+  }
+}
+
+void LaunchDequantize(const DequantizeArgs& a, cudaStream_t s) {
+  switch (a.output_dtype) {
+    case KvDtype::kFp32: LaunchDequantizeTyped<float>(a, s); break;
+    case KvDtype::kFp16: LaunchDequantizeTyped<__half>(a, s); break;
+    default: LaunchDequantizeTyped<__nv_bfloat16>(a, s); break;
+  }
+}
+
+void LaunchDecodeAttention(const DecodeAttentionArgs& a, DeviceFault* fault, cudaStream_t s) {
+  const KvLayout& layout = *a.layout;
+  CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(a.context_lengths, a.block_tables, a.batch,
+                                                             a.max_blocks_per_sequence, layout.tokens_per_block(),
+                                                             a.pool_blocks, fault);
+  const AttentionGeometry g{layout.bytes_per_block(),
+                            layout.ByteOffset(a.layer, KvPart::kKey, 0, 0),
+                            layout.ByteOffset(a.layer, KvPart::kValue, 0, 0),
+                            layout.bytes_per_head_run(),
+                            layout.tokens_per_block(),
+                            layout.head_dim(),
+                            a.num_query_heads / layout.num_kv_heads(),
+                            a.num_query_heads,
+                            a.max_blocks_per_sequence,
+                            a.scale};
+  const dim3 grid(a.num_query_heads, a.batch);
+  const auto* pool = static_cast<const char*>(a.pool);
+  switch (layout.dtype()) {
+    case KvDtype::kFp32:
+      DecodeAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      break;
+    case KvDtype::kFp16:
+      DecodeAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      break;
+    default:
+      DecodeAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      break;
+  }
+}
+
+}  // namespace kvtier::gpu::internal

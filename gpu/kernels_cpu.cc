@@ -1,0 +1,264 @@
+// The CPU reference backend: the contract of every kernel in plain C++. It is the
+// implementation on machines without a GPU and the oracle the CUDA kernels are tested
+// against. Copies move whole contiguous runs with memcpy; arithmetic is fp32.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gpu/kernel_checks.h"
+#include "gpu/kernels.h"
+#include "gpu/numeric.h"
+
+namespace kvtier::gpu {
+namespace {
+
+using internal::kMaxAttentionHeadDim;
+
+float LoadFloat(const void* base, KvDtype dtype, size_t i) {
+  switch (dtype) {
+    case KvDtype::kFp32: return static_cast<const float*>(base)[i];
+    case KvDtype::kFp16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case KvDtype::kBf16: return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    default: return 0.0f;  // unreachable: dtypes are checked first
+  }
+}
+
+void StoreFloat(void* base, KvDtype dtype, size_t i, float value) {
+  switch (dtype) {
+    case KvDtype::kFp32: static_cast<float*>(base)[i] = value; break;
+    case KvDtype::kFp16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); break;
+    case KvDtype::kBf16: static_cast<uint16_t*>(base)[i] = FloatToBf16(value); break;
+    default: break;  // unreachable: dtypes are checked first
+  }
+}
+
+int64_t LoadIndex(const void* indices, IndexType type, size_t i) {
+  return type == IndexType::kInt32 ? static_cast<const int32_t*>(indices)[i] : static_cast<const int64_t*>(indices)[i];
+}
+
+class CpuBackend final : public KernelBackend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  Status UpdateLinear(const LinearUpdateArgs& a) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckLinearUpdate(a));
+    for (uint32_t i = 0; i < a.batch; ++i) {
+      const int64_t w = LoadIndex(a.write_indices, a.index_type, i);
+      if (w < 0 || w + a.seq > a.max_seq) return internal::BadWriteIndex(i, w, a.seq, a.max_seq);
+    }
+    const size_t row = size_t{a.head_size} * DtypeBytes(a.dtype);
+    auto* cache = static_cast<char*>(a.cache);
+    const auto* update = static_cast<const char*>(a.update);
+    for (uint32_t i = 0; i < a.batch; ++i) {
+      const auto w = static_cast<size_t>(LoadIndex(a.write_indices, a.index_type, i));
+      for (uint32_t h = 0; h < a.heads; ++h) {
+        const size_t plane = size_t{i} * a.heads + h;
+        // The s rows of one (batch, head) are contiguous in both tensors: one copy.
+        std::memcpy(cache + (plane * a.max_seq + w) * row, update + plane * a.seq * row, a.seq * row);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status UpdatePaged(const PagedUpdateArgs& a) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckPagedUpdate(a));
+    const KvLayout& layout = *a.layout;
+    const size_t pool_slots = a.pool_blocks * layout.tokens_per_block();
+    for (uint32_t t = 0; t < a.tokens; ++t) {
+      const int64_t slot = a.slot_mapping[t];
+      if (slot < -1 || slot >= static_cast<int64_t>(pool_slots)) return internal::BadSlot(t, slot, pool_slots);
+    }
+    const size_t head_bytes = size_t{layout.head_dim()} * layout.bytes_per_element();
+    auto* pool = static_cast<char*>(a.pool);
+    const auto* update = static_cast<const char*>(a.update);
+    for (uint32_t t = 0; t < a.tokens; ++t) {
+      if (a.slot_mapping[t] < 0) continue;
+      const auto slot = static_cast<size_t>(a.slot_mapping[t]);
+      char* block = pool + slot / layout.tokens_per_block() * layout.bytes_per_block();
+      const auto token = static_cast<uint32_t>(slot % layout.tokens_per_block());
+      for (uint32_t h = 0; h < layout.num_kv_heads(); ++h) {
+        std::memcpy(block + layout.ByteOffset(a.layer, a.part, h, token),
+                    update + (size_t{t} * layout.num_kv_heads() + h) * head_bytes, head_bytes);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Gather(const BlockCopyArgs& a) override { return CopyBlocks(a, /*to_staging=*/true); }
+  Status Scatter(const BlockCopyArgs& a) override { return CopyBlocks(a, /*to_staging=*/false); }
+
+  Status Quantize(const QuantizeArgs& a) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckQuantize(a));
+    const bool int8 = a.output_dtype == KvDtype::kInt8;
+    const float range = int8 ? 127.0f : kFp8E4m3Max;
+    for (size_t row = 0; row < size_t{a.tokens} * a.heads; ++row) {
+      const size_t base = row * a.head_dim;
+      float amax = 0.0f;
+      for (uint32_t d = 0; d < a.head_dim; ++d) amax = std::max(amax, std::fabs(LoadFloat(a.input, a.input_dtype, base + d)));
+      const float scale = amax / range;
+      a.scales[row] = scale;
+      for (uint32_t d = 0; d < a.head_dim; ++d) {
+        const float scaled = scale > 0.0f ? LoadFloat(a.input, a.input_dtype, base + d) / scale : 0.0f;
+        if (int8) {
+          static_cast<int8_t*>(a.output)[base + d] =
+              static_cast<int8_t>(std::clamp(std::nearbyint(scaled), -127.0f, 127.0f));
+        } else {
+          static_cast<uint8_t*>(a.output)[base + d] = FloatToFp8E4m3(scaled);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Dequantize(const DequantizeArgs& a) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckDequantize(a));
+    const bool int8 = a.input_dtype == KvDtype::kInt8;
+    for (size_t row = 0; row < size_t{a.tokens} * a.heads; ++row) {
+      for (uint32_t d = 0; d < a.head_dim; ++d) {
+        const size_t i = row * a.head_dim + d;
+        const float q = int8 ? static_cast<float>(static_cast<const int8_t*>(a.input)[i])
+                             : Fp8E4m3ToFloat(static_cast<const uint8_t*>(a.input)[i]);
+        StoreFloat(a.output, a.output_dtype, i, q * a.scales[row]);
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status DecodeAttention(const DecodeAttentionArgs& a) override;
+
+  Result<void*> Allocate(MemoryKind, size_t bytes) override {
+    // Page-aligned, like pinned memory; rounded up as aligned_alloc requires.
+    constexpr size_t kAlign = 4096;
+    void* p = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+    if (p == nullptr) return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+    return p;
+  }
+  void Free(MemoryKind, void* pointer) override { std::free(pointer); }
+  Status CopyIn(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+  Status CopyOut(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::Ok();
+  }
+
+ private:
+  Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
+    KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));
+    for (uint32_t i = 0; i < a.count; ++i) {
+      if (a.block_ids[i] >= a.pool_blocks) return internal::BadBlockId(i, a.block_ids[i], a.pool_blocks);
+    }
+    if (!to_staging) KVTIER_RETURN_IF_ERROR(CheckNoRepeats(a));
+    auto* pool = static_cast<char*>(a.pool);
+    auto* staging = static_cast<char*>(a.staging);
+    for (uint32_t i = 0; i < a.count; ++i) {
+      char* block = pool + size_t{a.block_ids[i]} * a.block_bytes;
+      char* staged = staging + size_t{i} * a.block_bytes;
+      if (to_staging) std::memcpy(staged, block, a.block_bytes);
+      else std::memcpy(block, staged, a.block_bytes);
+    }
+    return Status::Ok();
+  }
+
+  Status CheckNoRepeats(const BlockCopyArgs& a) {
+    seen_.assign(a.pool_blocks <= (size_t{1} << 24) ? a.pool_blocks : 0, 0);
+    if (seen_.empty()) return Status::Ok();  // a pool too large to mark cheaply: not checked
+    for (uint32_t i = 0; i < a.count; ++i) {
+      if (seen_[a.block_ids[i]]++) return internal::RepeatedBlockId(i, a.block_ids[i]);
+    }
+    return Status::Ok();
+  }
+
+  std::vector<uint8_t> seen_;
+};
+
+Status CpuBackend::DecodeAttention(const DecodeAttentionArgs& a) {
+  KVTIER_RETURN_IF_ERROR(internal::CheckDecodeAttention(a));
+  const KvLayout& layout = *a.layout;
+  const uint32_t tpb = layout.tokens_per_block();
+  const uint32_t max_tokens = a.max_blocks_per_sequence * tpb;
+  for (uint32_t b = 0; b < a.batch; ++b) {
+    const uint32_t length = a.context_lengths[b];
+    if (length < 1 || length > max_tokens) return internal::BadContextLength(b, length, max_tokens);
+    for (uint32_t e = 0; e < (length + tpb - 1) / tpb; ++e) {
+      const uint32_t id = a.block_tables[size_t{b} * a.max_blocks_per_sequence + e];
+      if (id >= a.pool_blocks) return internal::BadBlockTableEntry(b, e, id, a.pool_blocks);
+    }
+  }
+  const uint32_t dim = layout.head_dim();
+  const uint32_t group = a.num_query_heads / layout.num_kv_heads();
+  const auto* pool = static_cast<const char*>(a.pool);
+  std::vector<float> scores;
+  std::vector<float> acc(kMaxAttentionHeadDim);
+  for (uint32_t b = 0; b < a.batch; ++b) {
+    const uint32_t length = a.context_lengths[b];
+    const uint32_t* table = a.block_tables + size_t{b} * a.max_blocks_per_sequence;
+    auto row = [&](KvPart part, uint32_t kv_head, uint32_t t) {
+      return pool + size_t{table[t / tpb]} * layout.bytes_per_block() + layout.ByteOffset(a.layer, part, kv_head, t % tpb);
+    };
+    for (uint32_t qh = 0; qh < a.num_query_heads; ++qh) {
+      const float* q = a.query + (size_t{b} * a.num_query_heads + qh) * dim;
+      const uint32_t kv_head = qh / group;
+      scores.assign(length, 0.0f);
+      float max_score = -INFINITY;
+      for (uint32_t t = 0; t < length; ++t) {
+        const char* k = row(KvPart::kKey, kv_head, t);
+        float dot = 0.0f;
+        for (uint32_t d = 0; d < dim; ++d) dot += q[d] * LoadFloat(k, layout.dtype(), d);
+        scores[t] = dot * a.scale;
+        max_score = std::max(max_score, scores[t]);
+      }
+      float sum = 0.0f;
+      std::fill(acc.begin(), acc.begin() + dim, 0.0f);
+      for (uint32_t t = 0; t < length; ++t) {
+        const float p = std::exp(scores[t] - max_score);
+        sum += p;
+        const char* v = row(KvPart::kValue, kv_head, t);
+        for (uint32_t d = 0; d < dim; ++d) acc[d] += p * LoadFloat(v, layout.dtype(), d);
+      }
+      float* out = a.output + (size_t{b} * a.num_query_heads + qh) * dim;
+      for (uint32_t d = 0; d < dim; ++d) out[d] = acc[d] / sum;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::unique_ptr<KernelBackend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+Result<DeviceBuffer> DeviceBuffer::Create(KernelBackend& backend, MemoryKind kind, size_t bytes) {
+  KVTIER_ASSIGN_OR_RETURN(void* data, backend.Allocate(kind, bytes));
+  DeviceBuffer buffer;
+  buffer.backend_ = &backend;
+  buffer.kind_ = kind;
+  buffer.data_ = data;
+  buffer.size_ = bytes;
+  return buffer;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    backend_ = other.backend_;
+    kind_ = other.kind_;
+    data_ = other.data_;
+    size_ = other.size_;
+    other.backend_ = nullptr;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::Reset() {
+  if (backend_ != nullptr && data_ != nullptr) backend_->Free(kind_, data_);
+  data_ = nullptr;
+  backend_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace kvtier::gpu

@@ -1,0 +1,84 @@
+// Scalar conversions between float and the narrow formats KV blocks are stored in:
+// IEEE fp16, bfloat16 and OCP fp8 e4m3 ("FN": no infinities, max 448, NaN = S.1111.111).
+//
+// Why hand-written: the CPU references must produce exactly what the CUDA intrinsics
+// (__float2half_rn, __float2bfloat16_rn, __nv_cvt_float_to_fp8 with __NV_SATFINITE) do,
+// on a machine without the CUDA headers' host fallbacks; every conversion here rounds to
+// nearest even like them, and fp8 saturates finite overflow (and infinities) to +-448.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace kvtier::gpu {
+
+inline uint16_t FloatToHalf(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);   // NaN
+  if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: inf
+  if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half, in units of 2^-24
+    // Exact scaling by a power of two, then the FPU's round-to-nearest-even.
+    const float units = std::nearbyint(std::bit_cast<float>(magnitude) * 16777216.0f);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(units));
+  }
+  const uint32_t rounded = magnitude + 0xFFFu + ((magnitude >> 13) & 1u);
+  return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));  // exponent 127 -> 15
+}
+
+inline float HalfToFloat(uint16_t half) {
+  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
+  const uint32_t exponent = (half >> 10) & 0x1Fu;
+  const uint32_t mantissa = half & 0x3FFu;
+  if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+inline uint16_t FloatToBf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+inline float Bf16ToFloat(uint16_t bf16) { return std::bit_cast<float>(static_cast<uint32_t>(bf16) << 16); }
+
+inline constexpr float kFp8E4m3Max = 448.0f;
+
+inline uint8_t FloatToFp8E4m3(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return static_cast<uint8_t>(sign | 0x7Fu);  // NaN
+  const float abs_value = std::bit_cast<float>(magnitude);
+  if (abs_value >= kFp8E4m3Max) return static_cast<uint8_t>(sign | 0x7Eu);  // saturate
+  if (abs_value < 0.015625f) {  // below 2^-6: subnormal, in units of 2^-9
+    const float units = std::nearbyint(abs_value * 512.0f);
+    return static_cast<uint8_t>(sign | static_cast<uint32_t>(units));
+  }
+  const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  return static_cast<uint8_t>(sign | ((rounded - (120u << 23)) >> 20));  // exponent 127 -> 7
+}
+
+inline float Fp8E4m3ToFloat(uint8_t fp8) {
+  const uint32_t exponent = (fp8 >> 3) & 0xFu;
+  const uint32_t mantissa = fp8 & 0x7u;
+  float magnitude;
+  if (exponent == 0) {
+    magnitude = static_cast<float>(mantissa) * 0.001953125f;  // 2^-9
+  } else if (exponent == 15 && mantissa == 7) {
+    magnitude = std::nanf("");
+  } else {
+    magnitude = std::bit_cast<float>(((exponent + 120) << 23) | (mantissa << 20));
+  }
+  return (fp8 & 0x80u) ? -magnitude : magnitude;
+}
+
+}  // namespace kvtier::gpu
