@@ -4,13 +4,14 @@
 #include <optional>
 
 #include "services/bench/index_bench.h"
+#include "services/bench/pool_bench.h"
 #include "services/bench/trace.h"
 #include "services/coordinator/rpc/lookup_rpc_bench.h"
 
 namespace kvtier::cli {
 
 BenchCommand::BenchCommand(CLI::App& app) {
-  bench_ = app.add_subcommand("bench", "Benchmarks: index (today); pool, transfer and disk arrive with their parts.");
+  bench_ = app.add_subcommand("bench", "Benchmarks: index, lookup-rpc, pool; transfer and disk arrive with their parts.");
   bench_->require_subcommand(1);
   index_ = bench_->add_subcommand(
       "index", "Replay a Mooncake trace through the coordinator's prefix index on one core: lookups, routing, "
@@ -48,7 +49,24 @@ BenchCommand::BenchCommand(CLI::App& app) {
   lookup_rpc_->add_option("--rate", rate_, "Lookups per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
   lookup_rpc_->add_option("--seconds", seconds_, "Duration of the load")->check(CLI::Range(0.1, 50.0))->capture_default_str();
   lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
-  for (const char* name : {"pool", "transfer", "disk"}) {
+  pool_ = bench_->add_subcommand(
+      "pool", "Worker block pool: allocation plus free of blocks on one core (pool of 100,000 blocks, allocations "
+              "of 10-1000), and gather/scatter of pool blocks against a plain copy of the same bytes.");
+  pool_->add_option("--block-bytes", pool_options_.block_bytes, "Bytes per block for gather and scatter")
+      ->check(CLI::Range(uint64_t{16}, uint64_t{1} << 30))
+      ->capture_default_str();
+  pool_->add_option("--batch-blocks", pool_options_.batch_blocks, "Blocks per gather/scatter batch")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  pool_->add_option("--copy-pool-blocks", pool_options_.copy_pool_blocks, "Blocks in the pool the batches come from")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  pool_->add_option("--alloc-seconds", pool_options_.alloc_seconds, "Duration of the allocation loop")
+      ->check(CLI::Range(0.05, 30.0))
+      ->capture_default_str();
+  pool_->add_flag("--cpu", force_cpu_, "Use the CPU kernels even when a GPU is present");
+  pool_->add_flag("--json", json_, "Print one JSON object");
+  for (const char* name : {"transfer", "disk"}) {
     later_.push_back(bench_->add_subcommand(name, std::string("Benchmark of the ") + name +
                                                       " path (arrives with that component)"));
     later_.back()->allow_extras();
@@ -64,7 +82,35 @@ int BenchCommand::Run() const {
       return 1;
     }
   }
+  if (pool_->parsed()) return RunPool();
   return lookup_rpc_->parsed() ? RunLookupRpc() : RunIndex();
+}
+
+int BenchCommand::RunPool() const {
+  bench::PoolBenchOptions options = pool_options_;
+  options.allow_gpu = !force_cpu_;
+  Result<bench::PoolBenchResult> r = bench::RunPoolBench(options);
+  if (!r.ok()) {
+    std::fprintf(stderr, "kvtier bench pool: %s\n", r.status().ToString().c_str());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (json_) {
+    std::printf("{\"bench\":\"pool\",\"alloc_free_per_sec\":%.0f,\"alloc_free_blocks\":%llu,\"backend\":\"%s\","
+                "\"block_bytes\":%llu,\"batch_blocks\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
+                "\"memcpy_gbps\":%.2f}\n",
+                r->alloc_free_per_sec, static_cast<unsigned long long>(r->alloc_free_blocks), r->backend.c_str(),
+                static_cast<unsigned long long>(options.block_bytes), options.batch_blocks, r->gather_gbps,
+                r->scatter_gbps, r->memcpy_gbps);
+    return 0;
+  }
+  std::printf("kvtier bench pool (%s kernels)\n", r->backend.c_str());
+  std::printf("  alloc+free       %.2f M blocks/s (%llu blocks, pool of %u)\n", r->alloc_free_per_sec / 1e6,
+              static_cast<unsigned long long>(r->alloc_free_blocks), options.pool_blocks);
+  std::printf("  gather           %.2f GB/s (%u blocks of %llu bytes)\n", r->gather_gbps, options.batch_blocks,
+              static_cast<unsigned long long>(options.block_bytes));
+  std::printf("  scatter          %.2f GB/s\n", r->scatter_gbps);
+  std::printf("  plain copy       %.2f GB/s (the same bytes, one contiguous run)\n", r->memcpy_gbps);
+  return 0;
 }
 
 // Reads --trace; on failure prints why and sets `exit_code` (2 for a malformed file).

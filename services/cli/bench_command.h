@@ -1,8 +1,11 @@
-// `kvtier bench ...`: the component benchmarks. Today: `index` (the coordinator's prefix
-// index over a Mooncake trace). pool, transfer and disk arrive with their components.
+// `kvtier bench ...`: the component benchmarks. `index` (the coordinator's prefix index over a
+// Mooncake trace), `lookup-rpc`, `pool` (the worker's block pool and copy kernels); transfer
+// and disk arrive with their components.
 #pragma once
 
 #include <CLI/CLI.hpp>
+
+#include "services/bench/pool_bench.h"
 
 namespace kvtier::cli {
 
@@ -16,13 +19,17 @@ class BenchCommand {
  private:
   int RunIndex() const;
   int RunLookupRpc() const;
+  int RunPool() const;
 
   CLI::App* bench_;
   CLI::App* index_;
   CLI::App* lookup_rpc_;
+  CLI::App* pool_;
+  bench::PoolBenchOptions pool_options_;
+  bool force_cpu_ = false;
   double rate_ = 20000;
   double seconds_ = 5;
-  std::vector<CLI::App*> later_;  // pool, transfer, disk: arrive with their components
+  std::vector<CLI::App*> later_;  // transfer, disk: arrive with their components
   std::string trace_;
   uint32_t workers_ = 4;
   uint64_t gpu_blocks_ = 16384;

@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
   testing::TempDir dir;
   for (const std::vector<std::string>& command :
-       {std::vector<std::string>{"bench", "pool"}, {"bench", "transfer"}, {"replay"}, {"worker"}, {"store"}}) {
+       {std::vector<std::string>{"bench", "transfer"}, {"bench", "disk"}, {"replay"}, {"worker"}, {"store"}}) {
     std::vector<std::string> argv = {kKvtier};
     argv.insert(argv.end(), command.begin(), command.end());
     ChildProcess child(argv, dir.path());
@@ -163,6 +163,24 @@ TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {
   EXPECT_NE(out.find("\"calls\":100,\"errors\":0"), std::string::npos) << out;
   EXPECT_NE(out.find("\"indexed_blocks\":3"), std::string::npos) << out;
   EXPECT_NE(out.find("\"mean_matched_blocks\":2.50"), std::string::npos) << "every block is cached: " << out;
+}
+
+TEST(KvtierCliTest, BenchPoolPrintsOneJsonObject) {
+  testing::TempDir dir;
+  // Small blocks and a short allocation loop: this checks the command, not the figures.
+  ChildProcess child({kKvtier, "bench", "pool", "--block-bytes", "4096", "--batch-blocks", "8", "--alloc-seconds",
+                      "0.05", "--cpu", "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
+  const std::string out = child.Stdout();
+  for (const char* key : {"\"alloc_free_per_sec\":", "\"gather_gbps\":", "\"scatter_gbps\":", "\"memcpy_gbps\":",
+                          "\"backend\":\"cpu\"", "\"block_bytes\":4096"}) {
+    EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
+  }
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
+  ChildProcess bad({kKvtier, "bench", "pool", "--block-bytes", "100"}, dir.path());
+  EXPECT_EQ(bad.Wait(seconds(30)), 2) << "not a multiple of 16";
+  EXPECT_NE(bad.Stderr().find("block_bytes must be a positive multiple of 16"), std::string::npos) << bad.Stderr();
 }
 
 TEST(KvtierCliTest, HelpAndVersion) {

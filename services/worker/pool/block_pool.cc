@@ -1,0 +1,281 @@
+#include "services/worker/pool/block_pool.h"
+
+#include <algorithm>
+#include <string>
+
+#include "services/worker/pool/block_pool_impl.h"
+
+namespace kvtier::worker {
+namespace {
+
+uint32_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
+  return static_cast<uint32_t>((tokens + tokens_per_block - 1) / tokens_per_block);
+}
+
+Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
+  if (!retention.empty() && retention.size() != keys) {
+    return InvalidArgumentError("commit has " + std::to_string(keys) + " block keys but " +
+                                std::to_string(retention.size()) + " retention entries");
+  }
+  for (size_t i = 0; i < retention.size(); ++i) {
+    if (retention[i].priority > coordinator::kMaxPriority) {
+      return InvalidArgumentError("block " + std::to_string(i) + ": priority " +
+                                  std::to_string(retention[i].priority) + " is out of range [0, 100]");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status BlockPool::AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted) {
+  KVTIER_RETURN_IF_ERROR(impl_->NeedBlocks(count));
+  for (uint32_t i = 0; i < count; ++i) blocks->push_back(impl_->TakeBlank(evicted));
+  return Status::Ok();
+}
+
+Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
+  Impl& p = *impl_;
+  if (p.free_marks_.empty()) p.free_marks_.assign(p.metas_.size(), 0);
+  // References this call drops per block, so that a block listed twice with one
+  // reference is a double free too; the marks are cleared again either way.
+  Status status = Status::Ok();
+  size_t checked = 0;
+  for (; checked < blocks.size(); ++checked) {
+    const BlockId b = blocks[checked];
+    if (b >= p.metas_.size()) {
+      status = OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+                               std::to_string(p.metas_.size()) + ")");
+      break;
+    }
+    if (++p.free_marks_[b] > p.metas_[b].refs) {
+      status = FailedPreconditionError("block " + std::to_string(b) + " is freed more often than it is referenced" +
+                                       " (a double free); nothing was freed");
+      ++checked;
+      break;
+    }
+  }
+  for (size_t i = 0; i < checked; ++i) {
+    if (blocks[i] < p.metas_.size()) p.free_marks_[blocks[i]] = 0;
+  }
+  KVTIER_RETURN_IF_ERROR(status);
+  for (const BlockId b : blocks) p.Unref(b);
+  return Status::Ok();
+}
+
+uint32_t BlockPool::LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const {
+  uint32_t matched = 0;
+  BlockKey parent = root;
+  for (const BlockKey& key : keys) {
+    const auto it = impl_->index_.find(key);
+    if (it == impl_->index_.end() || !(impl_->metas_[it->second].parent_key == parent)) break;
+    parent = key;
+    ++matched;
+  }
+  return matched;
+}
+
+Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
+  Impl& p = *impl_;
+  const uint32_t tpb = p.options_.tokens_per_block;
+  if (p.sequences_.contains(r.id)) return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
+  if (r.tokens.empty()) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
+  if (r.block_keys.size() != r.tokens.size() / tpb) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(r.tokens.size()) +
+                                " tokens, so " + std::to_string(r.tokens.size() / tpb) + " full-block keys, not " +
+                                std::to_string(r.block_keys.size()));
+  }
+  SequenceStart start;
+  const uint32_t matched = LookupPrefix(r.root, r.block_keys);
+  const BlockKey parent_key = matched == 0 ? r.root : r.block_keys[matched - 1];
+  // Partial reuse: the cached child of the matched prefix sharing the most leading tokens.
+  BlockId partial = kNoBlock;
+  uint32_t partial_tokens = 0;
+  const auto rest = r.tokens.subspan(size_t{matched} * tpb);
+  if (p.options_.partial_reuse && !rest.empty()) {
+    if (const auto group = p.children_.find({parent_key, r.format_tag}); group != p.children_.end()) {
+      const size_t limit = std::min<size_t>(tpb, rest.size());
+      for (const BlockId c : group->second) {
+        const uint32_t* cached = p.tokens_.data() + size_t{c} * tpb;
+        const auto common = static_cast<uint32_t>(std::mismatch(rest.begin(), rest.begin() + limit, cached).first - rest.begin());
+        if (common > partial_tokens) {
+          partial = c;
+          partial_tokens = common;
+        }
+      }
+    }
+  }
+  const bool in_place = partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
+  const uint32_t needed = BlocksFor(r.tokens.size(), tpb);
+  const uint32_t blank = needed - matched - (in_place ? 1 : 0);
+  // Feasibility before any change: pinning cached blocks takes them out of the evictable set.
+  size_t pinned_evictable = 0;
+  for (uint32_t i = 0; i < matched; ++i) pinned_evictable += p.metas_[p.index_.at(r.block_keys[i])].refs == 0;
+  if (partial != kNoBlock) pinned_evictable += p.metas_[partial].refs == 0;
+  KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank + pinned_evictable));
+
+  for (uint32_t i = 0; i < matched; ++i) {
+    const BlockId b = p.index_.at(r.block_keys[i]);
+    p.Ref(b);
+    start.block_table.push_back(b);
+  }
+  if (partial != kNoBlock) p.Ref(partial);  // pinned: the copy source must survive eviction
+  if (in_place) {
+    p.Emit(PoolEvent::Kind::kRemoved, partial);  // its tail will be overwritten
+    p.Uncache(partial);
+    start.block_table.push_back(partial);
+    ++p.stats_.partial_reuses;
+  }
+  while (start.block_table.size() < needed) start.block_table.push_back(p.TakeBlank(&start.evicted));
+  if (partial != kNoBlock && !in_place) {
+    start.copy = PartialCopy{partial, start.block_table[matched], partial_tokens};
+    p.Unref(partial);  // stays cached
+    ++p.stats_.partial_copies;
+  }
+  start.reused_blocks = matched;
+  start.reused_tokens = matched * tpb + partial_tokens;
+  p.stats_.reused_blocks += matched;
+  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(r.tokens.size()), r.root, r.format_tag});
+  return start;
+}
+
+Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
+  Impl& p = *impl_;
+  const auto it = p.sequences_.find(id);
+  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  Sequence& seq = it->second;
+  const uint32_t tpb = p.options_.tokens_per_block;
+  const uint64_t total = uint64_t{seq.tokens} + tokens;
+  if (total > UINT32_MAX) return OutOfRangeError("sequence " + std::to_string(id) + " would exceed 2^32 tokens");
+  const uint32_t blank = BlocksFor(total, tpb) - static_cast<uint32_t>(seq.table.size());
+  KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank));
+  SequenceGrowth growth;
+  for (uint32_t i = 0; i < blank; ++i) {
+    growth.new_blocks.push_back(p.TakeBlank(&growth.evicted));
+    seq.table.push_back(growth.new_blocks.back());
+  }
+  seq.tokens = static_cast<uint32_t>(total);
+  if (p.windowed() && seq.tokens > p.options_.window_tokens) {
+    // Block i left the window when all its tokens precede the last window_tokens; blocks
+    // holding a sink token stay.
+    const uint32_t sink_blocks = BlocksFor(p.options_.sink_tokens, tpb);
+    const uint32_t out_of_window = (seq.tokens - p.options_.window_tokens) / tpb;
+    for (uint32_t i = sink_blocks; i < out_of_window; ++i) {
+      if (seq.table[i] == kNoBlock) continue;
+      growth.released.push_back(seq.table[i]);
+      p.Unref(seq.table[i]);
+      seq.table[i] = kNoBlock;
+    }
+  }
+  return growth;
+}
+
+Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::span<const uint32_t> tokens,
+                         std::span<const BlockRetention> retention) {
+  Impl& p = *impl_;
+  const auto it = p.sequences_.find(id);
+  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  Sequence& seq = it->second;
+  const uint32_t tpb = p.options_.tokens_per_block;
+  if (keys.size() * tpb > seq.tokens) {
+    return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " full blocks, but sequence " +
+                                std::to_string(id) + " has " + std::to_string(seq.tokens) + " tokens");
+  }
+  if (p.options_.partial_reuse && tokens.size() < keys.size() * tpb) {
+    return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " blocks needs their " +
+                                std::to_string(keys.size() * tpb) + " tokens, got " + std::to_string(tokens.size()));
+  }
+  KVTIER_RETURN_IF_ERROR(CheckRetention(retention, keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockId b = seq.table[i];
+    if (b != kNoBlock && p.metas_[b].committed && !(p.metas_[b].key == keys[i])) {
+      return InvalidArgumentError("block " + std::to_string(i) + " of sequence " + std::to_string(id) +
+                                  " is committed as " + p.metas_[b].key.ToHex() + ", not " + keys[i].ToHex());
+    }
+  }
+  BlockKey parent = seq.root;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const BlockId b = seq.table[i];
+    const BlockRetention r = retention.empty() ? BlockRetention{} : retention[i];
+    if (b == kNoBlock) {
+      // left the window before it was committed: nothing to cache
+    } else if (p.metas_[b].committed) {
+      if (!retention.empty()) {
+        p.SetPriority(b, r.priority);
+        p.SetExpiry(b, r);
+      }
+    } else if (!p.index_.contains(keys[i])) {  // another block may already cache the same content
+      const auto block_tokens = p.options_.partial_reuse ? tokens.subspan(i * tpb, tpb) : std::span<const uint32_t>();
+      p.CommitBlock(b, keys[i], parent, seq.format_tag, block_tokens, r);
+    }
+    parent = keys[i];
+  }
+  return Status::Ok();
+}
+
+Status BlockPool::FreeSequence(SequenceId id) {
+  Impl& p = *impl_;
+  const auto it = p.sequences_.find(id);
+  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  // Deepest first: descendants become less recent than their ancestors, so eviction
+  // meets leaves first.
+  for (auto b = it->second.table.rbegin(); b != it->second.table.rend(); ++b) {
+    if (*b != kNoBlock) p.Unref(*b);
+  }
+  p.sequences_.erase(it);
+  return Status::Ok();
+}
+
+Result<std::vector<BlockId>> BlockPool::BlockTable(SequenceId id) const {
+  const auto it = impl_->sequences_.find(id);
+  if (it == impl_->sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  return it->second.table;
+}
+
+void BlockPool::AdvanceTime() {
+  Impl& p = *impl_;
+  const int64_t now = p.options_.clock->Now().count();
+  while (!p.expiry_.empty() && p.expiry_.top().deadline_ns <= now) {
+    const Expiry e = p.expiry_.top();
+    p.expiry_.pop();
+    if (p.metas_[e.block].committed && p.metas_[e.block].retention_seq == e.seq) p.SetPriority(e.block, kDefaultPriority);
+  }
+}
+
+std::vector<PoolEvent> BlockPool::TakeEvents() {
+  std::vector<PoolEvent> events;
+  events.swap(impl_->events_);
+  return events;
+}
+
+BlockPoolStats BlockPool::Stats() const {
+  BlockPoolStats stats = impl_->stats_;
+  stats.total = impl_->options_.num_blocks;
+  stats.free = static_cast<uint32_t>(impl_->free_.size());
+  stats.cached = static_cast<uint32_t>(impl_->lru_.size());
+  stats.in_use = stats.total - stats.free - stats.cached;
+  return stats;
+}
+
+const BlockPoolOptions& BlockPool::options() const { return impl_->options_; }
+
+Result<std::unique_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& o) {
+  if (o.num_blocks == 0 || o.num_blocks == kNoBlock) {
+    return InvalidArgumentError("block pool: num_blocks must be in [1, " + std::to_string(kNoBlock - 1) + "]");
+  }
+  if (o.tokens_per_block == 0) return InvalidArgumentError("block pool: tokens_per_block must be at least 1");
+  if (o.secondary_offload_min_priority > coordinator::kMaxPriority) {
+    return InvalidArgumentError("block pool: secondary_offload_min_priority " +
+                                std::to_string(o.secondary_offload_min_priority) + " is out of range [0, 100]");
+  }
+  if (o.window_tokens == 0 && o.sink_tokens != 0) {
+    return InvalidArgumentError("block pool: sink_tokens needs a limited window (window_tokens > 0)");
+  }
+  if (o.clock == nullptr) return InvalidArgumentError("block pool: clock is null");
+  return std::unique_ptr<BlockPool>(new BlockPool(std::make_unique<Impl>(o)));
+}
+
+BlockPool::BlockPool(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BlockPool::~BlockPool() = default;
+
+}  // namespace kvtier::worker

@@ -1,0 +1,154 @@
+// BlockPool: the bookkeeping of one pool of KV blocks on a worker (one per attention
+// window and KV-head count). It decides which block ids hold what; it never touches the
+// bytes (the caller moves them with gpu/kernels.h), so it is tested on the CPU.
+//
+// Blocks are blank (free), in use (referenced by sequences), or cached (committed under
+// a block key, unreferenced, reusable until evicted). Sequences share prefix blocks by
+// reference count. A new sequence reuses the longest cached chain of its full-block keys
+// and, with partial reuse on, the first tokens of one more cached block whose tokens
+// match: in place when nothing else needs that block, otherwise by copy-on-partial-reuse
+// into a new block (the caller copies `copy.tokens` tokens before its next pool call).
+//
+// Eviction, when a blank block is needed and none is free: prioritized LRU over cached
+// blocks (every block of priority p before any of p + 1; least recently released first).
+// Full-attention pools evict leaves first (an interior block's cached descendants would
+// become unreachable). Windowed pools let a sequence drop the blocks that leave its
+// window (sink blocks stay), so those are unreferenced early and an interior block that
+// left every window is evicted like any other. An evicted block is to be offloaded when
+// its priority is at least secondary_offload_min_priority, dropped otherwise.
+//
+// Every change to what is cached is recorded as a PoolEvent with a sequence number
+// (stored, removed, offloaded), for the worker to publish to the coordinator in order.
+//
+// Retention: a committed block keeps its priority for its duration, then reverts to the
+// default (AdvanceTime, driven by a min-heap).
+//
+// Thread safety: none; one thread (the worker's pool executor) owns a pool.
+// Errors: a refused call changes nothing (no blocks, no events). A full pool is
+// kResourceExhausted; unknown sequences kNotFound; double frees kFailedPrecondition.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "common/block_key.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "services/coordinator/index/block_index.h"
+
+namespace kvtier::worker {
+
+using BlockId = uint32_t;
+using SequenceId = uint64_t;
+using coordinator::BlockRetention;
+inline constexpr BlockId kNoBlock = UINT32_MAX;  // a table entry dropped from a window
+
+struct BlockPoolOptions {
+  uint32_t num_blocks = 0;
+  uint32_t tokens_per_block = 0;
+  uint32_t window_tokens = 0;  // 0: full attention
+  uint32_t sink_tokens = 0;    // windowed pools: tokens at the start that never leave
+  uint8_t secondary_offload_min_priority = 35;
+  bool partial_reuse = true;
+  const Clock* clock = &SystemClock::Instance();
+};
+
+struct PoolEvent {
+  enum class Kind : uint8_t { kStored, kRemoved, kOffloaded };
+  Kind kind;
+  uint64_t sequence;     // 1, 2, 3... per pool
+  BlockKey key;
+  BlockKey parent;       // kStored: the parent key (the salt root for a first block)
+  BlockId block;
+  uint8_t priority;
+};
+
+// Blocks evicted by a call, in eviction order; the caller copies out those to offload
+// before it writes into the returned blocks.
+struct EvictedBlock {
+  BlockId block;
+  BlockKey key;
+  uint8_t priority;
+  bool offload;
+};
+
+struct PartialCopy {
+  BlockId source;
+  BlockId destination;
+  uint32_t tokens;
+};
+
+struct SequenceRequest {
+  SequenceId id = 0;
+  BlockKey root;                         // RootKey(salt): the first block's parent
+  uint64_t format_tag = 0;               // what else changes KV values (model, LoRA); partial reuse matches it
+  std::span<const BlockKey> block_keys;  // keys of the prompt's full blocks, in order
+  std::span<const uint32_t> tokens;      // the prompt; at least 1
+};
+
+struct SequenceStart {
+  std::vector<BlockId> block_table;      // ceil(tokens / tokens_per_block) blocks
+  uint32_t reused_blocks = 0;            // full blocks found cached
+  uint32_t reused_tokens = 0;            // tokens whose KV need not be computed
+  std::optional<PartialCopy> copy;       // copy-on-partial-reuse to do now
+  std::vector<EvictedBlock> evicted;
+};
+
+struct SequenceGrowth {
+  std::vector<BlockId> new_blocks;       // appended to the table
+  std::vector<BlockId> released;         // windowed: blocks that left the window
+  std::vector<EvictedBlock> evicted;
+};
+
+struct BlockPoolStats {
+  uint32_t total = 0, free = 0, cached = 0, in_use = 0;
+  uint64_t reused_blocks = 0, partial_reuses = 0, partial_copies = 0;
+  std::array<uint64_t, 101> evictions_by_priority{};
+  uint64_t offloads = 0;
+};
+
+class BlockPool {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<BlockPool>> Create(const BlockPoolOptions& options);
+  ~BlockPool();
+
+  // ---- blocks without sequences (the engine manages its own tables) -------------------
+  // `count` blank blocks, each with one reference, evicting as needed.
+  [[nodiscard]] Status AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted);
+  // Drops one reference of each block. kOutOfRange: not a block of this pool;
+  // kFailedPrecondition: a block without references (a double free, also within the call).
+  [[nodiscard]] Status FreeBlocks(std::span<const BlockId> blocks);
+
+  // ---- sequences ----------------------------------------------------------------------
+  [[nodiscard]] Result<SequenceStart> StartSequence(const SequenceRequest& request);
+  // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed.
+  [[nodiscard]] Result<SequenceGrowth> Extend(SequenceId id, uint32_t tokens);
+  // Commits the sequence's first block_keys.size() full blocks under those keys (the
+  // chain from request.root), storing `tokens` for partial reuse, with one retention
+  // per key or none (the default priority). Blocks already committed keep their key.
+  [[nodiscard]] Status Commit(SequenceId id, std::span<const BlockKey> block_keys, std::span<const uint32_t> tokens,
+                              std::span<const BlockRetention> retention);
+  // Releases every block of the sequence (committed ones stay cached).
+  [[nodiscard]] Status FreeSequence(SequenceId id);
+  [[nodiscard]] Result<std::vector<BlockId>> BlockTable(SequenceId id) const;
+
+  // Full blocks of `keys` cached here as a chain from `root`.
+  uint32_t LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const;
+
+  void AdvanceTime();
+  // Events since the last call, in sequence order.
+  std::vector<PoolEvent> TakeEvents();
+  BlockPoolStats Stats() const;
+  const BlockPoolOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit BlockPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::worker

@@ -1,0 +1,191 @@
+// BlockPool::Impl: the pool's state and its block-level primitives (reference counts,
+// the cache index, eviction, events). Internal to services/worker/pool; the sequence
+// operations are in block_pool.cc.
+#pragma once
+
+#include <queue>
+#include <unordered_map>
+
+#include "services/worker/pool/block_pool.h"
+#include "services/worker/pool/prioritized_lru.h"
+
+namespace kvtier::worker {
+
+using coordinator::kDefaultPriority;
+
+struct BlockMeta {
+  BlockKey key{};
+  BlockKey parent_key{};
+  uint64_t format_tag = 0;
+  BlockId parent = kNoBlock;      // the parent's block when cached here (full-attention pools)
+  uint32_t refs = 0;
+  uint32_t cached_children = 0;   // committed children cached here
+  uint16_t retention_seq = 0;     // matches the live expiry entry
+  uint8_t priority = kDefaultPriority;
+  bool committed = false;
+};
+
+struct Sequence {
+  std::vector<BlockId> table;
+  uint32_t tokens = 0;
+  BlockKey root;
+  uint64_t format_tag = 0;
+};
+
+// Cached blocks grouped by (parent key, format tag): the partial-reuse candidates.
+struct ChildGroup {
+  BlockKey parent;
+  uint64_t format_tag;
+  friend bool operator==(const ChildGroup&, const ChildGroup&) = default;
+};
+struct ChildGroupHash {
+  size_t operator()(const ChildGroup& g) const { return BlockKeyHash{}(g.parent) ^ (g.format_tag * 0x9E3779B97F4A7C15ULL); }
+};
+
+struct Expiry {
+  int64_t deadline_ns;
+  BlockId block;
+  uint16_t seq;
+  friend bool operator>(const Expiry& a, const Expiry& b) { return a.deadline_ns > b.deadline_ns; }
+};
+
+class BlockPool::Impl {
+ public:
+  explicit Impl(const BlockPoolOptions& o) : options_(o), metas_(o.num_blocks), lru_(o.num_blocks) {
+    free_.reserve(o.num_blocks);
+    for (uint32_t b = o.num_blocks; b-- > 0;) free_.push_back(b);  // block 0 first
+    index_.reserve(o.num_blocks);
+    if (o.partial_reuse) tokens_.resize(size_t{o.num_blocks} * o.tokens_per_block);
+  }
+
+  bool windowed() const { return options_.window_tokens != 0; }
+  size_t Available() const { return free_.size() + lru_.size(); }
+
+  void Ref(BlockId b) {
+    BlockMeta& m = metas_[b];
+    if (m.refs++ == 0 && m.committed) lru_.Remove(b);
+  }
+
+  void Unref(BlockId b) {
+    BlockMeta& m = metas_[b];
+    if (--m.refs != 0) return;
+    if (m.committed) lru_.PushMostRecent(b, m.priority);
+    else free_.push_back(b);
+  }
+
+  Status NeedBlocks(size_t count) const {
+    if (count <= Available()) return Status::Ok();
+    return ResourceExhaustedError("block pool is full: " + std::to_string(count) + " blocks needed, " +
+                                  std::to_string(free_.size()) + " free and " + std::to_string(lru_.size()) +
+                                  " evictable of " + std::to_string(options_.num_blocks));
+  }
+
+  // A blank block with one reference. REQUIRES: NeedBlocks passed for it.
+  BlockId TakeBlank(std::vector<EvictedBlock>* evicted) {
+    BlockId b;
+    if (!free_.empty()) {
+      b = free_.back();
+      free_.pop_back();
+    } else {
+      b = EvictOne(evicted);
+    }
+    metas_[b].refs = 1;
+    return b;
+  }
+
+  BlockId EvictOne(std::vector<EvictedBlock>* evicted) {
+    // Full attention: leaves only. Windowed: anything unreferenced (see the header).
+    BlockId victim = lru_.FindVictim([&](uint32_t b) { return windowed() || metas_[b].cached_children == 0; });
+    // Every unreferenced block is interior only when a child is in use through another
+    // block of the same content (Commit skips duplicates): then the LRU head goes.
+    if (victim == PrioritizedLru::kNil) victim = lru_.FindVictim([](uint32_t) { return true; });
+    const BlockMeta& m = metas_[victim];
+    const bool offload = m.priority >= options_.secondary_offload_min_priority;
+    evicted->push_back({victim, m.key, m.priority, offload});
+    Emit(offload ? PoolEvent::Kind::kOffloaded : PoolEvent::Kind::kRemoved, victim);
+    ++stats_.evictions_by_priority[m.priority];
+    stats_.offloads += offload;
+    Uncache(victim);
+    return victim;
+  }
+
+  // Removes a committed block from the cache; it keeps its references. Cached children
+  // lose their parent link (a scan, on the rare path where an interior block goes).
+  void Uncache(BlockId b) {
+    BlockMeta& m = metas_[b];
+    if (m.refs == 0) lru_.Remove(b);
+    index_.erase(m.key);
+    if (m.parent != kNoBlock) --metas_[m.parent].cached_children;
+    if (options_.partial_reuse) {
+      auto group = children_.find({m.parent_key, m.format_tag});
+      std::erase(group->second, b);
+      if (group->second.empty()) children_.erase(group);
+    }
+    for (BlockId c = 0; m.cached_children > 0 && c < metas_.size(); ++c) {
+      if (metas_[c].committed && metas_[c].parent == b) {
+        metas_[c].parent = kNoBlock;
+        --m.cached_children;
+      }
+    }
+    m = BlockMeta{.refs = m.refs};
+  }
+
+  void CommitBlock(BlockId b, const BlockKey& key, const BlockKey& parent_key, uint64_t format_tag,
+                   std::span<const uint32_t> tokens, const BlockRetention& retention) {
+    BlockMeta& m = metas_[b];
+    m.key = key;
+    m.parent_key = parent_key;
+    m.format_tag = format_tag;
+    m.committed = true;
+    m.priority = retention.priority;
+    // Parent links serve leaf-first eviction, which windowed pools do not use.
+    const auto parent = windowed() ? index_.end() : index_.find(parent_key);
+    m.parent = parent == index_.end() ? kNoBlock : parent->second;
+    if (m.parent != kNoBlock) ++metas_[m.parent].cached_children;
+    index_.emplace(key, b);
+    if (options_.partial_reuse) {
+      std::copy(tokens.begin(), tokens.end(), tokens_.begin() + size_t{b} * options_.tokens_per_block);
+      children_[{parent_key, format_tag}].push_back(b);
+    }
+    SetExpiry(b, retention);
+    Emit(PoolEvent::Kind::kStored, b);
+  }
+
+  void SetPriority(BlockId b, uint8_t priority) {
+    BlockMeta& m = metas_[b];
+    if (m.priority == priority) return;
+    const bool listed = m.committed && m.refs == 0;
+    if (listed) lru_.Remove(b);
+    m.priority = priority;
+    if (listed) lru_.PushMostRecent(b, priority);
+  }
+
+  void SetExpiry(BlockId b, const BlockRetention& retention) {
+    BlockMeta& m = metas_[b];
+    ++m.retention_seq;
+    if (retention.duration.count() > 0 && retention.priority != kDefaultPriority) {
+      expiry_.push({(options_.clock->Now() + retention.duration).count(), b, m.retention_seq});
+    }
+  }
+
+  void Emit(PoolEvent::Kind kind, BlockId b) {
+    const BlockMeta& m = metas_[b];
+    events_.push_back({kind, ++next_event_, m.key, m.parent_key, b, m.priority});
+  }
+
+  BlockPoolOptions options_;
+  std::vector<BlockMeta> metas_;
+  std::vector<BlockId> free_;
+  PrioritizedLru lru_;
+  std::unordered_map<BlockKey, BlockId, BlockKeyHash> index_;
+  std::unordered_map<ChildGroup, std::vector<BlockId>, ChildGroupHash> children_;
+  std::vector<uint32_t> tokens_;  // tokens of committed blocks, for partial reuse
+  std::unordered_map<SequenceId, Sequence> sequences_;
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiry_;
+  std::vector<PoolEvent> events_;
+  uint64_t next_event_ = 0;
+  std::vector<uint32_t> free_marks_;  // FreeBlocks' double-free check: references taken in this call
+  BlockPoolStats stats_;
+};
+
+}  // namespace kvtier::worker

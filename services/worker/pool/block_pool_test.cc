@@ -1,0 +1,245 @@
+#include "services/worker/pool/block_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace kvtier::worker {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kTpb = 4;
+const BlockKey kRoot{1, 1};
+BlockKey Key(uint64_t n) { return BlockKey{0x1000 + n, n * 7919}; }
+
+std::unique_ptr<BlockPool> MakePool(uint32_t blocks, BlockPoolOptions options = {}) {
+  options.num_blocks = blocks;
+  options.tokens_per_block = kTpb;
+  return BlockPool::Create(options).value();
+}
+
+std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
+  std::vector<uint32_t> tokens(count);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// Starts a sequence whose full blocks are keyed by `keys`, and commits them.
+SequenceStart StartAndCommit(BlockPool& pool, SequenceId id, const std::vector<BlockKey>& keys,
+                             const std::vector<uint32_t>& tokens, std::vector<BlockRetention> retention = {}) {
+  auto start = pool.StartSequence({id, kRoot, 0, keys, tokens});
+  EXPECT_TRUE(start.ok()) << start.status().ToString();
+  EXPECT_TRUE(pool.Commit(id, keys, tokens, retention).ok());
+  return std::move(start).value();
+}
+
+TEST(BlockPoolTest, AllocateAndFreeBlankBlocks) {
+  auto pool = MakePool(4);
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(3, &blocks, &evicted).ok());
+  EXPECT_EQ(blocks, (std::vector<BlockId>{0, 1, 2}));
+  EXPECT_EQ(pool->Stats().in_use, 3u);
+  // 2 more than the 1 left: refused, and nothing was taken.
+  std::vector<BlockId> more;
+  const Status full = pool->AllocateBlocks(2, &more, &evicted);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("2 blocks needed, 1 free and 0 evictable of 4"), std::string::npos) << full.message();
+  EXPECT_TRUE(more.empty());
+  ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
+  EXPECT_EQ(pool->Stats().free, 4u);
+  EXPECT_TRUE(evicted.empty());
+}
+
+TEST(BlockPoolTest, DoubleFreesAndForeignIdsAreRefusedAndChangeNothing) {
+  auto pool = MakePool(4);
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(2, &blocks, &evicted).ok());  // blocks 0, 1
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{0, 7}).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{1, 1}).code(), StatusCode::kFailedPrecondition);  // one reference
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{2}).code(), StatusCode::kFailedPrecondition);     // never allocated
+  EXPECT_EQ(pool->Stats().in_use, 2u) << "the refused frees dropped nothing";
+  ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{0}).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(BlockPoolTest, SequencesShareCachedPrefixBlocks) {
+  auto pool = MakePool(16);
+  // Sequence 1: 3 full blocks and 2 more tokens.
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1), Key(2)}, Tokens(0, 14));
+  EXPECT_EQ(a.block_table.size(), 4u);
+  EXPECT_EQ(a.reused_blocks, 0u);
+  // Sequence 2 shares blocks 0 and 1; its block 2 differs from the first token on.
+  auto b = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0), Key(1), Key(9)}, [] {
+                                  auto t = Tokens(0, 12);
+                                  t[8] = 1000;
+                                  return t;
+                                }()});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->reused_blocks, 2u);
+  EXPECT_EQ(b->reused_tokens, 8u);
+  EXPECT_EQ(b->block_table[0], a.block_table[0]);
+  EXPECT_EQ(b->block_table[1], a.block_table[1]);
+  EXPECT_NE(b->block_table[2], a.block_table[2]);
+  EXPECT_EQ(pool->Stats().in_use, 5u) << "4 for sequence 1, 1 new for sequence 2";
+  // Both leave; the committed blocks stay cached, the uncommitted ones are free again.
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  ASSERT_TRUE(pool->FreeSequence(2).ok());
+  EXPECT_EQ(pool->Stats().cached, 3u);
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0), Key(1), Key(2)}), 3u);
+  EXPECT_EQ(pool->LookupPrefix(BlockKey{2, 2}, std::vector<BlockKey>{Key(0)}), 0u) << "another salt's root";
+}
+
+TEST(BlockPoolTest, PartialReuseInPlaceWhenNothingElseUsesTheBlock) {
+  auto pool = MakePool(8);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, {10, 11, 12, 13});
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  pool->TakeEvents();
+  // Tokens 10, 11 match the cached block; 99 does not.
+  auto b = pool->StartSequence({2, kRoot, 0, {}, std::vector<uint32_t>{10, 11, 99}});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->reused_tokens, 2u);
+  EXPECT_FALSE(b->copy.has_value());
+  EXPECT_EQ(b->block_table, (std::vector<BlockId>{a.block_table[0]})) << "taken over in place";
+  const auto events = pool->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, PoolEvent::Kind::kRemoved) << "its tail will change: no longer cached";
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0)}), 0u);
+}
+
+TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
+  auto pool = MakePool(8);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1)}, Tokens(0, 8));
+  // Same first block, then 3 of block 1's tokens (4, 5, 6) and a different one.
+  auto b = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0), Key(5)}, std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 42}});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->reused_blocks, 1u);
+  EXPECT_EQ(b->reused_tokens, 7u);
+  ASSERT_TRUE(b->copy.has_value());
+  EXPECT_EQ(b->copy->source, a.block_table[1]);
+  EXPECT_EQ(b->copy->destination, b->block_table[1]);
+  EXPECT_EQ(b->copy->tokens, 3u);
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0), Key(1)}), 2u) << "the source stays cached";
+  EXPECT_EQ(pool->Stats().partial_copies, 1u);
+}
+
+TEST(BlockPoolTest, EvictsLowestPriorityFirstThenLeastRecentThenLeavesFirst) {
+  auto pool = MakePool(6);
+  // Chains (each committed, then released): A = a0 <- a1 at priority 50; B = b0 at 20;
+  // C = c0 <- c1 at 35 (default). Released in the order A, B, C.
+  StartAndCommit(*pool, 1, {Key(10), Key(11)}, Tokens(0, 8), {{50, 0ns}, {50, 0ns}});
+  StartAndCommit(*pool, 2, {Key(20)}, Tokens(100, 4), {{20, 0ns}});
+  StartAndCommit(*pool, 3, {Key(30), Key(31)}, Tokens(200, 8));
+  for (SequenceId id : {1, 2, 3}) ASSERT_TRUE(pool->FreeSequence(id).ok());
+  pool->TakeEvents();
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(6, &blocks, &evicted).ok());
+  std::vector<BlockKey> order;
+  for (const EvictedBlock& e : evicted) order.push_back(e.key);
+  // Priority 20 first; then priority 35 leaf c1 before its parent c0; then priority 50.
+  EXPECT_EQ(order, (std::vector<BlockKey>{Key(20), Key(31), Key(30), Key(11), Key(10)}));
+  EXPECT_FALSE(evicted[0].offload) << "priority 20 is below secondary_offload_min_priority 35: dropped";
+  EXPECT_TRUE(evicted[1].offload);
+  const auto events = pool->TakeEvents();
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[0].kind, PoolEvent::Kind::kRemoved);
+  EXPECT_EQ(events[1].kind, PoolEvent::Kind::kOffloaded);
+  for (size_t i = 1; i < events.size(); ++i) EXPECT_EQ(events[i].sequence, events[i - 1].sequence + 1);
+  EXPECT_EQ(pool->Stats().evictions_by_priority[50], 2u);
+}
+
+TEST(BlockPoolTest, RetentionExpiresBackToTheDefaultPriority) {
+  FakeClock clock;
+  auto pool = MakePool(2, {.clock = &clock});
+  StartAndCommit(*pool, 1, {Key(1)}, Tokens(0, 4), {{80, 10s}});   // high for 10 s
+  StartAndCommit(*pool, 2, {Key(2)}, Tokens(50, 4), {{50, 0ns}});  // 50 for good
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  ASSERT_TRUE(pool->FreeSequence(2).ok());
+  clock.Advance(11s);
+  pool->AdvanceTime();
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(1, &blocks, &evicted).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].key, Key(1)) << "80 expired to 35, below 50";
+  EXPECT_EQ(evicted[0].priority, 35);
+}
+
+TEST(BlockPoolTest, WindowedPoolReleasesBlocksThatLeaveTheWindowButKeepsSinks) {
+  // 8-token window, 4 sink tokens, blocks of 4.
+  auto pool = MakePool(8, {.window_tokens = 8, .sink_tokens = 4});
+  auto start = pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)});
+  ASSERT_TRUE(start.ok());
+  ASSERT_TRUE(pool->Extend(1, 8).ok());  // 12 tokens: blocks 0, 1, 2; nothing left the window yet
+  ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1), Key(2)}, Tokens(0, 12), {}).ok());
+  auto growth = pool->Extend(1, 8);      // 20 tokens: the window is tokens 12-19
+  ASSERT_TRUE(growth.ok());
+  const std::vector<BlockId> table = pool->BlockTable(1).value();
+  ASSERT_EQ(table.size(), 5u);
+  EXPECT_NE(table[0], kNoBlock) << "block 0 holds the sink tokens";
+  EXPECT_EQ(table[1], kNoBlock);
+  EXPECT_EQ(table[2], kNoBlock);
+  EXPECT_EQ(growth->released.size(), 2u);
+  EXPECT_EQ(pool->Stats().cached, 2u) << "blocks 1 and 2 were committed: back in the reuse tree";
+  // The pool fills: interior block 1, which left the window, is evicted although its
+  // child block 2 is cached and block 3 is in use.
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(4, &blocks, &evicted).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].key, Key(1));
+}
+
+TEST(BlockPoolTest, EvictsAnInteriorBlockWhenItsOnlyChildIsInUseThroughADuplicate) {
+  auto pool = MakePool(4);
+  // Sequences 1 and 2 start with the same first block before either commits it: two
+  // copies. Sequence 1 commits it (block a); sequence 2's copy stays uncommitted, and its
+  // second block commits with parent key 0, so a is its cached parent.
+  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), {}).ok());
+  ASSERT_TRUE(pool->Extend(2, 4).ok());
+  ASSERT_TRUE(pool->Commit(2, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).ok());
+  ASSERT_TRUE(pool->FreeSequence(1).ok());  // a: unreferenced, interior, the only evictable block
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(2, &blocks, &evicted).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].key, Key(0));
+  ASSERT_TRUE(pool->FreeSequence(2).ok());  // block 1 is now an unreferenced leaf
+  ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
+  ASSERT_TRUE(pool->AllocateBlocks(4, &blocks, &evicted).ok());
+  EXPECT_EQ(evicted.back().key, Key(1));
+}
+
+TEST(BlockPoolTest, BadRequestsAreRefusedAndChangeNothing) {
+  auto pool = MakePool(4);
+  StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));
+  pool->TakeEvents();
+  const BlockPoolStats before = pool->Stats();
+  EXPECT_EQ(pool->StartSequence({1, kRoot, 0, {}, Tokens(0, 2)}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, {}, Tokens(0, 5)}).status().code(), StatusCode::kInvalidArgument)
+      << "5 tokens have 1 full block; no key given";
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, {}, Tokens(0, 20)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->Extend(9, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).code(), StatusCode::kInvalidArgument)
+      << "2 full blocks, but the sequence has 6 tokens";
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(5)}, Tokens(0, 4), {}).code(), StatusCode::kInvalidArgument)
+      << "block 0 is committed under another key";
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), std::vector<BlockRetention>{{101, 0ns}}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->StartSequence({3, kRoot, 0, std::vector<BlockKey>{Key(7), Key(8), Key(9)}, Tokens(50, 12)}).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->Stats().in_use, before.in_use);
+  EXPECT_EQ(pool->Stats().free, before.free);
+  EXPECT_TRUE(pool->TakeEvents().empty());
+  EXPECT_EQ(BlockPool::Create({.num_blocks = 0, .tokens_per_block = 4}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(BlockPool::Create({.num_blocks = 4, .tokens_per_block = 4, .sink_tokens = 4}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::worker
