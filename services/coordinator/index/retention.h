@@ -22,15 +22,15 @@ namespace kvtier::coordinator {
 
 struct TokenRangeRetention {
   uint32_t first_token = 0;
-  std::optional<uint32_t> last_token;  // exclusive; nullopt: to the end of the prompt
+  std::optional<uint32_t> last_token = std::nullopt;  // exclusive; nullopt: to the end of the prompt
   uint8_t priority = kDefaultPriority;
-  std::optional<Nanos> duration;       // nullopt: never expires
+  std::optional<Nanos> duration = std::nullopt;       // nullopt: never expires
 };
 
 struct RetentionConfig {
-  std::vector<TokenRangeRetention> ranges;
+  std::vector<TokenRangeRetention> ranges = {};
   uint8_t decode_priority = kDefaultPriority;
-  std::optional<Nanos> decode_duration;
+  std::optional<Nanos> decode_duration = std::nullopt;
 };
 
 // One entry per full block of a sequence of `total_tokens` tokens, the first

@@ -1,0 +1,231 @@
+#include "services/worker/worker.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "services/worker/pool_memory.h"
+
+namespace kvtier::worker {
+namespace {
+
+struct PoolState {
+  KvLayout layout;
+  std::unique_ptr<BlockPool> pool;
+  SharedPoolMemory memory;
+};
+
+struct SequenceRef {
+  uint32_t pool_id;
+  SequenceId internal;     // the pool's id: unique across clients
+  uint32_t prompt_tokens;
+  uint32_t tokens;
+};
+
+struct ClientSequence {
+  ClientId client;
+  SequenceId sequence;
+  friend bool operator==(const ClientSequence&, const ClientSequence&) = default;
+};
+struct ClientSequenceHash {
+  size_t operator()(const ClientSequence& k) const { return k.client * 0x9E3779B97F4A7C15ULL ^ k.sequence; }
+};
+
+std::string Describe(ClientId client, SequenceId sequence) {
+  return "sequence " + std::to_string(sequence) + " of client " + std::to_string(client);
+}
+
+}  // namespace
+
+class Worker::Impl {
+ public:
+  explicit Impl(const WorkerOptions& options) : options_(options) {}
+
+  Result<PoolState*> Pool(uint32_t pool_id) {
+    if (pool_id >= pools_.size()) {
+      return NotFoundError("pool " + std::to_string(pool_id) + " does not exist (this worker has " +
+                           std::to_string(pools_.size()) + ")");
+    }
+    return &pools_[pool_id];
+  }
+
+  Result<SequenceRef*> Find(ClientId client, SequenceId sequence) {
+    const auto it = sequences_.find({client, sequence});
+    if (it == sequences_.end()) return NotFoundError(Describe(client, sequence) + " does not exist");
+    return &it->second;
+  }
+
+  // Offloads the victims worth keeping, then turns the pool's events into the node's.
+  void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
+    PoolState& state = pools_[pool_id];
+    std::vector<BlockKey> refused;
+    for (const EvictedBlock& victim : evicted) {
+      if (!victim.offload) continue;
+      const size_t block_bytes = state.layout.bytes_per_block();
+      const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(state.memory.data()) + size_t{victim.block} * block_bytes,
+                                           block_bytes);
+      if (options_.offload != nullptr && options_.offload->Offload(victim.key, state.layout, bytes, victim.priority).ok()) {
+        ++stats_.offloaded_blocks;
+        stats_.offloaded_bytes += block_bytes;
+      } else {
+        ++stats_.dropped_offloads;
+        refused.push_back(victim.key);
+      }
+    }
+    for (const PoolEvent& e : state.pool->TakeEvents()) {
+      WorkerEvent::Kind kind = static_cast<WorkerEvent::Kind>(e.kind);
+      if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
+        kind = WorkerEvent::Kind::kRemoved;
+      }
+      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.priority});
+    }
+  }
+
+  // Copy-on-partial-reuse: the leading tokens of every (layer, K|V, head) run.
+  void CopyTokens(PoolState& state, const PartialCopy& copy) {
+    const KvLayout& layout = state.layout;
+    auto* base = static_cast<uint8_t*>(state.memory.data());
+    const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
+    for (uint32_t layer = 0; layer < layout.num_layers(); ++layer) {
+      for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
+        for (uint32_t head = 0; head < layout.num_kv_heads(); ++head) {
+          const size_t offset = layout.ByteOffset(layer, part, head, 0);
+          std::memcpy(base + size_t{copy.destination} * layout.bytes_per_block() + offset,
+                      base + size_t{copy.source} * layout.bytes_per_block() + offset, run_bytes);
+        }
+      }
+    }
+  }
+
+  WorkerOptions options_;
+  std::vector<PoolState> pools_;
+  std::unordered_map<ClientSequence, SequenceRef, ClientSequenceHash> sequences_;
+  SequenceId next_internal_ = 1;
+  std::vector<WorkerEvent> events_;
+  uint64_t next_event_ = 0;
+  WorkerStats stats_;
+};
+
+Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
+  if (options.pools.empty()) return InvalidArgumentError("worker: no pools configured");
+  auto impl = std::make_unique<Impl>(options);
+  for (size_t i = 0; i < options.pools.size(); ++i) {
+    const WorkerPoolConfig& config = options.pools[i];
+    const KvLayout& layout = config.layout;
+    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::Create({.num_blocks = config.num_blocks,
+                                                          .tokens_per_block = layout.tokens_per_block(),
+                                                          .window_tokens = layout.attention_window(),
+                                                          .sink_tokens = layout.sink_tokens(),
+                                                          .secondary_offload_min_priority = options.secondary_offload_min_priority,
+                                                          .partial_reuse = options.partial_reuse,
+                                                          .clock = options.clock}));
+    KVTIER_ASSIGN_OR_RETURN(auto memory, SharedPoolMemory::Create(size_t{config.num_blocks} * layout.bytes_per_block()));
+    impl->pools_.push_back({layout, std::move(pool), std::move(memory)});
+  }
+  return std::unique_ptr<Worker>(new Worker(std::move(impl)));
+}
+
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Worker::~Worker() = default;
+
+Result<PoolAttachment> Worker::AttachPool(uint32_t pool_id, const KvLayout& layout) const {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  KVTIER_RETURN_IF_ERROR(state->layout.CheckCompatible(layout));
+  return PoolAttachment{pool_id, state->layout, state->pool->options().num_blocks, state->layout.bytes_per_block(),
+                        state->memory.name()};
+}
+
+Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
+  Impl& w = *impl_;
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(r.pool_id));
+  if (w.sequences_.contains({r.client, r.sequence})) return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
+  const SequenceId internal = w.next_internal_;
+  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.format_tag, r.block_keys, r.tokens}));
+  ++w.next_internal_;
+  if (start.copy.has_value()) w.CopyTokens(*state, *start.copy);
+  w.Settle(r.pool_id, start.evicted);
+  const auto tokens = static_cast<uint32_t>(r.tokens.size());
+  w.sequences_.emplace(ClientSequence{r.client, r.sequence}, SequenceRef{r.pool_id, internal, tokens, tokens});
+  return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens};
+}
+
+Result<Allocation> Worker::Extend(ClientId client, SequenceId sequence, uint32_t total_tokens) {
+  Impl& w = *impl_;
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
+  if (total_tokens < seq->tokens) {
+    return InvalidArgumentError(Describe(client, sequence) + " has " + std::to_string(seq->tokens) +
+                                " tokens; it cannot shrink to " + std::to_string(total_tokens));
+  }
+  BlockPool& pool = *w.pools_[seq->pool_id].pool;
+  KVTIER_ASSIGN_OR_RETURN(SequenceGrowth growth, pool.Extend(seq->internal, total_tokens - seq->tokens));
+  seq->tokens = total_tokens;
+  w.Settle(seq->pool_id, growth.evicted);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, pool.BlockTable(seq->internal));
+  return Allocation{std::move(table), 0, 0};
+}
+
+Status Worker::Free(ClientId client, SequenceId sequence) {
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, impl_->Find(client, sequence));
+  KVTIER_RETURN_IF_ERROR(impl_->pools_[seq->pool_id].pool->FreeSequence(seq->internal));
+  impl_->sequences_.erase({client, sequence});
+  return Status::Ok();
+}
+
+Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
+                                std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention) {
+  Impl& w = *impl_;
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
+  PoolState& state = w.pools_[seq->pool_id];
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockRetention> per_block,
+                          coordinator::ComputeBlockRetention(retention, state.layout.tokens_per_block(),
+                                                             seq->prompt_tokens, seq->tokens));
+  if (block_keys.size() > per_block.size()) {
+    return InvalidArgumentError("commit of " + std::to_string(block_keys.size()) + " blocks, but " +
+                                Describe(client, sequence) + " has " + std::to_string(per_block.size()) + " full blocks");
+  }
+  per_block.resize(block_keys.size());
+  KVTIER_RETURN_IF_ERROR(state.pool->Commit(seq->internal, block_keys, tokens, per_block));
+  const size_t before = w.events_.size();
+  w.Settle(seq->pool_id, {});
+  return static_cast<uint32_t>(std::count_if(w.events_.begin() + static_cast<std::ptrdiff_t>(before), w.events_.end(),
+                                             [](const WorkerEvent& e) { return e.kind == WorkerEvent::Kind::kStored; }));
+}
+
+Result<uint32_t> Worker::LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  return state->pool->LookupPrefix(root, keys);
+}
+
+size_t Worker::DropClient(ClientId client) {
+  std::vector<SequenceId> dropped;
+  for (const auto& [key, seq] : impl_->sequences_) {
+    if (key.client == client) dropped.push_back(key.sequence);
+  }
+  for (SequenceId sequence : dropped) (void)Free(client, sequence);  // each was found just now
+  return dropped.size();
+}
+
+void Worker::AdvanceTime() {
+  for (PoolState& state : impl_->pools_) state.pool->AdvanceTime();
+}
+
+std::vector<WorkerEvent> Worker::TakeEvents() {
+  std::vector<WorkerEvent> events;
+  events.swap(impl_->events_);
+  return events;
+}
+
+WorkerStats Worker::Stats() const {
+  WorkerStats stats = impl_->stats_;
+  for (const PoolState& state : impl_->pools_) stats.pools.push_back(state.pool->Stats());
+  return stats;
+}
+
+size_t Worker::pool_count() const { return impl_->pools_.size(); }
+
+std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) {
+  PoolState& state = impl_->pools_.at(pool_id);
+  return {static_cast<uint8_t*>(state.memory.data()), state.memory.size()};
+}
+
+}  // namespace kvtier::worker

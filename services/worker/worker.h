@@ -1,0 +1,139 @@
+// Worker: the pools of one worker node and what the inference processes of the node do
+// with them, as a plain C++ library (the RPC server in services/worker/rpc is a thin layer
+// over it).
+//
+// Each pool is a BlockPool (bookkeeping) over SharedPoolMemory (the bytes). A process
+// attaches a pool (its layout must equal the pool's) and maps the memory itself: block ids
+// and the layout travel, bytes never do. Sequences belong to a client (one per connection)
+// and to one pool; when a client goes (DropClient: its connection dropped), every
+// reference it held is released.
+//
+// Eviction makes room when a pool is full. A victim whose priority is at least
+// secondary_offload_min_priority is copied out and handed to the offload target (the
+// host/disk tier, storage/); without a target, or when the target refuses, it is dropped.
+// Every change to what the worker caches becomes a WorkerEvent with the node's next
+// sequence number, for the coordinator.
+//
+// GPU pools (device memory, CUDA IPC handles) are not built yet: pools live in host
+// shared memory.
+//
+// Thread safety: none; the worker's RPC event loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/block_key.h"
+#include "common/clock.h"
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "services/coordinator/index/retention.h"
+#include "services/worker/pool/block_pool.h"
+
+namespace kvtier::worker {
+
+using ClientId = uint64_t;
+
+// Where evicted blocks worth keeping go (the host tier, storage/). Returns OK when the
+// block was taken; any error means the block is dropped.
+class OffloadTarget {
+ public:
+  virtual ~OffloadTarget() = default;
+  [[nodiscard]] virtual Status Offload(const BlockKey& key, const KvLayout& layout, std::span<const uint8_t> bytes,
+                                       uint8_t priority) = 0;
+};
+
+struct WorkerPoolConfig {
+  KvLayout layout;
+  uint32_t num_blocks = 0;
+};
+
+struct WorkerOptions {
+  std::vector<WorkerPoolConfig> pools;
+  uint8_t secondary_offload_min_priority = 35;
+  bool partial_reuse = true;
+  const Clock* clock = &SystemClock::Instance();
+  OffloadTarget* offload = nullptr;  // null: evicted blocks are dropped
+};
+
+struct PoolAttachment {
+  uint32_t pool_id = 0;
+  KvLayout layout;
+  uint32_t num_blocks = 0;
+  uint64_t block_stride_bytes = 0;
+  std::string shared_memory_name;
+};
+
+struct AllocateRequest {
+  ClientId client = 0;
+  SequenceId sequence = 0;
+  uint32_t pool_id = 0;
+  BlockKey root;                          // RootKey(the tenant's salt)
+  uint64_t format_tag = 0;                // what else changes KV values (LoRA, model); partial reuse matches it
+  std::span<const BlockKey> block_keys = {};  // the prompt's full blocks
+  std::span<const uint32_t> tokens = {};      // the prompt
+};
+
+struct Allocation {
+  std::vector<BlockId> block_table;
+  uint32_t reused_blocks = 0;
+  uint32_t reused_tokens = 0;
+};
+
+struct WorkerEvent {
+  enum class Kind : uint8_t { kStored, kRemoved, kOffloaded };
+  Kind kind;
+  uint64_t sequence;     // the node's event stream: 1, 2, 3...
+  uint32_t pool_id;
+  BlockKey key;
+  BlockKey parent;       // kStored
+  uint8_t priority;
+};
+
+struct WorkerStats {
+  std::vector<BlockPoolStats> pools;
+  uint64_t offloaded_blocks = 0;
+  uint64_t offloaded_bytes = 0;
+  uint64_t dropped_offloads = 0;  // victims worth offloading that the target refused
+};
+
+class Worker {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<Worker>> Create(const WorkerOptions& options);
+  ~Worker();
+
+  // kNotFound: no such pool; kFailedPrecondition: `layout` differs (the message names the field).
+  [[nodiscard]] Result<PoolAttachment> AttachPool(uint32_t pool_id, const KvLayout& layout) const;
+
+  [[nodiscard]] Result<Allocation> Allocate(const AllocateRequest& request);
+  // Grows the sequence to `total_tokens` tokens.
+  [[nodiscard]] Result<Allocation> Extend(ClientId client, SequenceId sequence, uint32_t total_tokens);
+  [[nodiscard]] Status Free(ClientId client, SequenceId sequence);
+  // Commits the sequence's first block_keys.size() full blocks with the request's
+  // retention (prompt_tokens: how many of the sequence's tokens are the prompt). Returns
+  // how many blocks the call cached.
+  [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
+                                        std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention);
+  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const;
+
+  // Releases everything `client` holds (its connection is gone). Returns its sequences.
+  size_t DropClient(ClientId client);
+
+  void AdvanceTime();
+  std::vector<WorkerEvent> TakeEvents();
+  WorkerStats Stats() const;
+  size_t pool_count() const;
+  // The bytes of a pool, for tests and for kernels run by the worker itself.
+  std::span<uint8_t> PoolBytes(uint32_t pool_id);
+
+  class Impl;
+
+ private:
+  explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::worker
