@@ -73,6 +73,15 @@ class SessionServer final : public schema::Session::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> worker(WorkerContext call) override {
+    CallRecorder recorder(context_.metrics, "worker");
+    if (!context_.worker) {
+      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the worker role"));
+    }
+    call.getResults().setWorker(context_.worker(tenant_).castAs<schema::Worker>());
+    return kj::READY_NOW;
+  }
+
  private:
   const SessionContext& context_;
   const auth::Tenant tenant_;

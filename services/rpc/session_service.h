@@ -40,6 +40,10 @@ struct SessionContext {
   // Makes the Coordinator capability for a tenant; empty where this process runs no
   // coordinator (Session.coordinator() then answers UNAVAILABLE).
   std::function<capnp::Capability::Client(const auth::Tenant&)> coordinator;
+  // Makes the Worker capability (the node's pools) for a tenant; empty where this
+  // process runs no worker (Session.worker() then answers UNAVAILABLE). Called once per
+  // Session.worker() call: a capability is one client, released with its connection.
+  std::function<capnp::Capability::Client(const auth::Tenant&)> worker;
 };
 
 [[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);

@@ -140,13 +140,14 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(r.pool_id));
   if (w.sequences_.contains({r.client, r.sequence})) return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
   const SequenceId internal = w.next_internal_;
-  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.format_tag, r.block_keys, r.tokens}));
+  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.format_tag, r.block_keys, r.tokens, r.num_tokens}));
   ++w.next_internal_;
   if (start.copy.has_value()) w.CopyTokens(*state, *start.copy);
   w.Settle(r.pool_id, start.evicted);
-  const auto tokens = static_cast<uint32_t>(r.tokens.size());
+  const auto tokens = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
   w.sequences_.emplace(ClientSequence{r.client, r.sequence}, SequenceRef{r.pool_id, internal, tokens, tokens});
-  return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens};
+  const uint32_t partial = start.reused_tokens - start.reused_blocks * state->layout.tokens_per_block();
+  return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens, partial};
 }
 
 Result<Allocation> Worker::Extend(ClientId client, SequenceId sequence, uint32_t total_tokens) {
@@ -161,7 +162,7 @@ Result<Allocation> Worker::Extend(ClientId client, SequenceId sequence, uint32_t
   seq->tokens = total_tokens;
   w.Settle(seq->pool_id, growth.evicted);
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, pool.BlockTable(seq->internal));
-  return Allocation{std::move(table), 0, 0};
+  return Allocation{std::move(table), 0, 0, 0};
 }
 
 Status Worker::Free(ClientId client, SequenceId sequence) {

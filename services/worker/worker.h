@@ -74,13 +74,15 @@ struct AllocateRequest {
   BlockKey root;                          // RootKey(the tenant's salt)
   uint64_t format_tag = 0;                // what else changes KV values (LoRA, model); partial reuse matches it
   std::span<const BlockKey> block_keys = {};  // the prompt's full blocks
-  std::span<const uint32_t> tokens = {};      // the prompt
+  std::span<const uint32_t> tokens = {};      // the prompt; empty: no partial reuse
+  uint32_t num_tokens = 0;                    // the prompt's length when `tokens` is empty
 };
 
 struct Allocation {
-  std::vector<BlockId> block_table;
-  uint32_t reused_blocks = 0;
-  uint32_t reused_tokens = 0;
+  std::vector<BlockId> block_table;  // kNoBlock: a block that left the sequence's window
+  uint32_t reused_blocks = 0;        // leading full blocks found cached
+  uint32_t reused_tokens = 0;        // tokens whose KV is already in the table's blocks
+  uint32_t partial_tokens = 0;       // of which in the block after the reused ones
 };
 
 struct WorkerEvent {

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "services/rpc/schema/coordinator.capnp.h"
+#include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
 
 namespace kvtier::coordinator {
@@ -12,17 +13,9 @@ namespace schema = kvtier::rpc::schema;
 using rpc::ThrowIfError;
 using rpc::ThrowStatus;
 
-BlockKey ToKey(schema::BlockKey::Reader k) { return {k.getHi(), k.getLo()}; }
-void FromKey(const BlockKey& k, schema::BlockKey::Builder b) {
-  b.setHi(k.hi);
-  b.setLo(k.lo);
-}
-std::vector<BlockKey> ToKeys(capnp::List<schema::BlockKey>::Reader list) {
-  std::vector<BlockKey> keys;
-  keys.reserve(list.size());
-  for (auto k : list) keys.push_back(ToKey(k));
-  return keys;
-}
+using rpc::FromKey;
+using rpc::ToKey;
+using rpc::ToKeys;
 Tier ToTier(schema::Tier t) {
   const auto value = static_cast<uint16_t>(t);
   if (value >= kTierCount) ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));

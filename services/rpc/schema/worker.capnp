@@ -48,9 +48,14 @@ interface Worker {
   # pool's (the message names the field); NOT_FOUND for an unknown pool.
 
   allocate @1 (sequenceId :UInt64, poolId :UInt32, keys :List(Common.BlockKey),
-               numTokens :UInt32, partialTokens :List(UInt32)) -> (allocation :Allocation);
+               numTokens :UInt32, partialTokens :List(UInt32), tokens :List(UInt32),
+               formatTag :UInt64) -> (allocation :Allocation);
   # Builds the block table for a new sequence of `numTokens` tokens, reusing the cached
-  # prefix named by `keys`. RESOURCE_EXHAUSTED when eviction cannot free enough blocks.
+  # prefix named by `keys` (one per full block, under the session's salt) and, with
+  # `tokens` (the whole prompt; numTokens entries), the leading tokens of one more cached
+  # block of the same `formatTag` (what else changes KV values: LoRA, model). Without
+  # `tokens` there is no partial reuse. `partialTokens` is unused (superseded by
+  # `tokens`). RESOURCE_EXHAUSTED when eviction cannot free enough blocks.
 
   extend @2 (sequenceId :UInt64, numTokens :UInt32) -> (allocation :Allocation);
   # Grows the sequence to `numTokens` tokens (decode). NOT_FOUND: unknown sequence.
@@ -59,10 +64,12 @@ interface Worker {
   # Drops the sequence's references; committed blocks stay cached until evicted. Also done
   # for every sequence of a connection that drops.
 
-  commit @4 (sequenceId :UInt64, keys :List(Common.BlockKey), retention :Common.RetentionConfig)
-      -> (committed :UInt32);
+  commit @4 (sequenceId :UInt64, keys :List(Common.BlockKey), retention :Common.RetentionConfig,
+             tokens :List(UInt32)) -> (committed :UInt32);
   # Publishes the sequence's full blocks under `keys` (in order from its first block) with
   # the request's retention; they become reusable and are announced to the coordinator.
+  # `tokens` (the committed blocks' tokens) make them candidates for partial reuse.
+  # Returns how many blocks this call cached (already cached ones are not counted).
 
   lookupLocal @5 (poolId :UInt32, keys :List(Common.BlockKey)) -> (matchedBlocks :UInt32);
   # Longest prefix of `keys` cached in this worker's pool.
@@ -70,6 +77,7 @@ interface Worker {
   onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location))
       -> (onboardedBlocks :UInt32);
   # Brings blocks into the sequence's table from the host tier, another worker or a store.
+  # UNIMPLEMENTED until the host/disk tier and block transfer are built.
 
   stats @7 () -> (stats :WorkerStats);
 }

@@ -79,10 +79,15 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   Impl& p = *impl_;
   const uint32_t tpb = p.options_.tokens_per_block;
   if (p.sequences_.contains(r.id)) return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
-  if (r.tokens.empty()) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
-  if (r.block_keys.size() != r.tokens.size() / tpb) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(r.tokens.size()) +
-                                " tokens, so " + std::to_string(r.tokens.size() / tpb) + " full-block keys, not " +
+  if (!r.tokens.empty() && r.num_tokens != 0 && r.num_tokens != r.tokens.size()) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " + std::to_string(r.num_tokens) +
+                                " but " + std::to_string(r.tokens.size()) + " tokens");
+  }
+  const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
+  if (prompt == 0) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
+  if (r.block_keys.size() != prompt / tpb) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(prompt) +
+                                " tokens, so " + std::to_string(prompt / tpb) + " full-block keys, not " +
                                 std::to_string(r.block_keys.size()));
   }
   SequenceStart start;
@@ -91,7 +96,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   // Partial reuse: the cached child of the matched prefix sharing the most leading tokens.
   BlockId partial = kNoBlock;
   uint32_t partial_tokens = 0;
-  const auto rest = r.tokens.subspan(size_t{matched} * tpb);
+  const auto rest = r.tokens.empty() ? r.tokens : r.tokens.subspan(size_t{matched} * tpb);
   if (p.options_.partial_reuse && !rest.empty()) {
     if (const auto group = p.children_.find({parent_key, r.format_tag}); group != p.children_.end()) {
       const size_t limit = std::min<size_t>(tpb, rest.size());
@@ -106,7 +111,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
     }
   }
   const bool in_place = partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
-  const uint32_t needed = BlocksFor(r.tokens.size(), tpb);
+  const uint32_t needed = BlocksFor(prompt, tpb);
   const uint32_t blank = needed - matched - (in_place ? 1 : 0);
   // Feasibility before any change: pinning cached blocks takes them out of the evictable set.
   size_t pinned_evictable = 0;
@@ -135,7 +140,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.reused_blocks = matched;
   start.reused_tokens = matched * tpb + partial_tokens;
   p.stats_.reused_blocks += matched;
-  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(r.tokens.size()), r.root, r.format_tag});
+  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root, r.format_tag});
   return start;
 }
 
@@ -181,7 +186,7 @@ Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::spa
     return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " full blocks, but sequence " +
                                 std::to_string(id) + " has " + std::to_string(seq.tokens) + " tokens");
   }
-  if (p.options_.partial_reuse && tokens.size() < keys.size() * tpb) {
+  if (!tokens.empty() && tokens.size() < keys.size() * tpb) {
     return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " blocks needs their " +
                                 std::to_string(keys.size() * tpb) + " tokens, got " + std::to_string(tokens.size()));
   }
@@ -205,7 +210,7 @@ Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::spa
         p.SetExpiry(b, r);
       }
     } else if (!p.index_.contains(keys[i])) {  // another block may already cache the same content
-      const auto block_tokens = p.options_.partial_reuse ? tokens.subspan(i * tpb, tpb) : std::span<const uint32_t>();
+      const auto block_tokens = tokens.empty() ? tokens : tokens.subspan(i * tpb, tpb);
       p.CommitBlock(b, keys[i], parent, seq.format_tag, block_tokens, r);
     }
     parent = keys[i];

@@ -86,7 +86,8 @@ struct SequenceRequest {
   BlockKey root;                         // RootKey(salt): the first block's parent
   uint64_t format_tag = 0;               // what else changes KV values (model, LoRA); partial reuse matches it
   std::span<const BlockKey> block_keys;  // keys of the prompt's full blocks, in order
-  std::span<const uint32_t> tokens;      // the prompt; at least 1
+  std::span<const uint32_t> tokens;      // the prompt; empty: no partial reuse, num_tokens says its length
+  uint32_t num_tokens = 0;               // the prompt's length when `tokens` is empty; at least 1
 };
 
 struct SequenceStart {
@@ -127,8 +128,9 @@ class BlockPool {
   // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed.
   [[nodiscard]] Result<SequenceGrowth> Extend(SequenceId id, uint32_t tokens);
   // Commits the sequence's first block_keys.size() full blocks under those keys (the
-  // chain from request.root), storing `tokens` for partial reuse, with one retention
-  // per key or none (the default priority). Blocks already committed keep their key.
+  // chain from request.root), storing `tokens` (all of theirs, or none: then they are no
+  // partial-reuse candidates) for partial reuse, with one retention per key or none (the
+  // default priority). Blocks already committed keep their key.
   [[nodiscard]] Status Commit(SequenceId id, std::span<const BlockKey> block_keys, std::span<const uint32_t> tokens,
                               std::span<const BlockRetention> retention);
   // Releases every block of the sequence (committed ones stay cached).

@@ -23,6 +23,7 @@ struct BlockMeta {
   uint16_t retention_seq = 0;     // matches the live expiry entry
   uint8_t priority = kDefaultPriority;
   bool committed = false;
+  bool partial_candidate = false;  // its tokens are stored: a partial-reuse candidate
 };
 
 struct Sequence {
@@ -116,7 +117,7 @@ class BlockPool::Impl {
     if (m.refs == 0) lru_.Remove(b);
     index_.erase(m.key);
     if (m.parent != kNoBlock) --metas_[m.parent].cached_children;
-    if (options_.partial_reuse) {
+    if (m.partial_candidate) {
       auto group = children_.find({m.parent_key, m.format_tag});
       std::erase(group->second, b);
       if (group->second.empty()) children_.erase(group);
@@ -143,7 +144,8 @@ class BlockPool::Impl {
     m.parent = parent == index_.end() ? kNoBlock : parent->second;
     if (m.parent != kNoBlock) ++metas_[m.parent].cached_children;
     index_.emplace(key, b);
-    if (options_.partial_reuse) {
+    m.partial_candidate = options_.partial_reuse && !tokens.empty();
+    if (m.partial_candidate) {
       std::copy(tokens.begin(), tokens.end(), tokens_.begin() + size_t{b} * options_.tokens_per_block);
       children_[{parent_key, format_tag}].push_back(b);
     }

@@ -125,6 +125,22 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
   EXPECT_EQ(pool->Stats().partial_copies, 1u);
 }
 
+TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
+  auto pool = MakePool(8);
+  // Committed without its tokens: reusable by key, but no partial-reuse candidate.
+  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, {}, 4}).ok());
+  ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0)}, {}, {}).ok());
+  auto by_key = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0)}, {}, 6});
+  ASSERT_TRUE(by_key.ok());
+  EXPECT_EQ(by_key->reused_tokens, 4u);
+  auto partial = pool->StartSequence({3, kRoot, 0, {}, std::vector<uint32_t>{0, 1}});
+  ASSERT_TRUE(partial.ok());
+  EXPECT_EQ(partial->reused_tokens, 0u) << "block 0's tokens are unknown";
+  EXPECT_EQ(pool->StartSequence({4, kRoot, 0, {}, std::vector<uint32_t>{0, 1}, 3}).status().code(),
+            StatusCode::kInvalidArgument)
+      << "num_tokens disagrees with the tokens";
+}
+
 TEST(BlockPoolTest, EvictsLowestPriorityFirstThenLeastRecentThenLeavesFirst) {
   auto pool = MakePool(6);
   // Chains (each committed, then released): A = a0 <- a1 at priority 50; B = b0 at 20;

@@ -1,0 +1,198 @@
+// The Worker capability over a real loopback connection: processes attach the pool and
+// map it themselves, reuse each other's blocks by key within a tenant (never across
+// tenants), and a connection that drops gives back every block it held.
+#include <capnp/ez-rpc.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "services/rpc/rpc_server.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/session_service.h"
+#include "services/rpc/status_mapping.h"
+#include "services/worker/pool_memory.h"
+#include "services/worker/rpc/worker_service.h"
+
+namespace kvtier::worker {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+const std::string kTokenA(40, 'a');
+const std::string kTokenA2(40, 'c');  // a second token of the same salt
+const std::string kTokenB(40, 'b');
+
+KvLayout TestLayout() {
+  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+      .value();
+}
+
+void SetLayout(schema::KvLayout::Builder b, uint32_t head_dim = 8) {
+  b.setNumLayers(2);
+  b.setNumKvHeads(2);
+  b.setHeadDim(head_dim);
+  b.setTokensPerBlock(4);
+  b.setDtype(schema::Dtype::FP16);
+}
+
+// One process's connection (own KJ event loop) holding its Worker capability.
+class Client {
+ public:
+  Client(const std::string& address, const std::string& token) : client_(address), worker_(Connect(token)) {}
+
+  template <typename Params, typename Results>
+  Result<capnp::Response<Results>> Call(capnp::Request<Params, Results> request) {
+    try {
+      return request.send().wait(client_.getWaitScope());
+    } catch (const kj::Exception& e) {
+      return rpc::ExceptionToStatus(e);
+    }
+  }
+  schema::Worker::Client& worker() { return worker_; }
+
+  // Allocates `tokens` tokens 0.. with one key per full block (keys 1, 2, ...).
+  Result<std::vector<uint32_t>> Allocate(uint64_t sequence, uint32_t tokens, uint32_t* reused = nullptr) {
+    auto request = worker_.allocateRequest();
+    request.setSequenceId(sequence);
+    request.setNumTokens(tokens);
+    auto keys = request.initKeys(tokens / 4);
+    for (unsigned i = 0; i < keys.size(); ++i) {
+      keys[i].setHi(0x4000 + i);
+      keys[i].setLo(i);
+    }
+    auto list = request.initTokens(tokens);
+    for (unsigned i = 0; i < tokens; ++i) list.set(i, i);
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    if (reused != nullptr) *reused = response->getAllocation().getReusedBlocks();
+    std::vector<uint32_t> table;
+    for (uint32_t id : response->getAllocation().getBlockIds()) table.push_back(id);
+    return table;
+  }
+
+  Status Commit(uint64_t sequence, uint32_t blocks) {
+    auto request = worker_.commitRequest();
+    request.setSequenceId(sequence);
+    auto keys = request.initKeys(blocks);
+    for (unsigned i = 0; i < blocks; ++i) {
+      keys[i].setHi(0x4000 + i);
+      keys[i].setLo(i);
+    }
+    auto tokens = request.initTokens(blocks * 4);
+    for (unsigned i = 0; i < blocks * 4; ++i) tokens.set(i, i);
+    return Call(kj::mv(request)).status();
+  }
+
+  uint32_t UsedBlocks() {
+    auto stats = Call(worker_.statsRequest());
+    return stats.ok() ? stats->getStats().getPools()[0].getUsedBlocks() : UINT32_MAX;
+  }
+
+ private:
+  schema::Worker::Client Connect(const std::string& token) {
+    auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken(token);
+    auto session = auth.send().wait(client_.getWaitScope()).getSession();
+    return session.workerRequest().send().wait(client_.getWaitScope()).getWorker();
+  }
+  capnp::EzRpcClient client_;
+  schema::Worker::Client worker_;
+};
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    worker_ = Worker::Create({.pools = {{TestLayout(), 16}}}).value();
+    context_.worker = worker_.get();
+    tokens_ = auth::TokenStore::FromYaml("tenants:\n"
+                                         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
+                                         "  - {name: team-a2, token: " + kTokenA2 + ", salt: salt-a}\n"
+                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n",
+                                         "tokens")
+                  .value();
+    session_.identity = {"w1", {"worker"}};
+    session_.tokens = &tokens_;
+    session_.clock = &SystemClock::Instance();
+    session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
+    rpc::RpcServerOptions options;
+    options.listen = {"127.0.0.1:0"};
+    server_ = rpc::RpcServer::Create(std::move(options), [this] { return rpc::MakeBootstrap(session_); }).value();
+    address_ = server_->endpoints()[0];
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<Worker> worker_;  // used on the server's thread only, until Shutdown
+  WorkerServiceContext context_;
+  auth::TokenStore tokens_ = auth::TokenStore::SingleTenant({"x", ""}, std::string(40, 'x')).value();
+  rpc::SessionContext session_;
+  std::unique_ptr<rpc::RpcServer> server_;
+  std::string address_;
+};
+
+TEST_F(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
+  Client first(address_, kTokenA);
+  auto attach = first.worker().attachPoolRequest();
+  SetLayout(attach.initLayout());
+  auto attached = first.Call(kj::mv(attach));
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  const std::string name = attached->getAttachment().getMapping().getSharedMemory().cStr();
+  EXPECT_EQ(attached->getAttachment().getBlockStrideBytes(), 512u);
+  auto memory = SharedPoolMemory::Map(name, 16 * 512).value();
+  // Process 1 prefills 8 tokens into 2 blocks, writes their KV in place and commits.
+  auto table = first.Allocate(1, 8);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  for (uint32_t b : *table) std::memset(static_cast<char*>(memory.data()) + b * 512, 0x30 + b, 512);
+  ASSERT_TRUE(first.Commit(1, 2).ok());
+  // Process 2, same salt through another token: both blocks reused, the bytes are there.
+  Client second(address_, kTokenA2);
+  uint32_t reused = 0;
+  auto again = second.Allocate(1, 10, &reused);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(reused, 2u);
+  EXPECT_EQ((*again)[0], (*table)[0]);
+  EXPECT_EQ(static_cast<const uint8_t*>(memory.data())[(*again)[1] * 512 + 7], 0x30 + (*again)[1]);
+  // Tenant b sends the same key values: its chain starts at another salt's root.
+  Client other(address_, kTokenB);
+  ASSERT_TRUE(other.Allocate(1, 8, &reused).ok());
+  EXPECT_EQ(reused, 0u) << "blocks never cross tenants";
+}
+
+TEST_F(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
+  Client observer(address_, kTokenA);
+  {
+    Client doomed(address_, kTokenA);
+    ASSERT_TRUE(doomed.Allocate(1, 12).ok());
+    ASSERT_TRUE(doomed.Allocate(2, 5).ok());
+    EXPECT_EQ(observer.UsedBlocks(), 5u);
+  }  // the connection closes without a single free
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (observer.UsedBlocks() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(observer.UsedBlocks(), 0u);
+}
+
+TEST_F(WorkerServiceTest, BadRequestsGetClearErrors) {
+  Client client(address_, kTokenA);
+  auto attach = client.worker().attachPoolRequest();
+  SetLayout(attach.initLayout(), /*head_dim=*/16);
+  const Status mismatch = client.Call(kj::mv(attach)).status();
+  EXPECT_EQ(mismatch.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(mismatch.message().find("head_dim"), std::string::npos) << mismatch.message();
+  auto unknown = client.worker().allocateRequest();
+  unknown.setPoolId(4);
+  unknown.setNumTokens(2);
+  EXPECT_EQ(client.Call(kj::mv(unknown)).status().code(), StatusCode::kNotFound);
+  auto free = client.worker().freeRequest();
+  free.setSequenceId(77);
+  EXPECT_EQ(client.Call(kj::mv(free)).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client.Call(client.worker().onboardRequest()).status().code(), StatusCode::kUnimplemented);
+  ASSERT_TRUE(client.Allocate(1, 4).ok());
+  EXPECT_EQ(client.Allocate(1, 4).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(client.Allocate(2, 100).status().code(), StatusCode::kResourceExhausted) << "25 blocks of 16";
+  EXPECT_EQ(client.UsedBlocks(), 1u) << "the refused allocation took nothing";
+}
+
+}  // namespace
+}  // namespace kvtier::worker
