@@ -77,7 +77,7 @@ class Worker::Impl {
       if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
       }
-      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.priority});
+      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.priority, e.salt_scope});
     }
   }
 
@@ -140,7 +140,7 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(r.pool_id));
   if (w.sequences_.contains({r.client, r.sequence})) return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
   const SequenceId internal = w.next_internal_;
-  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.format_tag, r.block_keys, r.tokens, r.num_tokens}));
+  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag, r.block_keys, r.tokens, r.num_tokens}));
   ++w.next_internal_;
   if (start.copy.has_value()) w.CopyTokens(*state, *start.copy);
   w.Settle(r.pool_id, start.evicted);

@@ -126,7 +126,8 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
   // Block A at priority 50 (worth offloading), block B at 20 (dropped); both released.
   coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   coordinator::RetentionConfig low{.ranges = {{.first_token = 0, .priority = 20}}};
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)}, .tokens = Tokens(0, 4)}).ok());
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = kRoot, .salt_scope = 0xABC,
+                                .block_keys = std::vector<BlockKey>{Key(1)}, .tokens = Tokens(0, 4)}).ok());
   ASSERT_TRUE(worker->Commit(1, 1, std::vector<BlockKey>{Key(1)}, Tokens(0, 4), keep).ok());
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(2)}, .tokens = Tokens(50, 4)}).ok());
   ASSERT_TRUE(worker->Commit(1, 2, std::vector<BlockKey>{Key(2)}, Tokens(50, 4), low).ok());
@@ -143,6 +144,8 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
   EXPECT_EQ(events[2].kind, WorkerEvent::Kind::kRemoved);
   EXPECT_EQ(events[2].key, Key(2));
   EXPECT_EQ(events[3].kind, WorkerEvent::Kind::kOffloaded);
+  EXPECT_EQ(events[0].salt_scope, 0xABCu) << "events carry the committing tenant's scope";
+  EXPECT_EQ(events[3].salt_scope, 0xABCu);
   for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(events[i].sequence, i + 1);
   EXPECT_EQ(worker->Stats().offloaded_blocks, 1u);
 }

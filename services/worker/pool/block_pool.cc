@@ -140,7 +140,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.reused_blocks = matched;
   start.reused_tokens = matched * tpb + partial_tokens;
   p.stats_.reused_blocks += matched;
-  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root, r.format_tag});
+  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root, r.format_tag, r.salt_scope});
   return start;
 }
 
@@ -211,7 +211,7 @@ Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::spa
       }
     } else if (!p.index_.contains(keys[i])) {  // another block may already cache the same content
       const auto block_tokens = tokens.empty() ? tokens : tokens.subspan(i * tpb, tpb);
-      p.CommitBlock(b, keys[i], parent, seq.format_tag, block_tokens, r);
+      p.CommitBlock(b, keys[i], parent, seq, block_tokens, r);
     }
     parent = keys[i];
   }

@@ -64,6 +64,7 @@ struct PoolEvent {
   BlockKey parent;       // kStored: the parent key (the salt root for a first block)
   BlockId block;
   uint8_t priority;
+  uint64_t salt_scope;   // SaltScope of the tenant that committed the block
 };
 
 // Blocks evicted by a call, in eviction order; the caller copies out those to offload
@@ -84,6 +85,7 @@ struct PartialCopy {
 struct SequenceRequest {
   SequenceId id = 0;
   BlockKey root;                         // RootKey(salt): the first block's parent
+  uint64_t salt_scope = 0;               // SaltScope(salt), carried by the blocks' events
   uint64_t format_tag = 0;               // what else changes KV values (model, LoRA); partial reuse matches it
   std::span<const BlockKey> block_keys;  // keys of the prompt's full blocks, in order
   std::span<const uint32_t> tokens;      // the prompt; empty: no partial reuse, num_tokens says its length

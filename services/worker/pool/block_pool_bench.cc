@@ -33,7 +33,7 @@ void BM_SequenceWithPrefixReuse(benchmark::State& state) {
   SequenceId id = 0;
   for (auto _ : state) {
     for (uint32_t i = kShared; i < kBlocks; ++i) keys[i].lo = id;  // a new suffix each time
-    auto start = pool->StartSequence({id, BlockKey{0, 1}, 0, keys, tokens});
+    auto start = pool->StartSequence({id, BlockKey{0, 1}, 0, 0, keys, tokens});
     if (!start.ok() || !pool->Commit(id, keys, tokens, {}).ok() || !pool->FreeSequence(id).ok()) state.SkipWithError("pool");
     pool->TakeEvents();
     ++id;

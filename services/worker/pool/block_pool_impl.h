@@ -17,6 +17,7 @@ struct BlockMeta {
   BlockKey key{};
   BlockKey parent_key{};
   uint64_t format_tag = 0;
+  uint64_t salt_scope = 0;
   BlockId parent = kNoBlock;      // the parent's block when cached here (full-attention pools)
   uint32_t refs = 0;
   uint32_t cached_children = 0;   // committed children cached here
@@ -31,6 +32,7 @@ struct Sequence {
   uint32_t tokens = 0;
   BlockKey root;
   uint64_t format_tag = 0;
+  uint64_t salt_scope = 0;
 };
 
 // Cached blocks grouped by (parent key, format tag): the partial-reuse candidates.
@@ -131,9 +133,11 @@ class BlockPool::Impl {
     m = BlockMeta{.refs = m.refs};
   }
 
-  void CommitBlock(BlockId b, const BlockKey& key, const BlockKey& parent_key, uint64_t format_tag,
+  void CommitBlock(BlockId b, const BlockKey& key, const BlockKey& parent_key, const Sequence& seq,
                    std::span<const uint32_t> tokens, const BlockRetention& retention) {
+    const uint64_t format_tag = seq.format_tag;
     BlockMeta& m = metas_[b];
+    m.salt_scope = seq.salt_scope;
     m.key = key;
     m.parent_key = parent_key;
     m.format_tag = format_tag;
@@ -172,7 +176,7 @@ class BlockPool::Impl {
 
   void Emit(PoolEvent::Kind kind, BlockId b) {
     const BlockMeta& m = metas_[b];
-    events_.push_back({kind, ++next_event_, m.key, m.parent_key, b, m.priority});
+    events_.push_back({kind, ++next_event_, m.key, m.parent_key, b, m.priority, m.salt_scope});
   }
 
   BlockPoolOptions options_;

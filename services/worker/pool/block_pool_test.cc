@@ -28,7 +28,7 @@ std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
 // Starts a sequence whose full blocks are keyed by `keys`, and commits them.
 SequenceStart StartAndCommit(BlockPool& pool, SequenceId id, const std::vector<BlockKey>& keys,
                              const std::vector<uint32_t>& tokens, std::vector<BlockRetention> retention = {}) {
-  auto start = pool.StartSequence({id, kRoot, 0, keys, tokens});
+  auto start = pool.StartSequence({id, kRoot, 0, 0, keys, tokens});
   EXPECT_TRUE(start.ok()) << start.status().ToString();
   EXPECT_TRUE(pool.Commit(id, keys, tokens, retention).ok());
   return std::move(start).value();
@@ -72,7 +72,7 @@ TEST(BlockPoolTest, SequencesShareCachedPrefixBlocks) {
   EXPECT_EQ(a.block_table.size(), 4u);
   EXPECT_EQ(a.reused_blocks, 0u);
   // Sequence 2 shares blocks 0 and 1; its block 2 differs from the first token on.
-  auto b = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0), Key(1), Key(9)}, [] {
+  auto b = pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0), Key(1), Key(9)}, [] {
                                   auto t = Tokens(0, 12);
                                   t[8] = 1000;
                                   return t;
@@ -98,7 +98,7 @@ TEST(BlockPoolTest, PartialReuseInPlaceWhenNothingElseUsesTheBlock) {
   ASSERT_TRUE(pool->FreeSequence(1).ok());
   pool->TakeEvents();
   // Tokens 10, 11 match the cached block; 99 does not.
-  auto b = pool->StartSequence({2, kRoot, 0, {}, std::vector<uint32_t>{10, 11, 99}});
+  auto b = pool->StartSequence({2, kRoot, 0, 0, {}, std::vector<uint32_t>{10, 11, 99}});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->reused_tokens, 2u);
   EXPECT_FALSE(b->copy.has_value());
@@ -113,7 +113,7 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
   auto pool = MakePool(8);
   const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1)}, Tokens(0, 8));
   // Same first block, then 3 of block 1's tokens (4, 5, 6) and a different one.
-  auto b = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0), Key(5)}, std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 42}});
+  auto b = pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0), Key(5)}, std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 42}});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->reused_blocks, 1u);
   EXPECT_EQ(b->reused_tokens, 7u);
@@ -128,15 +128,15 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
 TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
   auto pool = MakePool(8);
   // Committed without its tokens: reusable by key, but no partial-reuse candidate.
-  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, {}, 4}).ok());
+  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, {}, 4}).ok());
   ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0)}, {}, {}).ok());
-  auto by_key = pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0)}, {}, 6});
+  auto by_key = pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, {}, 6});
   ASSERT_TRUE(by_key.ok());
   EXPECT_EQ(by_key->reused_tokens, 4u);
-  auto partial = pool->StartSequence({3, kRoot, 0, {}, std::vector<uint32_t>{0, 1}});
+  auto partial = pool->StartSequence({3, kRoot, 0, 0, {}, std::vector<uint32_t>{0, 1}});
   ASSERT_TRUE(partial.ok());
   EXPECT_EQ(partial->reused_tokens, 0u) << "block 0's tokens are unknown";
-  EXPECT_EQ(pool->StartSequence({4, kRoot, 0, {}, std::vector<uint32_t>{0, 1}, 3}).status().code(),
+  EXPECT_EQ(pool->StartSequence({4, kRoot, 0, 0, {}, std::vector<uint32_t>{0, 1}, 3}).status().code(),
             StatusCode::kInvalidArgument)
       << "num_tokens disagrees with the tokens";
 }
@@ -187,7 +187,7 @@ TEST(BlockPoolTest, RetentionExpiresBackToTheDefaultPriority) {
 TEST(BlockPoolTest, WindowedPoolReleasesBlocksThatLeaveTheWindowButKeepsSinks) {
   // 8-token window, 4 sink tokens, blocks of 4.
   auto pool = MakePool(8, {.window_tokens = 8, .sink_tokens = 4});
-  auto start = pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)});
+  auto start = pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)});
   ASSERT_TRUE(start.ok());
   ASSERT_TRUE(pool->Extend(1, 8).ok());  // 12 tokens: blocks 0, 1, 2; nothing left the window yet
   ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1), Key(2)}, Tokens(0, 12), {}).ok());
@@ -214,8 +214,8 @@ TEST(BlockPoolTest, EvictsAnInteriorBlockWhenItsOnlyChildIsInUseThroughADuplicat
   // Sequences 1 and 2 start with the same first block before either commits it: two
   // copies. Sequence 1 commits it (block a); sequence 2's copy stays uncommitted, and its
   // second block commits with parent key 0, so a is its cached parent.
-  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
-  ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
   ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), {}).ok());
   ASSERT_TRUE(pool->Extend(2, 4).ok());
   ASSERT_TRUE(pool->Commit(2, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).ok());
@@ -236,10 +236,10 @@ TEST(BlockPoolTest, BadRequestsAreRefusedAndChangeNothing) {
   StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));
   pool->TakeEvents();
   const BlockPoolStats before = pool->Stats();
-  EXPECT_EQ(pool->StartSequence({1, kRoot, 0, {}, Tokens(0, 2)}).status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, {}, Tokens(0, 5)}).status().code(), StatusCode::kInvalidArgument)
+  EXPECT_EQ(pool->StartSequence({1, kRoot, 0, 0, {}, Tokens(0, 2)}).status().code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 5)}).status().code(), StatusCode::kInvalidArgument)
       << "5 tokens have 1 full block; no key given";
-  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, {}, Tokens(0, 20)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 20)}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pool->Extend(9, 1).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).code(), StatusCode::kInvalidArgument)
       << "2 full blocks, but the sequence has 6 tokens";
@@ -247,7 +247,7 @@ TEST(BlockPoolTest, BadRequestsAreRefusedAndChangeNothing) {
       << "block 0 is committed under another key";
   EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), std::vector<BlockRetention>{{101, 0ns}}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(pool->StartSequence({3, kRoot, 0, std::vector<BlockKey>{Key(7), Key(8), Key(9)}, Tokens(50, 12)}).status().code(),
+  EXPECT_EQ(pool->StartSequence({3, kRoot, 0, 0, std::vector<BlockKey>{Key(7), Key(8), Key(9)}, Tokens(50, 12)}).status().code(),
             StatusCode::kResourceExhausted);
   EXPECT_EQ(pool->Stats().in_use, before.in_use);
   EXPECT_EQ(pool->Stats().free, before.free);

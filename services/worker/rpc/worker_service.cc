@@ -44,7 +44,7 @@ void SetAllocation(const Allocation& a, schema::Allocation::Builder b) {
 class WorkerServer final : public schema::Worker::Server {
  public:
   WorkerServer(Worker& worker, ClientId client, const auth::Tenant& tenant)
-      : worker_(worker), client_(client), root_(RootKey(tenant.salt)) {}
+      : worker_(worker), client_(client), root_(RootKey(tenant.salt)), scope_(SaltScope(tenant.salt)) {}
   ~WorkerServer() { worker_.DropClient(client_); }
 
  protected:
@@ -69,7 +69,7 @@ class WorkerServer final : public schema::Worker::Server {
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
     const std::vector<uint32_t> tokens = ToTokens(p.getTokens());
     Result<Allocation> a = worker_.Allocate({.client = client_, .sequence = p.getSequenceId(), .pool_id = p.getPoolId(),
-                                             .root = root_, .format_tag = p.getFormatTag(), .block_keys = keys,
+                                             .root = root_, .salt_scope = scope_, .format_tag = p.getFormatTag(), .block_keys = keys,
                                              .tokens = tokens, .num_tokens = p.getNumTokens()});
     ThrowIfError(a.status());
     SetAllocation(*a, call.getResults().initAllocation());
@@ -134,6 +134,7 @@ class WorkerServer final : public schema::Worker::Server {
   Worker& worker_;
   const ClientId client_;
   const BlockKey root_;
+  const uint64_t scope_;
 };
 
 }  // namespace
