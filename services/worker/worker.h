@@ -71,7 +71,7 @@ struct AllocateRequest {
   ClientId client = 0;
   SequenceId sequence = 0;
   uint32_t pool_id = 0;
-  BlockKey root;                          // RootKey(the tenant's salt)
+  BlockKey root{};                        // RootKey(the tenant's salt)
   uint64_t salt_scope = 0;                // SaltScope(the tenant's salt), for the coordinator
   uint64_t format_tag = 0;                // what else changes KV values (LoRA, model); partial reuse matches it
   std::span<const BlockKey> block_keys = {};  // the prompt's full blocks

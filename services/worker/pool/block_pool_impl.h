@@ -93,6 +93,7 @@ class BlockPool::Impl {
       b = EvictOne(evicted);
     }
     metas_[b].refs = 1;
+    ++stats_.allocated_blocks;
     return b;
   }
 

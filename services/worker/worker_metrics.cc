@@ -1,0 +1,79 @@
+#include "services/worker/worker_metrics.h"
+
+#include <string>
+
+namespace kvtier::worker {
+namespace {
+
+void IncBy(Counter& counter, uint64_t now, uint64_t before) {
+  if (now > before) counter.Inc(static_cast<double>(now - before));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r, size_t pools) {
+  std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
+  KVTIER_ASSIGN_OR_RETURN(m->pool_blocks_, r.AddGauge("kvtier_worker_pool_blocks",
+                                                      "Blocks of a pool by state: free, cached (reusable), in_use.",
+                                                      {"pool", "state"}));
+  KVTIER_ASSIGN_OR_RETURN(m->allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
+                                                      "Blank blocks handed out.", {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(m->reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
+                                                   "Full blocks found cached when a sequence started.", {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(m->partial_, r.AddCounter("kvtier_worker_partial_reuses_total",
+                                                    "Partially matching blocks reused, in place or by copy.",
+                                                    {"pool", "how"}));
+  KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_worker_evictions_total",
+                                                      "Blocks evicted from a pool, by their priority.",
+                                                      {"pool", "priority"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* offloaded, r.AddCounter("kvtier_worker_offloaded_blocks_total",
+                                                                 "Evicted blocks handed to the host tier."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_offloaded_bytes_total",
+                                                             "Bytes of the blocks handed to the host tier."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* dropped,
+                          r.AddCounter("kvtier_worker_dropped_offloads_total",
+                                       "Evicted blocks worth offloading that no host tier took (dropped)."));
+  m->offloaded_blocks_ = &offloaded->WithLabels({});
+  m->offloaded_bytes_ = &bytes->WithLabels({});
+  m->dropped_offloads_ = &dropped->WithLabels({});
+  m->last_.pools.resize(pools);
+  // Every pool's series exist from the start, at zero.
+  for (size_t p = 0; p < pools; ++p) {
+    const std::string pool = std::to_string(p);
+    for (const char* state : {"free", "cached", "in_use"}) m->pool_blocks_->WithLabels({pool, state});
+    m->allocated_->WithLabels({pool});
+    m->reused_->WithLabels({pool});
+    m->partial_->WithLabels({pool, "in_place"});
+    m->partial_->WithLabels({pool, "copy"});
+  }
+  return m;
+}
+
+void WorkerMetrics::Update(const WorkerStats& stats) {
+  for (size_t p = 0; p < stats.pools.size() && p < last_.pools.size(); ++p) {
+    const BlockPoolStats& now = stats.pools[p];
+    const BlockPoolStats& before = last_.pools[p];
+    const std::string pool = std::to_string(p);
+    pool_blocks_->WithLabels({pool, "free"}).Set(now.free);
+    pool_blocks_->WithLabels({pool, "cached"}).Set(now.cached);
+    pool_blocks_->WithLabels({pool, "in_use"}).Set(now.in_use);
+    IncBy(allocated_->WithLabels({pool}), now.allocated_blocks, before.allocated_blocks);
+    IncBy(reused_->WithLabels({pool}), now.reused_blocks, before.reused_blocks);
+    IncBy(partial_->WithLabels({pool, "in_place"}), now.partial_reuses, before.partial_reuses);
+    IncBy(partial_->WithLabels({pool, "copy"}), now.partial_copies, before.partial_copies);
+    for (size_t priority = 0; priority < now.evictions_by_priority.size(); ++priority) {
+      if (now.evictions_by_priority[priority] > before.evictions_by_priority[priority]) {
+        IncBy(evictions_->WithLabels({pool, std::to_string(priority)}), now.evictions_by_priority[priority],
+              before.evictions_by_priority[priority]);
+      }
+    }
+  }
+  IncBy(*offloaded_blocks_, stats.offloaded_blocks, last_.offloaded_blocks);
+  IncBy(*offloaded_bytes_, stats.offloaded_bytes, last_.offloaded_bytes);
+  IncBy(*dropped_offloads_, stats.dropped_offloads, last_.dropped_offloads);
+  const size_t pools = last_.pools.size();
+  last_ = stats;
+  last_.pools.resize(pools);
+}
+
+}  // namespace kvtier::worker

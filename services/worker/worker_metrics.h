@@ -1,0 +1,40 @@
+// The worker's metrics (all prefixed kvtier_worker_), per pool (label `pool`):
+//   pool_blocks{pool,state}         gauge: free, cached (reusable) and in_use blocks
+//   allocated_blocks_total{pool}    blank blocks handed out
+//   reused_blocks_total{pool}       full blocks found cached at allocation
+//   partial_reuses_total{pool,how}  partial reuse in place or by copy
+//   evictions_total{pool,priority}  blocks evicted, by their priority
+//   offloaded_blocks_total, offloaded_bytes_total, dropped_offloads_total
+//
+// Thread safety: as common/metrics.h; updated from the worker's event-loop thread.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/metrics.h"
+#include "services/worker/worker.h"
+
+namespace kvtier::worker {
+
+class WorkerMetrics {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<WorkerMetrics>> Create(MetricsRegistry& registry, size_t pools);
+
+  // Brings every metric up to date with the worker's stats (counters by their growth).
+  void Update(const WorkerStats& stats);
+
+ private:
+  WorkerMetrics() = default;
+  GaugeFamily* pool_blocks_ = nullptr;
+  CounterFamily* allocated_ = nullptr;
+  CounterFamily* reused_ = nullptr;
+  CounterFamily* partial_ = nullptr;
+  CounterFamily* evictions_ = nullptr;
+  Counter* offloaded_blocks_ = nullptr;
+  Counter* offloaded_bytes_ = nullptr;
+  Counter* dropped_offloads_ = nullptr;
+  WorkerStats last_;  // what the counters already include
+};
+
+}  // namespace kvtier::worker

@@ -1,0 +1,42 @@
+#include "services/worker/worker_metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace kvtier::worker {
+namespace {
+
+TEST(WorkerMetricsTest, TracksPoolStateReuseAndEvictions) {
+  MetricsRegistry registry;
+  auto metrics = WorkerMetrics::Create(registry, 1).value();
+  const KvLayout layout =
+      KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+          .value();
+  auto worker = Worker::Create({.pools = {{layout, 2}}}).value();
+  std::vector<uint32_t> tokens(4);
+  std::iota(tokens.begin(), tokens.end(), 0);
+  const std::vector<BlockKey> keys = {BlockKey{9, 9}};
+  // One block committed and released, reused once, then evicted by a 2-block prompt.
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens}).ok());
+  ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
+  ASSERT_TRUE(worker->Free(1, 1).ok());
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .block_keys = keys, .tokens = tokens}).ok());
+  ASSERT_TRUE(worker->Free(1, 2).ok());
+  metrics->Update(worker->Stats());
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 3, .num_tokens = 3}).ok());
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 4, .num_tokens = 3}).ok());
+  metrics->Update(worker->Stats());
+  const std::string text = registry.Exposition();
+  for (const char* line : {"kvtier_worker_pool_blocks{pool=\"0\",state=\"in_use\"} 2\n",
+                           "kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 0\n",
+                           "kvtier_worker_allocated_blocks_total{pool=\"0\"} 3\n",
+                           "kvtier_worker_reused_blocks_total{pool=\"0\"} 1\n",
+                           "kvtier_worker_evictions_total{pool=\"0\",priority=\"35\"} 1\n",
+                           "kvtier_worker_dropped_offloads_total 1\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::worker
