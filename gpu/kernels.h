@@ -130,8 +130,9 @@ class KernelBackend {
   // on CUDA); device memory is where pools live.
   [[nodiscard]] virtual Result<void*> Allocate(MemoryKind kind, size_t bytes) = 0;
   virtual void Free(MemoryKind kind, void* pointer) = 0;
-  [[nodiscard]] virtual Status CopyIn(void* device_dst, const void* host_src, size_t bytes) = 0;
-  [[nodiscard]] virtual Status CopyOut(void* host_dst, const void* device_src, size_t bytes) = 0;
+  // A plain copy between any two of: this backend's memory, staging memory, host memory
+  // (the direction follows from the pointers, as cudaMemcpyDefault does).
+  [[nodiscard]] virtual Status Copy(void* dst, const void* src, size_t bytes) = 0;
 };
 
 // The CPU reference. Always available.

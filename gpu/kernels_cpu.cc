@@ -136,11 +136,7 @@ class CpuBackend final : public KernelBackend {
     return p;
   }
   void Free(MemoryKind, void* pointer) override { std::free(pointer); }
-  Status CopyIn(void* dst, const void* src, size_t bytes) override {
-    std::memcpy(dst, src, bytes);
-    return Status::Ok();
-  }
-  Status CopyOut(void* dst, const void* src, size_t bytes) override {
+  Status Copy(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }

@@ -112,18 +112,15 @@ class CudaBackend final : public KernelBackend {
     else cudaFreeHost(pointer);
   }
 
-  Status CopyIn(void* dst, const void* src, size_t bytes) override { return Copy(dst, src, bytes); }
-  Status CopyOut(void* dst, const void* src, size_t bytes) override { return Copy(dst, src, bytes); }
-
- private:
-  explicit CudaBackend(int device) : device_(device) {}
-
-  Status Copy(void* dst, const void* src, size_t bytes) {
+  Status Copy(void* dst, const void* src, size_t bytes) override {
     if (cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault); err != cudaSuccess) {
       return InternalError(CudaError("cudaMemcpy", err));
     }
     return Status::Ok();
   }
+
+ private:
+  explicit CudaBackend(int device) : device_(device) {}
 
   Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));

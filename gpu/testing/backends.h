@@ -25,7 +25,7 @@ DeviceBuffer Upload(KernelBackend& backend, const std::vector<T>& host, MemoryKi
   auto buffer = DeviceBuffer::Create(backend, kind, std::max<size_t>(1, host.size() * sizeof(T)));
   EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
   if (!host.empty()) {
-    EXPECT_TRUE(backend.CopyIn(buffer->data(), host.data(), host.size() * sizeof(T)).ok());
+    EXPECT_TRUE(backend.Copy(buffer->data(), host.data(), host.size() * sizeof(T)).ok());
   }
   return std::move(buffer).value();
 }
@@ -33,7 +33,7 @@ DeviceBuffer Upload(KernelBackend& backend, const std::vector<T>& host, MemoryKi
 template <typename T>
 std::vector<T> Download(KernelBackend& backend, const DeviceBuffer& buffer, size_t count) {
   std::vector<T> host(count);
-  EXPECT_TRUE(backend.CopyOut(host.data(), buffer.data(), count * sizeof(T)).ok());
+  EXPECT_TRUE(backend.Copy(host.data(), buffer.data(), count * sizeof(T)).ok());
   return host;
 }
 

@@ -58,31 +58,66 @@ Result<double> TimedGbps(uint32_t repeats, uint64_t bytes, Fn&& fn) {
   return static_cast<double>(bytes) / Median(seconds) / 1e9;
 }
 
-Status RunCopies(const PoolBenchOptions& o, PoolBenchResult& result) {
-  std::unique_ptr<gpu::KernelBackend> backend;
-  if (o.allow_gpu) {
-    if (auto cuda = gpu::MakeCudaBackend(0); cuda.ok()) backend = std::move(cuda).value();
+std::unique_ptr<gpu::KernelBackend> PickBackend(bool allow_gpu) {
+  if (allow_gpu) {
+    if (auto cuda = gpu::MakeCudaBackend(0); cuda.ok()) return std::move(cuda).value();
   }
-  if (!backend) backend = gpu::MakeCpuBackend();
-  result.backend = std::string(backend->name());
+  return gpu::MakeCpuBackend();
+}
+
+// Gather and scatter between the pool and staging in the pool's memory (device to device
+// on a GPU), and against pinned host staging (offload, onboard), each beside a plain copy
+// of the same bytes in the same direction.
+Status RunBlockCopies(gpu::KernelBackend& backend, const PoolBenchOptions& o, PoolBenchResult& result) {
+  using gpu::DeviceBuffer;
+  using gpu::MemoryKind;
   const uint64_t batch_bytes = o.block_bytes * o.batch_blocks;
-  KVTIER_ASSIGN_OR_RETURN(auto pool, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, o.block_bytes * o.copy_pool_blocks));
-  KVTIER_ASSIGN_OR_RETURN(auto staging, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kStaging, batch_bytes));
-  std::memset(staging.data(), 1, batch_bytes);
+  KVTIER_ASSIGN_OR_RETURN(auto pool, DeviceBuffer::Create(backend, MemoryKind::kDevice, o.block_bytes * o.copy_pool_blocks));
+  KVTIER_ASSIGN_OR_RETURN(auto near, DeviceBuffer::Create(backend, MemoryKind::kDevice, batch_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto pinned, DeviceBuffer::Create(backend, MemoryKind::kStaging, batch_bytes));
+  std::memset(pinned.data(), 1, batch_bytes);
   // Distinct random blocks, so the batch is scattered through the pool.
   std::vector<uint32_t> ids(o.copy_pool_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(11));
   ids.resize(o.batch_blocks);
-  KVTIER_ASSIGN_OR_RETURN(auto device_ids, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, ids.size() * 4));
-  KVTIER_RETURN_IF_ERROR(backend->CopyIn(device_ids.data(), ids.data(), ids.size() * 4));
-  const gpu::BlockCopyArgs args{pool.data(), o.copy_pool_blocks, o.block_bytes, device_ids.as<uint32_t>(), o.batch_blocks,
-                                staging.data()};
-  KVTIER_RETURN_IF_ERROR(backend->Scatter(args));  // every pool page touched once
-  KVTIER_ASSIGN_OR_RETURN(result.gather_gbps, TimedGbps(o.repeats, batch_bytes, [&] { return backend->Gather(args); }));
-  KVTIER_ASSIGN_OR_RETURN(result.scatter_gbps, TimedGbps(o.repeats, batch_bytes, [&] { return backend->Scatter(args); }));
-  KVTIER_ASSIGN_OR_RETURN(result.memcpy_gbps, TimedGbps(o.repeats, batch_bytes, [&] {
-                            return backend->CopyOut(staging.data(), pool.data(), batch_bytes);
+  KVTIER_ASSIGN_OR_RETURN(auto device_ids, DeviceBuffer::Create(backend, MemoryKind::kDevice, ids.size() * 4));
+  KVTIER_RETURN_IF_ERROR(backend.Copy(device_ids.data(), ids.data(), ids.size() * 4));
+  gpu::BlockCopyArgs args{pool.data(), o.copy_pool_blocks, o.block_bytes, device_ids.as<uint32_t>(), o.batch_blocks,
+                          near.data()};
+  for (uint32_t i = 0; i < o.copy_pool_blocks; i += o.batch_blocks) {  // touch every pool page once
+    KVTIER_RETURN_IF_ERROR(backend.Copy(static_cast<char*>(pool.data()) + uint64_t{i} * o.block_bytes, pinned.data(),
+                                        std::min<uint64_t>(batch_bytes, uint64_t{o.copy_pool_blocks - i} * o.block_bytes)));
+  }
+  const auto timed = [&](auto&& fn) { return TimedGbps(o.repeats, batch_bytes, fn); };
+  KVTIER_ASSIGN_OR_RETURN(result.gather_gbps, timed([&] { return backend.Gather(args); }));
+  KVTIER_ASSIGN_OR_RETURN(result.scatter_gbps, timed([&] { return backend.Scatter(args); }));
+  KVTIER_ASSIGN_OR_RETURN(result.memcpy_gbps, timed([&] { return backend.Copy(near.data(), pool.data(), batch_bytes); }));
+  args.staging = pinned.data();
+  KVTIER_ASSIGN_OR_RETURN(result.offload_gbps, timed([&] { return backend.Gather(args); }));
+  KVTIER_ASSIGN_OR_RETURN(result.onboard_gbps, timed([&] { return backend.Scatter(args); }));
+  KVTIER_ASSIGN_OR_RETURN(result.pinned_d2h_gbps, timed([&] { return backend.Copy(pinned.data(), pool.data(), batch_bytes); }));
+  KVTIER_ASSIGN_OR_RETURN(result.pinned_h2d_gbps, timed([&] { return backend.Copy(pool.data(), pinned.data(), batch_bytes); }));
+  return Status::Ok();
+}
+
+// The linear KV update (bf16, 8 KV heads of 128, 16 sequences appending 512 tokens each
+// into a 4096-token cache) against a plain copy of the bytes it moves.
+Status RunUpdate(gpu::KernelBackend& backend, const PoolBenchOptions& o, PoolBenchResult& result) {
+  constexpr uint32_t kBatch = 16, kHeads = 8, kMaxSeq = 4096, kSeq = 512, kHead = 128;
+  const uint64_t cache_bytes = uint64_t{kBatch} * kHeads * kMaxSeq * kHead * 2;
+  const uint64_t update_bytes = uint64_t{kBatch} * kHeads * kSeq * kHead * 2;
+  KVTIER_ASSIGN_OR_RETURN(auto cache, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, cache_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto update, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, update_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto indices, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, kBatch * 4));
+  std::vector<int32_t> writes(kBatch);
+  for (uint32_t i = 0; i < kBatch; ++i) writes[i] = static_cast<int32_t>((i * 997) % (kMaxSeq - kSeq));
+  KVTIER_RETURN_IF_ERROR(backend.Copy(indices.data(), writes.data(), kBatch * 4));
+  const gpu::LinearUpdateArgs args{cache.data(), update.data(), indices.data(), gpu::IndexType::kInt32, KvDtype::kBf16,
+                                   kBatch, kHeads, kMaxSeq, kSeq, kHead};
+  KVTIER_ASSIGN_OR_RETURN(result.update_gbps, TimedGbps(o.repeats, update_bytes, [&] { return backend.UpdateLinear(args); }));
+  KVTIER_ASSIGN_OR_RETURN(result.update_copy_gbps, TimedGbps(o.repeats, update_bytes, [&] {
+                            return backend.Copy(cache.data(), update.data(), update_bytes);
                           }));
   return Status::Ok();
 }
@@ -101,7 +136,10 @@ Result<PoolBenchResult> RunPoolBench(const PoolBenchOptions& o) {
   }
   PoolBenchResult result;
   KVTIER_RETURN_IF_ERROR(RunAllocFree(o, result));
-  KVTIER_RETURN_IF_ERROR(RunCopies(o, result));
+  std::unique_ptr<gpu::KernelBackend> backend = PickBackend(o.allow_gpu);
+  result.backend = std::string(backend->name());
+  KVTIER_RETURN_IF_ERROR(RunBlockCopies(*backend, o, result));
+  KVTIER_RETURN_IF_ERROR(RunUpdate(*backend, o, result));
   return result;
 }
 

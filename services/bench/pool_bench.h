@@ -6,9 +6,14 @@
 //               blocks allocated and freed per second.
 //   gather,     The kernel backend (CUDA when a device answers and the build has it, else
 //   scatter     the CPU reference) copies batch_blocks random blocks of block_bytes between
-//               a pool and a staging buffer; `memcpy` is the same bytes copied as one
-//               contiguous run by the backend's plain copy, in the same run (the ceiling).
-//               Each figure is the median of `repeats` timed batches after one warm-up.
+//               a pool and a staging buffer in the pool's memory; `memcpy` is the same
+//               bytes copied as one contiguous run by the backend's plain copy, in the
+//               same run (the ceiling).
+//   offload,    The same with staging in pinned host memory, beside plain pinned copies
+//   onboard     in each direction (cudaMemcpy on a GPU).
+//   update      UpdateLinear of 16 x 8 heads x 512 bf16 tokens into a 4096-token cache,
+//               beside a plain copy of the same bytes.
+//               Each figure is the median of `repeats` timed calls after one warm-up.
 //
 // Thread safety: a function of its inputs; allocates about (pool_copy_blocks +
 // batch_blocks) * block_bytes of memory.
@@ -37,9 +42,18 @@ struct PoolBenchResult {
   double alloc_free_per_sec = 0;
   uint64_t alloc_free_blocks = 0;
   std::string backend;       // "cpu" or "cuda"
+  // Staging in the pool's own memory (device to device on a GPU):
   double gather_gbps = 0;    // pool -> staging
   double scatter_gbps = 0;   // staging -> pool
   double memcpy_gbps = 0;    // one contiguous copy of the same bytes
+  // Staging in pinned host memory:
+  double offload_gbps = 0;     // gather pool -> pinned
+  double onboard_gbps = 0;     // scatter pinned -> pool
+  double pinned_d2h_gbps = 0;  // one plain copy pool -> pinned
+  double pinned_h2d_gbps = 0;  // one plain copy pinned -> pool
+  // The linear KV update and a plain copy of the bytes it moves.
+  double update_gbps = 0;
+  double update_copy_gbps = 0;
 };
 
 [[nodiscard]] Result<PoolBenchResult> RunPoolBench(const PoolBenchOptions& options);

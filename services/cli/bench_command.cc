@@ -97,10 +97,12 @@ int BenchCommand::RunPool() const {
   if (json_) {
     std::printf("{\"bench\":\"pool\",\"alloc_free_per_sec\":%.0f,\"alloc_free_blocks\":%llu,\"backend\":\"%s\","
                 "\"block_bytes\":%llu,\"batch_blocks\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
-                "\"memcpy_gbps\":%.2f}\n",
+                "\"memcpy_gbps\":%.2f,\"offload_gbps\":%.2f,\"onboard_gbps\":%.2f,\"pinned_d2h_gbps\":%.2f,"
+                "\"pinned_h2d_gbps\":%.2f,\"update_gbps\":%.2f,\"update_copy_gbps\":%.2f}\n",
                 r->alloc_free_per_sec, static_cast<unsigned long long>(r->alloc_free_blocks), r->backend.c_str(),
                 static_cast<unsigned long long>(options.block_bytes), options.batch_blocks, r->gather_gbps,
-                r->scatter_gbps, r->memcpy_gbps);
+                r->scatter_gbps, r->memcpy_gbps, r->offload_gbps, r->onboard_gbps, r->pinned_d2h_gbps,
+                r->pinned_h2d_gbps, r->update_gbps, r->update_copy_gbps);
     return 0;
   }
   std::printf("kvtier bench pool (%s kernels)\n", r->backend.c_str());
@@ -110,6 +112,12 @@ int BenchCommand::RunPool() const {
               static_cast<unsigned long long>(options.block_bytes));
   std::printf("  scatter          %.2f GB/s\n", r->scatter_gbps);
   std::printf("  plain copy       %.2f GB/s (the same bytes, one contiguous run)\n", r->memcpy_gbps);
+  std::printf("  offload          %.2f GB/s (gather into pinned host memory; plain copy %.2f GB/s)\n", r->offload_gbps,
+              r->pinned_d2h_gbps);
+  std::printf("  onboard          %.2f GB/s (scatter from pinned host memory; plain copy %.2f GB/s)\n", r->onboard_gbps,
+              r->pinned_h2d_gbps);
+  std::printf("  KV update        %.2f GB/s (plain copy of the same bytes %.2f GB/s)\n", r->update_gbps,
+              r->update_copy_gbps);
   return 0;
 }
 
