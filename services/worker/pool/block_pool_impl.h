@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "services/worker/pool/block_pool.h"
-#include "services/worker/pool/prioritized_lru.h"
+#include "common/prioritized_lru.h"
 
 namespace kvtier::worker {
 

@@ -1,20 +1,23 @@
-// PrioritizedLru: the eviction order of a block pool's unreferenced cached blocks.
+// PrioritizedLru: the eviction order kvtier uses everywhere blocks compete for room
+// (worker pools, the host tier, the disk tier).
 //
 // Every block of the lowest priority goes before any block of the next; within a priority
 // the least recently released goes first. One intrusive doubly linked list per priority
 // over dense block ids (no allocation after construction) and a 128-bit mask of the
 // non-empty lists, so finding the first candidate is two bit scans.
 //
-// Thread safety: none (owned by one BlockPool).
-// REQUIRES: ids below the capacity given at construction; priorities in [0, 100].
+// Thread safety: none (owned by one pool or tier, under its lock).
+// REQUIRES: ids below capacity() (Grow raises it); priorities in [0, 100]; an id is pushed
+// only when it is not linked and removed only when it is.
 #pragma once
 
 #include <array>
 #include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
-namespace kvtier::worker {
+namespace kvtier {
 
 class PrioritizedLru {
  public:
@@ -25,6 +28,14 @@ class PrioritizedLru {
 
   bool Contains(uint32_t id) const { return nodes_[id].linked; }
   size_t size() const { return size_; }
+  uint32_t capacity() const { return static_cast<uint32_t>(nodes_.size()); }
+  uint8_t priority(uint32_t id) const { return nodes_[id].priority; }
+
+  // Raises the capacity (tiers whose entry count is not known up front); ids keep their
+  // places. Never shrinks.
+  void Grow(uint32_t capacity) {
+    if (capacity > nodes_.size()) nodes_.resize(capacity);
+  }
 
   void PushMostRecent(uint32_t id, uint8_t priority) {
     Node& node = nodes_[id];
@@ -81,4 +92,4 @@ class PrioritizedLru {
   size_t size_ = 0;
 };
 
-}  // namespace kvtier::worker
+}  // namespace kvtier

@@ -1,0 +1,78 @@
+#include "storage/block_header.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/testing/blocks.h"
+
+namespace kvtier::storage {
+namespace {
+
+using testing::MakeBlock;
+
+TEST(BlockHeaderTest, EncodeDecodeRoundTripsEveryField) {
+  auto block = MakeBlock(42, 1000, 80);
+  block.header.retention_left_ms = 12345;
+  std::string encoded;
+  EncodeHeader(block.header, encoded);
+  EXPECT_EQ(encoded.size(), EncodedHeaderBytes(block.header));
+  encoded += "payload follows";
+  size_t consumed = 0;
+  auto decoded = DecodeHeader({reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}, consumed);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(consumed, EncodedHeaderBytes(block.header));
+  EXPECT_EQ(decoded->key, block.header.key);
+  EXPECT_EQ(decoded->parent, (BlockKey{0x1234, 41}));
+  EXPECT_EQ(decoded->format_tag, block.header.format_tag);
+  EXPECT_EQ(decoded->salt_scope, 7u);
+  EXPECT_EQ(decoded->checksum, block.header.checksum);
+  EXPECT_EQ(decoded->payload_bytes, 1000u);
+  EXPECT_EQ(decoded->priority, 80);
+  EXPECT_EQ(decoded->retention_left_ms, 12345u);
+}
+
+TEST(BlockHeaderTest, DecodeRejectsTruncatedAndGarbledHeaders) {
+  auto block = MakeBlock(1, 64);
+  std::string encoded;
+  EncodeHeader(block.header, encoded);
+  size_t consumed = 0;
+  auto bytes = [](const std::string& s) { return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+
+  auto truncated = DecodeHeader(bytes(encoded.substr(0, 30)), consumed);
+  EXPECT_EQ(truncated.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+
+  auto missing_tag = DecodeHeader(bytes(encoded.substr(0, encoded.size() - 1)), consumed);
+  EXPECT_EQ(missing_tag.status().code(), StatusCode::kDataLoss);
+
+  std::string bad_magic = encoded;
+  bad_magic[0] ^= 0x55;
+  auto garbled = DecodeHeader(bytes(bad_magic), consumed);
+  EXPECT_EQ(garbled.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(garbled.status().message().find("magic"), std::string::npos);
+}
+
+TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
+  auto block = MakeBlock(3, 256);
+  EXPECT_TRUE(ValidateBlock(block.header, block.payload, 1024).ok());
+
+  auto truncated = ValidateBlock(block.header, std::span(block.payload).first(200), 1024);
+  EXPECT_EQ(truncated.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(truncated.message().find("truncated or oversized"), std::string::npos);
+
+  auto oversized = ValidateBlock(block.header, block.payload, 128);
+  EXPECT_NE(oversized.message().find("exceeds the limit"), std::string::npos);
+
+  block.payload[17] ^= 1;
+  EXPECT_NE(ValidateBlock(block.header, block.payload, 1024).message().find("checksum"), std::string::npos);
+
+  BlockHeader no_tag = block.header;
+  no_tag.format_tag.clear();
+  EXPECT_NE(ValidateHeader(no_tag, 1024).message().find("format tag is empty"), std::string::npos);
+
+  BlockHeader bad_priority = block.header;
+  bad_priority.priority = 101;
+  EXPECT_NE(ValidateHeader(bad_priority, 1024).message().find("priority 101"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::storage

@@ -1,0 +1,169 @@
+#include "storage/disk_tier.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "storage/testing/blocks.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::storage {
+namespace {
+
+using kvtier::testing::TempDir;
+using testing::MakeBlock;
+using testing::TestBlock;
+
+std::unique_ptr<DiskTier> Open(const std::string& path, uint64_t capacity = 1 << 20, EvictionHandler on_evict = nullptr) {
+  DiskTierOptions options;
+  options.path = path;
+  options.capacity_bytes = capacity;
+  options.memtable_bytes = 1 << 20;
+  options.on_evict = std::move(on_evict);
+  auto tier = DiskTier::Create(std::move(options));
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return tier.ok() ? std::move(tier).value() : nullptr;
+}
+
+Result<std::vector<uint8_t>> Read(DiskTier& tier, const TestBlock& block) {
+  std::vector<uint8_t> out(block.payload.size());
+  KVTIER_RETURN_IF_ERROR(tier.Get(block.ref(), out).status());
+  return out;
+}
+
+// Flips one byte inside the first copy of `payload` found in a blob file under `dir`.
+bool CorruptBlob(const std::string& dir, const std::vector<uint8_t>& payload) {
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    if (file.path().extension() != ".blob") continue;
+    std::fstream stream(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(stream)), {});
+    const size_t at = bytes.find(std::string(payload.begin(), payload.begin() + 64));
+    if (at == std::string::npos) continue;
+    const auto offset = static_cast<std::streamoff>(at + 100);
+    stream.seekp(offset);
+    stream.put(static_cast<char>(bytes[offset] ^ 0x5A));
+    return stream.good();
+  }
+  return false;
+}
+
+TEST(DiskTierTest, BlocksSurviveReopen) {
+  TempDir dir;
+  auto b1 = MakeBlock(1, 5000, 70), b2 = MakeBlock(2, 300);
+  b1.header.retention_left_ms = 60'000;
+  {
+    auto tier = Open(dir.path());
+    ASSERT_TRUE(tier->Put(b1.header, b1.payload).ok());
+    ASSERT_TRUE(tier->Put(b2.header, b2.payload).ok());
+  }  // closed without an explicit flush: the WAL carries both
+  auto tier = Open(dir.path());
+  EXPECT_EQ(tier->Stats().blocks, 2u);
+  EXPECT_EQ(tier->Stats().bytes, 5300u);
+  auto read = Read(*tier, b1);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, b1.payload);
+  auto header = tier->Peek(b1.ref());
+  EXPECT_EQ(header->priority, 70);
+  EXPECT_GT(header->retention_left_ms, 0u);
+  EXPECT_EQ(*Read(*tier, b2), b2.payload);
+  EXPECT_EQ(tier->Headers().size(), 2u);
+}
+
+TEST(DiskTierTest, CorruptBlobIsReportedAsDataLossAndNeverReturned) {
+  TempDir dir;
+  auto good = MakeBlock(1, 8192), bad = MakeBlock(2, 8192);
+  {
+    auto tier = Open(dir.path());
+    ASSERT_TRUE(tier->Put(good.header, good.payload).ok());
+    ASSERT_TRUE(tier->Put(bad.header, bad.payload).ok());
+    ASSERT_TRUE(tier->Flush().ok());  // payloads now sit in a blob file
+  }
+  ASSERT_TRUE(CorruptBlob(dir.path(), bad.payload));
+  auto tier = Open(dir.path());
+  auto read = Read(*tier, bad);
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos);
+  EXPECT_EQ(tier->Stats().checksum_failures, 1u);
+  EXPECT_FALSE(tier->Contains(bad.ref()));  // deleted, so the next read is a plain miss
+  auto intact = Read(*tier, good);
+  ASSERT_TRUE(intact.ok()) << intact.status();
+  EXPECT_EQ(*intact, good.payload);
+}
+
+TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
+  TempDir dir;
+  std::vector<uint64_t> evicted;
+  auto tier = Open(dir.path(), 3000, [&](const BlockHeader& header, auto payload) {
+    EXPECT_TRUE(payload.empty());
+    evicted.push_back(header.key.lo);
+  });
+  // 0 (p80), 1 (p10), 2 (p40) of 1000 bytes fill the tier; block 3 pushes out block 1.
+  for (auto [id, priority] : {std::pair{0, 80}, {1, 10}, {2, 40}, {3, 35}}) {
+    auto block = MakeBlock(id, 1000, static_cast<uint8_t>(priority));
+    ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  }
+  EXPECT_EQ(evicted, std::vector<uint64_t>{1});
+  EXPECT_EQ(tier->Stats().bytes, 3000u);
+  EXPECT_EQ(tier->Stats().evictions_by_priority[10], 1u);
+  EXPECT_FALSE(tier->Contains(MakeBlock(1, 1000).ref()));
+}
+
+TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
+  TempDir dir;
+  auto tier = Open(dir.path());
+  auto ok1 = MakeBlock(1, 100), ok2 = MakeBlock(2, 200, 35, 7, "other-model|L1/H1/D8/T16/fp16/W0/S0|int8");
+  auto broken = MakeBlock(3, 100);
+  broken.payload[0] ^= 1;
+  std::vector<PutItem> items{{ok1.header, ok1.payload}, {broken.header, broken.payload}, {ok2.header, ok2.payload}};
+  auto results = tier->PutBatch(items);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_TRUE(results[0].ok());
+  EXPECT_EQ(results[1].code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(results[2].ok());
+  EXPECT_EQ(tier->Stats().blocks, 2u);
+  EXPECT_FALSE(tier->Contains(broken.ref()));
+  EXPECT_EQ(*Read(*tier, ok2), ok2.payload);  // a second format gets its own column family
+}
+
+TEST(DiskTierTest, SaltScopesAreIsolated) {
+  TempDir dir;
+  auto tier = Open(dir.path());
+  auto block = MakeBlock(1, 100, 35, /*salt_scope=*/11);
+  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  BlockRef foreign = block.ref();
+  foreign.salt_scope = 12;
+  std::vector<uint8_t> out(100);
+  EXPECT_EQ(tier->Get(foreign, out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->Remove(foreign).code(), StatusCode::kNotFound);
+  auto other = block;
+  other.header.salt_scope = 12;  // the same key written by another tenant
+  EXPECT_EQ(tier->Put(other.header, other.payload).code(), StatusCode::kAlreadyExists);
+  EXPECT_TRUE(tier->Remove(block.ref()).ok());
+  EXPECT_EQ(tier->Stats().blocks, 0u);
+}
+
+TEST(DiskTierTest, UnusableDirectoriesGetClearErrors) {
+  TempDir dir;
+  ASSERT_TRUE(kvtier::testing::WriteFile(dir.File("plain-file"), "x"));
+  DiskTierOptions options;
+  options.capacity_bytes = 1 << 20;
+  options.path = dir.File("plain-file") + "/db";
+  auto not_a_dir = DiskTier::Create(options);
+  ASSERT_FALSE(not_a_dir.ok());
+  EXPECT_NE(not_a_dir.status().message().find(options.path), std::string::npos);
+
+  if (geteuid() != 0) {  // root ignores directory permissions
+    std::filesystem::create_directory(dir.File("locked"));
+    std::filesystem::permissions(dir.File("locked"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    options.path = dir.File("locked") + "/db";
+    EXPECT_EQ(DiskTier::Create(options).status().code(), StatusCode::kPermissionDenied);
+    std::filesystem::permissions(dir.File("locked"), std::filesystem::perms::owner_all);
+  }
+  options.capacity_bytes = 0;
+  EXPECT_NE(DiskTier::Create(options).status().message().find("capacity is zero"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::storage

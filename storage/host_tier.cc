@@ -1,0 +1,219 @@
+#include "storage/host_tier.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "common/thread_annotations.h"
+#include "storage/tier_index.h"
+
+namespace kvtier::storage {
+
+class HostTier::Impl {
+ public:
+  Impl(HostTierOptions options, std::unique_ptr<HostMemory> memory)
+      : options_(std::move(options)),
+        memory_(std::move(memory)),
+        num_pages_(static_cast<uint32_t>(options_.capacity_bytes / options_.page_bytes)),
+        next_page_(num_pages_),
+        index_(options_.clock) {
+    free_pages_.reserve(num_pages_);
+    for (uint32_t page = num_pages_; page-- > 0;) free_pages_.push_back(page);
+    stats_.capacity_bytes = uint64_t{num_pages_} * options_.page_bytes;
+  }
+
+  Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
+    KVTIER_RETURN_IF_ERROR(ValidateBlock(header, payload, options_.max_block_bytes));
+    const uint64_t pages = PagesFor(header.payload_bytes);
+    if (pages > num_pages_) {
+      return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
+                                    " bytes is larger than the whole host tier (" +
+                                    std::to_string(stats_.capacity_bytes) + " bytes)");
+    }
+    std::lock_guard lock(mu_);
+    ++stats_.puts;
+    if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
+      if (index_.entry(id).header.salt_scope != header.salt_scope) {
+        return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
+      }
+      index_.Refresh(id, header);  // same key, same bytes: only the policy changes
+      return Status::Ok();
+    }
+    while (free_pages_.size() < pages) EvictOne();
+    const uint32_t first = TakePages(pages);
+    CopyIn(first, payload);
+    index_.Insert(header, pages, first);
+    return Status::Ok();
+  }
+
+  Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
+    std::lock_guard lock(mu_);
+    KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
+    const TierIndex::Entry& entry = index_.entry(id);
+    if (out.size() < entry.header.payload_bytes) {
+      return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
+                                  ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
+    }
+    CopyOut(entry, out.first(entry.header.payload_bytes));
+    if (options_.verify_on_get && PayloadChecksum(out.first(entry.header.payload_bytes)) != entry.header.checksum) {
+      ++stats_.checksum_failures;
+      EraseLocked(id);
+      return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
+    }
+    BlockHeader header = index_.CurrentHeader(id);
+    index_.Touch(id);
+    ++stats_.hits;
+    return header;
+  }
+
+  Result<BlockHeader> Peek(const BlockRef& ref) {
+    std::lock_guard lock(mu_);
+    const uint32_t id = index_.Find(ref.key, ref.format_tag);
+    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    return index_.CurrentHeader(id);
+  }
+
+  Status Remove(const BlockRef& ref) {
+    std::lock_guard lock(mu_);
+    const uint32_t id = index_.Find(ref.key, ref.format_tag);
+    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    EraseLocked(id);
+    return Status::Ok();
+  }
+
+  TierStats Stats() const {
+    std::lock_guard lock(mu_);
+    TierStats stats = stats_;
+    stats.blocks = index_.size();
+    stats.bytes = index_.units() * options_.page_bytes;
+    return stats;
+  }
+
+  std::vector<BlockHeader> Headers() const {
+    std::lock_guard lock(mu_);
+    std::vector<BlockHeader> headers;
+    headers.reserve(index_.size());
+    index_.ForEach([&](uint32_t id) { headers.push_back(index_.CurrentHeader(id)); });
+    return headers;
+  }
+
+  const HostMemory& memory() const { return *memory_; }
+
+ private:
+  static Status NotFound(const BlockRef& ref) {
+    return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the host tier");
+  }
+
+  Result<uint32_t> FindLocked(const BlockRef& ref) KVTIER_REQUIRES(mu_) {
+    const uint32_t id = index_.Find(ref.key, ref.format_tag);
+    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) {
+      ++stats_.misses;
+      return NotFound(ref);
+    }
+    return id;
+  }
+
+  uint64_t PagesFor(uint64_t bytes) const { return (bytes + options_.page_bytes - 1) / options_.page_bytes; }
+  uint8_t* Page(uint32_t page) const { return memory_->data() + uint64_t{page} * options_.page_bytes; }
+
+  uint32_t TakePages(uint64_t count) KVTIER_REQUIRES(mu_) {
+    uint32_t first = TierIndex::kNil;
+    for (uint64_t i = 0; i < count; ++i) {  // chained back to front: first is taken last
+      const uint32_t page = free_pages_.back();
+      free_pages_.pop_back();
+      next_page_[page] = first;
+      first = page;
+    }
+    return first;
+  }
+
+  void CopyIn(uint32_t page, std::span<const uint8_t> payload) KVTIER_REQUIRES(mu_) {
+    for (size_t at = 0; at < payload.size(); at += options_.page_bytes, page = next_page_[page]) {
+      std::memcpy(Page(page), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
+    }
+  }
+
+  void CopyOut(const TierIndex::Entry& entry, std::span<uint8_t> out) const KVTIER_REQUIRES(mu_) {
+    auto page = static_cast<uint32_t>(entry.location);
+    for (size_t at = 0; at < out.size(); at += options_.page_bytes, page = next_page_[page]) {
+      std::memcpy(out.data() + at, Page(page), std::min<size_t>(options_.page_bytes, out.size() - at));
+    }
+  }
+
+  void EvictOne() KVTIER_REQUIRES(mu_) {
+    const uint32_t victim = index_.Victim();  // never kNil: the block fits in an empty tier
+    const uint8_t priority = index_.EffectivePriority(victim);
+    if (options_.on_evict) {
+      const TierIndex::Entry& entry = index_.entry(victim);
+      std::vector<std::span<const uint8_t>> ranges;
+      ranges.reserve(entry.units);
+      auto page = static_cast<uint32_t>(entry.location);
+      for (uint64_t left = entry.header.payload_bytes; left > 0; page = next_page_[page]) {
+        const uint64_t n = std::min<uint64_t>(left, options_.page_bytes);
+        ranges.emplace_back(Page(page), n);
+        left -= n;
+      }
+      options_.on_evict(index_.CurrentHeader(victim), ranges);
+    }
+    ++stats_.evictions;
+    ++stats_.evictions_by_priority[priority];
+    EraseLocked(victim);
+  }
+
+  void EraseLocked(uint32_t id) KVTIER_REQUIRES(mu_) {
+    auto page = static_cast<uint32_t>(index_.entry(id).location);
+    while (page != TierIndex::kNil) {
+      const uint32_t next = next_page_[page];
+      free_pages_.push_back(page);
+      page = next;
+    }
+    index_.Erase(id);
+  }
+
+  const HostTierOptions options_;
+  const std::unique_ptr<HostMemory> memory_;
+  const uint32_t num_pages_;
+  mutable std::mutex mu_;
+  std::vector<uint32_t> next_page_ KVTIER_GUARDED_BY(mu_);
+  std::vector<uint32_t> free_pages_ KVTIER_GUARDED_BY(mu_);
+  TierIndex index_ KVTIER_GUARDED_BY(mu_);
+  TierStats stats_ KVTIER_GUARDED_BY(mu_);
+};
+
+Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
+  if (options.page_bytes == 0 || options.page_bytes % 4096 != 0) {
+    return InvalidArgumentError("host tier page_bytes " + std::to_string(options.page_bytes) +
+                                " is not a positive multiple of 4096");
+  }
+  if (options.capacity_bytes < options.page_bytes) {
+    return InvalidArgumentError("host tier capacity of " + std::to_string(options.capacity_bytes) +
+                                " bytes holds no page of " + std::to_string(options.page_bytes) + " bytes");
+  }
+  if (options.capacity_bytes / options.page_bytes >= TierIndex::kNil) {
+    return InvalidArgumentError("host tier capacity of " + std::to_string(options.capacity_bytes) +
+                                " bytes has too many pages; raise page_bytes");
+  }
+  const uint64_t bytes = options.capacity_bytes / options.page_bytes * options.page_bytes;
+  KVTIER_ASSIGN_OR_RETURN(auto memory, HostMemory::Create(HostMemoryOptions{
+                                           .bytes = bytes,
+                                           .try_huge_pages = options.try_huge_pages,
+                                           .populate = true,
+                                           .pin = options.pin,
+                                           .unpin = options.unpin}));
+  return std::unique_ptr<HostTier>(new HostTier(std::make_unique<Impl>(std::move(options), std::move(memory))));
+}
+
+HostTier::HostTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HostTier::~HostTier() = default;
+Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
+Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+Result<BlockHeader> HostTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
+Status HostTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
+TierStats HostTier::Stats() const { return impl_->Stats(); }
+std::vector<BlockHeader> HostTier::Headers() const { return impl_->Headers(); }
+bool HostTier::huge_pages() const { return impl_->memory().explicit_huge_pages(); }
+bool HostTier::pinned() const { return impl_->memory().pinned(); }
+
+}  // namespace kvtier::storage

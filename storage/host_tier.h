@@ -1,0 +1,63 @@
+// HostTier: blocks in host RAM, the first tier below the GPU pools.
+//
+// The slab (HostMemory: huge pages where available, pinned through the injected hook
+// where CUDA is present) is cut into fixed pages of `page_bytes`; a block takes
+// ceil(payload / page_bytes) pages chained in a next-page array, so blocks of every
+// layout share one slab without fragmentation and nothing is allocated per page.
+// Capacity is exact: a block is stored only when its pages fit, evicting by prioritized
+// LRU (common/prioritized_lru.h: every block of the lowest effective priority before any
+// of the next, least recently used first) until they do. Expired retention reverts a
+// block to the default priority (a heap of expiries, never a scan).
+//
+// Checksums are verified on Put always, and on Get when `verify_on_get` is set (off by
+// default: the bytes were verified when they entered RAM and stay in this process; the
+// disk tier always verifies).
+//
+// Thread safety: safe from any thread (one mutex). See tier.h for eviction handlers.
+// REQUIRES: page_bytes a multiple of 4096; capacity_bytes at least one page.
+#pragma once
+
+#include <memory>
+
+#include "common/clock.h"
+#include "storage/host_memory.h"
+#include "storage/tier.h"
+
+namespace kvtier::storage {
+
+struct HostTierOptions {
+  uint64_t capacity_bytes = 0;               // host_cache_size
+  uint32_t page_bytes = 64 * 1024;
+  uint64_t max_block_bytes = 256ull << 20;   // larger payloads are refused
+  bool verify_on_get = false;
+  bool try_huge_pages = true;
+  std::function<Status(void*, size_t)> pin;  // see HostMemoryOptions
+  std::function<void(void*, size_t)> unpin;
+  EvictionHandler on_evict;                  // null: evicted blocks are dropped
+  const Clock* clock = &SystemClock::Instance();
+};
+
+class HostTier final : public Tier {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<HostTier>> Create(HostTierOptions options);
+  ~HostTier() override;
+
+  TierKind kind() const override { return TierKind::kHost; }
+  [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload) override;
+  [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) override;
+  [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;
+  [[nodiscard]] Status Remove(const BlockRef& ref) override;
+  TierStats Stats() const override;
+  std::vector<BlockHeader> Headers() const override;
+
+  bool huge_pages() const;
+  bool pinned() const;
+
+  class Impl;
+
+ private:
+  explicit HostTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::storage

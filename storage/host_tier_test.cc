@@ -1,0 +1,154 @@
+#include "storage/host_tier.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/testing/blocks.h"
+
+namespace kvtier::storage {
+namespace {
+
+using testing::MakeBlock;
+using testing::TestBlock;
+
+constexpr uint32_t kPage = 4096;
+
+std::unique_ptr<HostTier> MakeTier(uint64_t pages, EvictionHandler on_evict = nullptr, const Clock* clock = nullptr) {
+  HostTierOptions options;
+  options.capacity_bytes = pages * kPage;
+  options.page_bytes = kPage;
+  options.try_huge_pages = false;
+  options.on_evict = std::move(on_evict);
+  if (clock != nullptr) options.clock = clock;
+  auto tier = HostTier::Create(std::move(options));
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return std::move(tier).value();
+}
+
+std::vector<uint8_t> Read(HostTier& tier, const TestBlock& block) {
+  std::vector<uint8_t> out(block.payload.size());
+  auto header = tier.Get(block.ref(), out);
+  EXPECT_TRUE(header.ok()) << header.status();
+  return out;
+}
+
+TEST(HostTierTest, PutGetRoundTripsAcrossPages) {
+  auto tier = MakeTier(8);
+  // Block 1 spans three pages (the last one partly), block 2 fits in one.
+  auto b1 = MakeBlock(1, 2 * kPage + 100);
+  auto b2 = MakeBlock(2, 512);
+  ASSERT_TRUE(tier->Put(b1.header, b1.payload).ok());
+  ASSERT_TRUE(tier->Put(b2.header, b2.payload).ok());
+  EXPECT_EQ(Read(*tier, b1), b1.payload);
+  EXPECT_EQ(Read(*tier, b2), b2.payload);
+  const TierStats stats = tier->Stats();
+  EXPECT_EQ(stats.blocks, 2u);
+  EXPECT_EQ(stats.bytes, 4u * kPage);
+  EXPECT_EQ(stats.hits, 2u);
+  EXPECT_EQ(stats.capacity_bytes, 8u * kPage);
+}
+
+TEST(HostTierTest, EvictsLowestPriorityThenLeastRecentAndHandsTheBytesOn) {
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> evicted;
+  auto tier = MakeTier(3, [&](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
+    std::vector<uint8_t> bytes;
+    for (auto range : ranges) bytes.insert(bytes.end(), range.begin(), range.end());
+    evicted.emplace_back(header.key.lo, std::move(bytes));
+  });
+  // Three one-page blocks fill the tier: 0 (p50), 1 (p20), 2 (p50); block 0 is read again.
+  auto b0 = MakeBlock(0, kPage, 50), b1 = MakeBlock(1, kPage, 20), b2 = MakeBlock(2, kPage, 50);
+  for (auto* b : {&b0, &b1, &b2}) ASSERT_TRUE(tier->Put(b->header, b->payload).ok());
+  Read(*tier, b0);
+  // A two-page block needs two victims: block 1 (lowest priority), then block 2 (older than 0).
+  auto big = MakeBlock(9, 2 * kPage);
+  ASSERT_TRUE(tier->Put(big.header, big.payload).ok());
+  ASSERT_EQ(evicted.size(), 2u);
+  EXPECT_EQ(evicted[0].first, 1u);
+  EXPECT_EQ(evicted[0].second, b1.payload);
+  EXPECT_EQ(evicted[1].first, 2u);
+  EXPECT_FALSE(tier->Contains(b1.ref()));
+  EXPECT_TRUE(tier->Contains(b0.ref()));
+  EXPECT_EQ(tier->Stats().evictions_by_priority[20], 1u);
+  EXPECT_EQ(tier->Stats().evictions_by_priority[50], 1u);
+}
+
+TEST(HostTierTest, AnotherSaltOrLayoutNeverFindsTheBlock) {
+  auto tier = MakeTier(4);
+  auto block = MakeBlock(5, 100, 35, /*salt_scope=*/1);
+  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  std::vector<uint8_t> out(100);
+  BlockRef other_salt = block.ref();
+  other_salt.salt_scope = 2;
+  EXPECT_EQ(tier->Get(other_salt, out).status().code(), StatusCode::kNotFound);
+  BlockRef other_layout = block.ref();
+  other_layout.format_tag = "test-model|L2/H2/D64/T16/bf16/W0/S0|none";
+  EXPECT_EQ(tier->Get(other_layout, out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tier->Remove(other_salt).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(tier->Contains(block.ref()));  // untouched by the foreign calls
+  EXPECT_EQ(tier->Stats().misses, 2u);
+}
+
+TEST(HostTierTest, MalformedPutsAreRefusedAndStoreNothing) {
+  auto tier = MakeTier(2);
+  auto block = MakeBlock(1, 1000);
+  auto truncated = tier->Put(block.header, std::span(block.payload).first(999));
+  EXPECT_EQ(truncated.code(), StatusCode::kInvalidArgument);
+  auto corrupt = block;
+  corrupt.payload[3] ^= 0xFF;
+  EXPECT_NE(tier->Put(corrupt.header, corrupt.payload).message().find("checksum"), std::string::npos);
+  auto too_big = MakeBlock(2, 3 * kPage);
+  EXPECT_EQ(tier->Put(too_big.header, too_big.payload).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(tier->Stats().blocks, 0u);
+  std::vector<uint8_t> small(10);
+  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  EXPECT_EQ(tier->Get(block.ref(), small).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(HostTierTest, RepeatedPutUpdatesPolicyWithoutCopying) {
+  auto tier = MakeTier(2);
+  auto a = MakeBlock(1, kPage, 10), b = MakeBlock(2, kPage, 50);
+  ASSERT_TRUE(tier->Put(a.header, a.payload).ok());
+  ASSERT_TRUE(tier->Put(b.header, b.payload).ok());
+  a.header.priority = 90;  // block 1 stored again, now with priority 90
+  ASSERT_TRUE(tier->Put(a.header, a.payload).ok());
+  auto c = MakeBlock(3, kPage);
+  ASSERT_TRUE(tier->Put(c.header, c.payload).ok());
+  EXPECT_TRUE(tier->Contains(a.ref()));   // 90 outranks 50
+  EXPECT_FALSE(tier->Contains(b.ref()));
+  EXPECT_EQ(tier->Peek(a.ref())->priority, 90);
+}
+
+TEST(HostTierTest, OptionsAreChecked) {
+  HostTierOptions options;
+  options.capacity_bytes = 100;
+  options.try_huge_pages = false;
+  EXPECT_NE(HostTier::Create(options).status().message().find("holds no page"), std::string::npos);
+  options.capacity_bytes = 1 << 20;
+  options.page_bytes = 1000;
+  EXPECT_NE(HostTier::Create(options).status().message().find("multiple of 4096"), std::string::npos);
+}
+
+TEST(HostTierTest, PinHookSeesTheWholeSlab) {
+  size_t pinned_bytes = 0, unpinned_bytes = 0;
+  {
+    HostTierOptions options;
+    options.capacity_bytes = 16 * kPage;
+    options.page_bytes = kPage;
+    options.try_huge_pages = false;
+    options.pin = [&](void*, size_t bytes) { pinned_bytes = bytes; return Status::Ok(); };
+    options.unpin = [&](void*, size_t bytes) { unpinned_bytes = bytes; };
+    auto tier = HostTier::Create(options);
+    ASSERT_TRUE(tier.ok());
+    EXPECT_TRUE((*tier)->pinned());
+  }
+  EXPECT_EQ(pinned_bytes, 16u * kPage);
+  EXPECT_EQ(unpinned_bytes, 16u * kPage);
+
+  HostTierOptions failing;
+  failing.capacity_bytes = kPage;
+  failing.page_bytes = kPage;
+  failing.pin = [](void*, size_t) { return UnavailableError("no device"); };
+  EXPECT_NE(HostTier::Create(failing).status().message().find("pinning host memory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::storage

@@ -1,0 +1,27 @@
+#include "storage/tier.h"
+
+namespace kvtier::storage {
+
+std::string_view TierName(TierKind kind) {
+  switch (kind) {
+    case TierKind::kHost: return "host";
+    case TierKind::kDisk: return "disk";
+  }
+  return "unknown";
+}
+
+std::vector<Status> Tier::PutBatch(std::span<const PutItem> items) {
+  std::vector<Status> results;
+  results.reserve(items.size());
+  for (const PutItem& item : items) results.push_back(Put(item.header, item.payload));
+  return results;
+}
+
+std::vector<Result<BlockHeader>> Tier::GetBatch(std::span<const GetItem> items) {
+  std::vector<Result<BlockHeader>> results;
+  results.reserve(items.size());
+  for (const GetItem& item : items) results.push_back(Get(item.ref, item.out));
+  return results;
+}
+
+}  // namespace kvtier::storage

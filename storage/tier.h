@@ -1,0 +1,89 @@
+// Tier: one level of kvtier's block storage below the GPU pools (host memory, disk).
+//
+// A tier keeps whole blocks, each a BlockHeader and its payload, indexed by (format tag,
+// key). Put validates the block (header fields, payload size, checksum) and stores it,
+// evicting by prioritized LRU when it needs room; what it evicts is handed to the
+// tier's eviction handler (the next tier down, or nothing). Get copies a payload into
+// the caller's buffer after verifying its checksum: a block that fails the check is
+// deleted and reported kDataLoss, never returned. A read under a salt scope other than
+// the stored one answers kNotFound, as for an absent block.
+//
+// Status codes: kInvalidArgument (a malformed block or a too-small buffer: fix and
+// retry), kNotFound (absent), kResourceExhausted (larger than the whole tier),
+// kDataLoss (corrupt), kUnavailable/kInternal (I/O errors; see each implementation).
+//
+// Thread safety: every method of every implementation is safe from any thread.
+// Eviction handlers run on the thread that called Put, under the tier's lock; they
+// must not call back into the same tier (lock order: host tier before disk tier).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "storage/block_header.h"
+
+namespace kvtier::storage {
+
+enum class TierKind : uint8_t { kHost = 1, kDisk = 2 };
+[[nodiscard]] std::string_view TierName(TierKind kind);
+
+struct TierStats {
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;            // payload bytes stored (host: pages in use)
+  uint64_t capacity_bytes = 0;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t puts = 0;
+  uint64_t evictions = 0;
+  uint64_t evictions_by_priority[101] = {};
+  uint64_t checksum_failures = 0;
+};
+
+// An evicted block: its header (retention as still left) and its payload as one or more
+// byte ranges, valid only during the call. The disk tier, last in a node's chain, hands
+// no payload (reading it back only to drop it would cost a disk read per eviction).
+using EvictionHandler =
+    std::function<void(const BlockHeader& header, std::span<const std::span<const uint8_t>> payload)>;
+
+struct PutItem {
+  BlockHeader header;
+  std::span<const uint8_t> payload;
+};
+
+struct GetItem {
+  BlockRef ref;
+  std::span<uint8_t> out;  // at least the payload size
+};
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual TierKind kind() const = 0;
+
+  // Stores the block, replacing one with the same (format tag, key). A block is
+  // immutable for its key, so a replacement updates the policy fields (priority,
+  // retention) and the recency.
+  [[nodiscard]] virtual Status Put(const BlockHeader& header, std::span<const uint8_t> payload) = 0;
+  // Copies the payload into `out` and returns its header.
+  [[nodiscard]] virtual Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) = 0;
+  // The header of a stored block without its payload (kNotFound as Get).
+  [[nodiscard]] virtual Result<BlockHeader> Peek(const BlockRef& ref) = 0;
+  virtual bool Contains(const BlockRef& ref) { return Peek(ref).ok(); }
+  // kNotFound when absent or under another salt scope.
+  [[nodiscard]] virtual Status Remove(const BlockRef& ref) = 0;
+  virtual TierStats Stats() const = 0;
+  // Every stored block's header (retention as still left), for a snapshot of holdings.
+  virtual std::vector<BlockHeader> Headers() const = 0;
+
+  // Batched forms: one result per item, in order. Implementations may do better than a
+  // loop (the disk tier writes one RocksDB batch).
+  [[nodiscard]] virtual std::vector<Status> PutBatch(std::span<const PutItem> items);
+  [[nodiscard]] virtual std::vector<Result<BlockHeader>> GetBatch(std::span<const GetItem> items);
+};
+
+}  // namespace kvtier::storage

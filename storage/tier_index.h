@@ -1,0 +1,97 @@
+// TierIndex: the bookkeeping every tier shares, with no memory or I/O of its own.
+//
+// It maps (format tag, key) to a dense entry id, keeps each entry's header and size, and
+// orders the unpinned entries for eviction: prioritized LRU on the effective priority
+// (the stored priority until its retention runs out, then the default 35). Retention
+// deadlines sit in a min-heap checked on every call that picks a victim, never a scan.
+// A retention running out moves the entry to the newest place of the default priority;
+// that is the one reordering it causes.
+//
+// Thread safety: none; each tier calls it under its own lock.
+// REQUIRES: ids passed in are live (returned by Insert and not erased).
+#pragma once
+
+#include <cstdint>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/prioritized_lru.h"
+#include "storage/block_header.h"
+
+namespace kvtier::storage {
+
+class TierIndex {
+ public:
+  static constexpr uint32_t kNil = PrioritizedLru::kNil;
+
+  struct Entry {
+    BlockHeader header;           // retention_left_ms as given at Insert
+    int64_t deadline_ns = 0;      // 0: the priority never expires
+    uint64_t units = 0;           // the tier's measure of the entry's size (pages, bytes)
+    uint64_t location = 0;        // the tier's own use (first page)
+    uint32_t generation = 0;
+    bool live = false;
+  };
+
+  explicit TierIndex(const Clock* clock) : clock_(clock), lru_(0) {}
+
+  uint32_t Find(const BlockKey& key, std::string_view format_tag) const;
+  // A new entry, most recently used. REQUIRES: Find(...) == kNil.
+  uint32_t Insert(const BlockHeader& header, uint64_t units, uint64_t location);
+  void Erase(uint32_t id);
+  // Most recently used; `header`'s priority and retention replace the stored ones.
+  void Refresh(uint32_t id, const BlockHeader& header);
+  void Touch(uint32_t id);
+
+  // The next entry to evict (retention deadlines applied first); kNil when empty.
+  uint32_t Victim();
+
+  const Entry& entry(uint32_t id) const { return entries_[id]; }
+  // The entry's header with retention_left_ms as of now, to pass the block on.
+  BlockHeader CurrentHeader(uint32_t id) const;
+  uint8_t EffectivePriority(uint32_t id) const;
+  size_t size() const { return by_key_.size(); }
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (const auto& [map_key, id] : by_key_) fn(id);
+  }
+  uint64_t units() const { return units_; }
+
+ private:
+  struct MapKey {
+    uint32_t format = 0;
+    BlockKey key;
+    friend bool operator==(const MapKey&, const MapKey&) = default;
+  };
+  struct MapKeyHash {
+    size_t operator()(const MapKey& k) const { return BlockKeyHash{}(k.key) ^ (size_t{k.format} * 0x9E3779B97F4A7C15ULL); }
+  };
+  struct Deadline {
+    int64_t at_ns;
+    uint32_t id;
+    uint32_t generation;
+    bool operator>(const Deadline& other) const { return at_ns > other.at_ns; }
+  };
+
+  uint32_t FormatId(std::string_view format_tag) const;
+  uint32_t InternFormat(std::string_view format_tag);
+  void SetPolicy(uint32_t id, const BlockHeader& header);
+  void ApplyDeadlines();
+  int64_t NowNs() const { return clock_->Now().count(); }
+
+  const Clock* clock_;
+  std::vector<std::string> formats_;
+  std::unordered_map<std::string, uint32_t> format_ids_;
+  std::unordered_map<MapKey, uint32_t, MapKeyHash> by_key_;
+  std::vector<Entry> entries_;
+  std::vector<uint32_t> free_ids_;
+  PrioritizedLru lru_;
+  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  uint64_t units_ = 0;
+};
+
+}  // namespace kvtier::storage

@@ -1,0 +1,77 @@
+// TieredStore: a node's host and disk tiers as one chain, with admission and promotion.
+//
+// Put lands in the host tier (or the disk tier when the node has no host tier). A block
+// the host tier evicts moves down to disk when its effective priority is at least
+// `demote_min_priority` (secondary_offload_min_priority, default 35) and the injected
+// admission filter (the coordinator's frequency sketch, where enabled) accepts it;
+// otherwise it is dropped. Get reads host, then disk; a disk hit is promoted into the
+// host tier (the disk copy stays, so a later demotion rewrites nothing). Every change of
+// where a block lives is reported, in order, to `on_event` for the node's sequenced
+// event stream.
+//
+// Thread safety: safe from any thread. Lock order: host tier, then disk tier (host
+// evictions write to disk under the host lock). `on_event` and `admit_to_disk` run
+// under those locks: they must be quick and must not call back into the store.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "storage/disk_tier.h"
+#include "storage/host_tier.h"
+
+namespace kvtier::storage {
+
+struct StoreEvent {
+  enum class Kind : uint8_t { kStored, kRemoved, kTierChanged };
+  Kind kind;
+  TierKind tier;     // kStored, kRemoved: where; kTierChanged: from
+  TierKind to_tier;  // kTierChanged
+  BlockHeader header;  // key, parent, scope, format, priority, retention left
+};
+
+struct TieredStoreOptions {
+  std::optional<HostTierOptions> host;  // on_evict is the store's; leave it empty
+  std::optional<DiskTierOptions> disk;
+  uint8_t demote_min_priority = 35;
+  bool promote_on_hit = true;
+  std::function<bool(const BlockHeader&)> admit_to_disk;  // null: admit everything
+  std::function<void(const StoreEvent&)> on_event;
+};
+
+struct TieredStoreStats {
+  std::optional<TierStats> host;
+  std::optional<TierStats> disk;
+  uint64_t demoted = 0;
+  uint64_t dropped_below_priority = 0;
+  uint64_t dropped_by_admission = 0;
+  uint64_t promoted = 0;
+};
+
+class TieredStore {
+ public:
+  // kInvalidArgument when neither tier is configured or host.on_evict is set.
+  [[nodiscard]] static Result<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
+  ~TieredStore();
+
+  [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload);
+  [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
+  // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
+  [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out);
+  [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
+  bool Contains(const BlockRef& ref);
+  // Removes the block from every tier; kNotFound when no tier had it.
+  [[nodiscard]] Status Remove(const BlockRef& ref);
+  // Every block and the highest tier that holds it, for a snapshot to the coordinator.
+  std::vector<std::pair<TierKind, BlockHeader>> Holdings() const;
+  TieredStoreStats Stats() const;
+
+  class Impl;
+
+ private:
+  explicit TieredStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::storage

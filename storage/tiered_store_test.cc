@@ -1,0 +1,115 @@
+#include "storage/tiered_store.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/testing/blocks.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::storage {
+namespace {
+
+using kvtier::testing::TempDir;
+using testing::MakeBlock;
+using testing::TestBlock;
+
+constexpr uint32_t kPage = 4096;
+
+struct Recorded {
+  StoreEvent::Kind kind;
+  TierKind tier;
+  uint64_t id;
+  friend bool operator==(const Recorded&, const Recorded&) = default;
+};
+
+class TieredStoreTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TieredStore> Make(uint64_t host_pages, uint64_t disk_bytes,
+                                    std::function<bool(const BlockHeader&)> admit = nullptr) {
+    TieredStoreOptions options;
+    if (host_pages > 0) {
+      options.host = HostTierOptions{};
+      options.host->capacity_bytes = host_pages * kPage;
+      options.host->page_bytes = kPage;
+      options.host->try_huge_pages = false;
+    }
+    if (disk_bytes > 0) {
+      options.disk = DiskTierOptions{};
+      options.disk->path = dir_.path();
+      options.disk->capacity_bytes = disk_bytes;
+      options.disk->memtable_bytes = 1 << 20;
+    }
+    options.admit_to_disk = std::move(admit);
+    options.on_event = [this](const StoreEvent& event) {
+      events_.push_back(Recorded{event.kind, event.kind == StoreEvent::Kind::kTierChanged ? event.to_tier : event.tier,
+                                 event.header.key.lo});
+    };
+    auto store = TieredStore::Create(std::move(options));
+    EXPECT_TRUE(store.ok()) << store.status();
+    return std::move(store).value();
+  }
+
+  TempDir dir_;
+  std::vector<Recorded> events_;
+};
+
+TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
+  auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
+  // Host holds two blocks: 0 (p60) and 1 (p10). Block 2 (p70) evicts block 1 (p10 < 35:
+  // dropped), block 3 (p70) evicts block 0 (p60, the lowest left: moved to disk).
+  auto b0 = MakeBlock(0, kPage, 60), b1 = MakeBlock(1, kPage, 10), b2 = MakeBlock(2, kPage, 70),
+       b3 = MakeBlock(3, kPage, 70);
+  for (auto* b : {&b0, &b1, &b2, &b3}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
+  using K = StoreEvent::Kind;
+  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kStored, TierKind::kHost, 0},
+                                            {K::kStored, TierKind::kHost, 1},
+                                            {K::kRemoved, TierKind::kHost, 1},
+                                            {K::kStored, TierKind::kHost, 2},
+                                            {K::kTierChanged, TierKind::kDisk, 0},
+                                            {K::kStored, TierKind::kHost, 3}}));
+  EXPECT_FALSE(store->Contains(b1.ref()));
+  EXPECT_EQ(store->Stats().dropped_below_priority, 1u);
+  EXPECT_EQ(store->Stats().demoted, 1u);
+
+  // Block 0 is read from disk and promoted, evicting block 2 (older than 3) to disk.
+  events_.clear();
+  std::vector<uint8_t> out(kPage);
+  auto hit = store->Get(b0.ref(), out);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(out, b0.payload);
+  EXPECT_EQ(hit->priority, 60);
+  EXPECT_EQ(store->Stats().promoted, 1u);
+  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kTierChanged, TierKind::kDisk, 2}, {K::kStored, TierKind::kHost, 0}}));
+  auto holdings = store->Holdings();
+  EXPECT_EQ(holdings.size(), 3u);  // 0 and 3 in host, 2 on disk (0's disk copy reported once)
+}
+
+TEST_F(TieredStoreTest, AdmissionFilterKeepsOneOffBlocksOffDisk) {
+  auto store = Make(1, 1 << 20, [](const BlockHeader& header) { return header.key.lo % 2 == 0; });
+  for (uint64_t id = 0; id < 5; ++id) {
+    auto block = MakeBlock(id, kPage);
+    ASSERT_TRUE(store->Put(block.header, block.payload).ok());
+  }
+  // Blocks 0..3 were evicted from the host: 0 and 2 admitted to disk, 1 and 3 refused.
+  EXPECT_TRUE(store->Contains(MakeBlock(0, kPage).ref()));
+  EXPECT_FALSE(store->Contains(MakeBlock(1, kPage).ref()));
+  EXPECT_TRUE(store->Contains(MakeBlock(2, kPage).ref()));
+  EXPECT_EQ(store->Stats().dropped_by_admission, 2u);
+  EXPECT_EQ(store->Stats().disk->blocks, 2u);
+}
+
+TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
+  auto store = Make(0, 1 << 20);
+  auto block = MakeBlock(4, 1000);
+  ASSERT_TRUE(store->Put(block.header, block.payload).ok());
+  EXPECT_EQ(events_.front(), (Recorded{StoreEvent::Kind::kStored, TierKind::kDisk, 4}));
+  EXPECT_TRUE(store->Remove(block.ref()).ok());
+  EXPECT_EQ(store->Remove(block.ref()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
+}
+
+TEST(TieredStoreOptionsTest, NeedsATier) {
+  EXPECT_EQ(TieredStore::Create(TieredStoreOptions{}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::storage
