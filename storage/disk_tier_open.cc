@@ -42,7 +42,6 @@ rocksdb::DBOptions MakeDbOptions() {
   db.create_if_missing = true;
   db.create_missing_column_families = true;
   db.max_background_jobs = 2;
-  db.bytes_per_sync = 1 << 20;  // smooth write-back instead of one large stall per file
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   db.keep_log_file_num = 2;
   return db;
@@ -53,6 +52,7 @@ rocksdb::DBOptions MakeDbOptions() {
 rocksdb::ColumnFamilyOptions PayloadFamilyOptions(const DiskTierOptions& options) {
   rocksdb::ColumnFamilyOptions cf;
   cf.write_buffer_size = options.memtable_bytes;
+  cf.max_write_buffer_number = 4;
   cf.enable_blob_files = true;
   cf.min_blob_size = 0;                      // every payload goes to a blob file
   cf.blob_file_size = 256ull << 20;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "services/bench/disk_bench.h"
 #include "services/bench/pool_bench.h"
 
 namespace kvtier::cli {
@@ -20,16 +21,19 @@ class BenchCommand {
   int RunIndex() const;
   int RunLookupRpc() const;
   int RunPool() const;
+  int RunDisk() const;
 
   CLI::App* bench_;
   CLI::App* index_;
   CLI::App* lookup_rpc_;
   CLI::App* pool_;
   bench::PoolBenchOptions pool_options_;
+  bench::DiskBenchOptions disk_options_;
+  CLI::App* disk_ = nullptr;
   bool force_cpu_ = false;
   double rate_ = 20000;
   double seconds_ = 5;
-  std::vector<CLI::App*> later_;  // transfer, disk: arrive with their components
+  std::vector<CLI::App*> later_;  // transfer: arrives with the storage node
   std::string trace_;
   uint32_t workers_ = 4;
   uint64_t gpu_blocks_ = 16384;

@@ -1,0 +1,43 @@
+// The disk tier benchmark behind `kvtier bench disk`.
+//
+// In a fresh directory under `dir` (removed afterwards), on the same file system:
+//   raw write  `total_bytes` written sequentially to one file in block_bytes writes,
+//              then fdatasync: the ceiling for put.
+//   put        the same bytes as blocks of block_bytes through DiskTier::PutBatch in
+//              batches of batch_blocks, then DiskTier::Flush (blob files written and
+//              synced): what a storage node sustains into its disk tier.
+//   raw read   the raw file read back sequentially, cold: its pages are dropped from the
+//              page cache first (posix_fadvise DONTNEED after the sync; no root needed).
+//   get        every block read back in write order through DiskTier::Get (checksum
+//              verified), cold in the same way.
+// Rates are payload bytes over wall time, one thread.
+//
+// Thread safety: a function of its inputs; writes total_bytes twice to `dir`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace kvtier::bench {
+
+struct DiskBenchOptions {
+  std::string dir = ".";
+  uint64_t total_bytes = 1ull << 30;
+  uint64_t block_bytes = 2ull << 20;
+  uint32_t batch_blocks = 8;
+  std::string sync = "wal";  // none | wal | fsync (storage::DiskSync)
+};
+
+struct DiskBenchResult {
+  double put_gbps = 0;
+  double get_gbps = 0;
+  double raw_write_gbps = 0;
+  double raw_read_gbps = 0;
+  uint64_t blocks = 0;
+};
+
+[[nodiscard]] Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options);
+
+}  // namespace kvtier::bench
