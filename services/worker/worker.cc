@@ -64,7 +64,9 @@ class Worker::Impl {
       const size_t block_bytes = state.layout.bytes_per_block();
       const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(state.memory.data()) + size_t{victim.block} * block_bytes,
                                            block_bytes);
-      if (options_.offload != nullptr && options_.offload->Offload(victim.key, state.layout, bytes, victim.priority).ok()) {
+      const OffloadBlock block{victim.key,        victim.parent,   victim.format_tag, victim.salt_scope,
+                               victim.priority,   &state.layout,   bytes};
+      if (options_.offload != nullptr && options_.offload->Offload(block).ok()) {
         ++stats_.offloaded_blocks;
         stats_.offloaded_bytes += block_bytes;
       } else {

@@ -37,13 +37,23 @@ namespace kvtier::worker {
 
 using ClientId = uint64_t;
 
-// Where evicted blocks worth keeping go (the host tier, storage/). Returns OK when the
-// block was taken; any error means the block is dropped.
+// One evicted block on its way down, valid during the Offload call.
+struct OffloadBlock {
+  BlockKey key;
+  BlockKey parent;
+  uint64_t format_tag = 0;     // the engine's format tag given at Allocate
+  uint64_t salt_scope = 0;
+  uint8_t priority = 35;
+  const KvLayout* layout = nullptr;
+  std::span<const uint8_t> bytes;  // the block in pool memory
+};
+
+// Where evicted blocks worth keeping go (the host tier: TierOffloadTarget). Returns OK
+// when the block was taken; any error means the block is dropped.
 class OffloadTarget {
  public:
   virtual ~OffloadTarget() = default;
-  [[nodiscard]] virtual Status Offload(const BlockKey& key, const KvLayout& layout, std::span<const uint8_t> bytes,
-                                       uint8_t priority) = 0;
+  [[nodiscard]] virtual Status Offload(const OffloadBlock& block) = 0;
 };
 
 struct WorkerPoolConfig {

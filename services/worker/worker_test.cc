@@ -28,11 +28,11 @@ std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
 
 class RecordingOffload final : public OffloadTarget {
  public:
-  Status Offload(const BlockKey& key, const KvLayout& layout, std::span<const uint8_t> bytes, uint8_t) override {
+  Status Offload(const OffloadBlock& block) override {
     if (refuse) return ResourceExhaustedError("host tier full");
-    keys.push_back(key);
-    first_bytes.push_back(bytes[0]);
-    EXPECT_EQ(bytes.size(), layout.bytes_per_block());
+    keys.push_back(block.key);
+    first_bytes.push_back(block.bytes[0]);
+    EXPECT_EQ(block.bytes.size(), block.layout->bytes_per_block());
     return Status::Ok();
   }
   bool refuse = false;

@@ -72,6 +72,9 @@ struct PoolEvent {
 struct EvictedBlock {
   BlockId block;
   BlockKey key;
+  BlockKey parent;       // the parent key (the salt root for a first block)
+  uint64_t format_tag;   // as given at Allocate
+  uint64_t salt_scope;
   uint8_t priority;
   bool offload;
 };

@@ -105,7 +105,7 @@ class BlockPool::Impl {
     if (victim == PrioritizedLru::kNil) victim = lru_.FindVictim([](uint32_t) { return true; });
     const BlockMeta& m = metas_[victim];
     const bool offload = m.priority >= options_.secondary_offload_min_priority;
-    evicted->push_back({victim, m.key, m.priority, offload});
+    evicted->push_back({victim, m.key, m.parent_key, m.format_tag, m.salt_scope, m.priority, offload});
     Emit(offload ? PoolEvent::Kind::kOffloaded : PoolEvent::Kind::kRemoved, victim);
     ++stats_.evictions_by_priority[m.priority];
     stats_.offloads += offload;
