@@ -13,6 +13,8 @@ struct PoolState {
   KvLayout layout;
   std::unique_ptr<BlockPool> pool;
   SharedPoolMemory memory;
+
+  std::span<uint8_t> memory_span() { return {static_cast<uint8_t*>(memory.data()), memory.size()}; }
 };
 
 struct SequenceRef {
@@ -20,6 +22,9 @@ struct SequenceRef {
   SequenceId internal;     // the pool's id: unique across clients
   uint32_t prompt_tokens;
   uint32_t tokens;
+  uint32_t filled_blocks;  // leading full blocks known to hold KV (reused or onboarded)
+  uint64_t salt_scope;
+  uint64_t format_tag;
 };
 
 struct ClientSequence {
@@ -147,7 +152,8 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   if (start.copy.has_value()) w.CopyTokens(*state, *start.copy);
   w.Settle(r.pool_id, start.evicted);
   const auto tokens = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
-  w.sequences_.emplace(ClientSequence{r.client, r.sequence}, SequenceRef{r.pool_id, internal, tokens, tokens});
+  w.sequences_.emplace(ClientSequence{r.client, r.sequence},
+                       SequenceRef{r.pool_id, internal, tokens, tokens, start.reused_blocks, r.salt_scope, r.format_tag});
   const uint32_t partial = start.reused_tokens - start.reused_blocks * state->layout.tokens_per_block();
   return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens, partial};
 }
@@ -194,6 +200,37 @@ Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence, std::span<
                                              [](const WorkerEvent& e) { return e.kind == WorkerEvent::Kind::kStored; }));
 }
 
+Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
+                                      const coordinator::RetentionConfig& retention) {
+  Impl& w = *impl_;
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
+  PoolState& state = w.pools_[seq->pool_id];
+  const uint32_t full_blocks = seq->tokens / state.layout.tokens_per_block();
+  if (block_keys.size() > full_blocks) {
+    return InvalidArgumentError("onboard of " + std::to_string(block_keys.size()) + " blocks, but " +
+                                Describe(client, sequence) + " has " + std::to_string(full_blocks) + " full blocks");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
+  const size_t block_bytes = state.layout.bytes_per_block();
+  uint32_t filled = seq->filled_blocks;
+  OnboardResult result;
+  for (; filled < block_keys.size() && w.options_.onboard != nullptr; ++filled) {
+    if (table[filled] == kNoBlock) break;  // out of a limited window: nothing to fill
+    const OnboardBlock block{block_keys[filled], seq->format_tag, seq->salt_scope, &state.layout,
+                             state.memory_span().subspan(size_t{table[filled]} * block_bytes, block_bytes)};
+    if (!w.options_.onboard->Fetch(block).ok()) break;
+    ++result.onboarded_blocks;
+  }
+  if (result.onboarded_blocks > 0) {
+    KVTIER_RETURN_IF_ERROR(Commit(client, sequence, block_keys.first(filled), {}, retention).status());
+    seq->filled_blocks = filled;
+    w.stats_.onboarded_blocks += result.onboarded_blocks;
+    w.stats_.onboarded_bytes += uint64_t{result.onboarded_blocks} * block_bytes;
+  }
+  result.cached_blocks = std::max(filled, seq->filled_blocks);
+  return result;
+}
+
 Result<uint32_t> Worker::LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->LookupPrefix(root, keys);
@@ -227,8 +264,7 @@ WorkerStats Worker::Stats() const {
 size_t Worker::pool_count() const { return impl_->pools_.size(); }
 
 std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) {
-  PoolState& state = impl_->pools_.at(pool_id);
-  return {static_cast<uint8_t*>(state.memory.data()), state.memory.size()};
+  return impl_->pools_.at(pool_id).memory_span();
 }
 
 }  // namespace kvtier::worker

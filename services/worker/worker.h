@@ -48,12 +48,35 @@ struct OffloadBlock {
   std::span<const uint8_t> bytes;  // the block in pool memory
 };
 
-// Where evicted blocks worth keeping go (the host tier: TierOffloadTarget). Returns OK
-// when the block was taken; any error means the block is dropped.
+// Where evicted blocks worth keeping go (the host tier: TierLink). Returns OK when the
+// block was taken; any error means the block is dropped.
 class OffloadTarget {
  public:
   virtual ~OffloadTarget() = default;
   [[nodiscard]] virtual Status Offload(const OffloadBlock& block) = 0;
+};
+
+// One block Onboard wants, and where its bytes go.
+struct OnboardBlock {
+  BlockKey key;
+  uint64_t format_tag = 0;
+  uint64_t salt_scope = 0;
+  const KvLayout* layout = nullptr;
+  std::span<uint8_t> out;  // the block in pool memory
+};
+
+// Where Onboard reads blocks from (the node's tiers: TierLink). kNotFound when the
+// source does not hold the block (onboarding stops there); any other error likewise
+// stops it and is logged by the caller's metrics, never half-written into a block.
+class OnboardSource {
+ public:
+  virtual ~OnboardSource() = default;
+  [[nodiscard]] virtual Status Fetch(const OnboardBlock& block) = 0;
+};
+
+struct OnboardResult {
+  uint32_t onboarded_blocks = 0;  // fetched by this call
+  uint32_t cached_blocks = 0;     // leading full blocks of the sequence now holding KV
 };
 
 struct WorkerPoolConfig {
@@ -67,6 +90,7 @@ struct WorkerOptions {
   bool partial_reuse = true;
   const Clock* clock = &SystemClock::Instance();
   OffloadTarget* offload = nullptr;  // null: evicted blocks are dropped
+  OnboardSource* onboard = nullptr;  // null: Onboard finds nothing
 };
 
 struct PoolAttachment {
@@ -112,6 +136,8 @@ struct WorkerStats {
   uint64_t offloaded_blocks = 0;
   uint64_t offloaded_bytes = 0;
   uint64_t dropped_offloads = 0;  // victims worth offloading that the target refused
+  uint64_t onboarded_blocks = 0;
+  uint64_t onboarded_bytes = 0;
 };
 
 class Worker {
@@ -131,6 +157,11 @@ class Worker {
   // how many blocks the call cached.
   [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
                                         std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention);
+  // Fills the sequence's blocks after its reused prefix from the onboard source, in
+  // order, up to the first block the source lacks, and commits them under `block_keys`
+  // (the sequence's full blocks from its first) with the request's retention.
+  [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
+                                              const coordinator::RetentionConfig& retention);
   [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const;
 
   // Releases everything `client` holds (its connection is gone). Returns its sequences.

@@ -33,6 +33,13 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* dropped,
                           r.AddCounter("kvtier_worker_dropped_offloads_total",
                                        "Evicted blocks worth offloading that no host tier took (dropped)."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded, r.AddCounter("kvtier_worker_onboarded_blocks_total",
+                                                                 "Blocks brought into a pool from the node's tiers."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded_bytes,
+                          r.AddCounter("kvtier_worker_onboarded_bytes_total",
+                                       "Bytes of the blocks brought into a pool from the node's tiers."));
+  m->onboarded_blocks_ = &onboarded->WithLabels({});
+  m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
   m->offloaded_blocks_ = &offloaded->WithLabels({});
   m->offloaded_bytes_ = &bytes->WithLabels({});
   m->dropped_offloads_ = &dropped->WithLabels({});
@@ -71,6 +78,8 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
   IncBy(*offloaded_blocks_, stats.offloaded_blocks, last_.offloaded_blocks);
   IncBy(*offloaded_bytes_, stats.offloaded_bytes, last_.offloaded_bytes);
   IncBy(*dropped_offloads_, stats.dropped_offloads, last_.dropped_offloads);
+  IncBy(*onboarded_blocks_, stats.onboarded_blocks, last_.onboarded_blocks);
+  IncBy(*onboarded_bytes_, stats.onboarded_bytes, last_.onboarded_bytes);
   const size_t pools = last_.pools.size();
   last_ = stats;
   last_.pools.resize(pools);

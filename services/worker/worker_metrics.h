@@ -34,6 +34,8 @@ class WorkerMetrics {
   Counter* offloaded_blocks_ = nullptr;
   Counter* offloaded_bytes_ = nullptr;
   Counter* dropped_offloads_ = nullptr;
+  Counter* onboarded_blocks_ = nullptr;
+  Counter* onboarded_bytes_ = nullptr;
   WorkerStats last_;  // what the counters already include
 };
 

@@ -33,9 +33,26 @@ TEST(WorkerMetricsTest, TracksPoolStateReuseAndEvictions) {
                            "kvtier_worker_allocated_blocks_total{pool=\"0\"} 3\n",
                            "kvtier_worker_reused_blocks_total{pool=\"0\"} 1\n",
                            "kvtier_worker_evictions_total{pool=\"0\",priority=\"35\"} 1\n",
-                           "kvtier_worker_dropped_offloads_total 1\n"}) {
+                           "kvtier_worker_dropped_offloads_total 1\n",
+                           "kvtier_worker_onboarded_blocks_total 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
+}
+
+TEST(WorkerMetricsTest, CountsOnboardedBlocksAndBytesByGrowth) {
+  MetricsRegistry registry;
+  auto metrics = WorkerMetrics::Create(registry, 1).value();
+  WorkerStats stats;
+  stats.pools.resize(1);
+  stats.onboarded_blocks = 3;
+  stats.onboarded_bytes = 3 * 512;
+  metrics->Update(stats);
+  stats.onboarded_blocks = 5;  // two more since the last update
+  stats.onboarded_bytes = 5 * 512;
+  metrics->Update(stats);
+  const std::string text = registry.Exposition();
+  EXPECT_NE(text.find("kvtier_worker_onboarded_blocks_total 5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvtier_worker_onboarded_bytes_total 2560\n"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -74,10 +74,13 @@ interface Worker {
   lookupLocal @5 (poolId :UInt32, keys :List(Common.BlockKey)) -> (matchedBlocks :UInt32);
   # Longest prefix of `keys` cached in this worker's pool.
 
-  onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location))
-      -> (onboardedBlocks :UInt32);
-  # Brings blocks into the sequence's table from the host tier, another worker or a store.
-  # UNIMPLEMENTED until the host/disk tier and block transfer are built.
+  onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location),
+              retention :Common.RetentionConfig) -> (onboardedBlocks :UInt32, cachedBlocks :UInt32);
+  # Fills the sequence's blocks after its reused prefix from this node's host and disk
+  # tiers, in order, up to the first block they lack, and commits them under `keys` (the
+  # sequence's full blocks from its first) with `retention`. `cachedBlocks`: leading full
+  # blocks that now hold KV. `sources` is not read yet: fetching from other workers and
+  # stores over the network arrives with cross-node transfer.
 
   stats @7 () -> (stats :WorkerStats);
 }

@@ -107,8 +107,14 @@ class WorkerServer final : public schema::Worker::Server {
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> onboard(OnboardContext) override {
-    rpc::ThrowStatus(UnimplementedError("onboard needs the host/disk tier and block transfer, which are not built yet"));
+  kj::Promise<void> onboard(OnboardContext call) override {
+    const auto p = call.getParams();
+    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    Result<OnboardResult> onboarded = worker_.Onboard(client_, p.getSequenceId(), keys, ToRetention(p.getRetention()));
+    ThrowIfError(onboarded.status());
+    call.getResults().setOnboardedBlocks(onboarded->onboarded_blocks);
+    call.getResults().setCachedBlocks(onboarded->cached_blocks);
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> stats(StatsContext call) override {
@@ -127,6 +133,7 @@ class WorkerServer final : public schema::Worker::Server {
     out.setReuseHits(reuse);
     out.setEvictions(evictions);
     out.setOffloadedBlocks(s.offloaded_blocks);
+    out.setOnboardedBlocks(s.onboarded_blocks);
     return kj::READY_NOW;
   }
 

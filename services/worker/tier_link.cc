@@ -1,0 +1,41 @@
+#include "services/worker/tier_link.h"
+
+#include <cstdio>
+
+namespace kvtier::worker {
+
+std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag) {
+  char hex[20];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(format_tag));
+  return layout.Fingerprint() + "|f" + hex;
+}
+
+Status TierLink::Offload(const OffloadBlock& block) {
+  storage::BlockHeader header;
+  header.key = block.key;
+  header.parent = block.parent;
+  header.format_tag = StorageFormatTag(*block.layout, block.format_tag);
+  header.salt_scope = block.salt_scope;
+  header.payload_bytes = block.bytes.size();
+  header.checksum = storage::PayloadChecksum(block.bytes);
+  header.priority = block.priority;
+  return store_->Put(header, block.bytes);
+}
+
+}  // namespace kvtier::worker
+
+namespace kvtier::worker {
+
+Status TierLink::Fetch(const OnboardBlock& block) {
+  const std::string format = StorageFormatTag(*block.layout, block.format_tag);
+  Result<storage::BlockHeader> header = store_->Get(storage::BlockRef{block.key, format, block.salt_scope}, block.out);
+  if (!header.ok()) return header.status();
+  if (header->payload_bytes != block.out.size()) {
+    // The format tag pins the layout, so this is a corrupt store, not a caller's error.
+    return DataLossError("stored block " + block.key.ToHex() + " has " + std::to_string(header->payload_bytes) +
+                         " bytes; its layout needs " + std::to_string(block.out.size()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvtier::worker

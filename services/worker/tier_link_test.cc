@@ -1,0 +1,109 @@
+#include "services/worker/tier_link.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace kvtier::worker {
+namespace {
+
+// 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
+KvLayout TestLayout() {
+  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+      .value();
+}
+
+std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
+  std::vector<uint32_t> t(count);
+  std::iota(t.begin(), t.end(), first);
+  return t;
+}
+
+TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
+  storage::TieredStoreOptions store_options;
+  store_options.host.emplace();
+  store_options.host->capacity_bytes = 64 * 4096;
+  store_options.host->page_bytes = 4096;
+  store_options.host->try_huge_pages = false;
+  auto store = storage::TieredStore::Create(std::move(store_options)).value();
+  TierLink link(store.get());
+  auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 1}}, .offload = &link, .onboard = &link}).value();
+
+  // Block A (priority 60, tenant scope 0xABC, format tag 9) is committed, written and released.
+  const BlockKey root{3, 3}, a{0x2001, 1}, b{0x2002, 2};
+  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 0xABC, .format_tag = 9,
+                                .block_keys = std::vector<BlockKey>{a}, .tokens = Tokens(0, 4)}).ok());
+  std::span<uint8_t> pool = worker->PoolBytes(0);
+  for (size_t i = 0; i < 512; ++i) pool[i] = static_cast<uint8_t>(i * 7);
+  const std::vector<uint8_t> written(pool.begin(), pool.begin() + 512);
+  ASSERT_TRUE(worker->Commit(1, 1, std::vector<BlockKey>{a}, Tokens(0, 4), keep).ok());
+  ASSERT_TRUE(worker->Free(1, 1).ok());
+  // A new prompt needs the pool's only block: A is offloaded into the store.
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .root = root, .block_keys = std::vector<BlockKey>{b},
+                                .tokens = Tokens(100, 4)}).ok());
+  EXPECT_EQ(worker->Stats().offloaded_blocks, 1u);
+
+  const std::string format = StorageFormatTag(TestLayout(), 9);
+  EXPECT_EQ(format, TestLayout().Fingerprint() + "|f0000000000000009");
+  std::vector<uint8_t> out(512);
+  auto header = store->Get(storage::BlockRef{a, format, 0xABC}, out);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(out, written);
+  EXPECT_EQ(header->parent, root);
+  EXPECT_EQ(header->priority, 60);
+  // Another engine format or another tenant never sees it.
+  EXPECT_FALSE(store->Contains(storage::BlockRef{a, StorageFormatTag(TestLayout(), 10), 0xABC}));
+  EXPECT_FALSE(store->Contains(storage::BlockRef{a, format, 0xABD}));
+
+  // Sequence 2 is done; a third prompt [A, C] finds A in neither the pool (B holds the
+  // only block... freed now) nor computed: onboard brings A back from the host tier.
+  ASSERT_TRUE(worker->Free(1, 2).ok());
+  auto again = worker->Allocate({.client = 1, .sequence = 3, .root = root, .salt_scope = 0xABC, .format_tag = 9,
+                                 .block_keys = std::vector<BlockKey>{a}, .tokens = Tokens(0, 4)});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->reused_blocks, 0u);
+  std::fill(pool.begin(), pool.begin() + 512, 0);
+  auto onboarded = worker->Onboard(1, 3, std::vector<BlockKey>{a}, {});
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->onboarded_blocks, 1u);
+  EXPECT_EQ(onboarded->cached_blocks, 1u);
+  const size_t at = size_t{again->block_table[0]} * 512;
+  EXPECT_TRUE(std::equal(written.begin(), written.end(), pool.begin() + static_cast<std::ptrdiff_t>(at)));
+  EXPECT_EQ(worker->Stats().onboarded_blocks, 1u);
+  EXPECT_EQ(worker->Stats().onboarded_bytes, 512u);
+  // A is committed again: the pool announces it and a lookup finds it locally.
+  EXPECT_EQ(worker->LookupLocal(0, root, std::vector<BlockKey>{a}).value(), 1u);
+  // Onboarding again fetches nothing more.
+  EXPECT_EQ(worker->Onboard(1, 3, std::vector<BlockKey>{a}, {})->onboarded_blocks, 0u);
+}
+
+TEST(TierLinkTest, OnboardStopsAtTheFirstBlockTheStoreLacks) {
+  storage::TieredStoreOptions store_options;
+  store_options.host.emplace();
+  store_options.host->capacity_bytes = 16 * 4096;
+  store_options.host->page_bytes = 4096;
+  store_options.host->try_huge_pages = false;
+  auto store = storage::TieredStore::Create(std::move(store_options)).value();
+  TierLink link(store.get());
+  auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 4}}, .offload = &link, .onboard = &link}).value();
+  // The store holds blocks 0 and 2 of a three-block prompt, not block 1.
+  const BlockKey root{3, 3};
+  const std::vector<BlockKey> keys = {{0x3000, 0}, {0x3000, 1}, {0x3000, 2}};
+  const std::vector<uint8_t> bytes(512, 0x5A);
+  const KvLayout layout = TestLayout();
+  for (size_t i : {0, 2}) {
+    ASSERT_TRUE(link.Offload(OffloadBlock{keys[i], i == 0 ? root : keys[i - 1], 0, 1, 50, &layout, bytes}).ok());
+  }
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 1, .block_keys = keys,
+                                .tokens = Tokens(0, 12)}).ok());
+  auto onboarded = worker->Onboard(1, 1, keys, {});
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->onboarded_blocks, 1u) << "block 1 is missing, so block 2 cannot be used";
+  EXPECT_EQ(worker->LookupLocal(0, root, keys).value(), 1u);
+  EXPECT_EQ(worker->Onboard(1, 1, std::vector<BlockKey>(4, keys[0]), {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::worker
