@@ -59,6 +59,24 @@ struct CoordinatorConfig {
   uint64_t lease_ttl_ms = 10000;  // a node silent this long leaves the index
 };
 
+// The worker node's pool. Without a GPU the pool lives in host memory (`pool_bytes`).
+struct WorkerConfig {
+  uint32_t num_layers = 4;        // the model's KV layout (defaults: a small test model)
+  uint32_t num_kv_heads = 2;
+  uint32_t head_dim = 64;
+  uint32_t tokens_per_block = 16;
+  std::string dtype = "fp16";
+  uint64_t pool_bytes = 256ull << 20;
+  uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
+};
+
+// The node's host and disk tiers (under data_dir/blocks).
+struct StoreConfig {
+  uint64_t host_cache_bytes = 256ull << 20;
+  uint64_t disk_bytes = 1ull << 30;
+  std::string disk_sync = "wal";  // none | wal | fsync: see storage/disk_tier.h
+};
+
 struct KvtierConfig {
   std::string data_dir = "./kvtier-data";
   LogConfig log;
@@ -66,6 +84,8 @@ struct KvtierConfig {
   AuthConfig auth;
   TlsConfig tls;
   CoordinatorConfig coordinator;
+  WorkerConfig worker;
+  StoreConfig store;
 };
 
 // One declared setting, for help texts and documentation.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/kv_layout.h"
 #include "common/logging.h"
 
 namespace kvtier::config_internal {
@@ -114,6 +115,38 @@ Field ListenField() {
   return f;
 }
 
+// The embedded worker's pool and the node's tiers (`kvtier up`).
+void AddNodeFields(std::vector<Field>& fields) {
+  fields.push_back(UintField("worker.num_layers", "Model layers in each KV block.", 1, 1024,
+                             [](auto& c) -> auto& { return c.worker.num_layers; }));
+  fields.push_back(UintField("worker.num_kv_heads", "KV heads per layer.", 1, 1024,
+                             [](auto& c) -> auto& { return c.worker.num_kv_heads; }));
+  fields.push_back(UintField("worker.head_dim", "Elements per head.", 1, 4096,
+                             [](auto& c) -> auto& { return c.worker.head_dim; }));
+  fields.push_back(UintField("worker.tokens_per_block", "Tokens per KV block (a power of two).", 2, 4096,
+                             [](auto& c) -> auto& { return c.worker.tokens_per_block; }));
+  fields.push_back(StringField(
+      "worker.dtype", "Element type of the KV cache.", "one of: fp32, fp16, bf16, fp8_e4m3, int8", false,
+      [](auto& c) -> auto& { return c.worker.dtype; },
+      [](std::string_view v) -> Status { return ParseDtype(v).status(); }));
+  fields.push_back(UintField("worker.pool_bytes", "Host-memory pool budget when there is no GPU.", 1ull << 16,
+                             1ull << 44, [](auto& c) -> auto& { return c.worker.pool_bytes; }));
+  fields.push_back(UintField("worker.secondary_offload_min_priority",
+                             "Evicted blocks of at least this priority move to the host tier; others are dropped.",
+                             0, 100, [](auto& c) -> auto& { return c.worker.secondary_offload_min_priority; }));
+  fields.push_back(UintField("store.host_cache_bytes", "Host tier capacity (0: no host tier).", 0, 1ull << 44,
+                             [](auto& c) -> auto& { return c.store.host_cache_bytes; }));
+  fields.push_back(UintField("store.disk_bytes", "Disk tier capacity in payload bytes (0: no disk tier).", 0,
+                             1ull << 50, [](auto& c) -> auto& { return c.store.disk_bytes; }));
+  fields.push_back(StringField(
+      "store.disk_sync", "Disk tier durability: what a crash or power loss can lose.", "one of: none, wal, fsync",
+      false, [](auto& c) -> auto& { return c.store.disk_sync; },
+      [](std::string_view v) -> Status {
+        if (v == "none" || v == "wal" || v == "fsync") return Status::Ok();
+        return InvalidArgumentError("\"" + std::string(v) + "\" is not one of none, wal, fsync");
+      }));
+}
+
 std::vector<Field> BuildFields() {
   std::vector<Field> fields;
   fields.push_back(StringField("data_dir", "Directory for persistent data (RocksDB, state).",
@@ -147,6 +180,7 @@ std::vector<Field> BuildFields() {
   fields.push_back(UintField("coordinator.lease_ttl_ms",
                              "Node lease: a node that sends no heartbeat for this long leaves the index.", 500,
                              3600000, [](auto& c) -> auto& { return c.coordinator.lease_ttl_ms; }));
+  AddNodeFields(fields);
   return fields;
 }
 

@@ -74,7 +74,7 @@ void EncodeHeader(const BlockHeader& header, std::string& out) {
   Put<uint64_t>(out, header.payload_bytes);
   Put<uint64_t>(out, header.retention_left_ms);
   Put<uint8_t>(out, header.priority);
-  Put<uint8_t>(out, 0);
+  Put<uint8_t>(out, header.first_in_chain ? 1 : 0);
   Put<uint16_t>(out, static_cast<uint16_t>(header.format_tag.size()));
   out.append(header.format_tag);
 }
@@ -100,6 +100,7 @@ Result<BlockHeader> DecodeHeader(std::span<const uint8_t> bytes, size_t& consume
   header.payload_bytes = Get<uint64_t>(p + 56);
   header.retention_left_ms = Get<uint64_t>(p + 64);
   header.priority = p[72];
+  header.first_in_chain = (p[73] & 1) != 0;
   if (header.priority > 100) {
     return DataLossError("block header priority " + std::to_string(header.priority) + " is outside 0-100");
   }

@@ -10,7 +10,7 @@
 // Encoded form, all integers little-endian (76 fixed bytes, then the tag):
 //   u32 magic "KVB1" | u32 encoded header bytes | u64 key.hi | u64 key.lo |
 //   u64 parent.hi | u64 parent.lo | u64 salt_scope | u64 checksum | u64 payload bytes | u64 retention left ms (0: none) |
-//   u8 priority | u8 zero | u16 len(tag) | tag bytes
+//   u8 priority | u8 flags (bit 0: first in chain) | u16 len(tag) | tag bytes
 // The checksum (XXH3-64, xxHash) covers the payload; a reader recomputes it before it
 // hands a payload out, so a corrupt block is reported as data loss, never returned.
 //
@@ -33,6 +33,7 @@ inline constexpr size_t kMaxFormatTagBytes = 255;
 struct BlockHeader {
   BlockKey key;
   BlockKey parent;                  // the previous block's key (the salt root for a first block)
+  bool first_in_chain = false;      // the prompt's first block: `parent` is the salt root
   std::string format_tag;
   uint64_t salt_scope = 0;
   uint64_t checksum = 0;            // PayloadChecksum of the payload

@@ -12,6 +12,7 @@ using testing::MakeBlock;
 TEST(BlockHeaderTest, EncodeDecodeRoundTripsEveryField) {
   auto block = MakeBlock(42, 1000, 80);
   block.header.retention_left_ms = 12345;
+  block.header.first_in_chain = true;
   std::string encoded;
   EncodeHeader(block.header, encoded);
   EXPECT_EQ(encoded.size(), EncodedHeaderBytes(block.header));
@@ -28,6 +29,7 @@ TEST(BlockHeaderTest, EncodeDecodeRoundTripsEveryField) {
   EXPECT_EQ(decoded->payload_bytes, 1000u);
   EXPECT_EQ(decoded->priority, 80);
   EXPECT_EQ(decoded->retention_left_ms, 12345u);
+  EXPECT_TRUE(decoded->first_in_chain);
 }
 
 TEST(BlockHeaderTest, DecodeRejectsTruncatedAndGarbledHeaders) {

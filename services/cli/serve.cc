@@ -15,6 +15,7 @@
 #include "common/version.h"
 #include "gpu/device.h"
 #include "services/auth/token_store.h"
+#include "services/cli/local_node.h"
 #include "services/coordinator/rpc/coordinator_node.h"
 
 namespace kvtier::cli {
@@ -97,12 +98,19 @@ int WaitForShutdownSignal() {
   return received;
 }
 
+// `local`: the embedded worker and store of `kvtier up` (null for `kvtier coordinator`).
 Result<std::unique_ptr<coordinator::CoordinatorNode>> StartCoordinator(const KvtierConfig& config,
                                                                        auth::TokenStore tokens,
-                                                                       MetricsRegistry& registry) {
+                                                                       MetricsRegistry& registry, LocalNode* local) {
   coordinator::CoordinatorNodeOptions options;
   options.node_id = HostName();
   options.roles = {"coordinator"};
+  if (local != nullptr) {
+    options.roles = {"coordinator", "worker", "store"};
+    options.worker = [local](const auth::Tenant& tenant) { return local->MakeWorker(tenant); };
+    options.on_tick = [local](coordinator::CoordinatorState& state) { local->Pump(state); };
+    options.tick_interval = std::chrono::milliseconds(100);  // events reach the index within 0.1 s
+  }
   options.rpc = config.coordinator;
   options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   options.tls = config.tls;
@@ -112,7 +120,7 @@ Result<std::unique_ptr<coordinator::CoordinatorNode>> StartCoordinator(const Kvt
 }
 
 void PrintBanner(Role role, const KvtierConfig& config, const coordinator::CoordinatorNode& node,
-                 const MetricsHttpServer& http, const std::string& auth_summary) {
+                 const MetricsHttpServer& http, const std::string& auth_summary, const LocalNode* local) {
   std::string rpc_endpoints;
   for (const std::string& e : node.endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
   std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
@@ -121,7 +129,9 @@ void PrintBanner(Role role, const KvtierConfig& config, const coordinator::Coord
   std::printf("  health    %s/healthz  %s/readyz\n", http.endpoint().c_str(), http.endpoint().c_str());
   std::printf("  data dir  %s\n", config.data_dir.c_str());
   std::printf("  auth      %s\n", auth_summary.c_str());
-  std::printf("  roles     coordinator (prefix index, membership, routing)\n");
+  std::printf("  roles     coordinator (prefix index, membership, routing)%s\n",
+              local != nullptr ? ", worker, store" : "");
+  if (local != nullptr) std::printf("  node      %s\n", local->Summary().c_str());
   std::printf("Stop with Ctrl-C or SIGTERM.\n");
   std::fflush(stdout);
 }
@@ -165,7 +175,17 @@ int Serve(Role role, const KvtierConfig& config) {
     return kExitStartFailure;
   }
 
-  Result<std::unique_ptr<coordinator::CoordinatorNode>> node = StartCoordinator(config, std::move(auth->tokens), registry);
+  std::unique_ptr<LocalNode> local;
+  if (role == Role::kUp) {
+    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName());
+    if (!made.ok()) {
+      spdlog::error("worker and store: {}", made.status().message());
+      return ExitCodeFor(made.status());
+    }
+    local = std::move(made).value();
+  }
+  Result<std::unique_ptr<coordinator::CoordinatorNode>> node =
+      StartCoordinator(config, std::move(auth->tokens), registry, local.get());
   if (!node.ok()) {
     spdlog::error("coordinator: {}", node.status().message());
     return ExitCodeFor(node.status());
@@ -186,7 +206,7 @@ int Serve(Role role, const KvtierConfig& config) {
   }
   ready = true;
 
-  PrintBanner(role, config, **node, **http, auth->summary);
+  PrintBanner(role, config, **node, **http, auth->summary, local.get());
   if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);
 
   const int signal_number = WaitForShutdownSignal();

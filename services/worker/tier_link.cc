@@ -14,6 +14,7 @@ Status TierLink::Offload(const OffloadBlock& block) {
   storage::BlockHeader header;
   header.key = block.key;
   header.parent = block.parent;
+  header.first_in_chain = block.first;
   header.format_tag = StorageFormatTag(*block.layout, block.format_tag);
   header.salt_scope = block.salt_scope;
   header.payload_bytes = block.bytes.size();

@@ -52,6 +52,7 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   ASSERT_TRUE(header.ok()) << header.status();
   EXPECT_EQ(out, written);
   EXPECT_EQ(header->parent, root);
+  EXPECT_TRUE(header->first_in_chain);
   EXPECT_EQ(header->priority, 60);
   // Another engine format or another tenant never sees it.
   EXPECT_FALSE(store->Contains(storage::BlockRef{a, StorageFormatTag(TestLayout(), 10), 0xABC}));
@@ -94,7 +95,7 @@ TEST(TierLinkTest, OnboardStopsAtTheFirstBlockTheStoreLacks) {
   const std::vector<uint8_t> bytes(512, 0x5A);
   const KvLayout layout = TestLayout();
   for (size_t i : {0, 2}) {
-    ASSERT_TRUE(link.Offload(OffloadBlock{keys[i], i == 0 ? root : keys[i - 1], 0, 1, 50, &layout, bytes}).ok());
+    ASSERT_TRUE(link.Offload(OffloadBlock{keys[i], i == 0 ? root : keys[i - 1], i == 0, 0, 1, 50, &layout, bytes}).ok());
   }
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 1, .block_keys = keys,
                                 .tokens = Tokens(0, 12)}).ok());

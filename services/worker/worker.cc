@@ -69,8 +69,8 @@ class Worker::Impl {
       const size_t block_bytes = state.layout.bytes_per_block();
       const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(state.memory.data()) + size_t{victim.block} * block_bytes,
                                            block_bytes);
-      const OffloadBlock block{victim.key,        victim.parent,   victim.format_tag, victim.salt_scope,
-                               victim.priority,   &state.layout,   bytes};
+      const OffloadBlock block{victim.key,        victim.parent,     victim.first,  victim.format_tag,
+                               victim.salt_scope, victim.priority,   &state.layout, bytes};
       if (options_.offload != nullptr && options_.offload->Offload(block).ok()) {
         ++stats_.offloaded_blocks;
         stats_.offloaded_bytes += block_bytes;
@@ -84,7 +84,7 @@ class Worker::Impl {
       if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
       }
-      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.priority, e.salt_scope});
+      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.first, e.priority, e.salt_scope});
     }
   }
 

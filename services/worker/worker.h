@@ -41,6 +41,7 @@ using ClientId = uint64_t;
 struct OffloadBlock {
   BlockKey key;
   BlockKey parent;
+  bool first = false;          // the chain's first block
   uint64_t format_tag = 0;     // the engine's format tag given at Allocate
   uint64_t salt_scope = 0;
   uint8_t priority = 35;
@@ -127,6 +128,7 @@ struct WorkerEvent {
   uint32_t pool_id;
   BlockKey key;
   BlockKey parent;       // kStored
+  bool first;            // kStored: the chain's first block (parent is the salt root)
   uint8_t priority;
   uint64_t salt_scope;
 };

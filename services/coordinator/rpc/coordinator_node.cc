@@ -27,6 +27,7 @@ class CoordinatorNode::Impl {
     session_.coordinator = [this](const auth::Tenant& tenant) {
       return MakeCoordinatorService(state_, SaltScope(tenant.salt));
     };
+    session_.worker = options_.worker;
 
     rpc::RpcServerOptions server;
     server.listen = options_.rpc.listen;
@@ -36,10 +37,12 @@ class CoordinatorNode::Impl {
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();
     server.tick = [this] {
+      if (options_.on_tick) options_.on_tick(state_);
       state_.coordinator->Tick();
       state_.metrics->Update(state_.coordinator->Stats());
     };
-    server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease_ttl / 4);
+    const Nanos interval = options_.tick_interval.count() > 0 ? options_.tick_interval : options_.lease_ttl / 4;
+    server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
                                                             [this] { return rpc::MakeBootstrap(session_); }));
     return Status::Ok();

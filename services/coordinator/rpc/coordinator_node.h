@@ -5,14 +5,22 @@
 // Coordinator capability (services/coordinator/rpc/coordinator_service.h): the prefix
 // index, membership and routing, ticked every quarter lease on the server's thread.
 //
+// Embedding (`kvtier up`): `worker` makes the Session's Worker capability for a tenant,
+// and `on_tick` runs with the coordinator's state at every tick, on the server's thread,
+// so that nodes in the same process publish their events without a network hop.
+//
 // Thread safety: Create(), endpoints() and Shutdown() from one controlling thread; the
-// server runs on its own event-loop thread (services/rpc/rpc_server.h).
+// server runs on its own event-loop thread (services/rpc/rpc_server.h), and so do the
+// `worker` capabilities and `on_tick`.
 // Ownership: owns its server, token store and RPC metrics; the registry and clock outlive it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <capnp/capability.h>
 
 #include "common/clock.h"
 #include "common/config.h"
@@ -20,6 +28,8 @@
 #include "services/auth/token_store.h"
 
 namespace kvtier::coordinator {
+
+struct CoordinatorState;
 
 struct CoordinatorNodeOptions {
   std::string node_id = "coordinator";
@@ -31,6 +41,9 @@ struct CoordinatorNodeOptions {
   const Clock* clock = &SystemClock::Instance();
   Nanos lease_ttl = std::chrono::seconds(10);
   size_t expected_blocks = 1 << 20;  // index sizing: the cluster's total block capacity
+  std::function<capnp::Capability::Client(const auth::Tenant&)> worker;  // empty: no worker here
+  std::function<void(CoordinatorState&)> on_tick;
+  Nanos tick_interval{0};  // 0: a quarter of the lease
 };
 
 class CoordinatorNode {

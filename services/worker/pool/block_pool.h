@@ -62,6 +62,7 @@ struct PoolEvent {
   uint64_t sequence;     // 1, 2, 3... per pool
   BlockKey key;
   BlockKey parent;       // kStored: the parent key (the salt root for a first block)
+  bool first;            // the chain's first block
   BlockId block;
   uint8_t priority;
   uint64_t salt_scope;   // SaltScope of the tenant that committed the block
@@ -73,6 +74,7 @@ struct EvictedBlock {
   BlockId block;
   BlockKey key;
   BlockKey parent;       // the parent key (the salt root for a first block)
+  bool first;            // the chain's first block
   uint64_t format_tag;   // as given at Allocate
   uint64_t salt_scope;
   uint8_t priority;

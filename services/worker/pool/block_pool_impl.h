@@ -25,6 +25,7 @@ struct BlockMeta {
   uint8_t priority = kDefaultPriority;
   bool committed = false;
   bool partial_candidate = false;  // its tokens are stored: a partial-reuse candidate
+  bool first = false;              // the chain's first block (its parent is the salt root)
 };
 
 struct Sequence {
@@ -105,7 +106,7 @@ class BlockPool::Impl {
     if (victim == PrioritizedLru::kNil) victim = lru_.FindVictim([](uint32_t) { return true; });
     const BlockMeta& m = metas_[victim];
     const bool offload = m.priority >= options_.secondary_offload_min_priority;
-    evicted->push_back({victim, m.key, m.parent_key, m.format_tag, m.salt_scope, m.priority, offload});
+    evicted->push_back({victim, m.key, m.parent_key, m.first, m.format_tag, m.salt_scope, m.priority, offload});
     Emit(offload ? PoolEvent::Kind::kOffloaded : PoolEvent::Kind::kRemoved, victim);
     ++stats_.evictions_by_priority[m.priority];
     stats_.offloads += offload;
@@ -141,6 +142,7 @@ class BlockPool::Impl {
     m.salt_scope = seq.salt_scope;
     m.key = key;
     m.parent_key = parent_key;
+    m.first = parent_key == seq.root;
     m.format_tag = format_tag;
     m.committed = true;
     m.priority = retention.priority;
@@ -177,7 +179,7 @@ class BlockPool::Impl {
 
   void Emit(PoolEvent::Kind kind, BlockId b) {
     const BlockMeta& m = metas_[b];
-    events_.push_back({kind, ++next_event_, m.key, m.parent_key, b, m.priority, m.salt_scope});
+    events_.push_back({kind, ++next_event_, m.key, m.parent_key, m.first, b, m.priority, m.salt_scope});
   }
 
   BlockPoolOptions options_;

@@ -1,0 +1,144 @@
+#include "services/cli/local_node.h"
+
+#include <spdlog/spdlog.h>
+
+#include <random>
+
+#include "services/cli/node_events.h"
+
+namespace kvtier::cli {
+namespace {
+
+Result<KvLayout> LayoutOf(const WorkerConfig& config) {
+  KVTIER_ASSIGN_OR_RETURN(const KvDtype dtype, ParseDtype(config.dtype));
+  return KvLayout::Create({.num_layers = config.num_layers,
+                           .num_kv_heads = config.num_kv_heads,
+                           .head_dim = config.head_dim,
+                           .tokens_per_block = config.tokens_per_block,
+                           .dtype = dtype});
+}
+
+std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config, std::string name) {
+  std::unique_ptr<LocalNode> node(new LocalNode());
+  node->name_ = std::move(name);
+  node->incarnation_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+  node->worker_node_ = {node->name_ + "/worker", coordinator::NodeRole::kWorker};
+  node->store_node_ = {node->name_ + "/store", coordinator::NodeRole::kStore};
+
+  KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, LayoutOf(config.worker));
+  const uint64_t blocks = config.worker.pool_bytes / layout.bytes_per_block();
+  if (blocks == 0) {
+    return InvalidArgumentError("worker.pool_bytes " + std::to_string(config.worker.pool_bytes) +
+                                " holds no block of " + std::to_string(layout.bytes_per_block()) + " bytes");
+  }
+  storage::TieredStoreOptions store;
+  if (config.store.host_cache_bytes > 0) {
+    store.host.emplace();
+    store.host->capacity_bytes = config.store.host_cache_bytes;
+  }
+  if (config.store.disk_bytes > 0) {
+    store.disk.emplace();
+    store.disk->path = config.data_dir + "/blocks";
+    store.disk->capacity_bytes = config.store.disk_bytes;
+    KVTIER_ASSIGN_OR_RETURN(store.disk->sync, storage::ParseDiskSync(config.store.disk_sync));
+  }
+  store.demote_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
+  LocalNode* self = node.get();
+  store.on_event = [self](const storage::StoreEvent& event) {
+    std::lock_guard lock(self->mu_);
+    self->store_events_.push_back(event);
+  };
+  if (store.host || store.disk) {
+    KVTIER_ASSIGN_OR_RETURN(node->store_, storage::TieredStore::Create(std::move(store)));
+    node->link_ = std::make_unique<worker::TierLink>(node->store_.get());
+  }
+  worker::WorkerOptions worker;
+  worker.pools = {{layout, static_cast<uint32_t>(std::min<uint64_t>(blocks, UINT32_MAX - 1))}};
+  worker.secondary_offload_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
+  worker.offload = node->link_.get();
+  worker.onboard = node->link_.get();
+  KVTIER_ASSIGN_OR_RETURN(node->worker_, worker::Worker::Create(worker));
+  node->context_.worker = node->worker_.get();
+  node->summary_ = "worker pool " + layout.Fingerprint() + ", " + std::to_string(blocks) + " blocks of " +
+                   std::to_string(layout.bytes_per_block()) + " bytes in host memory; host tier " +
+                   Mib(config.store.host_cache_bytes) + ", disk tier " + Mib(config.store.disk_bytes) + " (" +
+                   config.store.disk_sync + ")";
+  return node;
+}
+
+capnp::Capability::Client LocalNode::MakeWorker(const auth::Tenant& tenant) {
+  return worker::MakeWorkerService(context_, tenant);
+}
+
+std::string LocalNode::Summary() const { return summary_; }
+
+Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& node) {
+  KVTIER_ASSIGN_OR_RETURN(const coordinator::RegisterResult result,
+                          state.coordinator->Register(node.node, node.role, incarnation_));
+  node.lease_id = result.lease_id;
+  node.registered = true;
+  if (!result.snapshot_required) return Status::Ok();
+  // The worker's pool cannot list its cached blocks yet: its snapshot is empty, so after
+  // a resync lookups miss those blocks (never point at wrong ones) until they are stored
+  // again. The store's holdings are complete.
+  coordinator::NodeSnapshot snapshot{node.node, incarnation_, node.next_sequence, {}};
+  if (&node == &store_node_ && store_ != nullptr) {
+    for (const auto& [tier, header] : store_->Holdings()) {
+      Result<coordinator::ScopeId> scope = state.scopes.Intern(header.salt_scope);
+      if (scope.ok()) snapshot.blocks.push_back(ToSnapshotBlock(tier, header, *scope));
+    }
+  }
+  return state.coordinator->PublishSnapshot(snapshot);
+}
+
+void LocalNode::Publish(coordinator::CoordinatorState& state, Registration& node,
+                        std::vector<coordinator::KvEvent> events) {
+  if (events.empty()) return;
+  const size_t count = events.size();
+  coordinator::EventBatch batch{node.node, incarnation_, node.next_sequence, std::move(events)};
+  Result<coordinator::EventAck> ack = state.coordinator->PublishEvents(batch);
+  node.next_sequence += count;  // the events are spent either way; a gap makes a resync
+  if (!ack.ok()) {
+    spdlog::warn("{}: events not applied: {}", node.node, ack.status().ToString());
+    node.registered = false;  // register again (a snapshot follows)
+  } else if (ack->verdict == coordinator::BatchVerdict::kSnapshotRequired) {
+    node.registered = false;
+  }
+}
+
+void LocalNode::Pump(coordinator::CoordinatorState& state) {
+  uint64_t active_blocks = 0;
+  for (const auto& pool : worker_->Stats().pools) active_blocks += pool.in_use;
+  for (Registration* node : {&worker_node_, &store_node_}) {
+    if (node == &store_node_ && store_ == nullptr) continue;
+    Status renewed = node->registered ? state.coordinator->Heartbeat(node->node, node->lease_id, active_blocks)
+                                      : UnavailableError("not registered");
+    if (!renewed.ok()) {
+      if (Status s = Register(state, *node); !s.ok()) spdlog::warn("{}: register: {}", node->node, s.ToString());
+    }
+  }
+  worker_->AdvanceTime();
+  std::vector<coordinator::KvEvent> events;
+  for (const worker::WorkerEvent& e : worker_->TakeEvents()) {
+    Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);
+    events.push_back(ToKvEvent(e, scope.value_or(0)));
+  }
+  Publish(state, worker_node_, std::move(events));
+  std::vector<storage::StoreEvent> store_events;
+  {
+    std::lock_guard lock(mu_);
+    store_events.swap(store_events_);
+  }
+  events.clear();
+  for (const storage::StoreEvent& e : store_events) {
+    Result<coordinator::ScopeId> scope = state.scopes.Intern(e.header.salt_scope);
+    events.push_back(ToKvEvent(e, scope.value_or(0)));
+  }
+  Publish(state, store_node_, std::move(events));
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,68 @@
+// LocalNode: the worker and store roles of `kvtier up`, in the coordinator's process.
+//
+// It owns the node's tiers (a TieredStore: host tier of store.host_cache_bytes, disk tier
+// of store.disk_bytes under data_dir/blocks), one worker pool in host memory
+// (worker.pool_bytes of the configured layout; GPU pools are not embedded yet) whose
+// evictions go down into the tiers and whose Onboard reads from them, and the Worker
+// capability that the coordinator's server hands to tenants (Session.worker).
+//
+// Pump() runs on the coordinator server's thread at every tick: it registers the two
+// nodes ("<name>/worker", a worker; "<name>/store", a store) with the coordinator,
+// renews their leases, and publishes their events in sequence. The store's holdings on
+// disk are sent as its first snapshot, so blocks kept across a restart are found again.
+//
+// Thread safety: MakeWorker and Pump on the coordinator server's thread only (the worker
+// and its capabilities live there); store events may arrive from any thread (queued
+// under a mutex).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <capnp/capability.h>
+
+#include "common/config.h"
+#include "common/thread_annotations.h"
+#include "services/auth/token_store.h"
+#include "services/coordinator/rpc/coordinator_service.h"
+#include "services/worker/rpc/worker_service.h"
+#include "services/worker/tier_link.h"
+
+namespace kvtier::cli {
+
+class LocalNode {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name);
+
+  capnp::Capability::Client MakeWorker(const auth::Tenant& tenant);
+  void Pump(coordinator::CoordinatorState& state);
+  // One line for the banner: layout, pool blocks, tier sizes.
+  std::string Summary() const;
+
+ private:
+  struct Registration {
+    std::string node;
+    coordinator::NodeRole role;
+    uint64_t lease_id = 0;
+    uint64_t next_sequence = 1;
+    bool registered = false;
+  };
+
+  LocalNode() = default;
+  Status Register(coordinator::CoordinatorState& state, Registration& node);
+  void Publish(coordinator::CoordinatorState& state, Registration& node, std::vector<coordinator::KvEvent> events);
+
+  std::string name_;
+  uint64_t incarnation_ = 0;
+  std::string summary_;
+  std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<worker::TierLink> link_;
+  std::unique_ptr<worker::Worker> worker_;
+  worker::WorkerServiceContext context_;
+  Registration worker_node_, store_node_;
+  std::mutex mu_;
+  std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);
+};
+
+}  // namespace kvtier::cli

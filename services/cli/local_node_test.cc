@@ -1,0 +1,139 @@
+// `kvtier up`'s embedded worker and store, end to end over the RPC: blocks a tenant
+// commits show in the coordinator's index at the worker, move to the store's host tier
+// when the pool evicts them, and come back through Onboard.
+#include "services/cli/local_node.h"
+
+#include <capnp/ez-rpc.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include "services/coordinator/rpc/coordinator_node.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::cli {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using namespace std::chrono_literals;
+
+void SetKeys(capnp::List<schema::BlockKey>::Builder keys, uint64_t first) {
+  for (unsigned i = 0; i < keys.size(); ++i) {
+    keys[i].setHi(0x7000);
+    keys[i].setLo(first + i);
+  }
+}
+
+class LocalNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KvtierConfig config;
+    config.data_dir = dir_.path();
+    // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; a pool of two.
+    config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = "fp16",
+                     .pool_bytes = 1024, .secondary_offload_min_priority = 35};
+    config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
+    local_ = LocalNode::Create(config, "test-node").value();
+    coordinator::CoordinatorNodeOptions options;
+    options.rpc.listen = {"127.0.0.1:0"};
+    options.registry = &registry_;
+    options.worker = [this](const auth::Tenant& tenant) { return local_->MakeWorker(tenant); };
+    options.on_tick = [this](coordinator::CoordinatorState& state) { local_->Pump(state); };
+    options.tick_interval = 10ms;
+    node_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
+    client_ = std::make_unique<capnp::EzRpcClient>(node_->endpoints()[0]);
+    auto& wait = client_->getWaitScope();
+    auto auth = client_->getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken("unused: auth is off");
+    auto session = auth.send().wait(wait).getSession();
+    worker_ = session.workerRequest().send().wait(wait).getWorker();
+    coordinator_ = session.coordinatorRequest().send().wait(wait).getCoordinator();
+  }
+
+  // Sequence `id` of 8 tokens whose two blocks are keys first, first+1; returns reused blocks.
+  uint32_t Allocate(uint64_t id, uint64_t first) {
+    auto request = worker_->allocateRequest();
+    request.setSequenceId(id);
+    request.setNumTokens(8);
+    SetKeys(request.initKeys(2), first);
+    return request.send().wait(client_->getWaitScope()).getAllocation().getReusedBlocks();
+  }
+  void Commit(uint64_t id, uint64_t first) {
+    auto request = worker_->commitRequest();
+    request.setSequenceId(id);
+    SetKeys(request.initKeys(2), first);
+    request.send().wait(client_->getWaitScope());
+  }
+  void Free(uint64_t id) {
+    auto request = worker_->freeRequest();
+    request.setSequenceId(id);
+    request.send().wait(client_->getWaitScope());
+  }
+
+  // "node:tier" of every location of the two blocks from `first`, waiting up to 5 s until
+  // `done` accepts it (by default: equal to `expected`).
+  std::string WaitForLocations(uint64_t first, const std::string& expected,
+                               std::function<bool(const std::string&)> done = nullptr) {
+    if (!done) done = [&](const std::string& seen) { return seen == expected; };
+    std::string seen;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      auto request = coordinator_->lookupRequest();
+      SetKeys(request.initRequest().initKeys(2), first);
+      auto result = request.send().wait(client_->getWaitScope()).getResult();
+      seen = std::to_string(result.getMatchedBlocks()) + " matched";
+      for (auto block : result.getBlocks()) {
+        for (auto location : block.getLocations()) {
+          seen += std::string(" ") + location.getNodeId().cStr() + ":" +
+                  (location.getTier() == schema::Tier::GPU ? "gpu" : location.getTier() == schema::Tier::HOST ? "host" : "disk");
+        }
+      }
+      if (done(seen)) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return seen;
+  }
+
+  testing::TempDir dir_;
+  MetricsRegistry registry_;
+  std::unique_ptr<LocalNode> local_;
+  std::unique_ptr<coordinator::CoordinatorNode> node_;
+  std::unique_ptr<capnp::EzRpcClient> client_;
+  std::optional<schema::Worker::Client> worker_;
+  std::optional<schema::Coordinator::Client> coordinator_;
+};
+
+TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
+  // Blocks 0,1 computed and committed at the worker.
+  EXPECT_EQ(Allocate(1, 0), 0u);
+  Commit(1, 0);
+  EXPECT_EQ(WaitForLocations(0, "2 matched test-node/worker:gpu test-node/worker:gpu"),
+            "2 matched test-node/worker:gpu test-node/worker:gpu");
+  // Blocks 5,6 need the whole pool: 0,1 (priority 35) move down to the host tier.
+  Free(1);
+  Allocate(2, 5);
+  EXPECT_EQ(WaitForLocations(0, "2 matched test-node/store:host test-node/store:host"),
+            "2 matched test-node/store:host test-node/store:host");
+  // A prompt starting with 0,1 finds nothing in the pool; Onboard brings both back.
+  Free(2);
+  EXPECT_EQ(Allocate(3, 0), 0u);
+  auto onboard = worker_->onboardRequest();
+  onboard.setSequenceId(3);
+  SetKeys(onboard.initKeys(2), 0);
+  auto onboarded = onboard.send().wait(client_->getWaitScope());
+  EXPECT_EQ(onboarded.getOnboardedBlocks(), 2u);
+  EXPECT_EQ(onboarded.getCachedBlocks(), 2u);
+  // Each block is now in the pool and still in the host tier.
+  const std::string seen = WaitForLocations(0, "", [](const std::string& s) {
+    return s.starts_with("2 matched") && s.find("worker:gpu") != std::string::npos &&
+           s.find("worker:gpu", s.find("worker:gpu") + 1) != std::string::npos;
+  });
+  EXPECT_TRUE(seen.starts_with("2 matched")) << seen;
+  EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;
+  EXPECT_NE(seen.find("test-node/store:host"), std::string::npos) << seen;
+}
+
+}  // namespace
+}  // namespace kvtier::cli

@@ -1,0 +1,65 @@
+#include "services/cli/node_events.h"
+
+namespace kvtier::cli {
+namespace {
+
+coordinator::Tier ToTier(storage::TierKind tier) {
+  return tier == storage::TierKind::kHost ? coordinator::Tier::kHost : coordinator::Tier::kDisk;
+}
+
+coordinator::BlockRetention Retention(const storage::BlockHeader& header) {
+  return coordinator::BlockRetention{header.priority, std::chrono::milliseconds(header.retention_left_ms)};
+}
+
+}  // namespace
+
+coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event, coordinator::ScopeId scope) {
+  coordinator::KvEvent out;
+  out.keys = {event.key};
+  out.tier = coordinator::Tier::kGpu;
+  out.pool = static_cast<uint16_t>(event.pool_id);
+  if (event.kind == worker::WorkerEvent::Kind::kStored) {
+    out.kind = coordinator::KvEvent::Kind::kStored;
+    out.scope = scope;
+    if (!event.first) out.parent = event.parent;  // absent: the chain starts at the scope's root
+    out.retention = {coordinator::BlockRetention{event.priority, Nanos(0)}};
+  } else {
+    out.kind = coordinator::KvEvent::Kind::kRemoved;
+  }
+  return out;
+}
+
+coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event, coordinator::ScopeId scope) {
+  coordinator::KvEvent out;
+  out.keys = {event.header.key};
+  out.tier = ToTier(event.tier);
+  switch (event.kind) {
+    case storage::StoreEvent::Kind::kStored:
+      out.kind = coordinator::KvEvent::Kind::kStored;
+      out.scope = scope;
+      if (!event.header.first_in_chain) out.parent = event.header.parent;
+      out.retention = {Retention(event.header)};
+      break;
+    case storage::StoreEvent::Kind::kRemoved:
+      out.kind = coordinator::KvEvent::Kind::kRemoved;
+      break;
+    case storage::StoreEvent::Kind::kTierChanged:
+      out.kind = coordinator::KvEvent::Kind::kTierChanged;
+      out.to_tier = ToTier(event.to_tier);
+      break;
+  }
+  return out;
+}
+
+coordinator::SnapshotBlock ToSnapshotBlock(storage::TierKind tier, const storage::BlockHeader& header,
+                                           coordinator::ScopeId scope) {
+  coordinator::SnapshotBlock block;
+  block.key = header.key;
+  if (!header.first_in_chain) block.parent = header.parent;
+  block.scope = scope;
+  block.tier = ToTier(tier);
+  block.retention = Retention(header);
+  return block;
+}
+
+}  // namespace kvtier::cli
