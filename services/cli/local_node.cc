@@ -22,7 +22,8 @@ std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
 
-Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config, std::string name) {
+Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config, std::string name,
+                                                     MetricsRegistry& registry) {
   std::unique_ptr<LocalNode> node(new LocalNode());
   node->name_ = std::move(name);
   node->incarnation_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
@@ -63,6 +64,12 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   worker.onboard = node->link_.get();
   KVTIER_ASSIGN_OR_RETURN(node->worker_, worker::Worker::Create(worker));
   node->context_.worker = node->worker_.get();
+  KVTIER_ASSIGN_OR_RETURN(node->worker_metrics_, worker::WorkerMetrics::Create(registry, node->worker_->pool_count()));
+  if (node->store_ != nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(node->store_metrics_, storage::StoreMetrics::Create(registry));
+    node->store_metrics_->Update(node->store_->Stats());  // capacities show before the first tick
+  }
+  node->worker_metrics_->Update(node->worker_->Stats());
   node->summary_ = "worker pool " + layout.Fingerprint() + ", " + std::to_string(blocks) + " blocks of " +
                    std::to_string(layout.bytes_per_block()) + " bytes in host memory; host tier " +
                    Mib(config.store.host_cache_bytes) + ", disk tier " + Mib(config.store.disk_bytes) + " (" +
@@ -122,6 +129,8 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
     }
   }
   worker_->AdvanceTime();
+  worker_metrics_->Update(worker_->Stats());
+  if (store_metrics_ != nullptr) store_metrics_->Update(store_->Stats());
   std::vector<coordinator::KvEvent> events;
   for (const worker::WorkerEvent& e : worker_->TakeEvents()) {
     Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);

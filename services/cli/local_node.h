@@ -28,12 +28,17 @@
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
+#include "services/worker/worker_metrics.h"
+#include "storage/store_metrics.h"
 
 namespace kvtier::cli {
 
 class LocalNode {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name);
+  // Registers the worker (kvtier_worker_*) and store (kvtier_store_*) metrics in `registry`,
+  // which outlives the node; Pump keeps them current.
+  [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name,
+                                                                 MetricsRegistry& registry);
 
   capnp::Capability::Client MakeWorker(const auth::Tenant& tenant);
   void Pump(coordinator::CoordinatorState& state);
@@ -60,6 +65,8 @@ class LocalNode {
   std::unique_ptr<worker::TierLink> link_;
   std::unique_ptr<worker::Worker> worker_;
   worker::WorkerServiceContext context_;
+  std::unique_ptr<worker::WorkerMetrics> worker_metrics_;
+  std::unique_ptr<storage::StoreMetrics> store_metrics_;
   Registration worker_node_, store_node_;
   std::mutex mu_;
   std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);

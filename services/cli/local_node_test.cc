@@ -36,7 +36,7 @@ class LocalNodeTest : public ::testing::Test {
     config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = "fp16",
                      .pool_bytes = 1024, .secondary_offload_min_priority = 35};
     config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
-    local_ = LocalNode::Create(config, "test-node").value();
+    local_ = LocalNode::Create(config, "test-node", registry_).value();
     coordinator::CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
     options.registry = &registry_;
@@ -131,6 +131,17 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
            s.find("worker:gpu", s.find("worker:gpu") + 1) != std::string::npos;
   });
   EXPECT_TRUE(seen.starts_with("2 matched")) << seen;
+  // The worker's and the store's metrics say the same (updated at the next tick).
+  std::string text;
+  for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    text = registry_.Exposition();
+    if (text.find("kvtier_worker_onboarded_blocks_total 2\n") != std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  for (const char* line : {"kvtier_worker_onboarded_blocks_total 2\n", "kvtier_worker_offloaded_blocks_total 2\n",
+                           "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 2\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
   EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;
   EXPECT_NE(seen.find("test-node/store:host"), std::string::npos) << seen;
 }

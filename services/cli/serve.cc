@@ -177,7 +177,7 @@ int Serve(Role role, const KvtierConfig& config) {
 
   std::unique_ptr<LocalNode> local;
   if (role == Role::kUp) {
-    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName());
+    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName(), registry);
     if (!made.ok()) {
       spdlog::error("worker and store: {}", made.status().message());
       return ExitCodeFor(made.status());

@@ -54,7 +54,11 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   const std::string response = HttpGet(metrics_url);
   ASSERT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
   const std::string body = response.substr(response.find("\r\n\r\n") + 4);
-  EXPECT_NE(body.find("kvtier_build_info{"), std::string::npos);
+  // Every embedded role exports its series: coordinator, worker, store.
+  for (const char* series : {"kvtier_build_info{", "kvtier_worker_pool_blocks{", "kvtier_store_blocks{tier=\"host\"}",
+                             "kvtier_store_capacity_bytes{tier=\"disk\"}"}) {
+    EXPECT_NE(body.find(series), std::string::npos) << series;
+  }
   ASSERT_TRUE(testing::WriteFile(dir.File("metrics.txt"), body));
   std::string promtool;
   EXPECT_EQ(testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"), &promtool), 0) << promtool;

@@ -1,0 +1,67 @@
+#include "storage/store_metrics.h"
+
+#include <string>
+
+namespace kvtier::storage {
+namespace {
+
+void IncBy(Counter& counter, uint64_t now, uint64_t before) {
+  if (now > before) counter.Inc(static_cast<double>(now - before));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
+  std::unique_ptr<StoreMetrics> m(new StoreMetrics());
+  KVTIER_ASSIGN_OR_RETURN(m->blocks_, r.AddGauge("kvtier_store_blocks", "Blocks held, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->bytes_, r.AddGauge("kvtier_store_bytes", "Bytes in use, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->capacity_, r.AddGauge("kvtier_store_capacity_bytes", "Capacity, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->hits_, r.AddCounter("kvtier_store_hits_total", "Reads that found the block.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->misses_, r.AddCounter("kvtier_store_misses_total", "Reads that did not.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->puts_, r.AddCounter("kvtier_store_puts_total", "Blocks offered to a tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_store_evictions_total",
+                                                      "Blocks evicted from a tier, by their priority.",
+                                                      {"tier", "priority"}));
+  KVTIER_ASSIGN_OR_RETURN(m->checksum_failures_,
+                          r.AddCounter("kvtier_store_checksum_failures_total",
+                                       "Corrupt blocks found on read and deleted (data loss).", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->moves_, r.AddCounter("kvtier_store_moves_total",
+                                                  "Blocks leaving the host tier or coming back, by what happened: "
+                                                  "demoted, promoted, dropped_priority, dropped_admission.",
+                                                  {"kind"}));
+  // Every series exists from the start, at zero, so that dashboards and alerts see them.
+  for (const char* tier : {"host", "disk"}) {
+    for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_}) family->WithLabels({tier});
+  }
+  for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission"}) m->moves_->WithLabels({kind});
+  return m;
+}
+
+void StoreMetrics::UpdateTier(const char* tier, const TierStats& now, TierStats& before) {
+  blocks_->WithLabels({tier}).Set(static_cast<double>(now.blocks));
+  bytes_->WithLabels({tier}).Set(static_cast<double>(now.bytes));
+  capacity_->WithLabels({tier}).Set(static_cast<double>(now.capacity_bytes));
+  IncBy(hits_->WithLabels({tier}), now.hits, before.hits);
+  IncBy(misses_->WithLabels({tier}), now.misses, before.misses);
+  IncBy(puts_->WithLabels({tier}), now.puts, before.puts);
+  IncBy(checksum_failures_->WithLabels({tier}), now.checksum_failures, before.checksum_failures);
+  for (int priority = 0; priority <= 100; ++priority) {
+    if (now.evictions_by_priority[priority] > before.evictions_by_priority[priority]) {
+      IncBy(evictions_->WithLabels({tier, std::to_string(priority)}), now.evictions_by_priority[priority],
+            before.evictions_by_priority[priority]);
+    }
+  }
+  before = now;
+}
+
+void StoreMetrics::Update(const TieredStoreStats& stats) {
+  if (stats.host) UpdateTier("host", *stats.host, host_before_);
+  if (stats.disk) UpdateTier("disk", *stats.disk, disk_before_);
+  IncBy(moves_->WithLabels({"demoted"}), stats.demoted, before_.demoted);
+  IncBy(moves_->WithLabels({"promoted"}), stats.promoted, before_.promoted);
+  IncBy(moves_->WithLabels({"dropped_priority"}), stats.dropped_below_priority, before_.dropped_below_priority);
+  IncBy(moves_->WithLabels({"dropped_admission"}), stats.dropped_by_admission, before_.dropped_by_admission);
+  before_ = stats;
+}
+
+}  // namespace kvtier::storage

@@ -1,0 +1,49 @@
+// StoreMetrics: Prometheus metrics of a node's tiers (a TieredStore).
+//
+//   kvtier_store_blocks{tier}                     gauge
+//   kvtier_store_bytes{tier}                      gauge: payload bytes (host: pages in use)
+//   kvtier_store_capacity_bytes{tier}             gauge
+//   kvtier_store_hits_total{tier}                 counter
+//   kvtier_store_misses_total{tier}               counter
+//   kvtier_store_puts_total{tier}                 counter
+//   kvtier_store_evictions_total{tier,priority}   counter
+//   kvtier_store_checksum_failures_total{tier}    counter: corrupt blocks found (data loss)
+//   kvtier_store_moves_total{kind}                counter: demoted, promoted,
+//                                                 dropped_priority, dropped_admission
+//
+// Update() brings them up to date from TieredStore::Stats (counters by their growth);
+// call it from one thread at a time (the node's tick).
+//
+// Thread safety: Update from one thread; the registry is safe from any thread.
+#pragma once
+
+#include <memory>
+
+#include "common/metrics.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::storage {
+
+class StoreMetrics {
+ public:
+  [[nodiscard]] static Result<std::unique_ptr<StoreMetrics>> Create(MetricsRegistry& registry);
+  void Update(const TieredStoreStats& stats);
+
+ private:
+  StoreMetrics() = default;
+  void UpdateTier(const char* tier, const TierStats& now, TierStats& before);
+
+  GaugeFamily* blocks_ = nullptr;
+  GaugeFamily* bytes_ = nullptr;
+  GaugeFamily* capacity_ = nullptr;
+  CounterFamily* hits_ = nullptr;
+  CounterFamily* misses_ = nullptr;
+  CounterFamily* puts_ = nullptr;
+  CounterFamily* evictions_ = nullptr;
+  CounterFamily* checksum_failures_ = nullptr;
+  CounterFamily* moves_ = nullptr;
+  TierStats host_before_, disk_before_;
+  TieredStoreStats before_;
+};
+
+}  // namespace kvtier::storage

@@ -1,0 +1,39 @@
+#include "storage/store_metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::storage {
+namespace {
+
+TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
+  MetricsRegistry registry;
+  auto metrics = StoreMetrics::Create(registry).value();
+  TieredStoreStats stats;
+  stats.host = TierStats{};
+  stats.host->blocks = 3;
+  stats.host->bytes = 3 * 65536;
+  stats.host->capacity_bytes = 1 << 20;
+  stats.host->hits = 5;
+  stats.host->evictions_by_priority[20] = 2;
+  stats.demoted = 1;
+  metrics->Update(stats);
+  // Later: two more hits, one corrupt block found, another eviction at 20.
+  stats.host->hits = 7;
+  stats.host->checksum_failures = 1;
+  stats.host->evictions_by_priority[20] = 3;
+  metrics->Update(stats);
+  const std::string text = registry.Exposition();
+  for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
+                           "kvtier_store_capacity_bytes{tier=\"host\"} 1048576\n",
+                           "kvtier_store_hits_total{tier=\"host\"} 7\n",
+                           "kvtier_store_checksum_failures_total{tier=\"host\"} 1\n",
+                           "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",
+                           "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
+                           "kvtier_store_moves_total{kind=\"demoted\"} 1\n",
+                           "kvtier_store_moves_total{kind=\"promoted\"} 0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::storage
