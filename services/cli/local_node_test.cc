@@ -82,7 +82,8 @@ class LocalNodeTest : public ::testing::Test {
     for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
       auto request = coordinator_->lookupRequest();
       SetKeys(request.initRequest().initKeys(2), first);
-      auto result = request.send().wait(client_->getWaitScope()).getResult();
+      auto response = request.send().wait(client_->getWaitScope());  // owns what `result` reads
+      auto result = response.getResult();
       seen = std::to_string(result.getMatchedBlocks()) + " matched";
       for (auto block : result.getBlocks()) {
         for (auto location : block.getLocations()) {
