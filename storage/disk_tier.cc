@@ -53,7 +53,7 @@ class DiskTier::Impl {
       size_t consumed = 0;
       auto header = DecodeHeader({reinterpret_cast<const uint8_t*>(it->value().data()), it->value().size()}, consumed);
       if (!header.ok() || !payload_cfs_.contains(header->format_tag) ||
-          ValidateHeader(*header, options_.max_block_bytes).ok() == false) {
+          !ValidateHeader(*header, options_.max_block_bytes).ok()) {
         bad.push_back(it->key().ToString());
         ++stats_.checksum_failures;
         continue;
@@ -74,58 +74,19 @@ class DiskTier::Impl {
     }
     std::lock_guard lock(mu_);
     stats_.puts += items.size();
-    rocksdb::WriteBatch batch;
-    std::vector<size_t> inserts, refreshes;
-    std::set<std::pair<std::string_view, BlockKey>> in_batch;
-    uint64_t new_bytes = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!results[i].ok()) continue;
-      const BlockHeader& header = items[i].header;
-      if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
-        if (index_.entry(id).header.salt_scope != header.salt_scope) {
-          results[i] = AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
-        } else {
-          refreshes.push_back(i);
-        }
-        continue;
+    StagedBatch staged;
+    Status written = Stage(items, results, staged);
+    if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
+    if (written.ok()) written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
+    if (!written.ok()) {
+      for (Status& result : results) {
+        if (result.ok()) result = written;  // nothing of the batch was written
       }
-      if (header.payload_bytes > options_.capacity_bytes) {
-        results[i] = ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
-                                            " bytes is larger than the whole disk tier (" +
-                                            std::to_string(options_.capacity_bytes) + " bytes)");
-        continue;
-      }
-      if (!in_batch.emplace(header.format_tag, header.key).second) continue;  // a repeat in this batch
-      auto cf = PayloadFamily(header.format_tag);
-      if (!cf.ok()) {
-        results[i] = cf.status();
-        continue;
-      }
-      inserts.push_back(i);
-      new_bytes += header.payload_bytes;
-      const auto& payload = items[i].payload;
-      Status added = FromRocks(batch.Put(*cf, PayloadKey(header.key),
-                                         rocksdb::Slice(reinterpret_cast<const char*>(payload.data()), payload.size())),
-                               "batch");
-      if (added.ok()) added = PutHeader(header, batch);
-      if (!added.ok()) return std::vector<Status>(items.size(), added);
+      return results;
     }
-    for (size_t i : refreshes) {
+    for (size_t i : staged.inserts) index_.Insert(items[i].header, items[i].header.payload_bytes, 0);
+    for (size_t i : staged.refreshes) {
       index_.Refresh(index_.Find(items[i].header.key, items[i].header.format_tag), items[i].header);
-      Status added = PutHeader(items[i].header, batch);
-      if (!added.ok()) return std::vector<Status>(items.size(), added);
-    }
-    Status evicted = EvictLocked(new_bytes, batch);
-    if (evicted.ok()) evicted = FromRocks(db_->Write(write_options_, &batch), "writing blocks");
-    for (size_t i : inserts) {
-      if (!evicted.ok()) {
-        results[i] = evicted;
-        continue;
-      }
-      index_.Insert(items[i].header, items[i].header.payload_bytes, 0);
-    }
-    for (size_t i : refreshes) {
-      if (!evicted.ok()) results[i] = evicted;
     }
     return results;
   }
@@ -135,8 +96,8 @@ class DiskTier::Impl {
     rocksdb::ColumnFamilyHandle* cf = nullptr;
     {
       std::lock_guard lock(mu_);
-      const uint32_t id = index_.Find(ref.key, ref.format_tag);
-      if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) {
+      const uint32_t id = index_.FindVisible(ref);
+      if (id == TierIndex::kNil) {
         ++stats_.misses;
         return NotFound(ref);
       }
@@ -165,15 +126,15 @@ class DiskTier::Impl {
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
     std::lock_guard lock(mu_);
-    const uint32_t id = index_.Find(ref.key, ref.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    const uint32_t id = index_.FindVisible(ref);
+    if (id == TierIndex::kNil) return NotFound(ref);
     return index_.CurrentHeader(id);
   }
 
   Status Remove(const BlockRef& ref) {
     std::lock_guard lock(mu_);
-    const uint32_t id = index_.Find(ref.key, ref.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    const uint32_t id = index_.FindVisible(ref);
+    if (id == TierIndex::kNil) return NotFound(ref);
     rocksdb::WriteBatch batch;
     KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
     return FromRocks(db_->Write(write_options_, &batch), "removing block " + ref.key.ToHex());
@@ -207,6 +168,45 @@ class DiskTier::Impl {
  private:
   static Status NotFound(const BlockRef& ref) {
     return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the disk tier");
+  }
+
+  struct StagedBatch {
+    rocksdb::WriteBatch batch;
+    std::vector<size_t> inserts;    // new blocks: payload and header written
+    std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
+    uint64_t new_bytes = 0;
+  };
+
+  // Sorts the valid items into new blocks and refreshes and adds their writes to the
+  // batch; refused items get their error in `results`. An error return means the batch
+  // could not be built (nothing is written).
+  Status Stage(std::span<const PutItem> items, std::vector<Status>& results, StagedBatch& staged)
+      KVTIER_REQUIRES(mu_) {
+    std::set<std::pair<std::string_view, BlockKey>> in_batch;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!results[i].ok()) continue;
+      const BlockHeader& header = items[i].header;
+      if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
+        if (index_.entry(id).header.salt_scope != header.salt_scope) {
+          results[i] = AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
+          continue;
+        }
+        staged.refreshes.push_back(i);
+      } else if (header.payload_bytes > options_.capacity_bytes) {
+        results[i] = ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
+                                            " bytes is larger than the whole disk tier (" +
+                                            std::to_string(options_.capacity_bytes) + " bytes)");
+        continue;
+      } else if (in_batch.emplace(header.format_tag, header.key).second) {
+        KVTIER_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle * cf, PayloadFamily(header.format_tag));
+        const rocksdb::Slice payload(reinterpret_cast<const char*>(items[i].payload.data()), items[i].payload.size());
+        KVTIER_RETURN_IF_ERROR(FromRocks(staged.batch.Put(cf, PayloadKey(header.key), payload), "batch"));
+        staged.inserts.push_back(i);
+        staged.new_bytes += header.payload_bytes;
+      }  // else: a repeat of a block earlier in this batch, stored by that one
+      KVTIER_RETURN_IF_ERROR(PutHeader(header, staged.batch));
+    }
+    return Status::Ok();
   }
 
   Result<rocksdb::ColumnFamilyHandle*> PayloadFamily(const std::string& tag) KVTIER_REQUIRES(mu_) {

@@ -70,15 +70,15 @@ class HostTier::Impl {
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
     std::lock_guard lock(mu_);
-    const uint32_t id = index_.Find(ref.key, ref.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    const uint32_t id = index_.FindVisible(ref);
+    if (id == TierIndex::kNil) return NotFound(ref);
     return index_.CurrentHeader(id);
   }
 
   Status Remove(const BlockRef& ref) {
     std::lock_guard lock(mu_);
-    const uint32_t id = index_.Find(ref.key, ref.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) return NotFound(ref);
+    const uint32_t id = index_.FindVisible(ref);
+    if (id == TierIndex::kNil) return NotFound(ref);
     EraseLocked(id);
     return Status::Ok();
   }
@@ -107,8 +107,8 @@ class HostTier::Impl {
   }
 
   Result<uint32_t> FindLocked(const BlockRef& ref) KVTIER_REQUIRES(mu_) {
-    const uint32_t id = index_.Find(ref.key, ref.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != ref.salt_scope) {
+    const uint32_t id = index_.FindVisible(ref);
+    if (id == TierIndex::kNil) {
       ++stats_.misses;
       return NotFound(ref);
     }

@@ -40,6 +40,12 @@ class TierIndex {
   explicit TierIndex(const Clock* clock) : clock_(clock), lru_(0) {}
 
   uint32_t Find(const BlockKey& key, std::string_view format_tag) const;
+  // The entry `ref` names when it is stored under ref's salt scope; kNil when it is absent
+  // or another tenant's (the two are indistinguishable to the caller, on purpose).
+  uint32_t FindVisible(const BlockRef& ref) const {
+    const uint32_t id = Find(ref.key, ref.format_tag);
+    return id != kNil && entries_[id].header.salt_scope == ref.salt_scope ? id : kNil;
+  }
   // A new entry, most recently used. REQUIRES: Find(...) == kNil.
   uint32_t Insert(const BlockHeader& header, uint64_t units, uint64_t location);
   void Erase(uint32_t id);
