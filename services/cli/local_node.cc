@@ -5,6 +5,7 @@
 #include <random>
 
 #include "services/cli/node_events.h"
+#include "services/store/rpc/store_service.h"
 
 namespace kvtier::cli {
 namespace {
@@ -79,6 +80,18 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
 
 capnp::Capability::Client LocalNode::MakeWorker(const auth::Tenant& tenant) {
   return worker::MakeWorkerService(context_, tenant);
+}
+
+void LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) {
+  options.roles = {"coordinator", "worker", "store"};
+  options.worker = [this](const auth::Tenant& tenant) { return MakeWorker(tenant); };
+  if (store_ != nullptr) options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
+  options.on_tick = [this](coordinator::CoordinatorState& state) { Pump(state); };
+  options.tick_interval = tick;
+}
+
+capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {
+  return store::MakeBlockStoreService(*store_, tenant);
 }
 
 std::string LocalNode::Summary() const { return summary_; }

@@ -4,7 +4,8 @@
 // of store.disk_bytes under data_dir/blocks), one worker pool in host memory
 // (worker.pool_bytes of the configured layout; GPU pools are not embedded yet) whose
 // evictions go down into the tiers and whose Onboard reads from them, and the Worker
-// capability that the coordinator's server hands to tenants (Session.worker).
+// capability that the coordinator's server hands to tenants (Session.worker), and the tiers
+// as a BlockStore capability (Session.store).
 //
 // Pump() runs on the coordinator server's thread at every tick: it registers the two
 // nodes ("<name>/worker", a worker; "<name>/store", a store) with the coordinator,
@@ -25,6 +26,7 @@
 #include "common/config.h"
 #include "common/thread_annotations.h"
 #include "services/auth/token_store.h"
+#include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
@@ -40,7 +42,13 @@ class LocalNode {
   [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name,
                                                                  MetricsRegistry& registry);
 
+  // Adds the worker and store roles to a coordinator node about to be created: the
+  // Session's Worker and BlockStore capabilities and the tick that runs Pump, every
+  // `tick` (events reach the index within it). The node must not outlive this object.
+  void Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick);
+
   capnp::Capability::Client MakeWorker(const auth::Tenant& tenant);
+  capnp::Capability::Client MakeStore(const auth::Tenant& tenant);  // REQUIRES: the node has tiers
   void Pump(coordinator::CoordinatorState& state);
   // One line for the banner: layout, pool blocks, tier sizes.
   std::string Summary() const;

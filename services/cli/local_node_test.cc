@@ -40,9 +40,7 @@ class LocalNodeTest : public ::testing::Test {
     coordinator::CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
     options.registry = &registry_;
-    options.worker = [this](const auth::Tenant& tenant) { return local_->MakeWorker(tenant); };
-    options.on_tick = [this](coordinator::CoordinatorState& state) { local_->Pump(state); };
-    options.tick_interval = 10ms;
+    local_->Embed(options, 10ms);
     node_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
     client_ = std::make_unique<capnp::EzRpcClient>(node_->endpoints()[0]);
     auto& wait = client_->getWaitScope();
@@ -51,6 +49,7 @@ class LocalNodeTest : public ::testing::Test {
     auto session = auth.send().wait(wait).getSession();
     worker_ = session.workerRequest().send().wait(wait).getWorker();
     coordinator_ = session.coordinatorRequest().send().wait(wait).getCoordinator();
+    store_ = session.storeRequest().send().wait(wait).getStore();
   }
 
   // Sequence `id` of 8 tokens whose two blocks are keys first, first+1; returns reused blocks.
@@ -76,12 +75,12 @@ class LocalNodeTest : public ::testing::Test {
   // "node:tier" of every location of the two blocks from `first`, waiting up to 5 s until
   // `done` accepts it (by default: equal to `expected`).
   std::string WaitForLocations(uint64_t first, const std::string& expected,
-                               std::function<bool(const std::string&)> done = nullptr) {
+                               std::function<bool(const std::string&)> done = nullptr, unsigned count = 2) {
     if (!done) done = [&](const std::string& seen) { return seen == expected; };
     std::string seen;
     for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
       auto request = coordinator_->lookupRequest();
-      SetKeys(request.initRequest().initKeys(2), first);
+      SetKeys(request.initRequest().initKeys(count), first);
       auto response = request.send().wait(client_->getWaitScope());  // owns what `result` reads
       auto result = response.getResult();
       seen = std::to_string(result.getMatchedBlocks()) + " matched";
@@ -104,6 +103,7 @@ class LocalNodeTest : public ::testing::Test {
   std::unique_ptr<capnp::EzRpcClient> client_;
   std::optional<schema::Worker::Client> worker_;
   std::optional<schema::Coordinator::Client> coordinator_;
+  std::optional<schema::BlockStore::Client> store_;
 };
 
 TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
@@ -145,6 +145,24 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   }
   EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;
   EXPECT_NE(seen.find("test-node/store:host"), std::string::npos) << seen;
+}
+
+TEST_F(LocalNodeTest, BlocksPutIntoTheStoreAreIndexedAtTheStore) {
+  // Another node pushes block 50 (a chain's first) into this node's tiers over the RPC.
+  const std::vector<uint8_t> payload(512, 0x42);
+  auto put = store_->putRequest();
+  auto block = put.initBlocks(1)[0];
+  auto header = block.initHeader();
+  header.initKey().setHi(0x7000);
+  header.getKey().setLo(50);
+  header.setFirstInChain(true);
+  header.setFormatTag("L2/H2/D8/T4/fp16/W0/S0|f0000000000000000");
+  header.setChecksum(storage::PayloadChecksum(payload));
+  header.setPayloadBytes(payload.size());
+  header.setPriority(50);
+  block.setData(kj::arrayPtr(payload.data(), payload.size()));
+  EXPECT_EQ(put.send().wait(client_->getWaitScope()).getStored(), 1u);
+  EXPECT_EQ(WaitForLocations(50, "1 matched test-node/store:host", nullptr, 1), "1 matched test-node/store:host");
 }
 
 }  // namespace

@@ -105,12 +105,7 @@ Result<std::unique_ptr<coordinator::CoordinatorNode>> StartCoordinator(const Kvt
   coordinator::CoordinatorNodeOptions options;
   options.node_id = HostName();
   options.roles = {"coordinator"};
-  if (local != nullptr) {
-    options.roles = {"coordinator", "worker", "store"};
-    options.worker = [local](const auth::Tenant& tenant) { return local->MakeWorker(tenant); };
-    options.on_tick = [local](coordinator::CoordinatorState& state) { local->Pump(state); };
-    options.tick_interval = std::chrono::milliseconds(100);  // events reach the index within 0.1 s
-  }
+  if (local != nullptr) local->Embed(options, std::chrono::milliseconds(100));
   options.rpc = config.coordinator;
   options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   options.tls = config.tls;

@@ -82,6 +82,15 @@ class SessionServer final : public schema::Session::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> store(StoreContext call) override {
+    CallRecorder recorder(context_.metrics, "store");
+    if (!context_.store) {
+      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " serves no blocks (no store role)"));
+    }
+    call.getResults().setStore(context_.store(tenant_).castAs<schema::BlockStore>());
+    return kj::READY_NOW;
+  }
+
  private:
   const SessionContext& context_;
   const auth::Tenant tenant_;

@@ -44,6 +44,9 @@ struct SessionContext {
   // process runs no worker (Session.worker() then answers UNAVAILABLE). Called once per
   // Session.worker() call: a capability is one client, released with its connection.
   std::function<capnp::Capability::Client(const auth::Tenant&)> worker;
+  // Makes the BlockStore capability (the node's tiers) for a tenant; empty where this
+  // process serves no blocks (Session.store() then answers UNAVAILABLE).
+  std::function<capnp::Capability::Client(const auth::Tenant&)> store;
 };
 
 [[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);

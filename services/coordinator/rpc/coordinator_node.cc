@@ -28,6 +28,7 @@ class CoordinatorNode::Impl {
       return MakeCoordinatorService(state_, SaltScope(tenant.salt));
     };
     session_.worker = options_.worker;
+    session_.store = options_.store;
 
     rpc::RpcServerOptions server;
     server.listen = options_.rpc.listen;

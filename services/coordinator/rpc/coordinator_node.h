@@ -5,7 +5,8 @@
 // Coordinator capability (services/coordinator/rpc/coordinator_service.h): the prefix
 // index, membership and routing, ticked every quarter lease on the server's thread.
 //
-// Embedding (`kvtier up`): `worker` makes the Session's Worker capability for a tenant,
+// Embedding (`kvtier up`): `worker` and `store` make the Session's Worker and BlockStore
+// capabilities for a tenant,
 // and `on_tick` runs with the coordinator's state at every tick, on the server's thread,
 // so that nodes in the same process publish their events without a network hop.
 //
@@ -42,6 +43,7 @@ struct CoordinatorNodeOptions {
   Nanos lease_ttl = std::chrono::seconds(10);
   size_t expected_blocks = 1 << 20;  // index sizing: the cluster's total block capacity
   std::function<capnp::Capability::Client(const auth::Tenant&)> worker;  // empty: no worker here
+  std::function<capnp::Capability::Client(const auth::Tenant&)> store;   // empty: no blocks served here
   std::function<void(CoordinatorState&)> on_tick;
   Nanos tick_interval{0};  // 0: a quarter of the lease
 };

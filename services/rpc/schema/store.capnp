@@ -12,17 +12,21 @@ $Cxx.namespace("kvtier::rpc::schema");
 using Common = import "common.capnp";
 
 struct BlockHeader {
-  # Travels and is stored with every block; a block is never served for another layout,
-  # model or salt.
+  # Travels and is stored with every block (storage/block_header.h); a block is never
+  # served for another format or salt.
   key @0 :Common.BlockKey;
-  layout @1 :Common.KvLayout;
-  modelTag @2 :Text;
-  quantization @3 :Text;        # "" (as the layout's dtype), "int8-per-token", "fp8-per-token"
+  layout @1 :Common.KvLayout;   # unused: superseded by formatTag
+  modelTag @2 :Text;            # unused: superseded by formatTag
+  quantization @3 :Text;        # unused: superseded by formatTag
   saltScope @4 :UInt64;         # a hash of the tenant's salt, never the salt itself
   checksum @5 :UInt64;          # XXH3-64 of the payload
   priority @6 :UInt8;
-  retentionExpiryMs @7 :UInt64;
+  retentionExpiryMs @7 :UInt64; # unused: superseded by retentionLeftMs
   payloadBytes @8 :UInt64;
+  formatTag @9 :Text;           # layout fingerprint, model and quantization, e.g. "L32/H8/D128/T16/bf16/W0/S0|f..."
+  parent @10 :Common.BlockKey;
+  firstInChain @11 :Bool;       # the prompt's first block: `parent` is the salt root
+  retentionLeftMs @12 :UInt64;  # how long `priority` still holds; 0: it does not expire
 }
 
 struct BlockPayload {
@@ -43,23 +47,31 @@ struct TransferTicket {
 }
 
 interface BlockStore {
+  # One per tenant session. Every block is read and written under the session's salt
+  # scope: a `saltScope` argument or header field that names another scope is refused
+  # with PERMISSION_DENIED (0 means "the session's").
+
   put @0 (blocks :List(BlockPayload)) -> (stored :UInt32);
   # Stores a batch. INVALID_ARGUMENT for a header that disagrees with its payload (size or
-  # checksum), nothing of that batch stored; RESOURCE_EXHAUSTED when the tiers are full.
+  # checksum) or names no format, nothing of that batch stored; RESOURCE_EXHAUSTED when
+  # a block is larger than the tiers. `stored`: blocks now held (new or refreshed).
 
-  get @1 (keys :List(Common.BlockKey), layout :Common.KvLayout, saltScope :UInt64)
+  get @1 (keys :List(Common.BlockKey), layout :Common.KvLayout, saltScope :UInt64, formatTag :Text)
       -> (blocks :List(BlockPayload), states :List(BlockState));
-  # Returns the blocks present under that layout and salt scope; states[i] says what
-  # happened to keys[i].
+  # blocks[i] and states[i] answer keys[i], looked up under `formatTag` (`layout` is
+  # unused) and the session's salt scope; blocks[i] is empty unless states[i] is
+  # `present` (a `corrupt` block failed its checksum and was deleted: DATA_LOSS).
 
-  contains @2 (keys :List(Common.BlockKey), saltScope :UInt64) -> (present :List(Bool));
+  contains @2 (keys :List(Common.BlockKey), saltScope :UInt64, formatTag :Text) -> (present :List(Bool));
 
-  remove @3 (keys :List(Common.BlockKey), saltScope :UInt64) -> (removed :UInt32);
+  remove @3 (keys :List(Common.BlockKey), saltScope :UInt64, formatTag :Text) -> (removed :UInt32);
 
   openPut @4 (headers :List(BlockHeader)) -> (ticket :TransferTicket);
   # Bulk put: the caller streams the payloads, in header order, on the data stream.
+  # UNIMPLEMENTED until the data stream is built (cross-node transfer).
 
   openGet @5 (keys :List(Common.BlockKey), layout :Common.KvLayout, saltScope :UInt64)
       -> (ticket :TransferTicket, headers :List(BlockHeader), states :List(BlockState));
   # Bulk get: the caller reads the payloads of the present blocks from the data stream.
+  # UNIMPLEMENTED until the data stream is built.
 }

@@ -1,0 +1,171 @@
+// The BlockStore capability over a real loopback connection: blocks put by a tenant come
+// back byte for byte, never to another tenant or another format; bad batches store
+// nothing.
+#include "services/store/rpc/store_service.h"
+
+#include <capnp/ez-rpc.h>
+#include <gtest/gtest.h>
+
+#include "services/rpc/rpc_server.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/session_service.h"
+#include "services/rpc/status_mapping.h"
+#include "storage/testing/blocks.h"
+
+namespace kvtier::store {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using storage::testing::MakeBlock;
+using storage::testing::TestBlock;
+const std::string kTokenA(40, 'a');
+const std::string kTokenB(40, 'b');
+
+// One tenant's connection and its BlockStore capability.
+class Client {
+ public:
+  Client(const std::string& address, const std::string& token) : client_(address), store_(Connect(token)) {}
+
+  template <typename Params, typename Results>
+  Result<capnp::Response<Results>> Call(capnp::Request<Params, Results> request) {
+    try {
+      return request.send().wait(client_.getWaitScope());
+    } catch (const kj::Exception& e) {
+      return rpc::ExceptionToStatus(e);
+    }
+  }
+  schema::BlockStore::Client& store() { return store_; }
+
+  Result<uint32_t> Put(const std::vector<TestBlock>& blocks) {
+    auto request = store_.putRequest();
+    auto list = request.initBlocks(static_cast<unsigned>(blocks.size()));
+    for (unsigned i = 0; i < blocks.size(); ++i) {
+      const storage::BlockHeader& h = blocks[i].header;
+      auto header = list[i].initHeader();
+      header.initKey().setHi(h.key.hi);
+      header.getKey().setLo(h.key.lo);
+      header.setFormatTag(h.format_tag);
+      header.setChecksum(h.checksum);
+      header.setPayloadBytes(h.payload_bytes);
+      header.setPriority(h.priority);
+      list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
+    }
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    return response->getStored();
+  }
+
+  // "present"/"missing"/"corrupt" per key, and the bytes of those present.
+  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(const std::vector<uint64_t>& ids,
+                                                                          const std::string& format) {
+    auto request = store_.getRequest();
+    auto keys = request.initKeys(static_cast<unsigned>(ids.size()));
+    for (unsigned i = 0; i < ids.size(); ++i) {
+      keys[i].setHi(0x1234);
+      keys[i].setLo(ids[i]);
+    }
+    request.setFormatTag(format);
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+    for (unsigned i = 0; i < ids.size(); ++i) {
+      const auto state = response->getStates()[i];
+      const auto data = response->getBlocks()[i].getData();
+      out.emplace_back(state == schema::BlockState::PRESENT   ? "present"
+                       : state == schema::BlockState::CORRUPT ? "corrupt"
+                                                              : "missing",
+                       std::vector<uint8_t>(data.begin(), data.end()));
+    }
+    return out;
+  }
+
+ private:
+  schema::BlockStore::Client Connect(const std::string& token) {
+    auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken(token);
+    auto session = auth.send().wait(client_.getWaitScope()).getSession();
+    return session.storeRequest().send().wait(client_.getWaitScope()).getStore();
+  }
+  capnp::EzRpcClient client_;
+  schema::BlockStore::Client store_;
+};
+
+class StoreServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage::TieredStoreOptions options;
+    options.host.emplace();
+    options.host->capacity_bytes = 1 << 20;
+    options.host->try_huge_pages = false;
+    store_ = storage::TieredStore::Create(std::move(options)).value();
+    tokens_ = auth::TokenStore::FromYaml("tenants:\n"
+                                         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
+                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n",
+                                         "tokens")
+                  .value();
+    session_.identity = {"s1", {"store"}};
+    session_.tokens = &tokens_;
+    session_.clock = &SystemClock::Instance();
+    session_.store = [this](const auth::Tenant& tenant) { return MakeBlockStoreService(*store_, tenant, {.max_blocks_per_call = 8}); };
+    rpc::RpcServerOptions server;
+    server.listen = {"127.0.0.1:0"};
+    server_ = rpc::RpcServer::Create(std::move(server), [this] { return rpc::MakeBootstrap(session_); }).value();
+    address_ = server_->endpoints()[0];
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  std::unique_ptr<storage::TieredStore> store_;
+  auth::TokenStore tokens_ = auth::TokenStore::Disabled();
+  rpc::SessionContext session_;
+  std::unique_ptr<rpc::RpcServer> server_;
+  std::string address_;
+};
+
+TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
+  Client a(address_, kTokenA), b(address_, kTokenB);
+  // Team A stores blocks 1 and 2.
+  const std::vector<TestBlock> blocks = {MakeBlock(1, 3000), MakeBlock(2, 70000)};
+  ASSERT_EQ(a.Put(blocks).value_or(0), 2u);
+  auto got = a.Get({1, 2, 3}, storage::testing::kFormat);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
+  EXPECT_EQ((*got)[1].second, blocks[1].payload);
+  EXPECT_EQ((*got)[2].first, "missing");
+  // Team B asks for the same keys: nothing, as if they did not exist; another format: nothing.
+  EXPECT_EQ(b.Get({1, 2}, storage::testing::kFormat)->at(0).first, "missing");
+  EXPECT_EQ(a.Get({1}, "other-model|L1/H1/D8/T16/fp16/W0/S0|none")->at(0).first, "missing");
+  // Naming team A's scope from team B's session is refused.
+  auto spoof = b.store().containsRequest();
+  spoof.initKeys(1)[0].setLo(1);
+  spoof.setSaltScope(SaltScope("salt-a"));
+  EXPECT_EQ(b.Call(kj::mv(spoof)).status().code(), StatusCode::kPermissionDenied);
+  auto remove = a.store().removeRequest();
+  auto keys = remove.initKeys(1);
+  keys[0].setHi(0x1234);
+  keys[0].setLo(1);
+  remove.setFormatTag(storage::testing::kFormat);
+  EXPECT_EQ(a.Call(kj::mv(remove))->getRemoved(), 1u);
+  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing");
+}
+
+TEST_F(StoreServiceTest, ABadBlockRefusesTheWholeBatch) {
+  Client a(address_, kTokenA);
+  std::vector<TestBlock> blocks = {MakeBlock(1, 1000), MakeBlock(2, 1000)};
+  blocks[1].payload[10] ^= 1;  // block 2's bytes no longer match its checksum
+  const Status refused = a.Put(blocks).status();
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("block 1"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("checksum"), std::string::npos) << refused.message();
+  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing") << "nothing of the batch stored";
+
+  std::vector<TestBlock> no_format = {MakeBlock(3, 100, 35, 7, "")};
+  EXPECT_EQ(a.Put(no_format).status().code(), StatusCode::kInvalidArgument);
+  std::vector<TestBlock> too_many;
+  for (uint64_t i = 0; i < 9; ++i) too_many.push_back(MakeBlock(i, 16));
+  EXPECT_NE(a.Put(too_many).status().message().find("at most 8"), std::string::npos);
+  EXPECT_EQ(store_->Stats().host->blocks, 0u);
+  EXPECT_EQ(a.Call(a.store().openGetRequest()).status().code(), StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kvtier::store
