@@ -11,6 +11,7 @@ find_package(GTest REQUIRED)
 find_package(benchmark REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 
 # Asio is header-only in Debian (libasio-dev) and ships no CMake package.
 find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)

@@ -6,48 +6,73 @@ namespace kvtier::gpu::internal {
 namespace {
 
 constexpr unsigned kThreads = 256;
-constexpr size_t kChunkBytes = 16 * 1024;  // bytes of a block one thread block copies
 
 unsigned GridFor(size_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// Copies units [begin, end) of src to dst with the thread block. A full chunk is copied
+// with all of a thread's loads issued before its first store (kUnroll independent loads
+// in flight per thread: the copy is bound by memory latency otherwise); a short tail
+// falls back to a plain strided loop.
+constexpr unsigned kUnroll = 4;
+static_assert(kThreads * kUnroll == kUnitsPerChunk);
+template <typename Unit>
+__device__ inline void CopyChunk(Unit* __restrict__ dst, const Unit* __restrict__ src, size_t begin, size_t end) {
+  if (end - begin == size_t{kThreads} * kUnroll) {
+    Unit staged[kUnroll];
+#pragma unroll
+    for (unsigned u = 0; u < kUnroll; ++u) staged[u] = src[begin + u * kThreads + threadIdx.x];
+#pragma unroll
+    for (unsigned u = 0; u < kUnroll; ++u) dst[begin + u * kThreads + threadIdx.x] = staged[u];
+    return;
+  }
+  for (size_t k = begin + threadIdx.x; k < end; k += kThreads) dst[k] = src[k];
+}
+
 template <typename Index>
 __global__ void CheckWriteIndices(const Index* indices, uint32_t batch, uint32_t seq, uint32_t max_seq,
-                                  DeviceFault* fault) {
+                                  FaultSlot fault) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= batch) return;
   const long long w = static_cast<long long>(indices[i]);
   if (w < 0 || w + seq > max_seq) Report(fault, FaultKind::kBadIndex, i, w);
 }
 
+// Thread block b copies chunk b % chunks of (sequence, head) plane b / chunks: the update's
+// rows of one plane land in one contiguous run of the cache, so a plane is cut in chunks
+// like a block in CopyBlocks. Neighbouring thread blocks copy neighbouring chunks.
 template <typename Unit, typename Index>
 __global__ void LinearUpdate(char* cache, const char* update, const Index* indices, uint32_t heads, uint32_t max_seq,
-                             uint32_t seq, size_t row_bytes, const DeviceFault* fault) {
+                             uint32_t seq, size_t row_bytes, uint32_t chunks, FaultSlot fault) {
   if (Faulted(fault)) return;
-  const size_t plane = blockIdx.x;
+  const size_t plane = blockIdx.x / chunks;
+  const size_t chunk = blockIdx.x % chunks;
   const auto w = static_cast<size_t>(indices[plane / heads]);
   auto* dst = reinterpret_cast<Unit*>(cache + (plane * max_seq + w) * row_bytes);
   const auto* src = reinterpret_cast<const Unit*>(update + plane * seq * row_bytes);
   const size_t units = seq * row_bytes / sizeof(Unit);
-  for (size_t k = threadIdx.x; k < units; k += blockDim.x) dst[k] = src[k];
+  constexpr size_t kChunkUnits = size_t{kThreads} * kUnroll;
+  CopyChunk(dst, src, chunk * kChunkUnits, min(units, (chunk + 1) * kChunkUnits));
+}
+
+template <typename Unit, typename Index>
+void LaunchLinearUnits(const LinearUpdateArgs& a, size_t row_bytes, FaultSlot fault, cudaStream_t s) {
+  const size_t units = a.seq * row_bytes / sizeof(Unit);
+  const auto chunks = static_cast<uint32_t>((units + kThreads * kUnroll - 1) / (kThreads * kUnroll));
+  LinearUpdate<Unit, Index><<<a.batch * a.heads * chunks, kThreads, 0, s>>>(
+      static_cast<char*>(a.cache), static_cast<const char*>(a.update), static_cast<const Index*>(a.write_indices),
+      a.heads, a.max_seq, a.seq, row_bytes, chunks, fault);
 }
 
 template <typename Index>
-void LaunchLinearTyped(const LinearUpdateArgs& a, size_t row_bytes, bool vector, DeviceFault* fault, cudaStream_t s) {
-  const auto* indices = static_cast<const Index*>(a.write_indices);
-  CheckWriteIndices<<<GridFor(a.batch), kThreads, 0, s>>>(indices, a.batch, a.seq, a.max_seq, fault);
-  const unsigned planes = a.batch * a.heads;
-  auto* cache = static_cast<char*>(a.cache);
-  const auto* update = static_cast<const char*>(a.update);
-  if (vector) {
-    LinearUpdate<int4, Index><<<planes, kThreads, 0, s>>>(cache, update, indices, a.heads, a.max_seq, a.seq, row_bytes, fault);
-  } else if (row_bytes % 4 == 0) {
-    LinearUpdate<uint32_t, Index><<<planes, kThreads, 0, s>>>(cache, update, indices, a.heads, a.max_seq, a.seq, row_bytes, fault);
-  } else {
-    LinearUpdate<uint16_t, Index><<<planes, kThreads, 0, s>>>(cache, update, indices, a.heads, a.max_seq, a.seq, row_bytes, fault);
-  }
+void LaunchLinearTyped(const LinearUpdateArgs& a, size_t row_bytes, bool vector, FaultSlot fault, cudaStream_t s) {
+  CheckWriteIndices<<<GridFor(a.batch), kThreads, 0, s>>>(static_cast<const Index*>(a.write_indices), a.batch, a.seq,
+                                                          a.max_seq, fault);
+  if (vector) LaunchLinearUnits<int4, Index>(a, row_bytes, fault, s);
+  else if (row_bytes % 4 == 0) LaunchLinearUnits<uint32_t, Index>(a, row_bytes, fault, s);
+  else LaunchLinearUnits<uint16_t, Index>(a, row_bytes, fault, s);
 }
 
-__global__ void CheckSlots(const int64_t* slots, uint32_t tokens, long long pool_slots, DeviceFault* fault) {
+__global__ void CheckSlots(const int64_t* slots, uint32_t tokens, long long pool_slots, FaultSlot fault) {
   const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= tokens) return;
   const long long slot = slots[t];
@@ -58,7 +83,7 @@ __global__ void CheckSlots(const int64_t* slots, uint32_t tokens, long long pool
 template <typename Unit>
 __global__ void PagedUpdate(char* pool, const char* update, const int64_t* slots, uint32_t tokens_per_block,
                             size_t block_bytes, size_t layer_part_offset, size_t head_run_bytes, uint32_t heads,
-                            size_t head_bytes, const DeviceFault* fault) {
+                            size_t head_bytes, FaultSlot fault) {
   if (Faulted(fault)) return;
   const long long slot = slots[blockIdx.x];
   if (slot < 0) return;  // padding
@@ -73,8 +98,8 @@ __global__ void PagedUpdate(char* pool, const char* update, const int64_t* slots
   }
 }
 
-__global__ void CheckBlockIds(const uint32_t* ids, uint32_t count, size_t pool_blocks, uint32_t* bitmap,
-                              DeviceFault* fault) {
+__global__ void CheckBlockIds(const uint32_t* ids, uint32_t count, size_t pool_blocks, unsigned long long* stamps,
+                              FaultSlot fault) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const uint32_t id = ids[i];
@@ -82,33 +107,33 @@ __global__ void CheckBlockIds(const uint32_t* ids, uint32_t count, size_t pool_b
     Report(fault, FaultKind::kBadIndex, i, id);
     return;
   }
-  if (bitmap != nullptr && (atomicOr(&bitmap[id / 32], 1u << (id % 32)) & (1u << (id % 32))) != 0) {
+  if (stamps != nullptr && atomicExch(&stamps[id], fault.generation) == fault.generation) {
     Report(fault, FaultKind::kRepeatedBlock, i, id);
   }
 }
 
-// Thread block (i, chunk): kChunkBytes of block i, 16 bytes per thread per step.
+// Thread block (i, chunk): one chunk of block i (kThreads * kUnroll 16-byte units).
 __global__ void CopyBlocks(char* pool, char* staging, const uint32_t* ids, size_t block_bytes, uint32_t chunks_per_block,
-                           bool to_staging, const DeviceFault* fault) {
+                           bool to_staging, FaultSlot fault) {
   if (Faulted(fault)) return;
   const uint32_t i = blockIdx.x / chunks_per_block;
-  const size_t begin = static_cast<size_t>(blockIdx.x % chunks_per_block) * kChunkBytes;
-  const size_t end = min(begin + kChunkBytes, block_bytes);
+  constexpr size_t kChunkUnits = size_t{kThreads} * kUnroll;
+  const size_t begin = static_cast<size_t>(blockIdx.x % chunks_per_block) * kChunkUnits;
+  const size_t end = min(begin + kChunkUnits, block_bytes / 16);
   auto* block = reinterpret_cast<int4*>(pool + static_cast<size_t>(ids[i]) * block_bytes);
   auto* staged = reinterpret_cast<int4*>(staging + static_cast<size_t>(i) * block_bytes);
-  int4* dst = to_staging ? staged : block;
-  const int4* src = to_staging ? block : staged;
-  for (size_t k = begin / 16 + threadIdx.x; k < end / 16; k += blockDim.x) dst[k] = src[k];
+  if (to_staging) CopyChunk(staged, block, begin, end);
+  else CopyChunk(block, staged, begin, end);
 }
 
 }  // namespace
 
-void LaunchLinearUpdate(const LinearUpdateArgs& a, size_t row_bytes, bool vector, DeviceFault* fault, cudaStream_t s) {
+void LaunchLinearUpdate(const LinearUpdateArgs& a, size_t row_bytes, bool vector, FaultSlot fault, cudaStream_t s) {
   if (a.index_type == IndexType::kInt32) LaunchLinearTyped<int32_t>(a, row_bytes, vector, fault, s);
   else LaunchLinearTyped<int64_t>(a, row_bytes, vector, fault, s);
 }
 
-void LaunchPagedUpdate(const PagedUpdateArgs& a, DeviceFault* fault, cudaStream_t s) {
+void LaunchPagedUpdate(const PagedUpdateArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
   const auto pool_slots = static_cast<long long>(a.pool_blocks * layout.tokens_per_block());
   CheckSlots<<<GridFor(a.tokens), kThreads, 0, s>>>(a.slot_mapping, a.tokens, pool_slots, fault);
@@ -129,8 +154,10 @@ void LaunchPagedUpdate(const PagedUpdateArgs& a, DeviceFault* fault, cudaStream_
   }
 }
 
-void LaunchCopyBlocks(const BlockCopyArgs& a, bool to_staging, uint32_t* bitmap, DeviceFault* fault, cudaStream_t s) {
-  CheckBlockIds<<<GridFor(a.count), kThreads, 0, s>>>(a.block_ids, a.count, a.pool_blocks, bitmap, fault);
+void LaunchCopyBlocks(const BlockCopyArgs& a, bool to_staging, unsigned long long* stamps, FaultSlot fault,
+                      cudaStream_t s) {
+  CheckBlockIds<<<GridFor(a.count), kThreads, 0, s>>>(a.block_ids, a.count, a.pool_blocks, stamps, fault);
+  constexpr size_t kChunkBytes = size_t{kThreads} * kUnroll * 16;
   const auto chunks = static_cast<uint32_t>((a.block_bytes + kChunkBytes - 1) / kChunkBytes);
   CopyBlocks<<<a.count * chunks, kThreads, 0, s>>>(static_cast<char*>(a.pool), static_cast<char*>(a.staging),
                                                    a.block_ids, a.block_bytes, chunks, to_staging, fault);

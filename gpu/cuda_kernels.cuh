@@ -11,42 +11,55 @@
 
 namespace kvtier::gpu::internal {
 
+// The copy kernels' thread blocks each move one chunk of kUnitsPerChunk units (16, 4 or
+// 2 bytes each, by alignment): 256 threads x 4 units.
+inline constexpr size_t kUnitsPerChunk = 1024;
+
 enum class FaultKind : uint32_t { kNone = 0, kBadIndex, kRepeatedBlock, kBadLength, kBadTableEntry };
 
-// The first failure a validation kernel found; all zero when none. Written once, by the
-// thread that wins the compare-and-swap on `failed`.
+// The first failure a validation kernel found, stamped with the generation of the call
+// that found it. Every call takes a new generation, so the record needs no reset between
+// calls (one stream operation fewer per call): a record of an older generation means "no
+// fault in this call". Written once per generation, by the thread whose atomicMax first
+// raises `generation` to the call's.
 struct DeviceFault {
-  uint32_t failed;
+  unsigned long long generation;
   FaultKind kind;
   uint32_t position;  // batch element, token, block position or sequence
   uint32_t sub;       // block table entry
   long long value;    // the offending value
 };
 
-__device__ inline void Report(DeviceFault* fault, FaultKind kind, uint32_t position, long long value,
-                              uint32_t sub = 0) {
-  if (atomicCAS(&fault->failed, 0u, 1u) == 0u) {
-    fault->kind = kind;
-    fault->position = position;
-    fault->value = value;
-    fault->sub = sub;
+// What kernels get: the record and the generation of the call they belong to (never 0).
+struct FaultSlot {
+  DeviceFault* record;
+  unsigned long long generation;
+};
+
+__device__ inline void Report(FaultSlot fault, FaultKind kind, uint32_t position, long long value, uint32_t sub = 0) {
+  if (atomicMax(&fault.record->generation, fault.generation) < fault.generation) {
+    fault.record->kind = kind;
+    fault.record->position = position;
+    fault.record->value = value;
+    fault.record->sub = sub;
   }
 }
 
 // Work kernels start with this: a fault recorded by the validation kernel before them on
 // the same stream means the call writes nothing.
-__device__ inline bool Faulted(const DeviceFault* fault) {
-  return *reinterpret_cast<const volatile uint32_t*>(&fault->failed) != 0;
+__device__ inline bool Faulted(FaultSlot fault) {
+  return *reinterpret_cast<const volatile unsigned long long*>(&fault.record->generation) == fault.generation;
 }
 
-void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector, DeviceFault* fault,
+void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector, FaultSlot fault,
                         cudaStream_t stream);
-void LaunchPagedUpdate(const PagedUpdateArgs& args, DeviceFault* fault, cudaStream_t stream);
-// bitmap: one bit per pool block, zeroed, for Scatter's repeat check; null for Gather.
-void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, uint32_t* bitmap, DeviceFault* fault,
+void LaunchPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);
+// stamps: one per pool block, for Scatter's repeat check (a block stamped twice with the
+// call's generation is repeated); null for Gather.
+void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, unsigned long long* stamps, FaultSlot fault,
                       cudaStream_t stream);
 void LaunchQuantize(const QuantizeArgs& args, cudaStream_t stream);
 void LaunchDequantize(const DequantizeArgs& args, cudaStream_t stream);
-void LaunchDecodeAttention(const DecodeAttentionArgs& args, DeviceFault* fault, cudaStream_t stream);
+void LaunchDecodeAttention(const DecodeAttentionArgs& args, FaultSlot fault, cudaStream_t stream);
 
 }  // namespace kvtier::gpu::internal

@@ -100,7 +100,7 @@ void LaunchDequantizeTyped(const DequantizeArgs& a, cudaStream_t s) {
 
 __global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* tables, uint32_t batch,
                                      uint32_t max_blocks, uint32_t tokens_per_block, size_t pool_blocks,
-                                     DeviceFault* fault) {
+                                     FaultSlot fault) {
   const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const uint32_t length = lengths[b];
@@ -127,7 +127,7 @@ struct AttentionGeometry {
 // kWarpsPerBlock-th token, lanes split the head dimension; warps merge at the end.
 template <typename T>
 __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, const float* query, const uint32_t* tables,
-                                      const uint32_t* lengths, float* output, const DeviceFault* fault) {
+                                      const uint32_t* lengths, float* output, FaultSlot fault) {
   if (Faulted(fault)) return;
   __shared__ float warp_max[kWarpsPerBlock], warp_sum[kWarpsPerBlock];
   __shared__ float warp_acc[kWarpsPerBlock][kMaxAttentionHeadDim];
@@ -202,7 +202,7 @@ void LaunchDequantize(const DequantizeArgs& a, cudaStream_t s) {
   }
 }
 
-void LaunchDecodeAttention(const DecodeAttentionArgs& a, DeviceFault* fault, cudaStream_t s) {
+void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
   CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(a.context_lengths, a.block_tables, a.batch,
                                                              a.max_blocks_per_sequence, layout.tokens_per_block(),

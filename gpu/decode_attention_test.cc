@@ -162,10 +162,21 @@ TEST(DecodeAttentionTest, BadLengthsAndTablesAreRejected) {
     DeviceBuffer zero_length = Upload(*backend, std::vector<uint32_t>{0});
     args.context_lengths = zero_length.as<uint32_t>();
     EXPECT_EQ(backend->DecodeAttention(args).code(), StatusCode::kOutOfRange) << backend->name();
+    // Three query heads with the same query read the one KV head: three equal outputs.
+    const Vec one_query = RandomFloats(8, 5);
+    Vec three_queries;
+    for (int h = 0; h < 3; ++h) three_queries.insert(three_queries.end(), one_query.begin(), one_query.end());
+    DeviceBuffer q3 = Upload(*backend, three_queries), out3 = Upload(*backend, Vec(24, -1.0f));
     args.num_query_heads = 3;
-    args.layout = &layout;
+    args.query = q3.as<float>();
+    args.output = out3.as<float>();
     args.context_lengths = ok_length.as<uint32_t>();
-    EXPECT_TRUE(backend->DecodeAttention(args).ok()) << "3 query heads share the one KV head";
+    ASSERT_TRUE(backend->DecodeAttention(args).ok()) << "3 query heads share the one KV head";
+    const Vec heads = Download<float>(*backend, out3, 24);
+    for (int d = 0; d < 8; ++d) {
+      EXPECT_EQ(heads[d], heads[8 + d]) << backend->name() << " dim " << d;
+      EXPECT_EQ(heads[d], heads[16 + d]) << backend->name() << " dim " << d;
+    }
   }
 }
 

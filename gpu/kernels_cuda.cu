@@ -1,8 +1,11 @@
 // The CUDA backend. Each operation is a validation kernel (every index of the call is
-// checked; the first failure found is recorded in a device-side fault record) followed by
-// the work kernel, which does nothing when a fault was recorded: a failed call writes
-// nothing, and a batch costs two launches however many blocks or tokens it has. The call
-// then waits for its stream and turns a fault into the same Status the CPU backend gives.
+// checked; the first failure found is recorded in a device-side fault record under the
+// call's generation) followed by the work kernel, which does nothing when a fault was
+// recorded: a failed call writes nothing, and a batch costs two launches however many
+// blocks or tokens it has. The call then reads the record back with one small copy, waits
+// for its stream and turns a fault into the same Status the CPU backend gives. Nothing is
+// reset between calls (generations tell calls apart), so the fixed cost of a call is two
+// launches, one 32-byte copy and one wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -18,6 +21,7 @@ namespace kvtier::gpu {
 namespace {
 
 using internal::DeviceFault;
+using internal::FaultSlot;
 using internal::FaultKind;
 
 std::string CudaError(const char* what, cudaError_t err) {
@@ -25,6 +29,15 @@ std::string CudaError(const char* what, cudaError_t err) {
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The copy kernels run one thread block per chunk; a grid has at most 2^31 - 1 of them.
+Status FitsOneLaunch(const char* what, uint64_t runs, uint64_t chunks_per_run) {
+  if (runs * chunks_per_run > 0x7fffffffull) {
+    return InvalidArgumentError(std::string(what) + ": " + std::to_string(runs * chunks_per_run) +
+                                " chunks is more than one launch can run (2^31 - 1); split the batch");
+  }
+  return Status::Ok();
+}
 
 class CudaBackend final : public KernelBackend {
  public:
@@ -39,12 +52,19 @@ class CudaBackend final : public KernelBackend {
     if (cudaError_t err = cudaMalloc(&backend->fault_, sizeof(DeviceFault)); err != cudaSuccess) {
       return ResourceExhaustedError(CudaError("cudaMalloc", err));
     }
+    if (cudaError_t err = cudaMemset(backend->fault_, 0, sizeof(DeviceFault)); err != cudaSuccess) {
+      return InternalError(CudaError("cudaMemset", err));
+    }
+    if (cudaError_t err = cudaMallocHost(&backend->host_fault_, sizeof(DeviceFault)); err != cudaSuccess) {
+      return ResourceExhaustedError(CudaError("cudaMallocHost", err));
+    }
     return std::unique_ptr<KernelBackend>(std::move(backend));
   }
 
   ~CudaBackend() override {
-    if (bitmap_ != nullptr) cudaFree(bitmap_);
+    if (stamps_ != nullptr) cudaFree(stamps_);
     if (fault_ != nullptr) cudaFree(fault_);
+    if (host_fault_ != nullptr) cudaFreeHost(host_fault_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -55,7 +75,11 @@ class CudaBackend final : public KernelBackend {
     KVTIER_RETURN_IF_ERROR(Begin());
     const size_t row_bytes = size_t{a.head_size} * DtypeBytes(a.dtype);
     const bool vector = row_bytes % 16 == 0 && Aligned16(a.cache) && Aligned16(a.update);
-    internal::LaunchLinearUpdate(a, row_bytes, vector, fault_, stream_);
+    const size_t unit = vector ? 16 : row_bytes % 4 == 0 ? 4 : 2;
+    KVTIER_RETURN_IF_ERROR(FitsOneLaunch("UpdateLinear", uint64_t{a.batch} * a.heads,
+                                         (uint64_t{a.seq} * row_bytes / unit + internal::kUnitsPerChunk - 1) /
+                                             internal::kUnitsPerChunk));
+    internal::LaunchLinearUpdate(a, row_bytes, vector, Slot(), stream_);
     return Finish([&](const DeviceFault& f) { return internal::BadWriteIndex(f.position, f.value, a.seq, a.max_seq); });
   }
 
@@ -63,7 +87,7 @@ class CudaBackend final : public KernelBackend {
     KVTIER_RETURN_IF_ERROR(internal::CheckPagedUpdate(a));
     KVTIER_RETURN_IF_ERROR(Begin());
     const size_t pool_slots = a.pool_blocks * a.layout->tokens_per_block();
-    internal::LaunchPagedUpdate(a, fault_, stream_);
+    internal::LaunchPagedUpdate(a, Slot(), stream_);
     return Finish([&](const DeviceFault& f) { return internal::BadSlot(f.position, f.value, pool_slots); });
   }
 
@@ -87,7 +111,7 @@ class CudaBackend final : public KernelBackend {
   Status DecodeAttention(const DecodeAttentionArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckDecodeAttention(a));
     KVTIER_RETURN_IF_ERROR(Begin());
-    internal::LaunchDecodeAttention(a, fault_, stream_);
+    internal::LaunchDecodeAttention(a, Slot(), stream_);
     const uint32_t max_tokens = a.max_blocks_per_sequence * a.layout->tokens_per_block();
     return Finish([&](const DeviceFault& f) {
       if (f.kind == FaultKind::kBadLength) return internal::BadContextLength(f.position, f.value, max_tokens);
@@ -112,10 +136,13 @@ class CudaBackend final : public KernelBackend {
     else cudaFreeHost(pointer);
   }
 
+  // cudaMemcpy returns before a device-to-device copy is done; the contract is that a
+  // call's result is visible when it returns, so the copy goes on our stream and we wait.
   Status Copy(void* dst, const void* src, size_t bytes) override {
-    if (cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault); err != cudaSuccess) {
-      return InternalError(CudaError("cudaMemcpy", err));
-    }
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) return InternalError(CudaError("cudaMemcpy", err));
     return Status::Ok();
   }
 
@@ -124,59 +151,67 @@ class CudaBackend final : public KernelBackend {
 
   Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));
+    KVTIER_RETURN_IF_ERROR(FitsOneLaunch(to_staging ? "Gather" : "Scatter", a.count,
+                                         (a.block_bytes / 16 + internal::kUnitsPerChunk - 1) / internal::kUnitsPerChunk));
     if (!Aligned16(a.pool) || !Aligned16(a.staging)) {
       return InvalidArgumentError("Gather/Scatter: pool and staging must be 16-byte aligned (DeviceBuffer memory is)");
     }
     KVTIER_RETURN_IF_ERROR(Begin());
-    uint32_t* bitmap = nullptr;
-    if (!to_staging) {  // repeats are detected with one bit per pool block, cleared per call
-      KVTIER_RETURN_IF_ERROR(EnsureBitmap(a.pool_blocks));
-      bitmap = bitmap_;
-      cudaMemsetAsync(bitmap_, 0, (a.pool_blocks + 31) / 32 * sizeof(uint32_t), stream_);
+    unsigned long long* stamps = nullptr;
+    if (!to_staging) {  // repeats: a block stamped twice with this call's generation
+      KVTIER_RETURN_IF_ERROR(EnsureStamps(a.pool_blocks));
+      stamps = stamps_;
     }
-    internal::LaunchCopyBlocks(a, to_staging, bitmap, fault_, stream_);
+    internal::LaunchCopyBlocks(a, to_staging, stamps, Slot(), stream_);
     return Finish([&](const DeviceFault& f) {
       if (f.kind == FaultKind::kRepeatedBlock) return internal::RepeatedBlockId(f.position, static_cast<uint32_t>(f.value));
       return internal::BadBlockId(f.position, f.value, a.pool_blocks);
     });
   }
 
-  Status EnsureBitmap(size_t bits) {
-    if (bits <= bitmap_bits_) return Status::Ok();
-    if (bitmap_ != nullptr) cudaFree(bitmap_);
-    bitmap_ = nullptr;
-    bitmap_bits_ = 0;
-    if (cudaError_t err = cudaMalloc(&bitmap_, (bits + 31) / 32 * sizeof(uint32_t)); err != cudaSuccess) {
+  // One generation stamp per pool block (zero: never stamped), grown to the largest pool seen.
+  Status EnsureStamps(size_t blocks) {
+    if (blocks <= stamp_count_) return Status::Ok();
+    if (stamps_ != nullptr) cudaFree(stamps_);
+    stamps_ = nullptr;
+    stamp_count_ = 0;
+    if (cudaError_t err = cudaMalloc(&stamps_, blocks * sizeof(unsigned long long)); err != cudaSuccess) {
       return ResourceExhaustedError(CudaError("cudaMalloc", err));
     }
-    bitmap_bits_ = bits;
+    if (cudaError_t err = cudaMemsetAsync(stamps_, 0, blocks * sizeof(unsigned long long), stream_); err != cudaSuccess) {
+      return InternalError(CudaError("cudaMemsetAsync", err));
+    }
+    stamp_count_ = blocks;
     return Status::Ok();
   }
 
+  FaultSlot Slot() const { return FaultSlot{fault_, generation_}; }
+
   Status Begin() {
     if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
-    if (cudaError_t err = cudaMemsetAsync(fault_, 0, sizeof(DeviceFault), stream_); err != cudaSuccess) {
-      return InternalError(CudaError("cudaMemsetAsync", err));
-    }
+    ++generation_;
     return Status::Ok();
   }
 
   template <typename FaultToStatus>
   Status Finish(FaultToStatus&& to_status) {
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return InternalError(CudaError("kernel launch", err));
-    DeviceFault fault{};
-    cudaError_t err = cudaMemcpyAsync(&fault, fault_, sizeof(fault), cudaMemcpyDeviceToHost, stream_);
+    // Into pinned memory: a copy into pageable memory goes through the driver's staging
+    // buffer (on an H100, 512 MiB gathers went from about 0.945 to 0.958 of a plain copy).
+    cudaError_t err = cudaMemcpyAsync(host_fault_, fault_, sizeof(DeviceFault), cudaMemcpyDeviceToHost, stream_);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) return InternalError(CudaError("kernel", err));
-    if (fault.failed != 0) return to_status(fault);
+    if (host_fault_->generation == generation_) return to_status(*host_fault_);
     return Status::Ok();
   }
 
   int device_;
   cudaStream_t stream_ = nullptr;
   DeviceFault* fault_ = nullptr;
-  uint32_t* bitmap_ = nullptr;
-  size_t bitmap_bits_ = 0;
+  DeviceFault* host_fault_ = nullptr;  // pinned: where fault_ is read back
+  unsigned long long generation_ = 0;  // of the last call; 64 bits never wrap
+  unsigned long long* stamps_ = nullptr;
+  size_t stamp_count_ = 0;
 };
 
 }  // namespace

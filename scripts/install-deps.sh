@@ -10,8 +10,9 @@ PACKAGES=(
   capnproto libcapnp-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libssl-dev libxxhash-dev
   libhiredis-dev libasio-dev
-  # tools used by tests: promtool (prometheus), certificate generation, HTTP probes
-  prometheus openssl curl
+  # tools used by tests: promtool (prometheus), certificate generation, HTTP probes,
+  # Redis (the baseline of `kvtier bench transfer --vs-redis`, started by the bench itself)
+  prometheus openssl curl redis-server
 )
 
 missing=()

@@ -11,8 +11,9 @@
 //               same run (the ceiling).
 //   offload,    The same with staging in pinned host memory, beside plain pinned copies
 //   onboard     in each direction (cudaMemcpy on a GPU).
-//   update      UpdateLinear of 16 x 8 heads x 512 bf16 tokens into a 4096-token cache,
-//               beside a plain copy of the same bytes.
+//   update      UpdateLinear of update_batch sequences x 8 heads x update_tokens bf16 tokens
+//               (head size 128) into an update_max_seq-token cache, beside a plain copy of
+//               the same bytes.
 //               Each figure is the median of `repeats` timed calls after one warm-up.
 //
 // Thread safety: a function of its inputs; allocates about (pool_copy_blocks +
@@ -34,6 +35,9 @@ struct PoolBenchOptions {
   uint64_t block_bytes = 2ull << 20;  // Llama-3-8B: 32 layers x 8 KV heads x 128 x 16 tokens x bf16 x K,V
   uint32_t batch_blocks = 16;
   uint32_t copy_pool_blocks = 64;
+  uint32_t update_batch = 16;  // 16: 16 MiB moved; on a GPU use enough to overflow its L2
+  uint32_t update_tokens = 512;
+  uint32_t update_max_seq = 4096;
   uint32_t repeats = 15;
   bool allow_gpu = true;
 };

@@ -11,7 +11,7 @@
 namespace kvtier::cli {
 
 BenchCommand::BenchCommand(CLI::App& app) {
-  bench_ = app.add_subcommand("bench", "Benchmarks: index, lookup-rpc, pool, disk; transfer arrives with the storage node.");
+  bench_ = app.add_subcommand("bench", "Benchmarks: index, lookup-rpc, pool, disk, transfer.");
   bench_->require_subcommand(1);
   index_ = bench_->add_subcommand(
       "index", "Replay a Mooncake trace through the coordinator's prefix index on one core: lookups, routing, "
@@ -61,6 +61,16 @@ BenchCommand::BenchCommand(CLI::App& app) {
   pool_->add_option("--copy-pool-blocks", pool_options_.copy_pool_blocks, "Blocks in the pool the batches come from")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  pool_->add_option("--update-batch", pool_options_.update_batch,
+                    "Sequences per KV update (8 bf16 heads of 128 each)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  pool_->add_option("--update-tokens", pool_options_.update_tokens, "Tokens each sequence appends per KV update")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  pool_->add_option("--update-max-seq", pool_options_.update_max_seq, "Tokens of the KV cache per sequence")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   pool_->add_option("--alloc-seconds", pool_options_.alloc_seconds, "Duration of the allocation loop")
       ->check(CLI::Range(0.05, 30.0))
       ->capture_default_str();
@@ -86,23 +96,13 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::IsMember({"none", "wal", "fsync"}))
       ->capture_default_str();
   disk_->add_flag("--json", json_, "Print one JSON object");
-  for (const char* name : {"transfer"}) {
-    later_.push_back(bench_->add_subcommand(name, std::string("Benchmark of the ") + name +
-                                                      " path (arrives with that component)"));
-    later_.back()->allow_extras();
-  }
+  AddTransfer();
   bench_->footer("Example:\n  kvtier bench index --trace ../shared/traces/conversation_trace.jsonl --json");
 }
 
 int BenchCommand::Run() const {
-  for (const CLI::App* later : later_) {
-    if (later->parsed()) {
-      std::fprintf(stderr, "kvtier bench %s: not built yet; it arrives with the component it measures.\n",
-                   later->get_name().c_str());
-      return 1;
-    }
-  }
   if (pool_->parsed()) return RunPool();
+  if (transfer_->parsed()) return RunTransfer();
   if (disk_->parsed()) return RunDisk();
   return lookup_rpc_->parsed() ? RunLookupRpc() : RunIndex();
 }
@@ -117,11 +117,11 @@ int BenchCommand::RunPool() const {
   }
   if (json_) {
     std::printf("{\"bench\":\"pool\",\"alloc_free_per_sec\":%.0f,\"alloc_free_blocks\":%llu,\"backend\":\"%s\","
-                "\"block_bytes\":%llu,\"batch_blocks\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
+                "\"block_bytes\":%llu,\"batch_blocks\":%u,\"update_batch\":%u,\"update_tokens\":%u,\"update_max_seq\":%u,\"gather_gbps\":%.2f,\"scatter_gbps\":%.2f,"
                 "\"memcpy_gbps\":%.2f,\"offload_gbps\":%.2f,\"onboard_gbps\":%.2f,\"pinned_d2h_gbps\":%.2f,"
                 "\"pinned_h2d_gbps\":%.2f,\"update_gbps\":%.2f,\"update_copy_gbps\":%.2f}\n",
                 r->alloc_free_per_sec, static_cast<unsigned long long>(r->alloc_free_blocks), r->backend.c_str(),
-                static_cast<unsigned long long>(options.block_bytes), options.batch_blocks, r->gather_gbps,
+                static_cast<unsigned long long>(options.block_bytes), options.batch_blocks, options.update_batch, options.update_tokens, options.update_max_seq, r->gather_gbps,
                 r->scatter_gbps, r->memcpy_gbps, r->offload_gbps, r->onboard_gbps, r->pinned_d2h_gbps,
                 r->pinned_h2d_gbps, r->update_gbps, r->update_copy_gbps);
     return 0;

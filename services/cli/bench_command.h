@@ -1,6 +1,7 @@
 // `kvtier bench ...`: the component benchmarks. `index` (the coordinator's prefix index over a
-// Mooncake trace), `lookup-rpc`, `pool` (the worker's block pool and copy kernels); transfer
-// and disk arrive with their components.
+// Mooncake trace), `lookup-rpc`, `pool` (the worker's block pool and copy kernels), `disk`
+// (the disk tier against raw I/O), `transfer` (blocks through the store's RPC against Redis
+// and a raw loopback stream; bench_transfer.cc).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,8 @@ class BenchCommand {
   int RunLookupRpc() const;
   int RunPool() const;
   int RunDisk() const;
+  void AddTransfer();
+  int RunTransfer() const;
 
   CLI::App* bench_;
   CLI::App* index_;
@@ -33,7 +36,12 @@ class BenchCommand {
   bool force_cpu_ = false;
   double rate_ = 20000;
   double seconds_ = 5;
-  std::vector<CLI::App*> later_;  // transfer: arrives with the storage node
+  CLI::App* transfer_ = nullptr;
+  uint64_t transfer_block_bytes_ = 256 * 1024;
+  uint32_t transfer_clients_ = 8;
+  uint64_t transfer_total_bytes_ = 256ull << 20;
+  uint32_t transfer_batch_ = 4;
+  bool vs_redis_ = false;
   std::string trace_;
   uint32_t workers_ = 4;
   uint64_t gpu_blocks_ = 16384;

@@ -124,13 +124,35 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
   testing::TempDir dir;
   for (const std::vector<std::string>& command :
-       {std::vector<std::string>{"bench", "transfer"}, {"replay"}, {"worker"}, {"store"}}) {
+       {std::vector<std::string>{"replay"}, {"worker"}, {"store"}}) {
     std::vector<std::string> argv = {kKvtier};
     argv.insert(argv.end(), command.begin(), command.end());
     ChildProcess child(argv, dir.path());
     EXPECT_EQ(child.Wait(seconds(10)), 1) << command.back();
     EXPECT_NE(child.Stderr().find("not built yet"), std::string::npos) << command.back() << ": " << child.Stderr();
   }
+}
+
+// A small transfer through a store, a raw loopback stream and a Redis server the bench
+// starts itself (scripts/install-deps.sh installs redis-server).
+TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
+  testing::TempDir dir;
+  ChildProcess child({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes", "4194304", "--clients",
+                      "2", "--vs-redis", "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
+  const std::string out = child.Stdout();
+  for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"p99_ms\":",
+                          "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,"}) {  // 4 MiB of 64 KiB
+    EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
+  }
+  EXPECT_EQ(out.find("null"), std::string::npos) << "every figure was measured: " << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
+
+  ChildProcess bad({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes", "65536", "--clients", "2"},
+                   dir.path());
+  EXPECT_EQ(bad.Wait(seconds(30)), 2);
+  EXPECT_NE(bad.Stderr().find("every client at least one block"), std::string::npos) << bad.Stderr();
 }
 
 TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {

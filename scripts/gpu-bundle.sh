@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Packs what scripts/gpu-check.sh runs on a GPU machine that has CUDA but none of kvtier's
+# Debian libraries: the GPU test binaries and `kvtier` from BUILD_DIR (configure it with
+# -DKVTIER_CUDA=ON), plus every shared library they load that is not part of glibc.
+#
+#   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+#   scripts/gpu-bundle.sh build-gpu build-devrun
+set -euo pipefail
+
+build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
+bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
+tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test)
+
+ninja -C "$build" "${tests[@]}" kvtier
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+for t in "${tests[@]}"; do cp "$(find "$build" -name "$t" -type f -perm -u+x | head -1)" "$bundle/bin/"; done
+cp "$build/bin/kvtier" "$bundle/bin/"
+
+# glibc and the C++ runtime come from the target machine (newer there, and compatible);
+# everything else travels.
+for binary in "$bundle"/bin/*; do
+  ldd "$binary" | awk '/=> \// {print $3}'
+done | sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so' |
+  while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null || true
+du -sh "$bundle"

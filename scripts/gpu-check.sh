@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and kernel benchmarks on a machine with an NVIDIA GPU, from binaries
+# built elsewhere (the GPU machine need not have kvtier's Debian libraries):
+#
+#   scripts/gpu-bundle.sh build-gpu build-devrun     # here: binaries + the shared libraries they need
+#   scripts/gpu-check.sh build-devrun OUT_DIR        # there: tests, compute-sanitizer, benchmarks
+#
+# Logs go to OUT_DIR; the last lines printed are a summary table. Exit status: 0 when every
+# test passed, 1 otherwise (benchmarks never fail the run; their figures are recorded).
+set -uo pipefail
+
+bundle=${1:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
+out=${2:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+
+failed=0
+summary=()
+for test in "$bundle"/bin/*_test; do
+  name=$(basename "$test")
+  if "$test" --gtest_color=no >"$out/test.log" 2>&1; then result=passed; else result=FAILED; failed=1; fi
+  skipped=$(grep -c '^\[  SKIPPED \]' "$out/test.log")
+  summary+=("$name: $result ($(grep -m1 -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$out/test.log"), $skipped skipped lines)")
+  { echo "=== $name"; cat "$out/test.log"; } >>"$out/tests.log"
+done
+
+# Every kernel test again under compute-sanitizer's memcheck: an out-of-bounds access or a
+# leak of device memory fails it.
+if command -v compute-sanitizer >/dev/null; then
+  for name in copy_kernels_test quantize_test decode_attention_test; do
+    if compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$bundle/bin/$name" --gtest_color=no \
+        >"$out/test.log" 2>&1; then result=clean; else result=ERRORS; failed=1; fi
+    { echo "=== memcheck $name"; cat "$out/test.log"; } >>"$out/sanitizer.log"
+    summary+=("memcheck $name: $result")
+  done
+fi
+
+kvtier="$bundle/bin/kvtier"
+{
+  # Sizes that overflow the 50-60 MB L2 so that device memory, not the cache, is measured.
+  for run in 1 2 3; do
+    "$kvtier" bench pool --json --block-bytes 2097152 --batch-blocks 256 --copy-pool-blocks 1024 --update-batch 256
+  done
+  for run in 1 2; do
+    "$kvtier" bench pool --json --block-bytes 262144 --batch-blocks 2048 --copy-pool-blocks 8192 --update-batch 256
+  done
+  # A 1 GiB update and 1 GiB batches: the fixed cost per call (two launches, one small copy,
+  # one wait) spread over more bytes.
+  "$kvtier" bench pool --json --block-bytes 2097152 --batch-blocks 512 --copy-pool-blocks 2048 --update-batch 1024
+  # The CPU defaults, as recorded for dev: small batches on the GPU show the fixed cost per call.
+  "$kvtier" bench pool --json
+} >"$out/bench_pool.jsonl" 2>"$out/bench_pool.err"
+
+rm -f "$out/test.log"
+printf '%s\n' "${summary[@]}"
+cat "$out/bench_pool.jsonl"
+exit $failed

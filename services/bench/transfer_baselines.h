@@ -1,0 +1,37 @@
+// The baselines of `kvtier bench transfer`, measured in the same run as the store:
+//
+//   Redis     a redis-server started here (127.0.0.1, a free port, persistence off; the
+//             remote backend LMCache users run), `clients` connections through hiredis,
+//             one SET per block, then one GET per block (length checked). Stopped after.
+//   loopback  `clients` raw TCP connections on 127.0.0.1 streaming the same bytes in
+//             block-sized writes to a reader that discards them: the ceiling.
+//
+// Thread safety: functions of their inputs; each starts and stops its own threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace kvtier::bench {
+
+struct BaselineOptions {
+  uint64_t block_bytes = 256 * 1024;
+  uint32_t clients = 8;
+  uint64_t total_bytes = 256ull << 20;
+  std::string redis_server = "redis-server";  // the binary, looked up in PATH
+};
+
+struct RedisBenchResult {
+  double put_gbps = 0;
+  double get_gbps = 0;
+  double get_p99_ms = 0;
+};
+
+// kFailedPrecondition when redis-server cannot be started (not installed: run
+// scripts/install-deps.sh).
+[[nodiscard]] Result<RedisBenchResult> RunRedisBench(const BaselineOptions& options);
+[[nodiscard]] Result<double> RunLoopbackBench(const BaselineOptions& options);
+
+}  // namespace kvtier::bench

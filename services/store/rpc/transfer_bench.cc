@@ -1,0 +1,208 @@
+#include "services/store/rpc/transfer_bench.h"
+
+#include <capnp/ez-rpc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "services/rpc/rpc_server.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/session_service.h"
+#include "services/store/rpc/store_service.h"
+
+namespace kvtier::store {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using Clock = std::chrono::steady_clock;
+
+constexpr char kFormat[] = "bench|transfer";
+
+struct ClientWork {
+  uint32_t index = 0;
+  uint64_t first_block = 0;
+  uint64_t blocks = 0;
+  std::vector<double> put_ms, get_ms;
+  Clock::time_point get_end;  // when this client's timed get phase ended
+  std::string error;
+};
+
+// Block `id`'s payload: the client's random template with the id in its first 8 bytes.
+// Making one is a memcpy, as hiredis's copy of a value into its output buffer is, so the
+// timed phases cost the clients what the Redis phases cost them.
+void MakePayload(const std::vector<uint8_t>& base, uint64_t id, std::span<uint8_t> out) {
+  std::memcpy(out.data(), base.data(), out.size());
+  std::memcpy(out.data(), &id, std::min<size_t>(sizeof(id), out.size()));
+}
+
+void SetKey(schema::BlockKey::Builder key, uint64_t id) {
+  key.setHi(0xBE7C);
+  key.setLo(id);
+}
+
+struct Phases {
+  std::atomic<int> ready{0}, put_done{0};
+  std::atomic<bool> go_put{false}, go_get{false};
+};
+
+void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o, ClientWork& work,
+            const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums) {
+  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+    const auto start = Clock::now();
+    auto request = store.putRequest();
+    auto blocks = request.initBlocks(n);
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t id = work.first_block + b + i;
+      auto header = blocks[i].initHeader();
+      SetKey(header.initKey(), id);
+      header.setFirstInChain(true);
+      header.setFormatTag(kFormat);
+      header.setPayloadBytes(o.block_bytes);
+      header.setChecksum(checksums[b + i]);
+      auto data = blocks[i].initData(static_cast<unsigned>(o.block_bytes));  // written in place
+      MakePayload(base, id, std::span<uint8_t>(data.begin(), data.size()));
+    }
+    request.send().wait(wait);
+    work.put_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+}
+
+// Gets every block of the client; `verify`: compare every byte (the untimed pass), else
+// check state and size only, as the Redis phase does.
+void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o, ClientWork& work,
+            const std::vector<uint8_t>& base, bool verify) {
+  std::vector<uint8_t> expected(o.block_bytes);
+  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+    const auto start = Clock::now();
+    auto request = store.getRequest();
+    auto keys = request.initKeys(n);
+    for (unsigned i = 0; i < n; ++i) SetKey(keys[i], work.first_block + b + i);
+    request.setFormatTag(kFormat);
+    auto response = request.send().wait(wait);
+    if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t id = work.first_block + b + i;
+      auto data = response.getBlocks()[i].getData();
+      bool right = response.getStates()[i] == schema::BlockState::PRESENT && data.size() == o.block_bytes;
+      if (right && verify) {
+        MakePayload(base, id, expected);
+        right = std::memcmp(data.begin(), expected.data(), expected.size()) == 0;
+      }
+      if (!right) throw std::runtime_error("block " + std::to_string(id) + " came back wrong");
+    }
+  }
+}
+
+// One client: its payloads' checksums (before any timing), the put phase, the timed get
+// phase, then an untimed get of every block again that compares every byte.
+void RunClient(const std::string& address, const TransferBenchOptions& o, ClientWork& work, Phases& phases) {
+  try {
+    capnp::ReaderOptions reader;
+    reader.traversalLimitInWords = (o.block_bytes * o.batch * 2) / 8 + (1 << 20);
+    capnp::EzRpcClient client(address, 0, reader);
+    auto& wait = client.getWaitScope();
+    auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken("bench");
+    auto session = auth.send().wait(wait).getSession();
+    schema::BlockStore::Client store = session.storeRequest().send().wait(wait).getStore();
+    std::vector<uint8_t> base(o.block_bytes);
+    std::mt19937_64 rng(work.index + 1);
+    for (uint8_t& byte : base) byte = static_cast<uint8_t>(rng());
+    std::vector<uint64_t> checksums(work.blocks);
+    std::vector<uint8_t> payload(o.block_bytes);
+    for (uint64_t b = 0; b < work.blocks; ++b) {
+      MakePayload(base, work.first_block + b, payload);
+      checksums[b] = storage::PayloadChecksum(payload);
+    }
+    ++phases.ready;
+    while (!phases.go_put) std::this_thread::yield();
+    PutAll(store, wait, o, work, base, checksums);
+    ++phases.put_done;
+    while (!phases.go_get) std::this_thread::yield();
+    GetAll(store, wait, o, work, base, /*verify=*/false);
+    work.get_end = Clock::now();
+    GetAll(store, wait, o, work, base, /*verify=*/true);
+  } catch (const std::exception& e) {
+    work.error = e.what();
+    work.get_end = Clock::now();
+    ++phases.ready;
+    ++phases.put_done;
+  }
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1, static_cast<size_t>(q * static_cast<double>(values.size())))];
+}
+
+}  // namespace
+
+Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o) {
+  const uint64_t blocks = o.total_bytes / o.block_bytes;
+  if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
+    return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
+  }
+  storage::TieredStoreOptions store_options;
+  store_options.host.emplace();
+  store_options.host->capacity_bytes = (blocks + 16) * ((o.block_bytes + 65535) / 65536 * 65536);
+  KVTIER_ASSIGN_OR_RETURN(auto store, storage::TieredStore::Create(std::move(store_options)));
+  const auth::TokenStore tokens = auth::TokenStore::Disabled();
+  rpc::SessionContext session;
+  session.identity = {"bench-store", {"store"}};
+  session.tokens = &tokens;
+  session.clock = &SystemClock::Instance();
+  session.store = [&](const auth::Tenant& tenant) {
+    return MakeBlockStoreService(*store, tenant, {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch});
+  };
+  rpc::RpcServerOptions server_options;
+  server_options.listen = {"127.0.0.1:0"};
+  server_options.max_message_bytes = o.block_bytes * o.batch * 2 + (1 << 20);
+  KVTIER_ASSIGN_OR_RETURN(auto server,
+                          rpc::RpcServer::Create(std::move(server_options), [&] { return rpc::MakeBootstrap(session); }));
+
+  std::vector<ClientWork> work(o.clients);
+  Phases phases;
+  std::vector<std::thread> threads;
+  for (uint32_t c = 0; c < o.clients; ++c) {
+    work[c].index = c;
+    work[c].first_block = blocks * c / o.clients;
+    work[c].blocks = blocks * (c + 1) / o.clients - work[c].first_block;
+    threads.emplace_back(RunClient, server->endpoints()[0], std::cref(o), std::ref(work[c]), std::ref(phases));
+  }
+  while (phases.ready < static_cast<int>(o.clients)) std::this_thread::yield();
+  const auto put_start = Clock::now();
+  phases.go_put = true;
+  while (phases.put_done < static_cast<int>(o.clients)) std::this_thread::yield();
+  const auto put_end = Clock::now();
+  phases.go_get = true;
+  for (std::thread& t : threads) t.join();
+  server->Shutdown();
+  Clock::time_point get_end = put_end;
+  for (const ClientWork& w : work) get_end = std::max(get_end, w.get_end);
+
+  TransferBenchResult result;
+  result.blocks = blocks;
+  std::vector<double> put_ms, get_ms;
+  for (const ClientWork& w : work) {
+    if (!w.error.empty()) return InternalError("client " + std::to_string(w.index) + ": " + w.error);
+    put_ms.insert(put_ms.end(), w.put_ms.begin(), w.put_ms.end());
+    get_ms.insert(get_ms.end(), w.get_ms.begin(), w.get_ms.end());
+  }
+  const double bytes = static_cast<double>(blocks * o.block_bytes);
+  result.put = {bytes / std::chrono::duration<double>(put_end - put_start).count() / 1e9, Percentile(put_ms, 0.5),
+                Percentile(put_ms, 0.99)};
+  result.get = {bytes / std::chrono::duration<double>(get_end - put_end).count() / 1e9, Percentile(get_ms, 0.5),
+                Percentile(get_ms, 0.99)};
+  return result;
+}
+
+}  // namespace kvtier::store

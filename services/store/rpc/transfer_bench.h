@@ -1,0 +1,42 @@
+// The store half of `kvtier bench transfer`: blocks through the BlockStore capability.
+//
+// Starts a store in this process (a host tier big enough for every block, an RPC server
+// on 127.0.0.1 with auth off) and `clients` client threads, each with its own connection
+// and event loop. Put phase: every client puts its share of blocks, `batch` blocks per
+// call, payloads inline (checksums computed before the clock starts, as a block's header
+// travels with it from the tier that made it); get phase: every client reads its blocks
+// back, checking state and size as the Redis phase does; then, untimed, every block is
+// read again and compared byte for byte. Rates are payload bytes over the wall time of
+// the phase; latencies are per call.
+//
+// Thread safety: a function of its inputs.
+#pragma once
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace kvtier::store {
+
+struct TransferBenchOptions {
+  uint64_t block_bytes = 256 * 1024;
+  uint32_t clients = 8;
+  uint64_t total_bytes = 256ull << 20;  // per phase, over all clients
+  uint32_t batch = 4;                   // blocks per call
+};
+
+struct TransferPhase {
+  double gbps = 0;
+  double p50_ms = 0;
+  double p99_ms = 0;
+};
+
+struct TransferBenchResult {
+  TransferPhase put;
+  TransferPhase get;
+  uint64_t blocks = 0;
+};
+
+[[nodiscard]] Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& options);
+
+}  // namespace kvtier::store
