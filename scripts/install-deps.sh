@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian 12 package that kvtier's build, tests and `make run` need.
-# Idempotent: when every package is already present it does nothing (no apt-get update).
+# Idempotent: when every package is already present it installs nothing (no apt-get update).
 set -euo pipefail
 
 PACKAGES=(
@@ -22,15 +22,36 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+# Node.js runs the manifest validator (deploy/validate). A machine may have Node from
+# elsewhere (whose nodejs package bundles npm and conflicts with Debian's npm): only when
+# the commands are missing are Debian's packages installed.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
 fi
 
-echo "install-deps: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# The prometheus package would start a server from its maintainer scripts where an init
-# system runs; policy-rc.d keeps package installs from starting daemons.
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  # The prometheus package would start a server from its maintainer scripts where an init
+  # system runs; policy-rc.d keeps package installs from starting daemons.
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The validator's npm packages, pinned by deploy/validate/package-lock.json; reinstalled
+# when the lock file changes.
+validate_dir="$(dirname "$0")/../deploy/validate"
+stamp="$validate_dir/node_modules/.kvtier-lock"
+if ! cmp -s "$validate_dir/package-lock.json" "$stamp" 2>/dev/null; then
+  echo "install-deps: npm ci in deploy/validate"
+  (cd "$validate_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$validate_dir/package-lock.json" "$stamp"
+fi
+
+# kubectl (which renders deploy/k8s offline) is not a Debian package; the machines this
+# project runs on have it. Say so early rather than fail in the tests.
+if ! command -v kubectl >/dev/null; then
+  echo "install-deps: warning: kubectl is not installed; the deploy/k8s rendering tests will fail" >&2
+fi

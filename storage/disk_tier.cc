@@ -77,7 +77,10 @@ class DiskTier::Impl {
     StagedBatch staged;
     Status written = Stage(items, results, staged);
     if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
-    if (written.ok()) written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
+    if (written.ok()) {
+      written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
+      if (!written.ok()) ++stats_.io_errors;
+    }
     if (!written.ok()) {
       for (Status& result : results) {
         if (result.ok()) result = written;  // nothing of the batch was written
@@ -117,7 +120,11 @@ class DiskTier::Impl {
         (read.ok() && (value.size() != header.payload_bytes ||
                        PayloadChecksum({reinterpret_cast<const uint8_t*>(value.data()), value.size()}) != header.checksum));
     if (corrupt) return DropCorrupt(header, read);
-    KVTIER_RETURN_IF_ERROR(FromRocks(read, "reading block " + ref.key.ToHex()));
+    if (!read.ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.io_errors;
+      return FromRocks(read, "reading block " + ref.key.ToHex());
+    }
     std::memcpy(out.data(), value.data(), value.size());
     std::lock_guard lock(mu_);
     ++stats_.hits;
@@ -137,7 +144,9 @@ class DiskTier::Impl {
     if (id == TierIndex::kNil) return NotFound(ref);
     rocksdb::WriteBatch batch;
     KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
-    return FromRocks(db_->Write(write_options_, &batch), "removing block " + ref.key.ToHex());
+    Status removed = FromRocks(db_->Write(write_options_, &batch), "removing block " + ref.key.ToHex());
+    if (!removed.ok()) ++stats_.io_errors;
+    return removed;
   }
 
   TierStats Stats() const {
@@ -154,7 +163,12 @@ class DiskTier::Impl {
       std::lock_guard lock(mu_);
       for (auto& [tag, handle] : payload_cfs_) handles.push_back(handle);
     }
-    return FromRocks(db_->Flush(rocksdb::FlushOptions(), handles), "flushing the disk tier");
+    Status flushed = FromRocks(db_->Flush(rocksdb::FlushOptions(), handles), "flushing the disk tier");
+    if (!flushed.ok()) {
+      std::lock_guard lock(mu_);
+      ++stats_.io_errors;
+    }
+    return flushed;
   }
 
   std::vector<BlockHeader> Headers() const {

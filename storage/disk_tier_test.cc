@@ -92,6 +92,31 @@ TEST(DiskTierTest, CorruptBlobIsReportedAsDataLossAndNeverReturned) {
   EXPECT_EQ(*intact, good.payload);
 }
 
+// A blob file that disappears under the tier (a failing disk, an operator's mistake): the
+// read fails with an error that names the block, nothing is returned, and it is counted.
+TEST(DiskTierTest, UnreadableBlobIsAnErrorCountedAndNeverReturned) {
+  TempDir dir;
+  auto block = MakeBlock(1, 8192);
+  {
+    auto tier = Open(dir.path());
+    ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+    ASSERT_TRUE(tier->Flush().ok());  // the payload now sits in a blob file
+  }
+  size_t removed = 0;
+  for (const auto& file : std::filesystem::directory_iterator(dir.path())) {
+    if (file.path().extension() == ".blob") removed += std::filesystem::remove(file.path()) ? 1 : 0;
+  }
+  ASSERT_EQ(removed, 1u);
+  auto tier = Open(dir.path());
+  ASSERT_NE(tier, nullptr);
+  auto read = Read(*tier, block);
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find(block.header.key.ToHex()), std::string::npos) << read.status();
+  EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status();  // an I/O error: may pass
+  EXPECT_EQ(tier->Stats().io_errors, 1u);
+  EXPECT_EQ(tier->Stats().checksum_failures, 0u);
+}
+
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
   TempDir dir;
   std::vector<uint64_t> evicted;

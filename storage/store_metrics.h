@@ -8,6 +8,7 @@
 //   kvtier_store_puts_total{tier}                 counter
 //   kvtier_store_evictions_total{tier,priority}   counter
 //   kvtier_store_checksum_failures_total{tier}    counter: corrupt blocks found (data loss)
+//   kvtier_store_io_errors_total{tier}            counter: failed reads, writes, flushes
 //   kvtier_store_moves_total{kind}                counter: demoted, promoted,
 //                                                 dropped_priority, dropped_admission
 //
@@ -41,6 +42,7 @@ class StoreMetrics {
   CounterFamily* puts_ = nullptr;
   CounterFamily* evictions_ = nullptr;
   CounterFamily* checksum_failures_ = nullptr;
+  CounterFamily* io_errors_ = nullptr;
   CounterFamily* moves_ = nullptr;
   TierStats host_before_, disk_before_;
   TieredStoreStats before_;

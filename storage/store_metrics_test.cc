@@ -17,9 +17,10 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->evictions_by_priority[20] = 2;
   stats.demoted = 1;
   metrics->Update(stats);
-  // Later: two more hits, one corrupt block found, another eviction at 20.
+  // Later: two more hits, one corrupt block found, two failed reads, another eviction at 20.
   stats.host->hits = 7;
   stats.host->checksum_failures = 1;
+  stats.host->io_errors = 2;
   stats.host->evictions_by_priority[20] = 3;
   metrics->Update(stats);
   const std::string text = registry.Exposition();
@@ -28,6 +29,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_hits_total{tier=\"host\"} 7\n",
                            "kvtier_store_checksum_failures_total{tier=\"host\"} 1\n",
                            "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",
+                           "kvtier_store_io_errors_total{tier=\"host\"} 2\n",
+                           "kvtier_store_io_errors_total{tier=\"disk\"} 0\n",
                            "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
                            "kvtier_store_moves_total{kind=\"demoted\"} 1\n",
                            "kvtier_store_moves_total{kind=\"promoted\"} 0\n"}) {

@@ -41,6 +41,7 @@ struct TierStats {
   uint64_t evictions = 0;
   uint64_t evictions_by_priority[101] = {};
   uint64_t checksum_failures = 0;
+  uint64_t io_errors = 0;        // reads and writes the medium failed (not misses, not corruption)
 };
 
 // An evicted block: its header (retention as still left) and its payload as one or more

@@ -74,11 +74,20 @@ Status GenerateLocalToken(const KvtierConfig& config, ResolvedAuth& auth) {
   return Status::Ok();
 }
 
-Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda) {
+// kvtier_role_info{role} is 1 for each role the process runs: dashboards and alerts count
+// a cluster's coordinators, workers and stores by it, whether embedded (`up`) or alone.
+Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda, Role role) {
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* info, registry.AddGauge("kvtier_build_info",
                                                                "Always 1; labels describe the build.",
                                                                {"version", "cuda"}));
   info->WithLabels({kVersion, cuda ? "true" : "false"}).Set(1);
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* roles, registry.AddGauge("kvtier_role_info",
+                                                                "1 for each role this process runs.", {"role"}));
+  roles->WithLabels({"coordinator"}).Set(1);
+  if (role == Role::kUp) {
+    roles->WithLabels({"worker"}).Set(1);
+    roles->WithLabels({"store"}).Set(1);
+  }
   return Status::Ok();
 }
 
@@ -165,7 +174,7 @@ int Serve(Role role, const KvtierConfig& config) {
   }
 
   MetricsRegistry registry;
-  if (Status s = RegisterProcessMetrics(registry, devices.cuda_compiled); !s.ok()) {
+  if (Status s = RegisterProcessMetrics(registry, devices.cuda_compiled, role); !s.ok()) {
     spdlog::error("metrics: {}", s.ToString());
     return kExitStartFailure;
   }

@@ -56,7 +56,9 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   const std::string body = response.substr(response.find("\r\n\r\n") + 4);
   // Every embedded role exports its series: coordinator, worker, store.
   for (const char* series : {"kvtier_build_info{", "kvtier_worker_pool_blocks{", "kvtier_store_blocks{tier=\"host\"}",
-                             "kvtier_store_capacity_bytes{tier=\"disk\"}"}) {
+                             "kvtier_store_capacity_bytes{tier=\"disk\"}", "kvtier_role_info{role=\"coordinator\"} 1",
+                             "kvtier_role_info{role=\"worker\"} 1", "kvtier_role_info{role=\"store\"} 1",
+                             "kvtier_store_io_errors_total{tier=\"disk\"} 0"}) {
     EXPECT_NE(body.find(series), std::string::npos) << series;
   }
   ASSERT_TRUE(testing::WriteFile(dir.File("metrics.txt"), body));

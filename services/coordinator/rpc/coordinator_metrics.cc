@@ -5,6 +5,8 @@ namespace kvtier::coordinator {
 Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRegistry& r) {
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* lookups, r.AddCounter("kvtier_coordinator_lookups_total", "Prefix lookups."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* asked, r.AddCounter("kvtier_coordinator_lookup_blocks_total",
+                                                             "Full blocks of the prompts looked up."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* hits, r.AddCounter("kvtier_coordinator_lookup_hit_blocks_total",
                                                             "Matched blocks by the best tier holding them.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(HistogramFamily* matched,
@@ -28,6 +30,7 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* expiries,
                           r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
   m->lookups_ = &lookups->WithLabels({});
+  m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({"gpu"}), &hits->WithLabels({"host"}), &hits->WithLabels({"disk"})};
   m->matched_blocks_ = &matched->WithLabels({});
   m->lookup_seconds_ = &latency->WithLabels({});
@@ -42,8 +45,9 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   return m;
 }
 
-void CoordinatorMetrics::RecordLookup(const LookupResult& result, double seconds) {
+void CoordinatorMetrics::RecordLookup(const LookupResult& result, size_t asked_blocks, double seconds) {
   lookups_->Inc();
+  lookup_blocks_->Inc(static_cast<double>(asked_blocks));
   matched_blocks_->Observe(result.matched_blocks);
   lookup_seconds_->Observe(seconds);
   for (uint32_t b = 0; b < result.matched_blocks; ++b) {

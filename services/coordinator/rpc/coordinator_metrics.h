@@ -1,5 +1,6 @@
 // The coordinator's metrics (all prefixed kvtier_coordinator_):
-//   lookups_total, lookup_hit_blocks_total{tier}, matched_blocks (histogram),
+//   lookups_total, lookup_blocks_total (blocks asked), lookup_hit_blocks_total{tier}
+//   (the hit rate by tier is hit_blocks{tier} / lookup_blocks), matched_blocks (histogram),
 //   lookup_duration_seconds (histogram), index_blocks, index_bytes, nodes (gauges),
 //   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
 //   lease_expiries_total.
@@ -18,7 +19,7 @@ class CoordinatorMetrics {
  public:
   [[nodiscard]] static Result<std::unique_ptr<CoordinatorMetrics>> Create(MetricsRegistry& registry);
 
-  void RecordLookup(const LookupResult& result, double seconds);
+  void RecordLookup(const LookupResult& result, size_t asked_blocks, double seconds);
   void RecordEvent(KvEvent::Kind kind) { events_[static_cast<int>(kind)]->Inc(); }
   // Brings gauges and the stream counters up to date with the coordinator's stats.
   void Update(const CoordinatorStats& stats);
@@ -26,6 +27,7 @@ class CoordinatorMetrics {
  private:
   CoordinatorMetrics() = default;
   Counter* lookups_ = nullptr;
+  Counter* lookup_blocks_ = nullptr;
   std::array<Counter*, kTierCount> hit_blocks_{};
   Histogram* matched_blocks_ = nullptr;
   Histogram* lookup_seconds_ = nullptr;

@@ -101,7 +101,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const auto start = std::chrono::steady_clock::now();
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
     const LookupResult result = scope ? state_.coordinator->Lookup(*scope, keys) : LookupResult{0, {}, {0}, {}};
-    state_.metrics->RecordLookup(result, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    state_.metrics->RecordLookup(result, keys.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     auto out = call.getResults().initResult();
     out.setMatchedBlocks(result.matched_blocks);
     auto blocks = out.initBlocks(result.matched_blocks);

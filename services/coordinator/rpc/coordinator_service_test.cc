@@ -126,6 +126,8 @@ TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
 
   const std::string metrics = registry_.Exposition();
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_hit_blocks_total{tier=\"gpu\"} 3"), std::string::npos) << metrics;
+  // Two lookups of 4 blocks each (team-a's and team-b's): 8 asked, 3 hit.
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_blocks_total 8\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("kvtier_coordinator_index_blocks 3"), std::string::npos);
 }

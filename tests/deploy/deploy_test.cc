@@ -1,0 +1,203 @@
+// deploy/ checked offline, as CI runs it: the Kubernetes overlays render and validate
+// against the API schemas (a misspelt field fails), the configuration they mount is one
+// kvtier accepts, promtool passes the scrape configuration, rules and rule tests, the
+// dashboard and rules query only metrics kvtier exports, and a real Prometheus server
+// scrapes a running `kvtier up` and finds every role.
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using std::chrono::seconds;
+using testing::ChildProcess;
+using testing::RunCommand;
+
+const std::string kSource = KVTIER_SOURCE_DIR;
+const std::string kKvtier = std::string(KVTIER_BIN_DIR) + "/kvtier";
+const std::string kDeploy = kSource + "/deploy";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::set<std::string> Matches(const std::string& text, const std::string& pattern, int group = 0) {
+  std::set<std::string> found;
+  const std::regex re(pattern);
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) found.insert((*it)[group].str());
+  return found;
+}
+
+// Starts `kvtier up` on free loopback ports with auth off; returns its metrics port.
+uint16_t StartUp(const testing::TempDir& dir, std::unique_ptr<ChildProcess>& up,
+                 const std::vector<std::string>& extra = {}) {
+  const uint16_t metrics_port = testing::FreeTcpPort();
+  std::vector<std::string> argv = {kKvtier, "up", "--data-dir", dir.File("data"), "--metrics-port",
+                                   std::to_string(metrics_port), "--coordinator-listen", "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  up = std::make_unique<ChildProcess>(argv, dir.path());
+  EXPECT_TRUE(up->WaitForOutput("Stop with Ctrl-C", seconds(20))) << up->Stdout() << up->Stderr();
+  return metrics_port;
+}
+
+std::string Curl(const std::string& url) {
+  std::string out;
+  EXPECT_EQ(RunCommand("curl -sS --max-time 5 '" + url + "'", &out), 0) << url << ": " << out;
+  return out;
+}
+
+class OverlayTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OverlayTest, RendersAndValidatesAgainstTheKubernetesSchemas) {
+  testing::TempDir dir;
+  const std::string rendered = dir.File("rendered.yaml");
+  std::string out;
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/" + GetParam() + " > " + rendered, &out), 0)
+      << "kubectl kustomize (is kubectl installed?): " << out;
+  ASSERT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + rendered, &out), 0) << out;
+  EXPECT_NE(out.find("objects valid"), std::string::npos) << out;
+  const std::string manifests = ReadFile(rendered);
+  for (const char* expected : {"kind: Deployment", "kind: ConfigMap", "kind: PodDisruptionBudget",
+                               "kind: ServiceMonitor", "path: /healthz", "path: /readyz",
+                               "enableServiceLinks: false"}) {
+    EXPECT_NE(manifests.find(expected), std::string::npos) << expected;
+  }
+  if (GetParam() == "dev") {
+    EXPECT_NE(manifests.find("kind: Secret"), std::string::npos) << "dev generates its tokens";
+    EXPECT_NE(manifests.find("- args:\n        - up\n"), std::string::npos) << "dev runs every role in one pod";
+  }
+  if (GetParam() == "gpu") {
+    EXPECT_EQ(manifests.find("kind: Secret"), std::string::npos) << "production tokens never come from git";
+    for (const char* expected : {"kind: DaemonSet", "kind: StatefulSet", "nvidia.com/gpu: 1", "hostIPC: true",
+                                 "volumeClaimTemplates", "kind: PodMonitor", "image: kvtier/kvtier:0.1.0-cuda"}) {
+      EXPECT_NE(manifests.find(expected), std::string::npos) << expected;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest, ::testing::Values("dev", "gpu"));
+
+// The validator must fail on what it exists to catch: a misspelt field, at any depth.
+TEST(ManifestValidatorTest, AMisspeltFieldFailsNamingIt) {
+  testing::TempDir dir;
+  std::string out;
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/gpu | sed 's/terminationGracePeriodSeconds:/" +
+                           "terminationGracePeriodSecond:/' > " + dir.File("typo.yaml"),
+                       &out),
+            0)
+      << out;
+  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("typo.yaml"), &out), 1) << out;
+  EXPECT_NE(out.find("terminationGracePeriodSecond"), std::string::npos) << out;
+  // And a wrong type: a port given as text.
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/dev | sed 's/port: 7400/port: \"7400x\"/' > " +
+                           dir.File("type.yaml"),
+                       &out),
+            0);
+  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("type.yaml"), &out), 1) << out;
+  EXPECT_NE(out.find("Service/kvtier-coordinator"), std::string::npos) << out;
+}
+
+// The ConfigMap's kvtier.yaml and the dev overlay's tokens file are what kvtier accepts.
+TEST(DeployConfigTest, TheMountedConfigurationStartsKvtier) {
+  testing::TempDir dir;
+  std::unique_ptr<ChildProcess> up;
+  StartUp(dir, up, {"--config", kDeploy + "/k8s/base/kvtier.yaml", "--auth-token-file",
+                    kDeploy + "/k8s/overlays/dev/tokens.yaml", "--store-host-cache-bytes", "67108864",
+                    "--store-disk-bytes", "67108864"});
+  EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout();
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
+}
+
+TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {
+  std::string out;
+  const std::string dir = kDeploy + "/prometheus";
+  EXPECT_EQ(RunCommand("promtool check config " + dir + "/prometheus.yml", &out), 0) << out;
+  EXPECT_EQ(RunCommand("promtool check rules " + dir + "/kvtier.rules.yml", &out), 0) << out;
+  EXPECT_EQ(RunCommand("cd " + dir + " && promtool test rules kvtier.rules.test.yml", &out), 0) << out;
+  EXPECT_NE(out.find("SUCCESS"), std::string::npos) << out;
+}
+
+// Every kvtier_* metric the rules and the dashboard query is in a running kvtier's
+// /metrics, and every recording rule the dashboard uses is defined.
+TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
+  testing::TempDir dir;
+  std::unique_ptr<ChildProcess> up;
+  const uint16_t port = StartUp(dir, up, {"--auth-enabled", "false"});
+  const std::string exposition = Curl("http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  const std::set<std::string> exported = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) ", 1);
+  const std::set<std::string> histograms = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) histogram", 1);
+  ASSERT_GT(exported.size(), 20u) << exposition;
+
+  const std::string rules = ReadFile(kDeploy + "/prometheus/kvtier.rules.yml");
+  const std::string dashboard = ReadFile(kDeploy + "/grafana/kvtier-dashboard.json");
+  size_t checked = 0;
+  for (const std::string& name : Matches(rules + dashboard, "kvtier_[a-z0-9_]+")) {
+    std::string family = name;
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string base = name.substr(0, name.size() - std::min(name.size(), std::strlen(suffix)));
+      if (name.ends_with(suffix) && histograms.contains(base)) family = base;
+    }
+    EXPECT_TRUE(exported.contains(family)) << name << " is queried but kvtier does not export it";
+    ++checked;
+  }
+  EXPECT_GT(checked, 15u);
+  const std::set<std::string> recorded = Matches(rules, "record: (kvtier:[a-z0-9_:]+)", 1);
+  for (const std::string& name : Matches(dashboard, "kvtier:[a-z0-9_:]+")) {
+    EXPECT_TRUE(recorded.contains(name)) << name << " is used by the dashboard but no rule records it";
+  }
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(seconds(10)), 0);
+}
+
+// A real Prometheus (Debian's) on loopback scrapes `kvtier up` every second for 15 s with
+// kvtier's rules loaded; its HTTP API then has series for every role and healthy rules.
+TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
+  testing::TempDir dir;
+  std::unique_ptr<ChildProcess> up;
+  const uint16_t metrics_port = StartUp(dir, up, {"--auth-enabled", "false"});
+  const uint16_t prometheus_port = testing::FreeTcpPort();
+  ASSERT_TRUE(testing::WriteFile(dir.File("prometheus.yml"),
+                                 "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                                 "rule_files: ['" + kDeploy + "/prometheus/kvtier.rules.yml']\n"
+                                 "scrape_configs:\n"
+                                 "  - job_name: kvtier\n"
+                                 "    static_configs: [{targets: ['127.0.0.1:" + std::to_string(metrics_port) + "']}]\n"));
+  ChildProcess prometheus({"/usr/bin/prometheus", "--config.file=" + dir.File("prometheus.yml"),
+                           "--storage.tsdb.path=" + dir.File("tsdb"),
+                           "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)},
+                          dir.path());
+  const std::string api = "http://127.0.0.1:" + std::to_string(prometheus_port) + "/api/v1/";
+  std::this_thread::sleep_for(seconds(15));
+  const std::string roles = Curl(api + "query?query=kvtier_role_info");
+  for (const char* role : {"coordinator", "worker", "store"}) {
+    EXPECT_NE(roles.find(std::string("\"role\":\"") + role + "\""), std::string::npos) << role << ": " << roles;
+  }
+  const std::string up_series = Curl(api + "query?query=up");
+  EXPECT_NE(up_series.find("\"value\":["), std::string::npos) << up_series;
+  EXPECT_NE(up_series.find(",\"1\"]"), std::string::npos) << "the target is up: " << up_series;
+  const std::string rules = Curl(api + "rules");
+  EXPECT_NE(rules.find("\"name\":\"kvtier:block_hit_rate:ratio_rate5m\""), std::string::npos) << rules;
+  EXPECT_EQ(rules.find("\"health\":\"err\""), std::string::npos) << rules;
+  prometheus.Signal(SIGTERM);
+  EXPECT_EQ(prometheus.Wait(seconds(15)), 0) << prometheus.Stderr();
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(seconds(10)), 0);
+}
+
+}  // namespace
+}  // namespace kvtier
