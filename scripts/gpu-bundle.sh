@@ -9,13 +9,14 @@ set -euo pipefail
 
 build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
-tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test)
+tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test shared_device_memory_test
+       worker_test)
 
-ninja -C "$build" "${tests[@]}" kvtier
+ninja -C "$build" "${tests[@]}" kvtier gpu_ipc_peer
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${tests[@]}"; do cp "$(find "$build" -name "$t" -type f -perm -u+x | head -1)" "$bundle/bin/"; done
-cp "$build/bin/kvtier" "$bundle/bin/"
+cp "$build/bin/kvtier" "$build/bin/gpu_ipc_peer" "$bundle/bin/"
 
 # glibc and the C++ runtime come from the target machine (newer there, and compatible);
 # everything else travels.

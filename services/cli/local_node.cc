@@ -24,7 +24,7 @@ std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 }  // namespace
 
 Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config, std::string name,
-                                                     MetricsRegistry& registry) {
+                                                     MetricsRegistry& registry, int gpu) {
   std::unique_ptr<LocalNode> node(new LocalNode());
   node->name_ = std::move(name);
   node->incarnation_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
@@ -63,6 +63,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   worker.secondary_offload_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
   worker.offload = node->link_.get();
   worker.onboard = node->link_.get();
+  worker.device = gpu;
   KVTIER_ASSIGN_OR_RETURN(node->worker_, worker::Worker::Create(worker));
   node->context_.worker = node->worker_.get();
   KVTIER_ASSIGN_OR_RETURN(node->worker_metrics_, worker::WorkerMetrics::Create(registry, node->worker_->pool_count()));
@@ -72,7 +73,9 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   }
   node->worker_metrics_->Update(node->worker_->Stats());
   node->summary_ = "worker pool " + layout.Fingerprint() + ", " + std::to_string(blocks) + " blocks of " +
-                   std::to_string(layout.bytes_per_block()) + " bytes in host memory; host tier " +
+                   std::to_string(layout.bytes_per_block()) + " bytes in " +
+                   (gpu >= 0 ? "GPU " + std::to_string(gpu) + " memory (CUDA IPC)" : std::string("host memory")) +
+                   "; host tier " +
                    Mib(config.store.host_cache_bytes) + ", disk tier " + Mib(config.store.disk_bytes) + " (" +
                    config.store.disk_sync + ")";
   return node;

@@ -38,9 +38,10 @@ namespace kvtier::cli {
 class LocalNode {
  public:
   // Registers the worker (kvtier_worker_*) and store (kvtier_store_*) metrics in `registry`,
-  // which outlives the node; Pump keeps them current.
+  // which outlives the node; Pump keeps them current. `gpu`: the CUDA device whose memory
+  // holds the worker's pool (shared by CUDA IPC), or -1 for host shared memory.
   [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name,
-                                                                 MetricsRegistry& registry);
+                                                                 MetricsRegistry& registry, int gpu = -1);
 
   // Adds the worker and store roles to a coordinator node about to be created: the
   // Session's Worker and BlockStore capabilities and the tick that runs Pump, every

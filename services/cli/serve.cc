@@ -181,7 +181,8 @@ int Serve(Role role, const KvtierConfig& config) {
 
   std::unique_ptr<LocalNode> local;
   if (role == Role::kUp) {
-    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName(), registry);
+    const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
+    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName(), registry, gpu);
     if (!made.ok()) {
       spdlog::error("worker and store: {}", made.status().message());
       return ExitCodeFor(made.status());

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "services/worker/pool_memory.h"
+#include "services/worker/pool_storage.h"
 
 namespace kvtier::worker {
 namespace {
@@ -12,9 +12,10 @@ namespace {
 struct PoolState {
   KvLayout layout;
   std::unique_ptr<BlockPool> pool;
-  SharedPoolMemory memory;
+  std::unique_ptr<PoolStorage> storage;
+  std::vector<uint8_t> staging;  // one block: device pools offload and onboard through it
 
-  std::span<uint8_t> memory_span() { return {static_cast<uint8_t*>(memory.data()), memory.size()}; }
+  size_t BlockOffset(BlockId block) const { return size_t{block} * layout.bytes_per_block(); }
 };
 
 struct SequenceRef {
@@ -67,11 +68,17 @@ class Worker::Impl {
     for (const EvictedBlock& victim : evicted) {
       if (!victim.offload) continue;
       const size_t block_bytes = state.layout.bytes_per_block();
-      const std::span<const uint8_t> bytes(static_cast<const uint8_t*>(state.memory.data()) + size_t{victim.block} * block_bytes,
-                                           block_bytes);
+      std::span<const uint8_t> bytes = state.storage->host_bytes().subspan(0);
+      bool readable = true;
+      if (bytes.empty()) {  // a device pool: the block comes to host staging first
+        readable = options_.offload != nullptr && state.storage->Read(state.BlockOffset(victim.block), state.staging).ok();
+        bytes = state.staging;
+      } else {
+        bytes = bytes.subspan(state.BlockOffset(victim.block), block_bytes);
+      }
       const OffloadBlock block{victim.key,        victim.parent,     victim.first,  victim.format_tag,
                                victim.salt_scope, victim.priority,   &state.layout, bytes};
-      if (options_.offload != nullptr && options_.offload->Offload(block).ok()) {
+      if (readable && options_.offload != nullptr && options_.offload->Offload(block).ok()) {
         ++stats_.offloaded_blocks;
         stats_.offloaded_bytes += block_bytes;
       } else {
@@ -89,19 +96,19 @@ class Worker::Impl {
   }
 
   // Copy-on-partial-reuse: the leading tokens of every (layer, K|V, head) run.
-  void CopyTokens(PoolState& state, const PartialCopy& copy) {
+  Status CopyTokens(PoolState& state, const PartialCopy& copy) {
     const KvLayout& layout = state.layout;
-    auto* base = static_cast<uint8_t*>(state.memory.data());
     const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
     for (uint32_t layer = 0; layer < layout.num_layers(); ++layer) {
       for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
         for (uint32_t head = 0; head < layout.num_kv_heads(); ++head) {
           const size_t offset = layout.ByteOffset(layer, part, head, 0);
-          std::memcpy(base + size_t{copy.destination} * layout.bytes_per_block() + offset,
-                      base + size_t{copy.source} * layout.bytes_per_block() + offset, run_bytes);
+          KVTIER_RETURN_IF_ERROR(state.storage->CopyWithin(state.BlockOffset(copy.destination) + offset,
+                                                           state.BlockOffset(copy.source) + offset, run_bytes));
         }
       }
     }
+    return Status::Ok();
   }
 
   WorkerOptions options_;
@@ -126,8 +133,11 @@ Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
                                                           .secondary_offload_min_priority = options.secondary_offload_min_priority,
                                                           .partial_reuse = options.partial_reuse,
                                                           .clock = options.clock}));
-    KVTIER_ASSIGN_OR_RETURN(auto memory, SharedPoolMemory::Create(size_t{config.num_blocks} * layout.bytes_per_block()));
-    impl->pools_.push_back({layout, std::move(pool), std::move(memory)});
+    const size_t bytes = size_t{config.num_blocks} * layout.bytes_per_block();
+    KVTIER_ASSIGN_OR_RETURN(auto storage, options.device >= 0 ? MakeDevicePoolStorage(options.device, bytes)
+                                                               : MakeHostPoolStorage(bytes));
+    std::vector<uint8_t> staging(options.device >= 0 ? layout.bytes_per_block() : 0);
+    impl->pools_.push_back({layout, std::move(pool), std::move(storage), std::move(staging)});
   }
   return std::unique_ptr<Worker>(new Worker(std::move(impl)));
 }
@@ -139,7 +149,7 @@ Result<PoolAttachment> Worker::AttachPool(uint32_t pool_id, const KvLayout& layo
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   KVTIER_RETURN_IF_ERROR(state->layout.CheckCompatible(layout));
   return PoolAttachment{pool_id, state->layout, state->pool->options().num_blocks, state->layout.bytes_per_block(),
-                        state->memory.name()};
+                        state->storage->mapping()};
 }
 
 Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
@@ -149,8 +159,15 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   const SequenceId internal = w.next_internal_;
   KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag, r.block_keys, r.tokens, r.num_tokens}));
   ++w.next_internal_;
-  if (start.copy.has_value()) w.CopyTokens(*state, *start.copy);
+  // Victims are offloaded before the partial copy writes: the copy's destination may be
+  // a victim's block, whose bytes must leave intact.
   w.Settle(r.pool_id, start.evicted);
+  if (start.copy.has_value()) {
+    if (Status copied = w.CopyTokens(*state, *start.copy); !copied.ok()) {
+      (void)state->pool->FreeSequence(internal);  // started just now
+      return copied;
+    }
+  }
   const auto tokens = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
   w.sequences_.emplace(ClientSequence{r.client, r.sequence},
                        SequenceRef{r.pool_id, internal, tokens, tokens, start.reused_blocks, r.salt_scope, r.format_tag});
@@ -216,9 +233,12 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   OnboardResult result;
   for (; filled < block_keys.size() && w.options_.onboard != nullptr; ++filled) {
     if (table[filled] == kNoBlock) break;  // out of a limited window: nothing to fill
-    const OnboardBlock block{block_keys[filled], seq->format_tag, seq->salt_scope, &state.layout,
-                             state.memory_span().subspan(size_t{table[filled]} * block_bytes, block_bytes)};
+    const std::span<uint8_t> host = state.storage->host_bytes();
+    const std::span<uint8_t> out = host.empty() ? std::span<uint8_t>(state.staging)
+                                                : host.subspan(state.BlockOffset(table[filled]), block_bytes);
+    const OnboardBlock block{block_keys[filled], seq->format_tag, seq->salt_scope, &state.layout, out};
     if (!w.options_.onboard->Fetch(block).ok()) break;
+    if (host.empty() && !state.storage->Write(state.BlockOffset(table[filled]), out).ok()) break;
     ++result.onboarded_blocks;
   }
   if (result.onboarded_blocks > 0) {
@@ -263,8 +283,32 @@ WorkerStats Worker::Stats() const {
 
 size_t Worker::pool_count() const { return impl_->pools_.size(); }
 
-std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) {
-  return impl_->pools_.at(pool_id).memory_span();
+std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) { return impl_->pools_.at(pool_id).storage->host_bytes(); }
+
+namespace {
+
+// The pool's state when `block` is one of its blocks and `bytes` one block's size.
+Result<PoolState*> BlockAccess(Worker::Impl& w, const char* what, uint32_t pool_id, BlockId block, size_t bytes) {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(pool_id));
+  if (block >= state->pool->options().num_blocks || bytes != state->layout.bytes_per_block()) {
+    return InvalidArgumentError(std::string(what) + ": block " + std::to_string(block) + " of pool " +
+                                std::to_string(pool_id) + " with " + std::to_string(bytes) + " bytes (blocks: " +
+                                std::to_string(state->pool->options().num_blocks) + " of " +
+                                std::to_string(state->layout.bytes_per_block()) + " bytes)");
+  }
+  return state;
+}
+
+}  // namespace
+
+Status Worker::ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "ReadBlock", pool_id, block, out.size()));
+  return state->storage->Read(state->BlockOffset(block), out);
+}
+
+Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
+  return state->storage->Write(state->BlockOffset(block), in);
 }
 
 }  // namespace kvtier::worker

@@ -2,7 +2,8 @@
 // with them, as a plain C++ library (the RPC server in services/worker/rpc is a thin layer
 // over it).
 //
-// Each pool is a BlockPool (bookkeeping) over SharedPoolMemory (the bytes). A process
+// Each pool is a BlockPool (bookkeeping) over a PoolStorage (the bytes): host shared
+// memory, or with `device` set the memory of that GPU, shared by CUDA IPC. A process
 // attaches a pool (its layout must equal the pool's) and maps the memory itself: block ids
 // and the layout travel, bytes never do. Sequences belong to a client (one per connection)
 // and to one pool; when a client goes (DropClient: its connection dropped), every
@@ -13,9 +14,6 @@
 // host/disk tier, storage/); without a target, or when the target refuses, it is dropped.
 // Every change to what the worker caches becomes a WorkerEvent with the node's next
 // sequence number, for the coordinator.
-//
-// GPU pools (device memory, CUDA IPC handles) are not built yet: pools live in host
-// shared memory.
 //
 // Thread safety: none; the worker's RPC event loop owns it.
 #pragma once
@@ -32,6 +30,7 @@
 #include "common/status.h"
 #include "services/coordinator/index/retention.h"
 #include "services/worker/pool/block_pool.h"
+#include "services/worker/pool_storage.h"
 
 namespace kvtier::worker {
 
@@ -92,6 +91,7 @@ struct WorkerOptions {
   const Clock* clock = &SystemClock::Instance();
   OffloadTarget* offload = nullptr;  // null: evicted blocks are dropped
   OnboardSource* onboard = nullptr;  // null: Onboard finds nothing
+  int device = -1;                   // >= 0: pools in this GPU's memory; -1: host shared memory
 };
 
 struct PoolAttachment {
@@ -99,7 +99,7 @@ struct PoolAttachment {
   KvLayout layout;
   uint32_t num_blocks = 0;
   uint64_t block_stride_bytes = 0;
-  std::string shared_memory_name;
+  PoolMapping mapping;  // shared-memory name, or CUDA IPC handle and device
 };
 
 struct AllocateRequest {
@@ -173,8 +173,12 @@ class Worker {
   std::vector<WorkerEvent> TakeEvents();
   WorkerStats Stats() const;
   size_t pool_count() const;
-  // The bytes of a pool, for tests and for kernels run by the worker itself.
+  // The bytes of a host pool (empty for a device pool), for an embedding process.
   std::span<uint8_t> PoolBytes(uint32_t pool_id);
+  // One block's bytes to or from host memory, for any pool. kInvalidArgument for a block
+  // outside the pool or a buffer that is not one block.
+  [[nodiscard]] Status ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const;
+  [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
 
   class Impl;
 

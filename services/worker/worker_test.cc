@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <numeric>
 
+#include "gpu/device.h"
 #include "services/worker/pool_memory.h"
 
 namespace kvtier::worker {
@@ -52,8 +54,8 @@ TEST(WorkerTest, AttachedProcessesShareBlocksZeroCopy) {
   ASSERT_TRUE(attachment.ok()) << attachment.status().ToString();
   EXPECT_EQ(attachment->block_stride_bytes, 512u);
   // Two inference processes map the pool; here, two mappings in this process.
-  auto first = SharedPoolMemory::Map(attachment->shared_memory_name, 8 * 512).value();
-  auto second = SharedPoolMemory::Map(attachment->shared_memory_name, 8 * 512).value();
+  auto first = SharedPoolMemory::Map(attachment->mapping.shared_memory_name, 8 * 512).value();
+  auto second = SharedPoolMemory::Map(attachment->mapping.shared_memory_name, 8 * 512).value();
   // Client 1 prefills 8 tokens (2 blocks), writes their KV and commits them.
   const std::vector<BlockKey> keys = {Key(0), Key(1)};
   const std::vector<uint32_t> tokens = Tokens(0, 8);
@@ -185,6 +187,132 @@ TEST(WorkerTest, BadRequestsNameWhatIsWrong) {
   auto grown = worker->Extend(1, 1, 9);
   ASSERT_TRUE(grown.ok());
   EXPECT_EQ(grown->block_table.size(), 3u);
+}
+
+}  // namespace
+}  // namespace kvtier::worker
+
+namespace kvtier::worker {
+namespace {
+
+// The host tier in one map: what a device pool offloads through its staging block comes
+// back on onboard.
+class MapTier final : public OffloadTarget, public OnboardSource {
+ public:
+  Status Offload(const OffloadBlock& block) override {
+    blocks[block.key] = std::vector<uint8_t>(block.bytes.begin(), block.bytes.end());
+    return Status::Ok();
+  }
+  Status Fetch(const OnboardBlock& block) override {
+    const auto it = blocks.find(block.key);
+    if (it == blocks.end()) return NotFoundError("not here");
+    std::copy(it->second.begin(), it->second.end(), block.out.begin());
+    return Status::Ok();
+  }
+  std::map<BlockKey, std::vector<uint8_t>> blocks;
+};
+
+std::vector<uint8_t> Pattern(uint8_t seed) {
+  std::vector<uint8_t> bytes(512);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + seed);
+  return bytes;
+}
+
+// Offload, onboard and copy-on-partial-reuse through a host pool and, where there is a
+// GPU, a pool in device memory (attach then hands out a CUDA IPC handle; a block written on
+// the device is offloaded byte for byte when evicted, onboarded back into the device, and
+// partial reuse copies tokens on the device). gpu/shared_device_memory_test shows another
+// process using the handle.
+class WorkerStorageTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
+  const int device = GetParam();
+  const gpu::DeviceProbe probe = gpu::ProbeDevices();
+  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+  MapTier tier;
+  auto created = Worker::Create({.pools = {{TestLayout(), 2}}, .offload = &tier, .onboard = &tier, .device = device});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  auto attachment = worker.AttachPool(0, TestLayout());
+  ASSERT_TRUE(attachment.ok());
+  EXPECT_EQ(attachment->mapping.device_index, device);
+  if (device >= 0) {
+    EXPECT_EQ(attachment->mapping.cuda_ipc_handle.size(), 64u);
+    EXPECT_TRUE(worker.PoolBytes(0).empty()) << "device memory has no host view";
+  } else {
+    EXPECT_FALSE(attachment->mapping.shared_memory_name.empty());
+  }
+
+  // Sequence 1: block A (key 1, priority 50) written on the device and committed.
+  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)},
+                            .tokens = Tokens(0, 4)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
+  ASSERT_TRUE(worker.Commit(1, 1, std::vector<BlockKey>{Key(1)}, Tokens(0, 4), keep).ok());
+
+  // Sequence 2 shares 3 tokens of A while sequence 1 holds it: a copy on the device.
+  auto b = worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .tokens = std::vector<uint32_t>{0, 1, 2}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(b->reused_tokens, 3u);
+  std::vector<uint8_t> copied(512);
+  ASSERT_TRUE(worker.ReadBlock(0, b->block_table[0], copied).ok());
+  const std::vector<uint8_t> original = Pattern(1);
+  const KvLayout layout = TestLayout();
+  for (uint32_t layer = 0; layer < 2; ++layer) {
+    for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
+      for (uint32_t head = 0; head < 2; ++head) {
+        const size_t run = layout.ByteOffset(layer, part, head, 0);
+        EXPECT_TRUE(std::equal(original.begin() + run, original.begin() + run + 3 * 16, copied.begin() + run));
+      }
+    }
+  }
+  ASSERT_TRUE(worker.Free(1, 1).ok());
+  ASSERT_TRUE(worker.Free(1, 2).ok());
+
+  // Sequence 3 needs both blocks: A is evicted and offloaded from pool memory.
+  auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(7), Key(8)},
+                            .tokens = Tokens(100, 8)});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(tier.blocks.count(Key(1)), 1u);
+  EXPECT_EQ(tier.blocks[Key(1)], Pattern(1)) << "the offloaded bytes are the pool's";
+  ASSERT_TRUE(worker.Free(1, 3).ok());
+
+  // Sequence 4 asks for A again: onboarded from the tier into pool memory.
+  auto d = worker.Allocate({.client = 1, .sequence = 4, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)},
+                            .tokens = Tokens(0, 4)});
+  ASSERT_TRUE(d.ok());
+  auto onboarded = worker.Onboard(1, 4, std::vector<BlockKey>{Key(1)}, keep);
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->onboarded_blocks, 1u);
+  std::vector<uint8_t> back(512);
+  ASSERT_TRUE(worker.ReadBlock(0, d->block_table[0], back).ok());
+  EXPECT_EQ(back, Pattern(1));
+  EXPECT_EQ(worker.WriteBlock(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument) << "block 2 of 2";
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAndGpu, WorkerStorageTest, ::testing::Values(-1, 0),
+                         [](const auto& info) { return info.param < 0 ? "HostPool" : "GpuPool"; });
+
+}  // namespace
+}  // namespace kvtier::worker
+
+namespace kvtier::worker {
+namespace {
+
+TEST(WorkerTest, ReadAndWriteBlockCheckTheBlockAndTheBufferSize) {
+  auto worker = MakeWorker(2);
+  ASSERT_TRUE(worker->WriteBlock(0, 1, Pattern(9)).ok());
+  std::vector<uint8_t> back(512);
+  ASSERT_TRUE(worker->ReadBlock(0, 1, back).ok());
+  EXPECT_EQ(back, Pattern(9));
+  EXPECT_EQ(worker->PoolBytes(0)[512 + 7], Pattern(9)[7]) << "a host pool's bytes are the same memory";
+  const Status outside = worker->ReadBlock(0, 2, back);
+  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("block 2 of pool 0"), std::string::npos) << outside;
+  std::vector<uint8_t> short_buffer(100);
+  EXPECT_EQ(worker->ReadBlock(0, 0, short_buffer).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(worker->WriteBlock(1, 0, Pattern(0)).code(), StatusCode::kNotFound) << "no pool 1";
 }
 
 }  // namespace

@@ -59,8 +59,13 @@ class WorkerServer final : public schema::Worker::Server {
     rpc::FromLayout(a->layout, out.initLayout());
     out.setNumBlocks(a->num_blocks);
     out.setBlockStrideBytes(a->block_stride_bytes);
-    out.initMapping().setSharedMemory(a->shared_memory_name);
-    out.setDeviceIndex(-1);
+    if (a->mapping.device_index >= 0) {
+      out.initMapping().setCudaIpc(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a->mapping.cuda_ipc_handle.data()),
+                                                a->mapping.cuda_ipc_handle.size()));
+    } else {
+      out.initMapping().setSharedMemory(a->mapping.shared_memory_name);
+    }
+    out.setDeviceIndex(a->mapping.device_index);
     return kj::READY_NOW;
   }
 

@@ -1,0 +1,87 @@
+#include "services/worker/pool_storage.h"
+
+#include <cstring>
+
+#include "gpu/kernels.h"
+#include "gpu/shared_device_memory.h"
+#include "services/worker/pool_memory.h"
+
+namespace kvtier::worker {
+namespace {
+
+class HostPoolStorage final : public PoolStorage {
+ public:
+  explicit HostPoolStorage(SharedPoolMemory memory) : memory_(std::move(memory)) {}
+
+  size_t size() const override { return memory_.size(); }
+  PoolMapping mapping() const override {
+    PoolMapping mapping;
+    mapping.shared_memory_name = memory_.name();
+    return mapping;
+  }
+  std::span<uint8_t> host_bytes() override { return {static_cast<uint8_t*>(memory_.data()), memory_.size()}; }
+
+  Status Read(size_t offset, std::span<uint8_t> out) override {
+    std::memcpy(out.data(), host_bytes().data() + offset, out.size());
+    return Status::Ok();
+  }
+  Status Write(size_t offset, std::span<const uint8_t> in) override {
+    std::memcpy(host_bytes().data() + offset, in.data(), in.size());
+    return Status::Ok();
+  }
+  Status CopyWithin(size_t destination, size_t source, size_t bytes) override {
+    std::memcpy(host_bytes().data() + destination, host_bytes().data() + source, bytes);
+    return Status::Ok();
+  }
+
+ private:
+  SharedPoolMemory memory_;
+};
+
+// Copies go through the CUDA backend's synchronous Copy: a block read for offload lands
+// in the caller's host buffer, ready when Read returns.
+class DevicePoolStorage final : public PoolStorage {
+ public:
+  DevicePoolStorage(gpu::SharedDeviceMemory memory, std::unique_ptr<gpu::KernelBackend> backend)
+      : memory_(std::move(memory)), backend_(std::move(backend)) {}
+
+  size_t size() const override { return memory_.size(); }
+  PoolMapping mapping() const override {
+    const auto& bytes = memory_.handle().bytes;
+    PoolMapping mapping;
+    mapping.cuda_ipc_handle.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    mapping.device_index = memory_.device();
+    return mapping;
+  }
+  std::span<uint8_t> host_bytes() override { return {}; }
+
+  Status Read(size_t offset, std::span<uint8_t> out) override {
+    return backend_->Copy(out.data(), Base() + offset, out.size());
+  }
+  Status Write(size_t offset, std::span<const uint8_t> in) override {
+    return backend_->Copy(Base() + offset, in.data(), in.size());
+  }
+  Status CopyWithin(size_t destination, size_t source, size_t bytes) override {
+    return backend_->Copy(Base() + destination, Base() + source, bytes);
+  }
+
+ private:
+  uint8_t* Base() const { return static_cast<uint8_t*>(memory_.data()); }
+  gpu::SharedDeviceMemory memory_;
+  std::unique_ptr<gpu::KernelBackend> backend_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(size_t bytes) {
+  KVTIER_ASSIGN_OR_RETURN(SharedPoolMemory memory, SharedPoolMemory::Create(bytes));
+  return std::unique_ptr<PoolStorage>(new HostPoolStorage(std::move(memory)));
+}
+
+Result<std::unique_ptr<PoolStorage>> MakeDevicePoolStorage(int device, size_t bytes) {
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, gpu::MakeCudaBackend(device));
+  KVTIER_ASSIGN_OR_RETURN(gpu::SharedDeviceMemory memory, gpu::SharedDeviceMemory::Create(device, bytes));
+  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(memory), std::move(backend)));
+}
+
+}  // namespace kvtier::worker
