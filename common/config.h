@@ -66,7 +66,9 @@ struct WorkerConfig {
   uint32_t head_dim = 64;
   uint32_t tokens_per_block = 16;
   std::string dtype = "fp16";
-  uint64_t pool_bytes = 256ull << 20;
+  uint64_t pool_bytes = 256ull << 20;        // the host budget when there is no GPU
+  double free_memory_fraction = 0.9;          // of free GPU memory, or of pool_bytes, for KV blocks
+  uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
   uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
 };
 

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
 #include <type_traits>
 
@@ -48,6 +49,29 @@ Field UintField(std::string_view path, std::string_view help, uint64_t min, uint
     return Status::Ok();
   };
   f.get = [member](const KvtierConfig& c) { return std::to_string(member(c)); };
+  return f;
+}
+
+// A fraction in (0, 1].
+template <typename Access>
+Field FractionField(std::string_view path, std::string_view help, Access member) {
+  Field f{path, help, "(0, 1]", false, {}, {}};
+  f.set = [member](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    KVTIER_RETURN_IF_ERROR(OneValue(v));
+    double value = 0;
+    const auto [end, ec] = std::from_chars(v[0].data(), v[0].data() + v[0].size(), value);
+    if (v[0].empty() || ec != std::errc() || end != v[0].data() + v[0].size()) {
+      return InvalidArgumentError(Quote(v[0]) + " is not a number in (0, 1]");
+    }
+    if (!(value > 0 && value <= 1)) return InvalidArgumentError(Quote(v[0]) + " is out of range (0, 1]");
+    member(c) = value;
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", member(c));
+    return std::string(text);
+  };
   return f;
 }
 
@@ -131,6 +155,13 @@ void AddNodeFields(std::vector<Field>& fields) {
       [](std::string_view v) -> Status { return ParseDtype(v).status(); }));
   fields.push_back(UintField("worker.pool_bytes", "Host-memory pool budget when there is no GPU.", 1ull << 16,
                              1ull << 44, [](auto& c) -> auto& { return c.worker.pool_bytes; }));
+  fields.push_back(FractionField("worker.free_memory_fraction",
+                                 "Share of the free GPU memory (or of worker.pool_bytes without a GPU) for KV blocks.",
+                                 [](auto& c) -> auto& { return c.worker.free_memory_fraction; }));
+  fields.push_back(UintField("worker.max_tokens",
+                             "Cap the pool at the blocks this many tokens need (0: no cap); with "
+                             "free_memory_fraction, the smaller wins.",
+                             0, 1ull << 40, [](auto& c) -> auto& { return c.worker.max_tokens; }));
   fields.push_back(UintField("worker.secondary_offload_min_priority",
                              "Evicted blocks of at least this priority move to the host tier; others are dropped.",
                              0, 100, [](auto& c) -> auto& { return c.worker.secondary_offload_min_priority; }));

@@ -40,6 +40,9 @@ struct DeviceProbe {
 // "no usable GPU: <reason>; using the CPU path".
 void LogDeviceSelection(const DeviceProbe& probe);
 
+// Free memory of `device` now (what pools are sized from). kUnavailable without a device.
+[[nodiscard]] Result<size_t> FreeDeviceMemory(int device_index);
+
 // Writes a pattern into device memory with a kernel and reads it back: proves that the
 // device, driver and the compiled kernels agree. kUnavailable without a device.
 [[nodiscard]] Status DeviceSelfTest(int device_index);

@@ -9,6 +9,10 @@ DeviceProbe ProbeDevices() {
   return probe;
 }
 
+Result<size_t> FreeDeviceMemory(int device_index) {
+  return UnavailableError("GPU " + std::to_string(device_index) + ": this build has no CUDA sources");
+}
+
 Status DeviceSelfTest(int device_index) {
   return UnavailableError("GPU " + std::to_string(device_index) + ": this build has no CUDA sources");
 }

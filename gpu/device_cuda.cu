@@ -41,6 +41,17 @@ DeviceProbe ProbeDevices() {
   return probe;
 }
 
+Result<size_t> FreeDeviceMemory(int device_index) {
+  if (cudaError_t err = cudaSetDevice(device_index); err != cudaSuccess) {
+    return UnavailableError(CudaError("cudaSetDevice", err));
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
+    return UnavailableError(CudaError("cudaMemGetInfo", err));
+  }
+  return free_bytes;
+}
+
 Status DeviceSelfTest(int device_index) {
   constexpr unsigned int kCount = 1 << 16;
   constexpr unsigned int kSeed = 12345;

@@ -87,7 +87,10 @@ class DiskTier::Impl {
       }
       return results;
     }
-    for (size_t i : staged.inserts) index_.Insert(items[i].header, items[i].header.payload_bytes, 0);
+    for (size_t i : staged.inserts) {
+      index_.Insert(items[i].header, items[i].header.payload_bytes, 0);
+      stats_.bytes_written += items[i].header.payload_bytes;
+    }
     for (size_t i : staged.refreshes) {
       index_.Refresh(index_.Find(items[i].header.key, items[i].header.format_tag), items[i].header);
     }
@@ -128,6 +131,7 @@ class DiskTier::Impl {
     std::memcpy(out.data(), value.data(), value.size());
     std::lock_guard lock(mu_);
     ++stats_.hits;
+    stats_.bytes_read += value.size();
     return header;
   }
 

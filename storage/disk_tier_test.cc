@@ -69,6 +69,8 @@ TEST(DiskTierTest, BlocksSurviveReopen) {
   EXPECT_GT(header->retention_left_ms, 0u);
   EXPECT_EQ(*Read(*tier, b2), b2.payload);
   EXPECT_EQ(tier->Headers().size(), 2u);
+  EXPECT_EQ(tier->Stats().bytes_read, 5300u) << "both blocks read once since the reopen";
+  EXPECT_EQ(tier->Stats().bytes_written, 0u) << "nothing stored since the reopen";
 }
 
 TEST(DiskTierTest, CorruptBlobIsReportedAsDataLossAndNeverReturned) {

@@ -44,6 +44,7 @@ class HostTier::Impl {
     while (free_pages_.size() < pages) EvictOne();
     const uint32_t first = TakePages(pages);
     CopyIn(first, payload);
+    stats_.bytes_written += header.payload_bytes;
     index_.Insert(header, pages, first);
     return Status::Ok();
   }
@@ -65,6 +66,7 @@ class HostTier::Impl {
     BlockHeader header = index_.CurrentHeader(id);
     index_.Touch(id);
     ++stats_.hits;
+    stats_.bytes_read += header.payload_bytes;
     return header;
   }
 

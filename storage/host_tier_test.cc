@@ -45,6 +45,8 @@ TEST(HostTierTest, PutGetRoundTripsAcrossPages) {
   EXPECT_EQ(stats.bytes, 4u * kPage);
   EXPECT_EQ(stats.hits, 2u);
   EXPECT_EQ(stats.capacity_bytes, 8u * kPage);
+  EXPECT_EQ(stats.bytes_written, 2u * kPage + 100 + 512) << "payload bytes, not pages";
+  EXPECT_EQ(stats.bytes_read, 2u * kPage + 100 + 512);
 }
 
 TEST(HostTierTest, EvictsLowestPriorityThenLeastRecentAndHandsTheBytesOn) {

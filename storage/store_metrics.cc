@@ -30,13 +30,17 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
                                        "Reads, writes and flushes the tier's medium failed (not misses, not "
                                        "corruption).",
                                        {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->bytes_written_, r.AddCounter("kvtier_store_written_bytes_total",
+                                                          "Payload bytes of blocks stored in a tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->bytes_read_, r.AddCounter("kvtier_store_read_bytes_total",
+                                                       "Payload bytes of blocks read from a tier (hits).", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->moves_, r.AddCounter("kvtier_store_moves_total",
                                                   "Blocks leaving the host tier or coming back, by what happened: "
                                                   "demoted, promoted, dropped_priority, dropped_admission.",
                                                   {"kind"}));
   // Every series exists from the start, at zero, so that dashboards and alerts see them.
   for (const char* tier : {"host", "disk"}) {
-    for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_}) family->WithLabels({tier});
+    for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_, m->bytes_written_, m->bytes_read_}) family->WithLabels({tier});
   }
   for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission"}) m->moves_->WithLabels({kind});
   return m;
@@ -51,6 +55,8 @@ void StoreMetrics::UpdateTier(const char* tier, const TierStats& now, TierStats&
   IncBy(puts_->WithLabels({tier}), now.puts, before.puts);
   IncBy(checksum_failures_->WithLabels({tier}), now.checksum_failures, before.checksum_failures);
   IncBy(io_errors_->WithLabels({tier}), now.io_errors, before.io_errors);
+  IncBy(bytes_written_->WithLabels({tier}), now.bytes_written, before.bytes_written);
+  IncBy(bytes_read_->WithLabels({tier}), now.bytes_read, before.bytes_read);
   for (int priority = 0; priority <= 100; ++priority) {
     if (now.evictions_by_priority[priority] > before.evictions_by_priority[priority]) {
       IncBy(evictions_->WithLabels({tier, std::to_string(priority)}), now.evictions_by_priority[priority],

@@ -9,6 +9,8 @@
 //   kvtier_store_evictions_total{tier,priority}   counter
 //   kvtier_store_checksum_failures_total{tier}    counter: corrupt blocks found (data loss)
 //   kvtier_store_io_errors_total{tier}            counter: failed reads, writes, flushes
+//   kvtier_store_written_bytes_total{tier}        counter: payload bytes stored
+//   kvtier_store_read_bytes_total{tier}           counter: payload bytes read (hits)
 //   kvtier_store_moves_total{kind}                counter: demoted, promoted,
 //                                                 dropped_priority, dropped_admission
 //
@@ -43,6 +45,8 @@ class StoreMetrics {
   CounterFamily* evictions_ = nullptr;
   CounterFamily* checksum_failures_ = nullptr;
   CounterFamily* io_errors_ = nullptr;
+  CounterFamily* bytes_written_ = nullptr;
+  CounterFamily* bytes_read_ = nullptr;
   CounterFamily* moves_ = nullptr;
   TierStats host_before_, disk_before_;
   TieredStoreStats before_;

@@ -21,6 +21,7 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->hits = 7;
   stats.host->checksum_failures = 1;
   stats.host->io_errors = 2;
+  stats.host->bytes_read = 7 * 65536;
   stats.host->evictions_by_priority[20] = 3;
   metrics->Update(stats);
   const std::string text = registry.Exposition();
@@ -31,6 +32,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",
                            "kvtier_store_io_errors_total{tier=\"host\"} 2\n",
                            "kvtier_store_io_errors_total{tier=\"disk\"} 0\n",
+                           "kvtier_store_read_bytes_total{tier=\"host\"} 458752\n",
+                           "kvtier_store_written_bytes_total{tier=\"disk\"} 0\n",
                            "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
                            "kvtier_store_moves_total{kind=\"demoted\"} 1\n",
                            "kvtier_store_moves_total{kind=\"promoted\"} 0\n"}) {

@@ -42,6 +42,8 @@ struct TierStats {
   uint64_t evictions_by_priority[101] = {};
   uint64_t checksum_failures = 0;
   uint64_t io_errors = 0;        // reads and writes the medium failed (not misses, not corruption)
+  uint64_t bytes_written = 0;    // payload bytes of blocks stored (not refreshes of stored ones)
+  uint64_t bytes_read = 0;       // payload bytes of hits
 };
 
 // An evicted block: its header (retention as still left) and its payload as one or more

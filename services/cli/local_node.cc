@@ -2,10 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <random>
 
+#include "gpu/device.h"
 #include "services/cli/node_events.h"
 #include "services/store/rpc/store_service.h"
+#include "services/worker/pool/pool_sizing.h"
 
 namespace kvtier::cli {
 namespace {
@@ -32,11 +35,22 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   node->store_node_ = {node->name_ + "/store", coordinator::NodeRole::kStore};
 
   KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, LayoutOf(config.worker));
-  const uint64_t blocks = config.worker.pool_bytes / layout.bytes_per_block();
-  if (blocks == 0) {
-    return InvalidArgumentError("worker.pool_bytes " + std::to_string(config.worker.pool_bytes) +
-                                " holds no block of " + std::to_string(layout.bytes_per_block()) + " bytes");
+  // The pool's budget: free_memory_fraction of the GPU's free memory, or of pool_bytes
+  // without a GPU; max_tokens caps it (services/worker/pool/pool_sizing.h).
+  uint64_t budget = config.worker.pool_bytes;
+  if (gpu >= 0) {
+    KVTIER_ASSIGN_OR_RETURN(budget, gpu::FreeDeviceMemory(gpu));
   }
+  Result<std::vector<worker::PoolSize>> sizes = worker::SizePools(
+      {.free_bytes = budget,
+       .free_memory_fraction = config.worker.free_memory_fraction,
+       .max_tokens = config.worker.max_tokens > 0 ? std::optional<uint64_t>(config.worker.max_tokens) : std::nullopt,
+       .pools = {{layout, 1.0}}});
+  if (!sizes.ok()) {
+    return Status(sizes.status().code(), std::string(gpu >= 0 ? "GPU " + std::to_string(gpu) : "worker.pool_bytes") +
+                                             ": " + sizes.status().message());
+  }
+  const uint64_t blocks = (*sizes)[0].num_blocks;
   storage::TieredStoreOptions store;
   if (config.store.host_cache_bytes > 0) {
     store.host.emplace();

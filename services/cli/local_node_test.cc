@@ -32,9 +32,10 @@ class LocalNodeTest : public ::testing::Test {
   void SetUp() override {
     KvtierConfig config;
     config.data_dir = dir_.path();
-    // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; a pool of two.
+    // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; a pool of two
+    // (all of the 1024-byte budget).
     config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = "fp16",
-                     .pool_bytes = 1024, .secondary_offload_min_priority = 35};
+                     .pool_bytes = 1024, .free_memory_fraction = 1.0, .secondary_offload_min_priority = 35};
     config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
     local_ = LocalNode::Create(config, "test-node", registry_).value();
     coordinator::CoordinatorNodeOptions options;

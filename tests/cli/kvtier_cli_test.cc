@@ -117,6 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"UnknownFlag", {"up", "--no-such-flag"}, "", "--no-such-flag"},
         BadInput{"FlagOutOfRange", {"up", "--coordinator-max-message-bytes", "12"}, "",
                  "coordinator.max_message_bytes: \"12\" is out of range [4096, 1073741824]"},
+        BadInput{"FractionOutOfRange", {"up", "--worker-free-memory-fraction", "1.5"}, "",
+                 "worker.free_memory_fraction: \"1.5\" is out of range (0, 1]"},
         BadInput{"InvalidYaml", {"up"}, "metrics: [1, 2\n", "invalid YAML at line"},
         BadInput{"UnknownField", {"up"}, "metrics:\n  prot: 9400\n", "unknown field \"metrics.prot\""},
         BadInput{"YamlOutOfRange", {"up"}, "log: {level: chatty}\n", "log.level"},
