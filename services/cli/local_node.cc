@@ -119,10 +119,15 @@ Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& n
   node.lease_id = result.lease_id;
   node.registered = true;
   if (!result.snapshot_required) return Status::Ok();
-  // The worker's pool cannot list its cached blocks yet: its snapshot is empty, so after
-  // a resync lookups miss those blocks (never point at wrong ones) until they are stored
-  // again. The store's holdings are complete.
+  // Everything the node holds now, as of its next event number: the worker's committed
+  // blocks, or the store's blocks on every tier.
   coordinator::NodeSnapshot snapshot{node.node, incarnation_, node.next_sequence, {}};
+  if (&node == &worker_node_) {
+    for (const auto& [pool_id, holding] : worker_->Holdings()) {
+      Result<coordinator::ScopeId> scope = state.scopes.Intern(holding.salt_scope);
+      if (scope.ok()) snapshot.blocks.push_back(ToSnapshotBlock(pool_id, holding, *scope));
+    }
+  }
   if (&node == &store_node_ && store_ != nullptr) {
     for (const auto& [tier, header] : store_->Holdings()) {
       Result<coordinator::ScopeId> scope = state.scopes.Intern(header.salt_scope);

@@ -38,9 +38,14 @@ class LocalNodeTest : public ::testing::Test {
                      .pool_bytes = 1024, .free_memory_fraction = 1.0, .secondary_offload_min_priority = 35};
     config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
     local_ = LocalNode::Create(config, "test-node", registry_).value();
+    StartCoordinator(registry_);
+  }
+
+  // A coordinator process embedding the node, and a client session with it.
+  void StartCoordinator(MetricsRegistry& registry) {
     coordinator::CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
-    options.registry = &registry_;
+    options.registry = &registry;
     local_->Embed(options, 10ms);
     node_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
     client_ = std::make_unique<capnp::EzRpcClient>(node_->endpoints()[0]);
@@ -99,6 +104,7 @@ class LocalNodeTest : public ::testing::Test {
 
   testing::TempDir dir_;
   MetricsRegistry registry_;
+  MetricsRegistry restarted_registry_;  // a restarted coordinator's (outlives node_)
   std::unique_ptr<LocalNode> local_;
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<capnp::EzRpcClient> client_;
@@ -167,4 +173,22 @@ TEST_F(LocalNodeTest, BlocksPutIntoTheStoreAreIndexedAtTheStore) {
 }
 
 }  // namespace
+TEST_F(LocalNodeTest, ARestartedCoordinatorGetsTheWorkersBlocksBackFromItsSnapshot) {
+  // Blocks 0,1 committed at the worker and indexed.
+  EXPECT_EQ(Allocate(1, 0), 0u);
+  Commit(1, 0);
+  const std::string indexed = "2 matched test-node/worker:gpu test-node/worker:gpu";
+  ASSERT_EQ(WaitForLocations(0, indexed), indexed);
+  // The coordinator's process goes (the client's sequence with it; the blocks stay cached
+  // in the pool) and a new one starts, knowing nothing.
+  worker_.reset();
+  coordinator_.reset();
+  store_.reset();
+  client_.reset();
+  node_.reset();
+  StartCoordinator(restarted_registry_);
+  // The worker registers again, is asked for a snapshot, and its holdings are indexed.
+  EXPECT_EQ(WaitForLocations(0, indexed), indexed);
+}
+
 }  // namespace kvtier::cli

@@ -62,4 +62,16 @@ coordinator::SnapshotBlock ToSnapshotBlock(storage::TierKind tier, const storage
   return block;
 }
 
+coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id, const worker::PoolHolding& holding,
+                                           coordinator::ScopeId scope) {
+  coordinator::SnapshotBlock block;
+  block.key = holding.key;
+  if (!holding.first) block.parent = holding.parent;
+  block.scope = scope;
+  block.tier = coordinator::Tier::kGpu;
+  block.pool = static_cast<uint16_t>(pool_id);
+  block.retention = {holding.priority, holding.retention_left};
+  return block;
+}
+
 }  // namespace kvtier::cli

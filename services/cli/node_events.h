@@ -18,5 +18,7 @@ namespace kvtier::cli {
 [[nodiscard]] coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event, coordinator::ScopeId scope);
 [[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(storage::TierKind tier, const storage::BlockHeader& header,
                                                          coordinator::ScopeId scope);
+[[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id, const worker::PoolHolding& holding,
+                                                         coordinator::ScopeId scope);
 
 }  // namespace kvtier::cli

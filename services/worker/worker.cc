@@ -281,6 +281,14 @@ WorkerStats Worker::Stats() const {
   return stats;
 }
 
+std::vector<std::pair<uint32_t, PoolHolding>> Worker::Holdings() const {
+  std::vector<std::pair<uint32_t, PoolHolding>> holdings;
+  for (uint32_t pool_id = 0; pool_id < impl_->pools_.size(); ++pool_id) {
+    for (const PoolHolding& h : impl_->pools_[pool_id].pool->Holdings()) holdings.emplace_back(pool_id, h);
+  }
+  return holdings;
+}
+
 size_t Worker::pool_count() const { return impl_->pools_.size(); }
 
 std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) { return impl_->pools_.at(pool_id).storage->host_bytes(); }

@@ -172,6 +172,8 @@ class Worker {
   void AdvanceTime();
   std::vector<WorkerEvent> TakeEvents();
   WorkerStats Stats() const;
+  // Every committed block of every pool (pool id, holding), for a snapshot.
+  std::vector<std::pair<uint32_t, PoolHolding>> Holdings() const;
   size_t pool_count() const;
   // The bytes of a host pool (empty for a device pool), for an embedding process.
   std::span<uint8_t> PoolBytes(uint32_t pool_id);

@@ -1,5 +1,7 @@
 #include "services/worker/pool/block_pool.h"
 
+#include <unordered_map>
+
 #include <algorithm>
 #include <string>
 
@@ -251,6 +253,27 @@ std::vector<PoolEvent> BlockPool::TakeEvents() {
   std::vector<PoolEvent> events;
   events.swap(impl_->events_);
   return events;
+}
+
+std::vector<PoolHolding> BlockPool::Holdings() const {
+  const Impl& w = *impl_;
+  // Live retention deadlines: heap entries whose sequence is still the block's (a copy of
+  // the heap is drained; snapshots are rare).
+  std::unordered_map<BlockId, int64_t> deadlines;
+  for (auto heap = w.expiry_; !heap.empty(); heap.pop()) {
+    const Expiry& e = heap.top();
+    if (w.metas_[e.block].retention_seq == e.seq) deadlines[e.block] = e.deadline_ns;
+  }
+  const int64_t now = w.options_.clock->Now().count();
+  std::vector<PoolHolding> holdings;
+  holdings.reserve(w.index_.size());
+  for (const auto& [key, block] : w.index_) {
+    const BlockMeta& m = w.metas_[block];
+    const auto deadline = deadlines.find(block);
+    const Nanos left{deadline == deadlines.end() ? 0 : std::max<int64_t>(deadline->second - now, 1)};
+    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope});
+  }
+  return holdings;
 }
 
 BlockPoolStats BlockPool::Stats() const {

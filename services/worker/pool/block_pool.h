@@ -68,6 +68,17 @@ struct PoolEvent {
   uint64_t salt_scope;   // SaltScope of the tenant that committed the block
 };
 
+// A committed block, as a snapshot lists it.
+struct PoolHolding {
+  BlockId block;
+  BlockKey key;
+  BlockKey parent;        // the salt root for a first block
+  bool first;             // the chain's first block
+  uint8_t priority;
+  Nanos retention_left;   // until the priority reverts to the default; 0: no expiry
+  uint64_t salt_scope;
+};
+
 // Blocks evicted by a call, in eviction order; the caller copies out those to offload
 // before it writes into the returned blocks.
 struct EvictedBlock {
@@ -151,6 +162,9 @@ class BlockPool {
   void AdvanceTime();
   // Events since the last call, in sequence order.
   std::vector<PoolEvent> TakeEvents();
+  // Every committed block the pool holds (in use or cached), with its priority and what
+  // is left of its retention: the worker's snapshot for the coordinator after a resync.
+  std::vector<PoolHolding> Holdings() const;
   BlockPoolStats Stats() const;
   const BlockPoolOptions& options() const;
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 
 namespace kvtier::worker {
@@ -165,6 +166,33 @@ TEST(BlockPoolTest, EvictsLowestPriorityFirstThenLeastRecentThenLeavesFirst) {
   EXPECT_EQ(events[1].kind, PoolEvent::Kind::kOffloaded);
   for (size_t i = 1; i < events.size(); ++i) EXPECT_EQ(events[i].sequence, events[i - 1].sequence + 1);
   EXPECT_EQ(pool->Stats().evictions_by_priority[50], 2u);
+}
+
+// What a snapshot lists: committed blocks only, with their chain links, priority and the
+// retention left.
+TEST(BlockPoolTest, HoldingsListCommittedBlocksWithRetentionLeft) {
+  FakeClock clock;
+  auto pool = MakePool(4, {.clock = &clock});
+  // Sequence 1: blocks 1 (p80 for 10 s) and 2 (p50 for good) committed; sequence 2 holds an
+  // uncommitted block.
+  StartAndCommit(*pool, 1, {Key(1), Key(2)}, Tokens(0, 8), {{80, 10s}, {50, 0ns}});
+  ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(90, 3)}).ok());
+  clock.Advance(4s);
+  std::vector<PoolHolding> holdings = pool->Holdings();
+  ASSERT_EQ(holdings.size(), 2u) << "the uncommitted block is not listed";
+  std::sort(holdings.begin(), holdings.end(), [](const auto& a, const auto& b) { return a.key.lo < b.key.lo; });
+  EXPECT_EQ(holdings[0].key, Key(1));
+  EXPECT_TRUE(holdings[0].first);
+  EXPECT_EQ(holdings[0].priority, 80);
+  EXPECT_EQ(holdings[0].retention_left, 6s);
+  EXPECT_EQ(holdings[1].key, Key(2));
+  EXPECT_FALSE(holdings[1].first);
+  EXPECT_EQ(holdings[1].parent, Key(1));
+  EXPECT_EQ(holdings[1].priority, 50);
+  EXPECT_EQ(holdings[1].retention_left, 0ns) << "no expiry";
+  // Freed, block 1 stays cached and listed until evicted.
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  EXPECT_EQ(pool->Holdings().size(), 2u);
 }
 
 TEST(BlockPoolTest, RetentionExpiresBackToTheDefaultPriority) {
