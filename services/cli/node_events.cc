@@ -22,7 +22,7 @@ coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event, coordinator::Sc
     out.kind = coordinator::KvEvent::Kind::kStored;
     out.scope = scope;
     if (!event.first) out.parent = event.parent;  // absent: the chain starts at the scope's root
-    out.retention = {coordinator::BlockRetention{event.priority, Nanos(0)}};
+    out.retention = {coordinator::BlockRetention{event.priority, event.retention}};
   } else {
     out.kind = coordinator::KvEvent::Kind::kRemoved;
   }

@@ -10,7 +10,8 @@ using coordinator::Tier;
 
 TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   const BlockKey key{1, 2}, parent{1, 1};
-  const worker::WorkerEvent stored{worker::WorkerEvent::Kind::kStored, 7, 3, key, parent, false, 60, 0xABC};
+  const worker::WorkerEvent stored{worker::WorkerEvent::Kind::kStored, 7, 3, key, parent, false, 60, 0xABC,
+                                   std::chrono::seconds(30)};  // priority 60 for 30 s
   const KvEvent s = ToKvEvent(stored, /*scope=*/4);
   EXPECT_EQ(s.kind, KvEvent::Kind::kStored);
   EXPECT_EQ(s.tier, Tier::kGpu);
@@ -19,6 +20,7 @@ TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   EXPECT_EQ(s.parent, parent);
   ASSERT_EQ(s.retention.size(), 1u);
   EXPECT_EQ(s.retention[0].priority, 60);
+  EXPECT_EQ(s.retention[0].duration, std::chrono::seconds(30)) << "the coordinator reverts it after 30 s too";
   // Offloaded: gone from the pool; the store reports the block's new place itself.
   const worker::WorkerEvent offloaded{worker::WorkerEvent::Kind::kOffloaded, 8, 3, key, {}, false, 60, 0xABC};
   const KvEvent o = ToKvEvent(offloaded, 4);

@@ -91,7 +91,7 @@ class Worker::Impl {
       if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
       }
-      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.first, e.priority, e.salt_scope});
+      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.first, e.priority, e.salt_scope, e.retention});
     }
   }
 

@@ -131,6 +131,7 @@ struct WorkerEvent {
   bool first;            // kStored: the chain's first block (parent is the salt root)
   uint8_t priority;
   uint64_t salt_scope;
+  Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
 };
 
 struct WorkerStats {

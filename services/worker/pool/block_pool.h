@@ -66,6 +66,7 @@ struct PoolEvent {
   BlockId block;
   uint8_t priority;
   uint64_t salt_scope;   // SaltScope of the tenant that committed the block
+  Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
 };
 
 // A committed block, as a snapshot lists it.

@@ -158,6 +158,7 @@ class BlockPool::Impl {
     }
     SetExpiry(b, retention);
     Emit(PoolEvent::Kind::kStored, b);
+    if (retention.priority != kDefaultPriority) events_.back().retention = retention.duration;
   }
 
   void SetPriority(BlockId b, uint8_t priority) {

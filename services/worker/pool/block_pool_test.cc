@@ -178,6 +178,10 @@ TEST(BlockPoolTest, HoldingsListCommittedBlocksWithRetentionLeft) {
   StartAndCommit(*pool, 1, {Key(1), Key(2)}, Tokens(0, 8), {{80, 10s}, {50, 0ns}});
   ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(90, 3)}).ok());
   clock.Advance(4s);
+  const std::vector<PoolEvent> events = pool->TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].retention, 10s) << "the stored event carries the retention too";
+  EXPECT_EQ(events[1].retention, 0ns);
   std::vector<PoolHolding> holdings = pool->Holdings();
   ASSERT_EQ(holdings.size(), 2u) << "the uncommitted block is not listed";
   std::sort(holdings.begin(), holdings.end(), [](const auto& a, const auto& b) { return a.key.lo < b.key.lo; });
