@@ -77,6 +77,7 @@ struct StoreConfig {
   uint64_t host_cache_bytes = 256ull << 20;
   uint64_t disk_bytes = 1ull << 30;
   std::string disk_sync = "wal";  // none | wal | fsync: see storage/disk_tier.h
+  uint32_t disk_admission_min_count = 2;  // lookups a block needs before it may enter the disk tier; 0: admit all
 };
 
 struct KvtierConfig {

@@ -167,6 +167,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 100, [](auto& c) -> auto& { return c.worker.secondary_offload_min_priority; }));
   fields.push_back(UintField("store.host_cache_bytes", "Host tier capacity (0: no host tier).", 0, 1ull << 44,
                              [](auto& c) -> auto& { return c.store.host_cache_bytes; }));
+  fields.push_back(UintField("store.disk_admission_min_count",
+                             "Lookups a block must have had (the coordinator's frequency filter) before it may "
+                             "move down to the disk tier; 0 admits every block.",
+                             0, 15, [](auto& c) -> auto& { return c.store.disk_admission_min_count; }));
   fields.push_back(UintField("store.disk_bytes", "Disk tier capacity in payload bytes (0: no disk tier).", 0,
                              1ull << 50, [](auto& c) -> auto& { return c.store.disk_bytes; }));
   fields.push_back(StringField(

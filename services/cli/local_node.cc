@@ -64,6 +64,16 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   }
   store.demote_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
   LocalNode* self = node.get();
+  if (config.store.disk_admission_min_count > 0) {
+    KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,
+                            coordinator::FrequencyFilter::Create(
+                                {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
+    node->admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+    store.admit_to_disk = [self](const storage::BlockHeader& header) {
+      std::lock_guard lock(self->admission_mu_);
+      return self->admission_->Admit(header.key);
+    };
+  }
   store.on_event = [self](const storage::StoreEvent& event) {
     std::lock_guard lock(self->mu_);
     self->store_events_.push_back(event);
@@ -105,6 +115,11 @@ void LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) 
   if (store_ != nullptr) options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
   options.on_tick = [this](coordinator::CoordinatorState& state) { Pump(state); };
   options.tick_interval = tick;
+  options.on_lookup = [this](std::span<const BlockKey> keys) {
+    std::lock_guard lock(admission_mu_);
+    if (admission_ == nullptr) return;
+    for (const BlockKey& key : keys) admission_->Record(key);
+  };
 }
 
 capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {

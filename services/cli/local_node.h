@@ -27,6 +27,7 @@
 #include "common/thread_annotations.h"
 #include "services/auth/token_store.h"
 #include "services/coordinator/rpc/coordinator_node.h"
+#include "services/coordinator/index/admission.h"
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
@@ -79,6 +80,10 @@ class LocalNode {
   Registration worker_node_, store_node_;
   std::mutex mu_;
   std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);
+  // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
+  // Lock order: the store's host lock, then admission_mu_ (a leaf).
+  std::mutex admission_mu_;
+  std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_GUARDED_BY(admission_mu_);
 };
 
 }  // namespace kvtier::cli

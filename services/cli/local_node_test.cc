@@ -37,9 +37,12 @@ class LocalNodeTest : public ::testing::Test {
     config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = "fp16",
                      .pool_bytes = 1024, .free_memory_fraction = 1.0, .secondary_offload_min_priority = 35};
     config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
+    Configure(config);
     local_ = LocalNode::Create(config, "test-node", registry_).value();
     StartCoordinator(registry_);
   }
+
+  virtual void Configure(KvtierConfig&) {}
 
   // A coordinator process embedding the node, and a client session with it.
   void StartCoordinator(MetricsRegistry& registry) {
@@ -189,6 +192,46 @@ TEST_F(LocalNodeTest, ARestartedCoordinatorGetsTheWorkersBlocksBackFromItsSnapsh
   StartCoordinator(restarted_registry_);
   // The worker registers again, is asked for a snapshot, and its holdings are indexed.
   EXPECT_EQ(WaitForLocations(0, indexed), indexed);
+}
+
+// A host tier of one 64 KiB page (one block) in front of the disk tier, which admits a
+// block only after two lookups of it (store.disk_admission_min_count, the default).
+class LocalNodeAdmissionTest : public LocalNodeTest {
+ protected:
+  void Configure(KvtierConfig& config) override { config.store.host_cache_bytes = 64 << 10; }
+
+  uint32_t Lookup(uint64_t first) {
+    auto request = coordinator_->lookupRequest();
+    SetKeys(request.initRequest().initKeys(2), first);
+    return request.send().wait(client_->getWaitScope()).getResult().getMatchedBlocks();
+  }
+
+  uint64_t Metric(const std::string& series) {
+    const std::string text = registry_.Exposition();
+    const size_t at = text.find(series + " ");
+    return at == std::string::npos ? 0 : std::stoull(text.substr(at + series.size() + 1));
+  }
+};
+
+TEST_F(LocalNodeAdmissionTest, OnlyBlocksLookedUpTwiceMoveDownToDisk) {
+  // Blocks 0,1 committed and looked up twice; blocks 5,6 committed and never looked up.
+  Allocate(1, 0);
+  Commit(1, 0);
+  for (int i = 0; i < 2; ++i) Lookup(0);
+  Free(1);
+  Allocate(2, 5);  // evicts 0,1 into the one-block host tier: one of them moves to disk
+  Commit(2, 5);
+  Free(2);
+  Allocate(3, 8);  // evicts 5,6: the host tier's blocks move down, and 5,6 may not
+  // The store's metrics show both verdicts (updated at the next tick).
+  const std::string dropped = "kvtier_store_moves_total{kind=\"dropped_admission\"}";
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       std::chrono::steady_clock::now() < deadline && Metric(dropped) == 0;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GE(Metric(dropped), 1u) << "5 or 6, never looked up, is refused by the disk tier";
+  EXPECT_GE(Metric("kvtier_store_blocks{tier=\"disk\"}"), 1u) << "0 or 1, looked up twice, is on disk";
+  EXPECT_EQ(Metric("kvtier_store_moves_total{kind=\"demoted\"}"), Metric("kvtier_store_blocks{tier=\"disk\"}"));
 }
 
 }  // namespace kvtier::cli

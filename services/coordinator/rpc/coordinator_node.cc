@@ -27,6 +27,7 @@ class CoordinatorNode::Impl {
     session_.coordinator = [this](const auth::Tenant& tenant) {
       return MakeCoordinatorService(state_, SaltScope(tenant.salt));
     };
+    state_.on_lookup = options_.on_lookup;
     session_.worker = options_.worker;
     session_.store = options_.store;
 

@@ -18,11 +18,13 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <capnp/capability.h>
 
+#include "common/block_key.h"
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/metrics.h"
@@ -46,6 +48,9 @@ struct CoordinatorNodeOptions {
   std::function<capnp::Capability::Client(const auth::Tenant&)> store;   // empty: no blocks served here
   std::function<void(CoordinatorState&)> on_tick;
   Nanos tick_interval{0};  // 0: a quarter of the lease
+  // Sees the keys of every lookup, on the server's thread (an embedded store's admission
+  // filter counts them).
+  std::function<void(std::span<const BlockKey>)> on_lookup;
 };
 
 class CoordinatorNode {

@@ -98,6 +98,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   kj::Promise<void> lookup(LookupContext call) override {
     const std::vector<BlockKey> keys = ToKeys(call.getParams().getRequest().getKeys());
+    if (state_.on_lookup) state_.on_lookup(keys);
     const auto start = std::chrono::steady_clock::now();
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
     const LookupResult result = scope ? state_.coordinator->Lookup(*scope, keys) : LookupResult{0, {}, {0}, {}};

@@ -10,7 +10,9 @@
 // Ownership: `state` outlives every capability made from it.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -28,6 +30,7 @@ struct CoordinatorState {
   ScopeRegistry scopes;
   std::unordered_map<std::string, std::string> rpc_addresses;    // node -> address, for Route
   std::unordered_map<std::string, NodeSnapshot> pending_snapshots;  // chunks until `last`
+  std::function<void(std::span<const BlockKey>)> on_lookup;         // the prompt's keys, every lookup
 };
 
 [[nodiscard]] capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, uint64_t salt_scope);
