@@ -33,6 +33,19 @@ class HostPoolStorage final : public PoolStorage {
     std::memcpy(host_bytes().data() + destination, host_bytes().data() + source, bytes);
     return Status::Ok();
   }
+  Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                    std::vector<std::span<const uint8_t>>* views) override {
+    views->clear();
+    for (uint32_t id : ids) views->push_back(host_bytes().subspan(size_t{id} * block_bytes, block_bytes));
+    return Status::Ok();
+  }
+  Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                        std::vector<std::span<uint8_t>>* views) override {
+    views->clear();
+    for (uint32_t id : ids) views->push_back(host_bytes().subspan(size_t{id} * block_bytes, block_bytes));
+    return Status::Ok();
+  }
+  Status CommitWrites(std::span<const uint32_t>, size_t) override { return Status::Ok(); }
 
  private:
   SharedPoolMemory memory_;
@@ -65,10 +78,55 @@ class DevicePoolStorage final : public PoolStorage {
     return backend_->Copy(Base() + destination, Base() + source, bytes);
   }
 
+  // One Gather kernel into pinned staging for the whole batch.
+  Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                    std::vector<std::span<const uint8_t>>* views) override {
+    views->clear();
+    if (ids.empty()) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(Stage(ids, block_bytes));
+    KVTIER_RETURN_IF_ERROR(backend_->Gather(Args(ids, block_bytes)));
+    for (size_t i = 0; i < ids.size(); ++i) views->push_back({staging_.as<uint8_t>() + i * block_bytes, block_bytes});
+    return Status::Ok();
+  }
+  Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                        std::vector<std::span<uint8_t>>* views) override {
+    views->clear();
+    if (ids.empty()) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(Stage(ids, block_bytes));
+    for (size_t i = 0; i < ids.size(); ++i) views->push_back({staging_.as<uint8_t>() + i * block_bytes, block_bytes});
+    return Status::Ok();
+  }
+  // One Scatter kernel from the staging WritableBlocks handed out.
+  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) override {
+    if (ids.empty()) return Status::Ok();
+    return backend_->Scatter(Args(ids, block_bytes));
+  }
+
  private:
   uint8_t* Base() const { return static_cast<uint8_t*>(memory_.data()); }
+
+  // Pinned staging for `ids.size()` blocks and the ids in device memory, grown as needed
+  // (never shrunk: batches repeat).
+  Status Stage(std::span<const uint32_t> ids, size_t block_bytes) {
+    const size_t bytes = ids.size() * block_bytes;
+    if (staging_.size() < bytes) {
+      KVTIER_ASSIGN_OR_RETURN(staging_, gpu::DeviceBuffer::Create(*backend_, gpu::MemoryKind::kStaging, bytes));
+    }
+    if (ids_.size() < ids.size_bytes()) {
+      KVTIER_ASSIGN_OR_RETURN(ids_, gpu::DeviceBuffer::Create(*backend_, gpu::MemoryKind::kDevice, ids.size_bytes()));
+    }
+    return backend_->Copy(ids_.data(), ids.data(), ids.size_bytes());
+  }
+
+  gpu::BlockCopyArgs Args(std::span<const uint32_t> ids, size_t block_bytes) const {
+    return {memory_.data(), memory_.size() / block_bytes, block_bytes, ids_.as<uint32_t>(),
+            static_cast<uint32_t>(ids.size()), staging_.data()};
+  }
+
   gpu::SharedDeviceMemory memory_;
   std::unique_ptr<gpu::KernelBackend> backend_;
+  gpu::DeviceBuffer staging_;  // pinned host memory
+  gpu::DeviceBuffer ids_;      // the batch's block ids, on the device
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -42,6 +43,18 @@ class PoolStorage {
   [[nodiscard]] virtual Status Read(size_t offset, std::span<uint8_t> out) = 0;
   [[nodiscard]] virtual Status Write(size_t offset, std::span<const uint8_t> in) = 0;
   [[nodiscard]] virtual Status CopyWithin(size_t destination, size_t source, size_t bytes) = 0;
+
+  // Batches of whole blocks, one transfer per batch (REQUIRES: ids inside the pool, no
+  // repeats, block_bytes a multiple of 16 for device pools).
+  // ReadBlocks: host-readable views of the blocks, in order, valid until the next batch
+  // call: the pool memory itself (host), or pinned staging filled by one gather (device).
+  [[nodiscard]] virtual Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                                          std::vector<std::span<const uint8_t>>* views) = 0;
+  // WritableBlocks: where to put the blocks' new bytes (the pool itself, or staging);
+  // CommitWrites then lands them (nothing for host pools, one scatter for device pools).
+  [[nodiscard]] virtual Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                                              std::vector<std::span<uint8_t>>* views) = 0;
+  [[nodiscard]] virtual Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) = 0;
 };
 
 // Host shared memory, zero-filled.

@@ -13,7 +13,6 @@ struct PoolState {
   KvLayout layout;
   std::unique_ptr<BlockPool> pool;
   std::unique_ptr<PoolStorage> storage;
-  std::vector<uint8_t> staging;  // one block: device pools offload and onboard through it
 
   size_t BlockOffset(BlockId block) const { return size_t{block} * layout.bytes_per_block(); }
 };
@@ -61,24 +60,26 @@ class Worker::Impl {
     return &it->second;
   }
 
-  // Offloads the victims worth keeping, then turns the pool's events into the node's.
+  // Offloads the victims worth keeping (their bytes read in one batch: one gather on a
+  // GPU), then turns the pool's events into the node's.
   void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
     PoolState& state = pools_[pool_id];
-    std::vector<BlockKey> refused;
+    const size_t block_bytes = state.layout.bytes_per_block();
+    std::vector<const EvictedBlock*> keep;
+    std::vector<uint32_t> ids;
     for (const EvictedBlock& victim : evicted) {
       if (!victim.offload) continue;
-      const size_t block_bytes = state.layout.bytes_per_block();
-      std::span<const uint8_t> bytes = state.storage->host_bytes().subspan(0);
-      bool readable = true;
-      if (bytes.empty()) {  // a device pool: the block comes to host staging first
-        readable = options_.offload != nullptr && state.storage->Read(state.BlockOffset(victim.block), state.staging).ok();
-        bytes = state.staging;
-      } else {
-        bytes = bytes.subspan(state.BlockOffset(victim.block), block_bytes);
-      }
-      const OffloadBlock block{victim.key,        victim.parent,     victim.first,  victim.format_tag,
-                               victim.salt_scope, victim.priority,   &state.layout, bytes};
-      if (readable && options_.offload != nullptr && options_.offload->Offload(block).ok()) {
+      keep.push_back(&victim);
+      ids.push_back(victim.block);
+    }
+    std::vector<std::span<const uint8_t>> views;
+    const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
+    std::vector<BlockKey> refused;
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const EvictedBlock& victim = *keep[i];
+      const OffloadBlock block{victim.key,        victim.parent,   victim.first,  victim.format_tag,
+                               victim.salt_scope, victim.priority, &state.layout, readable ? views[i] : std::span<const uint8_t>()};
+      if (readable && options_.offload->Offload(block).ok()) {
         ++stats_.offloaded_blocks;
         stats_.offloaded_bytes += block_bytes;
       } else {
@@ -136,8 +137,7 @@ Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
     const size_t bytes = size_t{config.num_blocks} * layout.bytes_per_block();
     KVTIER_ASSIGN_OR_RETURN(auto storage, options.device >= 0 ? MakeDevicePoolStorage(options.device, bytes)
                                                                : MakeHostPoolStorage(bytes));
-    std::vector<uint8_t> staging(options.device >= 0 ? layout.bytes_per_block() : 0);
-    impl->pools_.push_back({layout, std::move(pool), std::move(storage), std::move(staging)});
+    impl->pools_.push_back({layout, std::move(pool), std::move(storage)});
   }
   return std::unique_ptr<Worker>(new Worker(std::move(impl)));
 }
@@ -229,18 +229,23 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   }
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
   const size_t block_bytes = state.layout.bytes_per_block();
-  uint32_t filled = seq->filled_blocks;
+  // The blocks to fill, in order, up to the first one out of a limited window.
+  std::vector<uint32_t> ids;
+  for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b) ids.push_back(table[b]);
   OnboardResult result;
-  for (; filled < block_keys.size() && w.options_.onboard != nullptr; ++filled) {
-    if (table[filled] == kNoBlock) break;  // out of a limited window: nothing to fill
-    const std::span<uint8_t> host = state.storage->host_bytes();
-    const std::span<uint8_t> out = host.empty() ? std::span<uint8_t>(state.staging)
-                                                : host.subspan(state.BlockOffset(table[filled]), block_bytes);
-    const OnboardBlock block{block_keys[filled], seq->format_tag, seq->salt_scope, &state.layout, out};
-    if (!w.options_.onboard->Fetch(block).ok()) break;
-    if (host.empty() && !state.storage->Write(state.BlockOffset(table[filled]), out).ok()) break;
-    ++result.onboarded_blocks;
+  std::vector<std::span<uint8_t>> views;
+  if (w.options_.onboard != nullptr && !ids.empty()) {
+    KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(ids, block_bytes, &views));
+    // Fetched in order until the tiers lack one; then landed in one batch (one scatter on a GPU).
+    for (; result.onboarded_blocks < ids.size(); ++result.onboarded_blocks) {
+      const uint32_t b = seq->filled_blocks + result.onboarded_blocks;
+      const OnboardBlock block{block_keys[b], seq->format_tag, seq->salt_scope, &state.layout,
+                               views[result.onboarded_blocks]};
+      if (!w.options_.onboard->Fetch(block).ok()) break;
+    }
+    KVTIER_RETURN_IF_ERROR(state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes));
   }
+  const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {
     KVTIER_RETURN_IF_ERROR(Commit(client, sequence, block_keys.first(filled), {}, retention).status());
     seq->filled_blocks = filled;

@@ -291,6 +291,43 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   EXPECT_EQ(worker.WriteBlock(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument) << "block 2 of 2";
 }
 
+// Four blocks evicted by one allocation leave in one batch (one gather on a GPU) and come
+// back in one (one scatter), each byte for byte.
+TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
+  const int device = GetParam();
+  const gpu::DeviceProbe probe = gpu::ProbeDevices();
+  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+  MapTier tier;
+  auto created = Worker::Create({.pools = {{TestLayout(), 4}}, .offload = &tier, .onboard = &tier, .device = device});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4)};
+  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  // Sequence 1 fills the pool with blocks 1-4, each its own pattern, and commits them.
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (uint8_t i = 0; i < 4; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), keep).ok());
+  ASSERT_TRUE(worker.Free(1, 1).ok());
+  // Sequence 2 needs the whole pool: all four are evicted at once and offloaded.
+  const std::vector<BlockKey> other = {Key(11), Key(12), Key(13), Key(14)};
+  ASSERT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 16)}).ok());
+  ASSERT_EQ(tier.blocks.size(), 4u);
+  for (uint8_t i = 0; i < 4; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
+  ASSERT_TRUE(worker.Free(1, 2).ok());
+  // Sequence 3 asks for blocks 1-4 again: all four onboarded at once.
+  auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
+  ASSERT_TRUE(c.ok());
+  auto onboarded = worker.Onboard(1, 3, keys, keep);
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->onboarded_blocks, 4u);
+  std::vector<uint8_t> back(512);
+  for (uint8_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
+    EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(HostAndGpu, WorkerStorageTest, ::testing::Values(-1, 0),
                          [](const auto& info) { return info.param < 0 ? "HostPool" : "GpuPool"; });
 
