@@ -215,3 +215,27 @@ TEST(BlockCopyTest, BadOrRepeatedBlockIdsCopyNothing) {
 
 }  // namespace
 }  // namespace kvtier::gpu
+
+namespace kvtier::gpu {
+namespace {
+
+// 6 runs of 40 bytes at a pitch of 64 (source) and 96 (destination); the bytes between
+// runs stay as they were.
+TEST(Copy2DTest, CopiesEveryRunAndNothingBetween) {
+  const std::vector<uint8_t> src = testing::RandomBytes(6 * 64, 21);
+  const std::vector<uint8_t> dst = testing::RandomBytes(6 * 96, 22);
+  std::vector<uint8_t> expected = dst;
+  for (size_t row = 0; row < 6; ++row) std::memcpy(&expected[row * 96], &src[row * 64], 40);
+  for (auto& backend : testing::TestBackends()) {
+    DeviceBuffer s = testing::Upload(*backend, src), d = testing::Upload(*backend, dst);
+    ASSERT_TRUE(backend->Copy2D(d.data(), 96, s.data(), 64, 40, 6).ok()) << backend->name();
+    EXPECT_EQ(testing::Download<uint8_t>(*backend, d, dst.size()), expected) << backend->name();
+    const Status narrow = backend->Copy2D(d.data(), 32, s.data(), 64, 40, 6);
+    EXPECT_EQ(narrow.code(), StatusCode::kInvalidArgument) << backend->name();
+    EXPECT_NE(narrow.message().find("at least the width 40"), std::string::npos) << narrow;
+    EXPECT_EQ(testing::Download<uint8_t>(*backend, d, dst.size()), expected) << "a refused copy writes nothing";
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::gpu

@@ -40,6 +40,17 @@ bool IsFloatDtype(KvDtype dtype) {
 
 bool IsQuantizedDtype(KvDtype dtype) { return dtype == KvDtype::kInt8 || dtype == KvDtype::kFp8E4m3; }
 
+Status CheckCopy2D(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                   size_t height) {
+  if (width == 0 || height == 0) return Status::Ok();
+  if (dst == nullptr || src == nullptr) return InvalidArgumentError("Copy2D: dst and src must be set");
+  if (dst_pitch < width || src_pitch < width) {
+    return InvalidArgumentError("Copy2D: pitches (dst " + std::to_string(dst_pitch) + ", src " +
+                                std::to_string(src_pitch) + ") must be at least the width " + std::to_string(width));
+  }
+  return Status::Ok();
+}
+
 Status CheckLinearUpdate(const LinearUpdateArgs& a) {
   constexpr const char* k = "UpdateLinear";
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.cache, k, "cache"));

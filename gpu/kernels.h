@@ -133,6 +133,11 @@ class KernelBackend {
   // A plain copy between any two of: this backend's memory, staging memory, host memory
   // (the direction follows from the pointers, as cudaMemcpyDefault does).
   [[nodiscard]] virtual Status Copy(void* dst, const void* src, size_t bytes) = 0;
+  // `height` runs of `width` bytes, run i from src + i * src_pitch to dst + i * dst_pitch,
+  // in one call (the leading tokens of every head run of a block, for partial reuse).
+  // kInvalidArgument when a pitch is smaller than the width. REQUIRES: no overlap.
+  [[nodiscard]] virtual Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                                      size_t height) = 0;
 };
 
 // The CPU reference. Always available.

@@ -141,6 +141,15 @@ class CpuBackend final : public KernelBackend {
     return Status::Ok();
   }
 
+  Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                size_t height) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckCopy2D(dst, dst_pitch, src, src_pitch, width, height));
+    for (size_t row = 0; row < height; ++row) {
+      std::memcpy(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch, width);
+    }
+    return Status::Ok();
+  }
+
  private:
   Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));

@@ -146,6 +146,17 @@ class CudaBackend final : public KernelBackend {
     return Status::Ok();
   }
 
+  Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                size_t height) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckCopy2D(dst, dst_pitch, src, src_pitch, width, height));
+    if (width == 0 || height == 0) return Status::Ok();
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+    cudaError_t err = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream_);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) return InternalError(CudaError("cudaMemcpy2D", err));
+    return Status::Ok();
+  }
+
  private:
   explicit CudaBackend(int device) : device_(device) {}
 

@@ -29,8 +29,10 @@ class HostPoolStorage final : public PoolStorage {
     std::memcpy(host_bytes().data() + offset, in.data(), in.size());
     return Status::Ok();
   }
-  Status CopyWithin(size_t destination, size_t source, size_t bytes) override {
-    std::memcpy(host_bytes().data() + destination, host_bytes().data() + source, bytes);
+  Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch, size_t runs) override {
+    for (size_t i = 0; i < runs; ++i) {
+      std::memcpy(host_bytes().data() + destination + i * pitch, host_bytes().data() + source + i * pitch, run_bytes);
+    }
     return Status::Ok();
   }
   Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
@@ -74,8 +76,8 @@ class DevicePoolStorage final : public PoolStorage {
   Status Write(size_t offset, std::span<const uint8_t> in) override {
     return backend_->Copy(Base() + offset, in.data(), in.size());
   }
-  Status CopyWithin(size_t destination, size_t source, size_t bytes) override {
-    return backend_->Copy(Base() + destination, Base() + source, bytes);
+  Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch, size_t runs) override {
+    return backend_->Copy2D(Base() + destination, pitch, Base() + source, pitch, run_bytes, runs);
   }
 
   // One Gather kernel into pinned staging for the whole batch.

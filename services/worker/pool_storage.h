@@ -39,10 +39,13 @@ class PoolStorage {
   // The pool as host memory; empty for device pools.
   virtual std::span<uint8_t> host_bytes() = 0;
   // REQUIRES (all three): the ranges lie inside the pool; source and destination of
-  // CopyWithin do not overlap.
+  // CopyRuns do not overlap.
   [[nodiscard]] virtual Status Read(size_t offset, std::span<uint8_t> out) = 0;
   [[nodiscard]] virtual Status Write(size_t offset, std::span<const uint8_t> in) = 0;
-  [[nodiscard]] virtual Status CopyWithin(size_t destination, size_t source, size_t bytes) = 0;
+  // `runs` runs of `run_bytes`, run i at offset + i * pitch, from source to destination
+  // (copy-on-partial-reuse: the leading tokens of every head run of a block), one call.
+  [[nodiscard]] virtual Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch,
+                                        size_t runs) = 0;
 
   // Batches of whole blocks, one transfer per batch (REQUIRES: ids inside the pool, no
   // repeats, block_bytes a multiple of 16 for device pools).

@@ -96,20 +96,15 @@ class Worker::Impl {
     }
   }
 
-  // Copy-on-partial-reuse: the leading tokens of every (layer, K|V, head) run.
+  // Copy-on-partial-reuse: the leading tokens of every (layer, K|V, head) run. The runs
+  // sit at a fixed pitch in a block ([layer][k|v][kv_head][token][head_dim]), so this is
+  // one strided copy (one cudaMemcpy2D on a GPU).
   Status CopyTokens(PoolState& state, const PartialCopy& copy) {
     const KvLayout& layout = state.layout;
     const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
-    for (uint32_t layer = 0; layer < layout.num_layers(); ++layer) {
-      for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
-        for (uint32_t head = 0; head < layout.num_kv_heads(); ++head) {
-          const size_t offset = layout.ByteOffset(layer, part, head, 0);
-          KVTIER_RETURN_IF_ERROR(state.storage->CopyWithin(state.BlockOffset(copy.destination) + offset,
-                                                           state.BlockOffset(copy.source) + offset, run_bytes));
-        }
-      }
-    }
-    return Status::Ok();
+    const size_t runs = size_t{layout.num_layers()} * 2 * layout.num_kv_heads();
+    return state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source), run_bytes,
+                                   layout.bytes_per_head_run(), runs);
   }
 
   WorkerOptions options_;
