@@ -1,6 +1,7 @@
 #include "services/worker/worker.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <unordered_map>
 
@@ -73,7 +74,9 @@ class Worker::Impl {
       ids.push_back(victim.block);
     }
     std::vector<std::span<const uint8_t>> views;
+    const auto read_start = std::chrono::steady_clock::now();
     const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
+    stats_.offload_transfer += std::chrono::steady_clock::now() - read_start;
     std::vector<BlockKey> refused;
     for (size_t i = 0; i < keep.size(); ++i) {
       const EvictedBlock& victim = *keep[i];
@@ -103,8 +106,11 @@ class Worker::Impl {
     const KvLayout& layout = state.layout;
     const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
     const size_t runs = size_t{layout.num_layers()} * 2 * layout.num_kv_heads();
-    return state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source), run_bytes,
-                                   layout.bytes_per_head_run(), runs);
+    const auto start = std::chrono::steady_clock::now();
+    const Status copied = state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source),
+                                                  run_bytes, layout.bytes_per_head_run(), runs);
+    stats_.copy_transfer += std::chrono::steady_clock::now() - start;
+    return copied;
   }
 
   WorkerOptions options_;
@@ -238,7 +244,10 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
                                views[result.onboarded_blocks]};
       if (!w.options_.onboard->Fetch(block).ok()) break;
     }
-    KVTIER_RETURN_IF_ERROR(state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes));
+    const auto write_start = std::chrono::steady_clock::now();
+    const Status landed = state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes);
+    w.stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
+    KVTIER_RETURN_IF_ERROR(landed);
   }
   const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {

@@ -38,6 +38,12 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded_bytes,
                           r.AddCounter("kvtier_worker_onboarded_bytes_total",
                                        "Bytes of the blocks brought into a pool from the node's tiers."));
+  KVTIER_ASSIGN_OR_RETURN(m->transfer_seconds_,
+                          r.AddCounter("kvtier_worker_transfer_seconds_total",
+                                       "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "
+                                       "landed), copy (partial reuse); on a GPU the kernels and their waits.",
+                                       {"op"}));
+  for (const char* op : {"offload", "onboard", "copy"}) m->transfer_seconds_->WithLabels({op});
   m->onboarded_blocks_ = &onboarded->WithLabels({});
   m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
   m->offloaded_blocks_ = &offloaded->WithLabels({});
@@ -80,6 +86,10 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
   IncBy(*dropped_offloads_, stats.dropped_offloads, last_.dropped_offloads);
   IncBy(*onboarded_blocks_, stats.onboarded_blocks, last_.onboarded_blocks);
   IncBy(*onboarded_bytes_, stats.onboarded_bytes, last_.onboarded_bytes);
+  const auto seconds = [](Nanos now, Nanos before) { return std::chrono::duration<double>(now - before).count(); };
+  transfer_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_transfer, last_.offload_transfer));
+  transfer_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_transfer, last_.onboard_transfer));
+  transfer_seconds_->WithLabels({"copy"}).Inc(seconds(stats.copy_transfer, last_.copy_transfer));
   const size_t pools = last_.pools.size();
   last_ = stats;
   last_.pools.resize(pools);

@@ -5,6 +5,8 @@
 //   partial_reuses_total{pool,how}  partial reuse in place or by copy
 //   evictions_total{pool,priority}  blocks evicted, by their priority
 //   offloaded_blocks_total, offloaded_bytes_total, dropped_offloads_total
+//   transfer_seconds_total{op}      time moving pool bytes: offload, onboard, copy (the
+//                                   kernels and their waits on a GPU)
 //
 // Thread safety: as common/metrics.h; updated from the worker's event-loop thread.
 #pragma once
@@ -36,6 +38,7 @@ class WorkerMetrics {
   Counter* dropped_offloads_ = nullptr;
   Counter* onboarded_blocks_ = nullptr;
   Counter* onboarded_bytes_ = nullptr;
+  CounterFamily* transfer_seconds_ = nullptr;
   WorkerStats last_;  // what the counters already include
 };
 

@@ -55,5 +55,23 @@ TEST(WorkerMetricsTest, CountsOnboardedBlocksAndBytesByGrowth) {
   EXPECT_NE(text.find("kvtier_worker_onboarded_bytes_total 2560\n"), std::string::npos) << text;
 }
 
+TEST(WorkerMetricsTest, TransferTimeIsCountedInSecondsByPath) {
+  MetricsRegistry registry;
+  auto metrics = WorkerMetrics::Create(registry, 1).value();
+  WorkerStats stats;
+  stats.pools.resize(1);
+  stats.offload_transfer = std::chrono::milliseconds(250);
+  metrics->Update(stats);
+  stats.offload_transfer = std::chrono::milliseconds(1500);  // 1.25 s more
+  stats.onboard_transfer = std::chrono::milliseconds(500);
+  metrics->Update(stats);
+  const std::string text = registry.Exposition();
+  for (const char* line : {"kvtier_worker_transfer_seconds_total{op=\"offload\"} 1.5\n",
+                           "kvtier_worker_transfer_seconds_total{op=\"onboard\"} 0.5\n",
+                           "kvtier_worker_transfer_seconds_total{op=\"copy\"} 0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::worker

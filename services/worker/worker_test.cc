@@ -314,6 +314,7 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   ASSERT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 16)}).ok());
   ASSERT_EQ(tier.blocks.size(), 4u);
   for (uint8_t i = 0; i < 4; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
+  EXPECT_GT(worker.Stats().offload_transfer.count(), 0) << "the batch's transfer time is counted";
   ASSERT_TRUE(worker.Free(1, 2).ok());
   // Sequence 3 asks for blocks 1-4 again: all four onboarded at once.
   auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
