@@ -1,7 +1,11 @@
 #include "storage/disk_tier.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -117,6 +121,63 @@ TEST(DiskTierTest, UnreadableBlobIsAnErrorCountedAndNeverReturned) {
   EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status();  // an I/O error: may pass
   EXPECT_EQ(tier->Stats().io_errors, 1u);
   EXPECT_EQ(tier->Stats().checksum_failures, 0u);
+}
+
+// A disk tier on a 4 MiB tmpfs with room, by its own capacity, for much more: the file
+// system fills first. The write that finds it full (a put, or the flush that writes the
+// blob files) fails as kResourceExhausted ("disk full": a caller may go elsewhere), the
+// failure is counted, and every block whose put was acknowledged reads back intact.
+// Needs the right to mount (root in CI).
+TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
+  TempDir dir;
+  if (mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << "); needs root";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{dir.path()};
+  std::vector<TestBlock> acknowledged;
+  Status full;
+  {
+    auto tier = Open(dir.path(), /*capacity=*/1ull << 30);
+    ASSERT_NE(tier, nullptr);
+    for (uint64_t id = 1; id <= 256 && full.ok(); ++id) {  // 256 x 64 KiB: 4x the file system
+      TestBlock block = MakeBlock(id, 64 << 10);
+      full = tier->Put(block.header, block.payload);
+      if (!full.ok()) break;
+      acknowledged.push_back(std::move(block));
+      if (id % 8 == 0) full = tier->Flush();  // blob files reach the file system
+    }
+    ASSERT_FALSE(full.ok()) << "256 blocks of 64 KiB fit in 4 MiB?";
+    EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full;
+    EXPECT_NE(full.message().find("disk full"), std::string::npos) << full;
+    EXPECT_GE(tier->Stats().io_errors, 1u);
+    ASSERT_GT(acknowledged.size(), 8u);
+    for (const TestBlock& block : acknowledged) {
+      auto read = Read(*tier, block);
+      ASSERT_TRUE(read.ok()) << "block " << block.header.key.lo << ": " << read.status();
+      EXPECT_EQ(*read, block.payload);
+    }
+  }
+  // A restart on the still-full file system fails to open, saying why; once the operator
+  // makes room (the tmpfs grows), the reopened tier holds every acknowledged block.
+  DiskTierOptions options;
+  options.path = dir.path();
+  options.capacity_bytes = 1ull << 30;
+  options.memtable_bytes = 1 << 20;
+  auto on_full_disk = DiskTier::Create(options);
+  if (!on_full_disk.ok()) {
+    EXPECT_EQ(on_full_disk.status().code(), StatusCode::kResourceExhausted) << on_full_disk.status();
+    ASSERT_EQ(mount("tmpfs", dir.path().c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0) << std::strerror(errno);
+  }
+  auto reopened = Open(dir.path(), /*capacity=*/1ull << 30);
+  ASSERT_NE(reopened, nullptr);
+  for (const TestBlock& block : acknowledged) {
+    auto read = Read(*reopened, block);
+    ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": " << read.status();
+    EXPECT_EQ(*read, block.payload);
+  }
 }
 
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
