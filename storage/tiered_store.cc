@@ -48,20 +48,21 @@ class TieredStore::Impl {
     return results;
   }
 
-  Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
+  Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out) {
     if (host_) {
       Result<BlockHeader> hit = host_->Get(ref, out);
-      if (hit.ok() || !disk_ || hit.status().code() == StatusCode::kInvalidArgument) return hit;
+      if (hit.ok()) return TieredHit{std::move(hit).value(), TierKind::kHost};
+      if (!disk_ || hit.status().code() == StatusCode::kInvalidArgument) return hit.status();
       if (hit.status().code() == StatusCode::kDataLoss) NoteLoss(TierKind::kHost, ref);
     }
     if (!disk_) return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
     Result<BlockHeader> hit = disk_->Get(ref, out);
     if (!hit.ok()) {
       if (hit.status().code() == StatusCode::kDataLoss) NoteLoss(TierKind::kDisk, ref);
-      return hit;
+      return hit.status();
     }
     if (host_ && options_.promote_on_hit) Promote(*hit, out.first(hit->payload_bytes));
-    return hit;
+    return TieredHit{std::move(hit).value(), TierKind::kDisk};
   }
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
@@ -188,7 +189,7 @@ TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TieredStore::~TieredStore() = default;
 Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
 std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
-Result<BlockHeader> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }

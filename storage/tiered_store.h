@@ -40,6 +40,12 @@ struct TieredStoreOptions {
   std::function<void(const StoreEvent&)> on_event;
 };
 
+// A TieredStore::Get hit: the block's header and the tier that served it.
+struct TieredHit {
+  BlockHeader header;
+  TierKind tier;
+};
+
 struct TieredStoreStats {
   std::optional<TierStats> host;
   std::optional<TierStats> disk;
@@ -58,7 +64,7 @@ class TieredStore {
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload);
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
-  [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out);
+  [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
   bool Contains(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.

@@ -76,11 +76,16 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   auto hit = store->Get(b0.ref(), out);
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_EQ(out, b0.payload);
-  EXPECT_EQ(hit->priority, 60);
+  EXPECT_EQ(hit->header.priority, 60);
+  EXPECT_EQ(hit->tier, TierKind::kDisk);
   EXPECT_EQ(store->Stats().promoted, 1u);
   EXPECT_EQ(events_, (std::vector<Recorded>{{K::kTierChanged, TierKind::kDisk, 2}, {K::kStored, TierKind::kHost, 0}}));
   auto holdings = store->Holdings();
   EXPECT_EQ(holdings.size(), 3u);  // 0 and 3 in host, 2 on disk (0's disk copy reported once)
+  // Read again, block 0 comes from the host tier it was promoted into.
+  auto again = store->Get(b0.ref(), out);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->tier, TierKind::kHost);
 }
 
 TEST_F(TieredStoreTest, AdmissionFilterKeepsOneOffBlocksOffDisk) {

@@ -135,6 +135,8 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   SetKeys(onboard.initKeys(2), 0);
   auto onboarded = onboard.send().wait(client_->getWaitScope());
   EXPECT_EQ(onboarded.getOnboardedBlocks(), 2u);
+  EXPECT_EQ(onboarded.getFromHostBlocks(), 2u) << "both came from the host tier";
+  EXPECT_EQ(onboarded.getFromDiskBlocks(), 0u);
   EXPECT_EQ(onboarded.getCachedBlocks(), 2u);
   // Each block is now in the pool and still in the host tier.
   const std::string seen = WaitForLocations(0, "", [](const std::string& s) {

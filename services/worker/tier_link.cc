@@ -27,16 +27,16 @@ Status TierLink::Offload(const OffloadBlock& block) {
 
 namespace kvtier::worker {
 
-Status TierLink::Fetch(const OnboardBlock& block) {
+Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) {
   const std::string format = StorageFormatTag(*block.layout, block.format_tag);
-  Result<storage::BlockHeader> header = store_->Get(storage::BlockRef{block.key, format, block.salt_scope}, block.out);
-  if (!header.ok()) return header.status();
-  if (header->payload_bytes != block.out.size()) {
+  Result<storage::TieredHit> hit = store_->Get(storage::BlockRef{block.key, format, block.salt_scope}, block.out);
+  if (!hit.ok()) return hit.status();
+  if (hit->header.payload_bytes != block.out.size()) {
     // The format tag pins the layout, so this is a corrupt store, not a caller's error.
-    return DataLossError("stored block " + block.key.ToHex() + " has " + std::to_string(header->payload_bytes) +
+    return DataLossError("stored block " + block.key.ToHex() + " has " + std::to_string(hit->header.payload_bytes) +
                          " bytes; its layout needs " + std::to_string(block.out.size()));
   }
-  return Status::Ok();
+  return hit->tier == storage::TierKind::kHost ? SourceTier::kHost : SourceTier::kDisk;
 }
 
 }  // namespace kvtier::worker

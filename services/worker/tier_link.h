@@ -25,7 +25,7 @@ class TierLink final : public OffloadTarget, public OnboardSource {
  public:
   explicit TierLink(storage::TieredStore* store) : store_(store) {}
   [[nodiscard]] Status Offload(const OffloadBlock& block) override;
-  [[nodiscard]] Status Fetch(const OnboardBlock& block) override;
+  [[nodiscard]] Result<SourceTier> Fetch(const OnboardBlock& block) override;
 
  private:
   storage::TieredStore* store_;

@@ -48,12 +48,13 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   const std::string format = StorageFormatTag(TestLayout(), 9);
   EXPECT_EQ(format, TestLayout().Fingerprint() + "|f0000000000000009");
   std::vector<uint8_t> out(512);
-  auto header = store->Get(storage::BlockRef{a, format, 0xABC}, out);
-  ASSERT_TRUE(header.ok()) << header.status();
+  auto hit = store->Get(storage::BlockRef{a, format, 0xABC}, out);
+  ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_EQ(out, written);
-  EXPECT_EQ(header->parent, root);
-  EXPECT_TRUE(header->first_in_chain);
-  EXPECT_EQ(header->priority, 60);
+  EXPECT_EQ(hit->tier, storage::TierKind::kHost);
+  EXPECT_EQ(hit->header.parent, root);
+  EXPECT_TRUE(hit->header.first_in_chain);
+  EXPECT_EQ(hit->header.priority, 60);
   // Another engine format or another tenant never sees it.
   EXPECT_FALSE(store->Contains(storage::BlockRef{a, StorageFormatTag(TestLayout(), 10), 0xABC}));
   EXPECT_FALSE(store->Contains(storage::BlockRef{a, format, 0xABD}));
@@ -69,6 +70,8 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   auto onboarded = worker->Onboard(1, 3, std::vector<BlockKey>{a}, {});
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 1u);
+  EXPECT_EQ(onboarded->from_host, 1u);
+  EXPECT_EQ(onboarded->from_disk, 0u);
   EXPECT_EQ(onboarded->cached_blocks, 1u);
   const size_t at = size_t{again->block_table[0]} * 512;
   EXPECT_TRUE(std::equal(written.begin(), written.end(), pool.begin() + static_cast<std::ptrdiff_t>(at)));

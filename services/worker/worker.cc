@@ -242,7 +242,9 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
       const uint32_t b = seq->filled_blocks + result.onboarded_blocks;
       const OnboardBlock block{block_keys[b], seq->format_tag, seq->salt_scope, &state.layout,
                                views[result.onboarded_blocks]};
-      if (!w.options_.onboard->Fetch(block).ok()) break;
+      Result<SourceTier> fetched = w.options_.onboard->Fetch(block);
+      if (!fetched.ok()) break;
+      ++(*fetched == SourceTier::kHost ? result.from_host : result.from_disk);
     }
     const auto write_start = std::chrono::steady_clock::now();
     const Status landed = state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes);

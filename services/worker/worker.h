@@ -65,18 +65,24 @@ struct OnboardBlock {
   std::span<uint8_t> out;  // the block in pool memory
 };
 
-// Where Onboard reads blocks from (the node's tiers: TierLink). kNotFound when the
-// source does not hold the block (onboarding stops there); any other error likewise
-// stops it and is logged by the caller's metrics, never half-written into a block.
+// The tier a fetched block came from.
+enum class SourceTier : uint8_t { kHost, kDisk };
+
+// Where Onboard reads blocks from (the node's tiers: TierLink). Returns the tier that
+// served the block; kNotFound when the source does not hold it (onboarding stops there);
+// any other error likewise stops it and is logged by the caller's metrics, never
+// half-written into a block.
 class OnboardSource {
  public:
   virtual ~OnboardSource() = default;
-  [[nodiscard]] virtual Status Fetch(const OnboardBlock& block) = 0;
+  [[nodiscard]] virtual Result<SourceTier> Fetch(const OnboardBlock& block) = 0;
 };
 
 struct OnboardResult {
-  uint32_t onboarded_blocks = 0;  // fetched by this call
+  uint32_t onboarded_blocks = 0;  // fetched by this call: from_host + from_disk
   uint32_t cached_blocks = 0;     // leading full blocks of the sequence now holding KV
+  uint32_t from_host = 0;
+  uint32_t from_disk = 0;
 };
 
 struct WorkerPoolConfig {

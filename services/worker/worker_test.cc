@@ -203,11 +203,11 @@ class MapTier final : public OffloadTarget, public OnboardSource {
     blocks[block.key] = std::vector<uint8_t>(block.bytes.begin(), block.bytes.end());
     return Status::Ok();
   }
-  Status Fetch(const OnboardBlock& block) override {
+  Result<SourceTier> Fetch(const OnboardBlock& block) override {
     const auto it = blocks.find(block.key);
     if (it == blocks.end()) return NotFoundError("not here");
     std::copy(it->second.begin(), it->second.end(), block.out.begin());
-    return Status::Ok();
+    return SourceTier::kHost;
   }
   std::map<BlockKey, std::vector<uint8_t>> blocks;
 };

@@ -75,11 +75,13 @@ interface Worker {
   # Longest prefix of `keys` cached in this worker's pool.
 
   onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location),
-              retention :Common.RetentionConfig) -> (onboardedBlocks :UInt32, cachedBlocks :UInt32);
+              retention :Common.RetentionConfig)
+      -> (onboardedBlocks :UInt32, cachedBlocks :UInt32, fromHostBlocks :UInt32, fromDiskBlocks :UInt32);
   # Fills the sequence's blocks after its reused prefix from this node's host and disk
   # tiers, in order, up to the first block they lack, and commits them under `keys` (the
   # sequence's full blocks from its first) with `retention`. `cachedBlocks`: leading full
-  # blocks that now hold KV. `sources` is not read yet: fetching from other workers and
+  # blocks that now hold KV; `fromHostBlocks` + `fromDiskBlocks` = `onboardedBlocks`, by the
+  # tier that served them. `sources` is not read yet: fetching from other workers and
   # stores over the network arrives with cross-node transfer.
 
   stats @7 () -> (stats :WorkerStats);

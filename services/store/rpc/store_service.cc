@@ -84,14 +84,14 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       Result<storage::BlockHeader> peeked = store_.Peek(ref);
       if (!peeked.ok()) continue;
       auto data = blocks[i].initData(static_cast<unsigned>(peeked->payload_bytes));
-      Result<storage::BlockHeader> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
+      Result<storage::TieredHit> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
       if (!read.ok()) {
         blocks[i].initData(0);
         if (read.status().code() == StatusCode::kDataLoss) states.set(i, schema::BlockState::CORRUPT);
         else if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
         continue;
       }
-      ToWire(*read, blocks[i].initHeader());
+      ToWire(read->header, blocks[i].initHeader());
       states.set(i, schema::BlockState::PRESENT);
     }
     return kj::READY_NOW;

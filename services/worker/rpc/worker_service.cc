@@ -119,6 +119,8 @@ class WorkerServer final : public schema::Worker::Server {
     ThrowIfError(onboarded.status());
     call.getResults().setOnboardedBlocks(onboarded->onboarded_blocks);
     call.getResults().setCachedBlocks(onboarded->cached_blocks);
+    call.getResults().setFromHostBlocks(onboarded->from_host);
+    call.getResults().setFromDiskBlocks(onboarded->from_disk);
     return kj::READY_NOW;
   }
 
