@@ -15,8 +15,8 @@
 #include "common/version.h"
 #include "gpu/device.h"
 #include "services/auth/token_store.h"
+#include "services/cli/embedded_cluster.h"
 #include "services/cli/local_node.h"
-#include "services/coordinator/rpc/coordinator_node.h"
 
 namespace kvtier::cli {
 namespace {
@@ -107,24 +107,9 @@ int WaitForShutdownSignal() {
   return received;
 }
 
-// `local`: the embedded worker and store of `kvtier up` (null for `kvtier coordinator`).
-Result<std::unique_ptr<coordinator::CoordinatorNode>> StartCoordinator(const KvtierConfig& config,
-                                                                       auth::TokenStore tokens,
-                                                                       MetricsRegistry& registry, LocalNode* local) {
-  coordinator::CoordinatorNodeOptions options;
-  options.node_id = HostName();
-  options.roles = {"coordinator"};
-  if (local != nullptr) local->Embed(options, std::chrono::milliseconds(100));
-  options.rpc = config.coordinator;
-  options.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
-  options.tls = config.tls;
-  options.tokens = std::move(tokens);
-  options.registry = &registry;
-  return coordinator::CoordinatorNode::Create(std::move(options));
-}
-
-void PrintBanner(Role role, const KvtierConfig& config, const coordinator::CoordinatorNode& node,
-                 const MetricsHttpServer& http, const std::string& auth_summary, const LocalNode* local) {
+void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& node, const MetricsHttpServer& http,
+                 const std::string& auth_summary) {
+  const LocalNode* local = node.local();
   std::string rpc_endpoints;
   for (const std::string& e : node.endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
   std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
@@ -179,20 +164,16 @@ int Serve(Role role, const KvtierConfig& config) {
     return kExitStartFailure;
   }
 
-  std::unique_ptr<LocalNode> local;
-  if (role == Role::kUp) {
-    const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
-    Result<std::unique_ptr<LocalNode>> made = LocalNode::Create(config, HostName(), registry, gpu);
-    if (!made.ok()) {
-      spdlog::error("worker and store: {}", made.status().message());
-      return ExitCodeFor(made.status());
-    }
-    local = std::move(made).value();
-  }
-  Result<std::unique_ptr<coordinator::CoordinatorNode>> node =
-      StartCoordinator(config, std::move(auth->tokens), registry, local.get());
+  EmbeddedClusterOptions cluster;
+  cluster.config = config;
+  cluster.tokens = std::move(auth->tokens);
+  cluster.registry = &registry;
+  cluster.node_id = HostName();
+  cluster.local_node = role == Role::kUp;
+  cluster.gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
+  Result<std::unique_ptr<EmbeddedCluster>> node = EmbeddedCluster::Create(std::move(cluster));
   if (!node.ok()) {
-    spdlog::error("coordinator: {}", node.status().message());
+    spdlog::error("{}", node.status().message());
     return ExitCodeFor(node.status());
   }
 
@@ -211,7 +192,7 @@ int Serve(Role role, const KvtierConfig& config) {
   }
   ready = true;
 
-  PrintBanner(role, config, **node, **http, auth->summary, local.get());
+  PrintBanner(role, config, **node, **http, auth->summary);
   if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);
 
   const int signal_number = WaitForShutdownSignal();

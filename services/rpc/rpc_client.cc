@@ -1,15 +1,8 @@
 #include "services/rpc/rpc_client.h"
 
-#include <future>
-#include <thread>
+#include "services/rpc/rpc_client_impl.h"
 
 #include <capnp/message.h>
-#include <capnp/rpc-twoparty.h>
-#include <kj/async-io.h>
-
-#include "services/rpc/schema/kvtier.capnp.h"
-#include "services/rpc/status_mapping.h"
-#include "services/rpc/tls.h"
 
 namespace kvtier::rpc {
 namespace {
@@ -28,122 +21,89 @@ ServerVersion ToServerVersion(schema::ServerInfo::Reader info) {
 
 }  // namespace
 
-class RpcClient::Impl {
- public:
-  explicit Impl(RpcClientOptions options) : options_(std::move(options)) {
-    if (options_.tls_server_name.empty()) options_.tls_server_name = HostOf(options_.address);
+RpcClient::Impl::Impl(RpcClientOptions options) : options_(std::move(options)) {
+  if (options_.tls_server_name.empty()) options_.tls_server_name = HostOf(options_.address);
+}
+
+RpcClient::Impl::~Impl() {
+  if (!thread_.joinable()) return;
+  executor_->executeSync([this] { stop_->fulfill(); });
+  thread_.join();
+}
+
+Status RpcClient::Impl::Start() {
+  if (!options_.tls_ca_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(tls_, TlsClient::Create(options_.tls_ca_file));
   }
+  std::promise<void> ready;
+  std::future<void> started = ready.get_future();
+  thread_ = std::thread([this, &ready] { Loop(ready); });
+  started.wait();
+  return executor_->executeSync([this] { return Guard<Status>(ConnectAndAuthenticate()); });
+}
 
-  ~Impl() {
-    if (!thread_.joinable()) return;
-    executor_->executeSync([this] { stop_->fulfill(); });
-    thread_.join();
-  }
+Result<PingReply> RpcClient::Impl::Ping(const std::string& payload) {
+  return executor_->executeSync([&]() -> kj::Promise<Result<PingReply>> {
+    auto request = session_->pingRequest();
+    request.setPayload(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
+    return Guard<Result<PingReply>>(request.send().then([](auto response) -> Result<PingReply> {
+      const capnp::Data::Reader echoed = response.getPayload();
+      return PingReply{std::string(echoed.asChars().begin(), echoed.size()), response.getServerTimeNs()};
+    }));
+  });
+}
 
-  Status Start() {
-    if (!options_.tls_ca_file.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(tls_, TlsClient::Create(options_.tls_ca_file));
-    }
-    std::promise<void> ready;
-    std::future<void> started = ready.get_future();
-    thread_ = std::thread([this, &ready] { Loop(ready); });
-    started.wait();
-    return executor_->executeSync([this] { return Guard<Status>(ConnectAndAuthenticate()); });
-  }
+Result<ServerVersion> RpcClient::Impl::Version() {
+  return executor_->executeSync([&]() -> kj::Promise<Result<ServerVersion>> {
+    return Guard<Result<ServerVersion>>(session_->versionRequest().send().then(
+        [](auto response) -> Result<ServerVersion> { return ToServerVersion(response.getServer()); }));
+  });
+}
 
-  Result<PingReply> Ping(const std::string& payload) {
-    return executor_->executeSync([&]() -> kj::Promise<Result<PingReply>> {
-      auto request = session_->pingRequest();
-      request.setPayload(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
-      return Guard<Result<PingReply>>(request.send().then([](auto response) -> Result<PingReply> {
-        const capnp::Data::Reader echoed = response.getPayload();
-        return PingReply{std::string(echoed.asChars().begin(), echoed.size()), response.getServerTimeNs()};
-      }));
-    });
-  }
+void RpcClient::Impl::Loop(std::promise<void>& ready) {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  io_ = &io;
+  auto stop = kj::newPromiseAndFulfiller<void>();
+  stop_ = kj::mv(stop.fulfiller);
+  executor_ = &kj::getCurrentThreadExecutor();
+  ready.set_value();
+  stop.promise.wait(io.waitScope);
+  // Everything KJ owns dies on the thread that made it.
+  session_ = nullptr;
+  rpc_ = nullptr;
+  network_ = nullptr;
+  stream_ = nullptr;
+}
 
-  Result<ServerVersion> Version() {
-    return executor_->executeSync([&]() -> kj::Promise<Result<ServerVersion>> {
-      return Guard<Result<ServerVersion>>(session_->versionRequest().send().then(
-          [](auto response) -> Result<ServerVersion> { return ToServerVersion(response.getServer()); }));
-    });
-  }
-
-  const std::string& tenant() const { return tenant_; }
-  const ServerVersion& server() const { return server_; }
-
- private:
-  void Loop(std::promise<void>& ready) {
-    kj::AsyncIoContext io = kj::setupAsyncIo();
-    io_ = &io;
-    auto stop = kj::newPromiseAndFulfiller<void>();
-    stop_ = kj::mv(stop.fulfiller);
-    executor_ = &kj::getCurrentThreadExecutor();
-    ready.set_value();
-    stop.promise.wait(io.waitScope);
-    // Everything KJ owns dies on the thread that made it.
-    session_ = nullptr;
-    rpc_ = nullptr;
-    network_ = nullptr;
-    stream_ = nullptr;
-  }
-
-  kj::Promise<Status> ConnectAndAuthenticate() {
-    return io_->provider->getNetwork()
-        .parseAddress(options_.address.c_str())
-        .then([](kj::Own<kj::NetworkAddress> address) { return address->connect().attach(kj::mv(address)); })
-        .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-          if (tls_) return tls_->Wrap(kj::mv(stream), options_.tls_server_name);
-          return kj::mv(stream);
-        })
-        .then([this](kj::Own<kj::AsyncIoStream> stream) {
-          stream_ = kj::mv(stream);
-          capnp::ReaderOptions reader;
-          reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
-          network_ = kj::heap<capnp::TwoPartyVatNetwork>(*stream_, capnp::rpc::twoparty::Side::CLIENT, reader);
-          rpc_ = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(capnp::makeRpcClient(*network_));
-          capnp::MallocMessageBuilder message(8);
-          auto server_id = message.initRoot<capnp::rpc::twoparty::VatId>();
-          server_id.setSide(capnp::rpc::twoparty::Side::SERVER);
-          auto bootstrap = rpc_->bootstrap(server_id).castAs<schema::Bootstrap>();
-          auto request = bootstrap.authenticateRequest();
-          request.setToken(options_.token.c_str());
-          return request.send();
-        })
-        .then([this](capnp::Response<schema::Bootstrap::AuthenticateResults> response) -> Status {
-          session_ = kj::heap<schema::Session::Client>(response.getSession());
-          tenant_ = response.getTenant().cStr();
-          server_ = ToServerVersion(response.getServer());
-          return Status::Ok();
-        });
-  }
-
-  // Maps exceptions to Status and enforces the call timeout.
-  template <typename T>
-  kj::Promise<T> Guard(kj::Promise<T> call) {
-    const auto timeout = options_.timeout;
-    return call.catch_([](kj::Exception&& e) -> T { return T(ExceptionToStatus(e)); })
-        .exclusiveJoin(io_->provider->getTimer()
-                           .afterDelay(timeout.count() * kj::MILLISECONDS)
-                           .then([timeout]() -> T {
-                             return T(DeadlineExceededError("no answer within " + std::to_string(timeout.count()) + " ms"));
-                           }));
-  }
-
-  RpcClientOptions options_;
-  std::unique_ptr<TlsClient> tls_;
-  std::thread thread_;
-  const kj::Executor* executor_ = nullptr;
-  std::string tenant_;
-  ServerVersion server_;
-  // Owned by the client thread's event loop.
-  kj::AsyncIoContext* io_ = nullptr;
-  kj::Own<kj::PromiseFulfiller<void>> stop_;
-  kj::Own<kj::AsyncIoStream> stream_;
-  kj::Own<capnp::TwoPartyVatNetwork> network_;
-  kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc_;
-  kj::Own<schema::Session::Client> session_;
-};
+kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
+  return io_->provider->getNetwork()
+      .parseAddress(options_.address.c_str())
+      .then([](kj::Own<kj::NetworkAddress> address) { return address->connect().attach(kj::mv(address)); })
+      .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+        if (tls_) return tls_->Wrap(kj::mv(stream), options_.tls_server_name);
+        return kj::mv(stream);
+      })
+      .then([this](kj::Own<kj::AsyncIoStream> stream) {
+        stream_ = kj::mv(stream);
+        capnp::ReaderOptions reader;
+        reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
+        network_ = kj::heap<capnp::TwoPartyVatNetwork>(*stream_, capnp::rpc::twoparty::Side::CLIENT, reader);
+        rpc_ = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(capnp::makeRpcClient(*network_));
+        capnp::MallocMessageBuilder message(8);
+        auto server_id = message.initRoot<capnp::rpc::twoparty::VatId>();
+        server_id.setSide(capnp::rpc::twoparty::Side::SERVER);
+        auto bootstrap = rpc_->bootstrap(server_id).castAs<schema::Bootstrap>();
+        auto request = bootstrap.authenticateRequest();
+        request.setToken(options_.token.c_str());
+        return request.send();
+      })
+      .then([this](capnp::Response<schema::Bootstrap::AuthenticateResults> response) -> Status {
+        session_ = kj::heap<schema::Session::Client>(response.getSession());
+        tenant_ = response.getTenant().cStr();
+        server_ = ToServerVersion(response.getServer());
+        return Status::Ok();
+      });
+}
 
 Result<std::unique_ptr<RpcClient>> RpcClient::Connect(RpcClientOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -58,7 +58,10 @@ class RpcClient {
   [[nodiscard]] Result<PingReply> Ping(const std::string& payload);
   [[nodiscard]] Result<ServerVersion> Version();
 
+  // The connection's event loop, for RPC layers that make their own calls on it
+  // (services/rpc/rpc_client_impl.h).
   class Impl;
+  Impl& impl() { return *impl_; }
 
  private:
   explicit RpcClient(std::unique_ptr<Impl> impl);

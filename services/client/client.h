@@ -1,0 +1,185 @@
+// kvtier::client::Client: what an inference process uses to reuse KV blocks.
+//
+// One Client is one authenticated connection to a kvtier node (`kvtier up`, or a worker
+// node whose process also reaches the coordinator). Through it a process:
+//   1. computes the block keys of a prompt (BlockKeys; the chain of common/block_key.h),
+//   2. asks the coordinator what is cached (Lookup) and which worker to run on (Route),
+//   3. builds a sequence's block table in the node's pool (Allocate): the cached prefix is
+//      reused in place, the rest are blank blocks it computes into (the pool is mapped
+//      with AttachPool: CUDA IPC or shared memory; bytes never cross the socket),
+//   4. fills blocks the node's host and disk tiers hold (Onboard),
+//   5. publishes its computed blocks with a retention policy (Commit), and drops the
+//      sequence when done (Free; committed blocks stay cached until evicted).
+// Sequence ids are the caller's; a sequence belongs to this connection, and everything
+// it holds is released when the connection closes.
+//
+// Every call has a synchronous form and an asynchronous one (`...Async`, a std::future).
+// Failures are Status codes (common/status.h): the server's own code, kUnavailable when
+// the connection is gone (make a new Client), kDeadlineExceeded after `timeout`. Calls
+// that are safe to repeat (Lookup, Route, LookupLocal, AttachPool, Commit, the stats)
+// are retried with backoff when the code advises it (RetryAdviceFor: kUnavailable,
+// kResourceExhausted, kDeadlineExceeded); Allocate, Onboard and Extend are retried only on
+// kResourceExhausted (the node refused: nothing happened), never after a timeout, whose
+// outcome is unknown.
+//
+// Thread safety: every method may be called from any thread, concurrently.
+// Ownership: destroying the client closes the connection; futures still outstanding
+// then report kCancelled.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/block_key.h"
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "services/coordinator/index/retention.h"
+
+namespace kvtier::client {
+
+struct ClientOptions {
+  std::string address = {};     // "host:port" or "unix:/path"
+  std::string token = {};       // tenant token; any value when the server has auth off
+  std::string tls_ca_file = {}; // set: TLS, the server verified against this CA bundle
+  std::string tls_server_name = {};  // default: the host of `address`
+  std::chrono::milliseconds timeout{5000};  // per attempt
+  int max_attempts = 3;                     // for calls that may be retried (above)
+  std::chrono::milliseconds retry_backoff{20};  // before the second attempt; doubles
+};
+
+enum class Tier : uint8_t { kGpu, kHost, kDisk };
+
+struct Location {
+  std::string node_id;
+  Tier tier = Tier::kGpu;
+  uint32_t pool_id = 0;
+};
+
+struct NodeScore {
+  std::string node_id;
+  uint32_t prefix_blocks = 0;  // longest consecutive prefix the node can serve
+  double score = 0;            // weighted by tier
+};
+
+struct LookupResult {
+  uint32_t matched_blocks = 0;                 // longest cached prefix, in blocks
+  std::vector<std::vector<Location>> locations;  // per matched block
+  uint32_t partial_match_tokens = 0;
+  std::vector<NodeScore> scores;
+};
+
+struct RouteDecision {
+  std::string node_id;
+  std::string rpc_address;
+  uint32_t prefix_blocks = 0;
+  double score = 0;
+};
+
+// How a process maps a pool: one of the two mappings is set.
+struct PoolMapping {
+  uint32_t pool_id = 0;
+  KvLayout layout;
+  uint32_t num_blocks = 0;
+  uint64_t block_stride_bytes = 0;
+  std::string shared_memory_name;        // host pool: shm_open name
+  std::vector<uint8_t> cuda_ipc_handle;  // device pool: cudaIpcMemHandle_t bytes
+  int device = -1;                       // device pool: its CUDA device
+};
+
+struct AllocateRequest {
+  uint64_t sequence = 0;
+  uint32_t pool_id = 0;
+  std::vector<BlockKey> keys = {};    // the prompt's full blocks
+  uint32_t num_tokens = 0;       // the prompt's length
+  std::vector<uint32_t> tokens = {};  // optional: the prompt, for partial reuse of one more block
+  uint64_t format_tag = 0;       // what else changes KV values (LoRA, model)
+};
+
+struct Allocation {
+  std::vector<uint32_t> block_ids;  // the block table, in token order
+  uint32_t reused_blocks = 0;       // leading blocks whose KV is already there
+  uint32_t partial_reuse_tokens = 0;
+};
+
+struct OnboardResult {
+  uint32_t onboarded_blocks = 0;  // from_host + from_disk
+  uint32_t cached_blocks = 0;     // leading full blocks now holding KV
+  uint32_t from_host = 0;
+  uint32_t from_disk = 0;
+};
+
+struct WorkerStats {
+  uint32_t total_blocks = 0;   // over every pool
+  uint32_t used_blocks = 0;
+  uint32_t cached_blocks = 0;
+  uint64_t reuse_hits = 0;
+  uint64_t evictions = 0;
+  uint64_t offloaded_blocks = 0;
+  uint64_t onboarded_blocks = 0;
+};
+
+struct CoordinatorStats {
+  uint32_t nodes = 0;
+  uint64_t index_blocks = 0;
+  uint64_t index_bytes = 0;
+  uint64_t lookups = 0;
+};
+
+using coordinator::RetentionConfig;
+
+class Client {
+ public:
+  // kUnauthenticated for a bad token, kUnavailable when nothing answers, kInvalidArgument
+  // for a bad address or CA file.
+  [[nodiscard]] static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& tenant() const;
+
+  // The keys of every full block of `tokens` (a partial last block has none yet).
+  // REQUIRES: tokens_per_block > 0.
+  static std::vector<BlockKey> BlockKeys(std::span<const uint32_t> tokens, uint32_t tokens_per_block,
+                                         const BlockExtraKeys& extra = {});
+
+  // The coordinator (kUnavailable where the node runs none).
+  [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys);
+  [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(std::span<const BlockKey> keys);
+  [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys);
+  [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(std::span<const BlockKey> keys);
+  [[nodiscard]] Result<CoordinatorStats> GetCoordinatorStats();
+
+  // The node's worker (kUnavailable where the node runs none).
+  [[nodiscard]] Result<PoolMapping> AttachPool(uint32_t pool_id, const KvLayout& layout);
+  [[nodiscard]] Result<Allocation> Allocate(const AllocateRequest& request);
+  [[nodiscard]] std::future<Result<Allocation>> AllocateAsync(const AllocateRequest& request);
+  [[nodiscard]] Result<Allocation> Extend(uint64_t sequence, uint32_t num_tokens);
+  [[nodiscard]] Result<OnboardResult> Onboard(uint64_t sequence, std::span<const BlockKey> keys,
+                                              const RetentionConfig& retention = {});
+  [[nodiscard]] std::future<Result<OnboardResult>> OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
+                                                                const RetentionConfig& retention = {});
+  // Returns how many blocks this call cached.
+  [[nodiscard]] Result<uint32_t> Commit(uint64_t sequence, std::span<const BlockKey> keys,
+                                        const RetentionConfig& retention = {}, std::span<const uint32_t> tokens = {});
+  [[nodiscard]] std::future<Result<uint32_t>> CommitAsync(uint64_t sequence, std::span<const BlockKey> keys,
+                                                          const RetentionConfig& retention = {},
+                                                          std::span<const uint32_t> tokens = {});
+  [[nodiscard]] Status Free(uint64_t sequence);
+  [[nodiscard]] std::future<Status> FreeAsync(uint64_t sequence);
+  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, std::span<const BlockKey> keys);
+  [[nodiscard]] Result<WorkerStats> GetWorkerStats();
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::client

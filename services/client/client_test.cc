@@ -1,0 +1,246 @@
+// The SDK against a real embedded cluster (coordinator, worker and store in this process,
+// over loopback RPC): the calls an inference process makes, their errors and retries.
+#include "services/client/client.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <thread>
+
+#include "services/cli/embedded_cluster.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::client {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "team-a-token-0123456789abcdef0123456789";
+constexpr char kOtherToken[] = "team-b-token-0123456789abcdef0123456789";
+constexpr uint32_t kTokensPerBlock = 4;
+
+KvLayout TestLayout() {
+  // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks.
+  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
+                           .dtype = KvDtype::kFp16}).value();
+}
+
+std::vector<uint32_t> Prompt(uint32_t first, uint32_t count) {
+  std::vector<uint32_t> tokens(count);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cli::EmbeddedClusterOptions options;
+    options.config.data_dir = dir_.path();
+    options.config.coordinator.listen = {"127.0.0.1:0"};
+    // A pool of 4 blocks (the whole 2 KiB budget), host and disk tiers behind it.
+    options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
+    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_admission_min_count = 0};
+    // Two tenants, each with its own salt.
+    options.tokens = auth::TokenStore::FromYaml(std::string("tenants:\n") +
+                                                    "  - {name: team-a, salt: salt-a, token: " + kToken + "}\n" +
+                                                    "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n",
+                                                "test tokens")
+                         .value();
+    options.registry = &registry_;
+    options.node_id = "node";
+    options.event_tick = 10ms;
+    cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
+  }
+
+  ClientOptions Options() const { return {.address = cluster_->endpoints()[0], .token = kToken}; }
+
+  std::unique_ptr<Client> Connect() {
+    auto client = Client::Connect(Options());
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+
+  // Waits up to 5 s for the coordinator to match `want` blocks of `keys`.
+  LookupResult WaitForMatch(Client& client, const std::vector<BlockKey>& keys, uint32_t want) {
+    LookupResult last;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      auto result = client.Lookup(keys);
+      EXPECT_TRUE(result.ok()) << result.status();
+      if (!result.ok()) break;
+      last = *result;
+      if (last.matched_blocks == want) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return last;
+  }
+
+  testing::TempDir dir_;
+  MetricsRegistry registry_;
+  std::unique_ptr<cli::EmbeddedCluster> cluster_;
+};
+
+TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->tenant(), "team-a");
+  // A prompt of 10 tokens: two full blocks (keys) and two tokens of a third.
+  const std::vector<uint32_t> prompt = Prompt(100, 10);
+  const std::vector<BlockKey> keys = Client::BlockKeys(prompt, kTokensPerBlock);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys, ComputeBlockKeys("", prompt, kTokensPerBlock));
+
+  // Nothing cached yet.
+  auto miss = client->Lookup(keys);
+  ASSERT_TRUE(miss.ok()) << miss.status();
+  EXPECT_EQ(miss->matched_blocks, 0u);
+
+  // Sequence 1 computes both blocks and commits them.
+  auto first = client->Allocate({.sequence = 1, .keys = keys, .num_tokens = 10});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->block_ids.size(), 3u);
+  EXPECT_EQ(first->reused_blocks, 0u);
+  auto committed = client->Commit(1, keys);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(*committed, 2u);
+
+  // The coordinator learns both, at the worker's GPU tier, and routes there.
+  const LookupResult hit = WaitForMatch(*client, keys, 2);
+  ASSERT_EQ(hit.matched_blocks, 2u);
+  ASSERT_EQ(hit.locations.size(), 2u);
+  EXPECT_EQ(hit.locations[0].at(0).node_id, "node/worker");
+  EXPECT_EQ(hit.locations[0].at(0).tier, Tier::kGpu);
+  auto route = client->Route(keys);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->node_id, "node/worker");
+  EXPECT_EQ(route->prefix_blocks, 2u);
+
+  // Sequence 2 with the same prompt reuses blocks 0,1 in place.
+  ASSERT_TRUE(client->Free(1).ok());
+  auto second = client->Allocate({.sequence = 2, .keys = keys, .num_tokens = 10});
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->reused_blocks, 2u);
+  EXPECT_EQ(std::vector<uint32_t>(second->block_ids.begin(), second->block_ids.begin() + 2),
+            std::vector<uint32_t>(first->block_ids.begin(), first->block_ids.begin() + 2));
+  auto local = client->LookupLocal(0, keys);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(*local, 2u);
+
+  auto mapping = client->AttachPool(0, TestLayout());
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  EXPECT_EQ(mapping->num_blocks, 4u);
+  EXPECT_FALSE(mapping->shared_memory_name.empty());
+  auto stats = client->GetWorkerStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->total_blocks, 4u);
+  EXPECT_EQ(stats->used_blocks, 3u);  // sequence 2's table
+  auto index = client->GetCoordinatorStats();
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_GE(index->index_blocks, 2u);
+}
+
+TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
+  auto a = Connect();
+  ASSERT_NE(a, nullptr);
+  auto b = Client::Connect({.address = cluster_->endpoints()[0], .token = kOtherToken}).value();
+  EXPECT_EQ(b->tenant(), "team-b");
+  // Team a computes and commits blocks 0,1 of a prompt.
+  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(0, 8), kTokensPerBlock);
+  ASSERT_TRUE(a->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8}).ok());
+  ASSERT_TRUE(a->Commit(1, keys).ok());
+  ASSERT_EQ(WaitForMatch(*a, keys, 2).matched_blocks, 2u);
+  // Team b, same tokens and so the same keys: no match, no score, no reuse in the pool.
+  auto seen_by_b = b->Lookup(keys);
+  ASSERT_TRUE(seen_by_b.ok()) << seen_by_b.status();
+  EXPECT_EQ(seen_by_b->matched_blocks, 0u);
+  for (const NodeScore& score : seen_by_b->scores) EXPECT_EQ(score.prefix_blocks, 0u) << score.node_id;
+  auto b_alloc = b->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(b_alloc.ok()) << b_alloc.status();
+  EXPECT_EQ(b_alloc->reused_blocks, 0u);
+}
+
+TEST_F(ClientTest, AsyncCallsFromManyThreads) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // Four threads each run one sequence of one block, sequence ids 1..4 (the pool's size).
+  std::vector<std::thread> threads;
+  std::atomic<int> committed{0};
+  for (uint64_t t = 1; t <= 4; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(1000 * static_cast<uint32_t>(t), 4), kTokensPerBlock);
+      auto allocation = client->AllocateAsync({.sequence = t, .keys = keys, .num_tokens = 4});
+      auto lookup = client->LookupAsync(keys);
+      ASSERT_TRUE(allocation.get().ok());
+      ASSERT_TRUE(lookup.get().ok());
+      auto commit = client->CommitAsync(t, keys).get();
+      ASSERT_TRUE(commit.ok()) << commit.status();
+      committed += static_cast<int>(*commit);
+      ASSERT_TRUE(client->FreeAsync(t).get().ok());
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(committed.load(), 4);
+}
+
+TEST_F(ClientTest, ErrorsNameWhatWasWrong) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  KvLayout other = KvLayout::Create({.num_layers = 3, .num_kv_heads = 2, .head_dim = 8,
+                                     .tokens_per_block = kTokensPerBlock, .dtype = KvDtype::kFp16}).value();
+  auto attached = client->AttachPool(0, other);
+  EXPECT_EQ(attached.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(attached.status().message().find("num_layers"), std::string::npos) << attached.status();
+  EXPECT_EQ(client->Extend(77, 8).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(client->Free(77).code(), StatusCode::kNotFound);
+
+  auto bad_token = Client::Connect({.address = cluster_->endpoints()[0], .token = "wrong"});
+  EXPECT_EQ(bad_token.status().code(), StatusCode::kUnauthenticated) << bad_token.status();
+  auto bad_address = Client::Connect({.address = "no-port-here", .token = kToken});
+  EXPECT_FALSE(bad_address.ok());
+}
+
+TEST_F(ClientTest, AFullPoolIsRetriedUntilRoomIsMade) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // Sequence 1 holds all four blocks.
+  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(0, 16), kTokensPerBlock);
+  ASSERT_TRUE(client->Allocate({.sequence = 1, .keys = keys, .num_tokens = 16}).ok());
+  // Sequence 2 is refused (kResourceExhausted), retried after the backoff, by which time
+  // the Free sent after it has made room.
+  const std::vector<BlockKey> other = Client::BlockKeys(Prompt(500, 8), kTokensPerBlock);
+  auto waiting = client->AllocateAsync({.sequence = 2, .keys = other, .num_tokens = 8});
+  ASSERT_TRUE(client->Free(1).ok());
+  auto allocated = waiting.get();
+  ASSERT_TRUE(allocated.ok()) << allocated.status();
+  EXPECT_EQ(allocated->block_ids.size(), 2u);
+
+  // With a single attempt the refusal comes back as it is.
+  ClientOptions once = Options();
+  once.max_attempts = 1;
+  auto single = Client::Connect(once).value();
+  auto refused = single->Allocate({.sequence = 3, .keys = keys, .num_tokens = 16});
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+}
+
+TEST(ClientConnectTest, AServerThatNeverAnswersTimesOut) {
+  // A listening socket nobody serves: the connection opens, authentication never returns.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+  auto client = Client::Connect({.address = endpoint, .token = "t", .timeout = 200ms});
+  EXPECT_EQ(client.status().code(), StatusCode::kDeadlineExceeded) << client.status();
+  close(fd);
+}
+
+}  // namespace
+}  // namespace kvtier::client

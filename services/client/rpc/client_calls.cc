@@ -1,0 +1,311 @@
+// The Client's calls over Cap'n Proto: each builds its request on the connection's event
+// loop (services/rpc/rpc_client_impl.h) from values it owns (an attempt may run again)
+// and converts the answer to the SDK's plain types.
+
+// GCC 12 reports -Wmaybe-uninitialized inside kj::ExceptionOr<Result<T>> (a std::optional
+// in a kj::Maybe) once T holds a vector: its inliner loses track of the engaged flag (the
+// GCC bug 105593 family). Every such value is constructed before it is read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <kj/function.h>
+
+#include "services/client/client.h"
+#include "services/rpc/rpc_client_impl.h"
+#include "services/rpc/schema_convert.h"
+
+namespace kvtier::client {
+namespace {
+
+namespace schema = rpc::schema;
+
+// Retry policies (client.h): calls safe to repeat, and calls the node may have refused.
+bool SafeToRepeat(const Status& status) { return status.retry_advice() == RetryAdvice::kWithBackoff; }
+bool RefusedByTheNode(const Status& status) { return status.code() == StatusCode::kResourceExhausted; }
+
+void SetKeys(const std::vector<BlockKey>& keys, capnp::List<schema::BlockKey>::Builder out) {
+  for (unsigned i = 0; i < keys.size(); ++i) rpc::FromKey(keys[i], out[i]);
+}
+
+void SetTokens(const std::vector<uint32_t>& tokens, capnp::List<uint32_t>::Builder out) {
+  for (unsigned i = 0; i < tokens.size(); ++i) out.set(i, tokens[i]);
+}
+
+void SetRetention(const RetentionConfig& config, schema::RetentionConfig::Builder out) {
+  auto ranges = out.initRanges(static_cast<unsigned>(config.ranges.size()));
+  for (unsigned i = 0; i < config.ranges.size(); ++i) {
+    const coordinator::TokenRangeRetention& range = config.ranges[i];
+    ranges[i].setFirstToken(range.first_token);
+    ranges[i].setLastToken(range.last_token.value_or(0));
+    ranges[i].setPriority(range.priority);
+    if (range.duration) {
+      ranges[i].setDurationMs(static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*range.duration).count()));
+    }
+  }
+  out.setDecodePriority(config.decode_priority);
+  if (config.decode_duration) {
+    out.setDecodeDurationMs(
+        static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*config.decode_duration).count()));
+  }
+}
+
+Tier ToTier(schema::Tier tier) {
+  switch (tier) {
+    case schema::Tier::GPU: return Tier::kGpu;
+    case schema::Tier::HOST: return Tier::kHost;
+    case schema::Tier::DISK: return Tier::kDisk;
+  }
+  return Tier::kDisk;
+}
+
+LookupResult ToLookupResult(schema::LookupResult::Reader r) {
+  LookupResult out;
+  out.matched_blocks = r.getMatchedBlocks();
+  out.partial_match_tokens = r.getPartialMatchTokens();
+  for (auto block : r.getBlocks()) {
+    std::vector<Location>& locations = out.locations.emplace_back();
+    for (auto l : block.getLocations()) locations.push_back({l.getNodeId().cStr(), ToTier(l.getTier()), l.getPoolId()});
+  }
+  for (auto s : r.getScores()) out.scores.push_back({s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore()});
+  return out;
+}
+
+Allocation ToAllocation(schema::Allocation::Reader r) {
+  Allocation out;
+  for (uint32_t id : r.getBlockIds()) out.block_ids.push_back(id);
+  out.reused_blocks = r.getReusedBlocks();
+  out.partial_reuse_tokens = r.getPartialReuseTokens();
+  return out;
+}
+
+Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
+  KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(r.getLayout()));
+  PoolMapping out{.pool_id = r.getPoolId(), .layout = std::move(layout), .shared_memory_name = {}, .cuda_ipc_handle = {}};
+  out.num_blocks = r.getNumBlocks();
+  out.block_stride_bytes = r.getBlockStrideBytes();
+  if (r.getMapping().isCudaIpc()) {
+    const capnp::Data::Reader handle = r.getMapping().getCudaIpc();
+    out.cuda_ipc_handle.assign(handle.begin(), handle.end());
+    out.device = r.getDeviceIndex();
+  } else {
+    out.shared_memory_name = r.getMapping().getSharedMemory().cStr();
+  }
+  return out;
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  Impl(std::unique_ptr<rpc::RpcClient> rpc, const ClientOptions& options) : rpc_(std::move(rpc)), options_(options) {}
+  ~Impl() {
+    // Capabilities die on the loop thread that made them.
+    rpc_->impl().RunOnLoop([this] {
+      coordinator_ = nullptr;
+      worker_ = nullptr;
+    });
+  }
+
+  const std::string& tenant() const { return rpc_->tenant(); }
+
+  std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys) {
+    return Call<Result<LookupResult>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
+      auto request = Coordinator(s).lookupRequest();
+      SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
+      return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
+    });
+  }
+
+  std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys) {
+    return Call<Result<RouteDecision>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
+      auto request = Coordinator(s).routeRequest();
+      SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
+      return request.send().then([](auto r) -> Result<RouteDecision> {
+        auto d = r.getDecision();
+        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore()};
+      });
+    });
+  }
+
+  std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
+    return Call<Result<CoordinatorStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
+      return Coordinator(s).statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
+        auto st = r.getStats();
+        return CoordinatorStats{st.getNodes(), st.getIndexBlocks(), st.getIndexBytes(), st.getLookups()};
+      });
+    });
+  }
+
+  std::future<Result<PoolMapping>> AttachPool(uint32_t pool_id, KvLayout layout) {
+    return Call<Result<PoolMapping>>(SafeToRepeat, [this, pool_id, layout](schema::Session::Client& s) {
+      auto request = Worker(s).attachPoolRequest();
+      request.setPoolId(pool_id);
+      rpc::FromLayout(layout, request.initLayout());
+      return request.send().then([](auto r) { return ToPoolMapping(r.getAttachment()); });
+    });
+  }
+
+  std::future<Result<Allocation>> Allocate(AllocateRequest a) {
+    return Call<Result<Allocation>>(RefusedByTheNode, [this, a = std::move(a)](schema::Session::Client& s) {
+      auto request = Worker(s).allocateRequest();
+      request.setSequenceId(a.sequence);
+      request.setPoolId(a.pool_id);
+      SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
+      request.setNumTokens(a.num_tokens);
+      SetTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
+      request.setFormatTag(a.format_tag);
+      return request.send().then([](auto r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); });
+    });
+  }
+
+  std::future<Result<Allocation>> Extend(uint64_t sequence, uint32_t num_tokens) {
+    return Call<Result<Allocation>>(RefusedByTheNode, [this, sequence, num_tokens](schema::Session::Client& s) {
+      auto request = Worker(s).extendRequest();
+      request.setSequenceId(sequence);
+      request.setNumTokens(num_tokens);
+      return request.send().then([](auto r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); });
+    });
+  }
+
+  std::future<Result<OnboardResult>> Onboard(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention) {
+    return Call<Result<OnboardResult>>(
+        RefusedByTheNode,
+        [this, sequence, keys = std::move(keys), retention = std::move(retention)](schema::Session::Client& s) {
+          auto request = Worker(s).onboardRequest();
+          request.setSequenceId(sequence);
+          SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
+          SetRetention(retention, request.initRetention());
+          return request.send().then([](auto r) -> Result<OnboardResult> {
+            return OnboardResult{r.getOnboardedBlocks(), r.getCachedBlocks(), r.getFromHostBlocks(),
+                                 r.getFromDiskBlocks()};
+          });
+        });
+  }
+
+  std::future<Result<uint32_t>> Commit(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention,
+                                       std::vector<uint32_t> tokens) {
+    return Call<Result<uint32_t>>(SafeToRepeat, [this, sequence, keys = std::move(keys), retention = std::move(retention),
+                                                 tokens = std::move(tokens)](schema::Session::Client& s) {
+      auto request = Worker(s).commitRequest();
+      request.setSequenceId(sequence);
+      SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
+      SetRetention(retention, request.initRetention());
+      SetTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
+      return request.send().then([](auto r) -> Result<uint32_t> { return r.getCommitted(); });
+    });
+  }
+
+  std::future<Status> Free(uint64_t sequence) {
+    return Call<Status>(nullptr, [this, sequence](schema::Session::Client& s) {
+      auto request = Worker(s).freeRequest();
+      request.setSequenceId(sequence);
+      return request.send().then([](auto) { return Status::Ok(); });
+    });
+  }
+
+  std::future<Result<uint32_t>> LookupLocal(uint32_t pool_id, std::vector<BlockKey> keys) {
+    return Call<Result<uint32_t>>(SafeToRepeat, [this, pool_id, keys = std::move(keys)](schema::Session::Client& s) {
+      auto request = Worker(s).lookupLocalRequest();
+      request.setPoolId(pool_id);
+      SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
+      return request.send().then([](auto r) -> Result<uint32_t> { return r.getMatchedBlocks(); });
+    });
+  }
+
+  std::future<Result<WorkerStats>> WorkerStatistics() {
+    return Call<Result<WorkerStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
+      return Worker(s).statsRequest().send().then([](auto r) -> Result<WorkerStats> {
+        auto st = r.getStats();
+        WorkerStats out;
+        for (auto pool : st.getPools()) {
+          out.total_blocks += pool.getTotalBlocks();
+          out.used_blocks += pool.getUsedBlocks();
+          out.cached_blocks += pool.getCachedBlocks();
+        }
+        out.reuse_hits = st.getReuseHits();
+        out.evictions = st.getEvictions();
+        out.offloaded_blocks = st.getOffloadedBlocks();
+        out.onboarded_blocks = st.getOnboardedBlocks();
+        return out;
+      });
+    });
+  }
+
+ private:
+  template <typename T>
+  std::future<T> Call(bool (*retry_on)(const Status&),
+                      kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
+    rpc::RetryPolicy policy;
+    if (retry_on != nullptr) {
+      policy.max_attempts = options_.max_attempts;
+      policy.backoff = options_.retry_backoff;
+      policy.should_retry = retry_on;
+    }
+    return rpc_->impl().Call<T>(kj::mv(call), std::move(policy));
+  }
+
+  // The session's capabilities, obtained once (pipelined: no round trip of their own).
+  // The worker capability is this client's identity at the node: its sequences live there.
+  schema::Coordinator::Client& Coordinator(schema::Session::Client& session) {
+    if (!coordinator_) coordinator_ = kj::heap(session.coordinatorRequest().send().getCoordinator());
+    return *coordinator_;
+  }
+  schema::Worker::Client& Worker(schema::Session::Client& session) {
+    if (!worker_) worker_ = kj::heap(session.workerRequest().send().getWorker());
+    return *worker_;
+  }
+
+  std::unique_ptr<rpc::RpcClient> rpc_;
+  const ClientOptions options_;
+  // Made and used on the connection's loop thread only.
+  kj::Own<schema::Coordinator::Client> coordinator_;
+  kj::Own<schema::Worker::Client> worker_;
+};
+
+Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  rpc::RpcClientOptions connection;
+  connection.address = options.address;
+  connection.token = options.token;
+  connection.tls_ca_file = options.tls_ca_file;
+  connection.tls_server_name = options.tls_server_name;
+  connection.timeout = options.timeout;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(std::move(connection)));
+  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(rpc), options)));
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+const std::string& Client::tenant() const { return impl_->tenant(); }
+
+std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> keys) {
+  return impl_->Lookup({keys.begin(), keys.end()});
+}
+std::future<Result<RouteDecision>> Client::RouteAsync(std::span<const BlockKey> keys) {
+  return impl_->Route({keys.begin(), keys.end()});
+}
+Result<CoordinatorStats> Client::GetCoordinatorStats() { return impl_->CoordinatorStatistics().get(); }
+Result<PoolMapping> Client::AttachPool(uint32_t pool_id, const KvLayout& layout) {
+  return impl_->AttachPool(pool_id, layout).get();
+}
+std::future<Result<Allocation>> Client::AllocateAsync(const AllocateRequest& request) {
+  return impl_->Allocate(request);
+}
+Result<Allocation> Client::Extend(uint64_t sequence, uint32_t num_tokens) {
+  return impl_->Extend(sequence, num_tokens).get();
+}
+std::future<Result<OnboardResult>> Client::OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
+                                                        const RetentionConfig& retention) {
+  return impl_->Onboard(sequence, {keys.begin(), keys.end()}, retention);
+}
+std::future<Result<uint32_t>> Client::CommitAsync(uint64_t sequence, std::span<const BlockKey> keys,
+                                                  const RetentionConfig& retention, std::span<const uint32_t> tokens) {
+  return impl_->Commit(sequence, {keys.begin(), keys.end()}, retention, {tokens.begin(), tokens.end()});
+}
+std::future<Status> Client::FreeAsync(uint64_t sequence) { return impl_->Free(sequence); }
+Result<uint32_t> Client::LookupLocal(uint32_t pool_id, std::span<const BlockKey> keys) {
+  return impl_->LookupLocal(pool_id, {keys.begin(), keys.end()}).get();
+}
+Result<WorkerStats> Client::GetWorkerStats() { return impl_->WorkerStatistics().get(); }
+
+}  // namespace kvtier::client
