@@ -121,13 +121,19 @@ class TieredStore::Impl {
   }
 
   // Runs under the host tier's lock (and mu_: every host insertion holds it).
+  // Whether the block can enter the disk tier only by evicting others.
+  bool DiskFullFor(const BlockHeader& header) const {
+    const TierStats disk = disk_->Stats();
+    return disk.bytes + header.payload_bytes > disk.capacity_bytes;
+  }
+
   void Demote(const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
     if (!disk_ || header.priority < options_.demote_min_priority) {
       if (disk_) dropped_below_priority_.fetch_add(1);
       Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header);
       return;
     }
-    if (options_.admit_to_disk && !options_.admit_to_disk(header)) {
+    if (options_.admit_to_disk && DiskFullFor(header) && !options_.admit_to_disk(header)) {
       dropped_by_admission_.fetch_add(1);
       Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header);
       return;

@@ -2,9 +2,11 @@
 //
 // Put lands in the host tier (or the disk tier when the node has no host tier). A block
 // the host tier evicts moves down to disk when its effective priority is at least
-// `demote_min_priority` (secondary_offload_min_priority, default 35) and the injected
-// admission filter (the coordinator's frequency sketch, where enabled) accepts it;
-// otherwise it is dropped. Get reads host, then disk; a disk hit is promoted into the
+// `demote_min_priority` (secondary_offload_min_priority, default 35) and, when the disk
+// tier is full (the block could only enter by displacing others), the injected admission
+// filter (the coordinator's frequency sketch, where enabled) accepts it; otherwise it is
+// dropped. While the disk has room every block is kept: refusing one then loses a
+// possible hit and saves nothing. Get reads host, then disk; a disk hit is promoted into the
 // host tier (the disk copy stays, so a later demotion rewrites nothing). Every change of
 // where a block lives is reported, in order, to `on_event` for the node's sequenced
 // event stream.
@@ -36,7 +38,7 @@ struct TieredStoreOptions {
   std::optional<DiskTierOptions> disk;
   uint8_t demote_min_priority = 35;
   bool promote_on_hit = true;
-  std::function<bool(const BlockHeader&)> admit_to_disk;  // null: admit everything
+  std::function<bool(const BlockHeader&)> admit_to_disk;  // asked when the disk is full; null: admit everything
   std::function<void(const StoreEvent&)> on_event;
 };
 

@@ -55,6 +55,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   if (config.store.host_cache_bytes > 0) {
     store.host.emplace();
     store.host->capacity_bytes = config.store.host_cache_bytes;
+    // Every block the worker offloads has the layout's size: one page each wastes nothing.
+    store.host->page_bytes = static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096);
   }
   if (config.store.disk_bytes > 0) {
     store.disk.emplace();

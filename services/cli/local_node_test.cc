@@ -196,11 +196,15 @@ TEST_F(LocalNodeTest, ARestartedCoordinatorGetsTheWorkersBlocksBackFromItsSnapsh
   EXPECT_EQ(WaitForLocations(0, indexed), indexed);
 }
 
-// A host tier of one 64 KiB page (one block) in front of the disk tier, which admits a
-// block only after two lookups of it (store.disk_admission_min_count, the default).
+// A host tier of one page (one block: pages are the layout's block size rounded up to
+// 4 KiB) in front of a disk tier of one block, which, once full, admits a block only after
+// two lookups of it (store.disk_admission_min_count, the default).
 class LocalNodeAdmissionTest : public LocalNodeTest {
  protected:
-  void Configure(KvtierConfig& config) override { config.store.host_cache_bytes = 64 << 10; }
+  void Configure(KvtierConfig& config) override {
+    config.store.host_cache_bytes = 4096;
+    config.store.disk_bytes = 512;
+  }
 
   uint32_t Lookup(uint64_t first) {
     auto request = coordinator_->lookupRequest();
@@ -221,10 +225,10 @@ TEST_F(LocalNodeAdmissionTest, OnlyBlocksLookedUpTwiceMoveDownToDisk) {
   Commit(1, 0);
   for (int i = 0; i < 2; ++i) Lookup(0);
   Free(1);
-  Allocate(2, 5);  // evicts 0,1 into the one-block host tier: one of them moves to disk
+  Allocate(2, 5);  // evicts 0,1 into the one-block host tier: one of them moves to the empty disk
   Commit(2, 5);
   Free(2);
-  Allocate(3, 8);  // evicts 5,6: the host tier's blocks move down, and 5,6 may not
+  Allocate(3, 8);  // evicts 5,6: the disk is full; the host tier's block (0 or 1) may enter, 5,6 may not
   // The store's metrics show both verdicts (updated at the next tick).
   const std::string dropped = "kvtier_store_moves_total{kind=\"dropped_admission\"}";
   for (auto deadline = std::chrono::steady_clock::now() + 5s;
@@ -233,7 +237,7 @@ TEST_F(LocalNodeAdmissionTest, OnlyBlocksLookedUpTwiceMoveDownToDisk) {
   }
   EXPECT_GE(Metric(dropped), 1u) << "5 or 6, never looked up, is refused by the disk tier";
   EXPECT_GE(Metric("kvtier_store_blocks{tier=\"disk\"}"), 1u) << "0 or 1, looked up twice, is on disk";
-  EXPECT_EQ(Metric("kvtier_store_moves_total{kind=\"demoted\"}"), Metric("kvtier_store_blocks{tier=\"disk\"}"));
+  EXPECT_GE(Metric("kvtier_store_moves_total{kind=\"demoted\"}"), Metric("kvtier_store_blocks{tier=\"disk\"}"));
 }
 
 }  // namespace kvtier::cli

@@ -15,6 +15,7 @@
 #include "common/version.h"
 #include "services/cli/bench_command.h"
 #include "services/cli/config_flags.h"
+#include "services/cli/replay_command.h"
 #include "services/cli/serve.h"
 #include "services/rpc/rpc_client.h"
 
@@ -117,8 +118,8 @@ int Main(int argc, char** argv) {
   CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
   CLI::App* store = app.add_subcommand("store", "Run a storage node (host and disk tiers, cross-node transfer).");
   BenchCommand bench(app);
-  CLI::App* replay = app.add_subcommand("replay", "Replay a Mooncake-format request trace against a cluster.");
-  for (CLI::App* later : {worker, store, replay}) later->allow_extras();
+  ReplayCommand replay(app);
+  for (CLI::App* later : {worker, store}) later->allow_extras();
 
   VersionFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
@@ -146,7 +147,7 @@ int Main(int argc, char** argv) {
   if (worker->parsed()) return NotBuiltYet("worker", "the GPU worker node (block pools and kernels)");
   if (store->parsed()) return NotBuiltYet("store", "the host and disk tiers and the storage node");
   if (bench.parsed()) return bench.Run();
-  if (replay->parsed()) return NotBuiltYet("replay", "the client SDK and the embedded cluster");
+  if (replay.parsed()) return replay.Run();
   return RunVersion(version_flags);
 }
 

@@ -1,0 +1,57 @@
+#include "services/bench/chat_workload.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace kvtier::bench {
+namespace {
+
+TEST(ChatWorkloadTest, IsDeterministicAndWellFormed) {
+  const ChatWorkloadOptions options{.conversations = 200, .seed = 7};
+  const std::vector<TraceRequest> a = GenerateChatWorkload(options);
+  EXPECT_EQ(a.size(), GenerateChatWorkload(options).size());
+  EXPECT_EQ(a.front().hash_ids, GenerateChatWorkload(options).front().hash_ids);
+  ASSERT_GE(a.size(), 200u);                          // at least one turn each
+  ASSERT_LE(a.size(), 200u * options.max_turns);
+  uint64_t previous_ms = 0;
+  for (const TraceRequest& r : a) {
+    EXPECT_GE(r.timestamp_ms, previous_ms) << "arrival order";
+    previous_ms = r.timestamp_ms;
+    EXPECT_EQ(r.hash_ids.size(), (r.input_length + kMooncakeTokensPerBlock - 1) / kMooncakeTokensPerBlock);
+    EXPECT_GT(r.output_length, 0u);
+  }
+  const ChatWorkloadOptions other{.conversations = 200, .seed = 8};
+  EXPECT_NE(a.front().hash_ids, GenerateChatWorkload(other).front().hash_ids);
+}
+
+TEST(ChatWorkloadTest, SharesSystemPromptsAndGrowsConversations) {
+  const std::vector<TraceRequest> requests = GenerateChatWorkload({.conversations = 300, .system_prompts = 4});
+  // Four system prompts: every request starts with one of four first blocks.
+  std::set<uint64_t> first_blocks;
+  for (const TraceRequest& r : requests) first_blocks.insert(r.hash_ids.front());
+  EXPECT_EQ(first_blocks.size(), 4u);
+  // A later turn extends an earlier prompt: its ids start with all but the last (partial)
+  // block of some earlier request's ids, and it is longer.
+  size_t extended = 0;
+  std::set<std::vector<uint64_t>> full_prefixes;
+  for (const TraceRequest& r : requests) {
+    for (size_t n = r.hash_ids.size() - 1; n >= 3; --n) {
+      if (full_prefixes.count({r.hash_ids.begin(), r.hash_ids.begin() + static_cast<std::ptrdiff_t>(n)})) {
+        ++extended;
+        break;
+      }
+    }
+    full_prefixes.insert({r.hash_ids.begin(), r.hash_ids.end() - 1});
+  }
+  EXPECT_GT(extended, requests.size() / 3) << "multi-turn conversations reuse their history";
+  // The last block of a prompt is partial and never reappears at the same position.
+  const TraceRequest& one = requests[0];
+  for (const TraceRequest& r : requests) {
+    if (&r == &one || r.hash_ids.size() < one.hash_ids.size()) continue;
+    EXPECT_NE(r.hash_ids[one.hash_ids.size() - 1], one.hash_ids.back());
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::bench

@@ -1,0 +1,211 @@
+#include "services/cli/replay.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <unordered_set>
+
+namespace kvtier::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tokens of block `index` of a prompt of `input_length` tokens (the last may be partial).
+uint64_t BlockTokens(const bench::TraceRequest& request, size_t index, uint32_t tokens_per_block) {
+  const uint64_t start = uint64_t{index} * tokens_per_block;
+  if (start >= request.input_length) return 0;
+  return std::min<uint64_t>(tokens_per_block, request.input_length - start);
+}
+
+// The unbounded cache: a request hits the longest prefix of its ids seen before (ids are
+// prefix-chained, so a seen id means its whole prefix was seen).
+void CountUnboundedBound(std::span<const bench::TraceRequest> requests, uint32_t tokens_per_block,
+                         ReplayReport& report) {
+  std::unordered_set<uint64_t> seen;
+  for (const bench::TraceRequest& r : requests) {
+    size_t hits = 0;
+    while (hits < r.hash_ids.size() && seen.count(r.hash_ids[hits])) ++hits;
+    report.bound_hit_blocks += hits;
+    for (size_t i = 0; i < hits; ++i) report.bound_hit_tokens += BlockTokens(r, i, tokens_per_block);
+    seen.insert(r.hash_ids.begin(), r.hash_ids.end());
+  }
+}
+
+// What one client saw.
+struct ClientTally {
+  uint64_t gpu = 0, host = 0, disk = 0, hit_tokens = 0, refused = 0;
+  std::vector<double> lookup_us;
+};
+
+class Replayer {
+ public:
+  Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options)
+      : requests_(requests), options_(options), keys_("mooncake", "") {}
+
+  // Takes requests in order until none are left or one fails.
+  Status RunClient(client::Client& client, ClientTally& tally) {
+    for (size_t i = next_.fetch_add(1); i < requests_.size() && !failed_; i = next_.fetch_add(1)) {
+      if (Status s = One(client, i, tally); !s.ok()) {
+        failed_ = true;
+        return s.WithContext("request " + std::to_string(i + 1));
+      }
+      const size_t done = done_.fetch_add(1) + 1;
+      if (options_.progress) {
+        std::lock_guard lock(progress_mu_);
+        options_.progress(done, requests_.size());
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Status One(client::Client& client, size_t index, ClientTally& tally) {
+    const bench::TraceRequest& request = requests_[index];
+    std::vector<BlockKey> keys;
+    keys.reserve(request.hash_ids.size());
+    for (uint64_t id : request.hash_ids) keys.push_back(keys_.Key(id));
+    const uint64_t sequence = index + 1;
+
+    const auto lookup_start = Clock::now();
+    KVTIER_RETURN_IF_ERROR(client.Lookup(keys).status());
+    tally.lookup_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
+
+    Result<client::Allocation> allocation = client.Allocate(
+        {.sequence = sequence, .keys = keys, .num_tokens = static_cast<uint32_t>(keys.size() * options_.tokens_per_block)});
+    if (allocation.status().code() == StatusCode::kResourceExhausted) {
+      ++tally.refused;
+      return Status::Ok();
+    }
+    KVTIER_RETURN_IF_ERROR(allocation.status());
+    uint32_t cached = allocation->reused_blocks;
+    tally.gpu += cached;
+    if (cached < keys.size()) {
+      KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded, client.Onboard(sequence, keys));
+      tally.host += onboarded.from_host;
+      tally.disk += onboarded.from_disk;
+      cached = std::max(cached, onboarded.cached_blocks);
+    }
+    for (uint32_t b = 0; b < cached; ++b) tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
+    // The engine computed the rest: every block of the prompt is now cached.
+    KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys).status());
+    return client.Free(sequence);
+  }
+
+  std::span<const bench::TraceRequest> requests_;
+  const ReplayOptions& options_;
+  const OpaqueKeyNamespace keys_;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> done_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex progress_mu_;
+};
+
+double Percentile(std::vector<double>& values, double q) {
+  if (values.empty()) return 0;
+  const size_t at = std::min(values.size() - 1, static_cast<size_t>(q * double(values.size())));
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
+  return values[at];
+}
+
+}  // namespace
+
+Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, const ReplayOptions& options) {
+  if (options.clients == 0) return InvalidArgumentError("clients (--workers) must be at least 1");
+  if (!options.connect) return InvalidArgumentError("ReplayOptions.connect is required");
+  std::vector<std::unique_ptr<client::Client>> clients;
+  for (uint32_t c = 0; c < options.clients; ++c) {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, options.connect());
+    clients.push_back(std::move(client));
+  }
+  ReplayReport report;
+  report.clients = options.clients;
+  report.block_bytes = options.block_bytes;
+  report.requests = requests.size();
+  for (const bench::TraceRequest& r : requests) {
+    report.blocks += r.hash_ids.size();
+    report.tokens += r.input_length;
+  }
+  CountUnboundedBound(requests, options.tokens_per_block, report);
+
+  Replayer replayer(requests, options);
+  std::vector<ClientTally> tallies(options.clients);
+  std::vector<Status> outcomes(options.clients);
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (uint32_t c = 0; c < options.clients; ++c) {
+    threads.emplace_back([&, c] { outcomes[c] = replayer.RunClient(*clients[c], tallies[c]); });
+  }
+  for (std::thread& t : threads) t.join();
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (const Status& s : outcomes) KVTIER_RETURN_IF_ERROR(s);
+
+  std::vector<double> lookups;
+  for (ClientTally& t : tallies) {
+    report.hit_blocks_gpu += t.gpu;
+    report.hit_blocks_host += t.host;
+    report.hit_blocks_disk += t.disk;
+    report.hit_tokens += t.hit_tokens;
+    report.refused_requests += t.refused;
+    lookups.insert(lookups.end(), t.lookup_us.begin(), t.lookup_us.end());
+  }
+  report.lookup_p50_us = Percentile(lookups, 0.50);
+  report.lookup_p99_us = Percentile(lookups, 0.99);
+  KVTIER_ASSIGN_OR_RETURN(client::WorkerStats worker, clients[0]->GetWorkerStats());
+  report.offloaded_blocks = worker.offloaded_blocks;
+  return report;
+}
+
+std::string ReplayReportJson(const ReplayReport& r) {
+  char out[1024];
+  std::snprintf(out, sizeof(out),
+                "{\"requests\": %llu, \"clients\": %u, \"blocks\": %llu, \"tokens\": %llu, "
+                "\"block_hit_rate\": %.6f, \"token_hit_rate\": %.6f, "
+                "\"hits_by_tier\": {\"gpu\": %llu, \"host\": %llu, \"disk\": %llu}, "
+                "\"unbounded_block_hit_rate\": %.6f, \"unbounded_token_hit_rate\": %.6f, "
+                "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
+                "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu}, "
+                "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, \"lookup_p99_us\": %.1f}",
+                static_cast<unsigned long long>(r.requests), r.clients, static_cast<unsigned long long>(r.blocks),
+                static_cast<unsigned long long>(r.tokens), r.block_hit_rate(), r.token_hit_rate(),
+                static_cast<unsigned long long>(r.hit_blocks_gpu), static_cast<unsigned long long>(r.hit_blocks_host),
+                static_cast<unsigned long long>(r.hit_blocks_disk), r.bound_block_hit_rate(), r.bound_token_hit_rate(),
+                static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.refused_requests),
+                static_cast<unsigned long long>(r.offloaded_blocks * r.block_bytes),
+                static_cast<unsigned long long>(r.hit_blocks_host * r.block_bytes),
+                static_cast<unsigned long long>(r.hit_blocks_disk * r.block_bytes), r.seconds, r.requests_per_second(),
+                r.lookup_p50_us, r.lookup_p99_us);
+  return out;
+}
+
+std::string ReplayReportText(const ReplayReport& r, const std::string& source, const std::string& cluster) {
+  auto mib = [&](uint64_t blocks) { return double(blocks * r.block_bytes) / (1 << 20); };
+  auto share = [](double rate, double bound) { return bound <= 0 ? 0.0 : 100.0 * rate / bound; };
+  char out[2048];
+  std::snprintf(
+      out, sizeof(out),
+      "kvtier replay: %llu requests of %s in %.1f s (%.0f requests/s, %u client%s)\n"
+      "  cluster         %s\n"
+      "  block hit rate  %.4f   (unbounded prefix bound %.4f: %.1f%% of it)\n"
+      "  token hit rate  %.4f   (bound %.4f: %.1f%%)\n"
+      "  hits by tier    gpu %llu, host %llu, disk %llu blocks\n"
+      "  tokens saved    %llu of %llu prompt tokens\n"
+      "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB\n"
+      "  lookups         p50 %.0f us, p99 %.0f us\n"
+      "%s",
+      static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds, r.requests_per_second(), r.clients,
+      r.clients == 1 ? "" : "s", cluster.c_str(), r.block_hit_rate(), r.bound_block_hit_rate(),
+      share(r.block_hit_rate(), r.bound_block_hit_rate()), r.token_hit_rate(), r.bound_token_hit_rate(),
+      share(r.token_hit_rate(), r.bound_token_hit_rate()), static_cast<unsigned long long>(r.hit_blocks_gpu),
+      static_cast<unsigned long long>(r.hit_blocks_host), static_cast<unsigned long long>(r.hit_blocks_disk),
+      static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.tokens),
+      mib(r.offloaded_blocks), mib(r.hit_blocks_host), mib(r.hit_blocks_disk), r.lookup_p50_us, r.lookup_p99_us,
+      r.refused_requests == 0
+          ? ""
+          : ("  refused         " + std::to_string(r.refused_requests) +
+             " requests found the pool full of running sequences (kResourceExhausted)\n").c_str());
+  return out;
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,83 @@
+// Replay: a request trace played through a kvtier cluster by inference clients, the way
+// an engine would use the cache, with the hit rates and costs it saw.
+//
+// For each request, in trace order: Lookup the prompt's blocks at the coordinator (timed),
+// Allocate the sequence at the worker (the pool's cached prefix is reused in place),
+// Onboard what the node's host and disk tiers hold after it, Commit every block of the
+// prompt (the ones the engine computed become cached), Free the sequence. Capacity
+// pressure does the rest: the pool evicts to the host tier, the host tier demotes to
+// disk, as each is configured.
+//
+// Blocks are the trace's: each hash id is one block of `tokens_per_block` tokens (the
+// last one of a prompt may be partial; it counts as a block and, for the token-weighted
+// rates, with its real length) under an opaque key (common/block_key.h). A block is a
+// hit when the sequence starts with it cached: reused in the pool (gpu), or onboarded
+// from the host or disk tier. The unbounded bound is the longest-prefix hit rate of a
+// cache that never forgets, computed from the trace alone.
+//
+// `clients` inference clients (one connection each) take requests in trace order.
+//
+// Thread safety: Run blocks its caller; the progress callback is called from client
+// threads, one call at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/status.h"
+#include "services/bench/trace.h"
+#include "services/client/client.h"
+
+namespace kvtier::cli {
+
+struct ReplayOptions {
+  // Opens one client connection (called once per client, before any request is sent).
+  std::function<Result<std::unique_ptr<client::Client>>()> connect;
+  uint32_t clients = 1;
+  uint32_t tokens_per_block = bench::kMooncakeTokensPerBlock;
+  uint64_t block_bytes = 0;  // the cluster's block size, for the bytes moved
+  std::function<void(size_t done, size_t total)> progress;  // optional
+};
+
+struct ReplayReport {
+  uint64_t requests = 0;
+  uint64_t blocks = 0;            // block references in the prompts
+  uint64_t tokens = 0;            // prompt tokens
+  uint64_t hit_blocks_gpu = 0;    // reused in the worker's pool
+  uint64_t hit_blocks_host = 0;   // onboarded from the host tier
+  uint64_t hit_blocks_disk = 0;   // onboarded from the disk tier
+  uint64_t hit_tokens = 0;        // prompt tokens whose KV was cached: tokens saved
+  uint64_t bound_hit_blocks = 0;  // the unbounded cache's hits
+  uint64_t bound_hit_tokens = 0;
+  uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
+  uint64_t offloaded_blocks = 0;  // pool -> host tier
+  uint64_t block_bytes = 0;
+  double seconds = 0;
+  double lookup_p50_us = 0;
+  double lookup_p99_us = 0;
+  uint32_t clients = 0;
+
+  uint64_t hit_blocks() const { return hit_blocks_gpu + hit_blocks_host + hit_blocks_disk; }
+  double block_hit_rate() const { return blocks == 0 ? 0 : double(hit_blocks()) / double(blocks); }
+  double token_hit_rate() const { return tokens == 0 ? 0 : double(hit_tokens) / double(tokens); }
+  double bound_block_hit_rate() const { return blocks == 0 ? 0 : double(bound_hit_blocks) / double(blocks); }
+  double bound_token_hit_rate() const { return tokens == 0 ? 0 : double(bound_hit_tokens) / double(tokens); }
+  double requests_per_second() const { return seconds <= 0 ? 0 : double(requests) / seconds; }
+};
+
+// Any error other than a refused allocation stops the replay and is returned, naming the
+// request.
+[[nodiscard]] Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
+                                             const ReplayOptions& options);
+
+// One JSON object: block_hit_rate, token_hit_rate, hits_by_tier {gpu, host, disk},
+// requests, lookup_p50_us, lookup_p99_us, and the rest of the report.
+std::string ReplayReportJson(const ReplayReport& report);
+// For people: a few aligned lines. `source` names the workload; `cluster` describes it.
+std::string ReplayReportText(const ReplayReport& report, const std::string& source, const std::string& cluster);
+
+}  // namespace kvtier::cli

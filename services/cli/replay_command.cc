@@ -1,0 +1,185 @@
+#include "services/cli/replay_command.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "services/auth/token_store.h"
+#include "services/bench/chat_workload.h"
+#include "services/cli/embedded_cluster.h"
+#include "services/cli/replay.h"
+
+namespace kvtier::cli {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// A progress bar on a terminal, redrawn at most every 1%.
+void DrawProgress(size_t done, size_t total) {
+  const size_t width = 40, filled = total == 0 ? width : done * width / total;
+  if (done != total && (done * 100 / total) == ((done - 1) * 100 / total)) return;
+  std::fprintf(stderr, "\r[%s%s] %zu/%zu requests", std::string(filled, '=').c_str(),
+               std::string(width - filled, ' ').c_str(), done, total);
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+// The embedded cluster's layout: 512-token blocks (the trace's) of one layer and one KV
+// head in fp16, whose head_dim makes a block `block_bytes` long.
+Result<KvtierConfig> EmbeddedConfig(uint64_t gpu_blocks, uint64_t host_blocks, uint64_t disk_blocks,
+                                    uint64_t block_bytes, uint32_t admission, const std::string& data_dir) {
+  constexpr uint64_t kBytesPerHeadDim = 2ull * bench::kMooncakeTokensPerBlock * 2;  // K and V, fp16
+  if (block_bytes < kBytesPerHeadDim || block_bytes % kBytesPerHeadDim != 0) {
+    return InvalidArgumentError("--block-bytes " + std::to_string(block_bytes) + ": must be a positive multiple of " +
+                                std::to_string(kBytesPerHeadDim) + " (K and V of 512 fp16 tokens per head dimension)");
+  }
+  if (gpu_blocks == 0) return InvalidArgumentError("--gpu-blocks: must be at least 1");
+  KvtierConfig config;
+  config.data_dir = data_dir;
+  config.coordinator.listen = {"127.0.0.1:0"};
+  config.worker.num_layers = 1;
+  config.worker.num_kv_heads = 1;
+  config.worker.head_dim = static_cast<uint32_t>(block_bytes / kBytesPerHeadDim);
+  config.worker.tokens_per_block = bench::kMooncakeTokensPerBlock;
+  config.worker.dtype = "fp16";
+  config.worker.pool_bytes = gpu_blocks * block_bytes;
+  config.worker.free_memory_fraction = 1.0;
+  const uint64_t page = (block_bytes + 4095) / 4096 * 4096;  // the host tier's page (local_node.cc)
+  config.store.host_cache_bytes = host_blocks * page;
+  config.store.disk_bytes = disk_blocks * block_bytes;
+  config.store.disk_admission_min_count = admission;
+  if (Status s = ValidateConfig(config); !s.ok()) return s;
+  return config;
+}
+
+std::string ScratchDirectory() {
+  std::string pattern = std::filesystem::temp_directory_path().string() + "/kvtier-replay-XXXXXX";
+  return mkdtemp(pattern.data()) == nullptr ? std::string() : pattern;
+}
+
+}  // namespace
+
+ReplayCommand::ReplayCommand(CLI::App& app) {
+  replay_ = app.add_subcommand("replay", "Replay a Mooncake-format request trace (or a built-in chat workload) "
+                                         "through a cluster and report hit rates.");
+  replay_->add_option("--trace", trace_, "Mooncake-format trace (JSON lines); default: the built-in chat workload")
+      ->type_name("FILE");
+  replay_->add_option("--connect", connect_, "Replay against this running cluster (host:port or unix:/path); "
+                                             "default: an embedded one")->type_name("ADDR");
+  replay_->add_option("--token", token_, "Tenant token for --connect")->envname("KVTIER_TOKEN");
+  replay_->add_option("--token-file", token_file_, "File whose first line is the token")->type_name("FILE");
+  replay_->add_option("--tls-ca-file", tls_ca_file_, "Use TLS; trust this CA bundle")->type_name("FILE");
+  replay_->add_option("--workers", workers_, "Concurrent inference clients (one connection each)")
+      ->check(CLI::Range(1u, 256u))->capture_default_str();
+  replay_->add_option("--gpu-blocks", gpu_blocks_, "Embedded: blocks in the worker's pool")->capture_default_str();
+  replay_->add_option("--host-blocks", host_blocks_, "Embedded: blocks in the host tier (0: none)")
+      ->capture_default_str();
+  replay_->add_option("--disk-blocks", disk_blocks_, "Embedded: blocks in the disk tier (0: none)")
+      ->capture_default_str();
+  replay_->add_option("--block-bytes", block_bytes_, "Embedded: bytes per 512-token block (a multiple of 2048)")
+      ->capture_default_str();
+  replay_->add_option("--disk-admission", disk_admission_,
+                      "Embedded: lookups a block needs before it may enter the disk tier (0: admit all)")
+      ->capture_default_str();
+  replay_->add_option("--data-dir", data_dir_, "Embedded: keep the disk tier here (default: a scratch directory, "
+                                               "removed afterwards)")->type_name("DIR");
+  replay_->add_option("--conversations", conversations_, "Built-in workload: conversations to generate")
+      ->capture_default_str();
+  replay_->add_flag("--json", json_, "Print one JSON object instead of the report");
+  replay_->footer("Examples:\n  kvtier replay                                  # built-in chat workload, embedded cluster\n"
+                  "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
+                  "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token");
+}
+
+int ReplayCommand::Run() const {
+  std::vector<bench::TraceRequest> requests;
+  std::string source = "the built-in chat workload";
+  if (!trace_.empty()) {
+    Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
+    if (!read.ok()) {
+      std::fprintf(stderr, "kvtier replay: --trace: %s\n", read.status().message().c_str());
+      return kExitUsage;
+    }
+    requests = std::move(read).value();
+    source = std::filesystem::path(trace_).filename().string();
+  } else {
+    requests = bench::GenerateChatWorkload({.conversations = conversations_});
+  }
+
+  client::ClientOptions client_options{.address = connect_, .token = token_, .tls_ca_file = tls_ca_file_};
+  std::unique_ptr<EmbeddedCluster> cluster;
+  MetricsRegistry registry;
+  std::string scratch, cluster_summary = "at " + connect_;
+  uint64_t block_bytes = block_bytes_;
+  if (connect_.empty()) {
+    const std::string data_dir = data_dir_.empty() ? (scratch = ScratchDirectory()) : data_dir_;
+    if (data_dir.empty()) {
+      std::fprintf(stderr, "kvtier replay: cannot create a scratch directory in %s\n",
+                   std::filesystem::temp_directory_path().c_str());
+      return kExitFailure;
+    }
+    Result<KvtierConfig> config =
+        EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_, data_dir);
+    if (!config.ok()) {
+      std::fprintf(stderr, "kvtier replay: %s\n", config.status().message().c_str());
+      return kExitUsage;
+    }
+    const std::string token = auth::GenerateToken();
+    EmbeddedClusterOptions options{.config = *config,
+                                   .tokens = auth::TokenStore::SingleTenant({"replay", ""}, token).value(),
+                                   .registry = &registry,
+                                   .node_id = "replay"};
+    Result<std::unique_ptr<EmbeddedCluster>> started = EmbeddedCluster::Create(std::move(options));
+    if (!started.ok()) {
+      std::fprintf(stderr, "kvtier replay: embedded cluster: %s\n", started.status().message().c_str());
+      return kExitFailure;
+    }
+    cluster = std::move(started).value();
+    client_options.address = cluster->endpoints()[0];
+    client_options.token = token;
+    cluster_summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
+                      std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) + " disk (admission " +
+                      std::to_string(disk_admission_) + "), " + std::to_string(block_bytes_) + "-byte blocks";
+  } else {
+    for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes",
+                                    "--disk-admission", "--data-dir"}) {
+      if (replay_->count(flag) > 0) {
+        std::fprintf(stderr, "kvtier replay: %s sizes the embedded cluster; with --connect the cluster's own "
+                             "configuration decides\n", flag);
+        return kExitUsage;
+      }
+    }
+    if (client_options.token.empty() && !token_file_.empty()) {
+      std::ifstream in(token_file_);
+      if (!in || !std::getline(in, client_options.token)) {
+        std::fprintf(stderr, "kvtier replay: --token-file %s: cannot be read\n", token_file_.c_str());
+        return kExitUsage;
+      }
+    }
+  }
+
+  ReplayOptions options;
+  options.clients = workers_;
+  options.block_bytes = block_bytes;
+  options.connect = [&client_options] { return client::Client::Connect(client_options); };
+  if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
+  Result<ReplayReport> report = RunReplay(requests, options);
+  if (cluster) cluster->Shutdown();
+  if (!scratch.empty()) std::filesystem::remove_all(scratch);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier replay: %s\n", report.status().ToString().c_str());
+    return kExitFailure;
+  }
+  if (json_) {
+    std::printf("%s\n", ReplayReportJson(*report).c_str());
+  } else {
+    std::printf("%s", ReplayReportText(*report, source, cluster_summary).c_str());
+  }
+  return 0;
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,37 @@
+// `kvtier replay`: a Mooncake-format trace (or the built-in chat workload) replayed
+// through the real RPC against a running cluster (--connect) or, by default, against an
+// embedded one sized by --gpu-blocks, --host-blocks and --disk-blocks (services/cli/replay.h).
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace kvtier::cli {
+
+class ReplayCommand {
+ public:
+  explicit ReplayCommand(CLI::App& app);
+  bool parsed() const { return replay_->parsed(); }
+  // Returns the exit code: 0, 1 (the cluster failed), 2 (bad usage or trace).
+  int Run() const;
+
+ private:
+  CLI::App* replay_;
+  std::string trace_;
+  std::string connect_;
+  std::string token_;
+  std::string token_file_;
+  std::string tls_ca_file_;
+  uint32_t workers_ = 1;
+  uint64_t gpu_blocks_ = 16384;
+  uint64_t host_blocks_ = 65536;
+  uint64_t disk_blocks_ = 262144;
+  uint64_t block_bytes_ = 4096;
+  uint32_t disk_admission_ = 2;
+  std::string data_dir_;
+  uint32_t conversations_ = 600;
+  bool json_ = false;
+};
+
+}  // namespace kvtier::cli
