@@ -25,9 +25,11 @@ build: configure
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 300
 
-# The main job: kvtier up with local defaults (ARGS="--metrics-port 9500" to change them).
+# The main job: kvtier up with local defaults (ARGS="--metrics-port 9500" to change them),
+# the built-in chat workload replayed against it through the RPC, and the report
+# (REPLAY_ARGS="--trace FILE" for another workload); then it stops. scripts/run.sh.
 run: build
-	$(BUILD_DIR)/bin/kvtier up $(ARGS)
+	./scripts/run.sh $(BUILD_DIR)/bin $(ARGS)
 
 # AddressSanitizer + UBSan build of the whole tree (CUDA off: nvcc objects are not
 # instrumented), with every test.

@@ -41,8 +41,9 @@ struct ClientTally {
 
 class Replayer {
  public:
-  Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options)
-      : requests_(requests), options_(options), keys_("mooncake", "") {}
+  // `parts`: cluster blocks per trace block.
+  Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options, uint32_t parts)
+      : requests_(requests), options_(options), parts_(parts), keys_("mooncake", "") {}
 
   // Takes requests in order until none are left or one fails.
   Status RunClient(client::Client& client, ClientTally& tally) {
@@ -64,8 +65,10 @@ class Replayer {
   Status One(client::Client& client, size_t index, ClientTally& tally) {
     const bench::TraceRequest& request = requests_[index];
     std::vector<BlockKey> keys;
-    keys.reserve(request.hash_ids.size());
-    for (uint64_t id : request.hash_ids) keys.push_back(keys_.Key(id));
+    keys.reserve(request.hash_ids.size() * parts_);
+    for (uint64_t id : request.hash_ids) {
+      for (uint32_t part = 0; part < parts_; ++part) keys.push_back(keys_.Key(id * parts_ + part));
+    }
     const uint64_t sequence = index + 1;
 
     const auto lookup_start = Clock::now();
@@ -73,21 +76,27 @@ class Replayer {
     tally.lookup_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
 
     Result<client::Allocation> allocation = client.Allocate(
-        {.sequence = sequence, .keys = keys, .num_tokens = static_cast<uint32_t>(keys.size() * options_.tokens_per_block)});
+        {.sequence = sequence, .keys = keys,
+         .num_tokens = static_cast<uint32_t>(request.hash_ids.size() * options_.tokens_per_block)});
     if (allocation.status().code() == StatusCode::kResourceExhausted) {
       ++tally.refused;
       return Status::Ok();
     }
     KVTIER_RETURN_IF_ERROR(allocation.status());
-    uint32_t cached = allocation->reused_blocks;
-    tally.gpu += cached;
+    // In cluster blocks: reused in the pool, then onboarded from host, then from disk.
+    const uint32_t reused = allocation->reused_blocks;
+    uint32_t from_host = 0, cached = reused;
     if (cached < keys.size()) {
       KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded, client.Onboard(sequence, keys));
-      tally.host += onboarded.from_host;
-      tally.disk += onboarded.from_disk;
+      from_host = onboarded.from_host;
       cached = std::max(cached, onboarded.cached_blocks);
     }
-    for (uint32_t b = 0; b < cached; ++b) tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
+    // In whole trace blocks (onboarding fills in order: the pool's, then the host's).
+    const uint32_t gpu = reused / parts_, up_to_host = (reused + from_host) / parts_, all = cached / parts_;
+    tally.gpu += gpu;
+    tally.host += up_to_host - gpu;
+    tally.disk += all - up_to_host;
+    for (uint32_t b = 0; b < all; ++b) tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
     // The engine computed the rest: every block of the prompt is now cached.
     KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys).status());
     return client.Free(sequence);
@@ -95,6 +104,7 @@ class Replayer {
 
   std::span<const bench::TraceRequest> requests_;
   const ReplayOptions& options_;
+  const uint32_t parts_;
   const OpaqueKeyNamespace keys_;
   std::atomic<size_t> next_{0};
   std::atomic<size_t> done_{0};
@@ -119,9 +129,19 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<client::Client> client, options.connect());
     clients.push_back(std::move(client));
   }
+  // The cluster's block size, from its worker's first pool.
+  KVTIER_ASSIGN_OR_RETURN(client::WorkerStats before, clients[0]->GetWorkerStats());
+  if (before.pool_layouts.empty()) return FailedPreconditionError("the cluster's worker has no pool");
+  const uint32_t cluster_tokens = before.pool_layouts[0].tokens_per_block();
+  if (cluster_tokens > options.tokens_per_block || options.tokens_per_block % cluster_tokens != 0) {
+    return InvalidArgumentError("the cluster's blocks of " + std::to_string(cluster_tokens) +
+                                " tokens do not divide the trace's blocks of " +
+                                std::to_string(options.tokens_per_block));
+  }
+  const uint32_t parts = options.tokens_per_block / cluster_tokens;
   ReplayReport report;
   report.clients = options.clients;
-  report.block_bytes = options.block_bytes;
+  report.block_bytes = uint64_t{parts} * before.pool_layouts[0].bytes_per_block();
   report.requests = requests.size();
   for (const bench::TraceRequest& r : requests) {
     report.blocks += r.hash_ids.size();
@@ -129,7 +149,7 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
   }
   CountUnboundedBound(requests, options.tokens_per_block, report);
 
-  Replayer replayer(requests, options);
+  Replayer replayer(requests, options, parts);
   std::vector<ClientTally> tallies(options.clients);
   std::vector<Status> outcomes(options.clients);
   const auto start = Clock::now();
@@ -153,7 +173,7 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
   report.lookup_p50_us = Percentile(lookups, 0.50);
   report.lookup_p99_us = Percentile(lookups, 0.99);
   KVTIER_ASSIGN_OR_RETURN(client::WorkerStats worker, clients[0]->GetWorkerStats());
-  report.offloaded_blocks = worker.offloaded_blocks;
+  report.offloaded_blocks = (worker.offloaded_blocks - before.offloaded_blocks) / parts;
   return report;
 }
 

@@ -10,9 +10,11 @@
 //
 // Blocks are the trace's: each hash id is one block of `tokens_per_block` tokens (the
 // last one of a prompt may be partial; it counts as a block and, for the token-weighted
-// rates, with its real length) under an opaque key (common/block_key.h). A block is a
-// hit when the sequence starts with it cached: reused in the pool (gpu), or onboarded
-// from the host or disk tier. The unbounded bound is the longest-prefix hit rate of a
+// rates, with its real length). The cluster's blocks may be smaller (its worker pool's
+// layout, asked before the replay starts): a trace block is then that many consecutive
+// cluster blocks, each under its own opaque key (common/block_key.h). A trace block is a
+// hit when the sequence starts with all of it cached: reused in the pool (gpu), or
+// onboarded from the host or disk tier (by the tier its last part came from). The unbounded bound is the longest-prefix hit rate of a
 // cache that never forgets, computed from the trace alone.
 //
 // `clients` inference clients (one connection each) take requests in trace order.
@@ -38,8 +40,7 @@ struct ReplayOptions {
   // Opens one client connection (called once per client, before any request is sent).
   std::function<Result<std::unique_ptr<client::Client>>()> connect;
   uint32_t clients = 1;
-  uint32_t tokens_per_block = bench::kMooncakeTokensPerBlock;
-  uint64_t block_bytes = 0;  // the cluster's block size, for the bytes moved
+  uint32_t tokens_per_block = bench::kMooncakeTokensPerBlock;  // the trace's
   std::function<void(size_t done, size_t total)> progress;  // optional
 };
 
@@ -55,7 +56,7 @@ struct ReplayReport {
   uint64_t bound_hit_tokens = 0;
   uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
   uint64_t offloaded_blocks = 0;  // pool -> host tier
-  uint64_t block_bytes = 0;
+  uint64_t block_bytes = 0;       // of one trace block in the cluster's layout
   double seconds = 0;
   double lookup_p50_us = 0;
   double lookup_p99_us = 0;
@@ -70,7 +71,7 @@ struct ReplayReport {
 };
 
 // Any error other than a refused allocation stops the replay and is returned, naming the
-// request.
+// request. kInvalidArgument when the cluster's blocks do not divide the trace's.
 [[nodiscard]] Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
                                              const ReplayOptions& options);
 

@@ -114,7 +114,6 @@ int ReplayCommand::Run() const {
   std::unique_ptr<EmbeddedCluster> cluster;
   MetricsRegistry registry;
   std::string scratch, cluster_summary = "at " + connect_;
-  uint64_t block_bytes = block_bytes_;
   if (connect_.empty()) {
     const std::string data_dir = data_dir_.empty() ? (scratch = ScratchDirectory()) : data_dir_;
     if (data_dir.empty()) {
@@ -164,7 +163,6 @@ int ReplayCommand::Run() const {
 
   ReplayOptions options;
   options.clients = workers_;
-  options.block_bytes = block_bytes;
   options.connect = [&client_options] { return client::Client::Connect(client_options); };
   if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
   Result<ReplayReport> report = RunReplay(requests, options);

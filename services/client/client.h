@@ -114,6 +114,7 @@ struct OnboardResult {
 };
 
 struct WorkerStats {
+  std::vector<KvLayout> pool_layouts;  // by pool id
   uint32_t total_blocks = 0;   // over every pool
   uint32_t used_blocks = 0;
   uint32_t cached_blocks = 0;

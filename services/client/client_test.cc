@@ -136,6 +136,8 @@ TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   auto stats = client->GetWorkerStats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->total_blocks, 4u);
+  ASSERT_EQ(stats->pool_layouts.size(), 1u);
+  EXPECT_EQ(stats->pool_layouts[0], TestLayout());
   EXPECT_EQ(stats->used_blocks, 3u);  // sequence 2's table
   auto index = client->GetCoordinatorStats();
   ASSERT_TRUE(index.ok()) << index.status();

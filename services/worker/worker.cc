@@ -302,6 +302,11 @@ std::vector<std::pair<uint32_t, PoolHolding>> Worker::Holdings() const {
 
 size_t Worker::pool_count() const { return impl_->pools_.size(); }
 
+Result<KvLayout> Worker::PoolLayout(uint32_t pool_id) const {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  return state->layout;
+}
+
 std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) { return impl_->pools_.at(pool_id).storage->host_bytes(); }
 
 namespace {

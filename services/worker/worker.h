@@ -187,6 +187,8 @@ class Worker {
   // Every committed block of every pool (pool id, holding), for a snapshot.
   std::vector<std::pair<uint32_t, PoolHolding>> Holdings() const;
   size_t pool_count() const;
+  // kNotFound: no such pool.
+  [[nodiscard]] Result<KvLayout> PoolLayout(uint32_t pool_id) const;
   // The bytes of a host pool (empty for a device pool), for an embedding process.
   std::span<uint8_t> PoolBytes(uint32_t pool_id);
   // One block's bytes to or from host memory, for any pool. kInvalidArgument for a block

@@ -75,6 +75,18 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
       << version;
   EXPECT_NE(version.find("tenant default"), std::string::npos) << version;
 
+  // A replay of the built-in workload through the same endpoint (what `make run` does):
+  // the trace's 512-token blocks are 32 of this pool's 16-token blocks.
+  std::string replay;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " replay --connect " + rpc + " --token-file " + data_dir +
+                                    "/token --conversations 20 --json",
+                                &replay),
+            0)
+      << replay;
+  EXPECT_NE(replay.find("\"requests\": "), std::string::npos) << replay;
+  EXPECT_NE(replay.find("\"refused_requests\": 0,"), std::string::npos) << replay;
+  EXPECT_EQ(replay.find("\"block_hit_rate\": 0.000000"), std::string::npos) << "chat prompts share prefixes: " << replay;
+
   up.Signal(GetParam());
   EXPECT_EQ(up.Wait(seconds(10)), 0) << up.Stderr();
   EXPECT_NE(up.Stderr().find("stopped cleanly"), std::string::npos) << up.Stderr();
@@ -127,8 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
   testing::TempDir dir;
-  for (const std::vector<std::string>& command :
-       {std::vector<std::string>{"replay"}, {"worker"}, {"store"}}) {
+  for (const std::vector<std::string>& command : {std::vector<std::string>{"worker"}, {"store"}}) {
     std::vector<std::string> argv = {kKvtier};
     argv.insert(argv.end(), command.begin(), command.end());
     ChildProcess child(argv, dir.path());
@@ -178,6 +189,49 @@ TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
   ChildProcess bad({kKvtier, "bench", "index", "--trace", dir.File("bad.jsonl")}, dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);
   EXPECT_NE(bad.Stderr().find("line 1: missing field \"input_length\""), std::string::npos) << bad.Stderr();
+}
+
+// `kvtier replay` with no --connect starts its own cluster: two prompts sharing their
+// first block, with room for everything.
+TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
+  testing::TempDir dir;
+  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
+                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [7, 8]}\n"
+                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [7, 9, 10]}\n"));
+  ChildProcess child({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--gpu-blocks", "64", "--host-blocks",
+                      "0", "--disk-blocks", "0", "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
+  const std::string out = child.Stdout();
+  for (const char* key : {"\"requests\": 2,", "\"block_hit_rate\": 0.200000", "\"token_hit_rate\": 0.200000",
+                          "\"hits_by_tier\": {\"gpu\": 1, \"host\": 0, \"disk\": 0}", "\"unbounded_block_hit_rate\": 0.200000",
+                          "\"lookup_p99_us\": "}) {
+    EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
+  }
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
+
+  // Without --json: the report for people.
+  ChildProcess text({kKvtier, "replay", "--conversations", "10", "--gpu-blocks", "256"}, dir.path());
+  ASSERT_EQ(text.Wait(seconds(60)), 0) << text.Stderr();
+  EXPECT_NE(text.Stdout().find("block hit rate"), std::string::npos) << text.Stdout();
+  EXPECT_NE(text.Stdout().find("the built-in chat workload"), std::string::npos) << text.Stdout();
+
+  // Bad input: exit 2, naming what was wrong.
+  for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--block-bytes", "1000"}, "--block-bytes 1000: must be a positive multiple of 2048"},
+           {{"--connect", "127.0.0.1:1", "--gpu-blocks", "5"}, "--gpu-blocks sizes the embedded cluster"},
+           {{"--trace", dir.File("missing.jsonl")}, "--trace"},
+           {{"--workers", "0"}, "--workers"}}) {
+    std::vector<std::string> argv = {kKvtier, "replay"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess bad(argv, dir.path());
+    EXPECT_EQ(bad.Wait(seconds(30)), 2) << args[0];
+    EXPECT_NE(bad.Stderr().find(expected), std::string::npos) << bad.Stderr();
+  }
+  // Nothing answers at --connect: exit 1.
+  ChildProcess unreachable({kKvtier, "replay", "--connect", "127.0.0.1:1", "--token", "t"}, dir.path());
+  EXPECT_EQ(unreachable.Wait(seconds(30)), 1);
+  EXPECT_NE(unreachable.Stderr().find("UNAVAILABLE"), std::string::npos) << unreachable.Stderr();
 }
 
 TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {

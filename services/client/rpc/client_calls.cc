@@ -219,6 +219,8 @@ class Client::Impl {
         auto st = r.getStats();
         WorkerStats out;
         for (auto pool : st.getPools()) {
+          KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
+          out.pool_layouts.push_back(std::move(layout));
           out.total_blocks += pool.getTotalBlocks();
           out.used_blocks += pool.getUsedBlocks();
           out.cached_blocks += pool.getCachedBlocks();

@@ -35,6 +35,7 @@ struct WorkerStats {
     totalBlocks @1 :UInt32;
     usedBlocks @2 :UInt32;
     cachedBlocks @3 :UInt32;     # free for reuse but still holding cached KV
+    layout @4 :Common.KvLayout;  # what a client needs to attach it and size its prompts
   }
   reuseHits @1 :UInt64;
   evictions @2 :UInt64;

@@ -134,6 +134,7 @@ class WorkerServer final : public schema::Worker::Server {
       pools[i].setTotalBlocks(s.pools[i].total);
       pools[i].setUsedBlocks(s.pools[i].in_use);
       pools[i].setCachedBlocks(s.pools[i].cached);
+      if (Result<KvLayout> layout = worker_.PoolLayout(i); layout.ok()) rpc::FromLayout(*layout, pools[i].initLayout());
       reuse += s.pools[i].reused_blocks;
       for (uint64_t n : s.pools[i].evictions_by_priority) evictions += n;
     }
