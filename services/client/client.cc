@@ -2,6 +2,8 @@
 // rpc/client_calls.cc.
 #include "services/client/client.h"
 
+#include "services/worker/pool_memory.h"
+
 namespace kvtier::client {
 
 std::vector<BlockKey> Client::BlockKeys(std::span<const uint32_t> tokens, uint32_t tokens_per_block,
@@ -9,6 +11,36 @@ std::vector<BlockKey> Client::BlockKeys(std::span<const uint32_t> tokens, uint32
   // The salt is the server's business: it scopes every key to the session's tenant, so
   // keys are computed under the empty salt on every client.
   return ComputeBlockKeys("", tokens, tokens_per_block, extra);
+}
+
+struct MappedPool::Memory {
+  worker::SharedPoolMemory shared;
+};
+
+Result<MappedPool> MappedPool::Map(const PoolMapping& mapping) {
+  if (mapping.shared_memory_name.empty()) {
+    return FailedPreconditionError("pool " + std::to_string(mapping.pool_id) + " is in GPU " +
+                                   std::to_string(mapping.device) + " memory: open its CUDA IPC handle instead");
+  }
+  KVTIER_ASSIGN_OR_RETURN(worker::SharedPoolMemory shared,
+                          worker::SharedPoolMemory::Map(mapping.shared_memory_name,
+                                                        uint64_t{mapping.num_blocks} * mapping.block_stride_bytes));
+  return MappedPool(std::make_unique<Memory>(Memory{std::move(shared)}), mapping.block_stride_bytes,
+                    mapping.layout.bytes_per_block());
+}
+
+MappedPool::MappedPool(std::unique_ptr<Memory> memory, uint64_t stride, uint64_t block_bytes)
+    : memory_(std::move(memory)), stride_(stride), block_bytes_(block_bytes) {}
+MappedPool::MappedPool(MappedPool&&) noexcept = default;
+MappedPool& MappedPool::operator=(MappedPool&&) noexcept = default;
+MappedPool::~MappedPool() = default;
+
+std::span<uint8_t> MappedPool::bytes() const {
+  return {static_cast<uint8_t*>(memory_->shared.data()), memory_->shared.size()};
+}
+
+std::span<uint8_t> MappedPool::block(uint32_t block) const {
+  return bytes().subspan(uint64_t{block} * stride_, block_bytes_);
 }
 
 Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys) { return LookupAsync(keys).get(); }

@@ -133,6 +133,31 @@ struct CoordinatorStats {
 
 using coordinator::RetentionConfig;
 
+// A host pool mapped into this process: the node's blocks in place, block i at
+// bytes().subspan(i * block_stride_bytes, layout.bytes_per_block()). Writes are seen by
+// the node (offload, commit) without a copy; unmapped when destroyed. Move-only.
+class MappedPool {
+ public:
+  // kFailedPrecondition for a device pool (its cuda_ipc_handle is opened with
+  // cudaIpcOpenMemHandle, gpu/shared_device_memory.h); kNotFound when the node's memory
+  // is gone.
+  [[nodiscard]] static Result<MappedPool> Map(const PoolMapping& mapping);
+  MappedPool(MappedPool&&) noexcept;
+  MappedPool& operator=(MappedPool&&) noexcept;
+  ~MappedPool();
+
+  std::span<uint8_t> bytes() const;
+  // The bytes of one block. REQUIRES: block < num_blocks.
+  std::span<uint8_t> block(uint32_t block) const;
+
+ private:
+  struct Memory;
+  MappedPool(std::unique_ptr<Memory> memory, uint64_t stride, uint64_t block_bytes);
+  std::unique_ptr<Memory> memory_;
+  uint64_t stride_ = 0;
+  uint64_t block_bytes_ = 0;
+};
+
 class Client {
  public:
   // kUnauthenticated for a bad token, kUnavailable when nothing answers, kInvalidArgument

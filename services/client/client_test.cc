@@ -144,6 +144,44 @@ TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   EXPECT_GE(index->index_blocks, 2u);
 }
 
+TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto mapping = client->AttachPool(0, TestLayout());
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  auto pool = MappedPool::Map(*mapping);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // Sequence 1 computes blocks 0,1 of a prompt into the pool, in place, and commits them.
+  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(7, 8), kTokensPerBlock);
+  auto first = client->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (uint32_t b = 0; b < 2; ++b) {
+    std::span<uint8_t> block = pool->block(first->block_ids[b]);
+    for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<uint8_t>(i * 7 + b);
+  }
+  ASSERT_TRUE(client->Commit(1, keys).ok());
+  ASSERT_TRUE(client->Free(1).ok());
+  // Sequence 2 needs the whole pool: blocks 0,1 are offloaded to the host tier and their
+  // pool blocks zeroed by the new owner.
+  auto other = client->Allocate({.sequence = 2, .keys = Client::BlockKeys(Prompt(900, 16), kTokensPerBlock),
+                                 .num_tokens = 16});
+  ASSERT_TRUE(other.ok()) << other.status();
+  for (uint32_t id : other->block_ids) std::fill(pool->block(id).begin(), pool->block(id).end(), 0);
+  ASSERT_TRUE(client->Free(2).ok());
+  // Sequence 3 starts with the same prompt: nothing in the pool, both blocks onboarded
+  // from the host tier with the bytes sequence 1 wrote.
+  auto third = client->Allocate({.sequence = 3, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->reused_blocks, 0u);
+  auto onboarded = client->Onboard(3, keys);
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->from_host, 2u);
+  for (uint32_t b = 0; b < 2; ++b) {
+    std::span<uint8_t> block = pool->block(third->block_ids[b]);
+    for (size_t i = 0; i < block.size(); ++i) ASSERT_EQ(block[i], static_cast<uint8_t>(i * 7 + b)) << b << " " << i;
+  }
+}
+
 TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
   auto a = Connect();
   ASSERT_NE(a, nullptr);
