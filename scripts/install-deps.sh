@@ -10,6 +10,8 @@ PACKAGES=(
   capnproto libcapnp-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libssl-dev libxxhash-dev
   libhiredis-dev libasio-dev
+  # the Python binding of the client SDK (services/client/python)
+  pybind11-dev python3-dev
   # tools used by tests: promtool (prometheus), certificate generation, HTTP probes,
   # Redis (the baseline of `kvtier bench transfer --vs-redis`, started by the bench itself)
   prometheus openssl curl redis-server

@@ -1,0 +1,241 @@
+// The Python binding of the client SDK (services/client/client.h): `import kvtier`.
+//
+//   c = kvtier.Client("127.0.0.1:7400", token=open("kvtier-data/token").read().strip())
+//   keys = kvtier.block_keys(array.array("I", prompt), 16)   # any buffer of uint32, or a list
+//   table = c.allocate(1, keys, len(prompt))
+//   pool = kvtier.MappedPool(c.attach_pool(0, kvtier.Layout(32, 8, 128, 16, "bf16")))
+//   memoryview(pool)  # the node's blocks, writable, zero-copy (buffer protocol)
+//   c.commit(1, keys); c.free(1)
+//
+// Keys are (hi, lo) tuples. A failed call raises kvtier.Error with args (CODE, message),
+// CODE a canonical status name ("RESOURCE_EXHAUSTED", ...). Blocking calls release the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "services/client/client.h"
+
+namespace py = pybind11;
+
+namespace kvtier::client {
+
+struct StatusError {
+  Status status;
+};
+
+namespace {
+
+template <typename T>
+T ValueOrThrow(Result<T> result) {
+  if (!result.ok()) throw StatusError{result.status()};
+  return std::move(result).value();
+}
+
+void OkOrThrow(const Status& status) {
+  if (!status.ok()) throw StatusError{status};
+}
+
+using PyKey = std::pair<uint64_t, uint64_t>;
+
+std::vector<BlockKey> ToKeys(const std::vector<PyKey>& keys) {
+  std::vector<BlockKey> out;
+  out.reserve(keys.size());
+  for (const auto& [hi, lo] : keys) out.push_back({hi, lo});
+  return out;
+}
+
+std::vector<PyKey> FromKeys(const std::vector<BlockKey>& keys) {
+  std::vector<PyKey> out;
+  out.reserve(keys.size());
+  for (const BlockKey& k : keys) out.emplace_back(k.hi, k.lo);
+  return out;
+}
+
+// Tokens from any buffer of 32-bit unsigned integers (array('I'), numpy uint32), or from a
+// sequence of ints.
+std::vector<uint32_t> ToTokens(const py::object& tokens) {
+  if (py::isinstance<py::buffer>(tokens) && !py::isinstance<py::bytes>(tokens)) {
+    const py::buffer_info info = py::reinterpret_borrow<py::buffer>(tokens).request();
+    if (info.ndim != 1 || info.itemsize != 4 || (info.format != "I" && info.format != "=I" && info.format != "<I" &&
+                                                 info.format != "L" && info.format != "u4")) {
+      throw StatusError{InvalidArgumentError("tokens: a buffer of one dimension of uint32 is needed, got format '" +
+                                             info.format + "' of " + std::to_string(info.ndim) + " dimensions")};
+    }
+    const auto* data = static_cast<const uint32_t*>(info.ptr);
+    std::vector<uint32_t> out(static_cast<size_t>(info.shape[0]));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = data[i * static_cast<size_t>(info.strides[0]) / 4];
+    return out;
+  }
+  return tokens.cast<std::vector<uint32_t>>();
+}
+
+Result<KvLayout> MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, uint32_t tokens_per_block,
+                            const std::string& dtype, uint32_t window, uint32_t sinks) {
+  KVTIER_ASSIGN_OR_RETURN(KvDtype parsed, ParseDtype(dtype));
+  return KvLayout::Create({.num_layers = layers, .num_kv_heads = heads, .head_dim = head_dim,
+                           .tokens_per_block = tokens_per_block, .dtype = parsed, .attention_window = window,
+                           .sink_tokens = sinks});
+}
+
+RetentionConfig Retention(uint8_t priority, std::optional<double> duration_s) {
+  RetentionConfig retention;
+  coordinator::TokenRangeRetention whole{.first_token = 0, .priority = priority};
+  if (duration_s) whole.duration = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(*duration_s));
+  retention.ranges.push_back(whole);
+  return retention;
+}
+
+const char* TierName(Tier tier) { return tier == Tier::kGpu ? "gpu" : tier == Tier::kHost ? "host" : "disk"; }
+
+void BindKeys(py::module_& m) {
+  m.def("block_keys", [](const py::object& tokens, uint32_t tokens_per_block) {
+    if (tokens_per_block == 0) throw StatusError{InvalidArgumentError("tokens_per_block: must be positive")};
+    return FromKeys(Client::BlockKeys(ToTokens(tokens), tokens_per_block));
+  }, py::arg("tokens"), py::arg("tokens_per_block"),
+        "Keys (hi, lo) of every full block of `tokens` (a buffer of uint32 or a list of ints).");
+}
+
+void BindTypes(py::module_& m) {
+  py::class_<KvLayout>(m, "Layout")
+      .def(py::init([](uint32_t layers, uint32_t heads, uint32_t head_dim, uint32_t tokens_per_block,
+                       const std::string& dtype, uint32_t window, uint32_t sinks) {
+             return ValueOrThrow(MakeLayout(layers, heads, head_dim, tokens_per_block, dtype, window, sinks));
+           }),
+           py::arg("num_layers"), py::arg("num_kv_heads"), py::arg("head_dim"), py::arg("tokens_per_block"),
+           py::arg("dtype") = "fp16", py::arg("attention_window") = 0, py::arg("sink_tokens") = 0)
+      .def_property_readonly("tokens_per_block", &KvLayout::tokens_per_block)
+      .def_property_readonly("bytes_per_block", &KvLayout::bytes_per_block)
+      .def("__repr__", [](const KvLayout& l) { return "kvtier.Layout(" + l.Fingerprint() + ")"; });
+  py::class_<Allocation>(m, "Allocation")
+      .def_readonly("block_ids", &Allocation::block_ids)
+      .def_readonly("reused_blocks", &Allocation::reused_blocks)
+      .def_readonly("partial_reuse_tokens", &Allocation::partial_reuse_tokens);
+  py::class_<OnboardResult>(m, "OnboardResult")
+      .def_readonly("onboarded_blocks", &OnboardResult::onboarded_blocks)
+      .def_readonly("cached_blocks", &OnboardResult::cached_blocks)
+      .def_readonly("from_host", &OnboardResult::from_host)
+      .def_readonly("from_disk", &OnboardResult::from_disk);
+  py::class_<PoolMapping>(m, "PoolMapping")
+      .def_readonly("pool_id", &PoolMapping::pool_id)
+      .def_readonly("num_blocks", &PoolMapping::num_blocks)
+      .def_readonly("block_stride_bytes", &PoolMapping::block_stride_bytes)
+      .def_readonly("shared_memory_name", &PoolMapping::shared_memory_name)
+      .def_readonly("device", &PoolMapping::device)
+      .def_property_readonly("cuda_ipc_handle", [](const PoolMapping& p) {
+        return py::bytes(reinterpret_cast<const char*>(p.cuda_ipc_handle.data()), p.cuda_ipc_handle.size());
+      });
+  // The node's blocks, writable in place through the buffer protocol.
+  py::class_<MappedPool>(m, "MappedPool", py::buffer_protocol())
+      .def(py::init([](const PoolMapping& mapping) { return ValueOrThrow(MappedPool::Map(mapping)); }))
+      .def_buffer([](MappedPool& pool) {
+        const std::span<uint8_t> bytes = pool.bytes();
+        return py::buffer_info(bytes.data(), static_cast<py::ssize_t>(bytes.size()), /*readonly=*/false);
+      })
+      .def("block", [](MappedPool& pool, uint32_t block) {
+        const std::span<uint8_t> bytes = pool.block(block);
+        return py::memoryview::from_memory(bytes.data(), static_cast<py::ssize_t>(bytes.size()));
+      }, py::keep_alive<0, 1>());
+}
+
+py::dict LookupToDict(const LookupResult& r) {
+  py::list locations;
+  for (const auto& block : r.locations) {
+    py::list here;
+    for (const Location& l : block) here.append(py::make_tuple(l.node_id, TierName(l.tier), l.pool_id));
+    locations.append(here);
+  }
+  py::list scores;
+  for (const NodeScore& s : r.scores) scores.append(py::make_tuple(s.node_id, s.prefix_blocks, s.score));
+  py::dict out;
+  out["matched_blocks"] = r.matched_blocks;
+  out["locations"] = locations;
+  out["scores"] = scores;
+  return out;
+}
+
+void BindClient(py::module_& m) {
+  using Release = py::call_guard<py::gil_scoped_release>;
+  py::class_<Client>(m, "Client")
+      .def(py::init([](const std::string& address, const std::string& token, double timeout_s,
+                       const std::string& tls_ca_file) {
+             py::gil_scoped_release unlocked;
+             return ValueOrThrow(Client::Connect(
+                 {.address = address, .token = token, .tls_ca_file = tls_ca_file,
+                  .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))}));
+           }),
+           py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "")
+      .def_property_readonly("tenant", &Client::tenant)
+      .def("lookup", [](Client& c, const std::vector<PyKey>& keys) {
+        LookupResult r;
+        {
+          py::gil_scoped_release unlocked;
+          r = ValueOrThrow(c.Lookup(ToKeys(keys)));
+        }
+        return LookupToDict(r);
+      }, py::arg("keys"))
+      .def("route", [](Client& c, const std::vector<PyKey>& keys) {
+        const RouteDecision d = ValueOrThrow(c.Route(ToKeys(keys)));
+        return py::make_tuple(d.node_id, d.prefix_blocks);
+      }, py::arg("keys"))
+      .def("attach_pool", [](Client& c, uint32_t pool_id, const KvLayout& layout) {
+        return ValueOrThrow(c.AttachPool(pool_id, layout));
+      }, py::arg("pool_id"), py::arg("layout"), Release())
+      .def("allocate", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint32_t num_tokens,
+                          const py::object& tokens, uint32_t pool_id, uint64_t format_tag) {
+        AllocateRequest request{.sequence = sequence, .pool_id = pool_id, .keys = ToKeys(keys), .num_tokens = num_tokens,
+                                .tokens = tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tokens),
+                                .format_tag = format_tag};
+        py::gil_scoped_release unlocked;
+        return ValueOrThrow(c.Allocate(request));
+      }, py::arg("sequence"), py::arg("keys"), py::arg("num_tokens"), py::arg("tokens") = py::none(),
+         py::arg("pool_id") = 0, py::arg("format_tag") = 0)
+      .def("extend", [](Client& c, uint64_t sequence, uint32_t num_tokens) {
+        return ValueOrThrow(c.Extend(sequence, num_tokens));
+      }, py::arg("sequence"), py::arg("num_tokens"), Release())
+      .def("onboard", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys) {
+        return ValueOrThrow(c.Onboard(sequence, ToKeys(keys)));
+      }, py::arg("sequence"), py::arg("keys"), Release())
+      .def("commit", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint8_t priority,
+                        std::optional<double> duration_s) {
+        return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s)));
+      }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,
+         py::arg("duration_s") = py::none(), Release())
+      .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release())
+      .def("worker_stats", [](Client& c) {
+        WorkerStats s;
+        {
+          py::gil_scoped_release unlocked;
+          s = ValueOrThrow(c.GetWorkerStats());
+        }
+        py::dict out;
+        out["total_blocks"] = s.total_blocks;
+        out["used_blocks"] = s.used_blocks;
+        out["cached_blocks"] = s.cached_blocks;
+        out["offloaded_blocks"] = s.offloaded_blocks;
+        out["onboarded_blocks"] = s.onboarded_blocks;
+        return out;
+      });
+}
+
+}  // namespace
+
+}  // namespace kvtier::client
+
+using kvtier::client::Client;
+using kvtier::client::StatusError;
+
+PYBIND11_MODULE(kvtier, m) {
+  m.doc() = "kvtier client SDK: reuse KV-cache blocks across requests, processes and nodes.";
+  static py::exception<StatusError> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) std::rethrow_exception(thrown);
+    } catch (const StatusError& e) {
+      py::object args = py::make_tuple(std::string(kvtier::StatusCodeName(e.status.code())), e.status.message());
+      PyErr_SetObject(error.ptr(), args.ptr());
+    }
+  });
+  kvtier::client::BindKeys(m);
+  kvtier::client::BindTypes(m);
+  kvtier::client::BindClient(m);
+}
+

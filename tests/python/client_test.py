@@ -1,0 +1,133 @@
+"""The Python binding (`import kvtier`) against a real `kvtier up` on loopback ports.
+
+Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier binary.
+"""
+import array
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import kvtier
+
+KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
+
+
+class KvtierUp:
+    """`kvtier up` on free loopback ports in a scratch data directory."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="kvtier-python-")
+        self.process = subprocess.Popen(
+            [KVTIER_BIN, "up", "--data-dir", self.dir.name, "--coordinator-listen", "127.0.0.1:0",
+             "--metrics-port", "0", "--metrics-bind", "127.0.0.1"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        banner = ""
+        deadline = time.monotonic() + 20
+        while "Stop with Ctrl-C" not in banner and time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            banner += line
+        match = re.search(r"\n  rpc +(\S+)", banner)
+        if match is None:
+            self.stop()
+            raise RuntimeError("kvtier up did not start: " + banner)
+        self.address = match.group(1)
+        with open(os.path.join(self.dir.name, "token")) as f:
+            self.token = f.read().strip()
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=20)
+        self.dir.cleanup()
+        return code
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.up = KvtierUp()
+        # kvtier up's default layout (common/config.h): 4 layers, 2 KV heads, 64 dims,
+        # 16 tokens per block, fp16.
+        cls.layout = kvtier.Layout(num_layers=4, num_kv_heads=2, head_dim=64, tokens_per_block=16, dtype="fp16")
+
+    @classmethod
+    def tearDownClass(cls):
+        self_code = cls.up.stop()
+        assert self_code == 0, "kvtier up exits 0 on SIGTERM"
+
+    def connect(self):
+        return kvtier.Client(self.up.address, token=self.up.token)
+
+    def test_keys_come_from_any_uint32_buffer_or_list(self):
+        prompt = list(range(1000, 1040))
+        from_list = kvtier.block_keys(prompt, 16)
+        self.assertEqual(len(from_list), 2)  # 40 tokens: two full blocks
+        self.assertEqual(kvtier.block_keys(array.array("I", prompt), 16), from_list)
+        self.assertEqual(kvtier.block_keys(memoryview(array.array("I", prompt)), 16), from_list)
+        with self.assertRaises(kvtier.Error) as wrong:
+            kvtier.block_keys(array.array("d", [1.0, 2.0]), 16)
+        self.assertEqual(wrong.exception.args[0], "INVALID_ARGUMENT")
+        self.assertIn("uint32", wrong.exception.args[1])
+
+    def test_a_prompt_computed_in_the_mapped_pool_is_reused(self):
+        client = self.connect()
+        self.assertEqual(client.tenant, "default")
+        prompt = array.array("I", range(5000, 5048))  # three blocks
+        keys = kvtier.block_keys(prompt, 16)
+        # Sequence 1 computes the three blocks in place and commits them.
+        pool = kvtier.MappedPool(client.attach_pool(0, self.layout))
+        table = client.allocate(1, keys, len(prompt))
+        self.assertEqual(table.reused_blocks, 0)
+        self.assertEqual(len(table.block_ids), 3)
+        for i, block_id in enumerate(table.block_ids):
+            block = pool.block(block_id)
+            self.assertEqual(len(block), self.layout.bytes_per_block)
+            block[:4] = bytes([i, i, i, i])
+        self.assertEqual(client.commit(1, keys, priority=80), 3)
+        client.free(1)
+        # The coordinator learns them (events travel every 100 ms) and routes there.
+        deadline = time.monotonic() + 5
+        while client.lookup(keys)["matched_blocks"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        found = client.lookup(keys)
+        self.assertEqual(found["matched_blocks"], 3)
+        self.assertEqual(found["locations"][0][0][1], "gpu")
+        self.assertEqual(client.route(keys)[1], 3)
+        # Sequence 2, same prompt: blocks reused in place, with the bytes written above.
+        again = client.allocate(2, keys, len(prompt))
+        self.assertEqual(again.reused_blocks, 3)
+        whole = memoryview(pool)
+        self.assertFalse(whole.readonly)
+        stride = len(whole) // client.attach_pool(0, self.layout).num_blocks
+        for i, block_id in enumerate(again.block_ids):
+            self.assertEqual(bytes(whole[block_id * stride:block_id * stride + 4]), bytes([i] * 4))
+        client.free(2)
+        self.assertGreaterEqual(client.worker_stats()["total_blocks"], 3)
+
+    def test_errors_carry_the_status_code(self):
+        client = self.connect()
+        keys = kvtier.block_keys(list(range(32)), 16)
+        with self.assertRaises(kvtier.Error) as wrong_count:
+            client.allocate(7, keys, 64)  # 64 tokens are four full blocks, not two
+        self.assertEqual(wrong_count.exception.args[0], "INVALID_ARGUMENT")
+        with self.assertRaises(kvtier.Error) as unknown:
+            client.free(12345)
+        self.assertEqual(unknown.exception.args[0], "NOT_FOUND")
+        other_layout = kvtier.Layout(num_layers=3, num_kv_heads=2, head_dim=64, tokens_per_block=16)
+        with self.assertRaises(kvtier.Error) as mismatch:
+            client.attach_pool(0, other_layout)
+        self.assertEqual(mismatch.exception.args[0], "FAILED_PRECONDITION")
+        with self.assertRaises(kvtier.Error) as bad_token:
+            kvtier.Client(self.up.address, token="not-the-token")
+        self.assertEqual(bad_token.exception.args[0], "UNAUTHENTICATED")
+        with self.assertRaises(kvtier.Error):
+            kvtier.Layout(num_layers=1, num_kv_heads=1, head_dim=64, tokens_per_block=16, dtype="fp64")
+
+
+if __name__ == "__main__":
+    unittest.main()
