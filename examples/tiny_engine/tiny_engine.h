@@ -1,0 +1,70 @@
+// TinyEngine: an inference worker in miniature, using kvtier the way a real engine would.
+//
+// For each request it computes the prompt's block keys, lets the node reuse the cached
+// prefix in place (Allocate) and fill what the host and disk tiers hold (Onboard), then
+// computes only the remaining tokens, writing their keys and values straight into the
+// node's pool (mapped with AttachPool: shared memory, zero-copy) with the paged update
+// kernel and attending over the whole context, cached part included, with the paged
+// decode-attention kernel (gpu/kernels.h). It commits the prompt's blocks, decodes
+// greedily, and commits the answer's full blocks as well (a conversation's next turn
+// starts with them). Its output equals TinyModel::Recompute, which uses no
+// cache: tiny_engine_test.cc checks it, cold, warm and after the blocks went to the host
+// tier and back.
+//
+// The pool must be in host memory (the CPU kernels read it in place); a GPU pool would be
+// opened through its CUDA IPC handle and driven by the CUDA kernels instead.
+//
+// Thread safety: one request at a time per engine. Ownership: borrows the client and the
+// model, which outlive it.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "examples/tiny_engine/tiny_model.h"
+#include "gpu/kernels.h"
+#include "services/client/client.h"
+
+namespace kvtier::examples {
+
+struct TinyEngineOptions {
+  client::Client* client = nullptr;  // required
+  const TinyModel* model = nullptr;  // required; its shape must match the pool's layout
+  uint32_t pool_id = 0;
+};
+
+struct Generation {
+  std::vector<uint32_t> tokens;  // the generated tokens
+  std::vector<Vec> hidden;       // final hidden state of the prompt's last token, then of each generated one
+  uint32_t cached_tokens = 0;    // prompt tokens whose KV came from the cache
+  uint32_t computed_tokens = 0;  // prompt tokens computed here
+  uint32_t onboarded_blocks = 0;
+};
+
+class TinyEngine {
+ public:
+  // kFailedPrecondition when the node's pool does not have the model's layout (fp32,
+  // layers x kv_heads x head_dim) or is not in host memory.
+  [[nodiscard]] static Result<std::unique_ptr<TinyEngine>> Create(const TinyEngineOptions& options);
+
+  // REQUIRES: prompt is not empty; `sequence` is not in use on this client.
+  [[nodiscard]] Result<Generation> Generate(uint64_t sequence, const std::vector<uint32_t>& prompt,
+                                            uint32_t new_tokens);
+
+ private:
+  TinyEngine(const TinyEngineOptions& options, KvLayout layout, client::MappedPool pool,
+             std::unique_ptr<gpu::KernelBackend> kernels);
+  // Runs token `token` at position `position` through every layer, its keys and values
+  // written to the pool, attending over positions 0..position. Returns its hidden state.
+  Result<Vec> Step(const std::vector<uint32_t>& table, uint32_t position, uint32_t token);
+
+  TinyEngineOptions options_;
+  KvLayout layout_;
+  client::MappedPool pool_;
+  uint32_t pool_blocks_;
+  std::unique_ptr<gpu::KernelBackend> kernels_;
+};
+
+}  // namespace kvtier::examples

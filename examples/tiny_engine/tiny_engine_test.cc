@@ -1,0 +1,135 @@
+// The example engine against a real embedded cluster: with the cache (cold, warm, and
+// after the prompt's blocks went down to the host tier and came back) it produces what
+// recomputation without any cache produces.
+#include "examples/tiny_engine/tiny_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "services/cli/embedded_cluster.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::examples {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr TinyModelShape kShape{.vocab = 64, .model = 32, .layers = 2, .query_heads = 4, .kv_heads = 2, .head_dim = 8};
+constexpr uint32_t kTokensPerBlock = 4;
+constexpr uint64_t kBlockBytes = 2ull * 2 * 2 * 8 * 4 * 4;  // layers x K,V x heads x dims x tokens x fp32
+
+class TinyEngineTest : public ::testing::Test {
+ protected:
+  void Start(uint32_t pool_blocks) {
+    cli::EmbeddedClusterOptions options;
+    options.config.data_dir = dir_.path();
+    options.config.coordinator.listen = {"127.0.0.1:0"};
+    options.config.worker = {.num_layers = kShape.layers, .num_kv_heads = kShape.kv_heads, .head_dim = kShape.head_dim,
+                             .tokens_per_block = kTokensPerBlock, .dtype = "fp32",
+                             .pool_bytes = pool_blocks * kBlockBytes, .free_memory_fraction = 1.0};
+    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0};
+    options.registry = &registry_;
+    cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
+    client_ = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"}).value();
+    engine_ = TinyEngine::Create({.client = client_.get(), .model = &model_}).value();
+  }
+
+  // The model's answer without any cache: greedy decoding by full recomputation.
+  Generation Reference(const std::vector<uint32_t>& prompt, uint32_t new_tokens) const {
+    Generation out;
+    std::vector<uint32_t> tokens = prompt;
+    for (uint32_t i = 0; i <= new_tokens; ++i) {
+      const Vec last = model_.Recompute(tokens).back();
+      out.hidden.push_back(last);
+      if (i < new_tokens) tokens.push_back(out.tokens.emplace_back(model_.NextToken(last)));
+    }
+    return out;
+  }
+
+  void ExpectSame(const Generation& engine, const Generation& reference) {
+    EXPECT_EQ(engine.tokens, reference.tokens);
+    ASSERT_EQ(engine.hidden.size(), reference.hidden.size());
+    for (size_t t = 0; t < engine.hidden.size(); ++t) {
+      for (uint32_t i = 0; i < kShape.model; ++i) {
+        ASSERT_NEAR(engine.hidden[t][i], reference.hidden[t][i], 1e-4f) << "step " << t << " dim " << i;
+      }
+    }
+  }
+
+  static std::vector<uint32_t> Prompt(uint32_t first, uint32_t length) {
+    std::vector<uint32_t> p(length);
+    std::iota(p.begin(), p.end(), first);
+    return p;
+  }
+
+  const TinyModel model_{kShape, /*seed=*/42};
+  testing::TempDir dir_;
+  MetricsRegistry registry_;
+  std::unique_ptr<cli::EmbeddedCluster> cluster_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<TinyEngine> engine_;
+};
+
+TEST_F(TinyEngineTest, CachedPrefixesGiveTheSameOutputAsRecomputation) {
+  Start(/*pool_blocks=*/64);
+  // Cold: a 21-token prompt (5 full blocks and one token), 6 tokens decoded.
+  const std::vector<uint32_t> first = Prompt(3, 21);
+  auto cold = engine_->Generate(1, first, 6);
+  ASSERT_TRUE(cold.ok()) << cold.status();
+  EXPECT_EQ(cold->cached_tokens, 0u);
+  EXPECT_EQ(cold->computed_tokens, 21u);
+  ExpectSame(*cold, Reference(first, 6));
+
+  // Warm: the same first 16 tokens (blocks 0-3), another tail: 16 tokens come from the
+  // pool, 7 are computed.
+  std::vector<uint32_t> second = Prompt(3, 16);
+  for (uint32_t t : {50u, 51u, 52u, 53u, 54u, 55u, 56u}) second.push_back(t);
+  auto warm = engine_->Generate(2, second, 6);
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->cached_tokens, 16u);
+  EXPECT_EQ(warm->computed_tokens, 7u);
+  ExpectSame(*warm, Reference(second, 6));
+}
+
+TEST_F(TinyEngineTest, TheNextTurnReusesTheAnswerToo) {
+  Start(/*pool_blocks=*/64);
+  // Turn 1: 10 prompt tokens and 6 answered; the prompt alone fills two full blocks.
+  std::vector<uint32_t> conversation = Prompt(1, 10);
+  auto turn1 = engine_->Generate(1, conversation, 6);
+  ASSERT_TRUE(turn1.ok()) << turn1.status();
+  // Turn 2 = turn 1's prompt + its answer + 5 new tokens: the 16 tokens of turn 1 are 4
+  // full blocks, all cached (the answer's two were committed after decoding).
+  conversation.insert(conversation.end(), turn1->tokens.begin(), turn1->tokens.end());
+  for (uint32_t t : {60u, 61u, 62u, 63u, 0u}) conversation.push_back(t);
+  auto turn2 = engine_->Generate(2, conversation, 3);
+  ASSERT_TRUE(turn2.ok()) << turn2.status();
+  EXPECT_EQ(turn2->cached_tokens, 16u);
+  ExpectSame(*turn2, Reference(conversation, 3));
+}
+
+TEST_F(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
+  // A pool of 8 blocks: a second, unrelated prompt pushes the first one's blocks out to
+  // the host tier; the first prompt then runs again from onboarded blocks.
+  Start(/*pool_blocks=*/8);
+  const std::vector<uint32_t> prompt = Prompt(7, 20);  // 5 blocks
+  auto first = engine_->Generate(1, prompt, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(engine_->Generate(2, Prompt(30, 28), 2).ok());  // 7 blocks + decode: evicts
+  auto again = engine_->Generate(3, prompt, 4);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->onboarded_blocks, 0u) << "the prompt's blocks came back from the host tier";
+  EXPECT_GT(again->cached_tokens, 0u);
+  ExpectSame(*again, Reference(prompt, 4));
+}
+
+TEST_F(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
+  Start(/*pool_blocks=*/8);
+  const TinyModel other({.vocab = 64, .model = 32, .layers = 3, .query_heads = 4, .kv_heads = 2, .head_dim = 8}, 1);
+  auto engine = TinyEngine::Create({.client = client_.get(), .model = &other});
+  EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(engine.status().message().find("3 layers"), std::string::npos) << engine.status();
+}
+
+}  // namespace
+}  // namespace kvtier::examples
