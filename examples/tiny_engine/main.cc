@@ -6,12 +6,12 @@
 // Runs a conversation of growing prompts and prints, per turn, the tokens the cache saved
 // and whether the output equals recomputation without a cache.
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "examples/tiny_engine/tiny_engine.h"
+#include "services/auth/token_store.h"
 
 int main(int argc, char** argv) {
   using namespace kvtier;
@@ -24,8 +24,12 @@ int main(int argc, char** argv) {
   app.add_option("--turns", turns, "Conversation turns")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (token.empty() && !token_file.empty()) {
-    std::ifstream in(token_file);
-    std::getline(in, token);
+    Result<std::string> read = auth::ReadTokenFile(token_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "--token-file: %s\n", read.status().message().c_str());
+      return 2;
+    }
+    token = *read;
   }
   auto client = client::Client::Connect({.address = address, .token = token});
   if (!client.ok()) {

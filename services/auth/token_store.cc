@@ -1,5 +1,7 @@
 #include "services/auth/token_store.h"
 
+#include <fstream>
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -115,6 +117,15 @@ std::string GenerateToken() {
     out += kDigits[b & 0xF];
   }
   return out;
+}
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token) || token.empty()) {
+    return NotFoundError("token file " + path + ": cannot be read, or its first line is empty");
+  }
+  return token;
 }
 
 }  // namespace kvtier::auth

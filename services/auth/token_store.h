@@ -61,4 +61,8 @@ class TokenStore {
 // 32 random bytes from OpenSSL's CSPRNG, as 64 hex digits.
 [[nodiscard]] std::string GenerateToken();
 
+// A client's token from a file: its first line (what `kvtier up` writes to
+// data_dir/token). kNotFound naming the path when it cannot be read or is empty.
+[[nodiscard]] Result<std::string> ReadTokenFile(const std::string& path);
+
 }  // namespace kvtier::auth

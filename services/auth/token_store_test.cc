@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 namespace kvtier::auth {
 namespace {
 
@@ -77,6 +80,24 @@ TEST(TokenStoreTest, GeneratedTokensAreLongAndDistinct) {
   ASSERT_TRUE(store.ok());
   EXPECT_TRUE(store->Authenticate(a).ok());
   EXPECT_FALSE(store->Authenticate(b).ok());
+}
+
+TEST(TokenStoreTest, ATokenFileIsReadByItsFirstLine) {
+  const std::string dir = ::testing::TempDir();
+  const std::string path = dir + "/token_store_test_token";
+  {
+    std::ofstream out(path);
+    out << kTokenA << "\nsecond line\n";
+  }
+  auto token = ReadTokenFile(path);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, kTokenA);
+  std::ofstream(path, std::ios::trunc).close();
+  EXPECT_EQ(ReadTokenFile(path).status().code(), StatusCode::kNotFound) << "an empty file";
+  std::remove(path.c_str());
+  auto missing = ReadTokenFile(path);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find(path), std::string::npos) << missing.status();
 }
 
 }  // namespace

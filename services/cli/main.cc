@@ -6,13 +6,13 @@
 #include <malloc.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/logging.h"
 #include "common/version.h"
+#include "services/auth/token_store.h"
 #include "services/cli/bench_command.h"
 #include "services/cli/config_flags.h"
 #include "services/cli/replay_command.h"
@@ -50,11 +50,12 @@ int RunVersion(const VersionFlags& flags) {
   options.tls_ca_file = flags.tls_ca_file;
   options.tls_server_name = flags.tls_server_name;
   if (options.token.empty() && !flags.token_file.empty()) {
-    std::ifstream in(flags.token_file);
-    if (!in || !std::getline(in, options.token)) {
-      std::fprintf(stderr, "kvtier version: --token-file %s: cannot be read\n", flags.token_file.c_str());
+    Result<std::string> token = auth::ReadTokenFile(flags.token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "kvtier version: --token-file: %s\n", token.status().message().c_str());
       return kExitUsage;
     }
+    options.token = *token;
   }
   Result<std::unique_ptr<rpc::RpcClient>> client = rpc::RpcClient::Connect(std::move(options));
   if (!client.ok()) {

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
 #include "services/auth/token_store.h"
 #include "services/bench/chat_workload.h"
@@ -153,11 +152,12 @@ int ReplayCommand::Run() const {
       }
     }
     if (client_options.token.empty() && !token_file_.empty()) {
-      std::ifstream in(token_file_);
-      if (!in || !std::getline(in, client_options.token)) {
-        std::fprintf(stderr, "kvtier replay: --token-file %s: cannot be read\n", token_file_.c_str());
+      Result<std::string> token = auth::ReadTokenFile(token_file_);
+      if (!token.ok()) {
+        std::fprintf(stderr, "kvtier replay: --token-file: %s\n", token.status().message().c_str());
         return kExitUsage;
       }
+      client_options.token = *token;
     }
   }
 
