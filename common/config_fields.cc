@@ -180,6 +180,20 @@ void AddNodeFields(std::vector<Field>& fields) {
         if (v == "none" || v == "wal" || v == "fsync") return Status::Ok();
         return InvalidArgumentError("\"" + std::string(v) + "\" is not one of none, wal, fsync");
       }));
+  fields.push_back(StringField("store.listen", "`kvtier store`: host:port its BlockStore serves on (port 0 picks one).",
+                               "host:port, [ipv6]:port or unix:/path", false,
+                               [](auto& c) -> auto& { return c.store.listen; }, CheckListenAddress));
+  fields.push_back(StringField("store.advertise",
+                               "`kvtier store`: host:port peers reach it at (a pod's DNS name); empty: the bound "
+                               "listen address.",
+                               "host:port", true, [](auto& c) -> auto& { return c.store.advertise; },
+                               CheckListenAddress));
+  fields.push_back(StringField("store.coordinator", "`kvtier store`: the coordinator to register with.",
+                               "host:port, [ipv6]:port or unix:/path", false,
+                               [](auto& c) -> auto& { return c.store.coordinator; }, CheckListenAddress));
+  fields.push_back(StringField("store.coordinator_token_file",
+                               "`kvtier store`: file whose first line is its token at the coordinator.", "a file path",
+                               true, [](auto& c) -> auto& { return c.store.coordinator_token_file; }));
 }
 
 std::vector<Field> BuildFields() {

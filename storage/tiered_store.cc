@@ -48,6 +48,8 @@ class TieredStore::Impl {
     return results;
   }
 
+  Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
+
   Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out) {
     if (host_) {
       Result<BlockHeader> hit = host_->Get(ref, out);
@@ -195,6 +197,8 @@ TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TieredStore::~TieredStore() = default;
 Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
 std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
+Status TieredStore::Flush() { return impl_->Flush(); }
+
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }

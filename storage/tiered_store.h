@@ -74,6 +74,9 @@ class TieredStore {
   // Every block and the highest tier that holds it, for a snapshot to the coordinator.
   std::vector<std::pair<TierKind, BlockHeader>> Holdings() const;
   TieredStoreStats Stats() const;
+  // Makes everything stored so far durable on the disk tier (a store draining); OK when
+  // the node has no disk tier.
+  [[nodiscard]] Status Flush();
 
   class Impl;
 

@@ -8,6 +8,7 @@
 #include "gpu/device.h"
 #include "services/cli/node_events.h"
 #include "services/store/rpc/store_service.h"
+#include "services/store/store_tiers.h"
 #include "services/worker/pool/pool_sizing.h"
 
 namespace kvtier::cli {
@@ -51,20 +52,10 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
                                              ": " + sizes.status().message());
   }
   const uint64_t blocks = (*sizes)[0].num_blocks;
-  storage::TieredStoreOptions store;
-  if (config.store.host_cache_bytes > 0) {
-    store.host.emplace();
-    store.host->capacity_bytes = config.store.host_cache_bytes;
-    // Every block the worker offloads has the layout's size: one page each wastes nothing.
-    store.host->page_bytes = static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096);
-  }
-  if (config.store.disk_bytes > 0) {
-    store.disk.emplace();
-    store.disk->path = config.data_dir + "/blocks";
-    store.disk->capacity_bytes = config.store.disk_bytes;
-    KVTIER_ASSIGN_OR_RETURN(store.disk->sync, storage::ParseDiskSync(config.store.disk_sync));
-  }
-  store.demote_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
+  // Every block the worker offloads has the layout's size: one host page each wastes nothing.
+  KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions store,
+                          store::TieredStoreOptionsFrom(
+                              config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
   LocalNode* self = node.get();
   if (config.store.disk_admission_min_count > 0) {
     KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,

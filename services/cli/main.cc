@@ -117,10 +117,13 @@ int Main(int argc, char** argv) {
   ConfigFlags coordinator_flags(*coordinator);
 
   CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
-  CLI::App* store = app.add_subcommand("store", "Run a storage node (host and disk tiers, cross-node transfer).");
+  CLI::App* store = app.add_subcommand(
+      "store", "Run a storage node: host and disk tiers served to every node, registered with the coordinator at "
+               "--store-coordinator. Needs --auth-token-file unless --auth-enabled false.");
+  ConfigFlags store_flags(*store);
   BenchCommand bench(app);
   ReplayCommand replay(app);
-  for (CLI::App* later : {worker, store}) later->allow_extras();
+  worker->allow_extras();
 
   VersionFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
@@ -142,11 +145,11 @@ int Main(int argc, char** argv) {
   // Serving roles wait for SIGINT/SIGTERM with sigwait: the signals are blocked before any
   // thread starts (parsing starts none). Every other command keeps the default actions,
   // so Ctrl-C and `timeout` stop a benchmark.
-  if (up->parsed() || coordinator->parsed()) BlockShutdownSignals();
+  if (up->parsed() || coordinator->parsed() || store->parsed()) BlockShutdownSignals();
   if (up->parsed()) return RunRole(Role::kUp, "up", up_flags);
   if (coordinator->parsed()) return RunRole(Role::kCoordinator, "coordinator", coordinator_flags);
   if (worker->parsed()) return NotBuiltYet("worker", "the GPU worker node (block pools and kernels)");
-  if (store->parsed()) return NotBuiltYet("store", "the host and disk tiers and the storage node");
+  if (store->parsed()) return RunRole(Role::kStore, "store", store_flags);
   if (bench.parsed()) return bench.Run();
   if (replay.parsed()) return replay.Run();
   return RunVersion(version_flags);

@@ -21,12 +21,12 @@
 namespace kvtier::cli {
 namespace {
 
+using serve_internal::ExitCodeFor;
+using serve_internal::HostName;
+using serve_internal::WaitForShutdownSignal;
+
 constexpr int kExitStartFailure = 1;
 constexpr int kExitConfigError = 2;
-
-int ExitCodeFor(const Status& status) {
-  return status.code() == StatusCode::kInvalidArgument ? kExitConfigError : kExitStartFailure;
-}
 
 struct ResolvedAuth {
   auth::TokenStore tokens = auth::TokenStore::Disabled();
@@ -56,7 +56,7 @@ Result<ResolvedAuth> ResolveAuth(Role role, const KvtierConfig& config) {
     out.summary = "on, " + std::to_string(out.tokens.tenant_count()) + " tenant(s) from " + config.auth.token_file;
     return out;
   }
-  if (role == Role::kCoordinator) {
+  if (role != Role::kUp) {
     return InvalidArgumentError(
         "auth.token_file: required when auth.enabled is true (or set --auth-enabled false for local use only)");
   }
@@ -83,28 +83,16 @@ Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda, Role role) {
   info->WithLabels({kVersion, cuda ? "true" : "false"}).Set(1);
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* roles, registry.AddGauge("kvtier_role_info",
                                                                 "1 for each role this process runs.", {"role"}));
+  if (role == Role::kStore) {
+    roles->WithLabels({"store"}).Set(1);
+    return Status::Ok();
+  }
   roles->WithLabels({"coordinator"}).Set(1);
   if (role == Role::kUp) {
     roles->WithLabels({"worker"}).Set(1);
     roles->WithLabels({"store"}).Set(1);
   }
   return Status::Ok();
-}
-
-std::string HostName() {
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "kvtier";
-  return name;
-}
-
-int WaitForShutdownSignal() {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  int received = 0;
-  sigwait(&signals, &received);
-  return received;
 }
 
 void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& node, const MetricsHttpServer& http,
@@ -126,6 +114,30 @@ void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& n
 }
 
 }  // namespace
+
+namespace serve_internal {
+
+int ExitCodeFor(const Status& status) {
+  return status.code() == StatusCode::kInvalidArgument ? kExitConfigError : kExitStartFailure;
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "kvtier";
+  return name;
+}
+
+int WaitForShutdownSignal() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  int received = 0;
+  sigwait(&signals, &received);
+  return received;
+}
+
+}  // namespace serve_internal
 
 void BlockShutdownSignals() {
   sigset_t signals;
@@ -163,6 +175,8 @@ int Serve(Role role, const KvtierConfig& config) {
     spdlog::error("metrics: {}", s.ToString());
     return kExitStartFailure;
   }
+
+  if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
 
   EmbeddedClusterOptions cluster;
   cluster.config = config;

@@ -9,15 +9,32 @@
 // on the main thread before any other thread starts).
 #pragma once
 
+#include <string>
+
 #include "common/config.h"
+#include "common/metrics.h"
+#include "services/auth/token_store.h"
 
 namespace kvtier::cli {
 
-enum class Role { kUp, kCoordinator };
+enum class Role { kUp, kCoordinator, kStore };
 
 void BlockShutdownSignals();
 
 // Returns the exit code.
 int Serve(Role role, const KvtierConfig& config);
+
+// Shared by the roles (serve.cc, serve_store.cc).
+namespace serve_internal {
+std::string HostName();
+// Blocks until SIGINT or SIGTERM; returns which.
+int WaitForShutdownSignal();
+// 2 for a configuration error (kInvalidArgument), 1 for anything else.
+int ExitCodeFor(const Status& status);
+// `kvtier store` after the common checks: serves until a signal, then drains. `tokens`:
+// the tenants it serves. Returns the exit code.
+int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
+               MetricsRegistry& registry);
+}  // namespace serve_internal
 
 }  // namespace kvtier::cli

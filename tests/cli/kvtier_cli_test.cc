@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -137,9 +138,50 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CoordinatorWithoutTokens", {"coordinator"}, "", "auth.token_file: required"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// `kvtier store` beside `kvtier coordinator`, two processes over loopback: the store
+// registers (readiness turns green), serves its tiers, and on SIGTERM drains: it leaves
+// the coordinator and exits 0.
+TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
+  testing::TempDir dir, store_dir;  // each process's output in its own directory
+  ChildProcess coordinator({kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
+                            "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
+                           dir.path());
+  ASSERT_TRUE(coordinator.WaitForOutput("Stop with Ctrl-C", seconds(20))) << coordinator.Stderr();
+  const std::string coordinator_rpc = BannerValue(coordinator.Stdout(), "rpc");
+  ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
+                      "--store-coordinator", coordinator_rpc, "--metrics-port", "0", "--metrics-bind", "127.0.0.1",
+                      "--data-dir", dir.File("s"), "--store-host-cache-bytes", "1048576", "--store-disk-bytes",
+                      "4194304"},
+                     store_dir.path());
+  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20))) << store.Stdout() << store.Stderr();
+  const std::string banner = store.Stdout();
+  const std::string metrics_url = BannerValue(banner, "metrics");
+  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+  std::string ready;
+  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
+    ready = HttpGet(base + "/readyz");
+    if (ready.starts_with("HTTP/1.1 200")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
+  const std::string metrics = HttpGet(metrics_url);
+  EXPECT_NE(metrics.find("kvtier_role_info{role=\"store\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("kvtier_role_info{role=\"coordinator\"}"), std::string::npos);
+  EXPECT_NE(metrics.find("kvtier_store_capacity_bytes{tier=\"disk\"} 4194304"), std::string::npos);
+  std::string version;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + BannerValue(banner, "rpc"), &version), 0) << version;
+  EXPECT_NE(version.find("roles store"), std::string::npos) << version;
+
+  store.Signal(SIGTERM);
+  EXPECT_EQ(store.Wait(seconds(30)), 0) << store.Stderr();
+  EXPECT_NE(store.Stderr().find("drained: left the coordinator"), std::string::npos) << store.Stderr();
+  coordinator.Signal(SIGTERM);
+  EXPECT_EQ(coordinator.Wait(seconds(10)), 0) << coordinator.Stderr();
+}
+
 TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
   testing::TempDir dir;
-  for (const std::vector<std::string>& command : {std::vector<std::string>{"worker"}, {"store"}}) {
+  for (const std::vector<std::string>& command : {std::vector<std::string>{"worker"}}) {
     std::vector<std::string> argv = {kKvtier};
     argv.insert(argv.end(), command.begin(), command.end());
     ChildProcess child(argv, dir.path());

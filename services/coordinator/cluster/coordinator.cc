@@ -142,6 +142,12 @@ Result<RouteChoice> Coordinator::Route(ScopeId scope, std::span<const BlockKey> 
   return ChooseWorker(index_->Lookup(scope, keys), keys.size(), workers, options_.overlap_weight);
 }
 
+Status Coordinator::Leave(const std::string& node, uint64_t lease_id) {
+  KVTIER_ASSIGN_OR_RETURN(const NodeId id, membership_.Leave(node, lease_id));
+  index_->RemoveNode(id);
+  return Status::Ok();
+}
+
 void Coordinator::Tick() {
   for (NodeId node : membership_.ExpireLeases()) index_->RemoveNode(node);
   index_->AdvanceTime();

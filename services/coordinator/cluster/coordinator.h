@@ -83,6 +83,9 @@ class Coordinator {
   [[nodiscard]] Result<RegisterResult> Register(const std::string& node, NodeRole role, uint64_t incarnation);
   // Renews the lease and records the node's load (active KV blocks) for routing.
   [[nodiscard]] Status Heartbeat(const std::string& node, uint64_t lease_id, uint64_t active_blocks);
+  // The node leaves the cluster now: its locations leave lookups at once (a draining
+  // store), instead of after its lease. kNotFound: unknown node or another lease.
+  [[nodiscard]] Status Leave(const std::string& node, uint64_t lease_id);
 
   // kInvalidArgument for a malformed batch (bad tier, priority above 100, retention of the
   // wrong length, repeated key): nothing of it is applied. kNotFound: not registered or

@@ -170,6 +170,18 @@ TEST_F(CoordinatorTest, ExpiredLeaseRemovesTheNodesBlocksWithinTwoLeasePeriods) 
   EXPECT_EQ(coordinator_->Heartbeat("w1", lease1, 0).code(), StatusCode::kNotFound) << "it must register again";
 }
 
+TEST_F(CoordinatorTest, ALeavingNodesBlocksGoAtOnce) {
+  const uint64_t lease = Join("s1", 1, NodeRole::kStore);
+  const auto ab = Chain(1, 2);
+  Publish("s1", 0, {Stored(ab, std::nullopt, Tier::kHost)});
+  ASSERT_EQ(Matched(ab), 2u);
+  EXPECT_EQ(coordinator_->Leave("s1", lease + 1).code(), StatusCode::kNotFound) << "another lease";
+  ASSERT_TRUE(coordinator_->Leave("s1", lease).ok());
+  EXPECT_EQ(Matched(ab), 0u) << "no tick, no lease expiry needed";
+  EXPECT_EQ(coordinator_->Heartbeat("s1", lease, 0).code(), StatusCode::kNotFound) << "it must register again";
+  EXPECT_EQ(coordinator_->Leave("s1", lease).code(), StatusCode::kNotFound);
+}
+
 TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) {
   const uint64_t lease = Join("w1");
   const auto abc = Chain(1, 3);

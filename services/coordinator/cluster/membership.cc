@@ -51,6 +51,15 @@ Status Membership::Heartbeat(const std::string& name, uint64_t lease_id) {
   return Status::Ok();
 }
 
+Result<NodeId> Membership::Leave(const std::string& name, uint64_t lease_id) {
+  KVTIER_ASSIGN_OR_RETURN(Node * node, LiveNode(name));
+  if (node->lease_id != lease_id) {
+    return NotFoundError("node \"" + name + "\": lease " + std::to_string(lease_id) + " is not its current lease");
+  }
+  node->live = false;
+  return by_name_.at(name);
+}
+
 std::vector<NodeId> Membership::ExpireLeases() {
   std::vector<NodeId> expired;
   const Nanos now = options_.clock->Now();

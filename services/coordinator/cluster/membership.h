@@ -63,6 +63,9 @@ class Membership {
   [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role, uint64_t incarnation);
   // kNotFound for an unknown node, an expired lease or another lease id: register again.
   [[nodiscard]] Status Heartbeat(const std::string& name, uint64_t lease_id);
+  // The node leaves now (a store draining): it is no longer live. kNotFound for an
+  // unknown node or another lease. Returns its id, for its locations to be dropped.
+  [[nodiscard]] Result<NodeId> Leave(const std::string& name, uint64_t lease_id);
   // Nodes whose leases ran out since the last call; they are no longer live.
   std::vector<NodeId> ExpireLeases();
 

@@ -57,6 +57,13 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> leave(LeaveContext call) override {
+    const auto params = call.getParams();
+    ThrowIfError(state_.coordinator->Leave(params.getNodeId().cStr(), params.getLeaseId()));
+    state_.metrics->Update(state_.coordinator->Stats());
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> publishEvents(PublishEventsContext call) override {
     const auto batch = call.getParams().getBatch();
     EventBatch plain{batch.getNodeId().cStr(), batch.getIncarnation(), batch.getFirstSequence(), {}};

@@ -175,4 +175,8 @@ interface Coordinator {
   # The live worker with the best score; UNAVAILABLE when no worker is live.
 
   stats @6 () -> (stats :CoordinatorStats);
+
+  leave @7 (nodeId :Text, leaseId :UInt64) -> ();
+  # The node leaves now (a store draining on SIGTERM): its locations leave lookups at
+  # once rather than when its lease runs out. NOT_FOUND: unknown node or another lease.
 }

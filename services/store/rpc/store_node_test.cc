@@ -1,0 +1,208 @@
+// A storage node of its own against a coordinator over loopback: it registers, its blocks
+// show in lookups at the store's tiers, a drain takes them out at once, and after a
+// restart its disk blocks come back through the snapshot.
+#include "services/store/rpc/store_node.h"
+
+#include <capnp/ez-rpc.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "services/coordinator/rpc/coordinator_node.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "storage/testing/blocks.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::store {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using namespace std::chrono_literals;
+using storage::testing::MakeBlock;
+using storage::testing::TestBlock;
+
+// One authenticated session with a node (auth is off: any token).
+class Session {
+ public:
+  explicit Session(const std::string& address) : client_(address) {
+    auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
+    auth.setToken("any");
+    session_ = auth.send().wait(client_.getWaitScope()).getSession();
+  }
+  kj::WaitScope& wait() { return client_.getWaitScope(); }
+  schema::Session::Client& session() { return *session_; }
+
+ private:
+  capnp::EzRpcClient client_;
+  std::optional<schema::Session::Client> session_;
+};
+
+class StoreNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator::CoordinatorNodeOptions options;
+    options.rpc.listen = {"127.0.0.1:0"};
+    options.registry = &coordinator_registry_;
+    options.tick_interval = 20ms;
+    coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
+  }
+
+  std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry) {
+    StoreNodeOptions options;
+    options.config.data_dir = dir_.path();
+    // A one-block host tier over the disk: the second block put moves the first to disk.
+    options.config.store.host_cache_bytes = 64 << 10;
+    options.config.store.disk_bytes = 1 << 20;
+    options.config.store.listen = "127.0.0.1:0";
+    options.config.store.coordinator = coordinator_->endpoints()[0];
+    options.registry = &registry;
+    options.node_id = "store-0";
+    options.tick = 10ms;
+    auto node = StoreNode::Create(std::move(options));
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? std::move(node).value() : nullptr;
+  }
+
+  // Puts blocks through the store's BlockStore capability, as a worker would.
+  void Put(StoreNode& node, const std::vector<TestBlock>& blocks) {
+    Session s(node.endpoints()[0]);
+    auto store = s.session().storeRequest().send().wait(s.wait()).getStore();
+    auto request = store.putRequest();
+    auto list = request.initBlocks(static_cast<unsigned>(blocks.size()));
+    for (unsigned i = 0; i < blocks.size(); ++i) {
+      const storage::BlockHeader& h = blocks[i].header;
+      auto header = list[i].initHeader();
+      header.initKey().setHi(h.key.hi);
+      header.getKey().setLo(h.key.lo);
+      header.setFirstInChain(true);
+      header.setFormatTag(h.format_tag);
+      header.setChecksum(h.checksum);
+      header.setPayloadBytes(h.payload_bytes);
+      header.setPriority(h.priority);
+      list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
+    }
+    EXPECT_EQ(request.send().wait(s.wait()).getStored(), blocks.size());
+  }
+
+  // "tier tier ..." of where the coordinator places each of `ids` (as one-block chains),
+  // waiting up to 5 s for it to equal `want`.
+  std::string WaitForTiers(const std::vector<uint64_t>& ids, const std::string& want) {
+    Session s(coordinator_->endpoints()[0]);
+    auto coordinator = s.session().coordinatorRequest().send().wait(s.wait()).getCoordinator();
+    std::string seen;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      seen.clear();
+      for (uint64_t id : ids) {
+        auto request = coordinator.lookupRequest();
+        auto key = request.initRequest().initKeys(1)[0];
+        key.setHi(0x1234);
+        key.setLo(id);
+        auto response = request.send().wait(s.wait());
+        auto blocks = response.getResult().getBlocks();
+        std::string where = "none";
+        if (blocks.size() == 1 && blocks[0].getLocations().size() == 1) {
+          auto location = blocks[0].getLocations()[0];
+          where = std::string(location.getNodeId().cStr()) + ":" +
+                  (location.getTier() == schema::Tier::HOST ? "host" : "disk");
+        }
+        seen += (seen.empty() ? "" : " ") + where;
+      }
+      if (seen == want) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return seen;
+  }
+
+  testing::TempDir dir_;
+  MetricsRegistry coordinator_registry_;
+  std::unique_ptr<coordinator::CoordinatorNode> coordinator_;
+};
+
+TEST_F(StoreNodeTest, RegistersPublishesDrainsAndComesBackFromDisk) {
+  // The salt scope of the tenant that auth-off sessions get (empty salt).
+  const uint64_t scope = SaltScope("");
+  const TestBlock a = MakeBlock(1, 64 << 10, 50, scope), b = MakeBlock(2, 64 << 10, 50, scope);
+  {
+    MetricsRegistry registry;
+    auto node = StartStore(registry);
+    ASSERT_NE(node, nullptr);
+    for (auto deadline = std::chrono::steady_clock::now() + 5s;
+         !node->registered() && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_TRUE(node->registered());
+    // Block 1 into the host tier; block 2 pushes it down to disk.
+    Put(*node, {a});
+    EXPECT_EQ(WaitForTiers({1}, "store-0:host"), "store-0:host");
+    Put(*node, {b});
+    EXPECT_EQ(WaitForTiers({1, 2}, "store-0:disk store-0:host"), "store-0:disk store-0:host");
+    // Drain: the node leaves, and its blocks leave lookups at once (no lease to wait out).
+    ASSERT_TRUE(node->Drain().ok());
+    EXPECT_FALSE(node->registered());
+    EXPECT_EQ(WaitForTiers({1, 2}, "none none"), "none none");
+  }
+  // Restarted on the same data directory: a new incarnation, whose snapshot brings back
+  // what the disk kept (block 1; block 2 was only in memory).
+  MetricsRegistry registry;
+  auto restarted = StartStore(registry);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_EQ(WaitForTiers({1, 2}, "store-0:disk none"), "store-0:disk none");
+}
+
+TEST_F(StoreNodeTest, ARestartedCoordinatorIsRebuiltFromTheStoresSnapshot) {
+  const uint64_t scope = SaltScope("");
+  MetricsRegistry registry;
+  auto node = StartStore(registry);
+  ASSERT_NE(node, nullptr);
+  Put(*node, {MakeBlock(5, 64 << 10, 50, scope)});
+  ASSERT_EQ(WaitForTiers({5}, "store-0:host"), "store-0:host");
+  // The coordinator restarts on the same address with an empty index: the store notices
+  // the lost connection, connects and registers again, and its snapshot refills the index.
+  const std::string address = coordinator_->endpoints()[0];
+  coordinator_.reset();
+  coordinator::CoordinatorNodeOptions options;
+  options.rpc.listen = {address};
+  MetricsRegistry second_registry;
+  options.registry = &second_registry;
+  coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
+  EXPECT_EQ(WaitForTiers({5}, "store-0:host"), "store-0:host");
+  coordinator_.reset();  // before its registry goes
+}
+
+TEST_F(StoreNodeTest, ServesWhileTheCoordinatorIsAwayAndRegistersWhenItComes) {
+  // A coordinator address where nothing listens yet: the port of one that was just stopped.
+  const std::string address = coordinator_->endpoints()[0];
+  coordinator_.reset();
+  MetricsRegistry registry;
+  StoreNodeOptions options;
+  options.config.data_dir = dir_.path();
+  options.config.store.listen = "127.0.0.1:0";
+  options.config.store.coordinator = address;
+  options.registry = &registry;
+  options.node_id = "store-1";
+  options.tick = 10ms;
+  auto node = StoreNode::Create(std::move(options));
+  ASSERT_TRUE(node.ok()) << node.status();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE((*node)->registered());
+  // It serves blocks meanwhile.
+  Session s((*node)->endpoints()[0]);
+  auto version = s.session().versionRequest().send().wait(s.wait());
+  EXPECT_EQ(std::string(version.getServer().getRoles()[0].cStr()), "store");
+  // The coordinator comes up at that address: the store registers by itself.
+  coordinator::CoordinatorNodeOptions coordinator;
+  coordinator.rpc.listen = {address};
+  MetricsRegistry second_registry;
+  coordinator.registry = &second_registry;
+  auto started = coordinator::CoordinatorNode::Create(std::move(coordinator));
+  ASSERT_TRUE(started.ok()) << started.status();
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       !(*node)->registered() && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE((*node)->registered());
+  EXPECT_TRUE((*node)->Drain().ok());
+}
+
+}  // namespace
+}  // namespace kvtier::store
