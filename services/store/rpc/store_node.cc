@@ -1,22 +1,47 @@
 #include "services/store/rpc/store_node.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <random>
-#include <thread>
 
-#include <spdlog/spdlog.h>
-
-#include "common/thread_annotations.h"
+#include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
-#include "services/store/rpc/coordinator_link.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
 #include "storage/store_metrics.h"
 
 namespace kvtier::store {
+namespace {
+
+coordinator::Tier ToTier(storage::TierKind tier) {
+  return tier == storage::TierKind::kHost ? coordinator::Tier::kHost : coordinator::Tier::kDisk;
+}
+
+coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
+  coordinator::NodeEvent out;
+  out.key = e.header.key;
+  out.tier = ToTier(e.tier);
+  switch (e.kind) {
+    case storage::StoreEvent::Kind::kStored:
+      out.kind = coordinator::NodeEvent::Kind::kStored;
+      out.first = e.header.first_in_chain;
+      out.parent = e.header.parent;
+      out.priority = e.header.priority;
+      out.retention_ms = e.header.retention_left_ms;
+      out.salt_scope = e.header.salt_scope;
+      break;
+    case storage::StoreEvent::Kind::kRemoved:
+      out.kind = coordinator::NodeEvent::Kind::kRemoved;
+      break;
+    case storage::StoreEvent::Kind::kTierChanged:
+      out.kind = coordinator::NodeEvent::Kind::kTierChanged;
+      out.to_tier = ToTier(e.to_tier);
+      break;
+  }
+  return out;
+}
+
+}  // namespace
 
 class StoreNode::Impl {
  public:
@@ -28,9 +53,9 @@ class StoreNode::Impl {
       return InvalidArgumentError("StoreNodeOptions: registry and node_id are required");
     }
     KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions tiers, TieredStoreOptionsFrom(options_.config));
+    // Under the store's locks: the agent's queue is a leaf lock.
     tiers.on_event = [this](const storage::StoreEvent& event) {
-      std::lock_guard lock(mu_);
-      events_.push_back(event);
+      if (coordinator::NodeAgent* agent = agent_.load()) agent->Enqueue({ToNodeEvent(event)});
     };
     KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
     KVTIER_ASSIGN_OR_RETURN(metrics_, storage::StoreMetrics::Create(*options_.registry));
@@ -47,25 +72,16 @@ class StoreNode::Impl {
     server.tls_key_file = options_.config.tls.key_file;
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
                                                             [this] { return rpc::MakeBootstrap(session_); }));
-    incarnation_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
-    agent_ = std::thread([this] { RunAgent(); });
+    StartAgent();
     return Status::Ok();
   }
 
   const std::vector<std::string>& endpoints() const { return server_->endpoints(); }
-  bool registered() const { return ready_; }
+  bool registered() const { return agent_owner_ != nullptr && agent_owner_->registered(); }
 
   Status Drain() {
     if (drained_.exchange(true)) return Status::Ok();
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    if (agent_.joinable()) agent_.join();
-    Status status = Status::Ok();
-    if (link_ != nullptr && ready_) status = link_->Leave(lease_id_).WithContext("leave the coordinator");
-    ready_ = false;
+    Status status = agent_owner_ != nullptr ? agent_owner_->Stop() : Status::Ok();
     if (server_) server_->Shutdown();
     if (store_) {
       if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
@@ -74,86 +90,28 @@ class StoreNode::Impl {
   }
 
  private:
-  // The coordinator thread: (re)register, renew, publish, every tick until stopped.
-  void RunAgent() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      lock.unlock();
-      Tick();
-      metrics_->Update(store_->Stats());
-      lock.lock();
-      wake_.wait_for(lock, options_.tick, [this] { return stopping_; });
-    }
-  }
-
-  void Tick() {
-    if (link_ == nullptr && !Connect().ok()) return;
-    if (ready_) Check(link_->Heartbeat(lease_id_));
-    if (link_ == nullptr) return;  // lost: connect at the next tick
-    if (!ready_) {
-      if (Status s = Register(); !s.ok()) {
-        Complain("register: " + s.ToString());
-        Check(s);
-        return;
-      }
-    }
-    std::vector<storage::StoreEvent> events;
-    {
-      std::lock_guard lock(mu_);
-      events.swap(events_);
-    }
-    if (events.empty()) return;
-    Result<EventVerdict> verdict = link_->Publish(next_sequence_, events);
-    next_sequence_ += events.size();  // spent either way: a gap makes a snapshot
-    Check(verdict.status());
-    if (verdict.ok() && *verdict == EventVerdict::kSnapshotRequired) ready_ = false;
-  }
-
-  // A failed call means registering again; a lost connection (the coordinator restarted
-  // or moved) also means connecting again.
-  void Check(const Status& status) {
-    if (status.ok()) return;
-    ready_ = false;
-    if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded) link_.reset();
-  }
-
-  Status Connect() {
-    rpc::RpcClientOptions connection;
-    connection.address = options_.config.store.coordinator;
-    connection.token = options_.coordinator_token;
-    connection.tls_ca_file = options_.config.tls.ca_file;
+  void StartAgent() {
+    coordinator::NodeAgentOptions agent;
+    agent.link.connection.address = options_.config.store.coordinator;
+    agent.link.connection.token = options_.coordinator_token;
+    agent.link.connection.tls_ca_file = options_.config.tls.ca_file;
+    agent.link.node_id = options_.node_id;
+    agent.link.role = coordinator::NodeRole::kStore;
     const std::string& advertise = options_.config.store.advertise;
-    Result<std::unique_ptr<CoordinatorLink>> link = CoordinatorLink::Connect(
-        {connection, options_.node_id, advertise.empty() ? endpoints().front() : advertise, incarnation_});
-    if (!link.ok()) {
-      Complain("coordinator " + connection.address + ": " + link.status().ToString());
-      return link.status();
-    }
-    link_ = std::move(link).value();
-    return Status::Ok();
-  }
-
-  // Registers; when asked, sends everything the tiers hold. Events queued before the
-  // holdings were read are dropped: the snapshot reflects them.
-  Status Register() {
-    KVTIER_ASSIGN_OR_RETURN(LinkRegistration registration, link_->Register());
-    lease_id_ = registration.lease_id;
-    if (registration.snapshot_required) {
-      {
-        std::lock_guard lock(mu_);
-        events_.clear();
+    agent.link.rpc_address = advertise.empty() ? endpoints().front() : advertise;
+    agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+    agent.tick = options_.tick;
+    agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> {
+      std::vector<coordinator::NodeBlock> blocks;
+      for (const auto& [tier, h] : store_->Holdings()) {
+        blocks.push_back({h.key, h.first_in_chain, h.parent, ToTier(tier), 0, h.priority, h.retention_left_ms,
+                          h.salt_scope});
       }
-      KVTIER_RETURN_IF_ERROR(link_->PublishSnapshot(next_sequence_, store_->Holdings()));
-    }
-    ready_ = true;
-    complained_ = false;
-    spdlog::info("{}: registered with the coordinator at {}", options_.node_id, options_.config.store.coordinator);
-    return Status::Ok();
-  }
-
-  void Complain(const std::string& what) {
-    if (!complained_) spdlog::warn("{}: {} (retrying every {} ms)", options_.node_id, what, options_.tick.count());
-    complained_ = true;
+      return blocks;
+    };
+    agent.on_tick = [this] { metrics_->Update(store_->Stats()); };
+    agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
+    agent_ = agent_owner_.get();
   }
 
   StoreNodeOptions options_;
@@ -161,19 +119,9 @@ class StoreNode::Impl {
   std::unique_ptr<storage::StoreMetrics> metrics_;
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
-  uint64_t incarnation_ = 0;
-  // The agent thread's (Drain reads them after joining it).
-  std::unique_ptr<CoordinatorLink> link_;
-  uint64_t lease_id_ = 0;
-  uint64_t next_sequence_ = 1;
-  bool complained_ = false;
-  std::atomic<bool> ready_{false};
+  std::unique_ptr<coordinator::NodeAgent> agent_owner_;
+  std::atomic<coordinator::NodeAgent*> agent_{nullptr};  // read by the store's event hook
   std::atomic<bool> drained_{false};
-  std::thread agent_;
-  std::mutex mu_;  // a leaf: taken under the store's locks by on_event
-  std::condition_variable wake_;
-  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
-  std::vector<storage::StoreEvent> events_ KVTIER_GUARDED_BY(mu_);
 };
 
 Result<std::unique_ptr<StoreNode>> StoreNode::Create(StoreNodeOptions options) {

@@ -1,4 +1,4 @@
-#include "services/store/rpc/coordinator_link.h"
+#include "services/coordinator/rpc/node_link.h"
 
 // See services/client/rpc/client_calls.cc: GCC 12 misreads kj::ExceptionOr<Result<T>>.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -8,56 +8,77 @@
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"
 
-namespace kvtier::store {
+namespace kvtier::coordinator {
 namespace {
 
 namespace schema = rpc::schema;
 
-schema::Tier ToWire(storage::TierKind tier) {
-  return tier == storage::TierKind::kHost ? schema::Tier::HOST : schema::Tier::DISK;
+schema::Tier ToWire(Tier tier) {
+  switch (tier) {
+    case Tier::kGpu: return schema::Tier::GPU;
+    case Tier::kHost: return schema::Tier::HOST;
+    case Tier::kDisk: return schema::Tier::DISK;
+  }
+  return schema::Tier::DISK;
 }
 
-void SetStored(const storage::BlockHeader& h, storage::TierKind tier, schema::StoredEvent::Builder out) {
-  out.setHasParent(!h.first_in_chain);
-  if (!h.first_in_chain) rpc::FromKey(h.parent, out.initParentKey());
-  rpc::FromKey(h.key, out.initKeys(1)[0]);
-  out.setTier(ToWire(tier));
-  out.setPriority(h.priority);
-  out.setRetentionExpiryMs(h.retention_left_ms);
-  out.setSaltScope(h.salt_scope);
-}
-
-void SetEvent(const storage::StoreEvent& e, schema::KvEvent::Builder out) {
+void SetEvent(const NodeEvent& e, schema::KvEvent::Builder out) {
   switch (e.kind) {
-    case storage::StoreEvent::Kind::kStored:
-      SetStored(e.header, e.tier, out.initStored());
-      break;
-    case storage::StoreEvent::Kind::kRemoved: {
-      auto removed = out.initRemoved();
-      rpc::FromKey(e.header.key, removed.initKeys(1)[0]);
-      removed.setTier(ToWire(e.tier));
+    case NodeEvent::Kind::kStored: {
+      auto stored = out.initStored();
+      stored.setHasParent(!e.first);
+      if (!e.first) rpc::FromKey(e.parent, stored.initParentKey());
+      rpc::FromKey(e.key, stored.initKeys(1)[0]);
+      stored.setTier(ToWire(e.tier));
+      stored.setPoolId(e.pool);
+      stored.setPriority(e.priority);
+      stored.setRetentionExpiryMs(e.retention_ms);
+      stored.setSaltScope(e.salt_scope);
       break;
     }
-    case storage::StoreEvent::Kind::kTierChanged: {
+    case NodeEvent::Kind::kRemoved: {
+      auto removed = out.initRemoved();
+      rpc::FromKey(e.key, removed.initKeys(1)[0]);
+      removed.setTier(ToWire(e.tier));
+      removed.setPoolId(e.pool);
+      break;
+    }
+    case NodeEvent::Kind::kTierChanged: {
       auto changed = out.initTierChanged();
-      rpc::FromKey(e.header.key, changed.initKeys(1)[0]);
+      rpc::FromKey(e.key, changed.initKeys(1)[0]);
       changed.setFromTier(ToWire(e.tier));
       changed.setToTier(ToWire(e.to_tier));
+      changed.setFromPoolId(e.pool);
+      changed.setToPoolId(e.pool);
       break;
     }
   }
 }
 
+void SetBlock(const NodeBlock& b, const std::string& node, schema::SnapshotBlock::Builder out) {
+  rpc::FromKey(b.key, out.initKey());
+  out.setHasParent(!b.first);
+  if (!b.first) rpc::FromKey(b.parent, out.initParentKey());
+  auto location = out.initLocation();
+  location.setNodeId(node);
+  location.setTier(ToWire(b.tier));
+  location.setPoolId(b.pool);
+  out.setPriority(b.priority);
+  out.setRetentionExpiryMs(b.retention_ms);
+  out.setSaltScope(b.salt_scope);
+}
+
 }  // namespace
 
-class CoordinatorLink::Impl {
+class NodeLink::Impl {
  public:
-  Impl(std::unique_ptr<rpc::RpcClient> rpc, CoordinatorLinkOptions options)
+  Impl(std::unique_ptr<rpc::RpcClient> rpc, NodeLinkOptions options)
       : rpc_(std::move(rpc)), options_(std::move(options)) {}
   ~Impl() {
     rpc_->impl().RunOnLoop([this] { coordinator_ = nullptr; });
   }
 
+  // Runs `call` with the Coordinator capability on the connection's loop and waits.
   template <typename T, typename Call>
   T Run(Call call) {
     return rpc_->impl()
@@ -68,29 +89,29 @@ class CoordinatorLink::Impl {
         .get();
   }
 
-  const CoordinatorLinkOptions& options() const { return options_; }
+  const NodeLinkOptions& options() const { return options_; }
 
  private:
   std::unique_ptr<rpc::RpcClient> rpc_;
-  const CoordinatorLinkOptions options_;
+  const NodeLinkOptions options_;
   kj::Own<schema::Coordinator::Client> coordinator_;  // the loop thread's
 };
 
-Result<std::unique_ptr<CoordinatorLink>> CoordinatorLink::Connect(CoordinatorLinkOptions options) {
+Result<std::unique_ptr<NodeLink>> NodeLink::Connect(NodeLinkOptions options) {
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(options.connection));
-  return std::unique_ptr<CoordinatorLink>(new CoordinatorLink(std::make_unique<Impl>(std::move(rpc), std::move(options))));
+  return std::unique_ptr<NodeLink>(new NodeLink(std::make_unique<Impl>(std::move(rpc), std::move(options))));
 }
 
-CoordinatorLink::CoordinatorLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CoordinatorLink::~CoordinatorLink() = default;
+NodeLink::NodeLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+NodeLink::~NodeLink() = default;
 
-Result<LinkRegistration> CoordinatorLink::Register() {
-  const CoordinatorLinkOptions& o = impl_->options();
+Result<LinkRegistration> NodeLink::Register() {
+  const NodeLinkOptions& o = impl_->options();
   return impl_->Run<Result<LinkRegistration>>([&o](schema::Coordinator::Client& c) {
     auto request = c.registerRequest();
     auto node = request.initNode();
     node.setNodeId(o.node_id);
-    node.setRole(schema::NodeRole::STORE);
+    node.setRole(o.role == NodeRole::kStore ? schema::NodeRole::STORE : schema::NodeRole::WORKER);
     node.setRpcAddress(o.rpc_address);
     node.setIncarnation(o.incarnation);
     return request.send().then([](auto r) -> Result<LinkRegistration> {
@@ -100,18 +121,19 @@ Result<LinkRegistration> CoordinatorLink::Register() {
   });
 }
 
-Status CoordinatorLink::Heartbeat(uint64_t lease_id) {
+Status NodeLink::Heartbeat(uint64_t lease_id, uint64_t active_blocks) {
   const std::string node = impl_->options().node_id;
-  return impl_->Run<Status>([node, lease_id](schema::Coordinator::Client& c) {
+  return impl_->Run<Status>([node, lease_id, active_blocks](schema::Coordinator::Client& c) {
     auto request = c.heartbeatRequest();
     request.setNodeId(node);
     request.setLeaseId(lease_id);
+    request.setActiveBlocks(active_blocks);
     return request.send().then([](auto) { return Status::Ok(); });
   });
 }
 
-Result<EventVerdict> CoordinatorLink::Publish(uint64_t first_sequence, std::span<const storage::StoreEvent> events) {
-  const CoordinatorLinkOptions& o = impl_->options();
+Result<EventVerdict> NodeLink::Publish(uint64_t first_sequence, std::span<const NodeEvent> events) {
+  const NodeLinkOptions& o = impl_->options();
   return impl_->Run<Result<EventVerdict>>([&o, first_sequence, events](schema::Coordinator::Client& c) {
     auto request = c.publishEventsRequest();
     auto batch = request.initBatch();
@@ -130,14 +152,13 @@ Result<EventVerdict> CoordinatorLink::Publish(uint64_t first_sequence, std::span
   });
 }
 
-Status CoordinatorLink::PublishSnapshot(uint64_t next_sequence,
-                                        std::span<const std::pair<storage::TierKind, storage::BlockHeader>> holdings) {
-  const CoordinatorLinkOptions& o = impl_->options();
+Status NodeLink::PublishSnapshot(uint64_t next_sequence, std::span<const NodeBlock> blocks) {
+  const NodeLinkOptions& o = impl_->options();
   size_t at = 0;
   do {
-    const auto chunk = holdings.subspan(at, std::min<size_t>(o.snapshot_chunk_blocks, holdings.size() - at));
+    const auto chunk = blocks.subspan(at, std::min<size_t>(o.snapshot_chunk_blocks, blocks.size() - at));
     at += chunk.size();
-    const bool last = at == holdings.size();
+    const bool last = at == blocks.size();
     KVTIER_RETURN_IF_ERROR(impl_->Run<Status>([&o, next_sequence, chunk, last](schema::Coordinator::Client& c) {
       auto request = c.publishSnapshotRequest();
       auto snapshot = request.initSnapshot();
@@ -145,26 +166,15 @@ Status CoordinatorLink::PublishSnapshot(uint64_t next_sequence,
       snapshot.setIncarnation(o.incarnation);
       snapshot.setNextSequence(next_sequence);
       snapshot.setLast(last);
-      auto blocks = snapshot.initBlocks(static_cast<unsigned>(chunk.size()));
-      for (unsigned i = 0; i < chunk.size(); ++i) {
-        const auto& [tier, h] = chunk[i];
-        rpc::FromKey(h.key, blocks[i].initKey());
-        blocks[i].setHasParent(!h.first_in_chain);
-        if (!h.first_in_chain) rpc::FromKey(h.parent, blocks[i].initParentKey());
-        auto location = blocks[i].initLocation();
-        location.setNodeId(o.node_id);
-        location.setTier(ToWire(tier));
-        blocks[i].setPriority(h.priority);
-        blocks[i].setRetentionExpiryMs(h.retention_left_ms);
-        blocks[i].setSaltScope(h.salt_scope);
-      }
+      auto list = snapshot.initBlocks(static_cast<unsigned>(chunk.size()));
+      for (unsigned i = 0; i < chunk.size(); ++i) SetBlock(chunk[i], o.node_id, list[i]);
       return request.send().then([](auto) { return Status::Ok(); });
     }));
-  } while (at < holdings.size());
+  } while (at < blocks.size());
   return Status::Ok();
 }
 
-Status CoordinatorLink::Leave(uint64_t lease_id) {
+Status NodeLink::Leave(uint64_t lease_id) {
   const std::string node = impl_->options().node_id;
   return impl_->Run<Status>([node, lease_id](schema::Coordinator::Client& c) {
     auto request = c.leaveRequest();
@@ -174,4 +184,4 @@ Status CoordinatorLink::Leave(uint64_t lease_id) {
   });
 }
 
-}  // namespace kvtier::store
+}  // namespace kvtier::coordinator

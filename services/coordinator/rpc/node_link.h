@@ -1,0 +1,91 @@
+// NodeLink: a node's calls to the coordinator over the network: register, heartbeat, its
+// sequenced events, a snapshot of its holdings, and leave. What a `kvtier store` or
+// `kvtier worker` process uses where `kvtier up` calls the coordinator in-process. The
+// node's events and holdings travel as the plain types below; Cap'n Proto stays inside.
+//
+// Thread safety: every method from any thread (the RpcClient's loop runs the calls).
+// Ownership: owns its connection.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/block_key.h"
+#include "common/status.h"
+#include "services/coordinator/cluster/membership.h"
+#include "services/coordinator/index/block_index.h"
+#include "services/rpc/rpc_client.h"
+
+namespace kvtier::coordinator {
+
+// One change of what the node holds, as the coordinator's event stream carries it.
+struct NodeEvent {
+  enum class Kind : uint8_t { kStored, kRemoved, kTierChanged };
+  Kind kind = Kind::kStored;
+  BlockKey key;
+  bool first = false;         // kStored: the chain's first block (no parent)
+  BlockKey parent;            // kStored
+  Tier tier = Tier::kGpu;     // where (kTierChanged: from)
+  Tier to_tier = Tier::kHost; // kTierChanged
+  uint32_t pool = 0;
+  uint8_t priority = kDefaultPriority;  // kStored
+  uint64_t retention_ms = 0;  // kStored: until the priority reverts; 0: for good
+  uint64_t salt_scope = 0;    // kStored
+};
+
+// One block of a snapshot.
+struct NodeBlock {
+  BlockKey key;
+  bool first = false;
+  BlockKey parent;
+  Tier tier = Tier::kGpu;
+  uint32_t pool = 0;
+  uint8_t priority = kDefaultPriority;
+  uint64_t retention_ms = 0;
+  uint64_t salt_scope = 0;
+};
+
+struct NodeLinkOptions {
+  rpc::RpcClientOptions connection;  // the coordinator's address and this node's token
+  std::string node_id;               // stable across restarts (the pod name)
+  NodeRole role = NodeRole::kStore;
+  std::string rpc_address;           // where peers reach this node
+  uint64_t incarnation = 0;          // new on every process start
+  uint32_t snapshot_chunk_blocks = 8192;
+};
+
+struct LinkRegistration {
+  uint64_t lease_id = 0;
+  std::chrono::milliseconds ttl{0};
+  bool snapshot_required = false;
+};
+
+enum class EventVerdict { kApplied, kDuplicate, kSnapshotRequired };
+
+class NodeLink {
+ public:
+  // kUnavailable when the coordinator does not answer; kUnauthenticated for a bad token.
+  [[nodiscard]] static Result<std::unique_ptr<NodeLink>> Connect(NodeLinkOptions options);
+  ~NodeLink();
+
+  [[nodiscard]] Result<LinkRegistration> Register();
+  // `active_blocks`: KV blocks of running requests (a worker's load, for routing).
+  // kNotFound: the lease is gone (register again).
+  [[nodiscard]] Status Heartbeat(uint64_t lease_id, uint64_t active_blocks = 0);
+  // Events numbered first_sequence, first_sequence + 1, ... in order.
+  [[nodiscard]] Result<EventVerdict> Publish(uint64_t first_sequence, std::span<const NodeEvent> events);
+  // Everything the node holds, as of event `next_sequence`, in chunks.
+  [[nodiscard]] Status PublishSnapshot(uint64_t next_sequence, std::span<const NodeBlock> blocks);
+  [[nodiscard]] Status Leave(uint64_t lease_id);
+
+  class Impl;
+
+ private:
+  explicit NodeLink(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::coordinator
