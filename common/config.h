@@ -70,6 +70,9 @@ struct WorkerConfig {
   double free_memory_fraction = 0.9;          // of free GPU memory, or of pool_bytes, for KV blocks
   uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
   uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
+  // `kvtier worker` only:
+  std::string listen = "127.0.0.1:7401";        // its Worker and BlockStore's host:port (port 0 picks one)
+  std::string advertise = {};                   // where peers reach it; empty: the bound listen address
 };
 
 // The node's host and disk tiers (under data_dir/blocks).
@@ -81,6 +84,10 @@ struct StoreConfig {
   // `kvtier store` only:
   std::string listen = "127.0.0.1:7402";        // its BlockStore's host:port (port 0 picks one)
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address
+};
+
+// How a node of its own (`kvtier worker`, `kvtier store`) reaches the coordinator.
+struct NodeConfig {
   std::string coordinator = "127.0.0.1:7400";   // the coordinator it registers with
   std::string coordinator_token_file = {};      // its token there (first line); empty: none (auth off)
 };
@@ -94,6 +101,7 @@ struct KvtierConfig {
   CoordinatorConfig coordinator;
   WorkerConfig worker;
   StoreConfig store;
+  NodeConfig node;
 };
 
 // One declared setting, for help texts and documentation.

@@ -188,12 +188,21 @@ void AddNodeFields(std::vector<Field>& fields) {
                                "listen address.",
                                "host:port", true, [](auto& c) -> auto& { return c.store.advertise; },
                                CheckListenAddress));
-  fields.push_back(StringField("store.coordinator", "`kvtier store`: the coordinator to register with.",
+  fields.push_back(StringField("worker.listen",
+                               "`kvtier worker`: host:port its Worker and BlockStore serve on (port 0 picks one).",
                                "host:port, [ipv6]:port or unix:/path", false,
-                               [](auto& c) -> auto& { return c.store.coordinator; }, CheckListenAddress));
-  fields.push_back(StringField("store.coordinator_token_file",
-                               "`kvtier store`: file whose first line is its token at the coordinator.", "a file path",
-                               true, [](auto& c) -> auto& { return c.store.coordinator_token_file; }));
+                               [](auto& c) -> auto& { return c.worker.listen; }, CheckListenAddress));
+  fields.push_back(StringField("worker.advertise",
+                               "`kvtier worker`: host:port peers reach it at; empty: the bound listen address.",
+                               "host:port", true, [](auto& c) -> auto& { return c.worker.advertise; },
+                               CheckListenAddress));
+  fields.push_back(StringField("node.coordinator", "`kvtier worker`, `kvtier store`: the coordinator to register with.",
+                               "host:port, [ipv6]:port or unix:/path", false,
+                               [](auto& c) -> auto& { return c.node.coordinator; }, CheckListenAddress));
+  fields.push_back(StringField("node.coordinator_token_file",
+                               "`kvtier worker`, `kvtier store`: file whose first line is the node's token at the "
+                               "coordinator (a tenant token).",
+                               "a file path", true, [](auto& c) -> auto& { return c.node.coordinator_token_file; }));
 }
 
 std::vector<Field> BuildFields() {

@@ -5,23 +5,13 @@
 #include <optional>
 #include <random>
 
-#include "gpu/device.h"
 #include "services/cli/node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
-#include "services/worker/pool/pool_sizing.h"
+#include "services/worker/worker_plan.h"
 
 namespace kvtier::cli {
 namespace {
-
-Result<KvLayout> LayoutOf(const WorkerConfig& config) {
-  KVTIER_ASSIGN_OR_RETURN(const KvDtype dtype, ParseDtype(config.dtype));
-  return KvLayout::Create({.num_layers = config.num_layers,
-                           .num_kv_heads = config.num_kv_heads,
-                           .head_dim = config.head_dim,
-                           .tokens_per_block = config.tokens_per_block,
-                           .dtype = dtype});
-}
 
 std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -35,23 +25,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   node->worker_node_ = {node->name_ + "/worker", coordinator::NodeRole::kWorker};
   node->store_node_ = {node->name_ + "/store", coordinator::NodeRole::kStore};
 
-  KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, LayoutOf(config.worker));
-  // The pool's budget: free_memory_fraction of the GPU's free memory, or of pool_bytes
-  // without a GPU; max_tokens caps it (services/worker/pool/pool_sizing.h).
-  uint64_t budget = config.worker.pool_bytes;
-  if (gpu >= 0) {
-    KVTIER_ASSIGN_OR_RETURN(budget, gpu::FreeDeviceMemory(gpu));
-  }
-  Result<std::vector<worker::PoolSize>> sizes = worker::SizePools(
-      {.free_bytes = budget,
-       .free_memory_fraction = config.worker.free_memory_fraction,
-       .max_tokens = config.worker.max_tokens > 0 ? std::optional<uint64_t>(config.worker.max_tokens) : std::nullopt,
-       .pools = {{layout, 1.0}}});
-  if (!sizes.ok()) {
-    return Status(sizes.status().code(), std::string(gpu >= 0 ? "GPU " + std::to_string(gpu) : "worker.pool_bytes") +
-                                             ": " + sizes.status().message());
-  }
-  const uint64_t blocks = (*sizes)[0].num_blocks;
+  KVTIER_ASSIGN_OR_RETURN(const worker::WorkerPlan plan, worker::PlanWorkerPool(config.worker, gpu));
+  const KvLayout& layout = plan.layout;
   // Every block the worker offloads has the layout's size: one host page each wastes nothing.
   KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions store,
                           store::TieredStoreOptionsFrom(
@@ -76,7 +51,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
     node->link_ = std::make_unique<worker::TierLink>(node->store_.get());
   }
   worker::WorkerOptions worker;
-  worker.pools = {{layout, static_cast<uint32_t>(std::min<uint64_t>(blocks, UINT32_MAX - 1))}};
+  worker.pools = {{layout, plan.blocks}};
   worker.secondary_offload_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
   worker.offload = node->link_.get();
   worker.onboard = node->link_.get();
@@ -89,10 +64,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
     node->store_metrics_->Update(node->store_->Stats());  // capacities show before the first tick
   }
   node->worker_metrics_->Update(node->worker_->Stats());
-  node->summary_ = "worker pool " + layout.Fingerprint() + ", " + std::to_string(blocks) + " blocks of " +
-                   std::to_string(layout.bytes_per_block()) + " bytes in " +
-                   (gpu >= 0 ? "GPU " + std::to_string(gpu) + " memory (CUDA IPC)" : std::string("host memory")) +
-                   "; host tier " +
+  node->summary_ = plan.Describe() + "; host tier " +
                    Mib(config.store.host_cache_bytes) + ", disk tier " + Mib(config.store.disk_bytes) + " (" +
                    config.store.disk_sync + ")";
   return node;

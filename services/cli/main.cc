@@ -119,7 +119,7 @@ int Main(int argc, char** argv) {
   CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
   CLI::App* store = app.add_subcommand(
       "store", "Run a storage node: host and disk tiers served to every node, registered with the coordinator at "
-               "--store-coordinator. Needs --auth-token-file unless --auth-enabled false.");
+               "--node-coordinator. Needs --auth-token-file unless --auth-enabled false.");
   ConfigFlags store_flags(*store);
   BenchCommand bench(app);
   ReplayCommand replay(app);

@@ -18,10 +18,10 @@ namespace kvtier::cli::serve_internal {
 int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
                MetricsRegistry& registry) {
   std::string coordinator_token;
-  if (!config.store.coordinator_token_file.empty()) {
-    Result<std::string> token = auth::ReadTokenFile(config.store.coordinator_token_file);
+  if (!config.node.coordinator_token_file.empty()) {
+    Result<std::string> token = auth::ReadTokenFile(config.node.coordinator_token_file);
     if (!token.ok()) {
-      spdlog::error("store.coordinator_token_file: {}", token.status().message());
+      spdlog::error("node.coordinator_token_file: {}", token.status().message());
       return 2;
     }
     coordinator_token = *token;
@@ -59,7 +59,7 @@ int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::s
   std::printf("  rpc          %s\n", (*node)->endpoints().front().c_str());
   std::printf("  metrics      %s/metrics\n", (*http)->endpoint().c_str());
   std::printf("  health       %s/healthz  %s/readyz\n", (*http)->endpoint().c_str(), (*http)->endpoint().c_str());
-  std::printf("  coordinator  %s\n", config.store.coordinator.c_str());
+  std::printf("  coordinator  %s\n", config.node.coordinator.c_str());
   std::printf("  data dir     %s\n", config.data_dir.c_str());
   std::printf("  auth         %s\n", auth_summary.c_str());
   std::printf("  tiers        host %llu MiB, disk %llu MiB (%s)\n",

@@ -149,7 +149,7 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   ASSERT_TRUE(coordinator.WaitForOutput("Stop with Ctrl-C", seconds(20))) << coordinator.Stderr();
   const std::string coordinator_rpc = BannerValue(coordinator.Stdout(), "rpc");
   ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
-                      "--store-coordinator", coordinator_rpc, "--metrics-port", "0", "--metrics-bind", "127.0.0.1",
+                      "--node-coordinator", coordinator_rpc, "--metrics-port", "0", "--metrics-bind", "127.0.0.1",
                       "--data-dir", dir.File("s"), "--store-host-cache-bytes", "1048576", "--store-disk-bytes",
                       "4194304"},
                      store_dir.path());

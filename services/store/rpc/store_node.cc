@@ -92,7 +92,7 @@ class StoreNode::Impl {
  private:
   void StartAgent() {
     coordinator::NodeAgentOptions agent;
-    agent.link.connection.address = options_.config.store.coordinator;
+    agent.link.connection.address = options_.config.node.coordinator;
     agent.link.connection.token = options_.coordinator_token;
     agent.link.connection.tls_ca_file = options_.config.tls.ca_file;
     agent.link.node_id = options_.node_id;

@@ -54,7 +54,7 @@ class StoreNodeTest : public ::testing::Test {
     options.config.store.host_cache_bytes = 64 << 10;
     options.config.store.disk_bytes = 1 << 20;
     options.config.store.listen = "127.0.0.1:0";
-    options.config.store.coordinator = coordinator_->endpoints()[0];
+    options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
     options.node_id = "store-0";
     options.tick = 10ms;
@@ -177,7 +177,7 @@ TEST_F(StoreNodeTest, ServesWhileTheCoordinatorIsAwayAndRegistersWhenItComes) {
   StoreNodeOptions options;
   options.config.data_dir = dir_.path();
   options.config.store.listen = "127.0.0.1:0";
-  options.config.store.coordinator = address;
+  options.config.node.coordinator = address;
   options.registry = &registry;
   options.node_id = "store-1";
   options.tick = 10ms;
