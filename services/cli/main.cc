@@ -70,14 +70,6 @@ int RunVersion(const VersionFlags& flags) {
   return 0;
 }
 
-int NotBuiltYet(const std::string& command, const std::string& arrives_with) {
-  std::fprintf(stderr,
-               "kvtier %s: not built yet in kvtier %s. It arrives with %s.\n"
-               "Meanwhile `kvtier up` runs what exists (the coordinator RPC skeleton and the metrics endpoint).\n",
-               command.c_str(), kVersion, arrives_with.c_str());
-  return 1;
-}
-
 int RunRole(Role role, const char* name, const ConfigFlags& flags) {
   Result<KvtierConfig> config = flags.Load();
   if (!config.ok()) {
@@ -116,14 +108,17 @@ int Main(int argc, char** argv) {
                      "unless --auth-enabled false.");
   ConfigFlags coordinator_flags(*coordinator);
 
-  CLI::App* worker = app.add_subcommand("worker", "Run a GPU worker node (block pools, kernels, zero-copy sharing).");
+  CLI::App* worker = app.add_subcommand(
+      "worker", "Run a worker node: the block pool (GPU memory when one answers), its host and disk tiers, served to "
+                "the node's inference processes and registered with the coordinator at --node-coordinator. Needs "
+                "--auth-token-file unless --auth-enabled false.");
+  ConfigFlags worker_flags(*worker);
   CLI::App* store = app.add_subcommand(
       "store", "Run a storage node: host and disk tiers served to every node, registered with the coordinator at "
                "--node-coordinator. Needs --auth-token-file unless --auth-enabled false.");
   ConfigFlags store_flags(*store);
   BenchCommand bench(app);
   ReplayCommand replay(app);
-  worker->allow_extras();
 
   VersionFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
@@ -145,10 +140,10 @@ int Main(int argc, char** argv) {
   // Serving roles wait for SIGINT/SIGTERM with sigwait: the signals are blocked before any
   // thread starts (parsing starts none). Every other command keeps the default actions,
   // so Ctrl-C and `timeout` stop a benchmark.
-  if (up->parsed() || coordinator->parsed() || store->parsed()) BlockShutdownSignals();
+  if (up->parsed() || coordinator->parsed() || store->parsed() || worker->parsed()) BlockShutdownSignals();
   if (up->parsed()) return RunRole(Role::kUp, "up", up_flags);
   if (coordinator->parsed()) return RunRole(Role::kCoordinator, "coordinator", coordinator_flags);
-  if (worker->parsed()) return NotBuiltYet("worker", "the GPU worker node (block pools and kernels)");
+  if (worker->parsed()) return RunRole(Role::kWorker, "worker", worker_flags);
   if (store->parsed()) return RunRole(Role::kStore, "store", store_flags);
   if (bench.parsed()) return bench.Run();
   if (replay.parsed()) return replay.Run();

@@ -83,8 +83,9 @@ Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda, Role role) {
   info->WithLabels({kVersion, cuda ? "true" : "false"}).Set(1);
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* roles, registry.AddGauge("kvtier_role_info",
                                                                 "1 for each role this process runs.", {"role"}));
-  if (role == Role::kStore) {
-    roles->WithLabels({"store"}).Set(1);
+  if (role == Role::kStore || role == Role::kWorker) {
+    if (role == Role::kWorker) roles->WithLabels({"worker"}).Set(1);
+    roles->WithLabels({"store"}).Set(1);  // a worker serves its node's tiers too
     return Status::Ok();
   }
   roles->WithLabels({"coordinator"}).Set(1);
@@ -176,7 +177,11 @@ int Serve(Role role, const KvtierConfig& config) {
     return kExitStartFailure;
   }
 
+  const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
   if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
+  if (role == Role::kWorker) {
+    return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry, gpu);
+  }
 
   EmbeddedClusterOptions cluster;
   cluster.config = config;
@@ -184,7 +189,7 @@ int Serve(Role role, const KvtierConfig& config) {
   cluster.registry = &registry;
   cluster.node_id = HostName();
   cluster.local_node = role == Role::kUp;
-  cluster.gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
+  cluster.gpu = gpu;
   Result<std::unique_ptr<EmbeddedCluster>> node = EmbeddedCluster::Create(std::move(cluster));
   if (!node.ok()) {
     spdlog::error("{}", node.status().message());

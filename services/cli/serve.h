@@ -17,7 +17,7 @@
 
 namespace kvtier::cli {
 
-enum class Role { kUp, kCoordinator, kStore };
+enum class Role { kUp, kCoordinator, kStore, kWorker };
 
 void BlockShutdownSignals();
 
@@ -35,6 +35,11 @@ int ExitCodeFor(const Status& status);
 // the tenants it serves. Returns the exit code.
 int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
                MetricsRegistry& registry);
+// `kvtier worker` likewise, its pool on GPU `gpu` (-1: host shared memory).
+int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
+                MetricsRegistry& registry, int gpu);
+// The node's token at the coordinator (node.coordinator_token_file; empty without one).
+Result<std::string> CoordinatorToken(const KvtierConfig& config);
 }  // namespace serve_internal
 
 }  // namespace kvtier::cli

@@ -15,23 +15,26 @@
 
 namespace kvtier::cli::serve_internal {
 
+Result<std::string> CoordinatorToken(const KvtierConfig& config) {
+  if (config.node.coordinator_token_file.empty()) return std::string();
+  Result<std::string> token = auth::ReadTokenFile(config.node.coordinator_token_file);
+  if (!token.ok()) return InvalidArgumentError("node.coordinator_token_file: " + token.status().message());
+  return token;
+}
+
 int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
                MetricsRegistry& registry) {
-  std::string coordinator_token;
-  if (!config.node.coordinator_token_file.empty()) {
-    Result<std::string> token = auth::ReadTokenFile(config.node.coordinator_token_file);
-    if (!token.ok()) {
-      spdlog::error("node.coordinator_token_file: {}", token.status().message());
-      return 2;
-    }
-    coordinator_token = *token;
+  Result<std::string> coordinator_token = CoordinatorToken(config);
+  if (!coordinator_token.ok()) {
+    spdlog::error("{}", coordinator_token.status().message());
+    return 2;
   }
   store::StoreNodeOptions options;
   options.config = config;
   options.tokens = std::move(tokens);
   options.registry = &registry;
   options.node_id = HostName() + "/store";
-  options.coordinator_token = coordinator_token;
+  options.coordinator_token = *coordinator_token;
   Result<std::unique_ptr<store::StoreNode>> node = store::StoreNode::Create(std::move(options));
   if (!node.ok()) {
     spdlog::error("store: {}", node.status().message());

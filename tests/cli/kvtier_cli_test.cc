@@ -179,15 +179,54 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   EXPECT_EQ(coordinator.Wait(seconds(10)), 0) << coordinator.Stderr();
 }
 
-TEST(KvtierCliTest, LaterCommandsSayTheyAreNotBuiltAndExitOne) {
-  testing::TempDir dir;
-  for (const std::vector<std::string>& command : {std::vector<std::string>{"worker"}}) {
-    std::vector<std::string> argv = {kKvtier};
-    argv.insert(argv.end(), command.begin(), command.end());
-    ChildProcess child(argv, dir.path());
-    EXPECT_EQ(child.Wait(seconds(10)), 1) << command.back();
-    EXPECT_NE(child.Stderr().find("not built yet"), std::string::npos) << command.back() << ": " << child.Stderr();
+// `kvtier worker` beside `kvtier coordinator`: the worker registers (readiness turns
+// green), the example engine prefills and decodes through it (reusing its own earlier turn
+// and equal to recomputation), and SIGTERM drains it: exit 0.
+TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
+  testing::TempDir dir, worker_dir;  // each process's output in its own directory
+  ChildProcess coordinator({kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
+                            "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
+                           dir.path());
+  ASSERT_TRUE(coordinator.WaitForOutput("Stop with Ctrl-C", seconds(20))) << coordinator.Stderr();
+  // The pool has the example engine's layout (2 layers, 2 KV heads of 8 dims, fp32).
+  ChildProcess worker({kKvtier, "worker", "--auth-enabled", "false", "--worker-listen", "127.0.0.1:0",
+                       "--node-coordinator", BannerValue(coordinator.Stdout(), "rpc"), "--metrics-port", "0",
+                       "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("w"), "--worker-num-layers", "2",
+                       "--worker-num-kv-heads", "2", "--worker-head-dim", "8", "--worker-tokens-per-block", "4",
+                       "--worker-dtype", "fp32", "--worker-pool-bytes", "1048576", "--store-host-cache-bytes",
+                       "1048576", "--store-disk-bytes", "0"},
+                      worker_dir.path());
+  ASSERT_TRUE(worker.WaitForOutput("Stop with Ctrl-C", seconds(20))) << worker.Stdout() << worker.Stderr();
+  const std::string banner = worker.Stdout();
+  const std::string metrics_url = BannerValue(banner, "metrics");
+  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+  std::string ready;
+  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
+    ready = HttpGet(base + "/readyz");
+    if (ready.starts_with("HTTP/1.1 200")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
+  const std::string metrics = HttpGet(metrics_url);
+  EXPECT_NE(metrics.find("kvtier_role_info{role=\"worker\"} 1"), std::string::npos) << metrics;
+
+  std::string demo;
+  EXPECT_EQ(testing::RunCommand(std::string(KVTIER_BIN_DIR) + "/tiny_engine_demo --turns 2 --connect " +
+                                    BannerValue(banner, "rpc"),
+                                &demo),
+            0)
+      << demo;
+  EXPECT_NE(demo.find("turn 1: 10 prompt tokens, 0 from the cache, 10 computed; first token equals recomputation"),
+            std::string::npos)
+      << demo;
+  EXPECT_NE(demo.find("turn 2: 25 prompt tokens, 12 from the cache"), std::string::npos) << demo;
+  EXPECT_EQ(demo.find("DIFFERS"), std::string::npos) << demo;
+
+  worker.Signal(SIGTERM);
+  EXPECT_EQ(worker.Wait(seconds(30)), 0) << worker.Stderr();
+  EXPECT_NE(worker.Stderr().find("drained: left the coordinator"), std::string::npos) << worker.Stderr();
+  coordinator.Signal(SIGTERM);
+  EXPECT_EQ(coordinator.Wait(seconds(10)), 0) << coordinator.Stderr();
 }
 
 // A small transfer through a store, a raw loopback stream and a Redis server the bench

@@ -6,42 +6,12 @@
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
+#include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
 #include "storage/store_metrics.h"
 
 namespace kvtier::store {
-namespace {
-
-coordinator::Tier ToTier(storage::TierKind tier) {
-  return tier == storage::TierKind::kHost ? coordinator::Tier::kHost : coordinator::Tier::kDisk;
-}
-
-coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
-  coordinator::NodeEvent out;
-  out.key = e.header.key;
-  out.tier = ToTier(e.tier);
-  switch (e.kind) {
-    case storage::StoreEvent::Kind::kStored:
-      out.kind = coordinator::NodeEvent::Kind::kStored;
-      out.first = e.header.first_in_chain;
-      out.parent = e.header.parent;
-      out.priority = e.header.priority;
-      out.retention_ms = e.header.retention_left_ms;
-      out.salt_scope = e.header.salt_scope;
-      break;
-    case storage::StoreEvent::Kind::kRemoved:
-      out.kind = coordinator::NodeEvent::Kind::kRemoved;
-      break;
-    case storage::StoreEvent::Kind::kTierChanged:
-      out.kind = coordinator::NodeEvent::Kind::kTierChanged;
-      out.to_tier = ToTier(e.to_tier);
-      break;
-  }
-  return out;
-}
-
-}  // namespace
 
 class StoreNode::Impl {
  public:
@@ -101,14 +71,7 @@ class StoreNode::Impl {
     agent.link.rpc_address = advertise.empty() ? endpoints().front() : advertise;
     agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
     agent.tick = options_.tick;
-    agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> {
-      std::vector<coordinator::NodeBlock> blocks;
-      for (const auto& [tier, h] : store_->Holdings()) {
-        blocks.push_back({h.key, h.first_in_chain, h.parent, ToTier(tier), 0, h.priority, h.retention_left_ms,
-                          h.salt_scope});
-      }
-      return blocks;
-    };
+    agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return ToNodeBlocks(*store_); };
     agent.on_tick = [this] { metrics_->Update(store_->Stats()); };
     agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
     agent_ = agent_owner_.get();

@@ -1,0 +1,229 @@
+#include "services/worker/rpc/worker_node.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <random>
+
+#include "common/thread_annotations.h"
+#include "services/coordinator/rpc/node_agent.h"
+#include "services/rpc/rpc_server.h"
+#include "services/rpc/session_service.h"
+#include "services/store/rpc/store_node_events.h"
+#include "services/store/rpc/store_service.h"
+#include "services/store/store_tiers.h"
+#include "services/worker/rpc/worker_service.h"
+#include "services/worker/tier_link.h"
+#include "services/worker/worker_metrics.h"
+#include "services/worker/worker_plan.h"
+#include "storage/store_metrics.h"
+
+namespace kvtier::worker {
+namespace {
+
+constexpr auto kHoldingsWait = std::chrono::seconds(5);
+
+uint64_t Millis(Nanos n) { return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(n).count()); }
+
+// A pool event as the worker's node stream carries it. An offloaded block leaves the
+// pool; where it went is the store stream's business.
+coordinator::NodeEvent ToNodeEvent(const WorkerEvent& e) {
+  coordinator::NodeEvent out;
+  out.key = e.key;
+  out.tier = coordinator::Tier::kGpu;
+  out.pool = e.pool_id;
+  if (e.kind == WorkerEvent::Kind::kStored) {
+    out.kind = coordinator::NodeEvent::Kind::kStored;
+    out.first = e.first;
+    out.parent = e.parent;
+    out.priority = e.priority;
+    out.retention_ms = Millis(e.retention);
+    out.salt_scope = e.salt_scope;
+  } else {
+    out.kind = coordinator::NodeEvent::Kind::kRemoved;
+  }
+  return out;
+}
+
+}  // namespace
+
+class WorkerNode::Impl {
+ public:
+  explicit Impl(WorkerNodeOptions options) : options_(std::move(options)) {}
+  ~Impl() { (void)Drain(); }
+
+  Status Start() {
+    if (options_.registry == nullptr || options_.name.empty()) {
+      return InvalidArgumentError("WorkerNodeOptions: registry and name are required");
+    }
+    KVTIER_ASSIGN_OR_RETURN(plan_, PlanWorkerPool(options_.config.worker, options_.gpu));
+    // Every offloaded block has the layout's size: one host page each wastes nothing.
+    KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions tiers,
+                            store::TieredStoreOptionsFrom(
+                                options_.config,
+                                static_cast<uint32_t>((plan_->layout.bytes_per_block() + 4095) / 4096 * 4096)));
+    tiers.on_event = [this](const storage::StoreEvent& event) {
+      if (coordinator::NodeAgent* agent = store_agent_.load()) agent->Enqueue({store::ToNodeEvent(event)});
+    };
+    if (tiers.host || tiers.disk) {
+      KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
+      link_ = std::make_unique<TierLink>(store_.get());
+      KVTIER_ASSIGN_OR_RETURN(store_metrics_, storage::StoreMetrics::Create(*options_.registry));
+    }
+    WorkerOptions worker;
+    worker.pools = {{plan_->layout, plan_->blocks}};
+    worker.secondary_offload_min_priority = static_cast<uint8_t>(options_.config.worker.secondary_offload_min_priority);
+    worker.offload = link_.get();
+    worker.onboard = link_.get();
+    worker.device = options_.gpu;
+    KVTIER_ASSIGN_OR_RETURN(worker_, Worker::Create(worker));
+    context_.worker = worker_.get();
+    KVTIER_ASSIGN_OR_RETURN(worker_metrics_, WorkerMetrics::Create(*options_.registry, worker_->pool_count()));
+    worker_metrics_->Update(worker_->Stats());
+    KVTIER_RETURN_IF_ERROR(StartServer());
+    StartAgents();
+    return Status::Ok();
+  }
+
+  const std::vector<std::string>& endpoints() const { return server_->endpoints(); }
+  bool registered() const { return worker_agent_->registered() && (!store_ || store_agent_owner_->registered()); }
+  std::string Summary() const { return plan_->Describe(); }
+
+  Status Drain() {
+    if (drained_.exchange(true) || server_ == nullptr) return Status::Ok();
+    Status status = worker_agent_ ? worker_agent_->Stop() : Status::Ok();
+    if (store_agent_owner_) {
+      if (Status s = store_agent_owner_->Stop(); !s.ok() && status.ok()) status = s;
+    }
+    {
+      std::lock_guard lock(mu_);
+      draining_ = true;  // a snapshot request now answers at once
+    }
+    holdings_ready_.notify_all();
+    server_->Shutdown();
+    if (store_) {
+      if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
+    }
+    return status;
+  }
+
+ private:
+  Status StartServer() {
+    session_.identity = {options_.name + "/worker", {"worker", "store"}};
+    session_.tokens = &options_.tokens;
+    session_.clock = &SystemClock::Instance();
+    session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
+    if (store_) {
+      session_.store = [this](const auth::Tenant& tenant) { return store::MakeBlockStoreService(*store_, tenant); };
+    }
+    rpc::RpcServerOptions server;
+    server.listen = {options_.config.worker.listen};
+    server.max_message_bytes = options_.config.coordinator.max_message_bytes;
+    server.tls_cert_file = options_.config.tls.cert_file;
+    server.tls_key_file = options_.config.tls.key_file;
+    server.tick = [this] { LoopTick(); };
+    server.tick_interval = options_.tick;
+    KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
+                                                            [this] { return rpc::MakeBootstrap(session_); }));
+    return Status::Ok();
+  }
+
+  void StartAgents() {
+    const std::string& advertise = options_.config.worker.advertise;
+    coordinator::NodeAgentOptions agent;
+    agent.link.connection.address = options_.config.node.coordinator;
+    agent.link.connection.token = options_.coordinator_token;
+    agent.link.connection.tls_ca_file = options_.config.tls.ca_file;
+    agent.link.rpc_address = advertise.empty() ? endpoints().front() : advertise;
+    agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+    agent.tick = options_.tick;
+    if (store_) {
+      coordinator::NodeAgentOptions tiers = agent;
+      tiers.link.node_id = options_.name + "/store";
+      tiers.link.role = coordinator::NodeRole::kStore;
+      tiers.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return store::ToNodeBlocks(*store_); };
+      store_agent_owner_ = coordinator::NodeAgent::Start(std::move(tiers));
+      store_agent_ = store_agent_owner_.get();
+    }
+    agent.link.node_id = options_.name + "/worker";
+    agent.link.role = coordinator::NodeRole::kWorker;
+    agent.holdings = [this] { return PoolHoldings(); };
+    agent.active_blocks = [this] { return active_blocks_.load(); };
+    worker_agent_ = coordinator::NodeAgent::Start(std::move(agent));
+  }
+
+  // On the server's loop: the worker's time, events, load and metrics; holdings when the
+  // worker agent waits for them.
+  void LoopTick() {
+    worker_->AdvanceTime();
+    std::vector<coordinator::NodeEvent> events;
+    for (const WorkerEvent& e : worker_->TakeEvents()) events.push_back(ToNodeEvent(e));
+    if (worker_agent_ && !events.empty()) worker_agent_->Enqueue(std::move(events));
+    const WorkerStats stats = worker_->Stats();
+    uint64_t active = 0;
+    for (const auto& pool : stats.pools) active += pool.in_use;
+    active_blocks_ = active;
+    worker_metrics_->Update(stats);
+    if (store_metrics_) store_metrics_->Update(store_->Stats());
+    std::lock_guard lock(mu_);
+    if (holdings_wanted_) {
+      std::vector<coordinator::NodeBlock> blocks;
+      for (const auto& [pool, h] : worker_->Holdings()) {
+        blocks.push_back({h.key, h.first, h.parent, coordinator::Tier::kGpu, pool, h.priority,
+                          Millis(h.retention_left), h.salt_scope});
+      }
+      holdings_ = std::move(blocks);
+      holdings_wanted_ = false;
+      holdings_ready_.notify_all();
+    }
+  }
+
+  // On the worker agent's thread: asks the loop for the pool's holdings and waits.
+  Result<std::vector<coordinator::NodeBlock>> PoolHoldings() {
+    std::unique_lock lock(mu_);
+    holdings_.reset();
+    holdings_wanted_ = true;
+    if (!holdings_ready_.wait_for(lock, kHoldingsWait, [this] { return holdings_.has_value() || draining_; }) ||
+        !holdings_) {
+      return UnavailableError("the worker's loop did not list its holdings");
+    }
+    return std::move(*holdings_);
+  }
+
+  WorkerNodeOptions options_;
+  std::optional<WorkerPlan> plan_;
+  std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<TierLink> link_;
+  std::unique_ptr<Worker> worker_;  // the server loop's
+  WorkerServiceContext context_;
+  std::unique_ptr<WorkerMetrics> worker_metrics_;
+  std::unique_ptr<storage::StoreMetrics> store_metrics_;
+  rpc::SessionContext session_;
+  std::unique_ptr<coordinator::NodeAgent> store_agent_owner_;
+  std::atomic<coordinator::NodeAgent*> store_agent_{nullptr};  // read by the tiers' event hook
+  std::unique_ptr<coordinator::NodeAgent> worker_agent_;
+  std::unique_ptr<rpc::RpcServer> server_;  // stopped before the worker and agents go
+  std::atomic<uint64_t> active_blocks_{0};
+  std::atomic<bool> drained_{false};
+  std::mutex mu_;  // a leaf
+  std::condition_variable holdings_ready_;
+  bool holdings_wanted_ KVTIER_GUARDED_BY(mu_) = false;
+  bool draining_ KVTIER_GUARDED_BY(mu_) = false;
+  std::optional<std::vector<coordinator::NodeBlock>> holdings_ KVTIER_GUARDED_BY(mu_);
+};
+
+Result<std::unique_ptr<WorkerNode>> WorkerNode::Create(WorkerNodeOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  KVTIER_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<WorkerNode>(new WorkerNode(std::move(impl)));
+}
+
+WorkerNode::WorkerNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+WorkerNode::~WorkerNode() = default;
+const std::vector<std::string>& WorkerNode::endpoints() const { return impl_->endpoints(); }
+bool WorkerNode::registered() const { return impl_->registered(); }
+std::string WorkerNode::Summary() const { return impl_->Summary(); }
+Status WorkerNode::Drain() { return impl_->Drain(); }
+
+}  // namespace kvtier::worker
