@@ -88,6 +88,7 @@ struct StoreConfig {
 
 // How a node of its own (`kvtier worker`, `kvtier store`) reaches the coordinator.
 struct NodeConfig {
+  std::string name = {};                        // the node's id prefix; empty: the host name (the pod's)
   std::string coordinator = "127.0.0.1:7400";   // the coordinator it registers with
   std::string coordinator_token_file = {};      // its token there (first line); empty: none (auth off)
 };

@@ -196,6 +196,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                                "`kvtier worker`: host:port peers reach it at; empty: the bound listen address.",
                                "host:port", true, [](auto& c) -> auto& { return c.worker.advertise; },
                                CheckListenAddress));
+  fields.push_back(StringField("node.name",
+                               "`kvtier worker`, `kvtier store`: the node's name at the coordinator, stable across "
+                               "restarts; empty: the host name.",
+                               "a name", true, [](auto& c) -> auto& { return c.node.name; }));
   fields.push_back(StringField("node.coordinator", "`kvtier worker`, `kvtier store`: the coordinator to register with.",
                                "host:port, [ipv6]:port or unix:/path", false,
                                [](auto& c) -> auto& { return c.node.coordinator; }, CheckListenAddress));

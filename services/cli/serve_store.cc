@@ -33,7 +33,7 @@ int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::s
   options.config = config;
   options.tokens = std::move(tokens);
   options.registry = &registry;
-  options.node_id = HostName() + "/store";
+  options.node_id = (config.node.name.empty() ? HostName() : config.node.name) + "/store";
   options.coordinator_token = *coordinator_token;
   Result<std::unique_ptr<store::StoreNode>> node = store::StoreNode::Create(std::move(options));
   if (!node.ok()) {

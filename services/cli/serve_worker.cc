@@ -26,7 +26,7 @@ int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::
   options.config = config;
   options.tokens = std::move(tokens);
   options.registry = &registry;
-  options.name = HostName();
+  options.name = config.node.name.empty() ? HostName() : config.node.name;
   options.coordinator_token = *coordinator_token;
   options.gpu = gpu;
   Result<std::unique_ptr<worker::WorkerNode>> node = worker::WorkerNode::Create(std::move(options));

@@ -1,7 +1,7 @@
 // kvtier::client::Client: what an inference process uses to reuse KV blocks.
 //
-// One Client is one authenticated connection to a kvtier node (`kvtier up`, or a worker
-// node whose process also reaches the coordinator). Through it a process:
+// One Client is one authenticated connection to a kvtier node (`kvtier up`, or a
+// `kvtier worker` node with a second connection to the coordinator). Through it a process:
 //   1. computes the block keys of a prompt (BlockKeys; the chain of common/block_key.h),
 //   2. asks the coordinator what is cached (Lookup) and which worker to run on (Route),
 //   3. builds a sequence's block table in the node's pool (Allocate): the cached prefix is
@@ -43,7 +43,10 @@
 namespace kvtier::client {
 
 struct ClientOptions {
-  std::string address = {};     // "host:port" or "unix:/path"
+  std::string address = {};     // the node: "host:port" or "unix:/path"
+  // The coordinator, where it is not at `address` (a `kvtier worker` node has none):
+  // Lookup, Route and the coordinator's stats go there over a connection of their own.
+  std::string coordinator_address = {};
   std::string token = {};       // tenant token; any value when the server has auth off
   std::string tls_ca_file = {}; // set: TLS, the server verified against this CA bundle
   std::string tls_server_name = {};  // default: the host of `address`

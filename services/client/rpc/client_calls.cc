@@ -98,19 +98,20 @@ Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
 
 class Client::Impl {
  public:
-  Impl(std::unique_ptr<rpc::RpcClient> rpc, const ClientOptions& options) : rpc_(std::move(rpc)), options_(options) {}
+  // `coordinator_rpc`: a second connection for the coordinator's calls, or null.
+  Impl(std::unique_ptr<rpc::RpcClient> rpc, std::unique_ptr<rpc::RpcClient> coordinator_rpc,
+       const ClientOptions& options)
+      : rpc_(std::move(rpc)), coordinator_rpc_(std::move(coordinator_rpc)), options_(options) {}
   ~Impl() {
     // Capabilities die on the loop thread that made them.
-    rpc_->impl().RunOnLoop([this] {
-      coordinator_ = nullptr;
-      worker_ = nullptr;
-    });
+    CoordinatorConnection().impl().RunOnLoop([this] { coordinator_ = nullptr; });
+    rpc_->impl().RunOnLoop([this] { worker_ = nullptr; });
   }
 
   const std::string& tenant() const { return rpc_->tenant(); }
 
   std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys) {
-    return Call<Result<LookupResult>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
+    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
       auto request = Coordinator(s).lookupRequest();
       SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
       return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
@@ -118,7 +119,7 @@ class Client::Impl {
   }
 
   std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys) {
-    return Call<Result<RouteDecision>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
+    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
       auto request = Coordinator(s).routeRequest();
       SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
       return request.send().then([](auto r) -> Result<RouteDecision> {
@@ -129,7 +130,7 @@ class Client::Impl {
   }
 
   std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
-    return Call<Result<CoordinatorStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
+    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
       return Coordinator(s).statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
         return CoordinatorStats{st.getNodes(), st.getIndexBlocks(), st.getIndexBytes(), st.getLookups()};
@@ -238,13 +239,26 @@ class Client::Impl {
   template <typename T>
   std::future<T> Call(bool (*retry_on)(const Status&),
                       kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
+    return rpc_->impl().Call<T>(kj::mv(call), Policy(retry_on));
+  }
+
+  // The coordinator's calls: on its own connection when there is one.
+  template <typename T>
+  std::future<T> CoordinatorCall(bool (*retry_on)(const Status&),
+                                 kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
+    return CoordinatorConnection().impl().Call<T>(kj::mv(call), Policy(retry_on));
+  }
+
+  rpc::RpcClient& CoordinatorConnection() { return coordinator_rpc_ ? *coordinator_rpc_ : *rpc_; }
+
+  rpc::RetryPolicy Policy(bool (*retry_on)(const Status&)) const {
     rpc::RetryPolicy policy;
     if (retry_on != nullptr) {
       policy.max_attempts = options_.max_attempts;
       policy.backoff = options_.retry_backoff;
       policy.should_retry = retry_on;
     }
-    return rpc_->impl().Call<T>(kj::mv(call), std::move(policy));
+    return policy;
   }
 
   // The session's capabilities, obtained once (pipelined: no round trip of their own).
@@ -259,8 +273,9 @@ class Client::Impl {
   }
 
   std::unique_ptr<rpc::RpcClient> rpc_;
+  std::unique_ptr<rpc::RpcClient> coordinator_rpc_;  // null: the coordinator is at `rpc_`
   const ClientOptions options_;
-  // Made and used on the connection's loop thread only.
+  // Made and used on their connection's loop thread only.
   kj::Own<schema::Coordinator::Client> coordinator_;
   kj::Own<schema::Worker::Client> worker_;
 };
@@ -272,8 +287,17 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   connection.tls_ca_file = options.tls_ca_file;
   connection.tls_server_name = options.tls_server_name;
   connection.timeout = options.timeout;
+  std::unique_ptr<rpc::RpcClient> coordinator;
+  if (!options.coordinator_address.empty()) {
+    rpc::RpcClientOptions second = connection;
+    second.address = options.coordinator_address;
+    if (options.tls_server_name.empty()) second.tls_server_name.clear();  // the coordinator's own host
+    Result<std::unique_ptr<rpc::RpcClient>> made = rpc::RpcClient::Connect(std::move(second));
+    if (!made.ok()) return made.status().WithContext("coordinator " + options.coordinator_address);
+    coordinator = std::move(made).value();
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(std::move(connection)));
-  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(rpc), options)));
+  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), options)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -1,0 +1,179 @@
+// A cluster of separate kvtier processes on this machine, talking over loopback only:
+// a coordinator, two workers (A and B) and a store, each its own process. An inference
+// client drives them through the SDK as an engine would. It shows:
+//   - Route picks the worker that holds the longest prefix of a prompt;
+//   - killing worker A (SIGKILL) takes its blocks out of lookups within two lease
+//     periods, and the client falls back to computing on B without an error;
+//   - a restarted coordinator converges to the nodes' holdings from their snapshots.
+// Not yet: B reusing a prefix computed on A, through the store or from A directly (nodes
+// do not fetch blocks from each other yet), and separate network namespaces.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <regex>
+#include <thread>
+
+#include "services/client/client.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ChildProcess;
+
+const std::string kKvtier = std::string(KVTIER_BIN_DIR) + "/kvtier";
+constexpr int kLeaseMs = 1000;
+
+std::string BannerValue(const std::string& banner, const std::string& label) {
+  const std::regex line("\\n  " + label + " +(\\S+)");
+  std::smatch match;
+  return std::regex_search(banner, match, line) ? match[1].str() : "";
+}
+
+// One kvtier process, its output in a directory of its own.
+struct Process {
+  Process(std::vector<std::string> args, const std::string& name) {
+    args.insert(args.begin(), kKvtier);
+    for (const char* flag : {"--auth-enabled", "false", "--metrics-port", "0", "--metrics-bind", "127.0.0.1"}) {
+      args.push_back(flag);
+    }
+    args.insert(args.end(), {"--data-dir", dir.File(name)});
+    child = std::make_unique<ChildProcess>(args, dir.path());
+    started = child->WaitForOutput("Stop with Ctrl-C", 20s);
+  }
+  std::string rpc() const { return BannerValue(child->Stdout(), "rpc"); }
+
+  testing::TempDir dir;
+  std::unique_ptr<ChildProcess> child;
+  bool started = false;
+};
+
+std::vector<BlockKey> Keys(uint32_t first, uint32_t blocks) {
+  std::vector<uint32_t> tokens(blocks * 16);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return client::Client::BlockKeys(tokens, 16);
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_ = StartCoordinator("127.0.0.1:0");
+    ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
+    address_ = coordinator_->rpc();
+    for (const char* name : {"a", "b"}) {
+      workers_.push_back(std::make_unique<Process>(
+          std::vector<std::string>{"worker", "--node-name", std::string("worker-") + name, "--worker-listen",
+                                   "127.0.0.1:0", "--node-coordinator", address_,
+                                   "--worker-pool-bytes", "4194304", "--store-host-cache-bytes", "4194304",
+                                   "--store-disk-bytes", "0"},
+          std::string("worker-") + name));
+      ASSERT_TRUE(workers_.back()->started) << workers_.back()->child->Stderr();
+    }
+    store_ = std::make_unique<Process>(
+        std::vector<std::string>{"store", "--node-name", "store-0", "--store-listen", "127.0.0.1:0",
+                                 "--node-coordinator", address_,
+                                 "--store-disk-bytes", "16777216"},
+        "store");
+    ASSERT_TRUE(store_->started) << store_->child->Stderr();
+  }
+
+  std::unique_ptr<Process> StartCoordinator(const std::string& listen) {
+    return std::make_unique<Process>(std::vector<std::string>{"coordinator", "--coordinator-listen", listen,
+                                                              "--coordinator-lease-ttl-ms", std::to_string(kLeaseMs)},
+                                     "coordinator");
+  }
+
+  // An engine on worker `w`, with lookups and routing at the coordinator.
+  std::unique_ptr<client::Client> Engine(size_t w) {
+    auto c = client::Client::Connect(
+        {.address = workers_[w]->rpc(), .coordinator_address = address_, .token = "auth is off"});
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // Computes a prompt's blocks on the engine's worker and commits them.
+  void Compute(client::Client& engine, uint64_t sequence, const std::vector<BlockKey>& keys) {
+    auto table = engine.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_TRUE(engine.Commit(sequence, keys).ok());
+    ASSERT_TRUE(engine.Free(sequence).ok());
+  }
+
+  std::string address_;
+  std::unique_ptr<Process> coordinator_, store_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
+  auto a = Engine(0), b = Engine(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  // Worker A ("worker-a/worker") computes one prompt, worker B another.
+  const std::vector<BlockKey> on_a = Keys(100, 4), on_b = Keys(900, 6);
+  Compute(*a, 1, on_a);
+  Compute(*b, 1, on_b);
+  auto routed_address = [&](const std::vector<BlockKey>& keys, const std::string& want) {
+    std::string seen;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      auto route = a->Route(keys);
+      seen = route.ok() ? route->rpc_address + "/" + std::to_string(route->prefix_blocks) : route.status().ToString();
+      if (seen == want) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    return seen;
+  };
+  // Route picks the worker that holds the prompt's prefix.
+  EXPECT_EQ(routed_address(on_a, workers_[0]->rpc() + "/4"), workers_[0]->rpc() + "/4");
+  EXPECT_EQ(routed_address(on_b, workers_[1]->rpc() + "/6"), workers_[1]->rpc() + "/6");
+  auto route = a->Route(on_a);
+  ASSERT_TRUE(route.ok()) << route.status();
+  EXPECT_EQ(route->node_id, "worker-a/worker");
+  auto found = a->Lookup(on_a);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->matched_blocks, 4u);
+
+  // Worker A is killed: within two lease periods its blocks leave lookups.
+  workers_[0]->child->Signal(SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  uint32_t matched = 4;
+  while (matched > 0 && std::chrono::steady_clock::now() - killed < std::chrono::milliseconds(4 * kLeaseMs)) {
+    auto lookup = b->Lookup(on_a);
+    ASSERT_TRUE(lookup.ok()) << lookup.status();
+    matched = lookup->matched_blocks;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(matched, 0u);
+  EXPECT_LE(std::chrono::steady_clock::now() - killed, std::chrono::milliseconds(2 * kLeaseMs + 500))
+      << "gone within two lease periods";
+  // The client falls back to computing the prompt on B: no error, nothing reused.
+  EXPECT_EQ(routed_address(on_a, workers_[1]->rpc() + "/0"), workers_[1]->rpc() + "/0");
+  auto fallback = b->Allocate({.sequence = 2, .keys = on_a, .num_tokens = 64});
+  ASSERT_TRUE(fallback.ok()) << fallback.status();
+  EXPECT_EQ(fallback->reused_blocks, 0u);
+  ASSERT_TRUE(b->Commit(2, on_a).ok());
+
+  // The coordinator restarts on the same address: the index converges from B's snapshot.
+  coordinator_->child->Signal(SIGKILL);
+  coordinator_->child->Wait(10s);
+  coordinator_ = StartCoordinator(address_);
+  ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
+  auto fresh = client::Client::Connect({.address = workers_[1]->rpc(), .coordinator_address = address_, .token = "x"});
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  uint32_t converged = 0;
+  for (auto deadline = std::chrono::steady_clock::now() + 10s;
+       converged != 6 && std::chrono::steady_clock::now() < deadline;) {
+    auto lookup = (*fresh)->Lookup(on_b);
+    converged = lookup.ok() ? lookup->matched_blocks : 0;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(converged, 6u) << "B's blocks are indexed again";
+  auto again = (*fresh)->Lookup(on_a);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->matched_blocks, 4u) << "the prompt B recomputed after A died";
+}
+
+}  // namespace
+}  // namespace kvtier
