@@ -69,6 +69,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       ->type_name("FILE");
   replay_->add_option("--connect", connect_, "Replay against this running cluster (host:port or unix:/path); "
                                              "default: an embedded one")->type_name("ADDR");
+  replay_->add_option("--coordinator", coordinator_, "With --connect to a `kvtier worker`: the coordinator's "
+                                                     "address, for lookups")->type_name("ADDR");
   replay_->add_option("--token", token_, "Tenant token for --connect")->envname("KVTIER_TOKEN");
   replay_->add_option("--token-file", token_file_, "File whose first line is the token")->type_name("FILE");
   replay_->add_option("--tls-ca-file", tls_ca_file_, "Use TLS; trust this CA bundle")->type_name("FILE");
@@ -109,7 +111,12 @@ int ReplayCommand::Run() const {
     requests = bench::GenerateChatWorkload({.conversations = conversations_});
   }
 
-  client::ClientOptions client_options{.address = connect_, .token = token_, .tls_ca_file = tls_ca_file_};
+  if (!coordinator_.empty() && connect_.empty()) {
+    std::fprintf(stderr, "kvtier replay: --coordinator goes with --connect (the embedded cluster has its own)\n");
+    return kExitUsage;
+  }
+  client::ClientOptions client_options{
+      .address = connect_, .coordinator_address = coordinator_, .token = token_, .tls_ca_file = tls_ca_file_};
   std::unique_ptr<EmbeddedCluster> cluster;
   MetricsRegistry registry;
   std::string scratch, cluster_summary = "at " + connect_;

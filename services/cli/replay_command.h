@@ -20,6 +20,7 @@ class ReplayCommand {
   CLI::App* replay_;
   std::string trace_;
   std::string connect_;
+  std::string coordinator_;
   std::string token_;
   std::string token_file_;
   std::string tls_ca_file_;

@@ -302,7 +302,8 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
            {{"--block-bytes", "1000"}, "--block-bytes 1000: must be a positive multiple of 2048"},
            {{"--connect", "127.0.0.1:1", "--gpu-blocks", "5"}, "--gpu-blocks sizes the embedded cluster"},
            {{"--trace", dir.File("missing.jsonl")}, "--trace"},
-           {{"--workers", "0"}, "--workers"}}) {
+           {{"--workers", "0"}, "--workers"},
+           {{"--coordinator", "127.0.0.1:1"}, "--coordinator goes with --connect"}}) {
     std::vector<std::string> argv = {kKvtier, "replay"};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess bad(argv, dir.path());
