@@ -9,7 +9,10 @@
 // on the main thread before any other thread starts).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/config.h"
 #include "common/metrics.h"
@@ -40,6 +43,17 @@ int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::
                 MetricsRegistry& registry, int gpu);
 // The node's token at the coordinator (node.coordinator_token_file; empty without one).
 Result<std::string> CoordinatorToken(const KvtierConfig& config);
+
+// A running node process (serve_node.cc): its metrics endpoint (ready = `registered`),
+// its banner, and `drain` on SIGINT/SIGTERM. Returns the exit code.
+struct NodeProcess {
+  std::string role;  // "store", "worker"
+  std::string rpc;   // its endpoint
+  std::vector<std::pair<std::string, std::string>> banner;  // more lines: label, value
+  std::function<bool()> registered;
+  std::function<Status()> drain;
+};
+int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const NodeProcess& node);
 }  // namespace serve_internal
 
 }  // namespace kvtier::cli

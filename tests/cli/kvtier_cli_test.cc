@@ -34,6 +34,17 @@ std::string HttpGet(const std::string& url) {
       .received;
 }
 
+// /readyz of the endpoint at `base` once it answers 200 (a node registered), or after 10 s.
+std::string WaitUntilReady(const std::string& base) {
+  std::string ready;
+  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
+    ready = HttpGet(base + "/readyz");
+    if (ready.starts_with("HTTP/1.1 200")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return ready;
+}
+
 class KvtierUpTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
@@ -157,12 +168,7 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   const std::string banner = store.Stdout();
   const std::string metrics_url = BannerValue(banner, "metrics");
   const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
-  std::string ready;
-  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
-    ready = HttpGet(base + "/readyz");
-    if (ready.starts_with("HTTP/1.1 200")) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::string ready = WaitUntilReady(base);
   EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
   const std::string metrics = HttpGet(metrics_url);
   EXPECT_NE(metrics.find("kvtier_role_info{role=\"store\"} 1"), std::string::npos) << metrics;
@@ -200,12 +206,7 @@ TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
   const std::string banner = worker.Stdout();
   const std::string metrics_url = BannerValue(banner, "metrics");
   const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
-  std::string ready;
-  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
-    ready = HttpGet(base + "/readyz");
-    if (ready.starts_with("HTTP/1.1 200")) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::string ready = WaitUntilReady(base);
   EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
   const std::string metrics = HttpGet(metrics_url);
   EXPECT_NE(metrics.find("kvtier_role_info{role=\"worker\"} 1"), std::string::npos) << metrics;
