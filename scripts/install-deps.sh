@@ -15,6 +15,8 @@ PACKAGES=(
   # tools used by tests: promtool (prometheus), certificate generation, HTTP probes,
   # Redis (the baseline of `kvtier bench transfer --vs-redis`, started by the bench itself)
   prometheus openssl curl redis-server
+  # the cluster test puts each node in a network namespace of its own (ip netns, as root)
+  iproute2
 )
 
 missing=()

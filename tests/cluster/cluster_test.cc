@@ -1,16 +1,21 @@
-// A cluster of separate kvtier processes on this machine, talking over loopback only:
-// a coordinator, two workers (A and B) and a store, each its own process. An inference
-// client drives them through the SDK as an engine would. It shows:
+// A cluster of separate kvtier processes on this machine: a coordinator, two workers (A
+// and B) and a store. As root, each runs in a network namespace of its own, joined to the
+// test by veth pairs on a bridge, and they talk over those addresses only (separate hosts
+// as far as the network is concerned); without the rights to make namespaces the test
+// says so and runs the same scenarios on loopback ports. An inference client drives them
+// through the SDK as an engine would. It shows:
 //   - Route picks the worker that holds the longest prefix of a prompt;
 //   - killing worker A (SIGKILL) takes its blocks out of lookups within two lease
 //     periods, and the client falls back to computing on B without an error;
 //   - a restarted coordinator converges to the nodes' holdings from their snapshots.
 // Not yet: B reusing a prefix computed on A, through the store or from A directly (nodes
-// do not fetch blocks from each other yet), and separate network namespaces.
+// do not fetch blocks from each other yet).
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 #include <regex>
 #include <thread>
@@ -33,14 +38,78 @@ std::string BannerValue(const std::string& banner, const std::string& label) {
   return std::regex_search(banner, match, line) ? match[1].str() : "";
 }
 
-// One kvtier process, its output in a directory of its own.
-struct Process {
-  Process(std::vector<std::string> args, const std::string& name) {
-    args.insert(args.begin(), kKvtier);
-    for (const char* flag : {"--auth-enabled", "false", "--metrics-port", "0", "--metrics-bind", "127.0.0.1"}) {
-      args.push_back(flag);
+// Separate "hosts": a network namespace per node, each with a veth pair whose other end
+// is on a bridge in the test's namespace (10.199.<n>.1), node i at 10.199.<n>.(10 + i).
+// Everything is removed on destruction. Without the rights (not root), or without
+// iproute2, `available()` is false and nodes share loopback.
+class Network {
+ public:
+  explicit Network(int nodes) : tag_(std::to_string(getpid() % 10000)), subnet_(getpid() % 200 + 20) {
+    if (geteuid() != 0) {
+      why_not_ = "not root";
+      return;
     }
-    args.insert(args.end(), {"--data-dir", dir.File(name)});
+    std::vector<std::string> steps = {"ip link add kvtbr" + tag_ + " type bridge",
+                                      "ip addr add " + Subnet(1) + "/24 dev kvtbr" + tag_,
+                                      "ip link set kvtbr" + tag_ + " up"};
+    for (int i = 0; i < nodes; ++i) {
+      const std::string ns = Namespace(i), host = "kvth" + tag_ + "n" + std::to_string(i),
+                        peer = "kvtp" + tag_ + "n" + std::to_string(i);
+      for (const std::string& step :
+           {"ip netns add " + ns, "ip netns exec " + ns + " ip link set lo up",
+            "ip link add " + host + " type veth peer name " + peer, "ip link set " + peer + " netns " + ns,
+            "ip link set " + host + " master kvtbr" + tag_, "ip link set " + host + " up",
+            "ip netns exec " + ns + " ip addr add " + Subnet(10 + i) + "/24 dev " + peer,
+            "ip netns exec " + ns + " ip link set " + peer + " up"}) {
+        steps.push_back(step);
+      }
+      namespaces_.push_back(ns);
+    }
+    for (const std::string& step : steps) {
+      std::string output;
+      if (testing::RunCommand(step + " 2>&1", &output) != 0) {
+        why_not_ = "`" + step + "` failed: " + output;
+        return;
+      }
+    }
+    available_ = true;
+  }
+  ~Network() {
+    std::string ignored;
+    for (const std::string& ns : namespaces_) (void)testing::RunCommand("ip netns del " + ns + " 2>&1", &ignored);
+    (void)testing::RunCommand("ip link del kvtbr" + tag_ + " 2>&1", &ignored);
+  }
+
+  bool available() const { return available_; }
+  const std::string& why_not() const { return why_not_; }
+  // Node i's address: its namespace's, or loopback.
+  std::string Address(int i) const { return available_ ? Subnet(10 + i) : "127.0.0.1"; }
+  // The command prefix that runs a program in node i's namespace (empty on loopback).
+  std::vector<std::string> Prefix(int i) const {
+    if (!available_) return {};
+    return {"/usr/sbin/ip", "netns", "exec", Namespace(i)};
+  }
+
+ private:
+  std::string Namespace(int i) const { return "kvt" + tag_ + "n" + std::to_string(i); }
+  std::string Subnet(int host) const { return "10.199." + std::to_string(subnet_) + "." + std::to_string(host); }
+
+  const std::string tag_;
+  const int subnet_;
+  std::vector<std::string> namespaces_;
+  bool available_ = false;
+  std::string why_not_;
+};
+
+// One kvtier process (in node `node`'s namespace when there are namespaces), its output
+// in a directory of its own.
+struct Process {
+  Process(const Network& network, int node, std::vector<std::string> args, const std::string& name) {
+    args.insert(args.begin(), kKvtier);
+    const std::vector<std::string> prefix = network.Prefix(node);
+    args.insert(args.begin(), prefix.begin(), prefix.end());
+    for (const char* flag : {"--auth-enabled", "false", "--metrics-port", "0"}) args.push_back(flag);
+    args.insert(args.end(), {"--metrics-bind", network.Address(node), "--data-dir", dir.File(name)});
     child = std::make_unique<ChildProcess>(args, dir.path());
     started = child->WaitForOutput("Stop with Ctrl-C", 20s);
   }
@@ -59,29 +128,42 @@ std::vector<BlockKey> Keys(uint32_t first, uint32_t blocks) {
 
 class ClusterTest : public ::testing::Test {
  protected:
+  // Nodes: 0 the coordinator, 1 and 2 the workers, 3 the store.
   void SetUp() override {
-    coordinator_ = StartCoordinator("127.0.0.1:0");
+    if (!network_.available()) {
+      std::printf("[ NOTE     ] no network namespaces (%s): the nodes share loopback\n", network_.why_not().c_str());
+    }
+    coordinator_ = StartCoordinator();
     ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
     address_ = coordinator_->rpc();
-    for (const char* name : {"a", "b"}) {
+    for (int w = 0; w < 2; ++w) {
+      const std::string name = w == 0 ? "worker-a" : "worker-b";
       workers_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{"worker", "--node-name", std::string("worker-") + name, "--worker-listen",
-                                   "127.0.0.1:0", "--node-coordinator", address_,
-                                   "--worker-pool-bytes", "4194304", "--store-host-cache-bytes", "4194304",
-                                   "--store-disk-bytes", "0"},
-          std::string("worker-") + name));
+          network_, 1 + w,
+          std::vector<std::string>{"worker", "--node-name", name, "--worker-listen", Listen(1 + w),
+                                   "--node-coordinator", address_, "--worker-pool-bytes", "4194304",
+                                   "--store-host-cache-bytes", "4194304", "--store-disk-bytes", "0"},
+          name));
       ASSERT_TRUE(workers_.back()->started) << workers_.back()->child->Stderr();
     }
     store_ = std::make_unique<Process>(
-        std::vector<std::string>{"store", "--node-name", "store-0", "--store-listen", "127.0.0.1:0",
-                                 "--node-coordinator", address_,
-                                 "--store-disk-bytes", "16777216"},
+        network_, 3,
+        std::vector<std::string>{"store", "--node-name", "store-0", "--store-listen", Listen(3),
+                                 "--node-coordinator", address_, "--store-disk-bytes", "16777216"},
         "store");
     ASSERT_TRUE(store_->started) << store_->child->Stderr();
   }
 
-  std::unique_ptr<Process> StartCoordinator(const std::string& listen) {
-    return std::make_unique<Process>(std::vector<std::string>{"coordinator", "--coordinator-listen", listen,
+  // Node i's RPC listen address: a fixed port in its own namespace, any free one on loopback.
+  std::string Listen(int node) const {
+    return network_.Address(node) + ":" + (network_.available() ? std::to_string(7400 + node) : "0");
+  }
+
+  // The coordinator, at its address of before when it restarts.
+  std::unique_ptr<Process> StartCoordinator() {
+    const std::string listen = address_.empty() ? Listen(0) : address_;
+    return std::make_unique<Process>(network_, 0,
+                                     std::vector<std::string>{"coordinator", "--coordinator-listen", listen,
                                                               "--coordinator-lease-ttl-ms", std::to_string(kLeaseMs)},
                                      "coordinator");
   }
@@ -102,6 +184,7 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(engine.Free(sequence).ok());
   }
 
+  Network network_{4};
   std::string address_;
   std::unique_ptr<Process> coordinator_, store_;
   std::vector<std::unique_ptr<Process>> workers_;
@@ -158,7 +241,7 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   // The coordinator restarts on the same address: the index converges from B's snapshot.
   coordinator_->child->Signal(SIGKILL);
   coordinator_->child->Wait(10s);
-  coordinator_ = StartCoordinator(address_);
+  coordinator_ = StartCoordinator();
   ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
   auto fresh = client::Client::Connect({.address = workers_[1]->rpc(), .coordinator_address = address_, .token = "x"});
   ASSERT_TRUE(fresh.ok()) << fresh.status();
