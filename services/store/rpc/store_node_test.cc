@@ -10,6 +10,7 @@
 
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/rpc/schema/kvtier.capnp.h"
+#include "services/store/rpc/block_header_wire.h"
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
 
@@ -70,15 +71,9 @@ class StoreNodeTest : public ::testing::Test {
     auto request = store.putRequest();
     auto list = request.initBlocks(static_cast<unsigned>(blocks.size()));
     for (unsigned i = 0; i < blocks.size(); ++i) {
-      const storage::BlockHeader& h = blocks[i].header;
-      auto header = list[i].initHeader();
-      header.initKey().setHi(h.key.hi);
-      header.getKey().setLo(h.key.lo);
-      header.setFirstInChain(true);
-      header.setFormatTag(h.format_tag);
-      header.setChecksum(h.checksum);
-      header.setPayloadBytes(h.payload_bytes);
-      header.setPriority(h.priority);
+      storage::BlockHeader header = blocks[i].header;
+      header.first_in_chain = true;  // each block a one-block chain, as the lookups ask
+      ToWire(header, list[i].initHeader());
       list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
     }
     EXPECT_EQ(request.send().wait(s.wait()).getStored(), blocks.size());

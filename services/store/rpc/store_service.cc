@@ -4,6 +4,7 @@
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
+#include "services/store/rpc/block_header_wire.h"
 
 namespace kvtier::store {
 namespace {
@@ -12,32 +13,6 @@ namespace schema = kvtier::rpc::schema;
 using rpc::ThrowIfError;
 
 std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(), data.size()}; }
-
-storage::BlockHeader FromWire(schema::BlockHeader::Reader h, uint64_t scope) {
-  storage::BlockHeader header;
-  header.key = rpc::ToKey(h.getKey());
-  header.parent = rpc::ToKey(h.getParent());
-  header.first_in_chain = h.getFirstInChain();
-  header.format_tag = h.getFormatTag().cStr();
-  header.salt_scope = scope;
-  header.checksum = h.getChecksum();
-  header.payload_bytes = h.getPayloadBytes();
-  header.priority = h.getPriority();
-  header.retention_left_ms = h.getRetentionLeftMs();
-  return header;
-}
-
-void ToWire(const storage::BlockHeader& header, schema::BlockHeader::Builder h) {
-  rpc::FromKey(header.key, h.initKey());
-  rpc::FromKey(header.parent, h.initParent());
-  h.setFirstInChain(header.first_in_chain);
-  h.setFormatTag(header.format_tag);
-  h.setSaltScope(header.salt_scope);
-  h.setChecksum(header.checksum);
-  h.setPayloadBytes(header.payload_bytes);
-  h.setPriority(header.priority);
-  h.setRetentionLeftMs(header.retention_left_ms);
-}
 
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:

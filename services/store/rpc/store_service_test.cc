@@ -10,6 +10,7 @@
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
 #include "services/rpc/status_mapping.h"
+#include "services/store/rpc/block_header_wire.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::store {
@@ -40,14 +41,9 @@ class Client {
     auto request = store_.putRequest();
     auto list = request.initBlocks(static_cast<unsigned>(blocks.size()));
     for (unsigned i = 0; i < blocks.size(); ++i) {
-      const storage::BlockHeader& h = blocks[i].header;
-      auto header = list[i].initHeader();
-      header.initKey().setHi(h.key.hi);
-      header.getKey().setLo(h.key.lo);
-      header.setFormatTag(h.format_tag);
-      header.setChecksum(h.checksum);
-      header.setPayloadBytes(h.payload_bytes);
-      header.setPriority(h.priority);
+      storage::BlockHeader header = blocks[i].header;
+      header.salt_scope = 0;  // none named: the session's
+      ToWire(header, list[i].initHeader());
       list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
     }
     auto response = Call(kj::mv(request));

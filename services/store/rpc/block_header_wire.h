@@ -1,0 +1,17 @@
+// A stored block's header (storage/block_header.h) to and from its RPC form
+// (services/rpc/schema/store.capnp), for the BlockStore capability and its clients. Only
+// RPC layers include this header.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include "services/rpc/schema/store.capnp.h"
+#include "storage/block_header.h"
+
+namespace kvtier::store {
+
+// `scope`: the session's salt scope, which the header takes whatever the wire says.
+[[nodiscard]] storage::BlockHeader FromWire(rpc::schema::BlockHeader::Reader h, uint64_t scope);
+void ToWire(const storage::BlockHeader& header, rpc::schema::BlockHeader::Builder h);
+
+}  // namespace kvtier::store
