@@ -53,7 +53,35 @@ kvtier="$bundle/bin/kvtier"
   "$kvtier" bench pool --json
 } >"$out/bench_pool.jsonl" 2>"$out/bench_pool.err"
 
+# End to end: `kvtier up` with its pool in GPU memory (a 256 KiB-block layout, the pool
+# capped at 4096 blocks so that the replay evicts: each allocation's victims leave in one
+# gather into pinned memory, each onboard lands in one scatter), the built-in chat workload
+# replayed through the RPC by 4 clients, then the worker's transfer counters.
+e2e_dir=$(mktemp -d)
+"$kvtier" up --data-dir "$e2e_dir" --auth-enabled false --metrics-port 9499 --worker-num-layers 4 \
+    --worker-num-kv-heads 8 --worker-head-dim 128 --worker-max-tokens 65536 --store-host-cache-bytes 8589934592 \
+    --store-disk-bytes 0 >"$out/e2e_up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 300); do grep -q "Stop with Ctrl-C" "$out/e2e_up.log" && break; sleep 0.1; done
+if grep -q "Stop with Ctrl-C" "$out/e2e_up.log"; then
+  "$kvtier" replay --connect 127.0.0.1:7400 --conversations 400 --workers 4 >"$out/e2e_replay.txt" 2>&1
+  # /metrics without curl (the GPU machine may lack it): one HTTP/1.0 GET over bash's /dev/tcp.
+  exec 3<>/dev/tcp/127.0.0.1/9499
+  printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
+  grep -E '^kvtier_worker_(transfer_seconds_total|offloaded_bytes_total|onboarded_bytes_total|evictions_total)' <&3 \
+      >"$out/e2e_metrics.txt"
+  exec 3<&-
+  summary+=("e2e replay: $(grep -m1 'requests of' "$out/e2e_replay.txt")")
+else
+  summary+=("e2e replay: kvtier up did not start (see e2e_up.log)")
+  failed=1
+fi
+kill -TERM "$up_pid" 2>/dev/null
+wait "$up_pid" 2>/dev/null
+rm -rf "$e2e_dir"
+
 rm -f "$out/test.log"
 printf '%s\n' "${summary[@]}"
 cat "$out/bench_pool.jsonl"
+cat "$out/e2e_replay.txt" "$out/e2e_metrics.txt" 2>/dev/null
 exit $failed

@@ -148,7 +148,8 @@ struct WorkerStats {
   uint64_t onboarded_blocks = 0;
   uint64_t onboarded_bytes = 0;
   // Wall time moving pool bytes (the gather, scatter and strided-copy kernels with their
-  // waits on a GPU; memcpy on the host), by path.
+  // waits on a GPU; memcpy on the host, except offload: a host pool's victims are read in
+  // place by the tier, so their share here is close to nothing), by path.
   Nanos offload_transfer{0};   // victims read out of the pool
   Nanos onboard_transfer{0};   // fetched blocks landed in the pool
   Nanos copy_transfer{0};      // copy-on-partial-reuse
