@@ -1,5 +1,6 @@
 #include "services/auth/token_store.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <openssl/crypto.h>
@@ -35,26 +36,19 @@ Result<TokenStore> TokenStore::FromFile(const std::string& path) {
   return FromYaml(text, "auth.token_file " + path);
 }
 
-Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view source_name) {
-  const std::string source(source_name);
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(source + ": invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
-  }
-  if (!root.IsMap() || !root["tenants"] || !root["tenants"].IsSequence() || root["tenants"].size() == 0) {
-    return InvalidArgumentError(source + ": expects a non-empty list under \"tenants\"");
-  }
-  std::vector<Entry> entries;
-  for (size_t i = 0; i < root["tenants"].size(); ++i) {
-    const YAML::Node node = root["tenants"][i];
-    const std::string where = source + ": tenants[" + std::to_string(i) + "]";
-    if (!node.IsMap()) return InvalidArgumentError(where + ": expects a mapping with name, token and salt");
+// Parses one list ("tenants" or "nodes") into `entries`, checking names and tokens
+// against everything parsed before.
+Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where_list, bool nodes,
+                                std::vector<Entry>& entries) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node node = list[i];
+    const std::string where = where_list + "[" + std::to_string(i) + "]";
+    const char* known = nodes ? "name, token" : "name, token, salt";
+    if (!node.IsMap()) return InvalidArgumentError(where + ": expects a mapping with " + known);
     for (const auto& field : node) {
       const std::string key = field.first.as<std::string>();
-      if (key != "name" && key != "token" && key != "salt") {
-        return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: name, token, salt)");
+      if (key != "name" && key != "token" && (nodes || key != "salt")) {
+        return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + known + ")");
       }
     }
     const std::string name = node["name"] ? node["name"].as<std::string>("") : "";
@@ -66,14 +60,42 @@ Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view 
       return InvalidArgumentError(where + ".token: must be at least " + std::to_string(kMinTokenLength) +
                                   " characters (got " + std::to_string(token.size()) + ")");
     }
-    Entry entry{{name, node["salt"] ? node["salt"].as<std::string>("") : name}, Digest(token)};
+    const std::string salt = nodes ? "" : (node["salt"] ? node["salt"].as<std::string>("") : name);
+    Entry entry{{name, salt, nodes}, Digest(token)};
     for (const Entry& other : entries) {
       if (other.tenant.name == name) return InvalidArgumentError(where + ".name: \"" + name + "\" appears twice");
       if (other.token_digest == entry.token_digest) {
-        return InvalidArgumentError(where + ".token: the same token is given to tenant \"" + other.tenant.name + "\"");
+        return InvalidArgumentError(where + ".token: the same token is given to " +
+                                    (other.tenant.node ? "node credential \"" : "tenant \"") + other.tenant.name + "\"");
       }
     }
     entries.push_back(std::move(entry));
+  }
+  return Status::Ok();
+}
+
+Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view source_name) {
+  const std::string source(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(source + ": invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap() || !root["tenants"] || !root["tenants"].IsSequence() || root["tenants"].size() == 0) {
+    return InvalidArgumentError(source + ": expects a non-empty list under \"tenants\"");
+  }
+  for (const auto& field : root) {
+    const std::string key = field.first.as<std::string>();
+    if (key != "tenants" && key != "nodes") {
+      return InvalidArgumentError(source + ": unknown section \"" + key + "\" (known: tenants, nodes)");
+    }
+  }
+  std::vector<Entry> entries;
+  KVTIER_RETURN_IF_ERROR(ParseEntries(root["tenants"], source + ": tenants", false, entries));
+  if (const YAML::Node nodes = root["nodes"]; nodes) {
+    if (!nodes.IsSequence()) return InvalidArgumentError(source + ": \"nodes\" must be a list");
+    KVTIER_RETURN_IF_ERROR(ParseEntries(nodes, source + ": nodes", true, entries));
   }
   return TokenStore(true, std::move(entries));
 }
@@ -92,8 +114,13 @@ Result<TokenStore> TokenStore::SingleTenant(Tenant tenant, std::string_view toke
 
 TokenStore TokenStore::Disabled() { return TokenStore(false, {}); }
 
+size_t TokenStore::tenant_count() const {
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.tenant.node; }));
+}
+size_t TokenStore::node_count() const { return entries_.size() - tenant_count(); }
+
 Result<Tenant> TokenStore::Authenticate(std::string_view token) const {
-  if (!enabled_) return Tenant{"default", ""};
+  if (!enabled_) return Tenant{"default", "", true};
   const std::array<uint8_t, 32> digest = Digest(token);
   const Entry* match = nullptr;
   for (const Entry& entry : entries_) {  // no early exit: time does not depend on which entry matched

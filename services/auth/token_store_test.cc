@@ -30,6 +30,36 @@ TEST(TokenStoreTest, EachTokenMapsToItsTenantAndSalt) {
   EXPECT_EQ(b->salt, "team-b") << "the salt defaults to the tenant name";
 }
 
+TEST(TokenStoreTest, NodeCredentialsAreNodesWithoutASalt) {
+  const std::string node_token(40, 'n');
+  Result<TokenStore> store =
+      TokenStore::FromYaml(TwoTenants() + "nodes:\n  - {name: cluster-nodes, token: " + node_token + "}\n", "tokens.yaml");
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->tenant_count(), 2u);
+  EXPECT_EQ(store->node_count(), 1u);
+  Result<Tenant> node = store->Authenticate(node_token);
+  ASSERT_TRUE(node.ok());
+  EXPECT_TRUE(node->node);
+  EXPECT_EQ(node->name, "cluster-nodes");
+  EXPECT_EQ(node->salt, "") << "a node has no salt of its own";
+  EXPECT_FALSE(store->Authenticate(kTokenA)->node) << "a tenant token is no node credential";
+  EXPECT_TRUE(TokenStore::Disabled().Authenticate("anything")->node) << "auth off: every process is trusted";
+}
+
+TEST(TokenStoreTest, MalformedNodeEntriesNameTheEntryAndField) {
+  auto error = [](const std::string& nodes) {
+    return TokenStore::FromYaml(TwoTenants() + nodes, "tokens.yaml").status().message();
+  };
+  EXPECT_NE(error("nodes:\n  - {name: n, token: " + kTokenA + "}\n").find("nodes[0].token: the same token is given to tenant \"team-a\""),
+            std::string::npos);
+  EXPECT_NE(error("nodes:\n  - {name: team-a, token: " + std::string(40, 'n') + "}\n").find("nodes[0].name: \"team-a\" appears twice"),
+            std::string::npos);
+  EXPECT_NE(error("nodes:\n  - {name: n, token: " + std::string(40, 'n') + ", salt: s}\n").find("nodes[0]: unknown field \"salt\""),
+            std::string::npos);
+  EXPECT_NE(error("nodes: {name: n}\n").find("\"nodes\" must be a list"), std::string::npos);
+  EXPECT_NE(error("admins: []\n").find("unknown section \"admins\""), std::string::npos);
+}
+
 TEST(TokenStoreTest, WrongTokenIsUnauthenticatedAndNotEchoed) {
   const TokenStore store = *TokenStore::FromYaml(TwoTenants(), "tokens.yaml");
   const std::string wrong(40, 'c');

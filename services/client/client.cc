@@ -2,6 +2,8 @@
 // rpc/client_calls.cc.
 #include "services/client/client.h"
 
+#include <algorithm>
+
 #include "services/worker/pool_memory.h"
 
 namespace kvtier::client {
@@ -47,8 +49,22 @@ Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys) { return Loo
 Result<RouteDecision> Client::Route(std::span<const BlockKey> keys) { return RouteAsync(keys).get(); }
 Result<Allocation> Client::Allocate(const AllocateRequest& request) { return AllocateAsync(request).get(); }
 Result<OnboardResult> Client::Onboard(uint64_t sequence, std::span<const BlockKey> keys,
-                                      const RetentionConfig& retention) {
-  return OnboardAsync(sequence, keys, retention).get();
+                                      const RetentionConfig& retention, std::span<const std::string> sources) {
+  return OnboardAsync(sequence, keys, retention, sources).get();
+}
+
+std::vector<std::string> Client::SourcesOf(const LookupResult& lookup) {
+  std::vector<std::string> sources;
+  for (const Tier tier : {Tier::kGpu, Tier::kHost, Tier::kDisk}) {
+    for (const std::vector<Location>& block : lookup.locations) {
+      for (const Location& location : block) {
+        if (location.tier == tier && std::find(sources.begin(), sources.end(), location.node_id) == sources.end()) {
+          sources.push_back(location.node_id);
+        }
+      }
+    }
+  }
+  return sources;
 }
 Result<uint32_t> Client::Commit(uint64_t sequence, std::span<const BlockKey> keys, const RetentionConfig& retention,
                                 std::span<const uint32_t> tokens) {

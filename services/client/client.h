@@ -7,7 +7,8 @@
 //   3. builds a sequence's block table in the node's pool (Allocate): the cached prefix is
 //      reused in place, the rest are blank blocks it computes into (the pool is mapped
 //      with AttachPool: CUDA IPC or shared memory; bytes never cross the socket),
-//   4. fills blocks the node's host and disk tiers hold (Onboard),
+//   4. fills blocks the node's host and disk tiers hold, and with the lookup's locations
+//      (SourcesOf) the blocks other nodes hold, fetched by the node (Onboard),
 //   5. publishes its computed blocks with a retention policy (Commit), and drops the
 //      sequence when done (Free; committed blocks stay cached until evicted).
 // Sequence ids are the caller's; a sequence belongs to this connection, and everything
@@ -110,10 +111,11 @@ struct Allocation {
 };
 
 struct OnboardResult {
-  uint32_t onboarded_blocks = 0;  // from_host + from_disk
+  uint32_t onboarded_blocks = 0;  // from_host + from_disk + from_remote
   uint32_t cached_blocks = 0;     // leading full blocks now holding KV
   uint32_t from_host = 0;
   uint32_t from_disk = 0;
+  uint32_t from_remote = 0;       // fetched from other nodes (the sources named)
 };
 
 struct WorkerStats {
@@ -189,10 +191,18 @@ class Client {
   [[nodiscard]] Result<Allocation> Allocate(const AllocateRequest& request);
   [[nodiscard]] std::future<Result<Allocation>> AllocateAsync(const AllocateRequest& request);
   [[nodiscard]] Result<Allocation> Extend(uint64_t sequence, uint32_t num_tokens);
+  // Fills the sequence's blocks after its reused prefix from the node's tiers, then from
+  // `sources` (node ids, in preference order: SourcesOf a lookup), which the node reaches
+  // itself; unreachable sources only mean fewer blocks.
   [[nodiscard]] Result<OnboardResult> Onboard(uint64_t sequence, std::span<const BlockKey> keys,
-                                              const RetentionConfig& retention = {});
+                                              const RetentionConfig& retention = {},
+                                              std::span<const std::string> sources = {});
   [[nodiscard]] std::future<Result<OnboardResult>> OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
-                                                                const RetentionConfig& retention = {});
+                                                                const RetentionConfig& retention = {},
+                                                                std::span<const std::string> sources = {});
+  // The nodes a lookup placed the prompt's blocks on, for Onboard: those holding a block
+  // in GPU memory first, then host, then disk, each in order of first appearance.
+  static std::vector<std::string> SourcesOf(const LookupResult& lookup);
   // Returns how many blocks this call cached.
   [[nodiscard]] Result<uint32_t> Commit(uint64_t sequence, std::span<const BlockKey> keys,
                                         const RetentionConfig& retention = {}, std::span<const uint32_t> tokens = {});

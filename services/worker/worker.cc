@@ -218,9 +218,16 @@ Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence, std::span<
                                              [](const WorkerEvent& e) { return e.kind == WorkerEvent::Kind::kStored; }));
 }
 
+Result<SequenceState> Worker::Sequence(ClientId client, SequenceId sequence) const {
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, impl_->Find(client, sequence));
+  return SequenceState{seq->pool_id, impl_->pools_[seq->pool_id].layout, seq->format_tag, seq->salt_scope,
+                       seq->filled_blocks};
+}
+
 Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                      const coordinator::RetentionConfig& retention) {
+                                      const coordinator::RetentionConfig& retention, OnboardSource* source) {
   Impl& w = *impl_;
+  if (source == nullptr) source = w.options_.onboard;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
   const uint32_t full_blocks = seq->tokens / state.layout.tokens_per_block();
@@ -235,16 +242,17 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b) ids.push_back(table[b]);
   OnboardResult result;
   std::vector<std::span<uint8_t>> views;
-  if (w.options_.onboard != nullptr && !ids.empty()) {
+  if (source != nullptr && !ids.empty()) {
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(ids, block_bytes, &views));
     // Fetched in order until the tiers lack one; then landed in one batch (one scatter on a GPU).
     for (; result.onboarded_blocks < ids.size(); ++result.onboarded_blocks) {
       const uint32_t b = seq->filled_blocks + result.onboarded_blocks;
       const OnboardBlock block{block_keys[b], seq->format_tag, seq->salt_scope, &state.layout,
                                views[result.onboarded_blocks]};
-      Result<SourceTier> fetched = w.options_.onboard->Fetch(block);
+      Result<SourceTier> fetched = source->Fetch(block);
       if (!fetched.ok()) break;
-      ++(*fetched == SourceTier::kHost ? result.from_host : result.from_disk);
+      ++(*fetched == SourceTier::kHost ? result.from_host
+                                       : *fetched == SourceTier::kDisk ? result.from_disk : result.from_remote);
     }
     const auto write_start = std::chrono::steady_clock::now();
     const Status landed = state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes);
@@ -260,6 +268,11 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   }
   result.cached_blocks = std::max(filled, seq->filled_blocks);
   return result;
+}
+
+Result<std::optional<PoolHolding>> Worker::FindCommitted(uint32_t pool_id, const BlockKey& key) const {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  return state->pool->Find(key);
 }
 
 Result<uint32_t> Worker::LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const {

@@ -65,8 +65,8 @@ struct OnboardBlock {
   std::span<uint8_t> out;  // the block in pool memory
 };
 
-// The tier a fetched block came from.
-enum class SourceTier : uint8_t { kHost, kDisk };
+// The tier a fetched block came from: this node's host or disk tier, or another node.
+enum class SourceTier : uint8_t { kHost, kDisk, kRemote };
 
 // Where Onboard reads blocks from (the node's tiers: TierLink). Returns the tier that
 // served the block; kNotFound when the source does not hold it (onboarding stops there);
@@ -79,10 +79,20 @@ class OnboardSource {
 };
 
 struct OnboardResult {
-  uint32_t onboarded_blocks = 0;  // fetched by this call: from_host + from_disk
+  uint32_t onboarded_blocks = 0;  // fetched by this call: from_host + from_disk + from_remote
   uint32_t cached_blocks = 0;     // leading full blocks of the sequence now holding KV
   uint32_t from_host = 0;
   uint32_t from_disk = 0;
+  uint32_t from_remote = 0;       // fetched from other nodes
+};
+
+// What Onboard needs to know of a sequence to fetch its blocks elsewhere first.
+struct SequenceState {
+  uint32_t pool_id = 0;
+  KvLayout layout;
+  uint64_t format_tag = 0;
+  uint64_t salt_scope = 0;
+  uint32_t filled_blocks = 0;  // leading full blocks holding KV (reused or onboarded)
 };
 
 struct WorkerPoolConfig {
@@ -172,11 +182,16 @@ class Worker {
   // how many blocks the call cached.
   [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
                                         std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention);
-  // Fills the sequence's blocks after its reused prefix from the onboard source, in
-  // order, up to the first block the source lacks, and commits them under `block_keys`
-  // (the sequence's full blocks from its first) with the request's retention.
+  // Fills the sequence's blocks after its reused prefix from `source` (null: the
+  // worker's own, WorkerOptions::onboard), in order, up to the first block the source
+  // lacks, and commits them under `block_keys` (the sequence's full blocks from its
+  // first) with the request's retention. Called again with another source, it goes on
+  // where the last call stopped.
   [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                              const coordinator::RetentionConfig& retention);
+                                              const coordinator::RetentionConfig& retention,
+                                              OnboardSource* source = nullptr);
+  // kNotFound: no such sequence of `client`.
+  [[nodiscard]] Result<SequenceState> Sequence(ClientId client, SequenceId sequence) const;
   [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const;
 
   // Releases everything `client` holds (its connection is gone). Returns its sequences.
@@ -196,6 +211,9 @@ class Worker {
   // outside the pool or a buffer that is not one block.
   [[nodiscard]] Status ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const;
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
+  // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
+  // when the pool lacks it. kNotFound: no such pool.
+  [[nodiscard]] Result<std::optional<PoolHolding>> FindCommitted(uint32_t pool_id, const BlockKey& key) const;
 
   class Impl;
 

@@ -7,9 +7,11 @@
 //   - Route picks the worker that holds the longest prefix of a prompt;
 //   - killing worker A (SIGKILL) takes its blocks out of lookups within two lease
 //     periods, and the client falls back to computing on B without an error;
-//   - a restarted coordinator converges to the nodes' holdings from their snapshots.
-// Not yet: B reusing a prefix computed on A, through the store or from A directly (nodes
-// do not fetch blocks from each other yet).
+//   - a restarted coordinator converges to the nodes' holdings from their snapshots;
+//   - worker B reuses a prefix computed on worker A: fetched over the network from A's
+//     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine.
+// Not yet: the standalone store node receives no blocks from workers (their evictions go
+// to their own node's tiers), so B's fetches "through the store" are from A's store role.
 #include <signal.h>
 #include <unistd.h>
 
@@ -256,6 +258,78 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   auto again = (*fresh)->Lookup(on_a);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->matched_blocks, 4u) << "the prompt B recomputed after A died";
+}
+
+TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) {
+  auto a = Engine(0), b = Engine(1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  const KvLayout layout = a->GetWorkerStats()->pool_layouts[0];
+  auto pool_a = client::MappedPool::Map(*a->AttachPool(0, layout));
+  auto pool_b = client::MappedPool::Map(*b->AttachPool(0, layout));
+  ASSERT_TRUE(pool_a.ok() && pool_b.ok()) << "both pools are host shared memory on this machine";
+
+  // A's engine computes a prompt of 4 blocks (block i filled with 0x40 + i) and commits.
+  auto compute_on_a = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
+    auto table = a->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::span<uint8_t> block = pool_a->block(table->block_ids[i]);
+      std::fill(block.begin(), block.end(), uint8_t(fill + i));
+    }
+    ASSERT_TRUE(a->Commit(sequence, keys).ok());
+    ASSERT_TRUE(a->Free(sequence).ok());
+  };
+  // The first location the coordinator gives for a prompt's first block, waiting for `want`.
+  auto located = [&](const std::vector<BlockKey>& keys, const std::string& want) {
+    std::string seen;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      auto lookup = b->Lookup(keys);
+      seen = lookup.ok() && lookup->matched_blocks == keys.size() ? lookup->locations[0][0].node_id : "none";
+      if (seen == want) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    return seen;
+  };
+  // B's engine: lookup, allocate (B has nothing), onboard from the nodes the lookup names.
+  auto onboard_on_b = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
+    auto lookup = b->Lookup(keys);
+    ASSERT_TRUE(lookup.ok()) << lookup.status();
+    auto table = b->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_EQ(table->reused_blocks, 0u);
+    auto onboarded = b->Onboard(sequence, keys, {}, client::Client::SourcesOf(*lookup));
+    ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+    EXPECT_EQ(onboarded->from_remote, keys.size());
+    EXPECT_EQ(onboarded->cached_blocks, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::span<uint8_t> block = pool_b->block(table->block_ids[i]);
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + i)), std::ptrdiff_t(block.size())) << "block " << i;
+    }
+    ASSERT_TRUE(b->Free(sequence).ok());
+  };
+
+  // From A's pool, over the (veth) network.
+  const std::vector<BlockKey> from_pool = Keys(2000, 4);
+  compute_on_a(1, from_pool, 0x40);
+  ASSERT_EQ(located(from_pool, "worker-a/worker"), "worker-a/worker");
+  onboard_on_b(1, from_pool, 0x40);
+  // B now holds it too: the next engine on B reuses it in place.
+  auto reused = b->Allocate({.sequence = 2, .keys = from_pool, .num_tokens = 64});
+  ASSERT_TRUE(reused.ok()) << reused.status();
+  EXPECT_EQ(reused->reused_blocks, 4u);
+  ASSERT_TRUE(b->Free(2).ok());
+
+  // From A's store tier: a second prefix, pushed out of A's pool by a prompt that needs
+  // all of it.
+  const std::vector<BlockKey> from_store = Keys(3000, 4);
+  compute_on_a(3, from_store, 0x60);
+  const uint32_t pool_blocks = a->GetWorkerStats()->total_blocks;
+  auto flood = a->Allocate({.sequence = 4, .keys = Keys(5000, pool_blocks), .num_tokens = pool_blocks * 16});
+  ASSERT_TRUE(flood.ok()) << flood.status();
+  ASSERT_TRUE(a->Free(4).ok());
+  ASSERT_EQ(located(from_store, "worker-a/store"), "worker-a/store");
+  onboard_on_b(3, from_store, 0x60);
 }
 
 }  // namespace

@@ -113,7 +113,8 @@ void BindTypes(py::module_& m) {
       .def_readonly("onboarded_blocks", &OnboardResult::onboarded_blocks)
       .def_readonly("cached_blocks", &OnboardResult::cached_blocks)
       .def_readonly("from_host", &OnboardResult::from_host)
-      .def_readonly("from_disk", &OnboardResult::from_disk);
+      .def_readonly("from_disk", &OnboardResult::from_disk)
+      .def_readonly("from_remote", &OnboardResult::from_remote);
   py::class_<PoolMapping>(m, "PoolMapping")
       .def_readonly("pool_id", &PoolMapping::pool_id)
       .def_readonly("num_blocks", &PoolMapping::num_blocks)
@@ -191,9 +192,10 @@ void BindClient(py::module_& m) {
       .def("extend", [](Client& c, uint64_t sequence, uint32_t num_tokens) {
         return ValueOrThrow(c.Extend(sequence, num_tokens));
       }, py::arg("sequence"), py::arg("num_tokens"), Release())
-      .def("onboard", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys) {
-        return ValueOrThrow(c.Onboard(sequence, ToKeys(keys)));
-      }, py::arg("sequence"), py::arg("keys"), Release())
+      .def("onboard", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys,
+                         const std::vector<std::string>& sources) {
+        return ValueOrThrow(c.Onboard(sequence, ToKeys(keys), {}, sources));
+      }, py::arg("sequence"), py::arg("keys"), py::arg("sources") = std::vector<std::string>{}, Release())
       .def("commit", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint8_t priority,
                         std::optional<double> duration_s) {
         return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s)));

@@ -169,17 +169,20 @@ class Client::Impl {
     });
   }
 
-  std::future<Result<OnboardResult>> Onboard(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention) {
+  std::future<Result<OnboardResult>> Onboard(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention,
+                                             std::vector<std::string> sources) {
     return Call<Result<OnboardResult>>(
-        RefusedByTheNode,
-        [this, sequence, keys = std::move(keys), retention = std::move(retention)](schema::Session::Client& s) {
+        RefusedByTheNode, [this, sequence, keys = std::move(keys), retention = std::move(retention),
+                           sources = std::move(sources)](schema::Session::Client& s) {
           auto request = Worker(s).onboardRequest();
           request.setSequenceId(sequence);
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           SetRetention(retention, request.initRetention());
+          auto list = request.initSources(static_cast<unsigned>(sources.size()));
+          for (unsigned i = 0; i < sources.size(); ++i) list[i].setNodeId(sources[i]);
           return request.send().then([](auto r) -> Result<OnboardResult> {
             return OnboardResult{r.getOnboardedBlocks(), r.getCachedBlocks(), r.getFromHostBlocks(),
-                                 r.getFromDiskBlocks()};
+                                 r.getFromDiskBlocks(), r.getFromRemoteBlocks()};
           });
         });
   }
@@ -321,8 +324,9 @@ Result<Allocation> Client::Extend(uint64_t sequence, uint32_t num_tokens) {
   return impl_->Extend(sequence, num_tokens).get();
 }
 std::future<Result<OnboardResult>> Client::OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
-                                                        const RetentionConfig& retention) {
-  return impl_->Onboard(sequence, {keys.begin(), keys.end()}, retention);
+                                                        const RetentionConfig& retention,
+                                                        std::span<const std::string> sources) {
+  return impl_->Onboard(sequence, {keys.begin(), keys.end()}, retention, {sources.begin(), sources.end()});
 }
 std::future<Result<uint32_t>> Client::CommitAsync(uint64_t sequence, std::span<const BlockKey> keys,
                                                   const RetentionConfig& retention, std::span<const uint32_t> tokens) {

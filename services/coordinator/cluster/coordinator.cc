@@ -155,4 +155,10 @@ void Coordinator::Tick() {
 
 CoordinatorStats Coordinator::Stats() const { return {index_->Stats(), membership_.Stats()}; }
 
+std::optional<NodeRole> Coordinator::LiveRole(const std::string& node) const {
+  const Result<NodeId> id = membership_.Find(node);
+  if (!id.ok() || !membership_.live(*id)) return std::nullopt;
+  return membership_.role(*id);
+}
+
 }  // namespace kvtier::coordinator

@@ -103,6 +103,8 @@ class Coordinator {
   void Tick();
   CoordinatorStats Stats() const;
   const std::string& NodeName(NodeId node) const { return membership_.name(node); }
+  // The role of a node whose lease is live; nullopt for an unknown or expired node.
+  std::optional<NodeRole> LiveRole(const std::string& node) const;
   Nanos lease_ttl() const { return options_.membership.lease_ttl; }
 
  private:

@@ -25,7 +25,7 @@ class CoordinatorNode::Impl {
     session_.clock = options_.clock;
     session_.metrics = metrics_.get();
     session_.coordinator = [this](const auth::Tenant& tenant) {
-      return MakeCoordinatorService(state_, SaltScope(tenant.salt));
+      return MakeCoordinatorService(state_, {SaltScope(tenant.salt), tenant.node});
     };
     state_.on_lookup = options_.on_lookup;
     session_.worker = options_.worker;

@@ -31,10 +31,12 @@ BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
 
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
-  CoordinatorServer(CoordinatorState& state, uint64_t salt_scope) : state_(state), salt_scope_(salt_scope) {}
+  CoordinatorServer(CoordinatorState& state, CoordinatorSession session)
+      : state_(state), salt_scope_(session.salt_scope), node_(session.node) {}
 
  protected:
   kj::Promise<void> register_(RegisterContext call) override {
+    RequireNode();
     const auto node = call.getParams().getNode();
     const std::string name = node.getNodeId().cStr();
     const NodeRole role = node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
@@ -49,6 +51,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> heartbeat(HeartbeatContext call) override {
+    RequireNode();
     const auto params = call.getParams();
     ThrowIfError(state_.coordinator->Heartbeat(params.getNodeId().cStr(), params.getLeaseId(), params.getActiveBlocks()));
     auto results = call.getResults();
@@ -58,6 +61,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> leave(LeaveContext call) override {
+    RequireNode();
     const auto params = call.getParams();
     ThrowIfError(state_.coordinator->Leave(params.getNodeId().cStr(), params.getLeaseId()));
     state_.metrics->Update(state_.coordinator->Stats());
@@ -65,6 +69,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> publishEvents(PublishEventsContext call) override {
+    RequireNode();
     const auto batch = call.getParams().getBatch();
     EventBatch plain{batch.getNodeId().cStr(), batch.getIncarnation(), batch.getFirstSequence(), {}};
     for (auto e : batch.getEvents()) plain.events.push_back(ToEvent(e));
@@ -81,6 +86,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> publishSnapshot(PublishSnapshotContext call) override {
+    RequireNode();
     const auto chunk = call.getParams().getSnapshot();
     const std::string name = chunk.getNodeId().cStr();
     NodeSnapshot& pending = state_.pending_snapshots[name];
@@ -148,6 +154,24 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> resolveNodes(ResolveNodesContext call) override {
+    const auto ids = call.getParams().getNodeIds();
+    std::vector<std::pair<std::string, NodeRole>> found;
+    for (const auto id : ids) {
+      const std::string name = id.cStr();
+      const auto address = state_.rpc_addresses.find(name);
+      if (address == state_.rpc_addresses.end()) continue;
+      if (const std::optional<NodeRole> role = state_.coordinator->LiveRole(name)) found.emplace_back(name, *role);
+    }
+    auto nodes = call.getResults().initNodes(static_cast<unsigned>(found.size()));
+    for (unsigned i = 0; i < found.size(); ++i) {
+      nodes[i].setNodeId(found[i].first);
+      nodes[i].setRole(found[i].second == NodeRole::kStore ? schema::NodeRole::STORE : schema::NodeRole::WORKER);
+      nodes[i].setRpcAddress(state_.rpc_addresses[found[i].first]);
+    }
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> stats(StatsContext call) override {
     const CoordinatorStats s = state_.coordinator->Stats();
     auto out = call.getResults().initStats();
@@ -162,6 +186,13 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
  private:
   static constexpr ScopeId kNoScope = UINT16_MAX;
+
+  void RequireNode() const {
+    if (!node_) {
+      ThrowStatus(PermissionDeniedError("nodes register and publish with a node credential (the nodes: section of "
+                                        "auth.token_file); this session holds a tenant token"));
+    }
+  }
 
   ScopeId Scope(uint64_t salt_scope) {
     Result<ScopeId> id = state_.scopes.Intern(salt_scope);
@@ -214,12 +245,13 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   CoordinatorState& state_;
   const uint64_t salt_scope_;
+  const bool node_;
 };
 
 }  // namespace
 
-capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, uint64_t salt_scope) {
-  return schema::Coordinator::Client(kj::heap<CoordinatorServer>(state, salt_scope));
+capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session) {
+  return schema::Coordinator::Client(kj::heap<CoordinatorServer>(state, session));
 }
 
 }  // namespace kvtier::coordinator

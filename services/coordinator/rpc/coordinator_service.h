@@ -3,8 +3,9 @@
 // converts its parameters, calls the library and converts the result; a library Status
 // becomes an RPC error through services/rpc/status_mapping.h.
 //
-// One capability per tenant session: lookups and routes run under the session's salt
-// scope; nodes publish events that carry each block's scope.
+// One capability per session: lookups and routes run under the tenant's salt scope;
+// nodes (sessions with a node credential) register and publish events that carry each
+// block's scope. Tenant sessions cannot register or publish.
 //
 // Thread safety: every capability and the state run on the RPC server's event-loop thread.
 // Ownership: `state` outlives every capability made from it.
@@ -33,6 +34,13 @@ struct CoordinatorState {
   std::function<void(std::span<const BlockKey>)> on_lookup;         // the prompt's keys, every lookup
 };
 
-[[nodiscard]] capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, uint64_t salt_scope);
+// Who the session is: its tenant's salt scope, and whether it holds a node credential
+// (only nodes may register and publish).
+struct CoordinatorSession {
+  uint64_t salt_scope = 0;
+  bool node = false;
+};
+
+[[nodiscard]] capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session);
 
 }  // namespace kvtier::coordinator

@@ -59,7 +59,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.tokens = *auth::TokenStore::FromYaml("tenants:\n"
                                                  "  - {name: team-a, token: " + kTokenA + "}\n"
                                                  "  - {name: team-b, token: " + kTokenB + "}\n"
-                                                 "  - {name: nodes, token: " + kNodeToken + "}\n",
+                                                 "nodes:\n"
+                                                 "  - {name: cluster-nodes, token: " + kNodeToken + "}\n",
                                                  "tokens");
     options.registry = &registry_;
     node_ = *CoordinatorNode::Create(std::move(options));
@@ -143,6 +144,39 @@ TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
   EXPECT_EQ(std::string(decision.getNodeId().cStr()), "w1");
   EXPECT_EQ(std::string(decision.getRpcAddress().cStr()), "10.0.0.1:7401");
   EXPECT_EQ(decision.getPrefixBlocks(), 3u);
+}
+
+TEST_F(CoordinatorServiceTest, OnlyNodeCredentialsRegisterAndPublish) {
+  CoordinatorClient tenant(address_, kTokenA);
+  auto reg = tenant.coordinator().registerRequest();
+  auto info = reg.initNode();
+  info.setNodeId("rogue");
+  info.setRpcAddress("10.6.6.6:7401");
+  info.setIncarnation(1);
+  const Status denied = tenant.Send(kj::mv(reg));
+  EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied) << denied;
+  EXPECT_NE(denied.message().find("node credential"), std::string::npos) << denied;
+  auto publish = tenant.coordinator().publishEventsRequest();
+  publish.initBatch().setNodeId("w1");
+  EXPECT_EQ(tenant.Send(kj::mv(publish)).code(), StatusCode::kPermissionDenied);
+
+  auto stats_response = tenant.coordinator().statsRequest().send().wait(tenant.ws());
+  EXPECT_EQ(stats_response.getStats().getNodes(), 0u) << "the tenant's register changed nothing";
+}
+
+TEST_F(CoordinatorServiceTest, ResolveNodesNamesLiveNodesOnly) {
+  CoordinatorClient worker(address_, kNodeToken);
+  WorkerStoresThreeBlocksOfTeamA(worker);  // w1 at 10.0.0.1:7401
+  CoordinatorClient team_a(address_, kTokenA);
+  auto request = team_a.coordinator().resolveNodesRequest();
+  auto ids = request.initNodeIds(2);
+  ids.set(0, "never-registered");
+  ids.set(1, "w1");
+  auto response = request.send().wait(team_a.ws());
+  ASSERT_EQ(response.getNodes().size(), 1u) << "an unknown node is left out";
+  EXPECT_EQ(std::string(response.getNodes()[0].getNodeId().cStr()), "w1");
+  EXPECT_EQ(std::string(response.getNodes()[0].getRpcAddress().cStr()), "10.0.0.1:7401");
+  EXPECT_EQ(response.getNodes()[0].getRole(), schema::NodeRole::WORKER);
 }
 
 TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {

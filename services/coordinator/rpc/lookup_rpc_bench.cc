@@ -144,18 +144,25 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   if (!(options.rate_per_sec > 0) || !(options.seconds > 0)) {
     return InvalidArgumentError("--rate and --seconds must be positive");
   }
+  // A tenant that looks up, and a node credential that loads the trace's blocks.
   const std::string token = auth::GenerateToken();
+  const std::string node_token = auth::GenerateToken();
   MetricsRegistry registry;
   CoordinatorNodeOptions node_options;
   node_options.rpc.listen = {"127.0.0.1:0"};
-  KVTIER_ASSIGN_OR_RETURN(node_options.tokens, auth::TokenStore::SingleTenant({"bench", "bench-salt"}, token));
+  KVTIER_ASSIGN_OR_RETURN(node_options.tokens,
+                          auth::TokenStore::FromYaml("tenants:\n  - {name: bench, token: " + token +
+                                                         ", salt: bench-salt}\nnodes:\n  - {name: bench-node, token: " +
+                                                         node_token + "}\n",
+                                                     "the bench's tokens"));
   node_options.registry = &registry;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
 
   LookupRpcBenchResult result;
   capnp::EzRpcClient client(node->endpoints()[0]);
+  schema::Coordinator::Client loader = Connect(client, node_token);
+  result.indexed_blocks = LoadTrace(client, loader, options.prompts, SaltScope("bench-salt"));
   schema::Coordinator::Client coordinator = Connect(client, token);
-  result.indexed_blocks = LoadTrace(client, coordinator, options.prompts, SaltScope("bench-salt"));
 
   const auto start = SteadyClock::now();
   uint64_t matched = 0;

@@ -151,6 +151,10 @@ struct CoordinatorStats {
 }
 
 interface Coordinator {
+  # register, heartbeat, publishEvents, publishSnapshot and leave need a node session
+  # (a node credential: services/auth/token_store.h); a tenant session gets
+  # PERMISSION_DENIED. With auth off every session is a node's.
+
   register @0 (node :NodeInfo) -> (lease :Lease, snapshotRequired :Bool);
   # Joins (or rejoins) the cluster. A new incarnation of a known node drops its old
   # locations and asks for a snapshot. INVALID_ARGUMENT: empty node id or address.
@@ -179,4 +183,9 @@ interface Coordinator {
   leave @7 (nodeId :Text, leaseId :UInt64) -> ();
   # The node leaves now (a store draining on SIGTERM): its locations leave lookups at
   # once rather than when its lease runs out. NOT_FOUND: unknown node or another lease.
+
+  resolveNodes @8 (nodeIds :List(Text)) -> (nodes :List(NodeInfo));
+  # Where the live nodes among `nodeIds` are reached (nodeId, role, rpcAddress): what a
+  # worker asks before fetching blocks that a lookup placed on other nodes. Unknown and
+  # expired nodes are left out.
 }

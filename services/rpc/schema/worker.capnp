@@ -77,13 +77,17 @@ interface Worker {
 
   onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location),
               retention :Common.RetentionConfig)
-      -> (onboardedBlocks :UInt32, cachedBlocks :UInt32, fromHostBlocks :UInt32, fromDiskBlocks :UInt32);
+      -> (onboardedBlocks :UInt32, cachedBlocks :UInt32, fromHostBlocks :UInt32, fromDiskBlocks :UInt32,
+          fromRemoteBlocks :UInt32);
   # Fills the sequence's blocks after its reused prefix from this node's host and disk
-  # tiers, in order, up to the first block they lack, and commits them under `keys` (the
-  # sequence's full blocks from its first) with `retention`. `cachedBlocks`: leading full
-  # blocks that now hold KV; `fromHostBlocks` + `fromDiskBlocks` = `onboardedBlocks`, by the
-  # tier that served them. `sources` is not read yet: fetching from other workers and
-  # stores over the network arrives with cross-node transfer.
+  # tiers, in order, up to the first block they lack; then, where `sources` names other
+  # nodes (the locations a coordinator lookup gave, nodeId read, in preference order),
+  # fetches the blocks still missing from them over the network (the worker resolves the
+  # ids at its coordinator and reads with its node credential). Commits what it filled
+  # under `keys` (the sequence's full blocks from its first) with `retention`.
+  # `cachedBlocks`: leading full blocks that now hold KV; `fromHostBlocks` +
+  # `fromDiskBlocks` + `fromRemoteBlocks` = `onboardedBlocks`, by where they came from. A
+  # node that cannot be reached is skipped: fewer blocks, never an error.
 
   stats @7 () -> (stats :WorkerStats);
 }

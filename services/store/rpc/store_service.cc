@@ -16,8 +16,8 @@ std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(),
 
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:
-  BlockStoreServer(storage::TieredStore& store, uint64_t scope, StoreServiceLimits limits)
-      : store_(store), scope_(scope), limits_(limits) {}
+  BlockStoreServer(const BlockStoreServiceOptions& options, uint64_t scope, bool node)
+      : store_(*options.store), extra_(options.extra), scope_(scope), node_(node), limits_(options.limits) {}
 
  protected:
   kj::Promise<void> put(PutContext call) override {
@@ -26,8 +26,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     std::vector<storage::PutItem> items;
     items.reserve(blocks.size());
     for (unsigned i = 0; i < blocks.size(); ++i) {
-      CheckScope(blocks[i].getHeader().getSaltScope());
-      storage::PutItem item{FromWire(blocks[i].getHeader(), scope_), Bytes(blocks[i].getData())};
+      const uint64_t scope = ScopeFor(blocks[i].getHeader().getSaltScope());
+      storage::PutItem item{FromWire(blocks[i].getHeader(), scope), Bytes(blocks[i].getData())};
       // Every block is checked before any is stored: a bad one refuses the whole batch.
       ThrowIfError(storage::ValidateBlock(item.header, item.payload, limits_.max_block_bytes)
                        .WithContext("block " + std::to_string(i)));
@@ -46,28 +46,32 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   kj::Promise<void> get(GetContext call) override {
     const auto p = call.getParams();
     CheckCount(p.getKeys().size());
-    CheckScope(p.getSaltScope());
+    const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
     auto results = call.getResults();
     auto blocks = results.initBlocks(static_cast<unsigned>(keys.size()));
     auto states = results.initStates(static_cast<unsigned>(keys.size()));
     for (unsigned i = 0; i < keys.size(); ++i) {
-      const storage::BlockRef ref{keys[i], format, scope_};
+      const storage::BlockRef ref{keys[i], format, scope};
       states.set(i, schema::BlockState::MISSING);
       // The size first, so that the payload is read straight into the response.
-      Result<storage::BlockHeader> peeked = store_.Peek(ref);
-      if (!peeked.ok()) continue;
-      auto data = blocks[i].initData(static_cast<unsigned>(peeked->payload_bytes));
-      Result<storage::TieredHit> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
-      if (!read.ok()) {
+      if (Result<storage::BlockHeader> peeked = store_.Peek(ref); peeked.ok()) {
+        auto data = blocks[i].initData(static_cast<unsigned>(peeked->payload_bytes));
+        Result<storage::TieredHit> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
+        if (read.ok()) {
+          ToWire(read->header, blocks[i].initHeader());
+          states.set(i, schema::BlockState::PRESENT);
+          continue;
+        }
         blocks[i].initData(0);
-        if (read.status().code() == StatusCode::kDataLoss) states.set(i, schema::BlockState::CORRUPT);
-        else if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
-        continue;
+        if (read.status().code() == StatusCode::kDataLoss) {
+          states.set(i, schema::BlockState::CORRUPT);
+          continue;
+        }
+        if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
       }
-      ToWire(read->header, blocks[i].initHeader());
-      states.set(i, schema::BlockState::PRESENT);
+      if (extra_ != nullptr) ReadExtra(ref, blocks[i], states, i);
     }
     return kj::READY_NOW;
   }
@@ -75,21 +79,24 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   kj::Promise<void> contains(ContainsContext call) override {
     const auto p = call.getParams();
     CheckCount(p.getKeys().size());
-    CheckScope(p.getSaltScope());
+    const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     auto present = call.getResults().initPresent(p.getKeys().size());
     unsigned i = 0;
-    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) present.set(i++, store_.Contains({key, format, scope_}));
+    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) {
+      const storage::BlockRef ref{key, format, scope};
+      present.set(i++, store_.Contains(ref) || (extra_ != nullptr && extra_->Peek(ref).ok()));
+    }
     return kj::READY_NOW;
   }
 
   kj::Promise<void> remove(RemoveContext call) override {
     const auto p = call.getParams();
     CheckCount(p.getKeys().size());
-    CheckScope(p.getSaltScope());
+    const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     uint32_t removed = 0;
-    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) removed += store_.Remove({key, format, scope_}).ok();
+    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) removed += store_.Remove({key, format, scope}).ok();
     call.getResults().setRemoved(removed);
     return kj::READY_NOW;
   }
@@ -108,22 +115,44 @@ class BlockStoreServer final : public schema::BlockStore::Server {
                                             std::to_string(limits_.max_blocks_per_call)));
     }
   }
-  void CheckScope(uint64_t scope) const {
-    if (scope != 0 && scope != scope_) {
-      rpc::ThrowStatus(PermissionDeniedError("salt scope " + std::to_string(scope) + " is not this session's"));
+  // The scope a request works under: the session's own when it names none (0); another
+  // only for a node session (a tenant naming one is refused).
+  uint64_t ScopeFor(uint64_t requested) const {
+    if (requested == 0) return scope_;
+    if (node_) return requested;
+    if (requested != scope_) {
+      rpc::ThrowStatus(PermissionDeniedError("salt scope " + std::to_string(requested) + " is not this session's"));
     }
+    return scope_;
+  }
+
+  // A block the tiers lack, from the node's other holdings (a worker's pool).
+  void ReadExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block,
+                 capnp::List<schema::BlockState>::Builder states, unsigned i) {
+    Result<storage::BlockHeader> peeked = extra_->Peek(ref);
+    if (!peeked.ok()) return;
+    auto data = block.initData(static_cast<unsigned>(peeked->payload_bytes));
+    Result<storage::BlockHeader> read = extra_->Read(ref, std::span<uint8_t>(data.begin(), data.size()));
+    if (!read.ok()) {
+      block.initData(0);
+      if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
+      return;
+    }
+    ToWire(*read, block.initHeader());
+    states.set(i, schema::BlockState::PRESENT);
   }
 
   storage::TieredStore& store_;
+  ExtraBlockSource* const extra_;
   const uint64_t scope_;
+  const bool node_;
   const StoreServiceLimits limits_;
 };
 
 }  // namespace
 
-capnp::Capability::Client MakeBlockStoreService(storage::TieredStore& store, const auth::Tenant& tenant,
-                                                StoreServiceLimits limits) {
-  return kj::heap<BlockStoreServer>(store, SaltScope(tenant.salt), limits);
+capnp::Capability::Client MakeBlockStoreService(const BlockStoreServiceOptions& options, const auth::Tenant& tenant) {
+  return kj::heap<BlockStoreServer>(options, SaltScope(tenant.salt), tenant.node);
 }
 
 }  // namespace kvtier::store

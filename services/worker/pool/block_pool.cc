@@ -77,6 +77,13 @@ uint32_t BlockPool::LookupPrefix(const BlockKey& root, std::span<const BlockKey>
   return matched;
 }
 
+std::optional<PoolHolding> BlockPool::Find(const BlockKey& key) const {
+  const auto it = impl_->index_.find(key);
+  if (it == impl_->index_.end()) return std::nullopt;
+  const BlockMeta& m = impl_->metas_[it->second];
+  return PoolHolding{it->second, m.key, m.parent_key, m.first, m.priority, Nanos{0}, m.salt_scope, m.format_tag};
+}
+
 Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   Impl& p = *impl_;
   const uint32_t tpb = p.options_.tokens_per_block;
@@ -271,7 +278,7 @@ std::vector<PoolHolding> BlockPool::Holdings() const {
     const BlockMeta& m = w.metas_[block];
     const auto deadline = deadlines.find(block);
     const Nanos left{deadline == deadlines.end() ? 0 : std::max<int64_t>(deadline->second - now, 1)};
-    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope});
+    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope, m.format_tag});
   }
   return holdings;
 }

@@ -78,6 +78,7 @@ struct PoolHolding {
   uint8_t priority;
   Nanos retention_left;   // until the priority reverts to the default; 0: no expiry
   uint64_t salt_scope;
+  uint64_t format_tag = 0;  // as given at Allocate
 };
 
 // Blocks evicted by a call, in eviction order; the caller copies out those to offload
@@ -159,6 +160,9 @@ class BlockPool {
 
   // Full blocks of `keys` cached here as a chain from `root`.
   uint32_t LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const;
+  // The committed block cached under `key`, whatever its chain (a peer fetching it);
+  // retention_left is left 0 (not computed here).
+  std::optional<PoolHolding> Find(const BlockKey& key) const;
 
   void AdvanceTime();
   // Events since the last call, in sequence order.

@@ -13,6 +13,8 @@
 #include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
+#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/pool_block_source.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
 #include "services/worker/worker_metrics.h"
@@ -79,6 +81,15 @@ class WorkerNode::Impl {
     worker.device = options_.gpu;
     KVTIER_ASSIGN_OR_RETURN(worker_, Worker::Create(worker));
     context_.worker = worker_.get();
+    pool_source_ = std::make_unique<PoolBlockSource>(worker_.get());
+    PeerFetcherOptions peers;
+    peers.coordinator_address = options_.config.node.coordinator;
+    peers.token = options_.coordinator_token;
+    peers.tls_ca_file = options_.config.tls.ca_file;
+    peers.self_node_ids = {options_.name + "/worker", options_.name + "/store"};
+    peers.max_message_bytes = options_.config.coordinator.max_message_bytes;
+    KVTIER_ASSIGN_OR_RETURN(peers_, PeerFetcher::Create(std::move(peers)));
+    context_.peers = peers_.get();
     KVTIER_ASSIGN_OR_RETURN(worker_metrics_, WorkerMetrics::Create(*options_.registry, worker_->pool_count()));
     worker_metrics_->Update(worker_->Stats());
     KVTIER_RETURN_IF_ERROR(StartServer());
@@ -115,7 +126,10 @@ class WorkerNode::Impl {
     session_.clock = &SystemClock::Instance();
     session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
     if (store_) {
-      session_.store = [this](const auth::Tenant& tenant) { return store::MakeBlockStoreService(*store_, tenant); };
+      // The tiers, and after them the pool's committed blocks, for peers onboarding them.
+      session_.store = [this](const auth::Tenant& tenant) {
+        return store::MakeBlockStoreService(store::BlockStoreServiceOptions{store_.get(), pool_source_.get(), {}}, tenant);
+      };
     }
     rpc::RpcServerOptions server;
     server.listen = {options_.config.worker.listen};
@@ -197,6 +211,8 @@ class WorkerNode::Impl {
   std::unique_ptr<TierLink> link_;
   std::unique_ptr<Worker> worker_;  // the server loop's
   WorkerServiceContext context_;
+  std::unique_ptr<PoolBlockSource> pool_source_;  // the server loop's, as the worker
+  std::unique_ptr<PeerFetcher> peers_;
   std::unique_ptr<WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   rpc::SessionContext session_;

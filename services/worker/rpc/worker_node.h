@@ -4,7 +4,10 @@
 // shared by CUDA IPC when `gpu` >= 0, host shared memory otherwise), opens the node's host
 // and disk tiers for the pool's evictions (services/store/store_tiers.h), and serves the
 // Worker capability (the node's inference processes attach, allocate, onboard, commit) and
-// the tiers as a BlockStore capability on worker.listen. Two NodeAgents keep the
+// the tiers as a BlockStore capability on worker.listen (with the pool's committed blocks
+// behind them, for peers onboarding a prefix computed here). An onboard whose request
+// names other nodes fetches what this node lacks from them (services/worker/rpc/
+// peer_fetcher.h, with the node's credential). Two NodeAgents keep the
 // coordinator told, as `kvtier up` does in-process: "<name>/worker" (the pool's blocks,
 // with its load for routing) and "<name>/store" (the tiers' blocks).
 //

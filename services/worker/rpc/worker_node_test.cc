@@ -38,23 +38,26 @@ class WorkerNodeTest : public ::testing::Test {
     coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
   }
 
-  void StartWorker() {
+  void StartWorker() { node_ = StartNode("gpu-node-0", dir_.path(), worker_registry_); }
+
+  std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir, MetricsRegistry& registry) {
     WorkerNodeOptions options;
-    options.config.data_dir = dir_.path();
+    options.config.data_dir = data_dir;
     // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; four of them.
     options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
                              .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
     options.config.worker.listen = "127.0.0.1:0";
     options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
     options.config.node.coordinator = coordinator_->endpoints()[0];
-    options.registry = &worker_registry_;
-    options.name = "gpu-node-0";
+    options.registry = &registry;
+    options.name = name;
     options.tick = 10ms;
-    node_ = WorkerNode::Create(std::move(options)).value();
+    std::unique_ptr<WorkerNode> node = WorkerNode::Create(std::move(options)).value();
     for (auto deadline = std::chrono::steady_clock::now() + 5s;
-         !node_->registered() && std::chrono::steady_clock::now() < deadline;) {
+         !node->registered() && std::chrono::steady_clock::now() < deadline;) {
       std::this_thread::sleep_for(10ms);
     }
+    return node;
   }
 
   std::unique_ptr<client::Client> Connect(const std::string& address) {
@@ -123,6 +126,77 @@ TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
   EXPECT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
   ASSERT_TRUE(node_->Drain().ok());
   coordinator_.reset();  // before its registry goes
+}
+
+// Two worker nodes: a prefix engine A computed is onboarded by engine B over the network,
+// first from A's pool, then (after A evicted it) from A's host tier; the bytes B's pool
+// receives are the ones A's engine wrote.
+TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHoldIt) {
+  testing::TempDir dir_b;
+  MetricsRegistry registry_b;
+  node_ = StartNode("node-a", dir_.path(), worker_registry_);
+  std::unique_ptr<WorkerNode> node_b = StartNode("node-b", dir_b.path(), registry_b);
+  ASSERT_TRUE(node_->registered() && node_b->registered());
+  auto engine_a = Connect(node_->endpoints()[0]);
+  auto engine_b = Connect(node_b->endpoints()[0]);
+  auto coordinator = Connect(coordinator_->endpoints()[0]);
+  const KvLayout layout = engine_a->GetWorkerStats()->pool_layouts[0];
+  auto pool_a = client::MappedPool::Map(*engine_a->AttachPool(0, layout));
+  auto pool_b = client::MappedPool::Map(*engine_b->AttachPool(0, layout));
+  ASSERT_TRUE(pool_a.ok() && pool_b.ok());
+
+  // Engine A computes blocks 0,1 of a prompt (bytes 0x10 and 0x11) and commits them.
+  auto compute_on_a = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
+    auto table = engine_a->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    for (size_t b = 0; b < keys.size(); ++b) {
+      std::span<uint8_t> block = pool_a->block(table->block_ids[b]);
+      std::fill(block.begin(), block.end(), uint8_t(fill + b));
+    }
+    ASSERT_TRUE(engine_a->Commit(sequence, keys).ok());
+    ASSERT_TRUE(engine_a->Free(sequence).ok());
+  };
+  // Engine B: lookup, allocate (nothing cached on B), onboard from the lookup's nodes.
+  auto onboard_on_b = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
+    auto lookup = coordinator->Lookup(keys);
+    ASSERT_TRUE(lookup.ok()) << lookup.status();
+    const std::vector<std::string> sources = client::Client::SourcesOf(*lookup);
+    auto table = engine_b->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    EXPECT_EQ(table->reused_blocks, 0u);
+    auto onboarded = engine_b->Onboard(sequence, keys, {}, sources);
+    ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+    EXPECT_EQ(onboarded->from_remote, keys.size()) << "sources: " << sources.size();
+    EXPECT_EQ(onboarded->cached_blocks, keys.size());
+    for (size_t b = 0; b < keys.size(); ++b) {
+      std::span<uint8_t> block = pool_b->block(table->block_ids[b]);
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + b)), std::ptrdiff_t(block.size())) << "block " << b;
+    }
+    ASSERT_TRUE(engine_b->Free(sequence).ok());
+  };
+
+  const std::vector<BlockKey> first = client::Client::BlockKeys(Prompt(10, 8), kTokensPerBlock);
+  compute_on_a(1, first, 0x10);
+  ASSERT_EQ(WaitFor(first, "node-a/worker:gpu"), "node-a/worker:gpu");
+  onboard_on_b(1, first, 0x10);  // from A's pool
+
+  // A second prefix computed on A, then pushed out of A's pool by four new blocks: it
+  // now sits in A's host tier, and B onboards it from there.
+  const std::vector<BlockKey> second = client::Client::BlockKeys(Prompt(300, 8), kTokensPerBlock);
+  compute_on_a(2, second, 0x20);
+  ASSERT_TRUE(engine_a->Allocate({.sequence = 3, .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
+                                  .num_tokens = 16}).ok());
+  ASSERT_EQ(WaitFor(second, "node-a/store:host"), "node-a/store:host");
+  onboard_on_b(2, second, 0x20);
+
+  // Sources that name no live node, or B itself, bring nothing: no error, no blocks.
+  const std::vector<BlockKey> third = client::Client::BlockKeys(Prompt(900, 4), kTokensPerBlock);
+  ASSERT_TRUE(engine_b->Allocate({.sequence = 4, .keys = third, .num_tokens = 4}).ok());
+  const std::vector<std::string> nowhere = {"no-such-node/worker", "node-b/worker"};
+  auto nothing = engine_b->Onboard(4, third, {}, nowhere);
+  ASSERT_TRUE(nothing.ok()) << nothing.status();
+  EXPECT_EQ(nothing->onboarded_blocks, 0u);
+  ASSERT_TRUE(node_b->Drain().ok());
 }
 
 }  // namespace

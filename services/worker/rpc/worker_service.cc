@@ -1,10 +1,21 @@
+// GCC 12 reports -Wmaybe-uninitialized inside kj::ExceptionOr<T> once T holds a vector or
+// an optional (the GCC bug 105593 family, as in services/client/rpc/client_calls.cc):
+// every such value is constructed before it is read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "services/worker/rpc/worker_service.h"
 
 #include <chrono>
+#include <cstring>
+#include <memory>
 
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
+#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/tier_link.h"
 
 namespace kvtier::worker {
 namespace {
@@ -41,11 +52,46 @@ void SetAllocation(const Allocation& a, schema::Allocation::Builder b) {
   b.setPartialReuseTokens(a.partial_tokens);
 }
 
+void SetOnboarded(const OnboardResult& r, schema::Worker::OnboardResults::Builder out) {
+  out.setOnboardedBlocks(r.onboarded_blocks);
+  out.setCachedBlocks(r.cached_blocks);
+  out.setFromHostBlocks(r.from_host);
+  out.setFromDiskBlocks(r.from_disk);
+  out.setFromRemoteBlocks(r.from_remote);
+}
+
+// The blocks a PeerFetcher brought, as an onboard source.
+class FetchedSource final : public OnboardSource {
+ public:
+  explicit FetchedSource(const FetchedBlocks& fetched) : fetched_(fetched) {}
+  Result<SourceTier> Fetch(const OnboardBlock& block) override {
+    for (size_t i = next_; i < fetched_.keys.size(); ++i) {
+      if (!(fetched_.keys[i] == block.key) || block.out.size() != fetched_.block_bytes) continue;
+      std::memcpy(block.out.data(), fetched_.bytes.data() + i * fetched_.block_bytes, block.out.size());
+      next_ = i + 1;
+      return SourceTier::kRemote;
+    }
+    return NotFoundError("block " + block.key.ToHex() + " was not fetched");
+  }
+
+ private:
+  const FetchedBlocks& fetched_;
+  size_t next_ = 0;  // blocks are asked for in chain order
+};
+
 class WorkerServer final : public schema::Worker::Server {
  public:
-  WorkerServer(Worker& worker, ClientId client, const auth::Tenant& tenant)
-      : worker_(worker), client_(client), root_(RootKey(tenant.salt)), scope_(SaltScope(tenant.salt)) {}
-  ~WorkerServer() { worker_.DropClient(client_); }
+  WorkerServer(Worker& worker, PeerFetcher* peers, ClientId client, const auth::Tenant& tenant)
+      : worker_(worker),
+        peers_(peers),
+        client_(client),
+        root_(RootKey(tenant.salt)),
+        scope_(SaltScope(tenant.salt)),
+        alive_(std::make_shared<bool>(true)) {}
+  ~WorkerServer() {
+    *alive_ = false;
+    worker_.DropClient(client_);
+  }
 
  protected:
   kj::Promise<void> attachPool(AttachPoolContext call) override {
@@ -115,13 +161,37 @@ class WorkerServer final : public schema::Worker::Server {
   kj::Promise<void> onboard(OnboardContext call) override {
     const auto p = call.getParams();
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
-    Result<OnboardResult> onboarded = worker_.Onboard(client_, p.getSequenceId(), keys, ToRetention(p.getRetention()));
-    ThrowIfError(onboarded.status());
-    call.getResults().setOnboardedBlocks(onboarded->onboarded_blocks);
-    call.getResults().setCachedBlocks(onboarded->cached_blocks);
-    call.getResults().setFromHostBlocks(onboarded->from_host);
-    call.getResults().setFromDiskBlocks(onboarded->from_disk);
-    return kj::READY_NOW;
+    const coordinator::RetentionConfig retention = ToRetention(p.getRetention());
+    const uint64_t sequence = p.getSequenceId();
+    Result<OnboardResult> local = worker_.Onboard(client_, sequence, keys, retention);
+    ThrowIfError(local.status());
+    std::vector<std::string> sources;
+    for (auto location : p.getSources()) sources.emplace_back(location.getNodeId().cStr());
+    if (local->cached_blocks >= keys.size() || sources.empty() || peers_ == nullptr) {
+      SetOnboarded(*local, call.getResults());
+      return kj::READY_NOW;
+    }
+    // The rest from the nodes the client's lookup named, off this loop; then the blocks
+    // that came land in the pool as a second onboard (it goes on where the first stopped).
+    Result<SequenceState> state = worker_.Sequence(client_, sequence);
+    ThrowIfError(state.status());
+    PeerFetchRequest request;
+    request.node_ids = std::move(sources);
+    request.keys.assign(keys.begin() + local->cached_blocks, keys.end());
+    request.format_tag = StorageFormatTag(state->layout, state->format_tag);
+    request.salt_scope = state->salt_scope;
+    request.block_bytes = state->layout.bytes_per_block();
+    return peers_->Fetch(std::move(request))
+        .then([this, alive = alive_, call, keys, retention, sequence, total = *local](FetchedBlocks fetched) mutable {
+          if (!*alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
+          FetchedSource source(fetched);
+          Result<OnboardResult> remote = worker_.Onboard(client_, sequence, keys, retention, &source);
+          ThrowIfError(remote.status());
+          total.onboarded_blocks += remote->onboarded_blocks;
+          total.from_remote += remote->from_remote;
+          total.cached_blocks = remote->cached_blocks;
+          SetOnboarded(total, call.getResults());
+        });
   }
 
   kj::Promise<void> stats(StatsContext call) override {
@@ -147,15 +217,17 @@ class WorkerServer final : public schema::Worker::Server {
 
  private:
   Worker& worker_;
+  PeerFetcher* const peers_;
   const ClientId client_;
   const BlockKey root_;
   const uint64_t scope_;
+  const std::shared_ptr<bool> alive_;  // read by onboards waiting on a fetch
 };
 
 }  // namespace
 
 capnp::Capability::Client MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant) {
-  return kj::heap<WorkerServer>(*context.worker, context.next_client++, tenant);
+  return kj::heap<WorkerServer>(*context.worker, context.peers, context.next_client++, tenant);
 }
 
 }  // namespace kvtier::worker

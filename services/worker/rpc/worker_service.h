@@ -17,8 +17,11 @@
 
 namespace kvtier::worker {
 
+class PeerFetcher;
+
 struct WorkerServiceContext {
   Worker* worker = nullptr;
+  PeerFetcher* peers = nullptr;  // optional: onboarding from the nodes a request names
   ClientId next_client = 1;
 };
 

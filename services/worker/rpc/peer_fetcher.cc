@@ -1,0 +1,257 @@
+// GCC 12 reports -Wmaybe-uninitialized inside kj::ExceptionOr<T> once T holds a vector or
+// an optional (the GCC bug 105593 family, as in services/client/rpc/client_calls.cc):
+// every such value is constructed before it is read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include "services/worker/rpc/peer_fetcher.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/thread_annotations.h"
+#include "services/rpc/rpc_client_impl.h"
+#include "services/rpc/schema/coordinator.capnp.h"
+#include "services/rpc/schema/store.capnp.h"
+#include "services/rpc/schema_convert.h"
+#include "storage/block_header.h"
+
+namespace kvtier::worker {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+using Clock = std::chrono::steady_clock;
+
+struct Task {
+  PeerFetchRequest request;
+  kj::Own<kj::CrossThreadPromiseFulfiller<FetchedBlocks>> done;
+};
+
+struct Resolved {
+  std::string address;  // empty: not a live node
+  Clock::time_point expires;
+};
+
+}  // namespace
+
+// Lock order: mu_ (the queue) and connections_mu_ are never held together.
+class PeerFetcher::Impl {
+ public:
+  explicit Impl(PeerFetcherOptions options) : options_(std::move(options)) {}
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      queue_.clear();  // their promises break
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void Start() {
+    for (uint32_t i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+
+  kj::Promise<FetchedBlocks> Fetch(PeerFetchRequest request) {
+    auto paf = kj::newPromiseAndCrossThreadFulfiller<FetchedBlocks>();
+    {
+      std::lock_guard lock(mu_);
+      queue_.push_back({std::move(request), kj::mv(paf.fulfiller)});
+    }
+    wake_.notify_one();
+    return kj::mv(paf.promise);
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock lock(mu_);
+        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task.done->fulfill(Serve(task.request));
+    }
+  }
+
+  FetchedBlocks Serve(const PeerFetchRequest& request) {
+    FetchedBlocks out;
+    out.block_bytes = request.block_bytes;
+    std::vector<std::string> seen;
+    for (const std::string& node : request.node_ids) {
+      if (out.keys.size() == request.keys.size()) break;
+      if (std::find(seen.begin(), seen.end(), node) != seen.end()) continue;
+      seen.push_back(node);
+      if (std::find(options_.self_node_ids.begin(), options_.self_node_ids.end(), node) !=
+          options_.self_node_ids.end()) {
+        continue;
+      }
+      const std::string address = Resolve(node);
+      if (address.empty()) continue;
+      if (Status s = FetchFrom(address, request, out); !s.ok()) {
+        spdlog::warn("fetching blocks from {} ({}): {}", node, address, s.ToString());
+      }
+    }
+    return out;
+  }
+
+  // Reads the leading run of the blocks still wanted that `address` holds into `out`,
+  // in calls of at most max_blocks_per_call blocks.
+  Status FetchFrom(const std::string& address, const PeerFetchRequest& request, FetchedBlocks& out) {
+    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<rpc::RpcClient> peer, Connection(address));
+    while (out.keys.size() < request.keys.size()) {
+      const size_t first = out.keys.size();
+      const size_t count = std::min<size_t>(request.keys.size() - first, options_.max_blocks_per_call);
+      Result<size_t> taken = GetBatch(*peer, request, first, count, out);
+      if (!taken.ok()) {
+        if (taken.status().code() == StatusCode::kUnavailable) Forget(address);
+        return taken.status();
+      }
+      if (*taken < count) break;  // the node's run ended
+    }
+    return Status::Ok();
+  }
+
+  // One get of keys[first, first + count); appends the leading run that checks out.
+  Result<size_t> GetBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
+                          FetchedBlocks& out) {
+    return peer.impl()
+        .Call<Result<size_t>>([&](schema::Session::Client& session) {
+          auto get = session.storeRequest().send().getStore().getRequest();
+          auto keys = get.initKeys(static_cast<unsigned>(count));
+          for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
+          get.setSaltScope(request.salt_scope);
+          get.setFormatTag(request.format_tag);
+          return get.send().then([&, first, count](auto response) -> Result<size_t> {
+            return Take(request, first, count, response.getBlocks(), response.getStates(), out);
+          });
+        })
+        .get();
+  }
+
+  // On the connection's loop: checks each answered block in order and copies the good
+  // leading run out of the response.
+  static size_t Take(const PeerFetchRequest& request, size_t first, size_t count,
+                     capnp::List<schema::BlockPayload>::Reader blocks, capnp::List<schema::BlockState>::Reader states,
+                     FetchedBlocks& out) {
+    size_t taken = 0;
+    for (; taken < count && taken < blocks.size() && taken < states.size(); ++taken) {
+      if (states[static_cast<unsigned>(taken)] != schema::BlockState::PRESENT) break;
+      const auto block = blocks[static_cast<unsigned>(taken)];
+      const auto header = block.getHeader();
+      const auto data = block.getData();
+      const BlockKey& key = request.keys[first + taken];
+      const std::span<const uint8_t> payload(data.begin(), data.size());
+      if (!(rpc::ToKey(header.getKey()) == key) || header.getSaltScope() != request.salt_scope ||
+          request.format_tag != header.getFormatTag().cStr() || data.size() != request.block_bytes ||
+          header.getPayloadBytes() != data.size() || header.getChecksum() != storage::PayloadChecksum(payload)) {
+        ++out.rejected;
+        spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken", key.ToHex());
+        break;
+      }
+      out.keys.push_back(key);
+      out.bytes.insert(out.bytes.end(), payload.begin(), payload.end());
+    }
+    return taken;
+  }
+
+  // The node's address from the coordinator (cached); empty when it is not live.
+  std::string Resolve(const std::string& node) {
+    {
+      std::lock_guard lock(connections_mu_);
+      if (auto it = resolved_.find(node); it != resolved_.end() && it->second.expires > Clock::now()) {
+        return it->second.address;
+      }
+    }
+    Result<std::shared_ptr<rpc::RpcClient>> coordinator = Connection(options_.coordinator_address);
+    if (!coordinator.ok()) {
+      spdlog::warn("resolving {}: the coordinator at {}: {}", node, options_.coordinator_address,
+                   coordinator.status().ToString());
+      return "";
+    }
+    Result<std::string> address =
+        (*coordinator)
+            ->impl()
+            .Call<Result<std::string>>([&](schema::Session::Client& session) {
+              auto request = session.coordinatorRequest().send().getCoordinator().resolveNodesRequest();
+              request.initNodeIds(1).set(0, node);
+              return request.send().then([](auto response) -> Result<std::string> {
+                for (auto n : response.getNodes()) return std::string(n.getRpcAddress().cStr());
+                return std::string();
+              });
+            })
+            .get();
+    if (!address.ok()) {
+      if (address.status().code() == StatusCode::kUnavailable) Forget(options_.coordinator_address);
+      spdlog::warn("resolving {} at the coordinator: {}", node, address.status().ToString());
+      return "";
+    }
+    std::lock_guard lock(connections_mu_);
+    resolved_[node] = {*address, Clock::now() + options_.resolve_ttl};
+    return *address;
+  }
+
+  Result<std::shared_ptr<rpc::RpcClient>> Connection(const std::string& address) {
+    {
+      std::lock_guard lock(connections_mu_);
+      if (auto it = connections_.find(address); it != connections_.end()) return it->second;
+    }
+    // Connecting blocks this fetch thread only; two threads racing keep the first.
+    rpc::RpcClientOptions connect;
+    connect.address = address;
+    connect.token = options_.token;
+    connect.tls_ca_file = options_.tls_ca_file;
+    connect.timeout = options_.timeout;
+    connect.max_message_bytes = options_.max_message_bytes;
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> client, rpc::RpcClient::Connect(std::move(connect)));
+    std::lock_guard lock(connections_mu_);
+    return connections_.try_emplace(address, std::move(client)).first->second;
+  }
+
+  // A connection that failed is dropped (the next fetch reconnects), and so is every
+  // address resolved through it being current.
+  void Forget(const std::string& address) {
+    std::lock_guard lock(connections_mu_);
+    connections_.erase(address);
+    for (auto it = resolved_.begin(); it != resolved_.end();) {
+      it = it->second.address == address ? resolved_.erase(it) : std::next(it);
+    }
+  }
+
+  const PeerFetcherOptions options_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
+  std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
+  std::mutex connections_mu_;
+  std::map<std::string, std::shared_ptr<rpc::RpcClient>> connections_ KVTIER_GUARDED_BY(connections_mu_);
+  std::map<std::string, Resolved> resolved_ KVTIER_GUARDED_BY(connections_mu_);
+};
+
+Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {
+  if (options.coordinator_address.empty()) return InvalidArgumentError("PeerFetcherOptions.coordinator_address is empty");
+  if (options.threads == 0) return InvalidArgumentError("PeerFetcherOptions.threads must be at least 1");
+  if (options.max_blocks_per_call == 0) return InvalidArgumentError("PeerFetcherOptions.max_blocks_per_call must be at least 1");
+  auto impl = std::make_unique<Impl>(std::move(options));
+  impl->Start();
+  return std::unique_ptr<PeerFetcher>(new PeerFetcher(std::move(impl)));
+}
+
+PeerFetcher::PeerFetcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PeerFetcher::~PeerFetcher() = default;
+kj::Promise<FetchedBlocks> PeerFetcher::Fetch(PeerFetchRequest request) { return impl_->Fetch(std::move(request)); }
+
+}  // namespace kvtier::worker

@@ -1,0 +1,82 @@
+// PeerFetcher: a worker node's reads of blocks that other nodes hold, for onboarding a
+// prefix computed elsewhere (cross-node reuse).
+//
+// Given the ids of the nodes a lookup placed the blocks on, it asks the coordinator where
+// they are reached (resolveNodes; answers kept for `resolve_ttl`), connects to each with
+// the node credential (connections kept and reused), and reads the wanted blocks through
+// that node's BlockStore capability under the tenant's salt scope, node by node in the
+// order given: each serves the leading run of the remaining blocks it holds. A block is
+// taken only when its header names the key, scope and format asked for and its payload
+// has the layout's size and its checksum; the first that fails ends the run there. The
+// coordinator is the only source of addresses: a client names nodes, never addresses, so
+// the node credential is only ever presented to registered nodes.
+//
+// Fetches run on threads of their own (`threads`), each blocking on its RPC connections;
+// Fetch returns at once with a promise for the calling thread's KJ event loop (the
+// worker's), fulfilled across threads, so that loop never waits on the network. A node
+// that cannot be reached or answers with an error is skipped and logged; the result is
+// whatever leading run was found, possibly nothing: onboarding then falls back to
+// recomputation, never to an error.
+//
+// Thread safety: Fetch from any thread that runs a KJ event loop. The destructor waits for
+// running fetches; the promises of queued ones are broken.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <kj/async.h>
+
+#include "common/block_key.h"
+#include "common/status.h"
+
+namespace kvtier::worker {
+
+struct PeerFetcherOptions {
+  std::string coordinator_address;            // required
+  std::string token;                          // the node credential
+  std::string tls_ca_file;                    // set: TLS to the coordinator and peers
+  std::vector<std::string> self_node_ids;     // this node's own ids: never fetched from
+  std::chrono::milliseconds timeout{2000};    // per call, connecting included
+  std::chrono::milliseconds resolve_ttl{5000};
+  uint32_t threads = 2;                       // concurrent fetches
+  uint64_t max_message_bytes = 64ull << 20;
+  uint32_t max_blocks_per_call = 1024;        // a larger request is split
+};
+
+struct PeerFetchRequest {
+  std::vector<std::string> node_ids;  // where the lookup placed the blocks, in preference order
+  std::vector<BlockKey> keys;         // the blocks wanted, in chain order
+  std::string format_tag;             // storage format (services/worker/tier_link.h)
+  uint64_t salt_scope = 0;
+  uint64_t block_bytes = 0;
+};
+
+struct FetchedBlocks {
+  std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
+  std::vector<uint8_t> bytes;  // their payloads, block_bytes each, in that order
+  uint64_t block_bytes = 0;
+  uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
+};
+
+class PeerFetcher {
+ public:
+  // kInvalidArgument: no coordinator address or no threads.
+  [[nodiscard]] static Result<std::unique_ptr<PeerFetcher>> Create(PeerFetcherOptions options);
+  ~PeerFetcher();
+  PeerFetcher(const PeerFetcher&) = delete;
+  PeerFetcher& operator=(const PeerFetcher&) = delete;
+
+  kj::Promise<FetchedBlocks> Fetch(PeerFetchRequest request);
+
+  class Impl;
+
+ private:
+  explicit PeerFetcher(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::worker

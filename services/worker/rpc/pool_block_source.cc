@@ -1,0 +1,38 @@
+#include "services/worker/rpc/pool_block_source.h"
+
+#include "services/worker/tier_link.h"
+
+namespace kvtier::worker {
+
+Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& ref) const {
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    KVTIER_ASSIGN_OR_RETURN(const std::optional<PoolHolding> holding, worker_->FindCommitted(pool, ref.key));
+    if (!holding || holding->salt_scope != ref.salt_scope) continue;
+    KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, worker_->PoolLayout(pool));
+    if (StorageFormatTag(layout, holding->format_tag) != ref.format_tag) continue;
+    storage::BlockHeader header;
+    header.key = holding->key;
+    header.parent = holding->parent;
+    header.first_in_chain = holding->first;
+    header.format_tag = std::string(ref.format_tag);
+    header.salt_scope = holding->salt_scope;
+    header.payload_bytes = layout.bytes_per_block();
+    header.priority = holding->priority;
+    return Found{pool, holding->block, std::move(header)};
+  }
+  return NotFoundError("no pool holds block " + ref.key.ToHex() + " in that format and scope");
+}
+
+Result<storage::BlockHeader> PoolBlockSource::Peek(const storage::BlockRef& ref) {
+  KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
+  return std::move(found.header);
+}
+
+Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref, std::span<uint8_t> out) {
+  KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
+  KVTIER_RETURN_IF_ERROR(worker_->ReadBlock(found.pool_id, found.block, out));
+  found.header.checksum = storage::PayloadChecksum(out);
+  return std::move(found.header);
+}
+
+}  // namespace kvtier::worker

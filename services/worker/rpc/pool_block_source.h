@@ -1,0 +1,36 @@
+// PoolBlockSource: a worker's pools as a read-only block source for its BlockStore
+// capability, so that a peer onboarding a prefix this worker computed fetches the blocks
+// straight from its pool (cross-node reuse without a trip through a store).
+//
+// A committed block is served only for the salt scope it was committed under and for the
+// storage format of its pool's layout and engine format tag (services/worker/tier_link.h
+// StorageFormatTag), with a checksum computed as it is read. Priority travels; retention
+// does not (a fetching worker commits the block with its own request's retention).
+//
+// Thread safety: none, as the Worker: the node's event loop owns both.
+// Ownership: borrows the worker, which outlives this object.
+#pragma once
+
+#include "services/store/rpc/store_service.h"
+#include "services/worker/worker.h"
+
+namespace kvtier::worker {
+
+class PoolBlockSource final : public store::ExtraBlockSource {
+ public:
+  explicit PoolBlockSource(Worker* worker) : worker_(worker) {}
+  [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
+  [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
+
+ private:
+  struct Found {
+    uint32_t pool_id;
+    BlockId block;
+    storage::BlockHeader header;
+  };
+  Result<Found> Find(const storage::BlockRef& ref) const;
+
+  Worker* worker_;
+};
+
+}  // namespace kvtier::worker
