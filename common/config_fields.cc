@@ -205,7 +205,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                                [](auto& c) -> auto& { return c.node.coordinator; }, CheckListenAddress));
   fields.push_back(StringField("node.coordinator_token_file",
                                "`kvtier worker`, `kvtier store`: file whose first line is the node's token at the "
-                               "coordinator (a tenant token).",
+                               "coordinator and its peers (a node credential: the nodes: section of auth.token_file).",
                                "a file path", true, [](auto& c) -> auto& { return c.node.coordinator_token_file; }));
 }
 

@@ -21,6 +21,7 @@ using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 const std::string kTokenA(40, 'a');
 const std::string kTokenB(40, 'b');
+const std::string kNodeToken(40, 'n');
 
 // One tenant's connection and its BlockStore capability.
 class Client {
@@ -96,7 +97,9 @@ class StoreServiceTest : public ::testing::Test {
     store_ = storage::TieredStore::Create(std::move(options)).value();
     tokens_ = auth::TokenStore::FromYaml("tenants:\n"
                                          "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
-                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n",
+                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n"
+                                         "nodes:\n"
+                                         "  - {name: cluster-nodes, token: " + kNodeToken + "}\n",
                                          "tokens")
                   .value();
     session_.identity = {"s1", {"store"}};
@@ -142,6 +145,24 @@ TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
   remove.setFormatTag(storage::testing::kFormat);
   EXPECT_EQ(a.Call(kj::mv(remove))->getRemoved(), 1u);
   EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing");
+}
+
+TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {
+  Client a(address_, kTokenA), node(address_, kNodeToken);
+  ASSERT_EQ(a.Put({MakeBlock(1, 3000)}).value_or(0), 1u);
+  auto get = [&](uint64_t scope) {
+    auto request = node.store().getRequest();
+    auto keys = request.initKeys(1);
+    keys[0].setHi(0x1234);
+    keys[0].setLo(1);
+    request.setFormatTag(storage::testing::kFormat);
+    request.setSaltScope(scope);
+    auto response = node.Call(kj::mv(request));
+    return response.ok() && response->getStates()[0] == schema::BlockState::PRESENT;
+  };
+  EXPECT_TRUE(get(SaltScope("salt-a"))) << "a worker fetching team A's block on its behalf";
+  EXPECT_FALSE(get(SaltScope("salt-b"))) << "under team B's scope the block does not exist";
+  EXPECT_FALSE(get(0)) << "a node's own scope holds no tenant's blocks";
 }
 
 TEST_F(StoreServiceTest, ABadBlockRefusesTheWholeBatch) {

@@ -38,8 +38,8 @@ namespace kvtier::worker {
 struct PeerFetcherOptions {
   std::string coordinator_address;            // required
   std::string token;                          // the node credential
-  std::string tls_ca_file;                    // set: TLS to the coordinator and peers
-  std::vector<std::string> self_node_ids;     // this node's own ids: never fetched from
+  std::string tls_ca_file = {};               // set: TLS to the coordinator and peers
+  std::vector<std::string> self_node_ids = {};  // this node's own ids: never fetched from
   std::chrono::milliseconds timeout{2000};    // per call, connecting included
   std::chrono::milliseconds resolve_ttl{5000};
   uint32_t threads = 2;                       // concurrent fetches
