@@ -97,6 +97,7 @@ class ClientTest(unittest.TestCase):
         found = client.lookup(keys)
         self.assertEqual(found["matched_blocks"], 3)
         self.assertEqual(found["locations"][0][0][1], "gpu")
+        self.assertEqual(len(found["sources"]), 1, "the one node holding them, for onboard(sources=...)")
         self.assertEqual(client.route(keys)[1], 3)
         # Sequence 2, same prompt: blocks reused in place, with the bytes written above.
         again = client.allocate(2, keys, len(prompt))
@@ -107,6 +108,12 @@ class ClientTest(unittest.TestCase):
         for i, block_id in enumerate(again.block_ids):
             self.assertEqual(bytes(whole[block_id * stride:block_id * stride + 4]), bytes([i] * 4))
         client.free(2)
+        # A prompt nobody holds, with a source that is no live node: nothing onboarded.
+        fresh = kvtier.block_keys(list(range(9000, 9016)), 16)
+        client.allocate(3, fresh, 16)
+        nothing = client.onboard(3, fresh, sources=["no-such-node/worker"])
+        self.assertEqual((nothing.onboarded_blocks, nothing.from_remote), (0, 0))
+        client.free(3)
         self.assertGreaterEqual(client.worker_stats()["total_blocks"], 3)
 
     def test_errors_carry_the_status_code(self):

@@ -150,6 +150,7 @@ py::dict LookupToDict(const LookupResult& r) {
   out["matched_blocks"] = r.matched_blocks;
   out["locations"] = locations;
   out["scores"] = scores;
+  out["sources"] = Client::SourcesOf(r);  // for onboard(..., sources=...)
   return out;
 }
 
