@@ -2,12 +2,7 @@
 // loop (services/rpc/rpc_client_impl.h) from values it owns (an attempt may run again)
 // and converts the answer to the SDK's plain types.
 
-// GCC 12 reports -Wmaybe-uninitialized inside kj::ExceptionOr<Result<T>> (a std::optional
-// in a kj::Maybe) once T holds a vector: its inliner loses track of the engaged flag (the
-// GCC bug 105593 family). Every such value is constructed before it is read.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 
 #include <kj/function.h>
 

@@ -1,9 +1,5 @@
+#include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/coordinator/rpc/node_link.h"
-
-// See services/client/rpc/client_calls.cc: GCC 12 misreads kj::ExceptionOr<Result<T>>.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"

@@ -1,10 +1,4 @@
-// GCC 12 reports -Wmaybe-uninitialized inside kj::ExceptionOr<T> once T holds a vector or
-// an optional (the GCC bug 105593 family, as in services/client/rpc/client_calls.cc):
-// every such value is constructed before it is read.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+#include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/peer_fetcher.h"
 
 #include <algorithm>
