@@ -73,6 +73,8 @@ struct WorkerConfig {
   // `kvtier worker` only:
   std::string listen = "127.0.0.1:7401";        // its Worker and BlockStore's host:port (port 0 picks one)
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address
+  std::vector<std::string> write_through_stores = {};  // store node ids: committed blocks are written to one too
+  uint64_t write_through_queue_bytes = 256ull << 20;  // blocks waiting for it beyond this are skipped
 };
 
 // The node's host and disk tiers (under data_dir/blocks).

@@ -123,20 +123,37 @@ Status CheckListenAddress(std::string_view address) {
   return Status::Ok();
 }
 
-Field ListenField() {
-  Field f{"coordinator.listen", "Addresses the coordinator RPC listens on.",
-          "a list of host:port, [ipv6]:port or unix:/path", true, {}, {}};
-  f.set = [](KvtierConfig& c, std::span<const std::string> v) -> Status {
-    for (const std::string& address : v) KVTIER_RETURN_IF_ERROR(CheckListenAddress(address));
-    c.coordinator.listen.assign(v.begin(), v.end());
+// A list of strings, each passing `check` (when set); empty items are refused.
+template <typename Member>
+Field StringListField(std::string_view path, std::string_view help, std::string allowed, Member member,
+                      std::function<Status(std::string_view)> check = nullptr) {
+  Field f{path, help, std::move(allowed), true, {}, {}};
+  f.set = [member, check](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    std::vector<std::string> items;
+    for (const std::string& item : v) {
+      if (item.empty()) {
+        if (v.size() == 1) break;  // an empty value: an empty list
+        return InvalidArgumentError("a list item is empty");
+      }
+      if (check) KVTIER_RETURN_IF_ERROR(check(item));
+      items.push_back(item);
+    }
+    member(c) = std::move(items);
     return Status::Ok();
   };
-  f.get = [](const KvtierConfig& c) {
+  f.get = [member](const KvtierConfig& c) {
     std::string out;
-    for (const std::string& a : c.coordinator.listen) out += (out.empty() ? "" : ",") + a;
+    for (const std::string& item : member(c)) out += (out.empty() ? "" : ",") + item;
     return out;
   };
   return f;
+}
+
+Field ListenField() {
+  return StringListField(
+      "coordinator.listen", "Addresses the coordinator RPC listens on.",
+      "a list of host:port, [ipv6]:port or unix:/path", [](auto& c) -> auto& { return c.coordinator.listen; },
+      CheckListenAddress);
 }
 
 // The embedded worker's pool and the node's tiers (`kvtier up`).
@@ -196,6 +213,17 @@ void AddNodeFields(std::vector<Field>& fields) {
                                "`kvtier worker`: host:port peers reach it at; empty: the bound listen address.",
                                "host:port", true, [](auto& c) -> auto& { return c.worker.advertise; },
                                CheckListenAddress));
+  fields.push_back(StringListField(
+      "worker.write_through_stores",
+      "`kvtier worker`: node ids of storage nodes (\"<name>/store\" of a `kvtier store`) that every committed block "
+      "worth offloading is also written to, so that it outlives this worker and any node can fetch it; each block "
+      "goes to one of them, chosen by its key (rendezvous hashing: adding a store moves only its share); empty: none.",
+      "a list of node ids", [](auto& c) -> auto& { return c.worker.write_through_stores; }));
+  fields.push_back(UintField("worker.write_through_queue_bytes",
+                             "`kvtier worker`: bytes of blocks that may wait for the write-through store; blocks "
+                             "beyond it are skipped (the node's own tiers still take them), never waited for.",
+                             1ull << 20, 1ull << 40,
+                             [](auto& c) -> auto& { return c.worker.write_through_queue_bytes; }));
   fields.push_back(StringField("node.name",
                                "`kvtier worker`, `kvtier store`: the node's name at the coordinator, stable across "
                                "restarts; empty: the host name.",

@@ -261,7 +261,11 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   }
   const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {
+    const size_t before = w.events_.size();
     KVTIER_RETURN_IF_ERROR(Commit(client, sequence, block_keys.first(filled), {}, retention).status());
+    for (size_t e = before; e < w.events_.size(); ++e) {
+      if (w.events_[e].kind == WorkerEvent::Kind::kStored) w.events_[e].onboarded = true;
+    }
     seq->filled_blocks = filled;
     w.stats_.onboarded_blocks += result.onboarded_blocks;
     w.stats_.onboarded_bytes += uint64_t{result.onboarded_blocks} * block_bytes;

@@ -148,6 +148,7 @@ struct WorkerEvent {
   uint8_t priority;
   uint64_t salt_scope;
   Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
+  bool onboarded = false;  // kStored: the bytes came from a tier or another node, not this node's engine
 };
 
 struct WorkerStats {

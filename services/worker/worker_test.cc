@@ -309,6 +309,9 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   for (uint8_t i = 0; i < 4; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), keep).ok());
   ASSERT_TRUE(worker.Free(1, 1).ok());
+  for (const WorkerEvent& e : worker.TakeEvents()) {
+    EXPECT_FALSE(e.onboarded) << "blocks 1-4 were computed here";
+  }
   // Sequence 2 needs the whole pool: all four are evicted at once and offloaded.
   const std::vector<BlockKey> other = {Key(11), Key(12), Key(13), Key(14)};
   ASSERT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 16)}).ok());
@@ -322,6 +325,11 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   auto onboarded = worker.Onboard(1, 3, keys, keep);
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 4u);
+  size_t stored_onboarded = 0;
+  for (const WorkerEvent& e : worker.TakeEvents()) {
+    if (e.kind == WorkerEvent::Kind::kStored) stored_onboarded += e.onboarded ? 1 : 100;
+  }
+  EXPECT_EQ(stored_onboarded, 4u) << "the four stored again are marked onboarded, and only they are stored";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());

@@ -9,20 +9,22 @@
 //     periods, and the client falls back to computing on B without an error;
 //   - a restarted coordinator converges to the nodes' holdings from their snapshots;
 //   - worker B reuses a prefix computed on worker A: fetched over the network from A's
-//     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine.
-// Not yet: the standalone store node receives no blocks from workers (their evictions go
-// to their own node's tiers), so B's fetches "through the store" are from A's store role.
+//     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine;
+//   - with the workers writing through to the store node, B reuses a prefix A computed
+//     through the store, after A was killed.
 #include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <numeric>
 #include <regex>
 #include <thread>
 
 #include "services/client/client.h"
+#include "tests/testing/sdk_pool.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier {
@@ -131,6 +133,9 @@ std::vector<BlockKey> Keys(uint32_t first, uint32_t blocks) {
 class ClusterTest : public ::testing::Test {
  protected:
   // Nodes: 0 the coordinator, 1 and 2 the workers, 3 the store.
+  // Flags every worker gets on top of the fixture's.
+  virtual std::vector<std::string> WorkerFlags() const { return {}; }
+
   void SetUp() override {
     if (!network_.available()) {
       std::printf("[ NOTE     ] no network namespaces (%s): the nodes share loopback\n", network_.why_not().c_str());
@@ -140,12 +145,11 @@ class ClusterTest : public ::testing::Test {
     address_ = coordinator_->rpc();
     for (int w = 0; w < 2; ++w) {
       const std::string name = w == 0 ? "worker-a" : "worker-b";
-      workers_.push_back(std::make_unique<Process>(
-          network_, 1 + w,
-          std::vector<std::string>{"worker", "--node-name", name, "--worker-listen", Listen(1 + w),
-                                   "--node-coordinator", address_, "--worker-pool-bytes", "4194304",
-                                   "--store-host-cache-bytes", "4194304", "--store-disk-bytes", "0"},
-          name));
+      std::vector<std::string> args = {"worker", "--node-name", name, "--worker-listen", Listen(1 + w),
+                                       "--node-coordinator", address_, "--worker-pool-bytes", "4194304",
+                                       "--store-host-cache-bytes", "4194304", "--store-disk-bytes", "0"};
+      for (const std::string& flag : WorkerFlags()) args.push_back(flag);
+      workers_.push_back(std::make_unique<Process>(network_, 1 + w, std::move(args), name));
       ASSERT_TRUE(workers_.back()->started) << workers_.back()->child->Stderr();
     }
     store_ = std::make_unique<Process>(
@@ -184,6 +188,54 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(table.ok()) << table.status();
     ASSERT_TRUE(engine.Commit(sequence, keys).ok());
     ASSERT_TRUE(engine.Free(sequence).ok());
+  }
+
+  // A's engine computes a prompt (block i filled with `fill` + i) and commits it.
+  void ComputeOnA(client::Client& a, client::MappedPool& pool_a, uint64_t sequence, const std::vector<BlockKey>& keys,
+                  uint8_t fill) {
+    auto table = a.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::span<uint8_t> block = pool_a.block(table->block_ids[i]);
+      std::fill(block.begin(), block.end(), uint8_t(fill + i));
+    }
+    ASSERT_TRUE(a.Commit(sequence, keys).ok());
+    ASSERT_TRUE(a.Free(sequence).ok());
+  }
+
+  // Whether some location of the prompt's last block is `node`, waiting up to 5 s for it;
+  // with `only`, whether `node` is the sole one.
+  bool Located(client::Client& b, const std::vector<BlockKey>& keys, const std::string& node, bool only = false) {
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      auto lookup = b.Lookup(keys);
+      if (lookup.ok() && lookup->matched_blocks == keys.size()) {
+        const auto& where = lookup->locations.back();
+        const bool found = std::any_of(where.begin(), where.end(), [&](const auto& l) { return l.node_id == node; });
+        if (found && (!only || where.size() == 1)) return true;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+
+  // B's engine: lookup, allocate (B has nothing), onboard from the nodes the lookup names;
+  // every block comes from another node with the bytes A's engine wrote.
+  void OnboardOnB(client::Client& b, client::MappedPool& pool_b, uint64_t sequence, const std::vector<BlockKey>& keys,
+                  uint8_t fill) {
+    auto lookup = b.Lookup(keys);
+    ASSERT_TRUE(lookup.ok()) << lookup.status();
+    auto table = b.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    ASSERT_TRUE(table.ok()) << table.status();
+    ASSERT_EQ(table->reused_blocks, 0u);
+    auto onboarded = b.Onboard(sequence, keys, {}, client::Client::SourcesOf(*lookup));
+    ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+    EXPECT_EQ(onboarded->from_remote, keys.size());
+    EXPECT_EQ(onboarded->cached_blocks, keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::span<uint8_t> block = pool_b.block(table->block_ids[i]);
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + i)), std::ptrdiff_t(block.size())) << "block " << i;
+    }
+    ASSERT_TRUE(b.Free(sequence).ok());
   }
 
   Network network_{4};
@@ -262,58 +314,15 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
 
 TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) {
   auto a = Engine(0), b = Engine(1);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  const KvLayout layout = a->GetWorkerStats()->pool_layouts[0];
-  auto pool_a = client::MappedPool::Map(*a->AttachPool(0, layout));
-  auto pool_b = client::MappedPool::Map(*b->AttachPool(0, layout));
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  auto pool_a = testing::MapWorkerPool(*a), pool_b = testing::MapWorkerPool(*b);
   ASSERT_TRUE(pool_a.ok() && pool_b.ok()) << "both pools are host shared memory on this machine";
-
-  // A's engine computes a prompt of 4 blocks (block i filled with 0x40 + i) and commits.
-  auto compute_on_a = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
-    auto table = a->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
-    ASSERT_TRUE(table.ok()) << table.status();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      std::span<uint8_t> block = pool_a->block(table->block_ids[i]);
-      std::fill(block.begin(), block.end(), uint8_t(fill + i));
-    }
-    ASSERT_TRUE(a->Commit(sequence, keys).ok());
-    ASSERT_TRUE(a->Free(sequence).ok());
-  };
-  // The first location the coordinator gives for a prompt's first block, waiting for `want`.
-  auto located = [&](const std::vector<BlockKey>& keys, const std::string& want) {
-    std::string seen;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
-      auto lookup = b->Lookup(keys);
-      seen = lookup.ok() && lookup->matched_blocks == keys.size() ? lookup->locations[0][0].node_id : "none";
-      if (seen == want) break;
-      std::this_thread::sleep_for(20ms);
-    }
-    return seen;
-  };
-  // B's engine: lookup, allocate (B has nothing), onboard from the nodes the lookup names.
-  auto onboard_on_b = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
-    auto lookup = b->Lookup(keys);
-    ASSERT_TRUE(lookup.ok()) << lookup.status();
-    auto table = b->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
-    ASSERT_TRUE(table.ok()) << table.status();
-    ASSERT_EQ(table->reused_blocks, 0u);
-    auto onboarded = b->Onboard(sequence, keys, {}, client::Client::SourcesOf(*lookup));
-    ASSERT_TRUE(onboarded.ok()) << onboarded.status();
-    EXPECT_EQ(onboarded->from_remote, keys.size());
-    EXPECT_EQ(onboarded->cached_blocks, keys.size());
-    for (size_t i = 0; i < keys.size(); ++i) {
-      std::span<uint8_t> block = pool_b->block(table->block_ids[i]);
-      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + i)), std::ptrdiff_t(block.size())) << "block " << i;
-    }
-    ASSERT_TRUE(b->Free(sequence).ok());
-  };
 
   // From A's pool, over the (veth) network.
   const std::vector<BlockKey> from_pool = Keys(2000, 4);
-  compute_on_a(1, from_pool, 0x40);
-  ASSERT_EQ(located(from_pool, "worker-a/worker"), "worker-a/worker");
-  onboard_on_b(1, from_pool, 0x40);
+  ComputeOnA(*a, *pool_a, 1, from_pool, 0x40);
+  ASSERT_TRUE(Located(*b, from_pool, "worker-a/worker"));
+  OnboardOnB(*b, *pool_b, 1, from_pool, 0x40);
   // B now holds it too: the next engine on B reuses it in place.
   auto reused = b->Allocate({.sequence = 2, .keys = from_pool, .num_tokens = 64});
   ASSERT_TRUE(reused.ok()) << reused.status();
@@ -323,13 +332,36 @@ TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) {
   // From A's store tier: a second prefix, pushed out of A's pool by a prompt that needs
   // all of it.
   const std::vector<BlockKey> from_store = Keys(3000, 4);
-  compute_on_a(3, from_store, 0x60);
+  ComputeOnA(*a, *pool_a, 3, from_store, 0x60);
   const uint32_t pool_blocks = a->GetWorkerStats()->total_blocks;
   auto flood = a->Allocate({.sequence = 4, .keys = Keys(5000, pool_blocks), .num_tokens = pool_blocks * 16});
   ASSERT_TRUE(flood.ok()) << flood.status();
   ASSERT_TRUE(a->Free(4).ok());
-  ASSERT_EQ(located(from_store, "worker-a/store"), "worker-a/store");
-  onboard_on_b(3, from_store, 0x60);
+  ASSERT_TRUE(Located(*b, from_store, "worker-a/store", /*only=*/true));
+  OnboardOnB(*b, *pool_b, 3, from_store, 0x60);
+}
+
+// The workers write every committed block through to the store node.
+class ClusterWithWriteThroughTest : public ClusterTest {
+ protected:
+  std::vector<std::string> WorkerFlags() const override { return {"--worker-write-through-stores", "store-0/store"}; }
+};
+
+TEST_F(ClusterWithWriteThroughTest, WorkerBReusesAPrefixThroughTheStoreAfterWorkerAIsKilled) {
+  auto a = Engine(0), b = Engine(1);
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  auto pool_a = testing::MapWorkerPool(*a), pool_b = testing::MapWorkerPool(*b);
+  ASSERT_TRUE(pool_a.ok() && pool_b.ok()) << "both pools are host shared memory on this machine";
+
+  // A computes a prompt of 4 blocks; the store node indexes its copy beside A's pool.
+  const std::vector<BlockKey> keys = Keys(7000, 4);
+  ComputeOnA(*a, *pool_a, 1, keys, 0x70);
+  ASSERT_TRUE(Located(*b, keys, "store-0/store")) << "written through to the store";
+  // A dies without a word (SIGKILL): once its lease lapses the store alone holds the prefix.
+  workers_[0]->child->Signal(SIGKILL);
+  ASSERT_TRUE(Located(*b, keys, "store-0/store", /*only=*/true));
+  // B onboards the prefix from the store over the network, the bytes A's engine wrote.
+  OnboardOnB(*b, *pool_b, 1, keys, 0x70);
 }
 
 }  // namespace

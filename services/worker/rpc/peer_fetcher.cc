@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -13,7 +12,7 @@
 
 #include "common/thread_annotations.h"
 #include "services/rpc/rpc_client_impl.h"
-#include "services/rpc/schema/coordinator.capnp.h"
+#include "services/worker/rpc/node_connections.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "storage/block_header.h"
@@ -22,24 +21,17 @@ namespace kvtier::worker {
 namespace {
 
 namespace schema = kvtier::rpc::schema;
-using Clock = std::chrono::steady_clock;
 
 struct Task {
   PeerFetchRequest request;
   kj::Own<kj::CrossThreadPromiseFulfiller<FetchedBlocks>> done;
 };
 
-struct Resolved {
-  std::string address;  // empty: not a live node
-  Clock::time_point expires;
-};
-
 }  // namespace
 
-// Lock order: mu_ (the queue) and connections_mu_ are never held together.
 class PeerFetcher::Impl {
  public:
-  explicit Impl(PeerFetcherOptions options) : options_(std::move(options)) {}
+  explicit Impl(PeerFetcherOptions options) : options_(std::move(options)), nodes_(*options_.connections) {}
 
   ~Impl() {
     {
@@ -92,10 +84,16 @@ class PeerFetcher::Impl {
           options_.self_node_ids.end()) {
         continue;
       }
-      const std::string address = Resolve(node);
-      if (address.empty()) continue;
-      if (Status s = FetchFrom(address, request, out); !s.ok()) {
-        spdlog::warn("fetching blocks from {} ({}): {}", node, address, s.ToString());
+      Result<std::string> address = nodes_.Resolve(node);
+      if (!address.ok()) {
+        // A node that left holds nothing; only a coordinator that did not answer is news.
+        if (address.status().code() != StatusCode::kNotFound) {
+          spdlog::warn("resolving {}: {}", node, address.status().ToString());
+        }
+        continue;
+      }
+      if (Status s = FetchFrom(*address, request, out); !s.ok()) {
+        spdlog::warn("fetching blocks from {} ({}): {}", node, *address, s.ToString());
       }
     }
     return out;
@@ -104,13 +102,13 @@ class PeerFetcher::Impl {
   // Reads the leading run of the blocks still wanted that `address` holds into `out`,
   // in calls of at most max_blocks_per_call blocks.
   Status FetchFrom(const std::string& address, const PeerFetchRequest& request, FetchedBlocks& out) {
-    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<rpc::RpcClient> peer, Connection(address));
+    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<rpc::RpcClient> peer, nodes_.Connect(address));
     while (out.keys.size() < request.keys.size()) {
       const size_t first = out.keys.size();
       const size_t count = std::min<size_t>(request.keys.size() - first, options_.max_blocks_per_call);
       Result<size_t> taken = GetBatch(*peer, request, first, count, out);
       if (!taken.ok()) {
-        if (taken.status().code() == StatusCode::kUnavailable) Forget(address);
+        if (taken.status().code() == StatusCode::kUnavailable) nodes_.Forget(address);
         return taken.status();
       }
       if (*taken < count) break;  // the node's run ended
@@ -161,82 +159,17 @@ class PeerFetcher::Impl {
     return taken;
   }
 
-  // The node's address from the coordinator (cached); empty when it is not live.
-  std::string Resolve(const std::string& node) {
-    {
-      std::lock_guard lock(connections_mu_);
-      if (auto it = resolved_.find(node); it != resolved_.end() && it->second.expires > Clock::now()) {
-        return it->second.address;
-      }
-    }
-    Result<std::shared_ptr<rpc::RpcClient>> coordinator = Connection(options_.coordinator_address);
-    if (!coordinator.ok()) {
-      spdlog::warn("resolving {}: the coordinator at {}: {}", node, options_.coordinator_address,
-                   coordinator.status().ToString());
-      return "";
-    }
-    Result<std::string> address =
-        (*coordinator)
-            ->impl()
-            .Call<Result<std::string>>([&](schema::Session::Client& session) {
-              auto request = session.coordinatorRequest().send().getCoordinator().resolveNodesRequest();
-              request.initNodeIds(1).set(0, node);
-              return request.send().then([](auto response) -> Result<std::string> {
-                for (auto n : response.getNodes()) return std::string(n.getRpcAddress().cStr());
-                return std::string();
-              });
-            })
-            .get();
-    if (!address.ok()) {
-      if (address.status().code() == StatusCode::kUnavailable) Forget(options_.coordinator_address);
-      spdlog::warn("resolving {} at the coordinator: {}", node, address.status().ToString());
-      return "";
-    }
-    std::lock_guard lock(connections_mu_);
-    resolved_[node] = {*address, Clock::now() + options_.resolve_ttl};
-    return *address;
-  }
-
-  Result<std::shared_ptr<rpc::RpcClient>> Connection(const std::string& address) {
-    {
-      std::lock_guard lock(connections_mu_);
-      if (auto it = connections_.find(address); it != connections_.end()) return it->second;
-    }
-    // Connecting blocks this fetch thread only; two threads racing keep the first.
-    rpc::RpcClientOptions connect;
-    connect.address = address;
-    connect.token = options_.token;
-    connect.tls_ca_file = options_.tls_ca_file;
-    connect.timeout = options_.timeout;
-    connect.max_message_bytes = options_.max_message_bytes;
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> client, rpc::RpcClient::Connect(std::move(connect)));
-    std::lock_guard lock(connections_mu_);
-    return connections_.try_emplace(address, std::move(client)).first->second;
-  }
-
-  // A connection that failed is dropped (the next fetch reconnects), and so is every
-  // address resolved through it being current.
-  void Forget(const std::string& address) {
-    std::lock_guard lock(connections_mu_);
-    connections_.erase(address);
-    for (auto it = resolved_.begin(); it != resolved_.end();) {
-      it = it->second.address == address ? resolved_.erase(it) : std::next(it);
-    }
-  }
-
   const PeerFetcherOptions options_;
+  NodeConnections& nodes_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
+  std::mutex mu_;  // a leaf
   std::condition_variable wake_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
-  std::mutex connections_mu_;
-  std::map<std::string, std::shared_ptr<rpc::RpcClient>> connections_ KVTIER_GUARDED_BY(connections_mu_);
-  std::map<std::string, Resolved> resolved_ KVTIER_GUARDED_BY(connections_mu_);
 };
 
 Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {
-  if (options.coordinator_address.empty()) return InvalidArgumentError("PeerFetcherOptions.coordinator_address is empty");
+  if (options.connections == nullptr) return InvalidArgumentError("PeerFetcherOptions.connections is null");
   if (options.threads == 0) return InvalidArgumentError("PeerFetcherOptions.threads must be at least 1");
   if (options.max_blocks_per_call == 0) return InvalidArgumentError("PeerFetcherOptions.max_blocks_per_call must be at least 1");
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -1,15 +1,13 @@
 // PeerFetcher: a worker node's reads of blocks that other nodes hold, for onboarding a
 // prefix computed elsewhere (cross-node reuse).
 //
-// Given the ids of the nodes a lookup placed the blocks on, it asks the coordinator where
-// they are reached (resolveNodes; answers kept for `resolve_ttl`), connects to each with
-// the node credential (connections kept and reused), and reads the wanted blocks through
+// Given the ids of the nodes a lookup placed the blocks on, it finds and connects to each
+// through the node's NodeConnections (the coordinator resolves ids; the node credential;
+// connections kept and reused), and reads the wanted blocks through
 // that node's BlockStore capability under the tenant's salt scope, node by node in the
 // order given: each serves the leading run of the remaining blocks it holds. A block is
 // taken only when its header names the key, scope and format asked for and its payload
-// has the layout's size and its checksum; the first that fails ends the run there. The
-// coordinator is the only source of addresses: a client names nodes, never addresses, so
-// the node credential is only ever presented to registered nodes.
+// has the layout's size and its checksum; the first that fails ends the run there.
 //
 // Fetches run on threads of their own (`threads`), each blocking on its RPC connections;
 // Fetch returns at once with a promise for the calling thread's KJ event loop (the
@@ -20,9 +18,9 @@
 //
 // Thread safety: Fetch from any thread that runs a KJ event loop. The destructor waits for
 // running fetches; the promises of queued ones are broken.
+// Ownership: borrows the NodeConnections, which must outlive the fetcher.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,16 +33,13 @@
 
 namespace kvtier::worker {
 
+class NodeConnections;
+
 struct PeerFetcherOptions {
-  std::string coordinator_address;            // required
-  std::string token;                          // the node credential
-  std::string tls_ca_file = {};               // set: TLS to the coordinator and peers
+  NodeConnections* connections = nullptr;       // required
   std::vector<std::string> self_node_ids = {};  // this node's own ids: never fetched from
-  std::chrono::milliseconds timeout{2000};    // per call, connecting included
-  std::chrono::milliseconds resolve_ttl{5000};
-  uint32_t threads = 2;                       // concurrent fetches
-  uint64_t max_message_bytes = 64ull << 20;
-  uint32_t max_blocks_per_call = 1024;        // a larger request is split
+  uint32_t threads = 2;                         // concurrent fetches
+  uint32_t max_blocks_per_call = 1024;          // a larger request is split
 };
 
 struct PeerFetchRequest {
@@ -64,7 +59,7 @@ struct FetchedBlocks {
 
 class PeerFetcher {
  public:
-  // kInvalidArgument: no coordinator address or no threads.
+  // kInvalidArgument: no connections or no threads.
   [[nodiscard]] static Result<std::unique_ptr<PeerFetcher>> Create(PeerFetcherOptions options);
   ~PeerFetcher();
   PeerFetcher(const PeerFetcher&) = delete;

@@ -4,13 +4,13 @@
 // unknown node as holding nothing.
 #include "services/worker/rpc/peer_fetcher.h"
 
-#include <capnp/ez-rpc.h>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 
-#include "services/coordinator/rpc/coordinator_node.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
+#include "services/worker/rpc/node_connections.h"
+#include "services/worker/rpc/peer_node_testing.h"
 #include "storage/block_header.h"
 
 namespace kvtier::worker {
@@ -55,27 +55,14 @@ class ScriptedStore final : public schema::BlockStore::Server {
 class PeerFetcherTest : public ::testing::Test {
  protected:
   void Start(int corrupt_fill) {
-    coordinator::CoordinatorNodeOptions options;
-    options.rpc.listen = {"127.0.0.1:0"};
-    options.registry = &registry_;
-    options.store = [corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
-      return kj::heap<ScriptedStore>(corrupt_fill);
-    };
-    node_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
-    // "peer/store" registers at the coordinator with the address its BlockStore answers at.
-    capnp::EzRpcClient client(node_->endpoints()[0]);
-    auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
-    auth.setToken("auth is off");
-    auto session = auth.send().wait(client.getWaitScope()).getSession();
-    auto reg = session.coordinatorRequest().send().getCoordinator().registerRequest();
-    reg.initNode().setNodeId("peer/store");
-    reg.getNode().setRole(schema::NodeRole::STORE);
-    reg.getNode().setRpcAddress(node_->endpoints()[0]);
-    reg.getNode().setIncarnation(1);
-    reg.send().wait(client.getWaitScope());
-    fetcher_ = PeerFetcher::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off",
-                                    .self_node_ids = {"me/worker"}})
-                   .value();
+    // "peer/store" resolves to the BlockStore scripted here.
+    node_ = testing::StartCoordinatorWithStoreNode(
+        registry_, [corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
+          return kj::heap<ScriptedStore>(corrupt_fill);
+        },
+        "peer/store");
+    nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
+    fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .self_node_ids = {"me/worker"}}).value();
   }
 
   FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks) {
@@ -87,6 +74,7 @@ class PeerFetcherTest : public ::testing::Test {
 
   MetricsRegistry registry_;
   std::unique_ptr<coordinator::CoordinatorNode> node_;
+  std::unique_ptr<NodeConnections> nodes_;
   std::unique_ptr<PeerFetcher> fetcher_;
 };
 

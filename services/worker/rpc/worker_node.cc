@@ -13,8 +13,10 @@
 #include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
+#include "services/worker/rpc/node_connections.h"
 #include "services/worker/rpc/peer_fetcher.h"
 #include "services/worker/rpc/pool_block_source.h"
+#include "services/worker/rpc/remote_store_writer.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
 #include "services/worker/worker_metrics.h"
@@ -25,6 +27,7 @@ namespace kvtier::worker {
 namespace {
 
 constexpr auto kHoldingsWait = std::chrono::seconds(5);
+constexpr auto kWriteThroughDrain = std::chrono::seconds(10);
 
 uint64_t Millis(Nanos n) { return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(n).count()); }
 
@@ -82,14 +85,23 @@ class WorkerNode::Impl {
     KVTIER_ASSIGN_OR_RETURN(worker_, Worker::Create(worker));
     context_.worker = worker_.get();
     pool_source_ = std::make_unique<PoolBlockSource>(worker_.get());
-    PeerFetcherOptions peers;
-    peers.coordinator_address = options_.config.node.coordinator;
-    peers.token = options_.coordinator_token;
-    peers.tls_ca_file = options_.config.tls.ca_file;
-    peers.self_node_ids = {options_.name + "/worker", options_.name + "/store"};
-    peers.max_message_bytes = options_.config.coordinator.max_message_bytes;
-    KVTIER_ASSIGN_OR_RETURN(peers_, PeerFetcher::Create(std::move(peers)));
+    KVTIER_ASSIGN_OR_RETURN(nodes_, NodeConnections::Create({.coordinator_address = options_.config.node.coordinator,
+                                                             .token = options_.coordinator_token,
+                                                             .tls_ca_file = options_.config.tls.ca_file,
+                                                             .max_message_bytes =
+                                                                 options_.config.coordinator.max_message_bytes}));
+    KVTIER_ASSIGN_OR_RETURN(peers_, PeerFetcher::Create({.connections = nodes_.get(),
+                                                         .self_node_ids = {options_.name + "/worker",
+                                                                           options_.name + "/store"}}));
     context_.peers = peers_.get();
+    if (!options_.config.worker.write_through_stores.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(writer_, RemoteStoreWriter::Create({.connections = nodes_.get(),
+                                                                  .registry = options_.registry,
+                                                                  .store_nodes = options_.config.worker.write_through_stores,
+                                                                  .max_queued_bytes =
+                                                                      options_.config.worker.write_through_queue_bytes,
+                                                                  .batch_bytes = WriteBatchBytes()}));
+    }
     KVTIER_ASSIGN_OR_RETURN(worker_metrics_, WorkerMetrics::Create(*options_.registry, worker_->pool_count()));
     worker_metrics_->Update(worker_->Stats());
     KVTIER_RETURN_IF_ERROR(StartServer());
@@ -113,6 +125,10 @@ class WorkerNode::Impl {
     }
     holdings_ready_.notify_all();
     server_->Shutdown();
+    if (writer_) {
+      // What the last ticks committed still goes to the store, for a bounded while.
+      if (Status flushed = writer_->Flush(kWriteThroughDrain); !flushed.ok() && status.ok()) status = flushed;
+    }
     if (store_) {
       if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
     }
@@ -167,12 +183,23 @@ class WorkerNode::Impl {
     worker_agent_ = coordinator::NodeAgent::Start(std::move(agent));
   }
 
+  // Blocks per write-through put: about 8 MiB, and within half a message.
+  uint64_t WriteBatchBytes() const {
+    const uint64_t block = plan_->layout.bytes_per_block();
+    const uint64_t cap = std::max<uint64_t>(block, std::min<uint64_t>(8ull << 20, options_.config.coordinator.max_message_bytes / 2));
+    return std::min(cap, options_.config.worker.write_through_queue_bytes);
+  }
+
   // On the server's loop: the worker's time, events, load and metrics; holdings when the
   // worker agent waits for them.
   void LoopTick() {
     worker_->AdvanceTime();
     std::vector<coordinator::NodeEvent> events;
-    for (const WorkerEvent& e : worker_->TakeEvents()) events.push_back(ToNodeEvent(e));
+    for (const WorkerEvent& e : worker_->TakeEvents()) {
+      if (writer_ && e.kind == WorkerEvent::Kind::kStored && !e.onboarded) WriteThrough(e);
+      events.push_back(ToNodeEvent(e));
+    }
+    if (writer_) writer_->Submit();
     if (worker_agent_ && !events.empty()) worker_agent_->Enqueue(std::move(events));
     const WorkerStats stats = worker_->Stats();
     uint64_t active = 0;
@@ -191,6 +218,29 @@ class WorkerNode::Impl {
       holdings_wanted_ = false;
       holdings_ready_.notify_all();
     }
+  }
+
+  // On the server's loop: a block this node's engine computed and committed, copied out of
+  // the pool for the write-through store while the pool still holds it under that key.
+  // Onboarded blocks are not written again: they were written through where they were
+  // computed. Blocks below the offload priority are not worth keeping anywhere.
+  void WriteThrough(const WorkerEvent& stored) {
+    if (stored.priority < options_.config.worker.secondary_offload_min_priority) return;
+    Result<std::optional<PoolHolding>> found = worker_->FindCommitted(stored.pool_id, stored.key);
+    if (!found.ok() || !found->has_value()) return;  // evicted since: nothing to copy
+    const PoolHolding& holding = **found;
+    storage::BlockHeader header;
+    header.key = holding.key;
+    header.parent = holding.parent;
+    header.first_in_chain = holding.first;
+    header.format_tag = StorageFormatTag(plan_->layout, holding.format_tag);
+    header.salt_scope = holding.salt_scope;
+    header.payload_bytes = plan_->layout.bytes_per_block();
+    header.priority = holding.priority;
+    header.retention_left_ms = Millis(holding.retention_left);
+    (void)writer_->Write(header, [&](std::span<uint8_t> out) {
+      return worker_->ReadBlock(stored.pool_id, holding.block, out);
+    });  // not taken: counted by the writer; the node's own tiers still get it on eviction
   }
 
   // On the worker agent's thread: asks the loop for the pool's holdings and waits.
@@ -212,7 +262,9 @@ class WorkerNode::Impl {
   std::unique_ptr<Worker> worker_;  // the server loop's
   WorkerServiceContext context_;
   std::unique_ptr<PoolBlockSource> pool_source_;  // the server loop's, as the worker
+  std::unique_ptr<NodeConnections> nodes_;  // the peer fetches' and the writes through to a store
   std::unique_ptr<PeerFetcher> peers_;
+  std::unique_ptr<RemoteStoreWriter> writer_;  // null: no write-through store
   std::unique_ptr<WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   rpc::SessionContext session_;

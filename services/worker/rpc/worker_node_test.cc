@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "services/client/client.h"
 #include "services/coordinator/rpc/coordinator_node.h"
+#include "services/store/rpc/store_node.h"
+#include "tests/testing/sdk_pool.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::worker {
@@ -40,7 +43,8 @@ class WorkerNodeTest : public ::testing::Test {
 
   void StartWorker() { node_ = StartNode("gpu-node-0", dir_.path(), worker_registry_); }
 
-  std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir, MetricsRegistry& registry) {
+  std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir, MetricsRegistry& registry,
+                                        const std::string& write_through_store = "") {
     WorkerNodeOptions options;
     options.config.data_dir = data_dir;
     // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; four of them.
@@ -48,6 +52,7 @@ class WorkerNodeTest : public ::testing::Test {
                              .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
     options.config.worker.listen = "127.0.0.1:0";
     options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
+    if (!write_through_store.empty()) options.config.worker.write_through_stores = {write_through_store};
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
     options.name = name;
@@ -81,10 +86,26 @@ class WorkerNodeTest : public ::testing::Test {
     return seen;
   }
 
-  testing::TempDir dir_;
-  MetricsRegistry coordinator_registry_, worker_registry_;
+  // Nodes A (node_) and B, each with an engine and its pool mapped here; both write
+  // through to `write_through_store` when one is named.
+  void StartTwoNodes(const std::string& write_through_store = "") {
+    node_ = StartNode("node-a", dir_.path(), worker_registry_, write_through_store);
+    node_b_ = StartNode("node-b", dir_b_.path(), registry_b_, write_through_store);
+    ASSERT_TRUE(node_->registered() && node_b_->registered());
+    engine_a_ = Connect(node_->endpoints()[0]);
+    engine_b_ = Connect(node_b_->endpoints()[0]);
+    auto pool_a = testing::MapWorkerPool(*engine_a_), pool_b = testing::MapWorkerPool(*engine_b_);
+    ASSERT_TRUE(pool_a.ok() && pool_b.ok());
+    pool_a_.emplace(std::move(*pool_a));
+    pool_b_.emplace(std::move(*pool_b));
+  }
+
+  testing::TempDir dir_, dir_b_;
+  MetricsRegistry coordinator_registry_, worker_registry_, registry_b_;
   std::unique_ptr<coordinator::CoordinatorNode> coordinator_;
-  std::unique_ptr<WorkerNode> node_;
+  std::unique_ptr<WorkerNode> node_, node_b_;
+  std::unique_ptr<client::Client> engine_a_, engine_b_;
+  std::optional<client::MappedPool> pool_a_, pool_b_;
 };
 
 TEST_F(WorkerNodeTest, ItsBlocksReachTheIndexAndLeaveWithADrain) {
@@ -132,47 +153,37 @@ TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
 // first from A's pool, then (after A evicted it) from A's host tier; the bytes B's pool
 // receives are the ones A's engine wrote.
 TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHoldIt) {
-  testing::TempDir dir_b;
-  MetricsRegistry registry_b;
-  node_ = StartNode("node-a", dir_.path(), worker_registry_);
-  std::unique_ptr<WorkerNode> node_b = StartNode("node-b", dir_b.path(), registry_b);
-  ASSERT_TRUE(node_->registered() && node_b->registered());
-  auto engine_a = Connect(node_->endpoints()[0]);
-  auto engine_b = Connect(node_b->endpoints()[0]);
+  StartTwoNodes();
   auto coordinator = Connect(coordinator_->endpoints()[0]);
-  const KvLayout layout = engine_a->GetWorkerStats()->pool_layouts[0];
-  auto pool_a = client::MappedPool::Map(*engine_a->AttachPool(0, layout));
-  auto pool_b = client::MappedPool::Map(*engine_b->AttachPool(0, layout));
-  ASSERT_TRUE(pool_a.ok() && pool_b.ok());
 
   // Engine A computes blocks 0,1 of a prompt (bytes 0x10 and 0x11) and commits them.
   auto compute_on_a = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
-    auto table = engine_a->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    auto table = engine_a_->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
     ASSERT_TRUE(table.ok()) << table.status();
     for (size_t b = 0; b < keys.size(); ++b) {
-      std::span<uint8_t> block = pool_a->block(table->block_ids[b]);
+      std::span<uint8_t> block = pool_a_->block(table->block_ids[b]);
       std::fill(block.begin(), block.end(), uint8_t(fill + b));
     }
-    ASSERT_TRUE(engine_a->Commit(sequence, keys).ok());
-    ASSERT_TRUE(engine_a->Free(sequence).ok());
+    ASSERT_TRUE(engine_a_->Commit(sequence, keys).ok());
+    ASSERT_TRUE(engine_a_->Free(sequence).ok());
   };
   // Engine B: lookup, allocate (nothing cached on B), onboard from the lookup's nodes.
   auto onboard_on_b = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
     auto lookup = coordinator->Lookup(keys);
     ASSERT_TRUE(lookup.ok()) << lookup.status();
     const std::vector<std::string> sources = client::Client::SourcesOf(*lookup);
-    auto table = engine_b->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    auto table = engine_b_->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
     ASSERT_TRUE(table.ok()) << table.status();
     EXPECT_EQ(table->reused_blocks, 0u);
-    auto onboarded = engine_b->Onboard(sequence, keys, {}, sources);
+    auto onboarded = engine_b_->Onboard(sequence, keys, {}, sources);
     ASSERT_TRUE(onboarded.ok()) << onboarded.status();
     EXPECT_EQ(onboarded->from_remote, keys.size()) << "sources: " << sources.size();
     EXPECT_EQ(onboarded->cached_blocks, keys.size());
     for (size_t b = 0; b < keys.size(); ++b) {
-      std::span<uint8_t> block = pool_b->block(table->block_ids[b]);
+      std::span<uint8_t> block = pool_b_->block(table->block_ids[b]);
       EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + b)), std::ptrdiff_t(block.size())) << "block " << b;
     }
-    ASSERT_TRUE(engine_b->Free(sequence).ok());
+    ASSERT_TRUE(engine_b_->Free(sequence).ok());
   };
 
   const std::vector<BlockKey> first = client::Client::BlockKeys(Prompt(10, 8), kTokensPerBlock);
@@ -184,19 +195,86 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   // now sits in A's host tier, and B onboards it from there.
   const std::vector<BlockKey> second = client::Client::BlockKeys(Prompt(300, 8), kTokensPerBlock);
   compute_on_a(2, second, 0x20);
-  ASSERT_TRUE(engine_a->Allocate({.sequence = 3, .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
+  ASSERT_TRUE(engine_a_->Allocate({.sequence = 3, .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
                                   .num_tokens = 16}).ok());
   ASSERT_EQ(WaitFor(second, "node-a/store:host"), "node-a/store:host");
   onboard_on_b(2, second, 0x20);
 
   // Sources that name no live node, or B itself, bring nothing: no error, no blocks.
   const std::vector<BlockKey> third = client::Client::BlockKeys(Prompt(900, 4), kTokensPerBlock);
-  ASSERT_TRUE(engine_b->Allocate({.sequence = 4, .keys = third, .num_tokens = 4}).ok());
+  ASSERT_TRUE(engine_b_->Allocate({.sequence = 4, .keys = third, .num_tokens = 4}).ok());
   const std::vector<std::string> nowhere = {"no-such-node/worker", "node-b/worker"};
-  auto nothing = engine_b->Onboard(4, third, {}, nowhere);
+  auto nothing = engine_b_->Onboard(4, third, {}, nowhere);
   ASSERT_TRUE(nothing.ok()) << nothing.status();
   EXPECT_EQ(nothing->onboarded_blocks, 0u);
-  ASSERT_TRUE(node_b->Drain().ok());
+  ASSERT_TRUE(node_b_->Drain().ok());
+}
+
+// A worker writing through to a storage node of its own: what engine A computes reaches
+// the store while A still holds it, so after A is gone (drained, as a crash would take it
+// away) engine B onboards the prefix from the store, the bytes A's engine wrote.
+TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesTheWorker) {
+  testing::TempDir store_dir;
+  MetricsRegistry store_registry;
+  store::StoreNodeOptions store_options;
+  store_options.config.data_dir = store_dir.path();
+  store_options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .listen = "127.0.0.1:0"};
+  store_options.config.node.coordinator = coordinator_->endpoints()[0];
+  store_options.registry = &store_registry;
+  store_options.node_id = "store-0/store";
+  store_options.tick = 10ms;
+  auto store_node = store::StoreNode::Create(std::move(store_options)).value();
+  StartTwoNodes("store-0/store");
+  auto coordinator = Connect(coordinator_->endpoints()[0]);
+
+  // Engine A computes blocks 0,1 (bytes 0x30, 0x31) with priority 80 and commits them.
+  const std::vector<BlockKey> keys = client::Client::BlockKeys(Prompt(40, 8), kTokensPerBlock);
+  auto table = engine_a_->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(table.ok()) << table.status();
+  for (size_t b = 0; b < keys.size(); ++b) {
+    std::span<uint8_t> block = pool_a_->block(table->block_ids[b]);
+    std::fill(block.begin(), block.end(), uint8_t(0x30 + b));
+  }
+  const coordinator::RetentionConfig high{.ranges = {{.first_token = 0, .priority = 80}}};
+  ASSERT_TRUE(engine_a_->Commit(1, keys, high).ok());
+  ASSERT_TRUE(engine_a_->Free(1).ok());
+  // A's pool is still first in lookups; once the store has indexed the blocks, A goes.
+  ASSERT_EQ(WaitFor(keys, "node-a/worker:gpu"), "node-a/worker:gpu");
+  std::string stored = "none";
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       stored != "store-0/store" && std::chrono::steady_clock::now() < deadline;) {
+    auto lookup = coordinator->Lookup(keys);
+    if (lookup.ok() && lookup->matched_blocks == keys.size()) {
+      for (const client::Location& l : lookup->locations[1]) {
+        if (l.node_id == "store-0/store") stored = l.node_id;
+      }
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(stored, "store-0/store") << "block 1 is indexed at the store";
+  EXPECT_NE(worker_registry_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 2"),
+            std::string::npos);
+  ASSERT_TRUE(node_->Drain().ok());
+  ASSERT_EQ(WaitFor(keys, "store-0/store:host"), "store-0/store:host") << "only the store holds the prefix now";
+
+  // Engine B finds the prefix at the store and onboards it from there.
+  auto lookup = coordinator->Lookup(keys);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  auto on_b = engine_b_->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(on_b.ok()) << on_b.status();
+  auto onboarded = engine_b_->Onboard(1, keys, {}, client::Client::SourcesOf(*lookup));
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->from_remote, 2u);
+  for (size_t b = 0; b < keys.size(); ++b) {
+    std::span<uint8_t> block = pool_b_->block(on_b->block_ids[b]);
+    EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(0x30 + b)), std::ptrdiff_t(block.size())) << "block " << b;
+  }
+  // B onboarded them; it does not write them through again.
+  ASSERT_TRUE(engine_b_->Free(1).ok());
+  ASSERT_TRUE(node_b_->Drain().ok());
+  EXPECT_NE(registry_b_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 0"),
+            std::string::npos);
+  ASSERT_TRUE(store_node->Drain().ok());
 }
 
 }  // namespace

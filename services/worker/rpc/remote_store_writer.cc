@@ -1,0 +1,320 @@
+#include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
+#include "services/worker/rpc/remote_store_writer.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "common/thread_annotations.h"
+#include "services/rpc/rpc_client_impl.h"
+#include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/schema/store.capnp.h"
+#include "services/store/rpc/block_header_wire.h"
+#include "services/worker/rpc/node_connections.h"
+
+namespace kvtier::worker {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+
+// Blocks on their way to the store: headers[0, count) and their payloads back to back
+// in bytes[0, used). Reused: headers keep their strings' capacity, bytes its size.
+struct Batch {
+  size_t store = 0;  // index into RemoteStoreWriterOptions::store_nodes
+  std::vector<storage::BlockHeader> headers;
+  size_t count = 0;
+  std::vector<uint8_t> bytes;
+  size_t used = 0;
+};
+
+constexpr size_t kSpareBatches = 2;  // kept for reuse beyond the ones being filled
+
+// The store a block goes to: the highest of hash(key, store) over the stores (rendezvous
+// hashing), so every worker picks the same one and a new store takes only its share.
+size_t StoreFor(const BlockKey& key, const std::vector<uint64_t>& store_hashes) {
+  size_t best = 0;
+  uint64_t best_score = 0;
+  for (size_t i = 0; i < store_hashes.size(); ++i) {
+    // splitmix64 of the pair: cheap, and well mixed for keys that are hashes already.
+    uint64_t z = key.lo ^ (key.hi * 0x9e3779b97f4a7c15ull) ^ store_hashes[i];
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    if (i == 0 || z > best_score) {
+      best = i;
+      best_score = z;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+// Lock order: mu_ is a leaf, never held across a network call.
+class RemoteStoreWriter::Impl {
+ public:
+  explicit Impl(RemoteStoreWriterOptions options)
+      : options_(std::move(options)), nodes_(*options_.connections), open_(options_.store_nodes.size()) {
+    for (const std::string& node : options_.store_nodes) {
+      store_hashes_.push_back(storage::PayloadChecksum({reinterpret_cast<const uint8_t*>(node.data()), node.size()}));
+    }
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  Status Start() {
+    MetricsRegistry& r = *options_.registry;
+    KVTIER_ASSIGN_OR_RETURN(CounterFamily* blocks,
+                            r.AddCounter("kvtier_worker_store_writes_blocks_total",
+                                         "Committed blocks written through to the storage node, by result: written, "
+                                         "skipped (the queue was full), failed (refused or unreachable).",
+                                         {"result"}));
+    KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_store_writes_bytes_total",
+                                                               "Payload bytes written through to the storage node."));
+    KVTIER_ASSIGN_OR_RETURN(GaugeFamily* queued, r.AddGauge("kvtier_worker_store_writes_queued_bytes",
+                                                            "Payload bytes waiting to be written to the storage node."));
+    written_metric_ = &blocks->WithLabels({"written"});
+    skipped_metric_ = &blocks->WithLabels({"skipped"});
+    failed_metric_ = &blocks->WithLabels({"failed"});
+    bytes_metric_ = &bytes->WithLabels({});
+    queued_metric_ = &queued->WithLabels({});
+    thread_ = std::thread([this] { Run(); });
+    return Status::Ok();
+  }
+
+  std::span<uint8_t> Reserve(const storage::BlockHeader& header) {
+    const uint64_t n = header.payload_bytes;
+    const size_t store = StoreFor(header.key, store_hashes_);
+    std::unique_ptr<Batch>& open = open_[store];
+    bool submitted = false;
+    {
+      std::lock_guard lock(mu_);
+      // Room first: a block that is skipped changes nothing, not even the open batch.
+      if (n == 0 || stats_.queued_bytes + n > options_.max_queued_bytes) {
+        ++stats_.skipped_blocks;
+        skipped_metric_->Inc();
+        return {};
+      }
+      stats_.queued_bytes += n;
+      queued_metric_->Set(static_cast<double>(stats_.queued_bytes));
+      if (open != nullptr && open->count > 0 && open->used + n > options_.batch_bytes) {
+        ready_.push_back(std::move(open));
+        submitted = true;
+      }
+      if (open == nullptr) {
+        open = TakeSpare();
+        open->store = store;
+      }
+      last_store_ = store;
+    }
+    if (submitted) wake_.notify_one();
+    Batch& batch = *open;
+    if (batch.bytes.size() < batch.used + n) batch.bytes.resize(std::max<size_t>(options_.batch_bytes, batch.used + n));
+    if (batch.count == batch.headers.size()) batch.headers.emplace_back();
+    batch.headers[batch.count++] = header;
+    const std::span<uint8_t> out(batch.bytes.data() + batch.used, n);
+    batch.used += n;
+    return out;
+  }
+
+  // Takes back the block Reserve just placed.
+  void Unreserve() {
+    Batch& batch = *open_[last_store_];
+    const uint64_t n = batch.headers[--batch.count].payload_bytes;
+    batch.used -= n;
+    std::lock_guard lock(mu_);
+    stats_.queued_bytes -= n;
+    queued_metric_->Set(static_cast<double>(stats_.queued_bytes));
+  }
+
+  void Submit() {
+    bool submitted = false;
+    {
+      std::lock_guard lock(mu_);
+      for (std::unique_ptr<Batch>& open : open_) {
+        if (open == nullptr || open->count == 0) continue;
+        ready_.push_back(std::move(open));
+        submitted = true;
+      }
+    }
+    if (submitted) wake_.notify_one();
+  }
+
+  Status Flush(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    if (!idle_.wait_for(lock, timeout, [this] { return ready_.empty() && !in_flight_; })) {
+      return DeadlineExceededError("blocks still queued for the storage nodes after " +
+                                   std::to_string(timeout.count()) + " ms");
+    }
+    return Status::Ok();
+  }
+
+  RemoteStoreWriterStats Stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+ private:
+  std::unique_ptr<Batch> TakeSpare() KVTIER_REQUIRES(mu_) {
+    if (spare_.empty()) return std::make_unique<Batch>();
+    std::unique_ptr<Batch> batch = std::move(spare_.back());
+    spare_.pop_back();
+    return batch;
+  }
+
+  void Run() {
+    for (;;) {
+      std::unique_ptr<Batch> batch;
+      {
+        std::unique_lock lock(mu_);
+        wake_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
+        if (stopping_) return;
+        batch = std::move(ready_.front());
+        ready_.pop_front();
+        in_flight_ = true;
+      }
+      const Status sent = Send(*batch);
+      std::lock_guard lock(mu_);
+      Account(*batch, sent);
+      batch->count = 0;
+      batch->used = 0;
+      if (spare_.size() < kSpareBatches) spare_.push_back(std::move(batch));
+      in_flight_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  void Account(const Batch& batch, const Status& sent) KVTIER_REQUIRES(mu_) {
+    stats_.queued_bytes -= batch.used;
+    queued_metric_->Set(static_cast<double>(stats_.queued_bytes));
+    if (sent.ok()) {
+      stats_.written_blocks += batch.count;
+      stats_.written_bytes += batch.used;
+      written_metric_->Inc(static_cast<double>(batch.count));
+      bytes_metric_->Inc(static_cast<double>(batch.used));
+    } else {
+      stats_.failed_blocks += batch.count;
+      failed_metric_->Inc(static_cast<double>(batch.count));
+    }
+    // Said once when a store's writes start failing and once when they recover, not per batch.
+    const std::string& node = options_.store_nodes[batch.store];
+    if (!sent.ok() && !failing_[batch.store]) {
+      spdlog::warn("writing blocks through to the storage node {}: {} (dropped; this node's tiers keep them)", node,
+                   sent.ToString());
+    } else if (sent.ok() && failing_[batch.store]) {
+      spdlog::info("writing blocks through to the storage node {} again", node);
+    }
+    failing_[batch.store] = !sent.ok();
+  }
+
+  // Checksums the batch and puts it; once more after a reconnect when the connection failed.
+  Status Send(Batch& batch) {
+    size_t offset = 0;
+    for (size_t i = 0; i < batch.count; ++i) {
+      storage::BlockHeader& header = batch.headers[i];
+      header.checksum = storage::PayloadChecksum({batch.bytes.data() + offset, header.payload_bytes});
+      offset += header.payload_bytes;
+    }
+    Status sent = Put(batch);
+    if (sent.code() == StatusCode::kUnavailable) sent = Put(batch);
+    return sent;
+  }
+
+  Status Put(const Batch& batch) {
+    const std::string& node = options_.store_nodes[batch.store];
+    KVTIER_ASSIGN_OR_RETURN(std::string address, nodes_.Resolve(node));
+    Result<std::shared_ptr<rpc::RpcClient>> store = nodes_.Connect(address);
+    if (!store.ok()) return store.status().WithContext(node + " at " + address);
+    Result<uint32_t> stored = (*store)
+                                  ->impl()
+                                  .Call<Result<uint32_t>>([&](schema::Session::Client& session) {
+                                    auto put = session.storeRequest().send().getStore().putRequest();
+                                    FillPut(batch, put);
+                                    return put.send().then(
+                                        [](auto response) -> Result<uint32_t> { return response.getStored(); });
+                                  })
+                                  .get();
+    if (!stored.ok()) {
+      if (stored.status().code() == StatusCode::kUnavailable) nodes_.Forget(address);
+      return stored.status().WithContext(node + " at " + address);
+    }
+    return Status::Ok();
+  }
+
+  static void FillPut(const Batch& batch, schema::BlockStore::PutParams::Builder put) {
+    auto blocks = put.initBlocks(static_cast<unsigned>(batch.count));
+    size_t offset = 0;
+    for (size_t i = 0; i < batch.count; ++i) {
+      const storage::BlockHeader& header = batch.headers[i];
+      auto block = blocks[static_cast<unsigned>(i)];
+      store::ToWire(header, block.initHeader());
+      block.setData(kj::arrayPtr(batch.bytes.data() + offset, header.payload_bytes));
+      offset += header.payload_bytes;
+    }
+  }
+
+  const RemoteStoreWriterOptions options_;
+  NodeConnections& nodes_;
+  std::vector<uint64_t> store_hashes_;  // of the store ids, in options_ order
+  // The producer's: each store's batch being filled (moved to ready_ under mu_), and the
+  // store of the last block reserved.
+  std::vector<std::unique_ptr<Batch>> open_;
+  size_t last_store_ = 0;
+  std::thread thread_;
+  std::vector<bool> failing_ = std::vector<bool>(options_.store_nodes.size());  // the writer thread's
+  Counter* written_metric_ = nullptr;
+  Counter* skipped_metric_ = nullptr;
+  Counter* failed_metric_ = nullptr;
+  Counter* bytes_metric_ = nullptr;
+  Gauge* queued_metric_ = nullptr;
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::condition_variable idle_;
+  bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
+  bool in_flight_ KVTIER_GUARDED_BY(mu_) = false;
+  std::deque<std::unique_ptr<Batch>> ready_ KVTIER_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Batch>> spare_ KVTIER_GUARDED_BY(mu_);
+  RemoteStoreWriterStats stats_ KVTIER_GUARDED_BY(mu_);
+};
+
+Result<std::unique_ptr<RemoteStoreWriter>> RemoteStoreWriter::Create(RemoteStoreWriterOptions options) {
+  if (options.connections == nullptr || options.registry == nullptr || options.store_nodes.empty()) {
+    return InvalidArgumentError("RemoteStoreWriterOptions: connections, registry and store_nodes are required");
+  }
+  for (size_t i = 0; i < options.store_nodes.size(); ++i) {
+    const std::string& node = options.store_nodes[i];
+    if (node.empty() || std::find(options.store_nodes.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                  options.store_nodes.end(), node) != options.store_nodes.end()) {
+      return InvalidArgumentError("RemoteStoreWriterOptions.store_nodes: \"" + node + "\" is empty or named twice");
+    }
+  }
+  if (options.batch_bytes == 0 || options.batch_bytes > options.max_queued_bytes) {
+    return InvalidArgumentError("RemoteStoreWriterOptions.batch_bytes (" + std::to_string(options.batch_bytes) +
+                                ") must be in [1, max_queued_bytes = " + std::to_string(options.max_queued_bytes) + "]");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  KVTIER_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<RemoteStoreWriter>(new RemoteStoreWriter(std::move(impl)));
+}
+
+RemoteStoreWriter::RemoteStoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RemoteStoreWriter::~RemoteStoreWriter() = default;
+std::span<uint8_t> RemoteStoreWriter::Reserve(const storage::BlockHeader& header) { return impl_->Reserve(header); }
+void RemoteStoreWriter::Unreserve() { impl_->Unreserve(); }
+void RemoteStoreWriter::Submit() { impl_->Submit(); }
+Status RemoteStoreWriter::Flush(std::chrono::milliseconds timeout) { return impl_->Flush(timeout); }
+RemoteStoreWriterStats RemoteStoreWriter::Stats() const { return impl_->Stats(); }
+
+}  // namespace kvtier::worker
