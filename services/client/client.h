@@ -16,7 +16,11 @@
 //
 // Every call has a synchronous form and an asynchronous one (`...Async`, a std::future).
 // Failures are Status codes (common/status.h): the server's own code, kUnavailable when
-// the connection is gone (make a new Client), kDeadlineExceeded after `timeout`. Calls
+// the connection is gone, kDeadlineExceeded after `timeout`. A lost connection to the
+// node is final (the node dropped the client's sequences with it, and a restarted node's
+// pool must be mapped again: make a new Client); a lost connection of the coordinator's
+// own (`coordinator_address`) is made again by the next coordinator call, which waits
+// for it (at most `timeout`): the coordinator keeps nothing of a client's. Calls
 // that are safe to repeat (Lookup, Route, LookupLocal, AttachPool, Commit, the stats)
 // are retried with backoff when the code advises it (RetryAdviceFor: kUnavailable,
 // kResourceExhausted, kDeadlineExceeded); Allocate, Onboard and Extend are retried only on

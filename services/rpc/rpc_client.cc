@@ -69,6 +69,7 @@ void RpcClient::Impl::Loop(std::promise<void>& ready) {
   ready.set_value();
   stop.promise.wait(io.waitScope);
   // Everything KJ owns dies on the thread that made it.
+  watch_disconnect_ = nullptr;
   session_ = nullptr;
   rpc_ = nullptr;
   network_ = nullptr;
@@ -101,6 +102,10 @@ kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
         session_ = kj::heap<schema::Session::Client>(response.getSession());
         tenant_ = response.getTenant().cStr();
         server_ = ToServerVersion(response.getServer());
+        connected_.store(true, std::memory_order_release);
+        watch_disconnect_ = network_->onDisconnect()
+                                .then([this] { connected_.store(false, std::memory_order_release); })
+                                .eagerlyEvaluate([this](kj::Exception&&) { connected_.store(false); });
         return Status::Ok();
       });
 }
@@ -116,6 +121,7 @@ RpcClient::RpcClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RpcClient::~RpcClient() = default;
 const std::string& RpcClient::tenant() const { return impl_->tenant(); }
 const ServerVersion& RpcClient::server() const { return impl_->server(); }
+bool RpcClient::connected() const { return impl_->connected(); }
 Result<PingReply> RpcClient::Ping(const std::string& payload) { return impl_->Ping(payload); }
 Result<ServerVersion> RpcClient::Version() { return impl_->Version(); }
 

@@ -54,6 +54,9 @@ class RpcClient {
 
   const std::string& tenant() const;
   const ServerVersion& server() const;  // as reported at authentication
+  // False once the connection is gone (the peer closed it, or the network failed): every
+  // later call answers kUnavailable, and only a new RpcClient reaches the server again.
+  bool connected() const;
 
   [[nodiscard]] Result<PingReply> Ping(const std::string& payload);
   [[nodiscard]] Result<ServerVersion> Version();

@@ -13,6 +13,7 @@
 // is destroyed reports kCancelled.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -51,6 +52,7 @@ class RpcClient::Impl {
 
   const std::string& tenant() const { return tenant_; }
   const ServerVersion& server() const { return server_; }
+  bool connected() const { return connected_.load(std::memory_order_acquire); }
 
   // REQUIRES: T is a Result<...> or Status.
   template <typename T>
@@ -132,6 +134,7 @@ class RpcClient::Impl {
   const kj::Executor* executor_ = nullptr;
   std::string tenant_;
   ServerVersion server_;
+  std::atomic<bool> connected_{false};
   // Owned by the client thread's event loop.
   kj::AsyncIoContext* io_ = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop_;
@@ -139,6 +142,7 @@ class RpcClient::Impl {
   kj::Own<capnp::TwoPartyVatNetwork> network_;
   kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc_;
   kj::Own<schema::Session::Client> session_;
+  kj::Maybe<kj::Promise<void>> watch_disconnect_;  // clears connected_
 };
 
 }  // namespace kvtier::rpc

@@ -7,7 +7,8 @@
 //   - Route picks the worker that holds the longest prefix of a prompt;
 //   - killing worker A (SIGKILL) takes its blocks out of lookups within two lease
 //     periods, and the client falls back to computing on B without an error;
-//   - a restarted coordinator converges to the nodes' holdings from their snapshots;
+//   - a restarted coordinator converges to the nodes' holdings from their snapshots, and
+//     the engines' clients reach it again without being made anew;
 //   - worker B reuses a prefix computed on worker A: fetched over the network from A's
 //     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine;
 //   - with the workers writing through to the store node, B reuses a prefix A computed
@@ -297,17 +298,16 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   coordinator_->child->Wait(10s);
   coordinator_ = StartCoordinator();
   ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
-  auto fresh = client::Client::Connect({.address = workers_[1]->rpc(), .coordinator_address = address_, .token = "x"});
-  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  // B's engine keeps its client: its coordinator connection is made again on its own.
   uint32_t converged = 0;
   for (auto deadline = std::chrono::steady_clock::now() + 10s;
        converged != 6 && std::chrono::steady_clock::now() < deadline;) {
-    auto lookup = (*fresh)->Lookup(on_b);
+    auto lookup = b->Lookup(on_b);
     converged = lookup.ok() ? lookup->matched_blocks : 0;
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(converged, 6u) << "B's blocks are indexed again";
-  auto again = (*fresh)->Lookup(on_a);
+  auto again = b->Lookup(on_a);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->matched_blocks, 4u) << "the prompt B recomputed after A died";
 }

@@ -6,6 +6,9 @@
 
 #include <kj/function.h>
 
+#include <mutex>
+
+#include "common/thread_annotations.h"
 #include "services/client/client.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"
@@ -93,29 +96,32 @@ Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
 
 class Client::Impl {
  public:
-  // `coordinator_rpc`: a second connection for the coordinator's calls, or null.
+  // `coordinator_rpc`: a second connection for the coordinator's calls (made with
+  // `coordinator_options`, and again with them when it is lost), or null.
   Impl(std::unique_ptr<rpc::RpcClient> rpc, std::unique_ptr<rpc::RpcClient> coordinator_rpc,
-       const ClientOptions& options)
-      : rpc_(std::move(rpc)), coordinator_rpc_(std::move(coordinator_rpc)), options_(options) {}
+       rpc::RpcClientOptions coordinator_options, const ClientOptions& options)
+      : rpc_(std::move(rpc)), coordinator_options_(std::move(coordinator_options)), options_(options) {
+    link_ = coordinator_rpc ? std::make_shared<CoordinatorLink>(std::move(coordinator_rpc))
+                            : std::make_shared<CoordinatorLink>(rpc_.get());
+  }
   ~Impl() {
     // Capabilities die on the loop thread that made them.
-    CoordinatorConnection().impl().RunOnLoop([this] { coordinator_ = nullptr; });
     rpc_->impl().RunOnLoop([this] { worker_ = nullptr; });
   }
 
   const std::string& tenant() const { return rpc_->tenant(); }
 
   std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys) {
-    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
-      auto request = Coordinator(s).lookupRequest();
+    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [keys = std::move(keys)](schema::Coordinator::Client& c) {
+      auto request = c.lookupRequest();
       SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
       return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
     });
   }
 
   std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys) {
-    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [this, keys = std::move(keys)](schema::Session::Client& s) {
-      auto request = Coordinator(s).routeRequest();
+    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [keys = std::move(keys)](schema::Coordinator::Client& c) {
+      auto request = c.routeRequest();
       SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
       return request.send().then([](auto r) -> Result<RouteDecision> {
         auto d = r.getDecision();
@@ -125,8 +131,8 @@ class Client::Impl {
   }
 
   std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
-    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
-      return Coordinator(s).statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
+    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c) {
+      return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
         return CoordinatorStats{st.getNodes(), st.getIndexBlocks(), st.getIndexBytes(), st.getLookups()};
       });
@@ -240,14 +246,46 @@ class Client::Impl {
     return rpc_->impl().Call<T>(kj::mv(call), Policy(retry_on));
   }
 
+  // The coordinator's connection (its own, or the node's) and the Coordinator capability
+  // on it, made and dropped on that connection's loop. Calls hold it by shared_ptr while
+  // they are queued, so a link replaced by a reconnect dies on a caller's thread after
+  // every call queued on it ran (the loop runs them in order).
+  struct CoordinatorLink {
+    explicit CoordinatorLink(rpc::RpcClient* shared) : rpc(shared) {}
+    explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
+    ~CoordinatorLink() { rpc->impl().RunOnLoop([this] { capability = nullptr; }); }
+    rpc::RpcClient* rpc;
+    std::unique_ptr<rpc::RpcClient> owned;  // null: the coordinator is at the node's address
+    kj::Own<schema::Coordinator::Client> capability;  // the loop's
+  };
+
   // The coordinator's calls: on its own connection when there is one.
   template <typename T>
   std::future<T> CoordinatorCall(bool (*retry_on)(const Status&),
-                                 kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
-    return CoordinatorConnection().impl().Call<T>(kj::mv(call), Policy(retry_on));
+                                 kj::Function<kj::Promise<T>(schema::Coordinator::Client&)> call) {
+    const std::shared_ptr<CoordinatorLink> link = Link();
+    CoordinatorLink* on_loop = link.get();
+    return link->rpc->impl().Call<T>(
+        [on_loop, call = kj::mv(call)](schema::Session::Client& session) mutable {
+          // Obtained once per connection, pipelined: no round trip of its own.
+          if (!on_loop->capability) on_loop->capability = kj::heap(session.coordinatorRequest().send().getCoordinator());
+          return call(*on_loop->capability);
+        },
+        Policy(retry_on));
   }
 
-  rpc::RpcClient& CoordinatorConnection() { return coordinator_rpc_ ? *coordinator_rpc_ : *rpc_; }
+  // The coordinator's link; a connection of its own that was lost (the coordinator
+  // restarted or moved) is made again first, blocking this caller (and other coordinator
+  // calls) for at most the connect timeout. It holds no state a new one lacks. When the
+  // connect fails the lost link is kept, and the call answers kUnavailable.
+  std::shared_ptr<CoordinatorLink> Link() {
+    std::lock_guard lock(link_mu_);
+    if (link_->owned != nullptr && !link_->rpc->connected()) {
+      Result<std::unique_ptr<rpc::RpcClient>> again = rpc::RpcClient::Connect(coordinator_options_);
+      if (again.ok()) link_ = std::make_shared<CoordinatorLink>(std::move(again).value());
+    }
+    return link_;
+  }
 
   rpc::RetryPolicy Policy(bool (*retry_on)(const Status&)) const {
     rpc::RetryPolicy policy;
@@ -259,23 +297,19 @@ class Client::Impl {
     return policy;
   }
 
-  // The session's capabilities, obtained once (pipelined: no round trip of their own).
-  // The worker capability is this client's identity at the node: its sequences live there.
-  schema::Coordinator::Client& Coordinator(schema::Session::Client& session) {
-    if (!coordinator_) coordinator_ = kj::heap(session.coordinatorRequest().send().getCoordinator());
-    return *coordinator_;
-  }
+  // The session's worker capability, obtained once (pipelined: no round trip of its own).
+  // It is this client's identity at the node: its sequences live there.
   schema::Worker::Client& Worker(schema::Session::Client& session) {
     if (!worker_) worker_ = kj::heap(session.workerRequest().send().getWorker());
     return *worker_;
   }
 
   std::unique_ptr<rpc::RpcClient> rpc_;
-  std::unique_ptr<rpc::RpcClient> coordinator_rpc_;  // null: the coordinator is at `rpc_`
+  const rpc::RpcClientOptions coordinator_options_;
   const ClientOptions options_;
-  // Made and used on their connection's loop thread only.
-  kj::Own<schema::Coordinator::Client> coordinator_;
-  kj::Own<schema::Worker::Client> worker_;
+  kj::Own<schema::Worker::Client> worker_;  // made and used on rpc_'s loop thread only
+  std::mutex link_mu_;  // a leaf; held while reconnecting
+  std::shared_ptr<CoordinatorLink> link_ KVTIER_GUARDED_BY(link_mu_);  // dies before rpc_
 };
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
@@ -286,16 +320,17 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   connection.tls_server_name = options.tls_server_name;
   connection.timeout = options.timeout;
   std::unique_ptr<rpc::RpcClient> coordinator;
+  rpc::RpcClientOptions second = connection;
   if (!options.coordinator_address.empty()) {
-    rpc::RpcClientOptions second = connection;
     second.address = options.coordinator_address;
     if (options.tls_server_name.empty()) second.tls_server_name.clear();  // the coordinator's own host
-    Result<std::unique_ptr<rpc::RpcClient>> made = rpc::RpcClient::Connect(std::move(second));
+    Result<std::unique_ptr<rpc::RpcClient>> made = rpc::RpcClient::Connect(second);
     if (!made.ok()) return made.status().WithContext("coordinator " + options.coordinator_address);
     coordinator = std::move(made).value();
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(std::move(connection)));
-  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), options)));
+  return std::unique_ptr<Client>(
+      new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), std::move(second), options)));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "common/version.h"
 #include "services/rpc/rpc_client.h"
 #include "services/rpc/schema/kvtier.capnp.h"
@@ -87,6 +89,20 @@ TEST_F(CoordinatorRpcTest, GoodTokenPingsAndReadsVersionOverTcpAndUnixSocket) {
   }
   const std::string metrics = registry_.Exposition();
   EXPECT_NE(metrics.find("kvtier_rpc_requests_total{method=\"ping\",code=\"OK\"} 2"), std::string::npos) << metrics;
+}
+
+TEST_F(CoordinatorRpcTest, AClientSeesItsConnectionGoWhenTheServerStops) {
+  StartNode(OneTenant());
+  Result<std::unique_ptr<rpc::RpcClient>> client = Connect(tcp(), kToken);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*client)->connected());
+  node_.reset();  // the server closes every connection
+  for (auto deadline = std::chrono::steady_clock::now() + seconds(5);
+       (*client)->connected() && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_FALSE((*client)->connected()) << "noticed without a call of its own";
+  EXPECT_EQ((*client)->Ping("anyone?").status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(CoordinatorRpcTest, BadTokenGetsAClearErrorAndIsCounted) {
