@@ -56,7 +56,10 @@ Result<std::string> NodeConnections::AskCoordinator(const std::string& node_id) 
 Result<std::shared_ptr<rpc::RpcClient>> NodeConnections::Connect(const std::string& address) {
   {
     std::lock_guard lock(mu_);
-    if (auto it = connections_.find(address); it != connections_.end()) return it->second;
+    if (auto it = connections_.find(address); it != connections_.end()) {
+      if (it->second->connected()) return it->second;
+      connections_.erase(it);  // the peer closed it (restarted, or gone): connect afresh
+    }
   }
   // Connecting blocks this thread only; two threads racing keep the first connection.
   rpc::RpcClientOptions connect;

@@ -3,7 +3,8 @@
 //
 // Node ids go to the coordinator (resolveNodes) for the address each is reached at;
 // answers are kept for `resolve_ttl`, so a node that moved is found again within it.
-// Connections are opened with the node credential and kept for reuse. A caller that sees
+// Connections are opened with the node credential and kept for reuse while they stay
+// connected (one the peer closed is opened again on its next use). A caller that sees
 // a connection fail (kUnavailable) calls Forget: the connection is dropped, and with it
 // every address resolved to it, so the next call reconnects and resolves afresh. The
 // coordinator is the only source of addresses: callers name nodes, never addresses, so

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 
+#include <thread>
+
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/worker/rpc/node_connections.h"
@@ -54,13 +56,14 @@ class ScriptedStore final : public schema::BlockStore::Server {
 
 class PeerFetcherTest : public ::testing::Test {
  protected:
-  void Start(int corrupt_fill) {
+  // `listen`: where the coordinator (and the scripted peer) answer.
+  void Start(int corrupt_fill, const std::string& listen = "127.0.0.1:0") {
     // "peer/store" resolves to the BlockStore scripted here.
     node_ = testing::StartCoordinatorWithStoreNode(
         registry_, [corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
           return kj::heap<ScriptedStore>(corrupt_fill);
         },
-        "peer/store");
+        "peer/store", listen);
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
     fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .self_node_ids = {"me/worker"}}).value();
   }
@@ -94,6 +97,27 @@ TEST_F(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
   ASSERT_EQ(fetched.keys.size(), 1u) << "block 0 taken; block 1 corrupt; block 2 not after it";
   EXPECT_EQ(fetched.bytes.size(), kBlockBytes);
   EXPECT_EQ(fetched.rejected, 1u);
+}
+
+TEST_F(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
+  Start(/*corrupt_fill=*/-1);
+  ASSERT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
+  // The peer (and the coordinator with it) restarts at the same address: the kept
+  // connection is closed, and the next fetch connects afresh instead of failing on it.
+  const std::string address = node_->endpoints()[0];
+  std::shared_ptr<rpc::RpcClient> kept = nodes_->Connect(address).value();
+  node_.reset();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       kept->connected() && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_FALSE(kept->connected()) << "the kept connection saw the peer go";
+  MetricsRegistry second;
+  node_ = testing::StartCoordinatorWithStoreNode(
+      second, [](const auth::Tenant&) -> capnp::Capability::Client { return kj::heap<ScriptedStore>(-1); },
+      "peer/store", address);
+  EXPECT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
+  node_.reset();  // before its registry goes
 }
 
 TEST_F(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {

@@ -17,12 +17,13 @@ namespace kvtier::worker::testing {
 
 using StoreFactory = std::function<capnp::Capability::Client(const auth::Tenant&)>;
 
-inline std::unique_ptr<coordinator::CoordinatorNode> StartCoordinatorWithStoreNode(MetricsRegistry& registry,
-                                                                                 StoreFactory store,
-                                                                                 const std::string& node_id) {
+// `listen`: where (a restart passes the address it had before).
+inline std::unique_ptr<coordinator::CoordinatorNode> StartCoordinatorWithStoreNode(
+    MetricsRegistry& registry, StoreFactory store, const std::string& node_id,
+    const std::string& listen = "127.0.0.1:0") {
   namespace schema = kvtier::rpc::schema;
   coordinator::CoordinatorNodeOptions options;
-  options.rpc.listen = {"127.0.0.1:0"};
+  options.rpc.listen = {listen};
   options.registry = &registry;
   options.store = std::move(store);
   auto node = coordinator::CoordinatorNode::Create(std::move(options)).value();

@@ -78,13 +78,13 @@ class RemoteStoreWriter::Impl {
     MetricsRegistry& r = *options_.registry;
     KVTIER_ASSIGN_OR_RETURN(CounterFamily* blocks,
                             r.AddCounter("kvtier_worker_store_writes_blocks_total",
-                                         "Committed blocks written through to the storage node, by result: written, "
+                                         "Committed blocks written through to the storage nodes, by result: written, "
                                          "skipped (the queue was full), failed (refused or unreachable).",
                                          {"result"}));
     KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_store_writes_bytes_total",
-                                                               "Payload bytes written through to the storage node."));
+                                                               "Payload bytes written through to the storage nodes."));
     KVTIER_ASSIGN_OR_RETURN(GaugeFamily* queued, r.AddGauge("kvtier_worker_store_writes_queued_bytes",
-                                                            "Payload bytes waiting to be written to the storage node."));
+                                                            "Payload bytes waiting to be written to the storage nodes."));
     written_metric_ = &blocks->WithLabels({"written"});
     skipped_metric_ = &blocks->WithLabels({"skipped"});
     failed_metric_ = &blocks->WithLabels({"failed"});
