@@ -86,6 +86,8 @@ struct StoreConfig {
   // `kvtier store` only:
   std::string listen = "127.0.0.1:7402";        // its BlockStore's host:port (port 0 picks one)
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address
+  bool data_stream = true;                      // bulk bytes beside the RPC (services/store/stream); off with TLS
+  uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
 };
 
 // How a node of its own (`kvtier worker`, `kvtier store`) reaches the coordinator.

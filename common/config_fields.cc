@@ -184,6 +184,14 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 100, [](auto& c) -> auto& { return c.worker.secondary_offload_min_priority; }));
   fields.push_back(UintField("store.host_cache_bytes", "Host tier capacity (0: no host tier).", 0, 1ull << 44,
                              [](auto& c) -> auto& { return c.store.host_cache_bytes; }));
+  fields.push_back(UintField("store.data_port",
+                             "`kvtier store`: TCP port of its data stream, on the listen host (0 picks one; "
+                             "tickets carry the address).",
+                             0, 65535, [](auto& c) -> auto& { return c.store.data_port; }));
+  fields.push_back(BoolField("store.data_stream",
+                             "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
+                             "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
+                             [](auto& c) -> auto& { return c.store.data_stream; }));
   fields.push_back(UintField("store.disk_admission_min_count",
                              "Lookups a block must have had (the coordinator's frequency filter) before it may "
                              "move down to the disk tier; 0 admits every block.",

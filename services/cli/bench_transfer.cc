@@ -1,6 +1,9 @@
 // `kvtier bench transfer`: the store's RPC path against Redis and a raw loopback stream.
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "services/bench/transfer_baselines.h"
 #include "services/cli/bench_command.h"
@@ -24,19 +27,65 @@ void BenchCommand::AddTransfer() {
   transfer_->add_option("--batch", transfer_batch_, "Blocks per store call")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  transfer_->add_option("--path", transfer_path_,
+                        "How the store's payloads travel: inline (in the Cap'n Proto messages), stream (the "
+                        "data stream beside openPut/openGet) or both, each measured")
+      ->check(CLI::IsMember({"inline", "stream", "both"}))
+      ->capture_default_str();
   transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
 }
 
+namespace {
+
+struct PathResult {
+  const char* name;
+  store::TransferBenchResult result;
+};
+
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f", value);
+  return text;
+}
+
+// `"<name>_put_gbps":x,...` for every path measured, then the best per direction as
+// `put_gbps`/`get_gbps` with the path that reached it.
+std::string PathFields(const std::vector<PathResult>& paths) {
+  std::string out;
+  const PathResult* best_put = &paths[0];
+  const PathResult* best_get = &paths[0];
+  for (const PathResult& p : paths) {
+    out += "\"" + std::string(p.name) + "_put_gbps\":" + Number(p.result.put.gbps) + ",\"" + p.name +
+           "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + p.name + "_p99_ms\":" + Number(p.result.get.p99_ms) +
+           ",";
+    if (p.result.put.gbps > best_put->result.put.gbps) best_put = &p;
+    if (p.result.get.gbps > best_get->result.get.gbps) best_get = &p;
+  }
+  out += "\"put_gbps\":" + Number(best_put->result.put.gbps) + ",\"put_path\":\"" + best_put->name +
+         "\",\"put_p99_ms\":" + Number(best_put->result.put.p99_ms) + ",\"get_gbps\":" +
+         Number(best_get->result.get.gbps) + ",\"get_path\":\"" + best_get->name + "\",\"p99_ms\":" +
+         Number(best_get->result.get.p99_ms);
+  return out;
+}
+
+}  // namespace
+
 int BenchCommand::RunTransfer() const {
-  store::TransferBenchOptions options{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_, transfer_batch_};
   const bench::BaselineOptions baseline{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_};
   auto fail = [](const Status& status) {
     std::fprintf(stderr, "kvtier bench transfer: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
-  Result<store::TransferBenchResult> store = store::RunStoreTransferBench(options);
-  if (!store.ok()) return fail(store.status());
+  std::vector<PathResult> paths;
+  for (const char* path : {"inline", "stream"}) {
+    if (transfer_path_ != "both" && transfer_path_ != path) continue;
+    store::TransferBenchOptions options{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_,
+                                        transfer_batch_, std::string_view(path) == "stream"};
+    Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
+    if (!result.ok()) return fail(result.status());
+    paths.push_back({path, *result});
+  }
   Result<double> loopback = bench::RunLoopbackBench(baseline);
   if (!loopback.ok()) return fail(loopback.status());
   std::optional<bench::RedisBenchResult> redis;
@@ -45,33 +94,32 @@ int BenchCommand::RunTransfer() const {
     if (!r.ok()) return fail(r.status());
     redis = *r;
   }
-  auto or_null = [](bool present, double value) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.3f", value);
-    return present ? std::string(text) : std::string("null");
-  };
+  const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
   if (json_) {
-    std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
-                "\"put_gbps\":%.3f,\"get_gbps\":%.3f,\"loopback_gbps\":%.3f,\"p99_ms\":%.3f,\"put_p99_ms\":%.3f,"
-                "\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
-                static_cast<unsigned long long>(options.block_bytes), options.clients,
-                static_cast<unsigned long long>(store->blocks), options.batch, store->put.gbps, store->get.gbps,
-                *loopback, store->get.p99_ms, store->put.p99_ms, or_null(redis.has_value(), redis ? redis->put_gbps : 0).c_str(),
-                or_null(redis.has_value(), redis ? redis->get_gbps : 0).c_str(),
-                or_null(redis.has_value(), redis ? redis->get_p99_ms : 0).c_str());
+    std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,%s,"
+                "\"loopback_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
+                static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
+                static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, PathFields(paths).c_str(),
+                *loopback, redis_field(redis ? redis->put_gbps : 0).c_str(),
+                redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;
   }
   std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call)\n",
-              static_cast<unsigned long long>(store->blocks), static_cast<unsigned long long>(options.block_bytes),
-              options.clients, options.batch);
-  std::printf("  store put   %.3f GB/s (p99 %.2f ms per call)\n", store->put.gbps, store->put.p99_ms);
-  std::printf("  store get   %.3f GB/s (p99 %.2f ms per call), %.2f of loopback\n", store->get.gbps,
-              store->get.p99_ms, store->get.gbps / *loopback);
-  std::printf("  loopback    %.3f GB/s (raw TCP, the ceiling)\n", *loopback);
+              static_cast<unsigned long long>(paths[0].result.blocks),
+              static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_);
+  for (const PathResult& p : paths) {
+    const store::TransferBenchResult& r = p.result;
+    std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
+    if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
+    std::printf("\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback", p.name, r.get.gbps, r.get.p99_ms,
+                r.get.gbps / *loopback);
+    if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
+    std::printf("\n");
+  }
+  std::printf("  loopback   %.3f GB/s (raw TCP, the ceiling)\n", *loopback);
   if (redis) {
-    std::printf("  redis put   %.3f GB/s (store/redis %.2f)\n", redis->put_gbps, store->put.gbps / redis->put_gbps);
-    std::printf("  redis get   %.3f GB/s (store/redis %.2f, p99 %.2f ms)\n", redis->get_gbps,
-                store->get.gbps / redis->get_gbps, redis->get_p99_ms);
+    std::printf("  redis put  %.3f GB/s\n  redis get  %.3f GB/s (p99 %.2f ms)\n", redis->put_gbps, redis->get_gbps,
+                redis->get_p99_ms);
   }
   return 0;
 }

@@ -25,6 +25,13 @@ namespace kvtier::rpc {
 // Throws unless `status` is OK; for the tail of a server method.
 void ThrowIfError(const Status& status);
 
+// The value, or throws the error.
+template <typename T>
+T ValueOrThrow(Result<T> result) {
+  if (!result.ok()) ThrowStatus(result.status());
+  return std::move(*result);
+}
+
 [[nodiscard]] Status ExceptionToStatus(const kj::Exception& exception);
 
 }  // namespace kvtier::rpc

@@ -41,9 +41,12 @@ enum BlockState {
 }
 
 struct TransferTicket {
+  # One transfer on the node's data stream (services/store/stream/protocol.h): good once,
+  # for seconds; `secret` is the stream's only credential.
   id @0 :UInt64;
-  dataAddress @1 :Text;
-  totalBytes @2 :UInt64;
+  dataAddress @1 :Text;         # host:port of the node's data stream
+  totalBytes @2 :UInt64;        # put: exactly; get: at most (blocks may leave meanwhile)
+  secret @3 :UInt64;
 }
 
 interface BlockStore {
@@ -67,11 +70,16 @@ interface BlockStore {
   remove @3 (keys :List(Common.BlockKey), saltScope :UInt64, formatTag :Text) -> (removed :UInt32);
 
   openPut @4 (headers :List(BlockHeader)) -> (ticket :TransferTicket);
-  # Bulk put: the caller streams the payloads, in header order, on the data stream.
-  # UNIMPLEMENTED until the data stream is built (cross-node transfer).
+  # Bulk put: the caller then writes the payloads, in header order, on the data stream;
+  # the node checks each against its header and stores the batch only when all pass.
+  # Errors as put, at open for the headers and on the stream for the payloads;
+  # RESOURCE_EXHAUSTED when the node's staging for transfers in flight is full (retry).
+  # UNIMPLEMENTED when the node runs no data stream (TLS on, or turned off): use put.
 
-  openGet @5 (keys :List(Common.BlockKey), layout :Common.KvLayout, saltScope :UInt64)
+  openGet @5 (keys :List(Common.BlockKey), layout :Common.KvLayout, saltScope :UInt64, formatTag :Text)
       -> (ticket :TransferTicket, headers :List(BlockHeader), states :List(BlockState));
-  # Bulk get: the caller reads the payloads of the present blocks from the data stream.
-  # UNIMPLEMENTED until the data stream is built.
+  # Bulk get: headers[i]/states[i] answer keys[i] as get does; the node has staged the
+  # present blocks' bytes, which the caller then reads from the data stream (later
+  # evictions do not change them). Checksums are the caller's to verify.
+  # RESOURCE_EXHAUSTED and UNIMPLEMENTED as openPut.
 }

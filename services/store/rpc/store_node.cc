@@ -3,6 +3,8 @@
 #include <atomic>
 #include <random>
 
+#include <spdlog/spdlog.h>
+
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
@@ -34,7 +36,10 @@ class StoreNode::Impl {
     session_.identity = {options_.node_id, {"store"}};
     session_.tokens = &options_.tokens;
     session_.clock = &SystemClock::Instance();
-    session_.store = [this](const auth::Tenant& tenant) { return MakeBlockStoreService(*store_, tenant); };
+    KVTIER_RETURN_IF_ERROR(StartDataStream());
+    session_.store = [this](const auth::Tenant& tenant) {
+      return MakeBlockStoreService({.store = store_.get(), .stream = stream_.get()}, tenant);
+    };
     rpc::RpcServerOptions server;
     server.listen = {options_.config.store.listen};
     server.max_message_bytes = options_.config.coordinator.max_message_bytes;
@@ -53,6 +58,7 @@ class StoreNode::Impl {
     if (drained_.exchange(true)) return Status::Ok();
     Status status = agent_owner_ != nullptr ? agent_owner_->Stop() : Status::Ok();
     if (server_) server_->Shutdown();
+    if (stream_) stream_->Shutdown();
     if (store_) {
       if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
     }
@@ -60,6 +66,30 @@ class StoreNode::Impl {
   }
 
  private:
+  static std::string HostOf(const std::string& address) {
+    std::string host = address.substr(0, address.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    return host;
+  }
+
+  // The data stream listens on the RPC's host; tickets tell clients its address. Not
+  // with TLS (it is not encrypted) nor on a unix socket listener.
+  Status StartDataStream() {
+    const StoreConfig& c = options_.config.store;
+    if (!c.data_stream || c.listen.starts_with("unix:")) return Status::Ok();
+    if (!options_.config.tls.cert_file.empty()) {
+      spdlog::info("store: no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
+      return Status::Ok();
+    }
+    DataStreamServerOptions stream;
+    stream.store = store_.get();
+    stream.bind_host = HostOf(c.listen);
+    stream.port = static_cast<uint16_t>(c.data_port);
+    stream.advertise_host = c.advertise.empty() ? std::string() : HostOf(c.advertise);
+    KVTIER_ASSIGN_OR_RETURN(stream_, DataStreamServer::Create(std::move(stream)));
+    return Status::Ok();
+  }
+
   void StartAgent() {
     coordinator::NodeAgentOptions agent;
     agent.link.connection.address = options_.config.node.coordinator;
@@ -80,6 +110,7 @@ class StoreNode::Impl {
   StoreNodeOptions options_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<storage::StoreMetrics> metrics_;
+  std::unique_ptr<DataStreamServer> stream_;  // before the server whose sessions use it
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::unique_ptr<coordinator::NodeAgent> agent_owner_;

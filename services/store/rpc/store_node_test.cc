@@ -11,6 +11,7 @@
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/store/rpc/block_header_wire.h"
+#include "services/store/stream/data_stream_client.h"
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
 
@@ -112,6 +113,42 @@ class StoreNodeTest : public ::testing::Test {
   MetricsRegistry coordinator_registry_;
   std::unique_ptr<coordinator::CoordinatorNode> coordinator_;
 };
+
+TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
+  MetricsRegistry registry;
+  auto node = StartStore(registry);
+  ASSERT_NE(node, nullptr);
+  const uint64_t scope = SaltScope("");
+  // Block 1 goes in on the data stream (openPut), then comes back out on it (openGet).
+  const TestBlock block = MakeBlock(1, 64 << 10, 50, scope);
+  Session s(node->endpoints()[0]);
+  auto store = s.session().storeRequest().send().wait(s.wait()).getStore();
+  auto open_put = store.openPutRequest();
+  ToWire(block.header, open_put.initHeaders(1)[0]);
+  auto put_ticket = open_put.send().wait(s.wait()).getTicket();
+  const TransferTicket put{put_ticket.getId(), put_ticket.getSecret(), put_ticket.getDataAddress().cStr(),
+                           put_ticket.getTotalBytes()};
+  EXPECT_TRUE(put.data_address.starts_with("127.0.0.1:")) << put.data_address;
+  auto stream = DataStreamClient::Connect({.address = put.data_address}).value();
+  const std::vector<std::span<const uint8_t>> payloads{block.payload};
+  ASSERT_EQ(stream->Put(put, payloads).value(), 1u);
+
+  auto open_get = store.openGetRequest();
+  open_get.initKeys(1)[0].setLo(1);
+  open_get.getKeys()[0].setHi(0x1234);
+  open_get.setFormatTag(storage::testing::kFormat);
+  auto opened = open_get.send().wait(s.wait());
+  ASSERT_EQ(opened.getStates()[0], schema::BlockState::PRESENT);
+  auto get_ticket = opened.getTicket();
+  std::vector<uint8_t> bytes(opened.getHeaders()[0].getPayloadBytes());
+  const std::vector<std::span<uint8_t>> outs{bytes};
+  const auto states = stream->Get({get_ticket.getId(), get_ticket.getSecret(), get_ticket.getDataAddress().cStr(),
+                                   get_ticket.getTotalBytes()},
+                                  outs);
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(bytes, block.payload);
+  EXPECT_TRUE(node->Drain().ok());
+}
 
 TEST_F(StoreNodeTest, RegistersPublishesDrainsAndComesBackFromDisk) {
   // The salt scope of the tenant that auth-off sessions get (empty salt).

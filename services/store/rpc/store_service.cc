@@ -17,7 +17,8 @@ std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(),
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:
   BlockStoreServer(const BlockStoreServiceOptions& options, uint64_t scope, bool node)
-      : store_(*options.store), extra_(options.extra), scope_(scope), node_(node), limits_(options.limits) {}
+      : store_(*options.store), extra_(options.extra), stream_(options.stream), scope_(scope), node_(node),
+        limits_(options.limits) {}
 
  protected:
   kj::Promise<void> put(PutContext call) override {
@@ -101,11 +102,34 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> openPut(OpenPutContext) override {
-    rpc::ThrowStatus(UnimplementedError("bulk transfer on the data stream is not built yet; use put"));
+  kj::Promise<void> openPut(OpenPutContext call) override {
+    auto headers = call.getParams().getHeaders();
+    CheckCount(headers.size());
+    std::vector<storage::BlockHeader> converted;
+    converted.reserve(headers.size());
+    for (auto h : headers) converted.push_back(FromWire(h, ScopeFor(h.getSaltScope())));
+    const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenPut(std::move(converted)));
+    SetTicket(ticket, call.getResults().initTicket());
+    return kj::READY_NOW;
   }
-  kj::Promise<void> openGet(OpenGetContext) override {
-    rpc::ThrowStatus(UnimplementedError("bulk transfer on the data stream is not built yet; use get"));
+
+  kj::Promise<void> openGet(OpenGetContext call) override {
+    const auto p = call.getParams();
+    CheckCount(p.getKeys().size());
+    const uint64_t scope = ScopeFor(p.getSaltScope());
+    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    const StreamGetOpened opened = rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
+    auto results = call.getResults();
+    SetTicket(opened.ticket, results.initTicket());
+    auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
+    auto states = results.initStates(static_cast<unsigned>(keys.size()));
+    for (unsigned i = 0; i < keys.size(); ++i) {
+      states.set(i, opened.states[i] == StreamBlockState::kPresent   ? schema::BlockState::PRESENT
+                    : opened.states[i] == StreamBlockState::kCorrupt ? schema::BlockState::CORRUPT
+                                                                     : schema::BlockState::MISSING);
+      if (opened.headers[i]) ToWire(*opened.headers[i], headers[i]);
+    }
+    return kj::READY_NOW;
   }
 
  private:
@@ -126,6 +150,19 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     return scope_;
   }
 
+  DataStreamServer& Stream() const {
+    if (stream_ == nullptr) {
+      rpc::ThrowStatus(UnimplementedError("this node runs no data stream (TLS is on, or it is turned off); use put/get"));
+    }
+    return *stream_;
+  }
+  static void SetTicket(const TransferTicket& ticket, schema::TransferTicket::Builder out) {
+    out.setId(ticket.id);
+    out.setSecret(ticket.secret);
+    out.setDataAddress(ticket.data_address);
+    out.setTotalBytes(ticket.total_bytes);
+  }
+
   // A block the tiers lack, from the node's other holdings (a worker's pool).
   void ReadExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block,
                  capnp::List<schema::BlockState>::Builder states, unsigned i) {
@@ -144,6 +181,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
 
   storage::TieredStore& store_;
   ExtraBlockSource* const extra_;
+  DataStreamServer* const stream_;
   const uint64_t scope_;
   const bool node_;
   const StoreServiceLimits limits_;

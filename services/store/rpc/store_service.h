@@ -5,8 +5,10 @@
 // block it writes carries that scope and every read looks under it, so a tenant never
 // sees another's blocks, whatever the request says. A node session (a node credential:
 // services/auth/token_store.h) names the scope in each request instead: a worker fetching
-// a tenant's blocks on its behalf. Payloads travel inline (Data fields) and are read
-// straight into the response message (one copy out of the tier).
+// a tenant's blocks on its behalf. Payloads travel inline (put/get: Data fields, read
+// straight into the response message) or, where the node runs a data stream
+// (services/store/stream), on it: openPut/openGet check the request here and answer a
+// ticket for the stream.
 //
 // A worker node also serves the blocks of its pool to peers: `extra` (optional) answers
 // the gets that the tiers miss.
@@ -20,6 +22,8 @@
 #include <capnp/capability.h>
 
 #include "services/auth/token_store.h"
+#include "services/store/extra_block_source.h"
+#include "services/store/stream/data_stream_server.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::store {
@@ -29,20 +33,11 @@ struct StoreServiceLimits {
   uint32_t max_blocks_per_call = 4096;
 };
 
-// Blocks a node holds outside its tiers (a worker's pool), read-only.
-class ExtraBlockSource {
- public:
-  virtual ~ExtraBlockSource() = default;
-  // The header of the block `ref` names (its checksum computed), kNotFound when this
-  // source lacks it; its payload into `out` (REQUIRES: out.size() == payload_bytes).
-  [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
-  [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
-};
-
 struct BlockStoreServiceOptions {
   storage::TieredStore* store = nullptr;  // required
   ExtraBlockSource* extra = nullptr;      // optional; outlives the capability
-  StoreServiceLimits limits;
+  DataStreamServer* stream = nullptr;     // optional (openGet/openPut); outlives the capability
+  StoreServiceLimits limits = {};
 };
 
 [[nodiscard]] capnp::Capability::Client MakeBlockStoreService(const BlockStoreServiceOptions& options,
@@ -50,7 +45,7 @@ struct BlockStoreServiceOptions {
 [[nodiscard]] inline capnp::Capability::Client MakeBlockStoreService(storage::TieredStore& store,
                                                                      const auth::Tenant& tenant,
                                                                      StoreServiceLimits limits = {}) {
-  return MakeBlockStoreService(BlockStoreServiceOptions{&store, nullptr, limits}, tenant);
+  return MakeBlockStoreService(BlockStoreServiceOptions{&store, nullptr, nullptr, limits}, tenant);
 }
 
 }  // namespace kvtier::store

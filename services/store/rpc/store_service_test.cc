@@ -11,6 +11,7 @@
 #include "services/rpc/session_service.h"
 #include "services/rpc/status_mapping.h"
 #include "services/store/rpc/block_header_wire.h"
+#include "services/store/stream/data_stream_client.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::store {
@@ -22,6 +23,14 @@ using storage::testing::TestBlock;
 const std::string kTokenA(40, 'a');
 const std::string kTokenB(40, 'b');
 const std::string kNodeToken(40, 'n');
+
+// Keys of MakeBlock's blocks `ids`.
+void SetKeys(capnp::List<schema::BlockKey>::Builder keys, const std::vector<uint64_t>& ids) {
+  for (unsigned i = 0; i < ids.size(); ++i) {
+    keys[i].setHi(0x1234);
+    keys[i].setLo(ids[i]);
+  }
+}
 
 // One tenant's connection and its BlockStore capability.
 class Client {
@@ -56,11 +65,7 @@ class Client {
   Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(const std::vector<uint64_t>& ids,
                                                                           const std::string& format) {
     auto request = store_.getRequest();
-    auto keys = request.initKeys(static_cast<unsigned>(ids.size()));
-    for (unsigned i = 0; i < ids.size(); ++i) {
-      keys[i].setHi(0x1234);
-      keys[i].setLo(ids[i]);
-    }
+    SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
     request.setFormatTag(format);
     auto response = Call(kj::mv(request));
     if (!response.ok()) return response.status();
@@ -76,7 +81,54 @@ class Client {
     return out;
   }
 
+  // Put through openPut and the data stream.
+  Result<uint32_t> StreamPut(const std::vector<TestBlock>& blocks) {
+    auto request = store_.openPutRequest();
+    auto headers = request.initHeaders(static_cast<unsigned>(blocks.size()));
+    std::vector<std::span<const uint8_t>> payloads;
+    for (unsigned i = 0; i < blocks.size(); ++i) {
+      storage::BlockHeader header = blocks[i].header;
+      header.salt_scope = 0;
+      ToWire(header, headers[i]);
+      payloads.emplace_back(blocks[i].payload);
+    }
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    const TransferTicket ticket = Ticket(response->getTicket());
+    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
+    return stream->Put(ticket, payloads);
+  }
+
+  // Get through openGet and the data stream, as Get answers; every checksum verified.
+  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> StreamGet(const std::vector<uint64_t>& ids,
+                                                                                const std::string& format) {
+    auto request = store_.openGetRequest();
+    SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
+    request.setFormatTag(format);
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    std::vector<std::vector<uint8_t>> buffers;
+    for (auto header : response->getHeaders()) buffers.emplace_back(header.getPayloadBytes());
+    const TransferTicket ticket = Ticket(response->getTicket());
+    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
+    KVTIER_ASSIGN_OR_RETURN(auto states,
+                            stream->Get(ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())));
+    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+    for (unsigned i = 0; i < ids.size(); ++i) {
+      const bool present = states[i] == StreamBlockState::kPresent &&
+                           response->getStates()[i] == schema::BlockState::PRESENT;
+      if (present && storage::PayloadChecksum(buffers[i]) != response->getHeaders()[i].getChecksum()) {
+        return DataLossError("block " + std::to_string(ids[i]) + " does not match its checksum");
+      }
+      out.emplace_back(present ? "present" : "missing", present ? buffers[i] : std::vector<uint8_t>{});
+    }
+    return out;
+  }
+
  private:
+  static TransferTicket Ticket(schema::TransferTicket::Reader t) {
+    return {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+  }
   schema::BlockStore::Client Connect(const std::string& token) {
     auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
     auth.setToken(token);
@@ -95,6 +147,7 @@ class StoreServiceTest : public ::testing::Test {
     options.host->capacity_bytes = 1 << 20;
     options.host->try_huge_pages = false;
     store_ = storage::TieredStore::Create(std::move(options)).value();
+    stream_ = DataStreamServer::Create({.store = store_.get()}).value();
     tokens_ = auth::TokenStore::FromYaml("tenants:\n"
                                          "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
                                          "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n"
@@ -105,7 +158,11 @@ class StoreServiceTest : public ::testing::Test {
     session_.identity = {"s1", {"store"}};
     session_.tokens = &tokens_;
     session_.clock = &SystemClock::Instance();
-    session_.store = [this](const auth::Tenant& tenant) { return MakeBlockStoreService(*store_, tenant, {.max_blocks_per_call = 8}); };
+    session_.store = [this](const auth::Tenant& tenant) {
+      return MakeBlockStoreService(
+          {.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr, .limits = {.max_blocks_per_call = 8}},
+          tenant);
+    };
     rpc::RpcServerOptions server;
     server.listen = {"127.0.0.1:0"};
     server_ = rpc::RpcServer::Create(std::move(server), [this] { return rpc::MakeBootstrap(session_); }).value();
@@ -114,6 +171,8 @@ class StoreServiceTest : public ::testing::Test {
   void TearDown() override { server_->Shutdown(); }
 
   std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<DataStreamServer> stream_;
+  bool stream_on_ = true;  // read when a session opens its BlockStore
   auth::TokenStore tokens_ = auth::TokenStore::Disabled();
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
@@ -181,7 +240,51 @@ TEST_F(StoreServiceTest, ABadBlockRefusesTheWholeBatch) {
   for (uint64_t i = 0; i < 9; ++i) too_many.push_back(MakeBlock(i, 16));
   EXPECT_NE(a.Put(too_many).status().message().find("at most 8"), std::string::npos);
   EXPECT_EQ(store_->Stats().host->blocks, 0u);
-  EXPECT_EQ(a.Call(a.store().openGetRequest()).status().code(), StatusCode::kUnimplemented);
+}
+
+TEST_F(StoreServiceTest, TheDataStreamCarriesBlocksToTheirTenantOnly) {
+  Client a(address_, kTokenA), b(address_, kTokenB);
+  // Team A streams blocks 1 and 2 in; they come back through the stream and inline alike.
+  const std::vector<TestBlock> blocks = {MakeBlock(1, 3000), MakeBlock(2, 70000)};
+  ASSERT_EQ(a.StreamPut(blocks).value_or(0), 2u);
+  auto got = a.StreamGet({1, 3, 2}, storage::testing::kFormat);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
+  EXPECT_EQ((*got)[1].first, "missing");
+  EXPECT_EQ((*got)[2].second, blocks[1].payload);
+  EXPECT_EQ(a.Get({2}, storage::testing::kFormat)->at(0).second, blocks[1].payload);
+  // Team B: nothing under its salt; naming A's scope at open is refused.
+  EXPECT_EQ(b.StreamGet({1, 2}, storage::testing::kFormat)->at(0).first, "missing");
+  auto spoof = b.store().openGetRequest();
+  spoof.initKeys(1)[0].setLo(1);
+  spoof.setSaltScope(SaltScope("salt-a"));
+  spoof.setFormatTag(storage::testing::kFormat);
+  EXPECT_EQ(b.Call(kj::mv(spoof)).status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNothing) {
+  Client a(address_, kTokenA);
+  std::vector<TestBlock> no_format = {MakeBlock(3, 100, 35, 7, "")};
+  const Status at_open = a.StreamPut(no_format).status();
+  EXPECT_EQ(at_open.code(), StatusCode::kInvalidArgument) << at_open;
+  EXPECT_NE(at_open.message().find("block 0"), std::string::npos) << at_open.message();
+  std::vector<TestBlock> too_many;
+  for (uint64_t i = 0; i < 9; ++i) too_many.push_back(MakeBlock(i, 16));
+  EXPECT_NE(a.StreamPut(too_many).status().message().find("at most 8"), std::string::npos);
+  std::vector<TestBlock> damaged = {MakeBlock(1, 1000), MakeBlock(2, 1000)};
+  damaged[1].payload[10] ^= 1;  // block 2's bytes no longer match its checksum
+  const Status on_stream = a.StreamPut(damaged).status();
+  EXPECT_EQ(on_stream.code(), StatusCode::kInvalidArgument) << on_stream;
+  EXPECT_NE(on_stream.message().find("checksum"), std::string::npos) << on_stream.message();
+  EXPECT_EQ(store_->Stats().host->blocks, 0u);
+}
+
+TEST_F(StoreServiceTest, ANodeWithoutADataStreamSaysSo) {
+  stream_on_ = false;
+  Client a(address_, kTokenA);
+  const Status status = a.StreamGet({1}, storage::testing::kFormat).status();
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(status.message().find("put/get"), std::string::npos) << status.message();
 }
 
 }  // namespace

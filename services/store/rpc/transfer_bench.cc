@@ -15,6 +15,7 @@
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
 #include "services/store/rpc/store_service.h"
+#include "services/store/stream/data_stream_client.h"
 
 namespace kvtier::store {
 namespace {
@@ -46,10 +47,111 @@ void SetKey(schema::BlockKey::Builder key, uint64_t id) {
   key.setLo(id);
 }
 
+// Threads that wait for a phase sleep (atomic wait), never spin: on a small machine a
+// spinning waiter takes the CPU that the server and the other clients are measured on.
 struct Phases {
   std::atomic<int> ready{0}, put_done{0};
   std::atomic<bool> go_put{false}, go_get{false};
+
+  static void Arrive(std::atomic<int>& counter) {
+    ++counter;
+    counter.notify_all();
+  }
+  static void WaitFor(std::atomic<int>& counter, int count) {
+    for (int seen = counter.load(); seen < count; seen = counter.load()) counter.wait(seen);
+  }
+  static void Open(std::atomic<bool>& gate) {
+    gate = true;
+    gate.notify_all();
+  }
 };
+
+void SetHeader(schema::BlockHeader::Builder header, uint64_t id, const TransferBenchOptions& o, uint64_t checksum) {
+  SetKey(header.initKey(), id);
+  header.setFirstInChain(true);
+  header.setFormatTag(kFormat);
+  header.setPayloadBytes(o.block_bytes);
+  header.setChecksum(checksum);
+}
+
+TransferTicket Ticket(schema::TransferTicket::Reader t) {
+  return {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+}
+
+// A client's end of the data stream: one connection, and the buffers its blocks are made
+// in (put) or land in (get), reused from call to call.
+struct StreamSide {
+  std::unique_ptr<DataStreamClient> connection;
+  std::vector<uint8_t> buffer;
+
+  Result<DataStreamClient*> Connect(const TransferTicket& ticket) {
+    if (connection == nullptr) {
+      KVTIER_ASSIGN_OR_RETURN(connection, DataStreamClient::Connect({.address = ticket.data_address}));
+    }
+    return connection.get();
+  }
+  std::span<uint8_t> Block(uint64_t i, uint64_t bytes) { return std::span<uint8_t>(buffer).subspan(i * bytes, bytes); }
+};
+
+template <typename T>
+T OrThrow(Result<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().ToString());
+  return std::move(*result);
+}
+
+void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
+                  ClientWork& work, const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums,
+                  StreamSide& side) {
+  std::vector<std::span<const uint8_t>> payloads;
+  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+    const auto start = Clock::now();
+    auto request = store.openPutRequest();
+    auto headers = request.initHeaders(n);
+    payloads.clear();
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t id = work.first_block + b + i;
+      SetHeader(headers[i], id, o, checksums[b + i]);
+      MakePayload(base, id, side.Block(i, o.block_bytes));
+      payloads.push_back(side.Block(i, o.block_bytes));
+    }
+    const TransferTicket ticket = Ticket(request.send().wait(wait).getTicket());
+    if (OrThrow(OrThrow(side.Connect(ticket))->Put(ticket, payloads)) != n) throw std::runtime_error("put short");
+    work.put_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  }
+}
+
+void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
+                  ClientWork& work, const std::vector<uint8_t>& base, bool verify, StreamSide& side) {
+  std::vector<uint8_t> expected(o.block_bytes);
+  std::vector<std::span<uint8_t>> outs;
+  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+    const auto start = Clock::now();
+    auto request = store.openGetRequest();
+    auto keys = request.initKeys(n);
+    for (unsigned i = 0; i < n; ++i) SetKey(keys[i], work.first_block + b + i);
+    request.setFormatTag(kFormat);
+    auto response = request.send().wait(wait);
+    outs.clear();
+    for (unsigned i = 0; i < n; ++i) {
+      const bool present = response.getStates()[i] == schema::BlockState::PRESENT;
+      outs.push_back(side.Block(i, present ? o.block_bytes : 0));
+    }
+    const TransferTicket ticket = Ticket(response.getTicket());
+    const std::vector<StreamBlockState> states = OrThrow(OrThrow(side.Connect(ticket))->Get(ticket, outs));
+    if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t id = work.first_block + b + i;
+      bool right = states[i] == StreamBlockState::kPresent && outs[i].size() == o.block_bytes;
+      if (right && verify) {
+        MakePayload(base, id, expected);
+        right = std::memcmp(outs[i].data(), expected.data(), expected.size()) == 0;
+      }
+      if (!right) throw std::runtime_error("block " + std::to_string(id) + " came back wrong on the stream");
+    }
+  }
+}
 
 void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o, ClientWork& work,
             const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums) {
@@ -60,12 +162,7 @@ void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
     auto blocks = request.initBlocks(n);
     for (unsigned i = 0; i < n; ++i) {
       const uint64_t id = work.first_block + b + i;
-      auto header = blocks[i].initHeader();
-      SetKey(header.initKey(), id);
-      header.setFirstInChain(true);
-      header.setFormatTag(kFormat);
-      header.setPayloadBytes(o.block_bytes);
-      header.setChecksum(checksums[b + i]);
+      SetHeader(blocks[i].initHeader(), id, o, checksums[b + i]);
       auto data = blocks[i].initData(static_cast<unsigned>(o.block_bytes));  // written in place
       MakePayload(base, id, std::span<uint8_t>(data.begin(), data.size()));
     }
@@ -122,19 +219,30 @@ void RunClient(const std::string& address, const TransferBenchOptions& o, Client
       MakePayload(base, work.first_block + b, payload);
       checksums[b] = storage::PayloadChecksum(payload);
     }
-    ++phases.ready;
-    while (!phases.go_put) std::this_thread::yield();
-    PutAll(store, wait, o, work, base, checksums);
-    ++phases.put_done;
-    while (!phases.go_get) std::this_thread::yield();
-    GetAll(store, wait, o, work, base, /*verify=*/false);
-    work.get_end = Clock::now();
-    GetAll(store, wait, o, work, base, /*verify=*/true);
+    StreamSide side;
+    side.buffer.resize(o.block_bytes * o.batch);
+    Phases::Arrive(phases.ready);
+    phases.go_put.wait(false);
+    if (o.stream) {
+      StreamPutAll(store, wait, o, work, base, checksums, side);
+    } else {
+      PutAll(store, wait, o, work, base, checksums);
+    }
+    Phases::Arrive(phases.put_done);
+    phases.go_get.wait(false);
+    for (const bool verify : {false, true}) {  // the timed pass, then the byte-for-byte one
+      if (o.stream) {
+        StreamGetAll(store, wait, o, work, base, verify, side);
+      } else {
+        GetAll(store, wait, o, work, base, verify);
+      }
+      if (!verify) work.get_end = Clock::now();
+    }
   } catch (const std::exception& e) {
     work.error = e.what();
     work.get_end = Clock::now();
-    ++phases.ready;
-    ++phases.put_done;
+    Phases::Arrive(phases.ready);
+    Phases::Arrive(phases.put_done);
   }
 }
 
@@ -160,8 +268,18 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   session.identity = {"bench-store", {"store"}};
   session.tokens = &tokens;
   session.clock = &SystemClock::Instance();
+  std::unique_ptr<DataStreamServer> stream;
+  if (o.stream) {
+    KVTIER_ASSIGN_OR_RETURN(stream, DataStreamServer::Create({.store = store.get(),
+                                                              .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
+                                                                                  (64ull << 20),
+                                                              .max_block_bytes = o.block_bytes}));
+  }
   session.store = [&](const auth::Tenant& tenant) {
-    return MakeBlockStoreService(*store, tenant, {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch});
+    return MakeBlockStoreService({.store = store.get(),
+                                  .stream = stream.get(),
+                                  .limits = {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch}},
+                                 tenant);
   };
   rpc::RpcServerOptions server_options;
   server_options.listen = {"127.0.0.1:0"};
@@ -178,12 +296,12 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
     work[c].blocks = blocks * (c + 1) / o.clients - work[c].first_block;
     threads.emplace_back(RunClient, server->endpoints()[0], std::cref(o), std::ref(work[c]), std::ref(phases));
   }
-  while (phases.ready < static_cast<int>(o.clients)) std::this_thread::yield();
+  Phases::WaitFor(phases.ready, static_cast<int>(o.clients));
   const auto put_start = Clock::now();
-  phases.go_put = true;
-  while (phases.put_done < static_cast<int>(o.clients)) std::this_thread::yield();
+  Phases::Open(phases.go_put);
+  Phases::WaitFor(phases.put_done, static_cast<int>(o.clients));
   const auto put_end = Clock::now();
-  phases.go_get = true;
+  Phases::Open(phases.go_get);
   for (std::thread& t : threads) t.join();
   server->Shutdown();
   Clock::time_point get_end = put_end;

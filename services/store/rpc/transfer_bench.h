@@ -3,7 +3,8 @@
 // Starts a store in this process (a host tier big enough for every block, an RPC server
 // on 127.0.0.1 with auth off) and `clients` client threads, each with its own connection
 // and event loop. Put phase: every client puts its share of blocks, `batch` blocks per
-// call, payloads inline (checksums computed before the clock starts, as a block's header
+// call, payloads inline or on the data stream (checksums computed before the clock starts,
+// as a block's header
 // travels with it from the tier that made it); get phase: every client reads its blocks
 // back, checking state and size as the Redis phase does; then, untimed, every block is
 // read again and compared byte for byte. Rates are payload bytes over the wall time of
@@ -23,6 +24,10 @@ struct TransferBenchOptions {
   uint32_t clients = 8;
   uint64_t total_bytes = 256ull << 20;  // per phase, over all clients
   uint32_t batch = 4;                   // blocks per call
+  // false: payloads inline in put/get; true: openPut/openGet on Cap'n Proto and the
+  // payloads on the store's data stream (services/store/stream), one stream connection
+  // per client.
+  bool stream = false;
 };
 
 struct TransferPhase {

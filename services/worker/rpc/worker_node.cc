@@ -144,7 +144,7 @@ class WorkerNode::Impl {
     if (store_) {
       // The tiers, and after them the pool's committed blocks, for peers onboarding them.
       session_.store = [this](const auth::Tenant& tenant) {
-        return store::MakeBlockStoreService(store::BlockStoreServiceOptions{store_.get(), pool_source_.get(), {}}, tenant);
+        return store::MakeBlockStoreService(store::BlockStoreServiceOptions{.store = store_.get(), .extra = pool_source_.get()}, tenant);
       };
     }
     rpc::RpcServerOptions server;

@@ -1,0 +1,23 @@
+// ExtraBlockSource: blocks a node holds outside its tiers (a worker's pool), which its
+// BlockStore serves to peers after the tiers miss. Read-only.
+//
+// Thread safety: called only on the thread that serves the node's BlockStore capability
+// (its RPC event loop); implementations may rely on that.
+#pragma once
+
+#include <span>
+
+#include "storage/block_header.h"
+
+namespace kvtier::store {
+
+class ExtraBlockSource {
+ public:
+  virtual ~ExtraBlockSource() = default;
+  // The header of the block `ref` names (its checksum computed), kNotFound when this
+  // source lacks it; its payload into `out` (REQUIRES: out.size() == payload_bytes).
+  [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
+  [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
+};
+
+}  // namespace kvtier::store

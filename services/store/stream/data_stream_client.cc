@@ -1,0 +1,195 @@
+#include "services/store/stream/data_stream_client.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier::store {
+namespace {
+
+Status IoError(const std::string& what, const std::string& address) {
+  return UnavailableError("data stream " + address + ": " + what + ": " + std::strerror(errno));
+}
+
+Result<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    return InvalidArgumentError("data stream address \"" + address + "\" is not host:port");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return std::make_pair(host, address.substr(colon + 1));
+}
+
+Result<int> ConnectTo(const std::string& address, std::chrono::milliseconds timeout) {
+  KVTIER_ASSIGN_OR_RETURN(const auto host_port, SplitHostPort(address));
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host_port.first.c_str(), host_port.second.c_str(), &hints, &found); rc != 0) {
+    return UnavailableError("data stream " + address + ": " + gai_strerror(rc));
+  }
+  const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int rc = fd < 0 ? -1 : connect(fd, found->ai_addr, found->ai_addrlen);
+  freeaddrinfo(found);
+  if (fd < 0) return IoError("socket", address);
+  if (rc != 0 && errno == EINPROGRESS) {  // connect with a deadline
+    pollfd p{fd, POLLOUT, 0};
+    rc = poll(&p, 1, static_cast<int>(timeout.count()));
+    int error = rc == 1 ? 0 : ETIMEDOUT;
+    socklen_t len = sizeof(error);
+    if (rc == 1) getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+    errno = error;
+    rc = error == 0 ? 0 : -1;
+  }
+  if (rc != 0) {
+    const Status status = IoError("connect", address);
+    close(fd);
+    return status;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  const timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// Moves every byte of `iov` (consumed as it goes), IOV_MAX buffers per call.
+template <typename Syscall>
+bool MoveFully(int fd, std::vector<iovec>& iov, Syscall syscall) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
+    const ssize_t n = syscall(fd, iov.data() + first, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ECONNRESET;  // the node closed the connection
+      return false;
+    }
+    for (size_t moved = static_cast<size_t>(n); moved > 0;) {
+      const size_t step = std::min(moved, iov[first].iov_len);
+      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + step;
+      iov[first].iov_len -= step;
+      moved -= step;
+      if (iov[first].iov_len == 0) ++first;
+    }
+    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  }
+  return true;
+}
+
+bool ReadFully(int fd, std::vector<iovec>& iov) { return MoveFully(fd, iov, ::readv); }
+bool WriteFully(int fd, std::vector<iovec>& iov) {
+  // sendmsg with MSG_NOSIGNAL: a node that closed the connection must not raise SIGPIPE.
+  return MoveFully(fd, iov, [](int s, const iovec* v, int count) {
+    msghdr message{};
+    message.msg_iov = const_cast<iovec*>(v);
+    message.msg_iovlen = static_cast<size_t>(count);
+    return ::sendmsg(s, &message, MSG_NOSIGNAL);
+  });
+}
+
+iovec Iov(const void* data, size_t size) { return {const_cast<void*>(data), size}; }
+
+}  // namespace
+
+Result<std::unique_ptr<DataStreamClient>> DataStreamClient::Connect(const DataStreamClientOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(const int fd, ConnectTo(options.address, options.timeout));
+  return std::unique_ptr<DataStreamClient>(new DataStreamClient(fd, options.address));
+}
+
+DataStreamClient::~DataStreamClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status DataStreamClient::Fail(Status status) {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  return status;
+}
+
+Result<StreamReply> DataStreamClient::ReadReply() {
+  StreamReply reply;
+  std::vector<iovec> iov{Iov(&reply, sizeof(reply))};
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading the reply", address_));
+  if (reply.magic != kStreamMagic) return Fail(InternalError("data stream " + address_ + ": reply has a bad magic"));
+  if (reply.code == 0) return reply;
+  if (reply.message_bytes > kMaxStreamMessageBytes || reply.code > static_cast<uint32_t>(StatusCode::kUnauthenticated)) {
+    return Fail(InternalError("data stream " + address_ + ": malformed refusal"));
+  }
+  std::string message(reply.message_bytes, '\0');
+  iov = {Iov(message.data(), message.size())};
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading a refusal", address_));
+  return Fail(Status(static_cast<StatusCode>(reply.code), "data stream " + address_ + ": " + message));
+}
+
+Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket& ticket,
+                                                            std::span<const std::span<uint8_t>> outs) {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = ticket.id, .secret = ticket.secret};
+  std::vector<iovec> iov{Iov(&request, sizeof(request))};
+  if (!WriteFully(fd_, iov)) return Fail(IoError("sending a get", address_));
+  KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
+  if (reply.blocks != outs.size()) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.blocks) +
+                              " blocks in the reply, " + std::to_string(outs.size()) + " asked"));
+  }
+  std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
+  iov = {Iov(states.data(), states.size())};
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
+  std::vector<StreamBlockState> result(outs.size());
+  uint64_t expected = 0;
+  iov.clear();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (states[i] > static_cast<uint8_t>(StreamBlockState::kCorrupt)) {
+      return Fail(InternalError("data stream " + address_ + ": unknown block state"));
+    }
+    result[i] = static_cast<StreamBlockState>(states[i]);
+    if (result[i] != StreamBlockState::kPresent) continue;
+    expected += outs[i].size();
+    if (!outs[i].empty()) iov.push_back(Iov(outs[i].data(), outs[i].size()));
+  }
+  if (expected != reply.payload_bytes) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
+                              " payload bytes in the reply, the present blocks' headers say " +
+                              std::to_string(expected)));
+  }
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
+  return result;
+}
+
+Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
+                                       std::span<const std::span<const uint8_t>> payloads) {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
+  std::vector<iovec> iov{Iov(&request, sizeof(request))};
+  iov.reserve(payloads.size() + 1);
+  for (const auto& payload : payloads) {
+    if (!payload.empty()) iov.push_back(Iov(payload.data(), payload.size()));
+  }
+  // A node that refuses the ticket answers at once and drops what follows; its reply is
+  // read even when sending the payloads failed.
+  const bool sent = WriteFully(fd_, iov);
+  const int send_errno = errno;
+  Result<StreamReply> reply = ReadReply();
+  if (!reply.ok()) return reply.status();
+  if (!sent) {
+    errno = send_errno;
+    return Fail(IoError("sending payloads", address_));
+  }
+  return reply->blocks;
+}
+
+}  // namespace kvtier::store

@@ -1,0 +1,194 @@
+#include "services/store/stream/data_stream_server.h"
+
+#include <thread>
+
+#include <asio.hpp>
+
+#include "services/store/stream/stream_connection.h"
+#include "services/store/stream/ticket_table.h"
+
+namespace kvtier::store {
+
+class DataStreamServer::Impl {
+ public:
+  explicit Impl(DataStreamServerOptions options)
+      : options_(std::move(options)), pool_(options_.max_staged_bytes),
+        tickets_(*options_.clock, options_.ticket_ttl), acceptor_(io_), sweep_(io_) {
+    context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_,
+                .max_block_bytes = options_.max_block_bytes, .client_timeout = options_.client_timeout};
+  }
+
+  Status Bind();
+  void Start() {
+    Accept();
+    Sweep();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void Shutdown() {
+    if (!thread_.joinable()) return;
+    io_.stop();  // open connections die with the io_context; their transfers free their staging
+    thread_.join();
+    asio::error_code ignored;
+    acceptor_.close(ignored);
+    tickets_.Drop();
+  }
+
+  const std::string& address() const { return address_; }
+  Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format, uint64_t scope,
+                                  ExtraBlockSource* extra);
+  Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
+  DataStreamStats Stats() const {
+    DataStreamStats s;
+    s.tickets_open = tickets_.size();
+    s.staged_bytes = pool_.in_use_bytes();
+    s.gets = counters_.gets;
+    s.puts = counters_.puts;
+    s.bytes_sent = counters_.bytes_sent;
+    s.bytes_received = counters_.bytes_received;
+    s.refused = counters_.refused;
+    s.expired = tickets_.expired();
+    return s;
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+      if (!ec) std::make_shared<StreamConnection>(context_, std::move(socket))->Start();
+      Accept();
+    });
+  }
+  // Expired tickets free their staging even when no transfer comes to sweep them.
+  void Sweep() {
+    tickets_.Sweep();
+    sweep_.expires_after(std::chrono::seconds(1));
+    sweep_.async_wait([this](const asio::error_code& ec) {
+      if (!ec) Sweep();
+    });
+  }
+  Result<TransferTicket> Register(OpenTransfer transfer, uint64_t total_bytes) {
+    KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.Add(std::move(transfer)));
+    return TransferTicket{added.id, added.secret, address_, total_bytes};
+  }
+
+  const DataStreamServerOptions options_;
+  StagingPool pool_;
+  TicketTable tickets_;
+  StreamCounters counters_;
+  StreamContext context_;  // connections hold it: declared before the io_context that owns them
+  asio::io_context io_;
+  asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer sweep_;
+  std::thread thread_;
+  std::string address_;
+};
+
+Status DataStreamServer::Impl::Bind() {
+  asio::error_code ec;
+  // A host name (the RPC listener's, "localhost") binds where it resolves first.
+  asio::ip::tcp::resolver resolver(io_);
+  const auto resolved = resolver.resolve(options_.bind_host, std::to_string(options_.port),
+                                         asio::ip::tcp::resolver::passive | asio::ip::tcp::resolver::numeric_service, ec);
+  if (ec || resolved.empty()) {
+    return InvalidArgumentError("data stream bind host \"" + options_.bind_host + "\" does not resolve" +
+                                (ec ? ": " + ec.message() : std::string()));
+  }
+  const asio::ip::tcp::endpoint endpoint = resolved.begin()->endpoint();
+  if (acceptor_.open(endpoint.protocol(), ec); !ec) {
+    acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (acceptor_.bind(endpoint, ec); !ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  }
+  if (ec) {
+    return UnavailableError("cannot listen for the data stream on " + options_.bind_host + ":" +
+                            std::to_string(options_.port) + ": " + ec.message());
+  }
+  const std::string& advertised = options_.advertise_host.empty() ? options_.bind_host : options_.advertise_host;
+  const bool v6 = advertised.find(':') != std::string::npos;
+  address_ = (v6 ? "[" + advertised + "]" : advertised) + ":" + std::to_string(acceptor_.local_endpoint().port());
+  return Status::Ok();
+}
+
+// Every present block is copied into the staging buffer here, on the caller's (control)
+// thread, so that the stream's thread only sends: measured faster than reading the tiers
+// on the stream's thread (docs/benchmarks.md), and the states answered here are final.
+Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
+                                                        uint64_t scope, ExtraBlockSource* extra) {
+  StreamGetOpened opened;
+  opened.headers.resize(keys.size());
+  std::vector<bool> from_extra(keys.size(), false);
+  uint64_t total = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const storage::BlockRef ref{keys[i], format, scope};
+    Result<storage::BlockHeader> header = options_.store->Peek(ref);
+    if (!header.ok() && extra != nullptr) {
+      header = extra->Peek(ref);
+      from_extra[i] = header.ok();
+    }
+    if (!header.ok()) continue;
+    total += header->payload_bytes;
+    opened.headers[i] = std::move(*header);
+  }
+  OpenTransfer transfer;
+  transfer.op = StreamOp::kGet;
+  transfer.states.assign(keys.size(), StreamBlockState::kMissing);
+  KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(total));
+  uint64_t offset = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!opened.headers[i]) continue;
+    const storage::BlockRef ref{keys[i], format, scope};
+    const auto out = transfer.buffer.bytes().subspan(offset, opened.headers[i]->payload_bytes);
+    const Status read = from_extra[i] ? extra->Read(ref, out).status() : options_.store->Get(ref, out).status();
+    if (!read.ok()) {  // gone since Peek, or corrupt (deleted by the tier): not sent
+      if (read.code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
+      opened.headers[i].reset();
+      continue;
+    }
+    transfer.states[i] = StreamBlockState::kPresent;
+    offset += out.size();
+  }
+  transfer.payload_bytes = offset;
+  opened.states = transfer.states;
+  KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), offset));
+  return opened;
+}
+
+Result<TransferTicket> DataStreamServer::Impl::OpenPut(std::vector<storage::BlockHeader> headers) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < headers.size(); ++i) {
+    KVTIER_RETURN_IF_ERROR(storage::ValidateHeader(headers[i], options_.max_block_bytes)
+                               .WithContext("block " + std::to_string(i)));
+    total += headers[i].payload_bytes;
+  }
+  if (headers.empty()) return InvalidArgumentError("a put of no blocks");
+  OpenTransfer transfer;
+  transfer.op = StreamOp::kPut;
+  transfer.headers = std::move(headers);
+  KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(total));
+  return Register(std::move(transfer), total);
+}
+
+Result<std::unique_ptr<DataStreamServer>> DataStreamServer::Create(DataStreamServerOptions options) {
+  if (options.store == nullptr || options.clock == nullptr) {
+    return InvalidArgumentError("DataStreamServerOptions: store and clock are required");
+  }
+  if (options.max_staged_bytes == 0) return InvalidArgumentError("DataStreamServerOptions: max_staged_bytes is 0");
+  auto impl = std::make_unique<Impl>(std::move(options));
+  KVTIER_RETURN_IF_ERROR(impl->Bind());
+  impl->Start();
+  return std::unique_ptr<DataStreamServer>(new DataStreamServer(std::move(impl)));
+}
+
+DataStreamServer::DataStreamServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DataStreamServer::~DataStreamServer() { Shutdown(); }
+const std::string& DataStreamServer::address() const { return impl_->address(); }
+Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
+                                                  uint64_t salt_scope, ExtraBlockSource* extra) {
+  return impl_->OpenGet(keys, format_tag, salt_scope, extra);
+}
+Result<TransferTicket> DataStreamServer::OpenPut(std::vector<storage::BlockHeader> headers) {
+  return impl_->OpenPut(std::move(headers));
+}
+DataStreamStats DataStreamServer::Stats() const { return impl_->Stats(); }
+void DataStreamServer::Shutdown() { impl_->Shutdown(); }
+
+}  // namespace kvtier::store

@@ -1,0 +1,95 @@
+// DataStreamServer: a node's data stream (protocol.h), the bulk path of its BlockStore.
+//
+// OpenGet/OpenPut are called by the BlockStore capability once it has checked the
+// session (salt scope) and the request; they answer a ticket, and the bytes then move on
+// this server's TCP listener:
+// - get: OpenGet copies every present block (from the tiers, checksum-verified where the
+//   tier verifies, or from the extra source: a worker's pool) into one staging buffer, on
+//   the caller's thread, where the extra source may be read; the stream's thread then
+//   only sends it, in one gathered write. The states OpenGet answers are final.
+// - put: the payloads are read into a staging buffer, every block is checked against its
+//   header (size, XXH3) and the batch is stored only when all pass; nothing of a
+//   refused, truncated or abandoned transfer is stored.
+// Staging is bounded (StagingPool, `max_staged_bytes`): an open beyond it answers
+// kResourceExhausted. A ticket not used within `ticket_ttl` expires and frees its
+// staging; a client that disconnects mid-transfer frees its at once.
+//
+// Thread safety: Create() starts one thread running the server's own asio::io_context;
+// transfers run only there. OpenGet/OpenPut/Stats are safe from any thread.
+// Ownership: the store (and the extra source passed to OpenGet) outlive the server.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "services/store/extra_block_source.h"
+#include "services/store/stream/protocol.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::store {
+
+struct DataStreamServerOptions {
+  storage::TieredStore* store = nullptr;  // required
+  std::string bind_host = "127.0.0.1";
+  uint16_t port = 0;                      // 0: a free port (see address())
+  std::string advertise_host = {};        // how other nodes reach bind_host; empty: bind_host
+  uint64_t max_staged_bytes = 1ull << 30;
+  uint64_t max_block_bytes = 256ull << 20;
+  std::chrono::milliseconds ticket_ttl{30'000};
+  std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
+  const Clock* clock = &SystemClock::Instance();
+};
+
+struct StreamGetOpened {
+  TransferTicket ticket;
+  // Per requested block: its state (kCorrupt: failed its checksum, deleted) and, when
+  // kPresent, its header.
+  std::vector<StreamBlockState> states;
+  std::vector<std::optional<storage::BlockHeader>> headers;
+};
+
+struct DataStreamStats {
+  uint64_t tickets_open = 0;
+  uint64_t staged_bytes = 0;
+  uint64_t gets = 0, puts = 0;            // transfers completed
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
+  uint64_t expired = 0;                   // tickets never used
+};
+
+class DataStreamServer {
+ public:
+  // kInvalidArgument (no store, a bad host), kUnavailable (cannot listen).
+  [[nodiscard]] static Result<std::unique_ptr<DataStreamServer>> Create(DataStreamServerOptions options);
+  ~DataStreamServer();
+  DataStreamServer(const DataStreamServer&) = delete;
+  DataStreamServer& operator=(const DataStreamServer&) = delete;
+
+  // "advertise_host:port".
+  const std::string& address() const;
+
+  // `keys` under one format tag and salt scope (the session's, already checked).
+  [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
+                                                uint64_t salt_scope, ExtraBlockSource* extra);
+  // REQUIRES: every header's salt scope is the session's. kInvalidArgument naming the
+  // block for a header that cannot describe a block; kResourceExhausted (staging full).
+  [[nodiscard]] Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
+
+  DataStreamStats Stats() const;
+  // Stops listening, cuts open transfers, frees every ticket, joins the thread. Idempotent.
+  void Shutdown();
+
+  class Impl;
+
+ private:
+  explicit DataStreamServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::store

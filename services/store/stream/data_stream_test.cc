@@ -1,0 +1,265 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "services/store/stream/data_stream_client.h"
+#include "services/store/stream/data_stream_server.h"
+#include "storage/testing/blocks.h"
+
+namespace kvtier::store {
+namespace {
+
+using storage::testing::MakeBlock;
+using storage::testing::TestBlock;
+constexpr size_t kBlockBytes = 64 * 1024;
+constexpr uint64_t kScope = 7;  // MakeBlock's
+
+// A plain TCP connection to "127.0.0.1:port", for clients that break the protocol; -1 on failure.
+int RawConnect(const std::string& address) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+// A node's tiers (host memory) behind a data stream on loopback.
+class DataStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Start({}); }
+
+  void Start(DataStreamServerOptions options) {
+    server_.reset();
+    storage::TieredStoreOptions tiers;
+    tiers.host.emplace();
+    tiers.host->capacity_bytes = 64ull << 20;
+    store_ = storage::TieredStore::Create(std::move(tiers)).value();
+    options.store = store_.get();
+    options.clock = &clock_;
+    server_ = DataStreamServer::Create(options).value();
+  }
+
+  std::unique_ptr<DataStreamClient> Client() {
+    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(5)}).value();
+  }
+
+  TransferTicket OpenPut(const std::vector<TestBlock>& blocks) {
+    std::vector<storage::BlockHeader> headers;
+    for (const TestBlock& b : blocks) headers.push_back(b.header);
+    return server_->OpenPut(std::move(headers)).value();
+  }
+
+  static std::vector<std::span<const uint8_t>> Payloads(const std::vector<TestBlock>& blocks) {
+    std::vector<std::span<const uint8_t>> out;
+    for (const TestBlock& b : blocks) out.emplace_back(b.payload);
+    return out;
+  }
+
+  StreamGetOpened OpenGet(const std::vector<uint64_t>& ids, ExtraBlockSource* extra = nullptr) {
+    std::vector<BlockKey> keys;
+    for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
+    return server_->OpenGet(keys, storage::testing::kFormat, kScope, extra).value();
+  }
+
+  // Buffers sized by the headers the open answered (empty for absent blocks).
+  static std::vector<std::vector<uint8_t>> Buffers(const StreamGetOpened& opened) {
+    std::vector<std::vector<uint8_t>> buffers;
+    for (const auto& header : opened.headers) buffers.emplace_back(header ? header->payload_bytes : 0);
+    return buffers;
+  }
+  static std::vector<std::span<uint8_t>> Spans(std::vector<std::vector<uint8_t>>& buffers) {
+    return {buffers.begin(), buffers.end()};
+  }
+
+  // Waits (bounded) until the server holds no staging and no ticket.
+  bool Drained() {
+    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+         std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+      const DataStreamStats stats = server_->Stats();
+      if (stats.staged_bytes == 0 && stats.tickets_open == 0) return true;
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<DataStreamServer> server_;
+};
+
+TEST_F(DataStreamTest, PutThenGetMovesEveryByteAndReportsAbsentBlocks) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+  auto client = Client();
+  ASSERT_EQ(client->Put(OpenPut(blocks), Payloads(blocks)).value(), 3u);
+
+  // Blocks 1, 3 and 2 asked; block 9 was never stored.
+  const StreamGetOpened opened = OpenGet({1, 9, 3, 2});
+  ASSERT_TRUE(opened.headers[0] && opened.headers[2] && opened.headers[3]);
+  EXPECT_FALSE(opened.headers[1]);
+  EXPECT_EQ(opened.ticket.total_bytes, 2 * kBlockBytes + 4096);
+  auto buffers = Buffers(opened);
+  const auto states = client->Get(opened.ticket, Spans(buffers)).value();  // the same connection again
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing,
+                                                   StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  EXPECT_EQ(buffers[0], blocks[0].payload);
+  EXPECT_EQ(buffers[2], blocks[2].payload);
+  EXPECT_EQ(buffers[3], blocks[1].payload);
+  const DataStreamStats stats = server_->Stats();
+  EXPECT_EQ(stats.puts, 1u);
+  EXPECT_EQ(stats.gets, 1u);
+  EXPECT_EQ(stats.bytes_sent, 2 * kBlockBytes + 4096);
+  EXPECT_TRUE(Drained());
+}
+
+TEST_F(DataStreamTest, AnOpenedGetIsASnapshotThatLaterEvictionsDoNotChange) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes)};
+  for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
+  const StreamGetOpened opened = OpenGet({1, 2});
+  EXPECT_EQ(opened.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
+  auto buffers = Buffers(opened);
+  const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
+  EXPECT_EQ(states, opened.states) << "the bytes were staged at open";
+  EXPECT_EQ(buffers[0], blocks[0].payload);
+  EXPECT_EQ(buffers[1], blocks[1].payload);
+}
+
+TEST_F(DataStreamTest, ATicketCarriesOneTransferOnly) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, 4096)};
+  ASSERT_TRUE(Client()->Put(OpenPut(blocks), Payloads(blocks)).ok());
+  const StreamGetOpened opened = OpenGet({1});
+  auto buffers = Buffers(opened);
+  ASSERT_TRUE(Client()->Get(opened.ticket, Spans(buffers)).ok());
+  auto again = Client();
+  const auto second = again->Get(opened.ticket, Spans(buffers));
+  EXPECT_EQ(second.status().code(), StatusCode::kNotFound) << second.status().ToString();
+  EXPECT_TRUE(again->broken()) << "a refusal closes the connection";
+}
+
+TEST_F(DataStreamTest, AWrongSecretIsRefusedAndWithdrawsTheTicket) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, 4096)};
+  const TransferTicket ticket = OpenPut(blocks);
+  TransferTicket guessed = ticket;
+  guessed.secret ^= 1;
+  const auto refused = Client()->Put(guessed, Payloads(blocks));
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
+  EXPECT_EQ(Client()->Put(ticket, Payloads(blocks)).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(store_->Contains(blocks[0].ref())) << "nothing stored";
+  EXPECT_TRUE(Drained());
+}
+
+TEST_F(DataStreamTest, AnUnusedTicketExpiresAndFreesItsStaging) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
+  const TransferTicket ticket = OpenPut(blocks);
+  EXPECT_GT(server_->Stats().staged_bytes, 0u);
+  clock_.Advance(std::chrono::seconds(31));  // past the 30 s default
+  EXPECT_TRUE(Drained()) << "the server's sweep frees it without a transfer";
+  EXPECT_EQ(server_->Stats().expired, 1u);
+  EXPECT_EQ(Client()->Put(ticket, Payloads(blocks)).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(DataStreamTest, APutWithACorruptBlockStoresNothingOfItsBatch) {
+  std::vector<TestBlock> blocks{MakeBlock(1, 4096), MakeBlock(2, 4096)};
+  const TransferTicket ticket = OpenPut(blocks);
+  blocks[1].payload[100] ^= 0xFF;  // damaged after its checksum was taken
+  const auto refused = Client()->Put(ticket, Payloads(blocks));
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("block 1"), std::string::npos) << refused.status().message();
+  EXPECT_FALSE(store_->Contains(blocks[0].ref()));
+  EXPECT_FALSE(store_->Contains(blocks[1].ref()));
+}
+
+TEST_F(DataStreamTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
+  const TransferTicket ticket = OpenPut(blocks);
+  // A raw connection: the request and half the payload, then gone.
+  const int fd = RawConnect(ticket.data_address);
+  ASSERT_GE(fd, 0);
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id,
+                              .secret = ticket.secret};
+  ASSERT_EQ(write(fd, &request, sizeof(request)), static_cast<ssize_t>(sizeof(request)));
+  ASSERT_EQ(write(fd, blocks[0].payload.data(), kBlockBytes / 2), static_cast<ssize_t>(kBlockBytes / 2));
+  close(fd);
+  EXPECT_TRUE(Drained());
+  EXPECT_FALSE(store_->Contains(blocks[0].ref()));
+}
+
+TEST_F(DataStreamTest, StagingIsBoundedAndAnOpenBeyondItIsRefusedUntilTransfersFinish) {
+  DataStreamServerOptions options;
+  options.max_staged_bytes = 2ull << 20;
+  Start(options);
+  const std::vector<TestBlock> first{MakeBlock(1, 1536 * 1024)};  // takes 2 MiB of staging
+  const std::vector<TestBlock> second{MakeBlock(2, kBlockBytes)};
+  const TransferTicket ticket = OpenPut(first);
+  std::vector<storage::BlockHeader> headers{second[0].header};
+  EXPECT_EQ(server_->OpenPut(headers).status().code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(Client()->Put(ticket, Payloads(first)).ok());
+  EXPECT_TRUE(Drained());
+  EXPECT_TRUE(server_->OpenPut(headers).ok()) << "room again once the first transfer finished";
+}
+
+TEST_F(DataStreamTest, AHeaderThatCannotDescribeABlockIsRefusedAtOpen) {
+  TestBlock block = MakeBlock(1, 4096);
+  block.header.priority = 101;
+  const auto refused = server_->OpenPut({block.header});
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("block 0"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(server_->Stats().tickets_open, 0u);
+}
+
+// A worker's pool: blocks outside the tiers, copied in at open.
+class OneBlockSource final : public ExtraBlockSource {
+ public:
+  explicit OneBlockSource(TestBlock block) : block_(std::move(block)) {}
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    if (ref.key != block_.header.key) return NotFoundError("not here");
+    return block_.header;
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    KVTIER_ASSIGN_OR_RETURN(storage::BlockHeader header, Peek(ref));
+    std::copy(block_.payload.begin(), block_.payload.end(), out.begin());
+    return header;
+  }
+
+ private:
+  TestBlock block_;
+};
+
+TEST_F(DataStreamTest, BlocksOutsideTheTiersAreServedFromTheExtraSource) {
+  const TestBlock in_tiers = MakeBlock(1, 4096);
+  ASSERT_TRUE(store_->Put(in_tiers.header, in_tiers.payload).ok());
+  OneBlockSource pool(MakeBlock(2, kBlockBytes));  // block 2 is only in the pool
+  const StreamGetOpened opened = OpenGet({1, 2}, &pool);
+  auto buffers = Buffers(opened);
+  const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  EXPECT_EQ(buffers[0], in_tiers.payload);
+  EXPECT_EQ(buffers[1], MakeBlock(2, kBlockBytes).payload);
+}
+
+TEST_F(DataStreamTest, ARequestThatIsNotOursIsRefusedByName) {
+  const TransferTicket ticket = OpenPut({MakeBlock(1, 4096)});
+  // An HTTP client on the wrong port: the magic does not match.
+  const int fd = RawConnect(ticket.data_address);
+  ASSERT_GE(fd, 0);
+  const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(write(fd, http, sizeof(http) - 1), static_cast<ssize_t>(sizeof(http) - 1));
+  StreamReply reply;
+  ASSERT_EQ(recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
+  std::string message(reply.message_bytes, '\0');
+  ASSERT_EQ(recv(fd, message.data(), message.size(), MSG_WAITALL), static_cast<ssize_t>(message.size()));
+  close(fd);
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_NE(message.find("magic"), std::string::npos) << message;
+  EXPECT_EQ(server_->Stats().tickets_open, 1u) << "the open ticket is untouched";
+}
+
+}  // namespace
+}  // namespace kvtier::store

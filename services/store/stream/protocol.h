@@ -1,0 +1,73 @@
+// The data stream: how a node's block payloads travel beside the Cap'n Proto control
+// calls (services/rpc/schema/store.capnp, BlockStore.openGet / openPut).
+//
+// Control stays on Cap'n Proto: openGet/openPut check the session's rights, the headers
+// and the bounds, and answer a TransferTicket. The bytes then travel on a plain TCP
+// connection to the ticket's `data_address`, with no framing per block and no copy into
+// a message: the sender writes straight from its buffers (gather) and the receiver reads
+// straight into its own (scatter). A connection carries any number of transfers, one at
+// a time. All integers are little-endian.
+//
+//   request  StreamRequest{magic, op, ticket id, ticket secret}
+//            put: then exactly the ticket's total_bytes, the payloads in header order
+//   reply    StreamReply{magic, code, message_bytes, blocks, payload_bytes}
+//            then `message_bytes` of error text (code != 0: the connection is closed)
+//            get: then `blocks` StreamBlockState bytes, padded to a multiple of 8,
+//                 then the payloads of the blocks whose state is kPresent, in order
+//            put: `blocks` is the number of blocks stored
+//
+// A ticket is good for one transfer, on any connection, until it expires (seconds); its
+// secret (64 bits from the kernel's CSPRNG) is the stream's only credential, handed out
+// over the authenticated control call. The stream is not encrypted: a node whose RPC
+// uses TLS does not open one (its openGet/openPut answer UNIMPLEMENTED and callers use
+// the inline get/put).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string>
+
+namespace kvtier::store {
+
+static_assert(std::endian::native == std::endian::little, "the data stream's framing is little-endian");
+
+struct TransferTicket {
+  uint64_t id = 0;
+  uint64_t secret = 0;
+  std::string data_address;  // "host:port"
+  uint64_t total_bytes = 0;  // put: exactly this; get: at most this
+};
+
+enum class StreamOp : uint32_t { kGet = 1, kPut = 2 };
+
+enum class StreamBlockState : uint8_t {
+  kPresent = 0,
+  kMissing = 1,  // not held when the ticket was opened
+  kCorrupt = 2,  // failed its checksum on the node: deleted, DATA_LOSS
+};
+
+inline constexpr uint32_t kStreamMagic = 0x3144564Bu;  // "KVD1"
+
+struct StreamRequest {
+  uint32_t magic = kStreamMagic;
+  uint32_t op = 0;
+  uint64_t ticket_id = 0;
+  uint64_t secret = 0;
+};
+static_assert(sizeof(StreamRequest) == 24);
+
+struct StreamReply {
+  uint32_t magic = kStreamMagic;
+  uint32_t code = 0;  // a kvtier StatusCode
+  uint32_t message_bytes = 0;
+  uint32_t blocks = 0;
+  uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(StreamReply) == 24);
+
+inline constexpr uint32_t kMaxStreamMessageBytes = 4096;
+
+// The state bytes of a get reply, padded so that the payloads start 8-byte aligned.
+inline constexpr uint64_t PaddedStateBytes(uint32_t blocks) { return (uint64_t{blocks} + 7) / 8 * 8; }
+
+}  // namespace kvtier::store

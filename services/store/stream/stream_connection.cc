@@ -1,0 +1,126 @@
+#include "services/store/stream/stream_connection.h"
+
+namespace kvtier::store {
+
+StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
+    : context_(context), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+  asio::error_code ignored;
+  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+}
+
+void StreamConnection::Start() { ReadRequest(); }
+
+void StreamConnection::ReadRequest() {
+  timer_.cancel();  // idle between transfers is the client's right; only transfers are timed
+  asio::async_read(socket_, asio::buffer(&request_, sizeof(request_)),
+                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
+}
+
+void StreamConnection::ArmTimer() {
+  timer_.expires_after(context_.client_timeout);
+  timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    if (!ec) self->Close();
+  });
+}
+
+void StreamConnection::OnRequest(const asio::error_code& ec) {
+  if (ec) return Close();  // the client went (between transfers: the normal end)
+  ArmTimer();
+  if (request_.magic != kStreamMagic) {
+    return Refuse(InvalidArgumentError("not a kvtier data stream request (bad magic)"));
+  }
+  const auto op = static_cast<StreamOp>(request_.op);
+  if (op != StreamOp::kGet && op != StreamOp::kPut) {
+    return Refuse(InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
+  }
+  Result<OpenTransfer> taken = context_.tickets->Take(request_.ticket_id, request_.secret, op);
+  if (!taken.ok()) return Refuse(taken.status());
+  transfer_ = std::move(*taken);
+  if (op == StreamOp::kGet) return ServeGet();
+  asio::async_read(socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()),
+                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
+}
+
+// States, then the present payloads (staged at open, back to back) in one gathered write.
+void StreamConnection::ServeGet() {
+  const auto n = static_cast<uint32_t>(transfer_.states.size());
+  states_.assign(PaddedStateBytes(n), 0);
+  for (uint32_t i = 0; i < n; ++i) states_[i] = static_cast<uint8_t>(transfer_.states[i]);
+  reply_ = StreamReply{};
+  reply_.blocks = n;
+  reply_.payload_bytes = transfer_.payload_bytes;
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size()),
+                  asio::const_buffer(transfer_.buffer.bytes().data(), transfer_.payload_bytes)});
+  context_.counters->gets++;
+  context_.counters->bytes_sent += transfer_.payload_bytes;
+  SendReply();
+}
+
+void StreamConnection::OnPutPayload(const asio::error_code& ec) {
+  if (ec) return Close();  // the client went mid-transfer: its staging goes with transfer_
+  context_.counters->bytes_received += transfer_.buffer.size();
+  std::vector<storage::PutItem> items;
+  items.reserve(transfer_.headers.size());
+  uint64_t offset = 0;
+  for (size_t i = 0; i < transfer_.headers.size(); ++i) {
+    const storage::BlockHeader& header = transfer_.headers[i];
+    const auto payload = transfer_.buffer.bytes().subspan(offset, header.payload_bytes);
+    offset += header.payload_bytes;
+    // Every block is checked before any is stored: a bad one refuses the whole batch.
+    if (Status valid = storage::ValidateBlock(header, payload, context_.max_block_bytes); !valid.ok()) {
+      return Refuse(valid.WithContext("block " + std::to_string(i)));
+    }
+    items.push_back({header, payload});
+  }
+  const std::vector<Status> results = context_.store->PutBatch(items);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) return Refuse(results[i].WithContext("block " + std::to_string(i)));
+  }
+  reply_ = StreamReply{};
+  reply_.blocks = static_cast<uint32_t>(items.size());
+  context_.counters->puts++;
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
+  SendReply();
+}
+
+void StreamConnection::Refuse(const Status& status) {
+  context_.counters->refused++;
+  message_ = status.message().substr(0, kMaxStreamMessageBytes);
+  reply_ = StreamReply{};
+  reply_.code = static_cast<uint32_t>(status.code());
+  reply_.message_bytes = static_cast<uint32_t>(message_.size());
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(message_.data(), message_.size())});
+  SendReply();
+}
+
+void StreamConnection::SendReply() {
+  asio::async_write(socket_, gather_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
+    const bool refused = self->reply_.code != 0;
+    self->transfer_ = OpenTransfer{};  // frees the staging buffer
+    if (ec) return self->Close();
+    if (refused) return self->Linger();
+    self->ReadRequest();
+  });
+}
+
+// After a refusal the client may still be sending (a put's payload): read and drop it
+// until the client closes, so that closing with unread bytes does not reset the
+// connection and lose the reply before the client reads it. The transfer timer bounds it.
+void StreamConnection::Linger() {
+  asio::error_code ignored;
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  discard_.resize(64 * 1024);
+  socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](const asio::error_code& ec, size_t) {
+    if (ec) return self->Close();
+    self->Linger();
+  });
+}
+
+void StreamConnection::Close() {
+  asio::error_code ignored;
+  timer_.cancel();
+  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+}
+
+}  // namespace kvtier::store

@@ -1,0 +1,67 @@
+// StreamConnection: one client connection of a node's data stream (protocol.h), served
+// on the stream's event loop: request, transfer, reply, and again until the client
+// closes. Internal to services/store/stream.
+//
+// Thread safety: every method runs on the stream's io_context thread.
+// Ownership: shared; pending asynchronous operations keep it alive. The context
+// outlives every connection (the io_context is destroyed before it).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio.hpp>
+
+#include "services/store/stream/ticket_table.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::store {
+
+struct StreamCounters {
+  std::atomic<uint64_t> gets{0}, puts{0}, bytes_sent{0}, bytes_received{0}, refused{0};
+};
+
+struct StreamContext {
+  TicketTable* tickets = nullptr;
+  storage::TieredStore* store = nullptr;
+  StreamCounters* counters = nullptr;
+  uint64_t max_block_bytes = 0;
+  std::chrono::milliseconds client_timeout{10'000};
+};
+
+class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
+ public:
+  StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket);
+  // Reads the first request.
+  void Start();
+
+ private:
+  void ReadRequest();
+  void OnRequest(const asio::error_code& ec);
+  void ServeGet();
+  void OnPutPayload(const asio::error_code& ec);
+  // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
+  // closes when the reply carried an error.
+  void SendReply();
+  void Refuse(const Status& status);
+  void Linger();
+  void Close();
+  // A transfer stalled for the client timeout is cut off (its staging freed).
+  void ArmTimer();
+
+  const StreamContext& context_;
+  asio::ip::tcp::socket socket_;
+  asio::steady_timer timer_;
+  StreamRequest request_;
+  StreamReply reply_;
+  std::string message_;
+  OpenTransfer transfer_;
+  std::vector<uint8_t> states_;
+  std::vector<asio::const_buffer> gather_;
+  std::vector<uint8_t> discard_;
+};
+
+}  // namespace kvtier::store

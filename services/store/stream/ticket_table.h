@@ -1,0 +1,78 @@
+// TicketTable: the transfers a data stream has opened and not yet carried out.
+//
+// Each ticket gets a fresh id and a 64-bit secret from the kernel's CSPRNG (getrandom),
+// and is good for one Take() until `ttl` after it was added. Expiry needs no scan: every
+// ticket lives for the same `ttl`, so they expire in the order they were added and a
+// queue of (deadline, id) is swept from its front on every Add and Take.
+//
+// Thread safety: safe from any thread (one mutex; the control thread adds, the stream's
+// thread takes). Ownership: tickets leave by Take (to the caller) or by expiry.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/block_key.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/thread_annotations.h"
+#include "services/store/stream/protocol.h"
+#include "services/store/stream/staging_pool.h"
+#include "storage/block_header.h"
+
+namespace kvtier::store {
+
+struct OpenTransfer {
+  StreamOp op = StreamOp::kGet;
+  StagingBuffer buffer;  // get: the present blocks' payloads in order; put: total_bytes
+  // get: each block's state, and the present blocks' bytes at the front of `buffer`.
+  std::vector<StreamBlockState> states;
+  uint64_t payload_bytes = 0;
+  // put: the headers, in payload order.
+  std::vector<storage::BlockHeader> headers;
+};
+
+class TicketTable {
+ public:
+  TicketTable(const Clock& clock, std::chrono::milliseconds ttl) : clock_(clock), ttl_(ttl) {}
+
+  struct Added {
+    uint64_t id = 0;
+    uint64_t secret = 0;
+  };
+  // kUnavailable only if the kernel's random source fails.
+  [[nodiscard]] Result<Added> Add(OpenTransfer transfer);
+
+  // The transfer, removed from the table. kNotFound for an unknown or expired id,
+  // kPermissionDenied for a wrong secret (the ticket is dropped: a guess costs it),
+  // kInvalidArgument when it was opened for the other operation.
+  [[nodiscard]] Result<OpenTransfer> Take(uint64_t id, uint64_t secret, StreamOp op);
+
+  // Drops the expired tickets; returns how many.
+  size_t Sweep();
+  // Drops every ticket (a server shutting down).
+  void Drop();
+  size_t size() const;
+  uint64_t expired() const;
+
+ private:
+  struct Entry {
+    uint64_t secret = 0;
+    OpenTransfer transfer;
+  };
+  size_t SweepLocked() KVTIER_REQUIRES(mu_);
+
+  const Clock& clock_;
+  const std::chrono::milliseconds ttl_;
+  mutable std::mutex mu_;
+  uint64_t next_id_ KVTIER_GUARDED_BY(mu_) = 1;
+  uint64_t expired_ KVTIER_GUARDED_BY(mu_) = 0;
+  std::unordered_map<uint64_t, Entry> open_ KVTIER_GUARDED_BY(mu_);
+  std::deque<std::pair<Nanos, uint64_t>> deadlines_ KVTIER_GUARDED_BY(mu_);  // in Add order
+};
+
+}  // namespace kvtier::store
