@@ -86,6 +86,7 @@ class StoreNode::Impl {
     stream.bind_host = HostOf(c.listen);
     stream.port = static_cast<uint16_t>(c.data_port);
     stream.advertise_host = c.advertise.empty() ? std::string() : HostOf(c.advertise);
+    stream.registry = options_.registry;
     KVTIER_ASSIGN_OR_RETURN(stream_, DataStreamServer::Create(std::move(stream)));
     return Status::Ok();
   }

@@ -147,6 +147,13 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
                                   outs);
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ(bytes, block.payload);
+  // The node's metrics count both transfers (once each reply is written: bounded wait).
+  const std::string want = "kvtier_stream_bytes_total{direction=\"sent\"} 65536";
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       registry.Exposition().find(want) == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_NE(registry.Exposition().find(want), std::string::npos) << registry.Exposition();
   EXPECT_TRUE(node->Drain().ok());
 }
 

@@ -19,6 +19,12 @@ class DataStreamServer::Impl {
   }
 
   Status Bind();
+  Status AddMetrics() {
+    if (options_.registry == nullptr) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(metrics_, StreamMetrics::Create(*options_.registry));
+    context_.metrics = metrics_.get();
+    return Status::Ok();
+  }
   void Start() {
     Accept();
     Sweep();
@@ -61,6 +67,12 @@ class DataStreamServer::Impl {
   // Expired tickets free their staging even when no transfer comes to sweep them.
   void Sweep() {
     tickets_.Sweep();
+    if (metrics_ != nullptr) {
+      const uint64_t expired = tickets_.expired();
+      metrics_->Expired(expired - expired_reported_);
+      expired_reported_ = expired;
+      metrics_->Staged(pool_.in_use_bytes());
+    }
     sweep_.expires_after(std::chrono::seconds(1));
     sweep_.async_wait([this](const asio::error_code& ec) {
       if (!ec) Sweep();
@@ -75,6 +87,8 @@ class DataStreamServer::Impl {
   StagingPool pool_;
   TicketTable tickets_;
   StreamCounters counters_;
+  std::unique_ptr<StreamMetrics> metrics_;
+  uint64_t expired_reported_ = 0;  // stream thread only
   StreamContext context_;  // connections hold it: declared before the io_context that owns them
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
@@ -174,6 +188,7 @@ Result<std::unique_ptr<DataStreamServer>> DataStreamServer::Create(DataStreamSer
   if (options.max_staged_bytes == 0) return InvalidArgumentError("DataStreamServerOptions: max_staged_bytes is 0");
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Bind());
+  KVTIER_RETURN_IF_ERROR(impl->AddMetrics());
   impl->Start();
   return std::unique_ptr<DataStreamServer>(new DataStreamServer(std::move(impl)));
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "services/store/extra_block_source.h"
 #include "services/store/stream/protocol.h"
@@ -44,6 +45,7 @@ struct DataStreamServerOptions {
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
   const Clock* clock = &SystemClock::Instance();
+  MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };
 
 struct StreamGetOpened {
@@ -65,7 +67,8 @@ struct DataStreamStats {
 
 class DataStreamServer {
  public:
-  // kInvalidArgument (no store, a bad host), kUnavailable (cannot listen).
+  // kInvalidArgument (no store, a bad host), kUnavailable (cannot listen),
+  // kAlreadyExists (the registry has the stream's metrics already).
   [[nodiscard]] static Result<std::unique_ptr<DataStreamServer>> Create(DataStreamServerOptions options);
   ~DataStreamServer();
   DataStreamServer(const DataStreamServer&) = delete;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "services/store/stream/data_stream_client.h"
@@ -203,6 +204,39 @@ TEST_F(DataStreamTest, StagingIsBoundedAndAnOpenBeyondItIsRefusedUntilTransfersF
   ASSERT_TRUE(Client()->Put(ticket, Payloads(first)).ok());
   EXPECT_TRUE(Drained());
   EXPECT_TRUE(server_->OpenPut(headers).ok()) << "room again once the first transfer finished";
+}
+
+TEST_F(DataStreamTest, TransfersAreCountedInTheNodesMetrics) {
+  MetricsRegistry registry;
+  DataStreamServerOptions options;
+  options.registry = &registry;
+  Start(options);
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
+  auto client = Client();
+  ASSERT_TRUE(client->Put(OpenPut(blocks), Payloads(blocks)).ok());
+  const StreamGetOpened opened = OpenGet({1});
+  auto buffers = Buffers(opened);
+  ASSERT_TRUE(client->Get(opened.ticket, Spans(buffers)).ok());
+  TransferTicket unknown = opened.ticket;  // used already
+  EXPECT_FALSE(Client()->Get(unknown, Spans(buffers)).ok());
+  // The stream's thread counts a transfer once its reply is written: wait for it (bounded).
+  const std::vector<std::string> want = {
+      "kvtier_stream_transfers_total{op=\"put\",result=\"ok\"} 1",
+      "kvtier_stream_transfers_total{op=\"get\",result=\"ok\"} 1",
+      "kvtier_stream_transfers_total{op=\"get\",result=\"refused\"} 1",
+      "kvtier_stream_bytes_total{direction=\"sent\"} 65536",
+      "kvtier_stream_bytes_total{direction=\"received\"} 65536",
+      "kvtier_stream_transfer_seconds_count{op=\"get\"} 1",
+  };
+  std::string text;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+    text = registry.Exposition();
+    if (std::all_of(want.begin(), want.end(), [&](const std::string& w) { return text.find(w) != std::string::npos; })) {
+      break;
+    }
+  }
+  for (const std::string& w : want) EXPECT_NE(text.find(w), std::string::npos) << w << "\n" << text;
 }
 
 TEST_F(DataStreamTest, AHeaderThatCannotDescribeABlockIsRefusedAtOpen) {

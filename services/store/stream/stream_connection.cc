@@ -25,6 +25,7 @@ void StreamConnection::ArmTimer() {
 
 void StreamConnection::OnRequest(const asio::error_code& ec) {
   if (ec) return Close();  // the client went (between transfers: the normal end)
+  started_ = std::chrono::steady_clock::now();
   ArmTimer();
   if (request_.magic != kStreamMagic) {
     return Refuse(InvalidArgumentError("not a kvtier data stream request (bad magic)"));
@@ -85,6 +86,8 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
 
 void StreamConnection::Refuse(const Status& status) {
   context_.counters->refused++;
+  const auto op = static_cast<StreamOp>(request_.op);
+  if (context_.metrics != nullptr && (op == StreamOp::kGet || op == StreamOp::kPut)) context_.metrics->Refused(op);
   message_ = status.message().substr(0, kMaxStreamMessageBytes);
   reply_ = StreamReply{};
   reply_.code = static_cast<uint32_t>(status.code());
@@ -96,6 +99,12 @@ void StreamConnection::Refuse(const Status& status) {
 void StreamConnection::SendReply() {
   asio::async_write(socket_, gather_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
     const bool refused = self->reply_.code != 0;
+    if (!ec && !refused && self->context_.metrics != nullptr) {
+      const auto op = static_cast<StreamOp>(self->request_.op);
+      const uint64_t bytes = op == StreamOp::kGet ? self->transfer_.payload_bytes : self->transfer_.buffer.size();
+      self->context_.metrics->Transferred(
+          op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
+    }
     self->transfer_ = OpenTransfer{};  // frees the staging buffer
     if (ec) return self->Close();
     if (refused) return self->Linger();

@@ -15,6 +15,7 @@
 
 #include <asio.hpp>
 
+#include "services/store/stream/stream_metrics.h"
 #include "services/store/stream/ticket_table.h"
 #include "storage/tiered_store.h"
 
@@ -28,6 +29,7 @@ struct StreamContext {
   TicketTable* tickets = nullptr;
   storage::TieredStore* store = nullptr;
   StreamCounters* counters = nullptr;
+  StreamMetrics* metrics = nullptr;  // optional
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
 };
@@ -56,6 +58,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   asio::ip::tcp::socket socket_;
   asio::steady_timer timer_;
   StreamRequest request_;
+  std::chrono::steady_clock::time_point started_;  // the current request's arrival
   StreamReply reply_;
   std::string message_;
   OpenTransfer transfer_;
