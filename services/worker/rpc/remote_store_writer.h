@@ -56,6 +56,7 @@ struct RemoteStoreWriterOptions {
 struct RemoteStoreWriterStats {
   uint64_t written_blocks = 0;
   uint64_t written_bytes = 0;
+  uint64_t streamed_blocks = 0; // of written_blocks, those that went on the store's data stream
   uint64_t skipped_blocks = 0;  // the queue was full
   uint64_t failed_blocks = 0;   // the store refused them or could not be reached
   uint64_t queued_bytes = 0;

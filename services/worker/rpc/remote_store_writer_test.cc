@@ -49,8 +49,13 @@ class RemoteStoreWriterTest : public ::testing::Test {
     tiers.host->page_bytes = 4096;
     tiers.host->try_huge_pages = false;
     store_ = storage::TieredStore::Create(std::move(tiers)).value();
+    stream_ = store::DataStreamServer::Create({.store = store_.get()}).value();
     node_ = testing::StartCoordinatorWithStoreNode(
-        registry_, [this](const auth::Tenant& tenant) { return store::MakeBlockStoreService(*store_, tenant); },
+        registry_,
+        [this](const auth::Tenant& tenant) {
+          return store::MakeBlockStoreService({.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr},
+                                              tenant);
+        },
         "store-0/store");
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
   }
@@ -77,6 +82,8 @@ class RemoteStoreWriterTest : public ::testing::Test {
   MetricsRegistry registry_, options_registry_;
   std::deque<MetricsRegistry> writer_registries_;  // one per writer, the last writer's last
   std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<store::DataStreamServer> stream_;
+  bool stream_on_ = true;  // read when a writer opens its session with the store
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
 };
@@ -93,6 +100,8 @@ TEST_F(RemoteStoreWriterTest, CommittedBlocksLandUnderTheirScopes) {
 
   const RemoteStoreWriterStats stats = writer->Stats();
   EXPECT_EQ(stats.written_blocks, 5u);
+  EXPECT_EQ(stats.streamed_blocks, 5u) << "the store runs a data stream";
+  EXPECT_EQ(stream_->Stats().puts, 3u);
   EXPECT_EQ(stats.written_bytes, 5 * kBlockBytes);
   EXPECT_EQ(stats.failed_blocks, 0u);
   EXPECT_EQ(stats.queued_bytes, 0u);
@@ -110,6 +119,24 @@ TEST_F(RemoteStoreWriterTest, CommittedBlocksLandUnderTheirScopes) {
   const std::string exposition = writer_registries_.back().Exposition();
   EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 5"), std::string::npos)
       << exposition;
+}
+
+TEST_F(RemoteStoreWriterTest, AStoreWithoutADataStreamTakesTheBatchesInline) {
+  stream_on_ = false;  // as with TLS on: openPut answers UNIMPLEMENTED
+  auto writer = Writer({"store-0/store"}, 1 << 20, 2 * kBlockBytes);
+  for (uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(writer->Write(Header(key, 100), FillWith(uint8_t(key))));
+  writer->Submit();
+  ASSERT_TRUE(writer->Flush(10s).ok());
+  const RemoteStoreWriterStats stats = writer->Stats();
+  EXPECT_EQ(stats.written_blocks, 3u);
+  EXPECT_EQ(stats.streamed_blocks, 0u);
+  EXPECT_EQ(stats.failed_blocks, 0u);
+  EXPECT_EQ(stream_->Stats().puts, 0u);
+  for (uint64_t key = 1; key <= 3; ++key) {
+    Result<std::vector<uint8_t>> stored = Stored(key, 100);
+    ASSERT_TRUE(stored.ok()) << "block " << key << ": " << stored.status();
+    EXPECT_EQ(stored->front(), uint8_t(key));
+  }
 }
 
 TEST_F(RemoteStoreWriterTest, AFullQueueSkipsBlocksInsteadOfWaiting) {
