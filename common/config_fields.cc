@@ -193,8 +193,9 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
                              [](auto& c) -> auto& { return c.store.data_stream; }));
   fields.push_back(UintField("store.disk_admission_min_count",
-                             "Lookups a block must have had (the coordinator's frequency filter) before it may "
-                             "move down to the disk tier; 0 admits every block.",
+                             "Requests a block must have had before it may move down to a full disk tier (a "
+                             "frequency filter: `kvtier up` counts lookups, `kvtier store` its own puts, gets "
+                             "and contains); 0 admits every block.",
                              0, 15, [](auto& c) -> auto& { return c.store.disk_admission_min_count; }));
   fields.push_back(UintField("store.disk_bytes", "Disk tier capacity in payload bytes (0: no disk tier).", 0,
                              1ull << 50, [](auto& c) -> auto& { return c.store.disk_bytes; }));

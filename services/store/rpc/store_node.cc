@@ -1,10 +1,13 @@
 #include "services/store/rpc/store_node.h"
 
 #include <atomic>
+#include <mutex>
 #include <random>
 
 #include <spdlog/spdlog.h>
 
+#include "common/thread_annotations.h"
+#include "services/coordinator/index/admission.h"
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
@@ -29,6 +32,7 @@ class StoreNode::Impl {
     tiers.on_event = [this](const storage::StoreEvent& event) {
       if (coordinator::NodeAgent* agent = agent_.load()) agent->Enqueue({ToNodeEvent(event)});
     };
+    KVTIER_RETURN_IF_ERROR(AddAdmissionFilter(tiers));
     KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
     KVTIER_ASSIGN_OR_RETURN(metrics_, storage::StoreMetrics::Create(*options_.registry));
     metrics_->Update(store_->Stats());
@@ -38,7 +42,9 @@ class StoreNode::Impl {
     session_.clock = &SystemClock::Instance();
     KVTIER_RETURN_IF_ERROR(StartDataStream());
     session_.store = [this](const auth::Tenant& tenant) {
-      return MakeBlockStoreService({.store = store_.get(), .stream = stream_.get()}, tenant);
+      BlockStoreServiceOptions service{.store = store_.get(), .stream = stream_.get()};
+      if (admission_ != nullptr) service.on_request = [this](std::span<const BlockKey> keys) { Record(keys); };
+      return MakeBlockStoreService(service, tenant);
     };
     rpc::RpcServerOptions server;
     server.listen = {options_.config.store.listen};
@@ -66,6 +72,26 @@ class StoreNode::Impl {
   }
 
  private:
+  // TinyLFU over this store's own traffic: the keys of every put, get and contains it
+  // serves are counted, and a block demoted to a full disk tier enters it only after
+  // `store.disk_admission_min_count` requests (one-off blocks do not flush the disk).
+  Status AddAdmissionFilter(storage::TieredStoreOptions& tiers) {
+    const uint32_t min_count = options_.config.store.disk_admission_min_count;
+    if (min_count == 0 || !tiers.disk) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,
+                            coordinator::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
+    admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+    tiers.admit_to_disk = [this](const storage::BlockHeader& header) {
+      std::lock_guard lock(admission_mu_);
+      return admission_->Admit(header.key);
+    };
+    return Status::Ok();
+  }
+  void Record(std::span<const BlockKey> keys) {
+    std::lock_guard lock(admission_mu_);
+    for (const BlockKey& key : keys) admission_->Record(key);
+  }
+
   static std::string HostOf(const std::string& address) {
     std::string host = address.substr(0, address.rfind(':'));
     if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -109,6 +135,10 @@ class StoreNode::Impl {
   }
 
   StoreNodeOptions options_;
+  // A leaf lock: Admit runs under the tiers' locks (on any thread that puts), Record on
+  // the server's thread.
+  std::mutex admission_mu_;
+  std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_PT_GUARDED_BY(admission_mu_);
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<storage::StoreMetrics> metrics_;
   std::unique_ptr<DataStreamServer> stream_;  // before the server whose sessions use it

@@ -49,12 +49,12 @@ class StoreNodeTest : public ::testing::Test {
     coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
   }
 
-  std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry) {
+  std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry, uint64_t disk_bytes = 1 << 20) {
     StoreNodeOptions options;
     options.config.data_dir = dir_.path();
     // A one-block host tier over the disk: the second block put moves the first to disk.
     options.config.store.host_cache_bytes = 64 << 10;
-    options.config.store.disk_bytes = 1 << 20;
+    options.config.store.disk_bytes = disk_bytes;
     options.config.store.listen = "127.0.0.1:0";
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
@@ -78,6 +78,21 @@ class StoreNodeTest : public ::testing::Test {
       list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
     }
     EXPECT_EQ(request.send().wait(s.wait()).getStored(), blocks.size());
+  }
+
+  // "present"/"missing" of each block `id` (MakeBlock's keys), through a BlockStore
+  // contains (a get would promote disk hits and so move blocks about).
+  std::string States(StoreNode& node, const std::vector<uint64_t>& ids) {
+    Session s(node.endpoints()[0]);
+    auto store = s.session().storeRequest().send().wait(s.wait()).getStore();
+    auto request = store.containsRequest();
+    auto keys = request.initKeys(static_cast<unsigned>(ids.size()));
+    for (unsigned i = 0; i < ids.size(); ++i) keys[i].setHi(0x1234), keys[i].setLo(ids[i]);
+    request.setFormatTag(storage::testing::kFormat);
+    auto response = request.send().wait(s.wait());
+    std::string states;
+    for (bool present : response.getPresent()) states += std::string(states.empty() ? "" : " ") + (present ? "present" : "missing");
+    return states;
   }
 
   // "tier tier ..." of where the coordinator places each of `ids` (as one-block chains),
@@ -154,6 +169,24 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
     std::this_thread::sleep_for(2ms);
   }
   EXPECT_NE(registry.Exposition().find(want), std::string::npos) << registry.Exposition();
+  EXPECT_TRUE(node->Drain().ok());
+}
+
+TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
+  MetricsRegistry registry;
+  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10));  // host: 1 block, disk: 2
+  ASSERT_NE(node, nullptr);
+  const uint64_t scope = SaltScope("");
+  auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
+  // Blocks 1, 2, 3 put once each: 3 in the host tier, 1 and 2 demoted to the disk while it had room.
+  for (uint64_t id : {1, 2, 3}) Put(*node, {block(id)});
+  // Block 3 is asked for once more (a contains): two requests.
+  EXPECT_EQ(States(*node, {3}), "present");
+  // Block 4 pushes 3 down to the full disk: admitted (asked twice), displacing block 1.
+  Put(*node, {block(4)});
+  // Block 5 pushes 4 down: asked once, refused; it is gone.
+  Put(*node, {block(5)});
+  EXPECT_EQ(States(*node, {1, 2, 3, 4, 5}), "missing present present missing present");
   EXPECT_TRUE(node->Drain().ok());
 }
 

@@ -17,8 +17,8 @@ std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(),
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:
   BlockStoreServer(const BlockStoreServiceOptions& options, uint64_t scope, bool node)
-      : store_(*options.store), extra_(options.extra), stream_(options.stream), scope_(scope), node_(node),
-        limits_(options.limits) {}
+      : store_(*options.store), extra_(options.extra), stream_(options.stream), on_request_(options.on_request),
+        scope_(scope), node_(node), limits_(options.limits) {}
 
  protected:
   kj::Promise<void> put(PutContext call) override {
@@ -33,6 +33,11 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       ThrowIfError(storage::ValidateBlock(item.header, item.payload, limits_.max_block_bytes)
                        .WithContext("block " + std::to_string(i)));
       items.push_back(std::move(item));
+    }
+    if (on_request_) {
+      std::vector<BlockKey> keys;
+      for (const storage::PutItem& item : items) keys.push_back(item.header.key);
+      on_request_(keys);
     }
     uint32_t stored = 0;
     const std::vector<Status> results = store_.PutBatch(items);
@@ -50,6 +55,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    if (on_request_) on_request_(keys);
     auto results = call.getResults();
     auto blocks = results.initBlocks(static_cast<unsigned>(keys.size()));
     auto states = results.initStates(static_cast<unsigned>(keys.size()));
@@ -83,8 +89,10 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     auto present = call.getResults().initPresent(p.getKeys().size());
+    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    if (on_request_) on_request_(keys);
     unsigned i = 0;
-    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) {
+    for (const BlockKey& key : keys) {
       const storage::BlockRef ref{key, format, scope};
       present.set(i++, store_.Contains(ref) || (extra_ != nullptr && extra_->Peek(ref).ok()));
     }
@@ -108,6 +116,11 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     std::vector<storage::BlockHeader> converted;
     converted.reserve(headers.size());
     for (auto h : headers) converted.push_back(FromWire(h, ScopeFor(h.getSaltScope())));
+    if (on_request_) {
+      std::vector<BlockKey> keys;
+      for (const storage::BlockHeader& header : converted) keys.push_back(header.key);
+      on_request_(keys);
+    }
     const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenPut(std::move(converted)));
     SetTicket(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
@@ -118,6 +131,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     CheckCount(p.getKeys().size());
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    if (on_request_) on_request_(keys);
     const StreamGetOpened opened = rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
     auto results = call.getResults();
     SetTicket(opened.ticket, results.initTicket());
@@ -182,6 +196,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   storage::TieredStore& store_;
   ExtraBlockSource* const extra_;
   DataStreamServer* const stream_;
+  const std::function<void(std::span<const BlockKey>)> on_request_;
   const uint64_t scope_;
   const bool node_;
   const StoreServiceLimits limits_;

@@ -17,6 +17,7 @@
 // Ownership: the store outlives every capability made from it.
 #pragma once
 
+#include <functional>
 #include <span>
 
 #include <capnp/capability.h>
@@ -37,6 +38,9 @@ struct BlockStoreServiceOptions {
   storage::TieredStore* store = nullptr;  // required
   ExtraBlockSource* extra = nullptr;      // optional; outlives the capability
   DataStreamServer* stream = nullptr;     // optional (openGet/openPut); outlives the capability
+  // Optional: told the keys of every put, get and contains (inline or on the stream), on
+  // the server's thread; a store feeds its disk admission filter with them.
+  std::function<void(std::span<const BlockKey>)> on_request = {};
   StoreServiceLimits limits = {};
 };
 
@@ -45,7 +49,7 @@ struct BlockStoreServiceOptions {
 [[nodiscard]] inline capnp::Capability::Client MakeBlockStoreService(storage::TieredStore& store,
                                                                      const auth::Tenant& tenant,
                                                                      StoreServiceLimits limits = {}) {
-  return MakeBlockStoreService(BlockStoreServiceOptions{&store, nullptr, nullptr, limits}, tenant);
+  return MakeBlockStoreService(BlockStoreServiceOptions{.store = &store, .limits = limits}, tenant);
 }
 
 }  // namespace kvtier::store
