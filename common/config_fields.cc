@@ -214,6 +214,14 @@ void AddNodeFields(std::vector<Field>& fields) {
                                "listen address.",
                                "host:port", true, [](auto& c) -> auto& { return c.store.advertise; },
                                CheckListenAddress));
+  fields.push_back(UintField("worker.data_port",
+                             "`kvtier worker`: TCP port of its BlockStore's data stream, on the listen host (0 "
+                             "picks one; tickets carry the address).",
+                             0, 65535, [](auto& c) -> auto& { return c.worker.data_port; }));
+  fields.push_back(BoolField("worker.data_stream",
+                             "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "
+                             "its tiers and pool); never with tls: peers then fetch inline.",
+                             [](auto& c) -> auto& { return c.worker.data_stream; }));
   fields.push_back(StringField("worker.listen",
                                "`kvtier worker`: host:port its Worker and BlockStore serve on (port 0 picks one).",
                                "host:port, [ipv6]:port or unix:/path", false,

@@ -14,8 +14,10 @@ namespace kvtier::store {
 class ExtraBlockSource {
  public:
   virtual ~ExtraBlockSource() = default;
-  // The header of the block `ref` names (its checksum computed), kNotFound when this
-  // source lacks it; its payload into `out` (REQUIRES: out.size() == payload_bytes).
+  // Peek: the header of the block `ref` names, kNotFound when this source lacks it; its
+  // checksum may be left 0 (computing it means reading the payload). Read: the payload
+  // into `out` (REQUIRES: out.size() == payload_bytes) and the whole header, checksum
+  // included.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
 };

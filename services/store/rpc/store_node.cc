@@ -4,13 +4,13 @@
 #include <mutex>
 #include <random>
 
-#include <spdlog/spdlog.h>
 
 #include "common/thread_annotations.h"
 #include "services/coordinator/index/admission.h"
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
+#include "services/store/rpc/node_data_stream.h"
 #include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
@@ -40,7 +40,8 @@ class StoreNode::Impl {
     session_.identity = {options_.node_id, {"store"}};
     session_.tokens = &options_.tokens;
     session_.clock = &SystemClock::Instance();
-    KVTIER_RETURN_IF_ERROR(StartDataStream());
+    KVTIER_ASSIGN_OR_RETURN(stream_, StartNodeDataStream(NodeDataStreamOptionsFrom(
+                                         options_.config.store, options_.config, store_.get(), options_.registry)));
     session_.store = [this](const auth::Tenant& tenant) {
       BlockStoreServiceOptions service{.store = store_.get(), .stream = stream_.get()};
       if (admission_ != nullptr) service.on_request = [this](std::span<const BlockKey> keys) { Record(keys); };
@@ -90,31 +91,6 @@ class StoreNode::Impl {
   void Record(std::span<const BlockKey> keys) {
     std::lock_guard lock(admission_mu_);
     for (const BlockKey& key : keys) admission_->Record(key);
-  }
-
-  static std::string HostOf(const std::string& address) {
-    std::string host = address.substr(0, address.rfind(':'));
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    return host;
-  }
-
-  // The data stream listens on the RPC's host; tickets tell clients its address. Not
-  // with TLS (it is not encrypted) nor on a unix socket listener.
-  Status StartDataStream() {
-    const StoreConfig& c = options_.config.store;
-    if (!c.data_stream || c.listen.starts_with("unix:")) return Status::Ok();
-    if (!options_.config.tls.cert_file.empty()) {
-      spdlog::info("store: no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
-      return Status::Ok();
-    }
-    DataStreamServerOptions stream;
-    stream.store = store_.get();
-    stream.bind_host = HostOf(c.listen);
-    stream.port = static_cast<uint16_t>(c.data_port);
-    stream.advertise_host = c.advertise.empty() ? std::string() : HostOf(c.advertise);
-    stream.registry = options_.registry;
-    KVTIER_ASSIGN_OR_RETURN(stream_, DataStreamServer::Create(std::move(stream)));
-    return Status::Ok();
   }
 
   void StartAgent() {

@@ -78,6 +78,10 @@ class DataStreamServer::Impl {
       if (!ec) Sweep();
     });
   }
+  Result<storage::BlockHeader> TierRead(const storage::BlockRef& ref, std::span<uint8_t> out) {
+    KVTIER_ASSIGN_OR_RETURN(storage::TieredHit hit, options_.store->Get(ref, out));
+    return std::move(hit.header);
+  }
   Result<TransferTicket> Register(OpenTransfer transfer, uint64_t total_bytes) {
     KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.Add(std::move(transfer)));
     return TransferTicket{added.id, added.secret, address_, total_bytes};
@@ -151,12 +155,14 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
     if (!opened.headers[i]) continue;
     const storage::BlockRef ref{keys[i], format, scope};
     const auto out = transfer.buffer.bytes().subspan(offset, opened.headers[i]->payload_bytes);
-    const Status read = from_extra[i] ? extra->Read(ref, out).status() : options_.store->Get(ref, out).status();
+    // The header that comes with the bytes is the one answered (Peek's may lack the checksum).
+    Result<storage::BlockHeader> read = from_extra[i] ? extra->Read(ref, out) : TierRead(ref, out);
     if (!read.ok()) {  // gone since Peek, or corrupt (deleted by the tier): not sent
-      if (read.code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
+      if (read.status().code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
       opened.headers[i].reset();
       continue;
     }
+    opened.headers[i] = std::move(*read);
     transfer.states[i] = StreamBlockState::kPresent;
     offset += out.size();
   }

@@ -5,7 +5,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -15,6 +17,7 @@
 #include "services/worker/rpc/node_connections.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
+#include "services/store/stream/data_stream_client.h"
 #include "storage/block_header.h"
 
 namespace kvtier::worker {
@@ -25,6 +28,19 @@ namespace schema = kvtier::rpc::schema;
 struct Task {
   PeerFetchRequest request;
   kj::Own<kj::CrossThreadPromiseFulfiller<FetchedBlocks>> done;
+};
+
+// An openGet's answer for one block, checked against the request.
+struct OpenedBlock {
+  bool present = false;
+  bool matches = false;  // key, scope, format and size are the request's
+  uint64_t payload_bytes = 0;
+  uint64_t checksum = 0;
+};
+
+struct OpenedGet {
+  store::TransferTicket ticket;
+  std::vector<OpenedBlock> blocks;
 };
 
 }  // namespace
@@ -106,7 +122,7 @@ class PeerFetcher::Impl {
     while (out.keys.size() < request.keys.size()) {
       const size_t first = out.keys.size();
       const size_t count = std::min<size_t>(request.keys.size() - first, options_.max_blocks_per_call);
-      Result<size_t> taken = GetBatch(*peer, request, first, count, out);
+      Result<size_t> taken = GetBatch(address, *peer, request, first, count, out);
       if (!taken.ok()) {
         if (taken.status().code() == StatusCode::kUnavailable) nodes_.Forget(address);
         return taken.status();
@@ -116,9 +132,16 @@ class PeerFetcher::Impl {
     return Status::Ok();
   }
 
-  // One get of keys[first, first + count); appends the leading run that checks out.
-  Result<size_t> GetBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
-                          FetchedBlocks& out) {
+  // One get of keys[first, first + count); appends the leading run that checks out. On
+  // the node's data stream unless it runs none.
+  Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
+                          size_t first, size_t count, FetchedBlocks& out) {
+    if (!InlineOnly(address)) {
+      Result<size_t> streamed = StreamBatch(peer, request, first, count, out);
+      if (streamed.status().code() != StatusCode::kUnimplemented) return streamed;
+      std::lock_guard lock(mu_);
+      inline_only_.insert(address);
+    }
     return peer.impl()
         .Call<Result<size_t>>([&](schema::Session::Client& session) {
           auto get = session.storeRequest().send().getStore().getRequest();
@@ -131,6 +154,103 @@ class PeerFetcher::Impl {
           });
         })
         .get();
+  }
+
+  Result<size_t> StreamBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
+                             FetchedBlocks& out) {
+    KVTIER_ASSIGN_OR_RETURN(const OpenedGet opened, OpenGet(peer, request, first, count));
+    // The stream sends every present block; the ones after the leading run are read and dropped.
+    uint64_t total = 0;
+    for (const OpenedBlock& block : opened.blocks) total += block.present ? block.payload_bytes : 0;
+    if (total > count * request.block_bytes || total > opened.ticket.total_bytes) {
+      return DataLossError("the node's headers claim " + std::to_string(total) + " bytes for " +
+                           std::to_string(count) + " blocks of " + std::to_string(request.block_bytes));
+    }
+    const size_t base = out.bytes.size();
+    out.bytes.resize(base + total);
+    std::vector<std::span<uint8_t>> outs;
+    for (size_t i = 0, offset = base; i < count; ++i) {
+      const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
+      outs.emplace_back(out.bytes.data() + offset, size);
+      offset += size;
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<store::DataStreamClient> stream, TakeStream(opened.ticket.data_address));
+    Result<std::vector<store::StreamBlockState>> states = stream->Get(opened.ticket, outs);
+    if (!stream->broken()) GiveStream(std::move(stream));
+    if (!states.ok()) {
+      out.bytes.resize(base);
+      return states.status();
+    }
+    size_t taken = 0;
+    for (; taken < count; ++taken) {
+      const OpenedBlock& block = opened.blocks[taken];
+      if (!block.present || (*states)[taken] != store::StreamBlockState::kPresent) break;
+      if (!block.matches || storage::PayloadChecksum(outs[taken]) != block.checksum) {
+        ++out.rejected;
+        spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken",
+                     request.keys[first + taken].ToHex());
+        break;
+      }
+      out.keys.push_back(request.keys[first + taken]);
+    }
+    out.streamed += static_cast<uint32_t>(taken);
+    out.bytes.resize(base + taken * request.block_bytes);
+    return taken;
+  }
+
+  Result<OpenedGet> OpenGet(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count) {
+    return peer.impl()
+        .Call<Result<OpenedGet>>([&](schema::Session::Client& session) {
+          auto open = session.storeRequest().send().getStore().openGetRequest();
+          auto keys = open.initKeys(static_cast<unsigned>(count));
+          for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
+          open.setSaltScope(request.salt_scope);
+          open.setFormatTag(request.format_tag);
+          return open.send().then([&, first, count](auto response) -> Result<OpenedGet> {
+            OpenedGet opened;
+            const auto t = response.getTicket();
+            opened.ticket = {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+            const auto headers = response.getHeaders();
+            const auto states = response.getStates();
+            if (headers.size() != count || states.size() != count) return InternalError("openGet answered short");
+            for (size_t i = 0; i < count; ++i) {
+              const auto h = headers[static_cast<unsigned>(i)];
+              OpenedBlock block;
+              block.present = states[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
+              block.payload_bytes = h.getPayloadBytes();
+              block.checksum = h.getChecksum();
+              block.matches = rpc::ToKey(h.getKey()) == request.keys[first + i] &&
+                              h.getSaltScope() == request.salt_scope && request.format_tag == h.getFormatTag().cStr() &&
+                              block.payload_bytes == request.block_bytes;
+              opened.blocks.push_back(block);
+            }
+            return opened;
+          });
+        })
+        .get();
+  }
+
+  bool InlineOnly(const std::string& address) {
+    std::lock_guard lock(mu_);
+    return inline_only_.contains(address);
+  }
+  // A kept connection to the data stream at `data_address`, or a new one.
+  Result<std::unique_ptr<store::DataStreamClient>> TakeStream(const std::string& data_address) {
+    {
+      std::lock_guard lock(mu_);
+      auto& idle = idle_streams_[data_address];
+      if (!idle.empty()) {
+        std::unique_ptr<store::DataStreamClient> stream = std::move(idle.back());
+        idle.pop_back();
+        return stream;
+      }
+    }
+    return store::DataStreamClient::Connect({.address = data_address});
+  }
+  void GiveStream(std::unique_ptr<store::DataStreamClient> stream) {
+    std::lock_guard lock(mu_);
+    auto& idle = idle_streams_[stream->address()];
+    if (idle.size() < options_.threads) idle.push_back(std::move(stream));
   }
 
   // On the connection's loop: checks each answered block in order and copies the good
@@ -166,6 +286,9 @@ class PeerFetcher::Impl {
   std::condition_variable wake_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
+  std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
+  std::map<std::string, std::vector<std::unique_ptr<store::DataStreamClient>>> idle_streams_
+      KVTIER_GUARDED_BY(mu_);  // by data address
 };
 
 Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {

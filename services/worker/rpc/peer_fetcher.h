@@ -5,7 +5,10 @@
 // through the node's NodeConnections (the coordinator resolves ids; the node credential;
 // connections kept and reused), and reads the wanted blocks through
 // that node's BlockStore capability under the tenant's salt scope, node by node in the
-// order given: each serves the leading run of the remaining blocks it holds. A block is
+// order given: each serves the leading run of the remaining blocks it holds. Where the
+// node runs a data stream (services/store/stream) the payloads come on it, read straight
+// into the result (openGet, then the stream; connections kept per node); otherwise
+// inline in the get's response, copied out of it. A block is
 // taken only when its header names the key, scope and format asked for and its payload
 // has the layout's size and its checksum; the first that fails ends the run there.
 //
@@ -55,6 +58,7 @@ struct FetchedBlocks {
   std::vector<uint8_t> bytes;  // their payloads, block_bytes each, in that order
   uint64_t block_bytes = 0;
   uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
+  uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream
 };
 
 class PeerFetcher {

@@ -1,7 +1,7 @@
-// PeerFetcher against a real coordinator and a peer whose BlockStore is scripted here: it
-// resolves the peer at the coordinator, takes the leading run of good blocks, refuses a
-// block whose payload does not match its checksum (and what follows it), and treats an
-// unknown node as holding nothing.
+// PeerFetcher against a real coordinator and a peer whose BlockStore is scripted here,
+// with and without a data stream: it resolves the peer at the coordinator, takes the
+// leading run of good blocks, refuses a block whose payload does not match its checksum
+// (and what follows it), and treats an unknown node as holding nothing.
 #include "services/worker/rpc/peer_fetcher.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
+#include "services/store/stream/data_stream_server.h"
 #include "services/worker/rpc/node_connections.h"
 #include "services/worker/rpc/peer_node_testing.h"
 #include "storage/block_header.h"
@@ -23,11 +24,45 @@ constexpr uint64_t kBlockBytes = 64;
 constexpr uint64_t kScope = 77;
 const char* const kFormat = "L1/H1/D8/T4/fp16/W0/S0|f0000000000000000";
 
-// Holds every key asked for, block i filled with byte i; the block whose fill is
-// `corrupt_fill` is sent with its payload changed after its checksum was taken.
+// Block `key` of the scripted peer: filled with byte key.lo; the block whose fill is
+// `corrupt_fill` has its payload changed after its checksum was taken.
+storage::BlockHeader ScriptedBlock(const storage::BlockRef& ref, int corrupt_fill, std::vector<uint8_t>& payload) {
+  const uint8_t fill = static_cast<uint8_t>(ref.key.lo);
+  payload.assign(kBlockBytes, fill);
+  storage::BlockHeader header;
+  header.key = ref.key;
+  header.salt_scope = ref.salt_scope;
+  header.format_tag = std::string(ref.format_tag);
+  header.payload_bytes = kBlockBytes;
+  header.checksum = storage::PayloadChecksum(payload);
+  if (fill == corrupt_fill) payload[5] ^= 1;
+  return header;
+}
+
+// The same blocks as an ExtraBlockSource, for the data stream's openGet.
+class ScriptedSource final : public store::ExtraBlockSource {
+ public:
+  explicit ScriptedSource(int corrupt_fill) : corrupt_fill_(corrupt_fill) {}
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    std::vector<uint8_t> payload;
+    return ScriptedBlock(ref, corrupt_fill_, payload);
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    std::vector<uint8_t> payload;
+    storage::BlockHeader header = ScriptedBlock(ref, corrupt_fill_, payload);
+    std::copy(payload.begin(), payload.end(), out.begin());
+    return header;
+  }
+
+ private:
+  const int corrupt_fill_;
+};
+
+// Holds every key asked for (ScriptedBlock); with `stream`, openGet answers on it.
 class ScriptedStore final : public schema::BlockStore::Server {
  public:
-  explicit ScriptedStore(int corrupt_fill) : corrupt_fill_(corrupt_fill) {}
+  ScriptedStore(int corrupt_fill, store::DataStreamServer* stream)
+      : corrupt_fill_(corrupt_fill), stream_(stream), source_(corrupt_fill) {}
 
  protected:
   kj::Promise<void> get(GetContext call) override {
@@ -35,16 +70,41 @@ class ScriptedStore final : public schema::BlockStore::Server {
     auto blocks = call.getResults().initBlocks(p.getKeys().size());
     auto states = call.getResults().initStates(p.getKeys().size());
     for (unsigned i = 0; i < p.getKeys().size(); ++i) {
-      const uint8_t fill = static_cast<uint8_t>(rpc::ToKey(p.getKeys()[i]).lo);
-      std::vector<uint8_t> payload(kBlockBytes, fill);
-      auto header = blocks[i].initHeader();
-      header.setKey(p.getKeys()[i]);
-      header.setSaltScope(p.getSaltScope());
-      header.setFormatTag(p.getFormatTag());
-      header.setPayloadBytes(kBlockBytes);
-      header.setChecksum(storage::PayloadChecksum(payload));
-      if (fill == corrupt_fill_) payload[5] ^= 1;
+      std::vector<uint8_t> payload;
+      const storage::BlockHeader header =
+          ScriptedBlock({rpc::ToKey(p.getKeys()[i]), p.getFormatTag().cStr(), p.getSaltScope()}, corrupt_fill_, payload);
+      auto wire = blocks[i].initHeader();
+      wire.setKey(p.getKeys()[i]);
+      wire.setSaltScope(header.salt_scope);
+      wire.setFormatTag(header.format_tag);
+      wire.setPayloadBytes(header.payload_bytes);
+      wire.setChecksum(header.checksum);
       blocks[i].setData(kj::arrayPtr(payload.data(), payload.size()));
+      states.set(i, schema::BlockState::PRESENT);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> openGet(OpenGetContext call) override {
+    if (stream_ == nullptr) return schema::BlockStore::Server::openGet(call);  // UNIMPLEMENTED
+    const auto p = call.getParams();
+    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    const auto opened = stream_->OpenGet(keys, p.getFormatTag().cStr(), p.getSaltScope(), &source_).value();
+    auto results = call.getResults();
+    auto ticket = results.initTicket();
+    ticket.setId(opened.ticket.id);
+    ticket.setSecret(opened.ticket.secret);
+    ticket.setDataAddress(opened.ticket.data_address);
+    ticket.setTotalBytes(opened.ticket.total_bytes);
+    auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
+    auto states = results.initStates(static_cast<unsigned>(keys.size()));
+    for (unsigned i = 0; i < keys.size(); ++i) {
+      const storage::BlockHeader& h = *opened.headers[i];
+      headers[i].setKey(p.getKeys()[i]);
+      headers[i].setSaltScope(h.salt_scope);
+      headers[i].setFormatTag(h.format_tag);
+      headers[i].setPayloadBytes(h.payload_bytes);
+      headers[i].setChecksum(h.checksum);
       states.set(i, schema::BlockState::PRESENT);
     }
     return kj::READY_NOW;
@@ -52,18 +112,33 @@ class ScriptedStore final : public schema::BlockStore::Server {
 
  private:
   const int corrupt_fill_;
+  store::DataStreamServer* const stream_;
+  ScriptedSource source_;
 };
 
-class PeerFetcherTest : public ::testing::Test {
+// The parameter: whether the peer runs a data stream.
+class PeerFetcherTest : public ::testing::TestWithParam<bool> {
  protected:
+  void SetUp() override {
+    storage::TieredStoreOptions tiers;  // empty: every block comes from the scripted source
+    tiers.host.emplace();
+    tiers.host->capacity_bytes = 1 << 20;
+    tiers.host->try_huge_pages = false;
+    tiers_ = storage::TieredStore::Create(std::move(tiers)).value();
+    if (GetParam()) stream_ = store::DataStreamServer::Create({.store = tiers_.get()}).value();
+  }
+
+  // A peer BlockStore whose block `corrupt_fill` fails its checksum (-1: none does).
+  testing::StoreFactory Peer(int corrupt_fill) {
+    return [this, corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
+      return kj::heap<ScriptedStore>(corrupt_fill, stream_.get());
+    };
+  }
+
   // `listen`: where the coordinator (and the scripted peer) answer.
   void Start(int corrupt_fill, const std::string& listen = "127.0.0.1:0") {
     // "peer/store" resolves to the BlockStore scripted here.
-    node_ = testing::StartCoordinatorWithStoreNode(
-        registry_, [corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
-          return kj::heap<ScriptedStore>(corrupt_fill);
-        },
-        "peer/store", listen);
+    node_ = testing::StartCoordinatorWithStoreNode(registry_, Peer(corrupt_fill), "peer/store", listen);
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
     fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .self_node_ids = {"me/worker"}}).value();
   }
@@ -75,13 +150,18 @@ class PeerFetcherTest : public ::testing::Test {
     return fetcher_->Fetch(std::move(request)).wait(io.waitScope);
   }
 
+  // Blocks that came on the stream when the peer runs one, else none.
+  uint32_t Streamed(const FetchedBlocks& fetched) const { return GetParam() ? fetched.keys.size() : 0; }
+
+  std::unique_ptr<storage::TieredStore> tiers_;
+  std::unique_ptr<store::DataStreamServer> stream_;
   MetricsRegistry registry_;
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
   std::unique_ptr<PeerFetcher> fetcher_;
 };
 
-TEST_F(PeerFetcherTest, TakesEveryBlockAPeerHoldsInOrder) {
+TEST_P(PeerFetcherTest, TakesEveryBlockAPeerHoldsInOrder) {
   Start(/*corrupt_fill=*/-1);
   const FetchedBlocks fetched = Fetch({"me/worker", "peer/store"}, 3);
   ASSERT_EQ(fetched.keys.size(), 3u) << "this node's own id is skipped, the peer serves all three";
@@ -89,17 +169,19 @@ TEST_F(PeerFetcherTest, TakesEveryBlockAPeerHoldsInOrder) {
   EXPECT_EQ(fetched.bytes[0], 0);
   EXPECT_EQ(fetched.bytes[2 * kBlockBytes], 2);
   EXPECT_EQ(fetched.rejected, 0u);
+  EXPECT_EQ(fetched.streamed, Streamed(fetched));
 }
 
-TEST_F(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
+TEST_P(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
   Start(/*corrupt_fill=*/1);
   const FetchedBlocks fetched = Fetch({"peer/store"}, 3);
   ASSERT_EQ(fetched.keys.size(), 1u) << "block 0 taken; block 1 corrupt; block 2 not after it";
   EXPECT_EQ(fetched.bytes.size(), kBlockBytes);
   EXPECT_EQ(fetched.rejected, 1u);
+  EXPECT_EQ(fetched.streamed, Streamed(fetched));
 }
 
-TEST_F(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
+TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   Start(/*corrupt_fill=*/-1);
   ASSERT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
   // The peer (and the coordinator with it) restarts at the same address: the kept
@@ -113,19 +195,20 @@ TEST_F(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   }
   ASSERT_FALSE(kept->connected()) << "the kept connection saw the peer go";
   MetricsRegistry second;
-  node_ = testing::StartCoordinatorWithStoreNode(
-      second, [](const auth::Tenant&) -> capnp::Capability::Client { return kj::heap<ScriptedStore>(-1); },
-      "peer/store", address);
+  node_ = testing::StartCoordinatorWithStoreNode(second, Peer(-1), "peer/store", address);
   EXPECT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
   node_.reset();  // before its registry goes
 }
 
-TEST_F(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {
+TEST_P(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {
   Start(/*corrupt_fill=*/-1);
   const FetchedBlocks fetched = Fetch({"gone/worker", "me/worker"}, 2);
   EXPECT_TRUE(fetched.keys.empty());
   EXPECT_TRUE(fetched.bytes.empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(InlineAndStream, PeerFetcherTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Stream" : "Inline"; });
 
 }  // namespace
 }  // namespace kvtier::worker

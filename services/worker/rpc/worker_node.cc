@@ -10,6 +10,7 @@
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
+#include "services/store/rpc/node_data_stream.h"
 #include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
@@ -125,6 +126,7 @@ class WorkerNode::Impl {
     }
     holdings_ready_.notify_all();
     server_->Shutdown();
+    if (stream_) stream_->Shutdown();
     if (writer_) {
       // What the last ticks committed still goes to the store, for a bounded while.
       if (Status flushed = writer_->Flush(kWriteThroughDrain); !flushed.ok() && status.ok()) status = flushed;
@@ -142,9 +144,12 @@ class WorkerNode::Impl {
     session_.clock = &SystemClock::Instance();
     session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
     if (store_) {
+      KVTIER_ASSIGN_OR_RETURN(stream_, store::StartNodeDataStream(store::NodeDataStreamOptionsFrom(
+                                           options_.config.worker, options_.config, store_.get(), options_.registry)));
       // The tiers, and after them the pool's committed blocks, for peers onboarding them.
       session_.store = [this](const auth::Tenant& tenant) {
-        return store::MakeBlockStoreService(store::BlockStoreServiceOptions{.store = store_.get(), .extra = pool_source_.get()}, tenant);
+        return store::MakeBlockStoreService(
+            {.store = store_.get(), .extra = pool_source_.get(), .stream = stream_.get()}, tenant);
       };
     }
     rpc::RpcServerOptions server;
@@ -262,6 +267,7 @@ class WorkerNode::Impl {
   std::unique_ptr<Worker> worker_;  // the server loop's
   WorkerServiceContext context_;
   std::unique_ptr<PoolBlockSource> pool_source_;  // the server loop's, as the worker
+  std::unique_ptr<store::DataStreamServer> stream_;  // null: none (no tiers, TLS, turned off)
   std::unique_ptr<NodeConnections> nodes_;  // the peer fetches' and the writes through to a store
   std::unique_ptr<PeerFetcher> peers_;
   std::unique_ptr<RemoteStoreWriter> writer_;  // null: no write-through store

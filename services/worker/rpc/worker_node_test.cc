@@ -207,6 +207,13 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   auto nothing = engine_b_->Onboard(4, third, {}, nowhere);
   ASSERT_TRUE(nothing.ok()) << nothing.status();
   EXPECT_EQ(nothing->onboarded_blocks, 0u);
+  // Both prefixes left A on its data stream (counted once each reply is written: a bounded wait).
+  const std::string streamed = "kvtier_stream_transfers_total{op=\"get\",result=\"ok\"} 2";
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       worker_registry_.Exposition().find(streamed) == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_NE(worker_registry_.Exposition().find(streamed), std::string::npos) << worker_registry_.Exposition();
   ASSERT_TRUE(node_b_->Drain().ok());
 }
 

@@ -1,0 +1,31 @@
+#include "services/store/rpc/node_data_stream.h"
+
+#include <spdlog/spdlog.h>
+
+namespace kvtier::store {
+namespace {
+
+std::string HostOf(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options) {
+  if (!options.enabled || options.listen.starts_with("unix:")) return std::unique_ptr<DataStreamServer>();
+  if (options.tls) {
+    spdlog::info("no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
+    return std::unique_ptr<DataStreamServer>();
+  }
+  DataStreamServerOptions stream;
+  stream.store = options.store;
+  stream.bind_host = HostOf(options.listen);
+  stream.port = static_cast<uint16_t>(options.port);
+  stream.advertise_host = options.advertise.empty() ? std::string() : HostOf(options.advertise);
+  stream.registry = options.registry;
+  return DataStreamServer::Create(std::move(stream));
+}
+
+}  // namespace kvtier::store

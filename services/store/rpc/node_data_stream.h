@@ -1,0 +1,50 @@
+// StartNodeDataStream: the data stream (services/store/stream) of a node that serves a
+// BlockStore (`kvtier store`, `kvtier worker`), set up from its configuration.
+//
+// The stream listens on the host of the node's RPC listener (`port`, 0: a free one) and
+// tells clients, in each ticket, the host they reach the node at (the advertised
+// address's, else the listener's). None is started (nullptr) when it is turned off, when
+// the node's RPC uses TLS (the stream is not encrypted: callers use inline put/get), or
+// when the node listens on a unix socket.
+//
+// Thread safety: a function of its inputs. Ownership: the store and the registry outlive
+// the stream.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/config.h"
+#include "common/metrics.h"
+#include "services/store/stream/data_stream_server.h"
+
+namespace kvtier::store {
+
+struct NodeDataStreamOptions {
+  bool enabled = true;
+  std::string listen;      // the node's RPC listener, host:port
+  std::string advertise;   // where peers reach the node's RPC; empty: `listen`
+  bool tls = false;        // the node's RPC uses TLS
+  uint32_t port = 0;
+  storage::TieredStore* store = nullptr;  // required
+  MetricsRegistry* registry = nullptr;    // optional
+};
+
+// nullptr when no stream is to run; errors as DataStreamServer::Create.
+[[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options);
+
+// The options from a node's configuration section (config.store or config.worker: each
+// has listen, advertise, data_stream and data_port) and the cluster's TLS setting.
+template <typename NodeSection>
+NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, const KvtierConfig& config,
+                                                storage::TieredStore* store, MetricsRegistry* registry) {
+  return {.enabled = section.data_stream,
+          .listen = section.listen,
+          .advertise = section.advertise,
+          .tls = !config.tls.cert_file.empty(),
+          .port = section.data_port,
+          .store = store,
+          .registry = registry};
+}
+
+}  // namespace kvtier::store
