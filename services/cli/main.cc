@@ -3,14 +3,13 @@
 // Exit codes: 0 success; 1 a runtime failure (cannot start, server unreachable, command
 // not built in this release); 2 bad usage: an unknown flag, a bad value or a bad
 // configuration file. Nothing is started when the exit code is 2.
-#include <malloc.h>
-
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/logging.h"
+#include "common/malloc_tuning.h"
 #include "common/version.h"
 #include "services/auth/token_store.h"
 #include "services/cli/bench_command.h"
@@ -81,16 +80,6 @@ int RunRole(Role role, const char* name, const ConfigFlags& flags) {
 }
 
 }  // namespace
-
-// Cap'n Proto allocates every message's segments with malloc, and messages that carry
-// blocks are megabytes: above glibc's mmap threshold, each one would be mmapped fresh and
-// unmapped after use, paying a page fault and a page clear per 4 KiB (half the CPU time of
-// `kvtier bench transfer` at 2 MiB blocks went there). Keeping such buffers in the heap,
-// and the heap's top unreturned up to 1 GiB, makes them reused memory instead.
-void KeepLargeAllocationsInTheHeap() {
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
 
 int Main(int argc, char** argv) {
   KeepLargeAllocationsInTheHeap();

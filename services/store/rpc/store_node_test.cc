@@ -140,7 +140,8 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
   auto store = s.session().storeRequest().send().wait(s.wait()).getStore();
   auto open_put = store.openPutRequest();
   ToWire(block.header, open_put.initHeaders(1)[0]);
-  auto put_ticket = open_put.send().wait(s.wait()).getTicket();
+  auto put_opened = open_put.send().wait(s.wait());  // kept: the ticket reads from it
+  auto put_ticket = put_opened.getTicket();
   const TransferTicket put{put_ticket.getId(), put_ticket.getSecret(), put_ticket.getDataAddress().cStr(),
                            put_ticket.getTotalBytes()};
   EXPECT_TRUE(put.data_address.starts_with("127.0.0.1:")) << put.data_address;

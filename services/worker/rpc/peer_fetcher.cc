@@ -91,6 +91,7 @@ class PeerFetcher::Impl {
   FetchedBlocks Serve(const PeerFetchRequest& request) {
     FetchedBlocks out;
     out.block_bytes = request.block_bytes;
+    out.bytes.reserve(request.keys.size() * request.block_bytes);  // the blocks land without regrowth
     std::vector<std::string> seen;
     for (const std::string& node : request.node_ids) {
       if (out.keys.size() == request.keys.size()) break;
@@ -136,7 +137,7 @@ class PeerFetcher::Impl {
   // the node's data stream unless it runs none.
   Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
                           size_t first, size_t count, FetchedBlocks& out) {
-    if (!InlineOnly(address)) {
+    if (request.block_bytes >= options_.stream_min_block_bytes && !InlineOnly(address)) {
       Result<size_t> streamed = StreamBatch(peer, request, first, count, out);
       if (streamed.status().code() != StatusCode::kUnimplemented) return streamed;
       std::lock_guard lock(mu_);

@@ -5,10 +5,11 @@
 // through the node's NodeConnections (the coordinator resolves ids; the node credential;
 // connections kept and reused), and reads the wanted blocks through
 // that node's BlockStore capability under the tenant's salt scope, node by node in the
-// order given: each serves the leading run of the remaining blocks it holds. Where the
-// node runs a data stream (services/store/stream) the payloads come on it, read straight
-// into the result (openGet, then the stream; connections kept per node); otherwise
-// inline in the get's response, copied out of it. A block is
+// order given: each serves the leading run of the remaining blocks it holds. Blocks of
+// at least `stream_min_block_bytes` come on the node's data stream where it runs one
+// (services/store/stream), read straight into the result (openGet, then the stream;
+// connections kept per node); otherwise inline in the get's response, copied out of it.
+// A block is
 // taken only when its header names the key, scope and format asked for and its payload
 // has the layout's size and its checksum; the first that fails ends the run there.
 //
@@ -43,6 +44,9 @@ struct PeerFetcherOptions {
   std::vector<std::string> self_node_ids = {};  // this node's own ids: never fetched from
   uint32_t threads = 2;                         // concurrent fetches
   uint32_t max_blocks_per_call = 1024;          // a larger request is split
+  // Blocks at least this large come on a peer's data stream; smaller ones inline, which
+  // measured faster for them (docs/benchmarks.md: 256 KiB inline, 2 MiB stream).
+  uint64_t stream_min_block_bytes = 1ull << 20;
 };
 
 struct PeerFetchRequest {

@@ -140,7 +140,10 @@ class PeerFetcherTest : public ::testing::TestWithParam<bool> {
     // "peer/store" resolves to the BlockStore scripted here.
     node_ = testing::StartCoordinatorWithStoreNode(registry_, Peer(corrupt_fill), "peer/store", listen);
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
-    fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .self_node_ids = {"me/worker"}}).value();
+    fetcher_ = PeerFetcher::Create({.connections = nodes_.get(),
+                                    .self_node_ids = {"me/worker"},
+                                    .stream_min_block_bytes = 0})  // these 64-byte blocks too
+                   .value();
   }
 
   FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks) {
@@ -198,6 +201,14 @@ TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   node_ = testing::StartCoordinatorWithStoreNode(second, Peer(-1), "peer/store", address);
   EXPECT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
   node_.reset();  // before its registry goes
+}
+
+TEST_P(PeerFetcherTest, BlocksBelowTheStreamThresholdComeInline) {
+  Start(/*corrupt_fill=*/-1);
+  fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .stream_min_block_bytes = kBlockBytes + 1}).value();
+  const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
+  EXPECT_EQ(fetched.keys.size(), 2u);
+  EXPECT_EQ(fetched.streamed, 0u) << "64-byte blocks under a 65-byte threshold";
 }
 
 TEST_P(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {

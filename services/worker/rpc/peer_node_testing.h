@@ -17,15 +17,17 @@ namespace kvtier::worker::testing {
 
 using StoreFactory = std::function<capnp::Capability::Client(const auth::Tenant&)>;
 
-// `listen`: where (a restart passes the address it had before).
+// `listen`: where (a restart passes the address it had before); `lease_ttl`: how long the
+// registered node stays live (it sends no heartbeat).
 inline std::unique_ptr<coordinator::CoordinatorNode> StartCoordinatorWithStoreNode(
     MetricsRegistry& registry, StoreFactory store, const std::string& node_id,
-    const std::string& listen = "127.0.0.1:0") {
+    const std::string& listen = "127.0.0.1:0", Nanos lease_ttl = std::chrono::seconds(10)) {
   namespace schema = kvtier::rpc::schema;
   coordinator::CoordinatorNodeOptions options;
   options.rpc.listen = {listen};
   options.registry = &registry;
   options.store = std::move(store);
+  options.lease_ttl = lease_ttl;  // the node registered here never heartbeats
   auto node = coordinator::CoordinatorNode::Create(std::move(options)).value();
   capnp::EzRpcClient client(node->endpoints()[0]);
   auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();

@@ -91,9 +91,10 @@ class WorkerNode::Impl {
                                                              .tls_ca_file = options_.config.tls.ca_file,
                                                              .max_message_bytes =
                                                                  options_.config.coordinator.max_message_bytes}));
-    KVTIER_ASSIGN_OR_RETURN(peers_, PeerFetcher::Create({.connections = nodes_.get(),
-                                                         .self_node_ids = {options_.name + "/worker",
-                                                                           options_.name + "/store"}}));
+    KVTIER_ASSIGN_OR_RETURN(
+        peers_, PeerFetcher::Create({.connections = nodes_.get(),
+                                     .self_node_ids = {options_.name + "/worker", options_.name + "/store"},
+                                     .stream_min_block_bytes = options_.config.worker.fetch_stream_min_block_bytes}));
     context_.peers = peers_.get();
     if (!options_.config.worker.write_through_stores.empty()) {
       KVTIER_ASSIGN_OR_RETURN(writer_, RemoteStoreWriter::Create({.connections = nodes_.get(),

@@ -51,6 +51,7 @@ class WorkerNodeTest : public ::testing::Test {
     options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
                              .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
     options.config.worker.listen = "127.0.0.1:0";
+    options.config.worker.fetch_stream_min_block_bytes = 0;  // this test's small blocks go on the stream too
     options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
     if (!write_through_store.empty()) options.config.worker.write_through_stores = {write_through_store};
     options.config.node.coordinator = coordinator_->endpoints()[0];
