@@ -175,8 +175,18 @@ class PeerFetcher::Impl {
       outs.emplace_back(out.bytes.data() + offset, size);
       offset += size;
     }
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<store::DataStreamClient> stream, TakeStream(opened.ticket.data_address));
+    bool kept = false;
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<store::DataStreamClient> stream,
+                            TakeStream(opened.ticket.data_address, kept));
     Result<std::vector<store::StreamBlockState>> states = stream->Get(opened.ticket, outs);
+    if (!states.ok() && kept && states.status().code() == StatusCode::kUnavailable) {
+      // A kept connection the node closed meanwhile (it restarted): the request never
+      // reached it, so the ticket is still good on a fresh connection; the other kept
+      // ones are as stale.
+      DropStreams(opened.ticket.data_address);
+      KVTIER_ASSIGN_OR_RETURN(stream, store::DataStreamClient::Connect({.address = opened.ticket.data_address}));
+      states = stream->Get(opened.ticket, outs);
+    }
     if (!stream->broken()) GiveStream(std::move(stream));
     if (!states.ok()) {
       out.bytes.resize(base);
@@ -235,18 +245,23 @@ class PeerFetcher::Impl {
     std::lock_guard lock(mu_);
     return inline_only_.contains(address);
   }
-  // A kept connection to the data stream at `data_address`, or a new one.
-  Result<std::unique_ptr<store::DataStreamClient>> TakeStream(const std::string& data_address) {
+  // A kept connection to the data stream at `data_address` (`kept` set), or a new one.
+  Result<std::unique_ptr<store::DataStreamClient>> TakeStream(const std::string& data_address, bool& kept) {
     {
       std::lock_guard lock(mu_);
       auto& idle = idle_streams_[data_address];
-      if (!idle.empty()) {
+      kept = !idle.empty();
+      if (kept) {
         std::unique_ptr<store::DataStreamClient> stream = std::move(idle.back());
         idle.pop_back();
         return stream;
       }
     }
     return store::DataStreamClient::Connect({.address = data_address});
+  }
+  void DropStreams(const std::string& data_address) {
+    std::lock_guard lock(mu_);
+    idle_streams_.erase(data_address);
   }
   void GiveStream(std::unique_ptr<store::DataStreamClient> stream) {
     std::lock_guard lock(mu_);

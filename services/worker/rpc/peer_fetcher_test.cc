@@ -203,6 +203,22 @@ TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   node_.reset();  // before its registry goes
 }
 
+TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
+  if (!GetParam()) GTEST_SKIP() << "the peer runs no data stream";
+  Start(/*corrupt_fill=*/-1);
+  ASSERT_EQ(Fetch({"peer/store"}, 2).streamed, 2u);  // leaves one stream connection kept
+  // The peer's data stream restarts on the same port: the kept connection is now closed.
+  const std::string address = stream_->address();
+  stream_.reset();
+  stream_ = store::DataStreamServer::Create(
+                {.store = tiers_.get(), .port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))})
+                .value();
+  ASSERT_EQ(stream_->address(), address);
+  const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
+  EXPECT_EQ(fetched.keys.size(), 2u);
+  EXPECT_EQ(fetched.streamed, 2u) << "on a fresh connection, not inline and not lost";
+}
+
 TEST_P(PeerFetcherTest, BlocksBelowTheStreamThresholdComeInline) {
   Start(/*corrupt_fill=*/-1);
   fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .stream_min_block_bytes = kBlockBytes + 1}).value();
