@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace kvtier::testing {
 
@@ -79,6 +80,13 @@ RawExchange SendRaw(const std::string& address, const std::string& bytes, std::c
   }
   close(fd);
   return result;
+}
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  for (const auto deadline = std::chrono::steady_clock::now() + timeout;; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+  }
 }
 
 int RunCommand(const std::string& command, std::string* output) {

@@ -30,4 +30,15 @@ void ToWire(const storage::BlockHeader& header, rpc::schema::BlockHeader::Builde
   h.setRetentionLeftMs(header.retention_left_ms);
 }
 
+TransferTicket FromWire(rpc::schema::TransferTicket::Reader t) {
+  return {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+}
+
+void ToWire(const TransferTicket& ticket, rpc::schema::TransferTicket::Builder t) {
+  t.setId(ticket.id);
+  t.setSecret(ticket.secret);
+  t.setDataAddress(ticket.data_address);
+  t.setTotalBytes(ticket.total_bytes);
+}
+
 }  // namespace kvtier::store

@@ -1,4 +1,5 @@
-// A stored block's header (storage/block_header.h) to and from its RPC form
+// A stored block's header (storage/block_header.h) and a data stream's transfer ticket
+// (services/store/stream/protocol.h) to and from their RPC forms
 // (services/rpc/schema/store.capnp), for the BlockStore capability and its clients. Only
 // RPC layers include this header.
 //
@@ -6,6 +7,7 @@
 #pragma once
 
 #include "services/rpc/schema/store.capnp.h"
+#include "services/store/stream/protocol.h"
 #include "storage/block_header.h"
 
 namespace kvtier::store {
@@ -13,5 +15,8 @@ namespace kvtier::store {
 // `scope`: the session's salt scope, which the header takes whatever the wire says.
 [[nodiscard]] storage::BlockHeader FromWire(rpc::schema::BlockHeader::Reader h, uint64_t scope);
 void ToWire(const storage::BlockHeader& header, rpc::schema::BlockHeader::Builder h);
+
+[[nodiscard]] TransferTicket FromWire(rpc::schema::TransferTicket::Reader t);
+void ToWire(const TransferTicket& ticket, rpc::schema::TransferTicket::Builder t);
 
 }  // namespace kvtier::store

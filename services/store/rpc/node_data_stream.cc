@@ -5,10 +5,10 @@
 namespace kvtier::store {
 namespace {
 
+// The host of an RPC address ("host:port", "[v6]:port"); the whole text when it has no port.
 std::string HostOf(const std::string& address) {
-  std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
+  const std::optional<HostPort> split = SplitHostPort(address);
+  return split ? split->host : address;
 }
 
 }  // namespace

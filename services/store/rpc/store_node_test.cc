@@ -140,10 +140,7 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
   auto store = s.session().storeRequest().send().wait(s.wait()).getStore();
   auto open_put = store.openPutRequest();
   ToWire(block.header, open_put.initHeaders(1)[0]);
-  auto put_opened = open_put.send().wait(s.wait());  // kept: the ticket reads from it
-  auto put_ticket = put_opened.getTicket();
-  const TransferTicket put{put_ticket.getId(), put_ticket.getSecret(), put_ticket.getDataAddress().cStr(),
-                           put_ticket.getTotalBytes()};
+  const TransferTicket put = FromWire(open_put.send().wait(s.wait()).getTicket());
   EXPECT_TRUE(put.data_address.starts_with("127.0.0.1:")) << put.data_address;
   auto stream = DataStreamClient::Connect({.address = put.data_address}).value();
   const std::vector<std::span<const uint8_t>> payloads{block.payload};
@@ -155,21 +152,15 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
   open_get.setFormatTag(storage::testing::kFormat);
   auto opened = open_get.send().wait(s.wait());
   ASSERT_EQ(opened.getStates()[0], schema::BlockState::PRESENT);
-  auto get_ticket = opened.getTicket();
   std::vector<uint8_t> bytes(opened.getHeaders()[0].getPayloadBytes());
   const std::vector<std::span<uint8_t>> outs{bytes};
-  const auto states = stream->Get({get_ticket.getId(), get_ticket.getSecret(), get_ticket.getDataAddress().cStr(),
-                                   get_ticket.getTotalBytes()},
-                                  outs);
+  const auto states = stream->Get(FromWire(opened.getTicket()), outs);
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ(bytes, block.payload);
   // The node's metrics count both transfers (once each reply is written: bounded wait).
   const std::string want = "kvtier_stream_bytes_total{direction=\"sent\"} 65536";
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       registry.Exposition().find(want) == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
-    std::this_thread::sleep_for(2ms);
-  }
-  EXPECT_NE(registry.Exposition().find(want), std::string::npos) << registry.Exposition();
+  EXPECT_TRUE(testing::WaitUntil([&] { return registry.Exposition().find(want) != std::string::npos; }))
+      << registry.Exposition();
   EXPECT_TRUE(node->Drain().ok());
 }
 

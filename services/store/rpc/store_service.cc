@@ -122,7 +122,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       on_request_(keys);
     }
     const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenPut(std::move(converted)));
-    SetTicket(ticket, call.getResults().initTicket());
+    ToWire(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
   }
 
@@ -134,7 +134,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     if (on_request_) on_request_(keys);
     const StreamGetOpened opened = rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
     auto results = call.getResults();
-    SetTicket(opened.ticket, results.initTicket());
+    ToWire(opened.ticket, results.initTicket());
     auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
     auto states = results.initStates(static_cast<unsigned>(keys.size()));
     for (unsigned i = 0; i < keys.size(); ++i) {
@@ -169,12 +169,6 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       rpc::ThrowStatus(UnimplementedError("this node runs no data stream (TLS is on, or it is turned off); use put/get"));
     }
     return *stream_;
-  }
-  static void SetTicket(const TransferTicket& ticket, schema::TransferTicket::Builder out) {
-    out.setId(ticket.id);
-    out.setSecret(ticket.secret);
-    out.setDataAddress(ticket.data_address);
-    out.setTotalBytes(ticket.total_bytes);
   }
 
   // A block the tiers lack, from the node's other holdings (a worker's pool).

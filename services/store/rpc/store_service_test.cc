@@ -94,7 +94,7 @@ class Client {
     }
     auto response = Call(kj::mv(request));
     if (!response.ok()) return response.status();
-    const TransferTicket ticket = Ticket(response->getTicket());
+    const TransferTicket ticket = FromWire(response->getTicket());
     KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
     return stream->Put(ticket, payloads);
   }
@@ -109,7 +109,7 @@ class Client {
     if (!response.ok()) return response.status();
     std::vector<std::vector<uint8_t>> buffers;
     for (auto header : response->getHeaders()) buffers.emplace_back(header.getPayloadBytes());
-    const TransferTicket ticket = Ticket(response->getTicket());
+    const TransferTicket ticket = FromWire(response->getTicket());
     KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
     KVTIER_ASSIGN_OR_RETURN(auto states,
                             stream->Get(ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())));
@@ -126,9 +126,6 @@ class Client {
   }
 
  private:
-  static TransferTicket Ticket(schema::TransferTicket::Reader t) {
-    return {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
-  }
   schema::BlockStore::Client Connect(const std::string& token) {
     auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
     auth.setToken(token);

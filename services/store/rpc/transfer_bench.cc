@@ -14,6 +14,7 @@
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
+#include "services/store/rpc/block_header_wire.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/stream/data_stream_client.h"
 
@@ -74,8 +75,24 @@ void SetHeader(schema::BlockHeader::Builder header, uint64_t id, const TransferB
   header.setChecksum(checksum);
 }
 
-TransferTicket Ticket(schema::TransferTicket::Reader t) {
-  return {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+// Blocks first .. first + n - 1, in a get's or an openGet's params.
+template <typename Params>
+void AskFor(Params& request, uint64_t first, unsigned n) {
+  auto keys = request.initKeys(n);
+  for (unsigned i = 0; i < n; ++i) SetKey(keys[i], first + i);
+  request.setFormatTag(kFormat);
+}
+
+// Throws unless block `id` came back present with the block size and, when `verify`,
+// byte for byte as it was made (`expected`: scratch of the block size).
+void CheckBlock(bool present, std::span<const uint8_t> bytes, uint64_t id, const TransferBenchOptions& o,
+                const std::vector<uint8_t>& base, bool verify, std::vector<uint8_t>& expected) {
+  bool right = present && bytes.size() == o.block_bytes;
+  if (right && verify) {
+    MakePayload(base, id, expected);
+    right = std::memcmp(bytes.data(), expected.data(), expected.size()) == 0;
+  }
+  if (!right) throw std::runtime_error("block " + std::to_string(id) + " came back wrong");
 }
 
 // A client's end of the data stream: one connection, and the buffers its blocks are made
@@ -115,7 +132,7 @@ void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
       MakePayload(base, id, side.Block(i, o.block_bytes));
       payloads.push_back(side.Block(i, o.block_bytes));
     }
-    const TransferTicket ticket = Ticket(request.send().wait(wait).getTicket());
+    const TransferTicket ticket = FromWire(request.send().wait(wait).getTicket());
     if (OrThrow(OrThrow(side.Connect(ticket))->Put(ticket, payloads)) != n) throw std::runtime_error("put short");
     work.put_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   }
@@ -129,26 +146,18 @@ void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
     const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
     const auto start = Clock::now();
     auto request = store.openGetRequest();
-    auto keys = request.initKeys(n);
-    for (unsigned i = 0; i < n; ++i) SetKey(keys[i], work.first_block + b + i);
-    request.setFormatTag(kFormat);
+    AskFor(request, work.first_block + b, n);
     auto response = request.send().wait(wait);
     outs.clear();
     for (unsigned i = 0; i < n; ++i) {
       const bool present = response.getStates()[i] == schema::BlockState::PRESENT;
       outs.push_back(side.Block(i, present ? o.block_bytes : 0));
     }
-    const TransferTicket ticket = Ticket(response.getTicket());
+    const TransferTicket ticket = FromWire(response.getTicket());
     const std::vector<StreamBlockState> states = OrThrow(OrThrow(side.Connect(ticket))->Get(ticket, outs));
     if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     for (unsigned i = 0; i < n; ++i) {
-      const uint64_t id = work.first_block + b + i;
-      bool right = states[i] == StreamBlockState::kPresent && outs[i].size() == o.block_bytes;
-      if (right && verify) {
-        MakePayload(base, id, expected);
-        right = std::memcmp(outs[i].data(), expected.data(), expected.size()) == 0;
-      }
-      if (!right) throw std::runtime_error("block " + std::to_string(id) + " came back wrong on the stream");
+      CheckBlock(states[i] == StreamBlockState::kPresent, outs[i], work.first_block + b + i, o, base, verify, expected);
     }
   }
 }
@@ -180,20 +189,13 @@ void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
     const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
     const auto start = Clock::now();
     auto request = store.getRequest();
-    auto keys = request.initKeys(n);
-    for (unsigned i = 0; i < n; ++i) SetKey(keys[i], work.first_block + b + i);
-    request.setFormatTag(kFormat);
+    AskFor(request, work.first_block + b, n);
     auto response = request.send().wait(wait);
     if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     for (unsigned i = 0; i < n; ++i) {
-      const uint64_t id = work.first_block + b + i;
-      auto data = response.getBlocks()[i].getData();
-      bool right = response.getStates()[i] == schema::BlockState::PRESENT && data.size() == o.block_bytes;
-      if (right && verify) {
-        MakePayload(base, id, expected);
-        right = std::memcmp(data.begin(), expected.data(), expected.size()) == 0;
-      }
-      if (!right) throw std::runtime_error("block " + std::to_string(id) + " came back wrong");
+      const auto data = response.getBlocks()[i].getData();
+      CheckBlock(response.getStates()[i] == schema::BlockState::PRESENT, {data.begin(), data.size()},
+                 work.first_block + b + i, o, base, verify, expected);
     }
   }
 }

@@ -21,22 +21,13 @@ Status IoError(const std::string& what, const std::string& address) {
   return UnavailableError("data stream " + address + ": " + what + ": " + std::strerror(errno));
 }
 
-Result<std::pair<std::string, std::string>> SplitHostPort(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    return InvalidArgumentError("data stream address \"" + address + "\" is not host:port");
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return std::make_pair(host, address.substr(colon + 1));
-}
-
 Result<int> ConnectTo(const std::string& address, std::chrono::milliseconds timeout) {
-  KVTIER_ASSIGN_OR_RETURN(const auto host_port, SplitHostPort(address));
+  const std::optional<HostPort> host_port = SplitHostPort(address);
+  if (!host_port) return InvalidArgumentError("data stream address \"" + address + "\" is not host:port");
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(host_port.first.c_str(), host_port.second.c_str(), &hints, &found); rc != 0) {
+  if (const int rc = getaddrinfo(host_port->host.c_str(), host_port->port.c_str(), &hints, &found); rc != 0) {
     return UnavailableError("data stream " + address + ": " + gai_strerror(rc));
   }
   const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -1,16 +1,12 @@
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <thread>
+#include <cstring>
 
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "storage/testing/blocks.h"
+#include "tests/testing/test_util.h"
 
 namespace kvtier::store {
 namespace {
@@ -19,18 +15,6 @@ using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 constexpr size_t kBlockBytes = 64 * 1024;
 constexpr uint64_t kScope = 7;  // MakeBlock's
-
-// A plain TCP connection to "127.0.0.1:port", for clients that break the protocol; -1 on failure.
-int RawConnect(const std::string& address) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  close(fd);
-  return -1;
-}
 
 // A node's tiers (host memory) behind a data stream on loopback.
 class DataStreamTest : public ::testing::Test {
@@ -82,12 +66,10 @@ class DataStreamTest : public ::testing::Test {
 
   // Waits (bounded) until the server holds no staging and no ticket.
   bool Drained() {
-    for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-         std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+    return testing::WaitUntil([&] {
       const DataStreamStats stats = server_->Stats();
-      if (stats.staged_bytes == 0 && stats.tickets_open == 0) return true;
-    }
-    return false;
+      return stats.staged_bytes == 0 && stats.tickets_open == 0;
+    });
   }
 
   FakeClock clock_;
@@ -181,13 +163,11 @@ TEST_F(DataStreamTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
   const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
   const TransferTicket ticket = OpenPut(blocks);
   // A raw connection: the request and half the payload, then gone.
-  const int fd = RawConnect(ticket.data_address);
-  ASSERT_GE(fd, 0);
   const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id,
                               .secret = ticket.secret};
-  ASSERT_EQ(write(fd, &request, sizeof(request)), static_cast<ssize_t>(sizeof(request)));
-  ASSERT_EQ(write(fd, blocks[0].payload.data(), kBlockBytes / 2), static_cast<ssize_t>(kBlockBytes / 2));
-  close(fd);
+  std::string bytes(reinterpret_cast<const char*>(&request), sizeof(request));
+  bytes.append(reinterpret_cast<const char*>(blocks[0].payload.data()), kBlockBytes / 2);
+  ASSERT_TRUE(testing::SendRaw(ticket.data_address, bytes, std::chrono::milliseconds(50)).connected);
   EXPECT_TRUE(Drained());
   EXPECT_FALSE(store_->Contains(blocks[0].ref()));
 }
@@ -229,13 +209,10 @@ TEST_F(DataStreamTest, TransfersAreCountedInTheNodesMetrics) {
       "kvtier_stream_transfer_seconds_count{op=\"get\"} 1",
   };
   std::string text;
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       std::chrono::steady_clock::now() < deadline; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+  testing::WaitUntil([&] {
     text = registry.Exposition();
-    if (std::all_of(want.begin(), want.end(), [&](const std::string& w) { return text.find(w) != std::string::npos; })) {
-      break;
-    }
-  }
+    return std::all_of(want.begin(), want.end(), [&](const std::string& w) { return text.find(w) != std::string::npos; });
+  });
   for (const std::string& w : want) EXPECT_NE(text.find(w), std::string::npos) << w << "\n" << text;
 }
 
@@ -281,15 +258,13 @@ TEST_F(DataStreamTest, BlocksOutsideTheTiersAreServedFromTheExtraSource) {
 TEST_F(DataStreamTest, ARequestThatIsNotOursIsRefusedByName) {
   const TransferTicket ticket = OpenPut({MakeBlock(1, 4096)});
   // An HTTP client on the wrong port: the magic does not match.
-  const int fd = RawConnect(ticket.data_address);
-  ASSERT_GE(fd, 0);
-  const char http[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-  ASSERT_EQ(write(fd, http, sizeof(http) - 1), static_cast<ssize_t>(sizeof(http) - 1));
+  const testing::RawExchange exchange =
+      testing::SendRaw(ticket.data_address, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
+  EXPECT_TRUE(exchange.peer_closed) << "the node closes after its refusal";
   StreamReply reply;
-  ASSERT_EQ(recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
-  std::string message(reply.message_bytes, '\0');
-  ASSERT_EQ(recv(fd, message.data(), message.size(), MSG_WAITALL), static_cast<ssize_t>(message.size()));
-  close(fd);
+  ASSERT_GE(exchange.received.size(), sizeof(reply));
+  std::memcpy(&reply, exchange.received.data(), sizeof(reply));
+  const std::string message = exchange.received.substr(sizeof(reply), reply.message_bytes);
   EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
   EXPECT_NE(message.find("magic"), std::string::npos) << message;
   EXPECT_EQ(server_->Stats().tickets_open, 1u) << "the open ticket is untouched";

@@ -25,7 +25,9 @@
 
 #include <bit>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kvtier::store {
 
@@ -66,6 +68,20 @@ struct StreamReply {
 static_assert(sizeof(StreamReply) == 24);
 
 inline constexpr uint32_t kMaxStreamMessageBytes = 4096;
+
+// A data stream address, "host:port" or "[v6]:port", split (brackets removed); nullopt
+// when it names no port.
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+inline std::optional<HostPort> SplitHostPort(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == address.size()) return std::nullopt;
+  std::string_view host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return HostPort{std::string(host), std::string(address.substr(colon + 1))};
+}
 
 // The state bytes of a get reply, padded so that the payloads start 8-byte aligned.
 inline constexpr uint64_t PaddedStateBytes(uint32_t blocks) { return (uint64_t{blocks} + 7) / 8 * 8; }

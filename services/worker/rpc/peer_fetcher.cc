@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -17,7 +16,8 @@
 #include "services/worker/rpc/node_connections.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
-#include "services/store/stream/data_stream_client.h"
+#include "services/store/rpc/block_header_wire.h"
+#include "services/store/stream/client_pool.h"
 #include "storage/block_header.h"
 
 namespace kvtier::worker {
@@ -37,6 +37,16 @@ struct OpenedBlock {
   uint64_t payload_bytes = 0;
   uint64_t checksum = 0;
 };
+
+// keys[first, first + count) of the request, under its scope and format, into the
+// params of a get or an openGet.
+template <typename Params>
+void AskFor(const PeerFetchRequest& request, size_t first, size_t count, Params& params) {
+  auto keys = params.initKeys(static_cast<unsigned>(count));
+  for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
+  params.setSaltScope(request.salt_scope);
+  params.setFormatTag(request.format_tag);
+}
 
 struct OpenedGet {
   store::TransferTicket ticket;
@@ -146,10 +156,7 @@ class PeerFetcher::Impl {
     return peer.impl()
         .Call<Result<size_t>>([&](schema::Session::Client& session) {
           auto get = session.storeRequest().send().getStore().getRequest();
-          auto keys = get.initKeys(static_cast<unsigned>(count));
-          for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
-          get.setSaltScope(request.salt_scope);
-          get.setFormatTag(request.format_tag);
+          AskFor(request, first, count, get);
           return get.send().then([&, first, count](auto response) -> Result<size_t> {
             return Take(request, first, count, response.getBlocks(), response.getStates(), out);
           });
@@ -175,19 +182,8 @@ class PeerFetcher::Impl {
       outs.emplace_back(out.bytes.data() + offset, size);
       offset += size;
     }
-    bool kept = false;
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<store::DataStreamClient> stream,
-                            TakeStream(opened.ticket.data_address, kept));
-    Result<std::vector<store::StreamBlockState>> states = stream->Get(opened.ticket, outs);
-    if (!states.ok() && kept && states.status().code() == StatusCode::kUnavailable) {
-      // A kept connection the node closed meanwhile (it restarted): the request never
-      // reached it, so the ticket is still good on a fresh connection; the other kept
-      // ones are as stale.
-      DropStreams(opened.ticket.data_address);
-      KVTIER_ASSIGN_OR_RETURN(stream, store::DataStreamClient::Connect({.address = opened.ticket.data_address}));
-      states = stream->Get(opened.ticket, outs);
-    }
-    if (!stream->broken()) GiveStream(std::move(stream));
+    Result<std::vector<store::StreamBlockState>> states = streams_.Run(
+        opened.ticket.data_address, [&](store::DataStreamClient& stream) { return stream.Get(opened.ticket, outs); });
     if (!states.ok()) {
       out.bytes.resize(base);
       return states.status();
@@ -213,14 +209,10 @@ class PeerFetcher::Impl {
     return peer.impl()
         .Call<Result<OpenedGet>>([&](schema::Session::Client& session) {
           auto open = session.storeRequest().send().getStore().openGetRequest();
-          auto keys = open.initKeys(static_cast<unsigned>(count));
-          for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
-          open.setSaltScope(request.salt_scope);
-          open.setFormatTag(request.format_tag);
+          AskFor(request, first, count, open);
           return open.send().then([&, first, count](auto response) -> Result<OpenedGet> {
             OpenedGet opened;
-            const auto t = response.getTicket();
-            opened.ticket = {t.getId(), t.getSecret(), t.getDataAddress().cStr(), t.getTotalBytes()};
+            opened.ticket = store::FromWire(response.getTicket());
             const auto headers = response.getHeaders();
             const auto states = response.getStates();
             if (headers.size() != count || states.size() != count) return InternalError("openGet answered short");
@@ -245,30 +237,6 @@ class PeerFetcher::Impl {
     std::lock_guard lock(mu_);
     return inline_only_.contains(address);
   }
-  // A kept connection to the data stream at `data_address` (`kept` set), or a new one.
-  Result<std::unique_ptr<store::DataStreamClient>> TakeStream(const std::string& data_address, bool& kept) {
-    {
-      std::lock_guard lock(mu_);
-      auto& idle = idle_streams_[data_address];
-      kept = !idle.empty();
-      if (kept) {
-        std::unique_ptr<store::DataStreamClient> stream = std::move(idle.back());
-        idle.pop_back();
-        return stream;
-      }
-    }
-    return store::DataStreamClient::Connect({.address = data_address});
-  }
-  void DropStreams(const std::string& data_address) {
-    std::lock_guard lock(mu_);
-    idle_streams_.erase(data_address);
-  }
-  void GiveStream(std::unique_ptr<store::DataStreamClient> stream) {
-    std::lock_guard lock(mu_);
-    auto& idle = idle_streams_[stream->address()];
-    if (idle.size() < options_.threads) idle.push_back(std::move(stream));
-  }
-
   // On the connection's loop: checks each answered block in order and copies the good
   // leading run out of the response.
   static size_t Take(const PeerFetchRequest& request, size_t first, size_t count,
@@ -303,8 +271,7 @@ class PeerFetcher::Impl {
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
   std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
-  std::map<std::string, std::vector<std::unique_ptr<store::DataStreamClient>>> idle_streams_
-      KVTIER_GUARDED_BY(mu_);  // by data address
+  store::DataStreamClientPool streams_{options_.threads};  // kept data stream connections
 };
 
 Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {

@@ -7,14 +7,14 @@
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 
-#include <thread>
-
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
+#include "services/store/rpc/block_header_wire.h"
 #include "services/store/stream/data_stream_server.h"
 #include "services/worker/rpc/node_connections.h"
 #include "services/worker/rpc/peer_node_testing.h"
 #include "storage/block_header.h"
+#include "tests/testing/test_util.h"
 
 namespace kvtier::worker {
 namespace {
@@ -73,12 +73,7 @@ class ScriptedStore final : public schema::BlockStore::Server {
       std::vector<uint8_t> payload;
       const storage::BlockHeader header =
           ScriptedBlock({rpc::ToKey(p.getKeys()[i]), p.getFormatTag().cStr(), p.getSaltScope()}, corrupt_fill_, payload);
-      auto wire = blocks[i].initHeader();
-      wire.setKey(p.getKeys()[i]);
-      wire.setSaltScope(header.salt_scope);
-      wire.setFormatTag(header.format_tag);
-      wire.setPayloadBytes(header.payload_bytes);
-      wire.setChecksum(header.checksum);
+      store::ToWire(header, blocks[i].initHeader());
       blocks[i].setData(kj::arrayPtr(payload.data(), payload.size()));
       states.set(i, schema::BlockState::PRESENT);
     }
@@ -91,20 +86,11 @@ class ScriptedStore final : public schema::BlockStore::Server {
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
     const auto opened = stream_->OpenGet(keys, p.getFormatTag().cStr(), p.getSaltScope(), &source_).value();
     auto results = call.getResults();
-    auto ticket = results.initTicket();
-    ticket.setId(opened.ticket.id);
-    ticket.setSecret(opened.ticket.secret);
-    ticket.setDataAddress(opened.ticket.data_address);
-    ticket.setTotalBytes(opened.ticket.total_bytes);
+    store::ToWire(opened.ticket, results.initTicket());
     auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
     auto states = results.initStates(static_cast<unsigned>(keys.size()));
     for (unsigned i = 0; i < keys.size(); ++i) {
-      const storage::BlockHeader& h = *opened.headers[i];
-      headers[i].setKey(p.getKeys()[i]);
-      headers[i].setSaltScope(h.salt_scope);
-      headers[i].setFormatTag(h.format_tag);
-      headers[i].setPayloadBytes(h.payload_bytes);
-      headers[i].setChecksum(h.checksum);
+      store::ToWire(*opened.headers[i], headers[i]);
       states.set(i, schema::BlockState::PRESENT);
     }
     return kj::READY_NOW;
@@ -192,11 +178,7 @@ TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   const std::string address = node_->endpoints()[0];
   std::shared_ptr<rpc::RpcClient> kept = nodes_->Connect(address).value();
   node_.reset();
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       kept->connected() && std::chrono::steady_clock::now() < deadline;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_FALSE(kept->connected()) << "the kept connection saw the peer go";
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return !kept->connected(); })) << "the kept connection saw the peer go";
   MetricsRegistry second;
   node_ = testing::StartCoordinatorWithStoreNode(second, Peer(-1), "peer/store", address);
   EXPECT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <set>
 #include <mutex>
 #include <thread>
@@ -17,7 +16,7 @@
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/store/rpc/block_header_wire.h"
-#include "services/store/stream/data_stream_client.h"
+#include "services/store/stream/client_pool.h"
 #include "services/worker/rpc/node_connections.h"
 
 namespace kvtier::worker {
@@ -281,21 +280,16 @@ class RemoteStoreWriter::Impl {
                                     store::ToWire(batch.headers[i], headers[static_cast<unsigned>(i)]);
                                   }
                                   return open.send().then([](auto response) -> Result<store::TransferTicket> {
-                                    auto t = response.getTicket();
-                                    return store::TransferTicket{t.getId(), t.getSecret(), t.getDataAddress().cStr(),
-                                                                 t.getTotalBytes()};
+                                    return store::FromWire(response.getTicket());
                                   });
                                 })
                                 .get());
-    std::unique_ptr<store::DataStreamClient>& stream = streams_[ticket.data_address];
-    if (stream == nullptr || stream->broken()) {
-      KVTIER_ASSIGN_OR_RETURN(stream, store::DataStreamClient::Connect({.address = ticket.data_address}));
-    }
     payloads_.clear();
     for (size_t i = 0, offset = 0; i < batch.count; offset += batch.headers[i].payload_bytes, ++i) {
       payloads_.emplace_back(batch.bytes.data() + offset, batch.headers[i].payload_bytes);
     }
-    return stream->Put(ticket, payloads_).status();
+    return streams_.Run(ticket.data_address,
+                        [&](store::DataStreamClient& stream) { return stream.Put(ticket, payloads_).status(); });
   }
 
   static void FillPut(const Batch& batch, schema::BlockStore::PutParams::Builder put) {
@@ -321,7 +315,7 @@ class RemoteStoreWriter::Impl {
   // The writer thread's:
   std::vector<bool> failing_ = std::vector<bool>(options_.store_nodes.size());
   std::set<std::string> inline_only_;  // store addresses that run no data stream
-  std::map<std::string, std::unique_ptr<store::DataStreamClient>> streams_;  // by data address
+  store::DataStreamClientPool streams_{1};  // kept data stream connections
   std::vector<std::span<const uint8_t>> payloads_;
   Counter* written_metric_ = nullptr;
   Counter* skipped_metric_ = nullptr;

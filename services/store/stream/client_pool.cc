@@ -1,0 +1,31 @@
+#include "services/store/stream/client_pool.h"
+
+namespace kvtier::store {
+
+Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::string& address, bool& kept) {
+  {
+    std::lock_guard lock(mu_);
+    auto& idle = idle_[address];
+    kept = !idle.empty();
+    if (kept) {
+      std::unique_ptr<DataStreamClient> client = std::move(idle.back());
+      idle.pop_back();
+      return client;
+    }
+  }
+  return DataStreamClient::Connect({.address = address});
+}
+
+void DataStreamClientPool::Give(std::unique_ptr<DataStreamClient> client) {
+  if (client->broken()) return;
+  std::lock_guard lock(mu_);
+  auto& idle = idle_[client->address()];
+  if (idle.size() < max_idle_) idle.push_back(std::move(client));
+}
+
+void DataStreamClientPool::Drop(const std::string& address) {
+  std::lock_guard lock(mu_);
+  idle_.erase(address);
+}
+
+}  // namespace kvtier::store
