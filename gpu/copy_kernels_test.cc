@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "gpu/testing/backends.h"
 
@@ -12,6 +13,7 @@ namespace {
 
 using testing::Download;
 using testing::RandomBytes;
+using testing::RandomFloats;
 using testing::TestBackends;
 using testing::Upload;
 
@@ -212,6 +214,91 @@ TEST(BlockCopyTest, BadOrRepeatedBlockIdsCopyNothing) {
     EXPECT_EQ(backend->Gather(args).code(), StatusCode::kInvalidArgument) << "not a multiple of 16";
   }
 }
+
+// The CUDA backend checks a batch of up to 256 indices inside the work kernel and a
+// larger one in a validation kernel before it: the same answers either side of the line,
+// with the bad index last so that every index before it is read and found good.
+class BatchSizes : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(BatchSizes, ABadOrRepeatedLastBlockIdCopiesNothing) {
+  const uint32_t count = GetParam();
+  const size_t block_bytes = 32, pool_blocks = count + 1;
+  const std::vector<uint8_t> pool = RandomBytes(pool_blocks * block_bytes, count);
+  std::vector<uint32_t> good(count);
+  std::iota(good.rbegin(), good.rend(), 1u);  // blocks count..1: every block but 0
+  std::vector<uint32_t> out_of_range = good, repeated = good;
+  out_of_range.back() = static_cast<uint32_t>(pool_blocks);
+  repeated.back() = good.front();
+  for (auto& backend : TestBackends()) {
+    DeviceBuffer p = Upload(*backend, pool), g = Upload(*backend, good), o = Upload(*backend, out_of_range),
+                 r = Upload(*backend, repeated);
+    const std::vector<uint8_t> staged_before = RandomBytes(count * block_bytes, count + 1);
+    DeviceBuffer staging = Upload(*backend, staged_before, MemoryKind::kStaging);
+    BlockCopyArgs args{p.data(), pool_blocks, block_bytes, o.as<uint32_t>(), count, staging.data()};
+    const std::string last = "block_ids[" + std::to_string(count - 1) + "] = " + std::to_string(pool_blocks);
+    for (bool gather : {true, false}) {
+      const Status status = gather ? backend->Gather(args) : backend->Scatter(args);
+      EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << backend->name() << " " << count;
+      EXPECT_NE(status.message().find(last), std::string::npos) << status.message();
+    }
+    if (count > 1) {  // a batch of one has no repeat
+      args.block_ids = r.as<uint32_t>();
+      EXPECT_EQ(backend->Scatter(args).code(), StatusCode::kInvalidArgument) << backend->name() << " " << count;
+    }
+    EXPECT_EQ(Download<uint8_t>(*backend, p, pool.size()), pool) << backend->name() << " " << count;
+    EXPECT_EQ(std::memcmp(staging.data(), staged_before.data(), staged_before.size()), 0) << backend->name();
+
+    // The next good call after the failed ones writes every block: block 0 keeps its bytes.
+    args.block_ids = g.as<uint32_t>();
+    ASSERT_TRUE(backend->Scatter(args).ok()) << backend->name() << " " << count;
+    std::vector<uint8_t> expected = pool;
+    for (uint32_t k = 0; k < count; ++k) {
+      std::memcpy(expected.data() + good[k] * block_bytes, staged_before.data() + k * block_bytes, block_bytes);
+    }
+    EXPECT_EQ(Download<uint8_t>(*backend, p, pool.size()), expected) << backend->name() << " " << count;
+  }
+}
+
+TEST_P(BatchSizes, AnOverflowingLastWriteIndexWritesNothing) {
+  const uint32_t batch = GetParam(), max_seq = 8, seq = 3, head = 4;
+  const std::vector<float> cache = RandomFloats(size_t{batch} * max_seq * head, batch);
+  const std::vector<float> update = RandomFloats(size_t{batch} * seq * head, batch + 1);
+  std::vector<int64_t> indices(batch, 5);  // 5 + 3 = 8: every row fits exactly...
+  indices.back() = 6;                      // ...but the last, which would end at 9
+  for (auto& backend : TestBackends()) {
+    DeviceBuffer c = Upload(*backend, cache), u = Upload(*backend, update), idx = Upload(*backend, indices);
+    LinearUpdateArgs args{c.data(), u.data(), idx.data(), IndexType::kInt64, KvDtype::kFp32, batch, 1, max_seq, seq, head};
+    const Status status = backend->UpdateLinear(args);
+    EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << backend->name() << " " << batch;
+    EXPECT_NE(status.message().find("write_indices[" + std::to_string(batch - 1) + "] = 6"), std::string::npos)
+        << status.message();
+    EXPECT_EQ(Download<float>(*backend, c, cache.size()), cache) << backend->name() << " " << batch;
+  }
+}
+
+TEST_P(BatchSizes, ASlotOutsideThePoolForTheLastTokenWritesNothing) {
+  const uint32_t tokens = GetParam();
+  const KvLayout layout = SmallLayout(KvDtype::kFp16);  // 4 tokens per block
+  const size_t pool_blocks = (tokens + 3) / 4;
+  const std::vector<uint8_t> pool = RandomBytes(pool_blocks * layout.bytes_per_block(), tokens);
+  const std::vector<uint8_t> update = RandomBytes(size_t{tokens} * 2 * 8 * 2, tokens + 1);
+  std::vector<int64_t> slots(tokens);
+  std::iota(slots.begin(), slots.end(), 0);  // token t into slot t: every slot good...
+  slots.back() = static_cast<int64_t>(pool_blocks * 4);  // ...but the last, one past the pool
+  for (auto& backend : TestBackends()) {
+    DeviceBuffer p = Upload(*backend, pool), u = Upload(*backend, update), s = Upload(*backend, slots);
+    PagedUpdateArgs args{p.data(), pool_blocks, &layout, 2, KvPart::kValue, u.data(), s.as<int64_t>(), tokens};
+    const Status status = backend->UpdatePaged(args);
+    EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << backend->name() << " " << tokens;
+    EXPECT_NE(status.message().find("slot_mapping[" + std::to_string(tokens - 1) + "] = " +
+                                    std::to_string(pool_blocks * 4)),
+              std::string::npos)
+        << status.message();
+    EXPECT_EQ(Download<uint8_t>(*backend, p, pool.size()), pool) << backend->name() << " " << tokens;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EitherSideOfTheFusedCheck, BatchSizes, ::testing::Values(1u, 255u, 256u, 257u, 1000u));
 
 }  // namespace
 }  // namespace kvtier::gpu

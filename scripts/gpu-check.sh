@@ -46,11 +46,17 @@ kvtier="$bundle/bin/kvtier"
   for run in 1 2; do
     "$kvtier" bench pool --json --block-bytes 262144 --batch-blocks 2048 --copy-pool-blocks 8192 --update-batch 256
   done
-  # A 1 GiB update and 1 GiB batches: the fixed cost per call (two launches, one small copy,
-  # one wait) spread over more bytes.
+  # A 1 GiB update and 1 GiB batches: the fixed cost per call (launches and one wait)
+  # spread over more bytes; batches of more than 256 blocks take the validation kernel.
   "$kvtier" bench pool --json --block-bytes 2097152 --batch-blocks 512 --copy-pool-blocks 2048 --update-batch 1024
-  # The CPU defaults, as recorded for dev: small batches on the GPU show the fixed cost per call.
-  "$kvtier" bench pool --json
+  # Small batches, where a call's fixed cost shows: 32 MiB of 256 KiB blocks with a 16 MiB
+  # update, twice, and the CPU defaults (16 blocks of 2 MiB, 16 MiB update) twice.
+  for run in 1 2; do
+    "$kvtier" bench pool --json --block-bytes 262144 --batch-blocks 128 --copy-pool-blocks 8192 --update-batch 16
+  done
+  for run in 1 2; do
+    "$kvtier" bench pool --json
+  done
 } >"$out/bench_pool.jsonl" 2>"$out/bench_pool.err"
 
 # End to end: `kvtier up` with its pool in GPU memory (a 256 KiB-block layout, the pool

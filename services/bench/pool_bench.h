@@ -14,7 +14,10 @@
 //   update      UpdateLinear of update_batch sequences x 8 heads x update_tokens bf16 tokens
 //               (head size 128) into an update_max_seq-token cache, beside a plain copy of
 //               the same bytes.
-//               Each figure is the median of `repeats` timed calls after one warm-up.
+//               Each operation is timed beside its references (gather, scatter and the
+//               copy; offload, onboard and the two pinned copies; update and its copy):
+//               `repeats` rounds, each calling every operation of the group once in turn,
+//               after 50 ms of warm-up rounds; each figure is the median of its rounds.
 //
 // Thread safety: a function of its inputs; allocates about (pool_copy_blocks +
 // batch_blocks) * block_bytes of memory.
