@@ -188,6 +188,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "`kvtier store`: TCP port of its data stream, on the listen host (0 picks one; "
                              "tickets carry the address).",
                              0, 65535, [](auto& c) -> auto& { return c.store.data_port; }));
+  fields.push_back(UintField("store.data_stream_threads",
+                             "`kvtier store`: event loops (threads) serving its data stream's connections; 0: "
+                             "a quarter of the hardware threads, 1 to 4.",
+                             0, 64, [](auto& c) -> auto& { return c.store.data_stream_threads; }));
   fields.push_back(BoolField("store.data_stream",
                              "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
                              "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
@@ -218,6 +222,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "`kvtier worker`: TCP port of its BlockStore's data stream, on the listen host (0 "
                              "picks one; tickets carry the address).",
                              0, 65535, [](auto& c) -> auto& { return c.worker.data_port; }));
+  fields.push_back(UintField("worker.data_stream_threads",
+                             "`kvtier worker`: event loops (threads) serving its data stream's connections; 0: "
+                             "a quarter of the hardware threads, 1 to 4.",
+                             0, 64, [](auto& c) -> auto& { return c.worker.data_stream_threads; }));
   fields.push_back(BoolField("worker.data_stream",
                              "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "
                              "its tiers and pool); never with tls: peers then fetch inline.",

@@ -17,6 +17,9 @@ rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${tests[@]}"; do cp "$(find "$build" -name "$t" -type f -perm -u+x | head -1)" "$bundle/bin/"; done
 cp "$build/bin/kvtier" "$build/bin/gpu_ipc_peer" "$bundle/bin/"
+# For scripts/device-cpu-bench.sh: Redis, the transfer bench's baseline, and the trace.
+if command -v redis-server >/dev/null; then cp -L "$(command -v redis-server)" "$bundle/bin/"; fi
+if [[ -f ../shared/traces/conversation_trace.jsonl ]]; then cp ../shared/traces/conversation_trace.jsonl "$bundle/"; fi
 
 # glibc and the C++ runtime come from the target machine (newer there, and compatible);
 # everything else travels.

@@ -41,6 +41,7 @@ class BenchCommand {
   uint32_t transfer_clients_ = 8;
   uint64_t transfer_total_bytes_ = 256ull << 20;
   uint32_t transfer_batch_ = 4;
+  uint32_t transfer_stream_threads_ = 0;
   std::string transfer_path_ = "both";
   bool vs_redis_ = false;
   std::string trace_;

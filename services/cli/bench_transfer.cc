@@ -32,6 +32,10 @@ void BenchCommand::AddTransfer() {
                         "data stream beside openPut/openGet) or both, each measured")
       ->check(CLI::IsMember({"inline", "stream", "both"}))
       ->capture_default_str();
+  transfer_->add_option("--stream-threads", transfer_stream_threads_,
+                        "Event loops of the store's data stream (0: a quarter of the hardware threads, 1 to 4, as a node runs it)")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
 }
@@ -81,7 +85,8 @@ int BenchCommand::RunTransfer() const {
   for (const char* path : {"inline", "stream"}) {
     if (transfer_path_ != "both" && transfer_path_ != path) continue;
     store::TransferBenchOptions options{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_,
-                                        transfer_batch_, std::string_view(path) == "stream"};
+                                        transfer_batch_, std::string_view(path) == "stream",
+                                        transfer_stream_threads_};
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});

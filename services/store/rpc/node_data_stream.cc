@@ -25,6 +25,7 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStre
   stream.port = static_cast<uint16_t>(options.port);
   stream.advertise_host = options.advertise.empty() ? std::string() : HostOf(options.advertise);
   stream.registry = options.registry;
+  stream.threads = options.threads;
   return DataStreamServer::Create(std::move(stream));
 }
 

@@ -26,6 +26,7 @@ struct NodeDataStreamOptions {
   std::string advertise;   // where peers reach the node's RPC; empty: `listen`
   bool tls = false;        // the node's RPC uses TLS
   uint32_t port = 0;
+  uint32_t threads = 0;    // the stream's event loops; 0: its default
   storage::TieredStore* store = nullptr;  // required
   MetricsRegistry* registry = nullptr;    // optional
 };
@@ -34,7 +35,7 @@ struct NodeDataStreamOptions {
 [[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options);
 
 // The options from a node's configuration section (config.store or config.worker: each
-// has listen, advertise, data_stream and data_port) and the cluster's TLS setting.
+// has listen, advertise, data_stream, data_port and data_stream_threads) and the cluster's TLS setting.
 template <typename NodeSection>
 NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, const KvtierConfig& config,
                                                 storage::TieredStore* store, MetricsRegistry* registry) {
@@ -43,6 +44,7 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, cons
           .advertise = section.advertise,
           .tls = !config.tls.cert_file.empty(),
           .port = section.data_port,
+          .threads = section.data_stream_threads,
           .store = store,
           .registry = registry};
 }

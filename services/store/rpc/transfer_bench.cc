@@ -275,7 +275,8 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
     KVTIER_ASSIGN_OR_RETURN(stream, DataStreamServer::Create({.store = store.get(),
                                                               .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
                                                                                   (64ull << 20),
-                                                              .max_block_bytes = o.block_bytes}));
+                                                              .max_block_bytes = o.block_bytes,
+                                                              .threads = o.stream_threads}));
   }
   session.store = [&](const auth::Tenant& tenant) {
     return MakeBlockStoreService({.store = store.get(),

@@ -28,6 +28,7 @@ struct TransferBenchOptions {
   // payloads on the store's data stream (services/store/stream), one stream connection
   // per client.
   bool stream = false;
+  uint32_t stream_threads = 0;          // the data stream's event loops; 0: its default
 };
 
 struct TransferPhase {

@@ -1,5 +1,6 @@
 #include "services/store/stream/data_stream_server.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <asio.hpp>
@@ -13,7 +14,8 @@ class DataStreamServer::Impl {
  public:
   explicit Impl(DataStreamServerOptions options)
       : options_(std::move(options)), pool_(options_.max_staged_bytes),
-        tickets_(*options_.clock, options_.ticket_ttl), acceptor_(io_), sweep_(io_) {
+        tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
+        acceptor_(*loops_.front()), sweep_(*loops_.front()) {
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_,
                 .max_block_bytes = options_.max_block_bytes, .client_timeout = options_.client_timeout};
   }
@@ -28,12 +30,17 @@ class DataStreamServer::Impl {
   void Start() {
     Accept();
     Sweep();
-    thread_ = std::thread([this] { io_.run(); });
+    for (auto& loop : loops_) {
+      keep_running_.push_back(asio::make_work_guard(*loop));  // loops without connections wait for some
+      threads_.emplace_back([loop = loop.get()] { loop->run(); });
+    }
   }
   void Shutdown() {
-    if (!thread_.joinable()) return;
-    io_.stop();  // open connections die with the io_context; their transfers free their staging
-    thread_.join();
+    if (threads_.empty()) return;
+    // Open connections die with their loops; their transfers free their staging.
+    for (auto& loop : loops_) loop->stop();
+    for (std::thread& thread : threads_) thread.join();
+    threads_.clear();
     asio::error_code ignored;
     acceptor_.close(ignored);
     tickets_.Drop();
@@ -57,12 +64,22 @@ class DataStreamServer::Impl {
   }
 
  private:
+  // One loop per thread (threads: 0 picks a quarter of the hardware threads, 1 to 4); each
+  // connection lives on one loop, dealt round-robin as accepted.
+  static std::vector<std::unique_ptr<asio::io_context>> MakeLoops(uint32_t threads) {
+    if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+    std::vector<std::unique_ptr<asio::io_context>> loops;
+    for (uint32_t i = 0; i < threads; ++i) loops.push_back(std::make_unique<asio::io_context>(1));
+    return loops;
+  }
   void Accept() {
-    acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
-      if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) std::make_shared<StreamConnection>(context_, std::move(socket))->Start();
-      Accept();
-    });
+    asio::io_context& loop = *loops_[next_loop_++ % loops_.size()];
+    acceptor_.async_accept(asio::any_io_executor(loop.get_executor()),
+                           [this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
+                             if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+                             if (!ec) std::make_shared<StreamConnection>(context_, std::move(socket))->Start();
+                             Accept();
+                           });
   }
   // Expired tickets free their staging even when no transfer comes to sweep them.
   void Sweep() {
@@ -92,19 +109,21 @@ class DataStreamServer::Impl {
   TicketTable tickets_;
   StreamCounters counters_;
   std::unique_ptr<StreamMetrics> metrics_;
-  uint64_t expired_reported_ = 0;  // stream thread only
-  StreamContext context_;  // connections hold it: declared before the io_context that owns them
-  asio::io_context io_;
+  uint64_t expired_reported_ = 0;  // first loop's thread only
+  StreamContext context_;  // connections hold it: declared before the loops that own them
+  std::vector<std::unique_ptr<asio::io_context>> loops_;  // the first also accepts and sweeps
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> keep_running_;
+  size_t next_loop_ = 0;  // first loop's thread (and Start)
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer sweep_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
   std::string address_;
 };
 
 Status DataStreamServer::Impl::Bind() {
   asio::error_code ec;
   // A host name (the RPC listener's, "localhost") binds where it resolves first.
-  asio::ip::tcp::resolver resolver(io_);
+  asio::ip::tcp::resolver resolver(*loops_.front());
   const auto resolved = resolver.resolve(options_.bind_host, std::to_string(options_.port),
                                          asio::ip::tcp::resolver::passive | asio::ip::tcp::resolver::numeric_service, ec);
   if (ec || resolved.empty()) {
@@ -126,9 +145,13 @@ Status DataStreamServer::Impl::Bind() {
   return Status::Ok();
 }
 
-// Every present block is copied into the staging buffer here, on the caller's (control)
-// thread, so that the stream's thread only sends: measured faster than reading the tiers
-// on the stream's thread (docs/benchmarks.md), and the states answered here are final.
+// Every block is looked up here, on the caller's (control) thread, and given a slot in
+// the staging buffer. A block of another source (a worker's pool, readable only on this
+// thread) is copied now. A tier's block is read into its slot when the transfer is sent,
+// on the stream's loops, when there are several: the copies then run in parallel, where
+// copying on the control thread capped a 16-core node's gets at that one thread. With a
+// single loop it is copied now too: the control thread copying the next transfer while
+// the loop sends this one measured faster on two cores (docs/benchmarks.md).
 Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
                                                         uint64_t scope, ExtraBlockSource* extra) {
   StreamGetOpened opened;
@@ -149,26 +172,37 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
   OpenTransfer transfer;
   transfer.op = StreamOp::kGet;
   transfer.states.assign(keys.size(), StreamBlockState::kMissing);
+  transfer.slots.resize(keys.size());
+  transfer.format_tag = format;
+  transfer.salt_scope = scope;
   KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(total));
   uint64_t offset = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!opened.headers[i]) continue;
     const storage::BlockRef ref{keys[i], format, scope};
-    const auto out = transfer.buffer.bytes().subspan(offset, opened.headers[i]->payload_bytes);
+    GetSlot& slot = transfer.slots[i];
+    slot.offset = offset;
+    slot.bytes = opened.headers[i]->payload_bytes;
+    offset += slot.bytes;
+    transfer.states[i] = StreamBlockState::kPresent;
+    if (!from_extra[i] && loops_.size() > 1) {
+      slot.read_at_send = true;
+      slot.key = keys[i];
+      continue;
+    }
     // The header that comes with the bytes is the one answered (Peek's may lack the checksum).
+    const auto out = transfer.buffer.bytes().subspan(slot.offset, slot.bytes);
     Result<storage::BlockHeader> read = from_extra[i] ? extra->Read(ref, out) : TierRead(ref, out);
     if (!read.ok()) {  // gone since Peek, or corrupt (deleted by the tier): not sent
       if (read.status().code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
+      else transfer.states[i] = StreamBlockState::kMissing;
       opened.headers[i].reset();
       continue;
     }
     opened.headers[i] = std::move(*read);
-    transfer.states[i] = StreamBlockState::kPresent;
-    offset += out.size();
   }
-  transfer.payload_bytes = offset;
   opened.states = transfer.states;
-  KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), offset));
+  KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), total));
   return opened;
 }
 

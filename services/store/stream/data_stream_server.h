@@ -3,10 +3,14 @@
 // OpenGet/OpenPut are called by the BlockStore capability once it has checked the
 // session (salt scope) and the request; they answer a ticket, and the bytes then move on
 // this server's TCP listener:
-// - get: OpenGet copies every present block (from the tiers, checksum-verified where the
-//   tier verifies, or from the extra source: a worker's pool) into one staging buffer, on
-//   the caller's thread, where the extra source may be read; the stream's thread then
-//   only sends it, in one gathered write. The states OpenGet answers are final.
+// - get: OpenGet looks every block up and gives each present one a slot in one staging
+//   buffer; a block of the extra source (a worker's pool) is copied there at once, on
+//   the caller's thread, where that source may be read. With several loops the tiers'
+//   blocks are read into their slots (checksum-verified where the tier verifies) when the
+//   transfer is sent, on the connection's loop, so that copies of different transfers run
+//   in parallel: a block OpenGet answered present but that was evicted or found corrupt
+//   in the meantime is then sent as missing or corrupt. With one loop they are copied at
+//   open too (a snapshot). Either way the states the stream sends are final.
 // - put: the payloads are read into a staging buffer, every block is checked against its
 //   header (size, XXH3) and the batch is stored only when all pass; nothing of a
 //   refused, truncated or abandoned transfer is stored.
@@ -14,8 +18,12 @@
 // kResourceExhausted. A ticket not used within `ticket_ttl` expires and frees its
 // staging; a client that disconnects mid-transfer frees its at once.
 //
-// Thread safety: Create() starts one thread running the server's own asio::io_context;
-// transfers run only there. OpenGet/OpenPut/Stats are safe from any thread.
+// Thread safety: Create() starts `threads` threads, each running an asio::io_context of
+// its own; each connection lives on one of them (dealt round-robin), so transfers of
+// different clients run in parallel: one loop's sending thread was the bottleneck of a
+// 16-core machine's gets (docs/benchmarks.md). The ticket table and the staging pool are
+// shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
+// (safe from any thread). OpenGet/OpenPut/Stats are safe from any thread.
 // Ownership: the store (and the extra source passed to OpenGet) outlive the server.
 #pragma once
 
@@ -44,6 +52,7 @@ struct DataStreamServerOptions {
   uint64_t max_block_bytes = 256ull << 20;
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
+  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 1 to 4
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };

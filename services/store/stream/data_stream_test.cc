@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
@@ -101,15 +103,67 @@ TEST_F(DataStreamTest, PutThenGetMovesEveryByteAndReportsAbsentBlocks) {
   EXPECT_TRUE(Drained());
 }
 
-TEST_F(DataStreamTest, AnOpenedGetIsASnapshotThatLaterEvictionsDoNotChange) {
-  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes)};
+// Three event loops, six clients at once (connections dealt two per loop), each putting
+// and reading back blocks of its own: every byte arrives, every staging buffer is freed.
+TEST_F(DataStreamTest, ClientsOnSeveralLoopsTransferInParallel) {
+  Start({.threads = 3});
+  constexpr int kClients = 6, kRounds = 4;
+  std::vector<std::thread> clients;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = Client();
+      for (int round = 0; round < kRounds; ++round) {
+        const uint64_t first = 100 * c + 10 * round;
+        const std::vector<TestBlock> blocks{MakeBlock(first, kBlockBytes), MakeBlock(first + 1, kBlockBytes)};
+        if (client->Put(OpenPut(blocks), Payloads(blocks)).value_or(0) != 2) ++failures;
+        const StreamGetOpened opened = OpenGet({first, first + 1});
+        auto buffers = Buffers(opened);
+        if (!client->Get(opened.ticket, Spans(buffers)).ok() || buffers[0] != blocks[0].payload ||
+            buffers[1] != blocks[1].payload) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const DataStreamStats stats = server_->Stats();
+  EXPECT_EQ(stats.puts, uint64_t{kClients * kRounds});
+  EXPECT_EQ(stats.gets, uint64_t{kClients * kRounds});
+  EXPECT_EQ(stats.bytes_sent, uint64_t{kClients * kRounds * 2 * kBlockBytes});
+  EXPECT_TRUE(Drained());
+}
+
+// With several loops the tiers' blocks are read when the transfer is sent: one evicted in
+// between arrives as missing, and the blocks after it still land in their own buffers.
+TEST_F(DataStreamTest, WithSeveralLoopsABlockEvictedBetweenOpenAndSendArrivesAsMissing) {
+  Start({.threads = 2});
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
   for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
-  const StreamGetOpened opened = OpenGet({1, 2});
-  EXPECT_EQ(opened.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  const StreamGetOpened opened = OpenGet({1, 2, 3});
+  EXPECT_EQ(opened.states, std::vector<StreamBlockState>(3, StreamBlockState::kPresent));
   ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
   auto buffers = Buffers(opened);
   const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
-  EXPECT_EQ(states, opened.states) << "the bytes were staged at open";
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kMissing, StreamBlockState::kPresent,
+                                                   StreamBlockState::kPresent}));
+  EXPECT_EQ(buffers[1], blocks[1].payload);
+  EXPECT_EQ(buffers[2], blocks[2].payload);
+  EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 4096);
+  EXPECT_TRUE(Drained());
+}
+
+// With one loop the blocks are copied at open: the transfer sends that snapshot.
+TEST_F(DataStreamTest, WithOneLoopAnOpenedGetIsASnapshotThatLaterEvictionsDoNotChange) {
+  Start({.threads = 1});
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes)};
+  for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
+  const StreamGetOpened opened = OpenGet({1, 2});
+  ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
+  auto buffers = Buffers(opened);
+  const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
+  EXPECT_EQ(states, std::vector<StreamBlockState>(2, StreamBlockState::kPresent)) << "the bytes were copied at open";
   EXPECT_EQ(buffers[0], blocks[0].payload);
   EXPECT_EQ(buffers[1], blocks[1].payload);
 }

@@ -42,19 +42,41 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
 }
 
-// States, then the present payloads (staged at open, back to back) in one gathered write.
+// The tiers' blocks are read into their slots now (a block gone or corrupt since the open
+// is sent as missing or corrupt: the states sent are final), then the states and the
+// present payloads go in one gathered write.
 void StreamConnection::ServeGet() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
   states_.assign(PaddedStateBytes(n), 0);
-  for (uint32_t i = 0; i < n; ++i) states_[i] = static_cast<uint8_t>(transfer_.states[i]);
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size())});
+  uint64_t sent = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (transfer_.states[i] == StreamBlockState::kPresent) {
+      const GetSlot& slot = transfer_.slots[i];
+      const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+      if (slot.read_at_send) {
+        transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out);
+      }
+      if (transfer_.states[i] == StreamBlockState::kPresent) {
+        gather_.emplace_back(out.data(), out.size());
+        sent += out.size();
+      }
+    }
+    states_[i] = static_cast<uint8_t>(transfer_.states[i]);
+  }
+  transfer_.payload_bytes = sent;
   reply_ = StreamReply{};
   reply_.blocks = n;
-  reply_.payload_bytes = transfer_.payload_bytes;
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size()),
-                  asio::const_buffer(transfer_.buffer.bytes().data(), transfer_.payload_bytes)});
+  reply_.payload_bytes = sent;
   context_.counters->gets++;
-  context_.counters->bytes_sent += transfer_.payload_bytes;
+  context_.counters->bytes_sent += sent;
   SendReply();
+}
+
+StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out) {
+  Result<storage::TieredHit> hit = context_.store->Get(ref, out);
+  if (hit.ok()) return hit->header.payload_bytes == out.size() ? StreamBlockState::kPresent : StreamBlockState::kMissing;
+  return hit.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
 }
 
 void StreamConnection::OnPutPayload(const asio::error_code& ec) {

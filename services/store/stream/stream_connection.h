@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void ReadRequest();
   void OnRequest(const asio::error_code& ec);
   void ServeGet();
+  // One block of a get from the node's tiers into its slot: its state as sent.
+  StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out);
   void OnPutPayload(const asio::error_code& ec);
   // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
   // closes when the reply carried an error.

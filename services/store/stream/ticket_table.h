@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -26,12 +27,25 @@
 
 namespace kvtier::store {
 
+// Where one block of a get lies in the staging buffer. A tier's block is read there when
+// the transfer is sent (`read_at_send`), on the stream's loop; another source's (a
+// worker's pool) at open.
+struct GetSlot {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  bool read_at_send = false;
+  BlockKey key;  // read_at_send: the block, under the transfer's format tag and scope
+};
+
 struct OpenTransfer {
   StreamOp op = StreamOp::kGet;
-  StagingBuffer buffer;  // get: the present blocks' payloads in order; put: total_bytes
-  // get: each block's state, and the present blocks' bytes at the front of `buffer`.
+  StagingBuffer buffer;  // get: a slot per block present at open; put: total_bytes
+  // get: each block's state (final once sent) and slot (for kPresent blocks).
   std::vector<StreamBlockState> states;
-  uint64_t payload_bytes = 0;
+  std::vector<GetSlot> slots;
+  std::string format_tag;      // get: of every block (BlockRef only views it)
+  uint64_t salt_scope = 0;
+  uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent
   // put: the headers, in payload order.
   std::vector<storage::BlockHeader> headers;
 };

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The CPU-bound benchmarks on a lent device machine (16 cores), from the bundle that
+# scripts/gpu-bundle.sh packs: the coordinator's lookup over the RPC, the index replay and
+# the store transfer against Redis. The development machine has two vCPUs, which the
+# clients, the server threads and the kernel's loopback share; these runs show what the
+# same binaries do with cores to spare.
+#
+#   scripts/device-cpu-bench.sh BUNDLE_DIR OUT_DIR
+#
+# Each bench's JSON goes to OUT_DIR/*.jsonl and is printed last.
+set -uo pipefail
+
+bundle=${1:?usage: device-cpu-bench.sh BUNDLE_DIR OUT_DIR}
+out=${2:?usage: device-cpu-bench.sh BUNDLE_DIR OUT_DIR}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$bundle/bin:$PATH"  # redis-server, for --vs-redis
+kvtier="$bundle/bin/kvtier"
+trace="$bundle/conversation_trace.jsonl"
+
+{ nproc; lscpu | grep -E '^Model name'; } >"$out/cpu.txt"
+for rate in 1000 5000 10000 20000 40000; do
+  "$kvtier" bench lookup-rpc --trace "$trace" --seconds 3 --rate "$rate" --json
+done >"$out/lookup_rpc.jsonl" 2>"$out/lookup_rpc.err"
+for run in 1 2; do
+  "$kvtier" bench index --trace "$trace" --json
+done >"$out/index.jsonl" 2>"$out/index.err"
+# 2 GiB per phase: the 256 MiB default lasts under 0.1 s here.
+for block in 262144 2097152; do
+  for run in 1 2 3; do
+    "$kvtier" bench transfer --block-bytes "$block" --clients 8 --total-bytes 2147483648 --vs-redis --json
+  done
+done >"$out/transfer.jsonl" 2>"$out/transfer.err"
+# The data stream's event loops: 1 (one sending thread, as before) to 8.
+for block in 262144 2097152; do
+  for threads in 1 2 4 8; do
+    "$kvtier" bench transfer --block-bytes "$block" --clients 8 --total-bytes 2147483648 --path stream \
+        --stream-threads "$threads" --json
+  done
+done >"$out/transfer_threads.jsonl" 2>"$out/transfer_threads.err"
+
+cat "$out/cpu.txt" "$out"/*.jsonl
+for f in "$out"/*.err; do tail -n 3 "$f"; done
