@@ -6,6 +6,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "storage/block_header.h"
 
@@ -20,6 +21,15 @@ class ExtraBlockSource {
   // included.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
+  // Read of several blocks (REQUIRES: refs.size() == outs.size()), one result each. A
+  // source whose blocks move in batches (a GPU pool: one gather for all) overrides it.
+  [[nodiscard]] virtual std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) {
+    std::vector<Result<storage::BlockHeader>> results;
+    results.reserve(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) results.push_back(Read(refs[i], outs[i]));
+    return results;
+  }
 };
 
 }  // namespace kvtier::store

@@ -48,7 +48,8 @@ class PoolStorage {
                                         size_t runs) = 0;
 
   // Batches of whole blocks, one transfer per batch (REQUIRES: ids inside the pool, no
-  // repeats, block_bytes a multiple of 16 for device pools).
+  // repeats for WritableBlocks and CommitWrites, block_bytes a multiple of 16 for device
+  // pools).
   // ReadBlocks: host-readable views of the blocks, in order, valid until the next batch
   // call: the pool memory itself (host), or pinned staging filled by one gather (device).
   [[nodiscard]] virtual Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,

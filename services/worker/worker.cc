@@ -347,6 +347,22 @@ Status Worker::ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out
   return state->storage->Read(state->BlockOffset(block), out);
 }
 
+Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                          std::span<const std::span<uint8_t>> outs) const {
+  if (blocks.size() != outs.size()) return InvalidArgumentError("ReadBlocks: one buffer per block");
+  if (blocks.empty()) return Status::Ok();
+  PoolState* state = nullptr;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    KVTIER_ASSIGN_OR_RETURN(state, BlockAccess(*impl_, "ReadBlocks", pool_id, blocks[i], outs[i].size()));
+  }
+  // The gather reads each id once per position, so repeats are harmless (only a scatter
+  // must not repeat a block).
+  std::vector<std::span<const uint8_t>> views;
+  KVTIER_RETURN_IF_ERROR(state->storage->ReadBlocks(blocks, state->layout.bytes_per_block(), &views));
+  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(outs[i].data(), views[i].data(), views[i].size());
+  return Status::Ok();
+}
+
 Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
   return state->storage->Write(state->BlockOffset(block), in);

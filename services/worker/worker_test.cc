@@ -335,6 +335,14 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
     ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
+  // A peer's read of blocks 4, 1, 4 and 2 (one repeated): one batch, each in its buffer.
+  const std::vector<BlockId> asked = {c->block_table[3], c->block_table[0], c->block_table[3], c->block_table[1]};
+  std::vector<std::vector<uint8_t>> outs(4, std::vector<uint8_t>(512));
+  ASSERT_TRUE(worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  EXPECT_EQ(outs[0], Pattern(4));
+  EXPECT_EQ(outs[1], Pattern(1));
+  EXPECT_EQ(outs[2], Pattern(4));
+  EXPECT_EQ(outs[3], Pattern(2));
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndGpu, WorkerStorageTest, ::testing::Values(-1, 0),
@@ -359,6 +367,21 @@ TEST(WorkerTest, ReadAndWriteBlockCheckTheBlockAndTheBufferSize) {
   std::vector<uint8_t> short_buffer(100);
   EXPECT_EQ(worker->ReadBlock(0, 0, short_buffer).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(worker->WriteBlock(1, 0, Pattern(0)).code(), StatusCode::kNotFound) << "no pool 1";
+}
+
+TEST(WorkerTest, ReadBlocksChecksEveryBlockBeforeReadingAny) {
+  auto worker = MakeWorker(2);
+  ASSERT_TRUE(worker->WriteBlock(0, 1, Pattern(9)).ok());
+  std::vector<uint8_t> first(512, 0xEE), second(512, 0xEE);
+  const std::vector<std::span<uint8_t>> outs = {first, second};
+  const Status outside = worker->ReadBlocks(0, std::vector<BlockId>{1, 2}, outs);  // the pool has blocks 0 and 1
+  EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(outside.message().find("block 2 of pool 0"), std::string::npos) << outside;
+  EXPECT_EQ(first, std::vector<uint8_t>(512, 0xEE)) << "block 1 was good, yet nothing was read";
+  EXPECT_EQ(worker->ReadBlocks(0, std::vector<BlockId>{1}, outs).code(), StatusCode::kInvalidArgument)
+      << "one buffer per block";
+  ASSERT_TRUE(worker->ReadBlocks(0, std::vector<BlockId>{1, 0}, outs).ok());
+  EXPECT_EQ(first, Pattern(9));
 }
 
 }  // namespace

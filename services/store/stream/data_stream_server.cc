@@ -95,6 +95,17 @@ class DataStreamServer::Impl {
       if (!ec) Sweep();
     });
   }
+  // Block i of a get read at open: its header answered, or (gone since Peek, or corrupt
+  // and deleted by the tier) not sent.
+  static void SetRead(size_t i, Result<storage::BlockHeader> read, OpenTransfer& transfer, StreamGetOpened& opened) {
+    if (read.ok()) {
+      opened.headers[i] = std::move(*read);
+      return;
+    }
+    transfer.states[i] =
+        read.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
+    opened.headers[i].reset();
+  }
   Result<storage::BlockHeader> TierRead(const storage::BlockRef& ref, std::span<uint8_t> out) {
     KVTIER_ASSIGN_OR_RETURN(storage::TieredHit hit, options_.store->Get(ref, out));
     return std::move(hit.header);
@@ -177,6 +188,9 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
   transfer.salt_scope = scope;
   KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(total));
   uint64_t offset = 0;
+  std::vector<size_t> extra_blocks;  // read in one batch below (a GPU pool: one gather)
+  std::vector<storage::BlockRef> extra_refs;
+  std::vector<std::span<uint8_t>> extra_outs;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!opened.headers[i]) continue;
     const storage::BlockRef ref{keys[i], format, scope};
@@ -185,21 +199,24 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
     slot.bytes = opened.headers[i]->payload_bytes;
     offset += slot.bytes;
     transfer.states[i] = StreamBlockState::kPresent;
-    if (!from_extra[i] && loops_.size() > 1) {
+    const auto out = transfer.buffer.bytes().subspan(slot.offset, slot.bytes);
+    if (from_extra[i]) {
+      extra_blocks.push_back(i);
+      extra_refs.push_back(ref);
+      extra_outs.push_back(out);
+      continue;
+    }
+    if (loops_.size() > 1) {
       slot.read_at_send = true;
       slot.key = keys[i];
       continue;
     }
-    // The header that comes with the bytes is the one answered (Peek's may lack the checksum).
-    const auto out = transfer.buffer.bytes().subspan(slot.offset, slot.bytes);
-    Result<storage::BlockHeader> read = from_extra[i] ? extra->Read(ref, out) : TierRead(ref, out);
-    if (!read.ok()) {  // gone since Peek, or corrupt (deleted by the tier): not sent
-      if (read.status().code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
-      else transfer.states[i] = StreamBlockState::kMissing;
-      opened.headers[i].reset();
-      continue;
-    }
-    opened.headers[i] = std::move(*read);
+    SetRead(i, TierRead(ref, out), transfer, opened);  // the header read with the bytes is answered
+  }
+  if (!extra_blocks.empty()) {
+    // Peek's header may lack the checksum; the one Read gives is answered.
+    std::vector<Result<storage::BlockHeader>> reads = extra->ReadBatch(extra_refs, extra_outs);
+    for (size_t k = 0; k < extra_blocks.size(); ++k) SetRead(extra_blocks[k], std::move(reads[k]), transfer, opened);
   }
   opened.states = transfer.states;
   KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), total));

@@ -1,5 +1,8 @@
 #include "services/worker/rpc/pool_block_source.h"
 
+#include <optional>
+#include <string>
+
 #include "services/worker/tier_link.h"
 
 namespace kvtier::worker {
@@ -33,6 +36,42 @@ Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref,
   KVTIER_RETURN_IF_ERROR(worker_->ReadBlock(found.pool_id, found.block, out));
   found.header.checksum = storage::PayloadChecksum(out);
   return std::move(found.header);
+}
+
+std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,
+                                                                     std::span<const std::span<uint8_t>> outs) {
+  std::vector<Result<storage::BlockHeader>> results;
+  std::vector<std::optional<Found>> found(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Result<Found> f = Find(refs[i]);
+    if (f.ok() && f->header.payload_bytes != outs[i].size()) {
+      f = InvalidArgumentError("a buffer of " + std::to_string(outs[i].size()) + " bytes for block " +
+                               refs[i].key.ToHex() + " of " + std::to_string(f->header.payload_bytes));
+    }
+    if (f.ok()) found[i] = std::move(*f);
+    results.push_back(f.ok() ? Result<storage::BlockHeader>(storage::BlockHeader{}) : f.status());
+  }
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    std::vector<std::span<uint8_t>> pool_outs;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!found[i] || found[i]->pool_id != pool) continue;
+      blocks.push_back(found[i]->block);
+      pool_outs.push_back(outs[i]);
+      positions.push_back(i);
+    }
+    const Status read = worker_->ReadBlocks(pool, blocks, pool_outs);
+    for (size_t i : positions) {
+      if (!read.ok()) {
+        results[i] = read;
+        continue;
+      }
+      found[i]->header.checksum = storage::PayloadChecksum(outs[i]);
+      results[i] = std::move(found[i]->header);
+    }
+  }
+  return results;
 }
 
 }  // namespace kvtier::worker

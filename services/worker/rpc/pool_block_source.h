@@ -21,6 +21,9 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   explicit PoolBlockSource(Worker* worker) : worker_(worker) {}
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
+  // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
+  [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
+                                                                    std::span<const std::span<uint8_t>> outs) override;
 
  private:
   struct Found {

@@ -1,0 +1,93 @@
+// PoolBlockSource: a worker's committed pool blocks served to peers, one at a time or in
+// one batch per pool, only under the scope and format they were committed with.
+#include "services/worker/rpc/pool_block_source.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "services/worker/tier_link.h"
+
+namespace kvtier::worker {
+namespace {
+
+// 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
+KvLayout TestLayout() {
+  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+      .value();
+}
+
+constexpr uint64_t kScope = 42;
+const BlockKey kRoot{3, 3};
+BlockKey Key(uint64_t n) { return BlockKey{0x2000 + n, n}; }
+
+std::vector<uint8_t> Pattern(uint8_t seed) {
+  std::vector<uint8_t> bytes(512);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + seed);
+  return bytes;
+}
+
+// A worker whose pool holds blocks 1, 2 and 3 of one chain, committed under kScope.
+class PoolBlockSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    worker_ = Worker::Create({.pools = {{TestLayout(), 4}}}).value();
+    const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
+    std::vector<uint32_t> tokens(12);
+    std::iota(tokens.begin(), tokens.end(), 0);
+    auto a = worker_->Allocate(
+        {.client = 1, .sequence = 1, .root = kRoot, .salt_scope = kScope, .block_keys = keys, .tokens = tokens});
+    ASSERT_TRUE(a.ok()) << a.status();
+    for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(worker_->WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker_->Commit(1, 1, keys, tokens, {}).ok());
+    format_ = StorageFormatTag(TestLayout(), 0);
+  }
+
+  storage::BlockRef Ref(uint64_t n, uint64_t scope = kScope) const { return {Key(n), format_, scope}; }
+
+  std::unique_ptr<Worker> worker_;
+  std::string format_;
+};
+
+TEST_F(PoolBlockSourceTest, ABatchReadsTheBlocksItFindsAndNamesTheOnesItDoesNot) {
+  PoolBlockSource source(worker_.get());
+  // Asked: block 3, block 9 (never computed), block 1, block 2 under another scope, block 3 again.
+  const std::vector<storage::BlockRef> refs = {Ref(3), Ref(9), Ref(1), Ref(2, kScope + 1), Ref(3)};
+  std::vector<std::vector<uint8_t>> buffers(refs.size(), std::vector<uint8_t>(512, 0xEE));
+  const std::vector<std::span<uint8_t>> outs(buffers.begin(), buffers.end());
+  const std::vector<Result<storage::BlockHeader>> results = source.ReadBatch(refs, outs);
+  ASSERT_EQ(results.size(), refs.size());
+  for (size_t i : {0, 2, 4}) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
+    EXPECT_EQ(results[i]->key, refs[i].key);
+    EXPECT_EQ(results[i]->salt_scope, kScope);
+    EXPECT_EQ(results[i]->checksum, storage::PayloadChecksum(buffers[i])) << "the checksum of the bytes read";
+  }
+  EXPECT_EQ(buffers[0], Pattern(3));
+  EXPECT_EQ(buffers[2], Pattern(1));
+  EXPECT_EQ(buffers[4], Pattern(3));
+  EXPECT_EQ(results[1].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(results[3].status().code(), StatusCode::kNotFound) << "another tenant's scope never matches";
+  EXPECT_EQ(buffers[3], std::vector<uint8_t>(512, 0xEE));
+
+  // One at a time, the same bytes and header.
+  std::vector<uint8_t> one(512);
+  const Result<storage::BlockHeader> single = source.Read(Ref(1), one);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(one, Pattern(1));
+  EXPECT_EQ(single->checksum, results[2]->checksum);
+}
+
+TEST_F(PoolBlockSourceTest, ABufferOfTheWrongSizeIsRefusedForThatBlockOnly) {
+  PoolBlockSource source(worker_.get());
+  std::vector<uint8_t> short_buffer(100), right(512);
+  const std::vector<storage::BlockRef> refs = {Ref(1), Ref(2)};
+  const std::vector<std::span<uint8_t>> outs = {short_buffer, right};
+  const std::vector<Result<storage::BlockHeader>> results = source.ReadBatch(refs, outs);
+  EXPECT_EQ(results[0].status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(results[1].ok()) << results[1].status();
+  EXPECT_EQ(right, Pattern(2));
+}
+
+}  // namespace
+}  // namespace kvtier::worker
