@@ -59,6 +59,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     auto results = call.getResults();
     auto blocks = results.initBlocks(static_cast<unsigned>(keys.size()));
     auto states = results.initStates(static_cast<unsigned>(keys.size()));
+    ExtraReads extra;  // blocks the tiers lack, read from the extra source in one batch
     for (unsigned i = 0; i < keys.size(); ++i) {
       const storage::BlockRef ref{keys[i], format, scope};
       states.set(i, schema::BlockState::MISSING);
@@ -78,8 +79,9 @@ class BlockStoreServer final : public schema::BlockStore::Server {
         }
         if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
       }
-      if (extra_ != nullptr) ReadExtra(ref, blocks[i], states, i);
+      if (extra_ != nullptr) PeekExtra(ref, blocks[i], i, extra);
     }
+    ReadExtra(extra, blocks, states);
     return kj::READY_NOW;
   }
 
@@ -171,20 +173,36 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     return *stream_;
   }
 
-  // A block the tiers lack, from the node's other holdings (a worker's pool).
-  void ReadExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block,
-                 capnp::List<schema::BlockState>::Builder states, unsigned i) {
+  // Blocks the tiers lack, from the node's other holdings (a worker's pool): each is sized
+  // by a Peek and given its place in the response, then all are read in one batch (one
+  // gather on a GPU pool, where a read per block is a copy per block).
+  struct ExtraReads {
+    std::vector<unsigned> positions;
+    std::vector<storage::BlockRef> refs;
+    std::vector<std::span<uint8_t>> outs;
+  };
+  void PeekExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block, unsigned i, ExtraReads& extra) {
     Result<storage::BlockHeader> peeked = extra_->Peek(ref);
     if (!peeked.ok()) return;
     auto data = block.initData(static_cast<unsigned>(peeked->payload_bytes));
-    Result<storage::BlockHeader> read = extra_->Read(ref, std::span<uint8_t>(data.begin(), data.size()));
-    if (!read.ok()) {
-      block.initData(0);
-      if (read.status().code() != StatusCode::kNotFound) ThrowIfError(read.status());
-      return;
+    extra.positions.push_back(i);
+    extra.refs.push_back(ref);
+    extra.outs.emplace_back(data.begin(), data.size());
+  }
+  void ReadExtra(const ExtraReads& extra, capnp::List<schema::BlockPayload>::Builder blocks,
+                 capnp::List<schema::BlockState>::Builder states) {
+    if (extra.refs.empty()) return;
+    std::vector<Result<storage::BlockHeader>> reads = extra_->ReadBatch(extra.refs, extra.outs);
+    for (size_t k = 0; k < reads.size(); ++k) {
+      const unsigned i = extra.positions[k];
+      if (!reads[k].ok()) {
+        blocks[i].initData(0);
+        if (reads[k].status().code() != StatusCode::kNotFound) ThrowIfError(reads[k].status());
+        continue;
+      }
+      ToWire(*reads[k], blocks[i].initHeader());
+      states.set(i, schema::BlockState::PRESENT);
     }
-    ToWire(*read, block.initHeader());
-    states.set(i, schema::BlockState::PRESENT);
   }
 
   storage::TieredStore& store_;

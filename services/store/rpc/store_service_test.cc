@@ -6,6 +6,8 @@
 #include <capnp/ez-rpc.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
@@ -136,6 +138,46 @@ class Client {
   schema::BlockStore::Client store_;
 };
 
+// Blocks held outside the tiers (as a worker's pool is), under one scope; `gone` ones
+// answer Peek but are evicted by the time they are read.
+class FakeExtraSource final : public ExtraBlockSource {
+ public:
+  FakeExtraSource(uint64_t scope, std::vector<TestBlock> blocks, std::vector<uint64_t> gone)
+      : scope_(scope), blocks_(std::move(blocks)), gone_(std::move(gone)) {}
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
+    storage::BlockHeader header = block->header;
+    header.salt_scope = scope_;
+    header.checksum = 0;  // as a pool's Peek: not computed
+    return header;
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
+    if (std::find(gone_.begin(), gone_.end(), ref.key.lo) != gone_.end()) return NotFoundError("evicted since Peek");
+    std::copy(block->payload.begin(), block->payload.end(), out.begin());
+    storage::BlockHeader header = block->header;
+    header.salt_scope = scope_;
+    return header;
+  }
+  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
+                                                      std::span<const std::span<uint8_t>> outs) override {
+    batches.push_back(refs.size());
+    return ExtraBlockSource::ReadBatch(refs, outs);
+  }
+  std::vector<size_t> batches;  // blocks per ReadBatch call
+
+ private:
+  Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
+    for (const TestBlock& b : blocks_) {
+      if (b.header.key == ref.key && ref.salt_scope == scope_ && b.header.format_tag == ref.format_tag) return &b;
+    }
+    return NotFoundError("not held");
+  }
+  uint64_t scope_;
+  std::vector<TestBlock> blocks_;
+  std::vector<uint64_t> gone_;
+};
+
 class StoreServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -157,7 +199,10 @@ class StoreServiceTest : public ::testing::Test {
     session_.clock = &SystemClock::Instance();
     session_.store = [this](const auth::Tenant& tenant) {
       return MakeBlockStoreService(
-          {.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr, .limits = {.max_blocks_per_call = 8}},
+          {.store = store_.get(),
+           .extra = extra_,
+           .stream = stream_on_ ? stream_.get() : nullptr,
+           .limits = {.max_blocks_per_call = 8}},
           tenant);
     };
     rpc::RpcServerOptions server;
@@ -170,6 +215,7 @@ class StoreServiceTest : public ::testing::Test {
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<DataStreamServer> stream_;
   bool stream_on_ = true;  // read when a session opens its BlockStore
+  ExtraBlockSource* extra_ = nullptr;  // likewise
   auth::TokenStore tokens_ = auth::TokenStore::Disabled();
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
@@ -201,6 +247,29 @@ TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
   remove.setFormatTag(storage::testing::kFormat);
   EXPECT_EQ(a.Call(kj::mv(remove))->getRemoved(), 1u);
   EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing");
+}
+
+// Blocks 5 and 6 are held outside the tiers (a worker's pool), block 6 evicted between
+// Peek and Read; block 1 is in the tiers; block 9 nowhere. The pool's blocks are read in
+// one batch, inline and on the data stream alike.
+TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
+  const std::vector<TestBlock> pool = {MakeBlock(5, 4096), MakeBlock(6, 4096)};
+  FakeExtraSource source(SaltScope("salt-a"), pool, {6});
+  extra_ = &source;
+  Client a(address_, kTokenA);
+  const TestBlock tiered = MakeBlock(1, 2048);
+  ASSERT_EQ(a.Put({tiered}).value_or(0), 1u);
+  for (bool streamed : {false, true}) {
+    auto got = streamed ? a.StreamGet({1, 5, 6, 9}, storage::testing::kFormat)
+                        : a.Get({1, 5, 6, 9}, storage::testing::kFormat);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", tiered.payload}));
+    EXPECT_EQ((*got)[1], (std::pair<std::string, std::vector<uint8_t>>{"present", pool[0].payload}))
+        << "streamed: " << streamed;
+    EXPECT_EQ((*got)[2].first, "missing") << "evicted between Peek and Read";
+    EXPECT_EQ((*got)[3].first, "missing");
+  }
+  EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2})) << "blocks 5 and 6 in one batch per call";
 }
 
 TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {
