@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include <filesystem>
-#include <fstream>
 
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
@@ -17,6 +16,7 @@ namespace kvtier::storage {
 namespace {
 
 using kvtier::testing::TempDir;
+using testing::CorruptBlob;
 using testing::MakeBlock;
 using testing::TestBlock;
 
@@ -35,22 +35,6 @@ Result<std::vector<uint8_t>> Read(DiskTier& tier, const TestBlock& block) {
   std::vector<uint8_t> out(block.payload.size());
   KVTIER_RETURN_IF_ERROR(tier.Get(block.ref(), out).status());
   return out;
-}
-
-// Flips one byte inside the first copy of `payload` found in a blob file under `dir`.
-bool CorruptBlob(const std::string& dir, const std::vector<uint8_t>& payload) {
-  for (const auto& file : std::filesystem::directory_iterator(dir)) {
-    if (file.path().extension() != ".blob") continue;
-    std::fstream stream(file.path(), std::ios::in | std::ios::out | std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(stream)), {});
-    const size_t at = bytes.find(std::string(payload.begin(), payload.begin() + 64));
-    if (at == std::string::npos) continue;
-    const auto offset = static_cast<std::streamoff>(at + 100);
-    stream.seekp(offset);
-    stream.put(static_cast<char>(bytes[offset] ^ 0x5A));
-    return stream.good();
-  }
-  return false;
 }
 
 TEST(DiskTierTest, BlocksSurviveReopen) {

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,24 @@ inline TestBlock MakeBlock(uint64_t id, size_t bytes, uint8_t priority = kDefaul
   block.header.checksum = PayloadChecksum(block.payload);
   block.header.priority = priority;
   return block;
+}
+
+// Flips one byte inside the first copy of `payload` found in a disk tier's blob file under
+// `dir` (a corruption that only the payload checksum can catch). False when none is found.
+// REQUIRES: payload of at least 164 bytes, flushed into a blob file.
+inline bool CorruptBlob(const std::string& dir, const std::vector<uint8_t>& payload) {
+  for (const auto& file : std::filesystem::directory_iterator(dir)) {
+    if (file.path().extension() != ".blob") continue;
+    std::fstream stream(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(stream)), {});
+    const size_t at = bytes.find(std::string(payload.begin(), payload.begin() + 64));
+    if (at == std::string::npos) continue;
+    const auto offset = static_cast<std::streamoff>(at + 100);
+    stream.seekp(offset);
+    stream.put(static_cast<char>(bytes[offset] ^ 0x5A));
+    return stream.good();
+  }
+  return false;
 }
 
 }  // namespace kvtier::storage::testing

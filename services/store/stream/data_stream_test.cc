@@ -168,6 +168,44 @@ TEST_F(DataStreamTest, WithOneLoopAnOpenedGetIsASnapshotThatLaterEvictionsDoNotC
   EXPECT_EQ(buffers[1], blocks[1].payload);
 }
 
+// A block corrupted on disk is never sent: with one loop the open finds it, with several
+// the send does; either way the stream says corrupt and the tier has deleted it.
+class DataStreamLoops : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(DataStreamLoops, ABlockCorruptOnDiskArrivesAsCorruptNeverAsBytes) {
+  kvtier::testing::TempDir dir;
+  const TestBlock good = MakeBlock(1, 8192), bad = MakeBlock(2, 8192);
+  const auto open_store = [&] {
+    storage::TieredStoreOptions options;
+    options.disk.emplace();
+    options.disk->path = dir.path();
+    options.disk->capacity_bytes = 1 << 20;
+    options.disk->memtable_bytes = 1 << 20;
+    return storage::TieredStore::Create(std::move(options)).value();
+  };
+  {
+    auto store = open_store();
+    ASSERT_TRUE(store->Put(good.header, good.payload).ok());
+    ASSERT_TRUE(store->Put(bad.header, bad.payload).ok());
+    ASSERT_TRUE(store->Flush().ok());  // the payloads now sit in a blob file
+  }
+  ASSERT_TRUE(storage::testing::CorruptBlob(dir.path(), bad.payload));
+  auto store = open_store();
+  auto server = DataStreamServer::Create({.store = store.get(), .threads = GetParam()}).value();
+  const std::vector<BlockKey> keys = {good.header.key, bad.header.key};
+  const StreamGetOpened opened = server->OpenGet(keys, storage::testing::kFormat, kScope, nullptr).value();
+  std::vector<std::vector<uint8_t>> buffers;
+  for (const auto& header : opened.headers) buffers.emplace_back(header ? header->payload_bytes : 0);
+  auto client = DataStreamClient::Connect({.address = server->address(), .timeout = std::chrono::seconds(5)}).value();
+  const auto states =
+      client->Get(opened.ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())).value();
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kCorrupt}));
+  EXPECT_EQ(buffers[0], good.payload);
+  EXPECT_FALSE(store->Contains(bad.ref())) << "deleted by the tier that found it";
+}
+
+INSTANTIATE_TEST_SUITE_P(OneAndTwo, DataStreamLoops, ::testing::Values(1u, 2u));
+
 TEST_F(DataStreamTest, ATicketCarriesOneTransferOnly) {
   const std::vector<TestBlock> blocks{MakeBlock(1, 4096)};
   ASSERT_TRUE(Client()->Put(OpenPut(blocks), Payloads(blocks)).ok());
