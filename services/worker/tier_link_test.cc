@@ -3,22 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
+
+#include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
 namespace {
 
-// 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
-KvLayout TestLayout() {
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
-      .value();
-}
-
-std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
-  std::vector<uint32_t> t(count);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using testing::Tokens;
+using testing::TestLayout;
 
 TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   storage::TieredStoreOptions store_options;

@@ -4,29 +4,20 @@
 
 #include <cstring>
 #include <map>
-#include <numeric>
 
 #include "gpu/device.h"
 #include "services/worker/pool_memory.h"
+#include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
 namespace {
 
 using namespace std::chrono_literals;
 
-// 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
-KvLayout TestLayout() {
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
-      .value();
-}
-
-const BlockKey kRoot{3, 3};
-BlockKey Key(uint64_t n) { return BlockKey{0x2000 + n, n}; }
-std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
-  std::vector<uint32_t> t(count);
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using testing::Key;
+using testing::kRoot;
+using testing::Tokens;
+using testing::TestLayout;
 
 class RecordingOffload final : public OffloadTarget {
  public:

@@ -4,22 +4,17 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "services/worker/tier_link.h"
+#include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
 namespace {
 
-// 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
-KvLayout TestLayout() {
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
-      .value();
-}
+using testing::Key;
+using testing::kRoot;
+using testing::TestLayout;
 
 constexpr uint64_t kScope = 42;
-const BlockKey kRoot{3, 3};
-BlockKey Key(uint64_t n) { return BlockKey{0x2000 + n, n}; }
 
 std::vector<uint8_t> Pattern(uint8_t seed) {
   std::vector<uint8_t> bytes(512);
@@ -33,8 +28,7 @@ class PoolBlockSourceTest : public ::testing::Test {
   void SetUp() override {
     worker_ = Worker::Create({.pools = {{TestLayout(), 4}}}).value();
     const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
-    std::vector<uint32_t> tokens(12);
-    std::iota(tokens.begin(), tokens.end(), 0);
+    const std::vector<uint32_t> tokens = testing::Tokens(0, 12);
     auto a = worker_->Allocate(
         {.client = 1, .sequence = 1, .root = kRoot, .salt_scope = kScope, .block_keys = keys, .tokens = tokens});
     ASSERT_TRUE(a.ok()) << a.status();

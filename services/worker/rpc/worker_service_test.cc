@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <numeric>
 #include <thread>
 
 #include "services/rpc/rpc_server.h"
@@ -14,6 +13,7 @@
 #include "services/rpc/status_mapping.h"
 #include "services/worker/pool_memory.h"
 #include "services/worker/rpc/worker_service.h"
+#include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
 namespace {
@@ -23,10 +23,7 @@ const std::string kTokenA(40, 'a');
 const std::string kTokenA2(40, 'c');  // a second token of the same salt
 const std::string kTokenB(40, 'b');
 
-KvLayout TestLayout() {
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
-      .value();
-}
+using testing::TestLayout;
 
 void SetLayout(schema::KvLayout::Builder b, uint32_t head_dim = 8) {
   b.setNumLayers(2);
