@@ -57,6 +57,10 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
   coordinator::BlockIndexOptions index_options;
   index_options.expected_blocks = options.workers * options.gpu_blocks_per_worker;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(index_options));
+  for (NodeId node = 0; node < options.workers && options.window_blocks > 0; ++node) {
+    const coordinator::PoolWindowSpec gpu_pool{{node, Tier::kGpu, 0}, {options.window_blocks, options.sink_blocks}};
+    KVTIER_RETURN_IF_ERROR(index->SetNodeWindows(node, std::span(&gpu_pool, 1)));
+  }
   PassResult pass;
   IndexBenchResult& r = pass.totals;
   pass.lookup_us.reserve(prompts.size());
@@ -81,9 +85,11 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
     if (options.frequency_admission) {
       for (const BlockKey& key : keys) filter.Record(key);
     }
-    // Which prefix blocks the worker holds on its GPU, and which only in host memory.
+    // Which prefix blocks the worker holds on its GPU, and which only in host memory. A
+    // windowed pool needs only the sinks and the last window.
     onboard.clear();
     for (uint32_t b = 0; b < prefix; ++b) {
+      if (options.window_blocks > 0 && b >= options.sink_blocks && b + options.window_blocks < prefix) continue;
       bool on_gpu = false;
       for (const coordinator::Location& l : lookup.LocationsOf(b)) on_gpu |= l.node == node && l.tier == Tier::kGpu;
       if (!on_gpu) onboard.push_back(keys[b]);
@@ -110,7 +116,7 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
       }
     }
     if (!onboard.empty()) {
-      r.onboarded_blocks += index->ChangeTier(node, Tier::kHost, {node, Tier::kGpu, 0}, onboard);
+      r.onboarded_blocks += index->ChangeTier({node, Tier::kHost, 0}, {node, Tier::kGpu, 0}, onboard);
     }
     if (fresh > 0) {
       std::optional<BlockKey> parent;
@@ -152,6 +158,10 @@ Result<IndexBenchResult> RunIndexBench(const std::vector<TraceRequest>& trace, c
   }
   if (options.gpu_blocks_per_worker == 0) return InvalidArgumentError("--gpu-blocks must be positive");
   if (options.passes == 0) return InvalidArgumentError("--passes must be positive");
+  if (options.sink_blocks > options.window_blocks) {
+    return InvalidArgumentError("--sink-blocks " + std::to_string(options.sink_blocks) + " exceeds --window-blocks " +
+                                std::to_string(options.window_blocks));
+  }
   // Keys are computed before timing: engines hash blocks, the index only stores them.
   const OpaqueKeyNamespace ns("mooncake", "");
   std::vector<std::vector<BlockKey>> prompts;

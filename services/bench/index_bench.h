@@ -34,6 +34,11 @@ struct IndexBenchOptions {
   uint64_t host_blocks_per_worker = 0;  // 0: no host tier
   bool frequency_admission = false;     // offload only blocks requested at least twice
   double overlap_weight = 1.0;          // routing: weight of blocks to prefill against active blocks
+  // The GPU pools' attention window in blocks (0: full attention) and sink blocks: a
+  // windowed pool evicts interior blocks past every window, and a request reuses a
+  // prefix whose sinks and last window are held (the blocks between need no onboarding).
+  uint32_t window_blocks = 0;
+  uint32_t sink_blocks = 0;
 };
 
 struct IndexBenchResult {

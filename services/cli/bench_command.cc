@@ -34,6 +34,14 @@ BenchCommand::BenchCommand(CLI::App& app) {
                                                 "frequency (requested at least twice, TinyLFU sketch)")
       ->check(CLI::IsMember({"none", "frequency"}))
       ->capture_default_str();
+  index_->add_option("--window-blocks", window_blocks_,
+                     "Attention window of the GPU pools in blocks (0: full attention); windowed pools evict "
+                     "interior blocks past every window")
+      ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
+  index_->add_option("--sink-blocks", sink_blocks_, "Sink blocks of a windowed pool (at most --window-blocks)")
+      ->check(CLI::Range(0u, 1u << 20))
+      ->capture_default_str();
   index_->add_option("--overlap-weight", overlap_weight_,
                      "Routing cost = weight x blocks to prefill + active blocks of the worker")
       ->check(CLI::Range(0.0, 1e6))
@@ -216,6 +224,8 @@ int BenchCommand::RunIndex() const {
   options.host_blocks_per_worker = host_blocks_;
   options.frequency_admission = admission_ == "frequency";
   options.overlap_weight = overlap_weight_;
+  options.window_blocks = window_blocks_;
+  options.sink_blocks = sink_blocks_;
   Result<bench::IndexBenchResult> r = bench::RunIndexBench(*trace, options);
   if (!r.ok()) {
     std::fprintf(stderr, "kvtier bench index: %s\n", r.status().ToString().c_str());
@@ -228,7 +238,7 @@ int BenchCommand::RunIndex() const {
         "\"removed_blocks\":%llu,\"blocks_looked_up\":%llu,\"lookup_p50_us\":%.3f,\"lookup_p99_us\":%.3f,"
         "\"bytes_per_block\":%.1f,\"indexed_blocks\":%llu,\"hit_rate\":%.4f,\"hits_by_tier\":{\"gpu\":%llu,\"host\":%llu},"
         "\"host_blocks_per_worker\":%llu,\"admission\":\"%s\",\"overlap_weight\":%g,\"offloaded_blocks\":%llu,\"onboarded_blocks\":%llu,"
-        "\"seconds\":%.4f}\n",
+        "\"window_blocks\":%u,\"sink_blocks\":%u,\"seconds\":%.4f}\n",
         static_cast<unsigned long long>(r->requests), workers_, static_cast<unsigned long long>(gpu_blocks_), passes_,
         r->ops_per_sec, r->requests_per_sec, static_cast<unsigned long long>(r->lookups),
         static_cast<unsigned long long>(r->stored_blocks), static_cast<unsigned long long>(r->removed_blocks),
@@ -237,7 +247,7 @@ int BenchCommand::RunIndex() const {
         static_cast<unsigned long long>(r->gpu_hit_blocks), static_cast<unsigned long long>(r->host_hit_blocks),
         static_cast<unsigned long long>(host_blocks_), admission_.c_str(), overlap_weight_,
         static_cast<unsigned long long>(r->offloaded_blocks), static_cast<unsigned long long>(r->onboarded_blocks),
-        r->seconds);
+        window_blocks_, sink_blocks_, r->seconds);
     return 0;
   }
   std::printf("kvtier bench index: %llu requests, %u workers x %llu GPU blocks, median of %u passes\n",

@@ -49,6 +49,8 @@ class BenchCommand {
   uint64_t gpu_blocks_ = 16384;
   uint32_t passes_ = 5;
   uint64_t host_blocks_ = 0;
+  uint32_t window_blocks_ = 0;
+  uint32_t sink_blocks_ = 0;
   std::string admission_ = "none";
   double overlap_weight_ = 1.0;
   bool json_ = false;

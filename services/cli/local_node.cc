@@ -6,6 +6,7 @@
 #include <random>
 
 #include "services/cli/node_events.h"
+#include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
 #include "services/worker/worker_plan.h"
@@ -94,8 +95,22 @@ capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {
 std::string LocalNode::Summary() const { return summary_; }
 
 Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& node) {
+  std::vector<coordinator::PoolInfo> pools;
+  if (&node == &worker_node_) {
+    const std::vector<worker::BlockPoolStats> stats = worker_->Stats().pools;
+    for (uint32_t pool = 0; pool < stats.size(); ++pool) {
+      const Result<KvLayout> layout = worker_->PoolLayout(pool);
+      if (!layout.ok()) continue;
+      pools.push_back({coordinator::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
+                       uint64_t{stats[pool].total} * layout->bytes_per_block(), coordinator::WindowOf(*layout)});
+    }
+  } else if (store_ != nullptr) {
+    for (const coordinator::NodePool& tier : store::ToNodePools(*store_)) {
+      pools.push_back({.tier = tier.tier, .capacity_bytes = tier.capacity_bytes});
+    }
+  }
   KVTIER_ASSIGN_OR_RETURN(const coordinator::RegisterResult result,
-                          state.coordinator->Register(node.node, node.role, incarnation_));
+                          state.coordinator->Register(node.node, node.role, incarnation_, pools));
   node.lease_id = result.lease_id;
   node.registered = true;
   if (!result.snapshot_required) return Status::Ok();

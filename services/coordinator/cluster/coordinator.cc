@@ -38,11 +38,48 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOption
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
     : options_(options), index_(std::move(index)), membership_(options.membership) {}
 
-Result<RegisterResult> Coordinator::Register(const std::string& node, NodeRole role, uint64_t incarnation) {
+// What SetNodeWindows would refuse, checked before the node is registered.
+static Status ValidatePools(std::span<const PoolInfo> pools) {
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const PoolInfo& p = pools[i];
+    const std::string name = "pool " + std::to_string(p.pool) + " (entry " + std::to_string(i) + ")";
+    if (!ValidTier(p.tier)) return InvalidArgumentError(name + ": unknown tier");
+    if (p.window.sink_blocks > p.window.window_blocks) {
+      return InvalidArgumentError(name + ": " + std::to_string(p.window.sink_blocks) + " sink blocks in a window of " +
+                                  std::to_string(p.window.window_blocks));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (pools[j].tier == p.tier && pools[j].pool == p.pool) return InvalidArgumentError(name + " is listed twice");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<RegisterResult> Coordinator::Register(const std::string& node, NodeRole role, uint64_t incarnation,
+                                             std::span<const PoolInfo> pools) {
+  KVTIER_RETURN_IF_ERROR(ValidatePools(pools));
   KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(node, role, incarnation));
   if (result.snapshot_required) index_->RemoveNode(result.node);  // old holdings are unknown now
-  if (result.node >= active_blocks_.size()) active_blocks_.resize(result.node + 1, 0);
+  std::vector<PoolWindowSpec> windows;
+  NodeCapacity capacity;
+  for (const PoolInfo& p : pools) {
+    capacity.blocks[static_cast<int>(p.tier)] += p.capacity_blocks;
+    capacity.bytes[static_cast<int>(p.tier)] += p.capacity_bytes;
+    if (p.window.window_blocks != 0) windows.push_back({{result.node, p.tier, p.pool}, p.window});
+  }
+  if (index_->SetNodeWindows(result.node, windows).code() == StatusCode::kFailedPrecondition) {
+    // The windows changed under blocks the index holds: their counts would be wrong.
+    index_->RemoveNode(result.node);
+    membership_.RequireSnapshot(result.node);
+    result.snapshot_required = true;
+    KVTIER_RETURN_IF_ERROR(index_->SetNodeWindows(result.node, windows));
+  }
+  if (result.node >= active_blocks_.size()) {
+    active_blocks_.resize(result.node + 1, 0);
+    capacity_.resize(result.node + 1);
+  }
   active_blocks_[result.node] = 0;
+  capacity_[result.node] = capacity;
   return result;
 }
 
@@ -57,10 +94,10 @@ Status Coordinator::Apply(NodeId node, const KvEvent& e) {
     case KvEvent::Kind::kStored:
       return index_->Store({e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention});
     case KvEvent::Kind::kRemoved:
-      index_->Remove(node, e.tier, e.keys);
+      index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
     case KvEvent::Kind::kTierChanged:
-      index_->ChangeTier(node, e.tier, {node, e.to_tier, e.to_pool}, e.keys);
+      index_->ChangeTier({node, e.tier, e.pool}, {node, e.to_tier, e.to_pool}, e.keys);
       return Status::Ok();
     case KvEvent::Kind::kCleared:
       index_->RemoveNode(node);
@@ -153,7 +190,17 @@ void Coordinator::Tick() {
   index_->AdvanceTime();
 }
 
-CoordinatorStats Coordinator::Stats() const { return {index_->Stats(), membership_.Stats()}; }
+CoordinatorStats Coordinator::Stats() const {
+  CoordinatorStats stats{index_->Stats(), membership_.Stats()};
+  for (NodeId node : membership_.LiveNodes()) {
+    for (int t = 0; t < kTierCount; ++t) {
+      stats.capacity_blocks[t] += capacity_[node].blocks[t];
+      stats.capacity_bytes[t] += capacity_[node].bytes[t];
+      stats.held_blocks[t] += index_->Held(node, static_cast<Tier>(t));
+    }
+  }
+  return stats;
+}
 
 std::optional<NodeRole> Coordinator::LiveRole(const std::string& node) const {
   const Result<NodeId> id = membership_.Find(node);

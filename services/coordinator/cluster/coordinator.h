@@ -13,11 +13,13 @@
 // Ownership: owns its index and membership; the clock outlives it.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/kv_layout.h"
 #include "services/coordinator/cluster/membership.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
@@ -65,6 +67,24 @@ struct NodeSnapshot {
   std::vector<SnapshotBlock> blocks;
 };
 
+// One pool of a registering node: its tier, id, size and attention window. A worker
+// lists its GPU (or host) pools, a store its host and disk tiers (pool 0).
+struct PoolInfo {
+  Tier tier = Tier::kGpu;
+  uint16_t pool = 0;
+  uint64_t capacity_blocks = 0;
+  uint64_t capacity_bytes = 0;
+  PoolWindow window = {};  // in blocks; {0, 0}: full attention
+};
+
+// A pool's window in blocks: a block is in a window while any of its tokens is, so
+// W = ceil(attention_window / tokens_per_block), and the sinks are the blocks holding a
+// sink token. Full attention: {0, 0}.
+inline PoolWindow WindowOf(const KvLayout& layout) {
+  const uint32_t tpb = layout.tokens_per_block();
+  return {(layout.attention_window() + tpb - 1) / tpb, (layout.sink_tokens() + tpb - 1) / tpb};
+}
+
 struct CoordinatorOptions {
   BlockIndexOptions index;
   MembershipOptions membership;
@@ -74,13 +94,23 @@ struct CoordinatorOptions {
 struct CoordinatorStats {
   BlockIndexStats index;
   MembershipStats membership;
+  // Over live nodes, by tier: the blocks their pools hold at most (as registered) and the
+  // blocks the index has them hold.
+  std::array<uint64_t, kTierCount> capacity_blocks{};
+  std::array<uint64_t, kTierCount> capacity_bytes{};
+  std::array<uint64_t, kTierCount> held_blocks{};
 };
 
 class Coordinator {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
 
-  [[nodiscard]] Result<RegisterResult> Register(const std::string& node, NodeRole role, uint64_t incarnation);
+  // `pools`: the node's pools with their capacity and window (windowed pools evict and
+  // serve as block_index.h says). kInvalidArgument: an unknown tier, a pool listed twice,
+  // more sinks than the window; nothing changes then. A node whose windows change while
+  // the index holds its blocks loses them and is asked for a snapshot.
+  [[nodiscard]] Result<RegisterResult> Register(const std::string& node, NodeRole role, uint64_t incarnation,
+                                                std::span<const PoolInfo> pools = {});
   // Renews the lease and records the node's load (active KV blocks) for routing.
   [[nodiscard]] Status Heartbeat(const std::string& node, uint64_t lease_id, uint64_t active_blocks);
   // The node leaves the cluster now: its locations leave lookups at once (a draining
@@ -115,6 +145,11 @@ class Coordinator {
   std::unique_ptr<BlockIndex> index_;
   Membership membership_;
   std::vector<uint64_t> active_blocks_;  // by NodeId, from heartbeats
+  struct NodeCapacity {
+    std::array<uint64_t, kTierCount> blocks{};
+    std::array<uint64_t, kTierCount> bytes{};
+  };
+  std::vector<NodeCapacity> capacity_;  // by NodeId, from registration
 };
 
 }  // namespace kvtier::coordinator

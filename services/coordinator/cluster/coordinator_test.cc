@@ -219,6 +219,62 @@ TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
 // A node's real holdings change at random; its events reach the coordinator dropped,
 // duplicated and reordered. Whenever the coordinator asks, the node sends a snapshot of
 // the truth. Once the stream is caught up, every lookup matches the truth.
+TEST_F(CoordinatorTest, RegisteredPoolsGiveCapacityAndWindows) {
+  // w1: GPU pool 0 full attention (100 blocks), GPU pool 1 a window of 3 blocks with one
+  // sink (50 blocks); s1: a host tier of 1000 blocks.
+  const std::vector<PoolInfo> w1_pools = {{.tier = Tier::kGpu, .pool = 0, .capacity_blocks = 100},
+                                           {.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {3, 1}}};
+  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1, w1_pools).ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
+  ASSERT_TRUE(coordinator_->Register("s1", NodeRole::kStore, 1, std::vector<PoolInfo>{{.tier = Tier::kHost, .capacity_blocks = 1000}}).ok());
+  // Blocks 0-7 in the windowed pool; the worker evicts 1-4 (they left every window).
+  const auto keys = Chain(1, 8);
+  KvEvent stored = Stored(keys);
+  stored.pool = 1;
+  KvEvent removed = Removed({keys[1], keys[2], keys[3], keys[4]});
+  removed.pool = 1;
+  Publish("w1", 0, {stored, removed});
+  EXPECT_EQ(Matched(keys), 8u) << "the sink and the last window serve the whole prompt";
+  const CoordinatorStats stats = coordinator_->Stats();
+  EXPECT_EQ(stats.capacity_blocks[0], 150u);
+  EXPECT_EQ(stats.capacity_blocks[1], 1000u);
+  EXPECT_EQ(stats.held_blocks[0], 4u);
+}
+
+TEST_F(CoordinatorTest, FullAttentionPoolDoesNotServeAcrossMissingBlocks) {
+  Join("w1");  // no pools declared: full attention everywhere
+  const auto keys = Chain(1, 8);
+  Publish("w1", 0, {Stored(keys), Removed({keys[1], keys[2], keys[3], keys[4]})});
+  EXPECT_EQ(Matched(keys), 1u);
+}
+
+TEST_F(CoordinatorTest, BadPoolsAreRefusedAndRegisterNothing) {
+  const std::vector<PoolInfo> twice = {{.tier = Tier::kGpu, .pool = 0}, {.tier = Tier::kGpu, .pool = 0}};
+  const std::vector<PoolInfo> sinks = {{.tier = Tier::kGpu, .window = {2, 3}}};
+  const std::vector<PoolInfo> tier = {{.tier = static_cast<Tier>(7)}};
+  for (const auto& pools : {twice, sinks, tier}) {
+    const Result<RegisterResult> r = coordinator_->Register("w1", NodeRole::kWorker, 1, pools);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
+  }
+  EXPECT_FALSE(coordinator_->LiveRole("w1").has_value());
+  EXPECT_EQ(coordinator_->Stats().membership.live_nodes, 0u);
+}
+
+TEST_F(CoordinatorTest, AChangedWindowUnderHeldBlocksAsksForASnapshot) {
+  const std::vector<PoolInfo> full = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50}};
+  const std::vector<PoolInfo> windowed = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {2, 0}}};
+  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1, full).ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
+  KvEvent stored = Stored(Chain(1, 3));
+  stored.pool = 1;
+  Publish("w1", 0, {stored});
+  // The same process registers again (its lease is live) with another window.
+  const Result<RegisterResult> again = coordinator_->Register("w1", NodeRole::kWorker, 1, windowed);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->snapshot_required);
+  EXPECT_EQ(Matched(Chain(1, 3)), 0u) << "its blocks left the index until the snapshot";
+}
+
 TEST(CoordinatorConvergenceTest, DroppedDuplicatedAndReorderedEventsConverge) {
   std::mt19937_64 rng(42);
   FakeClock clock;

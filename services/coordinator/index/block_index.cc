@@ -3,6 +3,7 @@
 #include <array>
 
 #include "services/coordinator/index/block_index_impl.h"
+#include "services/coordinator/index/windowed_scores.h"
 
 namespace kvtier::coordinator {
 namespace {
@@ -85,6 +86,7 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   // its child's, so children_here counts stay exact).
   std::vector<uint32_t>& slots = scratch_;
   slots.clear();
+  defer_leaf_changes_ = true;  // a chain's inner blocks stop being leaves as they gain children
   for (size_t i = 0; i < r.keys.size(); ++i) {
     uint32_t b = found_[i];
     if (b == kNil) b = NewBlock(r.keys[i], parent, r.scope);
@@ -98,9 +100,19 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
     slots.push_back(ref);
     parent = b;
   }
-  // Pass 2, leaf to root: recency. Ancestors end up more recent than descendants, so a
-  // list's least recently used end holds leaves and eviction rarely skips interior blocks.
-  for (auto it = slots.rbegin(); it != slots.rend(); ++it) LinkTail(*it);
+  FlushLeafChanges();
+  // Pass 2: recency. Full attention, leaf to root: ancestors end up more recent than
+  // descendants, so a list's least recently used end holds leaves and eviction rarely
+  // skips interior blocks. Windowed, root to leaf, then the sinks: the order in which a
+  // request releases blocks as they leave its window, sinks last.
+  if (const PoolWindow* window = WindowAt(place)) {
+    for (uint32_t ref : slots) LinkTail(ref);
+    for (size_t i = 0; i < std::min<size_t>(slots.size(), window->sink_blocks); ++i) {
+      if (IsSink(Owner(slots[i]), window->sink_blocks)) MoveToTail(slots[i]);
+    }
+  } else {
+    for (auto it = slots.rbegin(); it != slots.rend(); ++it) LinkTail(*it);
+  }
   return Status::Ok();
 }
 
@@ -108,10 +120,14 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   LookupResult result;
   result.location_begin.push_back(0);
   std::vector<double> pending;  // per score entry: the best tier weight for this block
+  WindowedScores windowed(*this);
   uint32_t expected_parent = kNil;
+  uint32_t located_prefix = 0;  // blocks each with a location somewhere
   for (uint32_t i = 0; i < keys.size(); ++i) {
     const uint32_t b = table_.Find(keys[i], blocks_);
-    if (b == kNil || blocks_[b].scope != scope || blocks_[b].parent != expected_parent || !HasLocation(b)) break;
+    if (b == kNil || blocks_[b].scope != scope || blocks_[b].parent != expected_parent) break;
+    // Past a block held nowhere only a windowed pool can serve a longer prefix.
+    if (!HasLocation(b) && windowed_places_ == 0) break;
     expected_parent = b;
     ForEachSlot(b, [&](uint32_t ref) {
       const uint32_t packed = Slot(ref).packed;
@@ -119,6 +135,7 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
                               static_cast<Tier>(internal::PackedTier(packed)),
                               static_cast<uint16_t>(internal::PackedPool(packed))};
       result.locations.push_back(location);
+      if (windowed.Held(internal::PlaceOf(packed), i)) return;  // a windowed pool's block
       const double weight = options_.tier_weights[internal::PackedTier(packed)];
       auto entry = std::find_if(result.scores.begin(), result.scores.end(),
                                 [&](const NodeScore& s) { return s.node == location.node; });
@@ -139,35 +156,75 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
         pending[s] = 0;
       }
     }
-    ++result.matched_blocks;
+    if (located_prefix == i && result.locations.size() > result.location_begin.back()) located_prefix = i + 1;
     result.location_begin.push_back(static_cast<uint32_t>(result.locations.size()));
   }
+  std::erase_if(result.scores, [](const NodeScore& s) { return s.prefix_blocks == 0; });
+  result.matched_blocks = std::max(located_prefix, windowed.MergeInto(result.scores));
+  result.location_begin.resize(result.matched_blocks + 1);
+  result.locations.resize(result.location_begin.back());
   std::stable_sort(result.scores.begin(), result.scores.end(),
                    [](const NodeScore& a, const NodeScore& b) { return a.score > b.score; });
   return result;
 }
 
 void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys) {
-  // The prefix this node can serve: chained blocks it holds in some tier.
+  // The chain as far as the node can serve it: blocks it holds in some tier or, with
+  // windowed pools, as far as the chain is indexed. full_prefix: the blocks held in a
+  // full-attention place of the node, consecutively from the first.
   std::vector<uint32_t>& chain = scratch_;
   chain.clear();
+  const bool windows = HasWindows(node);
+  uint32_t full_prefix = 0;
   uint32_t expected_parent = kNil;
   for (const BlockKey& key : keys) {
     const uint32_t b = table_.Find(key, blocks_);
     if (b == kNil || blocks_[b].scope != scope || blocks_[b].parent != expected_parent) break;
-    bool held_here = false;
-    ForEachSlot(b, [&](uint32_t ref) { held_here |= internal::PackedNode(Slot(ref).packed) == node; });
-    if (!held_here) break;
+    bool held_here = false, held_full = false;
+    ForEachSlot(b, [&](uint32_t ref) {
+      const uint32_t packed = Slot(ref).packed;
+      if (internal::PackedNode(packed) != node) return;
+      held_here = true;
+      held_full |= !windows || WindowAt(internal::PlaceOf(packed)) == nullptr;
+    });
+    if (!held_here && !windows) break;
+    if (held_full && full_prefix == chain.size()) ++full_prefix;
     chain.push_back(b);
     expected_parent = b;
   }
-  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-    Block& block = blocks_[*it];
+  for (uint32_t i = full_prefix; i-- > 0;) {
+    Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
-    ForEachSlot(*it, [&](uint32_t ref) {
-      if (internal::PackedNode(Slot(ref).packed) == node) MoveToTail(ref);
-    });
+    for (uint32_t ref : HeldSlotsInPlaceOrder(chain[i], [&](uint32_t r) {
+           const uint32_t packed = Slot(r).packed;
+           return internal::PackedNode(packed) == node && (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
+         })) {
+      MoveToTail(ref);
+    }
   }
+  if (windows) {
+    for (const auto& [place, window] : nodes_[node]->windows) TouchWindowed(place, window, chain);
+  }
+}
+
+// A request over the prefix a windowed pool serves uses its last window and its sinks:
+// those are renewed, the window in chain order (blocks leave a request's window oldest
+// first), then the sinks (held to the end). The blocks between were not used.
+void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain) {
+  WindowedScores served_by(*this);
+  for (uint32_t i = 0; i < chain.size(); ++i) {
+    if (FindHeldSlot(chain[i], place) != kNil) served_by.Held(place, i);
+  }
+  const uint32_t served = served_by.Served(place);
+  const uint32_t sinks = std::min(window.sink_blocks, served);
+  const uint32_t from = std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
+  auto renew = [&](uint32_t i) {
+    Block& block = blocks_[chain[i]];
+    if (block.hits != UINT16_MAX) ++block.hits;
+    MoveToTail(FindHeldSlot(chain[i], place));
+  };
+  for (uint32_t i = from; i < served; ++i) renew(i);
+  for (uint32_t i = 0; i < sinks; ++i) renew(i);
 }
 
 std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t count, const Location* demote_to,
@@ -183,7 +240,7 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
     int restart_at = -1;    // a lower priority list gained a leaf
     while (ref != kNil && evicted.size() < count) {
       const uint32_t next = Slot(ref).lru_next;
-      if (Slot(ref).children_here > 0) {  // interior here: its descendants go first
+      if (!Evictable(ref)) {  // interior here: its descendants go first
         skipped = true;
         ref = next;
         continue;
@@ -191,8 +248,6 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
       const uint32_t b = Owner(ref);
       const BlockKey key = blocks_[b].key.Key();
       evicted.push_back(key);
-      const uint32_t parent = blocks_[b].parent;
-      const uint32_t place = internal::PlaceOf(Slot(ref).packed);
       if (demote_to != nullptr && (*admit == nullptr || (*admit)(key))) {
         // Offload: the copy in the lower tier is added before this one goes, so that the
         // block is never collected in between.
@@ -202,28 +257,27 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
       } else {
         ++evictions_by_priority_[blocks_[b].priority];
       }
+      newly_evictable_ = kNoPriority;
       RemoveLocation(ref);
       ref = next;
-      // The parent may just have become a leaf here. It is a candidate before `next` when
-      // its priority is lower (a list already passed) or, in this list, when it was
-      // passed over as interior (then it lies before `next`).
-      const uint32_t pref = parent == kNil ? kNil : FindHeldSlot(parent, place);
-      if (pref == kNil || Slot(pref).children_here != 0) continue;
-      const int parent_priority = blocks_[parent].priority;
-      if (parent_priority < priority) {
-        restart_at = parent_priority;
+      // An ancestor may just have become evictable (the parent a leaf; in a windowed pool,
+      // a block whose window lost its last leaf). It comes before `next` when its priority
+      // is lower (a list already passed) or, in this list, when it was passed over (then
+      // it lies before `next`).
+      if (newly_evictable_ < priority) {
+        restart_at = newly_evictable_;
         break;
       }
-      if (parent_priority == priority && skipped) ref = lists[priority].head;
+      if (newly_evictable_ == priority && skipped) ref = lists[priority].head;
     }
     priority = restart_at >= 0 ? restart_at : priority + 1;
   }
   return evicted;
 }
 
-// Place of (node, tier): what Remove and ChangeTier look blocks up by.
-static uint32_t PlaceOfTier(NodeId node, Tier tier) {
-  return internal::PlaceOf(internal::PackLocation(node, static_cast<uint32_t>(tier), 0));
+// The place of a location (node, tier and pool): what Remove and ChangeTier look blocks up by.
+static uint32_t PlaceOfLocation(Location l) {
+  return internal::PlaceOf(internal::PackLocation(l.node, static_cast<uint32_t>(l.tier), l.pool));
 }
 
 uint32_t BlockIndex::Impl::HeldSlotOf(const BlockKey& key, uint32_t place) const {
@@ -231,10 +285,10 @@ uint32_t BlockIndex::Impl::HeldSlotOf(const BlockKey& key, uint32_t place) const
   return b == kNil ? kNil : FindHeldSlot(b, place);
 }
 
-size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey> keys) {
+size_t BlockIndex::Impl::Remove(Location location, std::span<const BlockKey> keys) {
   size_t removed = 0;
   for (const BlockKey& key : keys) {
-    const uint32_t ref = HeldSlotOf(key, PlaceOfTier(node, tier));
+    const uint32_t ref = HeldSlotOf(key, PlaceOfLocation(location));
     if (ref == kNil) continue;
     ++evictions_by_priority_[blocks_[Owner(ref)].priority];
     RemoveLocation(ref);
@@ -243,11 +297,11 @@ size_t BlockIndex::Impl::Remove(NodeId node, Tier tier, std::span<const BlockKey
   return removed;
 }
 
-size_t BlockIndex::Impl::ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys) {
-  const uint32_t to_packed = internal::PackLocation(node, static_cast<uint32_t>(to.tier), to.pool);
+size_t BlockIndex::Impl::ChangeTier(Location from, Location to, std::span<const BlockKey> keys) {
+  const uint32_t to_packed = internal::PackLocation(from.node, static_cast<uint32_t>(to.tier), to.pool);
   size_t moved = 0;
   for (const BlockKey& key : keys) {
-    const uint32_t from_ref = HeldSlotOf(key, PlaceOfTier(node, from));
+    const uint32_t from_ref = HeldSlotOf(key, PlaceOfLocation(from));
     if (from_ref == kNil) continue;
     // Add before removing, so that a block held only here is never collected in between.
     const uint32_t b = Owner(from_ref);
@@ -290,8 +344,11 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.locations = locations_;
   stats.expirations = expirations_;
   stats.evictions_by_priority = evictions_by_priority_;
-  stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() + expiry_.size() * sizeof(ExpiryEntry) +
-                       nodes_.size() * sizeof(void*);
+  stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
+                       expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
+                       // a node per counter (value and link) plus the bucket array
+                       window_leaves_.size() * (sizeof(std::pair<const uint32_t, uint32_t>) + 2 * sizeof(void*)) +
+                       window_leaves_.bucket_count() * sizeof(void*);
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
   return stats;
 }
@@ -310,12 +367,13 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexOptions& 
 BlockIndex::BlockIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BlockIndex::~BlockIndex() = default;
 Status BlockIndex::Store(const StoreRequest& request) { return impl_->Store(request); }
-size_t BlockIndex::Remove(NodeId node, Tier tier, std::span<const BlockKey> keys) {
-  return impl_->Remove(node, tier, keys);
+size_t BlockIndex::Remove(Location location, std::span<const BlockKey> keys) { return impl_->Remove(location, keys); }
+Status BlockIndex::SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows) {
+  return impl_->SetNodeWindows(node, windows);
 }
 size_t BlockIndex::RemoveNode(NodeId node) { return impl_->RemoveNode(node); }
-size_t BlockIndex::ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys) {
-  return impl_->ChangeTier(node, from, to, keys);
+size_t BlockIndex::ChangeTier(Location from, Location to, std::span<const BlockKey> keys) {
+  return impl_->ChangeTier(from, to, keys);
 }
 LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys) const {
   return impl_->Lookup(scope, keys);

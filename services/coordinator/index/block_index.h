@@ -4,9 +4,19 @@
 // parent, so a prompt's keys match as a chain from the root, and the longest cached
 // prefix is found with one hash probe per block. For each block the index keeps its
 // locations (node, tier, pool), priority (0-100) and retention expiry, hit count and salt
-// scope; its last access is its position in each location's LRU list. Per (node, tier) it keeps a prioritized LRU: all blocks of the
-// lowest priority go before any block of the next, least recently used first, leaves
-// first (evicting an interior block would orphan its cached descendants).
+// scope; its last access is its position in each location's LRU list. Per (node, tier) it
+// keeps a prioritized LRU: all blocks of the lowest priority go before any block of the
+// next, least recently used first. A place is one pool of one tier of one node: a block
+// held by two pools of a node has two locations.
+//
+// Full-attention pools evict leaves first (evicting an interior block would orphan its
+// cached descendants). A windowed pool (SetNodeWindows: a window of W blocks, the first S
+// of a chain sinks) may also evict an interior block that has left every window: no leaf
+// held in that pool lies fewer than W blocks below it, and it is not a sink. Each cached
+// sequence (a leaf) needs only its sinks and its last W blocks, so it stays servable:
+// Lookup counts a windowed pool as serving a prefix of m blocks when it holds blocks
+// [0, S) and [m - W, m), whatever lies between (interior blocks no pool holds stay in the
+// tree as ghosts while they have children).
 //
 // Salt scopes: a block is stored under the scope (tenant) of its writer; a lookup under
 // another scope never matches it and never counts it in a node's score.
@@ -18,7 +28,8 @@
 // new priority.
 //
 // Memory: 52 bytes per block plus 4-byte hash slots at load factor <= 0.8; extra
-// locations of a block held by several nodes or tiers take 24 bytes each. Blocks grow in
+// locations of a block held by several nodes or tiers take 24 bytes each. A windowed
+// pool adds a counter (about 40 bytes in a hash map) per block within a window of a leaf. Blocks grow in
 // pages of 1024; the key table is sized for expected_blocks and grows by half.
 //
 // Thread safety: none; one thread owns an index (the coordinator's event-loop thread).
@@ -56,6 +67,21 @@ struct Location {
   Tier tier = Tier::kGpu;
   uint16_t pool = 0;
   friend bool operator==(const Location&, const Location&) = default;
+};
+
+// The attention window of a pool, in blocks: a block is within the window of a sequence
+// ending at block e when e - W < its index <= e (W = ceil(window tokens / tokens per
+// block)); the first sink_blocks blocks of a chain are always kept. window_blocks 0: full
+// attention (then sink_blocks must be 0).
+struct PoolWindow {
+  uint32_t window_blocks = 0;
+  uint32_t sink_blocks = 0;
+  friend bool operator==(const PoolWindow&, const PoolWindow&) = default;
+};
+
+struct PoolWindowSpec {
+  Location pool = {};  // node, tier and pool id
+  PoolWindow window = {};
 };
 
 // Priority and retention of one stored block. duration 0: the priority never expires.
@@ -119,28 +145,45 @@ class BlockIndex {
   // key already indexed under another scope or parent. Nothing changes on error.
   [[nodiscard]] Status Store(const StoreRequest& request);
 
-  // Drops `location` (node and tier) from each block; blocks left with no location and no
-  // children disappear. Keys not held there are skipped. Returns how many were dropped.
-  size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
+  // Drops `location` (node, tier and pool) from each block; blocks left with no location
+  // and no children disappear. Keys not held there are skipped. Returns how many were
+  // dropped.
+  size_t Remove(Location location, std::span<const BlockKey> keys);
 
-  // Moves each block held at (node, from) to `to` on the same node (an offload or an
-  // onboard); keys not held at (node, from) are skipped. Returns how many moved.
-  // REQUIRES: keys in chain order (ancestors first), as stored events list them.
-  size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);
+  // Moves each block held at `from` to `to` (same node: an offload or an onboard); keys
+  // not held at `from` are skipped. Returns how many moved.
+  // REQUIRES: from.node == to.node; keys in chain order (ancestors first), as stored
+  // events list them.
+  size_t ChangeTier(Location from, Location to, std::span<const BlockKey> keys);
+
+  // Declares the windowed pools of `node`, replacing its earlier declaration (pools not
+  // listed are full attention). kInvalidArgument: a node or tier out of range, sinks
+  // without a window or more sinks than the window, a pool listed twice;
+  // kFailedPrecondition: the declaration changes while the node holds blocks (drop them
+  // first with RemoveNode: the counts kept for windows would be wrong). Nothing changes on
+  // error.
+  [[nodiscard]] Status SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows);
 
   // Drops every location of `node` (it left, or restarted).
   size_t RemoveNode(NodeId node);
 
   // The longest prefix of `keys` cached under `scope`, its locations, and every node's
-  // score. Does not change recency.
+  // score. A prefix is cached when every block has a location, or when a windowed pool
+  // holds its sinks and last W blocks (the blocks between may have none). A node's score
+  // is the better of its full-attention prefix (each block at its best tier's weight)
+  // and each windowed pool's prefix (blocks times the pool's tier weight). Does not change
+  // recency.
   [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
 
   // Marks the prefix of `keys` that `node` holds (in any tier) as used there: hit counts,
-  // and LRU positions on that node (ancestors end up more recent than descendants).
+  // and LRU positions on that node (ancestors end up more recent than descendants). On a
+  // node with windowed pools the walk goes on past blocks it does not hold, as far as the
+  // chain is indexed.
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
 
-  // Evicts up to `count` blocks from (node, tier) in prioritized-LRU, leaf-first order
-  // and returns their keys in eviction order (what the node would report as removed).
+  // Evicts up to `count` blocks from (node, tier) in prioritized-LRU order, leaves first
+  // (interior blocks past every window too, in windowed pools), and returns their keys in
+  // eviction order (what the node would report as removed).
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count);
 
   // Evict, but each victim that `admit` accepts (all, when admit is empty) moves to `to`

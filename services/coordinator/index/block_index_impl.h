@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <unordered_map>
 
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/index_storage.h"
@@ -26,11 +27,15 @@ struct ListHead {
   uint32_t tail = kNil;  // most recently used
 };
 
-// Prioritized LRU lists of one node: one list per (tier, priority).
+// Prioritized LRU lists of one node: one list per (tier, priority), and the node's
+// windowed pools (place -> window; a place not listed is full attention).
 struct NodeLists {
   std::array<std::array<ListHead, kMaxPriority + 1>, kTierCount> lists;
   std::array<size_t, kTierCount> held{};
+  std::vector<std::pair<uint32_t, PoolWindow>> windows;
 };
+
+inline constexpr int kNoPriority = kMaxPriority + 1;
 
 struct ExpiryEntry {
   int64_t deadline_ns;
@@ -42,6 +47,7 @@ struct ExpiryEntry {
 }  // namespace internal
 
 using internal::ExpiryEntry;
+using internal::kNoPriority;
 using internal::ListHead;
 using internal::NodeLists;
 
@@ -125,11 +131,28 @@ class BlockIndex::Impl {
     LinkTail(ref);
   }
 
+  // The held slots of b that pass `keep`, in place order (node, tier, pool): renewing a
+  // block in several places at once takes them in a defined order (two pools of one
+  // node and tier share LRU lists).
+  template <typename Keep>
+  std::span<const uint32_t> HeldSlotsInPlaceOrder(uint32_t b, Keep&& keep) {
+    slot_order_.clear();
+    ForEachSlot(b, [&](uint32_t ref) {
+      if (keep(ref)) slot_order_.push_back(ref);
+    });
+    if (slot_order_.size() > 1) {
+      std::sort(slot_order_.begin(), slot_order_.end(),
+                [&](uint32_t x, uint32_t y) { return Slot(x).packed < Slot(y).packed; });
+    }
+    return slot_order_;
+  }
+
   void SetPriority(uint32_t b, uint8_t priority) {
     if (blocks_[b].priority == priority) return;
-    ForEachSlot(b, [&](uint32_t ref) { Unlink(ref); });
+    const auto slots = HeldSlotsInPlaceOrder(b, [](uint32_t) { return true; });
+    for (uint32_t ref : slots) Unlink(ref);
     blocks_[b].priority = priority;
-    ForEachSlot(b, [&](uint32_t ref) { LinkTail(ref); });
+    for (uint32_t ref : slots) LinkTail(ref);
   }
 
   // ---- blocks --------------------------------------------------------------------
@@ -184,19 +207,27 @@ class BlockIndex::Impl {
   // Returns the new slot, not yet in its LRU list: the caller links it (LinkTail).
   // REQUIRES: b holds nothing at the place of `packed`.
   uint32_t AddLocation(uint32_t b, uint32_t packed) {
-    uint32_t ref = FindSlot(b, internal::PlaceOf(packed));
-    if (ref != kNil) {
+    const uint32_t place = internal::PlaceOf(packed);
+    uint32_t ref = FindSlot(b, place);
+    const bool was_absent = ref != kNil;
+    if (was_absent) {
       Slot(ref).packed = packed;  // an absent slot comes back with its children's count
     } else {
       ref = NewSlot(b, packed);
     }
     ++Lists(internal::PackedNode(packed)).held[internal::PackedTier(packed)];
     ++locations_;
-    if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
-      uint32_t pref = FindSlot(parent, internal::PlaceOf(packed));
+    if (WindowAt(place) != nullptr) {
+      // Windowed: an absent slot already counts at its parent and has children here.
+      if (!was_absent) {
+        CountChildHere(b, place);
+        LeafChanged(ref, +1);
+      }
+    } else if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
+      uint32_t pref = FindSlot(parent, place);
       // The parent is not at this place (a child offloaded before it): an absent slot
       // keeps the count, so the parent is interior here as soon as it arrives.
-      if (pref == kNil) pref = NewSlot(parent, (packed & ~0xFFFFu) | internal::kAbsentBit);
+      if (pref == kNil) pref = NewSlot(parent, packed | internal::kAbsentBit);
       ++Slot(pref).children_here;
     }
     return ref;
@@ -228,15 +259,23 @@ class BlockIndex::Impl {
   void RemoveLocation(uint32_t ref) {
     const uint32_t b = Owner(ref);
     const uint32_t packed = Slot(ref).packed;
+    const uint32_t place = internal::PlaceOf(packed);
     Unlink(ref);
     --nodes_[internal::PackedNode(packed)]->held[internal::PackedTier(packed)];
     --locations_;
+    if (WindowAt(place) != nullptr) {
+      RemoveWindowedLocation(ref);
+      return;
+    }
     if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
-      const uint32_t pref = FindSlot(parent, internal::PlaceOf(packed));
-      if (pref != kNil && Slot(pref).children_here > 0 && --Slot(pref).children_here == 0 &&
-          !internal::IsHeld(Slot(pref).packed)) {
-        FreeSlot(pref);  // an absent slot whose last child here is gone
-        CollectIfUnused(parent);
+      const uint32_t pref = FindSlot(parent, place);
+      if (pref != kNil && Slot(pref).children_here > 0 && --Slot(pref).children_here == 0) {
+        if (internal::IsHeld(Slot(pref).packed)) {
+          NoteEvictable(parent);  // a leaf here now
+        } else {
+          FreeSlot(pref);  // an absent slot whose last child here is gone
+          CollectIfUnused(parent);
+        }
       }
     }
     if (Slot(ref).children_here > 0) {
@@ -271,17 +310,49 @@ class BlockIndex::Impl {
     }
   }
 
+  // ---- windowed pools (windowed_pools.cc) ------------------------------------------
+  // The window of `place`; nullptr for full attention (every place while none is declared).
+  const PoolWindow* WindowAt(uint32_t place) const {
+    if (windowed_places_ == 0) return nullptr;
+    const uint32_t node = internal::PackedNode(place);
+    if (node >= nodes_.size() || !nodes_[node]) return nullptr;
+    for (const auto& [p, window] : nodes_[node]->windows) {
+      if (p == place) return &window;
+    }
+    return nullptr;
+  }
+  bool HasWindows(uint32_t node) const {
+    return windowed_places_ != 0 && node < nodes_.size() && nodes_[node] && !nodes_[node]->windows.empty();
+  }
+  // Eviction may take the slot now: a leaf here, or, in a windowed pool, an interior
+  // block past every window that is not a sink.
+  bool Evictable(uint32_t ref) const;
+  // Eviction's hint: the lowest priority of a held block that may have become evictable.
+  void NoteEvictable(uint32_t b) { newly_evictable_ = std::min<int>(newly_evictable_, blocks_[b].priority); }
+  void CountChildHere(uint32_t b, uint32_t place);
+  void UncountChildHere(uint32_t b, uint32_t place);
+  void RemoveWindowedLocation(uint32_t ref);
+  // A windowed slot became (+1) or stopped being (-1) a leaf here: the blocks within its
+  // window above it count it. Deferred while Store runs (one walk per net change).
+  void LeafChanged(uint32_t ref, int delta);
+  void WalkWindow(uint32_t ref, int delta);
+  void FlushLeafChanges();
+  bool IsSink(uint32_t b, uint32_t sink_blocks) const;
+  Status SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows);
+  class WindowedScores;
+
   Status Store(const StoreRequest& r);
   Status ValidateStore(const StoreRequest& r, uint32_t parent);
   LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
+  void TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain);
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count, const Location* demote_to = nullptr,
                               const std::function<bool(const BlockKey&)>* admit = nullptr,
                               std::vector<BlockKey>* demoted = nullptr);
-  size_t Remove(NodeId node, Tier tier, std::span<const BlockKey> keys);
+  size_t Remove(Location location, std::span<const BlockKey> keys);
   size_t RemoveNode(NodeId node);
   uint32_t HeldSlotOf(const BlockKey& key, uint32_t place) const;  // kNil when not held there
-  size_t ChangeTier(NodeId node, Tier from, Location to, std::span<const BlockKey> keys);
+  size_t ChangeTier(Location from, Location to, std::span<const BlockKey> keys);
   void AdvanceTime();
   BlockIndexStats Stats() const;
   size_t Held(NodeId node, Tier tier) const {
@@ -297,11 +368,20 @@ class BlockIndex::Impl {
   std::vector<std::unique_ptr<NodeLists>> nodes_;
   std::vector<uint32_t> scratch_;        // reused by Store and Touch
   std::vector<uint32_t> found_;          // Store: each key's block from validation
+  std::vector<uint32_t> slot_order_;     // HeldSlotsInPlaceOrder
   std::priority_queue<ExpiryEntry, std::vector<ExpiryEntry>, std::greater<>> expiry_;
   size_t live_blocks_ = 0;
   size_t locations_ = 0;
   uint64_t expirations_ = 0;
   std::array<uint64_t, kMaxPriority + 1> evictions_by_priority_{};
+  // Windowed pools: how many places are declared; per slot of a windowed place, the
+  // leaves held there within its window below it (no entry: none); Store's deferred leaf
+  // changes; Evict's hint (kNoPriority: nothing became evictable).
+  size_t windowed_places_ = 0;
+  std::unordered_map<uint32_t, uint32_t> window_leaves_;
+  std::vector<std::pair<uint32_t, int>> leaf_changes_;
+  bool defer_leaf_changes_ = false;
+  int newly_evictable_ = kNoPriority;
 };
 
 }  // namespace kvtier::coordinator

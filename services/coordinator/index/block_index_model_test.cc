@@ -1,9 +1,11 @@
 // BlockIndex against a brute-force model: long random sequences of stores, touches,
 // evictions, removals and node departures give the same lookups, holdings and eviction
-// order as a model that recomputes everything from plain maps.
+// order as a model that recomputes everything from plain maps, for full-attention and
+// windowed pools alike.
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -12,17 +14,22 @@
 namespace kvtier::coordinator {
 namespace {
 
-// Places are (node, tier); the model keeps per (key, place) a recency stamp.
+using Place = std::tuple<NodeId, Tier, uint16_t>;  // node, tier, pool
+
+Place PlaceOf(Location l) { return {l.node, l.tier, l.pool}; }
+
+// The model keeps per (key, place) a recency stamp.
 struct ModelBlock {
   std::optional<BlockKey> parent;
   uint8_t priority = kDefaultPriority;
-  std::map<std::pair<NodeId, Tier>, uint64_t> stamps;  // place -> last-use stamp
+  std::map<Place, uint64_t> stamps;  // place -> last-use stamp
 };
 
 class Model {
  public:
-  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Location where, uint8_t priority) {
-    const auto place = std::make_pair(where.node, where.tier);
+  explicit Model(std::map<Place, PoolWindow> windows) : windows_(std::move(windows)) {}
+
+  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Place place, uint8_t priority) {
     for (const BlockKey& key : keys) {
       ModelBlock& block = blocks_[key];
       block.parent = parent;
@@ -33,83 +40,176 @@ class Model {
       block.stamps.try_emplace(place, 0);
       parent = key;
     }
-    for (auto it = keys.rbegin(); it != keys.rend(); ++it) blocks_[*it].stamps[place] = ++clock_;
-  }
-
-  void Touch(NodeId node, const std::vector<BlockKey>& keys) {
-    size_t held = 0;  // the prefix the node holds
-    std::optional<BlockKey> parent;
-    for (; held < keys.size(); ++held) {
-      auto it = blocks_.find(keys[held]);
-      if (it == blocks_.end() || it->second.parent != parent) break;
-      if (std::none_of(it->second.stamps.begin(), it->second.stamps.end(),
-                       [&](const auto& e) { return e.first.first == node; })) break;
-      parent = keys[held];
+    const auto window = windows_.find(place);
+    if (window == windows_.end()) {  // leaf to root: ancestors more recent
+      for (auto it = keys.rbegin(); it != keys.rend(); ++it) blocks_[*it].stamps[place] = ++clock_;
+      return;
     }
-    for (size_t i = held; i-- > 0;) {
-      for (auto& [place, stamp] : blocks_[keys[i]].stamps) {
-        if (place.first == node) stamp = ++clock_;
-      }
+    for (const BlockKey& key : keys) blocks_[key].stamps[place] = ++clock_;  // root to leaf, then sinks
+    for (const BlockKey& key : keys) {
+      if (Depth(key) < window->second.sink_blocks) blocks_[key].stamps[place] = ++clock_;
     }
   }
 
-  size_t MatchedPrefix(const std::vector<BlockKey>& keys) const {
+  // The blocks of `keys` that the index has as a chain from the root.
+  size_t IndexedPrefix(const std::vector<BlockKey>& keys) const {
     std::optional<BlockKey> parent;
     size_t i = 0;
     for (; i < keys.size(); ++i) {
       auto it = blocks_.find(keys[i]);
-      if (it == blocks_.end() || it->second.parent != parent || it->second.stamps.empty()) break;
+      if (it == blocks_.end() || it->second.parent != parent) break;
       parent = keys[i];
     }
     return i;
   }
 
-  bool HasChildAt(const BlockKey& key, std::pair<NodeId, Tier> place) const {
-    for (const auto& [k, b] : blocks_) {
-      if (b.parent == key && b.stamps.count(place)) return true;
+  // Full-attention places: the prefix the node holds there, renewed leaf to root. Each
+  // windowed place: the last window of the prefix it serves (root to leaf), then sinks.
+  void Touch(NodeId node, const std::vector<BlockKey>& keys) {
+    std::vector<BlockKey> chain;
+    size_t full_prefix = 0;
+    for (size_t i = 0; i < IndexedPrefix(keys); ++i) {
+      bool held_here = false, held_full = false;
+      for (const auto& [place, stamp] : blocks_[keys[i]].stamps) {
+        if (std::get<0>(place) != node) continue;
+        held_here = true;
+        held_full |= !windows_.count(place);
+      }
+      if (!held_here && !HasWindows(node)) break;
+      if (held_full && full_prefix == chain.size()) ++full_prefix;
+      chain.push_back(keys[i]);
     }
-    return false;
+    for (size_t i = full_prefix; i-- > 0;) {
+      for (auto& [place, stamp] : blocks_[chain[i]].stamps) {
+        if (std::get<0>(place) == node && !windows_.count(place)) stamp = ++clock_;
+      }
+    }
+    for (const auto& [place, window] : windows_) {
+      if (std::get<0>(place) != node) continue;
+      const size_t served = Served(chain, place, window);
+      const size_t sinks = std::min<size_t>(window.sink_blocks, served);
+      const size_t from = std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
+      for (size_t i = from; i < served; ++i) blocks_[chain[i]].stamps[place] = ++clock_;
+      for (size_t i = 0; i < sinks; ++i) blocks_[chain[i]].stamps[place] = ++clock_;
+    }
+  }
+
+  // The longest prefix of `chain` whose sinks and last window `place` holds.
+  size_t Served(const std::vector<BlockKey>& chain, Place place, PoolWindow window) const {
+    size_t served = 0;
+    for (size_t m = 1; m <= chain.size(); ++m) {
+      bool ok = true;
+      for (size_t i = 0; i < m; ++i) {
+        const bool needed = i < window.sink_blocks || i + window.window_blocks >= m;
+        if (needed && !blocks_.at(chain[i]).stamps.count(place)) ok = false;
+      }
+      if (ok) served = m;
+    }
+    return served;
+  }
+
+  // Every block has a location, or a windowed pool holds the sinks and the last W blocks.
+  size_t MatchedPrefix(const std::vector<BlockKey>& keys) const {
+    const size_t indexed = IndexedPrefix(keys);
+    size_t matched = 0;
+    while (matched < indexed && !blocks_.at(keys[matched]).stamps.empty()) ++matched;
+    const std::vector<BlockKey> chain(keys.begin(), keys.begin() + static_cast<long>(indexed));
+    for (const auto& [place, window] : windows_) matched = std::max(matched, Served(chain, place, window));
+    return matched;
   }
 
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count) {
-    const auto place = std::make_pair(node, tier);
     std::vector<BlockKey> out;
     while (out.size() < count) {
-      std::optional<BlockKey> victim;
+      std::optional<std::pair<BlockKey, Place>> victim;
       std::pair<uint8_t, uint64_t> best{255, 0};
       for (const auto& [key, block] : blocks_) {
-        auto it = block.stamps.find(place);
-        if (it == block.stamps.end() || HasChildAt(key, place)) continue;
-        const std::pair<uint8_t, uint64_t> rank{block.priority, it->second};
-        if (!victim || rank < best) victim = key, best = rank;
+        for (const auto& [place, stamp] : block.stamps) {
+          if (std::get<0>(place) != node || std::get<1>(place) != tier || !Evictable(key, place)) continue;
+          const std::pair<uint8_t, uint64_t> rank{block.priority, stamp};
+          if (!victim || rank < best) victim = {key, place}, best = rank;
+        }
       }
       if (!victim) break;
-      out.push_back(*victim);
-      Remove(*victim, place);
+      if (windows_.count(victim->second) && !IsLeaf(victim->first, victim->second)) ++interior_evictions_;
+      out.push_back(victim->first);
+      Remove(victim->first, victim->second);
     }
     return out;
   }
 
-  void Remove(const BlockKey& key, std::pair<NodeId, Tier> place) {
+  void Remove(const BlockKey& key, Place place) {
     auto it = blocks_.find(key);
     if (it != blocks_.end()) it->second.stamps.erase(place);
     Collect();
   }
 
   void RemoveNode(NodeId node) {
-    for (auto& [key, block] : blocks_) std::erase_if(block.stamps, [&](const auto& e) { return e.first.first == node; });
+    for (auto& [key, block] : blocks_) {
+      std::erase_if(block.stamps, [&](const auto& e) { return std::get<0>(e.first) == node; });
+    }
     Collect();
   }
 
   size_t Held(NodeId node, Tier tier) const {
     size_t n = 0;
-    for (const auto& [key, block] : blocks_) n += block.stamps.count({node, tier});
+    for (const auto& [key, block] : blocks_) {
+      for (const auto& [place, stamp] : block.stamps) n += std::get<0>(place) == node && std::get<1>(place) == tier;
+    }
     return n;
   }
 
   const std::map<BlockKey, ModelBlock>& blocks() const { return blocks_; }
+  // Interior blocks a windowed pool evicted: the rule under test did come up.
+  size_t interior_evictions() const { return interior_evictions_; }
 
  private:
+  bool HasWindows(NodeId node) const {
+    return std::any_of(windows_.begin(), windows_.end(), [&](const auto& w) { return std::get<0>(w.first) == node; });
+  }
+
+  // How many blocks `key` lies below `ancestor`; nullopt when it is not below it.
+  std::optional<size_t> Distance(BlockKey key, const BlockKey& ancestor) const {
+    for (size_t d = 0;; ++d) {
+      if (key == ancestor) return d;
+      const auto& parent = blocks_.at(key).parent;
+      if (!parent) return std::nullopt;
+      key = *parent;
+    }
+  }
+
+  size_t Depth(const BlockKey& key) const {
+    size_t depth = 0;
+    for (auto parent = blocks_.at(key).parent; parent; parent = blocks_.at(*parent).parent) ++depth;
+    return depth;
+  }
+
+  // Full attention: no child held here. Windowed: nothing below held here (a leaf), or a
+  // non-sink with no leaf held here within W - 1 blocks below.
+  bool Evictable(const BlockKey& key, Place place) const {
+    const auto window = windows_.find(place);
+    if (window == windows_.end()) {
+      return std::none_of(blocks_.begin(), blocks_.end(),
+                          [&](const auto& e) { return e.second.parent == key && e.second.stamps.count(place); });
+    }
+    bool held_below = false, leaf_in_window = false;
+    for (const auto& [other, block] : blocks_) {
+      const auto d = Distance(other, key);
+      if (!d || *d == 0 || !block.stamps.count(place)) continue;
+      held_below = true;
+      if (*d < window->second.window_blocks && IsLeaf(other, place)) leaf_in_window = true;
+    }
+    return !held_below || (!leaf_in_window && Depth(key) >= window->second.sink_blocks);
+  }
+
+  bool IsLeaf(const BlockKey& key, Place place) const {
+    for (const auto& [other, block] : blocks_) {
+      const auto d = Distance(other, key);
+      if (d && *d > 0 && block.stamps.count(place)) return false;
+    }
+    return true;
+  }
+
   // Blocks with no location and no children disappear.
   void Collect() {
     bool changed = true;
@@ -128,28 +228,45 @@ class Model {
     }
   }
 
+  std::map<Place, PoolWindow> windows_;
   std::map<BlockKey, ModelBlock> blocks_;
   uint64_t clock_ = 0;
+  size_t interior_evictions_ = 0;
 };
 
-TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
-  std::mt19937_64 rng(20261122);
+// A forest of prompt chains: 12 chains of up to 8 blocks sharing prefixes of 0-3 blocks.
+std::vector<std::vector<BlockKey>> Prompts(std::mt19937_64& rng) {
   const OpaqueKeyNamespace ns("model", "");
-  // A forest of prompt chains: 12 chains of up to 6 blocks sharing prefixes of 0-3 blocks.
   std::vector<std::vector<BlockKey>> prompts;
   for (uint64_t p = 0; p < 12; ++p) {
     std::vector<BlockKey> keys;
     const size_t shared = p == 0 ? 0 : rng() % 4;
     for (size_t i = 0; i < shared && i < prompts[p - 1].size(); ++i) keys.push_back(prompts[p - 1][i]);
-    while (keys.size() < 2 + rng() % 5) keys.push_back(ns.Key(1000 * (p + 1) + keys.size()));
+    while (keys.size() < 2 + rng() % 7) keys.push_back(ns.Key(1000 * (p + 1) + keys.size()));
     prompts.push_back(keys);
   }
+  return prompts;
+}
+
+TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
+  std::mt19937_64 rng(20261122);
+  const auto prompts = Prompts(rng);
+  // Pool 0 of every node and tier is full attention; pool 1 on the GPU of node 0 has a
+  // window of 3 blocks with 1 sink, of node 1 a window of 2 without sinks; node 2 has none.
+  const std::vector<PoolWindowSpec> windows = {{{0, Tier::kGpu, 1}, {3, 1}}, {{1, Tier::kGpu, 1}, {2, 0}}};
   std::unique_ptr<BlockIndex> index = *BlockIndex::Create({});
-  Model model;
+  std::map<Place, PoolWindow> model_windows;
+  for (const PoolWindowSpec& w : windows) {
+    ASSERT_TRUE(index->SetNodeWindows(w.pool.node, std::vector<PoolWindowSpec>{w}).ok());
+    model_windows[PlaceOf(w.pool)] = w.window;
+  }
+  Model model(model_windows);
   const NodeId kNodes = 3;
-  for (int step = 0; step < 4000; ++step) {
+  for (int step = 0; step < 20000; ++step) {
     const auto& prompt = prompts[rng() % prompts.size()];
-    const Location where{static_cast<NodeId>(rng() % kNodes), static_cast<Tier>(rng() % 2), 0};
+    const Tier tier = static_cast<Tier>(rng() % 2);
+    const Location where{static_cast<NodeId>(rng() % kNodes), tier,
+                         static_cast<uint16_t>(tier == Tier::kGpu ? rng() % 2 : 0)};
     switch (rng() % 6) {
       case 0:
       case 1: {  // store a prefix of the prompt (as a chain from the root)
@@ -158,7 +275,7 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
         const uint8_t priority = static_cast<uint8_t>(rng() % 3 == 0 ? 20 + 30 * (rng() % 3) : kDefaultPriority);
         const std::vector<BlockRetention> retention(n, BlockRetention{priority, {}});
         ASSERT_TRUE(index->Store({0, std::nullopt, keys, where, retention}).ok()) << "step " << step;
-        model.Store(keys, std::nullopt, where, priority);
+        model.Store(keys, std::nullopt, PlaceOf(where), priority);
         break;
       }
       case 2:
@@ -173,8 +290,8 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
       }
       case 4: {
         const BlockKey& key = prompt[rng() % prompt.size()];
-        index->Remove(where.node, where.tier, std::vector<BlockKey>{key});
-        model.Remove(key, {where.node, where.tier});
+        index->Remove(where, std::vector<BlockKey>{key});
+        model.Remove(key, PlaceOf(where));
         break;
       }
       case 5:
@@ -189,9 +306,9 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
       const LookupResult result = index->Lookup(0, p);
       ASSERT_EQ(result.matched_blocks, model.MatchedPrefix(p)) << "step " << step;
       for (uint32_t i = 0; i < result.matched_blocks; ++i) {
-        std::set<std::pair<NodeId, int>> got, want;
-        for (const Location& l : result.LocationsOf(i)) got.insert({l.node, static_cast<int>(l.tier)});
-        for (const auto& [place, stamp] : model.blocks().at(p[i]).stamps) want.insert({place.first, static_cast<int>(place.second)});
+        std::set<Place> got, want;
+        for (const Location& l : result.LocationsOf(i)) got.insert(PlaceOf(l));
+        for (const auto& [place, stamp] : model.blocks().at(p[i]).stamps) want.insert(place);
         ASSERT_EQ(got, want) << "step " << step << " block " << i;
       }
     }
@@ -200,6 +317,7 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
     }
     ASSERT_EQ(index->Stats().blocks, model.blocks().size()) << "step " << step;
   }
+  EXPECT_GT(model.interior_evictions(), 20u) << model.interior_evictions();
 }
 
 }  // namespace

@@ -188,7 +188,7 @@ TEST_F(BlockIndexTest, RestoringReplacesRetentionAndVoidsTheOldDeadline) {
 TEST_F(BlockIndexTest, RemovedInteriorBlockBreaksThePrefixButKeepsItsChildren) {
   const auto abc = Chain(1, 3);
   ASSERT_TRUE(Store(abc, kGpu0).ok());
-  EXPECT_EQ(index_->Remove(0, Tier::kGpu, std::vector<BlockKey>{abc[1]}), 1u);
+  EXPECT_EQ(index_->Remove(kGpu0, std::vector<BlockKey>{abc[1]}), 1u);
   EXPECT_EQ(index_->Lookup(0, abc).matched_blocks, 1u) << "block 1 is no longer cached anywhere";
   EXPECT_EQ(index_->Held(0, Tier::kGpu), 2u);
   // Block 1 comes back: block 0 must still count it as a child (not a leaf).

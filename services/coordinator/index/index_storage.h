@@ -33,8 +33,9 @@ inline uint32_t PackLocation(uint32_t node, uint32_t tier, uint32_t pool) { retu
 inline uint32_t PackedNode(uint32_t packed) { return packed >> 18; }
 inline uint32_t PackedTier(uint32_t packed) { return (packed >> 16) & 3; }
 inline uint32_t PackedPool(uint32_t packed) { return packed & 0xFFFF; }
-// Node and tier only: what "the same place" means for LRU lists and leaf tracking.
-inline uint32_t PlaceOf(uint32_t packed) { return (packed & ~kAbsentBit) >> 16; }
+// A place is one pool of one tier of one node (the location without the absent bit): what
+// leaf tracking and windows are kept by. LRU lists and capacity are per node and tier.
+inline uint32_t PlaceOf(uint32_t packed) { return packed & ~kAbsentBit; }
 inline bool IsHeld(uint32_t packed) { return packed != kNoLocation && (packed & kAbsentBit) == 0; }
 
 struct LocationSlot {             // 20 bytes

@@ -1,6 +1,9 @@
 #include "services/coordinator/rpc/coordinator_metrics.h"
 
 namespace kvtier::coordinator {
+namespace {
+constexpr const char* kTierNames[kTierCount] = {"gpu", "host", "disk"};
+}  // namespace
 
 Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRegistry& r) {
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
@@ -18,6 +21,14 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* blocks, r.AddGauge("kvtier_coordinator_index_blocks", "Blocks in the index."));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_coordinator_index_bytes", "Memory of the index."));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* nodes, r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity_blocks,
+                          r.AddGauge("kvtier_coordinator_capacity_blocks",
+                                     "Blocks the live nodes' pools hold at most, as registered, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity_bytes,
+                          r.AddGauge("kvtier_coordinator_capacity_bytes",
+                                     "Bytes of the live nodes' pools and tiers, as registered, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* held, r.AddGauge("kvtier_coordinator_held_blocks",
+                                                        "Blocks the index has the live nodes hold, by tier.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
                           r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind.", {"kind"}));
   KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
@@ -31,12 +42,19 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                           r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
-  m->hit_blocks_ = {&hits->WithLabels({"gpu"}), &hits->WithLabels({"host"}), &hits->WithLabels({"disk"})};
+  m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
+                    &hits->WithLabels({kTierNames[2]})};
   m->matched_blocks_ = &matched->WithLabels({});
   m->lookup_seconds_ = &latency->WithLabels({});
   m->index_blocks_ = &blocks->WithLabels({});
   m->index_bytes_ = &bytes->WithLabels({});
   m->nodes_ = &nodes->WithLabels({});
+  for (int t = 0; t < kTierCount; ++t) {
+    const std::string tier = kTierNames[t];
+    m->capacity_blocks_[t] = &capacity_blocks->WithLabels({tier});
+    m->capacity_bytes_[t] = &capacity_bytes->WithLabels({tier});
+    m->held_blocks_[t] = &held->WithLabels({tier});
+  }
   m->events_ = {&events->WithLabels({"stored"}), &events->WithLabels({"removed"}),
                 &events->WithLabels({"tier_changed"}), &events->WithLabels({"cleared"})};
   m->sequence_gaps_ = &gaps->WithLabels({});
@@ -51,6 +69,7 @@ void CoordinatorMetrics::RecordLookup(const LookupResult& result, size_t asked_b
   matched_blocks_->Observe(result.matched_blocks);
   lookup_seconds_->Observe(seconds);
   for (uint32_t b = 0; b < result.matched_blocks; ++b) {
+    if (result.LocationsOf(b).empty()) continue;  // between a windowed pool's sinks and window: not needed
     int best = kTierCount - 1;
     for (const Location& l : result.LocationsOf(b)) best = std::min(best, static_cast<int>(l.tier));
     hit_blocks_[best]->Inc();
@@ -61,6 +80,11 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   index_blocks_->Set(static_cast<double>(stats.index.blocks));
   index_bytes_->Set(static_cast<double>(stats.index.memory_bytes));
   nodes_->Set(static_cast<double>(stats.membership.live_nodes));
+  for (int t = 0; t < kTierCount; ++t) {
+    capacity_blocks_[t]->Set(static_cast<double>(stats.capacity_blocks[t]));
+    capacity_bytes_[t]->Set(static_cast<double>(stats.capacity_bytes[t]));
+    held_blocks_[t]->Set(static_cast<double>(stats.held_blocks[t]));
+  }
   sequence_gaps_->Inc(static_cast<double>(stats.membership.sequence_gaps - last_.sequence_gaps));
   resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
   lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));

@@ -8,6 +8,7 @@
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once
 
+#include <array>
 #include <memory>
 
 #include "common/metrics.h"
@@ -34,6 +35,7 @@ class CoordinatorMetrics {
   Gauge* index_blocks_ = nullptr;
   Gauge* index_bytes_ = nullptr;
   Gauge* nodes_ = nullptr;
+  std::array<Gauge*, kTierCount> capacity_blocks_{}, capacity_bytes_{}, held_blocks_{};
   std::array<Counter*, 4> events_{};
   Counter* sequence_gaps_ = nullptr;
   Counter* resyncs_ = nullptr;

@@ -21,6 +21,25 @@ Tier ToTier(schema::Tier t) {
   if (value >= kTierCount) ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));
   return static_cast<Tier>(value);
 }
+// Pool ids travel as UInt32; the index keeps 16 bits of them.
+uint16_t ToPool(uint32_t pool) {
+  if (pool > UINT16_MAX) ThrowStatus(InvalidArgumentError("pool id " + std::to_string(pool) + " is out of range [0, 65535]"));
+  return static_cast<uint16_t>(pool);
+}
+// A node's pools; a layout the library refuses is an error naming the pool.
+std::vector<PoolInfo> ToPools(capnp::List<schema::TierCapacity>::Reader capacities) {
+  std::vector<PoolInfo> pools;
+  for (const auto c : capacities) {
+    PoolInfo pool{ToTier(c.getTier()), ToPool(c.getPoolId()), c.getCapacityBlocks(), c.getCapacityBytes(), {}};
+    if (c.hasLayout()) {
+      Result<KvLayout> layout = rpc::ToLayout(c.getLayout());
+      if (!layout.ok()) ThrowStatus(layout.status().WithContext("pool " + std::to_string(c.getPoolId())));
+      pool.window = WindowOf(*layout);
+    }
+    pools.push_back(pool);
+  }
+  return pools;
+}
 uint8_t ToPriority(uint8_t p) {
   if (p > kMaxPriority) ThrowStatus(InvalidArgumentError("priority " + std::to_string(p) + " is out of range [0, 100]"));
   return p;
@@ -40,9 +59,11 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const auto node = call.getParams().getNode();
     const std::string name = node.getNodeId().cStr();
     const NodeRole role = node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
-    Result<RegisterResult> r = state_.coordinator->Register(name, role, node.getIncarnation());
+    const std::vector<PoolInfo> pools = ToPools(node.getCapacities());
+    Result<RegisterResult> r = state_.coordinator->Register(name, role, node.getIncarnation(), pools);
     ThrowIfError(r.status());
     state_.rpc_addresses[name] = node.getRpcAddress().cStr();
+    state_.metrics->Update(state_.coordinator->Stats());  // the node's capacity counts now
     auto results = call.getResults();
     results.initLease().setLeaseId(r->lease_id);
     results.getLease().setTtlMs(LeaseTtlMs());
@@ -96,7 +117,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     for (auto b : chunk.getBlocks()) {
       const auto location = b.getLocation();
       SnapshotBlock block{ToKey(b.getKey()), std::nullopt, Scope(b.getSaltScope()), ToTier(location.getTier()),
-                          static_cast<uint16_t>(location.getPoolId()), ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
+                          ToPool(location.getPoolId()), ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
       if (b.getHasParent()) block.parent = ToKey(b.getParentKey());
       pending.blocks.push_back(block);
     }
@@ -212,7 +233,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         if (s.getHasParent()) out.parent = ToKey(s.getParentKey());
         out.keys = ToKeys(s.getKeys());
         out.tier = ToTier(s.getTier());
-        out.pool = static_cast<uint16_t>(s.getPoolId());
+        out.pool = ToPool(s.getPoolId());
         out.retention.assign(out.keys.size(), ToRetention(s.getPriority(), s.getRetentionExpiryMs()));
         break;
       }
@@ -220,6 +241,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         out.kind = KvEvent::Kind::kRemoved;
         out.keys = ToKeys(e.getRemoved().getKeys());
         out.tier = ToTier(e.getRemoved().getTier());
+        out.pool = ToPool(e.getRemoved().getPoolId());
         break;
       case schema::KvEvent::TIER_CHANGED: {
         const auto t = e.getTierChanged();
@@ -227,7 +249,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         out.keys = ToKeys(t.getKeys());
         out.tier = ToTier(t.getFromTier());
         out.to_tier = ToTier(t.getToTier());
-        out.to_pool = static_cast<uint16_t>(t.getToPoolId());
+        out.pool = ToPool(t.getFromPoolId());
+        out.to_pool = ToPool(t.getToPoolId());
         break;
       }
       case schema::KvEvent::CLEARED:

@@ -7,6 +7,7 @@
 #include "common/block_key.h"
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
 #include "tests/testing/test_util.h"
 
@@ -177,6 +178,60 @@ TEST_F(CoordinatorServiceTest, ResolveNodesNamesLiveNodesOnly) {
   EXPECT_EQ(std::string(response.getNodes()[0].getNodeId().cStr()), "w1");
   EXPECT_EQ(std::string(response.getNodes()[0].getRpcAddress().cStr()), "10.0.0.1:7401");
   EXPECT_EQ(response.getNodes()[0].getRole(), schema::NodeRole::WORKER);
+}
+
+TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
+  CoordinatorClient worker(address_, kNodeToken);
+  // A pool of a bad layout (tokens per block 0) is refused, naming the pool.
+  auto bad = worker.coordinator().registerRequest();
+  auto bad_node = bad.initNode();
+  bad_node.setNodeId("w2");
+  auto bad_pool = bad_node.initCapacities(1)[0];
+  bad_pool.setPoolId(3);
+  bad_pool.initLayout().setNumLayers(2);
+  const Status refused = worker.Send(kj::mv(bad));
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("pool 3"), std::string::npos) << refused;
+
+  // GPU pool 0: 100 blocks of a layout with a 64-token window and 16 sink tokens, 16
+  // tokens per block: a window of 4 blocks, 1 sink block.
+  const KvLayout layout = *KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 64,
+                                             .tokens_per_block = 16, .attention_window = 64, .sink_tokens = 16});
+  auto reg = worker.coordinator().registerRequest();
+  auto info = reg.initNode();
+  info.setNodeId("w2");
+  info.setIncarnation(1);
+  auto pool = info.initCapacities(1)[0];
+  pool.setTier(schema::Tier::GPU);
+  pool.setCapacityBlocks(100);
+  pool.setCapacityBytes(100 * layout.bytes_per_block());
+  rpc::FromLayout(layout, pool.initLayout());
+  ASSERT_TRUE(worker.Send(kj::mv(reg)).ok());
+  auto snapshot = worker.coordinator().publishSnapshotRequest();
+  snapshot.initSnapshot().setNodeId("w2");
+  snapshot.getSnapshot().setIncarnation(1);
+  snapshot.getSnapshot().setLast(true);
+  ASSERT_TRUE(worker.Send(kj::mv(snapshot)).ok());
+  // Blocks 1-8 stored; the worker dropped 2-4 (past the window of block 8, not the sink).
+  auto publish = worker.coordinator().publishEventsRequest();
+  auto batch = publish.initBatch();
+  batch.setNodeId("w2");
+  batch.setIncarnation(1);
+  auto events = batch.initEvents(2);
+  auto stored = events[0].initStored();
+  SetKeys(stored.initKeys(8), 1);
+  stored.setSaltScope(SaltScope("team-a"));
+  SetKeys(events[1].initRemoved().initKeys(3), 2);
+  ASSERT_TRUE(worker.Send(kj::mv(publish)).ok());
+
+  CoordinatorClient tenant(address_, kTokenA);
+  auto lookup = tenant.coordinator().lookupRequest();
+  SetKeys(lookup.initRequest().initKeys(8), 1);
+  EXPECT_EQ(lookup.send().wait(tenant.ws()).getResult().getMatchedBlocks(), 8u)
+      << "the sink and the last 4 blocks serve all 8";
+  const std::string exposition = registry_.Exposition();
+  EXPECT_NE(exposition.find("kvtier_coordinator_capacity_blocks{tier=\"gpu\"} 100"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_held_blocks{tier=\"gpu\"} 5"), std::string::npos) << exposition;
 }
 
 TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {

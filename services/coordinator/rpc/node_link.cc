@@ -110,6 +110,16 @@ Result<LinkRegistration> NodeLink::Register() {
     node.setRole(o.role == NodeRole::kStore ? schema::NodeRole::STORE : schema::NodeRole::WORKER);
     node.setRpcAddress(o.rpc_address);
     node.setIncarnation(o.incarnation);
+    auto capacities = node.initCapacities(static_cast<unsigned>(o.pools.size()));
+    for (size_t i = 0; i < o.pools.size(); ++i) {
+      const NodePool& p = o.pools[i];
+      auto c = capacities[static_cast<unsigned>(i)];
+      c.setTier(ToWire(p.tier));
+      c.setPoolId(p.pool);
+      c.setCapacityBlocks(p.capacity_blocks);
+      c.setCapacityBytes(p.capacity_bytes);
+      if (p.layout) rpc::FromLayout(*p.layout, c.initLayout());
+    }
     return request.send().then([](auto r) -> Result<LinkRegistration> {
       return LinkRegistration{r.getLease().getLeaseId(), std::chrono::milliseconds(r.getLease().getTtlMs()),
                               r.getSnapshotRequired()};

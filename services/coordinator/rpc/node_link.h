@@ -10,10 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/block_key.h"
+#include "common/kv_layout.h"
 #include "common/status.h"
 #include "services/coordinator/cluster/membership.h"
 #include "services/coordinator/index/block_index.h"
@@ -48,6 +51,15 @@ struct NodeBlock {
   uint64_t salt_scope = 0;
 };
 
+// One pool of the node, as it registers (a store's tiers: pool 0 of each, no layout).
+struct NodePool {
+  Tier tier = Tier::kGpu;
+  uint32_t pool = 0;
+  uint64_t capacity_blocks = 0;
+  uint64_t capacity_bytes = 0;
+  std::optional<KvLayout> layout = std::nullopt;  // a worker pool's: it carries the attention window
+};
+
 struct NodeLinkOptions {
   rpc::RpcClientOptions connection;  // the coordinator's address and this node's token
   std::string node_id;               // stable across restarts (the pod name)
@@ -55,6 +67,7 @@ struct NodeLinkOptions {
   std::string rpc_address;           // where peers reach this node
   uint64_t incarnation = 0;          // new on every process start
   uint32_t snapshot_chunk_blocks = 8192;
+  std::vector<NodePool> pools;
 };
 
 struct LinkRegistration {

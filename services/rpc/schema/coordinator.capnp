@@ -13,11 +13,14 @@ enum NodeRole {
 }
 
 struct TierCapacity {
+  # One pool of a node (a store's tiers are pool 0 of theirs). The layout, where set,
+  # gives the pool's attention window: a windowed pool may drop interior blocks.
   tier @0 :Common.Tier;
   poolId @1 :UInt32;
   capacityBlocks @2 :UInt64;
   usedBlocks @3 :UInt64;
   layout @4 :Common.KvLayout;
+  capacityBytes @5 :UInt64;
 }
 
 struct NodeInfo {

@@ -103,6 +103,7 @@ class StoreNode::Impl {
     const std::string& advertise = options_.config.store.advertise;
     agent.link.rpc_address = advertise.empty() ? endpoints().front() : advertise;
     agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
+    agent.link.pools = ToNodePools(*store_);
     agent.tick = options_.tick;
     agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return ToNodeBlocks(*store_); };
     agent.on_tick = [this] { metrics_->Update(store_->Stats()); };

@@ -33,6 +33,13 @@ coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
   return out;
 }
 
+std::vector<coordinator::NodePool> ToNodePools(const storage::TieredStore& store) {
+  const storage::TieredStoreStats stats = store.Stats();
+  std::vector<coordinator::NodePool> pools;
+  if (stats.host) pools.push_back({.tier = coordinator::Tier::kHost, .capacity_bytes = stats.host->capacity_bytes});
+  if (stats.disk) pools.push_back({.tier = coordinator::Tier::kDisk, .capacity_bytes = stats.disk->capacity_bytes});
+  return pools;
+}
 
 std::vector<coordinator::NodeBlock> ToNodeBlocks(const storage::TieredStore& store) {
   std::vector<coordinator::NodeBlock> blocks;

@@ -13,6 +13,8 @@
 namespace kvtier::store {
 
 [[nodiscard]] coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& event);
+// The store's tiers as it registers them: pool 0 of each tier it has, by bytes.
+[[nodiscard]] std::vector<coordinator::NodePool> ToNodePools(const storage::TieredStore& store);
 // Everything the store holds, for a snapshot.
 [[nodiscard]] std::vector<coordinator::NodeBlock> ToNodeBlocks(const storage::TieredStore& store);
 

@@ -178,12 +178,15 @@ class WorkerNode::Impl {
       coordinator::NodeAgentOptions tiers = agent;
       tiers.link.node_id = options_.name + "/store";
       tiers.link.role = coordinator::NodeRole::kStore;
+      tiers.link.pools = store::ToNodePools(*store_);
       tiers.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return store::ToNodeBlocks(*store_); };
       store_agent_owner_ = coordinator::NodeAgent::Start(std::move(tiers));
       store_agent_ = store_agent_owner_.get();
     }
     agent.link.node_id = options_.name + "/worker";
     agent.link.role = coordinator::NodeRole::kWorker;
+    agent.link.pools = {{.tier = coordinator::Tier::kGpu, .pool = 0, .capacity_blocks = plan_->blocks,
+                         .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(), .layout = plan_->layout}};
     agent.holdings = [this] { return PoolHoldings(); };
     agent.active_blocks = [this] { return active_blocks_.load(); };
     worker_agent_ = coordinator::NodeAgent::Start(std::move(agent));

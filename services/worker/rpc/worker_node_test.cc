@@ -152,6 +152,12 @@ TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
   MetricsRegistry second_registry;
   StartCoordinator(second_registry, address);
   EXPECT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
+  // It registered its pool's size with it.
+  const std::string exposition = second_registry.Exposition();
+  const std::string capacity = "kvtier_coordinator_capacity_blocks{tier=\"gpu\"} ";
+  const size_t at = exposition.find(capacity);
+  ASSERT_NE(at, std::string::npos) << exposition;
+  EXPECT_GT(std::stod(exposition.substr(at + capacity.size())), 0.0) << exposition;
   ASSERT_TRUE(node_->Drain().ok());
   coordinator_.reset();  // before its registry goes
 }

@@ -1,0 +1,156 @@
+// Windowed pools in BlockIndex: which blocks have left every window, and the declaration
+// of windows per node.
+//
+// In a windowed place (one pool of one tier of one node) two invariants hold:
+// - Every ancestor of a block with a slot there has a slot there too (absent where the
+//   pool does not hold it), and children_here counts the children with a slot (held or
+//   absent). So children_here == 0 on a held slot means no block below it is held there:
+//   a leaf. (Full-attention places count only held children, one level down.)
+// - window_leaves_[slot] counts the leaves held there 1 to W - 1 blocks below the slot:
+//   the cached sequences whose window still covers it. An interior slot with no count
+//   that is not a sink has left every window and may be evicted.
+// A leaf appearing or going walks W - 1 ancestors; Store defers its walks to the end, so
+// a chain of n blocks costs two walks, not 2n.
+#include <algorithm>
+#include <cassert>
+
+#include "services/coordinator/index/block_index_impl.h"
+
+namespace kvtier::coordinator {
+
+bool BlockIndex::Impl::Evictable(uint32_t ref) const {
+  const LocationSlot& slot = Slot(ref);
+  if (slot.children_here == 0) return true;
+  const PoolWindow* window = WindowAt(internal::PlaceOf(slot.packed));
+  return window != nullptr && !window_leaves_.contains(ref) && !IsSink(Owner(ref), window->sink_blocks);
+}
+
+bool BlockIndex::Impl::IsSink(uint32_t b, uint32_t sink_blocks) const {
+  for (uint32_t k = 0; k < sink_blocks; ++k) {  // block b is a sink when its depth < sink_blocks
+    if (blocks_[b].parent == kNil) return true;
+    b = blocks_[b].parent;
+  }
+  return false;
+}
+
+void BlockIndex::Impl::CountChildHere(uint32_t b, uint32_t place) {
+  for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
+    uint32_t pref = FindSlot(parent, place);
+    if (pref != kNil) {
+      if (Slot(pref).children_here++ == 0 && internal::IsHeld(Slot(pref).packed)) LeafChanged(pref, -1);
+      return;  // its ancestors have slots already
+    }
+    pref = NewSlot(parent, place | internal::kAbsentBit);
+    Slot(pref).children_here = 1;  // and its own parent counts it, next round
+  }
+}
+
+void BlockIndex::Impl::UncountChildHere(uint32_t b, uint32_t place) {
+  for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
+    const uint32_t pref = FindSlot(parent, place);
+    assert(pref != kNil && "a windowed slot's ancestors have slots");
+    if (--Slot(pref).children_here > 0) return;
+    if (internal::IsHeld(Slot(pref).packed)) {
+      LeafChanged(pref, +1);
+      NoteEvictable(parent);
+      return;
+    }
+    FreeSlot(pref);  // an absent slot with nothing held below any more
+  }
+}
+
+void BlockIndex::Impl::RemoveWindowedLocation(uint32_t ref) {
+  LocationSlot& slot = Slot(ref);
+  if (slot.children_here > 0) {
+    // Interior (past every window, when Evict chose it): the slot stays as the skeleton
+    // that links the blocks below to the root, with its counts.
+    slot.packed |= internal::kAbsentBit;
+    return;
+  }
+  const uint32_t b = Owner(ref);
+  const uint32_t place = internal::PlaceOf(slot.packed);
+  LeafChanged(ref, -1);
+  FreeSlot(ref);
+  UncountChildHere(b, place);
+  CollectIfUnused(b);
+}
+
+void BlockIndex::Impl::LeafChanged(uint32_t ref, int delta) {
+  if (WindowAt(internal::PlaceOf(Slot(ref).packed))->window_blocks <= 1) return;  // a window of one block
+  if (!defer_leaf_changes_) {
+    WalkWindow(ref, delta);
+  } else if (!leaf_changes_.empty() && leaf_changes_.back().first == ref) {
+    leaf_changes_.back().second += delta;  // a chain's block: a leaf, then its child's parent
+  } else {
+    leaf_changes_.emplace_back(ref, delta);
+  }
+}
+
+void BlockIndex::Impl::WalkWindow(uint32_t ref, int delta) {
+  const uint32_t place = internal::PlaceOf(Slot(ref).packed);
+  const uint32_t window_blocks = WindowAt(place)->window_blocks;
+  uint32_t b = Owner(ref);
+  for (uint32_t distance = 1; distance < window_blocks; ++distance) {
+    b = blocks_[b].parent;
+    if (b == kNil) return;
+    const uint32_t a = FindSlot(b, place);
+    assert(a != kNil && "a windowed slot's ancestors have slots");
+    if (delta > 0) {
+      window_leaves_[a] += static_cast<uint32_t>(delta);
+      continue;
+    }
+    auto it = window_leaves_.find(a);
+    assert(it != window_leaves_.end() && it->second >= static_cast<uint32_t>(-delta));
+    it->second -= static_cast<uint32_t>(-delta);
+    if (it->second != 0) continue;
+    window_leaves_.erase(it);
+    if (internal::IsHeld(Slot(a).packed)) NoteEvictable(b);  // it may have left every window
+  }
+}
+
+void BlockIndex::Impl::FlushLeafChanges() {
+  defer_leaf_changes_ = false;
+  for (const auto& [ref, delta] : leaf_changes_) {
+    if (delta != 0) WalkWindow(ref, delta);
+  }
+  leaf_changes_.clear();
+}
+
+Status BlockIndex::Impl::SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows) {
+  if (node >= kMaxNodes) {
+    return InvalidArgumentError("node id " + std::to_string(node) + " is out of range [0, " +
+                                std::to_string(kMaxNodes - 1) + "]");
+  }
+  std::vector<std::pair<uint32_t, PoolWindow>> declared;
+  for (const PoolWindowSpec& spec : windows) {
+    const std::string name = "pool " + std::to_string(spec.pool.pool) + " of tier " +
+                             std::to_string(static_cast<int>(spec.pool.tier));
+    if (spec.pool.node != node) return InvalidArgumentError(name + " belongs to node " + std::to_string(spec.pool.node));
+    if (static_cast<int>(spec.pool.tier) >= kTierCount) return InvalidArgumentError(name + ": unknown tier");
+    const PoolWindow& w = spec.window;
+    if (w.sink_blocks > w.window_blocks) {
+      return InvalidArgumentError(name + ": " + std::to_string(w.sink_blocks) + " sink blocks need a window of " +
+                                  "at least as many blocks, not " + std::to_string(w.window_blocks));
+    }
+    if (w.window_blocks == 0) continue;  // full attention: the default
+    const uint32_t place = internal::PackLocation(node, static_cast<uint32_t>(spec.pool.tier), spec.pool.pool);
+    if (std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == place; })) {
+      return InvalidArgumentError(name + " is declared twice");
+    }
+    declared.emplace_back(place, w);
+  }
+  std::sort(declared.begin(), declared.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  NodeLists& lists = Lists(node);
+  if (lists.windows == declared) return Status::Ok();
+  for (size_t held : lists.held) {
+    if (held != 0) {
+      return FailedPreconditionError("node " + std::to_string(node) +
+                                     " holds blocks: its pools' windows cannot change under them");
+    }
+  }
+  windowed_places_ = windowed_places_ - lists.windows.size() + declared.size();
+  lists.windows = std::move(declared);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::coordinator

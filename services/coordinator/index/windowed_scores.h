@@ -1,0 +1,76 @@
+// BlockIndex::Impl::WindowedScores: Lookup's view of the windowed pools along a prompt
+// (internal to services/coordinator/index). For each windowed pool met, the run of
+// consecutive blocks it holds, whether it holds the chain's sinks, and so the longest
+// prefix it can serve: m blocks when it holds blocks [0, S) and [m - W, m).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "services/coordinator/index/block_index_impl.h"
+
+namespace kvtier::coordinator {
+
+class BlockIndex::Impl::WindowedScores {
+ public:
+  explicit WindowedScores(const Impl& index) : index_(index) {}
+
+  // Block i of the prompt is held at `place`. Returns false (and records nothing) when
+  // the place is full attention: the caller scores it. REQUIRES: i never decreases.
+  bool Held(uint32_t place, uint32_t i) {
+    const PoolWindow* window = index_.WindowAt(place);
+    if (window == nullptr) return false;
+    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
+    if (pool == pools_.end()) pool = pools_.insert(pools_.end(), Pool{place, *window});
+    if (i != pool->next) {  // blocks [next, i) are not held here
+      if (pool->next < window->sink_blocks) pool->sinks_lost = true;
+      pool->run = 0;
+    }
+    ++pool->run;
+    pool->next = i + 1;
+    if (!pool->sinks_lost && pool->run >= std::min(window->window_blocks, i + 1)) pool->served = i + 1;
+    return true;
+  }
+
+  // The longest prefix the pool at `place` serves (0: none, or never seen).
+  uint32_t Served(uint32_t place) const {
+    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
+    return pool == pools_.end() ? 0 : pool->served;
+  }
+
+  // Gives each node the better of its full-attention score (already in `scores`) and
+  // its windowed pools' (prefix times the tier's weight). Returns the longest prefix a
+  // windowed pool serves.
+  uint32_t MergeInto(std::vector<NodeScore>& scores) const {
+    uint32_t longest = 0;
+    for (const Pool& pool : pools_) {
+      if (pool.served == 0) continue;
+      longest = std::max(longest, pool.served);
+      const NodeScore candidate{static_cast<NodeId>(internal::PackedNode(pool.place)), pool.served,
+                                pool.served * index_.options_.tier_weights[internal::PackedTier(pool.place)]};
+      auto entry = std::find_if(scores.begin(), scores.end(), [&](const NodeScore& s) { return s.node == candidate.node; });
+      if (entry == scores.end()) {
+        scores.push_back(candidate);
+      } else if (candidate.score > entry->score ||
+                 (candidate.score == entry->score && candidate.prefix_blocks > entry->prefix_blocks)) {
+        *entry = candidate;
+      }
+    }
+    return longest;
+  }
+
+ private:
+  struct Pool {
+    uint32_t place;
+    PoolWindow window;
+    uint32_t next = 0;        // one past the last block held here
+    uint32_t run = 0;         // consecutive blocks held here, ending at next - 1
+    bool sinks_lost = false;  // a sink block is not held here
+    uint32_t served = 0;      // the longest prefix this pool serves so far
+  };
+
+  const Impl& index_;
+  std::vector<Pool> pools_;
+};
+
+}  // namespace kvtier::coordinator
