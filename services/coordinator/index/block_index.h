@@ -176,9 +176,10 @@ class BlockIndex {
   [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
 
   // Marks the prefix of `keys` that `node` holds (in any tier) as used there: hit counts,
-  // and LRU positions on that node (ancestors end up more recent than descendants). On a
-  // node with windowed pools the walk goes on past blocks it does not hold, as far as the
-  // chain is indexed.
+  // and LRU positions on that node (ancestors end up more recent than descendants). A
+  // windowed pool of the node renews only what a request over the prefix it serves uses:
+  // the last W blocks root to leaf, then the sinks (the blocks between stay as old as
+  // they were, so they are the first to go).
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
 
   // Evicts up to `count` blocks from (node, tier) in prioritized-LRU order, leaves first
