@@ -175,6 +175,9 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   std::vector<uint32_t>& chain = scratch_;
   chain.clear();
   const bool windows = HasWindows(node);
+  auto full_place_here = [&](uint32_t packed) {
+    return internal::PackedNode(packed) == node && (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
+  };
   uint32_t full_prefix = 0;
   uint32_t expected_parent = kNil;
   for (const BlockKey& key : keys) {
@@ -183,9 +186,8 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
     bool held_here = false, held_full = false;
     ForEachSlot(b, [&](uint32_t ref) {
       const uint32_t packed = Slot(ref).packed;
-      if (internal::PackedNode(packed) != node) return;
-      held_here = true;
-      held_full |= !windows || WindowAt(internal::PlaceOf(packed)) == nullptr;
+      held_here |= internal::PackedNode(packed) == node;
+      held_full |= full_place_here(packed);
     });
     if (!held_here && !windows) break;
     if (held_full && full_prefix == chain.size()) ++full_prefix;
@@ -195,10 +197,7 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   for (uint32_t i = full_prefix; i-- > 0;) {
     Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
-    for (uint32_t ref : HeldSlotsInPlaceOrder(chain[i], [&](uint32_t r) {
-           const uint32_t packed = Slot(r).packed;
-           return internal::PackedNode(packed) == node && (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
-         })) {
+    for (uint32_t ref : HeldSlotsInPlaceOrder(chain[i], [&](uint32_t r) { return full_place_here(Slot(r).packed); })) {
       MoveToTail(ref);
     }
   }
