@@ -23,6 +23,7 @@ coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event, coordinator::Sc
     out.scope = scope;
     if (!event.first) out.parent = event.parent;  // absent: the chain starts at the scope's root
     out.retention = {coordinator::BlockRetention{event.priority, event.retention}};
+    out.tokens = event.tokens;
   } else {
     out.kind = coordinator::KvEvent::Kind::kRemoved;
   }
@@ -71,6 +72,7 @@ coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id, const worker::PoolH
   block.tier = coordinator::Tier::kGpu;
   block.pool = static_cast<uint16_t>(pool_id);
   block.retention = {holding.priority, holding.retention_left};
+  block.tokens = holding.tokens;
   return block;
 }
 

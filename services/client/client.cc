@@ -45,7 +45,9 @@ std::span<uint8_t> MappedPool::block(uint32_t block) const {
   return bytes().subspan(uint64_t{block} * stride_, block_bytes_);
 }
 
-Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys) { return LookupAsync(keys).get(); }
+Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens) {
+  return LookupAsync(keys, tail_tokens).get();
+}
 Result<RouteDecision> Client::Route(std::span<const BlockKey> keys) { return RouteAsync(keys).get(); }
 Result<Allocation> Client::Allocate(const AllocateRequest& request) { return AllocateAsync(request).get(); }
 Result<OnboardResult> Client::Onboard(uint64_t sequence, std::span<const BlockKey> keys,

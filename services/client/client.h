@@ -71,13 +71,19 @@ struct Location {
 struct NodeScore {
   std::string node_id;
   uint32_t prefix_blocks = 0;  // longest consecutive prefix the node can serve
-  double score = 0;            // weighted by tier
+  double score = 0;            // weighted by tier, plus the share of a partially matching next block
+  uint32_t partial_tokens = 0; // tokens of the block after the prefix the node can reuse
 };
 
 struct LookupResult {
   uint32_t matched_blocks = 0;                 // longest cached prefix, in blocks
   std::vector<std::vector<Location>> locations;  // per matched block
+  // Lookup with tail tokens: the cached block after the prefix sharing the most leading
+  // tokens with the tail (partial reuse), how many it shares and holds, and where it is.
   uint32_t partial_match_tokens = 0;
+  uint32_t partial_block_tokens = 0;
+  BlockKey partial_block_key = {};
+  std::vector<Location> partial_block_locations = {};
   std::vector<NodeScore> scores;
 };
 
@@ -183,9 +189,12 @@ class Client {
   static std::vector<BlockKey> BlockKeys(std::span<const uint32_t> tokens, uint32_t tokens_per_block,
                                          const BlockExtraKeys& extra = {});
 
-  // The coordinator (kUnavailable where the node runs none).
-  [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys);
-  [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(std::span<const BlockKey> keys);
+  // The coordinator (kUnavailable where the node runs none). `tail_tokens`: the prompt's
+  // tokens after its full blocks, for a partial match of the block after the prefix
+  // (nodes that commit with tokens make their blocks candidates).
+  [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {});
+  [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(std::span<const BlockKey> keys,
+                                                              std::span<const uint32_t> tail_tokens = {});
   [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys);
   [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(std::span<const BlockKey> keys);
   [[nodiscard]] Result<CoordinatorStats> GetCoordinatorStats();

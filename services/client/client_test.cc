@@ -144,6 +144,43 @@ TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   EXPECT_GE(index->index_blocks, 2u);
 }
 
+TEST_F(ClientTest, APromptEndingInsideACommittedBlockMatchesItPartially) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  // Sequence 1: tokens 100-107, two full blocks, committed with their tokens.
+  const std::vector<uint32_t> conversation = Prompt(100, 8);
+  const std::vector<BlockKey> keys = Client::BlockKeys(conversation, kTokensPerBlock);
+  ASSERT_TRUE(client->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8}).ok());
+  ASSERT_TRUE(client->Commit(1, keys, {}, conversation).ok());
+  ASSERT_EQ(WaitForMatch(*client, keys, 2).matched_blocks, 2u);
+
+  // A prompt of tokens 100-106: block 0 whole, then 3 of block 1's 4 tokens.
+  const std::vector<uint32_t> prompt = Prompt(100, 7);
+  const std::vector<BlockKey> prompt_keys = Client::BlockKeys(prompt, kTokensPerBlock);
+  const auto tail = std::span(prompt).subspan(prompt_keys.size() * kTokensPerBlock);
+  auto r = client->Lookup(prompt_keys, tail);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->matched_blocks, 1u);
+  EXPECT_EQ(r->partial_match_tokens, 3u);
+  EXPECT_EQ(r->partial_block_tokens, kTokensPerBlock);
+  EXPECT_EQ(r->partial_block_key, keys[1]);
+  ASSERT_EQ(r->partial_block_locations.size(), 1u);
+  EXPECT_EQ(r->partial_block_locations[0].node_id, "node/worker");
+  ASSERT_FALSE(r->scores.empty());
+  EXPECT_EQ(r->scores[0].node_id, "node/worker");
+  EXPECT_EQ(r->scores[0].partial_tokens, 3u);
+  EXPECT_DOUBLE_EQ(r->scores[0].score, 1.75);
+
+  // Another tenant's lookup of the same tokens matches nothing, partially or not.
+  auto other = Client::Connect({.address = cluster_->endpoints()[0], .token = kOtherToken});
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto theirs = (*other)->Lookup(prompt_keys, tail);
+  ASSERT_TRUE(theirs.ok()) << theirs.status();
+  EXPECT_EQ(theirs->matched_blocks, 0u);
+  EXPECT_EQ(theirs->partial_match_tokens, 0u);
+  EXPECT_TRUE(theirs->scores.empty());
+}
+
 TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);

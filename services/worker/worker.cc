@@ -95,7 +95,12 @@ class Worker::Impl {
       if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
       }
-      events_.push_back({kind, ++next_event_, pool_id, e.key, e.parent, e.first, e.priority, e.salt_scope, e.retention});
+      WorkerEvent& out = events_.emplace_back(WorkerEvent{kind, ++next_event_, pool_id, e.key, e.parent, e.first,
+                                                          e.priority, e.salt_scope, e.retention});
+      if (kind == WorkerEvent::Kind::kStored) {
+        const std::span<const uint32_t> tokens = state.pool->TokensOf(e.key);
+        out.tokens.assign(tokens.begin(), tokens.end());
+      }
     }
   }
 

@@ -149,6 +149,7 @@ struct WorkerEvent {
   uint64_t salt_scope;
   Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
   bool onboarded = false;  // kStored: the bytes came from a tier or another node, not this node's engine
+  std::vector<uint32_t> tokens = {};  // kStored: as committed (empty: without them), for partial matching
 };
 
 struct WorkerStats {

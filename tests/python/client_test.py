@@ -116,6 +116,27 @@ class ClientTest(unittest.TestCase):
         client.free(3)
         self.assertGreaterEqual(client.worker_stats()["total_blocks"], 3)
 
+    def test_a_prompt_ending_inside_a_committed_block_matches_it_partially(self):
+        client = self.connect()
+        conversation = array.array("I", range(7000, 7032))  # two blocks of 16 tokens
+        keys = kvtier.block_keys(conversation, 16)
+        client.allocate(4, keys, len(conversation))
+        self.assertEqual(client.commit(4, keys, tokens=conversation), 2)
+        client.free(4)
+        # A prompt of 16 + 10 tokens: block 0 whole, then 10 of block 1's 16 tokens.
+        prompt = conversation[:26]
+        prompt_keys = kvtier.block_keys(prompt, 16)
+        deadline = time.monotonic() + 5
+        found = client.lookup(prompt_keys, tail_tokens=prompt[16:])
+        while found["partial_match_tokens"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            found = client.lookup(prompt_keys, tail_tokens=prompt[16:])
+        self.assertEqual(found["matched_blocks"], 1)
+        self.assertEqual(found["partial_match_tokens"], 10)
+        self.assertEqual(found["partial_block_tokens"], 16)
+        self.assertEqual(found["partial_block_locations"][0][1], "gpu")
+        self.assertEqual(found["scores"][0][3], 10, "the node holding it can reuse 10 tokens")
+
     def test_errors_carry_the_status_code(self):
         client = self.connect()
         keys = kvtier.block_keys(list(range(32)), 16)

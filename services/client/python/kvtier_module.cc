@@ -145,10 +145,19 @@ py::dict LookupToDict(const LookupResult& r) {
     locations.append(here);
   }
   py::list scores;
-  for (const NodeScore& s : r.scores) scores.append(py::make_tuple(s.node_id, s.prefix_blocks, s.score));
+  for (const NodeScore& s : r.scores) {
+    scores.append(py::make_tuple(s.node_id, s.prefix_blocks, s.score, s.partial_tokens));
+  }
+  py::list partial_locations;
+  for (const Location& l : r.partial_block_locations) {
+    partial_locations.append(py::make_tuple(l.node_id, TierName(l.tier), l.pool_id));
+  }
   py::dict out;
   out["matched_blocks"] = r.matched_blocks;
   out["locations"] = locations;
+  out["partial_match_tokens"] = r.partial_match_tokens;  // with tail_tokens: of the block after the prefix
+  out["partial_block_tokens"] = r.partial_block_tokens;
+  out["partial_block_locations"] = partial_locations;
   out["scores"] = scores;
   out["sources"] = Client::SourcesOf(r);  // for onboard(..., sources=...)
   return out;
@@ -166,14 +175,15 @@ void BindClient(py::module_& m) {
            }),
            py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "")
       .def_property_readonly("tenant", &Client::tenant)
-      .def("lookup", [](Client& c, const std::vector<PyKey>& keys) {
+      .def("lookup", [](Client& c, const std::vector<PyKey>& keys, const py::object& tail_tokens) {
+        const std::vector<uint32_t> tail = tail_tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tail_tokens);
         LookupResult r;
         {
           py::gil_scoped_release unlocked;
-          r = ValueOrThrow(c.Lookup(ToKeys(keys)));
+          r = ValueOrThrow(c.Lookup(ToKeys(keys), tail));
         }
         return LookupToDict(r);
-      }, py::arg("keys"))
+      }, py::arg("keys"), py::arg("tail_tokens") = py::none())
       .def("route", [](Client& c, const std::vector<PyKey>& keys) {
         const RouteDecision d = ValueOrThrow(c.Route(ToKeys(keys)));
         return py::make_tuple(d.node_id, d.prefix_blocks);
@@ -198,10 +208,13 @@ void BindClient(py::module_& m) {
         return ValueOrThrow(c.Onboard(sequence, ToKeys(keys), {}, sources));
       }, py::arg("sequence"), py::arg("keys"), py::arg("sources") = std::vector<std::string>{}, Release())
       .def("commit", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint8_t priority,
-                        std::optional<double> duration_s) {
-        return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s)));
+                        std::optional<double> duration_s, const py::object& tokens) {
+        // With the blocks' tokens the committed blocks become partial-reuse candidates.
+        const std::vector<uint32_t> committed = tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tokens);
+        py::gil_scoped_release unlocked;
+        return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s), committed));
       }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,
-         py::arg("duration_s") = py::none(), Release())
+         py::arg("duration_s") = py::none(), py::arg("tokens") = py::none())
       .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release())
       .def("worker_stats", [](Client& c) {
         WorkerStats s;

@@ -57,15 +57,25 @@ Tier ToTier(schema::Tier tier) {
   return Tier::kDisk;
 }
 
+std::vector<Location> ToLocations(capnp::List<schema::Location>::Reader list) {
+  std::vector<Location> out;
+  for (auto l : list) out.push_back({l.getNodeId().cStr(), ToTier(l.getTier()), l.getPoolId()});
+  return out;
+}
+
 LookupResult ToLookupResult(schema::LookupResult::Reader r) {
   LookupResult out;
   out.matched_blocks = r.getMatchedBlocks();
+  for (auto block : r.getBlocks()) out.locations.push_back(ToLocations(block.getLocations()));
   out.partial_match_tokens = r.getPartialMatchTokens();
-  for (auto block : r.getBlocks()) {
-    std::vector<Location>& locations = out.locations.emplace_back();
-    for (auto l : block.getLocations()) locations.push_back({l.getNodeId().cStr(), ToTier(l.getTier()), l.getPoolId()});
+  if (out.partial_match_tokens > 0 && r.hasPartialBlock()) {
+    out.partial_block_tokens = r.getPartialBlockTokens();
+    out.partial_block_key = rpc::ToKey(r.getPartialBlock().getKey());
+    out.partial_block_locations = ToLocations(r.getPartialBlock().getLocations());
   }
-  for (auto s : r.getScores()) out.scores.push_back({s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore()});
+  for (auto s : r.getScores()) {
+    out.scores.push_back({s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore(), s.getPartialTokens()});
+  }
   return out;
 }
 
@@ -111,10 +121,13 @@ class Client::Impl {
 
   const std::string& tenant() const { return rpc_->tenant(); }
 
-  std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys) {
-    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [keys = std::move(keys)](schema::Coordinator::Client& c) {
+  std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys, std::vector<uint32_t> tail_tokens) {
+    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail_tokens)](
+                                                                   schema::Coordinator::Client& c) {
       auto request = c.lookupRequest();
-      SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
+      auto body = request.initRequest();
+      SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
+      if (!tail.empty()) SetTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
     });
   }
@@ -337,8 +350,9 @@ Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 const std::string& Client::tenant() const { return impl_->tenant(); }
 
-std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> keys) {
-  return impl_->Lookup({keys.begin(), keys.end()});
+std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> keys,
+                                                     std::span<const uint32_t> tail_tokens) {
+  return impl_->Lookup({keys.begin(), keys.end()}, {tail_tokens.begin(), tail_tokens.end()});
 }
 std::future<Result<RouteDecision>> Client::RouteAsync(std::span<const BlockKey> keys) {
   return impl_->Route({keys.begin(), keys.end()});

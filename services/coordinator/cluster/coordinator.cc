@@ -18,6 +18,10 @@ Status ValidateEvent(const KvEvent& e) {
     return InvalidArgumentError(std::to_string(e.keys.size()) + " keys but " + std::to_string(e.retention.size()) +
                                 " retention entries");
   }
+  if (e.tokens.size() % e.keys.size() != 0) {
+    return InvalidArgumentError(std::to_string(e.tokens.size()) + " tokens for " + std::to_string(e.keys.size()) +
+                                " blocks: not the same count for each block");
+  }
   for (const BlockRetention& r : e.retention) {
     if (r.priority > kMaxPriority) {
       return InvalidArgumentError("priority " + std::to_string(r.priority) + " is out of range [0, 100]");
@@ -92,7 +96,7 @@ Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64
 Status Coordinator::Apply(NodeId node, const KvEvent& e) {
   switch (e.kind) {
     case KvEvent::Kind::kStored:
-      return index_->Store({e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention});
+      return index_->Store({e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
     case KvEvent::Kind::kRemoved:
       index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
@@ -162,13 +166,16 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
       done[*it] = true;
       const SnapshotBlock& b = snapshot.blocks[*it];
       (void)index_->Store({b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
-                           std::span<const BlockRetention>(&b.retention, 1)});
+                           std::span<const BlockRetention>(&b.retention, 1), b.tokens});
     }
   }
   return Status::Ok();
 }
 
-LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys) { return index_->Lookup(scope, keys); }
+LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                                 std::span<const uint32_t> tail_tokens) {
+  return index_->Lookup(scope, keys, tail_tokens);
+}
 
 Result<RouteChoice> Coordinator::Route(ScopeId scope, std::span<const BlockKey> keys) {
   std::vector<WorkerLoad> workers;

@@ -37,6 +37,7 @@ struct KvEvent {
   Tier to_tier = Tier::kHost;             // tier changed
   uint16_t to_pool = 0;
   std::vector<BlockRetention> retention;  // stored: one per key, or empty
+  std::vector<uint32_t> tokens = {};      // stored: the blocks' tokens (same count each), or empty
 };
 
 struct EventBatch {
@@ -58,6 +59,7 @@ struct SnapshotBlock {
   Tier tier = Tier::kGpu;
   uint16_t pool = 0;
   BlockRetention retention;
+  std::vector<uint32_t> tokens = {};  // optional: for partial matching
 };
 
 struct NodeSnapshot {
@@ -118,12 +120,16 @@ class Coordinator {
   [[nodiscard]] Status Leave(const std::string& node, uint64_t lease_id);
 
   // kInvalidArgument for a malformed batch (bad tier, priority above 100, retention of the
-  // wrong length, repeated key): nothing of it is applied. kNotFound: not registered or
+  // wrong length, tokens not a whole number per block, repeated key): nothing of it is
+  // applied. kNotFound: not registered or
   // lease expired; kFailedPrecondition: stale incarnation.
   [[nodiscard]] Result<EventAck> PublishEvents(const EventBatch& batch);
   [[nodiscard]] Status PublishSnapshot(const NodeSnapshot& snapshot);
 
-  [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys);
+  // `tail_tokens`: the prompt's tokens after its full blocks, for partial matching
+  // (BlockIndex::Lookup).
+  [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                                    std::span<const uint32_t> tail_tokens = {});
   // The live worker (not store) with the lowest routing cost; kUnavailable when none.
   [[nodiscard]] Result<RouteChoice> Route(ScopeId scope, std::span<const BlockKey> keys);
 

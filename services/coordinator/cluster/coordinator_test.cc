@@ -275,6 +275,34 @@ TEST_F(CoordinatorTest, AChangedWindowUnderHeldBlocksAsksForASnapshot) {
   EXPECT_EQ(Matched(Chain(1, 3)), 0u) << "its blocks left the index until the snapshot";
 }
 
+TEST_F(CoordinatorTest, TokensInStoredEventsAndSnapshotsServePartialMatches) {
+  Join("w1");
+  // Blocks 1, 2 of two tokens each: (7, 8) and (9, 10).
+  KvEvent stored = Stored(Chain(1, 2));
+  stored.tokens = {7, 8, 9, 10};
+  Publish("w1", 0, {stored});
+  const std::vector<uint32_t> tail = {9};  // the prompt ends one token into block 2
+  const LookupResult before = coordinator_->Lookup(0, std::vector<BlockKey>{Chain(1, 1)}, tail);
+  EXPECT_EQ(before.partial.tokens, 1u);
+  EXPECT_EQ(before.partial.key, Chain(2, 1)[0]);
+  // A resync from a snapshot keeps them: the node lists each block's tokens.
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1,
+                                             {{Chain(1, 1)[0], std::nullopt, 0, Tier::kGpu, 0, {}, {7, 8}},
+                                              {Chain(2, 1)[0], Chain(1, 1)[0], 0, Tier::kGpu, 0, {}, {9, 10}}}})
+                  .ok());
+  const LookupResult after = coordinator_->Lookup(0, std::vector<BlockKey>{Chain(1, 1)}, tail);
+  EXPECT_EQ(after.partial.tokens, 1u);
+  ASSERT_EQ(after.scores.size(), 1u);
+  EXPECT_EQ(after.scores[0].partial_tokens, 1u);
+  // Three tokens cannot be split between two blocks: the batch is refused whole.
+  KvEvent bad = Stored(Chain(20, 2));
+  bad.tokens = {1, 2, 3};
+  const Result<EventAck> ack = coordinator_->PublishEvents({"w1", 1, 1, {Stored(Chain(30, 1)), bad}});
+  ASSERT_FALSE(ack.ok());
+  EXPECT_NE(ack.status().message().find("3 tokens for 2 blocks"), std::string::npos) << ack.status();
+  EXPECT_EQ(Matched(Chain(30, 1)), 0u);
+}
+
 TEST(CoordinatorConvergenceTest, DroppedDuplicatedAndReorderedEventsConverge) {
   std::mt19937_64 rng(42);
   FakeClock clock;

@@ -46,6 +46,10 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
                                   std::to_string(r.retention[i].priority) + " is out of range [0, 100]");
     }
   }
+  if (!r.tokens.empty() && (r.keys.empty() || r.tokens.size() % r.keys.size() != 0)) {
+    return InvalidArgumentError("stored event has " + std::to_string(r.tokens.size()) + " tokens for " +
+                                std::to_string(r.keys.size()) + " blocks: not the same count for each block");
+  }
   if (HasDuplicateKeys(r.keys)) return InvalidArgumentError("stored event repeats a block key");
   found_.clear();
   uint32_t expected_parent = parent;
@@ -101,6 +105,7 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
     parent = b;
   }
   FlushLeafChanges();
+  if (!r.tokens.empty()) KeepTokens(r, slots);
   // Pass 2: recency. Full attention, leaf to root: ancestors end up more recent than
   // descendants, so a list's least recently used end holds leaves and eviction rarely
   // skips interior blocks. Windowed, root to leaf, then the sinks: the order in which a
@@ -116,7 +121,8 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   return Status::Ok();
 }
 
-LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> keys) const {
+LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                                      std::span<const uint32_t> tail_tokens) const {
   LookupResult result;
   result.location_begin.push_back(0);
   std::vector<double> pending;  // per score entry: the best tier weight for this block
@@ -163,6 +169,10 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   result.matched_blocks = std::max(located_prefix, windowed.MergeInto(result.scores));
   result.location_begin.resize(result.matched_blocks + 1);
   result.locations.resize(result.location_begin.back());
+  // Every key matched: expected_parent is the last one's block (kNil for no keys).
+  if (!tail_tokens.empty() && result.matched_blocks == keys.size()) {
+    MatchPartial(scope, expected_parent, tail_tokens, result);
+  }
   std::stable_sort(result.scores.begin(), result.scores.end(),
                    [](const NodeScore& a, const NodeScore& b) { return a.score > b.score; });
   return result;
@@ -345,9 +355,7 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.evictions_by_priority = evictions_by_priority_;
   stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
                        expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
-                       // a node per counter (value and link) plus the bucket array
-                       window_leaves_.size() * (sizeof(std::pair<const uint32_t, uint32_t>) + 2 * sizeof(void*)) +
-                       window_leaves_.bucket_count() * sizeof(void*);
+                       window_leaves_.memory_bytes() + tokens_.memory_bytes();
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
   return stats;
 }
@@ -374,8 +382,9 @@ size_t BlockIndex::RemoveNode(NodeId node) { return impl_->RemoveNode(node); }
 size_t BlockIndex::ChangeTier(Location from, Location to, std::span<const BlockKey> keys) {
   return impl_->ChangeTier(from, to, keys);
 }
-LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys) const {
-  return impl_->Lookup(scope, keys);
+LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                                std::span<const uint32_t> tail_tokens) const {
+  return impl_->Lookup(scope, keys, tail_tokens);
 }
 void BlockIndex::Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys) { impl_->Touch(node, scope, keys); }
 std::vector<BlockKey> BlockIndex::Evict(NodeId node, Tier tier, size_t count) { return impl_->Evict(node, tier, count); }

@@ -27,10 +27,14 @@
 // from a scan of the tree. An expired block keeps its place as most recently used at its
 // new priority.
 //
+// Partial matching: blocks stored with their tokens (StoreRequest::tokens) are compared
+// token by token with a prompt's tail after its matched prefix (Lookup's tail_tokens).
+//
 // Memory: 52 bytes per block plus 4-byte hash slots at load factor <= 0.8; extra
 // locations of a block held by several nodes or tiers take 24 bytes each. A windowed
-// pool adds a counter (about 40 bytes in a hash map) per block within a window of a leaf. Blocks grow in
-// pages of 1024; the key table is sized for expected_blocks and grows by half.
+// pool adds a counter (10 bytes in a flat table) per block within a window of a leaf;
+// a block stored with tokens, its tokens (4 bytes each) and about 120 bytes. Blocks
+// grow in pages of 1024; the key table is sized for expected_blocks and grows by half.
 //
 // Thread safety: none; one thread owns an index (the coordinator's event-loop thread).
 // Ownership: the index owns its storage; the clock outlives it.
@@ -96,12 +100,27 @@ struct StoreRequest {
   std::span<const BlockKey> keys;          // in chain order
   Location location;
   std::span<const BlockRetention> retention;  // one per key, or empty for the default
+  // The blocks' tokens, block after block (the same count for each), or empty: kept for
+  // partial matching (Lookup with tail tokens) where given.
+  std::span<const uint32_t> tokens = {};
 };
 
 struct NodeScore {
   NodeId node = 0;
   uint32_t prefix_blocks = 0;  // longest consecutive prefix this node can serve
-  double score = 0.0;          // that prefix, each block weighted by the node's best tier
+  double score = 0.0;          // that prefix, each block weighted by the node's best tier,
+                               // plus the share of the next block's tokens it can reuse
+  uint32_t partial_tokens = 0; // tokens of the block after the prefix this node can reuse
+};
+
+// The cached block after the matched prefix that shares the most leading tokens with the
+// prompt's tail (partial reuse: an engine copies those tokens' KV instead of computing
+// them). tokens 0: none.
+struct PartialMatch {
+  uint32_t tokens = 0;        // leading tokens shared with the tail
+  uint32_t block_tokens = 0;  // tokens of the cached block
+  BlockKey key;
+  std::vector<Location> locations;
 };
 
 struct LookupResult {
@@ -109,7 +128,8 @@ struct LookupResult {
   // Locations of matched block i: locations[location_begin[i] .. location_begin[i + 1]).
   std::vector<Location> locations;
   std::vector<uint32_t> location_begin;  // matched_blocks + 1 entries
-  std::vector<NodeScore> scores;         // nodes with prefix_blocks > 0, best score first
+  std::vector<NodeScore> scores;  // nodes with a prefix or partial tokens, best score first
+  PartialMatch partial;           // with tail tokens only
 
   std::span<const Location> LocationsOf(uint32_t block) const {
     return std::span<const Location>(locations).subspan(location_begin[block],
@@ -142,7 +162,8 @@ class BlockIndex {
   // already there is refreshed (its retention replaced, its LRU position renewed).
   // kFailedPrecondition: the parent is not indexed (a lost event: resync the node);
   // kInvalidArgument: a priority above 100, a retention list of the wrong length, or a
-  // key already indexed under another scope or parent. Nothing changes on error.
+  // key already indexed under another scope or parent, tokens not a whole number per
+  // block. Nothing changes on error.
   [[nodiscard]] Status Store(const StoreRequest& request);
 
   // Drops `location` (node, tier and pool) from each block; blocks left with no location
@@ -173,7 +194,13 @@ class BlockIndex {
   // is the better of its full-attention prefix (each block at its best tier's weight)
   // and each windowed pool's prefix (blocks times the pool's tier weight). Does not change
   // recency.
-  [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
+  // `tail_tokens`: the prompt's tokens after the blocks of `keys` (its partial last block).
+  // When every key matched, the cached children of the last one (stored with tokens)
+  // are compared with them: the one sharing the most leading tokens is `partial`, and a
+  // node holding the whole prefix and such a child scores the child's weight times the
+  // share of its tokens matched (and reports them in partial_tokens).
+  [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                                    std::span<const uint32_t> tail_tokens = {}) const;
 
   // Marks the prefix of `keys` that `node` holds (in any tier) as used there: hit counts,
   // and LRU positions on that node (ancestors end up more recent than descendants). A

@@ -50,6 +50,53 @@ void BM_LookupMiss(benchmark::State& state) {
 }
 BENCHMARK(BM_LookupMiss);
 
+// Partial matching: a 31-block prefix cached with tokens (16 per block), then 4 cached
+// continuations that share their first 4 tokens; the prompt's tail is 10 tokens of one
+// of them. Against BM_LookupHit32: what comparing the tail with the children costs.
+void BM_LookupPartial31(benchmark::State& state) {
+  constexpr uint32_t kTpb = 16;
+  std::unique_ptr<BlockIndex> index = *BlockIndex::Create({.expected_blocks = kChains * (kChainLength + 3)});
+  auto tokens_of = [](uint64_t block, uint64_t sibling) {
+    std::vector<uint32_t> tokens(kTpb);
+    for (uint32_t t = 0; t < kTpb; ++t) tokens[t] = static_cast<uint32_t>(block * kTpb + t + (t >= 4 ? sibling : 0));
+    return tokens;
+  };
+  const OpaqueKeyNamespace ns("bench-partial", "");
+  for (uint64_t c = 0; c < kChains; ++c) {
+    std::vector<BlockKey> keys = ChainKeys(c);
+    keys.pop_back();
+    std::vector<uint32_t> tokens;
+    for (uint64_t b = 0; b < keys.size(); ++b) {
+      const std::vector<uint32_t> block = tokens_of(c * kChainLength + b, 0);
+      tokens.insert(tokens.end(), block.begin(), block.end());
+    }
+    const Location where{static_cast<NodeId>(c % 4), Tier::kGpu, 0};
+    (void)index->Store({0, std::nullopt, keys, where, {}, tokens});
+    for (uint64_t sibling = 0; sibling < 4; ++sibling) {
+      const BlockKey last = ns.Key(c * 4 + sibling);
+      (void)index->Store({0, keys.back(), std::span(&last, 1), where, {}, tokens_of(c * kChainLength + 31, sibling)});
+    }
+  }
+  std::vector<std::vector<BlockKey>> prompts;
+  std::vector<std::vector<uint32_t>> tails;
+  for (uint64_t c = 0; c < 256; ++c) {
+    const uint64_t chain = c * 7 % kChains;
+    prompts.push_back(ChainKeys(chain));
+    prompts.back().pop_back();
+    std::vector<uint32_t> tail = tokens_of(chain * kChainLength + 31, 2);
+    tail.resize(10);
+    tails.push_back(std::move(tail));
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    const size_t p = i++ % prompts.size();
+    benchmark::DoNotOptimize(index->Lookup(0, prompts[p], tails[p]));
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(kChainLength));
+  state.counters["bytes_per_block"] = static_cast<double>(index->Stats().memory_bytes) / index->Stats().blocks;
+}
+BENCHMARK(BM_LookupPartial31);
+
 // Store a new 32-block chain and evict one chain's worth from the same node: the steady
 // state of a full worker.
 void BM_StoreAndEvict32(benchmark::State& state) {

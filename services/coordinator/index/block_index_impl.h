@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <unordered_map>
 
 #include "services/coordinator/index/block_index.h"
+#include "services/coordinator/index/block_tokens.h"
 #include "services/coordinator/index/index_storage.h"
 
 namespace kvtier::coordinator {
@@ -187,6 +187,7 @@ class BlockIndex::Impl {
         ref = next;
       }
       table_.Erase(blocks_[b].key.Key(), blocks_);
+      if (blocks_[b].has_tokens) tokens_.Erase(b);
       blocks_[b].live = 0;
       blocks_[b].parent = free_block_;
       free_block_ = b;
@@ -343,7 +344,11 @@ class BlockIndex::Impl {
 
   Status Store(const StoreRequest& r);
   Status ValidateStore(const StoreRequest& r, uint32_t parent);
-  LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys) const;
+  LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens) const;
+  // Partial matching (partial_match.cc): the tokens of the chain's blocks, and the cached
+  // child of `parent` (kNil: the scope's root) sharing the most leading tokens with `tail`.
+  void KeepTokens(const StoreRequest& r, std::span<const uint32_t> blocks);
+  void MatchPartial(ScopeId scope, uint32_t parent, std::span<const uint32_t> tail, LookupResult& result) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
   void TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain);
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count, const Location* demote_to = nullptr,
@@ -378,10 +383,11 @@ class BlockIndex::Impl {
   // leaves held there within its window below it (no entry: none); Store's deferred leaf
   // changes; Evict's hint (kNoPriority: nothing became evictable).
   size_t windowed_places_ = 0;
-  std::unordered_map<uint32_t, uint32_t> window_leaves_;
+  internal::SlotCounts window_leaves_;
   std::vector<std::pair<uint32_t, int>> leaf_changes_;
   bool defer_leaf_changes_ = false;
   int newly_evictable_ = kNoPriority;
+  internal::BlockTokens tokens_;
 };
 
 }  // namespace kvtier::coordinator

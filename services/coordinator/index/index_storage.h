@@ -69,7 +69,8 @@ struct Block {                     // 52 bytes
   uint16_t retention_seq = 0;      // matches the live expiry-heap entry
   uint16_t scope = 0;
   uint8_t priority = 35;
-  uint8_t live = 0;
+  uint8_t live : 1 = 0;
+  uint8_t has_tokens : 1 = 0;      // BlockTokens keeps its tokens (partial matching)
   LocationSlot first;
 };
 static_assert(sizeof(LocationSlot) == 20);
@@ -169,6 +170,82 @@ class KeyTable {
   }
 
   std::vector<uint32_t> slots_;
+  size_t count_ = 0;
+};
+
+// Slot reference -> count: the windowed pools' per-slot leaf counts. Why hand-written:
+// std::unordered_map costs about 40 bytes per entry (a node and a bucket pointer) against
+// the index's 64-byte goal per block; this is 8 bytes per entry at load <= 0.8, with the
+// same linear probing and backward-shift deletion as KeyTable. Grows by half; never shrinks.
+class SlotCounts {
+ public:
+  bool Contains(uint32_t key) const { return Find(key) != kNil; }
+
+  void Add(uint32_t key, uint32_t n) {
+    if ((count_ + 1) * 5 > entries_.size() * 4) Grow();
+    size_t i = Home(key);
+    while (entries_[i].key != kNil && entries_[i].key != key) i = Next(i);
+    if (entries_[i].key == kNil) {
+      entries_[i].key = key;
+      ++count_;
+    }
+    entries_[i].count += n;
+  }
+
+  // Takes n off the key's count and returns what is left; the entry goes at 0.
+  // REQUIRES: the key is present with a count of at least n.
+  uint32_t Subtract(uint32_t key, uint32_t n) {
+    size_t hole = Find(key);
+    const uint32_t left = entries_[hole].count -= n;
+    if (left != 0) return left;
+    for (size_t j = Next(hole); entries_[j].key != kNil; j = Next(j)) {
+      const size_t home = Home(entries_[j].key);
+      const bool home_in_gap = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (!home_in_gap) {
+        entries_[hole] = entries_[j];
+        hole = j;
+      }
+    }
+    entries_[hole] = Entry{};
+    --count_;
+    return 0;
+  }
+
+  size_t size() const { return count_; }
+  size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
+
+ private:
+  struct Entry {
+    uint32_t key = kNil;
+    uint32_t count = 0;
+  };
+
+  size_t Find(uint32_t key) const {
+    if (entries_.empty()) return kNil;
+    for (size_t i = Home(key);; i = Next(i)) {
+      if (entries_[i].key == key) return i;
+      if (entries_[i].key == kNil) return kNil;
+    }
+  }
+  size_t Home(uint32_t key) const {
+    const uint64_t h = uint64_t{key} * 0x9E3779B97F4A7C15ULL;
+    return static_cast<size_t>((static_cast<unsigned __int128>(h ^ (h >> 29)) * entries_.size()) >> 64);
+  }
+  size_t Next(size_t i) const { return i + 1 == entries_.size() ? 0 : i + 1; }
+
+  void Grow() {
+    std::vector<Entry> old;
+    old.swap(entries_);
+    entries_.assign(std::max<size_t>(16, old.size() + old.size() / 2), Entry{});
+    for (const Entry& e : old) {
+      if (e.key == kNil) continue;
+      size_t i = Home(e.key);
+      while (entries_[i].key != kNil) i = Next(i);
+      entries_[i] = e;
+    }
+  }
+
+  std::vector<Entry> entries_;
   size_t count_ = 0;
 };
 

@@ -22,7 +22,7 @@ bool BlockIndex::Impl::Evictable(uint32_t ref) const {
   const LocationSlot& slot = Slot(ref);
   if (slot.children_here == 0) return true;
   const PoolWindow* window = WindowAt(internal::PlaceOf(slot.packed));
-  return window != nullptr && !window_leaves_.contains(ref) && !IsSink(Owner(ref), window->sink_blocks);
+  return window != nullptr && !window_leaves_.Contains(ref) && !IsSink(Owner(ref), window->sink_blocks);
 }
 
 bool BlockIndex::Impl::IsSink(uint32_t b, uint32_t sink_blocks) const {
@@ -96,14 +96,11 @@ void BlockIndex::Impl::WalkWindow(uint32_t ref, int delta) {
     const uint32_t a = FindSlot(b, place);
     assert(a != kNil && "a windowed slot's ancestors have slots");
     if (delta > 0) {
-      window_leaves_[a] += static_cast<uint32_t>(delta);
+      window_leaves_.Add(a, static_cast<uint32_t>(delta));
       continue;
     }
-    auto it = window_leaves_.find(a);
-    assert(it != window_leaves_.end() && it->second >= static_cast<uint32_t>(-delta));
-    it->second -= static_cast<uint32_t>(-delta);
-    if (it->second != 0) continue;
-    window_leaves_.erase(it);
+    assert(window_leaves_.Contains(a));
+    if (window_leaves_.Subtract(a, static_cast<uint32_t>(-delta)) != 0) continue;
     if (internal::IsHeld(Slot(a).packed)) NoteEvictable(b);  // it may have left every window
   }
 }

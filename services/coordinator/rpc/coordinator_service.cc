@@ -47,6 +47,12 @@ uint8_t ToPriority(uint8_t p) {
 BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
   return {ToPriority(priority), std::chrono::milliseconds(expiry_ms)};
 }
+std::vector<uint32_t> ToTokens(capnp::List<uint32_t>::Reader tokens) {
+  std::vector<uint32_t> out;
+  out.reserve(tokens.size());
+  for (const uint32_t t : tokens) out.push_back(t);
+  return out;
+}
 
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
@@ -119,7 +125,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
       SnapshotBlock block{ToKey(b.getKey()), std::nullopt, Scope(b.getSaltScope()), ToTier(location.getTier()),
                           ToPool(location.getPoolId()), ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
       if (b.getHasParent()) block.parent = ToKey(b.getParentKey());
-      pending.blocks.push_back(block);
+      block.tokens = ToTokens(b.getTokens());
+      pending.blocks.push_back(std::move(block));
     }
     if (chunk.getLast()) {
       NodeSnapshot complete = std::move(pending);
@@ -131,30 +138,33 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> lookup(LookupContext call) override {
-    const std::vector<BlockKey> keys = ToKeys(call.getParams().getRequest().getKeys());
+    const auto request = call.getParams().getRequest();
+    const std::vector<BlockKey> keys = ToKeys(request.getKeys());
     if (state_.on_lookup) state_.on_lookup(keys);
     const auto start = std::chrono::steady_clock::now();
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
-    const LookupResult result = scope ? state_.coordinator->Lookup(*scope, keys) : LookupResult{0, {}, {0}, {}};
+    LookupResult result;
+    if (scope) {
+      result = state_.coordinator->Lookup(*scope, keys, ToTokens(request.getPartialTokens()));
+    } else {
+      result.location_begin = {0};  // a scope nobody wrote under: nothing cached
+    }
     state_.metrics->RecordLookup(result, keys.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     auto out = call.getResults().initResult();
     out.setMatchedBlocks(result.matched_blocks);
     auto blocks = out.initBlocks(result.matched_blocks);
-    for (uint32_t i = 0; i < result.matched_blocks; ++i) {
-      FromKey(keys[i], blocks[i].initKey());
-      const auto locations = result.LocationsOf(i);
-      auto list = blocks[i].initLocations(static_cast<unsigned>(locations.size()));
-      for (unsigned j = 0; j < locations.size(); ++j) {
-        list[j].setNodeId(NodeName(locations[j].node));
-        list[j].setTier(static_cast<schema::Tier>(locations[j].tier));
-        list[j].setPoolId(locations[j].pool);
-      }
+    for (uint32_t i = 0; i < result.matched_blocks; ++i) SetBlock(keys[i], result.LocationsOf(i), blocks[i]);
+    if (result.partial.tokens > 0) {
+      out.setPartialMatchTokens(result.partial.tokens);
+      out.setPartialBlockTokens(result.partial.block_tokens);
+      SetBlock(result.partial.key, result.partial.locations, out.initPartialBlock());
     }
     auto scores = out.initScores(static_cast<unsigned>(result.scores.size()));
     for (unsigned i = 0; i < result.scores.size(); ++i) {
       scores[i].setNodeId(NodeName(result.scores[i].node));
       scores[i].setPrefixBlocks(result.scores[i].prefix_blocks);
       scores[i].setScore(result.scores[i].score);
+      scores[i].setPartialTokens(result.scores[i].partial_tokens);
     }
     return kj::READY_NOW;
   }
@@ -223,6 +233,16 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   std::string NodeName(NodeId node) const { return state_.coordinator->NodeName(node); }
 
+  void SetBlock(const BlockKey& key, std::span<const Location> locations, schema::MatchedBlock::Builder out) const {
+    FromKey(key, out.initKey());
+    auto list = out.initLocations(static_cast<unsigned>(locations.size()));
+    for (unsigned j = 0; j < locations.size(); ++j) {
+      list[j].setNodeId(NodeName(locations[j].node));
+      list[j].setTier(static_cast<schema::Tier>(locations[j].tier));
+      list[j].setPoolId(locations[j].pool);
+    }
+  }
+
   KvEvent ToEvent(schema::KvEvent::Reader e) {
     KvEvent out;
     switch (e.which()) {
@@ -235,6 +255,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         out.tier = ToTier(s.getTier());
         out.pool = ToPool(s.getPoolId());
         out.retention.assign(out.keys.size(), ToRetention(s.getPriority(), s.getRetentionExpiryMs()));
+        out.tokens = ToTokens(s.getTokens());
         break;
       }
       case schema::KvEvent::REMOVED:

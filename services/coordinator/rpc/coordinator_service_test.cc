@@ -6,6 +6,7 @@
 
 #include "common/block_key.h"
 #include "services/coordinator/rpc/coordinator_node.h"
+#include "services/coordinator/rpc/node_link.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
@@ -232,6 +233,60 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
   const std::string exposition = registry_.Exposition();
   EXPECT_NE(exposition.find("kvtier_coordinator_capacity_blocks{tier=\"gpu\"} 100"), std::string::npos) << exposition;
   EXPECT_NE(exposition.find("kvtier_coordinator_held_blocks{tier=\"gpu\"} 5"), std::string::npos) << exposition;
+}
+
+// A node's link carries each stored block's tokens, in events and in snapshots; a
+// tenant's lookup with tail tokens gets the partially matching block back.
+TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
+  const OpaqueKeyNamespace ns("test", "");
+  const uint64_t scope = SaltScope("team-a");
+  NodeLinkOptions options;
+  options.connection.address = address_;
+  options.connection.token = kNodeToken;
+  options.node_id = "w3";
+  options.role = NodeRole::kWorker;
+  options.rpc_address = "10.0.0.3:7401";
+  options.incarnation = 1;
+  std::unique_ptr<NodeLink> link = *NodeLink::Connect(std::move(options));
+  ASSERT_TRUE(link->Register().ok());
+  // The snapshot holds block 1 (tokens 7, 8); an event then adds block 2 (tokens 9, 10).
+  NodeBlock block_1;
+  block_1.key = ns.Key(1);
+  block_1.first = true;
+  block_1.salt_scope = scope;
+  block_1.tokens = {7, 8};
+  ASSERT_TRUE(link->PublishSnapshot(0, std::vector<NodeBlock>{block_1}).ok());
+  NodeEvent block_2;
+  block_2.key = ns.Key(2);
+  block_2.parent = ns.Key(1);
+  block_2.salt_scope = scope;
+  block_2.tokens = {9, 10};
+  ASSERT_EQ(*link->Publish(0, std::vector<NodeEvent>{block_2}), EventVerdict::kApplied);
+
+  CoordinatorClient tenant(address_, kTokenA);
+  auto first_block = [&](std::initializer_list<uint32_t> tail, uint32_t keys) {
+    auto lookup = tenant.coordinator().lookupRequest();
+    auto request = lookup.initRequest();
+    SetKeys(request.initKeys(keys), 1);
+    auto tokens = request.initPartialTokens(static_cast<unsigned>(tail.size()));
+    unsigned i = 0;
+    for (const uint32_t t : tail) tokens.set(i++, t);
+    return lookup.send().wait(tenant.ws());
+  };
+  // Block 1 matched, then one token of block 2 (9, then 99 where block 2 has 10).
+  auto after_block_1 = first_block({9, 99}, 1);
+  auto r = after_block_1.getResult();
+  EXPECT_EQ(r.getMatchedBlocks(), 1u);
+  EXPECT_EQ(r.getPartialMatchTokens(), 1u);
+  EXPECT_EQ(r.getPartialBlockTokens(), 2u);
+  EXPECT_EQ(rpc::ToKey(r.getPartialBlock().getKey()), ns.Key(2));
+  EXPECT_EQ(std::string(r.getPartialBlock().getLocations()[0].getNodeId().cStr()), "w3");
+  ASSERT_EQ(r.getScores().size(), 1u);
+  EXPECT_EQ(r.getScores()[0].getPartialTokens(), 1u);
+  // A prompt shorter than a block: the snapshot's tokens make block 1 the partial match.
+  auto shorter = first_block({7}, 0);
+  EXPECT_EQ(shorter.getResult().getPartialMatchTokens(), 1u);
+  EXPECT_EQ(rpc::ToKey(shorter.getResult().getPartialBlock().getKey()), ns.Key(1));
 }
 
 TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {

@@ -37,6 +37,7 @@ struct NodeEvent {
   uint8_t priority = kDefaultPriority;  // kStored
   uint64_t retention_ms = 0;  // kStored: until the priority reverts; 0: for good
   uint64_t salt_scope = 0;    // kStored
+  std::vector<uint32_t> tokens = {};  // kStored: the block's tokens, for partial matching (optional)
 };
 
 // One block of a snapshot.
@@ -49,6 +50,7 @@ struct NodeBlock {
   uint8_t priority = kDefaultPriority;
   uint64_t retention_ms = 0;
   uint64_t salt_scope = 0;
+  std::vector<uint32_t> tokens = {};  // optional, for partial matching
 };
 
 // One pool of the node, as it registers (a store's tiers: pool 0 of each, no layout).

@@ -49,6 +49,8 @@ struct StoredEvent {
   priority @6 :UInt8;
   retentionExpiryMs @7 :UInt64;   # 0: none; else ms after the event until priority reverts
   saltScope @8 :UInt64;           # the tenant's salt scope (common/block_key.h SaltScope)
+  tokens @9 :List(UInt32);        # optional: the blocks' tokens, block after block, for
+                                  # partial matching (the same count for each block)
 }
 
 struct RemovedEvent {
@@ -95,6 +97,7 @@ struct SnapshotBlock {
   priority @4 :UInt8;
   retentionExpiryMs @5 :UInt64;
   saltScope @6 :UInt64;
+  tokens @7 :List(UInt32);        # optional: the block's tokens, for partial matching
 }
 
 struct NodeSnapshot {
@@ -110,7 +113,8 @@ struct NodeSnapshot {
 
 struct LookupRequest {
   keys @0 :List(Common.BlockKey);       # the prompt's full blocks, in order
-  partialTokens @1 :List(UInt32);       # optional: tokens of the partial last block
+  partialTokens @1 :List(UInt32);       # optional: the prompt's tokens after its full
+                                        # blocks (its partial last block)
 }
 
 struct MatchedBlock {
@@ -121,7 +125,9 @@ struct MatchedBlock {
 struct NodeScore {
   nodeId @0 :Text;
   prefixBlocks @1 :UInt32;   # longest consecutive prefix this node can serve
-  score @2 :Float64;         # prefix weighted by tier (gpu > host > disk)
+  score @2 :Float64;         # prefix weighted by tier (gpu > host > disk), plus the
+                             # share of the next block's tokens it can reuse
+  partialTokens @3 :UInt32;  # tokens of the block after the prefix this node can reuse
 }
 
 struct LookupResult {
@@ -129,6 +135,8 @@ struct LookupResult {
   blocks @1 :List(MatchedBlock);
   partialMatchTokens @2 :UInt32;   # tokens of the next block that match (partial reuse)
   scores @3 :List(NodeScore);
+  partialBlock @4 :MatchedBlock;   # with partialMatchTokens > 0: the cached block they match
+  partialBlockTokens @5 :UInt32;   # the tokens that block holds
 }
 
 struct RouteRequest {

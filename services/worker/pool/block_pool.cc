@@ -84,6 +84,13 @@ std::optional<PoolHolding> BlockPool::Find(const BlockKey& key) const {
   return PoolHolding{it->second, m.key, m.parent_key, m.first, m.priority, Nanos{0}, m.salt_scope, m.format_tag};
 }
 
+std::span<const uint32_t> BlockPool::TokensOf(const BlockKey& key) const {
+  const auto it = impl_->index_.find(key);
+  if (it == impl_->index_.end() || !impl_->metas_[it->second].partial_candidate) return {};
+  const uint32_t tpb = impl_->options_.tokens_per_block;
+  return std::span<const uint32_t>(impl_->tokens_).subspan(size_t{it->second} * tpb, tpb);
+}
+
 Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   Impl& p = *impl_;
   const uint32_t tpb = p.options_.tokens_per_block;
@@ -278,7 +285,9 @@ std::vector<PoolHolding> BlockPool::Holdings() const {
     const BlockMeta& m = w.metas_[block];
     const auto deadline = deadlines.find(block);
     const Nanos left{deadline == deadlines.end() ? 0 : std::max<int64_t>(deadline->second - now, 1)};
-    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope, m.format_tag});
+    const std::span<const uint32_t> tokens = TokensOf(key);
+    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope, m.format_tag,
+                        {tokens.begin(), tokens.end()}});
   }
   return holdings;
 }

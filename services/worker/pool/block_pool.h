@@ -79,6 +79,9 @@ struct PoolHolding {
   Nanos retention_left;   // until the priority reverts to the default; 0: no expiry
   uint64_t salt_scope;
   uint64_t format_tag = 0;  // as given at Allocate
+  // Holdings only (Find, on the peer-fetch path, copies none): as committed; empty when
+  // committed without them or with partial reuse off.
+  std::vector<uint32_t> tokens = {};
 };
 
 // Blocks evicted by a call, in eviction order; the caller copies out those to offload
@@ -161,8 +164,12 @@ class BlockPool {
   // Full blocks of `keys` cached here as a chain from `root`.
   uint32_t LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const;
   // The committed block cached under `key`, whatever its chain (a peer fetching it);
-  // retention_left is left 0 (not computed here).
+  // retention_left is left 0 and tokens empty (not computed here).
   std::optional<PoolHolding> Find(const BlockKey& key) const;
+  // The tokens the block cached under `key` was committed with; empty when it was
+  // committed without them, partial reuse is off, or nothing is cached under `key`.
+  // Valid until the pool next changes.
+  std::span<const uint32_t> TokensOf(const BlockKey& key) const;
 
   void AdvanceTime();
   // Events since the last call, in sequence order.

@@ -46,6 +46,7 @@ coordinator::NodeEvent ToNodeEvent(const WorkerEvent& e) {
     out.priority = e.priority;
     out.retention_ms = Millis(e.retention);
     out.salt_scope = e.salt_scope;
+    out.tokens = e.tokens;
   } else {
     out.kind = coordinator::NodeEvent::Kind::kRemoved;
   }
@@ -221,7 +222,7 @@ class WorkerNode::Impl {
       std::vector<coordinator::NodeBlock> blocks;
       for (const auto& [pool, h] : worker_->Holdings()) {
         blocks.push_back({h.key, h.first, h.parent, coordinator::Tier::kGpu, pool, h.priority,
-                          Millis(h.retention_left), h.salt_scope});
+                          Millis(h.retention_left), h.salt_scope, h.tokens});
       }
       holdings_ = std::move(blocks);
       holdings_wanted_ = false;

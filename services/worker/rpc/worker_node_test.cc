@@ -142,16 +142,25 @@ TEST_F(WorkerNodeTest, ItsBlocksReachTheIndexAndLeaveWithADrain) {
 TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
   StartWorker();
   auto engine = Connect(node_->endpoints()[0]);
-  const std::vector<BlockKey> keys = client::Client::BlockKeys(Prompt(7, 8), kTokensPerBlock);
+  // Committed with their tokens, blocks 0,1 are partial-match candidates: a prompt of
+  // block 0 and 3 tokens of block 1 matches those 3 (the event carried the tokens).
+  const std::vector<uint32_t> conversation = Prompt(7, 8);
+  const std::vector<BlockKey> keys = client::Client::BlockKeys(conversation, kTokensPerBlock);
   ASSERT_TRUE(engine->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8}).ok());
-  ASSERT_TRUE(engine->Commit(1, keys).ok());
+  ASSERT_TRUE(engine->Commit(1, keys, {}, conversation).ok());
   ASSERT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
+  auto partial_tokens = [&] {
+    auto r = Connect(coordinator_->endpoints()[0])->Lookup(std::span(keys).first(1), std::span(conversation).subspan(4, 3));
+    return r.ok() ? r->partial_match_tokens : 0;
+  };
+  EXPECT_EQ(partial_tokens(), 3u);
   // Same address, empty index: the worker reconnects, registers and lists its pool.
   const std::string address = coordinator_->endpoints()[0];
   coordinator_.reset();
   MetricsRegistry second_registry;
   StartCoordinator(second_registry, address);
   EXPECT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
+  EXPECT_EQ(partial_tokens(), 3u) << "the snapshot carries each block's tokens";
   // It registered its pool's size with it.
   const std::string exposition = second_registry.Exposition();
   const std::string capacity = "kvtier_coordinator_capacity_blocks{tier=\"gpu\"} ";
