@@ -9,6 +9,17 @@ std::vector<BlockKey> ToKeys(capnp::List<schema::BlockKey>::Reader list) {
   return keys;
 }
 
+std::vector<uint32_t> ToTokens(capnp::List<uint32_t>::Reader list) {
+  std::vector<uint32_t> tokens;
+  tokens.reserve(list.size());
+  for (const uint32_t t : list) tokens.push_back(t);
+  return tokens;
+}
+
+void FromTokens(std::span<const uint32_t> tokens, capnp::List<uint32_t>::Builder out) {
+  for (unsigned i = 0; i < tokens.size(); ++i) out.set(i, tokens[i]);
+}
+
 Result<KvLayout> ToLayout(schema::KvLayout::Reader l) {
   const auto dtype = static_cast<uint16_t>(l.getDtype());
   if (dtype > static_cast<uint16_t>(KvDtype::kInt8)) {

@@ -5,6 +5,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "common/block_key.h"
@@ -20,6 +21,8 @@ inline void FromKey(const BlockKey& k, schema::BlockKey::Builder b) {
   b.setLo(k.lo);
 }
 std::vector<BlockKey> ToKeys(capnp::List<schema::BlockKey>::Reader list);
+std::vector<uint32_t> ToTokens(capnp::List<uint32_t>::Reader list);
+void FromTokens(std::span<const uint32_t> tokens, capnp::List<uint32_t>::Builder out);
 
 // kInvalidArgument naming the field for a layout the library refuses or an unknown dtype.
 [[nodiscard]] Result<KvLayout> ToLayout(schema::KvLayout::Reader layout);

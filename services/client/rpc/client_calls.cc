@@ -26,10 +26,6 @@ void SetKeys(const std::vector<BlockKey>& keys, capnp::List<schema::BlockKey>::B
   for (unsigned i = 0; i < keys.size(); ++i) rpc::FromKey(keys[i], out[i]);
 }
 
-void SetTokens(const std::vector<uint32_t>& tokens, capnp::List<uint32_t>::Builder out) {
-  for (unsigned i = 0; i < tokens.size(); ++i) out.set(i, tokens[i]);
-}
-
 void SetRetention(const RetentionConfig& config, schema::RetentionConfig::Builder out) {
   auto ranges = out.initRanges(static_cast<unsigned>(config.ranges.size()));
   for (unsigned i = 0; i < config.ranges.size(); ++i) {
@@ -127,7 +123,7 @@ class Client::Impl {
       auto request = c.lookupRequest();
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
-      if (!tail.empty()) SetTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
+      if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
     });
   }
@@ -168,7 +164,7 @@ class Client::Impl {
       request.setPoolId(a.pool_id);
       SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
       request.setNumTokens(a.num_tokens);
-      SetTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
+      rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
       request.setFormatTag(a.format_tag);
       return request.send().then([](auto r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); });
     });
@@ -209,7 +205,7 @@ class Client::Impl {
       request.setSequenceId(sequence);
       SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
       SetRetention(retention, request.initRetention());
-      SetTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
+      rpc::FromTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
       return request.send().then([](auto r) -> Result<uint32_t> { return r.getCommitted(); });
     });
   }

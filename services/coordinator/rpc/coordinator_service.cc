@@ -16,6 +16,7 @@ using rpc::ThrowStatus;
 using rpc::FromKey;
 using rpc::ToKey;
 using rpc::ToKeys;
+using rpc::ToTokens;
 Tier ToTier(schema::Tier t) {
   const auto value = static_cast<uint16_t>(t);
   if (value >= kTierCount) ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));
@@ -46,12 +47,6 @@ uint8_t ToPriority(uint8_t p) {
 }
 BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
   return {ToPriority(priority), std::chrono::milliseconds(expiry_ms)};
-}
-std::vector<uint32_t> ToTokens(capnp::List<uint32_t>::Reader tokens) {
-  std::vector<uint32_t> out;
-  out.reserve(tokens.size());
-  for (const uint32_t t : tokens) out.push_back(t);
-  return out;
 }
 
 class CoordinatorServer final : public schema::Coordinator::Server {

@@ -18,10 +18,6 @@ schema::Tier ToWire(Tier tier) {
   return schema::Tier::DISK;
 }
 
-void SetTokens(const std::vector<uint32_t>& tokens, capnp::List<uint32_t>::Builder out) {
-  for (unsigned i = 0; i < tokens.size(); ++i) out.set(i, tokens[i]);
-}
-
 void SetEvent(const NodeEvent& e, schema::KvEvent::Builder out) {
   switch (e.kind) {
     case NodeEvent::Kind::kStored: {
@@ -34,7 +30,7 @@ void SetEvent(const NodeEvent& e, schema::KvEvent::Builder out) {
       stored.setPriority(e.priority);
       stored.setRetentionExpiryMs(e.retention_ms);
       stored.setSaltScope(e.salt_scope);
-      if (!e.tokens.empty()) SetTokens(e.tokens, stored.initTokens(static_cast<unsigned>(e.tokens.size())));
+      if (!e.tokens.empty()) rpc::FromTokens(e.tokens, stored.initTokens(static_cast<unsigned>(e.tokens.size())));
       break;
     }
     case NodeEvent::Kind::kRemoved: {
@@ -67,7 +63,7 @@ void SetBlock(const NodeBlock& b, const std::string& node, schema::SnapshotBlock
   out.setPriority(b.priority);
   out.setRetentionExpiryMs(b.retention_ms);
   out.setSaltScope(b.salt_scope);
-  if (!b.tokens.empty()) SetTokens(b.tokens, out.initTokens(static_cast<unsigned>(b.tokens.size())));
+  if (!b.tokens.empty()) rpc::FromTokens(b.tokens, out.initTokens(static_cast<unsigned>(b.tokens.size())));
 }
 
 }  // namespace

@@ -16,13 +16,7 @@ namespace {
 
 namespace schema = kvtier::rpc::schema;
 using rpc::ThrowIfError;
-
-std::vector<uint32_t> ToTokens(capnp::List<uint32_t>::Reader list) {
-  std::vector<uint32_t> tokens;
-  tokens.reserve(list.size());
-  for (uint32_t t : list) tokens.push_back(t);
-  return tokens;
-}
+using rpc::ToTokens;
 
 coordinator::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
   coordinator::RetentionConfig config;
