@@ -42,34 +42,19 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOption
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
     : options_(options), index_(std::move(index)), membership_(options.membership) {}
 
-// What SetNodeWindows would refuse, checked before the node is registered.
-static Status ValidatePools(std::span<const PoolInfo> pools) {
-  for (size_t i = 0; i < pools.size(); ++i) {
-    const PoolInfo& p = pools[i];
-    const std::string name = "pool " + std::to_string(p.pool) + " (entry " + std::to_string(i) + ")";
-    if (!ValidTier(p.tier)) return InvalidArgumentError(name + ": unknown tier");
-    if (p.window.sink_blocks > p.window.window_blocks) {
-      return InvalidArgumentError(name + ": " + std::to_string(p.window.sink_blocks) + " sink blocks in a window of " +
-                                  std::to_string(p.window.window_blocks));
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (pools[j].tier == p.tier && pools[j].pool == p.pool) return InvalidArgumentError(name + " is listed twice");
-    }
-  }
-  return Status::Ok();
-}
-
 Result<RegisterResult> Coordinator::Register(const std::string& node, NodeRole role, uint64_t incarnation,
                                              std::span<const PoolInfo> pools) {
-  KVTIER_RETURN_IF_ERROR(ValidatePools(pools));
+  // Checked before membership changes; the node's id is set once it has one.
+  std::vector<PoolWindowSpec> windows;
+  for (const PoolInfo& p : pools) windows.push_back({{0, p.tier, p.pool}, p.window});
+  KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
   KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(node, role, incarnation));
   if (result.snapshot_required) index_->RemoveNode(result.node);  // old holdings are unknown now
-  std::vector<PoolWindowSpec> windows;
   NodeCapacity capacity;
-  for (const PoolInfo& p : pools) {
-    capacity.blocks[static_cast<int>(p.tier)] += p.capacity_blocks;
-    capacity.bytes[static_cast<int>(p.tier)] += p.capacity_bytes;
-    if (p.window.window_blocks != 0) windows.push_back({{result.node, p.tier, p.pool}, p.window});
+  for (size_t i = 0; i < pools.size(); ++i) {
+    capacity.blocks[static_cast<int>(pools[i].tier)] += pools[i].capacity_blocks;
+    capacity.bytes[static_cast<int>(pools[i].tier)] += pools[i].capacity_bytes;
+    windows[i].pool.node = result.node;
   }
   if (index_->SetNodeWindows(result.node, windows).code() == StatusCode::kFailedPrecondition) {
     // The windows changed under blocks the index holds: their counts would be wrong.

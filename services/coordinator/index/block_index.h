@@ -88,6 +88,12 @@ struct PoolWindowSpec {
   PoolWindow window = {};
 };
 
+// The checks a node's pool list must pass (nodes are not compared): a known tier, no
+// more sinks than the window, no pool (tier and id) listed twice. kInvalidArgument names
+// the pool and its entry. What SetNodeWindows checks, for callers that check before the
+// node has an id (registration).
+[[nodiscard]] Status ValidatePoolWindows(std::span<const PoolWindowSpec> pools);
+
 // Priority and retention of one stored block. duration 0: the priority never expires.
 struct BlockRetention {
   uint8_t priority = kDefaultPriority;
@@ -178,8 +184,8 @@ class BlockIndex {
   size_t ChangeTier(Location from, Location to, std::span<const BlockKey> keys);
 
   // Declares the windowed pools of `node`, replacing its earlier declaration (pools not
-  // listed are full attention). kInvalidArgument: a node or tier out of range, sinks
-  // without a window or more sinks than the window, a pool listed twice;
+  // listed, or listed with window 0, are full attention). kInvalidArgument: a node out of
+  // range, a pool of another node, or what ValidatePoolWindows refuses;
   // kFailedPrecondition: the declaration changes while the node holds blocks (drop them
   // first with RemoveNode: the counts kept for windows would be wrong). Nothing changes on
   // error.

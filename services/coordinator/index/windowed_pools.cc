@@ -113,28 +113,41 @@ void BlockIndex::Impl::FlushLeafChanges() {
   leaf_changes_.clear();
 }
 
+Status ValidatePoolWindows(std::span<const PoolWindowSpec> pools) {
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const Location& p = pools[i].pool;
+    const PoolWindow& w = pools[i].window;
+    const std::string name = "pool " + std::to_string(p.pool) + " of tier " + std::to_string(static_cast<int>(p.tier)) +
+                             " (entry " + std::to_string(i) + ")";
+    if (static_cast<int>(p.tier) >= kTierCount) return InvalidArgumentError(name + ": unknown tier");
+    if (w.sink_blocks > w.window_blocks) {
+      return InvalidArgumentError(name + ": " + std::to_string(w.sink_blocks) + " sink blocks need a window of " +
+                                  "at least as many blocks, not " + std::to_string(w.window_blocks));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (pools[j].pool.tier == p.tier && pools[j].pool.pool == p.pool) return InvalidArgumentError(name + " is listed twice");
+    }
+  }
+  return Status::Ok();
+}
+
 Status BlockIndex::Impl::SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows) {
   if (node >= kMaxNodes) {
     return InvalidArgumentError("node id " + std::to_string(node) + " is out of range [0, " +
                                 std::to_string(kMaxNodes - 1) + "]");
   }
+  for (const PoolWindowSpec& spec : windows) {
+    if (spec.pool.node != node) {
+      return InvalidArgumentError("pool " + std::to_string(spec.pool.pool) + " belongs to node " +
+                                  std::to_string(spec.pool.node) + ", not " + std::to_string(node));
+    }
+  }
+  KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
   std::vector<std::pair<uint32_t, PoolWindow>> declared;
   for (const PoolWindowSpec& spec : windows) {
-    const std::string name = "pool " + std::to_string(spec.pool.pool) + " of tier " +
-                             std::to_string(static_cast<int>(spec.pool.tier));
-    if (spec.pool.node != node) return InvalidArgumentError(name + " belongs to node " + std::to_string(spec.pool.node));
-    if (static_cast<int>(spec.pool.tier) >= kTierCount) return InvalidArgumentError(name + ": unknown tier");
-    const PoolWindow& w = spec.window;
-    if (w.sink_blocks > w.window_blocks) {
-      return InvalidArgumentError(name + ": " + std::to_string(w.sink_blocks) + " sink blocks need a window of " +
-                                  "at least as many blocks, not " + std::to_string(w.window_blocks));
-    }
-    if (w.window_blocks == 0) continue;  // full attention: the default
-    const uint32_t place = internal::PackLocation(node, static_cast<uint32_t>(spec.pool.tier), spec.pool.pool);
-    if (std::any_of(declared.begin(), declared.end(), [&](const auto& d) { return d.first == place; })) {
-      return InvalidArgumentError(name + " is declared twice");
-    }
-    declared.emplace_back(place, w);
+    if (spec.window.window_blocks == 0) continue;  // full attention: the default
+    declared.emplace_back(internal::PackLocation(node, static_cast<uint32_t>(spec.pool.tier), spec.pool.pool),
+                          spec.window);
   }
   std::sort(declared.begin(), declared.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   NodeLists& lists = Lists(node);
