@@ -78,7 +78,7 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
     const auto start = Clock::now();
     const coordinator::LookupResult lookup = index->Lookup(0, keys);
     const auto looked_up = Clock::now();
-    const coordinator::RouteChoice route = coordinator::ChooseWorker(lookup, keys.size(), active.loads(), options.overlap_weight);
+    const coordinator::RouteChoice route = coordinator::ChooseWorker(lookup, {keys.size(), 0}, active.loads(), options.overlap_weight);
     const NodeId node = route.node;
     const uint32_t prefix = route.prefix_blocks;
     index->Touch(node, 0, keys);

@@ -48,7 +48,10 @@ std::span<uint8_t> MappedPool::block(uint32_t block) const {
 Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens) {
   return LookupAsync(keys, tail_tokens).get();
 }
-Result<RouteDecision> Client::Route(std::span<const BlockKey> keys) { return RouteAsync(keys).get(); }
+Result<RouteDecision> Client::Route(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens,
+                                    std::span<const std::string> candidates) {
+  return RouteAsync(keys, tail_tokens, candidates).get();
+}
 Result<Allocation> Client::Allocate(const AllocateRequest& request) { return AllocateAsync(request).get(); }
 Result<OnboardResult> Client::Onboard(uint64_t sequence, std::span<const BlockKey> keys,
                                       const RetentionConfig& retention, std::span<const std::string> sources) {

@@ -92,6 +92,7 @@ struct RouteDecision {
   std::string rpc_address;
   uint32_t prefix_blocks = 0;
   double score = 0;
+  uint32_t partial_tokens = 0;  // of the tail tokens routed with, those the worker can reuse
 };
 
 // How a process maps a pool: one of the two mappings is set.
@@ -195,8 +196,13 @@ class Client {
   [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {});
   [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(std::span<const BlockKey> keys,
                                                               std::span<const uint32_t> tail_tokens = {});
-  [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys);
-  [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(std::span<const BlockKey> keys);
+  // The worker to run a prompt on (the coordinator's lowest routing cost): `tail_tokens` as
+  // for Lookup; `candidates`: the node ids it may go to (empty: any live worker).
+  [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {},
+                                            std::span<const std::string> candidates = {});
+  [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(std::span<const BlockKey> keys,
+                                                              std::span<const uint32_t> tail_tokens = {},
+                                                              std::span<const std::string> candidates = {});
   [[nodiscard]] Result<CoordinatorStats> GetCoordinatorStats();
 
   // The node's worker (kUnavailable where the node runs none).

@@ -136,6 +136,12 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(found["partial_block_tokens"], 16)
         self.assertEqual(found["partial_block_locations"][0][1], "gpu")
         self.assertEqual(found["scores"][0][3], 10, "the node holding it can reuse 10 tokens")
+        node, prefix_blocks, reusable = client.route(prompt_keys, tail_tokens=prompt[16:])
+        self.assertEqual((prefix_blocks, reusable), (1, 10), "routed where the tail can be reused")
+        self.assertEqual(client.route(prompt_keys, candidates=["no-such-worker", node])[0], node)
+        with self.assertRaises(kvtier.Error) as nobody:
+            client.route(prompt_keys, candidates=["no-such-worker"])
+        self.assertEqual(nobody.exception.args[0], "UNAVAILABLE")
 
     def test_errors_carry_the_status_code(self):
         client = self.connect()

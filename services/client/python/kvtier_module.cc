@@ -184,10 +184,17 @@ void BindClient(py::module_& m) {
         }
         return LookupToDict(r);
       }, py::arg("keys"), py::arg("tail_tokens") = py::none())
-      .def("route", [](Client& c, const std::vector<PyKey>& keys) {
-        const RouteDecision d = ValueOrThrow(c.Route(ToKeys(keys)));
-        return py::make_tuple(d.node_id, d.prefix_blocks);
-      }, py::arg("keys"))
+      // (node id, prefix blocks, reusable tail tokens) of the worker to run the prompt on.
+      .def("route", [](Client& c, const std::vector<PyKey>& keys, const py::object& tail_tokens,
+                       const std::vector<std::string>& candidates) {
+        const std::vector<uint32_t> tail = tail_tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tail_tokens);
+        RouteDecision d;
+        {
+          py::gil_scoped_release unlocked;
+          d = ValueOrThrow(c.Route(ToKeys(keys), tail, candidates));
+        }
+        return py::make_tuple(d.node_id, d.prefix_blocks, d.partial_tokens);
+      }, py::arg("keys"), py::arg("tail_tokens") = py::none(), py::arg("candidates") = std::vector<std::string>{})
       .def("attach_pool", [](Client& c, uint32_t pool_id, const KvLayout& layout) {
         return ValueOrThrow(c.AttachPool(pool_id, layout));
       }, py::arg("pool_id"), py::arg("layout"), Release())

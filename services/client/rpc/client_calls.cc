@@ -128,13 +128,21 @@ class Client::Impl {
     });
   }
 
-  std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys) {
-    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [keys = std::move(keys)](schema::Coordinator::Client& c) {
+  std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys, std::vector<uint32_t> tail,
+                                           std::vector<std::string> candidates) {
+    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail),
+                                                                 candidates = std::move(candidates)](
+                                                                    schema::Coordinator::Client& c) {
       auto request = c.routeRequest();
-      SetKeys(keys, request.initRequest().initKeys(static_cast<unsigned>(keys.size())));
+      auto body = request.initRequest();
+      SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
+      if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
+      auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
+      for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
       return request.send().then([](auto r) -> Result<RouteDecision> {
         auto d = r.getDecision();
-        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore()};
+        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
+                             d.getPartialTokens()};
       });
     });
   }
@@ -350,8 +358,11 @@ std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> 
                                                      std::span<const uint32_t> tail_tokens) {
   return impl_->Lookup({keys.begin(), keys.end()}, {tail_tokens.begin(), tail_tokens.end()});
 }
-std::future<Result<RouteDecision>> Client::RouteAsync(std::span<const BlockKey> keys) {
-  return impl_->Route({keys.begin(), keys.end()});
+std::future<Result<RouteDecision>> Client::RouteAsync(std::span<const BlockKey> keys,
+                                                     std::span<const uint32_t> tail_tokens,
+                                                     std::span<const std::string> candidates) {
+  return impl_->Route({keys.begin(), keys.end()}, {tail_tokens.begin(), tail_tokens.end()},
+                      {candidates.begin(), candidates.end()});
 }
 Result<CoordinatorStats> Client::GetCoordinatorStats() { return impl_->CoordinatorStatistics().get(); }
 Result<PoolMapping> Client::AttachPool(uint32_t pool_id, const KvLayout& layout) {

@@ -162,13 +162,28 @@ LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys,
   return index_->Lookup(scope, keys, tail_tokens);
 }
 
-Result<RouteChoice> Coordinator::Route(ScopeId scope, std::span<const BlockKey> keys) {
+Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
   std::vector<WorkerLoad> workers;
-  for (NodeId node : membership_.LiveNodes()) {
-    if (membership_.role(node) == NodeRole::kWorker) workers.push_back({node, active_blocks_[node]});
+  const auto add_if_live_worker = [&](NodeId node) {
+    if (membership_.live(node) && membership_.role(node) == NodeRole::kWorker) {
+      workers.push_back({node, active_blocks_[node]});
+    }
+  };
+  if (query.candidates.empty()) {
+    for (NodeId node : membership_.LiveNodes()) add_if_live_worker(node);
+  } else {
+    for (const std::string& name : query.candidates) {
+      if (Result<NodeId> node = membership_.Find(name); node.ok()) add_if_live_worker(*node);
+    }
   }
-  if (workers.empty()) return UnavailableError("no live worker to route to");
-  return ChooseWorker(index_->Lookup(scope, keys), keys.size(), workers, options_.overlap_weight);
+  if (workers.empty()) {
+    return UnavailableError(query.candidates.empty()
+                                ? std::string("no live worker to route to")
+                                : "none of the " + std::to_string(query.candidates.size()) +
+                                      " candidates is a live worker");
+  }
+  const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
+  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
 }
 
 Status Coordinator::Leave(const std::string& node, uint64_t lease_id) {

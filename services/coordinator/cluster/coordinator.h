@@ -93,6 +93,14 @@ struct CoordinatorOptions {
   double overlap_weight = 1.0;  // routing: prefill blocks against active blocks
 };
 
+// A prompt to route: its full blocks' keys, the tokens after them (partial matching), and
+// the workers it may go to (names; empty: any live worker).
+struct RouteQuery {
+  std::span<const BlockKey> keys = {};
+  std::span<const uint32_t> tail_tokens = {};
+  std::span<const std::string> candidates = {};
+};
+
 struct CoordinatorStats {
   BlockIndexStats index;
   MembershipStats membership;
@@ -130,8 +138,10 @@ class Coordinator {
   // (BlockIndex::Lookup).
   [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys,
                                     std::span<const uint32_t> tail_tokens = {});
-  // The live worker (not store) with the lowest routing cost; kUnavailable when none.
-  [[nodiscard]] Result<RouteChoice> Route(ScopeId scope, std::span<const BlockKey> keys);
+  // The live worker (not store), among `query.candidates` where given, with the lowest
+  // routing cost (ChooseWorker); candidates that are no live worker are passed over.
+  // kUnavailable when no worker is left.
+  [[nodiscard]] Result<RouteChoice> Route(ScopeId scope, const RouteQuery& query);
 
   // Expires leases (dropping those nodes' locations) and retention deadlines. The service
   // calls it at least every half lease period, so a dead node's blocks leave lookups within

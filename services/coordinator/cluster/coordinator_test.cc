@@ -201,9 +201,9 @@ TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) 
 }
 
 TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
-  EXPECT_EQ(coordinator_->Route(0, Chain(1, 2)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(), StatusCode::kUnavailable);
   Join("store-1", 1, NodeRole::kStore);
-  EXPECT_EQ(coordinator_->Route(0, Chain(1, 2)).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(), StatusCode::kUnavailable);
   const uint64_t lease_a = Join("w-a");
   const uint64_t lease_b = Join("w-b");
   const auto prompt = Chain(1, 4);
@@ -211,9 +211,48 @@ TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
   Publish("w-b", 0, {Stored({prompt[0], prompt[1]})});
   ASSERT_TRUE(coordinator_->Heartbeat("w-a", lease_a, 0).ok());
   ASSERT_TRUE(coordinator_->Heartbeat("w-b", lease_b, 1).ok());
-  Result<RouteChoice> choice = coordinator_->Route(0, prompt);
+  Result<RouteChoice> choice = coordinator_->Route(0, {.keys = prompt});
   ASSERT_TRUE(choice.ok());
   EXPECT_EQ(choice->prefix_blocks, 2u) << "w-b: 2 to prefill + 1 active beats w-a's 4 + 0";
+}
+
+TEST_F(CoordinatorTest, RouteKeepsToItsCandidates) {
+  Join("store-1", 1, NodeRole::kStore);
+  Join("w-a");
+  Join("w-b");
+  const auto prompt = Chain(1, 4);
+  Publish("w-b", 0, {Stored(prompt)});
+  // w-b holds the whole prompt, but only w-a (and names that are no live worker) may run it.
+  const std::vector<std::string> only_a = {"w-gone", "store-1", "w-a"};
+  Result<RouteChoice> choice = coordinator_->Route(0, {.keys = prompt, .candidates = only_a});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->prefix_blocks, 0u);
+  EXPECT_EQ(choice->cost, 4.0);
+  const std::vector<std::string> no_worker = {"w-gone", "store-1"};
+  const Status none = coordinator_->Route(0, {.keys = prompt, .candidates = no_worker}).status();
+  EXPECT_EQ(none.code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.message().find("none of the 2 candidates"), std::string::npos) << none;
+}
+
+TEST_F(CoordinatorTest, RouteCreditsAReusableTail) {
+  Join("w-a");
+  Join("w-b");
+  // Both hold blocks 0,1; w-b also holds block 2, stored with its 4 tokens 7,8,9,10.
+  const auto keys = Chain(1, 3);
+  Publish("w-a", 0, {Stored({keys[0], keys[1]})});
+  KvEvent with_tokens = Stored(keys);
+  with_tokens.tokens = {1, 2, 3, 4, 1, 2, 3, 4, 7, 8, 9, 10};
+  Publish("w-b", 0, {with_tokens});
+  // The prompt: blocks 0,1 and a tail 7,8,9 that block 2 begins with. Without the tail the
+  // two tie (w-a, the lower id, wins); with it w-b reuses 3 of 4 tail tokens.
+  const std::span<const BlockKey> prefix(keys.data(), 2);
+  EXPECT_EQ(coordinator_->Route(0, {.keys = prefix})->partial_tokens, 0u);
+  const std::vector<uint32_t> tail = {7, 8, 9};
+  Result<RouteChoice> choice = coordinator_->Route(0, {.keys = prefix, .tail_tokens = tail});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->partial_tokens, 3u);
+  EXPECT_EQ(choice->prefix_blocks, 2u);
+  EXPECT_DOUBLE_EQ(choice->cost, 0.0);
 }
 
 // A node's real holdings change at random; its events reach the coordinator dropped,

@@ -12,6 +12,13 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                                                              "Full blocks of the prompts looked up."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* hits, r.AddCounter("kvtier_coordinator_lookup_hit_blocks_total",
                                                             "Matched blocks by the best tier holding them.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* tail, r.AddCounter("kvtier_coordinator_lookup_tail_tokens_total",
+                                                            "Tokens after the full blocks, sent for partial matching."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* partial, r.AddCounter("kvtier_coordinator_lookup_partial_matches_total",
+                                                               "Lookups whose tail tokens matched a cached block."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* partial_tokens,
+                          r.AddCounter("kvtier_coordinator_lookup_partial_tokens_total",
+                                       "Tail tokens that matched a cached block (partial reuse)."));
   KVTIER_ASSIGN_OR_RETURN(HistogramFamily* matched,
                           r.AddHistogram("kvtier_coordinator_matched_blocks", "Blocks matched per lookup.",
                                          {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}));
@@ -44,6 +51,9 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
                     &hits->WithLabels({kTierNames[2]})};
+  m->tail_tokens_ = &tail->WithLabels({});
+  m->partial_matches_ = &partial->WithLabels({});
+  m->partial_tokens_ = &partial_tokens->WithLabels({});
   m->matched_blocks_ = &matched->WithLabels({});
   m->lookup_seconds_ = &latency->WithLabels({});
   m->index_blocks_ = &blocks->WithLabels({});
@@ -63,9 +73,14 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   return m;
 }
 
-void CoordinatorMetrics::RecordLookup(const LookupResult& result, size_t asked_blocks, double seconds) {
+void CoordinatorMetrics::RecordLookup(const LookupResult& result, Asked asked, double seconds) {
   lookups_->Inc();
-  lookup_blocks_->Inc(static_cast<double>(asked_blocks));
+  lookup_blocks_->Inc(static_cast<double>(asked.blocks));
+  if (asked.tail_tokens > 0) tail_tokens_->Inc(static_cast<double>(asked.tail_tokens));
+  if (result.partial.tokens > 0) {
+    partial_matches_->Inc();
+    partial_tokens_->Inc(result.partial.tokens);
+  }
   matched_blocks_->Observe(result.matched_blocks);
   lookup_seconds_->Observe(seconds);
   for (uint32_t b = 0; b < result.matched_blocks; ++b) {

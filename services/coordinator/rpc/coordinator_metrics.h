@@ -1,6 +1,9 @@
 // The coordinator's metrics (all prefixed kvtier_coordinator_):
 //   lookups_total, lookup_blocks_total (blocks asked), lookup_hit_blocks_total{tier}
-//   (the hit rate by tier is hit_blocks{tier} / lookup_blocks), matched_blocks (histogram),
+//   (the hit rate by tier is hit_blocks{tier} / lookup_blocks), lookup_tail_tokens_total
+//   (tokens after the full blocks, sent for partial matching), lookup_partial_matches_total
+//   and lookup_partial_tokens_total (lookups whose tail matched a cached block, and the
+//   tokens matched: partial reuse is partial_tokens / tail_tokens), matched_blocks (histogram),
 //   lookup_duration_seconds (histogram), index_blocks, index_bytes, nodes (gauges),
 //   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
 //   lease_expiries_total.
@@ -20,7 +23,12 @@ class CoordinatorMetrics {
  public:
   [[nodiscard]] static Result<std::unique_ptr<CoordinatorMetrics>> Create(MetricsRegistry& registry);
 
-  void RecordLookup(const LookupResult& result, size_t asked_blocks, double seconds);
+  // What one lookup asked: its full blocks and the tokens after them.
+  struct Asked {
+    size_t blocks = 0;
+    size_t tail_tokens = 0;
+  };
+  void RecordLookup(const LookupResult& result, Asked asked, double seconds);
   void RecordEvent(KvEvent::Kind kind) { events_[static_cast<int>(kind)]->Inc(); }
   // Brings gauges and the stream counters up to date with the coordinator's stats.
   void Update(const CoordinatorStats& stats);
@@ -30,6 +38,9 @@ class CoordinatorMetrics {
   Counter* lookups_ = nullptr;
   Counter* lookup_blocks_ = nullptr;
   std::array<Counter*, kTierCount> hit_blocks_{};
+  Counter* tail_tokens_ = nullptr;
+  Counter* partial_matches_ = nullptr;
+  Counter* partial_tokens_ = nullptr;
   Histogram* matched_blocks_ = nullptr;
   Histogram* lookup_seconds_ = nullptr;
   Gauge* index_blocks_ = nullptr;

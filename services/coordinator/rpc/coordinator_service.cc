@@ -138,13 +138,14 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     if (state_.on_lookup) state_.on_lookup(keys);
     const auto start = std::chrono::steady_clock::now();
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
+    const std::vector<uint32_t> tail = ToTokens(request.getPartialTokens());
     LookupResult result;
     if (scope) {
-      result = state_.coordinator->Lookup(*scope, keys, ToTokens(request.getPartialTokens()));
+      result = state_.coordinator->Lookup(*scope, keys, tail);
     } else {
       result.location_begin = {0};  // a scope nobody wrote under: nothing cached
     }
-    state_.metrics->RecordLookup(result, keys.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    state_.metrics->RecordLookup(result, {keys.size(), tail.size()}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     auto out = call.getResults().initResult();
     out.setMatchedBlocks(result.matched_blocks);
     auto blocks = out.initBlocks(result.matched_blocks);
@@ -165,11 +166,21 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   }
 
   kj::Promise<void> route(RouteContext call) override {
-    const std::vector<BlockKey> keys = ToKeys(call.getParams().getRequest().getKeys());
+    const auto request = call.getParams().getRequest();
+    const std::vector<BlockKey> keys = ToKeys(request.getKeys());
+    const std::vector<uint32_t> tail = ToTokens(request.getPartialTokens());
+    std::vector<std::string> candidates;
+    candidates.reserve(request.getCandidates().size());
+    for (const auto name : request.getCandidates()) candidates.emplace_back(name.cStr());
     // An unknown scope has no cached blocks; route on load alone (ScopeId 0 of another
     // tenant is never consulted: its lookup below uses a scope nobody writes).
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
-    Result<RouteChoice> choice = state_.coordinator->Route(scope.value_or(kNoScope), scope ? keys : std::vector<BlockKey>{});
+    RouteQuery query{.candidates = candidates};
+    if (scope) {
+      query.keys = keys;
+      query.tail_tokens = tail;
+    }
+    Result<RouteChoice> choice = state_.coordinator->Route(scope.value_or(kNoScope), query);
     ThrowIfError(choice.status());
     auto decision = call.getResults().initDecision();
     const std::string name = NodeName(choice->node);
@@ -177,6 +188,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     decision.setRpcAddress(state_.rpc_addresses[name]);
     decision.setPrefixBlocks(choice->prefix_blocks);
     decision.setScore(choice->cost);
+    decision.setPartialTokens(choice->partial_tokens);
     return kj::READY_NOW;
   }
 

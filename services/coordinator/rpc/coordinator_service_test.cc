@@ -148,6 +148,26 @@ TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
   EXPECT_EQ(decision.getPrefixBlocks(), 3u);
 }
 
+TEST_F(CoordinatorServiceTest, RouteKeepsToTheCandidatesNamed) {
+  CoordinatorClient worker(address_, kNodeToken);
+  WorkerStoresThreeBlocksOfTeamA(worker);
+  CoordinatorClient team_a(address_, kTokenA);
+  auto route_to = [&](std::initializer_list<const char*> names) {
+    auto request = team_a.coordinator().routeRequest();
+    auto body = request.initRequest();
+    SetKeys(body.initKeys(4), 1);
+    auto candidates = body.initCandidates(static_cast<unsigned>(names.size()));
+    unsigned i = 0;
+    for (const char* name : names) candidates.set(i++, name);
+    return request;
+  };
+  auto response = route_to({"w9", "w1"}).send().wait(team_a.ws());
+  EXPECT_EQ(std::string(response.getDecision().getNodeId().cStr()), "w1");
+  const Status none = team_a.Send(route_to({"w9"}));
+  EXPECT_EQ(none.code(), StatusCode::kUnavailable) << none;
+  EXPECT_NE(none.message().find("none of the 1 candidates"), std::string::npos) << none;
+}
+
 TEST_F(CoordinatorServiceTest, OnlyNodeCredentialsRegisterAndPublish) {
   CoordinatorClient tenant(address_, kTokenA);
   auto reg = tenant.coordinator().registerRequest();
@@ -287,6 +307,14 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
   auto shorter = first_block({7}, 0);
   EXPECT_EQ(shorter.getResult().getPartialMatchTokens(), 1u);
   EXPECT_EQ(rpc::ToKey(shorter.getResult().getPartialBlock().getKey()), ns.Key(1));
+  // A tail nothing begins with: asked, not matched.
+  EXPECT_EQ(first_block({42}, 1).getResult().getPartialMatchTokens(), 0u);
+
+  // Three lookups sent 2 + 1 + 1 tail tokens; two matched, 1 token each.
+  const std::string metrics = registry_.Exposition();
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_tail_tokens_total 4\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_matches_total 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_tokens_total 2\n"), std::string::npos) << metrics;
 }
 
 TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {

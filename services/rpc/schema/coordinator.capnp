@@ -142,6 +142,8 @@ struct LookupResult {
 struct RouteRequest {
   keys @0 :List(Common.BlockKey);
   candidates @1 :List(Text);   # restrict to these worker ids; empty: any live worker
+  partialTokens @2 :List(UInt32);  # optional: the prompt's tokens after its full blocks; a
+                                   # worker that can reuse some of them costs less
 }
 
 struct RouteDecision {
@@ -149,6 +151,7 @@ struct RouteDecision {
   rpcAddress @1 :Text;
   prefixBlocks @2 :UInt32;
   score @3 :Float64;         # the routing cost: blocks to prefill + active blocks (lower wins)
+  partialTokens @4 :UInt32;  # of the request's partialTokens, those the worker can reuse
 }
 
 struct CoordinatorStats {
@@ -187,7 +190,8 @@ interface Coordinator {
   # stored under another salt never matches and never shows in a score.
 
   route @5 (request :RouteRequest) -> (decision :RouteDecision);
-  # The live worker with the best score; UNAVAILABLE when no worker is live.
+  # The live worker (among the candidates, where given) with the lowest cost;
+  # UNAVAILABLE when none is live.
 
   stats @6 () -> (stats :CoordinatorStats);
 
