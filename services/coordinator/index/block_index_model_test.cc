@@ -1,7 +1,9 @@
-// BlockIndex against a brute-force model: long random sequences of stores, touches,
-// evictions, removals and node departures give the same lookups, holdings and eviction
-// order as a model that recomputes everything from plain maps, for full-attention and
-// windowed pools alike.
+// BlockIndex against a brute-force model: long random sequences of stores (some with
+// their blocks' tokens), touches, evictions, removals and node departures give the same
+// lookups, partial matches, holdings and eviction order as a model that recomputes
+// everything from plain maps, for full-attention and windowed pools alike.
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -23,16 +25,37 @@ struct ModelBlock {
   std::optional<BlockKey> parent;
   uint8_t priority = kDefaultPriority;
   std::map<Place, uint64_t> stamps;  // place -> last-use stamp
+  std::vector<uint32_t> tokens;      // kept from the first store that carried them
 };
+
+// What a tail of tokens after a matched prefix should partially match.
+struct ModelPartial {
+  uint32_t tokens = 0;                             // most leading tokens any child shares
+  std::set<BlockKey> best;                         // the children sharing that many
+  std::map<NodeId, std::set<uint32_t>> per_node;   // tokens a node's best weighted share may report
+};
+
+constexpr uint32_t kTokensPerBlock = 4;
+
+// A block's tokens follow from its key (a key commits to them); drawn from 3 values so
+// that siblings often begin alike.
+std::vector<uint32_t> TokensOf(const BlockKey& key) {
+  uint64_t bits = (key.lo ^ (key.hi << 1)) * 0x9e3779b97f4a7c15ULL;  // the test's keys are small numbers: mix them
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < kTokensPerBlock; ++i) tokens.push_back(1 + (bits >> (40 + 6 * i)) % 3);
+  return tokens;
+}
 
 class Model {
  public:
   explicit Model(std::map<Place, PoolWindow> windows) : windows_(std::move(windows)) {}
 
-  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Place place, uint8_t priority) {
+  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Place place, uint8_t priority,
+             bool with_tokens) {
     for (const BlockKey& key : keys) {
       ModelBlock& block = blocks_[key];
       block.parent = parent;
+      if (with_tokens && block.tokens.empty()) block.tokens = TokensOf(key);
       if (block.priority != priority) {  // a priority change renews every place of the block
         block.priority = priority;
         for (auto& [p, stamp] : block.stamps) stamp = ++clock_;
@@ -116,6 +139,33 @@ class Model {
     const std::vector<BlockKey> chain(keys.begin(), keys.begin() + static_cast<long>(indexed));
     for (const auto& [place, window] : windows_) matched = std::max(matched, Served(chain, place, window));
     return matched;
+  }
+
+  // The children of the prefix `keys` (every block matched) that hold tokens and a
+  // location, compared with `tail`. A node's share of a child is its tier's weight times
+  // the part of the child's tokens matched; it reports the tokens of its best share.
+  ModelPartial Partial(const std::vector<BlockKey>& keys, const std::vector<uint32_t>& tail,
+                       const std::array<double, kTierCount>& weights) const {
+    ModelPartial partial;
+    std::map<NodeId, double> node_share;
+    for (const auto& [key, block] : blocks_) {
+      const bool child = keys.empty() ? !block.parent.has_value() : block.parent == keys.back();
+      if (!child || block.tokens.empty() || block.stamps.empty()) continue;
+      uint32_t shared = 0;
+      while (shared < tail.size() && shared < block.tokens.size() && tail[shared] == block.tokens[shared]) ++shared;
+      if (shared == 0) continue;
+      if (shared > partial.tokens) partial.best.clear();
+      if (shared >= partial.tokens) partial.best.insert(key);
+      partial.tokens = std::max(partial.tokens, shared);
+      for (const auto& [place, stamp] : block.stamps) {
+        const NodeId node = std::get<0>(place);
+        const double share = weights[static_cast<int>(std::get<1>(place))] * shared / block.tokens.size();
+        if (share > node_share[node]) partial.per_node[node].clear();
+        if (share >= node_share[node]) partial.per_node[node].insert(shared);
+        node_share[node] = std::max(node_share[node], share);
+      }
+    }
+    return partial;
   }
 
   std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count) {
@@ -248,6 +298,50 @@ std::vector<std::vector<BlockKey>> Prompts(std::mt19937_64& rng) {
   return prompts;
 }
 
+// A lookup of a random prefix of `prompt` with a tail: the tokens of the block after it
+// (1 to 4 of them, the last one sometimes changed) must match as the model says.
+void ExpectSamePartialMatch(const BlockIndex& index, const Model& model, const std::vector<BlockKey>& prompt,
+                            std::mt19937_64& rng, int step, size_t& partial_matches) {
+  const size_t cut = rng() % prompt.size();
+  const std::vector<BlockKey> keys(prompt.begin(), prompt.begin() + static_cast<long>(cut));
+  std::vector<uint32_t> tail = TokensOf(prompt[cut]);
+  tail.resize(1 + rng() % kTokensPerBlock);
+  if (rng() % 3 == 0) tail.back() = 1 + rng() % 3;
+  const LookupResult result = index.Lookup(0, keys, tail);
+  SCOPED_TRACE("step " + std::to_string(step) + ", " + std::to_string(cut) + " blocks and " +
+               std::to_string(tail.size()) + " tail tokens");
+  ASSERT_EQ(result.matched_blocks, model.MatchedPrefix(keys));
+  if (result.matched_blocks < keys.size()) {
+    ASSERT_EQ(result.partial.tokens, 0u) << "only a whole prefix is followed by a partial block";
+    return;
+  }
+  const ModelPartial want = model.Partial(keys, tail, BlockIndexOptions{}.tier_weights);
+  ASSERT_EQ(result.partial.tokens, want.tokens);
+  if (want.tokens > 0) {
+    ++partial_matches;
+    ASSERT_EQ(result.partial.block_tokens, kTokensPerBlock);
+    ASSERT_TRUE(want.best.contains(result.partial.key));
+    std::set<Place> got, held;
+    for (const Location& l : result.partial.locations) got.insert(PlaceOf(l));
+    for (const auto& [place, stamp] : model.blocks().at(result.partial.key).stamps) held.insert(place);
+    ASSERT_EQ(got, held);
+  }
+  for (const NodeScore& score : result.scores) {
+    const auto node = want.per_node.find(score.node);
+    if (score.prefix_blocks == cut && node != want.per_node.end()) {
+      ASSERT_TRUE(node->second.contains(score.partial_tokens)) << "node " << score.node << ": " << score.partial_tokens;
+    } else {
+      ASSERT_EQ(score.partial_tokens, 0u) << "node " << score.node;
+    }
+  }
+  if (cut == 0) {  // no prefix to hold: every node holding a matching first block scores
+    for (const auto& [node, tokens] : want.per_node) {
+      ASSERT_TRUE(std::ranges::any_of(result.scores, [&](const NodeScore& s) { return s.node == node; }))
+          << "node " << node;
+    }
+  }
+}
+
 TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
   std::mt19937_64 rng(20261122);
   const auto prompts = Prompts(rng);
@@ -261,6 +355,8 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
     model_windows[PlaceOf(w.pool)] = w.window;
   }
   Model model(model_windows);
+  std::mt19937_64 tail_rng(7);  // apart from `rng`, so the operations stay as they were
+  size_t partial_matches = 0;
   const NodeId kNodes = 3;
   for (int step = 0; step < 20000; ++step) {
     const auto& prompt = prompts[rng() % prompts.size()];
@@ -274,8 +370,15 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
         const std::vector<BlockKey> keys(prompt.begin(), prompt.begin() + static_cast<long>(n));
         const uint8_t priority = static_cast<uint8_t>(rng() % 3 == 0 ? 20 + 30 * (rng() % 3) : kDefaultPriority);
         const std::vector<BlockRetention> retention(n, BlockRetention{priority, {}});
-        ASSERT_TRUE(index->Store({0, std::nullopt, keys, where, retention}).ok()) << "step " << step;
-        model.Store(keys, std::nullopt, PlaceOf(where), priority);
+        const bool with_tokens = rng() % 2 == 0;  // half the nodes' events carry tokens
+        std::vector<uint32_t> tokens;
+        for (const BlockKey& key : keys) {
+          if (with_tokens) std::ranges::copy(TokensOf(key), std::back_inserter(tokens));
+        }
+        StoreRequest request{0, std::nullopt, keys, where, retention};
+        request.tokens = tokens;
+        ASSERT_TRUE(index->Store(request).ok()) << "step " << step;
+        model.Store(keys, std::nullopt, PlaceOf(where), priority, with_tokens);
         break;
       }
       case 2:
@@ -312,12 +415,16 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
         ASSERT_EQ(got, want) << "step " << step << " block " << i;
       }
     }
+    for (const auto& p : prompts) ExpectSamePartialMatch(*index, model, p, tail_rng, step, partial_matches);
     for (NodeId n = 0; n < kNodes; ++n) {
       for (Tier t : {Tier::kGpu, Tier::kHost}) ASSERT_EQ(index->Held(n, t), model.Held(n, t)) << "step " << step;
     }
     ASSERT_EQ(index->Stats().blocks, model.blocks().size()) << "step " << step;
   }
   EXPECT_GT(model.interior_evictions(), 20u) << model.interior_evictions();
+  // The partial rules did come up (of 240,000 lookups with a tail).
+  EXPECT_GT(partial_matches, 10000u) << partial_matches;
+  std::printf("partial matches: %zu\n", partial_matches);
 }
 
 }  // namespace
