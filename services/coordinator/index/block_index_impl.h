@@ -187,7 +187,7 @@ class BlockIndex::Impl {
         ref = next;
       }
       table_.Erase(blocks_[b].key.Key(), blocks_);
-      if (blocks_[b].has_tokens) tokens_.Erase(b);
+      if (blocks_[b].has_tokens) tokens_.Erase(b, TokenGroup(b));
       blocks_[b].live = 0;
       blocks_[b].parent = free_block_;
       free_block_ = b;
@@ -348,6 +348,10 @@ class BlockIndex::Impl {
   // Partial matching (partial_match.cc): the tokens of the chain's blocks, and the cached
   // child of `parent` (kNil: the scope's root) sharing the most leading tokens with `tail`.
   void KeepTokens(const StoreRequest& r, std::span<const uint32_t> blocks);
+  // The BlockTokens group of block b's tokens: its parent, or its scope's first blocks.
+  uint64_t TokenGroup(uint32_t b) const {
+    return blocks_[b].parent == kNil ? internal::BlockTokens::RootGroup(blocks_[b].scope) : uint64_t{blocks_[b].parent};
+  }
   void MatchPartial(ScopeId scope, uint32_t parent, std::span<const uint32_t> tail, LookupResult& result) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
   void TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain);

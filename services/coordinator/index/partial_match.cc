@@ -23,9 +23,7 @@ void BlockIndex::Impl::KeepTokens(const StoreRequest& r, std::span<const uint32_
     const uint32_t b = Owner(slots[i]);
     Block& block = blocks_[b];
     if (block.has_tokens) continue;
-    const uint64_t group =
-        block.parent == kNil ? internal::BlockTokens::RootGroup(block.scope) : uint64_t{block.parent};
-    tokens_.Set(b, group, r.tokens.subspan(i * per_block, per_block));
+    tokens_.Set(b, TokenGroup(b), r.tokens.subspan(i * per_block, per_block));
     block.has_tokens = 1;
   }
 }
