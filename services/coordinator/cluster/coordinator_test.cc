@@ -246,7 +246,10 @@ TEST_F(CoordinatorTest, RouteCreditsAReusableTail) {
   // The prompt: blocks 0,1 and a tail 7,8,9 that block 2 begins with. Without the tail the
   // two tie (w-a, the lower id, wins); with it w-b reuses 3 of 4 tail tokens.
   const std::span<const BlockKey> prefix(keys.data(), 2);
-  EXPECT_EQ(coordinator_->Route(0, {.keys = prefix})->partial_tokens, 0u);
+  Result<RouteChoice> without_tail = coordinator_->Route(0, {.keys = prefix});
+  ASSERT_TRUE(without_tail.ok()) << without_tail.status();
+  EXPECT_EQ(without_tail->partial_tokens, 0u);
+  EXPECT_DOUBLE_EQ(without_tail->cost, 0.0);
   const std::vector<uint32_t> tail = {7, 8, 9};
   Result<RouteChoice> choice = coordinator_->Route(0, {.keys = prefix, .tail_tokens = tail});
   ASSERT_TRUE(choice.ok()) << choice.status();
