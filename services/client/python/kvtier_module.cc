@@ -68,6 +68,11 @@ std::vector<uint32_t> ToTokens(const py::object& tokens) {
   return tokens.cast<std::vector<uint32_t>>();
 }
 
+// An optional token argument: None is no tokens.
+std::vector<uint32_t> OptionalTokens(const py::object& tokens) {
+  return tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tokens);
+}
+
 Result<KvLayout> MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, uint32_t tokens_per_block,
                             const std::string& dtype, uint32_t window, uint32_t sinks) {
   KVTIER_ASSIGN_OR_RETURN(KvDtype parsed, ParseDtype(dtype));
@@ -176,7 +181,7 @@ void BindClient(py::module_& m) {
            py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "")
       .def_property_readonly("tenant", &Client::tenant)
       .def("lookup", [](Client& c, const std::vector<PyKey>& keys, const py::object& tail_tokens) {
-        const std::vector<uint32_t> tail = tail_tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tail_tokens);
+        const std::vector<uint32_t> tail = OptionalTokens(tail_tokens);
         LookupResult r;
         {
           py::gil_scoped_release unlocked;
@@ -187,7 +192,7 @@ void BindClient(py::module_& m) {
       // (node id, prefix blocks, reusable tail tokens) of the worker to run the prompt on.
       .def("route", [](Client& c, const std::vector<PyKey>& keys, const py::object& tail_tokens,
                        const std::vector<std::string>& candidates) {
-        const std::vector<uint32_t> tail = tail_tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tail_tokens);
+        const std::vector<uint32_t> tail = OptionalTokens(tail_tokens);
         RouteDecision d;
         {
           py::gil_scoped_release unlocked;
@@ -201,7 +206,7 @@ void BindClient(py::module_& m) {
       .def("allocate", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint32_t num_tokens,
                           const py::object& tokens, uint32_t pool_id, uint64_t format_tag) {
         AllocateRequest request{.sequence = sequence, .pool_id = pool_id, .keys = ToKeys(keys), .num_tokens = num_tokens,
-                                .tokens = tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tokens),
+                                .tokens = OptionalTokens(tokens),
                                 .format_tag = format_tag};
         py::gil_scoped_release unlocked;
         return ValueOrThrow(c.Allocate(request));
@@ -217,7 +222,7 @@ void BindClient(py::module_& m) {
       .def("commit", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint8_t priority,
                         std::optional<double> duration_s, const py::object& tokens) {
         // With the blocks' tokens the committed blocks become partial-reuse candidates.
-        const std::vector<uint32_t> committed = tokens.is_none() ? std::vector<uint32_t>{} : ToTokens(tokens);
+        const std::vector<uint32_t> committed = OptionalTokens(tokens);
         py::gil_scoped_release unlocked;
         return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s), committed));
       }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,

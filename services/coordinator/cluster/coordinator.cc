@@ -14,20 +14,7 @@ Status ValidateEvent(const KvEvent& e) {
   }
   if (e.kind != KvEvent::Kind::kStored) return Status::Ok();
   if (e.keys.empty()) return InvalidArgumentError("a stored event names no blocks");
-  if (!e.retention.empty() && e.retention.size() != e.keys.size()) {
-    return InvalidArgumentError(std::to_string(e.keys.size()) + " keys but " + std::to_string(e.retention.size()) +
-                                " retention entries");
-  }
-  if (e.tokens.size() % e.keys.size() != 0) {
-    return InvalidArgumentError(std::to_string(e.tokens.size()) + " tokens for " + std::to_string(e.keys.size()) +
-                                " blocks: not the same count for each block");
-  }
-  for (const BlockRetention& r : e.retention) {
-    if (r.priority > kMaxPriority) {
-      return InvalidArgumentError("priority " + std::to_string(r.priority) + " is out of range [0, 100]");
-    }
-  }
-  return Status::Ok();
+  return ValidateStoredBlocks(e.keys.size(), e.retention, e.tokens.size());
 }
 
 }  // namespace

@@ -28,6 +28,24 @@ bool HasDuplicateKeys(std::span<const BlockKey> keys) {
 
 }  // namespace
 
+Status ValidateStoredBlocks(size_t keys, std::span<const BlockRetention> retention, size_t tokens) {
+  if (!retention.empty() && retention.size() != keys) {
+    return InvalidArgumentError("stored event has " + std::to_string(keys) + " keys but " +
+                                std::to_string(retention.size()) + " retention entries");
+  }
+  for (size_t i = 0; i < retention.size(); ++i) {
+    if (retention[i].priority > kMaxPriority) {
+      return InvalidArgumentError("block " + std::to_string(i) + ": priority " + std::to_string(retention[i].priority) +
+                                  " is out of range [0, 100]");
+    }
+  }
+  if (tokens != 0 && (keys == 0 || tokens % keys != 0)) {
+    return InvalidArgumentError("stored event has " + std::to_string(tokens) + " tokens for " + std::to_string(keys) +
+                                " blocks: not the same count for each block");
+  }
+  return Status::Ok();
+}
+
 // Every check happens before the first change, so a refused request changes nothing.
 // Leaves each key's block (kNil: new) in found_ for Store to use.
 Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
@@ -36,20 +54,7 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
                                 std::to_string(kMaxNodes - 1) + "]");
   }
   if (static_cast<int>(r.location.tier) >= kTierCount) return InvalidArgumentError("unknown tier");
-  if (!r.retention.empty() && r.retention.size() != r.keys.size()) {
-    return InvalidArgumentError("stored event has " + std::to_string(r.keys.size()) + " keys but " +
-                                std::to_string(r.retention.size()) + " retention entries");
-  }
-  for (size_t i = 0; i < r.retention.size(); ++i) {
-    if (r.retention[i].priority > kMaxPriority) {
-      return InvalidArgumentError("block " + std::to_string(i) + ": priority " +
-                                  std::to_string(r.retention[i].priority) + " is out of range [0, 100]");
-    }
-  }
-  if (!r.tokens.empty() && (r.keys.empty() || r.tokens.size() % r.keys.size() != 0)) {
-    return InvalidArgumentError("stored event has " + std::to_string(r.tokens.size()) + " tokens for " +
-                                std::to_string(r.keys.size()) + " blocks: not the same count for each block");
-  }
+  KVTIER_RETURN_IF_ERROR(ValidateStoredBlocks(r.keys.size(), r.retention, r.tokens.size()));
   if (HasDuplicateKeys(r.keys)) return InvalidArgumentError("stored event repeats a block key");
   found_.clear();
   uint32_t expected_parent = parent;

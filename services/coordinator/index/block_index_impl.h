@@ -187,7 +187,7 @@ class BlockIndex::Impl {
         ref = next;
       }
       table_.Erase(blocks_[b].key.Key(), blocks_);
-      if (blocks_[b].has_tokens) tokens_.Erase(b, TokenGroup(b));
+      tokens_.Erase(b, TokenGroup(b));  // a block kept without tokens: nothing to do
       blocks_[b].live = 0;
       blocks_[b].parent = free_block_;
       free_block_ = b;

@@ -57,6 +57,7 @@ class BlockTokens {
     }
   }
 
+  bool Has(uint32_t block) const { return record_of_.Get(block) != kNone; }
   size_t blocks() const { return blocks_; }
   size_t memory_bytes() const;
 

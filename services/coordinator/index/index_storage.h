@@ -69,8 +69,7 @@ struct Block {                     // 52 bytes
   uint16_t retention_seq = 0;      // matches the live expiry-heap entry
   uint16_t scope = 0;
   uint8_t priority = 35;
-  uint8_t live : 1 = 0;
-  uint8_t has_tokens : 1 = 0;      // BlockTokens keeps its tokens (partial matching)
+  uint8_t live = 0;
   LocationSlot first;
 };
 static_assert(sizeof(LocationSlot) == 20);

@@ -21,10 +21,7 @@ void BlockIndex::Impl::KeepTokens(const StoreRequest& r, std::span<const uint32_
   const size_t per_block = r.tokens.size() / r.keys.size();
   for (size_t i = 0; i < slots.size(); ++i) {
     const uint32_t b = Owner(slots[i]);
-    Block& block = blocks_[b];
-    if (block.has_tokens) continue;
-    tokens_.Set(b, TokenGroup(b), r.tokens.subspan(i * per_block, per_block));
-    block.has_tokens = 1;
+    if (!tokens_.Has(b)) tokens_.Set(b, TokenGroup(b), r.tokens.subspan(i * per_block, per_block));
   }
 }
 

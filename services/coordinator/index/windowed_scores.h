@@ -21,7 +21,7 @@ class BlockIndex::Impl::WindowedScores {
     const PoolWindow* window = index_.WindowAt(place);
     if (window == nullptr) return false;
     auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
-    if (pool == pools_.end()) pool = pools_.insert(pools_.end(), Pool{place, *window});
+    if (pool == pools_.end()) pool = pools_.insert(pools_.end(), Pool{place});
     if (i != pool->next) {  // blocks [next, i) are not held here
       if (pool->next < window->sink_blocks) pool->sinks_lost = true;
       pool->run = 0;
@@ -61,8 +61,7 @@ class BlockIndex::Impl::WindowedScores {
 
  private:
   struct Pool {
-    uint32_t place;
-    PoolWindow window;
+    uint32_t place = 0;
     uint32_t next = 0;        // one past the last block held here
     uint32_t run = 0;         // consecutive blocks held here, ending at next - 1
     bool sinks_lost = false;  // a sink block is not held here
