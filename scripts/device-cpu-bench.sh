@@ -19,8 +19,12 @@ kvtier="$bundle/bin/kvtier"
 trace="$bundle/conversation_trace.jsonl"
 
 { nproc; lscpu | grep -E '^Model name'; } >"$out/cpu.txt"
+# Each rate with the coordinator's RPC thread sleeping between calls (busy poll 0) and
+# polling for 50 us after each message, interleaved so that drift hits both alike.
 for rate in 1000 5000 10000 20000 40000; do
-  "$kvtier" bench lookup-rpc --trace "$trace" --seconds 3 --rate "$rate" --json
+  for busy_poll_us in 0 50; do
+    "$kvtier" bench lookup-rpc --trace "$trace" --seconds 3 --rate "$rate" --busy-poll-us "$busy_poll_us" --json
+  done
 done >"$out/lookup_rpc.jsonl" 2>"$out/lookup_rpc.err"
 for run in 1 2; do
   "$kvtier" bench index --trace "$trace" --json

@@ -56,6 +56,11 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->type_name("FILE");
   lookup_rpc_->add_option("--rate", rate_, "Lookups per second")->check(CLI::Range(1.0, 1e7))->capture_default_str();
   lookup_rpc_->add_option("--seconds", seconds_, "Duration of the load")->check(CLI::Range(0.1, 50.0))->capture_default_str();
+  lookup_rpc_->add_option("--busy-poll-us", busy_poll_us_,
+                          "The coordinator's coordinator.busy_poll_us: after each call its RPC thread polls "
+                          "without sleeping this long (0: off)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
   lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
   pool_ = bench_->add_subcommand(
       "pool", "Worker block pool: allocation plus free of blocks on one core (pool of 100,000 blocks, allocations "
@@ -191,16 +196,18 @@ int BenchCommand::RunLookupRpc() const {
   for (const bench::TraceRequest& r : *trace) options.prompts.push_back(r.hash_ids);
   options.rate_per_sec = rate_;
   options.seconds = seconds_;
+  options.busy_poll_us = busy_poll_us_;
   Result<coordinator::LookupRpcBenchResult> r = coordinator::RunLookupRpcBench(options);
   if (!r.ok()) {
     std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", r.status().ToString().c_str());
     return 1;
   }
   if (json_) {
-    std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
+    std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"busy_poll_us\":%llu,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
                 "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
                 "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f}\n",
-                rate_, r->achieved_rate, static_cast<unsigned long long>(r->calls),
+                rate_, static_cast<unsigned long long>(busy_poll_us_), r->achieved_rate,
+                static_cast<unsigned long long>(r->calls),
                 static_cast<unsigned long long>(r->errors), r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
                 static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks);
     return r->errors == 0 ? 0 : 1;

@@ -36,6 +36,7 @@ class BenchCommand {
   bool force_cpu_ = false;
   double rate_ = 20000;
   double seconds_ = 5;
+  uint64_t busy_poll_us_ = 0;
   CLI::App* transfer_ = nullptr;
   uint64_t transfer_block_bytes_ = 256 * 1024;
   uint32_t transfer_clients_ = 8;

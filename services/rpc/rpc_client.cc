@@ -73,6 +73,7 @@ void RpcClient::Impl::Loop(std::promise<void>& ready) {
   session_ = nullptr;
   rpc_ = nullptr;
   network_ = nullptr;
+  messages_ = nullptr;
   stream_ = nullptr;
 }
 
@@ -88,7 +89,8 @@ kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
         stream_ = kj::mv(stream);
         capnp::ReaderOptions reader;
         reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
-        network_ = kj::heap<capnp::TwoPartyVatNetwork>(*stream_, capnp::rpc::twoparty::Side::CLIENT, reader);
+        messages_ = kj::heap<BufferedMessageStream>(*stream_);
+        network_ = kj::heap<capnp::TwoPartyVatNetwork>(*messages_, capnp::rpc::twoparty::Side::CLIENT, reader);
         rpc_ = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(capnp::makeRpcClient(*network_));
         capnp::MallocMessageBuilder message(8);
         auto server_id = message.initRoot<capnp::rpc::twoparty::VatId>();

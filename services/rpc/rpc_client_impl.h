@@ -24,6 +24,7 @@
 #include <kj/async-io.h>
 #include <kj/function.h>
 
+#include "services/rpc/buffered_message_stream.h"
 #include "services/rpc/rpc_client.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/status_mapping.h"
@@ -139,6 +140,7 @@ class RpcClient::Impl {
   kj::AsyncIoContext* io_ = nullptr;
   kj::Own<kj::PromiseFulfiller<void>> stop_;
   kj::Own<kj::AsyncIoStream> stream_;
+  kj::Own<BufferedMessageStream> messages_;
   kj::Own<capnp::TwoPartyVatNetwork> network_;
   kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc_;
   kj::Own<schema::Session::Client> session_;

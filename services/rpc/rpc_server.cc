@@ -12,6 +12,7 @@
 #include <kj/async-io.h>
 #include <spdlog/spdlog.h>
 
+#include "services/rpc/buffered_message_stream.h"
 #include "services/rpc/status_mapping.h"
 #include "services/rpc/tls.h"
 
@@ -23,11 +24,14 @@ constexpr auto kTlsHandshakeTimeout = 10 * kj::SECONDS;
 // One client connection: the stream, the two-party network over it and the RPC system
 // serving the connection's bootstrap capability. Destroying it closes the connection.
 struct Connection {
-  Connection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap, capnp::ReaderOptions options)
+  Connection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap, capnp::ReaderOptions options,
+             std::function<void()> on_message)
       : stream(kj::mv(s)),
-        network(*stream, capnp::rpc::twoparty::Side::SERVER, options),
+        messages(*stream, {.on_message = std::move(on_message)}),
+        network(messages, capnp::rpc::twoparty::Side::SERVER, options),
         rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
   kj::Own<kj::AsyncIoStream> stream;
+  BufferedMessageStream messages;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
@@ -74,7 +78,10 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
 
   void Shutdown() {
     if (!thread_.joinable()) return;
-    executor_->executeSync([this] { stop_->fulfill(); });
+    executor_->executeSync([this] {
+      stopping_ = true;
+      stop_->fulfill();
+    });
     thread_.join();
     for (const std::string& path : unix_paths_) unlink(path.c_str());
   }
@@ -101,8 +108,44 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
     stop_ = kj::mv(stop.fulfiller);
     executor_ = &kj::getCurrentThreadExecutor();
     started.set_value(Status::Ok());
-    stop.promise.wait(io.waitScope);
+    if (options_.busy_poll.count() > 0) {
+      ServeBusyPolling(kj::mv(stop.promise), io.waitScope);
+    } else {
+      stop.promise.wait(io.waitScope);
+    }
+    wake_on_message_ = nullptr;
     tasks_ = nullptr;
+  }
+
+  // Sleeps until a message arrives, then polls without sleeping until none has arrived for
+  // options_.busy_poll; over and over until Shutdown().
+  void ServeBusyPolling(kj::Promise<void> stop, kj::WaitScope& wait_scope) {
+    using Clock = std::chrono::steady_clock;
+    kj::ForkedPromise<void> stopped = stop.fork();
+    while (!stopping_) {
+      auto woken = kj::newPromiseAndFulfiller<void>();
+      wake_on_message_ = kj::mv(woken.fulfiller);
+      woken.promise.exclusiveJoin(stopped.addBranch()).wait(wait_scope);
+      uint64_t seen = messages_read_;
+      Clock::time_point last_message = Clock::now();
+      while (!stopping_) {
+        wait_scope.poll();
+        if (messages_read_ != seen) {
+          seen = messages_read_;
+          last_message = Clock::now();
+        } else if (Clock::now() - last_message >= options_.busy_poll) {
+          break;
+        }
+      }
+    }
+  }
+
+  void OnMessage() {
+    ++messages_read_;
+    if (wake_on_message_) {
+      wake_on_message_->fulfill();
+      wake_on_message_ = nullptr;
+    }
   }
 
   Status Listen(kj::AsyncIoContext& io, std::vector<kj::Own<kj::ConnectionReceiver>>& receivers) {
@@ -159,7 +202,9 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
     capnp::ReaderOptions reader;
     reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
     reader.nestingLimit = 64;
-    auto connection = kj::heap<Connection>(kj::mv(stream), factory_(), reader);
+    std::function<void()> on_message;
+    if (options_.busy_poll.count() > 0) on_message = [this] { OnMessage(); };
+    auto connection = kj::heap<Connection>(kj::mv(stream), factory_(), reader, std::move(on_message));
     if (options_.metrics != nullptr) options_.metrics->open_connections().Add(1);
     auto closed = kj::defer([metrics = options_.metrics] {
       if (metrics != nullptr) metrics->open_connections().Add(-1);
@@ -188,6 +233,10 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
   kj::Own<kj::PromiseFulfiller<void>> stop_;
   kj::Timer* timer_ = nullptr;
   kj::TaskSet* tasks_ = nullptr;
+  // Busy polling's state, on the server thread only.
+  bool stopping_ = false;
+  uint64_t messages_read_ = 0;
+  kj::Own<kj::PromiseFulfiller<void>> wake_on_message_;
 };
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Create(RpcServerOptions options, BootstrapFactory factory) {

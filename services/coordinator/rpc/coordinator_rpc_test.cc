@@ -2,6 +2,8 @@
 // sockets, TLS, and hostile input (garbage bytes, oversized messages, bad tokens).
 #include "services/coordinator/rpc/coordinator_node.h"
 
+#include <atomic>
+#include <functional>
 #include <random>
 
 #include <capnp/ez-rpc.h>
@@ -33,6 +35,9 @@ class CoordinatorRpcTest : public ::testing::Test {
     options.rpc.listen = {"127.0.0.1:0"};
     options.rpc.unix_socket = dir_.File("coordinator.sock");
     options.rpc.max_message_bytes = max_message_bytes;
+    options.rpc.busy_poll_us = busy_poll_us_;
+    options.on_tick = on_tick_;
+    options.tick_interval = tick_interval_;
     options.tls = tls;
     options.tokens = std::move(tokens);
     options.registry = &registry_;
@@ -66,6 +71,9 @@ class CoordinatorRpcTest : public ::testing::Test {
 
   testing::TempDir dir_;
   MetricsRegistry registry_;
+  uint64_t busy_poll_us_ = 0;
+  std::function<void(CoordinatorState&)> on_tick_;
+  Nanos tick_interval_{0};
   std::unique_ptr<CoordinatorNode> node_;
 };
 
@@ -103,6 +111,40 @@ TEST_F(CoordinatorRpcTest, AClientSeesItsConnectionGoWhenTheServerStops) {
   }
   EXPECT_FALSE((*client)->connected()) << "noticed without a call of its own";
   EXPECT_EQ((*client)->Ping("anyone?").status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(CoordinatorRpcTest, ABusyPollingServerAnswersRunsItsTickAndStops) {
+  // The server polls for 50 ms after each message, so a client calling every few
+  // milliseconds keeps it polling the whole time; the tick (every 2 ms) must still run.
+  busy_poll_us_ = 50'000;
+  tick_interval_ = milliseconds(2);
+  std::atomic<int> ticks{0};
+  on_tick_ = [&ticks](CoordinatorState&) { ticks.fetch_add(1); };
+  StartNode(OneTenant());
+  Result<std::unique_ptr<rpc::RpcClient>> client = Connect(tcp(), kToken);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const int ticks_before = ticks.load();
+  const auto polling_until = std::chrono::steady_clock::now() + milliseconds(200);
+  int calls = 0;
+  while (std::chrono::steady_clock::now() < polling_until) {
+    Result<rpc::PingReply> pong = (*client)->Ping("call " + std::to_string(calls));
+    ASSERT_TRUE(pong.ok()) << pong.status();
+    EXPECT_EQ(pong->payload, "call " + std::to_string(calls));
+    ++calls;
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  EXPECT_GE(ticks.load() - ticks_before, 10) << "ticks while polling, over " << calls << " calls";
+
+  // Quiet for longer than the window: the server sleeps, and the next call wakes it.
+  std::this_thread::sleep_for(milliseconds(120));
+  Result<rpc::PingReply> pong = (*client)->Ping("after a pause");
+  ASSERT_TRUE(pong.ok()) << pong.status();
+  EXPECT_EQ(pong->payload, "after a pause");
+
+  // Shutdown from inside the polling window returns (the test's time limit is the check).
+  ASSERT_TRUE((*client)->Ping("last").ok());
+  node_->Shutdown();
+  EXPECT_FALSE((*client)->Ping("gone").ok());
 }
 
 TEST_F(CoordinatorRpcTest, BadTokenGetsAClearErrorAndIsCounted) {

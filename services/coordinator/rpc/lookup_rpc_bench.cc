@@ -4,11 +4,13 @@
 #include <chrono>
 #include <unordered_set>
 
-#include <capnp/ez-rpc.h>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 
 #include "common/block_key.h"
 #include "services/auth/token_store.h"
 #include "services/coordinator/rpc/coordinator_node.h"
+#include "services/rpc/buffered_message_stream.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/status_mapping.h"
 
@@ -20,12 +22,39 @@ using SteadyClock = std::chrono::steady_clock;
 
 constexpr size_t kEventsPerBatch = 512;
 
-schema::Coordinator::Client Connect(capnp::EzRpcClient& client, const std::string& token) {
-  auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
-  auth.setToken(token);
-  auto session = auth.send().wait(client.getWaitScope()).getSession();
-  return session.coordinatorRequest().send().wait(client.getWaitScope()).getCoordinator();
-}
+// The bench's end of the connection, on the calling thread's event loop, framed as the
+// SDK's RpcClient frames it (rpc::BufferedMessageStream).
+class BenchConnection {
+ public:
+  explicit BenchConnection(const std::string& address)
+      : io_(kj::setupAsyncIo()),
+        stream_(io_.provider->getNetwork().parseAddress(address).wait(io_.waitScope)->connect().wait(io_.waitScope)),
+        messages_(*stream_),
+        network_(messages_, capnp::rpc::twoparty::Side::CLIENT),
+        rpc_(capnp::makeRpcClient(network_)) {
+    capnp::MallocMessageBuilder message(8);
+    auto server = message.initRoot<capnp::rpc::twoparty::VatId>();
+    server.setSide(capnp::rpc::twoparty::Side::SERVER);
+    bootstrap_ = rpc_.bootstrap(server).castAs<schema::Bootstrap>();
+  }
+
+  kj::WaitScope& waitScope() { return io_.waitScope; }
+
+  schema::Coordinator::Client Connect(const std::string& token) {
+    auto auth = bootstrap_.authenticateRequest();
+    auth.setToken(token);
+    auto session = auth.send().wait(io_.waitScope).getSession();
+    return session.coordinatorRequest().send().wait(io_.waitScope).getCoordinator();
+  }
+
+ private:
+  kj::AsyncIoContext io_;
+  kj::Own<kj::AsyncIoStream> stream_;
+  rpc::BufferedMessageStream messages_;
+  capnp::TwoPartyVatNetwork network_;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc_;
+  schema::Bootstrap::Client bootstrap_ = nullptr;
+};
 
 void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns, const uint64_t* ids) {
   for (unsigned i = 0; i < list.size(); ++i) {
@@ -36,9 +65,9 @@ void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespa
 }
 
 // A worker announces every block of the trace as chains continuing what it already stored.
-uint64_t LoadTrace(capnp::EzRpcClient& client, schema::Coordinator::Client& coordinator,
+uint64_t LoadTrace(BenchConnection& client, schema::Coordinator::Client& coordinator,
                    const std::vector<std::vector<uint64_t>>& prompts, uint64_t salt_scope) {
-  auto& ws = client.getWaitScope();
+  auto& ws = client.waitScope();
   auto reg = coordinator.registerRequest();
   reg.initNode().setNodeId("bench-worker");
   reg.getNode().setIncarnation(1);
@@ -90,9 +119,9 @@ uint64_t LoadTrace(capnp::EzRpcClient& client, schema::Coordinator::Client& coor
 }
 
 // Sends the lookups open loop and returns each call's latency from its scheduled time.
-std::vector<double> SendAtRate(capnp::EzRpcClient& client, schema::Coordinator::Client& coordinator,
+std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Client& coordinator,
                                const LookupRpcBenchOptions& options, LookupRpcBenchResult& result, uint64_t& matched) {
-  auto& ws = client.getWaitScope();
+  auto& ws = client.waitScope();
   const OpaqueKeyNamespace ns("mooncake", "");
   const auto total = static_cast<uint64_t>(options.rate_per_sec * options.seconds);
   const auto interval = std::chrono::duration<double>(1.0 / options.rate_per_sec);
@@ -150,6 +179,7 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   MetricsRegistry registry;
   CoordinatorNodeOptions node_options;
   node_options.rpc.listen = {"127.0.0.1:0"};
+  node_options.rpc.busy_poll_us = options.busy_poll_us;
   KVTIER_ASSIGN_OR_RETURN(node_options.tokens,
                           auth::TokenStore::FromYaml("tenants:\n  - {name: bench, token: " + token +
                                                          ", salt: bench-salt}\nnodes:\n  - {name: bench-node, token: " +
@@ -159,14 +189,14 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
 
   LookupRpcBenchResult result;
-  capnp::EzRpcClient client(node->endpoints()[0]);
-  schema::Coordinator::Client loader = Connect(client, node_token);
-  result.indexed_blocks = LoadTrace(client, loader, options.prompts, SaltScope("bench-salt"));
-  schema::Coordinator::Client coordinator = Connect(client, token);
+  auto client = std::make_unique<BenchConnection>(node->endpoints()[0]);
+  schema::Coordinator::Client loader = client->Connect(node_token);
+  result.indexed_blocks = LoadTrace(*client, loader, options.prompts, SaltScope("bench-salt"));
+  schema::Coordinator::Client coordinator = client->Connect(token);
 
   const auto start = SteadyClock::now();
   uint64_t matched = 0;
-  std::vector<double> latencies_us = SendAtRate(client, coordinator, options, result, matched);
+  std::vector<double> latencies_us = SendAtRate(*client, coordinator, options, result, matched);
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
   node->Shutdown();
 

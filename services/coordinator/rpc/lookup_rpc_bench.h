@@ -23,6 +23,7 @@ struct LookupRpcBenchOptions {
   std::vector<std::vector<uint64_t>> prompts;  // Mooncake hash_ids per request
   double rate_per_sec = 20000;
   double seconds = 5;
+  uint64_t busy_poll_us = 0;  // the coordinator's coordinator.busy_poll_us
 };
 
 struct LookupRpcBenchResult {
