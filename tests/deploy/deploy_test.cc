@@ -133,12 +133,25 @@ TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {
 }
 
 // Every kvtier_* metric the rules and the dashboard query is in a running kvtier's
-// /metrics, and every recording rule the dashboard uses is defined.
+// /metrics (`kvtier up`, and a `kvtier store` beside it for what only separate nodes
+// export: the data stream's metrics), and every recording rule the dashboard uses is
+// defined.
 TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
-  testing::TempDir dir;
+  testing::TempDir dir, store_dir;
   std::unique_ptr<ChildProcess> up;
   const uint16_t port = StartUp(dir, up, {"--auth-enabled", "false"});
-  const std::string exposition = Curl("http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  const std::set<std::string> coordinator_rpc = Matches(up->Stdout(), "\\n  rpc +(\\S+)", 1);
+  ASSERT_EQ(coordinator_rpc.size(), 1u) << up->Stdout();
+  const uint16_t store_port = testing::FreeTcpPort();
+  // Named apart from up's own embedded store: node names are unique in a cluster.
+  ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
+                      "--node-name", "metrics-store", "--node-coordinator", *coordinator_rpc.begin(), "--metrics-port", std::to_string(store_port),
+                      "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("store"), "--store-host-cache-bytes",
+                      "1048576", "--store-disk-bytes", "4194304"},
+                     store_dir.path());
+  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20))) << store.Stdout() << store.Stderr();
+  const std::string exposition = Curl("http://127.0.0.1:" + std::to_string(port) + "/metrics") +
+                                 Curl("http://127.0.0.1:" + std::to_string(store_port) + "/metrics");
   const std::set<std::string> exported = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) ", 1);
   const std::set<std::string> histograms = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) histogram", 1);
   ASSERT_GT(exported.size(), 20u) << exposition;
@@ -160,6 +173,8 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
   for (const std::string& name : Matches(dashboard, "kvtier:[a-z0-9_:]+")) {
     EXPECT_TRUE(recorded.contains(name)) << name << " is used by the dashboard but no rule records it";
   }
+  store.Signal(SIGTERM);
+  EXPECT_EQ(store.Wait(seconds(30)), 0) << store.Stderr();
   up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(seconds(10)), 0);
 }
