@@ -11,62 +11,71 @@
 #include <set>
 
 #include "common/thread_annotations.h"
+#include <spdlog/spdlog.h>
+
 #include "storage/disk_tier_internal.h"
+#include "storage/payload_segments.h"
 #include "storage/tier_index.h"
 
 namespace kvtier::storage {
 
 using disk_internal::FromRocks;
 using disk_internal::HeaderKey;
-using disk_internal::PayloadKey;
 
 class DiskTier::Impl {
  public:
-  Impl(DiskTierOptions options, disk_internal::OpenedDb opened)
+  Impl(DiskTierOptions options, disk_internal::OpenedDb opened, std::unique_ptr<PayloadSegments> segments)
       : options_(std::move(options)),
         db_(std::move(opened.db)),
         headers_cf_(opened.headers),
         default_cf_(opened.default_family),
-        payload_cfs_(std::move(opened.payload_families)),
+        segments_(std::move(segments)),
         index_(options_.clock) {
     write_options_.sync = options_.sync == DiskSync::kFsync;
     write_options_.disableWAL = options_.sync == DiskSync::kNone;
-    // Payload reads skip RocksDB's own CRC of the blob record: the XXH3 of every payload
-    // is checked below anyway, and the CRC over the same bytes would cost a second pass.
-    payload_read_options_.verify_checksums = false;
     stats_.capacity_bytes = options_.capacity_bytes;
   }
 
   ~Impl() {
     std::lock_guard lock(mu_);
-    for (auto& [tag, handle] : payload_cfs_) db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
     db_->DestroyColumnFamilyHandle(headers_cf_).PermitUncheckedError();
     db_->DestroyColumnFamilyHandle(default_cf_).PermitUncheckedError();
   }
 
-  // Rebuilds the index from the headers column family. Called once, before any use.
+  // Rebuilds the index from the headers column family and the segments' live bytes from
+  // the locations the headers hold. Called once, before any use.
   Status Recover() {
     std::lock_guard lock(mu_);
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), headers_cf_));
     std::vector<std::string> bad;
+    uint64_t lost = 0;
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      size_t consumed = 0;
-      auto header = DecodeHeader({reinterpret_cast<const uint8_t*>(it->value().data()), it->value().size()}, consumed);
-      if (!header.ok() || !payload_cfs_.contains(header->format_tag) ||
-          !ValidateHeader(*header, options_.max_block_bytes).ok()) {
+      Result<StoredHeader> stored = DecodeStored(it->value());
+      if (!stored.ok()) {
         bad.push_back(it->key().ToString());
         ++stats_.checksum_failures;
         continue;
       }
-      index_.Insert(*header, header->payload_bytes, 0);
+      if (!segments_->AddLive(stored->location, stored->header.payload_bytes)) {
+        bad.push_back(it->key().ToString());  // its segment is gone or cut short
+        ++lost;
+        continue;
+      }
+      index_.Insert(stored->header, stored->header.payload_bytes, stored->location);
     }
     KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "scanning block headers"));
+    segments_->DropUnreferenced();
+    if (lost > 0) {
+      spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped", options_.path, lost);
+    }
     rocksdb::WriteBatch batch;
     for (const std::string& key : bad) KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(headers_cf_, key), "batch"));
     KVTIER_RETURN_IF_ERROR(EvictLocked(0, batch));  // the capacity may have shrunk
     return FromRocks(db_->Write(write_options_, &batch), "dropping unreadable headers");
   }
 
+  // Payloads first (one gathered append, synced under kFsync), then the headers with
+  // their locations in one RocksDB batch: an acknowledged block has both.
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
@@ -77,29 +86,39 @@ class DiskTier::Impl {
     StagedBatch staged;
     Status written = Stage(items, results, staged);
     if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
+    if (written.ok()) written = AppendPayloads(items, staged);
     if (written.ok()) {
       written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
-      if (!written.ok()) ++stats_.io_errors;
+      if (!written.ok()) {
+        for (size_t k = 0; k < staged.inserts.size(); ++k) {
+          segments_->Release(staged.locations[k], items[staged.inserts[k]].header.payload_bytes);
+        }
+      }
     }
     if (!written.ok()) {
+      if (written.code() != StatusCode::kInvalidArgument) ++stats_.io_errors;
       for (Status& result : results) {
         if (result.ok()) result = written;  // nothing of the batch was written
       }
       return results;
     }
-    for (size_t i : staged.inserts) {
-      index_.Insert(items[i].header, items[i].header.payload_bytes, 0);
-      stats_.bytes_written += items[i].header.payload_bytes;
+    for (size_t k = 0; k < staged.inserts.size(); ++k) {
+      const PutItem& item = items[staged.inserts[k]];
+      index_.Insert(item.header, item.header.payload_bytes, staged.locations[k]);
+      stats_.bytes_written += item.header.payload_bytes;
     }
     for (size_t i : staged.refreshes) {
-      index_.Refresh(index_.Find(items[i].header.key, items[i].header.format_tag), items[i].header);
+      const uint32_t id = index_.Find(items[i].header.key, items[i].header.format_tag);
+      if (id != TierIndex::kNil) index_.Refresh(id, items[i].header);  // kNil: evicted by this batch
     }
+    CompactLocked();
     return results;
   }
 
   Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
     BlockHeader header;
-    rocksdb::ColumnFamilyHandle* cf = nullptr;
+    uint64_t location = 0;
+    std::shared_ptr<const SegmentFile> file;
     {
       std::lock_guard lock(mu_);
       const uint32_t id = index_.FindVisible(ref);
@@ -112,26 +131,22 @@ class DiskTier::Impl {
         return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
                                     ref.key.ToHex() + " of " + std::to_string(header.payload_bytes) + " bytes");
       }
-      cf = payload_cfs_.at(header.format_tag);
+      location = index_.entry(id).location;
+      file = segments_->File(SegmentOf(location));
       index_.Touch(id);
     }
-    rocksdb::PinnableSlice value;
-    rocksdb::Status read = db_->Get(payload_read_options_, cf, PayloadKey(ref.key), &value);
-    if (read.IsNotFound()) return NotFound(ref);  // removed since the lookup
-    const bool corrupt =
-        read.IsCorruption() ||
-        (read.ok() && (value.size() != header.payload_bytes ||
-                       PayloadChecksum({reinterpret_cast<const uint8_t*>(value.data()), value.size()}) != header.checksum));
-    if (corrupt) return DropCorrupt(header, read);
-    if (!read.ok()) {
+    // Read outside the lock: the file stays readable even if the block is deleted now.
+    Result<uint64_t> hash = file == nullptr ? UnavailableError("its segment file is gone")
+                                            : file->ReadHashed(OffsetOf(location), out.first(header.payload_bytes));
+    if (!hash.ok()) {
       std::lock_guard lock(mu_);
       ++stats_.io_errors;
-      return FromRocks(read, "reading block " + ref.key.ToHex());
+      return hash.status().WithContext("disk tier: reading block " + ref.key.ToHex());
     }
-    std::memcpy(out.data(), value.data(), value.size());
+    if (*hash != header.checksum) return DropCorrupt(header);
     std::lock_guard lock(mu_);
     ++stats_.hits;
-    stats_.bytes_read += value.size();
+    stats_.bytes_read += header.payload_bytes;
     return header;
   }
 
@@ -158,16 +173,22 @@ class DiskTier::Impl {
     TierStats stats = stats_;
     stats.blocks = index_.size();
     stats.bytes = index_.units();
+    stats.medium_bytes = segments_->file_bytes();
     return stats;
   }
 
+  DiskFiles Files() const {
+    std::lock_guard lock(mu_);
+    return {segments_->segments(), segments_->file_bytes(), segments_->live_bytes()};
+  }
+
   Status Flush() {
-    std::vector<rocksdb::ColumnFamilyHandle*> handles{headers_cf_};
+    Status flushed;
     {
       std::lock_guard lock(mu_);
-      for (auto& [tag, handle] : payload_cfs_) handles.push_back(handle);
+      flushed = segments_->Sync();
     }
-    Status flushed = FromRocks(db_->Flush(rocksdb::FlushOptions(), handles), "flushing the disk tier");
+    if (flushed.ok()) flushed = FromRocks(db_->Flush(rocksdb::FlushOptions(), headers_cf_), "flushing the disk tier");
     if (!flushed.ok()) {
       std::lock_guard lock(mu_);
       ++stats_.io_errors;
@@ -184,20 +205,44 @@ class DiskTier::Impl {
   }
 
  private:
+  struct StoredHeader {
+    BlockHeader header;
+    uint64_t location = 0;
+  };
+
   static Status NotFound(const BlockRef& ref) {
     return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the disk tier");
   }
 
+  // A header's value: the encoded header, then its payload's location (8 bytes, big-endian).
+  static std::string EncodeStored(const BlockHeader& header, uint64_t location) {
+    std::string value;
+    EncodeHeader(header, value);
+    for (int shift = 56; shift >= 0; shift -= 8) value.push_back(static_cast<char>(location >> shift));
+    return value;
+  }
+
+  Result<StoredHeader> DecodeStored(const rocksdb::Slice& value) const {
+    size_t consumed = 0;
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()), value.size());
+    KVTIER_ASSIGN_OR_RETURN(BlockHeader header, DecodeHeader(bytes, consumed));
+    KVTIER_RETURN_IF_ERROR(ValidateHeader(header, options_.max_block_bytes));
+    if (bytes.size() != consumed + 8) return DataLossError("a block header without its payload's location");
+    StoredHeader stored{std::move(header), 0};
+    for (size_t i = consumed; i < bytes.size(); ++i) stored.location = stored.location << 8 | bytes[i];
+    return stored;
+  }
+
   struct StagedBatch {
     rocksdb::WriteBatch batch;
-    std::vector<size_t> inserts;    // new blocks: payload and header written
-    std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
+    std::vector<size_t> inserts;      // new blocks: payload and header written
+    std::vector<uint64_t> locations;  // of the inserts' payloads, once appended
+    std::vector<size_t> refreshes;    // stored already: the header's policy fields rewritten
     uint64_t new_bytes = 0;
   };
 
-  // Sorts the valid items into new blocks and refreshes and adds their writes to the
-  // batch; refused items get their error in `results`. An error return means the batch
-  // could not be built (nothing is written).
+  // Sorts the valid items into new blocks and refreshes (whose headers join the batch);
+  // refused items get their error in `results`.
   Status Stage(std::span<const PutItem> items, std::vector<Status>& results, StagedBatch& staged)
       KVTIER_REQUIRES(mu_) {
     std::set<std::pair<std::string_view, BlockKey>> in_batch;
@@ -210,43 +255,43 @@ class DiskTier::Impl {
           continue;
         }
         staged.refreshes.push_back(i);
+        KVTIER_RETURN_IF_ERROR(PutHeader(header, index_.entry(id).location, staged.batch));
       } else if (header.payload_bytes > options_.capacity_bytes) {
         results[i] = ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
                                             " bytes is larger than the whole disk tier (" +
                                             std::to_string(options_.capacity_bytes) + " bytes)");
-        continue;
       } else if (in_batch.emplace(header.format_tag, header.key).second) {
-        KVTIER_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle * cf, PayloadFamily(header.format_tag));
-        const rocksdb::Slice payload(reinterpret_cast<const char*>(items[i].payload.data()), items[i].payload.size());
-        KVTIER_RETURN_IF_ERROR(FromRocks(staged.batch.Put(cf, PayloadKey(header.key), payload), "batch"));
         staged.inserts.push_back(i);
         staged.new_bytes += header.payload_bytes;
       }  // else: a repeat of a block earlier in this batch, stored by that one
-      KVTIER_RETURN_IF_ERROR(PutHeader(header, staged.batch));
     }
     return Status::Ok();
   }
 
-  Result<rocksdb::ColumnFamilyHandle*> PayloadFamily(const std::string& tag) KVTIER_REQUIRES(mu_) {
-    if (auto it = payload_cfs_.find(tag); it != payload_cfs_.end()) return it->second;
-    rocksdb::ColumnFamilyHandle* handle = nullptr;
-    KVTIER_RETURN_IF_ERROR(FromRocks(
-        db_->CreateColumnFamily(disk_internal::PayloadFamilyOptions(options_), disk_internal::kPayloadPrefix + tag, &handle),
-        "creating the column family of format " + tag));
-    payload_cfs_.emplace(tag, handle);
-    return handle;
+  // Appends the new blocks' payloads and adds their headers, with the locations, to the batch.
+  Status AppendPayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(mu_) {
+    if (staged.inserts.empty()) return Status::Ok();
+    std::vector<std::span<const uint8_t>> payloads;
+    payloads.reserve(staged.inserts.size());
+    for (size_t i : staged.inserts) payloads.push_back(items[i].payload);
+    KVTIER_ASSIGN_OR_RETURN(staged.locations, segments_->Append(payloads));
+    if (options_.sync == DiskSync::kFsync) KVTIER_RETURN_IF_ERROR(segments_->Sync());
+    for (size_t k = 0; k < staged.inserts.size(); ++k) {
+      KVTIER_RETURN_IF_ERROR(PutHeader(items[staged.inserts[k]].header, staged.locations[k], staged.batch));
+    }
+    return Status::Ok();
   }
 
-  Status PutHeader(const BlockHeader& header, rocksdb::WriteBatch& batch) {
-    std::string encoded;
-    EncodeHeader(header, encoded);
-    return FromRocks(batch.Put(headers_cf_, HeaderKey(header.format_tag, header.key), encoded), "batch");
+  Status PutHeader(const BlockHeader& header, uint64_t location, rocksdb::WriteBatch& batch) {
+    return FromRocks(batch.Put(headers_cf_, HeaderKey(header.format_tag, header.key), EncodeStored(header, location)),
+                     "batch");
   }
 
   Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(mu_) {
-    const BlockHeader& header = index_.entry(id).header;
-    KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(payload_cfs_.at(header.format_tag), PayloadKey(header.key)), "batch"));
-    KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(headers_cf_, HeaderKey(header.format_tag, header.key)), "batch"));
+    const TierIndex::Entry& entry = index_.entry(id);
+    KVTIER_RETURN_IF_ERROR(
+        FromRocks(batch.Delete(headers_cf_, HeaderKey(entry.header.format_tag, entry.header.key)), "batch"));
+    segments_->Release(entry.location, entry.header.payload_bytes);
     index_.Erase(id);
     return Status::Ok();
   }
@@ -265,7 +310,10 @@ class DiskTier::Impl {
     return Status::Ok();
   }
 
-  Status DropCorrupt(const BlockHeader& header, const rocksdb::Status& read) {
+  void CompactLocked() KVTIER_REQUIRES(mu_);
+  Status MoveSegmentLocked(uint32_t segment) KVTIER_REQUIRES(mu_);
+
+  Status DropCorrupt(const BlockHeader& header) {
     std::lock_guard lock(mu_);
     ++stats_.checksum_failures;
     const uint32_t id = index_.Find(header.key, header.format_tag);
@@ -273,8 +321,7 @@ class DiskTier::Impl {
       rocksdb::WriteBatch batch;
       if (DeleteLocked(id, batch).ok()) db_->Write(write_options_, &batch).PermitUncheckedError();
     }
-    return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (" +
-                         (read.ok() ? std::string("checksum mismatch") : read.ToString()) + "); it was deleted");
+    return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (checksum mismatch); it was deleted");
   }
 
   const DiskTierOptions options_;
@@ -282,17 +329,91 @@ class DiskTier::Impl {
   rocksdb::ColumnFamilyHandle* const headers_cf_;
   rocksdb::ColumnFamilyHandle* const default_cf_;  // unused; RocksDB requires it open
   rocksdb::WriteOptions write_options_;
-  rocksdb::ReadOptions payload_read_options_;
   mutable std::mutex mu_;
-  std::map<std::string, rocksdb::ColumnFamilyHandle*> payload_cfs_ KVTIER_GUARDED_BY(mu_);
+  const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
 };
 
+// Compaction: once dead bytes (payloads of deleted blocks in segments that still hold
+// live ones) exceed a quarter of the live bytes and a segment's worth, the sealed segment
+// with the smallest live share has its live blocks moved to the active segment and is
+// deleted, on the put that finds the debt. The files thus hold at most about 1.25 times
+// the live bytes plus a segment. Under LRU eviction most segments empty whole (they are
+// written in LRU order) and are deleted without copying; what compaction moves are the
+// blocks kept hot long after their neighbours left.
+void DiskTier::Impl::CompactLocked() {
+  for (;;) {
+    const uint64_t live = segments_->live_bytes();
+    if (segments_->file_bytes() - live <= std::max(options_.segment_bytes, live / 4)) return;
+    const std::optional<uint32_t> sparse = segments_->SparsestSealed(1.0);
+    if (!sparse) return;
+    if (Status moved = MoveSegmentLocked(*sparse); !moved.ok()) {
+      ++stats_.io_errors;
+      spdlog::warn("disk tier {}: compaction stopped: {}", options_.path, moved.ToString());
+      return;
+    }
+  }
+}
+
+Status DiskTier::Impl::MoveSegmentLocked(uint32_t segment) {
+  std::vector<uint32_t> ids;
+  uint64_t bytes = 0;
+  index_.ForEach([&](uint32_t id) {
+    if (SegmentOf(index_.entry(id).location) != segment) return;
+    ids.push_back(id);
+    bytes += index_.entry(id).header.payload_bytes;
+  });
+  const std::shared_ptr<const SegmentFile> file = segments_->File(segment);
+  if (file == nullptr) return InternalError("segment " + std::to_string(segment) + " vanished");
+  std::vector<uint8_t> buffer(bytes);
+  std::vector<std::span<const uint8_t>> payloads;
+  std::vector<uint32_t> moving;
+  rocksdb::WriteBatch batch;
+  uint64_t at = 0;
+  for (const uint32_t id : ids) {
+    const TierIndex::Entry& entry = index_.entry(id);
+    const std::span<uint8_t> out(buffer.data() + at, entry.header.payload_bytes);
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t hash, file->ReadHashed(OffsetOf(entry.location), out));
+    if (hash != entry.header.checksum) {  // found corrupt on the way: dropped, as a read would
+      ++stats_.checksum_failures;
+      KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
+      continue;
+    }
+    payloads.push_back(out);
+    moving.push_back(id);
+    at += out.size();
+  }
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<uint64_t> locations, segments_->Append(payloads));
+  if (options_.sync == DiskSync::kFsync) KVTIER_RETURN_IF_ERROR(segments_->Sync());
+  for (size_t k = 0; k < moving.size(); ++k) {
+    KVTIER_RETURN_IF_ERROR(PutHeader(index_.CurrentHeader(moving[k]), locations[k], batch));
+  }
+  if (Status written = FromRocks(db_->Write(write_options_, &batch), "moving segment " + std::to_string(segment));
+      !written.ok()) {
+    for (size_t k = 0; k < moving.size(); ++k) segments_->Release(locations[k], payloads[k].size());
+    return written;
+  }
+  for (size_t k = 0; k < moving.size(); ++k) {
+    const uint64_t old_location = index_.entry(moving[k]).location;
+    index_.Relocate(moving[k], locations[k]);
+    segments_->Release(old_location, payloads[k].size());  // the last one deletes the segment
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions options) {
   if (options.capacity_bytes == 0) return InvalidArgumentError("disk tier capacity is zero");
+  if (options.segment_bytes < (1u << 20) || options.segment_bytes > (uint64_t{1} << 39)) {
+    return InvalidArgumentError("disk tier segment_bytes must be between 1 MiB and 512 GiB, not " +
+                                std::to_string(options.segment_bytes));
+  }
   KVTIER_ASSIGN_OR_RETURN(disk_internal::OpenedDb opened, disk_internal::OpenDb(options));
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(opened));
+  PayloadSegmentsOptions segment_options;
+  segment_options.dir = (std::filesystem::path(options.path) / "segments").string();
+  segment_options.segment_bytes = options.segment_bytes;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PayloadSegments> segments, PayloadSegments::Open(segment_options));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(opened), std::move(segments));
   KVTIER_RETURN_IF_ERROR(impl->Recover());
   return std::unique_ptr<DiskTier>(new DiskTier(std::move(impl)));
 }
@@ -309,6 +430,7 @@ Result<BlockHeader> DiskTier::Peek(const BlockRef& ref) { return impl_->Peek(ref
 Status DiskTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats DiskTier::Stats() const { return impl_->Stats(); }
 Status DiskTier::Flush() { return impl_->Flush(); }
+DiskFiles DiskTier::Files() const { return impl_->Files(); }
 std::vector<BlockHeader> DiskTier::Headers() const { return impl_->Headers(); }
 
 }  // namespace kvtier::storage

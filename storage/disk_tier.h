@@ -1,34 +1,49 @@
-// DiskTier: blocks on local disk in RocksDB, the last tier of a node.
+// DiskTier: blocks on local disk, the last tier of a node.
 //
-// Payloads live in RocksDB blob files (integrated BlobDB: values are written once to a
-// blob file at flush and the LSM keeps only a pointer), one column family per format tag
-// so that a layout's blocks are never read as another's. Headers live in a small
-// "headers" column family written in the same atomic WriteBatch; on open the tier scans
-// only the headers to rebuild its eviction index, so recovery after a crash reads no
-// payload. Capacity is payload bytes; room is made by prioritized LRU (the same rules as
-// every tier) and evicted blocks are deleted (blob garbage collection reclaims the space).
+// Payloads live in append-only segment files of our own (storage/payload_segments.h),
+// written once from the caller's buffers and read back straight into the caller's
+// buffer; each block's header, with its payload's location, lives in RocksDB (a
+// "headers" column family keyed by format tag and key, so that a layout's blocks are
+// never read as another's). On open the tier scans only the headers to rebuild its
+// eviction index and the segments' accounting: recovery reads no payload, and segments
+// (or their tails) that no header references, written but never acknowledged, are
+// deleted. Capacity is payload bytes; room is made by prioritized LRU (the same rules as
+// every tier). Space of deleted payloads comes back when a segment holds no live block
+// (deleted then) or through compaction: once dead bytes exceed a quarter of the live ones
+// and `segment_bytes`, the sealed segment with the smallest live share has its blocks
+// moved and is deleted, so the files hold at most about 1.25 times the live bytes plus a
+// segment: size the volume for that.
 //
-// Every Get recomputes the payload's XXH3-64 and compares it with the header: a block
-// that fails (or that RocksDB itself reports corrupt) is deleted, counted in
-// checksum_failures, and answered kDataLoss. Wrong bytes are never returned.
+// Why not RocksDB's BlobDB (the first design): Debian 12's RocksDB computes CRC32C in
+// software over every payload byte, once in the blob file and again in the WAL, which
+// held puts to a fraction of the disk's speed (docs/benchmarks.md); the header's XXH3
+// already covers the payload. A database of the BlobDB layout (column families
+// "blocks:<format>") is dropped at open, with a warning: the disk tier is a cache.
 //
-// Durability (`sync`), what each policy loses:
-//   kWal (default): every write goes to the write-ahead log before it is acknowledged,
-//     not fsynced. A killed process loses nothing acknowledged; a power loss or kernel
-//     crash loses the writes the OS had not yet written back (seconds). Payloads are
-//     written twice (WAL, then blob file at flush).
-//   kFsync: the WAL is fsynced before each acknowledgement. Nothing acknowledged is lost,
-//     even on power loss; each write batch waits for the disk.
-//   kNone: no WAL; payloads are written once. Anything not yet flushed from the memtable
-//     (up to `memtable_bytes`) is lost on any crash. The store reports its holdings after
-//     a restart, so the coordinator forgets what was lost; no wrong data is served.
+// Every Get recomputes the payload's XXH3-64 as it reads and compares it with the header:
+// a block that fails is deleted, counted in checksum_failures, and answered kDataLoss.
+// Wrong bytes are never returned.
+//
+// Durability (`sync`), what each policy loses. A put writes the payloads to their segment
+// first and the headers after, so an acknowledged header never points at bytes that were
+// not written:
+//   kWal (default): headers go through RocksDB's write-ahead log, payloads to the page
+//     cache, neither fsynced. A killed process loses nothing acknowledged; a power loss or
+//     kernel crash loses what the OS had not yet written back (seconds): a header that
+//     survives without its payload reads as corrupt (kDataLoss, deleted), never wrong.
+//   kFsync: the payloads' segment is fdatasynced, then the headers' WAL is synced, before
+//     each acknowledgement. Nothing acknowledged is lost, even on power loss.
+//   kNone: no WAL; headers not yet flushed from the memtable (up to `memtable_bytes`)
+//     are lost on any crash, and their payloads become dead bytes. The store reports its
+//     holdings after a restart, so the coordinator forgets what was lost.
 //
 // Errors: an unusable directory is kPermissionDenied or kFailedPrecondition with the
-// path; a full disk is kResourceExhausted, and RocksDB then stops writes but keeps
-// serving reads. I/O errors are kUnavailable.
+// path; a full disk is kResourceExhausted ("disk full") and the tier keeps serving reads.
+// I/O errors are kUnavailable.
 //
-// Thread safety: safe from any thread. Writes are serialised under one mutex (index and
-// RocksDB stay in step); reads look up under the mutex and read outside it.
+// Thread safety: safe from any thread. Writes (and compaction, on the put that finds
+// the debt) are serialised under one mutex (index, segments and RocksDB stay in step);
+// reads look up under the mutex and read outside it.
 #pragma once
 
 #include <memory>
@@ -48,9 +63,17 @@ struct DiskTierOptions {
   uint64_t capacity_bytes = 0;              // payload bytes
   uint64_t max_block_bytes = 256ull << 20;
   DiskSync sync = DiskSync::kWal;
-  uint64_t memtable_bytes = 64ull << 20;
+  uint64_t memtable_bytes = 64ull << 20;     // the headers' memtable
+  uint64_t segment_bytes = 64ull << 20;      // payload segments are sealed past this (1 MiB to 512 GiB)
   EvictionHandler on_evict;                 // told of each eviction; no payload (see tier.h)
   const Clock* clock = &SystemClock::Instance();
+};
+
+// The payload files on disk (for metrics and tests).
+struct DiskFiles {
+  size_t segments = 0;
+  uint64_t file_bytes = 0;  // every segment's size
+  uint64_t live_bytes = 0;  // payloads of stored blocks
 };
 
 class DiskTier final : public Tier {
@@ -67,8 +90,10 @@ class DiskTier final : public Tier {
   TierStats Stats() const override;
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items) override;
 
-  // Writes the memtables out and waits (blob files then hold every payload).
+  // Makes everything written so far durable: syncs the segments and writes the headers'
+  // memtable out.
   [[nodiscard]] Status Flush();
+  DiskFiles Files() const;
   std::vector<BlockHeader> Headers() const override;
 
   class Impl;

@@ -14,24 +14,17 @@
 namespace kvtier::storage::disk_internal {
 
 inline constexpr char kHeadersFamily[] = "headers";
-inline constexpr char kPayloadPrefix[] = "blocks:";  // + format tag
+inline constexpr char kLegacyPayloadPrefix[] = "blocks:";  // + format tag: the BlobDB layout
 
 struct OpenedDb {
   std::unique_ptr<rocksdb::DB> db;
   rocksdb::ColumnFamilyHandle* default_family = nullptr;
   rocksdb::ColumnFamilyHandle* headers = nullptr;
-  std::map<std::string, rocksdb::ColumnFamilyHandle*> payload_families;  // by format tag
 };
 
-// Creates the directory when missing and opens (or creates) the database with every
-// column family it has.
+// Creates the directory when missing and opens (or creates) the database; column
+// families of the BlobDB layout are dropped (see disk_tier.h).
 [[nodiscard]] Result<OpenedDb> OpenDb(const DiskTierOptions& options);
-
-// Payload families keep every value in blob files.
-rocksdb::ColumnFamilyOptions PayloadFamilyOptions(const DiskTierOptions& options);
-
-// The 16 key bytes, big-endian (hi then lo).
-std::string PayloadKey(const BlockKey& key);
 // u16 len(tag) | tag | 16 key bytes: one format's headers sort together.
 std::string HeaderKey(std::string_view format_tag, const BlockKey& key);
 

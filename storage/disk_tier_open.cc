@@ -4,6 +4,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <spdlog/spdlog.h>
+
 #include "storage/disk_tier_internal.h"
 
 namespace kvtier::storage {
@@ -49,28 +51,6 @@ rocksdb::DBOptions MakeDbOptions() {
 
 }  // namespace
 
-rocksdb::ColumnFamilyOptions PayloadFamilyOptions(const DiskTierOptions& options) {
-  rocksdb::ColumnFamilyOptions cf;
-  cf.write_buffer_size = options.memtable_bytes;
-  cf.max_write_buffer_number = 4;
-  cf.enable_blob_files = true;
-  cf.min_blob_size = 0;                      // every payload goes to a blob file
-  cf.blob_file_size = 256ull << 20;
-  cf.blob_compression_type = rocksdb::kNoCompression;  // KV tensors barely compress
-  cf.compression = rocksdb::kNoCompression;
-  cf.enable_blob_garbage_collection = true;  // evicted payloads' space comes back
-  cf.blob_garbage_collection_age_cutoff = 0.5;
-  return cf;
-}
-
-std::string PayloadKey(const BlockKey& key) {
-  std::string out;
-  out.reserve(16);
-  AppendBigEndian(out, key.hi);
-  AppendBigEndian(out, key.lo);
-  return out;
-}
-
 std::string HeaderKey(std::string_view format_tag, const BlockKey& key) {
   std::string out;
   out.reserve(2 + format_tag.size() + 16);
@@ -109,7 +89,7 @@ Result<OpenedDb> OpenDb(const DiskTierOptions& options) {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {kHeadersFamily, HeaderFamilyOptions(options)}};
   for (const std::string& name : names) {
-    if (name.rfind(kPayloadPrefix, 0) == 0) families.emplace_back(name, PayloadFamilyOptions(options));
+    if (name.rfind(kLegacyPayloadPrefix, 0) == 0) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
@@ -119,8 +99,20 @@ Result<OpenedDb> OpenDb(const DiskTierOptions& options) {
   opened.db.reset(raw);
   opened.default_family = handles[0];
   opened.headers = handles[1];
+  // Payloads of the BlobDB layout (before payload segments): dropped, with their headers.
+  bool legacy = false;
   for (size_t i = 2; i < handles.size(); ++i) {
-    opened.payload_families.emplace(families[i].name.substr(std::strlen(kPayloadPrefix)), handles[i]);
+    legacy = true;
+    KVTIER_RETURN_IF_ERROR(FromRocks(opened.db->DropColumnFamily(handles[i]), "dropping " + families[i].name));
+    opened.db->DestroyColumnFamilyHandle(handles[i]).PermitUncheckedError();
+  }
+  if (legacy) {
+    spdlog::warn("disk tier {}: blocks of the BlobDB layout were dropped (payloads now live in segment files)",
+                 options.path);
+    KVTIER_RETURN_IF_ERROR(FromRocks(opened.db->DropColumnFamily(opened.headers), "dropping old headers"));
+    opened.db->DestroyColumnFamilyHandle(opened.headers).PermitUncheckedError();
+    KVTIER_RETURN_IF_ERROR(FromRocks(
+        opened.db->CreateColumnFamily(HeaderFamilyOptions(options), kHeadersFamily, &opened.headers), "headers"));
   }
   return opened;
 }

@@ -1,6 +1,7 @@
 #include "storage/disk_tier.h"
 
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -16,7 +17,8 @@ namespace kvtier::storage {
 namespace {
 
 using kvtier::testing::TempDir;
-using testing::CorruptBlob;
+using testing::CorruptPayload;
+using std::filesystem::recursive_directory_iterator;
 using testing::MakeBlock;
 using testing::TestBlock;
 
@@ -61,16 +63,16 @@ TEST(DiskTierTest, BlocksSurviveReopen) {
   EXPECT_EQ(tier->Stats().bytes_written, 0u) << "nothing stored since the reopen";
 }
 
-TEST(DiskTierTest, CorruptBlobIsReportedAsDataLossAndNeverReturned) {
+TEST(DiskTierTest, CorruptPayloadIsReportedAsDataLossAndNeverReturned) {
   TempDir dir;
   auto good = MakeBlock(1, 8192), bad = MakeBlock(2, 8192);
   {
     auto tier = Open(dir.path());
     ASSERT_TRUE(tier->Put(good.header, good.payload).ok());
     ASSERT_TRUE(tier->Put(bad.header, bad.payload).ok());
-    ASSERT_TRUE(tier->Flush().ok());  // payloads now sit in a blob file
+    ASSERT_TRUE(tier->Flush().ok());
   }
-  ASSERT_TRUE(CorruptBlob(dir.path(), bad.payload));
+  ASSERT_TRUE(CorruptPayload(dir.path(), bad.payload));
   auto tier = Open(dir.path());
   auto read = Read(*tier, bad);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
@@ -82,34 +84,86 @@ TEST(DiskTierTest, CorruptBlobIsReportedAsDataLossAndNeverReturned) {
   EXPECT_EQ(*intact, good.payload);
 }
 
-// A blob file that disappears under the tier (a failing disk, an operator's mistake): the
-// read fails with an error that names the block, nothing is returned, and it is counted.
-TEST(DiskTierTest, UnreadableBlobIsAnErrorCountedAndNeverReturned) {
+// A segment file cut short under the open tier (a failing disk, an operator's mistake):
+// the read fails with an error that names the block, nothing is returned, and it is
+// counted. After a restart the block is simply gone: its header points past the file.
+TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   TempDir dir;
   auto block = MakeBlock(1, 8192);
-  {
-    auto tier = Open(dir.path());
-    ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
-    ASSERT_TRUE(tier->Flush().ok());  // the payload now sits in a blob file
-  }
-  size_t removed = 0;
-  for (const auto& file : std::filesystem::directory_iterator(dir.path())) {
-    if (file.path().extension() == ".blob") removed += std::filesystem::remove(file.path()) ? 1 : 0;
-  }
-  ASSERT_EQ(removed, 1u);
   auto tier = Open(dir.path());
-  ASSERT_NE(tier, nullptr);
+  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  ASSERT_TRUE(tier->Flush().ok());
+  size_t cut = 0;
+  for (const auto& file : recursive_directory_iterator(dir.path())) {
+    if (file.path().extension() == ".seg") cut += truncate(file.path().c_str(), 0) == 0 ? 1 : 0;
+  }
+  ASSERT_EQ(cut, 1u);
   auto read = Read(*tier, block);
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.status().message().find(block.header.key.ToHex()), std::string::npos) << read.status();
   EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status();  // an I/O error: may pass
   EXPECT_EQ(tier->Stats().io_errors, 1u);
   EXPECT_EQ(tier->Stats().checksum_failures, 0u);
+
+  tier.reset();
+  auto reopened = Open(dir.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_FALSE(reopened->Contains(block.ref()));
+  EXPECT_EQ(reopened->Stats().blocks, 0u);
+}
+
+// Blocks of 64 KiB in segments of 1 MiB, in a tier of 2 MiB: the oldest blocks are
+// evicted as new ones arrive, but every 8th block is read again and again (kept hot), so
+// old segments keep a few live blocks each. Compaction moves those out: the files stay
+// within the live bytes plus about a segment, and every block still stored reads back
+// intact, before and after a restart.
+TEST(DiskTierTest, CompactionKeepsTheFilesNearTheLiveBytes) {
+  TempDir dir;
+  DiskTierOptions options;
+  options.path = dir.path();
+  options.capacity_bytes = 2 << 20;
+  options.segment_bytes = 1 << 20;
+  options.memtable_bytes = 1 << 20;
+  auto tier = DiskTier::Create(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  std::vector<TestBlock> hot;
+  uint64_t max_file_bytes = 0;
+  for (uint64_t id = 1; id <= 400; ++id) {
+    TestBlock block = MakeBlock(id, 64 << 10);
+    ASSERT_TRUE((*tier)->Put(block.header, block.payload).ok());
+    if (id % 8 == 0) hot.push_back(std::move(block));
+    for (const TestBlock& h : hot) (*tier)->Contains(h.ref()) && Read(**tier, h).ok();  // keep them recent
+    max_file_bytes = std::max(max_file_bytes, (*tier)->Files().file_bytes);
+  }
+  const DiskFiles files = (*tier)->Files();
+  // At most 1.25x the live bytes plus a segment, and the put that found the debt may have
+  // added up to a segment's worth before its compaction.
+  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes) << "compaction kept up";
+  EXPECT_LE(files.file_bytes, files.live_bytes * 5 / 4 + 2 * options.segment_bytes);
+  EXPECT_EQ(files.live_bytes, (*tier)->Stats().bytes);
+  EXPECT_EQ(files.file_bytes, (*tier)->Stats().medium_bytes);
+  size_t hot_stored = 0;
+  for (const TestBlock& h : hot) {
+    if (!(*tier)->Contains(h.ref())) continue;
+    ++hot_stored;
+    auto read = Read(**tier, h);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, h.payload);
+  }
+  EXPECT_GT(hot_stored, 10u) << "the hot blocks outlived their segments";
+  tier->reset();
+  auto reopened = Open(dir.path(), options.capacity_bytes);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->Stats().bytes, files.live_bytes);
+  for (const TestBlock& h : hot) {
+    if (!reopened->Contains(h.ref())) continue;
+    EXPECT_EQ(*Read(*reopened, h), h.payload);
+  }
 }
 
 // A disk tier on a 4 MiB tmpfs with room, by its own capacity, for much more: the file
-// system fills first. The write that finds it full (a put, or the flush that writes the
-// blob files) fails as kResourceExhausted ("disk full": a caller may go elsewhere), the
+// system fills first. The write that finds it full (a put's payload or headers, or a
+// flush) fails as kResourceExhausted ("disk full": a caller may go elsewhere), the
 // failure is counted, and every block whose put was acknowledged reads back intact.
 // Needs the right to mount (root in CI).
 TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
@@ -131,7 +185,7 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
       full = tier->Put(block.header, block.payload);
       if (!full.ok()) break;
       acknowledged.push_back(std::move(block));
-      if (id % 8 == 0) full = tier->Flush();  // blob files reach the file system
+      if (id % 8 == 0) full = tier->Flush();
     }
     ASSERT_FALSE(full.ok()) << "256 blocks of 64 KiB fit in 4 MiB?";
     EXPECT_EQ(full.code(), StatusCode::kResourceExhausted) << full;
@@ -144,8 +198,9 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
       EXPECT_EQ(*read, block.payload);
     }
   }
-  // A restart on the still-full file system fails to open, saying why; once the operator
-  // makes room (the tmpfs grows), the reopened tier holds every acknowledged block.
+  // A restart on the still-full file system either opens (the headers fit) or fails to
+  // open, saying why; once the operator makes room (the tmpfs grows), the reopened tier
+  // holds every acknowledged block.
   DiskTierOptions options;
   options.path = dir.path();
   options.capacity_bytes = 1ull << 30;
@@ -154,6 +209,8 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   if (!on_full_disk.ok()) {
     EXPECT_EQ(on_full_disk.status().code(), StatusCode::kResourceExhausted) << on_full_disk.status();
     ASSERT_EQ(mount("tmpfs", dir.path().c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0) << std::strerror(errno);
+  } else {
+    on_full_disk->reset();  // closed for the reopen below
   }
   auto reopened = Open(dir.path(), /*capacity=*/1ull << 30);
   ASSERT_NE(reopened, nullptr);
@@ -162,6 +219,41 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
     ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": " << read.status();
     EXPECT_EQ(*read, block.payload);
   }
+}
+
+// A database of the BlobDB layout (a "blocks:<format>" column family of payloads, headers
+// without locations) is dropped at open: the tier starts empty, serves, and the old
+// families are gone.
+TEST(DiskTierTest, ADatabaseOfTheBlobDbLayoutIsDroppedAtOpen) {
+  TempDir dir;
+  {
+    rocksdb::Options options;
+    options.create_if_missing = true;
+    options.create_missing_column_families = true;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, {}},
+                                                          {"headers", {}},
+                                                          {"blocks:old-format", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), families, &handles, &db).ok());
+    ASSERT_TRUE(db->Put({}, handles[1], "a header", "without a location").ok());
+    ASSERT_TRUE(db->Put({}, handles[2], "a key", "a payload").ok());
+    for (auto* handle : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
+    delete db;
+  }
+  auto tier = Open(dir.path());
+  ASSERT_NE(tier, nullptr);
+  EXPECT_EQ(tier->Stats().blocks, 0u);
+  auto block = MakeBlock(1, 4096);
+  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  EXPECT_EQ(*Read(*tier, block), block.payload);
+  tier.reset();
+  std::vector<std::string> names;
+  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.path(), &names).ok());
+  EXPECT_EQ(std::count(names.begin(), names.end(), "blocks:old-format"), 0) << "the old payload family is gone";
+  auto reopened = Open(dir.path());
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(*Read(*reopened, block), block.payload) << "what was stored after the upgrade stays";
 }
 
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
@@ -196,7 +288,7 @@ TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   EXPECT_TRUE(results[2].ok());
   EXPECT_EQ(tier->Stats().blocks, 2u);
   EXPECT_FALSE(tier->Contains(broken.ref()));
-  EXPECT_EQ(*Read(*tier, ok2), ok2.payload);  // a second format gets its own column family
+  EXPECT_EQ(*Read(*tier, ok2), ok2.payload);  // a second format: its own headers, the same segments
 }
 
 TEST(DiskTierTest, SaltScopesAreIsolated) {

@@ -90,6 +90,7 @@ class HostTier::Impl {
     TierStats stats = stats_;
     stats.blocks = index_.size();
     stats.bytes = index_.units() * options_.page_bytes;
+    stats.medium_bytes = stats_.capacity_bytes;  // the slab, taken whole at start
     return stats;
   }
 

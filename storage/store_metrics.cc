@@ -16,6 +16,10 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(m->blocks_, r.AddGauge("kvtier_store_blocks", "Blocks held, by tier.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->bytes_, r.AddGauge("kvtier_store_bytes", "Bytes in use, by tier.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->capacity_, r.AddGauge("kvtier_store_capacity_bytes", "Capacity, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(m->medium_, r.AddGauge("kvtier_store_medium_bytes",
+                                                 "Bytes taken on the medium, by tier (disk: segment files, "
+                                                 "dead bytes included).",
+                                                 {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->hits_, r.AddCounter("kvtier_store_hits_total", "Reads that found the block.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->misses_, r.AddCounter("kvtier_store_misses_total", "Reads that did not.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->puts_, r.AddCounter("kvtier_store_puts_total", "Blocks offered to a tier.", {"tier"}));
@@ -50,6 +54,7 @@ void StoreMetrics::UpdateTier(const char* tier, const TierStats& now, TierStats&
   blocks_->WithLabels({tier}).Set(static_cast<double>(now.blocks));
   bytes_->WithLabels({tier}).Set(static_cast<double>(now.bytes));
   capacity_->WithLabels({tier}).Set(static_cast<double>(now.capacity_bytes));
+  medium_->WithLabels({tier}).Set(static_cast<double>(now.medium_bytes));
   IncBy(hits_->WithLabels({tier}), now.hits, before.hits);
   IncBy(misses_->WithLabels({tier}), now.misses, before.misses);
   IncBy(puts_->WithLabels({tier}), now.puts, before.puts);

@@ -3,6 +3,8 @@
 //   kvtier_store_blocks{tier}                     gauge
 //   kvtier_store_bytes{tier}                      gauge: payload bytes (host: pages in use)
 //   kvtier_store_capacity_bytes{tier}             gauge
+//   kvtier_store_medium_bytes{tier}               gauge: taken on the medium (disk: segment
+//                                                 files, dead bytes included)
 //   kvtier_store_hits_total{tier}                 counter
 //   kvtier_store_misses_total{tier}               counter
 //   kvtier_store_puts_total{tier}                 counter
@@ -39,6 +41,7 @@ class StoreMetrics {
   GaugeFamily* blocks_ = nullptr;
   GaugeFamily* bytes_ = nullptr;
   GaugeFamily* capacity_ = nullptr;
+  GaugeFamily* medium_ = nullptr;
   CounterFamily* hits_ = nullptr;
   CounterFamily* misses_ = nullptr;
   CounterFamily* puts_ = nullptr;

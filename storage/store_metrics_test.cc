@@ -16,6 +16,9 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->hits = 5;
   stats.host->evictions_by_priority[20] = 2;
   stats.demoted = 1;
+  stats.disk = TierStats{};
+  stats.disk->bytes = 4 << 20;
+  stats.disk->medium_bytes = 5 << 20;  // a mebibyte of dead payloads in its segments
   metrics->Update(stats);
   // Later: two more hits, one corrupt block found, two failed reads, another eviction at 20.
   stats.host->hits = 7;
@@ -27,6 +30,7 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
                            "kvtier_store_capacity_bytes{tier=\"host\"} 1048576\n",
+                           "kvtier_store_medium_bytes{tier=\"disk\"} 5242880\n",
                            "kvtier_store_hits_total{tier=\"host\"} 7\n",
                            "kvtier_store_checksum_failures_total{tier=\"host\"} 1\n",
                            "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",

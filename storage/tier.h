@@ -35,6 +35,8 @@ struct TierStats {
   uint64_t blocks = 0;
   uint64_t bytes = 0;            // payload bytes stored (host: pages in use)
   uint64_t capacity_bytes = 0;
+  uint64_t medium_bytes = 0;     // taken on the medium: the host slab; the disk's segment
+                                 // files, dead bytes included (see disk_tier.h)
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t puts = 0;

@@ -52,6 +52,8 @@ class TierIndex {
   // Most recently used; `header`'s priority and retention replace the stored ones.
   void Refresh(uint32_t id, const BlockHeader& header);
   void Touch(uint32_t id);
+  // The tier moved the entry's bytes (the disk tier's compaction).
+  void Relocate(uint32_t id, uint64_t location) { entries_[id].location = location; }
 
   // The next entry to evict (retention deadlines applied first); kNil when empty.
   uint32_t Victim();

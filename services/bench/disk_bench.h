@@ -4,7 +4,7 @@
 //   raw write  `total_bytes` written sequentially to one file in block_bytes writes,
 //              then fdatasync: the ceiling for put.
 //   put        the same bytes as blocks of block_bytes through DiskTier::PutBatch in
-//              batches of batch_blocks, then DiskTier::Flush (blob files written and
+//              batches of batch_blocks, then DiskTier::Flush (segments and headers
 //              synced): what a storage node sustains into its disk tier.
 //   raw read   the raw file read back sequentially, cold: its pages are dropped from the
 //              page cache first (posix_fadvise DONTNEED after the sync; no root needed).

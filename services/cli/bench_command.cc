@@ -90,7 +90,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
   pool_->add_flag("--cpu", force_cpu_, "Use the CPU kernels even when a GPU is present");
   pool_->add_flag("--json", json_, "Print one JSON object");
   disk_ = bench_->add_subcommand(
-      "disk", "Disk tier: sustained put and get of blocks through RocksDB (BlobDB) against a raw sequential "
+      "disk", "Disk tier: sustained put and get of blocks (payload segments, headers in RocksDB) against a raw sequential "
               "write and read of the same bytes on the same file system, cold page cache.");
   disk_->add_option("--dir", disk_options_.dir, "Directory on the disk to measure (a scratch subdirectory is made "
                                                 "and removed)")

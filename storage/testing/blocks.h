@@ -42,12 +42,12 @@ inline TestBlock MakeBlock(uint64_t id, size_t bytes, uint8_t priority = kDefaul
   return block;
 }
 
-// Flips one byte inside the first copy of `payload` found in a disk tier's blob file under
-// `dir` (a corruption that only the payload checksum can catch). False when none is found.
-// REQUIRES: payload of at least 164 bytes, flushed into a blob file.
-inline bool CorruptBlob(const std::string& dir, const std::vector<uint8_t>& payload) {
-  for (const auto& file : std::filesystem::directory_iterator(dir)) {
-    if (file.path().extension() != ".blob") continue;
+// Flips one byte inside the first copy of `payload` found in a disk tier's payload segment
+// under `dir` (a corruption that only the payload checksum can catch). False when none is
+// found. REQUIRES: payload of at least 164 bytes.
+inline bool CorruptPayload(const std::string& dir, const std::vector<uint8_t>& payload) {
+  for (const auto& file : std::filesystem::recursive_directory_iterator(dir)) {
+    if (file.path().extension() != ".seg") continue;
     std::fstream stream(file.path(), std::ios::in | std::ios::out | std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(stream)), {});
     const size_t at = bytes.find(std::string(payload.begin(), payload.begin() + 64));

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
   DiskTierOptions options;
   options.path = argv[1];
   options.capacity_bytes = 1ull << 40;
-  options.memtable_bytes = 4 << 20;  // small, so that flushes to blob files happen under the kill too
+  options.memtable_bytes = 4 << 20;  // small, so that header flushes happen under the kill too
+  options.segment_bytes = 1 << 20;   // and segments fill and are sealed
   auto tier = DiskTier::Create(options);
   if (!tier.ok()) {
     std::fprintf(stderr, "open: %s\n", tier.status().ToString().c_str());

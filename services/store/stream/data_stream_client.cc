@@ -14,6 +14,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/iovec.h"
+
 namespace kvtier::store {
 namespace {
 
@@ -69,14 +71,7 @@ bool MoveFully(int fd, std::vector<iovec>& iov, Syscall syscall) {
       if (n == 0) errno = ECONNRESET;  // the node closed the connection
       return false;
     }
-    for (size_t moved = static_cast<size_t>(n); moved > 0;) {
-      const size_t step = std::min(moved, iov[first].iov_len);
-      iov[first].iov_base = static_cast<uint8_t*>(iov[first].iov_base) + step;
-      iov[first].iov_len -= step;
-      moved -= step;
-      if (iov[first].iov_len == 0) ++first;
-    }
-    while (first < iov.size() && iov[first].iov_len == 0) ++first;
+    first = ConsumeIovecs(iov, first, static_cast<size_t>(n));
   }
   return true;
 }

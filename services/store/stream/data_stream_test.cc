@@ -187,9 +187,9 @@ TEST_P(DataStreamLoops, ABlockCorruptOnDiskArrivesAsCorruptNeverAsBytes) {
     auto store = open_store();
     ASSERT_TRUE(store->Put(good.header, good.payload).ok());
     ASSERT_TRUE(store->Put(bad.header, bad.payload).ok());
-    ASSERT_TRUE(store->Flush().ok());  // the payloads now sit in a blob file
+    ASSERT_TRUE(store->Flush().ok());  // the payloads now sit in a segment file
   }
-  ASSERT_TRUE(storage::testing::CorruptBlob(dir.path(), bad.payload));
+  ASSERT_TRUE(storage::testing::CorruptPayload(dir.path(), bad.payload));
   auto store = open_store();
   auto server = DataStreamServer::Create({.store = store.get(), .threads = GetParam()}).value();
   const std::vector<BlockKey> keys = {good.header.key, bad.header.key};
