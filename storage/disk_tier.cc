@@ -143,7 +143,7 @@ class DiskTier::Impl {
       ++stats_.io_errors;
       return hash.status().WithContext("disk tier: reading block " + ref.key.ToHex());
     }
-    if (*hash != header.checksum) return DropCorrupt(header);
+    if (*hash != header.checksum) return DropCorrupt(header, location);
     std::lock_guard lock(mu_);
     ++stats_.hits;
     stats_.bytes_read += header.payload_bytes;
@@ -313,11 +313,13 @@ class DiskTier::Impl {
   void CompactLocked() KVTIER_REQUIRES(mu_);
   Status MoveSegmentLocked(uint32_t segment) KVTIER_REQUIRES(mu_);
 
-  Status DropCorrupt(const BlockHeader& header) {
+  // Deletes the block whose payload at `location` failed its checksum (unless it was
+  // replaced or moved since the read: the new copy is left alone).
+  Status DropCorrupt(const BlockHeader& header, uint64_t location) {
     std::lock_guard lock(mu_);
     ++stats_.checksum_failures;
     const uint32_t id = index_.Find(header.key, header.format_tag);
-    if (id != TierIndex::kNil) {
+    if (id != TierIndex::kNil && index_.entry(id).location == location) {
       rocksdb::WriteBatch batch;
       if (DeleteLocked(id, batch).ok()) db_->Write(write_options_, &batch).PermitUncheckedError();
     }

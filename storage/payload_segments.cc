@@ -21,6 +21,7 @@ namespace {
 // Reads are hashed chunk by chunk while the chunk is still in cache.
 constexpr size_t kReadChunkBytes = 256 * 1024;
 constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
+constexpr uint32_t kMaxSegmentId = (1u << 24) - 1;  // 24 bits of a location
 
 Status IoError(const std::string& what, int error) {
   const std::string message = what + ": " + std::strerror(error);
@@ -40,7 +41,8 @@ uint32_t SegmentId(const std::filesystem::path& path) {
   if (path.extension() != ".seg") return 0;
   const std::string stem = path.stem().string();
   if (stem.empty() || stem.size() > 8 || !std::all_of(stem.begin(), stem.end(), ::isdigit)) return 0;
-  return static_cast<uint32_t>(std::stoul(stem));
+  const unsigned long id = std::stoul(stem);
+  return id <= kMaxSegmentId ? static_cast<uint32_t>(id) : 0;
 }
 
 }  // namespace
@@ -89,7 +91,7 @@ Result<std::unique_ptr<PayloadSegments>> PayloadSegments::Open(PayloadSegmentsOp
     segment.file = std::make_shared<SegmentFile>(id, entry.path().string(), fd);
     segment.size = static_cast<uint64_t>(st.st_size);
     segments->file_bytes_ += segment.size;
-    segments->next_id_ = std::max(segments->next_id_, id + 1);
+    segments->next_id_ = std::max(segments->next_id_, id % kMaxSegmentId + 1);
   }
   if (error) return FailedPreconditionError("cannot list " + segments->options_.dir + ": " + error.message());
   return segments;
@@ -114,14 +116,18 @@ void PayloadSegments::DropUnreferenced() {
 }
 
 Status PayloadSegments::StartSegment() {
+  // Ids are reused once their segment is gone: a location names a segment only while a
+  // block lives in it, so 2^24 ids never run out (they would after 1 PiB of writes).
+  if (segments_.size() >= kMaxSegmentId) return ResourceExhaustedError("the disk tier has no free segment id");
+  while (segments_.contains(next_id_)) next_id_ = next_id_ % kMaxSegmentId + 1;
   const uint32_t id = next_id_;
-  if (id >= (1u << 24)) return ResourceExhaustedError("the disk tier has used up its segment ids");
+  next_id_ = next_id_ % kMaxSegmentId + 1;
   const std::string path = SegmentPath(options_.dir, id);
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return IoError("creating " + path, errno);
-  ++next_id_;
   segments_[id].file = std::make_shared<SegmentFile>(id, path, fd);
   active_ = id;
+  dir_unsynced_ = true;
   return Status::Ok();
 }
 
@@ -173,6 +179,15 @@ Status PayloadSegments::Sync() {
     if (fdatasync(it->second.file->fd()) != 0) return IoError("syncing " + it->second.file->path(), errno);
   }
   unsynced_.clear();
+  if (dir_unsynced_) {
+    const int dir = open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return IoError("opening " + options_.dir, errno);
+    const int synced = fsync(dir);
+    const int error = errno;
+    close(dir);
+    if (synced != 0) return IoError("syncing " + options_.dir, error);
+    dir_unsynced_ = false;
+  }
   return Status::Ok();
 }
 

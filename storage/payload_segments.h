@@ -87,7 +87,8 @@ class PayloadSegments {
   // before Sync(). kResourceExhausted ("disk full") when the file system is full,
   // kUnavailable on other I/O errors; on error nothing of the call is referenced.
   [[nodiscard]] Result<std::vector<uint64_t>> Append(std::span<const std::span<const uint8_t>> payloads);
-  // fdatasync of every segment written since the last Sync.
+  // fdatasync of every segment written since the last Sync (and of the directory, when a
+  // segment was created: its name must survive a power loss too).
   [[nodiscard]] Status Sync();
 
   // The bytes at `location` are no longer referenced. A sealed segment with nothing left
@@ -119,7 +120,8 @@ class PayloadSegments {
   std::map<uint32_t, Segment> segments_;
   std::optional<uint32_t> active_;       // the segment appends go to
   std::vector<uint32_t> unsynced_;       // written since the last Sync
-  uint32_t next_id_ = 1;
+  bool dir_unsynced_ = false;            // a segment was created since the last Sync
+  uint32_t next_id_ = 1;                 // ids wrap around, skipping those in use
   uint64_t file_bytes_ = 0;
   uint64_t live_bytes_ = 0;
 };
