@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "common/thread_annotations.h"
 #include "storage/tier_index.h"
@@ -24,6 +26,8 @@ class HostTier::Impl {
     stats_.capacity_bytes = uint64_t{num_pages_} * options_.page_bytes;
   }
 
+  // Pages are taken under the lock, the payload copied in outside it (puts of different
+  // blocks copy in parallel), and the block indexed under the lock again.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
     KVTIER_RETURN_IF_ERROR(ValidateBlock(header, payload, options_.max_block_bytes));
     const uint64_t pages = PagesFor(header.payload_bytes);
@@ -32,39 +36,65 @@ class HostTier::Impl {
                                     " bytes is larger than the whole host tier (" +
                                     std::to_string(stats_.capacity_bytes) + " bytes)");
     }
-    std::lock_guard lock(mu_);
-    ++stats_.puts;
-    if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
-      if (index_.entry(id).header.salt_scope != header.salt_scope) {
+    std::vector<uint32_t> chain;
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.puts;
+      if (RefreshLocked(header)) return Status::Ok();
+      if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
         return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
       }
-      index_.Refresh(id, header);  // same key, same bytes: only the policy changes
-      return Status::Ok();
+      while (free_pages_.size() < pages) {
+        if (!EvictOne()) {  // what is left is being copied right now: a moment later there is room
+          return ResourceExhaustedError("host tier: no room for " + std::to_string(header.payload_bytes) +
+                                        " bytes while the rest is being read or written; retry");
+        }
+      }
+      chain = PageChain(TakePages(pages));
     }
-    while (free_pages_.size() < pages) EvictOne();
-    const uint32_t first = TakePages(pages);
-    CopyIn(first, payload);
+    CopyIn(chain, payload);
+    std::lock_guard lock(mu_);
+    if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {  // a concurrent put of it won
+      ReleasePagesLocked(chain.front());
+      return RefreshLocked(header) ? Status::Ok()
+                                   : AlreadyExistsError("block " + header.key.ToHex() +
+                                                        " is stored under another salt scope");
+    }
     stats_.bytes_written += header.payload_bytes;
-    index_.Insert(header, pages, first);
+    index_.Insert(header, pages, chain.front());
     return Status::Ok();
   }
 
+  // The block's pages are held under the lock (a reader count on its first page: an
+  // eviction meanwhile leaves them to the last reader to free) and copied out outside it,
+  // so that gets of different blocks copy in parallel.
   Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
-    std::lock_guard lock(mu_);
-    KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
-    const TierIndex::Entry& entry = index_.entry(id);
-    if (out.size() < entry.header.payload_bytes) {
-      return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
-                                  ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
+    BlockHeader header;
+    std::vector<uint32_t> chain;
+    {
+      std::lock_guard lock(mu_);
+      KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
+      const TierIndex::Entry& entry = index_.entry(id);
+      if (out.size() < entry.header.payload_bytes) {
+        return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
+                                    ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
+      }
+      header = index_.CurrentHeader(id);
+      chain = PageChain(static_cast<uint32_t>(entry.location));
+      ++readers_[chain.front()].count;
+      index_.Touch(id);
     }
-    CopyOut(entry, out.first(entry.header.payload_bytes));
-    if (options_.verify_on_get && PayloadChecksum(out.first(entry.header.payload_bytes)) != entry.header.checksum) {
+    const std::span<uint8_t> payload = out.first(header.payload_bytes);
+    CopyOut(chain, payload);
+    const bool corrupt = options_.verify_on_get && PayloadChecksum(payload) != header.checksum;
+    std::lock_guard lock(mu_);
+    ReleaseReaderLocked(chain.front());
+    if (corrupt) {
       ++stats_.checksum_failures;
-      EraseLocked(id);
+      const uint32_t id = index_.Find(header.key, header.format_tag);
+      if (id != TierIndex::kNil && index_.entry(id).location == chain.front()) EraseLocked(id);
       return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
     }
-    BlockHeader header = index_.CurrentHeader(id);
-    index_.Touch(id);
     ++stats_.hits;
     stats_.bytes_read += header.payload_bytes;
     return header;
@@ -132,21 +162,38 @@ class HostTier::Impl {
     return first;
   }
 
-  void CopyIn(uint32_t page, std::span<const uint8_t> payload) KVTIER_REQUIRES(mu_) {
-    for (size_t at = 0; at < payload.size(); at += options_.page_bytes, page = next_page_[page]) {
-      std::memcpy(Page(page), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
+  // The pages of the chain starting at `first`, in order.
+  std::vector<uint32_t> PageChain(uint32_t first) const KVTIER_REQUIRES(mu_) {
+    std::vector<uint32_t> chain;
+    for (uint32_t page = first; page != TierIndex::kNil; page = next_page_[page]) chain.push_back(page);
+    return chain;
+  }
+
+  // Outside the lock: the pages are held (taken for a put, or a reader's).
+  void CopyIn(std::span<const uint32_t> chain, std::span<const uint8_t> payload) const {
+    for (size_t i = 0, at = 0; at < payload.size(); ++i, at += options_.page_bytes) {
+      std::memcpy(Page(chain[i]), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
     }
   }
 
-  void CopyOut(const TierIndex::Entry& entry, std::span<uint8_t> out) const KVTIER_REQUIRES(mu_) {
-    auto page = static_cast<uint32_t>(entry.location);
-    for (size_t at = 0; at < out.size(); at += options_.page_bytes, page = next_page_[page]) {
-      std::memcpy(out.data() + at, Page(page), std::min<size_t>(options_.page_bytes, out.size() - at));
+  void CopyOut(std::span<const uint32_t> chain, std::span<uint8_t> out) const {
+    for (size_t i = 0, at = 0; at < out.size(); ++i, at += options_.page_bytes) {
+      std::memcpy(out.data() + at, Page(chain[i]), std::min<size_t>(options_.page_bytes, out.size() - at));
     }
   }
 
-  void EvictOne() KVTIER_REQUIRES(mu_) {
-    const uint32_t victim = index_.Victim();  // never kNil: the block fits in an empty tier
+  // A stored block under this key and scope takes the new policy fields; true when there was one.
+  bool RefreshLocked(const BlockHeader& header) KVTIER_REQUIRES(mu_) {
+    const uint32_t id = index_.Find(header.key, header.format_tag);
+    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != header.salt_scope) return false;
+    index_.Refresh(id, header);  // same key, same bytes: only the policy changes
+    return true;
+  }
+
+  // False when nothing is left to evict (every page is free, or held by a copy in flight).
+  bool EvictOne() KVTIER_REQUIRES(mu_) {
+    const uint32_t victim = index_.Victim();
+    if (victim == TierIndex::kNil) return false;
     const uint8_t priority = index_.EffectivePriority(victim);
     if (options_.on_evict) {
       const TierIndex::Entry& entry = index_.entry(victim);
@@ -163,16 +210,33 @@ class HostTier::Impl {
     ++stats_.evictions;
     ++stats_.evictions_by_priority[priority];
     EraseLocked(victim);
+    return true;
   }
 
   void EraseLocked(uint32_t id) KVTIER_REQUIRES(mu_) {
-    auto page = static_cast<uint32_t>(index_.entry(id).location);
-    while (page != TierIndex::kNil) {
+    const auto first = static_cast<uint32_t>(index_.entry(id).location);
+    index_.Erase(id);
+    if (const auto it = readers_.find(first); it != readers_.end()) {
+      it->second.erased = true;  // its last reader frees the pages
+    } else {
+      ReleasePagesLocked(first);
+    }
+  }
+
+  void ReleaseReaderLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
+    const auto it = readers_.find(first);
+    if (--it->second.count > 0) return;
+    const bool erased = it->second.erased;
+    readers_.erase(it);
+    if (erased) ReleasePagesLocked(first);
+  }
+
+  void ReleasePagesLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
+    for (uint32_t page = first; page != TierIndex::kNil;) {
       const uint32_t next = next_page_[page];
       free_pages_.push_back(page);
       page = next;
     }
-    index_.Erase(id);
   }
 
   const HostTierOptions options_;
@@ -181,6 +245,12 @@ class HostTier::Impl {
   mutable std::mutex mu_;
   std::vector<uint32_t> next_page_ KVTIER_GUARDED_BY(mu_);
   std::vector<uint32_t> free_pages_ KVTIER_GUARDED_BY(mu_);
+  // Blocks being copied out right now, by first page. Few at a time, so a map.
+  struct Readers {
+    uint32_t count = 0;
+    bool erased = false;  // evicted or removed meanwhile: the last reader frees the pages
+  };
+  std::unordered_map<uint32_t, Readers> readers_ KVTIER_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
 };

@@ -13,7 +13,12 @@
 // default: the bytes were verified when they entered RAM and stay in this process; the
 // disk tier always verifies).
 //
-// Thread safety: safe from any thread (one mutex). See tier.h for eviction handlers.
+// Thread safety: safe from any thread. One mutex guards the index and the page lists;
+// payloads are copied in and out outside it, so puts and gets of different blocks copy in
+// parallel: a get holds its block's pages (an eviction meanwhile leaves them to the last
+// reader to free) and a put its freshly taken pages until the copy is done. A put that
+// finds no room because every other page is in such a copy gets kResourceExhausted
+// (retry). See tier.h for eviction handlers.
 // REQUIRES: page_bytes a multiple of 4096; capacity_bytes at least one page.
 #pragma once
 
