@@ -75,27 +75,29 @@ class DiskTier::Impl {
     return FromRocks(db_->Write(write_options_, &batch), "dropping unreadable headers");
   }
 
-  // Payloads first (one gathered append, synced under kFsync), then the headers with
-  // their locations in one RocksDB batch: an acknowledged block has both.
+  // Payloads first (one gathered write into room reserved in the active segment, synced
+  // under kFsync), then the headers with their locations in one RocksDB batch: an
+  // acknowledged block has both. The I/O runs outside mu_, so gets are not held up by it;
+  // write_mu_ keeps puts, removals and compaction in order.
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       results[i] = ValidateBlock(items[i].header, items[i].payload, options_.max_block_bytes);
     }
-    std::lock_guard lock(mu_);
-    stats_.puts += items.size();
+    std::lock_guard write_lock(write_mu_);
     StagedBatch staged;
-    Status written = Stage(items, results, staged);
-    if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
-    if (written.ok()) written = AppendPayloads(items, staged);
-    if (written.ok()) {
-      written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
-      if (!written.ok()) {
-        for (size_t k = 0; k < staged.inserts.size(); ++k) {
-          segments_->Release(staged.locations[k], items[staged.inserts[k]].header.payload_bytes);
-        }
-      }
+    Status written;
+    {
+      std::lock_guard lock(mu_);
+      stats_.puts += items.size();
+      written = Stage(items, results, staged);
+      if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
+      if (written.ok()) written = ReservePayloads(items, staged);
     }
+    if (written.ok()) written = WritePayloads(items, staged);
+    if (written.ok()) written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
+    std::lock_guard lock(mu_);
+    if (!written.ok() && staged.reservation) segments_->Abandon(*staged.reservation);
     if (!written.ok()) {
       if (written.code() != StatusCode::kInvalidArgument) ++stats_.io_errors;
       for (Status& result : results) {
@@ -105,7 +107,7 @@ class DiskTier::Impl {
     }
     for (size_t k = 0; k < staged.inserts.size(); ++k) {
       const PutItem& item = items[staged.inserts[k]];
-      index_.Insert(item.header, item.header.payload_bytes, staged.locations[k]);
+      index_.Insert(item.header, item.header.payload_bytes, staged.reservation->locations[k]);
       stats_.bytes_written += item.header.payload_bytes;
     }
     for (size_t i : staged.refreshes) {
@@ -159,6 +161,7 @@ class DiskTier::Impl {
   }
 
   Status Remove(const BlockRef& ref) {
+    std::lock_guard write_lock(write_mu_);
     std::lock_guard lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound(ref);
@@ -184,6 +187,7 @@ class DiskTier::Impl {
   }
 
   Status Flush() {
+    std::lock_guard write_lock(write_mu_);  // no put's write in flight: all of them are synced
     Status flushed;
     {
       std::lock_guard lock(mu_);
@@ -236,9 +240,9 @@ class DiskTier::Impl {
 
   struct StagedBatch {
     rocksdb::WriteBatch batch;
-    std::vector<size_t> inserts;      // new blocks: payload and header written
-    std::vector<uint64_t> locations;  // of the inserts' payloads, once appended
-    std::vector<size_t> refreshes;    // stored already: the header's policy fields rewritten
+    std::vector<size_t> inserts;    // new blocks: payload and header written
+    std::optional<PayloadSegments::Reservation> reservation;  // the inserts' room, in order
+    std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
     uint64_t new_bytes = 0;
   };
 
@@ -269,18 +273,32 @@ class DiskTier::Impl {
     return Status::Ok();
   }
 
-  // Appends the new blocks' payloads and adds their headers, with the locations, to the batch.
-  Status AppendPayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(mu_) {
+  // Reserves room for the new blocks' payloads and adds their headers, with the
+  // locations, to the batch.
+  Status ReservePayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(mu_) {
     if (staged.inserts.empty()) return Status::Ok();
+    std::vector<uint64_t> sizes;
+    sizes.reserve(staged.inserts.size());
+    for (size_t i : staged.inserts) sizes.push_back(items[i].payload.size());
+    KVTIER_ASSIGN_OR_RETURN(staged.reservation, segments_->Reserve(sizes));
+    for (size_t k = 0; k < staged.inserts.size(); ++k) {
+      KVTIER_RETURN_IF_ERROR(
+          PutHeader(items[staged.inserts[k]].header, staged.reservation->locations[k], staged.batch));
+    }
+    return Status::Ok();
+  }
+
+  // Outside mu_ (under write_mu_): the reserved room is this put's alone.
+  Status WritePayloads(std::span<const PutItem> items, const StagedBatch& staged) const {
+    if (!staged.reservation) return Status::Ok();
     std::vector<std::span<const uint8_t>> payloads;
     payloads.reserve(staged.inserts.size());
     for (size_t i : staged.inserts) payloads.push_back(items[i].payload);
-    KVTIER_ASSIGN_OR_RETURN(staged.locations, segments_->Append(payloads));
-    if (options_.sync == DiskSync::kFsync) KVTIER_RETURN_IF_ERROR(segments_->Sync());
-    for (size_t k = 0; k < staged.inserts.size(); ++k) {
-      KVTIER_RETURN_IF_ERROR(PutHeader(items[staged.inserts[k]].header, staged.locations[k], staged.batch));
-    }
-    return Status::Ok();
+    const PayloadSegments::Reservation& reservation = *staged.reservation;
+    KVTIER_RETURN_IF_ERROR(reservation.file->WriteAt(reservation.offset, payloads));
+    if (options_.sync != DiskSync::kFsync) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(reservation.file->Sync());
+    return reservation.new_segment ? reservation.file->SyncDirectory() : Status::Ok();
   }
 
   Status PutHeader(const BlockHeader& header, uint64_t location, rocksdb::WriteBatch& batch) {
@@ -317,6 +335,7 @@ class DiskTier::Impl {
   // Deletes the block whose payload at `location` failed its checksum (unless it was
   // replaced or moved since the read: the new copy is left alone).
   Status DropCorrupt(const BlockHeader& header, uint64_t location) {
+    std::lock_guard write_lock(write_mu_);
     std::lock_guard lock(mu_);
     ++stats_.checksum_failures;
     const uint32_t id = index_.Find(header.key, header.format_tag);
@@ -332,6 +351,11 @@ class DiskTier::Impl {
   rocksdb::ColumnFamilyHandle* const headers_cf_;
   rocksdb::ColumnFamilyHandle* const default_cf_;  // unused; RocksDB requires it open
   rocksdb::WriteOptions write_options_;
+  // Lock order: write_mu_, then mu_. write_mu_ is held by every change (put, remove,
+  // dropping a corrupt block, compaction inside a put), for its I/O too; mu_ only around
+  // the index and the segments' bookkeeping, never across a put's I/O (compaction's
+  // moves aside, which are rare), so that reads wait for no write.
+  std::mutex write_mu_;
   mutable std::mutex mu_;
   const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);

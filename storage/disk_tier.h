@@ -41,9 +41,12 @@
 // path; a full disk is kResourceExhausted ("disk full") and the tier keeps serving reads.
 // I/O errors are kUnavailable.
 //
-// Thread safety: safe from any thread. Writes (and compaction, on the put that finds
-// the debt) are serialised under one mutex (index, segments and RocksDB stay in step);
-// reads look up under the mutex and read outside it.
+// Thread safety: safe from any thread. Changes (puts, removals, and compaction on the put
+// that finds the debt) are serialised by a writer mutex, so that index, segments and
+// RocksDB stay in step; a second mutex guards the index and the segments' bookkeeping
+// only briefly: a put reserves room under it and writes its payloads (and syncs them)
+// outside it, and a get looks up under it and reads outside it, so reads never wait for
+// a put's I/O (compaction's moves, which are rare, do hold it).
 #pragma once
 
 #include <memory>

@@ -45,6 +45,16 @@ uint32_t SegmentId(const std::filesystem::path& path) {
   return id <= kMaxSegmentId ? static_cast<uint32_t>(id) : 0;
 }
 
+Status SyncDir(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return IoError("opening " + dir, errno);
+  const int synced = fsync(fd);
+  const int error = errno;
+  close(fd);
+  if (synced != 0) return IoError("syncing " + dir, error);
+  return Status::Ok();
+}
+
 }  // namespace
 
 SegmentFile::~SegmentFile() { close(fd_); }
@@ -131,61 +141,98 @@ Status PayloadSegments::StartSegment() {
   return Status::Ok();
 }
 
-Result<std::vector<uint64_t>> PayloadSegments::Append(std::span<const std::span<const uint8_t>> payloads) {
+Result<PayloadSegments::Reservation> PayloadSegments::Reserve(std::span<const uint64_t> sizes) {
   uint64_t total = 0;
-  for (const auto& payload : payloads) total += payload.size();
+  for (const uint64_t size : sizes) total += size;
   if (active_ && segments_.at(*active_).size > 0 && segments_.at(*active_).size + total > options_.segment_bytes) {
     const auto sealed = segments_.find(*active_);
     active_.reset();
     if (sealed->second.live == 0) Delete(sealed);
   }
-  if (!active_) KVTIER_RETURN_IF_ERROR(StartSegment());
+  Reservation reservation;
+  if (!active_) {
+    KVTIER_RETURN_IF_ERROR(StartSegment());
+    reservation.new_segment = true;
+  }
   Segment& segment = segments_.at(*active_);
   if (segment.size + total > kMaxOffset) return InvalidArgumentError("a put batch larger than a segment can address");
-  std::vector<uint64_t> locations;
-  locations.reserve(payloads.size());
+  reservation.file = segment.file;
+  reservation.offset = segment.size;
+  reservation.bytes = total;
+  reservation.locations.reserve(sizes.size());
+  for (uint64_t at = segment.size; const uint64_t size : sizes) {
+    reservation.locations.push_back(MakeSegmentLocation(*active_, at));
+    at += size;
+  }
+  segment.size += total;
+  segment.live += total;
+  file_bytes_ += total;
+  live_bytes_ += total;
+  if (unsynced_.empty() || unsynced_.back() != *active_) unsynced_.push_back(*active_);
+  return reservation;
+}
+
+void PayloadSegments::Abandon(const Reservation& reservation) {
+  const auto it = segments_.find(reservation.file->id());
+  if (it == segments_.end()) return;
+  Segment& segment = it->second;
+  segment.live -= reservation.bytes;
+  live_bytes_ -= reservation.bytes;
+  if (segment.size == reservation.offset + reservation.bytes) {  // nothing reserved after it: reuse the room
+    segment.size = reservation.offset;
+    file_bytes_ -= reservation.bytes;
+  }
+  if (segment.live == 0 && active_ != it->first) Delete(it);
+}
+
+Result<std::vector<uint64_t>> PayloadSegments::Append(std::span<const std::span<const uint8_t>> payloads) {
+  std::vector<uint64_t> sizes;
+  sizes.reserve(payloads.size());
+  for (const auto& payload : payloads) sizes.push_back(payload.size());
+  KVTIER_ASSIGN_OR_RETURN(Reservation reservation, Reserve(sizes));
+  if (Status written = reservation.file->WriteAt(reservation.offset, payloads); !written.ok()) {
+    Abandon(reservation);
+    return written;
+  }
+  return std::move(reservation.locations);
+}
+
+Status SegmentFile::WriteAt(uint64_t offset, std::span<const std::span<const uint8_t>> payloads) const {
   std::vector<iovec> iov;
   iov.reserve(payloads.size());
-  uint64_t offset = segment.size;
   for (const auto& payload : payloads) {
-    locations.push_back(MakeSegmentLocation(*active_, offset));
-    offset += payload.size();
     if (!payload.empty()) iov.push_back({const_cast<uint8_t*>(payload.data()), payload.size()});
   }
   // One gathered write (in IOV_MAX pieces), resumed after short writes.
-  uint64_t at = segment.size;
   for (size_t first = 0; first < iov.size();) {
     const int count = static_cast<int>(std::min<size_t>(iov.size() - first, IOV_MAX));
-    const ssize_t wrote = pwritev(segment.file->fd(), iov.data() + first, count, static_cast<off_t>(at));
+    const ssize_t wrote = pwritev(fd_, iov.data() + first, count, static_cast<off_t>(offset));
     if (wrote < 0) {
       if (errno == EINTR) continue;
-      return IoError("writing " + segment.file->path(), errno);  // the tail past `size` is reused
+      return IoError("writing " + path_, errno);
     }
-    at += static_cast<uint64_t>(wrote);
+    offset += static_cast<uint64_t>(wrote);
     first = ConsumeIovecs(iov, first, static_cast<size_t>(wrote));
   }
-  file_bytes_ += at - segment.size;
-  segment.size = at;
-  segment.live += total;
-  live_bytes_ += total;
-  if (unsynced_.empty() || unsynced_.back() != *active_) unsynced_.push_back(*active_);
-  return locations;
+  return Status::Ok();
 }
+
+Status SegmentFile::Sync() const {
+  if (fdatasync(fd_) != 0) return IoError("syncing " + path_, errno);
+  return Status::Ok();
+}
+
+Status SegmentFile::SyncDirectory() const { return SyncDir(std::filesystem::path(path_).parent_path().string()); }
 
 Status PayloadSegments::Sync() {
   for (const uint32_t id : unsynced_) {
     const auto it = segments_.find(id);
     if (it == segments_.end()) continue;  // deleted since: nothing of it is referenced
-    if (fdatasync(it->second.file->fd()) != 0) return IoError("syncing " + it->second.file->path(), errno);
+    KVTIER_RETURN_IF_ERROR(it->second.file->Sync());
   }
   unsynced_.clear();
   if (dir_unsynced_) {
-    const int dir = open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0) return IoError("opening " + options_.dir, errno);
-    const int synced = fsync(dir);
-    const int error = errno;
-    close(dir);
-    if (synced != 0) return IoError("syncing " + options_.dir, error);
+    KVTIER_RETURN_IF_ERROR(SyncDir(options_.dir));
     dir_unsynced_ = false;
   }
   return Status::Ok();

@@ -52,6 +52,11 @@ class SegmentFile {
   // Reads out.size() bytes at `offset` into `out`; returns their XXH3-64. kUnavailable
   // (naming the file) on an I/O error or a short file.
   [[nodiscard]] Result<uint64_t> ReadHashed(uint64_t offset, std::span<uint8_t> out) const;
+  // Writes the payloads one after another from `offset`, in one gathered write.
+  // kResourceExhausted ("disk full"), kUnavailable on other I/O errors.
+  [[nodiscard]] Status WriteAt(uint64_t offset, std::span<const std::span<const uint8_t>> payloads) const;
+  [[nodiscard]] Status Sync() const;  // fdatasync
+  [[nodiscard]] Status SyncDirectory() const;  // fsync of the directory: a new file's name
 
   uint32_t id() const { return id_; }
   const std::string& path() const { return path_; }
@@ -83,9 +88,21 @@ class PayloadSegments {
   // blocks that were deleted); a new active segment is started on the first Append.
   void DropUnreferenced();
 
-  // Appends the payloads, in order, and returns their locations. Nothing is durable
-  // before Sync(). kResourceExhausted ("disk full") when the file system is full,
-  // kUnavailable on other I/O errors; on error nothing of the call is referenced.
+  // Room for payloads of these sizes at the end of the active segment, counted live at
+  // once. The caller writes them (Reservation::file->WriteAt, outside its lock: readers
+  // are not held up by a put's I/O) and, if that fails, hands the room back (Abandon).
+  struct Reservation {
+    std::shared_ptr<const SegmentFile> file;
+    uint64_t offset = 0;
+    uint64_t bytes = 0;
+    std::vector<uint64_t> locations;  // one per size
+    bool new_segment = false;         // a file was created: file->SyncDirectory() makes it durable
+  };
+  [[nodiscard]] Result<Reservation> Reserve(std::span<const uint64_t> sizes);
+  // The reserved room is not referenced: its bytes are dead (or reused, when nothing was
+  // reserved after it).
+  void Abandon(const Reservation& reservation);
+  // Reserve, write and (on error) abandon in one call: the payloads' locations.
   [[nodiscard]] Result<std::vector<uint64_t>> Append(std::span<const std::span<const uint8_t>> payloads);
   // fdatasync of every segment written since the last Sync (and of the directory, when a
   // segment was created: its name must survive a power loss too).

@@ -130,6 +130,34 @@ TEST(PayloadSegmentsTest, TheSparsestSealedSegmentBelowTheShareIsTheOneToCompact
   EXPECT_EQ(segments->SparsestSealed(0.6), SegmentOf(at[0]));
 }
 
+TEST(PayloadSegmentsTest, AbandonedRoomIsReusedWhenLastAndDeadOtherwise) {
+  TempDir dir;
+  auto segments = OpenSegments(dir.path());
+  const std::vector<uint64_t> sizes{1000, 2000};
+  auto first = segments->Reserve(sizes);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->new_segment);
+  EXPECT_EQ(first->bytes, 3000u);
+  EXPECT_EQ(OffsetOf(first->locations[1]), 1000u);
+  auto second = segments->Reserve(sizes);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(second->new_segment);
+  EXPECT_EQ(second->offset, 3000u);
+  EXPECT_EQ(segments->live_bytes(), 6000u);
+  // The first write failed: its room stays behind the second's as dead bytes.
+  segments->Abandon(*first);
+  EXPECT_EQ(segments->live_bytes(), 3000u);
+  EXPECT_EQ(segments->file_bytes(), 6000u);
+  // The second failed too: it was last, so the segment's end moves back over it.
+  segments->Abandon(*second);
+  EXPECT_EQ(segments->live_bytes(), 0u);
+  EXPECT_EQ(segments->file_bytes(), 3000u);
+  const std::vector<uint8_t> payload = Payload(500, 9);
+  const uint64_t at = AppendAll(*segments, {payload}).at(0);
+  EXPECT_EQ(OffsetOf(at), 3000u) << "written where the second reservation was";
+  ExpectStored(*segments, at, payload);
+}
+
 TEST(PayloadSegmentsTest, ReadingPastTheEndOfAFileIsAnErrorNamingIt) {
   TempDir dir;
   auto segments = OpenSegments(dir.path());
