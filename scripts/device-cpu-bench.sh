@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU-bound benchmarks on a lent device machine (16 cores), from the bundle that
-# scripts/gpu-bundle.sh packs: the coordinator's lookup over the RPC, the index replay and
-# the store transfer against Redis. The development machine has two vCPUs, which the
+# scripts/gpu-bundle.sh packs: the coordinator's lookup over the RPC, the index replay,
+# the store transfer against Redis and the host tier's copies from several threads. The development machine has two vCPUs, which the
 # clients, the server threads and the kernel's loopback share; these runs show what the
 # same binaries do with cores to spare.
 #
@@ -42,6 +42,10 @@ for block in 262144 2097152; do
         --stream-threads "$threads" --json
   done
 done >"$out/transfer_threads.jsonl" 2>"$out/transfer_threads.err"
+
+# The host tier's gets and puts from 1 to 16 threads (copies run outside its lock).
+"$bundle/bin/host_tier_bench" --benchmark_min_time=1 --benchmark_format=json \
+    >"$out/host_tier.json" 2>"$out/host_tier.err"
 
 cat "$out/cpu.txt" "$out"/*.jsonl
 for f in "$out"/*.err; do tail -n 3 "$f"; done
