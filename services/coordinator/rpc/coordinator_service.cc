@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <spdlog/spdlog.h>
+
 #include "services/rpc/schema/coordinator.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
@@ -63,7 +65,15 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const std::vector<PoolInfo> pools = ToPools(node.getCapacities());
     Result<RegisterResult> r = state_.coordinator->Register(name, role, node.getIncarnation(), pools);
     ThrowIfError(r.status());
-    state_.rpc_addresses[name] = node.getRpcAddress().cStr();
+    std::string& address = state_.rpc_addresses[name];
+    if (r->restarted) {
+      // A restart, or two live processes sharing one name taking the lease from each other
+      // (each heartbeat of the other then fails and it registers again): say which.
+      spdlog::warn("node \"{}\" registered a new incarnation while its lease was live (from {}, before from {}): "
+                   "a restart, or two nodes with one name",
+                   name, node.getRpcAddress().cStr(), address);
+    }
+    address = node.getRpcAddress().cStr();
     state_.metrics->Update(state_.coordinator->Stats());  // the node's capacity counts now
     auto results = call.getResults();
     results.initLease().setLeaseId(r->lease_id);
