@@ -36,7 +36,7 @@ class HostTier::Impl {
                                     " bytes is larger than the whole host tier (" +
                                     std::to_string(stats_.capacity_bytes) + " bytes)");
     }
-    std::vector<uint32_t> chain;
+    uint32_t first = TierIndex::kNil;
     {
       std::lock_guard lock(mu_);
       ++stats_.puts;
@@ -50,18 +50,18 @@ class HostTier::Impl {
                                         " bytes while the rest is being read or written; retry");
         }
       }
-      chain = PageChain(TakePages(pages));
+      first = TakePages(pages);
     }
-    CopyIn(chain, payload);
+    CopyIn(first, payload);
     std::lock_guard lock(mu_);
     if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {  // a concurrent put of it won
-      ReleasePagesLocked(chain.front());
+      ReleasePagesLocked(first);
       return RefreshLocked(header) ? Status::Ok()
                                    : AlreadyExistsError("block " + header.key.ToHex() +
                                                         " is stored under another salt scope");
     }
     stats_.bytes_written += header.payload_bytes;
-    index_.Insert(header, pages, chain.front());
+    index_.Insert(header, pages, first);
     return Status::Ok();
   }
 
@@ -70,7 +70,7 @@ class HostTier::Impl {
   // so that gets of different blocks copy in parallel.
   Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
     BlockHeader header;
-    std::vector<uint32_t> chain;
+    uint32_t first = TierIndex::kNil;
     {
       std::lock_guard lock(mu_);
       KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
@@ -80,19 +80,19 @@ class HostTier::Impl {
                                     ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
       }
       header = index_.CurrentHeader(id);
-      chain = PageChain(static_cast<uint32_t>(entry.location));
-      ++readers_[chain.front()].count;
+      first = static_cast<uint32_t>(entry.location);
+      ++readers_[first].count;
       index_.Touch(id);
     }
     const std::span<uint8_t> payload = out.first(header.payload_bytes);
-    CopyOut(chain, payload);
+    CopyOut(first, payload);
     const bool corrupt = options_.verify_on_get && PayloadChecksum(payload) != header.checksum;
     std::lock_guard lock(mu_);
-    ReleaseReaderLocked(chain.front());
+    ReleaseReaderLocked(first);
     if (corrupt) {
       ++stats_.checksum_failures;
       const uint32_t id = index_.Find(header.key, header.format_tag);
-      if (id != TierIndex::kNil && index_.entry(id).location == chain.front()) EraseLocked(id);
+      if (id != TierIndex::kNil && index_.entry(id).location == first) EraseLocked(id);
       return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
     }
     ++stats_.hits;
@@ -162,23 +162,17 @@ class HostTier::Impl {
     return first;
   }
 
-  // The pages of the chain starting at `first`, in order.
-  std::vector<uint32_t> PageChain(uint32_t first) const KVTIER_REQUIRES(mu_) {
-    std::vector<uint32_t> chain;
-    for (uint32_t page = first; page != TierIndex::kNil; page = next_page_[page]) chain.push_back(page);
-    return chain;
-  }
-
-  // Outside the lock: the pages are held (taken for a put, or a reader's).
-  void CopyIn(std::span<const uint32_t> chain, std::span<const uint8_t> payload) const {
-    for (size_t i = 0, at = 0; at < payload.size(); ++i, at += options_.page_bytes) {
-      std::memcpy(Page(chain[i]), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
+  // Outside the lock, by the holder of the chain's pages (a put that took them, or a
+  // reader): nobody else writes their next_page_ entries or their bytes meanwhile.
+  void CopyIn(uint32_t page, std::span<const uint8_t> payload) const {
+    for (size_t at = 0; at < payload.size(); at += options_.page_bytes, page = next_page_[page]) {
+      std::memcpy(Page(page), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
     }
   }
 
-  void CopyOut(std::span<const uint32_t> chain, std::span<uint8_t> out) const {
-    for (size_t i = 0, at = 0; at < out.size(); ++i, at += options_.page_bytes) {
-      std::memcpy(out.data() + at, Page(chain[i]), std::min<size_t>(options_.page_bytes, out.size() - at));
+  void CopyOut(uint32_t page, std::span<uint8_t> out) const {
+    for (size_t at = 0; at < out.size(); at += options_.page_bytes, page = next_page_[page]) {
+      std::memcpy(out.data() + at, Page(page), std::min<size_t>(options_.page_bytes, out.size() - at));
     }
   }
 
@@ -243,7 +237,9 @@ class HostTier::Impl {
   const std::unique_ptr<HostMemory> memory_;
   const uint32_t num_pages_;
   mutable std::mutex mu_;
-  std::vector<uint32_t> next_page_ KVTIER_GUARDED_BY(mu_);
+  // A block's pages, chained. Written under mu_ when pages are taken; a chain is also read
+  // without it by whoever holds its pages (CopyIn, CopyOut): distinct elements, no race.
+  std::vector<uint32_t> next_page_;
   std::vector<uint32_t> free_pages_ KVTIER_GUARDED_BY(mu_);
   // Blocks being copied out right now, by first page. Few at a time, so a map.
   struct Readers {

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack: no allocation per read
 #include <xxhash.h>
 
 #include <algorithm>
@@ -60,9 +61,8 @@ Status SyncDir(const std::string& dir) {
 SegmentFile::~SegmentFile() { close(fd_); }
 
 Result<uint64_t> SegmentFile::ReadHashed(uint64_t offset, std::span<uint8_t> out) const {
-  XXH3_state_t* state = XXH3_createState();
-  if (state == nullptr) return ResourceExhaustedError("out of memory for a hash state");
-  XXH3_64bits_reset(state);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
   size_t done = 0;
   while (done < out.size()) {
     const size_t want = std::min(kReadChunkBytes, out.size() - done);
@@ -70,16 +70,13 @@ Result<uint64_t> SegmentFile::ReadHashed(uint64_t offset, std::span<uint8_t> out
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       const int error = got < 0 ? errno : 0;
-      XXH3_freeState(state);
       return got < 0 ? IoError("reading " + path_, error)
                      : UnavailableError("reading " + path_ + ": the file ends before the payload does");
     }
-    XXH3_64bits_update(state, out.data() + done, static_cast<size_t>(got));
+    XXH3_64bits_update(&state, out.data() + done, static_cast<size_t>(got));
     done += static_cast<size_t>(got);
   }
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return hash;
+  return XXH3_64bits_digest(&state);
 }
 
 Result<std::unique_ptr<PayloadSegments>> PayloadSegments::Open(PayloadSegmentsOptions options) {
