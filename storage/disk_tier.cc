@@ -4,16 +4,16 @@
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
-#include <filesystem>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <cstring>
-#include <set>
-
-#include "common/thread_annotations.h"
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "common/thread_annotations.h"
 #include "storage/disk_tier_internal.h"
 #include "storage/payload_segments.h"
 #include "storage/tier_index.h"

@@ -5,7 +5,6 @@
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 
-#include <map>
 #include <memory>
 #include <string>
 

@@ -1,7 +1,3 @@
-#include <rocksdb/table.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>

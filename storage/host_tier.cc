@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -20,6 +19,7 @@ class HostTier::Impl {
         memory_(std::move(memory)),
         num_pages_(static_cast<uint32_t>(options_.capacity_bytes / options_.page_bytes)),
         next_page_(num_pages_),
+        readers_(num_pages_, 0),
         index_(options_.clock) {
     free_pages_.reserve(num_pages_);
     for (uint32_t page = num_pages_; page-- > 0;) free_pages_.push_back(page);
@@ -81,7 +81,7 @@ class HostTier::Impl {
       }
       header = index_.CurrentHeader(id);
       first = static_cast<uint32_t>(entry.location);
-      ++readers_[first].count;
+      ++readers_[first];
       index_.Touch(id);
     }
     const std::span<uint8_t> payload = out.first(header.payload_bytes);
@@ -210,19 +210,18 @@ class HostTier::Impl {
   void EraseLocked(uint32_t id) KVTIER_REQUIRES(mu_) {
     const auto first = static_cast<uint32_t>(index_.entry(id).location);
     index_.Erase(id);
-    if (const auto it = readers_.find(first); it != readers_.end()) {
-      it->second.erased = true;  // its last reader frees the pages
+    if (readers_[first] != 0) {
+      readers_[first] |= kErased;  // its last reader frees the pages
     } else {
       ReleasePagesLocked(first);
     }
   }
 
   void ReleaseReaderLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
-    const auto it = readers_.find(first);
-    if (--it->second.count > 0) return;
-    const bool erased = it->second.erased;
-    readers_.erase(it);
-    if (erased) ReleasePagesLocked(first);
+    uint32_t& readers = readers_[first];
+    if (--readers != kErased) return;  // others still read it, or it stays stored
+    readers = 0;
+    ReleasePagesLocked(first);
   }
 
   void ReleasePagesLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
@@ -241,12 +240,11 @@ class HostTier::Impl {
   // without it by whoever holds its pages (CopyIn, CopyOut): distinct elements, no race.
   std::vector<uint32_t> next_page_;
   std::vector<uint32_t> free_pages_ KVTIER_GUARDED_BY(mu_);
-  // Blocks being copied out right now, by first page. Few at a time, so a map.
-  struct Readers {
-    uint32_t count = 0;
-    bool erased = false;  // evicted or removed meanwhile: the last reader frees the pages
-  };
-  std::unordered_map<uint32_t, Readers> readers_ KVTIER_GUARDED_BY(mu_);
+  // Per first page of a stored block: the gets copying it out right now, with kErased set
+  // when it was evicted or removed meanwhile (its last reader then frees the pages). A
+  // vector, 4 bytes per page, so that a get allocates nothing.
+  static constexpr uint32_t kErased = 1u << 31;
+  std::vector<uint32_t> readers_ KVTIER_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
 };
