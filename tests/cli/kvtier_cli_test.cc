@@ -239,7 +239,7 @@ TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"p99_ms\":",
+  for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"loopback_from_memory_gbps\":", "\"p99_ms\":",
                           "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,"}) {  // 4 MiB of 64 KiB
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
