@@ -15,21 +15,22 @@
 
 #include "common/thread_annotations.h"
 #include "storage/disk_tier_internal.h"
+#include "storage/header_families.h"
 #include "storage/payload_segments.h"
 #include "storage/tier_index.h"
 
 namespace kvtier::storage {
 
 using disk_internal::FromRocks;
+using disk_internal::HeaderFamilies;
 using disk_internal::HeaderKey;
 
 class DiskTier::Impl {
  public:
-  Impl(DiskTierOptions options, disk_internal::OpenedDb opened, std::unique_ptr<PayloadSegments> segments)
+  Impl(DiskTierOptions options, std::unique_ptr<HeaderFamilies> families, std::unique_ptr<PayloadSegments> segments)
       : options_(std::move(options)),
-        db_(std::move(opened.db)),
-        headers_cf_(opened.headers),
-        default_cf_(opened.default_family),
+        families_(std::move(families)),
+        db_(families_->db()),
         segments_(std::move(segments)),
         index_(options_.clock) {
     write_options_.sync = options_.sync == DiskSync::kFsync;
@@ -37,42 +38,24 @@ class DiskTier::Impl {
     stats_.capacity_bytes = options_.capacity_bytes;
   }
 
-  ~Impl() {
-    std::lock_guard lock(mu_);
-    db_->DestroyColumnFamilyHandle(headers_cf_).PermitUncheckedError();
-    db_->DestroyColumnFamilyHandle(default_cf_).PermitUncheckedError();
-  }
-
-  // Rebuilds the index from the headers column family and the segments' live bytes from
-  // the locations the headers hold. Called once, before any use.
+  // Rebuilds the index from every layout's headers and the segments' live bytes from the
+  // locations the headers hold. Called once, before any use.
   Status Recover() {
+    std::lock_guard write_lock(write_mu_);
     std::lock_guard lock(mu_);
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), headers_cf_));
-    std::vector<std::string> bad;
+    rocksdb::WriteBatch batch;  // deletes of unusable headers
     uint64_t lost = 0;
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      Result<StoredHeader> stored = DecodeStored(it->value());
-      if (!stored.ok()) {
-        bad.push_back(it->key().ToString());
-        ++stats_.checksum_failures;
-        continue;
-      }
-      if (!segments_->AddLive(stored->location, stored->header.payload_bytes)) {
-        bad.push_back(it->key().ToString());  // its segment is gone or cut short
-        ++lost;
-        continue;
-      }
-      index_.Insert(stored->header, stored->header.payload_bytes, stored->location);
-    }
-    KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "scanning block headers"));
+    Status scanned;
+    families_->ForEach([&](std::string_view format_tag, rocksdb::ColumnFamilyHandle* family) {
+      if (scanned.ok()) scanned = RecoverLayout(format_tag, family, batch, lost);
+    });
+    KVTIER_RETURN_IF_ERROR(scanned);
     segments_->DropUnreferenced();
     if (lost > 0) {
       spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped", options_.path, lost);
     }
-    rocksdb::WriteBatch batch;
-    for (const std::string& key : bad) KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(headers_cf_, key), "batch"));
     KVTIER_RETURN_IF_ERROR(EvictLocked(0, batch));  // the capacity may have shrunk
-    return FromRocks(db_->Write(write_options_, &batch), "dropping unreadable headers");
+    return FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
   }
 
   // Payloads first (one gathered write into room reserved in the active segment, synced
@@ -85,6 +68,7 @@ class DiskTier::Impl {
       results[i] = ValidateBlock(items[i].header, items[i].payload, options_.max_block_bytes);
     }
     std::lock_guard write_lock(write_mu_);
+    CreateFamilies(items, results);
     StagedBatch staged;
     Status written;
     {
@@ -95,7 +79,7 @@ class DiskTier::Impl {
       if (written.ok()) written = ReservePayloads(items, staged);
     }
     if (written.ok()) written = WritePayloads(items, staged);
-    if (written.ok()) written = FromRocks(db_->Write(write_options_, &staged.batch), "writing blocks");
+    if (written.ok()) written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
     std::lock_guard lock(mu_);
     if (!written.ok() && staged.reservation) segments_->Abandon(*staged.reservation);
     if (!written.ok()) {
@@ -167,7 +151,7 @@ class DiskTier::Impl {
     if (id == TierIndex::kNil) return NotFound(ref);
     rocksdb::WriteBatch batch;
     KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
-    Status removed = FromRocks(db_->Write(write_options_, &batch), "removing block " + ref.key.ToHex());
+    Status removed = FromRocks(db_.Write(write_options_, &batch), "removing block " + ref.key.ToHex());
     if (!removed.ok()) ++stats_.io_errors;
     return removed;
   }
@@ -193,7 +177,7 @@ class DiskTier::Impl {
       std::lock_guard lock(mu_);
       flushed = segments_->Sync();
     }
-    if (flushed.ok()) flushed = FromRocks(db_->Flush(rocksdb::FlushOptions(), headers_cf_), "flushing the disk tier");
+    if (flushed.ok()) flushed = families_->Flush();
     if (!flushed.ok()) {
       std::lock_guard lock(mu_);
       ++stats_.io_errors;
@@ -220,6 +204,28 @@ class DiskTier::Impl {
   }
 
   // A header's value: the encoded header, then its payload's location (8 bytes, big-endian).
+  // One layout's headers into the index. Unusable ones (undecodable, filed under another
+  // layout or key, or whose payload is not on disk) join `batch` as deletes.
+  Status RecoverLayout(std::string_view format_tag, rocksdb::ColumnFamilyHandle* family, rocksdb::WriteBatch& batch,
+                       uint64_t& lost) KVTIER_REQUIRES(write_mu_, mu_) {
+    std::unique_ptr<rocksdb::Iterator> it(db_.NewIterator(rocksdb::ReadOptions(), family));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      Result<StoredHeader> stored = DecodeStored(it->value());
+      const bool readable = stored.ok() && stored->header.format_tag == format_tag &&
+                            HeaderKey(stored->header.key) == std::string_view(it->key().data(), it->key().size());
+      if (!readable) {
+        ++stats_.checksum_failures;
+      } else if (!segments_->AddLive(stored->location, stored->header.payload_bytes)) {
+        ++lost;  // its segment is gone or cut short
+      } else {
+        index_.Insert(stored->header, stored->header.payload_bytes, stored->location);
+        continue;
+      }
+      KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(family, it->key()), "batch"));
+    }
+    return FromRocks(it->status(), "scanning the headers of layout " + std::string(format_tag));
+  }
+
   static std::string EncodeStored(const BlockHeader& header, uint64_t location) {
     std::string value;
     EncodeHeader(header, value);
@@ -249,7 +255,7 @@ class DiskTier::Impl {
   // Sorts the valid items into new blocks and refreshes (whose headers join the batch);
   // refused items get their error in `results`.
   Status Stage(std::span<const PutItem> items, std::vector<Status>& results, StagedBatch& staged)
-      KVTIER_REQUIRES(mu_) {
+      KVTIER_REQUIRES(write_mu_, mu_) {
     std::set<std::pair<std::string_view, BlockKey>> in_batch;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!results[i].ok()) continue;
@@ -275,7 +281,7 @@ class DiskTier::Impl {
 
   // Reserves room for the new blocks' payloads and adds their headers, with the
   // locations, to the batch.
-  Status ReservePayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(mu_) {
+  Status ReservePayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(write_mu_, mu_) {
     if (staged.inserts.empty()) return Status::Ok();
     std::vector<uint64_t> sizes;
     sizes.reserve(staged.inserts.size());
@@ -301,22 +307,38 @@ class DiskTier::Impl {
     return reservation.new_segment ? reservation.file->SyncDirectory() : Status::Ok();
   }
 
-  Status PutHeader(const BlockHeader& header, uint64_t location, rocksdb::WriteBatch& batch) {
-    return FromRocks(batch.Put(headers_cf_, HeaderKey(header.format_tag, header.key), EncodeStored(header, location)),
-                     "batch");
+  // Each valid item's layout gets its column family now, outside mu_ (its creation writes
+  // RocksDB's MANIFEST); an item whose family cannot be made is refused with the reason.
+  void CreateFamilies(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!results[i].ok()) continue;
+      if (Result<rocksdb::ColumnFamilyHandle*> family = families_->FindOrCreate(items[i].header.format_tag);
+          !family.ok()) {
+        results[i] = family.status();
+      }
+    }
   }
 
-  Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(mu_) {
+  // The layout's family exists: made by CreateFamilies for a put, on disk for a stored block.
+  Status PutHeader(const BlockHeader& header, uint64_t location, rocksdb::WriteBatch& batch)
+      KVTIER_REQUIRES(write_mu_) {
+    rocksdb::ColumnFamilyHandle* family = families_->Find(header.format_tag);
+    if (family == nullptr) return InternalError("no column family for layout " + header.format_tag);
+    return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStored(header, location)), "batch");
+  }
+
+  Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_, mu_) {
     const TierIndex::Entry& entry = index_.entry(id);
-    KVTIER_RETURN_IF_ERROR(
-        FromRocks(batch.Delete(headers_cf_, HeaderKey(entry.header.format_tag, entry.header.key)), "batch"));
+    rocksdb::ColumnFamilyHandle* family = families_->Find(entry.header.format_tag);
+    if (family == nullptr) return InternalError("no column family for layout " + entry.header.format_tag);
+    KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(family, HeaderKey(entry.header.key)), "batch"));
     segments_->Release(entry.location, entry.header.payload_bytes);
     index_.Erase(id);
     return Status::Ok();
   }
 
   // Evicts until `incoming` more bytes fit; the deletes join `batch`.
-  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(mu_) {
+  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_, mu_) {
     while (index_.units() + incoming > options_.capacity_bytes) {
       const uint32_t victim = index_.Victim();
       if (victim == TierIndex::kNil) break;
@@ -329,8 +351,8 @@ class DiskTier::Impl {
     return Status::Ok();
   }
 
-  void CompactLocked() KVTIER_REQUIRES(mu_);
-  Status MoveSegmentLocked(uint32_t segment) KVTIER_REQUIRES(mu_);
+  void CompactLocked() KVTIER_REQUIRES(write_mu_, mu_);
+  Status MoveSegmentLocked(uint32_t segment) KVTIER_REQUIRES(write_mu_, mu_);
 
   // Deletes the block whose payload at `location` failed its checksum (unless it was
   // replaced or moved since the read: the new copy is left alone).
@@ -341,20 +363,20 @@ class DiskTier::Impl {
     const uint32_t id = index_.Find(header.key, header.format_tag);
     if (id != TierIndex::kNil && index_.entry(id).location == location) {
       rocksdb::WriteBatch batch;
-      if (DeleteLocked(id, batch).ok()) db_->Write(write_options_, &batch).PermitUncheckedError();
+      if (DeleteLocked(id, batch).ok()) db_.Write(write_options_, &batch).PermitUncheckedError();
     }
     return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (checksum mismatch); it was deleted");
   }
 
   const DiskTierOptions options_;
-  const std::unique_ptr<rocksdb::DB> db_;
-  rocksdb::ColumnFamilyHandle* const headers_cf_;
-  rocksdb::ColumnFamilyHandle* const default_cf_;  // unused; RocksDB requires it open
+  const std::unique_ptr<HeaderFamilies> families_ KVTIER_PT_GUARDED_BY(write_mu_);
+  rocksdb::DB& db_;  // families_'s; its own calls are thread-safe
   rocksdb::WriteOptions write_options_;
   // Lock order: write_mu_, then mu_. write_mu_ is held by every change (put, remove,
   // dropping a corrupt block, compaction inside a put), for its I/O too; mu_ only around
   // the index and the segments' bookkeeping, never across a put's I/O (compaction's
   // moves aside, which are rare), so that reads wait for no write.
+  // write_mu_ also guards the map of layout families (families_): it changes on a put.
   std::mutex write_mu_;
   mutable std::mutex mu_;
   const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
@@ -420,7 +442,7 @@ Status DiskTier::Impl::MoveSegmentLocked(uint32_t segment) {
   for (size_t k = 0; k < moving.size(); ++k) {
     KVTIER_RETURN_IF_ERROR(PutHeader(index_.CurrentHeader(moving[k]), locations[k], batch));
   }
-  if (Status written = FromRocks(db_->Write(write_options_, &batch), "moving segment " + std::to_string(segment));
+  if (Status written = FromRocks(db_.Write(write_options_, &batch), "moving segment " + std::to_string(segment));
       !written.ok()) {
     for (size_t k = 0; k < moving.size(); ++k) segments_->Release(locations[k], payloads[k].size());
     return written;
@@ -439,12 +461,12 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions options) {
     return InvalidArgumentError("disk tier segment_bytes must be between 1 MiB and 512 GiB, not " +
                                 std::to_string(options.segment_bytes));
   }
-  KVTIER_ASSIGN_OR_RETURN(disk_internal::OpenedDb opened, disk_internal::OpenDb(options));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HeaderFamilies> families, HeaderFamilies::Open(options));
   PayloadSegmentsOptions segment_options;
   segment_options.dir = (std::filesystem::path(options.path) / "segments").string();
   segment_options.segment_bytes = options.segment_bytes;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PayloadSegments> segments, PayloadSegments::Open(segment_options));
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(opened), std::move(segments));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(families), std::move(segments));
   KVTIER_RETURN_IF_ERROR(impl->Recover());
   return std::unique_ptr<DiskTier>(new DiskTier(std::move(impl)));
 }

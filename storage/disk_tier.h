@@ -2,9 +2,9 @@
 //
 // Payloads live in append-only segment files of our own (storage/payload_segments.h),
 // written once from the caller's buffers and read back straight into the caller's
-// buffer; each block's header, with its payload's location, lives in RocksDB (a
-// "headers" column family keyed by format tag and key, so that a layout's blocks are
-// never read as another's). On open the tier scans only the headers to rebuild its
+// buffer; each block's header, with its payload's location, lives in RocksDB, in a
+// column family per layout ("layout:<format tag>", keyed by block key), so that a
+// layout's blocks are never read as another's. On open the tier scans only the headers to rebuild its
 // eviction index and the segments' accounting: recovery reads no payload, and segments
 // (or their tails) that no header references, written but never acknowledged, are
 // deleted. Capacity is payload bytes; room is made by prioritized LRU (the same rules as
@@ -18,7 +18,8 @@
 // software over every payload byte, once in the blob file and again in the WAL, which
 // held puts to a fraction of the disk's speed (docs/benchmarks.md); the header's XXH3
 // already covers the payload. A database of the BlobDB layout (column families
-// "blocks:<format>") is dropped at open, with a warning: the disk tier is a cache.
+// "blocks:<format>") is dropped at open, with a warning: the disk tier is a cache; one
+// whose headers share a single "headers" family keeps its blocks (storage/header_families.h).
 //
 // Every Get recomputes the payload's XXH3-64 as it reads and compares it with the header:
 // a block that fails is deleted, counted in checksum_failures, and answered kDataLoss.

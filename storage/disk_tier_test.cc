@@ -1,7 +1,6 @@
 #include "storage/disk_tier.h"
 
 #include <gtest/gtest.h>
-#include <rocksdb/db.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <filesystem>
 
 #include "storage/testing/blocks.h"
+#include "storage/testing/disk.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::storage {
@@ -23,44 +23,30 @@ using kvtier::testing::TempDir;
 using testing::CorruptPayload;
 using std::filesystem::recursive_directory_iterator;
 using testing::MakeBlock;
+using testing::OpenDiskTier;
+using testing::ReadBack;
 using testing::TestBlock;
 
-std::unique_ptr<DiskTier> Open(const std::string& path, uint64_t capacity = 1 << 20, EvictionHandler on_evict = nullptr) {
-  DiskTierOptions options;
-  options.path = path;
-  options.capacity_bytes = capacity;
-  options.memtable_bytes = 1 << 20;
-  options.on_evict = std::move(on_evict);
-  auto tier = DiskTier::Create(std::move(options));
-  EXPECT_TRUE(tier.ok()) << tier.status();
-  return tier.ok() ? std::move(tier).value() : nullptr;
-}
-
-Result<std::vector<uint8_t>> Read(DiskTier& tier, const TestBlock& block) {
-  std::vector<uint8_t> out(block.payload.size());
-  KVTIER_RETURN_IF_ERROR(tier.Get(block.ref(), out).status());
-  return out;
-}
 
 TEST(DiskTierTest, BlocksSurviveReopen) {
   TempDir dir;
   auto b1 = MakeBlock(1, 5000, 70), b2 = MakeBlock(2, 300);
   b1.header.retention_left_ms = 60'000;
   {
-    auto tier = Open(dir.path());
+    auto tier = OpenDiskTier(dir.path());
     ASSERT_TRUE(tier->Put(b1.header, b1.payload).ok());
     ASSERT_TRUE(tier->Put(b2.header, b2.payload).ok());
   }  // closed without an explicit flush: the WAL carries both
-  auto tier = Open(dir.path());
+  auto tier = OpenDiskTier(dir.path());
   EXPECT_EQ(tier->Stats().blocks, 2u);
   EXPECT_EQ(tier->Stats().bytes, 5300u);
-  auto read = Read(*tier, b1);
+  auto read = ReadBack(*tier, b1);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, b1.payload);
   auto header = tier->Peek(b1.ref());
   EXPECT_EQ(header->priority, 70);
   EXPECT_GT(header->retention_left_ms, 0u);
-  EXPECT_EQ(*Read(*tier, b2), b2.payload);
+  EXPECT_EQ(*ReadBack(*tier, b2), b2.payload);
   EXPECT_EQ(tier->Headers().size(), 2u);
   EXPECT_EQ(tier->Stats().bytes_read, 5300u) << "both blocks read once since the reopen";
   EXPECT_EQ(tier->Stats().bytes_written, 0u) << "nothing stored since the reopen";
@@ -70,19 +56,19 @@ TEST(DiskTierTest, CorruptPayloadIsReportedAsDataLossAndNeverReturned) {
   TempDir dir;
   auto good = MakeBlock(1, 8192), bad = MakeBlock(2, 8192);
   {
-    auto tier = Open(dir.path());
+    auto tier = OpenDiskTier(dir.path());
     ASSERT_TRUE(tier->Put(good.header, good.payload).ok());
     ASSERT_TRUE(tier->Put(bad.header, bad.payload).ok());
     ASSERT_TRUE(tier->Flush().ok());
   }
   ASSERT_TRUE(CorruptPayload(dir.path(), bad.payload));
-  auto tier = Open(dir.path());
-  auto read = Read(*tier, bad);
+  auto tier = OpenDiskTier(dir.path());
+  auto read = ReadBack(*tier, bad);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos);
   EXPECT_EQ(tier->Stats().checksum_failures, 1u);
   EXPECT_FALSE(tier->Contains(bad.ref()));  // deleted, so the next read is a plain miss
-  auto intact = Read(*tier, good);
+  auto intact = ReadBack(*tier, good);
   ASSERT_TRUE(intact.ok()) << intact.status();
   EXPECT_EQ(*intact, good.payload);
 }
@@ -93,7 +79,7 @@ TEST(DiskTierTest, CorruptPayloadIsReportedAsDataLossAndNeverReturned) {
 TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   TempDir dir;
   auto block = MakeBlock(1, 8192);
-  auto tier = Open(dir.path());
+  auto tier = OpenDiskTier(dir.path());
   ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
   ASSERT_TRUE(tier->Flush().ok());
   size_t cut = 0;
@@ -101,7 +87,7 @@ TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
     if (file.path().extension() == ".seg") cut += truncate(file.path().c_str(), 0) == 0 ? 1 : 0;
   }
   ASSERT_EQ(cut, 1u);
-  auto read = Read(*tier, block);
+  auto read = ReadBack(*tier, block);
   ASSERT_FALSE(read.ok());
   EXPECT_NE(read.status().message().find(block.header.key.ToHex()), std::string::npos) << read.status();
   EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status();  // an I/O error: may pass
@@ -109,7 +95,7 @@ TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   EXPECT_EQ(tier->Stats().checksum_failures, 0u);
 
   tier.reset();
-  auto reopened = Open(dir.path());
+  auto reopened = OpenDiskTier(dir.path());
   ASSERT_NE(reopened, nullptr);
   EXPECT_FALSE(reopened->Contains(block.ref()));
   EXPECT_EQ(reopened->Stats().blocks, 0u);
@@ -183,7 +169,7 @@ TEST(DiskTierTest, CompactionKeepsTheFilesNearTheLiveBytes) {
     TestBlock block = MakeBlock(id, 64 << 10);
     ASSERT_TRUE((*tier)->Put(block.header, block.payload).ok());
     if (id % 8 == 0) hot.push_back(std::move(block));
-    for (const TestBlock& h : hot) (*tier)->Contains(h.ref()) && Read(**tier, h).ok();  // keep them recent
+    for (const TestBlock& h : hot) (*tier)->Contains(h.ref()) && ReadBack(**tier, h).ok();  // keep them recent
     max_file_bytes = std::max(max_file_bytes, (*tier)->Files().file_bytes);
   }
   const DiskFiles files = (*tier)->Files();
@@ -197,18 +183,18 @@ TEST(DiskTierTest, CompactionKeepsTheFilesNearTheLiveBytes) {
   for (const TestBlock& h : hot) {
     if (!(*tier)->Contains(h.ref())) continue;
     ++hot_stored;
-    auto read = Read(**tier, h);
+    auto read = ReadBack(**tier, h);
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_EQ(*read, h.payload);
   }
   EXPECT_GT(hot_stored, 10u) << "the hot blocks outlived their segments";
   tier->reset();
-  auto reopened = Open(dir.path(), options.capacity_bytes);
+  auto reopened = OpenDiskTier(dir.path(), options.capacity_bytes);
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(reopened->Stats().bytes, files.live_bytes);
   for (const TestBlock& h : hot) {
     if (!reopened->Contains(h.ref())) continue;
-    EXPECT_EQ(*Read(*reopened, h), h.payload);
+    EXPECT_EQ(*ReadBack(*reopened, h), h.payload);
   }
 }
 
@@ -229,7 +215,7 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   std::vector<TestBlock> acknowledged;
   Status full;
   {
-    auto tier = Open(dir.path(), /*capacity=*/1ull << 30);
+    auto tier = OpenDiskTier(dir.path(), /*capacity=*/1ull << 30);
     ASSERT_NE(tier, nullptr);
     for (uint64_t id = 1; id <= 256 && full.ok(); ++id) {  // 256 x 64 KiB: 4x the file system
       TestBlock block = MakeBlock(id, 64 << 10);
@@ -244,7 +230,7 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
     EXPECT_GE(tier->Stats().io_errors, 1u);
     ASSERT_GT(acknowledged.size(), 8u);
     for (const TestBlock& block : acknowledged) {
-      auto read = Read(*tier, block);
+      auto read = ReadBack(*tier, block);
       ASSERT_TRUE(read.ok()) << "block " << block.header.key.lo << ": " << read.status();
       EXPECT_EQ(*read, block.payload);
     }
@@ -263,54 +249,19 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   } else {
     on_full_disk->reset();  // closed for the reopen below
   }
-  auto reopened = Open(dir.path(), /*capacity=*/1ull << 30);
+  auto reopened = OpenDiskTier(dir.path(), /*capacity=*/1ull << 30);
   ASSERT_NE(reopened, nullptr);
   for (const TestBlock& block : acknowledged) {
-    auto read = Read(*reopened, block);
+    auto read = ReadBack(*reopened, block);
     ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": " << read.status();
     EXPECT_EQ(*read, block.payload);
   }
 }
 
-// A database of the BlobDB layout (a "blocks:<format>" column family of payloads, headers
-// without locations) is dropped at open: the tier starts empty, serves, and the old
-// families are gone.
-TEST(DiskTierTest, ADatabaseOfTheBlobDbLayoutIsDroppedAtOpen) {
-  TempDir dir;
-  {
-    rocksdb::Options options;
-    options.create_if_missing = true;
-    options.create_missing_column_families = true;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, {}},
-                                                          {"headers", {}},
-                                                          {"blocks:old-format", {}}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), families, &handles, &db).ok());
-    ASSERT_TRUE(db->Put({}, handles[1], "a header", "without a location").ok());
-    ASSERT_TRUE(db->Put({}, handles[2], "a key", "a payload").ok());
-    for (auto* handle : handles) ASSERT_TRUE(db->DestroyColumnFamilyHandle(handle).ok());
-    delete db;
-  }
-  auto tier = Open(dir.path());
-  ASSERT_NE(tier, nullptr);
-  EXPECT_EQ(tier->Stats().blocks, 0u);
-  auto block = MakeBlock(1, 4096);
-  ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
-  EXPECT_EQ(*Read(*tier, block), block.payload);
-  tier.reset();
-  std::vector<std::string> names;
-  ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.path(), &names).ok());
-  EXPECT_EQ(std::count(names.begin(), names.end(), "blocks:old-format"), 0) << "the old payload family is gone";
-  auto reopened = Open(dir.path());
-  ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(*Read(*reopened, block), block.payload) << "what was stored after the upgrade stays";
-}
-
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
   TempDir dir;
   std::vector<uint64_t> evicted;
-  auto tier = Open(dir.path(), 3000, [&](const BlockHeader& header, auto payload) {
+  auto tier = OpenDiskTier(dir.path(), 3000, [&](const BlockHeader& header, auto payload) {
     EXPECT_TRUE(payload.empty());
     evicted.push_back(header.key.lo);
   });
@@ -327,7 +278,7 @@ TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
 
 TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   TempDir dir;
-  auto tier = Open(dir.path());
+  auto tier = OpenDiskTier(dir.path());
   auto ok1 = MakeBlock(1, 100), ok2 = MakeBlock(2, 200, 35, 7, "other-model|L1/H1/D8/T16/fp16/W0/S0|int8");
   auto broken = MakeBlock(3, 100);
   broken.payload[0] ^= 1;
@@ -339,12 +290,12 @@ TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   EXPECT_TRUE(results[2].ok());
   EXPECT_EQ(tier->Stats().blocks, 2u);
   EXPECT_FALSE(tier->Contains(broken.ref()));
-  EXPECT_EQ(*Read(*tier, ok2), ok2.payload);  // a second format: its own headers, the same segments
+  EXPECT_EQ(*ReadBack(*tier, ok2), ok2.payload);  // a second format: its own headers, the same segments
 }
 
 TEST(DiskTierTest, SaltScopesAreIsolated) {
   TempDir dir;
-  auto tier = Open(dir.path());
+  auto tier = OpenDiskTier(dir.path());
   auto block = MakeBlock(1, 100, 35, /*salt_scope=*/11);
   ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
   BlockRef foreign = block.ref();
