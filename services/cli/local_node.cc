@@ -109,8 +109,16 @@ Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& n
       pools.push_back({.tier = tier.tier, .capacity_bytes = tier.capacity_bytes});
     }
   }
+  // In-process nodes hold their names like a connected node (an id never disconnected):
+  // a `kvtier store` started elsewhere under the same name is refused, not let in to take
+  // turns with this one at the lease.
+  if (connection_ == coordinator::kNoConnection) connection_ = state.next_connection++;
   KVTIER_ASSIGN_OR_RETURN(const coordinator::RegisterResult result,
-                          state.coordinator->Register(node.node, node.role, incarnation_, pools));
+                          state.coordinator->Register({.node = node.node,
+                                                       .role = node.role,
+                                                       .incarnation = incarnation_,
+                                                       .pools = std::move(pools),
+                                                       .connection = connection_}));
   node.lease_id = result.lease_id;
   node.registered = true;
   if (!result.snapshot_required) return Status::Ok();

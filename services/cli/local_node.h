@@ -70,6 +70,7 @@ class LocalNode {
 
   std::string name_;
   uint64_t incarnation_ = 0;
+  coordinator::ConnectionId connection_ = coordinator::kNoConnection;  // taken at the first Register
   std::string summary_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<worker::TierLink> link_;

@@ -29,13 +29,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOption
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
     : options_(options), index_(std::move(index)), membership_(options.membership) {}
 
-Result<RegisterResult> Coordinator::Register(const std::string& node, NodeRole role, uint64_t incarnation,
-                                             std::span<const PoolInfo> pools) {
+Result<RegisterResult> Coordinator::Register(const Registration& registration) {
+  const std::vector<PoolInfo>& pools = registration.pools;
   // Checked before membership changes; the node's id is set once it has one.
   std::vector<PoolWindowSpec> windows;
   for (const PoolInfo& p : pools) windows.push_back({{0, p.tier, p.pool}, p.window});
   KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
-  KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(node, role, incarnation));
+  KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(registration.node, registration.role,
+                                                                      registration.incarnation, registration.connection));
   if (result.snapshot_required) index_->RemoveNode(result.node);  // old holdings are unknown now
   NodeCapacity capacity;
   for (size_t i = 0; i < pools.size(); ++i) {

@@ -111,16 +111,28 @@ struct CoordinatorStats {
   std::array<uint64_t, kTierCount> held_blocks{};
 };
 
+// A node registering.
+struct Registration {
+  std::string node;
+  NodeRole role = NodeRole::kWorker;
+  uint64_t incarnation = 0;
+  // Its pools with their capacity and window (windowed pools evict and serve as
+  // block_index.h says).
+  std::vector<PoolInfo> pools = {};
+  ConnectionId connection = kNoConnection;  // what it came on, where the caller tracks that
+};
+
 class Coordinator {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
 
-  // `pools`: the node's pools with their capacity and window (windowed pools evict and
-  // serve as block_index.h says). kInvalidArgument: an unknown tier, a pool listed twice,
-  // more sinks than the window; nothing changes then. A node whose windows change while
-  // the index holds its blocks loses them and is asked for a snapshot.
-  [[nodiscard]] Result<RegisterResult> Register(const std::string& node, NodeRole role, uint64_t incarnation,
-                                                std::span<const PoolInfo> pools = {});
+  // kInvalidArgument: an unknown tier, a pool listed twice, more sinks than the window;
+  // kAlreadyExists: the name is held by another live node (membership.h); nothing changes
+  // then. A node whose windows change while the index holds its blocks loses them and is
+  // asked for a snapshot.
+  [[nodiscard]] Result<RegisterResult> Register(const Registration& registration);
+  // The RPC connection closed: see Membership::Disconnected.
+  void Disconnected(ConnectionId connection) { membership_.Disconnected(connection); }
   // Renews the lease and records the node's load (active KV blocks) for routing.
   [[nodiscard]] Status Heartbeat(const std::string& node, uint64_t lease_id, uint64_t active_blocks);
   // The node leaves the cluster now: its locations leave lookups at once (a draining

@@ -53,7 +53,7 @@ class CoordinatorTest : public ::testing::Test {
 
   // Registers `node` and sends an empty snapshot, as a node with nothing cached does.
   uint64_t Join(const std::string& node, uint64_t incarnation = 1, NodeRole role = NodeRole::kWorker) {
-    Result<RegisterResult> r = coordinator_->Register(node, role, incarnation);
+    Result<RegisterResult> r = coordinator_->Register({node, role, incarnation});
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->snapshot_required);
     EXPECT_TRUE(coordinator_->PublishSnapshot({node, incarnation, 0, {}}).ok());
@@ -142,13 +142,60 @@ TEST_F(CoordinatorTest, ARestartedNodeLosesItsOldLocations) {
   Join("w1", /*incarnation=*/1);
   const auto ab = Chain(1, 2);
   Publish("w1", 0, {Stored(ab)});
-  Result<RegisterResult> again = coordinator_->Register("w1", NodeRole::kWorker, /*incarnation=*/2);
+  Result<RegisterResult> again = coordinator_->Register({"w1", NodeRole::kWorker, /*incarnation=*/2});
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->restarted);
   EXPECT_TRUE(again->snapshot_required);
   EXPECT_EQ(Matched(ab), 0u) << "the new process holds nothing it has not reported";
   EXPECT_EQ(coordinator_->PublishEvents({"w1", 1, 1, {}}).status().code(), StatusCode::kFailedPrecondition)
       << "events of the old incarnation are stale";
+}
+
+// Two processes under one name: while the first is connected, the second is refused, so
+// the two do not take the lease from each other in turn; once the first's connection
+// closes (the process died), a new incarnation is a restart and gets in.
+TEST_F(CoordinatorTest, ANameHeldOnAnOpenConnectionIsRefusedToAnotherProcess) {
+  auto first = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 5});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"s1", 1, 0, {}}).ok());
+  const auto ab = Chain(1, 2);
+  Publish("s1", 0, {Stored(ab, std::nullopt, Tier::kHost)});
+
+  auto second = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
+  ASSERT_EQ(second.status().code(), StatusCode::kAlreadyExists) << second.status();
+  EXPECT_NE(second.status().message().find("\"s1\""), std::string::npos) << second.status();
+  EXPECT_NE(second.status().message().find("a name of its own"), std::string::npos) << second.status();
+  EXPECT_EQ(coordinator_->Stats().membership.name_conflicts, 1u);
+  EXPECT_TRUE(coordinator_->Heartbeat("s1", first->lease_id, 0).ok()) << "the first keeps its lease";
+  EXPECT_EQ(Matched(ab), 2u) << "and its blocks";
+
+  // The first process reconnects (same incarnation, connection 7): not a conflict.
+  auto reconnected = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 7});
+  ASSERT_TRUE(reconnected.ok()) << reconnected.status();
+  EXPECT_FALSE(reconnected->restarted);
+  coordinator_->Disconnected(5);  // its old connection: no longer what holds the name
+  EXPECT_EQ(coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6})
+                .status()
+                .code(),
+            StatusCode::kAlreadyExists);
+
+  coordinator_->Disconnected(7);  // the first process died
+  auto restarted = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_TRUE(restarted->restarted);
+  EXPECT_EQ(Matched(ab), 0u) << "the new process holds nothing it has not reported";
+  EXPECT_EQ(coordinator_->Stats().membership.name_conflicts, 2u);
+}
+
+// A machine that died keeps its connection open on the coordinator's side until TCP
+// gives up; its lease lapsing frees the name anyway.
+TEST_F(CoordinatorTest, ANameIsFreeAgainOnceItsHoldersLeaseLapses) {
+  ASSERT_TRUE(coordinator_->Register({.node = "w1", .incarnation = 1, .connection = 5}).ok());
+  ASSERT_EQ(coordinator_->Register({.node = "w1", .incarnation = 2, .connection = 6}).status().code(),
+            StatusCode::kAlreadyExists);
+  clock_.Advance(seconds(11));
+  coordinator_->Tick();
+  EXPECT_TRUE(coordinator_->Register({.node = "w1", .incarnation = 2, .connection = 6}).ok());
 }
 
 TEST_F(CoordinatorTest, ExpiredLeaseRemovesTheNodesBlocksWithinTwoLeasePeriods) {
@@ -190,7 +237,7 @@ TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) 
   EXPECT_EQ(Matched(abc), 0u) << "an empty index misses; it never names a wrong location";
   // The node notices on its next heartbeat and rejoins with a snapshot of its holdings.
   EXPECT_EQ(coordinator_->Heartbeat("w1", lease, 0).code(), StatusCode::kNotFound);
-  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1).ok());
+  ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1,
                                              {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
                                               {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
@@ -266,9 +313,9 @@ TEST_F(CoordinatorTest, RegisteredPoolsGiveCapacityAndWindows) {
   // sink (50 blocks); s1: a host tier of 1000 blocks.
   const std::vector<PoolInfo> w1_pools = {{.tier = Tier::kGpu, .pool = 0, .capacity_blocks = 100},
                                            {.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {3, 1}}};
-  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1, w1_pools).ok());
+  ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1, w1_pools}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
-  ASSERT_TRUE(coordinator_->Register("s1", NodeRole::kStore, 1, std::vector<PoolInfo>{{.tier = Tier::kHost, .capacity_blocks = 1000}}).ok());
+  ASSERT_TRUE(coordinator_->Register({"s1", NodeRole::kStore, 1, std::vector<PoolInfo>{{.tier = Tier::kHost, .capacity_blocks = 1000}}}).ok());
   // Blocks 0-7 in the windowed pool; the worker evicts 1-4 (they left every window).
   const auto keys = Chain(1, 8);
   KvEvent stored = Stored(keys);
@@ -295,7 +342,7 @@ TEST_F(CoordinatorTest, BadPoolsAreRefusedAndRegisterNothing) {
   const std::vector<PoolInfo> sinks = {{.tier = Tier::kGpu, .window = {2, 3}}};
   const std::vector<PoolInfo> tier = {{.tier = static_cast<Tier>(7)}};
   for (const auto& pools : {twice, sinks, tier}) {
-    const Result<RegisterResult> r = coordinator_->Register("w1", NodeRole::kWorker, 1, pools);
+    const Result<RegisterResult> r = coordinator_->Register({"w1", NodeRole::kWorker, 1, pools});
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status();
   }
   EXPECT_FALSE(coordinator_->LiveRole("w1").has_value());
@@ -305,13 +352,13 @@ TEST_F(CoordinatorTest, BadPoolsAreRefusedAndRegisterNothing) {
 TEST_F(CoordinatorTest, AChangedWindowUnderHeldBlocksAsksForASnapshot) {
   const std::vector<PoolInfo> full = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50}};
   const std::vector<PoolInfo> windowed = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {2, 0}}};
-  ASSERT_TRUE(coordinator_->Register("w1", NodeRole::kWorker, 1, full).ok());
+  ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1, full}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
   KvEvent stored = Stored(Chain(1, 3));
   stored.pool = 1;
   Publish("w1", 0, {stored});
   // The same process registers again (its lease is live) with another window.
-  const Result<RegisterResult> again = coordinator_->Register("w1", NodeRole::kWorker, 1, windowed);
+  const Result<RegisterResult> again = coordinator_->Register({"w1", NodeRole::kWorker, 1, windowed});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->snapshot_required);
   EXPECT_EQ(Matched(Chain(1, 3)), 0u) << "its blocks left the index until the snapshot";
@@ -352,7 +399,7 @@ TEST(CoordinatorConvergenceTest, DroppedDuplicatedAndReorderedEventsConverge) {
   options.index.clock = &clock;
   options.membership.clock = &clock;
   std::unique_ptr<Coordinator> coordinator = *Coordinator::Create(options);
-  ASSERT_TRUE(coordinator->Register("w1", NodeRole::kWorker, 1).ok());
+  ASSERT_TRUE(coordinator->Register({"w1", NodeRole::kWorker, 1}).ok());
 
   std::vector<std::vector<BlockKey>> prompts;
   for (uint64_t p = 0; p < 10; ++p) prompts.push_back(Chain(100 * p, 1 + rng() % 5));

@@ -1,11 +1,15 @@
 #include "services/coordinator/cluster/membership.h"
 
+#include <algorithm>
+
 namespace kvtier::coordinator {
 
-Result<RegisterResult> Membership::Register(const std::string& name, NodeRole role, uint64_t incarnation) {
+Result<RegisterResult> Membership::Register(const std::string& name, NodeRole role, uint64_t incarnation,
+                                            ConnectionId connection) {
   if (name.empty()) return InvalidArgumentError("node id must not be empty");
   RegisterResult result;
   auto it = by_name_.find(name);
+  if (it != by_name_.end()) KVTIER_RETURN_IF_ERROR(CheckNameFree(nodes_[it->second], incarnation, connection));
   if (it == by_name_.end()) {
     if (nodes_.size() >= kMaxNodes) {
       return ResourceExhaustedError("the cluster already has " + std::to_string(kMaxNodes) + " nodes");
@@ -25,6 +29,7 @@ Result<RegisterResult> Membership::Register(const std::string& name, NodeRole ro
     ++stats_.resyncs;
   }
   node.live = true;
+  node.connection = connection;
   node.role = role;
   node.lease_id = next_lease_id_++;
   node.lease_deadline = options_.clock->Now() + options_.lease_ttl;
@@ -32,6 +37,26 @@ Result<RegisterResult> Membership::Register(const std::string& name, NodeRole ro
   result.lease_id = node.lease_id;
   result.snapshot_required = node.awaiting_snapshot;
   return result;
+}
+
+Status Membership::CheckNameFree(const Node& node, uint64_t incarnation, ConnectionId connection) {
+  if (!node.live || node.incarnation == incarnation || node.connection == kNoConnection ||
+      node.connection == connection) {
+    return Status::Ok();
+  }
+  ++stats_.name_conflicts;
+  const auto lease_left = std::chrono::duration_cast<std::chrono::milliseconds>(node.lease_deadline - options_.clock->Now());
+  return AlreadyExistsError("node name \"" + node.name + "\" is held by a live node (incarnation " +
+                            std::to_string(node.incarnation) + ", still connected): every node needs a name of its own. "
+                            "A restarted node is let in once its predecessor's connection closes or its lease lapses "
+                            "(in " + std::to_string(std::max<int64_t>(0, lease_left.count())) + " ms)");
+}
+
+void Membership::Disconnected(ConnectionId connection) {
+  if (connection == kNoConnection) return;
+  for (Node& node : nodes_) {
+    if (node.connection == connection) node.connection = kNoConnection;
+  }
 }
 
 Result<Membership::Node*> Membership::LiveNode(const std::string& name) {

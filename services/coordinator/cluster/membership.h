@@ -11,6 +11,13 @@
 //   - a batch from an old incarnation is stale and refused.
 // A snapshot resets the stream: it reflects every event before its next_sequence.
 //
+// Names are unique. A registration carries the connection it came on (an id the RPC
+// layer assigns; kNoConnection where none is tracked). A new incarnation of a live node
+// is a restart, and replaces the old one, unless the old one's connection is still open
+// on another connection: then two processes share a name, and the newcomer is refused
+// (kAlreadyExists) until that connection closes (Disconnected) or its lease lapses, so
+// that the two do not take the lease from each other in turn.
+//
 // Thread safety: none; owned by the Coordinator on its event-loop thread.
 #pragma once
 
@@ -26,6 +33,9 @@
 namespace kvtier::coordinator {
 
 enum class NodeRole : uint8_t { kWorker, kStore };
+
+using ConnectionId = uint64_t;
+inline constexpr ConnectionId kNoConnection = 0;
 
 struct MembershipOptions {
   Nanos lease_ttl = std::chrono::seconds(10);
@@ -53,14 +63,21 @@ struct MembershipStats {
   uint64_t sequence_gaps = 0;
   uint64_t duplicate_events = 0;
   uint64_t resyncs = 0;         // snapshots asked for (gaps, restarts, lost events)
+  uint64_t name_conflicts = 0;  // registrations refused: the name is held on an open connection
 };
 
 class Membership {
  public:
   explicit Membership(const MembershipOptions& options) : options_(options) {}
 
-  // kInvalidArgument for an empty name; kResourceExhausted past kMaxNodes names.
-  [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role, uint64_t incarnation);
+  // kInvalidArgument for an empty name; kResourceExhausted past kMaxNodes names;
+  // kAlreadyExists when another live incarnation holds the name on another open
+  // connection (above).
+  [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role, uint64_t incarnation,
+                                                ConnectionId connection);
+  // `connection` closed: the nodes registered on it no longer hold their names against a
+  // new incarnation (their leases run on).
+  void Disconnected(ConnectionId connection);
   // kNotFound for an unknown node, an expired lease or another lease id: register again.
   [[nodiscard]] Status Heartbeat(const std::string& name, uint64_t lease_id);
   // The node leaves now (a store draining): it is no longer live. kNotFound for an
@@ -93,11 +110,14 @@ class Membership {
     uint64_t incarnation = 0;
     uint64_t lease_id = 0;
     Nanos lease_deadline{0};
+    ConnectionId connection = kNoConnection;  // the one it registered on, while open
     uint64_t next_sequence = 0;
     bool live = false;
     bool awaiting_snapshot = false;
   };
   Result<Node*> LiveNode(const std::string& name);
+  // kAlreadyExists when `node` is held against this registration (see the file comment).
+  Status CheckNameFree(const Node& node, uint64_t incarnation, ConnectionId connection);
 
   MembershipOptions options_;
   std::vector<Node> nodes_;  // indexed by NodeId

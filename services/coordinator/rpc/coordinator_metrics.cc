@@ -47,6 +47,9 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                           r.AddCounter("kvtier_coordinator_resyncs_total", "Snapshots asked of nodes."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* expiries,
                           r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* conflicts,
+                          r.AddCounter("kvtier_coordinator_name_conflicts_total",
+                                       "Registrations refused: another live, connected node holds the name."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
@@ -70,6 +73,7 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   m->sequence_gaps_ = &gaps->WithLabels({});
   m->resyncs_ = &resyncs->WithLabels({});
   m->lease_expiries_ = &expiries->WithLabels({});
+  m->name_conflicts_ = &conflicts->WithLabels({});
   return m;
 }
 
@@ -103,6 +107,7 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   sequence_gaps_->Inc(static_cast<double>(stats.membership.sequence_gaps - last_.sequence_gaps));
   resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
   lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));
+  name_conflicts_->Inc(static_cast<double>(stats.membership.name_conflicts - last_.name_conflicts));
   last_ = stats.membership;
   for (int p = 0; p <= kMaxPriority; ++p) {
     const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];

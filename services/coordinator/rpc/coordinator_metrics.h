@@ -6,7 +6,8 @@
 //   tokens matched: partial reuse is partial_tokens / tail_tokens), matched_blocks (histogram),
 //   lookup_duration_seconds (histogram), index_blocks, index_bytes, nodes (gauges),
 //   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
-//   lease_expiries_total.
+//   lease_expiries_total, name_conflicts_total (registrations refused because another
+//   live node holds the name).
 //
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once
@@ -51,6 +52,7 @@ class CoordinatorMetrics {
   Counter* sequence_gaps_ = nullptr;
   Counter* resyncs_ = nullptr;
   Counter* lease_expiries_ = nullptr;
+  Counter* name_conflicts_ = nullptr;
   CounterFamily* evictions_ = nullptr;
   MembershipStats last_;  // what the counters already include
   std::array<uint64_t, kMaxPriority + 1> last_evictions_{};

@@ -54,7 +54,10 @@ BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
   CoordinatorServer(CoordinatorState& state, CoordinatorSession session)
-      : state_(state), salt_scope_(session.salt_scope), node_(session.node) {}
+      : state_(state), salt_scope_(session.salt_scope), node_(session.node), connection_(state.next_connection++) {}
+  // The client let go of the capability, or its connection closed: the nodes it
+  // registered no longer hold their names against a restarted process.
+  ~CoordinatorServer() noexcept(false) { state_.coordinator->Disconnected(connection_); }
 
  protected:
   kj::Promise<void> register_(RegisterContext call) override {
@@ -62,15 +65,20 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const auto node = call.getParams().getNode();
     const std::string name = node.getNodeId().cStr();
     const NodeRole role = node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
-    const std::vector<PoolInfo> pools = ToPools(node.getCapacities());
-    Result<RegisterResult> r = state_.coordinator->Register(name, role, node.getIncarnation(), pools);
+    Result<RegisterResult> r = state_.coordinator->Register({.node = name,
+                                                             .role = role,
+                                                             .incarnation = node.getIncarnation(),
+                                                             .pools = ToPools(node.getCapacities()),
+                                                             .connection = connection_});
+    if (r.status().code() == StatusCode::kAlreadyExists) {
+      state_.metrics->Update(state_.coordinator->Stats());  // the conflict counts now
+      spdlog::warn("refused node \"{}\" from {}: {}", name, node.getRpcAddress().cStr(), r.status().message());
+    }
     ThrowIfError(r.status());
     std::string& address = state_.rpc_addresses[name];
     if (r->restarted) {
-      // A restart, or two live processes sharing one name taking the lease from each other
-      // (each heartbeat of the other then fails and it registers again): say which.
-      spdlog::warn("node \"{}\" registered a new incarnation while its lease was live (from {}, before from {}): "
-                   "a restart, or two nodes with one name",
+      spdlog::info("node \"{}\" restarted: a new incarnation from {} (before from {}) replaces the one whose "
+                   "connection closed",
                    name, node.getRpcAddress().cStr(), address);
     }
     address = node.getRpcAddress().cStr();
@@ -307,6 +315,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   CoordinatorState& state_;
   const uint64_t salt_scope_;
   const bool node_;
+  const ConnectionId connection_;
 };
 
 }  // namespace

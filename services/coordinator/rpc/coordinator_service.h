@@ -32,6 +32,7 @@ struct CoordinatorState {
   std::unordered_map<std::string, std::string> rpc_addresses;    // node -> address, for Route
   std::unordered_map<std::string, NodeSnapshot> pending_snapshots;  // chunks until `last`
   std::function<void(std::span<const BlockKey>)> on_lookup;         // the prompt's keys, every lookup
+  ConnectionId next_connection = kNoConnection + 1;                 // one per capability made
 };
 
 // Who the session is: its tenant's salt scope, and whether it holds a node credential

@@ -4,6 +4,9 @@
 #include <capnp/ez-rpc.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/block_key.h"
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/rpc/node_link.h"
@@ -315,6 +318,40 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_tail_tokens_total 4\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_matches_total 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_tokens_total 2\n"), std::string::npos) << metrics;
+}
+
+// Two node processes configured with one name: the second is refused while the first's
+// connection is open (instead of the two taking the lease from each other in turn), and
+// gets in as a restart once that connection closes.
+TEST_F(CoordinatorServiceTest, ASecondProcessUnderALiveNodesNameIsRefusedUntilItsConnectionCloses) {
+  auto link = [&](uint64_t incarnation) {
+    NodeLinkOptions options;
+    options.connection.address = address_;
+    options.connection.token = kNodeToken;
+    options.node_id = "store-a";
+    options.role = NodeRole::kStore;
+    options.rpc_address = "10.0.0." + std::to_string(incarnation) + ":7402";
+    options.incarnation = incarnation;
+    return *NodeLink::Connect(std::move(options));
+  };
+  std::unique_ptr<NodeLink> first = link(1);
+  const Result<LinkRegistration> holder = first->Register();
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  std::unique_ptr<NodeLink> second = link(2);
+  const Result<LinkRegistration> refused = second->Register();
+  ASSERT_EQ(refused.status().code(), StatusCode::kAlreadyExists) << refused.status();
+  EXPECT_NE(refused.status().message().find("store-a"), std::string::npos) << refused.status();
+  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_name_conflicts_total 1"), std::string::npos);
+  EXPECT_TRUE(first->Heartbeat(holder->lease_id).ok()) << "the first keeps its lease";
+
+  first.reset();  // its process exits: the connection closes
+  Result<LinkRegistration> admitted = second->Register();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       !admitted.ok() && std::chrono::steady_clock::now() < deadline; admitted = second->Register()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the server sees the close on its own loop
+  }
+  ASSERT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_TRUE(admitted->snapshot_required) << "a restart: its holdings are asked for";
 }
 
 TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
