@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -63,11 +64,18 @@ class DiskTier::Impl {
   // acknowledged block has both. The I/O runs outside mu_, so gets are not held up by it;
   // write_mu_ keeps puts, removals and compaction in order.
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
+    std::lock_guard write_lock(write_mu_);
+    std::vector<Status> results = PutBatchLocked(items);
+    // After a batch that wrote (not when the disk just refused one: the move would fail too).
+    if (std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); })) Compact();
+    return results;
+  }
+
+  std::vector<Status> PutBatchLocked(std::span<const PutItem> items) KVTIER_REQUIRES(write_mu_) {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       results[i] = ValidateBlock(items[i].header, items[i].payload, options_.max_block_bytes);
     }
-    std::lock_guard write_lock(write_mu_);
     CreateFamilies(items, results);
     StagedBatch staged;
     Status written;
@@ -98,7 +106,6 @@ class DiskTier::Impl {
       const uint32_t id = index_.Find(items[i].header.key, items[i].header.format_tag);
       if (id != TierIndex::kNil) index_.Refresh(id, items[i].header);  // kNil: evicted by this batch
     }
-    CompactLocked();
     return results;
   }
 
@@ -327,11 +334,15 @@ class DiskTier::Impl {
     return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStored(header, location)), "batch");
   }
 
+  Status DeleteHeader(const BlockHeader& header, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_) {
+    rocksdb::ColumnFamilyHandle* family = families_->Find(header.format_tag);
+    if (family == nullptr) return InternalError("no column family for layout " + header.format_tag);
+    return FromRocks(batch.Delete(family, HeaderKey(header.key)), "batch");
+  }
+
   Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_, mu_) {
     const TierIndex::Entry& entry = index_.entry(id);
-    rocksdb::ColumnFamilyHandle* family = families_->Find(entry.header.format_tag);
-    if (family == nullptr) return InternalError("no column family for layout " + entry.header.format_tag);
-    KVTIER_RETURN_IF_ERROR(FromRocks(batch.Delete(family, HeaderKey(entry.header.key)), "batch"));
+    KVTIER_RETURN_IF_ERROR(DeleteHeader(entry.header, batch));
     segments_->Release(entry.location, entry.header.payload_bytes);
     index_.Erase(id);
     return Status::Ok();
@@ -351,8 +362,20 @@ class DiskTier::Impl {
     return Status::Ok();
   }
 
-  void CompactLocked() KVTIER_REQUIRES(write_mu_, mu_);
-  Status MoveSegmentLocked(uint32_t segment) KVTIER_REQUIRES(write_mu_, mu_);
+  // Moving one sealed segment's live blocks (compaction).
+  struct SegmentMove {
+    uint32_t segment = 0;
+    std::shared_ptr<const SegmentFile> from;
+    std::vector<uint32_t> ids;  // its blocks, with their headers and locations
+    std::vector<BlockHeader> headers;
+    std::vector<uint64_t> old_locations;
+    PayloadSegments::Reservation to;  // room for every one of them, in order
+    std::vector<bool> corrupt;        // found so while copied: dropped at the commit
+  };
+  void Compact() KVTIER_REQUIRES(write_mu_) KVTIER_EXCLUDES(mu_);
+  Result<SegmentMove> PlanMoveLocked(uint32_t segment) KVTIER_REQUIRES(write_mu_, mu_);
+  Status CopyAndRecord(SegmentMove& move) KVTIER_REQUIRES(write_mu_) KVTIER_EXCLUDES(mu_);
+  void CommitMoveLocked(const SegmentMove& move) KVTIER_REQUIRES(write_mu_, mu_);
 
   // Deletes the block whose payload at `location` failed its checksum (unless it was
   // replaced or moved since the read: the new copy is left alone).
@@ -373,9 +396,9 @@ class DiskTier::Impl {
   rocksdb::DB& db_;  // families_'s; its own calls are thread-safe
   rocksdb::WriteOptions write_options_;
   // Lock order: write_mu_, then mu_. write_mu_ is held by every change (put, remove,
-  // dropping a corrupt block, compaction inside a put), for its I/O too; mu_ only around
-  // the index and the segments' bookkeeping, never across a put's I/O (compaction's
-  // moves aside, which are rare), so that reads wait for no write.
+  // dropping a corrupt block, compaction after a put), for its I/O too; mu_ only around
+  // the index and the segments' bookkeeping, never across I/O, so that reads wait for no
+  // write.
   // write_mu_ also guards the map of layout families (families_): it changes on a put.
   std::mutex write_mu_;
   mutable std::mutex mu_;
@@ -387,72 +410,100 @@ class DiskTier::Impl {
 // Compaction: once dead bytes (payloads of deleted blocks in segments that still hold
 // live ones) exceed a quarter of the live bytes and a segment's worth, the sealed segment
 // with the smallest live share has its live blocks moved to the active segment and is
-// deleted, on the put that finds the debt. The files thus hold at most about 1.25 times
-// the live bytes plus a segment. Under LRU eviction most segments empty whole (they are
-// written in LRU order) and are deleted without copying; what compaction moves are the
-// blocks kept hot long after their neighbours left.
-void DiskTier::Impl::CompactLocked() {
+// deleted, after the put that finds the debt. The files thus hold at most about 1.25
+// times the live bytes plus a segment. Under LRU eviction most segments empty whole
+// (they are written in LRU order) and are deleted without copying; what compaction moves
+// are the blocks kept hot long after their neighbours left.
+//
+// The copy runs outside mu_, as a put's write does: gets go on meanwhile (from the old
+// copy). write_mu_, held throughout, keeps every other change out, so the blocks planned
+// under mu_ are still there, at the same place, when the move is committed under it.
+void DiskTier::Impl::Compact() {
   for (;;) {
-    const uint64_t live = segments_->live_bytes();
-    if (segments_->file_bytes() - live <= std::max(options_.segment_bytes, live / 4)) return;
-    const std::optional<uint32_t> sparse = segments_->SparsestSealed(1.0);
-    if (!sparse) return;
-    if (Status moved = MoveSegmentLocked(*sparse); !moved.ok()) {
+    Result<SegmentMove> move = InternalError("no segment to compact");
+    {
+      std::lock_guard lock(mu_);
+      const uint64_t live = segments_->live_bytes();
+      if (segments_->file_bytes() - live <= std::max(options_.segment_bytes, live / 4)) return;
+      const std::optional<uint32_t> sparse = segments_->SparsestSealed(1.0);
+      if (!sparse) return;
+      move = PlanMoveLocked(*sparse);
+    }
+    Status moved = move.status();
+    if (moved.ok()) moved = CopyAndRecord(*move);
+    std::lock_guard lock(mu_);
+    if (!moved.ok()) {
+      if (move.ok()) segments_->Abandon(move->to);
       ++stats_.io_errors;
       spdlog::warn("disk tier {}: compaction stopped: {}", options_.path, moved.ToString());
       return;
     }
-    if (segments_->File(*sparse) != nullptr) {  // it should have emptied: never loop on it
-      spdlog::error("disk tier {}: segment {} still counts live bytes after its blocks moved", options_.path, *sparse);
+    CommitMoveLocked(*move);
+    if (segments_->File(move->segment) != nullptr) {  // it should have emptied: never loop on it
+      spdlog::error("disk tier {}: segment {} still counts live bytes after its blocks moved", options_.path,
+                    move->segment);
       return;
     }
   }
 }
 
-Status DiskTier::Impl::MoveSegmentLocked(uint32_t segment) {
-  std::vector<uint32_t> ids;
-  uint64_t bytes = 0;
+// The segment's live blocks, and room for all of them in the active segment.
+Result<DiskTier::Impl::SegmentMove> DiskTier::Impl::PlanMoveLocked(uint32_t segment) {
+  SegmentMove move;
+  move.segment = segment;
+  move.from = segments_->File(segment);
+  if (move.from == nullptr) return InternalError("segment " + std::to_string(segment) + " vanished");
+  std::vector<uint64_t> sizes;
   index_.ForEach([&](uint32_t id) {
     if (SegmentOf(index_.entry(id).location) != segment) return;
-    ids.push_back(id);
-    bytes += index_.entry(id).header.payload_bytes;
+    move.ids.push_back(id);
+    move.headers.push_back(index_.CurrentHeader(id));
+    move.old_locations.push_back(index_.entry(id).location);
+    sizes.push_back(move.headers.back().payload_bytes);
   });
-  const std::shared_ptr<const SegmentFile> file = segments_->File(segment);
-  if (file == nullptr) return InternalError("segment " + std::to_string(segment) + " vanished");
-  const auto buffer = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+  KVTIER_ASSIGN_OR_RETURN(move.to, segments_->Reserve(sizes));
+  return move;
+}
+
+// Outside mu_: reads every block (checking its checksum), writes them all to the reserved
+// room, syncs under kFsync, and records the new locations (and the deletes of blocks
+// found corrupt on the way) in RocksDB. Nothing is visible to readers until the commit.
+Status DiskTier::Impl::CopyAndRecord(SegmentMove& move) {
+  const auto buffer = std::make_unique_for_overwrite<uint8_t[]>(move.to.bytes);
   std::vector<std::span<const uint8_t>> payloads;
-  std::vector<uint32_t> moving;
   rocksdb::WriteBatch batch;
-  uint64_t at = 0;
-  for (const uint32_t id : ids) {
-    const TierIndex::Entry& entry = index_.entry(id);
-    const std::span<uint8_t> out(buffer.get() + at, entry.header.payload_bytes);
-    KVTIER_ASSIGN_OR_RETURN(const uint64_t hash, file->ReadHashed(OffsetOf(entry.location), out));
-    if (hash != entry.header.checksum) {  // found corrupt on the way: dropped, as a read would
-      ++stats_.checksum_failures;
-      KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
-      continue;
+  move.corrupt.assign(move.ids.size(), false);
+  for (size_t k = 0, at = 0; k < move.ids.size(); at += move.headers[k].payload_bytes, ++k) {
+    const std::span<uint8_t> out(buffer.get() + at, move.headers[k].payload_bytes);
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t hash, move.from->ReadHashed(OffsetOf(move.old_locations[k]), out));
+    payloads.push_back(out);  // a corrupt one too: its room is simply never referenced
+    move.corrupt[k] = hash != move.headers[k].checksum;
+    if (move.corrupt[k]) {
+      KVTIER_RETURN_IF_ERROR(DeleteHeader(move.headers[k], batch));
+    } else {
+      KVTIER_RETURN_IF_ERROR(PutHeader(move.headers[k], move.to.locations[k], batch));
     }
-    payloads.push_back(out);
-    moving.push_back(id);
-    at += out.size();
   }
-  KVTIER_ASSIGN_OR_RETURN(const std::vector<uint64_t> locations, segments_->Append(payloads));
-  if (options_.sync == DiskSync::kFsync) KVTIER_RETURN_IF_ERROR(segments_->Sync());
-  for (size_t k = 0; k < moving.size(); ++k) {
-    KVTIER_RETURN_IF_ERROR(PutHeader(index_.CurrentHeader(moving[k]), locations[k], batch));
+  KVTIER_RETURN_IF_ERROR(move.to.file->WriteAt(move.to.offset, payloads));
+  if (options_.sync == DiskSync::kFsync) {
+    KVTIER_RETURN_IF_ERROR(move.to.file->Sync());
+    if (move.to.new_segment) KVTIER_RETURN_IF_ERROR(move.to.file->SyncDirectory());
   }
-  if (Status written = FromRocks(db_.Write(write_options_, &batch), "moving segment " + std::to_string(segment));
-      !written.ok()) {
-    for (size_t k = 0; k < moving.size(); ++k) segments_->Release(locations[k], payloads[k].size());
-    return written;
+  return FromRocks(db_.Write(write_options_, &batch), "moving segment " + std::to_string(move.segment));
+}
+
+void DiskTier::Impl::CommitMoveLocked(const SegmentMove& move) {
+  for (size_t k = 0; k < move.ids.size(); ++k) {
+    const uint64_t bytes = move.headers[k].payload_bytes;
+    if (move.corrupt[k]) {  // dropped, as a read would have
+      ++stats_.checksum_failures;
+      segments_->Release(move.to.locations[k], bytes);
+      index_.Erase(move.ids[k]);
+    } else {
+      index_.Relocate(move.ids[k], move.to.locations[k]);
+    }
+    segments_->Release(move.old_locations[k], bytes);  // the last one deletes the segment
   }
-  for (size_t k = 0; k < moving.size(); ++k) {
-    const uint64_t old_location = index_.entry(moving[k]).location;
-    index_.Relocate(moving[k], locations[k]);
-    segments_->Release(old_location, payloads[k].size());  // the last one deletes the segment
-  }
-  return Status::Ok();
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions options) {

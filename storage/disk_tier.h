@@ -42,12 +42,12 @@
 // path; a full disk is kResourceExhausted ("disk full") and the tier keeps serving reads.
 // I/O errors are kUnavailable.
 //
-// Thread safety: safe from any thread. Changes (puts, removals, and compaction on the put
-// that finds the debt) are serialised by a writer mutex, so that index, segments and
+// Thread safety: safe from any thread. Changes (puts, removals, and compaction after the
+// put that finds the debt) are serialised by a writer mutex, so that index, segments and
 // RocksDB stay in step; a second mutex guards the index and the segments' bookkeeping
-// only briefly: a put reserves room under it and writes its payloads (and syncs them)
-// outside it, and a get looks up under it and reads outside it, so reads never wait for
-// a put's I/O (compaction's moves, which are rare, do hold it).
+// only briefly: a put (or a compaction's move) reserves room under it and writes its
+// payloads (and syncs them) outside it, and a get looks up under it and reads outside
+// it, so reads never wait for a write's I/O.
 #pragma once
 
 #include <memory>

@@ -4,11 +4,9 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include <filesystem>
 
@@ -20,6 +18,7 @@ namespace kvtier::storage {
 namespace {
 
 using kvtier::testing::TempDir;
+using testing::CheckingReaders;
 using testing::CorruptPayload;
 using std::filesystem::recursive_directory_iterator;
 using testing::MakeBlock;
@@ -101,11 +100,6 @@ TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   EXPECT_EQ(reopened->Stats().blocks, 0u);
 }
 
-// Blocks of 64 KiB in segments of 1 MiB, in a tier of 2 MiB: the oldest blocks are
-// evicted as new ones arrive, but every 8th block is read again and again (kept hot), so
-// old segments keep a few live blocks each. Compaction moves those out: the files stay
-// within the live bytes plus about a segment, and every block still stored reads back
-// intact, before and after a restart.
 // Reads run while a writer puts and removes blocks (puts write their payloads outside
 // the index lock): every get that succeeds returns exactly its block's bytes.
 TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
@@ -118,24 +112,9 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
   ASSERT_TRUE(tier.ok()) << tier.status();
   std::vector<TestBlock> blocks;
   for (uint64_t id = 0; id < 64; ++id) blocks.push_back(MakeBlock(id, 32 << 10));
-  std::atomic<bool> done{false};
-  std::atomic<uint64_t> hits{0}, wrong{0}, errors{0};
-  std::vector<std::thread> readers;
-  for (int r = 0; r < 3; ++r) {
-    readers.emplace_back([&, r] {
-      std::vector<uint8_t> out(32 << 10);
-      for (uint64_t i = static_cast<uint64_t>(r); !done.load(); ++i) {
-        const TestBlock& block = blocks[(i * 7) % blocks.size()];
-        auto header = (*tier)->Get(block.ref(), out);
-        if (header.ok()) {
-          hits.fetch_add(1);
-          if (out != block.payload) wrong.fetch_add(1);
-        } else if (header.status().code() != StatusCode::kNotFound) {
-          errors.fetch_add(1);
-        }
-      }
-    });
-  }
+  CheckingReaders readers(**tier, 3, [&](uint64_t r, uint64_t i) -> const TestBlock& {
+    return blocks[((r + i) * 7) % blocks.size()];
+  });
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
   for (uint64_t n = 0; std::chrono::steady_clock::now() < until; ++n) {
     const TestBlock& block = blocks[n % blocks.size()];
@@ -146,56 +125,11 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
     const std::vector<PutItem> batch{{block.header, block.payload}};
     ASSERT_TRUE((*tier)->PutBatch(batch).front().ok());
   }
-  done = true;
-  for (std::thread& t : readers) t.join();
-  EXPECT_EQ(wrong.load(), 0u);
-  EXPECT_EQ(errors.load(), 0u);
-  EXPECT_GT(hits.load(), 50u);
+  readers.Stop();
+  EXPECT_EQ(readers.wrong.load(), 0u);
+  EXPECT_EQ(readers.errors.load(), 0u);
+  EXPECT_GT(readers.hits.load(), 50u);
   EXPECT_EQ((*tier)->Files().live_bytes, (*tier)->Stats().bytes) << "the segments count what the index holds";
-}
-
-TEST(DiskTierTest, CompactionKeepsTheFilesNearTheLiveBytes) {
-  TempDir dir;
-  DiskTierOptions options;
-  options.path = dir.path();
-  options.capacity_bytes = 2 << 20;
-  options.segment_bytes = 1 << 20;
-  options.memtable_bytes = 1 << 20;
-  auto tier = DiskTier::Create(options);
-  ASSERT_TRUE(tier.ok()) << tier.status();
-  std::vector<TestBlock> hot;
-  uint64_t max_file_bytes = 0;
-  for (uint64_t id = 1; id <= 400; ++id) {
-    TestBlock block = MakeBlock(id, 64 << 10);
-    ASSERT_TRUE((*tier)->Put(block.header, block.payload).ok());
-    if (id % 8 == 0) hot.push_back(std::move(block));
-    for (const TestBlock& h : hot) (*tier)->Contains(h.ref()) && ReadBack(**tier, h).ok();  // keep them recent
-    max_file_bytes = std::max(max_file_bytes, (*tier)->Files().file_bytes);
-  }
-  const DiskFiles files = (*tier)->Files();
-  // At most 1.25x the live bytes plus a segment, and the put that found the debt may have
-  // added up to a segment's worth before its compaction.
-  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes) << "compaction kept up";
-  EXPECT_LE(files.file_bytes, files.live_bytes * 5 / 4 + 2 * options.segment_bytes);
-  EXPECT_EQ(files.live_bytes, (*tier)->Stats().bytes);
-  EXPECT_EQ(files.file_bytes, (*tier)->Stats().medium_bytes);
-  size_t hot_stored = 0;
-  for (const TestBlock& h : hot) {
-    if (!(*tier)->Contains(h.ref())) continue;
-    ++hot_stored;
-    auto read = ReadBack(**tier, h);
-    ASSERT_TRUE(read.ok()) << read.status();
-    EXPECT_EQ(*read, h.payload);
-  }
-  EXPECT_GT(hot_stored, 10u) << "the hot blocks outlived their segments";
-  tier->reset();
-  auto reopened = OpenDiskTier(dir.path(), options.capacity_bytes);
-  ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(reopened->Stats().bytes, files.live_bytes);
-  for (const TestBlock& h : hot) {
-    if (!reopened->Contains(h.ref())) continue;
-    EXPECT_EQ(*ReadBack(*reopened, h), h.payload);
-  }
 }
 
 // A disk tier on a 4 MiB tmpfs with room, by its own capacity, for much more: the file

@@ -182,18 +182,6 @@ void PayloadSegments::Abandon(const Reservation& reservation) {
   if (segment.live == 0 && active_ != it->first) Delete(it);
 }
 
-Result<std::vector<uint64_t>> PayloadSegments::Append(std::span<const std::span<const uint8_t>> payloads) {
-  std::vector<uint64_t> sizes;
-  sizes.reserve(payloads.size());
-  for (const auto& payload : payloads) sizes.push_back(payload.size());
-  KVTIER_ASSIGN_OR_RETURN(Reservation reservation, Reserve(sizes));
-  if (Status written = reservation.file->WriteAt(reservation.offset, payloads); !written.ok()) {
-    Abandon(reservation);
-    return written;
-  }
-  return std::move(reservation.locations);
-}
-
 Status SegmentFile::WriteAt(uint64_t offset, std::span<const std::span<const uint8_t>> payloads) const {
   std::vector<iovec> iov;
   iov.reserve(payloads.size());

@@ -1,9 +1,9 @@
 // PayloadSegments: the disk tier's block payloads, in append-only segment files.
 //
-// Payloads are appended to the active segment (`<dir>/<id>.seg`, ids counting up) with
-// one gathered write straight from the caller's buffers, and read back with `pread`
-// straight into the caller's buffer, hashed (XXH3-64) as they arrive, so a get touches
-// its bytes once in user space. A segment is sealed when it reaches `segment_bytes`;
+// Payloads are appended to the active segment (`<dir>/<id>.seg`, ids counting up): room
+// is reserved (Reserve), then filled with one gathered write straight from the caller's
+// buffers; they are read back with `pread` straight into the caller's buffer, hashed
+// (XXH3-64) as they arrive, so a get touches its bytes once in user space. A segment is sealed when it reaches `segment_bytes`;
 // the tier that owns the segments tells them which bytes are still referenced (`AddLive`
 // at recovery, `Release` when a block leaves), and a sealed segment with nothing left
 // is deleted. Space held by dead bytes of partly live segments comes back by moving
@@ -85,7 +85,7 @@ class PayloadSegments {
   // lies outside every segment (a file lost or cut short): that payload is gone.
   bool AddLive(uint64_t location, uint64_t bytes);
   // Deletes the segments nothing references (written but never acknowledged, or left by
-  // blocks that were deleted); a new active segment is started on the first Append.
+  // blocks that were deleted); a new active segment is started on the first Reserve.
   void DropUnreferenced();
 
   // Room for payloads of these sizes at the end of the active segment, counted live at
@@ -102,8 +102,6 @@ class PayloadSegments {
   // The reserved room is not referenced: its bytes are dead (or reused, when nothing was
   // reserved after it).
   void Abandon(const Reservation& reservation);
-  // Reserve, write and (on error) abandon in one call: the payloads' locations.
-  [[nodiscard]] Result<std::vector<uint64_t>> Append(std::span<const std::span<const uint8_t>> payloads);
   // fdatasync of every segment written since the last Sync (and of the directory, when a
   // segment was created: its name must survive a power loss too).
   [[nodiscard]] Status Sync();

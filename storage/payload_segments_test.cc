@@ -29,10 +29,16 @@ std::unique_ptr<PayloadSegments> OpenSegments(const std::string& dir) {
 }
 
 std::vector<uint64_t> AppendAll(PayloadSegments& segments, const std::vector<std::vector<uint8_t>>& payloads) {
+  // As the disk tier writes: room reserved, the payloads written into it in one go.
   std::vector<std::span<const uint8_t>> spans(payloads.begin(), payloads.end());
-  auto locations = segments.Append(spans);
-  EXPECT_TRUE(locations.ok()) << locations.status();
-  return locations.ok() ? *locations : std::vector<uint64_t>{};
+  std::vector<uint64_t> sizes;
+  for (const auto& payload : payloads) sizes.push_back(payload.size());
+  auto reservation = segments.Reserve(sizes);
+  EXPECT_TRUE(reservation.ok()) << reservation.status();
+  if (!reservation.ok()) return {};
+  const Status written = reservation->file->WriteAt(reservation->offset, spans);
+  EXPECT_TRUE(written.ok()) << written;
+  return reservation->locations;
 }
 
 // Reads a payload back through its segment file, checking bytes and hash.

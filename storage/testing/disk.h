@@ -3,8 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/disk_tier.h"
@@ -31,5 +34,46 @@ inline Result<std::vector<uint8_t>> ReadBack(Tier& tier, const TestBlock& block)
   KVTIER_RETURN_IF_ERROR(tier.Get(block.ref(), out).status());
   return out;
 }
+
+// `threads` threads that get blocks from `tier` until Stop(), reader r taking
+// `pick(r, i)` on its i-th read, and count what they saw: hits whose bytes were the
+// block's, hits with wrong bytes, and errors other than kNotFound (a block evicted or
+// removed meanwhile is not an error).
+class CheckingReaders {
+ public:
+  CheckingReaders(Tier& tier, int threads, std::function<const TestBlock&(uint64_t reader, uint64_t i)> pick)
+      : pick_(std::move(pick)) {
+    for (int r = 0; r < threads; ++r) {
+      threads_.emplace_back([this, &tier, r] {
+        std::vector<uint8_t> out;
+        for (uint64_t i = 0; !done_.load(); ++i) {
+          const TestBlock& block = pick_(static_cast<uint64_t>(r), i);
+          out.resize(block.payload.size());
+          auto header = tier.Get(block.ref(), out);
+          if (header.ok()) {
+            hits.fetch_add(1);
+            if (out != block.payload) wrong.fetch_add(1);
+          } else if (header.status().code() != StatusCode::kNotFound) {
+            errors.fetch_add(1);
+          }
+        }
+      });
+    }
+  }
+  ~CheckingReaders() { Stop(); }
+  void Stop() {
+    done_ = true;
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  std::atomic<uint64_t> hits{0}, wrong{0}, errors{0};
+
+ private:
+  const std::function<const TestBlock&(uint64_t, uint64_t)> pick_;
+  std::atomic<bool> done_{false};
+  std::vector<std::thread> threads_;  // last: they start once everything above exists
+};
 
 }  // namespace kvtier::storage::testing
