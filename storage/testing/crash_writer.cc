@@ -1,8 +1,11 @@
-// A disk-tier writer to be killed: opens DiskTier at argv[1] and writes blocks
-// argv[2], argv[2]+1, ... (testing::MakeBlock payloads of argv[3] bytes, in batches of
-// argv[4]) until it is killed, printing "ack <id>" for every block only after PutBatch
-// acknowledged it. The crash test kills it with SIGKILL and checks every acknowledged
-// block afterwards.
+// A disk-tier writer to be killed: opens DiskTier at DIR and writes blocks FIRST_ID,
+// FIRST_ID+1, ... (testing::MakeBlock payloads of BLOCK_BYTES, in batches of BATCH) until
+// it is killed, printing "ack <id>" for every block only after PutBatch acknowledged it.
+// With "churn", after each batch it removes the blocks of the previous batch whose id is
+// not a multiple of 4, printing "removing <id>" before and "removed <id>" once each
+// removal is acknowledged: three quarters of every segment die, so the puts keep
+// compacting under the kill. The crash test kills it with SIGKILL and checks the tier
+// afterwards.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,12 +14,50 @@
 #include "storage/disk_tier.h"
 #include "storage/testing/blocks.h"
 
+namespace {
+
+using namespace kvtier::storage;
+
+bool PutBatch(DiskTier& tier, uint64_t first, uint64_t count, uint64_t block_bytes) {
+  std::vector<testing::TestBlock> blocks;
+  std::vector<PutItem> items;
+  for (uint64_t i = 0; i < count; ++i) blocks.push_back(testing::MakeBlock(first + i, block_bytes));
+  for (const auto& block : blocks) items.push_back({block.header, block.payload});
+  const std::vector<kvtier::Status> results = tier.PutBatch(items);
+  for (uint64_t i = 0; i < count; ++i) {
+    if (!results[i].ok()) {
+      std::fprintf(stderr, "put %llu: %s\n", static_cast<unsigned long long>(first + i), results[i].ToString().c_str());
+      return false;
+    }
+    std::printf("ack %llu\n", static_cast<unsigned long long>(first + i));
+  }
+  return true;
+}
+
+bool RemoveMostOf(DiskTier& tier, uint64_t first, uint64_t count) {
+  for (uint64_t id = first; id < first + count; ++id) {
+    if (id % 4 == 0) continue;
+    // Said (and flushed) before: once Remove starts, the block may be gone whether or not
+    // the kill lets "removed" out.
+    std::printf("removing %llu\n", static_cast<unsigned long long>(id));
+    std::fflush(stdout);
+    if (kvtier::Status removed = tier.Remove(testing::MakeBlock(id, 1).ref()); !removed.ok()) {
+      std::fprintf(stderr, "remove %llu: %s\n", static_cast<unsigned long long>(id), removed.ToString().c_str());
+      return false;
+    }
+    std::printf("removed %llu\n", static_cast<unsigned long long>(id));
+  }
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace kvtier::storage;
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH\n", argv[0]);
+  if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "churn")) {
+    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH [churn]\n", argv[0]);
     return 2;
   }
+  const bool churn = argc == 6;
   DiskTierOptions options;
   options.path = argv[1];
   options.capacity_bytes = 1ull << 40;
@@ -28,22 +69,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint64_t block_bytes = std::strtoull(argv[3], nullptr, 10);
-  const uint64_t batch_size = std::strtoull(argv[4], nullptr, 10);
+  const uint64_t batch = std::strtoull(argv[4], nullptr, 10);
   std::printf("ready\n");
   std::fflush(stdout);
-  for (uint64_t id = std::strtoull(argv[2], nullptr, 10);; id += batch_size) {
-    std::vector<testing::TestBlock> blocks;
-    std::vector<PutItem> items;
-    for (uint64_t i = 0; i < batch_size; ++i) blocks.push_back(testing::MakeBlock(id + i, block_bytes));
-    for (const auto& block : blocks) items.push_back({block.header, block.payload});
-    const std::vector<kvtier::Status> results = (*tier)->PutBatch(items);
-    for (uint64_t i = 0; i < batch_size; ++i) {
-      if (!results[i].ok()) {
-        std::fprintf(stderr, "put %llu: %s\n", static_cast<unsigned long long>(id + i), results[i].ToString().c_str());
-        return 1;
-      }
-      std::printf("ack %llu\n", static_cast<unsigned long long>(id + i));
-    }
+  const uint64_t first = std::strtoull(argv[2], nullptr, 10);
+  for (uint64_t id = first;; id += batch) {
+    if (!PutBatch(**tier, id, batch, block_bytes)) return 1;
+    if (churn && id > first && !RemoveMostOf(**tier, id - batch, batch)) return 1;
     std::fflush(stdout);
   }
 }

@@ -57,7 +57,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
       : state_(state), salt_scope_(session.salt_scope), node_(session.node), connection_(state.next_connection++) {}
   // The client let go of the capability, or its connection closed: the nodes it
   // registered no longer hold their names against a restarted process.
-  ~CoordinatorServer() noexcept(false) { state_.coordinator->Disconnected(connection_); }
+  ~CoordinatorServer() { state_.coordinator->Disconnected(connection_); }
 
  protected:
   kj::Promise<void> register_(RegisterContext call) override {
@@ -72,9 +72,13 @@ class CoordinatorServer final : public schema::Coordinator::Server {
                                                              .connection = connection_});
     if (r.status().code() == StatusCode::kAlreadyExists) {
       state_.metrics->Update(state_.coordinator->Stats());  // the conflict counts now
-      spdlog::warn("refused node \"{}\" from {}: {}", name, node.getRpcAddress().cStr(), r.status().message());
+      // Once per name until it registers: the refused node retries every tick.
+      if (state_.refused_names.insert(name).second) {
+        spdlog::warn("refused node \"{}\" from {}: {}", name, node.getRpcAddress().cStr(), r.status().message());
+      }
     }
     ThrowIfError(r.status());
+    state_.refused_names.erase(name);
     std::string& address = state_.rpc_addresses[name];
     if (r->restarted) {
       spdlog::info("node \"{}\" restarted: a new incarnation from {} (before from {}) replaces the one whose "

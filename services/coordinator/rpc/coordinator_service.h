@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <capnp/capability.h>
 
@@ -33,6 +34,7 @@ struct CoordinatorState {
   std::unordered_map<std::string, NodeSnapshot> pending_snapshots;  // chunks until `last`
   std::function<void(std::span<const BlockKey>)> on_lookup;         // the prompt's keys, every lookup
   ConnectionId next_connection = kNoConnection + 1;                 // one per capability made
+  std::unordered_set<std::string> refused_names;                    // name conflicts logged, until resolved
 };
 
 // Who the session is: its tenant's salt scope, and whether it holds a node credential
