@@ -13,10 +13,10 @@
 //
 // Names are unique. A registration carries the connection it came on (an id the RPC
 // layer assigns; kNoConnection where none is tracked). A new incarnation of a live node
-// is a restart, and replaces the old one, unless the old one's connection is still open
-// on another connection: then two processes share a name, and the newcomer is refused
-// (kAlreadyExists) until that connection closes (Disconnected) or its lease lapses, so
-// that the two do not take the lease from each other in turn.
+// is a restart, and replaces the old one, unless the old one registered on another
+// connection that is still open: then two processes share a name, and the newcomer is
+// refused (kAlreadyExists) until that connection closes (Disconnected) or the old
+// lease lapses, so that the two do not take the lease from each other in turn.
 //
 // Thread safety: none; owned by the Coordinator on its event-loop thread.
 #pragma once
