@@ -25,7 +25,6 @@ using testing::TestBlock;
 
 constexpr char kOtherFormat[] = "other-model|L1/H1/D8/T16/fp16/W0/S0|int8";
 
-
 std::vector<std::string> Families(const std::string& path) {
   std::vector<std::string> names;
   EXPECT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
