@@ -210,7 +210,6 @@ class DiskTier::Impl {
     return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the disk tier");
   }
 
-  // A header's value: the encoded header, then its payload's location (8 bytes, big-endian).
   // One layout's headers into the index. Unusable ones (undecodable, filed under another
   // layout or key, or whose payload is not on disk) join `batch` as deletes.
   Status RecoverLayout(std::string_view format_tag, rocksdb::ColumnFamilyHandle* family, rocksdb::WriteBatch& batch,
@@ -233,10 +232,11 @@ class DiskTier::Impl {
     return FromRocks(it->status(), "scanning the headers of layout " + std::string(format_tag));
   }
 
+  // A header's value: the encoded header, then its payload's location (8 bytes, big-endian).
   static std::string EncodeStored(const BlockHeader& header, uint64_t location) {
     std::string value;
     EncodeHeader(header, value);
-    for (int shift = 56; shift >= 0; shift -= 8) value.push_back(static_cast<char>(location >> shift));
+    disk_internal::AppendBigEndian(value, location);
     return value;
   }
 
@@ -247,7 +247,7 @@ class DiskTier::Impl {
     KVTIER_RETURN_IF_ERROR(ValidateHeader(header, options_.max_block_bytes));
     if (bytes.size() != consumed + 8) return DataLossError("a block header without its payload's location");
     StoredHeader stored{std::move(header), 0};
-    for (size_t i = consumed; i < bytes.size(); ++i) stored.location = stored.location << 8 | bytes[i];
+    stored.location = disk_internal::ReadBigEndian(std::string_view(value.data() + consumed, 8));
     return stored;
   }
 

@@ -31,12 +31,6 @@ int HexValue(char c) {
   return -1;
 }
 
-uint64_t ReadBigEndian(std::string_view bytes) {
-  uint64_t value = 0;
-  for (char c : bytes) value = value << 8 | static_cast<uint8_t>(c);
-  return value;
-}
-
 // A key of the single "headers" family: u16 len(tag) | tag | 16 key bytes.
 std::optional<std::pair<std::string, BlockKey>> ParseSingleFamilyKey(std::string_view key) {
   if (key.size() < 2) return std::nullopt;
@@ -101,11 +95,10 @@ std::optional<std::string> FormatTagOfFamily(std::string_view family_name) {
 }
 
 std::string HeaderKey(const BlockKey& key) {
-  std::string out(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    out[i] = static_cast<char>(key.hi >> (56 - 8 * i));
-    out[8 + i] = static_cast<char>(key.lo >> (56 - 8 * i));
-  }
+  std::string out;
+  out.reserve(16);
+  AppendBigEndian(out, key.hi);
+  AppendBigEndian(out, key.lo);
   return out;
 }
 
