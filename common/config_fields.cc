@@ -304,6 +304,10 @@ std::vector<Field> BuildFields() {
                              "After each call the RPC thread polls without sleeping this long (microseconds): "
                              "lower latency under load for one busy core while calls flow; 0: off.",
                              0, 10000, [](auto& c) -> auto& { return c.coordinator.busy_poll_us; }));
+  fields.push_back(UintField("coordinator.max_index_blocks",
+                             "Most blocks the prefix index holds (about 64 bytes each); stored events past it "
+                             "are left out of lookups and counted.",
+                             1024, (1ull << 27) - 1, [](auto& c) -> auto& { return c.coordinator.max_index_blocks; }));
   AddNodeFields(fields);
   return fields;
 }

@@ -93,7 +93,12 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
   if (check.verdict != BatchVerdict::kApply) return EventAck{check.verdict, check.next_sequence};
   const NodeId node = *membership_.Find(batch.node);
   for (size_t i = check.skip; i < batch.events.size(); ++i) {
-    if (!Apply(node, batch.events[i]).ok()) {
+    const Status applied = Apply(node, batch.events[i]);
+    // The index is at max_blocks: the chain stays out of it (lookups miss it, which is
+    // never wrong) and the stream goes on; a resync would not make room. Counted in
+    // the index's refused_full.
+    if (applied.code() == StatusCode::kResourceExhausted) continue;
+    if (!applied.ok()) {
       // The index cannot take the event (a parent it never saw, a chain that disagrees):
       // an earlier event was lost. Keep what was applied and ask for the truth.
       membership_.Applied(node, batch.first_sequence, i);

@@ -142,7 +142,9 @@ class Coordinator {
   // kInvalidArgument for a malformed batch (bad tier, priority above 100, retention of the
   // wrong length, tokens not a whole number per block, repeated key): nothing of it is
   // applied. kNotFound: not registered or
-  // lease expired; kFailedPrecondition: stale incarnation.
+  // lease expired; kFailedPrecondition: stale incarnation. A stored event the index has
+  // no room for (BlockIndexOptions::max_blocks) is left out, counted, and the stream
+  // goes on: lookups miss those blocks.
   [[nodiscard]] Result<EventAck> PublishEvents(const EventBatch& batch);
   [[nodiscard]] Status PublishSnapshot(const NodeSnapshot& snapshot);
 

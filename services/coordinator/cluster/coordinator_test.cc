@@ -48,6 +48,7 @@ class CoordinatorTest : public ::testing::Test {
     options.index.clock = &clock_;
     options.membership.clock = &clock_;
     options.membership.lease_ttl = seconds(10);
+    options.index.max_blocks = max_index_blocks_;
     coordinator_ = *Coordinator::Create(options);
   }
 
@@ -69,6 +70,7 @@ class CoordinatorTest : public ::testing::Test {
   uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
 
   FakeClock clock_{seconds(100)};
+  size_t max_index_blocks_ = kMaxIndexBlocks;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
@@ -120,6 +122,25 @@ TEST_F(CoordinatorTest, AStoredBlockWithAnUnknownParentAsksForASnapshot) {
   const EventAck ack = Publish("w1", 0, {Stored({ab[1]}, ab[0])});  // parent never announced
   EXPECT_EQ(ack.verdict, BatchVerdict::kSnapshotRequired);
   EXPECT_EQ(ack.next_sequence, 0u);
+}
+
+TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn) {
+  max_index_blocks_ = 4;
+  Restart();
+  Join("w1");
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  const auto abc = Chain(1, 3), xyz = Chain(10, 3);
+  // Event 0: blocks a,b,c (3 of 4). Event 1: x,y,z would make 6: left out. Event 2 takes
+  // c away; event 3 stores x alone (4 of 4).
+  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Removed({abc[2]}), Stored({xyz[0]})});
+  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(ack.next_sequence, 4u);
+  EXPECT_EQ(Matched(abc), 2u);
+  EXPECT_EQ(Matched(xyz), 1u);
+  const CoordinatorStats stats = coordinator_->Stats();
+  EXPECT_EQ(stats.index.refused_full, 1u);
+  EXPECT_EQ(stats.index.blocks, 3u);
+  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
 }
 
 TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {

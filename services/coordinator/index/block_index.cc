@@ -76,6 +76,13 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
     }
     expected_parent = b;
   }
+  const size_t new_blocks = static_cast<size_t>(std::count(found_.begin(), found_.end(), kNil));
+  if (live_blocks_ + new_blocks > options_.max_blocks) {
+    ++refused_full_;
+    return ResourceExhaustedError("the index holds " + std::to_string(live_blocks_) + " blocks; " +
+                                  std::to_string(new_blocks) + " more would pass its limit of " +
+                                  std::to_string(options_.max_blocks));
+  }
   return Status::Ok();
 }
 
@@ -357,6 +364,7 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.blocks = live_blocks_;
   stats.locations = locations_;
   stats.expirations = expirations_;
+  stats.refused_full = refused_full_;
   stats.evictions_by_priority = evictions_by_priority_;
   stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
                        expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
@@ -366,7 +374,12 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
 }
 
 Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexOptions& options) {
+  static_assert(kMaxIndexBlocks == internal::kMaxKeyTableBlocks);
   if (options.clock == nullptr) return InvalidArgumentError("BlockIndex needs a clock");
+  if (options.max_blocks == 0 || options.max_blocks > kMaxIndexBlocks) {
+    return InvalidArgumentError("max_blocks " + std::to_string(options.max_blocks) + " is out of range [1, " +
+                                std::to_string(kMaxIndexBlocks) + "]");
+  }
   for (double w : options.tier_weights) {
     if (!(w >= 0.0)) return InvalidArgumentError("tier weights must be non-negative");
   }

@@ -102,10 +102,10 @@ struct BlockRetention {
 
 struct StoreRequest {
   ScopeId scope = 0;
-  std::optional<BlockKey> parent;          // absent: the chain starts at the scope's root
-  std::span<const BlockKey> keys;          // in chain order
-  Location location;
-  std::span<const BlockRetention> retention;  // one per key, or empty for the default
+  std::optional<BlockKey> parent = {};            // absent: the chain starts at the scope's root
+  std::span<const BlockKey> keys = {};            // in chain order
+  Location location = {};
+  std::span<const BlockRetention> retention = {};  // one per key, or empty for the default
   // The blocks' tokens, block after block (the same count for each), or empty: kept for
   // partial matching (Lookup with tail tokens) where given.
   std::span<const uint32_t> tokens = {};
@@ -149,10 +149,16 @@ struct LookupResult {
   }
 };
 
+// The most blocks one index can hold: its key table keeps a block's number in 27 bits.
+inline constexpr size_t kMaxIndexBlocks = (size_t{1} << 27) - 1;  // 134,217,727
+
 struct BlockIndexOptions {
   std::array<double, kTierCount> tier_weights = {1.0, 0.5, 0.25};  // gpu, host, disk
   const Clock* clock = &SystemClock::Instance();
   size_t expected_blocks = 1 << 16;  // the sum of the nodes' capacities
+  // Bounds the index's memory (about 64 bytes a block): Store refuses a chain that would
+  // take the index past it. In [1, kMaxIndexBlocks].
+  size_t max_blocks = kMaxIndexBlocks;
 };
 
 struct BlockIndexStats {
@@ -160,6 +166,7 @@ struct BlockIndexStats {
   size_t locations = 0;
   size_t memory_bytes = 0;   // everything the index allocated
   uint64_t expirations = 0;
+  uint64_t refused_full = 0;  // Store calls refused because of max_blocks
   // Locations dropped by Evict (victims not moved to a lower tier) and Remove, by the
   // block's priority then. RemoveNode (a node leaving) is not counted: it is no eviction.
   std::array<uint64_t, kMaxPriority + 1> evictions_by_priority{};
@@ -175,7 +182,8 @@ class BlockIndex {
   // kFailedPrecondition: the parent is not indexed (a lost event: resync the node);
   // kInvalidArgument: a priority above 100, a retention list of the wrong length, or a
   // key already indexed under another scope or parent, tokens not a whole number per
-  // block. Nothing changes on error.
+  // block; kResourceExhausted: the new blocks would take the index past
+  // options.max_blocks. Nothing changes on error.
   [[nodiscard]] Status Store(const StoreRequest& request);
 
   // Drops `location` (node, tier and pool) from each block; blocks left with no location

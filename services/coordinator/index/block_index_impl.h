@@ -382,6 +382,7 @@ class BlockIndex::Impl {
   size_t live_blocks_ = 0;
   size_t locations_ = 0;
   uint64_t expirations_ = 0;
+  uint64_t refused_full_ = 0;
   std::array<uint64_t, kMaxPriority + 1> evictions_by_priority_{};
   // Windowed pools: how many places are declared; per slot of a windowed place, the
   // leaves held there within its window below it (no entry: none); Store's deferred leaf

@@ -243,6 +243,39 @@ TEST_F(BlockIndexTest, RemoveNodeDropsEveryLocationOfTheNode) {
   EXPECT_EQ(index_->Stats().blocks, 3u);
 }
 
+TEST(BlockIndexLimitTest, AChainPastMaxBlocksIsRefusedWholeUntilThereIsRoom) {
+  FakeClock clock{seconds(1000)};
+  BlockIndexOptions options;
+  options.clock = &clock;
+  options.max_blocks = 5;
+  std::unique_ptr<BlockIndex> index = *BlockIndex::Create(options);
+  const auto abc = Chain(1, 3);
+  ASSERT_TRUE(index->Store({0, std::nullopt, abc, kGpu0}).ok());  // blocks 0-2: 3 of 5
+  // Blocks 0-2 again on another node plus 3 new: 6 in all, one past the limit.
+  const auto abcdef = Chain(1, 6);
+  const Status refused = index->Store({0, std::nullopt, abcdef, kGpu1});
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_NE(refused.message().find("limit of 5"), std::string::npos) << refused.message();
+  EXPECT_EQ(index->Stats().blocks, 3u) << "nothing of the refused chain was stored";
+  EXPECT_EQ(index->Stats().refused_full, 1u);
+  EXPECT_EQ(index->Lookup(0, abcdef).scores.size(), 1u) << "node 1 gained no location";
+  // Blocks 1,2 leave node 0 and the index: room for the chain of five (blocks 0-4).
+  EXPECT_EQ(index->Remove(kGpu0, std::vector<BlockKey>{abc[1], abc[2]}), 2u);
+  ASSERT_TRUE(index->Store({0, std::nullopt, Chain(1, 5), kGpu1}).ok());
+  EXPECT_EQ(index->Stats().blocks, 5u);
+  EXPECT_EQ(index->Lookup(0, abcdef).matched_blocks, 5u);
+}
+
+TEST(BlockIndexLimitTest, MaxBlocksOutOfRangeIsRefusedAtCreate) {
+  BlockIndexOptions options;
+  options.max_blocks = 0;
+  EXPECT_EQ(BlockIndex::Create(options).status().code(), StatusCode::kInvalidArgument);
+  options.max_blocks = kMaxIndexBlocks + 1;
+  const Status too_many = BlockIndex::Create(options).status();
+  EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many.message().find("max_blocks"), std::string::npos) << too_many.message();
+}
+
 TEST(BlockIndexMemoryTest, MemoryPerBlockStaysUnder64Bytes) {
   // 100,000 blocks in chains of 20, one location each, in an index sized for them.
   BlockIndexOptions options;

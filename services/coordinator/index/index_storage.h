@@ -4,7 +4,7 @@
 // Why hand-written: a std::unordered_map<BlockKey, Block> costs ~40 bytes of node and
 // bucket overhead per block on top of the block itself, and the index's goal is at most
 // 64 bytes per block in total. Here a block is 52 bytes and its key-table slot 4 bytes at
-// load factor <= 0.75, and the common case (one location) needs no other allocation.
+// load factor <= 0.8, and the common case (one location) needs no other allocation.
 //
 // Thread safety: none (owned by one BlockIndex).
 #pragma once
@@ -102,43 +102,62 @@ class PagedVector {
   size_t size_ = 0;
 };
 
+// The key table's default hash: a key's home is a multiply-shift of this.
+struct KeyTableHash {
+  uint64_t operator()(const BlockKey& key) const {
+    const uint64_t h = key.hi * 0x9E3779B97F4A7C15ULL ^ key.lo * 0xC2B2AE3D27D4EB4FULL;
+    return h ^ (h >> 31);
+  }
+};
+
 // Key -> block index; linear probing with backward-shift deletion (no tombstones). The
 // table has any size (a key's home is a multiply-shift of its hash, not a mask), so it is
 // sized to the expected block count at load 0.8 instead of the next power of two, and
-// grows by half when full. Load 0.8 keeps probe runs short (about 3 slots on a hit, 13 on
-// a miss at the limit, within one or two cache lines of 4-byte slots).
-template <typename Blocks>
+// grows by half when full.
+//
+// A slot is 4 bytes: the block index in the low 27 bits and, in the top 5, the entry's
+// distance from its home slot (31: 31 or more). Why: the keys live in the blocks, and
+// reading one is a cache miss per probe. With the distance in the slot, a probe reads a
+// block's key only where the slot's distance says the entry shares the sought key's home
+// (about one in a run at load 0.8), and deletion finds each later entry's home without
+// reading its key. This caps an index at kMaxKeyTableBlocks (134 M) blocks.
+inline constexpr uint32_t kKeyTableIndexBits = 27;
+inline constexpr uint32_t kMaxKeyTableBlocks = (1u << kKeyTableIndexBits) - 1;
+
+template <typename Blocks, typename Hash = KeyTableHash>
 class KeyTable {
  public:
   explicit KeyTable(size_t expected) { slots_.assign(std::max<size_t>(16, expected * 5 / 4 + 1), kNil); }
 
   uint32_t Find(const BlockKey& key, const Blocks& blocks) const {
-    for (size_t i = Home(key);; i = Next(i)) {
-      const uint32_t b = slots_[i];
-      if (b == kNil) return kNil;
-      if (blocks[b].key == key) return b;
+    const size_t home = Home(key);
+    for (size_t i = home, distance = 0;; i = Next(i), ++distance) {
+      const uint32_t s = slots_[i];
+      if (s == kNil) return kNil;
+      if (StoredDistance(s) == CappedDistance(distance) && blocks[BlockOf(s)].key == key) return BlockOf(s);
     }
   }
 
-  // REQUIRES: `key` is absent.
+  // REQUIRES: `key` is absent; block < kMaxKeyTableBlocks.
   void Insert(const BlockKey& key, uint32_t block, const Blocks& blocks) {
     if ((count_ + 1) * 5 > slots_.size() * 4) Grow(blocks);
-    size_t i = Home(key);
-    while (slots_[i] != kNil) i = Next(i);
-    slots_[i] = block;
+    Place(Home(key), block);
     ++count_;
   }
 
   // REQUIRES: `key` is present.
   void Erase(const BlockKey& key, const Blocks& blocks) {
     size_t hole = Home(key);
-    while (!(blocks[slots_[hole]].key == key)) hole = Next(hole);
-    // Shift back every later entry of the probe run whose home does not lie in (hole, j].
+    for (size_t distance = 0;; hole = Next(hole), ++distance) {
+      const uint32_t s = slots_[hole];
+      if (StoredDistance(s) == CappedDistance(distance) && blocks[BlockOf(s)].key == key) break;
+    }
+    // Shift back every later entry of the probe run whose home is at or before the hole.
     for (size_t j = Next(hole); slots_[j] != kNil; j = Next(j)) {
-      const size_t home = Home(blocks[slots_[j]].key.Key());
-      const bool home_in_gap = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-      if (!home_in_gap) {
-        slots_[hole] = slots_[j];
+      const size_t distance = DistanceFromHome(j, blocks);
+      const size_t gap = j >= hole ? j - hole : j + slots_.size() - hole;
+      if (distance >= gap) {
+        slots_[hole] = Pack(BlockOf(slots_[j]), distance - gap);
         hole = j;
       }
     }
@@ -146,13 +165,37 @@ class KeyTable {
     --count_;
   }
 
+  size_t size() const { return count_; }
   size_t memory_bytes() const { return slots_.capacity() * sizeof(uint32_t); }
 
  private:
+  static constexpr uint32_t kDistanceCap = (1u << (32 - kKeyTableIndexBits)) - 1;
+
+  static uint32_t BlockOf(uint32_t slot) { return slot & kMaxKeyTableBlocks; }
+  static uint32_t StoredDistance(uint32_t slot) { return slot >> kKeyTableIndexBits; }
+  static uint32_t CappedDistance(size_t distance) {
+    return static_cast<uint32_t>(std::min<size_t>(distance, kDistanceCap));
+  }
+  static uint32_t Pack(uint32_t block, size_t distance) {
+    return CappedDistance(distance) << kKeyTableIndexBits | block;
+  }
+
+  // The distance of slot j's entry from its home; reads its key only past the cap.
+  size_t DistanceFromHome(size_t j, const Blocks& blocks) const {
+    const uint32_t s = slots_[j];
+    if (StoredDistance(s) < kDistanceCap) return StoredDistance(s);
+    const size_t home = Home(blocks[BlockOf(s)].key.Key());
+    return j >= home ? j - home : j + slots_.size() - home;
+  }
+
+  void Place(size_t home, uint32_t block) {
+    size_t i = home, distance = 0;
+    for (; slots_[i] != kNil; i = Next(i)) ++distance;
+    slots_[i] = Pack(block, distance);
+  }
+
   size_t Home(const BlockKey& key) const {
-    uint64_t h = key.hi * 0x9E3779B97F4A7C15ULL ^ key.lo * 0xC2B2AE3D27D4EB4FULL;
-    h ^= h >> 31;
-    return static_cast<size_t>((static_cast<unsigned __int128>(h) * slots_.size()) >> 64);
+    return static_cast<size_t>((static_cast<unsigned __int128>(Hash{}(key)) * slots_.size()) >> 64);
   }
   size_t Next(size_t i) const { return i + 1 == slots_.size() ? 0 : i + 1; }
 
@@ -160,11 +203,8 @@ class KeyTable {
     std::vector<uint32_t> old;
     old.swap(slots_);
     slots_.assign(old.size() + old.size() / 2, kNil);
-    for (uint32_t b : old) {
-      if (b == kNil) continue;
-      size_t i = Home(blocks[b].key.Key());
-      while (slots_[i] != kNil) i = Next(i);
-      slots_[i] = b;
+    for (uint32_t s : old) {
+      if (s != kNil) Place(Home(blocks[BlockOf(s)].key.Key()), BlockOf(s));
     }
   }
 

@@ -1,14 +1,74 @@
-// SlotCounts (index_storage.h) against std::map: random adds and subtracts over a small
-// key range keep probe runs long and make backward-shift deletion wrap and collide.
+// KeyTable and SlotCounts (index_storage.h) against std::map: random operations over a
+// small key range (and, for KeyTable, a hash with few distinct homes) keep probe runs
+// long and make backward-shift deletion wrap and collide.
 #include "services/coordinator/index/index_storage.h"
 
 #include <map>
 #include <random>
+#include <unordered_map>
 
 #include <gtest/gtest.h>
 
 namespace kvtier::coordinator::internal {
 namespace {
+
+// Eight homes for every key: runs of dozens of entries, so distances pass the slot's
+// 5-bit cap (31) and deletion must read those entries' keys to find their homes.
+struct EightHomes {
+  uint64_t operator()(const BlockKey& key) const { return (key.hi % 8) * (UINT64_MAX / 8); }
+};
+
+struct TestBlock {
+  StoredKey key;
+};
+
+template <typename Hash>
+void CheckAgainstAMap(KeyTable<std::vector<TestBlock>, Hash>& table, uint32_t seed, int steps, uint64_t key_range) {
+  std::mt19937_64 rng(seed);
+  std::vector<TestBlock> blocks;
+  std::vector<uint32_t> free_blocks;
+  std::unordered_map<uint64_t, uint32_t> model;  // key.hi -> block
+  for (int step = 0; step < steps; ++step) {
+    const BlockKey key{rng() % key_range, 0};
+    const auto it = model.find(key.hi);
+    if (it != model.end()) {
+      ASSERT_EQ(table.Find(key, blocks), it->second) << "step " << step;
+      table.Erase(key, blocks);
+      free_blocks.push_back(it->second);
+      model.erase(it);
+    } else {
+      ASSERT_EQ(table.Find(key, blocks), kNil) << "step " << step;
+      uint32_t b;
+      if (free_blocks.empty()) {
+        b = static_cast<uint32_t>(blocks.size());
+        blocks.push_back({});
+      } else {
+        b = free_blocks.back();
+        free_blocks.pop_back();
+      }
+      blocks[b].key = StoredKey::From(key);
+      table.Insert(key, b, blocks);
+      model.emplace(key.hi, b);
+    }
+    ASSERT_EQ(table.size(), model.size());
+    if (step % 500 == 0) {
+      for (uint64_t k = 0; k < key_range; ++k) {
+        const auto m = model.find(k);
+        ASSERT_EQ(table.Find(BlockKey{k, 0}, blocks), m == model.end() ? kNil : m->second) << "key " << k;
+      }
+    }
+  }
+}
+
+TEST(KeyTableTest, MatchesAMapWithAnEvenHash) {
+  KeyTable<std::vector<TestBlock>> table(16);  // grows several times
+  CheckAgainstAMap(table, 11, 200000, 3000);
+}
+
+TEST(KeyTableTest, MatchesAMapWhenEveryKeySharesOneOfEightHomes) {
+  KeyTable<std::vector<TestBlock>, EightHomes> table(16);
+  CheckAgainstAMap(table, 12, 60000, 400);
+}
 
 TEST(SlotCountsTest, MatchesAMapThroughRandomAddsAndSubtracts) {
   std::mt19937 rng(7);

@@ -50,6 +50,9 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* conflicts,
                           r.AddCounter("kvtier_coordinator_name_conflicts_total",
                                        "Registrations refused: another live, connected node holds the name."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* refused_full,
+                          r.AddCounter("kvtier_coordinator_index_full_refusals_total",
+                                       "Stored events left out of the index: it holds coordinator.max_index_blocks."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
@@ -74,6 +77,7 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   m->resyncs_ = &resyncs->WithLabels({});
   m->lease_expiries_ = &expiries->WithLabels({});
   m->name_conflicts_ = &conflicts->WithLabels({});
+  m->index_full_refusals_ = &refused_full->WithLabels({});
   return m;
 }
 
@@ -108,6 +112,8 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
   lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));
   name_conflicts_->Inc(static_cast<double>(stats.membership.name_conflicts - last_.name_conflicts));
+  index_full_refusals_->Inc(static_cast<double>(stats.index.refused_full - last_refused_full_));
+  last_refused_full_ = stats.index.refused_full;
   last_ = stats.membership;
   for (int p = 0; p <= kMaxPriority; ++p) {
     const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];

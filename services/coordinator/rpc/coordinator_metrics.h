@@ -7,7 +7,8 @@
 //   lookup_duration_seconds (histogram), index_blocks, index_bytes, nodes (gauges),
 //   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
 //   lease_expiries_total, name_conflicts_total (registrations refused because another
-//   live node holds the name).
+//   live node holds the name), index_full_refusals_total (stored events left out
+//   because the index holds coordinator.max_index_blocks).
 //
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once
@@ -53,9 +54,11 @@ class CoordinatorMetrics {
   Counter* resyncs_ = nullptr;
   Counter* lease_expiries_ = nullptr;
   Counter* name_conflicts_ = nullptr;
+  Counter* index_full_refusals_ = nullptr;
   CounterFamily* evictions_ = nullptr;
   MembershipStats last_;  // what the counters already include
   std::array<uint64_t, kMaxPriority + 1> last_evictions_{};
+  uint64_t last_refused_full_ = 0;
 };
 
 }  // namespace kvtier::coordinator

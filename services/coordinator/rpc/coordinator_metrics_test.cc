@@ -1,0 +1,28 @@
+// CoordinatorMetrics turns the coordinator's cumulative stats into counters: each Update
+// adds only what changed since the last one.
+#include "services/coordinator/rpc/coordinator_metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace kvtier::coordinator {
+namespace {
+
+TEST(CoordinatorMetricsTest, CountersAddWhatTheStatsGainedSinceTheLastUpdate) {
+  MetricsRegistry registry;
+  std::unique_ptr<CoordinatorMetrics> metrics = *CoordinatorMetrics::Create(registry);
+  CoordinatorStats stats;
+  stats.index.refused_full = 3;  // three stored events left out of a full index
+  stats.membership.resyncs = 2;
+  stats.index.evictions_by_priority[35] = 5;
+  metrics->Update(stats);
+  stats.index.refused_full = 4;  // one more
+  metrics->Update(stats);
+  const std::string exposition = registry.Exposition();
+  EXPECT_NE(exposition.find("kvtier_coordinator_index_full_refusals_total 4\n"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_resyncs_total 2\n"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_evictions_total{priority=\"35\"} 5\n"), std::string::npos)
+      << exposition;
+}
+
+}  // namespace
+}  // namespace kvtier::coordinator
