@@ -136,8 +136,15 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
 LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> keys,
                                       std::span<const uint32_t> tail_tokens) const {
   LookupResult result;
+  // Sized once for the common answer (a location or two per block, a few nodes) instead
+  // of regrown block by block: allocation was a tenth of a lookup's time.
+  const size_t expected_blocks = std::min<size_t>(keys.size(), 1024);
+  result.location_begin.reserve(expected_blocks + 1);
+  result.locations.reserve(2 * expected_blocks);
+  result.scores.reserve(8);
   result.location_begin.push_back(0);
   std::vector<double> pending;  // per score entry: the best tier weight for this block
+  pending.reserve(8);
   WindowedScores windowed(*this);
   uint32_t expected_parent = kNil;
   uint32_t located_prefix = 0;  // blocks each with a location somewhere
