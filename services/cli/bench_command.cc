@@ -205,11 +205,12 @@ int BenchCommand::RunLookupRpc() const {
   if (json_) {
     std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"busy_poll_us\":%llu,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
                 "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
-                "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f}\n",
+                "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f,\"server_switches_per_call\":%.2f}\n",
                 rate_, static_cast<unsigned long long>(busy_poll_us_), r->achieved_rate,
                 static_cast<unsigned long long>(r->calls),
                 static_cast<unsigned long long>(r->errors), r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
-                static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks);
+                static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks,
+                r->server_switches_per_call);
     return r->errors == 0 ? 0 : 1;
   }
   std::printf("kvtier bench lookup-rpc: %llu lookups at %.0f/s (asked %.0f/s), %llu errors, %llu blocks indexed\n",
@@ -217,6 +218,7 @@ int BenchCommand::RunLookupRpc() const {
               static_cast<unsigned long long>(r->errors), static_cast<unsigned long long>(r->indexed_blocks));
   std::printf("  latency p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n", r->p50_us, r->p90_us,
               r->p99_us, r->p999_us, r->max_us);
+  std::printf("  server thread: %.2f sleeps per call\n", r->server_switches_per_call);
   return r->errors == 0 ? 0 : 1;
 }
 

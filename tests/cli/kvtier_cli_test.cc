@@ -330,6 +330,7 @@ TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {
   EXPECT_NE(out.find("\"calls\":100,\"errors\":0"), std::string::npos) << out;
   EXPECT_NE(out.find("\"indexed_blocks\":3"), std::string::npos) << out;
   EXPECT_NE(out.find("\"mean_matched_blocks\":2.50"), std::string::npos) << "every block is cached: " << out;
+  EXPECT_NE(out.find("\"server_switches_per_call\":"), std::string::npos) << out;
 }
 
 TEST(KvtierCliTest, BenchPoolPrintsOneJsonObject) {

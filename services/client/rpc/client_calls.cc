@@ -10,6 +10,7 @@
 
 #include "common/thread_annotations.h"
 #include "services/client/client.h"
+#include "services/rpc/deferred_finish.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"
 
@@ -119,12 +120,16 @@ class Client::Impl {
 
   std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys, std::vector<uint32_t> tail_tokens) {
     return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail_tokens)](
-                                                                   schema::Coordinator::Client& c) {
+                                                                   schema::Coordinator::Client& c, Deferred deferred) {
       auto request = c.lookupRequest();
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
-      return request.send().then([](auto r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); });
+      return request.send().then([deferred](auto r) -> Result<LookupResult> {
+        LookupResult result = ToLookupResult(r.getResult());
+        deferred->Keep(kj::mv(r));
+        return result;
+      });
     });
   }
 
@@ -132,23 +137,25 @@ class Client::Impl {
                                            std::vector<std::string> candidates) {
     return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail),
                                                                  candidates = std::move(candidates)](
-                                                                    schema::Coordinator::Client& c) {
+                                                                    schema::Coordinator::Client& c, Deferred deferred) {
       auto request = c.routeRequest();
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
       for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
-      return request.send().then([](auto r) -> Result<RouteDecision> {
+      return request.send().then([deferred](auto r) -> Result<RouteDecision> {
         auto d = r.getDecision();
-        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
-                             d.getPartialTokens()};
+        RouteDecision decision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
+                               d.getPartialTokens()};
+        deferred->Keep(kj::mv(r));
+        return decision;
       });
     });
   }
 
   std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
-    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c) {
+    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, Deferred) {
       return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
         return CoordinatorStats{st.getNodes(), st.getIndexBlocks(), st.getIndexBytes(), st.getLookups()};
@@ -267,26 +274,40 @@ class Client::Impl {
   // on it, made and dropped on that connection's loop. Calls hold it by shared_ptr while
   // they are queued, so a link replaced by a reconnect dies on a caller's thread after
   // every call queued on it ran (the loop runs them in order).
+  // The answers of lookups and routes, held until the link's next call is sent so that
+  // their Finish messages ride behind it (services/rpc/deferred_finish.h). Shared with
+  // the answers' continuations, which may run after a replaced link is gone; used and
+  // emptied on the link's loop only.
+  using Deferred = std::shared_ptr<rpc::DeferredFinish>;
+
   struct CoordinatorLink {
     explicit CoordinatorLink(rpc::RpcClient* shared) : rpc(shared) {}
     explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
-    ~CoordinatorLink() { rpc->impl().RunOnLoop([this] { capability = nullptr; }); }
+    ~CoordinatorLink() {
+      rpc->impl().RunOnLoop([this] {
+        deferred->CallSent();
+        capability = nullptr;
+      });
+    }
     rpc::RpcClient* rpc;
     std::unique_ptr<rpc::RpcClient> owned;  // null: the coordinator is at the node's address
     kj::Own<schema::Coordinator::Client> capability;  // the loop's
+    Deferred deferred = std::make_shared<rpc::DeferredFinish>();
   };
 
   // The coordinator's calls: on its own connection when there is one.
   template <typename T>
   std::future<T> CoordinatorCall(bool (*retry_on)(const Status&),
-                                 kj::Function<kj::Promise<T>(schema::Coordinator::Client&)> call) {
+                                 kj::Function<kj::Promise<T>(schema::Coordinator::Client&, Deferred)> call) {
     const std::shared_ptr<CoordinatorLink> link = Link();
     CoordinatorLink* on_loop = link.get();
     return link->rpc->impl().Call<T>(
         [on_loop, call = kj::mv(call)](schema::Session::Client& session) mutable {
           // Obtained once per connection, pipelined: no round trip of its own.
           if (!on_loop->capability) on_loop->capability = kj::heap(session.coordinatorRequest().send().getCoordinator());
-          return call(*on_loop->capability);
+          kj::Promise<T> answer = call(*on_loop->capability, on_loop->deferred);
+          on_loop->deferred->CallSent();
+          return answer;
         },
         Policy(retry_on));
   }
