@@ -64,6 +64,8 @@ TEST(ConfigTest, OutOfRangeNamesFieldAndRange) {
               {"coordinator.max_message_bytes", "[4096, 1073741824]"});
   ExpectError(FromYaml("log: {level: loud}\n").status(), {"log.level", "trace, debug, info, warn, error, off"});
   ExpectError(FromYaml("coordinator: {lease_ttl_ms: 10}\n").status(), {"coordinator.lease_ttl_ms", "[500, 3600000]"});
+  ExpectError(FromYaml("coordinator: {max_index_blocks: 134217728}\n").status(),
+              {"coordinator.max_index_blocks", "[1024, 134217727]"});
   ExpectError(FromYaml("auth: {enabled: yes please}\n").status(), {"auth.enabled", "true, false"});
   ExpectError(FromYaml("coordinator: {listen: [\"nohost\"]}\n").status(), {"coordinator.listen", "nohost"});
   ExpectError(FromYaml("metrics: 5\n").status(), {"metrics", "expects a section with keys: bind, port"});
