@@ -270,16 +270,16 @@ class Client::Impl {
     return rpc_->impl().Call<T>(kj::mv(call), Policy(retry_on));
   }
 
+  using Deferred = std::shared_ptr<rpc::DeferredFinish>;
+
   // The coordinator's connection (its own, or the node's) and the Coordinator capability
   // on it, made and dropped on that connection's loop. Calls hold it by shared_ptr while
   // they are queued, so a link replaced by a reconnect dies on a caller's thread after
-  // every call queued on it ran (the loop runs them in order).
-  // The answers of lookups and routes, held until the link's next call is sent so that
-  // their Finish messages ride behind it (services/rpc/deferred_finish.h). Shared with
-  // the answers' continuations, which may run after a replaced link is gone; used and
-  // emptied on the link's loop only.
-  using Deferred = std::shared_ptr<rpc::DeferredFinish>;
-
+  // every call queued on it ran (the loop runs them in order). `deferred` holds the
+  // answers of lookups and routes until the link's next call is sent, so that their
+  // Finish messages ride behind it (services/rpc/deferred_finish.h); it is shared with
+  // the answers' continuations, which may run after a replaced link is gone, and used
+  // and emptied on the link's loop only.
   struct CoordinatorLink {
     explicit CoordinatorLink(rpc::RpcClient* shared) : rpc(shared) {}
     explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
