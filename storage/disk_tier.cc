@@ -52,11 +52,15 @@ class DiskTier::Impl {
     });
     KVTIER_RETURN_IF_ERROR(scanned);
     segments_->DropUnreferenced();
+    lost_at_open_ = lost;
     if (lost > 0) {
       spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped", options_.path, lost);
     }
-    KVTIER_RETURN_IF_ERROR(EvictLocked(0, batch));  // the capacity may have shrunk
-    return FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
+    std::vector<FreedPayload> freed;
+    KVTIER_RETURN_IF_ERROR(EvictLocked(0, batch, freed));  // the capacity may have shrunk
+    const Status written = FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
+    ReleaseLocked(freed);
+    return written;
   }
 
   // Payloads first (one gathered write into room reserved in the active segment, synced
@@ -83,12 +87,15 @@ class DiskTier::Impl {
       std::lock_guard lock(mu_);
       stats_.puts += items.size();
       written = Stage(items, results, staged);
-      if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch);
+      if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch, staged.freed);
       if (written.ok()) written = ReservePayloads(items, staged);
     }
     if (written.ok()) written = WritePayloads(items, staged);
     if (written.ok()) written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
     std::lock_guard lock(mu_);
+    // The victims left the index either way; on a failed write their headers stay, and a
+    // restart finds them again (or, where their segment went, counts them lost).
+    ReleaseLocked(staged.freed);
     if (!written.ok() && staged.reservation) segments_->Abandon(*staged.reservation);
     if (!written.ok()) {
       if (written.code() != StatusCode::kInvalidArgument) ++stats_.io_errors;
@@ -157,10 +164,15 @@ class DiskTier::Impl {
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound(ref);
     rocksdb::WriteBatch batch;
-    KVTIER_RETURN_IF_ERROR(DeleteLocked(id, batch));
+    KVTIER_RETURN_IF_ERROR(DeleteHeader(index_.entry(id).header, batch));
     Status removed = FromRocks(db_.Write(write_options_, &batch), "removing block " + ref.key.ToHex());
-    if (!removed.ok()) ++stats_.io_errors;
-    return removed;
+    if (!removed.ok()) {
+      ++stats_.io_errors;
+      return removed;  // nothing changed: the block stays, whole and readable
+    }
+    segments_->Release(index_.entry(id).location, index_.entry(id).header.payload_bytes);
+    index_.Erase(id);
+    return Status::Ok();
   }
 
   TierStats Stats() const {
@@ -174,7 +186,7 @@ class DiskTier::Impl {
 
   DiskFiles Files() const {
     std::lock_guard lock(mu_);
-    return {segments_->segments(), segments_->file_bytes(), segments_->live_bytes()};
+    return {segments_->segments(), segments_->file_bytes(), segments_->live_bytes(), lost_at_open_};
   }
 
   Status Flush() {
@@ -251,12 +263,22 @@ class DiskTier::Impl {
     return stored;
   }
 
+  // The payload of a block taken out of the index. Its room is released (and a segment
+  // left without live payloads deleted) only after the batch deleting its header is
+  // written. Why: released first, a crash before that write would leave the header
+  // pointing into a deleted segment, and recovery would count the block as lost.
+  struct FreedPayload {
+    uint64_t location = 0;
+    uint64_t bytes = 0;
+  };
+
   struct StagedBatch {
     rocksdb::WriteBatch batch;
     std::vector<size_t> inserts;    // new blocks: payload and header written
     std::optional<PayloadSegments::Reservation> reservation;  // the inserts' room, in order
     std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
     uint64_t new_bytes = 0;
+    std::vector<FreedPayload> freed;  // the evicted blocks' payloads
   };
 
   // Sorts the valid items into new blocks and refreshes (whose headers join the batch);
@@ -340,16 +362,24 @@ class DiskTier::Impl {
     return FromRocks(batch.Delete(family, HeaderKey(header.key)), "batch");
   }
 
-  Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_, mu_) {
+  // Takes block `id` out of the index: its header's delete joins `batch`, its payload
+  // `freed` (for ReleaseLocked once the batch is written).
+  Status DeleteLocked(uint32_t id, rocksdb::WriteBatch& batch, std::vector<FreedPayload>& freed)
+      KVTIER_REQUIRES(write_mu_, mu_) {
     const TierIndex::Entry& entry = index_.entry(id);
     KVTIER_RETURN_IF_ERROR(DeleteHeader(entry.header, batch));
-    segments_->Release(entry.location, entry.header.payload_bytes);
+    freed.push_back({entry.location, entry.header.payload_bytes});
     index_.Erase(id);
     return Status::Ok();
   }
 
-  // Evicts until `incoming` more bytes fit; the deletes join `batch`.
-  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_, mu_) {
+  void ReleaseLocked(const std::vector<FreedPayload>& freed) KVTIER_REQUIRES(mu_) {
+    for (const FreedPayload& payload : freed) segments_->Release(payload.location, payload.bytes);
+  }
+
+  // Evicts until `incoming` more bytes fit; the deletes join `batch`, the payloads `freed`.
+  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch, std::vector<FreedPayload>& freed)
+      KVTIER_REQUIRES(write_mu_, mu_) {
     while (index_.units() + incoming > options_.capacity_bytes) {
       const uint32_t victim = index_.Victim();
       if (victim == TierIndex::kNil) break;
@@ -357,7 +387,7 @@ class DiskTier::Impl {
       if (options_.on_evict) options_.on_evict(index_.CurrentHeader(victim), {});
       ++stats_.evictions;
       ++stats_.evictions_by_priority[priority];
-      KVTIER_RETURN_IF_ERROR(DeleteLocked(victim, batch));
+      KVTIER_RETURN_IF_ERROR(DeleteLocked(victim, batch, freed));
     }
     return Status::Ok();
   }
@@ -386,7 +416,9 @@ class DiskTier::Impl {
     const uint32_t id = index_.Find(header.key, header.format_tag);
     if (id != TierIndex::kNil && index_.entry(id).location == location) {
       rocksdb::WriteBatch batch;
-      if (DeleteLocked(id, batch).ok()) db_.Write(write_options_, &batch).PermitUncheckedError();
+      std::vector<FreedPayload> freed;
+      if (DeleteLocked(id, batch, freed).ok()) db_.Write(write_options_, &batch).PermitUncheckedError();
+      ReleaseLocked(freed);
     }
     return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (checksum mismatch); it was deleted");
   }
@@ -405,6 +437,7 @@ class DiskTier::Impl {
   const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
+  uint64_t lost_at_open_ KVTIER_GUARDED_BY(mu_) = 0;
 };
 
 // Compaction: once dead bytes (payloads of deleted blocks in segments that still hold

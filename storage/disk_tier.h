@@ -27,7 +27,8 @@
 //
 // Durability (`sync`), what each policy loses. A put writes the payloads to their segment
 // first and the headers after, so an acknowledged header never points at bytes that were
-// not written:
+// not written; a deleted block's room is freed (its segment deleted once empty) only after
+// the delete of its header is written, so no header outlives its segment either:
 //   kWal (default): headers go through RocksDB's write-ahead log, payloads to the page
 //     cache, neither fsynced. A killed process loses nothing acknowledged; a power loss or
 //     kernel crash loses what the OS had not yet written back (seconds): a header that
@@ -78,6 +79,10 @@ struct DiskFiles {
   size_t segments = 0;
   uint64_t file_bytes = 0;  // every segment's size
   uint64_t live_bytes = 0;  // payloads of stored blocks
+  // Headers found at open whose payload was not on disk (a segment gone or cut short):
+  // those blocks were dropped. Never after a process crash alone; after power loss only
+  // under the sync policies that say so.
+  uint64_t lost_at_open = 0;
 };
 
 class DiskTier final : public Tier {

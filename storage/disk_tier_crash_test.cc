@@ -103,6 +103,7 @@ void RunKillCycles(int cycles, bool churn) {
       ASSERT_EQ(out, expected.payload) << "block " << header.key.lo;
     }
     EXPECT_EQ((*tier)->Stats().checksum_failures, 0u);
+    EXPECT_EQ((*tier)->Files().lost_at_open, 0u) << "cycle " << cycle << ": a header outlived its payload";
   }
   EXPECT_GE(live.size(), static_cast<size_t>(cycles));
 }

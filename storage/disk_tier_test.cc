@@ -98,6 +98,7 @@ TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   ASSERT_NE(reopened, nullptr);
   EXPECT_FALSE(reopened->Contains(block.ref()));
   EXPECT_EQ(reopened->Stats().blocks, 0u);
+  EXPECT_EQ(reopened->Files().lost_at_open, 1u);
 }
 
 // Reads run while a writer puts and removes blocks (puts write their payloads outside
@@ -190,6 +191,7 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
     ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": " << read.status();
     EXPECT_EQ(*read, block.payload);
   }
+  EXPECT_EQ(reopened->Files().lost_at_open, 0u) << "no header outlived its payload";
 }
 
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {

@@ -79,7 +79,8 @@ class Tier {
   // The header of a stored block without its payload (kNotFound as Get).
   [[nodiscard]] virtual Result<BlockHeader> Peek(const BlockRef& ref) = 0;
   virtual bool Contains(const BlockRef& ref) { return Peek(ref).ok(); }
-  // kNotFound when absent or under another salt scope.
+  // kNotFound when absent or under another salt scope. Any other error leaves the block
+  // stored and readable.
   [[nodiscard]] virtual Status Remove(const BlockRef& ref) = 0;
   virtual TierStats Stats() const = 0;
   // Every stored block's header (retention as still left), for a snapshot of holdings.
