@@ -58,7 +58,9 @@ struct CoordinatorConfig {
   uint64_t max_message_bytes = 64ull << 20;
   uint64_t lease_ttl_ms = 10000;  // a node silent this long leaves the index
   uint64_t busy_poll_us = 0;      // poll without sleeping while calls arrive (rpc_server.h); 0: off
-  uint64_t max_index_blocks = (1ull << 27) - 1;  // bounds the index's memory (~64 bytes a block)
+  // Bounds the index's memory (~64 bytes a block); the default is the most an index can
+  // hold (coordinator::kMaxIndexBlocks, checked where the coordinator is built).
+  uint64_t max_index_blocks = (1ull << 27) - 1;
 };
 
 // The worker node's pool. Without a GPU the pool lives in host memory (`pool_bytes`).

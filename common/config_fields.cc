@@ -307,7 +307,8 @@ std::vector<Field> BuildFields() {
   fields.push_back(UintField("coordinator.max_index_blocks",
                              "Most blocks the prefix index holds (about 64 bytes each); stored events past it "
                              "are left out of lookups and counted.",
-                             1024, (1ull << 27) - 1, [](auto& c) -> auto& { return c.coordinator.max_index_blocks; }));
+                             1024, CoordinatorConfig{}.max_index_blocks,
+                             [](auto& c) -> auto& { return c.coordinator.max_index_blocks; }));
   AddNodeFields(fields);
   return fields;
 }

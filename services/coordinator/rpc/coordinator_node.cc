@@ -16,6 +16,7 @@ class CoordinatorNode::Impl {
     CoordinatorOptions coordinator;
     coordinator.index.clock = options_.clock;
     coordinator.index.expected_blocks = options_.expected_blocks;
+    static_assert(CoordinatorConfig{}.max_index_blocks == kMaxIndexBlocks, "the config's default is the index's limit");
     coordinator.index.max_blocks = options_.rpc.max_index_blocks;
     coordinator.membership.clock = options_.clock;
     coordinator.membership.lease_ttl = options_.lease_ttl;
