@@ -22,12 +22,14 @@ Status ValidateEvent(const KvEvent& e) {
 Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
   if (options.membership.lease_ttl.count() <= 0) return InvalidArgumentError("lease_ttl must be positive");
   if (!(options.overlap_weight >= 0)) return InvalidArgumentError("overlap_weight must be non-negative");
+  if (options.max_refused_keys == 0) return InvalidArgumentError("max_refused_keys must be positive");
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(options.index));
   return std::unique_ptr<Coordinator>(new Coordinator(options, std::move(index)));
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
-    : options_(options), index_(std::move(index)), membership_(options.membership) {}
+    : options_(options), index_(std::move(index)), membership_(options.membership),
+      refused_(options.max_refused_keys) {}
 
 Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   const std::vector<PoolInfo>& pools = registration.pools;
@@ -37,7 +39,7 @@ Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
   KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(registration.node, registration.role,
                                                                       registration.incarnation, registration.connection));
-  if (result.snapshot_required) index_->RemoveNode(result.node);  // old holdings are unknown now
+  if (result.snapshot_required) DropNode(result.node);  // old holdings are unknown now
   NodeCapacity capacity;
   for (size_t i = 0; i < pools.size(); ++i) {
     capacity.blocks[static_cast<int>(pools[i].tier)] += pools[i].capacity_blocks;
@@ -46,7 +48,7 @@ Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   }
   if (index_->SetNodeWindows(result.node, windows).code() == StatusCode::kFailedPrecondition) {
     // The windows changed under blocks the index holds: their counts would be wrong.
-    index_->RemoveNode(result.node);
+    DropNode(result.node);
     membership_.RequireSnapshot(result.node);
     result.snapshot_required = true;
     KVTIER_RETURN_IF_ERROR(index_->SetNodeWindows(result.node, windows));
@@ -69,7 +71,7 @@ Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64
 Status Coordinator::Apply(NodeId node, const KvEvent& e) {
   switch (e.kind) {
     case KvEvent::Kind::kStored:
-      return index_->Store({e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
+      return StoreChain(node, {e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
     case KvEvent::Kind::kRemoved:
       index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
@@ -77,10 +79,28 @@ Status Coordinator::Apply(NodeId node, const KvEvent& e) {
       index_->ChangeTier({node, e.tier, e.pool}, {node, e.to_tier, e.to_pool}, e.keys);
       return Status::Ok();
     case KvEvent::Kind::kCleared:
-      index_->RemoveNode(node);
+      DropNode(node);
       return Status::Ok();
   }
   return InvalidArgumentError("unknown event kind");
+}
+
+Status Coordinator::StoreChain(NodeId node, const StoreRequest& request) {
+  Status stored = index_->Store(request);
+  // kFailedPrecondition is the index's "parent not indexed". Where this coordinator left
+  // that parent out itself, no event was lost: the child is left out as well.
+  if (stored.code() == StatusCode::kFailedPrecondition && request.parent.has_value() &&
+      refused_.Contains(node, *request.parent)) {
+    ++refused_children_;
+    stored = ResourceExhaustedError("parent block " + request.parent->ToHex() + " was left out of the full index");
+  }
+  if (stored.code() == StatusCode::kResourceExhausted) refused_.Add(node, request.keys);
+  return stored;
+}
+
+void Coordinator::DropNode(NodeId node) {
+  index_->RemoveNode(node);
+  refused_.Forget(node);
 }
 
 Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
@@ -96,7 +116,7 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
     const Status applied = Apply(node, batch.events[i]);
     // The index is at max_blocks: the chain stays out of it (lookups miss it, which is
     // never wrong) and the stream goes on; a resync would not make room. Counted in
-    // the index's refused_full.
+    // the index's refused_full (or refused_children).
     if (applied.code() == StatusCode::kResourceExhausted) continue;
     if (!applied.ok()) {
       // The index cannot take the event (a parent it never saw, a chain that disagrees):
@@ -124,7 +144,7 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
   }
   KVTIER_RETURN_IF_ERROR(
       membership_.SnapshotApplied(snapshot.node, snapshot.incarnation, snapshot.next_sequence).status());
-  index_->RemoveNode(node);
+  DropNode(node);
   // Store parents before children: for each block, collect its ancestors that the snapshot
   // also holds (stopping at a stored one, or after n steps on a malformed cycle) and store
   // them root first. A block whose parent is held nowhere cannot be reached by a lookup:
@@ -143,7 +163,7 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
       if (done[*it]) continue;
       done[*it] = true;
       const SnapshotBlock& b = snapshot.blocks[*it];
-      (void)index_->Store({b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
+      (void)StoreChain(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
                            std::span<const BlockRetention>(&b.retention, 1), b.tokens});
     }
   }
@@ -181,17 +201,18 @@ Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
 
 Status Coordinator::Leave(const std::string& node, uint64_t lease_id) {
   KVTIER_ASSIGN_OR_RETURN(const NodeId id, membership_.Leave(node, lease_id));
-  index_->RemoveNode(id);
+  DropNode(id);
   return Status::Ok();
 }
 
 void Coordinator::Tick() {
-  for (NodeId node : membership_.ExpireLeases()) index_->RemoveNode(node);
+  for (NodeId node : membership_.ExpireLeases()) DropNode(node);
   index_->AdvanceTime();
 }
 
 CoordinatorStats Coordinator::Stats() const {
   CoordinatorStats stats{index_->Stats(), membership_.Stats()};
+  stats.refused_children = refused_children_;
   for (NodeId node : membership_.LiveNodes()) {
     for (int t = 0; t < kTierCount; ++t) {
       stats.capacity_blocks[t] += capacity_[node].blocks[t];

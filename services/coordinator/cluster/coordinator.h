@@ -21,6 +21,7 @@
 
 #include "common/kv_layout.h"
 #include "services/coordinator/cluster/membership.h"
+#include "services/coordinator/cluster/refused_keys.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
 
@@ -91,6 +92,10 @@ struct CoordinatorOptions {
   BlockIndexOptions index;
   MembershipOptions membership;
   double overlap_weight = 1.0;  // routing: prefill blocks against active blocks
+  // How many keys of chains a full index left out are remembered (over all nodes, about
+  // 80 bytes each), so that their children are left out too instead of asking for a
+  // snapshot (refused_keys.h).
+  size_t max_refused_keys = 262144;
 };
 
 // A prompt to route: its full blocks' keys, the tokens after them (partial matching), and
@@ -109,6 +114,9 @@ struct CoordinatorStats {
   std::array<uint64_t, kTierCount> capacity_blocks{};
   std::array<uint64_t, kTierCount> capacity_bytes{};
   std::array<uint64_t, kTierCount> held_blocks{};
+  // Stored events and snapshot blocks left out because their parent had been left out of
+  // a full index (index.refused_full counts those the index itself refused).
+  uint64_t refused_children = 0;
 };
 
 // A node registering.
@@ -144,7 +152,8 @@ class Coordinator {
   // applied. kNotFound: not registered or
   // lease expired; kFailedPrecondition: stale incarnation. A stored event the index has
   // no room for (BlockIndexOptions::max_blocks) is left out, counted, and the stream
-  // goes on: lookups miss those blocks.
+  // goes on: lookups miss those blocks. So is a later stored event whose parent was
+  // left out (RefusedKeys).
   [[nodiscard]] Result<EventAck> PublishEvents(const EventBatch& batch);
   [[nodiscard]] Status PublishSnapshot(const NodeSnapshot& snapshot);
 
@@ -170,10 +179,15 @@ class Coordinator {
  private:
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index);
   Status Apply(NodeId node, const KvEvent& event);
+  Status StoreChain(NodeId node, const StoreRequest& request);
+  // Everything the index holds for the node goes.
+  void DropNode(NodeId node);
 
   CoordinatorOptions options_;
   std::unique_ptr<BlockIndex> index_;
   Membership membership_;
+  RefusedKeys refused_;
+  uint64_t refused_children_ = 0;
   std::vector<uint64_t> active_blocks_;  // by NodeId, from heartbeats
   struct NodeCapacity {
     std::array<uint64_t, kTierCount> blocks{};

@@ -52,6 +52,12 @@ class CoordinatorTest : public ::testing::Test {
     coordinator_ = *Coordinator::Create(options);
   }
 
+  // A fresh coordinator whose index holds at most `max_blocks`.
+  void RestartWithIndexLimit(size_t max_blocks) {
+    max_index_blocks_ = max_blocks;
+    Restart();
+  }
+
   // Registers `node` and sends an empty snapshot, as a node with nothing cached does.
   uint64_t Join(const std::string& node, uint64_t incarnation = 1, NodeRole role = NodeRole::kWorker) {
     Result<RegisterResult> r = coordinator_->Register({node, role, incarnation});
@@ -125,8 +131,7 @@ TEST_F(CoordinatorTest, AStoredBlockWithAnUnknownParentAsksForASnapshot) {
 }
 
 TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn) {
-  max_index_blocks_ = 4;
-  Restart();
+  RestartWithIndexLimit(4);
   Join("w1");
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
   const auto abc = Chain(1, 3), xyz = Chain(10, 3);
@@ -141,6 +146,70 @@ TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn
   EXPECT_EQ(stats.index.refused_full, 1u);
   EXPECT_EQ(stats.index.blocks, 3u);
   EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
+}
+
+TEST_F(CoordinatorTest, AChildOfALeftOutChainIsLeftOutTooWithoutAResync) {
+  RestartWithIndexLimit(4);
+  Join("w1");
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  const auto abc = Chain(1, 3), xyz = Chain(10, 3), pq = Chain(20, 2);
+  // a,b,c fit (3 of 4); x,y,z do not; then the node extends z with p and y with q (a
+  // branch): both parents were left out, so both are left out; no event was lost.
+  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Stored({pq[0]}, xyz[2]), Stored({pq[1]}, xyz[1])});
+  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(ack.next_sequence, 4u);
+  // A grandchild as well, in the next batch; then c is removed and a fresh chain fits.
+  const auto fresh = Chain(30, 1);
+  EXPECT_EQ(Publish("w1", 4, {Stored(Chain(21, 1), pq[0]), Removed({abc[2]}), Stored(fresh)}).verdict,
+            BatchVerdict::kApply);
+  EXPECT_EQ(Matched(fresh), 1u);
+  EXPECT_EQ(Matched(xyz), 0u);
+  const CoordinatorStats stats = coordinator_->Stats();
+  EXPECT_EQ(stats.index.refused_full, 1u);
+  EXPECT_EQ(stats.refused_children, 3u);
+  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
+}
+
+TEST_F(CoordinatorTest, AnUnknownParentThatWasNotLeftOutStillAsksForASnapshot) {
+  RestartWithIndexLimit(4);
+  Join("w1");
+  const auto abcd = Chain(1, 4), xy = Chain(10, 2);
+  // The index is full (a,b,c,d); y's parent x was never announced: a lost event.
+  EXPECT_EQ(Publish("w1", 0, {Stored(abcd)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Publish("w1", 1, {Stored({xy[1]}, xy[0])}).verdict, BatchVerdict::kSnapshotRequired);
+  EXPECT_EQ(coordinator_->Stats().refused_children, 0u);
+}
+
+TEST_F(CoordinatorTest, BlocksASnapshotCouldNotFitTakeTheirChildrenOutToo) {
+  RestartWithIndexLimit(2);
+  Join("w1");
+  const auto abc = Chain(1, 3), d = Chain(4, 1);
+  ASSERT_EQ(Publish("w1", 0, {Stored({abc[0]})}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("w1", 5, {Stored({abc[1]}, abc[0])}).verdict, BatchVerdict::kSnapshotRequired);  // a gap
+  // The snapshot holds a,b,c; the index has room for two: c is left out.
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 6,
+                                             {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
+                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
+                                              {abc[2], abc[1], 0, Tier::kGpu, 0, {}}}})
+                  .ok());
+  EXPECT_EQ(Matched(abc), 2u);
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  // The node extends c with d: left out, no second snapshot.
+  EXPECT_EQ(Publish("w1", 6, {Stored(d, abc[2])}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
+  EXPECT_EQ(coordinator_->Stats().refused_children, 1u);
+}
+
+TEST_F(CoordinatorTest, WhatWasLeftOutForANodeIsForgottenWhenItsHoldingsAreReplaced) {
+  RestartWithIndexLimit(2);
+  Join("w1");
+  const auto ab = Chain(1, 2), xyz = Chain(10, 3);
+  ASSERT_EQ(Publish("w1", 0, {Stored(ab), Stored(xyz)}).verdict, BatchVerdict::kApply);  // x,y,z left out
+  // The node restarts (incarnation 2) with nothing cached: its old blocks are gone, and a
+  // child of z now names a parent nobody holds: a lost event.
+  ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 2}).ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 2, 0, {}}).ok());
+  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(20, 1), xyz[2])}, 2).verdict, BatchVerdict::kSnapshotRequired);
 }
 
 TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {

@@ -52,7 +52,8 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                                        "Registrations refused: another live, connected node holds the name."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* refused_full,
                           r.AddCounter("kvtier_coordinator_index_full_refusals_total",
-                                       "Stored events left out of the index: it holds coordinator.max_index_blocks."));
+                                       "Stored events left out of the index: it held coordinator.max_index_blocks, "
+                                       "or the event's parent had been left out."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
@@ -112,8 +113,9 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   resyncs_->Inc(static_cast<double>(stats.membership.resyncs - last_.resyncs));
   lease_expiries_->Inc(static_cast<double>(stats.membership.lease_expiries - last_.lease_expiries));
   name_conflicts_->Inc(static_cast<double>(stats.membership.name_conflicts - last_.name_conflicts));
-  index_full_refusals_->Inc(static_cast<double>(stats.index.refused_full - last_refused_full_));
-  last_refused_full_ = stats.index.refused_full;
+  const uint64_t refused_full = stats.index.refused_full + stats.refused_children;
+  index_full_refusals_->Inc(static_cast<double>(refused_full - last_refused_full_));
+  last_refused_full_ = refused_full;
   last_ = stats.membership;
   for (int p = 0; p <= kMaxPriority; ++p) {
     const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];

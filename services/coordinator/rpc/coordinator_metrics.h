@@ -8,7 +8,7 @@
 //   events_total{kind}, evictions_total{priority}, sequence_gaps_total, resyncs_total,
 //   lease_expiries_total, name_conflicts_total (registrations refused because another
 //   live node holds the name), index_full_refusals_total (stored events left out
-//   because the index holds coordinator.max_index_blocks).
+//   because the index holds coordinator.max_index_blocks, or because their parent was).
 //
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once

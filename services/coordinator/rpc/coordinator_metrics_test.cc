@@ -16,9 +16,10 @@ TEST(CoordinatorMetricsTest, CountersAddWhatTheStatsGainedSinceTheLastUpdate) {
   stats.index.evictions_by_priority[35] = 5;
   metrics->Update(stats);
   stats.index.refused_full = 4;  // one more
+  stats.refused_children = 2;    // and two children of left-out blocks
   metrics->Update(stats);
   const std::string exposition = registry.Exposition();
-  EXPECT_NE(exposition.find("kvtier_coordinator_index_full_refusals_total 4\n"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_index_full_refusals_total 6\n"), std::string::npos) << exposition;
   EXPECT_NE(exposition.find("kvtier_coordinator_resyncs_total 2\n"), std::string::npos) << exposition;
   EXPECT_NE(exposition.find("kvtier_coordinator_evictions_total{priority=\"35\"} 5\n"), std::string::npos)
       << exposition;
