@@ -48,6 +48,19 @@ class PrioritizedLru {
     ++size_;
   }
 
+  // First in eviction order within its priority: where an entry goes back whose
+  // eviction was undone (push several in the reverse order of their eviction).
+  void PushLeastRecent(uint32_t id, uint8_t priority) {
+    Node& node = nodes_[id];
+    List& list = lists_[priority];
+    node = Node{kNil, list.head, priority, true};
+    if (list.head != kNil) nodes_[list.head].prev = id;
+    else list.tail = id;
+    list.head = id;
+    nonempty_[priority / 64] |= uint64_t{1} << (priority % 64);
+    ++size_;
+  }
+
   void Remove(uint32_t id) {
     Node& node = nodes_[id];
     List& list = lists_[node.priority];

@@ -39,6 +39,19 @@ TEST(PrioritizedLruTest, TouchMovesToMostRecentWithinItsPriority) {
   EXPECT_EQ(DrainOrder(lru), (std::vector<uint32_t>{1, 2, 0}));
 }
 
+TEST(PrioritizedLruTest, PushLeastRecentPutsAnIdFirstInItsPriority) {
+  PrioritizedLru lru(4);
+  lru.PushMostRecent(0, 35);
+  lru.PushMostRecent(1, 10);
+  // 2 and 3 come back at the old end: pushed 3 then 2, they leave 2, 3 before 0.
+  lru.PushLeastRecent(3, 35);
+  lru.PushLeastRecent(2, 35);
+  EXPECT_EQ(lru.size(), 4u);
+  EXPECT_EQ(DrainOrder(lru), (std::vector<uint32_t>{1, 2, 3, 0}));
+  lru.PushLeastRecent(0, 99);  // an empty list
+  EXPECT_EQ(DrainOrder(lru), (std::vector<uint32_t>{0}));
+}
+
 TEST(PrioritizedLruTest, VictimSkipsIneligibleIds) {
   PrioritizedLru lru(4);
   lru.PushMostRecent(0, 1);

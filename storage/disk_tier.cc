@@ -56,10 +56,10 @@ class DiskTier::Impl {
     if (lost > 0) {
       spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped", options_.path, lost);
     }
-    std::vector<FreedPayload> freed;
-    KVTIER_RETURN_IF_ERROR(EvictLocked(0, batch, freed));  // the capacity may have shrunk
-    const Status written = FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
-    ReleaseLocked(freed);
+    std::vector<EvictedBlock> evicted;
+    Status written = EvictLocked(0, batch, evicted);  // the capacity may have shrunk
+    if (written.ok()) written = FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
+    SettleEvictionsLocked(evicted, written.ok());
     return written;
   }
 
@@ -87,15 +87,15 @@ class DiskTier::Impl {
       std::lock_guard lock(mu_);
       stats_.puts += items.size();
       written = Stage(items, results, staged);
-      if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch, staged.freed);
+      if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch, staged.evicted);
       if (written.ok()) written = ReservePayloads(items, staged);
     }
     if (written.ok()) written = WritePayloads(items, staged);
     if (written.ok()) written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
     std::lock_guard lock(mu_);
-    // The victims left the index either way; on a failed write their headers stay, and a
-    // restart finds them again (or, where their segment went, counts them lost).
-    ReleaseLocked(staged.freed);
+    // A batch that was not written evicted nothing: its victims' headers and payloads
+    // are still on disk, so they go back into the index where they were.
+    SettleEvictionsLocked(staged.evicted, written.ok());
     if (!written.ok() && staged.reservation) segments_->Abandon(*staged.reservation);
     if (!written.ok()) {
       if (written.code() != StatusCode::kInvalidArgument) ++stats_.io_errors;
@@ -272,13 +272,22 @@ class DiskTier::Impl {
     uint64_t bytes = 0;
   };
 
+  // A block an eviction took out of the index, its header's delete in the batch. Only
+  // once that batch is written is the eviction done: its room released (after the write,
+  // as FreedPayload says), counted and reported. A batch not written undoes it.
+  struct EvictedBlock {
+    BlockHeader header;  // as of the eviction (CurrentHeader)
+    uint8_t priority = 0;
+    uint64_t location = 0;
+  };
+
   struct StagedBatch {
     rocksdb::WriteBatch batch;
     std::vector<size_t> inserts;    // new blocks: payload and header written
     std::optional<PayloadSegments::Reservation> reservation;  // the inserts' room, in order
     std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
     uint64_t new_bytes = 0;
-    std::vector<FreedPayload> freed;  // the evicted blocks' payloads
+    std::vector<EvictedBlock> evicted;  // taken out of the index to make room
   };
 
   // Sorts the valid items into new blocks and refreshes (whose headers join the batch);
@@ -377,19 +386,37 @@ class DiskTier::Impl {
     for (const FreedPayload& payload : freed) segments_->Release(payload.location, payload.bytes);
   }
 
-  // Evicts until `incoming` more bytes fit; the deletes join `batch`, the payloads `freed`.
-  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch, std::vector<FreedPayload>& freed)
+  // Takes blocks out of the index until `incoming` more bytes fit; their deletes join
+  // `batch`. Every block taken out is in `evicted`, also on error, for
+  // SettleEvictionsLocked.
+  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch, std::vector<EvictedBlock>& evicted)
       KVTIER_REQUIRES(write_mu_, mu_) {
     while (index_.units() + incoming > options_.capacity_bytes) {
       const uint32_t victim = index_.Victim();
       if (victim == TierIndex::kNil) break;
-      const uint8_t priority = index_.EffectivePriority(victim);
-      if (options_.on_evict) options_.on_evict(index_.CurrentHeader(victim), {});
-      ++stats_.evictions;
-      ++stats_.evictions_by_priority[priority];
-      KVTIER_RETURN_IF_ERROR(DeleteLocked(victim, batch, freed));
+      const TierIndex::Entry& entry = index_.entry(victim);
+      KVTIER_RETURN_IF_ERROR(DeleteHeader(entry.header, batch));
+      evicted.push_back({index_.CurrentHeader(victim), index_.EffectivePriority(victim), entry.location});
+      index_.Erase(victim);
     }
     return Status::Ok();
+  }
+
+  // The batch holding `evicted`'s deletes was written: the evictions are done. It was
+  // not: they are undone, each block back in its old place in the eviction order.
+  void SettleEvictionsLocked(const std::vector<EvictedBlock>& evicted, bool written) KVTIER_REQUIRES(write_mu_, mu_) {
+    if (!written) {
+      for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) {
+        index_.Restore(it->header, it->header.payload_bytes, it->location);
+      }
+      return;
+    }
+    for (const EvictedBlock& block : evicted) {
+      segments_->Release(block.location, block.header.payload_bytes);
+      ++stats_.evictions;
+      ++stats_.evictions_by_priority[block.priority];
+      if (options_.on_evict) options_.on_evict(block.header, {});
+    }
   }
 
   // Moving one sealed segment's live blocks (compaction).

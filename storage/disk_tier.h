@@ -8,7 +8,8 @@
 // eviction index and the segments' accounting: recovery reads no payload, and segments
 // (or their tails) that no header references, written but never acknowledged, are
 // deleted. Capacity is payload bytes; room is made by prioritized LRU (the same rules as
-// every tier). Space of deleted payloads comes back when a segment holds no live block
+// every tier); a put that fails (a full disk, an I/O error) evicts nothing: the blocks it
+// would have pushed out stay where they were in the order. Space of deleted payloads comes back when a segment holds no live block
 // (deleted then) or through compaction: once dead bytes exceed a quarter of the live ones
 // and `segment_bytes`, the sealed segment with the smallest live share has its blocks
 // moved and is deleted, so the files hold at most about 1.25 times the live bytes plus a

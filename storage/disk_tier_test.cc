@@ -133,6 +133,35 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
   EXPECT_EQ((*tier)->Files().live_bytes, (*tier)->Stats().bytes) << "the segments count what the index holds";
 }
 
+// Mounts a tmpfs of `size` (e.g. "4m") on `path` for the life of the object.
+class SmallFileSystem {
+ public:
+  SmallFileSystem(const std::string& path, const std::string& size) : path_(path) {
+    mounted_ = mount("tmpfs", path.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+    if (!mounted_) error_ = std::strerror(errno);
+  }
+  ~SmallFileSystem() {
+    if (mounted_) umount2(path_.c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+// Writes `path` until its file system has no room left.
+void FillFileSystem(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(file, nullptr) << std::strerror(errno);
+  const std::vector<char> chunk(4096, 'x');
+  while (std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size() && std::fflush(file) == 0) {
+  }
+  std::fclose(file);
+}
+
 // A disk tier on a 4 MiB tmpfs with room, by its own capacity, for much more: the file
 // system fills first. The write that finds it full (a put's payload or headers, or a
 // flush) fails as kResourceExhausted ("disk full": a caller may go elsewhere), the
@@ -140,13 +169,8 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
 // Needs the right to mount (root in CI).
 TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   TempDir dir;
-  if (mount("tmpfs", dir.path().c_str(), "tmpfs", 0, "size=4m") != 0) {
-    GTEST_SKIP() << "cannot mount a small tmpfs here (" << std::strerror(errno) << "); needs root";
-  }
-  struct Unmount {
-    std::string path;
-    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
-  } unmount{dir.path()};
+  SmallFileSystem fs(dir.path(), "4m");
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
   std::vector<TestBlock> acknowledged;
   Status full;
   {
@@ -192,6 +216,51 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
     EXPECT_EQ(*read, block.payload);
   }
   EXPECT_EQ(reopened->Files().lost_at_open, 0u) << "no header outlived its payload";
+}
+
+// Three 64 KiB blocks fill the tier: 1 and 2 (p10, 1 the older), 3 (p40). Block 4 needs
+// room, so its put takes block 1 out; then its payload write finds the file system full.
+// The failed put evicts nothing: blocks 1-3 read back, nothing is reported evicted, and
+// once there is room again the same put evicts block 1, and the next one block 2, as
+// they would have before the failure.
+TEST(DiskTierTest, APutThatFailsToWriteEvictsNothing) {
+  TempDir dir;
+  SmallFileSystem fs(dir.path(), "4m");
+  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
+  constexpr size_t kBytes = 64 << 10;
+  std::vector<uint64_t> evicted;
+  auto tier = OpenDiskTier(dir.path(), 3 * kBytes, [&](const BlockHeader& header, auto) {
+    evicted.push_back(header.key.lo);
+  });
+  ASSERT_NE(tier, nullptr);
+  std::vector<TestBlock> kept;
+  for (auto [id, priority] : {std::pair{1, 10}, {2, 10}, {3, 40}}) {
+    kept.push_back(MakeBlock(id, kBytes, static_cast<uint8_t>(priority)));
+    ASSERT_TRUE(tier->Put(kept.back().header, kept.back().payload).ok());
+  }
+  ASSERT_TRUE(tier->Flush().ok());
+  const std::string filler = dir.path() + "/filler";
+  FillFileSystem(filler);
+
+  const TestBlock fourth = MakeBlock(4, kBytes), fifth = MakeBlock(5, kBytes);
+  const Status failed = tier->Put(fourth.header, fourth.payload);
+  ASSERT_FALSE(failed.ok()) << "a 64 KiB payload written to a full file system?";
+  EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed;
+  EXPECT_TRUE(evicted.empty()) << "block " << evicted.front() << " reported evicted by a put that failed";
+  EXPECT_EQ(tier->Stats().evictions, 0u);
+  EXPECT_EQ(tier->Stats().bytes, 3 * kBytes);
+  EXPECT_FALSE(tier->Contains(fourth.ref()));
+  for (const TestBlock& block : kept) {
+    auto read = ReadBack(*tier, block);
+    ASSERT_TRUE(read.ok()) << "block " << block.header.key.lo << ": " << read.status();
+    EXPECT_EQ(*read, block.payload);
+  }
+
+  std::filesystem::remove(filler);
+  ASSERT_TRUE(tier->Put(fourth.header, fourth.payload).ok());
+  ASSERT_TRUE(tier->Put(fifth.header, fifth.payload).ok());
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{1, 2})) << "the eviction order is as before the failure";
+  EXPECT_EQ(tier->Stats().evictions_by_priority[10], 2u);
 }
 
 TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {

@@ -44,6 +44,13 @@ uint32_t TierIndex::Insert(const BlockHeader& header, uint64_t units, uint64_t l
   return id;
 }
 
+uint32_t TierIndex::Restore(const BlockHeader& header, uint64_t units, uint64_t location) {
+  const uint32_t id = Insert(header, units, location);
+  lru_.Remove(id);
+  lru_.PushLeastRecent(id, EffectivePriority(id));
+  return id;
+}
+
 void TierIndex::Erase(uint32_t id) {
   Entry& entry = entries_[id];
   by_key_.erase(MapKey{FormatId(entry.header.format_tag), entry.header.key});

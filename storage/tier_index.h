@@ -48,6 +48,10 @@ class TierIndex {
   }
   // A new entry, most recently used. REQUIRES: Find(...) == kNil.
   uint32_t Insert(const BlockHeader& header, uint64_t units, uint64_t location);
+  // An entry Erase took out for an eviction that did not happen (its tier's write
+  // failed): back as the least recently used of its priority. Entries restored in the
+  // reverse order of their eviction get their old order back. REQUIRES: as Insert.
+  uint32_t Restore(const BlockHeader& header, uint64_t units, uint64_t location);
   void Erase(uint32_t id);
   // Most recently used; `header`'s priority and retention replace the stored ones.
   void Refresh(uint32_t id, const BlockHeader& header);

@@ -9,6 +9,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::MakeBlock;
+using testing::TestBlock;
 
 TEST(TierIndexTest, FindsByFormatAndKeyOnly) {
   FakeClock clock;
@@ -37,6 +38,32 @@ TEST(TierIndexTest, VictimsFollowPriorityThenRecency) {
   EXPECT_EQ(index.Victim(), b2);
   index.Erase(b2);
   EXPECT_EQ(index.Victim(), b0);
+}
+
+TEST(TierIndexTest, RestoredVictimsGetTheirOldPlacesBack) {
+  FakeClock clock;
+  TierIndex index(&clock);
+  // Blocks 0, 1, 2 (p20) and 3 (p50), stored in that order.
+  std::vector<TestBlock> blocks;
+  for (auto [id, priority] : {std::pair{0, 20}, {1, 20}, {2, 20}, {3, 50}}) {
+    blocks.push_back(MakeBlock(id, 8, static_cast<uint8_t>(priority)));
+    index.Insert(blocks.back().header, 8, 100 + id);
+  }
+  // An eviction takes 0 and 1 out; its write fails, so they come back, last one first.
+  for (int i = 0; i < 2; ++i) index.Erase(index.Victim());
+  EXPECT_EQ(index.units(), 16u);
+  index.Restore(blocks[1].header, 8, 101);
+  index.Restore(blocks[0].header, 8, 100);
+  EXPECT_EQ(index.units(), 32u);
+  const uint32_t b0 = index.Find(blocks[0].header.key, blocks[0].header.format_tag);
+  ASSERT_NE(b0, TierIndex::kNil);
+  EXPECT_EQ(index.entry(b0).location, 100u);
+  // The order is as before the eviction: 0, 1, 2, then 3.
+  std::vector<uint64_t> order;
+  for (uint32_t id; (id = index.Victim()) != TierIndex::kNil; index.Erase(id)) {
+    order.push_back(index.entry(id).header.key.lo);
+  }
+  EXPECT_EQ(order, (std::vector<uint64_t>{0, 1, 2, 3}));
 }
 
 TEST(TierIndexTest, RetentionRunsOutAndPriorityRevertsToDefault) {
