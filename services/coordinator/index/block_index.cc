@@ -375,7 +375,7 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.evictions_by_priority = evictions_by_priority_;
   stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
                        expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
-                       window_leaves_.memory_bytes() + tokens_.memory_bytes();
+                       wide_children_.memory_bytes() + wide_window_leaves_.memory_bytes() + tokens_.memory_bytes();
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
   return stats;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 
 #include "services/coordinator/index/block_index.h"
@@ -64,6 +65,18 @@ class BlockIndex::Impl {
     return (ref & kOverflowRef) ? overflow_[ref & ~kOverflowRef].slot : blocks_[ref].first;
   }
   uint32_t Owner(uint32_t ref) const { return (ref & kOverflowRef) ? overflow_[ref & ~kOverflowRef].owner : ref; }
+
+  // A slot's counts (index_storage.h: narrow, with the wide ones aside).
+  uint32_t ChildrenHere(uint32_t ref) const { return internal::CountOf(Slot(ref).children_here, wide_children_, ref); }
+  uint32_t AddChildrenHere(uint32_t ref, int32_t delta) {
+    return internal::AddToCount(Slot(ref).children_here, wide_children_, ref, delta);
+  }
+  uint32_t WindowLeaves(uint32_t ref) const {
+    return internal::CountOf(Slot(ref).window_leaves, wide_window_leaves_, ref);
+  }
+  uint32_t AddWindowLeaves(uint32_t ref, int32_t delta) {
+    return internal::AddToCount(Slot(ref).window_leaves, wide_window_leaves_, ref, delta);
+  }
 
   // Calls fn(ref) for every slot of block b that holds a location (not absent ones).
   template <typename Fn>
@@ -229,7 +242,7 @@ class BlockIndex::Impl {
       // The parent is not at this place (a child offloaded before it): an absent slot
       // keeps the count, so the parent is interior here as soon as it arrives.
       if (pref == kNil) pref = NewSlot(parent, packed | internal::kAbsentBit);
-      ++Slot(pref).children_here;
+      AddChildrenHere(pref, +1);
     }
     return ref;
   }
@@ -253,6 +266,7 @@ class BlockIndex::Impl {
     }
     Slot(ref).packed = packed;
     Slot(ref).children_here = 0;
+    Slot(ref).window_leaves = 0;
     return ref;
   }
 
@@ -270,7 +284,7 @@ class BlockIndex::Impl {
     }
     if (const uint32_t parent = blocks_[b].parent; parent != kNil) {
       const uint32_t pref = FindSlot(parent, place);
-      if (pref != kNil && Slot(pref).children_here > 0 && --Slot(pref).children_here == 0) {
+      if (pref != kNil && ChildrenHere(pref) > 0 && AddChildrenHere(pref, -1) == 0) {
         if (internal::IsHeld(Slot(pref).packed)) {
           NoteEvictable(parent);  // a leaf here now
         } else {
@@ -279,7 +293,7 @@ class BlockIndex::Impl {
         }
       }
     }
-    if (Slot(ref).children_here > 0) {
+    if (ChildrenHere(ref) > 0) {
       Slot(ref).packed = packed | internal::kAbsentBit;  // keep the count for a comeback
       return;
     }
@@ -288,7 +302,9 @@ class BlockIndex::Impl {
   }
 
   // Returns a slot to the free state (overflow slots to their free list).
+  // REQUIRES: both its counts are 0 (nothing of them is left in the wide tables).
   void FreeSlot(uint32_t ref) {
+    assert(ChildrenHere(ref) == 0 && WindowLeaves(ref) == 0);
     const uint32_t b = Owner(ref);
     if (ref & kOverflowRef) {
       // Unchain it from the block's slot list.
@@ -298,7 +314,6 @@ class BlockIndex::Impl {
       FreeOverflow(ref);
     } else {
       Slot(ref).packed = kNoLocation;
-      Slot(ref).children_here = 0;
     }
   }
 
@@ -384,11 +399,12 @@ class BlockIndex::Impl {
   uint64_t expirations_ = 0;
   uint64_t refused_full_ = 0;
   std::array<uint64_t, kMaxPriority + 1> evictions_by_priority_{};
-  // Windowed pools: how many places are declared; per slot of a windowed place, the
-  // leaves held there within its window below it (no entry: none); Store's deferred leaf
-  // changes; Evict's hint (kNoPriority: nothing became evictable).
+  // The slots' counts of 65,535 and more (index_storage.h).
+  internal::SlotCounts wide_children_;
+  internal::SlotCounts wide_window_leaves_;
+  // Windowed pools: how many places are declared; Store's deferred leaf changes; Evict's
+  // hint (kNoPriority: nothing became evictable).
   size_t windowed_places_ = 0;
-  internal::SlotCounts window_leaves_;
   std::vector<std::pair<uint32_t, int>> leaf_changes_;
   bool defer_leaf_changes_ = false;
   int newly_evictable_ = kNoPriority;

@@ -276,11 +276,21 @@ TEST(BlockIndexLimitTest, MaxBlocksOutOfRangeIsRefusedAtCreate) {
   EXPECT_NE(too_many.message().find("max_blocks"), std::string::npos) << too_many.message();
 }
 
-TEST(BlockIndexMemoryTest, MemoryPerBlockStaysUnder64Bytes) {
+class BlockIndexMemoryTest : public ::testing::TestWithParam<uint32_t> {};
+
+// Window 0: full attention. Window 16: every chain's leaf is counted by the 15 blocks
+// above it (a count in each of their locations).
+INSTANTIATE_TEST_SUITE_P(FullAndWindowed, BlockIndexMemoryTest, ::testing::Values(0u, 16u));
+
+TEST_P(BlockIndexMemoryTest, MemoryPerBlockStaysUnder64Bytes) {
   // 100,000 blocks in chains of 20, one location each, in an index sized for them.
   BlockIndexOptions options;
   options.expected_blocks = 100000;
   std::unique_ptr<BlockIndex> index = *BlockIndex::Create(options);
+  if (GetParam() != 0) {
+    const PoolWindowSpec windowed{kGpu0, {.window_blocks = GetParam(), .sink_blocks = 1}};
+    ASSERT_TRUE(index->SetNodeWindows(0, std::span(&windowed, 1)).ok());
+  }
   const auto store = [&](const std::vector<BlockKey>& keys) { return index->Store({0, std::nullopt, keys, kGpu0, {}}); };
   for (uint64_t chain = 0; chain < 5000; ++chain) ASSERT_TRUE(store(Chain(chain * 20, 20)).ok());
   const BlockIndexStats stats = index->Stats();

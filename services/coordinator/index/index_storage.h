@@ -38,12 +38,15 @@ inline uint32_t PackedPool(uint32_t packed) { return packed & 0xFFFF; }
 inline uint32_t PlaceOf(uint32_t packed) { return packed & ~kAbsentBit; }
 inline bool IsHeld(uint32_t packed) { return packed != kNoLocation && (packed & kAbsentBit) == 0; }
 
+// The two counts of a slot are narrow (CountOf, AddToCount): 16 bits in the slot, with
+// the rare count past 65,534 in a side table.
 struct LocationSlot {             // 20 bytes
   uint32_t packed = kNoLocation;
   uint32_t lru_prev = kNil;        // neighbours in the (node, tier, priority) LRU list
   uint32_t lru_next = kNil;
-  uint32_t children_here = 0;      // children of the block held at the same node and tier
   uint32_t next_location = kNil;   // the block's next slot reference
+  uint16_t children_here = 0;      // children of the block held at the same place
+  uint16_t window_leaves = 0;      // windowed places: leaves held 1 to W - 1 blocks below
 };
 
 // A BlockKey stored as 4-byte words: BlockKey's 8-byte alignment would pad Block by 4.
@@ -212,13 +215,17 @@ class KeyTable {
   size_t count_ = 0;
 };
 
-// Slot reference -> count: the windowed pools' per-slot leaf counts. Why hand-written:
-// std::unordered_map costs about 40 bytes per entry (a node and a bucket pointer) against
-// the index's 64-byte goal per block; this is 8 bytes per entry at load <= 0.8, with the
-// same linear probing and backward-shift deletion as KeyTable. Grows by half; never shrinks.
+// Slot reference -> count: the slots' counts too wide for their 16 bits (AddToCount).
+// Why hand-written: std::unordered_map costs about 40 bytes per entry (a node and a
+// bucket pointer); this is 8 bytes per entry at load <= 0.8, with the same linear probing
+// and backward-shift deletion as KeyTable. Grows by half; never shrinks.
 class SlotCounts {
  public:
   bool Contains(uint32_t key) const { return Find(key) != kNil; }
+  uint32_t Get(uint32_t key) const {
+    const size_t i = Find(key);
+    return i == kNil ? 0 : entries_[i].count;
+  }
 
   void Add(uint32_t key, uint32_t n) {
     if ((count_ + 1) * 5 > entries_.size() * 4) Grow();
@@ -287,5 +294,29 @@ class SlotCounts {
   std::vector<Entry> entries_;
   size_t count_ = 0;
 };
+
+// A slot's count held in 16 bits, with the counts of 65,535 and more in `wide` under the
+// slot's reference (the slot then holds kWideCount). Why: the windowed pools' leaf counts
+// in a side table took 7 bytes per indexed block (W = 16) against the 64-byte goal, and
+// counts that large need a pool of over 65,535 blocks under one block.
+inline constexpr uint16_t kWideCount = UINT16_MAX;
+
+inline uint32_t CountOf(uint16_t narrow, const SlotCounts& wide, uint32_t ref) {
+  return narrow == kWideCount ? wide.Get(ref) : narrow;
+}
+
+// Adds `delta` and returns the new count. REQUIRES: the count stays >= 0.
+inline uint32_t AddToCount(uint16_t& narrow, SlotCounts& wide, uint32_t ref, int32_t delta) {
+  const uint32_t was = CountOf(narrow, wide, ref);
+  const uint32_t now = static_cast<uint32_t>(static_cast<int64_t>(was) + delta);
+  if (narrow == kWideCount) wide.Subtract(ref, was);  // the entry goes; back below if still wide
+  if (now < kWideCount) {
+    narrow = static_cast<uint16_t>(now);
+  } else {
+    narrow = kWideCount;
+    wide.Add(ref, now);
+  }
+  return now;
+}
 
 }  // namespace kvtier::coordinator::internal

@@ -94,10 +94,29 @@ TEST(SlotCountsTest, MatchesAMapThroughRandomAddsAndSubtracts) {
       for (uint32_t k = 0; k < 600; ++k) {
         ASSERT_EQ(counts.Contains(k), model.contains(k)) << k;
         ASSERT_EQ(counts.Contains(k | kOverflowRef), model.contains(k | kOverflowRef)) << k;
+        ASSERT_EQ(counts.Get(k), model.contains(k) ? model[k] : 0u) << k;
       }
     }
   }
   EXPECT_LE(counts.memory_bytes(), 2 * 1200 * 8 * 5 / 4 + 16 * 8) << "8 bytes per entry at load 0.8, grown by half";
+}
+
+// A slot's narrow count (16 bits) crossing into the wide table and back.
+TEST(NarrowCountTest, CountsPastSixteenBitsMoveAsideAndBack) {
+  SlotCounts wide;
+  uint16_t narrow = kWideCount - 2;
+  EXPECT_EQ(AddToCount(narrow, wide, 7, +1), 65'534u);
+  EXPECT_EQ(narrow, 65'534u);
+  EXPECT_EQ(AddToCount(narrow, wide, 7, +1), 65'535u) << "the first wide count";
+  EXPECT_EQ(narrow, kWideCount);
+  EXPECT_EQ(wide.Get(7), 65'535u);
+  EXPECT_EQ(AddToCount(narrow, wide, 7, +100'000), 165'535u);
+  EXPECT_EQ(CountOf(narrow, wide, 7), 165'535u);
+  EXPECT_EQ(wide.size(), 1u);
+  EXPECT_EQ(AddToCount(narrow, wide, 7, -100'001), 65'534u) << "narrow again";
+  EXPECT_EQ(narrow, 65'534u);
+  EXPECT_EQ(wide.size(), 0u) << "nothing left aside";
+  EXPECT_EQ(AddToCount(narrow, wide, 7, -65'534), 0u);
 }
 
 TEST(SlotCountsTest, AnEmptyTableHoldsNothing) {

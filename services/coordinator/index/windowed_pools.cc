@@ -6,7 +6,7 @@
 //   pool does not hold it), and children_here counts the children with a slot (held or
 //   absent). So children_here == 0 on a held slot means no block below it is held there:
 //   a leaf. (Full-attention places count only held children, one level down.)
-// - window_leaves_[slot] counts the leaves held there 1 to W - 1 blocks below the slot:
+// - the slot's window_leaves counts the leaves held there 1 to W - 1 blocks below it:
 //   the cached sequences whose window still covers it. An interior slot with no count
 //   that is not a sink has left every window and may be evicted.
 // A leaf appearing or going walks W - 1 ancestors; Store defers its walks to the end, so
@@ -20,9 +20,9 @@ namespace kvtier::coordinator {
 
 bool BlockIndex::Impl::Evictable(uint32_t ref) const {
   const LocationSlot& slot = Slot(ref);
-  if (slot.children_here == 0) return true;
+  if (ChildrenHere(ref) == 0) return true;
   const PoolWindow* window = WindowAt(internal::PlaceOf(slot.packed));
-  return window != nullptr && !window_leaves_.Contains(ref) && !IsSink(Owner(ref), window->sink_blocks);
+  return window != nullptr && WindowLeaves(ref) == 0 && !IsSink(Owner(ref), window->sink_blocks);
 }
 
 bool BlockIndex::Impl::IsSink(uint32_t b, uint32_t sink_blocks) const {
@@ -37,11 +37,11 @@ void BlockIndex::Impl::CountChildHere(uint32_t b, uint32_t place) {
   for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
     uint32_t pref = FindSlot(parent, place);
     if (pref != kNil) {
-      if (Slot(pref).children_here++ == 0 && internal::IsHeld(Slot(pref).packed)) LeafChanged(pref, -1);
+      if (AddChildrenHere(pref, +1) == 1 && internal::IsHeld(Slot(pref).packed)) LeafChanged(pref, -1);
       return;  // its ancestors have slots already
     }
     pref = NewSlot(parent, place | internal::kAbsentBit);
-    Slot(pref).children_here = 1;  // and its own parent counts it, next round
+    AddChildrenHere(pref, +1);  // and its own parent counts it, next round
   }
 }
 
@@ -49,7 +49,7 @@ void BlockIndex::Impl::UncountChildHere(uint32_t b, uint32_t place) {
   for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
     const uint32_t pref = FindSlot(parent, place);
     assert(pref != kNil && "a windowed slot's ancestors have slots");
-    if (--Slot(pref).children_here > 0) return;
+    if (AddChildrenHere(pref, -1) > 0) return;
     if (internal::IsHeld(Slot(pref).packed)) {
       LeafChanged(pref, +1);
       NoteEvictable(parent);
@@ -61,7 +61,7 @@ void BlockIndex::Impl::UncountChildHere(uint32_t b, uint32_t place) {
 
 void BlockIndex::Impl::RemoveWindowedLocation(uint32_t ref) {
   LocationSlot& slot = Slot(ref);
-  if (slot.children_here > 0) {
+  if (ChildrenHere(ref) > 0) {
     // Interior (past every window, when Evict chose it): the slot stays as the skeleton
     // that links the blocks below to the root, with its counts.
     slot.packed |= internal::kAbsentBit;
@@ -95,12 +95,8 @@ void BlockIndex::Impl::WalkWindow(uint32_t ref, int delta) {
     if (b == kNil) return;
     const uint32_t a = FindSlot(b, place);
     assert(a != kNil && "a windowed slot's ancestors have slots");
-    if (delta > 0) {
-      window_leaves_.Add(a, static_cast<uint32_t>(delta));
-      continue;
-    }
-    assert(window_leaves_.Contains(a));
-    if (window_leaves_.Subtract(a, static_cast<uint32_t>(-delta)) != 0) continue;
+    assert(static_cast<int64_t>(WindowLeaves(a)) + delta >= 0);
+    if (AddWindowLeaves(a, delta) != 0 || delta > 0) continue;
     if (internal::IsHeld(Slot(a).packed)) NoteEvictable(b);  // it may have left every window
   }
 }

@@ -149,5 +149,39 @@ TEST_F(WindowedPoolTest, BadDeclarationsAreRefusedAndChangeNothing) {
   EXPECT_TRUE(index_->SetNodeWindows(0, {}).ok());
 }
 
+// A slot keeps its counts in 16 bits and the larger ones aside: a root block with 70,000
+// children in one pool takes both past 65,535 and back.
+TEST_F(WindowedPoolTest, CountsPastSixteenBitsStayExact) {
+  Declare({.window_blocks = 2, .sink_blocks = 0});
+  constexpr size_t kChildren = 70'000;
+  const auto root = Chain(1, 1), deep = Chain(2, 3), children = Chain(100, kChildren);
+  const auto remove_all_but_the_last = [&](Location where) {
+    for (size_t i = 0; i + 1 < kChildren; ++i) ASSERT_EQ(index_->Remove(where, {&children[i], 1}), 1u);
+  };
+
+  // Windowed pool (W = 2): root, then root -> d0 -> d1 -> d2, then 70,000 leaf children
+  // of the root. The root counts 70,001 children there and 70,000 leaves in its window
+  // (d2 is three blocks below: outside).
+  ASSERT_TRUE(Store(root, kWindowed).ok());
+  ASSERT_TRUE(Store(deep, kWindowed, root[0]).ok());
+  for (const BlockKey& child : children) ASSERT_TRUE(Store({child}, kWindowed, root[0]).ok());
+  remove_all_but_the_last(kWindowed);
+  // One leaf left in the root's window: the root (the oldest) stays; d0, the next oldest,
+  // interior and past every window, goes.
+  EXPECT_EQ(index_->Evict(0, Tier::kGpu, 1), std::vector<BlockKey>{deep[0]});
+  // The last one goes: the root is interior (d0's slot below it) and past every window.
+  ASSERT_EQ(index_->Remove(kWindowed, {&children.back(), 1}), 1u);
+  EXPECT_EQ(index_->Evict(0, Tier::kGpu, 1), root);
+
+  // Full attention, on node 1: the root with 70,000 children stays interior until the
+  // last child goes.
+  const Location full_on_node1{1, Tier::kGpu, 0};
+  ASSERT_TRUE(Store(root, full_on_node1).ok());
+  for (const BlockKey& child : children) ASSERT_TRUE(Store({child}, full_on_node1, root[0]).ok());
+  remove_all_but_the_last(full_on_node1);
+  EXPECT_EQ(index_->Evict(1, Tier::kGpu, 1), std::vector<BlockKey>{children.back()});
+  EXPECT_EQ(index_->Evict(1, Tier::kGpu, 1), root) << "a leaf now";
+}
+
 }  // namespace
 }  // namespace kvtier::coordinator
