@@ -99,6 +99,20 @@ Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
   return out;
 }
 
+using Deferred = std::shared_ptr<rpc::DeferredFinish>;
+
+// A call's continuation: `convert` reads the answer, which is then held until the
+// connection's next call is sent, so that its Finish rides behind that call
+// (services/rpc/deferred_finish.h).
+template <typename Convert>
+auto ThenKeep(Deferred deferred, Convert convert) {
+  return [deferred = std::move(deferred), convert = std::move(convert)](auto response) mutable {
+    auto converted = convert(response);
+    deferred->Keep(kj::mv(response));
+    return converted;
+  };
+}
+
 }  // namespace
 
 class Client::Impl {
@@ -109,11 +123,14 @@ class Client::Impl {
        rpc::RpcClientOptions coordinator_options, const ClientOptions& options)
       : rpc_(std::move(rpc)), coordinator_options_(std::move(coordinator_options)), options_(options) {
     link_ = coordinator_rpc ? std::make_shared<CoordinatorLink>(std::move(coordinator_rpc))
-                            : std::make_shared<CoordinatorLink>(rpc_.get());
+                            : std::make_shared<CoordinatorLink>(rpc_.get(), deferred_);
   }
   ~Impl() {
-    // Capabilities die on the loop thread that made them.
-    rpc_->impl().RunOnLoop([this] { worker_ = nullptr; });
+    // Capabilities and answers die on the loop thread that made them.
+    rpc_->impl().RunOnLoop([this] {
+      worker_ = nullptr;
+      deferred_->CallSent();
+    });
   }
 
   const std::string& tenant() const { return rpc_->tenant(); }
@@ -125,11 +142,7 @@ class Client::Impl {
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
-      return request.send().then([deferred](auto r) -> Result<LookupResult> {
-        LookupResult result = ToLookupResult(r.getResult());
-        deferred->Keep(kj::mv(r));
-        return result;
-      });
+      return request.send().then(ThenKeep(deferred, [](auto& r) { return Result<LookupResult>(ToLookupResult(r.getResult())); }));
     });
   }
 
@@ -144,13 +157,11 @@ class Client::Impl {
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
       for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
-      return request.send().then([deferred](auto r) -> Result<RouteDecision> {
+      return request.send().then(ThenKeep(deferred, [](auto& r) -> Result<RouteDecision> {
         auto d = r.getDecision();
-        RouteDecision decision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
-                               d.getPartialTokens()};
-        deferred->Keep(kj::mv(r));
-        return decision;
-      });
+        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
+                             d.getPartialTokens()};
+      }));
     });
   }
 
@@ -168,7 +179,7 @@ class Client::Impl {
       auto request = Worker(s).attachPoolRequest();
       request.setPoolId(pool_id);
       rpc::FromLayout(layout, request.initLayout());
-      return request.send().then([](auto r) { return ToPoolMapping(r.getAttachment()); });
+      return request.send().then(ThenKeep(deferred_, [](auto& r) { return ToPoolMapping(r.getAttachment()); }));
     });
   }
 
@@ -181,7 +192,8 @@ class Client::Impl {
       request.setNumTokens(a.num_tokens);
       rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
       request.setFormatTag(a.format_tag);
-      return request.send().then([](auto r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); });
+      return request.send().then(
+          ThenKeep(deferred_, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
     });
   }
 
@@ -190,7 +202,8 @@ class Client::Impl {
       auto request = Worker(s).extendRequest();
       request.setSequenceId(sequence);
       request.setNumTokens(num_tokens);
-      return request.send().then([](auto r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); });
+      return request.send().then(
+          ThenKeep(deferred_, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
     });
   }
 
@@ -205,10 +218,10 @@ class Client::Impl {
           SetRetention(retention, request.initRetention());
           auto list = request.initSources(static_cast<unsigned>(sources.size()));
           for (unsigned i = 0; i < sources.size(); ++i) list[i].setNodeId(sources[i]);
-          return request.send().then([](auto r) -> Result<OnboardResult> {
+          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<OnboardResult> {
             return OnboardResult{r.getOnboardedBlocks(), r.getCachedBlocks(), r.getFromHostBlocks(),
                                  r.getFromDiskBlocks(), r.getFromRemoteBlocks()};
-          });
+          }));
         });
   }
 
@@ -221,7 +234,7 @@ class Client::Impl {
       SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
       SetRetention(retention, request.initRetention());
       rpc::FromTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
-      return request.send().then([](auto r) -> Result<uint32_t> { return r.getCommitted(); });
+      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getCommitted(); }));
     });
   }
 
@@ -229,7 +242,7 @@ class Client::Impl {
     return Call<Status>(nullptr, [this, sequence](schema::Session::Client& s) {
       auto request = Worker(s).freeRequest();
       request.setSequenceId(sequence);
-      return request.send().then([](auto) { return Status::Ok(); });
+      return request.send().then(ThenKeep(deferred_, [](auto&) { return Status::Ok(); }));
     });
   }
 
@@ -238,13 +251,13 @@ class Client::Impl {
       auto request = Worker(s).lookupLocalRequest();
       request.setPoolId(pool_id);
       SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
-      return request.send().then([](auto r) -> Result<uint32_t> { return r.getMatchedBlocks(); });
+      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
     });
   }
 
   std::future<Result<WorkerStats>> WorkerStatistics() {
     return Call<Result<WorkerStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
-      return Worker(s).statsRequest().send().then([](auto r) -> Result<WorkerStats> {
+      return Worker(s).statsRequest().send().then(ThenKeep(deferred_, [](auto& r) -> Result<WorkerStats> {
         auto st = r.getStats();
         WorkerStats out;
         for (auto pool : st.getPools()) {
@@ -259,18 +272,24 @@ class Client::Impl {
         out.offloaded_blocks = st.getOffloadedBlocks();
         out.onboarded_blocks = st.getOnboardedBlocks();
         return out;
-      });
+      }));
     });
   }
 
  private:
+  // The node's calls; their answers are held in deferred_ (ThenKeep) until the
+  // connection's next call is sent.
   template <typename T>
   std::future<T> Call(bool (*retry_on)(const Status&),
                       kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
-    return rpc_->impl().Call<T>(kj::mv(call), Policy(retry_on));
+    return rpc_->impl().Call<T>(
+        [this, call = kj::mv(call)](schema::Session::Client& session) mutable {
+          kj::Promise<T> answer = call(session);
+          deferred_->CallSent();
+          return answer;
+        },
+        Policy(retry_on));
   }
-
-  using Deferred = std::shared_ptr<rpc::DeferredFinish>;
 
   // The coordinator's connection (its own, or the node's) and the Coordinator capability
   // on it, made and dropped on that connection's loop. Calls hold it by shared_ptr while
@@ -279,9 +298,10 @@ class Client::Impl {
   // answers of lookups and routes until the link's next call is sent, so that their
   // Finish messages ride behind it (services/rpc/deferred_finish.h); it is shared with
   // the answers' continuations, which may run after a replaced link is gone, and used
-  // and emptied on the link's loop only.
+  // and emptied on the link's loop only. On the node's connection it is the node calls'
+  // deferred_: one per connection.
   struct CoordinatorLink {
-    explicit CoordinatorLink(rpc::RpcClient* shared) : rpc(shared) {}
+    CoordinatorLink(rpc::RpcClient* shared, Deferred shared_deferred) : rpc(shared), deferred(std::move(shared_deferred)) {}
     explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
     ~CoordinatorLink() {
       rpc->impl().RunOnLoop([this] {
@@ -346,6 +366,9 @@ class Client::Impl {
   const rpc::RpcClientOptions coordinator_options_;
   const ClientOptions options_;
   kj::Own<schema::Worker::Client> worker_;  // made and used on rpc_'s loop thread only
+  // The node connection's held answers; used on rpc_'s loop thread only (shared with the
+  // calls' continuations, which run there).
+  const Deferred deferred_ = std::make_shared<rpc::DeferredFinish>();
   std::mutex link_mu_;  // a leaf; held while reconnecting
   std::shared_ptr<CoordinatorLink> link_ KVTIER_GUARDED_BY(link_mu_);  // dies before rpc_
 };
