@@ -161,18 +161,8 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
                               static_cast<uint16_t>(internal::PackedPool(packed))};
       result.locations.push_back(location);
       if (windowed.Held(internal::PlaceOf(packed), i)) return;  // a windowed pool's block
-      const double weight = options_.tier_weights[internal::PackedTier(packed)];
-      auto entry = std::find_if(result.scores.begin(), result.scores.end(),
-                                [&](const NodeScore& s) { return s.node == location.node; });
-      if (entry == result.scores.end()) {
-        if (i != 0) return;  // a node must hold the prefix from its first block
-        result.scores.push_back({location.node, 0, 0.0});
-        pending.push_back(0.0);
-        entry = result.scores.end() - 1;
-      }
-      if (entry->prefix_blocks != i) return;  // this node's prefix ended earlier
-      double& best = pending[static_cast<size_t>(entry - result.scores.begin())];
-      best = std::max(best, weight);
+      const std::optional<size_t> s = internal::ScoreEntryAt(result.scores, pending, location.node, i);
+      if (s) pending[*s] = std::max(pending[*s], options_.tier_weights[internal::PackedTier(packed)]);
     });
     for (size_t s = 0; s < result.scores.size(); ++s) {
       if (pending[s] > 0) {

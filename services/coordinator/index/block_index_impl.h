@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 #include <functional>
+#include <optional>
+#include <span>
 
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/block_tokens.h"
@@ -44,6 +46,28 @@ struct ExpiryEntry {
   uint16_t seq;
   friend bool operator>(const ExpiryEntry& a, const ExpiryEntry& b) { return a.deadline_ns > b.deadline_ns; }
 };
+
+// Where `node`'s entry is in `scores`; scores.size() when it has none.
+inline size_t ScoreOf(std::span<const NodeScore> scores, NodeId node) {
+  return static_cast<size_t>(
+      std::find_if(scores.begin(), scores.end(), [node](const NodeScore& s) { return s.node == node; }) -
+      scores.begin());
+}
+
+// The entry that a location of `node` at the prompt's block `block` adds to, growing
+// `scores` and its parallel `pending` (what the block adds, 0 so far) by a new entry at
+// the first block; nullopt where the node holds no prefix reaching this block.
+inline std::optional<size_t> ScoreEntryAt(std::vector<NodeScore>& scores, std::vector<double>& pending, NodeId node,
+                                          uint32_t block) {
+  size_t s = ScoreOf(scores, node);
+  if (s == scores.size()) {
+    if (block != 0) return std::nullopt;  // a node must hold the prefix from its first block
+    scores.push_back({node, 0, 0.0});
+    pending.push_back(0.0);
+  }
+  if (scores[s].prefix_blocks != block) return std::nullopt;  // its prefix ended earlier
+  return s;
+}
 
 }  // namespace internal
 

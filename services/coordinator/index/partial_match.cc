@@ -47,20 +47,12 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
     ForEachSlot(child, [&](uint32_t ref) {
       const uint32_t packed = Slot(ref).packed;
       const auto node = static_cast<NodeId>(internal::PackedNode(packed));
-      auto entry = std::find_if(result.scores.begin(), result.scores.end(),
-                                [&](const NodeScore& s) { return s.node == node; });
-      if (entry == result.scores.end()) {
-        if (prefix != 0) return;  // the node does not hold the prefix before this block
-        result.scores.push_back({node, 0, 0.0});
-        bonus.push_back(0.0);
-        entry = result.scores.end() - 1;
-      }
-      if (entry->prefix_blocks != prefix) return;
+      const std::optional<size_t> s = internal::ScoreEntryAt(result.scores, bonus, node, prefix);
+      if (!s) return;  // the node does not hold the prefix before this block
       const double share = options_.tier_weights[internal::PackedTier(packed)] * shared / cached.size();
-      const auto s = static_cast<size_t>(entry - result.scores.begin());
-      if (share > bonus[s]) {
-        bonus[s] = share;
-        entry->partial_tokens = shared;
+      if (share > bonus[*s]) {
+        bonus[*s] = share;
+        result.scores[*s].partial_tokens = shared;
       }
     });
   });

@@ -48,12 +48,12 @@ class BlockIndex::Impl::WindowedScores {
       longest = std::max(longest, pool.served);
       const NodeScore candidate{static_cast<NodeId>(internal::PackedNode(pool.place)), pool.served,
                                 pool.served * index_.options_.tier_weights[internal::PackedTier(pool.place)]};
-      auto entry = std::find_if(scores.begin(), scores.end(), [&](const NodeScore& s) { return s.node == candidate.node; });
-      if (entry == scores.end()) {
+      const size_t s = internal::ScoreOf(scores, candidate.node);
+      if (s == scores.size()) {
         scores.push_back(candidate);
-      } else if (candidate.score > entry->score ||
-                 (candidate.score == entry->score && candidate.prefix_blocks > entry->prefix_blocks)) {
-        *entry = candidate;
+      } else if (candidate.score > scores[s].score ||
+                 (candidate.score == scores[s].score && candidate.prefix_blocks > scores[s].prefix_blocks)) {
+        scores[s] = candidate;
       }
     }
     return longest;
