@@ -87,7 +87,7 @@ class LocalNodeTest : public ::testing::Test {
                                std::function<bool(const std::string&)> done = nullptr, unsigned count = 2) {
     if (!done) done = [&](const std::string& seen) { return seen == expected; };
     std::string seen;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    testing::WaitUntil([&] {
       auto request = coordinator_->lookupRequest();
       SetKeys(request.initRequest().initKeys(count), first);
       auto response = request.send().wait(client_->getWaitScope());  // owns what `result` reads
@@ -99,9 +99,8 @@ class LocalNodeTest : public ::testing::Test {
                   (location.getTier() == schema::Tier::GPU ? "gpu" : location.getTier() == schema::Tier::HOST ? "host" : "disk");
         }
       }
-      if (done(seen)) break;
-      std::this_thread::sleep_for(10ms);
-    }
+      return done(seen);
+    });
     return seen;
   }
 
@@ -146,11 +145,10 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   EXPECT_TRUE(seen.starts_with("2 matched")) << seen;
   // The worker's and the store's metrics say the same (updated at the next tick).
   std::string text;
-  for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+  testing::WaitUntil([&] {
     text = registry_.Exposition();
-    if (text.find("kvtier_worker_onboarded_blocks_total 2\n") != std::string::npos) break;
-    std::this_thread::sleep_for(10ms);
-  }
+    return text.find("kvtier_worker_onboarded_blocks_total 2\n") != std::string::npos;
+  });
   for (const char* line : {"kvtier_worker_onboarded_blocks_total 2\n", "kvtier_worker_offloaded_blocks_total 2\n",
                            "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 2\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
@@ -231,10 +229,7 @@ TEST_F(LocalNodeAdmissionTest, OnlyBlocksLookedUpTwiceMoveDownToDisk) {
   Allocate(3, 8);  // evicts 5,6: the disk is full; the host tier's block (0 or 1) may enter, 5,6 may not
   // The store's metrics show both verdicts (updated at the next tick).
   const std::string dropped = "kvtier_store_moves_total{kind=\"dropped_admission\"}";
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       std::chrono::steady_clock::now() < deadline && Metric(dropped) == 0;) {
-    std::this_thread::sleep_for(10ms);
-  }
+  testing::WaitUntil([&] { return Metric(dropped) > 0; });
   EXPECT_GE(Metric(dropped), 1u) << "5 or 6, never looked up, is refused by the disk tier";
   EXPECT_GE(Metric("kvtier_store_blocks{tier=\"disk\"}"), 1u) << "0 or 1, looked up twice, is on disk";
   EXPECT_GE(Metric("kvtier_store_moves_total{kind=\"demoted\"}"), Metric("kvtier_store_blocks{tier=\"disk\"}"));

@@ -67,14 +67,13 @@ class ClientTest : public ::testing::Test {
   // Waits up to 5 s for the coordinator to match `want` blocks of `keys`.
   LookupResult WaitForMatch(Client& client, const std::vector<BlockKey>& keys, uint32_t want) {
     LookupResult last;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    testing::WaitUntil([&] {
       auto result = client.Lookup(keys);
       EXPECT_TRUE(result.ok()) << result.status();
-      if (!result.ok()) break;
+      if (!result.ok()) return true;  // no use waiting
       last = *result;
-      if (last.matched_blocks == want) break;
-      std::this_thread::sleep_for(10ms);
-    }
+      return last.matched_blocks == want;
+    });
     return last;
   }
 

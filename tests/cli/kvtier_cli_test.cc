@@ -37,11 +37,12 @@ std::string HttpGet(const std::string& url) {
 // /readyz of the endpoint at `base` once it answers 200 (a node registered), or after 10 s.
 std::string WaitUntilReady(const std::string& base) {
   std::string ready;
-  for (auto deadline = std::chrono::steady_clock::now() + seconds(10); std::chrono::steady_clock::now() < deadline;) {
-    ready = HttpGet(base + "/readyz");
-    if (ready.starts_with("HTTP/1.1 200")) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  testing::WaitUntil(
+      [&] {
+        ready = HttpGet(base + "/readyz");
+        return ready.starts_with("HTTP/1.1 200");
+      },
+      seconds(10));
   return ready;
 }
 

@@ -207,16 +207,13 @@ class ClusterTest : public ::testing::Test {
   // Whether some location of the prompt's last block is `node`, waiting up to 5 s for it;
   // with `only`, whether `node` is the sole one.
   bool Located(client::Client& b, const std::vector<BlockKey>& keys, const std::string& node, bool only = false) {
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    return testing::WaitUntil([&] {
       auto lookup = b.Lookup(keys);
-      if (lookup.ok() && lookup->matched_blocks == keys.size()) {
-        const auto& where = lookup->locations.back();
-        const bool found = std::any_of(where.begin(), where.end(), [&](const auto& l) { return l.node_id == node; });
-        if (found && (!only || where.size() == 1)) return true;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return false;
+      if (!lookup.ok() || lookup->matched_blocks != keys.size()) return false;
+      const auto& where = lookup->locations.back();
+      const bool found = std::any_of(where.begin(), where.end(), [&](const auto& l) { return l.node_id == node; });
+      return found && (!only || where.size() == 1);
+    });
   }
 
   // B's engine: lookup, allocate (B has nothing), onboard from the nodes the lookup names;
@@ -255,12 +252,11 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   Compute(*b, 1, on_b);
   auto routed_address = [&](const std::vector<BlockKey>& keys, const std::string& want) {
     std::string seen;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    testing::WaitUntil([&] {
       auto route = a->Route(keys);
       seen = route.ok() ? route->rpc_address + "/" + std::to_string(route->prefix_blocks) : route.status().ToString();
-      if (seen == want) break;
-      std::this_thread::sleep_for(20ms);
-    }
+      return seen == want;
+    });
     return seen;
   };
   // Route picks the worker that holds the prompt's prefix.
@@ -300,12 +296,13 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
   // B's engine keeps its client: its coordinator connection is made again on its own.
   uint32_t converged = 0;
-  for (auto deadline = std::chrono::steady_clock::now() + 10s;
-       converged != 6 && std::chrono::steady_clock::now() < deadline;) {
-    auto lookup = b->Lookup(on_b);
-    converged = lookup.ok() ? lookup->matched_blocks : 0;
-    std::this_thread::sleep_for(20ms);
-  }
+  testing::WaitUntil(
+      [&] {
+        auto lookup = b->Lookup(on_b);
+        converged = lookup.ok() ? lookup->matched_blocks : 0;
+        return converged == 6;
+      },
+      10s);
   EXPECT_EQ(converged, 6u) << "B's blocks are indexed again";
   auto again = b->Lookup(on_a);
   ASSERT_TRUE(again.ok()) << again.status();

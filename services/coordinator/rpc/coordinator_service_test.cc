@@ -345,11 +345,11 @@ TEST_F(CoordinatorServiceTest, ASecondProcessUnderALiveNodesNameIsRefusedUntilIt
   EXPECT_TRUE(first->Heartbeat(holder->lease_id).ok()) << "the first keeps its lease";
 
   first.reset();  // its process exits: the connection closes
-  Result<LinkRegistration> admitted = second->Register();
-  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-       !admitted.ok() && std::chrono::steady_clock::now() < deadline; admitted = second->Register()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the server sees the close on its own loop
-  }
+  Result<LinkRegistration> admitted = UnavailableError("not registered yet");
+  testing::WaitUntil([&] {  // the server sees the close on its own loop
+    admitted = second->Register();
+    return admitted.ok();
+  });
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_TRUE(admitted->snapshot_required) << "a restart: its holdings are asked for";
 }

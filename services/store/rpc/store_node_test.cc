@@ -101,7 +101,7 @@ class StoreNodeTest : public ::testing::Test {
     Session s(coordinator_->endpoints()[0]);
     auto coordinator = s.session().coordinatorRequest().send().wait(s.wait()).getCoordinator();
     std::string seen;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    testing::WaitUntil([&] {
       seen.clear();
       for (uint64_t id : ids) {
         auto request = coordinator.lookupRequest();
@@ -118,9 +118,8 @@ class StoreNodeTest : public ::testing::Test {
         }
         seen += (seen.empty() ? "" : " ") + where;
       }
-      if (seen == want) break;
-      std::this_thread::sleep_for(10ms);
-    }
+      return seen == want;
+    });
     return seen;
   }
 
@@ -190,11 +189,7 @@ TEST_F(StoreNodeTest, RegistersPublishesDrainsAndComesBackFromDisk) {
     MetricsRegistry registry;
     auto node = StartStore(registry);
     ASSERT_NE(node, nullptr);
-    for (auto deadline = std::chrono::steady_clock::now() + 5s;
-         !node->registered() && std::chrono::steady_clock::now() < deadline;) {
-      std::this_thread::sleep_for(10ms);
-    }
-    ASSERT_TRUE(node->registered());
+    ASSERT_TRUE(testing::WaitUntil([&] { return node->registered(); }));
     // Block 1 into the host tier; block 2 pushes it down to disk.
     Put(*node, {a});
     EXPECT_EQ(WaitForTiers({1}, "store-0:host"), "store-0:host");
@@ -260,11 +255,7 @@ TEST_F(StoreNodeTest, ServesWhileTheCoordinatorIsAwayAndRegistersWhenItComes) {
   coordinator.registry = &second_registry;
   auto started = coordinator::CoordinatorNode::Create(std::move(coordinator));
   ASSERT_TRUE(started.ok()) << started.status();
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       !(*node)->registered() && std::chrono::steady_clock::now() < deadline;) {
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE((*node)->registered());
+  EXPECT_TRUE(testing::WaitUntil([&] { return (*node)->registered(); }));
   EXPECT_TRUE((*node)->Drain().ok());
 }
 

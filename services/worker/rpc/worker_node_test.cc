@@ -59,10 +59,7 @@ class WorkerNodeTest : public ::testing::Test {
     options.name = name;
     options.tick = 10ms;
     std::unique_ptr<WorkerNode> node = WorkerNode::Create(std::move(options)).value();
-    for (auto deadline = std::chrono::steady_clock::now() + 5s;
-         !node->registered() && std::chrono::steady_clock::now() < deadline;) {
-      std::this_thread::sleep_for(10ms);
-    }
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return node->registered(); })) << name << " registered";
     return node;
   }
 
@@ -76,7 +73,7 @@ class WorkerNodeTest : public ::testing::Test {
   std::string WaitFor(const std::vector<BlockKey>& keys, const std::string& want, bool any = false) {
     auto coordinator = Connect(coordinator_->endpoints()[0]);
     std::string seen;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+    kvtier::testing::WaitUntil([&] {
       auto result = coordinator->Lookup(keys);
       seen = "none";
       if (result.ok() && result->matched_blocks > 0) {
@@ -87,9 +84,8 @@ class WorkerNodeTest : public ::testing::Test {
           if (!any) break;
         }
       }
-      if (seen == want) break;
-      std::this_thread::sleep_for(10ms);
-    }
+      return seen == want;
+    });
     return seen;
   }
 
@@ -267,18 +263,13 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
   // A's pool holds them (the store may be indexed first: the write-through is quick);
   // once the store has indexed the blocks, A goes.
   ASSERT_EQ(WaitFor(keys, "node-a/worker:gpu", /*any=*/true), "node-a/worker:gpu");
-  std::string stored = "none";
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       stored != "store-0/store" && std::chrono::steady_clock::now() < deadline;) {
+  const bool stored = kvtier::testing::WaitUntil([&] {
     auto lookup = coordinator->Lookup(keys);
-    if (lookup.ok() && lookup->matched_blocks == keys.size()) {
-      for (const client::Location& l : lookup->locations[1]) {
-        if (l.node_id == "store-0/store") stored = l.node_id;
-      }
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_EQ(stored, "store-0/store") << "block 1 is indexed at the store";
+    if (!lookup.ok() || lookup->matched_blocks != keys.size()) return false;
+    const auto& where = lookup->locations[1];
+    return std::any_of(where.begin(), where.end(), [](const client::Location& l) { return l.node_id == "store-0/store"; });
+  });
+  ASSERT_TRUE(stored) << "block 1 is indexed at the store";
   EXPECT_NE(worker_registry_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 2"),
             std::string::npos);
   ASSERT_TRUE(node_->Drain().ok());

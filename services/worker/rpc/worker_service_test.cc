@@ -13,6 +13,7 @@
 #include "services/rpc/status_mapping.h"
 #include "services/worker/pool_memory.h"
 #include "services/worker/rpc/worker_service.h"
+#include "tests/testing/test_util.h"
 #include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
@@ -163,11 +164,8 @@ TEST_F(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
     ASSERT_TRUE(doomed.Allocate(2, 5).ok());
     EXPECT_EQ(observer.UsedBlocks(), 5u);
   }  // the connection closes without a single free
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (observer.UsedBlocks() != 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(observer.UsedBlocks(), 0u);
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return observer.UsedBlocks() == 0; }))
+      << observer.UsedBlocks() << " blocks still used";
 }
 
 TEST_F(WorkerServiceTest, BadRequestsGetClearErrors) {
