@@ -47,12 +47,17 @@ Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
   return Status::Ok();
 }
 
-Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
+Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateHeader(header, max_payload_bytes));
   if (payload.size() != header.payload_bytes) {
     return InvalidArgumentError("block payload is " + std::to_string(payload.size()) + " bytes; its header says " +
                                 std::to_string(header.payload_bytes) + " (truncated or oversized)");
   }
+  return Status::Ok();
+}
+
+Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
+  KVTIER_RETURN_IF_ERROR(ValidateBlockSize(header, payload, max_payload_bytes));
   if (PayloadChecksum(payload) != header.checksum) {
     return InvalidArgumentError("block payload does not match its checksum (block " + header.key.ToHex() + ")");
   }

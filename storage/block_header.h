@@ -61,7 +61,10 @@ struct BlockRef {
 // empty or oversized format tag, priority above 100, zero or oversized payload.
 [[nodiscard]] Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes);
 
-// ValidateHeader plus: the payload has payload_bytes bytes and matches the checksum.
+// ValidateHeader plus: the payload has payload_bytes bytes.
+[[nodiscard]] Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> payload,
+                                       uint64_t max_payload_bytes);
+// ValidateBlockSize plus: the payload matches the checksum.
 [[nodiscard]] Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload,
                                    uint64_t max_payload_bytes);
 

@@ -296,6 +296,17 @@ TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   EXPECT_EQ(tier->Stats().blocks, 2u);
   EXPECT_FALSE(tier->Contains(broken.ref()));
   EXPECT_EQ(*ReadBack(*tier, ok2), ok2.payload);  // a second format: its own headers, the same segments
+  // Items whose caller hashed them skip that pass, not the size check; a payload that
+  // was wrong all the same is caught when read (kDataLoss), never served.
+  auto checked = MakeBlock(4, 100), short_one = MakeBlock(5, 100);
+  results = tier->PutBatch(std::vector<PutItem>{{checked.header, checked.payload, true},
+                                                {broken.header, broken.payload, true},
+                                                {short_one.header, std::span(short_one.payload).first(99), true}});
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_NE(results[2].message().find("truncated"), std::string::npos) << results[2];
+  EXPECT_EQ(*ReadBack(*tier, checked), checked.payload);
+  EXPECT_EQ(ReadBack(*tier, broken).status().code(), StatusCode::kDataLoss);
 }
 
 TEST(DiskTierTest, SaltScopesAreIsolated) {

@@ -28,8 +28,10 @@ class HostTier::Impl {
 
   // Pages are taken under the lock, the payload copied in outside it (puts of different
   // blocks copy in parallel), and the block indexed under the lock again.
-  Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    KVTIER_RETURN_IF_ERROR(ValidateBlock(header, payload, options_.max_block_bytes));
+  // `checksum_checked`: as PutItem's.
+  Status Put(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked) {
+    KVTIER_RETURN_IF_ERROR(checksum_checked ? ValidateBlockSize(header, payload, options_.max_block_bytes)
+                                            : ValidateBlock(header, payload, options_.max_block_bytes));
     const uint64_t pages = PagesFor(header.payload_bytes);
     if (pages > num_pages_) {
       return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
@@ -274,7 +276,15 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
 
 HostTier::HostTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HostTier::~HostTier() = default;
-Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
+Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload) {
+  return impl_->Put(header, payload, /*checksum_checked=*/false);
+}
+std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) {
+  std::vector<Status> results;
+  results.reserve(items.size());
+  for (const PutItem& item : items) results.push_back(impl_->Put(item.header, item.payload, item.checksum_checked));
+  return results;
+}
 Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 Result<BlockHeader> HostTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status HostTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }

@@ -9,7 +9,8 @@
 // of the next, least recently used first) until they do. Expired retention reverts a
 // block to the default priority (a heap of expiries, never a scan).
 //
-// Checksums are verified on Put always, and on Get when `verify_on_get` is set (off by
+// Checksums are verified on Put always (unless a batch item says its caller just did),
+// and on Get when `verify_on_get` is set (off by
 // default: the bytes were verified when they entered RAM and stay in this process; the
 // disk tier always verifies).
 //
@@ -49,6 +50,8 @@ class HostTier final : public Tier {
 
   TierKind kind() const override { return TierKind::kHost; }
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload) override;
+  // Put for each item; an item's checksum_checked skips the XXH3 pass (tier.h).
+  [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items) override;
   [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) override;
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;
   [[nodiscard]] Status Remove(const BlockRef& ref) override;

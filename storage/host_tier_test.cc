@@ -158,6 +158,30 @@ TEST(HostTierTest, MalformedPutsAreRefusedAndStoreNothing) {
   EXPECT_EQ(tier->Get(block.ref(), small).status().code(), StatusCode::kInvalidArgument);
 }
 
+// A batch item whose caller has hashed the payload (checksum_checked) skips the tier's
+// XXH3 pass and nothing else: a wrong size is still refused. Block 2's byte flipped after
+// the header was made shows the pass is skipped (the caller's word is taken); without the
+// flag the same bytes are refused.
+TEST(HostTierTest, ACheckedBatchItemSkipsOnlyTheChecksumPass) {
+  auto tier = MakeTier(4);
+  const TestBlock first = MakeBlock(1, 1000);
+  TestBlock flipped = MakeBlock(2, 1000);
+  flipped.payload[3] ^= 0xFF;
+  const std::vector<PutItem> checked = {{first.header, first.payload, true},
+                                        {flipped.header, flipped.payload, true},
+                                        {first.header, std::span(first.payload).first(999), true}};
+  const std::vector<Status> results = tier->PutBatch(checked);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_TRUE(results[1].ok()) << results[1];
+  EXPECT_NE(results[2].message().find("truncated"), std::string::npos) << results[2];
+  EXPECT_EQ(Read(*tier, first), first.payload);
+  TestBlock unchecked = MakeBlock(3, 1000);
+  unchecked.payload[3] ^= 0xFF;
+  const std::vector<Status> refused = tier->PutBatch(std::vector<PutItem>{{unchecked.header, unchecked.payload}});
+  EXPECT_NE(refused[0].message().find("checksum"), std::string::npos) << refused[0];
+  EXPECT_EQ(tier->Stats().blocks, 2u);
+}
+
 TEST(HostTierTest, RepeatedPutUpdatesPolicyWithoutCopying) {
   auto tier = MakeTier(2);
   auto a = MakeBlock(1, kPage, 10), b = MakeBlock(2, kPage, 50);

@@ -10,6 +10,11 @@ std::string_view TierName(TierKind kind) {
   return "unknown";
 }
 
+Status ValidatePutItem(const PutItem& item, uint64_t max_payload_bytes) {
+  return item.checksum_checked ? ValidateBlockSize(item.header, item.payload, max_payload_bytes)
+                               : ValidateBlock(item.header, item.payload, max_payload_bytes);
+}
+
 std::vector<Status> Tier::PutBatch(std::span<const PutItem> items) {
   std::vector<Status> results;
   results.reserve(items.size());

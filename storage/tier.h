@@ -57,7 +57,15 @@ using EvictionHandler =
 struct PutItem {
   BlockHeader header;
   std::span<const uint8_t> payload;
+  // The caller has just checked `payload` against header.checksum (the data stream does,
+  // for every block of a transfer before any is stored): the tier skips its own XXH3
+  // pass over the bytes; every other check stays. Leave false unless the bytes were
+  // hashed since they last changed.
+  bool checksum_checked = false;
 };
+
+// ValidateBlock, without the checksum pass where the item says the caller made it.
+[[nodiscard]] Status ValidatePutItem(const PutItem& item, uint64_t max_payload_bytes);
 
 struct GetItem {
   BlockRef ref;

@@ -93,7 +93,7 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
     if (Status valid = storage::ValidateBlock(header, payload, context_.max_block_bytes); !valid.ok()) {
       return Refuse(valid.WithContext("block " + std::to_string(i)));
     }
-    items.push_back({header, payload});
+    items.push_back({header, payload, /*checksum_checked=*/true});
   }
   const std::vector<Status> results = context_.store->PutBatch(items);
   for (size_t i = 0; i < results.size(); ++i) {
