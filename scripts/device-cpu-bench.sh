@@ -54,6 +54,9 @@ done >"$out/transfer_threads.jsonl" 2>"$out/transfer_threads.err"
 # The host tier's gets and puts from 1 to 16 threads (copies run outside its lock).
 "$bundle/bin/host_tier_bench" --benchmark_min_time=1 --benchmark_format=json \
     >"$out/host_tier.json" 2>"$out/host_tier.err"
+# The tiered store's puts from 1 to 16 threads (they run in parallel into the host tier).
+"$bundle/bin/tiered_store_bench" --benchmark_min_time=1 --benchmark_format=json \
+    >"$out/tiered_store.json" 2>"$out/tiered_store.err"
 
 cat "$out/cpu.txt" "$out"/*.jsonl
 for f in "$out"/*.err; do tail -n 3 "$f"; done

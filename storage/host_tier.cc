@@ -64,6 +64,7 @@ class HostTier::Impl {
     }
     stats_.bytes_written += header.payload_bytes;
     index_.Insert(header, pages, first);
+    if (options_.on_stored) options_.on_stored(header);
     return Status::Ok();
   }
 
@@ -113,6 +114,7 @@ class HostTier::Impl {
     std::lock_guard lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound(ref);
+    if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
     EraseLocked(id);
     return Status::Ok();
   }
@@ -183,6 +185,7 @@ class HostTier::Impl {
     const uint32_t id = index_.Find(header.key, header.format_tag);
     if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != header.salt_scope) return false;
     index_.Refresh(id, header);  // same key, same bytes: only the policy changes
+    if (options_.on_stored) options_.on_stored(header);
     return true;
   }
 

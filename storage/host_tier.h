@@ -40,6 +40,10 @@ struct HostTierOptions {
   std::function<Status(void*, size_t)> pin;  // see HostMemoryOptions
   std::function<void(void*, size_t)> unpin;
   EvictionHandler on_evict;                  // null: evicted blocks are dropped
+  // Told of each put that stored or refreshed a block, and of each Remove, under the
+  // tier's lock like on_evict: a block's changes are told in the order they happen.
+  std::function<void(const BlockHeader&)> on_stored;
+  std::function<void(const BlockHeader&)> on_removed;
   const Clock* clock = &SystemClock::Instance();
 };
 

@@ -9,6 +9,7 @@
 
 #include "storage/host_tier.h"
 #include "storage/testing/blocks.h"
+#include "storage/testing/put_bench.h"
 
 namespace kvtier::storage {
 namespace {
@@ -55,17 +56,10 @@ BENCHMARK(BM_HostTierGet)->ThreadRange(1, 16)->UseRealTime();
 // the data stream's puts): the copy without the tier's XXH3 pass.
 void BM_HostTierPut(benchmark::State& state) {
   Shared& shared = Fixture();
-  const bool checked = state.range(0) != 0;
-  uint64_t id = 1'000'000 * (static_cast<uint64_t>(state.thread_index()) + 1);
-  testing::TestBlock block = testing::MakeBlock(id, kBlockBytes);
-  for (auto _ : state) {
-    block.header.key.lo = ++id;  // a new key; the payload (and its checksum) stay
-    const PutItem item{block.header, block.payload, /*checksum_checked=*/true};
-    const Status stored = checked ? std::move(shared.tier->PutBatch({&item, 1}).front())
-                                  : shared.tier->Put(block.header, block.payload);
-    if (!stored.ok()) state.SkipWithError("put failed");
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBlockBytes));
+  testing::PutFreshBlocks(state, kBlockBytes, state.range(0) != 0, [&](const PutItem& item) {
+    return item.checksum_checked ? std::move(shared.tier->PutBatch({&item, 1}).front())
+                                 : shared.tier->Put(item.header, item.payload);
+  });
 }
 BENCHMARK(BM_HostTierPut)->ArgName("checked")->Arg(0)->Arg(1)->ThreadRange(1, 16)->UseRealTime();
 

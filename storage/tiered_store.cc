@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_set>
 
 #include "common/logging.h"
@@ -25,25 +26,35 @@ class TieredStore::Impl {
       host.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
         Demote(header, ranges);
       };
+      host.on_stored = [this](const BlockHeader& header) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, header); };
+      host.on_removed = [this](const BlockHeader& header) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header); };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
     return Status::Ok();
   }
 
-  Tier& top() { return host_ ? static_cast<Tier&>(*host_) : static_cast<Tier&>(*disk_); }
-
+  // Into the host tier, puts run in parallel (mu_ shared; its on_stored tells each under
+  // its lock); into a disk-only store they take mu_ whole, which orders their events.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    std::lock_guard lock(mu_);
-    Status stored = top().Put(header, payload);
-    if (stored.ok()) Emit(StoreEvent::Kind::kStored, top().kind(), header);
+    if (host_) {
+      std::shared_lock lock(mu_);
+      return host_->Put(header, payload);
+    }
+    std::unique_lock lock(mu_);
+    Status stored = disk_->Put(header, payload);
+    if (stored.ok()) Emit(StoreEvent::Kind::kStored, TierKind::kDisk, header);
     return stored;
   }
 
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
-    std::lock_guard lock(mu_);
-    std::vector<Status> results = top().PutBatch(items);
+    if (host_) {
+      std::shared_lock lock(mu_);
+      return host_->PutBatch(items);
+    }
+    std::unique_lock lock(mu_);
+    std::vector<Status> results = disk_->PutBatch(items);
     for (size_t i = 0; i < items.size(); ++i) {
-      if (results[i].ok()) Emit(StoreEvent::Kind::kStored, top().kind(), items[i].header);
+      if (results[i].ok()) Emit(StoreEvent::Kind::kStored, TierKind::kDisk, items[i].header);
     }
     return results;
   }
@@ -76,13 +87,12 @@ class TieredStore::Impl {
   }
 
   Status Remove(const BlockRef& ref) {
-    std::lock_guard lock(mu_);
-    bool removed = false;
-    for (Tier* tier : {static_cast<Tier*>(host_.get()), static_cast<Tier*>(disk_.get())}) {
-      if (tier == nullptr) continue;
-      auto header = tier->Peek(ref);
-      if (header.ok() && tier->Remove(ref).ok()) {
-        Emit(StoreEvent::Kind::kRemoved, tier->kind(), *header);
+    std::unique_lock lock(mu_);
+    bool removed = host_ && host_->Remove(ref).ok();  // told by on_removed
+    if (disk_) {
+      auto header = disk_->Peek(ref);
+      if (header.ok() && disk_->Remove(ref).ok()) {
+        Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, *header);
         removed = true;
       }
     }
@@ -122,8 +132,8 @@ class TieredStore::Impl {
     if (options_.on_event) options_.on_event(StoreEvent{kind, tier, to_tier, header});
   }
 
-  // Runs under the host tier's lock (and mu_: every host insertion holds it).
-  // Whether the block can enter the disk tier only by evicting others.
+  // Runs under the host tier's lock. Whether the block can enter the disk tier only by
+  // evicting others.
   bool DiskFullFor(const BlockHeader& header) const {
     const TierStats disk = disk_->Stats();
     return disk.bytes + header.payload_bytes > disk.capacity_bytes;
@@ -155,15 +165,12 @@ class TieredStore::Impl {
   }
 
   void Promote(const BlockHeader& header, std::span<const uint8_t> payload) {
-    std::lock_guard lock(mu_);
-    if (host_->Put(header, payload).ok()) {
-      promoted_.fetch_add(1);
-      Emit(StoreEvent::Kind::kStored, TierKind::kHost, header);
-    }
+    std::shared_lock lock(mu_);
+    if (host_->Put(header, payload).ok()) promoted_.fetch_add(1);  // told by on_stored
   }
 
   void NoteLoss(TierKind tier, const BlockRef& ref) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     BlockHeader header;
     header.key = ref.key;
     header.format_tag = std::string(ref.format_tag);
@@ -174,16 +181,21 @@ class TieredStore::Impl {
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it
   std::unique_ptr<HostTier> host_;
-  // Serialises every change of placement so that events leave in the order they happen.
-  std::mutex mu_;
-  std::vector<uint8_t> demote_buffer_;  // used under mu_ and the host lock
+  // Orders the events of the changes the tiers do not tell under their own locks, held
+  // whole by those changes: puts into a disk-only store, removals, losses. A host tier
+  // tells its stores, removals and evictions (with the demotions they cause) under its
+  // lock instead, so puts into it share mu_ and run in parallel; a removal still waits
+  // for them, so that a demotion never writes a block to disk between a removal's disk
+  // delete and its event.
+  std::shared_mutex mu_;
+  std::vector<uint8_t> demote_buffer_;  // used under the host lock (Demote)
   std::atomic<uint64_t> demoted_{0}, dropped_below_priority_{0}, dropped_by_admission_{0}, promoted_{0};
 };
 
 Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
   if (!options.host && !options.disk) return InvalidArgumentError("a tiered store needs a host tier, a disk tier or both");
-  if (options.host && options.host->on_evict) {
-    return InvalidArgumentError("host tier on_evict is the tiered store's own; leave it empty");
+  if (options.host && (options.host->on_evict || options.host->on_stored || options.host->on_removed)) {
+    return InvalidArgumentError("host tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
   }
   if (options.disk && options.disk->on_evict) {
     return InvalidArgumentError("disk tier on_evict is the tiered store's own; leave it empty");

@@ -11,9 +11,14 @@
 // where a block lives is reported, in order, to `on_event` for the node's sequenced
 // event stream.
 //
-// Thread safety: safe from any thread. Lock order: host tier, then disk tier (host
-// evictions write to disk under the host lock). `on_event` and `admit_to_disk` run
-// under those locks: they must be quick and must not call back into the store.
+// Thread safety: safe from any thread; puts into the host tier run in parallel (their
+// copies and checks outside its lock). Lock order: the store's own shared mutex (shared
+// by host puts and promotions; whole for removals, losses and a disk-only store's puts),
+// then host tier, then disk tier (host evictions write to disk under the host lock). A
+// block's events are told in the order its changes happen: the host tier tells its
+// stores, removals and evictions under its lock. `on_event` and `admit_to_disk` run under
+// those locks, from any thread that changes the store: they must be thread-safe and
+// quick, and must not call back into the store.
 #pragma once
 
 #include <functional>
@@ -34,7 +39,7 @@ struct StoreEvent {
 };
 
 struct TieredStoreOptions {
-  std::optional<HostTierOptions> host;  // on_evict is the store's; leave it empty
+  std::optional<HostTierOptions> host;  // on_evict, on_stored, on_removed are the store's; leave them empty
   std::optional<DiskTierOptions> disk;
   uint8_t demote_min_priority = 35;
   bool promote_on_hit = true;
@@ -59,7 +64,7 @@ struct TieredStoreStats {
 
 class TieredStore {
  public:
-  // kInvalidArgument when neither tier is configured or host.on_evict is set.
+  // kInvalidArgument when neither tier is configured or a tier's handler is set.
   [[nodiscard]] static Result<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
   ~TieredStore();
 

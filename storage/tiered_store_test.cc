@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
 
@@ -40,6 +46,8 @@ class TieredStoreTest : public ::testing::Test {
     }
     options.admit_to_disk = std::move(admit);
     options.on_event = [this](const StoreEvent& event) {
+      if (before_told_) before_told_(event);
+      std::lock_guard lock(events_mu_);
       events_.push_back(Recorded{event.kind, event.kind == StoreEvent::Kind::kTierChanged ? event.to_tier : event.tier,
                                  event.header.key.lo});
     };
@@ -49,6 +57,8 @@ class TieredStoreTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::mutex events_mu_;  // tests that change the store from several threads
+  std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
   std::vector<Recorded> events_;
 };
 
@@ -114,6 +124,92 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   EXPECT_TRUE(store->Remove(block.ref()).ok());
   EXPECT_EQ(store->Remove(block.ref()).code(), StatusCode::kNotFound);
   EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
+}
+
+// Four threads put (priority 50: demoted when evicted), get (a disk hit comes back up)
+// and now and then remove 24 blocks through a host tier of 6 and a disk tier of 12
+// (puts into the host tier run in parallel). Replayed in the order they were told, the
+// events say where each block is at the end: the highest tier that holds it, or nowhere.
+TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
+  auto store = Make(/*host_pages=*/6, /*disk_bytes=*/12 * kPage);
+  constexpr uint64_t kBlocks = 24;
+  std::vector<TestBlock> blocks;
+  for (uint64_t id = 0; id < kBlocks; ++id) blocks.push_back(MakeBlock(id, kPage, 50));
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::vector<uint8_t> out(kPage);
+      for (int op = 0; op < 3000; ++op) {
+        const TestBlock& block = blocks[rng() % kBlocks];
+        const unsigned what = rng() % 20;
+        if (what == 0) {
+          (void)store->Remove(block.ref());
+        } else if (what < 8) {
+          (void)store->Get(block.ref(), out);
+        } else {
+          (void)store->Put(block.header, block.payload);  // kResourceExhausted now and then: every page in a copy
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
+  for (const Recorded& e : events_) {
+    auto& [host, disk] = told[e.id];
+    const bool in = e.kind != StoreEvent::Kind::kRemoved;
+    if (e.kind == StoreEvent::Kind::kTierChanged) host = false;  // host -> disk
+    (e.tier == TierKind::kHost ? host : disk) = in;
+  }
+  std::map<uint64_t, TierKind> held;
+  for (const auto& [tier, header] : store->Holdings()) held[header.key.lo] = tier;
+  ASSERT_GT(store->Stats().demoted, 0u) << "the run moved blocks down";
+  ASSERT_GT(store->Stats().promoted, 0u) << "and back up";
+  for (uint64_t id = 0; id < kBlocks; ++id) {
+    const auto [host, disk] = told[id];
+    const std::string said = host ? "host" : disk ? "disk" : "nowhere";
+    const std::string truth = !held.contains(id) ? "nowhere" : held[id] == TierKind::kHost ? "host" : "disk";
+    EXPECT_EQ(said, truth) << "block " << id << " (" << events_.size() << " events)";
+  }
+}
+
+// Block 1 is put again (at priority 40, now the lowest) on one thread, and telling that
+// store is held up; another thread's put of block 3 then needs room and evicts block 1
+// to disk. The eviction must not be told before the store it follows: it waits (here up
+// to 200 ms, then the first is let go) and the last word on block 1 is its move to disk.
+TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
+  auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
+  const TestBlock b1 = MakeBlock(1, kPage, 50), b2 = MakeBlock(2, kPage, 50), b3 = MakeBlock(3, kPage, 50);
+  ASSERT_TRUE(store->Put(b1.header, b1.payload).ok());
+  ASSERT_TRUE(store->Put(b2.header, b2.payload).ok());
+  TestBlock lower = b1;
+  lower.header.priority = 40;
+  std::atomic<bool> held{false}, let_go{false}, evicted{false};
+  before_told_ = [&](const StoreEvent& event) {
+    if (event.kind == StoreEvent::Kind::kStored && event.header.key.lo == 1 && !let_go.load()) {
+      held = true;
+      while (!let_go.load()) std::this_thread::yield();
+    }
+  };
+  std::thread refresh([&] { EXPECT_TRUE(store->Put(lower.header, lower.payload).ok()); });
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return held.load(); }));
+  std::thread evict([&] {
+    EXPECT_TRUE(store->Put(b3.header, b3.payload).ok());
+    evicted = true;
+  });
+  kvtier::testing::WaitUntil([&] { return evicted.load(); }, std::chrono::milliseconds(200));
+  let_go = true;
+  refresh.join();
+  evict.join();
+  std::vector<Recorded> about_1;
+  for (const Recorded& e : events_) {
+    if (e.id == 1) about_1.push_back(e);
+  }
+  ASSERT_GE(about_1.size(), 2u);
+  EXPECT_EQ(about_1.back(), (Recorded{StoreEvent::Kind::kTierChanged, TierKind::kDisk, 1}));
+  EXPECT_EQ(about_1[about_1.size() - 2], (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 1}));
+  EXPECT_EQ(store->Holdings().size(), 3u);
 }
 
 TEST(TieredStoreOptionsTest, NeedsATier) {
