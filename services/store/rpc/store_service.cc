@@ -32,6 +32,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       // Every block is checked before any is stored: a bad one refuses the whole batch.
       ThrowIfError(storage::ValidateBlock(item.header, item.payload, limits_.max_block_bytes)
                        .WithContext("block " + std::to_string(i)));
+      item.checksum_checked = true;  // the tier need not hash it again
       items.push_back(std::move(item));
     }
     if (on_request_) {
