@@ -4,15 +4,16 @@
 // written once from the caller's buffers and read back straight into the caller's
 // buffer; each block's header, with its payload's location, lives in RocksDB, in a
 // column family per layout ("layout:<format tag>", keyed by block key), so that a
-// layout's blocks are never read as another's. On open the tier scans only the headers to rebuild its
-// eviction index and the segments' accounting: recovery reads no payload, and segments
-// (or their tails) that no header references, written but never acknowledged, are
-// deleted. Capacity is payload bytes; room is made by prioritized LRU (the same rules as
-// every tier); a put that fails (a full disk, an I/O error) evicts nothing: the blocks it
-// would have pushed out stay where they were in the order. Space of deleted payloads comes back when a segment holds no live block
-// (deleted then) or through compaction: once dead bytes exceed a quarter of the live ones
-// and `segment_bytes`, the sealed segment with the smallest live share has its blocks
-// moved and is deleted, so the files hold at most about 1.25 times the live bytes plus a
+// layout's blocks are never read as another's. On open the tier scans only the headers
+// to rebuild its eviction index and the segments' accounting: recovery reads no payload,
+// and segments (or their tails) that no header references, written but never
+// acknowledged, are deleted. Capacity is payload bytes; room is made by prioritized LRU
+// (the same rules as every tier); a put that fails (a full disk, an I/O error) evicts
+// nothing: the blocks it would have pushed out stay where they were in the order. Space
+// of deleted payloads comes back when a segment holds no live block (deleted then) or
+// through compaction: once dead bytes exceed a quarter of the live ones and
+// `segment_bytes`, the sealed segment with the smallest live share has its blocks moved
+// and is deleted, so the files hold at most about 1.25 times the live bytes plus a
 // segment: size the volume for that.
 //
 // Why not RocksDB's BlobDB (the first design): Debian 12's RocksDB computes CRC32C in

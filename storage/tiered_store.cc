@@ -26,8 +26,8 @@ class TieredStore::Impl {
       host.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
         Demote(header, ranges);
       };
-      host.on_stored = [this](const BlockHeader& header) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, header); };
-      host.on_removed = [this](const BlockHeader& header) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header); };
+      host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, h); };
+      host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
     return Status::Ok();
@@ -195,7 +195,8 @@ class TieredStore::Impl {
 Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
   if (!options.host && !options.disk) return InvalidArgumentError("a tiered store needs a host tier, a disk tier or both");
   if (options.host && (options.host->on_evict || options.host->on_stored || options.host->on_removed)) {
-    return InvalidArgumentError("host tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
+    return InvalidArgumentError(
+        "host tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
   }
   if (options.disk && options.disk->on_evict) {
     return InvalidArgumentError("disk tier on_evict is the tiered store's own; leave it empty");

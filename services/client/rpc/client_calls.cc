@@ -142,7 +142,8 @@ class Client::Impl {
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
-      return request.send().then(ThenKeep(deferred, [](auto& r) { return Result<LookupResult>(ToLookupResult(r.getResult())); }));
+      return request.send().then(
+          ThenKeep(deferred, [](auto& r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); }));
     });
   }
 
@@ -301,7 +302,8 @@ class Client::Impl {
   // and emptied on the link's loop only. On the node's connection it is the node calls'
   // deferred_: one per connection.
   struct CoordinatorLink {
-    CoordinatorLink(rpc::RpcClient* shared, Deferred shared_deferred) : rpc(shared), deferred(std::move(shared_deferred)) {}
+    CoordinatorLink(rpc::RpcClient* shared, Deferred shared_deferred)
+        : rpc(shared), deferred(std::move(shared_deferred)) {}
     explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
     ~CoordinatorLink() {
       rpc->impl().RunOnLoop([this] {

@@ -267,7 +267,8 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
     auto lookup = coordinator->Lookup(keys);
     if (!lookup.ok() || lookup->matched_blocks != keys.size()) return false;
     const auto& where = lookup->locations[1];
-    return std::any_of(where.begin(), where.end(), [](const client::Location& l) { return l.node_id == "store-0/store"; });
+    return std::any_of(where.begin(), where.end(),
+                       [](const client::Location& l) { return l.node_id == "store-0/store"; });
   });
   ASSERT_TRUE(stored) << "block 1 is indexed at the store";
   EXPECT_NE(worker_registry_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 2"),
