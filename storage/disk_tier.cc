@@ -78,7 +78,8 @@ class DiskTier::Impl {
   std::vector<Status> PutBatchLocked(std::span<const PutItem> items) KVTIER_REQUIRES(write_mu_) {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
-      results[i] = ValidatePutItem(items[i], options_.max_block_bytes);
+      const PutItem& item = items[i];
+      results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
     CreateFamilies(items, results);
     StagedBatch staged;

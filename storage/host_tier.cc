@@ -30,8 +30,7 @@ class HostTier::Impl {
   // blocks copy in parallel), and the block indexed under the lock again.
   // `checksum_checked`: as PutItem's.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked) {
-    KVTIER_RETURN_IF_ERROR(checksum_checked ? ValidateBlockSize(header, payload, options_.max_block_bytes)
-                                            : ValidateBlock(header, payload, options_.max_block_bytes));
+    KVTIER_RETURN_IF_ERROR(ValidatePut(header, payload, checksum_checked, options_.max_block_bytes));
     const uint64_t pages = PagesFor(header.payload_bytes);
     if (pages > num_pages_) {
       return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +

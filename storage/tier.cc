@@ -10,9 +10,10 @@ std::string_view TierName(TierKind kind) {
   return "unknown";
 }
 
-Status ValidatePutItem(const PutItem& item, uint64_t max_payload_bytes) {
-  return item.checksum_checked ? ValidateBlockSize(item.header, item.payload, max_payload_bytes)
-                               : ValidateBlock(item.header, item.payload, max_payload_bytes);
+Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked,
+                   uint64_t max_payload_bytes) {
+  return checksum_checked ? ValidateBlockSize(header, payload, max_payload_bytes)
+                          : ValidateBlock(header, payload, max_payload_bytes);
 }
 
 std::vector<Status> Tier::PutBatch(std::span<const PutItem> items) {

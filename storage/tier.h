@@ -64,8 +64,10 @@ struct PutItem {
   bool checksum_checked = false;
 };
 
-// ValidateBlock, without the checksum pass where the item says the caller made it.
-[[nodiscard]] Status ValidatePutItem(const PutItem& item, uint64_t max_payload_bytes);
+// ValidateBlock, without the checksum pass where `checksum_checked` (PutItem's) says
+// the caller made it.
+[[nodiscard]] Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked,
+                                 uint64_t max_payload_bytes);
 
 struct GetItem {
   BlockRef ref;
