@@ -109,10 +109,13 @@ class DiskTier::Impl {
       const PutItem& item = items[staged.inserts[k]];
       index_.Insert(item.header, item.header.payload_bytes, staged.reservation->locations[k]);
       stats_.bytes_written += item.header.payload_bytes;
+      if (options_.on_stored) options_.on_stored(item.header);
     }
     for (size_t i : staged.refreshes) {
       const uint32_t id = index_.Find(items[i].header.key, items[i].header.format_tag);
-      if (id != TierIndex::kNil) index_.Refresh(id, items[i].header);  // kNil: evicted by this batch
+      if (id == TierIndex::kNil) continue;  // evicted by this batch
+      index_.Refresh(id, items[i].header);
+      if (options_.on_stored) options_.on_stored(items[i].header);
     }
     return results;
   }

@@ -72,7 +72,11 @@ struct DiskTierOptions {
   DiskSync sync = DiskSync::kWal;
   uint64_t memtable_bytes = 64ull << 20;     // the headers' memtable
   uint64_t segment_bytes = 64ull << 20;      // payload segments are sealed past this (1 MiB to 512 GiB)
-  EvictionHandler on_evict;                 // told of each eviction; no payload (see tier.h)
+  // Told of each eviction (no payload, see tier.h) and of each put that stored or
+  // refreshed a block, under the tier's locks: a block's changes here are told in the
+  // order they happen.
+  EvictionHandler on_evict;
+  std::function<void(const BlockHeader&)> on_stored;
   const Clock* clock = &SystemClock::Instance();
 };
 

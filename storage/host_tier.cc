@@ -27,7 +27,8 @@ class HostTier::Impl {
   }
 
   // Pages are taken under the lock, the payload copied in outside it (puts of different
-  // blocks copy in parallel), and the block indexed under the lock again.
+  // blocks copy in parallel), and the block indexed under the lock again. Room is made
+  // by evicting; with an on_evict handler its calls run outside the lock too (MakeRoom).
   // `checksum_checked`: as PutItem's.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked) {
     KVTIER_RETURN_IF_ERROR(ValidatePut(header, payload, checksum_checked, options_.max_block_bytes));
@@ -39,17 +40,15 @@ class HostTier::Impl {
     }
     uint32_t first = TierIndex::kNil;
     {
-      std::lock_guard lock(mu_);
+      std::unique_lock lock(mu_);
       ++stats_.puts;
       if (RefreshLocked(header)) return Status::Ok();
       if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
         return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
       }
-      while (free_pages_.size() < pages) {
-        if (!EvictOne()) {  // what is left is being copied right now: a moment later there is room
-          return ResourceExhaustedError("host tier: no room for " + std::to_string(header.payload_bytes) +
-                                        " bytes while the rest is being read or written; retry");
-        }
+      if (!MakeRoom(pages, lock)) {  // what is left is being copied right now: a moment later there is room
+        return ResourceExhaustedError("host tier: no room for " + std::to_string(header.payload_bytes) +
+                                      " bytes while the rest is being read, written or evicted; retry");
       }
       first = TakePages(pages);
     }
@@ -188,27 +187,74 @@ class HostTier::Impl {
     return true;
   }
 
-  // False when nothing is left to evict (every page is free, or held by a copy in flight).
-  bool EvictOne() KVTIER_REQUIRES(mu_) {
-    const uint32_t victim = index_.Victim();
-    if (victim == TierIndex::kNil) return false;
-    const uint8_t priority = index_.EffectivePriority(victim);
-    if (options_.on_evict) {
-      const TierIndex::Entry& entry = index_.entry(victim);
-      std::vector<std::span<const uint8_t>> ranges;
-      ranges.reserve(entry.units);
-      auto page = static_cast<uint32_t>(entry.location);
-      for (uint64_t left = entry.header.payload_bytes; left > 0; page = next_page_[page]) {
-        const uint64_t n = std::min<uint64_t>(left, options_.page_bytes);
-        ranges.emplace_back(Page(page), n);
-        left -= n;
+  // Evicts until `pages` pages are free; false when it cannot (every other page is being
+  // copied or evicted by another thread). Without an on_evict handler the victims leave
+  // at once. With one, a put would otherwise hold the lock through the handler's work
+  // (a demotion's disk write) and stall every get and put of the tier: the victims are
+  // held instead (still readable, out of the eviction order, their pages pinned like a
+  // reader's), handed to the handler with the lock released, and then leave.
+  bool MakeRoom(uint64_t pages, std::unique_lock<std::mutex>& lock) KVTIER_REQUIRES(mu_) {
+    while (free_pages_.size() < pages) {
+      if (!options_.on_evict) {
+        const uint32_t victim = index_.Victim();
+        if (victim == TierIndex::kNil) return false;
+        LeaveLocked(victim);
+        continue;
       }
-      options_.on_evict(index_.CurrentHeader(victim), ranges);
+      std::vector<HeldVictim> victims = HoldVictimsLocked(pages);
+      if (victims.empty()) return false;
+      lock.unlock();
+      std::vector<std::span<const uint8_t>> ranges;
+      for (const HeldVictim& victim : victims) options_.on_evict(victim.header, PayloadRanges(victim, ranges));
+      lock.lock();
+      for (const HeldVictim& victim : victims) {
+        // Still the block that was held, unless a Remove (or a failed checksum) took it meanwhile.
+        const uint32_t id = index_.Find(victim.header.key, victim.header.format_tag);
+        if (id != TierIndex::kNil && index_.entry(id).location == victim.first) LeaveLocked(id);
+        ReleaseReaderLocked(victim.first);
+      }
     }
-    ++stats_.evictions;
-    ++stats_.evictions_by_priority[priority];
-    EraseLocked(victim);
     return true;
+  }
+
+  struct HeldVictim {
+    BlockHeader header;  // as of when it was held
+    uint32_t first = TierIndex::kNil;
+  };
+
+  // Holds victims until the free pages and theirs make `pages`, or none is left.
+  std::vector<HeldVictim> HoldVictimsLocked(uint64_t pages) KVTIER_REQUIRES(mu_) {
+    std::vector<HeldVictim> victims;
+    for (uint64_t coming = free_pages_.size(); coming < pages;) {
+      const uint32_t victim = index_.Victim();
+      if (victim == TierIndex::kNil) break;
+      const TierIndex::Entry& entry = index_.entry(victim);
+      victims.push_back(HeldVictim{index_.CurrentHeader(victim), static_cast<uint32_t>(entry.location)});
+      coming += entry.units;
+      index_.Hold(victim);
+      ++readers_[victims.back().first];
+    }
+    return victims;
+  }
+
+  // The held victim's payload as its pages' byte ranges, in `ranges`' storage.
+  std::span<const std::span<const uint8_t>> PayloadRanges(const HeldVictim& victim,
+                                                         std::vector<std::span<const uint8_t>>& ranges) const {
+    ranges.clear();
+    uint32_t page = victim.first;
+    for (uint64_t left = victim.header.payload_bytes; left > 0; page = next_page_[page]) {
+      const uint64_t n = std::min<uint64_t>(left, options_.page_bytes);
+      ranges.emplace_back(Page(page), n);
+      left -= n;
+    }
+    return ranges;
+  }
+
+  void LeaveLocked(uint32_t victim) KVTIER_REQUIRES(mu_) {
+    ++stats_.evictions;
+    ++stats_.evictions_by_priority[index_.EffectivePriority(victim)];
+    if (options_.on_evicted) options_.on_evicted(index_.CurrentHeader(victim));
+    EraseLocked(victim);
   }
 
   void EraseLocked(uint32_t id) KVTIER_REQUIRES(mu_) {

@@ -18,8 +18,16 @@
 // payloads are copied in and out outside it, so puts and gets of different blocks copy in
 // parallel: a get holds its block's pages (an eviction meanwhile leaves them to the last
 // reader to free) and a put its freshly taken pages until the copy is done. A put that
-// finds no room because every other page is in such a copy gets kResourceExhausted
-// (retry). See tier.h for eviction handlers.
+// finds no room because every other page is in such a copy (or being evicted by another
+// put) gets kResourceExhausted (retry).
+//
+// Eviction. With an `on_evict` handler, a put that needs room holds its victims (they stay
+// readable and findable, no other eviction takes them) and calls the handler for each
+// outside the lock, so that its work (the tiered store writes the block to disk) holds up
+// no other get or put; then each victim leaves, told to `on_evicted` under the lock. A
+// Remove of a block while its handler runs removes it at once (told to on_removed); it is
+// then not told to on_evicted, whatever the handler did with its bytes. Without a handler
+// victims leave under the lock at once.
 // REQUIRES: page_bytes a multiple of 4096; capacity_bytes at least one page.
 #pragma once
 
@@ -39,11 +47,15 @@ struct HostTierOptions {
   bool try_huge_pages = true;
   std::function<Status(void*, size_t)> pin;  // see HostMemoryOptions
   std::function<void(void*, size_t)> unpin;
-  EvictionHandler on_evict;                  // null: evicted blocks are dropped
-  // Told of each put that stored or refreshed a block, and of each Remove, under the
-  // tier's lock like on_evict: a block's changes are told in the order they happen.
+  // Told of each victim with its payload, outside the lock, before it leaves (above);
+  // null: evicted blocks are dropped.
+  EvictionHandler on_evict;
+  // Told under the tier's lock of each put that stored or refreshed a block, each Remove
+  // and each evicted block as it leaves: a block's changes here are told in the order
+  // they happen.
   std::function<void(const BlockHeader&)> on_stored;
   std::function<void(const BlockHeader&)> on_removed;
+  std::function<void(const BlockHeader&)> on_evicted;
   const Clock* clock = &SystemClock::Instance();
 };
 

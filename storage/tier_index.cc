@@ -57,6 +57,7 @@ void TierIndex::Erase(uint32_t id) {
   if (lru_.Contains(id)) lru_.Remove(id);
   units_ -= entry.units;
   entry.live = false;
+  entry.held = false;
   ++entry.generation;  // stale deadlines of this id are skipped
   entry.header = BlockHeader{};
   free_ids_.push_back(id);
@@ -73,14 +74,20 @@ void TierIndex::SetPolicy(uint32_t id, const BlockHeader& header) {
     deadlines_.push(Deadline{entry.deadline_ns, id, entry.generation});
   }
   if (lru_.Contains(id)) lru_.Remove(id);
-  lru_.PushMostRecent(id, EffectivePriority(id));
+  if (!entry.held) lru_.PushMostRecent(id, EffectivePriority(id));
 }
 
 void TierIndex::Refresh(uint32_t id, const BlockHeader& header) { SetPolicy(id, header); }
 
 void TierIndex::Touch(uint32_t id) {
+  if (entries_[id].held) return;
   lru_.Remove(id);
   lru_.PushMostRecent(id, EffectivePriority(id));
+}
+
+void TierIndex::Hold(uint32_t id) {
+  entries_[id].held = true;
+  if (lru_.Contains(id)) lru_.Remove(id);
 }
 
 uint8_t TierIndex::EffectivePriority(uint32_t id) const {

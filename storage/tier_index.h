@@ -1,7 +1,7 @@
 // TierIndex: the bookkeeping every tier shares, with no memory or I/O of its own.
 //
 // It maps (format tag, key) to a dense entry id, keeps each entry's header and size, and
-// orders the unpinned entries for eviction: prioritized LRU on the effective priority
+// orders the entries not held (Hold) for eviction: prioritized LRU on the effective priority
 // (the stored priority until its retention runs out, then the default 35). Retention
 // deadlines sit in a min-heap checked on every call that picks a victim, never a scan.
 // A retention running out moves the entry to the newest place of the default priority;
@@ -35,6 +35,7 @@ class TierIndex {
     uint64_t location = 0;        // the tier's own use (first page)
     uint32_t generation = 0;
     bool live = false;
+    bool held = false;            // out of the eviction order until erased (Hold)
   };
 
   explicit TierIndex(const Clock* clock) : clock_(clock), lru_(0) {}
@@ -53,9 +54,14 @@ class TierIndex {
   // reverse order of their eviction get their old order back. REQUIRES: as Insert.
   uint32_t Restore(const BlockHeader& header, uint64_t units, uint64_t location);
   void Erase(uint32_t id);
-  // Most recently used; `header`'s priority and retention replace the stored ones.
+  // Most recently used (unless held); `header`'s priority and retention replace the stored ones.
   void Refresh(uint32_t id, const BlockHeader& header);
+  // Most recently used; a held entry stays out of the eviction order.
   void Touch(uint32_t id);
+  // Takes the entry out of the eviction order for good while it stays findable: the tier
+  // is evicting it and hands its bytes on before it leaves (the host tier's demotions).
+  // Touch and Refresh leave it out; Erase ends it.
+  void Hold(uint32_t id);
   // The tier moved the entry's bytes (the disk tier's compaction).
   void Relocate(uint32_t id, uint64_t location) { entries_[id].location = location; }
 

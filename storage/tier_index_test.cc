@@ -66,6 +66,26 @@ TEST(TierIndexTest, RestoredVictimsGetTheirOldPlacesBack) {
   EXPECT_EQ(order, (std::vector<uint64_t>{0, 1, 2, 3}));
 }
 
+TEST(TierIndexTest, AHeldEntryStaysFindableButIsNoVictimAgain) {
+  FakeClock clock;
+  TierIndex index(&clock);
+  // Blocks 0 (p10) and 1 (p50); 0 is being evicted (held) while it is read and re-put.
+  const TestBlock b0 = MakeBlock(0, 8, 10);
+  const uint32_t held = index.Insert(b0.header, 8, 0);
+  const uint32_t b1 = index.Insert(MakeBlock(1, 8, 50).header, 8, 0);
+  ASSERT_EQ(index.Victim(), held);
+  index.Hold(held);
+  index.Touch(held);
+  index.Refresh(held, MakeBlock(0, 8, 5).header);
+  EXPECT_EQ(index.Find(b0.header.key, b0.header.format_tag), held);
+  EXPECT_EQ(index.Victim(), b1);  // not the held one, though its priority is lower
+  // Once erased, its id is reused by a block that is in the eviction order again.
+  index.Erase(held);
+  const uint32_t b2 = index.Insert(MakeBlock(2, 8, 0).header, 8, 0);
+  EXPECT_EQ(b2, held);
+  EXPECT_EQ(index.Victim(), b2);
+}
+
 TEST(TierIndexTest, RetentionRunsOutAndPriorityRevertsToDefault) {
   FakeClock clock;
   TierIndex index(&clock);

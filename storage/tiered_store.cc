@@ -14,49 +14,41 @@ class TieredStore::Impl {
  public:
   explicit Impl(TieredStoreOptions options) : options_(std::move(options)) {}
 
-  // Creates the tiers with the store's eviction handlers bound to this object.
+  // Creates the tiers with the store's handlers bound to this object. Each tier tells its
+  // own changes under its own lock, so a block's events leave in the order its changes
+  // happened in each tier; a demotion is told as the disk's store, then the host's eviction.
   Status Open() {
     if (options_.disk) {
       DiskTierOptions disk = *options_.disk;
       disk.on_evict = [this](const BlockHeader& header, auto) { Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, header); };
+      disk.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kDisk, h); };
       KVTIER_ASSIGN_OR_RETURN(disk_, DiskTier::Create(std::move(disk)));
     }
     if (options_.host) {
       HostTierOptions host = *options_.host;
-      host.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-        Demote(header, ranges);
-      };
+      if (disk_) {
+        host.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
+          Demote(header, ranges);
+        };
+      }
       host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, h); };
       host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
+      host.on_evicted = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
     return Status::Ok();
   }
 
-  // Into the host tier, puts run in parallel (mu_ shared; its on_stored tells each under
-  // its lock); into a disk-only store they take mu_ whole, which orders their events.
+  // Puts (and the demotions they cause) run in parallel, sharing mu_; the tiers tell
+  // their events.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    if (host_) {
-      std::shared_lock lock(mu_);
-      return host_->Put(header, payload);
-    }
-    std::unique_lock lock(mu_);
-    Status stored = disk_->Put(header, payload);
-    if (stored.ok()) Emit(StoreEvent::Kind::kStored, TierKind::kDisk, header);
-    return stored;
+    std::shared_lock lock(mu_);
+    return host_ ? host_->Put(header, payload) : disk_->Put(header, payload);
   }
 
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
-    if (host_) {
-      std::shared_lock lock(mu_);
-      return host_->PutBatch(items);
-    }
-    std::unique_lock lock(mu_);
-    std::vector<Status> results = disk_->PutBatch(items);
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (results[i].ok()) Emit(StoreEvent::Kind::kStored, TierKind::kDisk, items[i].header);
-    }
-    return results;
+    std::shared_lock lock(mu_);
+    return host_ ? host_->PutBatch(items) : disk_->PutBatch(items);
   }
 
   Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
@@ -128,40 +120,40 @@ class TieredStore::Impl {
   }
 
  private:
-  void Emit(StoreEvent::Kind kind, TierKind tier, const BlockHeader& header, TierKind to_tier = TierKind::kDisk) {
-    if (options_.on_event) options_.on_event(StoreEvent{kind, tier, to_tier, header});
+  void Emit(StoreEvent::Kind kind, TierKind tier, const BlockHeader& header) {
+    if (options_.on_event) options_.on_event(StoreEvent{kind, tier, header});
   }
 
-  // Runs under the host tier's lock. Whether the block can enter the disk tier only by
-  // evicting others.
+  // Whether the block can enter the disk tier only by evicting others.
   bool DiskFullFor(const BlockHeader& header) const {
     const TierStats disk = disk_->Stats();
     return disk.bytes + header.payload_bytes > disk.capacity_bytes;
   }
 
+  // A host tier victim, outside the host tier's lock (its handler): onto the disk when
+  // its priority and the admission filter let it. The disk tells the store; the host tier
+  // then tells the eviction.
   void Demote(const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-    if (!disk_ || header.priority < options_.demote_min_priority) {
-      if (disk_) dropped_below_priority_.fetch_add(1);
-      Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header);
+    if (header.priority < options_.demote_min_priority) {
+      dropped_below_priority_.fetch_add(1);
       return;
     }
     if (options_.admit_to_disk && DiskFullFor(header) && !options_.admit_to_disk(header)) {
       dropped_by_admission_.fetch_add(1);
-      Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header);
       return;
     }
-    // The host pages are not contiguous; RocksDB takes one value, so gather once into a
-    // buffer kept across demotions (the disk write costs far more than this copy).
-    demote_buffer_.clear();
-    for (auto range : ranges) demote_buffer_.insert(demote_buffer_.end(), range.begin(), range.end());
-    Status written = disk_->Put(header, demote_buffer_);
+    // The host pages are not contiguous and the disk tier takes one payload per block:
+    // gather into a buffer of this thread's, kept across demotions (puts demote in
+    // parallel; the disk write costs far more than this copy).
+    thread_local std::vector<uint8_t> gathered;
+    gathered.clear();
+    for (auto range : ranges) gathered.insert(gathered.end(), range.begin(), range.end());
+    Status written = disk_->Put(header, gathered);
     if (!written.ok()) {
       spdlog::warn("host tier eviction of block {} could not move to disk: {}", header.key.ToHex(), written.ToString());
-      Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, header);
       return;
     }
     demoted_.fetch_add(1);
-    Emit(StoreEvent::Kind::kTierChanged, TierKind::kHost, header, TierKind::kDisk);
   }
 
   void Promote(const BlockHeader& header, std::span<const uint8_t> payload) {
@@ -181,25 +173,23 @@ class TieredStore::Impl {
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it
   std::unique_ptr<HostTier> host_;
-  // Orders the events of the changes the tiers do not tell under their own locks, held
-  // whole by those changes: puts into a disk-only store, removals, losses. A host tier
-  // tells its stores, removals and evictions (with the demotions they cause) under its
-  // lock instead, so puts into it share mu_ and run in parallel; a removal still waits
-  // for them, so that a demotion never writes a block to disk between a removal's disk
-  // delete and its event.
+  // Held whole by the changes the tiers do not tell under their own locks (removals,
+  // losses), shared by puts and promotions: a removal waits for the puts in flight, so
+  // that a demotion never writes a block to disk between a removal's disk delete and its
+  // event.
   std::shared_mutex mu_;
-  std::vector<uint8_t> demote_buffer_;  // used under the host lock (Demote)
   std::atomic<uint64_t> demoted_{0}, dropped_below_priority_{0}, dropped_by_admission_{0}, promoted_{0};
 };
 
 Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
   if (!options.host && !options.disk) return InvalidArgumentError("a tiered store needs a host tier, a disk tier or both");
-  if (options.host && (options.host->on_evict || options.host->on_stored || options.host->on_removed)) {
+  if (options.host &&
+      (options.host->on_evict || options.host->on_stored || options.host->on_removed || options.host->on_evicted)) {
     return InvalidArgumentError(
-        "host tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
+        "host tier on_evict, on_stored, on_removed and on_evicted are the tiered store's own; leave them empty");
   }
-  if (options.disk && options.disk->on_evict) {
-    return InvalidArgumentError("disk tier on_evict is the tiered store's own; leave it empty");
+  if (options.disk && (options.disk->on_evict || options.disk->on_stored)) {
+    return InvalidArgumentError("disk tier on_evict and on_stored are the tiered store's own; leave them empty");
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Open());

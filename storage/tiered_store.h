@@ -8,17 +8,19 @@
 // dropped. While the disk has room every block is kept: refusing one then loses a
 // possible hit and saves nothing. Get reads host, then disk; a disk hit is promoted into the
 // host tier (the disk copy stays, so a later demotion rewrites nothing). Every change of
-// where a block lives is reported, in order, to `on_event` for the node's sequenced
-// event stream.
+// where a block lives is reported to `on_event` for the node's sequenced event stream, as
+// each tier's store or removal: a demotion is the disk's kStored, then the host's
+// kRemoved (for that moment the block is in both, and it is readable from both).
 //
-// Thread safety: safe from any thread; puts into the host tier run in parallel (their
-// copies and checks outside its lock). Lock order: the store's own shared mutex (shared
-// by host puts and promotions; whole for removals, losses and a disk-only store's puts),
-// then host tier, then disk tier (host evictions write to disk under the host lock). A
-// block's events are told in the order its changes happen: the host tier tells its
-// stores, removals and evictions under its lock. `on_event` and `admit_to_disk` run under
-// those locks, from any thread that changes the store: they must be thread-safe and
-// quick, and must not call back into the store.
+// Thread safety: safe from any thread; puts run in parallel (their copies and checks
+// outside the tiers' locks, and so do the disk writes of the demotions they cause, the
+// host tier holding each victim readable meanwhile). Lock order: the store's own shared
+// mutex (shared by puts and promotions; whole for removals and losses), then the host
+// tier's, then the disk tier's. A block's events are told in the order its changes
+// happen in each tier: each tier tells its stores, removals and evictions under its own
+// lock. `on_event` and `admit_to_disk` run under those locks, from any thread that
+// changes the store: they must be thread-safe and quick, and must not call back into
+// the store.
 #pragma once
 
 #include <functional>
@@ -31,16 +33,15 @@
 namespace kvtier::storage {
 
 struct StoreEvent {
-  enum class Kind : uint8_t { kStored, kRemoved, kTierChanged };
+  enum class Kind : uint8_t { kStored, kRemoved };
   Kind kind;
-  TierKind tier;     // kStored, kRemoved: where; kTierChanged: from
-  TierKind to_tier;  // kTierChanged
+  TierKind tier;
   BlockHeader header;  // key, parent, scope, format, priority, retention left
 };
 
 struct TieredStoreOptions {
-  std::optional<HostTierOptions> host;  // on_evict, on_stored, on_removed are the store's; leave them empty
-  std::optional<DiskTierOptions> disk;
+  std::optional<HostTierOptions> host;  // its handlers (on_*) are the store's; leave them empty
+  std::optional<DiskTierOptions> disk;  // likewise
   uint8_t demote_min_priority = 35;
   bool promote_on_hit = true;
   std::function<bool(const BlockHeader&)> admit_to_disk;  // asked when the disk is full; null: admit everything

@@ -4,9 +4,19 @@
 // demoted), the events counted as a node's stream would take them.
 #include <benchmark/benchmark.h>
 
-#include <atomic>
-#include <memory>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "storage/testing/blocks.h"
 #include "storage/testing/put_bench.h"
 #include "storage/tiered_store.h"
 
@@ -40,6 +50,83 @@ void BM_TieredStorePut(benchmark::State& state) {
                           [&](const PutItem& item) { return std::move(shared.store->PutBatch({&item, 1}).front()); });
 }
 BENCHMARK(BM_TieredStorePut)->ArgName("checked")->Arg(0)->Arg(1)->ThreadRange(1, 16)->UseRealTime();
+
+// Gets of blocks held in the host tier (from 1 and 2 threads) while a thread of the
+// bench's own keeps putting fresh blocks into the full tier, each put demoting the least
+// recently used block to the disk tier (Arg 1), or with no puts (Arg 0). The hot blocks
+// sit at priority 80, so every demotion takes a fresh block. Compare the gets' rate and
+// their slowest call (get_max_us) with and without the demotions beside them; put_bytes is
+// the putter's rate meanwhile.
+struct DemotingStore {
+  std::unique_ptr<TieredStore> store;
+  std::vector<testing::TestBlock> hot;
+  std::string dir;
+};
+
+DemotingStore& DemotingFixture() {
+  static DemotingStore* shared = [] {
+    auto* s = new DemotingStore();
+    s->dir = std::filesystem::temp_directory_path() / ("kvtier-demote-bench-" + std::to_string(::getpid()));
+    TieredStoreOptions options;
+    options.host = HostTierOptions{};
+    options.host->capacity_bytes = 64ull << 20;
+    options.disk = DiskTierOptions{};
+    options.disk->path = s->dir;
+    options.disk->capacity_bytes = 1ull << 30;
+    s->store = TieredStore::Create(std::move(options)).value();
+    for (uint64_t id = 1; id <= 64; ++id) {
+      s->hot.push_back(testing::MakeBlock(id, kBlockBytes, /*priority=*/80));
+      if (!s->store->Put(s->hot.back().header, s->hot.back().payload).ok()) std::abort();
+    }
+    std::atexit([] { std::filesystem::remove_all(DemotingFixture().dir); });
+    return s;
+  }();
+  return *shared;
+}
+
+// Puts fresh blocks into `store` until `stop`; the bytes put.
+uint64_t PutUntil(TieredStore& store, const std::atomic<bool>& stop) {
+  static std::atomic<uint64_t> next_id{1'000'000};
+  testing::TestBlock block = testing::MakeBlock(next_id.load(), kBlockBytes);
+  uint64_t bytes = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    block.header.key.lo = next_id.fetch_add(1);
+    const PutItem item{block.header, block.payload, /*checksum_checked=*/true};
+    if (!store.PutBatch({&item, 1}).front().ok()) std::abort();
+    bytes += kBlockBytes;
+  }
+  return bytes;
+}
+
+void BM_GetWhileDemoting(benchmark::State& state) {
+  DemotingStore& shared = DemotingFixture();
+  std::atomic<bool> stop{false};
+  uint64_t put_bytes = 0;
+  std::thread putter;
+  if (state.thread_index() == 0 && state.range(0) != 0) {
+    putter = std::thread([&] { put_bytes = PutUntil(*shared.store, stop); });
+  }
+  std::vector<uint8_t> out(kBlockBytes);
+  uint64_t i = static_cast<uint64_t>(state.thread_index()) * 7;
+  std::chrono::nanoseconds slowest{0};
+  const auto started = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const testing::TestBlock& block = shared.hot[i++ % shared.hot.size()];
+    const auto start = std::chrono::steady_clock::now();
+    if (!shared.store->Get(block.ref(), out).ok()) state.SkipWithError("hot block missing");
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - start);
+  }
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+  if (putter.joinable()) {
+    stop = true;
+    putter.join();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBlockBytes));
+  state.counters["get_max_us"] =
+      benchmark::Counter(static_cast<double>(slowest.count()) / 1000.0, benchmark::Counter::kAvgThreads);
+  state.counters["put_bytes_per_s"] = static_cast<double>(put_bytes) / elapsed.count();
+}
+BENCHMARK(BM_GetWhileDemoting)->ArgName("demoting")->Arg(0)->Arg(1)->ThreadRange(1, 2)->UseRealTime();
 
 }  // namespace
 }  // namespace kvtier::storage

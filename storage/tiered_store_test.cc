@@ -48,8 +48,7 @@ class TieredStoreTest : public ::testing::Test {
     options.on_event = [this](const StoreEvent& event) {
       if (before_told_) before_told_(event);
       std::lock_guard lock(events_mu_);
-      events_.push_back(Recorded{event.kind, event.kind == StoreEvent::Kind::kTierChanged ? event.to_tier : event.tier,
-                                 event.header.key.lo});
+      events_.push_back(Recorded{event.kind, event.tier, event.header.key.lo});
     };
     auto store = TieredStore::Create(std::move(options));
     EXPECT_TRUE(store.ok()) << store.status();
@@ -65,7 +64,8 @@ class TieredStoreTest : public ::testing::Test {
 TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
   // Host holds two blocks: 0 (p60) and 1 (p10). Block 2 (p70) evicts block 1 (p10 < 35:
-  // dropped), block 3 (p70) evicts block 0 (p60, the lowest left: moved to disk).
+  // dropped), block 3 (p70) evicts block 0 (p60, the lowest left: moved to disk, told as
+  // the disk's store, then the host's removal).
   auto b0 = MakeBlock(0, kPage, 60), b1 = MakeBlock(1, kPage, 10), b2 = MakeBlock(2, kPage, 70),
        b3 = MakeBlock(3, kPage, 70);
   for (auto* b : {&b0, &b1, &b2, &b3}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
@@ -74,7 +74,8 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
                                             {K::kStored, TierKind::kHost, 1},
                                             {K::kRemoved, TierKind::kHost, 1},
                                             {K::kStored, TierKind::kHost, 2},
-                                            {K::kTierChanged, TierKind::kDisk, 0},
+                                            {K::kStored, TierKind::kDisk, 0},
+                                            {K::kRemoved, TierKind::kHost, 0},
                                             {K::kStored, TierKind::kHost, 3}}));
   EXPECT_FALSE(store->Contains(b1.ref()));
   EXPECT_EQ(store->Stats().dropped_below_priority, 1u);
@@ -89,7 +90,8 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   EXPECT_EQ(hit->header.priority, 60);
   EXPECT_EQ(hit->tier, TierKind::kDisk);
   EXPECT_EQ(store->Stats().promoted, 1u);
-  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kTierChanged, TierKind::kDisk, 2}, {K::kStored, TierKind::kHost, 0}}));
+  EXPECT_EQ(events_, (std::vector<Recorded>{
+                         {K::kStored, TierKind::kDisk, 2}, {K::kRemoved, TierKind::kHost, 2}, {K::kStored, TierKind::kHost, 0}}));
   auto holdings = store->Holdings();
   EXPECT_EQ(holdings.size(), 3u);  // 0 and 3 in host, 2 on disk (0's disk copy reported once)
   // Read again, block 0 comes from the host tier it was promoted into.
@@ -158,9 +160,7 @@ TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
   std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
   for (const Recorded& e : events_) {
     auto& [host, disk] = told[e.id];
-    const bool in = e.kind != StoreEvent::Kind::kRemoved;
-    if (e.kind == StoreEvent::Kind::kTierChanged) host = false;  // host -> disk
-    (e.tier == TierKind::kHost ? host : disk) = in;
+    (e.tier == TierKind::kHost ? host : disk) = e.kind == StoreEvent::Kind::kStored;
   }
   std::map<uint64_t, TierKind> held;
   for (const auto& [tier, header] : store->Holdings()) held[header.key.lo] = tier;
@@ -177,7 +177,8 @@ TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
 // Block 1 is put again (at priority 40, now the lowest) on one thread, and telling that
 // store is held up; another thread's put of block 3 then needs room and evicts block 1
 // to disk. The eviction must not be told before the store it follows: it waits (here up
-// to 200 ms, then the first is let go) and the last word on block 1 is its move to disk.
+// to 200 ms, then the first is let go), and the last word on block 1 is its move to disk:
+// stored there, then removed from the host tier.
 TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
   auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
   const TestBlock b1 = MakeBlock(1, kPage, 50), b2 = MakeBlock(2, kPage, 50), b3 = MakeBlock(3, kPage, 50);
@@ -206,9 +207,12 @@ TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
   for (const Recorded& e : events_) {
     if (e.id == 1) about_1.push_back(e);
   }
-  ASSERT_GE(about_1.size(), 2u);
-  EXPECT_EQ(about_1.back(), (Recorded{StoreEvent::Kind::kTierChanged, TierKind::kDisk, 1}));
-  EXPECT_EQ(about_1[about_1.size() - 2], (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 1}));
+  using K = StoreEvent::Kind;
+  ASSERT_GE(about_1.size(), 3u);
+  EXPECT_EQ(std::vector<Recorded>(about_1.end() - 3, about_1.end()),
+            (std::vector<Recorded>{{K::kStored, TierKind::kHost, 1},
+                                   {K::kStored, TierKind::kDisk, 1},
+                                   {K::kRemoved, TierKind::kHost, 1}}));
   EXPECT_EQ(store->Holdings().size(), 3u);
 }
 

@@ -44,10 +44,6 @@ coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event, coordinator::Sc
     case storage::StoreEvent::Kind::kRemoved:
       out.kind = coordinator::KvEvent::Kind::kRemoved;
       break;
-    case storage::StoreEvent::Kind::kTierChanged:
-      out.kind = coordinator::KvEvent::Kind::kTierChanged;
-      out.to_tier = ToTier(event.to_tier);
-      break;
   }
   return out;
 }

@@ -31,23 +31,24 @@ TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   EXPECT_FALSE(ToKvEvent(first, 4).parent.has_value());
 }
 
-TEST(NodeEventsTest, StoreEventsKeepTierRetentionAndMoves) {
+TEST(NodeEventsTest, StoreEventsKeepTierAndRetention) {
   storage::BlockHeader header;
   header.key = BlockKey{5, 5};
   header.parent = BlockKey{5, 4};
   header.priority = 80;
   header.retention_left_ms = 1500;
-  const KvEvent stored = ToKvEvent({storage::StoreEvent::Kind::kStored, storage::TierKind::kHost,
-                                    storage::TierKind::kDisk, header}, 2);
+  const KvEvent stored = ToKvEvent({storage::StoreEvent::Kind::kStored, storage::TierKind::kHost, header}, 2);
+  EXPECT_EQ(stored.kind, KvEvent::Kind::kStored);
   EXPECT_EQ(stored.tier, Tier::kHost);
+  EXPECT_EQ(stored.parent, header.parent);
   ASSERT_EQ(stored.retention.size(), 1u);
   EXPECT_EQ(stored.retention[0].priority, 80);
   EXPECT_EQ(stored.retention[0].duration, std::chrono::milliseconds(1500));
-  const KvEvent moved = ToKvEvent({storage::StoreEvent::Kind::kTierChanged, storage::TierKind::kHost,
-                                   storage::TierKind::kDisk, header}, 2);
-  EXPECT_EQ(moved.kind, KvEvent::Kind::kTierChanged);
-  EXPECT_EQ(moved.tier, Tier::kHost);
-  EXPECT_EQ(moved.to_tier, Tier::kDisk);
+  // A demotion's second half: the block leaves the host tier.
+  const KvEvent removed = ToKvEvent({storage::StoreEvent::Kind::kRemoved, storage::TierKind::kHost, header}, 2);
+  EXPECT_EQ(removed.kind, KvEvent::Kind::kRemoved);
+  EXPECT_EQ(removed.tier, Tier::kHost);
+  EXPECT_EQ(removed.keys, std::vector<BlockKey>{header.key});
   const coordinator::SnapshotBlock block = ToSnapshotBlock(storage::TierKind::kDisk, header, 2);
   EXPECT_EQ(block.tier, Tier::kDisk);
   EXPECT_EQ(block.parent, header.parent);

@@ -25,10 +25,6 @@ coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
     case storage::StoreEvent::Kind::kRemoved:
       out.kind = coordinator::NodeEvent::Kind::kRemoved;
       break;
-    case storage::StoreEvent::Kind::kTierChanged:
-      out.kind = coordinator::NodeEvent::Kind::kTierChanged;
-      out.to_tier = ToTier(e.to_tier);
-      break;
   }
   return out;
 }
