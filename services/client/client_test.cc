@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "services/cli/embedded_cluster.h"
+#include "services/rpc/testing/recording_proxy.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::client {
@@ -259,6 +260,43 @@ TEST_F(ClientTest, AsyncCallsFromManyThreads) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(committed.load(), 4);
+}
+
+// The SDK holds each answer until its connection's next call is sent, so that the
+// answer's Finish rides behind that Call (services/rpc/deferred_finish.h). A proxy in
+// front of the node logs what the client sends: worker stats twice, then a lookup (the
+// coordinator's call, on the same connection), then worker stats again.
+TEST_F(ClientTest, EachAnswersFinishFollowsTheNextCallOnTheWire) {
+  auto proxy = rpc::testing::RecordingProxy::Start(cluster_->endpoints()[0]);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  ClientOptions options = Options();
+  options.address = (*proxy)->address();
+  auto client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(1, 8), kTokensPerBlock);
+  ASSERT_TRUE((*client)->GetWorkerStats().ok());
+  ASSERT_TRUE((*client)->GetWorkerStats().ok());
+  ASSERT_TRUE((*client)->Lookup(keys).ok());
+  ASSERT_TRUE((*client)->GetWorkerStats().ok());
+
+  // Each of the first three calls' Finish comes after the Call that followed it.
+  using Kind = rpc::testing::WireMessage::Kind;
+  const std::vector<rpc::testing::WireMessage> log = (*proxy)->Log();
+  std::vector<size_t> calls;  // where the four calls are in the log
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i].kind == Kind::kCall && (log[i].method == "Worker.stats" || log[i].method == "Coordinator.lookup")) {
+      calls.push_back(i);
+    }
+  }
+  const std::string sent = ::testing::PrintToString(log.size()) + " messages";
+  ASSERT_EQ(calls.size(), 4u) << sent;
+  EXPECT_EQ(log[calls[2]].method, "Coordinator.lookup");
+  for (size_t k = 0; k + 1 < calls.size(); ++k) {
+    const uint32_t question = log[calls[k]].question;
+    size_t finish = calls[k] + 1;
+    while (finish < log.size() && !(log[finish].kind == Kind::kFinish && log[finish].question == question)) ++finish;
+    EXPECT_GT(finish, calls[k + 1]) << "call " << k << "'s Finish is sent after call " << k + 1 << " (" << sent << ")";
+  }
 }
 
 TEST_F(ClientTest, ErrorsNameWhatWasWrong) {

@@ -3,17 +3,18 @@
 #include "services/rpc/deferred_finish.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <capnp/rpc-twoparty.h>
-#include <capnp/rpc.capnp.h>
 #include <capnp/serialize-async.h>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 
 #include "services/rpc/schema/kvtier.capnp.h"
+#include "services/rpc/testing/wire_log.h"
 
 namespace kvtier::rpc {
 namespace {
@@ -76,10 +77,10 @@ class RecordingStream final : public capnp::MessageStream {
 
  private:
   void Record(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
-    capnp::SegmentArrayMessageReader reader(segments);
-    const auto message = reader.getRoot<capnp::rpc::Message>();
-    if (message.isCall()) log_.push_back("call " + std::to_string(message.getCall().getQuestionId()));
-    if (message.isFinish()) log_.push_back("finish " + std::to_string(message.getFinish().getQuestionId()));
+    const std::optional<testing::WireMessage> message = testing::ReadWireMessage(segments);
+    if (!message) return;
+    const bool call = message->kind == testing::WireMessage::Kind::kCall;
+    log_.push_back((call ? "call " : "finish ") + std::to_string(message->question));
   }
 
   capnp::MessageStream& inner_;
