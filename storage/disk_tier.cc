@@ -68,19 +68,22 @@ class DiskTier::Impl {
   // acknowledged block has both. The I/O runs outside mu_, so gets are not held up by it;
   // write_mu_ keeps puts, removals and compaction in order.
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
-    std::lock_guard write_lock(write_mu_);
-    std::vector<Status> results = PutBatchLocked(items);
-    // After a batch that wrote (not when the disk just refused one: the move would fail too).
-    if (std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); })) Compact();
-    return results;
-  }
-
-  std::vector<Status> PutBatchLocked(std::span<const PutItem> items) KVTIER_REQUIRES(write_mu_) {
+    // The checks (the XXH3 pass above all) need no lock: puts from several threads hash
+    // in parallel and queue only for the write.
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       const PutItem& item = items[i];
       results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
+    std::lock_guard write_lock(write_mu_);
+    PutBatchLocked(items, results);
+    // After a batch that wrote (not when the disk just refused one: the move would fail too).
+    if (std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); })) Compact();
+    return results;
+  }
+
+  // `results`: the items' checks, kept where they failed and made the outcome elsewhere.
+  void PutBatchLocked(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
     CreateFamilies(items, results);
     StagedBatch staged;
     Status written;
@@ -103,7 +106,7 @@ class DiskTier::Impl {
       for (Status& result : results) {
         if (result.ok()) result = written;  // nothing of the batch was written
       }
-      return results;
+      return;
     }
     for (size_t k = 0; k < staged.inserts.size(); ++k) {
       const PutItem& item = items[staged.inserts[k]];
@@ -117,7 +120,6 @@ class DiskTier::Impl {
       index_.Refresh(id, items[i].header);
       if (options_.on_stored) options_.on_stored(items[i].header);
     }
-    return results;
   }
 
   Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
