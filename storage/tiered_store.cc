@@ -3,7 +3,6 @@
 #include <atomic>
 #include <mutex>
 #include <shared_mutex>
-#include <unordered_set>
 
 #include "common/logging.h"
 #include "common/thread_annotations.h"
@@ -93,17 +92,11 @@ class TieredStore::Impl {
 
   std::vector<std::pair<TierKind, BlockHeader>> Holdings() const {
     std::vector<std::pair<TierKind, BlockHeader>> holdings;
-    std::unordered_set<BlockKey, BlockKeyHash> in_host;
     if (host_) {
-      for (BlockHeader& header : host_->Headers()) {
-        in_host.insert(header.key);
-        holdings.emplace_back(TierKind::kHost, std::move(header));
-      }
+      for (BlockHeader& header : host_->Headers()) holdings.emplace_back(TierKind::kHost, std::move(header));
     }
     if (disk_) {
-      for (BlockHeader& header : disk_->Headers()) {
-        if (!in_host.contains(header.key)) holdings.emplace_back(TierKind::kDisk, std::move(header));
-      }
+      for (BlockHeader& header : disk_->Headers()) holdings.emplace_back(TierKind::kDisk, std::move(header));
     }
     return holdings;
   }

@@ -77,7 +77,9 @@ class TieredStore {
   bool Contains(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.
   [[nodiscard]] Status Remove(const BlockRef& ref);
-  // Every block and the highest tier that holds it, for a snapshot to the coordinator.
+  // Every copy: (tier, header) for each tier that holds a block, for a snapshot to the
+  // coordinator. A block promoted from disk, or caught between a demotion's disk store and
+  // its host removal, is listed once per tier, as its events told it.
   std::vector<std::pair<TierKind, BlockHeader>> Holdings() const;
   TieredStoreStats Stats() const;
   // Makes everything stored so far durable on the disk tier (a store draining); OK when

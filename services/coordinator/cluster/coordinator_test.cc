@@ -337,6 +337,29 @@ TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) 
   EXPECT_EQ(Publish("w1", 1, {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
 }
 
+// A store's snapshot lists every copy: block a in host memory and, promoted from there,
+// still on disk; block b on disk only. Each copy is a location; removing a's host copy
+// leaves its disk copy serving the prefix.
+TEST_F(CoordinatorTest, ASnapshotMayNameABlockOnTwoTiersOfTheNode) {
+  Join("s1", 1, NodeRole::kStore);
+  const auto ab = Chain(1, 2);
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"s1", 1, 0,
+                                             {{ab[0], std::nullopt, 0, Tier::kHost, 0, {}},
+                                              {ab[0], std::nullopt, 0, Tier::kDisk, 0, {}},
+                                              {ab[1], ab[0], 0, Tier::kDisk, 0, {}}}})
+                  .ok());
+  LookupResult both = coordinator_->Lookup(0, ab);
+  ASSERT_EQ(both.matched_blocks, 2u);
+  std::set<Tier> tiers_of_a;
+  for (const Location& at : both.LocationsOf(0)) tiers_of_a.insert(at.tier);
+  EXPECT_EQ(tiers_of_a, (std::set<Tier>{Tier::kHost, Tier::kDisk}));
+  EXPECT_EQ(Publish("s1", 0, {Removed({ab[0]}, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  LookupResult disk_only = coordinator_->Lookup(0, ab);
+  ASSERT_EQ(disk_only.matched_blocks, 2u);
+  ASSERT_EQ(disk_only.LocationsOf(0).size(), 1u);
+  EXPECT_EQ(disk_only.LocationsOf(0)[0].tier, Tier::kDisk);
+}
+
 TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
   EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(), StatusCode::kUnavailable);
   Join("store-1", 1, NodeRole::kStore);
