@@ -18,12 +18,12 @@ std::vector<BlockKey> ChainKeys(uint64_t chain) {
   return keys;
 }
 
-std::unique_ptr<BlockIndex> FilledIndex(const Clock* clock = &SystemClock::Instance()) {
+std::unique_ptr<BlockIndex> FilledIndex(const Clock* clock = &SystemClock::Instance(), uint64_t chains = kChains) {
   BlockIndexOptions options;
-  options.expected_blocks = kChains * kChainLength;
+  options.expected_blocks = chains * kChainLength;
   options.clock = clock;
   std::unique_ptr<BlockIndex> index = *BlockIndex::Create(options);
-  for (uint64_t c = 0; c < kChains; ++c) {
+  for (uint64_t c = 0; c < chains; ++c) {
     const std::vector<BlockKey> keys = ChainKeys(c);
     (void)index->Store({0, std::nullopt, keys, {static_cast<NodeId>(c % 4), Tier::kGpu, 0}, {}});
   }
@@ -40,6 +40,20 @@ void BM_LookupHit32(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(kChainLength));
 }
 BENCHMARK(BM_LookupHit32);
+
+// As BM_LookupHit32 on an index of range(0) chains of 32 blocks (2M: 256 MiB, far past
+// the caches), each prompt a random chain: every block a cache miss, as in a coordinator
+// holding a cluster's blocks.
+void BM_LookupHit32Cold(benchmark::State& state) {
+  const uint64_t chains = static_cast<uint64_t>(state.range(0));
+  std::unique_ptr<BlockIndex> index = FilledIndex(&SystemClock::Instance(), chains);
+  std::vector<std::vector<BlockKey>> prompts;
+  for (uint64_t c = 0; c < 4096; ++c) prompts.push_back(ChainKeys(c * 2654435761u % chains));
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(index->Lookup(0, prompts[i++ % prompts.size()]));
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(kChainLength));
+}
+BENCHMARK(BM_LookupHit32Cold)->Arg(kChains)->Arg(1 << 16)->Unit(benchmark::kMicrosecond);
 
 // A prompt whose first block is unknown: one probe and out.
 void BM_LookupMiss(benchmark::State& state) {
