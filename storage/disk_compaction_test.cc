@@ -115,9 +115,12 @@ TEST(DiskCompactionTest, GetsReadTheRightBytesWhileCompactionMovesTheirBlocks) {
 // arrive. Once the dead bytes pass a segment's worth, compaction moves the sparser
 // segment 1: h1 fails its checksum on the way and is dropped (counted), never moved;
 // h2a and h2b read back intact.
-TEST(DiskCompactionTest, ABlockFoundCorruptWhileMovedIsDroppedAndCounted) {
+TEST(DiskCompactionTest, ABlockFoundCorruptWhileMovedIsDroppedCountedAndTold) {
   TempDir dir;
-  auto tier = DiskTier::Create(SmallTier(dir.path()));
+  std::vector<uint64_t> removed;
+  DiskTierOptions options = SmallTier(dir.path());
+  options.on_removed = [&](const BlockHeader& header) { removed.push_back(header.key.lo); };
+  auto tier = DiskTier::Create(options);
   ASSERT_TRUE(tier.ok()) << tier.status();
   const TestBlock h1 = MakeBlock(1001, 64 << 10, 90), h2a = MakeBlock(1002, 64 << 10, 90),
                   h2b = MakeBlock(1003, 64 << 10, 90);
@@ -137,6 +140,7 @@ TEST(DiskCompactionTest, ABlockFoundCorruptWhileMovedIsDroppedAndCounted) {
   put_low(40);  // evicts the low blocks of segments 1 and 2, and more
   EXPECT_EQ((*tier)->Stats().checksum_failures, 1u);
   EXPECT_FALSE((*tier)->Contains(h1.ref())) << "dropped, not moved";
+  EXPECT_EQ(removed, std::vector<uint64_t>{1001}) << "and told as a removal (evictions are not)";
   for (const TestBlock* h : {&h2a, &h2b}) {
     auto read = ReadBack(**tier, *h);
     ASSERT_TRUE(read.ok()) << read.status();

@@ -177,6 +177,7 @@ class DiskTier::Impl {
       return removed;  // nothing changed: the block stays, whole and readable
     }
     segments_->Release(index_.entry(id).location, index_.entry(id).header.payload_bytes);
+    TellRemoved(id);
     index_.Erase(id);
     return Status::Ok();
   }
@@ -448,12 +449,20 @@ class DiskTier::Impl {
     ++stats_.checksum_failures;
     const uint32_t id = index_.Find(header.key, header.format_tag);
     if (id != TierIndex::kNil && index_.entry(id).location == location) {
+      const BlockHeader dropped = index_.CurrentHeader(id);
       rocksdb::WriteBatch batch;
       std::vector<FreedPayload> freed;
-      if (DeleteLocked(id, batch, freed).ok()) db_.Write(write_options_, &batch).PermitUncheckedError();
+      if (DeleteLocked(id, batch, freed).ok()) {
+        db_.Write(write_options_, &batch).PermitUncheckedError();
+        if (options_.on_removed) options_.on_removed(dropped);
+      }
       ReleaseLocked(freed);
     }
     return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (checksum mismatch); it was deleted");
+  }
+
+  void TellRemoved(uint32_t id) KVTIER_REQUIRES(write_mu_, mu_) {
+    if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
   }
 
   const DiskTierOptions options_;
@@ -564,6 +573,7 @@ void DiskTier::Impl::CommitMoveLocked(const SegmentMove& move) {
     if (move.corrupt[k]) {  // dropped, as a read would have
       ++stats_.checksum_failures;
       segments_->Release(move.to.locations[k], bytes);
+      TellRemoved(move.ids[k]);
       index_.Erase(move.ids[k]);
     } else {
       index_.Relocate(move.ids[k], move.to.locations[k]);

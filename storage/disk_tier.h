@@ -72,11 +72,13 @@ struct DiskTierOptions {
   DiskSync sync = DiskSync::kWal;
   uint64_t memtable_bytes = 64ull << 20;     // the headers' memtable
   uint64_t segment_bytes = 64ull << 20;      // payload segments are sealed past this (1 MiB to 512 GiB)
-  // Told of each eviction (no payload, see tier.h) and of each put that stored or
-  // refreshed a block, under the tier's locks: a block's changes here are told in the
-  // order they happen.
+  // Told of each eviction (no payload, see tier.h), of each put that stored or refreshed
+  // a block, and of each block that left otherwise (a Remove; a payload found corrupt,
+  // by a get or by compaction, and dropped), under the tier's locks: a block's changes
+  // here are told in the order they happen.
   EvictionHandler on_evict;
   std::function<void(const BlockHeader&)> on_stored;
+  std::function<void(const BlockHeader&)> on_removed;
   const Clock* clock = &SystemClock::Instance();
 };
 

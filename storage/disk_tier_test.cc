@@ -61,11 +61,14 @@ TEST(DiskTierTest, CorruptPayloadIsReportedAsDataLossAndNeverReturned) {
     ASSERT_TRUE(tier->Flush().ok());
   }
   ASSERT_TRUE(CorruptPayload(dir.path(), bad.payload));
-  auto tier = OpenDiskTier(dir.path());
+  std::vector<uint64_t> removed;
+  auto tier = OpenDiskTier(dir.path(), 1 << 20, nullptr,
+                           [&](const BlockHeader& header) { removed.push_back(header.key.lo); });
   auto read = ReadBack(*tier, bad);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos);
   EXPECT_EQ(tier->Stats().checksum_failures, 1u);
+  EXPECT_EQ(removed, std::vector<uint64_t>{2}) << "the drop is told, as a removal";
   EXPECT_FALSE(tier->Contains(bad.ref()));  // deleted, so the next read is a plain miss
   auto intact = ReadBack(*tier, good);
   ASSERT_TRUE(intact.ok()) << intact.status();
@@ -263,13 +266,16 @@ TEST(DiskTierTest, APutThatFailsToWriteEvictsNothing) {
   EXPECT_EQ(tier->Stats().evictions_by_priority[10], 2u);
 }
 
-TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
+TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsEvictionsAndRemovalsApart) {
   TempDir dir;
-  std::vector<uint64_t> evicted;
-  auto tier = OpenDiskTier(dir.path(), 3000, [&](const BlockHeader& header, auto payload) {
-    EXPECT_TRUE(payload.empty());
-    evicted.push_back(header.key.lo);
-  });
+  std::vector<uint64_t> evicted, removed;
+  auto tier = OpenDiskTier(
+      dir.path(), 3000,
+      [&](const BlockHeader& header, auto payload) {
+        EXPECT_TRUE(payload.empty());
+        evicted.push_back(header.key.lo);
+      },
+      [&](const BlockHeader& header) { removed.push_back(header.key.lo); });
   // 0 (p80), 1 (p10), 2 (p40) of 1000 bytes fill the tier; block 3 pushes out block 1.
   for (auto [id, priority] : {std::pair{0, 80}, {1, 10}, {2, 40}, {3, 35}}) {
     auto block = MakeBlock(id, 1000, static_cast<uint8_t>(priority));
@@ -279,6 +285,12 @@ TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsTheHandler) {
   EXPECT_EQ(tier->Stats().bytes, 3000u);
   EXPECT_EQ(tier->Stats().evictions_by_priority[10], 1u);
   EXPECT_FALSE(tier->Contains(MakeBlock(1, 1000).ref()));
+  EXPECT_TRUE(removed.empty()) << "an eviction is not a removal";
+  // Block 2 removed: told as a removal; a second Remove finds nothing and tells nothing.
+  ASSERT_TRUE(tier->Remove(MakeBlock(2, 1000).ref()).ok());
+  EXPECT_EQ(tier->Remove(MakeBlock(2, 1000).ref()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(removed, std::vector<uint64_t>{2});
+  EXPECT_EQ(evicted, std::vector<uint64_t>{1});
 }
 
 TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {

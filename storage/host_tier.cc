@@ -93,7 +93,10 @@ class HostTier::Impl {
     if (corrupt) {
       ++stats_.checksum_failures;
       const uint32_t id = index_.Find(header.key, header.format_tag);
-      if (id != TierIndex::kNil && index_.entry(id).location == first) EraseLocked(id);
+      if (id != TierIndex::kNil && index_.entry(id).location == first) {
+        if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
+        EraseLocked(id);
+      }
       return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
     }
     ++stats_.hits;

@@ -50,9 +50,9 @@ struct HostTierOptions {
   // Told of each victim with its payload, outside the lock, before it leaves (above);
   // null: evicted blocks are dropped.
   EvictionHandler on_evict;
-  // Told under the tier's lock of each put that stored or refreshed a block, each Remove
-  // and each evicted block as it leaves: a block's changes here are told in the order
-  // they happen.
+  // Told under the tier's lock of each put that stored or refreshed a block, each block
+  // that left by a Remove or because a get found it corrupt (on_removed), and each
+  // evicted block as it leaves: a block's changes here are told in the order they happen.
   std::function<void(const BlockHeader&)> on_stored;
   std::function<void(const BlockHeader&)> on_removed;
   std::function<void(const BlockHeader&)> on_evicted;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -180,6 +181,42 @@ TEST(HostTierTest, ACheckedBatchItemSkipsOnlyTheChecksumPass) {
   const std::vector<Status> refused = tier->PutBatch(std::vector<PutItem>{{unchecked.header, unchecked.payload}});
   EXPECT_NE(refused[0].message().find("checksum"), std::string::npos) << refused[0];
   EXPECT_EQ(tier->Stats().blocks, 2u);
+}
+
+// With verify_on_get, bytes changed in RAM after the put (here: a bit flipped in the
+// slab, reached through the pin hook as a CUDA host registration would see it) are never
+// returned: the get reports data loss, the block is dropped and told to on_removed, and
+// the next get is a plain miss. Block 2, untouched, still reads back.
+TEST(HostTierTest, VerifyOnGetDropsABlockCorruptedInMemory) {
+  std::span<uint8_t> slab;
+  std::vector<uint64_t> removed;
+  HostTierOptions options;
+  options.capacity_bytes = 8 * kPage;
+  options.page_bytes = kPage;
+  options.try_huge_pages = false;
+  options.verify_on_get = true;
+  options.pin = [&](void* data, size_t bytes) {
+    slab = {static_cast<uint8_t*>(data), bytes};
+    return Status::Ok();
+  };
+  options.on_removed = [&](const BlockHeader& header) { removed.push_back(header.key.lo); };
+  auto tier = HostTier::Create(options);
+  ASSERT_TRUE(tier.ok()) << tier.status();
+  const TestBlock bad = MakeBlock(1, 3 * kPage), good = MakeBlock(2, kPage);
+  ASSERT_TRUE((*tier)->Put(bad.header, bad.payload).ok());
+  ASSERT_TRUE((*tier)->Put(good.header, good.payload).ok());
+  const auto at = std::search(slab.begin(), slab.end(), bad.payload.begin(), bad.payload.begin() + 64);
+  ASSERT_NE(at, slab.end()) << "block 1's first bytes are in the slab";
+  *(at + 100) ^= 0x5A;
+
+  std::vector<uint8_t> out(bad.payload.size());
+  const Result<BlockHeader> read = (*tier)->Get(bad.ref(), out);
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << read.status();
+  EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos) << read.status();
+  EXPECT_EQ(removed, std::vector<uint64_t>{1});
+  EXPECT_EQ((*tier)->Stats().checksum_failures, 1u);
+  EXPECT_EQ((*tier)->Get(bad.ref(), out).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Read(**tier, good), good.payload);
 }
 
 TEST(HostTierTest, RepeatedPutUpdatesPolicyWithoutCopying) {

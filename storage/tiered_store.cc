@@ -21,6 +21,7 @@ class TieredStore::Impl {
       DiskTierOptions disk = *options_.disk;
       disk.on_evict = [this](const BlockHeader& header, auto) { Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, header); };
       disk.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kDisk, h); };
+      disk.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, h); };
       KVTIER_ASSIGN_OR_RETURN(disk_, DiskTier::Create(std::move(disk)));
     }
     if (options_.host) {
@@ -57,14 +58,10 @@ class TieredStore::Impl {
       Result<BlockHeader> hit = host_->Get(ref, out);
       if (hit.ok()) return TieredHit{std::move(hit).value(), TierKind::kHost};
       if (!disk_ || hit.status().code() == StatusCode::kInvalidArgument) return hit.status();
-      if (hit.status().code() == StatusCode::kDataLoss) NoteLoss(TierKind::kHost, ref);
     }
     if (!disk_) return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
-    Result<BlockHeader> hit = disk_->Get(ref, out);
-    if (!hit.ok()) {
-      if (hit.status().code() == StatusCode::kDataLoss) NoteLoss(TierKind::kDisk, ref);
-      return hit.status();
-    }
+    Result<BlockHeader> hit = disk_->Get(ref, out);  // a corrupt block is dropped and told
+    if (!hit.ok()) return hit.status();
     if (host_ && options_.promote_on_hit) Promote(*hit, out.first(hit->payload_bytes));
     return TieredHit{std::move(hit).value(), TierKind::kDisk};
   }
@@ -79,15 +76,9 @@ class TieredStore::Impl {
 
   Status Remove(const BlockRef& ref) {
     std::unique_lock lock(mu_);
-    bool removed = host_ && host_->Remove(ref).ok();  // told by on_removed
-    if (disk_) {
-      auto header = disk_->Peek(ref);
-      if (header.ok() && disk_->Remove(ref).ok()) {
-        Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, *header);
-        removed = true;
-      }
-    }
-    return removed ? Status::Ok() : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
+    const bool from_host = host_ && host_->Remove(ref).ok();  // each tier tells its removal
+    const bool from_disk = disk_ && disk_->Remove(ref).ok();
+    return from_host || from_disk ? Status::Ok() : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
   }
 
   std::vector<std::pair<TierKind, BlockHeader>> Holdings() const {
@@ -158,22 +149,12 @@ class TieredStore::Impl {
     if (host_->Put(header, payload).ok()) promoted_.fetch_add(1);  // told by on_stored
   }
 
-  void NoteLoss(TierKind tier, const BlockRef& ref) {
-    std::unique_lock lock(mu_);
-    BlockHeader header;
-    header.key = ref.key;
-    header.format_tag = std::string(ref.format_tag);
-    header.salt_scope = ref.salt_scope;
-    Emit(StoreEvent::Kind::kRemoved, tier, header);
-  }
-
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it
   std::unique_ptr<HostTier> host_;
-  // Held whole by the changes the tiers do not tell under their own locks (removals,
-  // losses), shared by puts and promotions: a removal waits for the puts in flight, so
-  // that a demotion never writes a block to disk between a removal's disk delete and its
-  // event.
+  // Held whole by removals, shared by puts and promotions: a removal waits for the puts
+  // in flight, so that no demotion brings a block back to disk after the removal deleted
+  // it there.
   std::shared_mutex mu_;
   std::atomic<uint64_t> demoted_{0}, dropped_below_priority_{0}, dropped_by_admission_{0}, promoted_{0};
 };
@@ -185,8 +166,9 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions opti
     return InvalidArgumentError(
         "host tier on_evict, on_stored, on_removed and on_evicted are the tiered store's own; leave them empty");
   }
-  if (options.disk && (options.disk->on_evict || options.disk->on_stored)) {
-    return InvalidArgumentError("disk tier on_evict and on_stored are the tiered store's own; leave them empty");
+  if (options.disk && (options.disk->on_evict || options.disk->on_stored || options.disk->on_removed)) {
+    return InvalidArgumentError(
+        "disk tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Open());

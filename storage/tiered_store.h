@@ -10,12 +10,13 @@
 // host tier (the disk copy stays, so a later demotion rewrites nothing). Every change of
 // where a block lives is reported to `on_event` for the node's sequenced event stream, as
 // each tier's store or removal: a demotion is the disk's kStored, then the host's
-// kRemoved (for that moment the block is in both, and it is readable from both).
+// kRemoved (for that moment the block is in both, and it is readable from both); a block
+// a get finds corrupt is dropped from its tier and told as that tier's kRemoved.
 //
 // Thread safety: safe from any thread; puts run in parallel (their copies and checks
 // outside the tiers' locks, and so do the disk writes of the demotions they cause, the
 // host tier holding each victim readable meanwhile). Lock order: the store's own shared
-// mutex (shared by puts and promotions; whole for removals and losses), then the host
+// mutex (shared by puts and promotions; whole for removals), then the host
 // tier's, then the disk tier's. A block's events are told in the order its changes
 // happen in each tier: each tier tells its stores, removals and evictions under its own
 // lock. `on_event` and `admit_to_disk` run under those locks, from any thread that

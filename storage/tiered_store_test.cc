@@ -134,6 +134,25 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
 }
 
+// Block 4 moves down to disk (block 5 takes the one host page) and is corrupted there.
+// Its get reports data loss and returns nothing; the disk tier drops it and that is told
+// as the disk's removal, so the coordinator stops naming this node for it.
+TEST_F(TieredStoreTest, ACorruptDiskBlockIsToldAsRemoved) {
+  auto store = Make(/*host_pages=*/1, /*disk_bytes=*/1 << 20);
+  const TestBlock b4 = MakeBlock(4, kPage), b5 = MakeBlock(5, kPage);
+  ASSERT_TRUE(store->Put(b4.header, b4.payload).ok());
+  ASSERT_TRUE(store->Put(b5.header, b5.payload).ok());
+  ASSERT_TRUE(testing::CorruptPayload(dir_.path(), b4.payload));
+  events_.clear();
+  std::vector<uint8_t> out(kPage);
+  EXPECT_EQ(store->Get(b4.ref(), out).status().code(), StatusCode::kDataLoss);
+  using K = StoreEvent::Kind;
+  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kRemoved, TierKind::kDisk, 4}}));
+  EXPECT_EQ(store->Stats().promoted, 0u);
+  ASSERT_EQ(store->Holdings().size(), 1u);
+  EXPECT_EQ(store->Holdings()[0].second.key.lo, 5u);
+}
+
 // Four threads put (priority 50: demoted when evicted), get (a disk hit comes back up)
 // and now and then remove 24 blocks through a host tier of 6 and a disk tier of 12
 // (puts into the host tier run in parallel). Replayed in the order they were told, the
