@@ -8,6 +8,8 @@
 #include <asio.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
+
 namespace kvtier {
 namespace {
 
@@ -66,7 +68,10 @@ class MetricsHttpServer::Impl {
 
   void Start() {
     Accept();
-    thread_ = std::thread([this] { io_.run(); });
+    thread_ = std::thread([this] {
+      NameThisThread("kvt-http");
+      io_.run();
+    });
   }
 
   void Shutdown() {

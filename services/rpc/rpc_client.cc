@@ -1,5 +1,6 @@
 #include "services/rpc/rpc_client.h"
 
+#include "common/thread_name.h"
 #include "services/rpc/rpc_client_impl.h"
 
 #include <capnp/message.h>
@@ -61,6 +62,7 @@ Result<ServerVersion> RpcClient::Impl::Version() {
 }
 
 void RpcClient::Impl::Loop(std::promise<void>& ready) {
+  NameThisThread("kvt-client");
   kj::AsyncIoContext io = kj::setupAsyncIo();
   io_ = &io;
   auto stop = kj::newPromiseAndFulfiller<void>();

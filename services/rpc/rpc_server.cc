@@ -12,6 +12,7 @@
 #include <kj/async-io.h>
 #include <spdlog/spdlog.h>
 
+#include "common/thread_name.h"
 #include "services/rpc/buffered_message_stream.h"
 #include "services/rpc/status_mapping.h"
 #include "services/rpc/tls.h"
@@ -91,6 +92,7 @@ class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
 
  private:
   void Run(std::promise<Status>& started) {
+    NameThisThread(options_.thread_name);
     kj::AsyncIoContext io = kj::setupAsyncIo();
     timer_ = &io.provider->getTimer();
     // Destroyed in reverse order: connections and accept loops (tasks) before listeners.

@@ -44,6 +44,7 @@ struct RpcServerOptions {
   // the call, the client's Finish, the socket turning writable), which dominate the tail
   // latency of small calls, at the price of one busy core while traffic flows. 0: off.
   std::chrono::microseconds busy_poll{0};
+  std::string thread_name = "kvt-rpc";  // the event-loop thread's (common/thread_name.h)
 };
 
 using BootstrapFactory = std::function<capnp::Capability::Client()>;

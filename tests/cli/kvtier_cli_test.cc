@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -34,6 +36,18 @@ std::string HttpGet(const std::string& url) {
       .received;
 }
 
+// The names of process `pid`'s threads, as top -H shows them.
+std::multiset<std::string> ThreadNames(int pid) {
+  std::multiset<std::string> names;
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  return names;
+}
+
 // /readyz of the endpoint at `base` once it answers 200 (a node registered), or after 10 s.
 std::string WaitUntilReady(const std::string& base) {
   std::string ready;
@@ -61,6 +75,10 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
 
   EXPECT_TRUE(HttpGet(base + "/healthz").starts_with("HTTP/1.1 200")) << HttpGet(base + "/healthz");
+  // Its threads say what they serve: the RPC loop (every role, in `up`) and the endpoint.
+  const std::multiset<std::string> threads = ThreadNames(up.pid());
+  EXPECT_EQ(threads.count("kvt-coord"), 1u) << ::testing::PrintToString(threads);
+  EXPECT_EQ(threads.count("kvt-http"), 1u) << ::testing::PrintToString(threads);
   EXPECT_TRUE(HttpGet(base + "/readyz").starts_with("HTTP/1.1 200"));
 
   // The live /metrics output passes promtool.
@@ -178,6 +196,10 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   std::string version;
   EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + BannerValue(banner, "rpc"), &version), 0) << version;
   EXPECT_NE(version.find("roles store"), std::string::npos) << version;
+  const std::multiset<std::string> threads = ThreadNames(store.pid());
+  for (const char* name : {"kvt-store", "kvt-stream-0", "kvt-agent", "kvt-http"}) {
+    EXPECT_EQ(threads.count(name), 1u) << name << " in " << ::testing::PrintToString(threads);
+  }
 
   store.Signal(SIGTERM);
   EXPECT_EQ(store.Wait(seconds(30)), 0) << store.Stderr();

@@ -67,6 +67,7 @@ class ChildProcess {
   int Wait(std::chrono::milliseconds timeout);
   std::string Stdout() const;
   std::string Stderr() const;
+  int pid() const { return pid_; }
 
  private:
   int pid_ = -1;

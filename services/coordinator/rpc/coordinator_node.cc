@@ -38,6 +38,7 @@ class CoordinatorNode::Impl {
     if (!options_.rpc.unix_socket.empty()) server.listen.push_back("unix:" + options_.rpc.unix_socket);
     server.max_message_bytes = options_.rpc.max_message_bytes;
     server.busy_poll = std::chrono::microseconds(options_.rpc.busy_poll_us);
+    server.thread_name = "kvt-coord";
     server.tls_cert_file = options_.tls.cert_file;
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/thread_annotations.h"
+#include "common/thread_name.h"
 
 namespace kvtier::coordinator {
 
@@ -41,6 +42,7 @@ class NodeAgent::Impl {
 
  private:
   void Run() {
+    NameThisThread("kvt-agent");
     std::unique_lock lock(mu_);
     while (!stopping_) {
       lock.unlock();

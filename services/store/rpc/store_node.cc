@@ -49,6 +49,7 @@ class StoreNode::Impl {
     };
     rpc::RpcServerOptions server;
     server.listen = {options_.config.store.listen};
+    server.thread_name = "kvt-store";
     server.max_message_bytes = options_.config.coordinator.max_message_bytes;
     server.tls_cert_file = options_.config.tls.cert_file;
     server.tls_key_file = options_.config.tls.key_file;

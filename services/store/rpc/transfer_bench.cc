@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_name.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
@@ -203,6 +204,7 @@ void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
 // One client: its payloads' checksums (before any timing), the put phase, the timed get
 // phase, then an untimed get of every block again that compares every byte.
 void RunClient(const std::string& address, const TransferBenchOptions& o, ClientWork& work, Phases& phases) {
+  NameThisThread("bench-client-" + std::to_string(work.index));
   try {
     capnp::ReaderOptions reader;
     reader.traversalLimitInWords = (o.block_bytes * o.batch * 2) / 8 + (1 << 20);
@@ -286,6 +288,7 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   };
   rpc::RpcServerOptions server_options;
   server_options.listen = {"127.0.0.1:0"};
+  server_options.thread_name = "bench-store";
   server_options.max_message_bytes = o.block_bytes * o.batch * 2 + (1 << 20);
   KVTIER_ASSIGN_OR_RETURN(auto server,
                           rpc::RpcServer::Create(std::move(server_options), [&] { return rpc::MakeBootstrap(session); }));

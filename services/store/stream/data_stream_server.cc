@@ -5,6 +5,7 @@
 
 #include <asio.hpp>
 
+#include "common/thread_name.h"
 #include "services/store/stream/stream_connection.h"
 #include "services/store/stream/ticket_table.h"
 
@@ -32,7 +33,10 @@ class DataStreamServer::Impl {
     Sweep();
     for (auto& loop : loops_) {
       keep_running_.push_back(asio::make_work_guard(*loop));  // loops without connections wait for some
-      threads_.emplace_back([loop = loop.get()] { loop->run(); });
+      threads_.emplace_back([loop = loop.get(), i = threads_.size()] {
+        NameThisThread("kvt-stream-" + std::to_string(i));
+        loop->run();
+      });
     }
   }
   void Shutdown() {

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/thread_annotations.h"
+#include "common/thread_name.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/worker/rpc/node_connections.h"
 #include "services/rpc/schema/store.capnp.h"
@@ -70,7 +71,12 @@ class PeerFetcher::Impl {
   }
 
   void Start() {
-    for (uint32_t i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Run(); });
+    for (uint32_t i = 0; i < options_.threads; ++i) {
+      threads_.emplace_back([this, i] {
+        NameThisThread("kvt-fetch-" + std::to_string(i));
+        Run();
+      });
+    }
   }
 
   kj::Promise<FetchedBlocks> Fetch(PeerFetchRequest request) {

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/thread_annotations.h"
+#include "common/thread_name.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema/store.capnp.h"
@@ -178,6 +179,7 @@ class RemoteStoreWriter::Impl {
   }
 
   void Run() {
+    NameThisThread("kvt-offload");
     for (;;) {
       std::unique_ptr<Batch> batch;
       {

@@ -156,6 +156,7 @@ class WorkerNode::Impl {
     }
     rpc::RpcServerOptions server;
     server.listen = {options_.config.worker.listen};
+    server.thread_name = "kvt-worker";
     server.max_message_bytes = options_.config.coordinator.max_message_bytes;
     server.tls_cert_file = options_.config.tls.cert_file;
     server.tls_key_file = options_.config.tls.key_file;
