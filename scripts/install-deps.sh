@@ -12,6 +12,8 @@ PACKAGES=(
   libhiredis-dev libasio-dev
   # the Python binding of the client SDK (services/client/python)
   pybind11-dev python3-dev
+  # its wheel is tested installed into a fresh virtual environment (tests/python/wheel_test.py)
+  python3-venv
   # tools used by tests: promtool (prometheus), certificate generation, HTTP probes,
   # Redis (the baseline of `kvtier bench transfer --vs-redis`, started by the bench itself)
   prometheus openssl curl redis-server
