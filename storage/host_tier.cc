@@ -93,10 +93,7 @@ class HostTier::Impl {
     if (corrupt) {
       ++stats_.checksum_failures;
       const uint32_t id = index_.Find(header.key, header.format_tag);
-      if (id != TierIndex::kNil && index_.entry(id).location == first) {
-        if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
-        EraseLocked(id);
-      }
+      if (id != TierIndex::kNil && index_.entry(id).location == first) RemoveLocked(id);
       return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
     }
     ++stats_.hits;
@@ -115,8 +112,7 @@ class HostTier::Impl {
     std::lock_guard lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound(ref);
-    if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
-    EraseLocked(id);
+    RemoveLocked(id);
     return Status::Ok();
   }
 
@@ -258,6 +254,12 @@ class HostTier::Impl {
     ++stats_.evictions_by_priority[index_.EffectivePriority(victim)];
     if (options_.on_evicted) options_.on_evicted(index_.CurrentHeader(victim));
     EraseLocked(victim);
+  }
+
+  // A block leaving other than by eviction (a Remove, a corrupt copy dropped).
+  void RemoveLocked(uint32_t id) KVTIER_REQUIRES(mu_) {
+    if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
+    EraseLocked(id);
   }
 
   void EraseLocked(uint32_t id) KVTIER_REQUIRES(mu_) {
