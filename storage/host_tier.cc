@@ -26,44 +26,18 @@ class HostTier::Impl {
     stats_.capacity_bytes = uint64_t{num_pages_} * options_.page_bytes;
   }
 
-  // Pages are taken under the lock, the payload copied in outside it (puts of different
-  // blocks copy in parallel), and the block indexed under the lock again. Room is made
-  // by evicting; with an on_evict handler its calls run outside the lock too (MakeRoom).
-  // `checksum_checked`: as PutItem's.
-  Status Put(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked) {
-    KVTIER_RETURN_IF_ERROR(ValidatePut(header, payload, checksum_checked, options_.max_block_bytes));
-    const uint64_t pages = PagesFor(header.payload_bytes);
-    if (pages > num_pages_) {
-      return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
-                                    " bytes is larger than the whole host tier (" +
-                                    std::to_string(stats_.capacity_bytes) + " bytes)");
+  // Pages for every new block of the batch are taken under the lock, room made for all
+  // of them at once (with an on_evict handler, its call runs outside the lock: MakeRoom);
+  // the payloads are copied in outside it (puts of different blocks copy in parallel),
+  // and the blocks indexed under the lock again.
+  std::vector<Status> PutBatch(std::span<const PutItem> items) {
+    std::vector<Status> results(items.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      const PutItem& item = items[i];
+      results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
-    uint32_t first = TierIndex::kNil;
-    {
-      std::unique_lock lock(mu_);
-      ++stats_.puts;
-      if (RefreshLocked(header)) return Status::Ok();
-      if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
-        return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
-      }
-      if (!MakeRoom(pages, lock)) {  // what is left is being copied right now: a moment later there is room
-        return ResourceExhaustedError("host tier: no room for " + std::to_string(header.payload_bytes) +
-                                      " bytes while the rest is being read, written or evicted; retry");
-      }
-      first = TakePages(pages);
-    }
-    CopyIn(first, payload);
-    std::lock_guard lock(mu_);
-    if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {  // a concurrent put of it won
-      ReleasePagesLocked(first);
-      return RefreshLocked(header) ? Status::Ok()
-                                   : AlreadyExistsError("block " + header.key.ToHex() +
-                                                        " is stored under another salt scope");
-    }
-    stats_.bytes_written += header.payload_bytes;
-    index_.Insert(header, pages, first);
-    if (options_.on_stored) options_.on_stored(header);
-    return Status::Ok();
+    PutChecked(items, results, /*puts=*/items.size());
+    return results;
   }
 
   // The block's pages are held under the lock (a reader count on its first page: an
@@ -177,6 +151,103 @@ class HostTier::Impl {
     }
   }
 
+  // A new block of a batch, and the pages it takes.
+  struct Placement {
+    size_t item = 0;
+    uint64_t pages = 0;
+    uint32_t first = TierIndex::kNil;
+  };
+
+  // `results`: the items' checks, kept where they failed and made the outcome elsewhere;
+  // `puts`: what the batch adds to the put count. When room for the whole batch cannot be
+  // made (every other page is being copied or evicted, or the batch is larger than the
+  // tier), its new blocks go one by one.
+  void PutChecked(std::span<const PutItem> items, std::span<Status> results, uint64_t puts) {
+    std::vector<Placement> placed;
+    std::vector<size_t> repeats;  // items whose block an earlier item of the batch places
+    {
+      std::unique_lock lock(mu_);
+      stats_.puts += puts;
+      uint64_t pages = 0;
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (!results[i].ok()) continue;
+        if (PlacedEarlier(items, placed, items[i].header)) {
+          repeats.push_back(i);
+        } else {
+          results[i] = PlaceLocked(items[i].header, i, placed, pages);
+        }
+      }
+      if (placed.empty()) return;
+      if (!MakeRoom(pages, lock)) {
+        if (placed.size() > 1) {
+          lock.unlock();
+          for (const Placement& one : placed) {
+            PutChecked(items.subspan(one.item, 1), results.subspan(one.item, 1), /*puts=*/0);
+          }
+          for (size_t i : repeats) PutChecked(items.subspan(i, 1), results.subspan(i, 1), /*puts=*/0);
+          return;
+        }
+        // What is left is being copied right now: a moment later there is room.
+        const Status no_room = ResourceExhaustedError(
+            "host tier: no room for " + std::to_string(items[placed[0].item].header.payload_bytes) +
+            " bytes while the rest is being read, written or evicted; retry");
+        results[placed[0].item] = no_room;
+        for (size_t i : repeats) results[i] = no_room;
+        return;
+      }
+      for (Placement& p : placed) p.first = TakePages(p.pages);
+    }
+    for (const Placement& p : placed) CopyIn(p.first, items[p.item].payload);
+    std::lock_guard lock(mu_);
+    for (const Placement& p : placed) results[p.item] = IndexLocked(items[p.item].header, p);
+    for (size_t i : repeats) {  // as if put after it: the policy of the later item
+      if (!RefreshLocked(items[i].header)) {
+        results[i] = AlreadyExistsError("block " + items[i].header.key.ToHex() +
+                                        " is stored under another salt scope (or was not stored)");
+      }
+    }
+  }
+
+  static bool PlacedEarlier(std::span<const PutItem> items, const std::vector<Placement>& placed,
+                            const BlockHeader& header) {
+    return std::any_of(placed.begin(), placed.end(), [&](const Placement& p) {
+      return items[p.item].header.key == header.key && items[p.item].header.format_tag == header.format_tag;
+    });
+  }
+
+  // A block already stored takes the new policy (OK); a new one joins `placed`.
+  Status PlaceLocked(const BlockHeader& header, size_t item, std::vector<Placement>& placed, uint64_t& pages)
+      KVTIER_REQUIRES(mu_) {
+    const uint64_t need = PagesFor(header.payload_bytes);
+    if (need > num_pages_) {
+      return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
+                                    " bytes is larger than the whole host tier (" +
+                                    std::to_string(stats_.capacity_bytes) + " bytes)");
+    }
+    if (RefreshLocked(header)) return Status::Ok();
+    if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
+      return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
+    }
+    placed.push_back({item, need});
+    pages += need;
+    return Status::Ok();
+  }
+
+  // The copied-in block joins the index, unless a concurrent put of it won: then its pages
+  // go back and it refreshes that one.
+  Status IndexLocked(const BlockHeader& header, const Placement& p) KVTIER_REQUIRES(mu_) {
+    if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
+      ReleasePagesLocked(p.first);
+      return RefreshLocked(header) ? Status::Ok()
+                                   : AlreadyExistsError("block " + header.key.ToHex() +
+                                                        " is stored under another salt scope");
+    }
+    stats_.bytes_written += header.payload_bytes;
+    index_.Insert(header, p.pages, p.first);
+    if (options_.on_stored) options_.on_stored(header);
+    return Status::Ok();
+  }
+
   // A stored block under this key and scope takes the new policy fields; true when there was one.
   bool RefreshLocked(const BlockHeader& header) KVTIER_REQUIRES(mu_) {
     const uint32_t id = index_.Find(header.key, header.format_tag);
@@ -203,8 +274,7 @@ class HostTier::Impl {
       std::vector<HeldVictim> victims = HoldVictimsLocked(pages);
       if (victims.empty()) return false;
       lock.unlock();
-      std::vector<std::span<const uint8_t>> ranges;
-      for (const HeldVictim& victim : victims) options_.on_evict(victim.header, PayloadRanges(victim, ranges));
+      HandOn(victims);
       lock.lock();
       for (const HeldVictim& victim : victims) {
         // Still the block that was held, unless a Remove (or a failed checksum) took it meanwhile.
@@ -236,17 +306,29 @@ class HostTier::Impl {
     return victims;
   }
 
-  // The held victim's payload as its pages' byte ranges, in `ranges`' storage.
-  std::span<const std::span<const uint8_t>> PayloadRanges(const HeldVictim& victim,
-                                                         std::vector<std::span<const uint8_t>>& ranges) const {
-    ranges.clear();
-    uint32_t page = victim.first;
-    for (uint64_t left = victim.header.payload_bytes; left > 0; page = next_page_[page]) {
-      const uint64_t n = std::min<uint64_t>(left, options_.page_bytes);
-      ranges.emplace_back(Page(page), n);
-      left -= n;
+  // The held victims, each with its payload as its pages' byte ranges, to on_evict at once.
+  void HandOn(const std::vector<HeldVictim>& victims) const {
+    std::vector<std::span<const uint8_t>> ranges;
+    std::vector<size_t> first_range;
+    first_range.reserve(victims.size() + 1);
+    for (const HeldVictim& victim : victims) {
+      first_range.push_back(ranges.size());
+      uint32_t page = victim.first;
+      for (uint64_t left = victim.header.payload_bytes; left > 0; page = next_page_[page]) {
+        const uint64_t n = std::min<uint64_t>(left, options_.page_bytes);
+        ranges.emplace_back(Page(page), n);
+        left -= n;
+      }
     }
-    return ranges;
+    first_range.push_back(ranges.size());
+    std::vector<EvictedBlockView> views;
+    views.reserve(victims.size());
+    for (size_t k = 0; k < victims.size(); ++k) {
+      views.push_back({&victims[k].header,
+                       std::span<const std::span<const uint8_t>>(ranges).subspan(
+                           first_range[k], first_range[k + 1] - first_range[k])});
+    }
+    options_.on_evict(views);
   }
 
   void LeaveLocked(uint32_t victim) KVTIER_REQUIRES(mu_) {
@@ -330,14 +412,10 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
 HostTier::HostTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HostTier::~HostTier() = default;
 Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-  return impl_->Put(header, payload, /*checksum_checked=*/false);
+  const PutItem item{header, payload};
+  return std::move(impl_->PutBatch({&item, 1}).front());
 }
-std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) {
-  std::vector<Status> results;
-  results.reserve(items.size());
-  for (const PutItem& item : items) results.push_back(impl_->Put(item.header, item.payload, item.checksum_checked));
-  return results;
-}
+std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
 Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 Result<BlockHeader> HostTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status HostTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }

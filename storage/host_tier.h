@@ -22,9 +22,10 @@
 // put) gets kResourceExhausted (retry).
 //
 // Eviction. With an `on_evict` handler, a put that needs room holds its victims (they stay
-// readable and findable, no other eviction takes them) and calls the handler for each
-// outside the lock, so that its work (the tiered store writes the block to disk) holds up
-// no other get or put; then each victim leaves, told to `on_evicted` under the lock. A
+// readable and findable, no other eviction takes them) and hands them to the handler
+// together, outside the lock, so that its work (the tiered store writes them to disk in
+// one batch) holds up no other get or put; then each victim leaves, told to `on_evicted`
+// under the lock. A PutBatch makes room for all its new blocks at once. A
 // Remove of a block while its handler runs removes it at once (told to on_removed); it is
 // then not told to on_evicted, whatever the handler did with its bytes. Without a handler
 // victims leave under the lock at once.
@@ -47,9 +48,9 @@ struct HostTierOptions {
   bool try_huge_pages = true;
   std::function<Status(void*, size_t)> pin;  // see HostMemoryOptions
   std::function<void(void*, size_t)> unpin;
-  // Told of each victim with its payload, outside the lock, before it leaves (above);
-  // null: evicted blocks are dropped.
-  EvictionHandler on_evict;
+  // Told of a put's victims with their payloads, together, outside the lock, before they
+  // leave (above); null: evicted blocks are dropped.
+  BatchEvictionHandler on_evict;
   // Told under the tier's lock of each put that stored or refreshed a block, each block
   // that left by a Remove or because a get found it corrupt (on_removed), and each
   // evicted block as it leaves: a block's changes here are told in the order they happen.
@@ -66,7 +67,9 @@ class HostTier final : public Tier {
 
   TierKind kind() const override { return TierKind::kHost; }
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload) override;
-  // Put for each item; an item's checksum_checked skips the XXH3 pass (tier.h).
+  // Put for each item, with room made for all of them at once (one eviction batch); when
+  // it cannot be made whole, item by item. An item's checksum_checked skips the XXH3 pass
+  // (tier.h).
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items) override;
   [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) override;
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;

@@ -47,14 +47,16 @@ struct SlowHandler {
   std::vector<uint64_t> handed, left;  // blocks handed to on_evict; told to on_evicted
 
   void Install(HostTierOptions& options) {
-    options.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>>) {
-      if (header.key.lo == slow) {
-        in_call = true;
-        WaitUntil([&] { return released.load(); });
-        in_call = false;
+    options.on_evict = [this](std::span<const EvictedBlockView> victims) {
+      for (const EvictedBlockView& victim : victims) {
+        if (victim.header->key.lo == slow) {
+          in_call = true;
+          WaitUntil([&] { return released.load(); });
+          in_call = false;
+        }
+        std::lock_guard lock(mu);
+        handed.push_back(victim.header->key.lo);
       }
-      std::lock_guard lock(mu);
-      handed.push_back(header.key.lo);
     };
     options.on_evicted = [this](const BlockHeader& header) {
       std::lock_guard lock(mu);
@@ -140,11 +142,13 @@ TEST(HostTierEvictionTest, ConcurrentEvictionsHandOnExactlyTheVictimsBytes) {
   for (uint64_t id = 0; id < 48; ++id) blocks.push_back(MakeBlock(id, 2 * kPage + 1000));
   std::atomic<uint64_t> handed{0}, wrong_handed{0}, left{0}, wrong_read{0}, hits{0};
   HostTierOptions options = Options(24);
-  options.on_evict = [&](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-    std::vector<uint8_t> bytes;
-    for (auto range : ranges) bytes.insert(bytes.end(), range.begin(), range.end());
-    handed.fetch_add(1);
-    if (bytes != blocks[header.key.lo].payload) wrong_handed.fetch_add(1);
+  options.on_evict = [&](std::span<const EvictedBlockView> victims) {
+    for (const EvictedBlockView& victim : victims) {
+      std::vector<uint8_t> bytes;
+      for (auto range : victim.payload) bytes.insert(bytes.end(), range.begin(), range.end());
+      handed.fetch_add(1);
+      if (bytes != blocks[victim.header->key.lo].payload) wrong_handed.fetch_add(1);
+    }
   };
   options.on_evicted = [&](const BlockHeader&) { left.fetch_add(1); };
   auto tier = Create(std::move(options));

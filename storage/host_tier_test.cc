@@ -17,7 +17,8 @@ using testing::TestBlock;
 
 constexpr uint32_t kPage = 4096;
 
-std::unique_ptr<HostTier> MakeTier(uint64_t pages, EvictionHandler on_evict = nullptr, const Clock* clock = nullptr) {
+std::unique_ptr<HostTier> MakeTier(uint64_t pages, BatchEvictionHandler on_evict = nullptr,
+                                   const Clock* clock = nullptr) {
   HostTierOptions options;
   options.capacity_bytes = pages * kPage;
   options.page_bytes = kPage;
@@ -105,26 +106,67 @@ TEST(HostTierTest, ConcurrentGetsAndPutsNeverSeeAnotherBlocksBytes) {
 
 TEST(HostTierTest, EvictsLowestPriorityThenLeastRecentAndHandsTheBytesOn) {
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> evicted;
-  auto tier = MakeTier(3, [&](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-    std::vector<uint8_t> bytes;
-    for (auto range : ranges) bytes.insert(bytes.end(), range.begin(), range.end());
-    evicted.emplace_back(header.key.lo, std::move(bytes));
+  std::vector<size_t> handed_per_call;
+  auto tier = MakeTier(3, [&](std::span<const EvictedBlockView> victims) {
+    handed_per_call.push_back(victims.size());
+    for (const EvictedBlockView& victim : victims) {
+      std::vector<uint8_t> bytes;
+      for (auto range : victim.payload) bytes.insert(bytes.end(), range.begin(), range.end());
+      evicted.emplace_back(victim.header->key.lo, std::move(bytes));
+    }
   });
   // Three one-page blocks fill the tier: 0 (p50), 1 (p20), 2 (p50); block 0 is read again.
   auto b0 = MakeBlock(0, kPage, 50), b1 = MakeBlock(1, kPage, 20), b2 = MakeBlock(2, kPage, 50);
   for (auto* b : {&b0, &b1, &b2}) ASSERT_TRUE(tier->Put(b->header, b->payload).ok());
   Read(*tier, b0);
-  // A two-page block needs two victims: block 1 (lowest priority), then block 2 (older than 0).
+  // A two-page block needs two victims, handed on together: block 1 (lowest priority),
+  // then block 2 (older than 0).
   auto big = MakeBlock(9, 2 * kPage);
   ASSERT_TRUE(tier->Put(big.header, big.payload).ok());
+  EXPECT_EQ(handed_per_call, std::vector<size_t>{2});
   ASSERT_EQ(evicted.size(), 2u);
   EXPECT_EQ(evicted[0].first, 1u);
   EXPECT_EQ(evicted[0].second, b1.payload);
   EXPECT_EQ(evicted[1].first, 2u);
+  EXPECT_EQ(evicted[1].second, b2.payload);
   EXPECT_FALSE(tier->Contains(b1.ref()));
   EXPECT_TRUE(tier->Contains(b0.ref()));
   EXPECT_EQ(tier->Stats().evictions_by_priority[20], 1u);
   EXPECT_EQ(tier->Stats().evictions_by_priority[50], 1u);
+}
+
+// A batch makes room for all its new blocks at once: blocks 0-3 fill a four-page tier,
+// a batch of 4, 5 and 6 (and 4 again, a repeat) evicts 0, 1 and 2 in one hand-off. A
+// batch larger than the tier (7-11, five pages, and 9 again) cannot have room made whole:
+// its blocks go one by one, each evicting the oldest, so the last four stay.
+TEST(HostTierTest, ABatchEvictsForAllItsBlocksInOneHandOff) {
+  std::vector<std::vector<uint64_t>> calls;
+  auto tier = MakeTier(4, [&](std::span<const EvictedBlockView> victims) {
+    calls.emplace_back();
+    for (const EvictedBlockView& victim : victims) calls.back().push_back(victim.header->key.lo);
+  });
+  std::vector<TestBlock> blocks;
+  for (uint64_t id = 0; id < 12; ++id) blocks.push_back(MakeBlock(id, kPage));
+  auto batch = [&](std::vector<uint64_t> ids) {
+    std::vector<PutItem> items;
+    for (uint64_t id : ids) items.push_back({blocks[id].header, blocks[id].payload});
+    return tier->PutBatch(items);
+  };
+  for (const Status& put : batch({0, 1, 2, 3})) ASSERT_TRUE(put.ok()) << put;
+  EXPECT_TRUE(calls.empty());
+  for (const Status& put : batch({4, 5, 6, 4})) EXPECT_TRUE(put.ok()) << put;
+  EXPECT_EQ(calls, (std::vector<std::vector<uint64_t>>{{0, 1, 2}}));
+  for (uint64_t id : {3, 4, 5, 6}) EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
+
+  calls.clear();
+  for (const Status& put : batch({7, 8, 9, 10, 11, 9})) EXPECT_TRUE(put.ok()) << put;
+  size_t victims = 0;
+  for (const auto& call : calls) victims += call.size();
+  EXPECT_EQ(victims, 5u) << "3, 4, 5, 6 and then 7";
+  EXPECT_FALSE(tier->Contains(blocks[7].ref()));
+  for (uint64_t id : {8, 9, 10, 11}) EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
+  EXPECT_EQ(tier->Stats().blocks, 4u);
+  EXPECT_EQ(tier->Stats().puts, 14u);
 }
 
 TEST(HostTierTest, AnotherSaltOrLayoutNeverFindsTheBlock) {

@@ -54,6 +54,14 @@ struct TierStats {
 using EvictionHandler =
     std::function<void(const BlockHeader& header, std::span<const std::span<const uint8_t>> payload)>;
 
+// The blocks one put evicts, handed on together (the host tier's victims move down to
+// disk in one write): each header with its payload's byte ranges, valid during the call.
+struct EvictedBlockView {
+  const BlockHeader* header = nullptr;
+  std::span<const std::span<const uint8_t>> payload;
+};
+using BatchEvictionHandler = std::function<void(std::span<const EvictedBlockView> victims)>;
+
 struct PutItem {
   BlockHeader header;
   std::span<const uint8_t> payload;

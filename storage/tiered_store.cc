@@ -27,9 +27,7 @@ class TieredStore::Impl {
     if (options_.host) {
       HostTierOptions host = *options_.host;
       if (disk_) {
-        host.on_evict = [this](const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-          Demote(header, ranges);
-        };
+        host.on_evict = [this](std::span<const EvictedBlockView> victims) { Demote(victims); };
       }
       host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, h); };
       host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
@@ -108,40 +106,62 @@ class TieredStore::Impl {
     if (options_.on_event) options_.on_event(StoreEvent{kind, tier, header});
   }
 
-  // Whether the block can enter the disk tier only by evicting others.
-  bool DiskFullFor(const BlockHeader& header) const {
+  // Whether the block can enter the disk tier only by evicting others, after `pending`
+  // bytes admitted before it in the same batch.
+  bool DiskFullFor(const BlockHeader& header, uint64_t pending) const {
     const TierStats disk = disk_->Stats();
-    return disk.bytes + header.payload_bytes > disk.capacity_bytes;
+    return disk.bytes + pending + header.payload_bytes > disk.capacity_bytes;
   }
 
-  // A host tier victim, outside the host tier's lock (its handler): onto the disk when
-  // its priority and the admission filter let it. The disk tells the store; the host tier
-  // then tells the eviction.
-  void Demote(const BlockHeader& header, std::span<const std::span<const uint8_t>> ranges) {
-    if (header.priority < options_.demote_min_priority) {
-      dropped_below_priority_.fetch_add(1);
-      return;
-    }
-    if (options_.admit_to_disk && DiskFullFor(header) && !options_.admit_to_disk(header)) {
-      dropped_by_admission_.fetch_add(1);
-      return;
-    }
+  // A put's host tier victims, outside the host tier's lock (its handler): each onto the
+  // disk when its priority and the admission filter let it, all in one disk batch (one
+  // write and one header batch; under the fsync policy one sync). The disk tells the
+  // stores; the host tier then tells the evictions.
+  void Demote(std::span<const EvictedBlockView> victims) {
     // The host pages are not contiguous and the disk tier takes one payload per block:
     // gather into a buffer of this thread's, kept across demotions (puts demote in
     // parallel; the disk write costs far more than this copy).
     thread_local std::vector<uint8_t> gathered;
+    thread_local std::vector<PutItem> items;
     gathered.clear();
-    for (auto range : ranges) gathered.insert(gathered.end(), range.begin(), range.end());
-    // The bytes were hashed as they entered the host tier and stayed in this process;
-    // unless its gets check them again (verify_on_get), neither does the move down. The
-    // disk tier verifies every read: bytes changed in RAM meanwhile are never served.
-    const PutItem item{header, gathered, /*checksum_checked=*/!options_.host->verify_on_get};
-    Status written = std::move(disk_->PutBatch({&item, 1}).front());
-    if (!written.ok()) {
-      spdlog::warn("host tier eviction of block {} could not move to disk: {}", header.key.ToHex(), written.ToString());
-      return;
+    items.clear();
+    for (const EvictedBlockView& victim : victims) {
+      if (!Admitted(*victim.header, gathered.size())) continue;
+      // The bytes were hashed as they entered the host tier and stayed in this process;
+      // unless its gets check them again (verify_on_get), neither does the move down. The
+      // disk tier verifies every read: bytes changed in RAM meanwhile are never served.
+      items.push_back({*victim.header, {}, /*checksum_checked=*/!options_.host->verify_on_get});
+      for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
     }
-    demoted_.fetch_add(1);
+    if (items.empty()) return;
+    size_t offset = 0;  // the payload spans, now that `gathered` has stopped growing
+    for (PutItem& item : items) {
+      item.payload = std::span<const uint8_t>(gathered).subspan(offset, item.header.payload_bytes);
+      offset += item.header.payload_bytes;
+    }
+    const std::vector<Status> written = disk_->PutBatch(items);
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (written[k].ok()) {
+        demoted_.fetch_add(1);
+      } else {
+        spdlog::warn("host tier eviction of block {} could not move to disk: {}", items[k].header.key.ToHex(),
+                     written[k].ToString());
+      }
+    }
+  }
+
+  // Whether a victim may move down: its priority, then (only when it would displace
+  // others there, after the batch's `pending` bytes) the admission filter.
+  bool Admitted(const BlockHeader& header, uint64_t pending) {
+    if (header.priority < options_.demote_min_priority) {
+      dropped_below_priority_.fetch_add(1);
+      return false;
+    }
+    if (options_.admit_to_disk && DiskFullFor(header, pending) && !options_.admit_to_disk(header)) {
+      dropped_by_admission_.fetch_add(1);
+      return false;
+    }
+    return true;
   }
 
   void Promote(const BlockHeader& header, std::span<const uint8_t> payload) {

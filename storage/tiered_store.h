@@ -6,10 +6,12 @@
 // tier is full (the block could only enter by displacing others), the injected admission
 // filter (the coordinator's frequency sketch, where enabled) accepts it; otherwise it is
 // dropped. While the disk has room every block is kept: refusing one then loses a
-// possible hit and saves nothing. Get reads host, then disk; a disk hit is promoted into the
-// host tier (the disk copy stays, so a later demotion rewrites nothing). Every change of
-// where a block lives is reported to `on_event` for the node's sequenced event stream, as
-// each tier's store or removal: a demotion is the disk's kStored, then the host's
+// possible hit and saves nothing. The victims of one put (a PutBatch makes room for all
+// its blocks at once) go down in one disk batch: one write, and under fsync one sync.
+// Get reads host, then disk; a disk hit is promoted into the host tier (the disk copy
+// stays, so a later demotion rewrites nothing). Every change of where a block lives is
+// reported to `on_event` for the node's sequenced event stream, as each tier's store or
+// removal: a demotion is the disk's kStored, then the host's
 // kRemoved (for that moment the block is in both, and it is readable from both); a block
 // a get finds corrupt is dropped from its tier and told as that tier's kRemoved.
 //

@@ -130,5 +130,46 @@ void BM_GetWhileDemoting(benchmark::State& state) {
 }
 BENCHMARK(BM_GetWhileDemoting)->ArgName("putters")->Arg(0)->Arg(1)->Arg(2)->ThreadRange(1, 2)->UseRealTime();
 
+// Puts of fresh blocks into a full host tier, each batch's victims moving down to disk:
+// the put rate a node sustains once its host tier is full. Args: the disk tier's sync
+// policy (0: wal, 1: fsync) and the blocks per put call (the victims of one call are
+// written to disk together).
+void BM_PutsDemotingToDisk(benchmark::State& state) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("kvtier-demote-put-bench-" + std::to_string(::getpid()));
+  const size_t per_put = static_cast<size_t>(state.range(1));
+  {
+    TieredStoreOptions options;
+    options.host = HostTierOptions{};
+    options.host->capacity_bytes = 32ull << 20;
+    options.disk = DiskTierOptions{};
+    options.disk->path = dir;
+    options.disk->capacity_bytes = 4ull << 30;
+    options.disk->sync = state.range(0) == 0 ? DiskSync::kWal : DiskSync::kFsync;
+    std::unique_ptr<TieredStore> store = TieredStore::Create(std::move(options)).value();
+    testing::TestBlock block = testing::MakeBlock(1, kBlockBytes);
+    std::vector<PutItem> items(per_put, PutItem{block.header, block.payload, /*checksum_checked=*/true});
+    uint64_t next_id = 1;
+    for (uint64_t filled = 0; filled < (32ull << 20) / kBlockBytes; ++filled) {  // the host tier, full
+      items[0].header.key.lo = next_id++;
+      if (!store->PutBatch({items.data(), 1}).front().ok()) std::abort();
+    }
+    for (auto _ : state) {
+      for (PutItem& item : items) item.header.key.lo = next_id++;
+      for (const Status& put : store->PutBatch(items)) {
+        if (!put.ok()) state.SkipWithError(put.ToString().c_str());
+      }
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * per_put * kBlockBytes));
+    state.counters["demoted"] = static_cast<double>(store->Stats().demoted);
+  }
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(BM_PutsDemotingToDisk)
+    ->ArgNames({"fsync", "blocks_per_put"})
+    ->ArgsProduct({{0, 1}, {1, 4}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace kvtier::storage

@@ -134,6 +134,31 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
 }
 
+// Blocks 0 (p50, two pages), 1 (p10) and 2 (p50) fill a four-page host tier. A batch of
+// four new pages evicts all three together: 1 is below the demotion priority and is
+// dropped, 0 and 2 go down to disk in one batch, and each reads back from disk whole (the
+// gathered payloads kept apart, the dropped one between them left out).
+TEST_F(TieredStoreTest, TheVictimsOfABatchMoveDownTogether) {
+  auto store = Make(/*host_pages=*/4, /*disk_bytes=*/1 << 20);
+  const TestBlock b0 = MakeBlock(0, 2 * kPage - 100, 50), b1 = MakeBlock(1, kPage, 10), b2 = MakeBlock(2, 777, 50);
+  for (const TestBlock* b : {&b0, &b1, &b2}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
+  std::vector<TestBlock> fresh;
+  std::vector<PutItem> items;
+  for (uint64_t id = 10; id < 14; ++id) fresh.push_back(MakeBlock(id, kPage, 60));
+  for (const TestBlock& b : fresh) items.push_back({b.header, b.payload});
+  for (const Status& put : store->PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
+  EXPECT_EQ(store->Stats().demoted, 2u);
+  EXPECT_EQ(store->Stats().dropped_below_priority, 1u);
+  EXPECT_FALSE(store->Contains(b1.ref()));
+  for (const TestBlock* b : {&b0, &b2}) {
+    std::vector<uint8_t> out(b->payload.size());
+    auto hit = store->Get(b->ref(), out);
+    ASSERT_TRUE(hit.ok()) << hit.status();
+    EXPECT_EQ(hit->tier, TierKind::kDisk);
+    EXPECT_EQ(out, b->payload) << "block " << b->header.key.lo;
+  }
+}
+
 // Block 4 moves down to disk (block 5 takes the one host page) and is corrupted there.
 // Its get reports data loss and returns nothing; the disk tier drops it and that is told
 // as the disk's removal, so the coordinator stops naming this node for it.
