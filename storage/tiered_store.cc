@@ -120,7 +120,8 @@ class TieredStore::Impl {
   void Demote(std::span<const EvictedBlockView> victims) {
     // The host pages are not contiguous and the disk tier takes one payload per block:
     // gather into a buffer of this thread's, kept across demotions (puts demote in
-    // parallel; the disk write costs far more than this copy).
+    // parallel; the disk write costs far more than this copy), written out whenever it
+    // holds kDemoteBatchBytes so that a large batch does not keep a large buffer.
     thread_local std::vector<uint8_t> gathered;
     thread_local std::vector<PutItem> items;
     gathered.clear();
@@ -132,7 +133,13 @@ class TieredStore::Impl {
       // disk tier verifies every read: bytes changed in RAM meanwhile are never served.
       items.push_back({*victim.header, {}, /*checksum_checked=*/!options_.host->verify_on_get});
       for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
+      if (gathered.size() >= kDemoteBatchBytes) WriteDown(gathered, items);
     }
+    WriteDown(gathered, items);
+  }
+
+  // The gathered blocks onto disk in one batch; leaves both empty.
+  void WriteDown(std::vector<uint8_t>& gathered, std::vector<PutItem>& items) {
     if (items.empty()) return;
     size_t offset = 0;  // the payload spans, now that `gathered` has stopped growing
     for (PutItem& item : items) {
@@ -148,6 +155,8 @@ class TieredStore::Impl {
                      written[k].ToString());
       }
     }
+    gathered.clear();
+    items.clear();
   }
 
   // Whether a victim may move down: its priority, then (only when it would displace
@@ -168,6 +177,8 @@ class TieredStore::Impl {
     std::shared_lock lock(mu_);
     if (host_->Put(header, payload).ok()) promoted_.fetch_add(1);  // told by on_stored
   }
+
+  static constexpr size_t kDemoteBatchBytes = 8 << 20;
 
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it

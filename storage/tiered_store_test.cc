@@ -159,6 +159,29 @@ TEST_F(TieredStoreTest, TheVictimsOfABatchMoveDownTogether) {
   }
 }
 
+// Victims past 8 MiB go down in more than one disk batch (a put's gather buffer stays
+// bounded): three 4 MiB blocks fill the host tier, a batch of three more moves all three
+// down, and each reads back from disk whole.
+TEST_F(TieredStoreTest, VictimsPastEightMiBMoveDownInSeveralWritesEachWhole) {
+  constexpr uint64_t kBig = 4 << 20;
+  auto store = Make(/*host_pages=*/3 * kBig / kPage, /*disk_bytes=*/64 << 20);
+  std::vector<TestBlock> old_blocks, fresh;
+  std::vector<PutItem> items;
+  for (uint64_t id = 0; id < 3; ++id) old_blocks.push_back(MakeBlock(id, kBig, 50));
+  for (uint64_t id = 10; id < 13; ++id) fresh.push_back(MakeBlock(id, kBig, 50));
+  for (const TestBlock& b : old_blocks) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+  for (const TestBlock& b : fresh) items.push_back({b.header, b.payload});
+  for (const Status& put : store->PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
+  EXPECT_EQ(store->Stats().demoted, 3u);
+  std::vector<uint8_t> out(kBig);
+  for (const TestBlock& b : old_blocks) {
+    auto hit = store->Get(b.ref(), out);
+    ASSERT_TRUE(hit.ok()) << hit.status();
+    EXPECT_EQ(hit->tier, TierKind::kDisk);
+    EXPECT_EQ(out, b.payload) << "block " << b.header.key.lo;
+  }
+}
+
 // Block 4 moves down to disk (block 5 takes the one host page) and is corrupted there.
 // Its get reports data loss and returns nothing; the disk tier drops it and that is told
 // as the disk's removal, so the coordinator stops naming this node for it.
