@@ -155,4 +155,9 @@ Result<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
+Result<std::string> TokenFromFlags(const std::string& token, const std::string& token_file) {
+  if (!token.empty() || token_file.empty()) return token;
+  return ReadTokenFile(token_file);
+}
+
 }  // namespace kvtier::auth

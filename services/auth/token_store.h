@@ -83,4 +83,8 @@ class TokenStore {
 // data_dir/token). kNotFound naming the path when it cannot be read or is empty.
 [[nodiscard]] Result<std::string> ReadTokenFile(const std::string& path);
 
+// The token a command was given: `token` when set, else ReadTokenFile(`token_file`) when
+// that is set, else empty (a server with auth off takes any).
+[[nodiscard]] Result<std::string> TokenFromFlags(const std::string& token, const std::string& token_file);
+
 }  // namespace kvtier::auth

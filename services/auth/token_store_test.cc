@@ -130,5 +130,21 @@ TEST(TokenStoreTest, ATokenFileIsReadByItsFirstLine) {
   EXPECT_NE(missing.status().message().find(path), std::string::npos) << missing.status();
 }
 
+// A command's --token wins over its --token-file, which is read only when needed; with
+// neither the token is empty (auth off).
+TEST(TokenStoreTest, TokenFromFlagsPrefersTheTokenToTheFile) {
+  const std::string path = ::testing::TempDir() + "/token_store_test_flags";
+  {
+    std::ofstream out(path);
+    out << kTokenA << "\n";
+  }
+  EXPECT_EQ(*TokenFromFlags("given", path), "given");
+  EXPECT_EQ(*TokenFromFlags("", path), kTokenA);
+  EXPECT_EQ(*TokenFromFlags("", ""), "");
+  std::remove(path.c_str());
+  EXPECT_EQ(TokenFromFlags("", path).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(*TokenFromFlags("given", path), "given") << "the file is not read when a token is given";
+}
+
 }  // namespace
 }  // namespace kvtier::auth

@@ -16,6 +16,7 @@
 #include "services/cli/config_flags.h"
 #include "services/cli/replay_command.h"
 #include "services/cli/serve.h"
+#include "services/cli/status_command.h"
 #include "services/rpc/rpc_client.h"
 
 namespace kvtier::cli {
@@ -45,17 +46,14 @@ int RunVersion(const VersionFlags& flags) {
   if (flags.connect.empty()) return 0;
   rpc::RpcClientOptions options;
   options.address = flags.connect;
-  options.token = flags.token;
   options.tls_ca_file = flags.tls_ca_file;
   options.tls_server_name = flags.tls_server_name;
-  if (options.token.empty() && !flags.token_file.empty()) {
-    Result<std::string> token = auth::ReadTokenFile(flags.token_file);
-    if (!token.ok()) {
-      std::fprintf(stderr, "kvtier version: --token-file: %s\n", token.status().message().c_str());
-      return kExitUsage;
-    }
-    options.token = *token;
+  Result<std::string> token = auth::TokenFromFlags(flags.token, flags.token_file);
+  if (!token.ok()) {
+    std::fprintf(stderr, "kvtier version: --token-file: %s\n", token.status().message().c_str());
+    return kExitUsage;
   }
+  options.token = *token;
   Result<std::unique_ptr<rpc::RpcClient>> client = rpc::RpcClient::Connect(std::move(options));
   if (!client.ok()) {
     std::fprintf(stderr, "kvtier version: %s: %s\n", flags.connect.c_str(), client.status().ToString().c_str());
@@ -108,6 +106,7 @@ int Main(int argc, char** argv) {
   ConfigFlags store_flags(*store);
   BenchCommand bench(app);
   ReplayCommand replay(app);
+  StatusCommand status(app);
 
   VersionFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
@@ -136,6 +135,7 @@ int Main(int argc, char** argv) {
   if (store->parsed()) return RunRole(Role::kStore, "store", store_flags);
   if (bench.parsed()) return bench.Run();
   if (replay.parsed()) return replay.Run();
+  if (status.parsed()) return status.Run();
   return RunVersion(version_flags);
 }
 

@@ -158,14 +158,12 @@ int ReplayCommand::Run() const {
         return kExitUsage;
       }
     }
-    if (client_options.token.empty() && !token_file_.empty()) {
-      Result<std::string> token = auth::ReadTokenFile(token_file_);
-      if (!token.ok()) {
-        std::fprintf(stderr, "kvtier replay: --token-file: %s\n", token.status().message().c_str());
-        return kExitUsage;
-      }
-      client_options.token = *token;
+    Result<std::string> token = auth::TokenFromFlags(client_options.token, token_file_);
+    if (!token.ok()) {
+      std::fprintf(stderr, "kvtier replay: --token-file: %s\n", token.status().message().c_str());
+      return kExitUsage;
     }
+    client_options.token = *token;
   }
 
   ReplayOptions options;

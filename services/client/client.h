@@ -145,6 +145,9 @@ struct CoordinatorStats {
   uint64_t index_blocks = 0;
   uint64_t index_bytes = 0;
   uint64_t lookups = 0;
+  uint64_t sequence_gaps = 0;   // nodes' event streams found with a gap (each asked for a snapshot)
+  uint64_t resyncs = 0;         // snapshots applied
+  uint64_t lease_expiries = 0;  // nodes dropped when their lease ran out
 };
 
 using coordinator::RetentionConfig;

@@ -142,6 +142,8 @@ TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   auto index = client->GetCoordinatorStats();
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_GE(index->index_blocks, 2u);
+  EXPECT_GE(index->lookups, 2u) << "the miss and the hit above";
+  EXPECT_EQ(index->lease_expiries, 0u);
 }
 
 TEST_F(ClientTest, APromptEndingInsideACommittedBlockMatchesItPartially) {

@@ -118,6 +118,21 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   EXPECT_NE(replay.find("\"refused_requests\": 0,"), std::string::npos) << replay;
   EXPECT_EQ(replay.find("\"block_hit_rate\": 0.000000"), std::string::npos) << "chat prompts share prefixes: " << replay;
 
+  // `kvtier status` reports what the replay left: both nodes registered, blocks indexed,
+  // the replay's lookups counted, the worker's pool.
+  std::string status;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " status --json --connect " + rpc + " --token-file " + data_dir + "/token",
+                                &status),
+            0)
+      << status;
+  EXPECT_NE(status.find("\"nodes\": 2,"), std::string::npos) << status;
+  EXPECT_EQ(status.find("\"index_blocks\": 0,"), std::string::npos) << status;
+  EXPECT_EQ(status.find("\"lookups\": 0,"), std::string::npos) << status;
+  EXPECT_NE(status.find("\"pools\": [\"L4/H2/D64/T16/fp16/W0/S0\"]"), std::string::npos) << status;
+  std::string refused;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " status --connect " + rpc + " --token not-a-token", &refused), 1);
+  EXPECT_NE(refused.find("UNAUTHENTICATED"), std::string::npos) << refused;
+
   up.Signal(GetParam());
   EXPECT_EQ(up.Wait(seconds(10)), 0) << up.Stderr();
   EXPECT_NE(up.Stderr().find("stopped cleanly"), std::string::npos) << up.Stderr();
@@ -196,6 +211,10 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   std::string version;
   EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + BannerValue(banner, "rpc"), &version), 0) << version;
   EXPECT_NE(version.find("roles store"), std::string::npos) << version;
+  std::string status;
+  EXPECT_EQ(testing::RunCommand(kKvtier + " status --connect " + BannerValue(banner, "rpc"), &status), 0) << status;
+  EXPECT_NE(status.find("coordinator  not served here"), std::string::npos) << status;
+  EXPECT_NE(status.find("worker       not served here"), std::string::npos) << status;
   const std::multiset<std::string> threads = ThreadNames(store.pid());
   for (const char* name : {"kvt-store", "kvt-stream-0", "kvt-agent", "kvt-http"}) {
     EXPECT_EQ(threads.count(name), 1u) << name << " in " << ::testing::PrintToString(threads);

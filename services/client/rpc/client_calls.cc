@@ -170,7 +170,8 @@ class Client::Impl {
     return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, Deferred) {
       return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
-        return CoordinatorStats{st.getNodes(), st.getIndexBlocks(), st.getIndexBytes(), st.getLookups()};
+        return CoordinatorStats{st.getNodes(),        st.getIndexBlocks(), st.getIndexBytes(), st.getLookups(),
+                                st.getSequenceGaps(), st.getResyncs(),     st.getLeaseExpiries()};
       });
     });
   }

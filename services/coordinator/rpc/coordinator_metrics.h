@@ -31,6 +31,8 @@ class CoordinatorMetrics {
     size_t tail_tokens = 0;
   };
   void RecordLookup(const LookupResult& result, Asked asked, double seconds);
+  // Lookups recorded so far (the Stats RPC's count: the metric is its one counter).
+  uint64_t lookups() const { return static_cast<uint64_t>(lookups_->Value()); }
   void RecordEvent(KvEvent::Kind kind) { events_[static_cast<int>(kind)]->Inc(); }
   // Brings gauges and the stream counters up to date with the coordinator's stats.
   void Update(const CoordinatorStats& stats);

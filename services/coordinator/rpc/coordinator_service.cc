@@ -238,6 +238,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     out.setNodes(static_cast<uint32_t>(s.membership.live_nodes));
     out.setIndexBlocks(s.index.blocks);
     out.setIndexBytes(s.index.memory_bytes);
+    out.setLookups(state_.metrics->lookups());
     out.setSequenceGaps(s.membership.sequence_gaps);
     out.setResyncs(s.membership.resyncs);
     out.setLeaseExpiries(s.membership.lease_expiries);

@@ -136,6 +136,10 @@ TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_blocks_total 8\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("kvtier_coordinator_index_blocks 3"), std::string::npos);
+  // The Stats call counts both lookups too, team-b's (a scope nobody wrote under) included.
+  auto stats = team_b.coordinator().statsRequest().send().wait(team_b.ws());
+  EXPECT_EQ(stats.getStats().getLookups(), 2u);
+  EXPECT_EQ(stats.getStats().getIndexBlocks(), 3u);
 }
 
 TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
