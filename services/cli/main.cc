@@ -14,6 +14,7 @@
 #include "services/auth/token_store.h"
 #include "services/cli/bench_command.h"
 #include "services/cli/config_flags.h"
+#include "services/cli/connect_flags.h"
 #include "services/cli/replay_command.h"
 #include "services/cli/serve.h"
 #include "services/cli/status_command.h"
@@ -33,15 +34,7 @@ constexpr const char* kUpFooter = R"(Examples:
 Every setting is a flag here, a KVTIER_* environment variable, or a YAML key.
 Check it is alive:  curl http://127.0.0.1:9400/healthz)";
 
-struct VersionFlags {
-  std::string connect;
-  std::string token;
-  std::string token_file;
-  std::string tls_ca_file;
-  std::string tls_server_name;
-};
-
-int RunVersion(const VersionFlags& flags) {
+int RunVersion(const ConnectFlags& flags) {
   std::printf("client  kvtier %s (rpc schema %u)\n", kVersion, kSchemaVersion);
   if (flags.connect.empty()) return 0;
   rpc::RpcClientOptions options;
@@ -108,15 +101,9 @@ int Main(int argc, char** argv) {
   ReplayCommand replay(app);
   StatusCommand status(app);
 
-  VersionFlags version_flags;
+  ConnectFlags version_flags;
   CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
-  version->add_option("--connect", version_flags.connect, "Server address: host:port or unix:/path")
-      ->type_name("ADDR");
-  version->add_option("--token", version_flags.token, "Tenant token")->envname("KVTIER_TOKEN");
-  version->add_option("--token-file", version_flags.token_file, "File whose first line is the token")
-      ->type_name("FILE");
-  version->add_option("--tls-ca-file", version_flags.tls_ca_file, "Use TLS; trust this CA bundle")->type_name("FILE");
-  version->add_option("--tls-server-name", version_flags.tls_server_name, "Name the server certificate must carry");
+  version_flags.AddTo(*version, /*connect_required=*/false);
 
   try {
     app.parse(argc, argv);

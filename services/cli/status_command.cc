@@ -103,23 +103,19 @@ void PrintJson(const std::string& address, const client::Client& client,
 StatusCommand::StatusCommand(CLI::App& app)
     : status_(app.add_subcommand("status", "Ask a running node what it serves: the coordinator's index and "
                                            "membership counters, the worker's pools.")) {
-  status_->add_option("--connect", connect_, "The node: host:port or unix:/path")->type_name("ADDR")->required();
+  node_.AddTo(*status_, /*connect_required=*/true);
   status_->add_option("--coordinator", coordinator_, "The coordinator, where it is not at --connect")
       ->type_name("ADDR");
-  status_->add_option("--token", token_, "Tenant token")->envname("KVTIER_TOKEN");
-  status_->add_option("--token-file", token_file_, "File whose first line is the token")->type_name("FILE");
-  status_->add_option("--tls-ca-file", tls_ca_file_, "Use TLS; trust this CA bundle")->type_name("FILE");
-  status_->add_option("--tls-server-name", tls_server_name_, "Name the server certificate must carry");
   status_->add_flag("--json", json_, "Print one JSON object");
 }
 
 int StatusCommand::Run() const {
   client::ClientOptions options;
-  options.address = connect_;
+  options.address = node_.connect;
   options.coordinator_address = coordinator_;
-  options.tls_ca_file = tls_ca_file_;
-  options.tls_server_name = tls_server_name_;
-  Result<std::string> token = auth::TokenFromFlags(token_, token_file_);
+  options.tls_ca_file = node_.tls_ca_file;
+  options.tls_server_name = node_.tls_server_name;
+  Result<std::string> token = auth::TokenFromFlags(node_.token, node_.token_file);
   if (!token.ok()) {
     std::fprintf(stderr, "kvtier status: --token-file: %s\n", token.status().message().c_str());
     return kExitUsage;
@@ -127,12 +123,12 @@ int StatusCommand::Run() const {
   options.token = *token;
   Result<std::unique_ptr<client::Client>> client = client::Client::Connect(std::move(options));
   if (!client.ok()) {
-    std::fprintf(stderr, "kvtier status: %s: %s\n", connect_.c_str(), client.status().ToString().c_str());
+    std::fprintf(stderr, "kvtier status: %s: %s\n", node_.connect.c_str(), client.status().ToString().c_str());
     return 1;
   }
   const Result<client::CoordinatorStats> coordinator = (*client)->GetCoordinatorStats();
   const Result<client::WorkerStats> worker = (*client)->GetWorkerStats();
-  (json_ ? PrintJson : PrintText)(connect_, **client, coordinator, worker);
+  (json_ ? PrintJson : PrintText)(node_.connect, **client, coordinator, worker);
   return 0;
 }
 

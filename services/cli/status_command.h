@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "services/cli/connect_flags.h"
+
 namespace kvtier::cli {
 
 class StatusCommand {
@@ -21,12 +23,8 @@ class StatusCommand {
 
  private:
   CLI::App* status_;
-  std::string connect_;
+  ConnectFlags node_;
   std::string coordinator_;
-  std::string token_;
-  std::string token_file_;
-  std::string tls_ca_file_;
-  std::string tls_server_name_;
   bool json_ = false;
 };
 
