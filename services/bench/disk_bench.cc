@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "storage/disk_tier.h"
@@ -41,31 +43,58 @@ struct ScratchDir {
   }
 };
 
+// Runs fn(first, end) over `threads` contiguous shares of blocks [0, blocks), one thread
+// each; the first error any share returns.
+Status RunShares(uint32_t threads, uint64_t blocks, const std::function<Status(uint64_t, uint64_t)>& fn) {
+  if (threads <= 1) return fn(0, blocks);
+  std::vector<Status> results(threads);
+  std::vector<std::thread> workers;
+  for (uint32_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] { results[t] = fn(blocks * t / threads, blocks * (t + 1) / threads); });
+  }
+  for (std::thread& worker : workers) worker.join();
+  for (Status& result : results) KVTIER_RETURN_IF_ERROR(result);
+  return Status::Ok();
+}
+
 Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file, const std::vector<uint8_t>& data,
                                                const DiskBenchOptions& options) {
   const int fd = open(file.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
   if (fd < 0) return Errno("creating " + file.string());
+  const uint64_t blocks = options.total_bytes / options.block_bytes;
+  const uint64_t bytes = blocks * options.block_bytes;
   const auto start = std::chrono::steady_clock::now();
-  for (uint64_t at = 0; at < options.total_bytes; at += options.block_bytes) {
-    if (write(fd, data.data() + at % data.size(), options.block_bytes) != static_cast<ssize_t>(options.block_bytes)) {
-      close(fd);
-      return Errno("writing " + file.string());
+  Status written = RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
+    for (uint64_t i = first; i < end; ++i) {
+      const uint64_t at = i * options.block_bytes;
+      if (pwrite(fd, data.data() + at % data.size(), options.block_bytes, static_cast<off_t>(at)) !=
+          static_cast<ssize_t>(options.block_bytes)) {
+        return Errno("writing " + file.string());
+      }
     }
+    return Status::Ok();
+  });
+  if (written.ok() && fdatasync(fd) != 0) written = Errno("syncing " + file.string());
+  if (!written.ok()) {
+    close(fd);
+    return written;
   }
-  fdatasync(fd);
-  const double write_gbps = Gbps(options.total_bytes, std::chrono::steady_clock::now() - start);
+  const double write_gbps = Gbps(bytes, std::chrono::steady_clock::now() - start);
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  std::vector<uint8_t> buffer(options.block_bytes);
-  lseek(fd, 0, SEEK_SET);
   const auto read_start = std::chrono::steady_clock::now();
-  for (uint64_t at = 0; at < options.total_bytes; at += options.block_bytes) {
-    if (read(fd, buffer.data(), buffer.size()) != static_cast<ssize_t>(buffer.size())) {
-      close(fd);
-      return Errno("reading " + file.string());
+  const Status read = RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
+    std::vector<uint8_t> buffer(options.block_bytes);
+    for (uint64_t i = first; i < end; ++i) {
+      if (pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(i * options.block_bytes)) !=
+          static_cast<ssize_t>(buffer.size())) {
+        return Errno("reading " + file.string());
+      }
     }
-  }
-  const double read_gbps = Gbps(options.total_bytes, std::chrono::steady_clock::now() - read_start);
+    return Status::Ok();
+  });
+  const double read_gbps = Gbps(bytes, std::chrono::steady_clock::now() - read_start);
   close(fd);
+  KVTIER_RETURN_IF_ERROR(read);
   return std::pair{write_gbps, read_gbps};
 }
 
@@ -74,6 +103,9 @@ Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file
 Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
   if (options.block_bytes == 0 || options.total_bytes < options.block_bytes) {
     return InvalidArgumentError("--total-bytes must hold at least one block of --block-bytes");
+  }
+  if (options.threads == 0 || options.threads > options.total_bytes / options.block_bytes) {
+    return InvalidArgumentError("--threads must be between 1 and the number of blocks");
   }
   KVTIER_ASSIGN_OR_RETURN(const storage::DiskSync sync, storage::ParseDiskSync(options.sync));
   ScratchDir scratch;
@@ -119,25 +151,31 @@ Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
   disk_options.max_block_bytes = options.block_bytes;
   disk_options.sync = sync;
   KVTIER_ASSIGN_OR_RETURN(auto tier, storage::DiskTier::Create(disk_options));
-  std::vector<storage::PutItem> batch;
   const auto put_start = std::chrono::steady_clock::now();
-  for (uint64_t i = 0; i < blocks; i += options.batch_blocks) {
-    batch.clear();
-    for (uint64_t j = i; j < std::min<uint64_t>(blocks, i + options.batch_blocks); ++j) {
-      batch.push_back(storage::PutItem{headers[j], payload_of(j)});
+  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
+    std::vector<storage::PutItem> batch;
+    for (uint64_t i = first; i < end; i += options.batch_blocks) {
+      batch.clear();
+      for (uint64_t j = i; j < std::min<uint64_t>(end, i + options.batch_blocks); ++j) {
+        batch.push_back(storage::PutItem{headers[j], payload_of(j)});
+      }
+      for (const Status& status : tier->PutBatch(batch)) KVTIER_RETURN_IF_ERROR(status);
     }
-    for (const Status& status : tier->PutBatch(batch)) KVTIER_RETURN_IF_ERROR(status);
-  }
+    return Status::Ok();
+  }));
   KVTIER_RETURN_IF_ERROR(tier->Flush());
   result.put_gbps = Gbps(blocks * options.block_bytes, std::chrono::steady_clock::now() - put_start);
 
   DropFromPageCache(disk_options.path);
-  std::vector<uint8_t> out(options.block_bytes);
   const auto get_start = std::chrono::steady_clock::now();
-  for (uint64_t i = 0; i < blocks; ++i) {
-    const storage::BlockRef ref{headers[i].key, headers[i].format_tag, headers[i].salt_scope};
-    KVTIER_RETURN_IF_ERROR(tier->Get(ref, out).status());
-  }
+  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
+    std::vector<uint8_t> out(options.block_bytes);
+    for (uint64_t i = first; i < end; ++i) {
+      const storage::BlockRef ref{headers[i].key, headers[i].format_tag, headers[i].salt_scope};
+      KVTIER_RETURN_IF_ERROR(tier->Get(ref, out).status());
+    }
+    return Status::Ok();
+  }));
   result.get_gbps = Gbps(blocks * options.block_bytes, std::chrono::steady_clock::now() - get_start);
   return result;
 }

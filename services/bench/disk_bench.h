@@ -10,7 +10,9 @@
 //              page cache first (posix_fadvise DONTNEED after the sync; no root needed).
 //   get        every block read back in write order through DiskTier::Get (checksum
 //              verified), cold in the same way.
-// Rates are payload bytes over wall time, one thread.
+// Rates are payload bytes over wall time. With `threads` above 1 each side splits its
+// blocks into that many contiguous shares, one thread each (the raw sides `pwrite` and
+// `pread` their share of the one file): a node whose clients put and get at once.
 //
 // Thread safety: a function of its inputs; writes total_bytes twice to `dir`.
 #pragma once
@@ -28,6 +30,7 @@ struct DiskBenchOptions {
   uint64_t block_bytes = 2ull << 20;
   uint32_t batch_blocks = 8;
   std::string sync = "wal";  // none | wal | fsync (storage::DiskSync)
+  uint32_t threads = 1;
 };
 
 struct DiskBenchResult {

@@ -108,6 +108,10 @@ BenchCommand::BenchCommand(CLI::App& app) {
   disk_->add_option("--sync", disk_options_.sync, "Disk tier durability: none, wal or fsync (see storage/disk_tier.h)")
       ->check(CLI::IsMember({"none", "wal", "fsync"}))
       ->capture_default_str();
+  disk_->add_option("--threads", disk_options_.threads,
+                    "Threads per side: each puts, gets, writes or reads its own share of the blocks")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   disk_->add_flag("--json", json_, "Print one JSON object");
   AddTransfer();
   bench_->footer("Example:\n  kvtier bench index --trace ../shared/traces/conversation_trace.jsonl --json");
@@ -162,15 +166,17 @@ int BenchCommand::RunDisk() const {
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   if (json_) {
-    std::printf("{\"bench\":\"disk\",\"sync\":\"%s\",\"block_bytes\":%llu,\"blocks\":%llu,\"put_gbps\":%.3f,"
-                "\"get_gbps\":%.3f,\"raw_write_gbps\":%.3f,\"raw_read_gbps\":%.3f}\n",
-                disk_options_.sync.c_str(), static_cast<unsigned long long>(disk_options_.block_bytes),
+    std::printf("{\"bench\":\"disk\",\"sync\":\"%s\",\"threads\":%u,\"block_bytes\":%llu,\"blocks\":%llu,"
+                "\"put_gbps\":%.3f,\"get_gbps\":%.3f,\"raw_write_gbps\":%.3f,\"raw_read_gbps\":%.3f}\n",
+                disk_options_.sync.c_str(), disk_options_.threads,
+                static_cast<unsigned long long>(disk_options_.block_bytes),
                 static_cast<unsigned long long>(r->blocks), r->put_gbps, r->get_gbps, r->raw_write_gbps,
                 r->raw_read_gbps);
     return 0;
   }
-  std::printf("kvtier bench disk (sync %s, %llu blocks of %llu bytes)\n", disk_options_.sync.c_str(),
-              static_cast<unsigned long long>(r->blocks), static_cast<unsigned long long>(disk_options_.block_bytes));
+  std::printf("kvtier bench disk (sync %s, %llu blocks of %llu bytes, %u threads)\n", disk_options_.sync.c_str(),
+              static_cast<unsigned long long>(r->blocks), static_cast<unsigned long long>(disk_options_.block_bytes),
+              disk_options_.threads);
   std::printf("  put        %.3f GB/s   raw write %.3f GB/s   ratio %.2f\n", r->put_gbps, r->raw_write_gbps,
               r->put_gbps / r->raw_write_gbps);
   std::printf("  get        %.3f GB/s   raw read  %.3f GB/s   ratio %.2f\n", r->get_gbps, r->raw_read_gbps,

@@ -395,14 +395,15 @@ TEST(KvtierCliTest, BenchPoolPrintsOneJsonObject) {
 
 TEST(KvtierCliTest, BenchDiskPrintsOneJsonObjectAndCleansUp) {
   testing::TempDir dir;
-  // 4 MiB in 64 KiB blocks: this checks the command and its clean-up, not the figures.
+  // 4 MiB in 64 KiB blocks from two threads: this checks the command and its clean-up,
+  // not the figures.
   ChildProcess child({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "4194304", "--block-bytes",
-                      "65536", "--json"},
+                      "65536", "--threads", "2", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"raw_write_gbps\":", "\"raw_read_gbps\":",
-                          "\"blocks\":64", "\"sync\":\"wal\""}) {
+                          "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2"}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
@@ -415,6 +416,12 @@ TEST(KvtierCliTest, BenchDiskPrintsOneJsonObjectAndCleansUp) {
                    dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);
   EXPECT_NE(bad.Stderr().find("--total-bytes must hold at least one block"), std::string::npos) << bad.Stderr();
+  ChildProcess too_many({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "131072", "--block-bytes",
+                         "65536", "--threads", "3"},
+                        dir.path());
+  EXPECT_EQ(too_many.Wait(seconds(30)), 2) << "two blocks cannot go to three threads";
+  EXPECT_NE(too_many.Stderr().find("--threads must be between 1 and the number of blocks"), std::string::npos)
+      << too_many.Stderr();
 }
 
 TEST(KvtierCliTest, HelpAndVersion) {

@@ -13,7 +13,7 @@
 #include "services/rpc/session_service.h"
 #include "services/rpc/status_mapping.h"
 #include "services/store/rpc/block_header_wire.h"
-#include "services/store/stream/data_stream_client.h"
+#include "services/store/rpc/testing/block_store_client.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::store {
@@ -22,121 +22,10 @@ namespace {
 namespace schema = kvtier::rpc::schema;
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
+using Client = testing::BlockStoreClient;
 const std::string kTokenA(40, 'a');
 const std::string kTokenB(40, 'b');
 const std::string kNodeToken(40, 'n');
-
-// Keys of MakeBlock's blocks `ids`.
-void SetKeys(capnp::List<schema::BlockKey>::Builder keys, const std::vector<uint64_t>& ids) {
-  for (unsigned i = 0; i < ids.size(); ++i) {
-    keys[i].setHi(0x1234);
-    keys[i].setLo(ids[i]);
-  }
-}
-
-// One tenant's connection and its BlockStore capability.
-class Client {
- public:
-  Client(const std::string& address, const std::string& token) : client_(address), store_(Connect(token)) {}
-
-  template <typename Params, typename Results>
-  Result<capnp::Response<Results>> Call(capnp::Request<Params, Results> request) {
-    try {
-      return request.send().wait(client_.getWaitScope());
-    } catch (const kj::Exception& e) {
-      return rpc::ExceptionToStatus(e);
-    }
-  }
-  schema::BlockStore::Client& store() { return store_; }
-
-  Result<uint32_t> Put(const std::vector<TestBlock>& blocks) {
-    auto request = store_.putRequest();
-    auto list = request.initBlocks(static_cast<unsigned>(blocks.size()));
-    for (unsigned i = 0; i < blocks.size(); ++i) {
-      storage::BlockHeader header = blocks[i].header;
-      header.salt_scope = 0;  // none named: the session's
-      ToWire(header, list[i].initHeader());
-      list[i].setData(kj::arrayPtr(blocks[i].payload.data(), blocks[i].payload.size()));
-    }
-    auto response = Call(kj::mv(request));
-    if (!response.ok()) return response.status();
-    return response->getStored();
-  }
-
-  // "present"/"missing"/"corrupt" per key, and the bytes of those present.
-  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(const std::vector<uint64_t>& ids,
-                                                                          const std::string& format) {
-    auto request = store_.getRequest();
-    SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
-    request.setFormatTag(format);
-    auto response = Call(kj::mv(request));
-    if (!response.ok()) return response.status();
-    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
-    for (unsigned i = 0; i < ids.size(); ++i) {
-      const auto state = response->getStates()[i];
-      const auto data = response->getBlocks()[i].getData();
-      out.emplace_back(state == schema::BlockState::PRESENT   ? "present"
-                       : state == schema::BlockState::CORRUPT ? "corrupt"
-                                                              : "missing",
-                       std::vector<uint8_t>(data.begin(), data.end()));
-    }
-    return out;
-  }
-
-  // Put through openPut and the data stream.
-  Result<uint32_t> StreamPut(const std::vector<TestBlock>& blocks) {
-    auto request = store_.openPutRequest();
-    auto headers = request.initHeaders(static_cast<unsigned>(blocks.size()));
-    std::vector<std::span<const uint8_t>> payloads;
-    for (unsigned i = 0; i < blocks.size(); ++i) {
-      storage::BlockHeader header = blocks[i].header;
-      header.salt_scope = 0;
-      ToWire(header, headers[i]);
-      payloads.emplace_back(blocks[i].payload);
-    }
-    auto response = Call(kj::mv(request));
-    if (!response.ok()) return response.status();
-    const TransferTicket ticket = FromWire(response->getTicket());
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
-    return stream->Put(ticket, payloads);
-  }
-
-  // Get through openGet and the data stream, as Get answers; every checksum verified.
-  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> StreamGet(const std::vector<uint64_t>& ids,
-                                                                                const std::string& format) {
-    auto request = store_.openGetRequest();
-    SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
-    request.setFormatTag(format);
-    auto response = Call(kj::mv(request));
-    if (!response.ok()) return response.status();
-    std::vector<std::vector<uint8_t>> buffers;
-    for (auto header : response->getHeaders()) buffers.emplace_back(header.getPayloadBytes());
-    const TransferTicket ticket = FromWire(response->getTicket());
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
-    KVTIER_ASSIGN_OR_RETURN(auto states,
-                            stream->Get(ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())));
-    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
-    for (unsigned i = 0; i < ids.size(); ++i) {
-      const bool present = states[i] == StreamBlockState::kPresent &&
-                           response->getStates()[i] == schema::BlockState::PRESENT;
-      if (present && storage::PayloadChecksum(buffers[i]) != response->getHeaders()[i].getChecksum()) {
-        return DataLossError("block " + std::to_string(ids[i]) + " does not match its checksum");
-      }
-      out.emplace_back(present ? "present" : "missing", present ? buffers[i] : std::vector<uint8_t>{});
-    }
-    return out;
-  }
-
- private:
-  schema::BlockStore::Client Connect(const std::string& token) {
-    auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
-    auth.setToken(token);
-    auto session = auth.send().wait(client_.getWaitScope()).getSession();
-    return session.storeRequest().send().wait(client_.getWaitScope()).getStore();
-  }
-  capnp::EzRpcClient client_;
-  schema::BlockStore::Client store_;
-};
 
 // Blocks held outside the tiers (as a worker's pool is), under one scope; `gone` ones
 // answer Peek but are evicted by the time they are read.
