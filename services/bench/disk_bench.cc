@@ -82,15 +82,21 @@ Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file
   const double write_gbps = Gbps(bytes, std::chrono::steady_clock::now() - start);
   posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
   const auto read_start = std::chrono::steady_clock::now();
+  // Each reader opens the file itself: the kernel's read-ahead follows one descriptor's
+  // reads, and shares of one descriptor would look random to it.
   const Status read = RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
+    const int reader = open(file.c_str(), O_RDONLY);
+    if (reader < 0) return Errno("opening " + file.string());
     std::vector<uint8_t> buffer(options.block_bytes);
-    for (uint64_t i = first; i < end; ++i) {
-      if (pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(i * options.block_bytes)) !=
+    Status status;
+    for (uint64_t i = first; i < end && status.ok(); ++i) {
+      if (pread(reader, buffer.data(), buffer.size(), static_cast<off_t>(i * options.block_bytes)) !=
           static_cast<ssize_t>(buffer.size())) {
-        return Errno("reading " + file.string());
+        status = Errno("reading " + file.string());
       }
     }
-    return Status::Ok();
+    close(reader);
+    return status;
   });
   const double read_gbps = Gbps(bytes, std::chrono::steady_clock::now() - read_start);
   close(fd);
