@@ -1,10 +1,13 @@
 #include "storage/host_tier.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack: no allocation per pin
 #include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "common/thread_annotations.h"
@@ -40,39 +43,56 @@ class HostTier::Impl {
     return results;
   }
 
+  // A block being read: its header and the first of its pages, which the reader holds.
+  struct Held {
+    BlockHeader header;
+    uint32_t first = TierIndex::kNil;
+  };
+
   // The block's pages are held under the lock (a reader count on its first page: an
   // eviction meanwhile leaves them to the last reader to free) and copied out outside it,
   // so that gets of different blocks copy in parallel.
   Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) {
-    BlockHeader header;
-    uint32_t first = TierIndex::kNil;
-    {
-      std::lock_guard lock(mu_);
-      KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
-      const TierIndex::Entry& entry = index_.entry(id);
-      if (out.size() < entry.header.payload_bytes) {
-        return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
-                                    ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
-      }
-      header = index_.CurrentHeader(id);
-      first = static_cast<uint32_t>(entry.location);
-      ++readers_[first];
-      index_.Touch(id);
+    KVTIER_ASSIGN_OR_RETURN(Held held, Hold(ref, out.size()));
+    const std::span<uint8_t> payload = out.first(held.header.payload_bytes);
+    CopyOut(held.first, payload);
+    const bool corrupt = options_.verify_on_get && PayloadChecksum(payload) != held.header.checksum;
+    KVTIER_RETURN_IF_ERROR(EndRead(held, corrupt, /*keep_held=*/false));
+    return std::move(held.header);
+  }
+
+  // As Get, but the pages stay held for the caller (PinnedBlock releases them: Unpin).
+  Result<Held> Pin(const BlockRef& ref) {
+    KVTIER_ASSIGN_OR_RETURN(Held held, Hold(ref, std::nullopt));
+    bool corrupt = false;
+    if (options_.verify_on_get) {
+      XXH3_state_t state;
+      XXH3_64bits_reset(&state);
+      ForEachPiece(held.first, held.header.payload_bytes,
+                   [&](std::span<const uint8_t> piece) { XXH3_64bits_update(&state, piece.data(), piece.size()); });
+      corrupt = XXH3_64bits_digest(&state) != held.header.checksum;  // the same hash as PayloadChecksum
     }
-    const std::span<uint8_t> payload = out.first(header.payload_bytes);
-    CopyOut(first, payload);
-    const bool corrupt = options_.verify_on_get && PayloadChecksum(payload) != header.checksum;
+    KVTIER_RETURN_IF_ERROR(EndRead(held, corrupt, /*keep_held=*/true));
+    return held;
+  }
+
+  void Unpin(uint32_t first) {
     std::lock_guard lock(mu_);
     ReleaseReaderLocked(first);
-    if (corrupt) {
-      ++stats_.checksum_failures;
-      const uint32_t id = index_.Find(header.key, header.format_tag);
-      if (id != TierIndex::kNil && index_.entry(id).location == first) RemoveLocked(id);
-      return DataLossError("host tier: block " + ref.key.ToHex() + " failed its checksum; it was dropped");
+  }
+
+  // By the holder of the block's pages (as CopyOut): runs of pages adjacent in the slab
+  // go to `piece` as one.
+  void ForEachPiece(uint32_t page, uint64_t bytes, const std::function<void(std::span<const uint8_t>)>& piece) const {
+    while (bytes > 0) {
+      uint64_t run = std::min<uint64_t>(options_.page_bytes, bytes);
+      const uint8_t* start = Page(page);
+      for (page = next_page_[page]; run < bytes && page == PageIndex(start + run); page = next_page_[page]) {
+        run += std::min<uint64_t>(options_.page_bytes, bytes - run);
+      }
+      piece({start, run});
+      bytes -= run;
     }
-    ++stats_.hits;
-    stats_.bytes_read += header.payload_bytes;
-    return header;
   }
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
@@ -114,6 +134,39 @@ class HostTier::Impl {
     return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the host tier");
   }
 
+  // The block found, its pages held and it touched, under the lock; `room`: the caller's
+  // buffer, which must hold the payload.
+  Result<Held> Hold(const BlockRef& ref, std::optional<size_t> room) {
+    std::lock_guard lock(mu_);
+    KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
+    const TierIndex::Entry& entry = index_.entry(id);
+    if (room && *room < entry.header.payload_bytes) {
+      return InvalidArgumentError("buffer of " + std::to_string(*room) + " bytes is too small for block " +
+                                  ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
+    }
+    const auto first = static_cast<uint32_t>(entry.location);
+    ++readers_[first];
+    index_.Touch(id);
+    return Held{index_.CurrentHeader(id), first};
+  }
+
+  // After a read of a held block: counted as a hit, or, when it failed its checksum,
+  // dropped (where the tier still has that copy) and reported as data loss. The pages stay
+  // held only for a pin that succeeded.
+  Status EndRead(const Held& held, bool corrupt, bool keep_held) {
+    std::lock_guard lock(mu_);
+    if (!keep_held || corrupt) ReleaseReaderLocked(held.first);
+    if (corrupt) {
+      ++stats_.checksum_failures;
+      const uint32_t id = index_.Find(held.header.key, held.header.format_tag);
+      if (id != TierIndex::kNil && index_.entry(id).location == held.first) RemoveLocked(id);
+      return DataLossError("host tier: block " + held.header.key.ToHex() + " failed its checksum; it was dropped");
+    }
+    ++stats_.hits;
+    stats_.bytes_read += held.header.payload_bytes;
+    return Status::Ok();
+  }
+
   Result<uint32_t> FindLocked(const BlockRef& ref) KVTIER_REQUIRES(mu_) {
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) {
@@ -125,15 +178,23 @@ class HostTier::Impl {
 
   uint64_t PagesFor(uint64_t bytes) const { return (bytes + options_.page_bytes - 1) / options_.page_bytes; }
   uint8_t* Page(uint32_t page) const { return memory_->data() + uint64_t{page} * options_.page_bytes; }
+  // The page that starts at `at` (an address inside the slab or just past it).
+  uint32_t PageIndex(const uint8_t* at) const {
+    return static_cast<uint32_t>(static_cast<uint64_t>(at - memory_->data()) / options_.page_bytes);
+  }
 
+  // Chained in the order taken: a slab's free list starts in address order, so a block
+  // put into fresh pages lies in one run (a pin then gives one piece).
   uint32_t TakePages(uint64_t count) KVTIER_REQUIRES(mu_) {
     uint32_t first = TierIndex::kNil;
-    for (uint64_t i = 0; i < count; ++i) {  // chained back to front: first is taken last
+    uint32_t* link = &first;
+    for (uint64_t i = 0; i < count; ++i) {
       const uint32_t page = free_pages_.back();
       free_pages_.pop_back();
-      next_page_[page] = first;
-      first = page;
+      *link = page;
+      link = &next_page_[page];
     }
+    *link = TierIndex::kNil;
     return first;
   }
 
@@ -417,11 +478,36 @@ Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload
 }
 std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
 Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+Result<PinnedBlock> HostTier::Pin(const BlockRef& ref) {
+  KVTIER_ASSIGN_OR_RETURN(Impl::Held held, impl_->Pin(ref));
+  return PinnedBlock(this, held.first, std::move(held.header));
+}
 Result<BlockHeader> HostTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status HostTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats HostTier::Stats() const { return impl_->Stats(); }
 std::vector<BlockHeader> HostTier::Headers() const { return impl_->Headers(); }
 bool HostTier::huge_pages() const { return impl_->memory().explicit_huge_pages(); }
 bool HostTier::pinned() const { return impl_->memory().pinned(); }
+
+PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
+    : tier_(std::exchange(other.tier_, nullptr)), first_page_(other.first_page_), header_(std::move(other.header_)) {}
+
+PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
+  if (this != &other) {
+    if (tier_ != nullptr) tier_->impl_->Unpin(first_page_);
+    tier_ = std::exchange(other.tier_, nullptr);
+    first_page_ = other.first_page_;
+    header_ = std::move(other.header_);
+  }
+  return *this;
+}
+
+PinnedBlock::~PinnedBlock() {
+  if (tier_ != nullptr) tier_->impl_->Unpin(first_page_);
+}
+
+void PinnedBlock::ForEachPiece(const std::function<void(std::span<const uint8_t>)>& piece) const {
+  if (tier_ != nullptr) tier_->impl_->ForEachPiece(first_page_, header_.payload_bytes, piece);
+}
 
 }  // namespace kvtier::storage

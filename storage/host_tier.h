@@ -32,6 +32,7 @@
 // REQUIRES: page_bytes a multiple of 4096; capacity_bytes at least one page.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "common/clock.h"
@@ -39,6 +40,8 @@
 #include "storage/tier.h"
 
 namespace kvtier::storage {
+
+class HostTier;
 
 struct HostTierOptions {
   uint64_t capacity_bytes = 0;               // host_cache_size
@@ -60,6 +63,33 @@ struct HostTierOptions {
   const Clock* clock = &SystemClock::Instance();
 };
 
+// A block's payload left where it lies in the tier's pages, for a reader that sends it
+// from there (the data stream's gets: no copy into a buffer first). While it lives the
+// pages stay the block's, as for a get in progress: an eviction or Remove meanwhile takes
+// the block out of the tier but leaves its pages to be freed when the pin goes.
+// Thread safety: a pin may be read, moved and destroyed on any thread, one at a time.
+// Ownership: must not outlive the tier that gave it.
+class PinnedBlock {
+ public:
+  PinnedBlock() = default;
+  PinnedBlock(PinnedBlock&& other) noexcept;
+  PinnedBlock& operator=(PinnedBlock&& other) noexcept;
+  ~PinnedBlock();
+
+  const BlockHeader& header() const { return header_; }
+  // Calls `piece` with the payload in order, a run of contiguous pages at a time.
+  void ForEachPiece(const std::function<void(std::span<const uint8_t>)>& piece) const;
+
+ private:
+  friend class HostTier;
+  PinnedBlock(HostTier* tier, uint32_t first_page, BlockHeader header)
+      : tier_(tier), first_page_(first_page), header_(std::move(header)) {}
+
+  HostTier* tier_ = nullptr;  // null: empty (moved from)
+  uint32_t first_page_ = 0;
+  BlockHeader header_;
+};
+
 class HostTier final : public Tier {
  public:
   [[nodiscard]] static Result<std::unique_ptr<HostTier>> Create(HostTierOptions options);
@@ -72,6 +102,9 @@ class HostTier final : public Tier {
   // (tier.h).
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items) override;
   [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) override;
+  // The block held in place instead of copied out; counted and touched as a Get, its
+  // checksum verified first when `verify_on_get` is set (kDataLoss: dropped, as Get).
+  [[nodiscard]] Result<PinnedBlock> Pin(const BlockRef& ref);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;
   [[nodiscard]] Status Remove(const BlockRef& ref) override;
   TierStats Stats() const override;
@@ -83,6 +116,7 @@ class HostTier final : public Tier {
   class Impl;
 
  private:
+  friend class PinnedBlock;
   explicit HostTier(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -11,6 +11,7 @@
 
 #include "storage/host_tier.h"
 #include "storage/testing/blocks.h"
+#include "storage/testing/host_tiers.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::storage {
@@ -20,15 +21,9 @@ using kvtier::testing::WaitUntil;
 using testing::MakeBlock;
 using testing::TestBlock;
 
-constexpr uint32_t kPage = 4096;
+using testing::SmallHostTier;
 
-HostTierOptions Options(uint64_t pages) {
-  HostTierOptions options;
-  options.capacity_bytes = pages * kPage;
-  options.page_bytes = kPage;
-  options.try_huge_pages = false;
-  return options;
-}
+constexpr uint32_t kPage = testing::kTestPageBytes;
 
 std::unique_ptr<HostTier> Create(HostTierOptions options) {
   auto tier = HostTier::Create(std::move(options));
@@ -70,7 +65,7 @@ struct SlowHandler {
 class StalledEvictionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    HostTierOptions options = Options(2);
+    HostTierOptions options = SmallHostTier(2);
     handler_.Install(options);
     options.on_removed = [this](const BlockHeader& header) { removed_.push_back(header.key.lo); };
     tier_ = Create(std::move(options));
@@ -141,7 +136,7 @@ TEST(HostTierEvictionTest, ConcurrentEvictionsHandOnExactlyTheVictimsBytes) {
   std::vector<TestBlock> blocks;
   for (uint64_t id = 0; id < 48; ++id) blocks.push_back(MakeBlock(id, 2 * kPage + 1000));
   std::atomic<uint64_t> handed{0}, wrong_handed{0}, left{0}, wrong_read{0}, hits{0};
-  HostTierOptions options = Options(24);
+  HostTierOptions options = SmallHostTier(24);
   options.on_evict = [&](std::span<const EvictedBlockView> victims) {
     for (const EvictedBlockView& victim : victims) {
       std::vector<uint8_t> bytes;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "storage/testing/blocks.h"
+#include "storage/testing/host_tiers.h"
 
 namespace kvtier::storage {
 namespace {
@@ -15,14 +16,11 @@ namespace {
 using testing::MakeBlock;
 using testing::TestBlock;
 
-constexpr uint32_t kPage = 4096;
+constexpr uint32_t kPage = testing::kTestPageBytes;
 
 std::unique_ptr<HostTier> MakeTier(uint64_t pages, BatchEvictionHandler on_evict = nullptr,
                                    const Clock* clock = nullptr) {
-  HostTierOptions options;
-  options.capacity_bytes = pages * kPage;
-  options.page_bytes = kPage;
-  options.try_huge_pages = false;
+  HostTierOptions options = testing::SmallHostTier(pages);
   options.on_evict = std::move(on_evict);
   if (clock != nullptr) options.clock = clock;
   auto tier = HostTier::Create(std::move(options));

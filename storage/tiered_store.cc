@@ -64,6 +64,11 @@ class TieredStore::Impl {
     return TieredHit{std::move(hit).value(), TierKind::kDisk};
   }
 
+  Result<PinnedBlock> PinInHost(const BlockRef& ref) {
+    if (!host_) return NotFoundError("block " + ref.key.ToHex() + ": this store has no host tier");
+    return host_->Pin(ref);
+  }
+
   Result<BlockHeader> Peek(const BlockRef& ref) {
     if (host_) {
       if (auto header = host_->Peek(ref); header.ok()) return header;
@@ -213,6 +218,7 @@ std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { retu
 Status TieredStore::Flush() { return impl_->Flush(); }
 
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }

@@ -76,6 +76,10 @@ class TieredStore {
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
   [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
+  // The block held in place in the host tier (HostTier::Pin), for a sender that gathers
+  // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
+  // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).
+  [[nodiscard]] Result<PinnedBlock> PinInHost(const BlockRef& ref);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
   bool Contains(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.

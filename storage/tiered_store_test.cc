@@ -134,6 +134,31 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
 }
 
+// Block 5 is in the host tier and is pinned there; block 6, demoted to disk by block 7,
+// is not (a sender then Gets it); a disk-only store pins nothing.
+TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
+  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage), seven = MakeBlock(7, kPage);
+  auto store = Make(2, 1 << 20);
+  ASSERT_TRUE(store->Put(six.header, six.payload).ok());
+  ASSERT_TRUE(store->Put(five.header, five.payload).ok());
+  ASSERT_TRUE(store->Put(seven.header, seven.payload).ok());  // evicts block 6 to disk
+
+  Result<PinnedBlock> pinned = store->PinInHost(five.ref());
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  std::vector<uint8_t> bytes;
+  pinned->ForEachPiece([&](std::span<const uint8_t> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
+  EXPECT_EQ(bytes, five.payload);
+  EXPECT_EQ(store->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
+  std::vector<uint8_t> out(kPage);
+  EXPECT_EQ(store->Get(six.ref(), out)->tier, TierKind::kDisk);
+  pinned = NotFoundError("released");  // a pin must not outlive its tier
+  store.reset();
+
+  auto disk_only = Make(0, 1 << 20);  // the same directory: block 6 is there
+  ASSERT_TRUE(disk_only->Contains(six.ref()));
+  EXPECT_EQ(disk_only->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
+}
+
 // Blocks 0 (p50, two pages), 1 (p10) and 2 (p50) fill a four-page host tier. A batch of
 // four new pages evicts all three together: 1 is below the demotion priority and is
 // dropped, 0 and 2 go down to disk in one batch, and each reads back from disk whole (the

@@ -33,9 +33,12 @@ uint16_t FreePort() {
   return ntohs(addr.sin_port);
 }
 
-// Runs `per_client(c)` on `clients` threads at once; returns the wall time of all of them.
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Runs `per_client(c)` on `clients` threads at once; returns when all of them have ended,
+// with the time they were let go.
 template <typename Fn>
-double RunClients(uint32_t clients, Fn per_client) {
+Clock::time_point RunClients(uint32_t clients, Fn per_client) {
   std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (uint32_t c = 0; c < clients; ++c) {
@@ -47,7 +50,7 @@ double RunClients(uint32_t clients, Fn per_client) {
   const auto start = Clock::now();
   go = true;
   for (std::thread& t : threads) t.join();
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return start;
 }
 
 // A redis-server child, stopped (SIGTERM, then reaped) on destruction.
@@ -110,7 +113,7 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
   std::atomic<uint64_t> failures{0};
   std::vector<std::vector<double>> get_ms(o.clients);
   auto share = [&](uint32_t c) { return std::pair{blocks * c / o.clients, blocks * (c + 1) / o.clients}; };
-  const double put_s = RunClients(o.clients, [&](uint32_t c) {
+  const auto put_start = RunClients(o.clients, [&](uint32_t c) {
     for (auto [id, end] = share(c); id < end; ++id) {
       const std::string key = "kvtier:" + std::to_string(id);
       auto* reply = static_cast<redisReply*>(
@@ -119,7 +122,8 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
       freeReplyObject(reply);
     }
   });
-  const double get_s = RunClients(o.clients, [&](uint32_t c) {
+  const double put_s = SecondsSince(put_start);
+  const auto get_start = RunClients(o.clients, [&](uint32_t c) {
     for (auto [id, end] = share(c); id < end; ++id) {
       const std::string key = "kvtier:" + std::to_string(id);
       const auto start = Clock::now();
@@ -131,6 +135,7 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
       freeReplyObject(reply);
     }
   });
+  const double get_s = SecondsSince(get_start);
   for (redisContext* c : connections) redisFree(c);
   if (failures > 0) return InternalError(std::to_string(failures.load()) + " Redis commands failed");
   std::vector<double> all;
@@ -145,7 +150,8 @@ namespace {
 
 // `clients` connections on 127.0.0.1, each sender writing block-sized pieces of
 // `source(c)` (wrapping around until its share is sent) to a reader that discards them
-// into one block-sized buffer. Returns GB/s over the wall time.
+// into one block-sized buffer. Returns GB/s over the wall time until the readers have
+// every byte (the senders end first, with the last megabytes still in the sockets).
 template <typename Source>
 Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
@@ -176,7 +182,7 @@ Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
     });
   }
   close(listener);
-  const double seconds = RunClients(static_cast<uint32_t>(readers.size()), [&](uint32_t c) {
+  const auto start = RunClients(static_cast<uint32_t>(readers.size()), [&](uint32_t c) {
     const std::span<const uint8_t> bytes = source(c);
     for (uint64_t sent = 0; sent < per_client;) {
       const uint64_t at = sent % bytes.size();
@@ -186,6 +192,7 @@ Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
     }
   });
   for (std::thread& t : readers) t.join();
+  const double seconds = SecondsSince(start);
   for (int fd : clients) close(fd);
   if (readers.size() != o.clients) return UnavailableError("loopback: not every client connected");
   return static_cast<double>(per_client * o.clients) / seconds / 1e9;

@@ -53,16 +53,27 @@ std::string Number(double value) {
   return text;
 }
 
-// `"<name>_put_gbps":x,...` for every path measured, then the best per direction as
-// `put_gbps`/`get_gbps` with the path that reached it.
+// `"<prefix>_cores":{...},"<prefix>_open_share":x,` (the share only on the stream path).
+std::string WhereTimeWent(const std::string& prefix, const store::TransferPhase& phase, bool stream) {
+  std::string out = "\"" + prefix + "_cores\":{\"control\":" + Number(phase.cores.control) +
+                    ",\"stream\":" + Number(phase.cores.stream) + ",\"clients\":" + Number(phase.cores.clients) + "},";
+  if (stream) out += "\"" + prefix + "_open_share\":" + Number(phase.open_share) + ",";
+  return out;
+}
+
+// `"<name>_put_gbps":x,...` for every path measured (with where each phase's time went),
+// then the best per direction as `put_gbps`/`get_gbps` with the path that reached it.
 std::string PathFields(const std::vector<PathResult>& paths) {
   std::string out;
   const PathResult* best_put = &paths[0];
   const PathResult* best_get = &paths[0];
   for (const PathResult& p : paths) {
-    out += "\"" + std::string(p.name) + "_put_gbps\":" + Number(p.result.put.gbps) + ",\"" + p.name +
-           "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + p.name + "_p99_ms\":" + Number(p.result.get.p99_ms) +
+    const std::string name = p.name;
+    out += "\"" + name + "_put_gbps\":" + Number(p.result.put.gbps) + ",\"" + name +
+           "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + name + "_p99_ms\":" + Number(p.result.get.p99_ms) +
            ",";
+    out += WhereTimeWent(name + "_put", p.result.put, name == "stream");
+    out += WhereTimeWent(name + "_get", p.result.get, name == "stream");
     if (p.result.put.gbps > best_put->result.put.gbps) best_put = &p;
     if (p.result.get.gbps > best_get->result.get.gbps) best_get = &p;
   }
@@ -120,6 +131,12 @@ int BenchCommand::RunTransfer() const {
                 r.get.gbps, r.get.p99_ms, r.get.gbps / loopback->gbps, r.get.gbps / loopback->from_memory_gbps);
     if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
     std::printf("\n");
+    for (const auto& [direction, phase] : {std::pair{"put", &r.put}, std::pair{"get", &r.get}}) {
+      std::printf("  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f", p.name,
+                  direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
+      if (std::string_view(p.name) == "stream") std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
+      std::printf("\n");
+    }
   }
   std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n", loopback->gbps);
   std::printf("  loopback   %.3f GB/s (raw TCP of as many distinct blocks from memory)\n", loopback->from_memory_gbps);

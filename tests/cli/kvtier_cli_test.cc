@@ -282,7 +282,10 @@ TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"loopback_from_memory_gbps\":", "\"p99_ms\":",
-                          "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,"}) {  // 4 MiB of 64 KiB
+                          "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,",  // 4 MiB of 64 KiB
+                          // where each phase's time went
+                          "\"inline_get_cores\":{\"control\":", "\"stream_put_cores\":{\"control\":",
+                          "\"stream_get_open_share\":"}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(out.find("null"), std::string::npos) << "every figure was measured: " << out;

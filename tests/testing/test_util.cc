@@ -27,9 +27,7 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-namespace {
-
-int Connect(const std::string& address) {
+int ConnectRaw(const std::string& address) {
   if (address.starts_with("unix:")) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -51,11 +49,9 @@ int Connect(const std::string& address) {
   return -1;
 }
 
-}  // namespace
-
 RawExchange SendRaw(const std::string& address, const std::string& bytes, std::chrono::milliseconds timeout) {
   RawExchange result;
-  const int fd = Connect(address);
+  const int fd = ConnectRaw(address);
   if (fd < 0) return result;
   result.connected = true;
   size_t sent = 0;

@@ -25,6 +25,10 @@ class TempDir {
   std::string path_;
 };
 
+// A blocking socket connected to "host:port" (IPv4) or "unix:/path"; -1 when it cannot
+// connect. The caller closes it.
+int ConnectRaw(const std::string& address);
+
 // Connects to "host:port" (IPv4) or "unix:/path", sends `bytes`, half-closes nothing, and
 // reads until the peer closes the connection or `timeout` passes.
 struct RawExchange {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_cpu.h"
 #include "common/thread_name.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
@@ -32,9 +33,13 @@ struct ClientWork {
   uint64_t first_block = 0;
   uint64_t blocks = 0;
   std::vector<double> put_ms, get_ms;
-  Clock::time_point get_end;  // when this client's timed get phase ended
+  double put_open_ms = 0, get_open_ms = 0;  // the data stream's open calls, summed
   std::string error;
 };
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
 
 // Block `id`'s payload: the client's random template with the id in its first 8 bytes.
 // Making one is a memcpy, as hiredis's copy of a value into its output buffer is, so the
@@ -51,9 +56,11 @@ void SetKey(schema::BlockKey::Builder key, uint64_t id) {
 
 // Threads that wait for a phase sleep (atomic wait), never spin: on a small machine a
 // spinning waiter takes the CPU that the server and the other clients are measured on.
+// For the same reason no client starts the untimed byte-for-byte pass before every
+// client has finished the timed get.
 struct Phases {
-  std::atomic<int> ready{0}, put_done{0};
-  std::atomic<bool> go_put{false}, go_get{false};
+  std::atomic<int> ready{0}, put_done{0}, get_done{0};
+  std::atomic<bool> go_put{false}, go_get{false}, go_verify{false};
 
   static void Arrive(std::atomic<int>& counter) {
     ++counter;
@@ -134,8 +141,9 @@ void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
       payloads.push_back(side.Block(i, o.block_bytes));
     }
     const TransferTicket ticket = FromWire(request.send().wait(wait).getTicket());
+    work.put_open_ms += MsSince(start);
     if (OrThrow(OrThrow(side.Connect(ticket))->Put(ticket, payloads)) != n) throw std::runtime_error("put short");
-    work.put_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    work.put_ms.push_back(MsSince(start));
   }
 }
 
@@ -149,6 +157,7 @@ void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
     auto request = store.openGetRequest();
     AskFor(request, work.first_block + b, n);
     auto response = request.send().wait(wait);
+    if (!verify) work.get_open_ms += MsSince(start);
     outs.clear();
     for (unsigned i = 0; i < n; ++i) {
       const bool present = response.getStates()[i] == schema::BlockState::PRESENT;
@@ -156,7 +165,7 @@ void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
     }
     const TransferTicket ticket = FromWire(response.getTicket());
     const std::vector<StreamBlockState> states = OrThrow(OrThrow(side.Connect(ticket))->Get(ticket, outs));
-    if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (!verify) work.get_ms.push_back(MsSince(start));
     for (unsigned i = 0; i < n; ++i) {
       CheckBlock(states[i] == StreamBlockState::kPresent, outs[i], work.first_block + b + i, o, base, verify, expected);
     }
@@ -177,7 +186,7 @@ void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
       MakePayload(base, id, std::span<uint8_t>(data.begin(), data.size()));
     }
     request.send().wait(wait);
-    work.put_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    work.put_ms.push_back(MsSince(start));
   }
 }
 
@@ -192,7 +201,7 @@ void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
     auto request = store.getRequest();
     AskFor(request, work.first_block + b, n);
     auto response = request.send().wait(wait);
-    if (!verify) work.get_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (!verify) work.get_ms.push_back(MsSince(start));
     for (unsigned i = 0; i < n; ++i) {
       const auto data = response.getBlocks()[i].getData();
       CheckBlock(response.getStates()[i] == schema::BlockState::PRESENT, {data.begin(), data.size()},
@@ -205,6 +214,9 @@ void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
 // phase, then an untimed get of every block again that compares every byte.
 void RunClient(const std::string& address, const TransferBenchOptions& o, ClientWork& work, Phases& phases) {
   NameThisThread("bench-client-" + std::to_string(work.index));
+  std::atomic<int>* const barriers[] = {&phases.ready, &phases.put_done, &phases.get_done};
+  size_t passed = 0;
+  auto arrive = [&] { Phases::Arrive(*barriers[passed++]); };
   try {
     capnp::ReaderOptions reader;
     reader.traversalLimitInWords = (o.block_bytes * o.batch * 2) / 8 + (1 << 20);
@@ -225,14 +237,14 @@ void RunClient(const std::string& address, const TransferBenchOptions& o, Client
     }
     StreamSide side;
     side.buffer.resize(o.block_bytes * o.batch);
-    Phases::Arrive(phases.ready);
+    arrive();  // ready
     phases.go_put.wait(false);
     if (o.stream) {
       StreamPutAll(store, wait, o, work, base, checksums, side);
     } else {
       PutAll(store, wait, o, work, base, checksums);
     }
-    Phases::Arrive(phases.put_done);
+    arrive();  // put_done
     phases.go_get.wait(false);
     for (const bool verify : {false, true}) {  // the timed pass, then the byte-for-byte one
       if (o.stream) {
@@ -240,13 +252,13 @@ void RunClient(const std::string& address, const TransferBenchOptions& o, Client
       } else {
         GetAll(store, wait, o, work, base, verify);
       }
-      if (!verify) work.get_end = Clock::now();
+      if (verify) break;
+      arrive();  // get_done
+      phases.go_verify.wait(false);
     }
   } catch (const std::exception& e) {
     work.error = e.what();
-    work.get_end = Clock::now();
-    Phases::Arrive(phases.ready);
-    Phases::Arrive(phases.put_done);
+    while (passed < std::size(barriers)) arrive();  // the others wait for this client at each
   }
 }
 
@@ -254,6 +266,27 @@ double Percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   return values[std::min(values.size() - 1, static_cast<size_t>(q * static_cast<double>(values.size())))];
+}
+
+// The threads' CPU now; empty where /proc cannot be read (the cores then read 0).
+std::vector<ThreadCpu> SampleCpu() { return ReadThreadCpu().value_or(std::vector<ThreadCpu>{}); }
+
+// One phase's figures from its clients' call times (`ms`), open times and the CPU samples
+// taken at its start and end.
+TransferPhase Summarize(uint64_t bytes, Clock::duration wall, std::vector<double> ms, double open_ms,
+                        const std::vector<ThreadCpu>& cpu_start, const std::vector<ThreadCpu>& cpu_end) {
+  const double seconds = std::chrono::duration<double>(wall).count();
+  TransferPhase phase;
+  phase.gbps = static_cast<double>(bytes) / seconds / 1e9;
+  double call_ms = 0;
+  for (const double m : ms) call_ms += m;
+  phase.open_share = call_ms > 0 ? open_ms / call_ms : 0;
+  phase.p50_ms = Percentile(ms, 0.5);
+  phase.p99_ms = Percentile(std::move(ms), 0.99);
+  phase.cores = {.control = CpuSecondsBetween(cpu_start, cpu_end, "bench-store") / seconds,
+                 .stream = CpuSecondsBetween(cpu_start, cpu_end, "kvt-stream") / seconds,
+                 .clients = CpuSecondsBetween(cpu_start, cpu_end, "bench-client") / seconds};
+  return phase;
 }
 
 }  // namespace
@@ -302,31 +335,37 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
     work[c].blocks = blocks * (c + 1) / o.clients - work[c].first_block;
     threads.emplace_back(RunClient, server->endpoints()[0], std::cref(o), std::ref(work[c]), std::ref(phases));
   }
-  Phases::WaitFor(phases.ready, static_cast<int>(o.clients));
+  const auto clients = static_cast<int>(o.clients);
+  Phases::WaitFor(phases.ready, clients);
+  const std::vector<ThreadCpu> cpu_put_start = SampleCpu();
   const auto put_start = Clock::now();
   Phases::Open(phases.go_put);
-  Phases::WaitFor(phases.put_done, static_cast<int>(o.clients));
+  Phases::WaitFor(phases.put_done, clients);
   const auto put_end = Clock::now();
+  const std::vector<ThreadCpu> cpu_put_end = SampleCpu();
+  const auto get_start = Clock::now();
   Phases::Open(phases.go_get);
+  Phases::WaitFor(phases.get_done, clients);
+  const auto get_end = Clock::now();
+  const std::vector<ThreadCpu> cpu_get_end = SampleCpu();
+  Phases::Open(phases.go_verify);
   for (std::thread& t : threads) t.join();
   server->Shutdown();
-  Clock::time_point get_end = put_end;
-  for (const ClientWork& w : work) get_end = std::max(get_end, w.get_end);
 
-  TransferBenchResult result;
-  result.blocks = blocks;
   std::vector<double> put_ms, get_ms;
+  double put_open_ms = 0, get_open_ms = 0;
   for (const ClientWork& w : work) {
     if (!w.error.empty()) return InternalError("client " + std::to_string(w.index) + ": " + w.error);
     put_ms.insert(put_ms.end(), w.put_ms.begin(), w.put_ms.end());
     get_ms.insert(get_ms.end(), w.get_ms.begin(), w.get_ms.end());
+    put_open_ms += w.put_open_ms;
+    get_open_ms += w.get_open_ms;
   }
-  const double bytes = static_cast<double>(blocks * o.block_bytes);
-  result.put = {bytes / std::chrono::duration<double>(put_end - put_start).count() / 1e9, Percentile(put_ms, 0.5),
-                Percentile(put_ms, 0.99)};
-  result.get = {bytes / std::chrono::duration<double>(get_end - put_end).count() / 1e9, Percentile(get_ms, 0.5),
-                Percentile(get_ms, 0.99)};
-  return result;
+  const uint64_t bytes = blocks * o.block_bytes;
+  return TransferBenchResult{
+      .put = Summarize(bytes, put_end - put_start, std::move(put_ms), put_open_ms, cpu_put_start, cpu_put_end),
+      .get = Summarize(bytes, get_end - get_start, std::move(get_ms), get_open_ms, cpu_put_end, cpu_get_end),
+      .blocks = blocks};
 }
 
 }  // namespace kvtier::store

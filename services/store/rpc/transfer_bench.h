@@ -7,8 +7,8 @@
 // as a block's header
 // travels with it from the tier that made it); get phase: every client reads its blocks
 // back, checking state and size as the Redis phase does; then, untimed, every block is
-// read again and compared byte for byte. Rates are payload bytes over the wall time of
-// the phase; latencies are per call.
+// read again and compared byte for byte, once every client has finished the timed pass.
+// Rates are payload bytes over the wall time of the phase; latencies are per call.
 //
 // Thread safety: a function of its inputs.
 #pragma once
@@ -31,10 +31,21 @@ struct TransferBenchOptions {
   uint32_t stream_threads = 0;          // the data stream's event loops; 0: its default
 };
 
+// Where a phase's CPU went, in cores (CPU seconds over the phase's wall time).
+struct TransferCores {
+  double control = 0;  // the store's RPC thread (Cap'n Proto: calls, and inline payloads)
+  double stream = 0;   // the store's data stream loops
+  double clients = 0;  // the client threads
+};
+
 struct TransferPhase {
   double gbps = 0;
   double p50_ms = 0;
   double p99_ms = 0;
+  TransferCores cores;
+  // The data stream path: the share of a call's time spent waiting for its Cap'n Proto
+  // open (openPut/openGet) before the bytes moved. 0 on the inline path.
+  double open_share = 0;
 };
 
 struct TransferBenchResult {

@@ -99,8 +99,8 @@ class DataStreamServer::Impl {
       if (!ec) Sweep();
     });
   }
-  // Block i of a get read at open: its header answered, or (gone since Peek, or corrupt
-  // and deleted by the tier) not sent.
+  // Block i of a get, read from the extra source at open: its header answered, or (gone
+  // since Peek, or corrupt) not sent.
   static void SetRead(size_t i, Result<storage::BlockHeader> read, OpenTransfer& transfer, StreamGetOpened& opened) {
     if (read.ok()) {
       opened.headers[i] = std::move(*read);
@@ -109,10 +109,6 @@ class DataStreamServer::Impl {
     transfer.states[i] =
         read.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
     opened.headers[i].reset();
-  }
-  Result<storage::BlockHeader> TierRead(const storage::BlockRef& ref, std::span<uint8_t> out) {
-    KVTIER_ASSIGN_OR_RETURN(storage::TieredHit hit, options_.store->Get(ref, out));
-    return std::move(hit.header);
   }
   Result<TransferTicket> Register(OpenTransfer transfer, uint64_t total_bytes) {
     KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.Add(std::move(transfer)));
@@ -162,11 +158,10 @@ Status DataStreamServer::Impl::Bind() {
 
 // Every block is looked up here, on the caller's (control) thread, and given a slot in
 // the staging buffer. A block of another source (a worker's pool, readable only on this
-// thread) is copied now. A tier's block is read into its slot when the transfer is sent,
-// on the stream's loops, when there are several: the copies then run in parallel, where
-// copying on the control thread capped a 16-core node's gets at that one thread. With a
-// single loop it is copied now too: the control thread copying the next transfer while
-// the loop sends this one measured faster on two cores (docs/benchmarks.md).
+// thread) is copied now. A tier's block is left to the send, on the stream's loop: the
+// host tier's blocks are then sent from its pages, with no copy at all, which measured
+// faster than copying at open even with one loop (docs/benchmarks.md); the slot is still
+// reserved, for a block that has gone down to disk by then.
 Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
                                                         uint64_t scope, ExtraBlockSource* extra) {
   StreamGetOpened opened;
@@ -210,12 +205,8 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
       extra_outs.push_back(out);
       continue;
     }
-    if (loops_.size() > 1) {
-      slot.read_at_send = true;
-      slot.key = keys[i];
-      continue;
-    }
-    SetRead(i, TierRead(ref, out), transfer, opened);  // the header read with the bytes is answered
+    slot.read_at_send = true;
+    slot.key = keys[i];
   }
   if (!extra_blocks.empty()) {
     // Peek's header may lack the checksum; the one Read gives is answered.

@@ -5,12 +5,12 @@
 // this server's TCP listener:
 // - get: OpenGet looks every block up and gives each present one a slot in one staging
 //   buffer; a block of the extra source (a worker's pool) is copied there at once, on
-//   the caller's thread, where that source may be read. With several loops the tiers'
-//   blocks are read into their slots (checksum-verified where the tier verifies) when the
-//   transfer is sent, on the connection's loop, so that copies of different transfers run
-//   in parallel: a block OpenGet answered present but that was evicted or found corrupt
-//   in the meantime is then sent as missing or corrupt. With one loop they are copied at
-//   open too (a snapshot). Either way the states the stream sends are final.
+//   the caller's thread, where that source may be read. The tiers' blocks are found again
+//   when the transfer is sent, on the connection's loop: a block the host tier holds is
+//   pinned there and the write gathers straight from its pages (no copy on the node);
+//   one that has gone down to disk is read into its slot (checksum-verified). A block
+//   OpenGet answered present but that was evicted or found corrupt in the meantime is
+//   sent as missing or corrupt: the states the stream sends are final.
 // - put: the payloads are read into a staging buffer, every block is checked against its
 //   header (size, XXH3) and the batch is stored only when all pass; nothing of a
 //   refused, truncated or abandoned transfer is stored.

@@ -5,6 +5,9 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "storage/testing/blocks.h"
@@ -135,41 +138,81 @@ TEST_F(DataStreamTest, ClientsOnSeveralLoopsTransferInParallel) {
   EXPECT_TRUE(Drained());
 }
 
-// With several loops the tiers' blocks are read when the transfer is sent: one evicted in
-// between arrives as missing, and the blocks after it still land in their own buffers.
-TEST_F(DataStreamTest, WithSeveralLoopsABlockEvictedBetweenOpenAndSendArrivesAsMissing) {
-  Start({.threads = 2});
-  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
-  for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
-  const StreamGetOpened opened = OpenGet({1, 2, 3});
-  EXPECT_EQ(opened.states, std::vector<StreamBlockState>(3, StreamBlockState::kPresent));
-  ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
-  auto buffers = Buffers(opened);
-  const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
-  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kMissing, StreamBlockState::kPresent,
-                                                   StreamBlockState::kPresent}));
-  EXPECT_EQ(buffers[1], blocks[1].payload);
-  EXPECT_EQ(buffers[2], blocks[2].payload);
-  EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 4096);
+// The tiers' blocks are found again when the transfer is sent, with one loop as with
+// several: one evicted in between arrives as missing, and the blocks after it still land
+// in their own buffers.
+TEST_F(DataStreamTest, ABlockEvictedBetweenOpenAndSendArrivesAsMissing) {
+  for (const uint32_t loops : {1u, 2u}) {
+    SCOPED_TRACE(std::to_string(loops) + " loops");
+    Start({.threads = loops});
+    const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+    for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
+    const StreamGetOpened opened = OpenGet({1, 2, 3});
+    EXPECT_EQ(opened.states, std::vector<StreamBlockState>(3, StreamBlockState::kPresent));
+    ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
+    auto buffers = Buffers(opened);
+    const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
+    EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kMissing, StreamBlockState::kPresent,
+                                                     StreamBlockState::kPresent}));
+    EXPECT_EQ(buffers[1], blocks[1].payload);
+    EXPECT_EQ(buffers[2], blocks[2].payload);
+    EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 4096);
+    EXPECT_TRUE(Drained());
+  }
+}
+
+// Reads exactly `bytes` from a blocking socket into `out`; false when the peer closes first.
+bool ReadExactly(int fd, uint8_t* out, size_t bytes) {
+  for (size_t got = 0; got < bytes;) {
+    const ssize_t n = recv(fd, out + got, bytes - got, 0);
+    if (n <= 0) return false;
+    got += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The host tier's blocks are sent from its pages. A client reads the reply of a 24 MiB
+// block and stops: most of the block waits on the node, its pages pinned. Meanwhile the
+// block is removed and 48 MiB of new blocks go through the 64 MiB tier, evicting one
+// another: none takes the pinned pages. The client then reads on: every byte is the
+// block's, and when it is sent the pages are free again.
+TEST_F(DataStreamTest, ABlockOnTheWireKeepsItsBytesWhileTheTierMovesOn) {
+  constexpr size_t kBig = 24u << 20;
+  const TestBlock big = MakeBlock(1, kBig);
+  ASSERT_TRUE(store_->Put(big.header, big.payload).ok());
+  const StreamGetOpened opened = OpenGet({1});
+  const int fd = testing::ConnectRaw(opened.ticket.data_address);
+  ASSERT_GE(fd, 0);
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
+                              .secret = opened.ticket.secret};
+  ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+  StreamReply reply;
+  std::vector<uint8_t> states(PaddedStateBytes(1));
+  ASSERT_TRUE(ReadExactly(fd, reinterpret_cast<uint8_t*>(&reply), sizeof(reply)));
+  ASSERT_TRUE(ReadExactly(fd, states.data(), states.size()));
+  ASSERT_EQ(reply.code, 0u);
+  ASSERT_EQ(reply.payload_bytes, kBig);
+  EXPECT_EQ(states[0], static_cast<uint8_t>(StreamBlockState::kPresent));
+
+  ASSERT_TRUE(store_->Remove(big.ref()).ok());
+  for (uint64_t id = 10; id < 13; ++id) {
+    const TestBlock filler = MakeBlock(id, 16u << 20);
+    ASSERT_TRUE(store_->Put(filler.header, filler.payload).ok()) << "block " << id;
+  }
+  EXPECT_FALSE(store_->Contains(MakeBlock(10, 4096).ref())) << "the fillers evicted one another";
+
+  std::vector<uint8_t> received(kBig);
+  ASSERT_TRUE(ReadExactly(fd, received.data(), received.size()));
+  close(fd);
+  EXPECT_TRUE(received == big.payload) << "a byte of the block on the wire changed";
   EXPECT_TRUE(Drained());
+  const TestBlock after = MakeBlock(13, 16u << 20);
+  ASSERT_TRUE(store_->Put(after.header, after.payload).ok());
+  EXPECT_EQ(store_->Stats().host->evictions, 1u) << "block 13 took the freed pages, evicting nothing";
 }
 
-// With one loop the blocks are copied at open: the transfer sends that snapshot.
-TEST_F(DataStreamTest, WithOneLoopAnOpenedGetIsASnapshotThatLaterEvictionsDoNotChange) {
-  Start({.threads = 1});
-  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes)};
-  for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
-  const StreamGetOpened opened = OpenGet({1, 2});
-  ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
-  auto buffers = Buffers(opened);
-  const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
-  EXPECT_EQ(states, std::vector<StreamBlockState>(2, StreamBlockState::kPresent)) << "the bytes were copied at open";
-  EXPECT_EQ(buffers[0], blocks[0].payload);
-  EXPECT_EQ(buffers[1], blocks[1].payload);
-}
-
-// A block corrupted on disk is never sent: with one loop the open finds it, with several
-// the send does; either way the stream says corrupt and the tier has deleted it.
+// A block corrupted on disk is never sent, with one loop or several: the send finds it,
+// the stream says corrupt, and the tier has deleted it.
 class DataStreamLoops : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(DataStreamLoops, ABlockCorruptOnDiskArrivesAsCorruptNeverAsBytes) {

@@ -42,26 +42,17 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
 }
 
-// The tiers' blocks are read into their slots now (a block gone or corrupt since the open
-// is sent as missing or corrupt: the states sent are final), then the states and the
-// present payloads go in one gathered write.
+// The tiers' blocks are found now: pinned where they lie in the host tier (the write
+// gathers from its pages), else read into their slots (a block gone or corrupt since the
+// open is sent as missing or corrupt: the states sent are final). Then the states and
+// the present payloads go in one gathered write.
 void StreamConnection::ServeGet() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
   states_.assign(PaddedStateBytes(n), 0);
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size())});
   uint64_t sent = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    if (transfer_.states[i] == StreamBlockState::kPresent) {
-      const GetSlot& slot = transfer_.slots[i];
-      const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
-      if (slot.read_at_send) {
-        transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out);
-      }
-      if (transfer_.states[i] == StreamBlockState::kPresent) {
-        gather_.emplace_back(out.data(), out.size());
-        sent += out.size();
-      }
-    }
+    if (transfer_.states[i] == StreamBlockState::kPresent) sent += GatherBlock(i);
     states_[i] = static_cast<uint8_t>(transfer_.states[i]);
   }
   transfer_.payload_bytes = sent;
@@ -71,6 +62,28 @@ void StreamConnection::ServeGet() {
   context_.counters->gets++;
   context_.counters->bytes_sent += sent;
   SendReply();
+}
+
+uint64_t StreamConnection::GatherBlock(uint32_t i) {
+  const GetSlot& slot = transfer_.slots[i];
+  if (slot.read_at_send && PinInPlace(slot)) return slot.bytes;
+  const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+  if (slot.read_at_send) {
+    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out);
+  }
+  if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
+  gather_.emplace_back(out.data(), out.size());
+  return out.size();
+}
+
+bool StreamConnection::PinInPlace(const GetSlot& slot) {
+  Result<storage::PinnedBlock> pinned =
+      context_.store->PinInHost({slot.key, transfer_.format_tag, transfer_.salt_scope});
+  // Not in the host tier (or stored again with another size since the open): read it.
+  if (!pinned.ok() || pinned->header().payload_bytes != slot.bytes) return false;
+  pinned->ForEachPiece([&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
+  transfer_.pinned.push_back(std::move(*pinned));
+  return true;
 }
 
 StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out) {

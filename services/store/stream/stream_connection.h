@@ -45,6 +45,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void ReadRequest();
   void OnRequest(const asio::error_code& ec);
   void ServeGet();
+  // Block i of a get, present at open, into `gather_`: from the host tier's pages where it
+  // is there, else from its slot (read into it now when it is the tiers'). Its state
+  // becomes final; returns the payload bytes gathered (0: missing or corrupt now).
+  uint64_t GatherBlock(uint32_t i);
+  // A tier's block gathered from the host tier's pages, pinned until sent; false when the
+  // host tier does not hold it as opened.
+  bool PinInPlace(const GetSlot& slot);
   // One block of a get from the node's tiers into its slot: its state as sent.
   StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out);
   void OnPutPayload(const asio::error_code& ec);

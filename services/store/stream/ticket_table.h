@@ -24,12 +24,14 @@
 #include "services/store/stream/protocol.h"
 #include "services/store/stream/staging_pool.h"
 #include "storage/block_header.h"
+#include "storage/host_tier.h"
 
 namespace kvtier::store {
 
-// Where one block of a get lies in the staging buffer. A tier's block is read there when
-// the transfer is sent (`read_at_send`), on the stream's loop; another source's (a
-// worker's pool) at open.
+// Where one block of a get lies in the staging buffer. A tier's block is read when the
+// transfer is sent (`read_at_send`), on the stream's loop: sent from the host tier's
+// pages where it is there (pinned until sent), else read into its slot; another source's
+// block (a worker's pool) is copied into its slot at open.
 struct GetSlot {
   uint64_t offset = 0;
   uint64_t bytes = 0;
@@ -46,6 +48,7 @@ struct OpenTransfer {
   std::string format_tag;      // get: of every block (BlockRef only views it)
   uint64_t salt_scope = 0;
   uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent
+  std::vector<storage::PinnedBlock> pinned;  // get: the host tier's blocks on the wire
   // put: the headers, in payload order.
   std::vector<storage::BlockHeader> headers;
 };
