@@ -17,7 +17,7 @@ class DataStreamServer::Impl {
       : options_(std::move(options)), pool_(options_.max_staged_bytes),
         tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
         acceptor_(*loops_.front()), sweep_(*loops_.front()) {
-    context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_,
+    context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
                 .max_block_bytes = options_.max_block_bytes, .client_timeout = options_.client_timeout};
   }
 
@@ -167,7 +167,7 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
   StreamGetOpened opened;
   opened.headers.resize(keys.size());
   std::vector<bool> from_extra(keys.size(), false);
-  uint64_t total = 0;
+  uint64_t total = 0, extra_total = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const storage::BlockRef ref{keys[i], format, scope};
     Result<storage::BlockHeader> header = options_.store->Peek(ref);
@@ -177,6 +177,7 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
     }
     if (!header.ok()) continue;
     total += header->payload_bytes;
+    if (from_extra[i]) extra_total += header->payload_bytes;
     opened.headers[i] = std::move(*header);
   }
   OpenTransfer transfer;
@@ -185,28 +186,29 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
   transfer.slots.resize(keys.size());
   transfer.format_tag = format;
   transfer.salt_scope = scope;
-  KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(total));
+  // Only the extra source's blocks are staged now; the tiers' are found when sent.
+  if (extra_total > 0) {
+    KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(extra_total));
+  }
   uint64_t offset = 0;
   std::vector<size_t> extra_blocks;  // read in one batch below (a GPU pool: one gather)
   std::vector<storage::BlockRef> extra_refs;
   std::vector<std::span<uint8_t>> extra_outs;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!opened.headers[i]) continue;
-    const storage::BlockRef ref{keys[i], format, scope};
     GetSlot& slot = transfer.slots[i];
-    slot.offset = offset;
     slot.bytes = opened.headers[i]->payload_bytes;
-    offset += slot.bytes;
     transfer.states[i] = StreamBlockState::kPresent;
-    const auto out = transfer.buffer.bytes().subspan(slot.offset, slot.bytes);
-    if (from_extra[i]) {
-      extra_blocks.push_back(i);
-      extra_refs.push_back(ref);
-      extra_outs.push_back(out);
+    if (!from_extra[i]) {
+      slot.read_at_send = true;
+      slot.key = keys[i];
       continue;
     }
-    slot.read_at_send = true;
-    slot.key = keys[i];
+    slot.offset = offset;
+    offset += slot.bytes;
+    extra_blocks.push_back(i);
+    extra_refs.push_back({keys[i], format, scope});
+    extra_outs.push_back(transfer.buffer.bytes().subspan(slot.offset, slot.bytes));
   }
   if (!extra_blocks.empty()) {
     // Peek's header may lack the checksum; the one Read gives is answered.

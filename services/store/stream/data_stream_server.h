@@ -3,20 +3,22 @@
 // OpenGet/OpenPut are called by the BlockStore capability once it has checked the
 // session (salt scope) and the request; they answer a ticket, and the bytes then move on
 // this server's TCP listener:
-// - get: OpenGet looks every block up and gives each present one a slot in one staging
-//   buffer; a block of the extra source (a worker's pool) is copied there at once, on
-//   the caller's thread, where that source may be read. The tiers' blocks are found again
-//   when the transfer is sent, on the connection's loop: a block the host tier holds is
-//   pinned there and the write gathers straight from its pages (no copy on the node);
-//   one that has gone down to disk is read into its slot (checksum-verified). A block
+// - get: OpenGet looks every block up. A block of the extra source (a worker's pool) is
+//   copied at once into staging, on the caller's thread, where that source may be read.
+//   The tiers' blocks hold nothing while the ticket waits: they are found again when the
+//   transfer is sent, on the connection's loop. A block the host tier holds is pinned
+//   there and the write gathers straight from its pages (no copy on the node); one that
+//   has gone down to disk is read into staging taken then (checksum-verified). A block
 //   OpenGet answered present but that was evicted or found corrupt in the meantime is
 //   sent as missing or corrupt: the states the stream sends are final.
 // - put: the payloads are read into a staging buffer, every block is checked against its
 //   header (size, XXH3) and the batch is stored only when all pass; nothing of a
 //   refused, truncated or abandoned transfer is stored.
 // Staging is bounded (StagingPool, `max_staged_bytes`): an open beyond it answers
-// kResourceExhausted. A ticket not used within `ticket_ttl` expires and frees its
-// staging; a client that disconnects mid-transfer frees its at once.
+// kResourceExhausted, and so does a get's send whose blocks left host memory since the
+// open and do not fit (refused before any byte is sent; the client may retry). A ticket
+// not used within `ticket_ttl` expires and frees its staging; a client that disconnects
+// mid-transfer frees its at once.
 //
 // Thread safety: Create() starts `threads` threads, each running an asio::io_context of
 // its own; each connection lives on one of them (dealt round-robin), so transfers of

@@ -53,10 +53,13 @@ class DataStreamTest : public ::testing::Test {
     return out;
   }
 
-  StreamGetOpened OpenGet(const std::vector<uint64_t>& ids, ExtraBlockSource* extra = nullptr) {
+  static std::vector<BlockKey> Keys(const std::vector<uint64_t>& ids) {
     std::vector<BlockKey> keys;
     for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
-    return server_->OpenGet(keys, storage::testing::kFormat, kScope, extra).value();
+    return keys;
+  }
+  StreamGetOpened OpenGet(const std::vector<uint64_t>& ids, ExtraBlockSource* extra = nullptr) {
+    return server_->OpenGet(Keys(ids), storage::testing::kFormat, kScope, extra).value();
   }
 
   // Buffers sized by the headers the open answered (empty for absent blocks).
@@ -319,6 +322,78 @@ TEST_F(DataStreamTest, StagingIsBoundedAndAnOpenBeyondItIsRefusedUntilTransfersF
   ASSERT_TRUE(Client()->Put(ticket, Payloads(first)).ok());
   EXPECT_TRUE(Drained());
   EXPECT_TRUE(server_->OpenPut(headers).ok()) << "room again once the first transfer finished";
+}
+
+// Staging holds 1 MiB; the host tier holds four 1 MiB blocks. A get of all four opens
+// (4 MiB, four times the bound) and stages nothing while its ticket waits: a put can
+// still take the whole bound meanwhile. The get then sends every byte from the tier.
+TEST_F(DataStreamTest, AGetOfTheHostTiersBlocksStagesNothingWhileItsTicketWaits) {
+  Start({.max_staged_bytes = 1ull << 20});
+  std::vector<TestBlock> blocks;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    blocks.push_back(MakeBlock(id, 1u << 20));
+    ASSERT_TRUE(store_->Put(blocks.back().header, blocks.back().payload).ok());
+  }
+  const Result<StreamGetOpened> open = server_->OpenGet(Keys({1, 2, 3, 4}), storage::testing::kFormat, kScope, nullptr);
+  ASSERT_TRUE(open.ok()) << open.status();
+  const StreamGetOpened& opened = *open;
+  EXPECT_EQ(opened.states, std::vector<StreamBlockState>(4, StreamBlockState::kPresent));
+  EXPECT_EQ(server_->Stats().staged_bytes, 0u);
+  const std::vector<TestBlock> put{MakeBlock(9, 1u << 20)};
+  ASSERT_TRUE(Client()->Put(OpenPut(put), Payloads(put)).ok()) << "the whole bound was free for a put";
+
+  auto buffers = Buffers(opened);
+  const auto states = Client()->Get(opened.ticket, Spans(buffers));
+  ASSERT_TRUE(states.ok()) << states.status();
+  EXPECT_EQ(*states, std::vector<StreamBlockState>(4, StreamBlockState::kPresent));
+  for (size_t i = 0; i < blocks.size(); ++i) EXPECT_EQ(buffers[i], blocks[i].payload) << "block " << i + 1;
+  EXPECT_TRUE(Drained());
+}
+
+// A node with 4 MiB of host memory over a disk, and 2 MiB of staging. Block 1 is opened
+// from host memory, then pushed down to disk by three blocks of 1.5 MiB. When the get is sent,
+// block 1 must be read from disk into staging, but a put's open holds all of it: the get
+// is refused as kResourceExhausted, before any byte, and nothing is lost. Once the put
+// has gone through, the same get opened again arrives whole (read from disk).
+TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefusedToRetry) {
+  kvtier::testing::TempDir dir;
+  storage::TieredStoreOptions tiers;
+  tiers.host.emplace();
+  tiers.host->capacity_bytes = 4u << 20;
+  tiers.disk.emplace();
+  tiers.disk->path = dir.path();
+  tiers.disk->capacity_bytes = 64u << 20;
+  server_.reset();
+  store_ = storage::TieredStore::Create(std::move(tiers)).value();
+  server_ = DataStreamServer::Create({.store = store_.get(), .max_staged_bytes = 2ull << 20, .clock = &clock_}).value();
+
+  const TestBlock block = MakeBlock(1, 256 * 1024);
+  ASSERT_TRUE(store_->Put(block.header, block.payload).ok());
+  const StreamGetOpened opened = OpenGet({1});
+  ASSERT_EQ(opened.states[0], StreamBlockState::kPresent);
+  for (uint64_t id = 2; id <= 4; ++id) {
+    const TestBlock filler = MakeBlock(id, 1536 * 1024);
+    ASSERT_TRUE(store_->Put(filler.header, filler.payload).ok());
+  }
+  ASSERT_EQ(store_->PinInHost(block.ref()).status().code(), StatusCode::kNotFound) << "block 1 is on disk only";
+
+  const std::vector<TestBlock> put{MakeBlock(9, 1536 * 1024)};  // its open takes the 2 MiB
+  const TransferTicket put_ticket = OpenPut(put);
+  auto buffers = Buffers(opened);
+  auto client = Client();
+  const auto refused = client->Get(opened.ticket, Spans(buffers));
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("not in host memory"), std::string::npos) << refused.status();
+  EXPECT_TRUE(store_->Contains(block.ref())) << "a refused get loses nothing";
+
+  const auto put_done = Client()->Put(put_ticket, Payloads(put));
+  ASSERT_TRUE(put_done.ok()) << put_done.status();
+  const StreamGetOpened again = OpenGet({1});
+  buffers = Buffers(again);
+  const auto states = Client()->Get(again.ticket, Spans(buffers)).value();
+  EXPECT_EQ(states[0], StreamBlockState::kPresent);
+  EXPECT_EQ(buffers[0], block.payload);
+  EXPECT_TRUE(Drained());
 }
 
 TEST_F(DataStreamTest, TransfersAreCountedInTheNodesMetrics) {

@@ -56,16 +56,17 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
 }
 
 // The tiers' blocks are found now: pinned where they lie in the host tier (the write
-// gathers from its pages), else read into their slots (a block gone or corrupt since the
+// gathers from its pages), else read into staging (a block gone or corrupt since the
 // open is sent as missing or corrupt: the states sent are final). Then the states and
 // the present payloads go in one gathered write.
 void StreamConnection::ServeGet() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
+  if (!PinOrStage()) return;
   states_.assign(PaddedStateBytes(n), 0);
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size())});
-  uint64_t sent = 0;
+  uint64_t sent = 0, read_offset = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    if (transfer_.states[i] == StreamBlockState::kPresent) sent += GatherBlock(i);
+    if (transfer_.states[i] == StreamBlockState::kPresent) sent += GatherBlock(i, &read_offset);
     states_[i] = static_cast<uint8_t>(transfer_.states[i]);
   }
   transfer_.payload_bytes = sent;
@@ -77,12 +78,44 @@ void StreamConnection::ServeGet() {
   SendReply();
 }
 
-uint64_t StreamConnection::GatherBlock(uint32_t i) {
+bool StreamConnection::PinOrStage() {
+  const auto n = static_cast<uint32_t>(transfer_.states.size());
+  pin_of_.assign(n, -1);
+  uint64_t to_read = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const GetSlot& slot = transfer_.slots[i];
+    if (transfer_.states[i] != StreamBlockState::kPresent || !slot.read_at_send) continue;
+    if (PinInPlace(slot)) {
+      pin_of_[i] = static_cast<int32_t>(transfer_.pinned.size() - 1);
+    } else {
+      to_read += slot.bytes;
+    }
+  }
+  if (to_read == 0) return true;
+  Result<StagingBuffer> staging = context_.staging->Take(to_read);
+  if (staging.ok()) {
+    transfer_.read_at_send = std::move(*staging);
+    return true;
+  }
+  transfer_.pinned.clear();
+  Refuse(staging.status().WithContext("staging the get's blocks not in host memory"));
+  return false;
+}
+
+uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   const GetSlot& slot = transfer_.slots[i];
-  if (slot.read_at_send && PinInPlace(slot)) return slot.bytes;
-  const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+  if (pin_of_[i] >= 0) {
+    transfer_.pinned[static_cast<size_t>(pin_of_[i])].ForEachPiece(
+        [&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
+    return slot.bytes;
+  }
+  std::span<uint8_t> out;
   if (slot.read_at_send) {
+    out = transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
+    *read_offset += slot.bytes;
     transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out);
+  } else {
+    out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
   }
   if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
   gather_.emplace_back(out.data(), out.size());
@@ -94,7 +127,6 @@ bool StreamConnection::PinInPlace(const GetSlot& slot) {
       context_.store->PinInHost({slot.key, transfer_.format_tag, transfer_.salt_scope});
   // Not in the host tier (or stored again with another size since the open): read it.
   if (!pinned.ok() || pinned->header().payload_bytes != slot.bytes) return false;
-  pinned->ForEachPiece([&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
   transfer_.pinned.push_back(std::move(*pinned));
   return true;
 }

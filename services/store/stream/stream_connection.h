@@ -16,6 +16,7 @@
 
 #include <asio.hpp>
 
+#include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_metrics.h"
 #include "services/store/stream/ticket_table.h"
 #include "storage/tiered_store.h"
@@ -31,6 +32,7 @@ struct StreamContext {
   storage::TieredStore* store = nullptr;
   StreamCounters* counters = nullptr;
   StreamMetrics* metrics = nullptr;  // optional
+  StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
 };
@@ -45,12 +47,16 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void ReadRequest();
   void OnRequest(const asio::error_code& ec);
   void ServeGet();
-  // Block i of a get, present at open, into `gather_`: from the host tier's pages where it
-  // is there, else from its slot (read into it now when it is the tiers'). Its state
-  // becomes final; returns the payload bytes gathered (0: missing or corrupt now).
-  uint64_t GatherBlock(uint32_t i);
-  // A tier's block gathered from the host tier's pages, pinned until sent; false when the
-  // host tier does not hold it as opened.
+  // Pins each of the tiers' blocks that the host tier holds (`pin_of_`); the bytes of the
+  // others, to be read from disk, are staged now. False (and refused) when staging is
+  // full: nothing is sent yet, and the client may retry.
+  bool PinOrStage();
+  // Block i of a get, present at open, into `gather_`: its pinned pages, or its bytes
+  // read now into `read_at_send` staging (at `*read_offset`), or its extra-source slot.
+  // Its state becomes final; returns the payload bytes gathered (0: missing or corrupt).
+  uint64_t GatherBlock(uint32_t i, uint64_t* read_offset);
+  // A tier's block pinned in the host tier's pages until sent; false when the host tier
+  // does not hold it as opened.
   bool PinInPlace(const GetSlot& slot);
   // One block of a get from the node's tiers into its slot: its state as sent.
   StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out);
@@ -74,6 +80,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   OpenTransfer transfer_;
   std::vector<uint8_t> states_;
   std::vector<asio::const_buffer> gather_;
+  std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
   std::vector<uint8_t> discard_;
 };
 

@@ -28,12 +28,13 @@
 
 namespace kvtier::store {
 
-// Where one block of a get lies in the staging buffer. A tier's block is read when the
-// transfer is sent (`read_at_send`), on the stream's loop: sent from the host tier's
-// pages where it is there (pinned until sent), else read into its slot; another source's
-// block (a worker's pool) is copied into its slot at open.
+// One block of a get. A tier's block is found when the transfer is sent
+// (`read_at_send`), on the stream's loop: sent from the host tier's pages where it is
+// there (pinned until sent), else read into staging taken then; it holds no staging
+// while the ticket waits. Another source's block (a worker's pool) is copied at open into
+// its slot of the transfer's `buffer`, at `offset`.
 struct GetSlot {
-  uint64_t offset = 0;
+  uint64_t offset = 0;  // !read_at_send: in `OpenTransfer::buffer`
   uint64_t bytes = 0;
   bool read_at_send = false;
   BlockKey key;  // read_at_send: the block, under the transfer's format tag and scope
@@ -41,7 +42,8 @@ struct GetSlot {
 
 struct OpenTransfer {
   StreamOp op = StreamOp::kGet;
-  StagingBuffer buffer;  // get: a slot per block present at open; put: total_bytes
+  // get: the extra source's blocks, copied at open (none: empty); put: total_bytes.
+  StagingBuffer buffer;
   // get: each block's state (final once sent) and slot (for kPresent blocks).
   std::vector<StreamBlockState> states;
   std::vector<GetSlot> slots;
@@ -49,6 +51,7 @@ struct OpenTransfer {
   uint64_t salt_scope = 0;
   uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent
   std::vector<storage::PinnedBlock> pinned;  // get: the host tier's blocks on the wire
+  StagingBuffer read_at_send;                // get: the tiers' blocks not pinned, read when sent
   // put: the headers, in payload order.
   std::vector<storage::BlockHeader> headers;
 };
