@@ -4,9 +4,11 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -64,14 +66,8 @@ class HostTier::Impl {
   // As Get, but the pages stay held for the caller (PinnedBlock releases them: Unpin).
   Result<Held> Pin(const BlockRef& ref) {
     KVTIER_ASSIGN_OR_RETURN(Held held, Hold(ref, std::nullopt));
-    bool corrupt = false;
-    if (options_.verify_on_get) {
-      XXH3_state_t state;
-      XXH3_64bits_reset(&state);
-      ForEachPiece(held.first, held.header.payload_bytes,
-                   [&](std::span<const uint8_t> piece) { XXH3_64bits_update(&state, piece.data(), piece.size()); });
-      corrupt = XXH3_64bits_digest(&state) != held.header.checksum;  // the same hash as PayloadChecksum
-    }
+    const bool corrupt =
+        options_.verify_on_get && PiecesChecksum(held.first, held.header.payload_bytes) != held.header.checksum;
     KVTIER_RETURN_IF_ERROR(EndRead(held, corrupt, /*keep_held=*/true));
     return held;
   }
@@ -81,16 +77,72 @@ class HostTier::Impl {
     ReleaseReaderLocked(first);
   }
 
+  // Pages for new blocks, taken under the lock with room made for all of them at once (as
+  // PutChecked takes them); the caller writes them in place, then commits or abandons.
+  Result<std::vector<uint32_t>> Reserve(std::span<const BlockHeader> headers) {
+    uint64_t pages = 0;
+    for (size_t i = 0; i < headers.size(); ++i) {
+      KVTIER_RETURN_IF_ERROR(
+          ValidateHeader(headers[i], options_.max_block_bytes).WithContext("block " + std::to_string(i)));
+      pages += PagesFor(headers[i].payload_bytes);
+    }
+    KVTIER_RETURN_IF_ERROR(NoBlockTwice(headers));
+    if (pages > num_pages_) {
+      return ResourceExhaustedError("blocks of " + std::to_string(pages * options_.page_bytes) +
+                                    " bytes are more than the whole host tier (" +
+                                    std::to_string(uint64_t{num_pages_} * options_.page_bytes) + " bytes)");
+    }
+    std::unique_lock lock(mu_);
+    for (const BlockHeader& header : headers) {
+      if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
+        return FailedPreconditionError("block " + header.key.ToHex() + " is stored already: its put refreshes it");
+      }
+    }
+    if (!MakeRoom(pages, lock)) {
+      return ResourceExhaustedError("host tier: no room for " + std::to_string(pages * options_.page_bytes) +
+                                    " bytes while the rest is being read, written or evicted; retry");
+    }
+    std::vector<uint32_t> firsts;
+    firsts.reserve(headers.size());
+    for (const BlockHeader& header : headers) firsts.push_back(TakePages(PagesFor(header.payload_bytes)));
+    return firsts;
+  }
+
+  // Reserved blocks, filled: every one checked, then all indexed (or, one failing, none).
+  std::vector<Status> Commit(std::span<const BlockHeader> headers, std::span<const uint32_t> firsts) {
+    std::vector<Status> results(headers.size());
+    for (size_t i = 0; i < headers.size(); ++i) {
+      if (PiecesChecksum(firsts[i], headers[i].payload_bytes) == headers[i].checksum) continue;
+      results.assign(headers.size(), AbortedError("another block of the batch failed its checksum; none was stored"));
+      results[i] = InvalidArgumentError("block payload does not match its checksum (block " +
+                                        headers[i].key.ToHex() + ")");
+      Abandon(firsts);
+      return results;
+    }
+    std::lock_guard lock(mu_);
+    stats_.puts += headers.size();
+    for (size_t i = 0; i < headers.size(); ++i) {
+      results[i] = IndexLocked(headers[i], Placement{i, PagesFor(headers[i].payload_bytes), firsts[i]});
+    }
+    return results;
+  }
+
+  void Abandon(std::span<const uint32_t> firsts) {
+    std::lock_guard lock(mu_);
+    for (uint32_t first : firsts) ReleasePagesLocked(first);
+  }
+
   // By the holder of the block's pages (as CopyOut): runs of pages adjacent in the slab
-  // go to `piece` as one.
-  void ForEachPiece(uint32_t page, uint64_t bytes, const std::function<void(std::span<const uint8_t>)>& piece) const {
+  // go to `piece` as one. Writable for a reservation's holder, read-only for a pin's.
+  template <typename Piece>
+  void ForEachPiece(uint32_t page, uint64_t bytes, const Piece& piece) const {
     while (bytes > 0) {
       uint64_t run = std::min<uint64_t>(options_.page_bytes, bytes);
-      const uint8_t* start = Page(page);
+      uint8_t* start = Page(page);
       for (page = next_page_[page]; run < bytes && page == PageIndex(start + run); page = next_page_[page]) {
         run += std::min<uint64_t>(options_.page_bytes, bytes - run);
       }
-      piece({start, run});
+      piece(std::span<uint8_t>(start, run));
       bytes -= run;
     }
   }
@@ -174,6 +226,27 @@ class HostTier::Impl {
       return NotFound(ref);
     }
     return id;
+  }
+
+  // XXH3 of a held chain's payload, piece by piece: the same hash as PayloadChecksum.
+  uint64_t PiecesChecksum(uint32_t first, uint64_t bytes) const {
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    ForEachPiece(first, bytes, [&](std::span<const uint8_t> piece) {
+      XXH3_64bits_update(&state, piece.data(), piece.size());
+    });
+    return XXH3_64bits_digest(&state);
+  }
+
+  // A batch that names a block twice would write it twice: the second is a refresh.
+  static Status NoBlockTwice(std::span<const BlockHeader> headers) {
+    std::vector<std::pair<BlockKey, std::string_view>> names;
+    names.reserve(headers.size());
+    for (const BlockHeader& header : headers) names.emplace_back(header.key, header.format_tag);
+    std::sort(names.begin(), names.end());
+    const auto twice = std::adjacent_find(names.begin(), names.end());
+    if (twice == names.end()) return Status::Ok();
+    return FailedPreconditionError("block " + twice->first.ToHex() + " comes twice in the batch");
   }
 
   uint64_t PagesFor(uint64_t bytes) const { return (bytes + options_.page_bytes - 1) / options_.page_bytes; }
@@ -504,6 +577,47 @@ PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
 
 PinnedBlock::~PinnedBlock() {
   if (tier_ != nullptr) tier_->impl_->Unpin(first_page_);
+}
+
+Result<HostReservation> HostTier::Reserve(std::span<const BlockHeader> headers) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<uint32_t> firsts, impl_->Reserve(headers));
+  HostReservation reservation;
+  reservation.tier_ = this;
+  reservation.headers_.assign(headers.begin(), headers.end());
+  reservation.first_pages_ = std::move(firsts);
+  return reservation;
+}
+
+std::vector<Status> HostTier::Commit(HostReservation reservation) {
+  assert(reservation.tier_ == this && "a reservation is committed to the tier that made it");
+  std::vector<Status> results = impl_->Commit(reservation.headers_, reservation.first_pages_);
+  reservation.tier_ = nullptr;  // its pages are the index's now, or given back
+  return results;
+}
+
+HostReservation::HostReservation(HostReservation&& other) noexcept
+    : tier_(std::exchange(other.tier_, nullptr)), headers_(std::move(other.headers_)),
+      first_pages_(std::move(other.first_pages_)) {}
+
+HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
+  if (this != &other) {
+    Release();
+    tier_ = std::exchange(other.tier_, nullptr);
+    headers_ = std::move(other.headers_);
+    first_pages_ = std::move(other.first_pages_);
+  }
+  return *this;
+}
+
+HostReservation::~HostReservation() { Release(); }
+
+void HostReservation::Release() {
+  if (tier_ != nullptr) tier_->impl_->Abandon(first_pages_);
+  tier_ = nullptr;
+}
+
+void HostReservation::ForEachPiece(size_t i, const std::function<void(std::span<uint8_t>)>& piece) const {
+  if (tier_ != nullptr) tier_->impl_->ForEachPiece(first_pages_[i], headers_[i].payload_bytes, piece);
 }
 
 void PinnedBlock::ForEachPiece(const std::function<void(std::span<const uint8_t>)>& piece) const {

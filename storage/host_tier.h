@@ -34,6 +34,8 @@
 
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "common/clock.h"
 #include "storage/host_memory.h"
@@ -90,6 +92,31 @@ class PinnedBlock {
   BlockHeader header_;
 };
 
+// Pages taken for a batch of new blocks that the caller fills in place, then stores
+// (HostTier::Commit) or abandons (destroyed: the pages go back). The data stream reads a
+// put's payloads from its socket straight into them: no copy on the node. Until committed
+// the blocks are in no index: gets miss them and no eviction takes their pages.
+// Thread safety: one thread at a time; any thread. Ownership: must not outlive the tier.
+class HostReservation {
+ public:
+  HostReservation() = default;
+  HostReservation(HostReservation&& other) noexcept;
+  HostReservation& operator=(HostReservation&& other) noexcept;
+  ~HostReservation();
+
+  const std::vector<BlockHeader>& headers() const { return headers_; }
+  // Calls `piece` with block i's payload space in order, a run of contiguous pages at a time.
+  void ForEachPiece(size_t i, const std::function<void(std::span<uint8_t>)>& piece) const;
+
+ private:
+  friend class HostTier;
+  void Release();
+
+  HostTier* tier_ = nullptr;  // null: empty (moved from, or committed)
+  std::vector<BlockHeader> headers_;
+  std::vector<uint32_t> first_pages_;
+};
+
 class HostTier final : public Tier {
  public:
   [[nodiscard]] static Result<std::unique_ptr<HostTier>> Create(HostTierOptions options);
@@ -105,6 +132,17 @@ class HostTier final : public Tier {
   // The block held in place instead of copied out; counted and touched as a Get, its
   // checksum verified first when `verify_on_get` is set (kDataLoss: dropped, as Get).
   [[nodiscard]] Result<PinnedBlock> Pin(const BlockRef& ref);
+  // Pages for new blocks, to be written in place and then committed. Room is made for all
+  // of them at once, as PutBatch makes it (the victims leave now, even if the reservation
+  // is then abandoned). kFailedPrecondition when a block is stored already or comes twice
+  // (its put would refresh a block, not write one: use PutBatch); kInvalidArgument for a
+  // header that cannot describe a block; kResourceExhausted as PutBatch.
+  [[nodiscard]] Result<HostReservation> Reserve(std::span<const BlockHeader> headers);
+  // The filled blocks, each checked against its header's XXH3 and then stored as PutBatch
+  // stores it (told to on_stored). Every block is checked before any is stored: when one
+  // fails, none is, and its result is kInvalidArgument (the others kAborted).
+  // REQUIRES: `reservation` came from this tier's Reserve.
+  [[nodiscard]] std::vector<Status> Commit(HostReservation reservation);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;
   [[nodiscard]] Status Remove(const BlockRef& ref) override;
   TierStats Stats() const override;
@@ -117,6 +155,7 @@ class HostTier final : public Tier {
 
  private:
   friend class PinnedBlock;
+  friend class HostReservation;
   explicit HostTier(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -64,6 +64,20 @@ class TieredStore::Impl {
     return TieredHit{std::move(hit).value(), TierKind::kDisk};
   }
 
+  // A reserved put holds the shared lock while it reserves (its room is made as a put's)
+  // and while it commits, not in between: the caller fills the pages meanwhile.
+  Result<HostReservation> ReserveInHost(std::span<const BlockHeader> headers) {
+    if (!host_) return FailedPreconditionError("this store has no host tier to reserve pages in");
+    std::shared_lock lock(mu_);
+    return host_->Reserve(headers);
+  }
+
+  std::vector<Status> CommitInHost(HostReservation reservation) {
+    if (!host_) return {};  // an empty reservation: no store without a host tier makes another
+    std::shared_lock lock(mu_);
+    return host_->Commit(std::move(reservation));
+  }
+
   Result<PinnedBlock> PinInHost(const BlockRef& ref) {
     if (!host_) return NotFoundError("block " + ref.key.ToHex() + ": this store has no host tier");
     return host_->Pin(ref);
@@ -219,6 +233,12 @@ Status TieredStore::Flush() { return impl_->Flush(); }
 
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
+Result<HostReservation> TieredStore::ReserveInHost(std::span<const BlockHeader> headers) {
+  return impl_->ReserveInHost(headers);
+}
+std::vector<Status> TieredStore::CommitInHost(HostReservation reservation) {
+  return impl_->CommitInHost(std::move(reservation));
+}
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }

@@ -80,6 +80,11 @@ class TieredStore {
   // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
   // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).
   [[nodiscard]] Result<PinnedBlock> PinInHost(const BlockRef& ref);
+  // A put written in place: HostTier::Reserve and Commit (events and demotions as
+  // PutBatch's). kFailedPrecondition from ReserveInHost when the store has no host tier.
+  // REQUIRES: a reservation is committed to the store that made it.
+  [[nodiscard]] Result<HostReservation> ReserveInHost(std::span<const BlockHeader> headers);
+  [[nodiscard]] std::vector<Status> CommitInHost(HostReservation reservation);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
   bool Contains(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.

@@ -159,6 +159,37 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
   EXPECT_EQ(disk_only->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
 }
 
+// A put written in place: blocks 6 and 5 fill a two-page host tier over a disk; reserving
+// a page for block 7 moves block 6 (least recently used) down to disk as a put would, and
+// the commit is told as a put's store. A store without a host tier has no pages to lend.
+TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
+  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage), seven = MakeBlock(7, kPage);
+  auto store = Make(2, 1 << 20);
+  ASSERT_TRUE(store->Put(six.header, six.payload).ok());
+  ASSERT_TRUE(store->Put(five.header, five.payload).ok());
+  events_.clear();
+
+  Result<HostReservation> reserved = store->ReserveInHost(std::vector<BlockHeader>{seven.header});
+  ASSERT_TRUE(reserved.ok()) << reserved.status();
+  EXPECT_EQ(events_, (std::vector<Recorded>{{StoreEvent::Kind::kStored, TierKind::kDisk, 6},
+                                            {StoreEvent::Kind::kRemoved, TierKind::kHost, 6}}));
+  reserved->ForEachPiece(0, [&](std::span<uint8_t> piece) {
+    std::copy_n(seven.payload.begin(), piece.size(), piece.begin());
+  });
+  const std::vector<Status> results = store->CommitInHost(std::move(*reserved));
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 7}));
+  std::vector<uint8_t> out(kPage);
+  EXPECT_EQ(store->Get(seven.ref(), out)->tier, TierKind::kHost);
+  EXPECT_EQ(out, seven.payload);
+  store.reset();
+
+  auto disk_only = Make(0, 1 << 20);
+  EXPECT_EQ(disk_only->ReserveInHost(std::vector<BlockHeader>{five.header}).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
 // Blocks 0 (p50, two pages), 1 (p10) and 2 (p50) fill a four-page host tier. A batch of
 // four new pages evicts all three together: 1 is below the demotion priority and is
 // dropped, 0 and 2 go down to disk in one batch, and each reads back from disk whole (the

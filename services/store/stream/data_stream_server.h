@@ -11,9 +11,13 @@
 //   has gone down to disk is read into staging taken then (checksum-verified). A block
 //   OpenGet answered present but that was evicted or found corrupt in the meantime is
 //   sent as missing or corrupt: the states the stream sends are final.
-// - put: the payloads are read into a staging buffer, every block is checked against its
+// - put: where the host tier takes the batch as new blocks, the payloads are read from
+//   the socket straight into pages it reserves for them (TieredStore::ReserveInHost: no
+//   copy on the node); else (a block stored already, no host tier, no room) into the
+//   staging buffer, stored by PutBatch. Either way every block is checked against its
 //   header (size, XXH3) and the batch is stored only when all pass; nothing of a
-//   refused, truncated or abandoned transfer is stored.
+//   refused, truncated or abandoned transfer is stored. The open still takes the put's
+//   staging, which bounds the puts in flight either way.
 // Staging is bounded (StagingPool, `max_staged_bytes`): an open beyond it answers
 // kResourceExhausted, and so does a get's send whose blocks left host memory since the
 // open and do not fit (refused before any byte is sent; the client may retry). A ticket

@@ -26,11 +26,11 @@ class DataStreamTest : public ::testing::Test {
  protected:
   void SetUp() override { Start({}); }
 
-  void Start(DataStreamServerOptions options) {
+  void Start(DataStreamServerOptions options, uint64_t host_bytes = 64ull << 20) {
     server_.reset();
     storage::TieredStoreOptions tiers;
     tiers.host.emplace();
-    tiers.host->capacity_bytes = 64ull << 20;
+    tiers.host->capacity_bytes = host_bytes;
     store_ = storage::TieredStore::Create(std::move(tiers)).value();
     options.store = store_.get();
     options.clock = &clock_;
@@ -297,7 +297,11 @@ TEST_F(DataStreamTest, APutWithACorruptBlockStoresNothingOfItsBatch) {
   EXPECT_FALSE(store_->Contains(blocks[1].ref()));
 }
 
+// The put's payload is read into host-tier pages reserved for it (the tier holds 1 MiB):
+// when the client dies half-way, its staging and those pages are freed, and nothing is
+// stored. A put of the whole tier then fits without evicting anything.
 TEST_F(DataStreamTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
+  Start({}, /*host_bytes=*/1u << 20);
   const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
   const TransferTicket ticket = OpenPut(blocks);
   // A raw connection: the request and half the payload, then gone.
@@ -308,6 +312,27 @@ TEST_F(DataStreamTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
   ASSERT_TRUE(testing::SendRaw(ticket.data_address, bytes, std::chrono::milliseconds(50)).connected);
   EXPECT_TRUE(Drained());
   EXPECT_FALSE(store_->Contains(blocks[0].ref()));
+  const TestBlock whole = MakeBlock(2, 1u << 20);
+  EXPECT_TRUE(store_->Put(whole.header, whole.payload).ok()) << "the reserved pages were given back";
+  EXPECT_EQ(store_->Stats().host->evictions, 0u);
+}
+
+// Block 1 is stored at priority 35, then put again at 80: a put that refreshes a block
+// cannot be written in place (nothing new is written), so its payload goes through
+// staging, and the block takes the new priority. Block 2 beside it is new and stored.
+TEST_F(DataStreamTest, APutOfABlockStoredAlreadyRefreshesItThroughStaging) {
+  auto client = Client();
+  const std::vector<TestBlock> first{MakeBlock(1, kBlockBytes, 35)};
+  ASSERT_TRUE(client->Put(OpenPut(first), Payloads(first)).ok());
+  const std::vector<TestBlock> again{MakeBlock(1, kBlockBytes, 80), MakeBlock(2, kBlockBytes)};
+  const auto stored = client->Put(OpenPut(again), Payloads(again));
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(*stored, 2u);
+  EXPECT_EQ(store_->Peek(again[0].ref()).value().priority, 80);
+  std::vector<uint8_t> out(kBlockBytes);
+  ASSERT_TRUE(store_->Get(again[1].ref(), out).ok());
+  EXPECT_EQ(out, again[1].payload);
+  EXPECT_TRUE(Drained());
 }
 
 TEST_F(DataStreamTest, StagingIsBoundedAndAnOpenBeyondItIsRefusedUntilTransfersFinish) {

@@ -1,5 +1,6 @@
 #include "services/store/stream/stream_connection.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvtier::store {
@@ -51,8 +52,29 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   if (!taken.ok()) return Refuse(taken.status());
   transfer_ = std::move(*taken);
   if (op == StreamOp::kGet) return ServeGet();
-  asio::async_read(socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()), WholeRemainder,
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
+  ReadPutPayload();
+}
+
+void StreamConnection::ReadPutPayload() {
+  Result<storage::HostReservation> reserved = context_.store->ReserveInHost(transfer_.headers);
+  if (!reserved.ok()) {
+    asio::async_read(socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()), WholeRemainder,
+                     [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
+    return;
+  }
+  transfer_.in_place = std::move(*reserved);
+  scatter_.clear();
+  for (size_t i = 0; i < transfer_.headers.size(); ++i) {
+    transfer_.in_place.ForEachPiece(i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
+  }
+  asio::async_read(socket_, scatter_, WholeRemainder,
+                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutInPlace(ec); });
+}
+
+void StreamConnection::OnPutInPlace(const asio::error_code& ec) {
+  if (ec) return Close();  // the client went mid-transfer: the reserved pages go with transfer_
+  context_.counters->bytes_received += transfer_.buffer.size();
+  FinishPut(context_.store->CommitInHost(std::move(transfer_.in_place)));
 }
 
 // The tiers' blocks are found now: pinned where they lie in the host tier (the write
@@ -153,12 +175,17 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
     }
     items.push_back({header, payload, /*checksum_checked=*/true});
   }
-  const std::vector<Status> results = context_.store->PutBatch(items);
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (!results[i].ok()) return Refuse(results[i].WithContext("block " + std::to_string(i)));
-  }
+  FinishPut(context_.store->PutBatch(items));
+}
+
+void StreamConnection::FinishPut(const std::vector<Status>& results) {
+  // The block that failed, not the others of its batch that were refused with it (kAborted).
+  const auto cause = [](const Status& s) { return !s.ok() && s.code() != StatusCode::kAborted; };
+  auto failed = std::find_if(results.begin(), results.end(), cause);
+  if (failed == results.end()) failed = std::find_if(results.begin(), results.end(), [](const Status& s) { return !s.ok(); });
+  if (failed != results.end()) return Refuse(failed->WithContext("block " + std::to_string(failed - results.begin())));
   reply_ = StreamReply{};
-  reply_.blocks = static_cast<uint32_t>(items.size());
+  reply_.blocks = static_cast<uint32_t>(results.size());
   context_.counters->puts++;
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
   SendReply();

@@ -60,7 +60,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   bool PinInPlace(const GetSlot& slot);
   // One block of a get from the node's tiers into its slot: its state as sent.
   StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out);
+  // A put's payloads go straight into host-tier pages reserved for its blocks where the
+  // tier takes the batch as new blocks; else into staging, stored by PutBatch.
+  void ReadPutPayload();
   void OnPutPayload(const asio::error_code& ec);
+  void OnPutInPlace(const asio::error_code& ec);
+  // The put's reply, or the refusal naming its first block that failed.
+  void FinishPut(const std::vector<Status>& results);
   // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
   // closes when the reply carried an error.
   void SendReply();
@@ -80,7 +86,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   OpenTransfer transfer_;
   std::vector<uint8_t> states_;
   std::vector<asio::const_buffer> gather_;
-  std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
+  std::vector<int32_t> pin_of_;
+  std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order  // get: block i's index in transfer_.pinned, or -1
   std::vector<uint8_t> discard_;
 };
 

@@ -54,6 +54,9 @@ struct OpenTransfer {
   StagingBuffer read_at_send;                // get: the tiers' blocks not pinned, read when sent
   // put: the headers, in payload order.
   std::vector<storage::BlockHeader> headers;
+  // put: host-tier pages the payloads are read into, where the tier took the batch as new
+  // blocks (else they are read into `buffer`).
+  storage::HostReservation in_place;
 };
 
 class TicketTable {
