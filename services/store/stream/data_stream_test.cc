@@ -214,6 +214,35 @@ TEST_F(DataStreamTest, ABlockOnTheWireKeepsItsBytesWhileTheTierMovesOn) {
   EXPECT_EQ(store_->Stats().host->evictions, 1u) << "block 13 took the freed pages, evicting nothing";
 }
 
+// A client takes the reply of a 24 MiB get and a little of the block, then goes (closes
+// its socket) or stalls (reads no more, past the 200 ms client timeout). Either way the
+// node gives the block's pages back: once the block is removed, a block as large as the
+// whole 64 MiB tier fits, evicting nothing.
+TEST_F(DataStreamTest, AClientThatGoesOrStallsMidGetReleasesThePinnedPages) {
+  for (const bool stalls : {false, true}) {
+    SCOPED_TRACE(stalls ? "stalls" : "goes");
+    Start({.client_timeout = std::chrono::milliseconds(200)});
+    const TestBlock big = MakeBlock(1, 24u << 20);
+    ASSERT_TRUE(store_->Put(big.header, big.payload).ok());
+    const StreamGetOpened opened = OpenGet({1});
+    const int fd = testing::ConnectRaw(opened.ticket.data_address);
+    ASSERT_GE(fd, 0);
+    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
+                                .secret = opened.ticket.secret};
+    ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+    std::vector<uint8_t> first(sizeof(StreamReply) + PaddedStateBytes(1) + 4096);
+    ASSERT_TRUE(ReadExactly(fd, first.data(), first.size()));
+    if (!stalls) close(fd);
+    ASSERT_TRUE(store_->Remove(big.ref()).ok());
+
+    const TestBlock whole = MakeBlock(2, 64u << 20);
+    EXPECT_TRUE(testing::WaitUntil([&] { return store_->Put(whole.header, whole.payload).ok(); }))
+        << "the pinned pages were never given back";
+    EXPECT_EQ(store_->Stats().host->evictions, 0u);
+    if (stalls) close(fd);
+  }
+}
+
 // A block corrupted on disk is never sent, with one loop or several: the send finds it,
 // the stream says corrupt, and the tier has deleted it.
 class DataStreamLoops : public ::testing::TestWithParam<uint32_t> {};
