@@ -93,6 +93,11 @@ class HostTier::Impl {
                                     std::to_string(uint64_t{num_pages_} * options_.page_bytes) + " bytes)");
     }
     std::unique_lock lock(mu_);
+    if (reserved_pages_ + pages > num_pages_ / 2) {
+      return ResourceExhaustedError("host tier: reservations would hold " + std::to_string(reserved_pages_ + pages) +
+                                    " of its " + std::to_string(num_pages_) +
+                                    " pages, more than half; put the blocks instead, or retry");
+    }
     for (const BlockHeader& header : headers) {
       if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
         return FailedPreconditionError("block " + header.key.ToHex() + " is stored already: its put refreshes it");
@@ -105,6 +110,7 @@ class HostTier::Impl {
     std::vector<uint32_t> firsts;
     firsts.reserve(headers.size());
     for (const BlockHeader& header : headers) firsts.push_back(TakePages(PagesFor(header.payload_bytes)));
+    reserved_pages_ += pages;
     return firsts;
   }
 
@@ -122,14 +128,16 @@ class HostTier::Impl {
     std::lock_guard lock(mu_);
     stats_.puts += headers.size();
     for (size_t i = 0; i < headers.size(); ++i) {
-      results[i] = IndexLocked(headers[i], Placement{i, PagesFor(headers[i].payload_bytes), firsts[i]});
+      const uint64_t pages = PagesFor(headers[i].payload_bytes);
+      reserved_pages_ -= pages;
+      results[i] = IndexLocked(headers[i], Placement{i, pages, firsts[i]});
     }
     return results;
   }
 
   void Abandon(std::span<const uint32_t> firsts) {
     std::lock_guard lock(mu_);
-    for (uint32_t first : firsts) ReleasePagesLocked(first);
+    for (uint32_t first : firsts) reserved_pages_ -= ReleasePagesLocked(first);
   }
 
   // By the holder of the block's pages (as CopyOut): runs of pages adjacent in the slab
@@ -495,12 +503,15 @@ class HostTier::Impl {
     ReleasePagesLocked(first);
   }
 
-  void ReleasePagesLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
-    for (uint32_t page = first; page != TierIndex::kNil;) {
+  // Returns how many pages the chain had.
+  uint64_t ReleasePagesLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
+    uint64_t released = 0;
+    for (uint32_t page = first; page != TierIndex::kNil; ++released) {
       const uint32_t next = next_page_[page];
       free_pages_.push_back(page);
       page = next;
     }
+    return released;
   }
 
   const HostTierOptions options_;
@@ -511,6 +522,7 @@ class HostTier::Impl {
   // without it by whoever holds its pages (CopyIn, CopyOut): distinct elements, no race.
   std::vector<uint32_t> next_page_;
   std::vector<uint32_t> free_pages_ KVTIER_GUARDED_BY(mu_);
+  uint64_t reserved_pages_ KVTIER_GUARDED_BY(mu_) = 0;  // taken by reservations not yet committed
   // Per first page of a stored block: the gets copying it out right now, with kErased set
   // when it was evicted or removed meanwhile (its last reader then frees the pages). A
   // vector, 4 bytes per page, so that a get allocates nothing.

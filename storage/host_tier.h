@@ -136,7 +136,9 @@ class HostTier final : public Tier {
   // of them at once, as PutBatch makes it (the victims leave now, even if the reservation
   // is then abandoned). kFailedPrecondition when a block is stored already or comes twice
   // (its put would refresh a block, not write one: use PutBatch); kInvalidArgument for a
-  // header that cannot describe a block; kResourceExhausted as PutBatch.
+  // header that cannot describe a block; kResourceExhausted as PutBatch, and when the
+  // tier's reservations would then hold more than half its pages (writers that are slow
+  // to fill them must not empty the tier of the blocks it serves: put the blocks instead).
   [[nodiscard]] Result<HostReservation> Reserve(std::span<const BlockHeader> headers);
   // The filled blocks, each checked against its header's XXH3 and then stored as PutBatch
   // stores it (told to on_stored). Every block is checked before any is stored: when one

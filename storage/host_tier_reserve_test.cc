@@ -72,11 +72,12 @@ TEST(HostTierReserveTest, ReservedBlocksAreStoredOnlyWhenCommitted) {
   EXPECT_EQ(stats.bytes, 4u * kPage);
 }
 
-// A tier of 4 pages, all reserved: no eviction can take reserved pages, so a put finds no
-// room. The reservation is then dropped unfilled: its pages are free again.
+// A tier of 8 pages, half of them reserved: no eviction can take reserved pages, so a
+// put of 5 pages finds no room. The reservation is then dropped unfilled: its pages are
+// free again and the put fits.
 TEST(HostTierReserveTest, AnAbandonedReservationGivesItsPagesBack) {
-  auto tier = HostTier::Create(SmallHostTier(4)).value();
-  const TestBlock other = MakeBlock(9, kPage);
+  auto tier = HostTier::Create(SmallHostTier(8)).value();
+  const TestBlock other = MakeBlock(9, 5 * kPage);
   {
     Result<HostReservation> reserved = tier->Reserve(Headers({MakeBlock(1, 4 * kPage)}));
     ASSERT_TRUE(reserved.ok()) << reserved.status();
@@ -86,11 +87,31 @@ TEST(HostTierReserveTest, AnAbandonedReservationGivesItsPagesBack) {
   EXPECT_EQ(tier->Stats().blocks, 1u) << "only the put's block; the reserved one was never stored";
 }
 
+// Reservations hold at most half the tier (8 pages): 3 pages, then 1 more, fit; a third
+// of 1 page does not, until the first is committed (its pages are stored blocks now, no
+// longer reserved) and the second abandoned: then 4 fit again.
+TEST(HostTierReserveTest, ReservationsHoldAtMostHalfTheTier) {
+  auto tier = HostTier::Create(SmallHostTier(8)).value();
+  const std::vector<TestBlock> first{MakeBlock(1, 3 * kPage)};
+  Result<HostReservation> three = tier->Reserve(Headers(first));
+  ASSERT_TRUE(three.ok()) << three.status();
+  Result<HostReservation> one = tier->Reserve(Headers({MakeBlock(2, kPage)}));
+  ASSERT_TRUE(one.ok()) << one.status();
+  const auto past_half = tier->Reserve(Headers({MakeBlock(3, kPage)}));
+  EXPECT_EQ(past_half.status().code(), StatusCode::kResourceExhausted) << past_half.status();
+  EXPECT_NE(past_half.status().message().find("half"), std::string::npos) << past_half.status();
+
+  Fill(*three, first);
+  ASSERT_TRUE(tier->Commit(std::move(*three)).front().ok());
+  one = NotFoundError("abandoned");
+  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 4 * kPage)})).ok()) << "no page reserved any more";
+}
+
 // Block 2's bytes do not match its header: the commit stores neither block (block 2 is
 // the cause, block 1 refused with it) and the pages go back: a put of the whole tier fits.
 TEST(HostTierReserveTest, ACommitWithABlockThatFailsItsChecksumStoresNone) {
   auto tier = HostTier::Create(SmallHostTier(4)).value();
-  std::vector<TestBlock> blocks{MakeBlock(1, kPage), MakeBlock(2, kPage)};
+  std::vector<TestBlock> blocks{MakeBlock(1, kPage), MakeBlock(2, kPage)};  // half the tier
   Result<HostReservation> reserved = tier->Reserve(Headers(blocks));
   ASSERT_TRUE(reserved.ok()) << reserved.status();
   blocks[1].payload[7] ^= 0x01;  // the bytes that arrive differ from those checksummed
@@ -129,23 +150,27 @@ TEST(HostTierReserveTest, ABatchThatIsNotAllNewBlocksIsNotReserved) {
   EXPECT_EQ(too_big.status().code(), StatusCode::kResourceExhausted) << too_big.status();
 
   EXPECT_EQ(tier->Stats().blocks, 1u);
-  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 3 * kPage)})).ok()) << "every other page is still free";
+  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 2 * kPage)})).ok()) << "no page was taken";
 }
 
-// A full tier of blocks 1, 2, 3 (1 used last): reserving two pages evicts as a put of two
-// pages would, least recently used first (2, then 3), and 1 stays.
+// A full tier of blocks 1 to 4 (1 used last): reserving two pages evicts as a put of two
+// pages would, least recently used first (2, then 3), and 1 and 4 stay.
 TEST(HostTierReserveTest, ReservingMakesRoomAsAPutDoes) {
-  auto tier = HostTier::Create(SmallHostTier(3)).value();
-  const TestBlock one = MakeBlock(1, kPage), two = MakeBlock(2, kPage), three = MakeBlock(3, kPage);
-  for (const TestBlock* b : {&one, &two, &three}) ASSERT_TRUE(tier->Put(b->header, b->payload).ok());
-  ASSERT_EQ(Read(*tier, one), one.payload);  // block 1 used last
+  auto tier = HostTier::Create(SmallHostTier(4)).value();
+  std::vector<TestBlock> blocks;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    blocks.push_back(MakeBlock(id, kPage));
+    ASSERT_TRUE(tier->Put(blocks.back().header, blocks.back().payload).ok());
+  }
+  ASSERT_EQ(Read(*tier, blocks[0]), blocks[0].payload);  // block 1 used last
 
-  Result<HostReservation> reserved = tier->Reserve(Headers({MakeBlock(4, 2 * kPage)}));
+  Result<HostReservation> reserved = tier->Reserve(Headers({MakeBlock(5, 2 * kPage)}));
   ASSERT_TRUE(reserved.ok()) << reserved.status();
   EXPECT_EQ(tier->Stats().evictions, 2u);
-  EXPECT_TRUE(tier->Peek(one.ref()).ok());
-  EXPECT_FALSE(tier->Peek(two.ref()).ok());
-  EXPECT_FALSE(tier->Peek(three.ref()).ok());
+  EXPECT_TRUE(tier->Peek(blocks[0].ref()).ok());
+  EXPECT_FALSE(tier->Peek(blocks[1].ref()).ok());
+  EXPECT_FALSE(tier->Peek(blocks[2].ref()).ok());
+  EXPECT_TRUE(tier->Peek(blocks[3].ref()).ok());
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 //   sent as missing or corrupt: the states the stream sends are final.
 // - put: where the host tier takes the batch as new blocks, the payloads are read from
 //   the socket straight into pages it reserves for them (TieredStore::ReserveInHost: no
-//   copy on the node); else (a block stored already, no host tier, no room) into the
+//   copy on the node); else (a block stored already, no host tier, no room, or
+//   reservations holding half the tier already: HostTier::Reserve) into the
 //   staging buffer, stored by PutBatch. Either way every block is checked against its
 //   header (size, XXH3) and the batch is stored only when all pass; nothing of a
 //   refused, truncated or abandoned transfer is stored. The open still takes the put's
