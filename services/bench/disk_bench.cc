@@ -104,6 +104,81 @@ Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file
   return std::pair{write_gbps, read_gbps};
 }
 
+// The blocks both sides move: 64 MiB of random bytes (or less) cut into block-sized
+// slots, block i being slot i mod slots (the disk tier neither compresses nor
+// deduplicates, so repeats cost the disk what distinct bytes would), with their headers.
+struct BenchBlocks {
+  std::vector<uint8_t> data;
+  uint64_t block_bytes = 0;
+  uint64_t slots = 0;
+  std::vector<storage::BlockHeader> headers;
+
+  std::span<const uint8_t> payload(uint64_t i) const {
+    return std::span<const uint8_t>(data).subspan((i % slots) * block_bytes, block_bytes);
+  }
+};
+
+BenchBlocks MakeBlocks(const DiskBenchOptions& options) {
+  BenchBlocks blocks;
+  blocks.block_bytes = options.block_bytes;
+  blocks.data.resize(std::max<uint64_t>(options.block_bytes, std::min<uint64_t>(options.total_bytes, 64ull << 20)));
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i + 8 <= blocks.data.size(); i += 8) {
+    const uint64_t word = rng();
+    std::memcpy(blocks.data.data() + i, &word, 8);
+  }
+  blocks.slots = blocks.data.size() / options.block_bytes;
+  blocks.headers.resize(options.total_bytes / options.block_bytes);
+  for (uint64_t i = 0; i < blocks.headers.size(); ++i) {
+    storage::BlockHeader& h = blocks.headers[i];
+    h.key = BlockKey{0x5EED, i};
+    h.parent = BlockKey{0x5EED, i - 1};
+    h.format_tag = "bench|" + std::to_string(options.block_bytes);
+    h.salt_scope = 1;
+    h.payload_bytes = options.block_bytes;
+    h.checksum = i < blocks.slots ? storage::PayloadChecksum(blocks.payload(i)) : blocks.headers[i % blocks.slots].checksum;
+  }
+  return blocks;
+}
+
+// The disk tier's sustained put (then a flush) and, from a cold page cache, get: GB/s each.
+Result<std::pair<double, double>> TierPutGet(const std::string& path, const BenchBlocks& blocks,
+                                             const DiskBenchOptions& options, storage::DiskSync sync) {
+  storage::DiskTierOptions disk_options;
+  disk_options.path = path;
+  disk_options.capacity_bytes = options.total_bytes * 2;
+  disk_options.max_block_bytes = options.block_bytes;
+  disk_options.sync = sync;
+  KVTIER_ASSIGN_OR_RETURN(auto tier, storage::DiskTier::Create(disk_options));
+  const uint64_t count = blocks.headers.size(), bytes = count * options.block_bytes;
+  const auto put_start = std::chrono::steady_clock::now();
+  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, count, [&](uint64_t first, uint64_t end) {
+    std::vector<storage::PutItem> batch;
+    for (uint64_t i = first; i < end; i += options.batch_blocks) {
+      batch.clear();
+      for (uint64_t j = i; j < std::min<uint64_t>(end, i + options.batch_blocks); ++j) {
+        batch.push_back(storage::PutItem{blocks.headers[j], blocks.payload(j)});
+      }
+      for (const Status& status : tier->PutBatch(batch)) KVTIER_RETURN_IF_ERROR(status);
+    }
+    return Status::Ok();
+  }));
+  KVTIER_RETURN_IF_ERROR(tier->Flush());
+  const double put_gbps = Gbps(bytes, std::chrono::steady_clock::now() - put_start);
+
+  DropFromPageCache(path);
+  const auto get_start = std::chrono::steady_clock::now();
+  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, count, [&](uint64_t first, uint64_t end) {
+    std::vector<uint8_t> out(options.block_bytes);
+    for (uint64_t i = first; i < end; ++i) {
+      const storage::BlockHeader& h = blocks.headers[i];
+      KVTIER_RETURN_IF_ERROR(tier->Get(storage::BlockRef{h.key, h.format_tag, h.salt_scope}, out).status());
+    }
+    return Status::Ok();
+  }));
+  return std::pair{put_gbps, Gbps(bytes, std::chrono::steady_clock::now() - get_start)};
+}
+
 }  // namespace
 
 Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
@@ -119,70 +194,16 @@ Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
   if (mkdtemp(pattern.data()) == nullptr) return Errno("creating a scratch directory in " + options.dir);
   scratch.path = pattern;
 
-  // 64 MiB of random bytes (or less), reused: payloads must not compress or deduplicate.
-  std::vector<uint8_t> data(std::max<uint64_t>(options.block_bytes, std::min<uint64_t>(options.total_bytes, 64ull << 20)));
-  std::mt19937_64 rng(42);
-  for (size_t i = 0; i + 8 <= data.size(); i += 8) {
-    const uint64_t word = rng();
-    std::memcpy(data.data() + i, &word, 8);
-  }
+  const BenchBlocks blocks = MakeBlocks(options);
   DiskBenchResult result;
-  KVTIER_ASSIGN_OR_RETURN(auto raw, RawWriteRead(scratch.path / "raw", data, options));
+  result.blocks = blocks.headers.size();
+  KVTIER_ASSIGN_OR_RETURN(auto raw, RawWriteRead(scratch.path / "raw", blocks.data, options));
   result.raw_write_gbps = raw.first;
   result.raw_read_gbps = raw.second;
   std::filesystem::remove(scratch.path / "raw");
-
-  const uint64_t blocks = options.total_bytes / options.block_bytes;
-  const uint64_t slots = data.size() / options.block_bytes;
-  // Block i's payload is slot i mod slots of the random data (RocksDB neither compresses
-  // nor deduplicates, so repeats cost the disk what distinct bytes would).
-  auto payload_of = [&](uint64_t i) {
-    return std::span<const uint8_t>(data).subspan((i % slots) * options.block_bytes, options.block_bytes);
-  };
-  std::vector<storage::BlockHeader> headers(blocks);
-  for (uint64_t i = 0; i < blocks; ++i) {
-    storage::BlockHeader& h = headers[i];
-    h.key = BlockKey{0x5EED, i};
-    h.parent = BlockKey{0x5EED, i - 1};
-    h.format_tag = "bench|" + std::to_string(options.block_bytes);
-    h.salt_scope = 1;
-    h.payload_bytes = options.block_bytes;
-    h.checksum = i < slots ? storage::PayloadChecksum(payload_of(i)) : headers[i % slots].checksum;
-  }
-  result.blocks = blocks;
-
-  storage::DiskTierOptions disk_options;
-  disk_options.path = (scratch.path / "tier").string();
-  disk_options.capacity_bytes = options.total_bytes * 2;
-  disk_options.max_block_bytes = options.block_bytes;
-  disk_options.sync = sync;
-  KVTIER_ASSIGN_OR_RETURN(auto tier, storage::DiskTier::Create(disk_options));
-  const auto put_start = std::chrono::steady_clock::now();
-  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
-    std::vector<storage::PutItem> batch;
-    for (uint64_t i = first; i < end; i += options.batch_blocks) {
-      batch.clear();
-      for (uint64_t j = i; j < std::min<uint64_t>(end, i + options.batch_blocks); ++j) {
-        batch.push_back(storage::PutItem{headers[j], payload_of(j)});
-      }
-      for (const Status& status : tier->PutBatch(batch)) KVTIER_RETURN_IF_ERROR(status);
-    }
-    return Status::Ok();
-  }));
-  KVTIER_RETURN_IF_ERROR(tier->Flush());
-  result.put_gbps = Gbps(blocks * options.block_bytes, std::chrono::steady_clock::now() - put_start);
-
-  DropFromPageCache(disk_options.path);
-  const auto get_start = std::chrono::steady_clock::now();
-  KVTIER_RETURN_IF_ERROR(RunShares(options.threads, blocks, [&](uint64_t first, uint64_t end) {
-    std::vector<uint8_t> out(options.block_bytes);
-    for (uint64_t i = first; i < end; ++i) {
-      const storage::BlockRef ref{headers[i].key, headers[i].format_tag, headers[i].salt_scope};
-      KVTIER_RETURN_IF_ERROR(tier->Get(ref, out).status());
-    }
-    return Status::Ok();
-  }));
-  result.get_gbps = Gbps(blocks * options.block_bytes, std::chrono::steady_clock::now() - get_start);
+  KVTIER_ASSIGN_OR_RETURN(auto tier, TierPutGet((scratch.path / "tier").string(), blocks, options, sync));
+  result.put_gbps = tier.first;
+  result.get_gbps = tier.second;
   return result;
 }
 

@@ -13,6 +13,15 @@ namespace kvtier::cli {
 BenchCommand::BenchCommand(CLI::App& app) {
   bench_ = app.add_subcommand("bench", "Benchmarks: index, lookup-rpc, pool, disk, transfer.");
   bench_->require_subcommand(1);
+  AddIndex();
+  AddLookupRpc();
+  AddPool();
+  AddDisk();
+  AddTransfer();
+  bench_->footer("Example:\n  kvtier bench index --trace ../shared/traces/conversation_trace.jsonl --json");
+}
+
+void BenchCommand::AddIndex() {
   index_ = bench_->add_subcommand(
       "index", "Replay a Mooncake trace through the coordinator's prefix index on one core: lookups, routing, "
                "stored and evicted blocks. Prints ops/s, lookup latency, memory per block, hit rate.");
@@ -47,6 +56,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   index_->add_flag("--json", json_, "Print one JSON object");
+}
+
+void BenchCommand::AddLookupRpc() {
   lookup_rpc_ = bench_->add_subcommand(
       "lookup-rpc", "Lookup latency over the RPC on loopback at a fixed rate (open loop): an embedded coordinator "
                     "loaded with a trace's blocks, one tenant connection.");
@@ -62,6 +74,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::Range(0, 10000))
       ->capture_default_str();
   lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
+}
+
+void BenchCommand::AddPool() {
   pool_ = bench_->add_subcommand(
       "pool", "Worker block pool: allocation plus free of blocks on one core (pool of 100,000 blocks, allocations "
               "of 10-1000), and gather/scatter of pool blocks against a plain copy of the same bytes.");
@@ -89,6 +104,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->capture_default_str();
   pool_->add_flag("--cpu", force_cpu_, "Use the CPU kernels even when a GPU is present");
   pool_->add_flag("--json", json_, "Print one JSON object");
+}
+
+void BenchCommand::AddDisk() {
   disk_ = bench_->add_subcommand(
       "disk", "Disk tier: sustained put and get of blocks (payload segments, headers in RocksDB) against a raw sequential "
               "write and read of the same bytes on the same file system, cold page cache.");
@@ -113,8 +131,6 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
   disk_->add_flag("--json", json_, "Print one JSON object");
-  AddTransfer();
-  bench_->footer("Example:\n  kvtier bench index --trace ../shared/traces/conversation_trace.jsonl --json");
 }
 
 int BenchCommand::Run() const {

@@ -23,6 +23,11 @@ class BenchCommand {
   int RunLookupRpc() const;
   int RunPool() const;
   int RunDisk() const;
+  // Each subcommand with its options.
+  void AddIndex();
+  void AddLookupRpc();
+  void AddPool();
+  void AddDisk();
   void AddTransfer();
   int RunTransfer() const;
 

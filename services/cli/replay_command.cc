@@ -96,83 +96,88 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                   "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token");
 }
 
-int ReplayCommand::Run() const {
-  std::vector<bench::TraceRequest> requests;
-  std::string source = "the built-in chat workload";
-  if (!trace_.empty()) {
-    Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
-    if (!read.ok()) {
-      std::fprintf(stderr, "kvtier replay: --trace: %s\n", read.status().message().c_str());
-      return kExitUsage;
-    }
-    requests = std::move(read).value();
-    source = std::filesystem::path(trace_).filename().string();
-  } else {
-    requests = bench::GenerateChatWorkload({.conversations = conversations_});
+// The cluster a replay runs against, and how its clients reach it. Torn down in reverse:
+// the cluster stops before the registry it reports to, and its scratch directory goes last.
+struct ReplayCommand::Target {
+  ~Target() {
+    if (cluster) cluster->Shutdown();
+    if (!scratch.empty()) std::filesystem::remove_all(scratch);
   }
-
-  if (!coordinator_.empty() && connect_.empty()) {
-    std::fprintf(stderr, "kvtier replay: --coordinator goes with --connect (the embedded cluster has its own)\n");
-    return kExitUsage;
-  }
-  client::ClientOptions client_options{
-      .address = connect_, .coordinator_address = coordinator_, .token = token_, .tls_ca_file = tls_ca_file_};
-  std::unique_ptr<EmbeddedCluster> cluster;
+  std::string scratch;  // an embedded cluster's data directory made here, removed after
   MetricsRegistry registry;
-  std::string scratch, cluster_summary = "at " + connect_;
-  if (connect_.empty()) {
-    const std::string data_dir = data_dir_.empty() ? (scratch = ScratchDirectory()) : data_dir_;
-    if (data_dir.empty()) {
-      std::fprintf(stderr, "kvtier replay: cannot create a scratch directory in %s\n",
-                   std::filesystem::temp_directory_path().c_str());
-      return kExitFailure;
-    }
-    Result<KvtierConfig> config =
-        EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_, data_dir);
-    if (!config.ok()) {
-      std::fprintf(stderr, "kvtier replay: %s\n", config.status().message().c_str());
-      return kExitUsage;
-    }
-    const std::string token = auth::GenerateToken();
-    EmbeddedClusterOptions options{.config = *config,
-                                   .tokens = auth::TokenStore::SingleTenant({"replay", ""}, token).value(),
-                                   .registry = &registry,
-                                   .node_id = "replay"};
-    Result<std::unique_ptr<EmbeddedCluster>> started = EmbeddedCluster::Create(std::move(options));
-    if (!started.ok()) {
-      std::fprintf(stderr, "kvtier replay: embedded cluster: %s\n", started.status().message().c_str());
-      return kExitFailure;
-    }
-    cluster = std::move(started).value();
-    client_options.address = cluster->endpoints()[0];
-    client_options.token = token;
-    cluster_summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
-                      std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) + " disk (admission " +
-                      std::to_string(disk_admission_) + "), " + std::to_string(block_bytes_) + "-byte blocks";
-  } else {
-    for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes",
-                                    "--disk-admission", "--data-dir"}) {
-      if (replay_->count(flag) > 0) {
-        std::fprintf(stderr, "kvtier replay: %s sizes the embedded cluster; with --connect the cluster's own "
-                             "configuration decides\n", flag);
-        return kExitUsage;
-      }
-    }
-    Result<std::string> token = auth::TokenFromFlags(client_options.token, token_file_);
-    if (!token.ok()) {
-      std::fprintf(stderr, "kvtier replay: --token-file: %s\n", token.status().message().c_str());
-      return kExitUsage;
-    }
-    client_options.token = *token;
+  std::unique_ptr<EmbeddedCluster> cluster;
+  client::ClientOptions client;
+  std::string summary;
+};
+
+Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::Requests() const {
+  if (trace_.empty()) {
+    return std::pair{bench::GenerateChatWorkload({.conversations = conversations_}),
+                     std::string("the built-in chat workload")};
   }
+  Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
+  if (!read.ok()) return InvalidArgumentError("--trace: " + read.status().message());
+  return std::pair{std::move(read).value(), std::filesystem::path(trace_).filename().string()};
+}
+
+Status ReplayCommand::StartEmbedded(Target& target) const {
+  const std::string data_dir = data_dir_.empty() ? (target.scratch = ScratchDirectory()) : data_dir_;
+  if (data_dir.empty()) {
+    return UnavailableError("cannot create a scratch directory in " + std::filesystem::temp_directory_path().string());
+  }
+  Result<KvtierConfig> config =
+      EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_, data_dir);
+  if (!config.ok()) return InvalidArgumentError(config.status().message());
+  const std::string token = auth::GenerateToken();
+  EmbeddedClusterOptions options{.config = *config,
+                                 .tokens = auth::TokenStore::SingleTenant({"replay", ""}, token).value(),
+                                 .registry = &target.registry,
+                                 .node_id = "replay"};
+  Result<std::unique_ptr<EmbeddedCluster>> started = EmbeddedCluster::Create(std::move(options));
+  if (!started.ok()) return UnavailableError("embedded cluster: " + started.status().message());
+  target.cluster = std::move(started).value();
+  target.client.address = target.cluster->endpoints()[0];
+  target.client.token = token;
+  target.summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
+                   std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) + " disk (admission " +
+                   std::to_string(disk_admission_) + "), " + std::to_string(block_bytes_) + "-byte blocks";
+  return Status::Ok();
+}
+
+Status ReplayCommand::UseConnected(Target& target) const {
+  for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes", "--disk-admission",
+                           "--data-dir"}) {
+    if (replay_->count(flag) > 0) {
+      return InvalidArgumentError(std::string(flag) +
+                                  " sizes the embedded cluster; with --connect the cluster's own configuration decides");
+    }
+  }
+  Result<std::string> token = auth::TokenFromFlags(target.client.token, token_file_);
+  if (!token.ok()) return InvalidArgumentError("--token-file: " + token.status().message());
+  target.client.token = *token;
+  target.summary = "at " + connect_;
+  return Status::Ok();
+}
+
+int ReplayCommand::Run() const {
+  const auto fail = [](const Status& status) {
+    std::fprintf(stderr, "kvtier replay: %s\n", status.message().c_str());
+    return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  };
+  Result<std::pair<std::vector<bench::TraceRequest>, std::string>> requests = Requests();
+  if (!requests.ok()) return fail(requests.status());
+  if (!coordinator_.empty() && connect_.empty()) {
+    return fail(InvalidArgumentError("--coordinator goes with --connect (the embedded cluster has its own)"));
+  }
+  Target target;
+  target.client = {.address = connect_, .coordinator_address = coordinator_, .token = token_, .tls_ca_file = tls_ca_file_};
+  if (Status ready = connect_.empty() ? StartEmbedded(target) : UseConnected(target); !ready.ok()) return fail(ready);
 
   ReplayOptions options;
   options.clients = workers_;
-  options.connect = [&client_options] { return client::Client::Connect(client_options); };
+  options.connect = [&target] { return client::Client::Connect(target.client); };
   if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
-  Result<ReplayReport> report = RunReplay(requests, options);
-  if (cluster) cluster->Shutdown();
-  if (!scratch.empty()) std::filesystem::remove_all(scratch);
+  Result<ReplayReport> report = RunReplay(requests->first, options);
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier replay: %s\n", report.status().ToString().c_str());
     return kExitFailure;
@@ -180,7 +185,7 @@ int ReplayCommand::Run() const {
   if (json_) {
     std::printf("%s\n", ReplayReportJson(*report).c_str());
   } else {
-    std::printf("%s", ReplayReportText(*report, source, cluster_summary).c_str());
+    std::printf("%s", ReplayReportText(*report, requests->second, target.summary).c_str());
   }
   return 0;
 }

@@ -4,8 +4,13 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "common/status.h"
+#include "services/bench/trace.h"
 
 namespace kvtier::cli {
 
@@ -17,6 +22,14 @@ class ReplayCommand {
   int Run() const;
 
  private:
+  struct Target;
+  // The requests to replay and where they come from (the trace's file name or the
+  // built-in workload). Errors here and in the two below are kInvalidArgument for bad
+  // usage (exit 2), others for a cluster that failed (exit 1).
+  Result<std::pair<std::vector<bench::TraceRequest>, std::string>> Requests() const;
+  Status StartEmbedded(Target& target) const;
+  Status UseConnected(Target& target) const;
+
   CLI::App* replay_;
   std::string trace_;
   std::string connect_;

@@ -148,44 +148,32 @@ void BlockShutdownSignals() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 }
 
-int Serve(Role role, const KvtierConfig& config) {
-  const gpu::DeviceProbe devices = gpu::ProbeDevices();
-  gpu::LogDeviceSelection(devices);
+namespace {
 
-  // Everything that can be refused is checked before anything is created.
-  Result<ResolvedAuth> auth = ResolveAuth(role, config);
-  if (!auth.ok()) {
-    spdlog::error("{}", auth.status().message());
-    return ExitCodeFor(auth.status());
-  }
+// What Serve checks and sets up before any service starts: the credentials, the data
+// directory (and a first token in it), the process metrics. kInvalidArgument for bad
+// configuration; anything else is a failure to start (ExitCodeFor).
+Result<ResolvedAuth> PrepareToServe(Role role, const KvtierConfig& config, bool cuda_compiled,
+                                    MetricsRegistry& registry) {
+  KVTIER_ASSIGN_OR_RETURN(ResolvedAuth auth, ResolveAuth(role, config));
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) {
-    spdlog::error("data_dir {}: cannot create: {}", config.data_dir, ec.message());
-    return kExitStartFailure;
+  if (ec) return UnavailableError("data_dir " + config.data_dir + ": cannot create: " + ec.message());
+  if (auth.generate_token) {
+    if (Status s = GenerateLocalToken(config, auth); !s.ok()) return UnavailableError(s.message());
   }
-  if (auth->generate_token) {
-    if (Status s = GenerateLocalToken(config, *auth); !s.ok()) {
-      spdlog::error("{}", s.message());
-      return kExitStartFailure;
-    }
+  if (Status s = RegisterProcessMetrics(registry, cuda_compiled, role); !s.ok()) {
+    return UnavailableError("metrics: " + s.ToString());
   }
+  return auth;
+}
 
-  MetricsRegistry registry;
-  if (Status s = RegisterProcessMetrics(registry, devices.cuda_compiled, role); !s.ok()) {
-    spdlog::error("metrics: {}", s.ToString());
-    return kExitStartFailure;
-  }
-
-  const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
-  if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
-  if (role == Role::kWorker) {
-    return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry, gpu);
-  }
-
+// `kvtier coordinator` and `kvtier up`: the embedded cluster (with the local worker and
+// store for `up`) and the metrics endpoint, ready until SIGINT or SIGTERM.
+int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, MetricsRegistry& registry, int gpu) {
   EmbeddedClusterOptions cluster;
   cluster.config = config;
-  cluster.tokens = std::move(auth->tokens);
+  cluster.tokens = std::move(auth.tokens);
   cluster.registry = &registry;
   cluster.node_id = HostName();
   cluster.local_node = role == Role::kUp;
@@ -195,15 +183,12 @@ int Serve(Role role, const KvtierConfig& config) {
     spdlog::error("{}", node.status().message());
     return ExitCodeFor(node.status());
   }
-
   std::atomic<bool> ready{false};
   MetricsHttpServerOptions http_options;
   http_options.bind_address = config.metrics.bind;
   http_options.port = config.metrics.port;
   http_options.registry = &registry;
-  http_options.readiness = [&ready]() -> Status {
-    return ready ? Status::Ok() : UnavailableError("starting up");
-  };
+  http_options.readiness = [&ready]() -> Status { return ready ? Status::Ok() : UnavailableError("starting up"); };
   Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());
@@ -211,9 +196,8 @@ int Serve(Role role, const KvtierConfig& config) {
   }
   ready = true;
 
-  PrintBanner(role, config, **node, **http, auth->summary);
-  if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth->summary);
-
+  PrintBanner(role, config, **node, **http, auth.summary);
+  if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth.summary);
   const int signal_number = WaitForShutdownSignal();
   spdlog::info("received {}, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   ready = false;
@@ -221,6 +205,26 @@ int Serve(Role role, const KvtierConfig& config) {
   (*node)->Shutdown();
   spdlog::info("stopped cleanly");
   return 0;
+}
+
+}  // namespace
+
+int Serve(Role role, const KvtierConfig& config) {
+  const gpu::DeviceProbe devices = gpu::ProbeDevices();
+  gpu::LogDeviceSelection(devices);
+  // Everything that can be refused is checked before anything is created.
+  MetricsRegistry registry;
+  Result<ResolvedAuth> auth = PrepareToServe(role, config, devices.cuda_compiled, registry);
+  if (!auth.ok()) {
+    spdlog::error("{}", auth.status().message());
+    return ExitCodeFor(auth.status());
+  }
+  const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
+  if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
+  if (role == Role::kWorker) {
+    return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry, gpu);
+  }
+  return ServeCluster(role, config, std::move(*auth), registry, gpu);
 }
 
 }  // namespace kvtier::cli

@@ -289,33 +289,37 @@ TransferPhase Summarize(uint64_t bytes, Clock::duration wall, std::vector<double
   return phase;
 }
 
-}  // namespace
+// The node the clients call: a host tier that holds every block, its BlockStore over
+// Cap'n Proto and, with o.stream, its data stream. Destroyed in reverse: server first.
+struct BenchNode {
+  std::unique_ptr<storage::TieredStore> store;
+  std::unique_ptr<DataStreamServer> stream;
+  auth::TokenStore tokens = auth::TokenStore::Disabled();
+  rpc::SessionContext session;
+  std::unique_ptr<rpc::RpcServer> server;
+};
 
-Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o) {
-  const uint64_t blocks = o.total_bytes / o.block_bytes;
-  if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
-    return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
-  }
+Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint64_t blocks) {
+  auto node = std::make_unique<BenchNode>();
   storage::TieredStoreOptions store_options;
   store_options.host.emplace();
   store_options.host->capacity_bytes = (blocks + 16) * ((o.block_bytes + 65535) / 65536 * 65536);
-  KVTIER_ASSIGN_OR_RETURN(auto store, storage::TieredStore::Create(std::move(store_options)));
-  const auth::TokenStore tokens = auth::TokenStore::Disabled();
-  rpc::SessionContext session;
-  session.identity = {"bench-store", {"store"}};
-  session.tokens = &tokens;
-  session.clock = &SystemClock::Instance();
-  std::unique_ptr<DataStreamServer> stream;
+  KVTIER_ASSIGN_OR_RETURN(node->store, storage::TieredStore::Create(std::move(store_options)));
   if (o.stream) {
-    KVTIER_ASSIGN_OR_RETURN(stream, DataStreamServer::Create({.store = store.get(),
-                                                              .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
-                                                                                  (64ull << 20),
-                                                              .max_block_bytes = o.block_bytes,
-                                                              .threads = o.stream_threads}));
+    KVTIER_ASSIGN_OR_RETURN(node->stream,
+                            DataStreamServer::Create({.store = node->store.get(),
+                                                      .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
+                                                                          (64ull << 20),
+                                                      .max_block_bytes = o.block_bytes,
+                                                      .threads = o.stream_threads}));
   }
-  session.store = [&](const auth::Tenant& tenant) {
-    return MakeBlockStoreService({.store = store.get(),
-                                  .stream = stream.get(),
+  BenchNode* n = node.get();
+  n->session.identity = {"bench-store", {"store"}};
+  n->session.tokens = &n->tokens;
+  n->session.clock = &SystemClock::Instance();
+  n->session.store = [n, &o](const auth::Tenant& tenant) {
+    return MakeBlockStoreService({.store = n->store.get(),
+                                  .stream = n->stream.get(),
                                   .limits = {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch}},
                                  tenant);
   };
@@ -323,34 +327,58 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   server_options.listen = {"127.0.0.1:0"};
   server_options.thread_name = "bench-store";
   server_options.max_message_bytes = o.block_bytes * o.batch * 2 + (1 << 20);
-  KVTIER_ASSIGN_OR_RETURN(auto server,
-                          rpc::RpcServer::Create(std::move(server_options), [&] { return rpc::MakeBootstrap(session); }));
+  KVTIER_ASSIGN_OR_RETURN(n->server, rpc::RpcServer::Create(std::move(server_options),
+                                                            [n] { return rpc::MakeBootstrap(n->session); }));
+  return node;
+}
 
-  std::vector<ClientWork> work(o.clients);
+// When each timed phase started and ended, and the threads' CPU at those moments.
+struct PhaseMarks {
+  Clock::time_point put_start, put_end, get_start, get_end;
+  std::vector<ThreadCpu> cpu_put_start, cpu_put_end, cpu_get_end;
+};
+
+// Runs one thread per client through put, the timed get and the verify pass (RunClient),
+// opening each phase when every client is ready for it.
+PhaseMarks DrivePhases(const std::string& endpoint, const TransferBenchOptions& o, std::vector<ClientWork>& work) {
   Phases phases;
   std::vector<std::thread> threads;
+  for (ClientWork& w : work) threads.emplace_back(RunClient, endpoint, std::cref(o), std::ref(w), std::ref(phases));
+  const auto clients = static_cast<int>(work.size());
+  PhaseMarks marks;
+  Phases::WaitFor(phases.ready, clients);
+  marks.cpu_put_start = SampleCpu();
+  marks.put_start = Clock::now();
+  Phases::Open(phases.go_put);
+  Phases::WaitFor(phases.put_done, clients);
+  marks.put_end = Clock::now();
+  marks.cpu_put_end = SampleCpu();
+  marks.get_start = Clock::now();
+  Phases::Open(phases.go_get);
+  Phases::WaitFor(phases.get_done, clients);
+  marks.get_end = Clock::now();
+  marks.cpu_get_end = SampleCpu();
+  Phases::Open(phases.go_verify);
+  for (std::thread& t : threads) t.join();
+  return marks;
+}
+
+}  // namespace
+
+Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o) {
+  const uint64_t blocks = o.total_bytes / o.block_bytes;
+  if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
+    return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BenchNode> node, StartNode(o, blocks));
+  std::vector<ClientWork> work(o.clients);
   for (uint32_t c = 0; c < o.clients; ++c) {
     work[c].index = c;
     work[c].first_block = blocks * c / o.clients;
     work[c].blocks = blocks * (c + 1) / o.clients - work[c].first_block;
-    threads.emplace_back(RunClient, server->endpoints()[0], std::cref(o), std::ref(work[c]), std::ref(phases));
   }
-  const auto clients = static_cast<int>(o.clients);
-  Phases::WaitFor(phases.ready, clients);
-  const std::vector<ThreadCpu> cpu_put_start = SampleCpu();
-  const auto put_start = Clock::now();
-  Phases::Open(phases.go_put);
-  Phases::WaitFor(phases.put_done, clients);
-  const auto put_end = Clock::now();
-  const std::vector<ThreadCpu> cpu_put_end = SampleCpu();
-  const auto get_start = Clock::now();
-  Phases::Open(phases.go_get);
-  Phases::WaitFor(phases.get_done, clients);
-  const auto get_end = Clock::now();
-  const std::vector<ThreadCpu> cpu_get_end = SampleCpu();
-  Phases::Open(phases.go_verify);
-  for (std::thread& t : threads) t.join();
-  server->Shutdown();
+  const PhaseMarks marks = DrivePhases(node->server->endpoints()[0], o, work);
+  node->server->Shutdown();
 
   std::vector<double> put_ms, get_ms;
   double put_open_ms = 0, get_open_ms = 0;
@@ -362,10 +390,11 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
     get_open_ms += w.get_open_ms;
   }
   const uint64_t bytes = blocks * o.block_bytes;
-  return TransferBenchResult{
-      .put = Summarize(bytes, put_end - put_start, std::move(put_ms), put_open_ms, cpu_put_start, cpu_put_end),
-      .get = Summarize(bytes, get_end - get_start, std::move(get_ms), get_open_ms, cpu_put_end, cpu_get_end),
-      .blocks = blocks};
+  return TransferBenchResult{.put = Summarize(bytes, marks.put_end - marks.put_start, std::move(put_ms), put_open_ms,
+                                              marks.cpu_put_start, marks.cpu_put_end),
+                             .get = Summarize(bytes, marks.get_end - marks.get_start, std::move(get_ms), get_open_ms,
+                                              marks.cpu_put_end, marks.cpu_get_end),
+                             .blocks = blocks};
 }
 
 }  // namespace kvtier::store

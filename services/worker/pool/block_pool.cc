@@ -14,6 +14,22 @@ uint32_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
   return static_cast<uint32_t>((tokens + tokens_per_block - 1) / tokens_per_block);
 }
 
+// A sequence's prompt: its tokens, or only their count, and a key per full block.
+Status CheckSequenceRequest(const SequenceRequest& r, uint32_t tokens_per_block) {
+  if (!r.tokens.empty() && r.num_tokens != 0 && r.num_tokens != r.tokens.size()) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " + std::to_string(r.num_tokens) +
+                                " but " + std::to_string(r.tokens.size()) + " tokens");
+  }
+  const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
+  if (prompt == 0) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
+  if (r.block_keys.size() != prompt / tokens_per_block) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(prompt) +
+                                " tokens, so " + std::to_string(prompt / tokens_per_block) + " full-block keys, not " +
+                                std::to_string(r.block_keys.size()));
+  }
+  return Status::Ok();
+}
+
 Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
   if (!retention.empty() && retention.size() != keys) {
     return InvalidArgumentError("commit has " + std::to_string(keys) + " block keys but " +
@@ -95,37 +111,13 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   Impl& p = *impl_;
   const uint32_t tpb = p.options_.tokens_per_block;
   if (p.sequences_.contains(r.id)) return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
-  if (!r.tokens.empty() && r.num_tokens != 0 && r.num_tokens != r.tokens.size()) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " + std::to_string(r.num_tokens) +
-                                " but " + std::to_string(r.tokens.size()) + " tokens");
-  }
+  KVTIER_RETURN_IF_ERROR(CheckSequenceRequest(r, tpb));
   const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
-  if (prompt == 0) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
-  if (r.block_keys.size() != prompt / tpb) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(prompt) +
-                                " tokens, so " + std::to_string(prompt / tpb) + " full-block keys, not " +
-                                std::to_string(r.block_keys.size()));
-  }
   SequenceStart start;
   const uint32_t matched = LookupPrefix(r.root, r.block_keys);
   const BlockKey parent_key = matched == 0 ? r.root : r.block_keys[matched - 1];
-  // Partial reuse: the cached child of the matched prefix sharing the most leading tokens.
-  BlockId partial = kNoBlock;
-  uint32_t partial_tokens = 0;
   const auto rest = r.tokens.empty() ? r.tokens : r.tokens.subspan(size_t{matched} * tpb);
-  if (p.options_.partial_reuse && !rest.empty()) {
-    if (const auto group = p.children_.find({parent_key, r.format_tag}); group != p.children_.end()) {
-      const size_t limit = std::min<size_t>(tpb, rest.size());
-      for (const BlockId c : group->second) {
-        const uint32_t* cached = p.tokens_.data() + size_t{c} * tpb;
-        const auto common = static_cast<uint32_t>(std::mismatch(rest.begin(), rest.begin() + limit, cached).first - rest.begin());
-        if (common > partial_tokens) {
-          partial = c;
-          partial_tokens = common;
-        }
-      }
-    }
-  }
+  const auto [partial, partial_tokens] = p.BestPartial(parent_key, r.format_tag, rest);
   const bool in_place = partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
   const uint32_t needed = BlocksFor(prompt, tpb);
   const uint32_t blank = needed - matched - (in_place ? 1 : 0);

@@ -3,7 +3,10 @@
 // operations are in block_pool.cc.
 #pragma once
 
+#include <algorithm>
 #include <queue>
+#include <span>
+#include <utility>
 #include <unordered_map>
 
 #include "services/worker/pool/block_pool.h"
@@ -75,6 +78,30 @@ class BlockPool::Impl {
     if (--m.refs != 0) return;
     if (m.committed) lru_.PushMostRecent(b, m.priority);
     else free_.push_back(b);
+  }
+
+  // Partial reuse: the cached child of `parent_key` whose tokens share the longest lead
+  // with `rest` (the prompt after the matched prefix), and how many it shares; kNoBlock
+  // and 0 when none shares any, or partial reuse is off.
+  std::pair<BlockId, uint32_t> BestPartial(const BlockKey& parent_key, uint64_t format_tag,
+                                           std::span<const uint32_t> rest) const {
+    BlockId best = kNoBlock;
+    uint32_t best_tokens = 0;
+    if (!options_.partial_reuse || rest.empty()) return {best, best_tokens};
+    const auto group = children_.find({parent_key, format_tag});
+    if (group == children_.end()) return {best, best_tokens};
+    const uint32_t tpb = options_.tokens_per_block;
+    const size_t limit = std::min<size_t>(tpb, rest.size());
+    for (const BlockId c : group->second) {
+      const uint32_t* cached = tokens_.data() + size_t{c} * tpb;
+      const auto common =
+          static_cast<uint32_t>(std::mismatch(rest.begin(), rest.begin() + limit, cached).first - rest.begin());
+      if (common > best_tokens) {
+        best = c;
+        best_tokens = common;
+      }
+    }
+    return {best, best_tokens};
   }
 
   Status NeedBlocks(size_t count) const {
