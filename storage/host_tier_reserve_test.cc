@@ -107,6 +107,31 @@ TEST(HostTierReserveTest, ReservationsHoldAtMostHalfTheTier) {
   EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 4 * kPage)})).ok()) << "no page reserved any more";
 }
 
+// Two writers reserve block 1 at once (neither sees the other's: reserved blocks are in
+// no index). The first commit stores it; the second finds it stored, gives its pages back
+// and refreshes it: one block, two puts, and both reservations' pages accounted for.
+TEST(HostTierReserveTest, TwoReservationsOfOneBlockStoreItOnce) {
+  auto tier = HostTier::Create(SmallHostTier(8)).value();
+  const std::vector<TestBlock> block{MakeBlock(1, 2 * kPage)};
+  Result<HostReservation> first = tier->Reserve(Headers(block));
+  Result<HostReservation> second = tier->Reserve(Headers(block));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  Fill(*first, block);
+  Fill(*second, block);
+  EXPECT_TRUE(tier->Commit(std::move(*first)).front().ok());
+  EXPECT_TRUE(tier->Commit(std::move(*second)).front().ok());
+  EXPECT_EQ(Read(*tier, block[0]), block[0].payload);
+  const TierStats stats = tier->Stats();
+  EXPECT_EQ(stats.blocks, 1u);
+  EXPECT_EQ(stats.puts, 2u);
+  EXPECT_EQ(stats.bytes, 2u * kPage);
+  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(2, 4 * kPage)})).ok()) << "no page left reserved";
+  const TestBlock rest = MakeBlock(3, 6 * kPage);
+  EXPECT_TRUE(tier->Put(rest.header, rest.payload).ok());
+  EXPECT_EQ(tier->Stats().evictions, 0u) << "the second copy's pages came back: block 3 fit beside block 1";
+}
+
 // Block 2's bytes do not match its header: the commit stores neither block (block 2 is
 // the cause, block 1 refused with it) and the pages go back: a put of the whole tier fits.
 TEST(HostTierReserveTest, ACommitWithABlockThatFailsItsChecksumStoresNone) {
