@@ -103,14 +103,15 @@ class HostTier::Impl {
         return FailedPreconditionError("block " + header.key.ToHex() + " is stored already: its put refreshes it");
       }
     }
+    reserved_pages_ += pages;  // counted before MakeRoom lets the lock go: others see it meanwhile
     if (!MakeRoom(pages, lock)) {
+      reserved_pages_ -= pages;
       return ResourceExhaustedError("host tier: no room for " + std::to_string(pages * options_.page_bytes) +
                                     " bytes while the rest is being read, written or evicted; retry");
     }
     std::vector<uint32_t> firsts;
     firsts.reserve(headers.size());
     for (const BlockHeader& header : headers) firsts.push_back(TakePages(PagesFor(header.payload_bytes)));
-    reserved_pages_ += pages;
     return firsts;
   }
 
