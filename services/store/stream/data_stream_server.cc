@@ -16,9 +16,12 @@ class DataStreamServer::Impl {
   explicit Impl(DataStreamServerOptions options)
       : options_(std::move(options)), pool_(options_.max_staged_bytes),
         tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
-        acceptor_(*loops_.front()), sweep_(*loops_.front()) {
+        acceptor_(*loops_.front()), sweep_(*loops_.front()),
+        tier_pool_(options_.tier_threads != 0 ? options_.tier_threads : loops_.size()) {
+    const bool disk = options_.store->Stats().disk.has_value();
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
-                .max_block_bytes = options_.max_block_bytes, .client_timeout = options_.client_timeout};
+                .tier_pool = disk ? &tier_pool_ : nullptr, .max_block_bytes = options_.max_block_bytes,
+                .client_timeout = options_.client_timeout};
   }
 
   Status Bind();
@@ -45,6 +48,9 @@ class DataStreamServer::Impl {
     for (auto& loop : loops_) loop->stop();
     for (std::thread& thread : threads_) thread.join();
     threads_.clear();
+    // Tier work in flight finishes; what it hands back waits in the stopped loops and is
+    // destroyed with them (its transfers free their staging, pins and pages).
+    tier_pool_.join();
     asio::error_code ignored;
     acceptor_.close(ignored);
     tickets_.Drop();
@@ -127,6 +133,7 @@ class DataStreamServer::Impl {
   size_t next_loop_ = 0;  // first loop's thread (and Start)
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer sweep_;
+  asio::thread_pool tier_pool_;  // after the loops: destroyed (joined) before them
   std::vector<std::thread> threads_;
   std::string address_;
 };

@@ -28,7 +28,10 @@
 // Thread safety: Create() starts `threads` threads, each running an asio::io_context of
 // its own; each connection lives on one of them (dealt round-robin), so transfers of
 // different clients run in parallel: one loop's sending thread was the bottleneck of a
-// 16-core machine's gets (docs/benchmarks.md). The ticket table and the staging pool are
+// 16-core machine's gets (docs/benchmarks.md). Where the store has a disk tier, tier work
+// that may wait for the disk runs on a pool of `tier_threads` (an asio::thread_pool) and
+// hands the transfer back to its loop when done: a disk read or a demotion never stalls
+// the other connections of a loop. The ticket table and the staging pool are
 // shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
 // (safe from any thread). OpenGet/OpenPut/Stats are safe from any thread.
 // Ownership: the store (and the extra source passed to OpenGet) outlive the server.
@@ -60,6 +63,10 @@ struct DataStreamServerOptions {
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
   uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 1 to 4
+  // Threads that run the transfers' tier work that may wait for the disk (reads of blocks
+  // not in host memory, puts that may write or demote to disk), so that no event loop
+  // waits for a disk; used only when the store has a disk tier. 0: as many as loops.
+  uint32_t tier_threads = 0;
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };

@@ -11,6 +11,7 @@
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "storage/testing/blocks.h"
+#include "storage/testing/tiered_stores.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::store {
@@ -405,20 +406,14 @@ TEST_F(DataStreamTest, AGetOfTheHostTiersBlocksStagesNothingWhileItsTicketWaits)
 }
 
 // A node with 4 MiB of host memory over a disk, and 2 MiB of staging. Block 1 is opened
-// from host memory, then pushed down to disk by three blocks of 1.5 MiB. When the get is sent,
-// block 1 must be read from disk into staging, but a put's open holds all of it: the get
-// is refused as kResourceExhausted, before any byte, and nothing is lost. Once the put
-// has gone through, the same get opened again arrives whole (read from disk).
+// from host memory, then pushed down to disk by three blocks of 1.5 MiB. When the get is
+// sent, block 1 must be read from disk into staging, but a put's open holds all of it:
+// the get is refused as kResourceExhausted, before any byte, and nothing is lost. Once
+// the put has gone through, the same get opened again arrives whole (read from disk).
 TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefusedToRetry) {
   kvtier::testing::TempDir dir;
-  storage::TieredStoreOptions tiers;
-  tiers.host.emplace();
-  tiers.host->capacity_bytes = 4u << 20;
-  tiers.disk.emplace();
-  tiers.disk->path = dir.path();
-  tiers.disk->capacity_bytes = 64u << 20;
   server_.reset();
-  store_ = storage::TieredStore::Create(std::move(tiers)).value();
+  store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(4u << 20, dir.path())).value();
   server_ = DataStreamServer::Create({.store = store_.get(), .max_staged_bytes = 2ull << 20, .clock = &clock_}).value();
 
   const TestBlock block = MakeBlock(1, 256 * 1024);

@@ -56,13 +56,21 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
 }
 
 void StreamConnection::ReadPutPayload() {
-  Result<storage::HostReservation> reserved = context_.store->ReserveInHost(transfer_.headers);
-  if (!reserved.ok()) {
+  // Making room for the batch may demote the tier's victims to disk.
+  OffLoop(
+      [self = shared_from_this()] {
+        Result<storage::HostReservation> reserved = self->context_.store->ReserveInHost(self->transfer_.headers);
+        if (reserved.ok()) self->transfer_.in_place = std::move(*reserved);
+      },
+      [self = shared_from_this()] { self->ReadPutInto(); });
+}
+
+void StreamConnection::ReadPutInto() {
+  if (transfer_.in_place.headers().empty()) {  // not reserved: through staging and PutBatch
     asio::async_read(socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()), WholeRemainder,
                      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
     return;
   }
-  transfer_.in_place = std::move(*reserved);
   scatter_.clear();
   for (size_t i = 0; i < transfer_.headers.size(); ++i) {
     transfer_.in_place.ForEachPiece(i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
@@ -82,8 +90,16 @@ void StreamConnection::OnPutInPlace(const asio::error_code& ec) {
 // open is sent as missing or corrupt: the states sent are final). Then the states and
 // the present payloads go in one gathered write.
 void StreamConnection::ServeGet() {
-  const auto n = static_cast<uint32_t>(transfer_.states.size());
   if (!PinOrStage()) return;
+  if (transfer_.read_at_send.size() == 0) {  // every block pinned, or from the extra source
+    GatherReply();
+    return SendReply();
+  }
+  OffLoop([self = shared_from_this()] { self->GatherReply(); }, [self = shared_from_this()] { self->SendReply(); });
+}
+
+void StreamConnection::GatherReply() {
+  const auto n = static_cast<uint32_t>(transfer_.states.size());
   states_.assign(PaddedStateBytes(n), 0);
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size())});
   uint64_t sent = 0, read_offset = 0;
@@ -97,7 +113,6 @@ void StreamConnection::ServeGet() {
   reply_.payload_bytes = sent;
   context_.counters->gets++;
   context_.counters->bytes_sent += sent;
-  SendReply();
 }
 
 bool StreamConnection::PinOrStage() {
@@ -175,7 +190,10 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
     }
     items.push_back({header, payload, /*checksum_checked=*/true});
   }
-  FinishPut(context_.store->PutBatch(items));
+  // A put through PutBatch may write to disk (its blocks, or the victims it demotes).
+  auto results = std::make_shared<std::vector<Status>>();
+  OffLoop([self = shared_from_this(), items = std::move(items), results] { *results = self->context_.store->PutBatch(items); },
+          [self = shared_from_this(), results] { self->FinishPut(*results); });
 }
 
 void StreamConnection::FinishPut(const std::vector<Status>& results) {

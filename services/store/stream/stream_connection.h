@@ -33,6 +33,8 @@ struct StreamContext {
   StreamCounters* counters = nullptr;
   StreamMetrics* metrics = nullptr;  // optional
   StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
+  // Where tier work that may wait for the disk runs (null: on the loop; no disk tier).
+  asio::thread_pool* tier_pool = nullptr;
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
 };
@@ -46,7 +48,25 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  private:
   void ReadRequest();
   void OnRequest(const asio::error_code& ec);
+  // Runs `work` (tier calls that may wait for the disk) on the tier pool, then `then` back
+  // on this connection's loop; both on the loop when there is no pool. The transfer is
+  // this connection's alone meanwhile: no socket operation is pending but the timer's,
+  // whose Close() touches no transfer state.
+  template <typename Work, typename Then>
+  void OffLoop(Work work, Then then) {
+    if (context_.tier_pool == nullptr) {
+      work();
+      return then();
+    }
+    asio::post(*context_.tier_pool, [self = shared_from_this(), work = std::move(work), then = std::move(then)]() mutable {
+      work();
+      asio::post(self->socket_.get_executor(), std::move(then));
+    });
+  }
   void ServeGet();
+  // The reply's states and gather, the tiers' unpinned blocks read into staging now (from
+  // the tier pool when they may wait for the disk).
+  void GatherReply();
   // Pins each of the tiers' blocks that the host tier holds (`pin_of_`); the bytes of the
   // others, to be read from disk, are staged now. False (and refused) when staging is
   // full: nothing is sent yet, and the client may retry.
@@ -63,6 +83,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // A put's payloads go straight into host-tier pages reserved for its blocks where the
   // tier takes the batch as new blocks; else into staging, stored by PutBatch.
   void ReadPutPayload();
+  // After the reservation was tried: the payloads' read, into its pages or into staging.
+  void ReadPutInto();
   void OnPutPayload(const asio::error_code& ec);
   void OnPutInPlace(const asio::error_code& ec);
   // The put's reply, or the refusal naming its first block that failed.
