@@ -175,6 +175,18 @@ bool ReadExactly(int fd, uint8_t* out, size_t bytes) {
   return true;
 }
 
+// A raw connection that has sent the get of `opened` and reads nothing yet: the caller
+// reads the reply at its own pace. -1 when it cannot connect or send.
+int SendRawGet(const StreamGetOpened& opened) {
+  const int fd = testing::ConnectRaw(opened.ticket.data_address);
+  if (fd < 0) return -1;
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
+                              .secret = opened.ticket.secret};
+  if (send(fd, &request, sizeof(request), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(request))) return fd;
+  close(fd);
+  return -1;
+}
+
 // The host tier's blocks are sent from its pages. A client reads the reply of a 24 MiB
 // block and stops: most of the block waits on the node, its pages pinned. Meanwhile the
 // block is removed and 48 MiB of new blocks go through the 64 MiB tier, evicting one
@@ -184,12 +196,8 @@ TEST_F(DataStreamTest, ABlockOnTheWireKeepsItsBytesWhileTheTierMovesOn) {
   constexpr size_t kBig = 24u << 20;
   const TestBlock big = MakeBlock(1, kBig);
   ASSERT_TRUE(store_->Put(big.header, big.payload).ok());
-  const StreamGetOpened opened = OpenGet({1});
-  const int fd = testing::ConnectRaw(opened.ticket.data_address);
+  const int fd = SendRawGet(OpenGet({1}));
   ASSERT_GE(fd, 0);
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
-                              .secret = opened.ticket.secret};
-  ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
   StreamReply reply;
   std::vector<uint8_t> states(PaddedStateBytes(1));
   ASSERT_TRUE(ReadExactly(fd, reinterpret_cast<uint8_t*>(&reply), sizeof(reply)));
@@ -225,12 +233,8 @@ TEST_F(DataStreamTest, AClientThatGoesOrStallsMidGetReleasesThePinnedPages) {
     Start({.client_timeout = std::chrono::milliseconds(200)});
     const TestBlock big = MakeBlock(1, 24u << 20);
     ASSERT_TRUE(store_->Put(big.header, big.payload).ok());
-    const StreamGetOpened opened = OpenGet({1});
-    const int fd = testing::ConnectRaw(opened.ticket.data_address);
+    const int fd = SendRawGet(OpenGet({1}));
     ASSERT_GE(fd, 0);
-    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
-                                .secret = opened.ticket.secret};
-    ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
     std::vector<uint8_t> first(sizeof(StreamReply) + PaddedStateBytes(1) + 4096);
     ASSERT_TRUE(ReadExactly(fd, first.data(), first.size()));
     if (!stalls) close(fd);
