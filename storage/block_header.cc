@@ -58,10 +58,12 @@ Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> pay
 
 Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockSize(header, payload, max_payload_bytes));
-  if (PayloadChecksum(payload) != header.checksum) {
-    return InvalidArgumentError("block payload does not match its checksum (block " + header.key.ToHex() + ")");
-  }
+  if (PayloadChecksum(payload) != header.checksum) return ChecksumMismatchError(header);
   return Status::Ok();
+}
+
+Status ChecksumMismatchError(const BlockHeader& header) {
+  return InvalidArgumentError("block payload does not match its checksum (block " + header.key.ToHex() + ")");
 }
 
 size_t EncodedHeaderBytes(const BlockHeader& header) { return kFixedBytes + header.format_tag.size(); }

@@ -67,6 +67,9 @@ struct BlockRef {
 // ValidateBlockSize plus: the payload matches the checksum.
 [[nodiscard]] Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload,
                                    uint64_t max_payload_bytes);
+// kInvalidArgument: the block's payload (arrived whole or piece by piece) does not match
+// its header's checksum.
+[[nodiscard]] Status ChecksumMismatchError(const BlockHeader& header);
 
 [[nodiscard]] size_t EncodedHeaderBytes(const BlockHeader& header);
 // Appends the encoded header to `out`.

@@ -121,8 +121,7 @@ class HostTier::Impl {
     for (size_t i = 0; i < headers.size(); ++i) {
       if (PiecesChecksum(firsts[i], headers[i].payload_bytes) == headers[i].checksum) continue;
       results.assign(headers.size(), AbortedError("another block of the batch failed its checksum; none was stored"));
-      results[i] = InvalidArgumentError("block payload does not match its checksum (block " +
-                                        headers[i].key.ToHex() + ")");
+      results[i] = ChecksumMismatchError(headers[i]);
       Abandon(firsts);
       return results;
     }

@@ -163,12 +163,11 @@ Status DataStreamServer::Impl::Bind() {
   return Status::Ok();
 }
 
-// Every block is looked up here, on the caller's (control) thread, and given a slot in
-// the staging buffer. A block of another source (a worker's pool, readable only on this
-// thread) is copied now. A tier's block is left to the send, on the stream's loop: the
-// host tier's blocks are then sent from its pages, with no copy at all, which measured
-// faster than copying at open even with one loop (docs/benchmarks.md); the slot is still
-// reserved, for a block that has gone down to disk by then.
+// Every block is looked up here, on the caller's (control) thread. A block of another
+// source (a worker's pool, readable only on this thread) is copied now into staging. A
+// tier's block takes nothing until the send, on the stream's loop: the host tier's blocks
+// are then sent from its pages, with no copy at all, and only those gone down to disk by
+// then are staged (docs/benchmarks.md).
 Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
                                                         uint64_t scope, ExtraBlockSource* extra) {
   StreamGetOpened opened;
