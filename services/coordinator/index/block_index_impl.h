@@ -223,7 +223,7 @@ class BlockIndex::Impl {
         FreeOverflow(ref);
         ref = next;
       }
-      table_.Erase(blocks_[b].key.Key(), blocks_);
+      table_.Erase(blocks_[b].key.Key(), b, blocks_);
       tokens_.Erase(b, TokenGroup(b));  // a block kept without tokens: nothing to do
       blocks_[b].live = 0;
       blocks_[b].parent = free_block_;

@@ -148,13 +148,12 @@ class KeyTable {
     ++count_;
   }
 
-  // REQUIRES: `key` is present.
-  void Erase(const BlockKey& key, const Blocks& blocks) {
+  // Removes the entry of `block`, whose key is `key`. The probe compares block indices,
+  // never keys: it reads no block, where comparing keys cost a cache miss per candidate.
+  // REQUIRES: `key` is present, as the key of `block`.
+  void Erase(const BlockKey& key, uint32_t block, const Blocks& blocks) {
     size_t hole = Home(key);
-    for (size_t distance = 0;; hole = Next(hole), ++distance) {
-      const uint32_t s = slots_[hole];
-      if (StoredDistance(s) == CappedDistance(distance) && blocks[BlockOf(s)].key == key) break;
-    }
+    while (BlockOf(slots_[hole]) != block) hole = Next(hole);
     // Shift back every later entry of the probe run whose home is at or before the hole.
     for (size_t j = Next(hole); slots_[j] != kNil; j = Next(j)) {
       const size_t distance = DistanceFromHome(j, blocks);

@@ -33,7 +33,7 @@ void CheckAgainstAMap(KeyTable<std::vector<TestBlock>, Hash>& table, uint32_t se
     const auto it = model.find(key.hi);
     if (it != model.end()) {
       ASSERT_EQ(table.Find(key, blocks), it->second) << "step " << step;
-      table.Erase(key, blocks);
+      table.Erase(key, it->second, blocks);
       free_blocks.push_back(it->second);
       model.erase(it);
     } else {
