@@ -190,7 +190,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 65535, [](auto& c) -> auto& { return c.store.data_port; }));
   fields.push_back(UintField("store.data_stream_threads",
                              "`kvtier store`: event loops (threads) serving its data stream's connections; 0: "
-                             "a quarter of the hardware threads, 1 to 4.",
+                             "a quarter of the hardware threads, 2 to 4.",
                              0, 64, [](auto& c) -> auto& { return c.store.data_stream_threads; }));
   fields.push_back(BoolField("store.data_stream",
                              "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
@@ -224,7 +224,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 65535, [](auto& c) -> auto& { return c.worker.data_port; }));
   fields.push_back(UintField("worker.data_stream_threads",
                              "`kvtier worker`: event loops (threads) serving its data stream's connections; 0: "
-                             "a quarter of the hardware threads, 1 to 4.",
+                             "a quarter of the hardware threads, 2 to 4.",
                              0, 64, [](auto& c) -> auto& { return c.worker.data_stream_threads; }));
   fields.push_back(BoolField("worker.data_stream",
                              "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "

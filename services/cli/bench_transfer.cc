@@ -15,7 +15,9 @@ void BenchCommand::AddTransfer() {
   transfer_ = bench_->add_subcommand(
       "transfer", "Blocks through a store's RPC (put then get, N clients, each its own connection) against a "
                   "raw loopback TCP stream of the same bytes and, with --vs-redis, a Redis server started here.");
-  transfer_->add_option("--block-bytes", transfer_block_bytes_, "Bytes per block")
+  // --block-size is the spelling of the issue that asked for this bench; --block-bytes
+  // that of the other benches. Either is accepted.
+  transfer_->add_option("--block-bytes,--block-size", transfer_block_bytes_, "Bytes per block")
       ->check(CLI::Range(uint64_t{4096}, uint64_t{64} << 20))
       ->capture_default_str();
   transfer_->add_option("--clients", transfer_clients_, "Concurrent clients")
@@ -33,8 +35,13 @@ void BenchCommand::AddTransfer() {
       ->check(CLI::IsMember({"inline", "stream", "both"}))
       ->capture_default_str();
   transfer_->add_option("--stream-threads", transfer_stream_threads_,
-                        "Event loops of the store's data stream (0: a quarter of the hardware threads, 1 to 4, as a node runs it)")
+                        "Event loops of the store's data stream (0: a quarter of the hardware threads, 2 to 4, as a node runs it)")
       ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  transfer_->add_option("--stream-get", transfer_stream_get_,
+                        "How the data stream's gets name their blocks: keys (on the stream, under one get "
+                        "session per client) or ticket (an openGet call per get)")
+      ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
   transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
@@ -97,7 +104,7 @@ int BenchCommand::RunTransfer() const {
     if (transfer_path_ != "both" && transfer_path_ != path) continue;
     store::TransferBenchOptions options{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_,
                                         transfer_batch_, std::string_view(path) == "stream",
-                                        transfer_stream_threads_};
+                                        transfer_stream_threads_, transfer_stream_get_ == "keys"};
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});
@@ -112,17 +119,20 @@ int BenchCommand::RunTransfer() const {
   }
   const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
   if (json_) {
-    std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,%s,"
+    std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
+                "\"stream_get\":\"%s\",%s,"
                 "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
                 static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
-                static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, PathFields(paths).c_str(),
+                static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, transfer_stream_get_.c_str(),
+                PathFields(paths).c_str(),
                 loopback->gbps, loopback->from_memory_gbps, redis_field(redis ? redis->put_gbps : 0).c_str(),
                 redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;
   }
-  std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call)\n",
+  std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call, stream gets by %s)\n",
               static_cast<unsigned long long>(paths[0].result.blocks),
-              static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_);
+              static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_,
+              transfer_stream_get_.c_str());
   for (const PathResult& p : paths) {
     const store::TransferBenchResult& r = p.result;
     std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);

@@ -273,10 +273,11 @@ TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
 }
 
 // A small transfer through a store, a raw loopback stream and a Redis server the bench
-// starts itself (scripts/install-deps.sh installs redis-server).
+// starts itself (scripts/install-deps.sh installs redis-server), with the command line
+// as its issue spells it (--block-size).
 TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
   testing::TempDir dir;
-  ChildProcess child({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes", "4194304", "--clients",
+  ChildProcess child({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes", "4194304", "--clients",
                       "2", "--vs-redis", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();

@@ -82,4 +82,12 @@ interface BlockStore {
   # present blocks' bytes, which the caller then reads from the data stream (later
   # evictions do not change them). Checksums are the caller's to verify.
   # RESOURCE_EXHAUSTED and UNIMPLEMENTED as openPut.
+
+  openGetSession @6 (layout :Common.KvLayout, saltScope :UInt64, formatTag :Text) -> (ticket :TransferTicket);
+  # A get session: the caller then names each get's keys on the data stream itself
+  # (keyed gets, services/store/stream/protocol.h), with no openGet per get; each answers
+  # as openGet, the headers of the blocks sent included, under `formatTag` and the
+  # session's salt scope. The session lives while used at least once per ticket ttl.
+  # It serves the node's tiers only: UNIMPLEMENTED on a node that also serves a worker's
+  # pool (use openGet there), and as openPut where the node runs no data stream.
 }

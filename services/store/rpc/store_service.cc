@@ -149,6 +149,18 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> openGetSession(OpenGetSessionContext call) override {
+    const auto p = call.getParams();
+    const uint64_t scope = ScopeFor(p.getSaltScope());
+    DataStreamServer& stream = Stream();
+    if (extra_ != nullptr) {
+      rpc::ThrowStatus(UnimplementedError("this node also serves a worker's pool, which keyed gets do not read; use openGet"));
+    }
+    const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenGetSession(p.getFormatTag().cStr(), scope, on_request_));
+    ToWire(ticket, call.getResults().initTicket());
+    return kj::READY_NOW;
+  }
+
  private:
   void CheckCount(size_t count) const {
     if (count > limits_.max_blocks_per_call) {

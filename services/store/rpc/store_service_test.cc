@@ -159,6 +159,10 @@ TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
     EXPECT_EQ((*got)[3].first, "missing");
   }
   EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2})) << "blocks 5 and 6 in one batch per call";
+  // Keyed gets read the tiers only: a node that serves a pool too answers openGet only.
+  const Status keyed = a.KeyedGet({1}, storage::testing::kFormat).status();
+  EXPECT_EQ(keyed.code(), StatusCode::kUnimplemented) << keyed;
+  EXPECT_NE(keyed.message().find("use openGet"), std::string::npos) << keyed.message();
 }
 
 TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {
@@ -208,8 +212,14 @@ TEST_F(StoreServiceTest, TheDataStreamCarriesBlocksToTheirTenantOnly) {
   EXPECT_EQ((*got)[1].first, "missing");
   EXPECT_EQ((*got)[2].second, blocks[1].payload);
   EXPECT_EQ(a.Get({2}, storage::testing::kFormat)->at(0).second, blocks[1].payload);
+  auto keyed = a.KeyedGet({1, 3, 2}, storage::testing::kFormat);  // and through a get session
+  ASSERT_TRUE(keyed.ok()) << keyed.status();
+  EXPECT_EQ(*keyed, *got);
   // Team B: nothing under its salt; naming A's scope at open is refused.
   EXPECT_EQ(b.StreamGet({1, 2}, storage::testing::kFormat)->at(0).first, "missing");
+  EXPECT_EQ(b.KeyedGet({1, 2}, storage::testing::kFormat)->at(1).first, "missing");
+  EXPECT_EQ(b.KeyedGet({1}, storage::testing::kFormat, SaltScope("salt-a")).status().code(),
+            StatusCode::kPermissionDenied);
   auto spoof = b.store().openGetRequest();
   spoof.initKeys(1)[0].setLo(1);
   spoof.setSaltScope(SaltScope("salt-a"));
@@ -237,9 +247,11 @@ TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNot
 TEST_F(StoreServiceTest, ANodeWithoutADataStreamSaysSo) {
   stream_on_ = false;
   Client a(address_, kTokenA);
-  const Status status = a.StreamGet({1}, storage::testing::kFormat).status();
-  EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(status.message().find("put/get"), std::string::npos) << status.message();
+  for (const Status& status :
+       {a.StreamGet({1}, storage::testing::kFormat).status(), a.KeyedGet({1}, storage::testing::kFormat).status()}) {
+    EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
+    EXPECT_NE(status.message().find("put/get"), std::string::npos) << status.message();
+  }
 }
 
 }  // namespace

@@ -29,6 +29,9 @@ struct TransferBenchOptions {
   // per client.
   bool stream = false;
   uint32_t stream_threads = 0;          // the data stream's event loops; 0: its default
+  // The data stream's gets: true, keyed gets under one get session per client
+  // (openGetSession once, then the keys on the stream); false, an openGet per get.
+  bool keyed_gets = true;
 };
 
 // Where a phase's CPU went, in cores (CPU seconds over the phase's wall time).
@@ -44,7 +47,8 @@ struct TransferPhase {
   double p99_ms = 0;
   TransferCores cores;
   // The data stream path: the share of a call's time spent waiting for its Cap'n Proto
-  // open (openPut/openGet) before the bytes moved. 0 on the inline path.
+  // open (openPut/openGet; a keyed get's one openGetSession) before the bytes moved. 0
+  // on the inline path.
   double open_share = 0;
 };
 

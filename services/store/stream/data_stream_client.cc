@@ -156,6 +156,84 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket
   return result;
 }
 
+Result<DataStreamClient::KeyedGet> DataStreamClient::GetKeys(const TransferTicket& session,
+                                                             std::span<const BlockKey> keys,
+                                                             const BufferFor& buffer_for) {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (keys.empty() || keys.size() > kMaxStreamKeys) {
+    return InvalidArgumentError("a keyed get of " + std::to_string(keys.size()) + " keys: it takes 1 to " +
+                                std::to_string(kMaxStreamKeys));
+  }
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+                              .secret = session.secret};
+  const StreamKeysHead head{.count = static_cast<uint32_t>(keys.size())};
+  std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
+                         Iov(keys.data(), keys.size_bytes())};
+  if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
+  KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
+  if (reply.blocks != keys.size()) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.blocks) +
+                              " blocks in the reply, " + std::to_string(keys.size()) + " asked"));
+  }
+  KVTIER_ASSIGN_OR_RETURN(KeyedGet got, ReadStatesAndHeaders(reply, keys.size()));
+  uint64_t expected = 0;
+  iov.clear();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!got.headers[i]) continue;
+    const std::span<uint8_t> out = buffer_for(i, *got.headers[i]);
+    if (out.size() != got.headers[i]->payload_bytes) {
+      return Fail(InvalidArgumentError("keyed get: the buffer for block " + std::to_string(i) + " has " +
+                                       std::to_string(out.size()) + " bytes, its header says " +
+                                       std::to_string(got.headers[i]->payload_bytes)));
+    }
+    expected += out.size();
+    iov.push_back(Iov(out.data(), out.size()));
+  }
+  if (expected != reply.payload_bytes) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
+                              " payload bytes in the reply, its headers say " + std::to_string(expected)));
+  }
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
+  return got;
+}
+
+Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const StreamReply& reply, size_t keys) {
+  uint64_t header_bytes = 0;
+  std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
+  std::vector<iovec> iov{Iov(&header_bytes, sizeof(header_bytes)), Iov(states.data(), states.size())};
+  if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
+  // An encoded header is at most 76 bytes plus a 255-byte format tag.
+  if (header_bytes % 8 != 0 || header_bytes > keys * 336) {
+    return Fail(InternalError("data stream " + address_ + ": a header section of " + std::to_string(header_bytes) +
+                              " bytes for " + std::to_string(keys) + " keys"));
+  }
+  std::vector<uint8_t> encoded(header_bytes);
+  iov = {Iov(encoded.data(), encoded.size())};
+  if (header_bytes > 0 && !ReadFully(fd_, iov)) return Fail(IoError("reading block headers", address_));
+  KeyedGet got{std::vector<StreamBlockState>(keys), std::vector<std::optional<storage::BlockHeader>>(keys)};
+  size_t at = 0;
+  for (size_t i = 0; i < keys; ++i) {
+    if (states[i] > static_cast<uint8_t>(StreamBlockState::kCorrupt)) {
+      return Fail(InternalError("data stream " + address_ + ": unknown block state"));
+    }
+    got.states[i] = static_cast<StreamBlockState>(states[i]);
+    if (got.states[i] != StreamBlockState::kPresent) continue;
+    size_t consumed = 0;
+    Result<storage::BlockHeader> header = storage::DecodeHeader(std::span(encoded).subspan(at), consumed);
+    if (!header.ok()) {
+      return Fail(InternalError("data stream " + address_ + ": block " + std::to_string(i) +
+                                "'s header: " + header.status().message()));
+    }
+    got.headers[i] = std::move(*header);
+    at += consumed;
+  }
+  if (header_bytes - at >= 8) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(header_bytes - at) +
+                              " header bytes left over"));
+  }
+  return got;
+}
+
 Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
                                        std::span<const std::span<const uint8_t>> payloads) {
   if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");

@@ -20,13 +20,17 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "common/block_key.h"
 #include "services/store/stream/protocol.h"
+#include "storage/block_header.h"
 
 namespace kvtier::store {
 
@@ -47,6 +51,18 @@ class DataStreamClient {
   // block's state; the bytes of a block not kPresent are left as they were.
   [[nodiscard]] Result<std::vector<StreamBlockState>> Get(const TransferTicket& ticket,
                                                           std::span<const std::span<uint8_t>> outs);
+  // A keyed get under a get session (protocol.h): `buffer_for(i, header)` is called for
+  // each present block, in order, and answers where its payload goes (exactly
+  // header.payload_bytes). Returns each key's state and, for a present block, the header
+  // of the bytes received; checksums are the caller's to verify.
+  // REQUIRES: 1 to kMaxStreamKeys keys.
+  struct KeyedGet {
+    std::vector<StreamBlockState> states;
+    std::vector<std::optional<storage::BlockHeader>> headers;
+  };
+  using BufferFor = std::function<std::span<uint8_t>(size_t i, const storage::BlockHeader& header)>;
+  [[nodiscard]] Result<KeyedGet> GetKeys(const TransferTicket& session, std::span<const BlockKey> keys,
+                                         const BufferFor& buffer_for);
   // The payloads in the order of the headers given to openPut; returns blocks stored.
   // REQUIRES: the payloads' sizes add up to ticket.total_bytes.
   [[nodiscard]] Result<uint32_t> Put(const TransferTicket& ticket, std::span<const std::span<const uint8_t>> payloads);
@@ -58,6 +74,8 @@ class DataStreamClient {
   DataStreamClient(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
   // The reply head; a refusal (its message read) as the node's status.
   [[nodiscard]] Result<StreamReply> ReadReply();
+  // A keyed get's states and headers, after its reply head.
+  [[nodiscard]] Result<KeyedGet> ReadStatesAndHeaders(const StreamReply& reply, size_t keys);
   [[nodiscard]] Status Fail(Status status);
 
   int fd_ = -1;

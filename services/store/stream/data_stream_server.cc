@@ -60,6 +60,14 @@ class DataStreamServer::Impl {
   Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format, uint64_t scope,
                                   ExtraBlockSource* extra);
   Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
+  Result<TransferTicket> OpenGetSession(GetSession session) {
+    if (session.format_tag.empty() || session.format_tag.size() > storage::kMaxFormatTagBytes) {
+      return InvalidArgumentError("a get session's format tag has " + std::to_string(session.format_tag.size()) +
+                                  " bytes; it takes 1 to " + std::to_string(storage::kMaxFormatTagBytes));
+    }
+    KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.AddSession(std::move(session)));
+    return TransferTicket{added.id, added.secret, address_, 0};
+  }
   DataStreamStats Stats() const {
     DataStreamStats s;
     s.tickets_open = tickets_.size();
@@ -74,10 +82,12 @@ class DataStreamServer::Impl {
   }
 
  private:
-  // One loop per thread (threads: 0 picks a quarter of the hardware threads, 1 to 4); each
-  // connection lives on one loop, dealt round-robin as accepted.
+  // One loop per thread (threads: 0 picks a quarter of the hardware threads, 2 to 4); each
+  // connection lives on one loop, dealt round-robin as accepted. At least two: one loop
+  // saturates its core before the loopback does, and a second one let 2-core dev's gets
+  // reach 1.1-1.2x one loop's rate (docs/benchmarks.md); an idle loop costs nothing.
   static std::vector<std::unique_ptr<asio::io_context>> MakeLoops(uint32_t threads) {
-    if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency() / 4, 1u, 4u);
+    if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency() / 4, 2u, 4u);
     std::vector<std::unique_ptr<asio::io_context>> loops;
     for (uint32_t i = 0; i < threads; ++i) loops.push_back(std::make_unique<asio::io_context>(1));
     return loops;
@@ -262,6 +272,10 @@ Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys
 }
 Result<TransferTicket> DataStreamServer::OpenPut(std::vector<storage::BlockHeader> headers) {
   return impl_->OpenPut(std::move(headers));
+}
+Result<TransferTicket> DataStreamServer::OpenGetSession(std::string format_tag, uint64_t salt_scope,
+                                                        std::function<void(std::span<const BlockKey>)> on_request) {
+  return impl_->OpenGetSession({std::move(format_tag), salt_scope, std::move(on_request)});
 }
 DataStreamStats DataStreamServer::Stats() const { return impl_->Stats(); }
 void DataStreamServer::Shutdown() { impl_->Shutdown(); }

@@ -11,6 +11,9 @@
 //   has gone down to disk is read into staging taken then (checksum-verified). A block
 //   OpenGet answered present but that was evicted or found corrupt in the meantime is
 //   sent as missing or corrupt: the states the stream sends are final.
+// - keyed get: a get session (OpenGetSession) lets a client name a get's blocks on the
+//   stream itself, with no OpenGet per transfer; its blocks are found on the loop (or the
+//   tier pool) and served as a get of the tiers' blocks.
 // - put: where the host tier takes the batch as new blocks, the payloads are read from
 //   the socket straight into pages it reserves for them (TieredStore::ReserveInHost: no
 //   copy on the node); else (a block stored already, no host tier, no room, or
@@ -38,6 +41,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -62,7 +66,7 @@ struct DataStreamServerOptions {
   uint64_t max_block_bytes = 256ull << 20;
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
-  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 1 to 4
+  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 2 to 4
   // Threads that run the transfers' tier work that may wait for the disk (reads of blocks
   // not in host memory, puts that may write or demote to disk), so that no event loop
   // waits for a disk; used only when the store has a disk tier. 0: as many as loops.
@@ -103,6 +107,13 @@ class DataStreamServer {
   // `keys` under one format tag and salt scope (the session's, already checked).
   [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
                                                 uint64_t salt_scope, ExtraBlockSource* extra);
+  // A get session for keyed gets (protocol.h) under `format_tag` and `salt_scope` (the
+  // caller's session's, already checked); the ticket's total_bytes is 0. A keyed get
+  // serves the tiers' blocks only: a worker's pool (OpenGet's extra source) is not read.
+  // `on_request` (optional, thread-safe) is called with each keyed get's keys.
+  // kResourceExhausted when TicketTable::kMaxGetSessions are open.
+  [[nodiscard]] Result<TransferTicket> OpenGetSession(std::string format_tag, uint64_t salt_scope,
+                                                      std::function<void(std::span<const BlockKey>)> on_request);
   // REQUIRES: every header's salt scope is the session's. kInvalidArgument naming the
   // block for a header that cannot describe a block; kResourceExhausted (staging full).
   [[nodiscard]] Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);

@@ -16,6 +16,19 @@
 //                 then the payloads of the blocks whose state is kPresent, in order
 //            put: `blocks` is the number of blocks stored
 //
+// A keyed get (kGetKeys) names its blocks on the stream instead of in an openGet call: its
+// ticket is a get session (BlockStore.openGetSession), good for any number of keyed gets
+// on any connection while it is used at least once per ticket ttl, each under the
+// session's format tag and salt scope. Why: an openGet per get was a Cap'n Proto round
+// trip per transfer, a fifth of a 256 KiB get's time and a busy RPC thread
+// (docs/benchmarks.md).
+//   request  StreamRequest{magic, kGetKeys, session id, session secret}
+//            StreamKeysHead{count}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
+//   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
+//            `blocks` state bytes padded to a multiple of 8, then `header_bytes` of the
+//            present blocks' headers in order (storage/block_header.h's encoding, the
+//            headers of exactly the bytes sent), then their payloads
+//
 // A ticket is good for one transfer, on any connection, until it expires (seconds); its
 // secret (64 bits from the kernel's CSPRNG) is the stream's only credential, handed out
 // over the authenticated control call. The stream is not encrypted: a node whose RPC
@@ -40,7 +53,7 @@ struct TransferTicket {
   uint64_t total_bytes = 0;  // put: exactly this; get: at most this
 };
 
-enum class StreamOp : uint32_t { kGet = 1, kPut = 2 };
+enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3 };
 
 enum class StreamBlockState : uint8_t {
   kPresent = 0,
@@ -68,6 +81,13 @@ struct StreamReply {
 static_assert(sizeof(StreamReply) == 24);
 
 inline constexpr uint32_t kMaxStreamMessageBytes = 4096;
+
+struct StreamKeysHead {
+  uint32_t count = 0;
+  uint32_t reserved = 0;  // 0
+};
+static_assert(sizeof(StreamKeysHead) == 8);
+inline constexpr uint32_t kMaxStreamKeys = 4096;
 
 // A data stream address, "host:port" or "[v6]:port", split (brackets removed); nullopt
 // when it names no port.

@@ -1,20 +1,8 @@
 #include "services/store/stream/stream_connection.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace kvtier::store {
-namespace {
-
-// Completion condition for a transfer's payload: the whole remainder in each system call.
-// asio's transfer_all() hands the kernel at most 64 KiB per call (default_max_transfer_size),
-// so a 1 MiB get took 16 sendmsg calls, each with its own socket lock, wake-up and return
-// through the loop; profiles put the loop's send path, not the copy, at half its time.
-std::size_t WholeRemainder(const asio::error_code& ec, std::size_t /*transferred*/) {
-  return ec ? 0 : std::numeric_limits<std::size_t>::max();
-}
-
-}  // namespace
 
 StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
     : context_(context), socket_(std::move(socket)), timer_(socket_.get_executor()) {
@@ -45,6 +33,7 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
     return Refuse(InvalidArgumentError("not a kvtier data stream request (bad magic)"));
   }
   const auto op = static_cast<StreamOp>(request_.op);
+  if (op == StreamOp::kGetKeys) return ReadKeys();
   if (op != StreamOp::kGet && op != StreamOp::kPut) {
     return Refuse(InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
   }
@@ -101,11 +90,21 @@ void StreamConnection::ServeGet() {
 void StreamConnection::GatherReply() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
   states_.assign(PaddedStateBytes(n), 0);
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(states_.data(), states_.size())});
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
+  headers_.clear();
+  if (keyed()) gather_.emplace_back(&header_bytes_, sizeof(header_bytes_));
+  gather_.emplace_back(states_.data(), states_.size());
+  const size_t headers_at = gather_.size();
+  if (keyed()) gather_.emplace_back();  // the headers, known once every block is gathered
   uint64_t sent = 0, read_offset = 0;
   for (uint32_t i = 0; i < n; ++i) {
     if (transfer_.states[i] == StreamBlockState::kPresent) sent += GatherBlock(i, &read_offset);
     states_[i] = static_cast<uint8_t>(transfer_.states[i]);
+  }
+  if (keyed()) {
+    headers_.resize((headers_.size() + 7) / 8 * 8, '\0');
+    header_bytes_ = headers_.size();
+    gather_[headers_at] = asio::const_buffer(headers_.data(), headers_.size());
   }
   transfer_.payload_bytes = sent;
   reply_ = StreamReply{};
@@ -142,15 +141,18 @@ bool StreamConnection::PinOrStage() {
 uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   const GetSlot& slot = transfer_.slots[i];
   if (pin_of_[i] >= 0) {
-    transfer_.pinned[static_cast<size_t>(pin_of_[i])].ForEachPiece(
-        [&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
+    const storage::PinnedBlock& pinned = transfer_.pinned[static_cast<size_t>(pin_of_[i])];
+    pinned.ForEachPiece([&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
+    if (keyed()) AddSentHeader(pinned.header());
     return slot.bytes;
   }
   std::span<uint8_t> out;
   if (slot.read_at_send) {
     out = transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
     *read_offset += slot.bytes;
-    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out);
+    storage::BlockHeader header;
+    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out, &header);
+    if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(header);
   } else {
     out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
   }
@@ -158,6 +160,8 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   gather_.emplace_back(out.data(), out.size());
   return out.size();
 }
+
+void StreamConnection::AddSentHeader(const storage::BlockHeader& header) { storage::EncodeHeader(header, headers_); }
 
 bool StreamConnection::PinInPlace(const GetSlot& slot) {
   Result<storage::PinnedBlock> pinned =
@@ -168,9 +172,14 @@ bool StreamConnection::PinInPlace(const GetSlot& slot) {
   return true;
 }
 
-StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out) {
+StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out,
+                                                 storage::BlockHeader* header) {
   Result<storage::TieredHit> hit = context_.store->Get(ref, out);
-  if (hit.ok()) return hit->header.payload_bytes == out.size() ? StreamBlockState::kPresent : StreamBlockState::kMissing;
+  if (hit.ok() && hit->header.payload_bytes == out.size()) {
+    *header = std::move(hit->header);
+    return StreamBlockState::kPresent;
+  }
+  if (hit.ok()) return StreamBlockState::kMissing;  // stored again with another size since the open
   return hit.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
 }
 
@@ -212,7 +221,8 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
 void StreamConnection::Refuse(const Status& status) {
   context_.counters->refused++;
   const auto op = static_cast<StreamOp>(request_.op);
-  if (context_.metrics != nullptr && (op == StreamOp::kGet || op == StreamOp::kPut)) context_.metrics->Refused(op);
+  const bool known = op == StreamOp::kGet || op == StreamOp::kPut || op == StreamOp::kGetKeys;
+  if (context_.metrics != nullptr && known) context_.metrics->Refused(op);
   message_ = status.message().substr(0, kMaxStreamMessageBytes);
   reply_ = StreamReply{};
   reply_.code = static_cast<uint32_t>(status.code());
@@ -226,7 +236,7 @@ void StreamConnection::SendReply() {
     const bool refused = self->reply_.code != 0;
     if (!ec && !refused && self->context_.metrics != nullptr) {
       const auto op = static_cast<StreamOp>(self->request_.op);
-      const uint64_t bytes = op == StreamOp::kGet ? self->transfer_.payload_bytes : self->transfer_.buffer.size();
+      const uint64_t bytes = op == StreamOp::kPut ? self->transfer_.buffer.size() : self->transfer_.payload_bytes;
       self->context_.metrics->Transferred(
           op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
     }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,6 +40,14 @@ struct StreamContext {
   std::chrono::milliseconds client_timeout{10'000};
 };
 
+// Completion condition for a transfer's payload: the whole remainder in each system call.
+// asio's transfer_all() hands the kernel at most 64 KiB per call (default_max_transfer_size),
+// so a 1 MiB get took 16 sendmsg calls, each with its own socket lock, wake-up and return
+// through the loop; profiles put the loop's send path, not the copy, at half its time.
+inline std::size_t WholeRemainder(const asio::error_code& ec, std::size_t /*transferred*/) {
+  return ec ? 0 : std::numeric_limits<std::size_t>::max();
+}
+
 class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  public:
   StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket);
@@ -63,6 +72,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
       asio::post(self->socket_.get_executor(), std::move(then));
     });
   }
+  // A keyed get (stream_keyed_get.cc): the session checked, its keys read, its blocks
+  // found (off the loop: a header may be on disk), then served as a get.
+  void ReadKeys();
+  void OnKeysHead(const asio::error_code& ec);
+  void OnKeys(const asio::error_code& ec);
+  void OpenKeyedGet();
+  bool keyed() const { return static_cast<StreamOp>(request_.op) == StreamOp::kGetKeys; }
   void ServeGet();
   // The reply's states and gather, the tiers' unpinned blocks read into staging now (from
   // the tier pool when they may wait for the disk).
@@ -78,8 +94,11 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // A tier's block pinned in the host tier's pages until sent; false when the host tier
   // does not hold it as opened.
   bool PinInPlace(const GetSlot& slot);
-  // One block of a get from the node's tiers into its slot: its state as sent.
-  StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out);
+  // One block of a get from the node's tiers into its slot: its state as sent, and its
+  // header in `*header` when present.
+  StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out, storage::BlockHeader* header);
+  // A keyed get's reply carries the header of each block sent.
+  void AddSentHeader(const storage::BlockHeader& header);
   // A put's payloads go straight into host-tier pages reserved for its blocks where the
   // tier takes the batch as new blocks; else into staging, stored by PutBatch.
   void ReadPutPayload();
@@ -107,9 +126,15 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::string message_;
   OpenTransfer transfer_;
   std::vector<uint8_t> states_;
+  // keyed gets: the session, the keys asked, and the reply's headers section
+  std::shared_ptr<const GetSession> session_;
+  StreamKeysHead keys_head_;
+  std::vector<BlockKey> keys_;
+  uint64_t header_bytes_ = 0;
+  std::string headers_;
   std::vector<asio::const_buffer> gather_;
-  std::vector<int32_t> pin_of_;
-  std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order  // get: block i's index in transfer_.pinned, or -1
+  std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
+  std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order
   std::vector<uint8_t> discard_;
 };
 

@@ -16,6 +16,24 @@ Result<uint64_t> RandomSecret() {
   return secret;
 }
 
+// The entry of `id` among `entries` (the tickets, or the sessions), its secret checked:
+// kNotFound, kInvalidArgument when the id is one of the other kind (`of_other_kind`), and
+// kPermissionDenied for a wrong secret, which withdraws the entry: a guess costs it.
+template <typename Entries>
+Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id, uint64_t secret, bool of_other_kind,
+                                                  const std::string& kind, const std::string& other_kind) {
+  const auto it = entries.find(id);
+  if (it == entries.end()) {
+    if (of_other_kind) return InvalidArgumentError(kind + " " + std::to_string(id) + " is " + other_kind);
+    return NotFoundError(kind + " " + std::to_string(id) + " is unknown or expired");
+  }
+  if (it->second.secret != secret) {
+    entries.erase(it);
+    return PermissionDeniedError(kind + " " + std::to_string(id) + ": wrong secret; it is withdrawn");
+  }
+  return it;
+}
+
 }  // namespace
 
 // Lock order: the table's mutex, then the staging pool's (a dropped ticket returns its
@@ -33,12 +51,8 @@ Result<TicketTable::Added> TicketTable::Add(OpenTransfer transfer) {
 Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op) {
   std::lock_guard lock(mu_);
   SweepLocked();
-  auto it = open_.find(id);
-  if (it == open_.end()) return NotFoundError("ticket " + std::to_string(id) + " is unknown or expired");
-  if (it->second.secret != secret) {
-    open_.erase(it);
-    return PermissionDeniedError("ticket " + std::to_string(id) + ": wrong secret; the ticket is withdrawn");
-  }
+  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(open_, id, secret, sessions_.contains(id), "ticket",
+                                                        "a get session: it serves keyed gets only"));
   if (it->second.transfer.op != op) {
     return InvalidArgumentError("ticket " + std::to_string(id) + " was opened for a " +
                                 (it->second.transfer.op == StreamOp::kGet ? "get" : "put"));
@@ -48,9 +62,35 @@ Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op
   return transfer;
 }
 
+Result<TicketTable::Added> TicketTable::AddSession(GetSession session) {
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
+  std::lock_guard lock(mu_);
+  if (sessions_.size() >= kMaxGetSessions) {
+    return ResourceExhaustedError("the data stream has " + std::to_string(sessions_.size()) +
+                                  " get sessions open, its limit; reuse one");
+  }
+  const uint64_t id = next_id_++;
+  sessions_.emplace(id, SessionEntry{secret, std::make_shared<const GetSession>(std::move(session)), clock_.Now()});
+  return Added{id, secret};
+}
+
+Result<std::shared_ptr<const GetSession>> TicketTable::UseSession(uint64_t id, uint64_t secret) {
+  std::lock_guard lock(mu_);
+  const Nanos now = clock_.Now();
+  if (const auto idle = sessions_.find(id); idle != sessions_.end() && idle->second.last_used + ttl_ <= now) {
+    sessions_.erase(idle);  // idle past its ttl: expired
+  }
+  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(sessions_, id, secret, open_.contains(id), "get session",
+                                                        "a transfer's ticket, not a get session"));
+  it->second.last_used = now;
+  return it->second.session;
+}
+
 size_t TicketTable::Sweep() {
   std::lock_guard lock(mu_);
-  return SweepLocked();
+  const Nanos now = clock_.Now();
+  const size_t idle = std::erase_if(sessions_, [&](const auto& entry) { return entry.second.last_used + ttl_ <= now; });
+  return SweepLocked() + idle;
 }
 
 size_t TicketTable::SweepLocked() {
@@ -69,6 +109,12 @@ void TicketTable::Drop() {
   std::lock_guard lock(mu_);
   open_.clear();
   deadlines_.clear();
+  sessions_.clear();
+}
+
+size_t TicketTable::sessions() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
 }
 
 size_t TicketTable::size() const {

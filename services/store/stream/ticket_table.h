@@ -1,18 +1,26 @@
-// TicketTable: the transfers a data stream has opened and not yet carried out.
+// TicketTable: the transfers a data stream has opened and not yet carried out, and its
+// get sessions (protocol.h's keyed gets).
 //
 // Each ticket gets a fresh id and a 64-bit secret from the kernel's CSPRNG (getrandom),
 // and is good for one Take() until `ttl` after it was added. Expiry needs no scan: every
 // ticket lives for the same `ttl`, so they expire in the order they were added and a
 // queue of (deadline, id) is swept from its front on every Add and Take.
+// A get session is good for any number of UseSession() calls and lives while it is used
+// at least once per `ttl`; at most kMaxGetSessions are open (one per client connection is
+// the expected use). Idle sessions are dropped by UseSession and Sweep.
 //
 // Thread safety: safe from any thread (one mutex; the control thread adds, the stream's
-// thread takes). Ownership: tickets leave by Take (to the caller) or by expiry.
+// thread takes). Ownership: tickets leave by Take (to the caller) or by expiry; a
+// session is shared with the keyed gets using it.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -59,8 +67,19 @@ struct OpenTransfer {
   storage::HostReservation in_place;
 };
 
+// What the keyed gets of one get session look blocks up under.
+struct GetSession {
+  std::string format_tag;
+  uint64_t salt_scope = 0;
+  // Called with each keyed get's keys (a node's admission filter counting requests), on
+  // the stream's loops: must be thread-safe. Optional.
+  std::function<void(std::span<const BlockKey>)> on_request;
+};
+
 class TicketTable {
  public:
+  static constexpr size_t kMaxGetSessions = 65536;
+
   TicketTable(const Clock& clock, std::chrono::milliseconds ttl) : clock_(clock), ttl_(ttl) {}
 
   struct Added {
@@ -75,17 +94,29 @@ class TicketTable {
   // kInvalidArgument when it was opened for the other operation.
   [[nodiscard]] Result<OpenTransfer> Take(uint64_t id, uint64_t secret, StreamOp op);
 
-  // Drops the expired tickets; returns how many.
+  // A get session. kResourceExhausted when kMaxGetSessions are open; kUnavailable as Add.
+  [[nodiscard]] Result<Added> AddSession(GetSession session);
+  // The session, its idle time reset. Errors as Take (kInvalidArgument for a transfer's
+  // ticket); a session idle for `ttl` is kNotFound.
+  [[nodiscard]] Result<std::shared_ptr<const GetSession>> UseSession(uint64_t id, uint64_t secret);
+
+  // Drops the expired tickets and idle sessions; returns how many.
   size_t Sweep();
   // Drops every ticket (a server shutting down).
   void Drop();
-  size_t size() const;
-  uint64_t expired() const;
+  size_t size() const;  // tickets, not sessions
+  size_t sessions() const;
+  uint64_t expired() const;  // tickets never used
 
  private:
   struct Entry {
     uint64_t secret = 0;
     OpenTransfer transfer;
+  };
+  struct SessionEntry {
+    uint64_t secret = 0;
+    std::shared_ptr<const GetSession> session;
+    Nanos last_used{};
   };
   size_t SweepLocked() KVTIER_REQUIRES(mu_);
 
@@ -96,6 +127,7 @@ class TicketTable {
   uint64_t expired_ KVTIER_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Entry> open_ KVTIER_GUARDED_BY(mu_);
   std::deque<std::pair<Nanos, uint64_t>> deadlines_ KVTIER_GUARDED_BY(mu_);  // in Add order
+  std::unordered_map<uint64_t, SessionEntry> sessions_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::store

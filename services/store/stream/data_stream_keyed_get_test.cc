@@ -1,0 +1,189 @@
+// Keyed gets on the data stream (protocol.h): a get session, then gets that name their
+// keys on the stream, answered with each sent block's header and bytes.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include "services/store/stream/data_stream_client.h"
+#include "services/store/stream/data_stream_server.h"
+#include "storage/testing/blocks.h"
+#include "storage/testing/tiered_stores.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::store {
+namespace {
+
+using storage::testing::MakeBlock;
+using storage::testing::TestBlock;
+constexpr uint64_t kScope = 7;  // MakeBlock's
+constexpr size_t kBlockBytes = 64 * 1024;
+
+// A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
+class KeyedGetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(1u << 20, dir_.path())).value();
+    server_ = DataStreamServer::Create({.store = store_.get(), .clock = &clock_}).value();
+  }
+
+  std::unique_ptr<DataStreamClient> Client() {
+    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(10)}).value();
+  }
+  TransferTicket Session(uint64_t scope = kScope) {
+    return server_
+        ->OpenGetSession(storage::testing::kFormat, scope,
+                         [this](std::span<const BlockKey> keys) {
+                           std::lock_guard lock(mu_);
+                           requested_.insert(requested_.end(), keys.begin(), keys.end());
+                         })
+        .value();
+  }
+  void Store(const std::vector<TestBlock>& blocks) {
+    for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
+  }
+  static std::vector<BlockKey> Keys(const std::vector<uint64_t>& ids) {
+    std::vector<BlockKey> keys;
+    for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
+    return keys;
+  }
+
+  // A keyed get into buffers of their own; `asked` records which blocks buffer_for saw.
+  struct Got {
+    DataStreamClient::KeyedGet get;
+    std::vector<std::vector<uint8_t>> bytes;
+    std::vector<size_t> asked;
+  };
+  static Result<Got> GetKeys(DataStreamClient& client, const TransferTicket& session,
+                             const std::vector<uint64_t>& ids) {
+    Got got;
+    got.bytes.resize(ids.size());
+    const std::vector<BlockKey> keys = Keys(ids);
+    KVTIER_ASSIGN_OR_RETURN(got.get, client.GetKeys(session, keys, [&](size_t i, const storage::BlockHeader& header) {
+                              got.asked.push_back(i);
+                              got.bytes[i].resize(header.payload_bytes);
+                              return std::span<uint8_t>(got.bytes[i]);
+                            }));
+    return got;
+  }
+
+  bool Drained() {
+    return testing::WaitUntil([&] { return server_->Stats().staged_bytes == 0; });
+  }
+
+  FakeClock clock_;
+  kvtier::testing::TempDir dir_;
+  std::unique_ptr<storage::TieredStore> store_;
+  std::unique_ptr<DataStreamServer> server_;
+  std::mutex mu_;
+  std::vector<BlockKey> requested_;
+};
+
+// Blocks 1, 2 and 3 stored; block 9 never. Two keyed gets on one connection under one
+// session: each present block comes with the header of its bytes, a missing one with
+// none, and the session's callback sees every key asked.
+TEST_F(KeyedGetTest, AKeyedGetAnswersEachKeyWithItsHeaderAndBytes) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+  Store(blocks);
+  const TransferTicket session = Session();
+  EXPECT_EQ(session.total_bytes, 0u);
+  auto client = Client();
+  Result<Got> first = GetKeys(*client, session, {1, 9, 3, 2});
+  ASSERT_TRUE(first.ok()) << first.status();
+  Got got = std::move(*first);
+  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing,
+                                                           StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  EXPECT_EQ(got.asked, (std::vector<size_t>{0, 2, 3})) << "buffers are asked for present blocks only, in order";
+  EXPECT_FALSE(got.get.headers[1]);
+  const std::pair<size_t, size_t> answers[] = {{0, 0}, {2, 2}, {3, 1}};  // (position, block)
+  for (const auto& [at, block] : answers) {
+    ASSERT_TRUE(got.get.headers[at]) << "position " << at;
+    EXPECT_EQ(got.get.headers[at]->key, blocks[block].header.key);
+    EXPECT_EQ(got.get.headers[at]->checksum, blocks[block].header.checksum);
+    EXPECT_EQ(got.bytes[at], blocks[block].payload) << "position " << at;
+  }
+
+  Result<Got> again = GetKeys(*client, session, {3});  // the same session and connection again
+  ASSERT_TRUE(again.ok()) << again.status();
+  got = std::move(*again);
+  EXPECT_EQ(got.bytes[0], blocks[2].payload);
+  EXPECT_EQ(server_->Stats().gets, 2u);
+  EXPECT_EQ(server_->Stats().bytes_sent, 2 * kBlockBytes + 2 * 4096);
+  std::lock_guard lock(mu_);
+  EXPECT_EQ(requested_.size(), 5u);
+  EXPECT_TRUE(Drained());
+}
+
+// Block 1 goes down to disk as 1.5 MiB of later blocks pass through the 1 MiB host tier:
+// the keyed get reads it from there, through staging, and sends the header of what it read.
+TEST_F(KeyedGetTest, ABlockOnDiskIsReadThroughStagingWithItsHeader) {
+  const TestBlock first = MakeBlock(1, 256 * 1024);
+  Store({first});
+  for (uint64_t id = 10; id < 16; ++id) Store({MakeBlock(id, 256 * 1024)});
+  ASSERT_FALSE(store_->PinInHost(first.ref()).ok()) << "block 1 left host memory";
+  auto client = Client();
+  const Result<Got> read = GetKeys(*client, Session(), {1});
+  ASSERT_TRUE(read.ok()) << read.status();
+  const Got& got = *read;
+  ASSERT_EQ(got.get.states[0], StreamBlockState::kPresent);
+  EXPECT_EQ(got.get.headers[0]->checksum, first.header.checksum);
+  EXPECT_EQ(got.bytes[0], first.payload);
+  EXPECT_TRUE(Drained());
+}
+
+// A session is bound to its salt scope: another scope's session finds nothing.
+TEST_F(KeyedGetTest, ASessionSeesOnlyItsSaltScope) {
+  Store({MakeBlock(1, 4096)});
+  auto client = Client();
+  const Result<Got> read = GetKeys(*client, Session(kScope + 1), {1});
+  ASSERT_TRUE(read.ok()) << read.status();
+  const Got& got = *read;
+  EXPECT_EQ(got.get.states[0], StreamBlockState::kMissing);
+  EXPECT_TRUE(got.asked.empty());
+}
+
+TEST_F(KeyedGetTest, BadSessionsAreRefusedWithTheirReason) {
+  Store({MakeBlock(1, 4096)});
+  const TransferTicket session = Session();
+  TransferTicket wrong = session;
+  wrong.secret ^= 1;
+  EXPECT_EQ(GetKeys(*Client(), wrong, {1}).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(GetKeys(*Client(), session, {1}).status().code(), StatusCode::kNotFound) << "a guess withdrew it";
+
+  const TransferTicket idle = Session();
+  clock_.Advance(std::chrono::seconds(31));  // the ttl is 30 s by default
+  EXPECT_EQ(GetKeys(*Client(), idle, {1}).status().code(), StatusCode::kNotFound);
+
+  const TransferTicket put = server_->OpenPut({MakeBlock(2, 4096).header}).value();
+  const Result<Got> as_session = GetKeys(*Client(), put, {1});
+  EXPECT_EQ(as_session.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(as_session.status().message().find("not a get session"), std::string::npos) << as_session.status();
+
+  EXPECT_EQ(server_->OpenGetSession("", kScope, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {
+  const TransferTicket session = Session();
+  auto client = Client();
+  EXPECT_EQ(GetKeys(*client, session, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(client->broken()) << "refused before anything was sent";
+
+  // A client that asks the node for more than kMaxStreamKeys.
+  const int fd = testing::ConnectRaw(session.data_address);
+  ASSERT_GE(fd, 0);
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+                              .secret = session.secret};
+  const StreamKeysHead head{.count = kMaxStreamKeys + 1};
+  ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+  ASSERT_EQ(send(fd, &head, sizeof(head), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(head)));
+  StreamReply reply;
+  ASSERT_EQ(recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
+  close(fd);
+  EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  EXPECT_TRUE(GetKeys(*Client(), session, {1}).ok()) << "the session survives a malformed request";
+}
+
+}  // namespace
+}  // namespace kvtier::store

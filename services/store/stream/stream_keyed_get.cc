@@ -1,0 +1,60 @@
+// StreamConnection's keyed gets (protocol.h, kGetKeys): a get whose blocks are named on
+// the stream under a get session, with no openGet call before it. Once its blocks are
+// found it is served exactly as a ticket's get (ServeGet): pinned in the host tier or
+// staged from disk at send, and its reply carries each sent block's header.
+#include <utility>
+
+#include "services/store/stream/stream_connection.h"
+
+namespace kvtier::store {
+
+static_assert(sizeof(BlockKey) == 16 && std::is_trivially_copyable_v<BlockKey>,
+              "keys are read from the stream straight into BlockKeys (u64 hi, u64 lo)");
+
+void StreamConnection::ReadKeys() {
+  Result<std::shared_ptr<const GetSession>> session = context_.tickets->UseSession(request_.ticket_id, request_.secret);
+  if (!session.ok()) return Refuse(session.status());
+  session_ = std::move(*session);
+  asio::async_read(socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
+                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeysHead(ec); });
+}
+
+void StreamConnection::OnKeysHead(const asio::error_code& ec) {
+  if (ec) return Close();
+  if (keys_head_.count == 0 || keys_head_.count > kMaxStreamKeys || keys_head_.reserved != 0) {
+    return Refuse(InvalidArgumentError("a keyed get of " + std::to_string(keys_head_.count) +
+                                       " keys (reserved field " + std::to_string(keys_head_.reserved) +
+                                       "): it must name 1 to " + std::to_string(kMaxStreamKeys) +
+                                       " keys, reserved 0"));
+  }
+  keys_.resize(keys_head_.count);
+  asio::async_read(socket_, asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)), WholeRemainder,
+                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeys(ec); });
+}
+
+void StreamConnection::OnKeys(const asio::error_code& ec) {
+  if (ec) return Close();  // the client went: nothing was taken yet
+  // A block's header may have to be read from the disk tier.
+  OffLoop([self = shared_from_this()] { self->OpenKeyedGet(); }, [self = shared_from_this()] { self->ServeGet(); });
+}
+
+// What OpenGet does for a tier's block, here: each block present now is found again at
+// send (ServeGet), so it holds nothing until then.
+void StreamConnection::OpenKeyedGet() {
+  if (session_->on_request) session_->on_request(keys_);
+  transfer_ = OpenTransfer{};
+  transfer_.op = StreamOp::kGetKeys;
+  transfer_.format_tag = session_->format_tag;
+  transfer_.salt_scope = session_->salt_scope;
+  transfer_.states.assign(keys_.size(), StreamBlockState::kMissing);
+  transfer_.slots.resize(keys_.size());
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    const Result<storage::BlockHeader> header =
+        context_.store->Peek({keys_[i], transfer_.format_tag, transfer_.salt_scope});
+    if (!header.ok()) continue;
+    transfer_.states[i] = StreamBlockState::kPresent;
+    transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
+  }
+}
+
+}  // namespace kvtier::store
