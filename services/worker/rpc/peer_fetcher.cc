@@ -5,9 +5,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -53,6 +56,12 @@ struct OpenedGet {
   store::TransferTicket ticket;
   std::vector<OpenedBlock> blocks;
 };
+
+// A get session is bound to one node, salt scope and format tag.
+using SessionKey = std::tuple<std::string, uint64_t, std::string>;
+// A keyed get's block of another size than asked is read (the stream sends it) but never
+// taken; one larger than this fails the get instead of taking the memory.
+constexpr uint64_t kMaxOddBlockBytes = 256ull << 20;
 
 }  // namespace
 
@@ -153,11 +162,10 @@ class PeerFetcher::Impl {
   // the node's data stream unless it runs none.
   Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
                           size_t first, size_t count, FetchedBlocks& out) {
-    if (request.block_bytes >= options_.stream_min_block_bytes && !InlineOnly(address)) {
-      Result<size_t> streamed = StreamBatch(peer, request, first, count, out);
+    if (request.block_bytes >= options_.stream_min_block_bytes && !Marked(inline_only_, address)) {
+      Result<size_t> streamed = StreamBatch(address, peer, request, first, count, out);
       if (streamed.status().code() != StatusCode::kUnimplemented) return streamed;
-      std::lock_guard lock(mu_);
-      inline_only_.insert(address);
+      Mark(inline_only_, address);
     }
     return peer.impl()
         .Call<Result<size_t>>([&](schema::Session::Client& session) {
@@ -170,7 +178,97 @@ class PeerFetcher::Impl {
         .get();
   }
 
-  Result<size_t> StreamBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
+  // On the node's data stream: keyed gets under a get session where the node serves them
+  // (a store), else a ticket per get (openGet: a worker, whose pool sessions do not read).
+  Result<size_t> StreamBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
+                             size_t first, size_t count, FetchedBlocks& out) {
+    if (!Marked(no_sessions_, address)) {
+      Result<size_t> keyed = KeyedBatch(address, peer, request, first, count, out);
+      if (keyed.status().code() != StatusCode::kUnimplemented) return keyed;
+      Mark(no_sessions_, address);
+    }
+    return TicketBatch(peer, request, first, count, out);
+  }
+
+  // A kept session that the node no longer knows (idle past its ttl, or the node
+  // restarted) is opened again once.
+  Result<size_t> KeyedBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
+                            size_t first, size_t count, FetchedBlocks& out) {
+    const SessionKey key{address, request.salt_scope, request.format_tag};
+    for (int attempt = 0;; ++attempt) {
+      KVTIER_ASSIGN_OR_RETURN(const store::TransferTicket session, SessionFor(key, peer));
+      Result<size_t> taken = KeyedGet(session, request, first, count, out);
+      const StatusCode code = taken.status().code();
+      if (attempt > 0 || (code != StatusCode::kNotFound && code != StatusCode::kPermissionDenied)) return taken;
+      std::lock_guard lock(mu_);
+      sessions_.erase(key);
+    }
+  }
+
+  Result<size_t> KeyedGet(const store::TransferTicket& session, const PeerFetchRequest& request, size_t first,
+                          size_t count, FetchedBlocks& out) {
+    const uint64_t block_bytes = request.block_bytes;
+    const size_t base = out.bytes.size();
+    out.bytes.resize(base + count * block_bytes);
+    std::deque<std::vector<uint8_t>> odd;  // blocks of another size than asked: read, never taken
+    auto buffer_for = [&](size_t i, const storage::BlockHeader& header) -> std::span<uint8_t> {
+      if (header.payload_bytes == block_bytes) return {out.bytes.data() + base + i * block_bytes, block_bytes};
+      if (header.payload_bytes > kMaxOddBlockBytes) return {};  // refused: the whole get fails
+      return odd.emplace_back(header.payload_bytes);
+    };
+    Result<store::DataStreamClient::KeyedGet> got =
+        streams_.Run(session.data_address, [&](store::DataStreamClient& stream) {
+          return stream.GetKeys(session, std::span(request.keys).subspan(first, count), buffer_for);
+        });
+    if (!got.ok()) {
+      out.bytes.resize(base);
+      return got.status();
+    }
+    size_t taken = 0;
+    for (; taken < count && got->states[taken] == store::StreamBlockState::kPresent; ++taken) {
+      const storage::BlockHeader& header = *got->headers[taken];
+      const std::span<const uint8_t> payload(out.bytes.data() + base + taken * block_bytes, block_bytes);
+      if (!(header.key == request.keys[first + taken]) || header.salt_scope != request.salt_scope ||
+          header.format_tag != request.format_tag || header.payload_bytes != block_bytes ||
+          storage::PayloadChecksum(payload) != header.checksum) {
+        RejectedBlock(request.keys[first + taken], out);
+        break;
+      }
+      out.keys.push_back(request.keys[first + taken]);
+    }
+    out.streamed += static_cast<uint32_t>(taken);
+    out.bytes.resize(base + taken * block_bytes);
+    return taken;
+  }
+
+  Result<store::TransferTicket> SessionFor(const SessionKey& key, rpc::RpcClient& peer) {
+    {
+      std::lock_guard lock(mu_);
+      if (const auto it = sessions_.find(key); it != sessions_.end()) return it->second;
+    }
+    Result<store::TransferTicket> opened =
+        peer.impl()
+            .Call<Result<store::TransferTicket>>([&](schema::Session::Client& session) {
+              auto open = session.storeRequest().send().getStore().openGetSessionRequest();
+              open.setSaltScope(std::get<1>(key));
+              open.setFormatTag(std::get<2>(key));
+              return open.send().then(
+                  [](auto response) -> Result<store::TransferTicket> { return store::FromWire(response.getTicket()); });
+            })
+            .get();
+    if (opened.ok()) {
+      std::lock_guard lock(mu_);
+      sessions_.insert_or_assign(key, *opened);
+    }
+    return opened;
+  }
+
+  static void RejectedBlock(const BlockKey& key, FetchedBlocks& out) {
+    ++out.rejected;
+    spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken", key.ToHex());
+  }
+
+  Result<size_t> TicketBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
                              FetchedBlocks& out) {
     KVTIER_ASSIGN_OR_RETURN(const OpenedGet opened, OpenGet(peer, request, first, count));
     // The stream sends every present block; the ones after the leading run are read and dropped.
@@ -199,9 +297,7 @@ class PeerFetcher::Impl {
       const OpenedBlock& block = opened.blocks[taken];
       if (!block.present || (*states)[taken] != store::StreamBlockState::kPresent) break;
       if (!block.matches || storage::PayloadChecksum(outs[taken]) != block.checksum) {
-        ++out.rejected;
-        spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken",
-                     request.keys[first + taken].ToHex());
+        RejectedBlock(request.keys[first + taken], out);
         break;
       }
       out.keys.push_back(request.keys[first + taken]);
@@ -239,9 +335,13 @@ class PeerFetcher::Impl {
         .get();
   }
 
-  bool InlineOnly(const std::string& address) {
+  bool Marked(const std::set<std::string>& addresses, const std::string& address) {
     std::lock_guard lock(mu_);
-    return inline_only_.contains(address);
+    return addresses.contains(address);
+  }
+  void Mark(std::set<std::string>& addresses, const std::string& address) {
+    std::lock_guard lock(mu_);
+    addresses.insert(address);
   }
   // On the connection's loop: checks each answered block in order and copies the good
   // leading run out of the response.
@@ -259,8 +359,7 @@ class PeerFetcher::Impl {
       if (!(rpc::ToKey(header.getKey()) == key) || header.getSaltScope() != request.salt_scope ||
           request.format_tag != header.getFormatTag().cStr() || data.size() != request.block_bytes ||
           header.getPayloadBytes() != data.size() || header.getChecksum() != storage::PayloadChecksum(payload)) {
-        ++out.rejected;
-        spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken", key.ToHex());
+        RejectedBlock(key, out);
         break;
       }
       out.keys.push_back(key);
@@ -277,6 +376,8 @@ class PeerFetcher::Impl {
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
   std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
+  std::set<std::string> no_sessions_ KVTIER_GUARDED_BY(mu_);  // ... or serve no get sessions (workers)
+  std::map<SessionKey, store::TransferTicket> sessions_ KVTIER_GUARDED_BY(mu_);  // kept get sessions
   store::DataStreamClientPool streams_{options_.threads};  // kept data stream connections
 };
 

@@ -7,8 +7,10 @@
 // that node's BlockStore capability under the tenant's salt scope, node by node in the
 // order given: each serves the leading run of the remaining blocks it holds. Blocks of
 // at least `stream_min_block_bytes` come on the node's data stream where it runs one
-// (services/store/stream), read straight into the result (openGet, then the stream;
-// connections kept per node); otherwise inline in the get's response, copied out of it.
+// (services/store/stream), read straight into the result (connections kept per node):
+// as keyed gets under a get session kept per node, scope and format where the node
+// serves them (a store; no Cap'n Proto call per get), else openGet, then the stream (a
+// worker). Otherwise inline in the get's response, copied out of it.
 // A block is
 // taken only when its header names the key, scope and format asked for and its payload
 // has the layout's size and its checksum; the first that fails ends the run there.
@@ -44,9 +46,10 @@ struct PeerFetcherOptions {
   std::vector<std::string> self_node_ids = {};  // this node's own ids: never fetched from
   uint32_t threads = 2;                         // concurrent fetches
   uint32_t max_blocks_per_call = 1024;          // a larger request is split
-  // Blocks at least this large come on a peer's data stream; smaller ones inline, which
-  // measured faster for them (docs/benchmarks.md: 256 KiB inline, 2 MiB stream).
-  uint64_t stream_min_block_bytes = 1ull << 20;
+  // Blocks at least this large come on a peer's data stream; smaller ones inline. With
+  // keyed gets the stream measured 1.6-2x inline from 64 KiB, the smallest block measured
+  // (docs/benchmarks.md); inline was faster below 1 MiB while each get cost an openGet.
+  uint64_t stream_min_block_bytes = 64ull << 10;
 };
 
 struct PeerFetchRequest {

@@ -95,7 +95,7 @@ void BM_PeerFetch(benchmark::State& state) {
 }
 BENCHMARK(BM_PeerFetch)
     ->ArgNames({"stream", "block_bytes", "blocks"})
-    ->ArgsProduct({{0, 1}, {256 << 10, 2 << 20}, {16}})
+    ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -1,10 +1,14 @@
 // PeerFetcher against a real coordinator and a peer whose BlockStore is scripted here,
-// with and without a data stream: it resolves the peer at the coordinator, takes the
+// without a data stream, with one that serves tickets only (openGet: a worker), and with
+// one that serves get sessions too (keyed gets, the blocks in its tiers: a store). It
+// resolves the peer at the coordinator, takes the
 // leading run of good blocks, refuses a block whose payload does not match its checksum
 // (and what follows it), and treats an unknown node as holding nothing.
 #include "services/worker/rpc/peer_fetcher.h"
 
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <kj/async-io.h>
 
 #include "services/rpc/schema/kvtier.capnp.h"
@@ -58,11 +62,15 @@ class ScriptedSource final : public store::ExtraBlockSource {
   const int corrupt_fill_;
 };
 
-// Holds every key asked for (ScriptedBlock); with `stream`, openGet answers on it.
+// How the scripted peer serves its blocks.
+enum class PeerMode { kInline, kTickets, kSessions };
+
+// Holds every key asked for (ScriptedBlock); with `stream`, openGet answers on it, and
+// with `sessions` openGetSession too (whose keyed gets read the stream's tiers).
 class ScriptedStore final : public schema::BlockStore::Server {
  public:
-  ScriptedStore(int corrupt_fill, store::DataStreamServer* stream)
-      : corrupt_fill_(corrupt_fill), stream_(stream), source_(corrupt_fill) {}
+  ScriptedStore(int corrupt_fill, store::DataStreamServer* stream, bool sessions, std::atomic<int>& open_gets)
+      : corrupt_fill_(corrupt_fill), stream_(stream), sessions_(sessions), open_gets_(open_gets), source_(corrupt_fill) {}
 
  protected:
   kj::Promise<void> get(GetContext call) override {
@@ -82,6 +90,7 @@ class ScriptedStore final : public schema::BlockStore::Server {
 
   kj::Promise<void> openGet(OpenGetContext call) override {
     if (stream_ == nullptr) return schema::BlockStore::Server::openGet(call);  // UNIMPLEMENTED
+    ++open_gets_;
     const auto p = call.getParams();
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
     const auto opened = stream_->OpenGet(keys, p.getFormatTag().cStr(), p.getSaltScope(), &source_).value();
@@ -96,33 +105,55 @@ class ScriptedStore final : public schema::BlockStore::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> openGetSession(OpenGetSessionContext call) override {
+    if (!sessions_) return schema::BlockStore::Server::openGetSession(call);  // UNIMPLEMENTED
+    const auto p = call.getParams();
+    const auto session = stream_->OpenGetSession(p.getFormatTag().cStr(), p.getSaltScope(), {}).value();
+    store::ToWire(session, call.getResults().initTicket());
+    return kj::READY_NOW;
+  }
+
  private:
   const int corrupt_fill_;
   store::DataStreamServer* const stream_;
+  const bool sessions_;
+  std::atomic<int>& open_gets_;
   ScriptedSource source_;
 };
 
-// The parameter: whether the peer runs a data stream.
-class PeerFetcherTest : public ::testing::TestWithParam<bool> {
+// The parameter: how the peer serves its blocks.
+class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
  protected:
   void SetUp() override {
-    storage::TieredStoreOptions tiers;  // empty: every block comes from the scripted source
+    storage::TieredStoreOptions tiers;  // empty but for kSessions: the scripted source serves the rest
     tiers.host.emplace();
     tiers.host->capacity_bytes = 1 << 20;
     tiers.host->try_huge_pages = false;
     tiers_ = storage::TieredStore::Create(std::move(tiers)).value();
-    if (GetParam()) stream_ = store::DataStreamServer::Create({.store = tiers_.get()}).value();
+    if (GetParam() != PeerMode::kInline) stream_ = store::DataStreamServer::Create({.store = tiers_.get()}).value();
   }
 
   // A peer BlockStore whose block `corrupt_fill` fails its checksum (-1: none does).
   testing::StoreFactory Peer(int corrupt_fill) {
     return [this, corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
-      return kj::heap<ScriptedStore>(corrupt_fill, stream_.get());
+      return kj::heap<ScriptedStore>(corrupt_fill, stream_.get(), GetParam() == PeerMode::kSessions, open_gets_);
     };
+  }
+
+  // kSessions: the scripted blocks 0-3 in the peer's tiers, where keyed gets read them; the
+  // corrupt one stored unchecked, as bytes that went bad in memory after their checksum.
+  void StoreScriptedBlocks(int corrupt_fill) {
+    for (uint64_t lo = 0; lo < 4; ++lo) {
+      std::vector<uint8_t> payload;
+      const storage::BlockHeader header = ScriptedBlock({BlockKey{1, lo}, kFormat, kScope}, corrupt_fill, payload);
+      const storage::PutItem item{header, payload, /*checksum_checked=*/true};
+      ASSERT_TRUE(tiers_->PutBatch(std::span(&item, 1))[0].ok());
+    }
   }
 
   // `listen`: where the coordinator (and the scripted peer) answer.
   void Start(int corrupt_fill, const std::string& listen = "127.0.0.1:0") {
+    if (GetParam() == PeerMode::kSessions) StoreScriptedBlocks(corrupt_fill);
     // "peer/store" resolves to the BlockStore scripted here.
     node_ = testing::StartCoordinatorWithStoreNode(registry_, Peer(corrupt_fill), "peer/store", listen);
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
@@ -140,10 +171,13 @@ class PeerFetcherTest : public ::testing::TestWithParam<bool> {
   }
 
   // Blocks that came on the stream when the peer runs one, else none.
-  uint32_t Streamed(const FetchedBlocks& fetched) const { return GetParam() ? fetched.keys.size() : 0; }
+  uint32_t Streamed(const FetchedBlocks& fetched) const {
+    return GetParam() != PeerMode::kInline ? fetched.keys.size() : 0;
+  }
 
   std::unique_ptr<storage::TieredStore> tiers_;
   std::unique_ptr<store::DataStreamServer> stream_;
+  std::atomic<int> open_gets_{0};  // the peer's openGet calls
   MetricsRegistry registry_;
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
@@ -159,6 +193,7 @@ TEST_P(PeerFetcherTest, TakesEveryBlockAPeerHoldsInOrder) {
   EXPECT_EQ(fetched.bytes[2 * kBlockBytes], 2);
   EXPECT_EQ(fetched.rejected, 0u);
   EXPECT_EQ(fetched.streamed, Streamed(fetched));
+  EXPECT_EQ(open_gets_.load() > 0, GetParam() == PeerMode::kTickets) << "a store's blocks come by keyed gets";
 }
 
 TEST_P(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
@@ -186,7 +221,7 @@ TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
 }
 
 TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
-  if (!GetParam()) GTEST_SKIP() << "the peer runs no data stream";
+  if (GetParam() == PeerMode::kInline) GTEST_SKIP() << "the peer runs no data stream";
   Start(/*corrupt_fill=*/-1);
   ASSERT_EQ(Fetch({"peer/store"}, 2).streamed, 2u);  // leaves one stream connection kept
   // The peer's data stream restarts on the same port: the kept connection is now closed.
@@ -199,6 +234,9 @@ TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
   const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
   EXPECT_EQ(fetched.keys.size(), 2u);
   EXPECT_EQ(fetched.streamed, 2u) << "on a fresh connection, not inline and not lost";
+  if (GetParam() == PeerMode::kSessions) {
+    EXPECT_EQ(open_gets_.load(), 0) << "the lost session was opened again, no openGet instead";
+  }
 }
 
 TEST_P(PeerFetcherTest, BlocksBelowTheStreamThresholdComeInline) {
@@ -216,8 +254,13 @@ TEST_P(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {
   EXPECT_TRUE(fetched.bytes.empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(InlineAndStream, PeerFetcherTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "Stream" : "Inline"; });
+INSTANTIATE_TEST_SUITE_P(InlineTicketsAndSessions, PeerFetcherTest,
+                         ::testing::Values(PeerMode::kInline, PeerMode::kTickets, PeerMode::kSessions),
+                         [](const ::testing::TestParamInfo<PeerMode>& info) {
+                           return info.param == PeerMode::kInline    ? "Inline"
+                                  : info.param == PeerMode::kTickets ? "Tickets"
+                                                                     : "Sessions";
+                         });
 
 }  // namespace
 }  // namespace kvtier::worker
