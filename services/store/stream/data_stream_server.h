@@ -36,7 +36,7 @@
 // hands the transfer back to its loop when done: a disk read or a demotion never stalls
 // the other connections of a loop. The ticket table and the staging pool are
 // shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
-// (safe from any thread). OpenGet/OpenPut/Stats are safe from any thread.
+// (safe from any thread). OpenGet/OpenPut/OpenGetSession/Stats are safe from any thread.
 // Ownership: the store (and the extra source passed to OpenGet) outlive the server.
 #pragma once
 
