@@ -192,6 +192,11 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "`kvtier store`: event loops (threads) serving its data stream's connections; 0: "
                              "a quarter of the hardware threads, 2 to 4.",
                              0, 64, [](auto& c) -> auto& { return c.store.data_stream_threads; }));
+  fields.push_back(UintField("store.data_stream_tier_threads",
+                             "`kvtier store`: threads that run its data stream's disk work (gets of blocks on "
+                             "disk, puts that write or demote to disk), so that no event loop waits for the "
+                             "disk; with a disk tier only. 0: as many as the event loops.",
+                             0, 64, [](auto& c) -> auto& { return c.store.data_stream_tier_threads; }));
   fields.push_back(BoolField("store.data_stream",
                              "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
                              "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
@@ -226,6 +231,11 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "`kvtier worker`: event loops (threads) serving its data stream's connections; 0: "
                              "a quarter of the hardware threads, 2 to 4.",
                              0, 64, [](auto& c) -> auto& { return c.worker.data_stream_threads; }));
+  fields.push_back(UintField("worker.data_stream_tier_threads",
+                             "`kvtier worker`: threads that run its data stream's disk work (gets of blocks on "
+                             "disk, puts that write or demote to disk), so that no event loop waits for the "
+                             "disk; with a disk tier only. 0: as many as the event loops.",
+                             0, 64, [](auto& c) -> auto& { return c.worker.data_stream_tier_threads; }));
   fields.push_back(BoolField("worker.data_stream",
                              "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "
                              "its tiers and pool); never with tls: peers then fetch inline.",

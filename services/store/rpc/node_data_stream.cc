@@ -26,6 +26,7 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStre
   stream.advertise_host = options.advertise.empty() ? std::string() : HostOf(options.advertise);
   stream.registry = options.registry;
   stream.threads = options.threads;
+  stream.tier_threads = options.tier_threads;
   return DataStreamServer::Create(std::move(stream));
 }
 

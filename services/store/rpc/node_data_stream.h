@@ -27,6 +27,7 @@ struct NodeDataStreamOptions {
   bool tls = false;        // the node's RPC uses TLS
   uint32_t port = 0;
   uint32_t threads = 0;    // the stream's event loops; 0: its default
+  uint32_t tier_threads = 0;  // its disk work's threads; 0: its default
   storage::TieredStore* store = nullptr;  // required
   MetricsRegistry* registry = nullptr;    // optional
 };
@@ -35,7 +36,8 @@ struct NodeDataStreamOptions {
 [[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options);
 
 // The options from a node's configuration section (config.store or config.worker: each
-// has listen, advertise, data_stream, data_port and data_stream_threads) and the cluster's TLS setting.
+// has listen, advertise, data_stream, data_port, data_stream_threads and
+// data_stream_tier_threads) and the cluster's TLS setting.
 template <typename NodeSection>
 NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, const KvtierConfig& config,
                                                 storage::TieredStore* store, MetricsRegistry* registry) {
@@ -45,6 +47,7 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, cons
           .tls = !config.tls.cert_file.empty(),
           .port = section.data_port,
           .threads = section.data_stream_threads,
+          .tier_threads = section.data_stream_tier_threads,
           .store = store,
           .registry = registry};
 }

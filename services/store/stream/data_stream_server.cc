@@ -17,7 +17,8 @@ class DataStreamServer::Impl {
       : options_(std::move(options)), pool_(options_.max_staged_bytes),
         tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
         acceptor_(*loops_.front()), sweep_(*loops_.front()),
-        tier_pool_(options_.tier_threads != 0 ? options_.tier_threads : loops_.size()) {
+        tier_threads_(options_.tier_threads != 0 ? options_.tier_threads : static_cast<uint32_t>(loops_.size())),
+        tier_pool_(tier_threads_) {
     const bool disk = options_.store->Stats().disk.has_value();
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
                 .tier_pool = disk ? &tier_pool_ : nullptr, .max_block_bytes = options_.max_block_bytes,
@@ -78,6 +79,9 @@ class DataStreamServer::Impl {
     s.bytes_received = counters_.bytes_received;
     s.refused = counters_.refused;
     s.expired = tickets_.expired();
+    s.get_sessions = tickets_.sessions();
+    s.loops = static_cast<uint32_t>(loops_.size());
+    s.tier_threads = context_.tier_pool == nullptr ? 0 : tier_threads_;
     return s;
   }
 
@@ -143,6 +147,7 @@ class DataStreamServer::Impl {
   size_t next_loop_ = 0;  // first loop's thread (and Start)
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer sweep_;
+  const uint32_t tier_threads_;
   asio::thread_pool tier_pool_;  // after the loops: destroyed (joined) before them
   std::vector<std::thread> threads_;
   std::string address_;

@@ -90,6 +90,9 @@ struct DataStreamStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
   uint64_t expired = 0;                   // tickets never used
+  uint64_t get_sessions = 0;              // open get sessions
+  uint32_t loops = 0;                     // event loops
+  uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier, none used)
 };
 
 class DataStreamServer {

@@ -1,0 +1,57 @@
+// StartNodeDataStream: a node's configuration section decides whether its data stream
+// runs and how many threads serve it.
+#include "services/store/rpc/node_data_stream.h"
+
+#include <gtest/gtest.h>
+
+#include "storage/testing/tiered_stores.h"
+#include "tests/testing/test_util.h"
+
+namespace kvtier::store {
+namespace {
+
+class NodeDataStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(1u << 20, dir_.path())).value();
+    config_.store.listen = "127.0.0.1:0";
+  }
+  Result<std::unique_ptr<DataStreamServer>> Start() {
+    return StartNodeDataStream(NodeDataStreamOptionsFrom(config_.store, config_, store_.get(), nullptr));
+  }
+
+  kvtier::testing::TempDir dir_;
+  std::unique_ptr<storage::TieredStore> store_;
+  KvtierConfig config_;
+};
+
+TEST_F(NodeDataStreamTest, TheSectionsThreadCountsReachTheStream) {
+  config_.store.data_stream_threads = 3;
+  config_.store.data_stream_tier_threads = 5;
+  auto stream = Start();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_NE(*stream, nullptr);
+  EXPECT_EQ((*stream)->Stats().loops, 3u);
+  EXPECT_EQ((*stream)->Stats().tier_threads, 5u);
+}
+
+TEST_F(NodeDataStreamTest, ByDefaultTheDiskWorkHasAThreadPerLoop) {
+  config_.store.data_stream_threads = 2;
+  auto stream = Start();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_EQ((*stream)->Stats().tier_threads, 2u);
+}
+
+TEST_F(NodeDataStreamTest, NoStreamWhenOffOverTlsOrOnAUnixSocket) {
+  config_.store.data_stream = false;
+  EXPECT_EQ(Start().value(), nullptr) << "turned off";
+  config_.store.data_stream = true;
+  config_.tls.cert_file = "/etc/kvtier/cert.pem";  // the stream is not encrypted
+  EXPECT_EQ(Start().value(), nullptr) << "TLS on";
+  config_.tls.cert_file.clear();
+  config_.store.listen = "unix:/run/kvtier.sock";
+  EXPECT_EQ(Start().value(), nullptr) << "a unix socket";
+}
+
+}  // namespace
+}  // namespace kvtier::store
