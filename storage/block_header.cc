@@ -8,7 +8,7 @@ namespace kvtier::storage {
 namespace {
 
 constexpr uint32_t kMagic = 0x3142564B;  // "KVB1" read little-endian
-constexpr size_t kFixedBytes = 76;
+constexpr size_t kFixedBytes = kMaxEncodedHeaderBytes - kMaxFormatTagBytes;  // 76
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -30,12 +30,17 @@ uint64_t PayloadChecksum(std::span<const uint8_t> payload) {
   return XXH3_64bits(payload.data(), payload.size());
 }
 
-Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
-  if (header.format_tag.empty()) return InvalidArgumentError("block format tag is empty");
-  if (header.format_tag.size() > kMaxFormatTagBytes) {
-    return InvalidArgumentError("block format tag is " + std::to_string(header.format_tag.size()) +
-                                " bytes; at most " + std::to_string(kMaxFormatTagBytes) + " allowed");
+Status ValidateFormatTag(std::string_view format_tag) {
+  if (format_tag.empty()) return InvalidArgumentError("block format tag is empty");
+  if (format_tag.size() > kMaxFormatTagBytes) {
+    return InvalidArgumentError("block format tag is " + std::to_string(format_tag.size()) + " bytes; at most " +
+                                std::to_string(kMaxFormatTagBytes) + " allowed");
   }
+  return Status::Ok();
+}
+
+Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
+  KVTIER_RETURN_IF_ERROR(ValidateFormatTag(header.format_tag));
   if (header.priority > 100) {
     return InvalidArgumentError("block priority " + std::to_string(header.priority) + " is outside 0-100");
   }

@@ -29,6 +29,8 @@ namespace kvtier::storage {
 
 inline constexpr uint8_t kDefaultPriority = 35;
 inline constexpr size_t kMaxFormatTagBytes = 255;
+// An encoded header's size: 76 fixed bytes and the tag (see above).
+inline constexpr size_t kMaxEncodedHeaderBytes = 76 + kMaxFormatTagBytes;
 
 struct BlockHeader {
   BlockKey key;
@@ -56,6 +58,9 @@ struct BlockRef {
 
 // XXH3-64 of the payload bytes.
 [[nodiscard]] uint64_t PayloadChecksum(std::span<const uint8_t> payload);
+
+// kInvalidArgument when `format_tag` cannot name a block's format: empty or oversized.
+[[nodiscard]] Status ValidateFormatTag(std::string_view format_tag);
 
 // kInvalidArgument naming the field when the header cannot describe a stored block:
 // empty or oversized format tag, priority above 100, zero or oversized payload.

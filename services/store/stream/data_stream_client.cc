@@ -202,8 +202,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
   std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
   std::vector<iovec> iov{Iov(&header_bytes, sizeof(header_bytes)), Iov(states.data(), states.size())};
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
-  // An encoded header is at most 76 bytes plus a 255-byte format tag.
-  if (header_bytes % 8 != 0 || header_bytes > keys * 336) {
+  if (header_bytes % 8 != 0 || header_bytes > keys * storage::kMaxEncodedHeaderBytes + 7) {  // + the padding
     return Fail(InternalError("data stream " + address_ + ": a header section of " + std::to_string(header_bytes) +
                               " bytes for " + std::to_string(keys) + " keys"));
   }

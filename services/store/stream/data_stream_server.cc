@@ -62,10 +62,7 @@ class DataStreamServer::Impl {
                                   ExtraBlockSource* extra);
   Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
   Result<TransferTicket> OpenGetSession(GetSession session) {
-    if (session.format_tag.empty() || session.format_tag.size() > storage::kMaxFormatTagBytes) {
-      return InvalidArgumentError("a get session's format tag has " + std::to_string(session.format_tag.size()) +
-                                  " bytes; it takes 1 to " + std::to_string(storage::kMaxFormatTagBytes));
-    }
+    KVTIER_RETURN_IF_ERROR(storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
     KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.AddSession(std::move(session)));
     return TransferTicket{added.id, added.secret, address_, 0};
   }

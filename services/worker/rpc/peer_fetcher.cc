@@ -57,6 +57,14 @@ struct OpenedGet {
   std::vector<OpenedBlock> blocks;
 };
 
+// Whether a node's header for block `i` of the request names what was asked: its key, the
+// tenant's scope, the format and the layout's block size.
+bool AnswersRequest(const PeerFetchRequest& request, size_t i, const BlockKey& key, uint64_t salt_scope,
+                    std::string_view format_tag, uint64_t payload_bytes) {
+  return key == request.keys[i] && salt_scope == request.salt_scope && format_tag == request.format_tag &&
+         payload_bytes == request.block_bytes;
+}
+
 // A get session is bound to one node, salt scope and format tag.
 using SessionKey = std::tuple<std::string, uint64_t, std::string>;
 // A keyed get's block of another size than asked is read (the stream sends it) but never
@@ -228,8 +236,8 @@ class PeerFetcher::Impl {
     for (; taken < count && got->states[taken] == store::StreamBlockState::kPresent; ++taken) {
       const storage::BlockHeader& header = *got->headers[taken];
       const std::span<const uint8_t> payload(out.bytes.data() + base + taken * block_bytes, block_bytes);
-      if (!(header.key == request.keys[first + taken]) || header.salt_scope != request.salt_scope ||
-          header.format_tag != request.format_tag || header.payload_bytes != block_bytes ||
+      if (!AnswersRequest(request, first + taken, header.key, header.salt_scope, header.format_tag,
+                          header.payload_bytes) ||
           storage::PayloadChecksum(payload) != header.checksum) {
         RejectedBlock(request.keys[first + taken], out);
         break;
@@ -324,9 +332,8 @@ class PeerFetcher::Impl {
               block.present = states[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
               block.payload_bytes = h.getPayloadBytes();
               block.checksum = h.getChecksum();
-              block.matches = rpc::ToKey(h.getKey()) == request.keys[first + i] &&
-                              h.getSaltScope() == request.salt_scope && request.format_tag == h.getFormatTag().cStr() &&
-                              block.payload_bytes == request.block_bytes;
+              block.matches = AnswersRequest(request, first + i, rpc::ToKey(h.getKey()), h.getSaltScope(),
+                                             h.getFormatTag().cStr(), block.payload_bytes);
               opened.blocks.push_back(block);
             }
             return opened;
@@ -356,9 +363,9 @@ class PeerFetcher::Impl {
       const auto data = block.getData();
       const BlockKey& key = request.keys[first + taken];
       const std::span<const uint8_t> payload(data.begin(), data.size());
-      if (!(rpc::ToKey(header.getKey()) == key) || header.getSaltScope() != request.salt_scope ||
-          request.format_tag != header.getFormatTag().cStr() || data.size() != request.block_bytes ||
-          header.getPayloadBytes() != data.size() || header.getChecksum() != storage::PayloadChecksum(payload)) {
+      if (!AnswersRequest(request, first + taken, rpc::ToKey(header.getKey()), header.getSaltScope(),
+                          header.getFormatTag().cStr(), header.getPayloadBytes()) ||
+          data.size() != header.getPayloadBytes() || header.getChecksum() != storage::PayloadChecksum(payload)) {
         RejectedBlock(key, out);
         break;
       }

@@ -8,6 +8,7 @@
 
 #include <capnp/ez-rpc.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,16 +114,12 @@ class BlockStoreClient {
     KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
     KVTIER_ASSIGN_OR_RETURN(auto states,
                             stream->Get(ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())));
-    std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
-    for (unsigned i = 0; i < ids.size(); ++i) {
+    return Answer(ids, buffers, [&](size_t i) -> std::optional<uint64_t> {
       const bool present = states[i] == StreamBlockState::kPresent &&
-                           response->getStates()[i] == schema::BlockState::PRESENT;
-      if (present && storage::PayloadChecksum(buffers[i]) != response->getHeaders()[i].getChecksum()) {
-        return DataLossError("block " + std::to_string(ids[i]) + " does not match its checksum");
-      }
-      out.emplace_back(present ? "present" : "missing", present ? buffers[i] : std::vector<uint8_t>{});
-    }
-    return out;
+                           response->getStates()[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
+      if (!present) return std::nullopt;
+      return response->getHeaders()[static_cast<unsigned>(i)].getChecksum();
+    });
   }
 
   // Get through a get session and a keyed get on the data stream, as Get answers; every
@@ -144,18 +141,29 @@ class BlockStoreClient {
                               buffers[i].resize(h.payload_bytes);
                               return std::span<uint8_t>(buffers[i]);
                             }));
+    return Answer(ids, buffers, [&](size_t i) -> std::optional<uint64_t> {
+      if (got.states[i] != StreamBlockState::kPresent) return std::nullopt;
+      return got.headers[i]->checksum;
+    });
+  }
+
+ private:
+  // A streamed get's answer as Get gives it: "present" with the bytes where `checksum_of(i)`
+  // names the present block's checksum (kDataLoss where they do not match), else "missing".
+  template <typename ChecksumOf>
+  static Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Answer(
+      const std::vector<uint64_t>& ids, const std::vector<std::vector<uint8_t>>& buffers, ChecksumOf checksum_of) {
     std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
     for (size_t i = 0; i < ids.size(); ++i) {
-      const bool present = got.states[i] == StreamBlockState::kPresent;
-      if (present && storage::PayloadChecksum(buffers[i]) != got.headers[i]->checksum) {
+      const std::optional<uint64_t> checksum = checksum_of(i);
+      if (checksum && storage::PayloadChecksum(buffers[i]) != *checksum) {
         return DataLossError("block " + std::to_string(ids[i]) + " does not match its checksum");
       }
-      out.emplace_back(present ? "present" : "missing", present ? buffers[i] : std::vector<uint8_t>{});
+      out.emplace_back(checksum ? "present" : "missing", checksum ? buffers[i] : std::vector<uint8_t>{});
     }
     return out;
   }
 
- private:
   schema::BlockStore::Client Connect(const std::string& token) {
     auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
     auth.setToken(token);
