@@ -50,6 +50,7 @@ class BenchCommand {
   uint32_t transfer_stream_threads_ = 0;
   std::string transfer_path_ = "both";
   std::string transfer_stream_get_ = "keys";
+  std::string transfer_stream_put_ = "keys";
   bool vs_redis_ = false;
   std::string trace_;
   uint32_t workers_ = 4;

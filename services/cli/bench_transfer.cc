@@ -43,6 +43,11 @@ void BenchCommand::AddTransfer() {
                         "session per client) or ticket (an openGet call per get)")
       ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
+  transfer_->add_option("--stream-put", transfer_stream_put_,
+                        "How the data stream's puts carry their headers: keys (on the stream, under one put "
+                        "session per client) or ticket (an openPut call per put)")
+      ->check(CLI::IsMember({"keys", "ticket"}))
+      ->capture_default_str();
   transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
 }
@@ -102,9 +107,14 @@ int BenchCommand::RunTransfer() const {
   std::vector<PathResult> paths;
   for (const char* path : {"inline", "stream"}) {
     if (transfer_path_ != "both" && transfer_path_ != path) continue;
-    store::TransferBenchOptions options{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_,
-                                        transfer_batch_, std::string_view(path) == "stream",
-                                        transfer_stream_threads_, transfer_stream_get_ == "keys"};
+    const store::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
+                                              .clients = transfer_clients_,
+                                              .total_bytes = transfer_total_bytes_,
+                                              .batch = transfer_batch_,
+                                              .stream = std::string_view(path) == "stream",
+                                              .stream_threads = transfer_stream_threads_,
+                                              .keyed_gets = transfer_stream_get_ == "keys",
+                                              .keyed_puts = transfer_stream_put_ == "keys"};
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});
@@ -120,19 +130,20 @@ int BenchCommand::RunTransfer() const {
   const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
   if (json_) {
     std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
-                "\"stream_get\":\"%s\",%s,"
+                "\"stream_get\":\"%s\",\"stream_put\":\"%s\",%s,"
                 "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
                 static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
                 static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, transfer_stream_get_.c_str(),
-                PathFields(paths).c_str(),
+                transfer_stream_put_.c_str(), PathFields(paths).c_str(),
                 loopback->gbps, loopback->from_memory_gbps, redis_field(redis ? redis->put_gbps : 0).c_str(),
                 redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;
   }
-  std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call, stream gets by %s)\n",
+  std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call, stream gets by %s, "
+              "puts by %s)\n",
               static_cast<unsigned long long>(paths[0].result.blocks),
               static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_,
-              transfer_stream_get_.c_str());
+              transfer_stream_get_.c_str(), transfer_stream_put_.c_str());
   for (const PathResult& p : paths) {
     const store::TransferBenchResult& r = p.result;
     std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);

@@ -8,6 +8,14 @@
 
 namespace kvtier::storage::testing {
 
+// `host_bytes` of host memory (64 KiB pages), no disk tier.
+inline TieredStoreOptions HostOnly(uint64_t host_bytes) {
+  TieredStoreOptions tiers;
+  tiers.host.emplace();
+  tiers.host->capacity_bytes = host_bytes;
+  return tiers;
+}
+
 // `host_bytes` of host memory (64 KiB pages) over a disk tier of `disk_bytes` in `disk_path`.
 inline TieredStoreOptions HostOverDisk(uint64_t host_bytes, const std::string& disk_path,
                                        uint64_t disk_bytes = 64ull << 20) {

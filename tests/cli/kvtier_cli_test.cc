@@ -286,7 +286,7 @@ TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
                           "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,",  // 4 MiB of 64 KiB
                           // where each phase's time went
                           "\"inline_get_cores\":{\"control\":", "\"stream_put_cores\":{\"control\":",
-                          "\"stream_get_open_share\":"}) {
+                          "\"stream_get_open_share\":", "\"stream_put\":\"keys\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(out.find("null"), std::string::npos) << "every figure was measured: " << out;

@@ -90,4 +90,11 @@ interface BlockStore {
   # session's salt scope. The session lives while used at least once per ticket ttl.
   # It serves the node's tiers only: UNIMPLEMENTED on a node that also serves a worker's
   # pool (use openGet there), and as openPut where the node runs no data stream.
+
+  openPutSession @7 (saltScope :UInt64) -> (ticket :TransferTicket);
+  # A put session: the caller then sends each put's headers on the data stream itself
+  # (keyed puts, services/store/stream/protocol.h), with no openPut per put; each is
+  # checked and stored as openPut's. A header's salt scope 0 is the session's; another
+  # is refused unless the session holds a node credential (as put's headers). The
+  # session lives while used at least once per ticket ttl. UNIMPLEMENTED as openPut.
 }

@@ -1,5 +1,7 @@
 #include "services/store/rpc/store_service.h"
 
+#include <algorithm>
+
 #include "common/block_key.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
@@ -156,7 +158,23 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     if (extra_ != nullptr) {
       rpc::ThrowStatus(UnimplementedError("this node also serves a worker's pool, which keyed gets do not read; use openGet"));
     }
-    const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenGetSession(p.getFormatTag().cStr(), scope, on_request_));
+    const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenSession({.op = StreamOp::kGetKeys,
+                                                                         .format_tag = p.getFormatTag().cStr(),
+                                                                         .salt_scope = scope,
+                                                                         .max_blocks = MaxBlocksPerTransfer(),
+                                                                         .on_request = on_request_}));
+    ToWire(ticket, call.getResults().initTicket());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> openPutSession(OpenPutSessionContext call) override {
+    const uint64_t scope = ScopeFor(call.getParams().getSaltScope());
+    // A node session names each header's scope, as in put; a tenant's stays in its own.
+    const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenSession({.op = StreamOp::kPutHeaders,
+                                                                            .salt_scope = scope,
+                                                                            .any_scope = node_,
+                                                                            .max_blocks = MaxBlocksPerTransfer(),
+                                                                            .on_request = on_request_}));
     ToWire(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
   }
@@ -168,6 +186,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
                                             std::to_string(limits_.max_blocks_per_call)));
     }
   }
+  // A keyed transfer carries as many blocks as a call may.
+  uint32_t MaxBlocksPerTransfer() const { return std::min(limits_.max_blocks_per_call, kMaxStreamKeys); }
   // The scope a request works under: the session's own when it names none (0); another
   // only for a node session (a tenant naming one is refused).
   uint64_t ScopeFor(uint64_t requested) const {

@@ -220,6 +220,12 @@ TEST_F(StoreServiceTest, TheDataStreamCarriesBlocksToTheirTenantOnly) {
   EXPECT_EQ(b.KeyedGet({1, 2}, storage::testing::kFormat)->at(1).first, "missing");
   EXPECT_EQ(b.KeyedGet({1}, storage::testing::kFormat, SaltScope("salt-a")).status().code(),
             StatusCode::kPermissionDenied);
+  // Keyed puts land under the tenant's scope too: A's blocks 4 and 5, read back by A only.
+  const std::vector<TestBlock> keyed_blocks = {MakeBlock(4, 5000), MakeBlock(5, 300)};
+  ASSERT_EQ(a.KeyedPut(keyed_blocks).value_or(0), 2u);
+  EXPECT_EQ(a.KeyedGet({4, 5}, storage::testing::kFormat)->at(1).second, keyed_blocks[1].payload);
+  EXPECT_EQ(b.KeyedGet({4}, storage::testing::kFormat)->at(0).first, "missing");
+  EXPECT_EQ(b.KeyedPut(keyed_blocks, SaltScope("salt-a")).status().code(), StatusCode::kPermissionDenied);
   auto spoof = b.store().openGetRequest();
   spoof.initKeys(1)[0].setLo(1);
   spoof.setSaltScope(SaltScope("salt-a"));
@@ -241,14 +247,31 @@ TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNot
   const Status on_stream = a.StreamPut(damaged).status();
   EXPECT_EQ(on_stream.code(), StatusCode::kInvalidArgument) << on_stream;
   EXPECT_NE(on_stream.message().find("checksum"), std::string::npos) << on_stream.message();
+  // The same three, as keyed puts: refused on the stream, the node's limits as at open.
+  const Status keyed_no_format = a.KeyedPut(no_format).status();
+  EXPECT_EQ(keyed_no_format.code(), StatusCode::kInvalidArgument) << keyed_no_format;
+  EXPECT_NE(keyed_no_format.message().find("block 0"), std::string::npos) << keyed_no_format.message();
+  EXPECT_NE(a.KeyedPut(too_many).status().message().find("1 to 8"), std::string::npos);
+  EXPECT_NE(a.KeyedPut(damaged).status().message().find("checksum"), std::string::npos);
   EXPECT_EQ(store_->Stats().host->blocks, 0u);
+}
+
+// A worker writing a tenant's blocks through on its behalf: a node's put session stores
+// each block under the scope its header names.
+TEST_F(StoreServiceTest, ANodesPutSessionStoresUnderTheScopeEachHeaderNames) {
+  Client a(address_, kTokenA), node(address_, kNodeToken);
+  const std::vector<TestBlock> blocks = {MakeBlock(1, 3000)};
+  ASSERT_EQ(node.KeyedPut(blocks, SaltScope("salt-a")).value_or(0), 1u);
+  EXPECT_EQ(a.KeyedGet({1}, storage::testing::kFormat)->at(0).second, blocks[0].payload);
+  EXPECT_EQ(node.KeyedGet({1}, storage::testing::kFormat)->at(0).first, "missing") << "not under the node's own";
 }
 
 TEST_F(StoreServiceTest, ANodeWithoutADataStreamSaysSo) {
   stream_on_ = false;
   Client a(address_, kTokenA);
   for (const Status& status :
-       {a.StreamGet({1}, storage::testing::kFormat).status(), a.KeyedGet({1}, storage::testing::kFormat).status()}) {
+       {a.StreamGet({1}, storage::testing::kFormat).status(), a.KeyedGet({1}, storage::testing::kFormat).status(),
+        a.KeyedPut({MakeBlock(1, 100)}).status()}) {
     EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
     EXPECT_NE(status.message().find("put/get"), std::string::npos) << status.message();
   }

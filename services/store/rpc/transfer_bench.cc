@@ -125,9 +125,40 @@ T OrThrow(Result<T> result) {
   return std::move(*result);
 }
 
+// Keyed puts: one put session, then each put's headers on the stream.
+void KeyedPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
+                 ClientWork& work, const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums,
+                 StreamSide& side) {
+  const auto opened = Clock::now();
+  const TransferTicket session = FromWire(store.openPutSessionRequest().send().wait(wait).getTicket());
+  work.put_open_ms += MsSince(opened);
+  DataStreamClient& connection = *OrThrow(side.Connect(session));
+  std::vector<storage::BlockHeader> headers;
+  std::vector<std::span<const uint8_t>> payloads;
+  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+    const auto start = Clock::now();
+    headers.resize(n);
+    payloads.clear();
+    for (unsigned i = 0; i < n; ++i) {
+      const uint64_t id = work.first_block + b + i;
+      headers[i].key = {kKeyHi, id};
+      headers[i].first_in_chain = true;
+      headers[i].format_tag = kFormat;
+      headers[i].payload_bytes = o.block_bytes;
+      headers[i].checksum = checksums[b + i];
+      MakePayload(base, id, side.Block(i, o.block_bytes));
+      payloads.push_back(side.Block(i, o.block_bytes));
+    }
+    if (OrThrow(connection.PutBlocks(session, headers, payloads)) != n) throw std::runtime_error("put short");
+    work.put_ms.push_back(MsSince(start));
+  }
+}
+
 void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
                   ClientWork& work, const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums,
                   StreamSide& side) {
+  if (o.keyed_puts) return KeyedPutAll(store, wait, o, work, base, checksums, side);
   std::vector<std::span<const uint8_t>> payloads;
   for (uint64_t b = 0; b < work.blocks; b += o.batch) {
     const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));

@@ -32,6 +32,9 @@ struct TransferBenchOptions {
   // The data stream's gets: true, keyed gets under one get session per client
   // (openGetSession once, then the keys on the stream); false, an openGet per get.
   bool keyed_gets = true;
+  // The data stream's puts: true, keyed puts under one put session per client
+  // (openPutSession once, then the headers on the stream); false, an openPut per put.
+  bool keyed_puts = true;
 };
 
 // Where a phase's CPU went, in cores (CPU seconds over the phase's wall time).
@@ -47,7 +50,7 @@ struct TransferPhase {
   double p99_ms = 0;
   TransferCores cores;
   // The data stream path: the share of a call's time spent waiting for its Cap'n Proto
-  // open (openPut/openGet; a keyed get's one openGetSession) before the bytes moved. 0
+  // open (openPut/openGet; a keyed transfer's one session open) before the bytes moved. 0
   // on the inline path.
   double open_share = 0;
 };

@@ -238,11 +238,42 @@ Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
   if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
   StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
-  iov.reserve(payloads.size() + 1);
+  return SendPut(std::move(iov), payloads);
+}
+
+Result<uint32_t> DataStreamClient::PutBlocks(const TransferTicket& session,
+                                             std::span<const storage::BlockHeader> headers,
+                                             std::span<const std::span<const uint8_t>> payloads) {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (headers.empty() || headers.size() > kMaxStreamKeys || payloads.size() != headers.size()) {
+    return InvalidArgumentError("a keyed put of " + std::to_string(headers.size()) + " headers and " +
+                                std::to_string(payloads.size()) + " payloads: it takes 1 to " +
+                                std::to_string(kMaxStreamKeys) + " of each, as many payloads as headers");
+  }
+  encoded_.clear();
+  for (size_t i = 0; i < headers.size(); ++i) {
+    if (payloads[i].size() != headers[i].payload_bytes) {
+      return InvalidArgumentError("keyed put: block " + std::to_string(i) + "'s payload has " +
+                                  std::to_string(payloads[i].size()) + " bytes, its header says " +
+                                  std::to_string(headers[i].payload_bytes));
+    }
+    storage::EncodeHeader(headers[i], encoded_);
+  }
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders), .ticket_id = session.id,
+                              .secret = session.secret};
+  const StreamHeadersHead head{.count = static_cast<uint32_t>(headers.size()),
+                               .header_bytes = static_cast<uint32_t>(encoded_.size())};
+  std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
+                         Iov(encoded_.data(), encoded_.size())};
+  return SendPut(std::move(iov), payloads);
+}
+
+Result<uint32_t> DataStreamClient::SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads) {
+  iov.reserve(iov.size() + payloads.size());
   for (const auto& payload : payloads) {
     if (!payload.empty()) iov.push_back(Iov(payload.data(), payload.size()));
   }
-  // A node that refuses the ticket answers at once and drops what follows; its reply is
+  // A node that refuses the put answers at once and drops what follows; its reply is
   // read even when sending the payloads failed.
   const bool sent = WriteFully(fd_, iov);
   const int send_errno = errno;

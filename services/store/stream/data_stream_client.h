@@ -1,5 +1,6 @@
 // DataStreamClient: one connection to a node's data stream (protocol.h), carrying the
-// transfers that BlockStore.openGet/openPut tickets name, one at a time.
+// transfers that BlockStore.openGet/openPut tickets name, and the keyed gets and puts of
+// its get and put sessions, one at a time.
 //
 // Get reads each block's payload straight from the socket into the caller's buffer
 // (scatter, readv); Put writes the caller's payloads straight to the socket (gather,
@@ -17,6 +18,8 @@
 //
 // Thread safety: not thread-safe; one transfer at a time. Owns its socket.
 #pragma once
+
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstdint>
@@ -66,6 +69,13 @@ class DataStreamClient {
   // The payloads in the order of the headers given to openPut; returns blocks stored.
   // REQUIRES: the payloads' sizes add up to ticket.total_bytes.
   [[nodiscard]] Result<uint32_t> Put(const TransferTicket& ticket, std::span<const std::span<const uint8_t>> payloads);
+  // A keyed put under a put session (protocol.h): the headers travel on the stream before
+  // the payloads (payloads[i] is block i's, exactly headers[i].payload_bytes; checksums
+  // are the caller's to set). Returns blocks stored. kInvalidArgument, with nothing sent
+  // and the connection kept, for headers and payloads that do not match.
+  // REQUIRES: 1 to kMaxStreamKeys blocks.
+  [[nodiscard]] Result<uint32_t> PutBlocks(const TransferTicket& session, std::span<const storage::BlockHeader> headers,
+                                           std::span<const std::span<const uint8_t>> payloads);
 
   const std::string& address() const { return address_; }
   bool broken() const { return fd_ < 0; }
@@ -76,10 +86,13 @@ class DataStreamClient {
   [[nodiscard]] Result<StreamReply> ReadReply();
   // A keyed get's states and headers, after its reply head.
   [[nodiscard]] Result<KeyedGet> ReadStatesAndHeaders(const StreamReply& reply, size_t keys);
+  // Sends `iov` (a put's request) and the payloads, then reads the reply.
+  [[nodiscard]] Result<uint32_t> SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads);
   [[nodiscard]] Status Fail(Status status);
 
   int fd_ = -1;
   std::string address_;
+  std::string encoded_;  // a keyed put's headers, reused
 };
 
 }  // namespace kvtier::store

@@ -9,6 +9,7 @@
 
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
+#include "services/store/stream/testing/data_stream_fixture.h"
 #include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
 #include "tests/testing/test_util.h"
@@ -22,23 +23,25 @@ constexpr uint64_t kScope = 7;  // MakeBlock's
 constexpr size_t kBlockBytes = 64 * 1024;
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
-class KeyedGetTest : public ::testing::Test {
+class KeyedGetTest : public DataStreamFixture {
  protected:
-  void SetUp() override {
-    store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(1u << 20, dir_.path())).value();
-    server_ = DataStreamServer::Create({.store = store_.get(), .clock = &clock_}).value();
+  void SetUp() override { StartNode(storage::testing::HostOverDisk(1u << 20, dir_.path())); }
+  // The node goes before its disk tier's directory (a member of this class, destroyed
+  // before the fixture's).
+  void TearDown() override {
+    server_.reset();
+    store_.reset();
   }
 
-  std::unique_ptr<DataStreamClient> Client() {
-    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(10)}).value();
-  }
   TransferTicket Session(uint64_t scope = kScope) {
     return server_
-        ->OpenGetSession(storage::testing::kFormat, scope,
-                         [this](std::span<const BlockKey> keys) {
-                           std::lock_guard lock(mu_);
-                           requested_.insert(requested_.end(), keys.begin(), keys.end());
-                         })
+        ->OpenSession({.format_tag = storage::testing::kFormat,
+                       .salt_scope = scope,
+                       .on_request =
+                           [this](std::span<const BlockKey> keys) {
+                             std::lock_guard lock(mu_);
+                             requested_.insert(requested_.end(), keys.begin(), keys.end());
+                           }})
         .value();
   }
   void Store(const std::vector<TestBlock>& blocks) {
@@ -69,14 +72,8 @@ class KeyedGetTest : public ::testing::Test {
     return got;
   }
 
-  bool Drained() {
-    return testing::WaitUntil([&] { return server_->Stats().staged_bytes == 0; });
-  }
 
-  FakeClock clock_;
   kvtier::testing::TempDir dir_;
-  std::unique_ptr<storage::TieredStore> store_;
-  std::unique_ptr<DataStreamServer> server_;
   std::mutex mu_;
   std::vector<BlockKey> requested_;
 };
@@ -159,9 +156,10 @@ TEST_F(KeyedGetTest, BadSessionsAreRefusedWithTheirReason) {
   const TransferTicket put = server_->OpenPut({MakeBlock(2, 4096).header}).value();
   const Result<Got> as_session = GetKeys(*Client(), put, {1});
   EXPECT_EQ(as_session.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(as_session.status().message().find("not a get session"), std::string::npos) << as_session.status();
+  EXPECT_NE(as_session.status().message().find("not a session"), std::string::npos) << as_session.status();
 
-  EXPECT_EQ(server_->OpenGetSession("", kScope, {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server_->OpenSession({.format_tag = "", .salt_scope = kScope}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {

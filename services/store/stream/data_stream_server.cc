@@ -61,8 +61,18 @@ class DataStreamServer::Impl {
   Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format, uint64_t scope,
                                   ExtraBlockSource* extra);
   Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
-  Result<TransferTicket> OpenGetSession(GetSession session) {
-    KVTIER_RETURN_IF_ERROR(storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
+  Result<TransferTicket> OpenSession(StreamSession session) {
+    if (session.op != StreamOp::kGetKeys && session.op != StreamOp::kPutHeaders) {
+      return InvalidArgumentError("a session serves keyed gets or keyed puts, not operation " +
+                                  std::to_string(static_cast<uint32_t>(session.op)));
+    }
+    if (session.op == StreamOp::kGetKeys) {
+      KVTIER_RETURN_IF_ERROR(storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
+    }
+    if (session.max_blocks == 0 || session.max_blocks > kMaxStreamKeys) {
+      return InvalidArgumentError("a session of " + std::to_string(session.max_blocks) + " blocks per transfer: 1 to " +
+                                  std::to_string(kMaxStreamKeys));
+    }
     KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.AddSession(std::move(session)));
     return TransferTicket{added.id, added.secret, address_, 0};
   }
@@ -76,7 +86,7 @@ class DataStreamServer::Impl {
     s.bytes_received = counters_.bytes_received;
     s.refused = counters_.refused;
     s.expired = tickets_.expired();
-    s.get_sessions = tickets_.sessions();
+    s.sessions = tickets_.sessions();
     s.loops = static_cast<uint32_t>(loops_.size());
     s.tier_threads = context_.tier_pool == nullptr ? 0 : tier_threads_;
     return s;
@@ -275,9 +285,8 @@ Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys
 Result<TransferTicket> DataStreamServer::OpenPut(std::vector<storage::BlockHeader> headers) {
   return impl_->OpenPut(std::move(headers));
 }
-Result<TransferTicket> DataStreamServer::OpenGetSession(std::string format_tag, uint64_t salt_scope,
-                                                        std::function<void(std::span<const BlockKey>)> on_request) {
-  return impl_->OpenGetSession({std::move(format_tag), salt_scope, std::move(on_request)});
+Result<TransferTicket> DataStreamServer::OpenSession(StreamSession session) {
+  return impl_->OpenSession(std::move(session));
 }
 DataStreamStats DataStreamServer::Stats() const { return impl_->Stats(); }
 void DataStreamServer::Shutdown() { impl_->Shutdown(); }

@@ -11,9 +11,12 @@
 //   has gone down to disk is read into staging taken then (checksum-verified). A block
 //   OpenGet answered present but that was evicted or found corrupt in the meantime is
 //   sent as missing or corrupt: the states the stream sends are final.
-// - keyed get: a get session (OpenGetSession) lets a client name a get's blocks on the
+// - keyed get: a get session (OpenSession) lets a client name a get's blocks on the
 //   stream itself, with no OpenGet per transfer; its blocks are found on the loop (or the
 //   tier pool) and served as a get of the tiers' blocks.
+// - keyed put: a put session (OpenSession) lets a client send a put's headers on the
+//   stream itself, with no OpenPut per transfer; the headers are checked as OpenPut
+//   checks them, on the loop, and the put then goes on as a ticket's.
 // - put: where the host tier takes the batch as new blocks, the payloads are read from
 //   the socket straight into pages it reserves for them (TieredStore::ReserveInHost: no
 //   copy on the node); else (a block stored already, no host tier, no room, or
@@ -36,7 +39,7 @@
 // hands the transfer back to its loop when done: a disk read or a demotion never stalls
 // the other connections of a loop. The ticket table and the staging pool are
 // shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
-// (safe from any thread). OpenGet/OpenPut/OpenGetSession/Stats are safe from any thread.
+// (safe from any thread). OpenGet/OpenPut/OpenSession/Stats are safe from any thread.
 // Ownership: the store (and the extra source passed to OpenGet) outlive the server.
 #pragma once
 
@@ -53,6 +56,7 @@
 #include "common/status.h"
 #include "services/store/extra_block_source.h"
 #include "services/store/stream/protocol.h"
+#include "services/store/stream/stream_session.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::store {
@@ -90,7 +94,7 @@ struct DataStreamStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
   uint64_t expired = 0;                   // tickets never used
-  uint64_t get_sessions = 0;              // open get sessions
+  uint64_t sessions = 0;                  // open get and put sessions
   uint32_t loops = 0;                     // event loops
   uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier, none used)
 };
@@ -110,13 +114,15 @@ class DataStreamServer {
   // `keys` under one format tag and salt scope (the session's, already checked).
   [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
                                                 uint64_t salt_scope, ExtraBlockSource* extra);
-  // A get session for keyed gets (protocol.h) under `format_tag` and `salt_scope` (the
-  // caller's session's, already checked); the ticket's total_bytes is 0. A keyed get
+  // A session for keyed gets or keyed puts (protocol.h; stream_session.h says what each
+  // runs under), with the caller's rights already checked: its salt scope, and
+  // `any_scope` only for a node's credential. The ticket's total_bytes is 0. A keyed get
   // serves the tiers' blocks only: a worker's pool (OpenGet's extra source) is not read.
-  // `on_request` (optional, thread-safe) is called with each keyed get's keys.
-  // kResourceExhausted when TicketTable::kMaxGetSessions are open.
-  [[nodiscard]] Result<TransferTicket> OpenGetSession(std::string format_tag, uint64_t salt_scope,
-                                                      std::function<void(std::span<const BlockKey>)> on_request);
+  // A keyed put's headers are checked as OpenPut checks them. `on_request`, where set,
+  // must be thread-safe. kInvalidArgument for an op that is neither, a get session's
+  // format tag that cannot name a format, or max_blocks outside 1 to kMaxStreamKeys;
+  // kResourceExhausted when TicketTable::kMaxSessions are open.
+  [[nodiscard]] Result<TransferTicket> OpenSession(StreamSession session);
   // REQUIRES: every header's salt scope is the session's. kInvalidArgument naming the
   // block for a header that cannot describe a block; kResourceExhausted (staging full).
   [[nodiscard]] Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);

@@ -10,6 +10,7 @@
 
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
+#include "services/store/stream/testing/data_stream_fixture.h"
 #include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
 #include "tests/testing/test_util.h"
@@ -23,23 +24,12 @@ constexpr size_t kBlockBytes = 64 * 1024;
 constexpr uint64_t kScope = 7;  // MakeBlock's
 
 // A node's tiers (host memory) behind a data stream on loopback.
-class DataStreamTest : public ::testing::Test {
+class DataStreamTest : public DataStreamFixture {
  protected:
   void SetUp() override { Start({}); }
 
   void Start(DataStreamServerOptions options, uint64_t host_bytes = 64ull << 20) {
-    server_.reset();
-    storage::TieredStoreOptions tiers;
-    tiers.host.emplace();
-    tiers.host->capacity_bytes = host_bytes;
-    store_ = storage::TieredStore::Create(std::move(tiers)).value();
-    options.store = store_.get();
-    options.clock = &clock_;
-    server_ = DataStreamServer::Create(options).value();
-  }
-
-  std::unique_ptr<DataStreamClient> Client() {
-    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(5)}).value();
+    StartNode(storage::testing::HostOnly(host_bytes), options);
   }
 
   TransferTicket OpenPut(const std::vector<TestBlock>& blocks) {
@@ -72,18 +62,6 @@ class DataStreamTest : public ::testing::Test {
   static std::vector<std::span<uint8_t>> Spans(std::vector<std::vector<uint8_t>>& buffers) {
     return {buffers.begin(), buffers.end()};
   }
-
-  // Waits (bounded) until the server holds no staging and no ticket.
-  bool Drained() {
-    return testing::WaitUntil([&] {
-      const DataStreamStats stats = server_->Stats();
-      return stats.staged_bytes == 0 && stats.tickets_open == 0;
-    });
-  }
-
-  FakeClock clock_;
-  std::unique_ptr<storage::TieredStore> store_;
-  std::unique_ptr<DataStreamServer> server_;
 };
 
 TEST_F(DataStreamTest, PutThenGetMovesEveryByteAndReportsAbsentBlocks) {

@@ -29,6 +29,16 @@
 //            present blocks' headers in order (storage/block_header.h's encoding, the
 //            headers of exactly the bytes sent), then their payloads
 //
+// A keyed put (kPutHeaders) likewise carries its headers on the stream instead of in an
+// openPut call, under a put session (BlockStore.openPutSession), for the same reason. A
+// header's salt scope 0 stands for the session's; another scope is refused unless the
+// session was opened with a node's credential (as openPut's headers).
+//   request  StreamRequest{magic, kPutHeaders, session id, session secret}
+//            StreamHeadersHead{count, header_bytes}, then `header_bytes` of headers
+//            (block_header.h's encoding, back to back), then the payloads in header order;
+//            count <= kMaxStreamKeys, header_bytes <= count * kMaxEncodedHeaderBytes
+//   reply    as put
+//
 // A ticket is good for one transfer, on any connection, until it expires (seconds); its
 // secret (64 bits from the kernel's CSPRNG) is the stream's only credential, handed out
 // over the authenticated control call. The stream is not encrypted: a node whose RPC
@@ -53,7 +63,10 @@ struct TransferTicket {
   uint64_t total_bytes = 0;  // put: exactly this; get: at most this
 };
 
-enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3 };
+enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3, kPutHeaders = 4 };
+
+// A put of either kind (a ticket's, or a put session's keyed put).
+inline constexpr bool IsPut(StreamOp op) { return op == StreamOp::kPut || op == StreamOp::kPutHeaders; }
 
 enum class StreamBlockState : uint8_t {
   kPresent = 0,
@@ -88,6 +101,12 @@ struct StreamKeysHead {
 };
 static_assert(sizeof(StreamKeysHead) == 8);
 inline constexpr uint32_t kMaxStreamKeys = 4096;
+
+struct StreamHeadersHead {
+  uint32_t count = 0;
+  uint32_t header_bytes = 0;
+};
+static_assert(sizeof(StreamHeadersHead) == 8);
 
 // A data stream address, "host:port" or "[v6]:port", split (brackets removed); nullopt
 // when it names no port.

@@ -34,6 +34,7 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   }
   const auto op = static_cast<StreamOp>(request_.op);
   if (op == StreamOp::kGetKeys) return ReadKeys();
+  if (op == StreamOp::kPutHeaders) return ReadPutHeaders();
   if (op != StreamOp::kGet && op != StreamOp::kPut) {
     return Refuse(InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
   }
@@ -221,7 +222,7 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
 void StreamConnection::Refuse(const Status& status) {
   context_.counters->refused++;
   const auto op = static_cast<StreamOp>(request_.op);
-  const bool known = op == StreamOp::kGet || op == StreamOp::kPut || op == StreamOp::kGetKeys;
+  const bool known = op == StreamOp::kGet || op == StreamOp::kGetKeys || IsPut(op);
   if (context_.metrics != nullptr && known) context_.metrics->Refused(op);
   message_ = status.message().substr(0, kMaxStreamMessageBytes);
   reply_ = StreamReply{};
@@ -236,7 +237,7 @@ void StreamConnection::SendReply() {
     const bool refused = self->reply_.code != 0;
     if (!ec && !refused && self->context_.metrics != nullptr) {
       const auto op = static_cast<StreamOp>(self->request_.op);
-      const uint64_t bytes = op == StreamOp::kPut ? self->transfer_.buffer.size() : self->transfer_.payload_bytes;
+      const uint64_t bytes = IsPut(op) ? self->transfer_.buffer.size() : self->transfer_.payload_bytes;
       self->context_.metrics->Transferred(
           op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
     }

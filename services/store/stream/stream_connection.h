@@ -79,6 +79,14 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void OnKeys(const asio::error_code& ec);
   void OpenKeyedGet();
   bool keyed() const { return static_cast<StreamOp>(request_.op) == StreamOp::kGetKeys; }
+  // A keyed put (stream_keyed_put.cc): the session checked, its headers read and checked
+  // as OpenPut checks them, its staging taken, then read as a ticket's put.
+  void ReadPutHeaders();
+  void OnHeadersHead(const asio::error_code& ec);
+  void OnPutHeaders(const asio::error_code& ec);
+  [[nodiscard]] Status OpenKeyedPut();
+  // A keyed put's header under the session's salt scope: 0 becomes the session's.
+  [[nodiscard]] Status ScopeHeader(storage::BlockHeader& header) const;
   void ServeGet();
   // The reply's states and gather, the tiers' unpinned blocks read into staging now (from
   // the tier pool when they may wait for the disk).
@@ -126,10 +134,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::string message_;
   OpenTransfer transfer_;
   std::vector<uint8_t> states_;
-  // keyed gets: the session, the keys asked, and the reply's headers section
-  std::shared_ptr<const GetSession> session_;
+  // keyed gets and puts: the session; a get's keys asked and its reply's headers section;
+  // a put's headers as they came
+  std::shared_ptr<const StreamSession> session_;
   StreamKeysHead keys_head_;
   std::vector<BlockKey> keys_;
+  StreamHeadersHead headers_head_;
+  std::vector<uint8_t> headers_in_;
   uint64_t header_bytes_ = 0;
   std::string headers_;
   std::vector<asio::const_buffer> gather_;

@@ -12,7 +12,8 @@ static_assert(sizeof(BlockKey) == 16 && std::is_trivially_copyable_v<BlockKey>,
               "keys are read from the stream straight into BlockKeys (u64 hi, u64 lo)");
 
 void StreamConnection::ReadKeys() {
-  Result<std::shared_ptr<const GetSession>> session = context_.tickets->UseSession(request_.ticket_id, request_.secret);
+  Result<std::shared_ptr<const StreamSession>> session =
+      context_.tickets->UseSession(request_.ticket_id, request_.secret, StreamOp::kGetKeys);
   if (!session.ok()) return Refuse(session.status());
   session_ = std::move(*session);
   asio::async_read(socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
@@ -21,10 +22,10 @@ void StreamConnection::ReadKeys() {
 
 void StreamConnection::OnKeysHead(const asio::error_code& ec) {
   if (ec) return Close();
-  if (keys_head_.count == 0 || keys_head_.count > kMaxStreamKeys || keys_head_.reserved != 0) {
+  if (keys_head_.count == 0 || keys_head_.count > session_->max_blocks || keys_head_.reserved != 0) {
     return Refuse(InvalidArgumentError("a keyed get of " + std::to_string(keys_head_.count) +
                                        " keys (reserved field " + std::to_string(keys_head_.reserved) +
-                                       "): it must name 1 to " + std::to_string(kMaxStreamKeys) +
+                                       "): it must name 1 to " + std::to_string(session_->max_blocks) +
                                        " keys, reserved 0"));
   }
   keys_.resize(keys_head_.count);

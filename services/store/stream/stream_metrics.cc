@@ -3,7 +3,7 @@
 namespace kvtier::store {
 namespace {
 
-size_t Index(StreamOp op) { return op == StreamOp::kPut ? 1 : 0; }
+size_t Index(StreamOp op) { return IsPut(op) ? 1 : 0; }
 
 }  // namespace
 
@@ -38,7 +38,7 @@ Result<std::unique_ptr<StreamMetrics>> StreamMetrics::Create(MetricsRegistry& r)
 
 void StreamMetrics::Transferred(StreamOp op, uint64_t payload_bytes, double seconds) {
   ok_[Index(op)]->Inc();
-  (op == StreamOp::kPut ? received_ : sent_)->Inc(static_cast<double>(payload_bytes));
+  (IsPut(op) ? received_ : sent_)->Inc(static_cast<double>(payload_bytes));
   seconds_[Index(op)]->Observe(seconds);
 }
 

@@ -1,6 +1,6 @@
 // StreamMetrics: Prometheus metrics of a node's data stream (data_stream_server.h).
 //
-//   kvtier_stream_transfers_total{op,result}   counter: op get|put, result ok|refused
+//   kvtier_stream_transfers_total{op,result}   counter: op get|put (keyed or not), result ok|refused
 //   kvtier_stream_bytes_total{direction}       counter: payload bytes sent|received
 //   kvtier_stream_transfer_seconds{op}         histogram: request read to reply written
 //   kvtier_stream_staged_bytes                 gauge: staging held by transfers in flight

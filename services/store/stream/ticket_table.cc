@@ -52,7 +52,7 @@ Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op
   std::lock_guard lock(mu_);
   SweepLocked();
   KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(open_, id, secret, sessions_.contains(id), "ticket",
-                                                        "a get session: it serves keyed gets only"));
+                                                        "a session: it serves keyed transfers only"));
   if (it->second.transfer.op != op) {
     return InvalidArgumentError("ticket " + std::to_string(id) + " was opened for a " +
                                 (it->second.transfer.op == StreamOp::kGet ? "get" : "put"));
@@ -62,26 +62,30 @@ Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op
   return transfer;
 }
 
-Result<TicketTable::Added> TicketTable::AddSession(GetSession session) {
+Result<TicketTable::Added> TicketTable::AddSession(StreamSession session) {
   KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
   std::lock_guard lock(mu_);
-  if (sessions_.size() >= kMaxGetSessions) {
+  if (sessions_.size() >= kMaxSessions) {
     return ResourceExhaustedError("the data stream has " + std::to_string(sessions_.size()) +
-                                  " get sessions open, its limit; reuse one");
+                                  " sessions open, its limit; reuse one");
   }
   const uint64_t id = next_id_++;
-  sessions_.emplace(id, SessionEntry{secret, std::make_shared<const GetSession>(std::move(session)), clock_.Now()});
+  sessions_.emplace(id, SessionEntry{secret, std::make_shared<const StreamSession>(std::move(session)), clock_.Now()});
   return Added{id, secret};
 }
 
-Result<std::shared_ptr<const GetSession>> TicketTable::UseSession(uint64_t id, uint64_t secret) {
+Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id, uint64_t secret, StreamOp op) {
   std::lock_guard lock(mu_);
   const Nanos now = clock_.Now();
   if (const auto idle = sessions_.find(id); idle != sessions_.end() && idle->second.last_used + ttl_ <= now) {
     sessions_.erase(idle);  // idle past its ttl: expired
   }
-  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(sessions_, id, secret, open_.contains(id), "get session",
-                                                        "a transfer's ticket, not a get session"));
+  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(sessions_, id, secret, open_.contains(id), "session",
+                                                        "a transfer's ticket, not a session"));
+  if (it->second.session->op != op) {
+    return InvalidArgumentError("session " + std::to_string(id) + " serves keyed " +
+                                (it->second.session->op == StreamOp::kGetKeys ? "gets" : "puts") + " only");
+  }
   it->second.last_used = now;
   return it->second.session;
 }

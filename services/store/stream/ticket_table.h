@@ -1,13 +1,14 @@
 // TicketTable: the transfers a data stream has opened and not yet carried out, and its
-// get sessions (protocol.h's keyed gets).
+// sessions (protocol.h's keyed gets and keyed puts).
 //
 // Each ticket gets a fresh id and a 64-bit secret from the kernel's CSPRNG (getrandom),
 // and is good for one Take() until `ttl` after it was added. Expiry needs no scan: every
 // ticket lives for the same `ttl`, so they expire in the order they were added and a
 // queue of (deadline, id) is swept from its front on every Add and Take.
-// A get session is good for any number of UseSession() calls and lives while it is used
-// at least once per `ttl`; at most kMaxGetSessions are open (one per client connection is
-// the expected use). Idle sessions are dropped by UseSession and Sweep.
+// A session (of gets or of puts) is good for any number of UseSession() calls and lives
+// while it is used at least once per `ttl`; at most kMaxSessions are open (one or two
+// per client connection is the expected use). Idle sessions are dropped by UseSession
+// and Sweep.
 //
 // Thread safety: safe from any thread (one mutex; the control thread adds, the stream's
 // thread takes). Ownership: tickets leave by Take (to the caller) or by expiry; a
@@ -31,6 +32,7 @@
 #include "common/thread_annotations.h"
 #include "services/store/stream/protocol.h"
 #include "services/store/stream/staging_pool.h"
+#include "services/store/stream/stream_session.h"
 #include "storage/block_header.h"
 #include "storage/host_tier.h"
 
@@ -67,18 +69,9 @@ struct OpenTransfer {
   storage::HostReservation in_place;
 };
 
-// What the keyed gets of one get session look blocks up under.
-struct GetSession {
-  std::string format_tag;
-  uint64_t salt_scope = 0;
-  // Called with each keyed get's keys (a node's admission filter counting requests), on
-  // the stream's loops: must be thread-safe. Optional.
-  std::function<void(std::span<const BlockKey>)> on_request;
-};
-
 class TicketTable {
  public:
-  static constexpr size_t kMaxGetSessions = 65536;
+  static constexpr size_t kMaxSessions = 65536;
 
   TicketTable(const Clock& clock, std::chrono::milliseconds ttl) : clock_(clock), ttl_(ttl) {}
 
@@ -94,11 +87,12 @@ class TicketTable {
   // kInvalidArgument when it was opened for the other operation.
   [[nodiscard]] Result<OpenTransfer> Take(uint64_t id, uint64_t secret, StreamOp op);
 
-  // A get session. kResourceExhausted when kMaxGetSessions are open; kUnavailable as Add.
-  [[nodiscard]] Result<Added> AddSession(GetSession session);
-  // The session, its idle time reset. Errors as Take (kInvalidArgument for a transfer's
-  // ticket); a session idle for `ttl` is kNotFound.
-  [[nodiscard]] Result<std::shared_ptr<const GetSession>> UseSession(uint64_t id, uint64_t secret);
+  // A session. kResourceExhausted when kMaxSessions are open; kUnavailable as Add.
+  [[nodiscard]] Result<Added> AddSession(StreamSession session);
+  // The session, for a transfer of `op`, its idle time reset. Errors as Take
+  // (kInvalidArgument for a transfer's ticket or a session of the other operation); a
+  // session idle for `ttl` is kNotFound.
+  [[nodiscard]] Result<std::shared_ptr<const StreamSession>> UseSession(uint64_t id, uint64_t secret, StreamOp op);
 
   // Drops the expired tickets and idle sessions; returns how many.
   size_t Sweep();
@@ -115,7 +109,7 @@ class TicketTable {
   };
   struct SessionEntry {
     uint64_t secret = 0;
-    std::shared_ptr<const GetSession> session;
+    std::shared_ptr<const StreamSession> session;
     Nanos last_used{};
   };
   size_t SweepLocked() KVTIER_REQUIRES(mu_);

@@ -49,7 +49,9 @@ TEST(TicketTableTest, TicketsExpireInTheOrderTheyWereAdded) {
   EXPECT_EQ(table.expired(), 1u);
 }
 
-GetSession Session(std::string format) { return GetSession{std::move(format), 7, {}}; }
+StreamSession Session(std::string format) {
+  return StreamSession{.op = StreamOp::kGetKeys, .format_tag = std::move(format), .salt_scope = 7};
+}
 
 TEST(TicketTableTest, AGetSessionServesEveryUseWhileUsedWithinItsTtl) {
   FakeClock clock;
@@ -57,7 +59,7 @@ TEST(TicketTableTest, AGetSessionServesEveryUseWhileUsedWithinItsTtl) {
   const auto added = table.AddSession(Session("fmt")).value();  // t=0
   for (int i = 0; i < 3; ++i) {
     clock.Advance(std::chrono::seconds(20));  // t=20, 40, 60: each use within 30 s of the last
-    const auto used = table.UseSession(added.id, added.secret);
+    const auto used = table.UseSession(added.id, added.secret, StreamOp::kGetKeys);
     ASSERT_TRUE(used.ok()) << "use " << i << ": " << used.status();
     EXPECT_EQ((*used)->format_tag, "fmt");
     EXPECT_EQ((*used)->salt_scope, 7u);
@@ -65,7 +67,7 @@ TEST(TicketTableTest, AGetSessionServesEveryUseWhileUsedWithinItsTtl) {
   EXPECT_EQ(table.sessions(), 1u);
   EXPECT_EQ(table.size(), 0u) << "a session is not a ticket";
   clock.Advance(std::chrono::seconds(30));  // t=90: idle for the ttl
-  EXPECT_EQ(table.UseSession(added.id, added.secret).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.UseSession(added.id, added.secret, StreamOp::kGetKeys).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(table.sessions(), 0u);
 }
 
@@ -75,11 +77,11 @@ TEST(TicketTableTest, SweepDropsIdleSessionsOnly) {
   const auto idle = table.AddSession(Session("a")).value();  // t=0
   const auto busy = table.AddSession(Session("b")).value();
   clock.Advance(std::chrono::seconds(20));
-  ASSERT_TRUE(table.UseSession(busy.id, busy.secret).ok());  // t=20
+  ASSERT_TRUE(table.UseSession(busy.id, busy.secret, StreamOp::kGetKeys).ok());  // t=20
   clock.Advance(std::chrono::seconds(15));                     // t=35
   EXPECT_EQ(table.Sweep(), 1u);
-  EXPECT_EQ(table.UseSession(idle.id, idle.secret).status().code(), StatusCode::kNotFound);
-  EXPECT_TRUE(table.UseSession(busy.id, busy.secret).ok());
+  EXPECT_EQ(table.UseSession(idle.id, idle.secret, StreamOp::kGetKeys).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(table.UseSession(busy.id, busy.secret, StreamOp::kGetKeys).ok());
 }
 
 TEST(TicketTableTest, SessionsAndTicketsAreNotInterchangeableAndAWrongSecretWithdrawsASession) {
@@ -89,10 +91,26 @@ TEST(TicketTableTest, SessionsAndTicketsAreNotInterchangeableAndAWrongSecretWith
   const auto ticket = table.Add(Put()).value();
   EXPECT_NE(session.id, ticket.id);
   EXPECT_EQ(table.Take(session.id, session.secret, StreamOp::kGet).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.UseSession(ticket.id, ticket.secret).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.UseSession(ticket.id, ticket.secret, StreamOp::kGetKeys).status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(table.Take(ticket.id, ticket.secret, StreamOp::kPut).ok()) << "the ticket is still there";
-  EXPECT_EQ(table.UseSession(session.id, session.secret + 1).status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(table.UseSession(session.id, session.secret).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.UseSession(session.id, session.secret + 1, StreamOp::kGetKeys).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(table.UseSession(session.id, session.secret, StreamOp::kGetKeys).status().code(), StatusCode::kNotFound);
+}
+
+TEST(TicketTableTest, ASessionServesItsOwnOperationOnly) {
+  FakeClock clock;
+  TicketTable table(clock, std::chrono::seconds(30));
+  const auto gets = table.AddSession(Session("fmt")).value();
+  const auto puts = table.AddSession({.op = StreamOp::kPutHeaders, .salt_scope = 9, .any_scope = true}).value();
+  EXPECT_EQ(table.sessions(), 2u);
+  EXPECT_EQ(table.UseSession(gets.id, gets.secret, StreamOp::kPutHeaders).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.UseSession(puts.id, puts.secret, StreamOp::kGetKeys).status().code(), StatusCode::kInvalidArgument);
+  // Asking with the right secret for the other operation costs neither session.
+  const auto put_session = table.UseSession(puts.id, puts.secret, StreamOp::kPutHeaders);
+  ASSERT_TRUE(put_session.ok()) << put_session.status();
+  EXPECT_EQ((*put_session)->salt_scope, 9u);
+  EXPECT_TRUE((*put_session)->any_scope);
+  EXPECT_TRUE(table.UseSession(gets.id, gets.secret, StreamOp::kGetKeys).ok());
 }
 
 }  // namespace

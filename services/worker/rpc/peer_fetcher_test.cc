@@ -108,7 +108,8 @@ class ScriptedStore final : public schema::BlockStore::Server {
   kj::Promise<void> openGetSession(OpenGetSessionContext call) override {
     if (!sessions_) return schema::BlockStore::Server::openGetSession(call);  // UNIMPLEMENTED
     const auto p = call.getParams();
-    const auto session = stream_->OpenGetSession(p.getFormatTag().cStr(), p.getSaltScope(), {}).value();
+    const auto session =
+        stream_->OpenSession({.format_tag = p.getFormatTag().cStr(), .salt_scope = p.getSaltScope()}).value();
     store::ToWire(session, call.getResults().initTicket());
     return kj::READY_NOW;
   }

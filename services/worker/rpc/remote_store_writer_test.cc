@@ -9,6 +9,7 @@
 #include <deque>
 #include <set>
 
+#include "services/rpc/schema/store.capnp.h"
 #include "services/store/rpc/store_service.h"
 #include "services/worker/rpc/node_connections.h"
 #include "services/worker/rpc/peer_node_testing.h"
@@ -40,6 +41,30 @@ auto FillWith(uint8_t fill) {
   };
 }
 
+namespace schema = kvtier::rpc::schema;
+
+// A store of an older build: its put and openPut are the real store's, and it knows no
+// openPutSession (UNIMPLEMENTED, as Cap'n Proto answers a method it does not have).
+class NoPutSessions final : public schema::BlockStore::Server {
+ public:
+  explicit NoPutSessions(schema::BlockStore::Client store) : store_(kj::mv(store)) {}
+
+ protected:
+  kj::Promise<void> put(PutContext call) override {
+    auto request = store_.putRequest();
+    request.setBlocks(call.getParams().getBlocks());
+    return call.tailCall(kj::mv(request));
+  }
+  kj::Promise<void> openPut(OpenPutContext call) override {
+    auto request = store_.openPutRequest();
+    request.setHeaders(call.getParams().getHeaders());
+    return call.tailCall(kj::mv(request));
+  }
+
+ private:
+  schema::BlockStore::Client store_;
+};
+
 class RemoteStoreWriterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,12 +74,14 @@ class RemoteStoreWriterTest : public ::testing::Test {
     tiers.host->page_bytes = 4096;
     tiers.host->try_huge_pages = false;
     store_ = storage::TieredStore::Create(std::move(tiers)).value();
-    stream_ = store::DataStreamServer::Create({.store = store_.get()}).value();
+    stream_ = store::DataStreamServer::Create({.store = store_.get(), .clock = &clock_}).value();
     node_ = testing::StartCoordinatorWithStoreNode(
         registry_,
-        [this](const auth::Tenant& tenant) {
-          return store::MakeBlockStoreService({.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr},
-                                              tenant);
+        [this](const auth::Tenant& tenant) -> capnp::Capability::Client {
+          auto service = store::MakeBlockStoreService(
+              {.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr}, tenant);
+          if (put_sessions_) return service;
+          return kj::heap<NoPutSessions>(service.castAs<schema::BlockStore>());
         },
         "store-0/store");
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
@@ -79,11 +106,20 @@ class RemoteStoreWriterTest : public ::testing::Test {
     return out;
   }
 
+  // Writes `n` blocks from `first` under scope 100 in one batch and waits for them.
+  void WriteAndFlush(RemoteStoreWriter& writer, uint64_t first, uint64_t n) {
+    for (uint64_t key = first; key < first + n; ++key) ASSERT_TRUE(writer.Write(Header(key, 100), FillWith(1)));
+    writer.Submit();
+    ASSERT_TRUE(writer.Flush(10s).ok());
+  }
+
+  FakeClock clock_;  // the data stream's: its sessions' idle time
   MetricsRegistry registry_, options_registry_;
   std::deque<MetricsRegistry> writer_registries_;  // one per writer, the last writer's last
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<store::DataStreamServer> stream_;
   bool stream_on_ = true;  // read when a writer opens its session with the store
+  bool put_sessions_ = true;  // false: the store answers openPutSession UNIMPLEMENTED
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
 };
@@ -102,6 +138,7 @@ TEST_F(RemoteStoreWriterTest, CommittedBlocksLandUnderTheirScopes) {
   EXPECT_EQ(stats.written_blocks, 5u);
   EXPECT_EQ(stats.streamed_blocks, 5u) << "the store runs a data stream";
   EXPECT_EQ(stream_->Stats().puts, 3u);
+  EXPECT_EQ(stream_->Stats().sessions, 1u) << "one put session carried the three batches";
   EXPECT_EQ(stats.written_bytes, 5 * kBlockBytes);
   EXPECT_EQ(stats.failed_blocks, 0u);
   EXPECT_EQ(stats.queued_bytes, 0u);
@@ -137,6 +174,34 @@ TEST_F(RemoteStoreWriterTest, AStoreWithoutADataStreamTakesTheBatchesInline) {
     ASSERT_TRUE(stored.ok()) << "block " << key << ": " << stored.status();
     EXPECT_EQ(stored->front(), uint8_t(key));
   }
+}
+
+// The writer's put session sits idle past the stream's ticket ttl and the store drops it:
+// the next batch is refused (kNotFound), a session is opened again, and the batch goes.
+TEST_F(RemoteStoreWriterTest, APutSessionTheStoreForgotIsOpenedAgain) {
+  auto writer = Writer({"store-0/store"}, 1 << 20, 4 * kBlockBytes);
+  WriteAndFlush(*writer, 1, 2);
+  clock_.Advance(std::chrono::seconds(31));  // the ttl is 30 s by default
+  WriteAndFlush(*writer, 3, 2);
+  const RemoteStoreWriterStats stats = writer->Stats();
+  EXPECT_EQ(stats.written_blocks, 4u);
+  EXPECT_EQ(stats.streamed_blocks, 4u);
+  EXPECT_EQ(stats.failed_blocks, 0u);
+  EXPECT_EQ(stream_->Stats().refused, 1u) << "the idle session, once";
+  EXPECT_EQ(stream_->Stats().sessions, 1u);
+  EXPECT_TRUE(Stored(4, 100).ok());
+}
+
+TEST_F(RemoteStoreWriterTest, AStoreWithoutPutSessionsTakesBatchesByTicketOnItsStream) {
+  put_sessions_ = false;
+  auto writer = Writer({"store-0/store"}, 1 << 20, 2 * kBlockBytes);
+  WriteAndFlush(*writer, 1, 4);  // two batches
+  const RemoteStoreWriterStats stats = writer->Stats();
+  EXPECT_EQ(stats.written_blocks, 4u);
+  EXPECT_EQ(stats.streamed_blocks, 4u) << "on the stream all the same";
+  EXPECT_EQ(stream_->Stats().puts, 2u);
+  EXPECT_EQ(stream_->Stats().sessions, 0u);
+  for (uint64_t key = 1; key <= 4; ++key) EXPECT_TRUE(Stored(key, 100).ok()) << "block " << key;
 }
 
 TEST_F(RemoteStoreWriterTest, AFullQueueSkipsBlocksInsteadOfWaiting) {

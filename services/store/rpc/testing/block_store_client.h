@@ -100,6 +100,25 @@ class BlockStoreClient {
     return stream->Put(ticket, payloads);
   }
 
+  // Put through a put session and a keyed put on the data stream; each header names
+  // `salt_scope` (0: the session's).
+  Result<uint32_t> KeyedPut(const std::vector<TestBlock>& blocks, uint64_t salt_scope = 0) {
+    auto request = store_.openPutSessionRequest();
+    request.setSaltScope(salt_scope);
+    auto response = Call(kj::mv(request));
+    if (!response.ok()) return response.status();
+    const TransferTicket session = FromWire(response->getTicket());
+    std::vector<storage::BlockHeader> headers;
+    std::vector<std::span<const uint8_t>> payloads;
+    for (const TestBlock& block : blocks) {
+      headers.push_back(block.header);
+      headers.back().salt_scope = salt_scope;
+      payloads.emplace_back(block.payload);
+    }
+    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = session.data_address}));
+    return stream->PutBlocks(session, headers, payloads);
+  }
+
   // Get through openGet and the data stream, as Get answers; every checksum verified.
   Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> StreamGet(const std::vector<uint64_t>& ids,
                                                                                 const std::string& format) {

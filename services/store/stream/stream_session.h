@@ -1,0 +1,34 @@
+// StreamSession: what the keyed transfers of one data stream session run under
+// (protocol.h: keyed gets and keyed puts), as the node's control call opened it.
+//
+// A get session (kGetKeys) looks blocks up under its format tag and salt scope. A put
+// session (kPutHeaders) stores blocks of any format under its salt scope (a header
+// naming scope 0 means the session's), or under the scope each header names where
+// `any_scope` (the session was opened with a node's credential). Either carries at most
+// `max_blocks` blocks per transfer: the node's per-call limit, as its Cap'n Proto calls.
+//
+// Thread safety: immutable once opened; shared by the transfers using it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "common/block_key.h"
+#include "services/store/stream/protocol.h"
+
+namespace kvtier::store {
+
+struct StreamSession {
+  StreamOp op = StreamOp::kGetKeys;  // kGetKeys or kPutHeaders: the one operation it serves
+  std::string format_tag = {};       // kGetKeys
+  uint64_t salt_scope = 0;
+  bool any_scope = false;            // kPutHeaders: opened with a node's credential
+  uint32_t max_blocks = kMaxStreamKeys;  // per transfer; 1 to kMaxStreamKeys
+  // Called with each transfer's keys (a node's admission filter counting requests), on
+  // the stream's loops: must be thread-safe. Optional.
+  std::function<void(std::span<const BlockKey>)> on_request = {};
+};
+
+}  // namespace kvtier::store
