@@ -25,7 +25,7 @@ include(GoogleTest)
 
 # The client SDK's Python binding (pybind11-dev, python3-dev). Not built under the
 # sanitizers: an instrumented extension cannot load into an uninstrumented interpreter.
-if(NOT KVTIER_SANITIZE)
+if(NOT KVTIER_INSTRUMENTED)
   find_package(Python3 REQUIRED COMPONENTS Interpreter Development.Module)
   set(PYBIND11_FINDPYTHON ON)
   find_package(pybind11 CONFIG REQUIRED)

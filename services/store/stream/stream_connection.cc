@@ -207,6 +207,10 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
 }
 
 void StreamConnection::FinishPut(const std::vector<Status>& results) {
+  // The payloads are stored or refused: their staging is freed before the reply, so a
+  // client that reads the reply and opens its next transfer finds the room this one held.
+  transfer_.payload_bytes = transfer_.buffer.size();
+  transfer_.buffer = StagingBuffer{};
   // The block that failed, not the others of its batch that were refused with it (kAborted).
   const auto cause = [](const Status& s) { return !s.ok() && s.code() != StatusCode::kAborted; };
   auto failed = std::find_if(results.begin(), results.end(), cause);
@@ -237,9 +241,9 @@ void StreamConnection::SendReply() {
     const bool refused = self->reply_.code != 0;
     if (!ec && !refused && self->context_.metrics != nullptr) {
       const auto op = static_cast<StreamOp>(self->request_.op);
-      const uint64_t bytes = IsPut(op) ? self->transfer_.buffer.size() : self->transfer_.payload_bytes;
       self->context_.metrics->Transferred(
-          op, bytes, std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
+          op, self->transfer_.payload_bytes,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
     }
     self->transfer_ = OpenTransfer{};  // frees the staging buffer
     if (ec) return self->Close();

@@ -59,7 +59,7 @@ struct OpenTransfer {
   std::vector<GetSlot> slots;
   std::string format_tag;      // get: of every block (BlockRef only views it)
   uint64_t salt_scope = 0;
-  uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent
+  uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent; put: received, once stored
   std::vector<storage::PinnedBlock> pinned;  // get: the host tier's blocks on the wire
   StagingBuffer read_at_send;                // get: the tiers' blocks not pinned, read when sent
   // put: the headers, in payload order.

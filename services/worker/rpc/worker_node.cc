@@ -113,12 +113,12 @@ class WorkerNode::Impl {
   }
 
   const std::vector<std::string>& endpoints() const { return server_->endpoints(); }
-  bool registered() const { return worker_agent_->registered() && (!store_ || store_agent_owner_->registered()); }
+  bool registered() const { return worker_agent_owner_->registered() && (!store_ || store_agent_owner_->registered()); }
   std::string Summary() const { return plan_->Describe(); }
 
   Status Drain() {
     if (drained_.exchange(true) || server_ == nullptr) return Status::Ok();
-    Status status = worker_agent_ ? worker_agent_->Stop() : Status::Ok();
+    Status status = worker_agent_owner_ ? worker_agent_owner_->Stop() : Status::Ok();
     if (store_agent_owner_) {
       if (Status s = store_agent_owner_->Stop(); !s.ok() && status.ok()) status = s;
     }
@@ -191,7 +191,8 @@ class WorkerNode::Impl {
                          .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(), .layout = plan_->layout}};
     agent.holdings = [this] { return PoolHoldings(); };
     agent.active_blocks = [this] { return active_blocks_.load(); };
-    worker_agent_ = coordinator::NodeAgent::Start(std::move(agent));
+    worker_agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
+    worker_agent_ = worker_agent_owner_.get();
   }
 
   // Blocks per write-through put: about 8 MiB, and within half a message.
@@ -211,7 +212,9 @@ class WorkerNode::Impl {
       events.push_back(ToNodeEvent(e));
     }
     if (writer_) writer_->Submit();
-    if (worker_agent_ && !events.empty()) worker_agent_->Enqueue(std::move(events));
+    // Events before the agent starts are not lost: it registers with a snapshot of the pool.
+    coordinator::NodeAgent* agent = worker_agent_.load();
+    if (agent != nullptr && !events.empty()) agent->Enqueue(std::move(events));
     const WorkerStats stats = worker_->Stats();
     uint64_t active = 0;
     for (const auto& pool : stats.pools) active += pool.in_use;
@@ -282,7 +285,9 @@ class WorkerNode::Impl {
   rpc::SessionContext session_;
   std::unique_ptr<coordinator::NodeAgent> store_agent_owner_;
   std::atomic<coordinator::NodeAgent*> store_agent_{nullptr};  // read by the tiers' event hook
-  std::unique_ptr<coordinator::NodeAgent> worker_agent_;
+  std::unique_ptr<coordinator::NodeAgent> worker_agent_owner_;
+  // Set once the agents start, after the server's loop, whose tick reads it, is running.
+  std::atomic<coordinator::NodeAgent*> worker_agent_{nullptr};
   std::unique_ptr<rpc::RpcServer> server_;  // stopped before the worker and agents go
   std::atomic<uint64_t> active_blocks_{0};
   std::atomic<bool> drained_{false};
