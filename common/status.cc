@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace kvtier {
 
 std::string_view StatusCodeName(StatusCode code) {
@@ -59,6 +62,16 @@ std::string Status::ToString() const {
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& status) { return os << status.ToString(); }
+
+namespace internal {
+
+void DieOfValueOnError(const Status& status) {
+  // stderr unbuffered, then abort: a core and the cause, never a read of an empty value.
+  std::fprintf(stderr, "Result::value() on an error: %s\n", status.ToString().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }

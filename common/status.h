@@ -10,7 +10,9 @@
 // Thread safety: values; a const Status or Result may be read from any thread.
 // Ownership: plain value types, cheap to move. An OK Status allocates nothing.
 //
-// REQUIRES: Result<T>::value() and operator* only on an ok() Result.
+// REQUIRES: Result<T>::operator* and operator-> only on an ok() Result (checked by
+//   assert only: they are the hot path's). value() on an error is always checked: it
+//   prints the Status and aborts, in every build type, as abseil's StatusOr::value().
 // REQUIRES: a Result is never constructed from an OK Status.
 #pragma once
 
@@ -99,6 +101,11 @@ Status UnavailableError(std::string message);
 Status DataLossError(std::string message);
 Status UnauthenticatedError(std::string message);
 
+namespace internal {
+// Prints "Result::value() on an error: <status>" to stderr and aborts.
+[[noreturn]] void DieOfValueOnError(const Status& status);
+}  // namespace internal
+
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -111,14 +118,14 @@ class [[nodiscard]] Result {
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
-  T& operator*() & { return value(); }
-  const T& operator*() const& { return value(); }
-  T&& operator*() && { return std::move(*this).value(); }
-  T* operator->() { return &value(); }
-  const T* operator->() const { return &value(); }
+  T& value() & { CheckOk(); return *value_; }
+  const T& value() const& { CheckOk(); return *value_; }
+  T&& value() && { CheckOk(); return std::move(*value_); }
+  T& operator*() & { assert(ok()); return *value_; }
+  const T& operator*() const& { assert(ok()); return *value_; }
+  T&& operator*() && { assert(ok()); return std::move(*value_); }
+  T* operator->() { assert(ok()); return &*value_; }
+  const T* operator->() const { assert(ok()); return &*value_; }
 
   template <typename U>
   T value_or(U&& fallback) const& {
@@ -126,6 +133,10 @@ class [[nodiscard]] Result {
   }
 
  private:
+  void CheckOk() const {
+    if (!ok()) [[unlikely]] internal::DieOfValueOnError(status_);
+  }
+
   Status status_;  // OK exactly when value_ holds a value
   std::optional<T> value_;
 };

@@ -65,6 +65,14 @@ TEST(ResultTest, ReturnIfErrorStopsAtFirstFailure) {
   EXPECT_EQ(CheckAll(2, 5).message(), "5 is odd");
 }
 
+// 6 halves to 3, and 3 is odd: value() on that error aborts naming it, in every build
+// (a release build would otherwise read an empty optional).
+TEST(ResultDeathTest, ValueOnAnErrorAbortsNamingTheStatus) {
+  const Result<int> bad = Quarter(6);
+  EXPECT_DEATH((void)bad.value(), "Result::value\\(\\) on an error: INVALID_ARGUMENT: 3 is odd");
+  EXPECT_DEATH((void)Quarter(6).value(), "3 is odd");
+}
+
 TEST(ResultTest, MovesOutOwnedValues) {
   Result<std::unique_ptr<int>> r = std::make_unique<int>(7);
   std::unique_ptr<int> owned = std::move(r).value();
