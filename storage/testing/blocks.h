@@ -13,6 +13,8 @@
 namespace kvtier::storage::testing {
 
 inline constexpr char kFormat[] = "test-model|L2/H2/D64/T16/fp16/W0/S0|none";
+// The salt scope MakeBlock gives a block unless told otherwise.
+inline constexpr uint64_t kScope = 7;
 
 struct TestBlock {
   BlockHeader header;
@@ -24,7 +26,7 @@ struct TestBlock {
 // Block `id` of `bytes` bytes with a pseudo-random payload drawn from a generator
 // seeded by the id: no block's bytes appear inside another's.
 inline TestBlock MakeBlock(uint64_t id, size_t bytes, uint8_t priority = kDefaultPriority,
-                           uint64_t salt_scope = 7, std::string format = kFormat) {
+                           uint64_t salt_scope = kScope, std::string format = kFormat) {
   TestBlock block;
   block.payload.resize(bytes);
   uint64_t state = id * 0x9E3779B97F4A7C15ULL + 1;

@@ -17,7 +17,7 @@ namespace {
 
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-constexpr uint64_t kScope = 7;  // MakeBlock's
+using storage::testing::kScope;
 
 // One event loop; a host tier of 1 MiB (16 pages of 64 KiB) over a disk whose writes the
 // test holds: every block stored to disk waits on `disk_released` (a demotion is told as

@@ -19,7 +19,7 @@ namespace {
 
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-constexpr uint64_t kScope = 7;  // MakeBlock's
+using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.

@@ -17,7 +17,7 @@ namespace {
 
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-constexpr uint64_t kScope = 7;  // MakeBlock's
+using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
 // A node's host tier (`host_bytes`) behind a data stream on loopback.

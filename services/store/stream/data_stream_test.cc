@@ -21,7 +21,7 @@ namespace {
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 constexpr size_t kBlockBytes = 64 * 1024;
-constexpr uint64_t kScope = 7;  // MakeBlock's
+using storage::testing::kScope;
 
 // A node's tiers (host memory) behind a data stream on loopback.
 class DataStreamTest : public DataStreamFixture {
