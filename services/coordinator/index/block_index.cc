@@ -143,8 +143,8 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   result.locations.reserve(2 * expected_blocks);
   result.scores.reserve(8);
   result.location_begin.push_back(0);
-  std::vector<double> pending;  // per score entry: the best tier weight for this block
-  pending.reserve(8);
+  std::vector<double>& pending = lookup_pending_;  // per score entry: the best tier weight for this block
+  pending.clear();
   WindowedScores windowed(*this);
   uint32_t expected_parent = kNil;
   uint32_t located_prefix = 0;  // blocks each with a location somewhere
@@ -182,8 +182,7 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   if (!tail_tokens.empty() && result.matched_blocks == keys.size()) {
     MatchPartial(scope, expected_parent, tail_tokens, result);
   }
-  std::stable_sort(result.scores.begin(), result.scores.end(),
-                   [](const NodeScore& a, const NodeScore& b) { return a.score > b.score; });
+  internal::SortBestFirst(result.scores);
   return result;
 }
 

@@ -69,6 +69,24 @@ inline std::optional<size_t> ScoreEntryAt(std::vector<NodeScore>& scores, std::v
   return s;
 }
 
+// Orders scores best first, ties in the order the nodes were met (stable). There are as
+// many as nodes hold the prompt's first block, usually a handful: an insertion sort needs
+// no buffer, where std::stable_sort allocates one on every lookup.
+inline void SortBestFirst(std::vector<NodeScore>& scores) {
+  const auto better = [](const NodeScore& a, const NodeScore& b) { return a.score > b.score; };
+  constexpr size_t kInsertionSortMax = 16;
+  if (scores.size() > kInsertionSortMax) {
+    std::stable_sort(scores.begin(), scores.end(), better);
+    return;
+  }
+  for (size_t i = 1; i < scores.size(); ++i) {
+    const NodeScore moving = scores[i];
+    size_t j = i;
+    for (; j > 0 && better(moving, scores[j - 1]); --j) scores[j] = scores[j - 1];
+    scores[j] = moving;
+  }
+}
+
 }  // namespace internal
 
 using internal::ExpiryEntry;
@@ -417,6 +435,9 @@ class BlockIndex::Impl {
   std::vector<uint32_t> scratch_;        // reused by Store and Touch
   std::vector<uint32_t> found_;          // Store: each key's block from validation
   std::vector<uint32_t> slot_order_;     // HeldSlotsInPlaceOrder
+  // Lookup's per-node pending weights, kept so that a lookup allocates only its answer
+  // (Lookup is const; the index is single-threaded, see block_index.h).
+  mutable std::vector<double> lookup_pending_;
   std::priority_queue<ExpiryEntry, std::vector<ExpiryEntry>, std::greater<>> expiry_;
   size_t live_blocks_ = 0;
   size_t locations_ = 0;

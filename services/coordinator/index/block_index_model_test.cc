@@ -3,6 +3,7 @@
 // lookups, partial matches, holdings and eviction order as a model that recomputes
 // everything from plain maps, for full-attention and windowed pools alike.
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
@@ -326,6 +327,7 @@ void ExpectSamePartialMatch(const BlockIndex& index, const Model& model, const s
     for (const auto& [place, stamp] : model.blocks().at(result.partial.key).stamps) held.insert(place);
     ASSERT_EQ(got, held);
   }
+  ASSERT_TRUE(std::ranges::is_sorted(result.scores, std::greater<>(), &NodeScore::score)) << "best score first";
   for (const NodeScore& score : result.scores) {
     const auto node = want.per_node.find(score.node);
     if (score.prefix_blocks == cut && node != want.per_node.end()) {

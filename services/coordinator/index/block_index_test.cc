@@ -75,6 +75,27 @@ TEST_F(BlockIndexTest, ScoresWeighConsecutivePrefixByBestTier) {
   EXPECT_EQ(result.LocationsOf(1).size(), 3u);
 }
 
+// A few nodes (sorted in place) and more than a handful (the other path), ties included.
+TEST_F(BlockIndexTest, ScoresComeBestFirstForFewAndManyNodes) {
+  const auto abcd = Chain(1, 4);
+  for (NodeId node = 0; node < 20; ++node) {
+    const size_t held = 1 + (node * 7) % 4;  // node n holds blocks 0 .. held-1 on its GPU
+    ASSERT_TRUE(Store({abcd.begin(), abcd.begin() + static_cast<long>(held)}, {node, Tier::kGpu, 0}).ok());
+    if (node != 4 && node != 19) continue;
+    const LookupResult result = index_->Lookup(0, abcd);
+    ASSERT_EQ(result.scores.size(), node + 1u) << "every node holds block 0";
+    for (size_t i = 0; i < result.scores.size(); ++i) {
+      const NodeScore& score = result.scores[i];
+      EXPECT_EQ(score.prefix_blocks, 1 + (score.node * 7) % 4) << "node " << score.node;
+      if (i > 0) {
+        EXPECT_GE(result.scores[i - 1].score, score.score) << "entry " << i << " of " << node + 1;
+      }
+    }
+    EXPECT_EQ(result.scores.front().prefix_blocks, 4u);
+    EXPECT_EQ(result.scores.back().prefix_blocks, 1u);
+  }
+}
+
 TEST_F(BlockIndexTest, SaltScopesNeverMeet) {
   const auto ab = Chain(1, 2);
   ASSERT_TRUE(Store(ab, kGpu0, /*scope=*/1).ok());
