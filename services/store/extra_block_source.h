@@ -2,7 +2,9 @@
 // BlockStore serves to peers after the tiers miss. Read-only.
 //
 // Thread safety: called only on the thread that serves the node's BlockStore capability
-// (its RPC event loop); implementations may rely on that.
+// (its RPC event loop); implementations may rely on that. The data stream's keyed gets,
+// served on the stream's threads, reach such a source through a LoopBoundBlockSource
+// (services/store/rpc/loop_bound_block_source.h), which runs each call on that loop.
 #pragma once
 
 #include <span>
@@ -21,6 +23,13 @@ class ExtraBlockSource {
   // included.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
+  // Peek of several blocks, one result each.
+  [[nodiscard]] virtual std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) {
+    std::vector<Result<storage::BlockHeader>> results;
+    results.reserve(refs.size());
+    for (const storage::BlockRef& ref : refs) results.push_back(Peek(ref));
+    return results;
+  }
   // Read of several blocks (REQUIRES: refs.size() == outs.size()), one result each. A
   // source whose blocks move in batches (a GPU pool: one gather for all) overrides it.
   [[nodiscard]] virtual std::vector<Result<storage::BlockHeader>> ReadBatch(

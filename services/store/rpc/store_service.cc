@@ -1,12 +1,14 @@
 #include "services/store/rpc/store_service.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "common/block_key.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
 #include "services/store/rpc/block_header_wire.h"
+#include "services/store/rpc/loop_bound_block_source.h"
 
 namespace kvtier::store {
 namespace {
@@ -155,14 +157,12 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const auto p = call.getParams();
     const uint64_t scope = ScopeFor(p.getSaltScope());
     DataStreamServer& stream = Stream();
-    if (extra_ != nullptr) {
-      rpc::ThrowStatus(UnimplementedError("this node also serves a worker's pool, which keyed gets do not read; use openGet"));
-    }
     const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenSession({.op = StreamOp::kGetKeys,
                                                                          .format_tag = p.getFormatTag().cStr(),
                                                                          .salt_scope = scope,
                                                                          .max_blocks = MaxBlocksPerTransfer(),
-                                                                         .on_request = on_request_}));
+                                                                         .on_request = on_request_,
+                                                                         .extra = BoundExtra()}));
     ToWire(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
   }
@@ -197,6 +197,15 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       rpc::ThrowStatus(PermissionDeniedError("salt scope " + std::to_string(requested) + " is not this session's"));
     }
     return scope_;
+  }
+
+  // The extra source for the stream's keyed gets, read on this capability's loop from
+  // the stream's threads (null: none). Bound once, on the loop, at the first session.
+  std::shared_ptr<ExtraBlockSource> BoundExtra() {
+    if (extra_ != nullptr && bound_extra_ == nullptr) {
+      bound_extra_ = rpc::ValueOrThrow(LoopBoundBlockSource::Create(extra_));
+    }
+    return bound_extra_;
   }
 
   DataStreamServer& Stream() const {
@@ -240,6 +249,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
 
   storage::TieredStore& store_;
   ExtraBlockSource* const extra_;
+  std::shared_ptr<ExtraBlockSource> bound_extra_;  // BoundExtra()
   DataStreamServer* const stream_;
   const std::function<void(std::span<const BlockKey>)> on_request_;
   const uint64_t scope_;

@@ -11,7 +11,8 @@
 // ticket for the stream.
 //
 // A worker node also serves the blocks of its pool to peers: `extra` (optional) answers
-// the gets that the tiers miss.
+// the gets that the tiers miss, inline, by openGet and by the data stream's keyed gets
+// (which read it on this capability's loop: services/store/rpc/loop_bound_block_source.h).
 //
 // Thread safety: runs on the RPC server's event-loop thread; the store is safe from any.
 // Ownership: the store outlives every capability made from it.
@@ -36,7 +37,7 @@ struct StoreServiceLimits {
 
 struct BlockStoreServiceOptions {
   storage::TieredStore* store = nullptr;  // required
-  ExtraBlockSource* extra = nullptr;      // optional; outlives the capability
+  ExtraBlockSource* extra = nullptr;      // optional; outlives the capability's event loop
   DataStreamServer* stream = nullptr;     // optional (openGet/openPut); outlives the capability
   // Optional: told the keys of every put, get and contains (inline or on the stream), on
   // the server's thread; a store feeds its disk admission filter with them.

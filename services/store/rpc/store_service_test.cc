@@ -140,7 +140,8 @@ TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
 
 // Blocks 5 and 6 are held outside the tiers (a worker's pool), block 6 evicted between
 // Peek and Read; block 1 is in the tiers; block 9 nowhere. The pool's blocks are read in
-// one batch, inline and on the data stream alike.
+// one batch, inline, on the data stream by openGet and by keyed gets alike (the last
+// from the stream's threads, through the server's loop that the pool lives on).
 TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
   const std::vector<TestBlock> pool = {MakeBlock(5, 4096), MakeBlock(6, 4096)};
   FakeExtraSource source(SaltScope("salt-a"), pool, {6});
@@ -148,21 +149,17 @@ TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
   Client a(address_, kTokenA);
   const TestBlock tiered = MakeBlock(1, 2048);
   ASSERT_EQ(a.Put({tiered}).value_or(0), 1u);
-  for (bool streamed : {false, true}) {
-    auto got = streamed ? a.StreamGet({1, 5, 6, 9}, storage::testing::kFormat)
-                        : a.Get({1, 5, 6, 9}, storage::testing::kFormat);
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", tiered.payload}));
-    EXPECT_EQ((*got)[1], (std::pair<std::string, std::vector<uint8_t>>{"present", pool[0].payload}))
-        << "streamed: " << streamed;
-    EXPECT_EQ((*got)[2].first, "missing") << "evicted between Peek and Read";
-    EXPECT_EQ((*got)[3].first, "missing");
+  for (const std::string way : {"inline", "openGet", "keyed"}) {
+    auto got = way == "inline"    ? a.Get({1, 5, 6, 9}, storage::testing::kFormat)
+               : way == "openGet" ? a.StreamGet({1, 5, 6, 9}, storage::testing::kFormat)
+                                  : a.KeyedGet({1, 5, 6, 9}, storage::testing::kFormat);
+    ASSERT_TRUE(got.ok()) << way << ": " << got.status();
+    EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", tiered.payload})) << way;
+    EXPECT_EQ((*got)[1], (std::pair<std::string, std::vector<uint8_t>>{"present", pool[0].payload})) << way;
+    EXPECT_EQ((*got)[2].first, "missing") << way << ": evicted between Peek and Read";
+    EXPECT_EQ((*got)[3].first, "missing") << way;
   }
-  EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2})) << "blocks 5 and 6 in one batch per call";
-  // Keyed gets read the tiers only: a node that serves a pool too answers openGet only.
-  const Status keyed = a.KeyedGet({1}, storage::testing::kFormat).status();
-  EXPECT_EQ(keyed.code(), StatusCode::kUnimplemented) << keyed;
-  EXPECT_NE(keyed.message().find("use openGet"), std::string::npos) << keyed.message();
+  EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2, 2})) << "blocks 5 and 6 in one batch per get";
 }
 
 TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {

@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
@@ -22,6 +25,86 @@ using storage::testing::TestBlock;
 using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
+// Blocks held outside the tiers (a worker's pool), thread-safe as a session's source
+// must be. Block `gone` was evicted between Peek and Read; block `corrupt` fails its read.
+// With `hold_reads`, a ReadBatch waits (up to 5 s) until Release(): a source whose loop
+// is busy.
+class PoolSource final : public ExtraBlockSource {
+ public:
+  PoolSource(std::vector<TestBlock> blocks, uint64_t gone, uint64_t corrupt, bool hold_reads = false)
+      : blocks_(std::move(blocks)), gone_(gone), corrupt_(corrupt), hold_reads_(hold_reads) {}
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
+    storage::BlockHeader header = block->header;
+    header.checksum = 0;  // as a pool's Peek: not computed
+    return header;
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
+    if (ref.key.lo == gone_) return NotFoundError("evicted since Peek");
+    if (ref.key.lo == corrupt_) return DataLossError("block failed its checksum");
+    std::copy(block->payload.begin(), block->payload.end(), out.begin());
+    return block->header;
+  }
+  std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) override {
+    std::lock_guard lock(mu_);
+    peek_batches_.push_back(refs.size());
+    return ExtraBlockSource::PeekBatch(refs);
+  }
+  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
+                                                      std::span<const std::span<uint8_t>> outs) override {
+    std::unique_lock lock(mu_);
+    read_batches_.push_back(refs.size());
+    if (hold_reads_) {
+      reading_ = true;
+      changed_.notify_all();
+      changed_.wait_for(lock, std::chrono::seconds(5), [&] { return released_; });
+      reading_ = false;
+    }
+    return ExtraBlockSource::ReadBatch(refs, outs);
+  }
+  // Blocks per PeekBatch and per ReadBatch call, in order.
+  std::vector<size_t> peek_batches() const {
+    std::lock_guard lock(mu_);
+    return peek_batches_;
+  }
+  std::vector<size_t> read_batches() const {
+    std::lock_guard lock(mu_);
+    return read_batches_;
+  }
+  // hold_reads: whether a ReadBatch is waiting now; WaitForRead waits (bounded) until one is.
+  bool reading() const {
+    std::lock_guard lock(mu_);
+    return reading_;
+  }
+  bool WaitForRead() {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return reading_; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
+    for (const TestBlock& b : blocks_) {
+      if (b.ref().key == ref.key && b.ref().salt_scope == ref.salt_scope && b.ref().format_tag == ref.format_tag) {
+        return &b;
+      }
+    }
+    return NotFoundError("not held");
+  }
+  const std::vector<TestBlock> blocks_;
+  const uint64_t gone_, corrupt_;
+  const bool hold_reads_;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<size_t> peek_batches_, read_batches_;
+  bool reading_ = false, released_ = false;
+};
+
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
 class KeyedGetTest : public DataStreamFixture {
  protected:
@@ -33,7 +116,7 @@ class KeyedGetTest : public DataStreamFixture {
     store_.reset();
   }
 
-  TransferTicket Session(uint64_t scope = kScope) {
+  TransferTicket Session(uint64_t scope = kScope, std::shared_ptr<ExtraBlockSource> extra = nullptr) {
     return server_
         ->OpenSession({.format_tag = storage::testing::kFormat,
                        .salt_scope = scope,
@@ -41,7 +124,8 @@ class KeyedGetTest : public DataStreamFixture {
                            [this](std::span<const BlockKey> keys) {
                              std::lock_guard lock(mu_);
                              requested_.insert(requested_.end(), keys.begin(), keys.end());
-                           }})
+                           },
+                       .extra = std::move(extra)})
         .value();
   }
   void Store(const std::vector<TestBlock>& blocks) {
@@ -181,6 +265,97 @@ TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {
   close(fd);
   EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
   EXPECT_TRUE(GetKeys(*Client(), session, {1}).ok()) << "the session survives a malformed request";
+}
+
+// The tiers hold block 1; the session's source (a worker's pool) holds another block 1
+// and blocks 5, 6 (evicted before its read) and 7 (corrupt); block 9 is nowhere. The
+// tiers' block 1 is sent; of the rest, the source is asked once to size them and once to
+// read those it holds, and each block it read comes with the header it read.
+TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHeaders) {
+  const TestBlock tiered = MakeBlock(1, kBlockBytes);
+  Store({tiered});
+  const std::vector<TestBlock> pool{MakeBlock(1, 4096), MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
+                                    MakeBlock(7, 4096)};
+  ASSERT_NE(pool[0].payload, tiered.payload);
+  auto source = std::make_shared<PoolSource>(pool, /*gone=*/6, /*corrupt=*/7);
+  auto client = Client();
+  Result<Got> read = GetKeys(*client, Session(kScope, source), {1, 5, 6, 7, 9});
+  ASSERT_TRUE(read.ok()) << read.status();
+  const Got& got = *read;
+  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
+                                                           StreamBlockState::kMissing, StreamBlockState::kCorrupt,
+                                                           StreamBlockState::kMissing}));
+  EXPECT_EQ(got.bytes[0], tiered.payload) << "the tiers' block comes first";
+  EXPECT_EQ(got.get.headers[0]->checksum, tiered.header.checksum);
+  EXPECT_EQ(got.bytes[1], pool[1].payload);
+  ASSERT_TRUE(got.get.headers[1]);
+  EXPECT_EQ(got.get.headers[1]->key, pool[1].header.key);
+  EXPECT_EQ(got.get.headers[1]->checksum, pool[1].header.checksum) << "the header of the read, not of the Peek";
+  EXPECT_FALSE(got.get.headers[2]);
+  EXPECT_FALSE(got.get.headers[3]);
+  EXPECT_EQ(source->peek_batches(), (std::vector<size_t>{4})) << "blocks 5, 6, 7 and 9 in one call";
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{3})) << "blocks 5, 6 and 7 in one call";
+  EXPECT_EQ(server_->Stats().bytes_sent, 2 * kBlockBytes);
+  EXPECT_TRUE(Drained()) << "the source's staging freed once sent";
+}
+
+// One loop (two threads for work off it) and no disk tier: nothing else takes a keyed get
+// off the loop. The source's read (block 5) waits, as on a busy worker loop; meanwhile
+// another connection of the same loop gets block 1 from the tiers: the read did not hold
+// the loop.
+TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
+  StartNode(storage::testing::HostOnly(1u << 20), {.threads = 1, .tier_threads = 2});
+  const TestBlock tiered = MakeBlock(1, 4096);
+  Store({tiered});
+  const TestBlock pooled = MakeBlock(5, 4096);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, 0, 0, /*hold_reads=*/true);
+  const TransferTicket session = Session(kScope, source);
+  Result<Got> waited = InternalError("not run");
+  std::thread waiting([&] {
+    auto client = Client();
+    waited = GetKeys(*client, session, {5});
+  });
+  ASSERT_TRUE(source->WaitForRead());
+  auto client = Client();
+  const Result<Got> other = GetKeys(*client, session, {1});
+  const bool source_still_reading = source->reading();
+  source->Release();
+  waiting.join();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->bytes[0], tiered.payload);
+  EXPECT_TRUE(source_still_reading) << "block 1 came only once the source's read was over";
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ(waited->bytes[0], pooled.payload);
+}
+
+// Staging bounded at 2 MiB, all of it held by an open put of 1.5 MiB (staging is taken in
+// MiB): a keyed get of a 64 KiB block of the source is refused kResourceExhausted, holding
+// nothing more; once the put's ticket has expired (and the idle session with it), a new
+// session gets the block.
+TEST_F(KeyedGetTest, ASourcesBlocksBeyondTheStagingAreRefusedForALaterRetry) {
+  StartNode(storage::testing::HostOnly(1u << 20), {.max_staged_bytes = 2u << 20});
+  const TestBlock pooled = MakeBlock(5, kBlockBytes);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, 0, 0);
+  const TransferTicket session = Session(kScope, source);
+  const Result<TransferTicket> put = server_->OpenPut({MakeBlock(2, 3u << 19).header});
+  ASSERT_TRUE(put.ok()) << put.status();
+  const uint64_t staged = server_->Stats().staged_bytes;
+  const Result<Got> refused = GetKeys(*Client(), session, {5});
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("outside the node's tiers"), std::string::npos) << refused.status();
+  EXPECT_EQ(server_->Stats().staged_bytes, staged) << "the put's alone";
+
+  clock_.Advance(std::chrono::seconds(31));  // the put's ticket expires (the ttl is 30 s)
+  ASSERT_TRUE(Drained());
+  const Result<Got> retried = GetKeys(*Client(), Session(kScope, source), {5});
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->bytes[0], pooled.payload);
+}
+
+TEST_F(KeyedGetTest, APutSessionTakesNoSource) {
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{}, 0, 0);
+  const Result<TransferTicket> put = server_->OpenSession({.op = StreamOp::kPutHeaders, .extra = source});
+  EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status();
 }
 
 }  // namespace

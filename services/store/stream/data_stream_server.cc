@@ -21,7 +21,7 @@ class DataStreamServer::Impl {
         tier_pool_(tier_threads_) {
     const bool disk = options_.store->Stats().disk.has_value();
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
-                .tier_pool = disk ? &tier_pool_ : nullptr, .max_block_bytes = options_.max_block_bytes,
+                .tier_pool = &tier_pool_, .disk = disk, .max_block_bytes = options_.max_block_bytes,
                 .client_timeout = options_.client_timeout};
   }
 
@@ -68,6 +68,8 @@ class DataStreamServer::Impl {
     }
     if (session.op == StreamOp::kGetKeys) {
       KVTIER_RETURN_IF_ERROR(storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
+    } else if (session.extra != nullptr) {
+      return InvalidArgumentError("a put session reads no block source; only a get session has one");
     }
     if (session.max_blocks == 0 || session.max_blocks > kMaxStreamKeys) {
       return InvalidArgumentError("a session of " + std::to_string(session.max_blocks) + " blocks per transfer: 1 to " +
@@ -88,7 +90,7 @@ class DataStreamServer::Impl {
     s.expired = tickets_.expired();
     s.sessions = tickets_.sessions();
     s.loops = static_cast<uint32_t>(loops_.size());
-    s.tier_threads = context_.tier_pool == nullptr ? 0 : tier_threads_;
+    s.tier_threads = context_.disk ? tier_threads_ : 0;
     return s;
   }
 

@@ -13,7 +13,9 @@
 //   sent as missing or corrupt: the states the stream sends are final.
 // - keyed get: a get session (OpenSession) lets a client name a get's blocks on the
 //   stream itself, with no OpenGet per transfer; its blocks are found on the loop (or the
-//   tier pool) and served as a get of the tiers' blocks.
+//   tier pool) and served as a get of the tiers' blocks. Those the tiers lack are read
+//   from the session's extra source where it has one (a worker's pool), on the tier pool
+//   (the read waits for the loop serving that source), into staging.
 // - keyed put: a put session (OpenSession) lets a client send a put's headers on the
 //   stream itself, with no OpenPut per transfer; the headers are checked as OpenPut
 //   checks them, on the loop, and the put then goes on as a ticket's.
@@ -71,9 +73,10 @@ struct DataStreamServerOptions {
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
   uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 2 to 4
-  // Threads that run the transfers' tier work that may wait for the disk (reads of blocks
-  // not in host memory, puts that may write or demote to disk), so that no event loop
-  // waits for a disk; used only when the store has a disk tier. 0: as many as loops.
+  // Threads that run the transfers' work that may wait: tier work where the store has a
+  // disk tier (reads of blocks not in host memory, puts that may write or demote to disk)
+  // and keyed gets' reads of a session's extra source, so that no event loop waits for a
+  // disk or another loop. 0: as many as loops.
   uint32_t tier_threads = 0;
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
@@ -96,7 +99,7 @@ struct DataStreamStats {
   uint64_t expired = 0;                   // tickets never used
   uint64_t sessions = 0;                  // open get and put sessions
   uint32_t loops = 0;                     // event loops
-  uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier, none used)
+  uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier)
 };
 
 class DataStreamServer {
@@ -117,11 +120,11 @@ class DataStreamServer {
   // A session for keyed gets or keyed puts (protocol.h; stream_session.h says what each
   // runs under), with the caller's rights already checked: its salt scope, and
   // `any_scope` only for a node's credential. The ticket's total_bytes is 0. A keyed get
-  // serves the tiers' blocks only: a worker's pool (OpenGet's extra source) is not read.
-  // A keyed put's headers are checked as OpenPut checks them. `on_request`, where set,
-  // must be thread-safe. kInvalidArgument for an op that is neither, a get session's
-  // format tag that cannot name a format, or max_blocks outside 1 to kMaxStreamKeys;
-  // kResourceExhausted when TicketTable::kMaxSessions are open.
+  // serves the tiers' blocks, then the session's `extra` source's (thread-safe, as
+  // `on_request`). A keyed put's headers are checked as OpenPut checks them.
+  // kInvalidArgument for an op that is neither, a get session's format tag that cannot
+  // name a format, a put session with an extra source, or max_blocks outside 1 to
+  // kMaxStreamKeys; kResourceExhausted when TicketTable::kMaxSessions are open.
   [[nodiscard]] Result<TransferTicket> OpenSession(StreamSession session);
   // REQUIRES: every header's salt scope is the session's. kInvalidArgument naming the
   // block for a header that cannot describe a block; kResourceExhausted (staging full).

@@ -48,6 +48,7 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
 void StreamConnection::ReadPutPayload() {
   // Making room for the batch may demote the tier's victims to disk.
   OffLoop(
+      context_.disk,
       [self = shared_from_this()] {
         Result<storage::HostReservation> reserved = self->context_.store->ReserveInHost(self->transfer_.headers);
         if (reserved.ok()) self->transfer_.in_place = std::move(*reserved);
@@ -85,7 +86,9 @@ void StreamConnection::ServeGet() {
     GatherReply();
     return SendReply();
   }
-  OffLoop([self = shared_from_this()] { self->GatherReply(); }, [self = shared_from_this()] { self->SendReply(); });
+  OffLoop(
+      context_.disk, [self = shared_from_this()] { self->GatherReply(); },
+      [self = shared_from_this()] { self->SendReply(); });
 }
 
 void StreamConnection::GatherReply() {
@@ -156,6 +159,7 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
     if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(header);
   } else {
     out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+    if (keyed()) AddSentHeader(transfer_.headers[slot.header]);
   }
   if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
   gather_.emplace_back(out.data(), out.size());
@@ -202,8 +206,12 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
   }
   // A put through PutBatch may write to disk (its blocks, or the victims it demotes).
   auto results = std::make_shared<std::vector<Status>>();
-  OffLoop([self = shared_from_this(), items = std::move(items), results] { *results = self->context_.store->PutBatch(items); },
-          [self = shared_from_this(), results] { self->FinishPut(*results); });
+  OffLoop(
+      context_.disk,
+      [self = shared_from_this(), items = std::move(items), results] {
+        *results = self->context_.store->PutBatch(items);
+      },
+      [self = shared_from_this(), results] { self->FinishPut(*results); });
 }
 
 void StreamConnection::FinishPut(const std::vector<Status>& results) {

@@ -34,8 +34,10 @@ struct StreamContext {
   StreamCounters* counters = nullptr;
   StreamMetrics* metrics = nullptr;  // optional
   StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
-  // Where tier work that may wait for the disk runs (null: on the loop; no disk tier).
+  // Where work that may wait runs, off the loops: tier calls where the store has a disk
+  // tier (`disk`), and keyed gets' reads of a session's extra source.
   asio::thread_pool* tier_pool = nullptr;
+  bool disk = false;
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
 };
@@ -57,13 +59,14 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  private:
   void ReadRequest();
   void OnRequest(const asio::error_code& ec);
-  // Runs `work` (tier calls that may wait for the disk) on the tier pool, then `then` back
-  // on this connection's loop; both on the loop when there is no pool. The transfer is
-  // this connection's alone meanwhile: no socket operation is pending but the timer's,
-  // whose Close() touches no transfer state.
+  // Runs `work` on the tier pool where `off` (tier calls that may wait for the disk, or
+  // reads of a session's extra source, which wait for the loop serving it), then `then`
+  // back on this connection's loop; both on the loop otherwise. The transfer is this
+  // connection's alone meanwhile: no socket operation is pending but the timer's, whose
+  // Close() touches no transfer state.
   template <typename Work, typename Then>
-  void OffLoop(Work work, Then then) {
-    if (context_.tier_pool == nullptr) {
+  void OffLoop(bool off, Work work, Then then) {
+    if (!off) {
       work();
       return then();
     }
@@ -73,11 +76,14 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
     });
   }
   // A keyed get (stream_keyed_get.cc): the session checked, its keys read, its blocks
-  // found (off the loop: a header may be on disk), then served as a get.
+  // found (off the loop: a header may be on disk), those the tiers lack read from the
+  // session's extra source into staging (off the loop: it waits for that source's loop),
+  // then served as a get. kResourceExhausted when staging is full.
   void ReadKeys();
   void OnKeysHead(const asio::error_code& ec);
   void OnKeys(const asio::error_code& ec);
-  void OpenKeyedGet();
+  [[nodiscard]] Status OpenKeyedGet();
+  [[nodiscard]] Status ReadFromExtra(const std::vector<uint32_t>& lacking);
   bool keyed() const { return static_cast<StreamOp>(request_.op) == StreamOp::kGetKeys; }
   // A keyed put (stream_keyed_put.cc): the session checked, its headers read and checked
   // as OpenPut checks them, its staging taken, then read as a ticket's put.
@@ -139,6 +145,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::shared_ptr<const StreamSession> session_;
   StreamKeysHead keys_head_;
   std::vector<BlockKey> keys_;
+  Status keyed_opened_;  // OpenKeyedGet's, handed from the tier pool to the loop
   StreamHeadersHead headers_head_;
   std::vector<uint8_t> headers_in_;
   uint64_t header_bytes_ = 0;

@@ -1,7 +1,8 @@
 // StreamConnection's keyed gets (protocol.h, kGetKeys): a get whose blocks are named on
 // the stream under a get session, with no openGet call before it. Once its blocks are
-// found it is served exactly as a ticket's get (ServeGet): pinned in the host tier or
-// staged from disk at send, and its reply carries each sent block's header.
+// found it is served exactly as a ticket's get (ServeGet): the tiers' pinned in the host
+// tier or staged from disk at send, those of the session's extra source (a worker's pool)
+// copied into staging before, and its reply carries each sent block's header.
 #include <utility>
 
 #include "services/store/stream/stream_connection.h"
@@ -35,13 +36,20 @@ void StreamConnection::OnKeysHead(const asio::error_code& ec) {
 
 void StreamConnection::OnKeys(const asio::error_code& ec) {
   if (ec) return Close();  // the client went: nothing was taken yet
-  // A block's header may have to be read from the disk tier.
-  OffLoop([self = shared_from_this()] { self->OpenKeyedGet(); }, [self = shared_from_this()] { self->ServeGet(); });
+  // A block's header may have to be read from the disk tier, and a session's extra source
+  // is read on the loop that serves it: either may wait, so not on this loop.
+  OffLoop(
+      context_.disk || session_->extra != nullptr,
+      [self = shared_from_this()] { self->keyed_opened_ = self->OpenKeyedGet(); },
+      [self = shared_from_this()] {
+        if (!self->keyed_opened_.ok()) return self->Refuse(self->keyed_opened_);
+        self->ServeGet();
+      });
 }
 
-// What OpenGet does for a tier's block, here: each block present now is found again at
-// send (ServeGet), so it holds nothing until then.
-void StreamConnection::OpenKeyedGet() {
+// What OpenGet does, here: each of the tiers' blocks present now is found again at send
+// (ServeGet), so it holds nothing until then; the extra source's are read now.
+Status StreamConnection::OpenKeyedGet() {
   if (session_->on_request) session_->on_request(keys_);
   transfer_ = OpenTransfer{};
   transfer_.op = StreamOp::kGetKeys;
@@ -49,13 +57,61 @@ void StreamConnection::OpenKeyedGet() {
   transfer_.salt_scope = session_->salt_scope;
   transfer_.states.assign(keys_.size(), StreamBlockState::kMissing);
   transfer_.slots.resize(keys_.size());
-  for (size_t i = 0; i < keys_.size(); ++i) {
+  std::vector<uint32_t> lacking;  // positions of the blocks the tiers lack
+  for (uint32_t i = 0; i < keys_.size(); ++i) {
     const Result<storage::BlockHeader> header =
         context_.store->Peek({keys_[i], transfer_.format_tag, transfer_.salt_scope});
-    if (!header.ok()) continue;
+    if (!header.ok()) {
+      lacking.push_back(i);
+      continue;
+    }
     transfer_.states[i] = StreamBlockState::kPresent;
     transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
+  if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
+  return ReadFromExtra(lacking);
+}
+
+// The blocks at `lacking` from the session's extra source: sized by one PeekBatch, read
+// by one ReadBatch into staging taken for them all (each a hop to the source's loop). A
+// block gone since its Peek is sent as missing, one that fails its read as corrupt or
+// missing, as OpenGet's.
+Status StreamConnection::ReadFromExtra(const std::vector<uint32_t>& lacking) {
+  std::vector<storage::BlockRef> refs;
+  refs.reserve(lacking.size());
+  for (uint32_t i : lacking) refs.push_back({keys_[i], transfer_.format_tag, transfer_.salt_scope});
+  const std::vector<Result<storage::BlockHeader>> peeked = session_->extra->PeekBatch(refs);
+  std::vector<uint32_t> found;  // of `lacking`: the source holds it
+  uint64_t total = 0;
+  for (uint32_t k = 0; k < lacking.size(); ++k) {
+    if (!peeked[k].ok() || peeked[k]->payload_bytes > context_.max_block_bytes) continue;
+    transfer_.slots[lacking[k]] = GetSlot{.offset = total, .bytes = peeked[k]->payload_bytes};
+    total += peeked[k]->payload_bytes;
+    found.push_back(k);
+  }
+  if (found.empty()) return Status::Ok();
+  Result<StagingBuffer> staging = context_.staging->Take(total);
+  if (!staging.ok()) return staging.status().WithContext("staging the get's blocks outside the node's tiers");
+  transfer_.buffer = std::move(*staging);
+  std::vector<storage::BlockRef> found_refs;
+  std::vector<std::span<uint8_t>> outs;
+  for (uint32_t k : found) {
+    const GetSlot& slot = transfer_.slots[lacking[k]];
+    found_refs.push_back(refs[k]);
+    outs.push_back(transfer_.buffer.bytes().subspan(slot.offset, slot.bytes));
+  }
+  std::vector<Result<storage::BlockHeader>> read = session_->extra->ReadBatch(found_refs, outs);
+  for (size_t j = 0; j < found.size(); ++j) {
+    const uint32_t i = lacking[found[j]];
+    if (read[j].ok() && read[j]->payload_bytes == outs[j].size()) {
+      transfer_.states[i] = StreamBlockState::kPresent;
+      transfer_.slots[i].header = static_cast<uint32_t>(transfer_.headers.size());
+      transfer_.headers.push_back(std::move(*read[j]));
+    } else if (!read[j].ok() && read[j].status().code() == StatusCode::kDataLoss) {
+      transfer_.states[i] = StreamBlockState::kCorrupt;
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace kvtier::store

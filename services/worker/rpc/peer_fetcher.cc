@@ -187,7 +187,8 @@ class PeerFetcher::Impl {
   }
 
   // On the node's data stream: keyed gets under a get session where the node serves them
-  // (a store), else a ticket per get (openGet: a worker, whose pool sessions do not read).
+  // (a store's tiers; a worker's tiers and pool), else a ticket per get (openGet: a node
+  // of an earlier version, whose worker sessions did not read the pool).
   Result<size_t> StreamBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
                              size_t first, size_t count, FetchedBlocks& out) {
     if (!Marked(no_sessions_, address)) {
@@ -383,7 +384,7 @@ class PeerFetcher::Impl {
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
   std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
-  std::set<std::string> no_sessions_ KVTIER_GUARDED_BY(mu_);  // ... or serve no get sessions (workers)
+  std::set<std::string> no_sessions_ KVTIER_GUARDED_BY(mu_);  // ... or serve no get sessions
   std::map<SessionKey, store::TransferTicket> sessions_ KVTIER_GUARDED_BY(mu_);  // kept get sessions
   store::DataStreamClientPool streams_{options_.threads};  // kept data stream connections
 };

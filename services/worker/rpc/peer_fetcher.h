@@ -8,12 +8,12 @@
 // order given: each serves the leading run of the remaining blocks it holds. Blocks of
 // at least `stream_min_block_bytes` come on the node's data stream where it runs one
 // (services/store/stream), read straight into the result (connections kept per node):
-// as keyed gets under a get session kept per node, scope and format where the node
-// serves them (a store; no Cap'n Proto call per get), else openGet, then the stream (a
-// worker). Otherwise inline in the get's response, copied out of it.
-// A block is
-// taken only when its header names the key, scope and format asked for and its payload
-// has the layout's size and its checksum; the first that fails ends the run there.
+// as keyed gets under a get session kept per node, scope and format (no Cap'n Proto call
+// per get; a worker peer's sessions read its pool too), or openGet then the stream where
+// the node answers openGetSession UNIMPLEMENTED (an earlier version). Otherwise inline
+// in the get's response, copied out of it. A block is taken only when its header names
+// the key, scope and format asked for and its payload has the layout's size and its
+// checksum; the first that fails ends the run there.
 //
 // Fetches run on threads of their own (`threads`), each blocking on its RPC connections;
 // Fetch returns at once with a promise for the calling thread's KJ event loop (the

@@ -2,10 +2,19 @@
 // loopback, the payloads inline in Cap'n Proto messages or on the peer's data stream.
 //
 // The peer is a coordinator process's BlockStore over a host tier that holds every block
-// (as a storage node's would); one fetch of `blocks` blocks at a time, each checked
-// (key, scope, format, size, XXH3) and landed in the fetch's buffer as onboarding does.
-// Arguments: stream (0 inline, 1 stream), block bytes, blocks per fetch.
+// (as a storage node's would) or, with `pool`, over empty tiers with every block in a
+// source beside them that the BlockStore reads on its loop (as a worker's pool, checksum
+// computed as read); one fetch of `blocks` blocks at a time, each checked (key, scope,
+// format, size, XXH3) and landed in the fetch's buffer as onboarding does.
+// Arguments: stream (0 inline, 1 stream), block bytes, blocks per fetch, pool (0 or 1).
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include <kj/async-io.h>
 
 #include "common/malloc_tuning.h"
@@ -24,9 +33,34 @@ constexpr uint64_t kStoredBlocks = 64;
 // As in the kvtier binary, whose worker this measures (common/malloc_tuning.h).
 [[maybe_unused]] const bool kMallocTuned = (KeepLargeAllocationsInTheHeap(), true);
 
+// Blocks held beside the tiers, as a worker's pool: read on the BlockStore's loop.
+class PoolSource final : public store::ExtraBlockSource {
+ public:
+  void Add(storage::BlockHeader header, std::vector<uint8_t> payload) {
+    blocks_.emplace(header.key, std::make_pair(std::move(header), std::move(payload)));
+  }
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    const auto it = blocks_.find(ref.key);
+    if (it == blocks_.end() || ref.format_tag != kFormat || ref.salt_scope != kScope) return NotFoundError("not held");
+    storage::BlockHeader header = it->second.first;
+    header.checksum = 0;  // as a pool's: computed as read
+    return header;
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    KVTIER_ASSIGN_OR_RETURN(storage::BlockHeader header, Peek(ref));
+    const std::vector<uint8_t>& payload = blocks_.at(ref.key).second;
+    std::copy(payload.begin(), payload.end(), out.begin());
+    header.checksum = storage::PayloadChecksum(out);
+    return header;
+  }
+
+ private:
+  std::unordered_map<BlockKey, std::pair<storage::BlockHeader, std::vector<uint8_t>>, BlockKeyHash> blocks_;
+};
+
 class Peer {
  public:
-  Peer(bool stream, uint64_t block_bytes) {
+  Peer(bool stream, uint64_t block_bytes, bool pool) {
     storage::TieredStoreOptions tiers;
     tiers.host.emplace();
     tiers.host->capacity_bytes = (kStoredBlocks + 4) * ((block_bytes + 65535) / 65536 * 65536);
@@ -40,13 +74,18 @@ class Peer {
       header.salt_scope = kScope;
       header.payload_bytes = block_bytes;
       header.checksum = storage::PayloadChecksum(payload);
-      if (!store_->Put(header, payload).ok()) std::abort();
+      if (pool) {
+        pool_.Add(header, payload);
+      } else if (!store_->Put(header, payload).ok()) {
+        std::abort();
+      }
     }
     if (stream) stream_ = store::DataStreamServer::Create({.store = store_.get()}).value();
     node_ = testing::StartCoordinatorWithStoreNode(
         registry_,
-        [this](const auth::Tenant& tenant) {
-          return store::MakeBlockStoreService({.store = store_.get(), .stream = stream_.get()}, tenant);
+        [this, pool](const auth::Tenant& tenant) {
+          return store::MakeBlockStoreService(
+              {.store = store_.get(), .extra = pool ? &pool_ : nullptr, .stream = stream_.get()}, tenant);
         },
         "peer/store", "127.0.0.1:0", std::chrono::hours(1));
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
@@ -62,6 +101,7 @@ class Peer {
 
  private:
   std::unique_ptr<storage::TieredStore> store_;
+  PoolSource pool_;  // pool: every block; read on the node's loop, which node_ joins before it goes
   std::unique_ptr<store::DataStreamServer> stream_;
   MetricsRegistry registry_;
   std::unique_ptr<coordinator::CoordinatorNode> node_;
@@ -73,7 +113,8 @@ void BM_PeerFetch(benchmark::State& state) {
   const bool stream = state.range(0) != 0;
   const auto block_bytes = static_cast<uint64_t>(state.range(1));
   const auto blocks = static_cast<uint64_t>(state.range(2));
-  Peer peer(stream, block_bytes);
+  const bool pool = state.range(3) != 0;
+  Peer peer(stream, block_bytes, pool);
   auto io = kj::setupAsyncIo();
   uint64_t next = 0;
   for (auto _ : state) {
@@ -91,11 +132,11 @@ void BM_PeerFetch(benchmark::State& state) {
     benchmark::DoNotOptimize(fetched.bytes.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * blocks * block_bytes));
-  state.SetLabel(stream ? "stream" : "inline");
+  state.SetLabel(std::string(stream ? "stream" : "inline") + (pool ? ", from a pool" : ", from the tiers"));
 }
 BENCHMARK(BM_PeerFetch)
-    ->ArgNames({"stream", "block_bytes", "blocks"})
-    ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}})
+    ->ArgNames({"stream", "block_bytes", "blocks", "pool"})
+    ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -127,6 +127,9 @@ class WorkerNode::Impl {
       draining_ = true;  // a snapshot request now answers at once
     }
     holdings_ready_.notify_all();
+    // The RPC loop goes first: a keyed get reading the pool on it from the stream's
+    // threads is then answered at once (the pool's blocks missing), so the stream's
+    // shutdown, which joins those threads, never waits on a loop that no longer runs.
     server_->Shutdown();
     if (stream_) stream_->Shutdown();
     if (writer_) {

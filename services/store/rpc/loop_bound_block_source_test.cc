@@ -1,0 +1,166 @@
+// LoopBoundBlockSource: a source read on its KJ loop's thread from other threads, and
+// answering kUnavailable once that loop has exited.
+#include "services/store/rpc/loop_bound_block_source.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "storage/testing/blocks.h"
+
+namespace kvtier::store {
+namespace {
+
+using storage::testing::MakeBlock;
+using storage::testing::TestBlock;
+
+// Holds block 1; records the thread of every call and counts each kind of call.
+class RecordingSource final : public ExtraBlockSource {
+ public:
+  explicit RecordingSource(TestBlock block) : block_(std::move(block)) {}
+  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
+    Record(peeks);
+    if (ref.key != block_.header.key) return NotFoundError("not held");
+    return block_.header;
+  }
+  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
+    Record(reads);
+    if (ref.key != block_.header.key) return NotFoundError("not held");
+    std::copy(block_.payload.begin(), block_.payload.end(), out.begin());
+    return block_.header;
+  }
+  std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) override {
+    Record(peek_batches);
+    return ExtraBlockSource::PeekBatch(refs);
+  }
+  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
+                                                      std::span<const std::span<uint8_t>> outs) override {
+    Record(read_batches);
+    return ExtraBlockSource::ReadBatch(refs, outs);
+  }
+
+  // Written on the loop's thread only; read by the test once its calls have returned.
+  int peeks = 0, reads = 0, peek_batches = 0, read_batches = 0;
+  std::vector<std::thread::id> threads;
+
+ private:
+  void Record(int& calls) {
+    ++calls;
+    threads.push_back(std::this_thread::get_id());
+  }
+  const TestBlock block_;
+};
+
+// A thread running a KJ event loop that binds the source to itself, and runs until Stop().
+class LoopThread {
+ public:
+  explicit LoopThread(ExtraBlockSource* source) {
+    thread_ = std::thread([this, source] {
+      kj::EventLoop loop;
+      kj::WaitScope wait(loop);
+      auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
+      {
+        std::lock_guard lock(mu_);
+        bound_ = LoopBoundBlockSource::Create(source);
+        stop_ = kj::mv(stop.fulfiller);
+        id_ = std::this_thread::get_id();
+      }
+      ready_.notify_all();
+      stop.promise.wait(wait);
+    });
+    std::unique_lock lock(mu_);
+    ready_.wait(lock, [&] { return stop_.get() != nullptr; });
+  }
+  ~LoopThread() { Stop(); }
+  void Stop() {
+    if (!thread_.joinable()) return;
+    stop_->fulfill();
+    thread_.join();
+  }
+  const Result<std::shared_ptr<LoopBoundBlockSource>>& bound() const { return bound_; }
+  std::thread::id id() const { return id_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable ready_;
+  Result<std::shared_ptr<LoopBoundBlockSource>> bound_ = InternalError("not bound yet");
+  kj::Own<const kj::CrossThreadPromiseFulfiller<void>> stop_;
+  std::thread::id id_;
+  std::thread thread_;
+};
+
+const storage::BlockRef kRef1{MakeBlock(1, 1).header.key, storage::testing::kFormat, storage::testing::kScope};
+const storage::BlockRef kRef2{MakeBlock(2, 1).header.key, storage::testing::kFormat, storage::testing::kScope};
+
+// Block 1 held, block 2 not: every call from the test's thread runs on the loop's thread,
+// a batch as one call there, and answers what the source answered.
+TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource) {
+  const TestBlock block = MakeBlock(1, 100);
+  RecordingSource source(block);
+  LoopThread loop(&source);
+  ASSERT_TRUE(loop.bound().ok()) << loop.bound().status();
+  ExtraBlockSource& bound = **loop.bound();
+
+  EXPECT_EQ(bound.Peek(kRef1)->payload_bytes, 100u);
+  EXPECT_EQ(bound.Peek(kRef2).status().code(), StatusCode::kNotFound);
+  std::vector<uint8_t> out(100);
+  ASSERT_TRUE(bound.Read(kRef1, out).ok());
+  EXPECT_EQ(out, block.payload);
+  const storage::BlockRef refs[] = {kRef1, kRef2};
+  const std::vector<Result<storage::BlockHeader>> peeked = bound.PeekBatch(refs);
+  ASSERT_EQ(peeked.size(), 2u);
+  EXPECT_EQ(peeked[0]->checksum, block.header.checksum);
+  EXPECT_EQ(peeked[1].status().code(), StatusCode::kNotFound);
+  std::vector<uint8_t> batch_out(100, 0);
+  const std::span<uint8_t> outs[] = {batch_out};
+  const std::vector<Result<storage::BlockHeader>> read = bound.ReadBatch(std::span(refs, 1), outs);
+  ASSERT_TRUE(read.at(0).ok()) << read.at(0).status();
+  EXPECT_EQ(batch_out, block.payload);
+
+  // Calls counted: a batch is one call of the source's batch method (its Peeks and Reads
+  // within it run there too).
+  EXPECT_EQ(source.peek_batches, 1);
+  EXPECT_EQ(source.read_batches, 1);
+  EXPECT_EQ(source.peeks, 2 + 2);
+  EXPECT_EQ(source.reads, 1 + 1);
+  for (const std::thread::id& id : source.threads) EXPECT_EQ(id, loop.id());
+  EXPECT_NE(loop.id(), std::this_thread::get_id());
+}
+
+// Once the loop's thread has exited, the source is never called again: each call, and
+// each block of a batch, answers kUnavailable naming the loop.
+TEST(LoopBoundBlockSourceTest, OnceTheLoopHasExitedEveryCallAnswersUnavailable) {
+  RecordingSource source(MakeBlock(1, 100));
+  LoopThread loop(&source);
+  ASSERT_TRUE(loop.bound().ok()) << loop.bound().status();
+  const std::shared_ptr<LoopBoundBlockSource> bound = *loop.bound();
+  loop.Stop();
+
+  const Status peeked = bound->Peek(kRef1).status();
+  EXPECT_EQ(peeked.code(), StatusCode::kUnavailable) << peeked;
+  EXPECT_NE(peeked.message().find("event loop"), std::string::npos) << peeked;
+  std::vector<uint8_t> out(100);
+  EXPECT_EQ(bound->Read(kRef1, out).status().code(), StatusCode::kUnavailable);
+  const storage::BlockRef refs[] = {kRef1, kRef2};
+  for (const Result<storage::BlockHeader>& each : bound->PeekBatch(refs)) {
+    EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
+  }
+  const std::span<uint8_t> outs[] = {out, out};
+  const std::vector<Result<storage::BlockHeader>> read = bound->ReadBatch(refs, outs);
+  ASSERT_EQ(read.size(), 2u);
+  for (const Result<storage::BlockHeader>& each : read) EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(source.threads.empty()) << "the source was not called";
+}
+
+TEST(LoopBoundBlockSourceTest, ItIsBoundOnlyOnALoopsThreadAndToASource) {
+  RecordingSource source(MakeBlock(1, 100));
+  const Status off_loop = LoopBoundBlockSource::Create(&source).status();  // the test's thread runs no loop
+  EXPECT_EQ(off_loop.code(), StatusCode::kFailedPrecondition) << off_loop;
+  LoopThread loop(nullptr);
+  EXPECT_EQ(loop.bound().status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::store
