@@ -17,10 +17,12 @@ namespace kvtier::store {
 class ExtraBlockSource {
  public:
   virtual ~ExtraBlockSource() = default;
-  // Peek: the header of the block `ref` names, kNotFound when this source lacks it; its
-  // checksum may be left 0 (computing it means reading the payload). Read: the payload
-  // into `out` (REQUIRES: out.size() == payload_bytes) and the whole header, checksum
-  // included.
+  // Peek: the header of the block `ref` names, kNotFound when this source lacks it. Read:
+  // the payload into `out` (REQUIRES: out.size() == payload_bytes) and the header. Either
+  // may leave the checksum 0 where the source keeps none (a pool: computing it means
+  // hashing the payload); whoever serves the bytes read then computes it from them
+  // (WithChecksum), on its own thread: a source's thread (a worker's loop) is not held
+  // for the hash.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
   // Peek of several blocks, one result each.
@@ -40,5 +42,12 @@ class ExtraBlockSource {
     return results;
   }
 };
+
+// A header read from an ExtraBlockSource, with the checksum of `payload` (the bytes read)
+// where the source left it 0.
+inline storage::BlockHeader WithChecksum(storage::BlockHeader header, std::span<const uint8_t> payload) {
+  if (header.checksum == 0) header.checksum = storage::PayloadChecksum(payload);
+  return header;
+}
 
 }  // namespace kvtier::store

@@ -242,7 +242,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
         if (reads[k].status().code() != StatusCode::kNotFound) ThrowIfError(reads[k].status());
         continue;
       }
-      ToWire(*reads[k], blocks[i].initHeader());
+      ToWire(WithChecksum(std::move(*reads[k]), extra.outs[k]), blocks[i].initHeader());
       states.set(i, schema::BlockState::PRESENT);
     }
   }

@@ -46,6 +46,7 @@ class FakeExtraSource final : public ExtraBlockSource {
     std::copy(block->payload.begin(), block->payload.end(), out.begin());
     storage::BlockHeader header = block->header;
     header.salt_scope = scope_;
+    header.checksum = 0;  // as a pool's Read: the server hashes the bytes
     return header;
   }
   std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,

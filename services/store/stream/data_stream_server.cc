@@ -241,9 +241,12 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
     extra_outs.push_back(transfer.buffer.bytes().subspan(slot.offset, slot.bytes));
   }
   if (!extra_blocks.empty()) {
-    // Peek's header may lack the checksum; the one Read gives is answered.
+    // The header Read gives is answered, with the checksum of the bytes read.
     std::vector<Result<storage::BlockHeader>> reads = extra->ReadBatch(extra_refs, extra_outs);
-    for (size_t k = 0; k < extra_blocks.size(); ++k) SetRead(extra_blocks[k], std::move(reads[k]), transfer, opened);
+    for (size_t k = 0; k < extra_blocks.size(); ++k) {
+      if (reads[k].ok()) reads[k] = WithChecksum(std::move(*reads[k]), extra_outs[k]);
+      SetRead(extra_blocks[k], std::move(reads[k]), transfer, opened);
+    }
   }
   opened.states = transfer.states;
   KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), total));

@@ -106,7 +106,7 @@ Status StreamConnection::ReadFromExtra(const std::vector<uint32_t>& lacking) {
     if (read[j].ok() && read[j]->payload_bytes == outs[j].size()) {
       transfer_.states[i] = StreamBlockState::kPresent;
       transfer_.slots[i].header = static_cast<uint32_t>(transfer_.headers.size());
-      transfer_.headers.push_back(std::move(*read[j]));
+      transfer_.headers.push_back(WithChecksum(std::move(*read[j]), outs[j]));  // hashed here, off the source's loop
     } else if (!read[j].ok() && read[j].status().code() == StatusCode::kDataLoss) {
       transfer_.states[i] = StreamBlockState::kCorrupt;
     }

@@ -34,7 +34,6 @@ Result<storage::BlockHeader> PoolBlockSource::Peek(const storage::BlockRef& ref)
 Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref, std::span<uint8_t> out) {
   KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
   KVTIER_RETURN_IF_ERROR(worker_->ReadBlock(found.pool_id, found.block, out));
-  found.header.checksum = storage::PayloadChecksum(out);
   return std::move(found.header);
 }
 
@@ -67,7 +66,6 @@ std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<c
         results[i] = read;
         continue;
       }
-      found[i]->header.checksum = storage::PayloadChecksum(outs[i]);
       results[i] = std::move(found[i]->header);
     }
   }

@@ -4,8 +4,11 @@
 //
 // A committed block is served only for the salt scope it was committed under and for the
 // storage format of its pool's layout and engine format tag (services/worker/tier_link.h
-// StorageFormatTag), with a checksum computed as it is read. Priority travels; retention
-// does not (a fetching worker commits the block with its own request's retention).
+// StorageFormatTag). Its checksum is left 0: the BlockStore serving it hashes the bytes
+// read (store::WithChecksum), on the stream's threads for a keyed get, so that this
+// node's event loop is held only for the copy (the gather, on a GPU). Priority travels;
+// retention does not (a fetching worker commits the block with its own request's
+// retention).
 //
 // Thread safety: none, as the Worker: the node's event loop owns both.
 // Ownership: borrows the worker, which outlives this object.

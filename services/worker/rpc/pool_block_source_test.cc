@@ -55,7 +55,7 @@ TEST_F(PoolBlockSourceTest, ABatchReadsTheBlocksItFindsAndNamesTheOnesItDoesNot)
     ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
     EXPECT_EQ(results[i]->key, refs[i].key);
     EXPECT_EQ(results[i]->salt_scope, kScope);
-    EXPECT_EQ(results[i]->checksum, storage::PayloadChecksum(buffers[i])) << "the checksum of the bytes read";
+    EXPECT_EQ(results[i]->checksum, 0u) << "left to the server, which hashes the bytes off this loop";
   }
   EXPECT_EQ(buffers[0], Pattern(3));
   EXPECT_EQ(buffers[2], Pattern(1));
@@ -69,7 +69,8 @@ TEST_F(PoolBlockSourceTest, ABatchReadsTheBlocksItFindsAndNamesTheOnesItDoesNot)
   const Result<storage::BlockHeader> single = source.Read(Ref(1), one);
   ASSERT_TRUE(single.ok()) << single.status();
   EXPECT_EQ(one, Pattern(1));
-  EXPECT_EQ(single->checksum, results[2]->checksum);
+  EXPECT_EQ(single->key, results[2]->key);
+  EXPECT_EQ(single->checksum, 0u);
 }
 
 TEST_F(PoolBlockSourceTest, ABufferOfTheWrongSizeIsRefusedForThatBlockOnly) {

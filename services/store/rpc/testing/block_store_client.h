@@ -62,7 +62,8 @@ class BlockStoreClient {
     return response->getStored();
   }
 
-  // "present"/"missing"/"corrupt" per key, and the bytes of those present.
+  // "present"/"missing"/"corrupt" per key, and the bytes of those present; every present
+  // block's checksum verified (kDataLoss where one does not match).
   Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(const std::vector<uint64_t>& ids,
                                                                           const std::string& format) {
     auto request = store_.getRequest();
@@ -74,6 +75,10 @@ class BlockStoreClient {
     for (unsigned i = 0; i < ids.size(); ++i) {
       const auto state = response->getStates()[i];
       const auto data = response->getBlocks()[i].getData();
+      if (state == schema::BlockState::PRESENT &&
+          storage::PayloadChecksum({data.begin(), data.size()}) != response->getBlocks()[i].getHeader().getChecksum()) {
+        return DataLossError("block " + std::to_string(ids[i]) + " does not match its header's checksum");
+      }
       out.emplace_back(state == schema::BlockState::PRESENT   ? "present"
                        : state == schema::BlockState::CORRUPT ? "corrupt"
                                                               : "missing",
