@@ -6,6 +6,7 @@
 #include <asio.hpp>
 
 #include "common/thread_name.h"
+#include "services/store/stream/source_staging.h"
 #include "services/store/stream/stream_connection.h"
 #include "services/store/stream/ticket_table.h"
 
@@ -128,17 +129,6 @@ class DataStreamServer::Impl {
       if (!ec) Sweep();
     });
   }
-  // Block i of a get, read from the extra source at open: its header answered, or (gone
-  // since Peek, or corrupt) not sent.
-  static void SetRead(size_t i, Result<storage::BlockHeader> read, OpenTransfer& transfer, StreamGetOpened& opened) {
-    if (read.ok()) {
-      opened.headers[i] = std::move(*read);
-      return;
-    }
-    transfer.states[i] =
-        read.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
-    opened.headers[i].reset();
-  }
   Result<TransferTicket> Register(OpenTransfer transfer, uint64_t total_bytes) {
     KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.Add(std::move(transfer)));
     return TransferTicket{added.id, added.secret, address_, total_bytes};
@@ -196,57 +186,32 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
                                                         uint64_t scope, ExtraBlockSource* extra) {
   StreamGetOpened opened;
   opened.headers.resize(keys.size());
-  std::vector<bool> from_extra(keys.size(), false);
-  uint64_t total = 0, extra_total = 0;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const storage::BlockRef ref{keys[i], format, scope};
-    Result<storage::BlockHeader> header = options_.store->Peek(ref);
-    if (!header.ok() && extra != nullptr) {
-      header = extra->Peek(ref);
-      from_extra[i] = header.ok();
-    }
-    if (!header.ok()) continue;
-    total += header->payload_bytes;
-    if (from_extra[i]) extra_total += header->payload_bytes;
-    opened.headers[i] = std::move(*header);
-  }
   OpenTransfer transfer;
   transfer.op = StreamOp::kGet;
   transfer.states.assign(keys.size(), StreamBlockState::kMissing);
   transfer.slots.resize(keys.size());
   transfer.format_tag = format;
   transfer.salt_scope = scope;
-  // Only the extra source's blocks are staged now; the tiers' are found when sent.
-  if (extra_total > 0) {
-    KVTIER_ASSIGN_OR_RETURN(transfer.buffer, pool_.Take(extra_total));
-  }
-  uint64_t offset = 0;
-  std::vector<size_t> extra_blocks;  // read in one batch below (a GPU pool: one gather)
-  std::vector<storage::BlockRef> extra_refs;
-  std::vector<std::span<uint8_t>> extra_outs;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (!opened.headers[i]) continue;
-    GetSlot& slot = transfer.slots[i];
-    slot.bytes = opened.headers[i]->payload_bytes;
-    transfer.states[i] = StreamBlockState::kPresent;
-    if (!from_extra[i]) {
-      slot.read_at_send = true;
-      slot.key = keys[i];
+  std::vector<uint32_t> lacking;  // positions of the blocks the tiers lack
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    Result<storage::BlockHeader> header = options_.store->Peek({keys[i], format, scope});
+    if (!header.ok()) {
+      lacking.push_back(i);
       continue;
     }
-    slot.offset = offset;
-    offset += slot.bytes;
-    extra_blocks.push_back(i);
-    extra_refs.push_back({keys[i], format, scope});
-    extra_outs.push_back(transfer.buffer.bytes().subspan(slot.offset, slot.bytes));
+    transfer.states[i] = StreamBlockState::kPresent;
+    transfer.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys[i]};
+    opened.headers[i] = std::move(*header);
   }
-  if (!extra_blocks.empty()) {
-    // The header Read gives is answered, with the checksum of the bytes read.
-    std::vector<Result<storage::BlockHeader>> reads = extra->ReadBatch(extra_refs, extra_outs);
-    for (size_t k = 0; k < extra_blocks.size(); ++k) {
-      if (reads[k].ok()) reads[k] = WithChecksum(std::move(*reads[k]), extra_outs[k]);
-      SetRead(extra_blocks[k], std::move(reads[k]), transfer, opened);
-    }
+  if (extra != nullptr && !lacking.empty()) {
+    KVTIER_RETURN_IF_ERROR(StageFromSource(*extra, keys, lacking, pool_, options_.max_block_bytes, transfer));
+  }
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    if (transfer.states[i] != StreamBlockState::kPresent) continue;
+    const GetSlot& slot = transfer.slots[i];
+    if (!slot.read_at_send) opened.headers[i] = transfer.headers[slot.header];  // read from the source
+    total += slot.bytes;
   }
   opened.states = transfer.states;
   KVTIER_ASSIGN_OR_RETURN(opened.ticket, Register(std::move(transfer), total));

@@ -83,7 +83,6 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void OnKeysHead(const asio::error_code& ec);
   void OnKeys(const asio::error_code& ec);
   [[nodiscard]] Status OpenKeyedGet();
-  [[nodiscard]] Status ReadFromExtra(const std::vector<uint32_t>& lacking);
   bool keyed() const { return static_cast<StreamOp>(request_.op) == StreamOp::kGetKeys; }
   // A keyed put (stream_keyed_put.cc): the session checked, its headers read and checked
   // as OpenPut checks them, its staging taken, then read as a ticket's put.

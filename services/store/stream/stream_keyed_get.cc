@@ -5,6 +5,7 @@
 // copied into staging before, and its reply carries each sent block's header.
 #include <utility>
 
+#include "services/store/stream/source_staging.h"
 #include "services/store/stream/stream_connection.h"
 
 namespace kvtier::store {
@@ -69,49 +70,8 @@ Status StreamConnection::OpenKeyedGet() {
     transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
   if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
-  return ReadFromExtra(lacking);
-}
-
-// The blocks at `lacking` from the session's extra source: sized by one PeekBatch, read
-// by one ReadBatch into staging taken for them all (each a hop to the source's loop). A
-// block gone since its Peek is sent as missing, one that fails its read as corrupt or
-// missing, as OpenGet's.
-Status StreamConnection::ReadFromExtra(const std::vector<uint32_t>& lacking) {
-  std::vector<storage::BlockRef> refs;
-  refs.reserve(lacking.size());
-  for (uint32_t i : lacking) refs.push_back({keys_[i], transfer_.format_tag, transfer_.salt_scope});
-  const std::vector<Result<storage::BlockHeader>> peeked = session_->extra->PeekBatch(refs);
-  std::vector<uint32_t> found;  // of `lacking`: the source holds it
-  uint64_t total = 0;
-  for (uint32_t k = 0; k < lacking.size(); ++k) {
-    if (!peeked[k].ok() || peeked[k]->payload_bytes > context_.max_block_bytes) continue;
-    transfer_.slots[lacking[k]] = GetSlot{.offset = total, .bytes = peeked[k]->payload_bytes};
-    total += peeked[k]->payload_bytes;
-    found.push_back(k);
-  }
-  if (found.empty()) return Status::Ok();
-  Result<StagingBuffer> staging = context_.staging->Take(total);
-  if (!staging.ok()) return staging.status().WithContext("staging the get's blocks outside the node's tiers");
-  transfer_.buffer = std::move(*staging);
-  std::vector<storage::BlockRef> found_refs;
-  std::vector<std::span<uint8_t>> outs;
-  for (uint32_t k : found) {
-    const GetSlot& slot = transfer_.slots[lacking[k]];
-    found_refs.push_back(refs[k]);
-    outs.push_back(transfer_.buffer.bytes().subspan(slot.offset, slot.bytes));
-  }
-  std::vector<Result<storage::BlockHeader>> read = session_->extra->ReadBatch(found_refs, outs);
-  for (size_t j = 0; j < found.size(); ++j) {
-    const uint32_t i = lacking[found[j]];
-    if (read[j].ok() && read[j]->payload_bytes == outs[j].size()) {
-      transfer_.states[i] = StreamBlockState::kPresent;
-      transfer_.slots[i].header = static_cast<uint32_t>(transfer_.headers.size());
-      transfer_.headers.push_back(WithChecksum(std::move(*read[j]), outs[j]));  // hashed here, off the source's loop
-    } else if (!read[j].ok() && read[j].status().code() == StatusCode::kDataLoss) {
-      transfer_.states[i] = StreamBlockState::kCorrupt;
-    }
-  }
-  return Status::Ok();
+  // Each a hop to the source's loop; the blocks are hashed here, off that loop.
+  return StageFromSource(*session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
 }
 
 }  // namespace kvtier::store

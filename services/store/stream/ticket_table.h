@@ -48,7 +48,7 @@ struct GetSlot {
   uint64_t bytes = 0;
   bool read_at_send = false;
   BlockKey key = {};    // read_at_send: the block, under the transfer's format tag and scope
-  uint32_t header = 0;  // !read_at_send, keyed get: its header in `OpenTransfer::headers`
+  uint32_t header = 0;  // !read_at_send: its header in `OpenTransfer::headers`
 };
 
 struct OpenTransfer {
@@ -63,7 +63,7 @@ struct OpenTransfer {
   uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent; put: received, once stored
   std::vector<storage::PinnedBlock> pinned;  // get: the host tier's blocks on the wire
   StagingBuffer read_at_send;                // get: the tiers' blocks not pinned, read when sent
-  // put: the headers, in payload order; keyed get: those of the extra source's blocks.
+  // put: the headers, in payload order; get: those of the extra source's blocks.
   std::vector<storage::BlockHeader> headers;
   // put: host-tier pages the payloads are read into, where the tier took the batch as new
   // blocks (else they are read into `buffer`).
