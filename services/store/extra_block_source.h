@@ -5,14 +5,27 @@
 // (its RPC event loop); implementations may rely on that. The data stream's keyed gets,
 // served on the stream's threads, reach such a source through a LoopBoundBlockSource
 // (services/store/rpc/loop_bound_block_source.h), which runs each call on that loop.
+// The bytes of a held block (HoldBatch) are the exception: any thread may read them
+// until the hold is released.
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "storage/block_header.h"
 
 namespace kvtier::store {
+
+// A block as HoldBatch finds it: its header and, where the source holds it in host
+// memory, its bytes there (`held`), unchanged until ReleaseBatch gives back `hold`.
+// `held` empty: not held (the source keeps it where no other thread can read it, as a
+// GPU pool): Read or ReadBatch copies it.
+struct HeldBlock {
+  storage::BlockHeader header;
+  std::span<const uint8_t> held = {};
+  uint64_t hold = 0;  // with `held`: the source's name for the hold
+};
 
 class ExtraBlockSource {
  public:
@@ -25,12 +38,23 @@ class ExtraBlockSource {
   // for the hash.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
-  // Peek of several blocks, one result each.
-  [[nodiscard]] virtual std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) {
-    std::vector<Result<storage::BlockHeader>> results;
+  // Peek of several blocks, one result each (kNotFound as Peek); where the source can, it
+  // also holds each block found, so that the caller copies it on its own thread and the
+  // source's thread is not held for the copy (a worker's host pool). The caller gives
+  // every hold back by one ReleaseBatch. The default holds nothing.
+  [[nodiscard]] virtual std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) {
+    std::vector<Result<HeldBlock>> results;
     results.reserve(refs.size());
-    for (const storage::BlockRef& ref : refs) results.push_back(Peek(ref));
+    for (const storage::BlockRef& ref : refs) {
+      Result<storage::BlockHeader> header = Peek(ref);
+      results.push_back(header.ok() ? Result<HeldBlock>(HeldBlock{.header = std::move(*header)}) : header.status());
+    }
     return results;
+  }
+  // Gives back the holds HoldBatch took (each once); their bytes may change from then on.
+  [[nodiscard]] virtual Status ReleaseBatch(std::span<const uint64_t> holds) {
+    if (holds.empty()) return Status::Ok();
+    return InternalError("this source holds no blocks, yet " + std::to_string(holds.size()) + " holds came back");
   }
   // Read of several blocks (REQUIRES: refs.size() == outs.size()), one result each. A
   // source whose blocks move in batches (a GPU pool: one gather for all) overrides it.

@@ -368,6 +368,25 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   return Status::Ok();
 }
 
+Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  const std::span<const uint8_t> memory = state->storage->host_bytes();
+  if (memory.empty()) {
+    return FailedPreconditionError("pool " + std::to_string(pool_id) +
+                                   " is device memory: its blocks are read by a copy (ReadBlocks), not held");
+  }
+  KVTIER_RETURN_IF_ERROR(state->pool->HoldBlocks(blocks));
+  std::vector<std::span<const uint8_t>> views;
+  views.reserve(blocks.size());
+  for (const BlockId b : blocks) views.push_back(memory.subspan(state->BlockOffset(b), state->layout.bytes_per_block()));
+  return views;
+}
+
+Status Worker::ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  return state->pool->FreeBlocks(blocks);
+}
+
 Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
   return state->storage->Write(state->BlockOffset(block), in);

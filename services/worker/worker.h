@@ -216,6 +216,15 @@ class Worker {
   // copy per block); blocks may repeat. REQUIRES: blocks.size() == outs.size().
   [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                   std::span<const std::span<uint8_t>> outs) const;
+  // Committed blocks of a host pool held for a reader on another thread (a peer's fetch,
+  // copied off this loop): views[i] is blocks[i]'s bytes in pool memory, which stay as
+  // they are until ReleaseBlocks drops the hold (the block is neither evicted nor reused
+  // meanwhile). kFailedPrecondition for a device pool (its bytes are not host memory: use
+  // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.
+  [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
+                                                                        std::span<const BlockId> blocks);
+  // Drops holds HoldBlocks took, each once.
+  [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
   // when the pool lacks it. kNotFound: no such pool.

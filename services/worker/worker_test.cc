@@ -336,6 +336,46 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   EXPECT_EQ(outs[3], Pattern(2));
 }
 
+// A peer's fetch holds committed blocks of a host pool and reads them in place, off the
+// worker's thread; a device pool's blocks are read by a copy instead.
+TEST_P(WorkerStorageTest, HeldBlocksAreReadInPlaceAndOutliveTheirSequence) {
+  const int device = GetParam();
+  const gpu::DeviceProbe probe = gpu::ProbeDevices();
+  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+  auto created = Worker::Create({.pools = {{TestLayout(), 2}}, .device = device});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  // Sequence 1 computes and commits block 1; its second block stays uncommitted.
+  const std::vector<BlockKey> keys = {Key(1)};
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 6)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
+  ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 6), {}).ok());
+  const std::vector<BlockId> committed = {a->block_table[0]};
+  auto held = worker.HoldBlocks(0, committed);
+  if (device >= 0) {
+    EXPECT_EQ(held.status().code(), StatusCode::kFailedPrecondition) << held.status();
+    return;
+  }
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(worker.HoldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status().code(),
+            StatusCode::kFailedPrecondition) << "block 2 is not committed";
+  EXPECT_EQ(worker.HoldBlocks(1, committed).status().code(), StatusCode::kNotFound) << "no pool 1";
+  ASSERT_TRUE(worker.Free(1, 1).ok());
+  // Sequence 2 needs both blocks: the held one is not evicted for it.
+  const std::vector<BlockKey> other = {Key(5), Key(6)};
+  EXPECT_EQ(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 8)})
+                .status()
+                .code(),
+            StatusCode::kResourceExhausted);
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_EQ(std::vector<uint8_t>((*held)[0].begin(), (*held)[0].end()), Pattern(1));
+  ASSERT_TRUE(worker.ReleaseBlocks(0, committed).ok());
+  EXPECT_EQ(worker.ReleaseBlocks(0, committed).code(), StatusCode::kFailedPrecondition) << "released twice";
+  EXPECT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 8)}).ok())
+      << "block 1 is evictable again";
+}
+
 INSTANTIATE_TEST_SUITE_P(HostAndGpu, WorkerStorageTest, ::testing::Values(-1, 0),
                          [](const auto& info) { return info.param < 0 ? "HostPool" : "GpuPool"; });
 

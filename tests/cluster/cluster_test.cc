@@ -11,6 +11,8 @@
 //     the engines' clients reach it again without being made anew;
 //   - worker B reuses a prefix computed on worker A: fetched over the network from A's
 //     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine;
+//     inline (blocks this small go so by default), and again with every fetch a keyed
+//     get on A's data stream (A's pool blocks held and copied off A's loop);
 //   - with the workers writing through to the store node, B reuses a prefix A computed
 //     through the store, after A was killed.
 #include <signal.h>
@@ -236,6 +238,9 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(b.Free(sequence).ok());
   }
 
+  // B onboards two prefixes A computed: one from A's pool, one A evicted to its store tier.
+  void ReuseAPrefixComputedOnWorkerA();
+
   Network network_{4};
   std::string address_;
   std::unique_ptr<Process> coordinator_, store_;
@@ -309,7 +314,17 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   EXPECT_EQ(again->matched_blocks, 4u) << "the prompt B recomputed after A died";
 }
 
-TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) {
+TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) { ReuseAPrefixComputedOnWorkerA(); }
+
+// Every peer fetch on the data stream, however small its blocks (64 KiB and up by default).
+class ClusterStreamingEveryFetchTest : public ClusterTest {
+ protected:
+  std::vector<std::string> WorkerFlags() const override { return {"--worker-fetch-stream-min-block-bytes", "0"}; }
+};
+
+TEST_F(ClusterStreamingEveryFetchTest, WorkerBReusesAPrefixComputedOnWorkerA) { ReuseAPrefixComputedOnWorkerA(); }
+
+void ClusterTest::ReuseAPrefixComputedOnWorkerA() {
   auto a = Engine(0), b = Engine(1);
   ASSERT_TRUE(a != nullptr && b != nullptr);
   auto pool_a = testing::MapWorkerPool(*a), pool_b = testing::MapWorkerPool(*b);

@@ -88,8 +88,8 @@ interface BlockStore {
   # (keyed gets, services/store/stream/protocol.h), with no openGet per get; each answers
   # as openGet, the headers of the blocks sent included, under `formatTag` and the
   # session's salt scope. The session lives while used at least once per ticket ttl.
-  # It serves the node's tiers only: UNIMPLEMENTED on a node that also serves a worker's
-  # pool (use openGet there), and as openPut where the node runs no data stream.
+  # On a node that also serves a worker's pool, a block the tiers lack is read from the
+  # pool (the tiers' copy wins). UNIMPLEMENTED as openPut.
 
   openPutSession @7 (saltScope :UInt64) -> (ticket :TransferTicket);
   # A put session: the caller then sends each put's headers on the data stream itself

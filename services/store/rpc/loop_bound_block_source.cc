@@ -12,8 +12,9 @@ namespace kvtier::store {
 namespace {
 
 // Each block of a batch answers the call's failure.
-std::vector<Result<storage::BlockHeader>> EachFails(size_t count, const Status& status) {
-  return std::vector<Result<storage::BlockHeader>>(count, status);
+template <typename T = storage::BlockHeader>
+std::vector<Result<T>> EachFails(size_t count, const Status& status) {
+  return std::vector<Result<T>>(count, status);
 }
 
 }  // namespace
@@ -53,10 +54,19 @@ Result<storage::BlockHeader> LoopBoundBlockSource::Read(const storage::BlockRef&
   return std::move(*read);
 }
 
-std::vector<Result<storage::BlockHeader>> LoopBoundBlockSource::PeekBatch(std::span<const storage::BlockRef> refs) {
-  Result<std::vector<Result<storage::BlockHeader>>> peeked = OnLoop([&] { return source_->PeekBatch(refs); });
-  if (!peeked.ok()) return EachFails(refs.size(), peeked.status());
-  return std::move(*peeked);
+std::vector<Result<HeldBlock>> LoopBoundBlockSource::HoldBatch(std::span<const storage::BlockRef> refs) {
+  Result<std::vector<Result<HeldBlock>>> found = OnLoop([&] { return source_->HoldBatch(refs); });
+  if (!found.ok()) return EachFails<HeldBlock>(refs.size(), found.status());
+  return std::move(*found);
+}
+
+Status LoopBoundBlockSource::ReleaseBatch(std::span<const uint64_t> holds) {
+  Status released = Status::Ok();  // the source's answer, where the loop ran the call
+  const Result<bool> ran = OnLoop([&] {
+    released = source_->ReleaseBatch(holds);
+    return true;
+  });
+  return ran.ok() ? released : ran.status();
 }
 
 std::vector<Result<storage::BlockHeader>> LoopBoundBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,

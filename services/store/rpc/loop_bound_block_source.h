@@ -5,7 +5,9 @@
 // stream's threads.
 //
 // Each call is one hop to the loop and back (an eventfd wake-up, some microseconds): a
-// caller reading many blocks uses PeekBatch and ReadBatch, which hop once each.
+// caller reading many blocks uses the batches, which hop once each. A source that holds
+// blocks (HoldBatch: a worker's host pool) leaves their copy to the caller's thread, so
+// the loop is held only to find and to release them.
 // Once the loop has exited, every call answers kUnavailable (per block, for the batches)
 // without touching the source: a keyed get then finds the blocks missing.
 //
@@ -35,7 +37,8 @@ class LoopBoundBlockSource final : public ExtraBlockSource {
 
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
-  [[nodiscard]] std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) override;
+  [[nodiscard]] std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds) override;
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -16,7 +17,8 @@ namespace {
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 
-// Holds block 1; records the thread of every call and counts each kind of call.
+// Has block 1, which HoldBatch holds (hold 7); records the thread of every call and counts
+// each kind of call.
 class RecordingSource final : public ExtraBlockSource {
  public:
   explicit RecordingSource(TestBlock block) : block_(std::move(block)) {}
@@ -31,9 +33,18 @@ class RecordingSource final : public ExtraBlockSource {
     std::copy(block_.payload.begin(), block_.payload.end(), out.begin());
     return block_.header;
   }
-  std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) override {
-    Record(peek_batches);
-    return ExtraBlockSource::PeekBatch(refs);
+  std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
+    Record(hold_batches);
+    std::vector<Result<HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
+    for (Result<HeldBlock>& each : found) {
+      if (each.ok()) *each = HeldBlock{.header = each->header, .held = block_.payload, .hold = 7};
+    }
+    return found;
+  }
+  Status ReleaseBatch(std::span<const uint64_t> holds) override {
+    Record(release_batches);
+    released.insert(released.end(), holds.begin(), holds.end());
+    return Status::Ok();
   }
   std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                       std::span<const std::span<uint8_t>> outs) override {
@@ -42,7 +53,8 @@ class RecordingSource final : public ExtraBlockSource {
   }
 
   // Written on the loop's thread only; read by the test once its calls have returned.
-  int peeks = 0, reads = 0, peek_batches = 0, read_batches = 0;
+  int peeks = 0, reads = 0, hold_batches = 0, release_batches = 0, read_batches = 0;
+  std::vector<uint64_t> released;
   std::vector<std::thread::id> threads;
 
  private:
@@ -109,10 +121,15 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
   ASSERT_TRUE(bound.Read(kRef1, out).ok());
   EXPECT_EQ(out, block.payload);
   const storage::BlockRef refs[] = {kRef1, kRef2};
-  const std::vector<Result<storage::BlockHeader>> peeked = bound.PeekBatch(refs);
-  ASSERT_EQ(peeked.size(), 2u);
-  EXPECT_EQ(peeked[0]->checksum, block.header.checksum);
-  EXPECT_EQ(peeked[1].status().code(), StatusCode::kNotFound);
+  const std::vector<Result<HeldBlock>> found = bound.HoldBatch(refs);
+  ASSERT_EQ(found.size(), 2u);
+  ASSERT_TRUE(found[0].ok()) << found[0].status();
+  EXPECT_EQ(found[0]->header.checksum, block.header.checksum);
+  EXPECT_TRUE(std::ranges::equal(found[0]->held, block.payload)) << "block 1's bytes, held in place";
+  EXPECT_EQ(found[1].status().code(), StatusCode::kNotFound);
+  const uint64_t holds[] = {found[0]->hold};
+  EXPECT_TRUE(bound.ReleaseBatch(holds).ok());
+  EXPECT_EQ(source.released, std::vector<uint64_t>{7});
   std::vector<uint8_t> batch_out(100, 0);
   const std::span<uint8_t> outs[] = {batch_out};
   const std::vector<Result<storage::BlockHeader>> read = bound.ReadBatch(std::span(refs, 1), outs);
@@ -121,7 +138,8 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
 
   // Calls counted: a batch is one call of the source's batch method (its Peeks and Reads
   // within it run there too).
-  EXPECT_EQ(source.peek_batches, 1);
+  EXPECT_EQ(source.hold_batches, 1);
+  EXPECT_EQ(source.release_batches, 1);
   EXPECT_EQ(source.read_batches, 1);
   EXPECT_EQ(source.peeks, 2 + 2);
   EXPECT_EQ(source.reads, 1 + 1);
@@ -144,9 +162,11 @@ TEST(LoopBoundBlockSourceTest, OnceTheLoopHasExitedEveryCallAnswersUnavailable) 
   std::vector<uint8_t> out(100);
   EXPECT_EQ(bound->Read(kRef1, out).status().code(), StatusCode::kUnavailable);
   const storage::BlockRef refs[] = {kRef1, kRef2};
-  for (const Result<storage::BlockHeader>& each : bound->PeekBatch(refs)) {
+  for (const Result<HeldBlock>& each : bound->HoldBatch(refs)) {
     EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
   }
+  const uint64_t holds[] = {7};
+  EXPECT_EQ(bound->ReleaseBatch(holds).code(), StatusCode::kUnavailable);
   const std::span<uint8_t> outs[] = {out, out};
   const std::vector<Result<storage::BlockHeader>> read = bound->ReadBatch(refs, outs);
   ASSERT_EQ(read.size(), 2u);

@@ -25,14 +25,19 @@ using storage::testing::TestBlock;
 using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
-// Blocks held outside the tiers (a worker's pool), thread-safe as a session's source
-// must be. Block `gone` was evicted between Peek and Read; block `corrupt` fails its read.
-// With `hold_reads`, a ReadBatch waits (up to 5 s) until Release(): a source whose loop
-// is busy.
+// What a PoolSource does besides answering its blocks (keys' `lo` name them).
+struct PoolSourceOptions {
+  uint64_t gone = 0;      // evicted between HoldBatch and ReadBatch
+  uint64_t corrupt = 0;   // fails its read
+  std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
+  bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until FinishRead(): a busy loop
+};
+
+// Blocks outside the tiers (a worker's pool), thread-safe as a session's source must be.
 class PoolSource final : public ExtraBlockSource {
  public:
-  PoolSource(std::vector<TestBlock> blocks, uint64_t gone, uint64_t corrupt, bool hold_reads = false)
-      : blocks_(std::move(blocks)), gone_(gone), corrupt_(corrupt), hold_reads_(hold_reads) {}
+  explicit PoolSource(std::vector<TestBlock> blocks, PoolSourceOptions options = {})
+      : blocks_(std::move(blocks)), options_(std::move(options)) {}
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
@@ -41,40 +46,62 @@ class PoolSource final : public ExtraBlockSource {
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
-    if (ref.key.lo == gone_) return NotFoundError("evicted since Peek");
-    if (ref.key.lo == corrupt_) return DataLossError("block failed its checksum");
+    if (ref.key.lo == options_.gone) return NotFoundError("evicted since Peek");
+    if (ref.key.lo == options_.corrupt) return DataLossError("block failed its checksum");
     std::copy(block->payload.begin(), block->payload.end(), out.begin());
     storage::BlockHeader header = block->header;
     header.checksum = 0;  // as a pool's Read: the server hashes the bytes
     return header;
   }
-  std::vector<Result<storage::BlockHeader>> PeekBatch(std::span<const storage::BlockRef> refs) override {
+  std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
+    std::vector<Result<HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
     std::lock_guard lock(mu_);
-    peek_batches_.push_back(refs.size());
-    return ExtraBlockSource::PeekBatch(refs);
+    hold_batches_.push_back(refs.size());
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!found[i].ok() || std::ranges::count(options_.holdable, refs[i].key.lo) == 0) continue;
+      found[i]->held = Find(refs[i]).value()->payload;
+      found[i]->hold = refs[i].key.lo;
+      ++holds_out_;
+    }
+    return found;
+  }
+  Status ReleaseBatch(std::span<const uint64_t> holds) override {
+    std::lock_guard lock(mu_);
+    released_.insert(released_.end(), holds.begin(), holds.end());
+    holds_out_ -= static_cast<int>(holds.size());
+    return Status::Ok();
   }
   std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                       std::span<const std::span<uint8_t>> outs) override {
     std::unique_lock lock(mu_);
     read_batches_.push_back(refs.size());
-    if (hold_reads_) {
+    if (options_.reads_wait) {
       reading_ = true;
       changed_.notify_all();
-      changed_.wait_for(lock, std::chrono::seconds(5), [&] { return released_; });
+      changed_.wait_for(lock, std::chrono::seconds(5), [&] { return read_finished_; });
       reading_ = false;
     }
     return ExtraBlockSource::ReadBatch(refs, outs);
   }
-  // Blocks per PeekBatch and per ReadBatch call, in order.
-  std::vector<size_t> peek_batches() const {
+  // Blocks per HoldBatch and per ReadBatch call, in order.
+  std::vector<size_t> hold_batches() const {
     std::lock_guard lock(mu_);
-    return peek_batches_;
+    return hold_batches_;
   }
   std::vector<size_t> read_batches() const {
     std::lock_guard lock(mu_);
     return read_batches_;
   }
-  // hold_reads: whether a ReadBatch is waiting now; WaitForRead waits (bounded) until one is.
+  // Holds given back, in order; holds taken and not yet given back.
+  std::vector<uint64_t> released() const {
+    std::lock_guard lock(mu_);
+    return released_;
+  }
+  int holds_out() const {
+    std::lock_guard lock(mu_);
+    return holds_out_;
+  }
+  // reads_wait: whether a ReadBatch is waiting now; WaitForRead waits (bounded) until one is.
   bool reading() const {
     std::lock_guard lock(mu_);
     return reading_;
@@ -83,9 +110,9 @@ class PoolSource final : public ExtraBlockSource {
     std::unique_lock lock(mu_);
     return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return reading_; });
   }
-  void Release() {
+  void FinishRead() {
     std::lock_guard lock(mu_);
-    released_ = true;
+    read_finished_ = true;
     changed_.notify_all();
   }
 
@@ -99,12 +126,13 @@ class PoolSource final : public ExtraBlockSource {
     return NotFoundError("not held");
   }
   const std::vector<TestBlock> blocks_;
-  const uint64_t gone_, corrupt_;
-  const bool hold_reads_;
+  const PoolSourceOptions options_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  std::vector<size_t> peek_batches_, read_batches_;
-  bool reading_ = false, released_ = false;
+  std::vector<size_t> hold_batches_, read_batches_;
+  std::vector<uint64_t> released_;
+  int holds_out_ = 0;
+  bool reading_ = false, read_finished_ = false;
 };
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
@@ -280,7 +308,7 @@ TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHead
   const std::vector<TestBlock> pool{MakeBlock(1, 4096), MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
                                     MakeBlock(7, 4096)};
   ASSERT_NE(pool[0].payload, tiered.payload);
-  auto source = std::make_shared<PoolSource>(pool, /*gone=*/6, /*corrupt=*/7);
+  auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.gone = 6, .corrupt = 7});
   auto client = Client();
   Result<Got> read = GetKeys(*client, Session(kScope, source), {1, 5, 6, 7, 9});
   ASSERT_TRUE(read.ok()) << read.status();
@@ -296,9 +324,34 @@ TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHead
   EXPECT_EQ(got.get.headers[1]->checksum, pool[1].header.checksum) << "the server hashed the bytes read";
   EXPECT_FALSE(got.get.headers[2]);
   EXPECT_FALSE(got.get.headers[3]);
-  EXPECT_EQ(source->peek_batches(), (std::vector<size_t>{4})) << "blocks 5, 6, 7 and 9 in one call";
+  EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4})) << "blocks 5, 6, 7 and 9 in one call";
   EXPECT_EQ(source->read_batches(), (std::vector<size_t>{3})) << "blocks 5, 6 and 7 in one call";
   EXPECT_EQ(server_->Stats().bytes_sent, 2 * kBlockBytes);
+  EXPECT_TRUE(Drained()) << "the source's staging freed once sent";
+}
+
+// The source holds blocks 5 and 6 in place (a worker's host pool) but not block 8 (as a
+// GPU pool's): the get copies 5 and 6 itself, asks the source to read block 8 alone, and
+// gives both holds back; every block comes with the checksum of its bytes.
+TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreCopiedInPlaceAndGivenBack) {
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.holdable = {5, 6}});
+  auto client = Client();
+  Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 8, 6, 9});
+  ASSERT_TRUE(read.ok()) << read.status();
+  const Got& got = *read;
+  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
+                                                           StreamBlockState::kPresent, StreamBlockState::kMissing}));
+  const size_t order[] = {0, 2, 1};  // keys 5, 8, 6 are pool blocks 0, 2, 1
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got.bytes[i], pool[order[i]].payload) << "key " << i;
+    ASSERT_TRUE(got.get.headers[i]);
+    EXPECT_EQ(got.get.headers[i]->checksum, pool[order[i]].header.checksum) << "key " << i;
+  }
+  EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4}));
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(source->holds_out(), 0);
   EXPECT_TRUE(Drained()) << "the source's staging freed once sent";
 }
 
@@ -311,7 +364,7 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
   const TestBlock tiered = MakeBlock(1, 4096);
   Store({tiered});
   const TestBlock pooled = MakeBlock(5, 4096);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, 0, 0, /*hold_reads=*/true);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, PoolSourceOptions{.reads_wait = true});
   const TransferTicket session = Session(kScope, source);
   Result<Got> waited = InternalError("not run");
   std::thread waiting([&] {
@@ -322,7 +375,7 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
   auto client = Client();
   const Result<Got> other = GetKeys(*client, session, {1});
   const bool source_still_reading = source->reading();
-  source->Release();
+  source->FinishRead();
   waiting.join();
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->bytes[0], tiered.payload);
@@ -332,13 +385,13 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
 }
 
 // Staging bounded at 2 MiB, all of it held by an open put of 1.5 MiB (staging is taken in
-// MiB): a keyed get of a 64 KiB block of the source is refused kResourceExhausted, holding
-// nothing more; once the put's ticket has expired (and the idle session with it), a new
-// session gets the block.
+// MiB): a keyed get of a 64 KiB block the source holds in place is refused
+// kResourceExhausted, holding nothing more, and the block's hold is given back; once the
+// put's ticket has expired (and the idle session with it), a new session gets the block.
 TEST_F(KeyedGetTest, ASourcesBlocksBeyondTheStagingAreRefusedForALaterRetry) {
   StartNode(storage::testing::HostOnly(1u << 20), {.max_staged_bytes = 2u << 20});
   const TestBlock pooled = MakeBlock(5, kBlockBytes);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, 0, 0);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, PoolSourceOptions{.holdable = {5}});
   const TransferTicket session = Session(kScope, source);
   const Result<TransferTicket> put = server_->OpenPut({MakeBlock(2, 3u << 19).header});
   ASSERT_TRUE(put.ok()) << put.status();
@@ -347,6 +400,8 @@ TEST_F(KeyedGetTest, ASourcesBlocksBeyondTheStagingAreRefusedForALaterRetry) {
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find("outside the node's tiers"), std::string::npos) << refused.status();
   EXPECT_EQ(server_->Stats().staged_bytes, staged) << "the put's alone";
+  EXPECT_EQ(source->released(), std::vector<uint64_t>{5});
+  EXPECT_EQ(source->holds_out(), 0);
 
   clock_.Advance(std::chrono::seconds(31));  // the put's ticket expires (the ttl is 30 s)
   ASSERT_TRUE(Drained());
@@ -356,7 +411,7 @@ TEST_F(KeyedGetTest, ASourcesBlocksBeyondTheStagingAreRefusedForALaterRetry) {
 }
 
 TEST_F(KeyedGetTest, APutSessionTakesNoSource) {
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{}, 0, 0);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{});
   const Result<TransferTicket> put = server_->OpenSession({.op = StreamOp::kPutHeaders, .extra = source});
   EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status();
 }

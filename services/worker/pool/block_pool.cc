@@ -81,6 +81,21 @@ Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   return Status::Ok();
 }
 
+Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) {
+  Impl& p = *impl_;
+  for (const BlockId b : blocks) {
+    if (b >= p.metas_.size()) {
+      return OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+                             std::to_string(p.metas_.size()) + "); nothing was held");
+    }
+    if (!p.metas_[b].committed) {
+      return FailedPreconditionError("block " + std::to_string(b) + " is not committed; nothing was held");
+    }
+  }
+  for (const BlockId b : blocks) p.Ref(b);
+  return Status::Ok();
+}
+
 uint32_t BlockPool::LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const {
   uint32_t matched = 0;
   BlockKey parent = root;

@@ -147,6 +147,12 @@ class BlockPool {
   // kFailedPrecondition: a block without references (a double free, also within the call).
   [[nodiscard]] Status FreeBlocks(std::span<const BlockId> blocks);
 
+  // Adds one reference to each committed block, for a reader elsewhere (a peer's fetch
+  // copying it on another thread): until FreeBlocks drops that reference, the block is
+  // neither evicted nor overwritten by a partial reuse. kOutOfRange: not a block of this
+  // pool; kFailedPrecondition: a block not committed. Nothing is held on error.
+  [[nodiscard]] Status HoldBlocks(std::span<const BlockId> blocks);
+
   // ---- sequences ----------------------------------------------------------------------
   [[nodiscard]] Result<SequenceStart> StartSequence(const SequenceRequest& request);
   // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed.

@@ -126,6 +126,44 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
   EXPECT_EQ(pool->Stats().partial_copies, 1u);
 }
 
+TEST(BlockPoolTest, AHeldBlockIsNeitherEvictedNorTakenOverUntilFreed) {
+  auto pool = MakePool(2);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, {10, 11, 12, 13});
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  const BlockId held = a.block_table[0];
+  ASSERT_TRUE(pool->HoldBlocks(std::vector<BlockId>{held}).ok());  // a peer's fetch copies it
+  EXPECT_EQ(pool->Stats().in_use, 1u);
+  EXPECT_EQ(pool->Stats().cached, 0u) << "not evictable while held";
+  // Tokens 10, 11 match the held block: copied, not taken over in place.
+  auto b = pool->StartSequence({2, kRoot, 0, 0, {}, std::vector<uint32_t>{10, 11, 99}});
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(b->copy.has_value());
+  EXPECT_EQ(b->copy->source, held);
+  // The one other block is in use: a third block would need the held one, and is refused.
+  std::vector<BlockId> more;
+  std::vector<EvictedBlock> evicted;
+  EXPECT_EQ(pool->AllocateBlocks(1, &more, &evicted).code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(pool->FreeBlocks(std::vector<BlockId>{held}).ok());  // the fetch is done
+  EXPECT_EQ(pool->Stats().cached, 1u);
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0)}), 1u) << "still cached under its key";
+  ASSERT_TRUE(pool->AllocateBlocks(1, &more, &evicted).ok());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].block, held) << "evictable again once freed";
+}
+
+TEST(BlockPoolTest, HoldingABlankOrForeignBlockIsRefusedAndHoldsNothing) {
+  auto pool = MakePool(4);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // block 0 committed, block 1 not
+  ASSERT_EQ(a.block_table.size(), 2u);
+  const BlockId committed = a.block_table[0];
+  EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, a.block_table[1]}).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, 9}).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  EXPECT_EQ(pool->Stats().cached, 1u) << "the refused holds took no reference on block " << committed;
+  EXPECT_EQ(pool->Stats().in_use, 0u);
+}
+
 TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
   auto pool = MakePool(8);
   // Committed without its tokens: reusable by key, but no partial-reuse candidate.

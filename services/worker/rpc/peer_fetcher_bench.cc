@@ -3,18 +3,25 @@
 //
 // The peer is a coordinator process's BlockStore over a host tier that holds every block
 // (as a storage node's would) or, with `pool`, over empty tiers with every block in a
-// source beside them that the BlockStore reads on its loop (as a worker's pool: copied,
-// its checksum left to the server); one fetch of `blocks` blocks at a time, each checked
-// (key, scope, format, size, XXH3) and landed in the fetch's buffer as onboarding does.
-// `loop_us`: the time per fetch that the source's reads held the peer's loop (a worker's
-// loop, which its engines' calls wait for).
-// Arguments: stream (0 inline, 1 stream), block bytes, blocks per fetch, pool (0 or 1).
+// source beside them that the BlockStore calls on its loop (as a worker's pool, its
+// checksum left to the server): pool 1 copies each block on the loop (a GPU pool's
+// gather), pool 2 holds them in place for the keyed get to copy off the loop (a host
+// pool). One fetch of `blocks` blocks at a time, each checked (key, scope, format, size,
+// XXH3) and landed in the fetch's buffer as onboarding does.
+// `loop_us`: the time per fetch that the source's calls held the peer's loop (a worker's
+// loop, which its engines' calls wait for). `loop_wait_*_us`: what a call to the peer's
+// loop waits while the fetches run, as an engine's call to that worker would: a thread
+// of the bench runs a no-op there every 250 us (kj::Executor::executeSync), timed from
+// send to return.
+// Arguments: stream (0 inline, 1 stream), block bytes, blocks per fetch, pool (0, 1, 2).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -37,10 +44,13 @@ constexpr uint64_t kStoredBlocks = 64;
 // As in the kvtier binary, whose worker this measures (common/malloc_tuning.h).
 [[maybe_unused]] const bool kMallocTuned = (KeepLargeAllocationsInTheHeap(), true);
 
-// Blocks held beside the tiers, as a worker's pool: read on the BlockStore's loop, which
-// it times.
+// Blocks held beside the tiers, as a worker's pool: found and read on the BlockStore's
+// loop, which it times. With `hold`, HoldBatch holds them in place (a host pool's way:
+// the keyed get copies them off the loop); without, each is copied on the loop (a GPU
+// pool's way, where the gather runs there).
 class PoolSource final : public store::ExtraBlockSource {
  public:
+  explicit PoolSource(bool hold) : hold_(hold) {}
   void Add(storage::BlockHeader header, std::vector<uint8_t> payload) {
     blocks_.emplace(header.key, std::make_pair(std::move(header), std::move(payload)));
   }
@@ -52,23 +62,102 @@ class PoolSource final : public store::ExtraBlockSource {
     return header;
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
-    const auto start = std::chrono::steady_clock::now();
+    const Timed timed(loop_ns_);
     KVTIER_ASSIGN_OR_RETURN(storage::BlockHeader header, Peek(ref));
     const std::vector<uint8_t>& payload = blocks_.at(ref.key).second;
     std::copy(payload.begin(), payload.end(), out.begin());
-    read_ns_ += static_cast<uint64_t>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
     return header;
   }
-  uint64_t read_ns() const { return read_ns_; }
+  std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
+    const Timed timed(loop_ns_);
+    std::vector<Result<store::HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
+    for (size_t i = 0; hold_ && i < refs.size(); ++i) {
+      if (found[i].ok()) found[i]->held = blocks_.at(refs[i].key).second;
+    }
+    return found;
+  }
+  Status ReleaseBatch(std::span<const uint64_t>) override {
+    const Timed timed(loop_ns_);
+    return Status::Ok();
+  }
+  uint64_t loop_ns() const { return loop_ns_; }
 
  private:
-  std::atomic<uint64_t> read_ns_{0};  // written on the loop, read by the bench between fetches
+  // Adds the time of its scope to `total`.
+  struct Timed {
+    explicit Timed(std::atomic<uint64_t>& total) : total(total) {}
+    ~Timed() {
+      total += static_cast<uint64_t>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
+    }
+    std::atomic<uint64_t>& total;
+    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  };
+
+  const bool hold_;
+  std::atomic<uint64_t> loop_ns_{0};  // written on the loop, read by the bench between fetches
   std::unordered_map<BlockKey, std::pair<storage::BlockHeader, std::vector<uint8_t>>, BlockKeyHash> blocks_;
 };
 
+// Times no-op calls to one event loop from a thread of its own while bound and started.
+class LoopProbe {
+ public:
+  ~LoopProbe() { Stop(); }
+  // On the loop's thread; the first call binds.
+  void BindToThisLoop() {
+    std::lock_guard lock(mu_);
+    if (loop_.get() == nullptr) loop_ = kj::getCurrentThreadExecutor().addRef();
+  }
+  void Start() {
+    stop_ = false;
+    thread_ = std::thread([this] { Run(); });
+  }
+  // Stops the probe; the waits it saw, sorted (microseconds). REQUIRES: the loop still runs.
+  std::vector<double> Stop() {
+    if (!thread_.joinable()) return {};
+    stop_ = true;
+    thread_.join();
+    std::lock_guard lock(mu_);
+    std::sort(waits_us_.begin(), waits_us_.end());
+    return std::exchange(waits_us_, {});
+  }
+
+ private:
+  void Run() {
+    auto next = std::chrono::steady_clock::now();
+    while (!stop_) {
+      next += std::chrono::microseconds(250);
+      std::this_thread::sleep_until(next);
+      const kj::Executor* loop = nullptr;  // bound once, then kept: called without the lock,
+      {                                    // which the loop's thread takes to bind
+        std::lock_guard lock(mu_);
+        loop = loop_.get();
+      }
+      if (loop == nullptr) continue;  // no connection yet: the first fetch binds it
+      const auto sent = std::chrono::steady_clock::now();
+      loop->executeSync([] {});
+      const auto waited = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - sent);
+      std::lock_guard lock(mu_);
+      waits_us_.push_back(waited.count());
+      next = std::max(next, std::chrono::steady_clock::now());  // no catching up after a long wait
+    }
+  }
+
+  std::mutex mu_;
+  kj::Own<const kj::Executor> loop_;
+  std::vector<double> waits_us_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+}
+
 class Peer {
  public:
-  Peer(bool stream, uint64_t block_bytes, bool pool) {
+  // pool: 0 none (every block in the tiers), 1 a pool copied on the loop, 2 one held.
+  Peer(bool stream, uint64_t block_bytes, int pool) : pool_(pool == 2) {
     storage::TieredStoreOptions tiers;
     tiers.host.emplace();
     tiers.host->capacity_bytes = (kStoredBlocks + 4) * ((block_bytes + 65535) / 65536 * 65536);
@@ -92,6 +181,7 @@ class Peer {
     node_ = testing::StartCoordinatorWithStoreNode(
         registry_,
         [this, pool](const auth::Tenant& tenant) {
+          probe_.BindToThisLoop();
           return store::MakeBlockStoreService(
               {.store = store_.get(), .extra = pool ? &pool_ : nullptr, .stream = stream_.get()}, tenant);
         },
@@ -100,13 +190,15 @@ class Peer {
     fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .threads = 1, .stream_min_block_bytes = 0}).value();
   }
   ~Peer() {
+    probe_.Stop();
     fetcher_.reset();
     nodes_.reset();
     node_.reset();
   }
 
   PeerFetcher& fetcher() { return *fetcher_; }
-  uint64_t pool_read_ns() const { return pool_.read_ns(); }
+  LoopProbe& probe() { return probe_; }
+  uint64_t pool_loop_ns() const { return pool_.loop_ns(); }
 
  private:
   std::unique_ptr<storage::TieredStore> store_;
@@ -116,16 +208,18 @@ class Peer {
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
   std::unique_ptr<PeerFetcher> fetcher_;
+  LoopProbe probe_;  // of node_'s loop; stopped before node_ goes
 };
 
 void BM_PeerFetch(benchmark::State& state) {
   const bool stream = state.range(0) != 0;
   const auto block_bytes = static_cast<uint64_t>(state.range(1));
   const auto blocks = static_cast<uint64_t>(state.range(2));
-  const bool pool = state.range(3) != 0;
+  const auto pool = static_cast<int>(state.range(3));
   Peer peer(stream, block_bytes, pool);
   auto io = kj::setupAsyncIo();
   uint64_t next = 0;
+  peer.probe().Start();
   for (auto _ : state) {
     PeerFetchRequest request{{"peer/store"}, {}, kFormat, kScope, block_bytes};
     for (uint64_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
@@ -140,16 +234,21 @@ void BM_PeerFetch(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(fetched.bytes.data());
   }
+  const std::vector<double> waits = peer.probe().Stop();
+  state.counters["loop_wait_p50_us"] = Percentile(waits, 0.5);
+  state.counters["loop_wait_p99_us"] = Percentile(waits, 0.99);
+  state.counters["loop_wait_max_us"] = waits.empty() ? 0 : waits.back();
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * blocks * block_bytes));
   if (pool) {
-    state.counters["loop_us"] = benchmark::Counter(static_cast<double>(peer.pool_read_ns()) / 1e3,
+    state.counters["loop_us"] = benchmark::Counter(static_cast<double>(peer.pool_loop_ns()) / 1e3,
                                                    benchmark::Counter::kAvgIterations);
   }
-  state.SetLabel(std::string(stream ? "stream" : "inline") + (pool ? ", from a pool" : ", from the tiers"));
+  const char* const from[] = {", from the tiers", ", from a pool copied on its loop", ", from a pool held"};
+  state.SetLabel(std::string(stream ? "stream" : "inline") + from[pool]);
 }
 BENCHMARK(BM_PeerFetch)
     ->ArgNames({"stream", "block_bytes", "blocks", "pool"})
-    ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}, {0, 1}})
+    ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

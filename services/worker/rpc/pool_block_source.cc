@@ -37,6 +37,54 @@ Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref,
   return std::move(found.header);
 }
 
+std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const storage::BlockRef> refs) {
+  std::vector<Result<store::HeldBlock>> results;
+  std::vector<std::optional<Found>> found(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i) {
+    Result<Found> f = Find(refs[i]);
+    if (f.ok()) found[i] = std::move(*f);
+    results.push_back(f.ok() ? Result<store::HeldBlock>(store::HeldBlock{}) : f.status());
+  }
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (!found[i] || found[i]->pool_id != pool) continue;
+      blocks.push_back(found[i]->block);
+      positions.push_back(i);
+    }
+    if (blocks.empty()) continue;
+    // A device pool's blocks are not host memory (kFailedPrecondition): they go unheld,
+    // for ReadBatch.
+    const Result<std::vector<std::span<const uint8_t>>> held = worker_->HoldBlocks(pool, blocks);
+    for (size_t j = 0; j < positions.size(); ++j) {
+      store::HeldBlock& out = *results[positions[j]];
+      out.header = std::move(found[positions[j]]->header);
+      if (!held.ok()) continue;
+      out.held = (*held)[j];
+      out.hold = (uint64_t{pool} << 32) | blocks[j];
+    }
+  }
+  return results;
+}
+
+Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds) {
+  for (const uint64_t hold : holds) {
+    if (hold >> 32 >= worker_->pool_count()) {
+      return InvalidArgumentError("hold " + std::to_string(hold) + " names pool " + std::to_string(hold >> 32) +
+                                  " of " + std::to_string(worker_->pool_count()) + "; nothing was released");
+    }
+  }
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    for (const uint64_t hold : holds) {
+      if (hold >> 32 == pool) blocks.push_back(static_cast<BlockId>(hold));
+    }
+    if (!blocks.empty()) KVTIER_RETURN_IF_ERROR(worker_->ReleaseBlocks(pool, blocks));
+  }
+  return Status::Ok();
+}
+
 std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,
                                                                      std::span<const std::span<uint8_t>> outs) {
   std::vector<Result<storage::BlockHeader>> results;

@@ -8,7 +8,9 @@
 // read (store::WithChecksum), on the stream's threads for a keyed get, so that this
 // node's event loop is held only for the copy (the gather, on a GPU). Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
-// retention).
+// retention). HoldBatch holds a host pool's blocks (Worker::HoldBlocks), so that a keyed
+// get copies them on the stream's threads and this node's loop only finds and releases
+// them; a device pool's are read (ReadBatch: one gather).
 //
 // Thread safety: none, as the Worker: the node's event loop owns both.
 // Ownership: borrows the worker, which outlives this object.
@@ -24,6 +26,10 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   explicit PoolBlockSource(Worker* worker) : worker_(worker) {}
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
+  // Each block found, held where its pool is host memory; one Worker::HoldBlocks per pool.
+  // A hold names the pool (high 32 bits) and the block.
+  [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds) override;
   // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;

@@ -84,5 +84,39 @@ TEST_F(PoolBlockSourceTest, ABufferOfTheWrongSizeIsRefusedForThatBlockOnly) {
   EXPECT_EQ(right, Pattern(2));
 }
 
+// A peer's keyed get holds blocks 3 and 1 (block 3 twice) and copies them elsewhere; the
+// sequence that computed them has left, and another needs the whole pool meanwhile.
+TEST_F(PoolBlockSourceTest, HeldBlocksStayInPlaceUntilReleased) {
+  PoolBlockSource source(worker_.get());
+  const std::vector<storage::BlockRef> refs = {Ref(3), Ref(9), Ref(1), Ref(3)};
+  std::vector<Result<store::HeldBlock>> held = source.HoldBatch(refs);
+  ASSERT_EQ(held.size(), refs.size());
+  EXPECT_EQ(held[1].status().code(), StatusCode::kNotFound) << "block 9 was never computed";
+  std::vector<uint64_t> holds;
+  for (size_t i : {0, 2, 3}) {
+    ASSERT_TRUE(held[i].ok()) << i << ": " << held[i].status();
+    EXPECT_EQ(held[i]->header.key, refs[i].key);
+    EXPECT_EQ(held[i]->header.payload_bytes, 512u);
+    EXPECT_EQ(held[i]->header.checksum, 0u) << "left to the reader, which hashes the bytes it copies";
+    holds.push_back(held[i]->hold);
+  }
+  EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3));
+  EXPECT_EQ(std::vector<uint8_t>(held[2]->held.begin(), held[2]->held.end()), Pattern(1));
+  EXPECT_EQ(held[3]->held.data(), held[0]->held.data()) << "the same block, held twice";
+  ASSERT_TRUE(worker_->Free(1, 1).ok());
+  const std::vector<BlockKey> others = {Key(11), Key(12), Key(13)};
+  const auto needs_three = [&](SequenceId sequence) {
+    return worker_->Allocate({.client = 2, .sequence = sequence, .root = kRoot, .block_keys = others,
+                              .tokens = testing::Tokens(100, 12)});
+  };
+  EXPECT_EQ(needs_three(1).status().code(), StatusCode::kResourceExhausted)
+      << "of 4 blocks, blocks 1 and 3 are held: 2 left";
+  EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3)) << "unchanged";
+  const uint64_t foreign[] = {uint64_t{7} << 32};
+  EXPECT_EQ(source.ReleaseBatch(foreign).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
+  ASSERT_TRUE(source.ReleaseBatch(holds).ok());
+  EXPECT_TRUE(needs_three(2).ok()) << "blocks 1 and 3 are evictable again";
+}
+
 }  // namespace
 }  // namespace kvtier::worker
