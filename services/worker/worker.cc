@@ -384,7 +384,7 @@ Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_i
 
 Status Worker::ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
-  return state->pool->FreeBlocks(blocks);
+  return state->pool->ReleaseBlocks(blocks);
 }
 
 Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {

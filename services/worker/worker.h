@@ -223,7 +223,7 @@ class Worker {
   // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.
   [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
                                                                         std::span<const BlockId> blocks);
-  // Drops holds HoldBlocks took, each once.
+  // Drops holds HoldBlocks took, each once (kFailedPrecondition: a block not held as often).
   [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt

@@ -54,29 +54,9 @@ Status BlockPool::AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, s
 
 Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   Impl& p = *impl_;
-  if (p.free_marks_.empty()) p.free_marks_.assign(p.metas_.size(), 0);
-  // References this call drops per block, so that a block listed twice with one
-  // reference is a double free too; the marks are cleared again either way.
-  Status status = Status::Ok();
-  size_t checked = 0;
-  for (; checked < blocks.size(); ++checked) {
-    const BlockId b = blocks[checked];
-    if (b >= p.metas_.size()) {
-      status = OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
-                               std::to_string(p.metas_.size()) + ")");
-      break;
-    }
-    if (++p.free_marks_[b] > p.metas_[b].refs) {
-      status = FailedPreconditionError("block " + std::to_string(b) + " is freed more often than it is referenced" +
-                                       " (a double free); nothing was freed");
-      ++checked;
-      break;
-    }
-  }
-  for (size_t i = 0; i < checked; ++i) {
-    if (blocks[i] < p.metas_.size()) p.free_marks_[blocks[i]] = 0;
-  }
-  KVTIER_RETURN_IF_ERROR(status);
+  // A reader's hold is not the caller's to drop: only the other references count.
+  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].refs - p.metas_[b].holds; },
+                                      "freed more often than it is referenced (a double free); nothing was freed"));
   for (const BlockId b : blocks) p.Unref(b);
   return Status::Ok();
 }
@@ -92,7 +72,21 @@ Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) {
       return FailedPreconditionError("block " + std::to_string(b) + " is not committed; nothing was held");
     }
   }
-  for (const BlockId b : blocks) p.Ref(b);
+  for (const BlockId b : blocks) {
+    ++p.metas_[b].holds;
+    p.Ref(b);
+  }
+  return Status::Ok();
+}
+
+Status BlockPool::ReleaseBlocks(std::span<const BlockId> blocks) {
+  Impl& p = *impl_;
+  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].holds; },
+                                      "released more often than it is held; nothing was released"));
+  for (const BlockId b : blocks) {
+    --p.metas_[b].holds;
+    p.Unref(b);
+  }
   return Status::Ok();
 }
 

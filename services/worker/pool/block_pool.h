@@ -147,11 +147,15 @@ class BlockPool {
   // kFailedPrecondition: a block without references (a double free, also within the call).
   [[nodiscard]] Status FreeBlocks(std::span<const BlockId> blocks);
 
-  // Adds one reference to each committed block, for a reader elsewhere (a peer's fetch
-  // copying it on another thread): until FreeBlocks drops that reference, the block is
-  // neither evicted nor overwritten by a partial reuse. kOutOfRange: not a block of this
-  // pool; kFailedPrecondition: a block not committed. Nothing is held on error.
+  // Holds each committed block for a reader elsewhere (a peer's fetch copying it on
+  // another thread): until ReleaseBlocks, the block is neither evicted nor overwritten by a
+  // partial reuse. A hold is a reference of its own: FreeBlocks never drops it.
+  // kOutOfRange: not a block of this pool; kFailedPrecondition: a block not committed.
+  // Nothing is held on error.
   [[nodiscard]] Status HoldBlocks(std::span<const BlockId> blocks);
+  // Drops one hold of each block. kOutOfRange as FreeBlocks; kFailedPrecondition: a block
+  // released more often than it is held (also within the call). Nothing released on error.
+  [[nodiscard]] Status ReleaseBlocks(std::span<const BlockId> blocks);
 
   // ---- sequences ----------------------------------------------------------------------
   [[nodiscard]] Result<SequenceStart> StartSequence(const SequenceRequest& request);

@@ -23,6 +23,7 @@ struct BlockMeta {
   uint64_t salt_scope = 0;
   BlockId parent = kNoBlock;      // the parent's block when cached here (full-attention pools)
   uint32_t refs = 0;
+  uint32_t holds = 0;             // of refs, readers' holds (HoldBlocks), which FreeBlocks never drops
   uint32_t cached_children = 0;   // committed children cached here
   uint16_t retention_seq = 0;     // matches the live expiry entry
   uint8_t priority = kDefaultPriority;
@@ -78,6 +79,35 @@ class BlockPool::Impl {
     if (--m.refs != 0) return;
     if (m.committed) lru_.PushMostRecent(b, m.priority);
     else free_.push_back(b);
+  }
+
+  // OK when dropping one reference per listed block (a block may repeat) takes no block
+  // below zero of the `dropping(b)` it may drop; else the first block that fails, `what`
+  // it was, and nothing changed.
+  template <typename Droppable>
+  Status CheckDrops(std::span<const BlockId> blocks, Droppable droppable, const char* what) {
+    if (free_marks_.empty()) free_marks_.assign(metas_.size(), 0);
+    // Drops this call makes per block, so that a block listed twice with one reference
+    // fails too; the marks are cleared again either way.
+    Status status = Status::Ok();
+    size_t checked = 0;
+    for (; checked < blocks.size(); ++checked) {
+      const BlockId b = blocks[checked];
+      if (b >= metas_.size()) {
+        status = OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+                                 std::to_string(metas_.size()) + ")");
+        break;
+      }
+      if (++free_marks_[b] > droppable(b)) {
+        status = FailedPreconditionError("block " + std::to_string(b) + " is " + what);
+        ++checked;
+        break;
+      }
+    }
+    for (size_t i = 0; i < checked; ++i) {
+      if (blocks[i] < metas_.size()) free_marks_[blocks[i]] = 0;
+    }
+    return status;
   }
 
   // Partial reuse: the cached child of `parent_key` whose tokens share the longest lead
@@ -221,7 +251,7 @@ class BlockPool::Impl {
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiry_;
   std::vector<PoolEvent> events_;
   uint64_t next_event_ = 0;
-  std::vector<uint32_t> free_marks_;  // FreeBlocks' double-free check: references taken in this call
+  std::vector<uint32_t> free_marks_;  // CheckDrops: references one call drops, per block
   BlockPoolStats stats_;
 };
 

@@ -143,7 +143,11 @@ TEST(BlockPoolTest, AHeldBlockIsNeitherEvictedNorTakenOverUntilFreed) {
   std::vector<BlockId> more;
   std::vector<EvictedBlock> evicted;
   EXPECT_EQ(pool->AllocateBlocks(1, &more, &evicted).code(), StatusCode::kResourceExhausted);
-  ASSERT_TRUE(pool->FreeBlocks(std::vector<BlockId>{held}).ok());  // the fetch is done
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{held}).code(), StatusCode::kFailedPrecondition)
+      << "a hold is not a reference that a (double) free drops";
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{held}).ok());  // the fetch is done
+  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{held}).code(), StatusCode::kFailedPrecondition)
+      << "released twice";
   EXPECT_EQ(pool->Stats().cached, 1u);
   EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0)}), 1u) << "still cached under its key";
   ASSERT_TRUE(pool->AllocateBlocks(1, &more, &evicted).ok());
@@ -151,7 +155,7 @@ TEST(BlockPoolTest, AHeldBlockIsNeitherEvictedNorTakenOverUntilFreed) {
   EXPECT_EQ(evicted[0].block, held) << "evictable again once freed";
 }
 
-TEST(BlockPoolTest, HoldingABlankOrForeignBlockIsRefusedAndHoldsNothing) {
+TEST(BlockPoolTest, HoldingABlankOrForeignBlockAndReleasingAnUnheldOneAreRefused) {
   auto pool = MakePool(4);
   const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // block 0 committed, block 1 not
   ASSERT_EQ(a.block_table.size(), 2u);
@@ -159,6 +163,8 @@ TEST(BlockPoolTest, HoldingABlankOrForeignBlockIsRefusedAndHoldsNothing) {
   EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, a.block_table[1]}).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, 9}).code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{committed}).code(), StatusCode::kFailedPrecondition)
+      << "never held";
   ASSERT_TRUE(pool->FreeSequence(1).ok());
   EXPECT_EQ(pool->Stats().cached, 1u) << "the refused holds took no reference on block " << committed;
   EXPECT_EQ(pool->Stats().in_use, 0u);

@@ -26,6 +26,20 @@ Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& re
   return NotFoundError("no pool holds block " + ref.key.ToHex() + " in that format and scope");
 }
 
+template <typename Each>
+void PoolBlockSource::ByPool(const std::vector<std::optional<Found>>& found, Each each) const {
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < found.size(); ++i) {
+      if (!found[i] || found[i]->pool_id != pool) continue;
+      blocks.push_back(found[i]->block);
+      positions.push_back(i);
+    }
+    if (!blocks.empty()) each(pool, std::span<const BlockId>(blocks), std::span<const size_t>(positions));
+  }
+}
+
 Result<storage::BlockHeader> PoolBlockSource::Peek(const storage::BlockRef& ref) {
   KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
   return std::move(found.header);
@@ -45,15 +59,7 @@ std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const
     if (f.ok()) found[i] = std::move(*f);
     results.push_back(f.ok() ? Result<store::HeldBlock>(store::HeldBlock{}) : f.status());
   }
-  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
-    std::vector<BlockId> blocks;
-    std::vector<size_t> positions;
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (!found[i] || found[i]->pool_id != pool) continue;
-      blocks.push_back(found[i]->block);
-      positions.push_back(i);
-    }
-    if (blocks.empty()) continue;
+  ByPool(found, [&](uint32_t pool, std::span<const BlockId> blocks, std::span<const size_t> positions) {
     // A device pool's blocks are not host memory (kFailedPrecondition): they go unheld,
     // for ReadBatch.
     const Result<std::vector<std::span<const uint8_t>>> held = worker_->HoldBlocks(pool, blocks);
@@ -64,7 +70,7 @@ std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const
       out.held = (*held)[j];
       out.hold = (uint64_t{pool} << 32) | blocks[j];
     }
-  }
+  });
   return results;
 }
 
@@ -98,16 +104,9 @@ std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<c
     if (f.ok()) found[i] = std::move(*f);
     results.push_back(f.ok() ? Result<storage::BlockHeader>(storage::BlockHeader{}) : f.status());
   }
-  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
-    std::vector<BlockId> blocks;
+  ByPool(found, [&](uint32_t pool, std::span<const BlockId> blocks, std::span<const size_t> positions) {
     std::vector<std::span<uint8_t>> pool_outs;
-    std::vector<size_t> positions;
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (!found[i] || found[i]->pool_id != pool) continue;
-      blocks.push_back(found[i]->block);
-      pool_outs.push_back(outs[i]);
-      positions.push_back(i);
-    }
+    for (size_t i : positions) pool_outs.push_back(outs[i]);
     const Status read = worker_->ReadBlocks(pool, blocks, pool_outs);
     for (size_t i : positions) {
       if (!read.ok()) {
@@ -116,7 +115,7 @@ std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<c
       }
       results[i] = std::move(found[i]->header);
     }
-  }
+  });
   return results;
 }
 

@@ -5,16 +5,19 @@
 // A committed block is served only for the salt scope it was committed under and for the
 // storage format of its pool's layout and engine format tag (services/worker/tier_link.h
 // StorageFormatTag). Its checksum is left 0: the BlockStore serving it hashes the bytes
-// read (store::WithChecksum), on the stream's threads for a keyed get, so that this
-// node's event loop is held only for the copy (the gather, on a GPU). Priority travels;
+// read (store::WithChecksum), on the stream's threads for a keyed get. Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
 // retention). HoldBatch holds a host pool's blocks (Worker::HoldBlocks), so that a keyed
 // get copies them on the stream's threads and this node's loop only finds and releases
-// them; a device pool's are read (ReadBatch: one gather).
+// them; a device pool's are read on the loop (ReadBatch: one gather).
 //
-// Thread safety: none, as the Worker: the node's event loop owns both.
+// Thread safety: none, as the Worker: the node's event loop owns both. A held block's
+// bytes are the exception: any thread may read them until ReleaseBatch.
 // Ownership: borrows the worker, which outlives this object.
 #pragma once
+
+#include <optional>
+#include <vector>
 
 #include "services/store/rpc/store_service.h"
 #include "services/worker/worker.h"
@@ -41,6 +44,10 @@ class PoolBlockSource final : public store::ExtraBlockSource {
     storage::BlockHeader header;
   };
   Result<Found> Find(const storage::BlockRef& ref) const;
+  // Calls each(pool, blocks, positions) once per pool holding any block of `found`:
+  // blocks[j] is the block at found[positions[j]].
+  template <typename Each>
+  void ByPool(const std::vector<std::optional<Found>>& found, Each each) const;
 
   Worker* worker_;
 };
