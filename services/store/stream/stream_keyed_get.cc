@@ -70,7 +70,8 @@ Status StreamConnection::OpenKeyedGet() {
     transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
   if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
-  // Each a hop to the source's loop; the blocks are hashed here, off that loop.
+  // Its calls hop to the source's loop; the blocks it holds are copied, and every block
+  // hashed, here, off that loop.
   return StageFromSource(*session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
 }
 
