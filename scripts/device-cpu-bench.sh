@@ -26,6 +26,13 @@ for rate in 1000 5000 10000 20000 40000; do
     "$kvtier" bench lookup-rpc --trace "$trace" --seconds 3 --rate "$rate" --busy-poll-us "$busy_poll_us" --json
   done
 done >"$out/lookup_rpc.jsonl" 2>"$out/lookup_rpc.err"
+# Compact answers (the SDK's, the default) against the full form older clients ask for, at
+# the goal's rate, interleaved: what the cheaper answer buys in the tail.
+for run in 1 2 3; do
+  for form in "" --full-answers; do
+    "$kvtier" bench lookup-rpc --trace "$trace" --seconds 3 --rate 20000 ${form:+"$form"} --json
+  done
+done >"$out/lookup_rpc_answers.jsonl" 2>"$out/lookup_rpc_answers.err"
 # The index on one core: three runs of 21 passes, pinned to core 2 where taskset exists
 # (away from core 0's interrupts), so that the median pass is the core's, not the scheduler's.
 pin=()

@@ -73,6 +73,9 @@ void BenchCommand::AddLookupRpc() {
                           "without sleeping this long (0: off)")
       ->check(CLI::Range(0, 10000))
       ->capture_default_str();
+  lookup_rpc_->add_flag("--full-answers", full_answers_,
+                        "Ask for the full answer form (a node name per location, each block's key), as clients "
+                        "before compact answers did; default: the compact form the SDK asks for");
   lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
 }
 
@@ -219,20 +222,23 @@ int BenchCommand::RunLookupRpc() const {
   options.rate_per_sec = rate_;
   options.seconds = seconds_;
   options.busy_poll_us = busy_poll_us_;
+  options.compact_answers = !full_answers_;
   Result<coordinator::LookupRpcBenchResult> r = coordinator::RunLookupRpcBench(options);
   if (!r.ok()) {
     std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", r.status().ToString().c_str());
     return 1;
   }
   if (json_) {
-    std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"busy_poll_us\":%llu,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
+    std::printf("{\"bench\":\"lookup-rpc\",\"rate\":%.0f,\"busy_poll_us\":%llu,\"answers\":\"%s\","
+                "\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
                 "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
-                "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f,\"server_switches_per_call\":%.2f}\n",
-                rate_, static_cast<unsigned long long>(busy_poll_us_), r->achieved_rate,
-                static_cast<unsigned long long>(r->calls),
+                "\"indexed_blocks\":%llu,\"mean_matched_blocks\":%.2f,\"mean_locations\":%.2f,"
+                "\"mean_answer_bytes\":%.1f,\"server_switches_per_call\":%.2f,\"server_cpu_us_per_call\":%.1f}\n",
+                rate_, static_cast<unsigned long long>(busy_poll_us_), full_answers_ ? "full" : "compact",
+                r->achieved_rate, static_cast<unsigned long long>(r->calls),
                 static_cast<unsigned long long>(r->errors), r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us,
-                static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks,
-                r->server_switches_per_call);
+                static_cast<unsigned long long>(r->indexed_blocks), r->mean_matched_blocks, r->mean_locations,
+                r->mean_answer_bytes, r->server_switches_per_call, r->server_cpu_us_per_call);
     return r->errors == 0 ? 0 : 1;
   }
   std::printf("kvtier bench lookup-rpc: %llu lookups at %.0f/s (asked %.0f/s), %llu errors, %llu blocks indexed\n",
@@ -240,7 +246,10 @@ int BenchCommand::RunLookupRpc() const {
               static_cast<unsigned long long>(r->errors), static_cast<unsigned long long>(r->indexed_blocks));
   std::printf("  latency p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n", r->p50_us, r->p90_us,
               r->p99_us, r->p999_us, r->max_us);
-  std::printf("  server thread: %.2f sleeps per call\n", r->server_switches_per_call);
+  std::printf("  answers (%s form): %.1f blocks matched, %.1f locations, %.0f bytes on average\n",
+              full_answers_ ? "full" : "compact", r->mean_matched_blocks, r->mean_locations, r->mean_answer_bytes);
+  std::printf("  server thread: %.2f sleeps and %.1f us of CPU per call\n", r->server_switches_per_call,
+              r->server_cpu_us_per_call);
   return r->errors == 0 ? 0 : 1;
 }
 

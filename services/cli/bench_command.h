@@ -42,6 +42,7 @@ class BenchCommand {
   double rate_ = 20000;
   double seconds_ = 5;
   uint64_t busy_poll_us_ = 0;
+  bool full_answers_ = false;
   CLI::App* transfer_ = nullptr;
   uint64_t transfer_block_bytes_ = 256 * 1024;
   uint32_t transfer_clients_ = 8;

@@ -66,6 +66,7 @@ struct Location {
   std::string node_id;
   Tier tier = Tier::kGpu;
   uint32_t pool_id = 0;
+  friend bool operator==(const Location&, const Location&) = default;
 };
 
 struct NodeScore {

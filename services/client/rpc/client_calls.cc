@@ -10,6 +10,7 @@
 
 #include "common/thread_annotations.h"
 #include "services/client/client.h"
+#include "services/client/rpc/lookup_reader.h"
 #include "services/rpc/deferred_finish.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"
@@ -43,37 +44,6 @@ void SetRetention(const RetentionConfig& config, schema::RetentionConfig::Builde
     out.setDecodeDurationMs(
         static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*config.decode_duration).count()));
   }
-}
-
-Tier ToTier(schema::Tier tier) {
-  switch (tier) {
-    case schema::Tier::GPU: return Tier::kGpu;
-    case schema::Tier::HOST: return Tier::kHost;
-    case schema::Tier::DISK: return Tier::kDisk;
-  }
-  return Tier::kDisk;
-}
-
-std::vector<Location> ToLocations(capnp::List<schema::Location>::Reader list) {
-  std::vector<Location> out;
-  for (auto l : list) out.push_back({l.getNodeId().cStr(), ToTier(l.getTier()), l.getPoolId()});
-  return out;
-}
-
-LookupResult ToLookupResult(schema::LookupResult::Reader r) {
-  LookupResult out;
-  out.matched_blocks = r.getMatchedBlocks();
-  for (auto block : r.getBlocks()) out.locations.push_back(ToLocations(block.getLocations()));
-  out.partial_match_tokens = r.getPartialMatchTokens();
-  if (out.partial_match_tokens > 0 && r.hasPartialBlock()) {
-    out.partial_block_tokens = r.getPartialBlockTokens();
-    out.partial_block_key = rpc::ToKey(r.getPartialBlock().getKey());
-    out.partial_block_locations = ToLocations(r.getPartialBlock().getLocations());
-  }
-  for (auto s : r.getScores()) {
-    out.scores.push_back({s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore(), s.getPartialTokens()});
-  }
-  return out;
 }
 
 Allocation ToAllocation(schema::Allocation::Reader r) {
@@ -142,8 +112,9 @@ class Client::Impl {
       auto body = request.initRequest();
       SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
+      body.setCompactLocations(true);
       return request.send().then(
-          ThenKeep(deferred, [](auto& r) -> Result<LookupResult> { return ToLookupResult(r.getResult()); }));
+          ThenKeep(deferred, [](auto& r) -> Result<LookupResult> { return ReadLookupAnswer(r.getResult()); }));
     });
   }
 

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "services/coordinator/rpc/lookup_answer.h"
 #include "services/rpc/schema/coordinator.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
@@ -15,7 +16,6 @@ namespace schema = kvtier::rpc::schema;
 using rpc::ThrowIfError;
 using rpc::ThrowStatus;
 
-using rpc::FromKey;
 using rpc::ToKey;
 using rpc::ToKeys;
 using rpc::ToTokens;
@@ -54,7 +54,8 @@ BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
   CoordinatorServer(CoordinatorState& state, CoordinatorSession session)
-      : state_(state), salt_scope_(session.salt_scope), node_(session.node), connection_(state.next_connection++) {}
+      : state_(state), salt_scope_(session.salt_scope), node_(session.node), connection_(state.next_connection++),
+        answers_(*state.coordinator) {}
   // The client let go of the capability, or its connection closed: the nodes it
   // registered no longer hold their names against a restarted process.
   ~CoordinatorServer() { state_.coordinator->Disconnected(connection_); }
@@ -168,22 +169,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
       result.location_begin = {0};  // a scope nobody wrote under: nothing cached
     }
     state_.metrics->RecordLookup(result, {keys.size(), tail.size()}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    auto out = call.getResults().initResult();
-    out.setMatchedBlocks(result.matched_blocks);
-    auto blocks = out.initBlocks(result.matched_blocks);
-    for (uint32_t i = 0; i < result.matched_blocks; ++i) SetBlock(keys[i], result.LocationsOf(i), blocks[i]);
-    if (result.partial.tokens > 0) {
-      out.setPartialMatchTokens(result.partial.tokens);
-      out.setPartialBlockTokens(result.partial.block_tokens);
-      SetBlock(result.partial.key, result.partial.locations, out.initPartialBlock());
-    }
-    auto scores = out.initScores(static_cast<unsigned>(result.scores.size()));
-    for (unsigned i = 0; i < result.scores.size(); ++i) {
-      scores[i].setNodeId(NodeName(result.scores[i].node));
-      scores[i].setPrefixBlocks(result.scores[i].prefix_blocks);
-      scores[i].setScore(result.scores[i].score);
-      scores[i].setPartialTokens(result.scores[i].partial_tokens);
-    }
+    answers_.Write(result, keys, request.getCompactLocations() ? LookupAnswerForm::kCompact : LookupAnswerForm::kFull,
+                   [&](capnp::MessageSize size) { return call.initResults(size).initResult(); });
     return kj::READY_NOW;
   }
 
@@ -263,16 +250,6 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   std::string NodeName(NodeId node) const { return state_.coordinator->NodeName(node); }
 
-  void SetBlock(const BlockKey& key, std::span<const Location> locations, schema::MatchedBlock::Builder out) const {
-    FromKey(key, out.initKey());
-    auto list = out.initLocations(static_cast<unsigned>(locations.size()));
-    for (unsigned j = 0; j < locations.size(); ++j) {
-      list[j].setNodeId(NodeName(locations[j].node));
-      list[j].setTier(static_cast<schema::Tier>(locations[j].tier));
-      list[j].setPoolId(locations[j].pool);
-    }
-  }
-
   KvEvent ToEvent(schema::KvEvent::Reader e) {
     KvEvent out;
     switch (e.which()) {
@@ -321,6 +298,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   const uint64_t salt_scope_;
   const bool node_;
   const ConnectionId connection_;
+  LookupAnswerWriter answers_;
 };
 
 }  // namespace

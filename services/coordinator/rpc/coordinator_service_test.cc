@@ -142,6 +142,31 @@ TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
   EXPECT_EQ(stats.getStats().getIndexBlocks(), 3u);
 }
 
+TEST_F(CoordinatorServiceTest, ALookupAskingForCompactLocationsGetsThemAndNoKeys) {
+  {
+    CoordinatorClient worker(address_, kNodeToken);
+    WorkerStoresThreeBlocksOfTeamA(worker);
+  }
+  CoordinatorClient team_a(address_, kTokenA);
+  auto request = team_a.coordinator().lookupRequest();
+  auto body = request.initRequest();
+  SetKeys(body.initKeys(4), 1);  // blocks 1-3 cached on w1, block 4 new
+  body.setCompactLocations(true);
+  auto response = request.send().wait(team_a.ws());
+  const auto result = response.getResult();
+  EXPECT_EQ(result.getMatchedBlocks(), 3u);
+  EXPECT_FALSE(result.hasBlocks());
+  ASSERT_EQ(result.getNodes().size(), 1u);
+  EXPECT_EQ(std::string(result.getNodes()[0].cStr()), "w1");
+  ASSERT_EQ(result.getLocationEnds().size(), 3u);
+  ASSERT_EQ(result.getLocations().size(), 3u);
+  for (unsigned i = 0; i < 3; ++i) {
+    EXPECT_EQ(result.getLocationEnds()[i], i + 1) << "block " << i << " has one location";
+    EXPECT_EQ(result.getLocations()[i].getNode(), 0u);
+    EXPECT_EQ(result.getLocations()[i].getTier(), schema::Tier::GPU);
+  }
+}
+
 TEST_F(CoordinatorServiceTest, RouteNamesTheWorkerAndItsAddress) {
   CoordinatorClient worker(address_, kNodeToken);
   WorkerStoresThreeBlocksOfTeamA(worker);

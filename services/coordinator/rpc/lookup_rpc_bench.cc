@@ -121,9 +121,21 @@ uint64_t LoadTrace(BenchConnection& client, schema::Coordinator::Client& coordin
   return stored.size();
 }
 
+// What the answers carried: matched blocks, their locations (either form) and bytes.
+struct AnswerTotals {
+  uint64_t matched = 0, locations = 0, bytes = 0;
+
+  void Add(schema::LookupResult::Reader answer, uint64_t answer_bytes) {
+    matched += answer.getMatchedBlocks();
+    locations += answer.getLocations().size();
+    for (const auto block : answer.getBlocks()) locations += block.getLocations().size();
+    bytes += answer_bytes;
+  }
+};
+
 // Sends the lookups open loop and returns each call's latency from its scheduled time.
 std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Client& coordinator,
-                               const LookupRpcBenchOptions& options, LookupRpcBenchResult& result, uint64_t& matched) {
+                               const LookupRpcBenchOptions& options, LookupRpcBenchResult& result, AnswerTotals& totals) {
   auto& ws = client.waitScope();
   const OpaqueKeyNamespace ns("mooncake", "");
   const auto total = static_cast<uint64_t>(options.rate_per_sec * options.seconds);
@@ -149,11 +161,13 @@ std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Cli
       const auto scheduled = start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent);
       const std::vector<uint64_t>& prompt = options.prompts[sent % options.prompts.size()];
       auto request = coordinator.lookupRequest();
-      SetKeys(request.initRequest().initKeys(static_cast<unsigned>(prompt.size())), ns, prompt.data());
+      auto body = request.initRequest();
+      SetKeys(body.initKeys(static_cast<unsigned>(prompt.size())), ns, prompt.data());
+      body.setCompactLocations(options.compact_answers);
       in_flight.push_back(request.send().then(
           [&, scheduled](auto response) {
             latencies_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - scheduled).count());
-            matched += response.getResult().getMatchedBlocks();
+            totals.Add(response.getResult(), response.totalSize().wordCount * sizeof(capnp::word));
             ++done;
             deferred.Keep(kj::mv(response));
           },
@@ -170,14 +184,21 @@ std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Cli
   return latencies_us;
 }
 
-// Voluntary context switches (sleeps) of every thread of the process but the calling one:
-// while the bench sends, that is the coordinator's server thread.
-int64_t OtherThreadsVoluntarySwitches() {
-  rusage process{}, self{};
-  getrusage(RUSAGE_SELF, &process);
-  getrusage(RUSAGE_THREAD, &self);
-  return process.ru_nvcsw - self.ru_nvcsw;
-}
+// What every thread of the process but the calling one used: while the bench sends, that
+// is the coordinator's server thread.
+struct OtherThreads {
+  int64_t voluntary_switches = 0;  // sleeps
+  double cpu_seconds = 0;          // user and system
+
+  static OtherThreads Now() {
+    rusage process{}, self{};
+    getrusage(RUSAGE_SELF, &process);
+    getrusage(RUSAGE_THREAD, &self);
+    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    return {process.ru_nvcsw - self.ru_nvcsw, seconds(process.ru_utime) + seconds(process.ru_stime) -
+                                                  seconds(self.ru_utime) - seconds(self.ru_stime)};
+  }
+};
 
 double Percentile(std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
@@ -213,10 +234,10 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   schema::Coordinator::Client coordinator = client->Connect(token);
 
   const auto start = SteadyClock::now();
-  const int64_t switches_before = OtherThreadsVoluntarySwitches();
-  uint64_t matched = 0;
-  std::vector<double> latencies_us = SendAtRate(*client, coordinator, options, result, matched);
-  const int64_t server_switches = OtherThreadsVoluntarySwitches() - switches_before;
+  const OtherThreads server_before = OtherThreads::Now();
+  AnswerTotals totals;
+  std::vector<double> latencies_us = SendAtRate(*client, coordinator, options, result, totals);
+  const OtherThreads server_after = OtherThreads::Now();
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
   node->Shutdown();
 
@@ -228,9 +249,16 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   result.p99_us = Percentile(latencies_us, 0.99);
   result.p999_us = Percentile(latencies_us, 0.999);
   result.max_us = latencies_us.empty() ? 0 : latencies_us.back();
-  result.mean_matched_blocks = result.calls == 0 ? 0 : static_cast<double>(matched) / static_cast<double>(result.calls);
+  const auto per_call = [&](uint64_t total) {
+    return result.calls == 0 ? 0 : static_cast<double>(total) / static_cast<double>(result.calls);
+  };
+  result.mean_matched_blocks = per_call(totals.matched);
+  result.mean_locations = per_call(totals.locations);
+  result.mean_answer_bytes = per_call(totals.bytes);
   result.server_switches_per_call =
-      result.calls == 0 ? 0 : static_cast<double>(server_switches) / static_cast<double>(result.calls);
+      per_call(static_cast<uint64_t>(server_after.voluntary_switches - server_before.voluntary_switches));
+  result.server_cpu_us_per_call = 1e6 * (server_after.cpu_seconds - server_before.cpu_seconds) /
+                                  static_cast<double>(std::max<uint64_t>(result.calls, 1));
   return result;
 }
 

@@ -24,6 +24,9 @@ struct LookupRpcBenchOptions {
   double rate_per_sec = 20000;
   double seconds = 5;
   uint64_t busy_poll_us = 0;  // the coordinator's coordinator.busy_poll_us
+  // Ask for compact answers (a node table, one word per location), as the SDK does;
+  // false: the full form (a name per location and each block's key), as older clients.
+  bool compact_answers = true;
 };
 
 struct LookupRpcBenchResult {
@@ -33,10 +36,13 @@ struct LookupRpcBenchResult {
   double p50_us = 0, p90_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
   uint64_t indexed_blocks = 0;
   double mean_matched_blocks = 0;
+  double mean_locations = 0;       // locations per answer, over its matched blocks
+  double mean_answer_bytes = 0;    // each answer's Cap'n Proto message (the results), unpacked
   // The server thread's sleeps per call (voluntary context switches of the process's other
   // threads while the calls ran): 1 when each call wakes it once, 2 when its Finish
   // wakes it again, under 1 when calls queue behind one another.
   double server_switches_per_call = 0;
+  double server_cpu_us_per_call = 0;  // the server thread's CPU time (user and system) per call
 };
 
 [[nodiscard]] Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options);

@@ -115,6 +115,18 @@ struct LookupRequest {
   keys @0 :List(Common.BlockKey);       # the prompt's full blocks, in order
   partialTokens @1 :List(UInt32);       # optional: the prompt's tokens after its full
                                         # blocks (its partial last block)
+  compactLocations @2 :Bool;
+  # true: the answer lists the matched blocks' locations in LookupResult's `nodes`,
+  # `locations` and `locationEnds`, and leaves `blocks` empty (the matched blocks' keys
+  # are the request's first keys). A coordinator older than this field ignores it and
+  # answers `blocks`, so a reader handles both forms. false: `blocks` only.
+}
+
+struct CompactLocation {
+  # A Location whose node is named by its index in the answer's `nodes`: one word.
+  node @0 :UInt16;
+  tier @1 :Common.Tier;
+  poolId @2 :UInt32;
 }
 
 struct MatchedBlock {
@@ -137,6 +149,11 @@ struct LookupResult {
   scores @3 :List(NodeScore);
   partialBlock @4 :MatchedBlock;   # with partialMatchTokens > 0: the cached block they match
   partialBlockTokens @5 :UInt32;   # the tokens that block holds
+  # Compact answers (LookupRequest.compactLocations) only; `partialBlock` and `scores`
+  # still name their nodes.
+  nodes @6 :List(Text);                    # each node the locations name, once
+  locations @7 :List(CompactLocation);     # the matched blocks' locations, block after block
+  locationEnds @8 :List(UInt32);           # one per matched block: where its locations end
 }
 
 struct RouteRequest {
