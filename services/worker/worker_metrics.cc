@@ -16,6 +16,11 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   KVTIER_ASSIGN_OR_RETURN(m->pool_blocks_, r.AddGauge("kvtier_worker_pool_blocks",
                                                       "Blocks of a pool by state: free, cached (reusable), in_use.",
                                                       {"pool", "state"}));
+  KVTIER_ASSIGN_OR_RETURN(m->pool_held_,
+                          r.AddGauge("kvtier_worker_pool_held_blocks",
+                                     "Blocks of a pool held for peers' fetches, which copy them off the worker's "
+                                     "event loop; in_use counts them too.",
+                                     {"pool"}));
   KVTIER_ASSIGN_OR_RETURN(m->allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
                                                       "Blank blocks handed out.", {"pool"}));
   KVTIER_ASSIGN_OR_RETURN(m->reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
@@ -54,6 +59,7 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   for (size_t p = 0; p < pools; ++p) {
     const std::string pool = std::to_string(p);
     for (const char* state : {"free", "cached", "in_use"}) m->pool_blocks_->WithLabels({pool, state});
+    m->pool_held_->WithLabels({pool});
     m->allocated_->WithLabels({pool});
     m->reused_->WithLabels({pool});
     m->partial_->WithLabels({pool, "in_place"});
@@ -70,6 +76,7 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
     pool_blocks_->WithLabels({pool, "free"}).Set(now.free);
     pool_blocks_->WithLabels({pool, "cached"}).Set(now.cached);
     pool_blocks_->WithLabels({pool, "in_use"}).Set(now.in_use);
+    pool_held_->WithLabels({pool}).Set(now.held);
     IncBy(allocated_->WithLabels({pool}), now.allocated_blocks, before.allocated_blocks);
     IncBy(reused_->WithLabels({pool}), now.reused_blocks, before.reused_blocks);
     IncBy(partial_->WithLabels({pool, "in_place"}), now.partial_reuses, before.partial_reuses);

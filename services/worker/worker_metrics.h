@@ -1,5 +1,6 @@
 // The worker's metrics (all prefixed kvtier_worker_), per pool (label `pool`):
 //   pool_blocks{pool,state}         gauge: free, cached (reusable) and in_use blocks
+//   pool_held_blocks{pool}          gauge: blocks held for peers' fetches (in_use counts them)
 //   allocated_blocks_total{pool}    blank blocks handed out
 //   reused_blocks_total{pool}       full blocks found cached at allocation
 //   partial_reuses_total{pool,how}  partial reuse in place or by copy
@@ -29,6 +30,7 @@ class WorkerMetrics {
  private:
   WorkerMetrics() = default;
   GaugeFamily* pool_blocks_ = nullptr;
+  GaugeFamily* pool_held_ = nullptr;
   CounterFamily* allocated_ = nullptr;
   CounterFamily* reused_ = nullptr;
   CounterFamily* partial_ = nullptr;

@@ -2,21 +2,32 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
+#include <vector>
 
 namespace kvtier::worker {
 namespace {
 
+// A worker with one pool of `blocks` blocks of 4 tokens, and one block's key and tokens.
+struct OnePoolWorker {
+  explicit OnePoolWorker(uint32_t blocks) {
+    const KvLayout layout = KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8,
+                                              .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+                                .value();
+    worker = Worker::Create({.pools = {{layout, blocks}}}).value();
+    std::iota(tokens.begin(), tokens.end(), 0);
+  }
+  std::unique_ptr<Worker> worker;
+  std::vector<uint32_t> tokens = std::vector<uint32_t>(4);
+  const std::vector<BlockKey> keys = {BlockKey{9, 9}};
+};
+
 TEST(WorkerMetricsTest, TracksPoolStateReuseAndEvictions) {
   MetricsRegistry registry;
   auto metrics = WorkerMetrics::Create(registry, 1).value();
-  const KvLayout layout =
-      KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
-          .value();
-  auto worker = Worker::Create({.pools = {{layout, 2}}}).value();
-  std::vector<uint32_t> tokens(4);
-  std::iota(tokens.begin(), tokens.end(), 0);
-  const std::vector<BlockKey> keys = {BlockKey{9, 9}};
+  OnePoolWorker one(2);
+  auto& [worker, tokens, keys] = one;
   // One block committed and released, reused once, then evicted by a 2-block prompt.
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens}).ok());
   ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
@@ -37,6 +48,32 @@ TEST(WorkerMetricsTest, TracksPoolStateReuseAndEvictions) {
                            "kvtier_worker_onboarded_blocks_total 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
+}
+
+TEST(WorkerMetricsTest, BlocksHeldForPeersAreShownApartAndInUse) {
+  MetricsRegistry registry;
+  auto metrics = WorkerMetrics::Create(registry, 1).value();
+  OnePoolWorker one(4);
+  auto& [worker, tokens, keys] = one;
+  // One block committed and freed (cached), then held by a peer's fetch.
+  auto allocation = worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens});
+  ASSERT_TRUE(allocation.ok());
+  ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
+  ASSERT_TRUE(worker->Free(1, 1).ok());
+  const std::vector<BlockId> block = {allocation->block_table[0]};
+  ASSERT_TRUE(worker->HoldBlocks(0, block).ok());
+  metrics->Update(worker->Stats());
+  std::string text = registry.Exposition();
+  for (const char* line : {"kvtier_worker_pool_held_blocks{pool=\"0\"} 1\n",
+                           "kvtier_worker_pool_blocks{pool=\"0\",state=\"in_use\"} 1\n",
+                           "kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+  ASSERT_TRUE(worker->ReleaseBlocks(0, block).ok());  // the fetch is done
+  metrics->Update(worker->Stats());
+  text = registry.Exposition();
+  EXPECT_NE(text.find("kvtier_worker_pool_held_blocks{pool=\"0\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 1\n"), std::string::npos) << text;
 }
 
 TEST(WorkerMetricsTest, CountsOnboardedBlocksAndBytesByGrowth) {

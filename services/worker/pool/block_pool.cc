@@ -73,7 +73,7 @@ Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) {
     }
   }
   for (const BlockId b : blocks) {
-    ++p.metas_[b].holds;
+    if (p.metas_[b].holds++ == 0) ++p.stats_.held;
     p.Ref(b);
   }
   return Status::Ok();
@@ -84,7 +84,7 @@ Status BlockPool::ReleaseBlocks(std::span<const BlockId> blocks) {
   KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].holds; },
                                       "released more often than it is held; nothing was released"));
   for (const BlockId b : blocks) {
-    --p.metas_[b].holds;
+    if (--p.metas_[b].holds == 0) --p.stats_.held;
     p.Unref(b);
   }
   return Status::Ok();

@@ -129,6 +129,7 @@ struct SequenceGrowth {
 
 struct BlockPoolStats {
   uint32_t total = 0, free = 0, cached = 0, in_use = 0;
+  uint32_t held = 0;  // blocks held for readers elsewhere (HoldBlocks), counted in in_use too
   uint64_t allocated_blocks = 0;  // blank blocks handed out
   uint64_t reused_blocks = 0, partial_reuses = 0, partial_copies = 0;
   std::array<uint64_t, 101> evictions_by_priority{};

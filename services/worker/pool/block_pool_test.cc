@@ -155,6 +155,22 @@ TEST(BlockPoolTest, AHeldBlockIsNeitherEvictedNorTakenOverUntilFreed) {
   EXPECT_EQ(evicted[0].block, held) << "evictable again once freed";
 }
 
+TEST(BlockPoolTest, TheHeldCountIsOfBlocksNotOfHolds) {
+  auto pool = MakePool(4);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1)}, Tokens(0, 8));
+  const BlockId first = a.block_table[0], second = a.block_table[1];
+  // Two peers fetch block `first`, one of them block `second` too.
+  ASSERT_TRUE(pool->HoldBlocks(std::vector<BlockId>{first, second}).ok());
+  ASSERT_TRUE(pool->HoldBlocks(std::vector<BlockId>{first}).ok());
+  EXPECT_EQ(pool->Stats().held, 2u);
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{first}).ok());
+  EXPECT_EQ(pool->Stats().held, 2u) << "block " << first << " is still held by the other peer";
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{first, second}).ok());
+  EXPECT_EQ(pool->Stats().held, 0u);
+  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{second}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->Stats().held, 0u) << "a refused release changes nothing";
+}
+
 TEST(BlockPoolTest, HoldingABlankOrForeignBlockAndReleasingAnUnheldOneAreRefused) {
   auto pool = MakePool(4);
   const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // block 0 committed, block 1 not
@@ -168,6 +184,7 @@ TEST(BlockPoolTest, HoldingABlankOrForeignBlockAndReleasingAnUnheldOneAreRefused
   ASSERT_TRUE(pool->FreeSequence(1).ok());
   EXPECT_EQ(pool->Stats().cached, 1u) << "the refused holds took no reference on block " << committed;
   EXPECT_EQ(pool->Stats().in_use, 0u);
+  EXPECT_EQ(pool->Stats().held, 0u);
 }
 
 TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
