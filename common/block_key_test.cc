@@ -92,14 +92,14 @@ TEST(BlockKeyTest, HexRoundTripAndErrors) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, key);
   EXPECT_EQ(BlockKey::FromHex("abc").status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(BlockKey::FromHex(std::string(31, '0') + "g").status().message().find("position 31"),
+  EXPECT_NE(BlockKey::FromHex(std::string(31, '0') + 'g').status().message().find("position 31"),
             std::string::npos);
 }
 
 // Same tokens and salt give the same keys in another process: nothing in the key depends on
 // process state (no randomized seeds, no pointer values).
 TEST(BlockKeyTest, SameKeysInAnotherProcess) {
-  const std::string command = std::string(KVTIER_BIN_DIR) + "/kvtier_block_key_dump tenant-a 4 1 2 3 4 5 6 7 8";
+  const std::string command = KVTIER_BIN_DIR "/kvtier_block_key_dump tenant-a 4 1 2 3 4 5 6 7 8";
   FILE* pipe = popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::array<char, 256> line{};

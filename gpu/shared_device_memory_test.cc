@@ -32,7 +32,7 @@ int RunCommand(const std::string& command, std::string* out) {
 // gpu_ipc_peer beside this test (a bundle carried to a GPU machine), else in the build's bin/.
 std::string PeerPath() {
   const auto beside = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpu_ipc_peer";
-  return std::filesystem::exists(beside) ? beside.string() : std::string(KVTIER_BIN_DIR) + "/gpu_ipc_peer";
+  return std::filesystem::exists(beside) ? beside.string() : std::string(KVTIER_BIN_DIR "/gpu_ipc_peer");
 }
 
 TEST(IpcHandleTest, HexAndBytesRoundTripAndBadInputIsNamed) {
