@@ -79,7 +79,7 @@ struct WorkerConfig {
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address
   bool data_stream = true;                      // its BlockStore's bulk bytes beside the RPC; off with TLS
   uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
-  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 4, 2 to 4
+  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
   uint64_t fetch_stream_min_block_bytes = 64ull << 10;  // peer fetches of smaller blocks go inline
   std::vector<std::string> write_through_stores = {};  // store node ids: committed blocks are written to one too
@@ -97,7 +97,7 @@ struct StoreConfig {
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address
   bool data_stream = true;                      // bulk bytes beside the RPC (services/store/stream); off with TLS
   uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
-  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 4, 2 to 4
+  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
 };
 

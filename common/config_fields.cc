@@ -190,7 +190,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 65535, [](auto& c) -> auto& { return c.store.data_port; }));
   fields.push_back(UintField("store.data_stream_threads",
                              "`kvtier store`: event loops (threads) serving its data stream's connections; 0: "
-                             "a quarter of the hardware threads, 2 to 4.",
+                             "half the hardware threads, 2 to 8.",
                              0, 64, [](auto& c) -> auto& { return c.store.data_stream_threads; }));
   fields.push_back(UintField("store.data_stream_tier_threads",
                              "`kvtier store`: threads that run its data stream's disk work (gets of blocks on "
@@ -229,7 +229,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                              0, 65535, [](auto& c) -> auto& { return c.worker.data_port; }));
   fields.push_back(UintField("worker.data_stream_threads",
                              "`kvtier worker`: event loops (threads) serving its data stream's connections; 0: "
-                             "a quarter of the hardware threads, 2 to 4.",
+                             "half the hardware threads, 2 to 8.",
                              0, 64, [](auto& c) -> auto& { return c.worker.data_stream_threads; }));
   fields.push_back(UintField("worker.data_stream_tier_threads",
                              "`kvtier worker`: threads that run its data stream's disk work (gets of blocks on "

@@ -35,7 +35,7 @@ void BenchCommand::AddTransfer() {
       ->check(CLI::IsMember({"inline", "stream", "both"}))
       ->capture_default_str();
   transfer_->add_option("--stream-threads", transfer_stream_threads_,
-                        "Event loops of the store's data stream (0: a quarter of the hardware threads, 2 to 4, as a node runs it)")
+                        "Event loops of the store's data stream (0: half the hardware threads, 2 to 8, as a node runs it)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
   transfer_->add_option("--stream-get", transfer_stream_get_,

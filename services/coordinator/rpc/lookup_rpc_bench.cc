@@ -194,7 +194,9 @@ struct OtherThreads {
     rusage process{}, self{};
     getrusage(RUSAGE_SELF, &process);
     getrusage(RUSAGE_THREAD, &self);
-    const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+    const auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
+    };
     return {process.ru_nvcsw - self.ru_nvcsw, seconds(process.ru_utime) + seconds(process.ru_stime) -
                                                   seconds(self.ru_utime) - seconds(self.ru_stime)};
   }

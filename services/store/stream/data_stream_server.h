@@ -72,7 +72,7 @@ struct DataStreamServerOptions {
   uint64_t max_block_bytes = 256ull << 20;
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
-  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 4, 2 to 4
+  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 2, 2 to 8
   // Threads that run the transfers' work that may wait: tier work where the store has a
   // disk tier (reads of blocks not in host memory, puts that may write or demote to disk)
   // and keyed gets' reads of a session's extra source, so that no event loop waits for a
