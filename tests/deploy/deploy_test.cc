@@ -123,6 +123,32 @@ TEST(DeployConfigTest, TheMountedConfigurationStartsKvtier) {
   EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
 }
 
+// The dev overlay's pod runs `kvtier up` with flags of its own on top of the mounted
+// configuration (up.yaml's args): kvtier refuses an unknown flag, so a misspelt one
+// would crash-loop the pod. Run that command line, the paths made local.
+TEST(DeployConfigTest, TheDevOverlaysCommandLineStartsKvtier) {
+  const std::string manifest = ReadFile(kDeploy + "/k8s/overlays/dev/up.yaml");
+  std::smatch list;
+  ASSERT_TRUE(std::regex_search(manifest, list, std::regex(R"(args: \[([^\]]*)\])"))) << manifest;
+  std::vector<std::string> args;
+  const std::string quoted = list[1].str();
+  const std::regex item("\"([^\"]*)\"");
+  for (std::sregex_iterator it(quoted.begin(), quoted.end(), item), end; it != end; ++it) args.push_back((*it)[1]);
+  ASSERT_GE(args.size(), 3u) << quoted;
+  ASSERT_EQ(args.front(), "up");
+  args.erase(args.begin());
+  for (std::string& arg : args) {
+    if (arg == "/etc/kvtier/kvtier.yaml") arg = kDeploy + "/k8s/base/kvtier.yaml";
+  }
+  args.insert(args.end(), {"--auth-token-file", kDeploy + "/k8s/overlays/dev/tokens.yaml"});
+  testing::TempDir dir;
+  std::unique_ptr<ChildProcess> up;
+  StartUp(dir, up, args);
+  EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout() << up->Stderr();
+  up->Signal(SIGTERM);
+  EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
+}
+
 TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {
   std::string out;
   const std::string dir = kDeploy + "/prometheus";
