@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The CPU-bound benchmarks on a lent device machine (16 cores), from the bundle that
 # scripts/gpu-bundle.sh packs: the coordinator's lookup over the RPC, the index replay,
-# the store transfer against Redis, the host tier's copies from several threads and the
-# disk tier against raw I/O. The development machine has two vCPUs, which the clients,
-# the server threads and the kernel's loopback share; these runs show what the same
-# binaries do with cores to spare.
+# the store transfer against Redis, the host tier's copies from several threads, a
+# worker's fetches from a peer and the disk tier against raw I/O. The development
+# machine has two vCPUs, which the clients, the server threads and the kernel's loopback
+# share; these runs show what the same binaries do with cores to spare.
 #
 #   [SECTIONS="lookup index ..."] [RUNS=N] scripts/device-cpu-bench.sh BUNDLE_DIR OUT_DIR
 #
 # SECTIONS picks what runs, in this order (default all): lookup index transfer streams
-# host disk. RUNS (default 3) is how often the repeated runs repeat. A lease's minutes
+# host peer disk. RUNS (default 3) is how often the repeated runs repeat. A lease's minutes
 # rarely fit everything. Each bench's JSON goes to OUT_DIR/*.jsonl and is printed last.
 set -uo pipefail
 
@@ -20,7 +20,7 @@ export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$bundle/bin:$PATH"  # redis-server, for --vs-redis
 kvtier="$bundle/bin/kvtier"
 trace="$bundle/conversation_trace.jsonl"
-sections=" ${SECTIONS:-lookup index transfer streams host disk} "
+sections=" ${SECTIONS:-lookup index transfer streams host peer disk} "
 want() { [[ "$sections" == *" $1 "* ]]; }
 runs=${RUNS:-3}  # repeats of the runs that are repeated
 
@@ -78,6 +78,15 @@ if want host; then
   # The tiered store's puts from 1 to 16 threads (they run in parallel into the host tier).
   "$bundle/bin/tiered_store_bench" --benchmark_min_time=1 --benchmark_format=json \
       >"$out/tiered_store.json" 2>"$out/tiered_store.err"
+fi
+if want peer; then
+  # A worker's fetches from a peer (16 blocks a fetch, keyed gets): from its tiers, from its
+  # pool copied on its loop, from its pool held (copied off the loop), with the wait a
+  # call to the peer's loop sees meanwhile, `runs` rounds.
+  for run in $(seq "$runs"); do
+    "$bundle/bin/peer_fetcher_bench" --benchmark_filter='stream:1/' --benchmark_min_time=1 --benchmark_format=json \
+        >"$out/peer_fetcher_$run.json" 2>>"$out/peer_fetcher.err"
+  done
 fi
 if want disk; then
   # The disk tier against raw sequential I/O on this machine's disk (cpu.txt names it), from

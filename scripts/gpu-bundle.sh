@@ -12,11 +12,12 @@ bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test shared_device_memory_test
        worker_test)
 
-ninja -C "$build" "${tests[@]}" kvtier gpu_ipc_peer host_tier_bench tiered_store_bench
+benches=(host_tier_bench tiered_store_bench peer_fetcher_bench)
+ninja -C "$build" "${tests[@]}" kvtier gpu_ipc_peer "${benches[@]}"
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 for t in "${tests[@]}"; do cp "$(find "$build" -name "$t" -type f -perm -u+x | head -1)" "$bundle/bin/"; done
-cp "$build/bin/kvtier" "$build/bin/gpu_ipc_peer" "$build/bin/host_tier_bench" "$build/bin/tiered_store_bench" "$bundle/bin/"
+for b in kvtier gpu_ipc_peer "${benches[@]}"; do cp "$build/bin/$b" "$bundle/bin/"; done
 # For scripts/device-cpu-bench.sh: Redis, the transfer bench's baseline, and the trace.
 if command -v redis-server >/dev/null; then cp -L "$(command -v redis-server)" "$bundle/bin/"; fi
 if [[ -f ../shared/traces/conversation_trace.jsonl ]]; then cp ../shared/traces/conversation_trace.jsonl "$bundle/"; fi
