@@ -61,6 +61,16 @@ if want transfer; then
       "$kvtier" bench transfer --block-bytes "$block" --clients 8 --total-bytes 2147483648 --vs-redis --json
     done
   done >"$out/transfer.jsonl" 2>"$out/transfer.err"
+  # Each client's keyed gets one at a time and two deep (the next keys sent before the
+  # current reply is read), in turn: what a client's round trip costs the gets.
+  for block in 262144 2097152; do
+    for run in $(seq "$runs"); do
+      for in_flight in 1 2; do
+        "$kvtier" bench transfer --block-bytes "$block" --clients 8 --total-bytes 2147483648 --path stream \
+            --stream-gets-in-flight "$in_flight" --json
+      done
+    done
+  done >"$out/transfer_pipelined.jsonl" 2>"$out/transfer_pipelined.err"
 fi
 if want streams; then
   # The data stream's event loops: 1 (one sending thread, as before) to 8.

@@ -51,6 +51,7 @@ class BenchCommand {
   uint32_t transfer_stream_threads_ = 0;
   std::string transfer_path_ = "both";
   std::string transfer_stream_get_ = "keys";
+  uint32_t transfer_gets_in_flight_ = 1;
   std::string transfer_stream_put_ = "keys";
   bool vs_redis_ = false;
   std::string trace_;

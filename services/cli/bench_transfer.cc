@@ -8,6 +8,7 @@
 #include "services/bench/transfer_baselines.h"
 #include "services/cli/bench_command.h"
 #include "services/store/rpc/transfer_bench.h"
+#include "services/store/stream/data_stream_client.h"
 
 namespace kvtier::cli {
 
@@ -42,6 +43,10 @@ void BenchCommand::AddTransfer() {
                         "How the data stream's gets name their blocks: keys (on the stream, under one get "
                         "session per client) or ticket (an openGet call per get)")
       ->check(CLI::IsMember({"keys", "ticket"}))
+      ->capture_default_str();
+  transfer_->add_option("--stream-gets-in-flight", transfer_gets_in_flight_,
+                        "Keyed gets each client sends ahead of the reply it reads (1: one at a time)")
+      ->check(CLI::Range(1, static_cast<int>(store::DataStreamClient::kMaxGetsInFlight)))
       ->capture_default_str();
   transfer_->add_option("--stream-put", transfer_stream_put_,
                         "How the data stream's puts carry their headers: keys (on the stream, under one put "
@@ -114,6 +119,7 @@ int BenchCommand::RunTransfer() const {
                                               .stream = std::string_view(path) == "stream",
                                               .stream_threads = transfer_stream_threads_,
                                               .keyed_gets = transfer_stream_get_ == "keys",
+                                              .gets_in_flight = transfer_gets_in_flight_,
                                               .keyed_puts = transfer_stream_put_ == "keys"};
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
@@ -130,11 +136,11 @@ int BenchCommand::RunTransfer() const {
   const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
   if (json_) {
     std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
-                "\"stream_get\":\"%s\",\"stream_put\":\"%s\",%s,"
+                "\"stream_get\":\"%s\",\"gets_in_flight\":%u,\"stream_put\":\"%s\",%s,"
                 "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
                 static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
                 static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, transfer_stream_get_.c_str(),
-                transfer_stream_put_.c_str(), PathFields(paths).c_str(),
+                transfer_gets_in_flight_, transfer_stream_put_.c_str(), PathFields(paths).c_str(),
                 loopback->gbps, loopback->from_memory_gbps, redis_field(redis ? redis->put_gbps : 0).c_str(),
                 redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;

@@ -292,6 +292,13 @@ TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
   EXPECT_EQ(out.find("null"), std::string::npos) << "every figure was measured: " << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
 
+  // Keyed gets pipelined two deep: the untimed pass still compares every byte it reads.
+  ChildProcess pipelined({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes", "4194304",
+                          "--clients", "2", "--path", "stream", "--stream-gets-in-flight", "2", "--json"},
+                         dir.path());
+  ASSERT_EQ(pipelined.Wait(seconds(60)), 0) << pipelined.Stderr();
+  EXPECT_NE(pipelined.Stdout().find("\"gets_in_flight\":2,"), std::string::npos) << pipelined.Stdout();
+
   ChildProcess bad({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes", "65536", "--clients", "2"},
                    dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <span>
 #include <thread>
@@ -179,7 +180,9 @@ void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
   }
 }
 
-// Keyed gets: one get session, then each get's keys on the stream.
+// Keyed gets: one get session, then each get's keys on the stream, `gets_in_flight` of
+// them sent ahead of the reply read. Replies are read one at a time, each checked before
+// the next is read, so one batch's buffer serves them all.
 void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
                  ClientWork& work, const std::vector<uint8_t>& base, bool verify, StreamSide& side) {
   const auto opened = Clock::now();
@@ -188,22 +191,39 @@ void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const T
   const TransferTicket session = FromWire(request.send().wait(wait).getTicket());
   if (!verify) work.get_open_ms += MsSince(opened);
   DataStreamClient& connection = *OrThrow(side.Connect(session));
+  const uint64_t depth = o.gets_in_flight;
   std::vector<uint8_t> expected(o.block_bytes);
   std::vector<BlockKey> keys;
-  for (uint64_t b = 0; b < work.blocks; b += o.batch) {
-    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
+  struct Sent {
+    uint64_t first;  // of the client's blocks
+    unsigned n;
+    Clock::time_point at;
+  };
+  std::deque<Sent> sent;
+  uint64_t next = 0;
+  const auto send = [&] {
+    const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - next));
     keys.clear();
-    for (unsigned i = 0; i < n; ++i) keys.push_back({kKeyHi, work.first_block + b + i});
-    const auto start = Clock::now();
+    for (unsigned i = 0; i < n; ++i) keys.push_back({kKeyHi, work.first_block + next + i});
+    sent.push_back({next, n, Clock::now()});
+    if (const Status status = connection.SendGetKeys(session, keys); !status.ok()) {
+      throw std::runtime_error(status.ToString());
+    }
+    next += n;
+  };
+  while (next < work.blocks || !sent.empty()) {
+    while (next < work.blocks && sent.size() < depth) send();
+    const Sent get = sent.front();
+    sent.pop_front();
     const DataStreamClient::KeyedGet got =
-        OrThrow(connection.GetKeys(session, keys, [&](size_t i, const storage::BlockHeader& header) {
+        OrThrow(connection.ReceiveGetKeys([&](size_t i, const storage::BlockHeader& header) {
           // A block of another size is refused by the client (its buffer would not fit).
           return header.payload_bytes == o.block_bytes ? side.Block(i, o.block_bytes) : std::span<uint8_t>();
         }));
-    if (!verify) work.get_ms.push_back(MsSince(start));
-    for (unsigned i = 0; i < n; ++i) {
-      CheckBlock(got.states[i] == StreamBlockState::kPresent, side.Block(i, o.block_bytes), work.first_block + b + i,
-                 o, base, verify, expected);
+    if (!verify) work.get_ms.push_back(MsSince(get.at));
+    for (unsigned i = 0; i < get.n; ++i) {
+      CheckBlock(got.states[i] == StreamBlockState::kPresent, side.Block(i, o.block_bytes),
+                 work.first_block + get.first + i, o, base, verify, expected);
     }
   }
 }
@@ -431,6 +451,10 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   const uint64_t blocks = o.total_bytes / o.block_bytes;
   if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
     return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
+  }
+  if (o.gets_in_flight == 0 || o.gets_in_flight > DataStreamClient::kMaxGetsInFlight) {
+    return InvalidArgumentError("--stream-gets-in-flight " + std::to_string(o.gets_in_flight) + ": it takes 1 to " +
+                                std::to_string(DataStreamClient::kMaxGetsInFlight));
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BenchNode> node, StartNode(o, blocks));
   std::vector<ClientWork> work(o.clients);

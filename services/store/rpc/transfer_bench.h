@@ -32,6 +32,9 @@ struct TransferBenchOptions {
   // The data stream's gets: true, keyed gets under one get session per client
   // (openGetSession once, then the keys on the stream); false, an openGet per get.
   bool keyed_gets = true;
+  // Keyed gets each client keeps sent ahead of the reply it reads (1: one at a time; up to
+  // DataStreamClient::kMaxGetsInFlight). A get's time runs from its send to its reply.
+  uint32_t gets_in_flight = 1;
   // The data stream's puts: true, keyed puts under one put session per client
   // (openPutSession once, then the headers on the stream); false, an openPut per put.
   bool keyed_puts = true;

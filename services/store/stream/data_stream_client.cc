@@ -123,7 +123,7 @@ Result<StreamReply> DataStreamClient::ReadReply() {
 
 Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket& ticket,
                                                             std::span<const std::span<uint8_t>> outs) {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  KVTIER_RETURN_IF_ERROR(CheckIdle());
   StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a get", address_));
@@ -156,10 +156,29 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket
   return result;
 }
 
+Status DataStreamClient::CheckIdle() const {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (gets_in_flight_ > 0) {
+    return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(gets_in_flight_) +
+                                   " keyed gets sent await their replies; receive them first");
+  }
+  return Status::Ok();
+}
+
 Result<DataStreamClient::KeyedGet> DataStreamClient::GetKeys(const TransferTicket& session,
                                                              std::span<const BlockKey> keys,
                                                              const BufferFor& buffer_for) {
+  KVTIER_RETURN_IF_ERROR(CheckIdle());
+  KVTIER_RETURN_IF_ERROR(SendGetKeys(session, keys));
+  return ReceiveGetKeys(buffer_for);
+}
+
+Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<const BlockKey> keys) {
   if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (gets_in_flight_ == kMaxGetsInFlight) {
+    return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(kMaxGetsInFlight) +
+                                   " keyed gets already await their replies");
+  }
   if (keys.empty() || keys.size() > kMaxStreamKeys) {
     return InvalidArgumentError("a keyed get of " + std::to_string(keys.size()) + " keys: it takes 1 to " +
                                 std::to_string(kMaxStreamKeys));
@@ -170,15 +189,29 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::GetKeys(const TransferTicke
   std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
                          Iov(keys.data(), keys.size_bytes())};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
-  KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
-  if (reply.blocks != keys.size()) {
-    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.blocks) +
-                              " blocks in the reply, " + std::to_string(keys.size()) + " asked"));
+  keys_in_flight_[(oldest_in_flight_ + gets_in_flight_) % kMaxGetsInFlight] = static_cast<uint32_t>(keys.size());
+  ++gets_in_flight_;
+  return Status::Ok();
+}
+
+Result<DataStreamClient::KeyedGet> DataStreamClient::ReceiveGetKeys(const BufferFor& buffer_for) {
+  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (gets_in_flight_ == 0) {
+    return FailedPreconditionError("data stream " + address_ + ": no keyed get awaits its reply");
   }
-  KVTIER_ASSIGN_OR_RETURN(KeyedGet got, ReadStatesAndHeaders(reply, keys.size()));
+  const size_t keys = keys_in_flight_[oldest_in_flight_];
+  oldest_in_flight_ = (oldest_in_flight_ + 1) % kMaxGetsInFlight;
+  --gets_in_flight_;
+  KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
+  if (reply.blocks != keys) {
+    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.blocks) +
+                              " blocks in the reply, " + std::to_string(keys) + " asked"));
+  }
+  KVTIER_ASSIGN_OR_RETURN(KeyedGet got, ReadStatesAndHeaders(reply, keys));
   uint64_t expected = 0;
-  iov.clear();
-  for (size_t i = 0; i < keys.size(); ++i) {
+  std::vector<iovec> iov;
+  iov.reserve(keys);
+  for (size_t i = 0; i < keys; ++i) {
     if (!got.headers[i]) continue;
     const std::span<uint8_t> out = buffer_for(i, *got.headers[i]);
     if (out.size() != got.headers[i]->payload_bytes) {
@@ -235,7 +268,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
 
 Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
                                        std::span<const std::span<const uint8_t>> payloads) {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  KVTIER_RETURN_IF_ERROR(CheckIdle());
   StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
   return SendPut(std::move(iov), payloads);
@@ -244,7 +277,7 @@ Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
 Result<uint32_t> DataStreamClient::PutBlocks(const TransferTicket& session,
                                              std::span<const storage::BlockHeader> headers,
                                              std::span<const std::span<const uint8_t>> payloads) {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  KVTIER_RETURN_IF_ERROR(CheckIdle());
   if (headers.empty() || headers.size() > kMaxStreamKeys || payloads.size() != headers.size()) {
     return InvalidArgumentError("a keyed put of " + std::to_string(headers.size()) + " headers and " +
                                 std::to_string(payloads.size()) + " payloads: it takes 1 to " +

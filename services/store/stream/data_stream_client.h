@@ -1,6 +1,7 @@
 // DataStreamClient: one connection to a node's data stream (protocol.h), carrying the
 // transfers that BlockStore.openGet/openPut tickets name, and the keyed gets and puts of
-// its get and put sessions, one at a time.
+// its get and put sessions, one at a time; keyed gets may also be pipelined, the next
+// one's keys sent before the current one's reply is read (SendGetKeys, ReceiveGetKeys).
 //
 // Get reads each block's payload straight from the socket into the caller's buffer
 // (scatter, readv); Put writes the caller's payloads straight to the socket (gather,
@@ -16,11 +17,12 @@
 // timed out, kInternal for a reply that breaks the protocol. After any error the client
 // is broken(): make a new one.
 //
-// Thread safety: not thread-safe; one transfer at a time. Owns its socket.
+// Thread safety: not thread-safe; one caller at a time. Owns its socket.
 #pragma once
 
 #include <sys/uio.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -66,6 +68,19 @@ class DataStreamClient {
   using BufferFor = std::function<std::span<uint8_t>(size_t i, const storage::BlockHeader& header)>;
   [[nodiscard]] Result<KeyedGet> GetKeys(const TransferTicket& session, std::span<const BlockKey> keys,
                                          const BufferFor& buffer_for);
+  // GetKeys in two halves, for pipelining: SendGetKeys sends a keyed get's keys without
+  // waiting; ReceiveGetKeys reads the reply of the oldest get sent and not yet received
+  // (the node answers in order, reading the next request once it has sent a reply). So a
+  // client can keep the node busy across its own round trip. At most kMaxGetsInFlight are
+  // sent ahead: a waiting request sits in the node's socket buffer, which holds one (at
+  // most 64 KiB of keys). kFailedPrecondition, with nothing sent and the connection kept,
+  // for a send past that limit, a receive with none in flight, and any other transfer
+  // (Get, Put, PutBlocks) while gets are in flight; kInvalidArgument, likewise, for a send
+  // of no keys or of more than kMaxStreamKeys.
+  static constexpr size_t kMaxGetsInFlight = 2;
+  [[nodiscard]] Status SendGetKeys(const TransferTicket& session, std::span<const BlockKey> keys);
+  [[nodiscard]] Result<KeyedGet> ReceiveGetKeys(const BufferFor& buffer_for);
+  size_t gets_in_flight() const { return gets_in_flight_; }
   // The payloads in the order of the headers given to openPut; returns blocks stored.
   // REQUIRES: the payloads' sizes add up to ticket.total_bytes.
   [[nodiscard]] Result<uint32_t> Put(const TransferTicket& ticket, std::span<const std::span<const uint8_t>> payloads);
@@ -89,10 +104,17 @@ class DataStreamClient {
   // Sends `iov` (a put's request) and the payloads, then reads the reply.
   [[nodiscard]] Result<uint32_t> SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads);
   [[nodiscard]] Status Fail(Status status);
+  // kUnavailable when broken; kFailedPrecondition while pipelined gets await replies.
+  [[nodiscard]] Status CheckIdle() const;
 
   int fd_ = -1;
   std::string address_;
   std::string encoded_;  // a keyed put's headers, reused
+  // Pipelined keyed gets sent and not yet received: their key counts, oldest first, in a
+  // ring (no allocation per get).
+  std::array<uint32_t, kMaxGetsInFlight> keys_in_flight_ = {};
+  size_t oldest_in_flight_ = 0;
+  size_t gets_in_flight_ = 0;
 };
 
 }  // namespace kvtier::store

@@ -177,13 +177,22 @@ class KeyedGetTest : public DataStreamFixture {
                              const std::vector<uint64_t>& ids) {
     Got got;
     got.bytes.resize(ids.size());
-    const std::vector<BlockKey> keys = Keys(ids);
-    KVTIER_ASSIGN_OR_RETURN(got.get, client.GetKeys(session, keys, [&](size_t i, const storage::BlockHeader& header) {
-                              got.asked.push_back(i);
-                              got.bytes[i].resize(header.payload_bytes);
-                              return std::span<uint8_t>(got.bytes[i]);
-                            }));
+    KVTIER_ASSIGN_OR_RETURN(got.get, client.GetKeys(session, Keys(ids), BuffersOf(got)));
     return got;
+  }
+  // The reply of the oldest pipelined get, of `keys` keys, into buffers of its own.
+  static Result<Got> ReceiveGetKeys(DataStreamClient& client, size_t keys) {
+    Got got;
+    got.bytes.resize(keys);
+    KVTIER_ASSIGN_OR_RETURN(got.get, client.ReceiveGetKeys(BuffersOf(got)));
+    return got;
+  }
+  static DataStreamClient::BufferFor BuffersOf(Got& got) {
+    return [&got](size_t i, const storage::BlockHeader& header) {
+      got.asked.push_back(i);
+      got.bytes[i].resize(header.payload_bytes);
+      return std::span<uint8_t>(got.bytes[i]);
+    };
   }
 
 
@@ -274,6 +283,68 @@ TEST_F(KeyedGetTest, BadSessionsAreRefusedWithTheirReason) {
 
   EXPECT_EQ(server_->OpenSession({.format_tag = "", .salt_scope = kScope}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Blocks 1 to 4 stored, 9 never. Two keyed gets sent before either reply is read come
+// back in the order sent, each into its own buffers; a third send, a receive with none
+// in flight and any other transfer while gets are in flight are refused and leave the
+// connection working.
+TEST_F(KeyedGetTest, PipelinedGetsAreAnsweredInOrder) {
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes),
+                                      MakeBlock(3, kBlockBytes), MakeBlock(4, 4096)};
+  Store(blocks);
+  const TransferTicket session = Session();
+  auto client = Client();
+  ASSERT_TRUE(client->SendGetKeys(session, Keys({1, 9})).ok());
+  ASSERT_TRUE(client->SendGetKeys(session, Keys({4, 3, 2})).ok());
+  EXPECT_EQ(client->gets_in_flight(), 2u);
+  EXPECT_EQ(client->SendGetKeys(session, Keys({1})).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(GetKeys(*client, session, {1}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->gets_in_flight(), 2u) << "nothing was sent for the refused calls";
+
+  Result<Got> first = ReceiveGetKeys(*client, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing}));
+  EXPECT_EQ(first->bytes[0], blocks[0].payload);
+  // One still in flight: a whole transfer now would read that get's reply as its own.
+  EXPECT_EQ(GetKeys(*client, session, {1}).status().code(), StatusCode::kFailedPrecondition);
+  const TestBlock put = MakeBlock(5, 4096);
+  EXPECT_EQ(client->PutBlocks(session, {&put.header, 1}, {{std::span<const uint8_t>(put.payload)}}).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client->gets_in_flight(), 1u);
+  Result<Got> second = ReceiveGetKeys(*client, 3);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->asked, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(second->bytes[0], blocks[3].payload);
+  EXPECT_EQ(second->bytes[1], blocks[2].payload);
+  EXPECT_EQ(second->bytes[2], blocks[1].payload);
+  EXPECT_EQ(second->get.headers[0]->key, blocks[3].header.key);
+
+  EXPECT_EQ(client->gets_in_flight(), 0u);
+  EXPECT_EQ(ReceiveGetKeys(*client, 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(client->broken());
+  Result<Got> after = GetKeys(*client, session, {2});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->bytes[0], blocks[1].payload);
+  EXPECT_EQ(server_->Stats().gets, 3u);
+  EXPECT_TRUE(Drained());
+}
+
+// A pipelined get the node refuses (a put ticket used as a get session): its receive
+// reports why, the node closes the connection, and the get sent behind it is lost, not
+// answered: its receive says the connection is broken. The session itself is fine.
+TEST_F(KeyedGetTest, ARefusedPipelinedGetLosesTheGetBehindIt) {
+  Store({MakeBlock(1, 4096)});
+  const TransferTicket session = Session();
+  const TransferTicket put = server_->OpenPut({MakeBlock(2, 4096).header}).value();
+  auto client = Client();
+  ASSERT_TRUE(client->SendGetKeys(put, Keys({1})).ok());
+  ASSERT_TRUE(client->SendGetKeys(session, Keys({1})).ok());
+  EXPECT_EQ(ReceiveGetKeys(*client, 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(client->broken());
+  EXPECT_EQ(ReceiveGetKeys(*client, 1).status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(GetKeys(*Client(), session, {1}).ok());
+  EXPECT_EQ(server_->Stats().gets, 1u) << "only the last get, on a new connection, was served";
 }
 
 TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {
