@@ -156,8 +156,13 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket
   return result;
 }
 
-Status DataStreamClient::CheckIdle() const {
+Status DataStreamClient::CheckOpen() const {
   if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  return Status::Ok();
+}
+
+Status DataStreamClient::CheckIdle() const {
+  KVTIER_RETURN_IF_ERROR(CheckOpen());
   if (gets_in_flight_ > 0) {
     return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(gets_in_flight_) +
                                    " keyed gets sent await their replies; receive them first");
@@ -174,7 +179,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::GetKeys(const TransferTicke
 }
 
 Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<const BlockKey> keys) {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  KVTIER_RETURN_IF_ERROR(CheckOpen());
   if (gets_in_flight_ == kMaxGetsInFlight) {
     return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(kMaxGetsInFlight) +
                                    " keyed gets already await their replies");
@@ -195,7 +200,7 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<co
 }
 
 Result<DataStreamClient::KeyedGet> DataStreamClient::ReceiveGetKeys(const BufferFor& buffer_for) {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  KVTIER_RETURN_IF_ERROR(CheckOpen());
   if (gets_in_flight_ == 0) {
     return FailedPreconditionError("data stream " + address_ + ": no keyed get awaits its reply");
   }

@@ -104,7 +104,9 @@ class DataStreamClient {
   // Sends `iov` (a put's request) and the payloads, then reads the reply.
   [[nodiscard]] Result<uint32_t> SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads);
   [[nodiscard]] Status Fail(Status status);
-  // kUnavailable when broken; kFailedPrecondition while pipelined gets await replies.
+  // kUnavailable when broken; CheckIdle also kFailedPrecondition while pipelined gets
+  // await their replies.
+  [[nodiscard]] Status CheckOpen() const;
   [[nodiscard]] Status CheckIdle() const;
 
   int fd_ = -1;
