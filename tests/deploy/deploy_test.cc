@@ -111,16 +111,22 @@ TEST(ManifestValidatorTest, AMisspeltFieldFailsNamingIt) {
   EXPECT_NE(out.find("Service/kvtier-coordinator"), std::string::npos) << out;
 }
 
-// The ConfigMap's kvtier.yaml and the dev overlay's tokens file are what kvtier accepts.
-TEST(DeployConfigTest, TheMountedConfigurationStartsKvtier) {
+// `kvtier up` with `args` starts (its banner names the dev tokens' tenant) and stops
+// cleanly on SIGTERM.
+void ExpectUpStartsAndStops(const std::vector<std::string>& args) {
   testing::TempDir dir;
   std::unique_ptr<ChildProcess> up;
-  StartUp(dir, up, {"--config", kDeploy + "/k8s/base/kvtier.yaml", "--auth-token-file",
-                    kDeploy + "/k8s/overlays/dev/tokens.yaml", "--store-host-cache-bytes", "67108864",
-                    "--store-disk-bytes", "67108864"});
-  EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout();
+  StartUp(dir, up, args);
+  EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout() << up->Stderr();
   up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
+}
+
+// The ConfigMap's kvtier.yaml and the dev overlay's tokens file are what kvtier accepts.
+TEST(DeployConfigTest, TheMountedConfigurationStartsKvtier) {
+  ExpectUpStartsAndStops({"--config", kDeploy + "/k8s/base/kvtier.yaml", "--auth-token-file",
+                          kDeploy + "/k8s/overlays/dev/tokens.yaml", "--store-host-cache-bytes", "67108864",
+                          "--store-disk-bytes", "67108864"});
 }
 
 // The dev overlay's pod runs `kvtier up` with flags of its own on top of the mounted
@@ -141,12 +147,7 @@ TEST(DeployConfigTest, TheDevOverlaysCommandLineStartsKvtier) {
     if (arg == "/etc/kvtier/kvtier.yaml") arg = kDeploy + "/k8s/base/kvtier.yaml";
   }
   args.insert(args.end(), {"--auth-token-file", kDeploy + "/k8s/overlays/dev/tokens.yaml"});
-  testing::TempDir dir;
-  std::unique_ptr<ChildProcess> up;
-  StartUp(dir, up, args);
-  EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout() << up->Stderr();
-  up->Signal(SIGTERM);
-  EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
+  ExpectUpStartsAndStops(args);
 }
 
 TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {

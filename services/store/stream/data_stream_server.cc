@@ -99,8 +99,8 @@ class DataStreamServer::Impl {
   // One loop per thread (threads: 0 picks half the hardware threads, 2 to 8); each
   // connection lives on one loop, dealt round-robin as accepted. At least two: one loop
   // saturates its core before the loopback does, and a second one let 2-core dev's gets
-  // reach 1.1-1.2x one loop's rate; on a 16-core machine eight loops moved 1.6-2.2x what
-  // four did (docs/benchmarks.md). An idle loop only waits in epoll.
+  // reach 1.1-1.2x one loop's rate; on a 16-core machine eight loops moved 1.6-2.0x the gets
+  // of four (docs/benchmarks.md). An idle loop only waits in epoll.
   static std::vector<std::unique_ptr<asio::io_context>> MakeLoops(uint32_t threads) {
     if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u);
     std::vector<std::unique_ptr<asio::io_context>> loops;
