@@ -1,8 +1,8 @@
 #include "storage/block_header.h"
 
-#include <xxhash.h>
-
 #include <cstring>
+
+#include "storage/fast_xxh3.h"
 
 namespace kvtier::storage {
 namespace {

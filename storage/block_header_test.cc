@@ -76,5 +76,23 @@ TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
   EXPECT_NE(ValidateHeader(bad_priority, 1024).message().find("priority 101"), std::string::npos);
 }
 
+// The checksums that blocks on disk and on the wire carry are XXH3-64's: whichever of
+// libxxhash's code paths computes them (storage/fast_xxh3.h dispatches to the CPU's
+// widest), they are the hashes of xxHash's reference (the empty input's is the one its
+// documentation gives), for lengths on each of its code paths: short, mid, and the long
+// vectorised loop with a tail.
+TEST(BlockHeaderTest, PayloadChecksumIsXxh3OfThePayload) {
+  const std::pair<size_t, uint64_t> known[] = {{0, 0x2d06800538d394c2ull},
+                                               {3, 0x6811538b444fc6dcull},
+                                               {240, 0xb80284837259eee4ull},
+                                               {1000, 0x2ac5b3b66d7cf18full},
+                                               {(256u << 10) + 5, 0xe2f6303bdf875f41ull}};
+  for (const auto& [size, hash] : known) {
+    std::vector<uint8_t> payload(size);
+    for (size_t i = 0; i < size; ++i) payload[i] = static_cast<uint8_t>(i * 131 + (i >> 8));
+    EXPECT_EQ(PayloadChecksum(payload), hash) << size << " bytes";
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::storage

@@ -1,8 +1,5 @@
 #include "storage/host_tier.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack: no allocation per pin
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -13,6 +10,7 @@
 #include <vector>
 
 #include "common/thread_annotations.h"
+#include "storage/fast_xxh3.h"
 #include "storage/tier_index.h"
 
 namespace kvtier::storage {

@@ -1,6 +1,7 @@
 // HostTier get and put throughput from 1 to 16 threads at once: copies run outside the
 // tier's lock, so threads copying different blocks should scale with cores (until memory
 // bandwidth runs out). Each thread has its own buffer; blocks are 256 KiB in a 1 GiB tier.
+// Also the payload checksum alone, the per-byte cost that every tier and stream path shares.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -62,6 +63,15 @@ void BM_HostTierPut(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_HostTierPut)->ArgName("checked")->Arg(0)->Arg(1)->ThreadRange(1, 16)->UseRealTime();
+
+// The checksum every put, get and peer fetch computes or verifies once per block
+// (storage/fast_xxh3.h), on one thread, by block size.
+void BM_PayloadChecksum(benchmark::State& state) {
+  const std::vector<uint8_t> payload = testing::MakeBlock(1, static_cast<size_t>(state.range(0))).payload;
+  for (auto _ : state) benchmark::DoNotOptimize(PayloadChecksum(payload));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
+}
+BENCHMARK(BM_PayloadChecksum)->ArgName("block_bytes")->Arg(64 << 10)->Arg(256 << 10)->Arg(2 << 20);
 
 }  // namespace
 }  // namespace kvtier::storage

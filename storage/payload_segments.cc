@@ -5,9 +5,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack: no allocation per read
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include <filesystem>
 
 #include "common/iovec.h"
+#include "storage/fast_xxh3.h"
 
 namespace kvtier::storage {
 namespace {

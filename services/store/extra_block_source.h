@@ -39,9 +39,10 @@ class ExtraBlockSource {
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
   [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
   // Peek of several blocks, one result each (kNotFound as Peek); where the source can, it
-  // also holds each block found, so that the caller copies it on its own thread and the
-  // source's thread is not held for the copy (a worker's host pool). The caller gives
-  // every hold back by one ReleaseBatch. The default holds nothing.
+  // also holds each block found, so that the caller reads its bytes in place on its own
+  // thread (a keyed get sends them from there) and the source's thread is not held for a
+  // copy (a worker's host pool). The caller gives every hold back, each once, by
+  // ReleaseBatch calls. The default holds nothing.
   [[nodiscard]] virtual std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) {
     std::vector<Result<HeldBlock>> results;
     results.reserve(refs.size());

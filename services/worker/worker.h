@@ -217,7 +217,7 @@ class Worker {
   [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                   std::span<const std::span<uint8_t>> outs) const;
   // Committed blocks of a host pool held for a reader on another thread (a peer's fetch,
-  // copied off this loop): views[i] is blocks[i]'s bytes in pool memory, which stay as
+  // sent from the pool's pages off this loop): views[i] is blocks[i]'s bytes in pool memory, which stay as
   // they are until ReleaseBlocks drops the hold (the block is neither evicted nor reused
   // meanwhile). kFailedPrecondition for a device pool (its bytes are not host memory: use
   // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.

@@ -12,7 +12,7 @@
 //   - worker B reuses a prefix computed on worker A: fetched over the network from A's
 //     pool, and (once A evicted it) from A's store tier, the bytes those of A's engine;
 //     inline (blocks this small go so by default), and again with every fetch a keyed
-//     get on A's data stream (A's pool blocks held and copied off A's loop);
+//     get on A's data stream (A's pool blocks held and sent from its pages, off A's loop);
 //   - with the workers writing through to the store node, B reuses a prefix A computed
 //     through the store, after A was killed.
 #include <signal.h>

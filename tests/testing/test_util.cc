@@ -27,13 +27,14 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-int ConnectRaw(const std::string& address) {
+int ConnectRaw(const std::string& address, int receive_buffer) {
   if (address.starts_with("unix:")) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     const std::string path = address.substr(5);
     path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
     const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
     close(fd);
     return -1;
@@ -44,6 +45,7 @@ int ConnectRaw(const std::string& address) {
   addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
   close(fd);
   return -1;

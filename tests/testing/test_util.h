@@ -26,8 +26,9 @@ class TempDir {
 };
 
 // A blocking socket connected to "host:port" (IPv4) or "unix:/path"; -1 when it cannot
-// connect. The caller closes it.
-int ConnectRaw(const std::string& address);
+// connect. The caller closes it. `receive_buffer` > 0: its SO_RCVBUF, set before the
+// connection (a TCP peer then sees a small window: a client that reads slowly).
+int ConnectRaw(const std::string& address, int receive_buffer = 0);
 
 // Connects to "host:port" (IPv4) or "unix:/path", sends `bytes`, half-closes nothing, and
 // reads until the peer closes the connection or `timeout` passes.

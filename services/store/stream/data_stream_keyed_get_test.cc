@@ -30,14 +30,50 @@ struct PoolSourceOptions {
   uint64_t gone = 0;      // evicted between HoldBatch and ReadBatch
   uint64_t corrupt = 0;   // fails its read
   std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
-  bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until FinishRead(): a busy loop
+  bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
+  bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
+};
+
+// Where a call of a PoolSource waits, when it must, until the test opens it.
+class Gate {
+ public:
+  explicit Gate(bool closed) : closed_(closed) {}
+  // Waits (up to 5 s) while closed; a call that passes an open gate does not wait.
+  void Pass() {
+    std::unique_lock lock(mu_);
+    if (!closed_) return;
+    waiting_ = true;
+    changed_.notify_all();
+    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return !closed_; });
+    waiting_ = false;
+  }
+  // Whether a call waits here now; WaitForCall waits (bounded) until one does.
+  bool waiting() const {
+    std::lock_guard lock(mu_);
+    return waiting_;
+  }
+  bool WaitForCall() {
+    std::unique_lock lock(mu_);
+    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return waiting_; });
+  }
+  void Open() {
+    std::lock_guard lock(mu_);
+    closed_ = false;
+    changed_.notify_all();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  bool closed_, waiting_ = false;
 };
 
 // Blocks outside the tiers (a worker's pool), thread-safe as a session's source must be.
 class PoolSource final : public ExtraBlockSource {
  public:
   explicit PoolSource(std::vector<TestBlock> blocks, PoolSourceOptions options = {})
-      : blocks_(std::move(blocks)), options_(std::move(options)) {}
+      : blocks_(std::move(blocks)), options_(std::move(options)), reads_(options_.reads_wait),
+        releases_(options_.releases_wait) {}
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
@@ -66,6 +102,7 @@ class PoolSource final : public ExtraBlockSource {
     return found;
   }
   Status ReleaseBatch(std::span<const uint64_t> holds) override {
+    releases_.Pass();
     std::lock_guard lock(mu_);
     released_.insert(released_.end(), holds.begin(), holds.end());
     holds_out_ -= static_cast<int>(holds.size());
@@ -73,14 +110,11 @@ class PoolSource final : public ExtraBlockSource {
   }
   std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                       std::span<const std::span<uint8_t>> outs) override {
-    std::unique_lock lock(mu_);
-    read_batches_.push_back(refs.size());
-    if (options_.reads_wait) {
-      reading_ = true;
-      changed_.notify_all();
-      changed_.wait_for(lock, std::chrono::seconds(5), [&] { return read_finished_; });
-      reading_ = false;
+    {
+      std::lock_guard lock(mu_);
+      read_batches_.push_back(refs.size());
     }
+    reads_.Pass();
     return ExtraBlockSource::ReadBatch(refs, outs);
   }
   // Blocks per HoldBatch and per ReadBatch call, in order.
@@ -101,20 +135,9 @@ class PoolSource final : public ExtraBlockSource {
     std::lock_guard lock(mu_);
     return holds_out_;
   }
-  // reads_wait: whether a ReadBatch is waiting now; WaitForRead waits (bounded) until one is.
-  bool reading() const {
-    std::lock_guard lock(mu_);
-    return reading_;
-  }
-  bool WaitForRead() {
-    std::unique_lock lock(mu_);
-    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return reading_; });
-  }
-  void FinishRead() {
-    std::lock_guard lock(mu_);
-    read_finished_ = true;
-    changed_.notify_all();
-  }
+  // reads_wait, releases_wait: where ReadBatch and ReleaseBatch wait.
+  Gate& reads() { return reads_; }
+  Gate& releases() { return releases_; }
 
  private:
   Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
@@ -127,12 +150,11 @@ class PoolSource final : public ExtraBlockSource {
   }
   const std::vector<TestBlock> blocks_;
   const PoolSourceOptions options_;
+  Gate reads_, releases_;
   mutable std::mutex mu_;
-  std::condition_variable changed_;
   std::vector<size_t> hold_batches_, read_batches_;
   std::vector<uint64_t> released_;
   int holds_out_ = 0;
-  bool reading_ = false, read_finished_ = false;
 };
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
@@ -402,9 +424,10 @@ TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHead
 }
 
 // The source holds blocks 5 and 6 in place (a worker's host pool) but not block 8 (as a
-// GPU pool's): the get copies 5 and 6 itself, asks the source to read block 8 alone, and
-// gives both holds back; every block comes with the checksum of its bytes.
-TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreCopiedInPlaceAndGivenBack) {
+// GPU pool's): the get sends 5 and 6 from the source's pages, asks the source to read
+// block 8 alone, and gives both holds back once sent; every block comes with the
+// checksum of its bytes.
+TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
   const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.holdable = {5, 6}});
   auto client = Client();
@@ -421,9 +444,80 @@ TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreCopiedInPlaceAndGivenBack) {
   }
   EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4}));
   EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
-  EXPECT_EQ(source->holds_out(), 0);
-  EXPECT_TRUE(Drained()) << "the source's staging freed once sent";
+  EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
+}
+
+// The source holds a 16 MiB block 5, which a client asks for on a socket whose receive
+// buffer is 4 KiB, and reads nothing: the node's send stalls mid-transfer, the block held.
+class StalledKeyedGetTest : public KeyedGetTest {
+ protected:
+  void SetUp() override {
+    KeyedGetTest::SetUp();
+    const TransferTicket session = Session(kScope, source_);
+    fd_ = testing::ConnectRaw(session.data_address, /*receive_buffer=*/4096);
+    ASSERT_GE(fd_, 0);
+    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+                                .secret = session.secret};
+    const StreamKeysHead head{.count = 1};
+    const BlockKey key = pooled_.header.key;
+    ASSERT_EQ(send(fd_, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+    ASSERT_EQ(send(fd_, &head, sizeof(head), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(head)));
+    ASSERT_EQ(send(fd_, &key, sizeof(key), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(key)));
+    ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return source_->hold_batches().size() == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_EQ(source_->holds_out(), 1) << "the node is still sending: 16 MiB exceed the sockets' buffers";
+  }
+  void TearDown() override {
+    if (fd_ >= 0) close(fd_);
+    KeyedGetTest::TearDown();
+  }
+
+  const TestBlock pooled_ = MakeBlock(5, 16u << 20);
+  const std::shared_ptr<PoolSource> source_ =
+      std::make_shared<PoolSource>(std::vector<TestBlock>{pooled_}, PoolSourceOptions{.holdable = {5}});
+  int fd_ = -1;
+};
+
+// The client closes: the node's send fails and the hold is given back all the same.
+TEST_F(StalledKeyedGetTest, AClientGoneMidSendLeavesNothingOfTheSourceHeld) {
+  close(std::exchange(fd_, -1));
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source_->holds_out() == 0; }));
+  EXPECT_EQ(source_->released(), std::vector<uint64_t>{5});
+}
+
+// The node shuts down, its stalled send never finished: the hold is given back by the
+// time the node is gone.
+TEST_F(StalledKeyedGetTest, ANodeShutDownMidSendLeavesNothingOfTheSourceHeld) {
+  server_.reset();
+  EXPECT_EQ(source_->holds_out(), 0);
+  EXPECT_EQ(source_->released(), std::vector<uint64_t>{5});
+}
+
+// One loop, no disk tier. A get of block 5, which the source holds in place, is answered;
+// giving its hold back waits, as on a busy worker loop. Meanwhile another connection of
+// the same loop gets block 1 from the tiers: the hold's return did not hold the loop.
+TEST_F(KeyedGetTest, AWaitingReleaseStallsNoOtherConnectionOfTheLoop) {
+  StartNode(storage::testing::HostOnly(1u << 20), {.threads = 1, .tier_threads = 2});
+  const TestBlock tiered = MakeBlock(1, 4096);
+  Store({tiered});
+  const TestBlock pooled = MakeBlock(5, 4096);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled},
+                                             PoolSourceOptions{.holdable = {5}, .releases_wait = true});
+  const TransferTicket session = Session(kScope, source);
+  auto holding = Client();
+  const Result<Got> held = GetKeys(*holding, session, {5});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->bytes[0], pooled.payload);
+  ASSERT_TRUE(source->releases().WaitForCall());
+  const Result<Got> other = GetKeys(*Client(), session, {1});
+  const bool still_releasing = source->releases().waiting();
+  source->releases().Open();
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->bytes[0], tiered.payload);
+  EXPECT_TRUE(still_releasing) << "block 1 came only once the hold was given back";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
 }
 
 // One loop (two threads for work off it) and no disk tier: nothing else takes a keyed get
@@ -442,11 +536,11 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
     auto client = Client();
     waited = GetKeys(*client, session, {5});
   });
-  ASSERT_TRUE(source->WaitForRead());
+  ASSERT_TRUE(source->reads().WaitForCall());
   auto client = Client();
   const Result<Got> other = GetKeys(*client, session, {1});
-  const bool source_still_reading = source->reading();
-  source->FinishRead();
+  const bool source_still_reading = source->reads().waiting();
+  source->reads().Open();
   waiting.join();
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->bytes[0], tiered.payload);
@@ -456,29 +550,33 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
 }
 
 // Staging bounded at 2 MiB, all of it held by an open put of 1.5 MiB (staging is taken in
-// MiB): a keyed get of a 64 KiB block the source holds in place is refused
-// kResourceExhausted, holding nothing more, and the block's hold is given back; once the
-// put's ticket has expired (and the idle session with it), a new session gets the block.
-TEST_F(KeyedGetTest, ASourcesBlocksBeyondTheStagingAreRefusedForALaterRetry) {
+// MiB). The source holds block 5 in place (a host pool's) and not block 8 (a GPU pool's):
+// a keyed get of block 8 is refused kResourceExhausted, holding nothing more, while one
+// of block 5, sent from the source's pages, needs no staging and is answered. Once the
+// put's ticket has expired (and the idle session with it), a new session gets block 8.
+TEST_F(KeyedGetTest, ASourcesUnheldBlocksBeyondTheStagingAreRefusedForALaterRetry) {
   StartNode(storage::testing::HostOnly(1u << 20), {.max_staged_bytes = 2u << 20});
-  const TestBlock pooled = MakeBlock(5, kBlockBytes);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, PoolSourceOptions{.holdable = {5}});
+  const TestBlock held = MakeBlock(5, kBlockBytes);
+  const TestBlock read = MakeBlock(8, kBlockBytes);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{held, read}, PoolSourceOptions{.holdable = {5}});
   const TransferTicket session = Session(kScope, source);
   const Result<TransferTicket> put = server_->OpenPut({MakeBlock(2, 3u << 19).header});
   ASSERT_TRUE(put.ok()) << put.status();
   const uint64_t staged = server_->Stats().staged_bytes;
-  const Result<Got> refused = GetKeys(*Client(), session, {5});
+  const Result<Got> refused = GetKeys(*Client(), session, {8});
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find("outside the node's tiers"), std::string::npos) << refused.status();
   EXPECT_EQ(server_->Stats().staged_bytes, staged) << "the put's alone";
-  EXPECT_EQ(source->released(), std::vector<uint64_t>{5});
-  EXPECT_EQ(source->holds_out(), 0);
+  const Result<Got> sent = GetKeys(*Client(), session, {5});
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  EXPECT_EQ(sent->bytes[0], held.payload);
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
 
   clock_.Advance(std::chrono::seconds(31));  // the put's ticket expires (the ttl is 30 s)
   ASSERT_TRUE(Drained());
-  const Result<Got> retried = GetKeys(*Client(), Session(kScope, source), {5});
+  const Result<Got> retried = GetKeys(*Client(), Session(kScope, source), {8});
   ASSERT_TRUE(retried.ok()) << retried.status();
-  EXPECT_EQ(retried->bytes[0], pooled.payload);
+  EXPECT_EQ(retried->bytes[0], read.payload);
 }
 
 TEST_F(KeyedGetTest, APutSessionTakesNoSource) {

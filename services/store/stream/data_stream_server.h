@@ -13,9 +13,11 @@
 //   sent as missing or corrupt: the states the stream sends are final.
 // - keyed get: a get session (OpenSession) lets a client name a get's blocks on the
 //   stream itself, with no OpenGet per transfer; its blocks are found on the loop (or the
-//   tier pool) and served as a get of the tiers' blocks. Those the tiers lack are read
-//   from the session's extra source where it has one (a worker's pool), on the tier pool
-//   (the read waits for the loop serving that source), into staging.
+//   tier pool) and served as a get of the tiers' blocks. Those the tiers lack are found
+//   in the session's extra source where it has one (a worker's pool), on the tier pool
+//   (the call waits for the loop serving that source): a block the source holds in place
+//   (a host pool's) is sent from the source's pages, held until its reply is sent (or
+//   the transfer dropped); the others are read into staging.
 // - keyed put: a put session (OpenSession) lets a client send a put's headers on the
 //   stream itself, with no OpenPut per transfer; the headers are checked as OpenPut
 //   checks them, on the loop, and the put then goes on as a ticket's.

@@ -1,6 +1,6 @@
-// StageFromSource: a get's blocks that the node's tiers lack, copied from its extra source
-// (a worker's pool) into staging, for an openGet ticket (at open, on the control thread)
-// and a keyed get (before its send, on the stream's tier pool) alike. Internal to
+// StageFromSource and HoldFromSource: a get's blocks that the node's tiers lack, from its
+// extra source (a worker's pool), for an openGet ticket (at open, on the control thread)
+// and a keyed get (before its send, on the stream's tier pool). Internal to
 // services/store/stream.
 //
 // Thread safety: as the source's (a LoopBoundBlockSource from any thread); the staging
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "common/block_key.h"
@@ -19,17 +20,25 @@
 namespace kvtier::store {
 
 // The blocks `keys[i]` for i in `positions` (REQUIRES: each kMissing in `transfer`, whose
-// format tag, salt scope, states and slots are set for `keys`), into one staging buffer
-// taken for them all (`transfer.buffer`): found (and where it can, held) by one HoldBatch;
-// the held ones copied here, on the caller's thread, then given back by one ReleaseBatch;
-// the others read by one ReadBatch (one gather on a GPU pool). Each block staged becomes
-// kPresent, its slot naming its bytes and its header (the checksum of the bytes staged,
-// computed here where the source left it 0) in `transfer.headers`. A block the source
-// lacks, larger than `max_block_bytes`, or gone since HoldBatch stays kMissing; one whose
-// read fails kDataLoss becomes kCorrupt. Staging's refusal (kResourceExhausted: full for
-// now; kInvalidArgument: larger than the pool) is returned, nothing held.
+// format tag, salt scope, states and slots are set for `keys`), found (and where it can,
+// held) by one HoldBatch. The blocks it does not hold are read by one ReadBatch (one
+// gather on a GPU pool) into one staging buffer taken for them (`transfer.buffer`).
+// StageFromSource copies the held ones into that buffer too, on the caller's thread, and
+// gives their holds back (one ReleaseBatch) before it returns: a ticket may wait long,
+// and holds nothing of the source meanwhile. HoldFromSource sends them from the source's
+// pages (GetSlot::held): their holds go with the transfer (`transfer.source_holds`,
+// which shares `source`), to be given back once it is sent or dropped.
+// Each block staged or held becomes kPresent, its header (the checksum of its bytes,
+// computed here, on the caller's thread, where the source left it 0) in
+// `transfer.headers`. A block the source lacks, larger than `max_block_bytes`, or gone
+// since HoldBatch stays kMissing; one whose read fails kDataLoss becomes kCorrupt.
+// Staging's refusal (kResourceExhausted: full for now; kInvalidArgument: larger than the
+// pool) is returned, nothing staged (HoldFromSource's holds stay with the transfer).
 [[nodiscard]] Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys,
                                      std::span<const uint32_t> positions, StagingPool& staging,
                                      uint64_t max_block_bytes, OpenTransfer& transfer);
+[[nodiscard]] Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source, std::span<const BlockKey> keys,
+                                    std::span<const uint32_t> positions, StagingPool& staging,
+                                    uint64_t max_block_bytes, OpenTransfer& transfer);
 
 }  // namespace kvtier::store

@@ -150,15 +150,16 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
     if (keyed()) AddSentHeader(pinned.header());
     return slot.bytes;
   }
-  std::span<uint8_t> out;
+  std::span<const uint8_t> out;
   if (slot.read_at_send) {
-    out = transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
+    const std::span<uint8_t> into = transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
     *read_offset += slot.bytes;
     storage::BlockHeader header;
-    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, out, &header);
+    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, into, &header);
+    out = into;
     if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(header);
   } else {
-    out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+    out = slot.held.empty() ? transfer_.buffer.bytes().subspan(slot.offset, slot.bytes) : slot.held;
     if (keyed()) AddSentHeader(transfer_.headers[slot.header]);
   }
   if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
@@ -253,11 +254,20 @@ void StreamConnection::SendReply() {
           op, self->transfer_.payload_bytes,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
     }
-    self->transfer_ = OpenTransfer{};  // frees the staging buffer
+    self->GiveHoldsBack();
+    self->transfer_ = OpenTransfer{};  // frees the staging buffer, unpins the host tier's blocks
     if (ec) return self->Close();
     if (refused) return self->Linger();
     self->ReadRequest();
   });
+}
+
+// A keyed get's holds on its source's blocks, once their bytes are sent (or refused):
+// given back from the tier pool, since through a LoopBoundBlockSource that waits for
+// the source's loop (its busy moments included), which no stream loop must.
+void StreamConnection::GiveHoldsBack() {
+  if (transfer_.source_holds.empty()) return;
+  asio::post(*context_.tier_pool, [holds = std::move(transfer_.source_holds)]() mutable { holds.Release(); });
 }
 
 // After a refusal the client may still be sending (a put's payload): read and drop it

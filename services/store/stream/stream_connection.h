@@ -35,7 +35,8 @@ struct StreamContext {
   StreamMetrics* metrics = nullptr;  // optional
   StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
   // Where work that may wait runs, off the loops: tier calls where the store has a disk
-  // tier (`disk`), and keyed gets' reads of a session's extra source.
+  // tier (`disk`), and keyed gets' calls to a session's extra source (reads, holds and
+  // their return).
   asio::thread_pool* tier_pool = nullptr;
   bool disk = false;
   uint64_t max_block_bytes = 0;
@@ -76,9 +77,9 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
     });
   }
   // A keyed get (stream_keyed_get.cc): the session checked, its keys read, its blocks
-  // found (off the loop: a header may be on disk), those the tiers lack read from the
-  // session's extra source into staging (off the loop: it waits for that source's loop),
-  // then served as a get. kResourceExhausted when staging is full.
+  // found (off the loop: a header may be on disk), those the tiers lack held or read from
+  // the session's extra source (off the loop: it waits for that source's loop), then
+  // served as a get. kResourceExhausted when staging is full.
   void ReadKeys();
   void OnKeysHead(const asio::error_code& ec);
   void OnKeys(const asio::error_code& ec);
@@ -101,7 +102,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // full: nothing is sent yet, and the client may retry.
   bool PinOrStage();
   // Block i of a get, present at open, into `gather_`: its pinned pages, or its bytes
-  // read now into `read_at_send` staging (at `*read_offset`), or its extra-source slot.
+  // read now into `read_at_send` staging (at `*read_offset`), or its extra-source slot
+  // (the source's held pages, or staging).
   // Its state becomes final; returns the payload bytes gathered (0: missing or corrupt).
   uint64_t GatherBlock(uint32_t i, uint64_t* read_offset);
   // A tier's block pinned in the host tier's pages until sent; false when the host tier
@@ -124,6 +126,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
   // closes when the reply carried an error.
   void SendReply();
+  // Hands the transfer's holds on its source's blocks to the tier pool, which gives them back.
+  void GiveHoldsBack();
   void Refuse(const Status& status);
   void Linger();
   void Close();

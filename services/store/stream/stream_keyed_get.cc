@@ -1,8 +1,9 @@
 // StreamConnection's keyed gets (protocol.h, kGetKeys): a get whose blocks are named on
 // the stream under a get session, with no openGet call before it. Once its blocks are
 // found it is served exactly as a ticket's get (ServeGet): the tiers' pinned in the host
-// tier or staged from disk at send, those of the session's extra source (a worker's pool)
-// copied into staging before, and its reply carries each sent block's header.
+// tier or staged from disk at send. Those of the session's extra source (a worker's pool)
+// are found before: held in place and sent from the source's pages where it holds them (a
+// host pool), else read into staging. Its reply carries each sent block's header.
 #include <utility>
 
 #include "services/store/stream/source_staging.h"
@@ -70,9 +71,9 @@ Status StreamConnection::OpenKeyedGet() {
     transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
   if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
-  // Its calls hop to the source's loop; the blocks it holds are copied, and every block
-  // hashed, here, off that loop.
-  return StageFromSource(*session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
+  // Its calls hop to the source's loop; every block is hashed here, off that loop. The
+  // holds are given back once the reply is sent (SendReply).
+  return HoldFromSource(session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
 }
 
 }  // namespace kvtier::store

@@ -31,6 +31,7 @@
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "services/store/stream/protocol.h"
+#include "services/store/stream/source_holds.h"
 #include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_session.h"
 #include "storage/block_header.h"
@@ -41,20 +42,25 @@ namespace kvtier::store {
 // One block of a get. A tier's block is found when the transfer is sent
 // (`read_at_send`), on the stream's loop: sent from the host tier's pages where it is
 // there (pinned until sent), else read into staging taken then; it holds no staging
-// while the ticket waits. Another source's block (a worker's pool) is copied at open into
-// its slot of the transfer's `buffer`, at `offset`.
+// while the ticket waits. Another source's block (a worker's pool) is found at open:
+// held in place by a keyed get where the source can hold it (a host pool), and then sent
+// from the source's pages (`held`, until the transfer gives its hold back); else copied
+// into its slot of the transfer's `buffer`, at `offset`.
 struct GetSlot {
-  uint64_t offset = 0;  // !read_at_send: in `OpenTransfer::buffer`
+  uint64_t offset = 0;  // !read_at_send, `held` empty: in `OpenTransfer::buffer`
   uint64_t bytes = 0;
   bool read_at_send = false;
   BlockKey key = {};    // read_at_send: the block, under the transfer's format tag and scope
   uint32_t header = 0;  // !read_at_send: its header in `OpenTransfer::headers`
+  std::span<const uint8_t> held = {};  // !read_at_send: the source's pages, held by `source_holds`
 };
 
 struct OpenTransfer {
   StreamOp op = StreamOp::kGet;
-  // get: the extra source's blocks, copied at open (none: empty); put: total_bytes.
+  // get: the extra source's blocks copied at open (none: empty); put: total_bytes.
   StagingBuffer buffer;
+  // keyed get: the extra source's holds on the blocks sent from its pages (GetSlot::held).
+  SourceHolds source_holds;
   // get: each block's state (final once sent) and slot (for kPresent blocks).
   std::vector<StreamBlockState> states;
   std::vector<GetSlot> slots;

@@ -46,8 +46,8 @@ constexpr uint64_t kStoredBlocks = 64;
 
 // Blocks held beside the tiers, as a worker's pool: found and read on the BlockStore's
 // loop, which it times. With `hold`, HoldBatch holds them in place (a host pool's way:
-// the keyed get copies them off the loop); without, each is copied on the loop (a GPU
-// pool's way, where the gather runs there).
+// the keyed get sends them from their pages, off the loop); without, each is copied on
+// the loop (a GPU pool's way, where the gather runs there).
 class PoolSource final : public store::ExtraBlockSource {
  public:
   explicit PoolSource(bool hold) : hold_(hold) {}

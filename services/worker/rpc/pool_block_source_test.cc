@@ -84,7 +84,7 @@ TEST_F(PoolBlockSourceTest, ABufferOfTheWrongSizeIsRefusedForThatBlockOnly) {
   EXPECT_EQ(right, Pattern(2));
 }
 
-// A peer's keyed get holds blocks 3 and 1 (block 3 twice) and copies them elsewhere; the
+// A peer's keyed get holds blocks 3 and 1 (block 3 twice) and sends them elsewhere; the
 // sequence that computed them has left, and another needs the whole pool meanwhile.
 TEST_F(PoolBlockSourceTest, HeldBlocksStayInPlaceUntilReleased) {
   PoolBlockSource source(worker_.get());
