@@ -35,6 +35,7 @@
 #include <kj/async.h>
 
 #include "common/block_key.h"
+#include "common/byte_buffer.h"
 #include "common/status.h"
 
 namespace kvtier::worker {
@@ -62,7 +63,7 @@ struct PeerFetchRequest {
 
 struct FetchedBlocks {
   std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
-  std::vector<uint8_t> bytes;  // their payloads, block_bytes each, in that order
+  ByteBuffer bytes;            // their payloads, block_bytes each, in that order
   uint64_t block_bytes = 0;
   uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
   uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream
