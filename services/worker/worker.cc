@@ -258,6 +258,7 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
       if (!fetched.ok()) break;
       ++(*fetched == SourceTier::kHost ? result.from_host
                                        : *fetched == SourceTier::kDisk ? result.from_disk : result.from_remote);
+      w.stats_.landed_in_place += *fetched == SourceTier::kRemoteInPlace;
     }
     const auto write_start = std::chrono::steady_clock::now();
     const Status landed = state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes);
@@ -380,6 +381,32 @@ Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_i
   views.reserve(blocks.size());
   for (const BlockId b : blocks) views.push_back(memory.subspan(state->BlockOffset(b), state->layout.bytes_per_block()));
   return views;
+}
+
+Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks) {
+  Impl& w = *impl_;
+  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
+  PoolState& state = w.pools_[seq->pool_id];
+  const std::span<uint8_t> memory = state.storage->host_bytes();
+  if (memory.empty()) {
+    return FailedPreconditionError("pool " + std::to_string(seq->pool_id) +
+                                   " is device memory: fetched blocks land in host memory first");
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
+  LandingBlocks landing{.pool_id = seq->pool_id, .first_block = seq->filled_blocks};
+  for (uint32_t b = seq->filled_blocks; b < table.size() && table[b] != kNoBlock && landing.blocks.size() < max_blocks;
+       ++b) {
+    landing.blocks.push_back(table[b]);
+  }
+  if (landing.blocks.empty()) {
+    return FailedPreconditionError(Describe(client, sequence) + " has no blank block after its first " +
+                                   std::to_string(seq->filled_blocks) + " in its window");
+  }
+  KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
+  for (const BlockId b : landing.blocks) {
+    landing.views.push_back(memory.subspan(state.BlockOffset(b), state.layout.bytes_per_block()));
+  }
+  return landing;
 }
 
 Status Worker::ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {

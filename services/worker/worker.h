@@ -65,8 +65,10 @@ struct OnboardBlock {
   std::span<uint8_t> out;  // the block in pool memory
 };
 
-// The tier a fetched block came from: this node's host or disk tier, or another node.
-enum class SourceTier : uint8_t { kHost, kDisk, kRemote };
+// The tier a fetched block came from: this node's host or disk tier, or another node
+// (kRemoteInPlace: its bytes were already where OnboardBlock::out points, landed there by
+// the fetch: nothing was copied).
+enum class SourceTier : uint8_t { kHost, kDisk, kRemote, kRemoteInPlace };
 
 // Where Onboard reads blocks from (the node's tiers: TierLink). Returns the tier that
 // served the block; kNotFound when the source does not hold it (onboarding stops there);
@@ -76,6 +78,15 @@ class OnboardSource {
  public:
   virtual ~OnboardSource() = default;
   [[nodiscard]] virtual Result<SourceTier> Fetch(const OnboardBlock& block) = 0;
+};
+
+// A sequence's next blank blocks, held so that blocks fetched elsewhere land in them in
+// place, on another thread (HoldLanding).
+struct LandingBlocks {
+  uint32_t pool_id = 0;
+  uint32_t first_block = 0;                // the sequence's position of blocks[0]
+  std::vector<BlockId> blocks = {};        // each held once; give back by ReleaseBlocks
+  std::vector<std::span<uint8_t>> views = {};  // blocks[i]'s bytes in pool memory
 };
 
 struct OnboardResult {
@@ -159,6 +170,7 @@ struct WorkerStats {
   uint64_t dropped_offloads = 0;  // victims worth offloading that the target refused
   uint64_t onboarded_blocks = 0;
   uint64_t onboarded_bytes = 0;
+  uint64_t landed_in_place = 0;  // of onboarded_blocks, fetched from other nodes straight into the pool
   // Wall time moving pool bytes (the gather, scatter and strided-copy kernels with their
   // waits on a GPU; memcpy on the host, except offload: a host pool's victims are read in
   // place by the tier, so their share here is close to nothing), by path.
@@ -223,7 +235,15 @@ class Worker {
   // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.
   [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
                                                                         std::span<const BlockId> blocks);
-  // Drops holds HoldBlocks took, each once (kFailedPrecondition: a block not held as often).
+  // The sequence's blocks after those it holds KV for, up to `max_blocks` and the first
+  // outside its window, each held for a writer on another thread (BlockPool::
+  // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
+  // the sequence does meanwhile): a peer fetch lands their bytes in place, then Onboard
+  // finds them there (OnboardBlock::out is then the bytes' own place: nothing to copy).
+  // kFailedPrecondition for a device pool (the fetch lands in host memory: Onboard copies
+  // it) or a sequence with no such block; kNotFound: no such sequence.
+  [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks);
+  // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as often).
   [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt

@@ -18,8 +18,8 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
                                                       {"pool", "state"}));
   KVTIER_ASSIGN_OR_RETURN(m->pool_held_,
                           r.AddGauge("kvtier_worker_pool_held_blocks",
-                                     "Blocks of a pool held for peers' fetches, which copy them off the worker's "
-                                     "event loop; in_use counts them too.",
+                                     "Blocks of a pool held for transfers off the worker's event loop (a peer "
+                                     "reading them, or fetched blocks landing in them); in_use counts them too.",
                                      {"pool"}));
   KVTIER_ASSIGN_OR_RETURN(m->allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
                                                       "Blank blocks handed out.", {"pool"}));
@@ -43,6 +43,10 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded_bytes,
                           r.AddCounter("kvtier_worker_onboarded_bytes_total",
                                        "Bytes of the blocks brought into a pool from the node's tiers."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* in_place,
+                          r.AddCounter("kvtier_worker_onboarded_in_place_blocks_total",
+                                       "Blocks fetched from other nodes straight into a host pool's memory (no copy "
+                                       "on the worker's event loop)."));
   KVTIER_ASSIGN_OR_RETURN(m->transfer_seconds_,
                           r.AddCounter("kvtier_worker_transfer_seconds_total",
                                        "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "
@@ -51,6 +55,7 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
   for (const char* op : {"offload", "onboard", "copy"}) m->transfer_seconds_->WithLabels({op});
   m->onboarded_blocks_ = &onboarded->WithLabels({});
   m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
+  m->landed_in_place_ = &in_place->WithLabels({});
   m->offloaded_blocks_ = &offloaded->WithLabels({});
   m->offloaded_bytes_ = &bytes->WithLabels({});
   m->dropped_offloads_ = &dropped->WithLabels({});
@@ -93,6 +98,7 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
   IncBy(*dropped_offloads_, stats.dropped_offloads, last_.dropped_offloads);
   IncBy(*onboarded_blocks_, stats.onboarded_blocks, last_.onboarded_blocks);
   IncBy(*onboarded_bytes_, stats.onboarded_bytes, last_.onboarded_bytes);
+  IncBy(*landed_in_place_, stats.landed_in_place, last_.landed_in_place);
   const auto seconds = [](Nanos now, Nanos before) { return std::chrono::duration<double>(now - before).count(); };
   transfer_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_transfer, last_.offload_transfer));
   transfer_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_transfer, last_.onboard_transfer));

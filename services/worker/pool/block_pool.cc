@@ -61,15 +61,25 @@ Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   return Status::Ok();
 }
 
-Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) {
+Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) { return Hold(blocks, /*committed=*/true); }
+
+Status BlockPool::HoldForWriting(std::span<const BlockId> blocks) { return Hold(blocks, /*committed=*/false); }
+
+Status BlockPool::Hold(std::span<const BlockId> blocks, bool committed) {
   Impl& p = *impl_;
   for (const BlockId b : blocks) {
     if (b >= p.metas_.size()) {
       return OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
                              std::to_string(p.metas_.size()) + "); nothing was held");
     }
-    if (!p.metas_[b].committed) {
+    const BlockMeta& m = p.metas_[b];
+    if (committed && !m.committed) {
       return FailedPreconditionError("block " + std::to_string(b) + " is not committed; nothing was held");
+    }
+    if (!committed && (m.committed || m.refs == m.holds)) {
+      const char* const why = m.committed ? " is committed" : " is in no sequence";
+      return FailedPreconditionError("block " + std::to_string(b) + why +
+                                     ": only a sequence's blank blocks are held for writing; nothing was held");
     }
   }
   for (const BlockId b : blocks) {

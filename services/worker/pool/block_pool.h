@@ -129,7 +129,7 @@ struct SequenceGrowth {
 
 struct BlockPoolStats {
   uint32_t total = 0, free = 0, cached = 0, in_use = 0;
-  uint32_t held = 0;  // blocks held for readers elsewhere (HoldBlocks), counted in in_use too
+  uint32_t held = 0;  // blocks held for readers or writers elsewhere (HoldBlocks, HoldForWriting), in in_use too
   uint64_t allocated_blocks = 0;  // blank blocks handed out
   uint64_t reused_blocks = 0, partial_reuses = 0, partial_copies = 0;
   std::array<uint64_t, 101> evictions_by_priority{};
@@ -154,6 +154,13 @@ class BlockPool {
   // kOutOfRange: not a block of this pool; kFailedPrecondition: a block not committed.
   // Nothing is held on error.
   [[nodiscard]] Status HoldBlocks(std::span<const BlockId> blocks);
+  // Holds each blank block of a sequence (allocated, not committed) for a writer elsewhere
+  // (a peer's blocks received in place on another thread): until ReleaseBlocks, the block
+  // is not handed out again even if its sequence frees it (it goes back to the free list
+  // with its last hold). Its sequence may still commit it. kOutOfRange as HoldBlocks;
+  // kFailedPrecondition: a committed block, or one that no sequence references. Nothing
+  // is held on error.
+  [[nodiscard]] Status HoldForWriting(std::span<const BlockId> blocks);
   // Drops one hold of each block. kOutOfRange as FreeBlocks; kFailedPrecondition: a block
   // released more often than it is held (also within the call). Nothing released on error.
   [[nodiscard]] Status ReleaseBlocks(std::span<const BlockId> blocks);
@@ -195,6 +202,8 @@ class BlockPool {
 
  private:
   explicit BlockPool(std::unique_ptr<Impl> impl);
+  // HoldBlocks (`committed`) and HoldForWriting.
+  [[nodiscard]] Status Hold(std::span<const BlockId> blocks, bool committed);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -187,6 +187,33 @@ TEST(BlockPoolTest, HoldingABlankOrForeignBlockAndReleasingAnUnheldOneAreRefused
   EXPECT_EQ(pool->Stats().held, 0u);
 }
 
+// A pool of 2 blocks; sequence 1 holds block 0 committed and block 1 blank. A fetch
+// landing in block 1 holds it; the sequence is freed meanwhile: block 1 is not handed out
+// again (two blocks cannot be allocated) until the fetch gives it back, and then
+// goes back blank (not cached). Committed and unreferenced blocks are not held for writing.
+TEST(BlockPoolTest, ABlankBlockHeldForWritingOutlivesItsSequenceUntilReleased) {
+  auto pool = MakePool(2);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));
+  const BlockId committed = a.block_table[0], blank = a.block_table[1];
+  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank, committed}).code(), StatusCode::kFailedPrecondition)
+      << "block " << committed << " is committed";
+  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{9}).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(pool->HoldForWriting(std::vector<BlockId>{blank}).ok());
+  EXPECT_EQ(pool->Stats().held, 1u);
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  EXPECT_EQ(pool->Stats().in_use, 1u) << "block " << blank << ", held";
+  std::vector<BlockId> more;
+  std::vector<EvictedBlock> evicted;
+  EXPECT_EQ(pool->AllocateBlocks(2, &more, &evicted).code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{blank}).ok());
+  EXPECT_EQ(pool->Stats().held, 0u);
+  EXPECT_EQ(pool->Stats().free, 1u) << "blank again, not cached";
+  EXPECT_EQ(pool->Stats().cached, 1u);
+  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank}).code(), StatusCode::kFailedPrecondition)
+      << "a free block is in no sequence";
+  EXPECT_TRUE(pool->AllocateBlocks(2, &more, &evicted).ok());
+}
+
 TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
   auto pool = MakePool(8);
   // Committed without its tokens: reusable by key, but no partial-reuse candidate.

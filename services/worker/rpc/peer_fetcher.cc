@@ -124,7 +124,18 @@ class PeerFetcher::Impl {
   FetchedBlocks Serve(const PeerFetchRequest& request) {
     FetchedBlocks out;
     out.block_bytes = request.block_bytes;
-    out.bytes.reserve(request.keys.size() * request.block_bytes);  // the blocks land without regrowth
+    if (landing(request)) {
+      const bool fits = request.land_in.size() == request.keys.size() &&
+                        std::ranges::all_of(request.land_in, [&](auto s) { return s.size() == request.block_bytes; });
+      if (!fits) {
+        spdlog::error("a peer fetch of {} blocks of {} bytes was given {} landing places of other sizes: "
+                      "nothing fetched",
+                      request.keys.size(), request.block_bytes, request.land_in.size());
+        return out;
+      }
+    } else {
+      out.bytes.reserve(request.keys.size() * request.block_bytes);  // the blocks land without regrowth
+    }
     std::vector<std::string> seen;
     for (const std::string& node : request.node_ids) {
       if (out.keys.size() == request.keys.size()) break;
@@ -218,10 +229,10 @@ class PeerFetcher::Impl {
                           size_t count, FetchedBlocks& out) {
     const uint64_t block_bytes = request.block_bytes;
     const size_t base = out.bytes.size();
-    out.bytes.resize(base + count * block_bytes);
+    if (!landing(request)) out.bytes.resize(base + count * block_bytes);
     std::deque<std::vector<uint8_t>> odd;  // blocks of another size than asked: read, never taken
     auto buffer_for = [&](size_t i, const storage::BlockHeader& header) -> std::span<uint8_t> {
-      if (header.payload_bytes == block_bytes) return {out.bytes.data() + base + i * block_bytes, block_bytes};
+      if (header.payload_bytes == block_bytes) return Landing(request, out, base, first, i);
       if (header.payload_bytes > kMaxOddBlockBytes) return {};  // refused: the whole get fails
       return odd.emplace_back(header.payload_bytes);
     };
@@ -236,7 +247,7 @@ class PeerFetcher::Impl {
     size_t taken = 0;
     for (; taken < count && got->states[taken] == store::StreamBlockState::kPresent; ++taken) {
       const storage::BlockHeader& header = *got->headers[taken];
-      const std::span<const uint8_t> payload(out.bytes.data() + base + taken * block_bytes, block_bytes);
+      const std::span<const uint8_t> payload = Landing(request, out, base, first, taken);
       if (!AnswersRequest(request, first + taken, header.key, header.salt_scope, header.format_tag,
                           header.payload_bytes) ||
           storage::PayloadChecksum(payload) != header.checksum) {
@@ -246,7 +257,7 @@ class PeerFetcher::Impl {
       out.keys.push_back(request.keys[first + taken]);
     }
     out.streamed += static_cast<uint32_t>(taken);
-    out.bytes.resize(base + taken * block_bytes);
+    if (!landing(request)) out.bytes.resize(base + taken * block_bytes);
     return taken;
   }
 
@@ -288,12 +299,24 @@ class PeerFetcher::Impl {
                            std::to_string(count) + " blocks of " + std::to_string(request.block_bytes));
     }
     const size_t base = out.bytes.size();
-    out.bytes.resize(base + total);
+    std::deque<std::vector<uint8_t>> odd;  // landing: blocks of another size than asked, never taken
     std::vector<std::span<uint8_t>> outs;
-    for (size_t i = 0, offset = base; i < count; ++i) {
-      const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
-      outs.emplace_back(out.bytes.data() + offset, size);
-      offset += size;
+    if (landing(request)) {
+      for (size_t i = 0; i < count; ++i) {
+        const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
+        if (size == request.block_bytes) {
+          outs.push_back(request.land_in[first + i]);
+        } else {
+          outs.push_back(size == 0 ? std::span<uint8_t>() : std::span<uint8_t>(odd.emplace_back(size)));
+        }
+      }
+    } else {
+      out.bytes.resize(base + total);
+      for (size_t i = 0, offset = base; i < count; ++i) {
+        const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
+        outs.emplace_back(out.bytes.data() + offset, size);
+        offset += size;
+      }
     }
     Result<std::vector<store::StreamBlockState>> states = streams_.Run(
         opened.ticket.data_address, [&](store::DataStreamClient& stream) { return stream.Get(opened.ticket, outs); });
@@ -312,7 +335,7 @@ class PeerFetcher::Impl {
       out.keys.push_back(request.keys[first + taken]);
     }
     out.streamed += static_cast<uint32_t>(taken);
-    out.bytes.resize(base + taken * request.block_bytes);
+    if (!landing(request)) out.bytes.resize(base + taken * request.block_bytes);
     return taken;
   }
 
@@ -343,6 +366,15 @@ class PeerFetcher::Impl {
         .get();
   }
 
+  static bool landing(const PeerFetchRequest& request) { return !request.land_in.empty(); }
+  // Where block `i` of a get of keys[first...] goes: its landing place, or its place in
+  // the result's buffer from `base` (the get's first block there).
+  static std::span<uint8_t> Landing(const PeerFetchRequest& request, FetchedBlocks& out, size_t base, size_t first,
+                                    size_t i) {
+    if (landing(request)) return request.land_in[first + i];
+    return {out.bytes.data() + base + i * request.block_bytes, request.block_bytes};
+  }
+
   bool Marked(const std::set<std::string>& addresses, const std::string& address) {
     std::lock_guard lock(mu_);
     return addresses.contains(address);
@@ -371,7 +403,11 @@ class PeerFetcher::Impl {
         break;
       }
       out.keys.push_back(key);
-      out.bytes.insert(out.bytes.end(), payload.begin(), payload.end());
+      if (landing(request)) {
+        std::memcpy(request.land_in[first + taken].data(), payload.data(), payload.size());  // sizes checked
+      } else {
+        out.bytes.insert(out.bytes.end(), payload.begin(), payload.end());
+      }
     }
     return taken;
   }

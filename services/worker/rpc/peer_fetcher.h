@@ -7,7 +7,8 @@
 // that node's BlockStore capability under the tenant's salt scope, node by node in the
 // order given: each serves the leading run of the remaining blocks it holds. Blocks of
 // at least `stream_min_block_bytes` come on the node's data stream where it runs one
-// (services/store/stream), read straight into the result (connections kept per node):
+// (services/store/stream), read straight into the result, or into the caller's landing
+// places (PeerFetchRequest::land_in: a host pool's blocks) (connections kept per node):
 // as keyed gets under a get session kept per node, scope and format (no Cap'n Proto call
 // per get; a worker peer's sessions read its pool too), or openGet then the stream where
 // the node answers openGetSession UNIMPLEMENTED (an earlier version). Otherwise inline
@@ -29,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,11 +61,18 @@ struct PeerFetchRequest {
   std::string format_tag;             // storage format (services/worker/tier_link.h)
   uint64_t salt_scope = 0;
   uint64_t block_bytes = 0;
+  // Optional: where each block lands (land_in[i] for keys[i], block_bytes each): memory
+  // the caller keeps writable, and touches not, until the fetch's last write, which is
+  // when the fetch drops `keep` (a worker's pool blocks held for it: HoldLanding). The
+  // fetch writes there on its own thread; FetchedBlocks::bytes stays empty. A block after
+  // the leading run taken may have been written too. Empty: into FetchedBlocks::bytes.
+  std::vector<std::span<uint8_t>> land_in = {};
+  std::shared_ptr<void> keep = {};
 };
 
 struct FetchedBlocks {
   std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
-  ByteBuffer bytes;            // their payloads, block_bytes each, in that order
+  ByteBuffer bytes;            // their payloads, block_bytes each, in that order (none: landed)
   uint64_t block_bytes = 0;
   uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
   uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream

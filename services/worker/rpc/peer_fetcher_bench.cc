@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -249,6 +250,51 @@ void BM_PeerFetch(benchmark::State& state) {
 BENCHMARK(BM_PeerFetch)
     ->ArgNames({"stream", "block_bytes", "blocks", "pool"})
     ->ArgsProduct({{0, 1}, {64 << 10, 256 << 10, 2 << 20}, {16}, {0, 1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The fetching side's whole landing: keyed gets from a peer's tiers into this worker's
+// (host) pool. `land:0` fetches into the fetch's buffer, then copies each block into its
+// pool block, as the worker's loop did before (the copy is timed: `landing_copy_us` per
+// fetch); `land:1` lands the blocks in the pool blocks themselves (PeerFetchRequest::
+// land_in), as a host pool's onboard does now.
+void BM_PeerFetchIntoPool(benchmark::State& state) {
+  const auto block_bytes = static_cast<uint64_t>(state.range(0));
+  const auto blocks = static_cast<uint64_t>(state.range(1));
+  const bool land = state.range(2) != 0;
+  Peer peer(/*stream=*/true, block_bytes, /*pool=*/0);
+  auto io = kj::setupAsyncIo();
+  std::vector<uint8_t> pool(blocks * block_bytes, 0);  // this worker's pool blocks, touched once
+  std::vector<std::span<uint8_t>> places;
+  for (uint64_t i = 0; i < blocks; ++i) places.emplace_back(pool.data() + i * block_bytes, block_bytes);
+  uint64_t next = 0;
+  double copy_ns = 0;
+  for (auto _ : state) {
+    PeerFetchRequest request{{"peer/store"}, {}, kFormat, kScope, block_bytes};
+    for (uint64_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
+    next += blocks;
+    if (land) request.land_in = places;
+    const FetchedBlocks fetched = peer.fetcher().Fetch(std::move(request)).wait(io.waitScope);
+    if (fetched.keys.size() != blocks) {
+      state.SkipWithError("the fetch brought fewer blocks than asked");
+      break;
+    }
+    if (!land) {
+      const auto start = std::chrono::steady_clock::now();
+      for (uint64_t i = 0; i < blocks; ++i) {
+        std::memcpy(places[i].data(), fetched.bytes.data() + i * block_bytes, block_bytes);
+      }
+      copy_ns += static_cast<double>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
+    }
+    benchmark::DoNotOptimize(pool.data());
+  }
+  state.counters["landing_copy_us"] = benchmark::Counter(copy_ns / 1e3, benchmark::Counter::kAvgIterations);
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * blocks * block_bytes));
+  state.SetLabel(land ? "landed in the pool" : "buffered, then copied into the pool");
+}
+BENCHMARK(BM_PeerFetchIntoPool)
+    ->ArgNames({"block_bytes", "blocks", "land"})
+    ->ArgsProduct({{64 << 10, 256 << 10, 2 << 20}, {16}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <kj/async-io.h>
 
@@ -164,11 +165,19 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
                    .value();
   }
 
-  FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks) {
-    PeerFetchRequest request{std::move(nodes), {}, kFormat, kScope, kBlockBytes};
+  // Blocks 0 to `blocks` - 1, into the fetch's buffer, or landed in `land_in` with `keep`.
+  FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks, std::vector<std::span<uint8_t>> land_in = {},
+                      std::shared_ptr<void> keep = {}) {
+    PeerFetchRequest request{std::move(nodes), {}, kFormat, kScope, kBlockBytes, std::move(land_in), std::move(keep)};
     for (uint32_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{1, i});
     auto io = kj::setupAsyncIo();
     return fetcher_->Fetch(std::move(request)).wait(io.waitScope);
+  }
+  // `blocks` places of one block each in `memory`.
+  static std::vector<std::span<uint8_t>> Places(std::vector<uint8_t>& memory, uint32_t blocks) {
+    std::vector<std::span<uint8_t>> places;
+    for (uint32_t i = 0; i < blocks; ++i) places.emplace_back(memory.data() + i * kBlockBytes, kBlockBytes);
+    return places;
   }
 
   // Blocks that came on the stream when the peer runs one, else none.
@@ -204,6 +213,47 @@ TEST_P(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
   EXPECT_EQ(fetched.bytes.size(), kBlockBytes);
   EXPECT_EQ(fetched.rejected, 1u);
   EXPECT_EQ(fetched.streamed, Streamed(fetched));
+}
+
+// The caller's places (a worker's pool blocks) take blocks 0 and 2; block 1 fails its
+// checksum, so the run taken is block 0 alone, block 2 not asked for after it; the
+// fetch's buffer stays empty, and the fetch lets go of the caller's keep once done.
+TEST_P(PeerFetcherTest, BlocksLandInTheCallersPlacesAndTheFetchLetsGoOfItsKeep) {
+  Start(/*corrupt_fill=*/1);
+  std::vector<uint8_t> memory(3 * kBlockBytes, 0xee);
+  auto keep = std::make_shared<int>(0);
+  const std::weak_ptr<int> kept = keep;
+  const FetchedBlocks fetched = Fetch({"peer/store"}, 3, Places(memory, 3), std::move(keep));
+  ASSERT_EQ(fetched.keys.size(), 1u);
+  EXPECT_EQ(fetched.rejected, 1u);
+  EXPECT_TRUE(fetched.bytes.empty()) << "landed, not buffered";
+  EXPECT_EQ(memory[0], 0);
+  EXPECT_EQ(memory[kBlockBytes - 1], 0) << "block 0 whole";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return kept.expired(); }));
+}
+
+// Every block of the run lands whole in its own place, by whichever path it came.
+TEST_P(PeerFetcherTest, EveryBlockOfTheRunLandsInItsPlace) {
+  Start(/*corrupt_fill=*/-1);
+  std::vector<uint8_t> memory(3 * kBlockBytes, 0xee);
+  const FetchedBlocks whole = Fetch({"peer/store"}, 3, Places(memory, 3));
+  ASSERT_EQ(whole.keys.size(), 3u);
+  EXPECT_EQ(memory[kBlockBytes], 1);
+  EXPECT_EQ(memory[2 * kBlockBytes], 2);
+  EXPECT_EQ(memory[3 * kBlockBytes - 1], 2);
+  EXPECT_EQ(whole.streamed, Streamed(whole));
+}
+
+// Landing places that do not fit the request (two for three blocks, or of another size):
+// nothing is fetched, nothing written.
+TEST_P(PeerFetcherTest, LandingPlacesThatDoNotFitFetchNothing) {
+  Start(/*corrupt_fill=*/-1);
+  std::vector<uint8_t> memory(3 * kBlockBytes, 0xee);
+  EXPECT_TRUE(Fetch({"peer/store"}, 3, Places(memory, 2)).keys.empty());
+  std::vector<std::span<uint8_t>> short_places = Places(memory, 3);
+  short_places[1] = short_places[1].first(kBlockBytes - 1);
+  EXPECT_TRUE(Fetch({"peer/store"}, 3, short_places).keys.empty());
+  EXPECT_TRUE(std::ranges::all_of(memory, [](uint8_t b) { return b == 0xee; }));
 }
 
 TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {

@@ -229,6 +229,14 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   const std::string streamed = "kvtier_stream_transfers_total{op=\"get\",result=\"ok\"} 2";
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return worker_registry_.Exposition().find(streamed) != std::string::npos; }))
       << worker_registry_.Exposition();
+  // And landed straight in B's host pool, each of the four blocks (B's metrics as of its
+  // last tick: a bounded wait).
+  const std::string in_place = "kvtier_worker_onboarded_in_place_blocks_total 4";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return registry_b_.Exposition().find(in_place) != std::string::npos; }))
+      << registry_b_.Exposition();
+  const std::string none_held = "kvtier_worker_pool_held_blocks{pool=\"0\"} 0\n";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return registry_b_.Exposition().find(none_held) != std::string::npos; }))
+      << "B's blocks held for the fetches to land in were given back: " << registry_b_.Exposition();
   ASSERT_TRUE(node_b_->Drain().ok());
 }
 

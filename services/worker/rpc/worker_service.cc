@@ -8,6 +8,7 @@
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
+#include "services/worker/rpc/landing_hold.h"
 #include "services/worker/rpc/peer_fetcher.h"
 #include "services/worker/tier_link.h"
 
@@ -48,15 +49,20 @@ void SetOnboarded(const OnboardResult& r, schema::Worker::OnboardResults::Builde
   out.setFromRemoteBlocks(r.from_remote);
 }
 
-// The blocks a PeerFetcher brought, as an onboard source.
+// The blocks a PeerFetcher brought, as an onboard source: in its buffer, or landed in the
+// pool blocks `landed` holds (where Onboard asks for them, normally: nothing to copy).
 class FetchedSource final : public OnboardSource {
  public:
-  explicit FetchedSource(const FetchedBlocks& fetched) : fetched_(fetched) {}
+  FetchedSource(const FetchedBlocks& fetched, const LandingHold* landed) : fetched_(fetched), landed_(landed) {}
   Result<SourceTier> Fetch(const OnboardBlock& block) override {
     for (size_t i = next_; i < fetched_.keys.size(); ++i) {
       if (!(fetched_.keys[i] == block.key) || block.out.size() != fetched_.block_bytes) continue;
-      std::memcpy(block.out.data(), fetched_.bytes.data() + i * fetched_.block_bytes, block.out.size());
+      const uint8_t* bytes = landed_ != nullptr ? landed_->blocks().views[i].data()
+                                                : fetched_.bytes.data() + i * fetched_.block_bytes;
       next_ = i + 1;
+      if (bytes == block.out.data()) return SourceTier::kRemoteInPlace;
+      // Landed elsewhere only if the sequence's blocks changed during the fetch.
+      std::memcpy(block.out.data(), bytes, block.out.size());
       return SourceTier::kRemote;
     }
     return NotFoundError("block " + block.key.ToHex() + " was not fetched");
@@ -64,6 +70,7 @@ class FetchedSource final : public OnboardSource {
 
  private:
   const FetchedBlocks& fetched_;
+  const LandingHold* const landed_;
   size_t next_ = 0;  // blocks are asked for in chain order
 };
 
@@ -169,10 +176,14 @@ class WorkerServer final : public schema::Worker::Server {
     request.format_tag = StorageFormatTag(state->layout, state->format_tag);
     request.salt_scope = state->salt_scope;
     request.block_bytes = state->layout.bytes_per_block();
+    // A host pool's blocks take the fetched bytes in place (no copy on this loop after);
+    // a device pool's are copied from the fetch's buffer and landed by one scatter.
+    std::shared_ptr<LandingHold> landing = LandInPlace(sequence, local->cached_blocks, request);
     return peers_->Fetch(std::move(request))
-        .then([this, alive = alive_, call, keys, retention, sequence, total = *local](FetchedBlocks fetched) mutable {
+        .then([this, alive = alive_, call, keys, retention, sequence, total = *local,
+               landing = std::move(landing)](FetchedBlocks fetched) mutable {
           if (!*alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
-          FetchedSource source(fetched);
+          FetchedSource source(fetched, landing.get());
           Result<OnboardResult> remote = worker_.Onboard(client_, sequence, keys, retention, &source);
           ThrowIfError(remote.status());
           total.onboarded_blocks += remote->onboarded_blocks;
@@ -204,6 +215,20 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
  private:
+  // The sequence's blank blocks from `first` held for `request` to land in (its land_in
+  // and keep set, its keys cut to the blocks held); null where they cannot be (a device
+  // pool, a sequence changed since the local onboard, a window), and `request` is unchanged.
+  std::shared_ptr<LandingHold> LandInPlace(SequenceId sequence, uint32_t first, PeerFetchRequest& request) {
+    Result<std::shared_ptr<LandingHold>> held =
+        LandingHold::Take(worker_, client_, sequence, static_cast<uint32_t>(request.keys.size()));
+    if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
+    const LandingBlocks& blocks = (*held)->blocks();
+    request.keys.resize(blocks.blocks.size());  // Onboard stops at the first block out of the window anyway
+    request.land_in = blocks.views;
+    request.keep = *held;
+    return std::move(*held);
+  }
+
   Worker& worker_;
   PeerFetcher* const peers_;
   const ClientId client_;

@@ -1,0 +1,45 @@
+// LandingHold: a sequence's blank pool blocks held while a peer fetch writes their bytes
+// in place on a fetcher thread (Worker::HoldLanding), given back on the worker's event
+// loop once neither the onboard call that asked for the fetch nor the fetch itself needs
+// them. The fetch keeps a share until its last write (PeerFetchRequest::keep), so a call
+// cancelled mid-fetch (its client gone) never lets the blocks be handed out while bytes
+// still land in them.
+//
+// Thread safety: Take on the worker's loop. The last share may go on any thread: on the
+// loop the holds are given back at once; elsewhere the thread waits for the loop to give
+// them back (kj::Executor::executeSync), or gives nothing back once the loop has exited
+// (the worker goes with it). A thread dropping it must hold nothing the loop waits for.
+// Ownership: shared; borrows the worker, whose loop outlives every share but the fetch's
+// (which sees the loop gone).
+#pragma once
+
+#include <memory>
+
+#include <kj/async.h>
+
+#include "common/status.h"
+#include "services/worker/worker.h"
+
+namespace kvtier::worker {
+
+class LandingHold {
+ public:
+  // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HoldLanding's
+  // errors: a device pool, no such block).
+  [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(Worker& worker, ClientId client,
+                                                                 SequenceId sequence, uint32_t max_blocks);
+  LandingHold(Worker& worker, LandingBlocks blocks, kj::Own<const kj::Executor> loop)
+      : worker_(worker), blocks_(std::move(blocks)), loop_(kj::mv(loop)) {}
+  ~LandingHold() noexcept;
+  LandingHold(const LandingHold&) = delete;
+  LandingHold& operator=(const LandingHold&) = delete;
+
+  const LandingBlocks& blocks() const { return blocks_; }
+
+ private:
+  Worker& worker_;
+  const LandingBlocks blocks_;
+  const kj::Own<const kj::Executor> loop_;
+};
+
+}  // namespace kvtier::worker
