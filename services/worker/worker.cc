@@ -393,13 +393,15 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
                                    " is device memory: fetched blocks land in host memory first");
   }
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
+  const uint32_t full_blocks = std::min<uint32_t>(static_cast<uint32_t>(table.size()),
+                                                  seq->tokens / state.layout.tokens_per_block());
   LandingBlocks landing{.pool_id = seq->pool_id, .first_block = seq->filled_blocks};
-  for (uint32_t b = seq->filled_blocks; b < table.size() && table[b] != kNoBlock && landing.blocks.size() < max_blocks;
+  for (uint32_t b = seq->filled_blocks; b < full_blocks && table[b] != kNoBlock && landing.blocks.size() < max_blocks;
        ++b) {
     landing.blocks.push_back(table[b]);
   }
   if (landing.blocks.empty()) {
-    return FailedPreconditionError(Describe(client, sequence) + " has no blank block after its first " +
+    return FailedPreconditionError(Describe(client, sequence) + " has no blank full block after its first " +
                                    std::to_string(seq->filled_blocks) + " in its window");
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));

@@ -235,8 +235,8 @@ class Worker {
   // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.
   [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
                                                                         std::span<const BlockId> blocks);
-  // The sequence's blocks after those it holds KV for, up to `max_blocks` and the first
-  // outside its window, each held for a writer on another thread (BlockPool::
+  // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
+  // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
   // the sequence does meanwhile): a peer fetch lands their bytes in place, then Onboard
   // finds them there (OnboardBlock::out is then the bytes' own place: nothing to copy).

@@ -376,6 +376,52 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadInPlaceAndOutliveTheirSequence) {
       << "block 1 is evictable again";
 }
 
+// Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds
+// the two full ones (at most `max_blocks`), as the pool's own memory on a host pool: what a
+// fetch writes there is the blocks' bytes. They outlive the sequence until given back. A
+// device pool's fetch lands elsewhere: refused.
+TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack) {
+  const int device = GetParam();
+  const gpu::DeviceProbe probe = gpu::ProbeDevices();
+  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+  auto created = Worker::Create({.pools = {{TestLayout(), 3}}, .device = device});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  const std::vector<BlockKey> keys = {Key(1), Key(2)};
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 10)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->block_table.size(), 3u);
+  auto landing = worker.HoldLanding(1, 1, 8);
+  if (device >= 0) {
+    EXPECT_EQ(landing.status().code(), StatusCode::kFailedPrecondition) << landing.status();
+    return;
+  }
+  ASSERT_TRUE(landing.ok()) << landing.status();
+  EXPECT_EQ(landing->first_block, 0u);
+  EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]})) << "not the partial third";
+  const std::vector<uint8_t> fetched = Pattern(7);
+  ASSERT_EQ(landing->views[1].size(), fetched.size());
+  std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());  // as a fetch lands block 2
+  std::vector<uint8_t> read(fetched.size());
+  ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], read).ok());
+  EXPECT_EQ(read, fetched);
+  auto one = worker.HoldLanding(1, 1, 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->blocks.size(), 1u);
+  ASSERT_TRUE(worker.ReleaseBlocks(0, one->blocks).ok());
+  EXPECT_EQ(worker.HoldLanding(1, 9, 1).status().code(), StatusCode::kNotFound) << "no sequence 9";
+
+  ASSERT_TRUE(worker.Free(1, 1).ok());
+  EXPECT_EQ(worker.Stats().pools[0].held, 2u);
+  const std::vector<BlockKey> other = {Key(5), Key(6)};
+  const AllocateRequest needs_three{.client = 1, .sequence = 2, .root = kRoot, .block_keys = other,
+                                    .tokens = Tokens(50, 10)};
+  EXPECT_EQ(worker.Allocate(needs_three).status().code(), StatusCode::kResourceExhausted) << "two blocks held";
+  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
+  EXPECT_EQ(worker.Stats().pools[0].held, 0u);
+  EXPECT_TRUE(worker.Allocate(needs_three).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(HostAndGpu, WorkerStorageTest, ::testing::Values(-1, 0),
                          [](const auto& info) { return info.param < 0 ? "HostPool" : "GpuPool"; });
 
