@@ -2,12 +2,12 @@
 #include "services/worker/rpc/worker_service.h"
 
 #include <chrono>
-#include <cstring>
 #include <memory>
 
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
+#include "services/worker/rpc/fetched_source.h"
 #include "services/worker/rpc/landing_hold.h"
 #include "services/worker/rpc/peer_fetcher.h"
 #include "services/worker/tier_link.h"
@@ -48,31 +48,6 @@ void SetOnboarded(const OnboardResult& r, schema::Worker::OnboardResults::Builde
   out.setFromDiskBlocks(r.from_disk);
   out.setFromRemoteBlocks(r.from_remote);
 }
-
-// The blocks a PeerFetcher brought, as an onboard source: in its buffer, or landed in the
-// pool blocks `landed` holds (where Onboard asks for them, normally: nothing to copy).
-class FetchedSource final : public OnboardSource {
- public:
-  FetchedSource(const FetchedBlocks& fetched, const LandingHold* landed) : fetched_(fetched), landed_(landed) {}
-  Result<SourceTier> Fetch(const OnboardBlock& block) override {
-    for (size_t i = next_; i < fetched_.keys.size(); ++i) {
-      if (!(fetched_.keys[i] == block.key) || block.out.size() != fetched_.block_bytes) continue;
-      const uint8_t* bytes = landed_ != nullptr ? landed_->blocks().views[i].data()
-                                                : fetched_.bytes.data() + i * fetched_.block_bytes;
-      next_ = i + 1;
-      if (bytes == block.out.data()) return SourceTier::kRemoteInPlace;
-      // Landed elsewhere only if the sequence's blocks changed during the fetch.
-      std::memcpy(block.out.data(), bytes, block.out.size());
-      return SourceTier::kRemote;
-    }
-    return NotFoundError("block " + block.key.ToHex() + " was not fetched");
-  }
-
- private:
-  const FetchedBlocks& fetched_;
-  const LandingHold* const landed_;
-  size_t next_ = 0;  // blocks are asked for in chain order
-};
 
 class WorkerServer final : public schema::Worker::Server {
  public:
@@ -183,7 +158,8 @@ class WorkerServer final : public schema::Worker::Server {
         .then([this, alive = alive_, call, keys, retention, sequence, total = *local,
                landing = std::move(landing)](FetchedBlocks fetched) mutable {
           if (!*alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
-          FetchedSource source(fetched, landing.get());
+          const std::vector<std::span<uint8_t>> none;
+          FetchedSource source(fetched, landing ? landing->blocks().views : none);
           Result<OnboardResult> remote = worker_.Onboard(client_, sequence, keys, retention, &source);
           ThrowIfError(remote.status());
           total.onboarded_blocks += remote->onboarded_blocks;
