@@ -44,7 +44,6 @@ class SourceHolds {
   // REQUIRES: constructed with a source, which gave `hold`.
   void Add(uint64_t hold) { holds_.push_back(hold); }
   bool empty() const { return holds_.empty(); }
-  size_t size() const { return holds_.size(); }
   // Gives every hold back, by one ReleaseBatch; none are left.
   void Release();
 
