@@ -53,7 +53,12 @@ class ExtraBlockSource {
     return results;
   }
   // Gives back the holds HoldBatch took (each once); their bytes may change from then on.
-  [[nodiscard]] virtual Status ReleaseBatch(std::span<const uint64_t> holds) {
+  // `checksums`: empty, or one per hold: the XXH3 the caller computed of the held bytes
+  // where the source had left it 0 (0: not computed). A source may keep it as the block's
+  // header checksum for as long as the block stays as it was (a pool: while committed), so
+  // that the next reader need not hash it again.
+  [[nodiscard]] virtual Status ReleaseBatch(std::span<const uint64_t> holds,
+                                            [[maybe_unused]] std::span<const uint64_t> checksums) {
     if (holds.empty()) return Status::Ok();
     return InternalError("this source holds no blocks, yet " + std::to_string(holds.size()) + " holds came back");
   }

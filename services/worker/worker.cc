@@ -416,6 +416,12 @@ Status Worker::ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks) 
   return state->pool->ReleaseBlocks(blocks);
 }
 
+Status Worker::RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
+                                 std::span<const uint64_t> checksums) {
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
+  return state->pool->RememberChecksums(blocks, checksums);
+}
+
 Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
   return state->storage->Write(state->BlockOffset(block), in);

@@ -245,6 +245,11 @@ class Worker {
   [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks);
   // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as often).
   [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
+  // Payload checksums a reader computed of blocks it holds (HoldBlocks), kept with the
+  // blocks while they stay committed (BlockPool::RememberChecksums; FindCommitted gives
+  // them). kNotFound: no such pool.
+  [[nodiscard]] Status RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
+                                         std::span<const uint64_t> checksums);
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
   // when the pool lacks it. kNotFound: no such pool.

@@ -60,10 +60,10 @@ std::vector<Result<HeldBlock>> LoopBoundBlockSource::HoldBatch(std::span<const s
   return std::move(*found);
 }
 
-Status LoopBoundBlockSource::ReleaseBatch(std::span<const uint64_t> holds) {
+Status LoopBoundBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) {
   Status released = Status::Ok();  // the source's answer, where the loop ran the call
   const Result<bool> ran = OnLoop([&] {
-    released = source_->ReleaseBatch(holds);
+    released = source_->ReleaseBatch(holds, checksums);
     return true;
   });
   return ran.ok() ? released : ran.status();

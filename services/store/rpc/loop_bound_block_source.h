@@ -38,7 +38,7 @@ class LoopBoundBlockSource final : public ExtraBlockSource {
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
   [[nodiscard]] std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
-  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds) override;
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;
 

@@ -41,7 +41,7 @@ class RecordingSource final : public ExtraBlockSource {
     }
     return found;
   }
-  Status ReleaseBatch(std::span<const uint64_t> holds) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> /*checksums*/) override {
     Record(release_batches);
     released.insert(released.end(), holds.begin(), holds.end());
     return Status::Ok();
@@ -128,7 +128,7 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
   EXPECT_TRUE(std::ranges::equal(found[0]->held, block.payload)) << "block 1's bytes, held in place";
   EXPECT_EQ(found[1].status().code(), StatusCode::kNotFound);
   const uint64_t holds[] = {found[0]->hold};
-  EXPECT_TRUE(bound.ReleaseBatch(holds).ok());
+  EXPECT_TRUE(bound.ReleaseBatch(holds, {}).ok());
   EXPECT_EQ(source.released, std::vector<uint64_t>{7});
   std::vector<uint8_t> batch_out(100, 0);
   const std::span<uint8_t> outs[] = {batch_out};
@@ -166,7 +166,7 @@ TEST(LoopBoundBlockSourceTest, OnceTheLoopHasExitedEveryCallAnswersUnavailable) 
     EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
   }
   const uint64_t holds[] = {7};
-  EXPECT_EQ(bound->ReleaseBatch(holds).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(bound->ReleaseBatch(holds, {}).code(), StatusCode::kUnavailable);
   const std::span<uint8_t> outs[] = {out, out};
   const std::vector<Result<storage::BlockHeader>> read = bound->ReadBatch(refs, outs);
   ASSERT_EQ(read.size(), 2u);

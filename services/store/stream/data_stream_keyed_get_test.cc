@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -32,6 +33,7 @@ struct PoolSourceOptions {
   std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
   bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
   bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
+  bool keeps_checksums = false;  // a checksum given back with a hold is its header's from then on
 };
 
 // Where a call of a PoolSource waits, when it must, until the test opens it.
@@ -77,7 +79,9 @@ class PoolSource final : public ExtraBlockSource {
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
-    header.checksum = 0;  // as a pool's Peek: not computed
+    std::lock_guard lock(mu_);
+    const auto kept = kept_checksums_.find(ref.key.lo);
+    header.checksum = kept != kept_checksums_.end() ? kept->second : 0;  // as a pool's Peek: computed by a reader
     return header;
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
@@ -101,10 +105,15 @@ class PoolSource final : public ExtraBlockSource {
     }
     return found;
   }
-  Status ReleaseBatch(std::span<const uint64_t> holds) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
     releases_.Pass();
     std::lock_guard lock(mu_);
     released_.insert(released_.end(), holds.begin(), holds.end());
+    EXPECT_EQ(checksums.size(), holds.size());
+    for (size_t i = 0; i < holds.size() && i < checksums.size(); ++i) {
+      given_checksums_.push_back(checksums[i]);
+      if (options_.keeps_checksums && checksums[i] != 0) kept_checksums_[holds[i]] = checksums[i];
+    }
     holds_out_ -= static_cast<int>(holds.size());
     return Status::Ok();
   }
@@ -135,6 +144,11 @@ class PoolSource final : public ExtraBlockSource {
     std::lock_guard lock(mu_);
     return holds_out_;
   }
+  // The checksums given back with the holds, in order (0: not computed).
+  std::vector<uint64_t> given_checksums() const {
+    std::lock_guard lock(mu_);
+    return given_checksums_;
+  }
   // reads_wait, releases_wait: where ReadBatch and ReleaseBatch wait.
   Gate& reads() { return reads_; }
   Gate& releases() { return releases_; }
@@ -154,6 +168,8 @@ class PoolSource final : public ExtraBlockSource {
   mutable std::mutex mu_;
   std::vector<size_t> hold_batches_, read_batches_;
   std::vector<uint64_t> released_;
+  std::vector<uint64_t> given_checksums_;
+  std::map<uint64_t, uint64_t> kept_checksums_;  // by hold (the key's `lo`)
   int holds_out_ = 0;
 };
 
@@ -447,6 +463,26 @@ TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
+}
+
+// The source holds block 5 and keeps the checksums its readers give back (as a pool keeps
+// them while the block stays committed). The first get hashes the block's bytes and gives
+// the checksum back with the hold; the second is sent with the kept checksum, hashing
+// nothing (none given back).
+TEST_F(KeyedGetTest, AChecksumTheSourceKeepsIsSentWithoutHashingAgain) {
+  const TestBlock pooled = MakeBlock(5, kBlockBytes);
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled},
+                                             PoolSourceOptions{.holdable = {5}, .keeps_checksums = true});
+  const TransferTicket session = Session(kScope, source);
+  auto client = Client();
+  for (int get = 0; get < 2; ++get) {
+    const Result<Got> got = GetKeys(*client, session, {5});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->bytes[0], pooled.payload);
+    EXPECT_EQ(got->get.headers[0]->checksum, pooled.header.checksum) << "get " << get;
+    ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
+  }
+  EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pooled.header.checksum, 0}));
 }
 
 // The source holds a 16 MiB block 5, which a client asks for on a socket whose receive

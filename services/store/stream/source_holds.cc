@@ -10,6 +10,7 @@ SourceHolds& SourceHolds::operator=(SourceHolds&& other) noexcept {
     source_ = std::exchange(other.source_, nullptr);
     owner_ = std::move(other.owner_);
     holds_ = std::exchange(other.holds_, {});
+    checksums_ = std::exchange(other.checksums_, {});
   }
   return *this;
 }
@@ -17,7 +18,8 @@ SourceHolds& SourceHolds::operator=(SourceHolds&& other) noexcept {
 void SourceHolds::Release() {
   if (holds_.empty()) return;
   const std::vector<uint64_t> holds = std::exchange(holds_, {});
-  if (const Status released = source_->ReleaseBatch(holds);
+  const std::vector<uint64_t> checksums = std::exchange(checksums_, {});
+  if (const Status released = source_->ReleaseBatch(holds, checksums);
       !released.ok() && released.code() != StatusCode::kUnavailable) {
     spdlog::warn("giving back {} blocks held for a get: {}", holds.size(), released.ToString());
   }

@@ -34,23 +34,30 @@ class SourceHolds {
   explicit SourceHolds(ExtraBlockSource& source) : source_(&source) {}
   SourceHolds(SourceHolds&& other) noexcept
       : source_(std::exchange(other.source_, nullptr)), owner_(std::move(other.owner_)),
-        holds_(std::exchange(other.holds_, {})) {}
+        holds_(std::exchange(other.holds_, {})), checksums_(std::exchange(other.checksums_, {})) {}
   // Gives this object's own holds back first.
   SourceHolds& operator=(SourceHolds&& other) noexcept;
   SourceHolds(const SourceHolds&) = delete;
   SourceHolds& operator=(const SourceHolds&) = delete;
   ~SourceHolds() { Release(); }
 
-  // REQUIRES: constructed with a source, which gave `hold`.
-  void Add(uint64_t hold) { holds_.push_back(hold); }
+  // REQUIRES: constructed with a source, which gave `hold`. Returns its index.
+  size_t Add(uint64_t hold) {
+    holds_.push_back(hold);
+    checksums_.push_back(0);
+    return holds_.size() - 1;
+  }
+  // The XXH3 computed of hold `index`'s bytes, given back with it for the source to keep.
+  void Computed(size_t index, uint64_t checksum) { checksums_[index] = checksum; }
   bool empty() const { return holds_.empty(); }
-  // Gives every hold back, by one ReleaseBatch; none are left.
+  // Gives every hold back, with the checksums computed, by one ReleaseBatch; none are left.
   void Release();
 
  private:
   ExtraBlockSource* source_ = nullptr;
   std::shared_ptr<ExtraBlockSource> owner_;  // where shared: keeps `source_` alive
   std::vector<uint64_t> holds_;
+  std::vector<uint64_t> checksums_;  // one per hold; 0: none computed
 };
 
 }  // namespace kvtier::store

@@ -14,6 +14,15 @@ void Found(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, std:
   transfer.headers.push_back(WithChecksum(std::move(header), bytes));  // on the caller's thread
 }
 
+// Found, for a block the source holds: a checksum computed here goes back to the source
+// with the hold (`holds[hold]`), for it to keep.
+void HeldFound(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, std::span<const uint8_t> bytes,
+               SourceHolds& holds, size_t hold) {
+  const bool computed = header.checksum == 0;
+  Found(transfer, i, std::move(header), bytes);
+  if (computed) holds.Computed(hold, transfer.headers.back().checksum);
+}
+
 // StageFromSource (`holds` its own, given back here) and HoldFromSource (`holds` the
 // transfer's, kept: `send_held` sends the held blocks from the source's pages).
 Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
@@ -24,17 +33,18 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
   for (uint32_t i : positions) refs.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
   std::vector<Result<HeldBlock>> found = source.HoldBatch(refs);
   std::vector<uint32_t> staged;  // of `positions`: to be copied or read into staging
+  std::vector<size_t> hold_of(positions.size());  // of a held block: its index in `holds`
   uint64_t total = 0;
   for (uint32_t k = 0; k < positions.size(); ++k) {
     if (!found[k].ok()) continue;
     const std::span<const uint8_t> held = found[k]->held;
-    if (!held.empty()) holds.Add(found[k]->hold);
+    if (!held.empty()) hold_of[k] = holds.Add(found[k]->hold);
     const uint64_t bytes = found[k]->header.payload_bytes;
     if (bytes > max_block_bytes || (!held.empty() && held.size() != bytes)) continue;
     const uint32_t i = positions[k];
     if (send_held && !held.empty()) {
       transfer.slots[i] = GetSlot{.bytes = bytes, .held = held};
-      Found(transfer, i, std::move(found[k]->header), held);
+      HeldFound(transfer, i, std::move(found[k]->header), held, holds, hold_of[k]);
       continue;
     }
     transfer.slots[i] = GetSlot{.offset = total, .bytes = bytes};
@@ -54,7 +64,7 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
     const std::span<uint8_t> out = transfer.buffer.bytes().subspan(transfer.slots[i].offset, transfer.slots[i].bytes);
     if (!found[k]->held.empty()) {
       std::memcpy(out.data(), found[k]->held.data(), out.size());
-      Found(transfer, i, std::move(found[k]->header), out);
+      HeldFound(transfer, i, std::move(found[k]->header), out, holds, hold_of[k]);
     } else {
       unheld.push_back(i);
       unheld_refs.push_back(refs[k]);

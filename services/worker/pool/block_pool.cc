@@ -116,7 +116,28 @@ std::optional<PoolHolding> BlockPool::Find(const BlockKey& key) const {
   const auto it = impl_->index_.find(key);
   if (it == impl_->index_.end()) return std::nullopt;
   const BlockMeta& m = impl_->metas_[it->second];
-  return PoolHolding{it->second, m.key, m.parent_key, m.first, m.priority, Nanos{0}, m.salt_scope, m.format_tag};
+  PoolHolding holding{it->second, m.key, m.parent_key, m.first, m.priority, Nanos{0}, m.salt_scope, m.format_tag};
+  holding.checksum = m.checksum;
+  return holding;
+}
+
+Status BlockPool::RememberChecksums(std::span<const BlockId> blocks, std::span<const uint64_t> checksums) {
+  Impl& p = *impl_;
+  if (blocks.size() != checksums.size()) {
+    return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " + std::to_string(blocks.size()) +
+                                " blocks; nothing was kept");
+  }
+  for (const BlockId b : blocks) {
+    if (b >= p.metas_.size()) {
+      return OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+                             std::to_string(p.metas_.size()) + "); nothing was kept");
+    }
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    BlockMeta& m = p.metas_[blocks[i]];
+    if (m.committed && m.holds > 0 && checksums[i] != 0) m.checksum = checksums[i];
+  }
+  return Status::Ok();
 }
 
 std::span<const uint32_t> BlockPool::TokensOf(const BlockKey& key) const {

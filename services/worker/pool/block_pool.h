@@ -82,6 +82,7 @@ struct PoolHolding {
   // Holdings only (Find, on the peer-fetch path, copies none): as committed; empty when
   // committed without them or with partial reuse off.
   std::vector<uint32_t> tokens = {};
+  uint64_t checksum = 0;  // its payload's XXH3, kept from a reader that held it (0: none yet)
 };
 
 // Blocks evicted by a call, in eviction order; the caller copies out those to offload
@@ -161,6 +162,12 @@ class BlockPool {
   // kFailedPrecondition: a committed block, or one that no sequence references. Nothing
   // is held on error.
   [[nodiscard]] Status HoldForWriting(std::span<const BlockId> blocks);
+  // Keeps checksums[i] as held block i's payload checksum (XXH3, which a reader holding it
+  // computed: a committed block's bytes do not change), given in PoolHolding from then on
+  // and forgotten when the block leaves the cache. A 0, a block not committed or not held
+  // keeps nothing. kInvalidArgument: sizes differ; kOutOfRange as FreeBlocks. Nothing is
+  // kept on error.
+  [[nodiscard]] Status RememberChecksums(std::span<const BlockId> blocks, std::span<const uint64_t> checksums);
   // Drops one hold of each block. kOutOfRange as FreeBlocks; kFailedPrecondition: a block
   // released more often than it is held (also within the call). Nothing released on error.
   [[nodiscard]] Status ReleaseBlocks(std::span<const BlockId> blocks);

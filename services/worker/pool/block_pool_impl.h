@@ -21,6 +21,7 @@ struct BlockMeta {
   BlockKey parent_key{};
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
+  uint64_t checksum = 0;          // committed: its payload's XXH3 as a reader computed it (0: none yet)
   BlockId parent = kNoBlock;      // the parent's block when cached here (full-attention pools)
   uint32_t refs = 0;
   uint32_t holds = 0;             // of refs, readers' holds (HoldBlocks), which FreeBlocks never drops
@@ -201,6 +202,7 @@ class BlockPool::Impl {
     m.parent_key = parent_key;
     m.first = parent_key == seq.root;
     m.format_tag = format_tag;
+    m.checksum = 0;  // its bytes are new
     m.committed = true;
     m.priority = retention.priority;
     // Parent links serve leaf-first eviction, which windowed pools do not use.

@@ -214,6 +214,34 @@ TEST(BlockPoolTest, ABlankBlockHeldForWritingOutlivesItsSequenceUntilReleased) {
   EXPECT_TRUE(pool->AllocateBlocks(2, &more, &evicted).ok());
 }
 
+// Sequence 1 commits block 0 (and block 1 as block 1's tokens are written). A reader
+// holding block 0 gives back its checksum: kept while block 0 stays committed, given in
+// Find. A block not held keeps nothing; once block 0 is evicted and committed anew, the
+// new block starts with none.
+TEST(BlockPoolTest, AHeldBlocksChecksumIsKeptWhileItStaysCommitted) {
+  auto pool = MakePool(2);
+  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1)}, Tokens(0, 8));
+  const BlockId b0 = a.block_table[0], b1 = a.block_table[1];
+  ASSERT_TRUE(pool->HoldBlocks(std::vector<BlockId>{b0}).ok());
+  EXPECT_EQ(pool->RememberChecksums(std::vector<BlockId>{b0}, std::vector<uint64_t>{}).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->RememberChecksums(std::vector<BlockId>{9}, std::vector<uint64_t>{1}).code(), StatusCode::kOutOfRange);
+  ASSERT_TRUE(pool->RememberChecksums(std::vector<BlockId>{b0, b1}, std::vector<uint64_t>{0xabc, 0xdef}).ok());
+  EXPECT_EQ(pool->Find(Key(0))->checksum, 0xabcu);
+  EXPECT_EQ(pool->Find(Key(1))->checksum, 0u) << "block 1 was not held";
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{b0}).ok());
+  EXPECT_EQ(pool->Find(Key(0))->checksum, 0xabcu) << "kept after the hold";
+
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  std::vector<BlockId> blanks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(2, &blanks, &evicted).ok());  // both evicted
+  ASSERT_TRUE(pool->FreeBlocks(blanks).ok());
+  StartAndCommit(*pool, 2, {Key(0)}, Tokens(0, 4));
+  ASSERT_TRUE(pool->Find(Key(0)).has_value());
+  EXPECT_EQ(pool->Find(Key(0))->checksum, 0u) << "committed anew: its bytes are new";
+}
+
 TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
   auto pool = MakePool(8);
   // Committed without its tokens: reusable by key, but no partial-reuse candidate.

@@ -47,8 +47,9 @@ constexpr uint64_t kStoredBlocks = 64;
 
 // Blocks held beside the tiers, as a worker's pool: found and read on the BlockStore's
 // loop, which it times. With `hold`, HoldBatch holds them in place (a host pool's way:
-// the keyed get sends them from their pages, off the loop); without, each is copied on
-// the loop (a GPU pool's way, where the gather runs there).
+// the keyed get sends them from their pages, off the loop, and gives back the checksum it
+// computed, which the source keeps for the next fetch of the block); without, each is
+// copied on the loop (a GPU pool's way, where the gather runs there).
 class PoolSource final : public store::ExtraBlockSource {
  public:
   explicit PoolSource(bool hold) : hold_(hold) {}
@@ -59,7 +60,9 @@ class PoolSource final : public store::ExtraBlockSource {
     const auto it = blocks_.find(ref.key);
     if (it == blocks_.end() || ref.format_tag != kFormat || ref.salt_scope != kScope) return NotFoundError("not held");
     storage::BlockHeader header = it->second.first;
-    header.checksum = 0;  // as a pool's: computed as read
+    // As a pool's: computed as read, until a reader that held the block gave it back.
+    const auto kept = kept_checksums_.find(ref.key.lo);
+    header.checksum = kept != kept_checksums_.end() ? kept->second : 0;
     return header;
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
@@ -73,12 +76,17 @@ class PoolSource final : public store::ExtraBlockSource {
     const Timed timed(loop_ns_);
     std::vector<Result<store::HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
     for (size_t i = 0; hold_ && i < refs.size(); ++i) {
-      if (found[i].ok()) found[i]->held = blocks_.at(refs[i].key).second;
+      if (!found[i].ok()) continue;
+      found[i]->held = blocks_.at(refs[i].key).second;
+      found[i]->hold = refs[i].key.lo;  // the blocks' keys differ in `lo`
     }
     return found;
   }
-  Status ReleaseBatch(std::span<const uint64_t>) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
     const Timed timed(loop_ns_);
+    for (size_t i = 0; i < checksums.size(); ++i) {
+      if (checksums[i] != 0) kept_checksums_[holds[i]] = checksums[i];
+    }
     return Status::Ok();
   }
   uint64_t loop_ns() const { return loop_ns_; }
@@ -97,6 +105,7 @@ class PoolSource final : public store::ExtraBlockSource {
   const bool hold_;
   std::atomic<uint64_t> loop_ns_{0};  // written on the loop, read by the bench between fetches
   std::unordered_map<BlockKey, std::pair<storage::BlockHeader, std::vector<uint8_t>>, BlockKeyHash> blocks_;
+  std::unordered_map<uint64_t, uint64_t> kept_checksums_;  // by hold: as a pool keeps them (pool:2)
 };
 
 // Times no-op calls to one event loop from a thread of its own while bound and started.

@@ -21,6 +21,7 @@ Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& re
     header.salt_scope = holding->salt_scope;
     header.payload_bytes = layout.bytes_per_block();
     header.priority = holding->priority;
+    header.checksum = holding->checksum;  // 0 until a reader that held it gave it back
     return Found{pool, holding->block, std::move(header)};
   }
   return NotFoundError("no pool holds block " + ref.key.ToHex() + " in that format and scope");
@@ -74,7 +75,11 @@ std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const
   return results;
 }
 
-Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds) {
+Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) {
+  if (!checksums.empty() && checksums.size() != holds.size()) {
+    return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " + std::to_string(holds.size()) +
+                                " holds; nothing was released");
+  }
   for (const uint64_t hold : holds) {
     if (hold >> 32 >= worker_->pool_count()) {
       return InvalidArgumentError("hold " + std::to_string(hold) + " names pool " + std::to_string(hold >> 32) +
@@ -83,10 +88,15 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds) {
   }
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     std::vector<BlockId> blocks;
-    for (const uint64_t hold : holds) {
-      if (hold >> 32 == pool) blocks.push_back(static_cast<BlockId>(hold));
+    std::vector<uint64_t> computed;  // kept while the blocks are still held
+    for (size_t i = 0; i < holds.size(); ++i) {
+      if (holds[i] >> 32 != pool) continue;
+      blocks.push_back(static_cast<BlockId>(holds[i]));
+      computed.push_back(checksums.empty() ? 0 : checksums[i]);
     }
-    if (!blocks.empty()) KVTIER_RETURN_IF_ERROR(worker_->ReleaseBlocks(pool, blocks));
+    if (blocks.empty()) continue;
+    KVTIER_RETURN_IF_ERROR(worker_->RememberChecksums(pool, blocks, computed));
+    KVTIER_RETURN_IF_ERROR(worker_->ReleaseBlocks(pool, blocks));
   }
   return Status::Ok();
 }

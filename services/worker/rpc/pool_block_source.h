@@ -4,12 +4,14 @@
 //
 // A committed block is served only for the salt scope it was committed under and for the
 // storage format of its pool's layout and engine format tag (services/worker/tier_link.h
-// StorageFormatTag). Its checksum is left 0: the BlockStore serving it hashes the bytes
-// read (store::WithChecksum), on the stream's threads for a keyed get. Priority travels;
+// StorageFormatTag). Its checksum is left 0 until a reader that held it gives back the
+// one it computed (ReleaseBatch), which the pool then keeps while the block stays
+// committed: the BlockStore serving a block hashes the bytes read (store::WithChecksum,
+// on the stream's threads for a keyed get) only the first time. Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
 // retention). HoldBatch holds a host pool's blocks (Worker::HoldBlocks), so that a keyed
-// get copies them on the stream's threads and this node's loop only finds and releases
-// them; a device pool's are read on the loop (ReadBatch: one gather).
+// get sends them from their pages on the stream's threads and this node's loop only finds
+// and releases them; a device pool's are read on the loop (ReadBatch: one gather).
 //
 // Thread safety: none, as the Worker: the node's event loop owns both. A held block's
 // bytes are the exception: any thread may read them until ReleaseBatch.
@@ -32,7 +34,9 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   // Each block found, held where its pool is host memory; one Worker::HoldBlocks per pool.
   // A hold names the pool (high 32 bits) and the block.
   [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
-  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds) override;
+  // Keeps the checksums given (Worker::RememberChecksums) before it gives the holds back:
+  // a block's next reader gets its checksum in its header and hashes nothing.
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
   // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;

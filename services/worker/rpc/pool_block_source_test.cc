@@ -113,9 +113,29 @@ TEST_F(PoolBlockSourceTest, HeldBlocksStayInPlaceUntilReleased) {
       << "of 4 blocks, blocks 1 and 3 are held: 2 left";
   EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3)) << "unchanged";
   const uint64_t foreign[] = {uint64_t{7} << 32};
-  EXPECT_EQ(source.ReleaseBatch(foreign).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
-  ASSERT_TRUE(source.ReleaseBatch(holds).ok());
+  EXPECT_EQ(source.ReleaseBatch(foreign, {}).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
+  ASSERT_TRUE(source.ReleaseBatch(holds, {}).ok());
   EXPECT_TRUE(needs_three(2).ok()) << "blocks 1 and 3 are evictable again";
+}
+
+// A reader holds blocks 1 and 2 and gives back block 1's checksum (block 2's it did not
+// compute): the next reader finds it in block 1's header, and block 2 still without one.
+// A checksum list that does not match the holds is refused, nothing released.
+TEST_F(PoolBlockSourceTest, AChecksumGivenBackWithAHoldIsInTheNextReadersHeader) {
+  PoolBlockSource source(worker_.get());
+  const std::vector<storage::BlockRef> refs = {Ref(1), Ref(2)};
+  std::vector<Result<store::HeldBlock>> held = source.HoldBatch(refs);
+  ASSERT_TRUE(held[0].ok() && held[1].ok());
+  const std::vector<uint64_t> holds = {held[0]->hold, held[1]->hold};
+  EXPECT_EQ(source.ReleaseBatch(holds, std::vector<uint64_t>{1}).code(), StatusCode::kInvalidArgument);
+  const uint64_t checksum = storage::PayloadChecksum(held[0]->held);
+  ASSERT_TRUE(source.ReleaseBatch(holds, std::vector<uint64_t>{checksum, 0}).ok());
+  EXPECT_EQ(worker_->Stats().pools[0].held, 0u);
+
+  const Result<storage::BlockHeader> first = source.Peek(Ref(1));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->checksum, checksum);
+  EXPECT_EQ(source.Peek(Ref(2))->checksum, 0u);
 }
 
 }  // namespace
