@@ -214,12 +214,17 @@ std::vector<uint8_t> Pattern(uint8_t seed) {
 // the device is offloaded byte for byte when evicted, onboarded back into the device, and
 // partial reuse copies tokens on the device). gpu/shared_device_memory_test shows another
 // process using the handle.
-class WorkerStorageTest : public ::testing::TestWithParam<int> {};
+class WorkerStorageTest : public ::testing::TestWithParam<int> {
+ protected:
+  // The device pool's runs skip on a machine without a GPU.
+  void SetUp() override {
+    const gpu::DeviceProbe probe = gpu::ProbeDevices();
+    if (GetParam() >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+  }
+};
 
 TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   const int device = GetParam();
-  const gpu::DeviceProbe probe = gpu::ProbeDevices();
-  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
   MapTier tier;
   auto created = Worker::Create({.pools = {{TestLayout(), 2}}, .offload = &tier, .onboard = &tier, .device = device});
   ASSERT_TRUE(created.ok()) << created.status();
@@ -286,8 +291,6 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
 // back in one (one scatter), each byte for byte.
 TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   const int device = GetParam();
-  const gpu::DeviceProbe probe = gpu::ProbeDevices();
-  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
   MapTier tier;
   auto created = Worker::Create({.pools = {{TestLayout(), 4}}, .offload = &tier, .onboard = &tier, .device = device});
   ASSERT_TRUE(created.ok()) << created.status();
@@ -340,8 +343,6 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
 // worker's thread; a device pool's blocks are read by a copy instead.
 TEST_P(WorkerStorageTest, HeldBlocksAreReadInPlaceAndOutliveTheirSequence) {
   const int device = GetParam();
-  const gpu::DeviceProbe probe = gpu::ProbeDevices();
-  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
   auto created = Worker::Create({.pools = {{TestLayout(), 2}}, .device = device});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
@@ -382,8 +383,6 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadInPlaceAndOutliveTheirSequence) {
 // device pool's fetch lands elsewhere: refused.
 TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack) {
   const int device = GetParam();
-  const gpu::DeviceProbe probe = gpu::ProbeDevices();
-  if (device >= 0 && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
   auto created = Worker::Create({.pools = {{TestLayout(), 3}}, .device = device});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;

@@ -30,8 +30,10 @@ namespace kvtier::store {
 // which shares `source`), to be given back once it is sent or dropped.
 // Each block staged or held becomes kPresent, its header (the checksum of its bytes,
 // computed here, on the caller's thread, where the source left it 0) in
-// `transfer.headers`. A block the source lacks, larger than `max_block_bytes`, or gone
-// since HoldBatch stays kMissing; one whose read fails kDataLoss becomes kCorrupt.
+// `transfer.headers`; a checksum computed for a held block goes back to the source with
+// its hold (ReleaseBatch), for the source to keep. A block the source lacks, larger than
+// `max_block_bytes`, or gone since HoldBatch stays kMissing; one whose read fails
+// kDataLoss becomes kCorrupt.
 // Staging's refusal (kResourceExhausted: full for now; kInvalidArgument: larger than the
 // pool) is returned, nothing staged (HoldFromSource's holds stay with the transfer).
 [[nodiscard]] Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys,

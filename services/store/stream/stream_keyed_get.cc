@@ -71,8 +71,8 @@ Status StreamConnection::OpenKeyedGet() {
     transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
   if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
-  // Its calls hop to the source's loop; every block is hashed here, off that loop. The
-  // holds are given back once the reply is sent (SendReply).
+  // Its calls hop to the source's loop; a block whose checksum the source did not keep is
+  // hashed here, off that loop. The holds are given back once the reply is sent (SendReply).
   return HoldFromSource(session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
 }
 

@@ -53,12 +53,15 @@ class FetchedSourceTest : public ::testing::Test {
     EXPECT_EQ(Read(table[0]), Pattern(1));
     EXPECT_EQ(Read(table[1]), Pattern(2));
   }
-  // As a fetch does: blocks 1 and 2 written into the landing places.
-  void Land(const LandingBlocks& landing) const {
+  // Sequence 1's blank blocks held for a fetch, and blocks 1 and 2 written there as the
+  // fetch writes them.
+  Result<LandingBlocks> HoldAndLand() const {
+    KVTIER_ASSIGN_OR_RETURN(LandingBlocks landing, worker_->HoldLanding(1, 1, 2));
     for (size_t i = 0; i < 2; ++i) {
       const std::vector<uint8_t> bytes = Pattern(static_cast<uint8_t>(i + 1));
       std::copy(bytes.begin(), bytes.end(), landing.views[i].begin());
     }
+    return landing;
   }
 
   std::unique_ptr<Worker> worker_ = Worker::Create({.pools = {{TestLayout(), 4}}}).value();
@@ -69,28 +72,26 @@ class FetchedSourceTest : public ::testing::Test {
 // Blocks 1 and 2 landed in the sequence's own blocks: Onboard takes both in place.
 TEST_F(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
   const std::vector<BlockId> table = Allocate(1);
-  auto landing = worker_->HoldLanding(1, 1, 2);
+  const Result<LandingBlocks> landing = HoldAndLand();
   ASSERT_TRUE(landing.ok()) << landing.status();
-  Land(*landing);
   EXPECT_EQ(OnboardFrom(landed_, landing->views).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 2u);
   ExpectFetchedIn(table);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
 }
 
-// Sequence 1 is freed and allocated again while its fetch lands: the landing's blocks are
-// held, so the new sequence gets the pool's other two, and Onboard copies the landed
+// Sequence 1 is freed and allocated again once its fetch has landed: the landing's blocks
+// are held, so the new sequence gets the pool's other two, and Onboard copies the landed
 // bytes into them.
 TEST_F(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
   Allocate(1);
-  auto landing = worker_->HoldLanding(1, 1, 2);
+  const Result<LandingBlocks> landing = HoldAndLand();
   ASSERT_TRUE(landing.ok()) << landing.status();
   ASSERT_TRUE(worker_->Free(1, 1).ok());
   const std::vector<BlockId> again = Allocate(1);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_NE(again[0], landing->blocks[0]);
   EXPECT_NE(again[1], landing->blocks[1]);
-  Land(*landing);
   EXPECT_EQ(OnboardFrom(landed_, landing->views).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(again);

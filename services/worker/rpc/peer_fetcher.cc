@@ -124,7 +124,7 @@ class PeerFetcher::Impl {
   FetchedBlocks Serve(const PeerFetchRequest& request) {
     FetchedBlocks out;
     out.block_bytes = request.block_bytes;
-    if (landing(request)) {
+    if (LandsInPlace(request)) {
       const bool fits = request.land_in.size() == request.keys.size() &&
                         std::ranges::all_of(request.land_in, [&](auto s) { return s.size() == request.block_bytes; });
       if (!fits) {
@@ -229,10 +229,10 @@ class PeerFetcher::Impl {
                           size_t count, FetchedBlocks& out) {
     const uint64_t block_bytes = request.block_bytes;
     const size_t base = out.bytes.size();
-    if (!landing(request)) out.bytes.resize(base + count * block_bytes);
+    if (!LandsInPlace(request)) out.bytes.resize(base + count * block_bytes);
     std::deque<std::vector<uint8_t>> odd;  // blocks of another size than asked: read, never taken
     auto buffer_for = [&](size_t i, const storage::BlockHeader& header) -> std::span<uint8_t> {
-      if (header.payload_bytes == block_bytes) return Landing(request, out, base, first, i);
+      if (header.payload_bytes == block_bytes) return PlaceOf(request, out, base, first, i);
       if (header.payload_bytes > kMaxOddBlockBytes) return {};  // refused: the whole get fails
       return odd.emplace_back(header.payload_bytes);
     };
@@ -247,7 +247,7 @@ class PeerFetcher::Impl {
     size_t taken = 0;
     for (; taken < count && got->states[taken] == store::StreamBlockState::kPresent; ++taken) {
       const storage::BlockHeader& header = *got->headers[taken];
-      const std::span<const uint8_t> payload = Landing(request, out, base, first, taken);
+      const std::span<const uint8_t> payload = PlaceOf(request, out, base, first, taken);
       if (!AnswersRequest(request, first + taken, header.key, header.salt_scope, header.format_tag,
                           header.payload_bytes) ||
           storage::PayloadChecksum(payload) != header.checksum) {
@@ -257,7 +257,7 @@ class PeerFetcher::Impl {
       out.keys.push_back(request.keys[first + taken]);
     }
     out.streamed += static_cast<uint32_t>(taken);
-    if (!landing(request)) out.bytes.resize(base + taken * block_bytes);
+    if (!LandsInPlace(request)) out.bytes.resize(base + taken * block_bytes);
     return taken;
   }
 
@@ -301,21 +301,16 @@ class PeerFetcher::Impl {
     const size_t base = out.bytes.size();
     std::deque<std::vector<uint8_t>> odd;  // landing: blocks of another size than asked, never taken
     std::vector<std::span<uint8_t>> outs;
-    if (landing(request)) {
-      for (size_t i = 0; i < count; ++i) {
-        const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
-        if (size == request.block_bytes) {
-          outs.push_back(request.land_in[first + i]);
-        } else {
-          outs.push_back(size == 0 ? std::span<uint8_t>() : std::span<uint8_t>(odd.emplace_back(size)));
-        }
-      }
-    } else {
-      out.bytes.resize(base + total);
-      for (size_t i = 0, offset = base; i < count; ++i) {
-        const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
+    if (!LandsInPlace(request)) out.bytes.resize(base + total);
+    for (size_t i = 0, offset = base; i < count; ++i) {
+      const uint64_t size = opened.blocks[i].present ? opened.blocks[i].payload_bytes : 0;
+      if (!LandsInPlace(request)) {
         outs.emplace_back(out.bytes.data() + offset, size);
         offset += size;
+      } else if (size == request.block_bytes) {
+        outs.push_back(request.land_in[first + i]);
+      } else {
+        outs.push_back(size == 0 ? std::span<uint8_t>() : std::span<uint8_t>(odd.emplace_back(size)));
       }
     }
     Result<std::vector<store::StreamBlockState>> states = streams_.Run(
@@ -335,7 +330,7 @@ class PeerFetcher::Impl {
       out.keys.push_back(request.keys[first + taken]);
     }
     out.streamed += static_cast<uint32_t>(taken);
-    if (!landing(request)) out.bytes.resize(base + taken * request.block_bytes);
+    if (!LandsInPlace(request)) out.bytes.resize(base + taken * request.block_bytes);
     return taken;
   }
 
@@ -366,12 +361,12 @@ class PeerFetcher::Impl {
         .get();
   }
 
-  static bool landing(const PeerFetchRequest& request) { return !request.land_in.empty(); }
+  static bool LandsInPlace(const PeerFetchRequest& request) { return !request.land_in.empty(); }
   // Where block `i` of a get of keys[first...] goes: its landing place, or its place in
   // the result's buffer from `base` (the get's first block there).
-  static std::span<uint8_t> Landing(const PeerFetchRequest& request, FetchedBlocks& out, size_t base, size_t first,
+  static std::span<uint8_t> PlaceOf(const PeerFetchRequest& request, FetchedBlocks& out, size_t base, size_t first,
                                     size_t i) {
-    if (landing(request)) return request.land_in[first + i];
+    if (LandsInPlace(request)) return request.land_in[first + i];
     return {out.bytes.data() + base + i * request.block_bytes, request.block_bytes};
   }
 
@@ -403,7 +398,7 @@ class PeerFetcher::Impl {
         break;
       }
       out.keys.push_back(key);
-      if (landing(request)) {
+      if (LandsInPlace(request)) {
         std::memcpy(request.land_in[first + taken].data(), payload.data(), payload.size());  // sizes checked
       } else {
         out.bytes.insert(out.bytes.end(), payload.begin(), payload.end());
