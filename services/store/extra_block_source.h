@@ -5,8 +5,8 @@
 // (its RPC event loop); implementations may rely on that. The data stream's keyed gets,
 // served on the stream's threads, reach such a source through a LoopBoundBlockSource
 // (services/store/rpc/loop_bound_block_source.h), which runs each call on that loop.
-// The bytes of a held block (HoldBatch) are the exception: any thread may read them
-// until the hold is released.
+// Held blocks (HoldBatch) are the exception: any thread may read their bytes, or copy
+// them (CopyHeld), until the hold is released.
 #pragma once
 
 #include <span>
@@ -17,14 +17,17 @@
 
 namespace kvtier::store {
 
-// A block as HoldBatch finds it: its header and, where the source holds it in host
-// memory, its bytes there (`held`), unchanged until ReleaseBatch gives back `hold`.
-// `held` empty: not held (the source keeps it where no other thread can read it, as a
-// GPU pool): Read or ReadBatch copies it.
+// A block as HoldBatch finds it: its header and, where the source holds it, `hold`, its
+// bytes unchanged until ReleaseBatch gives the hold back. Held in host memory, `held` is
+// its bytes there; held where other threads cannot read in place (`held_apart`: a GPU
+// pool's), CopyHeld copies it out. Neither: not held; Read or ReadBatch copies it.
 struct HeldBlock {
   storage::BlockHeader header;
   std::span<const uint8_t> held = {};
-  uint64_t hold = 0;  // with `held`: the source's name for the hold
+  bool held_apart = false;
+  uint64_t hold = 0;  // with `held` or `held_apart`: the source's name for the hold
+
+  bool is_held() const { return !held.empty() || held_apart; }
 };
 
 class ExtraBlockSource {
@@ -61,6 +64,17 @@ class ExtraBlockSource {
                                             [[maybe_unused]] std::span<const uint64_t> checksums) {
     if (holds.empty()) return Status::Ok();
     return InternalError("this source holds no blocks, yet " + std::to_string(holds.size()) + " holds came back");
+  }
+  // The bytes of blocks held apart (HoldBatch's `held_apart`) into `outs`, one block each
+  // (REQUIRES: holds.size() == outs.size(), each out that block's size), all at once (a
+  // GPU pool: one gather). Unlike the other calls, on the caller's thread, any thread, while
+  // the source's own goes on: what a source that holds blocks apart offers instead of its
+  // thread's time. kDataLoss: the bytes could not be read (nothing is to be sent of them).
+  // The default holds nothing apart.
+  [[nodiscard]] virtual Status CopyHeld(std::span<const uint64_t> holds,
+                                        [[maybe_unused]] std::span<const std::span<uint8_t>> outs) {
+    return InternalError("this source holds no blocks apart, yet " + std::to_string(holds.size()) +
+                         " holds came to be copied");
   }
   // Read of several blocks (REQUIRES: refs.size() == outs.size()), one result each. A
   // source whose blocks move in batches (a GPU pool: one gather for all) overrides it.

@@ -9,17 +9,21 @@
 // The worker's offload, onboard and copy-on-partial-reuse paths go through Read, Write and
 // CopyWithin, so that they are the same code for both.
 //
-// Thread safety: one thread at a time (the worker's).
+// Thread safety: one thread at a time (the worker's), except CopyHeld: any thread, any
+// number at once, beside the owner's calls (a device pool gives each concurrent caller a
+// copier of its own: a kernel backend, with its own stream, and its own pinned staging).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "gpu/kernels.h"
 
 namespace kvtier::worker {
 
@@ -59,6 +63,13 @@ class PoolStorage {
   [[nodiscard]] virtual Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                                               std::vector<std::span<uint8_t>>* views) = 0;
   [[nodiscard]] virtual Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) = 0;
+
+  // The blocks' bytes into `outs` (outs[i]: block ids[i], block_bytes long), in one batch
+  // (one gather on a device), on the calling thread: a peer's fetch of blocks the worker
+  // holds for it, copied off the worker's thread. REQUIRES: ids inside the pool; no one
+  // writes these blocks until the call returns (the worker holds them: BlockPool::HoldBlocks).
+  [[nodiscard]] virtual Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
+                                        std::span<const std::span<uint8_t>> outs) = 0;
 };
 
 // Host shared memory, zero-filled.
@@ -66,5 +77,23 @@ class PoolStorage {
 // Memory of GPU `device`, zero-filled; kUnavailable without a device or CUDA in the build,
 // kResourceExhausted when the device has not that much free.
 [[nodiscard]] Result<std::unique_ptr<PoolStorage>> MakeDevicePoolStorage(int device, size_t bytes);
+
+// Makes a kernel backend: one for the owner's thread (the pool's memory is its device
+// memory) and one per concurrent CopyHeld caller.
+using KernelBackendFactory = std::function<Result<std::unique_ptr<gpu::KernelBackend>>()>;
+struct BackendPoolOptions {
+  KernelBackendFactory make_backend;  // required
+  size_t bytes = 0;
+  // A copier's staging holds at most this much (at least one block): a larger CopyHeld
+  // goes in rounds, so that each concurrent caller pins a bounded share of host memory.
+  size_t copier_staging_bytes = 64ull << 20;
+};
+// A device pool over memory of the backends `make_backend` makes: the same code as
+// MakeDevicePoolStorage's (staging, gathers, scatters, copiers), which with
+// gpu::MakeCpuBackend runs on any machine, for tests. Its memory is the process's own: no
+// other process can map it (mapping() names nothing). kInvalidArgument: no factory.
+[[nodiscard]] Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions options);
+// Where a worker's pools keep their bytes: `bytes` of them for one pool.
+using PoolStorageFactory = std::function<Result<std::unique_ptr<PoolStorage>>(size_t bytes)>;
 
 }  // namespace kvtier::worker

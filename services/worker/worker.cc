@@ -141,8 +141,9 @@ Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
                                                           .partial_reuse = options.partial_reuse,
                                                           .clock = options.clock}));
     const size_t bytes = size_t{config.num_blocks} * layout.bytes_per_block();
-    KVTIER_ASSIGN_OR_RETURN(auto storage, options.device >= 0 ? MakeDevicePoolStorage(options.device, bytes)
-                                                               : MakeHostPoolStorage(bytes));
+    KVTIER_ASSIGN_OR_RETURN(auto storage, options.pool_storage ? options.pool_storage(bytes)
+                                          : options.device >= 0  ? MakeDevicePoolStorage(options.device, bytes)
+                                                                 : MakeHostPoolStorage(bytes));
     impl->pools_.push_back({layout, std::move(pool), std::move(storage)});
   }
   return std::unique_ptr<Worker>(new Worker(std::move(impl)));
@@ -371,16 +372,34 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
 
 Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
-  const std::span<const uint8_t> memory = state->storage->host_bytes();
-  if (memory.empty()) {
-    return FailedPreconditionError("pool " + std::to_string(pool_id) +
-                                   " is device memory: its blocks are read by a copy (ReadBlocks), not held");
-  }
   KVTIER_RETURN_IF_ERROR(state->pool->HoldBlocks(blocks));
-  std::vector<std::span<const uint8_t>> views;
-  views.reserve(blocks.size());
-  for (const BlockId b : blocks) views.push_back(memory.subspan(state->BlockOffset(b), state->layout.bytes_per_block()));
+  const std::span<const uint8_t> memory = state->storage->host_bytes();
+  std::vector<std::span<const uint8_t>> views(blocks.size());  // a device pool's stay empty
+  for (size_t i = 0; i < blocks.size() && !memory.empty(); ++i) {
+    views[i] = memory.subspan(state->BlockOffset(blocks[i]), state->layout.bytes_per_block());
+  }
   return views;
+}
+
+// Off the loop: reads only what Create set (the pools, their layouts and storage), never
+// the bookkeeping.
+Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                              std::span<const std::span<uint8_t>> outs) const {
+  if (pool_id >= impl_->pools_.size()) {
+    return InvalidArgumentError("CopyHeldBlocks: no pool " + std::to_string(pool_id));
+  }
+  if (blocks.size() != outs.size()) return InvalidArgumentError("CopyHeldBlocks: one buffer per block");
+  const PoolState& state = impl_->pools_[pool_id];
+  const size_t block_bytes = state.layout.bytes_per_block();
+  const size_t pool_blocks = state.storage->size() / block_bytes;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (blocks[i] >= pool_blocks || outs[i].size() != block_bytes) {
+      return InvalidArgumentError("CopyHeldBlocks: block " + std::to_string(blocks[i]) + " of " +
+                                  std::to_string(pool_blocks) + " into " + std::to_string(outs[i].size()) +
+                                  " bytes (a block is " + std::to_string(block_bytes) + ")");
+    }
+  }
+  return state.storage->CopyHeld(blocks, block_bytes, outs);
 }
 
 Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks) {

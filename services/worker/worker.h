@@ -15,7 +15,8 @@
 // Every change to what the worker caches becomes a WorkerEvent with the node's next
 // sequence number, for the coordinator.
 //
-// Thread safety: none; the worker's RPC event loop owns it.
+// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks is the one
+// exception: any thread, for blocks the loop holds for it.
 #pragma once
 
 #include <cstdint>
@@ -119,6 +120,9 @@ struct WorkerOptions {
   OffloadTarget* offload = nullptr;  // null: evicted blocks are dropped
   OnboardSource* onboard = nullptr;  // null: Onboard finds nothing
   int device = -1;                   // >= 0: pools in this GPU's memory; -1: host shared memory
+  // Where the pools' bytes live, when set (tests: MakeBackendPoolStorage runs the device
+  // path on the CPU); null: as `device` says.
+  PoolStorageFactory pool_storage = nullptr;
 };
 
 struct PoolAttachment {
@@ -228,13 +232,20 @@ class Worker {
   // copy per block); blocks may repeat. REQUIRES: blocks.size() == outs.size().
   [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                   std::span<const std::span<uint8_t>> outs) const;
-  // Committed blocks of a host pool held for a reader on another thread (a peer's fetch,
-  // sent from the pool's pages off this loop): views[i] is blocks[i]'s bytes in pool memory, which stay as
-  // they are until ReleaseBlocks drops the hold (the block is neither evicted nor reused
-  // meanwhile). kFailedPrecondition for a device pool (its bytes are not host memory: use
-  // ReadBlocks) or a block not committed; kNotFound: no such pool. Nothing held on error.
+  // Committed blocks held for a reader on another thread (a peer's fetch, sent off this
+  // loop): their bytes stay as they are until ReleaseBlocks drops the hold (the block is
+  // neither evicted nor reused meanwhile). For a host pool views[i] is blocks[i]'s bytes in
+  // pool memory, which the reader reads in place; a device pool's views are empty: the
+  // reader copies the blocks out with CopyHeldBlocks. kFailedPrecondition: a block not
+  // committed; kNotFound: no such pool. Nothing held on error.
   [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
                                                                         std::span<const BlockId> blocks);
+  // Blocks HoldBlocks holds, copied into `outs` (one block each) on the calling thread, any
+  // thread, while this loop goes on: one gather on a device pool's copier of its own
+  // (PoolStorage::CopyHeld). kInvalidArgument: no such pool or block, or a buffer that is
+  // not one block. REQUIRES: the blocks stay held until the call returns.
+  [[nodiscard]] Status CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                                      std::span<const std::span<uint8_t>> outs) const;
   // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
   // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever

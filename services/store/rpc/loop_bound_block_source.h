@@ -6,8 +6,9 @@
 //
 // Each call is one hop to the loop and back (an eventfd wake-up, some microseconds): a
 // caller reading many blocks uses the batches, which hop once each. A source that holds
-// blocks (HoldBatch: a worker's host pool) leaves their copy to the caller's thread, so
-// the loop is held only to find and to release them.
+// blocks (HoldBatch: a worker's pool) leaves their copy to the caller's thread, so the
+// loop is held only to find and to release them: CopyHeld runs on the caller's thread,
+// never on the loop.
 // Once the loop has exited, every call answers kUnavailable (per block, for the batches)
 // without touching the source: a keyed get then finds the blocks missing.
 //
@@ -15,7 +16,9 @@
 // must hold nothing the loop may wait for (a lock it takes, a thread it joins): the call
 // waits until the loop has run it.
 // Ownership: shared (the sessions whose keyed gets read it). It keeps the loop's
-// Executor alive, not the loop; `source` must outlive the loop (it is only used there).
+// Executor alive, not the loop; `source` must outlive the loop (it is used there) and
+// every thread that holds its blocks (CopyHeld uses it there: a node destroys its data
+// stream, whose threads read sources, before its worker).
 #pragma once
 
 #include <memory>
@@ -39,6 +42,10 @@ class LoopBoundBlockSource final : public ExtraBlockSource {
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
   [[nodiscard]] std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
   [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
+  // On the calling thread: the source's CopyHeld is safe from any.
+  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+    return source_->CopyHeld(holds, outs);
+  }
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;
 

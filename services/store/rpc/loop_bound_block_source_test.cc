@@ -51,11 +51,18 @@ class RecordingSource final : public ExtraBlockSource {
     Record(read_batches);
     return ExtraBlockSource::ReadBatch(refs, outs);
   }
+  // Any thread's: records its own.
+  Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+    copy_thread = std::this_thread::get_id();
+    for (size_t i = 0; i < holds.size(); ++i) std::copy(block_.payload.begin(), block_.payload.end(), outs[i].begin());
+    return Status::Ok();
+  }
 
   // Written on the loop's thread only; read by the test once its calls have returned.
   int peeks = 0, reads = 0, hold_batches = 0, release_batches = 0, read_batches = 0;
   std::vector<uint64_t> released;
   std::vector<std::thread::id> threads;
+  std::thread::id copy_thread;  // CopyHeld's last caller
 
  private:
   void Record(int& calls) {
@@ -145,6 +152,27 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
   EXPECT_EQ(source.reads, 1 + 1);
   for (const std::thread::id& id : source.threads) EXPECT_EQ(id, loop.id());
   EXPECT_NE(loop.id(), std::this_thread::get_id());
+}
+
+// CopyHeld is the one call that does not hop: the source copies held blocks on the
+// caller's thread while its loop goes on, even once the loop has exited.
+TEST(LoopBoundBlockSourceTest, CopyHeldRunsOnTheCallersThread) {
+  const TestBlock block = MakeBlock(1, 100);
+  RecordingSource source(block);
+  LoopThread loop(&source);
+  ASSERT_TRUE(loop.bound().ok()) << loop.bound().status();
+  const std::shared_ptr<LoopBoundBlockSource> bound = *loop.bound();
+  const uint64_t holds[] = {7};
+  std::vector<uint8_t> out(100);
+  const std::span<uint8_t> outs[] = {out};
+  ASSERT_TRUE(bound->CopyHeld(holds, outs).ok());
+  EXPECT_EQ(out, block.payload);
+  EXPECT_EQ(source.copy_thread, std::this_thread::get_id());
+  EXPECT_TRUE(source.threads.empty()) << "nothing ran on the loop";
+  loop.Stop();
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_TRUE(bound->CopyHeld(holds, outs).ok()) << "the source outlives the loop";
+  EXPECT_EQ(out, block.payload);
 }
 
 // Once the loop's thread has exited, the source is never called again: each call, and

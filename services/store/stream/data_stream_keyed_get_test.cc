@@ -31,6 +31,8 @@ struct PoolSourceOptions {
   uint64_t gone = 0;      // evicted between HoldBatch and ReadBatch
   uint64_t corrupt = 0;   // fails its read
   std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
+  std::vector<uint64_t> held_apart = {};  // held by HoldBatch apart (a GPU pool's): CopyHeld copies them
+  Status copy_fails = Status::Ok();     // what CopyHeld answers, where not OK (nothing copied)
   bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
   bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
   bool keeps_checksums = false;  // a checksum given back with a hold is its header's from then on
@@ -98,12 +100,30 @@ class PoolSource final : public ExtraBlockSource {
     std::lock_guard lock(mu_);
     hold_batches_.push_back(refs.size());
     for (size_t i = 0; i < refs.size(); ++i) {
-      if (!found[i].ok() || std::ranges::count(options_.holdable, refs[i].key.lo) == 0) continue;
-      found[i]->held = Find(refs[i]).value()->payload;
+      if (!found[i].ok()) continue;
+      const bool apart = std::ranges::count(options_.held_apart, refs[i].key.lo) > 0;
+      if (!apart && std::ranges::count(options_.holdable, refs[i].key.lo) == 0) continue;
+      if (!apart) found[i]->held = Find(refs[i]).value()->payload;
+      found[i]->held_apart = apart;
       found[i]->hold = refs[i].key.lo;
       ++holds_out_;
     }
     return found;
+  }
+  Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+    {
+      std::lock_guard lock(mu_);
+      copy_batches_.push_back(holds.size());
+      EXPECT_GT(holds_out_, 0) << "copied while held";
+    }
+    if (!options_.copy_fails.ok()) return options_.copy_fails;
+    for (size_t i = 0; i < holds.size(); ++i) {
+      const std::vector<uint8_t>& payload = Find({MakeBlock(holds[i], 1).header.key, storage::testing::kFormat, kScope})
+                                                .value()
+                                                ->payload;
+      std::copy(payload.begin(), payload.end(), outs[i].begin());
+    }
+    return Status::Ok();
   }
   Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
     releases_.Pass();
@@ -125,6 +145,11 @@ class PoolSource final : public ExtraBlockSource {
     }
     reads_.Pass();
     return ExtraBlockSource::ReadBatch(refs, outs);
+  }
+  // Blocks per CopyHeld call, in order.
+  std::vector<size_t> copy_batches() const {
+    std::lock_guard lock(mu_);
+    return copy_batches_;
   }
   // Blocks per HoldBatch and per ReadBatch call, in order.
   std::vector<size_t> hold_batches() const {
@@ -166,7 +191,7 @@ class PoolSource final : public ExtraBlockSource {
   const PoolSourceOptions options_;
   Gate reads_, releases_;
   mutable std::mutex mu_;
-  std::vector<size_t> hold_batches_, read_batches_;
+  std::vector<size_t> hold_batches_, read_batches_, copy_batches_;
   std::vector<uint64_t> released_;
   std::vector<uint64_t> given_checksums_;
   std::map<uint64_t, uint64_t> kept_checksums_;  // by hold (the key's `lo`)
@@ -233,6 +258,23 @@ class KeyedGetTest : public DataStreamFixture {
     };
   }
 
+
+  // A keyed get of keys 5, 8, 6 and 9 from `source`, whose `pool` is blocks 5, 6 and 8 in
+  // that order: the first three come with their bytes and their checksums, 9 is missing.
+  void GetFiveEightSixNine(const std::shared_ptr<PoolSource>& source, const std::vector<TestBlock>& pool) {
+    auto client = Client();
+    Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 8, 6, 9});
+    ASSERT_TRUE(read.ok()) << read.status();
+    const Got& got = *read;
+    EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
+                                                             StreamBlockState::kPresent, StreamBlockState::kMissing}));
+    const size_t order[] = {0, 2, 1};  // keys 5, 8, 6 are pool blocks 0, 2, 1
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(got.bytes[i], pool[order[i]].payload) << "key " << i;
+      ASSERT_TRUE(got.get.headers[i]);
+      EXPECT_EQ(got.get.headers[i]->checksum, pool[order[i]].header.checksum) << "key " << i;
+    }
+  }
 
   kvtier::testing::TempDir dir_;
   std::mutex mu_;
@@ -446,23 +488,46 @@ TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHead
 TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
   const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.holdable = {5, 6}});
-  auto client = Client();
-  Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 8, 6, 9});
-  ASSERT_TRUE(read.ok()) << read.status();
-  const Got& got = *read;
-  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
-                                                           StreamBlockState::kPresent, StreamBlockState::kMissing}));
-  const size_t order[] = {0, 2, 1};  // keys 5, 8, 6 are pool blocks 0, 2, 1
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(got.bytes[i], pool[order[i]].payload) << "key " << i;
-    ASSERT_TRUE(got.get.headers[i]);
-    EXPECT_EQ(got.get.headers[i]->checksum, pool[order[i]].header.checksum) << "key " << i;
-  }
+  GetFiveEightSixNine(source, pool);
   EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4}));
   EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
+}
+
+// The source holds blocks 5 and 6 apart (as a GPU pool does: no host view) and not block
+// 8: the get copies 5 and 6 out by one CopyHeld on the stream's thread, asks the source to
+// read block 8 alone, and gives both holds back with the checksums it computed.
+TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallAndGivenBackWithTheirChecksums) {
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}});
+  GetFiveEightSixNine(source, pool);
+  EXPECT_EQ(source->copy_batches(), (std::vector<size_t>{2})) << "blocks 5 and 6 in one copy";
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
+  EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
+  EXPECT_TRUE(Drained()) << "the staging freed once sent";
+}
+
+// A copy of blocks held apart that fails: lost bytes (kDataLoss) make both blocks corrupt;
+// any other failure leaves them missing. Either way nothing of them is sent and both
+// holds are given back.
+TEST_F(KeyedGetTest, AFailedCopyOfBlocksHeldApartSendsNoneOfThem) {
+  const std::vector<TestBlock> pool{MakeBlock(5, 4096), MakeBlock(6, 4096)};
+  for (const Status& failure : {DataLossError("the device lost them"), UnavailableError("no copier")}) {
+    auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}, .copy_fails = failure});
+    auto client = Client();
+    Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 6});
+    ASSERT_TRUE(read.ok()) << read.status();
+    const StreamBlockState expected =
+        failure.code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
+    EXPECT_EQ(read->get.states, (std::vector<StreamBlockState>{expected, expected})) << failure;
+    EXPECT_EQ(server_->Stats().bytes_sent, 0u) << failure;
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; })) << failure;
+    EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6})) << failure;
+  }
 }
 
 // The source holds block 5 and keeps the checksums its readers give back (as a pool keeps

@@ -23,6 +23,24 @@ void HeldFound(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, 
   if (computed) holds.Computed(hold, transfer.headers.back().checksum);
 }
 
+// The blocks found[k] for k in `apart` (held apart: a GPU pool's), copied by one CopyHeld
+// into `outs`, on this thread. A copy that fails leaves them missing, or corrupt where the
+// source says the bytes are lost (kDataLoss).
+void CopyHeldApart(ExtraBlockSource& source, std::span<const uint32_t> apart, std::span<const uint32_t> positions,
+                   std::vector<Result<HeldBlock>>& found, std::span<const uint64_t> apart_holds,
+                   std::span<const std::span<uint8_t>> outs, SourceHolds& holds, std::span<const size_t> hold_of,
+                   OpenTransfer& transfer) {
+  const Status copied = source.CopyHeld(apart_holds, outs);
+  for (size_t j = 0; j < apart.size(); ++j) {
+    const uint32_t k = apart[j];
+    if (copied.ok()) {
+      HeldFound(transfer, positions[k], std::move(found[k]->header), outs[j], holds, hold_of[k]);
+    } else if (copied.code() == StatusCode::kDataLoss) {
+      transfer.states[positions[k]] = StreamBlockState::kCorrupt;
+    }
+  }
+}
+
 // StageFromSource (`holds` its own, given back here) and HoldFromSource (`holds` the
 // transfer's, kept: `send_held` sends the held blocks from the source's pages).
 Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
@@ -38,7 +56,7 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
   for (uint32_t k = 0; k < positions.size(); ++k) {
     if (!found[k].ok()) continue;
     const std::span<const uint8_t> held = found[k]->held;
-    if (!held.empty()) hold_of[k] = holds.Add(found[k]->hold);
+    if (found[k]->is_held()) hold_of[k] = holds.Add(found[k]->hold);
     const uint64_t bytes = found[k]->header.payload_bytes;
     if (bytes > max_block_bytes || (!held.empty() && held.size() != bytes)) continue;
     const uint32_t i = positions[k];
@@ -55,22 +73,29 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
   Result<StagingBuffer> taken = staging.Take(total);
   if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
   transfer.buffer = std::move(*taken);
-  // The held blocks are copied here, on this thread; the others are read by the source.
-  std::vector<uint32_t> unheld;
+  // The held blocks are copied here, on this thread (those held apart by one CopyHeld);
+  // the others are read by the source.
+  std::vector<uint32_t> unheld, apart;  // of `staged`
   std::vector<storage::BlockRef> unheld_refs;
-  std::vector<std::span<uint8_t>> outs;
+  std::vector<uint64_t> apart_holds;
+  std::vector<std::span<uint8_t>> outs, apart_outs;
   for (uint32_t k : staged) {
     const uint32_t i = positions[k];
     const std::span<uint8_t> out = transfer.buffer.bytes().subspan(transfer.slots[i].offset, transfer.slots[i].bytes);
     if (!found[k]->held.empty()) {
       std::memcpy(out.data(), found[k]->held.data(), out.size());
       HeldFound(transfer, i, std::move(found[k]->header), out, holds, hold_of[k]);
+    } else if (found[k]->held_apart) {
+      apart.push_back(k);
+      apart_holds.push_back(found[k]->hold);
+      apart_outs.push_back(out);
     } else {
       unheld.push_back(i);
       unheld_refs.push_back(refs[k]);
       outs.push_back(out);
     }
   }
+  if (!apart.empty()) CopyHeldApart(source, apart, positions, found, apart_holds, apart_outs, holds, hold_of, transfer);
   if (!send_held) holds.Release();  // before the read, which waits for the source's loop too
   if (unheld.empty()) return Status::Ok();
   std::vector<Result<storage::BlockHeader>> read = source.ReadBatch(unheld_refs, outs);

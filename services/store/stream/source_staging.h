@@ -21,19 +21,21 @@ namespace kvtier::store {
 
 // The blocks `keys[i]` for i in `positions` (REQUIRES: each kMissing in `transfer`, whose
 // format tag, salt scope, states and slots are set for `keys`), found (and where it can,
-// held) by one HoldBatch. The blocks it does not hold are read by one ReadBatch (one
-// gather on a GPU pool) into one staging buffer taken for them (`transfer.buffer`).
+// held) by one HoldBatch. The blocks it does not hold are read by one ReadBatch into one
+// staging buffer taken for them (`transfer.buffer`); those it holds apart (a GPU pool's)
+// are copied into that buffer by one CopyHeld (one gather), on the caller's thread.
 // StageFromSource copies the held ones into that buffer too, on the caller's thread, and
 // gives their holds back (one ReleaseBatch) before it returns: a ticket may wait long,
-// and holds nothing of the source meanwhile. HoldFromSource sends them from the source's
-// pages (GetSlot::held): their holds go with the transfer (`transfer.source_holds`,
-// which shares `source`), to be given back once it is sent or dropped.
+// and holds nothing of the source meanwhile. HoldFromSource sends those held in host
+// memory from the source's pages (GetSlot::held): the holds go with the transfer
+// (`transfer.source_holds`, which shares `source`), to be given back once it is sent or
+// dropped.
 // Each block staged or held becomes kPresent, its header (the checksum of its bytes,
 // computed here, on the caller's thread, where the source left it 0) in
 // `transfer.headers`; a checksum computed for a held block goes back to the source with
 // its hold (ReleaseBatch), for the source to keep. A block the source lacks, larger than
-// `max_block_bytes`, or gone since HoldBatch stays kMissing; one whose read fails
-// kDataLoss becomes kCorrupt.
+// `max_block_bytes`, gone since HoldBatch, or whose copy failed stays kMissing; one whose
+// read or copy fails kDataLoss becomes kCorrupt.
 // Staging's refusal (kResourceExhausted: full for now; kInvalidArgument: larger than the
 // pool) is returned, nothing staged (HoldFromSource's holds stay with the transfer).
 [[nodiscard]] Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys,

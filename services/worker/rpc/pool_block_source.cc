@@ -41,6 +41,17 @@ void PoolBlockSource::ByPool(const std::vector<std::optional<Found>>& found, Eac
   }
 }
 
+Status PoolBlockSource::CheckHolds(std::span<const uint64_t> holds, std::string_view nothing_was) const {
+  for (const uint64_t hold : holds) {
+    if (hold >> 32 >= worker_->pool_count()) {
+      return InvalidArgumentError("hold " + std::to_string(hold) + " names pool " + std::to_string(hold >> 32) +
+                                  " of " + std::to_string(worker_->pool_count()) + "; nothing was " +
+                                  std::string(nothing_was));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<storage::BlockHeader> PoolBlockSource::Peek(const storage::BlockRef& ref) {
   KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
   return std::move(found.header);
@@ -61,14 +72,14 @@ std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const
     results.push_back(f.ok() ? Result<store::HeldBlock>(store::HeldBlock{}) : f.status());
   }
   ByPool(found, [&](uint32_t pool, std::span<const BlockId> blocks, std::span<const size_t> positions) {
-    // A device pool's blocks are not host memory (kFailedPrecondition): they go unheld,
-    // for ReadBatch.
+    // Blocks not held (HoldBlocks failed) go to ReadBatch, on the loop.
     const Result<std::vector<std::span<const uint8_t>>> held = worker_->HoldBlocks(pool, blocks);
     for (size_t j = 0; j < positions.size(); ++j) {
       store::HeldBlock& out = *results[positions[j]];
       out.header = std::move(found[positions[j]]->header);
       if (!held.ok()) continue;
       out.held = (*held)[j];
+      out.held_apart = out.held.empty();  // a device pool's: CopyHeld
       out.hold = (uint64_t{pool} << 32) | blocks[j];
     }
   });
@@ -80,12 +91,7 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<
     return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " + std::to_string(holds.size()) +
                                 " holds; nothing was released");
   }
-  for (const uint64_t hold : holds) {
-    if (hold >> 32 >= worker_->pool_count()) {
-      return InvalidArgumentError("hold " + std::to_string(hold) + " names pool " + std::to_string(hold >> 32) +
-                                  " of " + std::to_string(worker_->pool_count()) + "; nothing was released");
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(CheckHolds(holds, "released"));
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     std::vector<BlockId> blocks;
     std::vector<uint64_t> computed;  // kept while the blocks are still held
@@ -97,6 +103,25 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<
     if (blocks.empty()) continue;
     KVTIER_RETURN_IF_ERROR(worker_->RememberChecksums(pool, blocks, computed));
     KVTIER_RETURN_IF_ERROR(worker_->ReleaseBlocks(pool, blocks));
+  }
+  return Status::Ok();
+}
+
+Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) {
+  if (holds.size() != outs.size()) {
+    return InvalidArgumentError(std::to_string(outs.size()) + " buffers for " + std::to_string(holds.size()) +
+                                " held blocks; nothing was copied");
+  }
+  KVTIER_RETURN_IF_ERROR(CheckHolds(holds, "copied"));
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    std::vector<std::span<uint8_t>> pool_outs;
+    for (size_t i = 0; i < holds.size(); ++i) {
+      if (holds[i] >> 32 != pool) continue;
+      blocks.push_back(static_cast<BlockId>(holds[i]));
+      pool_outs.push_back(outs[i]);
+    }
+    if (!blocks.empty()) KVTIER_RETURN_IF_ERROR(worker_->CopyHeldBlocks(pool, blocks, pool_outs));
   }
   return Status::Ok();
 }

@@ -9,16 +9,18 @@
 // committed: the BlockStore serving a block hashes the bytes read (store::WithChecksum,
 // on the stream's threads for a keyed get) only the first time. Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
-// retention). HoldBatch holds a host pool's blocks (Worker::HoldBlocks), so that a keyed
-// get sends them from their pages on the stream's threads and this node's loop only finds
-// and releases them; a device pool's are read on the loop (ReadBatch: one gather).
+// retention). HoldBatch holds the blocks (Worker::HoldBlocks), so that this node's loop
+// only finds and releases them: a keyed get sends a host pool's from their pages, and
+// copies a device pool's out (CopyHeld: one gather, on a copier of the pool's own) on
+// the stream's threads.
 //
-// Thread safety: none, as the Worker: the node's event loop owns both. A held block's
-// bytes are the exception: any thread may read them until ReleaseBatch.
+// Thread safety: none, as the Worker: the node's event loop owns both. Held blocks are
+// the exception: any thread may read their bytes, or CopyHeld them, until ReleaseBatch.
 // Ownership: borrows the worker, which outlives this object.
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "services/store/rpc/store_service.h"
@@ -31,12 +33,15 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   explicit PoolBlockSource(Worker* worker) : worker_(worker) {}
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
-  // Each block found, held where its pool is host memory; one Worker::HoldBlocks per pool.
+  // Each block found, held (a device pool's held apart); one Worker::HoldBlocks per pool.
   // A hold names the pool (high 32 bits) and the block.
   [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
   // Keeps the checksums given (Worker::RememberChecksums) before it gives the holds back:
   // a block's next reader gets its checksum in its header and hashes nothing.
   [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
+  // Any thread: one Worker::CopyHeldBlocks per pool. kInvalidArgument: a hold that names no
+  // block of this worker's pools, or a buffer of another size; nothing is copied then.
+  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override;
   // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;
@@ -48,6 +53,8 @@ class PoolBlockSource final : public store::ExtraBlockSource {
     storage::BlockHeader header;
   };
   Result<Found> Find(const storage::BlockRef& ref) const;
+  // kInvalidArgument naming the first hold of no pool of the worker ("nothing was <nothing_was>").
+  Status CheckHolds(std::span<const uint64_t> holds, std::string_view nothing_was) const;
   // Calls each(pool, blocks, positions) once per pool holding any block of `found`:
   // blocks[j] is the block at found[positions[j]].
   template <typename Each>

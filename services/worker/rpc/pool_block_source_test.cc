@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "services/worker/tier_link.h"
 #include "services/worker/testing/worker_testing.h"
 
@@ -12,21 +14,18 @@ namespace {
 
 using testing::Key;
 using testing::kRoot;
+using testing::Pattern;
 using testing::TestLayout;
 
 constexpr uint64_t kScope = 42;
 
-std::vector<uint8_t> Pattern(uint8_t seed) {
-  std::vector<uint8_t> bytes(512);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + seed);
-  return bytes;
-}
-
-// A worker whose pool holds blocks 1, 2 and 3 of one chain, committed under kScope.
+// A worker whose pool (host memory; `storage` where set) holds blocks 1, 2 and 3 of one
+// chain, committed under kScope.
 class PoolBlockSourceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    worker_ = Worker::Create({.pools = {{TestLayout(), 4}}}).value();
+  void SetUp() override { Start(nullptr); }
+  void Start(PoolStorageFactory storage) {
+    worker_ = Worker::Create({.pools = {{TestLayout(), 4}}, .pool_storage = std::move(storage)}).value();
     const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
     const std::vector<uint32_t> tokens = testing::Tokens(0, 12);
     auto a = worker_->Allocate(
@@ -136,6 +135,46 @@ TEST_F(PoolBlockSourceTest, AChecksumGivenBackWithAHoldIsInTheNextReadersHeader)
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->checksum, checksum);
   EXPECT_EQ(source.Peek(Ref(2))->checksum, 0u);
+}
+
+// The same pool on a device's code path (the CPU kernels standing in for a GPU's).
+class DevicePoolBlockSourceTest : public PoolBlockSourceTest {
+ protected:
+  void SetUp() override { Start(testing::DevicePathOnCpu()); }
+};
+
+// A device pool's blocks 3 and 1 are held apart (no host view): another thread copies
+// them out by their holds, and block 1's checksum given back is kept as a host pool's is.
+// Holds that name no pool, or buffers that do not match them, copy nothing.
+TEST_F(DevicePoolBlockSourceTest, BlocksHeldApartAreCopiedOutOnAnyThread) {
+  PoolBlockSource source(worker_.get());
+  const std::vector<storage::BlockRef> refs = {Ref(3), Ref(9), Ref(1)};
+  std::vector<Result<store::HeldBlock>> held = source.HoldBatch(refs);
+  ASSERT_EQ(held.size(), refs.size());
+  EXPECT_EQ(held[1].status().code(), StatusCode::kNotFound) << "block 9 was never computed";
+  ASSERT_TRUE(held[0].ok() && held[2].ok());
+  for (size_t i : {0, 2}) {
+    EXPECT_TRUE(held[i]->held_apart) << i;
+    EXPECT_TRUE(held[i]->held.empty()) << i;
+  }
+  EXPECT_EQ(worker_->Stats().pools[0].held, 2u);
+  const std::vector<uint64_t> holds = {held[0]->hold, held[2]->hold};
+  std::vector<std::vector<uint8_t>> bytes(2, std::vector<uint8_t>(512));
+  const std::vector<std::span<uint8_t>> outs(bytes.begin(), bytes.end());
+  Status copied;
+  std::thread reader([&] { copied = source.CopyHeld(holds, outs); });
+  reader.join();
+  ASSERT_TRUE(copied.ok()) << copied;
+  EXPECT_EQ(bytes[0], Pattern(3));
+  EXPECT_EQ(bytes[1], Pattern(1));
+  const uint64_t foreign[] = {uint64_t{7} << 32};
+  EXPECT_EQ(source.CopyHeld(foreign, std::span(outs).first(1)).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
+  EXPECT_EQ(source.CopyHeld(holds, std::span(outs).first(1)).code(), StatusCode::kInvalidArgument)
+      << "two holds, one buffer";
+  const uint64_t checksum = storage::PayloadChecksum(bytes[1]);
+  ASSERT_TRUE(source.ReleaseBatch(holds, std::vector<uint64_t>{0, checksum}).ok());
+  EXPECT_EQ(worker_->Stats().pools[0].held, 0u);
+  EXPECT_EQ(source.Peek(Ref(1))->checksum, checksum);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// Test helpers shared by the worker's tests: a small layout, chain keys and token runs.
+// Test helpers shared by the worker's tests: a small layout, chain keys, token runs, block
+// patterns and pools on the device path without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 
 #include "common/block_key.h"
 #include "common/kv_layout.h"
+#include "gpu/kernels.h"
+#include "services/worker/pool_storage.h"
 
 namespace kvtier::worker::testing {
 
@@ -24,6 +27,24 @@ inline std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
   std::vector<uint32_t> t(count);
   std::iota(t.begin(), t.end(), first);
   return t;
+}
+
+// One TestLayout block of bytes, a pattern of its own for each seed.
+inline std::vector<uint8_t> Pattern(uint8_t seed) {
+  std::vector<uint8_t> bytes(512);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + seed);
+  return bytes;
+}
+
+// Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
+// reference kernels: WorkerOptions::pool_storage for a device pool on any machine.
+inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes) {
+  return [copier_staging_bytes](size_t bytes) {
+    return MakeBackendPoolStorage(
+        {.make_backend = [] { return Result<std::unique_ptr<gpu::KernelBackend>>(gpu::MakeCpuBackend()); },
+         .bytes = bytes,
+         .copier_staging_bytes = copier_staging_bytes});
+  };
 }
 
 }  // namespace kvtier::worker::testing

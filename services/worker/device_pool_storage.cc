@@ -1,0 +1,176 @@
+// A pool in the memory of a kernel backend: a GPU's (MakeDevicePoolStorage: CUDA IPC
+// shareable) or, for tests, the CPU reference backend's (MakeBackendPoolStorage). Bytes
+// move in batches through pinned staging: one Gather or Scatter kernel per batch.
+//
+// The owner's thread (the worker's loop) uses one lane: a backend (its own CUDA stream),
+// staging and a device copy of the batch's ids. CopyHeld, called by other threads at
+// once, takes a lane of its own from `idle_` (made on first need, kept for the next
+// caller), so that no copy waits for the loop's and the loop waits for none.
+#include <algorithm>
+#include <mutex>
+#include <variant>
+
+#include "common/thread_annotations.h"
+#include "gpu/kernels.h"
+#include "gpu/shared_device_memory.h"
+#include "services/worker/pool_storage.h"
+
+namespace kvtier::worker {
+namespace {
+
+struct Lane {
+  std::unique_ptr<gpu::KernelBackend> backend;
+  gpu::DeviceBuffer staging = {};  // pinned host memory, grown as needed (batches repeat)
+  gpu::DeviceBuffer ids = {};      // the batch's block ids, on the device
+
+  // Staging for `ids.size()` blocks, and the ids copied to the device.
+  Status Stage(std::span<const uint32_t> batch, size_t block_bytes) {
+    const size_t bytes = batch.size() * block_bytes;
+    if (staging.size() < bytes) {
+      staging = gpu::DeviceBuffer();  // the old one goes first: pinned memory is scarce
+      KVTIER_ASSIGN_OR_RETURN(staging, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kStaging, bytes));
+    }
+    if (ids.size() < batch.size_bytes()) {
+      KVTIER_ASSIGN_OR_RETURN(ids, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, batch.size_bytes()));
+    }
+    return backend->Copy(ids.data(), batch.data(), batch.size_bytes());
+  }
+  std::span<uint8_t> Staged(size_t i, size_t block_bytes) const {
+    return {staging.as<uint8_t>() + i * block_bytes, block_bytes};
+  }
+};
+
+class DevicePoolStorage final : public PoolStorage {
+ public:
+  using Memory = std::variant<gpu::SharedDeviceMemory, gpu::DeviceBuffer>;
+
+  // REQUIRES: `memory` is memory of `backend` (or of its device).
+  DevicePoolStorage(const BackendPoolOptions& options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
+      : make_backend_(options.make_backend), copier_staging_bytes_(options.copier_staging_bytes),
+        lane_{.backend = std::move(backend)}, memory_(std::move(memory)) {}
+
+  size_t size() const override {
+    return std::visit([](const auto& m) { return m.size(); }, memory_);
+  }
+  PoolMapping mapping() const override {
+    PoolMapping mapping;
+    if (const auto* shared = std::get_if<gpu::SharedDeviceMemory>(&memory_)) {
+      const auto& bytes = shared->handle().bytes;
+      mapping.cuda_ipc_handle.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      mapping.device_index = shared->device();
+    }
+    return mapping;
+  }
+  std::span<uint8_t> host_bytes() override { return {}; }
+
+  Status Read(size_t offset, std::span<uint8_t> out) override {
+    return lane_.backend->Copy(out.data(), Base() + offset, out.size());
+  }
+  Status Write(size_t offset, std::span<const uint8_t> in) override {
+    return lane_.backend->Copy(Base() + offset, in.data(), in.size());
+  }
+  Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch, size_t runs) override {
+    return lane_.backend->Copy2D(Base() + destination, pitch, Base() + source, pitch, run_bytes, runs);
+  }
+
+  // One Gather kernel into the lane's staging for the whole batch.
+  Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                    std::vector<std::span<const uint8_t>>* views) override {
+    views->clear();
+    if (ids.empty()) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(lane_.Stage(ids, block_bytes));
+    KVTIER_RETURN_IF_ERROR(lane_.backend->Gather(Args(lane_, ids, block_bytes)));
+    for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
+    return Status::Ok();
+  }
+  Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
+                        std::vector<std::span<uint8_t>>* views) override {
+    views->clear();
+    if (ids.empty()) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(lane_.Stage(ids, block_bytes));
+    for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
+    return Status::Ok();
+  }
+  // One Scatter kernel from the staging WritableBlocks handed out.
+  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) override {
+    if (ids.empty()) return Status::Ok();
+    return lane_.backend->Scatter(Args(lane_, ids, block_bytes));
+  }
+
+  // On a lane of the caller's own: one Gather per round of at most copier_staging_bytes_.
+  Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
+                  std::span<const std::span<uint8_t>> outs) override {
+    if (ids.empty()) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
+    const size_t per_round = std::max<size_t>(1, copier_staging_bytes_ / block_bytes);
+    Status copied = Status::Ok();
+    for (size_t first = 0; first < ids.size() && copied.ok(); first += per_round) {
+      const std::span<const uint32_t> round = ids.subspan(first, std::min(per_round, ids.size() - first));
+      copied = lane->Stage(round, block_bytes);
+      if (copied.ok()) copied = lane->backend->Gather(Args(*lane, round, block_bytes));
+      for (size_t i = 0; copied.ok() && i < round.size(); ++i) {
+        std::copy_n(lane->Staged(i, block_bytes).data(), block_bytes, outs[first + i].data());
+      }
+    }
+    GiveBack(std::move(lane));
+    return copied;
+  }
+
+ private:
+  uint8_t* Base() const {
+    return static_cast<uint8_t*>(std::visit([](const auto& m) { return m.data(); }, memory_));
+  }
+  gpu::BlockCopyArgs Args(const Lane& lane, std::span<const uint32_t> ids, size_t block_bytes) const {
+    return {Base(), size() / block_bytes, block_bytes, lane.ids.as<uint32_t>(), static_cast<uint32_t>(ids.size()),
+            lane.staging.data()};
+  }
+
+  Result<std::unique_ptr<Lane>> TakeCopier() {
+    {
+      std::lock_guard lock(mu_);
+      if (!idle_.empty()) {
+        std::unique_ptr<Lane> lane = std::move(idle_.back());
+        idle_.pop_back();
+        return lane;
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, make_backend_());
+    return std::make_unique<Lane>(Lane{.backend = std::move(backend)});
+  }
+  void GiveBack(std::unique_ptr<Lane> lane) {
+    std::lock_guard lock(mu_);
+    idle_.push_back(std::move(lane));
+  }
+
+  const KernelBackendFactory make_backend_;
+  const size_t copier_staging_bytes_;
+  Lane lane_;       // the owner's thread's; made before `memory_` (a CPU pool's is its memory)
+  Memory memory_;
+  std::mutex mu_;  // a leaf: nothing else is locked while it is held
+  std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between CopyHeld calls
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PoolStorage>> MakeDevicePoolStorage(int device, size_t bytes) {
+  const BackendPoolOptions options{.make_backend = [device] { return gpu::MakeCudaBackend(device); }, .bytes = bytes};
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, options.make_backend());
+  KVTIER_ASSIGN_OR_RETURN(gpu::SharedDeviceMemory memory, gpu::SharedDeviceMemory::Create(device, bytes));
+  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(options, std::move(backend), std::move(memory)));
+}
+
+Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions options) {
+  if (!options.make_backend) return InvalidArgumentError("a backend pool needs a backend factory");
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, options.make_backend());
+  KVTIER_ASSIGN_OR_RETURN(gpu::DeviceBuffer memory,
+                          gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, options.bytes));
+  // Zero-filled, as every pool starts.
+  std::vector<uint8_t> zeros(std::min<size_t>(options.bytes, 1u << 20));
+  for (size_t offset = 0; offset < options.bytes; offset += zeros.size()) {
+    KVTIER_RETURN_IF_ERROR(
+        backend->Copy(memory.as<uint8_t>() + offset, zeros.data(), std::min(zeros.size(), options.bytes - offset)));
+  }
+  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(options, std::move(backend), std::move(memory)));
+}
+
+}  // namespace kvtier::worker
