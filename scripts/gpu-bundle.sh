@@ -10,7 +10,7 @@ set -euo pipefail
 build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test shared_device_memory_test
-       worker_test)
+       worker_storage_test)
 
 benches=(host_tier_bench tiered_store_bench peer_fetcher_bench)
 ninja -C "$build" "${tests[@]}" kvtier gpu_ipc_peer "${benches[@]}"

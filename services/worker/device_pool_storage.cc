@@ -7,6 +7,7 @@
 // once, takes a lane of its own from `idle_` (made on first need, kept for the next
 // caller), so that no copy waits for the loop's and the loop waits for none.
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <variant>
 
@@ -91,29 +92,43 @@ class DevicePoolStorage final : public PoolStorage {
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }
-  // One Scatter kernel from the staging WritableBlocks handed out.
-  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) override {
-    if (ids.empty()) return Status::Ok();
-    return lane_.backend->Scatter(Args(lane_, ids, block_bytes));
+  // One Scatter kernel from the staging WritableBlocks handed out; with `only`, its slots
+  // moved to the front first (host memory: a copy of the blocks that are landed anyway)
+  // and the ids staged again, so that the scatter writes those blocks alone.
+  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes, std::span<const uint32_t> only) override {
+    if (only.empty()) {
+      if (ids.empty()) return Status::Ok();
+      return lane_.backend->Scatter(Args(lane_, ids, block_bytes));
+    }
+    std::vector<uint32_t> kept;
+    for (size_t k = 0; k < only.size(); ++k) {
+      if (only[k] != k) std::memmove(lane_.Staged(k, block_bytes).data(), lane_.Staged(only[k], block_bytes).data(), block_bytes);
+      kept.push_back(ids[only[k]]);
+    }
+    KVTIER_RETURN_IF_ERROR(lane_.backend->Copy(lane_.ids.data(), kept.data(), std::span(kept).size_bytes()));
+    return lane_.backend->Scatter(Args(lane_, kept, block_bytes));
   }
 
   // On a lane of the caller's own: one Gather per round of at most copier_staging_bytes_.
   Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
                   std::span<const std::span<uint8_t>> outs) override {
-    if (ids.empty()) return Status::Ok();
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
-    const size_t per_round = std::max<size_t>(1, copier_staging_bytes_ / block_bytes);
-    Status copied = Status::Ok();
-    for (size_t first = 0; first < ids.size() && copied.ok(); first += per_round) {
-      const std::span<const uint32_t> round = ids.subspan(first, std::min(per_round, ids.size() - first));
-      copied = lane->Stage(round, block_bytes);
-      if (copied.ok()) copied = lane->backend->Gather(Args(*lane, round, block_bytes));
-      for (size_t i = 0; copied.ok() && i < round.size(); ++i) {
-        std::copy_n(lane->Staged(i, block_bytes).data(), block_bytes, outs[first + i].data());
+    return InRounds(ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
+      KVTIER_RETURN_IF_ERROR(lane.backend->Gather(Args(lane, round, block_bytes)));
+      for (size_t i = 0; i < round.size(); ++i) {
+        std::copy_n(lane.Staged(i, block_bytes).data(), block_bytes, outs[first + i].data());
       }
-    }
-    GiveBack(std::move(lane));
-    return copied;
+      return Status::Ok();
+    });
+  }
+  // Likewise: one Scatter per round.
+  Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
+                  std::span<const std::span<const uint8_t>> ins) override {
+    return InRounds(ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
+      for (size_t i = 0; i < round.size(); ++i) {
+        std::copy_n(ins[first + i].data(), block_bytes, lane.Staged(i, block_bytes).data());
+      }
+      return lane.backend->Scatter(Args(lane, round, block_bytes));
+    });
   }
 
  private:
@@ -123,6 +138,23 @@ class DevicePoolStorage final : public PoolStorage {
   gpu::BlockCopyArgs Args(const Lane& lane, std::span<const uint32_t> ids, size_t block_bytes) const {
     return {Base(), size() / block_bytes, block_bytes, lane.ids.as<uint32_t>(), static_cast<uint32_t>(ids.size()),
             lane.staging.data()};
+  }
+
+  // `each(lane, round, first)` for rounds of ids (ids[first, first + round.size())) that
+  // fit a copier's staging, on a copier taken for the call, the round staged.
+  template <typename Each>
+  Status InRounds(std::span<const uint32_t> ids, size_t block_bytes, Each each) {
+    if (ids.empty()) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
+    const size_t per_round = std::max<size_t>(1, copier_staging_bytes_ / block_bytes);
+    Status done = Status::Ok();
+    for (size_t first = 0; first < ids.size() && done.ok(); first += per_round) {
+      const std::span<const uint32_t> round = ids.subspan(first, std::min(per_round, ids.size() - first));
+      done = lane->Stage(round, block_bytes);
+      if (done.ok()) done = each(*lane, round, first);
+    }
+    GiveBack(std::move(lane));
+    return done;
   }
 
   Result<std::unique_ptr<Lane>> TakeCopier() {

@@ -45,11 +45,17 @@ class HostPoolStorage final : public PoolStorage {
     for (uint32_t id : ids) views->push_back(host_bytes().subspan(size_t{id} * block_bytes, block_bytes));
     return Status::Ok();
   }
-  Status CommitWrites(std::span<const uint32_t>, size_t) override { return Status::Ok(); }
+  Status CommitWrites(std::span<const uint32_t>, size_t, std::span<const uint32_t>) override { return Status::Ok(); }
   Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
                   std::span<const std::span<uint8_t>> outs) override {
     const auto* base = static_cast<const uint8_t*>(memory_.data());
     for (size_t i = 0; i < ids.size(); ++i) std::memcpy(outs[i].data(), base + size_t{ids[i]} * block_bytes, block_bytes);
+    return Status::Ok();
+  }
+  Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
+                  std::span<const std::span<const uint8_t>> ins) override {
+    auto* base = static_cast<uint8_t*>(memory_.data());
+    for (size_t i = 0; i < ids.size(); ++i) std::memcpy(base + size_t{ids[i]} * block_bytes, ins[i].data(), block_bytes);
     return Status::Ok();
   }
 

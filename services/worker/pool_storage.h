@@ -9,9 +9,10 @@
 // The worker's offload, onboard and copy-on-partial-reuse paths go through Read, Write and
 // CopyWithin, so that they are the same code for both.
 //
-// Thread safety: one thread at a time (the worker's), except CopyHeld: any thread, any
-// number at once, beside the owner's calls (a device pool gives each concurrent caller a
-// copier of its own: a kernel backend, with its own stream, and its own pinned staging).
+// Thread safety: one thread at a time (the worker's), except CopyHeld and LandHeld: any
+// thread, any number at once, beside the owner's calls (a device pool gives each
+// concurrent caller a copier of its own: a kernel backend, with its own stream, and its
+// own pinned staging).
 #pragma once
 
 #include <cstddef>
@@ -59,10 +60,14 @@ class PoolStorage {
   [[nodiscard]] virtual Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                                           std::vector<std::span<const uint8_t>>* views) = 0;
   // WritableBlocks: where to put the blocks' new bytes (the pool itself, or staging);
-  // CommitWrites then lands them (nothing for host pools, one scatter for device pools).
+  // CommitWrites then lands them (nothing for host pools, one scatter for device pools):
+  // the first ids.size() of the blocks WritableBlocks was given, or with `only` (ascending
+  // positions among them) just those, the others left as they are (blocks whose bytes
+  // were already landed by LandHeld).
   [[nodiscard]] virtual Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                                               std::vector<std::span<uint8_t>>* views) = 0;
-  [[nodiscard]] virtual Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes) = 0;
+  [[nodiscard]] virtual Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes,
+                                            std::span<const uint32_t> only = {}) = 0;
 
   // The blocks' bytes into `outs` (outs[i]: block ids[i], block_bytes long), in one batch
   // (one gather on a device), on the calling thread: a peer's fetch of blocks the worker
@@ -70,6 +75,12 @@ class PoolStorage {
   // writes these blocks until the call returns (the worker holds them: BlockPool::HoldBlocks).
   [[nodiscard]] virtual Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
                                         std::span<const std::span<uint8_t>> outs) = 0;
+  // The reverse, into blocks held for a writer (BlockPool::HoldForWriting): ins[i] into
+  // block ids[i], in one batch (one scatter on a device), on the calling thread: a peer
+  // fetch's blocks landed off the worker's thread. REQUIRES: ids inside the pool, no
+  // repeats; no one else reads or writes these blocks until the call returns.
+  [[nodiscard]] virtual Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
+                                        std::span<const std::span<const uint8_t>> ins) = 0;
 };
 
 // Host shared memory, zero-filled.

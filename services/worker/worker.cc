@@ -250,19 +250,27 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   std::vector<std::span<uint8_t>> views;
   if (source != nullptr && !ids.empty()) {
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(ids, block_bytes, &views));
-    // Fetched in order until the tiers lack one; then landed in one batch (one scatter on a GPU).
-    for (; result.onboarded_blocks < ids.size(); ++result.onboarded_blocks) {
-      const uint32_t b = seq->filled_blocks + result.onboarded_blocks;
-      const OnboardBlock block{block_keys[b], seq->format_tag, seq->salt_scope, &state.layout,
-                               views[result.onboarded_blocks]};
+    // Fetched in order until the tiers lack one; then landed in one batch (one scatter on
+    // a GPU), but for those already in place.
+    std::vector<uint32_t> to_land;  // positions in `ids`
+    for (uint32_t& n = result.onboarded_blocks; n < ids.size(); ++n) {
+      const OnboardBlock block{block_keys[seq->filled_blocks + n], seq->format_tag, seq->salt_scope, &state.layout,
+                               views[n], ids[n]};
       Result<SourceTier> fetched = source->Fetch(block);
       if (!fetched.ok()) break;
       ++(*fetched == SourceTier::kHost ? result.from_host
                                        : *fetched == SourceTier::kDisk ? result.from_disk : result.from_remote);
-      w.stats_.landed_in_place += *fetched == SourceTier::kRemoteInPlace;
+      if (*fetched == SourceTier::kRemoteInPlace) {
+        ++w.stats_.landed_in_place;
+      } else {
+        to_land.push_back(n);
+      }
     }
     const auto write_start = std::chrono::steady_clock::now();
-    const Status landed = state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes);
+    const std::span<const uint32_t> onboarded = std::span(ids).first(result.onboarded_blocks);
+    const Status landed = to_land.size() == onboarded.size() ? state.storage->CommitWrites(onboarded, block_bytes)
+                          : to_land.empty() ? Status::Ok()
+                                            : state.storage->CommitWrites(onboarded, block_bytes, to_land);
     w.stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
     KVTIER_RETURN_IF_ERROR(landed);
   }
@@ -381,36 +389,54 @@ Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_i
   return views;
 }
 
-// Off the loop: reads only what Create set (the pools, their layouts and storage), never
-// the bookkeeping.
-Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                              std::span<const std::span<uint8_t>> outs) const {
-  if (pool_id >= impl_->pools_.size()) {
-    return InvalidArgumentError("CopyHeldBlocks: no pool " + std::to_string(pool_id));
-  }
-  if (blocks.size() != outs.size()) return InvalidArgumentError("CopyHeldBlocks: one buffer per block");
-  const PoolState& state = impl_->pools_[pool_id];
+namespace {
+
+// The pool of CopyHeldBlocks and LandHeldBlocks (`call`), once each block is one of it
+// and each buffer one block. Reads only what Create set (the pools, their layouts and
+// storage), never the bookkeeping: safe off the loop.
+template <typename Buffer>
+Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
+                                    std::span<const BlockId> blocks, std::span<const Buffer> buffers) {
+  if (pool_id >= pools.size()) return InvalidArgumentError(std::string(call) + ": no pool " + std::to_string(pool_id));
+  if (blocks.size() != buffers.size()) return InvalidArgumentError(std::string(call) + ": one buffer per block");
+  const PoolState& state = pools[pool_id];
   const size_t block_bytes = state.layout.bytes_per_block();
   const size_t pool_blocks = state.storage->size() / block_bytes;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i] >= pool_blocks || outs[i].size() != block_bytes) {
-      return InvalidArgumentError("CopyHeldBlocks: block " + std::to_string(blocks[i]) + " of " +
-                                  std::to_string(pool_blocks) + " into " + std::to_string(outs[i].size()) +
+    if (blocks[i] >= pool_blocks || buffers[i].size() != block_bytes) {
+      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(blocks[i]) + " of " +
+                                  std::to_string(pool_blocks) + " with " + std::to_string(buffers[i].size()) +
                                   " bytes (a block is " + std::to_string(block_bytes) + ")");
     }
   }
-  return state.storage->CopyHeld(blocks, block_bytes, outs);
+  return &state;
+}
+
+}  // namespace
+
+Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                              std::span<const std::span<uint8_t>> outs) const {
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldAccess(impl_->pools_, "CopyHeldBlocks", pool_id, blocks, outs));
+  return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
+}
+
+Status Worker::LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                              std::span<const std::span<const uint8_t>> ins) const {
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldAccess(impl_->pools_, "LandHeldBlocks", pool_id, blocks, ins));
+  std::vector<BlockId> sorted(blocks.begin(), blocks.end());
+  std::ranges::sort(sorted);
+  if (std::ranges::adjacent_find(sorted) != sorted.end()) {
+    return InvalidArgumentError("LandHeldBlocks: block " + std::to_string(*std::ranges::adjacent_find(sorted)) +
+                                " twice in one batch");
+  }
+  return state->storage->LandHeld(blocks, state->layout.bytes_per_block(), ins);
 }
 
 Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
-  const std::span<uint8_t> memory = state.storage->host_bytes();
-  if (memory.empty()) {
-    return FailedPreconditionError("pool " + std::to_string(seq->pool_id) +
-                                   " is device memory: fetched blocks land in host memory first");
-  }
+  const std::span<uint8_t> memory = state.storage->host_bytes();  // empty: a device pool
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
   const uint32_t full_blocks = std::min<uint32_t>(static_cast<uint32_t>(table.size()),
                                                   seq->tokens / state.layout.tokens_per_block());
@@ -424,8 +450,8 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
                                    std::to_string(seq->filled_blocks) + " in its window");
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
-  for (const BlockId b : landing.blocks) {
-    landing.views.push_back(memory.subspan(state.BlockOffset(b), state.layout.bytes_per_block()));
+  for (size_t i = 0; i < landing.blocks.size() && !memory.empty(); ++i) {
+    landing.views.push_back(memory.subspan(state.BlockOffset(landing.blocks[i]), state.layout.bytes_per_block()));
   }
   return landing;
 }

@@ -15,8 +15,8 @@
 // Every change to what the worker caches becomes a WorkerEvent with the node's next
 // sequence number, for the coordinator.
 //
-// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks is the one
-// exception: any thread, for blocks the loop holds for it.
+// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks and
+// LandHeldBlocks are the exceptions: any thread, for blocks the loop holds for it.
 #pragma once
 
 #include <cstdint>
@@ -63,12 +63,13 @@ struct OnboardBlock {
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
   const KvLayout* layout = nullptr;
-  std::span<uint8_t> out;  // the block in pool memory
+  std::span<uint8_t> out;  // the block in pool memory (host pools), or its staging (device pools)
+  BlockId block = kNoBlock;  // the pool block it goes to
 };
 
 // The tier a fetched block came from: this node's host or disk tier, or another node
-// (kRemoteInPlace: its bytes were already where OnboardBlock::out points, landed there by
-// the fetch: nothing was copied).
+// (kRemoteInPlace: its bytes are already in OnboardBlock::block, landed there by the
+// fetch: nothing was copied, and `out` is left as it was).
 enum class SourceTier : uint8_t { kHost, kDisk, kRemote, kRemoteInPlace };
 
 // Where Onboard reads blocks from (the node's tiers: TierLink). Returns the tier that
@@ -87,7 +88,9 @@ struct LandingBlocks {
   uint32_t pool_id = 0;
   uint32_t first_block = 0;                // the sequence's position of blocks[0]
   std::vector<BlockId> blocks = {};        // each held once; give back by ReleaseBlocks
-  std::vector<std::span<uint8_t>> views = {};  // blocks[i]'s bytes in pool memory
+  // blocks[i]'s bytes in pool memory, where the fetch writes; empty for a device pool
+  // (the fetch lands its blocks by LandHeldBlocks).
+  std::vector<std::span<uint8_t>> views = {};
 };
 
 struct OnboardResult {
@@ -249,11 +252,18 @@ class Worker {
   // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
   // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
-  // the sequence does meanwhile): a peer fetch lands their bytes in place, then Onboard
-  // finds them there (OnboardBlock::out is then the bytes' own place: nothing to copy).
-  // kFailedPrecondition for a device pool (the fetch lands in host memory: Onboard copies
-  // it) or a sequence with no such block; kNotFound: no such sequence.
+  // the sequence does meanwhile): a peer fetch lands their bytes in place (a host pool's
+  // views; a device pool's by LandHeldBlocks), then Onboard finds them there (its source
+  // answers kRemoteInPlace: nothing to copy). kFailedPrecondition: a sequence with no such
+  // block; kNotFound: no such sequence.
   [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks);
+  // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
+  // calling thread, any thread, while this loop goes on: one scatter on a device pool's
+  // copier of its own (PoolStorage::LandHeld). kInvalidArgument: no such pool or block,
+  // a repeated block, or a buffer that is not one block. REQUIRES: the blocks stay held
+  // until the call returns.
+  [[nodiscard]] Status LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
+                                      std::span<const std::span<const uint8_t>> ins) const;
   // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as often).
   [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
   // Payload checksums a reader computed of blocks it holds (HoldBlocks), kept with the

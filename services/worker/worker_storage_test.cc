@@ -217,26 +217,30 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
       << "block 1 is evictable again";
 }
 
-// Copies of held blocks name what was wrong with them: a pool or block that does not
-// exist, or a buffer that is not one block.
-TEST_P(WorkerStorageTest, CopyHeldBlocksRefusesWhatNamesNoBlock) {
+// Copies out of and into held blocks name what was wrong with them: a pool or block that
+// does not exist, a buffer that is not one block, a block landed twice in one batch.
+TEST_P(WorkerStorageTest, CopiesOfHeldBlocksRefuseWhatNamesNoBlock) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 2}}}));
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   std::vector<uint8_t> one(512), short_one(100);
   const std::vector<std::span<uint8_t>> outs{one};
+  const std::vector<std::span<const uint8_t>> ins{one};
   const Status no_pool = worker.CopyHeldBlocks(1, std::vector<BlockId>{0}, outs);
   EXPECT_EQ(no_pool.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(no_pool.message().find("no pool 1"), std::string::npos) << no_pool;
-  const Status no_block = worker.CopyHeldBlocks(0, std::vector<BlockId>{2}, outs);
+  const Status no_block = worker.LandHeldBlocks(0, std::vector<BlockId>{2}, ins);
   EXPECT_EQ(no_block.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(no_block.message().find("block 2 of 2"), std::string::npos) << no_block;
+  EXPECT_NE(no_block.message().find("LandHeldBlocks: block 2 of 2"), std::string::npos) << no_block;
   const Status short_buffer =
       worker.CopyHeldBlocks(0, std::vector<BlockId>{1}, std::vector<std::span<uint8_t>>{short_one});
   EXPECT_EQ(short_buffer.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(short_buffer.message().find("into 100 bytes"), std::string::npos) << short_buffer;
+  EXPECT_NE(short_buffer.message().find("with 100 bytes"), std::string::npos) << short_buffer;
   EXPECT_EQ(worker.CopyHeldBlocks(0, std::vector<BlockId>{0, 1}, outs).code(), StatusCode::kInvalidArgument)
       << "two blocks, one buffer";
+  const Status twice = worker.LandHeldBlocks(0, std::vector<BlockId>{1, 1}, std::vector<std::span<const uint8_t>>{one, one});
+  EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(twice.message().find("block 1 twice"), std::string::npos) << twice;
 }
 
 // Four readers copy held blocks 1-4 at once, each many times, while the loop writes the
@@ -273,10 +277,52 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
   ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
 }
 
+// An onboard source that answers blocks 1 and 3 from the tier (copied into the staging
+// Onboard gives) and block 2 as already in place.
+class PartlyInPlace final : public OnboardSource {
+ public:
+  Result<SourceTier> Fetch(const OnboardBlock& block) override {
+    if (block.key == Key(2)) return SourceTier::kRemoteInPlace;
+    const std::vector<uint8_t> bytes = Pattern(block.key == Key(1) ? 1 : 3);
+    std::copy(bytes.begin(), bytes.end(), block.out.begin());
+    return SourceTier::kHost;
+  }
+};
+
+// Sequence 1's three blocks are held for a landing; block 2's bytes land there (as a
+// fetch lands them), then an onboard takes blocks 1 and 3 from a tier and block 2 in
+// place: the pool lands 1 and 3 alone (a device pool scatters those two), and block 2
+// keeps what landed.
+TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
+  auto created = Worker::Create(With({.pools = {{TestLayout(), 3}}}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto landing = worker.HoldLanding(1, 1, 3);
+  ASSERT_TRUE(landing.ok()) << landing.status();
+  const std::vector<uint8_t> two = Pattern(2);
+  ASSERT_TRUE(worker.LandHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}, std::vector<std::span<const uint8_t>>{two})
+                  .ok());
+  PartlyInPlace source;
+  auto onboarded = worker.Onboard(1, 1, keys, {}, &source);
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->onboarded_blocks, 3u);
+  EXPECT_EQ(worker.Stats().landed_in_place, 1u);
+  std::vector<uint8_t> back(512);
+  for (uint8_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());
+    EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
+  }
+  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
+}
+
 // A copier stages two blocks (1 KiB) at a time: a copy of five held blocks, asked out of
-// order, goes in three rounds, and each block lands in its own buffer.
+// order, goes in three rounds, and each block lands in its own buffer; so does a landing
+// of five blocks into another sequence's, each into its own block.
 TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
-  auto created = Worker::Create({.pools = {{TestLayout(), 5}}, .pool_storage = testing::DevicePathOnCpu(1024)});
+  auto created = Worker::Create({.pools = {{TestLayout(), 10}}, .pool_storage = testing::DevicePathOnCpu(1024)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
@@ -292,12 +338,29 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
   const uint8_t expected[] = {5, 1, 4, 2, 3};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
   ASSERT_TRUE(worker.ReleaseBlocks(0, asked).ok());
+
+  const std::vector<BlockKey> others = {Key(11), Key(12), Key(13), Key(14), Key(15)};
+  ASSERT_TRUE(
+      worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = others, .tokens = Tokens(100, 20)}).ok());
+  auto landing = worker.HoldLanding(1, 2, 5);
+  ASSERT_TRUE(landing.ok()) << landing.status();
+  std::vector<std::vector<uint8_t>> fetched;
+  for (uint8_t i = 0; i < 5; ++i) fetched.push_back(Pattern(i + 11));
+  ASSERT_TRUE(
+      worker.LandHeldBlocks(0, landing->blocks, std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
+          .ok());
+  std::vector<uint8_t> back(512);
+  for (size_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(worker.ReadBlock(0, landing->blocks[i], back).ok());
+    EXPECT_EQ(back, fetched[i]) << "block " << i + 11;
+  }
+  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
 }
 
 // Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds
-// the two full ones (at most `max_blocks`), as the pool's own memory on a host pool: what a
-// fetch writes there is the blocks' bytes. They outlive the sequence until given back. A
-// device pool's fetch lands elsewhere: refused.
+// the two full ones (at most `max_blocks`): what a fetch writes there, through a host
+// pool's views or a device pool's LandHeldBlocks (another thread), is the blocks' bytes.
+// They outlive the sequence until given back.
 TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 3}}}));
   ASSERT_TRUE(created.ok()) << created.status();
@@ -307,16 +370,23 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_EQ(a->block_table.size(), 3u);
   auto landing = worker.HoldLanding(1, 1, 8);
-  if (device_path()) {
-    EXPECT_EQ(landing.status().code(), StatusCode::kFailedPrecondition) << landing.status();
-    return;
-  }
   ASSERT_TRUE(landing.ok()) << landing.status();
   EXPECT_EQ(landing->first_block, 0u);
   EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]})) << "not the partial third";
   const std::vector<uint8_t> fetched = Pattern(7);
-  ASSERT_EQ(landing->views[1].size(), fetched.size());
-  std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());  // as a fetch lands block 2
+  if (device_path()) {  // as a fetch lands block 2
+    EXPECT_TRUE(landing->views.empty()) << "a device pool's blocks have no host view";
+    Status landed;
+    std::thread fetch([&] {
+      landed = worker.LandHeldBlocks(0, std::span(landing->blocks).subspan(1),
+                                     std::vector<std::span<const uint8_t>>{fetched});
+    });
+    fetch.join();
+    ASSERT_TRUE(landed.ok()) << landed;
+  } else {
+    ASSERT_EQ(landing->views[1].size(), fetched.size());
+    std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());
+  }
   std::vector<uint8_t> read(fetched.size());
   ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], read).ok());
   EXPECT_EQ(read, fetched);

@@ -4,13 +4,20 @@
 
 namespace kvtier::worker {
 
+bool FetchedSource::InPlace(size_t i, BlockId block) const {
+  if (landing_ == nullptr || i >= landing_->blocks.size() || landing_->blocks[i] != block) return false;
+  return !landing_->views.empty() || fetched_.landed;  // a host pool's land_in, or a device pool's `land`
+}
+
 Result<SourceTier> FetchedSource::Fetch(const OnboardBlock& block) {
   for (size_t i = next_; i < fetched_.keys.size(); ++i) {
     if (!(fetched_.keys[i] == block.key) || block.out.size() != fetched_.block_bytes) continue;
-    // The fetch's keys are the leading run of those asked: the i-th landed in landed_[i].
-    const uint8_t* bytes = landed_.empty() ? fetched_.bytes.data() + i * fetched_.block_bytes : landed_[i].data();
     next_ = i + 1;
-    if (bytes == block.out.data()) return SourceTier::kRemoteInPlace;
+    if (InPlace(i, block.block)) return SourceTier::kRemoteInPlace;
+    // The fetch's keys are the leading run of those asked: the i-th is in the buffer at i,
+    // or where it landed in a host pool.
+    const bool in_views = landing_ != nullptr && !landing_->views.empty();
+    const uint8_t* bytes = in_views ? landing_->views[i].data() : fetched_.bytes.data() + i * fetched_.block_bytes;
     std::memcpy(block.out.data(), bytes, block.out.size());
     return SourceTier::kRemote;
   }

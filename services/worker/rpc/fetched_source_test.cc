@@ -15,19 +15,19 @@ namespace {
 
 using testing::Key;
 using testing::kRoot;
+using testing::Pattern;
 using testing::TestLayout;
 using testing::Tokens;
 
 constexpr size_t kBlockBytes = 512;  // TestLayout's
 
-std::vector<uint8_t> Pattern(uint8_t seed) {
-  std::vector<uint8_t> bytes(kBlockBytes);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + seed);
-  return bytes;
-}
+// A host pool (the fetch writes its views) and a device pool's code on the CPU kernels (the
+// fetch lands its run by Worker::LandHeldBlocks).
+enum class PoolKind { kHost, kDeviceOnCpu };
 
-class FetchedSourceTest : public ::testing::Test {
+class FetchedSourceTest : public ::testing::TestWithParam<PoolKind> {
  protected:
+  bool device() const { return GetParam() == PoolKind::kDeviceOnCpu; }
   // Sequence `sequence` of client 1 over blocks 1, 2 (8 tokens, nothing reused).
   std::vector<BlockId> Allocate(SequenceId sequence) {
     auto a = worker_->Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys_,
@@ -41,9 +41,9 @@ class FetchedSourceTest : public ::testing::Test {
     EXPECT_TRUE(worker_->ReadBlock(0, block, bytes).ok());
     return bytes;
   }
-  // Onboards sequence 1's blocks 1, 2 from `fetched` (landed in `landed` where given).
-  OnboardResult OnboardFrom(const FetchedBlocks& fetched, std::span<const std::span<uint8_t>> landed) {
-    FetchedSource source(fetched, landed);
+  // Onboards sequence 1's blocks 1, 2 from `fetched` (landed in `landing` where given).
+  OnboardResult OnboardFrom(const FetchedBlocks& fetched, const LandingBlocks* landing) {
+    FetchedSource source(fetched, landing);
     auto onboarded = worker_->Onboard(1, 1, keys_, {}, &source);
     EXPECT_TRUE(onboarded.ok()) << onboarded.status();
     return onboarded.ok() ? *onboarded : OnboardResult{};
@@ -53,28 +53,48 @@ class FetchedSourceTest : public ::testing::Test {
     EXPECT_EQ(Read(table[0]), Pattern(1));
     EXPECT_EQ(Read(table[1]), Pattern(2));
   }
-  // Sequence 1's blank blocks held for a fetch, and blocks 1 and 2 written there as the
-  // fetch writes them.
+  // Sequence 1's blank blocks held for a fetch, and blocks 1 and 2 landed there as the
+  // fetch lands them (through a host pool's views, or a device pool's LandHeldBlocks).
   Result<LandingBlocks> HoldAndLand() const {
     KVTIER_ASSIGN_OR_RETURN(LandingBlocks landing, worker_->HoldLanding(1, 1, 2));
+    if (device()) {
+      const std::vector<uint8_t> one = Pattern(1), two = Pattern(2);
+      KVTIER_RETURN_IF_ERROR(worker_->LandHeldBlocks(0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
+      return landing;
+    }
     for (size_t i = 0; i < 2; ++i) {
       const std::vector<uint8_t> bytes = Pattern(static_cast<uint8_t>(i + 1));
       std::copy(bytes.begin(), bytes.end(), landing.views[i].begin());
     }
     return landing;
   }
+  // What the fetch answers once blocks 1 and 2 landed: a host pool's without bytes, a
+  // device pool's with them still in its buffer.
+  FetchedBlocks Landed() const {
+    FetchedBlocks fetched{.keys = keys_, .bytes = {}, .block_bytes = kBlockBytes, .landed = device()};
+    if (device()) {
+      for (uint8_t seed : {1, 2}) {
+        const std::vector<uint8_t> bytes = Pattern(seed);
+        fetched.bytes.insert(fetched.bytes.end(), bytes.begin(), bytes.end());
+      }
+    }
+    return fetched;
+  }
 
-  std::unique_ptr<Worker> worker_ = Worker::Create({.pools = {{TestLayout(), 4}}}).value();
+  std::unique_ptr<Worker> worker_ =
+      Worker::Create({.pools = {{TestLayout(), 4}},
+                      .pool_storage = GetParam() == PoolKind::kDeviceOnCpu ? testing::DevicePathOnCpu() : nullptr})
+          .value();
   const std::vector<BlockKey> keys_ = {Key(1), Key(2)};
-  const FetchedBlocks landed_ = {.keys = keys_, .bytes = {}, .block_bytes = kBlockBytes};  // no bytes: landed
 };
 
-// Blocks 1 and 2 landed in the sequence's own blocks: Onboard takes both in place.
-TEST_F(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
+// Blocks 1 and 2 landed in the sequence's own blocks: Onboard takes both in place (on a
+// device pool, it scatters nothing).
+TEST_P(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
   const std::vector<BlockId> table = Allocate(1);
   const Result<LandingBlocks> landing = HoldAndLand();
   ASSERT_TRUE(landing.ok()) << landing.status();
-  EXPECT_EQ(OnboardFrom(landed_, landing->views).from_remote, 2u);
+  EXPECT_EQ(OnboardFrom(Landed(), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 2u);
   ExpectFetchedIn(table);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
@@ -83,7 +103,7 @@ TEST_F(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
 // Sequence 1 is freed and allocated again once its fetch has landed: the landing's blocks
 // are held, so the new sequence gets the pool's other two, and Onboard copies the landed
 // bytes into them.
-TEST_F(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
+TEST_P(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
   Allocate(1);
   const Result<LandingBlocks> landing = HoldAndLand();
   ASSERT_TRUE(landing.ok()) << landing.status();
@@ -92,7 +112,7 @@ TEST_F(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
   ASSERT_EQ(again.size(), 2u);
   EXPECT_NE(again[0], landing->blocks[0]);
   EXPECT_NE(again[1], landing->blocks[1]);
-  EXPECT_EQ(OnboardFrom(landed_, landing->views).from_remote, 2u);
+  EXPECT_EQ(OnboardFrom(Landed(), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(again);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
@@ -100,17 +120,37 @@ TEST_F(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
 
 // A buffered fetch that brought block 1 alone: block 1 is copied, and onboarding stops at
 // block 2.
-TEST_F(FetchedSourceTest, BufferedBlocksAreCopiedUntilTheFirstMissing) {
+TEST_P(FetchedSourceTest, BufferedBlocksAreCopiedUntilTheFirstMissing) {
   const std::vector<BlockId> table = Allocate(1);
   FetchedBlocks buffered{.keys = {Key(1)}, .bytes = {}, .block_bytes = kBlockBytes};
   const std::vector<uint8_t> bytes = Pattern(9);
   buffered.bytes.assign(bytes.begin(), bytes.end());
-  const OnboardResult onboarded = OnboardFrom(buffered, {});
+  const OnboardResult onboarded = OnboardFrom(buffered, nullptr);
   EXPECT_EQ(onboarded.from_remote, 1u);
   EXPECT_EQ(onboarded.cached_blocks, 1u);
   EXPECT_EQ(Read(table[0]), Pattern(9));
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
 }
+
+// A device pool's fetch whose landing failed (FetchedBlocks::landed false): its blocks are
+// not in the held blocks, so Onboard copies them from the fetch's buffer.
+TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromTheBuffer) {
+  if (!device()) GTEST_SKIP() << "a host pool's fetch writes its views: there is no landing to fail";
+  const std::vector<BlockId> table = Allocate(1);
+  const Result<LandingBlocks> landing = worker_->HoldLanding(1, 1, 2);
+  ASSERT_TRUE(landing.ok()) << landing.status();
+  FetchedBlocks not_landed = Landed();
+  not_landed.landed = false;
+  EXPECT_EQ(OnboardFrom(not_landed, &*landing).from_remote, 2u);
+  EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
+  ExpectFetchedIn(table);
+  EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, FetchedSourceTest,
+                         ::testing::Values(PoolKind::kHost, PoolKind::kDeviceOnCpu), [](const auto& info) {
+                           return info.param == PoolKind::kHost ? "HostPool" : "DevicePoolOnCpu";
+                         });
 
 }  // namespace
 }  // namespace kvtier::worker

@@ -1,6 +1,9 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/landing_hold.h"
 
+#include <string>
+#include <vector>
+
 #include <spdlog/spdlog.h>
 
 namespace kvtier::worker {
@@ -9,6 +12,20 @@ Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId 
                                                        uint32_t max_blocks) {
   KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks, worker.HoldLanding(client, sequence, max_blocks));
   return std::make_shared<LandingHold>(worker, std::move(blocks), kj::getCurrentThreadExecutor().addRef());
+}
+
+Status LandingHold::Land(const FetchedBlocks& fetched) const {
+  const size_t count = fetched.keys.size();
+  if (count > blocks_.blocks.size() || fetched.bytes.size() != count * fetched.block_bytes) {
+    return InvalidArgumentError("landing " + std::to_string(count) + " fetched blocks in " +
+                                std::to_string(fetched.bytes.size()) + " bytes into " +
+                                std::to_string(blocks_.blocks.size()) + " held blocks");
+  }
+  std::vector<std::span<const uint8_t>> ins;
+  for (size_t i = 0; i < count; ++i) {
+    ins.push_back(std::span(fetched.bytes).subspan(i * fetched.block_bytes, fetched.block_bytes));
+  }
+  return worker_.LandHeldBlocks(blocks_.pool_id, std::span(blocks_.blocks).first(count), ins);
 }
 
 LandingHold::~LandingHold() noexcept {

@@ -5,7 +5,10 @@
 // cancelled mid-fetch (its client gone) never lets the blocks be handed out while bytes
 // still land in them.
 //
-// Thread safety: Take on the worker's loop. The last share may go on any thread: on the
+// A host pool's fetch writes the blocks' bytes through their views; a device pool's lands
+// its run by Land, on the fetch's thread, once fetched (PeerFetchRequest::land).
+//
+// Thread safety: Take on the worker's loop; Land on any thread. The last share may go on any thread: on the
 // loop the holds are given back at once; elsewhere the thread waits for the loop to give
 // them back (kj::Executor::executeSync), or gives nothing back once the loop has exited
 // (the worker goes with it). A thread dropping it must hold nothing the loop waits for.
@@ -18,6 +21,7 @@
 #include <kj/async.h>
 
 #include "common/status.h"
+#include "services/worker/rpc/peer_fetcher.h"
 #include "services/worker/worker.h"
 
 namespace kvtier::worker {
@@ -25,7 +29,7 @@ namespace kvtier::worker {
 class LandingHold {
  public:
   // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HoldLanding's
-  // errors: a device pool, no such block).
+  // errors: no such sequence or block).
   [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(Worker& worker, ClientId client,
                                                                  SequenceId sequence, uint32_t max_blocks);
   LandingHold(Worker& worker, LandingBlocks blocks, kj::Own<const kj::Executor> loop)
@@ -35,6 +39,10 @@ class LandingHold {
   LandingHold& operator=(const LandingHold&) = delete;
 
   const LandingBlocks& blocks() const { return blocks_; }
+  // The fetched run (fetched.keys, in fetched.bytes) into the first of these blocks, one
+  // scatter on a device pool (Worker::LandHeldBlocks), on the calling thread.
+  // kInvalidArgument: more blocks fetched than held, or bytes that are not the run's.
+  [[nodiscard]] Status Land(const FetchedBlocks& fetched) const;
 
  private:
   Worker& worker_;

@@ -157,6 +157,11 @@ class PeerFetcher::Impl {
         spdlog::warn("fetching blocks from {} ({}): {}", node, *address, s.ToString());
       }
     }
+    if (request.land && !out.keys.empty()) {
+      const Status landed = request.land(out);
+      out.landed = landed.ok();
+      if (!landed.ok()) spdlog::warn("landing {} fetched blocks: {}", out.keys.size(), landed.ToString());
+    }
     return out;
   }
 

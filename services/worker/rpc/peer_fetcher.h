@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,10 +56,19 @@ struct PeerFetcherOptions {
   uint64_t stream_min_block_bytes = 64ull << 10;
 };
 
+struct FetchedBlocks {
+  std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
+  ByteBuffer bytes;            // their payloads, block_bytes each, in that order (none: landed)
+  uint64_t block_bytes = 0;
+  uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
+  uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream
+  bool landed = false;         // the request's `land` landed `keys` (their bytes still here)
+};
+
 struct PeerFetchRequest {
-  std::vector<std::string> node_ids;  // where the lookup placed the blocks, in preference order
-  std::vector<BlockKey> keys;         // the blocks wanted, in chain order
-  std::string format_tag;             // storage format (services/worker/tier_link.h)
+  std::vector<std::string> node_ids = {};  // where the lookup placed the blocks, in preference order
+  std::vector<BlockKey> keys = {};         // the blocks wanted, in chain order
+  std::string format_tag = {};             // storage format (services/worker/tier_link.h)
   uint64_t salt_scope = 0;
   uint64_t block_bytes = 0;
   // Optional: where each block lands (land_in[i] for keys[i], block_bytes each): memory
@@ -67,15 +77,12 @@ struct PeerFetchRequest {
   // fetch writes there on its own thread; FetchedBlocks::bytes stays empty. A block after
   // the leading run taken may have been written too. Empty: into FetchedBlocks::bytes.
   std::vector<std::span<uint8_t>> land_in = {};
+  // Optional, without land_in: called on the fetch's thread once the leading run is in
+  // FetchedBlocks::bytes, to land it where it goes (a device pool's blocks held for it:
+  // Worker::LandHeldBlocks, one scatter) before the fetch is answered; then `keep` is
+  // dropped. FetchedBlocks::landed says whether it did (the bytes stay in the buffer).
+  std::function<Status(const FetchedBlocks&)> land = nullptr;
   std::shared_ptr<void> keep = {};
-};
-
-struct FetchedBlocks {
-  std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
-  ByteBuffer bytes;            // their payloads, block_bytes each, in that order (none: landed)
-  uint64_t block_bytes = 0;
-  uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
-  uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream
 };
 
 class PeerFetcher {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <thread>
 #include <kj/async-io.h>
 
 #include "services/rpc/schema/kvtier.capnp.h"
@@ -168,7 +169,13 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   // Blocks 0 to `blocks` - 1, into the fetch's buffer, or landed in `land_in` with `keep`.
   FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks, std::vector<std::span<uint8_t>> land_in = {},
                       std::shared_ptr<void> keep = {}) {
-    PeerFetchRequest request{std::move(nodes), {}, kFormat, kScope, kBlockBytes, std::move(land_in), std::move(keep)};
+    return Fetch({.node_ids = std::move(nodes), .land_in = std::move(land_in), .keep = std::move(keep)}, blocks);
+  }
+  // `request` (its nodes and landing) for blocks 0 to `blocks` - 1.
+  FetchedBlocks Fetch(PeerFetchRequest request, uint32_t blocks) {
+    request.format_tag = kFormat;
+    request.salt_scope = kScope;
+    request.block_bytes = kBlockBytes;
     for (uint32_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{1, i});
     auto io = kj::setupAsyncIo();
     return fetcher_->Fetch(std::move(request)).wait(io.waitScope);
@@ -242,6 +249,39 @@ TEST_P(PeerFetcherTest, EveryBlockOfTheRunLandsInItsPlace) {
   EXPECT_EQ(memory[2 * kBlockBytes], 2);
   EXPECT_EQ(memory[3 * kBlockBytes - 1], 2);
   EXPECT_EQ(whole.streamed, Streamed(whole));
+}
+
+// The request lands its run itself (a device pool's blocks): `land` is called once, on
+// the fetch's thread, with the run (block 0; block 1 fails its checksum) in the buffer,
+// before the fetch is answered and its keep let go. A landing that fails leaves the
+// blocks in the buffer, not landed.
+TEST_P(PeerFetcherTest, ARequestsLandLandsTheRunOnTheFetchsThreadBeforeTheAnswer) {
+  Start(/*corrupt_fill=*/1);
+  for (const Status& answer : {Status::Ok(), UnavailableError("no copier")}) {
+    auto keep = std::make_shared<int>(0);
+    std::vector<std::vector<uint8_t>> landed;
+    std::thread::id landed_on;
+    bool kept_while_landing = false;
+    const FetchedBlocks fetched = Fetch(
+        {.node_ids = {"peer/store"},
+         .land = [&, kept = std::weak_ptr<int>(keep)](const FetchedBlocks& run) {
+           landed_on = std::this_thread::get_id();
+           kept_while_landing = !kept.expired();
+           for (size_t i = 0; i < run.keys.size(); ++i) {
+             landed.emplace_back(run.bytes.begin() + i * kBlockBytes, run.bytes.begin() + (i + 1) * kBlockBytes);
+           }
+           return answer;
+         },
+         .keep = std::move(keep)},
+        3);
+    ASSERT_EQ(fetched.keys.size(), 1u) << answer;
+    EXPECT_EQ(fetched.landed, answer.ok()) << answer;
+    EXPECT_EQ(fetched.bytes.size(), kBlockBytes) << "the run stays in the buffer";
+    ASSERT_EQ(landed.size(), 1u) << answer;
+    EXPECT_EQ(landed[0], std::vector<uint8_t>(kBlockBytes, 0)) << "block 0's bytes";
+    EXPECT_NE(landed_on, std::this_thread::get_id()) << "on the fetch's thread";
+    EXPECT_TRUE(kept_while_landing);
+  }
 }
 
 // Landing places that do not fit the request (two for three blocks, or of another size):

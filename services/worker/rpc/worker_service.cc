@@ -151,15 +151,14 @@ class WorkerServer final : public schema::Worker::Server {
     request.format_tag = StorageFormatTag(state->layout, state->format_tag);
     request.salt_scope = state->salt_scope;
     request.block_bytes = state->layout.bytes_per_block();
-    // A host pool's blocks take the fetched bytes in place (no copy on this loop after);
-    // a device pool's are copied from the fetch's buffer and landed by one scatter.
+    // The sequence's blocks take the fetched bytes in place, off this loop (a host pool's
+    // as they come, a device pool's by one scatter once fetched): no copy on this loop after.
     std::shared_ptr<LandingHold> landing = LandInPlace(sequence, local->cached_blocks, request);
     return peers_->Fetch(std::move(request))
         .then([this, alive = alive_, call, keys, retention, sequence, total = *local,
                landing = std::move(landing)](FetchedBlocks fetched) mutable {
           if (!*alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
-          const std::vector<std::span<uint8_t>> none;
-          FetchedSource source(fetched, landing ? landing->blocks().views : none);
+          FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
           Result<OnboardResult> remote = worker_.Onboard(client_, sequence, keys, retention, &source);
           ThrowIfError(remote.status());
           total.onboarded_blocks += remote->onboarded_blocks;
@@ -191,16 +190,21 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
  private:
-  // The sequence's blank blocks from `first` held for `request` to land in (its land_in
-  // and keep set, its keys cut to the blocks held); null where they cannot be (a device
-  // pool, a sequence changed since the local onboard, a window), and `request` is unchanged.
+  // The sequence's blank blocks from `first` held for `request` to land in (its land_in,
+  // or for a device pool its land, and keep set, its keys cut to the blocks held); null
+  // where they cannot be (a sequence changed since the local onboard, a window), and
+  // `request` is unchanged.
   std::shared_ptr<LandingHold> LandInPlace(SequenceId sequence, uint32_t first, PeerFetchRequest& request) {
     Result<std::shared_ptr<LandingHold>> held =
         LandingHold::Take(worker_, client_, sequence, static_cast<uint32_t>(request.keys.size()));
     if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
     const LandingBlocks& blocks = (*held)->blocks();
     request.keys.resize(blocks.blocks.size());  // Onboard stops at the first block out of the window anyway
-    request.land_in = blocks.views;
+    if (!blocks.views.empty()) {
+      request.land_in = blocks.views;
+    } else {  // a device pool's: `keep` keeps the hold alive for the call
+      request.land = [hold = held->get()](const FetchedBlocks& fetched) { return hold->Land(fetched); };
+    }
     request.keep = *held;
     return std::move(*held);
   }
