@@ -64,6 +64,10 @@ if want pool; then
       "$kvtier" bench pool --json
     done
   } >"$out/bench_pool.jsonl" 2>"$out/bench_pool.err"
+  # A device pool's copies for peers: on the worker's loop against the copiers other
+  # threads take (CopyHeld, LandHeld), 1 to 8 threads at once.
+  "$bundle/bin/pool_storage_bench" --benchmark_min_time=1 --benchmark_format=json \
+      >"$out/pool_storage.json" 2>"$out/pool_storage.err"
 fi
 
 # End to end: `kvtier up` with its pool in GPU memory (a 256 KiB-block layout, the pool

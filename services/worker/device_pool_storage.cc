@@ -3,9 +3,9 @@
 // move in batches through pinned staging: one Gather or Scatter kernel per batch.
 //
 // The owner's thread (the worker's loop) uses one lane: a backend (its own CUDA stream),
-// staging and a device copy of the batch's ids. CopyHeld, called by other threads at
-// once, takes a lane of its own from `idle_` (made on first need, kept for the next
-// caller), so that no copy waits for the loop's and the loop waits for none.
+// staging and a device copy of the batch's ids. Each CopyHeld or LandHeld, called by
+// other threads at once, takes a lane of its own from `idle_` (made on first need, kept
+// for the next caller), so that no copy waits for the loop's and the loop waits for none.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -92,9 +92,9 @@ class DevicePoolStorage final : public PoolStorage {
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }
-  // One Scatter kernel from the staging WritableBlocks handed out; with `only`, its slots
-  // moved to the front first (host memory: a copy of the blocks that are landed anyway)
-  // and the ids staged again, so that the scatter writes those blocks alone.
+  // One Scatter kernel from the staging WritableBlocks handed out; with `only`, those
+  // slots are moved to the front of the staging first (a memmove in pinned host memory)
+  // and their ids staged again, so that the scatter writes those blocks alone.
   Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes, std::span<const uint32_t> only) override {
     if (only.empty()) {
       if (ids.empty()) return Status::Ok();
@@ -102,7 +102,9 @@ class DevicePoolStorage final : public PoolStorage {
     }
     std::vector<uint32_t> kept;
     for (size_t k = 0; k < only.size(); ++k) {
-      if (only[k] != k) std::memmove(lane_.Staged(k, block_bytes).data(), lane_.Staged(only[k], block_bytes).data(), block_bytes);
+      if (only[k] != k) {
+        std::memmove(lane_.Staged(k, block_bytes).data(), lane_.Staged(only[k], block_bytes).data(), block_bytes);
+      }
       kept.push_back(ids[only[k]]);
     }
     KVTIER_RETURN_IF_ERROR(lane_.backend->Copy(lane_.ids.data(), kept.data(), std::span(kept).size_bytes()));
@@ -179,7 +181,7 @@ class DevicePoolStorage final : public PoolStorage {
   Lane lane_;       // the owner's thread's; made before `memory_` (a CPU pool's is its memory)
   Memory memory_;
   std::mutex mu_;  // a leaf: nothing else is locked while it is held
-  std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between CopyHeld calls
+  std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
 };
 
 }  // namespace

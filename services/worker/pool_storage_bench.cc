@@ -1,0 +1,117 @@
+// A device pool's block copies for peers: on the worker's loop as before (ReadBlocks: one
+// gather into the loop's staging, then a copy into the caller's buffers; WritableBlocks,
+// a copy in, then CommitWrites: one scatter) against the copiers any thread takes
+// (CopyHeld, LandHeld), from 1 to 8 threads at once. On GPU 0 where there is one, else
+// the same code on the CPU kernels (the label says which): only a GPU's figures speak of
+// the copy engine.
+#include <benchmark/benchmark.h>
+
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "gpu/device.h"
+#include "services/worker/pool_storage.h"
+
+namespace kvtier::worker {
+namespace {
+
+constexpr size_t kPoolBlocks = 128;  // 8 threads x 16 blocks
+
+// One pool per block size, made on first use and shared by the threads of a benchmark.
+PoolStorage& Pool(size_t block_bytes) {
+  static std::mutex mu;
+  static std::map<size_t, std::unique_ptr<PoolStorage>> pools;
+  std::lock_guard lock(mu);
+  std::unique_ptr<PoolStorage>& pool = pools[block_bytes];
+  if (!pool) {
+    const size_t bytes = kPoolBlocks * block_bytes;
+    pool = gpu::ProbeDevices().has_gpu()
+               ? MakeDevicePoolStorage(0, bytes).value()
+               : MakeBackendPoolStorage({.make_backend =
+                                             [] {
+                                               return Result<std::unique_ptr<gpu::KernelBackend>>(
+                                                   gpu::MakeCpuBackend());
+                                             },
+                                         .bytes = bytes})
+                     .value();
+  }
+  return *pool;
+}
+
+// Whether the batch failed (the run then stops, naming why).
+bool Failed(benchmark::State& state, const Status& done) {
+  if (!done.ok()) state.SkipWithError(done.ToString().c_str());
+  return !done.ok();
+}
+// Bytes moved per iteration, and where: on a GPU or the CPU kernels, by which path.
+void Report(benchmark::State& state, size_t batch_bytes, const char* path) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * batch_bytes));
+  state.SetLabel(std::string(gpu::ProbeDevices().has_gpu() ? "GPU 0" : "CPU kernels (no GPU)") + path);
+}
+
+// Thread t's `blocks` ids (its own range of the pool) and buffers of one block each.
+struct Batch {
+  Batch(int thread, size_t blocks, size_t block_bytes) : ids(blocks), memory(blocks * block_bytes, 1) {
+    std::iota(ids.begin(), ids.end(), static_cast<uint32_t>(thread * blocks % kPoolBlocks));
+    for (size_t i = 0; i < blocks; ++i) {
+      buffers.emplace_back(memory.data() + i * block_bytes, block_bytes);
+      inputs.emplace_back(memory.data() + i * block_bytes, block_bytes);
+    }
+  }
+  std::vector<uint32_t> ids;
+  std::vector<uint8_t> memory;
+  std::vector<std::span<uint8_t>> buffers;
+  std::vector<std::span<const uint8_t>> inputs;
+};
+
+// Args: block bytes, blocks per batch, 0 = read (out of the pool) or 1 = land (into it).
+void BM_OnTheLoop(benchmark::State& state) {
+  const auto block_bytes = static_cast<size_t>(state.range(0));
+  const auto blocks = static_cast<size_t>(state.range(1));
+  const bool land = state.range(2) != 0;
+  PoolStorage& pool = Pool(block_bytes);
+  Batch batch(0, blocks, block_bytes);
+  std::vector<std::span<const uint8_t>> read;
+  std::vector<std::span<uint8_t>> writable;
+  for (auto _ : state) {
+    Status done;
+    if (land) {
+      done = pool.WritableBlocks(batch.ids, block_bytes, &writable);
+      for (size_t i = 0; done.ok() && i < blocks; ++i) std::copy_n(batch.memory.data() + i * block_bytes, block_bytes, writable[i].data());
+      if (done.ok()) done = pool.CommitWrites(batch.ids, block_bytes);
+    } else {
+      done = pool.ReadBlocks(batch.ids, block_bytes, &read);
+      for (size_t i = 0; done.ok() && i < blocks; ++i) std::copy_n(read[i].data(), block_bytes, batch.buffers[i].data());
+    }
+    if (Failed(state, done)) break;
+  }
+  Report(state, blocks * block_bytes, land ? ", landed on the loop" : ", read on the loop");
+}
+BENCHMARK(BM_OnTheLoop)
+    ->ArgNames({"block_bytes", "blocks", "land"})
+    ->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})
+    ->UseRealTime();
+
+// The same batches by CopyHeld or LandHeld, each thread on its own blocks and copier.
+void BM_OnCopiers(benchmark::State& state) {
+  const auto block_bytes = static_cast<size_t>(state.range(0));
+  const auto blocks = static_cast<size_t>(state.range(1));
+  const bool land = state.range(2) != 0;
+  PoolStorage& pool = Pool(block_bytes);
+  Batch batch(state.thread_index(), blocks, block_bytes);
+  for (auto _ : state) {
+    const Status done = land ? pool.LandHeld(batch.ids, block_bytes, batch.inputs)
+                             : pool.CopyHeld(batch.ids, block_bytes, batch.buffers);
+    if (Failed(state, done)) break;
+  }
+  Report(state, blocks * block_bytes, land ? ", landed by copiers" : ", copied out by copiers");
+}
+BENCHMARK(BM_OnCopiers)
+    ->ArgNames({"block_bytes", "blocks", "land"})
+    ->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})
+    ->ThreadRange(1, 8)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace kvtier::worker
