@@ -16,17 +16,12 @@
 namespace kvtier::worker {
 namespace {
 
-using testing::Key;
-using testing::kRoot;
-using testing::Pattern;
-using testing::TestLayout;
-using testing::Tokens;
-
 class LandingHoldTest : public ::testing::Test {
  protected:
   // Sequence 1 of client 1: three full blank blocks, held for a fetch.
   void SetUp() override {
-    auto a = worker_->Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys_, .tokens = Tokens(0, 12)});
+    auto a = worker_->Allocate(
+        {.client = 1, .sequence = 1, .root = testing::kRoot, .block_keys = keys_, .tokens = testing::Tokens(0, 12)});
     ASSERT_TRUE(a.ok()) << a.status();
     table_ = a->block_table;
     auto held = LandingHold::Take(*worker_, 1, 1, 3);
@@ -37,8 +32,8 @@ class LandingHoldTest : public ::testing::Test {
   static FetchedBlocks Fetched(uint8_t count) {
     FetchedBlocks fetched{.keys = {}, .bytes = {}, .block_bytes = 512};
     for (uint8_t i = 1; i <= count; ++i) {
-      fetched.keys.push_back(Key(i));
-      const std::vector<uint8_t> bytes = Pattern(i);
+      fetched.keys.push_back(testing::Key(i));
+      const std::vector<uint8_t> bytes = testing::Pattern(i);
       fetched.bytes.insert(fetched.bytes.end(), bytes.begin(), bytes.end());
     }
     return fetched;
@@ -48,8 +43,8 @@ class LandingHoldTest : public ::testing::Test {
   std::unique_ptr<kj::EventLoop> loop_ = std::make_unique<kj::EventLoop>();
   std::unique_ptr<kj::WaitScope> wait_scope_ = std::make_unique<kj::WaitScope>(*loop_);
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{TestLayout(), 4}}, .pool_storage = testing::DevicePathOnCpu()}).value();
-  const std::vector<BlockKey> keys_ = {Key(1), Key(2), Key(3)};
+      Worker::Create({.pools = {{testing::TestLayout(), 4}}, .pool_storage = testing::DevicePathOnCpu()}).value();
+  const std::vector<BlockKey> keys_ = {testing::Key(1), testing::Key(2), testing::Key(3)};
   std::vector<BlockId> table_;
   std::shared_ptr<LandingHold> hold_;
 };
@@ -66,7 +61,7 @@ TEST_F(LandingHoldTest, ARunLandsInTheFirstHeldBlocksFromAnyThread) {
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 2; ++i) {
     ASSERT_TRUE(worker_->ReadBlock(0, table_[i], back).ok());
-    EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
+    EXPECT_EQ(back, testing::Pattern(i + 1)) << "block " << int(i + 1);
   }
   ASSERT_TRUE(worker_->ReadBlock(0, table_[2], back).ok());
   EXPECT_EQ(back, std::vector<uint8_t>(512, 0)) << "block 3 not fetched: as it was";
