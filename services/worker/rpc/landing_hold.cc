@@ -1,6 +1,7 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/landing_hold.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,17 @@ Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId 
                                                        uint32_t max_blocks) {
   KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks, worker.HoldLanding(client, sequence, max_blocks));
   return std::make_shared<LandingHold>(worker, std::move(blocks), kj::getCurrentThreadExecutor().addRef());
+}
+
+void LandingHold::Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequest& request) {
+  const LandingBlocks& blocks = hold->blocks();
+  request.keys.resize(std::min(request.keys.size(), blocks.blocks.size()));
+  if (!blocks.views.empty()) {
+    request.land_in.assign(blocks.views.begin(), blocks.views.begin() + static_cast<ptrdiff_t>(request.keys.size()));
+  } else {  // `keep` keeps the hold alive for the call
+    request.land = [held = hold.get()](const FetchedBlocks& fetched) { return held->Land(fetched); };
+  }
+  request.keep = hold;
 }
 
 Status LandingHold::Land(const FetchedBlocks& fetched) const {

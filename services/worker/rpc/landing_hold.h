@@ -39,6 +39,10 @@ class LandingHold {
   LandingHold& operator=(const LandingHold&) = delete;
 
   const LandingBlocks& blocks() const { return blocks_; }
+  // Points `request` at the blocks `hold` holds: its keys cut to as many, and its land_in
+  // (a host pool's views) or its land (a device pool's: Land), with a share of `hold` as
+  // its keep. REQUIRES: request.keys start at the hold's first block.
+  static void Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequest& request);
   // The fetched run (fetched.keys, in fetched.bytes) into the first of these blocks, one
   // scatter on a device pool (Worker::LandHeldBlocks), on the calling thread.
   // kInvalidArgument: more blocks fetched than held, or bytes that are not the run's.

@@ -1,6 +1,6 @@
-// LandingHold on a device pool (its code run by the CPU kernels): the blocks held for a
-// fetch take its run by Land, on the fetch's thread, and go back to the pool with the last
-// share.
+// LandingHold on a host pool and a device pool (its code run by the CPU kernels): the
+// blocks held for a fetch take its run (through a host pool's views, or by Land, on the
+// fetch's thread) and go back to the pool with the last share.
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/landing_hold.h"
 
@@ -16,7 +16,8 @@
 namespace kvtier::worker {
 namespace {
 
-class LandingHoldTest : public ::testing::Test {
+// The parameter: whether the pool is a device pool.
+class LandingHoldTest : public ::testing::TestWithParam<bool> {
  protected:
   // Sequence 1 of client 1: three full blank blocks, held for a fetch.
   void SetUp() override {
@@ -43,7 +44,9 @@ class LandingHoldTest : public ::testing::Test {
   std::unique_ptr<kj::EventLoop> loop_ = std::make_unique<kj::EventLoop>();
   std::unique_ptr<kj::WaitScope> wait_scope_ = std::make_unique<kj::WaitScope>(*loop_);
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{testing::TestLayout(), 4}}, .pool_storage = testing::DevicePathOnCpu()}).value();
+      Worker::Create({.pools = {{testing::TestLayout(), 4}},
+                      .pool_storage = GetParam() ? testing::DevicePathOnCpu() : nullptr})
+          .value();
   const std::vector<BlockKey> keys_ = {testing::Key(1), testing::Key(2), testing::Key(3)};
   std::vector<BlockId> table_;
   std::shared_ptr<LandingHold> hold_;
@@ -52,8 +55,8 @@ class LandingHoldTest : public ::testing::Test {
 // The fetch brought blocks 1 and 2 of the three held: another thread lands them in the
 // sequence's first two blocks; the third keeps what it had. The last share gives all
 // three back.
-TEST_F(LandingHoldTest, ARunLandsInTheFirstHeldBlocksFromAnyThread) {
-  EXPECT_TRUE(hold_->blocks().views.empty()) << "a device pool's blocks have no host view";
+TEST_P(LandingHoldTest, ARunLandsInTheFirstHeldBlocksFromAnyThread) {
+  EXPECT_EQ(hold_->blocks().views.empty(), GetParam()) << "a device pool's blocks have no host view";
   Status landed;
   std::thread fetch([&] { landed = hold_->Land(Fetched(2)); });
   fetch.join();
@@ -71,7 +74,7 @@ TEST_F(LandingHoldTest, ARunLandsInTheFirstHeldBlocksFromAnyThread) {
 }
 
 // More blocks fetched than held, or a buffer that is not the run's bytes: refused, nothing landed.
-TEST_F(LandingHoldTest, ARunThatDoesNotFitIsRefused) {
+TEST_P(LandingHoldTest, ARunThatDoesNotFitIsRefused) {
   const Status too_many = hold_->Land(Fetched(4));
   EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(too_many.message().find("landing 4 fetched blocks"), std::string::npos) << too_many;
@@ -82,6 +85,31 @@ TEST_F(LandingHoldTest, ARunThatDoesNotFitIsRefused) {
   ASSERT_TRUE(worker_->ReadBlock(0, table_[0], back).ok());
   EXPECT_EQ(back, std::vector<uint8_t>(512, 0));
 }
+
+// A fetch of four blocks directed at the three held: its keys are cut to three, it keeps
+// a share of the hold, and it lands through a host pool's views (land_in) or, for a device
+// pool, by its land (Land), which puts blocks 1 and 2 in place.
+TEST_P(LandingHoldTest, AFetchIsDirectedAtTheHeldBlocks) {
+  PeerFetchRequest request{.keys = {testing::Key(1), testing::Key(2), testing::Key(3), testing::Key(4)}};
+  LandingHold::Direct(hold_, request);
+  EXPECT_EQ(request.keys.size(), 3u);
+  EXPECT_EQ(request.keep, hold_);
+  if (!GetParam()) {
+    ASSERT_EQ(request.land_in.size(), 3u);
+    EXPECT_EQ(request.land_in[1].data(), hold_->blocks().views[1].data());
+    EXPECT_FALSE(request.land);
+    return;
+  }
+  EXPECT_TRUE(request.land_in.empty());
+  ASSERT_TRUE(request.land);
+  ASSERT_TRUE(request.land(Fetched(2)).ok());
+  std::vector<uint8_t> back(512);
+  ASSERT_TRUE(worker_->ReadBlock(0, table_[1], back).ok());
+  EXPECT_EQ(back, testing::Pattern(2));
+}
+
+INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, LandingHoldTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "DevicePoolOnCpu" : "HostPool"; });
 
 }  // namespace
 }  // namespace kvtier::worker

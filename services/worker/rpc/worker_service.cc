@@ -190,22 +190,15 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
  private:
-  // The sequence's blank blocks from `first` held for `request` to land in (its land_in,
-  // or for a device pool its land, and keep set, its keys cut to the blocks held); null
-  // where they cannot be (a sequence changed since the local onboard, a window), and
-  // `request` is unchanged.
+  // The sequence's blank blocks from `first` held for `request` to land in
+  // (LandingHold::Direct: its keys cut to the blocks held, since Onboard stops at the
+  // first block out of the window anyway); null where they cannot be (a sequence changed
+  // since the local onboard, a window), and `request` is unchanged.
   std::shared_ptr<LandingHold> LandInPlace(SequenceId sequence, uint32_t first, PeerFetchRequest& request) {
     Result<std::shared_ptr<LandingHold>> held =
         LandingHold::Take(worker_, client_, sequence, static_cast<uint32_t>(request.keys.size()));
     if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
-    const LandingBlocks& blocks = (*held)->blocks();
-    request.keys.resize(blocks.blocks.size());  // Onboard stops at the first block out of the window anyway
-    if (!blocks.views.empty()) {
-      request.land_in = blocks.views;
-    } else {  // a device pool's: `keep` keeps the hold alive for the call
-      request.land = [hold = held->get()](const FetchedBlocks& fetched) { return hold->Land(fetched); };
-    }
-    request.keep = *held;
+    LandingHold::Direct(*held, request);
     return std::move(*held);
   }
 
