@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <variant>
 
 #include "common/thread_annotations.h"
@@ -39,6 +40,26 @@ struct Lane {
   std::span<uint8_t> Staged(size_t i, size_t block_bytes) const {
     return {staging.as<uint8_t>() + i * block_bytes, block_bytes};
   }
+};
+
+class DevicePoolStorage;
+
+// A copier taken for a fetch's landing, its ids staged; scattered by Commit.
+class DeviceLanding final : public StagedLanding {
+ public:
+  DeviceLanding(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks, size_t block_bytes)
+      : pool_(pool), lane_(std::move(lane)), block_bytes_(block_bytes) {
+    for (size_t i = 0; i < blocks; ++i) views_.push_back(lane_->Staged(i, block_bytes));
+  }
+  ~DeviceLanding() override;
+  const std::vector<std::span<uint8_t>>& views() const override { return views_; }
+  Status Commit(size_t count) override;
+
+ private:
+  DevicePoolStorage& pool_;
+  std::unique_ptr<Lane> lane_;
+  const size_t block_bytes_;
+  std::vector<std::span<uint8_t>> views_;
 };
 
 class DevicePoolStorage final : public PoolStorage {
@@ -142,6 +163,31 @@ class DevicePoolStorage final : public PoolStorage {
             lane.staging.data()};
   }
 
+  // One round's worth at most, on a copier kept by the landing until it goes.
+  Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids, size_t block_bytes) override {
+    if (ids.size() * block_bytes > std::max(copier_staging_bytes_, block_bytes)) {
+      return ResourceExhaustedError(std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
+                                    " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
+    }
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
+    if (Status staged = lane->Stage(ids, block_bytes); !staged.ok()) {
+      GiveBack(std::move(lane));
+      return staged;
+    }
+    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(lane), ids.size(), block_bytes));
+  }
+  // The first `count` blocks the lane staged, by one Scatter (its ids are on the device).
+  Status ScatterStaged(const Lane& lane, size_t count, size_t block_bytes) const {
+    if (count == 0) return Status::Ok();
+    gpu::BlockCopyArgs args = Args(lane, {}, block_bytes);
+    args.count = static_cast<uint32_t>(count);
+    return lane.backend->Scatter(args);
+  }
+  void GiveBack(std::unique_ptr<Lane> lane) {
+    std::lock_guard lock(mu_);
+    idle_.push_back(std::move(lane));
+  }
+
   // `each(lane, round, first)` for rounds of ids (ids[first, first + round.size())) that
   // fit a copier's staging, on a copier taken for the call, the round staged.
   template <typename Each>
@@ -171,10 +217,8 @@ class DevicePoolStorage final : public PoolStorage {
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, make_backend_());
     return std::make_unique<Lane>(Lane{.backend = std::move(backend)});
   }
-  void GiveBack(std::unique_ptr<Lane> lane) {
-    std::lock_guard lock(mu_);
-    idle_.push_back(std::move(lane));
-  }
+
+  friend class DeviceLanding;  // takes a copier for a landing and gives it back
 
   const KernelBackendFactory make_backend_;
   const size_t copier_staging_bytes_;
@@ -183,6 +227,16 @@ class DevicePoolStorage final : public PoolStorage {
   std::mutex mu_;  // a leaf: nothing else is locked while it is held
   std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
 };
+
+DeviceLanding::~DeviceLanding() { pool_.GiveBack(std::move(lane_)); }
+
+Status DeviceLanding::Commit(size_t count) {
+  if (count > views_.size()) {
+    return InvalidArgumentError("landing " + std::to_string(count) + " blocks of " + std::to_string(views_.size()) +
+                                " staged");
+  }
+  return pool_.ScatterStaged(*lane_, count, block_bytes_);
+}
 
 }  // namespace
 

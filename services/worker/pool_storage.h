@@ -36,6 +36,18 @@ struct PoolMapping {
   int device_index = -1;           // device pools: the CUDA device; -1 for host pools
 };
 
+// Where a fetch writes the blocks it lands in a device pool: a copier's pinned staging,
+// taken for the landing (views(): one block each, in the order of the ids staged), and
+// Commit, which scatters the first `count` of them into their blocks. Any thread, one at
+// a time; the copier goes back to the pool when this object goes.
+class StagedLanding {
+ public:
+  virtual ~StagedLanding() = default;
+  virtual const std::vector<std::span<uint8_t>>& views() const = 0;
+  // kInvalidArgument: more than were staged.
+  [[nodiscard]] virtual Status Commit(size_t count) = 0;
+};
+
 class PoolStorage {
  public:
   virtual ~PoolStorage() = default;
@@ -81,6 +93,13 @@ class PoolStorage {
   // repeats; no one else reads or writes these blocks until the call returns.
   [[nodiscard]] virtual Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
                                         std::span<const std::span<const uint8_t>> ins) = 0;
+  // A copier's staging for blocks `ids`, held for a writer, for a fetch to write into
+  // (so that its bytes arrive in pinned memory and need no copy before the scatter). Any
+  // thread. kFailedPrecondition: a host pool (its blocks are written in place);
+  // kResourceExhausted: more than one round of a copier's staging (land by LandHeld).
+  // REQUIRES: as LandHeld's.
+  [[nodiscard]] virtual Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids,
+                                                                            size_t block_bytes) = 0;
 };
 
 // Host shared memory, zero-filled.

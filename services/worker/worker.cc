@@ -453,6 +453,16 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
   for (size_t i = 0; i < landing.blocks.size() && !memory.empty(); ++i) {
     landing.views.push_back(memory.subspan(state.BlockOffset(landing.blocks[i]), state.layout.bytes_per_block()));
   }
+  if (memory.empty()) {
+    // A device pool's fetch writes into a copier's pinned staging where the landing fits
+    // one; otherwise into a buffer of its own, landed by LandHeldBlocks.
+    Result<std::unique_ptr<StagedLanding>> staged =
+        state.storage->StageLanding(landing.blocks, state.layout.bytes_per_block());
+    if (staged.ok()) {
+      landing.views = (*staged)->views();
+      landing.staged = std::move(*staged);
+    }
+  }
   return landing;
 }
 

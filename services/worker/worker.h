@@ -88,9 +88,12 @@ struct LandingBlocks {
   uint32_t pool_id = 0;
   uint32_t first_block = 0;                // the sequence's position of blocks[0]
   std::vector<BlockId> blocks = {};        // each held once; give back by ReleaseBlocks
-  // blocks[i]'s bytes in pool memory, where the fetch writes; empty for a device pool
-  // (the fetch lands its blocks by LandHeldBlocks).
+  // Where the fetch writes blocks[i]: its bytes in pool memory (a host pool), or a
+  // copier's pinned staging that `staged` scatters into the blocks (a device pool); empty
+  // for a device pool's landing larger than a copier's staging (the fetch lands its blocks
+  // by LandHeldBlocks).
   std::vector<std::span<uint8_t>> views = {};
+  std::shared_ptr<StagedLanding> staged = {};
 };
 
 struct OnboardResult {
@@ -253,9 +256,9 @@ class Worker {
   // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
   // the sequence does meanwhile): a peer fetch lands their bytes in place (a host pool's
-  // views; a device pool's by LandHeldBlocks), then Onboard finds them there (its source
-  // answers kRemoteInPlace: nothing to copy). kFailedPrecondition: a sequence with no such
-  // block; kNotFound: no such sequence.
+  // views; a device pool's staged views then `staged`'s Commit, or LandHeldBlocks), then
+  // Onboard finds them there (its source answers kRemoteInPlace: nothing to copy).
+  // kFailedPrecondition: a sequence with no such block; kNotFound: no such sequence.
   [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks);
   // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
   // calling thread, any thread, while this loop goes on: one scatter on a device pool's

@@ -344,6 +344,7 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
       worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = others, .tokens = Tokens(100, 20)}).ok());
   auto landing = worker.HoldLanding(1, 2, 5);
   ASSERT_TRUE(landing.ok()) << landing.status();
+  EXPECT_TRUE(landing->views.empty() && !landing->staged) << "5 blocks exceed a copier's staging: the fetch buffers";
   std::vector<std::vector<uint8_t>> fetched;
   for (uint8_t i = 0; i < 5; ++i) fetched.push_back(Pattern(i + 11));
   ASSERT_TRUE(
@@ -358,9 +359,9 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
 }
 
 // Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds
-// the two full ones (at most `max_blocks`): what a fetch writes there, through a host
-// pool's views or a device pool's LandHeldBlocks (another thread), is the blocks' bytes.
-// They outlive the sequence until given back.
+// the two full ones (at most `max_blocks`): what a fetch writes there is the blocks'
+// bytes, through a host pool's views, or a device pool's staged views once committed
+// (another thread). They outlive the sequence until given back.
 TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 3}}}));
   ASSERT_TRUE(created.ok()) << created.status();
@@ -374,18 +375,18 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   EXPECT_EQ(landing->first_block, 0u);
   EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]})) << "not the partial third";
   const std::vector<uint8_t> fetched = Pattern(7);
-  if (device_path()) {  // as a fetch lands block 2
-    EXPECT_TRUE(landing->views.empty()) << "a device pool's blocks have no host view";
+  ASSERT_EQ(landing->views.size(), 2u);
+  std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());  // as a fetch writes block 2
+  EXPECT_EQ(landing->staged != nullptr, device_path());
+  if (device_path()) {  // a copier's staging: the block is as it was until the fetch lands it
+    std::vector<uint8_t> before(fetched.size());
+    ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], before).ok());
+    EXPECT_EQ(before, std::vector<uint8_t>(fetched.size(), 0));
     Status landed;
-    std::thread fetch([&] {
-      landed = worker.LandHeldBlocks(0, std::span(landing->blocks).subspan(1),
-                                     std::vector<std::span<const uint8_t>>{fetched});
-    });
+    std::thread fetch([&] { landed = landing->staged->Commit(2); });
     fetch.join();
     ASSERT_TRUE(landed.ok()) << landed;
-  } else {
-    ASSERT_EQ(landing->views[1].size(), fetched.size());
-    std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());
+    EXPECT_EQ(landing->staged->Commit(3).code(), StatusCode::kInvalidArgument) << "two staged";
   }
   std::vector<uint8_t> read(fetched.size());
   ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], read).ok());

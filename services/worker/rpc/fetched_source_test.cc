@@ -21,13 +21,10 @@ using testing::Tokens;
 
 constexpr size_t kBlockBytes = 512;  // TestLayout's
 
-// A host pool (the fetch writes its views) and a device pool's code on the CPU kernels (the
-// fetch lands its run by Worker::LandHeldBlocks).
-enum class PoolKind { kHost, kDeviceOnCpu };
-
-class FetchedSourceTest : public ::testing::TestWithParam<PoolKind> {
+// The parameter: the pool the fetch lands in (testing::LandingPool).
+class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> {
  protected:
-  bool device() const { return GetParam() == PoolKind::kDeviceOnCpu; }
+  bool device() const { return GetParam() != testing::LandingPool::kHost; }
   // Sequence `sequence` of client 1 over blocks 1, 2 (8 tokens, nothing reused).
   std::vector<BlockId> Allocate(SequenceId sequence) {
     auto a = worker_->Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys_,
@@ -53,26 +50,29 @@ class FetchedSourceTest : public ::testing::TestWithParam<PoolKind> {
     EXPECT_EQ(Read(table[0]), Pattern(1));
     EXPECT_EQ(Read(table[1]), Pattern(2));
   }
-  // Sequence 1's blank blocks held for a fetch, and blocks 1 and 2 landed there as the
-  // fetch lands them (through a host pool's views, or a device pool's LandHeldBlocks).
-  Result<LandingBlocks> HoldAndLand() const {
+  // Sequence 1's blank blocks held for a fetch, and blocks 1 and 2 written as the fetch
+  // writes them (through a host pool's views or a device pool's staging; a buffered one
+  // writes its buffer) and, with `land`, landed as its land does.
+  Result<LandingBlocks> HoldAndWrite(bool land) const {
     KVTIER_ASSIGN_OR_RETURN(LandingBlocks landing, worker_->HoldLanding(1, 1, 2));
-    if (device()) {
-      const std::vector<uint8_t> one = Pattern(1), two = Pattern(2);
-      KVTIER_RETURN_IF_ERROR(worker_->LandHeldBlocks(0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
+    const std::vector<uint8_t> one = Pattern(1), two = Pattern(2);
+    if (GetParam() == testing::LandingPool::kDeviceBuffered) {
+      if (land) {
+        KVTIER_RETURN_IF_ERROR(
+            worker_->LandHeldBlocks(0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
+      }
       return landing;
     }
-    for (size_t i = 0; i < 2; ++i) {
-      const std::vector<uint8_t> bytes = Pattern(static_cast<uint8_t>(i + 1));
-      std::copy(bytes.begin(), bytes.end(), landing.views[i].begin());
-    }
+    std::copy(one.begin(), one.end(), landing.views[0].begin());
+    std::copy(two.begin(), two.end(), landing.views[1].begin());
+    if (land && landing.staged) KVTIER_RETURN_IF_ERROR(landing.staged->Commit(2));
     return landing;
   }
-  // What the fetch answers once blocks 1 and 2 landed: a host pool's without bytes, a
-  // device pool's with them still in its buffer.
-  FetchedBlocks Landed() const {
-    FetchedBlocks fetched{.keys = keys_, .bytes = {}, .block_bytes = kBlockBytes, .landed = device()};
-    if (device()) {
+  // What the fetch answers: blocks 1 and 2, in its buffer where it buffered them, landed
+  // (a device pool's) as `landed` says.
+  FetchedBlocks Fetched(bool landed) const {
+    FetchedBlocks fetched{.keys = keys_, .bytes = {}, .block_bytes = kBlockBytes, .landed = landed};
+    if (GetParam() == testing::LandingPool::kDeviceBuffered) {
       for (uint8_t seed : {1, 2}) {
         const std::vector<uint8_t> bytes = Pattern(seed);
         fetched.bytes.insert(fetched.bytes.end(), bytes.begin(), bytes.end());
@@ -82,9 +82,7 @@ class FetchedSourceTest : public ::testing::TestWithParam<PoolKind> {
   }
 
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{TestLayout(), 4}},
-                      .pool_storage = GetParam() == PoolKind::kDeviceOnCpu ? testing::DevicePathOnCpu() : nullptr})
-          .value();
+      Worker::Create({.pools = {{TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())}).value();
   const std::vector<BlockKey> keys_ = {Key(1), Key(2)};
 };
 
@@ -92,9 +90,9 @@ class FetchedSourceTest : public ::testing::TestWithParam<PoolKind> {
 // device pool, it scatters nothing).
 TEST_P(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
   const std::vector<BlockId> table = Allocate(1);
-  const Result<LandingBlocks> landing = HoldAndLand();
+  const Result<LandingBlocks> landing = HoldAndWrite(/*land=*/true);
   ASSERT_TRUE(landing.ok()) << landing.status();
-  EXPECT_EQ(OnboardFrom(Landed(), &*landing).from_remote, 2u);
+  EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/device()), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 2u);
   ExpectFetchedIn(table);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
@@ -105,14 +103,14 @@ TEST_P(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
 // bytes into them.
 TEST_P(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
   Allocate(1);
-  const Result<LandingBlocks> landing = HoldAndLand();
+  const Result<LandingBlocks> landing = HoldAndWrite(/*land=*/true);
   ASSERT_TRUE(landing.ok()) << landing.status();
   ASSERT_TRUE(worker_->Free(1, 1).ok());
   const std::vector<BlockId> again = Allocate(1);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_NE(again[0], landing->blocks[0]);
   EXPECT_NE(again[1], landing->blocks[1]);
-  EXPECT_EQ(OnboardFrom(Landed(), &*landing).from_remote, 2u);
+  EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/device()), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(again);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
@@ -133,24 +131,24 @@ TEST_P(FetchedSourceTest, BufferedBlocksAreCopiedUntilTheFirstMissing) {
 }
 
 // A device pool's fetch whose landing failed (FetchedBlocks::landed false): its blocks are
-// not in the held blocks, so Onboard copies them from the fetch's buffer.
-TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromTheBuffer) {
+// not in the held blocks, so Onboard copies them from where the fetch wrote them (the
+// copier's staging, or the fetch's buffer).
+TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromWhereItWasWritten) {
   if (!device()) GTEST_SKIP() << "a host pool's fetch writes its views: there is no landing to fail";
   const std::vector<BlockId> table = Allocate(1);
-  const Result<LandingBlocks> landing = worker_->HoldLanding(1, 1, 2);
+  const Result<LandingBlocks> landing = HoldAndWrite(/*land=*/false);
   ASSERT_TRUE(landing.ok()) << landing.status();
-  FetchedBlocks not_landed = Landed();
-  not_landed.landed = false;
-  EXPECT_EQ(OnboardFrom(not_landed, &*landing).from_remote, 2u);
+  EXPECT_EQ(landing->staged != nullptr, GetParam() == testing::LandingPool::kDeviceStaged);
+  EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/false), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(table);
   EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, FetchedSourceTest,
-                         ::testing::Values(PoolKind::kHost, PoolKind::kDeviceOnCpu), [](const auto& info) {
-                           return info.param == PoolKind::kHost ? "HostPool" : "DevicePoolOnCpu";
-                         });
+                         ::testing::Values(testing::LandingPool::kHost, testing::LandingPool::kDeviceStaged,
+                                           testing::LandingPool::kDeviceBuffered),
+                         [](const auto& info) { return testing::NameOf(info.param); });
 
 }  // namespace
 }  // namespace kvtier::worker

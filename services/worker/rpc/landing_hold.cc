@@ -20,7 +20,12 @@ void LandingHold::Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequ
   request.keys.resize(std::min(request.keys.size(), blocks.blocks.size()));
   if (!blocks.views.empty()) {
     request.land_in.assign(blocks.views.begin(), blocks.views.begin() + static_cast<ptrdiff_t>(request.keys.size()));
-  } else {  // `keep` keeps the hold alive for the call
+  }
+  if (blocks.staged) {  // a device pool's, written into staging: one scatter
+    request.land = [staged = blocks.staged](const FetchedBlocks& fetched) {
+      return staged->Commit(fetched.keys.size());
+    };
+  } else if (blocks.views.empty()) {  // a device pool's, into the fetch's buffer; `keep` keeps the hold alive
     request.land = [held = hold.get()](const FetchedBlocks& fetched) { return held->Land(fetched); };
   }
   request.keep = hold;

@@ -5,8 +5,10 @@
 // cancelled mid-fetch (its client gone) never lets the blocks be handed out while bytes
 // still land in them.
 //
-// A host pool's fetch writes the blocks' bytes through their views; a device pool's lands
-// its run by Land, on the fetch's thread, once fetched (PeerFetchRequest::land).
+// A host pool's fetch writes the blocks' bytes through their views; a device pool's writes
+// into a copier's pinned staging and scatters it once fetched, on the fetch's thread
+// (PeerFetchRequest::land), or, where the landing is larger than a copier's staging,
+// lands its buffered run by Land.
 //
 // Thread safety: Take on the worker's loop; Land on any thread. The last share may go on any thread: on the
 // loop the holds are given back at once; elsewhere the thread waits for the loop to give
@@ -39,8 +41,9 @@ class LandingHold {
   LandingHold& operator=(const LandingHold&) = delete;
 
   const LandingBlocks& blocks() const { return blocks_; }
-  // Points `request` at the blocks `hold` holds: its keys cut to as many, and its land_in
-  // (a host pool's views) or its land (a device pool's: Land), with a share of `hold` as
+  // Points `request` at the blocks `hold` holds: its keys cut to as many; its land_in (a
+  // host pool's views, or a device pool's staging) and, for a device pool, its land (the
+  // staging's Commit, or Land where the landing had no staging); a share of `hold` as
   // its keep. REQUIRES: request.keys start at the hold's first block.
   static void Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequest& request);
   // The fetched run (fetched.keys, in fetched.bytes) into the first of these blocks, one

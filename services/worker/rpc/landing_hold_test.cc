@@ -1,6 +1,8 @@
 // LandingHold on a host pool and a device pool (its code run by the CPU kernels): the
-// blocks held for a fetch take its run (through a host pool's views, or by Land, on the
-// fetch's thread) and go back to the pool with the last share.
+// blocks held for a fetch take its run (through a host pool's views; on a device pool
+// through a copier's staging and one scatter, or, for a landing larger than that staging,
+// from the fetch's buffer by Land, on the fetch's thread) and go back to the pool with the
+// last share.
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/landing_hold.h"
 
@@ -16,8 +18,8 @@
 namespace kvtier::worker {
 namespace {
 
-// The parameter: whether the pool is a device pool.
-class LandingHoldTest : public ::testing::TestWithParam<bool> {
+// The parameter: the pool the blocks are held in (testing::LandingPool).
+class LandingHoldTest : public ::testing::TestWithParam<testing::LandingPool> {
  protected:
   // Sequence 1 of client 1: three full blank blocks, held for a fetch.
   void SetUp() override {
@@ -39,35 +41,34 @@ class LandingHoldTest : public ::testing::TestWithParam<bool> {
     }
     return fetched;
   }
+  std::vector<uint8_t> Read(size_t i) const {
+    std::vector<uint8_t> bytes(512);
+    EXPECT_TRUE(worker_->ReadBlock(0, table_[i], bytes).ok());
+    return bytes;
+  }
 
   // This thread's loop, for the hold's executor (owned by pointer: its destructor may throw).
   std::unique_ptr<kj::EventLoop> loop_ = std::make_unique<kj::EventLoop>();
   std::unique_ptr<kj::WaitScope> wait_scope_ = std::make_unique<kj::WaitScope>(*loop_);
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{testing::TestLayout(), 4}},
-                      .pool_storage = GetParam() ? testing::DevicePathOnCpu() : nullptr})
-          .value();
+      Worker::Create({.pools = {{testing::TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())}).value();
   const std::vector<BlockKey> keys_ = {testing::Key(1), testing::Key(2), testing::Key(3)};
   std::vector<BlockId> table_;
   std::shared_ptr<LandingHold> hold_;
 };
 
-// The fetch brought blocks 1 and 2 of the three held: another thread lands them in the
-// sequence's first two blocks; the third keeps what it had. The last share gives all
-// three back.
+// The fetch brought blocks 1 and 2 of the three held, in its buffer: another thread lands
+// them in the sequence's first two blocks; the third keeps what it had. The last share
+// gives all three back.
 TEST_P(LandingHoldTest, ARunLandsInTheFirstHeldBlocksFromAnyThread) {
-  EXPECT_EQ(hold_->blocks().views.empty(), GetParam()) << "a device pool's blocks have no host view";
+  EXPECT_EQ(hold_->blocks().staged != nullptr, GetParam() == testing::LandingPool::kDeviceStaged);
   Status landed;
   std::thread fetch([&] { landed = hold_->Land(Fetched(2)); });
   fetch.join();
   ASSERT_TRUE(landed.ok()) << landed;
-  std::vector<uint8_t> back(512);
-  for (uint8_t i = 0; i < 2; ++i) {
-    ASSERT_TRUE(worker_->ReadBlock(0, table_[i], back).ok());
-    EXPECT_EQ(back, testing::Pattern(i + 1)) << "block " << int(i + 1);
-  }
-  ASSERT_TRUE(worker_->ReadBlock(0, table_[2], back).ok());
-  EXPECT_EQ(back, std::vector<uint8_t>(512, 0)) << "block 3 not fetched: as it was";
+  EXPECT_EQ(Read(0), testing::Pattern(1));
+  EXPECT_EQ(Read(1), testing::Pattern(2));
+  EXPECT_EQ(Read(2), std::vector<uint8_t>(512, 0)) << "block 3 not fetched: as it was";
   EXPECT_EQ(worker_->Stats().pools[0].held, 3u);
   hold_.reset();
   EXPECT_EQ(worker_->Stats().pools[0].held, 0u);
@@ -81,35 +82,48 @@ TEST_P(LandingHoldTest, ARunThatDoesNotFitIsRefused) {
   FetchedBlocks short_bytes = Fetched(2);
   short_bytes.bytes.resize(700);
   EXPECT_EQ(hold_->Land(short_bytes).code(), StatusCode::kInvalidArgument);
-  std::vector<uint8_t> back(512);
-  ASSERT_TRUE(worker_->ReadBlock(0, table_[0], back).ok());
-  EXPECT_EQ(back, std::vector<uint8_t>(512, 0));
+  EXPECT_EQ(Read(0), std::vector<uint8_t>(512, 0));
 }
 
-// A fetch of four blocks directed at the three held: its keys are cut to three, it keeps
-// a share of the hold, and it lands through a host pool's views (land_in) or, for a device
-// pool, by its land (Land), which puts blocks 1 and 2 in place.
+// A fetch of four blocks directed at the three held: its keys are cut to three and it
+// keeps a share of the hold. It writes blocks 1 to 3 where land_in points but takes 1 and
+// 2 alone, then calls its land, if any, as a fetch does: a host pool's blocks hold them
+// from the write, a device pool's from the land (one scatter of the run from staging, or
+// Land from the fetch's buffer).
 TEST_P(LandingHoldTest, AFetchIsDirectedAtTheHeldBlocks) {
   PeerFetchRequest request{.keys = {testing::Key(1), testing::Key(2), testing::Key(3), testing::Key(4)}};
   LandingHold::Direct(hold_, request);
   EXPECT_EQ(request.keys.size(), 3u);
   EXPECT_EQ(request.keep, hold_);
-  if (!GetParam()) {
+  EXPECT_EQ(request.land == nullptr, GetParam() == testing::LandingPool::kHost);
+  FetchedBlocks fetched = Fetched(2);
+  if (GetParam() == testing::LandingPool::kDeviceBuffered) {
+    EXPECT_TRUE(request.land_in.empty()) << "the run comes in the fetch's buffer";
+  } else {
     ASSERT_EQ(request.land_in.size(), 3u);
-    EXPECT_EQ(request.land_in[1].data(), hold_->blocks().views[1].data());
-    EXPECT_FALSE(request.land);
-    return;
+    for (uint8_t i = 0; i < 3; ++i) {  // block 3 too, past the run taken: it must not land
+      const std::vector<uint8_t> bytes = testing::Pattern(i + 1);
+      std::copy(bytes.begin(), bytes.end(), request.land_in[i].begin());
+    }
+    fetched.bytes.clear();  // written in place, not buffered
+    if (GetParam() == testing::LandingPool::kDeviceStaged) {
+      EXPECT_EQ(Read(0), std::vector<uint8_t>(512, 0)) << "in staging until the land";
+    }
   }
-  EXPECT_TRUE(request.land_in.empty());
-  ASSERT_TRUE(request.land);
-  ASSERT_TRUE(request.land(Fetched(2)).ok());
-  std::vector<uint8_t> back(512);
-  ASSERT_TRUE(worker_->ReadBlock(0, table_[1], back).ok());
-  EXPECT_EQ(back, testing::Pattern(2));
+  if (request.land) {
+    ASSERT_TRUE(request.land(fetched).ok());
+  }
+  EXPECT_EQ(Read(0), testing::Pattern(1));
+  EXPECT_EQ(Read(1), testing::Pattern(2));
+  if (GetParam() != testing::LandingPool::kHost) {
+    EXPECT_EQ(Read(2), std::vector<uint8_t>(512, 0)) << "block 3 not taken: not landed";
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, LandingHoldTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "DevicePoolOnCpu" : "HostPool"; });
+INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, LandingHoldTest,
+                         ::testing::Values(testing::LandingPool::kHost, testing::LandingPool::kDeviceStaged,
+                                           testing::LandingPool::kDeviceBuffered),
+                         [](const auto& info) { return testing::NameOf(info.param); });
 
 }  // namespace
 }  // namespace kvtier::worker

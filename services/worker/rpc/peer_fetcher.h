@@ -77,10 +77,11 @@ struct PeerFetchRequest {
   // fetch writes there on its own thread; FetchedBlocks::bytes stays empty. A block after
   // the leading run taken may have been written too. Empty: into FetchedBlocks::bytes.
   std::vector<std::span<uint8_t>> land_in = {};
-  // Optional, without land_in: called on the fetch's thread once the leading run is in
+  // Optional: called on the fetch's thread once the leading run is in land_in or
   // FetchedBlocks::bytes, to land it where it goes (a device pool's blocks held for it:
-  // Worker::LandHeldBlocks, one scatter) before the fetch is answered; then `keep` is
-  // dropped. FetchedBlocks::landed says whether it did (the bytes stay in the buffer).
+  // one scatter from staging, or Worker::LandHeldBlocks) before the fetch is answered;
+  // then `keep` is dropped. FetchedBlocks::landed says whether it did (the bytes stay
+  // where the fetch wrote them).
   std::function<Status(const FetchedBlocks&)> land = nullptr;
   std::shared_ptr<void> keep = {};
 };

@@ -47,4 +47,29 @@ inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendP
   };
 }
 
+// The pools a landing test runs on: host memory (a fetch writes the blocks in place); a
+// device pool's code on the CPU kernels whose copiers stage the landing (a fetch writes
+// the staging, then commits it); one whose copiers stage a single TestLayout block, too
+// few (a fetch buffers its run, then lands it by Worker::LandHeldBlocks).
+enum class LandingPool { kHost, kDeviceStaged, kDeviceBuffered };
+
+inline PoolStorageFactory StorageFor(LandingPool pool) {
+  switch (pool) {
+    case LandingPool::kHost: return nullptr;
+    case LandingPool::kDeviceStaged: return DevicePathOnCpu();
+    case LandingPool::kDeviceBuffered: return DevicePathOnCpu(/*copier_staging_bytes=*/512);
+  }
+  return nullptr;
+}
+
+// For INSTANTIATE_TEST_SUITE_P's names.
+inline const char* NameOf(LandingPool pool) {
+  switch (pool) {
+    case LandingPool::kHost: return "HostPool";
+    case LandingPool::kDeviceStaged: return "DevicePoolStaged";
+    case LandingPool::kDeviceBuffered: return "DevicePoolBuffered";
+  }
+  return "Unknown";
+}
+
 }  // namespace kvtier::worker::testing
