@@ -69,7 +69,8 @@ class DevicePoolStorage final : public PoolStorage {
   // REQUIRES: `memory` is memory of `backend` (or of its device).
   DevicePoolStorage(const BackendPoolOptions& options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
       : make_backend_(options.make_backend), copier_staging_bytes_(options.copier_staging_bytes),
-        lane_{.backend = std::move(backend)}, memory_(std::move(memory)) {}
+        lane_{.backend = std::move(backend)}, memory_(std::move(memory)),
+        max_staged_landings_(options.max_staged_landings) {}
 
   size_t size() const override {
     return std::visit([](const auto& m) { return m.size(); }, memory_);
@@ -163,18 +164,32 @@ class DevicePoolStorage final : public PoolStorage {
             lane.staging.data()};
   }
 
-  // One round's worth at most, on a copier kept by the landing until it goes.
+  // One round's worth at most, on a copier kept by the landing until it goes; at most
+  // max_staged_landings_ at once (a landing waits for its fetch, which may be queued).
   Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids, size_t block_bytes) override {
     if (ids.size() * block_bytes > std::max(copier_staging_bytes_, block_bytes)) {
       return ResourceExhaustedError(std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
                                     " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
     }
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
-    if (Status staged = lane->Stage(ids, block_bytes); !staged.ok()) {
-      GiveBack(std::move(lane));
+    {
+      std::lock_guard lock(mu_);
+      if (staged_landings_ >= max_staged_landings_) {
+        return ResourceExhaustedError(std::to_string(staged_landings_) + " landings staged already");
+      }
+      ++staged_landings_;
+    }
+    Result<std::unique_ptr<Lane>> lane = TakeCopier();
+    Status staged = lane.ok() ? (*lane)->Stage(ids, block_bytes) : lane.status();
+    if (!staged.ok()) {
+      if (lane.ok()) GiveBack(std::move(*lane));
+      EndLanding();
       return staged;
     }
-    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(lane), ids.size(), block_bytes));
+    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(*lane), ids.size(), block_bytes));
+  }
+  void EndLanding() {
+    std::lock_guard lock(mu_);
+    --staged_landings_;
   }
   // The first `count` blocks the lane staged, by one Scatter (its ids are on the device).
   Status ScatterStaged(const Lane& lane, size_t count, size_t block_bytes) const {
@@ -226,9 +241,14 @@ class DevicePoolStorage final : public PoolStorage {
   Memory memory_;
   std::mutex mu_;  // a leaf: nothing else is locked while it is held
   std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
+  const uint32_t max_staged_landings_;
+  uint32_t staged_landings_ KVTIER_GUARDED_BY(mu_) = 0;  // StagedLandings alive
 };
 
-DeviceLanding::~DeviceLanding() { pool_.GiveBack(std::move(lane_)); }
+DeviceLanding::~DeviceLanding() {
+  pool_.GiveBack(std::move(lane_));
+  pool_.EndLanding();
+}
 
 Status DeviceLanding::Commit(size_t count) {
   if (count > views_.size()) {

@@ -96,7 +96,8 @@ class PoolStorage {
   // A copier's staging for blocks `ids`, held for a writer, for a fetch to write into
   // (so that its bytes arrive in pinned memory and need no copy before the scatter). Any
   // thread. kFailedPrecondition: a host pool (its blocks are written in place);
-  // kResourceExhausted: more than one round of a copier's staging (land by LandHeld).
+  // kResourceExhausted: more than one round of a copier's staging, or as many landings
+  // staged already as the pool allows (land by LandHeld).
   // REQUIRES: as LandHeld's.
   [[nodiscard]] virtual Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids,
                                                                             size_t block_bytes) = 0;
@@ -121,6 +122,10 @@ struct BackendPoolOptions {
   // loop for tickets: 11 with the defaults on 16 cores, 352 MiB pinned at the most).
   // 32 MiB: a fetch of 16 blocks of 2 MiB in one round.
   size_t copier_staging_bytes = 32ull << 20;
+  // Landings staged at once (StageLanding; kResourceExhausted beyond): each keeps a
+  // copier until its fetch, which may wait in the fetcher's queue, has landed. 4: the
+  // worker's two fetch threads and as many queued.
+  uint32_t max_staged_landings = 4;
 };
 // A device pool over memory of the backends `make_backend` makes: the same code as
 // MakeDevicePoolStorage's (staging, gathers, scatters, copiers), which with

@@ -358,6 +358,37 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
   ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
 }
 
+// A pool that stages one landing at a time: sequence 1's landing takes the copier's
+// staging, sequence 2's (while 1's lives) is left to buffer; once 1's goes, sequence 3's
+// is staged again.
+TEST(DevicePoolOnCpuTest, LandingsBeyondTheStagedLimitBuffer) {
+  auto created = Worker::Create(
+      {.pools = {{TestLayout(), 6}}, .pool_storage = testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/1)});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  const auto blank = [&](SequenceId sequence) -> Result<LandingBlocks> {
+    const std::vector<BlockKey> keys = {Key(10 * sequence), Key(10 * sequence + 1)};
+    KVTIER_RETURN_IF_ERROR(
+        worker.Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 8)})
+            .status());
+    return worker.HoldLanding(1, sequence, 2);
+  };
+  Result<LandingBlocks> first = blank(1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->staged);
+  Result<LandingBlocks> second = blank(2);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->staged) << "one landing staged at a time";
+  EXPECT_TRUE(second->views.empty());
+  ASSERT_TRUE(worker.ReleaseBlocks(0, first->blocks).ok());
+  first->staged.reset();
+  Result<LandingBlocks> third = blank(3);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->staged) << "the first landing's copier is free again";
+  ASSERT_TRUE(worker.ReleaseBlocks(0, second->blocks).ok());
+  ASSERT_TRUE(worker.ReleaseBlocks(0, third->blocks).ok());
+}
+
 // Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds
 // the two full ones (at most `max_blocks`): what a fetch writes there is the blocks'
 // bytes, through a host pool's views, or a device pool's staged views once committed

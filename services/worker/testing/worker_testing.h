@@ -38,12 +38,14 @@ inline std::vector<uint8_t> Pattern(uint8_t seed) {
 
 // Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
 // reference kernels: WorkerOptions::pool_storage for a device pool on any machine.
-inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes) {
-  return [copier_staging_bytes](size_t bytes) {
+inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes,
+                                          uint32_t max_staged_landings = BackendPoolOptions{}.max_staged_landings) {
+  return [copier_staging_bytes, max_staged_landings](size_t bytes) {
     return MakeBackendPoolStorage(
         {.make_backend = [] { return Result<std::unique_ptr<gpu::KernelBackend>>(gpu::MakeCpuBackend()); },
          .bytes = bytes,
-         .copier_staging_bytes = copier_staging_bytes});
+         .copier_staging_bytes = copier_staging_bytes,
+         .max_staged_landings = max_staged_landings});
   };
 }
 
