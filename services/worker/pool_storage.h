@@ -119,8 +119,8 @@ struct BackendPoolOptions {
   // LandHeld goes in rounds, so that each concurrent caller pins a bounded share of host
   // memory. Copiers are made as callers come at once and kept: on a worker node about one
   // per thread that copies for peers (its stream's tier threads, its fetch threads, its
-  // loop for tickets: 11 with the defaults on 16 cores, 352 MiB pinned at the most).
-  // 32 MiB: a fetch of 16 blocks of 2 MiB in one round.
+  // loop for tickets) and per staged landing: 15 with the defaults on 16 cores, 480 MiB
+  // pinned at the most. 32 MiB: a fetch of 16 blocks of 2 MiB in one round.
   size_t copier_staging_bytes = 32ull << 20;
   // Landings staged at once (StageLanding; kResourceExhausted beyond): each keeps a
   // copier until its fetch, which may wait in the fetcher's queue, has landed. 4: the
