@@ -6,6 +6,8 @@
 // staging and a device copy of the batch's ids. Each CopyHeld or LandHeld, called by
 // other threads at once, takes a lane of its own from `idle_` (made on first need, kept
 // for the next caller), so that no copy waits for the loop's and the loop waits for none.
+// A staged landing (StageLanding) keeps its lane until it goes: a fetch writes into the
+// lane's staging, and Commit scatters it.
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -233,7 +235,7 @@ class DevicePoolStorage final : public PoolStorage {
     return std::make_unique<Lane>(Lane{.backend = std::move(backend)});
   }
 
-  friend class DeviceLanding;  // takes a copier for a landing and gives it back
+  friend class DeviceLanding;  // scatters through ScatterStaged, then gives its copier back
 
   const KernelBackendFactory make_backend_;
   const size_t copier_staging_bytes_;

@@ -7,11 +7,12 @@
 //
 // A host pool's fetch writes the blocks' bytes through their views; a device pool's writes
 // into a copier's pinned staging and scatters it once fetched, on the fetch's thread
-// (PeerFetchRequest::land), or, where the landing is larger than a copier's staging,
-// lands its buffered run by Land.
+// (PeerFetchRequest::land), or, where the pool staged none for it (too large, or too
+// many landings at once), lands its buffered run by Land.
 //
-// Thread safety: Take on the worker's loop; Land on any thread. The last share may go on any thread: on the
-// loop the holds are given back at once; elsewhere the thread waits for the loop to give
+// Thread safety: Take and Direct on the worker's loop; Land on any thread. The last share
+// may go on any thread: on the loop the holds are given back at once (and a staged
+// landing's copier to its pool); elsewhere the thread waits for the loop to give
 // them back (kj::Executor::executeSync), or gives nothing back once the loop has exited
 // (the worker goes with it). A thread dropping it must hold nothing the loop waits for.
 // Ownership: shared; borrows the worker, whose loop outlives every share but the fetch's
