@@ -1,7 +1,8 @@
 // A device pool's block copies for peers: on the worker's loop as before (ReadBlocks: one
 // gather into the loop's staging, then a copy into the caller's buffers; WritableBlocks,
 // a copy in, then CommitWrites: one scatter) against the copiers any thread takes
-// (CopyHeld, LandHeld), from 1 to 8 threads at once. On GPU 0 where there is one, else
+// (CopyHeld, LandHeld), from 1 to 8 threads at once; and a fetch's landing through a
+// copier's staging against one through a buffer. On GPU 0 where there is one, else
 // the same code on the CPU kernels (the label says which): only a GPU's figures speak of
 // the copy engine.
 #include <benchmark/benchmark.h>
@@ -65,6 +66,11 @@ struct Batch {
   std::vector<std::span<const uint8_t>> inputs;
 };
 
+// Batches of 16 blocks of 256 KiB and of 2 MiB, each of two ways (`way`: 0 or 1).
+benchmark::internal::Benchmark* Batches(benchmark::internal::Benchmark* b, const char* way) {
+  return b->ArgNames({"block_bytes", "blocks", way})->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})->UseRealTime();
+}
+
 // Args: block bytes, blocks per batch, 0 = read (out of the pool) or 1 = land (into it).
 void BM_OnTheLoop(benchmark::State& state) {
   const auto block_bytes = static_cast<size_t>(state.range(0));
@@ -78,20 +84,21 @@ void BM_OnTheLoop(benchmark::State& state) {
     Status done;
     if (land) {
       done = pool.WritableBlocks(batch.ids, block_bytes, &writable);
-      for (size_t i = 0; done.ok() && i < blocks; ++i) std::copy_n(batch.memory.data() + i * block_bytes, block_bytes, writable[i].data());
+      for (size_t i = 0; done.ok() && i < blocks; ++i) {
+        std::copy_n(batch.memory.data() + i * block_bytes, block_bytes, writable[i].data());
+      }
       if (done.ok()) done = pool.CommitWrites(batch.ids, block_bytes);
     } else {
       done = pool.ReadBlocks(batch.ids, block_bytes, &read);
-      for (size_t i = 0; done.ok() && i < blocks; ++i) std::copy_n(read[i].data(), block_bytes, batch.buffers[i].data());
+      for (size_t i = 0; done.ok() && i < blocks; ++i) {
+        std::copy_n(read[i].data(), block_bytes, batch.buffers[i].data());
+      }
     }
     if (Failed(state, done)) break;
   }
   Report(state, blocks * block_bytes, land ? ", landed on the loop" : ", read on the loop");
 }
-BENCHMARK(BM_OnTheLoop)
-    ->ArgNames({"block_bytes", "blocks", "land"})
-    ->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})
-    ->UseRealTime();
+BENCHMARK(BM_OnTheLoop)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "land"); });
 
 // The same batches by CopyHeld or LandHeld, each thread on its own blocks and copier.
 void BM_OnCopiers(benchmark::State& state) {
@@ -107,11 +114,37 @@ void BM_OnCopiers(benchmark::State& state) {
   }
   Report(state, blocks * block_bytes, land ? ", landed by copiers" : ", copied out by copiers");
 }
-BENCHMARK(BM_OnCopiers)
-    ->ArgNames({"block_bytes", "blocks", "land"})
-    ->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})
-    ->ThreadRange(1, 8)
-    ->UseRealTime();
+BENCHMARK(BM_OnCopiers)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "land")->ThreadRange(1, 8); });
+
+// A fetch's run landing in held blocks, counted from its payloads' arrival (a copy from
+// the "socket", `wire`): into a staged landing's pinned staging, then its Commit (one
+// scatter); or, staged 0, into a buffer of the fetch, then LandHeld (a copy into a
+// copier's staging, then one scatter).
+void BM_FetchLanding(benchmark::State& state) {
+  const auto block_bytes = static_cast<size_t>(state.range(0));
+  const auto blocks = static_cast<size_t>(state.range(1));
+  const bool staged = state.range(2) != 0;
+  PoolStorage& pool = Pool(block_bytes);
+  Batch batch(0, blocks, block_bytes);
+  const std::vector<uint8_t> wire(blocks * block_bytes, 7);
+  for (auto _ : state) {
+    Status done;
+    if (staged) {
+      Result<std::unique_ptr<StagedLanding>> landing = pool.StageLanding(batch.ids, block_bytes);
+      done = landing.status();
+      for (size_t i = 0; done.ok() && i < blocks; ++i) {
+        std::copy_n(wire.data() + i * block_bytes, block_bytes, (*landing)->views()[i].data());
+      }
+      if (done.ok()) done = (*landing)->Commit(blocks);
+    } else {
+      std::copy_n(wire.data(), wire.size(), batch.memory.data());
+      done = pool.LandHeld(batch.ids, block_bytes, batch.inputs);
+    }
+    if (Failed(state, done)) break;
+  }
+  Report(state, blocks * block_bytes, staged ? ", fetched into staging" : ", fetched into a buffer");
+}
+BENCHMARK(BM_FetchLanding)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "staged"); });
 
 }  // namespace
 }  // namespace kvtier::worker
