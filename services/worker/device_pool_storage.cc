@@ -116,11 +116,12 @@ class DevicePoolStorage final : public PoolStorage {
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }
-  // One Scatter kernel from the staging WritableBlocks handed out; with `only`, those
-  // slots are moved to the front of the staging first (a memmove in pinned host memory)
-  // and their ids staged again, so that the scatter writes those blocks alone.
+  // One Scatter kernel from the staging WritableBlocks handed out; with `only` some of
+  // them (fewer than all), those slots are moved to the front of the staging first (a
+  // memmove in pinned host memory) and their ids staged again, so that the scatter writes
+  // those blocks alone.
   Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes, std::span<const uint32_t> only) override {
-    if (only.empty()) {
+    if (only.empty() || only.size() == ids.size()) {  // ascending positions: all of them
       if (ids.empty()) return Status::Ok();
       return lane_.backend->Scatter(Args(lane_, ids, block_bytes));
     }

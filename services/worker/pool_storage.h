@@ -75,7 +75,7 @@ class PoolStorage {
   // CommitWrites then lands them (nothing for host pools, one scatter for device pools):
   // the first ids.size() of the blocks WritableBlocks was given, or with `only` (ascending
   // positions among them) just those, the others left as they are (blocks whose bytes
-  // were already landed by LandHeld).
+  // a fetch has already landed).
   [[nodiscard]] virtual Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                                               std::vector<std::span<uint8_t>>* views) = 0;
   [[nodiscard]] virtual Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes,

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <tuple>
 
 #include "gpu/device.h"
 #include "services/worker/pool_storage.h"
@@ -51,15 +52,21 @@ void Report(benchmark::State& state, size_t batch_bytes, const char* path) {
   state.SetLabel(std::string(gpu::ProbeDevices().has_gpu() ? "GPU 0" : "CPU kernels (no GPU)") + path);
 }
 
-// Thread t's `blocks` ids (its own range of the pool) and buffers of one block each.
+// A benchmark thread's batch, from its arguments (block bytes, blocks per batch, which
+// way): its ids (the thread's own range of the pool) and buffers of one block each.
 struct Batch {
-  Batch(int thread, size_t blocks, size_t block_bytes) : ids(blocks), memory(blocks * block_bytes, 1) {
-    std::iota(ids.begin(), ids.end(), static_cast<uint32_t>(thread * blocks % kPoolBlocks));
+  explicit Batch(const benchmark::State& state)
+      : block_bytes(static_cast<size_t>(state.range(0))), blocks(static_cast<size_t>(state.range(1))),
+        way(state.range(2) != 0), ids(blocks), memory(blocks * block_bytes, 1) {
+    std::iota(ids.begin(), ids.end(), static_cast<uint32_t>(state.thread_index() * blocks % kPoolBlocks));
     for (size_t i = 0; i < blocks; ++i) {
       buffers.emplace_back(memory.data() + i * block_bytes, block_bytes);
       inputs.emplace_back(memory.data() + i * block_bytes, block_bytes);
     }
   }
+  const size_t block_bytes;
+  const size_t blocks;
+  const bool way;  // the third argument: land (1) or read; staged (1) or buffered
   std::vector<uint32_t> ids;
   std::vector<uint8_t> memory;
   std::vector<std::span<uint8_t>> buffers;
@@ -73,11 +80,9 @@ benchmark::internal::Benchmark* Batches(benchmark::internal::Benchmark* b, const
 
 // Args: block bytes, blocks per batch, 0 = read (out of the pool) or 1 = land (into it).
 void BM_OnTheLoop(benchmark::State& state) {
-  const auto block_bytes = static_cast<size_t>(state.range(0));
-  const auto blocks = static_cast<size_t>(state.range(1));
-  const bool land = state.range(2) != 0;
+  Batch batch(state);
+  const auto [block_bytes, blocks, land] = std::tuple(batch.block_bytes, batch.blocks, batch.way);
   PoolStorage& pool = Pool(block_bytes);
-  Batch batch(0, blocks, block_bytes);
   std::vector<std::span<const uint8_t>> read;
   std::vector<std::span<uint8_t>> writable;
   for (auto _ : state) {
@@ -102,11 +107,9 @@ BENCHMARK(BM_OnTheLoop)->Apply([](benchmark::internal::Benchmark* b) { Batches(b
 
 // The same batches by CopyHeld or LandHeld, each thread on its own blocks and copier.
 void BM_OnCopiers(benchmark::State& state) {
-  const auto block_bytes = static_cast<size_t>(state.range(0));
-  const auto blocks = static_cast<size_t>(state.range(1));
-  const bool land = state.range(2) != 0;
+  Batch batch(state);
+  const auto [block_bytes, blocks, land] = std::tuple(batch.block_bytes, batch.blocks, batch.way);
   PoolStorage& pool = Pool(block_bytes);
-  Batch batch(state.thread_index(), blocks, block_bytes);
   for (auto _ : state) {
     const Status done = land ? pool.LandHeld(batch.ids, block_bytes, batch.inputs)
                              : pool.CopyHeld(batch.ids, block_bytes, batch.buffers);
@@ -121,11 +124,9 @@ BENCHMARK(BM_OnCopiers)->Apply([](benchmark::internal::Benchmark* b) { Batches(b
 // scatter); or, staged 0, into a buffer of the fetch, then LandHeld (a copy into a
 // copier's staging, then one scatter).
 void BM_FetchLanding(benchmark::State& state) {
-  const auto block_bytes = static_cast<size_t>(state.range(0));
-  const auto blocks = static_cast<size_t>(state.range(1));
-  const bool staged = state.range(2) != 0;
+  Batch batch(state);
+  const auto [block_bytes, blocks, staged] = std::tuple(batch.block_bytes, batch.blocks, batch.way);
   PoolStorage& pool = Pool(block_bytes);
-  Batch batch(0, blocks, block_bytes);
   const std::vector<uint8_t> wire(blocks * block_bytes, 7);
   for (auto _ : state) {
     Status done;

@@ -267,10 +267,9 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
       }
     }
     const auto write_start = std::chrono::steady_clock::now();
-    const std::span<const uint32_t> onboarded = std::span(ids).first(result.onboarded_blocks);
-    const Status landed = to_land.size() == onboarded.size() ? state.storage->CommitWrites(onboarded, block_bytes)
-                          : to_land.empty() ? Status::Ok()
-                                            : state.storage->CommitWrites(onboarded, block_bytes, to_land);
+    const Status landed =
+        to_land.empty() ? Status::Ok()
+                        : state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes, to_land);
     w.stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
     KVTIER_RETURN_IF_ERROR(landed);
   }
@@ -383,7 +382,8 @@ Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_i
   KVTIER_RETURN_IF_ERROR(state->pool->HoldBlocks(blocks));
   const std::span<const uint8_t> memory = state->storage->host_bytes();
   std::vector<std::span<const uint8_t>> views(blocks.size());  // a device pool's stay empty
-  for (size_t i = 0; i < blocks.size() && !memory.empty(); ++i) {
+  if (memory.empty()) return views;
+  for (size_t i = 0; i < blocks.size(); ++i) {
     views[i] = memory.subspan(state->BlockOffset(blocks[i]), state->layout.bytes_per_block());
   }
   return views;
@@ -450,18 +450,19 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
                                    std::to_string(seq->filled_blocks) + " in its window");
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
-  for (size_t i = 0; i < landing.blocks.size() && !memory.empty(); ++i) {
-    landing.views.push_back(memory.subspan(state.BlockOffset(landing.blocks[i]), state.layout.bytes_per_block()));
-  }
-  if (memory.empty()) {
-    // A device pool's fetch writes into a copier's pinned staging where the landing fits
-    // one; otherwise into a buffer of its own, landed by LandHeldBlocks.
-    Result<std::unique_ptr<StagedLanding>> staged =
-        state.storage->StageLanding(landing.blocks, state.layout.bytes_per_block());
-    if (staged.ok()) {
-      landing.views = (*staged)->views();
-      landing.staged = std::move(*staged);
+  if (!memory.empty()) {
+    for (const BlockId b : landing.blocks) {
+      landing.views.push_back(memory.subspan(state.BlockOffset(b), state.layout.bytes_per_block()));
     }
+    return landing;
+  }
+  // A device pool's fetch writes into a copier's pinned staging where the landing fits
+  // one; otherwise into a buffer of its own, landed by LandHeldBlocks.
+  Result<std::unique_ptr<StagedLanding>> staged =
+      state.storage->StageLanding(landing.blocks, state.layout.bytes_per_block());
+  if (staged.ok()) {
+    landing.views = (*staged)->views();
+    landing.staged = std::move(*staged);
   }
   return landing;
 }

@@ -45,8 +45,9 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
                                        "Bytes of the blocks brought into a pool from the node's tiers."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* in_place,
                           r.AddCounter("kvtier_worker_onboarded_in_place_blocks_total",
-                                       "Blocks fetched from other nodes straight into a host pool's memory (no copy "
-                                       "on the worker's event loop)."));
+                                       "Blocks fetched from other nodes straight into their pool blocks (a host pool's "
+                                       "memory, or a GPU pool's by a scatter off the loop): no copy on the worker's "
+                                       "event loop."));
   KVTIER_ASSIGN_OR_RETURN(m->transfer_seconds_,
                           r.AddCounter("kvtier_worker_transfer_seconds_total",
                                        "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "

@@ -27,28 +27,36 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
+namespace {
+
+// A stream socket of `addr`'s family with its receive buffer set, connected to it; -1 when
+// the connection fails.
+template <typename Address>
+int ConnectTo(const Address& addr, int receive_buffer) {
+  const sockaddr* const generic = reinterpret_cast<const sockaddr*>(&addr);
+  const int fd = socket(generic->sa_family, SOCK_STREAM, 0);
+  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  if (connect(fd, generic, sizeof(addr)) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+}  // namespace
+
 int ConnectRaw(const std::string& address, int receive_buffer) {
   if (address.starts_with("unix:")) {
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     const std::string path = address.substr(5);
     path.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-    close(fd);
-    return -1;
+    return ConnectTo(addr, receive_buffer);
   }
   const size_t colon = address.rfind(':');
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
   inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
-  close(fd);
-  return -1;
+  return ConnectTo(addr, receive_buffer);
 }
 
 RawExchange SendRaw(const std::string& address, const std::string& bytes, std::chrono::milliseconds timeout) {

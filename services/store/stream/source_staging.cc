@@ -23,20 +23,51 @@ void HeldFound(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, 
   if (computed) holds.Computed(hold, transfer.headers.back().checksum);
 }
 
-// The blocks found[k] for k in `apart` (held apart: a GPU pool's), copied by one CopyHeld
-// into `outs`, on this thread. A copy that fails leaves them missing, or corrupt where the
-// source says the bytes are lost (kDataLoss).
-void CopyHeldApart(ExtraBlockSource& source, std::span<const uint32_t> apart, std::span<const uint32_t> positions,
-                   std::vector<Result<HeldBlock>>& found, std::span<const uint64_t> apart_holds,
-                   std::span<const std::span<uint8_t>> outs, SourceHolds& holds, std::span<const size_t> hold_of,
+// A read or copy of slot i's block that failed: corrupt where the source says the bytes
+// are lost (kDataLoss), else left missing.
+void NotFound(OpenTransfer& transfer, uint32_t i, const Status& failure) {
+  if (failure.code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
+}
+
+// Blocks of `found` (by their index k) and the staging each goes to.
+struct Copies {
+  std::vector<uint32_t> k;
+  std::vector<std::span<uint8_t>> outs;
+  void Add(uint32_t index, std::span<uint8_t> out) {
+    k.push_back(index);
+    outs.push_back(out);
+  }
+};
+
+// The blocks held apart (a GPU pool's), copied by one CopyHeld on this thread.
+void CopyHeldApart(ExtraBlockSource& source, const Copies& apart, std::span<const uint32_t> positions,
+                   std::vector<Result<HeldBlock>>& found, SourceHolds& holds, std::span<const size_t> hold_of,
                    OpenTransfer& transfer) {
-  const Status copied = source.CopyHeld(apart_holds, outs);
-  for (size_t j = 0; j < apart.size(); ++j) {
-    const uint32_t k = apart[j];
-    if (copied.ok()) {
-      HeldFound(transfer, positions[k], std::move(found[k]->header), outs[j], holds, hold_of[k]);
-    } else if (copied.code() == StatusCode::kDataLoss) {
-      transfer.states[positions[k]] = StreamBlockState::kCorrupt;
+  std::vector<uint64_t> apart_holds;
+  for (const uint32_t k : apart.k) apart_holds.push_back(found[k]->hold);
+  const Status copied = source.CopyHeld(apart_holds, apart.outs);
+  for (size_t j = 0; j < apart.k.size(); ++j) {
+    const uint32_t k = apart.k[j];
+    if (!copied.ok()) {
+      NotFound(transfer, positions[k], copied);
+      continue;
+    }
+    HeldFound(transfer, positions[k], std::move(found[k]->header), apart.outs[j], holds, hold_of[k]);
+  }
+}
+
+// The blocks the source does not hold, read by one ReadBatch (on the source's loop).
+void ReadUnheld(ExtraBlockSource& source, const Copies& unheld, std::span<const uint32_t> positions,
+                std::span<const storage::BlockRef> refs, OpenTransfer& transfer) {
+  std::vector<storage::BlockRef> unheld_refs;
+  for (const uint32_t k : unheld.k) unheld_refs.push_back(refs[k]);
+  std::vector<Result<storage::BlockHeader>> read = source.ReadBatch(unheld_refs, unheld.outs);
+  for (size_t j = 0; j < unheld.k.size(); ++j) {
+    const uint32_t i = positions[unheld.k[j]];
+    if (!read[j].ok()) {
+      NotFound(transfer, i, read[j].status());
+    } else if (read[j]->payload_bytes == unheld.outs[j].size()) {
+      Found(transfer, i, std::move(*read[j]), unheld.outs[j]);
     }
   }
 }
@@ -75,37 +106,20 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
   transfer.buffer = std::move(*taken);
   // The held blocks are copied here, on this thread (those held apart by one CopyHeld);
   // the others are read by the source.
-  std::vector<uint32_t> unheld, apart;  // of `staged`
-  std::vector<storage::BlockRef> unheld_refs;
-  std::vector<uint64_t> apart_holds;
-  std::vector<std::span<uint8_t>> outs, apart_outs;
+  Copies apart, unheld;
   for (uint32_t k : staged) {
     const uint32_t i = positions[k];
     const std::span<uint8_t> out = transfer.buffer.bytes().subspan(transfer.slots[i].offset, transfer.slots[i].bytes);
     if (!found[k]->held.empty()) {
       std::memcpy(out.data(), found[k]->held.data(), out.size());
       HeldFound(transfer, i, std::move(found[k]->header), out, holds, hold_of[k]);
-    } else if (found[k]->held_apart) {
-      apart.push_back(k);
-      apart_holds.push_back(found[k]->hold);
-      apart_outs.push_back(out);
     } else {
-      unheld.push_back(i);
-      unheld_refs.push_back(refs[k]);
-      outs.push_back(out);
+      (found[k]->held_apart ? apart : unheld).Add(k, out);
     }
   }
-  if (!apart.empty()) CopyHeldApart(source, apart, positions, found, apart_holds, apart_outs, holds, hold_of, transfer);
+  if (!apart.k.empty()) CopyHeldApart(source, apart, positions, found, holds, hold_of, transfer);
   if (!send_held) holds.Release();  // before the read, which waits for the source's loop too
-  if (unheld.empty()) return Status::Ok();
-  std::vector<Result<storage::BlockHeader>> read = source.ReadBatch(unheld_refs, outs);
-  for (size_t j = 0; j < unheld.size(); ++j) {
-    if (read[j].ok() && read[j]->payload_bytes == outs[j].size()) {
-      Found(transfer, unheld[j], std::move(*read[j]), outs[j]);
-    } else if (!read[j].ok() && read[j].status().code() == StatusCode::kDataLoss) {
-      transfer.states[unheld[j]] = StreamBlockState::kCorrupt;
-    }
-  }
+  if (!unheld.k.empty()) ReadUnheld(source, unheld, positions, refs, transfer);
   return Status::Ok();
 }
 

@@ -146,8 +146,7 @@ TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromWhereItWasWri
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, FetchedSourceTest,
-                         ::testing::Values(testing::LandingPool::kHost, testing::LandingPool::kDeviceStaged,
-                                           testing::LandingPool::kDeviceBuffered),
+                         ::testing::ValuesIn(testing::kLandingPools),
                          [](const auto& info) { return testing::NameOf(info.param); });
 
 }  // namespace

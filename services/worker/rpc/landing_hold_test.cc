@@ -121,8 +121,7 @@ TEST_P(LandingHoldTest, AFetchIsDirectedAtTheHeldBlocks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, LandingHoldTest,
-                         ::testing::Values(testing::LandingPool::kHost, testing::LandingPool::kDeviceStaged,
-                                           testing::LandingPool::kDeviceBuffered),
+                         ::testing::ValuesIn(testing::kLandingPools),
                          [](const auto& info) { return testing::NameOf(info.param); });
 
 }  // namespace

@@ -41,13 +41,24 @@ void PoolBlockSource::ByPool(const std::vector<std::optional<Found>>& found, Eac
   }
 }
 
-Status PoolBlockSource::CheckHolds(std::span<const uint64_t> holds, std::string_view nothing_was) const {
+template <typename Each>
+Status PoolBlockSource::ByHoldPool(std::span<const uint64_t> holds, std::string_view nothing_was, Each each) const {
   for (const uint64_t hold : holds) {
     if (hold >> 32 >= worker_->pool_count()) {
       return InvalidArgumentError("hold " + std::to_string(hold) + " names pool " + std::to_string(hold >> 32) +
                                   " of " + std::to_string(worker_->pool_count()) + "; nothing was " +
                                   std::string(nothing_was));
     }
+  }
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    std::vector<BlockId> blocks;
+    std::vector<size_t> positions;
+    for (size_t i = 0; i < holds.size(); ++i) {
+      if (holds[i] >> 32 != pool) continue;
+      blocks.push_back(static_cast<BlockId>(holds[i]));
+      positions.push_back(i);
+    }
+    if (!blocks.empty()) KVTIER_RETURN_IF_ERROR(each(pool, std::span<const BlockId>(blocks), positions));
   }
   return Status::Ok();
 }
@@ -91,20 +102,13 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<
     return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " + std::to_string(holds.size()) +
                                 " holds; nothing was released");
   }
-  KVTIER_RETURN_IF_ERROR(CheckHolds(holds, "released"));
-  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
-    std::vector<BlockId> blocks;
+  return ByHoldPool(holds, "released", [&](uint32_t pool, std::span<const BlockId> blocks,
+                                           const std::vector<size_t>& positions) -> Status {
     std::vector<uint64_t> computed;  // kept while the blocks are still held
-    for (size_t i = 0; i < holds.size(); ++i) {
-      if (holds[i] >> 32 != pool) continue;
-      blocks.push_back(static_cast<BlockId>(holds[i]));
-      computed.push_back(checksums.empty() ? 0 : checksums[i]);
-    }
-    if (blocks.empty()) continue;
+    for (size_t i : positions) computed.push_back(checksums.empty() ? 0 : checksums[i]);
     KVTIER_RETURN_IF_ERROR(worker_->RememberChecksums(pool, blocks, computed));
-    KVTIER_RETURN_IF_ERROR(worker_->ReleaseBlocks(pool, blocks));
-  }
-  return Status::Ok();
+    return worker_->ReleaseBlocks(pool, blocks);
+  });
 }
 
 Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) {
@@ -112,18 +116,12 @@ Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds, std::span<cons
     return InvalidArgumentError(std::to_string(outs.size()) + " buffers for " + std::to_string(holds.size()) +
                                 " held blocks; nothing was copied");
   }
-  KVTIER_RETURN_IF_ERROR(CheckHolds(holds, "copied"));
-  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
-    std::vector<BlockId> blocks;
+  return ByHoldPool(holds, "copied", [&](uint32_t pool, std::span<const BlockId> blocks,
+                                         const std::vector<size_t>& positions) {
     std::vector<std::span<uint8_t>> pool_outs;
-    for (size_t i = 0; i < holds.size(); ++i) {
-      if (holds[i] >> 32 != pool) continue;
-      blocks.push_back(static_cast<BlockId>(holds[i]));
-      pool_outs.push_back(outs[i]);
-    }
-    if (!blocks.empty()) KVTIER_RETURN_IF_ERROR(worker_->CopyHeldBlocks(pool, blocks, pool_outs));
-  }
-  return Status::Ok();
+    for (size_t i : positions) pool_outs.push_back(outs[i]);
+    return worker_->CopyHeldBlocks(pool, blocks, pool_outs);
+  });
 }
 
 std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,

@@ -53,8 +53,11 @@ class PoolBlockSource final : public store::ExtraBlockSource {
     storage::BlockHeader header;
   };
   Result<Found> Find(const storage::BlockRef& ref) const;
-  // kInvalidArgument naming the first hold of no pool of the worker ("nothing was <nothing_was>").
-  Status CheckHolds(std::span<const uint64_t> holds, std::string_view nothing_was) const;
+  // Calls each(pool, blocks, positions) once per pool that `holds` name: blocks[j] is the
+  // block of holds[positions[j]]. kInvalidArgument, calling nothing, where a hold names no
+  // pool of the worker ("nothing was <nothing_was>"); else the first failing call's status.
+  template <typename Each>
+  Status ByHoldPool(std::span<const uint64_t> holds, std::string_view nothing_was, Each each) const;
   // Calls each(pool, blocks, positions) once per pool holding any block of `found`:
   // blocks[j] is the block at found[positions[j]].
   template <typename Each>

@@ -2,6 +2,7 @@
 // patterns and pools on the device path without a GPU.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -54,6 +55,8 @@ inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendP
 // the staging, then commits it); one whose copiers stage a single TestLayout block, too
 // few (a fetch buffers its run, then lands it by Worker::LandHeldBlocks).
 enum class LandingPool { kHost, kDeviceStaged, kDeviceBuffered };
+inline constexpr std::array<LandingPool, 3> kLandingPools = {LandingPool::kHost, LandingPool::kDeviceStaged,
+                                                             LandingPool::kDeviceBuffered};
 
 inline PoolStorageFactory StorageFor(LandingPool pool) {
   switch (pool) {
