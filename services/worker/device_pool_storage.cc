@@ -3,9 +3,11 @@
 // move in batches through pinned staging: one Gather or Scatter kernel per batch.
 //
 // The owner's thread (the worker's loop) uses one lane: a backend (its own CUDA stream),
-// staging and a device copy of the batch's ids. Each CopyHeld or LandHeld, called by
-// other threads at once, takes a lane of its own from `idle_` (made on first need, kept
-// for the next caller), so that no copy waits for the loop's and the loop waits for none.
+// staging and a device copy of the batch's ids. Every lane's staging holds one round at
+// most (BatchLimit blocks, copier_staging_bytes): the loop's batches and the copiers'
+// rounds alike. Each CopyHeld or LandHeld, called by other threads at once, takes a lane
+// of its own from `idle_` (made on first need, kept for the next caller), so that no copy
+// waits for the loop's and the loop waits for none.
 // A staged landing (StageLanding) keeps its lane until it goes: a fetch writes into the
 // lane's staging, and Commit scatters it.
 #include <algorithm>
@@ -98,12 +100,15 @@ class DevicePoolStorage final : public PoolStorage {
     return lane_.backend->Copy2D(Base() + destination, pitch, Base() + source, pitch, run_bytes, runs);
   }
 
+  size_t BatchLimit(size_t block_bytes) const override {
+    return std::max<size_t>(1, copier_staging_bytes_ / block_bytes);
+  }
   // One Gather kernel into the lane's staging for the whole batch.
   Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                     std::vector<std::span<const uint8_t>>* views) override {
     views->clear();
     if (ids.empty()) return Status::Ok();
-    KVTIER_RETURN_IF_ERROR(lane_.Stage(ids, block_bytes));
+    KVTIER_RETURN_IF_ERROR(StageBatch(ids, block_bytes));
     KVTIER_RETURN_IF_ERROR(lane_.backend->Gather(Args(lane_, ids, block_bytes)));
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
@@ -112,11 +117,12 @@ class DevicePoolStorage final : public PoolStorage {
                         std::vector<std::span<uint8_t>>* views) override {
     views->clear();
     if (ids.empty()) return Status::Ok();
-    KVTIER_RETURN_IF_ERROR(lane_.Stage(ids, block_bytes));
+    KVTIER_RETURN_IF_ERROR(StageBatch(ids, block_bytes));
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }
-  // One Scatter kernel from the staging WritableBlocks handed out; with `only` some of
+  // One Scatter kernel from the staging WritableBlocks handed out (REQUIRES: `ids` are
+  // the ones it was given, or the first of them); with `only` some of
   // them (fewer than all), those slots are moved to the front of the staging first (a
   // memmove in pinned host memory) and their ids staged again, so that the scatter writes
   // those blocks alone.
@@ -162,6 +168,15 @@ class DevicePoolStorage final : public PoolStorage {
   uint8_t* Base() const {
     return static_cast<uint8_t*>(std::visit([](const auto& m) { return m.data(); }, memory_));
   }
+  // The owner's lane staged for a batch of at most BatchLimit blocks.
+  Status StageBatch(std::span<const uint32_t> ids, size_t block_bytes) {
+    if (ids.size() > BatchLimit(block_bytes)) {
+      return InvalidArgumentError("a batch of " + std::to_string(ids.size()) + " blocks of " +
+                                  std::to_string(block_bytes) + " bytes exceeds the pool's limit of " +
+                                  std::to_string(BatchLimit(block_bytes)));
+    }
+    return lane_.Stage(ids, block_bytes);
+  }
   gpu::BlockCopyArgs Args(const Lane& lane, std::span<const uint32_t> ids, size_t block_bytes) const {
     return {Base(), size() / block_bytes, block_bytes, lane.ids.as<uint32_t>(), static_cast<uint32_t>(ids.size()),
             lane.staging.data()};
@@ -170,7 +185,7 @@ class DevicePoolStorage final : public PoolStorage {
   // One round's worth at most, on a copier kept by the landing until it goes; at most
   // max_staged_landings_ at once (a landing waits for its fetch, which may be queued).
   Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids, size_t block_bytes) override {
-    if (ids.size() * block_bytes > std::max(copier_staging_bytes_, block_bytes)) {
+    if (ids.size() > BatchLimit(block_bytes)) {
       return ResourceExhaustedError(std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
                                     " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
     }
@@ -212,7 +227,7 @@ class DevicePoolStorage final : public PoolStorage {
   Status InRounds(std::span<const uint32_t> ids, size_t block_bytes, Each each) {
     if (ids.empty()) return Status::Ok();
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeCopier());
-    const size_t per_round = std::max<size_t>(1, copier_staging_bytes_ / block_bytes);
+    const size_t per_round = BatchLimit(block_bytes);
     Status done = Status::Ok();
     for (size_t first = 0; first < ids.size() && done.ok(); first += per_round) {
       const std::span<const uint32_t> round = ids.subspan(first, std::min(per_round, ids.size() - first));

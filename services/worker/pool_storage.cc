@@ -1,6 +1,7 @@
 #include "services/worker/pool_storage.h"
 
 #include <cstring>
+#include <limits>
 
 #include "services/worker/pool_memory.h"
 
@@ -33,6 +34,7 @@ class HostPoolStorage final : public PoolStorage {
     }
     return Status::Ok();
   }
+  size_t BatchLimit(size_t) const override { return std::numeric_limits<size_t>::max(); }  // views of the pool itself
   Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                     std::vector<std::span<const uint8_t>>* views) override {
     views->clear();

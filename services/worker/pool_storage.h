@@ -66,7 +66,12 @@ class PoolStorage {
 
   // Batches of whole blocks, one transfer per batch (REQUIRES: ids inside the pool, no
   // repeats for WritableBlocks and CommitWrites, block_bytes a multiple of 16 for device
-  // pools).
+  // pools, at most BatchLimit(block_bytes) ids: kInvalidArgument beyond).
+  // BatchLimit: the most blocks one ReadBlocks or WritableBlocks call takes. A device
+  // pool's staging for the owner's thread holds one copier's worth (at least one block),
+  // so that a long sequence's onboard or a large eviction pins a bounded share of host
+  // memory and goes in batches; a host pool has no limit.
+  virtual size_t BatchLimit(size_t block_bytes) const = 0;
   // ReadBlocks: host-readable views of the blocks, in order, valid until the next batch
   // call: the pool memory itself (host), or pinned staging filled by one gather (device).
   [[nodiscard]] virtual Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
@@ -117,7 +122,7 @@ struct BackendPoolOptions {
   size_t bytes = 0;
   // A copier's staging holds at most this much (at least one block): a larger CopyHeld or
   // LandHeld goes in rounds, so that each concurrent caller pins a bounded share of host
-  // memory. Copiers are made as callers come at once and kept: on a worker node about one
+  // memory. The owner's thread's staging is bounded alike (BatchLimit). Copiers are made as callers come at once and kept: on a worker node about one
   // per thread that copies for peers (its stream's tier threads, its fetch threads, its
   // loop for tickets) and per staged landing: 15 with the defaults on 16 cores, 480 MiB
   // pinned at the most. 32 MiB: a fetch of 16 blocks of 2 MiB in one round.

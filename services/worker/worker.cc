@@ -61,34 +61,18 @@ class Worker::Impl {
     return &it->second;
   }
 
-  // Offloads the victims worth keeping (their bytes read in one batch: one gather on a
-  // GPU), then turns the pool's events into the node's.
+  // Offloads the victims worth keeping (their bytes read in batches: one gather each on
+  // a GPU), then turns the pool's events into the node's.
   void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
     PoolState& state = pools_[pool_id];
-    const size_t block_bytes = state.layout.bytes_per_block();
     std::vector<const EvictedBlock*> keep;
-    std::vector<uint32_t> ids;
     for (const EvictedBlock& victim : evicted) {
-      if (!victim.offload) continue;
-      keep.push_back(&victim);
-      ids.push_back(victim.block);
+      if (victim.offload) keep.push_back(&victim);
     }
-    std::vector<std::span<const uint8_t>> views;
-    const auto read_start = std::chrono::steady_clock::now();
-    const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
-    stats_.offload_transfer += std::chrono::steady_clock::now() - read_start;
+    const size_t per_batch = state.storage->BatchLimit(state.layout.bytes_per_block());
     std::vector<BlockKey> refused;
-    for (size_t i = 0; i < keep.size(); ++i) {
-      const EvictedBlock& victim = *keep[i];
-      const OffloadBlock block{victim.key,        victim.parent,   victim.first,  victim.format_tag,
-                               victim.salt_scope, victim.priority, &state.layout, readable ? views[i] : std::span<const uint8_t>()};
-      if (readable && options_.offload->Offload(block).ok()) {
-        ++stats_.offloaded_blocks;
-        stats_.offloaded_bytes += block_bytes;
-      } else {
-        ++stats_.dropped_offloads;
-        refused.push_back(victim.key);
-      }
+    for (size_t first = 0; first < keep.size(); first += per_batch) {
+      Offload(state, std::span(keep).subspan(first, std::min(per_batch, keep.size() - first)), refused);
     }
     for (const PoolEvent& e : state.pool->TakeEvents()) {
       WorkerEvent::Kind kind = static_cast<WorkerEvent::Kind>(e.kind);
@@ -100,6 +84,61 @@ class Worker::Impl {
       if (kind == WorkerEvent::Kind::kStored) {
         const std::span<const uint32_t> tokens = state.pool->TokensOf(e.key);
         out.tokens.assign(tokens.begin(), tokens.end());
+      }
+    }
+  }
+
+  // Fetches a batch of the sequence's blocks (keys[i] into block batch[i]) in order until
+  // the tiers lack one, counted into `result`; then lands those fetched in one go (one
+  // scatter on a GPU), but for those already in place.
+  Status OnboardBatch(PoolState& state, const SequenceRef& seq, std::span<const uint32_t> batch,
+                      std::span<const BlockKey> keys, OnboardSource& source, OnboardResult& result) {
+    const size_t block_bytes = state.layout.bytes_per_block();
+    std::vector<std::span<uint8_t>> views;
+    KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(batch, block_bytes, &views));
+    std::vector<uint32_t> to_land;  // positions in `batch`
+    uint32_t fetched = 0;
+    for (; fetched < batch.size(); ++fetched) {
+      const OnboardBlock block{keys[fetched], seq.format_tag, seq.salt_scope, &state.layout, views[fetched],
+                               batch[fetched]};
+      Result<SourceTier> tier = source.Fetch(block);
+      if (!tier.ok()) break;
+      ++(*tier == SourceTier::kHost ? result.from_host
+                                    : *tier == SourceTier::kDisk ? result.from_disk : result.from_remote);
+      if (*tier == SourceTier::kRemoteInPlace) {
+        ++stats_.landed_in_place;
+      } else {
+        to_land.push_back(fetched);
+      }
+    }
+    result.onboarded_blocks += fetched;
+    const auto write_start = std::chrono::steady_clock::now();
+    const Status landed =
+        to_land.empty() ? Status::Ok() : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
+    stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
+    return landed;
+  }
+
+  // One batch of victims to the offload target, or those it refuses (or all, if their
+  // bytes cannot be read) into `refused`.
+  void Offload(PoolState& state, std::span<const EvictedBlock* const> victims, std::vector<BlockKey>& refused) {
+    const size_t block_bytes = state.layout.bytes_per_block();
+    std::vector<uint32_t> ids;
+    for (const EvictedBlock* victim : victims) ids.push_back(victim->block);
+    std::vector<std::span<const uint8_t>> views;
+    const auto read_start = std::chrono::steady_clock::now();
+    const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
+    stats_.offload_transfer += std::chrono::steady_clock::now() - read_start;
+    for (size_t i = 0; i < victims.size(); ++i) {
+      const EvictedBlock& victim = *victims[i];
+      const OffloadBlock block{victim.key,        victim.parent,   victim.first,  victim.format_tag,
+                               victim.salt_scope, victim.priority, &state.layout, readable ? views[i] : std::span<const uint8_t>()};
+      if (readable && options_.offload->Offload(block).ok()) {
+        ++stats_.offloaded_blocks;
+        stats_.offloaded_bytes += block_bytes;
+      } else {
+        ++stats_.dropped_offloads;
+        refused.push_back(victim.key);
       }
     }
   }
@@ -247,31 +286,14 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   std::vector<uint32_t> ids;
   for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b) ids.push_back(table[b]);
   OnboardResult result;
-  std::vector<std::span<uint8_t>> views;
-  if (source != nullptr && !ids.empty()) {
-    KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(ids, block_bytes, &views));
-    // Fetched in order until the tiers lack one; then landed in one batch (one scatter on
-    // a GPU), but for those already in place.
-    std::vector<uint32_t> to_land;  // positions in `ids`
-    for (uint32_t& n = result.onboarded_blocks; n < ids.size(); ++n) {
-      const OnboardBlock block{block_keys[seq->filled_blocks + n], seq->format_tag, seq->salt_scope, &state.layout,
-                               views[n], ids[n]};
-      Result<SourceTier> fetched = source->Fetch(block);
-      if (!fetched.ok()) break;
-      ++(*fetched == SourceTier::kHost ? result.from_host
-                                       : *fetched == SourceTier::kDisk ? result.from_disk : result.from_remote);
-      if (*fetched == SourceTier::kRemoteInPlace) {
-        ++w.stats_.landed_in_place;
-      } else {
-        to_land.push_back(n);
-      }
+  if (source != nullptr) {
+    // In batches the pool's staging holds, until one stops short (the tiers lack a block).
+    const size_t per_batch = state.storage->BatchLimit(block_bytes);
+    for (size_t first = 0; first < ids.size() && result.onboarded_blocks == first; first += per_batch) {
+      const std::span<const uint32_t> batch = std::span(ids).subspan(first, std::min(per_batch, ids.size() - first));
+      KVTIER_RETURN_IF_ERROR(
+          w.OnboardBatch(state, *seq, batch, block_keys.subspan(seq->filled_blocks + first), *source, result));
     }
-    const auto write_start = std::chrono::steady_clock::now();
-    const Status landed =
-        to_land.empty() ? Status::Ok()
-                        : state.storage->CommitWrites(std::span(ids).first(result.onboarded_blocks), block_bytes, to_land);
-    w.stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
-    KVTIER_RETURN_IF_ERROR(landed);
   }
   const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {
@@ -371,9 +393,14 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   }
   // The gather reads each id once per position, so repeats are harmless (only a scatter
   // must not repeat a block).
+  const size_t block_bytes = state->layout.bytes_per_block();
+  const size_t per_batch = state->storage->BatchLimit(block_bytes);
   std::vector<std::span<const uint8_t>> views;
-  KVTIER_RETURN_IF_ERROR(state->storage->ReadBlocks(blocks, state->layout.bytes_per_block(), &views));
-  for (size_t i = 0; i < blocks.size(); ++i) std::memcpy(outs[i].data(), views[i].data(), views[i].size());
+  for (size_t first = 0; first < blocks.size(); first += per_batch) {
+    const size_t count = std::min(per_batch, blocks.size() - first);
+    KVTIER_RETURN_IF_ERROR(state->storage->ReadBlocks(blocks.subspan(first, count), block_bytes, &views));
+    for (size_t i = 0; i < count; ++i) std::memcpy(outs[first + i].data(), views[i].data(), block_bytes);
+  }
   return Status::Ok();
 }
 

@@ -15,27 +15,11 @@ namespace kvtier::worker {
 namespace {
 
 using testing::Key;
+using testing::MapTier;
 using testing::kRoot;
 using testing::Pattern;
 using testing::Tokens;
 using testing::TestLayout;
-
-// The host tier in one map: what a device pool offloads through its staging block comes
-// back on onboard.
-class MapTier final : public OffloadTarget, public OnboardSource {
- public:
-  Status Offload(const OffloadBlock& block) override {
-    blocks[block.key] = std::vector<uint8_t>(block.bytes.begin(), block.bytes.end());
-    return Status::Ok();
-  }
-  Result<SourceTier> Fetch(const OnboardBlock& block) override {
-    const auto it = blocks.find(block.key);
-    if (it == blocks.end()) return NotFoundError("not here");
-    std::copy(it->second.begin(), it->second.end(), block.out.begin());
-    return SourceTier::kHost;
-  }
-  std::map<BlockKey, std::vector<uint8_t>> blocks;
-};
 
 // Where a WorkerStorageTest's pool keeps its bytes.
 enum class PoolKind { kHost, kGpu, kDeviceOnCpu };
@@ -316,77 +300,6 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
   ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
-}
-
-// A copier stages two blocks (1 KiB) at a time: a copy of five held blocks, asked out of
-// order, goes in three rounds, and each block lands in its own buffer; so does a landing
-// of five blocks into another sequence's, each into its own block.
-TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
-  auto created = Worker::Create({.pools = {{TestLayout(), 10}}, .pool_storage = testing::DevicePathOnCpu(1024)});
-  ASSERT_TRUE(created.ok()) << created.status();
-  Worker& worker = **created;
-  const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
-  ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 5; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
-  ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), {}).ok());
-  const std::vector<BlockId> asked = {a->block_table[4], a->block_table[0], a->block_table[3], a->block_table[1],
-                                      a->block_table[2]};
-  ASSERT_TRUE(worker.HoldBlocks(0, asked).ok());
-  std::vector<std::vector<uint8_t>> outs(5, std::vector<uint8_t>(512));
-  ASSERT_TRUE(worker.CopyHeldBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
-  const uint8_t expected[] = {5, 1, 4, 2, 3};
-  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
-  ASSERT_TRUE(worker.ReleaseBlocks(0, asked).ok());
-
-  const std::vector<BlockKey> others = {Key(11), Key(12), Key(13), Key(14), Key(15)};
-  ASSERT_TRUE(
-      worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = others, .tokens = Tokens(100, 20)}).ok());
-  auto landing = worker.HoldLanding(1, 2, 5);
-  ASSERT_TRUE(landing.ok()) << landing.status();
-  EXPECT_TRUE(landing->views.empty() && !landing->staged) << "5 blocks exceed a copier's staging: the fetch buffers";
-  std::vector<std::vector<uint8_t>> fetched;
-  for (uint8_t i = 0; i < 5; ++i) fetched.push_back(Pattern(i + 11));
-  ASSERT_TRUE(
-      worker.LandHeldBlocks(0, landing->blocks, std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
-          .ok());
-  std::vector<uint8_t> back(512);
-  for (size_t i = 0; i < 5; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, landing->blocks[i], back).ok());
-    EXPECT_EQ(back, fetched[i]) << "block " << i + 11;
-  }
-  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
-}
-
-// A pool that stages one landing at a time: sequence 1's landing takes the copier's
-// staging, sequence 2's (while 1's lives) is left to buffer; once 1's goes, sequence 3's
-// is staged again.
-TEST(DevicePoolOnCpuTest, LandingsBeyondTheStagedLimitBuffer) {
-  auto created = Worker::Create(
-      {.pools = {{TestLayout(), 6}}, .pool_storage = testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/1)});
-  ASSERT_TRUE(created.ok()) << created.status();
-  Worker& worker = **created;
-  const auto blank = [&](SequenceId sequence) -> Result<LandingBlocks> {
-    const std::vector<BlockKey> keys = {Key(10 * sequence), Key(10 * sequence + 1)};
-    KVTIER_RETURN_IF_ERROR(
-        worker.Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 8)})
-            .status());
-    return worker.HoldLanding(1, sequence, 2);
-  };
-  Result<LandingBlocks> first = blank(1);
-  ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_TRUE(first->staged);
-  Result<LandingBlocks> second = blank(2);
-  ASSERT_TRUE(second.ok()) << second.status();
-  EXPECT_FALSE(second->staged) << "one landing staged at a time";
-  EXPECT_TRUE(second->views.empty());
-  ASSERT_TRUE(worker.ReleaseBlocks(0, first->blocks).ok());
-  first->staged.reset();
-  Result<LandingBlocks> third = blank(3);
-  ASSERT_TRUE(third.ok()) << third.status();
-  EXPECT_TRUE(third->staged) << "the first landing's copier is free again";
-  ASSERT_TRUE(worker.ReleaseBlocks(0, second->blocks).ok());
-  ASSERT_TRUE(worker.ReleaseBlocks(0, third->blocks).ok());
 }
 
 // Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds

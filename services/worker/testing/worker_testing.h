@@ -1,9 +1,11 @@
 // Test helpers shared by the worker's tests: a small layout, chain keys, token runs, block
-// patterns and pools on the device path without a GPU.
+// patterns, a tier in a map, and pools on the device path without a GPU.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include "common/kv_layout.h"
 #include "gpu/kernels.h"
 #include "services/worker/pool_storage.h"
+#include "services/worker/worker.h"
 
 namespace kvtier::worker::testing {
 
@@ -36,6 +39,23 @@ inline std::vector<uint8_t> Pattern(uint8_t seed) {
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 13 + seed);
   return bytes;
 }
+
+// The host tier in one map: what a device pool offloads through its staging block comes
+// back on onboard.
+class MapTier final : public OffloadTarget, public OnboardSource {
+ public:
+  Status Offload(const OffloadBlock& block) override {
+    blocks[block.key] = std::vector<uint8_t>(block.bytes.begin(), block.bytes.end());
+    return Status::Ok();
+  }
+  Result<SourceTier> Fetch(const OnboardBlock& block) override {
+    const auto it = blocks.find(block.key);
+    if (it == blocks.end()) return NotFoundError("not here");
+    std::copy(it->second.begin(), it->second.end(), block.out.begin());
+    return SourceTier::kHost;
+  }
+  std::map<BlockKey, std::vector<uint8_t>> blocks;
+};
 
 // Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
 // reference kernels: WorkerOptions::pool_storage for a device pool on any machine.
