@@ -6,9 +6,10 @@
 // served on the stream's threads, reach such a source through a LoopBoundBlockSource
 // (services/store/rpc/loop_bound_block_source.h), which runs each call on that loop.
 // Held blocks (HoldBatch) are the exception: any thread may read their bytes, or copy
-// them (CopyHeld), until the hold is released.
+// them (CopyHeld, StageHeld), until the hold is released.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -28,6 +29,15 @@ struct HeldBlock {
   uint64_t hold = 0;  // with `held` or `held_apart`: the source's name for the hold
 
   bool is_held() const { return !held.empty() || held_apart; }
+};
+
+// Blocks held apart, gathered by their source into memory of its own that a caller reads
+// in place (StageHeld): views()[i] is the i-th hold's bytes, unchanged until this object
+// goes. Any thread, one at a time.
+class StagedBlocks {
+ public:
+  virtual ~StagedBlocks() = default;
+  virtual std::span<const std::span<const uint8_t>> views() const = 0;
 };
 
 class ExtraBlockSource {
@@ -75,6 +85,15 @@ class ExtraBlockSource {
                                         [[maybe_unused]] std::span<const std::span<uint8_t>> outs) {
     return InternalError("this source holds no blocks apart, yet " + std::to_string(holds.size()) +
                          " holds came to be copied");
+  }
+  // CopyHeld for a caller that sends the bytes on: the blocks gathered where the source
+  // keeps them for the caller to read in place until the StagedBlocks goes (a GPU pool: a
+  // copier's pinned staging, one gather), so that they are not copied again on the host.
+  // Any thread, as CopyHeld. kResourceExhausted: none to spare now (copy them by
+  // CopyHeld); kDataLoss as CopyHeld's. The default stages nothing (kUnimplemented).
+  [[nodiscard]] virtual Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) {
+    return UnimplementedError("this source stages no blocks; " + std::to_string(holds.size()) +
+                              " held blocks are to be copied");
   }
   // Read of several blocks (REQUIRES: refs.size() == outs.size()), one result each. A
   // source whose blocks move in batches (a GPU pool: one gather for all) overrides it.

@@ -9,8 +9,10 @@
 // of its own from `idle_` (made on first need, kept for the next caller), so that no copy
 // waits for the loop's and the loop waits for none.
 // A staged landing (StageLanding) keeps its lane until it goes: a fetch writes into the
-// lane's staging, and Commit scatters it.
+// lane's staging, and Commit scatters it. So does a staged read (StageHeld): one gather
+// into the lane's staging, which the stream sends from.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -48,6 +50,10 @@ struct Lane {
 
 class DevicePoolStorage;
 
+// What a copier is kept for, until the object that keeps it goes: a fetch's landing or a
+// peer's read. Each kind has its own limit (BackendPoolOptions).
+enum class Staging : uint8_t { kLanding = 0, kRead = 1 };
+
 // A copier taken for a fetch's landing, its ids staged; scattered by Commit.
 class DeviceLanding final : public StagedLanding {
  public:
@@ -66,6 +72,22 @@ class DeviceLanding final : public StagedLanding {
   std::vector<std::span<uint8_t>> views_;
 };
 
+// A copier taken for a peer's read, its blocks gathered into its staging.
+class DeviceRead final : public StagedRead {
+ public:
+  DeviceRead(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks, size_t block_bytes)
+      : pool_(pool), lane_(std::move(lane)) {
+    for (size_t i = 0; i < blocks; ++i) views_.push_back(lane_->Staged(i, block_bytes));
+  }
+  ~DeviceRead() override;
+  const std::vector<std::span<const uint8_t>>& views() const override { return views_; }
+
+ private:
+  DevicePoolStorage& pool_;
+  std::unique_ptr<Lane> lane_;
+  std::vector<std::span<const uint8_t>> views_;
+};
+
 class DevicePoolStorage final : public PoolStorage {
  public:
   using Memory = std::variant<gpu::SharedDeviceMemory, gpu::DeviceBuffer>;
@@ -74,7 +96,7 @@ class DevicePoolStorage final : public PoolStorage {
   DevicePoolStorage(const BackendPoolOptions& options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
       : make_backend_(options.make_backend), copier_staging_bytes_(options.copier_staging_bytes),
         lane_{.backend = std::move(backend)}, memory_(std::move(memory)),
-        max_staged_landings_(options.max_staged_landings) {}
+        max_staged_{options.max_staged_landings, options.max_staged_reads} {}
 
   size_t size() const override {
     return std::visit([](const auto& m) { return m.size(); }, memory_);
@@ -183,31 +205,52 @@ class DevicePoolStorage final : public PoolStorage {
   }
 
   // One round's worth at most, on a copier kept by the landing until it goes; at most
-  // max_staged_landings_ at once (a landing waits for its fetch, which may be queued).
+  // max_staged_landings at once (a landing waits for its fetch, which may be queued).
   Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids, size_t block_bytes) override {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeStaged(Staging::kLanding, ids, block_bytes));
+    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(lane), ids.size(), block_bytes));
+  }
+  // Likewise, kept by the read while its blocks are sent; one Gather.
+  Result<std::unique_ptr<StagedRead>> StageHeld(std::span<const uint32_t> ids, size_t block_bytes) override {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeStaged(Staging::kRead, ids, block_bytes));
+    const Status gathered = lane->backend->Gather(Args(*lane, ids, block_bytes));
+    if (!gathered.ok()) {
+      EndStaged(Staging::kRead, std::move(lane));
+      return gathered;
+    }
+    return std::unique_ptr<StagedRead>(new DeviceRead(*this, std::move(lane), ids.size(), block_bytes));
+  }
+
+  // A copier, its ids staged, for a landing or a read of `ids` (one round at most) that
+  // keeps it until EndStaged; kResourceExhausted beyond one round or the kind's limit.
+  Result<std::unique_ptr<Lane>> TakeStaged(Staging kind, std::span<const uint32_t> ids, size_t block_bytes) {
+    if (ids.empty()) return InvalidArgumentError("no blocks to stage");
     if (ids.size() > BatchLimit(block_bytes)) {
       return ResourceExhaustedError(std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
                                     " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
     }
+    const auto k = static_cast<size_t>(kind);
     {
       std::lock_guard lock(mu_);
-      if (staged_landings_ >= max_staged_landings_) {
-        return ResourceExhaustedError(std::to_string(staged_landings_) + " landings staged already");
+      if (staged_[k] >= max_staged_[k]) {
+        return ResourceExhaustedError(std::to_string(staged_[k]) +
+                                      (kind == Staging::kLanding ? " landings" : " reads") + " staged already");
       }
-      ++staged_landings_;
+      ++staged_[k];
     }
     Result<std::unique_ptr<Lane>> lane = TakeCopier();
-    Status staged = lane.ok() ? (*lane)->Stage(ids, block_bytes) : lane.status();
+    const Status staged = lane.ok() ? (*lane)->Stage(ids, block_bytes) : lane.status();
     if (!staged.ok()) {
-      if (lane.ok()) GiveBack(std::move(*lane));
-      EndLanding();
+      EndStaged(kind, lane.ok() ? std::move(*lane) : nullptr);
       return staged;
     }
-    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(*lane), ids.size(), block_bytes));
+    return lane;
   }
-  void EndLanding() {
+  // The copier back (where there is one), and one fewer of `kind` staged.
+  void EndStaged(Staging kind, std::unique_ptr<Lane> lane) {
     std::lock_guard lock(mu_);
-    --staged_landings_;
+    if (lane) idle_.push_back(std::move(lane));
+    --staged_[static_cast<size_t>(kind)];
   }
   // The first `count` blocks the lane staged, by one Scatter (its ids are on the device).
   Status ScatterStaged(const Lane& lane, size_t count, size_t block_bytes) const {
@@ -251,7 +294,9 @@ class DevicePoolStorage final : public PoolStorage {
     return std::make_unique<Lane>(Lane{.backend = std::move(backend)});
   }
 
-  friend class DeviceLanding;  // scatters through ScatterStaged, then gives its copier back
+  // Scatter through ScatterStaged (a landing), then give their copier back (EndStaged).
+  friend class DeviceLanding;
+  friend class DeviceRead;
 
   const KernelBackendFactory make_backend_;
   const size_t copier_staging_bytes_;
@@ -259,14 +304,13 @@ class DevicePoolStorage final : public PoolStorage {
   Memory memory_;
   std::mutex mu_;  // a leaf: nothing else is locked while it is held
   std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
-  const uint32_t max_staged_landings_;
-  uint32_t staged_landings_ KVTIER_GUARDED_BY(mu_) = 0;  // StagedLandings alive
+  // By Staging: the most kept at once (landings, reads), and how many are kept now.
+  const std::array<uint32_t, 2> max_staged_;
+  std::array<uint32_t, 2> staged_ KVTIER_GUARDED_BY(mu_) = {};
 };
 
-DeviceLanding::~DeviceLanding() {
-  pool_.GiveBack(std::move(lane_));
-  pool_.EndLanding();
-}
+DeviceLanding::~DeviceLanding() { pool_.EndStaged(Staging::kLanding, std::move(lane_)); }
+DeviceRead::~DeviceRead() { pool_.EndStaged(Staging::kRead, std::move(lane_)); }
 
 Status DeviceLanding::Commit(size_t count) {
   if (count > views_.size()) {

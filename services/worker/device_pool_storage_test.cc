@@ -7,6 +7,7 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <thread>
 
 #include "gpu/kernels.h"
 #include "services/worker/pool_storage.h"
@@ -69,14 +70,15 @@ class CountingBackend final : public gpu::KernelBackend {
 };
 
 // A device pool on counted CPU kernels whose lanes stage two TestLayout blocks (1 KiB).
-PoolStorageFactory TwoBlockLanes(std::shared_ptr<LaneCounts> counts) {
-  return [counts](size_t bytes) {
+PoolStorageFactory TwoBlockLanes(std::shared_ptr<LaneCounts> counts, uint32_t max_staged_reads = 4) {
+  return [counts, max_staged_reads](size_t bytes) {
     return MakeBackendPoolStorage({.make_backend = [counts] {
                                      return Result<std::unique_ptr<gpu::KernelBackend>>(
                                          std::make_unique<CountingBackend>(counts));
                                    },
                                    .bytes = bytes,
-                                   .copier_staging_bytes = 1024});
+                                   .copier_staging_bytes = 1024,
+                                   .max_staged_reads = max_staged_reads});
   };
 }
 
@@ -191,6 +193,51 @@ TEST(DevicePoolOnCpuTest, AnOnboardStopsAtTheBatchThatStopsShort) {
   auto state = worker.Sequence(1, 1);
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(state->filled_blocks, 3u);
+}
+
+// Blocks 1-3 committed and held. A read staged for a send gathers blocks 3 and 1 into a
+// copier's staging by one gather and keeps that copier: a copy of block 2 meanwhile takes
+// another, and leaves the staged bytes as they were. The pool stages one read at a time
+// (and two blocks at most): a second read, or one of three blocks, is refused
+// kResourceExhausted, to be copied instead; once the first goes, a read is staged again.
+TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
+  auto counts = std::make_shared<LaneCounts>();
+  auto created =
+      Worker::Create({.pools = {{TestLayout(), 5}}, .pool_storage = TwoBlockLanes(counts, /*max_staged_reads=*/1)});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Worker& worker = **created;
+  const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
+  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 12), {}).ok());
+  ASSERT_TRUE(worker.HoldBlocks(0, a->block_table).ok());
+
+  const std::vector<BlockId> three_and_one = {a->block_table[2], a->block_table[0]};
+  Result<std::unique_ptr<StagedRead>> staged = InternalError("not run");
+  std::thread sender([&] { staged = worker.StageHeldBlocks(0, three_and_one); });
+  sender.join();
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  EXPECT_EQ(counts->gathers, 1);
+  const std::vector<std::span<const uint8_t>>& views = (*staged)->views();
+  ASSERT_EQ(views.size(), 2u);
+  std::vector<uint8_t> two(512);
+  ASSERT_TRUE(worker.CopyHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}, std::vector<std::span<uint8_t>>{two})
+                  .ok());
+  EXPECT_EQ(two, Pattern(2));
+  EXPECT_TRUE(std::ranges::equal(views[0], Pattern(3))) << "the staged bytes stay while the read lives";
+  EXPECT_TRUE(std::ranges::equal(views[1], Pattern(1)));
+
+  const Status second = worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status();
+  EXPECT_EQ(second.code(), StatusCode::kResourceExhausted) << second;
+  EXPECT_NE(second.message().find("1 reads staged already"), std::string::npos) << second;
+  staged->reset();
+  EXPECT_EQ(worker.StageHeldBlocks(0, a->block_table).status().code(), StatusCode::kResourceExhausted)
+      << "three blocks exceed a copier's staging";
+  Result<std::unique_ptr<StagedRead>> again = worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(std::ranges::equal((*again)->views()[0], Pattern(2)));
+  ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
 }
 
 // A copier stages two blocks (1 KiB) at a time: a copy of five held blocks, asked out of

@@ -60,6 +60,9 @@ class HostPoolStorage final : public PoolStorage {
     for (size_t i = 0; i < ids.size(); ++i) std::memcpy(base + size_t{ids[i]} * block_bytes, ins[i].data(), block_bytes);
     return Status::Ok();
   }
+  Result<std::unique_ptr<StagedRead>> StageHeld(std::span<const uint32_t>, size_t) override {
+    return FailedPreconditionError("a host pool's blocks are read in place: no staging to read from");
+  }
   Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t>, size_t) override {
     return FailedPreconditionError("a host pool's blocks are written in place: no staging to land in");
   }

@@ -48,6 +48,15 @@ class StagedLanding {
   [[nodiscard]] virtual Status Commit(size_t count) = 0;
 };
 
+// Held blocks gathered into a copier's pinned staging, taken for a reader that sends them
+// from there (StageHeld): views()[i] is the i-th block's bytes, unchanged until this
+// object goes, which gives the copier back. Any thread, one at a time.
+class StagedRead {
+ public:
+  virtual ~StagedRead() = default;
+  virtual const std::vector<std::span<const uint8_t>>& views() const = 0;
+};
+
 class PoolStorage {
  public:
   virtual ~PoolStorage() = default;
@@ -98,6 +107,13 @@ class PoolStorage {
   // repeats; no one else reads or writes these blocks until the call returns.
   [[nodiscard]] virtual Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
                                         std::span<const std::span<const uint8_t>> ins) = 0;
+  // CopyHeld for a reader that sends the bytes on: one gather into a copier's pinned
+  // staging, taken until the StagedRead goes, so that the bytes are not copied again on
+  // the host. Any thread. kFailedPrecondition: a host pool (read its blocks in place);
+  // kResourceExhausted: more than one round of a copier's staging, or as many reads
+  // staged already as the pool allows (copy them by CopyHeld). REQUIRES: as CopyHeld's.
+  [[nodiscard]] virtual Result<std::unique_ptr<StagedRead>> StageHeld(std::span<const uint32_t> ids,
+                                                                      size_t block_bytes) = 0;
   // A copier's staging for blocks `ids`, held for a writer, for a fetch to write into
   // (so that its bytes arrive in pinned memory and need no copy before the scatter). Any
   // thread. kFailedPrecondition: a host pool (its blocks are written in place);
@@ -131,6 +147,10 @@ struct BackendPoolOptions {
   // copier until its fetch, which may wait in the fetcher's queue, has landed. 4: the
   // worker's two fetch threads and as many queued.
   uint32_t max_staged_landings = 4;
+  // Reads staged at once (StageHeld; kResourceExhausted beyond): each keeps a copier
+  // while its blocks are sent. 4: as many as the landings, so that staged reads and
+  // landings together pin at most 256 MiB beyond the copiers that copy.
+  uint32_t max_staged_reads = 4;
 };
 // A device pool over memory of the backends `make_backend` makes: the same code as
 // MakeDevicePoolStorage's (staging, gathers, scatters, copiers), which with

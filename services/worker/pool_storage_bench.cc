@@ -1,8 +1,9 @@
 // A device pool's block copies for peers: on the worker's loop as before (ReadBlocks: one
 // gather into the loop's staging, then a copy into the caller's buffers; WritableBlocks,
 // a copy in, then CommitWrites: one scatter) against the copiers any thread takes
-// (CopyHeld, LandHeld), from 1 to 8 threads at once; and a fetch's landing through a
-// copier's staging against one through a buffer. On GPU 0 where there is one, else
+// (CopyHeld, LandHeld), from 1 to 8 threads at once; a fetch's landing through a
+// copier's staging against one through a buffer; and a peer's get of held blocks sent
+// from a copier's staging against one copied out first. On GPU 0 where there is one, else
 // the same code on the CPU kernels (the label says which): only a GPU's figures speak of
 // the copy engine.
 #include <benchmark/benchmark.h>
@@ -146,6 +147,35 @@ void BM_FetchLanding(benchmark::State& state) {
   Report(state, blocks * block_bytes, staged ? ", fetched into staging" : ", fetched into a buffer");
 }
 BENCHMARK(BM_FetchLanding)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "staged"); });
+
+// A peer's keyed get of held blocks, counted to their bytes' send (a copy into the
+// "socket", `wire`, as a write into it is): copied out by CopyHeld into the stream's
+// buffer, then sent from there; or, staged 1, gathered by StageHeld into a copier's
+// staging and sent from there, one host copy fewer. A staged read refused (as many staged
+// as the pool allows) is copied, as the stream does; the counter says how often.
+void BM_ServeHeld(benchmark::State& state) {
+  Batch batch(state);
+  const auto [block_bytes, blocks, staged] = std::tuple(batch.block_bytes, batch.blocks, batch.way);
+  PoolStorage& pool = Pool(block_bytes);
+  std::vector<uint8_t> wire(blocks * block_bytes);
+  int64_t copied_instead = 0;
+  for (auto _ : state) {
+    Result<std::unique_ptr<StagedRead>> read = staged ? pool.StageHeld(batch.ids, block_bytes)
+                                                      : Result<std::unique_ptr<StagedRead>>(UnimplementedError("copy"));
+    Status done = read.status();
+    if (read.ok()) {
+      for (size_t i = 0; i < blocks; ++i) std::copy_n((*read)->views()[i].data(), block_bytes, &wire[i * block_bytes]);
+    } else {
+      copied_instead += staged ? 1 : 0;
+      done = pool.CopyHeld(batch.ids, block_bytes, batch.buffers);
+      if (done.ok()) std::copy_n(batch.memory.data(), wire.size(), wire.data());
+    }
+    if (Failed(state, done)) break;
+  }
+  state.counters["copied_instead"] = static_cast<double>(copied_instead);
+  Report(state, blocks * block_bytes, staged ? ", sent from a copier's staging" : ", copied out, then sent");
+}
+BENCHMARK(BM_ServeHeld)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "staged")->ThreadRange(1, 4); });
 
 }  // namespace
 }  // namespace kvtier::worker

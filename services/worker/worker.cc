@@ -418,25 +418,38 @@ Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_i
 
 namespace {
 
-// The pool of CopyHeldBlocks and LandHeldBlocks (`call`), once each block is one of it
-// and each buffer one block. Reads only what Create set (the pools, their layouts and
-// storage), never the bookkeeping: safe off the loop.
-template <typename Buffer>
-Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
-                                    std::span<const BlockId> blocks, std::span<const Buffer> buffers) {
+// The pool of a call on held blocks (`call`), once each block is one of it. Reads only
+// what Create set (the pools, their layouts and storage), never the bookkeeping: safe off
+// the loop.
+Result<const PoolState*> HeldPool(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
+                                  std::span<const BlockId> blocks) {
   if (pool_id >= pools.size()) return InvalidArgumentError(std::string(call) + ": no pool " + std::to_string(pool_id));
-  if (blocks.size() != buffers.size()) return InvalidArgumentError(std::string(call) + ": one buffer per block");
   const PoolState& state = pools[pool_id];
-  const size_t block_bytes = state.layout.bytes_per_block();
-  const size_t pool_blocks = state.storage->size() / block_bytes;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    if (blocks[i] >= pool_blocks || buffers[i].size() != block_bytes) {
-      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(blocks[i]) + " of " +
-                                  std::to_string(pool_blocks) + " with " + std::to_string(buffers[i].size()) +
-                                  " bytes (a block is " + std::to_string(block_bytes) + ")");
+  const size_t pool_blocks = state.storage->size() / state.layout.bytes_per_block();
+  for (const BlockId block : blocks) {
+    if (block >= pool_blocks) {
+      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(block) + " of " +
+                                  std::to_string(pool_blocks));
     }
   }
   return &state;
+}
+
+// HeldPool for CopyHeldBlocks and LandHeldBlocks, once each buffer is one block.
+template <typename Buffer>
+Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
+                                    std::span<const BlockId> blocks, std::span<const Buffer> buffers) {
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldPool(pools, call, pool_id, blocks));
+  if (blocks.size() != buffers.size()) return InvalidArgumentError(std::string(call) + ": one buffer per block");
+  const size_t block_bytes = state->layout.bytes_per_block();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (buffers[i].size() != block_bytes) {
+      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(blocks[i]) + " with " +
+                                  std::to_string(buffers[i].size()) + " bytes (a block is " +
+                                  std::to_string(block_bytes) + ")");
+    }
+  }
+  return state;
 }
 
 }  // namespace
@@ -445,6 +458,11 @@ Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                               std::span<const std::span<uint8_t>> outs) const {
   KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldAccess(impl_->pools_, "CopyHeldBlocks", pool_id, blocks, outs));
   return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
+}
+
+Result<std::unique_ptr<StagedRead>> Worker::StageHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) const {
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldPool(impl_->pools_, "StageHeldBlocks", pool_id, blocks));
+  return state->storage->StageHeld(blocks, state->layout.bytes_per_block());
 }
 
 Status Worker::LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,

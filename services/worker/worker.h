@@ -15,8 +15,9 @@
 // Every change to what the worker caches becomes a WorkerEvent with the node's next
 // sequence number, for the coordinator.
 //
-// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks and
-// LandHeldBlocks are the exceptions: any thread, for blocks the loop holds for it.
+// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks,
+// StageHeldBlocks and LandHeldBlocks are the exceptions: any thread, for blocks the loop
+// holds for it.
 #pragma once
 
 #include <cstdint>
@@ -252,6 +253,14 @@ class Worker {
   // not one block. REQUIRES: the blocks stay held until the call returns.
   [[nodiscard]] Status CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                       std::span<const std::span<uint8_t>> outs) const;
+  // CopyHeldBlocks for a reader that sends the bytes on: one gather into a device pool's
+  // copier, kept with its pinned staging until the StagedRead goes, where the reader reads
+  // them (PoolStorage::StageHeld). Any thread. kInvalidArgument: no such pool or block;
+  // kFailedPrecondition: a host pool (its held blocks are read in place);
+  // kResourceExhausted: none to spare now, or more than a copier holds (CopyHeldBlocks
+  // them). REQUIRES: the blocks stay held until the call returns.
+  [[nodiscard]] Result<std::unique_ptr<StagedRead>> StageHeldBlocks(uint32_t pool_id,
+                                                                    std::span<const BlockId> blocks) const;
   // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
   // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever

@@ -202,7 +202,8 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
 }
 
 // Copies out of and into held blocks name what was wrong with them: a pool or block that
-// does not exist, a buffer that is not one block, a block landed twice in one batch.
+// does not exist, a buffer that is not one block, a block landed twice in one batch; so
+// does a read staged for a send, which a host pool refuses (its blocks are read in place).
 TEST_P(WorkerStorageTest, CopiesOfHeldBlocksRefuseWhatNamesNoBlock) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 2}}}));
   ASSERT_TRUE(created.ok()) << created.status();
@@ -225,6 +226,13 @@ TEST_P(WorkerStorageTest, CopiesOfHeldBlocksRefuseWhatNamesNoBlock) {
   const Status twice = worker.LandHeldBlocks(0, std::vector<BlockId>{1, 1}, std::vector<std::span<const uint8_t>>{one, one});
   EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(twice.message().find("block 1 twice"), std::string::npos) << twice;
+  const Status stage_no_block = worker.StageHeldBlocks(0, std::vector<BlockId>{0, 2}).status();
+  EXPECT_EQ(stage_no_block.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stage_no_block.message().find("StageHeldBlocks: block 2 of 2"), std::string::npos) << stage_no_block;
+  EXPECT_EQ(worker.StageHeldBlocks(3, std::vector<BlockId>{0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(worker.StageHeldBlocks(0, std::vector<BlockId>{0}).status().code(),
+            device_path() ? StatusCode::kOk : StatusCode::kFailedPrecondition)
+      << "a host pool's held blocks are read in place";
 }
 
 // Four readers copy held blocks 1-4 at once, each many times, while the loop writes the

@@ -7,8 +7,8 @@
 // Each call is one hop to the loop and back (an eventfd wake-up, some microseconds): a
 // caller reading many blocks uses the batches, which hop once each. A source that holds
 // blocks (HoldBatch: a worker's pool) leaves their copy to the caller's thread, so the
-// loop is held only to find and to release them: CopyHeld runs on the caller's thread,
-// never on the loop.
+// loop is held only to find and to release them: CopyHeld and StageHeld run on the
+// caller's thread, never on the loop.
 // Once the loop has exited, every call answers kUnavailable (per block, for the batches)
 // without touching the source: a keyed get then finds the blocks missing.
 //
@@ -45,6 +45,10 @@ class LoopBoundBlockSource final : public ExtraBlockSource {
   // On the calling thread: the source's CopyHeld is safe from any.
   [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
     return source_->CopyHeld(holds, outs);
+  }
+  // Likewise.
+  [[nodiscard]] Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override {
+    return source_->StageHeld(holds);
   }
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;

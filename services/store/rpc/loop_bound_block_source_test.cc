@@ -58,13 +58,30 @@ class RecordingSource final : public ExtraBlockSource {
     return Status::Ok();
   }
 
+  // Likewise: the block's payload, staged where it is.
+  Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override {
+    stage_thread = std::this_thread::get_id();
+    return std::unique_ptr<StagedBlocks>(new InPlace(block_.payload, holds.size()));
+  }
+
   // Written on the loop's thread only; read by the test once its calls have returned.
   int peeks = 0, reads = 0, hold_batches = 0, release_batches = 0, read_batches = 0;
   std::vector<uint64_t> released;
   std::vector<std::thread::id> threads;
-  std::thread::id copy_thread;  // CopyHeld's last caller
+  std::thread::id copy_thread;   // CopyHeld's last caller
+  std::thread::id stage_thread;  // StageHeld's
 
  private:
+  // `count` views of one payload.
+  class InPlace final : public StagedBlocks {
+   public:
+    InPlace(std::span<const uint8_t> payload, size_t count) : views_(count, payload) {}
+    std::span<const std::span<const uint8_t>> views() const override { return views_; }
+
+   private:
+    std::vector<std::span<const uint8_t>> views_;
+  };
+
   void Record(int& calls) {
     ++calls;
     threads.push_back(std::this_thread::get_id());
@@ -154,9 +171,9 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
   EXPECT_NE(loop.id(), std::this_thread::get_id());
 }
 
-// CopyHeld is the one call that does not hop: the source copies held blocks on the
-// caller's thread while its loop goes on, even once the loop has exited.
-TEST(LoopBoundBlockSourceTest, CopyHeldRunsOnTheCallersThread) {
+// CopyHeld and StageHeld are the calls that do not hop: the source copies or stages held
+// blocks on the caller's thread while its loop goes on, even once the loop has exited.
+TEST(LoopBoundBlockSourceTest, CopyHeldAndStageHeldRunOnTheCallersThread) {
   const TestBlock block = MakeBlock(1, 100);
   RecordingSource source(block);
   LoopThread loop(&source);
@@ -168,6 +185,11 @@ TEST(LoopBoundBlockSourceTest, CopyHeldRunsOnTheCallersThread) {
   ASSERT_TRUE(bound->CopyHeld(holds, outs).ok());
   EXPECT_EQ(out, block.payload);
   EXPECT_EQ(source.copy_thread, std::this_thread::get_id());
+  Result<std::unique_ptr<StagedBlocks>> staged = bound->StageHeld(holds);
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  ASSERT_EQ((*staged)->views().size(), 1u);
+  EXPECT_TRUE(std::ranges::equal((*staged)->views()[0], block.payload));
+  EXPECT_EQ(source.stage_thread, std::this_thread::get_id());
   EXPECT_TRUE(source.threads.empty()) << "nothing ran on the loop";
   loop.Stop();
   std::fill(out.begin(), out.end(), 0);

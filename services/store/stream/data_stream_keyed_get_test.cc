@@ -14,6 +14,7 @@
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "services/store/stream/testing/data_stream_fixture.h"
+#include "services/store/stream/testing/pool_source.h"
 #include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
 #include "tests/testing/test_util.h"
@@ -25,178 +26,6 @@ using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
-
-// What a PoolSource does besides answering its blocks (keys' `lo` name them).
-struct PoolSourceOptions {
-  uint64_t gone = 0;      // evicted between HoldBatch and ReadBatch
-  uint64_t corrupt = 0;   // fails its read
-  std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
-  std::vector<uint64_t> held_apart = {};  // held by HoldBatch apart (a GPU pool's): CopyHeld copies them
-  Status copy_fails = Status::Ok();     // what CopyHeld answers, where not OK (nothing copied)
-  bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
-  bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
-  bool keeps_checksums = false;  // a checksum given back with a hold is its header's from then on
-};
-
-// Where a call of a PoolSource waits, when it must, until the test opens it.
-class Gate {
- public:
-  explicit Gate(bool closed) : closed_(closed) {}
-  // Waits (up to 5 s) while closed; a call that passes an open gate does not wait.
-  void Pass() {
-    std::unique_lock lock(mu_);
-    if (!closed_) return;
-    waiting_ = true;
-    changed_.notify_all();
-    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return !closed_; });
-    waiting_ = false;
-  }
-  // Whether a call waits here now; WaitForCall waits (bounded) until one does.
-  bool waiting() const {
-    std::lock_guard lock(mu_);
-    return waiting_;
-  }
-  bool WaitForCall() {
-    std::unique_lock lock(mu_);
-    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return waiting_; });
-  }
-  void Open() {
-    std::lock_guard lock(mu_);
-    closed_ = false;
-    changed_.notify_all();
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  bool closed_, waiting_ = false;
-};
-
-// Blocks outside the tiers (a worker's pool), thread-safe as a session's source must be.
-class PoolSource final : public ExtraBlockSource {
- public:
-  explicit PoolSource(std::vector<TestBlock> blocks, PoolSourceOptions options = {})
-      : blocks_(std::move(blocks)), options_(std::move(options)), reads_(options_.reads_wait),
-        releases_(options_.releases_wait) {}
-  Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
-    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
-    storage::BlockHeader header = block->header;
-    std::lock_guard lock(mu_);
-    const auto kept = kept_checksums_.find(ref.key.lo);
-    header.checksum = kept != kept_checksums_.end() ? kept->second : 0;  // as a pool's Peek: computed by a reader
-    return header;
-  }
-  Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
-    KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
-    if (ref.key.lo == options_.gone) return NotFoundError("evicted since Peek");
-    if (ref.key.lo == options_.corrupt) return DataLossError("block failed its checksum");
-    std::copy(block->payload.begin(), block->payload.end(), out.begin());
-    storage::BlockHeader header = block->header;
-    header.checksum = 0;  // as a pool's Read: the server hashes the bytes
-    return header;
-  }
-  std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
-    std::vector<Result<HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
-    std::lock_guard lock(mu_);
-    hold_batches_.push_back(refs.size());
-    for (size_t i = 0; i < refs.size(); ++i) {
-      if (!found[i].ok()) continue;
-      const bool apart = std::ranges::count(options_.held_apart, refs[i].key.lo) > 0;
-      if (!apart && std::ranges::count(options_.holdable, refs[i].key.lo) == 0) continue;
-      if (!apart) found[i]->held = Find(refs[i]).value()->payload;
-      found[i]->held_apart = apart;
-      found[i]->hold = refs[i].key.lo;
-      ++holds_out_;
-    }
-    return found;
-  }
-  Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
-    {
-      std::lock_guard lock(mu_);
-      copy_batches_.push_back(holds.size());
-      EXPECT_GT(holds_out_, 0) << "copied while held";
-    }
-    if (!options_.copy_fails.ok()) return options_.copy_fails;
-    for (size_t i = 0; i < holds.size(); ++i) {
-      const std::vector<uint8_t>& payload = Find({MakeBlock(holds[i], 1).header.key, storage::testing::kFormat, kScope})
-                                                .value()
-                                                ->payload;
-      std::copy(payload.begin(), payload.end(), outs[i].begin());
-    }
-    return Status::Ok();
-  }
-  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
-    releases_.Pass();
-    std::lock_guard lock(mu_);
-    released_.insert(released_.end(), holds.begin(), holds.end());
-    EXPECT_EQ(checksums.size(), holds.size());
-    for (size_t i = 0; i < holds.size() && i < checksums.size(); ++i) {
-      given_checksums_.push_back(checksums[i]);
-      if (options_.keeps_checksums && checksums[i] != 0) kept_checksums_[holds[i]] = checksums[i];
-    }
-    holds_out_ -= static_cast<int>(holds.size());
-    return Status::Ok();
-  }
-  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                      std::span<const std::span<uint8_t>> outs) override {
-    {
-      std::lock_guard lock(mu_);
-      read_batches_.push_back(refs.size());
-    }
-    reads_.Pass();
-    return ExtraBlockSource::ReadBatch(refs, outs);
-  }
-  // Blocks per CopyHeld call, in order.
-  std::vector<size_t> copy_batches() const {
-    std::lock_guard lock(mu_);
-    return copy_batches_;
-  }
-  // Blocks per HoldBatch and per ReadBatch call, in order.
-  std::vector<size_t> hold_batches() const {
-    std::lock_guard lock(mu_);
-    return hold_batches_;
-  }
-  std::vector<size_t> read_batches() const {
-    std::lock_guard lock(mu_);
-    return read_batches_;
-  }
-  // Holds given back, in order; holds taken and not yet given back.
-  std::vector<uint64_t> released() const {
-    std::lock_guard lock(mu_);
-    return released_;
-  }
-  int holds_out() const {
-    std::lock_guard lock(mu_);
-    return holds_out_;
-  }
-  // The checksums given back with the holds, in order (0: not computed).
-  std::vector<uint64_t> given_checksums() const {
-    std::lock_guard lock(mu_);
-    return given_checksums_;
-  }
-  // reads_wait, releases_wait: where ReadBatch and ReleaseBatch wait.
-  Gate& reads() { return reads_; }
-  Gate& releases() { return releases_; }
-
- private:
-  Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
-    for (const TestBlock& b : blocks_) {
-      if (b.ref().key == ref.key && b.ref().salt_scope == ref.salt_scope && b.ref().format_tag == ref.format_tag) {
-        return &b;
-      }
-    }
-    return NotFoundError("not held");
-  }
-  const std::vector<TestBlock> blocks_;
-  const PoolSourceOptions options_;
-  Gate reads_, releases_;
-  mutable std::mutex mu_;
-  std::vector<size_t> hold_batches_, read_batches_, copy_batches_;
-  std::vector<uint64_t> released_;
-  std::vector<uint64_t> given_checksums_;
-  std::map<uint64_t, uint64_t> kept_checksums_;  // by hold (the key's `lo`)
-  int holds_out_ = 0;
-};
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
 class KeyedGetTest : public DataStreamFixture {
@@ -496,13 +325,33 @@ TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
 }
 
-// The source holds blocks 5 and 6 apart (as a GPU pool does: no host view) and not block
-// 8: the get copies 5 and 6 out by one CopyHeld on the stream's thread, asks the source to
-// read block 8 alone, and gives both holds back with the checksums it computed.
-TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallAndGivenBackWithTheirChecksums) {
+// The source holds blocks 5 and 6 apart (as a GPU pool does: no host view) and stages
+// them where the stream sends them from (a copier's pinned staging), but not block 8:
+// the get stages 5 and 6 by one StageHeld on the stream's thread and copies neither, asks
+// the source to read block 8 alone, and once sent drops the staging and gives both holds
+// back with the checksums it computed.
+TEST_F(KeyedGetTest, BlocksHeldApartAreSentFromTheSourcesStagingAndGivenBack) {
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}, .stages = true});
+  GetFiveEightSixNine(source, pool);
+  EXPECT_EQ(source->stage_batches(), (std::vector<size_t>{2})) << "blocks 5 and 6 in one call";
+  EXPECT_TRUE(source->copy_batches().empty()) << "sent from the staging, not copied";
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0 && source->staged_out() == 0; }));
+  EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
+  EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
+  EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 2 * 4096);
+  EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
+}
+
+// The same, but the source has no staging to spare (kResourceExhausted): the get copies
+// 5 and 6 out by one CopyHeld into its own staging instead, and gives both holds back with
+// the checksums it computed.
+TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallWhereTheSourceStagesNone) {
   const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}});
   GetFiveEightSixNine(source, pool);
+  EXPECT_EQ(source->stage_batches(), (std::vector<size_t>{2})) << "asked first";
   EXPECT_EQ(source->copy_batches(), (std::vector<size_t>{2})) << "blocks 5 and 6 in one copy";
   EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
@@ -550,9 +399,10 @@ TEST_F(KeyedGetTest, AChecksumTheSourceKeepsIsSentWithoutHashingAgain) {
   EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pooled.header.checksum, 0}));
 }
 
-// The source holds a 16 MiB block 5, which a client asks for on a socket whose receive
-// buffer is 4 KiB, and reads nothing: the node's send stalls mid-transfer, the block held.
-class StalledKeyedGetTest : public KeyedGetTest {
+// The source holds a 16 MiB block 5 (in place, or apart and staged: GetParam()), which a
+// client asks for on a socket whose receive buffer is 4 KiB, and reads nothing: the
+// node's send stalls mid-transfer, the block held (and its staging kept).
+class StalledKeyedGetTest : public KeyedGetTest, public ::testing::WithParamInterface<bool> {
  protected:
   void SetUp() override {
     KeyedGetTest::SetUp();
@@ -569,6 +419,7 @@ class StalledKeyedGetTest : public KeyedGetTest {
     ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return source_->hold_batches().size() == 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ASSERT_EQ(source_->holds_out(), 1) << "the node is still sending: 16 MiB exceed the sockets' buffers";
+    ASSERT_EQ(source_->staged_out(), GetParam() ? 1 : 0);
   }
   void TearDown() override {
     if (fd_ >= 0) close(fd_);
@@ -576,25 +427,31 @@ class StalledKeyedGetTest : public KeyedGetTest {
   }
 
   const TestBlock pooled_ = MakeBlock(5, 16u << 20);
-  const std::shared_ptr<PoolSource> source_ =
-      std::make_shared<PoolSource>(std::vector<TestBlock>{pooled_}, PoolSourceOptions{.holdable = {5}});
+  const std::shared_ptr<PoolSource> source_ = std::make_shared<PoolSource>(
+      std::vector<TestBlock>{pooled_},
+      GetParam() ? PoolSourceOptions{.held_apart = {5}, .stages = true} : PoolSourceOptions{.holdable = {5}});
   int fd_ = -1;
 };
 
-// The client closes: the node's send fails and the hold is given back all the same.
-TEST_F(StalledKeyedGetTest, AClientGoneMidSendLeavesNothingOfTheSourceHeld) {
+// The client closes: the node's send fails and the hold (and staging) is given back all
+// the same.
+TEST_P(StalledKeyedGetTest, AClientGoneMidSendLeavesNothingOfTheSourceHeld) {
   close(std::exchange(fd_, -1));
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source_->holds_out() == 0; }));
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source_->holds_out() == 0 && source_->staged_out() == 0; }));
   EXPECT_EQ(source_->released(), std::vector<uint64_t>{5});
 }
 
-// The node shuts down, its stalled send never finished: the hold is given back by the
-// time the node is gone.
-TEST_F(StalledKeyedGetTest, ANodeShutDownMidSendLeavesNothingOfTheSourceHeld) {
+// The node shuts down, its stalled send never finished: the hold (and staging) is given
+// back by the time the node is gone.
+TEST_P(StalledKeyedGetTest, ANodeShutDownMidSendLeavesNothingOfTheSourceHeld) {
   server_.reset();
   EXPECT_EQ(source_->holds_out(), 0);
+  EXPECT_EQ(source_->staged_out(), 0);
   EXPECT_EQ(source_->released(), std::vector<uint64_t>{5});
 }
+
+INSTANTIATE_TEST_SUITE_P(HeldInPlaceOrStaged, StalledKeyedGetTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Staged" : "InPlace"; });
 
 // One loop, no disk tier. A get of block 5, which the source holds in place, is answered;
 // giving its hold back waits, as on a busy worker loop. Meanwhile another connection of

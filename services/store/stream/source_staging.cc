@@ -56,6 +56,31 @@ void CopyHeldApart(ExtraBlockSource& source, const Copies& apart, std::span<cons
   }
 }
 
+// The blocks held apart (`apart`, of `found`), for a transfer that sends them from where
+// the source stages them (StageHeld: a GPU pool's copier, kept with the transfer until it
+// is sent): each then sent from there. False, nothing done, where the source stages none
+// (none to spare now, or no such thing): they are copied into the transfer's buffer.
+bool SendApartFromStaging(ExtraBlockSource& source, std::span<const uint32_t> apart,
+                          std::span<const uint32_t> positions, std::vector<Result<HeldBlock>>& found,
+                          SourceHolds& holds, std::span<const size_t> hold_of, OpenTransfer& transfer) {
+  std::vector<uint64_t> apart_holds;
+  for (const uint32_t k : apart) apart_holds.push_back(found[k]->hold);
+  Result<std::unique_ptr<StagedBlocks>> staged = source.StageHeld(apart_holds);
+  if (!staged.ok()) return false;
+  const std::span<const std::span<const uint8_t>> views = (*staged)->views();
+  for (size_t j = 0; j < apart.size(); ++j) {
+    if (views[j].size() != found[apart[j]]->header.payload_bytes) return false;  // the staging goes with `staged`
+  }
+  for (size_t j = 0; j < apart.size(); ++j) {
+    const uint32_t k = apart[j];
+    const uint32_t i = positions[k];
+    transfer.slots[i] = GetSlot{.bytes = views[j].size(), .held = views[j]};
+    HeldFound(transfer, i, std::move(found[k]->header), views[j], holds, hold_of[k]);
+  }
+  transfer.staged_source = std::move(*staged);
+  return true;
+}
+
 // The blocks the source does not hold, read by one ReadBatch (on the source's loop).
 void ReadUnheld(ExtraBlockSource& source, const Copies& unheld, std::span<const uint32_t> positions,
                 std::span<const storage::BlockRef> refs, OpenTransfer& transfer) {
@@ -73,7 +98,8 @@ void ReadUnheld(ExtraBlockSource& source, const Copies& unheld, std::span<const 
 }
 
 // StageFromSource (`holds` its own, given back here) and HoldFromSource (`holds` the
-// transfer's, kept: `send_held` sends the held blocks from the source's pages).
+// transfer's, kept: `send_held` sends the held blocks from the source's pages, or from
+// its staging for those held apart where it stages them).
 Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
                   std::span<const uint32_t> positions, StagingPool& staging, uint64_t max_block_bytes,
                   OpenTransfer& transfer) {
@@ -82,8 +108,8 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
   for (uint32_t i : positions) refs.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
   std::vector<Result<HeldBlock>> found = source.HoldBatch(refs);
   std::vector<uint32_t> staged;  // of `positions`: to be copied or read into staging
+  std::vector<uint32_t> to_send_apart;  // of `positions`: held apart, to be sent from the source's staging
   std::vector<size_t> hold_of(positions.size());  // of a held block: its index in `holds`
-  uint64_t total = 0;
   for (uint32_t k = 0; k < positions.size(); ++k) {
     if (!found[k].ok()) continue;
     const std::span<const uint8_t> held = found[k]->held;
@@ -96,11 +122,18 @@ Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, 
       HeldFound(transfer, i, std::move(found[k]->header), held, holds, hold_of[k]);
       continue;
     }
-    transfer.slots[i] = GetSlot{.offset = total, .bytes = bytes};
-    total += bytes;
-    staged.push_back(k);
+    (send_held && found[k]->held_apart ? to_send_apart : staged).push_back(k);
+  }
+  if (!to_send_apart.empty() &&
+      !SendApartFromStaging(source, to_send_apart, positions, found, holds, hold_of, transfer)) {
+    staged.insert(staged.end(), to_send_apart.begin(), to_send_apart.end());
   }
   if (staged.empty()) return Status::Ok();
+  uint64_t total = 0;
+  for (const uint32_t k : staged) {
+    transfer.slots[positions[k]] = GetSlot{.offset = total, .bytes = found[k]->header.payload_bytes};
+    total += found[k]->header.payload_bytes;
+  }
   Result<StagingBuffer> taken = staging.Take(total);
   if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
   transfer.buffer = std::move(*taken);

@@ -29,7 +29,9 @@ namespace kvtier::store {
 // and holds nothing of the source meanwhile. HoldFromSource sends those held in host
 // memory from the source's pages (GetSlot::held): the holds go with the transfer
 // (`transfer.source_holds`, which shares `source`), to be given back once it is sent or
-// dropped.
+// dropped. Those held apart it first asks the source to stage (one StageHeld), and sends
+// them from there (`transfer.staged_source`, kept as long as the holds); only where the
+// source stages none are they copied by CopyHeld.
 // Each block staged or held becomes kPresent, its header (the checksum of its bytes,
 // computed here, on the caller's thread, where the source left it 0) in
 // `transfer.headers`; a checksum computed for a held block goes back to the source with

@@ -44,15 +44,17 @@ namespace kvtier::store {
 // there (pinned until sent), else read into staging taken then; it holds no staging
 // while the ticket waits. Another source's block (a worker's pool) is found at open:
 // held in place by a keyed get where the source can hold it (a host pool), and then sent
-// from the source's pages (`held`, until the transfer gives its hold back); else copied
-// into its slot of the transfer's `buffer`, at `offset`.
+// from the source's pages (`held`, until the transfer gives its hold back), or held apart
+// (a GPU pool's) and sent from where the source staged it (`held` too); else copied into
+// its slot of the transfer's `buffer`, at `offset`.
 struct GetSlot {
   uint64_t offset = 0;  // !read_at_send, `held` empty: in `OpenTransfer::buffer`
   uint64_t bytes = 0;
   bool read_at_send = false;
   BlockKey key = {};    // read_at_send: the block, under the transfer's format tag and scope
   uint32_t header = 0;  // !read_at_send: its header in `OpenTransfer::headers`
-  std::span<const uint8_t> held = {};  // !read_at_send: the source's pages, held by `source_holds`
+  // !read_at_send: the source's pages, held by `source_holds`, or its staging (`staged_source`)
+  std::span<const uint8_t> held = {};
 };
 
 struct OpenTransfer {
@@ -61,6 +63,9 @@ struct OpenTransfer {
   StagingBuffer buffer;
   // keyed get: the extra source's holds on the blocks sent from its pages (GetSlot::held).
   SourceHolds source_holds;
+  // keyed get: the extra source's staging of blocks it holds apart, sent from there
+  // (GetSlot::held); kept until the transfer is sent or dropped, as the holds are.
+  std::unique_ptr<StagedBlocks> staged_source;
   // get: each block's state (final once sent) and slot (for kPresent blocks).
   std::vector<StreamBlockState> states;
   std::vector<GetSlot> slots;

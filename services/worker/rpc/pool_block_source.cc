@@ -124,6 +124,37 @@ Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds, std::span<cons
   });
 }
 
+namespace {
+
+// The staged reads of one StageHeld, a pool's each, and their views in the holds' order.
+class StagedPoolBlocks final : public store::StagedBlocks {
+ public:
+  explicit StagedPoolBlocks(size_t holds) : views_(holds) {}
+  std::span<const std::span<const uint8_t>> views() const override { return views_; }
+  // A pool's staged read, its j-th view that of holds[positions[j]].
+  void Add(std::unique_ptr<StagedRead> read, std::span<const size_t> positions) {
+    for (size_t j = 0; j < positions.size(); ++j) views_[positions[j]] = read->views()[j];
+    reads_.push_back(std::move(read));
+  }
+
+ private:
+  std::vector<std::span<const uint8_t>> views_;
+  std::vector<std::unique_ptr<StagedRead>> reads_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<store::StagedBlocks>> PoolBlockSource::StageHeld(std::span<const uint64_t> holds) {
+  auto staged = std::make_unique<StagedPoolBlocks>(holds.size());
+  KVTIER_RETURN_IF_ERROR(ByHoldPool(holds, "staged", [&](uint32_t pool, std::span<const BlockId> blocks,
+                                                         const std::vector<size_t>& positions) -> Status {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<StagedRead> read, worker_->StageHeldBlocks(pool, blocks));
+    staged->Add(std::move(read), positions);
+    return Status::Ok();
+  }));
+  return std::unique_ptr<store::StagedBlocks>(std::move(staged));
+}
+
 std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,
                                                                      std::span<const std::span<uint8_t>> outs) {
   std::vector<Result<storage::BlockHeader>> results;

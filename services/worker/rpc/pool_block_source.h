@@ -10,9 +10,10 @@
 // on the stream's threads for a keyed get) only the first time. Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
 // retention). HoldBatch holds the blocks (Worker::HoldBlocks), so that this node's loop
-// only finds and releases them: a keyed get sends a host pool's from their pages, and
-// copies a device pool's out (CopyHeld: one gather, on a copier of the pool's own) on
-// the stream's threads.
+// only finds and releases them: a keyed get sends a host pool's from their pages, and a
+// device pool's from a copier's pinned staging (StageHeld: one gather, on a copier of
+// the pool's own, kept until they are sent; CopyHeld where none is to spare) on the
+// stream's threads.
 //
 // Thread safety: none, as the Worker: the node's event loop owns both. Held blocks are
 // the exception: any thread may read their bytes, or CopyHeld them, until ReleaseBatch.
@@ -42,6 +43,10 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   // Any thread: one Worker::CopyHeldBlocks per pool. kInvalidArgument: a hold that names no
   // block of this worker's pools, or a buffer of another size; nothing is copied then.
   [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override;
+  // Any thread: one Worker::StageHeldBlocks per pool, kept together until the
+  // StagedBlocks goes. kInvalidArgument as CopyHeld's; the first pool's refusal
+  // (kResourceExhausted: none to spare) stages none.
+  [[nodiscard]] Result<std::unique_ptr<store::StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override;
   // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                                     std::span<const std::span<uint8_t>> outs) override;

@@ -20,20 +20,29 @@ using testing::TestLayout;
 constexpr uint64_t kScope = 42;
 
 // A worker whose pool (host memory; `storage` where set) holds blocks 1, 2 and 3 of one
-// chain, committed under kScope.
+// chain, committed under kScope; with two pools, the second holds blocks 4 and 5 of
+// another.
 class PoolBlockSourceTest : public ::testing::Test {
  protected:
   void SetUp() override { Start(nullptr); }
-  void Start(PoolStorageFactory storage) {
-    worker_ = Worker::Create({.pools = {{TestLayout(), 4}}, .pool_storage = std::move(storage)}).value();
-    const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
-    const std::vector<uint32_t> tokens = testing::Tokens(0, 12);
-    auto a = worker_->Allocate(
-        {.client = 1, .sequence = 1, .root = kRoot, .salt_scope = kScope, .block_keys = keys, .tokens = tokens});
-    ASSERT_TRUE(a.ok()) << a.status();
-    for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(worker_->WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
-    ASSERT_TRUE(worker_->Commit(1, 1, keys, tokens, {}).ok());
+  void Start(PoolStorageFactory storage, uint32_t pools = 1) {
+    worker_ = Worker::Create({.pools = std::vector<WorkerPoolConfig>(pools, {TestLayout(), 4}),
+                              .pool_storage = std::move(storage)})
+                  .value();
+    Fill(0, {1, 2, 3});
+    if (pools > 1) Fill(1, {4, 5});
     format_ = StorageFormatTag(TestLayout(), 0);
+  }
+  // Sequence `pool` + 1 in pool `pool`: blocks `ids` (keys and patterns), committed.
+  void Fill(uint32_t pool, const std::vector<uint8_t>& ids) {
+    std::vector<BlockKey> keys;
+    for (uint8_t id : ids) keys.push_back(Key(id));
+    const std::vector<uint32_t> tokens = testing::Tokens(100 * ids[0], 4 * static_cast<uint32_t>(ids.size()));
+    auto a = worker_->Allocate({.client = 1, .sequence = pool + 1, .pool_id = pool, .root = kRoot,
+                                .salt_scope = kScope, .block_keys = keys, .tokens = tokens});
+    ASSERT_TRUE(a.ok()) << a.status();
+    for (size_t i = 0; i < ids.size(); ++i) ASSERT_TRUE(worker_->WriteBlock(pool, a->block_table[i], Pattern(ids[i])).ok());
+    ASSERT_TRUE(worker_->Commit(1, pool + 1, keys, tokens, {}).ok());
   }
 
   storage::BlockRef Ref(uint64_t n, uint64_t scope = kScope) const { return {Key(n), format_, scope}; }
@@ -175,6 +184,51 @@ TEST_F(DevicePoolBlockSourceTest, BlocksHeldApartAreCopiedOutOnAnyThread) {
   ASSERT_TRUE(source.ReleaseBatch(holds, std::vector<uint64_t>{0, checksum}).ok());
   EXPECT_EQ(worker_->Stats().pools[0].held, 0u);
   EXPECT_EQ(source.Peek(Ref(1))->checksum, checksum);
+}
+
+// Two device pools that stage one read at a time each: blocks 3 and 1 in pool 0, block 4
+// in pool 1.
+class TwoDevicePoolsBlockSourceTest : public PoolBlockSourceTest {
+ protected:
+  void SetUp() override {
+    Start(testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/4, /*max_staged_reads=*/1), /*pools=*/2);
+  }
+};
+
+// Blocks 3, 4 and 1, held apart across both pools, staged by another thread with one call
+// (a read staged in each pool): their views come in the holds' order. While they live,
+// each pool's one staged read is taken: a second is refused kResourceExhausted, as is a
+// hold naming no pool kInvalidArgument; once they go, block 4 and 1 are staged again.
+TEST_F(TwoDevicePoolsBlockSourceTest, BlocksHeldApartAreStagedAcrossPoolsUntilTheStagingGoes) {
+  PoolBlockSource source(worker_.get());
+  std::vector<Result<store::HeldBlock>> held = source.HoldBatch(std::vector<storage::BlockRef>{Ref(3), Ref(4), Ref(1)});
+  std::vector<uint64_t> holds;
+  for (const Result<store::HeldBlock>& h : held) {
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_TRUE(h->held_apart);
+    holds.push_back(h->hold);
+  }
+  EXPECT_EQ(holds[1] >> 32, 1u) << "block 4 is pool 1's";
+  Result<std::unique_ptr<store::StagedBlocks>> staged = InternalError("not run");
+  std::thread sender([&] { staged = source.StageHeld(holds); });
+  sender.join();
+  ASSERT_TRUE(staged.ok()) << staged.status();
+  const std::span<const std::span<const uint8_t>> views = (*staged)->views();
+  ASSERT_EQ(views.size(), 3u);
+  const uint8_t expected[] = {3, 4, 1};
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(std::ranges::equal(views[i], Pattern(expected[i]))) << "view " << i;
+
+  EXPECT_EQ(source.StageHeld(std::span(holds).first(1)).status().code(), StatusCode::kResourceExhausted)
+      << "pool 0 stages one read at a time";
+  const uint64_t foreign[] = {uint64_t{7} << 32};
+  EXPECT_EQ(source.StageHeld(foreign).status().code(), StatusCode::kInvalidArgument) << "pool 7 of 2";
+  staged->reset();
+  Result<std::unique_ptr<store::StagedBlocks>> again = source.StageHeld(std::span(holds).subspan(1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(std::ranges::equal((*again)->views()[0], Pattern(4)));
+  EXPECT_TRUE(std::ranges::equal((*again)->views()[1], Pattern(1)));
+  ASSERT_TRUE(source.ReleaseBatch(holds, {}).ok());
+  EXPECT_EQ(worker_->Stats().pools[0].held + worker_->Stats().pools[1].held, 0u);
 }
 
 }  // namespace

@@ -60,13 +60,15 @@ class MapTier final : public OffloadTarget, public OnboardSource {
 // Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
 // reference kernels: WorkerOptions::pool_storage for a device pool on any machine.
 inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes,
-                                          uint32_t max_staged_landings = BackendPoolOptions{}.max_staged_landings) {
-  return [copier_staging_bytes, max_staged_landings](size_t bytes) {
+                                          uint32_t max_staged_landings = BackendPoolOptions{}.max_staged_landings,
+                                          uint32_t max_staged_reads = BackendPoolOptions{}.max_staged_reads) {
+  return [copier_staging_bytes, max_staged_landings, max_staged_reads](size_t bytes) {
     return MakeBackendPoolStorage(
         {.make_backend = [] { return Result<std::unique_ptr<gpu::KernelBackend>>(gpu::MakeCpuBackend()); },
          .bytes = bytes,
          .copier_staging_bytes = copier_staging_bytes,
-         .max_staged_landings = max_staged_landings});
+         .max_staged_landings = max_staged_landings,
+         .max_staged_reads = max_staged_reads});
   };
 }
 
