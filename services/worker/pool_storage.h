@@ -3,16 +3,16 @@
 //   host    SharedPoolMemory (POSIX shared memory): inference processes map it by name;
 //           the worker reads and writes it directly.
 //   device  gpu::SharedDeviceMemory on one GPU: inference processes open its CUDA IPC
-//           handle; the worker moves bytes with the GPU's copy engine (through a block of
-//           pinned staging memory for the offload and onboard paths).
+//           handle; the worker moves bytes with the GPU's copy engine (through pinned
+//           staging memory, a bounded batch at a time: BatchLimit).
 //
-// The worker's offload, onboard and copy-on-partial-reuse paths go through Read, Write and
-// CopyWithin, so that they are the same code for both.
+// The worker's offload, onboard and copy-on-partial-reuse paths go through the batch calls
+// and CopyRuns, so that they are the same code for both.
 //
-// Thread safety: one thread at a time (the worker's), except CopyHeld and LandHeld: any
-// thread, any number at once, beside the owner's calls (a device pool gives each
-// concurrent caller a copier of its own: a kernel backend, with its own stream, and its
-// own pinned staging).
+// Thread safety: one thread at a time (the worker's), except CopyHeld, LandHeld, StageHeld
+// and StageLanding: any thread, any number at once, beside the owner's calls (a device
+// pool gives each concurrent caller a copier of its own: a kernel backend, with its own
+// stream, and its own pinned staging).
 #pragma once
 
 #include <cstddef>
