@@ -159,7 +159,8 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
 
 // A peer's fetch holds committed blocks and reads them off the worker's thread: a host
 // pool's in place, a device pool's by a copy of their own (CopyHeldBlocks, which a host
-// pool answers too). Held, they outlive their sequence and are not evicted.
+// pool answers too) or staged for a send (StageHeldBlocks). Held, they outlive their
+// sequence and are not evicted.
 TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 2}}}));
   ASSERT_TRUE(created.ok()) << created.status();
@@ -195,6 +196,13 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   reader.join();
   ASSERT_TRUE(copy.ok()) << copy;
   EXPECT_EQ(copied, Pattern(1));
+  if (device_path()) {  // or, for a send, gathered into a copier's staging and read there
+    Result<std::unique_ptr<StagedRead>> staged = InternalError("not run");
+    std::thread sender([&] { staged = worker.StageHeldBlocks(0, committed); });
+    sender.join();
+    ASSERT_TRUE(staged.ok()) << staged.status();
+    EXPECT_TRUE(std::ranges::equal((*staged)->views().at(0), Pattern(1)));
+  }
   ASSERT_TRUE(worker.ReleaseBlocks(0, committed).ok());
   EXPECT_EQ(worker.ReleaseBlocks(0, committed).code(), StatusCode::kFailedPrecondition) << "released twice";
   EXPECT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 8)}).ok())
