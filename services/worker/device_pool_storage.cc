@@ -54,38 +54,56 @@ class DevicePoolStorage;
 // peer's read. Each kind has its own limit (BackendPoolOptions).
 enum class Staging : uint8_t { kLanding = 0, kRead = 1 };
 
+// A copier kept for a staged landing or read, given back (EndStaged) when this goes, and
+// one view per block staged in its staging.
+class KeptCopier {
+ public:
+  KeptCopier(DevicePoolStorage& pool, Staging kind, std::unique_ptr<Lane> lane)
+      : pool_(pool), kind_(kind), lane_(std::move(lane)) {}
+  KeptCopier(const KeptCopier&) = delete;
+  KeptCopier& operator=(const KeptCopier&) = delete;
+  ~KeptCopier();
+  const Lane& lane() const { return *lane_; }
+  template <typename View>
+  std::vector<View> Views(size_t blocks, size_t block_bytes) const {
+    std::vector<View> views;
+    for (size_t i = 0; i < blocks; ++i) views.push_back(lane_->Staged(i, block_bytes));
+    return views;
+  }
+
+ private:
+  DevicePoolStorage& pool_;
+  const Staging kind_;
+  std::unique_ptr<Lane> lane_;
+};
+
 // A copier taken for a fetch's landing, its ids staged; scattered by Commit.
 class DeviceLanding final : public StagedLanding {
  public:
   DeviceLanding(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks, size_t block_bytes)
-      : pool_(pool), lane_(std::move(lane)), block_bytes_(block_bytes) {
-    for (size_t i = 0; i < blocks; ++i) views_.push_back(lane_->Staged(i, block_bytes));
-  }
-  ~DeviceLanding() override;
+      : pool_(pool), copier_(pool, Staging::kLanding, std::move(lane)), block_bytes_(block_bytes),
+        views_(copier_.Views<std::span<uint8_t>>(blocks, block_bytes)) {}
   const std::vector<std::span<uint8_t>>& views() const override { return views_; }
   Status Commit(size_t count) override;
 
  private:
-  DevicePoolStorage& pool_;
-  std::unique_ptr<Lane> lane_;
+  const DevicePoolStorage& pool_;
+  const KeptCopier copier_;
   const size_t block_bytes_;
-  std::vector<std::span<uint8_t>> views_;
+  const std::vector<std::span<uint8_t>> views_;
 };
 
 // A copier taken for a peer's read, its blocks gathered into its staging.
 class DeviceRead final : public StagedRead {
  public:
   DeviceRead(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks, size_t block_bytes)
-      : pool_(pool), lane_(std::move(lane)) {
-    for (size_t i = 0; i < blocks; ++i) views_.push_back(lane_->Staged(i, block_bytes));
-  }
-  ~DeviceRead() override;
+      : copier_(pool, Staging::kRead, std::move(lane)),
+        views_(copier_.Views<std::span<const uint8_t>>(blocks, block_bytes)) {}
   const std::vector<std::span<const uint8_t>>& views() const override { return views_; }
 
  private:
-  DevicePoolStorage& pool_;
-  std::unique_ptr<Lane> lane_;
-  std::vector<std::span<const uint8_t>> views_;
+  const KeptCopier copier_;
+  const std::vector<std::span<const uint8_t>> views_;
 };
 
 class DevicePoolStorage final : public PoolStorage {
@@ -294,9 +312,8 @@ class DevicePoolStorage final : public PoolStorage {
     return std::make_unique<Lane>(Lane{.backend = std::move(backend)});
   }
 
-  // Scatter through ScatterStaged (a landing), then give their copier back (EndStaged).
-  friend class DeviceLanding;
-  friend class DeviceRead;
+  friend class DeviceLanding;  // scatters through ScatterStaged
+  friend class KeptCopier;     // gives its copier back by EndStaged
 
   const KernelBackendFactory make_backend_;
   const size_t copier_staging_bytes_;
@@ -309,15 +326,14 @@ class DevicePoolStorage final : public PoolStorage {
   std::array<uint32_t, 2> staged_ KVTIER_GUARDED_BY(mu_) = {};
 };
 
-DeviceLanding::~DeviceLanding() { pool_.EndStaged(Staging::kLanding, std::move(lane_)); }
-DeviceRead::~DeviceRead() { pool_.EndStaged(Staging::kRead, std::move(lane_)); }
+KeptCopier::~KeptCopier() { pool_.EndStaged(kind_, std::move(lane_)); }
 
 Status DeviceLanding::Commit(size_t count) {
   if (count > views_.size()) {
     return InvalidArgumentError("landing " + std::to_string(count) + " blocks of " + std::to_string(views_.size()) +
                                 " staged");
   }
-  return pool_.ScatterStaged(*lane_, count, block_bytes_);
+  return pool_.ScatterStaged(copier_.lane(), count, block_bytes_);
 }
 
 }  // namespace

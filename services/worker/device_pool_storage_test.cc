@@ -105,7 +105,8 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
   // Sequence 2 needs the whole pool: all five are evicted at once and offloaded.
   const int gathers_before_offload = counts->gathers;
   const std::vector<BlockKey> other = {Key(11), Key(12), Key(13), Key(14), Key(15)};
-  ASSERT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 20)}).ok());
+  ASSERT_TRUE(
+      worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 20)}).ok());
   ASSERT_EQ(tier.blocks.size(), 5u);
   for (uint8_t i = 0; i < 5; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
   EXPECT_EQ(counts->gathers - gathers_before_offload, 3) << "batches of 2, 2 and 1 blocks";
