@@ -344,11 +344,17 @@ TEST_F(KeyedGetTest, BlocksHeldApartAreSentFromTheSourcesStagingAndGivenBack) {
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
 }
 
-// The same, but the source has no staging to spare (kResourceExhausted): the get copies
-// 5 and 6 out by one CopyHeld into its own staging instead, and gives both holds back with
-// the checksums it computed.
+// The same, but the source has no staging to spare (kResourceExhausted), or stages views
+// that do not match the blocks: the get copies 5 and 6 out by one CopyHeld into its own
+// staging instead, and gives both holds back with the checksums it computed.
 TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallWhereTheSourceStagesNone) {
   const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  auto mismatched = std::make_shared<PoolSource>(
+      pool, PoolSourceOptions{.held_apart = {5, 6}, .stages = true, .stages_short = true});
+  GetFiveEightSixNine(mismatched, pool);
+  EXPECT_EQ(mismatched->copy_batches(), (std::vector<size_t>{2})) << "the short views are not sent";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return mismatched->staged_out() == 0; }));
+
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}});
   GetFiveEightSixNine(source, pool);
   EXPECT_EQ(source->stage_batches(), (std::vector<size_t>{2})) << "asked first";

@@ -67,9 +67,11 @@ bool SendApartFromStaging(ExtraBlockSource& source, std::span<const uint32_t> ap
   for (const uint32_t k : apart) apart_holds.push_back(found[k]->hold);
   Result<std::unique_ptr<StagedBlocks>> staged = source.StageHeld(apart_holds);
   if (!staged.ok()) return false;
+  // A staging that does not match the holds is not sent from (it goes with `staged`).
   const std::span<const std::span<const uint8_t>> views = (*staged)->views();
+  if (views.size() != apart.size()) return false;
   for (size_t j = 0; j < apart.size(); ++j) {
-    if (views[j].size() != found[apart[j]]->header.payload_bytes) return false;  // the staging goes with `staged`
+    if (views[j].size() != found[apart[j]]->header.payload_bytes) return false;
   }
   for (size_t j = 0; j < apart.size(); ++j) {
     const uint32_t k = apart[j];

@@ -28,6 +28,7 @@ struct PoolSourceOptions {
   std::vector<uint64_t> held_apart = {};  // held by HoldBatch apart (a GPU pool's): CopyHeld copies them
   Status copy_fails = Status::Ok();     // what CopyHeld answers, where not OK (nothing copied)
   bool stages = false;  // StageHeld stages held-apart blocks (else: none to spare, kResourceExhausted)
+  bool stages_short = false;  // with `stages`: each view a byte short of its block (a source at fault)
   bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
   bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
   bool keeps_checksums = false;  // a checksum given back with a hold is its header's from then on
@@ -132,6 +133,7 @@ class PoolSource final : public ExtraBlockSource {
     for (const uint64_t hold : holds) {
       const TestBlock& block = *Find(RefOf(hold)).value();
       staged->copies.push_back(block.payload);  // a staging of its own, as a copier's
+      if (options_.stages_short) staged->copies.back().pop_back();
     }
     for (const std::vector<uint8_t>& copy : staged->copies) staged->spans.emplace_back(copy);
     return std::unique_ptr<StagedBlocks>(std::move(staged));
