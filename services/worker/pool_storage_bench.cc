@@ -160,11 +160,19 @@ void BM_ServeHeld(benchmark::State& state) {
   std::vector<uint8_t> wire(blocks * block_bytes);
   int64_t copied_instead = 0;
   for (auto _ : state) {
-    Result<std::unique_ptr<StagedRead>> read = staged ? pool.StageHeld(batch.ids, block_bytes)
-                                                      : Result<std::unique_ptr<StagedRead>>(UnimplementedError("copy"));
-    Status done = read.status();
-    if (read.ok()) {
-      for (size_t i = 0; i < blocks; ++i) std::copy_n((*read)->views()[i].data(), block_bytes, &wire[i * block_bytes]);
+    std::unique_ptr<StagedRead> read;
+    if (staged) {
+      Result<std::unique_ptr<StagedRead>> taken = pool.StageHeld(batch.ids, block_bytes);
+      if (taken.ok()) {
+        read = std::move(*taken);
+      } else if (taken.status().code() != StatusCode::kResourceExhausted) {
+        Failed(state, taken.status());
+        break;
+      }
+    }
+    Status done;
+    if (read) {
+      for (size_t i = 0; i < blocks; ++i) std::copy_n(read->views()[i].data(), block_bytes, &wire[i * block_bytes]);
     } else {
       copied_instead += staged ? 1 : 0;
       done = pool.CopyHeld(batch.ids, block_bytes, batch.buffers);

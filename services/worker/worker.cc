@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <unordered_map>
 
 #include "services/worker/pool_storage.h"
@@ -391,17 +390,10 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   for (size_t i = 0; i < blocks.size(); ++i) {
     KVTIER_ASSIGN_OR_RETURN(state, BlockAccess(*impl_, "ReadBlocks", pool_id, blocks[i], outs[i].size()));
   }
-  // The gather reads each id once per position, so repeats are harmless (only a scatter
-  // must not repeat a block).
-  const size_t block_bytes = state->layout.bytes_per_block();
-  const size_t per_batch = state->storage->BatchLimit(block_bytes);
-  std::vector<std::span<const uint8_t>> views;
-  for (size_t first = 0; first < blocks.size(); first += per_batch) {
-    const size_t count = std::min(per_batch, blocks.size() - first);
-    KVTIER_RETURN_IF_ERROR(state->storage->ReadBlocks(blocks.subspan(first, count), block_bytes, &views));
-    for (size_t i = 0; i < count; ++i) std::memcpy(outs[first + i].data(), views[i].data(), block_bytes);
-  }
-  return Status::Ok();
+  // As a copy of held blocks (on a GPU a copier's gathers, in rounds of its staging):
+  // on this loop no one else writes them meanwhile. A gather reads each id once per
+  // position, so repeats are harmless (only a scatter must not repeat a block).
+  return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
 }
 
 Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {

@@ -235,8 +235,9 @@ class Worker {
   // One block's bytes to or from host memory, for any pool. kInvalidArgument for a block
   // outside the pool or a buffer that is not one block.
   [[nodiscard]] Status ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const;
-  // Several blocks of one pool at once (one gather for a GPU pool, where ReadBlock is one
-  // copy per block); blocks may repeat. REQUIRES: blocks.size() == outs.size().
+  // Several blocks of one pool at once (for a GPU pool one gather per round of a copier's
+  // staging, where ReadBlock is one copy per block); blocks may repeat. REQUIRES:
+  // blocks.size() == outs.size().
   [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                   std::span<const std::span<uint8_t>> outs) const;
   // Committed blocks held for a reader on another thread (a peer's fetch, sent off this

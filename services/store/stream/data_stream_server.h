@@ -17,8 +17,9 @@
 //   in the session's extra source where it has one (a worker's pool), on the tier pool
 //   (the call waits for the loop serving that source): a block the source holds in place
 //   (a host pool's) is sent from the source's pages, held until its reply is sent (or
-//   the transfer dropped); the others are copied (a GPU pool's, held apart: on the tier
-//   pool) or read into staging.
+//   the transfer dropped); one held apart (a GPU pool's) is sent from where the source
+//   staged it (a copier's pinned staging, kept as long), or where it stages none copied
+//   (on the tier pool); the others are read into staging.
 // - keyed put: a put session (OpenSession) lets a client send a put's headers on the
 //   stream itself, with no OpenPut per transfer; the headers are checked as OpenPut
 //   checks them, on the loop, and the put then goes on as a ticket's.

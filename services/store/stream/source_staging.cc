@@ -14,15 +14,6 @@ void Found(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, std:
   transfer.headers.push_back(WithChecksum(std::move(header), bytes));  // on the caller's thread
 }
 
-// Found, for a block the source holds: a checksum computed here goes back to the source
-// with the hold (`holds[hold]`), for it to keep.
-void HeldFound(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, std::span<const uint8_t> bytes,
-               SourceHolds& holds, size_t hold) {
-  const bool computed = header.checksum == 0;
-  Found(transfer, i, std::move(header), bytes);
-  if (computed) holds.Computed(hold, transfer.headers.back().checksum);
-}
-
 // A read or copy of slot i's block that failed: corrupt where the source says the bytes
 // are lost (kDataLoss), else left missing.
 void NotFound(OpenTransfer& transfer, uint32_t i, const Status& failure) {
@@ -39,131 +30,153 @@ struct Copies {
   }
 };
 
-// The blocks held apart (a GPU pool's), copied by one CopyHeld on this thread.
-void CopyHeldApart(ExtraBlockSource& source, const Copies& apart, std::span<const uint32_t> positions,
-                   std::vector<Result<HeldBlock>>& found, SourceHolds& holds, std::span<const size_t> hold_of,
-                   OpenTransfer& transfer) {
-  std::vector<uint64_t> apart_holds;
-  for (const uint32_t k : apart.k) apart_holds.push_back(found[k]->hold);
-  const Status copied = source.CopyHeld(apart_holds, apart.outs);
-  for (size_t j = 0; j < apart.k.size(); ++j) {
-    const uint32_t k = apart.k[j];
-    if (!copied.ok()) {
-      NotFound(transfer, positions[k], copied);
-      continue;
-    }
-    HeldFound(transfer, positions[k], std::move(found[k]->header), apart.outs[j], holds, hold_of[k]);
-  }
-}
-
-// The blocks held apart (`apart`, of `found`), for a transfer that sends them from where
-// the source stages them (StageHeld: a GPU pool's copier, kept with the transfer until it
-// is sent): each then sent from there. False, nothing done, where the source stages none
-// (none to spare now, or no such thing): they are copied into the transfer's buffer.
-bool SendApartFromStaging(ExtraBlockSource& source, std::span<const uint32_t> apart,
-                          std::span<const uint32_t> positions, std::vector<Result<HeldBlock>>& found,
-                          SourceHolds& holds, std::span<const size_t> hold_of, OpenTransfer& transfer) {
-  std::vector<uint64_t> apart_holds;
-  for (const uint32_t k : apart) apart_holds.push_back(found[k]->hold);
-  Result<std::unique_ptr<StagedBlocks>> staged = source.StageHeld(apart_holds);
-  if (!staged.ok()) return false;
-  // A staging that does not match the holds is not sent from (it goes with `staged`).
-  const std::span<const std::span<const uint8_t>> views = (*staged)->views();
-  if (views.size() != apart.size()) return false;
-  for (size_t j = 0; j < apart.size(); ++j) {
-    if (views[j].size() != found[apart[j]]->header.payload_bytes) return false;
-  }
-  for (size_t j = 0; j < apart.size(); ++j) {
-    const uint32_t k = apart[j];
-    const uint32_t i = positions[k];
-    transfer.slots[i] = GetSlot{.bytes = views[j].size(), .held = views[j]};
-    HeldFound(transfer, i, std::move(found[k]->header), views[j], holds, hold_of[k]);
-  }
-  transfer.staged_source = std::move(*staged);
-  return true;
-}
-
-// The blocks the source does not hold, read by one ReadBatch (on the source's loop).
-void ReadUnheld(ExtraBlockSource& source, const Copies& unheld, std::span<const uint32_t> positions,
-                std::span<const storage::BlockRef> refs, OpenTransfer& transfer) {
-  std::vector<storage::BlockRef> unheld_refs;
-  for (const uint32_t k : unheld.k) unheld_refs.push_back(refs[k]);
-  std::vector<Result<storage::BlockHeader>> read = source.ReadBatch(unheld_refs, unheld.outs);
-  for (size_t j = 0; j < unheld.k.size(); ++j) {
-    const uint32_t i = positions[unheld.k[j]];
-    if (!read[j].ok()) {
-      NotFound(transfer, i, read[j].status());
-    } else if (read[j]->payload_bytes == unheld.outs[j].size()) {
-      Found(transfer, i, std::move(*read[j]), unheld.outs[j]);
-    }
-  }
-}
-
 // StageFromSource (`holds` its own, given back here) and HoldFromSource (`holds` the
 // transfer's, kept: `send_held` sends the held blocks from the source's pages, or from
-// its staging for those held apart where it stages them).
-Status FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
-                  std::span<const uint32_t> positions, StagingPool& staging, uint64_t max_block_bytes,
-                  OpenTransfer& transfer) {
-  std::vector<storage::BlockRef> refs;
-  refs.reserve(positions.size());
-  for (uint32_t i : positions) refs.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
-  std::vector<Result<HeldBlock>> found = source.HoldBatch(refs);
-  std::vector<uint32_t> staged;  // of `positions`: to be copied or read into staging
-  std::vector<uint32_t> to_send_apart;  // of `positions`: held apart, to be sent from the source's staging
-  std::vector<size_t> hold_of(positions.size());  // of a held block: its index in `holds`
-  for (uint32_t k = 0; k < positions.size(); ++k) {
-    if (!found[k].ok()) continue;
-    const std::span<const uint8_t> held = found[k]->held;
-    if (found[k]->is_held()) hold_of[k] = holds.Add(found[k]->hold);
-    const uint64_t bytes = found[k]->header.payload_bytes;
-    if (bytes > max_block_bytes || (!held.empty() && held.size() != bytes)) continue;
-    const uint32_t i = positions[k];
-    if (send_held && !held.empty()) {
-      transfer.slots[i] = GetSlot{.bytes = bytes, .held = held};
-      HeldFound(transfer, i, std::move(found[k]->header), held, holds, hold_of[k]);
-      continue;
+// its staging for those held apart where it stages them). Block k of the calls is the
+// one at positions[k] of the get.
+class FromSource {
+ public:
+  FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
+             std::span<const uint32_t> positions, OpenTransfer& transfer)
+      : source_(source), holds_(holds), send_held_(send_held), positions_(positions), transfer_(transfer) {
+    refs_.reserve(positions.size());
+    for (uint32_t i : positions) refs_.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
+  }
+
+  Status Run(StagingPool& staging, uint64_t max_block_bytes) {
+    found_ = source_.HoldBatch(refs_);
+    hold_of_.resize(positions_.size());
+    std::vector<uint32_t> staged;         // to be copied or read into staging
+    std::vector<uint32_t> to_send_apart;  // held apart, to be sent from the source's staging
+    for (uint32_t k = 0; k < positions_.size(); ++k) {
+      if (!found_[k].ok()) continue;
+      const std::span<const uint8_t> held = found_[k]->held;
+      if (found_[k]->is_held()) hold_of_[k] = holds_.Add(found_[k]->hold);
+      const uint64_t bytes = found_[k]->header.payload_bytes;
+      if (bytes > max_block_bytes || (!held.empty() && held.size() != bytes)) continue;
+      if (send_held_ && !held.empty()) {
+        SendFrom(k, held);
+      } else {
+        (send_held_ && found_[k]->held_apart ? to_send_apart : staged).push_back(k);
+      }
     }
-    (send_held && found[k]->held_apart ? to_send_apart : staged).push_back(k);
+    if (!to_send_apart.empty() && !SendApartFromStaging(to_send_apart)) {
+      staged.insert(staged.end(), to_send_apart.begin(), to_send_apart.end());
+    }
+    if (staged.empty()) return Status::Ok();
+    return Stage(staged, staging);
   }
-  if (!to_send_apart.empty() &&
-      !SendApartFromStaging(source, to_send_apart, positions, found, holds, hold_of, transfer)) {
-    staged.insert(staged.end(), to_send_apart.begin(), to_send_apart.end());
+
+ private:
+  // Into one staging buffer taken for them: the held blocks copied here, on this thread
+  // (those held apart by one CopyHeld); the others read by the source.
+  Status Stage(std::span<const uint32_t> staged, StagingPool& staging) {
+    uint64_t total = 0;
+    for (const uint32_t k : staged) {
+      transfer_.slots[positions_[k]] = GetSlot{.offset = total, .bytes = found_[k]->header.payload_bytes};
+      total += found_[k]->header.payload_bytes;
+    }
+    Result<StagingBuffer> taken = staging.Take(total);
+    if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
+    transfer_.buffer = std::move(*taken);
+    Copies apart, unheld;
+    for (uint32_t k : staged) {
+      const GetSlot& slot = transfer_.slots[positions_[k]];
+      const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
+      if (!found_[k]->held.empty()) {
+        std::memcpy(out.data(), found_[k]->held.data(), out.size());
+        HeldFound(k, out);
+      } else {
+        (found_[k]->held_apart ? apart : unheld).Add(k, out);
+      }
+    }
+    if (!apart.k.empty()) CopyHeldApart(apart);
+    if (!send_held_) holds_.Release();  // before the read, which waits for the source's loop too
+    if (!unheld.k.empty()) ReadUnheld(unheld);
+    return Status::Ok();
   }
-  if (staged.empty()) return Status::Ok();
-  uint64_t total = 0;
-  for (const uint32_t k : staged) {
-    transfer.slots[positions[k]] = GetSlot{.offset = total, .bytes = found[k]->header.payload_bytes};
-    total += found[k]->header.payload_bytes;
+
+  // Block k, held, sent from `bytes` (the source's pages or staging).
+  void SendFrom(uint32_t k, std::span<const uint8_t> bytes) {
+    transfer_.slots[positions_[k]] = GetSlot{.bytes = bytes.size(), .held = bytes};
+    HeldFound(k, bytes);
   }
-  Result<StagingBuffer> taken = staging.Take(total);
-  if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
-  transfer.buffer = std::move(*taken);
-  // The held blocks are copied here, on this thread (those held apart by one CopyHeld);
-  // the others are read by the source.
-  Copies apart, unheld;
-  for (uint32_t k : staged) {
-    const uint32_t i = positions[k];
-    const std::span<uint8_t> out = transfer.buffer.bytes().subspan(transfer.slots[i].offset, transfer.slots[i].bytes);
-    if (!found[k]->held.empty()) {
-      std::memcpy(out.data(), found[k]->held.data(), out.size());
-      HeldFound(transfer, i, std::move(found[k]->header), out, holds, hold_of[k]);
-    } else {
-      (found[k]->held_apart ? apart : unheld).Add(k, out);
+
+  // Found, for block k, which the source holds: a checksum computed here goes back to the
+  // source with the hold, for it to keep.
+  void HeldFound(uint32_t k, std::span<const uint8_t> bytes) {
+    storage::BlockHeader& header = found_[k]->header;
+    const bool computed = header.checksum == 0;
+    Found(transfer_, positions_[k], std::move(header), bytes);
+    if (computed) holds_.Computed(hold_of_[k], transfer_.headers.back().checksum);
+  }
+
+  std::vector<uint64_t> HoldsOf(std::span<const uint32_t> ks) const {
+    std::vector<uint64_t> holds;
+    for (const uint32_t k : ks) holds.push_back(found_[k]->hold);
+    return holds;
+  }
+
+  // The blocks held apart (a GPU pool's), sent from where the source stages them
+  // (StageHeld: a copier's, kept with the transfer until it is sent). False, nothing
+  // done, where the source stages none (none to spare now, or no such thing) or its
+  // staging does not match the holds (it goes with `staged`): they are copied instead.
+  bool SendApartFromStaging(std::span<const uint32_t> apart) {
+    Result<std::unique_ptr<StagedBlocks>> staged = source_.StageHeld(HoldsOf(apart));
+    if (!staged.ok()) return false;
+    const std::span<const std::span<const uint8_t>> views = (*staged)->views();
+    if (views.size() != apart.size()) return false;
+    for (size_t j = 0; j < apart.size(); ++j) {
+      if (views[j].size() != found_[apart[j]]->header.payload_bytes) return false;
+    }
+    for (size_t j = 0; j < apart.size(); ++j) SendFrom(apart[j], views[j]);
+    transfer_.staged_source = std::move(*staged);
+    return true;
+  }
+
+  // The blocks held apart, copied by one CopyHeld on this thread.
+  void CopyHeldApart(const Copies& apart) {
+    const Status copied = source_.CopyHeld(HoldsOf(apart.k), apart.outs);
+    for (size_t j = 0; j < apart.k.size(); ++j) {
+      if (copied.ok()) {
+        HeldFound(apart.k[j], apart.outs[j]);
+      } else {
+        NotFound(transfer_, positions_[apart.k[j]], copied);
+      }
     }
   }
-  if (!apart.k.empty()) CopyHeldApart(source, apart, positions, found, holds, hold_of, transfer);
-  if (!send_held) holds.Release();  // before the read, which waits for the source's loop too
-  if (!unheld.k.empty()) ReadUnheld(source, unheld, positions, refs, transfer);
-  return Status::Ok();
-}
+
+  // The blocks the source does not hold, read by one ReadBatch (on the source's loop).
+  void ReadUnheld(const Copies& unheld) {
+    std::vector<storage::BlockRef> unheld_refs;
+    for (const uint32_t k : unheld.k) unheld_refs.push_back(refs_[k]);
+    std::vector<Result<storage::BlockHeader>> read = source_.ReadBatch(unheld_refs, unheld.outs);
+    for (size_t j = 0; j < unheld.k.size(); ++j) {
+      const uint32_t i = positions_[unheld.k[j]];
+      if (!read[j].ok()) {
+        NotFound(transfer_, i, read[j].status());
+      } else if (read[j]->payload_bytes == unheld.outs[j].size()) {
+        Found(transfer_, i, std::move(*read[j]), unheld.outs[j]);
+      }
+    }
+  }
+
+  ExtraBlockSource& source_;
+  SourceHolds& holds_;
+  const bool send_held_;
+  const std::span<const uint32_t> positions_;
+  OpenTransfer& transfer_;
+  std::vector<storage::BlockRef> refs_;       // block k's
+  std::vector<Result<HeldBlock>> found_;      // what HoldBatch said of block k
+  std::vector<size_t> hold_of_;               // of a held block k: its index in `holds_`
+};
 
 }  // namespace
 
 Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys, std::span<const uint32_t> positions,
                        StagingPool& staging, uint64_t max_block_bytes, OpenTransfer& transfer) {
   SourceHolds holds(source);  // given back by FromSource, or on the way out of an error
-  return FromSource(source, holds, /*send_held=*/false, keys, positions, staging, max_block_bytes, transfer);
+  return FromSource(source, holds, /*send_held=*/false, keys, positions, transfer).Run(staging, max_block_bytes);
 }
 
 Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source, std::span<const BlockKey> keys,
@@ -171,8 +184,8 @@ Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source, std::span<const 
                       OpenTransfer& transfer) {
   ExtraBlockSource& read_from = *source;
   transfer.source_holds = SourceHolds(std::move(source));
-  return FromSource(read_from, transfer.source_holds, /*send_held=*/true, keys, positions, staging, max_block_bytes,
-                    transfer);
+  return FromSource(read_from, transfer.source_holds, /*send_held=*/true, keys, positions, transfer)
+      .Run(staging, max_block_bytes);
 }
 
 }  // namespace kvtier::store

@@ -3,7 +3,8 @@
 // found it is served exactly as a ticket's get (ServeGet): the tiers' pinned in the host
 // tier or staged from disk at send. Those of the session's extra source (a worker's pool)
 // are found before: held in place and sent from the source's pages where it holds them (a
-// host pool), else copied (a GPU pool's, here) or read into staging. Its reply carries
+// host pool), held apart and sent from the source's staging (a GPU pool's, gathered here;
+// copied out where the source stages none), else read into staging. Its reply carries
 // each sent block's header.
 #include <utility>
 
