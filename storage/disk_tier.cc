@@ -18,6 +18,7 @@
 #include "storage/disk_tier_internal.h"
 #include "storage/header_families.h"
 #include "storage/payload_segments.h"
+#include "storage/put_group_queue.h"
 #include "storage/tier_index.h"
 
 namespace kvtier::storage {
@@ -66,7 +67,9 @@ class DiskTier::Impl {
   // Payloads first (one gathered write into room reserved in the active segment, synced
   // under kFsync), then the headers with their locations in one RocksDB batch: an
   // acknowledged block has both. The I/O runs outside mu_, so gets are not held up by it;
-  // write_mu_ keeps puts, removals and compaction in order.
+  // write_mu_ keeps puts, removals and compaction in order. Batches put meanwhile from
+  // other threads are written together (put_groups_): one write and, under kFsync, one
+  // pair of syncs for the group.
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
     // The checks (the XXH3 pass above all) need no lock: puts from several threads hash
     // in parallel and queue only for the write.
@@ -75,12 +78,17 @@ class DiskTier::Impl {
       const PutItem& item = items[i];
       results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
-    std::lock_guard write_lock(write_mu_);
-    PutBatchLocked(items, results);
-    // After a batch that wrote (not when the disk just refused one: the move would fail too).
-    if (std::any_of(results.begin(), results.end(), [](const Status& s) { return s.ok(); })) Compact();
+    put_groups_.Commit(items, results, [this](std::span<const PutItem> group, std::vector<Status>& group_results) {
+      std::lock_guard write_lock(write_mu_);
+      PutBatchLocked(group, group_results);
+      // After a write (not when the disk just refused one: the move would fail too).
+      const auto wrote = [](const Status& s) { return s.ok(); };
+      if (std::any_of(group_results.begin(), group_results.end(), wrote)) Compact();
+    });
     return results;
   }
+
+  DiskPutGroups PutGroups() const { return {put_groups_.groups(), put_groups_.grouped_batches()}; }
 
   // `results`: the items' checks, kept where they failed and made the outcome elsewhere.
   void PutBatchLocked(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
@@ -465,11 +473,20 @@ class DiskTier::Impl {
     if (options_.on_removed) options_.on_removed(index_.CurrentHeader(id));
   }
 
+  // A group's payloads: at most an eighth of the capacity (a batch's blocks never evict
+  // one another, so a group near the tier's size would overfill it) and at most 64 MiB
+  // (each member waits for the whole group's write).
+  static uint64_t MaxGroupBytes(uint64_t capacity_bytes) {
+    return std::clamp<uint64_t>(capacity_bytes / 8, 1, uint64_t{64} << 20);
+  }
+
   const DiskTierOptions options_;
+  PutGroupQueue put_groups_{MaxGroupBytes(options_.capacity_bytes)};
   const std::unique_ptr<HeaderFamilies> families_ KVTIER_PT_GUARDED_BY(write_mu_);
   rocksdb::DB& db_;  // families_'s; its own calls are thread-safe
   rocksdb::WriteOptions write_options_;
-  // Lock order: write_mu_, then mu_. write_mu_ is held by every change (put, remove,
+  // Lock order: put_groups_'s queue lock is a leaf (a put group is written after it is
+  // let go), then write_mu_, then mu_. write_mu_ is held by every change (put, remove,
   // dropping a corrupt block, compaction after a put), for its I/O too; mu_ only around
   // the index and the segments' bookkeeping, never across I/O, so that reads wait for no
   // write.
@@ -611,6 +628,7 @@ Status DiskTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats DiskTier::Stats() const { return impl_->Stats(); }
 Status DiskTier::Flush() { return impl_->Flush(); }
 DiskFiles DiskTier::Files() const { return impl_->Files(); }
+DiskPutGroups DiskTier::PutGroups() const { return impl_->PutGroups(); }
 std::vector<BlockHeader> DiskTier::Headers() const { return impl_->Headers(); }
 
 }  // namespace kvtier::storage

@@ -141,8 +141,14 @@ BenchBlocks MakeBlocks(const DiskBenchOptions& options) {
   return blocks;
 }
 
-// The disk tier's sustained put (then a flush) and, from a cold page cache, get: GB/s each.
-Result<std::pair<double, double>> TierPutGet(const std::string& path, const BenchBlocks& blocks,
+struct TierRates {
+  double put_gbps = 0;
+  double get_gbps = 0;
+  double put_batches_per_group = 0;
+};
+
+// The disk tier's sustained put (then a flush) and, from a cold page cache, get.
+Result<TierRates> TierPutGet(const std::string& path, const BenchBlocks& blocks,
                                              const DiskBenchOptions& options, storage::DiskSync sync) {
   storage::DiskTierOptions disk_options;
   disk_options.path = path;
@@ -176,7 +182,10 @@ Result<std::pair<double, double>> TierPutGet(const std::string& path, const Benc
     }
     return Status::Ok();
   }));
-  return std::pair{put_gbps, Gbps(bytes, std::chrono::steady_clock::now() - get_start)};
+  const storage::DiskPutGroups groups = tier->PutGroups();
+  return TierRates{.put_gbps = put_gbps,
+                   .get_gbps = Gbps(bytes, std::chrono::steady_clock::now() - get_start),
+                   .put_batches_per_group = static_cast<double>(groups.batches) / static_cast<double>(groups.groups)};
 }
 
 }  // namespace
@@ -202,8 +211,9 @@ Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
   result.raw_read_gbps = raw.second;
   std::filesystem::remove(scratch.path / "raw");
   KVTIER_ASSIGN_OR_RETURN(auto tier, TierPutGet((scratch.path / "tier").string(), blocks, options, sync));
-  result.put_gbps = tier.first;
-  result.get_gbps = tier.second;
+  result.put_gbps = tier.put_gbps;
+  result.get_gbps = tier.get_gbps;
+  result.put_batches_per_group = tier.put_batches_per_group;
   return result;
 }
 

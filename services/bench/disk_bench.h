@@ -39,6 +39,9 @@ struct DiskBenchResult {
   double raw_write_gbps = 0;
   double raw_read_gbps = 0;
   uint64_t blocks = 0;
+  // The put's PutBatch calls per write: above 1 where threads' batches were written
+  // together (disk_tier.h, put groups).
+  double put_batches_per_group = 0;
 };
 
 [[nodiscard]] Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options);

@@ -186,18 +186,19 @@ int BenchCommand::RunDisk() const {
   }
   if (json_) {
     std::printf("{\"bench\":\"disk\",\"sync\":\"%s\",\"threads\":%u,\"block_bytes\":%llu,\"blocks\":%llu,"
-                "\"put_gbps\":%.3f,\"get_gbps\":%.3f,\"raw_write_gbps\":%.3f,\"raw_read_gbps\":%.3f}\n",
+                "\"put_gbps\":%.3f,\"get_gbps\":%.3f,\"raw_write_gbps\":%.3f,\"raw_read_gbps\":%.3f,"
+                "\"put_batches_per_group\":%.2f}\n",
                 disk_options_.sync.c_str(), disk_options_.threads,
                 static_cast<unsigned long long>(disk_options_.block_bytes),
                 static_cast<unsigned long long>(r->blocks), r->put_gbps, r->get_gbps, r->raw_write_gbps,
-                r->raw_read_gbps);
+                r->raw_read_gbps, r->put_batches_per_group);
     return 0;
   }
   std::printf("kvtier bench disk (sync %s, %llu blocks of %llu bytes, %u threads)\n", disk_options_.sync.c_str(),
               static_cast<unsigned long long>(r->blocks), static_cast<unsigned long long>(disk_options_.block_bytes),
               disk_options_.threads);
-  std::printf("  put        %.3f GB/s   raw write %.3f GB/s   ratio %.2f\n", r->put_gbps, r->raw_write_gbps,
-              r->put_gbps / r->raw_write_gbps);
+  std::printf("  put        %.3f GB/s   raw write %.3f GB/s   ratio %.2f   (%.2f batches a write)\n", r->put_gbps,
+              r->raw_write_gbps, r->put_gbps / r->raw_write_gbps, r->put_batches_per_group);
   std::printf("  get        %.3f GB/s   raw read  %.3f GB/s   ratio %.2f\n", r->get_gbps, r->raw_read_gbps,
               r->get_gbps / r->raw_read_gbps);
   return 0;

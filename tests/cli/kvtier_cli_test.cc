@@ -414,7 +414,7 @@ TEST(KvtierCliTest, BenchDiskPrintsOneJsonObjectAndCleansUp) {
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"raw_write_gbps\":", "\"raw_read_gbps\":",
-                          "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2"}) {
+                          "\"put_batches_per_group\":", "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2"}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
