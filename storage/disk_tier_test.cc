@@ -143,7 +143,7 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
 // while another is written go in groups (how many depends on timing; put_group_queue_test
 // shows the grouping itself). Every put is acknowledged, every block reads back, and all
 // of them survive a reopen.
-TEST(DiskTierTest, BatchesFromSeveralThreadsAreWrittenInGroupsAndAllSurviveReopen) {
+TEST(DiskTierTest, BatchesPutFromSeveralThreadsAtOnceAreAllAcknowledgedAndSurviveReopen) {
   TempDir dir;
   DiskTierOptions options;
   options.path = dir.path();
