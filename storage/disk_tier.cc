@@ -88,8 +88,6 @@ class DiskTier::Impl {
     return results;
   }
 
-  DiskPutGroups PutGroups() const { return {put_groups_.groups(), put_groups_.grouped_batches()}; }
-
   // `results`: the items' checks, kept where they failed and made the outcome elsewhere.
   void PutBatchLocked(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
     CreateFamilies(items, results);
@@ -191,8 +189,11 @@ class DiskTier::Impl {
   }
 
   TierStats Stats() const {
+    const PutGroupQueue::Totals puts = put_groups_.totals();
     std::lock_guard lock(mu_);
     TierStats stats = stats_;
+    stats.put_batches = puts.batches;
+    stats.put_writes = puts.groups;
     stats.blocks = index_.size();
     stats.bytes = index_.units();
     stats.medium_bytes = segments_->file_bytes();
@@ -628,7 +629,6 @@ Status DiskTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats DiskTier::Stats() const { return impl_->Stats(); }
 Status DiskTier::Flush() { return impl_->Flush(); }
 DiskFiles DiskTier::Files() const { return impl_->Files(); }
-DiskPutGroups DiskTier::PutGroups() const { return impl_->PutGroups(); }
 std::vector<BlockHeader> DiskTier::Headers() const { return impl_->Headers(); }
 
 }  // namespace kvtier::storage

@@ -53,8 +53,8 @@
 // it, so reads never wait for a write's I/O. Put batches from several threads are
 // written in groups (storage/put_group_queue.h): the batches that queue while one group
 // is written go in the next, as one write with one pair of syncs under kFsync, where
-// each would have paid its own. A group's write that fails (a full disk) fails each of
-// its batches, as it fails a batch's items.
+// each would have paid its own (Stats(): put_batches against put_writes). A group's
+// write that fails (a full disk) fails each of its batches, as it fails a batch's items.
 #pragma once
 
 #include <memory>
@@ -97,12 +97,6 @@ struct DiskFiles {
   uint64_t lost_at_open = 0;
 };
 
-// Puts written together (disk_tier.h's thread safety): their ratio is the mean group.
-struct DiskPutGroups {
-  uint64_t groups = 0;   // group writes
-  uint64_t batches = 0;  // PutBatch (and Put) calls they held
-};
-
 class DiskTier final : public Tier {
  public:
   // Opens or creates the database and rebuilds the index from its headers.
@@ -121,7 +115,6 @@ class DiskTier final : public Tier {
   // memtable out.
   [[nodiscard]] Status Flush();
   DiskFiles Files() const;
-  DiskPutGroups PutGroups() const;
   std::vector<BlockHeader> Headers() const override;
 
   class Impl;

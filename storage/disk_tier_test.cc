@@ -172,11 +172,11 @@ TEST(DiskTierTest, BatchesPutFromSeveralThreadsAtOnceAreAllAcknowledgedAndSurviv
     }
     for (std::thread& putter : putters) putter.join();
     EXPECT_EQ(refused.load(), 0u);
-    const DiskPutGroups groups = (*tier)->PutGroups();
-    EXPECT_EQ(groups.batches, kThreads * kBatches);
-    EXPECT_GE(groups.groups, 1u);
-    EXPECT_LE(groups.groups, groups.batches);
-    EXPECT_EQ((*tier)->Stats().blocks, blocks.size());
+    const TierStats stats = (*tier)->Stats();
+    EXPECT_EQ(stats.put_batches, kThreads * kBatches);
+    EXPECT_GE(stats.put_writes, 1u);
+    EXPECT_LE(stats.put_writes, stats.put_batches);
+    EXPECT_EQ(stats.blocks, blocks.size());
   }
   auto reopened = DiskTier::Create(options);
   ASSERT_TRUE(reopened.ok()) << reopened.status();

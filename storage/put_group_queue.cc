@@ -22,8 +22,8 @@ void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& 
   lock.unlock();
   CommitGroup(group, commit);
   lock.lock();
-  ++groups_;
-  grouped_batches_ += group.size();
+  ++totals_.groups;
+  totals_.batches += group.size();
   for (Waiter* member : group) {
     queue_.pop_front();
     // Woken under the lock: once it sees `done` the member returns and its Waiter (on its
@@ -80,14 +80,9 @@ size_t PutGroupQueue::queued() const {
   return queue_.size();
 }
 
-uint64_t PutGroupQueue::groups() const {
+PutGroupQueue::Totals PutGroupQueue::totals() const {
   std::lock_guard lock(mu_);
-  return groups_;
-}
-
-uint64_t PutGroupQueue::grouped_batches() const {
-  std::lock_guard lock(mu_);
-  return grouped_batches_;
+  return totals_;
 }
 
 }  // namespace kvtier::storage

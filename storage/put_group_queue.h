@@ -54,9 +54,13 @@ class PutGroupQueue {
 
   // Batches queued now, the one being committed included (a gauge; it changes as you read it).
   size_t queued() const;
-  // Groups committed, and the batches they held: their ratio is the mean group size.
-  uint64_t groups() const;
-  uint64_t grouped_batches() const;
+  // Batches committed, and the group commits they went out in: their ratio is the mean
+  // group.
+  struct Totals {
+    uint64_t batches = 0;
+    uint64_t groups = 0;
+  };
+  Totals totals() const;
 
  private:
   // A batch waiting in the queue, on its caller's stack.
@@ -74,8 +78,7 @@ class PutGroupQueue {
   const uint64_t max_group_bytes_;
   mutable std::mutex mu_;
   std::deque<Waiter*> queue_ KVTIER_GUARDED_BY(mu_);  // front: the leader, committing
-  uint64_t groups_ KVTIER_GUARDED_BY(mu_) = 0;
-  uint64_t grouped_batches_ KVTIER_GUARDED_BY(mu_) = 0;
+  Totals totals_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::storage

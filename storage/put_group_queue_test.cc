@@ -88,8 +88,8 @@ TEST(PutGroupQueueTest, ALoneBatchIsCommittedOnItsCallersThread) {
   EXPECT_EQ(committed_on, std::this_thread::get_id());
   EXPECT_TRUE(batch.results[0].ok());
   EXPECT_EQ(batch.results[1].code(), StatusCode::kInternal);
-  EXPECT_EQ(queue.groups(), 1u);
-  EXPECT_EQ(queue.grouped_batches(), 1u);
+  EXPECT_EQ(queue.totals().groups, 1u);
+  EXPECT_EQ(queue.totals().batches, 1u);
   EXPECT_EQ(queue.queued(), 0u);
 }
 
@@ -111,8 +111,8 @@ TEST(PutGroupQueueTest, BatchesQueuedBehindACommitGoTogetherInTheirOrder) {
   a_done.get(), b_done.get(), c_done.get(), d_done.get();
 
   EXPECT_EQ(commit.groups(), (std::vector<std::vector<uint64_t>>{{1}, {2, 3, 4, 5, 6}}));
-  EXPECT_EQ(queue.groups(), 2u);
-  EXPECT_EQ(queue.grouped_batches(), 4u);
+  EXPECT_EQ(queue.totals().groups, 2u);
+  EXPECT_EQ(queue.totals().batches, 4u);
   // Each caller has its own items' outcomes back, the failed check untouched.
   EXPECT_EQ(a.results[0].message(), "block 1");
   EXPECT_EQ(b.results[0].message(), "block 2");
@@ -141,7 +141,8 @@ TEST(PutGroupQueueTest, AGroupStopsAtItsByteBudgetAndAtARepeatedBlock) {
 
   // b alone (c would pass 2 KiB), c alone (2 KiB), d alone (e repeats block 5), then e and f.
   EXPECT_EQ(commit.groups(), (std::vector<std::vector<uint64_t>>{{1}, {2}, {3, 4}, {5}, {5, 6}}));
-  EXPECT_EQ(queue.grouped_batches(), 6u);
+  EXPECT_EQ(queue.totals().groups, 5u);
+  EXPECT_EQ(queue.totals().batches, 6u);
   EXPECT_EQ(e.results[0].message(), "block 5");
 }
 
@@ -152,7 +153,7 @@ TEST(PutGroupQueueTest, ABatchOverTheBudgetIsCommittedAlone) {
     results.assign(items.size(), Status::Ok());
   });
   EXPECT_TRUE(big.results[0].ok() && big.results[1].ok());
-  EXPECT_EQ(queue.groups(), 1u);
+  EXPECT_EQ(queue.totals().groups, 1u);
 }
 
 }  // namespace

@@ -42,11 +42,20 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
                                                   "Blocks leaving the host tier or coming back, by what happened: "
                                                   "demoted, promoted, dropped_priority, dropped_admission.",
                                                   {"kind"}));
+  KVTIER_ASSIGN_OR_RETURN(m->disk_put_batches_,
+                          r.AddCounter("kvtier_store_disk_put_batches_total", "Put calls of the disk tier.", {}));
+  KVTIER_ASSIGN_OR_RETURN(m->disk_put_writes_,
+                          r.AddCounter("kvtier_store_disk_put_writes_total",
+                                       "Writes the disk tier's put calls went out in (calls that queue while "
+                                       "one is written go together in the next).",
+                                       {}));
   // Every series exists from the start, at zero, so that dashboards and alerts see them.
   for (const char* tier : {"host", "disk"}) {
     for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_, m->bytes_written_, m->bytes_read_}) family->WithLabels({tier});
   }
   for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission"}) m->moves_->WithLabels({kind});
+  m->disk_put_batches_->WithLabels({});
+  m->disk_put_writes_->WithLabels({});
   return m;
 }
 
@@ -73,7 +82,11 @@ void StoreMetrics::UpdateTier(const char* tier, const TierStats& now, TierStats&
 
 void StoreMetrics::Update(const TieredStoreStats& stats) {
   if (stats.host) UpdateTier("host", *stats.host, host_before_);
-  if (stats.disk) UpdateTier("disk", *stats.disk, disk_before_);
+  if (stats.disk) {
+    IncBy(disk_put_batches_->WithLabels({}), stats.disk->put_batches, disk_before_.put_batches);
+    IncBy(disk_put_writes_->WithLabels({}), stats.disk->put_writes, disk_before_.put_writes);
+    UpdateTier("disk", *stats.disk, disk_before_);  // then disk_before_ is *stats.disk
+  }
   IncBy(moves_->WithLabels({"demoted"}), stats.demoted, before_.demoted);
   IncBy(moves_->WithLabels({"promoted"}), stats.promoted, before_.promoted);
   IncBy(moves_->WithLabels({"dropped_priority"}), stats.dropped_below_priority, before_.dropped_below_priority);

@@ -15,6 +15,10 @@
 //   kvtier_store_read_bytes_total{tier}           counter: payload bytes read (hits)
 //   kvtier_store_moves_total{kind}                counter: demoted, promoted,
 //                                                 dropped_priority, dropped_admission
+//   kvtier_store_disk_put_batches_total           counter: the disk tier's put calls
+//   kvtier_store_disk_put_writes_total            counter: the writes they went out in
+//                                                 (batches that queue meanwhile go
+//                                                 together: batches / writes is the mean)
 //
 // Update() brings them up to date from TieredStore::Stats (counters by their growth);
 // call it from one thread at a time (the node's tick).
@@ -51,6 +55,8 @@ class StoreMetrics {
   CounterFamily* bytes_written_ = nullptr;
   CounterFamily* bytes_read_ = nullptr;
   CounterFamily* moves_ = nullptr;
+  CounterFamily* disk_put_batches_ = nullptr;
+  CounterFamily* disk_put_writes_ = nullptr;
   TierStats host_before_, disk_before_;
   TieredStoreStats before_;
 };

@@ -19,6 +19,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.disk = TierStats{};
   stats.disk->bytes = 4 << 20;
   stats.disk->medium_bytes = 5 << 20;  // a mebibyte of dead payloads in its segments
+  stats.disk->put_batches = 6;         // in 4 writes: two went with others
+  stats.disk->put_writes = 4;
   metrics->Update(stats);
   // Later: two more hits, one corrupt block found, two failed reads, another eviction at 20.
   stats.host->hits = 7;
@@ -26,6 +28,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->io_errors = 2;
   stats.host->bytes_read = 7 * 65536;
   stats.host->evictions_by_priority[20] = 3;
+  stats.disk->put_batches = 10;  // 4 more calls in 2 writes
+  stats.disk->put_writes = 6;
   metrics->Update(stats);
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
@@ -40,7 +44,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_written_bytes_total{tier=\"disk\"} 0\n",
                            "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
                            "kvtier_store_moves_total{kind=\"demoted\"} 1\n",
-                           "kvtier_store_moves_total{kind=\"promoted\"} 0\n"}) {
+                           "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
+                           "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

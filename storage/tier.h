@@ -46,6 +46,11 @@ struct TierStats {
   uint64_t io_errors = 0;        // reads and writes the medium failed (not misses, not corruption)
   uint64_t bytes_written = 0;    // payload bytes of blocks stored (not refreshes of stored ones)
   uint64_t bytes_read = 0;       // payload bytes of hits
+  // Put calls (PutBatch, Put) and the writes they went out in. The disk tier writes the
+  // batches that queue meanwhile together (disk_tier.h), so put_writes <= put_batches
+  // there and their ratio is the mean group; the host tier leaves both 0.
+  uint64_t put_batches = 0;
+  uint64_t put_writes = 0;
 };
 
 // An evicted block: its header (retention as still left) and its payload as one or more

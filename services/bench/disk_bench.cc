@@ -182,10 +182,11 @@ Result<TierRates> TierPutGet(const std::string& path, const BenchBlocks& blocks,
     }
     return Status::Ok();
   }));
-  const storage::DiskPutGroups groups = tier->PutGroups();
-  return TierRates{.put_gbps = put_gbps,
-                   .get_gbps = Gbps(bytes, std::chrono::steady_clock::now() - get_start),
-                   .put_batches_per_group = static_cast<double>(groups.batches) / static_cast<double>(groups.groups)};
+  const storage::TierStats stats = tier->Stats();
+  return TierRates{
+      .put_gbps = put_gbps,
+      .get_gbps = Gbps(bytes, std::chrono::steady_clock::now() - get_start),
+      .put_batches_per_group = static_cast<double>(stats.put_batches) / static_cast<double>(stats.put_writes)};
 }
 
 }  // namespace
