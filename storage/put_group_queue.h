@@ -6,19 +6,19 @@
 // queue instead: the first in line, the leader, takes the batches queued behind it (up to
 // `max_group_bytes` of payload, its own always) and commits them as one, on its own
 // thread; then it hands each member its results and wakes it. The batches that came
-// meanwhile queue for the next group. One thread alone never waits: its batch is a group
-// of one, committed as before. LevelDB's and RocksDB's writers queue the same way.
+// meanwhile queue for the next group. A thread putting alone waits for no other: its
+// batch is a group of one, committed as before. LevelDB's and RocksDB's writers queue
+// the same way.
 //
 // What a group changes for a member: its items are committed with the others', in the
 // order the batches queued, so a failure of the group's write (a full disk, an I/O error)
-// fails every member's items that passed their checks, as it fails a whole batch.
+// fails every member's items that passed their checks, as it fails a whole batch. A
+// batch that names a block the group names already is left for the next group (a tier
+// stores a block repeated within one batch once, as its first item says, so in a group
+// a later put of it would not refresh its priority and retention as it does alone).
 //
 // Thread safety: Commit may be called from any number of threads at once. The queue's
 // mutex is a leaf: no other lock is taken under it, and `commit` runs outside it.
-//
-// A batch that names a block the group names already is left for the next group (a
-// tier stores a block repeated within one batch once, as its first item says, so in a
-// group a later put of it would not refresh its priority and retention as it does alone).
 //
 // REQUIRES: max_group_bytes > 0; results.size() == items.size() in Commit. The queue
 // outlives every Commit call.
