@@ -1,8 +1,9 @@
 // kill -9 while writing: every block the disk tier acknowledged reads back identical
 // after a restart, no block is ever served with wrong or partial bytes, and no block
-// whose removal was acknowledged comes back. 20 cycles of puts and 10 of puts with
-// removals (KVTIER_CRASH_CYCLES=N for a longer soak of each), each killing the writer at
-// a random moment after its first acknowledgements.
+// whose removal was acknowledged comes back. 20 cycles of puts, 10 of puts with removals
+// and 10 of puts from 4 threads at once (written in groups) (KVTIER_CRASH_CYCLES=N for a
+// longer soak of each), each killing the writer at a random moment after its first
+// acknowledgements.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -40,10 +41,13 @@ std::vector<uint64_t> IdsAfter(const std::string& stdout_text, const std::string
   return ids;
 }
 
-// `cycles` times: a writer (with `churn`: removing most of what it wrote, so that puts
-// compact) is killed at a random moment after its first acknowledgements; the tier is
-// reopened and checked.
-void RunKillCycles(int cycles, bool churn) {
+// How the killed writer writes: one thread; one removing most of what it wrote, so that
+// puts compact; or 4 threads at once, so that their batches are written in groups.
+enum class Writer { kPuts, kChurn, kThreads };
+
+// `cycles` times: a writer is killed at a random moment after its first
+// acknowledgements; the tier is reopened and checked.
+void RunKillCycles(int cycles, Writer how) {
   kvtier::testing::TempDir dir;
   const std::string db = dir.File("db");
   std::mt19937 rng(20261122);
@@ -58,7 +62,8 @@ void RunKillCycles(int cycles, bool churn) {
       std::filesystem::create_directory(output_dir);
       std::vector<std::string> argv{std::string(KVTIER_BIN_DIR) + "/storage_crash_writer", db,
                                     std::to_string(next_id), std::to_string(kBlockBytes), std::to_string(kBatch)};
-      if (churn) argv.push_back("churn");
+      if (how == Writer::kChurn) argv.push_back("churn");
+      if (how == Writer::kThreads) argv.push_back("threads=4");
       kvtier::testing::ChildProcess writer(argv, output_dir);
       ASSERT_TRUE(writer.WaitForOutput("ack", 20s)) << "cycle " << cycle << ": " << writer.Stderr();
       std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 100));
@@ -69,6 +74,7 @@ void RunKillCycles(int cycles, bool churn) {
       live.insert(acked.begin(), acked.end());
       for (uint64_t id : IdsAfter(writer.Stdout(), "removing")) live.erase(id);  // present or not
       for (uint64_t id : IdsAfter(writer.Stdout(), "removed")) removed.insert(id);
+      std::sort(acked.begin(), acked.end());  // the threads' acknowledgements interleave
       next_id = acked.back() + 1000;  // past anything the killed writer may have half-written
       next_id -= next_id % kBatch;    // the churn removes by batch
     }
@@ -113,12 +119,18 @@ int Cycles(int default_cycles) {
   return env != nullptr ? std::max(1, std::atoi(env)) : default_cycles;
 }
 
-TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNine) { RunKillCycles(Cycles(20), /*churn=*/false); }
+TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNine) { RunKillCycles(Cycles(20), Writer::kPuts); }
 
 // The same with three quarters of every batch removed after it: dead bytes pile up and
 // the puts compact (move live blocks and delete segments) when the kill comes.
 TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNineWhileCompacting) {
-  RunKillCycles(Cycles(10), /*churn=*/true);
+  RunKillCycles(Cycles(10), Writer::kChurn);
+}
+
+// Four threads putting at once: the kill comes while groups of their batches are written
+// (one payload write and one header batch for several callers).
+TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNineWhilePutsGoInGroups) {
+  RunKillCycles(Cycles(10), Writer::kThreads);
 }
 
 }  // namespace

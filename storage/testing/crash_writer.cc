@@ -4,11 +4,15 @@
 // With "churn", after each batch it removes the blocks of the previous batch whose id is
 // not a multiple of 4, printing "removing <id>" before and "removed <id>" once each
 // removal is acknowledged: three quarters of every segment die, so the puts keep
-// compacting under the kill. The crash test kills it with SIGKILL and checks the tier
-// afterwards.
+// compacting under the kill. With "threads=N", N threads put at once (thread t the
+// batches FIRST_ID + (k*N + t)*BATCH), so that their batches are written in groups
+// (storage/put_group_queue.h) when the kill comes; their "ack" lines interleave. The
+// crash test kills it with SIGKILL and checks the tier afterwards.
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "storage/disk_tier.h"
@@ -50,14 +54,24 @@ bool RemoveMostOf(DiskTier& tier, uint64_t first, uint64_t count) {
   return true;
 }
 
+// Puts every `stride`-th batch from `first` on until a put fails (or the kill).
+void PutForever(DiskTier& tier, uint64_t first, uint64_t stride, uint64_t batch, uint64_t block_bytes) {
+  for (uint64_t id = first;; id += stride) {
+    if (!PutBatch(tier, id, batch, block_bytes)) std::_Exit(1);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5 && !(argc == 6 && std::string(argv[5]) == "churn")) {
-    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH [churn]\n", argv[0]);
+  const std::string mode = argc == 6 ? argv[5] : "";
+  const bool churn = mode == "churn";
+  const uint64_t threads = mode.starts_with("threads=") ? std::strtoull(mode.c_str() + 8, nullptr, 10) : 1;
+  if ((argc != 5 && argc != 6) || (argc == 6 && !churn && threads == 1) || threads == 0 || threads > 64) {
+    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH [churn | threads=N (2 to 64)]\n", argv[0]);
     return 2;
   }
-  const bool churn = argc == 6;
   DiskTierOptions options;
   options.path = argv[1];
   options.capacity_bytes = 1ull << 40;
@@ -73,6 +87,14 @@ int main(int argc, char** argv) {
   std::printf("ready\n");
   std::fflush(stdout);
   const uint64_t first = std::strtoull(argv[2], nullptr, 10);
+  if (threads > 1) {
+    std::vector<std::thread> putters;
+    for (uint64_t t = 0; t < threads; ++t) {
+      putters.emplace_back(PutForever, std::ref(**tier), first + t * batch, threads * batch, batch, block_bytes);
+    }
+    for (std::thread& putter : putters) putter.join();  // never: they put until killed
+    return 1;
+  }
   for (uint64_t id = first;; id += batch) {
     if (!PutBatch(**tier, id, batch, block_bytes)) return 1;
     if (churn && id > first && !RemoveMostOf(**tier, id - batch, batch)) return 1;
