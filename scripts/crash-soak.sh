@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Crash soak: the two kill -9 tests with many more cycles than CI runs (20 each there).
-#   storage/disk_tier_crash_test   a process writing (and removing) through the disk tier
+# Crash soak: the kill -9 tests with many more cycles than CI runs (10 to 20 a case there).
+#   storage/disk_tier_crash_test   a process writing (and removing, or from 4 threads) through
+#                                  the disk tier
 #   store_crash_test               `kvtier store` written to over the network, disk only and
 #                                  with a host tier in front
 # Usage: scripts/crash-soak.sh [BUILD_DIR] [CYCLES]   (defaults: build 200)
