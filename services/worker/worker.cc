@@ -97,6 +97,7 @@ class Worker::Impl {
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(batch, block_bytes, &views));
     std::vector<uint32_t> to_land;  // positions in `batch`
     uint32_t fetched = 0;
+    const auto fetch_start = std::chrono::steady_clock::now();
     for (; fetched < batch.size(); ++fetched) {
       const OnboardBlock block{keys[fetched], seq.format_tag, seq.salt_scope, &state.layout, views[fetched],
                                batch[fetched]};
@@ -112,6 +113,7 @@ class Worker::Impl {
     }
     result.onboarded_blocks += fetched;
     const auto write_start = std::chrono::steady_clock::now();
+    stats_.onboard_fetch += write_start - fetch_start;
     const Status landed =
         to_land.empty() ? Status::Ok() : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
     stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
@@ -127,7 +129,8 @@ class Worker::Impl {
     std::vector<std::span<const uint8_t>> views;
     const auto read_start = std::chrono::steady_clock::now();
     const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
-    stats_.offload_transfer += std::chrono::steady_clock::now() - read_start;
+    const auto store_start = std::chrono::steady_clock::now();
+    stats_.offload_transfer += store_start - read_start;
     for (size_t i = 0; i < victims.size(); ++i) {
       const EvictedBlock& victim = *victims[i];
       const OffloadBlock block{victim.key,        victim.parent,   victim.first,  victim.format_tag,
@@ -140,6 +143,7 @@ class Worker::Impl {
         refused.push_back(victim.key);
       }
     }
+    stats_.offload_store += std::chrono::steady_clock::now() - store_start;
   }
 
   // Copy-on-partial-reuse: the leading tokens of every (layer, K|V, head) run. The runs

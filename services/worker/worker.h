@@ -188,6 +188,11 @@ struct WorkerStats {
   Nanos offload_transfer{0};   // victims read out of the pool
   Nanos onboard_transfer{0};   // fetched blocks landed in the pool
   Nanos copy_transfer{0};      // copy-on-partial-reuse
+  // Wall time on the worker's loop in the offload target and the onboard source: the
+  // victims handed over (hashed, copied into the host tier or written to a store) once
+  // read out, and the blocks fetched (from the node's tiers or a peer) before they land.
+  Nanos offload_store{0};
+  Nanos onboard_fetch{0};
 };
 
 class Worker {

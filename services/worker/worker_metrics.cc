@@ -54,6 +54,13 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
                                        "landed), copy (partial reuse); on a GPU the kernels and their waits.",
                                        {"op"}));
   for (const char* op : {"offload", "onboard", "copy"}) m->transfer_seconds_->WithLabels({op});
+  KVTIER_ASSIGN_OR_RETURN(m->tier_seconds_,
+                          r.AddCounter("kvtier_worker_tier_seconds_total",
+                                       "Time on the worker's event loop in its tiers, by path: offload (victims, once "
+                                       "read out, hashed and handed to the host tier or a store), onboard (blocks "
+                                       "fetched from the node's tiers or a peer before they land).",
+                                       {"op"}));
+  for (const char* op : {"offload", "onboard"}) m->tier_seconds_->WithLabels({op});
   m->onboarded_blocks_ = &onboarded->WithLabels({});
   m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
   m->landed_in_place_ = &in_place->WithLabels({});
@@ -104,6 +111,8 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
   transfer_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_transfer, last_.offload_transfer));
   transfer_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_transfer, last_.onboard_transfer));
   transfer_seconds_->WithLabels({"copy"}).Inc(seconds(stats.copy_transfer, last_.copy_transfer));
+  tier_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_store, last_.offload_store));
+  tier_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_fetch, last_.onboard_fetch));
   const size_t pools = last_.pools.size();
   last_ = stats;
   last_.pools.resize(pools);

@@ -10,6 +10,8 @@
 //                                   from other nodes straight into a host pool)
 //   transfer_seconds_total{op}      time moving pool bytes: offload, onboard, copy (the
 //                                   kernels and their waits on a GPU)
+//   tier_seconds_total{op}          time on the worker's loop in its tiers: offload (victims
+//                                   handed over), onboard (blocks fetched before landing)
 //
 // Thread safety: as common/metrics.h; updated from the worker's event-loop thread.
 #pragma once
@@ -44,6 +46,7 @@ class WorkerMetrics {
   Counter* onboarded_bytes_ = nullptr;
   Counter* landed_in_place_ = nullptr;
   CounterFamily* transfer_seconds_ = nullptr;
+  CounterFamily* tier_seconds_ = nullptr;
   WorkerStats last_;  // what the counters already include
 };
 

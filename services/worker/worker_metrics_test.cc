@@ -101,11 +101,15 @@ TEST(WorkerMetricsTest, TransferTimeIsCountedInSecondsByPath) {
   metrics->Update(stats);
   stats.offload_transfer = std::chrono::milliseconds(1500);  // 1.25 s more
   stats.onboard_transfer = std::chrono::milliseconds(500);
+  stats.offload_store = std::chrono::milliseconds(2250);  // the victims' hand-over, on the loop
+  stats.onboard_fetch = std::chrono::milliseconds(750);
   metrics->Update(stats);
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_worker_transfer_seconds_total{op=\"offload\"} 1.5\n",
                            "kvtier_worker_transfer_seconds_total{op=\"onboard\"} 0.5\n",
-                           "kvtier_worker_transfer_seconds_total{op=\"copy\"} 0\n"}) {
+                           "kvtier_worker_transfer_seconds_total{op=\"copy\"} 0\n",
+                           "kvtier_worker_tier_seconds_total{op=\"offload\"} 2.25\n",
+                           "kvtier_worker_tier_seconds_total{op=\"onboard\"} 0.75\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

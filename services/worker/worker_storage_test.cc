@@ -130,6 +130,8 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   ASSERT_EQ(tier.blocks.size(), 4u);
   for (uint8_t i = 0; i < 4; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
   EXPECT_GT(worker.Stats().offload_transfer.count(), 0) << "the batch's transfer time is counted";
+  EXPECT_GT(worker.Stats().offload_store.count(), 0) << "and the hand-over to the tier";
+  EXPECT_EQ(worker.Stats().onboard_fetch.count(), 0) << "nothing onboarded yet";
   ASSERT_TRUE(worker.Free(1, 2).ok());
   // Sequence 3 asks for blocks 1-4 again: all four onboarded at once.
   auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
@@ -137,6 +139,7 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   auto onboarded = worker.Onboard(1, 3, keys, keep);
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 4u);
+  EXPECT_GT(worker.Stats().onboard_fetch.count(), 0) << "the fetches from the tier are counted";
   size_t stored_onboarded = 0;
   for (const WorkerEvent& e : worker.TakeEvents()) {
     if (e.kind == WorkerEvent::Kind::kStored) stored_onboarded += e.onboarded ? 1 : 100;
