@@ -5,13 +5,24 @@
 // that ties it to the pool's layout and the engine's format tag, "<layout
 // fingerprint>|f<hex tag>", so that it is only ever served back to a pool of the same
 // layout and format. Fetch (onboard): the store copies the payload straight into the
-// pool block (its checksum verified where the tier verifies).
+// pool block or its staging (its checksum verified where the tier verifies).
 //
-// Thread safety: as the TieredStore (safe from any thread).
-// Ownership: borrows the store, which outlives this object.
+// Batches (OffloadBatch, FetchBatch) are split among `threads` helper threads and the
+// caller's: the hashing and copying of a batch's blocks run in parallel, so the worker's
+// loop, which waits for the batch, waits a fraction as long (on a GPU node these copies
+// were most of the loop's time: docs/benchmarks.md). The store takes parallel puts and
+// gets; each block's events stay in order.
+//
+// Thread safety: as the TieredStore (safe from any thread); a batch's helpers are shared
+// by concurrent callers. Ownership: borrows the store, which outlives this object.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "services/worker/worker.h"
 #include "storage/tiered_store.h"
@@ -21,14 +32,41 @@ namespace kvtier::worker {
 // The storage format tag of blocks of `layout` written by engines with `format_tag`.
 [[nodiscard]] std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag);
 
+// The helpers a node gives its TierLink: a quarter of the hardware threads, at most 4
+// (0 on machines of up to 3 threads, where the loop's thread copies alone as before).
+[[nodiscard]] uint32_t DefaultTierLinkThreads();
+
+struct TierLinkOptions {
+  storage::TieredStore* store = nullptr;  // required
+  // Helper threads for a batch's blocks, beside the caller's; 0: every batch on the
+  // caller's thread alone.
+  uint32_t threads = 0;
+};
+
 class TierLink final : public OffloadTarget, public OnboardSource {
  public:
-  explicit TierLink(storage::TieredStore* store) : store_(store) {}
+  // REQUIRES: options.store is not null.
+  explicit TierLink(TierLinkOptions options);
+  ~TierLink() override;
+  TierLink(const TierLink&) = delete;
+  TierLink& operator=(const TierLink&) = delete;
+
   [[nodiscard]] Status Offload(const OffloadBlock& block) override;
   [[nodiscard]] Result<SourceTier> Fetch(const OnboardBlock& block) override;
+  [[nodiscard]] std::vector<Status> OffloadBatch(std::span<const OffloadBlock> blocks) override;
+  // Fetches every block, in parallel: a block after one the store lacks is copied too,
+  // and its result says so; Onboard uses the leading run.
+  [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
 
  private:
-  storage::TieredStore* store_;
+  // fn(i) for i in [0, n), in shares: one on the calling thread, the rest on the helpers;
+  // returns when every share is done.
+  void ForEachInShares(size_t n, const std::function<void(size_t)>& fn);
+
+  storage::TieredStore* const store_;
+  const uint32_t threads_;
+  class Helpers;  // threads named kvt-tier-N on one asio::io_context (tier_link.cc)
+  std::unique_ptr<Helpers> helpers_;  // none when threads_ is 0
 };
 
 }  // namespace kvtier::worker

@@ -96,12 +96,16 @@ class Worker::Impl {
     std::vector<std::span<uint8_t>> views;
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(batch, block_bytes, &views));
     std::vector<uint32_t> to_land;  // positions in `batch`
-    uint32_t fetched = 0;
+    std::vector<OnboardBlock> blocks;
+    blocks.reserve(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      blocks.push_back({keys[i], seq.format_tag, seq.salt_scope, &state.layout, views[i], batch[i]});
+    }
     const auto fetch_start = std::chrono::steady_clock::now();
-    for (; fetched < batch.size(); ++fetched) {
-      const OnboardBlock block{keys[fetched], seq.format_tag, seq.salt_scope, &state.layout, views[fetched],
-                               batch[fetched]};
-      Result<SourceTier> tier = source.Fetch(block);
+    const std::vector<Result<SourceTier>> tiers = source.FetchBatch(blocks);
+    uint32_t fetched = 0;
+    for (; fetched < batch.size() && fetched < tiers.size(); ++fetched) {
+      const Result<SourceTier>& tier = tiers[fetched];
       if (!tier.ok()) break;
       ++(*tier == SourceTier::kHost ? result.from_host
                                     : *tier == SourceTier::kDisk ? result.from_disk : result.from_remote);
@@ -131,16 +135,23 @@ class Worker::Impl {
     const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
     const auto store_start = std::chrono::steady_clock::now();
     stats_.offload_transfer += store_start - read_start;
+    std::vector<Status> taken(victims.size(), UnavailableError("the victims' bytes could not be read"));
+    if (readable) {
+      std::vector<OffloadBlock> blocks;
+      blocks.reserve(victims.size());
+      for (size_t i = 0; i < victims.size(); ++i) {
+        const EvictedBlock& v = *victims[i];
+        blocks.push_back({v.key, v.parent, v.first, v.format_tag, v.salt_scope, v.priority, &state.layout, views[i]});
+      }
+      taken = options_.offload->OffloadBatch(blocks);
+    }
     for (size_t i = 0; i < victims.size(); ++i) {
-      const EvictedBlock& victim = *victims[i];
-      const OffloadBlock block{victim.key,        victim.parent,   victim.first,  victim.format_tag,
-                               victim.salt_scope, victim.priority, &state.layout, readable ? views[i] : std::span<const uint8_t>()};
-      if (readable && options_.offload->Offload(block).ok()) {
+      if (i < taken.size() && taken[i].ok()) {
         ++stats_.offloaded_blocks;
         stats_.offloaded_bytes += block_bytes;
       } else {
         ++stats_.dropped_offloads;
-        refused.push_back(victim.key);
+        refused.push_back(victims[i]->key);
       }
     }
     stats_.offload_store += std::chrono::steady_clock::now() - store_start;
@@ -168,6 +179,24 @@ class Worker::Impl {
   uint64_t next_event_ = 0;
   WorkerStats stats_;
 };
+
+std::vector<Status> OffloadTarget::OffloadBatch(std::span<const OffloadBlock> blocks) {
+  std::vector<Status> taken;
+  taken.reserve(blocks.size());
+  for (const OffloadBlock& block : blocks) taken.push_back(Offload(block));
+  return taken;
+}
+
+std::vector<Result<SourceTier>> OnboardSource::FetchBatch(std::span<const OnboardBlock> blocks) {
+  std::vector<Result<SourceTier>> tiers;
+  tiers.reserve(blocks.size());
+  for (const OnboardBlock& block : blocks) {
+    const bool stopped = !tiers.empty() && !tiers.back().ok();
+    tiers.push_back(stopped ? Result<SourceTier>(AbortedError("not asked: an earlier block was not fetched"))
+                            : Fetch(block));
+  }
+  return tiers;
+}
 
 Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   if (options.pools.empty()) return InvalidArgumentError("worker: no pools configured");

@@ -56,6 +56,9 @@ class OffloadTarget {
  public:
   virtual ~OffloadTarget() = default;
   [[nodiscard]] virtual Status Offload(const OffloadBlock& block) = 0;
+  // One batch of victims (their bytes valid during the call), one status each. By
+  // default one Offload after another; a target may take them in parallel.
+  [[nodiscard]] virtual std::vector<Status> OffloadBatch(std::span<const OffloadBlock> blocks);
 };
 
 // One block Onboard wants, and where its bytes go.
@@ -81,6 +84,11 @@ class OnboardSource {
  public:
   virtual ~OnboardSource() = default;
   [[nodiscard]] virtual Result<SourceTier> Fetch(const OnboardBlock& block) = 0;
+  // A batch of a sequence's blocks in chain order, one result each; Onboard uses the
+  // leading run of successes. By default one Fetch after another, stopping at the first
+  // failure (the rest: kAborted, not asked); a source may fetch them in parallel, and
+  // then may have written the `out` of blocks after a failure too.
+  [[nodiscard]] virtual std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks);
 };
 
 // A sequence's next blank blocks, held so that blocks fetched elsewhere land in them in

@@ -40,6 +40,31 @@ std::unique_ptr<Worker> MakeWorker(uint32_t blocks, OffloadTarget* offload = nul
   return Worker::Create(options).value();
 }
 
+// A source that holds block 0 only, and the keys it was asked for.
+class HoldsBlockZero final : public OnboardSource {
+ public:
+  Result<SourceTier> Fetch(const OnboardBlock& block) override {
+    asked.push_back(block.key);
+    if (block.key == Key(0)) return SourceTier::kHost;
+    return NotFoundError("block " + block.key.ToHex() + " is not here");
+  }
+  std::vector<BlockKey> asked;
+};
+
+// The default batch fetch asks in chain order and stops at the first block missing:
+// of blocks 0-2, block 0 comes, block 1 is missing, block 2 is never asked for.
+TEST(OnboardSourceTest, ADefaultBatchFetchStopsAtTheFirstBlockMissing) {
+  HoldsBlockZero source;
+  std::vector<OnboardBlock> blocks(3);
+  for (uint64_t i = 0; i < 3; ++i) blocks[i].key = Key(i);
+  const std::vector<Result<SourceTier>> tiers = source.FetchBatch(blocks);
+  ASSERT_EQ(tiers.size(), 3u);
+  EXPECT_TRUE(tiers[0].ok());
+  EXPECT_EQ(tiers[1].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(tiers[2].status().code(), StatusCode::kAborted);
+  EXPECT_EQ(source.asked, (std::vector<BlockKey>{Key(0), Key(1)}));
+}
+
 TEST(WorkerTest, AttachedProcessesShareBlocksZeroCopy) {
   auto worker = MakeWorker(8);
   auto attachment = worker->AttachPool(0, TestLayout());
