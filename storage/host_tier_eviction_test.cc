@@ -171,6 +171,12 @@ TEST(HostTierEvictionTest, ConcurrentEvictionsHandOnExactlyTheVictimsBytes) {
     });
   }
   for (std::thread& t : putters) t.join();
+  // The readers may not have run yet on a loaded machine (the puts take milliseconds):
+  // they go on until one of them has a hit, for at most 10 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (hits.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   done = true;
   for (std::thread& t : threads) t.join();
   EXPECT_GT(handed.load(), 100u) << "the puts evicted";
