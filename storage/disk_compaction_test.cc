@@ -36,11 +36,7 @@ DiskTierOptions SmallTier(const std::string& path) {
 // intact, before and after a restart.
 TEST(DiskCompactionTest, CompactionKeepsTheFilesNearTheLiveBytes) {
   TempDir dir;
-  DiskTierOptions options;
-  options.path = dir.path();
-  options.capacity_bytes = 2 << 20;
-  options.segment_bytes = 1 << 20;
-  options.memtable_bytes = 1 << 20;
+  const DiskTierOptions options = SmallTier(dir.path());
   auto tier = DiskTier::Create(options);
   ASSERT_TRUE(tier.ok()) << tier.status();
   std::vector<TestBlock> hot;

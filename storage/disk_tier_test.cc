@@ -27,6 +27,7 @@ using std::filesystem::recursive_directory_iterator;
 using testing::MakeBlock;
 using testing::OpenDiskTier;
 using testing::ReadBack;
+using testing::TestDiskOptions;
 using testing::TestBlock;
 
 
@@ -145,10 +146,7 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
 // of them survive a reopen.
 TEST(DiskTierTest, BatchesPutFromSeveralThreadsAtOnceAreAllAcknowledgedAndSurviveReopen) {
   TempDir dir;
-  DiskTierOptions options;
-  options.path = dir.path();
-  options.capacity_bytes = 64 << 20;
-  options.memtable_bytes = 1 << 20;
+  DiskTierOptions options = TestDiskOptions(dir.path(), 64 << 20);
   options.sync = DiskSync::kFsync;
   constexpr uint64_t kThreads = 4, kBatches = 16, kBlocksPerBatch = 4;
   std::vector<TestBlock> blocks;
@@ -251,11 +249,7 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   // A restart on the still-full file system either opens (the headers fit) or fails to
   // open, saying why; once the operator makes room (the tmpfs grows), the reopened tier
   // holds every acknowledged block.
-  DiskTierOptions options;
-  options.path = dir.path();
-  options.capacity_bytes = 1ull << 30;
-  options.memtable_bytes = 1 << 20;
-  auto on_full_disk = DiskTier::Create(options);
+  auto on_full_disk = DiskTier::Create(TestDiskOptions(dir.path(), 1ull << 30));
   if (!on_full_disk.ok()) {
     EXPECT_EQ(on_full_disk.status().code(), StatusCode::kResourceExhausted) << on_full_disk.status();
     ASSERT_EQ(mount("tmpfs", dir.path().c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0) << std::strerror(errno);

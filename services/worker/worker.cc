@@ -135,7 +135,7 @@ class Worker::Impl {
     const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
     const auto store_start = std::chrono::steady_clock::now();
     stats_.offload_transfer += store_start - read_start;
-    std::vector<Status> taken(victims.size(), UnavailableError("the victims' bytes could not be read"));
+    std::vector<Status> taken;  // one per victim; none when their bytes could not be read
     if (readable) {
       std::vector<OffloadBlock> blocks;
       blocks.reserve(victims.size());

@@ -15,14 +15,20 @@
 
 namespace kvtier::storage::testing {
 
-// A disk tier at `path` (1 MiB memtable) with the given handlers; null, with a test failure, when it cannot open.
-inline std::unique_ptr<DiskTier> OpenDiskTier(const std::string& path, uint64_t capacity = 1 << 20,
-                                              EvictionHandler on_evict = nullptr,
-                                              std::function<void(const BlockHeader&)> on_removed = nullptr) {
+// The options of a test's disk tier at `path`: `capacity` bytes, a 1 MiB memtable.
+inline DiskTierOptions TestDiskOptions(const std::string& path, uint64_t capacity) {
   DiskTierOptions options;
   options.path = path;
   options.capacity_bytes = capacity;
   options.memtable_bytes = 1 << 20;
+  return options;
+}
+
+// A disk tier at `path` (1 MiB memtable) with the given handlers; null, with a test failure, when it cannot open.
+inline std::unique_ptr<DiskTier> OpenDiskTier(const std::string& path, uint64_t capacity = 1 << 20,
+                                              EvictionHandler on_evict = nullptr,
+                                              std::function<void(const BlockHeader&)> on_removed = nullptr) {
+  DiskTierOptions options = TestDiskOptions(path, capacity);
   options.on_evict = std::move(on_evict);
   options.on_removed = std::move(on_removed);
   auto tier = DiskTier::Create(std::move(options));
