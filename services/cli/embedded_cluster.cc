@@ -17,7 +17,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
   coordinator::CoordinatorNodeOptions node;
   node.node_id = options.node_id;
   node.roles = {"coordinator"};
-  if (cluster->local_) cluster->local_->Embed(node, options.event_tick);
+  if (cluster->local_) KVTIER_RETURN_IF_ERROR(cluster->local_->Embed(node, options.event_tick));
   node.rpc = config.coordinator;
   node.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   node.tls = config.tls;

@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <optional>
 #include <random>
 
@@ -72,11 +75,21 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   return node;
 }
 
+LocalNode::~LocalNode() { worker_loop_.reset(); }  // before anything its tick touches
+
 capnp::Capability::Client LocalNode::MakeWorker(const auth::Tenant& tenant) {
   return worker::MakeWorkerService(context_, tenant);
 }
 
-void LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) {
+Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) {
+  if (tick.count() <= 0) return InvalidArgumentError("LocalNode::Embed: the tick must be positive");
+  if (worker_loop_ == nullptr) {
+    const auto interval = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(tick));
+    KVTIER_ASSIGN_OR_RETURN(worker_loop_, rpc::LoopThread::Create({.name = "kvt-worker",
+                                                                   .tick = [this] { WorkerTick(); },
+                                                                   .tick_interval = interval}));
+    context_.worker_thread = &worker_loop_->executor();
+  }
   options.roles = {"coordinator", "worker", "store"};
   options.worker = [this](const auth::Tenant& tenant) { return MakeWorker(tenant); };
   if (store_ != nullptr) options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
@@ -87,6 +100,7 @@ void LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) 
     if (admission_ == nullptr) return;
     for (const BlockKey& key : keys) admission_->Record(key);
   };
+  return Status::Ok();
 }
 
 capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {
@@ -95,16 +109,40 @@ capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {
 
 std::string LocalNode::Summary() const { return summary_; }
 
+void LocalNode::WorkerTick() {
+  worker_->AdvanceTime();
+  const worker::WorkerStats stats = worker_->Stats();
+  worker_metrics_->Update(stats);
+  uint64_t in_use = 0;
+  for (const auto& pool : stats.pools) in_use += pool.in_use;
+  active_blocks_ = in_use;
+  std::vector<worker::WorkerEvent> events = worker_->TakeEvents();
+  if (events.empty()) return;
+  std::lock_guard lock(mu_);
+  worker_events_.insert(worker_events_.end(), std::make_move_iterator(events.begin()),
+                        std::make_move_iterator(events.end()));
+}
+
+LocalNode::WorkerView LocalNode::ViewWorker() const {
+  WorkerView view;
+  const std::vector<worker::BlockPoolStats> stats = worker_->Stats().pools;
+  for (uint32_t pool = 0; pool < stats.size(); ++pool) {
+    const Result<KvLayout> layout = worker_->PoolLayout(pool);
+    if (!layout.ok()) continue;
+    view.pools.push_back({coordinator::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
+                          uint64_t{stats[pool].total} * layout->bytes_per_block(), coordinator::WindowOf(*layout)});
+  }
+  view.holdings = worker_->Holdings();
+  return view;
+}
+
 Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& node) {
   std::vector<coordinator::PoolInfo> pools;
+  WorkerView worker;
   if (&node == &worker_node_) {
-    const std::vector<worker::BlockPoolStats> stats = worker_->Stats().pools;
-    for (uint32_t pool = 0; pool < stats.size(); ++pool) {
-      const Result<KvLayout> layout = worker_->PoolLayout(pool);
-      if (!layout.ok()) continue;
-      pools.push_back({coordinator::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
-                       uint64_t{stats[pool].total} * layout->bytes_per_block(), coordinator::WindowOf(*layout)});
-    }
+    // Waits for the worker's thread (the call it runs, if any): registrations are rare.
+    worker = worker_loop_->executor().executeSync([this] { return ViewWorker(); });
+    pools = std::move(worker.pools);
   } else if (store_ != nullptr) {
     for (const coordinator::NodePool& tier : store::ToNodePools(*store_)) {
       pools.push_back({.tier = tier.tier, .capacity_bytes = tier.capacity_bytes});
@@ -127,7 +165,7 @@ Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& n
   // blocks, or the store's blocks on every tier.
   coordinator::NodeSnapshot snapshot{node.node, incarnation_, node.next_sequence, {}};
   if (&node == &worker_node_) {
-    for (const auto& [pool_id, holding] : worker_->Holdings()) {
+    for (const auto& [pool_id, holding] : worker.holdings) {
       Result<coordinator::ScopeId> scope = state.scopes.Intern(holding.salt_scope);
       if (scope.ok()) snapshot.blocks.push_back(ToSnapshotBlock(pool_id, holding, *scope));
     }
@@ -157,8 +195,7 @@ void LocalNode::Publish(coordinator::CoordinatorState& state, Registration& node
 }
 
 void LocalNode::Pump(coordinator::CoordinatorState& state) {
-  uint64_t active_blocks = 0;
-  for (const auto& pool : worker_->Stats().pools) active_blocks += pool.in_use;
+  const uint64_t active_blocks = active_blocks_;
   for (Registration* node : {&worker_node_, &store_node_}) {
     if (node == &store_node_ && store_ == nullptr) continue;
     Status renewed = node->registered ? state.coordinator->Heartbeat(node->node, node->lease_id, active_blocks)
@@ -167,20 +204,20 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
       if (Status s = Register(state, *node); !s.ok()) spdlog::warn("{}: register: {}", node->node, s.ToString());
     }
   }
-  worker_->AdvanceTime();
-  worker_metrics_->Update(worker_->Stats());
   if (store_metrics_ != nullptr) store_metrics_->Update(store_->Stats());
+  std::vector<worker::WorkerEvent> worker_events;
+  std::vector<storage::StoreEvent> store_events;
+  {
+    std::lock_guard lock(mu_);
+    worker_events.swap(worker_events_);
+    store_events.swap(store_events_);
+  }
   std::vector<coordinator::KvEvent> events;
-  for (const worker::WorkerEvent& e : worker_->TakeEvents()) {
+  for (const worker::WorkerEvent& e : worker_events) {
     Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);
     events.push_back(ToKvEvent(e, scope.value_or(0)));
   }
   Publish(state, worker_node_, std::move(events));
-  std::vector<storage::StoreEvent> store_events;
-  {
-    std::lock_guard lock(mu_);
-    store_events.swap(store_events_);
-  }
   events.clear();
   for (const storage::StoreEvent& e : store_events) {
     Result<coordinator::ScopeId> scope = state.scopes.Intern(e.header.salt_scope);

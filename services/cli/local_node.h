@@ -7,19 +7,31 @@
 // capability that the coordinator's server hands to tenants (Session.worker), and the tiers
 // as a BlockStore capability (Session.store).
 //
+// The worker runs on a thread of its own (`kvt-worker`, services/rpc/loop_thread.h), not
+// on the coordinator's RPC loop: an allocation that hands hundreds of megabytes of victims
+// to the host tier would otherwise hold up every lookup behind it. The capabilities stay
+// on the RPC loop and queue their calls to that thread (worker_service.h). At every tick
+// the worker's thread advances the worker's clock, updates its metrics and queues its
+// events for Pump.
+//
 // Pump() runs on the coordinator server's thread at every tick: it registers the two
 // nodes ("<name>/worker", a worker; "<name>/store", a store) with the coordinator,
 // renews their leases, and publishes their events in sequence. The store's holdings on
 // disk are sent as its first snapshot, so blocks kept across a restart are found again.
+// A registration reads the worker's pools and holdings on the worker's thread and waits
+// for them.
 //
-// Thread safety: MakeWorker and Pump on the coordinator server's thread only (the worker
-// and its capabilities live there); store events may arrive from any thread (queued
-// under a mutex).
+// Thread safety: Embed before the coordinator node starts; MakeWorker, MakeStore and Pump
+// on the coordinator server's thread only; worker and store events are queued under a
+// mutex. Lock order: mu_ and admission_mu_ are leaves.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <capnp/capability.h>
 
@@ -29,6 +41,7 @@
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/index/admission.h"
 #include "services/coordinator/rpc/coordinator_service.h"
+#include "services/rpc/loop_thread.h"
 #include "services/worker/rpc/worker_service.h"
 #include "services/worker/tier_link.h"
 #include "services/worker/worker_metrics.h"
@@ -43,11 +56,15 @@ class LocalNode {
   // holds the worker's pool (shared by CUDA IPC), or -1 for host shared memory.
   [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name,
                                                                  MetricsRegistry& registry, int gpu = -1);
+  ~LocalNode();
 
   // Adds the worker and store roles to a coordinator node about to be created: the
   // Session's Worker and BlockStore capabilities and the tick that runs Pump, every
-  // `tick` (events reach the index within it). The node must not outlive this object.
-  void Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick);
+  // `tick` (events reach the index within two). The first call starts the worker's
+  // thread, ticking every `tick`; a later one (a restarted coordinator) reuses it.
+  // kInvalidArgument: a tick that is not positive. REQUIRES: the node does not outlive
+  // this object.
+  [[nodiscard]] Status Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick);
 
   capnp::Capability::Client MakeWorker(const auth::Tenant& tenant);
   capnp::Capability::Client MakeStore(const auth::Tenant& tenant);  // REQUIRES: the node has tiers
@@ -64,7 +81,16 @@ class LocalNode {
     bool registered = false;
   };
 
+  // What a registration tells the coordinator of the worker.
+  struct WorkerView {
+    std::vector<coordinator::PoolInfo> pools;
+    std::vector<std::pair<uint32_t, worker::PoolHolding>> holdings;
+  };
+
   LocalNode() = default;
+  // On the worker's thread.
+  void WorkerTick();
+  WorkerView ViewWorker() const;
   Status Register(coordinator::CoordinatorState& state, Registration& node);
   void Publish(coordinator::CoordinatorState& state, Registration& node, std::vector<coordinator::KvEvent> events);
 
@@ -76,11 +102,15 @@ class LocalNode {
   std::unique_ptr<worker::TierLink> link_;
   std::unique_ptr<worker::Worker> worker_;
   worker::WorkerServiceContext context_;
+  // The worker's thread, whose tick uses every member: stopped first (~LocalNode).
+  std::unique_ptr<rpc::LoopThread> worker_loop_;
+  std::atomic<uint64_t> active_blocks_{0};  // the pools' blocks in use at the worker's last tick
   std::unique_ptr<worker::WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   Registration worker_node_, store_node_;
   std::mutex mu_;
   std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);
+  std::vector<worker::WorkerEvent> worker_events_ KVTIER_GUARDED_BY(mu_);
   // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
   // Lock order: the store's host lock, then admission_mu_ (a leaf).
   std::mutex admission_mu_;

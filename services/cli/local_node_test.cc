@@ -49,7 +49,7 @@ class LocalNodeTest : public ::testing::Test {
     coordinator::CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
     options.registry = &registry;
-    local_->Embed(options, 10ms);
+    ASSERT_TRUE(local_->Embed(options, 10ms).ok());
     node_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
     client_ = std::make_unique<capnp::EzRpcClient>(node_->endpoints()[0]);
     auto& wait = client_->getWaitScope();

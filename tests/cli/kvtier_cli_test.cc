@@ -75,9 +75,11 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
 
   EXPECT_TRUE(HttpGet(base + "/healthz").starts_with("HTTP/1.1 200")) << HttpGet(base + "/healthz");
-  // Its threads say what they serve: the RPC loop (every role, in `up`) and the endpoint.
+  // Its threads say what they serve: the RPC loop (every role's calls, in `up`), the
+  // worker's own loop (the worker's calls run there, off the RPC loop) and the endpoint.
   const std::multiset<std::string> threads = ThreadNames(up.pid());
   EXPECT_EQ(threads.count("kvt-coord"), 1u) << ::testing::PrintToString(threads);
+  EXPECT_EQ(threads.count("kvt-worker"), 1u) << ::testing::PrintToString(threads);
   EXPECT_EQ(threads.count("kvt-http"), 1u) << ::testing::PrintToString(threads);
   EXPECT_TRUE(HttpGet(base + "/readyz").starts_with("HTTP/1.1 200"));
 

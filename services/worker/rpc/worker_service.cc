@@ -1,8 +1,15 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/worker_service.h"
 
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kj/async.h>
+#include <spdlog/spdlog.h>
 
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
@@ -49,18 +56,114 @@ void SetOnboarded(const OnboardResult& r, schema::Worker::OnboardResults::Builde
   out.setFromRemoteBlocks(r.from_remote);
 }
 
+void SetAttachment(const PoolAttachment& a, schema::PoolAttachment::Builder out) {
+  out.setPoolId(a.pool_id);
+  rpc::FromLayout(a.layout, out.initLayout());
+  out.setNumBlocks(a.num_blocks);
+  out.setBlockStrideBytes(a.block_stride_bytes);
+  if (a.mapping.device_index >= 0) {
+    out.initMapping().setCudaIpc(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.mapping.cuda_ipc_handle.data()),
+                                              a.mapping.cuda_ipc_handle.size()));
+  } else {
+    out.initMapping().setSharedMemory(a.mapping.shared_memory_name);
+  }
+  out.setDeviceIndex(a.mapping.device_index);
+}
+
+// What a call runs with where the worker lives: copies, never the capability, which may
+// go while a call it made waits on a peer fetch.
+struct Caller {
+  Worker* worker = nullptr;
+  PeerFetcher* peers = nullptr;
+  ClientId client = 0;
+  BlockKey root{};
+  uint64_t scope = 0;
+  std::shared_ptr<std::atomic<bool>> alive;  // false once the capability went
+};
+
+struct OnboardArgs {
+  uint64_t sequence = 0;
+  std::vector<BlockKey> keys;
+  coordinator::RetentionConfig retention;
+  std::vector<std::string> sources;  // node ids the client's lookup named
+};
+
+// The sequence's blank blocks from `first` held for `request` to land in
+// (LandingHold::Direct: its keys cut to the blocks held, since Onboard stops at the
+// first block out of the window anyway); null where they cannot be (a sequence changed
+// since the local onboard, a window), and `request` is unchanged.
+std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequence, uint32_t first,
+                                         PeerFetchRequest& request) {
+  Result<std::shared_ptr<LandingHold>> held =
+      LandingHold::Take(*caller.worker, caller.client, sequence, static_cast<uint32_t>(request.keys.size()));
+  if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
+  LandingHold::Direct(*held, request);
+  return std::move(*held);
+}
+
+// The onboard from the node's tiers, then, for what they lacked, from the nodes the
+// client's lookup named: fetched off the worker's loop, landed as a second onboard (it
+// goes on where the first stopped).
+kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args) {
+  Worker& worker = *caller.worker;
+  Result<OnboardResult> local = worker.Onboard(caller.client, args.sequence, args.keys, args.retention);
+  ThrowIfError(local.status());
+  if (local->cached_blocks >= args.keys.size() || args.sources.empty() || caller.peers == nullptr) return *local;
+  Result<SequenceState> state = worker.Sequence(caller.client, args.sequence);
+  ThrowIfError(state.status());
+  PeerFetchRequest request;
+  request.node_ids = std::move(args.sources);
+  request.keys.assign(args.keys.begin() + local->cached_blocks, args.keys.end());
+  request.format_tag = StorageFormatTag(state->layout, state->format_tag);
+  request.salt_scope = state->salt_scope;
+  request.block_bytes = state->layout.bytes_per_block();
+  // The sequence's blocks take the fetched bytes in place, off the loop (a host pool's as
+  // they come, a device pool's by one scatter once fetched): no copy on the loop after.
+  std::shared_ptr<LandingHold> landing = LandInPlace(caller, args.sequence, local->cached_blocks, request);
+  return caller.peers->Fetch(std::move(request))
+      .then([caller, args = std::move(args), total = *local,
+             landing = std::move(landing)](FetchedBlocks fetched) mutable -> OnboardResult {
+        if (!*caller.alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
+        FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
+        Result<OnboardResult> remote =
+            caller.worker->Onboard(caller.client, args.sequence, args.keys, args.retention, &source);
+        ThrowIfError(remote.status());
+        total.onboarded_blocks += remote->onboarded_blocks;
+        total.from_remote += remote->from_remote;
+        total.cached_blocks = remote->cached_blocks;
+        return total;
+      });
+}
+
+struct StatsView {
+  WorkerStats stats;
+  std::vector<std::optional<KvLayout>> layouts;  // by pool
+};
+
 class WorkerServer final : public schema::Worker::Server {
  public:
-  WorkerServer(Worker& worker, PeerFetcher* peers, ClientId client, const auth::Tenant& tenant)
-      : worker_(worker),
-        peers_(peers),
-        client_(client),
-        root_(RootKey(tenant.salt)),
-        scope_(SaltScope(tenant.salt)),
-        alive_(std::make_shared<bool>(true)) {}
+  WorkerServer(const WorkerServiceContext& context, ClientId client, const auth::Tenant& tenant)
+      : worker_thread_(context.worker_thread),
+        caller_{.worker = context.worker,
+                .peers = context.peers,
+                .client = client,
+                .root = RootKey(tenant.salt),
+                .scope = SaltScope(tenant.salt),
+                .alive = std::make_shared<std::atomic<bool>>(true)} {}
+
   ~WorkerServer() {
-    *alive_ = false;
-    worker_.DropClient(client_);
+    caller_.alive->store(false);
+    Worker& worker = *caller_.worker;
+    const ClientId client = caller_.client;
+    if (worker_thread_ == nullptr) {
+      worker.DropClient(client);
+      return;
+    }
+    // After the calls this client made, which were queued first; waits for the worker's
+    // thread to get to it (once per connection).
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { worker_thread_->executeSync([&] { worker.DropClient(client); }); })) {
+      spdlog::error("client {} left, but its holds could not be dropped: {}", client, e->getDescription().cStr());
+    }
   }
 
  protected:
@@ -68,109 +171,104 @@ class WorkerServer final : public schema::Worker::Server {
     const auto params = call.getParams();
     Result<KvLayout> layout = rpc::ToLayout(params.getLayout());
     ThrowIfError(layout.status());
-    Result<PoolAttachment> a = worker_.AttachPool(params.getPoolId(), *layout);
-    ThrowIfError(a.status());
-    auto out = call.getResults().initAttachment();
-    out.setPoolId(a->pool_id);
-    rpc::FromLayout(a->layout, out.initLayout());
-    out.setNumBlocks(a->num_blocks);
-    out.setBlockStrideBytes(a->block_stride_bytes);
-    if (a->mapping.device_index >= 0) {
-      out.initMapping().setCudaIpc(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a->mapping.cuda_ipc_handle.data()),
-                                                a->mapping.cuda_ipc_handle.size()));
-    } else {
-      out.initMapping().setSharedMemory(a->mapping.shared_memory_name);
-    }
-    out.setDeviceIndex(a->mapping.device_index);
-    return kj::READY_NOW;
+    return OnWorker([worker = caller_.worker, pool = params.getPoolId(), layout = *layout] {
+             return worker->AttachPool(pool, layout);
+           })
+        .then([call](Result<PoolAttachment> a) mutable {
+          ThrowIfError(a.status());
+          SetAttachment(*a, call.getResults().initAttachment());
+        });
   }
 
   kj::Promise<void> allocate(AllocateContext call) override {
     const auto p = call.getParams();
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
-    const std::vector<uint32_t> tokens = ToTokens(p.getTokens());
-    Result<Allocation> a = worker_.Allocate({.client = client_, .sequence = p.getSequenceId(), .pool_id = p.getPoolId(),
-                                             .root = root_, .salt_scope = scope_, .format_tag = p.getFormatTag(), .block_keys = keys,
-                                             .tokens = tokens, .num_tokens = p.getNumTokens()});
-    ThrowIfError(a.status());
-    SetAllocation(*a, call.getResults().initAllocation());
-    return kj::READY_NOW;
+    return OnWorker([caller = caller_, keys = rpc::ToKeys(p.getKeys()), tokens = ToTokens(p.getTokens()),
+                     sequence = p.getSequenceId(), pool = p.getPoolId(), format = p.getFormatTag(),
+                     num_tokens = p.getNumTokens()] {
+             return caller.worker->Allocate({.client = caller.client, .sequence = sequence, .pool_id = pool,
+                                             .root = caller.root, .salt_scope = caller.scope, .format_tag = format,
+                                             .block_keys = keys, .tokens = tokens, .num_tokens = num_tokens});
+           })
+        .then([call](Result<Allocation> a) mutable { Answer(a, call.getResults().initAllocation()); });
   }
 
   kj::Promise<void> extend(ExtendContext call) override {
     const auto p = call.getParams();
-    Result<Allocation> a = worker_.Extend(client_, p.getSequenceId(), p.getNumTokens());
-    ThrowIfError(a.status());
-    SetAllocation(*a, call.getResults().initAllocation());
-    return kj::READY_NOW;
+    return OnWorker([caller = caller_, sequence = p.getSequenceId(), tokens = p.getNumTokens()] {
+             return caller.worker->Extend(caller.client, sequence, tokens);
+           })
+        .then([call](Result<Allocation> a) mutable { Answer(a, call.getResults().initAllocation()); });
   }
 
   kj::Promise<void> free(FreeContext call) override {
-    ThrowIfError(worker_.Free(client_, call.getParams().getSequenceId()));
-    return kj::READY_NOW;
+    return OnWorker([caller = caller_, sequence = call.getParams().getSequenceId()] {
+             return caller.worker->Free(caller.client, sequence);
+           })
+        .then([](Status freed) { ThrowIfError(freed); });
   }
 
   kj::Promise<void> commit(CommitContext call) override {
     const auto p = call.getParams();
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
-    const std::vector<uint32_t> tokens = ToTokens(p.getTokens());
-    Result<uint32_t> committed = worker_.Commit(client_, p.getSequenceId(), keys, tokens, ToRetention(p.getRetention()));
-    ThrowIfError(committed.status());
-    call.getResults().setCommitted(*committed);
-    return kj::READY_NOW;
+    return OnWorker([caller = caller_, sequence = p.getSequenceId(), keys = rpc::ToKeys(p.getKeys()),
+                     tokens = ToTokens(p.getTokens()), retention = ToRetention(p.getRetention())] {
+             return caller.worker->Commit(caller.client, sequence, keys, tokens, retention);
+           })
+        .then([call](Result<uint32_t> committed) mutable {
+          ThrowIfError(committed.status());
+          call.getResults().setCommitted(*committed);
+        });
   }
 
   kj::Promise<void> lookupLocal(LookupLocalContext call) override {
     const auto p = call.getParams();
-    Result<uint32_t> matched = worker_.LookupLocal(p.getPoolId(), root_, rpc::ToKeys(p.getKeys()));
-    ThrowIfError(matched.status());
-    call.getResults().setMatchedBlocks(*matched);
-    return kj::READY_NOW;
+    return OnWorker([caller = caller_, pool = p.getPoolId(), keys = rpc::ToKeys(p.getKeys())] {
+             return caller.worker->LookupLocal(pool, caller.root, keys);
+           })
+        .then([call](Result<uint32_t> matched) mutable {
+          ThrowIfError(matched.status());
+          call.getResults().setMatchedBlocks(*matched);
+        });
   }
 
   kj::Promise<void> onboard(OnboardContext call) override {
     const auto p = call.getParams();
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
-    const coordinator::RetentionConfig retention = ToRetention(p.getRetention());
-    const uint64_t sequence = p.getSequenceId();
-    Result<OnboardResult> local = worker_.Onboard(client_, sequence, keys, retention);
-    ThrowIfError(local.status());
-    std::vector<std::string> sources;
-    for (auto location : p.getSources()) sources.emplace_back(location.getNodeId().cStr());
-    if (local->cached_blocks >= keys.size() || sources.empty() || peers_ == nullptr) {
-      SetOnboarded(*local, call.getResults());
-      return kj::READY_NOW;
-    }
-    // The rest from the nodes the client's lookup named, off this loop; then the blocks
-    // that came land in the pool as a second onboard (it goes on where the first stopped).
-    Result<SequenceState> state = worker_.Sequence(client_, sequence);
-    ThrowIfError(state.status());
-    PeerFetchRequest request;
-    request.node_ids = std::move(sources);
-    request.keys.assign(keys.begin() + local->cached_blocks, keys.end());
-    request.format_tag = StorageFormatTag(state->layout, state->format_tag);
-    request.salt_scope = state->salt_scope;
-    request.block_bytes = state->layout.bytes_per_block();
-    // The sequence's blocks take the fetched bytes in place, off this loop (a host pool's
-    // as they come, a device pool's by one scatter once fetched): no copy on this loop after.
-    std::shared_ptr<LandingHold> landing = LandInPlace(sequence, local->cached_blocks, request);
-    return peers_->Fetch(std::move(request))
-        .then([this, alive = alive_, call, keys, retention, sequence, total = *local,
-               landing = std::move(landing)](FetchedBlocks fetched) mutable {
-          if (!*alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
-          FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
-          Result<OnboardResult> remote = worker_.Onboard(client_, sequence, keys, retention, &source);
-          ThrowIfError(remote.status());
-          total.onboarded_blocks += remote->onboarded_blocks;
-          total.from_remote += remote->from_remote;
-          total.cached_blocks = remote->cached_blocks;
-          SetOnboarded(total, call.getResults());
-        });
+    OnboardArgs args{.sequence = p.getSequenceId(), .keys = rpc::ToKeys(p.getKeys()),
+                     .retention = ToRetention(p.getRetention()), .sources = {}};
+    for (auto location : p.getSources()) args.sources.emplace_back(location.getNodeId().cStr());
+    return OnWorker([caller = caller_, args = std::move(args)]() mutable {
+             return OnboardFromAll(caller, std::move(args));
+           })
+        .then([call](OnboardResult result) mutable { SetOnboarded(result, call.getResults()); });
   }
 
   kj::Promise<void> stats(StatsContext call) override {
-    const WorkerStats s = worker_.Stats();
-    auto out = call.getResults().initStats();
+    return OnWorker([worker = caller_.worker] {
+             StatsView view{.stats = worker->Stats(), .layouts = {}};
+             for (uint32_t i = 0; i < view.stats.pools.size(); ++i) {
+               Result<KvLayout> layout = worker->PoolLayout(i);
+               view.layouts.push_back(layout.ok() ? std::optional<KvLayout>(*layout) : std::nullopt);
+             }
+             return view;
+           })
+        .then([call](StatsView view) mutable { SetStats(view, call.getResults().initStats()); });
+  }
+
+ private:
+  // Runs `work` where the worker lives: now on this thread, or queued to its own (in the
+  // order of the calls). Either way a promise on this thread for what `work` returns.
+  template <typename Work>
+  kj::PromiseForResult<Work, void> OnWorker(Work&& work) {
+    if (worker_thread_ != nullptr) return worker_thread_->executeAsync(kj::fwd<Work>(work));
+    return kj::evalNow(kj::fwd<Work>(work));
+  }
+
+  static void Answer(const Result<Allocation>& a, schema::Allocation::Builder out) {
+    ThrowIfError(a.status());
+    SetAllocation(*a, out);
+  }
+
+  static void SetStats(const StatsView& view, schema::WorkerStats::Builder out) {
+    const WorkerStats& s = view.stats;
     auto pools = out.initPools(static_cast<unsigned>(s.pools.size()));
     uint64_t reuse = 0, evictions = 0;
     for (unsigned i = 0; i < s.pools.size(); ++i) {
@@ -178,7 +276,7 @@ class WorkerServer final : public schema::Worker::Server {
       pools[i].setTotalBlocks(s.pools[i].total);
       pools[i].setUsedBlocks(s.pools[i].in_use);
       pools[i].setCachedBlocks(s.pools[i].cached);
-      if (Result<KvLayout> layout = worker_.PoolLayout(i); layout.ok()) rpc::FromLayout(*layout, pools[i].initLayout());
+      if (view.layouts[i]) rpc::FromLayout(*view.layouts[i], pools[i].initLayout());
       reuse += s.pools[i].reused_blocks;
       for (uint64_t n : s.pools[i].evictions_by_priority) evictions += n;
     }
@@ -186,34 +284,16 @@ class WorkerServer final : public schema::Worker::Server {
     out.setEvictions(evictions);
     out.setOffloadedBlocks(s.offloaded_blocks);
     out.setOnboardedBlocks(s.onboarded_blocks);
-    return kj::READY_NOW;
   }
 
- private:
-  // The sequence's blank blocks from `first` held for `request` to land in
-  // (LandingHold::Direct: its keys cut to the blocks held, since Onboard stops at the
-  // first block out of the window anyway); null where they cannot be (a sequence changed
-  // since the local onboard, a window), and `request` is unchanged.
-  std::shared_ptr<LandingHold> LandInPlace(SequenceId sequence, uint32_t first, PeerFetchRequest& request) {
-    Result<std::shared_ptr<LandingHold>> held =
-        LandingHold::Take(worker_, client_, sequence, static_cast<uint32_t>(request.keys.size()));
-    if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
-    LandingHold::Direct(*held, request);
-    return std::move(*held);
-  }
-
-  Worker& worker_;
-  PeerFetcher* const peers_;
-  const ClientId client_;
-  const BlockKey root_;
-  const uint64_t scope_;
-  const std::shared_ptr<bool> alive_;  // read by onboards waiting on a fetch
+  const kj::Executor* const worker_thread_;
+  const Caller caller_;
 };
 
 }  // namespace
 
 capnp::Capability::Client MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant) {
-  return kj::heap<WorkerServer>(*context.worker, context.peers, context.next_client++, tenant);
+  return kj::heap<WorkerServer>(context, context.next_client++, tenant);
 }
 
 }  // namespace kvtier::worker

@@ -1,12 +1,19 @@
 // The Worker capability over a real loopback connection: processes attach the pool and
 // map it themselves, reuse each other's blocks by key within a tenant (never across
-// tenants), and a connection that drops gives back every block it held.
+// tenants), and a connection that drops gives back every block it held. Each test runs
+// with the worker on the RPC server's loop (`kvtier worker`) and on a thread of its own
+// (`kvtier up`).
 #include <capnp/ez-rpc.h>
+#include <kj/async-io.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 
+#include "services/rpc/loop_thread.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
@@ -98,11 +105,16 @@ class Client {
   schema::Worker::Client worker_;
 };
 
-class WorkerServiceTest : public ::testing::Test {
+// The parameter: whether the worker runs on a thread of its own.
+class WorkerServiceTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     worker_ = Worker::Create({.pools = {{TestLayout(), 16}}}).value();
     context_.worker = worker_.get();
+    if (GetParam()) {
+      worker_thread_ = rpc::LoopThread::Create({.name = "kvt-worker"}).value();
+      context_.worker_thread = &worker_thread_->executor();
+    }
     tokens_ = auth::TokenStore::FromYaml("tenants:\n"
                                          "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
                                          "  - {name: team-a2, token: " + kTokenA2 + ", salt: salt-a}\n"
@@ -120,7 +132,8 @@ class WorkerServiceTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<Worker> worker_;  // used on the server's thread only, until Shutdown
+  std::unique_ptr<Worker> worker_;  // used on the server's thread (or worker_thread_) only, until Shutdown
+  std::unique_ptr<rpc::LoopThread> worker_thread_;  // null: the worker runs on the server's thread
   WorkerServiceContext context_;
   auth::TokenStore tokens_ = auth::TokenStore::SingleTenant({"x", ""}, std::string(40, 'x')).value();
   rpc::SessionContext session_;
@@ -128,7 +141,7 @@ class WorkerServiceTest : public ::testing::Test {
   std::string address_;
 };
 
-TEST_F(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
+TEST_P(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
   Client first(address_, kTokenA);
   auto attach = first.worker().attachPoolRequest();
   SetLayout(attach.initLayout());
@@ -156,7 +169,7 @@ TEST_F(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
   EXPECT_EQ(reused, 0u) << "blocks never cross tenants";
 }
 
-TEST_F(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
+TEST_P(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
   Client observer(address_, kTokenA);
   {
     Client doomed(address_, kTokenA);
@@ -168,7 +181,7 @@ TEST_F(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
       << observer.UsedBlocks() << " blocks still used";
 }
 
-TEST_F(WorkerServiceTest, BadRequestsGetClearErrors) {
+TEST_P(WorkerServiceTest, BadRequestsGetClearErrors) {
   Client client(address_, kTokenA);
   auto attach = client.worker().attachPoolRequest();
   SetLayout(attach.initLayout(), /*head_dim=*/16);
@@ -190,6 +203,70 @@ TEST_F(WorkerServiceTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(client.Allocate(2, 100).status().code(), StatusCode::kResourceExhausted) << "25 blocks of 16";
   EXPECT_EQ(client.UsedBlocks(), 1u) << "the refused allocation took nothing";
 }
+
+// With the worker on a thread of its own, a call waiting there holds up nothing on the
+// RPC loop: while the worker's thread is busy, an allocation sent to it waits, and the
+// same connection's next call, which the loop answers itself, comes back. Once the thread
+// is free the allocation runs, and only then.
+TEST(WorkerServiceThreadTest, TheRpcLoopAnswersWhileTheWorkersThreadIsBusy) {
+  auto worker = Worker::Create({.pools = {{TestLayout(), 16}}}).value();
+  auto worker_thread = rpc::LoopThread::Create({.name = "kvt-worker"}).value();
+  WorkerServiceContext context{.worker = worker.get(), .peers = nullptr, .worker_thread = &worker_thread->executor()};
+  auth::TokenStore tokens = auth::TokenStore::SingleTenant({"x", ""}, kTokenA).value();
+  rpc::SessionContext session;
+  session.identity = {"w1", {"worker"}};
+  session.tokens = &tokens;
+  session.clock = &SystemClock::Instance();
+  session.worker = [&](const auth::Tenant& tenant) { return MakeWorkerService(context, tenant); };
+  rpc::RpcServerOptions options;
+  options.listen = {"127.0.0.1:0"};
+  auto server = rpc::RpcServer::Create(std::move(options), [&] { return rpc::MakeBootstrap(session); }).value();
+
+  // The worker's thread is kept busy until `release`; it reads the blocks in use then.
+  std::promise<void> busy, release;
+  std::atomic<uint32_t> in_use_when_released{UINT32_MAX};
+  std::thread blocker([&, released = release.get_future()]() mutable {
+    worker_thread->executor().executeSync([&] {
+      busy.set_value();
+      released.wait();
+      in_use_when_released = worker->Stats().pools[0].in_use;
+    });
+  });
+  busy.get_future().wait();
+
+  capnp::EzRpcClient client(server->endpoints()[0]);
+  auto& wait = client.getWaitScope();
+  auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
+  auth.setToken(kTokenA);
+  auto tenant = auth.send().wait(wait).getSession();
+  auto worker_cap = tenant.workerRequest().send().wait(wait).getWorker();
+  auto allocate = worker_cap.allocateRequest();
+  allocate.setSequenceId(1);
+  allocate.setNumTokens(8);
+  auto keys = allocate.initKeys(2);
+  for (unsigned i = 0; i < keys.size(); ++i) keys[i].setLo(i + 1);
+  auto allocated = allocate.send();
+  // Sent after the allocation on the same connection: the loop reads it after dispatching
+  // the allocation. It comes back (within 10 s) while the worker's thread is still busy.
+  auto answered = tenant.workerRequest().send().then([](auto) { return true; });
+  const bool loop_answered = answered.exclusiveJoin(client.getIoProvider().getTimer().afterDelay(10 * kj::SECONDS).then([] {
+                                                      return false;
+                                                    }))
+                                 .wait(wait);
+  EXPECT_TRUE(loop_answered) << "the RPC loop waited on the worker's thread";
+  release.set_value();
+  blocker.join();
+  EXPECT_EQ(in_use_when_released, 0u) << "the allocation ran before the worker's thread was free";
+  auto response = allocated.wait(wait);
+  EXPECT_EQ(response.getAllocation().getBlockIds().size(), 2u);
+  EXPECT_EQ(worker_thread->executor().executeSync([&] { return worker->Stats().pools[0].in_use; }), 2u);
+  server->Shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkerPlacement, WorkerServiceTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OnAThreadOfItsOwn" : "OnTheRpcLoop";
+                         });
 
 }  // namespace
 }  // namespace kvtier::worker
