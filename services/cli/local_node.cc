@@ -77,7 +77,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
 
 LocalNode::~LocalNode() { worker_loop_.reset(); }  // before anything its tick touches
 
-capnp::Capability::Client LocalNode::MakeWorker(const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> LocalNode::MakeWorker(const auth::Tenant& tenant) {
   return worker::MakeWorkerService(context_, tenant);
 }
 
@@ -103,7 +103,7 @@ Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick
   return Status::Ok();
 }
 
-capnp::Capability::Client LocalNode::MakeStore(const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> LocalNode::MakeStore(const auth::Tenant& tenant) {
   return store::MakeBlockStoreService(*store_, tenant);
 }
 

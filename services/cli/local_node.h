@@ -66,8 +66,8 @@ class LocalNode {
   // this object.
   [[nodiscard]] Status Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick);
 
-  capnp::Capability::Client MakeWorker(const auth::Tenant& tenant);
-  capnp::Capability::Client MakeStore(const auth::Tenant& tenant);  // REQUIRES: the node has tiers
+  kj::Own<capnp::Capability::Server> MakeWorker(const auth::Tenant& tenant);
+  kj::Own<capnp::Capability::Server> MakeStore(const auth::Tenant& tenant);  // REQUIRES: the node has tiers
   void Pump(coordinator::CoordinatorState& state);
   // One line for the banner: layout, pool blocks, tier sizes.
   std::string Summary() const;

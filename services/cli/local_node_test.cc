@@ -149,8 +149,13 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
     text = registry_.Exposition();
     return text.find("kvtier_worker_onboarded_blocks_total 2\n") != std::string::npos;
   });
+  // Every role's calls are counted by method (the worker's queued to its own thread).
   for (const char* line : {"kvtier_worker_onboarded_blocks_total 2\n", "kvtier_worker_offloaded_blocks_total 2\n",
-                           "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 2\n"}) {
+                           "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 2\n",
+                           "kvtier_rpc_requests_total{method=\"Worker.allocate\",code=\"OK\"} 3\n",
+                           "kvtier_rpc_requests_total{method=\"Worker.onboard\",code=\"OK\"} 1\n",
+                           "kvtier_rpc_request_duration_seconds_count{method=\"Worker.commit\"} 1\n",
+                           "kvtier_rpc_requests_total{method=\"Coordinator.lookup\",code=\"OK\"} "}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
   EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;

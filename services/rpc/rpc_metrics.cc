@@ -28,4 +28,22 @@ void RpcMetrics::RecordCall(std::string_view method, const Status& status, doubl
   durations_->WithLabels({method}).Observe(seconds);
 }
 
+RpcMetrics::MethodMetrics& RpcMetrics::ForMethod(std::string_view method) {
+  std::lock_guard lock(mu_);
+  if (auto it = methods_.find(method); it != methods_.end()) return it->second;
+  MethodMetrics metrics{.name = std::string(method),
+                        .ok = &requests_->WithLabels({method, StatusCodeName(StatusCode::kOk)}),
+                        .duration = &durations_->WithLabels({method})};
+  return methods_.emplace(std::string(method), std::move(metrics)).first->second;
+}
+
+void RpcMetrics::RecordCall(const MethodMetrics& method, const Status& status, double seconds) {
+  if (status.ok()) {
+    method.ok->Inc();
+  } else {
+    requests_->WithLabels({method.name, StatusCodeName(status.code())}).Inc();
+  }
+  method.duration->Observe(seconds);
+}
+
 }  // namespace kvtier::rpc

@@ -5,15 +5,23 @@
 //   kvtier_rpc_connection_errors_total     counter  connections closed by an error {reason}
 //   kvtier_rpc_requests_total              counter  method calls {method, code}
 //   kvtier_rpc_request_duration_seconds    histogram method latency {method}
+//
+// `method` is a Session or Bootstrap method's name ("authenticate", "worker"), or
+// "<Interface>.<method>" for the capabilities a session hands out ("Worker.allocate";
+// timed_server.h).
 //   kvtier_rpc_auth_failures_total         counter  rejected tokens
 //
 // Thread safety: as common/metrics.h. Create once per registry; share the pointer.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <string_view>
 
 #include "common/metrics.h"
+#include "common/thread_annotations.h"
 
 namespace kvtier::rpc {
 
@@ -28,6 +36,16 @@ class RpcMetrics {
   // Counts one finished call of `method` with its outcome and duration.
   void RecordCall(std::string_view method, const Status& status, double seconds);
 
+  // One method's series, found once and kept by a caller that records many calls.
+  struct MethodMetrics {
+    std::string name;
+    Counter* ok = nullptr;
+    Histogram* duration = nullptr;
+  };
+  // The same MethodMetrics for the same name, for as long as this object lives.
+  MethodMetrics& ForMethod(std::string_view method);
+  void RecordCall(const MethodMetrics& method, const Status& status, double seconds);
+
  private:
   RpcMetrics() = default;
   Gauge* open_connections_ = nullptr;
@@ -36,6 +54,8 @@ class RpcMetrics {
   CounterFamily* connection_errors_ = nullptr;
   CounterFamily* requests_ = nullptr;
   HistogramFamily* durations_ = nullptr;
+  std::mutex mu_;  // a leaf
+  std::map<std::string, MethodMetrics, std::less<>> methods_ KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::rpc

@@ -5,6 +5,7 @@
 #include "common/version.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/status_mapping.h"
+#include "services/rpc/timed_server.h"
 
 namespace kvtier::rpc {
 namespace {
@@ -69,7 +70,7 @@ class SessionServer final : public schema::Session::Server {
     if (!context_.coordinator) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the coordinator role"));
     }
-    call.getResults().setCoordinator(context_.coordinator(tenant_).castAs<schema::Coordinator>());
+    call.getResults().setCoordinator(Timed<schema::Coordinator>(context_.coordinator(tenant_)));
     return kj::READY_NOW;
   }
 
@@ -78,7 +79,7 @@ class SessionServer final : public schema::Session::Server {
     if (!context_.worker) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the worker role"));
     }
-    call.getResults().setWorker(context_.worker(tenant_).castAs<schema::Worker>());
+    call.getResults().setWorker(Timed<schema::Worker>(context_.worker(tenant_)));
     return kj::READY_NOW;
   }
 
@@ -87,11 +88,16 @@ class SessionServer final : public schema::Session::Server {
     if (!context_.store) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " serves no blocks (no store role)"));
     }
-    call.getResults().setStore(context_.store(tenant_).castAs<schema::BlockStore>());
+    call.getResults().setStore(Timed<schema::BlockStore>(context_.store(tenant_)));
     return kj::READY_NOW;
   }
 
  private:
+  template <typename Interface>
+  typename Interface::Client Timed(kj::Own<capnp::Capability::Server> server) {
+    return TimeCalls(kj::mv(server), capnp::Schema::from<Interface>(), context_.metrics).template castAs<Interface>();
+  }
+
   const SessionContext& context_;
   const auth::Tenant tenant_;
 };

@@ -6,7 +6,9 @@
 // every attempt fails, so a client cannot guess tokens at line rate.
 //
 // The classes behind the capabilities are thin `final` adapters: each method converts
-// its parameters, calls a plain C++ object and converts the result or Status back.
+// its parameters, calls a plain C++ object and converts the result or Status back. Every
+// call of the session's own and of the capabilities it hands out is counted and timed
+// in `metrics` (rpc_metrics.h).
 //
 // Thread safety: the capabilities run on the RpcServer's event-loop thread only.
 // Ownership: `context` and everything it points to outlive the server.
@@ -32,6 +34,10 @@ struct ServerIdentity {
   std::vector<std::string> roles;  // "coordinator", "worker", "store"
 };
 
+// Makes the server of a capability for a tenant. The session hands it out with its calls
+// counted and timed in the session's metrics (timed_server.h).
+using ServerFactory = std::function<kj::Own<capnp::Capability::Server>(const auth::Tenant&)>;
+
 struct SessionContext {
   ServerIdentity identity;
   const auth::TokenStore* tokens = nullptr;
@@ -39,14 +45,14 @@ struct SessionContext {
   RpcMetrics* metrics = nullptr;  // optional
   // Makes the Coordinator capability for a tenant; empty where this process runs no
   // coordinator (Session.coordinator() then answers UNAVAILABLE).
-  std::function<capnp::Capability::Client(const auth::Tenant&)> coordinator;
+  ServerFactory coordinator;
   // Makes the Worker capability (the node's pools) for a tenant; empty where this
   // process runs no worker (Session.worker() then answers UNAVAILABLE). Called once per
   // Session.worker() call: a capability is one client, released with its connection.
-  std::function<capnp::Capability::Client(const auth::Tenant&)> worker;
+  ServerFactory worker;
   // Makes the BlockStore capability (the node's tiers) for a tenant; empty where this
   // process serves no blocks (Session.store() then answers UNAVAILABLE).
-  std::function<capnp::Capability::Client(const auth::Tenant&)> store;
+  ServerFactory store;
 };
 
 [[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);

@@ -44,8 +44,9 @@ struct CoordinatorNodeOptions {
   const Clock* clock = &SystemClock::Instance();
   Nanos lease_ttl = std::chrono::seconds(10);
   size_t expected_blocks = 1 << 20;  // index sizing: the cluster's total block capacity
-  std::function<capnp::Capability::Client(const auth::Tenant&)> worker;  // empty: no worker here
-  std::function<capnp::Capability::Client(const auth::Tenant&)> store;   // empty: no blocks served here
+  // The embedded roles' capability servers (rpc::ServerFactory); empty: none here.
+  std::function<kj::Own<capnp::Capability::Server>(const auth::Tenant&)> worker;
+  std::function<kj::Own<capnp::Capability::Server>(const auth::Tenant&)> store;
   std::function<void(CoordinatorState&)> on_tick;
   Nanos tick_interval{0};  // 0: a quarter of the lease
   // Sees the keys of every lookup, on the server's thread (an embedded store's admission

@@ -303,8 +303,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
 }  // namespace
 
-capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session) {
-  return schema::Coordinator::Client(kj::heap<CoordinatorServer>(state, session));
+kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session) {
+  return kj::heap<CoordinatorServer>(state, session);
 }
 
 }  // namespace kvtier::coordinator

@@ -44,6 +44,7 @@ struct CoordinatorSession {
   bool node = false;
 };
 
-[[nodiscard]] capnp::Capability::Client MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session);
+// The capability's server (the session counts and times its calls: services/rpc/timed_server.h).
+[[nodiscard]] kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session);
 
 }  // namespace kvtier::coordinator

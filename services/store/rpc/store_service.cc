@@ -259,7 +259,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
 
 }  // namespace
 
-capnp::Capability::Client MakeBlockStoreService(const BlockStoreServiceOptions& options, const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> MakeBlockStoreService(const BlockStoreServiceOptions& options, const auth::Tenant& tenant) {
   return kj::heap<BlockStoreServer>(options, SaltScope(tenant.salt), tenant.node);
 }
 

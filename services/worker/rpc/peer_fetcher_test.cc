@@ -138,7 +138,7 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
 
   // A peer BlockStore whose block `corrupt_fill` fails its checksum (-1: none does).
   testing::StoreFactory Peer(int corrupt_fill) {
-    return [this, corrupt_fill](const auth::Tenant&) -> capnp::Capability::Client {
+    return [this, corrupt_fill](const auth::Tenant&) -> kj::Own<capnp::Capability::Server> {
       return kj::heap<ScriptedStore>(corrupt_fill, stream_.get(), GetParam() == PeerMode::kSessions, open_gets_);
     };
   }

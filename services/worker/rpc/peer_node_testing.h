@@ -15,7 +15,7 @@
 
 namespace kvtier::worker::testing {
 
-using StoreFactory = std::function<capnp::Capability::Client(const auth::Tenant&)>;
+using StoreFactory = std::function<kj::Own<capnp::Capability::Server>(const auth::Tenant&)>;
 
 // `listen`: where (a restart passes the address it had before); `lease_ttl`: how long the
 // registered node stays live (it sends no heartbeat).

@@ -77,11 +77,11 @@ class RemoteStoreWriterTest : public ::testing::Test {
     stream_ = store::DataStreamServer::Create({.store = store_.get(), .clock = &clock_}).value();
     node_ = testing::StartCoordinatorWithStoreNode(
         registry_,
-        [this](const auth::Tenant& tenant) -> capnp::Capability::Client {
+        [this](const auth::Tenant& tenant) -> kj::Own<capnp::Capability::Server> {
           auto service = store::MakeBlockStoreService(
               {.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr}, tenant);
           if (put_sessions_) return service;
-          return kj::heap<NoPutSessions>(service.castAs<schema::BlockStore>());
+          return kj::heap<NoPutSessions>(capnp::Capability::Client(kj::mv(service)).castAs<schema::BlockStore>());
         },
         "store-0/store");
     nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();

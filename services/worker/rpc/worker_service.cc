@@ -292,7 +292,7 @@ class WorkerServer final : public schema::Worker::Server {
 
 }  // namespace
 
-capnp::Capability::Client MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant) {
   return kj::heap<WorkerServer>(context, context.next_client++, tenant);
 }
 

@@ -37,6 +37,8 @@ struct WorkerServiceContext {
   ClientId next_client = 1;
 };
 
-[[nodiscard]] capnp::Capability::Client MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant);
+// The capability's server (the session counts and times its calls: services/rpc/timed_server.h).
+[[nodiscard]] kj::Own<capnp::Capability::Server> MakeWorkerService(WorkerServiceContext& context,
+                                                                   const auth::Tenant& tenant);
 
 }  // namespace kvtier::worker
