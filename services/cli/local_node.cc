@@ -186,6 +186,9 @@ void LocalNode::Publish(coordinator::CoordinatorState& state, Registration& node
   coordinator::EventBatch batch{node.node, incarnation_, node.next_sequence, std::move(events)};
   Result<coordinator::EventAck> ack = state.coordinator->PublishEvents(batch);
   node.next_sequence += count;  // the events are spent either way; a gap makes a resync
+  if (ack.ok() && state.metrics != nullptr) {  // as a node's publishEvents call counts them
+    for (const coordinator::KvEvent& e : batch.events) state.metrics->RecordEvent(e.kind);
+  }
   if (!ack.ok()) {
     spdlog::warn("{}: events not applied: {}", node.node, ack.status().ToString());
     node.registered = false;  // register again (a snapshot follows)

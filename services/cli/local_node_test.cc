@@ -160,6 +160,10 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   }
   EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;
   EXPECT_NE(seen.find("test-node/store:host"), std::string::npos) << seen;
+  // The embedded nodes' events count as a remote node's do.
+  const std::string stored = "kvtier_coordinator_events_total{kind=\"stored\"} ";
+  ASSERT_NE(text.find(stored), std::string::npos) << text;
+  EXPECT_GT(std::stod(text.substr(text.find(stored) + stored.size())), 0.0) << "no stored event was counted";
 }
 
 TEST_F(LocalNodeTest, BlocksPutIntoTheStoreAreIndexedAtTheStore) {
