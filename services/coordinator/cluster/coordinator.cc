@@ -1,5 +1,7 @@
 #include "services/coordinator/cluster/coordinator.h"
 
+#include "services/coordinator/cluster/parent_lookahead.h"
+
 #include <unordered_map>
 
 namespace kvtier::coordinator {
@@ -112,18 +114,44 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
                                                                          batch.first_sequence, batch.events.size()));
   if (check.verdict != BatchVerdict::kApply) return EventAck{check.verdict, check.next_sequence};
   const NodeId node = *membership_.Find(batch.node);
+  // Stored events waiting for a later event of the batch that stores their parent, by it.
+  std::unordered_map<size_t, std::vector<size_t>> waiting;
+  struct Due {
+    size_t at;
+    size_t after;  // where a look-ahead for its parent goes on from
+  };
+  std::vector<Due> due;
   for (size_t i = check.skip; i < batch.events.size(); ++i) {
-    const Status applied = Apply(node, batch.events[i]);
-    // The index is at max_blocks: the chain stays out of it (lookups miss it, which is
-    // never wrong) and the stream goes on; a resync would not make room. Counted in
-    // the index's refused_full (or refused_children).
-    if (applied.code() == StatusCode::kResourceExhausted) continue;
-    if (!applied.ok()) {
-      // The index cannot take the event (a parent it never saw, a chain that disagrees):
-      // an earlier event was lost. Keep what was applied and ask for the truth.
-      membership_.Applied(node, batch.first_sequence, i);
-      membership_.RequireSnapshot(node);
-      return EventAck{BatchVerdict::kSnapshotRequired, batch.first_sequence + i};
+    due.assign(1, {i, i});  // i, then the events that waited for it (and for those), in order
+    for (size_t d = 0; d < due.size(); ++d) {
+      const size_t at = due[d].at;
+      const KvEvent& event = batch.events[at];
+      const Status applied = Apply(node, event);
+      if (applied.code() == StatusCode::kFailedPrecondition) {  // the index holds no parent
+        if (std::optional<size_t> later = LaterParentStore(batch.events, at, due[d].after)) {
+          waiting[*later].push_back(at);
+          continue;
+        }
+        // No node holds the parent (it left the index before this block reached it): no
+        // lookup could reach the block, and a snapshot would leave it out as well.
+        orphaned_blocks_ += event.keys.size();
+      } else if (applied.code() == StatusCode::kResourceExhausted) {
+        // The index is at max_blocks: the chain stays out of it (lookups miss it, which
+        // is never wrong) and the stream goes on; a resync would not make room. Counted
+        // in the index's refused_full (or refused_children).
+      } else if (!applied.ok()) {
+        // The index cannot take the event (a chain that disagrees with what it holds):
+        // the node and this coordinator disagree. Keep what was applied, ask for the truth.
+        membership_.Applied(node, batch.first_sequence, i);
+        membership_.RequireSnapshot(node);
+        return EventAck{BatchVerdict::kSnapshotRequired, batch.first_sequence + i};
+      }
+      // Whatever became of it, the events that waited for it go next: applied after their
+      // parent, or, where it stayed out, looking on for another store of it.
+      if (auto w = waiting.find(at); w != waiting.end()) {
+        for (size_t waiter : w->second) due.push_back({waiter, at});
+        waiting.erase(w);
+      }
     }
   }
   membership_.Applied(node, batch.first_sequence, batch.events.size());
@@ -148,7 +176,7 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
   // Store parents before children: for each block, collect its ancestors that the snapshot
   // also holds (stopping at a stored one, or after n steps on a malformed cycle) and store
   // them root first. A block whose parent is held nowhere cannot be reached by a lookup:
-  // the index refuses it and it is skipped.
+  // the index refuses it and it is skipped (an orphan).
   std::vector<bool> done(snapshot.blocks.size(), false);
   std::vector<size_t> chain;
   for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
@@ -163,8 +191,10 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
       if (done[*it]) continue;
       done[*it] = true;
       const SnapshotBlock& b = snapshot.blocks[*it];
-      (void)StoreChain(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
-                           std::span<const BlockRetention>(&b.retention, 1), b.tokens});
+      const Status stored = StoreChain(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1),
+                                              {node, b.tier, b.pool}, std::span<const BlockRetention>(&b.retention, 1),
+                                              b.tokens});
+      if (stored.code() == StatusCode::kFailedPrecondition) ++orphaned_blocks_;
     }
   }
   return Status::Ok();
@@ -213,6 +243,7 @@ void Coordinator::Tick() {
 CoordinatorStats Coordinator::Stats() const {
   CoordinatorStats stats{index_->Stats(), membership_.Stats()};
   stats.refused_children = refused_children_;
+  stats.orphaned_blocks = orphaned_blocks_;
   for (NodeId node : membership_.LiveNodes()) {
     for (int t = 0; t < kTierCount; ++t) {
       stats.capacity_blocks[t] += capacity_[node].blocks[t];

@@ -2,8 +2,9 @@
 //
 // Plain C++ over BlockIndex (what is cached where) and Membership (who is alive, and the
 // order of each node's event stream). Nodes register, heartbeat, and publish batches of
-// KV events (stored, removed, tier changed, cleared) numbered per node; a gap, a lost
-// parent or a restart makes the coordinator ask the node for a snapshot, which replaces
+// KV events (stored, removed, tier changed, cleared) numbered per node; a gap, a chain
+// that disagrees with the index or a restart makes the coordinator ask the node for a
+// snapshot, which replaces
 // everything the index holds for it. When a lease expires, the node's locations leave the
 // index at the next Tick(). The index is soft state: after a coordinator restart it is
 // empty (lookups miss, never name a wrong location) until the nodes re-register and send
@@ -117,6 +118,9 @@ struct CoordinatorStats {
   // Stored events and snapshot blocks left out because their parent had been left out of
   // a full index (index.refused_full counts those the index itself refused).
   uint64_t refused_children = 0;
+  // Stored blocks (events and snapshots) left out because no node held their parent any
+  // more when they arrived: no lookup could reach them.
+  uint64_t orphaned_blocks = 0;
 };
 
 // A node registering.
@@ -153,7 +157,11 @@ class Coordinator {
   // lease expired; kFailedPrecondition: stale incarnation. A stored event the index has
   // no room for (BlockIndexOptions::max_blocks) is left out, counted, and the stream
   // goes on: lookups miss those blocks. So is a later stored event whose parent was
-  // left out (RefusedKeys).
+  // left out (RefusedKeys). A stored event whose parent a later event of the batch
+  // stores is applied after that one (parent_lookahead.h); one whose parent no node
+  // holds any more is left out and counted (orphaned_blocks): the parent left the index
+  // first, which two nodes' streams may do (a worker's removal of a block it handed to a
+  // store arrives before the store's event), and a snapshot would leave it out too.
   [[nodiscard]] Result<EventAck> PublishEvents(const EventBatch& batch);
   [[nodiscard]] Status PublishSnapshot(const NodeSnapshot& snapshot);
 
@@ -188,6 +196,7 @@ class Coordinator {
   Membership membership_;
   RefusedKeys refused_;
   uint64_t refused_children_ = 0;
+  uint64_t orphaned_blocks_ = 0;
   std::vector<uint64_t> active_blocks_;  // by NodeId, from heartbeats
   struct NodeCapacity {
     std::array<uint64_t, kTierCount> blocks{};

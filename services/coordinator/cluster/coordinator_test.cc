@@ -122,12 +122,82 @@ TEST_F(CoordinatorTest, AGapStopsTheStreamUntilASnapshot) {
   EXPECT_GE(stats.resyncs, 2u);  // the join and the gap
 }
 
-TEST_F(CoordinatorTest, AStoredBlockWithAnUnknownParentAsksForASnapshot) {
+// No lookup could reach a block whose parent no node holds, and a snapshot would leave it
+// out too: it is left out and counted, and the stream goes on without a resync.
+TEST_F(CoordinatorTest, AStoredBlockWhoseParentNoNodeHoldsIsLeftOutWithoutASnapshot) {
   Join("w1");
   const auto ab = Chain(1, 2);
-  const EventAck ack = Publish("w1", 0, {Stored({ab[1]}, ab[0])});  // parent never announced
-  EXPECT_EQ(ack.verdict, BatchVerdict::kSnapshotRequired);
-  EXPECT_EQ(ack.next_sequence, 0u);
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  const EventAck ack = Publish("w1", 0, {Stored({ab[1]}, ab[0])});  // a never stored
+  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(ack.next_sequence, 1u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
+  // Once a is stored, storing b again links it.
+  EXPECT_EQ(Publish("w1", 1, {Stored({ab[0]}), Stored({ab[1]}, ab[0])}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(ab), 2u);
+}
+
+// A worker evicts a and b (leaf first) and hands them to a store: its removals reach the
+// coordinator first and take both out of the index; the store's events come child first.
+// b waits for a, later in the same batch, and both are indexed at the store: no snapshot.
+TEST_F(CoordinatorTest, AChainSentChildFirstIsAppliedParentFirst) {
+  Join("w1");
+  Join("s1", 1, NodeRole::kStore);
+  const auto abc = Chain(1, 3);
+  ASSERT_EQ(Publish("w1", 0, {Stored(abc)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("w1", 1, {Removed({abc[2]}), Removed({abc[1]}), Removed({abc[0]})}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Matched(abc), 0u);
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  const EventAck ack = Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost), Stored({abc[1]}, abc[0], Tier::kHost),
+                                         Stored({abc[0]}, std::nullopt, Tier::kHost)});
+  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(ack.next_sequence, 3u);
+  EXPECT_EQ(Matched(abc), 3u) << "c waited for b, which waited for a";
+  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u);
+}
+
+// The same race where the parent is gone for good: the store's copy of b arrives after
+// the last holder of a let go, and nothing in its batch stores a. b is left out (no
+// lookup could reach it) and the store's stream goes on without a snapshot.
+TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResynced) {
+  Join("w1");
+  Join("s1", 1, NodeRole::kStore);
+  const auto ab = Chain(1, 2), c = Chain(3, 1);
+  ASSERT_EQ(Publish("w1", 0, {Stored(ab)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("w1", 1, {Removed({ab[1]}), Removed({ab[0]})}).verdict, BatchVerdict::kApply);
+  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
+  const EventAck ack = Publish("s1", 0, {Stored({ab[1]}, ab[0], Tier::kHost), Stored(c, std::nullopt, Tier::kHost)});
+  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
+  EXPECT_EQ(ack.next_sequence, 2u);
+  EXPECT_EQ(Matched(ab), 0u);
+  EXPECT_EQ(Matched(c), 1u) << "the store's stream went on";
+  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+}
+
+// A stored event never moves past another event of its own block: b stored, then removed,
+// then its parent a stored. b is not applied after its own removal (it would come back):
+// it stays out.
+TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLiesBetween) {
+  Join("w1");
+  const auto ab = Chain(1, 2);
+  EXPECT_EQ(Publish("w1", 0, {Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}).verdict,
+            BatchVerdict::kApply);
+  EXPECT_EQ(Matched(ab), 1u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+}
+
+// A child waiting for a parent whose own store stays out (its parent, x, is held nowhere)
+// looks on past it, finds no other store of its parent, and stays out too.
+TEST_F(CoordinatorTest, AChildOfAnOrphanInTheSameBatchIsAnOrphanToo) {
+  Join("w1");
+  const auto bc = Chain(2, 2);
+  const BlockKey x = Chain(9, 1)[0];
+  EXPECT_EQ(Publish("w1", 0, {Stored({bc[1]}, bc[0]), Stored({bc[0]}, x)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 2u);
+  EXPECT_EQ(Matched(bc), 0u);
 }
 
 TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn) {
@@ -170,14 +240,16 @@ TEST_F(CoordinatorTest, AChildOfALeftOutChainIsLeftOutTooWithoutAResync) {
   EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
 }
 
-TEST_F(CoordinatorTest, AnUnknownParentThatWasNotLeftOutStillAsksForASnapshot) {
+TEST_F(CoordinatorTest, AnUnknownParentThatWasNotLeftOutMakesAnOrphanNotARefusedChild) {
   RestartWithIndexLimit(4);
   Join("w1");
   const auto abcd = Chain(1, 4), xy = Chain(10, 2);
-  // The index is full (a,b,c,d); y's parent x was never announced: a lost event.
+  // The index is full (a,b,c,d); y's parent x was never stored: y is an orphan, which
+  // the full index has nothing to do with.
   EXPECT_EQ(Publish("w1", 0, {Stored(abcd)}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(Publish("w1", 1, {Stored({xy[1]}, xy[0])}).verdict, BatchVerdict::kSnapshotRequired);
+  EXPECT_EQ(Publish("w1", 1, {Stored({xy[1]}, xy[0])}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().refused_children, 0u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
 TEST_F(CoordinatorTest, BlocksASnapshotCouldNotFitTakeTheirChildrenOutToo) {
@@ -206,10 +278,13 @@ TEST_F(CoordinatorTest, WhatWasLeftOutForANodeIsForgottenWhenItsHoldingsAreRepla
   const auto ab = Chain(1, 2), xyz = Chain(10, 3);
   ASSERT_EQ(Publish("w1", 0, {Stored(ab), Stored(xyz)}).verdict, BatchVerdict::kApply);  // x,y,z left out
   // The node restarts (incarnation 2) with nothing cached: its old blocks are gone, and a
-  // child of z now names a parent nobody holds: a lost event.
+  // child of z now names a parent nobody holds: an orphan, not a child of a refused block.
   ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 2}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 2, 0, {}}).ok());
-  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(20, 1), xyz[2])}, 2).verdict, BatchVerdict::kSnapshotRequired);
+  const uint64_t refused_children = coordinator_->Stats().refused_children;
+  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(20, 1), xyz[2])}, 2).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(coordinator_->Stats().refused_children, refused_children);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
 TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {

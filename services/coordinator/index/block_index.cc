@@ -91,8 +91,7 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   if (r.parent.has_value()) {
     parent = table_.Find(*r.parent, blocks_);
     if (parent == kNil || blocks_[parent].scope != r.scope) {
-      return FailedPreconditionError("parent block " + r.parent->ToHex() +
-                                     " is not indexed: an event was lost; the node must resync");
+      return FailedPreconditionError("parent block " + r.parent->ToHex() + " is not indexed");
     }
   }
   KVTIER_RETURN_IF_ERROR(ValidateStore(r, parent));

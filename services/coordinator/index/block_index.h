@@ -179,7 +179,7 @@ class BlockIndex {
 
   // Adds `location` to each block of the chain, creating blocks as needed; a block
   // already there is refreshed (its retention replaced, its LRU position renewed).
-  // kFailedPrecondition: the parent is not indexed (a lost event: resync the node);
+  // kFailedPrecondition: the parent is not indexed (no node holds it);
   // kInvalidArgument: a priority above 100, a retention list of the wrong length, or a
   // key already indexed under another scope or parent, tokens not a whole number per
   // block; kResourceExhausted: the new blocks would take the index past

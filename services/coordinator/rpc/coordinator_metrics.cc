@@ -54,6 +54,10 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                           r.AddCounter("kvtier_coordinator_index_full_refusals_total",
                                        "Stored events left out of the index: it held coordinator.max_index_blocks, "
                                        "or the event's parent had been left out."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* orphaned,
+                          r.AddCounter("kvtier_coordinator_orphaned_blocks_total",
+                                       "Stored blocks left out of the index because no node held their parent any "
+                                       "more: no lookup could reach them."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
@@ -79,6 +83,7 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   m->lease_expiries_ = &expiries->WithLabels({});
   m->name_conflicts_ = &conflicts->WithLabels({});
   m->index_full_refusals_ = &refused_full->WithLabels({});
+  m->orphaned_blocks_ = &orphaned->WithLabels({});
   return m;
 }
 
@@ -116,6 +121,8 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   const uint64_t refused_full = stats.index.refused_full + stats.refused_children;
   index_full_refusals_->Inc(static_cast<double>(refused_full - last_refused_full_));
   last_refused_full_ = refused_full;
+  orphaned_blocks_->Inc(static_cast<double>(stats.orphaned_blocks - last_orphaned_));
+  last_orphaned_ = stats.orphaned_blocks;
   last_ = stats.membership;
   for (int p = 0; p <= kMaxPriority; ++p) {
     const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];

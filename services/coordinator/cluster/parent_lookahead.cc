@@ -1,0 +1,26 @@
+#include "services/coordinator/cluster/parent_lookahead.h"
+
+#include <algorithm>
+
+namespace kvtier::coordinator {
+namespace {
+
+bool Touches(const KvEvent& event, std::span<const BlockKey> keys) {
+  return std::ranges::any_of(event.keys, [&](const BlockKey& k) { return std::ranges::find(keys, k) != keys.end(); });
+}
+
+}  // namespace
+
+std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at, size_t after, size_t window) {
+  const KvEvent& child = events[at];
+  const BlockKey& parent = *child.parent;
+  const size_t end = std::min(events.size(), after + 1 + window);
+  for (size_t k = after + 1; k < end; ++k) {
+    const KvEvent& e = events[k];
+    if (e.kind == KvEvent::Kind::kCleared || Touches(e, child.keys)) return std::nullopt;
+    if (e.kind == KvEvent::Kind::kStored && std::ranges::find(e.keys, parent) != e.keys.end()) return k;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvtier::coordinator
