@@ -116,11 +116,10 @@ void LocalNode::WorkerTick() {
   uint64_t in_use = 0;
   for (const auto& pool : stats.pools) in_use += pool.in_use;
   active_blocks_ = in_use;
-  std::vector<worker::WorkerEvent> events = worker_->TakeEvents();
-  if (events.empty()) return;
+  EventGroup group{.worker = worker_->TakeEvents(), .store = {}};
   std::lock_guard lock(mu_);
-  worker_events_.insert(worker_events_.end(), std::make_move_iterator(events.begin()),
-                        std::make_move_iterator(events.end()));
+  group.store.swap(store_events_);
+  if (!group.worker.empty() || !group.store.empty()) ready_.push_back(std::move(group));
 }
 
 LocalNode::WorkerView LocalNode::ViewWorker() const {
@@ -208,25 +207,25 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
     }
   }
   if (store_metrics_ != nullptr) store_metrics_->Update(store_->Stats());
-  std::vector<worker::WorkerEvent> worker_events;
-  std::vector<storage::StoreEvent> store_events;
+  std::vector<EventGroup> groups;
   {
     std::lock_guard lock(mu_);
-    worker_events.swap(worker_events_);
-    store_events.swap(store_events_);
+    groups.swap(ready_);
   }
-  std::vector<coordinator::KvEvent> events;
-  for (const worker::WorkerEvent& e : worker_events) {
-    Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);
-    events.push_back(ToKvEvent(e, scope.value_or(0)));
+  for (const EventGroup& group : groups) {
+    std::vector<coordinator::KvEvent> events;
+    for (const worker::WorkerEvent& e : group.worker) {
+      Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);
+      events.push_back(ToKvEvent(e, scope.value_or(0)));
+    }
+    Publish(state, worker_node_, std::move(events));
+    events.clear();
+    for (const storage::StoreEvent& e : group.store) {
+      Result<coordinator::ScopeId> scope = state.scopes.Intern(e.header.salt_scope);
+      events.push_back(ToKvEvent(e, scope.value_or(0)));
+    }
+    Publish(state, store_node_, std::move(events));
   }
-  Publish(state, worker_node_, std::move(events));
-  events.clear();
-  for (const storage::StoreEvent& e : store_events) {
-    Result<coordinator::ScopeId> scope = state.scopes.Intern(e.header.salt_scope);
-    events.push_back(ToKvEvent(e, scope.value_or(0)));
-  }
-  Publish(state, store_node_, std::move(events));
 }
 
 }  // namespace kvtier::cli

@@ -11,8 +11,8 @@
 // on the coordinator's RPC loop: an allocation that hands hundreds of megabytes of victims
 // to the host tier would otherwise hold up every lookup behind it. The capabilities stay
 // on the RPC loop and queue their calls to that thread (worker_service.h). At every tick
-// the worker's thread advances the worker's clock, updates its metrics and queues its
-// events for Pump.
+// the worker's thread advances the worker's clock, updates its metrics and hands its
+// events, with the store's queued since its last tick, to Pump.
 //
 // Pump() runs on the coordinator server's thread at every tick: it registers the two
 // nodes ("<name>/worker", a worker; "<name>/store", a store) with the coordinator,
@@ -109,8 +109,15 @@ class LocalNode {
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   Registration worker_node_, store_node_;
   std::mutex mu_;
-  std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);
-  std::vector<worker::WorkerEvent> worker_events_ KVTIER_GUARDED_BY(mu_);
+  // The events of one worker tick: the worker's since the last, then the store's queued
+  // meanwhile. Published in that order, group by group: a store event may name a parent
+  // that only the worker's events of the same tick or an earlier one bring in.
+  struct EventGroup {
+    std::vector<worker::WorkerEvent> worker;
+    std::vector<storage::StoreEvent> store;
+  };
+  std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);  // since the last worker tick
+  std::vector<EventGroup> ready_ KVTIER_GUARDED_BY(mu_);                  // for the next Pump
   // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
   // Lock order: the store's host lock, then admission_mu_ (a leaf).
   std::mutex admission_mu_;

@@ -155,7 +155,10 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
                            "kvtier_rpc_requests_total{method=\"Worker.allocate\",code=\"OK\"} 3\n",
                            "kvtier_rpc_requests_total{method=\"Worker.onboard\",code=\"OK\"} 1\n",
                            "kvtier_rpc_request_duration_seconds_count{method=\"Worker.commit\"} 1\n",
-                           "kvtier_rpc_requests_total{method=\"Coordinator.lookup\",code=\"OK\"} "}) {
+                           "kvtier_rpc_requests_total{method=\"Coordinator.lookup\",code=\"OK\"} ",
+                           // 0,1 reached the store child first, after the worker's removals:
+                           // applied parent first, with no snapshot past the two joins.
+                           "kvtier_coordinator_resyncs_total 2\n", "kvtier_coordinator_orphaned_blocks_total 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
   EXPECT_NE(seen.find("test-node/worker:gpu"), std::string::npos) << seen;
