@@ -105,6 +105,36 @@ void Coordinator::DropNode(NodeId node) {
   refused_.Forget(node);
 }
 
+void Coordinator::KeepWaitersValid(std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from,
+                                   size_t to) {
+  const auto it = waiting.find(event);
+  if (it == waiting.end()) return;
+  const std::vector<size_t> waiters = it->second;  // the calls below change the map
+  std::vector<size_t> kept;
+  for (size_t waiter : waiters) {
+    if (TouchedBetween(events, waiter, from, to)) {
+      DropWaiters(events, waiting, waiter);
+    } else {
+      kept.push_back(waiter);
+      KeepWaitersValid(events, waiting, waiter, from, to);
+    }
+  }
+  if (kept.empty()) {
+    waiting.erase(event);
+  } else {
+    waiting[event] = std::move(kept);
+  }
+}
+
+void Coordinator::DropWaiters(std::span<const KvEvent> events, Waiting& waiting, size_t event) {
+  orphaned_blocks_ += events[event].keys.size();
+  const auto it = waiting.find(event);
+  if (it == waiting.end()) return;
+  const std::vector<size_t> waiters = std::move(it->second);
+  waiting.erase(it);
+  for (size_t waiter : waiters) DropWaiters(events, waiting, waiter);
+}
+
 Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
   for (size_t i = 0; i < batch.events.size(); ++i) {
     Status s = ValidateEvent(batch.events[i]);
@@ -115,20 +145,21 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
   if (check.verdict != BatchVerdict::kApply) return EventAck{check.verdict, check.next_sequence};
   const NodeId node = *membership_.Find(batch.node);
   // Stored events waiting for a later event of the batch that stores their parent, by it.
-  std::unordered_map<size_t, std::vector<size_t>> waiting;
-  struct Due {
-    size_t at;
-    size_t after;  // where a look-ahead for its parent goes on from
-  };
-  std::vector<Due> due;
+  // Everything handled while the loop is at event i is applied after events [0, i] (but
+  // those waiting); an event waiting moves past none of its own block's events.
+  Waiting waiting;
+  std::vector<size_t> due;
   for (size_t i = check.skip; i < batch.events.size(); ++i) {
-    due.assign(1, {i, i});  // i, then the events that waited for it (and for those), in order
+    due.assign(1, i);  // i, then the events that waited for it (and for those), in order
     for (size_t d = 0; d < due.size(); ++d) {
-      const size_t at = due[d].at;
+      const size_t at = due[d];
       const KvEvent& event = batch.events[at];
       const Status applied = Apply(node, event);
       if (applied.code() == StatusCode::kFailedPrecondition) {  // the index holds no parent
-        if (std::optional<size_t> later = LaterParentStore(batch.events, at, due[d].after)) {
+        if (std::optional<size_t> later = LaterParentStore(batch.events, at, i)) {
+          // Those waiting for this event move with it past (i, later]: where one of their
+          // own block's events lies there, they stay out.
+          KeepWaitersValid(batch.events, waiting, at, i, *later);
           waiting[*later].push_back(at);
           continue;
         }
@@ -149,7 +180,7 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
       // Whatever became of it, the events that waited for it go next: applied after their
       // parent, or, where it stayed out, looking on for another store of it.
       if (auto w = waiting.find(at); w != waiting.end()) {
-        for (size_t waiter : w->second) due.push_back({waiter, at});
+        due.insert(due.end(), w->second.begin(), w->second.end());
         waiting.erase(w);
       }
     }

@@ -17,7 +17,9 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/kv_layout.h"
@@ -188,6 +190,12 @@ class Coordinator {
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index);
   Status Apply(NodeId node, const KvEvent& event);
   Status StoreChain(NodeId node, const StoreRequest& request);
+  // PublishEvents' stored events waiting for the later event that stores their parent.
+  using Waiting = std::unordered_map<size_t, std::vector<size_t>>;
+  // `event` moves from after `from` to after `to`, and those waiting for it with it: each
+  // whose block an event in (from, to] touches stays out (an orphan), with its waiters.
+  void KeepWaitersValid(std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from, size_t to);
+  void DropWaiters(std::span<const KvEvent> events, Waiting& waiting, size_t event);
   // Everything the index holds for the node goes.
   void DropNode(NodeId node);
 

@@ -189,6 +189,18 @@ TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLies
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
+// c waits for b, and b then waits for a, two events on: c would move with b past its own
+// removal (event 2) and come back. It stays out; a and b are indexed.
+TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) {
+  Join("w1");
+  const auto abc = Chain(1, 3);
+  EXPECT_EQ(Publish("w1", 0, {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})})
+                .verdict,
+            BatchVerdict::kApply);
+  EXPECT_EQ(Matched(abc), 2u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+}
+
 // A child waiting for a parent whose own store stays out (its parent, x, is held nowhere)
 // looks on past it, finds no other store of its parent, and stays out too.
 TEST_F(CoordinatorTest, AChildOfAnOrphanInTheSameBatchIsAnOrphanToo) {

@@ -11,6 +11,13 @@ bool Touches(const KvEvent& event, std::span<const BlockKey> keys) {
 
 }  // namespace
 
+bool TouchedBetween(std::span<const KvEvent> events, size_t at, size_t from, size_t to) {
+  for (size_t k = from + 1; k <= to && k < events.size(); ++k) {
+    if (events[k].kind == KvEvent::Kind::kCleared || Touches(events[k], events[at].keys)) return true;
+  }
+  return false;
+}
+
 std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at, size_t after, size_t window) {
   const KvEvent& child = events[at];
   const BlockKey& parent = *child.parent;

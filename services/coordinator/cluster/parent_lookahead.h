@@ -24,11 +24,15 @@ namespace kvtier::coordinator {
 
 inline constexpr size_t kParentLookahead = 4096;
 
-// Looks at the events after `after` (at first `at` itself; an event already moved past
-// a store of its parent that did not bring the parent in looks on from there).
+// Looks at the events after `after`: where the event would be applied now (at first `at`
+// itself; later, for an event that already waited, the position reached since).
 // REQUIRES: events[at] is a stored event with a parent; at <= after; no event in
 // (at, after] touches events[at]'s blocks.
 [[nodiscard]] std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at, size_t after,
                                                      size_t window = kParentLookahead);
+
+// Whether an event in (from, to] touches events[at]'s blocks or clears the node: then
+// events[at] may not be applied after `to`.
+[[nodiscard]] bool TouchedBetween(std::span<const KvEvent> events, size_t at, size_t from, size_t to);
 
 }  // namespace kvtier::coordinator
