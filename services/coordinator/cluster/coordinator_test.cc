@@ -75,6 +75,18 @@ class CoordinatorTest : public ::testing::Test {
 
   uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
 
+  // Worker w1 and store s1 join; w1 stores `chain` and then removes it leaf first, as it
+  // does when it evicts the chain and hands it to s1: nothing of it is indexed after.
+  void WorkerEvictsChain(const std::vector<BlockKey>& chain) {
+    Join("w1");
+    Join("s1", 1, NodeRole::kStore);
+    ASSERT_EQ(Publish("w1", 0, {Stored(chain)}).verdict, BatchVerdict::kApply);
+    std::vector<KvEvent> removals;
+    for (auto key = chain.rbegin(); key != chain.rend(); ++key) removals.push_back(Removed({*key}));
+    ASSERT_EQ(Publish("w1", 1, std::move(removals)).verdict, BatchVerdict::kApply);
+    ASSERT_EQ(Matched(chain), 0u);
+  }
+
   FakeClock clock_{seconds(100)};
   size_t max_index_blocks_ = kMaxIndexBlocks;
   std::unique_ptr<Coordinator> coordinator_;
@@ -142,12 +154,8 @@ TEST_F(CoordinatorTest, AStoredBlockWhoseParentNoNodeHoldsIsLeftOutWithoutASnaps
 // coordinator first and take both out of the index; the store's events come child first.
 // b waits for a, later in the same batch, and both are indexed at the store: no snapshot.
 TEST_F(CoordinatorTest, AChainSentChildFirstIsAppliedParentFirst) {
-  Join("w1");
-  Join("s1", 1, NodeRole::kStore);
   const auto abc = Chain(1, 3);
-  ASSERT_EQ(Publish("w1", 0, {Stored(abc)}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("w1", 1, {Removed({abc[2]}), Removed({abc[1]}), Removed({abc[0]})}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Matched(abc), 0u);
+  WorkerEvictsChain(abc);
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
   const EventAck ack = Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost), Stored({abc[1]}, abc[0], Tier::kHost),
                                          Stored({abc[0]}, std::nullopt, Tier::kHost)});
@@ -162,11 +170,8 @@ TEST_F(CoordinatorTest, AChainSentChildFirstIsAppliedParentFirst) {
 // the last holder of a let go, and nothing in its batch stores a. b is left out (no
 // lookup could reach it) and the store's stream goes on without a snapshot.
 TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResynced) {
-  Join("w1");
-  Join("s1", 1, NodeRole::kStore);
   const auto ab = Chain(1, 2), c = Chain(3, 1);
-  ASSERT_EQ(Publish("w1", 0, {Stored(ab)}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("w1", 1, {Removed({ab[1]}), Removed({ab[0]})}).verdict, BatchVerdict::kApply);
+  WorkerEvictsChain(ab);
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
   const EventAck ack = Publish("s1", 0, {Stored({ab[1]}, ab[0], Tier::kHost), Stored(c, std::nullopt, Tier::kHost)});
   EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
