@@ -52,6 +52,29 @@ class TieredStore::Impl {
   Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
 
   Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out) {
+    Result<TieredHit> hit = Find(ref, out);
+    if (Promotes(hit)) {
+      const PutItem promotion = Promotion(*hit, out);
+      Promote({&promotion, 1});
+    }
+    return hit;
+  }
+
+  std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs) {
+    std::vector<Result<TieredHit>> hits;
+    hits.reserve(refs.size());
+    std::vector<PutItem> promotions;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      hits.push_back(Find(refs[i], outs[i]));
+      const Result<TieredHit>& hit = hits.back();
+      if (Promotes(hit)) promotions.push_back(Promotion(*hit, outs[i]));
+    }
+    if (!promotions.empty()) Promote(promotions);
+    return hits;
+  }
+
+  // The payload into `out` from the highest tier that has it; nothing promoted.
+  Result<TieredHit> Find(const BlockRef& ref, std::span<uint8_t> out) {
     if (host_) {
       Result<BlockHeader> hit = host_->Get(ref, out);
       if (hit.ok()) return TieredHit{std::move(hit).value(), TierKind::kHost};
@@ -60,7 +83,6 @@ class TieredStore::Impl {
     if (!disk_) return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
     Result<BlockHeader> hit = disk_->Get(ref, out);  // a corrupt block is dropped and told
     if (!hit.ok()) return hit.status();
-    if (host_ && options_.promote_on_hit) Promote(*hit, out.first(hit->payload_bytes));
     return TieredHit{std::move(hit).value(), TierKind::kDisk};
   }
 
@@ -137,33 +159,46 @@ class TieredStore::Impl {
   // write and one header batch; under the fsync policy one sync). The disk tells the
   // stores; the host tier then tells the evictions.
   void Demote(std::span<const EvictedBlockView> victims) {
-    // The host pages are not contiguous and the disk tier takes one payload per block:
-    // gather into a buffer of this thread's, kept across demotions (puts demote in
-    // parallel; the disk write costs far more than this copy), written out whenever it
-    // holds kDemoteBatchBytes so that a large batch does not keep a large buffer.
+    // A victim in one run of pages (every block, where the pages are the layout's block
+    // size, as a node makes them) is written from there: the host tier holds its pages
+    // until the handler returns. Others are gathered into a buffer of this thread's, kept
+    // across demotions (puts demote in parallel), written out whenever it holds
+    // kDemoteBatchBytes so that a large batch does not keep a large buffer.
     thread_local std::vector<uint8_t> gathered;
     thread_local std::vector<PutItem> items;
+    thread_local std::vector<size_t> gathered_at;  // per item: its offset in `gathered`, or kInPlace
     gathered.clear();
     items.clear();
+    gathered_at.clear();
+    uint64_t pending = 0;  // the bytes of `items`
     for (const EvictedBlockView& victim : victims) {
-      if (!Admitted(*victim.header, gathered.size())) continue;
+      if (!Admitted(*victim.header, pending)) continue;
       // The bytes were hashed as they entered the host tier and stayed in this process;
       // unless its gets check them again (verify_on_get), neither does the move down. The
       // disk tier verifies every read: bytes changed in RAM meanwhile are never served.
       items.push_back({*victim.header, {}, /*checksum_checked=*/!options_.host->verify_on_get});
-      for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
-      if (gathered.size() >= kDemoteBatchBytes) WriteDown(gathered, items);
+      pending += victim.header->payload_bytes;
+      if (victim.payload.size() == 1) {
+        items.back().payload = victim.payload.front();
+        gathered_at.push_back(kInPlace);
+      } else {
+        gathered_at.push_back(gathered.size());
+        for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
+      }
+      if (pending >= kDemoteBatchBytes) {
+        WriteDown(gathered, items, gathered_at);
+        pending = 0;
+      }
     }
-    WriteDown(gathered, items);
+    WriteDown(gathered, items, gathered_at);
   }
 
-  // The gathered blocks onto disk in one batch; leaves both empty.
-  void WriteDown(std::vector<uint8_t>& gathered, std::vector<PutItem>& items) {
+  // The admitted victims onto disk in one batch; leaves the three empty.
+  void WriteDown(std::vector<uint8_t>& gathered, std::vector<PutItem>& items, std::vector<size_t>& gathered_at) {
     if (items.empty()) return;
-    size_t offset = 0;  // the payload spans, now that `gathered` has stopped growing
-    for (PutItem& item : items) {
-      item.payload = std::span<const uint8_t>(gathered).subspan(offset, item.header.payload_bytes);
-      offset += item.header.payload_bytes;
+    for (size_t k = 0; k < items.size(); ++k) {  // the gathered spans, now that `gathered` has stopped growing
+      if (gathered_at[k] == kInPlace) continue;
+      items[k].payload = std::span<const uint8_t>(gathered).subspan(gathered_at[k], items[k].header.payload_bytes);
     }
     const std::vector<Status> written = disk_->PutBatch(items);
     for (size_t k = 0; k < items.size(); ++k) {
@@ -176,6 +211,7 @@ class TieredStore::Impl {
     }
     gathered.clear();
     items.clear();
+    gathered_at.clear();
   }
 
   // Whether a victim may move down: its priority, then (only when it would displace
@@ -192,12 +228,27 @@ class TieredStore::Impl {
     return true;
   }
 
-  void Promote(const BlockHeader& header, std::span<const uint8_t> payload) {
+  bool Promotes(const Result<TieredHit>& hit) const {
+    return hit.ok() && hit->tier == TierKind::kDisk && host_ && options_.promote_on_hit;
+  }
+
+  // A disk hit to promote: its bytes were hashed as the disk tier read them into `out`
+  // (a corrupt block is never a hit), so the host tier need not hash them again.
+  static PutItem Promotion(const TieredHit& hit, std::span<const uint8_t> out) {
+    return PutItem{hit.header, out.first(hit.header.payload_bytes), /*checksum_checked=*/true};
+  }
+
+  // Disk hits into the host tier in one put: room is made for all of them at once, so
+  // the blocks they displace go down to disk in one batch.
+  void Promote(std::span<const PutItem> promotions) {
     std::shared_lock lock(mu_);
-    if (host_->Put(header, payload).ok()) promoted_.fetch_add(1);  // told by on_stored
+    for (const Status& stored : host_->PutBatch(promotions)) {
+      if (stored.ok()) promoted_.fetch_add(1);  // told by on_stored
+    }
   }
 
   static constexpr size_t kDemoteBatchBytes = 8 << 20;
+  static constexpr size_t kInPlace = SIZE_MAX;
 
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it
@@ -232,6 +283,10 @@ std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { retu
 Status TieredStore::Flush() { return impl_->Flush(); }
 
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+std::vector<Result<TieredHit>> TieredStore::GetBatch(std::span<const BlockRef> refs,
+                                                     std::span<const std::span<uint8_t>> outs) {
+  return impl_->GetBatch(refs, outs);
+}
 Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
 Result<HostReservation> TieredStore::ReserveInHost(std::span<const BlockHeader> headers) {
   return impl_->ReserveInHost(headers);

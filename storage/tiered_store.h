@@ -9,7 +9,7 @@
 // possible hit and saves nothing. The victims of one put (a PutBatch makes room for all
 // its blocks at once) go down in one disk batch: one write, and under fsync one sync.
 // Get reads host, then disk; a disk hit is promoted into the host tier (the disk copy
-// stays, so a later demotion rewrites nothing). Every change of where a block lives is
+// stays, so a later demotion rewrites nothing); GetBatch promotes its disk hits together. Every change of where a block lives is
 // reported to `on_event` for the node's sequenced event stream, as each tier's store or
 // removal: a demotion is the disk's kStored, then the host's
 // kRemoved (for that moment the block is in both, and it is readable from both); a block
@@ -76,6 +76,13 @@ class TieredStore {
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
   [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
+  // Get for each block (refs[i] into outs[i]), one result each, with the disk hits
+  // promoted together: one host tier put for all of them, so that the host blocks they
+  // displace go down to disk in one batch (promoted one at a time, each displaced block
+  // was a disk write of its own).
+  // REQUIRES: refs.size() == outs.size().
+  [[nodiscard]] std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs,
+                                                        std::span<const std::span<uint8_t>> outs);
   // The block held in place in the host tier (HostTier::Pin), for a sender that gathers
   // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
   // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).

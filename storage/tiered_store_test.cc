@@ -57,6 +57,21 @@ class TieredStoreTest : public ::testing::Test {
     return std::move(store).value();
   }
 
+  // `count` blocks of `bytes` from id `first` on.
+  static std::vector<TestBlock> Blocks(uint64_t first, uint64_t count, uint64_t bytes, uint8_t priority) {
+    std::vector<TestBlock> blocks;
+    for (uint64_t id = first; id < first + count; ++id) blocks.push_back(MakeBlock(id, bytes, priority));
+    return blocks;
+  }
+
+  // `first` put one at a time, then `then` in one batch (which makes room for all of it at once).
+  static void PutThenBatch(TieredStore& store, const std::vector<TestBlock>& first, const std::vector<TestBlock>& then) {
+    for (const TestBlock& b : first) ASSERT_TRUE(store.Put(b.header, b.payload).ok());
+    std::vector<PutItem> items;
+    for (const TestBlock& b : then) items.push_back({b.header, b.payload});
+    for (const Status& put : store.PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
+  }
+
   TempDir dir_;
   std::mutex events_mu_;  // tests that change the store from several threads
   std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
@@ -215,19 +230,53 @@ TEST_F(TieredStoreTest, TheVictimsOfABatchMoveDownTogether) {
   }
 }
 
+// A batch get promotes its disk hits in one host put: blocks 0-3 are on disk (moved down
+// together by the put of 4-7), and GetBatch [0, 1, 2, 3, 99] finds 0-3 there and 99
+// nowhere; promoting 0-3 displaces 4-7, which go down in one more disk write, not four.
+TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
+  auto store = Make(/*host_pages=*/4, /*disk_bytes=*/1 << 20);
+  const std::vector<TestBlock> old_blocks = Blocks(0, 4, kPage, 50);
+  PutThenBatch(*store, old_blocks, Blocks(4, 4, kPage, 50));
+  ASSERT_EQ(store->Stats().disk->put_batches, 1u);
+
+  const TestBlock missing = MakeBlock(99, kPage, 50);
+  std::vector<BlockRef> refs;
+  for (const TestBlock& b : old_blocks) refs.push_back(b.ref());
+  refs.push_back(missing.ref());
+  std::vector<std::vector<uint8_t>> outs(refs.size(), std::vector<uint8_t>(kPage));
+  std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
+  events_.clear();
+  const std::vector<Result<TieredHit>> hits = store->GetBatch(refs, out_spans);
+  ASSERT_EQ(hits.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(hits[i].ok()) << "block " << i << ": " << hits[i].status();
+    EXPECT_EQ(hits[i]->tier, TierKind::kDisk);
+    EXPECT_EQ(outs[i], old_blocks[i].payload) << "block " << i;
+  }
+  EXPECT_EQ(hits[4].status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->Stats().promoted, 4u);
+  EXPECT_EQ(store->Stats().disk->put_batches, 2u) << "blocks 4-7 went down in one write";
+  EXPECT_EQ(store->Stats().demoted, 8u);
+  // Each tier tells its own changes in order: 4-7 stored on disk and leaving the host,
+  // then 0-3 stored in the host.
+  using K = StoreEvent::Kind;
+  std::vector<Recorded> expected;
+  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kStored, TierKind::kDisk, id});
+  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kRemoved, TierKind::kHost, id});
+  for (uint64_t id = 0; id < 4; ++id) expected.push_back({K::kStored, TierKind::kHost, id});
+  EXPECT_EQ(events_, expected);
+  std::vector<uint8_t> out(kPage);
+  for (const TestBlock& b : old_blocks) EXPECT_EQ(store->Get(b.ref(), out)->tier, TierKind::kHost);
+}
+
 // Victims past 8 MiB go down in more than one disk batch (a put's gather buffer stays
 // bounded): three 4 MiB blocks fill the host tier, a batch of three more moves all three
 // down, and each reads back from disk whole.
 TEST_F(TieredStoreTest, VictimsPastEightMiBMoveDownInSeveralWritesEachWhole) {
   constexpr uint64_t kBig = 4 << 20;
   auto store = Make(/*host_pages=*/3 * kBig / kPage, /*disk_bytes=*/64 << 20);
-  std::vector<TestBlock> old_blocks, fresh;
-  std::vector<PutItem> items;
-  for (uint64_t id = 0; id < 3; ++id) old_blocks.push_back(MakeBlock(id, kBig, 50));
-  for (uint64_t id = 10; id < 13; ++id) fresh.push_back(MakeBlock(id, kBig, 50));
-  for (const TestBlock& b : old_blocks) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
-  for (const TestBlock& b : fresh) items.push_back({b.header, b.payload});
-  for (const Status& put : store->PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
+  const std::vector<TestBlock> old_blocks = Blocks(0, 3, kBig, 50);
+  PutThenBatch(*store, old_blocks, Blocks(10, 3, kBig, 50));
   EXPECT_EQ(store->Stats().demoted, 3u);
   std::vector<uint8_t> out(kBig);
   for (const TestBlock& b : old_blocks) {

@@ -10,8 +10,9 @@
 // Batches (OffloadBatch, FetchBatch) are split among `threads` helper threads and the
 // caller's: the hashing and copying of a batch's blocks run in parallel, so the worker's
 // loop, which waits for the batch, waits a fraction as long (on a GPU node these copies
-// were most of the loop's time: docs/benchmarks.md). The store takes parallel puts and
-// gets; each block's events stay in order.
+// were most of the loop's time: docs/benchmarks.md). Each share of an offload is one
+// store PutBatch, so its victims in the host tier go down to disk in one batch. The store
+// takes parallel puts and gets; each block's events stay in order.
 //
 // Thread safety: as the TieredStore (safe from any thread); a batch's helpers are shared
 // by concurrent callers. Ownership: borrows the store, which outlives this object.
@@ -59,9 +60,13 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
 
  private:
-  // fn(i) for i in [0, n), in shares: one on the calling thread, the rest on the helpers;
-  // returns when every share is done.
-  void ForEachInShares(size_t n, const std::function<void(size_t)>& fn);
+  // fn(begin, end) for contiguous shares of [0, n): one on the calling thread, the rest
+  // on the helpers; returns when every share is done.
+  void ForEachShare(size_t n, const std::function<void(size_t, size_t)>& fn);
+  // The block as the store keeps it: its full header, hashed from its bytes.
+  static storage::PutItem StoredItem(const OffloadBlock& block);
+  // What a block's read from the store means for Onboard.
+  static Result<SourceTier> SourceOf(Result<storage::TieredHit> hit, const OnboardBlock& block);
 
   storage::TieredStore* const store_;
   const uint32_t threads_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "services/worker/testing/worker_testing.h"
+#include "tests/testing/test_util.h"
 
 namespace kvtier::worker {
 namespace {
@@ -101,6 +102,38 @@ TEST(TierLinkTest, OnboardStopsAtTheFirstBlockTheStoreLacks) {
   EXPECT_EQ(worker->Onboard(1, 1, std::vector<BlockKey>(4, keys[0]), {}).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Blocks 0..n-1 of one chain (priority 50, salt scope 1), each with bytes of its own, as
+// victims of `layout`.
+struct Chain {
+  Chain(uint8_t n, const KvLayout& layout) {
+    for (uint8_t i = 0; i < n; ++i) bytes.push_back(testing::Pattern(i));
+    for (uint8_t i = 0; i < n; ++i) {
+      victims.push_back({testing::Key(i), i == 0 ? testing::kRoot : testing::Key(i - 1), i == 0, 0, 1, 50, &layout,
+                         bytes[i]});
+    }
+  }
+  // Blocks 0..n-1 asked back, each into its own buffer of `back` (made here).
+  std::vector<OnboardBlock> Wanted(uint8_t n, std::vector<std::vector<uint8_t>>& back) const {
+    back.assign(n, std::vector<uint8_t>(bytes[0].size()));
+    std::vector<OnboardBlock> wanted;
+    for (uint8_t i = 0; i < n; ++i) wanted.push_back({testing::Key(i), 0, 1, victims[i].layout, back[i], i});
+    return wanted;
+  }
+  // Every block fetched from `tier` with its own bytes.
+  void ExpectFetched(const std::vector<Result<SourceTier>>& tiers, const std::vector<std::vector<uint8_t>>& back,
+                     SourceTier tier) const {
+    ASSERT_EQ(tiers.size(), back.size());
+    for (size_t i = 0; i < tiers.size(); ++i) {
+      ASSERT_TRUE(tiers[i].ok()) << "block " << i << ": " << tiers[i].status();
+      EXPECT_EQ(*tiers[i], tier) << "block " << i;
+      EXPECT_EQ(back[i], bytes[i]) << "block " << i;
+    }
+  }
+
+  std::vector<std::vector<uint8_t>> bytes;
+  std::vector<OffloadBlock> victims;
+};
+
 // A store of `pages` 4 KiB host pages.
 std::unique_ptr<storage::TieredStore> HostStore(uint64_t pages) {
   storage::TieredStoreOptions options;
@@ -119,31 +152,56 @@ TEST(TierLinkTest, BatchesAreSplitAmongHelpersAndEachBlockKeepsItsBytes) {
   auto store = HostStore(64);
   TierLink link({.store = store.get(), .threads = 3});
   const KvLayout layout = TestLayout();
-  std::vector<std::vector<uint8_t>> bytes;
-  std::vector<OffloadBlock> victims;
-  for (uint8_t i = 0; i < 16; ++i) bytes.push_back(testing::Pattern(i));
-  for (uint8_t i = 0; i < 16; ++i) {
-    victims.push_back({testing::Key(i), i == 0 ? testing::kRoot : testing::Key(i - 1), i == 0, 0, 1, 50, &layout,
-                       bytes[i]});
-  }
-  for (const Status& taken : link.OffloadBatch(victims)) EXPECT_TRUE(taken.ok()) << taken;
+  const Chain chain(16, layout);
+  for (const Status& taken : link.OffloadBatch(chain.victims)) EXPECT_TRUE(taken.ok()) << taken;
 
-  std::vector<std::vector<uint8_t>> back(16, std::vector<uint8_t>(bytes[0].size()));
-  std::vector<OnboardBlock> wanted;
-  for (uint8_t i = 0; i < 16; ++i) wanted.push_back({testing::Key(i), 0, 1, &layout, back[i], i});
-  const std::vector<Result<SourceTier>> tiers = link.FetchBatch(wanted);
-  ASSERT_EQ(tiers.size(), 16u);
-  for (size_t i = 0; i < 16; ++i) {
-    ASSERT_TRUE(tiers[i].ok()) << "block " << i << ": " << tiers[i].status();
-    EXPECT_EQ(*tiers[i], SourceTier::kHost);
-    EXPECT_EQ(back[i], bytes[i]) << "block " << i;
-  }
+  std::vector<std::vector<uint8_t>> back;
+  const std::vector<OnboardBlock> wanted = chain.Wanted(16, back);
+  chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
 
   ASSERT_TRUE(store->Remove(storage::BlockRef{testing::Key(5), StorageFormatTag(layout, 0), 1}).ok());
   const std::vector<Result<SourceTier>> after = link.FetchBatch(wanted);
   ASSERT_EQ(after.size(), 16u);
   EXPECT_EQ(after[5].status().code(), StatusCode::kNotFound);
   for (size_t i : {0, 4, 6, 15}) EXPECT_TRUE(after[i].ok()) << "block " << i << ": " << after[i].status();
+}
+
+// A store of four 4 KiB host pages over a disk tier in `dir`.
+std::unique_ptr<storage::TieredStore> HostOverDiskStore(const kvtier::testing::TempDir& dir) {
+  storage::TieredStoreOptions options;
+  options.host.emplace();
+  options.host->capacity_bytes = 4 * 4096;
+  options.host->page_bytes = 4096;
+  options.host->try_huge_pages = false;
+  options.disk.emplace();
+  options.disk->path = dir.path();
+  options.disk->capacity_bytes = 1 << 20;
+  options.disk->memtable_bytes = 1 << 20;
+  return storage::TieredStore::Create(std::move(options)).value();
+}
+
+// Each batch is one store put or get, so that what it displaces from the host tier goes
+// down to disk in one write: victims 0-3 fill the host tier, victims 4-7 move them down
+// (one disk write, not four), and fetching 0-3 back promotes them, moving 4-7 down in
+// one more.
+TEST(TierLinkTest, ABatchsDisplacedBlocksGoDownToDiskInOneWrite) {
+  kvtier::testing::TempDir dir;
+  auto store = HostOverDiskStore(dir);
+  TierLink link({.store = store.get()});
+  const KvLayout layout = TestLayout();
+  const Chain chain(8, layout);
+  const std::span<const OffloadBlock> all(chain.victims);
+  for (const Status& taken : link.OffloadBatch(all.first(4))) ASSERT_TRUE(taken.ok()) << taken;
+  EXPECT_EQ(store->Stats().disk->put_batches, 0u);
+  for (const Status& taken : link.OffloadBatch(all.last(4))) ASSERT_TRUE(taken.ok()) << taken;
+  EXPECT_EQ(store->Stats().demoted, 4u);
+  EXPECT_EQ(store->Stats().disk->put_batches, 1u) << "victims 0-3 went down together";
+
+  std::vector<std::vector<uint8_t>> back;
+  chain.ExpectFetched(link.FetchBatch(chain.Wanted(4, back)), back, SourceTier::kDisk);
+  EXPECT_EQ(store->Stats().promoted, 4u);
+  EXPECT_EQ(store->Stats().demoted, 8u);
+  EXPECT_EQ(store->Stats().disk->put_batches, 2u) << "blocks 4-7, displaced by the promotions, went down together";
 }
 
 // Through a worker: a pool of 8 blocks filled, all 8 evicted by one allocation and
