@@ -206,6 +206,12 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "frequency filter: `kvtier up` counts lookups, `kvtier store` its own puts, gets "
                              "and contains); 0 admits every block.",
                              0, 15, [](auto& c) -> auto& { return c.store.disk_admission_min_count; }));
+  fields.push_back(UintField("store.host_free_percent",
+                             "Share of the host tier (percent) that a thread of the node keeps free ahead of "
+                             "puts by moving its coldest blocks down to the disk tier, so that a put seldom "
+                             "waits for the disk; with a disk tier only. 0: each put moves down what it "
+                             "displaces itself.",
+                             0, 50, [](auto& c) -> auto& { return c.store.host_free_percent; }));
   fields.push_back(UintField("store.disk_bytes", "Disk tier capacity in payload bytes (0: no disk tier).", 0,
                              1ull << 50, [](auto& c) -> auto& { return c.store.disk_bytes; }));
   fields.push_back(StringField(

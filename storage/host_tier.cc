@@ -177,6 +177,17 @@ class HostTier::Impl {
     return stats;
   }
 
+  uint64_t Reclaim(uint64_t bytes) {
+    std::unique_lock lock(mu_);
+    MakeRoom(std::min<uint64_t>(PagesFor(bytes), num_pages_), lock);  // short of it when the rest is held: fine
+    return uint64_t{free_pages_.size()} * options_.page_bytes;
+  }
+
+  uint64_t FreeBytes() const {
+    std::lock_guard lock(mu_);
+    return uint64_t{free_pages_.size()} * options_.page_bytes;
+  }
+
   std::vector<BlockHeader> Headers() const {
     std::lock_guard lock(mu_);
     std::vector<BlockHeader> headers;
@@ -568,6 +579,8 @@ Result<PinnedBlock> HostTier::Pin(const BlockRef& ref) {
 Result<BlockHeader> HostTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status HostTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats HostTier::Stats() const { return impl_->Stats(); }
+uint64_t HostTier::Reclaim(uint64_t bytes) { return impl_->Reclaim(bytes); }
+uint64_t HostTier::FreeBytes() const { return impl_->FreeBytes(); }
 std::vector<BlockHeader> HostTier::Headers() const { return impl_->Headers(); }
 bool HostTier::huge_pages() const { return impl_->memory().explicit_huge_pages(); }
 bool HostTier::pinned() const { return impl_->memory().pinned(); }

@@ -149,6 +149,13 @@ class HostTier final : public Tier {
   [[nodiscard]] Status Remove(const BlockRef& ref) override;
   TierStats Stats() const override;
   std::vector<BlockHeader> Headers() const override;
+  // Evicts as a put that needs room does (victims in the tier's order, through on_evict)
+  // until `bytes` are free or nothing more can go now (every other page being read,
+  // written or evicted); returns the bytes free then. For a store that keeps room ahead
+  // of its puts (TieredStoreOptions::free_ahead_bytes).
+  uint64_t Reclaim(uint64_t bytes);
+  // The bytes of pages no block, read, put or reservation holds.
+  uint64_t FreeBytes() const;
 
   bool huge_pages() const;
   bool pinned() const;

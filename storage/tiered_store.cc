@@ -1,17 +1,28 @@
 #include "storage/tiered_store.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
 
 #include "common/logging.h"
 #include "common/thread_annotations.h"
+#include "common/thread_name.h"
 
 namespace kvtier::storage {
 
 class TieredStore::Impl {
  public:
   explicit Impl(TieredStoreOptions options) : options_(std::move(options)) {}
+  ~Impl() {
+    {
+      std::lock_guard lock(ahead_mu_);
+      stopping_ = true;
+    }
+    ahead_wanted_cv_.notify_one();
+    if (demoter_.joinable()) demoter_.join();  // before the tiers it demotes between go
+  }
 
   // Creates the tiers with the store's handlers bound to this object. Each tier tells its
   // own changes under its own lock, so a block's events leave in the order its changes
@@ -34,19 +45,33 @@ class TieredStore::Impl {
       host.on_evicted = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
+    if (host_ && disk_) {
+      free_ahead_bytes_ = options_.free_ahead_bytes / options_.host->page_bytes * options_.host->page_bytes;
+      if (free_ahead_bytes_ > 0) demoter_ = std::thread([this] { KeepRoomAhead(); });
+    }
     return Status::Ok();
   }
 
   // Puts (and the demotions they cause) run in parallel, sharing mu_; the tiers tell
   // their events.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    std::shared_lock lock(mu_);
-    return host_ ? host_->Put(header, payload) : disk_->Put(header, payload);
+    Status result;
+    {
+      std::shared_lock lock(mu_);
+      result = host_ ? host_->Put(header, payload) : disk_->Put(header, payload);
+    }
+    WakeDemoterIfShort();
+    return result;
   }
 
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
-    std::shared_lock lock(mu_);
-    return host_ ? host_->PutBatch(items) : disk_->PutBatch(items);
+    std::vector<Status> results;
+    {
+      std::shared_lock lock(mu_);
+      results = host_ ? host_->PutBatch(items) : disk_->PutBatch(items);
+    }
+    WakeDemoterIfShort();
+    return results;
   }
 
   Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
@@ -90,8 +115,12 @@ class TieredStore::Impl {
   // and while it commits, not in between: the caller fills the pages meanwhile.
   Result<HostReservation> ReserveInHost(std::span<const BlockHeader> headers) {
     if (!host_) return FailedPreconditionError("this store has no host tier to reserve pages in");
-    std::shared_lock lock(mu_);
-    return host_->Reserve(headers);
+    Result<HostReservation> reservation = [&] {
+      std::shared_lock lock(mu_);
+      return host_->Reserve(headers);
+    }();
+    WakeDemoterIfShort();  // the reservation took its pages
+    return reservation;
   }
 
   std::vector<Status> CommitInHost(HostReservation reservation) {
@@ -241,9 +270,42 @@ class TieredStore::Impl {
   // Disk hits into the host tier in one put: room is made for all of them at once, so
   // the blocks they displace go down to disk in one batch.
   void Promote(std::span<const PutItem> promotions) {
-    std::shared_lock lock(mu_);
-    for (const Status& stored : host_->PutBatch(promotions)) {
-      if (stored.ok()) promoted_.fetch_add(1);  // told by on_stored
+    {
+      std::shared_lock lock(mu_);
+      for (const Status& stored : host_->PutBatch(promotions)) {
+        if (stored.ok()) promoted_.fetch_add(1);  // told by on_stored
+      }
+    }
+    WakeDemoterIfShort();
+  }
+
+  // After a put into the host tier: the demoter is woken when the room it keeps is short.
+  void WakeDemoterIfShort() {
+    if (!demoter_.joinable() || host_->FreeBytes() >= free_ahead_bytes_) return;
+    {
+      std::lock_guard lock(ahead_mu_);
+      if (ahead_wanted_) return;
+      ahead_wanted_ = true;
+    }
+    ahead_wanted_cv_.notify_one();
+  }
+
+  // The demoter's loop (free_ahead_bytes): woken by a put that left the host tier short
+  // of the room, it moves the coldest blocks down until the room is free again. It holds
+  // the store's shared mutex as a put does, so a removal waits for its demotions too.
+  void KeepRoomAhead() {
+    NameThisThread("kvt-demote");
+    std::unique_lock lock(ahead_mu_);
+    for (;;) {
+      ahead_wanted_cv_.wait(lock, [&] { return ahead_wanted_ || stopping_; });
+      if (stopping_) return;
+      ahead_wanted_ = false;
+      lock.unlock();
+      {
+        std::shared_lock store_lock(mu_);
+        host_->Reclaim(free_ahead_bytes_);
+      }
+      lock.lock();
     }
   }
 
@@ -258,6 +320,13 @@ class TieredStore::Impl {
   // it there.
   std::shared_mutex mu_;
   std::atomic<uint64_t> demoted_{0}, dropped_below_priority_{0}, dropped_by_admission_{0}, promoted_{0};
+  // The demoter's wake-up (free_ahead_bytes), a mutex taken alone.
+  std::mutex ahead_mu_;
+  std::condition_variable ahead_wanted_cv_;
+  bool ahead_wanted_ KVTIER_GUARDED_BY(ahead_mu_) = false;
+  bool stopping_ KVTIER_GUARDED_BY(ahead_mu_) = false;
+  uint64_t free_ahead_bytes_ = 0;  // whole host pages of options_.free_ahead_bytes; set by Open
+  std::thread demoter_;  // none without free_ahead_bytes_; joined by ~Impl
 };
 
 Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {

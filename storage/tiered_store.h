@@ -17,9 +17,10 @@
 //
 // Thread safety: safe from any thread; puts run in parallel (their copies and checks
 // outside the tiers' locks, and so do the disk writes of the demotions they cause, the
-// host tier holding each victim readable meanwhile). Lock order: the store's own shared
-// mutex (shared by puts and promotions; whole for removals), then the host
-// tier's, then the disk tier's. A block's events are told in the order its changes
+// host tier holding each victim readable meanwhile). With free_ahead_bytes, the store's
+// own thread demotes too, as a put would. Lock order: the store's own shared mutex
+// (shared by puts, promotions and that thread's demotions; whole for removals), then the
+// host tier's, then the disk tier's; the thread's wake-up mutex is taken alone. A block's events are told in the order its changes
 // happen in each tier: each tier tells its stores, removals and evictions under its own
 // lock. `on_event` and `admit_to_disk` run under those locks, from any thread that
 // changes the store: they must be thread-safe and quick, and must not call back into
@@ -46,6 +47,13 @@ struct TieredStoreOptions {
   std::optional<HostTierOptions> host;  // its handlers (on_*) are the store's; leave them empty
   std::optional<DiskTierOptions> disk;  // likewise
   uint8_t demote_min_priority = 35;
+  // With both tiers: a thread of the store's (kvt-demote) keeps this many bytes of the
+  // host tier free, moving its coldest blocks down as puts fill it, so that a put seldom
+  // waits for the disk (the move down is most of a full tier's put: docs/benchmarks.md).
+  // A put that finds less room than it needs still makes the rest itself. The host tier
+  // holds up to this much less meanwhile. Rounded down to whole host pages; 0 (or less
+  // than a page): no such thread, every put makes its own room.
+  uint64_t free_ahead_bytes = 0;
   bool promote_on_hit = true;
   std::function<bool(const BlockHeader&)> admit_to_disk;  // asked when the disk is full; null: admit everything
   std::function<void(const StoreEvent&)> on_event;

@@ -47,6 +47,7 @@ class TieredStoreTest : public ::testing::Test {
       options.disk->memtable_bytes = 1 << 20;
     }
     options.admit_to_disk = std::move(admit);
+    options.free_ahead_bytes = free_ahead_bytes_;
     options.on_event = [this](const StoreEvent& event) {
       if (before_told_) before_told_(event);
       std::lock_guard lock(events_mu_);
@@ -73,6 +74,7 @@ class TieredStoreTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
   std::mutex events_mu_;  // tests that change the store from several threads
   std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
   std::vector<Recorded> events_;
@@ -267,6 +269,44 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
   EXPECT_EQ(events_, expected);
   std::vector<uint8_t> out(kPage);
   for (const TestBlock& b : old_blocks) EXPECT_EQ(store->Get(b.ref(), out)->tier, TierKind::kHost);
+}
+
+// With two of the host tier's eight pages kept free ahead, the store's own thread moves
+// the coldest blocks down as puts fill the tier, and the puts wait for no disk write:
+// blocks 0-5 leave the room whole; each of blocks 6-9 takes a page of it, and the thread
+// moves one block down (0, 1, 2, 3 in turn). A batch of four (20-23) needs more than the
+// room: it moves two blocks down itself (4, 5), and the thread two more (6, 7).
+TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
+  free_ahead_bytes_ = 2 * kPage;
+  auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
+  const std::thread::id test_thread = std::this_thread::get_id();
+  std::atomic<int> moved_down_by_puts{0};
+  before_told_ = [&](const StoreEvent& event) {
+    if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
+        std::this_thread::get_id() == test_thread) {
+      moved_down_by_puts.fetch_add(1);
+    }
+  };
+  const auto room_ahead = [&] { return store->Stats().host->bytes <= 6 * kPage; };
+  for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+  EXPECT_EQ(store->Stats().demoted, 0u);
+  for (const TestBlock& b : Blocks(6, 4, kPage, 50)) {
+    ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+    ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead)) << "after block " << b.header.key.lo;
+  }
+  EXPECT_EQ(store->Stats().demoted, 4u);
+  EXPECT_EQ(moved_down_by_puts.load(), 0);
+
+  PutThenBatch(*store, {}, Blocks(20, 4, kPage, 50));
+  EXPECT_EQ(moved_down_by_puts.load(), 2);
+  ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead));
+  EXPECT_EQ(store->Stats().demoted, 8u);
+  std::set<std::pair<TierKind, uint64_t>> holdings;
+  for (const auto& [tier, header] : store->Holdings()) holdings.emplace(tier, header.key.lo);
+  std::set<std::pair<TierKind, uint64_t>> expected;
+  for (uint64_t id : {8, 9, 20, 21, 22, 23}) expected.emplace(TierKind::kHost, id);
+  for (uint64_t id = 0; id < 8; ++id) expected.emplace(TierKind::kDisk, id);
+  EXPECT_EQ(holdings, expected);
 }
 
 // Victims past 8 MiB go down in more than one disk batch (a put's gather buffer stays
