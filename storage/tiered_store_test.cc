@@ -73,6 +73,8 @@ class TieredStoreTest : public ::testing::Test {
     for (const Status& put : store.PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
   }
 
+  void ChangeConcurrentlyThenCheckEvents();
+
   TempDir dir_;
   uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
   std::mutex events_mu_;  // tests that change the store from several threads
@@ -350,7 +352,9 @@ TEST_F(TieredStoreTest, ACorruptDiskBlockIsToldAsRemoved) {
 // and now and then remove 24 blocks through a host tier of 6 and a disk tier of 12
 // (puts into the host tier run in parallel). Replayed in the order they were told, the
 // events say which tiers hold each block at the end, as the holdings list them.
-TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
+// Four threads put, get and remove 24 blocks at random over a six-page host tier and a
+// twelve-page disk; the events told, replayed, say where each block is.
+void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
   auto store = Make(/*host_pages=*/6, /*disk_bytes=*/12 * kPage);
   constexpr uint64_t kBlocks = 24;
   std::vector<TestBlock> blocks;
@@ -374,9 +378,15 @@ TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+  // The store's own thread, where it keeps room ahead, finishes moving blocks down.
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return store->Stats().host->bytes + free_ahead_bytes_ <= 6 * kPage; }));
 
+  const std::vector<Recorded> events = [&] {  // not held while the tiers' locks are taken below
+    std::lock_guard lock(events_mu_);
+    return events_;
+  }();
   std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
-  for (const Recorded& e : events_) {
+  for (const Recorded& e : events) {
     auto& [host, disk] = told[e.id];
     (e.tier == TierKind::kHost ? host : disk) = e.kind == StoreEvent::Kind::kStored;
   }
@@ -392,8 +402,17 @@ TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
            (tiers.second ? "disk" : "") + (tiers.first || tiers.second ? "" : "nowhere");
   };
   for (uint64_t id = 0; id < kBlocks; ++id) {
-    EXPECT_EQ(where(told[id]), where(held[id])) << "block " << id << " (" << events_.size() << " events)";
+    EXPECT_EQ(where(told[id]), where(held[id])) << "block " << id << " (" << events.size() << " events)";
   }
+}
+
+TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) { ChangeConcurrentlyThenCheckEvents(); }
+
+// The same with two pages kept free by the store's own thread, which moves blocks down
+// beside the puts, gets and removals.
+TEST_F(TieredStoreTest, ConcurrentChangesBesideTheStoresDemotionsAreToldInOrder) {
+  free_ahead_bytes_ = 2 * kPage;
+  ChangeConcurrentlyThenCheckEvents();
 }
 
 // Block 1 is put again (at priority 40, now the lowest) on one thread, and telling that
