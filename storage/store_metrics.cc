@@ -42,6 +42,12 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
                                                   "Blocks leaving the host tier or coming back, by what happened: "
                                                   "demoted, promoted, dropped_priority, dropped_admission.",
                                                   {"kind"}));
+  KVTIER_ASSIGN_OR_RETURN(m->demoted_ahead_,
+                          r.AddCounter("kvtier_store_demoted_ahead_total",
+                                       "Of the blocks demoted, those the store's own thread moved down to keep "
+                                       "room free ahead of puts (store.host_free_percent); the others were moved "
+                                       "by the put that needed their room, which waited for the disk.",
+                                       {}));
   KVTIER_ASSIGN_OR_RETURN(m->disk_put_batches_,
                           r.AddCounter("kvtier_store_disk_put_batches_total", "Put calls of the disk tier.", {}));
   KVTIER_ASSIGN_OR_RETURN(m->disk_put_writes_,
@@ -54,6 +60,7 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
     for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_, m->bytes_written_, m->bytes_read_}) family->WithLabels({tier});
   }
   for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission"}) m->moves_->WithLabels({kind});
+  m->demoted_ahead_->WithLabels({});
   m->disk_put_batches_->WithLabels({});
   m->disk_put_writes_->WithLabels({});
   return m;
@@ -88,6 +95,7 @@ void StoreMetrics::Update(const TieredStoreStats& stats) {
     UpdateTier("disk", *stats.disk, disk_before_);  // then disk_before_ is *stats.disk
   }
   IncBy(moves_->WithLabels({"demoted"}), stats.demoted, before_.demoted);
+  IncBy(demoted_ahead_->WithLabels({}), stats.demoted_ahead, before_.demoted_ahead);
   IncBy(moves_->WithLabels({"promoted"}), stats.promoted, before_.promoted);
   IncBy(moves_->WithLabels({"dropped_priority"}), stats.dropped_below_priority, before_.dropped_below_priority);
   IncBy(moves_->WithLabels({"dropped_admission"}), stats.dropped_by_admission, before_.dropped_by_admission);

@@ -15,6 +15,9 @@
 //   kvtier_store_read_bytes_total{tier}           counter: payload bytes read (hits)
 //   kvtier_store_moves_total{kind}                counter: demoted, promoted,
 //                                                 dropped_priority, dropped_admission
+//   kvtier_store_demoted_ahead_total              counter: of the demoted, those the store's own
+//                                                 thread moved down to keep room ahead of puts
+//                                                 (store.host_free_percent); the rest waited on a put
 //   kvtier_store_disk_put_batches_total           counter: the disk tier's put calls
 //   kvtier_store_disk_put_writes_total            counter: the writes they went out in
 //                                                 (batches that queue meanwhile go
@@ -55,6 +58,7 @@ class StoreMetrics {
   CounterFamily* bytes_written_ = nullptr;
   CounterFamily* bytes_read_ = nullptr;
   CounterFamily* moves_ = nullptr;
+  CounterFamily* demoted_ahead_ = nullptr;
   CounterFamily* disk_put_batches_ = nullptr;
   CounterFamily* disk_put_writes_ = nullptr;
   TierStats host_before_, disk_before_;

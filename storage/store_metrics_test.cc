@@ -30,6 +30,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->evictions_by_priority[20] = 3;
   stats.disk->put_batches = 10;  // 4 more calls in 2 writes
   stats.disk->put_writes = 6;
+  stats.demoted = 4;        // three more moved down, two of them by the store's own thread
+  stats.demoted_ahead = 2;
   metrics->Update(stats);
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
@@ -43,7 +45,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_read_bytes_total{tier=\"host\"} 458752\n",
                            "kvtier_store_written_bytes_total{tier=\"disk\"} 0\n",
                            "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
-                           "kvtier_store_moves_total{kind=\"demoted\"} 1\n",
+                           "kvtier_store_moves_total{kind=\"demoted\"} 4\n",
+                           "kvtier_store_demoted_ahead_total 2\n",
                            "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
                            "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;

@@ -165,6 +165,7 @@ class TieredStore::Impl {
     if (host_) stats.host = host_->Stats();
     if (disk_) stats.disk = disk_->Stats();
     stats.demoted = demoted_.load();
+    stats.demoted_ahead = demoted_ahead_.load();
     stats.dropped_below_priority = dropped_below_priority_.load();
     stats.dropped_by_admission = dropped_by_admission_.load();
     stats.promoted = promoted_.load();
@@ -233,6 +234,7 @@ class TieredStore::Impl {
     for (size_t k = 0; k < items.size(); ++k) {
       if (written[k].ok()) {
         demoted_.fetch_add(1);
+        if (std::this_thread::get_id() == demoter_.get_id()) demoted_ahead_.fetch_add(1);
       } else {
         spdlog::warn("host tier eviction of block {} could not move to disk: {}", items[k].header.key.ToHex(),
                      written[k].ToString());
@@ -319,7 +321,8 @@ class TieredStore::Impl {
   // in flight, so that no demotion brings a block back to disk after the removal deleted
   // it there.
   std::shared_mutex mu_;
-  std::atomic<uint64_t> demoted_{0}, dropped_below_priority_{0}, dropped_by_admission_{0}, promoted_{0};
+  std::atomic<uint64_t> demoted_{0}, demoted_ahead_{0}, dropped_below_priority_{0}, dropped_by_admission_{0},
+      promoted_{0};
   // The demoter's wake-up (free_ahead_bytes), a mutex taken alone.
   std::mutex ahead_mu_;
   std::condition_variable ahead_wanted_cv_;

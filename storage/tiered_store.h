@@ -69,6 +69,7 @@ struct TieredStoreStats {
   std::optional<TierStats> host;
   std::optional<TierStats> disk;
   uint64_t demoted = 0;
+  uint64_t demoted_ahead = 0;  // of `demoted`, those the store's own thread moved (free_ahead_bytes)
   uint64_t dropped_below_priority = 0;
   uint64_t dropped_by_admission = 0;
   uint64_t promoted = 0;

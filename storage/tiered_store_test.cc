@@ -297,12 +297,14 @@ TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
     ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead)) << "after block " << b.header.key.lo;
   }
   EXPECT_EQ(store->Stats().demoted, 4u);
+  EXPECT_EQ(store->Stats().demoted_ahead, 4u);
   EXPECT_EQ(moved_down_by_puts.load(), 0);
 
   PutThenBatch(*store, {}, Blocks(20, 4, kPage, 50));
   EXPECT_EQ(moved_down_by_puts.load(), 2);
   ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead));
   EXPECT_EQ(store->Stats().demoted, 8u);
+  EXPECT_EQ(store->Stats().demoted_ahead, 6u) << "all but the batch's own two";
   std::set<std::pair<TierKind, uint64_t>> holdings;
   for (const auto& [tier, header] : store->Holdings()) holdings.emplace(tier, header.key.lo);
   std::set<std::pair<TierKind, uint64_t>> expected;
