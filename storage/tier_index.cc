@@ -3,7 +3,7 @@
 namespace kvtier::storage {
 
 uint32_t TierIndex::FormatId(std::string_view format_tag) const {
-  auto it = format_ids_.find(std::string(format_tag));
+  auto it = format_ids_.find(format_tag);
   return it == format_ids_.end() ? kNil : it->second;
 }
 
@@ -19,8 +19,8 @@ uint32_t TierIndex::InternFormat(std::string_view format_tag) {
 uint32_t TierIndex::Find(const BlockKey& key, std::string_view format_tag) const {
   const uint32_t format = FormatId(format_tag);
   if (format == kNil) return kNil;
-  auto it = by_key_.find(MapKey{format, key});
-  return it == by_key_.end() ? kNil : it->second;
+  const uint32_t id = by_key_.Find(format, key);
+  return id == KeySlots::kEmpty ? kNil : id;
 }
 
 uint32_t TierIndex::Insert(const BlockHeader& header, uint64_t units, uint64_t location) {
@@ -38,7 +38,7 @@ uint32_t TierIndex::Insert(const BlockHeader& header, uint64_t units, uint64_t l
   entry.units = units;
   entry.location = location;
   entry.live = true;
-  by_key_.emplace(MapKey{InternFormat(header.format_tag), header.key}, id);
+  by_key_.Insert(InternFormat(header.format_tag), header.key, id);
   units_ += units;
   SetPolicy(id, header);
   return id;
@@ -53,7 +53,7 @@ uint32_t TierIndex::Restore(const BlockHeader& header, uint64_t units, uint64_t 
 
 void TierIndex::Erase(uint32_t id) {
   Entry& entry = entries_[id];
-  by_key_.erase(MapKey{FormatId(entry.header.format_tag), entry.header.key});
+  by_key_.Erase(FormatId(entry.header.format_tag), entry.header.key);
   if (lru_.Contains(id)) lru_.Remove(id);
   units_ -= entry.units;
   entry.live = false;

@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/prioritized_lru.h"
 #include "storage/block_header.h"
+#include "storage/key_slots.h"
 
 namespace kvtier::storage {
 
@@ -75,18 +76,16 @@ class TierIndex {
   size_t size() const { return by_key_.size(); }
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (const auto& [map_key, id] : by_key_) fn(id);
+    by_key_.ForEachId(fn);
   }
   uint64_t units() const { return units_; }
 
  private:
-  struct MapKey {
-    uint32_t format = 0;
-    BlockKey key;
-    friend bool operator==(const MapKey&, const MapKey&) = default;
-  };
-  struct MapKeyHash {
-    size_t operator()(const MapKey& k) const { return BlockKeyHash{}(k.key) ^ (size_t{k.format} * 0x9E3779B97F4A7C15ULL); }
+  // Format tags are looked up by string_view, without making a string (C++20's
+  // heterogeneous lookup).
+  struct FormatHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view tag) const { return std::hash<std::string_view>{}(tag); }
   };
   struct Deadline {
     int64_t at_ns;
@@ -103,8 +102,8 @@ class TierIndex {
 
   const Clock* clock_;
   std::vector<std::string> formats_;
-  std::unordered_map<std::string, uint32_t> format_ids_;
-  std::unordered_map<MapKey, uint32_t, MapKeyHash> by_key_;
+  std::unordered_map<std::string, uint32_t, FormatHash, std::equal_to<>> format_ids_;
+  KeySlots by_key_;  // (format id, key) -> entry id
   std::vector<Entry> entries_;
   std::vector<uint32_t> free_ids_;
   PrioritizedLru lru_;
