@@ -63,8 +63,9 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   // fn(begin, end) for contiguous shares of [0, n): one on the calling thread, the rest
   // on the helpers; returns when every share is done.
   void ForEachShare(size_t n, const std::function<void(size_t, size_t)>& fn);
-  // The block as the store keeps it: its full header, hashed from its bytes.
-  static storage::PutItem StoredItem(const OffloadBlock& block);
+  // The block as the store keeps it: its full header (`format`: its StorageFormatTag),
+  // hashed from its bytes.
+  static storage::PutItem StoredItem(const OffloadBlock& block, const std::string& format);
   // What a block's read from the store means for Onboard.
   static Result<SourceTier> SourceOf(Result<storage::TieredHit> hit, const OnboardBlock& block);
 

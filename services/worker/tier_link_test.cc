@@ -204,6 +204,27 @@ TEST(TierLinkTest, ABatchsDisplacedBlocksGoDownToDiskInOneWrite) {
   EXPECT_EQ(store->Stats().disk->put_batches, 2u) << "blocks 4-7, displaced by the promotions, went down together";
 }
 
+// A batch whose blocks come from engines of two format tags (0, 9, 9, 0): each block is
+// stored, and fetched back, under its own.
+TEST(TierLinkTest, EachBlockOfABatchKeepsItsOwnFormat) {
+  auto store = HostStore(64);
+  TierLink link({.store = store.get()});
+  const KvLayout layout = TestLayout();
+  Chain chain(4, layout);
+  const uint64_t tags[] = {0, 9, 9, 0};
+  for (size_t i = 0; i < 4; ++i) chain.victims[i].format_tag = tags[i];
+  for (const Status& taken : link.OffloadBatch(chain.victims)) ASSERT_TRUE(taken.ok()) << taken;
+  for (size_t i = 0; i < 4; ++i) {
+    const BlockKey key = testing::Key(i);
+    EXPECT_TRUE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, tags[i]), 1})) << "block " << i;
+    EXPECT_FALSE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, 9 - tags[i]), 1})) << "block " << i;
+  }
+  std::vector<std::vector<uint8_t>> back;
+  std::vector<OnboardBlock> wanted = chain.Wanted(4, back);
+  for (size_t i = 0; i < 4; ++i) wanted[i].format_tag = tags[i];
+  chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
+}
+
 // Through a worker: a pool of 8 blocks filled, all 8 evicted by one allocation and
 // offloaded in one batch with 2 helpers, then onboarded in one batch, byte for byte.
 TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
