@@ -9,9 +9,9 @@
 // possible hit and saves nothing. The victims of one put (a PutBatch makes room for all
 // its blocks at once) go down in one disk batch: one write, and under fsync one sync.
 // Get reads host, then disk; a disk hit is promoted into the host tier (the disk copy
-// stays, so a later demotion rewrites nothing); GetBatch promotes its disk hits together. Every change of where a block lives is
-// reported to `on_event` for the node's sequenced event stream, as each tier's store or
-// removal: a demotion is the disk's kStored, then the host's
+// stays, so a later demotion rewrites nothing); GetBatch promotes its disk hits together.
+// Every change of where a block lives is reported to `on_event` for the node's sequenced
+// event stream, as each tier's store or removal: a demotion is the disk's kStored, then the host's
 // kRemoved (for that moment the block is in both, and it is readable from both); a block
 // a get finds corrupt is dropped from its tier and told as that tier's kRemoved.
 //

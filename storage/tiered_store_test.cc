@@ -66,7 +66,8 @@ class TieredStoreTest : public ::testing::Test {
   }
 
   // `first` put one at a time, then `then` in one batch (which makes room for all of it at once).
-  static void PutThenBatch(TieredStore& store, const std::vector<TestBlock>& first, const std::vector<TestBlock>& then) {
+  static void PutThenBatch(TieredStore& store, const std::vector<TestBlock>& first,
+                           const std::vector<TestBlock>& then) {
     for (const TestBlock& b : first) ASSERT_TRUE(store.Put(b.header, b.payload).ok());
     std::vector<PutItem> items;
     for (const TestBlock& b : then) items.push_back({b.header, b.payload});

@@ -16,7 +16,9 @@ Result<storage::TieredStoreOptions> TieredStoreOptionsFrom(const KvtierConfig& c
     KVTIER_ASSIGN_OR_RETURN(store.disk->sync, storage::ParseDiskSync(config.store.disk_sync));
   }
   store.demote_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
-  if (store.host && store.disk) store.free_ahead_bytes = config.store.host_cache_bytes / 100 * config.store.host_free_percent;
+  if (store.host && store.disk) {
+    store.free_ahead_bytes = config.store.host_cache_bytes / 100 * config.store.host_free_percent;
+  }
   return store;
 }
 

@@ -64,9 +64,6 @@ void TierLink::ForEachShare(size_t n, const std::function<void(size_t, size_t)>&
   done.wait();
 }
 
-// Each share goes to the store as one PutBatch: the host tier makes room for all of its
-// blocks at once, so their victims go down to disk together (one disk batch for many
-// blocks, not one each: a block at a time, `make run`'s replay made 217,646 disk writes).
 namespace {
 
 // The storage format tags of a batch's blocks, each made once per run of blocks with the
@@ -91,6 +88,9 @@ class FormatTags {
 
 }  // namespace
 
+// Each share goes to the store as one PutBatch: the host tier makes room for all of its
+// blocks at once, so their victims go down to disk together (one disk batch for many
+// blocks, not one each: a block at a time, `make run`'s replay made 217,646 disk writes).
 std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks) {
   std::vector<Status> taken(blocks.size());
   std::vector<storage::PutItem> items(blocks.size());
