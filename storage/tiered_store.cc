@@ -5,6 +5,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <type_traits>
 
 #include "common/logging.h"
 #include "common/thread_annotations.h"
@@ -55,23 +56,11 @@ class TieredStore::Impl {
   // Puts (and the demotions they cause) run in parallel, sharing mu_; the tiers tell
   // their events.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    Status result;
-    {
-      std::shared_lock lock(mu_);
-      result = host_ ? host_->Put(header, payload) : disk_->Put(header, payload);
-    }
-    WakeDemoterIfShort();
-    return result;
+    return Filling([&] { return host_ ? host_->Put(header, payload) : disk_->Put(header, payload); });
   }
 
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
-    std::vector<Status> results;
-    {
-      std::shared_lock lock(mu_);
-      results = host_ ? host_->PutBatch(items) : disk_->PutBatch(items);
-    }
-    WakeDemoterIfShort();
-    return results;
+    return Filling([&] { return host_ ? host_->PutBatch(items) : disk_->PutBatch(items); });
   }
 
   Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
@@ -115,12 +104,7 @@ class TieredStore::Impl {
   // and while it commits, not in between: the caller fills the pages meanwhile.
   Result<HostReservation> ReserveInHost(std::span<const BlockHeader> headers) {
     if (!host_) return FailedPreconditionError("this store has no host tier to reserve pages in");
-    Result<HostReservation> reservation = [&] {
-      std::shared_lock lock(mu_);
-      return host_->Reserve(headers);
-    }();
-    WakeDemoterIfShort();  // the reservation took its pages
-    return reservation;
+    return Filling([&] { return host_->Reserve(headers); });  // the reservation takes its pages
   }
 
   std::vector<Status> CommitInHost(HostReservation reservation) {
@@ -195,11 +179,9 @@ class TieredStore::Impl {
     // across demotions (puts demote in parallel), written out whenever it holds
     // kDemoteBatchBytes so that a large batch does not keep a large buffer.
     thread_local std::vector<uint8_t> gathered;
-    thread_local std::vector<PutItem> items;
-    thread_local std::vector<size_t> gathered_at;  // per item: its offset in `gathered`, or kInPlace
+    thread_local std::vector<PutItem> items;  // gathered ones with an empty payload until written
     gathered.clear();
     items.clear();
-    gathered_at.clear();
     uint64_t pending = 0;  // the bytes of `items`
     for (const EvictedBlockView& victim : victims) {
       if (!Admitted(*victim.header, pending)) continue;
@@ -210,25 +192,26 @@ class TieredStore::Impl {
       pending += victim.header->payload_bytes;
       if (victim.payload.size() == 1) {
         items.back().payload = victim.payload.front();
-        gathered_at.push_back(kInPlace);
       } else {
-        gathered_at.push_back(gathered.size());
         for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
       }
       if (pending >= kDemoteBatchBytes) {
-        WriteDown(gathered, items, gathered_at);
+        WriteDown(gathered, items);
         pending = 0;
       }
     }
-    WriteDown(gathered, items, gathered_at);
+    WriteDown(gathered, items);
   }
 
-  // The admitted victims onto disk in one batch; leaves the three empty.
-  void WriteDown(std::vector<uint8_t>& gathered, std::vector<PutItem>& items, std::vector<size_t>& gathered_at) {
+  // The admitted victims onto disk in one batch; leaves both empty. Those without a
+  // payload yet were gathered, in order, into `gathered`.
+  void WriteDown(std::vector<uint8_t>& gathered, std::vector<PutItem>& items) {
     if (items.empty()) return;
-    for (size_t k = 0; k < items.size(); ++k) {  // the gathered spans, now that `gathered` has stopped growing
-      if (gathered_at[k] == kInPlace) continue;
-      items[k].payload = std::span<const uint8_t>(gathered).subspan(gathered_at[k], items[k].header.payload_bytes);
+    size_t offset = 0;  // the gathered spans, now that `gathered` has stopped growing
+    for (PutItem& item : items) {
+      if (!item.payload.empty()) continue;
+      item.payload = std::span<const uint8_t>(gathered).subspan(offset, item.header.payload_bytes);
+      offset += item.header.payload_bytes;
     }
     const std::vector<Status> written = disk_->PutBatch(items);
     for (size_t k = 0; k < items.size(); ++k) {
@@ -242,7 +225,6 @@ class TieredStore::Impl {
     }
     gathered.clear();
     items.clear();
-    gathered_at.clear();
   }
 
   // Whether a victim may move down: its priority, then (only when it would displace
@@ -272,13 +254,21 @@ class TieredStore::Impl {
   // Disk hits into the host tier in one put: room is made for all of them at once, so
   // the blocks they displace go down to disk in one batch.
   void Promote(std::span<const PutItem> promotions) {
-    {
-      std::shared_lock lock(mu_);
-      for (const Status& stored : host_->PutBatch(promotions)) {
-        if (stored.ok()) promoted_.fetch_add(1);  // told by on_stored
-      }
+    for (const Status& stored : Filling([&] { return host_->PutBatch(promotions); })) {
+      if (stored.ok()) promoted_.fetch_add(1);  // told by on_stored
     }
+  }
+
+  // `fill` (a put into the tiers) under the shared mutex, as every put runs; then the
+  // demoter is woken if the host tier is left short of the room it keeps.
+  template <typename Fill>
+  std::invoke_result_t<Fill&> Filling(Fill&& fill) {
+    std::invoke_result_t<Fill&> result = [&] {
+      std::shared_lock lock(mu_);
+      return fill();
+    }();
     WakeDemoterIfShort();
+    return result;
   }
 
   // After a put into the host tier: the demoter is woken when the room it keeps is short.
@@ -312,7 +302,6 @@ class TieredStore::Impl {
   }
 
   static constexpr size_t kDemoteBatchBytes = 8 << 20;
-  static constexpr size_t kInPlace = SIZE_MAX;
 
   const TieredStoreOptions options_;
   std::unique_ptr<DiskTier> disk_;  // declared before host_: host evictions write to it

@@ -17,6 +17,18 @@
 namespace kvtier::cli {
 namespace {
 
+uint64_t SaltScopeOf(const worker::WorkerEvent& event) { return event.salt_scope; }
+uint64_t SaltScopeOf(const storage::StoreEvent& event) { return event.header.salt_scope; }
+
+// A role's events as the coordinator takes them, each with its tenant's scope interned.
+template <typename Event>
+std::vector<coordinator::KvEvent> ToKvEvents(coordinator::CoordinatorState& state, const std::vector<Event>& events) {
+  std::vector<coordinator::KvEvent> out;
+  out.reserve(events.size());
+  for (const Event& e : events) out.push_back(ToKvEvent(e, state.scopes.Intern(SaltScopeOf(e)).value_or(0)));
+  return out;
+}
+
 std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
@@ -213,18 +225,8 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
     groups.swap(ready_);
   }
   for (const EventGroup& group : groups) {
-    std::vector<coordinator::KvEvent> events;
-    for (const worker::WorkerEvent& e : group.worker) {
-      Result<coordinator::ScopeId> scope = state.scopes.Intern(e.salt_scope);
-      events.push_back(ToKvEvent(e, scope.value_or(0)));
-    }
-    Publish(state, worker_node_, std::move(events));
-    events.clear();
-    for (const storage::StoreEvent& e : group.store) {
-      Result<coordinator::ScopeId> scope = state.scopes.Intern(e.header.salt_scope);
-      events.push_back(ToKvEvent(e, scope.value_or(0)));
-    }
-    Publish(state, store_node_, std::move(events));
+    Publish(state, worker_node_, ToKvEvents(state, group.worker));
+    Publish(state, store_node_, ToKvEvents(state, group.store));
   }
 }
 

@@ -1,8 +1,8 @@
 #include "services/coordinator/cluster/coordinator.h"
 
-#include "services/coordinator/cluster/parent_lookahead.h"
-
 #include <unordered_map>
+
+#include "services/coordinator/cluster/parent_lookahead.h"
 
 namespace kvtier::coordinator {
 namespace {

@@ -75,6 +75,14 @@ class CoordinatorTest : public ::testing::Test {
 
   uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
 
+  // Worker w1 joins and publishes one batch, which must be applied whole (no resync);
+  // returns the blocks left out as orphans.
+  uint64_t OrphansOfOneBatch(std::vector<KvEvent> events) {
+    Join("w1");
+    EXPECT_EQ(Publish("w1", 0, std::move(events)).verdict, BatchVerdict::kApply);
+    return coordinator_->Stats().orphaned_blocks;
+  }
+
   // Worker w1 and store s1 join; w1 stores `chain` and then removes it leaf first, as it
   // does when it evicts the chain and hands it to s1: nothing of it is indexed after.
   void WorkerEvictsChain(const std::vector<BlockKey>& chain) {
@@ -186,34 +194,27 @@ TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResyn
 // then its parent a stored. b is not applied after its own removal (it would come back):
 // it stays out.
 TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLiesBetween) {
-  Join("w1");
   const auto ab = Chain(1, 2);
-  EXPECT_EQ(Publish("w1", 0, {Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}).verdict,
-            BatchVerdict::kApply);
+  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}), 1u);
   EXPECT_EQ(Matched(ab), 1u);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
 // c waits for b, and b then waits for a, two events on: c would move with b past its own
 // removal (event 2) and come back. It stays out; a and b are indexed.
 TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) {
-  Join("w1");
   const auto abc = Chain(1, 3);
-  EXPECT_EQ(Publish("w1", 0, {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})})
-                .verdict,
-            BatchVerdict::kApply);
+  EXPECT_EQ(OrphansOfOneBatch(
+                {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})}),
+            1u);
   EXPECT_EQ(Matched(abc), 2u);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
 // A child waiting for a parent whose own store stays out (its parent, x, is held nowhere)
 // looks on past it, finds no other store of its parent, and stays out too.
 TEST_F(CoordinatorTest, AChildOfAnOrphanInTheSameBatchIsAnOrphanToo) {
-  Join("w1");
   const auto bc = Chain(2, 2);
   const BlockKey x = Chain(9, 1)[0];
-  EXPECT_EQ(Publish("w1", 0, {Stored({bc[1]}, bc[0]), Stored({bc[0]}, x)}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 2u);
+  EXPECT_EQ(OrphansOfOneBatch({Stored({bc[1]}, bc[0]), Stored({bc[0]}, x)}), 2u);
   EXPECT_EQ(Matched(bc), 0u);
 }
 
