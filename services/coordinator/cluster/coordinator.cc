@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "services/coordinator/cluster/parent_lookahead.h"
+#include "services/coordinator/cluster/waiting_children.h"
 
 namespace kvtier::coordinator {
 namespace {
@@ -25,13 +26,19 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOption
   if (options.membership.lease_ttl.count() <= 0) return InvalidArgumentError("lease_ttl must be positive");
   if (!(options.overlap_weight >= 0)) return InvalidArgumentError("overlap_weight must be non-negative");
   if (options.max_refused_keys == 0) return InvalidArgumentError("max_refused_keys must be positive");
+  if (options.max_waiting_blocks == 0) return InvalidArgumentError("max_waiting_blocks must be positive");
+  if (options.orphan_wait.count() < 0) return InvalidArgumentError("orphan_wait must not be negative");
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(options.index));
   return std::unique_ptr<Coordinator>(new Coordinator(options, std::move(index)));
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
     : options_(options), index_(std::move(index)), membership_(options.membership),
-      refused_(options.max_refused_keys) {}
+      refused_(options.max_refused_keys),
+      waiting_(std::make_unique<WaitingChildren>(
+          WaitingChildrenOptions{.wait = options.orphan_wait, .max_blocks = options.max_waiting_blocks})) {}
+
+Coordinator::~Coordinator() = default;
 
 Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   const std::vector<PoolInfo>& pools = registration.pools;
@@ -71,9 +78,11 @@ Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64
 }
 
 Status Coordinator::Apply(NodeId node, const KvEvent& e) {
+  // A later word of the node on a block it parked: the parked event is out of date.
+  if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared) orphaned_blocks_ += waiting_->Touch(node, e.keys);
   switch (e.kind) {
     case KvEvent::Kind::kStored:
-      return StoreChain(node, {e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
+      return StoreChainAndAdopt(node, {e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
     case KvEvent::Kind::kRemoved:
       index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
@@ -100,9 +109,37 @@ Status Coordinator::StoreChain(NodeId node, const StoreRequest& request) {
   return stored;
 }
 
+Status Coordinator::StoreChainAndAdopt(NodeId node, const StoreRequest& request) {
+  const Status stored = StoreChain(node, request);
+  if (!stored.ok() || waiting_->empty()) return stored;
+  // Breadth first over the blocks just stored: a waiting chain may wait on any of them.
+  std::vector<BlockKey> parents(request.keys.begin(), request.keys.end());
+  for (size_t p = 0; p < parents.size() && !waiting_->empty(); ++p) {
+    for (const ParkedEvent& child : waiting_->TakeChildren(parents[p])) {
+      const KvEvent& e = child.event;
+      const Status adopted =
+          StoreChain(child.node, {e.scope, e.parent, e.keys, {child.node, e.tier, e.pool}, e.retention, e.tokens});
+      if (adopted.ok()) {
+        adopted_blocks_ += e.keys.size();
+        parents.insert(parents.end(), e.keys.begin(), e.keys.end());
+      } else if (adopted.code() != StatusCode::kResourceExhausted) {
+        // The index cannot take it after all (a chain that disagrees with another
+        // node's): left out, as an orphan; the node's own stream stays in step.
+        orphaned_blocks_ += e.keys.size();
+      }  // kResourceExhausted: a full index, counted there.
+    }
+  }
+  return stored;
+}
+
+void Coordinator::Park(NodeId node, const KvEvent& event) {
+  orphaned_blocks_ += waiting_->Park(node, event, options_.membership.clock->Now());
+}
+
 void Coordinator::DropNode(NodeId node) {
   index_->RemoveNode(node);
   refused_.Forget(node);
+  waiting_->DropNode(node);
 }
 
 void Coordinator::KeepWaitersValid(std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from,
@@ -163,9 +200,9 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
           waiting[*later].push_back(at);
           continue;
         }
-        // No node holds the parent (it left the index before this block reached it): no
-        // lookup could reach the block, and a snapshot would leave it out as well.
-        orphaned_blocks_ += event.keys.size();
+        // No node holds the parent now: the block waits for another node's stream to
+        // bring it (waiting_children.h), and is an orphan if none does.
+        Park(node, event);
       } else if (applied.code() == StatusCode::kResourceExhausted) {
         // The index is at max_blocks: the chain stays out of it (lookups miss it, which
         // is never wrong) and the stream goes on; a resync would not make room. Counted
@@ -207,7 +244,8 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
   // Store parents before children: for each block, collect its ancestors that the snapshot
   // also holds (stopping at a stored one, or after n steps on a malformed cycle) and store
   // them root first. A block whose parent is held nowhere cannot be reached by a lookup:
-  // the index refuses it and it is skipped (an orphan).
+  // the index refuses it and it waits for another node to bring the parent, as an event
+  // would.
   std::vector<bool> done(snapshot.blocks.size(), false);
   std::vector<size_t> chain;
   for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
@@ -222,10 +260,13 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
       if (done[*it]) continue;
       done[*it] = true;
       const SnapshotBlock& b = snapshot.blocks[*it];
-      const Status stored = StoreChain(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1),
-                                              {node, b.tier, b.pool}, std::span<const BlockRetention>(&b.retention, 1),
-                                              b.tokens});
-      if (stored.code() == StatusCode::kFailedPrecondition) ++orphaned_blocks_;
+      const Status stored =
+          StoreChainAndAdopt(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
+                                    std::span<const BlockRetention>(&b.retention, 1), b.tokens});
+      if (stored.code() == StatusCode::kFailedPrecondition) {
+        Park(node, {.kind = KvEvent::Kind::kStored, .scope = b.scope, .parent = b.parent, .keys = {b.key},
+                    .tier = b.tier, .pool = b.pool, .retention = {b.retention}, .tokens = b.tokens});
+      }
     }
   }
   return Status::Ok();
@@ -268,6 +309,7 @@ Status Coordinator::Leave(const std::string& node, uint64_t lease_id) {
 
 void Coordinator::Tick() {
   for (NodeId node : membership_.ExpireLeases()) DropNode(node);
+  orphaned_blocks_ += waiting_->Expire(options_.membership.clock->Now());
   index_->AdvanceTime();
 }
 
@@ -275,6 +317,8 @@ CoordinatorStats Coordinator::Stats() const {
   CoordinatorStats stats{index_->Stats(), membership_.Stats()};
   stats.refused_children = refused_children_;
   stats.orphaned_blocks = orphaned_blocks_;
+  stats.adopted_blocks = adopted_blocks_;
+  stats.waiting_blocks = waiting_->blocks();
   for (NodeId node : membership_.LiveNodes()) {
     for (int t = 0; t < kTierCount; ++t) {
       stats.capacity_blocks[t] += capacity_[node].blocks[t];

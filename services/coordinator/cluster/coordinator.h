@@ -99,6 +99,11 @@ struct CoordinatorOptions {
   // 80 bytes each), so that their children are left out too instead of asking for a
   // snapshot (refused_keys.h).
   size_t max_refused_keys = 262144;
+  // A stored event whose parent no node holds waits this long for some node's event to
+  // bring the parent (another node's stream may be behind: waiting_children.h), for at
+  // most max_waiting_blocks blocks in all; then it is left out as an orphan.
+  Nanos orphan_wait = std::chrono::seconds(2);
+  size_t max_waiting_blocks = 16384;
 };
 
 // A prompt to route: its full blocks' keys, the tokens after them (partial matching), and
@@ -120,9 +125,13 @@ struct CoordinatorStats {
   // Stored events and snapshot blocks left out because their parent had been left out of
   // a full index (index.refused_full counts those the index itself refused).
   uint64_t refused_children = 0;
-  // Stored blocks (events and snapshots) left out because no node held their parent any
-  // more when they arrived: no lookup could reach them.
+  // Stored blocks (events and snapshots) left out because no node held their parent when
+  // they arrived, nor brought it within orphan_wait: no lookup could reach them.
   uint64_t orphaned_blocks = 0;
+  // Stored blocks that waited for their parent and were indexed once it came, and those
+  // waiting now.
+  uint64_t adopted_blocks = 0;
+  uint64_t waiting_blocks = 0;
 };
 
 // A node registering.
@@ -136,9 +145,12 @@ struct Registration {
   ConnectionId connection = kNoConnection;  // what it came on, where the caller tracks that
 };
 
+class WaitingChildren;
+
 class Coordinator {
  public:
   [[nodiscard]] static Result<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  ~Coordinator();
 
   // kInvalidArgument: an unknown tier, a pool listed twice, more sinks than the window;
   // kAlreadyExists: the name is held by another live node (membership.h); nothing changes
@@ -161,9 +173,9 @@ class Coordinator {
   // goes on: lookups miss those blocks. So is a later stored event whose parent was
   // left out (RefusedKeys). A stored event whose parent a later event of the batch
   // stores is applied after that one (parent_lookahead.h); one whose parent no node
-  // holds any more is left out and counted (orphaned_blocks): the parent left the index
-  // first, which two nodes' streams may do (a worker's removal of a block it handed to a
-  // store arrives before the store's event), and a snapshot would leave it out too.
+  // holds waits up to orphan_wait for a later event of any node that stores it
+  // (waiting_children.h: two nodes' streams may bring a chain child first), and is
+  // then left out and counted (orphaned_blocks), as a snapshot would leave it out.
   [[nodiscard]] Result<EventAck> PublishEvents(const EventBatch& batch);
   [[nodiscard]] Status PublishSnapshot(const NodeSnapshot& snapshot);
 
@@ -190,6 +202,10 @@ class Coordinator {
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index);
   Status Apply(NodeId node, const KvEvent& event);
   Status StoreChain(NodeId node, const StoreRequest& request);
+  // StoreChain, then the waiting events whose parent it stored (and theirs, in turn).
+  Status StoreChainAndAdopt(NodeId node, const StoreRequest& request);
+  // A stored event whose parent no node holds: it waits (the blocks given up counted).
+  void Park(NodeId node, const KvEvent& event);
   // PublishEvents' stored events waiting for the later event that stores their parent.
   using Waiting = std::unordered_map<size_t, std::vector<size_t>>;
   // `event` moves from after `from` to after `to`, and those waiting for it with it: each
@@ -203,8 +219,10 @@ class Coordinator {
   std::unique_ptr<BlockIndex> index_;
   Membership membership_;
   RefusedKeys refused_;
+  std::unique_ptr<WaitingChildren> waiting_;
   uint64_t refused_children_ = 0;
   uint64_t orphaned_blocks_ = 0;
+  uint64_t adopted_blocks_ = 0;
   std::vector<uint64_t> active_blocks_;  // by NodeId, from heartbeats
   struct NodeCapacity {
     std::array<uint64_t, kTierCount> blocks{};

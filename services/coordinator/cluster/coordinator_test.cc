@@ -1,6 +1,7 @@
-// The coordinator's event stream rules: sequence numbers, duplicates, gaps, lost parents,
-// restarts, lease expiry and snapshot resync, with a fake clock; and convergence to the
-// truth when events are dropped, duplicated and reordered at random.
+// The coordinator's event stream rules: sequence numbers, duplicates, gaps, restarts,
+// lease expiry and snapshot resync, with a fake clock; and convergence to the truth when
+// events are dropped, duplicated and reordered at random. Stored events whose parent is
+// missing: coordinator_parents_test.cc.
 #include "services/coordinator/cluster/coordinator.h"
 
 #include <map>
@@ -9,96 +10,13 @@
 
 #include <gtest/gtest.h>
 
+#include "services/coordinator/cluster/testing/coordinator_fixture.h"
+
 namespace kvtier::coordinator {
 namespace {
 
 using std::chrono::seconds;
 
-std::vector<BlockKey> Chain(uint64_t first, size_t n) {
-  const OpaqueKeyNamespace ns("test", "");
-  std::vector<BlockKey> keys;
-  for (size_t i = 0; i < n; ++i) keys.push_back(ns.Key(first + i));
-  return keys;
-}
-
-KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt, Tier tier = Tier::kGpu) {
-  KvEvent e;
-  e.kind = KvEvent::Kind::kStored;
-  e.keys = std::move(keys);
-  e.parent = parent;
-  e.tier = tier;
-  return e;
-}
-
-KvEvent Removed(std::vector<BlockKey> keys, Tier tier = Tier::kGpu) {
-  KvEvent e;
-  e.kind = KvEvent::Kind::kRemoved;
-  e.keys = std::move(keys);
-  e.tier = tier;
-  return e;
-}
-
-class CoordinatorTest : public ::testing::Test {
- protected:
-  void SetUp() override { Restart(); }
-
-  // A fresh coordinator: what a coordinator restart looks like to the nodes.
-  void Restart() {
-    CoordinatorOptions options;
-    options.index.clock = &clock_;
-    options.membership.clock = &clock_;
-    options.membership.lease_ttl = seconds(10);
-    options.index.max_blocks = max_index_blocks_;
-    coordinator_ = *Coordinator::Create(options);
-  }
-
-  // A fresh coordinator whose index holds at most `max_blocks`.
-  void RestartWithIndexLimit(size_t max_blocks) {
-    max_index_blocks_ = max_blocks;
-    Restart();
-  }
-
-  // Registers `node` and sends an empty snapshot, as a node with nothing cached does.
-  uint64_t Join(const std::string& node, uint64_t incarnation = 1, NodeRole role = NodeRole::kWorker) {
-    Result<RegisterResult> r = coordinator_->Register({node, role, incarnation});
-    EXPECT_TRUE(r.ok()) << r.status();
-    EXPECT_TRUE(r->snapshot_required);
-    EXPECT_TRUE(coordinator_->PublishSnapshot({node, incarnation, 0, {}}).ok());
-    return r->lease_id;
-  }
-
-  EventAck Publish(const std::string& node, uint64_t first, std::vector<KvEvent> events, uint64_t incarnation = 1) {
-    Result<EventAck> ack = coordinator_->PublishEvents({node, incarnation, first, std::move(events)});
-    EXPECT_TRUE(ack.ok()) << ack.status();
-    return ack.ok() ? *ack : EventAck{};
-  }
-
-  uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
-
-  // Worker w1 joins and publishes one batch, which must be applied whole (no resync);
-  // returns the blocks left out as orphans.
-  uint64_t OrphansOfOneBatch(std::vector<KvEvent> events) {
-    Join("w1");
-    EXPECT_EQ(Publish("w1", 0, std::move(events)).verdict, BatchVerdict::kApply);
-    return coordinator_->Stats().orphaned_blocks;
-  }
-
-  // Worker w1 and store s1 join; w1 stores `chain` and then removes it leaf first, as it
-  // does when it evicts the chain and hands it to s1: nothing of it is indexed after.
-  void WorkerEvictsChain(const std::vector<BlockKey>& chain) {
-    Join("w1");
-    Join("s1", 1, NodeRole::kStore);
-    ASSERT_EQ(Publish("w1", 0, {Stored(chain)}).verdict, BatchVerdict::kApply);
-    std::vector<KvEvent> removals;
-    for (auto key = chain.rbegin(); key != chain.rend(); ++key) removals.push_back(Removed({*key}));
-    ASSERT_EQ(Publish("w1", 1, std::move(removals)).verdict, BatchVerdict::kApply);
-    ASSERT_EQ(Matched(chain), 0u);
-  }
-
-  FakeClock clock_{seconds(100)};
-  size_t max_index_blocks_ = kMaxIndexBlocks;
-  std::unique_ptr<Coordinator> coordinator_;
-};
 
 TEST_F(CoordinatorTest, EventsApplyInSequenceAndDuplicatesAreSkipped) {
   Join("w1");
@@ -140,169 +58,6 @@ TEST_F(CoordinatorTest, AGapStopsTheStreamUntilASnapshot) {
   const MembershipStats stats = coordinator_->Stats().membership;
   EXPECT_EQ(stats.sequence_gaps, 1u);
   EXPECT_GE(stats.resyncs, 2u);  // the join and the gap
-}
-
-// No lookup could reach a block whose parent no node holds, and a snapshot would leave it
-// out too: it is left out and counted, and the stream goes on without a resync.
-TEST_F(CoordinatorTest, AStoredBlockWhoseParentNoNodeHoldsIsLeftOutWithoutASnapshot) {
-  Join("w1");
-  const auto ab = Chain(1, 2);
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const EventAck ack = Publish("w1", 0, {Stored({ab[1]}, ab[0])});  // a never stored
-  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
-  EXPECT_EQ(ack.next_sequence, 1u);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
-  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
-  // Once a is stored, storing b again links it.
-  EXPECT_EQ(Publish("w1", 1, {Stored({ab[0]}), Stored({ab[1]}, ab[0])}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(Matched(ab), 2u);
-}
-
-// A worker evicts a and b (leaf first) and hands them to a store: its removals reach the
-// coordinator first and take both out of the index; the store's events come child first.
-// b waits for a, later in the same batch, and both are indexed at the store: no snapshot.
-TEST_F(CoordinatorTest, AChainSentChildFirstIsAppliedParentFirst) {
-  const auto abc = Chain(1, 3);
-  WorkerEvictsChain(abc);
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const EventAck ack = Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost), Stored({abc[1]}, abc[0], Tier::kHost),
-                                         Stored({abc[0]}, std::nullopt, Tier::kHost)});
-  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
-  EXPECT_EQ(ack.next_sequence, 3u);
-  EXPECT_EQ(Matched(abc), 3u) << "c waited for b, which waited for a";
-  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u);
-}
-
-// The same race where the parent is gone for good: the store's copy of b arrives after
-// the last holder of a let go, and nothing in its batch stores a. b is left out (no
-// lookup could reach it) and the store's stream goes on without a snapshot.
-TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResynced) {
-  const auto ab = Chain(1, 2), c = Chain(3, 1);
-  WorkerEvictsChain(ab);
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const EventAck ack = Publish("s1", 0, {Stored({ab[1]}, ab[0], Tier::kHost), Stored(c, std::nullopt, Tier::kHost)});
-  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
-  EXPECT_EQ(ack.next_sequence, 2u);
-  EXPECT_EQ(Matched(ab), 0u);
-  EXPECT_EQ(Matched(c), 1u) << "the store's stream went on";
-  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
-}
-
-// A stored event never moves past another event of its own block: b stored, then removed,
-// then its parent a stored. b is not applied after its own removal (it would come back):
-// it stays out.
-TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLiesBetween) {
-  const auto ab = Chain(1, 2);
-  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}), 1u);
-  EXPECT_EQ(Matched(ab), 1u);
-}
-
-// c waits for b, and b then waits for a, two events on: c would move with b past its own
-// removal (event 2) and come back. It stays out; a and b are indexed.
-TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) {
-  const auto abc = Chain(1, 3);
-  EXPECT_EQ(OrphansOfOneBatch(
-                {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})}),
-            1u);
-  EXPECT_EQ(Matched(abc), 2u);
-}
-
-// A child waiting for a parent whose own store stays out (its parent, x, is held nowhere)
-// looks on past it, finds no other store of its parent, and stays out too.
-TEST_F(CoordinatorTest, AChildOfAnOrphanInTheSameBatchIsAnOrphanToo) {
-  const auto bc = Chain(2, 2);
-  const BlockKey x = Chain(9, 1)[0];
-  EXPECT_EQ(OrphansOfOneBatch({Stored({bc[1]}, bc[0]), Stored({bc[0]}, x)}), 2u);
-  EXPECT_EQ(Matched(bc), 0u);
-}
-
-TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn) {
-  RestartWithIndexLimit(4);
-  Join("w1");
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const auto abc = Chain(1, 3), xyz = Chain(10, 3);
-  // Event 0: blocks a,b,c (3 of 4). Event 1: x,y,z would make 6: left out. Event 2 takes
-  // c away; event 3 stores x alone (4 of 4).
-  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Removed({abc[2]}), Stored({xyz[0]})});
-  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
-  EXPECT_EQ(ack.next_sequence, 4u);
-  EXPECT_EQ(Matched(abc), 2u);
-  EXPECT_EQ(Matched(xyz), 1u);
-  const CoordinatorStats stats = coordinator_->Stats();
-  EXPECT_EQ(stats.index.refused_full, 1u);
-  EXPECT_EQ(stats.index.blocks, 3u);
-  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
-}
-
-TEST_F(CoordinatorTest, AChildOfALeftOutChainIsLeftOutTooWithoutAResync) {
-  RestartWithIndexLimit(4);
-  Join("w1");
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const auto abc = Chain(1, 3), xyz = Chain(10, 3), pq = Chain(20, 2);
-  // a,b,c fit (3 of 4); x,y,z do not; then the node extends z with p and y with q (a
-  // branch): both parents were left out, so both are left out; no event was lost.
-  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Stored({pq[0]}, xyz[2]), Stored({pq[1]}, xyz[1])});
-  EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
-  EXPECT_EQ(ack.next_sequence, 4u);
-  // A grandchild as well, in the next batch; then c is removed and a fresh chain fits.
-  const auto fresh = Chain(30, 1);
-  EXPECT_EQ(Publish("w1", 4, {Stored(Chain(21, 1), pq[0]), Removed({abc[2]}), Stored(fresh)}).verdict,
-            BatchVerdict::kApply);
-  EXPECT_EQ(Matched(fresh), 1u);
-  EXPECT_EQ(Matched(xyz), 0u);
-  const CoordinatorStats stats = coordinator_->Stats();
-  EXPECT_EQ(stats.index.refused_full, 1u);
-  EXPECT_EQ(stats.refused_children, 3u);
-  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
-}
-
-TEST_F(CoordinatorTest, AnUnknownParentThatWasNotLeftOutMakesAnOrphanNotARefusedChild) {
-  RestartWithIndexLimit(4);
-  Join("w1");
-  const auto abcd = Chain(1, 4), xy = Chain(10, 2);
-  // The index is full (a,b,c,d); y's parent x was never stored: y is an orphan, which
-  // the full index has nothing to do with.
-  EXPECT_EQ(Publish("w1", 0, {Stored(abcd)}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(Publish("w1", 1, {Stored({xy[1]}, xy[0])}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(coordinator_->Stats().refused_children, 0u);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
-}
-
-TEST_F(CoordinatorTest, BlocksASnapshotCouldNotFitTakeTheirChildrenOutToo) {
-  RestartWithIndexLimit(2);
-  Join("w1");
-  const auto abc = Chain(1, 3), d = Chain(4, 1);
-  ASSERT_EQ(Publish("w1", 0, {Stored({abc[0]})}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("w1", 5, {Stored({abc[1]}, abc[0])}).verdict, BatchVerdict::kSnapshotRequired);  // a gap
-  // The snapshot holds a,b,c; the index has room for two: c is left out.
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 6,
-                                             {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
-                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
-                                              {abc[2], abc[1], 0, Tier::kGpu, 0, {}}}})
-                  .ok());
-  EXPECT_EQ(Matched(abc), 2u);
-  const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  // The node extends c with d: left out, no second snapshot.
-  EXPECT_EQ(Publish("w1", 6, {Stored(d, abc[2])}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
-  EXPECT_EQ(coordinator_->Stats().refused_children, 1u);
-}
-
-TEST_F(CoordinatorTest, WhatWasLeftOutForANodeIsForgottenWhenItsHoldingsAreReplaced) {
-  RestartWithIndexLimit(2);
-  Join("w1");
-  const auto ab = Chain(1, 2), xyz = Chain(10, 3);
-  ASSERT_EQ(Publish("w1", 0, {Stored(ab), Stored(xyz)}).verdict, BatchVerdict::kApply);  // x,y,z left out
-  // The node restarts (incarnation 2) with nothing cached: its old blocks are gone, and a
-  // child of z now names a parent nobody holds: an orphan, not a child of a refused block.
-  ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 2}).ok());
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 2, 0, {}}).ok());
-  const uint64_t refused_children = coordinator_->Stats().refused_children;
-  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(20, 1), xyz[2])}, 2).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(coordinator_->Stats().refused_children, refused_children);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
 TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {

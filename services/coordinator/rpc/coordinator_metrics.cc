@@ -56,8 +56,15 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                                        "or the event's parent had been left out."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* orphaned,
                           r.AddCounter("kvtier_coordinator_orphaned_blocks_total",
-                                       "Stored blocks left out of the index because no node held their parent any "
-                                       "more: no lookup could reach them."));
+                                       "Stored blocks left out of the index because no node held their parent, nor "
+                                       "brought it while they waited: no lookup could reach them."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* adopted,
+                          r.AddCounter("kvtier_coordinator_adopted_blocks_total",
+                                       "Stored blocks that waited for another event to bring their parent, and were "
+                                       "indexed when it came."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* waiting,
+                          r.AddGauge("kvtier_coordinator_waiting_blocks",
+                                     "Stored blocks waiting for an event to bring their parent."));
   m->lookups_ = &lookups->WithLabels({});
   m->lookup_blocks_ = &asked->WithLabels({});
   m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
@@ -84,6 +91,8 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   m->name_conflicts_ = &conflicts->WithLabels({});
   m->index_full_refusals_ = &refused_full->WithLabels({});
   m->orphaned_blocks_ = &orphaned->WithLabels({});
+  m->adopted_blocks_ = &adopted->WithLabels({});
+  m->waiting_blocks_ = &waiting->WithLabels({});
   return m;
 }
 
@@ -123,6 +132,9 @@ void CoordinatorMetrics::Update(const CoordinatorStats& stats) {
   last_refused_full_ = refused_full;
   orphaned_blocks_->Inc(static_cast<double>(stats.orphaned_blocks - last_orphaned_));
   last_orphaned_ = stats.orphaned_blocks;
+  adopted_blocks_->Inc(static_cast<double>(stats.adopted_blocks - last_adopted_));
+  last_adopted_ = stats.adopted_blocks;
+  waiting_blocks_->Set(static_cast<double>(stats.waiting_blocks));
   last_ = stats.membership;
   for (int p = 0; p <= kMaxPriority; ++p) {
     const uint64_t delta = stats.index.evictions_by_priority[p] - last_evictions_[p];

@@ -9,7 +9,9 @@
 //   lease_expiries_total, name_conflicts_total (registrations refused because another
 //   live node holds the name), index_full_refusals_total (stored events left out
 //   because the index holds coordinator.max_index_blocks, or because their parent was),
-//   orphaned_blocks_total (stored blocks left out because no node held their parent).
+//   orphaned_blocks_total (stored blocks left out because no node held their parent, nor
+//   brought it within coordinator's orphan wait), adopted_blocks_total (those indexed once
+//   their parent came) and waiting_blocks (a gauge: those waiting now).
 //
 // Thread safety: as common/metrics.h; updated from the coordinator's event-loop thread.
 #pragma once
@@ -59,11 +61,14 @@ class CoordinatorMetrics {
   Counter* name_conflicts_ = nullptr;
   Counter* index_full_refusals_ = nullptr;
   Counter* orphaned_blocks_ = nullptr;
+  Counter* adopted_blocks_ = nullptr;
+  Gauge* waiting_blocks_ = nullptr;
   CounterFamily* evictions_ = nullptr;
   MembershipStats last_;  // what the counters already include
   std::array<uint64_t, kMaxPriority + 1> last_evictions_{};
   uint64_t last_refused_full_ = 0;
   uint64_t last_orphaned_ = 0;
+  uint64_t last_adopted_ = 0;
 };
 
 }  // namespace kvtier::coordinator
