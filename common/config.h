@@ -61,6 +61,9 @@ struct CoordinatorConfig {
   // Bounds the index's memory (~64 bytes a block); the default is the most an index can
   // hold (coordinator::kMaxIndexBlocks, checked where the coordinator is built).
   uint64_t max_index_blocks = (1ull << 27) - 1;
+  // How long a stored event whose parent no node holds waits for some node's event to
+  // bring it (coordinator/cluster/waiting_children.h); 0: left out at once.
+  uint64_t orphan_wait_ms = 2000;
 };
 
 // The worker node's pool. Without a GPU the pool lives in host memory (`pool_bytes`).

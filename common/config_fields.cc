@@ -325,6 +325,11 @@ std::vector<Field> BuildFields() {
                              "are left out of lookups and counted.",
                              1024, CoordinatorConfig{}.max_index_blocks,
                              [](auto& c) -> auto& { return c.coordinator.max_index_blocks; }));
+  fields.push_back(UintField("coordinator.orphan_wait_ms",
+                             "How long a stored block whose parent no node holds waits for another node's event "
+                             "to bring the parent (two nodes' streams arrive in no common order); then it is "
+                             "left out of lookups and counted. 0: left out at once.",
+                             0, 60000, [](auto& c) -> auto& { return c.coordinator.orphan_wait_ms; }));
   AddNodeFields(fields);
   return fields;
 }

@@ -90,6 +90,9 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                                                "removed afterwards)")->type_name("DIR");
   replay_->add_option("--conversations", conversations_, "Built-in workload: conversations to generate")
       ->capture_default_str();
+  replay_->add_option("--limit", limit_, "Replay only the first N requests (of the trace or workload); 0: all")
+      ->type_name("N")
+      ->capture_default_str();
   replay_->add_flag("--json", json_, "Print one JSON object instead of the report");
   replay_->footer("Examples:\n  kvtier replay                                  # built-in chat workload, embedded cluster\n"
                   "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
@@ -111,13 +114,22 @@ struct ReplayCommand::Target {
 };
 
 Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::Requests() const {
+  std::vector<bench::TraceRequest> requests;
+  std::string source;
   if (trace_.empty()) {
-    return std::pair{bench::GenerateChatWorkload({.conversations = conversations_}),
-                     std::string("the built-in chat workload")};
+    requests = bench::GenerateChatWorkload({.conversations = conversations_});
+    source = "the built-in chat workload";
+  } else {
+    Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
+    if (!read.ok()) return InvalidArgumentError("--trace: " + read.status().message());
+    requests = std::move(read).value();
+    source = std::filesystem::path(trace_).filename().string();
   }
-  Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
-  if (!read.ok()) return InvalidArgumentError("--trace: " + read.status().message());
-  return std::pair{std::move(read).value(), std::filesystem::path(trace_).filename().string()};
+  if (limit_ > 0 && limit_ < requests.size()) {
+    source += " (its first " + std::to_string(limit_) + " of " + std::to_string(requests.size()) + ")";
+    requests.resize(limit_);
+  }
+  return std::pair{std::move(requests), std::move(source)};
 }
 
 Status ReplayCommand::StartEmbedded(Target& target) const {

@@ -353,6 +353,14 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
   EXPECT_NE(text.Stdout().find("block hit rate"), std::string::npos) << text.Stdout();
   EXPECT_NE(text.Stdout().find("the built-in chat workload"), std::string::npos) << text.Stdout();
 
+  // --limit: the first request alone (block 7 new, block 8 new: no hit).
+  ChildProcess first({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--limit", "1", "--gpu-blocks", "64"},
+                     dir.path());
+  ASSERT_EQ(first.Wait(seconds(60)), 0) << first.Stderr();
+  EXPECT_NE(first.Stdout().find("1 requests of trace.jsonl (its first 1 of 2)"), std::string::npos)
+      << first.Stdout();
+  EXPECT_NE(first.Stdout().find("block hit rate  0.0000"), std::string::npos) << first.Stdout();
+
   // Bad input: exit 2, naming what was wrong.
   for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--block-bytes", "1000"}, "--block-bytes 1000: must be a positive multiple of 2048"},

@@ -101,7 +101,8 @@ struct CoordinatorOptions {
   size_t max_refused_keys = 262144;
   // A stored event whose parent no node holds waits this long for some node's event to
   // bring the parent (another node's stream may be behind: waiting_children.h), for at
-  // most max_waiting_blocks blocks in all; then it is left out as an orphan.
+  // most max_waiting_blocks blocks in all; then it is left out as an orphan. 0: left out
+  // at once.
   Nanos orphan_wait = std::chrono::seconds(2);
   size_t max_waiting_blocks = 16384;
 };

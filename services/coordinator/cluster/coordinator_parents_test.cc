@@ -144,6 +144,22 @@ TEST_F(CoordinatorTest, AWaitingChildGivesUpAfterTheWaitOrWhenItsNodeLeaves) {
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
 
+// With no wait configured, such a child is left out at once, as before the wait existed.
+TEST_F(CoordinatorTest, WithNoOrphanWaitAChildIsLeftOutAtOnce) {
+  CoordinatorOptions options;
+  options.index.clock = &clock_;
+  options.membership.clock = &clock_;
+  options.orphan_wait = std::chrono::seconds(0);
+  coordinator_ = *Coordinator::Create(options);
+  const auto abc = Chain(1, 3);
+  WorkerEvictsChain(abc);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+  ASSERT_EQ(Publish("s1", 1, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(abc), 2u);
+}
+
 // A snapshot's block whose parent no node holds waits as an event's would.
 TEST_F(CoordinatorTest, ASnapshotBlockWhoseParentIsHeldNowhereWaitsForIt) {
   const auto ab = Chain(1, 2);
