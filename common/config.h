@@ -77,6 +77,7 @@ struct WorkerConfig {
   double free_memory_fraction = 0.9;          // of free GPU memory, or of pool_bytes, for KV blocks
   uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
   uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
+  uint32_t tier_threads = 0;  // helpers that hash and copy a batch to and from the tiers; 0: the default (tier_link.h)
   // `kvtier worker` only:
   std::string listen = "127.0.0.1:7401";        // its Worker and BlockStore's host:port (port 0 picks one)
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address

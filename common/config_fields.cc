@@ -237,6 +237,11 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "`kvtier worker`: event loops (threads) serving its data stream's connections; 0: "
                              "half the hardware threads, 2 to 8.",
                              0, 64, [](auto& c) -> auto& { return c.worker.data_stream_threads; }));
+  fields.push_back(UintField("worker.tier_threads",
+                             "Helper threads that hash and copy each batch of evicted blocks into the node's "
+                             "tiers, and of onboarded blocks out of them, beside the worker's own thread; 0: half "
+                             "the hardware threads from 16 up (at most 8), a quarter below (none on up to 3).",
+                             0, 64, [](auto& c) -> auto& { return c.worker.tier_threads; }));
   fields.push_back(UintField("worker.data_stream_tier_threads",
                              "`kvtier worker`: threads that run its data stream's disk work (gets of blocks on "
                              "disk, puts that write or demote to disk), so that no event loop waits for the "

@@ -65,7 +65,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   if (store.host || store.disk) {
     KVTIER_ASSIGN_OR_RETURN(node->store_, storage::TieredStore::Create(std::move(store)));
     node->link_ = std::make_unique<worker::TierLink>(
-        worker::TierLinkOptions{.store = node->store_.get(), .threads = worker::DefaultTierLinkThreads()});
+        worker::TierLinkOptions{.store = node->store_.get(), .threads = worker::TierLinkThreads(config.worker.tier_threads)});
   }
   worker::WorkerOptions worker;
   worker.pools = {{layout, plan.blocks}};

@@ -14,7 +14,17 @@
 
 namespace kvtier::worker {
 
-uint32_t DefaultTierLinkThreads() { return std::min(4u, std::thread::hardware_concurrency() / 4); }
+uint32_t TierLinkThreads(uint32_t configured) {
+  return configured != 0 ? configured : DefaultTierLinkThreads(std::thread::hardware_concurrency());
+}
+
+// Half the threads from 16 up: on a 16-core h200 the GPU replay's tier hand-overs took
+// 5.1-5.3 s with 4 helpers and 3.9-4.0 s with 8 (the replay 14.6-15.0 -> 13.2-13.3 s;
+// 12 gained little more). A quarter below that, none under 4: on 2-core dev one helper
+// doubled the lookups' p99 (docs/benchmarks.md).
+uint32_t DefaultTierLinkThreads(uint32_t hardware_threads) {
+  return hardware_threads >= 16 ? std::min(8u, hardware_threads / 2) : hardware_threads / 4;
+}
 
 class TierLink::Helpers {
  public:

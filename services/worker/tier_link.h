@@ -33,9 +33,12 @@ namespace kvtier::worker {
 // The storage format tag of blocks of `layout` written by engines with `format_tag`.
 [[nodiscard]] std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag);
 
-// The helpers a node gives its TierLink: a quarter of the hardware threads, at most 4
-// (0 on machines of up to 3 threads, where the loop's thread copies alone as before).
-[[nodiscard]] uint32_t DefaultTierLinkThreads();
+// The helpers a node gives its TierLink: `configured` (worker.tier_threads) where it is
+// not 0, else DefaultTierLinkThreads of this machine.
+[[nodiscard]] uint32_t TierLinkThreads(uint32_t configured);
+// Half the hardware threads on machines of 16 or more, at most 8; a quarter below that
+// (0 on machines of up to 3 threads, where the loop's thread copies alone).
+[[nodiscard]] uint32_t DefaultTierLinkThreads(uint32_t hardware_threads);
 
 struct TierLinkOptions {
   storage::TieredStore* store = nullptr;  // required

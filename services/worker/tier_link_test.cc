@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "services/worker/testing/worker_testing.h"
 #include "tests/testing/test_util.h"
@@ -258,6 +259,17 @@ TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
     ASSERT_TRUE(worker->ReadBlock(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, testing::Pattern(i)) << "block " << int(i);
   }
+}
+
+TEST(TierLinkThreadsTest, ASetCountIsKeptAndZeroTakesTheMachinesDefault) {
+  EXPECT_EQ(TierLinkThreads(7), 7u);
+  EXPECT_EQ(TierLinkThreads(0), DefaultTierLinkThreads(std::thread::hardware_concurrency()));
+  // None on dev's 2 threads, a quarter below 16, half from 16, at most 8.
+  EXPECT_EQ(DefaultTierLinkThreads(2), 0u);
+  EXPECT_EQ(DefaultTierLinkThreads(8), 2u);
+  EXPECT_EQ(DefaultTierLinkThreads(12), 3u);
+  EXPECT_EQ(DefaultTierLinkThreads(16), 8u);
+  EXPECT_EQ(DefaultTierLinkThreads(64), 8u);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ class WorkerNode::Impl {
     };
     if (tiers.host || tiers.disk) {
       KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
-      link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(), .threads = DefaultTierLinkThreads()});
+      link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(), .threads = TierLinkThreads(options_.config.worker.tier_threads)});
       KVTIER_ASSIGN_OR_RETURN(store_metrics_, storage::StoreMetrics::Create(*options_.registry));
     }
     WorkerOptions worker;
