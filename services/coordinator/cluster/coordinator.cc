@@ -133,10 +133,6 @@ Status Coordinator::StoreChainAndAdopt(NodeId node, const StoreRequest& request)
 }
 
 void Coordinator::Park(NodeId node, const KvEvent& event) {
-  if (options_.orphan_wait.count() == 0) {
-    orphaned_blocks_ += event.keys.size();  // no wait: left out at once
-    return;
-  }
   orphaned_blocks_ += waiting_->Park(node, event, options_.membership.clock->Now());
 }
 

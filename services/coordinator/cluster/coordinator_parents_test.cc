@@ -146,11 +146,8 @@ TEST_F(CoordinatorTest, AWaitingChildGivesUpAfterTheWaitOrWhenItsNodeLeaves) {
 
 // With no wait configured, such a child is left out at once, as before the wait existed.
 TEST_F(CoordinatorTest, WithNoOrphanWaitAChildIsLeftOutAtOnce) {
-  CoordinatorOptions options;
-  options.index.clock = &clock_;
-  options.membership.clock = &clock_;
-  options.orphan_wait = std::chrono::seconds(0);
-  coordinator_ = *Coordinator::Create(options);
+  orphan_wait_ = Nanos(0);
+  Restart();
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
   ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);

@@ -9,7 +9,8 @@
 // child was lost to every lookup (hundreds of blocks in each `make run` replay:
 // docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
 // applies it when a stored event of the parent arrives from any node; it gives up after
-// `wait`, or when it needs the room, and only then counts the block as orphaned.
+// `wait` (at the first Park or Expire after it: the coordinator's tick), or when it needs
+// the room, and only then counts the block as orphaned.
 //
 // A parked event stays true only while its node says nothing more of its blocks: any
 // later event of that node that names one of them (a removal, a tier change, a store
@@ -36,7 +37,7 @@
 namespace kvtier::coordinator {
 
 struct WaitingChildrenOptions {
-  Nanos wait = std::chrono::seconds(2);  // how long an event waits for its parent
+  Nanos wait = std::chrono::seconds(2);  // how long an event waits for its parent; 0: none does
   size_t max_blocks = 16384;             // over every parked event's keys
 };
 
@@ -53,7 +54,7 @@ class WaitingChildren {
 
   // Parks `event` (a stored event with a parent) until `now + wait`. Returns the blocks
   // given up to make room for it: the oldest parked events first, or the event itself
-  // when it alone is larger than max_blocks.
+  // when it alone is larger than max_blocks or nothing waits (a wait of 0).
   [[nodiscard]] uint64_t Park(NodeId node, KvEvent event, Nanos now);
   // The events waiting for `parent`, oldest first; they are no longer parked.
   [[nodiscard]] std::vector<ParkedEvent> TakeChildren(const BlockKey& parent);

@@ -48,6 +48,7 @@ class CoordinatorTest : public ::testing::Test {
     options.membership.clock = &clock_;
     options.membership.lease_ttl = std::chrono::seconds(10);
     options.index.max_blocks = max_index_blocks_;
+    options.orphan_wait = orphan_wait_;
     coordinator_ = *Coordinator::Create(options);
   }
 
@@ -85,7 +86,7 @@ class CoordinatorTest : public ::testing::Test {
   // The orphan wait passes with no event bringing a parent: every waiting block is left
   // out. Returns the orphans counted so far.
   uint64_t OrphansOnceTheWaitIsOver() {
-    clock_.Advance(CoordinatorOptions{}.orphan_wait);
+    clock_.Advance(orphan_wait_);
     coordinator_->Tick();
     EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
     return coordinator_->Stats().orphaned_blocks;
@@ -105,6 +106,7 @@ class CoordinatorTest : public ::testing::Test {
 
   FakeClock clock_{std::chrono::seconds(100)};
   size_t max_index_blocks_ = kMaxIndexBlocks;
+  Nanos orphan_wait_ = CoordinatorOptions{}.orphan_wait;
   std::unique_ptr<Coordinator> coordinator_;
 };
 
