@@ -35,7 +35,7 @@ void CountUnboundedBound(std::span<const bench::TraceRequest> requests, uint32_t
 
 // What one client saw.
 struct ClientTally {
-  uint64_t gpu = 0, host = 0, disk = 0, hit_tokens = 0, refused = 0;
+  uint64_t gpu = 0, host = 0, disk = 0, remote = 0, hit_tokens = 0, refused = 0;
   std::vector<double> lookup_us;
 };
 
@@ -72,7 +72,7 @@ class Replayer {
     const uint64_t sequence = index + 1;
 
     const auto lookup_start = Clock::now();
-    KVTIER_RETURN_IF_ERROR(client.Lookup(keys).status());
+    KVTIER_ASSIGN_OR_RETURN(const client::LookupResult lookup, client.Lookup(keys));
     tally.lookup_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
 
     Result<client::Allocation> allocation = client.Allocate(
@@ -83,19 +83,24 @@ class Replayer {
       return Status::Ok();
     }
     KVTIER_RETURN_IF_ERROR(allocation.status());
-    // In cluster blocks: reused in the pool, then onboarded from host, then from disk.
+    // In cluster blocks: reused in the pool, then onboarded from the node's host tier, its
+    // disk tier, then from the other nodes the lookup named, as an engine would.
     const uint32_t reused = allocation->reused_blocks;
-    uint32_t from_host = 0, cached = reused;
+    uint32_t from_host = 0, from_disk = 0, cached = reused;
     if (cached < keys.size()) {
-      KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded, client.Onboard(sequence, keys));
+      KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded,
+                              client.Onboard(sequence, keys, {}, client::Client::SourcesOf(lookup)));
       from_host = onboarded.from_host;
+      from_disk = onboarded.from_disk;
       cached = std::max(cached, onboarded.cached_blocks);
     }
-    // In whole trace blocks (onboarding fills in order: the pool's, then the host's).
-    const uint32_t gpu = reused / parts_, up_to_host = (reused + from_host) / parts_, all = cached / parts_;
+    // In whole trace blocks (onboarding fills in that order).
+    const uint32_t gpu = reused / parts_, up_to_host = (reused + from_host) / parts_,
+                   up_to_disk = (reused + from_host + from_disk) / parts_, all = cached / parts_;
     tally.gpu += gpu;
     tally.host += up_to_host - gpu;
-    tally.disk += all - up_to_host;
+    tally.disk += up_to_disk - up_to_host;
+    tally.remote += all - up_to_disk;
     for (uint32_t b = 0; b < all; ++b) tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
     // The engine computed the rest: every block of the prompt is now cached.
     KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys).status());
@@ -166,6 +171,7 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
     report.hit_blocks_gpu += t.gpu;
     report.hit_blocks_host += t.host;
     report.hit_blocks_disk += t.disk;
+    report.hit_blocks_remote += t.remote;
     report.hit_tokens += t.hit_tokens;
     report.refused_requests += t.refused;
     lookups.insert(lookups.end(), t.lookup_us.begin(), t.lookup_us.end());
@@ -182,19 +188,22 @@ std::string ReplayReportJson(const ReplayReport& r) {
   std::snprintf(out, sizeof(out),
                 "{\"requests\": %llu, \"clients\": %u, \"blocks\": %llu, \"tokens\": %llu, "
                 "\"block_hit_rate\": %.6f, \"token_hit_rate\": %.6f, "
-                "\"hits_by_tier\": {\"gpu\": %llu, \"host\": %llu, \"disk\": %llu}, "
+                "\"hits_by_tier\": {\"gpu\": %llu, \"host\": %llu, \"disk\": %llu, \"remote\": %llu}, "
                 "\"unbounded_block_hit_rate\": %.6f, \"unbounded_token_hit_rate\": %.6f, "
                 "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
-                "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu}, "
+                "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu, "
+                "\"remote_to_gpu\": %llu}, "
                 "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, \"lookup_p99_us\": %.1f}",
                 static_cast<unsigned long long>(r.requests), r.clients, static_cast<unsigned long long>(r.blocks),
                 static_cast<unsigned long long>(r.tokens), r.block_hit_rate(), r.token_hit_rate(),
                 static_cast<unsigned long long>(r.hit_blocks_gpu), static_cast<unsigned long long>(r.hit_blocks_host),
-                static_cast<unsigned long long>(r.hit_blocks_disk), r.bound_block_hit_rate(), r.bound_token_hit_rate(),
+                static_cast<unsigned long long>(r.hit_blocks_disk), static_cast<unsigned long long>(r.hit_blocks_remote),
+                r.bound_block_hit_rate(), r.bound_token_hit_rate(),
                 static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.refused_requests),
                 static_cast<unsigned long long>(r.offloaded_blocks * r.block_bytes),
                 static_cast<unsigned long long>(r.hit_blocks_host * r.block_bytes),
-                static_cast<unsigned long long>(r.hit_blocks_disk * r.block_bytes), r.seconds, r.requests_per_second(),
+                static_cast<unsigned long long>(r.hit_blocks_disk * r.block_bytes),
+                static_cast<unsigned long long>(r.hit_blocks_remote * r.block_bytes), r.seconds, r.requests_per_second(),
                 r.lookup_p50_us, r.lookup_p99_us);
   return out;
 }
@@ -209,9 +218,9 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source, c
       "  cluster         %s\n"
       "  block hit rate  %.4f   (unbounded prefix bound %.4f: %.1f%% of it)\n"
       "  token hit rate  %.4f   (bound %.4f: %.1f%%)\n"
-      "  hits by tier    gpu %llu, host %llu, disk %llu blocks\n"
+      "  hits by tier    gpu %llu, host %llu, disk %llu, other nodes %llu blocks\n"
       "  tokens saved    %llu of %llu prompt tokens\n"
-      "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB\n"
+      "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB, other nodes->gpu %.1f MiB\n"
       "  lookups         p50 %.0f us, p99 %.0f us\n"
       "%s",
       static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds, r.requests_per_second(), r.clients,
@@ -219,8 +228,9 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source, c
       share(r.block_hit_rate(), r.bound_block_hit_rate()), r.token_hit_rate(), r.bound_token_hit_rate(),
       share(r.token_hit_rate(), r.bound_token_hit_rate()), static_cast<unsigned long long>(r.hit_blocks_gpu),
       static_cast<unsigned long long>(r.hit_blocks_host), static_cast<unsigned long long>(r.hit_blocks_disk),
-      static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.tokens),
-      mib(r.offloaded_blocks), mib(r.hit_blocks_host), mib(r.hit_blocks_disk), r.lookup_p50_us, r.lookup_p99_us,
+      static_cast<unsigned long long>(r.hit_blocks_remote), static_cast<unsigned long long>(r.hit_tokens),
+      static_cast<unsigned long long>(r.tokens), mib(r.offloaded_blocks), mib(r.hit_blocks_host),
+      mib(r.hit_blocks_disk), mib(r.hit_blocks_remote), r.lookup_p50_us, r.lookup_p99_us,
       r.refused_requests == 0
           ? ""
           : ("  refused         " + std::to_string(r.refused_requests) +

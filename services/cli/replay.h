@@ -3,7 +3,8 @@
 //
 // For each request, in trace order: Lookup the prompt's blocks at the coordinator (timed),
 // Allocate the sequence at the worker (the pool's cached prefix is reused in place),
-// Onboard what the node's host and disk tiers hold after it, Commit every block of the
+// Onboard what the node's host and disk tiers hold after it, and then what the other
+// nodes the lookup named hold (cross-node reuse, as an engine does), Commit every block of the
 // prompt (the ones the engine computed become cached), Free the sequence. Capacity
 // pressure does the rest: the pool evicts to the host tier, the host tier demotes to
 // disk, as each is configured.
@@ -14,7 +15,7 @@
 // layout, asked before the replay starts): a trace block is then that many consecutive
 // cluster blocks, each under its own opaque key (common/block_key.h). A trace block is a
 // hit when the sequence starts with all of it cached: reused in the pool (gpu), or
-// onboarded from the host or disk tier (by the tier its last part came from). The unbounded bound is the longest-prefix hit rate of a
+// onboarded from the host or disk tier or another node (by where its last part came from). The unbounded bound is the longest-prefix hit rate of a
 // cache that never forgets, computed from the trace alone.
 //
 // `clients` inference clients (one connection each) take requests in trace order.
@@ -51,6 +52,7 @@ struct ReplayReport {
   uint64_t hit_blocks_gpu = 0;    // reused in the worker's pool
   uint64_t hit_blocks_host = 0;   // onboarded from the host tier
   uint64_t hit_blocks_disk = 0;   // onboarded from the disk tier
+  uint64_t hit_blocks_remote = 0; // onboarded from other nodes (the sources the lookup named)
   uint64_t hit_tokens = 0;        // prompt tokens whose KV was cached: tokens saved
   uint64_t bound_hit_blocks = 0;  // the unbounded cache's hits
   uint64_t bound_hit_tokens = 0;
@@ -62,7 +64,7 @@ struct ReplayReport {
   double lookup_p99_us = 0;
   uint32_t clients = 0;
 
-  uint64_t hit_blocks() const { return hit_blocks_gpu + hit_blocks_host + hit_blocks_disk; }
+  uint64_t hit_blocks() const { return hit_blocks_gpu + hit_blocks_host + hit_blocks_disk + hit_blocks_remote; }
   double block_hit_rate() const { return blocks == 0 ? 0 : double(hit_blocks()) / double(blocks); }
   double token_hit_rate() const { return tokens == 0 ? 0 : double(hit_tokens) / double(tokens); }
   double bound_block_hit_rate() const { return blocks == 0 ? 0 : double(bound_hit_blocks) / double(blocks); }
@@ -75,7 +77,7 @@ struct ReplayReport {
 [[nodiscard]] Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
                                              const ReplayOptions& options);
 
-// One JSON object: block_hit_rate, token_hit_rate, hits_by_tier {gpu, host, disk},
+// One JSON object: block_hit_rate, token_hit_rate, hits_by_tier {gpu, host, disk, remote},
 // requests, lookup_p50_us, lookup_p99_us, and the rest of the report.
 std::string ReplayReportJson(const ReplayReport& report);
 // For people: a few aligned lines. `source` names the workload; `cluster` describes it.

@@ -88,7 +88,7 @@ TEST_F(ReplayTest, EvictedBlocksComeBackFromTheHostTier) {
   EXPECT_GE(report->offloaded_blocks, 4u);
   const std::string json = ReplayReportJson(*report);
   for (const char* field : {"\"block_hit_rate\": 0.333333", "\"token_hit_rate\": 0.333333",
-                            "\"hits_by_tier\": {\"gpu\": 0, \"host\": 4, \"disk\": 0}", "\"requests\": 3",
+                            "\"hits_by_tier\": {\"gpu\": 0, \"host\": 4, \"disk\": 0, \"remote\": 0}", "\"requests\": 3",
                             "\"lookup_p99_us\": "}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   }

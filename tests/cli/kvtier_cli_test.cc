@@ -341,7 +341,7 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   for (const char* key : {"\"requests\": 2,", "\"block_hit_rate\": 0.200000", "\"token_hit_rate\": 0.200000",
-                          "\"hits_by_tier\": {\"gpu\": 1, \"host\": 0, \"disk\": 0}", "\"unbounded_block_hit_rate\": 0.200000",
+                          "\"hits_by_tier\": {\"gpu\": 1, \"host\": 0, \"disk\": 0, \"remote\": 0}", "\"unbounded_block_hit_rate\": 0.200000",
                           "\"lookup_p99_us\": "}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }

@@ -15,6 +15,7 @@
 //     get on A's data stream (A's pool blocks held and sent from its pages, off A's loop);
 //   - with the workers writing through to the store node, B reuses a prefix A computed
 //     through the store, after A was killed.
+//   - `kvtier replay` on B onboards from A what A's replay of the same trace computed.
 #include <signal.h>
 #include <unistd.h>
 
@@ -315,6 +316,39 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
 }
 
 TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) { ReuseAPrefixComputedOnWorkerA(); }
+
+// `kvtier replay` against a cluster onboards from the nodes its lookups name, as an engine
+// does. A trace of two prompts (trace blocks 1,2 then 1,2,3; 32 pool blocks each) is
+// replayed on A, which computes every block, then on B: B's first prompt finds blocks 1,2
+// on A, its second reuses them in its own pool and finds block 3 on A.
+TEST_F(ClusterTest, AReplayOnWorkerBOnboardsWhatWorkerAServed) {
+  testing::TempDir dir;
+  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
+                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+                                 "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [1, 2, 3]}\n"));
+  const auto replay = [&](size_t w) {
+    ChildProcess child({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--connect", workers_[w]->rpc(),
+                        "--coordinator", address_, "--token", "auth is off", "--json"},
+                       dir.path());
+    EXPECT_EQ(child.Wait(60s), 0) << child.Stderr();
+    return child.Stdout();
+  };
+  const std::string on_a = replay(0);
+  EXPECT_NE(on_a.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 0}"), std::string::npos)
+      << on_a;
+  // A's 96 pool blocks reach the coordinator's index with A's next event batch.
+  auto b = Engine(1);
+  ASSERT_TRUE(b != nullptr);
+  testing::WaitUntil(
+      [&] {
+        auto stats = b->GetCoordinatorStats();
+        return stats.ok() && stats->index_blocks >= 96;
+      },
+      10s);
+  const std::string on_b = replay(1);
+  EXPECT_NE(on_b.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 3}"), std::string::npos)
+      << on_b;
+}
 
 // Every peer fetch on the data stream, however small its blocks (64 KiB and up by default).
 class ClusterStreamingEveryFetchTest : public ClusterTest {
