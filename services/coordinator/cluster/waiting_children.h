@@ -6,8 +6,8 @@
 // worker's removal of the victim's parent (evicted by the next allocation, leaves
 // first) may arrive too, and the store's event for the child then names a parent that
 // no node holds, although the store's next batch brings it. Left out at once, such a
-// child was lost to every lookup (hundreds of blocks in each `make run` replay:
-// docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
+// child was lost to every lookup (hundreds of blocks in each `make run` replay, a third
+// of the host tier in a 4-client replay on a GPU: docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
 // applies it when a stored event of the parent arrives from any node; it gives up after
 // `wait` (at the first Park or Expire after it: the coordinator's tick), or when it needs
 // the room, and only then counts the block as orphaned.
