@@ -1,16 +1,19 @@
 // WaitingChildren: stored events held back until some node's event brings their parent.
 //
-// Two nodes' event streams reach the coordinator in no common order. A worker hands a
-// victim to a store and publishes its own removal of it at once; the store publishes the
-// block's arrival when its next batch goes out, milliseconds later. Meanwhile the
-// worker's removal of the victim's parent (evicted by the next allocation, leaves
-// first) may arrive too, and the store's event for the child then names a parent that
-// no node holds, although the store's next batch brings it. Left out at once, such a
-// child was lost to every lookup (hundreds of blocks in each `make run` replay, a third
-// of the host tier in a 4-client replay on a GPU: docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
+// A stored event may name a parent that no node holds for a moment only:
+//   - Two nodes' event streams reach the coordinator in no common order. A worker hands
+//     a victim to a store and publishes its own removal of it at once; the store
+//     publishes the block's arrival in its next batch, milliseconds later. Meanwhile the
+//     worker's removal of the victim's parent (evicted by its next allocation, leaves
+//     first) may arrive too, before the store's batch that brings the parent.
+//   - A tier's own eviction drops a parent whose child it takes in next (its LRU knows
+//     nothing of chains), and the parent often comes back, offloaded again, soon after.
+// Left out at once, such a child was lost to every lookup (hundreds of blocks in each
+// `make run` replay, a third of the host tier in a 4-client replay on a GPU:
+// docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
 // applies it when a stored event of the parent arrives from any node; it gives up after
-// `wait` (at the first Park or Expire after it: the coordinator's tick), or when it needs
-// the room, and only then counts the block as orphaned.
+// `wait` (at the first Park or Expire after it: the coordinator's tick), or when it
+// needs the room, and only then counts the block as orphaned.
 //
 // A parked event stays true only while its node says nothing more of its blocks: any
 // later event of that node that names one of them (a removal, a tier change, a store
