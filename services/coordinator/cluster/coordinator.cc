@@ -10,6 +10,11 @@ namespace {
 
 bool ValidTier(Tier tier) { return static_cast<int>(tier) < kTierCount; }
 
+// A stored event's chain, at the node that sent it. It borrows the event's vectors.
+StoreRequest StoredBy(NodeId node, const KvEvent& e) {
+  return {e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens};
+}
+
 // The checks that need no index state, for every event before any is applied.
 Status ValidateEvent(const KvEvent& e) {
   if (!ValidTier(e.tier) || (e.kind == KvEvent::Kind::kTierChanged && !ValidTier(e.to_tier))) {
@@ -82,7 +87,7 @@ Status Coordinator::Apply(NodeId node, const KvEvent& e) {
   if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared) orphaned_blocks_ += waiting_->Touch(node, e.keys);
   switch (e.kind) {
     case KvEvent::Kind::kStored:
-      return StoreChainAndAdopt(node, {e.scope, e.parent, e.keys, {node, e.tier, e.pool}, e.retention, e.tokens});
+      return StoreChainAndAdopt(node, StoredBy(node, e));
     case KvEvent::Kind::kRemoved:
       index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
@@ -116,16 +121,15 @@ Status Coordinator::StoreChainAndAdopt(NodeId node, const StoreRequest& request)
   std::vector<BlockKey> parents(request.keys.begin(), request.keys.end());
   for (size_t p = 0; p < parents.size() && !waiting_->empty(); ++p) {
     for (const ParkedEvent& child : waiting_->TakeChildren(parents[p])) {
-      const KvEvent& e = child.event;
-      const Status adopted =
-          StoreChain(child.node, {e.scope, e.parent, e.keys, {child.node, e.tier, e.pool}, e.retention, e.tokens});
+      const std::vector<BlockKey>& keys = child.event.keys;
+      const Status adopted = StoreChain(child.node, StoredBy(child.node, child.event));
       if (adopted.ok()) {
-        adopted_blocks_ += e.keys.size();
-        parents.insert(parents.end(), e.keys.begin(), e.keys.end());
+        adopted_blocks_ += keys.size();
+        parents.insert(parents.end(), keys.begin(), keys.end());
       } else if (adopted.code() != StatusCode::kResourceExhausted) {
         // The index cannot take it after all (a chain that disagrees with another
         // node's): left out, as an orphan; the node's own stream stays in step.
-        orphaned_blocks_ += e.keys.size();
+        orphaned_blocks_ += keys.size();
       }  // kResourceExhausted: a full index, counted there.
     }
   }

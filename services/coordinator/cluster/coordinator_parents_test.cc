@@ -257,11 +257,7 @@ TEST_F(CoordinatorTest, BlocksASnapshotCouldNotFitTakeTheirChildrenOutToo) {
   ASSERT_EQ(Publish("w1", 0, {Stored({abc[0]})}).verdict, BatchVerdict::kApply);
   ASSERT_EQ(Publish("w1", 5, {Stored({abc[1]}, abc[0])}).verdict, BatchVerdict::kSnapshotRequired);  // a gap
   // The snapshot holds a,b,c; the index has room for two: c is left out.
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 6,
-                                             {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
-                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
-                                              {abc[2], abc[1], 0, Tier::kGpu, 0, {}}}})
-                  .ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 6, GpuChainBlocks(abc)}).ok());
   EXPECT_EQ(Matched(abc), 2u);
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
   // The node extends c with d: left out, no second snapshot.

@@ -176,11 +176,7 @@ TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) 
   // The node notices on its next heartbeat and rejoins with a snapshot of its holdings.
   EXPECT_EQ(coordinator_->Heartbeat("w1", lease, 0).code(), StatusCode::kNotFound);
   ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1}).ok());
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1,
-                                             {{abc[0], std::nullopt, 0, Tier::kGpu, 0, {}},
-                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
-                                              {abc[2], abc[1], 0, Tier::kGpu, 0, {}}}})
-                  .ok());
+  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1, GpuChainBlocks(abc)}).ok());
   EXPECT_EQ(Matched(abc), 3u);
   EXPECT_EQ(Publish("w1", 1, {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
 }

@@ -37,6 +37,15 @@ inline KvEvent Removed(std::vector<BlockKey> keys, Tier tier = Tier::kGpu) {
   return e;
 }
 
+// A chain's blocks in a worker's GPU pool (pool 0, scope 0), root first, for a snapshot.
+inline std::vector<SnapshotBlock> GpuChainBlocks(const std::vector<BlockKey>& chain) {
+  std::vector<SnapshotBlock> blocks;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    blocks.push_back({chain[i], i == 0 ? std::nullopt : std::optional<BlockKey>(chain[i - 1]), 0, Tier::kGpu, 0, {}});
+  }
+  return blocks;
+}
+
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override { Restart(); }
