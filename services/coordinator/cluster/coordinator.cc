@@ -84,7 +84,7 @@ Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64
 
 Status Coordinator::Apply(NodeId node, const KvEvent& e) {
   // A later word of the node on a block it parked: the parked event is out of date.
-  if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared) orphaned_blocks_ += waiting_->Touch(node, e.keys);
+  if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared) orphaned_blocks_ += waiting_->Touch(node, e);
   switch (e.kind) {
     case KvEvent::Kind::kStored:
       return StoreChainAndAdopt(node, StoredBy(node, e));
@@ -146,18 +146,19 @@ void Coordinator::DropNode(NodeId node) {
   waiting_->DropNode(node);
 }
 
-void Coordinator::KeepWaitersValid(std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from,
-                                   size_t to) {
+void Coordinator::KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event,
+                                   size_t from, size_t to) {
   const auto it = waiting.find(event);
   if (it == waiting.end()) return;
   const std::vector<size_t> waiters = it->second;  // the calls below change the map
   std::vector<size_t> kept;
   for (size_t waiter : waiters) {
-    if (TouchedBetween(events, waiter, from, to)) {
-      DropWaiters(events, waiting, waiter);
+    if (const std::optional<size_t> by = SupersededAt(events, waiter, from, to)) {
+      if (LeavesBlocksUnindexed(events[*by], events[waiter])) orphaned_blocks_ += events[waiter].keys.size();
+      ParkWaiters(node, events, waiting, waiter);
     } else {
       kept.push_back(waiter);
-      KeepWaitersValid(events, waiting, waiter, from, to);
+      KeepWaitersValid(node, events, waiting, waiter, from, to);
     }
   }
   if (kept.empty()) {
@@ -167,13 +168,15 @@ void Coordinator::KeepWaitersValid(std::span<const KvEvent> events, Waiting& wai
   }
 }
 
-void Coordinator::DropWaiters(std::span<const KvEvent> events, Waiting& waiting, size_t event) {
-  orphaned_blocks_ += events[event].keys.size();
+void Coordinator::ParkWaiters(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event) {
   const auto it = waiting.find(event);
   if (it == waiting.end()) return;
   const std::vector<size_t> waiters = std::move(it->second);
   waiting.erase(it);
-  for (size_t waiter : waiters) DropWaiters(events, waiting, waiter);
+  for (size_t waiter : waiters) {
+    Park(node, events[waiter]);
+    ParkWaiters(node, events, waiting, waiter);
+  }
 }
 
 Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
@@ -187,7 +190,7 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
   const NodeId node = *membership_.Find(batch.node);
   // Stored events waiting for a later event of the batch that stores their parent, by it.
   // Everything handled while the loop is at event i is applied after events [0, i] (but
-  // those waiting); an event waiting moves past none of its own block's events.
+  // those waiting); an event waiting moves past no event that supersedes it.
   Waiting waiting;
   std::vector<size_t> due;
   for (size_t i = check.skip; i < batch.events.size(); ++i) {
@@ -198,9 +201,9 @@ Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
       const Status applied = Apply(node, event);
       if (applied.code() == StatusCode::kFailedPrecondition) {  // the index holds no parent
         if (std::optional<size_t> later = LaterParentStore(batch.events, at, i)) {
-          // Those waiting for this event move with it past (i, later]: where one of their
-          // own block's events lies there, they stay out.
-          KeepWaitersValid(batch.events, waiting, at, i, *later);
+          // Those waiting for this event move with it past (i, later]: one that an event
+          // there supersedes stays out, and those waiting for it are parked.
+          KeepWaitersValid(node, batch.events, waiting, at, i, *later);
           waiting[*later].push_back(at);
           continue;
         }

@@ -127,7 +127,8 @@ struct CoordinatorStats {
   // a full index (index.refused_full counts those the index itself refused).
   uint64_t refused_children = 0;
   // Stored blocks (events and snapshots) left out because no node held their parent when
-  // they arrived, nor brought it within orphan_wait: no lookup could reach them.
+  // they arrived, nor brought it within orphan_wait: no lookup could reach them. Not
+  // those their node removed (or stored again) meanwhile: nothing of them was lost.
   uint64_t orphaned_blocks = 0;
   // Stored blocks that waited for their parent and were indexed once it came, and those
   // waiting now.
@@ -210,9 +211,14 @@ class Coordinator {
   // PublishEvents' stored events waiting for the later event that stores their parent.
   using Waiting = std::unordered_map<size_t, std::vector<size_t>>;
   // `event` moves from after `from` to after `to`, and those waiting for it with it: each
-  // whose block an event in (from, to] touches stays out (an orphan), with its waiters.
-  void KeepWaitersValid(std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from, size_t to);
-  void DropWaiters(std::span<const KvEvent> events, Waiting& waiting, size_t event);
+  // that an event in (from, to] supersedes stays out (an orphan only where
+  // LeavesBlocksUnindexed says so), and those waiting for it are parked.
+  void KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from,
+                        size_t to);
+  // The events waiting for `event`, which stays out, and theirs in turn: parked, for
+  // another store of their parent, of this batch or any node's (any later event of
+  // theirs in their place drops them, as for every parked event).
+  void ParkWaiters(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event);
   // Everything the index holds for the node goes.
   void DropNode(NodeId node);
 

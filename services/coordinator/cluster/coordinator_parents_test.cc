@@ -118,10 +118,32 @@ TEST_F(CoordinatorTest, AWaitingChildIsDroppedByItsOwnNodesLaterWordOnIt) {
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u) << "the worker's removal is not the store's word";
   ASSERT_EQ(Publish("s1", 1, {Removed({abc[2]}, Tier::kHost)}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
-  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u) << "c is gone: nothing was lost";
   ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 2u) << "c was removed: it does not come back with its parent";
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 0u);
+}
+
+// The store demotes c while it waits: the disk's store of c, then the host's removal.
+// The copy below stays true and is indexed when c's parent comes; so within one batch.
+TEST_F(CoordinatorTest, AWaitingCopyBelowOutlivesItsRemovalAbove) {
+  const auto abc = Chain(1, 3);
+  WorkerEvictsChain(abc);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kDisk)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 1, {Removed({abc[2]}, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u);
+  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(abc), 3u);
+  EXPECT_EQ(coordinator_->Stats().adopted_blocks, 1u);
+  EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u);
+}
+
+TEST_F(CoordinatorTest, AChildDemotedWithinTheBatchThatBringsItsParentIsIndexedBelow) {
+  const auto ab = Chain(1, 2);
+  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0], Tier::kHost), Stored({ab[1]}, ab[0], Tier::kDisk),
+                               Removed({ab[1]}, Tier::kHost), Stored({ab[0]}, std::nullopt, Tier::kHost)}),
+            0u);
+  EXPECT_EQ(Matched(ab), 2u);
 }
 
 // A waiting child whose parent comes only after the orphan wait stays out; so does one
@@ -170,12 +192,17 @@ TEST_F(CoordinatorTest, ASnapshotBlockWhoseParentIsHeldNowhereWaitsForIt) {
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 1u);
 }
 
-// A stored event never moves past another event of its own block: b stored, then removed,
-// then its parent a stored. b is not applied after its own removal (it would come back):
-// it stays out.
+// A stored event never moves past another event of its own block in its place: b stored,
+// then removed, then its parent a stored. b is not applied after its own removal (it
+// would come back): it stays out, at no loss. Moved to the host instead, b is held
+// there unindexed: an orphan.
 TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLiesBetween) {
   const auto ab = Chain(1, 2);
-  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}), 1u);
+  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}), 0u);
+  EXPECT_EQ(Matched(ab), 1u);
+  Restart();
+  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Moved({ab[1]}, Tier::kGpu, Tier::kHost), Stored({ab[0]})}),
+            1u);
   EXPECT_EQ(Matched(ab), 1u);
 }
 
@@ -185,8 +212,37 @@ TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) 
   const auto abc = Chain(1, 3);
   EXPECT_EQ(OrphansOfOneBatch(
                 {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})}),
+            0u);
+  EXPECT_EQ(Matched(abc), 2u);
+  // Moved to the host instead of removed, c is held there unindexed: an orphan.
+  Restart();
+  EXPECT_EQ(OrphansOfOneBatch({Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]),
+                               Moved({abc[2]}, Tier::kGpu, Tier::kHost), Stored({abc[0]})}),
             1u);
   EXPECT_EQ(Matched(abc), 2u);
+}
+
+// d waits for c, c for b, b for a. c's store is then removed before a comes: c stays out
+// at no loss, but d, whose parent is now held nowhere, is an orphan.
+TEST_F(CoordinatorTest, AChildWaitingForABlockItsNodeRemovedIsAnOrphan) {
+  const auto abcd = Chain(1, 4);
+  EXPECT_EQ(OrphansOfOneBatch({Stored({abcd[3]}, abcd[2]), Stored({abcd[2]}, abcd[1]), Stored({abcd[1]}, abcd[0]),
+                               Removed({abcd[2]}), Stored({abcd[0]})}),
+            1u);
+  EXPECT_EQ(Matched(abcd), 2u);
+}
+
+// e waits for d's host copy, d for c, c for b. Before b comes, d leaves the host for the
+// disk: its host store stays out, and e, parked, is taken in by d's store to disk (which
+// waits for c in turn: two adopted).
+TEST_F(CoordinatorTest, AChildOfACopyThatMovedDownIsTakenInByTheCopyBelow) {
+  const auto bcde = Chain(1, 4);
+  const auto &b = bcde[0], &c = bcde[1], &d = bcde[2], &e = bcde[3];
+  EXPECT_EQ(OrphansOfOneBatch({Stored({e}, d, Tier::kHost), Stored({d}, c, Tier::kHost), Stored({c}, b, Tier::kHost),
+                               Removed({d}, Tier::kHost), Stored({d}, c, Tier::kDisk), Stored({b}, std::nullopt, Tier::kHost)}),
+            0u);
+  EXPECT_EQ(Matched(bcde), 4u);
+  EXPECT_EQ(coordinator_->Stats().adopted_blocks, 2u);
 }
 
 // A child waiting for a parent whose own store stays out (its parent, x, is held nowhere)

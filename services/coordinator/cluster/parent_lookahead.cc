@@ -3,22 +3,26 @@
 #include <algorithm>
 
 namespace kvtier::coordinator {
-namespace {
 
-// Whether an event may not be passed by a waiting event of `keys`: it clears the node or
-// touches one of those blocks.
-bool Bars(const KvEvent& event, std::span<const BlockKey> keys) {
-  return event.kind == KvEvent::Kind::kCleared ||
-         std::ranges::any_of(event.keys, [&](const BlockKey& k) { return std::ranges::find(keys, k) != keys.end(); });
+bool Supersedes(const KvEvent& later, const KvEvent& stored) {
+  if (later.kind == KvEvent::Kind::kCleared) return true;
+  const bool same_place = (later.tier == stored.tier && later.pool == stored.pool) ||
+                          (later.kind == KvEvent::Kind::kTierChanged && later.to_tier == stored.tier &&
+                           later.to_pool == stored.pool);
+  return same_place && std::ranges::any_of(later.keys, [&](const BlockKey& k) {
+           return std::ranges::find(stored.keys, k) != stored.keys.end();
+         });
 }
 
-}  // namespace
+bool LeavesBlocksUnindexed(const KvEvent& later, const KvEvent& stored) {
+  return later.kind == KvEvent::Kind::kTierChanged && later.tier == stored.tier && later.pool == stored.pool;
+}
 
-bool TouchedBetween(std::span<const KvEvent> events, size_t at, size_t from, size_t to) {
+std::optional<size_t> SupersededAt(std::span<const KvEvent> events, size_t at, size_t from, size_t to) {
   for (size_t k = from + 1; k <= to && k < events.size(); ++k) {
-    if (Bars(events[k], events[at].keys)) return true;
+    if (Supersedes(events[k], events[at])) return k;
   }
-  return false;
+  return std::nullopt;
 }
 
 std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at, size_t after, size_t window) {
@@ -27,7 +31,7 @@ std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t a
   const size_t end = std::min(events.size(), after + 1 + window);
   for (size_t k = after + 1; k < end; ++k) {
     const KvEvent& e = events[k];
-    if (Bars(e, child.keys)) return std::nullopt;
+    if (Supersedes(e, child)) return std::nullopt;
     if (e.kind == KvEvent::Kind::kStored && std::ranges::find(e.keys, parent) != e.keys.end()) return k;
   }
   return std::nullopt;

@@ -41,6 +41,34 @@ TEST(ParentLookaheadTest, StopsAtAnEventOfTheBlockOrAClear) {
   EXPECT_EQ(LaterParentStore(cleared, 0, 0), std::nullopt);
 }
 
+// Only events of b in b's own place (tier and pool) stop it: the removal of a host copy
+// does not stop b's store to disk, but a move of b to disk, or a store of it there, does.
+TEST(ParentLookaheadTest, EventsOfTheBlockElsewhereDoNotStopIt) {
+  KvEvent to_disk = Stored(kB, kA);
+  to_disk.tier = Tier::kDisk;
+  KvEvent host_removal = Other(KvEvent::Kind::kRemoved, {kB});
+  host_removal.tier = Tier::kHost;
+  const std::vector<KvEvent> demoted{to_disk, host_removal, Stored(kA)};
+  EXPECT_EQ(LaterParentStore(demoted, 0, 0), 2u);
+  KvEvent other_pool = host_removal;
+  other_pool.tier = Tier::kDisk;
+  other_pool.pool = 1;
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, other_pool, Stored(kA)}, 0, 0), 2u) << "another pool";
+
+  KvEvent moved_in = Other(KvEvent::Kind::kTierChanged, {kB});
+  moved_in.tier = Tier::kHost;
+  moved_in.to_tier = Tier::kDisk;
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, moved_in, Stored(kA)}, 0, 0), std::nullopt);
+  KvEvent stored_again = to_disk;
+  stored_again.parent = std::nullopt;
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, stored_again, Stored(kA)}, 0, 0), std::nullopt);
+  // Dropping b for a removal or a store again loses nothing; for a move it leaves b
+  // held where the index does not know it.
+  EXPECT_FALSE(LeavesBlocksUnindexed(Other(KvEvent::Kind::kRemoved, {kB}), Stored(kB, kA)));
+  EXPECT_TRUE(LeavesBlocksUnindexed(Other(KvEvent::Kind::kTierChanged, {kB}), Stored(kB, kA)));
+  EXPECT_FALSE(LeavesBlocksUnindexed(moved_in, to_disk)) << "moved into b's place, not out of it";
+}
+
 // A chain event that holds the parent among its keys brings it in.
 TEST(ParentLookaheadTest, AChainHoldingTheParentBringsItIn) {
   KvEvent chain = Stored(kX);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "services/coordinator/cluster/parent_lookahead.h"
+
 namespace kvtier::coordinator {
 
 uint64_t WaitingChildren::Park(NodeId node, KvEvent event, Nanos now) {
@@ -32,14 +34,18 @@ std::vector<ParkedEvent> WaitingChildren::TakeChildren(const BlockKey& parent) {
   return children;
 }
 
-uint64_t WaitingChildren::Touch(NodeId node, std::span<const BlockKey> keys) {
+uint64_t WaitingChildren::Touch(NodeId node, const KvEvent& later) {
   uint64_t dropped = 0;
-  for (const BlockKey& key : keys) {
+  for (const BlockKey& key : later.keys) {
     const auto it = by_key_.find(key);
     if (it == by_key_.end()) continue;
     std::vector<uint64_t> ids = it->second;
     for (uint64_t id : ids) {
-      if (entries_.at(id).parked.node == node) dropped += Remove(id);
+      const ParkedEvent& parked = entries_.at(id).parked;
+      if (parked.node != node || !Supersedes(later, parked.event)) continue;
+      const bool lost = LeavesBlocksUnindexed(later, parked.event);
+      const uint64_t blocks = Remove(id);
+      if (lost) dropped += blocks;
     }
   }
   return dropped;

@@ -15,9 +15,11 @@
 // `wait` (at the first Park or Expire after it: the coordinator's tick), or when it
 // needs the room, and only then counts the block as orphaned.
 //
-// A parked event stays true only while its node says nothing more of its blocks: any
-// later event of that node that names one of them (a removal, a tier change, a store
-// again) drops it, so that each node's events of a block still apply in their order.
+// A parked event stays true only while its node says nothing more of its blocks in its
+// place: a later event of that node that stores, removes or moves one of them there
+// drops it (Supersedes, parent_lookahead.h), so that each node's events of a block in
+// a place still apply in their order. Its events elsewhere leave it: a demotion tells
+// the store below, then the removal above, and a copy parked below stays true.
 // A node that leaves the index (snapshot, clear, lease expiry) takes its parked events
 // with it.
 //
@@ -61,9 +63,10 @@ class WaitingChildren {
   [[nodiscard]] uint64_t Park(NodeId node, KvEvent event, Nanos now);
   // The events waiting for `parent`, oldest first; they are no longer parked.
   [[nodiscard]] std::vector<ParkedEvent> TakeChildren(const BlockKey& parent);
-  // `node` has sent a later event naming `keys`: its parked events holding any of them
-  // are dropped. Returns the blocks dropped.
-  [[nodiscard]] uint64_t Touch(NodeId node, std::span<const BlockKey> keys);
+  // `node` has sent `later`: its parked events that `later` supersedes are dropped.
+  // Returns the blocks dropped that stay held where the index does not know them
+  // (LeavesBlocksUnindexed): orphans. Those removed or stored again are no loss.
+  [[nodiscard]] uint64_t Touch(NodeId node, const KvEvent& later);
   // Drops every event `node` parked (its holdings are being replaced or dropped).
   void DropNode(NodeId node);
   // Gives up the events whose wait has passed by `now`. Returns their blocks.

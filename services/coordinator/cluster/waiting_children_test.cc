@@ -16,6 +16,17 @@ KvEvent StoredUnder(BlockKey parent, std::vector<BlockKey> keys) {
   e.kind = KvEvent::Kind::kStored;
   e.parent = parent;
   e.keys = std::move(keys);
+  e.tier = Tier::kHost;
+  return e;
+}
+
+// A later event of `keys`: a removal, or a move out of `tier` to the disk.
+KvEvent Later(KvEvent::Kind kind, std::vector<BlockKey> keys, Tier tier = Tier::kHost) {
+  KvEvent e;
+  e.kind = kind;
+  e.keys = std::move(keys);
+  e.tier = tier;
+  e.to_tier = Tier::kDisk;
   return e;
 }
 
@@ -55,17 +66,21 @@ TEST(WaitingChildrenTest, AnEventGivesUpWhenItsWaitHasPassed) {
   EXPECT_TRUE(waiting.empty());
 }
 
-TEST(WaitingChildrenTest, OnlyTheParkingNodesLaterWordOnABlockDropsIt) {
+TEST(WaitingChildrenTest, OnlyTheParkingNodesLaterWordOnABlockInItsPlaceDropsIt) {
   WaitingChildren waiting({.wait = milliseconds(100), .max_blocks = 8});
+  // Host copies: blocks 1 and 2 of node 1, block 2 of node 2, all waiting for block 0.
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(0), {Key(1), Key(2)}), milliseconds(0)), 0u);
   EXPECT_EQ(waiting.Park(2, StoredUnder(Key(0), {Key(2)}), milliseconds(0)), 0u);
-  // Node 3 names block 2: not its event, nothing changes.
-  EXPECT_EQ(waiting.Touch(3, std::vector<BlockKey>{Key(2)}), 0u);
-  // Node 1 removes block 2, the second of its parked chain: the whole chain is dropped.
-  EXPECT_EQ(waiting.Touch(1, std::vector<BlockKey>{Key(2)}), 2u);
-  const std::vector<ParkedEvent> left = waiting.TakeChildren(Key(0));
-  ASSERT_EQ(left.size(), 1u);
-  EXPECT_EQ(left[0].node, 2u);
+  // Node 3 removes block 2: not its event. Node 1 removes its disk copy: another place.
+  EXPECT_EQ(waiting.Touch(3, Later(KvEvent::Kind::kRemoved, {Key(2)})), 0u);
+  EXPECT_EQ(waiting.Touch(1, Later(KvEvent::Kind::kRemoved, {Key(2)}, Tier::kDisk)), 0u);
+  EXPECT_EQ(waiting.blocks(), 3u) << "nothing dropped";
+  // Node 1 removes block 2 from the host: its chain is dropped whole, at no loss.
+  EXPECT_EQ(waiting.Touch(1, Later(KvEvent::Kind::kRemoved, {Key(2)})), 0u);
+  EXPECT_EQ(waiting.blocks(), 1u);
+  // Node 2 moves its block 2 to disk: dropped, and held there unindexed (an orphan).
+  EXPECT_EQ(waiting.Touch(2, Later(KvEvent::Kind::kTierChanged, {Key(2)})), 1u);
+  EXPECT_TRUE(waiting.empty());
 }
 
 TEST(WaitingChildrenTest, ANodeThatLeavesTakesItsEventsWithIt) {
@@ -100,7 +115,7 @@ TEST(WaitingChildrenTest, TakenAndDroppedEventsLeaveNothingForTheClockToExpire) 
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(0), {Key(1)}), milliseconds(0)), 0u);
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(5), {Key(6)}), milliseconds(0)), 0u);
   EXPECT_EQ(waiting.TakeChildren(Key(0)).size(), 1u);
-  EXPECT_EQ(waiting.Touch(1, std::vector<BlockKey>{Key(6)}), 1u);
+  EXPECT_EQ(waiting.Touch(1, Later(KvEvent::Kind::kTierChanged, {Key(6)})), 1u);
   EXPECT_EQ(waiting.Expire(milliseconds(1000)), 0u) << "nothing is counted twice";
   EXPECT_TRUE(waiting.empty());
 }

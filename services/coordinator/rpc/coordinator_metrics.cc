@@ -57,7 +57,8 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* orphaned,
                           r.AddCounter("kvtier_coordinator_orphaned_blocks_total",
                                        "Stored blocks left out of the index because no node held their parent, nor "
-                                       "brought it while they waited: no lookup could reach them."));
+                                       "brought it while they waited: no lookup could reach them (not those their "
+                                       "node removed meanwhile)."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* adopted,
                           r.AddCounter("kvtier_coordinator_adopted_blocks_total",
                                        "Stored blocks that waited for another event to bring their parent, and were "

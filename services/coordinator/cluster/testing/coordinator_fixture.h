@@ -20,20 +20,27 @@ inline std::vector<BlockKey> Chain(uint64_t first, size_t n) {
   return keys;
 }
 
-inline KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt, Tier tier = Tier::kGpu) {
+inline KvEvent EventOf(KvEvent::Kind kind, std::vector<BlockKey> keys, Tier tier) {
   KvEvent e;
-  e.kind = KvEvent::Kind::kStored;
+  e.kind = kind;
   e.keys = std::move(keys);
-  e.parent = parent;
   e.tier = tier;
   return e;
 }
 
+inline KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt, Tier tier = Tier::kGpu) {
+  KvEvent e = EventOf(KvEvent::Kind::kStored, std::move(keys), tier);
+  e.parent = parent;
+  return e;
+}
+
 inline KvEvent Removed(std::vector<BlockKey> keys, Tier tier = Tier::kGpu) {
-  KvEvent e;
-  e.kind = KvEvent::Kind::kRemoved;
-  e.keys = std::move(keys);
-  e.tier = tier;
+  return EventOf(KvEvent::Kind::kRemoved, std::move(keys), tier);
+}
+
+inline KvEvent Moved(std::vector<BlockKey> keys, Tier from, Tier to) {
+  KvEvent e = EventOf(KvEvent::Kind::kTierChanged, std::move(keys), from);
+  e.to_tier = to;
   return e;
 }
 
