@@ -1,5 +1,7 @@
 // TierIndex on its own: finds of stored blocks, and the churn of a full tier (a new
-// block in, the victim out), at a host tier's and a disk tier's number of blocks.
+// block in, the victim out), at a host tier's and a disk tier's number of blocks: of
+// blocks that are each a chain of their own, and of chains of 16 blocks stored leaf first
+// (as a tier above demotes them) and read back later.
 //
 //   build/bin/tier_index_bench
 #include <benchmark/benchmark.h>
@@ -23,6 +25,19 @@ std::vector<BlockHeader> RandomHeaders(size_t n, uint64_t seed) {
     header.format_tag = kFormat;
     header.payload_bytes = 256 << 10;
     header.priority = 50;
+    header.first_in_chain = true;
+  }
+  return headers;
+}
+
+// Chains of kChainBlocks blocks, root first within each chain.
+constexpr size_t kChainBlocks = 16;
+std::vector<BlockHeader> RandomChains(size_t n, uint64_t seed) {
+  std::vector<BlockHeader> headers = RandomHeaders(n, seed);
+  for (size_t i = 0; i < n; ++i) {
+    if (i % kChainBlocks == 0) continue;
+    headers[i].parent = headers[i - 1].key;
+    headers[i].first_in_chain = false;
   }
   return headers;
 }
@@ -57,6 +72,32 @@ void BM_TierIndexChurn(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 BENCHMARK(BM_TierIndexChurn)->ArgName("blocks")->Arg(32768)->Arg(262144);
+
+// As BM_TierIndexChurn, with chains: each chain comes leaf first (as a tier above
+// demotes it) and is read once, root to leaf, half a window later; the victims are
+// whatever eviction picks. An item is one block in and one out.
+void BM_TierIndexChainChurn(benchmark::State& state) {
+  const size_t n = static_cast<size_t>(state.range(0));
+  TierIndex index(&SystemClock::Instance());
+  const std::vector<BlockHeader> headers = RandomChains(2 * n, 5);
+  const auto store_chain = [&](size_t first) {
+    for (size_t k = kChainBlocks; k-- > 0;) index.Insert(headers[first + k], 1, first + k);
+  };
+  for (size_t c = 0; c < n; c += kChainBlocks) store_chain(c);
+  size_t next = n;
+  for (auto _ : state) {
+    for (size_t k = 0; k < kChainBlocks; ++k) index.Erase(index.Victim());
+    store_chain(next);
+    const size_t read = (next + n + n / 2) % headers.size();  // a chain stored half a window ago
+    for (size_t k = 0; k < kChainBlocks; ++k) {
+      const uint32_t id = index.Find(headers[read + k].key, kFormat);
+      if (id != TierIndex::kNil) index.Touch(id);
+    }
+    next = next + kChainBlocks == headers.size() ? 0 : next + kChainBlocks;
+  }
+  state.SetItemsProcessed(state.iterations() * kChainBlocks);
+}
+BENCHMARK(BM_TierIndexChainChurn)->ArgName("blocks")->Arg(32768)->Arg(262144);
 
 }  // namespace
 }  // namespace kvtier::storage
