@@ -78,6 +78,7 @@ struct WorkerConfig {
   uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
   uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
   uint32_t tier_threads = 0;  // helpers that hash and copy a batch to and from the tiers; 0: the default (tier_link.h)
+  uint64_t offload_staging_bytes = 64ull << 20;  // evicted blocks stored behind the allocation (offload_queue.h); 0: off
   // `kvtier worker` only:
   std::string listen = "127.0.0.1:7401";        // its Worker and BlockStore's host:port (port 0 picks one)
   std::string advertise = {};                   // where peers reach it; empty: the bound listen address

@@ -242,6 +242,12 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "tiers, and of onboarded blocks out of them, beside the worker's own thread; 0: half "
                              "the hardware threads from 16 up (at most 8), a quarter below (none on up to 3).",
                              0, 64, [](auto& c) -> auto& { return c.worker.tier_threads; }));
+  fields.push_back(UintField("worker.offload_staging_bytes",
+                             "Evicted blocks are copied into this much staging and stored into the node's tiers "
+                             "by a thread of their own, so that an allocation does not wait for the store; "
+                             "onboards find them there meanwhile. Blocks beyond it are stored before the "
+                             "allocation returns. 0: every one is.",
+                             0, 1ull << 40, [](auto& c) -> auto& { return c.worker.offload_staging_bytes; }));
   fields.push_back(UintField("worker.data_stream_tier_threads",
                              "`kvtier worker`: threads that run its data stream's disk work (gets of blocks on "
                              "disk, puts that write or demote to disk), so that no event loop waits for the "

@@ -65,7 +65,9 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   if (store.host || store.disk) {
     KVTIER_ASSIGN_OR_RETURN(node->store_, storage::TieredStore::Create(std::move(store)));
     node->link_ = std::make_unique<worker::TierLink>(
-        worker::TierLinkOptions{.store = node->store_.get(), .threads = worker::TierLinkThreads(config.worker.tier_threads)});
+        worker::TierLinkOptions{.store = node->store_.get(),
+                                .threads = worker::TierLinkThreads(config.worker.tier_threads),
+                                .staging_bytes = config.worker.offload_staging_bytes});
   }
   worker::WorkerOptions worker;
   worker.pools = {{layout, plan.blocks}};
@@ -87,7 +89,11 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   return node;
 }
 
-LocalNode::~LocalNode() { worker_loop_.reset(); }  // before anything its tick touches
+LocalNode::~LocalNode() {
+  worker_loop_.reset();  // before anything its tick touches
+  // The staged offloads into the store now, while the event hook's members still exist.
+  if (link_) link_->Flush();
+}
 
 kj::Own<capnp::Capability::Server> LocalNode::MakeWorker(const auth::Tenant& tenant) {
   return worker::MakeWorkerService(context_, tenant);
@@ -125,6 +131,7 @@ void LocalNode::WorkerTick() {
   worker_->AdvanceTime();
   const worker::WorkerStats stats = worker_->Stats();
   worker_metrics_->Update(stats);
+  if (link_) worker_metrics_->UpdateStaging(link_->StagingStats());
   uint64_t in_use = 0;
   for (const auto& pool : stats.pools) in_use += pool.in_use;
   active_blocks_ = in_use;

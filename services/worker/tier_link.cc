@@ -50,7 +50,16 @@ class TierLink::Helpers {
 
 TierLink::TierLink(TierLinkOptions options) : store_(options.store), threads_(options.threads) {
   if (threads_ > 0) helpers_ = std::make_unique<Helpers>(threads_);
+  if (options.staging_bytes > 0) {
+    queue_ = std::make_unique<OffloadQueue>(OffloadQueueOptions{.store = store_, .capacity_bytes = options.staging_bytes});
+  }
 }
+
+void TierLink::Flush() {
+  if (queue_) queue_->Flush();
+}
+
+OffloadQueueStats TierLink::StagingStats() const { return queue_ ? queue_->Stats() : OffloadQueueStats{}; }
 
 TierLink::~TierLink() = default;
 
@@ -103,17 +112,28 @@ class FormatTags {
 // blocks, not one each: a block at a time, `make run`'s replay made 217,646 disk writes).
 std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks) {
   std::vector<Status> taken(blocks.size());
-  std::vector<storage::PutItem> items(blocks.size());
   FormatTags tags;
   std::vector<const std::string*> formats;
   formats.reserve(blocks.size());
   for (const OffloadBlock& block : blocks) formats.push_back(&tags.For(block.layout, block.format_tag));
-  ForEachShare(blocks.size(), [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) items[i] = StoredItem(blocks[i], *formats[i]);
-    std::vector<Status> stored = store_->PutBatch(std::span(items).subspan(begin, end - begin));
-    std::move(stored.begin(), stored.end(), taken.begin() + static_cast<std::ptrdiff_t>(begin));
-  });
+  std::vector<size_t> now;  // stored before returning: all, or those the staging had no room for
+  now.reserve(blocks.size());
+  const std::vector<bool> staged = queue_ ? queue_->Stage(blocks, formats) : std::vector<bool>(blocks.size(), false);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (!staged[i]) now.push_back(i);
+  }
+  StoreNow(blocks, formats, now, taken);
   return taken;
+}
+
+void TierLink::StoreNow(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats,
+                        std::span<const size_t> which, std::vector<Status>& taken) {
+  std::vector<storage::PutItem> items(which.size());
+  ForEachShare(which.size(), [&](size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) items[k] = StoredItem(blocks[which[k]], *formats[which[k]]);
+    std::vector<Status> stored = store_->PutBatch(std::span(items).subspan(begin, end - begin));
+    for (size_t k = begin; k < end; ++k) taken[which[k]] = std::move(stored[k - begin]);
+  });
 }
 
 std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBlock> blocks) {
@@ -121,17 +141,25 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   FormatTags tags;  // the refs' format tags point into it
   std::vector<storage::BlockRef> refs;
   std::vector<std::span<uint8_t>> outs;
+  std::vector<size_t> from_store;  // positions in `blocks`: those not in the staging
   refs.reserve(blocks.size());
   outs.reserve(blocks.size());
-  for (const OnboardBlock& block : blocks) {
-    refs.push_back(storage::BlockRef{block.key, tags.For(block.layout, block.format_tag), block.salt_scope});
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const OnboardBlock& block = blocks[i];
+    const storage::BlockRef ref{block.key, tags.For(block.layout, block.format_tag), block.salt_scope};
+    if (queue_ && queue_->CopyStaged(ref, block.out)) {
+      tiers[i] = SourceTier::kHost;  // on its way there
+      continue;
+    }
+    refs.push_back(ref);
     outs.push_back(block.out);
+    from_store.push_back(i);
   }
   // Each share is one GetBatch: its disk hits go up into the host tier together.
-  ForEachShare(blocks.size(), [&](size_t begin, size_t end) {
+  ForEachShare(refs.size(), [&](size_t begin, size_t end) {
     std::vector<Result<storage::TieredHit>> hits = store_->GetBatch(std::span(refs).subspan(begin, end - begin),
                                                                     std::span(outs).subspan(begin, end - begin));
-    for (size_t i = begin; i < end; ++i) tiers[i] = SourceOf(std::move(hits[i - begin]), blocks[i]);
+    for (size_t k = begin; k < end; ++k) tiers[from_store[k]] = SourceOf(std::move(hits[k - begin]), blocks[from_store[k]]);
   });
   return tiers;
 }
@@ -156,10 +184,7 @@ storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const std::stri
   return storage::PutItem{std::move(header), block.bytes, /*checksum_checked=*/true};
 }
 
-Status TierLink::Offload(const OffloadBlock& block) {
-  const storage::PutItem item = StoredItem(block, StorageFormatTag(*block.layout, block.format_tag));
-  return std::move(store_->PutBatch({&item, 1}).front());
-}
+Status TierLink::Offload(const OffloadBlock& block) { return std::move(OffloadBatch({&block, 1}).front()); }
 
 }  // namespace kvtier::worker
 
@@ -167,6 +192,7 @@ namespace kvtier::worker {
 
 Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) {
   const std::string format = StorageFormatTag(*block.layout, block.format_tag);
+  if (queue_ && queue_->CopyStaged({block.key, format, block.salt_scope}, block.out)) return SourceTier::kHost;
   return SourceOf(store_->Get(storage::BlockRef{block.key, format, block.salt_scope}, block.out), block);
 }
 

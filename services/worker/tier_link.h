@@ -7,6 +7,10 @@
 // layout and format. Fetch (onboard): the store copies the payload straight into the
 // pool block or its staging (its checksum verified where the tier verifies).
 //
+// With staging_bytes, an offload returns once its blocks are copied into staging; an
+// OffloadQueue (offload_queue.h) stores them behind the caller's back, and fetches find
+// them in the staging meanwhile. Blocks that find no room there are stored as below.
+//
 // Batches (OffloadBatch, FetchBatch) are split among `threads` helper threads and the
 // caller's: the hashing and copying of a batch's blocks run in parallel, so the worker's
 // loop, which waits for the batch, waits a fraction as long (on a GPU node these copies
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "services/worker/offload_queue.h"
 #include "services/worker/worker.h"
 #include "storage/tiered_store.h"
 
@@ -45,6 +50,9 @@ struct TierLinkOptions {
   // Helper threads for a batch's blocks, beside the caller's; 0: every batch on the
   // caller's thread alone.
   uint32_t threads = 0;
+  // Offloads staged and stored by a thread of their own (worker.offload_staging_bytes);
+  // 0: each offload is in the store when OffloadBatch returns.
+  uint64_t staging_bytes = 0;
 };
 
 class TierLink final : public OffloadTarget, public OnboardSource {
@@ -61,8 +69,16 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   // Fetches every block, in parallel: a block after one the store lacks is copied too,
   // and its result says so; Onboard uses the leading run.
   [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
+  // Returns once every offload staged so far is in the store (a node draining, or
+  // taking a snapshot of its holdings). Immediate without staging.
+  void Flush();
+  // The staging's counters; all 0 without staging.
+  OffloadQueueStats StagingStats() const;
 
  private:
+  // Stores blocks[i] for each i in `which` now (PutBatch by shares), its status into taken[i].
+  void StoreNow(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats,
+                std::span<const size_t> which, std::vector<Status>& taken);
   // fn(begin, end) for contiguous shares of [0, n): one on the calling thread, the rest
   // on the helpers; returns when every share is done.
   void ForEachShare(size_t n, const std::function<void(size_t, size_t)>& fn);
@@ -76,6 +92,7 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   const uint32_t threads_;
   class Helpers;  // threads named kvt-tier-N on one asio::io_context (tier_link.cc)
   std::unique_ptr<Helpers> helpers_;  // none when threads_ is 0
+  std::unique_ptr<OffloadQueue> queue_;  // none without staging
 };
 
 }  // namespace kvtier::worker

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "services/worker/testing/worker_testing.h"
@@ -165,6 +166,58 @@ TEST(TierLinkTest, BatchesAreSplitAmongHelpersAndEachBlockKeepsItsBytes) {
   ASSERT_EQ(after.size(), 16u);
   EXPECT_EQ(after[5].status().code(), StatusCode::kNotFound);
   for (size_t i : {0, 4, 6, 15}) EXPECT_TRUE(after[i].ok()) << "block " << i << ": " << after[i].status();
+}
+
+// With staging for 4 blocks, a batch of 6: 4 are staged and stored behind the call, 2
+// stored before it returns. All 6 are fetched back with their bytes at once, and once
+// the staging is flushed the store holds every one.
+TEST(TierLinkTest, StagedOffloadsAreFetchedAtOnceAndStoredBehind) {
+  auto store = HostStore(64);
+  const KvLayout layout = TestLayout();
+  TierLink link({.store = store.get(), .staging_bytes = 4 * layout.bytes_per_block()});
+  const Chain chain(6, layout);
+  for (const Status& taken : link.OffloadBatch(chain.victims)) EXPECT_TRUE(taken.ok()) << taken;
+  std::vector<std::vector<uint8_t>> back;
+  const std::vector<OnboardBlock> wanted = chain.Wanted(6, back);
+  chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
+
+  link.Flush();
+  const OffloadQueueStats stats = link.StagingStats();
+  EXPECT_EQ(stats.staged, 4u);
+  EXPECT_EQ(stats.no_room, 2u);
+  EXPECT_EQ(stats.stored, 4u);
+  EXPECT_EQ(stats.staged_bytes, 0u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(i), StorageFormatTag(layout, 0), 1})) << "block " << i;
+  }
+}
+
+// While the store is still taking a staged batch (its event of block 0 holds the put),
+// a fetch of those blocks is answered from the staging, with their bytes.
+TEST(TierLinkTest, AFetchFindsBlocksStillStaged) {
+  std::atomic<bool> in_put{false}, released{false};
+  storage::TieredStoreOptions options;
+  options.host.emplace();
+  options.host->capacity_bytes = 64 * 4096;
+  options.host->page_bytes = 4096;
+  options.host->try_huge_pages = false;
+  options.on_event = [&](const storage::StoreEvent& e) {
+    if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key != testing::Key(0)) return;
+    in_put = true;
+    kvtier::testing::WaitUntil([&] { return released.load(); });
+  };
+  auto store = storage::TieredStore::Create(std::move(options)).value();
+  const KvLayout layout = TestLayout();
+  TierLink link({.store = store.get(), .staging_bytes = 8 * layout.bytes_per_block()});
+  const Chain chain(2, layout);
+  for (const Status& taken : link.OffloadBatch(chain.victims)) EXPECT_TRUE(taken.ok()) << taken;
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return in_put.load(); }));
+  std::vector<std::vector<uint8_t>> back;
+  chain.ExpectFetched(link.FetchBatch(chain.Wanted(2, back)), back, SourceTier::kHost);
+  EXPECT_EQ(link.StagingStats().served, 2u);
+  released = true;
+  link.Flush();
+  EXPECT_EQ(link.StagingStats().stored, 2u);
 }
 
 // A store of four 4 KiB host pages over a disk tier in `dir`.

@@ -61,6 +61,7 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
                                        "fetched from the node's tiers or a peer before they land).",
                                        {"op"}));
   for (const char* op : {"offload", "onboard"}) m->tier_seconds_->WithLabels({op});
+  KVTIER_RETURN_IF_ERROR(m->AddStaging(r));
   m->onboarded_blocks_ = &onboarded->WithLabels({});
   m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
   m->landed_in_place_ = &in_place->WithLabels({});
@@ -79,6 +80,35 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
     m->partial_->WithLabels({pool, "copy"});
   }
   return m;
+}
+
+Status WorkerMetrics::AddStaging(MetricsRegistry& r) {
+  KVTIER_ASSIGN_OR_RETURN(staged_, r.AddCounter("kvtier_worker_staged_offloads_total",
+                                                "Evicted blocks staged (worker.offload_staging_bytes) and since "
+                                                "stored by the staging's thread, or refused by the store.",
+                                                {"result"}));
+  for (const char* result : {"stored", "failed"}) staged_->WithLabels({result});
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* full,
+                          r.AddCounter("kvtier_worker_staging_full_offloads_total",
+                                       "Evicted blocks the offload staging had no room for: the allocation stored "
+                                       "them itself."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily* reads, r.AddCounter("kvtier_worker_staging_reads_total",
+                                                             "Onboards answered from the offload staging."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_worker_staging_bytes",
+                                                         "Bytes of evicted blocks staged and not yet stored."));
+  staging_full_ = &full->WithLabels({});
+  staging_reads_ = &reads->WithLabels({});
+  staging_bytes_ = &bytes->WithLabels({});
+  return Status::Ok();
+}
+
+void WorkerMetrics::UpdateStaging(const OffloadQueueStats& stats) {
+  IncBy(staged_->WithLabels({"stored"}), stats.stored, last_staging_.stored);
+  IncBy(staged_->WithLabels({"failed"}), stats.failed, last_staging_.failed);
+  IncBy(*staging_full_, stats.no_room, last_staging_.no_room);
+  IncBy(*staging_reads_, stats.served, last_staging_.served);
+  staging_bytes_->Set(static_cast<double>(stats.staged_bytes));
+  last_staging_ = stats;
 }
 
 void WorkerMetrics::Update(const WorkerStats& stats) {

@@ -12,6 +12,13 @@
 //                                   kernels and their waits on a GPU)
 //   tier_seconds_total{op}          time on the worker's loop in its tiers: offload (victims
 //                                   handed over), onboard (blocks fetched before landing)
+// and of its offload staging (worker.offload_staging_bytes, offload_queue.h), unlabelled:
+//   staged_offloads_total{result}   staged blocks since stored by the staging's thread, or
+//                                   refused by the store (result: stored, failed)
+//   staging_full_offloads_total     blocks the staging had no room for (the allocation
+//                                   stored them itself)
+//   staging_reads_total             onboards answered from the staging
+//   staging_bytes                   gauge: bytes staged, not yet stored
 //
 // Thread safety: as common/metrics.h; updated from the worker's event-loop thread.
 #pragma once
@@ -20,6 +27,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "services/worker/offload_queue.h"
 #include "services/worker/worker.h"
 
 namespace kvtier::worker {
@@ -30,9 +38,12 @@ class WorkerMetrics {
 
   // Brings every metric up to date with the worker's stats (counters by their growth).
   void Update(const WorkerStats& stats);
+  // The same for the staging's counters (TierLink::StagingStats).
+  void UpdateStaging(const OffloadQueueStats& stats);
 
  private:
   WorkerMetrics() = default;
+  [[nodiscard]] Status AddStaging(MetricsRegistry& registry);
   GaugeFamily* pool_blocks_ = nullptr;
   GaugeFamily* pool_held_ = nullptr;
   CounterFamily* allocated_ = nullptr;
@@ -47,7 +58,12 @@ class WorkerMetrics {
   Counter* landed_in_place_ = nullptr;
   CounterFamily* transfer_seconds_ = nullptr;
   CounterFamily* tier_seconds_ = nullptr;
+  CounterFamily* staged_ = nullptr;
+  Counter* staging_full_ = nullptr;
+  Counter* staging_reads_ = nullptr;
+  Gauge* staging_bytes_ = nullptr;
   WorkerStats last_;  // what the counters already include
+  OffloadQueueStats last_staging_;
 };
 
 }  // namespace kvtier::worker

@@ -58,7 +58,10 @@ coordinator::NodeEvent ToNodeEvent(const WorkerEvent& e) {
 class WorkerNode::Impl {
  public:
   explicit Impl(WorkerNodeOptions options) : options_(std::move(options)) {}
-  ~Impl() { (void)Drain(); }
+  ~Impl() {
+    (void)Drain();
+    if (link_) link_->Flush();  // while the store's event hook's members still exist
+  }
 
   Status Start() {
     if (options_.registry == nullptr || options_.name.empty()) {
@@ -75,7 +78,9 @@ class WorkerNode::Impl {
     };
     if (tiers.host || tiers.disk) {
       KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
-      link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(), .threads = TierLinkThreads(options_.config.worker.tier_threads)});
+      link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(),
+                                                         .threads = TierLinkThreads(options_.config.worker.tier_threads),
+                                                         .staging_bytes = options_.config.worker.offload_staging_bytes});
       KVTIER_ASSIGN_OR_RETURN(store_metrics_, storage::StoreMetrics::Create(*options_.registry));
     }
     WorkerOptions worker;
@@ -136,6 +141,7 @@ class WorkerNode::Impl {
       // What the last ticks committed still goes to the store, for a bounded while.
       if (Status flushed = writer_->Flush(kWriteThroughDrain); !flushed.ok() && status.ok()) status = flushed;
     }
+    if (link_) link_->Flush();  // the offloads still staged, into the store
     if (store_) {
       if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
     }
@@ -223,6 +229,7 @@ class WorkerNode::Impl {
     for (const auto& pool : stats.pools) active += pool.in_use;
     active_blocks_ = active;
     worker_metrics_->Update(stats);
+    if (link_) worker_metrics_->UpdateStaging(link_->StagingStats());
     if (store_metrics_) store_metrics_->Update(store_->Stats());
     std::lock_guard lock(mu_);
     if (holdings_wanted_) {

@@ -1,0 +1,162 @@
+#include "services/worker/offload_queue.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/thread_name.h"
+
+namespace kvtier::worker {
+
+OffloadQueue::OffloadQueue(OffloadQueueOptions options)
+    : store_(options.store), capacity_bytes_(options.capacity_bytes), thread_([this] { Run(); }) {}
+
+OffloadQueue::~OffloadQueue() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;  // Run stores what is pending first
+  }
+  work_.notify_one();
+  thread_.join();
+}
+
+std::unique_ptr<OffloadQueue::Staged> OffloadQueue::TakeBuffer(size_t bytes) {
+  const auto same_size = std::find_if(free_.begin(), free_.end(), [&](const auto& s) { return s->bytes.size() == bytes; });
+  if (same_size != free_.end()) {
+    std::unique_ptr<Staged> staged = std::move(*same_size);
+    *same_size = std::move(free_.back());
+    free_.pop_back();
+    return staged;
+  }
+  // Buffers of other sizes (another pool's layout) give way to this one.
+  while (allocated_bytes_ + bytes > capacity_bytes_ && !free_.empty()) {
+    allocated_bytes_ -= free_.back()->bytes.size();
+    free_.pop_back();
+  }
+  if (allocated_bytes_ + bytes > capacity_bytes_) return nullptr;
+  allocated_bytes_ += bytes;
+  auto staged = std::make_unique<Staged>();
+  staged->bytes.resize(bytes);
+  return staged;
+}
+
+OffloadQueue::Staged* OffloadQueue::FindLocked(const storage::BlockRef& ref) {
+  const auto it = staged_.find(ref.key);
+  if (it == staged_.end()) return nullptr;
+  for (Staged* staged : it->second) {
+    if (staged->header.format_tag == ref.format_tag && staged->header.salt_scope == ref.salt_scope) return staged;
+  }
+  return nullptr;
+}
+
+std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
+                                      std::span<const std::string* const> formats) {
+  std::vector<bool> staged(blocks.size(), false);
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const OffloadBlock& block = blocks[i];
+      if (FindLocked({block.key, *formats[i], block.salt_scope}) != nullptr) {
+        staged[i] = true;  // the same block (a key's bytes never change) is on its way
+        continue;
+      }
+      std::unique_ptr<Staged> buffer = TakeBuffer(block.bytes.size());
+      if (buffer == nullptr) {
+        ++stats_.no_room;
+        continue;
+      }
+      // The copy runs under the lock: it is what the caller waits for anyway, and readers
+      // of the staging are rare (an onboard right after an eviction).
+      std::memcpy(buffer->bytes.data(), block.bytes.data(), block.bytes.size());
+      storage::BlockHeader& header = buffer->header;
+      header.key = block.key;
+      header.parent = block.parent;
+      header.first_in_chain = block.first;
+      header.format_tag = *formats[i];
+      header.salt_scope = block.salt_scope;
+      header.payload_bytes = block.bytes.size();
+      header.priority = block.priority;
+      staged_[block.key].push_back(buffer.get());
+      pending_.push_back(std::move(buffer));
+      staged[i] = true;
+      ++stage_seq_;
+      ++stats_.staged;
+      stats_.staged_bytes += block.bytes.size();
+    }
+  }
+  work_.notify_one();
+  return staged;
+}
+
+bool OffloadQueue::CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out) {
+  std::lock_guard lock(mu_);
+  const Staged* staged = FindLocked(ref);
+  if (staged == nullptr || staged->bytes.size() != out.size()) return false;
+  std::memcpy(out.data(), staged->bytes.data(), out.size());
+  ++stats_.served;
+  return true;
+}
+
+void OffloadQueue::Flush() {
+  std::unique_lock lock(mu_);
+  const uint64_t target = stage_seq_;
+  idle_.wait(lock, [&] { return settled_seq_ >= target; });
+}
+
+OffloadQueueStats OffloadQueue::Stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void OffloadQueue::Run() {
+  NameThisThread("kvt-offload");
+  // Behind the callers, also for the processor: with few cores, this thread at full
+  // priority took turns from the coordinator's lookups (their p99 doubled on 2 cores:
+  // docs/benchmarks.md). Where it falls behind, its staging fills and offloads are stored
+  // by their callers again.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+  std::vector<std::unique_ptr<Staged>> batch;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      work_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping, and everything staged is stored
+      // All that waits goes as one batch: the host tier makes room for it at once, and
+      // what that displaces goes down to disk in one write.
+      batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
+      pending_.clear();
+    }
+    StoreBatch(batch);
+  }
+}
+
+void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch) {
+  std::vector<storage::PutItem> items;
+  items.reserve(batch.size());
+  for (const auto& staged : batch) {
+    storage::BlockHeader header = staged->header;
+    header.checksum = storage::PayloadChecksum(staged->bytes);
+    items.push_back(storage::PutItem{std::move(header), staged->bytes, /*checksum_checked=*/true});
+  }
+  const std::vector<Status> stored = store_->PutBatch(items);
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      ++(stored[i].ok() ? stats_.stored : stats_.failed);
+      Staged* staged = batch[i].get();
+      stats_.staged_bytes -= staged->bytes.size();
+      // Only now, with the store holding it, does the block leave the staged set.
+      const auto it = staged_.find(staged->header.key);
+      std::erase(it->second, staged);
+      if (it->second.empty()) staged_.erase(it);
+      free_.push_back(std::move(batch[i]));
+    }
+    settled_seq_ += batch.size();
+  }
+  batch.clear();
+  idle_.notify_all();
+}
+
+}  // namespace kvtier::worker

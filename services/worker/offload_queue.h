@@ -1,0 +1,106 @@
+// OffloadQueue: a worker's offloads handed to its node's store behind the caller's back.
+//
+// An allocation that evicts blocks must not return before their bytes are safe: the pool
+// blocks are reused at once. Storing them (hashing each, copying it into the host tier,
+// and the disk writes of whatever that displaces) was most of a worker's thread in a
+// replay (docs/benchmarks.md). Stage copies each block into a staging buffer and returns;
+// a thread of the queue's own (kvt-offload) hashes the staged blocks and puts them into
+// the store in batches, then frees their buffers. Until then a staged block is still
+// served: CopyStaged finds it by (format tag, key, salt scope), so an onboard right
+// after an eviction does not miss it. A block leaves the staged set only after the
+// store has it, so a reader that misses here finds it in the store.
+//
+// Memory: staging takes at most `capacity_bytes` (buffers are kept for reuse: no heap
+// allocation per block once warm). A block that finds no room is not staged: the caller
+// stores it itself, as without a queue (back-pressure, never a wait).
+//
+// Failures: a put the store refuses is counted (Stats().failed) and the block is
+// dropped, as a refused synchronous offload is; the pool's event already said the block
+// left the pool, and the store tells nothing of a block it did not take.
+//
+// Thread safety: every method is safe from any thread. Lock order: the queue's mutex is
+// a leaf (the store is called without it). Ownership: borrows the store, which must
+// outlive the queue; the destructor stores everything staged before it returns.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/thread_annotations.h"
+#include "services/worker/worker.h"
+#include "storage/tiered_store.h"
+
+namespace kvtier::worker {
+
+struct OffloadQueueOptions {
+  storage::TieredStore* store = nullptr;  // required
+  uint64_t capacity_bytes = 0;            // staging; REQUIRES: > 0
+};
+
+struct OffloadQueueStats {
+  uint64_t staged = 0;      // blocks staged
+  uint64_t stored = 0;      // of them, taken by the store
+  uint64_t failed = 0;      // refused by the store (dropped)
+  uint64_t no_room = 0;     // not staged: the staging was full (the caller stored them)
+  uint64_t served = 0;      // reads answered from the staging (CopyStaged)
+  uint64_t staged_bytes = 0;  // now waiting, in bytes
+};
+
+class OffloadQueue {
+ public:
+  // REQUIRES: options.store is not null and options.capacity_bytes > 0.
+  explicit OffloadQueue(OffloadQueueOptions options);
+  ~OffloadQueue();
+  OffloadQueue(const OffloadQueue&) = delete;
+  OffloadQueue& operator=(const OffloadQueue&) = delete;
+
+  // Copies blocks[i] (stored under formats[i], its StorageFormatTag) into staging. Returns,
+  // for each, whether it is staged (or already was): false ones the caller must store.
+  // REQUIRES: formats.size() == blocks.size().
+  std::vector<bool> Stage(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats);
+  // Copies the staged block `ref` names into `out`: true when one is staged, of out's
+  // size (a block of another size is not the one asked for: false).
+  bool CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out);
+  // Returns once everything staged before the call is in the store (or refused).
+  void Flush();
+  OffloadQueueStats Stats() const;
+
+ private:
+  struct Staged {
+    storage::BlockHeader header;  // all but the checksum, made on the queue's thread
+    std::vector<uint8_t> bytes;
+  };
+
+  // A buffer of `bytes` from the free list, or a new one when the staging has room.
+  std::unique_ptr<Staged> TakeBuffer(size_t bytes) KVTIER_REQUIRES(mu_);
+  Staged* FindLocked(const storage::BlockRef& ref) KVTIER_REQUIRES(mu_);
+  void Run();
+  void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch);
+
+  storage::TieredStore* const store_;
+  const uint64_t capacity_bytes_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_;  // staged blocks wait, or stop
+  std::condition_variable idle_;  // a batch was stored
+  std::deque<std::unique_ptr<Staged>> pending_ KVTIER_GUARDED_BY(mu_);
+  // Every staged block, pending or being stored, by key.
+  std::unordered_map<BlockKey, std::vector<Staged*>, BlockKeyHash> staged_ KVTIER_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Staged>> free_ KVTIER_GUARDED_BY(mu_);
+  uint64_t allocated_bytes_ KVTIER_GUARDED_BY(mu_) = 0;  // every buffer, staged or free
+  uint64_t stage_seq_ KVTIER_GUARDED_BY(mu_) = 0;        // blocks ever staged
+  uint64_t settled_seq_ KVTIER_GUARDED_BY(mu_) = 0;      // of them, stored or refused
+  bool stop_ KVTIER_GUARDED_BY(mu_) = false;
+  OffloadQueueStats stats_ KVTIER_GUARDED_BY(mu_);
+  std::thread thread_;  // last: it starts once the rest exists
+};
+
+}  // namespace kvtier::worker

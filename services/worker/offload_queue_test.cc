@@ -1,0 +1,137 @@
+// OffloadQueue: offloads staged and stored behind the caller, served from the staging
+// until the store has them.
+#include "services/worker/offload_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "tests/testing/test_util.h"
+
+namespace kvtier::worker {
+namespace {
+
+using kvtier::testing::WaitUntil;
+
+const std::string kFormat = "L2/H2/D64/T16/fp16/W0/S0-test|f0000000000000009";
+constexpr size_t kBlockBytes = 4096;
+
+class OffloadQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage::TieredStoreOptions options;
+    options.host.emplace();
+    options.host->capacity_bytes = 16 * kBlockBytes;
+    options.host->page_bytes = kBlockBytes;
+    options.host->try_huge_pages = false;
+    // The store's event of block `hold_` waits for `released_`: the queue's thread is
+    // then inside its put, and what it stages waits in the staging.
+    options.on_event = [this](const storage::StoreEvent& e) {
+      if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key.lo != hold_) return;
+      in_put_ = true;
+      WaitUntil([this] { return released_.load(); });
+    };
+    store_ = storage::TieredStore::Create(std::move(options)).value();
+  }
+  void TearDown() override { released_ = true; }
+
+  std::unique_ptr<OffloadQueue> MakeQueue(uint64_t capacity_bytes) {
+    return std::make_unique<OffloadQueue>(OffloadQueueOptions{.store = store_.get(), .capacity_bytes = capacity_bytes});
+  }
+  // Block `id`: its bytes all `id`, of `bytes` bytes.
+  OffloadBlock Block(uint64_t id, size_t bytes = kBlockBytes) {
+    payloads_.push_back(std::make_unique<std::vector<uint8_t>>(bytes, static_cast<uint8_t>(id)));
+    return OffloadBlock{.key = BlockKey{7, id}, .parent = BlockKey{7, 0}, .first = true, .salt_scope = 5,
+                        .priority = 50, .bytes = *payloads_.back()};
+  }
+  std::vector<bool> Stage(OffloadQueue& queue, const std::vector<OffloadBlock>& blocks) {
+    const std::vector<const std::string*> formats(blocks.size(), &kFormat);
+    return queue.Stage(blocks, formats);
+  }
+  static storage::BlockRef Ref(uint64_t id) { return {BlockKey{7, id}, kFormat, 5}; }
+
+  std::unique_ptr<storage::TieredStore> store_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> payloads_;
+  uint64_t hold_ = UINT64_MAX;
+  std::atomic<bool> in_put_{false}, released_{false};
+};
+
+TEST_F(OffloadQueueTest, AStagedBlockIsServedUntilTheStoreHasIt) {
+  hold_ = 1;
+  auto queue = MakeQueue(4 * kBlockBytes);
+  // Block 1 is staged; its put stalls in the store; block 2 is staged behind it.
+  EXPECT_EQ(Stage(*queue, {Block(1)}), std::vector<bool>{true});
+  ASSERT_TRUE(WaitUntil([this] { return in_put_.load(); }));
+  EXPECT_EQ(Stage(*queue, {Block(2)}), std::vector<bool>{true});
+  std::vector<uint8_t> out(kBlockBytes);
+  ASSERT_TRUE(queue->CopyStaged(Ref(2), out));
+  EXPECT_EQ(out, std::vector<uint8_t>(kBlockBytes, 2));
+  // Under another salt scope or format, or into a buffer of another size, it is not there.
+  EXPECT_FALSE(queue->CopyStaged({BlockKey{7, 2}, kFormat, 6}, out));
+  EXPECT_FALSE(queue->CopyStaged({BlockKey{7, 2}, "other|f1", 5}, out));
+  std::vector<uint8_t> small(kBlockBytes / 2);
+  EXPECT_FALSE(queue->CopyStaged(Ref(2), small));
+  EXPECT_EQ(queue->Stats().staged_bytes, 2 * kBlockBytes);
+
+  released_ = true;
+  queue->Flush();
+  // Both are in the store now, with their checksums, and out of the staging.
+  for (uint64_t id : {1, 2}) {
+    auto hit = store_->Get(Ref(id), out);
+    ASSERT_TRUE(hit.ok()) << hit.status();
+    EXPECT_EQ(out, std::vector<uint8_t>(kBlockBytes, static_cast<uint8_t>(id)));
+    EXPECT_EQ(hit->header.priority, 50);
+    EXPECT_FALSE(queue->CopyStaged(Ref(id), out));
+  }
+  const OffloadQueueStats stats = queue->Stats();
+  EXPECT_EQ(stats.staged, 2u);
+  EXPECT_EQ(stats.stored, 2u);
+  EXPECT_EQ(stats.served, 1u);
+  EXPECT_EQ(stats.staged_bytes, 0u);
+}
+
+TEST_F(OffloadQueueTest, ABlockThatFindsNoRoomIsLeftToTheCaller) {
+  auto queue = MakeQueue(2 * kBlockBytes);
+  // Blocks 1 and 2 fill the staging; 3 finds no room; 2 again is on its way already.
+  EXPECT_EQ(Stage(*queue, {Block(1), Block(2), Block(3), Block(2)}), (std::vector<bool>{true, true, false, true}));
+  EXPECT_EQ(queue->Stats().no_room, 1u);
+  EXPECT_EQ(queue->Stats().staged, 2u);
+  queue->Flush();
+  // Their buffers are free again: block 4 reuses one.
+  EXPECT_EQ(Stage(*queue, {Block(4)}), std::vector<bool>{true});
+  queue->Flush();
+  EXPECT_TRUE(store_->Contains(Ref(4)));
+  EXPECT_FALSE(store_->Contains(Ref(3)));
+}
+
+TEST_F(OffloadQueueTest, APutTheStoreRefusesIsCountedAndDropped) {
+  auto queue = MakeQueue(32 * kBlockBytes);
+  // Block 1 is larger than the whole host tier (16 blocks): the store refuses it.
+  EXPECT_EQ(Stage(*queue, {Block(1, 17 * kBlockBytes), Block(2)}), (std::vector<bool>{true, true}));
+  queue->Flush();
+  EXPECT_EQ(queue->Stats().failed, 1u);
+  EXPECT_EQ(queue->Stats().stored, 1u);
+  std::vector<uint8_t> out(17 * kBlockBytes);
+  EXPECT_FALSE(queue->CopyStaged(Ref(1), out)) << "dropped, not kept staged";
+  EXPECT_FALSE(store_->Contains(Ref(1)));
+  EXPECT_TRUE(store_->Contains(Ref(2)));
+}
+
+TEST_F(OffloadQueueTest, TheDestructorStoresEverythingStaged) {
+  hold_ = 1;
+  auto queue = MakeQueue(8 * kBlockBytes);
+  // Block 1's put stalls; blocks 2-6 are staged behind it; then the queue goes.
+  EXPECT_EQ(Stage(*queue, {Block(1)}), std::vector<bool>{true});
+  ASSERT_TRUE(WaitUntil([this] { return in_put_.load(); }));
+  std::vector<OffloadBlock> blocks;
+  for (uint64_t id = 2; id <= 6; ++id) blocks.push_back(Block(id));
+  EXPECT_EQ(Stage(*queue, blocks), std::vector<bool>(5, true));
+  released_ = true;
+  queue.reset();
+  for (uint64_t id = 1; id <= 6; ++id) EXPECT_TRUE(store_->Contains(Ref(id))) << "block " << id;
+}
+
+}  // namespace
+}  // namespace kvtier::worker
