@@ -43,10 +43,9 @@ std::unique_ptr<OffloadQueue::Staged> OffloadQueue::TakeBuffer(size_t bytes) {
 }
 
 OffloadQueue::Staged* OffloadQueue::FindLocked(const storage::BlockRef& ref) {
-  const auto it = staged_.find(ref.key);
-  if (it == staged_.end()) return nullptr;
-  for (Staged* staged : it->second) {
-    if (staged->header.format_tag == ref.format_tag && staged->header.salt_scope == ref.salt_scope) return staged;
+  for (auto [it, end] = staged_.equal_range(ref.key); it != end; ++it) {
+    const Staged* staged = it->second;
+    if (staged->header.format_tag == ref.format_tag && staged->header.salt_scope == ref.salt_scope) return it->second;
   }
   return nullptr;
 }
@@ -78,7 +77,13 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
       header.salt_scope = block.salt_scope;
       header.payload_bytes = block.bytes.size();
       header.priority = block.priority;
-      staged_[block.key].push_back(buffer.get());
+      if (buffer->node.empty()) {
+        staged_.emplace(block.key, buffer.get());
+      } else {  // the entry it had before, under its new key
+        buffer->node.key() = block.key;
+        buffer->node.mapped() = buffer.get();
+        staged_.insert(std::move(buffer->node));
+      }
       pending_.push_back(std::move(buffer));
       staged[i] = true;
       ++stage_seq_;
@@ -118,6 +123,7 @@ void OffloadQueue::Run() {
   // by their callers again.
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
   std::vector<std::unique_ptr<Staged>> batch;
+  std::vector<storage::PutItem> items;
   for (;;) {
     {
       std::unique_lock lock(mu_);
@@ -128,19 +134,21 @@ void OffloadQueue::Run() {
       batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
       pending_.clear();
     }
-    StoreBatch(batch);
+    StoreBatch(batch, items);
   }
 }
 
-void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch) {
-  std::vector<storage::PutItem> items;
-  items.reserve(batch.size());
-  for (const auto& staged : batch) {
-    storage::BlockHeader header = staged->header;
-    header.checksum = storage::PayloadChecksum(staged->bytes);
-    items.push_back(storage::PutItem{std::move(header), staged->bytes, /*checksum_checked=*/true});
+void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items) {
+  if (items.size() < batch.size()) items.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Staged& staged = *batch[i];
+    storage::PutItem& item = items[i];
+    item.header = staged.header;  // into the header's own strings: no allocation once warm
+    item.header.checksum = storage::PayloadChecksum(staged.bytes);
+    item.payload = staged.bytes;
+    item.checksum_checked = true;  // hashed just now from these bytes
   }
-  const std::vector<Status> stored = store_->PutBatch(items);
+  const std::vector<Status> stored = store_->PutBatch(std::span(items).first(batch.size()));
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -148,9 +156,9 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch) {
       Staged* staged = batch[i].get();
       stats_.staged_bytes -= staged->bytes.size();
       // Only now, with the store holding it, does the block leave the staged set.
-      const auto it = staged_.find(staged->header.key);
-      std::erase(it->second, staged);
-      if (it->second.empty()) staged_.erase(it);
+      auto it = staged_.find(staged->header.key);  // the first of its key's entries
+      while (it->second != staged) ++it;            // equal keys are adjacent
+      staged->node = staged_.extract(it);
       free_.push_back(std::move(batch[i]));
     }
     settled_seq_ += batch.size();

@@ -10,8 +10,8 @@
 // after an eviction does not miss it. A block leaves the staged set only after the
 // store has it, so a reader that misses here finds it in the store.
 //
-// Memory: staging takes at most `capacity_bytes` (buffers are kept for reuse: no heap
-// allocation per block once warm). A block that finds no room is not staged: the caller
+// Memory: staging takes at most `capacity_bytes`. Buffers, their map nodes and the put's
+// headers are kept for reuse: no heap allocation per block once warm. A block that finds no room is not staged: the caller
 // stores it itself, as without a queue (back-pressure, never a wait).
 //
 // Failures: a put the store refuses is counted (Stats().failed) and the block is
@@ -74,16 +74,20 @@ class OffloadQueue {
   OffloadQueueStats Stats() const;
 
  private:
+  struct Staged;
+  using StagedMap = std::unordered_multimap<BlockKey, Staged*, BlockKeyHash>;
   struct Staged {
     storage::BlockHeader header;  // all but the checksum, made on the queue's thread
     std::vector<uint8_t> bytes;
+    StagedMap::node_type node;    // its entry in staged_ while free, to insert again
   };
 
   // A buffer of `bytes` from the free list, or a new one when the staging has room.
   std::unique_ptr<Staged> TakeBuffer(size_t bytes) KVTIER_REQUIRES(mu_);
   Staged* FindLocked(const storage::BlockRef& ref) KVTIER_REQUIRES(mu_);
   void Run();
-  void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch);
+  // `items`: the put's, kept from batch to batch (their headers' strings reused).
+  void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items);
 
   storage::TieredStore* const store_;
   const uint64_t capacity_bytes_;
@@ -93,7 +97,7 @@ class OffloadQueue {
   std::condition_variable idle_;  // a batch was stored
   std::deque<std::unique_ptr<Staged>> pending_ KVTIER_GUARDED_BY(mu_);
   // Every staged block, pending or being stored, by key.
-  std::unordered_map<BlockKey, std::vector<Staged*>, BlockKeyHash> staged_ KVTIER_GUARDED_BY(mu_);
+  StagedMap staged_ KVTIER_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Staged>> free_ KVTIER_GUARDED_BY(mu_);
   uint64_t allocated_bytes_ KVTIER_GUARDED_BY(mu_) = 0;  // every buffer, staged or free
   uint64_t stage_seq_ KVTIER_GUARDED_BY(mu_) = 0;        // blocks ever staged
