@@ -10,6 +10,16 @@
 
 namespace kvtier::worker {
 
+void FillStoredHeader(const OffloadBlock& block, const std::string& format, storage::BlockHeader& header) {
+  header.key = block.key;
+  header.parent = block.parent;
+  header.first_in_chain = block.first;
+  header.format_tag = format;
+  header.salt_scope = block.salt_scope;
+  header.payload_bytes = block.bytes.size();
+  header.priority = block.priority;
+}
+
 OffloadQueue::OffloadQueue(OffloadQueueOptions options)
     : store_(options.store), capacity_bytes_(options.capacity_bytes), thread_([this] { Run(); }) {}
 
@@ -69,14 +79,7 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
       // The copy runs under the lock: it is what the caller waits for anyway, and readers
       // of the staging are rare (an onboard right after an eviction).
       std::memcpy(buffer->bytes.data(), block.bytes.data(), block.bytes.size());
-      storage::BlockHeader& header = buffer->header;
-      header.key = block.key;
-      header.parent = block.parent;
-      header.first_in_chain = block.first;
-      header.format_tag = *formats[i];
-      header.salt_scope = block.salt_scope;
-      header.payload_bytes = block.bytes.size();
-      header.priority = block.priority;
+      FillStoredHeader(block, *formats[i], buffer->header);
       if (buffer->node.empty()) {
         staged_.emplace(block.key, buffer.get());
       } else {  // the entry it had before, under its new key

@@ -40,6 +40,11 @@
 
 namespace kvtier::worker {
 
+// The header an offloaded block is stored under, but its checksum: key, parent, chain
+// start, `format` (its StorageFormatTag), salt scope, size and priority. Written into
+// `header` in place, so that a reused header's strings are reused too.
+void FillStoredHeader(const OffloadBlock& block, const std::string& format, storage::BlockHeader& header);
+
 struct OffloadQueueOptions {
   storage::TieredStore* store = nullptr;  // required
   uint64_t capacity_bytes = 0;            // staging; REQUIRES: > 0

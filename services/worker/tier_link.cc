@@ -172,14 +172,8 @@ std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag) {
 
 storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const std::string& format) {
   storage::BlockHeader header;
-  header.key = block.key;
-  header.parent = block.parent;
-  header.first_in_chain = block.first;
-  header.format_tag = format;
-  header.salt_scope = block.salt_scope;
-  header.payload_bytes = block.bytes.size();
+  FillStoredHeader(block, format, header);
   header.checksum = storage::PayloadChecksum(block.bytes);
-  header.priority = block.priority;
   // Hashed just now from these bytes: the tier need not hash them again.
   return storage::PutItem{std::move(header), block.bytes, /*checksum_checked=*/true};
 }
