@@ -118,9 +118,9 @@ std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks)
   for (const OffloadBlock& block : blocks) formats.push_back(&tags.For(block.layout, block.format_tag));
   std::vector<size_t> now;  // stored before returning: all, or those the staging had no room for
   now.reserve(blocks.size());
-  const std::vector<bool> staged = queue_ ? queue_->Stage(blocks, formats) : std::vector<bool>(blocks.size(), false);
+  const std::vector<bool> staged = queue_ ? queue_->Stage(blocks, formats) : std::vector<bool>{};
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (!staged[i]) now.push_back(i);
+    if (staged.empty() || !staged[i]) now.push_back(i);
   }
   StoreNow(blocks, formats, now, taken);
   return taken;
@@ -184,11 +184,7 @@ Status TierLink::Offload(const OffloadBlock& block) { return std::move(OffloadBa
 
 namespace kvtier::worker {
 
-Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) {
-  const std::string format = StorageFormatTag(*block.layout, block.format_tag);
-  if (queue_ && queue_->CopyStaged({block.key, format, block.salt_scope}, block.out)) return SourceTier::kHost;
-  return SourceOf(store_->Get(storage::BlockRef{block.key, format, block.salt_scope}, block.out), block);
-}
+Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) { return std::move(FetchBatch({&block, 1}).front()); }
 
 Result<SourceTier> TierLink::SourceOf(Result<storage::TieredHit> hit, const OnboardBlock& block) {
   if (!hit.ok()) return hit.status();
