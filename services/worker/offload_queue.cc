@@ -115,7 +115,9 @@ void OffloadQueue::Flush() {
 
 OffloadQueueStats OffloadQueue::Stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  OffloadQueueStats stats = stats_;
+  stats.capacity_bytes = capacity_bytes_;
+  return stats;
 }
 
 void OffloadQueue::Run() {

@@ -57,6 +57,7 @@ struct OffloadQueueStats {
   uint64_t no_room = 0;     // not staged: the staging was full (the caller stored them)
   uint64_t served = 0;      // reads answered from the staging (CopyStaged)
   uint64_t staged_bytes = 0;  // now waiting, in bytes
+  uint64_t capacity_bytes = 0;  // the most it may hold (OffloadQueueOptions::capacity_bytes)
 };
 
 class OffloadQueue {

@@ -98,6 +98,7 @@ TEST_F(OffloadQueueTest, ABlockThatFindsNoRoomIsLeftToTheCaller) {
   EXPECT_EQ(Stage(*queue, {Block(1), Block(2), Block(3), Block(2)}), (std::vector<bool>{true, true, false, true}));
   EXPECT_EQ(queue->Stats().no_room, 1u);
   EXPECT_EQ(queue->Stats().staged, 2u);
+  EXPECT_EQ(queue->Stats().capacity_bytes, 2 * kBlockBytes);
   queue->Flush();
   // Their buffers are free again: block 4 reuses one.
   EXPECT_EQ(Stage(*queue, {Block(4)}), std::vector<bool>{true});

@@ -96,9 +96,13 @@ Status WorkerMetrics::AddStaging(MetricsRegistry& r) {
                                                              "Onboards answered from the offload staging."));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_worker_staging_bytes",
                                                          "Bytes of evicted blocks staged and not yet stored."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity,
+                          r.AddGauge("kvtier_worker_staging_capacity_bytes",
+                                     "The most bytes the offload staging holds (worker.offload_staging_bytes)."));
   staging_full_ = &full->WithLabels({});
   staging_reads_ = &reads->WithLabels({});
   staging_bytes_ = &bytes->WithLabels({});
+  staging_capacity_ = &capacity->WithLabels({});
   return Status::Ok();
 }
 
@@ -108,6 +112,7 @@ void WorkerMetrics::UpdateStaging(const OffloadQueueStats& stats) {
   IncBy(*staging_full_, stats.no_room, last_staging_.no_room);
   IncBy(*staging_reads_, stats.served, last_staging_.served);
   staging_bytes_->Set(static_cast<double>(stats.staged_bytes));
+  staging_capacity_->Set(static_cast<double>(stats.capacity_bytes));
   last_staging_ = stats;
 }
 

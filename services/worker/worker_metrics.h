@@ -19,6 +19,7 @@
 //                                   stored them itself)
 //   staging_reads_total             onboards answered from the staging
 //   staging_bytes                   gauge: bytes staged, not yet stored
+//   staging_capacity_bytes          gauge: the most it holds (0: no staging)
 //
 // Thread safety: as common/metrics.h; updated from the worker's event-loop thread.
 #pragma once
@@ -62,6 +63,7 @@ class WorkerMetrics {
   Counter* staging_full_ = nullptr;
   Counter* staging_reads_ = nullptr;
   Gauge* staging_bytes_ = nullptr;
+  Gauge* staging_capacity_ = nullptr;
   WorkerStats last_;  // what the counters already include
   OffloadQueueStats last_staging_;
 };

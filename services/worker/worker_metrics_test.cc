@@ -117,15 +117,18 @@ TEST(WorkerMetricsTest, TransferTimeIsCountedInSecondsByPath) {
 TEST(WorkerMetricsTest, TracksTheOffloadStagingByGrowth) {
   MetricsRegistry registry;
   auto metrics = WorkerMetrics::Create(registry, 1).value();
-  // 5 staged: 3 stored, 1 refused, 1 waiting (4 KiB); 2 found no room; 1 read back.
-  metrics->UpdateStaging({.staged = 5, .stored = 3, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 4096});
+  // A 64 KiB staging. 5 staged: 3 stored, 1 refused, 1 waiting (4 KiB); 2 found no room;
+  // 1 read back.
+  metrics->UpdateStaging({.staged = 5, .stored = 3, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 4096,
+                          .capacity_bytes = 65536});
   // Then 2 more stored, and nothing waits.
-  metrics->UpdateStaging({.staged = 6, .stored = 5, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 0});
+  metrics->UpdateStaging({.staged = 6, .stored = 5, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 0,
+                          .capacity_bytes = 65536});
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_worker_staged_offloads_total{result=\"stored\"} 5\n",
                            "kvtier_worker_staged_offloads_total{result=\"failed\"} 1\n",
                            "kvtier_worker_staging_full_offloads_total 2\n", "kvtier_worker_staging_reads_total 1\n",
-                           "kvtier_worker_staging_bytes 0\n"}) {
+                           "kvtier_worker_staging_bytes 0\n", "kvtier_worker_staging_capacity_bytes 65536\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

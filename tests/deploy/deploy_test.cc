@@ -2,7 +2,7 @@
 // against the API schemas (a misspelt field fails), the configuration they mount is one
 // kvtier accepts, promtool passes the scrape configuration, rules and rule tests, the
 // dashboard and rules query only metrics kvtier exports, and a real Prometheus server
-// scrapes a running `kvtier up` and finds every role.
+// scrapes a running `kvtier up`, finds every role and evaluates every dashboard query.
 #include <signal.h>
 
 #include <chrono>
@@ -52,6 +52,20 @@ uint16_t StartUp(const testing::TempDir& dir, std::unique_ptr<ChildProcess>& up,
   up = std::make_unique<ChildProcess>(argv, dir.path());
   EXPECT_TRUE(up->WaitForOutput("Stop with Ctrl-C", seconds(20))) << up->Stdout() << up->Stderr();
   return metrics_port;
+}
+
+// The PromQL of every target of the Grafana dashboard, unescaped from its JSON strings.
+std::vector<std::string> DashboardQueries() {
+  const std::string dashboard = ReadFile(kDeploy + "/grafana/kvtier-dashboard.json");
+  const std::regex expr("\"expr\": \"((?:[^\"\\\\]|\\\\.)*)\"");
+  std::vector<std::string> queries;
+  for (std::sregex_iterator it(dashboard.begin(), dashboard.end(), expr), end; it != end; ++it) {
+    std::string query;
+    const std::string escaped = (*it)[1].str();
+    for (size_t i = 0; i < escaped.size(); ++i) query += escaped[i] == '\\' ? escaped[++i] : escaped[i];
+    queries.push_back(std::move(query));
+  }
+  return queries;
 }
 
 std::string Curl(const std::string& url) {
@@ -207,7 +221,8 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
 }
 
 // A real Prometheus (Debian's) on loopback scrapes `kvtier up` every second for 15 s with
-// kvtier's rules loaded; its HTTP API then has series for every role and healthy rules.
+// kvtier's rules loaded; its HTTP API then has series for every role and healthy rules,
+// and evaluates every query of the dashboard.
 TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   testing::TempDir dir;
   std::unique_ptr<ChildProcess> up;
@@ -235,6 +250,18 @@ TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   const std::string rules = Curl(api + "rules");
   EXPECT_NE(rules.find("\"name\":\"kvtier:block_hit_rate:ratio_rate5m\""), std::string::npos) << rules;
   EXPECT_EQ(rules.find("\"health\":\"err\""), std::string::npos) << rules;
+  // Every query of the dashboard is one this Prometheus evaluates (a typo in PromQL fails).
+  const std::vector<std::string> queries = DashboardQueries();
+  EXPECT_GT(queries.size(), 20u);
+  for (const std::string& query : queries) {
+    ASSERT_TRUE(testing::WriteFile(dir.File("query"), query));
+    std::string answer;
+    EXPECT_EQ(RunCommand("curl -sS --max-time 5 -G --data-urlencode 'query@" + dir.File("query") + "' '" + api +
+                             "query'",
+                         &answer),
+              0);
+    EXPECT_NE(answer.find("\"status\":\"success\""), std::string::npos) << query << ": " << answer;
+  }
   prometheus.Signal(SIGTERM);
   EXPECT_EQ(prometheus.Wait(seconds(15)), 0) << prometheus.Stderr();
   up->Signal(SIGTERM);
