@@ -63,6 +63,15 @@ class TieredStore::Impl {
     return Filling([&] { return host_ ? host_->PutBatch(items) : disk_->PutBatch(items); });
   }
 
+  std::vector<Status> PutBatchBehind(std::span<const PutItem> items) {
+    return Filling([&] {
+      // Room for the batch beyond the room kept ahead (best effort: a block already held,
+      // whose put refreshes it, is counted too; puts beside this one may take pages).
+      if (free_ahead_bytes_ > 0) host_->Reclaim(free_ahead_bytes_ + HostBytesOf(items));
+      return host_ ? host_->PutBatch(items) : disk_->PutBatch(items);
+    });
+  }
+
   Status Flush() { return disk_ ? disk_->Flush() : Status::Ok(); }
 
   Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out) {
@@ -159,6 +168,14 @@ class TieredStore::Impl {
  private:
   void Emit(StoreEvent::Kind kind, TierKind tier, const BlockHeader& header) {
     if (options_.on_event) options_.on_event(StoreEvent{kind, tier, header});
+  }
+
+  // The host tier pages `items` take, in bytes.
+  uint64_t HostBytesOf(std::span<const PutItem> items) const {
+    const uint64_t page = options_.host->page_bytes;
+    uint64_t bytes = 0;
+    for (const PutItem& item : items) bytes += (item.header.payload_bytes + page - 1) / page * page;
+    return bytes;
   }
 
   // Whether the block can enter the disk tier only by evicting others, after `pending`
@@ -341,6 +358,9 @@ TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TieredStore::~TieredStore() = default;
 Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
 std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
+std::vector<Status> TieredStore::PutBatchBehind(std::span<const PutItem> items) {
+  return impl_->PutBatchBehind(items);
+}
 Status TieredStore::Flush() { return impl_->Flush(); }
 
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }

@@ -83,6 +83,14 @@ class TieredStore {
 
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload);
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
+  // PutBatch for a thread that works behind its callers (a worker's offload staging): it
+  // first makes room for its blocks itself, on its own thread, and leaves the room kept
+  // ahead (free_ahead_bytes) to the puts that callers wait for (a fetch's promotions, an
+  // offload that found the staging full). A plain PutBatch from such a thread took that
+  // room as fast as the store's thread made it, and a worker's fetches then waited for
+  // the disk writes of their promotions (docs/benchmarks.md). The same as PutBatch
+  // without free_ahead_bytes.
+  [[nodiscard]] std::vector<Status> PutBatchBehind(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
   [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
   // Get for each block (refs[i] into outs[i]), one result each, with the disk hits

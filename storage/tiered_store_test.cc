@@ -409,6 +409,38 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
   }
 }
 
+// A put from a thread that works behind its callers makes its own room and leaves the
+// room kept ahead to puts that callers wait for. Blocks 0-5 fill six of the eight pages
+// (the two kept free are left whole). A batch of two (6, 7) put behind moves two blocks
+// down (0, 1) on its own thread before it takes two pages, and two pages are still free
+// when it returns: the store's thread was never needed.
+TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
+  free_ahead_bytes_ = 2 * kPage;
+  auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
+  const std::thread::id test_thread = std::this_thread::get_id();
+  std::atomic<int> moved_down_here{0};
+  before_told_ = [&](const StoreEvent& event) {
+    if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
+        std::this_thread::get_id() == test_thread) {
+      moved_down_here.fetch_add(1);
+    }
+  };
+  for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+  const std::vector<TestBlock> behind = Blocks(6, 2, kPage, 50);
+  std::vector<PutItem> items;
+  for (const TestBlock& b : behind) items.push_back({b.header, b.payload});
+  for (const Status& put : store->PutBatchBehind(items)) ASSERT_TRUE(put.ok()) << put;
+
+  EXPECT_EQ(moved_down_here.load(), 2);
+  EXPECT_EQ(store->Stats().host->bytes, 6 * kPage);
+  EXPECT_EQ(store->Stats().demoted_ahead, 0u);
+  std::set<uint64_t> on_disk;
+  for (const auto& [tier, header] : store->Holdings()) {
+    if (tier == TierKind::kDisk) on_disk.insert(header.key.lo);
+  }
+  EXPECT_EQ(on_disk, (std::set<uint64_t>{0, 1}));
+}
+
 TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) { ChangeConcurrentlyThenCheckEvents(); }
 
 // The same with two pages kept free by the store's own thread, which moves blocks down

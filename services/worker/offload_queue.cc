@@ -153,7 +153,9 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
     item.payload = staged.bytes;
     item.checksum_checked = true;  // hashed just now from these bytes
   }
-  const std::vector<Status> stored = store_->PutBatch(std::span(items).first(batch.size()));
+  // Behind: the batch makes its own room, and the room the store keeps free is left to
+  // the worker's own puts (its fetches' promotions), which the worker waits for.
+  const std::vector<Status> stored = store_->PutBatchBehind(std::span(items).first(batch.size()));
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch.size(); ++i) {

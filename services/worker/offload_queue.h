@@ -5,7 +5,8 @@
 // and the disk writes of whatever that displaces) was most of a worker's thread in a
 // replay (docs/benchmarks.md). Stage copies each block into a staging buffer and returns;
 // a thread of the queue's own (kvt-offload) hashes the staged blocks and puts them into
-// the store in batches, then frees their buffers. Until then a staged block is still
+// the store in batches (TieredStore::PutBatchBehind: each makes its own room, leaving the
+// room the store keeps free to the worker's own puts), then frees their buffers. Until then a staged block is still
 // served: CopyStaged finds it by (format tag, key, salt scope), so an onboard right
 // after an eviction does not miss it. A block leaves the staged set only after the
 // store has it, so a reader that misses here finds it in the store.

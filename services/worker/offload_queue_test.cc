@@ -134,5 +134,43 @@ TEST_F(OffloadQueueTest, TheDestructorStoresEverythingStaged) {
   for (uint64_t id = 1; id <= 6; ++id) EXPECT_TRUE(store_->Contains(Ref(id))) << "block " << id;
 }
 
+// The staging's puts make their own room. The store: a host tier of 16 blocks over a
+// disk, 4 blocks of it kept free by the store's own thread. Blocks 1-12 fill the host
+// tier up to that room; blocks 13-20 are then staged and stored, moving 8 blocks down to
+// disk on the staging's thread and leaving the 4 free to the worker's own puts: the
+// store's thread moved none.
+TEST_F(OffloadQueueTest, ItsPutsMakeTheirOwnRoomAndLeaveTheStoresRoomAhead) {
+  kvtier::testing::TempDir dir;
+  storage::TieredStoreOptions options;
+  options.host.emplace();
+  options.host->capacity_bytes = 16 * kBlockBytes;
+  options.host->page_bytes = kBlockBytes;
+  options.host->try_huge_pages = false;
+  options.disk.emplace();
+  options.disk->path = dir.path();
+  options.disk->capacity_bytes = 1 << 20;
+  options.disk->memtable_bytes = 1 << 20;
+  options.free_ahead_bytes = 4 * kBlockBytes;
+  store_ = storage::TieredStore::Create(std::move(options)).value();
+  auto queue = MakeQueue(32 * kBlockBytes);
+  const auto stage_and_store = [&](uint64_t first, uint64_t last) {
+    std::vector<OffloadBlock> blocks;
+    for (uint64_t id = first; id <= last; ++id) blocks.push_back(Block(id));
+    EXPECT_EQ(Stage(*queue, blocks), std::vector<bool>(blocks.size(), true));
+    queue->Flush();
+  };
+  stage_and_store(1, 12);
+  EXPECT_EQ(store_->Stats().demoted, 0u);
+  stage_and_store(13, 20);
+
+  ASSERT_TRUE(WaitUntil([&] { return store_->Stats().host->bytes <= 12 * kBlockBytes; }));
+  const storage::TieredStoreStats stats = store_->Stats();
+  EXPECT_EQ(stats.demoted, 8u);
+  EXPECT_EQ(stats.demoted_ahead, 0u);
+  EXPECT_EQ(queue->Stats().stored, 20u);
+  queue.reset();
+  store_.reset();  // before its directory goes
+}
+
 }  // namespace
 }  // namespace kvtier::worker
