@@ -7,6 +7,7 @@
 
 #include "common/config_fields.h"
 #include "common/file.h"
+#include "common/kv_layout.h"
 
 extern char** environ;
 
@@ -164,7 +165,39 @@ Status ApplyYaml(std::string_view yaml_text, std::string_view source_name, Kvtie
   }
 }
 
+namespace {
+
+// A worker's queues sized in bytes must hold at least one block of its layout, or every
+// block would pass them by unsaid. A layout the library refuses is left to the worker
+// node, which names it.
+Status CheckWorkerQueues(const WorkerConfig& worker) {
+  const Result<KvDtype> dtype = ParseDtype(worker.dtype);
+  if (!dtype.ok()) return Status::Ok();
+  const Result<KvLayout> layout = KvLayout::Create({.num_layers = worker.num_layers,
+                                                    .num_kv_heads = worker.num_kv_heads,
+                                                    .head_dim = worker.head_dim,
+                                                    .tokens_per_block = worker.tokens_per_block,
+                                                    .dtype = *dtype});
+  if (!layout.ok()) return Status::Ok();
+  const uint64_t block = layout->bytes_per_block();
+  const auto too_small = [&](const char* field, uint64_t bytes, const char* off) {
+    return InvalidArgumentError(std::string(field) + ": " + std::to_string(bytes) + " bytes hold no block of the " +
+                                "worker's layout (" + layout->Fingerprint() + ": " + std::to_string(block) +
+                                " bytes a block); give at least " + std::to_string(block) + off);
+  };
+  if (worker.offload_staging_bytes > 0 && worker.offload_staging_bytes < block) {
+    return too_small("worker.offload_staging_bytes", worker.offload_staging_bytes, ", or 0 to turn the staging off");
+  }
+  if (!worker.write_through_stores.empty() && worker.write_through_queue_bytes < block) {
+    return too_small("worker.write_through_queue_bytes", worker.write_through_queue_bytes, "");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateConfig(const KvtierConfig& config) {
+  KVTIER_RETURN_IF_ERROR(CheckWorkerQueues(config.worker));
   if (config.tls.cert_file.empty() != config.tls.key_file.empty()) {
     return InvalidArgumentError("tls.cert_file and tls.key_file must be set together (got only " +
                                 std::string(config.tls.cert_file.empty() ? "tls.key_file" : "tls.cert_file") + ")");

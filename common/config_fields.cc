@@ -246,7 +246,7 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "Evicted blocks are copied into this much staging and stored into the node's tiers "
                              "by a thread of their own, so that an allocation does not wait for the store; "
                              "onboards find them there meanwhile. Blocks beyond it are stored before the "
-                             "allocation returns. 0: every one is.",
+                             "allocation returns. 0: every one is; otherwise at least one block of the layout.",
                              0, 1ull << 40, [](auto& c) -> auto& { return c.worker.offload_staging_bytes; }));
   fields.push_back(UintField("worker.data_stream_tier_threads",
                              "`kvtier worker`: threads that run its data stream's disk work (gets of blocks on "
@@ -278,7 +278,8 @@ void AddNodeFields(std::vector<Field>& fields) {
       "a list of node ids", [](auto& c) -> auto& { return c.worker.write_through_stores; }));
   fields.push_back(UintField("worker.write_through_queue_bytes",
                              "`kvtier worker`: bytes of blocks that may wait for the write-through store; blocks "
-                             "beyond it are skipped (the node's own tiers still take them), never waited for.",
+                             "beyond it are skipped (the node's own tiers still take them), never waited for. At "
+                             "least one block of the layout.",
                              1ull << 20, 1ull << 40,
                              [](auto& c) -> auto& { return c.worker.write_through_queue_bytes; }));
   fields.push_back(StringField("node.name",

@@ -76,6 +76,25 @@ TEST(ConfigTest, CrossFieldChecks) {
   ExpectError(FromYaml("tls: {cert_file: /c.pem}\n").status(), {"tls.cert_file", "tls.key_file"});
 }
 
+// The worker's queues must hold a block of its layout: the default layout's blocks are
+// 4 layers x K,V x 2 heads x 64 dims x 16 tokens x 2 bytes = 32768 bytes.
+TEST(ConfigTest, AWorkersQueuesHoldAtLeastOneBlock) {
+  ExpectError(FromYaml("worker: {offload_staging_bytes: 32767}\n").status(),
+              {"worker.offload_staging_bytes", "32767 bytes hold no block", "32768 bytes a block",
+               "at least 32768, or 0 to turn the staging off"});
+  EXPECT_TRUE(FromYaml("worker: {offload_staging_bytes: 32768}\n").ok());
+  EXPECT_TRUE(FromYaml("worker: {offload_staging_bytes: 0}\n").ok()) << "off";
+  // Blocks of 64 layers x 2 x 8 heads x 128 dims x 16 tokens x fp16: 4 MiB, beyond the
+  // write-through queue's 1 MiB, which matters only with write-through stores.
+  const std::string big = "worker: {num_layers: 64, num_kv_heads: 8, head_dim: 128, write_through_queue_bytes: 1048576";
+  EXPECT_TRUE(FromYaml(big + "}\n").ok());
+  ExpectError(FromYaml(big + ", write_through_stores: [s/store]}\n").status(),
+              {"worker.write_through_queue_bytes", "1048576 bytes hold no block", "4194304 bytes a block"});
+  // A layout the library refuses (24 tokens: not a power of two) is the worker node's to
+  // name, not this check's.
+  EXPECT_TRUE(FromYaml("worker: {tokens_per_block: 24, offload_staging_bytes: 1}\n").ok());
+}
+
 TEST(ConfigTest, PrecedenceIsDefaultsYamlEnvironmentFlags) {
   char path[] = "/tmp/kvtier_config_XXXXXX";
   const int fd = mkstemp(path);

@@ -179,6 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "coordinator.max_message_bytes: \"12\" is out of range [4096, 1073741824]"},
         BadInput{"FractionOutOfRange", {"up", "--worker-free-memory-fraction", "1.5"}, "",
                  "worker.free_memory_fraction: \"1.5\" is out of range (0, 1]"},
+        BadInput{"StagingBelowABlock", {"up", "--worker-offload-staging-bytes", "1000"}, "",
+                 "worker.offload_staging_bytes: 1000 bytes hold no block of the worker's layout"},
         BadInput{"InvalidYaml", {"up"}, "metrics: [1, 2\n", "invalid YAML at line"},
         BadInput{"UnknownField", {"up"}, "metrics:\n  prot: 9400\n", "unknown field \"metrics.prot\""},
         BadInput{"YamlOutOfRange", {"up"}, "log: {level: chatty}\n", "log.level"},
