@@ -156,8 +156,8 @@ Field ListenField() {
       CheckListenAddress);
 }
 
-// The embedded worker's pool and the node's tiers (`kvtier up`).
-void AddNodeFields(std::vector<Field>& fields) {
+// The worker's KV layout and pool (`kvtier up`'s embedded worker and `kvtier worker`).
+void AddPoolFields(std::vector<Field>& fields) {
   fields.push_back(UintField("worker.num_layers", "Model layers in each KV block.", 1, 1024,
                              [](auto& c) -> auto& { return c.worker.num_layers; }));
   fields.push_back(UintField("worker.num_kv_heads", "KV heads per layer.", 1, 1024,
@@ -182,6 +182,10 @@ void AddNodeFields(std::vector<Field>& fields) {
   fields.push_back(UintField("worker.secondary_offload_min_priority",
                              "Evicted blocks of at least this priority move to the host tier; others are dropped.",
                              0, 100, [](auto& c) -> auto& { return c.worker.secondary_offload_min_priority; }));
+}
+
+// The node's host and disk tiers, and `kvtier store`'s serving of them.
+void AddStoreFields(std::vector<Field>& fields) {
   fields.push_back(UintField("store.host_cache_bytes", "Host tier capacity (0: no host tier).", 0, 1ull << 44,
                              [](auto& c) -> auto& { return c.store.host_cache_bytes; }));
   fields.push_back(UintField("store.data_port",
@@ -229,6 +233,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                                "listen address.",
                                "host:port", true, [](auto& c) -> auto& { return c.store.advertise; },
                                CheckListenAddress));
+}
+
+// How a worker hands blocks to its tiers, and `kvtier worker`'s serving and write-through.
+void AddWorkerNodeFields(std::vector<Field>& fields) {
   fields.push_back(UintField("worker.data_port",
                              "`kvtier worker`: TCP port of its BlockStore's data stream, on the listen host (0 "
                              "picks one; tickets carry the address).",
@@ -282,6 +290,10 @@ void AddNodeFields(std::vector<Field>& fields) {
                              "least one block of the layout.",
                              1ull << 20, 1ull << 40,
                              [](auto& c) -> auto& { return c.worker.write_through_queue_bytes; }));
+}
+
+// A separate node's name and its coordinator (`kvtier worker`, `kvtier store`).
+void AddNodeIdentityFields(std::vector<Field>& fields) {
   fields.push_back(StringField("node.name",
                                "`kvtier worker`, `kvtier store`: the node's name at the coordinator, stable across "
                                "restarts; empty: the host name.",
@@ -342,7 +354,10 @@ std::vector<Field> BuildFields() {
                              "to bring the parent (two nodes' streams arrive in no common order); then it is "
                              "left out of lookups and counted. 0: left out at once.",
                              0, 60000, [](auto& c) -> auto& { return c.coordinator.orphan_wait_ms; }));
-  AddNodeFields(fields);
+  AddPoolFields(fields);
+  AddStoreFields(fields);
+  AddWorkerNodeFields(fields);
+  AddNodeIdentityFields(fields);
   return fields;
 }
 

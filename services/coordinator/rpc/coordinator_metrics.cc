@@ -7,6 +7,13 @@ constexpr const char* kTierNames[kTierCount] = {"gpu", "host", "disk"};
 
 Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRegistry& r) {
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
+  KVTIER_RETURN_IF_ERROR(m->AddLookups(r));
+  KVTIER_RETURN_IF_ERROR(m->AddIndex(r));
+  KVTIER_RETURN_IF_ERROR(m->AddEvents(r));
+  return m;
+}
+
+Status CoordinatorMetrics::AddLookups(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* lookups, r.AddCounter("kvtier_coordinator_lookups_total", "Prefix lookups."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* asked, r.AddCounter("kvtier_coordinator_lookup_blocks_total",
                                                              "Full blocks of the prompts looked up."));
@@ -25,6 +32,19 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(HistogramFamily* latency,
                           r.AddHistogram("kvtier_coordinator_lookup_duration_seconds", "Index time of one lookup.",
                                          ExponentialBuckets(1e-7, 2, 20)));
+  lookups_ = &lookups->WithLabels({});
+  lookup_blocks_ = &asked->WithLabels({});
+  hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
+                 &hits->WithLabels({kTierNames[2]})};
+  tail_tokens_ = &tail->WithLabels({});
+  partial_matches_ = &partial->WithLabels({});
+  partial_tokens_ = &partial_tokens->WithLabels({});
+  matched_blocks_ = &matched->WithLabels({});
+  lookup_seconds_ = &latency->WithLabels({});
+  return Status::Ok();
+}
+
+Status CoordinatorMetrics::AddIndex(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* blocks, r.AddGauge("kvtier_coordinator_index_blocks", "Blocks in the index."));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_coordinator_index_bytes", "Memory of the index."));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* nodes, r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
@@ -36,11 +56,24 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
                                      "Bytes of the live nodes' pools and tiers, as registered, by tier.", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* held, r.AddGauge("kvtier_coordinator_held_blocks",
                                                         "Blocks the index has the live nodes hold, by tier.", {"tier"}));
+  index_blocks_ = &blocks->WithLabels({});
+  index_bytes_ = &bytes->WithLabels({});
+  nodes_ = &nodes->WithLabels({});
+  for (int t = 0; t < kTierCount; ++t) {
+    const std::string tier = kTierNames[t];
+    capacity_blocks_[t] = &capacity_blocks->WithLabels({tier});
+    capacity_bytes_[t] = &capacity_bytes->WithLabels({tier});
+    held_blocks_[t] = &held->WithLabels({tier});
+  }
+  return Status::Ok();
+}
+
+Status CoordinatorMetrics::AddEvents(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
                           r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind.", {"kind"}));
-  KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
-                                                      "Blocks evicted from a node's tier, by their priority.",
-                                                      {"priority"}));
+  KVTIER_ASSIGN_OR_RETURN(evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
+                                                   "Blocks evicted from a node's tier, by their priority.",
+                                                   {"priority"}));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* gaps, r.AddCounter("kvtier_coordinator_sequence_gaps_total",
                                                             "Event streams found with a gap."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* resyncs,
@@ -66,35 +99,17 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
   KVTIER_ASSIGN_OR_RETURN(GaugeFamily* waiting,
                           r.AddGauge("kvtier_coordinator_waiting_blocks",
                                      "Stored blocks waiting for an event to bring their parent."));
-  m->lookups_ = &lookups->WithLabels({});
-  m->lookup_blocks_ = &asked->WithLabels({});
-  m->hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
-                    &hits->WithLabels({kTierNames[2]})};
-  m->tail_tokens_ = &tail->WithLabels({});
-  m->partial_matches_ = &partial->WithLabels({});
-  m->partial_tokens_ = &partial_tokens->WithLabels({});
-  m->matched_blocks_ = &matched->WithLabels({});
-  m->lookup_seconds_ = &latency->WithLabels({});
-  m->index_blocks_ = &blocks->WithLabels({});
-  m->index_bytes_ = &bytes->WithLabels({});
-  m->nodes_ = &nodes->WithLabels({});
-  for (int t = 0; t < kTierCount; ++t) {
-    const std::string tier = kTierNames[t];
-    m->capacity_blocks_[t] = &capacity_blocks->WithLabels({tier});
-    m->capacity_bytes_[t] = &capacity_bytes->WithLabels({tier});
-    m->held_blocks_[t] = &held->WithLabels({tier});
-  }
-  m->events_ = {&events->WithLabels({"stored"}), &events->WithLabels({"removed"}),
-                &events->WithLabels({"tier_changed"}), &events->WithLabels({"cleared"})};
-  m->sequence_gaps_ = &gaps->WithLabels({});
-  m->resyncs_ = &resyncs->WithLabels({});
-  m->lease_expiries_ = &expiries->WithLabels({});
-  m->name_conflicts_ = &conflicts->WithLabels({});
-  m->index_full_refusals_ = &refused_full->WithLabels({});
-  m->orphaned_blocks_ = &orphaned->WithLabels({});
-  m->adopted_blocks_ = &adopted->WithLabels({});
-  m->waiting_blocks_ = &waiting->WithLabels({});
-  return m;
+  events_ = {&events->WithLabels({"stored"}), &events->WithLabels({"removed"}),
+             &events->WithLabels({"tier_changed"}), &events->WithLabels({"cleared"})};
+  sequence_gaps_ = &gaps->WithLabels({});
+  resyncs_ = &resyncs->WithLabels({});
+  lease_expiries_ = &expiries->WithLabels({});
+  name_conflicts_ = &conflicts->WithLabels({});
+  index_full_refusals_ = &refused_full->WithLabels({});
+  orphaned_blocks_ = &orphaned->WithLabels({});
+  adopted_blocks_ = &adopted->WithLabels({});
+  waiting_blocks_ = &waiting->WithLabels({});
+  return Status::Ok();
 }
 
 void CoordinatorMetrics::RecordLookup(const LookupResult& result, Asked asked, double seconds) {

@@ -42,6 +42,10 @@ class CoordinatorMetrics {
 
  private:
   CoordinatorMetrics() = default;
+  // Each registers a group of the metrics above and keeps their children.
+  [[nodiscard]] Status AddLookups(MetricsRegistry& registry);
+  [[nodiscard]] Status AddIndex(MetricsRegistry& registry);
+  [[nodiscard]] Status AddEvents(MetricsRegistry& registry);
   Counter* lookups_ = nullptr;
   Counter* lookup_blocks_ = nullptr;
   std::array<Counter*, kTierCount> hit_blocks_{};
