@@ -83,14 +83,15 @@ class TieredStore::Impl {
     return hit;
   }
 
-  std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs) {
+  std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs,
+                                          PromoteDiskHits promote) {
     std::vector<Result<TieredHit>> hits;
     hits.reserve(refs.size());
     std::vector<PutItem> promotions;
     for (size_t i = 0; i < refs.size(); ++i) {
       hits.push_back(Find(refs[i], outs[i]));
       const Result<TieredHit>& hit = hits.back();
-      if (Promotes(hit)) promotions.push_back(Promotion(*hit, outs[i]));
+      if (promote == PromoteDiskHits::kYes && Promotes(hit)) promotions.push_back(Promotion(*hit, outs[i]));
     }
     if (!promotions.empty()) Promote(promotions);
     return hits;
@@ -365,8 +366,9 @@ Status TieredStore::Flush() { return impl_->Flush(); }
 
 Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
 std::vector<Result<TieredHit>> TieredStore::GetBatch(std::span<const BlockRef> refs,
-                                                     std::span<const std::span<uint8_t>> outs) {
-  return impl_->GetBatch(refs, outs);
+                                                     std::span<const std::span<uint8_t>> outs,
+                                                     PromoteDiskHits promote) {
+  return impl_->GetBatch(refs, outs, promote);
 }
 Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
 Result<HostReservation> TieredStore::ReserveInHost(std::span<const BlockHeader> headers) {

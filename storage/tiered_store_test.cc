@@ -414,6 +414,35 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
 // (the two kept free are left whole). A batch of two (6, 7) put behind moves two blocks
 // down (0, 1) on its own thread before it takes two pages, and two pages are still free
 // when it returns: the store's thread was never needed.
+// A caller that keeps the blocks itself gets without promotion: blocks 0-3 are on disk
+// (moved down by 4-7), and GetBatch with PromoteDiskHits::kNo reads them from there and
+// changes nothing: 4-7 stay in the host tier, and no event is told.
+TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
+  auto store = Make(/*host_pages=*/4, /*disk_bytes=*/1 << 20);
+  const std::vector<TestBlock> old_blocks = Blocks(0, 4, kPage, 50);
+  PutThenBatch(*store, old_blocks, Blocks(4, 4, kPage, 50));
+  std::vector<BlockRef> refs;
+  for (const TestBlock& b : old_blocks) refs.push_back(b.ref());
+  std::vector<std::vector<uint8_t>> outs(refs.size(), std::vector<uint8_t>(kPage));
+  std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
+  events_.clear();
+  const std::vector<Result<TieredHit>> hits = store->GetBatch(refs, out_spans, PromoteDiskHits::kNo);
+  ASSERT_EQ(hits.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(hits[i].ok()) << "block " << i << ": " << hits[i].status();
+    EXPECT_EQ(hits[i]->tier, TierKind::kDisk);
+    EXPECT_EQ(outs[i], old_blocks[i].payload) << "block " << i;
+  }
+  EXPECT_EQ(store->Stats().promoted, 0u);
+  EXPECT_EQ(store->Stats().demoted, 4u);
+  EXPECT_TRUE(events_.empty());
+  std::set<uint64_t> in_host;
+  for (const auto& [tier, header] : store->Holdings()) {
+    if (tier == TierKind::kHost) in_host.insert(header.key.lo);
+  }
+  EXPECT_EQ(in_host, (std::set<uint64_t>{4, 5, 6, 7}));
+}
+
 TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   free_ahead_bytes_ = 2 * kPage;
   auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);

@@ -155,10 +155,12 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
     outs.push_back(block.out);
     from_store.push_back(i);
   }
-  // Each share is one GetBatch: its disk hits go up into the host tier together.
+  // Each share is one GetBatch. Its disk hits stay on disk only: the pool holds them now,
+  // and offloads them to the host tier when it evicts them (PromoteDiskHits).
   ForEachShare(refs.size(), [&](size_t begin, size_t end) {
-    std::vector<Result<storage::TieredHit>> hits = store_->GetBatch(std::span(refs).subspan(begin, end - begin),
-                                                                    std::span(outs).subspan(begin, end - begin));
+    std::vector<Result<storage::TieredHit>> hits =
+        store_->GetBatch(std::span(refs).subspan(begin, end - begin), std::span(outs).subspan(begin, end - begin),
+                         storage::PromoteDiskHits::kNo);
     for (size_t k = begin; k < end; ++k) tiers[from_store[k]] = SourceOf(std::move(hits[k - begin]), blocks[from_store[k]]);
   });
   return tiers;

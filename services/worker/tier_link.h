@@ -5,7 +5,9 @@
 // that ties it to the pool's layout and the engine's format tag, "<layout
 // fingerprint>|f<hex tag>", so that it is only ever served back to a pool of the same
 // layout and format. Fetch (onboard): the store copies the payload straight into the
-// pool block or its staging (its checksum verified where the tier verifies).
+// pool block or its staging (its checksum verified where the tier verifies); a block
+// found on disk is not promoted into the host tier, whose room is better spent on blocks
+// no pool holds (storage::PromoteDiskHits).
 //
 // With staging_bytes, an offload returns once its blocks are copied into staging; an
 // OffloadQueue (offload_queue.h) stores them behind the caller's back, and fetches find
