@@ -40,7 +40,8 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
                                                        "Payload bytes of blocks read from a tier (hits).", {"tier"}));
   KVTIER_ASSIGN_OR_RETURN(m->moves_, r.AddCounter("kvtier_store_moves_total",
                                                   "Blocks leaving the host tier or coming back, by what happened: "
-                                                  "demoted, promoted, dropped_priority, dropped_admission.",
+                                                  "demoted, promoted, dropped_priority, dropped_admission, onboarded (into the "
+                                                  "pool of the node's worker, which fetched them).",
                                                   {"kind"}));
   KVTIER_ASSIGN_OR_RETURN(m->demoted_ahead_,
                           r.AddCounter("kvtier_store_demoted_ahead_total",
@@ -59,7 +60,9 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
   for (const char* tier : {"host", "disk"}) {
     for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_, m->bytes_written_, m->bytes_read_}) family->WithLabels({tier});
   }
-  for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission"}) m->moves_->WithLabels({kind});
+  for (const char* kind : {"demoted", "promoted", "dropped_priority", "dropped_admission", "onboarded"}) {
+    m->moves_->WithLabels({kind});
+  }
   m->demoted_ahead_->WithLabels({});
   m->disk_put_batches_->WithLabels({});
   m->disk_put_writes_->WithLabels({});
@@ -99,6 +102,7 @@ void StoreMetrics::Update(const TieredStoreStats& stats) {
   IncBy(moves_->WithLabels({"promoted"}), stats.promoted, before_.promoted);
   IncBy(moves_->WithLabels({"dropped_priority"}), stats.dropped_below_priority, before_.dropped_below_priority);
   IncBy(moves_->WithLabels({"dropped_admission"}), stats.dropped_by_admission, before_.dropped_by_admission);
+  IncBy(moves_->WithLabels({"onboarded"}), stats.onboarded, before_.onboarded);
   before_ = stats;
 }
 

@@ -14,7 +14,8 @@
 //   kvtier_store_written_bytes_total{tier}        counter: payload bytes stored
 //   kvtier_store_read_bytes_total{tier}           counter: payload bytes read (hits)
 //   kvtier_store_moves_total{kind}                counter: demoted, promoted,
-//                                                 dropped_priority, dropped_admission
+//                                                 dropped_priority, dropped_admission,
+//                                                 onboarded (into the node's worker's pool)
 //   kvtier_store_demoted_ahead_total              counter: of the demoted, those the store's own
 //                                                 thread moved down to keep room ahead of puts
 //                                                 (store.host_free_percent); the rest waited on a put

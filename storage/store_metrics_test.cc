@@ -32,6 +32,7 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.disk->put_writes = 6;
   stats.demoted = 4;        // three more moved down, two of them by the store's own thread
   stats.demoted_ahead = 2;
+  stats.onboarded = 3;      // and three left the host tier for the worker's pool
   metrics->Update(stats);
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
@@ -48,6 +49,7 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_moves_total{kind=\"demoted\"} 4\n",
                            "kvtier_store_demoted_ahead_total 2\n",
                            "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
+                           "kvtier_store_moves_total{kind=\"onboarded\"} 3\n",
                            "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }

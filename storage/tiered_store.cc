@@ -136,6 +136,15 @@ class TieredStore::Impl {
     return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
   }
 
+  // Only the host tier's lock, unlike Remove: the disk copy stays, so no demotion in flight
+  // can bring back what this removes (one in flight has taken the block out already).
+  Status MoveOutOfHost(const BlockRef& ref) {
+    if (!host_) return NotFoundError("block " + ref.key.ToHex() + ": this store has no host tier");
+    KVTIER_RETURN_IF_ERROR(host_->Remove(ref));
+    onboarded_.fetch_add(1);
+    return Status::Ok();
+  }
+
   Status Remove(const BlockRef& ref) {
     std::unique_lock lock(mu_);
     const bool from_host = host_ && host_->Remove(ref).ok();  // each tier tells its removal
@@ -163,6 +172,7 @@ class TieredStore::Impl {
     stats.dropped_below_priority = dropped_below_priority_.load();
     stats.dropped_by_admission = dropped_by_admission_.load();
     stats.promoted = promoted_.load();
+    stats.onboarded = onboarded_.load();
     return stats;
   }
 
@@ -329,7 +339,7 @@ class TieredStore::Impl {
   // it there.
   std::shared_mutex mu_;
   std::atomic<uint64_t> demoted_{0}, demoted_ahead_{0}, dropped_below_priority_{0}, dropped_by_admission_{0},
-      promoted_{0};
+      promoted_{0}, onboarded_{0};
   // The demoter's wake-up (free_ahead_bytes), a mutex taken alone.
   std::mutex ahead_mu_;
   std::condition_variable ahead_wanted_cv_;
@@ -380,6 +390,7 @@ std::vector<Status> TieredStore::CommitInHost(HostReservation reservation) {
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
+Status TieredStore::MoveOutOfHost(const BlockRef& ref) { return impl_->MoveOutOfHost(ref); }
 std::vector<std::pair<TierKind, BlockHeader>> TieredStore::Holdings() const { return impl_->Holdings(); }
 TieredStoreStats TieredStore::Stats() const { return impl_->Stats(); }
 

@@ -82,6 +82,7 @@ struct TieredStoreStats {
   uint64_t dropped_below_priority = 0;
   uint64_t dropped_by_admission = 0;
   uint64_t promoted = 0;
+  uint64_t onboarded = 0;  // left the host tier for the pool that fetched them (MoveOutOfHost)
 };
 
 class TieredStore {
@@ -121,6 +122,13 @@ class TieredStore {
   [[nodiscard]] std::vector<Status> CommitInHost(HostReservation reservation);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
   bool Contains(const BlockRef& ref);
+  // The block leaves the host tier for a place of the caller's: a worker's pool that has
+  // fetched it and landed it (its disk copy, if any, stays). Told as the host's kRemoved;
+  // counted in Stats().onboarded. The host tier's room then goes to blocks no pool holds,
+  // and the pool offloads the block back when it evicts it: in `make run`'s replay, the
+  // block hit rate rose from 0.698 to 0.703 (docs/benchmarks.md). kNotFound when the
+  // host tier does not hold it (or is being moved down: the move goes on).
+  [[nodiscard]] Status MoveOutOfHost(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.
   [[nodiscard]] Status Remove(const BlockRef& ref);
   // Every copy: (tier, header) for each tier that holds a block, for a snapshot to the

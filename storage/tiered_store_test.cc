@@ -124,6 +124,18 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   auto again = store->Get(b0.ref(), out);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->tier, TierKind::kHost);
+
+  // A worker's pool takes block 0: it leaves the host tier (told), its disk copy stays.
+  events_.clear();
+  ASSERT_TRUE(store->MoveOutOfHost(b0.ref()).ok());
+  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kRemoved, TierKind::kHost, 0}}));
+  EXPECT_EQ(store->Stats().onboarded, 1u);
+  auto from_disk = store->Get(b0.ref(), out);
+  ASSERT_TRUE(from_disk.ok()) << from_disk.status();
+  EXPECT_EQ(from_disk->tier, TierKind::kDisk);
+  // Block 2 is only on disk: there is nothing to move out of the host tier.
+  EXPECT_EQ(store->MoveOutOfHost(MakeBlock(2, kPage, 50).ref()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->Stats().onboarded, 1u);
 }
 
 TEST_F(TieredStoreTest, AdmissionFilterDecidesOnlyWhenTheDiskIsFull) {

@@ -188,6 +188,16 @@ namespace kvtier::worker {
 
 Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) { return std::move(FetchBatch({&block, 1}).front()); }
 
+void TierLink::Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) {
+  FormatTags tags;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (tiers[i] != SourceTier::kHost) continue;
+    const OnboardBlock& block = blocks[i];
+    // kNotFound: the block was answered from the staging, or is on its way down to disk.
+    (void)store_->MoveOutOfHost({block.key, tags.For(block.layout, block.format_tag), block.salt_scope});
+  }
+}
+
 Result<SourceTier> TierLink::SourceOf(Result<storage::TieredHit> hit, const OnboardBlock& block) {
   if (!hit.ok()) return hit.status();
   if (hit->header.payload_bytes != block.out.size()) {

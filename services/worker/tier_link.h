@@ -5,9 +5,10 @@
 // that ties it to the pool's layout and the engine's format tag, "<layout
 // fingerprint>|f<hex tag>", so that it is only ever served back to a pool of the same
 // layout and format. Fetch (onboard): the store copies the payload straight into the
-// pool block or its staging (its checksum verified where the tier verifies); a block
-// found on disk is not promoted into the host tier, whose room is better spent on blocks
-// no pool holds (storage::PromoteDiskHits).
+// pool block or its staging (its checksum verified where the tier verifies). The host
+// tier's room goes to blocks no pool holds: a block found on disk is not promoted into
+// it (storage::PromoteDiskHits), and one found there leaves it once landed in the pool
+// (Landed). The pool offloads either when it evicts it.
 //
 // With staging_bytes, an offload returns once its blocks are copied into staging; an
 // OffloadQueue (offload_queue.h) stores them behind the caller's back, and fetches find
@@ -71,6 +72,9 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   // Fetches every block, in parallel: a block after one the store lacks is copied too,
   // and its result says so; Onboard uses the leading run.
   [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
+  // The blocks landed from the host tier leave it (TieredStore::MoveOutOfHost): the pool
+  // holds them, and offloads them back when it evicts them.
+  void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) override;
   // Returns once every offload staged so far is in the store (a node draining, or
   // taking a snapshot of its holdings). Immediate without staging.
   void Flush();

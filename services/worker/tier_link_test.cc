@@ -77,6 +77,16 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   EXPECT_EQ(worker->LookupLocal(0, root, std::vector<BlockKey>{a}).value(), 1u);
   // Onboarding again fetches nothing more.
   EXPECT_EQ(worker->Onboard(1, 3, std::vector<BlockKey>{a}, {})->onboarded_blocks, 0u);
+  // Landed in the pool, A has left the host tier: its room goes to blocks no pool holds.
+  EXPECT_FALSE(store->Contains(storage::BlockRef{a, format, 0xABC}));
+  EXPECT_EQ(store->Stats().onboarded, 1u);
+  // Evicted from the pool again (by B), A is offloaded back.
+  ASSERT_TRUE(worker->Free(1, 3).ok());
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 4, .root = root, .block_keys = std::vector<BlockKey>{b},
+                                .tokens = Tokens(100, 4)}).ok());
+  hit = store->Get(storage::BlockRef{a, format, 0xABC}, out);
+  ASSERT_TRUE(hit.ok()) << hit.status();
+  EXPECT_EQ(out, written);
 }
 
 TEST(TierLinkTest, OnboardStopsAtTheFirstBlockTheStoreLacks) {

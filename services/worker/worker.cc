@@ -121,6 +121,15 @@ class Worker::Impl {
     const Status landed =
         to_land.empty() ? Status::Ok() : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
     stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
+    if (landed.ok() && !to_land.empty()) {
+      std::vector<OnboardBlock> done;
+      std::vector<SourceTier> from;
+      for (const uint32_t i : to_land) {
+        done.push_back(blocks[i]);
+        from.push_back(*tiers[i]);
+      }
+      source.Landed(done, from);
+    }
     return landed;
   }
 
@@ -186,6 +195,8 @@ std::vector<Status> OffloadTarget::OffloadBatch(std::span<const OffloadBlock> bl
   for (const OffloadBlock& block : blocks) taken.push_back(Offload(block));
   return taken;
 }
+
+void OnboardSource::Landed(std::span<const OnboardBlock>, std::span<const SourceTier>) {}
 
 std::vector<Result<SourceTier>> OnboardSource::FetchBatch(std::span<const OnboardBlock> blocks) {
   std::vector<Result<SourceTier>> tiers;

@@ -89,6 +89,9 @@ class OnboardSource {
   // failure (the rest: kAborted, not asked); a source may fetch them in parallel, and
   // then may have written the `out` of blocks after a failure too.
   [[nodiscard]] virtual std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks);
+  // After Onboard has landed blocks this source fetched (blocks[i] from tiers[i]) in the
+  // pool: a source may let go of copies the pool now holds. By default nothing.
+  virtual void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers);
 };
 
 // A sequence's next blank blocks, held so that blocks fetched elsewhere land in them in

@@ -145,6 +145,9 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
     if (e.kind == WorkerEvent::Kind::kStored) stored_onboarded += e.onboarded ? 1 : 100;
   }
   EXPECT_EQ(stored_onboarded, 4u) << "the four stored again are marked onboarded, and only they are stored";
+  // Once they are in the pool, the tier is told, so that it may let its copies go.
+  ASSERT_EQ(tier.landed.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tier.landed[i], std::make_pair(keys[i], SourceTier::kHost)) << i;
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
@@ -290,6 +293,10 @@ class PartlyInPlace final : public OnboardSource {
     std::copy(bytes.begin(), bytes.end(), block.out.begin());
     return SourceTier::kHost;
   }
+  void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier>) override {
+    for (const OnboardBlock& block : blocks) landed.push_back(block.key);
+  }
+  std::vector<BlockKey> landed;
 };
 
 // Sequence 1's three blocks are held for a landing; block 2's bytes land there (as a
@@ -313,6 +320,7 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 3u);
   EXPECT_EQ(worker.Stats().landed_in_place, 1u);
+  EXPECT_EQ(source.landed, (std::vector<BlockKey>{Key(1), Key(3)})) << "block 2 was in place: the pool landed none";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());

@@ -54,7 +54,11 @@ class MapTier final : public OffloadTarget, public OnboardSource {
     std::copy(it->second.begin(), it->second.end(), block.out.begin());
     return SourceTier::kHost;
   }
+  void Landed(std::span<const OnboardBlock> onboarded, std::span<const SourceTier> tiers) override {
+    for (size_t i = 0; i < onboarded.size(); ++i) landed.emplace_back(onboarded[i].key, tiers[i]);
+  }
   std::map<BlockKey, std::vector<uint8_t>> blocks;
+  std::vector<std::pair<BlockKey, SourceTier>> landed;  // what Onboard reported landed, in order
 };
 
 // Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
