@@ -54,7 +54,8 @@ uint16_t StartUp(const testing::TempDir& dir, std::unique_ptr<ChildProcess>& up,
   return metrics_port;
 }
 
-// The PromQL of every target of the Grafana dashboard, unescaped from its JSON strings.
+// The PromQL of every target of the Grafana dashboard, unescaped from its JSON strings
+// (PromQL needs no escapes there but \" and \\, which is all this undoes).
 std::vector<std::string> DashboardQueries() {
   const std::string dashboard = ReadFile(kDeploy + "/grafana/kvtier-dashboard.json");
   const std::regex expr("\"expr\": \"((?:[^\"\\\\]|\\\\.)*)\"");
