@@ -76,10 +76,22 @@ class TieredStoreTest : public ::testing::Test {
 
   void ChangeConcurrentlyThenCheckEvents();
 
+  // From now on, counts into moved_down_here_ the blocks that puts on the calling thread
+  // move down to disk (not those the store's own thread moves).
+  void CountMovesDownHere() {
+    before_told_ = [this, here = std::this_thread::get_id()](const StoreEvent& event) {
+      if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
+          std::this_thread::get_id() == here) {
+        moved_down_here_.fetch_add(1);
+      }
+    };
+  }
+
   TempDir dir_;
   uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
   std::mutex events_mu_;  // tests that change the store from several threads
   std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
+  std::atomic<int> moved_down_here_{0};  // CountMovesDownHere
   std::vector<Recorded> events_;
 };
 
@@ -294,14 +306,7 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
 TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
   free_ahead_bytes_ = 2 * kPage;
   auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
-  const std::thread::id test_thread = std::this_thread::get_id();
-  std::atomic<int> moved_down_by_puts{0};
-  before_told_ = [&](const StoreEvent& event) {
-    if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
-        std::this_thread::get_id() == test_thread) {
-      moved_down_by_puts.fetch_add(1);
-    }
-  };
+  CountMovesDownHere();
   const auto room_ahead = [&] { return store->Stats().host->bytes <= 6 * kPage; };
   for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
   EXPECT_EQ(store->Stats().demoted, 0u);
@@ -311,10 +316,10 @@ TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
   }
   EXPECT_EQ(store->Stats().demoted, 4u);
   EXPECT_EQ(store->Stats().demoted_ahead, 4u);
-  EXPECT_EQ(moved_down_by_puts.load(), 0);
+  EXPECT_EQ(moved_down_here_.load(), 0);
 
   PutThenBatch(*store, {}, Blocks(20, 4, kPage, 50));
-  EXPECT_EQ(moved_down_by_puts.load(), 2);
+  EXPECT_EQ(moved_down_here_.load(), 2);
   ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead));
   EXPECT_EQ(store->Stats().demoted, 8u);
   EXPECT_EQ(store->Stats().demoted_ahead, 6u) << "all but the batch's own two";
@@ -458,21 +463,14 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
 TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   free_ahead_bytes_ = 2 * kPage;
   auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
-  const std::thread::id test_thread = std::this_thread::get_id();
-  std::atomic<int> moved_down_here{0};
-  before_told_ = [&](const StoreEvent& event) {
-    if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
-        std::this_thread::get_id() == test_thread) {
-      moved_down_here.fetch_add(1);
-    }
-  };
+  CountMovesDownHere();
   for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
   const std::vector<TestBlock> behind = Blocks(6, 2, kPage, 50);
   std::vector<PutItem> items;
   for (const TestBlock& b : behind) items.push_back({b.header, b.payload});
   for (const Status& put : store->PutBatchBehind(items)) ASSERT_TRUE(put.ok()) << put;
 
-  EXPECT_EQ(moved_down_here.load(), 2);
+  EXPECT_EQ(moved_down_here_.load(), 2);
   EXPECT_EQ(store->Stats().host->bytes, 6 * kPage);
   EXPECT_EQ(store->Stats().demoted_ahead, 0u);
   std::set<uint64_t> on_disk;
