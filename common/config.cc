@@ -7,7 +7,6 @@
 
 #include "common/config_fields.h"
 #include "common/file.h"
-#include "common/kv_layout.h"
 
 extern char** environ;
 
@@ -171,13 +170,7 @@ namespace {
 // block would pass them by unsaid. A layout the library refuses is left to the worker
 // node, which names it.
 Status CheckWorkerQueues(const WorkerConfig& worker) {
-  const Result<KvDtype> dtype = ParseDtype(worker.dtype);
-  if (!dtype.ok()) return Status::Ok();
-  const Result<KvLayout> layout = KvLayout::Create({.num_layers = worker.num_layers,
-                                                    .num_kv_heads = worker.num_kv_heads,
-                                                    .head_dim = worker.head_dim,
-                                                    .tokens_per_block = worker.tokens_per_block,
-                                                    .dtype = *dtype});
+  const Result<KvLayout> layout = WorkerLayout(worker);
   if (!layout.ok()) return Status::Ok();
   const uint64_t block = layout->bytes_per_block();
   const auto too_small = [&](const char* field, uint64_t bytes, const char* off) {
@@ -195,6 +188,15 @@ Status CheckWorkerQueues(const WorkerConfig& worker) {
 }
 
 }  // namespace
+
+Result<KvLayout> WorkerLayout(const WorkerConfig& worker) {
+  KVTIER_ASSIGN_OR_RETURN(const KvDtype dtype, ParseDtype(worker.dtype));
+  return KvLayout::Create({.num_layers = worker.num_layers,
+                           .num_kv_heads = worker.num_kv_heads,
+                           .head_dim = worker.head_dim,
+                           .tokens_per_block = worker.tokens_per_block,
+                           .dtype = dtype});
+}
 
 Status ValidateConfig(const KvtierConfig& config) {
   KVTIER_RETURN_IF_ERROR(CheckWorkerQueues(config.worker));

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/kv_layout.h"
 #include "common/status.h"
 
 namespace kvtier {
@@ -154,6 +155,10 @@ struct ConfigSources {
 
 // Checks that hold across settings (TLS certificate and key come together, ...).
 [[nodiscard]] Status ValidateConfig(const KvtierConfig& config);
+
+// The KV layout worker.* describes; kInvalidArgument (naming the field) for one the
+// library refuses.
+[[nodiscard]] Result<KvLayout> WorkerLayout(const WorkerConfig& worker);
 
 // The process environment as a map, for ConfigSources::environment.
 [[nodiscard]] std::map<std::string, std::string> ProcessEnvironment();

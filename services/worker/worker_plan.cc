@@ -9,12 +9,7 @@
 namespace kvtier::worker {
 
 Result<WorkerPlan> PlanWorkerPool(const WorkerConfig& config, int gpu) {
-  KVTIER_ASSIGN_OR_RETURN(const KvDtype dtype, ParseDtype(config.dtype));
-  KVTIER_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::Create({.num_layers = config.num_layers,
-                                                             .num_kv_heads = config.num_kv_heads,
-                                                             .head_dim = config.head_dim,
-                                                             .tokens_per_block = config.tokens_per_block,
-                                                             .dtype = dtype}));
+  KVTIER_ASSIGN_OR_RETURN(KvLayout layout, WorkerLayout(config));
   uint64_t budget = config.pool_bytes;
   if (gpu >= 0) {
     KVTIER_ASSIGN_OR_RETURN(budget, gpu::FreeDeviceMemory(gpu));

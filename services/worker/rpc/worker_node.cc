@@ -60,7 +60,9 @@ class WorkerNode::Impl {
   explicit Impl(WorkerNodeOptions options) : options_(std::move(options)) {}
   ~Impl() {
     (void)Drain();
-    if (link_) link_->Flush();  // while the store's event hook's members still exist
+    // Drain flushes the staging only for a node that started; the staged offloads go into
+    // the store here too, while the store's event hook's members still exist.
+    if (link_) link_->Flush();
   }
 
   Status Start() {
