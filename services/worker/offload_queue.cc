@@ -67,8 +67,9 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < blocks.size(); ++i) {
       const OffloadBlock& block = blocks[i];
-      if (FindLocked({block.key, *formats[i], block.salt_scope}) != nullptr) {
-        staged[i] = true;  // the same block (a key's bytes never change) is on its way
+      if (Staged* existing = FindLocked({block.key, *formats[i], block.salt_scope}); existing != nullptr) {
+        existing->withdrawn = false;  // evicted again: no pool holds it now
+        staged[i] = true;             // the same block (a key's bytes never change) is on its way
         continue;
       }
       std::unique_ptr<Staged> buffer = TakeBuffer(block.bytes.size());
@@ -80,6 +81,7 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
       // of the staging are rare (an onboard right after an eviction).
       std::memcpy(buffer->bytes.data(), block.bytes.data(), block.bytes.size());
       FillStoredHeader(block, *formats[i], buffer->header);
+      buffer->withdrawn = false;
       if (buffer->node.empty()) {
         staged_.emplace(block.key, buffer.get());
       } else {  // the entry it had before, under its new key
@@ -105,6 +107,15 @@ bool OffloadQueue::CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> o
   std::memcpy(out.data(), staged->bytes.data(), out.size());
   ++stats_.served;
   return true;
+}
+
+void OffloadQueue::Withdraw(std::span<const storage::BlockRef> refs) {
+  std::lock_guard lock(mu_);
+  // The thread, woken when the block was staged, drops it when it takes the pending
+  // blocks, or moves it out once stored if it is storing it already.
+  for (const storage::BlockRef& ref : refs) {
+    if (Staged* staged = FindLocked(ref); staged != nullptr) staged->withdrawn = true;
+  }
 }
 
 void OffloadQueue::Flush() {
@@ -134,13 +145,37 @@ void OffloadQueue::Run() {
       std::unique_lock lock(mu_);
       work_.wait(lock, [&] { return stop_ || !pending_.empty(); });
       if (pending_.empty()) return;  // stopping, and everything staged is stored
-      // All that waits goes as one batch: the host tier makes room for it at once, and
-      // what that displaces goes down to disk in one write.
-      batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(pending_.end()));
-      pending_.clear();
+      TakePendingLocked(batch);
+    }
+    if (batch.empty()) {
+      idle_.notify_all();  // all of it was withdrawn
+      continue;
     }
     StoreBatch(batch, items);
   }
+}
+
+void OffloadQueue::TakePendingLocked(std::vector<std::unique_ptr<Staged>>& batch) {
+  // All that waits goes as one batch: the host tier makes room for it at once, and what
+  // that displaces goes down to disk in one write.
+  for (std::unique_ptr<Staged>& staged : pending_) {
+    if (staged->withdrawn) {
+      ++stats_.withdrawn;
+      ++settled_seq_;
+      ReleaseLocked(std::move(staged));
+      continue;
+    }
+    batch.push_back(std::move(staged));
+  }
+  pending_.clear();
+}
+
+void OffloadQueue::ReleaseLocked(std::unique_ptr<Staged> staged) {
+  stats_.staged_bytes -= staged->bytes.size();
+  auto it = staged_.find(staged->header.key);  // the first of its key's entries
+  while (it->second != staged.get()) ++it;     // equal keys are adjacent
+  staged->node = staged_.extract(it);
+  free_.push_back(std::move(staged));
 }
 
 void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items) {
@@ -154,24 +189,40 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
     item.checksum_checked = true;  // hashed just now from these bytes
   }
   // Behind: the batch makes its own room, and the room the store keeps free is left to
-  // the worker's own puts (its fetches' promotions), which the worker waits for.
+  // the worker's own puts (victims the staging had no room for), which it waits for.
   const std::vector<Status> stored = store_->PutBatchBehind(std::span(items).first(batch.size()));
+  MoveOutWithdrawn(batch, stored);
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
-      ++(stored[i].ok() ? stats_.stored : stats_.failed);
-      Staged* staged = batch[i].get();
-      stats_.staged_bytes -= staged->bytes.size();
-      // Only now, with the store holding it, does the block leave the staged set.
-      auto it = staged_.find(staged->header.key);  // the first of its key's entries
-      while (it->second != staged) ++it;            // equal keys are adjacent
-      staged->node = staged_.extract(it);
-      free_.push_back(std::move(batch[i]));
+      std::unique_ptr<Staged>& staged = batch[i];
+      if (staged->moved_out && !staged->withdrawn) {
+        pending_.push_back(std::move(staged));  // evicted again as it left the host tier
+        continue;
+      }
+      ++(!stored[i].ok() ? stats_.failed : staged->moved_out ? stats_.withdrawn : stats_.stored);
+      ++settled_seq_;
+      // Only now, with the store holding it (or a pool), does the block leave the staged set.
+      ReleaseLocked(std::move(staged));
     }
-    settled_seq_ += batch.size();
   }
   batch.clear();
   idle_.notify_all();
+}
+
+void OffloadQueue::MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored) {
+  {
+    std::lock_guard lock(mu_);
+    for (size_t i = 0; i < batch.size(); ++i) batch[i]->moved_out = batch[i]->withdrawn && stored[i].ok();
+  }
+  // Outside the queue's lock (a leaf). Each stays staged meanwhile: one a pool evicts
+  // again now is staged again (its withdrawal cancelled), and StoreBatch queues it anew.
+  for (const std::unique_ptr<Staged>& staged : batch) {
+    if (!staged->moved_out) continue;
+    const storage::BlockHeader& header = staged->header;
+    // kNotFound: the landing moved it out already, or the host tier sent it to disk.
+    (void)store_->MoveOutOfHost({header.key, header.format_tag, header.salt_scope});
+  }
 }
 
 }  // namespace kvtier::worker

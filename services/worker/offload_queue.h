@@ -11,6 +11,13 @@
 // after an eviction does not miss it. A block leaves the staged set only after the
 // store has it, so a reader that misses here finds it in the store.
 //
+// A staged block fetched back into a pool is held there again, and the pool offloads it
+// once more when it evicts it: Withdraw keeps it out of the host tier (the exclusive host
+// tier of TierLink::Landed). One still waiting is dropped unstored; one the thread is
+// storing leaves the host tier once stored (TieredStore::MoveOutOfHost), and stays staged
+// until then. Staging the block again (a pool evicted it again) cancels its withdrawal,
+// and a block so staged while it was moved out is stored once more.
+//
 // Memory: staging takes at most `capacity_bytes`. Buffers, their map nodes and the put's
 // headers are kept for reuse: no heap allocation per block once warm. A block that finds no room is not staged: the caller
 // stores it itself, as without a queue (back-pressure, never a wait).
@@ -57,6 +64,7 @@ struct OffloadQueueStats {
   uint64_t failed = 0;      // refused by the store (dropped)
   uint64_t no_room = 0;     // not staged: the staging was full (the caller stored them)
   uint64_t served = 0;      // reads answered from the staging (CopyStaged)
+  uint64_t withdrawn = 0;   // fetched back into a pool, so not left in the host tier (Withdraw)
   uint64_t staged_bytes = 0;  // now waiting, in bytes
   uint64_t capacity_bytes = 0;  // the most it may hold (OffloadQueueOptions::capacity_bytes)
 };
@@ -76,6 +84,9 @@ class OffloadQueue {
   // Copies the staged block `ref` names into `out`: true when one is staged, of out's
   // size (a block of another size is not the one asked for: false).
   bool CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out);
+  // The blocks `refs` names are held by a pool again: those staged are kept out of the
+  // host tier (Stats().withdrawn). Refs not staged are ignored.
+  void Withdraw(std::span<const storage::BlockRef> refs);
   // Returns once everything staged before the call is in the store (or refused).
   void Flush();
   OffloadQueueStats Stats() const;
@@ -87,14 +98,22 @@ class OffloadQueue {
     storage::BlockHeader header;  // all but the checksum, made on the queue's thread
     std::vector<uint8_t> bytes;
     StagedMap::node_type node;    // its entry in staged_ while free, to insert again
+    bool withdrawn = false;  // to be kept out of the host tier (guarded by mu_)
+    bool moved_out = false;  // withdrawn when stored, so moved out (the thread's own)
   };
 
   // A buffer of `bytes` from the free list, or a new one when the staging has room.
   std::unique_ptr<Staged> TakeBuffer(size_t bytes) KVTIER_REQUIRES(mu_);
   Staged* FindLocked(const storage::BlockRef& ref) KVTIER_REQUIRES(mu_);
+  // The block leaves the staged set and its buffer goes back to the free list.
+  void ReleaseLocked(std::unique_ptr<Staged> staged) KVTIER_REQUIRES(mu_);
+  // Moves the pending blocks into `batch`, but releases those withdrawn.
+  void TakePendingLocked(std::vector<std::unique_ptr<Staged>>& batch) KVTIER_REQUIRES(mu_);
   void Run();
   // `items`: the put's, kept from batch to batch (their headers' strings reused).
   void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items);
+  // Moves the blocks of `batch` withdrawn by now, and stored, out of the host tier.
+  void MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored);
 
   storage::TieredStore* const store_;
   const uint64_t capacity_bytes_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,7 @@ class OffloadQueueTest : public ::testing::Test {
     // The store's event of block `hold_` waits for `released_`: the queue's thread is
     // then inside its put, and what it stages waits in the staging.
     options.on_event = [this](const storage::StoreEvent& e) {
+      if (e.kind == storage::StoreEvent::Kind::kRemoved && on_removed_) on_removed_(e.header.key.lo);
       if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key.lo != hold_) return;
       in_put_ = true;
       WaitUntil([this] { return released_.load(); });
@@ -55,6 +57,7 @@ class OffloadQueueTest : public ::testing::Test {
   std::unique_ptr<storage::TieredStore> store_;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> payloads_;
   uint64_t hold_ = UINT64_MAX;
+  std::function<void(uint64_t)> on_removed_;  // with the id of each block the store removes
   std::atomic<bool> in_put_{false}, released_{false};
 };
 
@@ -90,6 +93,68 @@ TEST_F(OffloadQueueTest, AStagedBlockIsServedUntilTheStoreHasIt) {
   EXPECT_EQ(stats.stored, 2u);
   EXPECT_EQ(stats.served, 1u);
   EXPECT_EQ(stats.staged_bytes, 0u);
+}
+
+// Fetched back into a pool, a staged block is kept out of the host tier: dropped unstored
+// while it waits, moved out once stored if the thread was storing it.
+TEST_F(OffloadQueueTest, AWithdrawnBlockIsKeptOutOfTheHostTier) {
+  hold_ = 1;
+  auto queue = MakeQueue(8 * kBlockBytes);
+  // Block 1's put stalls in the store; blocks 2, 3 and 4 wait behind it.
+  EXPECT_EQ(Stage(*queue, {Block(1)}), std::vector<bool>{true});
+  ASSERT_TRUE(WaitUntil([this] { return in_put_.load(); }));
+  EXPECT_EQ(Stage(*queue, {Block(2), Block(3), Block(4)}), std::vector<bool>(3, true));
+  // Pools fetched back 1 (being stored), 2 and 3, and block 9 (never staged).
+  std::vector<uint8_t> out(kBlockBytes);
+  ASSERT_TRUE(queue->CopyStaged(Ref(2), out));
+  const std::vector<storage::BlockRef> landed = {Ref(1), Ref(2), Ref(3), Ref(9)};
+  queue->Withdraw(landed);
+  // Block 3 is evicted again before the thread takes it: stored after all.
+  EXPECT_EQ(Stage(*queue, {Block(3)}), std::vector<bool>{true});
+  // Until the thread drops it, block 2 is still served.
+  ASSERT_TRUE(queue->CopyStaged(Ref(2), out));
+  EXPECT_EQ(out, std::vector<uint8_t>(kBlockBytes, 2));
+
+  released_ = true;
+  queue->Flush();
+  EXPECT_FALSE(store_->Contains(Ref(1))) << "stored, then moved out";
+  EXPECT_FALSE(store_->Contains(Ref(2))) << "never stored";
+  EXPECT_TRUE(store_->Contains(Ref(3)));
+  EXPECT_TRUE(store_->Contains(Ref(4)));
+  EXPECT_FALSE(queue->CopyStaged(Ref(2), out));
+  const OffloadQueueStats stats = queue->Stats();
+  EXPECT_EQ(stats.staged, 4u);
+  EXPECT_EQ(stats.stored, 2u);
+  EXPECT_EQ(stats.withdrawn, 2u);
+  EXPECT_EQ(stats.staged_bytes, 0u);
+  // Their buffers are free again: staged anew, block 2 is stored.
+  EXPECT_EQ(Stage(*queue, {Block(2)}), std::vector<bool>{true});
+  queue->Flush();
+  EXPECT_TRUE(store_->Contains(Ref(2)));
+}
+
+// Block 1, withdrawn while stored, is evicted again by a pool just as the thread moves
+// it out of the host tier (the store's removal event stages it): it is stored again.
+TEST_F(OffloadQueueTest, ABlockStagedAgainAsItIsMovedOutIsStoredOnceMore) {
+  hold_ = 1;
+  auto queue = MakeQueue(4 * kBlockBytes);
+  EXPECT_EQ(Stage(*queue, {Block(1)}), std::vector<bool>{true});
+  ASSERT_TRUE(WaitUntil([this] { return in_put_.load(); }));
+  const std::vector<storage::BlockRef> landed = {Ref(1)};
+  queue->Withdraw(landed);
+  const std::vector<OffloadBlock> again = {Block(1)};
+  std::atomic<bool> staged_again{false};
+  on_removed_ = [&](uint64_t id) {
+    if (id == 1) staged_again = Stage(*queue, again) == std::vector<bool>{true};
+  };
+  released_ = true;
+  queue->Flush();
+  EXPECT_TRUE(staged_again.load());
+  EXPECT_TRUE(store_->Contains(Ref(1)));
+  const OffloadQueueStats stats = queue->Stats();
+  EXPECT_EQ(stats.stored, 1u);
+  EXPECT_EQ(stats.withdrawn, 0u);
+  on_removed_ = nullptr;
 }
 
 TEST_F(OffloadQueueTest, ABlockThatFindsNoRoomIsLeftToTheCaller) {

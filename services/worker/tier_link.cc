@@ -189,12 +189,18 @@ namespace kvtier::worker {
 Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) { return std::move(FetchBatch({&block, 1}).front()); }
 
 void TierLink::Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) {
-  FormatTags tags;
+  FormatTags tags;  // the refs' format tags point into it
+  std::vector<storage::BlockRef> refs;
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (tiers[i] != SourceTier::kHost) continue;
     const OnboardBlock& block = blocks[i];
+    refs.push_back({block.key, tags.For(block.layout, block.format_tag), block.salt_scope});
+  }
+  // A block answered from the staging is not stored at all, if it still waits there.
+  if (queue_) queue_->Withdraw(refs);
+  for (const storage::BlockRef& ref : refs) {
     // kNotFound: the block was answered from the staging, or is on its way down to disk.
-    (void)store_->MoveOutOfHost({block.key, tags.For(block.layout, block.format_tag), block.salt_scope});
+    (void)store_->MoveOutOfHost(ref);
   }
 }
 

@@ -72,8 +72,9 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   // Fetches every block, in parallel: a block after one the store lacks is copied too,
   // and its result says so; Onboard uses the leading run.
   [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
-  // The blocks landed from the host tier leave it (TieredStore::MoveOutOfHost): the pool
-  // holds them, and offloads them back when it evicts them.
+  // The blocks landed from the host tier leave it (TieredStore::MoveOutOfHost), and those
+  // answered from the staging are not stored if they still wait (OffloadQueue::Withdraw):
+  // the pool holds them, and offloads them back when it evicts them.
   void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) override;
   // Returns once every offload staged so far is in the store (a node draining, or
   // taking a snapshot of its holdings). Immediate without staging.

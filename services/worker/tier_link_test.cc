@@ -148,14 +148,44 @@ struct Chain {
 };
 
 // A store of `pages` 4 KiB host pages.
-std::unique_ptr<storage::TieredStore> HostStore(uint64_t pages) {
+storage::TieredStoreOptions HostOptions(uint64_t pages) {
   storage::TieredStoreOptions options;
   options.host.emplace();
   options.host->capacity_bytes = pages * 4096;
   options.host->page_bytes = 4096;
   options.host->try_huge_pages = false;
-  return storage::TieredStore::Create(std::move(options)).value();
+  return options;
 }
+std::unique_ptr<storage::TieredStore> HostStore(uint64_t pages) {
+  return storage::TieredStore::Create(HostOptions(pages)).value();
+}
+
+// The options with a disk tier of 1 MiB in `dir`.
+storage::TieredStoreOptions WithDisk(storage::TieredStoreOptions options, const kvtier::testing::TempDir& dir) {
+  options.disk.emplace();
+  options.disk->path = dir.path();
+  options.disk->capacity_bytes = 1 << 20;
+  options.disk->memtable_bytes = 1 << 20;
+  return options;
+}
+
+// A store whose put of block 0 stalls (its event waits) until Release: the staging's
+// thread is then inside that put, and what is staged behind it waits.
+struct StallingStore {
+  explicit StallingStore(storage::TieredStoreOptions options) {
+    options.on_event = [this](const storage::StoreEvent& e) {
+      if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key != testing::Key(0)) return;
+      in_put = true;
+      kvtier::testing::WaitUntil([this] { return released.load(); });
+    };
+    store = storage::TieredStore::Create(std::move(options)).value();
+  }
+  [[nodiscard]] bool WaitForThePut() const { return kvtier::testing::WaitUntil([this] { return in_put.load(); }); }
+  void Release() { released = true; }
+
+  std::atomic<bool> in_put{false}, released{false};
+  std::unique_ptr<storage::TieredStore> store;
+};
 
 // Sixteen victims offloaded in one batch by the caller and 3 helpers, then fetched back
 // in one batch: every block is stored with its own bytes and comes back byte for byte.
@@ -206,43 +236,55 @@ TEST(TierLinkTest, StagedOffloadsAreFetchedAtOnceAndStoredBehind) {
 // While the store is still taking a staged batch (its event of block 0 holds the put),
 // a fetch of those blocks is answered from the staging, with their bytes.
 TEST(TierLinkTest, AFetchFindsBlocksStillStaged) {
-  std::atomic<bool> in_put{false}, released{false};
-  storage::TieredStoreOptions options;
-  options.host.emplace();
-  options.host->capacity_bytes = 64 * 4096;
-  options.host->page_bytes = 4096;
-  options.host->try_huge_pages = false;
-  options.on_event = [&](const storage::StoreEvent& e) {
-    if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key != testing::Key(0)) return;
-    in_put = true;
-    kvtier::testing::WaitUntil([&] { return released.load(); });
-  };
-  auto store = storage::TieredStore::Create(std::move(options)).value();
+  StallingStore stalling(HostOptions(64));
   const KvLayout layout = TestLayout();
-  TierLink link({.store = store.get(), .staging_bytes = 8 * layout.bytes_per_block()});
+  TierLink link({.store = stalling.store.get(), .staging_bytes = 8 * layout.bytes_per_block()});
   const Chain chain(2, layout);
   for (const Status& taken : link.OffloadBatch(chain.victims)) EXPECT_TRUE(taken.ok()) << taken;
-  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return in_put.load(); }));
+  ASSERT_TRUE(stalling.WaitForThePut());
   std::vector<std::vector<uint8_t>> back;
   chain.ExpectFetched(link.FetchBatch(chain.Wanted(2, back)), back, SourceTier::kHost);
   EXPECT_EQ(link.StagingStats().served, 2u);
-  released = true;
+  stalling.Release();
   link.Flush();
   EXPECT_EQ(link.StagingStats().stored, 2u);
 }
 
+// Blocks fetched from the staging and landed in a pool are not stored behind it: the
+// pool holds them. Block 0's put holds the staging's thread; blocks 1 and 2 wait behind
+// it, are fetched back from the staging (with 0) and landed. The store is a disk tier
+// alone (a host tier's lock, which 0's put holds while its event waits, would stall the
+// landing, which takes it to move landed host blocks out), so 0, stored, stays stored:
+// the move out of the host tier is OffloadQueueTest's.
+TEST(TierLinkTest, StagedBlocksLandedInAPoolAreNotStored) {
+  kvtier::testing::TempDir dir;
+  StallingStore stalling(WithDisk({}, dir));
+  storage::TieredStore* store = stalling.store.get();
+  const KvLayout layout = TestLayout();
+  TierLink link({.store = store, .staging_bytes = 8 * layout.bytes_per_block()});
+  const Chain chain(3, layout);
+  ASSERT_TRUE(link.Offload(chain.victims[0]).ok());
+  ASSERT_TRUE(stalling.WaitForThePut());
+  for (const Status& taken : link.OffloadBatch(std::span(chain.victims).subspan(1))) EXPECT_TRUE(taken.ok()) << taken;
+  std::vector<std::vector<uint8_t>> back;
+  const std::vector<OnboardBlock> wanted = chain.Wanted(3, back);
+  chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
+  link.Landed(wanted, std::vector<SourceTier>(3, SourceTier::kHost));
+  stalling.Release();
+  link.Flush();
+
+  const std::string format = StorageFormatTag(layout, 0);
+  EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(0), format, 1})) << "being stored when it landed";
+  for (uint8_t i : {1, 2}) EXPECT_FALSE(store->Contains(storage::BlockRef{testing::Key(i), format, 1})) << int{i};
+  const OffloadQueueStats stats = link.StagingStats();
+  EXPECT_EQ(stats.served, 3u);
+  EXPECT_EQ(stats.withdrawn, 3u);
+  EXPECT_EQ(stats.stored, 0u);
+}
+
 // A store of four 4 KiB host pages over a disk tier in `dir`.
 std::unique_ptr<storage::TieredStore> HostOverDiskStore(const kvtier::testing::TempDir& dir) {
-  storage::TieredStoreOptions options;
-  options.host.emplace();
-  options.host->capacity_bytes = 4 * 4096;
-  options.host->page_bytes = 4096;
-  options.host->try_huge_pages = false;
-  options.disk.emplace();
-  options.disk->path = dir.path();
-  options.disk->capacity_bytes = 1 << 20;
-  options.disk->memtable_bytes = 1 << 20;
-  return storage::TieredStore::Create(std::move(options)).value();
+  return storage::TieredStore::Create(WithDisk(HostOptions(4), dir)).value();
 }
 
 // Each batch is one store put, so that what it displaces from the host tier goes down to

@@ -85,9 +85,10 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
 Status WorkerMetrics::AddStaging(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(staged_, r.AddCounter("kvtier_worker_staged_offloads_total",
                                                 "Evicted blocks staged (worker.offload_staging_bytes) and since "
-                                                "stored by the staging's thread, or refused by the store.",
+                                                "stored by the staging's thread, refused by the store, or withdrawn "
+                                                "unstored once fetched back into a pool.",
                                                 {"result"}));
-  for (const char* result : {"stored", "failed"}) staged_->WithLabels({result});
+  for (const char* result : {"stored", "failed", "withdrawn"}) staged_->WithLabels({result});
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* full,
                           r.AddCounter("kvtier_worker_staging_full_offloads_total",
                                        "Evicted blocks the offload staging had no room for: the allocation stored "
@@ -109,6 +110,7 @@ Status WorkerMetrics::AddStaging(MetricsRegistry& r) {
 void WorkerMetrics::UpdateStaging(const OffloadQueueStats& stats) {
   IncBy(staged_->WithLabels({"stored"}), stats.stored, last_staging_.stored);
   IncBy(staged_->WithLabels({"failed"}), stats.failed, last_staging_.failed);
+  IncBy(staged_->WithLabels({"withdrawn"}), stats.withdrawn, last_staging_.withdrawn);
   IncBy(*staging_full_, stats.no_room, last_staging_.no_room);
   IncBy(*staging_reads_, stats.served, last_staging_.served);
   staging_bytes_->Set(static_cast<double>(stats.staged_bytes));

@@ -13,8 +13,9 @@
 //   tier_seconds_total{op}          time on the worker's loop in its tiers: offload (victims
 //                                   handed over), onboard (blocks fetched before landing)
 // and of its offload staging (worker.offload_staging_bytes, offload_queue.h), unlabelled:
-//   staged_offloads_total{result}   staged blocks since stored by the staging's thread, or
-//                                   refused by the store (result: stored, failed)
+//   staged_offloads_total{result}   staged blocks since stored by the staging's thread,
+//                                   refused by the store, or dropped unstored once fetched
+//                                   back into a pool (result: stored, failed, withdrawn)
 //   staging_full_offloads_total     blocks the staging had no room for (the allocation
 //                                   stored them itself)
 //   staging_reads_total             onboards answered from the staging

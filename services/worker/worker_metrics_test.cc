@@ -121,13 +121,14 @@ TEST(WorkerMetricsTest, TracksTheOffloadStagingByGrowth) {
   // 1 read back.
   metrics->UpdateStaging({.staged = 5, .stored = 3, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 4096,
                           .capacity_bytes = 65536});
-  // Then 2 more stored, and nothing waits.
-  metrics->UpdateStaging({.staged = 6, .stored = 5, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 0,
-                          .capacity_bytes = 65536});
+  // Then 2 more staged: 2 stored, 1 read back and withdrawn, and nothing waits.
+  metrics->UpdateStaging({.staged = 7, .stored = 5, .failed = 1, .no_room = 2, .served = 2, .withdrawn = 1,
+                          .staged_bytes = 0, .capacity_bytes = 65536});
   const std::string text = registry.Exposition();
   for (const char* line : {"kvtier_worker_staged_offloads_total{result=\"stored\"} 5\n",
                            "kvtier_worker_staged_offloads_total{result=\"failed\"} 1\n",
-                           "kvtier_worker_staging_full_offloads_total 2\n", "kvtier_worker_staging_reads_total 1\n",
+                           "kvtier_worker_staged_offloads_total{result=\"withdrawn\"} 1\n",
+                           "kvtier_worker_staging_full_offloads_total 2\n", "kvtier_worker_staging_reads_total 2\n",
                            "kvtier_worker_staging_bytes 0\n", "kvtier_worker_staging_capacity_bytes 65536\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
