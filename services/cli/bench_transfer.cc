@@ -101,6 +101,32 @@ std::string PathFields(const std::vector<PathResult>& paths) {
   return out;
 }
 
+// Each path's lines, then the loopback's and Redis's, against which they are read.
+void PrintResultsText(const std::vector<PathResult>& paths, const bench::LoopbackBenchResult& loopback,
+                      const std::optional<bench::RedisBenchResult>& redis) {
+  for (const PathResult& p : paths) {
+    const store::TransferBenchResult& r = p.result;
+    std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
+    if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
+    std::printf("\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)", p.name,
+                r.get.gbps, r.get.p99_ms, r.get.gbps / loopback.gbps, r.get.gbps / loopback.from_memory_gbps);
+    if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
+    std::printf("\n");
+    for (const auto& [direction, phase] : {std::pair{"put", &r.put}, std::pair{"get", &r.get}}) {
+      std::printf("  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f", p.name,
+                  direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
+      if (std::string_view(p.name) == "stream") std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
+      std::printf("\n");
+    }
+  }
+  std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n", loopback.gbps);
+  std::printf("  loopback   %.3f GB/s (raw TCP of as many distinct blocks from memory)\n", loopback.from_memory_gbps);
+  if (redis) {
+    std::printf("  redis put  %.3f GB/s\n  redis get  %.3f GB/s (p99 %.2f ms)\n", redis->put_gbps, redis->get_gbps,
+                redis->get_p99_ms);
+  }
+}
+
 }  // namespace
 
 int BenchCommand::RunTransfer() const {
@@ -150,27 +176,7 @@ int BenchCommand::RunTransfer() const {
               static_cast<unsigned long long>(paths[0].result.blocks),
               static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_,
               transfer_stream_get_.c_str(), transfer_stream_put_.c_str());
-  for (const PathResult& p : paths) {
-    const store::TransferBenchResult& r = p.result;
-    std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
-    if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
-    std::printf("\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)", p.name,
-                r.get.gbps, r.get.p99_ms, r.get.gbps / loopback->gbps, r.get.gbps / loopback->from_memory_gbps);
-    if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
-    std::printf("\n");
-    for (const auto& [direction, phase] : {std::pair{"put", &r.put}, std::pair{"get", &r.get}}) {
-      std::printf("  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f", p.name,
-                  direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
-      if (std::string_view(p.name) == "stream") std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
-      std::printf("\n");
-    }
-  }
-  std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n", loopback->gbps);
-  std::printf("  loopback   %.3f GB/s (raw TCP of as many distinct blocks from memory)\n", loopback->from_memory_gbps);
-  if (redis) {
-    std::printf("  redis put  %.3f GB/s\n  redis get  %.3f GB/s (p99 %.2f ms)\n", redis->put_gbps, redis->get_gbps,
-                redis->get_p99_ms);
-  }
+  PrintResultsText(paths, *loopback, redis);
   return 0;
 }
 

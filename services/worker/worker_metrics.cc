@@ -13,24 +13,46 @@ void IncBy(Counter& counter, uint64_t now, uint64_t before) {
 
 Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r, size_t pools) {
   std::unique_ptr<WorkerMetrics> m(new WorkerMetrics());
-  KVTIER_ASSIGN_OR_RETURN(m->pool_blocks_, r.AddGauge("kvtier_worker_pool_blocks",
-                                                      "Blocks of a pool by state: free, cached (reusable), in_use.",
-                                                      {"pool", "state"}));
-  KVTIER_ASSIGN_OR_RETURN(m->pool_held_,
+  KVTIER_RETURN_IF_ERROR(m->AddPools(r, pools));
+  KVTIER_RETURN_IF_ERROR(m->AddMoves(r));
+  KVTIER_RETURN_IF_ERROR(m->AddStaging(r));
+  return m;
+}
+
+Status WorkerMetrics::AddPools(MetricsRegistry& r, size_t pools) {
+  KVTIER_ASSIGN_OR_RETURN(pool_blocks_, r.AddGauge("kvtier_worker_pool_blocks",
+                                                   "Blocks of a pool by state: free, cached (reusable), in_use.",
+                                                   {"pool", "state"}));
+  KVTIER_ASSIGN_OR_RETURN(pool_held_,
                           r.AddGauge("kvtier_worker_pool_held_blocks",
                                      "Blocks of a pool held for transfers off the worker's event loop (a peer "
                                      "reading them, or fetched blocks landing in them); in_use counts them too.",
                                      {"pool"}));
-  KVTIER_ASSIGN_OR_RETURN(m->allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
-                                                      "Blank blocks handed out.", {"pool"}));
-  KVTIER_ASSIGN_OR_RETURN(m->reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
-                                                   "Full blocks found cached when a sequence started.", {"pool"}));
-  KVTIER_ASSIGN_OR_RETURN(m->partial_, r.AddCounter("kvtier_worker_partial_reuses_total",
-                                                    "Partially matching blocks reused, in place or by copy.",
-                                                    {"pool", "how"}));
-  KVTIER_ASSIGN_OR_RETURN(m->evictions_, r.AddCounter("kvtier_worker_evictions_total",
-                                                      "Blocks evicted from a pool, by their priority.",
-                                                      {"pool", "priority"}));
+  KVTIER_ASSIGN_OR_RETURN(allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
+                                                   "Blank blocks handed out.", {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
+                                                "Full blocks found cached when a sequence started.", {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(partial_, r.AddCounter("kvtier_worker_partial_reuses_total",
+                                                 "Partially matching blocks reused, in place or by copy.",
+                                                 {"pool", "how"}));
+  KVTIER_ASSIGN_OR_RETURN(evictions_, r.AddCounter("kvtier_worker_evictions_total",
+                                                   "Blocks evicted from a pool, by their priority.",
+                                                   {"pool", "priority"}));
+  last_.pools.resize(pools);
+  // Every pool's series exist from the start, at zero.
+  for (size_t p = 0; p < pools; ++p) {
+    const std::string pool = std::to_string(p);
+    for (const char* state : {"free", "cached", "in_use"}) pool_blocks_->WithLabels({pool, state});
+    pool_held_->WithLabels({pool});
+    allocated_->WithLabels({pool});
+    reused_->WithLabels({pool});
+    partial_->WithLabels({pool, "in_place"});
+    partial_->WithLabels({pool, "copy"});
+  }
+  return Status::Ok();
+}
+
+Status WorkerMetrics::AddMoves(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* offloaded, r.AddCounter("kvtier_worker_offloaded_blocks_total",
                                                                  "Evicted blocks handed to the host tier."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_offloaded_bytes_total",
@@ -48,38 +70,26 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
                                        "Blocks fetched from other nodes straight into their pool blocks (a host pool's "
                                        "memory, or a GPU pool's by a scatter off the loop): no copy on the worker's "
                                        "event loop."));
-  KVTIER_ASSIGN_OR_RETURN(m->transfer_seconds_,
+  KVTIER_ASSIGN_OR_RETURN(transfer_seconds_,
                           r.AddCounter("kvtier_worker_transfer_seconds_total",
                                        "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "
                                        "landed), copy (partial reuse); on a GPU the kernels and their waits.",
                                        {"op"}));
-  for (const char* op : {"offload", "onboard", "copy"}) m->transfer_seconds_->WithLabels({op});
-  KVTIER_ASSIGN_OR_RETURN(m->tier_seconds_,
+  for (const char* op : {"offload", "onboard", "copy"}) transfer_seconds_->WithLabels({op});
+  KVTIER_ASSIGN_OR_RETURN(tier_seconds_,
                           r.AddCounter("kvtier_worker_tier_seconds_total",
                                        "Time on the worker's event loop in its tiers, by path: offload (victims, once "
                                        "read out, hashed and handed to the host tier or a store), onboard (blocks "
                                        "fetched from the node's tiers or a peer before they land).",
                                        {"op"}));
-  for (const char* op : {"offload", "onboard"}) m->tier_seconds_->WithLabels({op});
-  KVTIER_RETURN_IF_ERROR(m->AddStaging(r));
-  m->onboarded_blocks_ = &onboarded->WithLabels({});
-  m->onboarded_bytes_ = &onboarded_bytes->WithLabels({});
-  m->landed_in_place_ = &in_place->WithLabels({});
-  m->offloaded_blocks_ = &offloaded->WithLabels({});
-  m->offloaded_bytes_ = &bytes->WithLabels({});
-  m->dropped_offloads_ = &dropped->WithLabels({});
-  m->last_.pools.resize(pools);
-  // Every pool's series exist from the start, at zero.
-  for (size_t p = 0; p < pools; ++p) {
-    const std::string pool = std::to_string(p);
-    for (const char* state : {"free", "cached", "in_use"}) m->pool_blocks_->WithLabels({pool, state});
-    m->pool_held_->WithLabels({pool});
-    m->allocated_->WithLabels({pool});
-    m->reused_->WithLabels({pool});
-    m->partial_->WithLabels({pool, "in_place"});
-    m->partial_->WithLabels({pool, "copy"});
-  }
-  return m;
+  for (const char* op : {"offload", "onboard"}) tier_seconds_->WithLabels({op});
+  onboarded_blocks_ = &onboarded->WithLabels({});
+  onboarded_bytes_ = &onboarded_bytes->WithLabels({});
+  landed_in_place_ = &in_place->WithLabels({});
+  offloaded_blocks_ = &offloaded->WithLabels({});
+  offloaded_bytes_ = &bytes->WithLabels({});
+  dropped_offloads_ = &dropped->WithLabels({});
+  return Status::Ok();
 }
 
 Status WorkerMetrics::AddStaging(MetricsRegistry& r) {

@@ -45,6 +45,9 @@ class WorkerMetrics {
 
  private:
   WorkerMetrics() = default;
+  // Each registers its families (series at zero) with `registry`.
+  [[nodiscard]] Status AddPools(MetricsRegistry& registry, size_t pools);
+  [[nodiscard]] Status AddMoves(MetricsRegistry& registry);
   [[nodiscard]] Status AddStaging(MetricsRegistry& registry);
   GaugeFamily* pool_blocks_ = nullptr;
   GaugeFamily* pool_held_ = nullptr;

@@ -168,18 +168,11 @@ py::dict LookupToDict(const LookupResult& r) {
   return out;
 }
 
-void BindClient(py::module_& m) {
-  using Release = py::call_guard<py::gil_scoped_release>;
-  py::class_<Client>(m, "Client")
-      .def(py::init([](const std::string& address, const std::string& token, double timeout_s,
-                       const std::string& tls_ca_file) {
-             py::gil_scoped_release unlocked;
-             return ValueOrThrow(Client::Connect(
-                 {.address = address, .token = token, .tls_ca_file = tls_ca_file,
-                  .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))}));
-           }),
-           py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "")
-      .def_property_readonly("tenant", &Client::tenant)
+using Release = py::call_guard<py::gil_scoped_release>;
+
+// What the coordinator knows of a prompt's blocks: lookup and route.
+void BindLookups(py::class_<Client>& client) {
+  client
       .def("lookup", [](Client& c, const std::vector<PyKey>& keys, const py::object& tail_tokens) {
         const std::vector<uint32_t> tail = OptionalTokens(tail_tokens);
         LookupResult r;
@@ -199,7 +192,12 @@ void BindClient(py::module_& m) {
           d = ValueOrThrow(c.Route(ToKeys(keys), tail, candidates));
         }
         return py::make_tuple(d.node_id, d.prefix_blocks, d.partial_tokens);
-      }, py::arg("keys"), py::arg("tail_tokens") = py::none(), py::arg("candidates") = std::vector<std::string>{})
+      }, py::arg("keys"), py::arg("tail_tokens") = py::none(), py::arg("candidates") = std::vector<std::string>{});
+}
+
+// A sequence's blocks in the node's pool: attach, allocate, extend, onboard, commit, free.
+void BindSequences(py::class_<Client>& client) {
+  client
       .def("attach_pool", [](Client& c, uint32_t pool_id, const KvLayout& layout) {
         return ValueOrThrow(c.AttachPool(pool_id, layout));
       }, py::arg("pool_id"), py::arg("layout"), Release())
@@ -227,7 +225,21 @@ void BindClient(py::module_& m) {
         return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s), committed));
       }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,
          py::arg("duration_s") = py::none(), py::arg("tokens") = py::none())
-      .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release())
+      .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release());
+}
+
+void BindClient(py::module_& m) {
+  py::class_<Client> client(m, "Client");
+  client
+      .def(py::init([](const std::string& address, const std::string& token, double timeout_s,
+                       const std::string& tls_ca_file) {
+             py::gil_scoped_release unlocked;
+             return ValueOrThrow(Client::Connect(
+                 {.address = address, .token = token, .tls_ca_file = tls_ca_file,
+                  .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))}));
+           }),
+           py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "")
+      .def_property_readonly("tenant", &Client::tenant)
       .def("worker_stats", [](Client& c) {
         WorkerStats s;
         {
@@ -242,6 +254,8 @@ void BindClient(py::module_& m) {
         out["onboarded_blocks"] = s.onboarded_blocks;
         return out;
       });
+  BindLookups(client);
+  BindSequences(client);
 }
 
 }  // namespace
