@@ -42,7 +42,7 @@ class ReplayCommand {
   uint64_t host_blocks_ = 65536;
   uint64_t disk_blocks_ = 262144;
   uint64_t block_bytes_ = 4096;
-  uint32_t disk_admission_ = 2;
+  uint32_t disk_admission_ = 0;
   std::string data_dir_;
   uint32_t conversations_ = 600;
   uint64_t limit_ = 0;  // requests replayed: the first ones; 0: all

@@ -6,6 +6,7 @@
 #include <capnp/ez-rpc.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 #include "services/coordinator/rpc/coordinator_node.h"
@@ -49,12 +50,15 @@ class StoreNodeTest : public ::testing::Test {
     coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
   }
 
-  std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry, uint64_t disk_bytes = 1 << 20) {
+  // `admission`: store.disk_admission_min_count, where not the default.
+  std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry, uint64_t disk_bytes = 1 << 20,
+                                        std::optional<uint32_t> admission = std::nullopt) {
     StoreNodeOptions options;
     options.config.data_dir = dir_.path();
     // A one-block host tier over the disk: the second block put moves the first to disk.
     options.config.store.host_cache_bytes = 64 << 10;
     options.config.store.disk_bytes = disk_bytes;
+    if (admission) options.config.store.disk_admission_min_count = *admission;
     options.config.store.listen = "127.0.0.1:0";
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
@@ -165,7 +169,8 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
 
 TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
   MetricsRegistry registry;
-  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10));  // host: 1 block, disk: 2
+  // Host: 1 block, disk: 2, admitting to the full disk blocks asked for twice.
+  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10), /*admission=*/2);
   ASSERT_NE(node, nullptr);
   const uint64_t scope = SaltScope("");
   auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
@@ -178,6 +183,21 @@ TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
   // Block 5 pushes 4 down: asked once, refused; it is gone.
   Put(*node, {block(5)});
   EXPECT_EQ(States(*node, {1, 2, 3, 4, 5}), "missing present present missing present");
+  EXPECT_TRUE(node->Drain().ok());
+}
+
+TEST_F(StoreNodeTest, AFullDiskAdmitsEveryBlockByDefault) {
+  MetricsRegistry registry;
+  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10));  // host: 1 block, disk: 2
+  ASSERT_NE(node, nullptr);
+  const uint64_t scope = SaltScope("");
+  auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
+  // Blocks 1, 2, 3 put once each: 3 in the host tier, 1 and 2 on the disk.
+  for (uint64_t id : {1, 2, 3}) Put(*node, {block(id)});
+  // Blocks 4 and 5, asked for once each, push 3 and then 4 down to the full disk: both
+  // admitted, displacing 1 and 2.
+  for (uint64_t id : {4, 5}) Put(*node, {block(id)});
+  EXPECT_EQ(States(*node, {1, 2, 3, 4, 5}), "missing missing present present present");
   EXPECT_TRUE(node->Drain().ok());
 }
 
