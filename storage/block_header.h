@@ -24,6 +24,7 @@
 
 #include "common/block_key.h"
 #include "common/status.h"
+#include "storage/format_tag.h"
 
 namespace kvtier::storage {
 
@@ -36,7 +37,7 @@ struct BlockHeader {
   BlockKey key;
   BlockKey parent;                  // the previous block's key (the salt root for a first block)
   bool first_in_chain = false;      // the prompt's first block: `parent` is the salt root
-  std::string format_tag;
+  FormatTag format_tag;              // interned: a copy of the header allocates nothing
   uint64_t salt_scope = 0;
   uint64_t checksum = 0;            // PayloadChecksum of the payload
   uint64_t payload_bytes = 0;
@@ -80,7 +81,8 @@ struct BlockRef {
 // Appends the encoded header to `out`.
 void EncodeHeader(const BlockHeader& header, std::string& out);
 // kDataLoss when `bytes` does not hold one well-formed header (the error names what is
-// wrong); on success `consumed` is the encoded size.
+// wrong), kInvalidArgument for a format tag over kMaxFormatTagBytes, kResourceExhausted
+// for a new tag past FormatTag::kMaxFormatTags; on success `consumed` is the encoded size.
 [[nodiscard]] Result<BlockHeader> DecodeHeader(std::span<const uint8_t> bytes, size_t& consumed);
 
 }  // namespace kvtier::storage

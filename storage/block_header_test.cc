@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+
 #include "storage/testing/blocks.h"
 
 namespace kvtier::storage {
@@ -68,7 +71,7 @@ TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
   EXPECT_NE(ValidateBlock(block.header, block.payload, 1024).message().find("checksum"), std::string::npos);
 
   BlockHeader no_tag = block.header;
-  no_tag.format_tag.clear();
+  no_tag.format_tag = FormatTag();
   EXPECT_NE(ValidateHeader(no_tag, 1024).message().find("format tag is empty"), std::string::npos);
 
   BlockHeader bad_priority = block.header;
@@ -92,6 +95,40 @@ TEST(BlockHeaderTest, PayloadChecksumIsXxh3OfThePayload) {
     for (size_t i = 0; i < size; ++i) payload[i] = static_cast<uint8_t>(i * 131 + (i >> 8));
     EXPECT_EQ(PayloadChecksum(payload), hash) << size << " bytes";
   }
+}
+
+// A header's format tag is interned as it is decoded, with bounds: a tag over
+// kMaxFormatTagBytes is refused before it is interned, and so is a new tag once the
+// process holds FormatTag::kMaxFormatTags. Tags already interned still decode.
+// Keep it the file's last test: it fills this process's table of tags.
+TEST(BlockHeaderTest, DecodingBoundsTheFormatTagsItInterns) {
+  const auto bytes = [](const std::string& s) { return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+  // The encoded header of `block` with its tag's bytes replaced by `tag` (of any length).
+  const auto with_tag = [](BlockHeader header, const std::string& tag) {
+    header.format_tag = FormatTag();
+    std::string encoded;
+    EncodeHeader(header, encoded);  // no tag: the fixed part, its lengths fixed below
+    const uint32_t total = static_cast<uint32_t>(encoded.size() + tag.size());
+    const auto tag_bytes = static_cast<uint16_t>(tag.size());
+    std::memcpy(encoded.data() + 4, &total, sizeof(total));
+    std::memcpy(encoded.data() + encoded.size() - 2, &tag_bytes, sizeof(tag_bytes));
+    return encoded + tag;
+  };
+  const BlockHeader header = testing::MakeBlock(1, 64).header;
+  size_t consumed = 0;
+  const Result<BlockHeader> long_tag = DecodeHeader(bytes(with_tag(header, std::string(300, 'x'))), consumed);
+  EXPECT_EQ(long_tag.status().code(), StatusCode::kInvalidArgument) << long_tag.status();
+  EXPECT_NE(long_tag.status().message().find("300 bytes"), std::string::npos) << long_tag.status();
+
+  const Result<BlockHeader> first = DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (size_t i = 0; FormatTag::Intern("flood-" + std::to_string(i)).ok(); ++i) {
+  }
+  const Result<BlockHeader> fresh = DecodeHeader(bytes(with_tag(header, "decoded-after-the-flood")), consumed);
+  EXPECT_EQ(fresh.status().code(), StatusCode::kResourceExhausted) << fresh.status();
+  const Result<BlockHeader> again = DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->format_tag, first->format_tag);
 }
 
 }  // namespace

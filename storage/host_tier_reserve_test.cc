@@ -167,7 +167,7 @@ TEST(HostTierReserveTest, ABatchThatIsNotAllNewBlocksIsNotReserved) {
   const auto twice = tier->Reserve(Headers({two, two}));
   EXPECT_EQ(twice.status().code(), StatusCode::kFailedPrecondition) << twice.status();
   BlockHeader unnamed = two.header;
-  unnamed.format_tag.clear();
+  unnamed.format_tag = FormatTag();
   const auto bad = tier->Reserve(std::vector<BlockHeader>{unnamed});
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
   EXPECT_NE(bad.status().message().find("block 0"), std::string::npos) << bad.status();

@@ -4,12 +4,15 @@
 
 namespace kvtier::store {
 
-storage::BlockHeader FromWire(rpc::schema::BlockHeader::Reader h, uint64_t scope) {
+Result<storage::BlockHeader> FromWire(rpc::schema::BlockHeader::Reader h, uint64_t scope) {
   storage::BlockHeader header;
   header.key = rpc::ToKey(h.getKey());
   header.parent = rpc::ToKey(h.getParent());
   header.first_in_chain = h.getFirstInChain();
-  header.format_tag = h.getFormatTag().cStr();
+  const std::string_view tag(h.getFormatTag().cStr(), h.getFormatTag().size());
+  // Refused before it is interned: interned tags live as long as the process.
+  if (tag.size() > storage::kMaxFormatTagBytes) return storage::ValidateFormatTag(tag);
+  KVTIER_ASSIGN_OR_RETURN(header.format_tag, storage::FormatTag::Intern(tag));
   header.salt_scope = scope;
   header.checksum = h.getChecksum();
   header.payload_bytes = h.getPayloadBytes();
@@ -22,7 +25,7 @@ void ToWire(const storage::BlockHeader& header, rpc::schema::BlockHeader::Builde
   rpc::FromKey(header.key, h.initKey());
   rpc::FromKey(header.parent, h.initParent());
   h.setFirstInChain(header.first_in_chain);
-  h.setFormatTag(header.format_tag);
+  h.setFormatTag(header.format_tag.str());
   h.setSaltScope(header.salt_scope);
   h.setChecksum(header.checksum);
   h.setPayloadBytes(header.payload_bytes);

@@ -32,7 +32,9 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     items.reserve(blocks.size());
     for (unsigned i = 0; i < blocks.size(); ++i) {
       const uint64_t scope = ScopeFor(blocks[i].getHeader().getSaltScope());
-      storage::PutItem item{FromWire(blocks[i].getHeader(), scope), Bytes(blocks[i].getData())};
+      Result<storage::BlockHeader> header = FromWire(blocks[i].getHeader(), scope);
+      ThrowIfError(header.status().WithContext("block " + std::to_string(i)));
+      storage::PutItem item{std::move(*header), Bytes(blocks[i].getData())};
       // Every block is checked before any is stored: a bad one refuses the whole batch.
       ThrowIfError(storage::ValidateBlock(item.header, item.payload, limits_.max_block_bytes)
                        .WithContext("block " + std::to_string(i)));
@@ -122,7 +124,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     CheckCount(headers.size());
     std::vector<storage::BlockHeader> converted;
     converted.reserve(headers.size());
-    for (auto h : headers) converted.push_back(FromWire(h, ScopeFor(h.getSaltScope())));
+    for (auto h : headers) converted.push_back(rpc::ValueOrThrow(FromWire(h, ScopeFor(h.getSaltScope()))));
     if (on_request_) {
       std::vector<BlockKey> keys;
       for (const storage::BlockHeader& header : converted) keys.push_back(header.key);

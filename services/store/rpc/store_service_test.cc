@@ -193,6 +193,10 @@ TEST_F(StoreServiceTest, ABadBlockRefusesTheWholeBatch) {
 
   std::vector<TestBlock> no_format = {MakeBlock(3, 100, 35, 7, "")};
   EXPECT_EQ(a.Put(no_format).status().code(), StatusCode::kInvalidArgument);
+  const std::vector<TestBlock> long_format = {MakeBlock(4, 100, 35, 7, std::string(300, 'f'))};
+  const Status long_refused = a.Put(long_format).status();
+  EXPECT_EQ(long_refused.code(), StatusCode::kInvalidArgument) << long_refused;
+  EXPECT_NE(long_refused.message().find("300 bytes"), std::string::npos) << long_refused;
   std::vector<TestBlock> too_many;
   for (uint64_t i = 0; i < 9; ++i) too_many.push_back(MakeBlock(i, 16));
   EXPECT_NE(a.Put(too_many).status().message().find("at most 8"), std::string::npos);
@@ -249,6 +253,12 @@ TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNot
   const Status keyed_no_format = a.KeyedPut(no_format).status();
   EXPECT_EQ(keyed_no_format.code(), StatusCode::kInvalidArgument) << keyed_no_format;
   EXPECT_NE(keyed_no_format.message().find("block 0"), std::string::npos) << keyed_no_format.message();
+  const Status open_long_format = a.StreamPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
+  EXPECT_EQ(open_long_format.code(), StatusCode::kInvalidArgument) << open_long_format;
+  const Status keyed_long_format = a.KeyedPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
+  EXPECT_EQ(keyed_long_format.code(), StatusCode::kInvalidArgument) << keyed_long_format;
+  // Its header alone is more than a header may be: refused before it is decoded.
+  EXPECT_NE(keyed_long_format.message().find("bytes of headers"), std::string::npos) << keyed_long_format;
   EXPECT_NE(a.KeyedPut(too_many).status().message().find("1 to 8"), std::string::npos);
   EXPECT_NE(a.KeyedPut(damaged).status().message().find("checksum"), std::string::npos);
   EXPECT_EQ(store_->Stats().host->blocks, 0u);

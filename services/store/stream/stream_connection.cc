@@ -121,6 +121,7 @@ void StreamConnection::GatherReply() {
 bool StreamConnection::PinOrStage() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
   pin_of_.assign(n, -1);
+  transfer_.pinned.reserve(n);  // one allocation, however many blocks
   uint64_t to_read = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const GetSlot& slot = transfer_.slots[i];

@@ -55,8 +55,12 @@ Status StreamConnection::OpenKeyedPut() {
     const std::string block = "block " + std::to_string(i);
     size_t consumed = 0;
     Result<storage::BlockHeader> header = storage::DecodeHeader(rest, consumed);
-    // Malformed here is the sender's fault, not data lost on this node.
-    if (!header.ok()) return InvalidArgumentError(block + "'s header: " + header.status().message());
+    if (!header.ok()) {
+      // A node out of room for new format tags says so (the code tells the sender to
+      // back off); malformed is the sender's fault, not data lost on this node.
+      if (header.status().code() == StatusCode::kResourceExhausted) return header.status().WithContext(block);
+      return InvalidArgumentError(block + "'s header: " + header.status().message());
+    }
     rest = rest.subspan(consumed);
     KVTIER_RETURN_IF_ERROR(ScopeHeader(*header).WithContext(block));
     KVTIER_RETURN_IF_ERROR(storage::ValidateHeader(*header, context_.max_block_bytes).WithContext(block));

@@ -1,0 +1,70 @@
+#include "storage/format_tag.h"
+
+#include <functional>
+#include <mutex>
+#include <unordered_set>
+
+#include "common/thread_annotations.h"
+
+namespace kvtier::storage {
+namespace {
+
+struct TagHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view tag) const { return std::hash<std::string_view>{}(tag); }
+};
+
+// Every tag interned: a node-based set, so that each tag's address is stable. Never
+// destroyed, so that tags held by other statics stay valid at exit.
+class InternTable {
+ public:
+  static InternTable& Get() {
+    static InternTable* table = new InternTable();
+    return *table;
+  }
+
+  // The interned copy of `tag`, or null when it is new and `bounded` and the table holds
+  // FormatTag::kMaxFormatTags tags.
+  const std::string* Find(std::string_view tag, bool bounded) {
+    // Most threads handle one format at a time: the one they interned last needs no lock.
+    thread_local const std::string* last = nullptr;
+    if (last != nullptr && *last == tag) return last;
+    std::lock_guard lock(mu_);
+    auto it = tags_.find(tag);
+    if (it == tags_.end()) {
+      if (bounded && tags_.size() >= FormatTag::kMaxFormatTags) return nullptr;
+      it = tags_.emplace(tag).first;
+    }
+    last = &*it;
+    return last;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string, TagHash, std::equal_to<>> tags_ KVTIER_GUARDED_BY(mu_);
+};
+
+const std::string* EmptyTag() {
+  static const std::string* empty = new std::string();
+  return empty;
+}
+
+}  // namespace
+
+FormatTag::FormatTag() : tag_(EmptyTag()) {}
+
+FormatTag::FormatTag(std::string_view tag)
+    : tag_(tag.empty() ? EmptyTag() : InternTable::Get().Find(tag, /*bounded=*/false)) {}
+
+Result<FormatTag> FormatTag::Intern(std::string_view tag) {
+  if (tag.empty()) return FormatTag();
+  const std::string* interned = InternTable::Get().Find(tag, /*bounded=*/true);
+  if (interned == nullptr) {
+    return ResourceExhaustedError("format tag \"" + std::string(tag.substr(0, 64)) + "\" is new and " +
+                                  std::to_string(kMaxFormatTags) +
+                                  " distinct format tags are in use in this process already");
+  }
+  return FormatTag(interned);
+}
+
+}  // namespace kvtier::storage
