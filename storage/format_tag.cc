@@ -1,5 +1,6 @@
 #include "storage/format_tag.h"
 
+#include <array>
 #include <functional>
 #include <mutex>
 #include <unordered_set>
@@ -26,20 +27,26 @@ class InternTable {
   // The interned copy of `tag`, or null when it is new and `bounded` and the table holds
   // FormatTag::kMaxFormatTags tags.
   const std::string* Find(std::string_view tag, bool bounded) {
-    // Most threads handle one format at a time: the one they interned last needs no lock.
-    thread_local const std::string* last = nullptr;
-    if (last != nullptr && *last == tag) return last;
+    // A thread handles a few formats at a time (a node serves a few models and layouts):
+    // the ones it interned last need no lock.
+    thread_local std::array<const std::string*, kRecent> recent{};
+    thread_local size_t next = 0;
+    for (const std::string* known : recent) {
+      if (known != nullptr && *known == tag) return known;
+    }
     std::lock_guard lock(mu_);
     auto it = tags_.find(tag);
     if (it == tags_.end()) {
       if (bounded && tags_.size() >= FormatTag::kMaxFormatTags) return nullptr;
       it = tags_.emplace(tag).first;
     }
-    last = &*it;
-    return last;
+    recent[next] = &*it;
+    next = (next + 1) % kRecent;
+    return &*it;
   }
 
  private:
+  static constexpr size_t kRecent = 4;
   std::mutex mu_;
   std::unordered_set<std::string, TagHash, std::equal_to<>> tags_ KVTIER_GUARDED_BY(mu_);
 };

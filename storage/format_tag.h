@@ -14,7 +14,7 @@
 // until the process ends.
 //
 // Thread safety: values; interning is safe from any thread (a lock, skipped when the tag
-// is the one this thread interned last). REQUIRES: a tag of at most 65535 bytes.
+// is one of the last four this thread interned). REQUIRES: a tag of at most 65535 bytes.
 #pragma once
 
 #include <cstddef>
