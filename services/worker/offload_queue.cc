@@ -10,7 +10,7 @@
 
 namespace kvtier::worker {
 
-void FillStoredHeader(const OffloadBlock& block, const std::string& format, storage::BlockHeader& header) {
+void FillStoredHeader(const OffloadBlock& block, const storage::FormatTag& format, storage::BlockHeader& header) {
   header.key = block.key;
   header.parent = block.parent;
   header.first_in_chain = block.first;
@@ -61,12 +61,13 @@ OffloadQueue::Staged* OffloadQueue::FindLocked(const storage::BlockRef& ref) {
 }
 
 std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
-                                      std::span<const std::string* const> formats) {
+                                      std::span<const storage::FormatTag* const> formats) {
   std::vector<bool> staged(blocks.size(), false);
   {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < blocks.size(); ++i) {
       const OffloadBlock& block = blocks[i];
+      if (formats[i] == nullptr) continue;
       if (Staged* existing = FindLocked({block.key, *formats[i], block.salt_scope}); existing != nullptr) {
         existing->withdrawn = false;  // evicted again: no pool holds it now
         staged[i] = true;             // the same block (a key's bytes never change) is on its way

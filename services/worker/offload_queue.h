@@ -28,7 +28,8 @@
 //
 // Thread safety: every method is safe from any thread. Lock order: the queue's mutex is
 // a leaf (the store is called without it). Ownership: borrows the store, which must
-// outlive the queue; the destructor stores everything staged before it returns.
+// outlive the queue; the destructor stores everything staged (but withdrawn blocks)
+// before it returns.
 #pragma once
 
 #include <condition_variable>
@@ -51,7 +52,7 @@ namespace kvtier::worker {
 // The header an offloaded block is stored under, but its checksum: key, parent, chain
 // start, `format` (its StorageFormatTag), salt scope, size and priority. Written into
 // `header` in place, so that a reused header's strings are reused too.
-void FillStoredHeader(const OffloadBlock& block, const std::string& format, storage::BlockHeader& header);
+void FillStoredHeader(const OffloadBlock& block, const storage::FormatTag& format, storage::BlockHeader& header);
 
 struct OffloadQueueOptions {
   storage::TieredStore* store = nullptr;  // required
@@ -78,9 +79,10 @@ class OffloadQueue {
   OffloadQueue& operator=(const OffloadQueue&) = delete;
 
   // Copies blocks[i] (stored under formats[i], its StorageFormatTag) into staging. Returns,
-  // for each, whether it is staged (or already was): false ones the caller must store.
+  // for each, whether it is staged (or already was): false ones the caller must store
+  // (but those of a null format, which are not staged).
   // REQUIRES: formats.size() == blocks.size().
-  std::vector<bool> Stage(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats);
+  std::vector<bool> Stage(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats);
   // Copies the staged block `ref` names into `out`: true when one is staged, of out's
   // size (a block of another size is not the one asked for: false).
   bool CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out);

@@ -16,7 +16,7 @@ namespace {
 
 using kvtier::testing::WaitUntil;
 
-const std::string kFormat = "L2/H2/D64/T16/fp16/W0/S0-test|f0000000000000009";
+const storage::FormatTag kFormat = "L2/H2/D64/T16/fp16/W0/S0-test|f0000000000000009";
 constexpr size_t kBlockBytes = 4096;
 
 class OffloadQueueTest : public ::testing::Test {
@@ -49,7 +49,7 @@ class OffloadQueueTest : public ::testing::Test {
                         .priority = 50, .bytes = *payloads_.back()};
   }
   std::vector<bool> Stage(OffloadQueue& queue, const std::vector<OffloadBlock>& blocks) {
-    const std::vector<const std::string*> formats(blocks.size(), &kFormat);
+    const std::vector<const storage::FormatTag*> formats(blocks.size(), &kFormat);
     return queue.Stage(blocks, formats);
   }
   static storage::BlockRef Ref(uint64_t id) { return {BlockKey{7, id}, kFormat, 5}; }

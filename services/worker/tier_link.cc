@@ -105,6 +105,26 @@ class FormatTags {
   uint64_t format_tag_ = 0;
 };
 
+// The same for the headers an offload stores: interned (storage::FormatTag::Intern), once
+// per run. Engines choose their format tags, so the table they go into is bounded: a tag
+// past it is kResourceExhausted, and its blocks are not stored.
+class InternedFormatTags {
+ public:
+  const Result<storage::FormatTag>& For(const KvLayout* layout, uint64_t format_tag) {
+    if (tags_.empty() || layout != layout_ || format_tag != format_tag_) {
+      tags_.push_back(storage::FormatTag::Intern(StorageFormatTag(*layout, format_tag)));
+      layout_ = layout;
+      format_tag_ = format_tag;
+    }
+    return tags_.back();
+  }
+
+ private:
+  std::deque<Result<storage::FormatTag>> tags_;  // references to them stay valid as it grows
+  const KvLayout* layout_ = nullptr;
+  uint64_t format_tag_ = 0;
+};
+
 }  // namespace
 
 // Each share goes to the store as one PutBatch: the host tier makes room for all of its
@@ -112,21 +132,25 @@ class FormatTags {
 // blocks, not one each: a block at a time, `make run`'s replay made 217,646 disk writes).
 std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks) {
   std::vector<Status> taken(blocks.size());
-  FormatTags tags;
-  std::vector<const std::string*> formats;
+  InternedFormatTags tags;
+  std::vector<const storage::FormatTag*> formats;  // null: not stored (taken says why)
   formats.reserve(blocks.size());
-  for (const OffloadBlock& block : blocks) formats.push_back(&tags.For(block.layout, block.format_tag));
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Result<storage::FormatTag>& tag = tags.For(blocks[i].layout, blocks[i].format_tag);
+    formats.push_back(tag.ok() ? &*tag : nullptr);
+    if (!tag.ok()) taken[i] = tag.status();
+  }
   std::vector<size_t> now;  // stored before returning: all, or those the staging had no room for
   now.reserve(blocks.size());
   const std::vector<bool> staged = queue_ ? queue_->Stage(blocks, formats) : std::vector<bool>{};
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (staged.empty() || !staged[i]) now.push_back(i);
+    if (formats[i] != nullptr && (staged.empty() || !staged[i])) now.push_back(i);
   }
   StoreNow(blocks, formats, now, taken);
   return taken;
 }
 
-void TierLink::StoreNow(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats,
+void TierLink::StoreNow(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats,
                         std::span<const size_t> which, std::vector<Status>& taken) {
   std::vector<storage::PutItem> items(which.size());
   ForEachShare(which.size(), [&](size_t begin, size_t end) {
@@ -172,7 +196,7 @@ std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag) {
   return layout.Fingerprint() + "|f" + hex;
 }
 
-storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const std::string& format) {
+storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const storage::FormatTag& format) {
   storage::BlockHeader header;
   FillStoredHeader(block, format, header);
   header.checksum = storage::PayloadChecksum(block.bytes);

@@ -84,14 +84,14 @@ class TierLink final : public OffloadTarget, public OnboardSource {
 
  private:
   // Stores blocks[i] for each i in `which` now (PutBatch by shares), its status into taken[i].
-  void StoreNow(std::span<const OffloadBlock> blocks, std::span<const std::string* const> formats,
+  void StoreNow(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats,
                 std::span<const size_t> which, std::vector<Status>& taken);
   // fn(begin, end) for contiguous shares of [0, n): one on the calling thread, the rest
   // on the helpers; returns when every share is done.
   void ForEachShare(size_t n, const std::function<void(size_t, size_t)>& fn);
   // The block as the store keeps it: its full header (`format`: its StorageFormatTag),
   // hashed from its bytes.
-  static storage::PutItem StoredItem(const OffloadBlock& block, const std::string& format);
+  static storage::PutItem StoredItem(const OffloadBlock& block, const storage::FormatTag& format);
   // What a block's read from the store means for Onboard.
   static Result<SourceTier> SourceOf(Result<storage::TieredHit> hit, const OnboardBlock& block);
 

@@ -384,5 +384,28 @@ TEST(TierLinkThreadsTest, ASetCountIsKeptAndZeroTakesTheMachinesDefault) {
   EXPECT_EQ(DefaultTierLinkThreads(64), 8u);
 }
 
+// Engines choose their format tags, and the process interns the storage tags made of
+// them: past storage::FormatTag::kMaxFormatTags distinct tags, an offload under a new one
+// is refused (kResourceExhausted, not stored, not staged), while blocks of a format in
+// use are stored as ever. Keep it the file's last test: it fills this process's table.
+TEST(TierLinkTest, AnOffloadUnderANewFormatPastTheBoundIsRefused) {
+  auto store = HostStore(64);
+  const KvLayout layout = TestLayout();
+  TierLink link({.store = store.get(), .staging_bytes = 4 * layout.bytes_per_block()});
+  Chain chain(3, layout);  // engine format tag 0
+  ASSERT_TRUE(link.Offload(chain.victims[0]).ok());
+  for (size_t i = 0; storage::FormatTag::Intern("flood-" + std::to_string(i)).ok(); ++i) {
+  }
+  chain.victims[1].format_tag = 77;  // a format this process never saw
+  const std::vector<Status> taken = link.OffloadBatch(std::span(chain.victims).subspan(1));
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].code(), StatusCode::kResourceExhausted) << taken[0];
+  EXPECT_TRUE(taken[1].ok()) << taken[1];
+  link.Flush();
+  EXPECT_EQ(link.StagingStats().staged, 2u) << "blocks 0 and 2";
+  EXPECT_FALSE(store->Contains(storage::BlockRef{testing::Key(1), StorageFormatTag(layout, 77), 1}));
+  EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(2), StorageFormatTag(layout, 0), 1}));
+}
+
 }  // namespace
 }  // namespace kvtier::worker

@@ -17,7 +17,7 @@ Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& re
     header.key = holding->key;
     header.parent = holding->parent;
     header.first_in_chain = holding->first;
-    header.format_tag = std::string(ref.format_tag);
+    KVTIER_ASSIGN_OR_RETURN(header.format_tag, storage::FormatTag::Intern(ref.format_tag));  // bounded: a peer's
     header.salt_scope = holding->salt_scope;
     header.payload_bytes = layout.bytes_per_block();
     header.priority = holding->priority;

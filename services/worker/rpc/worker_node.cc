@@ -255,11 +255,15 @@ class WorkerNode::Impl {
     Result<std::optional<PoolHolding>> found = worker_->FindCommitted(stored.pool_id, stored.key);
     if (!found.ok() || !found->has_value()) return;  // evicted since: nothing to copy
     const PoolHolding& holding = **found;
+    // Interned within the process's bound (engines choose format tags): past it the block
+    // is not written through, as its own offload would not be stored.
+    Result<storage::FormatTag> format = storage::FormatTag::Intern(StorageFormatTag(plan_->layout, holding.format_tag));
+    if (!format.ok()) return;
     storage::BlockHeader header;
     header.key = holding.key;
     header.parent = holding.parent;
     header.first_in_chain = holding.first;
-    header.format_tag = StorageFormatTag(plan_->layout, holding.format_tag);
+    header.format_tag = *format;
     header.salt_scope = holding.salt_scope;
     header.payload_bytes = plan_->layout.bytes_per_block();
     header.priority = holding.priority;
