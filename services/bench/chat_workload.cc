@@ -10,7 +10,8 @@ namespace kvtier::bench {
 namespace {
 
 // Content of one block, before chaining: (source, index). Sources: system prompt s is
-// 1 + s, document d is 1'000'000 + d, conversation c's own blocks are 2'000'000 + c.
+// 1 + s, document d is 1'000'000 + d, conversation c's own blocks are 2'000'000 + c, a
+// one-off conversation's text 4'000'000 + c.
 using Content = std::pair<uint64_t, uint64_t>;
 
 class IdChain {
@@ -68,7 +69,11 @@ std::vector<TraceRequest> GenerateChatWorkload(const ChatWorkloadOptions& o) {
     Conversation conv{{}, uniform(1, std::max(o.max_turns, 1u)), c};
     const uint32_t system = uniform(0, std::max(o.system_prompts, 1u) - 1);
     for (uint32_t b = 0, n = 2 + system % 3; b < n; ++b) conv.blocks.push_back({1 + system, b});
-    if (std::uniform_real_distribution<double>(0, 1)(rng) < o.document_share) {
+    // Drawn only when asked for, so that the default workload stays what it was.
+    if (o.one_off_share > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < o.one_off_share) {
+      conv.turns_left = 1;
+      for (uint32_t b = 0; b < o.one_off_blocks; ++b) conv.blocks.push_back({4'000'000 + c, b});
+    } else if (std::uniform_real_distribution<double>(0, 1)(rng) < o.document_share) {
       const uint32_t doc = documents(rng);
       for (uint32_t b = 0, n = 2 + (doc * 7919u) % 11; b < n; ++b) conv.blocks.push_back({1'000'000 + doc, b});
     }

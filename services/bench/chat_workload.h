@@ -6,6 +6,10 @@
 //   - about half attach a document drawn from a Zipf-popular library (RAG, uploads),
 //   - each conversation then grows turn by turn: turn t's prompt is turn t-1's prompt
 //     plus the answer and the next user message, so its first blocks repeat.
+// With one_off_share, that share of conversations is instead a single request carrying
+// a long text of its own after its system prompt (a batch job summarizing documents no
+// one sends again): blocks seen once, the traffic a lower tier's admission filter is
+// for.
 // Conversations overlap in time (a user answers after a think time while others talk).
 // Block ids are prefix-chained like Mooncake's: two requests share their first k ids
 // exactly when their first k blocks of content are equal.
@@ -29,6 +33,8 @@ struct ChatWorkloadOptions {
   double document_share = 0.5;       // conversations that attach a document
   uint32_t max_turn_blocks = 2;      // answer + next message: 1..max_turn_blocks blocks per turn
   double requests_per_second = 20;   // arrival rate of new conversations, times mean turns
+  double one_off_share = 0;          // conversations that are one request of unique blocks
+  uint32_t one_off_blocks = 16;      // those blocks, after the system prompt
   uint64_t seed = 1;
 };
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <set>
 
 namespace kvtier::bench {
@@ -51,6 +53,27 @@ TEST(ChatWorkloadTest, SharesSystemPromptsAndGrowsConversations) {
     if (&r == &one || r.hash_ids.size() < one.hash_ids.size()) continue;
     EXPECT_NE(r.hash_ids[one.hash_ids.size() - 1], one.hash_ids.back());
   }
+}
+
+// With a one-off share of a half, about half the conversations are one request whose 16
+// blocks after the system prompt no other request has; the rest are as before.
+TEST(ChatWorkloadTest, OneOffConversationsAreSingleRequestsOfUniqueBlocks) {
+  const std::vector<TraceRequest> chat = GenerateChatWorkload({.conversations = 400});
+  EXPECT_EQ(GenerateChatWorkload({.conversations = 400, .one_off_share = 0}).front().hash_ids,
+            chat.front().hash_ids) << "no share: the default workload, unchanged";
+  const std::vector<TraceRequest> mixed = GenerateChatWorkload({.conversations = 400, .one_off_share = 0.5});
+  EXPECT_LT(mixed.size(), chat.size()) << "fewer turns in all";
+  std::map<uint64_t, size_t> uses;  // block id -> requests holding it
+  for (const TraceRequest& r : mixed) {
+    for (uint64_t id : r.hash_ids) ++uses[id];
+  }
+  size_t one_offs = 0;
+  for (const TraceRequest& r : mixed) {
+    const auto seen_once = std::count_if(r.hash_ids.begin(), r.hash_ids.end(), [&](uint64_t id) { return uses[id] == 1; });
+    if (seen_once >= 16) ++one_offs;
+  }
+  EXPECT_GT(one_offs, 150u);
+  EXPECT_LT(one_offs, 250u);
 }
 
 }  // namespace

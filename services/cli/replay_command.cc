@@ -90,6 +90,11 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                                                "removed afterwards)")->type_name("DIR");
   replay_->add_option("--conversations", conversations_, "Built-in workload: conversations to generate")
       ->capture_default_str();
+  replay_->add_option("--one-off-share", one_off_share_,
+                      "Built-in workload: share of conversations that are one request of blocks no other "
+                      "request has (batch jobs over unique documents)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   replay_->add_option("--limit", limit_, "Replay only the first N requests (of the trace or workload); 0: all")
       ->type_name("N")
       ->capture_default_str();
@@ -117,9 +122,19 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
   std::vector<bench::TraceRequest> requests;
   std::string source;
   if (trace_.empty()) {
-    requests = bench::GenerateChatWorkload({.conversations = conversations_});
+    requests = bench::GenerateChatWorkload({.conversations = conversations_, .one_off_share = one_off_share_});
     source = "the built-in chat workload";
+    if (one_off_share_ > 0) {
+      char share[32];
+      std::snprintf(share, sizeof(share), "%g", one_off_share_);
+      source += std::string(" (one-off share ") + share + ")";
+    }
   } else {
+    for (const char* flag : {"--conversations", "--one-off-share"}) {
+      if (replay_->count(flag) > 0) {
+        return InvalidArgumentError(std::string(flag) + " shapes the built-in workload, not --trace");
+      }
+    }
     Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
     if (!read.ok()) return InvalidArgumentError("--trace: " + read.status().message());
     requests = std::move(read).value();

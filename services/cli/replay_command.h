@@ -45,6 +45,7 @@ class ReplayCommand {
   uint32_t disk_admission_ = 0;
   std::string data_dir_;
   uint32_t conversations_ = 600;
+  double one_off_share_ = 0;
   uint64_t limit_ = 0;  // requests replayed: the first ones; 0: all
   bool json_ = false;
 };

@@ -369,6 +369,9 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
            {{"--connect", "127.0.0.1:1", "--gpu-blocks", "5"}, "--gpu-blocks sizes the embedded cluster"},
            {{"--trace", dir.File("missing.jsonl")}, "--trace"},
            {{"--workers", "0"}, "--workers"},
+           {{"--one-off-share", "1.5"}, "--one-off-share"},
+           {{"--trace", dir.File("trace.jsonl"), "--one-off-share", "0.5"},
+            "--one-off-share shapes the built-in workload, not --trace"},
            {{"--coordinator", "127.0.0.1:1"}, "--coordinator goes with --connect"}}) {
     std::vector<std::string> argv = {kKvtier, "replay"};
     argv.insert(argv.end(), args.begin(), args.end());
