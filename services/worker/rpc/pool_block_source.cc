@@ -17,7 +17,8 @@ Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& re
     header.key = holding->key;
     header.parent = holding->parent;
     header.first_in_chain = holding->first;
-    KVTIER_ASSIGN_OR_RETURN(header.format_tag, storage::FormatTag::Intern(ref.format_tag));  // bounded: a peer's
+    // The peer named the tag: interned within the process's bound.
+    KVTIER_ASSIGN_OR_RETURN(header.format_tag, storage::FormatTag::Intern(ref.format_tag));
     header.salt_scope = holding->salt_scope;
     header.payload_bytes = layout.bytes_per_block();
     header.priority = holding->priority;
