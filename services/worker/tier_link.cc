@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <latch>
+#include <optional>
 #include <thread>
 
 #include "common/thread_name.h"
@@ -90,37 +91,32 @@ namespace {
 // builds its string piece by piece, which per block was 3% of a worker's thread.
 class FormatTags {
  public:
-  const std::string& For(const KvLayout* layout, uint64_t format_tag) {
+  // The tag's text, which a BlockRef views.
+  const std::string& Text(const KvLayout* layout, uint64_t format_tag) { return At(layout, format_tag).text; }
+  // The tag interned for the headers an offload stores (storage::FormatTag::Intern).
+  // Engines choose their format tags, so the table they go into is bounded: a tag past
+  // it is kResourceExhausted, and its blocks are not stored.
+  const Result<storage::FormatTag>& Interned(const KvLayout* layout, uint64_t format_tag) {
+    Entry& entry = At(layout, format_tag);
+    if (!entry.interned) entry.interned = storage::FormatTag::Intern(entry.text);
+    return *entry.interned;
+  }
+
+ private:
+  struct Entry {
+    std::string text;
+    std::optional<Result<storage::FormatTag>> interned;  // once asked for
+  };
+  Entry& At(const KvLayout* layout, uint64_t format_tag) {
     if (tags_.empty() || layout != layout_ || format_tag != format_tag_) {
-      tags_.push_back(StorageFormatTag(*layout, format_tag));
+      tags_.push_back({StorageFormatTag(*layout, format_tag), std::nullopt});
       layout_ = layout;
       format_tag_ = format_tag;
     }
     return tags_.back();
   }
 
- private:
-  std::deque<std::string> tags_;  // references to them stay valid as it grows
-  const KvLayout* layout_ = nullptr;
-  uint64_t format_tag_ = 0;
-};
-
-// The same for the headers an offload stores: interned (storage::FormatTag::Intern), once
-// per run. Engines choose their format tags, so the table they go into is bounded: a tag
-// past it is kResourceExhausted, and its blocks are not stored.
-class InternedFormatTags {
- public:
-  const Result<storage::FormatTag>& For(const KvLayout* layout, uint64_t format_tag) {
-    if (tags_.empty() || layout != layout_ || format_tag != format_tag_) {
-      tags_.push_back(storage::FormatTag::Intern(StorageFormatTag(*layout, format_tag)));
-      layout_ = layout;
-      format_tag_ = format_tag;
-    }
-    return tags_.back();
-  }
-
- private:
-  std::deque<Result<storage::FormatTag>> tags_;  // references to them stay valid as it grows
+  std::deque<Entry> tags_;  // references to them stay valid as it grows
   const KvLayout* layout_ = nullptr;
   uint64_t format_tag_ = 0;
 };
@@ -132,11 +128,11 @@ class InternedFormatTags {
 // blocks, not one each: a block at a time, `make run`'s replay made 217,646 disk writes).
 std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks) {
   std::vector<Status> taken(blocks.size());
-  InternedFormatTags tags;
+  FormatTags tags;
   std::vector<const storage::FormatTag*> formats;  // null: not stored (taken says why)
   formats.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
-    const Result<storage::FormatTag>& tag = tags.For(blocks[i].layout, blocks[i].format_tag);
+    const Result<storage::FormatTag>& tag = tags.Interned(blocks[i].layout, blocks[i].format_tag);
     formats.push_back(tag.ok() ? &*tag : nullptr);
     if (!tag.ok()) taken[i] = tag.status();
   }
@@ -170,7 +166,7 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   outs.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const OnboardBlock& block = blocks[i];
-    const storage::BlockRef ref{block.key, tags.For(block.layout, block.format_tag), block.salt_scope};
+    const storage::BlockRef ref{block.key, tags.Text(block.layout, block.format_tag), block.salt_scope};
     if (queue_ && queue_->CopyStaged(ref, block.out)) {
       tiers[i] = SourceTier::kHost;  // on its way there
       continue;
@@ -218,7 +214,7 @@ void TierLink::Landed(std::span<const OnboardBlock> blocks, std::span<const Sour
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (tiers[i] != SourceTier::kHost) continue;
     const OnboardBlock& block = blocks[i];
-    refs.push_back({block.key, tags.For(block.layout, block.format_tag), block.salt_scope});
+    refs.push_back({block.key, tags.Text(block.layout, block.format_tag), block.salt_scope});
   }
   // A block answered from the staging is not stored at all, if it still waits there.
   if (queue_) queue_->Withdraw(refs);
