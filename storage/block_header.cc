@@ -116,10 +116,8 @@ Result<BlockHeader> DecodeHeader(std::span<const uint8_t> bytes, size_t& consume
   if (header.priority > 100) {
     return DataLossError("block header priority " + std::to_string(header.priority) + " is outside 0-100");
   }
-  const std::string_view tag(reinterpret_cast<const char*>(p + kFixedBytes), tag_bytes);
-  // Refused before it is interned: interned tags live as long as the process.
-  if (tag.size() > kMaxFormatTagBytes) return ValidateFormatTag(tag);
-  KVTIER_ASSIGN_OR_RETURN(header.format_tag, FormatTag::Intern(tag));
+  KVTIER_ASSIGN_OR_RETURN(header.format_tag,
+                          FormatTag::Intern({reinterpret_cast<const char*>(p + kFixedBytes), tag_bytes}));
   consumed = encoded;
   return header;
 }

@@ -29,7 +29,6 @@
 namespace kvtier::storage {
 
 inline constexpr uint8_t kDefaultPriority = 35;
-inline constexpr size_t kMaxFormatTagBytes = 255;
 // An encoded header's size: 76 fixed bytes and the tag (see above).
 inline constexpr size_t kMaxEncodedHeaderBytes = 76 + kMaxFormatTagBytes;
 

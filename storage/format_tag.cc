@@ -65,6 +65,10 @@ FormatTag::FormatTag(std::string_view tag)
 
 Result<FormatTag> FormatTag::Intern(std::string_view tag) {
   if (tag.empty()) return FormatTag();
+  if (tag.size() > kMaxFormatTagBytes) {
+    return InvalidArgumentError("format tag is " + std::to_string(tag.size()) + " bytes; at most " +
+                                std::to_string(kMaxFormatTagBytes));
+  }
   const std::string* interned = InternTable::Get().Find(tag, /*bounded=*/true);
   if (interned == nullptr) {
     return ResourceExhaustedError("format tag \"" + std::string(tag.substr(0, 64)) + "\" is new and " +

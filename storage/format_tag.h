@@ -9,8 +9,9 @@
 //
 // Interning: tags this process makes itself (its layouts, its configuration, tests)
 // intern through the constructors. Tags that arrive from other processes intern through
-// Intern, which refuses new tags past kMaxFormatTags (kResourceExhausted), so that a
-// client sending distinct tags cannot grow the table without bound. Interned bytes live
+// Intern, which refuses a tag over kMaxFormatTagBytes (kInvalidArgument) and new tags
+// past kMaxFormatTags (kResourceExhausted), so that a client sending long or distinct
+// tags cannot grow the table without bound. Interned bytes live
 // until the process ends.
 //
 // Thread safety: values; interning is safe from any thread (a lock, skipped when the tag
@@ -26,6 +27,8 @@
 
 namespace kvtier::storage {
 
+inline constexpr size_t kMaxFormatTagBytes = 255;
+
 class FormatTag {
  public:
   // Distinct tags Intern accepts (at most about 17 MiB of tags); the constructors are
@@ -38,8 +41,8 @@ class FormatTag {
   FormatTag(const std::string& tag) : FormatTag(std::string_view(tag)) {}  // NOLINT
   FormatTag(const char* tag) : FormatTag(std::string_view(tag)) {}         // NOLINT
 
-  // The tag of `tag`'s bytes; kResourceExhausted when they are new and kMaxFormatTags
-  // tags are interned already.
+  // The tag of `tag`'s bytes; kInvalidArgument when they are over kMaxFormatTagBytes,
+  // kResourceExhausted when they are new and kMaxFormatTags tags are interned already.
   [[nodiscard]] static Result<FormatTag> Intern(std::string_view tag);
 
   const std::string& str() const { return *tag_; }

@@ -39,6 +39,10 @@ TEST(FormatTagTest, InternAgreesWithTheConstructors) {
   const Result<FormatTag> interned = FormatTag::Intern("model-a|L2/H2/D64/T16/fp16/W0/S0|none");
   ASSERT_TRUE(interned.ok()) << interned.status();
   EXPECT_EQ(interned->data(), made.data());
+  // A tag no header may carry is refused before it is interned.
+  const Result<FormatTag> too_long = FormatTag::Intern(std::string(kMaxFormatTagBytes + 1, 'x'));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument) << too_long.status();
+  EXPECT_TRUE(FormatTag::Intern(std::string(kMaxFormatTagBytes, 'x')).ok());
 }
 
 // Threads interning the same tags at once each get the one copy.
