@@ -44,11 +44,21 @@ RetryAdvice RetryAdviceFor(StatusCode code) {
 Status::Status(StatusCode code, std::string message)
     : code_(code), message_(code == StatusCode::kOk ? std::string() : std::move(message)) {}
 
+Status Status::Constant(StatusCode code, const std::string* message) {
+  assert(code != StatusCode::kOk && message != nullptr);
+  Status status;
+  status.code_ = code;
+  status.constant_ = message;
+  return status;
+}
+
+const std::string* MessageConstant(std::string_view text) { return new std::string(text); }
+
 Status Status::WithContext(std::string_view context) const {
   if (ok()) return *this;
   std::string message(context);
   message += ": ";
-  message += message_;
+  message += this->message();
   return Status(code_, std::move(message));
 }
 
@@ -56,7 +66,7 @@ std::string Status::ToString() const {
   std::string out(StatusCodeName(code_));
   if (!ok()) {
     out += ": ";
-    out += message_;
+    out += message();
   }
   return out;
 }

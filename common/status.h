@@ -8,7 +8,8 @@
 // Result<T> holds either a T or a non-OK Status.
 //
 // Thread safety: values; a const Status or Result may be read from any thread.
-// Ownership: plain value types, cheap to move. An OK Status allocates nothing.
+// Ownership: plain value types, cheap to move. An OK Status allocates nothing, nor does a
+// Status::Constant, made or copied.
 //
 // REQUIRES: Result<T>::operator* and operator-> only on an ok() Result (checked by
 //   assert only: they are the hot path's). value() on an error is always checked: it
@@ -61,10 +62,16 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message);
 
   static Status Ok() { return Status(); }
+  // A Status whose message is `*message`, a string made once that outlives the Status and
+  // every copy of it (MessageConstant): making, copying and moving it allocate nothing.
+  // For an outcome that a hot path meets by the thousand, such as a tier's miss, whose
+  // caller knows which block it asked about.
+  // REQUIRES: code != kOk; message is not null and outlives the Status and its copies.
+  static Status Constant(StatusCode code, const std::string* message);
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return constant_ != nullptr ? *constant_ : message_; }
   RetryAdvice retry_advice() const { return RetryAdviceFor(code_); }
 
   // Returns a Status with the same code and "context: message".
@@ -74,13 +81,19 @@ class [[nodiscard]] Status {
   std::string ToString() const;
 
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code_ == b.code_ && a.message() == b.message();
   }
 
  private:
   StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  std::string message_;                    // empty when constant_ is set
+  const std::string* constant_ = nullptr;  // Constant's message
 };
+
+// `text`, made once and never destroyed (no exit-time destructor can run under a Status
+// still held by a thread), for Status::Constant:
+//   static const std::string* const kMiss = MessageConstant("... is not in the host tier");
+[[nodiscard]] const std::string* MessageConstant(std::string_view text);
 
 std::ostream& operator<<(std::ostream& os, const Status& status);
 

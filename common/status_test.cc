@@ -20,6 +20,23 @@ TEST(StatusTest, ErrorNamesCodeAndMessage) {
   EXPECT_EQ(s.WithContext("allocate").message(), "allocate: pool gpu0 is full (16384 of 16384 blocks)");
 }
 
+// A constant's copies all read the one message made once; they compare and print as a
+// Status made with that text does, and take context as any other.
+TEST(StatusTest, AConstantReadsItsOneMessageInEveryCopy) {
+  static const std::string* const kMiss = MessageConstant("the block is not in the host tier");
+  const Status miss = Status::Constant(StatusCode::kNotFound, kMiss);
+  const Status copy = miss;  // NOLINT: the copy is the point
+  EXPECT_FALSE(copy.ok());
+  EXPECT_EQ(copy.code(), StatusCode::kNotFound);
+  EXPECT_EQ(&copy.message(), kMiss) << "a copy shares the message, it does not copy it";
+  EXPECT_EQ(copy, NotFoundError("the block is not in the host tier"));
+  EXPECT_NE(copy, NotFoundError("another message"));
+  EXPECT_EQ(copy.ToString(), "NOT_FOUND: the block is not in the host tier");
+  EXPECT_EQ(copy.WithContext("get").message(), "get: the block is not in the host tier");
+  const Result<int> failed = miss;
+  EXPECT_EQ(&failed.status().message(), kMiss);
+}
+
 TEST(StatusTest, RetryAdviceFollowsCanonicalMeaning) {
   EXPECT_EQ(UnavailableError("x").retry_advice(), RetryAdvice::kWithBackoff);
   EXPECT_EQ(ResourceExhaustedError("x").retry_advice(), RetryAdvice::kWithBackoff);

@@ -137,7 +137,7 @@ class DiskTier::Impl {
       const uint32_t id = index_.FindVisible(ref);
       if (id == TierIndex::kNil) {
         ++stats_.misses;
-        return NotFound(ref);
+        return NotFound();
       }
       header = index_.CurrentHeader(id);
       if (out.size() < header.payload_bytes) {
@@ -166,7 +166,7 @@ class DiskTier::Impl {
   Result<BlockHeader> Peek(const BlockRef& ref) {
     std::lock_guard lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
-    if (id == TierIndex::kNil) return NotFound(ref);
+    if (id == TierIndex::kNil) return NotFound();
     return index_.CurrentHeader(id);
   }
 
@@ -174,7 +174,7 @@ class DiskTier::Impl {
     std::lock_guard write_lock(write_mu_);
     std::lock_guard lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
-    if (id == TierIndex::kNil) return NotFound(ref);
+    if (id == TierIndex::kNil) return NotFound();
     rocksdb::WriteBatch batch;
     KVTIER_RETURN_IF_ERROR(DeleteHeader(index_.entry(id).header, batch));
     Status removed = FromRocks(db_.Write(write_options_, &batch), "removing block " + ref.key.ToHex());
@@ -234,8 +234,10 @@ class DiskTier::Impl {
     uint64_t location = 0;
   };
 
-  static Status NotFound(const BlockRef& ref) {
-    return NotFoundError("block " + ref.key.ToHex() + " (" + std::string(ref.format_tag) + ") is not in the disk tier");
+  // A miss allocates nothing (a constant), as the host tier's.
+  static Status NotFound() {
+    static const std::string* const kMiss = MessageConstant("the block is not in the disk tier under the format and scope asked for");
+    return Status::Constant(StatusCode::kNotFound, kMiss);
   }
 
   // One layout's headers into the index. Unusable ones (undecodable, filed under another

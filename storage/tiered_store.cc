@@ -104,7 +104,7 @@ class TieredStore::Impl {
       if (hit.ok()) return TieredHit{std::move(hit).value(), TierKind::kHost};
       if (!disk_ || hit.status().code() == StatusCode::kInvalidArgument) return hit.status();
     }
-    if (!disk_) return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
+    if (!disk_) return NotStoredHere();
     Result<BlockHeader> hit = disk_->Get(ref, out);  // a corrupt block is dropped and told
     if (!hit.ok()) return hit.status();
     return TieredHit{std::move(hit).value(), TierKind::kDisk};
@@ -133,7 +133,13 @@ class TieredStore::Impl {
       if (auto header = host_->Peek(ref); header.ok()) return header;
     }
     if (disk_) return disk_->Peek(ref);
-    return NotFoundError("block " + ref.key.ToHex() + " is not stored here");
+    return NotStoredHere();
+  }
+
+  // A miss allocates nothing (a constant), as the tiers' own misses.
+  static Status NotStoredHere() {
+    static const std::string* const kMiss = MessageConstant("the block is not stored here");
+    return Status::Constant(StatusCode::kNotFound, kMiss);
   }
 
   // Only the host tier's lock, unlike Remove: the disk copy stays, so no demotion in flight

@@ -150,6 +150,7 @@ class DevicePoolStorage final : public PoolStorage {
     if (ids.empty()) return Status::Ok();
     KVTIER_RETURN_IF_ERROR(StageBatch(ids, block_bytes));
     KVTIER_RETURN_IF_ERROR(lane_.backend->Gather(Args(lane_, ids, block_bytes)));
+    views->reserve(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }
@@ -158,6 +159,7 @@ class DevicePoolStorage final : public PoolStorage {
     views->clear();
     if (ids.empty()) return Status::Ok();
     KVTIER_RETURN_IF_ERROR(StageBatch(ids, block_bytes));
+    views->reserve(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) views->push_back(lane_.Staged(i, block_bytes));
     return Status::Ok();
   }

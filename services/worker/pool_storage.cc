@@ -38,12 +38,14 @@ class HostPoolStorage final : public PoolStorage {
   Status ReadBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                     std::vector<std::span<const uint8_t>>* views) override {
     views->clear();
+    views->reserve(ids.size());
     for (uint32_t id : ids) views->push_back(host_bytes().subspan(size_t{id} * block_bytes, block_bytes));
     return Status::Ok();
   }
   Status WritableBlocks(std::span<const uint32_t> ids, size_t block_bytes,
                         std::vector<std::span<uint8_t>>* views) override {
     views->clear();
+    views->reserve(ids.size());
     for (uint32_t id : ids) views->push_back(host_bytes().subspan(size_t{id} * block_bytes, block_bytes));
     return Status::Ok();
   }

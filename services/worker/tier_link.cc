@@ -164,6 +164,7 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   std::vector<size_t> from_store;  // positions in `blocks`: those not in the staging
   refs.reserve(blocks.size());
   outs.reserve(blocks.size());
+  from_store.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const OnboardBlock& block = blocks[i];
     const storage::BlockRef ref{block.key, tags.Text(block.layout, block.format_tag), block.salt_scope};
@@ -186,10 +187,27 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   return tiers;
 }
 
+namespace {
+
+// The end of a storage format tag: "|f" and the engines' format tag in 16 hex digits.
+struct FormatTagSuffix {
+  explicit FormatTagSuffix(uint64_t format_tag) {
+    std::snprintf(text, sizeof(text), "|f%016llx", static_cast<unsigned long long>(format_tag));
+  }
+  std::string_view view() const { return {text, kLength}; }
+  static constexpr size_t kLength = 18;
+  char text[kLength + 1];
+};
+
+}  // namespace
+
 std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag) {
-  char hex[20];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(format_tag));
-  return layout.Fingerprint() + "|f" + hex;
+  return layout.Fingerprint().append(FormatTagSuffix(format_tag).view());
+}
+
+bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint, uint64_t format_tag) {
+  return tag.size() == fingerprint.size() + FormatTagSuffix::kLength && tag.starts_with(fingerprint) &&
+         tag.ends_with(FormatTagSuffix(format_tag).view());
 }
 
 storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const storage::FormatTag& format) {

@@ -40,6 +40,10 @@ namespace kvtier::worker {
 
 // The storage format tag of blocks of `layout` written by engines with `format_tag`.
 [[nodiscard]] std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag);
+// Whether `tag` is StorageFormatTag(layout, format_tag), where `fingerprint` is
+// layout.Fingerprint(): compared in place, so a hot path that checks the tag of every
+// block it serves allocates nothing.
+[[nodiscard]] bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint, uint64_t format_tag);
 
 // The helpers a node gives its TierLink: `configured` (worker.tier_threads) where it is
 // not 0, else DefaultTierLinkThreads of this machine.

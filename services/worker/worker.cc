@@ -4,6 +4,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "common/vector_growth.h"
 #include "services/worker/pool_storage.h"
 
 namespace kvtier::worker {
@@ -65,6 +66,7 @@ class Worker::Impl {
   void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
     PoolState& state = pools_[pool_id];
     std::vector<const EvictedBlock*> keep;
+    keep.reserve(evicted.size());
     for (const EvictedBlock& victim : evicted) {
       if (victim.offload) keep.push_back(&victim);
     }
@@ -73,7 +75,9 @@ class Worker::Impl {
     for (size_t first = 0; first < keep.size(); first += per_batch) {
       Offload(state, std::span(keep).subspan(first, std::min(per_batch, keep.size() - first)), refused);
     }
-    for (const PoolEvent& e : state.pool->TakeEvents()) {
+    const std::vector<PoolEvent> pool_events = state.pool->TakeEvents();
+    GrowFor(events_, pool_events.size());  // one allocation at most, however many blocks
+    for (const PoolEvent& e : pool_events) {
       WorkerEvent::Kind kind = static_cast<WorkerEvent::Kind>(e.kind);
       if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
@@ -96,6 +100,7 @@ class Worker::Impl {
     std::vector<std::span<uint8_t>> views;
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(batch, block_bytes, &views));
     std::vector<uint32_t> to_land;  // positions in `batch`
+    to_land.reserve(batch.size());
     std::vector<OnboardBlock> blocks;
     blocks.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -124,6 +129,8 @@ class Worker::Impl {
     if (landed.ok() && !to_land.empty()) {
       std::vector<OnboardBlock> done;
       std::vector<SourceTier> from;
+      done.reserve(to_land.size());
+      from.reserve(to_land.size());
       for (const uint32_t i : to_land) {
         done.push_back(blocks[i]);
         from.push_back(*tiers[i]);
@@ -327,6 +334,7 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   const size_t block_bytes = state.layout.bytes_per_block();
   // The blocks to fill, in order, up to the first one out of a limited window.
   std::vector<uint32_t> ids;
+  ids.reserve(block_keys.size());  // one allocation, however many blocks
   for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b) ids.push_back(table[b]);
   OnboardResult result;
   if (source != nullptr) {
@@ -522,6 +530,7 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
   const uint32_t full_blocks = std::min<uint32_t>(static_cast<uint32_t>(table.size()),
                                                   seq->tokens / state.layout.tokens_per_block());
   LandingBlocks landing{.pool_id = seq->pool_id, .first_block = seq->filled_blocks};
+  landing.blocks.reserve(std::min<uint32_t>(max_blocks, full_blocks));  // one allocation, however many blocks
   for (uint32_t b = seq->filled_blocks; b < full_blocks && table[b] != kNoBlock && landing.blocks.size() < max_blocks;
        ++b) {
     landing.blocks.push_back(table[b]);
@@ -532,6 +541,7 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
   if (!memory.empty()) {
+    landing.views.reserve(landing.blocks.size());
     for (const BlockId b : landing.blocks) {
       landing.views.push_back(memory.subspan(state.BlockOffset(b), state.layout.bytes_per_block()));
     }

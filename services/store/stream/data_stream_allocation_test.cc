@@ -1,15 +1,12 @@
-// The data stream's hot path allocates nothing per block: once warm, a keyed get or a
-// keyed put of 64 blocks makes no more heap allocations, counted process-wide (the
-// client's thread and the node's loops and tier threads), than one of 8.
+// The data stream's hot path allocates nothing per block: once warm, a keyed get (of
+// blocks stored, or of blocks missed) or a keyed put of 64 blocks makes no more heap
+// allocations, counted process-wide (the client's thread and the node's loops and tier
+// threads), than one of 8.
 //
-// This binary replaces the global operator new to count; the other stream tests do not.
+// This binary counts with tests/testing/heap_allocations.h; the other stream tests do not.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <limits>
-#include <new>
 #include <vector>
 
 #include "services/store/stream/data_stream_client.h"
@@ -17,41 +14,7 @@
 #include "services/store/stream/testing/data_stream_fixture.h"
 #include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
-
-namespace {
-
-std::atomic<uint64_t> g_allocations{0};
-
-void* Allocate(std::size_t bytes, std::size_t alignment) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  bytes = std::max<std::size_t>(bytes, 1);
-  if (alignment <= alignof(std::max_align_t)) return std::malloc(bytes);
-  return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
-}
-
-void* AllocateOrThrow(std::size_t bytes, std::size_t alignment) {
-  if (void* p = Allocate(bytes, alignment)) return p;
-  throw std::bad_alloc();
-}
-
-}  // namespace
-
-void* operator new(std::size_t n) { return AllocateOrThrow(n, 0); }
-void* operator new[](std::size_t n) { return AllocateOrThrow(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a) { return AllocateOrThrow(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return AllocateOrThrow(n, static_cast<std::size_t>(a)); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return Allocate(n, 0); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return Allocate(n, 0); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "tests/testing/heap_allocations.h"
 
 namespace kvtier::store {
 namespace {
@@ -59,24 +22,12 @@ namespace {
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
 using storage::testing::kScope;
+using ::kvtier::testing::FewestAllocations;
 constexpr size_t kBlockBytes = 64 * 1024;
 constexpr size_t kFew = 8, kMany = 64;
 constexpr int kRounds = 5;
 // Allocations a transfer of kMany blocks may make beyond one of kFew.
 constexpr uint64_t kSlack = 0;
-
-// The fewest allocations any of kRounds calls of `transfer(round)` made: a background
-// allocation of the node's (a timer, a metric) lands in some rounds, not in all.
-template <typename Fn>
-uint64_t FewestAllocations(Fn&& transfer) {
-  uint64_t fewest = std::numeric_limits<uint64_t>::max();
-  for (int round = 0; round < kRounds; ++round) {
-    const uint64_t before = g_allocations.load();
-    transfer(round);
-    fewest = std::min(fewest, g_allocations.load() - before);
-  }
-  return fewest;
-}
 
 // A node's host tier of 32 MiB behind a data stream on loopback.
 class StreamAllocationTest : public DataStreamFixture {
@@ -107,10 +58,35 @@ TEST_F(StreamAllocationTest, AKeyedGetAllocatesNothingPerBlock) {
   };
   get(kMany);  // warm: the node's staging and the connection's buffers
   get(kMany);
-  const uint64_t few = FewestAllocations([&](int) { get(kFew); });
-  const uint64_t many = FewestAllocations([&](int) { get(kMany); });
+  const uint64_t few = FewestAllocations(kRounds, [&](int) { get(kFew); });
+  const uint64_t many = FewestAllocations(kRounds, [&](int) { get(kMany); });
   EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " blocks made " << few << " allocations, of " << kMany
                                 << " blocks " << many;
+}
+
+// A cache misses: keyed gets of 8 and of 64 blocks the node never stored (a lookup gone
+// stale) cost no more than one of 8, each miss a constant status.
+TEST_F(StreamAllocationTest, AKeyedGetOfBlocksNotStoredAllocatesNothingPerBlock) {
+  std::vector<BlockKey> keys;
+  for (uint64_t id = 0; id < kMany; ++id) keys.push_back(MakeBlock(5000 + id, 64).header.key);
+  const TransferTicket session =
+      server_->OpenSession({.format_tag = storage::testing::kFormat, .salt_scope = kScope}).value();
+  auto client = Client();
+  const DataStreamClient::BufferFor no_buffer = [](size_t, const storage::BlockHeader&) {
+    return std::span<uint8_t>();
+  };
+  const auto get = [&](size_t blocks) {
+    const auto got = client->GetKeys(session, std::span(keys).first(blocks), no_buffer);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(std::count(got->states.begin(), got->states.end(), StreamBlockState::kMissing),
+              static_cast<std::ptrdiff_t>(blocks));
+  };
+  get(kMany);  // warm
+  get(kMany);
+  const uint64_t few = FewestAllocations(kRounds, [&](int) { get(kFew); });
+  const uint64_t many = FewestAllocations(kRounds, [&](int) { get(kMany); });
+  EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " missing blocks made " << few << " allocations, of "
+                                << kMany << " blocks " << many;
 }
 
 // Keyed puts of 8 and of 64 new blocks each (their headers and bytes made before), into a
@@ -139,8 +115,8 @@ TEST_F(StreamAllocationTest, AKeyedPutAllocatesNothingPerBlock) {
   };
   put(kMany);  // warm
   put(kMany);
-  const uint64_t few = FewestAllocations([&](int) { put(kFew); });
-  const uint64_t many = FewestAllocations([&](int) { put(kMany); });
+  const uint64_t few = FewestAllocations(kRounds, [&](int) { put(kFew); });
+  const uint64_t many = FewestAllocations(kRounds, [&](int) { put(kMany); });
   EXPECT_LE(many, few + kSlack) << "a put of " << kFew << " blocks made " << few << " allocations, of " << kMany
                                 << " blocks " << many;
 }

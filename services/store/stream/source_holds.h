@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/vector_growth.h"
 #include "services/store/extra_block_source.h"
 
 namespace kvtier::store {
@@ -46,6 +47,11 @@ class SourceHolds {
     holds_.push_back(hold);
     checksums_.push_back(0);
     return holds_.size() - 1;
+  }
+  // Room for `more` holds beyond those held: Add allocates nothing for them.
+  void Reserve(size_t more) {
+    GrowFor(holds_, more);
+    GrowFor(checksums_, more);
   }
   // The XXH3 computed of hold `index`'s bytes, given back with it for the source to keep.
   void Computed(size_t index, uint64_t checksum) { checksums_[index] = checksum; }

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/vector_growth.h"
+
 namespace kvtier::store {
 namespace {
 
@@ -24,6 +26,10 @@ void NotFound(OpenTransfer& transfer, uint32_t i, const Status& failure) {
 struct Copies {
   std::vector<uint32_t> k;
   std::vector<std::span<uint8_t>> outs;
+  void Reserve(size_t blocks) {
+    k.reserve(blocks);
+    outs.reserve(blocks);
+  }
   void Add(uint32_t index, std::span<uint8_t> out) {
     k.push_back(index);
     outs.push_back(out);
@@ -46,8 +52,13 @@ class FromSource {
   Status Run(StagingPool& staging, uint64_t max_block_bytes) {
     found_ = source_.HoldBatch(refs_);
     hold_of_.resize(positions_.size());
+    // Each vector grows once, however many blocks the get has.
+    holds_.Reserve(positions_.size());
+    GrowFor(transfer_.headers, positions_.size());
     std::vector<uint32_t> staged;         // to be copied or read into staging
     std::vector<uint32_t> to_send_apart;  // held apart, to be sent from the source's staging
+    staged.reserve(positions_.size());
+    to_send_apart.reserve(positions_.size());
     for (uint32_t k = 0; k < positions_.size(); ++k) {
       if (!found_[k].ok()) continue;
       const std::span<const uint8_t> held = found_[k]->held;
@@ -80,6 +91,8 @@ class FromSource {
     if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
     transfer_.buffer = std::move(*taken);
     Copies apart, unheld;
+    apart.Reserve(staged.size());
+    unheld.Reserve(staged.size());
     for (uint32_t k : staged) {
       const GetSlot& slot = transfer_.slots[positions_[k]];
       const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
@@ -113,6 +126,7 @@ class FromSource {
 
   std::vector<uint64_t> HoldsOf(std::span<const uint32_t> ks) const {
     std::vector<uint64_t> holds;
+    holds.reserve(ks.size());
     for (const uint32_t k : ks) holds.push_back(found_[k]->hold);
     return holds;
   }
@@ -149,6 +163,7 @@ class FromSource {
   // The blocks the source does not hold, read by one ReadBatch (on the source's loop).
   void ReadUnheld(const Copies& unheld) {
     std::vector<storage::BlockRef> unheld_refs;
+    unheld_refs.reserve(unheld.k.size());
     for (const uint32_t k : unheld.k) unheld_refs.push_back(refs_[k]);
     std::vector<Result<storage::BlockHeader>> read = source_.ReadBatch(unheld_refs, unheld.outs);
     for (size_t j = 0; j < unheld.k.size(); ++j) {

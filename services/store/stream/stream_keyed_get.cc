@@ -62,6 +62,7 @@ Status StreamConnection::OpenKeyedGet() {
   transfer_.states.assign(keys_.size(), StreamBlockState::kMissing);
   transfer_.slots.resize(keys_.size());
   std::vector<uint32_t> lacking;  // positions of the blocks the tiers lack
+  lacking.reserve(keys_.size());
   for (uint32_t i = 0; i < keys_.size(); ++i) {
     const Result<storage::BlockHeader> header =
         context_.store->Peek({keys_[i], transfer_.format_tag, transfer_.salt_scope});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/vector_growth.h"
 #include "services/worker/pool/block_pool_impl.h"
 
 namespace kvtier::worker {
@@ -239,6 +240,7 @@ Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::spa
                                 std::to_string(keys.size() * tpb) + " tokens, got " + std::to_string(tokens.size()));
   }
   KVTIER_RETURN_IF_ERROR(CheckRetention(retention, keys.size()));
+  GrowFor(p.events_, keys.size());  // a stored event per block at most: one allocation
   for (size_t i = 0; i < keys.size(); ++i) {
     const BlockId b = seq.table[i];
     if (b != kNoBlock && p.metas_[b].committed && !(p.metas_[b].key == keys[i])) {

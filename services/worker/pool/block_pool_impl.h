@@ -7,6 +7,7 @@
 #include <queue>
 #include <span>
 #include <utility>
+#include <memory_resource>
 #include <unordered_map>
 
 #include "services/worker/pool/block_pool.h"
@@ -246,7 +247,12 @@ class BlockPool::Impl {
   std::vector<BlockMeta> metas_;
   std::vector<BlockId> free_;
   PrioritizedLru lru_;
-  std::unordered_map<BlockKey, BlockId, BlockKeyHash> index_;
+  // Every cached block's node comes from index_nodes_, which keeps the nodes of blocks
+  // evicted for the next ones: caching a block allocates nothing once the pool has been
+  // full (and at most a chunk per doubling before), where a plain map allocates a node
+  // per block an onboard or a commit lands.
+  std::pmr::unsynchronized_pool_resource index_nodes_;
+  std::pmr::unordered_map<BlockKey, BlockId, BlockKeyHash> index_{&index_nodes_};
   std::unordered_map<ChildGroup, std::vector<BlockId>, ChildGroupHash> children_;
   std::vector<uint32_t> tokens_;  // tokens of committed blocks, for partial reuse
   std::unordered_map<SequenceId, Sequence> sequences_;

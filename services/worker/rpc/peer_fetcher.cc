@@ -124,6 +124,7 @@ class PeerFetcher::Impl {
   FetchedBlocks Serve(const PeerFetchRequest& request) {
     FetchedBlocks out;
     out.block_bytes = request.block_bytes;
+    out.keys.reserve(request.keys.size());  // one allocation, however many blocks come
     if (LandsInPlace(request)) {
       const bool fits = request.land_in.size() == request.keys.size() &&
                         std::ranges::all_of(request.land_in, [&](auto s) { return s.size() == request.block_bytes; });

@@ -7,12 +7,18 @@
 
 namespace kvtier::worker {
 
+PoolBlockSource::PoolBlockSource(Worker* worker) : worker_(worker) {
+  for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
+    fingerprints_.push_back(worker_->PoolLayout(pool).value().Fingerprint());  // a worker's pools are fixed
+  }
+}
+
 Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& ref) const {
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     KVTIER_ASSIGN_OR_RETURN(const std::optional<PoolHolding> holding, worker_->FindCommitted(pool, ref.key));
     if (!holding || holding->salt_scope != ref.salt_scope) continue;
+    if (!IsStorageFormatTag(ref.format_tag, fingerprints_[pool], holding->format_tag)) continue;
     KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, worker_->PoolLayout(pool));
-    if (StorageFormatTag(layout, holding->format_tag) != ref.format_tag) continue;
     storage::BlockHeader header;
     header.key = holding->key;
     header.parent = holding->parent;
@@ -25,7 +31,9 @@ Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& re
     header.checksum = holding->checksum;  // 0 until a reader that held it gave it back
     return Found{pool, holding->block, std::move(header)};
   }
-  return NotFoundError("no pool holds block " + ref.key.ToHex() + " in that format and scope");
+  // A miss allocates nothing (a constant), as a tier's: a keyed get asks for blocks by the batch.
+  static const std::string* const kMiss = MessageConstant("no pool holds the block in that format and scope");
+  return Status::Constant(StatusCode::kNotFound, kMiss);
 }
 
 template <typename Each>
@@ -33,6 +41,8 @@ void PoolBlockSource::ByPool(const std::vector<std::optional<Found>>& found, Eac
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     std::vector<BlockId> blocks;
     std::vector<size_t> positions;
+    blocks.reserve(found.size());  // one allocation each, however many blocks
+    positions.reserve(found.size());
     for (size_t i = 0; i < found.size(); ++i) {
       if (!found[i] || found[i]->pool_id != pool) continue;
       blocks.push_back(found[i]->block);
@@ -54,6 +64,8 @@ Status PoolBlockSource::ByHoldPool(std::span<const uint64_t> holds, std::string_
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     std::vector<BlockId> blocks;
     std::vector<size_t> positions;
+    blocks.reserve(holds.size());  // one allocation each, however many blocks
+    positions.reserve(holds.size());
     for (size_t i = 0; i < holds.size(); ++i) {
       if (holds[i] >> 32 != pool) continue;
       blocks.push_back(static_cast<BlockId>(holds[i]));
@@ -77,6 +89,7 @@ Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref,
 
 std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(std::span<const storage::BlockRef> refs) {
   std::vector<Result<store::HeldBlock>> results;
+  results.reserve(refs.size());
   std::vector<std::optional<Found>> found(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
     Result<Found> f = Find(refs[i]);
@@ -106,6 +119,7 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds, std::span<
   return ByHoldPool(holds, "released", [&](uint32_t pool, std::span<const BlockId> blocks,
                                            const std::vector<size_t>& positions) -> Status {
     std::vector<uint64_t> computed;  // kept while the blocks are still held
+    computed.reserve(positions.size());
     for (size_t i : positions) computed.push_back(checksums.empty() ? 0 : checksums[i]);
     KVTIER_RETURN_IF_ERROR(worker_->RememberChecksums(pool, blocks, computed));
     return worker_->ReleaseBlocks(pool, blocks);
@@ -120,6 +134,7 @@ Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds, std::span<cons
   return ByHoldPool(holds, "copied", [&](uint32_t pool, std::span<const BlockId> blocks,
                                          const std::vector<size_t>& positions) {
     std::vector<std::span<uint8_t>> pool_outs;
+    pool_outs.reserve(positions.size());
     for (size_t i : positions) pool_outs.push_back(outs[i]);
     return worker_->CopyHeldBlocks(pool, blocks, pool_outs);
   });
@@ -159,6 +174,7 @@ Result<std::unique_ptr<store::StagedBlocks>> PoolBlockSource::StageHeld(std::spa
 std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<const storage::BlockRef> refs,
                                                                      std::span<const std::span<uint8_t>> outs) {
   std::vector<Result<storage::BlockHeader>> results;
+  results.reserve(refs.size());
   std::vector<std::optional<Found>> found(refs.size());
   for (size_t i = 0; i < refs.size(); ++i) {
     Result<Found> f = Find(refs[i]);
@@ -171,6 +187,7 @@ std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(std::span<c
   }
   ByPool(found, [&](uint32_t pool, std::span<const BlockId> blocks, std::span<const size_t> positions) {
     std::vector<std::span<uint8_t>> pool_outs;
+    pool_outs.reserve(positions.size());
     for (size_t i : positions) pool_outs.push_back(outs[i]);
     const Status read = worker_->ReadBlocks(pool, blocks, pool_outs);
     for (size_t i : positions) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,7 +32,7 @@ namespace kvtier::worker {
 
 class PoolBlockSource final : public store::ExtraBlockSource {
  public:
-  explicit PoolBlockSource(Worker* worker) : worker_(worker) {}
+  explicit PoolBlockSource(Worker* worker);
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
   // Each block found, held (a device pool's held apart); one Worker::HoldBlocks per pool.
@@ -69,6 +70,7 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   void ByPool(const std::vector<std::optional<Found>>& found, Each each) const;
 
   Worker* worker_;
+  std::vector<std::string> fingerprints_;  // each pool's layout's, by pool id: Find builds none
 };
 
 }  // namespace kvtier::worker
