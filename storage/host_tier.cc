@@ -318,6 +318,7 @@ class HostTier::Impl {
   // tier), its new blocks go one by one.
   void PutChecked(std::span<const PutItem> items, std::span<Status> results, uint64_t puts) {
     std::vector<Placement> placed;
+    placed.reserve(items.size());  // one allocation, however many blocks
     std::vector<size_t> repeats;  // items whose block an earlier item of the batch places
     {
       std::unique_lock lock(mu_);

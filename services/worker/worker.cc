@@ -145,6 +145,7 @@ class Worker::Impl {
   void Offload(PoolState& state, std::span<const EvictedBlock* const> victims, std::vector<BlockKey>& refused) {
     const size_t block_bytes = state.layout.bytes_per_block();
     std::vector<uint32_t> ids;
+    ids.reserve(victims.size());
     for (const EvictedBlock* victim : victims) ids.push_back(victim->block);
     std::vector<std::span<const uint8_t>> views;
     const auto read_start = std::chrono::steady_clock::now();

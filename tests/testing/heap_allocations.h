@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <limits>
 #include <new>
+#include <vector>
 
 namespace kvtier::testing {
 
@@ -50,6 +51,13 @@ uint64_t FewestAllocations(int rounds, Fn&& work) {
     fewest = std::min(fewest, HeapAllocations() - before);
   }
   return fewest;
+}
+
+// The median of counts taken over several rounds: unlike the fewest, neither a round that
+// caught a background allocation nor one that missed one of its own moves it.
+inline uint64_t MedianAllocations(std::vector<uint64_t> counts) {
+  std::nth_element(counts.begin(), counts.begin() + counts.size() / 2, counts.end());
+  return counts[counts.size() / 2];
 }
 
 }  // namespace kvtier::testing

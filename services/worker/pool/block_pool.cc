@@ -180,6 +180,11 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
     start.block_table.push_back(partial);
     ++p.stats_.partial_reuses;
   }
+  // Blank blocks come from the free list, then by eviction: each vector grows once.
+  const size_t evictions = blank > p.free_.size() ? blank - p.free_.size() : 0;
+  start.block_table.reserve(needed);
+  start.evicted.reserve(evictions);
+  GrowFor(p.events_, evictions);
   while (start.block_table.size() < needed) start.block_table.push_back(p.TakeBlank(&start.evicted));
   if (partial != kNoBlock && !in_place) {
     start.copy = PartialCopy{partial, start.block_table[matched], partial_tokens};

@@ -20,6 +20,7 @@
 namespace kvtier::worker {
 namespace {
 
+using ::kvtier::testing::MedianAllocations;
 using namespace std::chrono_literals;
 
 constexpr uint32_t kTokensPerBlock = 4;
@@ -31,11 +32,6 @@ constexpr uint32_t kOnboards = 2 + 2 * kRounds;
 // medians over kRounds): the count varies by 1-3 with timing (which promises are ready
 // when awaited), also with the CPUs busy. One allocation per block would be 56 more.
 constexpr uint64_t kSlack = 8;
-
-uint64_t Median(std::vector<uint64_t> counts) {
-  std::ranges::nth_element(counts, counts.begin() + counts.size() / 2);
-  return counts[counts.size() / 2];
-}
 
 class OnboardAllocationTest : public ::testing::Test {
  protected:
@@ -132,7 +128,7 @@ TEST_F(OnboardAllocationTest, AnOnboardFromAnotherNodeAllocatesNothingPerBlock) 
     onboard(kMany);
     many_counts.push_back(counted_);
   }
-  const uint64_t few = Median(few_counts), many = Median(many_counts);
+  const uint64_t few = MedianAllocations(few_counts), many = MedianAllocations(many_counts);
   EXPECT_LE(many, few + kSlack) << "an onboard of " << kFew << " blocks made " << few << " allocations, of "
                                 << kMany << " blocks " << many;
 }
