@@ -171,6 +171,12 @@ class RemoteStoreWriter::Impl {
     return stats_;
   }
 
+  void CountRefused() {
+    std::lock_guard lock(mu_);
+    ++stats_.failed_blocks;
+    failed_metric_->Inc();
+  }
+
  private:
   std::unique_ptr<Batch> TakeSpare() KVTIER_REQUIRES(mu_) {
     if (spare_.empty()) return std::make_unique<Batch>();
@@ -408,5 +414,6 @@ void RemoteStoreWriter::Unreserve() { impl_->Unreserve(); }
 void RemoteStoreWriter::Submit() { impl_->Submit(); }
 Status RemoteStoreWriter::Flush(std::chrono::milliseconds timeout) { return impl_->Flush(timeout); }
 RemoteStoreWriterStats RemoteStoreWriter::Stats() const { return impl_->Stats(); }
+void RemoteStoreWriter::CountRefused() { impl_->CountRefused(); }
 
 }  // namespace kvtier::worker

@@ -86,6 +86,9 @@ class RemoteStoreWriter {
     }
     return true;
   }
+  // A block the caller could not give Write (its format tag past the process's bound,
+  // storage/format_tag.h): counted as failed.
+  void CountRefused();
   // Hands the open batches that hold a block to the writer's thread.
   void Submit();
   // Waits until every submitted batch is written or dropped; kDeadlineExceeded when that

@@ -235,6 +235,19 @@ TEST_F(RemoteStoreWriterTest, ABlockWhoseBytesCannotBeReadIsNotQueued) {
   EXPECT_EQ(Stored(2, 100).status().code(), StatusCode::kNotFound);
 }
 
+// A block its node could not give the writer (its format past the interning bound) is a
+// failed write, in the stats and the metric; nothing is queued for it.
+TEST_F(RemoteStoreWriterTest, ABlockRefusedBeforeTheWriterIsCountedAsFailed) {
+  auto writer = Writer({"store-0/store"}, 1 << 20, 4 * kBlockBytes);
+  writer->CountRefused();
+  writer->CountRefused();
+  EXPECT_EQ(writer->Stats().failed_blocks, 2u);
+  EXPECT_EQ(writer->Stats().queued_bytes, 0u);
+  const std::string exposition = writer_registries_.back().Exposition();
+  EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"failed\"} 2"), std::string::npos)
+      << exposition;
+}
+
 TEST_F(RemoteStoreWriterTest, AStoreThatIsNotLiveFailsBatchesWithoutStallingTheWriter) {
   auto writer = Writer({"gone/store"}, 1 << 20, kBlockBytes);
   for (uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(writer->Write(Header(key, 100), FillWith(1)));

@@ -256,9 +256,12 @@ class WorkerNode::Impl {
     if (!found.ok() || !found->has_value()) return;  // evicted since: nothing to copy
     const PoolHolding& holding = **found;
     // Interned within the process's bound (engines choose format tags): past it the block
-    // is not written through, as its own offload would not be stored.
-    Result<storage::FormatTag> format = storage::FormatTag::Intern(StorageFormatTag(plan_->layout, holding.format_tag));
-    if (!format.ok()) return;
+    // is not written through (counted as failed), as its own offload would not be stored.
+    const Result<storage::FormatTag>& format = WriteFormat(holding.format_tag);
+    if (!format.ok()) {
+      writer_->CountRefused();
+      return;
+    }
     storage::BlockHeader header;
     header.key = holding.key;
     header.parent = holding.parent;
@@ -271,6 +274,16 @@ class WorkerNode::Impl {
     (void)writer_->Write(header, [&](std::span<uint8_t> out) {
       return worker_->ReadBlock(stored.pool_id, holding.block, out);
     });  // not taken: counted by the writer; the node's own tiers still get it on eviction
+  }
+
+  // On the server's loop: the storage format tag of blocks written through for engines of
+  // `format_tag`, interned once per run of blocks of one engine format (a node's engines
+  // seldom use more than one): a block written through builds no string.
+  const Result<storage::FormatTag>& WriteFormat(uint64_t format_tag) {
+    if (!write_format_ || write_format_->first != format_tag) {
+      write_format_.emplace(format_tag, storage::FormatTag::Intern(StorageFormatTag(plan_->layout, format_tag)));
+    }
+    return write_format_->second;
   }
 
   // On the worker agent's thread: asks the loop for the pool's holdings and waits.
@@ -296,6 +309,8 @@ class WorkerNode::Impl {
   std::unique_ptr<NodeConnections> nodes_;  // the peer fetches' and the writes through to a store
   std::unique_ptr<PeerFetcher> peers_;
   std::unique_ptr<RemoteStoreWriter> writer_;  // null: no write-through store
+  // The loop's: WriteFormat's last engine format tag and its storage tag, interned.
+  std::optional<std::pair<uint64_t, Result<storage::FormatTag>>> write_format_;
   std::unique_ptr<WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   rpc::SessionContext session_;
