@@ -9,6 +9,7 @@
 #include <random>
 
 #include "services/cli/node_events.h"
+#include "services/coordinator/cluster/event_chains.h"
 #include "services/store/rpc/store_node_events.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/store_tiers.h"
@@ -200,6 +201,7 @@ Status LocalNode::Register(coordinator::CoordinatorState& state, Registration& n
 void LocalNode::Publish(coordinator::CoordinatorState& state, Registration& node,
                         std::vector<coordinator::KvEvent> events) {
   if (events.empty()) return;
+  events = coordinator::JoinChains(std::move(events));  // a chain committed together is one event
   const size_t count = events.size();
   coordinator::EventBatch batch{node.node, incarnation_, node.next_sequence, std::move(events)};
   Result<coordinator::EventAck> ack = state.coordinator->PublishEvents(batch);

@@ -70,7 +70,7 @@ Status CoordinatorMetrics::AddIndex(MetricsRegistry& r) {
 
 Status CoordinatorMetrics::AddEvents(MetricsRegistry& r) {
   KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
-                          r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind.", {"kind"}));
+                          r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind (an event names a run of blocks: a chain stored, or blocks removed or moved together).", {"kind"}));
   KVTIER_ASSIGN_OR_RETURN(evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
                                                    "Blocks evicted from a node's tier, by their priority.",
                                                    {"priority"}));

@@ -9,6 +9,7 @@
 
 #include "common/block_key.h"
 #include "services/coordinator/rpc/coordinator_node.h"
+#include "services/coordinator/rpc/node_agent.h"
 #include "services/coordinator/rpc/node_link.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/schema_convert.h"
@@ -70,6 +71,18 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.registry = &registry_;
     node_ = *CoordinatorNode::Create(std::move(options));
     address_ = node_->endpoints()[0];
+  }
+
+  // Worker `node`'s link options: this coordinator, the node credential, incarnation 1.
+  NodeLinkOptions WorkerLink(const std::string& node, const std::string& rpc_address) const {
+    NodeLinkOptions options;
+    options.connection.address = address_;
+    options.connection.token = kNodeToken;
+    options.node_id = node;
+    options.role = NodeRole::kWorker;
+    options.rpc_address = rpc_address;
+    options.incarnation = 1;
+    return options;
   }
 
   // Registers worker w1 and publishes 3 blocks (ids 1..3) of team-a's salt scope.
@@ -292,14 +305,7 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
 TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
   const OpaqueKeyNamespace ns("test", "");
   const uint64_t scope = SaltScope("team-a");
-  NodeLinkOptions options;
-  options.connection.address = address_;
-  options.connection.token = kNodeToken;
-  options.node_id = "w3";
-  options.role = NodeRole::kWorker;
-  options.rpc_address = "10.0.0.3:7401";
-  options.incarnation = 1;
-  std::unique_ptr<NodeLink> link = *NodeLink::Connect(std::move(options));
+  std::unique_ptr<NodeLink> link = *NodeLink::Connect(WorkerLink("w3", "10.0.0.3:7401"));
   ASSERT_TRUE(link->Register().ok());
   // The snapshot holds block 1 (tokens 7, 8); an event then adds block 2 (tokens 9, 10).
   NodeBlock block_1;
@@ -347,6 +353,153 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_tail_tokens_total 4\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_matches_total 2\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_tokens_total 2\n"), std::string::npos) << metrics;
+}
+
+// A node's link sends a chain stored block by block as one event, and removals of one
+// tier as another: the coordinator counts two events, indexes every block with its own
+// tokens, and the node's next batch, numbered after those two, is applied.
+TEST_F(CoordinatorServiceTest, ANodesLinkSendsAChainAsOneEvent) {
+  const OpaqueKeyNamespace ns("test", "");
+  std::unique_ptr<NodeLink> link = *NodeLink::Connect(WorkerLink("w4", "10.0.0.4:7401"));
+  ASSERT_TRUE(link->Register().ok());
+  ASSERT_TRUE(link->PublishSnapshot(0, std::vector<NodeBlock>{}).ok());
+  // Blocks 1-8 of one chain (tokens 10b, 10b + 1 for block b), then 8 and 7 removed.
+  std::vector<NodeEvent> events;
+  for (uint64_t b = 1; b <= 8; ++b) {
+    NodeEvent stored;
+    stored.key = ns.Key(b);
+    stored.first = b == 1;
+    if (b > 1) stored.parent = ns.Key(b - 1);
+    stored.salt_scope = SaltScope("team-a");
+    stored.priority = 70;
+    stored.tokens = {uint32_t(10 * b), uint32_t(10 * b + 1)};
+    events.push_back(stored);
+  }
+  auto removal = [&](uint64_t b) {
+    NodeEvent removed;
+    removed.kind = NodeEvent::Kind::kRemoved;
+    removed.key = ns.Key(b);
+    return removed;
+  };
+  for (uint64_t b : {8, 7}) events.push_back(removal(b));
+  ASSERT_EQ(WireEventCount(events), 2u);
+  ASSERT_EQ(*link->Publish(0, events), EventVerdict::kApplied);
+  const std::string metrics = registry_.Exposition();
+  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"removed\"} 1\n"), std::string::npos) << metrics;
+
+  // Blocks 1-6 are indexed; block 6's tokens are its own (60, 61): one matches after 1-5.
+  CoordinatorClient tenant(address_, kTokenA);
+  auto lookup = tenant.coordinator().lookupRequest();
+  auto request = lookup.initRequest();
+  SetKeys(request.initKeys(8), 1);
+  auto answer = lookup.send().wait(tenant.ws());
+  EXPECT_EQ(answer.getResult().getMatchedBlocks(), 6u);
+  auto partial = tenant.coordinator().lookupRequest();
+  auto partial_request = partial.initRequest();
+  SetKeys(partial_request.initKeys(5), 1);
+  auto tail = partial_request.initPartialTokens(2);
+  tail.set(0, 60);
+  tail.set(1, 99);
+  auto partial_answer = partial.send().wait(tenant.ws());
+  EXPECT_EQ(partial_answer.getResult().getPartialMatchTokens(), 1u);
+  EXPECT_EQ(rpc::ToKey(partial_answer.getResult().getPartialBlock().getKey()), ns.Key(6));
+
+  // The next batch goes on from sequence 2: applied, not a gap.
+  const std::vector<NodeEvent> next = {removal(6)};
+  EXPECT_EQ(*link->Publish(2, next), EventVerdict::kApplied);
+}
+
+// On the wire a stored block joins the one before it only where it continues that chain
+// like for like (the wire has one priority, retention, scope and token count an event).
+TEST(JoinsWireEventTest, OnlyABlockContinuingTheChainLikeForLikeJoins) {
+  const OpaqueKeyNamespace ns("test", "");
+  NodeEvent last;
+  last.key = ns.Key(1);
+  last.first = true;
+  last.priority = 60;
+  last.retention_ms = 1000;
+  last.salt_scope = 7;
+  last.tokens = {1, 2};
+  NodeEvent next = last;
+  next.key = ns.Key(2);
+  next.first = false;
+  next.parent = ns.Key(1);
+  next.tokens = {3, 4};
+  EXPECT_TRUE(JoinsWireEvent(last, next));
+  const auto differs = [&](auto change) {
+    NodeEvent other = next;
+    change(other);
+    return !JoinsWireEvent(last, other);
+  };
+  EXPECT_TRUE(differs([&](NodeEvent& e) { e.parent = ns.Key(9); }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.first = true; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.priority = 61; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.retention_ms = 0; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.salt_scope = 8; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.tokens.clear(); }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.tier = Tier::kHost; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.pool = 1; }));
+  EXPECT_TRUE(differs([](NodeEvent& e) { e.kind = NodeEvent::Kind::kRemoved; }));
+  // Removals of one tier and pool join whatever their keys; tier changes to one tier.
+  NodeEvent removed;
+  removed.kind = NodeEvent::Kind::kRemoved;
+  removed.key = ns.Key(5);
+  NodeEvent another = removed;
+  another.key = ns.Key(3);
+  EXPECT_TRUE(JoinsWireEvent(removed, another));
+  another.pool = 2;
+  EXPECT_FALSE(JoinsWireEvent(removed, another));
+  NodeEvent moved;
+  moved.kind = NodeEvent::Kind::kTierChanged;
+  moved.key = ns.Key(5);
+  moved.to_tier = Tier::kHost;
+  NodeEvent moved_too = moved;
+  moved_too.key = ns.Key(6);
+  EXPECT_TRUE(JoinsWireEvent(moved, moved_too));
+  moved_too.to_tier = Tier::kDisk;
+  EXPECT_FALSE(JoinsWireEvent(moved, moved_too));
+  EXPECT_EQ(WireEventCount(std::vector<NodeEvent>{last, next, removed, another, moved, moved_too}), 5u);
+}
+
+// A node's agent numbers its batches by the events that went on the wire: two chains
+// enqueued one after the other (the second continuing the first) are applied with no
+// gap, so the coordinator asks for no snapshot beyond the first.
+TEST_F(CoordinatorServiceTest, ANodeAgentNumbersItsJoinedEventsWithoutGaps) {
+  const OpaqueKeyNamespace ns("test", "");
+  NodeAgentOptions options;
+  options.link = WorkerLink("w5", "10.0.0.5:7401");
+  options.tick = std::chrono::milliseconds(10);
+  options.holdings = [] { return Result<std::vector<NodeBlock>>(std::vector<NodeBlock>{}); };
+  std::unique_ptr<NodeAgent> agent = NodeAgent::Start(std::move(options));
+  ASSERT_TRUE(testing::WaitUntil([&] { return agent->registered(); }));
+  // Blocks 1-4, then 5-8 once 1-4 are indexed.
+  auto blocks = [&](uint64_t first) {
+    std::vector<NodeEvent> events;
+    for (uint64_t b = first; b < first + 4; ++b) {
+      NodeEvent stored;
+      stored.key = ns.Key(b);
+      stored.first = b == 1;
+      if (b > 1) stored.parent = ns.Key(b - 1);
+      stored.salt_scope = SaltScope("team-a");
+      events.push_back(stored);
+    }
+    return events;
+  };
+  CoordinatorClient tenant(address_, kTokenA);
+  auto matched = [&] {
+    auto lookup = tenant.coordinator().lookupRequest();
+    SetKeys(lookup.initRequest().initKeys(8), 1);
+    return lookup.send().wait(tenant.ws()).getResult().getMatchedBlocks();
+  };
+  agent->Enqueue(blocks(1));
+  ASSERT_TRUE(testing::WaitUntil([&] { return matched() == 4; }));
+  agent->Enqueue(blocks(5));
+  EXPECT_TRUE(testing::WaitUntil([&] { return matched() == 8; })) << "blocks 5-8 applied after 1-4";
+  const std::string metrics = registry_.Exposition();
+  EXPECT_NE(metrics.find("kvtier_coordinator_sequence_gaps_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_resyncs_total 1\n"), std::string::npos) << "the first only: " << metrics;
+  EXPECT_TRUE(agent->Stop().ok());
 }
 
 // Two node processes configured with one name: the second is refused while the first's

@@ -71,7 +71,7 @@ class NodeAgent::Impl {
     }
     if (events.empty()) return;
     Result<EventVerdict> verdict = link_->Publish(next_sequence_, events);
-    next_sequence_ += events.size();  // spent either way: a gap makes a snapshot
+    next_sequence_ += WireEventCount(events);  // spent either way: a gap makes a snapshot
     Check(verdict.status());
     if (verdict.ok() && *verdict == EventVerdict::kSnapshotRequired) ready_ = false;
   }

@@ -18,31 +18,45 @@ schema::Tier ToWire(Tier tier) {
   return schema::Tier::DISK;
 }
 
-void SetEvent(const NodeEvent& e, schema::KvEvent::Builder out) {
+// The keys of a run of events, into a list the size of the run.
+void SetKeys(std::span<const NodeEvent> run, capnp::List<rpc::schema::BlockKey>::Builder keys) {
+  for (unsigned i = 0; i < run.size(); ++i) rpc::FromKey(run[i].key, keys[i]);
+}
+
+// One wire event for a run of events that join the first (JoinsWireEvent).
+void SetEvent(std::span<const NodeEvent> run, schema::KvEvent::Builder out) {
+  const NodeEvent& e = run.front();
+  const auto blocks = static_cast<unsigned>(run.size());
   switch (e.kind) {
     case NodeEvent::Kind::kStored: {
       auto stored = out.initStored();
       stored.setHasParent(!e.first);
       if (!e.first) rpc::FromKey(e.parent, stored.initParentKey());
-      rpc::FromKey(e.key, stored.initKeys(1)[0]);
+      SetKeys(run, stored.initKeys(blocks));
       stored.setTier(ToWire(e.tier));
       stored.setPoolId(e.pool);
       stored.setPriority(e.priority);
       stored.setRetentionExpiryMs(e.retention_ms);
       stored.setSaltScope(e.salt_scope);
-      if (!e.tokens.empty()) rpc::FromTokens(e.tokens, stored.initTokens(static_cast<unsigned>(e.tokens.size())));
+      if (!e.tokens.empty()) {
+        auto tokens = stored.initTokens(static_cast<unsigned>(e.tokens.size() * run.size()));
+        unsigned at = 0;
+        for (const NodeEvent& block : run) {
+          for (const uint32_t token : block.tokens) tokens.set(at++, token);
+        }
+      }
       break;
     }
     case NodeEvent::Kind::kRemoved: {
       auto removed = out.initRemoved();
-      rpc::FromKey(e.key, removed.initKeys(1)[0]);
+      SetKeys(run, removed.initKeys(blocks));
       removed.setTier(ToWire(e.tier));
       removed.setPoolId(e.pool);
       break;
     }
     case NodeEvent::Kind::kTierChanged: {
       auto changed = out.initTierChanged();
-      rpc::FromKey(e.key, changed.initKeys(1)[0]);
+      SetKeys(run, changed.initKeys(blocks));
       changed.setFromTier(ToWire(e.tier));
       changed.setToTier(ToWire(e.to_tier));
       changed.setFromPoolId(e.pool);
@@ -50,6 +64,15 @@ void SetEvent(const NodeEvent& e, schema::KvEvent::Builder out) {
       break;
     }
   }
+}
+
+// Where each wire event's run of `events` begins.
+std::vector<size_t> RunStarts(std::span<const NodeEvent> events) {
+  std::vector<size_t> starts;
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (i == 0 || !JoinsWireEvent(events[i - 1], events[i])) starts.push_back(i);
+  }
+  return starts;
 }
 
 void SetBlock(const NodeBlock& b, const std::string& node, schema::SnapshotBlock::Builder out) {
@@ -140,6 +163,27 @@ Status NodeLink::Heartbeat(uint64_t lease_id, uint64_t active_blocks) {
   });
 }
 
+bool JoinsWireEvent(const NodeEvent& last, const NodeEvent& next) {
+  if (last.kind != next.kind || last.tier != next.tier || last.pool != next.pool) return false;
+  switch (next.kind) {
+    case NodeEvent::Kind::kStored:
+      return !next.first && next.parent == last.key && next.priority == last.priority &&
+             next.retention_ms == last.retention_ms && next.salt_scope == last.salt_scope &&
+             next.tokens.size() == last.tokens.size();
+    case NodeEvent::Kind::kRemoved:
+      return true;
+    case NodeEvent::Kind::kTierChanged:
+      return next.to_tier == last.to_tier;
+  }
+  return false;
+}
+
+size_t WireEventCount(std::span<const NodeEvent> events) {
+  size_t count = 0;
+  for (size_t i = 0; i < events.size(); ++i) count += i == 0 || !JoinsWireEvent(events[i - 1], events[i]);
+  return count;
+}
+
 Result<EventVerdict> NodeLink::Publish(uint64_t first_sequence, std::span<const NodeEvent> events) {
   const NodeLinkOptions& o = impl_->options();
   return impl_->Run<Result<EventVerdict>>([&o, first_sequence, events](schema::Coordinator::Client& c) {
@@ -148,8 +192,12 @@ Result<EventVerdict> NodeLink::Publish(uint64_t first_sequence, std::span<const 
     batch.setNodeId(o.node_id);
     batch.setIncarnation(o.incarnation);
     batch.setFirstSequence(first_sequence);
-    auto list = batch.initEvents(static_cast<unsigned>(events.size()));
-    for (unsigned i = 0; i < events.size(); ++i) SetEvent(events[i], list[i]);
+    const std::vector<size_t> starts = RunStarts(events);
+    auto list = batch.initEvents(static_cast<unsigned>(starts.size()));
+    for (unsigned r = 0; r < starts.size(); ++r) {
+      const size_t end = r + 1 < starts.size() ? starts[r + 1] : events.size();
+      SetEvent(events.subspan(starts[r], end - starts[r]), list[r]);
+    }
     return request.send().then([](auto r) -> Result<EventVerdict> {
       switch (r.getStatus()) {
         case schema::EventAckStatus::APPLIED: return EventVerdict::kApplied;

@@ -80,6 +80,15 @@ struct LinkRegistration {
 
 enum class EventVerdict { kApplied, kDuplicate, kSnapshotRequired };
 
+// Whether `next` travels in the wire event of the run that `last` ends, so that a chain a
+// node commits costs the coordinator one event, not one a block: a stored block that
+// continues `last` (its parent) with the same tier, pool, priority, retention, scope and
+// token count; a removal of the same tier and pool; a tier change between the same
+// tiers. Applied in order, a run changes the index as its events one by one would.
+[[nodiscard]] bool JoinsWireEvent(const NodeEvent& last, const NodeEvent& next);
+// The wire events a Publish of `events` sends: the sequence numbers it spends.
+[[nodiscard]] size_t WireEventCount(std::span<const NodeEvent> events);
+
 class NodeLink {
  public:
   // kUnavailable when the coordinator does not answer; kUnauthenticated for a bad token.
@@ -90,7 +99,8 @@ class NodeLink {
   // `active_blocks`: KV blocks of running requests (a worker's load, for routing).
   // kNotFound: the lease is gone (register again).
   [[nodiscard]] Status Heartbeat(uint64_t lease_id, uint64_t active_blocks = 0);
-  // Events numbered first_sequence, first_sequence + 1, ... in order.
+  // `events` in order, each run that JoinsWireEvent as one event: the wire events are
+  // numbered first_sequence, first_sequence + 1, ..., WireEventCount(events) of them.
   [[nodiscard]] Result<EventVerdict> Publish(uint64_t first_sequence, std::span<const NodeEvent> events);
   // Everything the node holds, as of event `next_sequence`, in chunks.
   [[nodiscard]] Status PublishSnapshot(uint64_t next_sequence, std::span<const NodeBlock> blocks);
