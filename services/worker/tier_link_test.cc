@@ -16,6 +16,21 @@ namespace {
 using testing::Tokens;
 using testing::TestLayout;
 
+// A storage format tag is recognised in place: this layout and engine format only, the
+// whole tag.
+TEST(TierLinkTest, AStorageFormatTagIsRecognisedInPlace) {
+  const std::string format = StorageFormatTag(TestLayout(), 9);
+  EXPECT_TRUE(IsStorageFormatTag(format, TestLayout().Fingerprint(), 9));
+  EXPECT_FALSE(IsStorageFormatTag(format, TestLayout().Fingerprint(), 10));
+  EXPECT_FALSE(IsStorageFormatTag(format, "L9/H9/D9/T4/fp16/W0/S0", 9));
+  EXPECT_FALSE(IsStorageFormatTag(format + "0", TestLayout().Fingerprint(), 9));
+  EXPECT_FALSE(IsStorageFormatTag(TestLayout().Fingerprint() + "/W8" + "|f0000000000000009", TestLayout().Fingerprint(), 9))
+      << "another layout whose fingerprint begins with this one's";
+  std::string other_engine = format;
+  other_engine.back() = '8';
+  EXPECT_FALSE(IsStorageFormatTag(other_engine, TestLayout().Fingerprint(), 9));
+}
+
 TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   storage::TieredStoreOptions store_options;
   store_options.host.emplace();
@@ -43,16 +58,6 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
 
   const std::string format = StorageFormatTag(TestLayout(), 9);
   EXPECT_EQ(format, TestLayout().Fingerprint() + "|f0000000000000009");
-  // Recognised in place: this layout and engine format only, the whole tag.
-  EXPECT_TRUE(IsStorageFormatTag(format, TestLayout().Fingerprint(), 9));
-  EXPECT_FALSE(IsStorageFormatTag(format, TestLayout().Fingerprint(), 10));
-  EXPECT_FALSE(IsStorageFormatTag(format, "L9/H9/D9/T4/fp16/W0/S0", 9));
-  EXPECT_FALSE(IsStorageFormatTag(format + "0", TestLayout().Fingerprint(), 9));
-  EXPECT_FALSE(IsStorageFormatTag(TestLayout().Fingerprint() + "/W8" + "|f0000000000000009", TestLayout().Fingerprint(), 9))
-      << "another layout whose fingerprint begins with this one's";
-  std::string other_engine = format;
-  other_engine.back() = '8';
-  EXPECT_FALSE(IsStorageFormatTag(other_engine, TestLayout().Fingerprint(), 9));
   std::vector<uint8_t> out(512);
   auto hit = store->Get(storage::BlockRef{a, format, 0xABC}, out);
   ASSERT_TRUE(hit.ok()) << hit.status();
