@@ -65,10 +65,14 @@ class Worker::Impl {
   // a GPU), then turns the pool's events into the node's.
   void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
     PoolState& state = pools_[pool_id];
+    // Parents first: the pool evicts a chain leaf first (a block's children before it), so
+    // the victims go to the tier reversed, and its stored events reach the coordinator
+    // parent before child: a chain's events join (JoinsWireEvent) and none waits for its
+    // parent (the trace replay's stored events: 471,761 -> 63,670, docs/benchmarks.md).
     std::vector<const EvictedBlock*> keep;
     keep.reserve(evicted.size());
-    for (const EvictedBlock& victim : evicted) {
-      if (victim.offload) keep.push_back(&victim);
+    for (auto victim = evicted.rbegin(); victim != evicted.rend(); ++victim) {
+      if (victim->offload) keep.push_back(&*victim);
     }
     const size_t per_batch = state.storage->BatchLimit(state.layout.bytes_per_block());
     std::vector<BlockKey> refused;

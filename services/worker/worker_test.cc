@@ -169,6 +169,26 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
   EXPECT_EQ(worker->Stats().offloaded_blocks, 1u);
 }
 
+// A chain evicted at once leaves the pool leaf first, and reaches the offload target root
+// first: its blocks are stored, and told to the coordinator, parent before child.
+TEST(WorkerTest, AChainEvictedAtOnceIsOffloadedParentFirst) {
+  RecordingOffload offload;
+  auto worker = MakeWorker(3, &offload);
+  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  const std::vector<BlockKey> chain = {Key(1), Key(2), Key(3)};
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = chain, .tokens = Tokens(0, 12)}).ok());
+  ASSERT_TRUE(worker->Commit(1, 1, chain, Tokens(0, 12), keep).ok());
+  ASSERT_TRUE(worker->Free(1, 1).ok());
+  (void)worker->TakeEvents();
+  // A new 12-token prompt needs all three blocks: the pool evicts 3, 2, 1.
+  const std::vector<BlockKey> other = {Key(7), Key(8), Key(9)};
+  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 12)}).ok());
+  EXPECT_EQ(offload.keys, chain) << "root first";
+  const std::vector<WorkerEvent> events = worker->TakeEvents();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].key, Key(3)) << "the pool's own events keep its eviction order, leaf first";
+}
+
 TEST(WorkerTest, ARefusedOffloadBecomesARemoval) {
   RecordingOffload offload;
   offload.refuse = true;
