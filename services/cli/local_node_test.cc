@@ -121,8 +121,15 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   Commit(1, 0);
   EXPECT_EQ(WaitForLocations(0, "2 matched test-node/worker:gpu test-node/worker:gpu"),
             "2 matched test-node/worker:gpu test-node/worker:gpu");
-  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_events_total{kind=\"stored\"} 1\n"), std::string::npos)
-      << "the two blocks of one chain, committed together, are one event";
+  // Counted just after the index took them (on the node's thread): a bounded wait.
+  const std::string stored_events = "kvtier_coordinator_events_total{kind=\"stored\"} ";
+  std::string counted;
+  testing::WaitUntil([&] {
+    counted = registry_.Exposition();
+    return counted.find(stored_events + "0\n") == std::string::npos;
+  });
+  EXPECT_NE(counted.find(stored_events + "1\n"), std::string::npos)
+      << "the two blocks of one chain, committed together, are one event: " << counted;
   // Blocks 5,6 need the whole pool: 0,1 (priority 35) move down to the host tier.
   Free(1);
   Allocate(2, 5);
