@@ -38,9 +38,12 @@ run: build
 	./scripts/run.sh $(BUILD_DIR)/bin $(ARGS)
 
 # AddressSanitizer + UBSan build of the whole tree (CUDA off: nvcc objects are not
-# instrumented), with every test.
+# instrumented), with every test. Built with clang, whose -Wthread-safety proves the
+# locking annotations at every compile (common/mutex.h), where the main tree is GCC's: two
+# compilers' warnings, at no more build time.
 test-asan: deps
-	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=$(DEBUG_INFO) -DKVTIER_SANITIZE=ON -DKVTIER_CUDA=OFF
+	cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=$(DEBUG_INFO) -DKVTIER_SANITIZE=ON -DKVTIER_CUDA=OFF
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) --timeout 600
 

@@ -24,6 +24,10 @@ target_compile_options(kvtier_build_flags INTERFACE
 # inside libstdc++ (GCC bug 105651, fixed in 13); the warning is wrong, so it is off there.
 target_compile_options(kvtier_build_flags INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict>)
+# Clang proves the locking annotations (common/thread_annotations.h) at every compile; the
+# ASan tree is built with clang for that (Makefile). GCC has no such analysis.
+target_compile_options(kvtier_build_flags INTERFACE
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wthread-safety>)
 if(KVTIER_SANITIZE)
   target_compile_options(kvtier_build_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)

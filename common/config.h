@@ -61,7 +61,8 @@ struct CoordinatorConfig {
   uint64_t busy_poll_us = 0;      // poll without sleeping while calls arrive (rpc_server.h); 0: off
   // Bounds the index's memory (~64 bytes a block); the default is the most an index can
   // hold (coordinator::kMaxIndexBlocks, checked where the coordinator is built).
-  uint64_t max_index_blocks = (1ull << 27) - 1;
+  static constexpr uint64_t kDefaultMaxIndexBlocks = (1ull << 27) - 1;
+  uint64_t max_index_blocks = kDefaultMaxIndexBlocks;
   // How long a stored event whose parent no node holds waits for some node's event to
   // bring it (coordinator/cluster/waiting_children.h); 0: left out at once.
   uint64_t orphan_wait_ms = 2000;

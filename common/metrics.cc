@@ -1,4 +1,5 @@
 #include "common/metrics.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <charconv>
@@ -181,7 +182,7 @@ T& MetricFamily<T>::Get(std::vector<std::string> values) {
     spdlog::critical("metric {} takes {} label values, got {}", name_, label_names_.size(), values.size());
     std::abort();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto& slot = children_[std::move(values)];
   if (!slot) {
     if constexpr (std::is_same_v<T, Histogram>) {
@@ -235,7 +236,7 @@ Status MetricsRegistry::CheckNew(std::string_view name, MetricType type,
 
 Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string help,
                                                    std::vector<std::string> label_names) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kCounter, label_names));
   Entry entry{MetricType::kCounter, std::make_unique<CounterFamily>(std::move(name), std::move(help),
                                                                     std::move(label_names)),
@@ -247,7 +248,7 @@ Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string
 
 Result<GaugeFamily*> MetricsRegistry::AddGauge(std::string name, std::string help,
                                                std::vector<std::string> label_names) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kGauge, label_names));
   Entry entry{MetricType::kGauge, nullptr,
               std::make_unique<GaugeFamily>(std::move(name), std::move(help), std::move(label_names)),
@@ -266,7 +267,7 @@ Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::st
                                   "\": bucket bounds must be finite and strictly increasing");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kHistogram, label_names));
   Entry entry{MetricType::kHistogram, nullptr, nullptr,
               std::make_unique<HistogramFamily>(std::move(name), std::move(help), std::move(label_names),
@@ -278,7 +279,7 @@ Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::st
 
 std::string MetricsRegistry::Exposition() const {
   std::string out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (const Entry& entry : families_) {
     switch (entry.type) {
       case MetricType::kCounter: AppendScalarFamily(out, *entry.counter, "counter"); break;

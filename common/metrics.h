@@ -27,12 +27,12 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -99,7 +99,7 @@ class MetricFamily {
   // Calls fn(label_values, child) for each child in label order.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [labels, child] : children_) fn(labels, *child);
   }
 
@@ -110,7 +110,7 @@ class MetricFamily {
   const std::string help_;
   const std::vector<std::string> label_names_;
   const std::vector<double> upper_bounds_;  // histograms only
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::vector<std::string>, std::unique_ptr<T>> children_ KVTIER_GUARDED_BY(mu_);
 };
 
@@ -146,7 +146,7 @@ class MetricsRegistry {
     std::unique_ptr<GaugeFamily> gauge;
     std::unique_ptr<HistogramFamily> histogram;
   };
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<Entry> families_ KVTIER_GUARDED_BY(mu_);
 };
 

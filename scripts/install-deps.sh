@@ -6,6 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   cmake ninja-build g++ pkg-config make
+  # the ASan tree's compiler (its -Wthread-safety checks the locking) and its sanitizer runtimes
+  clang libclang-rt-14-dev
   # libraries
   capnproto libcapnp-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libssl-dev libxxhash-dev

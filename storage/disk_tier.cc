@@ -9,11 +9,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "storage/disk_tier_internal.h"
 #include "storage/header_families.h"
@@ -43,12 +43,13 @@ class DiskTier::Impl {
   // Rebuilds the index from every layout's headers and the segments' live bytes from the
   // locations the headers hold. Called once, before any use.
   Status Recover() {
-    std::lock_guard write_lock(write_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock write_lock(write_mu_);
+    MutexLock lock(mu_);
     rocksdb::WriteBatch batch;  // deletes of unusable headers
     uint64_t lost = 0;
     Status scanned;
-    families_->ForEach([&](std::string_view format_tag, rocksdb::ColumnFamilyHandle* family) {
+    families_->ForEach([&](std::string_view format_tag, rocksdb::ColumnFamilyHandle* family)
+                           KVTIER_REQUIRES(write_mu_, mu_) {
       if (scanned.ok()) scanned = RecoverLayout(format_tag, family, batch, lost);
     });
     KVTIER_RETURN_IF_ERROR(scanned);
@@ -79,7 +80,7 @@ class DiskTier::Impl {
       results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
     put_groups_.Commit(items, results, [this](std::span<const PutItem> group, std::vector<Status>& group_results) {
-      std::lock_guard write_lock(write_mu_);
+      MutexLock write_lock(write_mu_);
       PutBatchLocked(group, group_results);
       // After a write (not when the disk just refused one: the move would fail too).
       const auto wrote = [](const Status& s) { return s.ok(); };
@@ -94,7 +95,7 @@ class DiskTier::Impl {
     StagedBatch staged;
     Status written;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stats_.puts += items.size();
       written = Stage(items, results, staged);
       if (written.ok()) written = EvictLocked(staged.new_bytes, staged.batch, staged.evicted);
@@ -102,7 +103,7 @@ class DiskTier::Impl {
     }
     if (written.ok()) written = WritePayloads(items, staged);
     if (written.ok()) written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     // A batch that was not written evicted nothing: its victims' headers and payloads
     // are still on disk, so they go back into the index where they were.
     SettleEvictionsLocked(staged.evicted, written.ok());
@@ -133,7 +134,7 @@ class DiskTier::Impl {
     uint64_t location = 0;
     std::shared_ptr<const SegmentFile> file;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       const uint32_t id = index_.FindVisible(ref);
       if (id == TierIndex::kNil) {
         ++stats_.misses;
@@ -152,27 +153,27 @@ class DiskTier::Impl {
     Result<uint64_t> hash = file == nullptr ? UnavailableError("its segment file is gone")
                                             : file->ReadHashed(OffsetOf(location), out.first(header.payload_bytes));
     if (!hash.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++stats_.io_errors;
       return hash.status().WithContext("disk tier: reading block " + ref.key.ToHex());
     }
     if (*hash != header.checksum) return DropCorrupt(header, location);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.hits;
     stats_.bytes_read += header.payload_bytes;
     return header;
   }
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound();
     return index_.CurrentHeader(id);
   }
 
   Status Remove(const BlockRef& ref) {
-    std::lock_guard write_lock(write_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock write_lock(write_mu_);
+    MutexLock lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound();
     rocksdb::WriteBatch batch;
@@ -190,7 +191,7 @@ class DiskTier::Impl {
 
   TierStats Stats() const {
     const PutGroupQueue::Totals puts = put_groups_.totals();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     TierStats stats = stats_;
     stats.put_batches = puts.batches;
     stats.put_writes = puts.groups;
@@ -201,30 +202,33 @@ class DiskTier::Impl {
   }
 
   DiskFiles Files() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return {segments_->segments(), segments_->file_bytes(), segments_->live_bytes(), lost_at_open_};
   }
 
   Status Flush() {
-    std::lock_guard write_lock(write_mu_);  // no put's write in flight: all of them are synced
+    MutexLock write_lock(write_mu_);  // no put's write in flight: all of them are synced
     Status flushed;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       flushed = segments_->Sync();
     }
     if (flushed.ok()) flushed = families_->Flush();
     if (!flushed.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       ++stats_.io_errors;
     }
     return flushed;
   }
 
   std::vector<BlockHeader> Headers() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<BlockHeader> headers;
     headers.reserve(index_.size());
-    index_.ForEach([&](uint32_t id) { headers.push_back(index_.CurrentHeader(id)); });
+    index_.ForEach([&](uint32_t id) {
+      mu_.AssertHeld();
+      headers.push_back(index_.CurrentHeader(id));
+    });
     return headers;
   }
 
@@ -455,8 +459,8 @@ class DiskTier::Impl {
   // Deletes the block whose payload at `location` failed its checksum (unless it was
   // replaced or moved since the read: the new copy is left alone).
   Status DropCorrupt(const BlockHeader& header, uint64_t location) {
-    std::lock_guard write_lock(write_mu_);
-    std::lock_guard lock(mu_);
+    MutexLock write_lock(write_mu_);
+    MutexLock lock(mu_);
     ++stats_.checksum_failures;
     const uint32_t id = index_.Find(header.key, header.format_tag);
     if (id != TierIndex::kNil && index_.entry(id).location == location) {
@@ -494,8 +498,8 @@ class DiskTier::Impl {
   // the index and the segments' bookkeeping, never across I/O, so that reads wait for no
   // write.
   // write_mu_ also guards the map of layout families (families_): it changes on a put.
-  std::mutex write_mu_;
-  mutable std::mutex mu_;
+  Mutex write_mu_;
+  mutable Mutex mu_;
   const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
@@ -517,7 +521,7 @@ void DiskTier::Impl::Compact() {
   for (;;) {
     Result<SegmentMove> move = InternalError("no segment to compact");
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       const uint64_t live = segments_->live_bytes();
       if (segments_->file_bytes() - live <= std::max(options_.segment_bytes, live / 4)) return;
       const std::optional<uint32_t> sparse = segments_->SparsestSealed(1.0);
@@ -526,7 +530,7 @@ void DiskTier::Impl::Compact() {
     }
     Status moved = move.status();
     if (moved.ok()) moved = CopyAndRecord(*move);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!moved.ok()) {
       if (move.ok()) segments_->Abandon(move->to);
       ++stats_.io_errors;
@@ -550,6 +554,7 @@ Result<DiskTier::Impl::SegmentMove> DiskTier::Impl::PlanMoveLocked(uint32_t segm
   if (move.from == nullptr) return InternalError("segment " + std::to_string(segment) + " vanished");
   std::vector<uint64_t> sizes;
   index_.ForEach([&](uint32_t id) {
+    mu_.AssertHeld();
     if (SegmentOf(index_.entry(id).location) != segment) return;
     move.ids.push_back(id);
     move.headers.push_back(index_.CurrentHeader(id));

@@ -2,9 +2,9 @@
 
 #include <array>
 #include <functional>
-#include <mutex>
 #include <unordered_set>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 
 namespace kvtier::storage {
@@ -34,7 +34,7 @@ class InternTable {
     for (const std::string* known : recent) {
       if (known != nullptr && *known == tag) return known;
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = tags_.find(tag);
     if (it == tags_.end()) {
       if (bounded && tags_.size() >= FormatTag::kMaxFormatTags) return nullptr;
@@ -47,7 +47,7 @@ class InternTable {
 
  private:
   static constexpr size_t kRecent = 4;
-  std::mutex mu_;
+  Mutex mu_;
   std::unordered_set<std::string, TagHash, std::equal_to<>> tags_ KVTIER_GUARDED_BY(mu_);
 };
 

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "storage/fast_xxh3.h"
 #include "storage/tier_index.h"
@@ -71,7 +71,7 @@ class HostTier::Impl {
   }
 
   void Unpin(uint32_t first) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ReleaseReaderLocked(first);
   }
 
@@ -90,7 +90,7 @@ class HostTier::Impl {
                                     " bytes are more than the whole host tier (" +
                                     std::to_string(uint64_t{num_pages_} * options_.page_bytes) + " bytes)");
     }
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (reserved_pages_ + pages > num_pages_ / 2) {
       return ResourceExhaustedError("host tier: reservations would hold " + std::to_string(reserved_pages_ + pages) +
                                     " of its " + std::to_string(num_pages_) +
@@ -102,7 +102,7 @@ class HostTier::Impl {
       }
     }
     reserved_pages_ += pages;  // counted before MakeRoom lets the lock go: others see it meanwhile
-    if (!MakeRoom(pages, lock)) {
+    if (!MakeRoom(pages)) {
       reserved_pages_ -= pages;
       return ResourceExhaustedError("host tier: no room for " + std::to_string(pages * options_.page_bytes) +
                                     " bytes while the rest is being read, written or evicted; retry");
@@ -123,7 +123,7 @@ class HostTier::Impl {
       Abandon(firsts);
       return results;
     }
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stats_.puts += headers.size();
     for (size_t i = 0; i < headers.size(); ++i) {
       const uint64_t pages = PagesFor(headers[i].payload_bytes);
@@ -134,7 +134,7 @@ class HostTier::Impl {
   }
 
   void Abandon(std::span<const uint32_t> firsts) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (uint32_t first : firsts) reserved_pages_ -= ReleasePagesLocked(first);
   }
 
@@ -154,14 +154,14 @@ class HostTier::Impl {
   }
 
   Result<BlockHeader> Peek(const BlockRef& ref) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound();
     return index_.CurrentHeader(id);
   }
 
   Status Remove(const BlockRef& ref) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const uint32_t id = index_.FindVisible(ref);
     if (id == TierIndex::kNil) return NotFound();
     RemoveLocked(id);
@@ -169,7 +169,7 @@ class HostTier::Impl {
   }
 
   TierStats Stats() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     TierStats stats = stats_;
     stats.blocks = index_.size();
     stats.bytes = index_.units() * options_.page_bytes;
@@ -178,21 +178,24 @@ class HostTier::Impl {
   }
 
   uint64_t Reclaim(uint64_t bytes) {
-    std::unique_lock lock(mu_);
-    MakeRoom(std::min<uint64_t>(PagesFor(bytes), num_pages_), lock);  // short of it when the rest is held: fine
+    MutexLock lock(mu_);
+    MakeRoom(std::min<uint64_t>(PagesFor(bytes), num_pages_));  // short of it when the rest is held: fine
     return uint64_t{free_pages_.size()} * options_.page_bytes;
   }
 
   uint64_t FreeBytes() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return uint64_t{free_pages_.size()} * options_.page_bytes;
   }
 
   std::vector<BlockHeader> Headers() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::vector<BlockHeader> headers;
     headers.reserve(index_.size());
-    index_.ForEach([&](uint32_t id) { headers.push_back(index_.CurrentHeader(id)); });
+    index_.ForEach([&](uint32_t id) {
+      mu_.AssertHeld();
+      headers.push_back(index_.CurrentHeader(id));
+    });
     return headers;
   }
 
@@ -209,7 +212,7 @@ class HostTier::Impl {
   // The block found, its pages held and it touched, under the lock; `room`: the caller's
   // buffer, which must hold the payload.
   Result<Held> Hold(const BlockRef& ref, std::optional<size_t> room) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
     const TierIndex::Entry& entry = index_.entry(id);
     if (room && *room < entry.header.payload_bytes) {
@@ -226,7 +229,7 @@ class HostTier::Impl {
   // dropped (where the tier still has that copy) and reported as data loss. The pages stay
   // held only for a pin that succeeded.
   Status EndRead(const Held& held, bool corrupt, bool keep_held) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (!keep_held || corrupt) ReleaseReaderLocked(held.first);
     if (corrupt) {
       ++stats_.checksum_failures;
@@ -321,7 +324,7 @@ class HostTier::Impl {
     placed.reserve(items.size());  // one allocation, however many blocks
     std::vector<size_t> repeats;  // items whose block an earlier item of the batch places
     {
-      std::unique_lock lock(mu_);
+      MutexLock lock(mu_);
       stats_.puts += puts;
       uint64_t pages = 0;
       for (size_t i = 0; i < items.size(); ++i) {
@@ -333,9 +336,9 @@ class HostTier::Impl {
         }
       }
       if (placed.empty()) return;
-      if (!MakeRoom(pages, lock)) {
+      if (!MakeRoom(pages)) {
         if (placed.size() > 1) {
-          lock.unlock();
+          lock.Unlock();
           for (const Placement& one : placed) {
             PutChecked(items.subspan(one.item, 1), results.subspan(one.item, 1), /*puts=*/0);
           }
@@ -353,7 +356,7 @@ class HostTier::Impl {
       for (Placement& p : placed) p.first = TakePages(p.pages);
     }
     for (const Placement& p : placed) CopyIn(p.first, items[p.item].payload);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const Placement& p : placed) results[p.item] = IndexLocked(items[p.item].header, p);
     for (size_t i : repeats) {  // as if put after it: the policy of the later item
       if (!RefreshLocked(items[i].header)) {
@@ -418,7 +421,7 @@ class HostTier::Impl {
   // (a demotion's disk write) and stall every get and put of the tier: the victims are
   // held instead (still readable, out of the eviction order, their pages pinned like a
   // reader's), handed to the handler with the lock released, and then leave.
-  bool MakeRoom(uint64_t pages, std::unique_lock<std::mutex>& lock) KVTIER_REQUIRES(mu_) {
+  bool MakeRoom(uint64_t pages) KVTIER_REQUIRES(mu_) {
     while (free_pages_.size() < pages) {
       if (!options_.on_evict) {
         const uint32_t victim = index_.Victim();
@@ -428,9 +431,9 @@ class HostTier::Impl {
       }
       std::vector<HeldVictim> victims = HoldVictimsLocked(pages);
       if (victims.empty()) return false;
-      lock.unlock();
+      mu_.Unlock();  // the caller's lock, taken again before it sees it
       HandOn(victims);
-      lock.lock();
+      mu_.Lock();
       for (const HeldVictim& victim : victims) {
         // Still the block that was held, unless a Remove (or a failed checksum) took it meanwhile.
         const uint32_t id = index_.Find(victim.header.key, victim.header.format_tag);
@@ -530,7 +533,7 @@ class HostTier::Impl {
   const HostTierOptions options_;
   const std::unique_ptr<HostMemory> memory_;
   const uint32_t num_pages_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   // A block's pages, chained. Written under mu_ when pages are taken; a chain is also read
   // without it by whoever holds its pages (CopyIn, CopyOut): distinct elements, no race.
   std::vector<uint32_t> next_page_;

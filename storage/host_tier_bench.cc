@@ -5,7 +5,6 @@
 #include <benchmark/benchmark.h>
 
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "storage/host_tier.h"

@@ -5,10 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "storage/host_tier.h"
 #include "storage/testing/blocks.h"
 #include "storage/testing/host_tiers.h"
@@ -38,8 +38,18 @@ struct SlowHandler {
 
   const uint64_t slow;
   std::atomic<bool> in_call{false}, released{false};
-  std::mutex mu;
-  std::vector<uint64_t> handed, left;  // blocks handed to on_evict; told to on_evicted
+  Mutex mu;
+  std::vector<uint64_t> handed KVTIER_GUARDED_BY(mu);  // blocks handed to on_evict
+  std::vector<uint64_t> left KVTIER_GUARDED_BY(mu);    // blocks told to on_evicted
+
+  std::vector<uint64_t> Handed() {
+    MutexLock lock(mu);
+    return handed;
+  }
+  std::vector<uint64_t> Left() {
+    MutexLock lock(mu);
+    return left;
+  }
 
   void Install(HostTierOptions& options) {
     options.on_evict = [this](std::span<const EvictedBlockView> victims) {
@@ -49,12 +59,12 @@ struct SlowHandler {
           WaitUntil([&] { return released.load(); });
           in_call = false;
         }
-        std::lock_guard lock(mu);
+        MutexLock lock(mu);
         handed.push_back(victim.header->key.lo);
       }
     };
     options.on_evicted = [this](const BlockHeader& header) {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       left.push_back(header.key.lo);
     };
   }
@@ -106,8 +116,8 @@ TEST_F(StalledEvictionTest, AVictimStaysReadableAndTheTierServesWhileItsHandlerR
   EXPECT_FALSE(tier_->Contains(b0_.ref()));
   EXPECT_TRUE(tier_->Contains(b2_.ref()));
   EXPECT_TRUE(tier_->Contains(b3_.ref()));
-  EXPECT_EQ(handler_.handed, (std::vector<uint64_t>{1, 0}));
-  EXPECT_EQ(handler_.left, (std::vector<uint64_t>{1, 0}));
+  EXPECT_EQ(handler_.Handed(), (std::vector<uint64_t>{1, 0}));
+  EXPECT_EQ(handler_.Left(), (std::vector<uint64_t>{1, 0}));
   EXPECT_EQ(tier_->Stats().evictions, 2u);
 }
 
@@ -117,7 +127,7 @@ TEST_F(StalledEvictionTest, ARemoveWhileTheHandlerRunsWinsAndFreesThePages) {
   EXPECT_FALSE(tier_->Contains(b0_.ref()));
   Finish();
   EXPECT_EQ(removed_, std::vector<uint64_t>{0});
-  EXPECT_TRUE(handler_.left.empty());
+  EXPECT_TRUE(handler_.Left().empty());
   EXPECT_EQ(tier_->Stats().evictions, 0u);
   // Block 0's page went to block 2 (block 1 stayed), and no page was lost: block 3 takes
   // one eviction.

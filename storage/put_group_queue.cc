@@ -1,4 +1,5 @@
 #include "storage/put_group_queue.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <set>
@@ -13,15 +14,15 @@ void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& 
   self.results = &results;
   for (const PutItem& item : items) self.bytes += item.payload.size();
 
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   queue_.push_back(&self);
-  self.woken.wait(lock, [&] { return self.done || queue_.front() == &self; });
+  self.woken.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return self.done || queue_.front() == &self; });
   if (self.done) return;  // a leader committed this batch with its group
 
   const std::vector<Waiter*> group = TakeGroupLocked();
-  lock.unlock();
+  lock.Unlock();
   CommitGroup(group, commit);
-  lock.lock();
+  lock.Lock();
   ++totals_.groups;
   totals_.batches += group.size();
   for (Waiter* member : group) {
@@ -30,10 +31,10 @@ void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& 
     // stack) is gone, so nothing may touch it after the lock is let go.
     if (member != &self) {
       member->done = true;
-      member->woken.notify_one();
+      member->woken.NotifyOne();
     }
   }
-  if (!queue_.empty()) queue_.front()->woken.notify_one();  // the next leader
+  if (!queue_.empty()) queue_.front()->woken.NotifyOne();  // the next leader
 }
 
 // The leader's batch and those queued behind it, while they fit in max_group_bytes_ and
@@ -76,12 +77,12 @@ void PutGroupQueue::CommitGroup(std::span<Waiter* const> group, const CommitFn& 
 }
 
 size_t PutGroupQueue::queued() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return queue_.size();
 }
 
 PutGroupQueue::Totals PutGroupQueue::totals() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return totals_;
 }
 

@@ -24,14 +24,13 @@
 // outlives every Commit call.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <span>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "storage/tier.h"
@@ -69,14 +68,14 @@ class PutGroupQueue {
     std::vector<Status>* results = nullptr;
     uint64_t bytes = 0;
     bool done = false;
-    std::condition_variable woken;
+    CondVar woken;
   };
 
   std::vector<Waiter*> TakeGroupLocked() const KVTIER_REQUIRES(mu_);
   static void CommitGroup(std::span<Waiter* const> group, const CommitFn& commit);
 
   const uint64_t max_group_bytes_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::deque<Waiter*> queue_ KVTIER_GUARDED_BY(mu_);  // front: the leader, committing
   Totals totals_ KVTIER_GUARDED_BY(mu_);
 };

@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "common/mutex.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::storage {
@@ -31,31 +32,31 @@ struct Batch {
 class RecordingCommit {
  public:
   void operator()(std::span<const PutItem> items, std::vector<Status>& results) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     std::vector<uint64_t> ids;
     for (const PutItem& item : items) ids.push_back(item.header.key.lo);
     groups_.push_back(ids);
-    if (groups_.size() == 1) released_.wait(lock, [&] { return release_; });
+    if (groups_.size() == 1) released_.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return release_; });
     // The outcome names the block, so each caller can check it got its own items' back.
     for (size_t i = 0; i < items.size(); ++i) {
       if (results[i].ok()) results[i] = AlreadyExistsError("block " + std::to_string(ids[i]));
     }
   }
   void Release() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     release_ = true;
-    released_.notify_all();
+    released_.NotifyAll();
   }
   std::vector<std::vector<uint64_t>> groups() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return groups_;
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable released_;
-  bool release_ = false;
-  std::vector<std::vector<uint64_t>> groups_;
+  mutable Mutex mu_;
+  CondVar released_;
+  bool release_ KVTIER_GUARDED_BY(mu_) = false;
+  std::vector<std::vector<uint64_t>> groups_ KVTIER_GUARDED_BY(mu_);
 };
 
 // Waits (at most 10 s) until `queue` holds `batches`.

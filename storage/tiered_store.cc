@@ -1,13 +1,11 @@
 #include "storage/tiered_store.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <shared_mutex>
 #include <thread>
 #include <type_traits>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "common/thread_name.h"
 
@@ -18,10 +16,10 @@ class TieredStore::Impl {
   explicit Impl(TieredStoreOptions options) : options_(std::move(options)) {}
   ~Impl() {
     {
-      std::lock_guard lock(ahead_mu_);
+      MutexLock lock(ahead_mu_);
       stopping_ = true;
     }
-    ahead_wanted_cv_.notify_one();
+    ahead_wanted_cv_.NotifyOne();
     if (demoter_.joinable()) demoter_.join();  // before the tiers it demotes between go
   }
 
@@ -119,7 +117,7 @@ class TieredStore::Impl {
 
   std::vector<Status> CommitInHost(HostReservation reservation) {
     if (!host_) return {};  // an empty reservation: no store without a host tier makes another
-    std::shared_lock lock(mu_);
+    ReaderLock lock(mu_);
     return host_->Commit(std::move(reservation));
   }
 
@@ -152,7 +150,7 @@ class TieredStore::Impl {
   }
 
   Status Remove(const BlockRef& ref) {
-    std::unique_lock lock(mu_);
+    WriterLock lock(mu_);
     const bool from_host = host_ && host_->Remove(ref).ok();  // each tier tells its removal
     const bool from_disk = disk_ && disk_->Remove(ref).ok();
     return from_host || from_disk ? Status::Ok() : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
@@ -298,7 +296,7 @@ class TieredStore::Impl {
   template <typename Fill>
   std::invoke_result_t<Fill&> Filling(Fill&& fill) {
     std::invoke_result_t<Fill&> result = [&] {
-      std::shared_lock lock(mu_);
+      ReaderLock lock(mu_);
       return fill();
     }();
     WakeDemoterIfShort();
@@ -309,11 +307,11 @@ class TieredStore::Impl {
   void WakeDemoterIfShort() {
     if (!demoter_.joinable() || host_->FreeBytes() >= free_ahead_bytes_) return;
     {
-      std::lock_guard lock(ahead_mu_);
+      MutexLock lock(ahead_mu_);
       if (ahead_wanted_) return;
       ahead_wanted_ = true;
     }
-    ahead_wanted_cv_.notify_one();
+    ahead_wanted_cv_.NotifyOne();
   }
 
   // The demoter's loop (free_ahead_bytes): woken by a put that left the host tier short
@@ -321,17 +319,17 @@ class TieredStore::Impl {
   // the store's shared mutex as a put does, so a removal waits for its demotions too.
   void KeepRoomAhead() {
     NameThisThread("kvt-demote");
-    std::unique_lock lock(ahead_mu_);
+    MutexLock lock(ahead_mu_);
     for (;;) {
-      ahead_wanted_cv_.wait(lock, [&] { return ahead_wanted_ || stopping_; });
+      ahead_wanted_cv_.Wait(lock, [&]() KVTIER_REQUIRES(ahead_mu_) { return ahead_wanted_ || stopping_; });
       if (stopping_) return;
       ahead_wanted_ = false;
-      lock.unlock();
+      lock.Unlock();
       {
-        std::shared_lock store_lock(mu_);
+        ReaderLock store_lock(mu_);
         host_->Reclaim(free_ahead_bytes_);
       }
-      lock.lock();
+      lock.Lock();
     }
   }
 
@@ -343,12 +341,12 @@ class TieredStore::Impl {
   // Held whole by removals, shared by puts and promotions: a removal waits for the puts
   // in flight, so that no demotion brings a block back to disk after the removal deleted
   // it there.
-  std::shared_mutex mu_;
+  SharedMutex mu_;
   std::atomic<uint64_t> demoted_{0}, demoted_ahead_{0}, dropped_below_priority_{0}, dropped_by_admission_{0},
       promoted_{0}, onboarded_{0};
   // The demoter's wake-up (free_ahead_bytes), a mutex taken alone.
-  std::mutex ahead_mu_;
-  std::condition_variable ahead_wanted_cv_;
+  Mutex ahead_mu_;
+  CondVar ahead_wanted_cv_;
   bool ahead_wanted_ KVTIER_GUARDED_BY(ahead_mu_) = false;
   bool stopping_ KVTIER_GUARDED_BY(ahead_mu_) = false;
   uint64_t free_ahead_bytes_ = 0;  // whole host pages of options_.free_ahead_bytes; set by Open

@@ -4,12 +4,12 @@
 
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
 
@@ -50,7 +50,7 @@ class TieredStoreTest : public ::testing::Test {
     options.free_ahead_bytes = free_ahead_bytes_;
     options.on_event = [this](const StoreEvent& event) {
       if (before_told_) before_told_(event);
-      std::lock_guard lock(events_mu_);
+      MutexLock lock(events_mu_);
       events_.push_back(Recorded{event.kind, event.tier, event.header.key.lo});
     };
     auto store = TieredStore::Create(std::move(options));
@@ -87,12 +87,22 @@ class TieredStoreTest : public ::testing::Test {
     };
   }
 
+  // What the store told so far (a copy: the demoter's thread may add to it meanwhile).
+  std::vector<Recorded> Events() {
+    MutexLock lock(events_mu_);
+    return events_;
+  }
+  void ClearEvents() {
+    MutexLock lock(events_mu_);
+    events_.clear();
+  }
+
   TempDir dir_;
   uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
-  std::mutex events_mu_;  // tests that change the store from several threads
+  Mutex events_mu_;  // tests that change the store from several threads
   std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
   std::atomic<int> moved_down_here_{0};  // CountMovesDownHere
-  std::vector<Recorded> events_;
+  std::vector<Recorded> events_ KVTIER_GUARDED_BY(events_mu_);
 };
 
 TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
@@ -104,7 +114,7 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
        b3 = MakeBlock(3, kPage, 70);
   for (auto* b : {&b0, &b1, &b2, &b3}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
   using K = StoreEvent::Kind;
-  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kStored, TierKind::kHost, 0},
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kStored, TierKind::kHost, 0},
                                             {K::kStored, TierKind::kHost, 1},
                                             {K::kRemoved, TierKind::kHost, 1},
                                             {K::kStored, TierKind::kHost, 2},
@@ -116,7 +126,7 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   EXPECT_EQ(store->Stats().demoted, 1u);
 
   // Block 0 is read from disk and promoted, evicting block 2 (older than 3) to disk.
-  events_.clear();
+  ClearEvents();
   std::vector<uint8_t> out(kPage);
   auto hit = store->Get(b0.ref(), out);
   ASSERT_TRUE(hit.ok()) << hit.status();
@@ -124,7 +134,7 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   EXPECT_EQ(hit->header.priority, 60);
   EXPECT_EQ(hit->tier, TierKind::kDisk);
   EXPECT_EQ(store->Stats().promoted, 1u);
-  EXPECT_EQ(events_, (std::vector<Recorded>{
+  EXPECT_EQ(Events(), (std::vector<Recorded>{
                          {K::kStored, TierKind::kDisk, 2}, {K::kRemoved, TierKind::kHost, 2}, {K::kStored, TierKind::kHost, 0}}));
   // The holdings list every copy: 0 and 3 in host, 0 (the copy it was promoted from) and 2
   // on disk.
@@ -138,9 +148,9 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   EXPECT_EQ(again->tier, TierKind::kHost);
 
   // A worker's pool takes block 0: it leaves the host tier (told), its disk copy stays.
-  events_.clear();
+  ClearEvents();
   ASSERT_TRUE(store->MoveOutOfHost(b0.ref()).ok());
-  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kRemoved, TierKind::kHost, 0}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, TierKind::kHost, 0}}));
   EXPECT_EQ(store->Stats().onboarded, 1u);
   auto from_disk = store->Get(b0.ref(), out);
   ASSERT_TRUE(from_disk.ok()) << from_disk.status();
@@ -172,10 +182,10 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   auto store = Make(0, 1 << 20);
   auto block = MakeBlock(4, 1000);
   ASSERT_TRUE(store->Put(block.header, block.payload).ok());
-  EXPECT_EQ(events_.front(), (Recorded{StoreEvent::Kind::kStored, TierKind::kDisk, 4}));
+  EXPECT_EQ(Events().front(), (Recorded{StoreEvent::Kind::kStored, TierKind::kDisk, 4}));
   EXPECT_TRUE(store->Remove(block.ref()).ok());
   EXPECT_EQ(store->Remove(block.ref()).code(), StatusCode::kNotFound);
-  EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
+  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
 }
 
 // Block 5 is in the host tier and is pinned there; block 6, demoted to disk by block 7,
@@ -211,11 +221,11 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
   auto store = Make(2, 1 << 20);
   ASSERT_TRUE(store->Put(six.header, six.payload).ok());
   ASSERT_TRUE(store->Put(five.header, five.payload).ok());
-  events_.clear();
+  ClearEvents();
 
   Result<HostReservation> reserved = store->ReserveInHost(std::vector<BlockHeader>{seven.header});
   ASSERT_TRUE(reserved.ok()) << reserved.status();
-  EXPECT_EQ(events_, (std::vector<Recorded>{{StoreEvent::Kind::kStored, TierKind::kDisk, 6},
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{StoreEvent::Kind::kStored, TierKind::kDisk, 6},
                                             {StoreEvent::Kind::kRemoved, TierKind::kHost, 6}}));
   reserved->ForEachPiece(0, [&](std::span<uint8_t> piece) {
     std::copy_n(seven.payload.begin(), piece.size(), piece.begin());
@@ -223,7 +233,7 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
   const std::vector<Status> results = store->CommitInHost(std::move(*reserved));
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].ok()) << results[0];
-  EXPECT_EQ(events_.back(), (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 7}));
+  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 7}));
   std::vector<uint8_t> out(kPage);
   EXPECT_EQ(store->Get(seven.ref(), out)->tier, TierKind::kHost);
   EXPECT_EQ(out, seven.payload);
@@ -274,7 +284,7 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
   refs.push_back(missing.ref());
   std::vector<std::vector<uint8_t>> outs(refs.size(), std::vector<uint8_t>(kPage));
   std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
-  events_.clear();
+  ClearEvents();
   const std::vector<Result<TieredHit>> hits = store->GetBatch(refs, out_spans);
   ASSERT_EQ(hits.size(), 5u);
   for (size_t i = 0; i < 4; ++i) {
@@ -293,7 +303,7 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
   for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kStored, TierKind::kDisk, id});
   for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kRemoved, TierKind::kHost, id});
   for (uint64_t id = 0; id < 4; ++id) expected.push_back({K::kStored, TierKind::kHost, id});
-  EXPECT_EQ(events_, expected);
+  EXPECT_EQ(Events(), expected);
   std::vector<uint8_t> out(kPage);
   for (const TestBlock& b : old_blocks) EXPECT_EQ(store->Get(b.ref(), out)->tier, TierKind::kHost);
 }
@@ -358,11 +368,11 @@ TEST_F(TieredStoreTest, ACorruptDiskBlockIsToldAsRemoved) {
   ASSERT_TRUE(store->Put(b4.header, b4.payload).ok());
   ASSERT_TRUE(store->Put(b5.header, b5.payload).ok());
   ASSERT_TRUE(testing::CorruptPayload(dir_.path(), b4.payload));
-  events_.clear();
+  ClearEvents();
   std::vector<uint8_t> out(kPage);
   EXPECT_EQ(store->Get(b4.ref(), out).status().code(), StatusCode::kDataLoss);
   using K = StoreEvent::Kind;
-  EXPECT_EQ(events_, (std::vector<Recorded>{{K::kRemoved, TierKind::kDisk, 4}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, TierKind::kDisk, 4}}));
   EXPECT_EQ(store->Stats().promoted, 0u);
   ASSERT_EQ(store->Holdings().size(), 1u);
   EXPECT_EQ(store->Holdings()[0].second.key.lo, 5u);
@@ -401,10 +411,7 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
   // The store's own thread, where it keeps room ahead, finishes moving blocks down.
   ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return store->Stats().host->bytes + free_ahead_bytes_ <= 6 * kPage; }));
 
-  const std::vector<Recorded> events = [&] {  // not held while the tiers' locks are taken below
-    std::lock_guard lock(events_mu_);
-    return events_;
-  }();
+  const std::vector<Recorded> events = Events();  // not held while the tiers' locks are taken below
   std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
   for (const Recorded& e : events) {
     auto& [host, disk] = told[e.id];
@@ -442,7 +449,7 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
   for (const TestBlock& b : old_blocks) refs.push_back(b.ref());
   std::vector<std::vector<uint8_t>> outs(refs.size(), std::vector<uint8_t>(kPage));
   std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
-  events_.clear();
+  ClearEvents();
   const std::vector<Result<TieredHit>> hits = store->GetBatch(refs, out_spans, PromoteDiskHits::kNo);
   ASSERT_EQ(hits.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
@@ -452,7 +459,7 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
   }
   EXPECT_EQ(store->Stats().promoted, 0u);
   EXPECT_EQ(store->Stats().demoted, 4u);
-  EXPECT_TRUE(events_.empty());
+  EXPECT_TRUE(Events().empty());
   std::set<uint64_t> in_host;
   for (const auto& [tier, header] : store->Holdings()) {
     if (tier == TierKind::kHost) in_host.insert(header.key.lo);
@@ -519,7 +526,7 @@ TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
   refresh.join();
   evict.join();
   std::vector<Recorded> about_1;
-  for (const Recorded& e : events_) {
+  for (const Recorded& e : Events()) {
     if (e.id == 1) about_1.push_back(e);
   }
   using K = StoreEvent::Kind;

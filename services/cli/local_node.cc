@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include "common/mutex.h"
 #include "services/cli/node_events.h"
 #include "services/coordinator/cluster/event_chains.h"
 #include "services/store/rpc/store_node_events.h"
@@ -53,14 +54,17 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
     KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,
                             coordinator::FrequencyFilter::Create(
                                 {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
-    node->admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+    {
+      MutexLock lock(node->admission_mu_);
+      node->admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+    }
     store.admit_to_disk = [self](const storage::BlockHeader& header) {
-      std::lock_guard lock(self->admission_mu_);
+      MutexLock lock(self->admission_mu_);
       return self->admission_->Admit(header.key);
     };
   }
   store.on_event = [self](const storage::StoreEvent& event) {
-    std::lock_guard lock(self->mu_);
+    MutexLock lock(self->mu_);
     self->store_events_.push_back(event);
   };
   if (store.host || store.disk) {
@@ -115,7 +119,7 @@ Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick
   options.on_tick = [this](coordinator::CoordinatorState& state) { Pump(state); };
   options.tick_interval = tick;
   options.on_lookup = [this](std::span<const BlockKey> keys) {
-    std::lock_guard lock(admission_mu_);
+    MutexLock lock(admission_mu_);
     if (admission_ == nullptr) return;
     for (const BlockKey& key : keys) admission_->Record(key);
   };
@@ -137,7 +141,7 @@ void LocalNode::WorkerTick() {
   for (const auto& pool : stats.pools) in_use += pool.in_use;
   active_blocks_ = in_use;
   EventGroup group{.worker = worker_->TakeEvents(), .store = {}};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   group.store.swap(store_events_);
   if (!group.worker.empty() || !group.store.empty()) ready_.push_back(std::move(group));
 }
@@ -230,7 +234,7 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
   if (store_metrics_ != nullptr) store_metrics_->Update(store_->Stats());
   std::vector<EventGroup> groups;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     groups.swap(ready_);
   }
   for (const EventGroup& group : groups) {

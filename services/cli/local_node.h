@@ -28,7 +28,6 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,10 +35,11 @@
 #include <capnp/capability.h>
 
 #include "common/config.h"
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/auth/token_store.h"
-#include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/index/admission.h"
+#include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/rpc/loop_thread.h"
 #include "services/worker/rpc/worker_service.h"
@@ -108,7 +108,7 @@ class LocalNode {
   std::unique_ptr<worker::WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   Registration worker_node_, store_node_;
-  std::mutex mu_;
+  Mutex mu_;
   // The events of one worker tick: the worker's since the last, then the store's queued
   // meanwhile. Published in that order, group by group: a store event may name a parent
   // that only the worker's events of the same tick or an earlier one bring in.
@@ -120,7 +120,7 @@ class LocalNode {
   std::vector<EventGroup> ready_ KVTIER_GUARDED_BY(mu_);                  // for the next Pump
   // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
   // Lock order: the store's host lock, then admission_mu_ (a leaf).
-  std::mutex admission_mu_;
+  Mutex admission_mu_;
   std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_GUARDED_BY(admission_mu_);
 };
 

@@ -29,6 +29,9 @@ void SetKeys(capnp::List<schema::BlockKey>::Builder keys, uint64_t first) {
 
 class LocalNodeTest : public ::testing::Test {
  protected:
+  // noexcept as the base's: the capabilities' destructors (kj::Own) are noexcept(false).
+  ~LocalNodeTest() noexcept override = default;
+
   void SetUp() override {
     KvtierConfig config;
     config.data_dir = dir_.path();

@@ -1,9 +1,9 @@
 #include "services/cli/replay.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 #include <unordered_set>
 
@@ -54,7 +54,7 @@ class Replayer {
       }
       const size_t done = done_.fetch_add(1) + 1;
       if (options_.progress) {
-        std::lock_guard lock(progress_mu_);
+        MutexLock lock(progress_mu_);
         options_.progress(done, requests_.size());
       }
     }
@@ -114,7 +114,7 @@ class Replayer {
   std::atomic<size_t> next_{0};
   std::atomic<size_t> done_{0};
   std::atomic<bool> failed_{false};
-  std::mutex progress_mu_;
+  Mutex progress_mu_;
 };
 
 double Percentile(std::vector<double>& values, double q) {

@@ -1,4 +1,5 @@
 #include "services/rpc/rpc_metrics.h"
+#include "common/mutex.h"
 
 namespace kvtier::rpc {
 
@@ -29,7 +30,7 @@ void RpcMetrics::RecordCall(std::string_view method, const Status& status, doubl
 }
 
 RpcMetrics::MethodMetrics& RpcMetrics::ForMethod(std::string_view method) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = methods_.find(method); it != methods_.end()) return it->second;
   MethodMetrics metrics{.name = std::string(method),
                         .ok = &requests_->WithLabels({method, StatusCodeName(StatusCode::kOk)}),

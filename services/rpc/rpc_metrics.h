@@ -16,11 +16,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
 #include "common/metrics.h"
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 
 namespace kvtier::rpc {
@@ -54,7 +54,7 @@ class RpcMetrics {
   CounterFamily* connection_errors_ = nullptr;
   CounterFamily* requests_ = nullptr;
   HistogramFamily* durations_ = nullptr;
-  std::mutex mu_;  // a leaf
+  Mutex mu_;  // a leaf
   std::map<std::string, MethodMetrics, std::less<>> methods_ KVTIER_GUARDED_BY(mu_);
 };
 

@@ -62,7 +62,7 @@ Status PrepareUnixSocketPath(const std::string& path) {
 
 }  // namespace
 
-class RpcServer::Impl : private kj::TaskSet::ErrorHandler {
+class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
  public:
   Impl(RpcServerOptions options, BootstrapFactory factory)
       : options_(std::move(options)), factory_(std::move(factory)) {}

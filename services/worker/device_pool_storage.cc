@@ -14,10 +14,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <variant>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "gpu/kernels.h"
 #include "gpu/shared_device_memory.h"
@@ -251,7 +251,7 @@ class DevicePoolStorage final : public PoolStorage {
     }
     const auto k = static_cast<size_t>(kind);
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (staged_[k] >= max_staged_[k]) {
         return ResourceExhaustedError(std::to_string(staged_[k]) +
                                       (kind == Staging::kLanding ? " landings" : " reads") + " staged already");
@@ -268,7 +268,7 @@ class DevicePoolStorage final : public PoolStorage {
   }
   // The copier back (where there is one), and one fewer of `kind` staged.
   void EndStaged(Staging kind, std::unique_ptr<Lane> lane) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (lane) idle_.push_back(std::move(lane));
     --staged_[static_cast<size_t>(kind)];
   }
@@ -280,7 +280,7 @@ class DevicePoolStorage final : public PoolStorage {
     return lane.backend->Scatter(args);
   }
   void GiveBack(std::unique_ptr<Lane> lane) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     idle_.push_back(std::move(lane));
   }
 
@@ -303,7 +303,7 @@ class DevicePoolStorage final : public PoolStorage {
 
   Result<std::unique_ptr<Lane>> TakeCopier() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (!idle_.empty()) {
         std::unique_ptr<Lane> lane = std::move(idle_.back());
         idle_.pop_back();
@@ -321,7 +321,7 @@ class DevicePoolStorage final : public PoolStorage {
   const size_t copier_staging_bytes_;
   Lane lane_;       // the owner's thread's; made before `memory_` (a CPU pool's is its memory)
   Memory memory_;
-  std::mutex mu_;  // a leaf: nothing else is locked while it is held
+  Mutex mu_;  // a leaf: nothing else is locked while it is held
   std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
   // By Staging: the most kept at once (landings, reads), and how many are kept now.
   const std::array<uint32_t, 2> max_staged_;

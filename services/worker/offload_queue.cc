@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/mutex.h"
 #include "common/thread_name.h"
 
 namespace kvtier::worker {
@@ -25,10 +26,10 @@ OffloadQueue::OffloadQueue(OffloadQueueOptions options)
 
 OffloadQueue::~OffloadQueue() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;  // Run stores what is pending first
   }
-  work_.notify_one();
+  work_.NotifyOne();
   thread_.join();
 }
 
@@ -64,7 +65,7 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
                                       std::span<const storage::FormatTag* const> formats) {
   std::vector<bool> staged(blocks.size(), false);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (size_t i = 0; i < blocks.size(); ++i) {
       const OffloadBlock& block = blocks[i];
       if (formats[i] == nullptr) continue;
@@ -97,12 +98,12 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
       stats_.staged_bytes += block.bytes.size();
     }
   }
-  work_.notify_one();
+  work_.NotifyOne();
   return staged;
 }
 
 bool OffloadQueue::CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Staged* staged = FindLocked(ref);
   if (staged == nullptr || staged->bytes.size() != out.size()) return false;
   std::memcpy(out.data(), staged->bytes.data(), out.size());
@@ -111,7 +112,7 @@ bool OffloadQueue::CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> o
 }
 
 void OffloadQueue::Withdraw(std::span<const storage::BlockRef> refs) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   // The thread, woken when the block was staged, drops it when it takes the pending
   // blocks, or moves it out once stored if it is storing it already.
   for (const storage::BlockRef& ref : refs) {
@@ -120,13 +121,13 @@ void OffloadQueue::Withdraw(std::span<const storage::BlockRef> refs) {
 }
 
 void OffloadQueue::Flush() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   const uint64_t target = stage_seq_;
-  idle_.wait(lock, [&] { return settled_seq_ >= target; });
+  idle_.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return settled_seq_ >= target; });
 }
 
 OffloadQueueStats OffloadQueue::Stats() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   OffloadQueueStats stats = stats_;
   stats.capacity_bytes = capacity_bytes_;
   return stats;
@@ -143,13 +144,13 @@ void OffloadQueue::Run() {
   std::vector<storage::PutItem> items;
   for (;;) {
     {
-      std::unique_lock lock(mu_);
-      work_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      MutexLock lock(mu_);
+      work_.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return stop_ || !pending_.empty(); });
       if (pending_.empty()) return;  // stopping, and everything staged is stored
       TakePendingLocked(batch);
     }
     if (batch.empty()) {
-      idle_.notify_all();  // all of it was withdrawn
+      idle_.NotifyAll();  // all of it was withdrawn
       continue;
     }
     StoreBatch(batch, items);
@@ -194,7 +195,7 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
   const std::vector<Status> stored = store_->PutBatchBehind(std::span(items).first(batch.size()));
   MoveOutWithdrawn(batch, stored);
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
       std::unique_ptr<Staged>& staged = batch[i];
       if (staged->moved_out && !staged->withdrawn) {
@@ -208,12 +209,12 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
     }
   }
   batch.clear();
-  idle_.notify_all();
+  idle_.NotifyAll();
 }
 
 void OffloadQueue::MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->moved_out = batch[i]->withdrawn && stored[i].ok();
   }
   // Outside the queue's lock (a leaf). Each stays staged meanwhile: one a pool evicts

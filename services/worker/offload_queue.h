@@ -32,17 +32,16 @@
 // before it returns.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/worker/worker.h"
 #include "storage/tiered_store.h"
@@ -120,9 +119,9 @@ class OffloadQueue {
   storage::TieredStore* const store_;
   const uint64_t capacity_bytes_;
 
-  mutable std::mutex mu_;
-  std::condition_variable work_;  // staged blocks wait, or stop
-  std::condition_variable idle_;  // a batch was stored
+  mutable Mutex mu_;
+  CondVar work_;  // staged blocks wait, or stop
+  CondVar idle_;  // a batch was stored
   std::deque<std::unique_ptr<Staged>> pending_ KVTIER_GUARDED_BY(mu_);
   // Every staged block, pending or being stored, by key.
   StagedMap staged_ KVTIER_GUARDED_BY(mu_);

@@ -9,10 +9,10 @@
 #include <benchmark/benchmark.h>
 
 #include <map>
-#include <mutex>
 #include <numeric>
 #include <tuple>
 
+#include "common/mutex.h"
 #include "gpu/device.h"
 #include "services/worker/pool_storage.h"
 
@@ -23,9 +23,9 @@ constexpr size_t kPoolBlocks = 128;  // 8 threads x 16 blocks
 
 // One pool per block size, made on first use and shared by the threads of a benchmark.
 PoolStorage& Pool(size_t block_bytes) {
-  static std::mutex mu;
+  static Mutex mu;
   static std::map<size_t, std::unique_ptr<PoolStorage>> pools;
-  std::lock_guard lock(mu);
+  MutexLock lock(mu);
   std::unique_ptr<PoolStorage>& pool = pools[block_bytes];
   if (!pool) {
     const size_t bytes = kPoolBlocks * block_bytes;

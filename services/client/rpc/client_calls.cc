@@ -6,8 +6,7 @@
 
 #include <kj/function.h>
 
-#include <mutex>
-
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/client/client.h"
 #include "services/client/rpc/lookup_reader.h"
@@ -311,7 +310,7 @@ class Client::Impl {
   // calls) for at most the connect timeout. It holds no state a new one lacks. When the
   // connect fails the lost link is kept, and the call answers kUnavailable.
   std::shared_ptr<CoordinatorLink> Link() {
-    std::lock_guard lock(link_mu_);
+    MutexLock lock(link_mu_);
     if (link_->owned != nullptr && !link_->rpc->connected()) {
       Result<std::unique_ptr<rpc::RpcClient>> again = rpc::RpcClient::Connect(coordinator_options_);
       if (again.ok()) link_ = std::make_shared<CoordinatorLink>(std::move(again).value());
@@ -343,7 +342,7 @@ class Client::Impl {
   // The node connection's held answers; used on rpc_'s loop thread only (shared with the
   // calls' continuations, which run there).
   const Deferred deferred_ = std::make_shared<rpc::DeferredFinish>();
-  std::mutex link_mu_;  // a leaf; held while reconnecting
+  Mutex link_mu_;  // a leaf; held while reconnecting
   std::shared_ptr<CoordinatorLink> link_ KVTIER_GUARDED_BY(link_mu_);  // dies before rpc_
 };
 

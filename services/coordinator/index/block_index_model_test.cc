@@ -337,7 +337,8 @@ void ExpectSamePartialMatch(const BlockIndex& index, const Model& model, const s
     }
   }
   if (cut == 0) {  // no prefix to hold: every node holding a matching first block scores
-    for (const auto& [node, tokens] : want.per_node) {
+    for (const auto& held : want.per_node) {
+      const auto& node = held.first;  // named apart: a lambda cannot capture a structured binding before clang 16
       ASSERT_TRUE(std::ranges::any_of(result.scores, [&](const NodeScore& s) { return s.node == node; }))
           << "node " << node;
     }

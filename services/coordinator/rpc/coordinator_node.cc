@@ -16,7 +16,7 @@ class CoordinatorNode::Impl {
     CoordinatorOptions coordinator;
     coordinator.index.clock = options_.clock;
     coordinator.index.expected_blocks = options_.expected_blocks;
-    static_assert(CoordinatorConfig{}.max_index_blocks == kMaxIndexBlocks, "the config's default is the index's limit");
+    static_assert(CoordinatorConfig::kDefaultMaxIndexBlocks == kMaxIndexBlocks, "the config's default is the index's limit");
     coordinator.index.max_blocks = options_.rpc.max_index_blocks;
     coordinator.orphan_wait = std::chrono::milliseconds(options_.rpc.orphan_wait_ms);
     coordinator.membership.clock = options_.clock;

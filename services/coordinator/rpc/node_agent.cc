@@ -1,12 +1,11 @@
 #include "services/coordinator/rpc/node_agent.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "common/thread_name.h"
 
@@ -20,7 +19,7 @@ class NodeAgent::Impl {
   ~Impl() { (void)Stop(); }
 
   void Enqueue(std::vector<NodeEvent> events) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     queue_.insert(queue_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
   }
 
@@ -29,10 +28,10 @@ class NodeAgent::Impl {
   Status Stop() {
     if (stopped_.exchange(true)) return Status::Ok();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
-    wake_.notify_all();
+    wake_.NotifyAll();
     if (thread_.joinable()) thread_.join();
     Status status = Status::Ok();
     if (link_ != nullptr && ready_) status = link_->Leave(lease_id_).WithContext("leave the coordinator");
@@ -43,13 +42,13 @@ class NodeAgent::Impl {
  private:
   void Run() {
     NameThisThread("kvt-agent");
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     while (!stopping_) {
-      lock.unlock();
+      lock.Unlock();
       Tick();
       if (options_.on_tick) options_.on_tick();
-      lock.lock();
-      wake_.wait_for(lock, options_.tick, [this] { return stopping_; });
+      lock.Lock();
+      wake_.WaitFor(lock, options_.tick, [this]() KVTIER_REQUIRES(mu_) { return stopping_; });
     }
   }
 
@@ -66,7 +65,7 @@ class NodeAgent::Impl {
     }
     std::vector<NodeEvent> events;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       events.swap(queue_);
     }
     if (events.empty()) return;
@@ -98,7 +97,7 @@ class NodeAgent::Impl {
     lease_id_ = registration.lease_id;
     if (registration.snapshot_required) {
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         queue_.clear();
       }
       KVTIER_ASSIGN_OR_RETURN(std::vector<NodeBlock> blocks, options_.holdings());
@@ -126,8 +125,8 @@ class NodeAgent::Impl {
   bool complained_ = false;
   std::atomic<bool> ready_{false};
   std::atomic<bool> stopped_{false};
-  std::mutex mu_;  // a leaf: Enqueue may run under a store's locks
-  std::condition_variable wake_;
+  Mutex mu_;  // a leaf: Enqueue may run under a store's locks
+  CondVar wake_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::vector<NodeEvent> queue_ KVTIER_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts after everything above exists

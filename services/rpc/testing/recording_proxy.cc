@@ -9,9 +9,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
+#include <kj/array.h>
+
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 
 namespace kvtier::rpc::testing {
@@ -88,19 +90,19 @@ class RecordingProxy::Impl {
     ::close(listener_);
     std::vector<std::thread> pumps;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);  // wakes every pump's read
       pumps = std::move(pumps_);
     }
     for (std::thread& pump : pumps) pump.join();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (int fd : fds_) ::close(fd);
   }
 
   const std::string& address() const { return address_; }
 
   std::vector<WireMessage> Log() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return log_;
   }
 
@@ -110,7 +112,7 @@ class RecordingProxy::Impl {
       const int client = ::accept(listener_, nullptr, nullptr);
       if (client < 0) return;
       Result<int> server = ConnectTo(upstream_);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       fds_.push_back(client);
       if (!server.ok()) continue;  // the client sees its connection closed at the end
       fds_.push_back(*server);
@@ -122,7 +124,7 @@ class RecordingProxy::Impl {
   // Client to server, a whole message at a time, logged before it is forwarded.
   void ForwardMessages(int from, int to) {
     std::vector<uint32_t> table;
-    std::vector<capnp::word> words;
+    kj::Array<capnp::word> words;
     for (;;) {
       uint32_t count_minus_one = 0;
       if (!ReadExact(from, &count_minus_one, sizeof(count_minus_one))) break;
@@ -133,16 +135,16 @@ class RecordingProxy::Impl {
       size_t total = 0;
       for (size_t i = 0; i < count; ++i) total += table[i];
       if (total > kMaxMessageWords) break;
-      words.resize(total);
-      if (!ReadExact(from, words.data(), total * sizeof(capnp::word))) break;
+      if (words.size() < total) words = kj::heapArray<capnp::word>(total);  // capnp::word cannot be moved: no vector
+      if (!ReadExact(from, words.begin(), total * sizeof(capnp::word))) break;
       std::vector<kj::ArrayPtr<const capnp::word>> segments;
-      for (size_t i = 0, at = 0; i < count; at += table[i], ++i) segments.emplace_back(words.data() + at, table[i]);
+      for (size_t i = 0, at = 0; i < count; at += table[i], ++i) segments.emplace_back(words.begin() + at, table[i]);
       if (auto message = ReadWireMessage(kj::arrayPtr(segments.data(), segments.size()))) {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         log_.push_back(std::move(*message));
       }
       if (!WriteExact(to, &count_minus_one, sizeof(count_minus_one)) || !WriteExact(to, table.data(), table.size() * 4) ||
-          !WriteExact(to, words.data(), total * sizeof(capnp::word))) {
+          !WriteExact(to, words.begin(), total * sizeof(capnp::word))) {
         break;
       }
     }
@@ -163,7 +165,7 @@ class RecordingProxy::Impl {
   const std::string upstream_;
   std::string address_;
   std::thread acceptor_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::vector<int> fds_ KVTIER_GUARDED_BY(mu_);  // closed when the proxy stops
   std::vector<std::thread> pumps_ KVTIER_GUARDED_BY(mu_);
   std::vector<WireMessage> log_ KVTIER_GUARDED_BY(mu_);

@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::store {
@@ -98,32 +97,41 @@ class LoopThread {
       kj::WaitScope wait(loop);
       auto stop = kj::newPromiseAndCrossThreadFulfiller<void>();
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         bound_ = LoopBoundBlockSource::Create(source);
         stop_ = kj::mv(stop.fulfiller);
         id_ = std::this_thread::get_id();
       }
-      ready_.notify_all();
+      ready_.NotifyAll();
       stop.promise.wait(wait);
     });
-    std::unique_lock lock(mu_);
-    ready_.wait(lock, [&] { return stop_.get() != nullptr; });
+    MutexLock lock(mu_);
+    ready_.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return stop_.get() != nullptr; });
   }
   ~LoopThread() { Stop(); }
   void Stop() {
     if (!thread_.joinable()) return;
-    stop_->fulfill();
+    {
+      MutexLock lock(mu_);
+      stop_->fulfill();
+    }
     thread_.join();
   }
-  const Result<std::shared_ptr<LoopBoundBlockSource>>& bound() const { return bound_; }
-  std::thread::id id() const { return id_; }
+  Result<std::shared_ptr<LoopBoundBlockSource>> bound() {
+    MutexLock lock(mu_);
+    return bound_;
+  }
+  std::thread::id id() {
+    MutexLock lock(mu_);
+    return id_;
+  }
 
  private:
-  std::mutex mu_;
-  std::condition_variable ready_;
-  Result<std::shared_ptr<LoopBoundBlockSource>> bound_ = InternalError("not bound yet");
-  kj::Own<const kj::CrossThreadPromiseFulfiller<void>> stop_;
-  std::thread::id id_;
+  Mutex mu_;
+  CondVar ready_;
+  Result<std::shared_ptr<LoopBoundBlockSource>> bound_ KVTIER_GUARDED_BY(mu_) = InternalError("not bound yet");
+  kj::Own<const kj::CrossThreadPromiseFulfiller<void>> stop_ KVTIER_GUARDED_BY(mu_);
+  std::thread::id id_ KVTIER_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -1,10 +1,9 @@
 #include "services/store/rpc/store_node.h"
 
 #include <atomic>
-#include <mutex>
 #include <random>
 
-
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/coordinator/index/admission.h"
 #include "services/coordinator/rpc/node_agent.h"
@@ -84,13 +83,13 @@ class StoreNode::Impl {
                             coordinator::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
     admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
     tiers.admit_to_disk = [this](const storage::BlockHeader& header) {
-      std::lock_guard lock(admission_mu_);
+      MutexLock lock(admission_mu_);
       return admission_->Admit(header.key);
     };
     return Status::Ok();
   }
   void Record(std::span<const BlockKey> keys) {
-    std::lock_guard lock(admission_mu_);
+    MutexLock lock(admission_mu_);
     for (const BlockKey& key : keys) admission_->Record(key);
   }
 
@@ -115,7 +114,7 @@ class StoreNode::Impl {
   StoreNodeOptions options_;
   // A leaf lock: Admit runs under the tiers' locks (on any thread that puts), Record on
   // the server's thread.
-  std::mutex admission_mu_;
+  Mutex admission_mu_;
   std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_PT_GUARDED_BY(admission_mu_);
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<storage::StoreMetrics> metrics_;

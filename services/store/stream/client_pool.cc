@@ -1,10 +1,11 @@
 #include "services/store/stream/client_pool.h"
+#include "common/mutex.h"
 
 namespace kvtier::store {
 
 Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::string& address, bool& kept) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto& idle = idle_[address];
     kept = !idle.empty();
     if (kept) {
@@ -18,13 +19,13 @@ Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::
 
 void DataStreamClientPool::Give(std::unique_ptr<DataStreamClient> client) {
   if (client->broken()) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto& idle = idle_[client->address()];
   if (idle.size() < max_idle_) idle.push_back(std::move(client));
 }
 
 void DataStreamClientPool::Drop(const std::string& address) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   idle_.erase(address);
 }
 

@@ -13,10 +13,10 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/store/stream/data_stream_client.h"
 
@@ -56,7 +56,7 @@ class DataStreamClientPool {
   void Drop(const std::string& address);
 
   const size_t max_idle_;
-  std::mutex mu_;
+  Mutex mu_;
   std::map<std::string, std::vector<std::unique_ptr<DataStreamClient>>> idle_ KVTIER_GUARDED_BY(mu_);
 };
 

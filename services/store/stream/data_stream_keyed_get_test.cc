@@ -6,11 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <thread>
 
+#include "common/mutex.h"
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "services/store/stream/testing/data_stream_fixture.h"
@@ -44,7 +43,7 @@ class KeyedGetTest : public DataStreamFixture {
                        .salt_scope = scope,
                        .on_request =
                            [this](std::span<const BlockKey> keys) {
-                             std::lock_guard lock(mu_);
+                             MutexLock lock(mu_);
                              requested_.insert(requested_.end(), keys.begin(), keys.end());
                            },
                        .extra = std::move(extra)})
@@ -87,7 +86,6 @@ class KeyedGetTest : public DataStreamFixture {
     };
   }
 
-
   // A keyed get of keys 5, 8, 6 and 9 from `source`, whose `pool` is blocks 5, 6 and 8 in
   // that order: the first three come with their bytes and their checksums, 9 is missing.
   void GetFiveEightSixNine(const std::shared_ptr<PoolSource>& source, const std::vector<TestBlock>& pool) {
@@ -106,8 +104,8 @@ class KeyedGetTest : public DataStreamFixture {
   }
 
   kvtier::testing::TempDir dir_;
-  std::mutex mu_;
-  std::vector<BlockKey> requested_;
+  Mutex mu_;
+  std::vector<BlockKey> requested_ KVTIER_GUARDED_BY(mu_);
 };
 
 // Blocks 1, 2 and 3 stored; block 9 never. Two keyed gets on one connection under one
@@ -140,7 +138,7 @@ TEST_F(KeyedGetTest, AKeyedGetAnswersEachKeyWithItsHeaderAndBytes) {
   EXPECT_EQ(got.bytes[0], blocks[2].payload);
   EXPECT_EQ(server_->Stats().gets, 2u);
   EXPECT_EQ(server_->Stats().bytes_sent, 2 * kBlockBytes + 2 * 4096);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   EXPECT_EQ(requested_.size(), 5u);
   EXPECT_TRUE(Drained());
 }

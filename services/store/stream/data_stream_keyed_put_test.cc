@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <mutex>
 
+#include "common/mutex.h"
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "services/store/stream/testing/data_stream_fixture.h"
@@ -37,7 +37,7 @@ class KeyedPutTest : public DataStreamFixture {
                        .max_blocks = max_blocks,
                        .on_request =
                            [this](std::span<const BlockKey> keys) {
-                             std::lock_guard lock(mu_);
+                             MutexLock lock(mu_);
                              requested_.insert(requested_.end(), keys.begin(), keys.end());
                            }})
         .value();
@@ -74,8 +74,8 @@ class KeyedPutTest : public DataStreamFixture {
     return {reply.code, exchange.received.substr(sizeof(reply), reply.message_bytes)};
   }
 
-  std::mutex mu_;
-  std::vector<BlockKey> requested_;
+  Mutex mu_;
+  std::vector<BlockKey> requested_ KVTIER_GUARDED_BY(mu_);
 };
 
 // Block 1's header names no scope (0: the session's), block 2's the session's scope, block
@@ -98,7 +98,7 @@ TEST_F(KeyedPutTest, AKeyedPutStoresEveryBlockUnderTheSessionsScope) {
   EXPECT_EQ(stats.bytes_received, 2 * kBlockBytes + 4096);
   EXPECT_EQ(stats.sessions, 1u);
   EXPECT_TRUE(Drained());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   EXPECT_EQ(requested_.size(), 3u);
 }
 

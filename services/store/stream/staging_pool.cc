@@ -1,4 +1,5 @@
 #include "services/store/stream/staging_pool.h"
+#include "common/mutex.h"
 
 #include <algorithm>
 #include <string>
@@ -44,7 +45,7 @@ Result<StagingBuffer> StagingPool::Take(uint64_t bytes) {
   StagingBuffer buffer;
   std::vector<Free> dropped;  // freed after the lock is released
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const uint64_t available = max_bytes_ - in_use_;
     if (capacity > available) {
       return ResourceExhaustedError("the data stream has " + std::to_string(in_use_) + " bytes in flight (bound " +
@@ -83,7 +84,7 @@ Result<StagingBuffer> StagingPool::Take(uint64_t bytes) {
 }
 
 void StagingPool::Give(std::unique_ptr<uint8_t[]> data, uint64_t capacity) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   in_use_ -= capacity;
   // Keep what fits under the bound beside the buffers in use; free the rest.
   if (data != nullptr && in_use_ + cached_bytes_ + capacity <= max_bytes_) {
@@ -93,12 +94,12 @@ void StagingPool::Give(std::unique_ptr<uint8_t[]> data, uint64_t capacity) {
 }
 
 uint64_t StagingPool::in_use_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return in_use_;
 }
 
 uint64_t StagingPool::held_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return in_use_ + cached_bytes_;
 }
 

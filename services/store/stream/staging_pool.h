@@ -14,10 +14,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 
@@ -72,7 +72,7 @@ class StagingPool {
   void Give(std::unique_ptr<uint8_t[]> data, uint64_t capacity);
 
   const uint64_t max_bytes_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   uint64_t in_use_ KVTIER_GUARDED_BY(mu_) = 0;       // capacity of the buffers handed out
   uint64_t cached_bytes_ KVTIER_GUARDED_BY(mu_) = 0;  // capacity of `free_`
   std::vector<Free> free_ KVTIER_GUARDED_BY(mu_);

@@ -1,4 +1,5 @@
 #include "services/store/stream/ticket_table.h"
+#include "common/mutex.h"
 
 #include <sys/random.h>
 
@@ -40,7 +41,7 @@ Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id,
 // buffer while the table is locked).
 Result<TicketTable::Added> TicketTable::Add(OpenTransfer transfer) {
   KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   SweepLocked();
   const uint64_t id = next_id_++;
   open_.emplace(id, Entry{secret, std::move(transfer)});
@@ -49,7 +50,7 @@ Result<TicketTable::Added> TicketTable::Add(OpenTransfer transfer) {
 }
 
 Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   SweepLocked();
   KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(open_, id, secret, sessions_.contains(id), "ticket",
                                                         "a session: it serves keyed transfers only"));
@@ -64,7 +65,7 @@ Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op
 
 Result<TicketTable::Added> TicketTable::AddSession(StreamSession session) {
   KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (sessions_.size() >= kMaxSessions) {
     return ResourceExhaustedError("the data stream has " + std::to_string(sessions_.size()) +
                                   " sessions open, its limit; reuse one");
@@ -75,7 +76,7 @@ Result<TicketTable::Added> TicketTable::AddSession(StreamSession session) {
 }
 
 Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id, uint64_t secret, StreamOp op) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Nanos now = clock_.Now();
   if (const auto idle = sessions_.find(id); idle != sessions_.end() && idle->second.last_used + ttl_ <= now) {
     sessions_.erase(idle);  // idle past its ttl: expired
@@ -91,7 +92,7 @@ Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id
 }
 
 size_t TicketTable::Sweep() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const Nanos now = clock_.Now();
   const size_t idle = std::erase_if(sessions_, [&](const auto& entry) { return entry.second.last_used + ttl_ <= now; });
   return SweepLocked() + idle;
@@ -110,24 +111,24 @@ size_t TicketTable::SweepLocked() {
 }
 
 void TicketTable::Drop() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   open_.clear();
   deadlines_.clear();
   sessions_.clear();
 }
 
 size_t TicketTable::sessions() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return sessions_.size();
 }
 
 size_t TicketTable::size() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return open_.size();
 }
 
 uint64_t TicketTable::expired() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return expired_;
 }
 

@@ -20,7 +20,6 @@
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -28,6 +27,7 @@
 
 #include "common/block_key.h"
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "services/store/stream/protocol.h"
@@ -128,7 +128,7 @@ class TicketTable {
 
   const Clock& clock_;
   const std::chrono::milliseconds ttl_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   uint64_t next_id_ KVTIER_GUARDED_BY(mu_) = 1;
   uint64_t expired_ KVTIER_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Entry> open_ KVTIER_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
 #include "services/worker/rpc/node_connections.h"
 
+#include "common/mutex.h"
 #include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema/coordinator.capnp.h"
 #include "services/rpc/schema/kvtier.capnp.h"
@@ -18,7 +19,7 @@ Result<std::unique_ptr<NodeConnections>> NodeConnections::Create(NodeConnections
 
 Result<std::string> NodeConnections::Resolve(const std::string& node_id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = resolved_.find(node_id); it != resolved_.end() && it->second.expires > std::chrono::steady_clock::now()) {
       if (it->second.address.empty()) return NotFoundError("node " + node_id + " is not live at the coordinator");
       return it->second.address;
@@ -26,7 +27,7 @@ Result<std::string> NodeConnections::Resolve(const std::string& node_id) {
   }
   KVTIER_ASSIGN_OR_RETURN(std::string address, AskCoordinator(node_id));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     resolved_[node_id] = {address, std::chrono::steady_clock::now() + options_.resolve_ttl};
   }
   if (address.empty()) return NotFoundError("node " + node_id + " is not live at the coordinator");
@@ -55,7 +56,7 @@ Result<std::string> NodeConnections::AskCoordinator(const std::string& node_id) 
 
 Result<std::shared_ptr<rpc::RpcClient>> NodeConnections::Connect(const std::string& address) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = connections_.find(address); it != connections_.end()) {
       if (it->second->connected()) return it->second;
       connections_.erase(it);  // the peer closed it (restarted, or gone): connect afresh
@@ -69,12 +70,12 @@ Result<std::shared_ptr<rpc::RpcClient>> NodeConnections::Connect(const std::stri
   connect.timeout = options_.timeout;
   connect.max_message_bytes = options_.max_message_bytes;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> client, rpc::RpcClient::Connect(std::move(connect)));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return connections_.try_emplace(address, std::move(client)).first->second;
 }
 
 void NodeConnections::Forget(const std::string& address) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   connections_.erase(address);
   for (auto it = resolved_.begin(); it != resolved_.end();) {
     it = it->second.address == address ? resolved_.erase(it) : std::next(it);

@@ -20,9 +20,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "services/rpc/rpc_client.h"
@@ -65,7 +65,7 @@ class NodeConnections {
   Result<std::string> AskCoordinator(const std::string& node_id);
 
   const NodeConnectionsOptions options_;
-  std::mutex mu_;  // a leaf: never held across a network call
+  Mutex mu_;  // a leaf: never held across a network call
   std::map<std::string, std::shared_ptr<rpc::RpcClient>> connections_ KVTIER_GUARDED_BY(mu_);
   std::map<std::string, Resolved> resolved_ KVTIER_GUARDED_BY(mu_);
 };

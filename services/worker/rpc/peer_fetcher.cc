@@ -2,11 +2,9 @@
 #include "services/worker/rpc/peer_fetcher.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <set>
 #include <span>
 #include <thread>
@@ -14,14 +12,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "common/thread_name.h"
 #include "services/rpc/rpc_client_impl.h"
-#include "services/worker/rpc/node_connections.h"
 #include "services/rpc/schema/store.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/store/rpc/block_header_wire.h"
 #include "services/store/stream/client_pool.h"
+#include "services/worker/rpc/node_connections.h"
 #include "storage/block_header.h"
 
 namespace kvtier::worker {
@@ -79,11 +78,11 @@ class PeerFetcher::Impl {
 
   ~Impl() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
       queue_.clear();  // their promises break
     }
-    wake_.notify_all();
+    wake_.NotifyAll();
     for (std::thread& t : threads_) t.join();
   }
 
@@ -99,10 +98,10 @@ class PeerFetcher::Impl {
   kj::Promise<FetchedBlocks> Fetch(PeerFetchRequest request) {
     auto paf = kj::newPromiseAndCrossThreadFulfiller<FetchedBlocks>();
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       queue_.push_back({std::move(request), kj::mv(paf.fulfiller)});
     }
-    wake_.notify_one();
+    wake_.NotifyOne();
     return kj::mv(paf.promise);
   }
 
@@ -111,8 +110,8 @@ class PeerFetcher::Impl {
     for (;;) {
       Task task;
       {
-        std::unique_lock lock(mu_);
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        MutexLock lock(mu_);
+        wake_.Wait(lock, [this]() KVTIER_REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
         if (stopping_) return;
         task = std::move(queue_.front());
         queue_.pop_front();
@@ -187,10 +186,10 @@ class PeerFetcher::Impl {
   // the node's data stream unless it runs none.
   Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
                           size_t first, size_t count, FetchedBlocks& out) {
-    if (request.block_bytes >= options_.stream_min_block_bytes && !Marked(inline_only_, address)) {
+    if (request.block_bytes >= options_.stream_min_block_bytes && !Marked(Lacks::kDataStream, address)) {
       Result<size_t> streamed = StreamBatch(address, peer, request, first, count, out);
       if (streamed.status().code() != StatusCode::kUnimplemented) return streamed;
-      Mark(inline_only_, address);
+      Mark(Lacks::kDataStream, address);
     }
     return peer.impl()
         .Call<Result<size_t>>([&](schema::Session::Client& session) {
@@ -208,10 +207,10 @@ class PeerFetcher::Impl {
   // of an earlier version, whose worker sessions did not read the pool).
   Result<size_t> StreamBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
                              size_t first, size_t count, FetchedBlocks& out) {
-    if (!Marked(no_sessions_, address)) {
+    if (!Marked(Lacks::kGetSessions, address)) {
       Result<size_t> keyed = KeyedBatch(address, peer, request, first, count, out);
       if (keyed.status().code() != StatusCode::kUnimplemented) return keyed;
-      Mark(no_sessions_, address);
+      Mark(Lacks::kGetSessions, address);
     }
     return TicketBatch(peer, request, first, count, out);
   }
@@ -226,7 +225,7 @@ class PeerFetcher::Impl {
       Result<size_t> taken = KeyedGet(session, request, first, count, out);
       const StatusCode code = taken.status().code();
       if (attempt > 0 || (code != StatusCode::kNotFound && code != StatusCode::kPermissionDenied)) return taken;
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       sessions_.erase(key);
     }
   }
@@ -269,7 +268,7 @@ class PeerFetcher::Impl {
 
   Result<store::TransferTicket> SessionFor(const SessionKey& key, rpc::RpcClient& peer) {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       if (const auto it = sessions_.find(key); it != sessions_.end()) return it->second;
     }
     Result<store::TransferTicket> opened =
@@ -283,7 +282,7 @@ class PeerFetcher::Impl {
             })
             .get();
     if (opened.ok()) {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       sessions_.insert_or_assign(key, *opened);
     }
     return opened;
@@ -376,13 +375,18 @@ class PeerFetcher::Impl {
     return {out.bytes.data() + base + i * request.block_bytes, request.block_bytes};
   }
 
-  bool Marked(const std::set<std::string>& addresses, const std::string& address) {
-    std::lock_guard lock(mu_);
-    return addresses.contains(address);
+  // What the node at an address was found not to serve.
+  enum class Lacks { kDataStream, kGetSessions };
+  bool Marked(Lacks what, const std::string& address) {
+    MutexLock lock(mu_);
+    return LackingLocked(what).contains(address);
   }
-  void Mark(std::set<std::string>& addresses, const std::string& address) {
-    std::lock_guard lock(mu_);
-    addresses.insert(address);
+  void Mark(Lacks what, const std::string& address) {
+    MutexLock lock(mu_);
+    LackingLocked(what).insert(address);
+  }
+  std::set<std::string>& LackingLocked(Lacks what) KVTIER_REQUIRES(mu_) {
+    return what == Lacks::kDataStream ? inline_only_ : no_sessions_;
   }
   // On the connection's loop: checks each answered block in order and copies the good
   // leading run out of the response.
@@ -416,8 +420,8 @@ class PeerFetcher::Impl {
   const PeerFetcherOptions options_;
   NodeConnections& nodes_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;  // a leaf
-  std::condition_variable wake_;
+  Mutex mu_;  // a leaf
+  CondVar wake_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
   std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream

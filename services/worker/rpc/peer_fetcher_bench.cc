@@ -20,7 +20,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -30,6 +29,7 @@
 #include <kj/async-io.h>
 
 #include "common/malloc_tuning.h"
+#include "common/mutex.h"
 #include "services/store/rpc/store_service.h"
 #include "services/worker/rpc/node_connections.h"
 #include "services/worker/rpc/peer_fetcher.h"
@@ -114,7 +114,7 @@ class LoopProbe {
   ~LoopProbe() { Stop(); }
   // On the loop's thread; the first call binds.
   void BindToThisLoop() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (loop_.get() == nullptr) loop_ = kj::getCurrentThreadExecutor().addRef();
   }
   void Start() {
@@ -126,7 +126,7 @@ class LoopProbe {
     if (!thread_.joinable()) return {};
     stop_ = true;
     thread_.join();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     std::sort(waits_us_.begin(), waits_us_.end());
     return std::exchange(waits_us_, {});
   }
@@ -139,20 +139,20 @@ class LoopProbe {
       std::this_thread::sleep_until(next);
       const kj::Executor* loop = nullptr;  // bound once, then kept: called without the lock,
       {                                    // which the loop's thread takes to bind
-        std::lock_guard lock(mu_);
+        MutexLock lock(mu_);
         loop = loop_.get();
       }
       if (loop == nullptr) continue;  // no connection yet: the first fetch binds it
       const auto sent = std::chrono::steady_clock::now();
       loop->executeSync([] {});
       const auto waited = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - sent);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       waits_us_.push_back(waited.count());
       next = std::max(next, std::chrono::steady_clock::now());  // no catching up after a long wait
     }
   }
 
-  std::mutex mu_;
+  Mutex mu_;
   kj::Own<const kj::Executor> loop_;
   std::vector<double> waits_us_;
   std::atomic<bool> stop_{false};

@@ -2,16 +2,15 @@
 #include "services/worker/rpc/remote_store_writer.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <set>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include <spdlog/spdlog.h>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "common/thread_name.h"
 #include "services/rpc/rpc_client_impl.h"
@@ -72,10 +71,10 @@ class RemoteStoreWriter::Impl {
 
   ~Impl() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stopping_ = true;
     }
-    wake_.notify_all();
+    wake_.NotifyAll();
     if (thread_.joinable()) thread_.join();
   }
 
@@ -105,7 +104,7 @@ class RemoteStoreWriter::Impl {
     std::unique_ptr<Batch>& open = open_[store];
     bool submitted = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       // Room first: a block that is skipped changes nothing, not even the open batch.
       if (n == 0 || stats_.queued_bytes + n > options_.max_queued_bytes) {
         ++stats_.skipped_blocks;
@@ -124,7 +123,7 @@ class RemoteStoreWriter::Impl {
       }
       last_store_ = store;
     }
-    if (submitted) wake_.notify_one();
+    if (submitted) wake_.NotifyOne();
     Batch& batch = *open;
     if (batch.bytes.size() < batch.used + n) batch.bytes.resize(std::max<size_t>(options_.batch_bytes, batch.used + n));
     if (batch.count == batch.headers.size()) batch.headers.emplace_back();
@@ -139,7 +138,7 @@ class RemoteStoreWriter::Impl {
     Batch& batch = *open_[last_store_];
     const uint64_t n = batch.headers[--batch.count].payload_bytes;
     batch.used -= n;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     stats_.queued_bytes -= n;
     queued_metric_->Set(static_cast<double>(stats_.queued_bytes));
   }
@@ -147,19 +146,19 @@ class RemoteStoreWriter::Impl {
   void Submit() {
     bool submitted = false;
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       for (std::unique_ptr<Batch>& open : open_) {
         if (open == nullptr || open->count == 0) continue;
         ready_.push_back(std::move(open));
         submitted = true;
       }
     }
-    if (submitted) wake_.notify_one();
+    if (submitted) wake_.NotifyOne();
   }
 
   Status Flush(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
-    if (!idle_.wait_for(lock, timeout, [this] { return ready_.empty() && !in_flight_; })) {
+    MutexLock lock(mu_);
+    if (!idle_.WaitFor(lock, timeout, [this]() KVTIER_REQUIRES(mu_) { return ready_.empty() && !in_flight_; })) {
       return DeadlineExceededError("blocks still queued for the storage nodes after " +
                                    std::to_string(timeout.count()) + " ms");
     }
@@ -167,12 +166,12 @@ class RemoteStoreWriter::Impl {
   }
 
   RemoteStoreWriterStats Stats() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return stats_;
   }
 
   void CountRefused() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     ++stats_.failed_blocks;
     failed_metric_->Inc();
   }
@@ -190,22 +189,22 @@ class RemoteStoreWriter::Impl {
     for (;;) {
       std::unique_ptr<Batch> batch;
       {
-        std::unique_lock lock(mu_);
-        wake_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
+        MutexLock lock(mu_);
+        wake_.Wait(lock, [this]() KVTIER_REQUIRES(mu_) { return stopping_ || !ready_.empty(); });
         if (stopping_) return;
         batch = std::move(ready_.front());
         ready_.pop_front();
         in_flight_ = true;
       }
       const Status sent = Send(*batch);
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       Account(*batch, sent);
       batch->count = 0;
       batch->used = 0;
       batch->streamed = false;
       if (spare_.size() < kSpareBatches) spare_.push_back(std::move(batch));
       in_flight_ = false;
-      idle_.notify_all();
+      idle_.NotifyAll();
     }
   }
 
@@ -377,9 +376,9 @@ class RemoteStoreWriter::Impl {
   Counter* failed_metric_ = nullptr;
   Counter* bytes_metric_ = nullptr;
   Gauge* queued_metric_ = nullptr;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable idle_;
+  mutable Mutex mu_;
+  CondVar wake_;
+  CondVar idle_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   bool in_flight_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<std::unique_ptr<Batch>> ready_ KVTIER_GUARDED_BY(mu_);

@@ -1,11 +1,10 @@
 #include "services/worker/rpc/worker_node.h"
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <optional>
 #include <random>
 
+#include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
@@ -130,10 +129,10 @@ class WorkerNode::Impl {
       if (Status s = store_agent_owner_->Stop(); !s.ok() && status.ok()) status = s;
     }
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       draining_ = true;  // a snapshot request now answers at once
     }
-    holdings_ready_.notify_all();
+    holdings_ready_.NotifyAll();
     // The RPC loop goes first: a keyed get reading the pool on it from the stream's
     // threads is then answered at once (the pool's blocks missing), so the stream's
     // shutdown, which joins those threads, never waits on a loop that no longer runs.
@@ -233,7 +232,7 @@ class WorkerNode::Impl {
     worker_metrics_->Update(stats);
     if (link_) worker_metrics_->UpdateStaging(link_->StagingStats());
     if (store_metrics_) store_metrics_->Update(store_->Stats());
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (holdings_wanted_) {
       std::vector<coordinator::NodeBlock> blocks;
       for (const auto& [pool, h] : worker_->Holdings()) {
@@ -242,7 +241,7 @@ class WorkerNode::Impl {
       }
       holdings_ = std::move(blocks);
       holdings_wanted_ = false;
-      holdings_ready_.notify_all();
+      holdings_ready_.NotifyAll();
     }
   }
 
@@ -288,10 +287,10 @@ class WorkerNode::Impl {
 
   // On the worker agent's thread: asks the loop for the pool's holdings and waits.
   Result<std::vector<coordinator::NodeBlock>> PoolHoldings() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     holdings_.reset();
     holdings_wanted_ = true;
-    if (!holdings_ready_.wait_for(lock, kHoldingsWait, [this] { return holdings_.has_value() || draining_; }) ||
+    if (!holdings_ready_.WaitFor(lock, kHoldingsWait, [this]() KVTIER_REQUIRES(mu_) { return holdings_.has_value() || draining_; }) ||
         !holdings_) {
       return UnavailableError("the worker's loop did not list its holdings");
     }
@@ -322,8 +321,8 @@ class WorkerNode::Impl {
   std::unique_ptr<rpc::RpcServer> server_;  // stopped before the worker and agents go
   std::atomic<uint64_t> active_blocks_{0};
   std::atomic<bool> drained_{false};
-  std::mutex mu_;  // a leaf
-  std::condition_variable holdings_ready_;
+  Mutex mu_;  // a leaf
+  CondVar holdings_ready_;
   bool holdings_wanted_ KVTIER_GUARDED_BY(mu_) = false;
   bool draining_ KVTIER_GUARDED_BY(mu_) = false;
   std::optional<std::vector<coordinator::NodeBlock>> holdings_ KVTIER_GUARDED_BY(mu_);

@@ -9,12 +9,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "services/store/extra_block_source.h"
 #include "storage/testing/blocks.h"
 
@@ -40,32 +39,33 @@ class Gate {
   explicit Gate(bool closed) : closed_(closed) {}
   // Waits (up to 5 s) while closed; a call that passes an open gate does not wait.
   void Pass() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(mu_);
     if (!closed_) return;
     waiting_ = true;
-    changed_.notify_all();
-    changed_.wait_for(lock, std::chrono::seconds(5), [&] { return !closed_; });
+    changed_.NotifyAll();
+    changed_.WaitFor(lock, std::chrono::seconds(5), [&]() KVTIER_REQUIRES(mu_) { return !closed_; });
     waiting_ = false;
   }
   // Whether a call waits here now; WaitForCall waits (bounded) until one does.
   bool waiting() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return waiting_;
   }
   bool WaitForCall() {
-    std::unique_lock lock(mu_);
-    return changed_.wait_for(lock, std::chrono::seconds(5), [&] { return waiting_; });
+    MutexLock lock(mu_);
+    return changed_.WaitFor(lock, std::chrono::seconds(5), [&]() KVTIER_REQUIRES(mu_) { return waiting_; });
   }
   void Open() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     closed_ = false;
-    changed_.notify_all();
+    changed_.NotifyAll();
   }
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  bool closed_, waiting_ = false;
+  mutable Mutex mu_;
+  CondVar changed_;
+  bool closed_ KVTIER_GUARDED_BY(mu_);
+  bool waiting_ KVTIER_GUARDED_BY(mu_) = false;
 };
 
 // Blocks outside the tiers (a worker's pool), thread-safe as a session's source must be.
@@ -79,7 +79,7 @@ class PoolSource final : public ExtraBlockSource {
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     const auto kept = kept_checksums_.find(ref.key.lo);
     header.checksum = kept != kept_checksums_.end() ? kept->second : 0;  // as a pool's Peek: computed by a reader
     return header;
@@ -95,7 +95,7 @@ class PoolSource final : public ExtraBlockSource {
   }
   std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
     std::vector<Result<HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     hold_batches_.push_back(refs.size());
     for (size_t i = 0; i < refs.size(); ++i) {
       if (!found[i].ok()) continue;
@@ -110,7 +110,7 @@ class PoolSource final : public ExtraBlockSource {
   }
   Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       copy_batches_.push_back(holds.size());
       EXPECT_GT(holds_out_, 0) << "copied while held";
     }
@@ -123,7 +123,7 @@ class PoolSource final : public ExtraBlockSource {
   }
   Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       stage_batches_.push_back(holds.size());
       EXPECT_GT(holds_out_, 0) << "staged while held";
       if (!options_.stages) return ResourceExhaustedError("no copier to spare");
@@ -140,7 +140,7 @@ class PoolSource final : public ExtraBlockSource {
   }
   Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
     releases_.Pass();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     released_.insert(released_.end(), holds.begin(), holds.end());
     EXPECT_EQ(checksums.size(), holds.size());
     for (size_t i = 0; i < holds.size() && i < checksums.size(); ++i) {
@@ -153,7 +153,7 @@ class PoolSource final : public ExtraBlockSource {
   std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
                                                       std::span<const std::span<uint8_t>> outs) override {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(mu_);
       read_batches_.push_back(refs.size());
     }
     reads_.Pass();
@@ -162,38 +162,38 @@ class PoolSource final : public ExtraBlockSource {
   // Blocks per CopyHeld call, in order; likewise per StageHeld call (staged or not), and
   // the StagedBlocks alive.
   std::vector<size_t> copy_batches() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return copy_batches_;
   }
   std::vector<size_t> stage_batches() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return stage_batches_;
   }
   int staged_out() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return staged_out_;
   }
   // Blocks per HoldBatch and per ReadBatch call, in order.
   std::vector<size_t> hold_batches() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return hold_batches_;
   }
   std::vector<size_t> read_batches() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return read_batches_;
   }
   // Holds given back, in order; holds taken and not yet given back.
   std::vector<uint64_t> released() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return released_;
   }
   int holds_out() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return holds_out_;
   }
   // The checksums given back with the holds, in order (0: not computed).
   std::vector<uint64_t> given_checksums() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     return given_checksums_;
   }
   // reads_wait, releases_wait: where ReadBatch and ReleaseBatch wait.
@@ -205,7 +205,7 @@ class PoolSource final : public ExtraBlockSource {
   struct Staged final : StagedBlocks {
     explicit Staged(PoolSource& source) : source(source) {}
     ~Staged() override {
-      std::lock_guard lock(source.mu_);
+      MutexLock lock(source.mu_);
       --source.staged_out_;
     }
     std::span<const std::span<const uint8_t>> views() const override { return spans; }
@@ -229,13 +229,16 @@ class PoolSource final : public ExtraBlockSource {
   const std::vector<TestBlock> blocks_;
   const PoolSourceOptions options_;
   Gate reads_, releases_;
-  mutable std::mutex mu_;
-  std::vector<size_t> hold_batches_, read_batches_, copy_batches_, stage_batches_;
-  std::vector<uint64_t> released_;
-  std::vector<uint64_t> given_checksums_;
-  std::map<uint64_t, uint64_t> kept_checksums_;  // by hold (the key's `lo`)
-  int holds_out_ = 0;
-  int staged_out_ = 0;
+  mutable Mutex mu_;
+  std::vector<size_t> hold_batches_ KVTIER_GUARDED_BY(mu_);
+  std::vector<size_t> read_batches_ KVTIER_GUARDED_BY(mu_);
+  std::vector<size_t> copy_batches_ KVTIER_GUARDED_BY(mu_);
+  std::vector<size_t> stage_batches_ KVTIER_GUARDED_BY(mu_);
+  std::vector<uint64_t> released_ KVTIER_GUARDED_BY(mu_);
+  std::vector<uint64_t> given_checksums_ KVTIER_GUARDED_BY(mu_);
+  std::map<uint64_t, uint64_t> kept_checksums_ KVTIER_GUARDED_BY(mu_);  // by hold (the key's `lo`)
+  int holds_out_ KVTIER_GUARDED_BY(mu_) = 0;
+  int staged_out_ KVTIER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvtier::store
