@@ -20,17 +20,19 @@
 namespace kvtier::worker {
 namespace {
 
-using ::kvtier::testing::MedianAllocations;
 using namespace std::chrono_literals;
 
 constexpr uint32_t kTokensPerBlock = 4;
 constexpr uint32_t kFew = 8, kMany = 64;
 constexpr int kRounds = 7;
-// Onboards: two warm-up ones of kMany, then kRounds of kFew and kRounds of kMany.
+// Onboards: two warm-up ones of kMany, then kRounds of kFew and of kMany, alternated.
 constexpr uint32_t kOnboards = 2 + 2 * kRounds;
-// Allocations an onboard of kMany blocks may make beyond one of kFew (compared by their
-// medians over kRounds): the count varies by 1-3 with timing (which promises are ready
-// when awaited), also with the CPUs busy. One allocation per block would be 56 more.
+// Allocations an onboard of kMany blocks may make beyond one of kFew, compared by the
+// fewest each made in kRounds: the count varies by 1-3 with timing (which promises are
+// ready when awaited). With the CPUs busy a larger transfer arrives in more pieces, each
+// awaited with a promise (259 against 285 in a round under clang's ASan among other
+// tests): the fewest, over rounds that alternate, leaves such rounds out. One
+// allocation per block would be 56 more.
 constexpr uint64_t kSlack = 8;
 
 class OnboardAllocationTest : public ::testing::Test {
@@ -123,14 +125,13 @@ TEST_F(OnboardAllocationTest, AnOnboardFromAnotherNodeAllocatesNothingPerBlock) 
   for (int round = 0; round < kRounds; ++round) {
     onboard(kFew);
     few_counts.push_back(counted_);
-  }
-  for (int round = 0; round < kRounds; ++round) {
     onboard(kMany);
     many_counts.push_back(counted_);
   }
-  const uint64_t few = MedianAllocations(few_counts), many = MedianAllocations(many_counts);
-  EXPECT_LE(many, few + kSlack) << "an onboard of " << kFew << " blocks made " << few << " allocations, of "
-                                << kMany << " blocks " << many;
+  const uint64_t few = std::ranges::min(few_counts), many = std::ranges::min(many_counts);
+  EXPECT_LE(many, few + kSlack) << "the fewest allocations of an onboard of " << kFew << " blocks: " << few << ", of "
+                                << kMany << " blocks: " << many << " (rounds: " << ::testing::PrintToString(few_counts)
+                                << " and " << ::testing::PrintToString(many_counts) << ")";
 }
 
 }  // namespace
