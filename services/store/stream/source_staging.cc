@@ -22,15 +22,23 @@ void NotFound(OpenTransfer& transfer, uint32_t i, const Status& failure) {
   if (failure.code() == StatusCode::kDataLoss) transfer.states[i] = StreamBlockState::kCorrupt;
 }
 
+// Appends k to `to`, which takes room for `at_most` at its first: one allocation where a
+// get uses the vector, none where it does not.
+void AddReserving(std::vector<uint32_t>& to, uint32_t k, size_t at_most) {
+  if (to.capacity() == 0) to.reserve(at_most);
+  to.push_back(k);
+}
+
 // Blocks of `found` (by their index k) and the staging each goes to.
 struct Copies {
   std::vector<uint32_t> k;
   std::vector<std::span<uint8_t>> outs;
-  void Reserve(size_t blocks) {
-    k.reserve(blocks);
-    outs.reserve(blocks);
-  }
-  void Add(uint32_t index, std::span<uint8_t> out) {
+  // `at_most`: how many may still come, room for which the first one reserves.
+  void Add(uint32_t index, std::span<uint8_t> out, size_t at_most) {
+    if (k.capacity() == 0) {
+      k.reserve(at_most);
+      outs.reserve(at_most);
+    }
     k.push_back(index);
     outs.push_back(out);
   }
@@ -57,8 +65,6 @@ class FromSource {
     GrowFor(transfer_.headers, positions_.size());
     std::vector<uint32_t> staged;         // to be copied or read into staging
     std::vector<uint32_t> to_send_apart;  // held apart, to be sent from the source's staging
-    staged.reserve(positions_.size());
-    to_send_apart.reserve(positions_.size());
     for (uint32_t k = 0; k < positions_.size(); ++k) {
       if (!found_[k].ok()) continue;
       const std::span<const uint8_t> held = found_[k]->held;
@@ -68,7 +74,7 @@ class FromSource {
       if (send_held_ && !held.empty()) {
         SendFrom(k, held);
       } else {
-        (send_held_ && found_[k]->held_apart ? to_send_apart : staged).push_back(k);
+        AddReserving(send_held_ && found_[k]->held_apart ? to_send_apart : staged, k, positions_.size() - k);
       }
     }
     if (!to_send_apart.empty() && !SendApartFromStaging(to_send_apart)) {
@@ -91,16 +97,15 @@ class FromSource {
     if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
     transfer_.buffer = std::move(*taken);
     Copies apart, unheld;
-    apart.Reserve(staged.size());
-    unheld.Reserve(staged.size());
-    for (uint32_t k : staged) {
+    for (size_t j = 0; j < staged.size(); ++j) {
+      const uint32_t k = staged[j];
       const GetSlot& slot = transfer_.slots[positions_[k]];
       const std::span<uint8_t> out = transfer_.buffer.bytes().subspan(slot.offset, slot.bytes);
       if (!found_[k]->held.empty()) {
         std::memcpy(out.data(), found_[k]->held.data(), out.size());
         HeldFound(k, out);
       } else {
-        (found_[k]->held_apart ? apart : unheld).Add(k, out);
+        (found_[k]->held_apart ? apart : unheld).Add(k, out, staged.size() - j);
       }
     }
     if (!apart.k.empty()) CopyHeldApart(apart);
