@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <span>
@@ -21,15 +22,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-uint16_t FreePort() {
+// A loopback port free now, which the kernel picked for a socket bound to port 0.
+Result<uint16_t> FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return UnavailableError(std::string("no socket to pick Redis's port with: ") + std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const bool picked = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int error = errno;
   close(fd);
+  if (!picked) return UnavailableError(std::string("no free loopback port for Redis: ") + std::strerror(error));
   return ntohs(addr.sin_port);
 }
 
@@ -57,7 +62,7 @@ Clock::time_point RunClients(uint32_t clients, Fn per_client) {
 class RedisProcess {
  public:
   static Result<std::unique_ptr<RedisProcess>> Start(const std::string& binary) {
-    const uint16_t port = FreePort();
+    KVTIER_ASSIGN_OR_RETURN(const uint16_t port, FreePort());
     const pid_t pid = fork();
     if (pid < 0) return UnavailableError("fork failed");
     if (pid == 0) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -114,7 +115,7 @@ class RemoteStoreWriter::Impl {
       stats_.queued_bytes += n;
       queued_metric_->Set(static_cast<double>(stats_.queued_bytes));
       if (open != nullptr && open->count > 0 && open->used + n > options_.batch_bytes) {
-        ready_.push_back(std::move(open));
+        ready_.push_back(std::exchange(open, nullptr));  // a spare opens below
         submitted = true;
       }
       if (open == nullptr) {
@@ -149,7 +150,7 @@ class RemoteStoreWriter::Impl {
       MutexLock lock(mu_);
       for (std::unique_ptr<Batch>& open : open_) {
         if (open == nullptr || open->count == 0) continue;
-        ready_.push_back(std::move(open));
+        ready_.push_back(std::exchange(open, nullptr));  // the next Reserve opens a spare
         submitted = true;
       }
     }
