@@ -117,9 +117,13 @@ uint16_t FreeTcpPort() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  // Port 0 would pass for a port and fail far from here: stop at the cause instead.
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("FreeTcpPort: no loopback port could be picked");
+    std::abort();
+  }
   close(fd);
   return ntohs(addr.sin_port);
 }
