@@ -27,6 +27,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <shared_mutex>
+#include <utility>
 
 #include "common/thread_annotations.h"
 
@@ -38,6 +39,8 @@ class KVTIER_CAPABILITY("mutex") Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
+  // Also inside a MutexLock's scope, in a function that REQUIRES this mutex, to let it go
+  // for a while: Unlock, then Lock again before the function returns.
   void Lock() KVTIER_ACQUIRE() { mu_.lock(); }
   void Unlock() KVTIER_RELEASE() { mu_.unlock(); }
   // Tells the analysis that the calling thread holds this mutex where it cannot see it:
