@@ -15,9 +15,10 @@
 //   MutexLock lock(mu_);
 //   changed_.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return count_ > 0; });
 //
-// A lambda is a function of its own to the analysis. A CondVar predicate says what it
-// requires, as above (the standard library calls it, unchecked); a lambda that a template
-// of ours calls under the caller's lock says AssertHeld() instead, as that call is checked.
+// A lambda is a function of its own to the analysis. A CondVar predicate, or a lambda
+// passed as a std::function, says what it requires, as above (the standard library calls
+// it, unchecked); a lambda that a template of ours calls under the caller's lock says
+// AssertHeld() instead, as that call is checked.
 //
 // Thread safety: as the standard types. Ownership: a lock borrows its mutex, which must
 // outlive it; a CondVar waits with a MutexLock on whatever Mutex that lock holds.

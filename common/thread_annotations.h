@@ -18,7 +18,6 @@
 #define KVTIER_GUARDED_BY(x) KVTIER_THREAD_ANNOTATION(guarded_by(x))
 #define KVTIER_PT_GUARDED_BY(x) KVTIER_THREAD_ANNOTATION(pt_guarded_by(x))
 #define KVTIER_REQUIRES(...) KVTIER_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
-#define KVTIER_REQUIRES_SHARED(...) KVTIER_THREAD_ANNOTATION(requires_shared_capability(__VA_ARGS__))
 #define KVTIER_EXCLUDES(...) KVTIER_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
 
 // On the lock types of common/mutex.h.
@@ -27,6 +26,4 @@
 #define KVTIER_ACQUIRE(...) KVTIER_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define KVTIER_ACQUIRE_SHARED(...) KVTIER_THREAD_ANNOTATION(acquire_shared_capability(__VA_ARGS__))
 #define KVTIER_RELEASE(...) KVTIER_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
-#define KVTIER_RELEASE_SHARED(...) KVTIER_THREAD_ANNOTATION(release_shared_capability(__VA_ARGS__))
-#define KVTIER_RELEASE_GENERIC(...) KVTIER_THREAD_ANNOTATION(release_generic_capability(__VA_ARGS__))
 #define KVTIER_ASSERT_CAPABILITY(x) KVTIER_THREAD_ANNOTATION(assert_capability(x))
