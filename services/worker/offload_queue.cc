@@ -11,14 +11,14 @@
 
 namespace kvtier::worker {
 
-void FillStoredHeader(const OffloadBlock& block, const storage::FormatTag& format, storage::BlockHeader& header) {
-  header.key = block.key;
-  header.parent = block.parent;
-  header.first_in_chain = block.first;
-  header.format_tag = format;
-  header.salt_scope = block.salt_scope;
-  header.payload_bytes = block.bytes.size();
-  header.priority = block.priority;
+storage::BlockHeader StoredHeader(const OffloadBlock& block, const storage::FormatTag& format) {
+  return storage::BlockHeader{.key = block.key,
+                              .parent = block.parent,
+                              .first_in_chain = block.first,
+                              .format_tag = format,
+                              .salt_scope = block.salt_scope,
+                              .payload_bytes = block.bytes.size(),
+                              .priority = block.priority};
 }
 
 OffloadQueue::OffloadQueue(OffloadQueueOptions options)
@@ -82,7 +82,7 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
       // The copy runs under the lock: it is what the caller waits for anyway, and readers
       // of the staging are rare (an onboard right after an eviction).
       std::memcpy(buffer->bytes.data(), block.bytes.data(), block.bytes.size());
-      FillStoredHeader(block, *formats[i], buffer->header);
+      buffer->header = StoredHeader(block, *formats[i]);
       buffer->withdrawn = false;
       if (buffer->node.empty()) {
         staged_.emplace(block.key, buffer.get());
@@ -185,7 +185,7 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
   for (size_t i = 0; i < batch.size(); ++i) {
     const Staged& staged = *batch[i];
     storage::PutItem& item = items[i];
-    item.header = staged.header;  // into the header's own strings: no allocation once warm
+    item.header = staged.header;
     item.header.checksum = storage::PayloadChecksum(staged.bytes);
     item.payload = staged.bytes;
     item.checksum_checked = true;  // hashed just now from these bytes

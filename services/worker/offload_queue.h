@@ -48,10 +48,9 @@
 
 namespace kvtier::worker {
 
-// The header an offloaded block is stored under, but its checksum: key, parent, chain
-// start, `format` (its StorageFormatTag), salt scope, size and priority. Written into
-// `header` in place, so that a reused header's strings are reused too.
-void FillStoredHeader(const OffloadBlock& block, const storage::FormatTag& format, storage::BlockHeader& header);
+// The header an offloaded block is stored under, but its checksum (left 0): key, parent,
+// chain start, `format` (its StorageFormatTag), salt scope, size and priority.
+storage::BlockHeader StoredHeader(const OffloadBlock& block, const storage::FormatTag& format);
 
 struct OffloadQueueOptions {
   storage::TieredStore* store = nullptr;  // required
@@ -111,7 +110,7 @@ class OffloadQueue {
   // Moves the pending blocks into `batch`, but releases those withdrawn.
   void TakePendingLocked(std::vector<std::unique_ptr<Staged>>& batch) KVTIER_REQUIRES(mu_);
   void Run();
-  // `items`: the put's, kept from batch to batch (their headers' strings reused).
+  // `items`: the put's, kept from batch to batch (no allocation once warm).
   void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items);
   // Moves the blocks of `batch` withdrawn by now, and stored, out of the host tier.
   void MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored);

@@ -211,8 +211,7 @@ bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint, uint
 }
 
 storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const storage::FormatTag& format) {
-  storage::BlockHeader header;
-  FillStoredHeader(block, format, header);
+  storage::BlockHeader header = StoredHeader(block, format);
   header.checksum = storage::PayloadChecksum(block.bytes);
   // Hashed just now from these bytes: the tier need not hash them again.
   return storage::PutItem{std::move(header), block.bytes, /*checksum_checked=*/true};
