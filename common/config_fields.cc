@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "common/kv_layout.h"
 #include "common/logging.h"
@@ -94,7 +95,7 @@ template <typename Access>
 Field StringField(std::string_view path, std::string_view help, std::string allowed, bool allow_empty,
                   Access member, std::function<Status(std::string_view)> check = {}) {
   Field f{path, help, std::move(allowed), false, {}, {}};
-  f.set = [member, allow_empty, check](KvtierConfig& c, std::span<const std::string> v) -> Status {
+  f.set = [member, allow_empty, check = std::move(check)](KvtierConfig& c, std::span<const std::string> v) -> Status {
     KVTIER_RETURN_IF_ERROR(OneValue(v));
     if (v[0].empty()) {
       if (!allow_empty) return InvalidArgumentError("must not be empty");
@@ -128,7 +129,7 @@ template <typename Member>
 Field StringListField(std::string_view path, std::string_view help, std::string allowed, Member member,
                       std::function<Status(std::string_view)> check = nullptr) {
   Field f{path, help, std::move(allowed), true, {}, {}};
-  f.set = [member, check](KvtierConfig& c, std::span<const std::string> v) -> Status {
+  f.set = [member, check = std::move(check)](KvtierConfig& c, std::span<const std::string> v) -> Status {
     std::vector<std::string> items;
     for (const std::string& item : v) {
       if (item.empty()) {

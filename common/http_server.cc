@@ -13,7 +13,7 @@
 namespace kvtier {
 namespace {
 
-constexpr size_t kMaxRequestHeadBytes = 8 * 1024;
+constexpr size_t kMaxRequestHeadBytes = size_t{8} * 1024;
 constexpr std::chrono::seconds kClientTimeout{10};
 
 struct Response {

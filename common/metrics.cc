@@ -147,12 +147,14 @@ Histogram::Snapshot Histogram::Read() const {
 
 std::vector<double> ExponentialBuckets(double start, double factor, int count) {
   std::vector<double> bounds;
+  bounds.reserve(static_cast<size_t>(std::max(count, 0)));
   for (int i = 0; i < count; ++i, start *= factor) bounds.push_back(start);
   return bounds;
 }
 
 std::vector<double> LinearBuckets(double start, double width, int count) {
   std::vector<double> bounds;
+  bounds.reserve(static_cast<size_t>(std::max(count, 0)));
   for (int i = 0; i < count; ++i) bounds.push_back(start + width * i);
   return bounds;
 }

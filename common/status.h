@@ -169,7 +169,11 @@ class [[nodiscard]] Result {
 // `lhs = value of expr` (a Result<T>), or returns its Status from the current function.
 #define KVTIER_ASSIGN_OR_RETURN(lhs, expr) \
   KVTIER_ASSIGN_OR_RETURN_IMPL(KVTIER_STATUS_CONCAT(kvtier_result_, __LINE__), lhs, expr)
+// `result` names a variable and `lhs` may declare one (`std::string s`): neither can be
+// parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KVTIER_ASSIGN_OR_RETURN_IMPL(result, lhs, expr) \
   auto result = (expr);                                 \
   if (!result.ok()) return result.status();             \
   lhs = std::move(result).value()
+// NOLINTEND(bugprone-macro-parentheses)

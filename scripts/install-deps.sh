@@ -8,6 +8,8 @@ PACKAGES=(
   cmake ninja-build g++ pkg-config make
   # the ASan tree's compiler (its -Wthread-safety checks the locking) and its sanitizer runtimes
   clang libclang-rt-14-dev
+  # `make tidy` (scripts/tidy.sh)
+  clang-tidy
   # libraries
   capnproto libcapnp-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libssl-dev libxxhash-dev

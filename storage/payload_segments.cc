@@ -18,7 +18,7 @@ namespace kvtier::storage {
 namespace {
 
 // Reads are hashed chunk by chunk while the chunk is still in cache.
-constexpr size_t kReadChunkBytes = 256 * 1024;
+constexpr size_t kReadChunkBytes = size_t{256} * 1024;
 constexpr uint64_t kMaxOffset = uint64_t{1} << 40;
 constexpr uint32_t kMaxSegmentId = (1u << 24) - 1;  // 24 bits of a location
 

@@ -56,6 +56,7 @@ std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens) const
   const uint32_t d = shape_.head_dim, group = shape_.query_heads / shape_.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<Vec> h;
+  h.reserve(tokens.size());
   for (uint32_t t : tokens) h.push_back(Embed(t));
   for (uint32_t l = 0; l < shape_.layers; ++l) {
     std::vector<Vec> q, k, v;

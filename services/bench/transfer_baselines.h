@@ -21,7 +21,7 @@
 namespace kvtier::bench {
 
 struct BaselineOptions {
-  uint64_t block_bytes = 256 * 1024;
+  uint64_t block_bytes = uint64_t{256} * 1024;
   uint32_t clients = 8;
   uint64_t total_bytes = 256ull << 20;
   std::string redis_server = "redis-server";  // the binary, looked up in PATH

@@ -44,7 +44,7 @@ class BenchCommand {
   uint64_t busy_poll_us_ = 0;
   bool full_answers_ = false;
   CLI::App* transfer_ = nullptr;
-  uint64_t transfer_block_bytes_ = 256 * 1024;
+  uint64_t transfer_block_bytes_ = uint64_t{256} * 1024;
   uint32_t transfer_clients_ = 8;
   uint64_t transfer_total_bytes_ = 256ull << 20;
   uint32_t transfer_batch_ = 4;

@@ -200,10 +200,10 @@ std::string ReplayReportJson(const ReplayReport& r) {
                 static_cast<unsigned long long>(r.hit_blocks_disk), static_cast<unsigned long long>(r.hit_blocks_remote),
                 r.bound_block_hit_rate(), r.bound_token_hit_rate(),
                 static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.refused_requests),
-                static_cast<unsigned long long>(r.offloaded_blocks * r.block_bytes),
-                static_cast<unsigned long long>(r.hit_blocks_host * r.block_bytes),
-                static_cast<unsigned long long>(r.hit_blocks_disk * r.block_bytes),
-                static_cast<unsigned long long>(r.hit_blocks_remote * r.block_bytes), r.seconds, r.requests_per_second(),
+                static_cast<unsigned long long>(r.offloaded_blocks) * r.block_bytes,
+                static_cast<unsigned long long>(r.hit_blocks_host) * r.block_bytes,
+                static_cast<unsigned long long>(r.hit_blocks_disk) * r.block_bytes,
+                static_cast<unsigned long long>(r.hit_blocks_remote) * r.block_bytes, r.seconds, r.requests_per_second(),
                 r.lookup_p50_us, r.lookup_p99_us);
   return out;
 }

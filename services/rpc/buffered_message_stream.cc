@@ -25,7 +25,7 @@ kj::Own<capnp::MessageReader> MakeReader(const kj::byte* table, uint32_t segment
   auto segments = kj::heapArray<kj::ArrayPtr<const word>>(segment_count);
   size_t offset = 0;
   for (uint32_t i = 0; i < segment_count; ++i) {
-    const size_t size = LoadLittleEndian32(table + 4 + 4 * i);
+    const size_t size = LoadLittleEndian32(table + 4 + size_t{4} * i);
     segments[i] = kj::arrayPtr(words.begin() + offset, size);
     offset += size;
   }
@@ -61,7 +61,7 @@ kj::Maybe<BufferedMessageStream::Frame> BufferedMessageStream::ParseFrame(const 
   frame.table_bytes = ((segment_count + 1) * 4 + 7) & ~size_t{7};
   if (buffered() < frame.table_bytes) return nullptr;
   uint64_t words = 0;
-  for (uint32_t i = 0; i < frame.segment_count; ++i) words += LoadLittleEndian32(table + 4 + 4 * i);
+  for (uint32_t i = 0; i < frame.segment_count; ++i) words += LoadLittleEndian32(table + 4 + size_t{4} * i);
   KJ_REQUIRE(words <= options.traversalLimitInWords,
              "message is larger than the receiver's limit (ReaderOptions::traversalLimitInWords)",
              words * sizeof(word), options.traversalLimitInWords * sizeof(word));

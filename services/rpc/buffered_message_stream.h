@@ -33,7 +33,7 @@ namespace kvtier::rpc {
 
 struct BufferedMessageStreamOptions {
   // REQUIRES: a multiple of 8 of at least 4 KiB (room for the largest segment table).
-  size_t buffer_bytes = 64 * 1024;
+  size_t buffer_bytes = size_t{64} * 1024;
   // Called on the stream's thread for every message read, before it is handed on (the
   // RPC server's busy polling watches for traffic with it). Optional.
   std::function<void()> on_message;

@@ -27,7 +27,7 @@
 namespace kvtier::rpc {
 
 inline constexpr int kMaxAuthFailures = 5;
-inline constexpr size_t kMaxPingPayloadBytes = 64 * 1024;
+inline constexpr size_t kMaxPingPayloadBytes = size_t{64} * 1024;
 
 struct ServerIdentity {
   std::string node_id;

@@ -111,8 +111,8 @@ class DevicePoolStorage final : public PoolStorage {
   using Memory = std::variant<gpu::SharedDeviceMemory, gpu::DeviceBuffer>;
 
   // REQUIRES: `memory` is memory of `backend` (or of its device).
-  DevicePoolStorage(const BackendPoolOptions& options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
-      : make_backend_(options.make_backend), copier_staging_bytes_(options.copier_staging_bytes),
+  DevicePoolStorage(BackendPoolOptions options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
+      : make_backend_(std::move(options.make_backend)), copier_staging_bytes_(options.copier_staging_bytes),
         lane_{.backend = std::move(backend)}, memory_(std::move(memory)),
         max_staged_{options.max_staged_landings, options.max_staged_reads} {}
 
@@ -341,10 +341,10 @@ Status DeviceLanding::Commit(size_t count) {
 }  // namespace
 
 Result<std::unique_ptr<PoolStorage>> MakeDevicePoolStorage(int device, size_t bytes) {
-  const BackendPoolOptions options{.make_backend = [device] { return gpu::MakeCudaBackend(device); }, .bytes = bytes};
+  BackendPoolOptions options{.make_backend = [device] { return gpu::MakeCudaBackend(device); }, .bytes = bytes};
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, options.make_backend());
   KVTIER_ASSIGN_OR_RETURN(gpu::SharedDeviceMemory memory, gpu::SharedDeviceMemory::Create(device, bytes));
-  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(options, std::move(backend), std::move(memory)));
+  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
 }
 
 Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions options) {
@@ -358,7 +358,7 @@ Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions o
     KVTIER_RETURN_IF_ERROR(
         backend->Copy(memory.as<uint8_t>() + offset, zeros.data(), std::min(zeros.size(), options.bytes - offset)));
   }
-  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(options, std::move(backend), std::move(memory)));
+  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
 }
 
 }  // namespace kvtier::worker

@@ -127,7 +127,7 @@ class Worker::Impl {
     result.onboarded_blocks += fetched;
     const auto write_start = std::chrono::steady_clock::now();
     stats_.onboard_fetch += write_start - fetch_start;
-    const Status landed =
+    Status landed =
         to_land.empty() ? Status::Ok() : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
     stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
     if (landed.ok() && !to_land.empty()) {
@@ -186,8 +186,8 @@ class Worker::Impl {
     const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
     const size_t runs = size_t{layout.num_layers()} * 2 * layout.num_kv_heads();
     const auto start = std::chrono::steady_clock::now();
-    const Status copied = state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source),
-                                                  run_bytes, layout.bytes_per_head_run(), runs);
+    Status copied = state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source),
+                                            run_bytes, layout.bytes_per_head_run(), runs);
     stats_.copy_transfer += std::chrono::steady_clock::now() - start;
     return copied;
   }

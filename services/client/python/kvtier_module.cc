@@ -268,7 +268,8 @@ using kvtier::client::StatusError;
 PYBIND11_MODULE(kvtier, m) {
   m.doc() = "kvtier client SDK: reuse KV-cache blocks across requests, processes and nodes.";
   static py::exception<StatusError> error(m, "Error", PyExc_RuntimeError);
-  py::register_exception_translator([](std::exception_ptr thrown) {
+  // By value: pybind11's translator is a function pointer of that signature.
+  py::register_exception_translator([](std::exception_ptr thrown) {  // NOLINT(performance-unnecessary-value-param)
     try {
       if (thrown) std::rethrow_exception(thrown);
     } catch (const StatusError& e) {

@@ -89,8 +89,8 @@ class Client::Impl {
   // `coordinator_rpc`: a second connection for the coordinator's calls (made with
   // `coordinator_options`, and again with them when it is lost), or null.
   Impl(std::unique_ptr<rpc::RpcClient> rpc, std::unique_ptr<rpc::RpcClient> coordinator_rpc,
-       rpc::RpcClientOptions coordinator_options, const ClientOptions& options)
-      : rpc_(std::move(rpc)), coordinator_options_(std::move(coordinator_options)), options_(options) {
+       rpc::RpcClientOptions coordinator_options, ClientOptions options)
+      : rpc_(std::move(rpc)), coordinator_options_(std::move(coordinator_options)), options_(std::move(options)) {
     link_ = coordinator_rpc ? std::make_shared<CoordinatorLink>(std::move(coordinator_rpc))
                             : std::make_shared<CoordinatorLink>(rpc_.get(), deferred_);
   }
@@ -113,7 +113,7 @@ class Client::Impl {
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       body.setCompactLocations(true);
       return request.send().then(
-          ThenKeep(deferred, [](auto& r) -> Result<LookupResult> { return ReadLookupAnswer(r.getResult()); }));
+          ThenKeep(std::move(deferred), [](auto& r) -> Result<LookupResult> { return ReadLookupAnswer(r.getResult()); }));
     });
   }
 
@@ -128,7 +128,7 @@ class Client::Impl {
       if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
       auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
       for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
-      return request.send().then(ThenKeep(deferred, [](auto& r) -> Result<RouteDecision> {
+      return request.send().then(ThenKeep(std::move(deferred), [](auto& r) -> Result<RouteDecision> {
         auto d = r.getDecision();
         return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
                              d.getPartialTokens()};
@@ -137,7 +137,7 @@ class Client::Impl {
   }
 
   std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
-    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, Deferred) {
+    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, const Deferred&) {
       return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
         return CoordinatorStats{st.getNodes(),        st.getIndexBlocks(), st.getIndexBytes(), st.getLookups(),
@@ -364,7 +364,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(std::move(connection)));
   return std::unique_ptr<Client>(
-      new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), std::move(second), options)));
+      new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), std::move(second), std::move(options))));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -49,6 +49,7 @@ Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   const std::vector<PoolInfo>& pools = registration.pools;
   // Checked before membership changes; the node's id is set once it has one.
   std::vector<PoolWindowSpec> windows;
+  windows.reserve(pools.size());
   for (const PoolInfo& p : pools) windows.push_back({{0, p.tier, p.pool}, p.window});
   KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
   KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(registration.node, registration.role,
@@ -115,7 +116,7 @@ Status Coordinator::StoreChain(NodeId node, const StoreRequest& request) {
 }
 
 Status Coordinator::StoreChainAndAdopt(NodeId node, const StoreRequest& request) {
-  const Status stored = StoreChain(node, request);
+  Status stored = StoreChain(node, request);
   if (!stored.ok() || waiting_->empty()) return stored;
   // Breadth first over the blocks just stored: a waiting chain may wait on any of them.
   std::vector<BlockKey> parents(request.keys.begin(), request.keys.end());

@@ -88,11 +88,11 @@ Result<NodeId> Membership::Leave(const std::string& name, uint64_t lease_id) {
 std::vector<NodeId> Membership::ExpireLeases() {
   std::vector<NodeId> expired;
   const Nanos now = options_.clock->Now();
-  for (NodeId id = 0; id < nodes_.size(); ++id) {
+  for (size_t id = 0; id < nodes_.size(); ++id) {
     Node& node = nodes_[id];
     if (node.live && node.lease_deadline <= now) {
       node.live = false;
-      expired.push_back(id);
+      expired.push_back(static_cast<NodeId>(id));
       ++stats_.lease_expiries;
     }
   }
@@ -153,8 +153,8 @@ Result<NodeId> Membership::Find(const std::string& name) const {
 
 std::vector<NodeId> Membership::LiveNodes() const {
   std::vector<NodeId> live;
-  for (NodeId id = 0; id < nodes_.size(); ++id) {
-    if (nodes_[id].live) live.push_back(id);
+  for (size_t id = 0; id < nodes_.size(); ++id) {
+    if (nodes_[id].live) live.push_back(static_cast<NodeId>(id));
   }
   return live;
 }

@@ -43,6 +43,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     }
     if (on_request_) {
       std::vector<BlockKey> keys;
+      keys.reserve(items.size());
       for (const storage::PutItem& item : items) keys.push_back(item.header.key);
       on_request_(keys);
     }
@@ -127,6 +128,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     for (auto h : headers) converted.push_back(rpc::ValueOrThrow(FromWire(h, ScopeFor(h.getSaltScope()))));
     if (on_request_) {
       std::vector<BlockKey> keys;
+      keys.reserve(converted.size());
       for (const storage::BlockHeader& header : converted) keys.push_back(header.key);
       on_request_(keys);
     }

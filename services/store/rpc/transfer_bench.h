@@ -20,7 +20,7 @@
 namespace kvtier::store {
 
 struct TransferBenchOptions {
-  uint64_t block_bytes = 256 * 1024;
+  uint64_t block_bytes = uint64_t{256} * 1024;
   uint32_t clients = 8;
   uint64_t total_bytes = 256ull << 20;  // per phase, over all clients
   uint32_t batch = 4;                   // blocks per call

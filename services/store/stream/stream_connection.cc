@@ -277,7 +277,7 @@ void StreamConnection::GiveHoldsBack() {
 void StreamConnection::Linger() {
   asio::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
-  discard_.resize(64 * 1024);
+  discard_.resize(size_t{64} * 1024);
   socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](const asio::error_code& ec, size_t) {
     if (ec) return self->Close();
     self->Linger();

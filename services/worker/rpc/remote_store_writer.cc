@@ -302,7 +302,7 @@ class RemoteStoreWriter::Impl {
         return PutByTicket(store, headers);
       }
       if (!session.ok()) return session.status();
-      const Status put = streams_.Run(session->data_address, [&](store::DataStreamClient& stream) {
+      Status put = streams_.Run(session->data_address, [&](store::DataStreamClient& stream) {
         return stream.PutBlocks(*session, headers, payloads_).status();
       });
       const bool forgotten = put.code() == StatusCode::kNotFound || put.code() == StatusCode::kPermissionDenied;

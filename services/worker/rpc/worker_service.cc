@@ -122,7 +122,7 @@ kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args
   std::shared_ptr<LandingHold> landing = LandInPlace(caller, args.sequence, local->cached_blocks, request);
   return caller.peers->Fetch(std::move(request))
       .then([caller, args = std::move(args), total = *local,
-             landing = std::move(landing)](FetchedBlocks fetched) mutable -> OnboardResult {
+             landing = std::move(landing)](const FetchedBlocks& fetched) mutable -> OnboardResult {
         if (!*caller.alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
         FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
         Result<OnboardResult> remote =
@@ -189,7 +189,7 @@ class WorkerServer final : public schema::Worker::Server {
                                              .root = caller.root, .salt_scope = caller.scope, .format_tag = format,
                                              .block_keys = keys, .tokens = tokens, .num_tokens = num_tokens});
            })
-        .then([call](Result<Allocation> a) mutable { Answer(a, call.getResults().initAllocation()); });
+        .then([call](const Result<Allocation>& a) mutable { Answer(a, call.getResults().initAllocation()); });
   }
 
   kj::Promise<void> extend(ExtendContext call) override {
@@ -197,14 +197,14 @@ class WorkerServer final : public schema::Worker::Server {
     return OnWorker([caller = caller_, sequence = p.getSequenceId(), tokens = p.getNumTokens()] {
              return caller.worker->Extend(caller.client, sequence, tokens);
            })
-        .then([call](Result<Allocation> a) mutable { Answer(a, call.getResults().initAllocation()); });
+        .then([call](const Result<Allocation>& a) mutable { Answer(a, call.getResults().initAllocation()); });
   }
 
   kj::Promise<void> free(FreeContext call) override {
     return OnWorker([caller = caller_, sequence = call.getParams().getSequenceId()] {
              return caller.worker->Free(caller.client, sequence);
            })
-        .then([](Status freed) { ThrowIfError(freed); });
+        .then([](const Status& freed) { ThrowIfError(freed); });
   }
 
   kj::Promise<void> commit(CommitContext call) override {
@@ -250,7 +250,7 @@ class WorkerServer final : public schema::Worker::Server {
              }
              return view;
            })
-        .then([call](StatsView view) mutable { SetStats(view, call.getResults().initStats()); });
+        .then([call](const StatsView& view) mutable { SetStats(view, call.getResults().initStats()); });
   }
 
  private:
