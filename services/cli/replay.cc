@@ -128,6 +128,7 @@ double Percentile(std::vector<double>& values, double q) {
 
 Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, const ReplayOptions& options) {
   if (options.clients == 0) return InvalidArgumentError("clients (--workers) must be at least 1");
+  if (options.tokens_per_block == 0) return InvalidArgumentError("ReplayOptions.tokens_per_block must be at least 1");
   if (!options.connect) return InvalidArgumentError("ReplayOptions.connect is required");
   std::vector<std::unique_ptr<client::Client>> clients;
   for (uint32_t c = 0; c < options.clients; ++c) {

@@ -19,7 +19,8 @@ constexpr int kExitUsage = 2;
 
 // A progress bar on a terminal, redrawn at most every 1%.
 void DrawProgress(size_t done, size_t total) {
-  const size_t width = 40, filled = total == 0 ? width : done * width / total;
+  if (total == 0) return;  // nothing to replay, nothing to draw
+  const size_t width = 40, filled = done * width / total;
   if (done != total && (done * 100 / total) == ((done - 1) * 100 / total)) return;
   std::fprintf(stderr, "\r[%s%s] %zu/%zu requests", std::string(filled, '=').c_str(),
                std::string(width - filled, ' ').c_str(), done, total);

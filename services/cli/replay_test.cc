@@ -128,6 +128,17 @@ TEST_F(ReplayTest, ConnectionAndLayoutErrorsStopTheReplay) {
   auto wrong = RunReplay(std::vector<bench::TraceRequest>{Request({1, 2, 3})}, options);
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument) << wrong.status();
   EXPECT_NE(wrong.status().message().find("blocks of 16 tokens"), std::string::npos) << wrong.status();
+  // Trace blocks of no tokens: refused before any client connects.
+  int connects = 0;
+  options.connect = [&] {
+    ++connects;
+    return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"});
+  };
+  options.tokens_per_block = 0;
+  auto empty = RunReplay(std::vector<bench::TraceRequest>{Request({1})}, options);
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument) << empty.status();
+  EXPECT_NE(empty.status().message().find("tokens_per_block"), std::string::npos) << empty.status();
+  EXPECT_EQ(connects, 0);
 }
 
 TEST_F(ReplayTest, TraceBlocksSpanSeveralClusterBlocks) {
