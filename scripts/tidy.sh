@@ -8,7 +8,7 @@
 # generated headers made (`make tidy` does both); clang-tidy 14 or later.
 set -euo pipefail
 
-build_dir=${1:?usage: scripts/tidy.sh BUILD_DIR [JOBS]}
+build_dir=$(realpath "${1:?usage: scripts/tidy.sh BUILD_DIR [JOBS]}")  # before the cd below
 jobs=${2:-$(nproc)}
 cd "$(dirname "$0")/.."
 db="$build_dir/compile_commands.json"
