@@ -25,9 +25,10 @@ target_compile_options(kvtier_build_flags INTERFACE
 target_compile_options(kvtier_build_flags INTERFACE
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict>)
 # Clang proves the locking annotations (common/thread_annotations.h) at every compile; the
-# ASan tree is built with clang for that (Makefile). GCC has no such analysis.
+# ASan tree is built with clang for that (Makefile). GCC has no such analysis. The beta
+# group adds the check of a class's declared lock order (KVTIER_ACQUIRED_AFTER).
 target_compile_options(kvtier_build_flags INTERFACE
-  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wthread-safety>)
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:Clang>>:-Wthread-safety -Wthread-safety-beta>)
 if(KVTIER_SANITIZE)
   target_compile_options(kvtier_build_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)

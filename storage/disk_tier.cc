@@ -499,7 +499,7 @@ class DiskTier::Impl {
   // write.
   // write_mu_ also guards the map of layout families (families_): it changes on a put.
   Mutex write_mu_;
-  mutable Mutex mu_;
+  mutable Mutex mu_ KVTIER_ACQUIRED_AFTER(write_mu_);
   const std::unique_ptr<PayloadSegments> segments_ KVTIER_PT_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);

@@ -58,11 +58,29 @@ class Table {
   int value_ KVTIER_GUARDED_BY(mu_) = 0;
 };
 
+// Two mutexes taken in their declared order, as DiskTier takes its own.
+class OrderedStore {
+ public:
+  int Put() {
+    MutexLock write(write_mu_);
+    ++writes_;
+    MutexLock index(index_mu_);
+    return ++entries_;
+  }
+
+ private:
+  Mutex write_mu_;
+  Mutex index_mu_ KVTIER_ACQUIRED_AFTER(write_mu_);
+  int writes_ KVTIER_GUARDED_BY(write_mu_) = 0;
+  int entries_ KVTIER_GUARDED_BY(index_mu_) = 0;
+};
+
 int Use() {
+  OrderedStore ordered;
   Counter counter;
   counter.Add(1);
   Table table;
-  table.Write(counter.WaitForAtLeast(1) + counter.AddOutsideTheLock(1) + counter.Sum());
+  table.Write(counter.WaitForAtLeast(1) + counter.AddOutsideTheLock(1) + counter.Sum() + ordered.Put());
   return table.Read();
 }
 

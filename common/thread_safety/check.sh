@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The locking annotations stay checked: clang's -Wthread-safety must accept accepted.cc
-# and refuse every other snippet here with the diagnostic its first line expects. Should
-# common/mutex.h lose an annotation, the analysis would go quiet rather than fail; this
-# catches that.
+# The locking annotations stay checked: clang's -Wthread-safety (with its beta group, which
+# checks a declared lock order) must accept accepted.cc and refuse every other snippet here
+# with the diagnostic its first line expects. Should common/mutex.h lose an annotation, the
+# analysis would go quiet rather than fail; this catches that.
 # Usage: check.sh CLANGXX REPO_ROOT. Exit 77 (skipped) where there is no clang.
 set -uo pipefail
 clangxx=$1
@@ -12,7 +12,7 @@ if ! command -v "$clangxx" >/dev/null; then
   echo "check.sh: no $clangxx: the analysis cannot run here"
   exit 77
 fi
-compile() { "$clangxx" -std=c++20 -fsyntax-only -Wthread-safety -Werror -I"$root" "$1" 2>&1; }
+compile() { "$clangxx" -std=c++20 -fsyntax-only -Wthread-safety -Wthread-safety-beta -Werror -I"$root" "$1" 2>&1; }
 
 failed=0
 if ! out=$(compile "$here/accepted.cc"); then
