@@ -28,6 +28,12 @@ TEST(TraceTest, MalformedLinesNameTheField) {
                 .message()
                 .find("needs 4 blocks"),
             std::string::npos);
+  // The largest length: its block count is taken in 64 bits, not wrapped to none.
+  EXPECT_NE(ParseMooncakeLine(R"({"timestamp": 0, "input_length": 4294967295, "output_length": 1, "hash_ids": []})")
+                .status()
+                .message()
+                .find("needs 8388608 blocks"),
+            std::string::npos);
   EXPECT_FALSE(ParseMooncakeLine("[1, 2").ok());
   EXPECT_EQ(ReadMooncakeTrace("/nonexistent.jsonl").status().code(), StatusCode::kNotFound);
 }
