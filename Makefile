@@ -5,6 +5,8 @@ BUILD_DIR   ?= build
 ASAN_DIR    ?= build-asan
 TIDY_DIR    ?= build-tidy
 TSAN_DIR    ?= build-tsan
+FUZZ_DIR    ?= build-fuzz
+FUZZ_SECONDS ?= 60
 BUILD_TYPE  ?= RelWithDebInfo
 # Debug info: -g1 keeps line tables and function names (backtraces, sanitizer reports,
 # perf) and leaves out variable info, which cost a quarter of an -O2 build's compile
@@ -15,7 +17,7 @@ KVTIER_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 ARGS        ?=
 
-.PHONY: all deps configure build test run test-asan test-tsan tidy clean
+.PHONY: all deps configure build test run test-asan test-tsan fuzz tidy clean
 
 all: build
 
@@ -57,6 +59,16 @@ test-tsan: deps
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 $(DEBUG_INFO) -DNDEBUG"
 	./scripts/tsan.sh $(TSAN_DIR) $(JOBS)
 
+# libFuzzer, with ASan and UBSan, over what kvtier parses from outside: block headers, trace
+# lines, configuration and tokens files (the *_fuzz.cc targets; ctest replays their seeds in every
+# tree). FUZZ_SECONDS each; scripts/fuzz.sh says where the corpus and any crash go.
+fuzz: deps
+	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 $(DEBUG_INFO)" \
+	  -DKVTIER_SANITIZE=ON -DKVTIER_FUZZ=ON -DKVTIER_CUDA=OFF
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target kvtier_fuzzers
+	./scripts/fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
 # clang-tidy over the production sources and our headers, with the checks .clang-tidy names
 # (and the reasons for those it leaves off); fails on any warning. The tree is configured
 # with clang for its compile database, and only the generated headers are made.
@@ -67,4 +79,4 @@ tidy: deps
 	./scripts/tidy.sh $(TIDY_DIR) $(JOBS)
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(TIDY_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR) $(TIDY_DIR)

@@ -34,6 +34,11 @@ if(KVTIER_SANITIZE)
     $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
   target_link_options(kvtier_build_flags INTERFACE -fsanitize=address,undefined)
 endif()
+# Coverage for libFuzzer in every kvtier object, so that it steers by the code under test;
+# the fuzz targets link its runtime (kvtier_fuzz). Only those targets build in such a tree.
+if(KVTIER_FUZZ)
+  target_compile_options(kvtier_build_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link>)
+endif()
 if(KVTIER_TSAN)
   # GCC 12 warns (-Wtsan) at each std::atomic_thread_fence, which ThreadSanitizer does
   # not model; library headers use them, and -Werror would fail the build on that.
@@ -69,9 +74,30 @@ function(kvtier_test)
     PROPERTIES TIMEOUT 120)
 endfunction()
 
+# kvtier_fuzz(SOURCE foo_fuzz.cc DEPS ...): a fuzz target, a libFuzzer entry point
+# (LLVMFuzzerTestOneInput) over input kvtier takes from outside, which aborts when a property
+# of the answer fails (tests/testing/fuzz_check.h). Every tree builds it with a driver that
+# replays its seeds, tests/fuzz/<name>/, as the test <name>.Seeds; with KVTIER_FUZZ (clang)
+# it is a libFuzzer program in <build>/fuzz instead, which `make fuzz` runs from those seeds.
+function(kvtier_fuzz)
+  cmake_parse_arguments(ARG "" "SOURCE" "DEPS" ${ARGN})
+  get_filename_component(name "${ARG_SOURCE}" NAME_WE)
+  add_executable(${name} "${ARG_SOURCE}")
+  target_link_libraries(${name} PRIVATE kvtier_build_flags ${ARG_DEPS})
+  if(KVTIER_FUZZ)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+    set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/fuzz")
+    set_property(GLOBAL APPEND PROPERTY KVTIER_FUZZ_TARGETS ${name})
+  else()
+    target_link_libraries(${name} PRIVATE kvtier_fuzz_replay)
+    add_test(NAME ${name}.Seeds COMMAND ${name} "${PROJECT_SOURCE_DIR}/tests/fuzz/${name}")
+    set_tests_properties(${name}.Seeds PROPERTIES TIMEOUT 120)
+  endif()
+endfunction()
+
 function(kvtier_library)
   cmake_parse_arguments(ARG "" "NAME"
-    "SOURCES;CUDA_SOURCES;CPU_SOURCES;DEPS;PRIVATE_DEPS;TESTS;TEST_DEPS" ${ARGN})
+    "SOURCES;CUDA_SOURCES;CPU_SOURCES;DEPS;PRIVATE_DEPS;TESTS;TEST_DEPS;FUZZ" ${ARGN})
   set(target kvtier_${ARG_NAME})
   set(sources ${ARG_SOURCES})
   if(KVTIER_WITH_CUDA)
@@ -88,6 +114,9 @@ function(kvtier_library)
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   foreach(test_source IN LISTS ARG_TESTS)
     kvtier_test(SOURCE "${test_source}" DEPS ${target} ${ARG_TEST_DEPS})
+  endforeach()
+  foreach(fuzz_source IN LISTS ARG_FUZZ)
+    kvtier_fuzz(SOURCE "${fuzz_source}" DEPS ${target})
   endforeach()
 endfunction()
 

@@ -21,6 +21,13 @@ std::array<uint8_t, 32> Digest(std::string_view token) {
   return digest;
 }
 
+// A list or a mapping used as a key (`? [a]: b`), which yaml-cpp converts to text only by
+// throwing: refused by name instead.
+Status CheckPlainKey(const YAML::Node& key, const std::string& where) {
+  if (key.IsScalar()) return Status::Ok();
+  return InvalidArgumentError(where + ": a key must be a plain name, not a list or a mapping");
+}
+
 bool IsValidTenantName(std::string_view name) {
   if (name.empty() || name.size() > 63) return false;
   for (char c : name) {
@@ -46,7 +53,8 @@ Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where
     const char* known = nodes ? "name, token" : "name, token, salt";
     if (!node.IsMap()) return InvalidArgumentError(where + ": expects a mapping with " + known);
     for (const auto& field : node) {
-      const std::string key = field.first.as<std::string>();
+      KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, where));
+      const std::string key = field.first.Scalar();
       if (key != "name" && key != "token" && (nodes || key != "salt")) {
         return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + known + ")");
       }
@@ -86,7 +94,8 @@ Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view 
     return InvalidArgumentError(source + ": expects a non-empty list under \"tenants\"");
   }
   for (const auto& field : root) {
-    const std::string key = field.first.as<std::string>();
+    KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, source));
+    const std::string key = field.first.Scalar();
     if (key != "tenants" && key != "nodes") {
       return InvalidArgumentError(source + ": unknown section \"" + key + "\" (known: tenants, nodes)");
     }

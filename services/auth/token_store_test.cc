@@ -88,6 +88,16 @@ TEST(TokenStoreTest, MalformedFilesNameTheEntryAndField) {
                 .message()
                 .find("same token"),
             std::string::npos);
+  // A list used as a key, in an entry and at the top: refused by name (it once escaped as
+  // yaml-cpp's conversion exception, found by token_file_fuzz).
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", [role]: admin}\n")
+                .message()
+                .find("tenants[0]: a key must be a plain name"),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n? [nodes]\n: []\n")
+                .message()
+                .find("tokens.yaml: a key must be a plain name"),
+            std::string::npos);
   EXPECT_NE(TokenStore::FromFile("/nonexistent/tokens.yaml").status().message().find("cannot be read"),
             std::string::npos);
 }
