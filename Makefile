@@ -51,8 +51,8 @@ test-asan: deps
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS) --timeout 600
 
-# ThreadSanitizer over the threaded libraries' tests (tiers, data stream, worker storage,
-# index), built with GCC and CUDA off; scripts/tsan.sh lists them, and why the tests that
+# ThreadSanitizer over the threaded libraries' tests (tiers, data stream, worker storage and
+# offload), built with GCC and CUDA off; scripts/tsan.sh lists them, and why the tests that
 # cross KJ's executor are left out. Not in CI: 6 min 21 s from scratch on two cores.
 test-tsan: deps
 	cmake -S . -B $(TSAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DKVTIER_TSAN=ON -DKVTIER_CUDA=OFF \
@@ -60,8 +60,8 @@ test-tsan: deps
 	./scripts/tsan.sh $(TSAN_DIR) $(JOBS)
 
 # libFuzzer, with ASan and UBSan, over what kvtier parses from outside: block headers, trace
-# lines, configuration and tokens files (the *_fuzz.cc targets; ctest replays their seeds in every
-# tree). FUZZ_SECONDS each; scripts/fuzz.sh says where the corpus and any crash go.
+# lines, configuration and tokens files (the *_fuzz.cc targets; ctest replays their seeds
+# in every tree). FUZZ_SECONDS each; scripts/fuzz.sh says where the corpus and any crash go.
 fuzz: deps
 	cmake -S . -B $(FUZZ_DIR) -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 $(DEBUG_INFO)" \
