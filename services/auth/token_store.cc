@@ -21,11 +21,12 @@ std::array<uint8_t, 32> Digest(std::string_view token) {
   return digest;
 }
 
-// A list or a mapping used as a key (`? [a]: b`), which yaml-cpp converts to text only by
-// throwing: refused by name instead.
+// A list, a mapping or nothing used as a key (`? [a]: b`, `~: b`), which yaml-cpp converts
+// to text only by throwing: refused by name instead.
 Status CheckPlainKey(const YAML::Node& key, const std::string& where) {
   if (key.IsScalar()) return Status::Ok();
-  return InvalidArgumentError(where + ": a key must be a plain name, not a list or a mapping");
+  const char* kind = key.IsSequence() ? "a list" : (key.IsMap() ? "a mapping" : "empty");
+  return InvalidArgumentError(where + ": a key must be a plain name; this one is " + kind);
 }
 
 bool IsValidTenantName(std::string_view name) {

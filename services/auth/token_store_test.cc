@@ -92,11 +92,15 @@ TEST(TokenStoreTest, MalformedFilesNameTheEntryAndField) {
   // yaml-cpp's conversion exception, found by token_file_fuzz).
   EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", [role]: admin}\n")
                 .message()
-                .find("tenants[0]: a key must be a plain name"),
+                .find("tenants[0]: a key must be a plain name; this one is a list"),
             std::string::npos);
   EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n? [nodes]\n: []\n")
                 .message()
-                .find("tokens.yaml: a key must be a plain name"),
+                .find("tokens.yaml: a key must be a plain name; this one is a list"),
+            std::string::npos);
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", ~: admin}\n")
+                .message()
+                .find("tenants[0]: a key must be a plain name; this one is empty"),
             std::string::npos);
   EXPECT_NE(TokenStore::FromFile("/nonexistent/tokens.yaml").status().message().find("cannot be read"),
             std::string::npos);
