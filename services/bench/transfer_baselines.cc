@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <thread>
 #include <vector>
@@ -22,21 +23,40 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A loopback port free now, which the kernel picked for a socket bound to port 0.
-Result<uint16_t> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return UnavailableError(std::string("no socket to pick Redis's port with: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool picked = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  const int error = errno;
-  close(fd);
-  if (!picked) return UnavailableError(std::string("no free loopback port for Redis: ") + std::strerror(error));
-  return ntohs(addr.sin_port);
-}
+// A loopback port the kernel picked, held until Redis has stopped by a bound socket that
+// never listens. It sets SO_REUSEADDR, as Redis does, so Redis listens there while nothing
+// else can bind the port. A port merely free a moment ago can go to another program first,
+// and the start-up probe would take that program's server for Redis.
+class HeldPort {
+ public:
+  static Result<std::unique_ptr<HeldPort>> Pick() {
+    auto held = std::unique_ptr<HeldPort>(new HeldPort(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)));
+    if (held->fd_ < 0) return UnavailableError(std::string("no socket to pick Redis's port with: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    const int reuse = 1;
+    if (setsockopt(held->fd_, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse)) != 0 ||
+        bind(held->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        getsockname(held->fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return UnavailableError(std::string("no free loopback port for Redis: ") + std::strerror(errno));
+    }
+    held->port_ = ntohs(addr.sin_port);
+    return held;
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) close(fd_);
+  }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  uint16_t port() const { return port_; }
+
+ private:
+  explicit HeldPort(int fd) : fd_(fd) {}
+  const int fd_;
+  uint16_t port_ = 0;
+};
 
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -62,7 +82,8 @@ Clock::time_point RunClients(uint32_t clients, Fn per_client) {
 class RedisProcess {
  public:
   static Result<std::unique_ptr<RedisProcess>> Start(const std::string& binary) {
-    KVTIER_ASSIGN_OR_RETURN(const uint16_t port, FreePort());
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HeldPort> held, HeldPort::Pick());
+    const uint16_t port = held->port();
     const pid_t pid = fork();
     if (pid < 0) return UnavailableError("fork failed");
     if (pid == 0) {
@@ -75,7 +96,7 @@ class RedisProcess {
              "--appendonly", "no", "--protected-mode", "no", "--logfile", "/dev/null", nullptr);
       _exit(127);
     }
-    auto process = std::unique_ptr<RedisProcess>(new RedisProcess(pid, port));
+    auto process = std::unique_ptr<RedisProcess>(new RedisProcess(pid, std::move(held)));
     for (auto deadline = Clock::now() + std::chrono::seconds(10); Clock::now() < deadline;) {
       redisContext* probe = redisConnect("127.0.0.1", port);
       const bool up = probe != nullptr && probe->err == 0;
@@ -96,12 +117,12 @@ class RedisProcess {
     kill(pid_, SIGTERM);
     waitpid(pid_, nullptr, 0);
   }
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return port_->port(); }
 
  private:
-  RedisProcess(pid_t pid, uint16_t port) : pid_(pid), port_(port) {}
+  RedisProcess(pid_t pid, std::unique_ptr<HeldPort> port) : pid_(pid), port_(std::move(port)) {}
   pid_t pid_;
-  uint16_t port_;
+  std::unique_ptr<HeldPort> port_;  // let go after Redis has stopped
 };
 
 }  // namespace

@@ -164,9 +164,11 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(store_->started) << store_->child->Stderr();
   }
 
-  // Node i's RPC listen address: a fixed port in its own namespace, any free one on loopback.
+  // Node i's RPC listen address: a fixed port in its own namespace. On shared loopback, the
+  // coordinator's held port (it restarts there) and any free one for the others.
   std::string Listen(int node) const {
-    return network_.Address(node) + ":" + (network_.available() ? std::to_string(7400 + node) : "0");
+    if (network_.available()) return network_.Address(node) + ":" + std::to_string(7400 + node);
+    return node == 0 ? coordinator_port_.address() : network_.Address(node) + ":0";
   }
 
   // The coordinator, at its address of before when it restarts.
@@ -243,6 +245,7 @@ class ClusterTest : public ::testing::Test {
   void ReuseAPrefixComputedOnWorkerA();
 
   Network network_{4};
+  const testing::ReservedPort coordinator_port_;  // used on shared loopback
   std::string address_;
   std::unique_ptr<Process> coordinator_, store_;
   std::vector<std::unique_ptr<Process>> workers_;

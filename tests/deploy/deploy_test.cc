@@ -42,16 +42,15 @@ std::set<std::string> Matches(const std::string& text, const std::string& patter
   return found;
 }
 
-// Starts `kvtier up` on free loopback ports with auth off; returns its metrics port.
-uint16_t StartUp(const testing::TempDir& dir, std::unique_ptr<ChildProcess>& up,
-                 const std::vector<std::string>& extra = {}) {
-  const uint16_t metrics_port = testing::FreeTcpPort();
+// Starts `kvtier up` with `extra` flags, its metrics on `metrics_port` and its RPC on
+// ports the kernel picks.
+void StartUp(const testing::TempDir& dir, const testing::ReservedPort& metrics_port,
+             std::unique_ptr<ChildProcess>& up, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {kKvtier, "up", "--data-dir", dir.File("data"), "--metrics-port",
-                                   std::to_string(metrics_port), "--coordinator-listen", "127.0.0.1:0"};
+                                   std::to_string(metrics_port.port()), "--coordinator-listen", "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   up = std::make_unique<ChildProcess>(argv, dir.path());
   EXPECT_TRUE(up->WaitForOutput("Stop with Ctrl-C", seconds(20))) << up->Stdout() << up->Stderr();
-  return metrics_port;
 }
 
 // The PromQL of every target of the Grafana dashboard, unescaped from its JSON strings
@@ -130,8 +129,9 @@ TEST(ManifestValidatorTest, AMisspeltFieldFailsNamingIt) {
 // cleanly on SIGTERM.
 void ExpectUpStartsAndStops(const std::vector<std::string>& args) {
   testing::TempDir dir;
+  const testing::ReservedPort metrics_port;
   std::unique_ptr<ChildProcess> up;
-  StartUp(dir, up, args);
+  StartUp(dir, metrics_port, up, args);
   EXPECT_NE(up->Stdout().find("tenant"), std::string::npos) << up->Stdout() << up->Stderr();
   up->Signal(SIGTERM);
   EXPECT_EQ(up->Wait(seconds(10)), 0) << up->Stderr();
@@ -180,11 +180,14 @@ TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {
 // defined.
 TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
   testing::TempDir dir, store_dir;
+  const testing::ReservedPort up_metrics;
   std::unique_ptr<ChildProcess> up;
-  const uint16_t port = StartUp(dir, up, {"--auth-enabled", "false"});
+  StartUp(dir, up_metrics, up, {"--auth-enabled", "false"});
+  const uint16_t port = up_metrics.port();
   const std::set<std::string> coordinator_rpc = Matches(up->Stdout(), "\\n  rpc +(\\S+)", 1);
   ASSERT_EQ(coordinator_rpc.size(), 1u) << up->Stdout();
-  const uint16_t store_port = testing::FreeTcpPort();
+  const testing::ReservedPort store_metrics;
+  const uint16_t store_port = store_metrics.port();
   // Named apart from up's own embedded store: node names are unique in a cluster.
   ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
                       "--node-name", "metrics-store", "--node-coordinator", *coordinator_rpc.begin(), "--metrics-port", std::to_string(store_port),
@@ -226,9 +229,11 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
 // and evaluates every query of the dashboard.
 TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   testing::TempDir dir;
+  const testing::ReservedPort up_metrics, prometheus_web;
   std::unique_ptr<ChildProcess> up;
-  const uint16_t metrics_port = StartUp(dir, up, {"--auth-enabled", "false"});
-  const uint16_t prometheus_port = testing::FreeTcpPort();
+  StartUp(dir, up_metrics, up, {"--auth-enabled", "false"});
+  const uint16_t metrics_port = up_metrics.port();
+  const uint16_t prometheus_port = prometheus_web.port();
   ASSERT_TRUE(testing::WriteFile(dir.File("prometheus.yml"),
                                  "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                                  "rule_files: ['" + kDeploy + "/prometheus/kvtier.rules.yml']\n"

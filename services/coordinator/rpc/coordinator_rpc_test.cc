@@ -303,8 +303,8 @@ TEST_F(CoordinatorRpcTest, AddressInUseIsUnavailable) {
 }
 
 TEST_F(CoordinatorRpcTest, NothingListeningIsUnavailable) {
-  const uint16_t port = testing::FreeTcpPort();
-  Result<std::unique_ptr<rpc::RpcClient>> client = Connect("127.0.0.1:" + std::to_string(port), kToken);
+  const testing::ReservedPort nothing_listens;
+  Result<std::unique_ptr<rpc::RpcClient>> client = Connect(nothing_listens.address(), kToken);
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), StatusCode::kUnavailable) << client.status();
 }

@@ -44,7 +44,7 @@ class StoreNodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     coordinator::CoordinatorNodeOptions options;
-    options.rpc.listen = {"127.0.0.1:0"};
+    options.rpc.listen = {coordinator_port_.address()};
     options.registry = &coordinator_registry_;
     options.tick_interval = 20ms;
     coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
@@ -128,6 +128,8 @@ class StoreNodeTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  // The coordinator's port, held across the tests that stop it and start one there again.
+  const testing::ReservedPort coordinator_port_;
   MetricsRegistry coordinator_registry_;
   std::unique_ptr<coordinator::CoordinatorNode> coordinator_;
 };
@@ -237,10 +239,9 @@ TEST_F(StoreNodeTest, ARestartedCoordinatorIsRebuiltFromTheStoresSnapshot) {
   ASSERT_EQ(WaitForTiers({5}, "store-0:host"), "store-0:host");
   // The coordinator restarts on the same address with an empty index: the store notices
   // the lost connection, connects and registers again, and its snapshot refills the index.
-  const std::string address = coordinator_->endpoints()[0];
   coordinator_.reset();
   coordinator::CoordinatorNodeOptions options;
-  options.rpc.listen = {address};
+  options.rpc.listen = {coordinator_port_.address()};
   MetricsRegistry second_registry;
   options.registry = &second_registry;
   coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
@@ -249,8 +250,9 @@ TEST_F(StoreNodeTest, ARestartedCoordinatorIsRebuiltFromTheStoresSnapshot) {
 }
 
 TEST_F(StoreNodeTest, ServesWhileTheCoordinatorIsAwayAndRegistersWhenItComes) {
-  // A coordinator address where nothing listens yet: the port of one that was just stopped.
-  const std::string address = coordinator_->endpoints()[0];
+  // A coordinator address where nothing listens yet: the port of one that was just stopped,
+  // still held for this test.
+  const std::string address = coordinator_port_.address();
   coordinator_.reset();
   MetricsRegistry registry;
   StoreNodeOptions options;

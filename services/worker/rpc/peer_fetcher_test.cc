@@ -133,7 +133,9 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
     tiers.host->capacity_bytes = 1 << 20;
     tiers.host->try_huge_pages = false;
     tiers_ = storage::TieredStore::Create(std::move(tiers)).value();
-    if (GetParam() != PeerMode::kInline) stream_ = store::DataStreamServer::Create({.store = tiers_.get()}).value();
+    if (GetParam() != PeerMode::kInline) {
+      stream_ = store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()}).value();
+    }
   }
 
   // A peer BlockStore whose block `corrupt_fill` fails its checksum (-1: none does).
@@ -193,6 +195,8 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   }
 
   std::unique_ptr<storage::TieredStore> tiers_;
+  // The data stream's port, held for a test that stops the stream and starts one there again.
+  const kvtier::testing::ReservedPort stream_port_;
   std::unique_ptr<store::DataStreamServer> stream_;
   std::atomic<int> open_gets_{0};  // the peer's openGet calls
   MetricsRegistry registry_;
@@ -297,7 +301,8 @@ TEST_P(PeerFetcherTest, LandingPlacesThatDoNotFitFetchNothing) {
 }
 
 TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
-  Start(/*corrupt_fill=*/-1);
+  const kvtier::testing::ReservedPort peer_port;
+  Start(/*corrupt_fill=*/-1, peer_port.address());
   ASSERT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
   // The peer (and the coordinator with it) restarts at the same address: the kept
   // connection is closed, and the next fetch connects afresh instead of failing on it.
@@ -318,9 +323,7 @@ TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
   // The peer's data stream restarts on the same port: the kept connection is now closed.
   const std::string address = stream_->address();
   stream_.reset();
-  stream_ = store::DataStreamServer::Create(
-                {.store = tiers_.get(), .port = static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1)))})
-                .value();
+  stream_ = store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()}).value();
   ASSERT_EQ(stream_->address(), address);
   const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
   EXPECT_EQ(fetched.keys.size(), 2u);

@@ -31,7 +31,7 @@ std::vector<uint32_t> Prompt(uint32_t first, uint32_t count) {
 
 class WorkerNodeTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartCoordinator(coordinator_registry_, "127.0.0.1:0"); }
+  void SetUp() override { StartCoordinator(coordinator_registry_, coordinator_port_.address()); }
 
   void StartCoordinator(MetricsRegistry& registry, const std::string& listen) {
     coordinator::CoordinatorNodeOptions options;
@@ -104,6 +104,8 @@ class WorkerNodeTest : public ::testing::Test {
   }
 
   testing::TempDir dir_, dir_b_;
+  // The coordinator's port, held for a test that stops it and starts one there again.
+  const testing::ReservedPort coordinator_port_;
   MetricsRegistry coordinator_registry_, worker_registry_, registry_b_;
   std::unique_ptr<coordinator::CoordinatorNode> coordinator_;
   std::unique_ptr<WorkerNode> node_, node_b_;
@@ -151,10 +153,9 @@ TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
   };
   EXPECT_EQ(partial_tokens(), 3u);
   // Same address, empty index: the worker reconnects, registers and lists its pool.
-  const std::string address = coordinator_->endpoints()[0];
   coordinator_.reset();
   MetricsRegistry second_registry;
-  StartCoordinator(second_registry, address);
+  StartCoordinator(second_registry, coordinator_port_.address());
   EXPECT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
   EXPECT_EQ(partial_tokens(), 3u) << "the snapshot carries each block's tokens";
   // It registered its pool's size with it.
