@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/retention_limit.h"
 #include "storage/fast_xxh3.h"
 
 namespace kvtier::storage {
@@ -44,6 +45,7 @@ Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
   if (header.priority > 100) {
     return InvalidArgumentError("block priority " + std::to_string(header.priority) + " is outside 0-100");
   }
+  KVTIER_RETURN_IF_ERROR(RetentionFromMs(header.retention_left_ms, "block retention").status());
   if (header.payload_bytes == 0) return InvalidArgumentError("block payload is empty");
   if (header.payload_bytes > max_payload_bytes) {
     return InvalidArgumentError("block payload of " + std::to_string(header.payload_bytes) +

@@ -63,7 +63,8 @@ struct BlockRef {
 [[nodiscard]] Status ValidateFormatTag(std::string_view format_tag);
 
 // kInvalidArgument naming the field when the header cannot describe a stored block:
-// empty or oversized format tag, priority above 100, zero or oversized payload.
+// empty or oversized format tag, priority above 100, a retention beyond
+// kMaxRetentionMs (common/retention.h), zero or oversized payload.
 [[nodiscard]] Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes);
 
 // ValidateHeader plus: the payload has payload_bytes bytes.

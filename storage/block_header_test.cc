@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/retention_limit.h"
 #include "storage/testing/blocks.h"
 
 namespace kvtier::storage {
@@ -77,6 +78,17 @@ TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
   BlockHeader bad_priority = block.header;
   bad_priority.priority = 101;
   EXPECT_NE(ValidateHeader(bad_priority, 1024).message().find("priority 101"), std::string::npos);
+
+  // A retention of 100 years is kept; one past it (a peer's 2^55 ms once overflowed the
+  // tier's nanosecond deadline) is refused before any tier reads it.
+  BlockHeader longest = block.header;
+  longest.retention_left_ms = kMaxRetentionMs;
+  EXPECT_TRUE(ValidateHeader(longest, 1024).ok());
+  BlockHeader too_long = block.header;
+  too_long.retention_left_ms = uint64_t{1} << 55;
+  const Status refused = ValidateHeader(too_long, 1024);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("block retention of 36028797018963968 ms"), std::string::npos) << refused;
 }
 
 // The checksums that blocks on disk and on the wire carry are XXH3-64's: whichever of

@@ -312,6 +312,20 @@ TEST_F(ClientTest, ErrorsNameWhatWasWrong) {
   EXPECT_EQ(client->Extend(77, 8).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(client->Free(77).code(), StatusCode::kNotFound);
 
+  // A retention of 200 years is past the 100 the worker keeps (an engine wanting no
+  // expiry leaves the duration out): refused by name, nothing committed.
+  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(900, 8), kTokensPerBlock);
+  ASSERT_TRUE(client->Allocate({.sequence = 5, .keys = keys, .num_tokens = 8}).ok());
+  RetentionConfig centuries;
+  centuries.ranges.push_back({.first_token = 0, .priority = 90, .duration = std::chrono::hours(24 * 365 * 200)});
+  const auto committed = client->Commit(5, keys, centuries);
+  EXPECT_EQ(committed.status().code(), StatusCode::kInvalidArgument) << committed.status();
+  EXPECT_NE(committed.status().message().find("retention range 0's duration of 6307200000000 ms exceeds"),
+            std::string::npos)
+      << committed.status();
+  EXPECT_EQ(client->Commit(5, keys).value(), 2u) << "the same blocks commit with a retention in range";
+  ASSERT_TRUE(client->Free(5).ok());
+
   auto bad_token = Client::Connect({.address = cluster_->endpoints()[0], .token = "wrong"});
   EXPECT_EQ(bad_token.status().code(), StatusCode::kUnauthenticated) << bad_token.status();
   auto bad_address = Client::Connect({.address = "no-port-here", .token = kToken});

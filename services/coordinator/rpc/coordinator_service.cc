@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/retention_limit.h"
 #include "services/coordinator/rpc/lookup_answer.h"
 #include "services/rpc/schema/coordinator.capnp.h"
 #include "services/rpc/schema_convert.h"
@@ -48,7 +49,9 @@ uint8_t ToPriority(uint8_t p) {
   return p;
 }
 BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
-  return {ToPriority(priority), std::chrono::milliseconds(expiry_ms)};
+  Result<Nanos> duration = RetentionFromMs(expiry_ms, "retention");
+  ThrowIfError(duration.status());
+  return {ToPriority(priority), *duration};
 }
 
 class CoordinatorServer final : public schema::Coordinator::Server {

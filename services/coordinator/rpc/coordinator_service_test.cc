@@ -558,6 +558,20 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid;
   EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << invalid;
 
+  // A retention past 100 years (2^63 ms once overflowed the nanosecond deadline).
+  auto bad_retention = worker.coordinator().publishEventsRequest();
+  auto long_batch = bad_retention.initBatch();
+  long_batch.setNodeId("w1");
+  long_batch.setIncarnation(1);
+  long_batch.setFirstSequence(1);
+  auto long_stored = long_batch.initEvents(1)[0].initStored();
+  SetKeys(long_stored.initKeys(1), 51);
+  long_stored.setPriority(80);
+  long_stored.setRetentionExpiryMs(uint64_t{1} << 63);
+  const Status too_long = worker.Send(kj::mv(bad_retention));
+  EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument) << too_long;
+  EXPECT_NE(too_long.message().find("retention of 9223372036854775808 ms exceeds"), std::string::npos) << too_long;
+
   // An eviction reported by the worker shows in the metric, by priority (stored at 50).
   auto removed = worker.coordinator().publishEventsRequest();
   auto removal = removed.initBatch();

@@ -11,6 +11,7 @@
 #include <kj/async.h>
 #include <spdlog/spdlog.h>
 
+#include "common/retention_limit.h"
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
@@ -26,6 +27,14 @@ namespace schema = kvtier::rpc::schema;
 using rpc::ThrowIfError;
 using rpc::ToTokens;
 
+// A duration of the request's retention (0: none); one past kMaxRetentionMs is refused.
+std::optional<Nanos> ToDuration(uint64_t ms, const std::string& what) {
+  if (ms == 0) return std::nullopt;
+  Result<Nanos> duration = RetentionFromMs(ms, what);
+  ThrowIfError(duration.status());
+  return *duration;
+}
+
 coordinator::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
   coordinator::RetentionConfig config;
   for (auto range : r.getRanges()) {
@@ -33,11 +42,12 @@ coordinator::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
     plain.first_token = range.getFirstToken();
     if (range.getLastToken() != 0) plain.last_token = range.getLastToken();
     plain.priority = range.getPriority();
-    if (range.getDurationMs() != 0) plain.duration = std::chrono::milliseconds(range.getDurationMs());
+    plain.duration = ToDuration(range.getDurationMs(), "retention range " + std::to_string(config.ranges.size()) +
+                                                           "'s duration");
     config.ranges.push_back(plain);
   }
   config.decode_priority = r.getDecodePriority() == 0 ? coordinator::kDefaultPriority : r.getDecodePriority();
-  if (r.getDecodeDurationMs() != 0) config.decode_duration = std::chrono::milliseconds(r.getDecodeDurationMs());
+  config.decode_duration = ToDuration(r.getDecodeDurationMs(), "the decode retention");
   return config;
 }
 
