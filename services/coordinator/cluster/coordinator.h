@@ -86,9 +86,11 @@ struct PoolInfo {
 // A pool's window in blocks: a block is in a window while any of its tokens is, so
 // W = ceil(attention_window / tokens_per_block), and the sinks are the blocks holding a
 // sink token. Full attention: {0, 0}.
+// Rounded up in 64 bits: a window of nearly 2^32 tokens wrapped to a few blocks in 32.
 inline PoolWindow WindowOf(const KvLayout& layout) {
-  const uint32_t tpb = layout.tokens_per_block();
-  return {(layout.attention_window() + tpb - 1) / tpb, (layout.sink_tokens() + tpb - 1) / tpb};
+  const uint64_t tpb = layout.tokens_per_block();
+  return {static_cast<uint32_t>((uint64_t{layout.attention_window()} + tpb - 1) / tpb),
+          static_cast<uint32_t>((uint64_t{layout.sink_tokens()} + tpb - 1) / tpb)};
 }
 
 struct CoordinatorOptions {

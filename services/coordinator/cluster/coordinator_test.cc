@@ -287,6 +287,20 @@ TEST_F(CoordinatorTest, RegisteredPoolsGiveCapacityAndWindows) {
   EXPECT_EQ(stats.held_blocks[0], 4u);
 }
 
+// A pool's window in blocks: its tokens rounded up, a block per partial block, and a
+// window of nearly 2^32 tokens still the 2^28 blocks it spans (not wrapped to none).
+TEST(WindowOfTest, RoundsTokensUpToWholeBlocks) {
+  const auto window = [](uint32_t tokens, uint32_t sinks) {
+    return WindowOf(KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .tokens_per_block = 16,
+                                      .dtype = KvDtype::kFp16, .attention_window = tokens, .sink_tokens = sinks})
+                        .value());
+  };
+  EXPECT_EQ(window(0, 0), (PoolWindow{0, 0})) << "full attention";
+  EXPECT_EQ(window(4096, 4), (PoolWindow{256, 1}));
+  EXPECT_EQ(window(4097, 17), (PoolWindow{257, 2}));
+  EXPECT_EQ(window(0xFFFFFFF8u, 0), (PoolWindow{1u << 28, 0}));
+}
+
 TEST_F(CoordinatorTest, FullAttentionPoolDoesNotServeAcrossMissingBlocks) {
   Join("w1");  // no pools declared: full attention everywhere
   const auto keys = Chain(1, 8);
