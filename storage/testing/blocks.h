@@ -26,7 +26,7 @@ struct TestBlock {
 // Block `id` of `bytes` bytes with a pseudo-random payload drawn from a generator
 // seeded by the id: no block's bytes appear inside another's.
 inline TestBlock MakeBlock(uint64_t id, size_t bytes, uint8_t priority = kDefaultPriority,
-                           uint64_t salt_scope = kScope, std::string format = kFormat) {
+                           uint64_t salt_scope = kScope, const std::string& format = kFormat) {
   TestBlock block;
   block.payload.resize(bytes);
   uint64_t state = id * 0x9E3779B97F4A7C15ULL + 1;
@@ -36,7 +36,7 @@ inline TestBlock MakeBlock(uint64_t id, size_t bytes, uint8_t priority = kDefaul
   }
   block.header.key = BlockKey{0x1234, id};
   block.header.parent = BlockKey{0x1234, id - 1};
-  block.header.format_tag = std::move(format);
+  block.header.format_tag = format;
   block.header.salt_scope = salt_scope;
   block.header.payload_bytes = bytes;
   block.header.checksum = PayloadChecksum(block.payload);
