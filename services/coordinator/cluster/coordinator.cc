@@ -22,7 +22,7 @@ Status ValidateEvent(const KvEvent& e) {
   }
   if (e.kind != KvEvent::Kind::kStored) return Status::Ok();
   if (e.keys.empty()) return InvalidArgumentError("a stored event names no blocks");
-  return ValidateStoredBlocks(e.keys.size(), e.retention, e.tokens.size());
+  return ValidateStoredBlocks(e.keys, e.retention, e.tokens.size());
 }
 
 }  // namespace

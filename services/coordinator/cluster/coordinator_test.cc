@@ -76,6 +76,23 @@ TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {
   EXPECT_EQ(coordinator_->PublishEvents({"w1", 7, 1, {}}).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// A stored event that repeats a key is malformed wherever its parent is. Found by
+// coordinator_fuzz: one whose parent no node held was parked with the key twice, and the
+// node's next event naming that key threw out of the waiting list (std::out_of_range).
+TEST_F(CoordinatorTest, AStoredEventRepeatingAKeyIsRefusedWholeEvenBeforeItsParent) {
+  Join("w1");
+  const auto keys = Chain(20, 3);
+  // Block 21 twice, under block 20, which no node holds.
+  Result<EventAck> ack = coordinator_->PublishEvents({"w1", 1, 0, {Stored({keys[1], keys[1]}, keys[0])}});
+  ASSERT_FALSE(ack.ok());
+  EXPECT_EQ(ack.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ack.status().message().find("repeats a block key"), std::string::npos) << ack.status();
+  EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u) << "nothing parked";
+  // The node's next events name block 21 again: removed, then stored in a chain.
+  EXPECT_EQ(Publish("w1", 0, {Removed({keys[1]}), Stored(keys)}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Matched(keys), 3u);
+}
+
 TEST_F(CoordinatorTest, ARestartedNodeLosesItsOldLocations) {
   Join("w1", /*incarnation=*/1);
   const auto ab = Chain(1, 2);

@@ -57,7 +57,8 @@ class WaitingChildren {
   // REQUIRES: options.max_blocks > 0.
   explicit WaitingChildren(WaitingChildrenOptions options) : options_(options) {}
 
-  // Parks `event` (a stored event with a parent) until `now + wait`. Returns the blocks
+  // Parks `event` (a stored event with a parent) until `now + wait`.
+  // REQUIRES: no key of `event` twice (ValidateStoredBlocks refuses such an event). Returns the blocks
   // given up to make room for it: the oldest parked events first, or the event itself
   // when it alone is larger than max_blocks or nothing waits (a wait of 0).
   [[nodiscard]] uint64_t Park(NodeId node, KvEvent event, Nanos now);

@@ -28,7 +28,9 @@ bool HasDuplicateKeys(std::span<const BlockKey> keys) {
 
 }  // namespace
 
-Status ValidateStoredBlocks(size_t keys, std::span<const BlockRetention> retention, size_t tokens) {
+Status ValidateStoredBlocks(std::span<const BlockKey> chain, std::span<const BlockRetention> retention, size_t tokens) {
+  const size_t keys = chain.size();
+  if (HasDuplicateKeys(chain)) return InvalidArgumentError("stored event repeats a block key");
   if (!retention.empty() && retention.size() != keys) {
     return InvalidArgumentError("stored event has " + std::to_string(keys) + " keys but " +
                                 std::to_string(retention.size()) + " retention entries");
@@ -54,8 +56,7 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
                                 std::to_string(kMaxNodes - 1) + "]");
   }
   if (static_cast<int>(r.location.tier) >= kTierCount) return InvalidArgumentError("unknown tier");
-  KVTIER_RETURN_IF_ERROR(ValidateStoredBlocks(r.keys.size(), r.retention, r.tokens.size()));
-  if (HasDuplicateKeys(r.keys)) return InvalidArgumentError("stored event repeats a block key");
+  KVTIER_RETURN_IF_ERROR(ValidateStoredBlocks(r.keys, r.retention, r.tokens.size()));
   found_.clear();
   uint32_t expected_parent = parent;
   for (size_t i = 0; i < r.keys.size(); ++i) {

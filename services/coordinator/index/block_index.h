@@ -111,11 +111,12 @@ struct StoreRequest {
   std::span<const uint32_t> tokens = {};
 };
 
-// The checks of a stored chain of `keys` blocks that need no index state: one retention
-// entry per key or none, priorities within [0, 100], the same number of tokens for each
-// block. kInvalidArgument names what was wrong. What Store checks first, for callers that
+// The checks of a stored chain of `keys` that need no index state: no key twice, one
+// retention entry per key or none, priorities within [0, 100], the same number of tokens
+// for each block. kInvalidArgument names what was wrong. What Store checks first, for callers that
 // check a whole batch before applying any of it (the coordinator).
-[[nodiscard]] Status ValidateStoredBlocks(size_t keys, std::span<const BlockRetention> retention, size_t tokens);
+[[nodiscard]] Status ValidateStoredBlocks(std::span<const BlockKey> keys, std::span<const BlockRetention> retention,
+                                          size_t tokens);
 
 struct NodeScore {
   NodeId node = 0;
