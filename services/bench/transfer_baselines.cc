@@ -18,45 +18,12 @@
 #include <thread>
 #include <vector>
 
+#include "common/held_port.h"
+
 namespace kvtier::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A loopback port the kernel picked, held until Redis has stopped by a bound socket that
-// never listens. It sets SO_REUSEADDR, as Redis does, so Redis listens there while nothing
-// else can bind the port. A port merely free a moment ago can go to another program first,
-// and the start-up probe would take that program's server for Redis.
-class HeldPort {
- public:
-  static Result<std::unique_ptr<HeldPort>> Pick() {
-    auto held = std::unique_ptr<HeldPort>(new HeldPort(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)));
-    if (held->fd_ < 0) return UnavailableError(std::string("no socket to pick Redis's port with: ") + std::strerror(errno));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(addr);
-    const int reuse = 1;
-    if (setsockopt(held->fd_, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse)) != 0 ||
-        bind(held->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        getsockname(held->fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return UnavailableError(std::string("no free loopback port for Redis: ") + std::strerror(errno));
-    }
-    held->port_ = ntohs(addr.sin_port);
-    return held;
-  }
-  ~HeldPort() {
-    if (fd_ >= 0) close(fd_);
-  }
-  HeldPort(const HeldPort&) = delete;
-  HeldPort& operator=(const HeldPort&) = delete;
-  uint16_t port() const { return port_; }
-
- private:
-  explicit HeldPort(int fd) : fd_(fd) {}
-  const int fd_;
-  uint16_t port_ = 0;
-};
 
 double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -82,8 +49,10 @@ Clock::time_point RunClients(uint32_t clients, Fn per_client) {
 class RedisProcess {
  public:
   static Result<std::unique_ptr<RedisProcess>> Start(const std::string& binary) {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HeldPort> held, HeldPort::Pick());
-    const uint16_t port = held->port();
+    // Held until Redis has stopped: Redis (SO_REUSEADDR) listens there, nothing else
+    // binds it, and the probe below cannot take another program's server for Redis.
+    KVTIER_ASSIGN_OR_RETURN(HeldPort held, HeldPort::Pick());
+    const uint16_t port = held.port();
     const pid_t pid = fork();
     if (pid < 0) return UnavailableError("fork failed");
     if (pid == 0) {
@@ -117,12 +86,12 @@ class RedisProcess {
     kill(pid_, SIGTERM);
     waitpid(pid_, nullptr, 0);
   }
-  uint16_t port() const { return port_->port(); }
+  uint16_t port() const { return port_.port(); }
 
  private:
-  RedisProcess(pid_t pid, std::unique_ptr<HeldPort> port) : pid_(pid), port_(std::move(port)) {}
+  RedisProcess(pid_t pid, HeldPort port) : pid_(pid), port_(std::move(port)) {}
   pid_t pid_;
-  std::unique_ptr<HeldPort> port_;  // let go after Redis has stopped
+  HeldPort port_;  // let go after Redis has stopped
 };
 
 }  // namespace

@@ -112,25 +112,6 @@ bool WriteFile(const std::string& path, const std::string& text) {
   return static_cast<bool>(out);
 }
 
-ReservedPort::ReservedPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const int reuse = 1;
-  if (fd_ < 0 || setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &reuse, sizeof(reuse)) != 0 ||
-      bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("ReservedPort: no loopback port could be held");
-    std::abort();
-  }
-  port_ = ntohs(addr.sin_port);
-}
-
-ReservedPort::~ReservedPort() { close(fd_); }
-
-std::string ReservedPort::address() const { return "127.0.0.1:" + std::to_string(port_); }
-
 }  // namespace kvtier::testing
 
 #include <fcntl.h>

@@ -9,6 +9,8 @@
 #include <vector>
 #include <string>
 
+#include "common/held_port.h"
+
 namespace kvtier::testing {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents on destruction.
@@ -49,29 +51,18 @@ int RunCommand(const std::string& command, std::string* output);
 // Writes `text` to `path`; returns false on failure.
 bool WriteFile(const std::string& path, const std::string& text);
 
-// A TCP port on 127.0.0.1, held for this object's life, for a server a test starts at an
-// address chosen beforehand: in a child process, or again where it was stopped. A port that
-// was merely free a moment ago can go to a test running beside this one in between (CI once
-// saw a store dial its coordinator's old port and reach another test's HTTP server).
-//
-// The port is held by a socket bound with SO_REUSEADDR that never listens. While it is held,
-// no bind to port 0 and no outgoing connection gets the port, and a connection to it is
-// refused until a server listens there. A server that sets SO_REUSEADDR (KJ's listeners,
-// kvtier's Asio acceptors, Go's net package) can bind it and listen meanwhile.
-//
-// Aborts when no loopback port can be bound: a port of 0 would fail far from the cause.
+// A held loopback port (common/held_port.h) for a test's server that starts at an address
+// chosen beforehand: in a child process, or again where it was stopped. (CI once saw a
+// store dial its coordinator's old port and reach another test's HTTP server.) Aborts
+// when no port can be held: a port of 0 would fail far from the cause.
 class ReservedPort {
  public:
-  ReservedPort();
-  ~ReservedPort();
-  ReservedPort(const ReservedPort&) = delete;
-  ReservedPort& operator=(const ReservedPort&) = delete;
-  uint16_t port() const { return port_; }
-  std::string address() const;  // "127.0.0.1:<port>"
+  ReservedPort() : held_(HeldPort::Pick().value()) {}
+  uint16_t port() const { return held_.port(); }
+  std::string address() const { return held_.address(); }  // "127.0.0.1:<port>"
 
  private:
-  int fd_ = -1;
-  uint16_t port_ = 0;
+  HeldPort held_;
 };
 
 }  // namespace kvtier::testing

@@ -546,29 +546,24 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   EXPECT_EQ(not_found.code(), StatusCode::kNotFound) << not_found;
   EXPECT_NE(not_found.message().find("nobody"), std::string::npos);
 
-  auto bad_priority = worker.coordinator().publishEventsRequest();
-  auto batch = bad_priority.initBatch();
-  batch.setNodeId("w1");
-  batch.setIncarnation(1);
-  batch.setFirstSequence(1);
-  auto stored = batch.initEvents(1)[0].initStored();
-  SetKeys(stored.initKeys(1), 50);
-  stored.setPriority(101);
-  const Status invalid = worker.Send(kj::mv(bad_priority));
+  // w1's batch of one stored block `key` with `priority` and `retention_ms`.
+  const auto stored_once = [&](uint64_t key, uint8_t priority, uint64_t retention_ms) {
+    auto request = worker.coordinator().publishEventsRequest();
+    auto batch = request.initBatch();
+    batch.setNodeId("w1");
+    batch.setIncarnation(1);
+    batch.setFirstSequence(1);
+    auto stored = batch.initEvents(1)[0].initStored();
+    SetKeys(stored.initKeys(1), key);
+    stored.setPriority(priority);
+    stored.setRetentionExpiryMs(retention_ms);
+    return worker.Send(kj::mv(request));
+  };
+  const Status invalid = stored_once(50, 101, 0);
   EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid;
   EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << invalid;
-
   // A retention past 100 years (2^63 ms once overflowed the nanosecond deadline).
-  auto bad_retention = worker.coordinator().publishEventsRequest();
-  auto long_batch = bad_retention.initBatch();
-  long_batch.setNodeId("w1");
-  long_batch.setIncarnation(1);
-  long_batch.setFirstSequence(1);
-  auto long_stored = long_batch.initEvents(1)[0].initStored();
-  SetKeys(long_stored.initKeys(1), 51);
-  long_stored.setPriority(80);
-  long_stored.setRetentionExpiryMs(uint64_t{1} << 63);
-  const Status too_long = worker.Send(kj::mv(bad_retention));
+  const Status too_long = stored_once(51, 80, uint64_t{1} << 63);
   EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument) << too_long;
   EXPECT_NE(too_long.message().find("retention of 9223372036854775808 ms exceeds"), std::string::npos) << too_long;
 

@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/testing/test_util.h"
+#include "common/held_port.h"
 
-namespace kvtier::testing {
+namespace kvtier {
 namespace {
 
 // Binds a fresh socket to 127.0.0.1:`port`, with SO_REUSEADDR when `reuse`; returns the
@@ -35,12 +35,24 @@ int BindLoopback(uint16_t port, bool reuse) {
   return fd;
 }
 
-TEST(ReservedPortTest, OnlyAServerThatReusesTheAddressListensOnAHeldPort) {
-  std::optional<ReservedPort> held(std::in_place);
+// A connection to 127.0.0.1:`port`; -1 when it is refused.
+int ConnectLoopback(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+TEST(HeldPortTest, OnlyAServerThatReusesTheAddressListensOnAHeldPort) {
+  std::optional<HeldPort> held = HeldPort::Pick().value();
   ASSERT_NE(held->port(), 0);
   EXPECT_EQ(held->address(), "127.0.0.1:" + std::to_string(held->port()));
   // Nothing listens yet: a connection is refused, and a plain bind finds the port taken.
-  EXPECT_EQ(ConnectRaw(held->address()), -1);
+  EXPECT_EQ(ConnectLoopback(held->port()), -1);
   EXPECT_EQ(BindLoopback(held->port(), /*reuse=*/false), -1);
   EXPECT_EQ(errno, EADDRINUSE);
   // A server that reuses the address starts there, is reached, stops and starts again.
@@ -48,7 +60,7 @@ TEST(ReservedPortTest, OnlyAServerThatReusesTheAddressListensOnAHeldPort) {
     const int server = BindLoopback(held->port(), /*reuse=*/true);
     ASSERT_GE(server, 0) << "start " << start << ": errno " << errno;
     ASSERT_EQ(listen(server, 4), 0);
-    const int client = ConnectRaw(held->address());
+    const int client = ConnectLoopback(held->port());
     EXPECT_GE(client, 0) << "start " << start;
     if (client >= 0) close(client);
     close(server);
@@ -62,4 +74,4 @@ TEST(ReservedPortTest, OnlyAServerThatReusesTheAddressListensOnAHeldPort) {
 }
 
 }  // namespace
-}  // namespace kvtier::testing
+}  // namespace kvtier
