@@ -7,7 +7,9 @@
 #     DEPS kvtier::common ...      # public link dependencies
 #     PRIVATE_DEPS ...             # private link dependencies
 #     TESTS foo_test.cc ...        # one GoogleTest binary per file
-#     TEST_DEPS ...)               # extra dependencies of the tests
+#     TEST_DEPS ...                # extra dependencies of the tests
+#     FUZZ foo_fuzz.cc ...         # fuzz targets over the library (kvtier_fuzz)
+#     FUZZ_DEPS ...)               # extra dependencies of the fuzz targets
 #
 # declares the static library kvtier_foo with the alias kvtier::foo, and its tests.
 # Include paths are rooted at the repository ("common/status.h") and at the generated
@@ -97,7 +99,7 @@ endfunction()
 
 function(kvtier_library)
   cmake_parse_arguments(ARG "" "NAME"
-    "SOURCES;CUDA_SOURCES;CPU_SOURCES;DEPS;PRIVATE_DEPS;TESTS;TEST_DEPS;FUZZ" ${ARGN})
+    "SOURCES;CUDA_SOURCES;CPU_SOURCES;DEPS;PRIVATE_DEPS;TESTS;TEST_DEPS;FUZZ;FUZZ_DEPS" ${ARGN})
   set(target kvtier_${ARG_NAME})
   set(sources ${ARG_SOURCES})
   if(KVTIER_WITH_CUDA)
@@ -116,7 +118,7 @@ function(kvtier_library)
     kvtier_test(SOURCE "${test_source}" DEPS ${target} ${ARG_TEST_DEPS})
   endforeach()
   foreach(fuzz_source IN LISTS ARG_FUZZ)
-    kvtier_fuzz(SOURCE "${fuzz_source}" DEPS ${target})
+    kvtier_fuzz(SOURCE "${fuzz_source}" DEPS ${target} ${ARG_FUZZ_DEPS})
   endforeach()
 endfunction()
 

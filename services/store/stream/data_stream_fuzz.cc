@@ -24,9 +24,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +37,7 @@
 #include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
 #include "tests/testing/fuzz_check.h"
+#include "tests/testing/test_util.h"
 
 namespace kvtier::store {
 namespace {
@@ -57,10 +56,7 @@ constexpr size_t kBlockBytes = 4096;
 // threads, as a store node's do.
 struct Node {
   Node() {
-    std::string pattern = std::filesystem::temp_directory_path() / "kvtier_data_stream_fuzz_XXXXXX";
-    FuzzCheck(mkdtemp(pattern.data()) != nullptr, "a directory for the disk tier");
-    dir = pattern;
-    storage::TieredStoreOptions tiers = storage::testing::HostOverDisk(256 << 10, dir, 16 << 20);
+    storage::TieredStoreOptions tiers = storage::testing::HostOverDisk(256 << 10, dir.path(), 16 << 20);
     tiers.disk->sync = storage::DiskSync::kNone;  // no figure is measured here: spare the disk
     store = storage::TieredStore::Create(std::move(tiers)).value();
     // Staging and block sizes far below the defaults: a header may claim anything.
@@ -84,11 +80,9 @@ struct Node {
     server->Shutdown();
     server.reset();
     store.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
   }
 
-  std::string dir;
+  kvtier::testing::TempDir dir;  // the disk tier's; removed after the store closes
   FakeClock clock;  // the tickets' and sessions' time: moved past their ttl after each input
   std::unique_ptr<storage::TieredStore> store;
   std::unique_ptr<DataStreamServer> server;
