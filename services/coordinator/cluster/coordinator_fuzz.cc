@@ -23,28 +23,16 @@
 #include "common/clock.h"
 #include "services/coordinator/cluster/coordinator.h"
 #include "tests/testing/fuzz_check.h"
+#include "tests/testing/fuzz_choices.h"
 
 namespace kvtier::coordinator {
 namespace {
 
 using kvtier::testing::FuzzCheck;
+using Choices = kvtier::testing::FuzzChoices;
 
 constexpr Nanos kLeaseTtl = std::chrono::seconds(1);
 const std::array<std::string, 3> kNodes = {"w0", "w1", "s0"};  // two workers and a store
-
-// The input, one choice per byte; zeros once it runs out.
-class Choices {
- public:
-  Choices(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return at_ >= size_; }
-  uint8_t Next() { return at_ < size_ ? data_[at_++] : 0; }
-  uint32_t Below(uint32_t n) { return Next() % n; }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t at_ = 0;
-};
 
 struct NodeModel {
   uint64_t incarnation = 0;

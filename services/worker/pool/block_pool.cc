@@ -49,16 +49,24 @@ Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
 
 Status BlockPool::AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted) {
   KVTIER_RETURN_IF_ERROR(impl_->NeedBlocks(count));
-  for (uint32_t i = 0; i < count; ++i) blocks->push_back(impl_->TakeBlank(evicted));
+  for (uint32_t i = 0; i < count; ++i) {
+    blocks->push_back(impl_->TakeBlank(evicted));
+    impl_->metas_[blocks->back()].allocated = true;
+  }
   return Status::Ok();
 }
 
 Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   Impl& p = *impl_;
-  // A reader's hold is not the caller's to drop: only the other references count.
-  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].refs - p.metas_[b].holds; },
-                                      "freed more often than it is referenced (a double free); nothing was freed"));
-  for (const BlockId b : blocks) p.Unref(b);
+  // The one reference AllocateBlocks gave is the caller's to drop; a sequence's references
+  // (FreeSequence drops them) and a reader's or writer's hold (ReleaseBlocks) are not.
+  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].allocated ? 1u : 0u; },
+                                      "not held by AllocateBlocks (a double free, or a sequence's block); "
+                                      "nothing was freed"));
+  for (const BlockId b : blocks) {
+    p.metas_[b].allocated = false;
+    p.Unref(b);
+  }
   return Status::Ok();
 }
 

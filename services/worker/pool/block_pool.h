@@ -145,8 +145,10 @@ class BlockPool {
   // ---- blocks without sequences (the engine manages its own tables) -------------------
   // `count` blank blocks, each with one reference, evicting as needed.
   [[nodiscard]] Status AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted);
-  // Drops one reference of each block. kOutOfRange: not a block of this pool;
-  // kFailedPrecondition: a block without references (a double free, also within the call).
+  // Drops the reference AllocateBlocks gave each block. kOutOfRange: not a block of this
+  // pool; kFailedPrecondition: a block AllocateBlocks did not hand out or that was freed
+  // since (a double free, also within the call), such as a sequence's block, which only
+  // FreeSequence frees. Nothing is freed on error.
   [[nodiscard]] Status FreeBlocks(std::span<const BlockId> blocks);
 
   // Holds each committed block for a reader elsewhere (a peer's fetch copying it on

@@ -27,11 +27,15 @@ struct BlockMeta {
   uint32_t refs = 0;
   uint32_t holds = 0;             // of refs, readers' holds (HoldBlocks), which FreeBlocks never drops
   uint32_t cached_children = 0;   // committed children cached here
-  uint16_t retention_seq = 0;     // matches the live expiry entry
+  // Matches the block's live expiry entry. It outlives the block's commit (Uncache bumps it),
+  // so that an entry of an evicted commit never matches the next one; 32 bits, so that
+  // it does not wrap while an old entry waits in the heap.
+  uint32_t retention_seq = 0;
   uint8_t priority = kDefaultPriority;
   bool committed = false;
   bool partial_candidate = false;  // its tokens are stored: a partial-reuse candidate
   bool first = false;              // the chain's first block (its parent is the salt root)
+  bool allocated = false;          // handed out by AllocateBlocks, not freed yet: FreeBlocks may drop its reference
 };
 
 struct Sequence {
@@ -55,7 +59,7 @@ struct ChildGroupHash {
 struct Expiry {
   int64_t deadline_ns;
   BlockId block;
-  uint16_t seq;
+  uint32_t seq;
   friend bool operator>(const Expiry& a, const Expiry& b) { return a.deadline_ns > b.deadline_ns; }
 };
 
@@ -153,6 +157,7 @@ class BlockPool::Impl {
       b = EvictOne(evicted);
     }
     metas_[b].refs = 1;
+    metas_[b].allocated = false;  // AllocateBlocks sets it for its own blocks
     ++stats_.allocated_blocks;
     return b;
   }
@@ -191,7 +196,7 @@ class BlockPool::Impl {
         --m.cached_children;
       }
     }
-    m = BlockMeta{.refs = m.refs};
+    m = BlockMeta{.refs = m.refs, .retention_seq = m.retention_seq + 1};  // its expiry entries die with it
   }
 
   void CommitBlock(BlockId b, const BlockKey& key, const BlockKey& parent_key, const Sequence& seq,

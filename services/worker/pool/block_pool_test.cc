@@ -66,6 +66,34 @@ TEST(BlockPoolTest, DoubleFreesAndForeignIdsAreRefusedAndChangeNothing) {
   EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{0}).code(), StatusCode::kFailedPrecondition);
 }
 
+// FreeBlocks drops only what AllocateBlocks gave: a sequence's blocks are its own until
+// FreeSequence (block_pool_fuzz found a free here, and the sequence's free then took
+// the block's count below zero).
+TEST(BlockPoolTest, FreeBlocksRefusesASequencesBlocks) {
+  auto pool = MakePool(4);
+  const SequenceStart start = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // blocks 0 (committed) and 1 (blank)
+  ASSERT_EQ(start.block_table.size(), 2u);
+  const Status committed = pool->FreeBlocks(std::vector<BlockId>{start.block_table[0]});
+  EXPECT_EQ(committed.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(committed.message().find("not held by AllocateBlocks"), std::string::npos) << committed.message();
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(), StatusCode::kFailedPrecondition);
+  // A blank block held for writing is still the sequence's, not the caller's.
+  ASSERT_TRUE(pool->HoldForWriting(std::vector<BlockId>{start.block_table[1]}).ok());
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->Stats().in_use, 2u) << "the refused frees dropped nothing";
+  ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{start.block_table[1]}).ok());
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  const BlockPoolStats stats = pool->Stats();
+  EXPECT_EQ(stats.free, 3u) << "the blank block is back";
+  EXPECT_EQ(stats.cached, 1u) << "the committed block stays cached";
+  // Allocated again by AllocateBlocks, the same block is the caller's to free, once.
+  std::vector<BlockId> blocks;
+  std::vector<EvictedBlock> evicted;
+  ASSERT_TRUE(pool->AllocateBlocks(3, &blocks, &evicted).ok());
+  ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{blocks[0]}).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST(BlockPoolTest, SequencesShareCachedPrefixBlocks) {
   auto pool = MakePool(16);
   // Sequence 1: 3 full blocks and 2 more tokens.
@@ -330,6 +358,30 @@ TEST(BlockPoolTest, RetentionExpiresBackToTheDefaultPriority) {
   ASSERT_EQ(evicted.size(), 1u);
   EXPECT_EQ(evicted[0].key, Key(1)) << "80 expired to 35, below 50";
   EXPECT_EQ(evicted[0].priority, 35);
+}
+
+// A block's retention ends with its commit: once evicted, the block committed again under
+// another key must not inherit the old deadline (block_pool_fuzz found it did).
+TEST(BlockPoolTest, AnEvictedBlocksOldRetentionDoesNotReachItsNextCommit) {
+  FakeClock clock;
+  auto pool = MakePool(1, {.clock = &clock});
+  // Block 0 holds Key(1) at p80 for 10 s, then is evicted for sequence 2's Key(2).
+  StartAndCommit(*pool, 1, {Key(1)}, Tokens(0, 4), {{80, 10s}});
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  // Key(2) at p90 for 30 s, in the same block.
+  const SequenceStart second = StartAndCommit(*pool, 2, {Key(2)}, Tokens(50, 4), {{90, 30s}});
+  ASSERT_EQ(second.evicted.size(), 1u);
+  ASSERT_EQ(second.block_table, (std::vector<BlockId>{0}));
+  ASSERT_TRUE(pool->FreeSequence(2).ok());
+  std::vector<PoolHolding> holdings = pool->Holdings();
+  ASSERT_EQ(holdings.size(), 1u);
+  EXPECT_EQ(holdings[0].retention_left, 30s) << "Key(2)'s own deadline, not Key(1)'s";
+  clock.Advance(11s);  // Key(1)'s deadline passed, Key(2)'s has not
+  pool->AdvanceTime();
+  holdings = pool->Holdings();
+  ASSERT_EQ(holdings.size(), 1u);
+  EXPECT_EQ(holdings[0].priority, 90) << "Key(2) keeps p90 for its 30 s";
+  EXPECT_EQ(holdings[0].retention_left, 19s);
 }
 
 TEST(BlockPoolTest, WindowedPoolReleasesBlocksThatLeaveTheWindowButKeepsSinks) {
