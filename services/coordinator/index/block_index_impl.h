@@ -216,7 +216,11 @@ class BlockIndex::Impl {
     if (free_block_ != kNil) {
       b = free_block_;
       free_block_ = blocks_[b].parent;
+      // The slot's retention sequence carries on, one past its last block's: a deadline
+      // that block left in the heap must not match this block's first retention.
+      const uint16_t next_seq = blocks_[b].retention_seq + 1;
       blocks_[b] = Block{};
+      blocks_[b].retention_seq = next_seq;
     } else {
       b = static_cast<uint32_t>(blocks_.size());
       blocks_.emplace_back();

@@ -206,6 +206,20 @@ TEST_F(BlockIndexTest, RestoringReplacesRetentionAndVoidsTheOldDeadline) {
   EXPECT_EQ(index_->Evict(0, Tier::kGpu, 1), p) << "priority 10 goes before q's 35";
 }
 
+// A removed block's deadline goes with it: the next block stored in its slot keeps its own
+// retention (the worker's pool had this bug, and block_pool_fuzz found it there).
+TEST_F(BlockIndexTest, ARemovedBlocksDeadlineDoesNotReachTheNextBlockInItsPlace) {
+  const auto p = Chain(1, 1), q = Chain(2, 1), r = Chain(3, 1);
+  ASSERT_TRUE(Store(p, kGpu0, 0, std::nullopt, {{90, seconds(5)}}).ok());  // p90 for 5 s
+  EXPECT_EQ(index_->Remove(kGpu0, p), 1u);                                   // p gone, its slot free
+  ASSERT_TRUE(Store(q, kGpu0, 0, std::nullopt, {{10, seconds(30)}}).ok());  // q: p10 for 30 s
+  ASSERT_TRUE(Store(r, kGpu0).ok());                                         // r: the default, 35
+  clock_.Advance(seconds(10));  // p's deadline passed, q's has not
+  index_->AdvanceTime();
+  EXPECT_EQ(index_->Stats().expirations, 0u) << "p's deadline died with p";
+  EXPECT_EQ(index_->Evict(0, Tier::kGpu, 1), q) << "q keeps priority 10 and goes before r's 35";
+}
+
 TEST_F(BlockIndexTest, RemovedInteriorBlockBreaksThePrefixButKeepsItsChildren) {
   const auto abc = Chain(1, 3);
   ASSERT_TRUE(Store(abc, kGpu0).ok());

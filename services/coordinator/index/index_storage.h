@@ -69,7 +69,10 @@ struct Block {                     // 52 bytes
   uint32_t parent = kNil;          // kNil: the chain's root; doubles as the free-list link
   uint32_t children = 0;           // child blocks in the index
   uint16_t hits = 0;               // saturating
-  uint16_t retention_seq = 0;      // matches the live expiry-heap entry
+  // Matches the live expiry-heap entry; carried on when the slot is reused. 16 bits: a
+  // stale entry matches again only after 65,536 retention changes of one slot before its
+  // deadline (then a priority reverts early), which keeps the block at 52 bytes.
+  uint16_t retention_seq = 0;
   uint16_t scope = 0;
   uint8_t priority = 35;
   uint8_t live = 0;
