@@ -71,7 +71,8 @@ void TierIndex::SetPolicy(uint32_t id, const BlockHeader& header) {
   ++entry.generation;  // an earlier deadline of this entry no longer applies
   if (header.retention_left_ms != 0) {
     entry.deadline_ns = NowNs() + static_cast<int64_t>(header.retention_left_ms) * 1'000'000;
-    deadlines_.push(Deadline{entry.deadline_ns, id, entry.generation});
+    deadlines_.Push(Deadline{entry.deadline_ns, id, entry.generation},
+                    [this](const Deadline& d) { return DeadlineLive(d); });
   }
   if (lru_.Contains(id)) lru_.Remove(id);
   if (!entry.held) lru_.PushMostRecent(id, EffectivePriority(id));
@@ -112,17 +113,14 @@ BlockHeader TierIndex::CurrentHeader(uint32_t id) const {
 }
 
 void TierIndex::ApplyDeadlines() {
-  const int64_t now = NowNs();
-  while (!deadlines_.empty() && deadlines_.top().at_ns <= now) {
-    const Deadline due = deadlines_.top();
-    deadlines_.pop();
-    Entry& entry = entries_[due.id];
-    if (!entry.live || entry.generation != due.generation) continue;  // erased or re-set since
-    if (lru_.Contains(due.id) && lru_.priority(due.id) != kDefaultPriority) {
-      lru_.Remove(due.id);
-      lru_.PushMostRecent(due.id, kDefaultPriority);
-    }
-  }
+  deadlines_.PopDue(
+      NowNs(), [this](const Deadline& d) { return DeadlineLive(d); },
+      [this](const Deadline& due) {
+        if (lru_.Contains(due.id) && lru_.priority(due.id) != kDefaultPriority) {
+          lru_.Remove(due.id);
+          lru_.PushMostRecent(due.id, kDefaultPriority);
+        }
+      });
 }
 
 uint32_t TierIndex::Victim() {

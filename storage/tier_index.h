@@ -12,13 +12,13 @@
 #pragma once
 
 #include <cstdint>
-#include <queue>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/deadline_heap.h"
 #include "common/prioritized_lru.h"
 #include "storage/block_header.h"
 #include "storage/key_slots.h"
@@ -87,17 +87,14 @@ class TierIndex {
     using is_transparent = void;
     size_t operator()(std::string_view tag) const { return std::hash<std::string_view>{}(tag); }
   };
-  struct Deadline {
-    int64_t at_ns;
-    uint32_t id;
-    uint32_t generation;
-    bool operator>(const Deadline& other) const { return at_ns > other.at_ns; }
-  };
+  using Deadline = DeadlineHeap<uint32_t>::Entry;  // generation: the entry's, when it was set
 
   uint32_t FormatId(std::string_view format_tag) const;
   uint32_t InternFormat(std::string_view format_tag);
   void SetPolicy(uint32_t id, const BlockHeader& header);
   void ApplyDeadlines();
+  // Whether `d` is its entry's current deadline (not re-set, the entry not erased).
+  bool DeadlineLive(const Deadline& d) const { return entries_[d.id].live && entries_[d.id].generation == d.generation; }
   int64_t NowNs() const { return clock_->Now().count(); }
 
   const Clock* clock_;
@@ -107,7 +104,7 @@ class TierIndex {
   std::vector<Entry> entries_;
   std::vector<uint32_t> free_ids_;
   PrioritizedLru lru_;
-  std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> deadlines_;
+  DeadlineHeap<uint32_t> deadlines_;
   uint64_t units_ = 0;
 };
 

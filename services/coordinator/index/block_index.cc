@@ -344,15 +344,12 @@ size_t BlockIndex::Impl::RemoveNode(NodeId node) {
 }
 
 void BlockIndex::Impl::AdvanceTime() {
-  const int64_t now = options_.clock->Now().count();
-  while (!expiry_.empty() && expiry_.top().deadline_ns <= now) {
-    const ExpiryEntry entry = expiry_.top();
-    expiry_.pop();
-    Block& block = blocks_[entry.block];
-    if (!block.live || block.retention_seq != entry.seq) continue;  // replaced or gone
-    SetPriority(entry.block, kDefaultPriority);
-    ++expirations_;
-  }
+  expiry_.PopDue(
+      options_.clock->Now().count(), [this](const ExpiryEntry& e) { return ExpiryLive(e); },
+      [this](const ExpiryEntry& e) {
+        SetPriority(e.id, kDefaultPriority);
+        ++expirations_;
+      });
 }
 
 BlockIndexStats BlockIndex::Impl::Stats() const {

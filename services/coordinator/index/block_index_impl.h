@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 
+#include "common/deadline_heap.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/block_tokens.h"
 #include "services/coordinator/index/index_storage.h"
@@ -40,12 +41,8 @@ struct NodeLists {
 
 inline constexpr int kNoPriority = kMaxPriority + 1;
 
-struct ExpiryEntry {
-  int64_t deadline_ns;
-  uint32_t block;
-  uint16_t seq;
-  friend bool operator>(const ExpiryEntry& a, const ExpiryEntry& b) { return a.deadline_ns > b.deadline_ns; }
-};
+// A retention deadline: id is the block, generation its Block::retention_seq.
+using ExpiryEntry = DeadlineHeap<uint16_t>::Entry;
 
 // Where `node`'s entry is in `scores`; scores.size() when it has none.
 inline size_t ScoreOf(std::span<const NodeScore> scores, NodeId node) {
@@ -363,12 +360,18 @@ class BlockIndex::Impl {
     }
   }
 
+  // Whether `e` is its block's current deadline (not replaced, the block not gone).
+  bool ExpiryLive(const ExpiryEntry& e) const {
+    return blocks_[e.id].live && blocks_[e.id].retention_seq == e.generation;
+  }
+
   void SetRetention(uint32_t b, const BlockRetention& retention) {
     SetPriority(b, retention.priority);
     Block& block = blocks_[b];
     ++block.retention_seq;  // any older deadline of this block is void
     if (retention.duration.count() > 0 && retention.priority != kDefaultPriority) {
-      expiry_.push({(options_.clock->Now() + retention.duration).count(), b, block.retention_seq});
+      expiry_.Push({(options_.clock->Now() + retention.duration).count(), b, block.retention_seq},
+                   [this](const ExpiryEntry& e) { return ExpiryLive(e); });
     }
   }
 
@@ -442,7 +445,7 @@ class BlockIndex::Impl {
   // Lookup's per-node pending weights, kept so that a lookup allocates only its answer
   // (Lookup is const; the index is single-threaded, see block_index.h).
   mutable std::vector<double> lookup_pending_;
-  std::priority_queue<ExpiryEntry, std::vector<ExpiryEntry>, std::greater<>> expiry_;
+  DeadlineHeap<uint16_t> expiry_;
   size_t live_blocks_ = 0;
   size_t locations_ = 0;
   uint64_t expirations_ = 0;

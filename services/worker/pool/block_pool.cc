@@ -302,12 +302,9 @@ Result<std::vector<BlockId>> BlockPool::BlockTable(SequenceId id) const {
 
 void BlockPool::AdvanceTime() {
   Impl& p = *impl_;
-  const int64_t now = p.options_.clock->Now().count();
-  while (!p.expiry_.empty() && p.expiry_.top().deadline_ns <= now) {
-    const Expiry e = p.expiry_.top();
-    p.expiry_.pop();
-    if (p.metas_[e.block].committed && p.metas_[e.block].retention_seq == e.seq) p.SetPriority(e.block, kDefaultPriority);
-  }
+  p.expiry_.PopDue(
+      p.options_.clock->Now().count(), [&](const Expiry& e) { return p.ExpiryLive(e); },
+      [&](const Expiry& e) { p.SetPriority(e.id, kDefaultPriority); });
 }
 
 std::vector<PoolEvent> BlockPool::TakeEvents() {
@@ -318,13 +315,11 @@ std::vector<PoolEvent> BlockPool::TakeEvents() {
 
 std::vector<PoolHolding> BlockPool::Holdings() const {
   const Impl& w = *impl_;
-  // Live retention deadlines: heap entries whose sequence is still the block's (a copy of
-  // the heap is drained; snapshots are rare).
+  // Live retention deadlines (one per block at most; snapshots are rare).
   std::unordered_map<BlockId, int64_t> deadlines;
-  for (auto heap = w.expiry_; !heap.empty(); heap.pop()) {
-    const Expiry& e = heap.top();
-    if (w.metas_[e.block].retention_seq == e.seq) deadlines[e.block] = e.deadline_ns;
-  }
+  w.expiry_.ForEach([&](const Expiry& e) {
+    if (w.ExpiryLive(e)) deadlines[e.id] = e.deadline_ns;
+  });
   const int64_t now = w.options_.clock->Now().count();
   std::vector<PoolHolding> holdings;
   holdings.reserve(w.index_.size());

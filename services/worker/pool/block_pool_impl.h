@@ -4,13 +4,13 @@
 #pragma once
 
 #include <algorithm>
-#include <queue>
 #include <span>
 #include <utility>
 #include <memory_resource>
 #include <unordered_map>
 
 #include "services/worker/pool/block_pool.h"
+#include "common/deadline_heap.h"
 #include "common/prioritized_lru.h"
 
 namespace kvtier::worker {
@@ -46,6 +46,8 @@ struct Sequence {
   uint64_t salt_scope = 0;
 };
 
+using Expiry = DeadlineHeap<uint32_t>::Entry;
+
 // Cached blocks grouped by (parent key, format tag): the partial-reuse candidates.
 struct ChildGroup {
   BlockKey parent;
@@ -54,13 +56,6 @@ struct ChildGroup {
 };
 struct ChildGroupHash {
   size_t operator()(const ChildGroup& g) const { return BlockKeyHash{}(g.parent) ^ (g.format_tag * 0x9E3779B97F4A7C15ULL); }
-};
-
-struct Expiry {
-  int64_t deadline_ns;
-  BlockId block;
-  uint32_t seq;
-  friend bool operator>(const Expiry& a, const Expiry& b) { return a.deadline_ns > b.deadline_ns; }
 };
 
 class BlockPool::Impl {
@@ -239,9 +234,13 @@ class BlockPool::Impl {
     BlockMeta& m = metas_[b];
     ++m.retention_seq;
     if (retention.duration.count() > 0 && retention.priority != kDefaultPriority) {
-      expiry_.push({(options_.clock->Now() + retention.duration).count(), b, m.retention_seq});
+      expiry_.Push({(options_.clock->Now() + retention.duration).count(), b, m.retention_seq},
+                   [this](const Expiry& e) { return ExpiryLive(e); });
     }
   }
+
+  // Whether `e` is its block's current retention deadline (not replaced, not evicted).
+  bool ExpiryLive(const Expiry& e) const { return metas_[e.id].committed && metas_[e.id].retention_seq == e.generation; }
 
   void Emit(PoolEvent::Kind kind, BlockId b) {
     const BlockMeta& m = metas_[b];
@@ -261,7 +260,7 @@ class BlockPool::Impl {
   std::unordered_map<ChildGroup, std::vector<BlockId>, ChildGroupHash> children_;
   std::vector<uint32_t> tokens_;  // tokens of committed blocks, for partial reuse
   std::unordered_map<SequenceId, Sequence> sequences_;
-  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiry_;
+  DeadlineHeap<uint32_t> expiry_;  // retention deadlines, by BlockMeta::retention_seq
   std::vector<PoolEvent> events_;
   uint64_t next_event_ = 0;
   std::vector<uint32_t> free_marks_;  // CheckDrops: references one call drops, per block
