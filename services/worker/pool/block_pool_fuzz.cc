@@ -112,9 +112,9 @@ class Harness {
       case 3: case 4: return Commit(in);
       case 5: return FreeSequence(in);
       case 6: return Allocate(in);
-      case 7: return FreeBlocks(in);
+      case 7: return DropEach(in, loose_, &BlockPool::FreeBlocks, "a free drops only references AllocateBlocks gave");
       case 8: return Hold(in);
-      case 9: return Release(in);
+      case 9: return DropEach(in, holds_, &BlockPool::ReleaseBlocks, "a release drops exactly holds that were taken");
       case 10: return RememberChecksums(in);
       default: return Advance(in);
     }
@@ -313,9 +313,9 @@ class Harness {
                    std::span<const BlockRetention> retention);
   void FreeSequence(FuzzChoices& in);
   void Allocate(FuzzChoices& in);
-  void FreeBlocks(FuzzChoices& in);
+  void DropEach(FuzzChoices& in, std::map<BlockId, uint32_t>& counts,
+                Status (BlockPool::*drop)(std::span<const BlockId>), const char* property);
   void Hold(FuzzChoices& in);
-  void Release(FuzzChoices& in);
   void RememberChecksums(FuzzChoices& in);
   void Advance(FuzzChoices& in);
   std::vector<BlockId> PickBlocks(FuzzChoices& in, const std::map<BlockId, uint32_t>& likely);
@@ -572,11 +572,14 @@ bool Drop(std::map<BlockId, uint32_t>& counts, std::span<const BlockId> blocks, 
   return true;
 }
 
-void Harness::FreeBlocks(FuzzChoices& in) {
-  const std::vector<BlockId> blocks = PickBlocks(in, loose_);
-  const bool drops = Drop(loose_, blocks, options_.num_blocks);
-  CheckOutcome(pool_->FreeBlocks(blocks), drops, "a free drops only references AllocateBlocks gave");
-  FuzzCheck(pool_->TakeEvents().empty(), "a free emits nothing");
+// FreeBlocks and ReleaseBlocks: each listed block drops one of the model's `counts`
+// (AllocateBlocks' references, holds); refused exactly when one has none left to drop.
+void Harness::DropEach(FuzzChoices& in, std::map<BlockId, uint32_t>& counts,
+                       Status (BlockPool::*drop)(std::span<const BlockId>), const char* property) {
+  const std::vector<BlockId> blocks = PickBlocks(in, counts);
+  const bool drops = Drop(counts, blocks, options_.num_blocks);
+  CheckOutcome(((*pool_).*drop)(blocks), drops, property);
+  FuzzCheck(pool_->TakeEvents().empty(), "a free or a release emits nothing");
   CheckState();
 }
 
@@ -606,14 +609,6 @@ void Harness::Hold(FuzzChoices& in) {
   if (!status.ok()) return;
   for (const BlockId b : blocks) ++holds_[b];
   FuzzCheck(pool_->TakeEvents().empty(), "a hold emits nothing");
-  CheckState();
-}
-
-void Harness::Release(FuzzChoices& in) {
-  const std::vector<BlockId> blocks = PickBlocks(in, holds_);
-  const bool drops = Drop(holds_, blocks, options_.num_blocks);
-  CheckOutcome(pool_->ReleaseBlocks(blocks), drops, "a release drops exactly holds that were taken");
-  FuzzCheck(pool_->TakeEvents().empty(), "a release emits nothing");
   CheckState();
 }
 
