@@ -27,6 +27,7 @@
 
 #include "common/logging.h"
 #include "storage/tiered_store.h"
+#include "storage/testing/blocks.h"
 #include "storage/testing/tiered_stores.h"
 #include "tests/testing/fuzz_check.h"
 #include "tests/testing/fuzz_choices.h"
@@ -47,31 +48,18 @@ using Copy = std::tuple<TierKind, std::string, BlockKey, uint64_t>;
 // What was put: format, key, scope.
 using Name = std::tuple<std::string, BlockKey, uint64_t>;
 
-struct Block {
-  BlockHeader header;
-  std::vector<uint8_t> payload;
-  BlockRef ref() const { return {header.key, header.format_tag, header.salt_scope}; }
-};
-
-// Block bytes from (key, scope, version): distinct for each, so that a hit names its source.
-Block MakeBlock(FuzzChoices& in) {
-  Block b;
+// A block from (key, format, scope, version): the payload's seed is all four, so that the
+// bytes of a hit name the put they came from.
+testing::TestBlock MakeFuzzBlock(FuzzChoices& in) {
   const uint32_t key = in.Below(4), format = in.Below(2), scope = in.Below(2), version = in.Below(2);
   const uint32_t pages = 1 + in.Below(3);
-  b.payload.resize(pages * kPage - size_t{in.Below(2)} * 100);
-  uint64_t state = (uint64_t{key} << 24 | format << 16 | scope << 8 | version) * 0x9E3779B97F4A7C15ULL + 1;
-  for (uint8_t& byte : b.payload) {
-    state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-    byte = static_cast<uint8_t>(state >> 32);
-  }
+  const size_t bytes = pages * kPage - size_t{in.Below(2)} * 100;
+  const auto priority = static_cast<uint8_t>(in.Below(4) * 25);  // 0-75: some below the demotion floor
+  testing::TestBlock b = testing::MakeBlock(uint64_t{key} << 24 | format << 16 | scope << 8 | version, bytes,
+                                            priority, kScopes[scope], kFormats[format]);
   b.header.key = BlockKey{0x77, key};
   b.header.parent = BlockKey{0x77, 100};
   b.header.first_in_chain = true;
-  b.header.format_tag = kFormats[format];
-  b.header.salt_scope = kScopes[scope];
-  b.header.payload_bytes = b.payload.size();
-  b.header.checksum = PayloadChecksum(b.payload);
-  b.header.priority = static_cast<uint8_t>(in.Below(4) * 25);  // 0-75: some below the demotion floor
   if (in.Below(16) == 0) {  // a header that lies
     switch (in.Below(3)) {
       case 0: b.header.checksum ^= 1; break;
@@ -119,7 +107,7 @@ class Harness {
   }
 
  private:
-  void Remember(const Block& b) {
+  void Remember(const testing::TestBlock& b) {
     put_[{std::string(b.header.format_tag), b.header.key, b.header.salt_scope}].insert(b.payload);
   }
 
@@ -135,7 +123,7 @@ class Harness {
   }
 
   void Put(FuzzChoices& in) {
-    const Block b = MakeBlock(in);
+    const testing::TestBlock b = MakeFuzzBlock(in);
     const size_t events_before = events_.size();
     const Status status = store_->Put(b.header, b.payload);
     if (status.ok()) {
@@ -146,11 +134,11 @@ class Harness {
   }
 
   void PutBatch(FuzzChoices& in) {
-    std::vector<Block> blocks(1 + in.Below(3));
-    for (Block& b : blocks) b = MakeBlock(in);
+    std::vector<testing::TestBlock> blocks(1 + in.Below(3));
+    for (testing::TestBlock& b : blocks) b = MakeFuzzBlock(in);
     std::vector<PutItem> items;
     items.reserve(blocks.size());
-    for (const Block& b : blocks) items.push_back({b.header, b.payload, /*checksum_checked=*/false});
+    for (const testing::TestBlock& b : blocks) items.push_back({b.header, b.payload, /*checksum_checked=*/false});
     const std::vector<Status> results = store_->PutBatch(items);
     FuzzCheck(results.size() == blocks.size(), "a batched put answers each block");
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -159,15 +147,15 @@ class Harness {
   }
 
   void Get(FuzzChoices& in) {
-    const Block b = MakeBlock(in);
+    const testing::TestBlock b = MakeFuzzBlock(in);
     std::vector<uint8_t> out(3 * kPage);
     const Result<TieredHit> hit = store_->Get(b.ref(), out);
     if (hit.ok()) CheckHit(b.ref(), hit->header, std::span(out).first(hit->header.payload_bytes));
   }
 
   void GetBatch(FuzzChoices& in) {
-    std::vector<Block> blocks(1 + in.Below(3));
-    for (Block& b : blocks) b = MakeBlock(in);
+    std::vector<testing::TestBlock> blocks(1 + in.Below(3));
+    for (testing::TestBlock& b : blocks) b = MakeFuzzBlock(in);
     std::vector<std::vector<uint8_t>> outs(blocks.size(), std::vector<uint8_t>(3 * kPage));
     std::vector<BlockRef> refs;
     std::vector<std::span<uint8_t>> spans;
@@ -184,7 +172,7 @@ class Harness {
   }
 
   void Pin(FuzzChoices& in) {
-    const Block b = MakeBlock(in);
+    const testing::TestBlock b = MakeFuzzBlock(in);
     const Result<PinnedBlock> pinned = store_->PinInHost(b.ref());
     if (!pinned.ok()) return;
     std::vector<uint8_t> bytes;
@@ -193,7 +181,7 @@ class Harness {
   }
 
   void RemoveOrMove(FuzzChoices& in) {
-    const Block b = MakeBlock(in);
+    const testing::TestBlock b = MakeFuzzBlock(in);
     if (in.Below(2) == 0) {
       (void)store_->MoveOutOfHost(b.ref());
       return;
