@@ -59,7 +59,6 @@ class DeadlineHeap {
   }
 
   size_t size() const { return entries_.size(); }
-  size_t capacity() const { return entries_.capacity(); }
 
  private:
   // Below this many entries the heap is never compacted: a pass would not pay for itself.
