@@ -1,5 +1,7 @@
 #include "storage/host_tier.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -23,6 +25,7 @@ class HostTier::Impl {
         num_pages_(static_cast<uint32_t>(options_.capacity_bytes / options_.page_bytes)),
         next_page_(num_pages_),
         readers_(num_pages_, 0),
+        lent_(num_pages_, 0),
         index_(options_.clock) {
     free_pages_.reserve(num_pages_);
     for (uint32_t page = num_pages_; page-- > 0;) free_pages_.push_back(page);
@@ -70,10 +73,18 @@ class HostTier::Impl {
     return held;
   }
 
-  void Unpin(uint32_t first) {
+  void Unpin(uint32_t first, bool lent) {
     MutexLock lock(mu_);
+    if (lent) {
+      for (uint32_t page = first; page != TierIndex::kNil; page = next_page_[page]) lent_[page] = 1;
+    }
     ReleaseReaderLocked(first);
   }
+
+  // Pages can be lent when their memory can be replaced under them: a private anonymous
+  // mapping of small pages. Not a slab pinned for DMA (the device would keep the old
+  // pages) nor explicit huge pages (MADV_DONTNEED takes them whole).
+  bool CanLend() const { return !memory_->pinned() && !memory_->explicit_huge_pages(); }
 
   // Pages for new blocks, taken under the lock with room made for all of them at once (as
   // PutChecked takes them); the caller writes them in place, then commits or abandons.
@@ -287,6 +298,7 @@ class HostTier::Impl {
     for (uint64_t i = 0; i < count; ++i) {
       const uint32_t page = free_pages_.back();
       free_pages_.pop_back();
+      if (lent_[page] != 0) ReplaceLentPage(page);
       *link = page;
       link = &next_page_[page];
     }
@@ -519,6 +531,18 @@ class HostTier::Impl {
     ReleasePagesLocked(first);
   }
 
+  // A page that a zero-copy send lent (UnpinLent) may still be read by the kernel: the
+  // socket's queues hold references to the page itself, not to our mapping. Writing it
+  // would change bytes already sent. So the mapping gets a fresh zero page instead (a
+  // private anonymous mapping: MADV_DONTNEED drops ours), and the old page lives on
+  // until the kernel lets it go. Rare: lent pages come back unlent when the client says
+  // it has read them.
+  void ReplaceLentPage(uint32_t page) KVTIER_REQUIRES(mu_) {
+    lent_[page] = 0;
+    madvise(Page(page), options_.page_bytes, MADV_DONTNEED);  // cannot fail on our own anonymous pages
+    ++stats_.lent_pages_replaced;
+  }
+
   // Returns how many pages the chain had.
   uint64_t ReleasePagesLocked(uint32_t first) KVTIER_REQUIRES(mu_) {
     uint64_t released = 0;
@@ -544,6 +568,9 @@ class HostTier::Impl {
   // vector, 4 bytes per page, so that a get allocates nothing.
   static constexpr uint32_t kErased = 1u << 31;
   std::vector<uint32_t> readers_ KVTIER_GUARDED_BY(mu_);
+  // Per page: 1 when a zero-copy send lent it and no client said it read the bytes
+  // (ReplaceLentPage before it is written again).
+  std::vector<uint8_t> lent_ KVTIER_GUARDED_BY(mu_);
   TierIndex index_ KVTIER_GUARDED_BY(mu_);
   TierStats stats_ KVTIER_GUARDED_BY(mu_);
 };
@@ -591,13 +618,14 @@ uint64_t HostTier::FreeBytes() const { return impl_->FreeBytes(); }
 std::vector<BlockHeader> HostTier::Headers() const { return impl_->Headers(); }
 bool HostTier::huge_pages() const { return impl_->memory().explicit_huge_pages(); }
 bool HostTier::pinned() const { return impl_->memory().pinned(); }
+bool HostTier::can_lend_pages() const { return impl_->CanLend(); }
 
 PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
     : tier_(std::exchange(other.tier_, nullptr)), first_page_(other.first_page_), header_(std::move(other.header_)) {}
 
 PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
   if (this != &other) {
-    if (tier_ != nullptr) tier_->impl_->Unpin(first_page_);
+    if (tier_ != nullptr) tier_->impl_->Unpin(first_page_, /*lent=*/false);
     tier_ = std::exchange(other.tier_, nullptr);
     first_page_ = other.first_page_;
     header_ = std::move(other.header_);
@@ -606,7 +634,12 @@ PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
 }
 
 PinnedBlock::~PinnedBlock() {
-  if (tier_ != nullptr) tier_->impl_->Unpin(first_page_);
+  if (tier_ != nullptr) tier_->impl_->Unpin(first_page_, /*lent=*/false);
+}
+
+void PinnedBlock::UnpinLent() {
+  if (tier_ != nullptr) tier_->impl_->Unpin(first_page_, /*lent=*/true);
+  tier_ = nullptr;
 }
 
 Result<HostReservation> HostTier::Reserve(std::span<const BlockHeader> headers) {

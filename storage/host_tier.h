@@ -81,6 +81,12 @@ class PinnedBlock {
   const BlockHeader& header() const { return header_; }
   // Calls `piece` with the payload in order, a run of contiguous pages at a time.
   void ForEachPiece(const std::function<void(std::span<const uint8_t>)>& piece) const;
+  // Unpins after a zero-copy send (vmsplice) whose reader may not have read the bytes
+  // yet: the kernel may still hold the pages. The tier then never writes them in place
+  // again: before it reuses one it replaces its memory (HostTier::can_lend_pages). The pin
+  // becomes empty. An unpin once the reader said it read them is the destructor's.
+  // REQUIRES: the tier can_lend_pages().
+  void UnpinLent();
 
  private:
   friend class HostTier;
@@ -159,6 +165,9 @@ class HostTier final : public Tier {
 
   bool huge_pages() const;
   bool pinned() const;
+  // Whether a pin's pages may be lent to the kernel for a zero-copy send (see
+  // PinnedBlock::UnpinLent): a slab neither pinned for DMA nor of explicit huge pages.
+  bool can_lend_pages() const;
 
   class Impl;
 

@@ -1,8 +1,12 @@
 // HostTier::Pin: a block read where it lies, for a sender that gathers straight from the
 // tier's pages.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "storage/host_tier.h"
@@ -144,6 +148,89 @@ TEST(HostTierPinTest, WithVerifyOnGetACorruptBlockIsDroppedNotPinned) {
   EXPECT_EQ(stats.checksum_failures, 1u);
   EXPECT_EQ(stats.bytes, 2u * kPage) << "the corrupt block's pages went back";
   EXPECT_EQ(Bytes(tier->Pin(good.ref()).value()), good.payload);
+}
+
+// A pipe holding a pin's pages by reference, as a zero-copy send leaves them in a socket:
+// vmsplice without SPLICE_F_GIFT, the bytes read from the pages only when the pipe is read.
+class SplicedPages {
+ public:
+  explicit SplicedPages(const PinnedBlock& pin) {
+    EXPECT_EQ(pipe2(fds_, O_CLOEXEC), 0);
+    for (std::span<const uint8_t> piece : Pieces(pin)) {
+      iovec iov{const_cast<uint8_t*>(piece.data()), piece.size()};
+      EXPECT_EQ(vmsplice(fds_[1], &iov, 1, 0), static_cast<ssize_t>(piece.size()));
+      pieces_.push_back(piece);
+      bytes_ += piece.size();
+    }
+  }
+  ~SplicedPages() {
+    close(fds_[0]);
+    close(fds_[1]);
+  }
+  std::vector<uint8_t> Read() {
+    std::vector<uint8_t> bytes(bytes_);
+    EXPECT_EQ(read(fds_[0], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    return bytes;
+  }
+  // What the tier's pages that were spliced hold now, in the order spliced.
+  std::vector<uint8_t> PagesNow() const {
+    std::vector<uint8_t> bytes;
+    for (std::span<const uint8_t> piece : pieces_) bytes.insert(bytes.end(), piece.begin(), piece.end());
+    return bytes;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+  std::vector<std::span<const uint8_t>> pieces_;
+  size_t bytes_ = 0;
+};
+
+// Block 1 fills a two-page tier and is spliced, then unpinned lent and removed. Block 2
+// takes its two pages: the tier replaces their memory first, so the spliced bytes read
+// later are still block 1's, and block 2 reads back whole.
+TEST(HostTierPinTest, ALentPageIsReplacedBeforeItIsWrittenAgain) {
+  auto tier = MakeTier(2);
+  ASSERT_TRUE(tier->can_lend_pages());
+  const TestBlock one = MakeBlock(1, 2 * kPage), two = MakeBlock(2, 2 * kPage);
+  ASSERT_TRUE(tier->Put(one.header, one.payload).ok());
+  PinnedBlock pin = tier->Pin(one.ref()).value();
+  SplicedPages spliced(pin);
+  pin.UnpinLent();
+  EXPECT_TRUE(Pieces(pin).empty()) << "an unpinned pin holds nothing";
+  ASSERT_TRUE(tier->Remove(one.ref()).ok());
+  ASSERT_TRUE(tier->Put(two.header, two.payload).ok());
+
+  EXPECT_NE(spliced.PagesNow(), one.payload) << "block 2 was written where block 1 was";
+  EXPECT_EQ(spliced.Read(), one.payload);
+  EXPECT_EQ(Bytes(tier->Pin(two.ref()).value()), two.payload);
+  EXPECT_EQ(tier->Stats().lent_pages_replaced, 2u);
+}
+
+// The hazard the above guards against: unpinned plainly (its reader said it read the
+// bytes), the pages are written in place, and bytes still spliced would change with them.
+TEST(HostTierPinTest, APlainUnpinLeavesThePagesToBeWrittenInPlace) {
+  auto tier = MakeTier(2);
+  const TestBlock one = MakeBlock(1, 2 * kPage), two = MakeBlock(2, 2 * kPage);
+  ASSERT_TRUE(tier->Put(one.header, one.payload).ok());
+  std::optional<SplicedPages> spliced;
+  {
+    PinnedBlock pin = tier->Pin(one.ref()).value();
+    spliced.emplace(pin);
+  }
+  ASSERT_TRUE(tier->Remove(one.ref()).ok());
+  ASSERT_TRUE(tier->Put(two.header, two.payload).ok());
+
+  const std::vector<uint8_t> now = spliced->PagesNow();
+  EXPECT_NE(now, one.payload) << "block 2 was written where block 1 was";
+  EXPECT_EQ(spliced->Read(), now);
+  EXPECT_EQ(tier->Stats().lent_pages_replaced, 0u);
+}
+
+// A slab pinned for DMA cannot have its memory replaced: its pages are not lent.
+TEST(HostTierPinTest, APinnedSlabDoesNotLendItsPages) {
+  HostTierOptions options = SmallHostTier(2);
+  options.pin = [](void*, size_t) { return Status::Ok(); };
+  EXPECT_FALSE(HostTier::Create(options).value()->can_lend_pages());
 }
 
 }  // namespace

@@ -51,6 +51,9 @@ struct TierStats {
   // there and their ratio is the mean group; the host tier leaves both 0.
   uint64_t put_batches = 0;
   uint64_t put_writes = 0;
+  // Host: pages whose memory was replaced before reuse because a zero-copy send lent them
+  // and its reader never said it read them (PinnedBlock::UnpinLent).
+  uint64_t lent_pages_replaced = 0;
 };
 
 // An evicted block: its header (retention as still left) and its payload as one or more

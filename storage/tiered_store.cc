@@ -121,6 +121,8 @@ class TieredStore::Impl {
     return host_->Commit(std::move(reservation));
   }
 
+  bool CanLendHostPages() const { return host_ != nullptr && host_->can_lend_pages(); }
+
   Result<PinnedBlock> PinInHost(const BlockRef& ref) {
     if (!host_) return NotFoundError("block " + ref.key.ToHex() + ": this store has no host tier");
     return host_->Pin(ref);
@@ -385,6 +387,7 @@ std::vector<Result<TieredHit>> TieredStore::GetBatch(std::span<const BlockRef> r
   return impl_->GetBatch(refs, outs, promote);
 }
 Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
+bool TieredStore::CanLendHostPages() const { return impl_->CanLendHostPages(); }
 Result<HostReservation> TieredStore::ReserveInHost(std::span<const BlockHeader> headers) {
   return impl_->ReserveInHost(headers);
 }

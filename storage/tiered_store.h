@@ -115,6 +115,9 @@ class TieredStore {
   // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
   // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).
   [[nodiscard]] Result<PinnedBlock> PinInHost(const BlockRef& ref);
+  // Whether PinInHost's pins may be unpinned lent (HostTier::can_lend_pages); false
+  // without a host tier.
+  bool CanLendHostPages() const;
   // A put written in place: HostTier::Reserve and Commit (events and demotions as
   // PutBatch's). kFailedPrecondition from ReserveInHost when the store has no host tier.
   // REQUIRES: a reservation is committed to the store that made it.

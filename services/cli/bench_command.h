@@ -52,6 +52,7 @@ class BenchCommand {
   std::string transfer_path_ = "both";
   std::string transfer_stream_get_ = "keys";
   uint32_t transfer_gets_in_flight_ = 1;
+  bool transfer_lend_pages_ = true;
   std::string transfer_stream_put_ = "keys";
   bool vs_redis_ = false;
   std::string trace_;

@@ -48,6 +48,10 @@ void BenchCommand::AddTransfer() {
                         "Keyed gets each client sends ahead of the reply it reads (1: one at a time)")
       ->check(CLI::Range(1, static_cast<int>(store::DataStreamClient::kMaxGetsInFlight)))
       ->capture_default_str();
+  transfer_->add_option("--stream-lend-pages", transfer_lend_pages_,
+                        "Whether the data stream's gets send the host tier's pages zero copy (spliced) "
+                        "rather than copied into the socket")
+      ->capture_default_str();
   transfer_->add_option("--stream-put", transfer_stream_put_,
                         "How the data stream's puts carry their headers: keys (on the stream, under one put "
                         "session per client) or ticket (an openPut call per put)")
@@ -146,7 +150,8 @@ int BenchCommand::RunTransfer() const {
                                               .stream_threads = transfer_stream_threads_,
                                               .keyed_gets = transfer_stream_get_ == "keys",
                                               .gets_in_flight = transfer_gets_in_flight_,
-                                              .keyed_puts = transfer_stream_put_ == "keys"};
+                                              .keyed_puts = transfer_stream_put_ == "keys",
+                                              .lend_pages = transfer_lend_pages_};
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});
@@ -162,11 +167,12 @@ int BenchCommand::RunTransfer() const {
   const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
   if (json_) {
     std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
-                "\"stream_get\":\"%s\",\"gets_in_flight\":%u,\"stream_put\":\"%s\",%s,"
+                "\"stream_get\":\"%s\",\"gets_in_flight\":%u,\"lend_pages\":%s,\"stream_put\":\"%s\",%s,"
                 "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
                 static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
                 static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, transfer_stream_get_.c_str(),
-                transfer_gets_in_flight_, transfer_stream_put_.c_str(), PathFields(paths).c_str(),
+                transfer_gets_in_flight_, transfer_lend_pages_ ? "true" : "false", transfer_stream_put_.c_str(),
+                PathFields(paths).c_str(),
                 loopback->gbps, loopback->from_memory_gbps, redis_field(redis ? redis->put_gbps : 0).c_str(),
                 redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;

@@ -164,6 +164,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenSession({.op = StreamOp::kGetKeys,
                                                                          .format_tag = p.getFormatTag().cStr(),
                                                                          .salt_scope = scope,
+                                                                         .any_scope = node_,
                                                                          .max_blocks = MaxBlocksPerTransfer(),
                                                                          .on_request = on_request_,
                                                                          .extra = BoundExtra()}));

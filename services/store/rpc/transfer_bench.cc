@@ -393,7 +393,8 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
                                                       .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
                                                                           (64ull << 20),
                                                       .max_block_bytes = o.block_bytes,
-                                                      .threads = o.stream_threads}));
+                                                      .threads = o.stream_threads,
+                                                      .lend_pages = o.lend_pages}));
   }
   BenchNode* n = node.get();
   n->session.identity = {"bench-store", {"store"}};

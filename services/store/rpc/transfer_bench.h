@@ -38,6 +38,8 @@ struct TransferBenchOptions {
   // The data stream's puts: true, keyed puts under one put session per client
   // (openPutSession once, then the headers on the stream); false, an openPut per put.
   bool keyed_puts = true;
+  // The data stream's gets lend the host tier's pages (DataStreamServerOptions::lend_pages).
+  bool lend_pages = true;
 };
 
 // Where a phase's CPU went, in cores (CPU seconds over the phase's wall time).

@@ -190,7 +190,9 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<co
   }
   const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
                               .secret = session.secret};
-  const StreamKeysHead head{.count = static_cast<uint32_t>(keys.size())};
+  // Says how many replies it has read whole, so that the node may lend it pages (protocol.h).
+  const StreamKeysHead head{.count = static_cast<uint32_t>(keys.size()),
+                            .acked = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
   std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
                          Iov(keys.data(), keys.size_bytes())};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
@@ -232,6 +234,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReceiveGetKeys(const Buffer
                               " payload bytes in the reply, its headers say " + std::to_string(expected)));
   }
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
+  ++keyed_replies_read_;
   return got;
 }
 

@@ -6,7 +6,9 @@
 // Get reads each block's payload straight from the socket into the caller's buffer
 // (scatter, readv); Put writes the caller's payloads straight to the socket (gather,
 // writev): no staging copy and no allocation per block on this side. Checksums are the
-// caller's to verify against the headers that came with the ticket.
+// caller's to verify against the headers that came with the ticket. Each keyed get acks
+// the keyed replies read before it (protocol.h), which lets a node send to a node's
+// session zero copy.
 //
 // Why plain POSIX sockets rather than Asio here: a caller's thread blocks on its
 // transfer, with a deadline, and readv/writev with SO_RCVTIMEO/SO_SNDTIMEO say exactly
@@ -117,6 +119,7 @@ class DataStreamClient {
   std::array<uint32_t, kMaxGetsInFlight> keys_in_flight_ = {};
   size_t oldest_in_flight_ = 0;
   size_t gets_in_flight_ = 0;
+  uint32_t keyed_replies_read_ = 0;  // whole, on this connection: acked in the next keyed get
 };
 
 }  // namespace kvtier::store

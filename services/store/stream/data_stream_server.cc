@@ -22,7 +22,10 @@ class DataStreamServer::Impl {
         tier_pool_(tier_threads_) {
     const bool disk = options_.store->Stats().disk.has_value();
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
-                .tier_pool = &tier_pool_, .disk = disk, .max_block_bytes = options_.max_block_bytes,
+                .tier_pool = &tier_pool_, .disk = disk,
+                .lend_pages = options_.lend_pages && options_.store->CanLendHostPages(),
+                .lent_grace = options_.lent_grace,
+                .max_block_bytes = options_.max_block_bytes,
                 .client_timeout = options_.client_timeout};
   }
 
@@ -87,6 +90,7 @@ class DataStreamServer::Impl {
     s.puts = counters_.puts;
     s.bytes_sent = counters_.bytes_sent;
     s.bytes_received = counters_.bytes_received;
+    s.bytes_lent = counters_.bytes_lent;
     s.refused = counters_.refused;
     s.expired = tickets_.expired();
     s.sessions = tickets_.sessions();

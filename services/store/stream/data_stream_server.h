@@ -82,6 +82,15 @@ struct DataStreamServerOptions {
   // and keyed gets' reads of a session's extra source, so that no event loop waits for a
   // disk or another loop. 0: as many as loops.
   uint32_t tier_threads = 0;
+  // Keyed gets of node sessions (a node's credential) whose clients ack (protocol.h) send
+  // the blocks that the host tier holds zero copy: their pages spliced into the socket
+  // (stream/splice_writer.h), where the host tier can lend them (a slab neither pinned
+  // for DMA nor of explicit huge pages). They stay pinned until the client acks them;
+  // after `lent_grace` idle without an ack they are unpinned lent, and the tier replaces
+  // their memory before it writes them again (a page fault per 4 KiB for that put).
+  // Tenants' sessions, ticket gets and lend_pages false: copied into the socket.
+  bool lend_pages = true;
+  std::chrono::milliseconds lent_grace{100};
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };
@@ -99,6 +108,7 @@ struct DataStreamStats {
   uint64_t staged_bytes = 0;
   uint64_t gets = 0, puts = 0;            // transfers completed
   uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t bytes_lent = 0;                // of bytes_sent: spliced from the host tier's pages
   uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
   uint64_t expired = 0;                   // tickets never used
   uint64_t sessions = 0;                  // open get and put sessions

@@ -22,8 +22,15 @@
 // session's format tag and salt scope. Why: an openGet per get was a Cap'n Proto round
 // trip per transfer, a fifth of a 256 KiB get's time and a busy RPC thread
 // (docs/benchmarks.md).
+//
+// `acked` is 0, or kStreamAcksReplies | the number of keyed-get replies (successful ones)
+// the client has read whole on this connection, mod 2^31. A client that acks lets a node
+// send its host tier's pages zero copy to a session opened with a node's credential: the
+// kernel reads those pages until the client has read them, and the node writes them
+// again only once the client says so (or after replacing their memory, when it does not
+// say so soon: DataStreamServerOptions::lent_grace).
 //   request  StreamRequest{magic, kGetKeys, session id, session secret}
-//            StreamKeysHead{count}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
+//            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
 //   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
 //            `blocks` state bytes padded to a multiple of 8, then `header_bytes` of the
 //            present blocks' headers in order (storage/block_header.h's encoding, the
@@ -97,8 +104,10 @@ inline constexpr uint32_t kMaxStreamMessageBytes = 4096;
 
 struct StreamKeysHead {
   uint32_t count = 0;
-  uint32_t reserved = 0;  // 0
+  uint32_t acked = 0;  // 0, or kStreamAcksReplies | replies read whole (mod 2^31)
 };
+inline constexpr uint32_t kStreamAcksReplies = 1u << 31;
+inline constexpr uint32_t kStreamAckedMask = kStreamAcksReplies - 1;
 static_assert(sizeof(StreamKeysHead) == 8);
 inline constexpr uint32_t kMaxStreamKeys = 4096;
 

@@ -5,15 +5,21 @@
 namespace kvtier::store {
 
 StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
-    : context_(context), socket_(std::move(socket)), timer_(socket_.get_executor()) {
+    : context_(context), socket_(std::move(socket)), timer_(socket_.get_executor()),
+      lent_timer_(socket_.get_executor()) {
   asio::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
 }
+
+StreamConnection::~StreamConnection() { UnpinAllLent(/*in_flight=*/reply_lent_); }
 
 void StreamConnection::Start() { ReadRequest(); }
 
 void StreamConnection::ReadRequest() {
   timer_.cancel();  // idle between transfers is the client's right; only transfers are timed
+  idle_ = true;
+  idle_since_ = std::chrono::steady_clock::now();
+  if (lent_count_ > 0 && !lent_timer_armed_) ArmLentTimer(context_.lent_grace);
   asio::async_read(socket_, asio::buffer(&request_, sizeof(request_)),
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
 }
@@ -27,6 +33,7 @@ void StreamConnection::ArmTimer() {
 
 void StreamConnection::OnRequest(const asio::error_code& ec) {
   if (ec) return Close();  // the client went (between transfers: the normal end)
+  idle_ = false;
   started_ = std::chrono::steady_clock::now();
   ArmTimer();
   if (request_.magic != kStreamMagic) {
@@ -95,6 +102,7 @@ void StreamConnection::GatherReply() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
   states_.assign(PaddedStateBytes(n), 0);
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
+  lendable_.clear();
   headers_.clear();
   if (keyed()) gather_.emplace_back(&header_bytes_, sizeof(header_bytes_));
   gather_.emplace_back(states_.data(), states_.size());
@@ -147,7 +155,11 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   const GetSlot& slot = transfer_.slots[i];
   if (pin_of_[i] >= 0) {
     const storage::PinnedBlock& pinned = transfer_.pinned[static_cast<size_t>(pin_of_[i])];
-    pinned.ForEachPiece([&](std::span<const uint8_t> piece) { gather_.emplace_back(piece.data(), piece.size()); });
+    pinned.ForEachPiece([&](std::span<const uint8_t> piece) {
+      lendable_.resize(gather_.size(), 0);
+      lendable_.push_back(1);
+      gather_.emplace_back(piece.data(), piece.size());
+    });
     if (keyed()) AddSentHeader(pinned.header());
     return slot.bytes;
   }
@@ -230,6 +242,7 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
   reply_.blocks = static_cast<uint32_t>(results.size());
   context_.counters->puts++;
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
+  lendable_.clear();
   SendReply();
 }
 
@@ -243,24 +256,39 @@ void StreamConnection::Refuse(const Status& status) {
   reply_.code = static_cast<uint32_t>(status.code());
   reply_.message_bytes = static_cast<uint32_t>(message_.size());
   gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(message_.data(), message_.size())});
+  lendable_.clear();
   SendReply();
 }
 
 void StreamConnection::SendReply() {
-  asio::async_write(socket_, gather_, WholeRemainder, [self = shared_from_this()](const asio::error_code& ec, size_t) {
-    const bool refused = self->reply_.code != 0;
-    if (!ec && !refused && self->context_.metrics != nullptr) {
-      const auto op = static_cast<StreamOp>(self->request_.op);
-      self->context_.metrics->Transferred(
-          op, self->transfer_.payload_bytes,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - self->started_).count());
+  if (SplicesReply()) return WriteSpliced();
+  asio::async_write(socket_, gather_, WholeRemainder,
+                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnReplySent(ec); });
+}
+
+void StreamConnection::OnReplySent(const asio::error_code& ec) {
+  const bool refused = reply_.code != 0;
+  if (!ec && !refused && context_.metrics != nullptr) {
+    const auto op = static_cast<StreamOp>(request_.op);
+    context_.metrics->Transferred(op, transfer_.payload_bytes,
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+  }
+  GiveHoldsBack();
+  if (!ec && !refused && keyed()) keyed_replies_ = (keyed_replies_ + 1) & kStreamAckedMask;
+  if (reply_lent_) {
+    context_.counters->bytes_lent += splicer_->lent_bytes();
+    // Pinned until its reader says it read them; a reply cut off is not read to the end.
+    if (!ec && !refused) {
+      ParkLent();
+    } else {
+      for (storage::PinnedBlock& pin : transfer_.pinned) pin.UnpinLent();
     }
-    self->GiveHoldsBack();
-    self->transfer_ = OpenTransfer{};  // frees the staging buffer, unpins the host tier's blocks
-    if (ec) return self->Close();
-    if (refused) return self->Linger();
-    self->ReadRequest();
-  });
+    reply_lent_ = false;
+  }
+  transfer_ = OpenTransfer{};  // frees the staging buffer, unpins the host tier's blocks
+  if (ec) return Close();
+  if (refused) return Linger();
+  ReadRequest();
 }
 
 // A keyed get's holds on its source's blocks, once their bytes are sent (or refused):
@@ -287,6 +315,7 @@ void StreamConnection::Linger() {
 void StreamConnection::Close() {
   asio::error_code ignored;
   timer_.cancel();
+  lent_timer_.cancel();
   socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
 }

@@ -7,6 +7,7 @@
 // outlives every connection (the io_context is destroyed before it).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -17,6 +18,7 @@
 
 #include <asio.hpp>
 
+#include "services/store/stream/splice_writer.h"
 #include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_metrics.h"
 #include "services/store/stream/ticket_table.h"
@@ -26,6 +28,7 @@ namespace kvtier::store {
 
 struct StreamCounters {
   std::atomic<uint64_t> gets{0}, puts{0}, bytes_sent{0}, bytes_received{0}, refused{0};
+  std::atomic<uint64_t> bytes_lent{0};  // of bytes_sent: spliced from the host tier's pages
 };
 
 struct StreamContext {
@@ -39,6 +42,11 @@ struct StreamContext {
   // their return).
   asio::thread_pool* tier_pool = nullptr;
   bool disk = false;
+  // Keyed gets of node sessions to clients that ack (protocol.h) send the host tier's
+  // pinned pages zero copy (SpliceWriter), keeping them pinned until acked, or unpinned
+  // lent once the connection has been idle for `lent_grace`.
+  bool lend_pages = false;
+  std::chrono::milliseconds lent_grace{100};
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
 };
@@ -54,6 +62,8 @@ inline std::size_t WholeRemainder(const asio::error_code& ec, std::size_t /*tran
 class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  public:
   StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket);
+  // Pages still lent (a reply cut off with its loop, replies never acked) are unpinned lent.
+  ~StreamConnection();
   // Reads the first request.
   void Start();
 
@@ -126,6 +136,23 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
   // closes when the reply carried an error.
   void SendReply();
+  // Whether this reply goes through the splicer: a get with pinned pages, where lending
+  // is on and a pipe could be had. Loads the splicer with the reply's ranges.
+  bool SplicesReply();
+  void WriteSpliced();
+  // After a reply's last byte went, or the connection failed: its transfer released (a
+  // lent one's pins unpinned lent), then the next request read.
+  void OnReplySent(const asio::error_code& ec);
+  // A lent reply's pins, parked until its reader acks it (or unpinned lent).
+  void ParkLent();
+  // The parked replies the reader has read whole (`acked`, mod 2^31): unpinned in place.
+  void ReleaseRead(uint32_t acked);
+  // Every parked reply, and the one in flight when `in_flight`, unpinned lent.
+  void UnpinAllLent(bool in_flight);
+  // While parked replies wait on an idle connection: unpinned lent once it has been idle
+  // for the grace. One wait at a time, not one per request: a busy connection's requests
+  // only move `idle_since_`.
+  void ArmLentTimer(std::chrono::steady_clock::duration after);
   // Hands the transfer's holds on its source's blocks to the tier pool, which gives them back.
   void GiveHoldsBack();
   void Refuse(const Status& status);
@@ -154,6 +181,29 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   uint64_t header_bytes_ = 0;
   std::string headers_;
   std::vector<asio::const_buffer> gather_;
+  // Per range of gather_ (shorter: the rest 0): 1 for a host-tier pin's pages, which a
+  // spliced reply lends.
+  std::vector<uint8_t> lendable_;
+  std::unique_ptr<SpliceWriter> splicer_;  // made at the first reply it sends
+  bool splicer_unavailable_ = false;
+  bool reply_lent_ = false;  // some of the current reply's pages went to the kernel by reference
+  // Keyed-get replies sent whole on this connection (mod 2^31), as the reader counts
+  // the replies it read (protocol.h, acked); whether the current get's reader acks.
+  uint32_t keyed_replies_ = 0;
+  bool reader_acks_ = false;
+  // Lent replies whose reader has not acked them yet, oldest first, in a ring. Two are
+  // enough for a client two gets deep; one more reply when all are taken is copied.
+  struct LentReply {
+    uint32_t reply = 0;  // its number among keyed_replies_
+    std::vector<storage::PinnedBlock> pins;
+  };
+  static constexpr size_t kMaxLentReplies = 4;
+  std::array<LentReply, kMaxLentReplies> lent_;
+  size_t lent_oldest_ = 0, lent_count_ = 0;
+  asio::steady_timer lent_timer_;
+  bool lent_timer_armed_ = false;
+  bool idle_ = false;  // waiting for the next request
+  std::chrono::steady_clock::time_point idle_since_;
   std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
   std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order
   std::vector<uint8_t> discard_;

@@ -27,12 +27,15 @@ void StreamConnection::ReadKeys() {
 
 void StreamConnection::OnKeysHead(const asio::error_code& ec) {
   if (ec) return Close();
-  if (keys_head_.count == 0 || keys_head_.count > session_->max_blocks || keys_head_.reserved != 0) {
+  const bool acks = (keys_head_.acked & kStreamAcksReplies) != 0;
+  if (keys_head_.count == 0 || keys_head_.count > session_->max_blocks || (!acks && keys_head_.acked != 0)) {
     return Refuse(InvalidArgumentError("a keyed get of " + std::to_string(keys_head_.count) +
-                                       " keys (reserved field " + std::to_string(keys_head_.reserved) +
+                                       " keys (acked field " + std::to_string(keys_head_.acked) +
                                        "): it must name 1 to " + std::to_string(session_->max_blocks) +
-                                       " keys, reserved 0"));
+                                       " keys, acked 0 or with the acks flag"));
   }
+  reader_acks_ = acks;
+  if (acks) ReleaseRead(keys_head_.acked & kStreamAckedMask);
   keys_.resize(keys_head_.count);
   asio::async_read(socket_, asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)), WholeRemainder,
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeys(ec); });

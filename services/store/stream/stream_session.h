@@ -5,7 +5,10 @@
 // node's tiers, then those the tiers lack in the session's `extra` source where it names
 // one (a worker's pool). A put session (kPutHeaders) stores blocks of any format under
 // its salt scope (a header naming scope 0 means the session's), or under the scope each
-// header names where `any_scope` (the session was opened with a node's credential).
+// header names where `any_scope` (the session was opened with a node's credential). A
+// get session with `any_scope` has its replies' host-tier pages lent (sent zero copy) to
+// a client that acks (protocol.h): such a reader may read every block anyway, so a reader
+// that lies in its acks learns nothing it could not ask for.
 // Either carries at most `max_blocks` blocks per transfer: the node's per-call limit, as
 // its Cap'n Proto calls.
 //
@@ -28,7 +31,7 @@ struct StreamSession {
   StreamOp op = StreamOp::kGetKeys;  // kGetKeys or kPutHeaders: the one operation it serves
   std::string format_tag = {};       // kGetKeys
   uint64_t salt_scope = 0;
-  bool any_scope = false;            // kPutHeaders: opened with a node's credential
+  bool any_scope = false;            // opened with a node's credential
   uint32_t max_blocks = kMaxStreamKeys;  // per transfer; 1 to kMaxStreamKeys
   // Called with each transfer's keys (a node's admission filter counting requests), on
   // the stream's loops: must be thread-safe. Optional.

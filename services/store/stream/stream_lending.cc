@@ -1,0 +1,86 @@
+// StreamConnection's zero-copy replies (SpliceWriter): a keyed get's blocks that the host
+// tier holds are spliced from its pages into the socket, for a session opened with a
+// node's credential whose client acks the replies it reads (protocol.h). The kernel
+// reads those pages until the client has read them, so they stay pinned, unchanged,
+// until then: parked here until the client's ack in a later request. A connection that
+// goes idle with replies unacked unpins them lent after the grace: the host tier then
+// replaces their memory before it writes them again (PinnedBlock::UnpinLent), which
+// costs that later put a page fault per 4 KiB, and costs this reader nothing.
+#include <algorithm>
+
+#include "services/store/stream/stream_connection.h"
+
+namespace kvtier::store {
+
+bool StreamConnection::SplicesReply() {
+  if (!context_.lend_pages || reply_.code != 0 || !keyed() || session_ == nullptr || !session_->any_scope ||
+      !reader_acks_ || lent_count_ == kMaxLentReplies || std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
+    return false;
+  }
+  if (splicer_ == nullptr && !splicer_unavailable_) {
+    Result<std::unique_ptr<SpliceWriter>> made = SpliceWriter::Create();
+    asio::error_code ec;
+    if (made.ok()) socket_.native_non_blocking(true, ec);  // the splicer's calls must not block the loop
+    if (made.ok() && !ec) splicer_ = std::move(*made);
+    splicer_unavailable_ = splicer_ == nullptr;  // copied, as before, for this connection's life
+  }
+  if (splicer_ == nullptr) return false;
+  splicer_->Clear();
+  lendable_.resize(gather_.size(), 0);
+  for (size_t i = 0; i < gather_.size(); ++i) splicer_->Add(gather_[i].data(), gather_[i].size(), lendable_[i] != 0);
+  return true;
+}
+
+void StreamConnection::WriteSpliced() {
+  const Result<bool> done = splicer_->Write(socket_.native_handle());
+  reply_lent_ = splicer_->lent_bytes() > 0;  // also when the write failed: the socket may hold some
+  if (!done.ok()) return OnReplySent(asio::error::connection_reset);
+  if (*done) return OnReplySent({});
+  socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this()](const asio::error_code& ec) {
+    if (ec) return self->OnReplySent(ec);
+    self->WriteSpliced();
+  });
+}
+
+void StreamConnection::ParkLent() {
+  LentReply& parked = lent_[(lent_oldest_ + lent_count_) % kMaxLentReplies];
+  parked.reply = keyed_replies_;  // counted already: the reader's count once it read this one
+  std::swap(parked.pins, transfer_.pinned);
+  ++lent_count_;
+}
+
+void StreamConnection::ReleaseRead(uint32_t acked) {
+  while (lent_count_ > 0) {
+    LentReply& oldest = lent_[lent_oldest_];
+    // Read when `acked` is at or past its number (counting on from it, mod 2^31).
+    if (((acked - oldest.reply) & kStreamAckedMask) >= kStreamAcksReplies / 2) return;
+    oldest.pins.clear();  // unpinned in place: the reader has its bytes
+    lent_oldest_ = (lent_oldest_ + 1) % kMaxLentReplies;
+    --lent_count_;
+  }
+}
+
+void StreamConnection::UnpinAllLent(bool in_flight) {
+  for (; lent_count_ > 0; --lent_count_, lent_oldest_ = (lent_oldest_ + 1) % kMaxLentReplies) {
+    for (storage::PinnedBlock& pin : lent_[lent_oldest_].pins) pin.UnpinLent();
+    lent_[lent_oldest_].pins.clear();
+  }
+  if (!in_flight) return;
+  for (storage::PinnedBlock& pin : transfer_.pinned) pin.UnpinLent();
+  reply_lent_ = false;
+}
+
+void StreamConnection::ArmLentTimer(std::chrono::steady_clock::duration after) {
+  lent_timer_armed_ = true;
+  lent_timer_.expires_after(after);
+  lent_timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    self->lent_timer_armed_ = false;
+    if (ec || self->lent_count_ == 0) return;  // closed, or every lent reply was acked meanwhile
+    const auto idle_for = std::chrono::steady_clock::now() - self->idle_since_;
+    if (self->idle_ && idle_for >= self->context_.lent_grace) return self->UnpinAllLent(/*in_flight=*/false);
+    // Busy since, or idle for less: wait out the rest of a grace from when it went idle.
+    self->ArmLentTimer(self->idle_ ? self->context_.lent_grace - idle_for : self->context_.lent_grace);
+  });
+}
+
+}  // namespace kvtier::store
