@@ -88,6 +88,7 @@ struct WorkerConfig {
   uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
   uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
+  bool data_stream_lend_pages = true;           // node sessions' gets sent zero copy (DataStreamServerOptions)
   uint64_t fetch_stream_min_block_bytes = 64ull << 10;  // peer fetches of smaller blocks go inline
   std::vector<std::string> write_through_stores = {};  // store node ids: committed blocks are written to one too
   uint64_t write_through_queue_bytes = 256ull << 20;  // blocks waiting for it beyond this are skipped
@@ -109,6 +110,7 @@ struct StoreConfig {
   uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
   uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
+  bool data_stream_lend_pages = true;           // node sessions' gets sent zero copy (DataStreamServerOptions)
 };
 
 // How a node of its own (`kvtier worker`, `kvtier store`) reaches the coordinator.

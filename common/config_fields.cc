@@ -202,6 +202,11 @@ void AddStoreFields(std::vector<Field>& fields) {
                              "disk, puts that write or demote to disk), so that no event loop waits for the "
                              "disk; with a disk tier only. 0: as many as the event loops.",
                              0, 64, [](auto& c) -> auto& { return c.store.data_stream_tier_threads; }));
+  fields.push_back(BoolField("store.data_stream_lend_pages",
+                             "`kvtier store`: send the host tier's pages zero copy (spliced) to data stream "
+                             "gets of node sessions, pinned until the reader acks them; false copies them into "
+                             "the socket, as for tenants.",
+                             [](auto& c) -> auto& { return c.store.data_stream_lend_pages; }));
   fields.push_back(BoolField("store.data_stream",
                              "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
                              "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
@@ -264,6 +269,10 @@ void AddWorkerNodeFields(std::vector<Field>& fields) {
                              "disk, puts that write or demote to disk), so that no event loop waits for the "
                              "disk; with a disk tier only. 0: as many as the event loops.",
                              0, 64, [](auto& c) -> auto& { return c.worker.data_stream_tier_threads; }));
+  fields.push_back(BoolField("worker.data_stream_lend_pages",
+                             "`kvtier worker`: send its host tier's pages zero copy (spliced) to peers' data "
+                             "stream gets, pinned until the reader acks them; false copies them into the socket.",
+                             [](auto& c) -> auto& { return c.worker.data_stream_lend_pages; }));
   fields.push_back(BoolField("worker.data_stream",
                              "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "
                              "its tiers and pool); never with tls: peers then fetch inline.",

@@ -35,6 +35,7 @@ programs=(
   services/store/data_stream_test services/store/data_stream_disk_test
   services/store/data_stream_keyed_get_test services/store/data_stream_keyed_put_test
   services/store/data_stream_allocation_test services/store/node_data_stream_test
+  services/store/data_stream_lend_test services/store/splice_writer_test storage/host_tier_pin_test
 )
 
 targets=()

@@ -56,6 +56,12 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
                                        "Writes the disk tier's put calls went out in (calls that queue while "
                                        "one is written go together in the next).",
                                        {}));
+  KVTIER_ASSIGN_OR_RETURN(m->lent_pages_replaced_,
+                          r.AddCounter("kvtier_store_host_lent_pages_replaced_total",
+                                       "Host tier pages that a zero-copy send lent and no reader acked, whose "
+                                       "memory was replaced before they were written again (each costs that "
+                                       "put a page fault per 4 KiB).",
+                                       {}));
   // Every series exists from the start, at zero, so that dashboards and alerts see them.
   for (const char* tier : {"host", "disk"}) {
     for (CounterFamily* family : {m->hits_, m->misses_, m->puts_, m->checksum_failures_, m->io_errors_, m->bytes_written_, m->bytes_read_}) family->WithLabels({tier});
@@ -66,6 +72,7 @@ Result<std::unique_ptr<StoreMetrics>> StoreMetrics::Create(MetricsRegistry& r) {
   m->demoted_ahead_->WithLabels({});
   m->disk_put_batches_->WithLabels({});
   m->disk_put_writes_->WithLabels({});
+  m->lent_pages_replaced_->WithLabels({});
   return m;
 }
 
@@ -91,7 +98,10 @@ void StoreMetrics::UpdateTier(const char* tier, const TierStats& now, TierStats&
 }
 
 void StoreMetrics::Update(const TieredStoreStats& stats) {
-  if (stats.host) UpdateTier("host", *stats.host, host_before_);
+  if (stats.host) {
+    IncBy(lent_pages_replaced_->WithLabels({}), stats.host->lent_pages_replaced, host_before_.lent_pages_replaced);
+    UpdateTier("host", *stats.host, host_before_);  // then host_before_ is *stats.host
+  }
   if (stats.disk) {
     IncBy(disk_put_batches_->WithLabels({}), stats.disk->put_batches, disk_before_.put_batches);
     IncBy(disk_put_writes_->WithLabels({}), stats.disk->put_writes, disk_before_.put_writes);

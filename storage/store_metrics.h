@@ -23,6 +23,9 @@
 //   kvtier_store_disk_put_writes_total            counter: the writes they went out in
 //                                                 (batches that queue meanwhile go
 //                                                 together: batches / writes is the mean)
+//   kvtier_store_host_lent_pages_replaced_total   counter: host pages a zero-copy send lent
+//                                                 and no reader acked, whose memory was
+//                                                 replaced before reuse (a fault per 4 KiB)
 //
 // Update() brings them up to date from TieredStore::Stats (counters by their growth);
 // call it from one thread at a time (the node's tick).
@@ -62,6 +65,7 @@ class StoreMetrics {
   CounterFamily* demoted_ahead_ = nullptr;
   CounterFamily* disk_put_batches_ = nullptr;
   CounterFamily* disk_put_writes_ = nullptr;
+  CounterFamily* lent_pages_replaced_ = nullptr;
   TierStats host_before_, disk_before_;
   TieredStoreStats before_;
 };

@@ -22,12 +22,14 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.disk->put_batches = 6;         // in 4 writes: two went with others
   stats.disk->put_writes = 4;
   metrics->Update(stats);
-  // Later: two more hits, one corrupt block found, two failed reads, another eviction at 20.
+  // Later: two more hits, one corrupt block found, two failed reads, another eviction at 20,
+  // five lent pages replaced.
   stats.host->hits = 7;
   stats.host->checksum_failures = 1;
   stats.host->io_errors = 2;
   stats.host->bytes_read = 7 * 65536;
   stats.host->evictions_by_priority[20] = 3;
+  stats.host->lent_pages_replaced = 5;
   stats.disk->put_batches = 10;  // 4 more calls in 2 writes
   stats.disk->put_writes = 6;
   stats.demoted = 4;        // three more moved down, two of them by the store's own thread
@@ -50,7 +52,8 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
                            "kvtier_store_demoted_ahead_total 2\n",
                            "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
                            "kvtier_store_moves_total{kind=\"onboarded\"} 3\n",
-                           "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n"}) {
+                           "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n",
+                           "kvtier_store_host_lent_pages_replaced_total 5\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

@@ -27,6 +27,7 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStre
   stream.registry = options.registry;
   stream.threads = options.threads;
   stream.tier_threads = options.tier_threads;
+  stream.lend_pages = options.lend_pages;
   return DataStreamServer::Create(std::move(stream));
 }
 

@@ -28,6 +28,7 @@ struct NodeDataStreamOptions {
   uint32_t port = 0;
   uint32_t threads = 0;    // the stream's event loops; 0: its default
   uint32_t tier_threads = 0;  // its disk work's threads; 0: its default
+  bool lend_pages = true;     // DataStreamServerOptions::lend_pages
   storage::TieredStore* store = nullptr;  // required
   MetricsRegistry* registry = nullptr;    // optional
 };
@@ -36,8 +37,8 @@ struct NodeDataStreamOptions {
 [[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options);
 
 // The options from a node's configuration section (config.store or config.worker: each
-// has listen, advertise, data_stream, data_port, data_stream_threads and
-// data_stream_tier_threads) and the cluster's TLS setting.
+// has listen, advertise, data_stream, data_port, data_stream_threads,
+// data_stream_tier_threads and data_stream_lend_pages) and the cluster's TLS setting.
 template <typename NodeSection>
 NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, const KvtierConfig& config,
                                                 storage::TieredStore* store, MetricsRegistry* registry) {
@@ -48,6 +49,7 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, cons
           .port = section.data_port,
           .threads = section.data_stream_threads,
           .tier_threads = section.data_stream_tier_threads,
+          .lend_pages = section.data_stream_lend_pages,
           .store = store,
           .registry = registry};
 }

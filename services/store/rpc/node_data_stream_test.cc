@@ -35,6 +35,19 @@ TEST_F(NodeDataStreamTest, TheSectionsThreadCountsReachTheStream) {
   EXPECT_EQ((*stream)->Stats().tier_threads, 5u);
 }
 
+// Node sessions' gets lend the host tier's pages by default (where it can), and not when
+// the section says false.
+TEST_F(NodeDataStreamTest, TheSectionSaysWhetherGetsLendPages) {
+  auto lending = Start();
+  ASSERT_TRUE(lending.ok()) << lending.status();
+  EXPECT_EQ((*lending)->Stats().lends_pages, store_->CanLendHostPages());
+  lending->reset();
+  config_.store.data_stream_lend_pages = false;
+  auto copying = Start();
+  ASSERT_TRUE(copying.ok()) << copying.status();
+  EXPECT_FALSE((*copying)->Stats().lends_pages);
+}
+
 TEST_F(NodeDataStreamTest, ByDefaultTheDiskWorkHasAThreadPerLoop) {
   config_.store.data_stream_threads = 2;
   auto stream = Start();

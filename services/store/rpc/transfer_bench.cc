@@ -426,6 +426,7 @@ struct PhaseMarks {
 PhaseMarks DrivePhases(const std::string& endpoint, const TransferBenchOptions& o, std::vector<ClientWork>& work) {
   Phases phases;
   std::vector<std::thread> threads;
+  threads.reserve(work.size());
   for (ClientWork& w : work) threads.emplace_back(RunClient, endpoint, std::cref(o), std::ref(w), std::ref(phases));
   const auto clients = static_cast<int>(work.size());
   PhaseMarks marks;

@@ -18,6 +18,8 @@ Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::
 }
 
 void DataStreamClientPool::Give(std::unique_ptr<DataStreamClient> client) {
+  // Idle from now on: the node may unpin at once the pages it lent to the replies read.
+  if (!client->broken()) (void)client->AckReplies();  // a failure breaks it: not kept
   if (client->broken()) return;
   MutexLock lock(mu_);
   auto& idle = idle_[client->address()];

@@ -97,6 +97,9 @@ Result<std::unique_ptr<DataStreamClient>> DataStreamClient::Connect(const DataSt
 }
 
 DataStreamClient::~DataStreamClient() {
+  // Best effort: the node then unpins in place the pages it lent, rather than after its
+  // grace, when it would replace them.
+  if (fd_ >= 0 && gets_in_flight_ == 0) (void)AckReplies();
   if (fd_ >= 0) close(fd_);
 }
 
@@ -193,11 +196,23 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<co
   // Says how many replies it has read whole, so that the node may lend it pages (protocol.h).
   const StreamKeysHead head{.count = static_cast<uint32_t>(keys.size()),
                             .acked = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
+  keyed_replies_acked_ = keyed_replies_read_;
   std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
                          Iov(keys.data(), keys.size_bytes())};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
   keys_in_flight_[(oldest_in_flight_ + gets_in_flight_) % kMaxGetsInFlight] = static_cast<uint32_t>(keys.size());
   ++gets_in_flight_;
+  return Status::Ok();
+}
+
+Status DataStreamClient::AckReplies() {
+  KVTIER_RETURN_IF_ERROR(CheckIdle());
+  if (keyed_replies_acked_ == keyed_replies_read_) return Status::Ok();
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kAck),
+                              .ticket_id = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
+  std::vector<iovec> iov{Iov(&request, sizeof(request))};
+  if (!WriteFully(fd_, iov)) return Fail(IoError("sending an ack", address_));
+  keyed_replies_acked_ = keyed_replies_read_;
   return Status::Ok();
 }
 

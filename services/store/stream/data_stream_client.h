@@ -82,6 +82,11 @@ class DataStreamClient {
   static constexpr size_t kMaxGetsInFlight = 2;
   [[nodiscard]] Status SendGetKeys(const TransferTicket& session, std::span<const BlockKey> keys);
   [[nodiscard]] Result<KeyedGet> ReceiveGetKeys(const BufferFor& buffer_for);
+  // Says which keyed replies it has read whole, when it has read some since it last said
+  // (a keyed get says it too): for a caller about to leave the connection idle, so that
+  // the node unpins the pages it lent at once (protocol.h, kAck). kFailedPrecondition,
+  // with nothing sent, while keyed gets await their replies.
+  [[nodiscard]] Status AckReplies();
   size_t gets_in_flight() const { return gets_in_flight_; }
   // The payloads in the order of the headers given to openPut; returns blocks stored.
   // REQUIRES: the payloads' sizes add up to ticket.total_bytes.
@@ -120,6 +125,7 @@ class DataStreamClient {
   size_t oldest_in_flight_ = 0;
   size_t gets_in_flight_ = 0;
   uint32_t keyed_replies_read_ = 0;  // whole, on this connection: acked in the next keyed get
+  uint32_t keyed_replies_acked_ = 0;  // the count last said
 };
 
 }  // namespace kvtier::store

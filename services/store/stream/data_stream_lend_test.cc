@@ -4,9 +4,14 @@
 // lent after the grace, and the bytes the client reads are the block's as sent even when
 // its pages are written again first.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <string>
 #include <vector>
 
+#include "common/metrics.h"
+#include "services/store/stream/client_pool.h"
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
 #include "services/store/stream/testing/data_stream_fixture.h"
@@ -23,12 +28,19 @@ constexpr size_t kBlockBytes = 128 * 1024;  // two of the host tier's 64 KiB pag
 
 class LendTest : public DataStreamFixture {
  protected:
+  // Unacked replies are unpinned lent after 20 ms (the default is 100 ms); an hour, where
+  // only an ack may unpin them.
+  static DataStreamServerOptions Grace(std::chrono::milliseconds grace = std::chrono::milliseconds(20)) {
+    DataStreamServerOptions options;
+    options.lent_grace = grace;
+    return options;
+  }
   // A host tier of `blocks` blocks in ordinary pages (explicit huge pages cannot be lent),
   // and a get session, a node's unless `tenant`.
-  void Start(uint64_t blocks, DataStreamServerOptions options = {}, bool tenant = false) {
+  void Start(uint64_t blocks, DataStreamServerOptions options = Grace(), bool tenant = false) {
     storage::TieredStoreOptions tiers = storage::testing::HostOnly(blocks * kBlockBytes);
     tiers.host->try_huge_pages = false;
-    options.lent_grace = std::chrono::milliseconds(20);
+    options.registry = &registry_;
     StartNode(std::move(tiers), options);
     ASSERT_TRUE(store_->CanLendHostPages());
     session_ = server_
@@ -55,7 +67,22 @@ class LendTest : public DataStreamFixture {
     };
   }
   uint64_t Replaced() const { return store_->Stats().host->lent_pages_replaced; }
+  // Block 1 stored and read twice on one connection (the second get acks the first):
+  // read whole, and nothing lent.
+  void ExpectTwoGetsCopied() {
+    const TestBlock one = MakeBlock(1, kBlockBytes);
+    Store({one});
+    auto client = Client();
+    EXPECT_TRUE(Get(*client, one) == one.payload);
+    EXPECT_TRUE(Get(*client, one) == one.payload);
+    EXPECT_EQ(server_->Stats().bytes_lent, 0u);
+  }
 
+  // The node goes first: it updates the registry, a member of this class, destroyed
+  // before the fixture's node would be.
+  void TearDown() override { server_.reset(); }
+
+  MetricsRegistry registry_;
   TransferTicket session_;
 };
 
@@ -74,6 +101,9 @@ TEST_F(LendTest, AnAckedReplysPagesAreWrittenAgainInPlace) {
   ASSERT_TRUE(store_->Put(three.header, three.payload).ok()) << "block 1's pages were unpinned by the ack";
   EXPECT_EQ(Replaced(), 0u);
   EXPECT_EQ(server_->Stats().bytes_lent, 2 * kBlockBytes);
+  EXPECT_NE(registry_.Exposition().find("kvtier_stream_lent_bytes_total " + std::to_string(2 * kBlockBytes) + "\n"),
+            std::string::npos)
+      << registry_.Exposition();
 }
 
 // Block 1 fills the host tier and is sent to a client that does not read it. Block 1 is
@@ -100,6 +130,57 @@ TEST_F(LendTest, AnUnackedReplyIsUnpinnedLentAfterTheGrace) {
   EXPECT_TRUE(Get(*client, two) == two.payload);
 }
 
+// Block 1 fills the host tier. The client reads it and then leaves the connection idle:
+// it acks what it read, by itself (AckReplies), through a connection pool taking it back,
+// or by closing. Each time block 1's pages are unpinned in place at once (the grace is an
+// hour), and block 3 is written into them without a replaced page.
+TEST_F(LendTest, AClientLeavingTheConnectionIdleAcksWhatItRead) {
+  Start(1, Grace(std::chrono::hours(1)));
+  const TestBlock one = MakeBlock(1, kBlockBytes), three = MakeBlock(3, kBlockBytes);
+  const auto reuse_block_1s_pages = [&] {
+    ASSERT_TRUE(store_->Remove(one.ref()).ok());
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return store_->Put(three.header, three.payload).ok(); }))
+        << "block 1's pages stayed pinned";
+    ASSERT_TRUE(store_->Remove(three.ref()).ok());
+    Store({one});
+  };
+  Store({one});
+  auto client = Client();
+  EXPECT_TRUE(Get(*client, one) == one.payload);
+  ASSERT_TRUE(client->AckReplies().ok());
+  reuse_block_1s_pages();
+
+  DataStreamClientPool pool(/*max_idle_per_address=*/1);
+  const Status pooled = pool.Run(server_->address(), [&](DataStreamClient& kept) {
+    return Get(kept, one) == one.payload ? Status::Ok() : InternalError("block 1 read wrong");
+  });
+  ASSERT_TRUE(pooled.ok()) << pooled;
+  reuse_block_1s_pages();
+
+  EXPECT_TRUE(Get(*client, one) == one.payload);
+  client.reset();
+  reuse_block_1s_pages();
+  EXPECT_EQ(Replaced(), 0u);
+  EXPECT_EQ(server_->Stats().bytes_lent, 3 * kBlockBytes);
+}
+
+// An ack must carry the acks flag, in 32 bits, and no secret: else it is refused.
+TEST_F(LendTest, AMalformedAckIsRefused) {
+  Start(1);
+  for (const StreamRequest& ack : {StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = 3},
+                                   StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck),
+                                                 .ticket_id = kStreamAcksReplies | 3,
+                                                 .secret = 1}}) {
+    const int fd = kvtier::testing::ConnectRaw(server_->address());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(send(fd, &ack, sizeof(ack), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ack)));
+    StreamReply reply;
+    ASSERT_EQ(recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
+    close(fd);
+    EXPECT_EQ(reply.code, static_cast<uint32_t>(StatusCode::kInvalidArgument));
+  }
+}
+
 // 24 blocks in one get: 3 MiB, three times the splicer's pipe and many times the
 // socket's buffers. Every block arrives whole, all of it lent.
 TEST_F(LendTest, AGetLargerThanThePipeArrivesWhole) {
@@ -123,23 +204,13 @@ TEST_F(LendTest, AGetLargerThanThePipeArrivesWhole) {
 // read other blocks written into lent pages. Its replies are copied: nothing is lent.
 TEST_F(LendTest, ATenantsRepliesAreCopied) {
   Start(2, {}, /*tenant=*/true);
-  const TestBlock one = MakeBlock(1, kBlockBytes);
-  Store({one});
-  auto client = Client();
-  EXPECT_TRUE(Get(*client, one) == one.payload);
-  EXPECT_TRUE(Get(*client, one) == one.payload);
-  EXPECT_EQ(server_->Stats().bytes_lent, 0u);
+  ExpectTwoGetsCopied();
 }
 
 // With lending off, a node's replies are copied too.
 TEST_F(LendTest, WithLendingOffNothingIsLent) {
   Start(2, {.lend_pages = false});
-  const TestBlock one = MakeBlock(1, kBlockBytes);
-  Store({one});
-  auto client = Client();
-  EXPECT_TRUE(Get(*client, one) == one.payload);
-  EXPECT_TRUE(Get(*client, one) == one.payload);
-  EXPECT_EQ(server_->Stats().bytes_lent, 0u);
+  ExpectTwoGetsCopied();
 }
 
 }  // namespace

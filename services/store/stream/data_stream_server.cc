@@ -96,6 +96,7 @@ class DataStreamServer::Impl {
     s.sessions = tickets_.sessions();
     s.loops = static_cast<uint32_t>(loops_.size());
     s.tier_threads = context_.disk ? tier_threads_ : 0;
+    s.lends_pages = context_.lend_pages;
     return s;
   }
 

@@ -114,6 +114,7 @@ struct DataStreamStats {
   uint64_t sessions = 0;                  // open get and put sessions
   uint32_t loops = 0;                     // event loops
   uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier)
+  bool lends_pages = false;               // lend_pages, where the host tier can lend them
 };
 
 class DataStreamServer {

@@ -28,7 +28,10 @@
 // send its host tier's pages zero copy to a session opened with a node's credential: the
 // kernel reads those pages until the client has read them, and the node writes them
 // again only once the client says so (or after replacing their memory, when it does not
-// say so soon: DataStreamServerOptions::lent_grace).
+// say so soon: DataStreamServerOptions::lent_grace). A client about to leave the
+// connection idle says it at once, so that the node need not wait:
+//   ack      StreamRequest{magic, kAck, ticket_id = acked (as above, flag set), secret 0};
+//            no reply
 //   request  StreamRequest{magic, kGetKeys, session id, session secret}
 //            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
 //   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
@@ -70,7 +73,7 @@ struct TransferTicket {
   uint64_t total_bytes = 0;  // put: exactly this; get: at most this
 };
 
-enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3, kPutHeaders = 4 };
+enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3, kPutHeaders = 4, kAck = 5 };
 
 // A put of either kind (a ticket's, or a put session's keyed put).
 inline constexpr bool IsPut(StreamOp op) { return op == StreamOp::kPut || op == StreamOp::kPutHeaders; }

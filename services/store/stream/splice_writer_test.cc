@@ -55,6 +55,19 @@ Result<bool> WriteAll(SpliceWriter& writer, int socket) {
   }
 }
 
+// Reads `received.size()` bytes from `fd` into `received`, on a thread of its own (the
+// writer fills the socket first).
+std::thread ReadAll(int fd, std::vector<uint8_t>& received) {
+  return std::thread([fd, &received] {
+    size_t at = 0;
+    while (at < received.size()) {
+      const ssize_t n = read(fd, received.data() + at, received.size() - at);
+      if (n <= 0) return;
+      at += static_cast<size_t>(n);
+    }
+  });
+}
+
 std::vector<uint8_t> Pattern(size_t bytes, uint8_t seed) {
   std::vector<uint8_t> out(bytes);
   for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(seed + i * 131 + (i >> 12));
@@ -86,14 +99,7 @@ TEST(SpliceWriterTest, CopiedAndLentRangesArriveInOrderThroughAFullSocket) {
   expected.insert(expected.end(), lent_bytes.begin() + 40 * kRange, lent_bytes.end());
 
   std::vector<uint8_t> received(expected.size());
-  std::thread reader([&] {
-    size_t at = 0;
-    while (at < received.size()) {
-      const ssize_t n = read(connection.receiver, received.data() + at, received.size() - at);
-      if (n <= 0) return;
-      at += static_cast<size_t>(n);
-    }
-  });
+  std::thread reader = ReadAll(connection.receiver, received);
   const Result<bool> done = WriteAll(*writer, connection.sender);
   reader.join();
   ASSERT_TRUE(done.ok()) << done.status();
@@ -111,14 +117,7 @@ TEST(SpliceWriterTest, ASecondReplyFollowsTheFirst) {
   std::memset(pages[0], 'a', sizeof(pages[0]));
   std::memset(pages[1], 'b', sizeof(pages[1]));
   std::vector<uint8_t> received(2 * sizeof(pages[0]));
-  std::thread reader([&] {
-    size_t at = 0;
-    while (at < received.size()) {
-      const ssize_t n = read(connection.receiver, received.data() + at, received.size() - at);
-      if (n <= 0) return;
-      at += static_cast<size_t>(n);
-    }
-  });
+  std::thread reader = ReadAll(connection.receiver, received);
   for (auto& page : pages) {
     writer->Clear();
     writer->Add(page, sizeof(page), /*lend=*/true);

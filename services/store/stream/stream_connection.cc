@@ -42,6 +42,7 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   const auto op = static_cast<StreamOp>(request_.op);
   if (op == StreamOp::kGetKeys) return ReadKeys();
   if (op == StreamOp::kPutHeaders) return ReadPutHeaders();
+  if (op == StreamOp::kAck) return OnAck();
   if (op != StreamOp::kGet && op != StreamOp::kPut) {
     return Refuse(InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
   }
@@ -277,6 +278,7 @@ void StreamConnection::OnReplySent(const asio::error_code& ec) {
   if (!ec && !refused && keyed()) keyed_replies_ = (keyed_replies_ + 1) & kStreamAckedMask;
   if (reply_lent_) {
     context_.counters->bytes_lent += splicer_->lent_bytes();
+    if (context_.metrics != nullptr) context_.metrics->Lent(splicer_->lent_bytes());
     // Pinned until its reader says it read them; a reply cut off is not read to the end.
     if (!ec && !refused) {
       ParkLent();

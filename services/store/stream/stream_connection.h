@@ -147,6 +147,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void ParkLent();
   // The parked replies the reader has read whole (`acked`, mod 2^31): unpinned in place.
   void ReleaseRead(uint32_t acked);
+  // A kAck request: ReleaseRead, no reply, then the next request.
+  void OnAck();
   // Every parked reply, and the one in flight when `in_flight`, unpinned lent.
   void UnpinAllLent(bool in_flight);
   // While parked replies wait on an idle connection: unpinned lent once it has been idle

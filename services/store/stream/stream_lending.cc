@@ -60,6 +60,17 @@ void StreamConnection::ReleaseRead(uint32_t acked) {
   }
 }
 
+void StreamConnection::OnAck() {
+  const uint64_t acked = request_.ticket_id;
+  if ((acked & kStreamAcksReplies) == 0 || acked > UINT32_MAX || request_.secret != 0) {
+    return Refuse(InvalidArgumentError("an ack of " + std::to_string(acked) + " (secret " +
+                                       std::to_string(request_.secret) +
+                                       "): it must carry the acks flag in 32 bits, secret 0"));
+  }
+  ReleaseRead(static_cast<uint32_t>(acked) & kStreamAckedMask);
+  ReadRequest();
+}
+
 void StreamConnection::UnpinAllLent(bool in_flight) {
   for (; lent_count_ > 0; --lent_count_, lent_oldest_ = (lent_oldest_ + 1) % kMaxLentReplies) {
     for (storage::PinnedBlock& pin : lent_[lent_oldest_].pins) pin.UnpinLent();

@@ -14,6 +14,10 @@ Result<std::unique_ptr<StreamMetrics>> StreamMetrics::Create(MetricsRegistry& r)
                                        "Transfers on the data stream, by operation and result.", {"op", "result"}));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily * bytes,
                           r.AddCounter("kvtier_stream_bytes_total", "Payload bytes on the data stream.", {"direction"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * lent,
+                          r.AddCounter("kvtier_stream_lent_bytes_total",
+                                       "Of the payload bytes sent, those spliced from the host tier's pages (zero "
+                                       "copy) rather than copied into the socket."));
   // 100 us to 10 s: a small block on loopback to a large batch on a busy link.
   KVTIER_ASSIGN_OR_RETURN(HistogramFamily * seconds,
                           r.AddHistogram("kvtier_stream_transfer_seconds",
@@ -31,6 +35,7 @@ Result<std::unique_ptr<StreamMetrics>> StreamMetrics::Create(MetricsRegistry& r)
   }
   m->sent_ = &bytes->WithLabels({"sent"});
   m->received_ = &bytes->WithLabels({"received"});
+  m->lent_ = &lent->WithLabels({});
   m->staged_ = &staged->WithLabels({});
   m->expired_ = &expired->WithLabels({});
   return m;

@@ -2,6 +2,8 @@
 //
 //   kvtier_stream_transfers_total{op,result}   counter: op get|put (keyed or not), result ok|refused
 //   kvtier_stream_bytes_total{direction}       counter: payload bytes sent|received
+//   kvtier_stream_lent_bytes_total             counter: of those sent, spliced from the host
+//                                              tier's pages (zero copy)
 //   kvtier_stream_transfer_seconds{op}         histogram: request read to reply written
 //   kvtier_stream_staged_bytes                 gauge: staging held by transfers in flight
 //   kvtier_stream_tickets_expired_total        counter: tickets opened and never used
@@ -26,6 +28,7 @@ class StreamMetrics {
   void Refused(StreamOp op);
   void Expired(uint64_t tickets) { expired_->Inc(static_cast<double>(tickets)); }
   void Staged(uint64_t bytes) { staged_->Set(static_cast<double>(bytes)); }
+  void Lent(uint64_t bytes) { lent_->Inc(static_cast<double>(bytes)); }
 
  private:
   StreamMetrics() = default;
@@ -34,6 +37,7 @@ class StreamMetrics {
   Counter* refused_[2] = {};
   Counter* sent_ = nullptr;
   Counter* received_ = nullptr;
+  Counter* lent_ = nullptr;
   Histogram* seconds_[2] = {};
   Gauge* staged_ = nullptr;
   Counter* expired_ = nullptr;
