@@ -1,11 +1,13 @@
 // Fuzz target: a node's data stream server (protocol.h) over a loopback connection, the
 // one place where kvtier parses bytes from other machines with no Cap'n Proto in front.
 //
-// The input's first byte (modulo 5) picks how the connection starts, so that inputs reach
-// past the ticket check, which a fuzzer cannot guess its way through:
+// The input's first byte (its low 7 bits modulo 5) picks how the connection starts, so
+// that inputs reach past the ticket check, which a fuzzer cannot guess its way through:
 //   0  nothing: the rest of the input is the whole stream (its requests name tickets
 //      nobody opened, or sessions with guessed secrets);
-//   1  the request of a fresh keyed get session (the rest: its keys head and keys);
+//   1  the request of a fresh keyed get session (the rest: its keys head and keys); a
+//      node's session when the first byte's high bit is set, whose replies are lent
+//      zero copy to a head that acks;
 //   2  the request of a fresh keyed put session (the rest: its headers head, headers and
 //      payloads);
 //   3  the request of a put ticket for two blocks (the rest: their payloads);
@@ -89,16 +91,18 @@ struct Node {
   std::vector<TestBlock> stored, put_blocks;
 };
 
-TransferTicket GetSession(Node& node) {
-  return node.server->OpenSession({.format_tag = storage::testing::kFormat, .salt_scope = storage::testing::kScope})
+TransferTicket GetSession(Node& node, bool node_session) {
+  return node.server
+      ->OpenSession(
+          {.format_tag = storage::testing::kFormat, .salt_scope = storage::testing::kScope, .any_scope = node_session})
       .value();
 }
 
 // The ticket the input's first byte names, and its op; nullopt for none.
 std::optional<std::pair<TransferTicket, StreamOp>> OpenFirst(Node& node, uint8_t mode) {
-  switch (mode % 5) {
+  switch ((mode & 0x7F) % 5) {
     case 1:
-      return std::pair{GetSession(node), StreamOp::kGetKeys};
+      return std::pair{GetSession(node, (mode & 0x80) != 0), StreamOp::kGetKeys};
     case 2:
       return std::pair{node.server->OpenSession({.op = StreamOp::kPutHeaders, .salt_scope = storage::testing::kScope})
                            .value(),
@@ -177,7 +181,7 @@ void CheckAfter(Node& node, const std::string& answer) {
   FuzzCheck(client.ok(), "the node still accepts connections");
   std::vector<uint8_t> out;
   const std::vector<BlockKey> keys = {node.stored[0].header.key};
-  const auto got = (*client)->GetKeys(GetSession(node), keys, [&](size_t, const storage::BlockHeader& header) {
+  const auto got = (*client)->GetKeys(GetSession(node, /*node_session=*/true), keys, [&](size_t, const storage::BlockHeader& header) {
     out.resize(header.payload_bytes);
     return std::span<uint8_t>(out);
   });
