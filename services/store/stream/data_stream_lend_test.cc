@@ -200,6 +200,33 @@ TEST_F(LendTest, AGetLargerThanThePipeArrivesWhole) {
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == 24 * kBlockBytes; }));
 }
 
+// A client asks for 24 blocks (3 MiB, more than the sockets hold) and goes away without
+// reading: the reply's write fails, and every block it pinned is unpinned lent. The tier
+// then takes 24 new blocks, the pages it replaces among them.
+TEST_F(LendTest, AClientThatDiesMidReplyLeavesNothingPinned) {
+  Start(24);
+  std::vector<TestBlock> blocks, fresh;
+  std::vector<BlockKey> keys;
+  for (uint64_t id = 1; id <= 24; ++id) {
+    blocks.push_back(MakeBlock(id, kBlockBytes));
+    fresh.push_back(MakeBlock(100 + id, kBlockBytes));
+    keys.push_back(blocks.back().header.key);
+  }
+  Store(blocks);
+  {
+    auto client = Client();
+    ASSERT_TRUE(client->SendGetKeys(session_, keys).ok());
+    ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent > 0; }));
+  }  // gone, its reply unread
+  for (const TestBlock& block : blocks) ASSERT_TRUE(store_->Remove(block.ref()).ok());
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return store_->Put(fresh[0].header, fresh[0].payload).ok(); }))
+      << "the dead client's pins were kept";
+  for (size_t i = 1; i < fresh.size(); ++i) {
+    EXPECT_TRUE(store_->Put(fresh[i].header, fresh[i].payload).ok()) << "block " << 100 + i + 1;
+  }
+  EXPECT_GT(Replaced(), 0u);
+}
+
 // A tenant's session may read only its own scope; a reader that lies in its acks could
 // read other blocks written into lent pages. Its replies are copied: nothing is lent.
 TEST_F(LendTest, ATenantsRepliesAreCopied) {

@@ -22,7 +22,12 @@
 // session's format tag and salt scope. Why: an openGet per get was a Cap'n Proto round
 // trip per transfer, a fifth of a 256 KiB get's time and a busy RPC thread
 // (docs/benchmarks.md).
-//
+//   request  StreamRequest{magic, kGetKeys, session id, session secret}
+//            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
+//   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
+//            `blocks` state bytes padded to a multiple of 8, then `header_bytes` of the
+//            present blocks' headers in order (storage/block_header.h's encoding, the
+//            headers of exactly the bytes sent), then their payloads
 // `acked` is 0, or kStreamAcksReplies | the number of keyed-get replies (successful ones)
 // the client has read whole on this connection, mod 2^31. A client that acks lets a node
 // send its host tier's pages zero copy to a session opened with a node's credential: the
@@ -32,12 +37,6 @@
 // connection idle says it at once, so that the node need not wait:
 //   ack      StreamRequest{magic, kAck, ticket_id = acked (as above, flag set), secret 0};
 //            no reply
-//   request  StreamRequest{magic, kGetKeys, session id, session secret}
-//            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
-//   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
-//            `blocks` state bytes padded to a multiple of 8, then `header_bytes` of the
-//            present blocks' headers in order (storage/block_header.h's encoding, the
-//            headers of exactly the bytes sent), then their payloads
 //
 // A keyed put (kPutHeaders) likewise carries its headers on the stream instead of in an
 // openPut call, under a put session (BlockStore.openPutSession), for the same reason. A

@@ -11,8 +11,9 @@
 //
 // The catch, and the caller's duty: a lent page may be read by the kernel after Write
 // says done, until the reader has read it. Its bytes must not change meanwhile: the data
-// stream unpins a lent host-tier block with PinnedBlock::UnpinLent, and the tier replaces
-// the page's memory before it ever writes there again.
+// stream keeps a lent host-tier block pinned until its reader acks the reply
+// (protocol.h); without an ack it unpins it with PinnedBlock::UnpinLent, and the tier
+// replaces the page's memory before it ever writes there again.
 //
 // Thread safety: one thread at a time (a connection's loop). Owns its pipe.
 #pragma once
