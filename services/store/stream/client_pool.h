@@ -3,10 +3,11 @@
 // not pay a TCP connect.
 //
 // Transfer() runs one transfer on a kept connection (or a new one) and keeps the
-// connection again unless it broke, after acking the replies it read (AckReplies). A kept connection that the node closed meanwhile (it
-// restarted) fails before the node saw the request, so the ticket is still good: the
-// transfer is tried once more on a fresh connection, and the address's other kept
-// connections, as stale, are dropped.
+// connection again unless it broke, after acking the replies it read (AckReplies, so
+// that the node unpins the pages it lent them at once). A kept connection that the node
+// closed meanwhile (it restarted) fails before the node saw the request, so the ticket
+// is still good: the transfer is tried once more on a fresh connection, and the
+// address's other kept connections, as stale, are dropped.
 //
 // Thread safety: safe from any thread (one mutex, a leaf, never held during a transfer).
 #pragma once

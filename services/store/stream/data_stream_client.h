@@ -49,6 +49,8 @@ struct DataStreamClientOptions {
 class DataStreamClient {
  public:
   [[nodiscard]] static Result<std::unique_ptr<DataStreamClient>> Connect(const DataStreamClientOptions& options);
+  // Acks the replies it read (AckReplies, best effort) unless gets await their replies,
+  // then closes the connection.
   ~DataStreamClient();
   DataStreamClient(const DataStreamClient&) = delete;
   DataStreamClient& operator=(const DataStreamClient&) = delete;

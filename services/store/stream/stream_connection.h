@@ -194,7 +194,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   uint32_t keyed_replies_ = 0;
   bool reader_acks_ = false;
   // Lent replies whose reader has not acked them yet, oldest first, in a ring. Two are
-  // enough for a client two gets deep; one more reply when all are taken is copied.
+  // enough for a client two gets deep; while all four are taken, replies are copied.
   struct LentReply {
     uint32_t reply = 0;  // its number among keyed_replies_
     std::vector<storage::PinnedBlock> pins;
