@@ -18,8 +18,12 @@ void StreamConnection::Start() { ReadRequest(); }
 void StreamConnection::ReadRequest() {
   timer_.cancel();  // idle between transfers is the client's right; only transfers are timed
   idle_ = true;
-  idle_since_ = std::chrono::steady_clock::now();
-  if (lent_count_ > 0 && !lent_timer_armed_) ArmLentTimer(context_.lent_grace);
+  // Only the lent timer reads when the connection went idle, and only while replies are
+  // parked (a reply is parked just before this): no clock read per request otherwise.
+  if (lent_count_ > 0) {
+    idle_since_ = std::chrono::steady_clock::now();
+    if (!lent_timer_armed_) ArmLentTimer(context_.lent_grace);
+  }
   asio::async_read(socket_, asio::buffer(&request_, sizeof(request_)),
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
 }
