@@ -53,6 +53,19 @@ struct TlsConfig {
   bool server_enabled() const { return !cert_file.empty(); }
 };
 
+// Bounds on what a client reaches before it authenticates, on every RPC listener of the
+// process (services/rpc/rpc_server.h's ConnectionLimits says what each does).
+struct ConnectionsConfig {
+  uint64_t auth_deadline_ms = 5000;                // accept to authenticated, TLS included
+  uint64_t pre_auth_message_bytes = uint64_t{64} << 10;
+  uint32_t max = 0;                                // per RPC listener; 0: 1/2 of RLIMIT_NOFILE
+  uint32_t data_stream_max = 0;                    // per data stream; 0: 1/4 of RLIMIT_NOFILE
+  uint32_t max_unauthenticated = 1024;
+  uint32_t max_unauthenticated_per_address = 64;
+  uint32_t auth_failure_burst = 10;                // failed tokens per address at once,
+  uint32_t auth_failures_per_minute = 60;          // then at most this many a minute
+};
+
 struct CoordinatorConfig {
   std::vector<std::string> listen = {"127.0.0.1:7400"};  // host:port; port 0 picks one
   std::string unix_socket;                                // path; empty for none
@@ -126,6 +139,7 @@ struct KvtierConfig {
   MetricsConfig metrics;
   AuthConfig auth;
   TlsConfig tls;
+  ConnectionsConfig connections;
   CoordinatorConfig coordinator;
   WorkerConfig worker;
   StoreConfig store;

@@ -319,6 +319,39 @@ void AddNodeIdentityFields(std::vector<Field>& fields) {
                                "a file path", true, [](auto& c) -> auto& { return c.node.coordinator_token_file; }));
 }
 
+// connections.*: what every RPC listener allows before a client authenticates.
+void AddConnectionFields(std::vector<Field>& fields) {
+  fields.push_back(UintField("connections.auth_deadline_ms",
+                             "A connection that has not authenticated this long after its accept (TLS handshake "
+                             "included) is closed.",
+                             100, 600000, [](auto& c) -> auto& { return c.connections.auth_deadline_ms; }));
+  fields.push_back(UintField("connections.pre_auth_message_bytes",
+                             "Largest RPC message accepted before the connection authenticates.", 4096, 1ull << 30,
+                             [](auto& c) -> auto& { return c.connections.pre_auth_message_bytes; }));
+  fields.push_back(UintField("connections.max",
+                             "Open connections per listener; past it the oldest unauthenticated one is closed "
+                             "for a newcomer. 0: half of the descriptor limit (RLIMIT_NOFILE).",
+                             0, 1u << 20, [](auto& c) -> auto& { return c.connections.max; }));
+  fields.push_back(UintField("connections.data_stream_max",
+                             "Open connections of a node's data stream; past it new ones are refused, and one "
+                             "that shows no valid ticket within its client timeout is closed. 0: a quarter of the "
+                             "descriptor limit (RLIMIT_NOFILE).",
+                             0, 1u << 20, [](auto& c) -> auto& { return c.connections.data_stream_max; }));
+  fields.push_back(UintField("connections.max_unauthenticated",
+                             "Unauthenticated connections per listener; past it the oldest is closed for a newcomer.",
+                             1, 1u << 20, [](auto& c) -> auto& { return c.connections.max_unauthenticated; }));
+  fields.push_back(UintField("connections.max_unauthenticated_per_address",
+                             "Unauthenticated connections from one address; past it new ones are refused.", 1,
+                             1u << 20, [](auto& c) -> auto& { return c.connections.max_unauthenticated_per_address; }));
+  fields.push_back(UintField("connections.auth_failure_burst",
+                             "Failed authentications one address may have at once before it must wait.", 1, 1u << 20,
+                             [](auto& c) -> auto& { return c.connections.auth_failure_burst; }));
+  fields.push_back(UintField("connections.auth_failures_per_minute",
+                             "How fast an address's budget of failed authentications refills; while it is spent, "
+                             "its tokens are not checked.",
+                             1, 1u << 20, [](auto& c) -> auto& { return c.connections.auth_failures_per_minute; }));
+}
+
 std::vector<Field> BuildFields() {
   std::vector<Field> fields;
   fields.push_back(StringField("data_dir", "Directory for persistent data (RocksDB, state).",
@@ -366,6 +399,7 @@ std::vector<Field> BuildFields() {
                              "to bring the parent (two nodes' streams arrive in no common order); then it is "
                              "left out of lookups and counted. 0: left out at once.",
                              0, 60000, [](auto& c) -> auto& { return c.coordinator.orphan_wait_ms; }));
+  AddConnectionFields(fields);
   AddPoolFields(fields);
   AddStoreFields(fields);
   AddWorkerNodeFields(fields);

@@ -45,7 +45,8 @@ std::string Serialize(const Response& r, bool head_only) {
 
 class MetricsHttpServer::Impl {
  public:
-  explicit Impl(MetricsHttpServerOptions options) : options_(std::move(options)), acceptor_(io_) {}
+  explicit Impl(MetricsHttpServerOptions options)
+      : options_(std::move(options)), acceptor_(io_), retry_(io_) {}
 
   Status Bind() {
     asio::error_code ec;
@@ -97,6 +98,7 @@ class MetricsHttpServer::Impl {
   MetricsHttpServerOptions options_;
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer retry_;  // a failed accept's
   std::thread thread_;
   uint16_t port_ = 0;
 };
@@ -168,8 +170,15 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
 void MetricsHttpServer::Impl::Accept() {
   acceptor_.async_accept([this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
-    if (!ec) std::make_shared<Connection>(*this, std::move(socket))->Start();
-    Accept();
+    if (!ec) {
+      std::make_shared<Connection>(*this, std::move(socket))->Start();
+      return Accept();
+    }
+    // Out of descriptors: an accept fails again at once, so wait before the next.
+    retry_.expires_after(std::chrono::milliseconds(10));
+    retry_.async_wait([this](const asio::error_code& wait) {
+      if (!wait) Accept();
+    });
   });
 }
 

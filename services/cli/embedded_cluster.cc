@@ -19,6 +19,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
   node.roles = {"coordinator"};
   if (cluster->local_) KVTIER_RETURN_IF_ERROR(cluster->local_->Embed(node, options.event_tick));
   node.rpc = config.coordinator;
+  node.connections = config.connections;
   node.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   node.tls = config.tls;
   node.tokens = std::move(options.tokens);
@@ -32,6 +33,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
 EmbeddedCluster::~EmbeddedCluster() { Shutdown(); }
 
 const std::vector<std::string>& EmbeddedCluster::endpoints() const { return coordinator_->endpoints(); }
+Status EmbeddedCluster::Readiness() const { return coordinator_->Readiness(); }
 bool EmbeddedCluster::tls() const { return coordinator_->tls(); }
 
 void EmbeddedCluster::Shutdown() {

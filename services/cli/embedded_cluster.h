@@ -47,6 +47,8 @@ class EmbeddedCluster {
   ~EmbeddedCluster();
 
   const std::vector<std::string>& endpoints() const;
+  // Ok while the listener every role shares accepts connections.
+  [[nodiscard]] Status Readiness() const;
   bool tls() const;
   const LocalNode* local() const { return local_.get(); }  // null without local_node
   void Shutdown();

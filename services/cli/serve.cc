@@ -188,7 +188,9 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
   http_options.bind_address = config.metrics.bind;
   http_options.port = config.metrics.port;
   http_options.registry = &registry;
-  http_options.readiness = [&ready]() -> Status { return ready ? Status::Ok() : UnavailableError("starting up"); };
+  http_options.readiness = [&ready, cluster = node->get()]() -> Status {
+    return ready ? cluster->Readiness() : UnavailableError("starting up");
+  };
   Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());

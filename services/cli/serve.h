@@ -51,6 +51,7 @@ struct NodeProcess {
   std::string rpc;   // its endpoint
   std::vector<std::pair<std::string, std::string>> banner;  // more lines: label, value
   std::function<bool()> registered;
+  std::function<Status()> listening;  // Ok while its listeners accept connections
   std::function<Status()> drain;
 };
 int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const NodeProcess& node);

@@ -1,5 +1,5 @@
 // What `kvtier store` and `kvtier worker` share once their node runs: the metrics
-// endpoint with readiness = registered with the coordinator, the banner, and the drain on
+// endpoint with readiness = listening and registered with the coordinator, the banner, and the drain on
 // SIGINT/SIGTERM (exit 0 when it succeeds).
 #include <signal.h>
 
@@ -30,6 +30,7 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
   // Ready once the coordinator knows the node: before that nothing routes to it.
   http_options.readiness = [&node, &draining]() -> Status {
     if (draining) return UnavailableError("draining");
+    KVTIER_RETURN_IF_ERROR(node.listening());
     return node.registered() ? Status::Ok() : UnavailableError("not registered with the coordinator yet");
   };
   Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));

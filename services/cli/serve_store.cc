@@ -32,6 +32,7 @@ int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::s
                          .rpc = store_node->endpoints().front(),
                          .banner = {{"auth", auth_summary}, {"tiers", tiers}},
                          .registered = [store_node] { return store_node->registered(); },
+                         .listening = [store_node] { return store_node->Readiness(); },
                          .drain = [store_node] { return store_node->Drain(); }});
 }
 

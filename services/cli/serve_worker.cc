@@ -33,6 +33,7 @@ int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::
                          .rpc = worker_node->endpoints().front(),
                          .banner = {{"auth", auth_summary}, {"node", worker_node->Summary() + "; " + tiers}},
                          .registered = [worker_node] { return worker_node->registered(); },
+                         .listening = [worker_node] { return worker_node->Readiness(); },
                          .drain = [worker_node] { return worker_node->Drain(); }});
 }
 

@@ -45,6 +45,7 @@ struct BufferedMessageStream::Frame {
 BufferedMessageStream::BufferedMessageStream(kj::AsyncIoStream& stream, BufferedMessageStreamOptions options)
     : stream_(stream),
       on_message_(std::move(options.on_message)),
+      max_message_words_(options.max_message_words),
       writer_(stream),
       buffer_(kj::heapArray<word>(options.buffer_bytes / sizeof(word))) {
   KJ_REQUIRE(options.buffer_bytes >= kMinBufferBytes && options.buffer_bytes % sizeof(word) == 0,
@@ -65,6 +66,10 @@ kj::Maybe<BufferedMessageStream::Frame> BufferedMessageStream::ParseFrame(const 
   KJ_REQUIRE(words <= options.traversalLimitInWords,
              "message is larger than the receiver's limit (ReaderOptions::traversalLimitInWords)",
              words * sizeof(word), options.traversalLimitInWords * sizeof(word));
+  if (max_message_words_ != nullptr) {
+    KJ_REQUIRE(words <= *max_message_words_, "message is larger than the connection's limit now",
+               words * sizeof(word), *max_message_words_ * sizeof(word));
+  }
   frame.message_bytes = words * sizeof(word);
   return frame;
 }

@@ -37,6 +37,10 @@ struct BufferedMessageStreamOptions {
   // Called on the stream's thread for every message read, before it is handed on (the
   // RPC server's busy polling watches for traffic with it). Optional.
   std::function<void()> on_message;
+  // When set, a limit on each message's words beside ReaderOptions::traversalLimitInWords,
+  // read anew for every message: a listener lowers it until its connection authenticates
+  // (rpc_server.h). Checked on the segment table, before the message is allocated.
+  const uint64_t* max_message_words = nullptr;
 };
 
 class BufferedMessageStream final : public capnp::MessageStream {
@@ -66,6 +70,7 @@ class BufferedMessageStream final : public capnp::MessageStream {
 
   kj::AsyncIoStream& stream_;
   std::function<void()> on_message_;
+  const uint64_t* max_message_words_;
   capnp::AsyncIoMessageStream writer_;
   kj::Array<capnp::word> buffer_;
   size_t begin_ = 0;  // bytes of buffer_ already served

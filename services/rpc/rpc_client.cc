@@ -36,10 +36,13 @@ Status RpcClient::Impl::Start() {
   if (!options_.tls_ca_file.empty()) {
     KVTIER_ASSIGN_OR_RETURN(tls_, TlsClient::Create(options_.tls_ca_file));
   }
-  std::promise<void> ready;
-  std::future<void> started = ready.get_future();
+  std::promise<Status> ready;
+  std::future<Status> started = ready.get_future();
   thread_ = std::thread([this, &ready] { Loop(ready); });
-  started.wait();
+  if (Status loop = started.get(); !loop.ok()) {
+    thread_.join();
+    return loop;
+  }
   return executor_->executeSync([this] { return Guard<Status>(ConnectAndAuthenticate()); });
 }
 
@@ -61,14 +64,22 @@ Result<ServerVersion> RpcClient::Impl::Version() {
   });
 }
 
-void RpcClient::Impl::Loop(std::promise<void>& ready) {
+void RpcClient::Impl::Loop(std::promise<Status>& ready) {
   NameThisThread("kvt-client");
-  kj::AsyncIoContext io = kj::setupAsyncIo();
+  // An event loop needs descriptors (epoll, signalfd, eventfd): out of them, the client
+  // fails to connect, as when the server cannot be reached, and the process goes on.
+  kj::Maybe<kj::AsyncIoContext> made;
+  KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] { made = kj::setupAsyncIo(); })) {
+    ready.set_value(UnavailableError("cannot make the RPC client's event loop: " +
+                                     std::string(exception->getDescription().cStr())));
+    return;
+  }
+  kj::AsyncIoContext& io = KJ_ASSERT_NONNULL(made);
   io_ = &io;
   auto stop = kj::newPromiseAndFulfiller<void>();
   stop_ = kj::mv(stop.fulfiller);
   executor_ = &kj::getCurrentThreadExecutor();
-  ready.set_value();
+  ready.set_value(Status::Ok());
   stop.promise.wait(io.waitScope);
   // Everything KJ owns dies on the thread that made it.
   watch_disconnect_ = nullptr;

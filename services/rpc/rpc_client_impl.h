@@ -114,7 +114,7 @@ class RpcClient::Impl {
   template <typename V>
   static const Status& StatusOf(const Result<V>& result) { return result.status(); }
 
-  void Loop(std::promise<void>& ready);
+  void Loop(std::promise<Status>& ready);
   kj::Promise<Status> ConnectAndAuthenticate();
 
   // Maps exceptions to Status and enforces the call timeout.

@@ -2,13 +2,21 @@
 //
 // Every connection gets its own bootstrap capability from the factory (so per-connection
 // state, such as the sequences a process holds, dies with the connection), optionally
-// behind TLS. Messages larger than max_message_bytes, malformed messages and TLS
-// handshakes that fail or stall past 10 s close that connection only; the server keeps
-// serving everyone else.
+// behind TLS. Messages larger than max_message_bytes, malformed messages and failed TLS
+// handshakes close that connection only; the server keeps serving everyone else.
+//
+// What a client reaches before it authenticates is bounded (ConnectionLimits): a
+// connection must finish its TLS handshake and authenticate within `auth_deadline`, its
+// messages are at most `pre_auth_message_bytes` until then, an address may have only so
+// many waiting, and the oldest waiting connection is shed for a newcomer when the server
+// is at its connection limit (connection_admission.h). Failed authentications are budgeted
+// per address across connections (auth_throttle.h). An accept that fails (EMFILE, ENFILE)
+// sheds the oldest waiting connection, is logged and counted, and is retried with backoff:
+// the listener never stops, and Readiness() reports it while it keeps failing.
 //
 // Thread safety: the server runs its own thread with its own KJ event loop; the factory
 // and every capability it returns run only on that thread. Create(), endpoints() and
-// Shutdown() may be called from any one other thread.
+// Shutdown() may be called from any one other thread; Readiness() from any thread.
 // Ownership: the server owns its listeners and connections; `metrics` outlives it.
 //
 // REQUIRES: the factory returns a capability of the schema the clients expect.
@@ -23,10 +31,26 @@
 
 #include <capnp/capability.h>
 
+#include "common/config.h"
 #include "common/status.h"
+#include "services/rpc/connection_gate.h"
 #include "services/rpc/rpc_metrics.h"
 
 namespace kvtier::rpc {
+
+// Bounds on what a client reaches before it authenticates (see the top of this file).
+struct ConnectionLimits {
+  std::chrono::milliseconds auth_deadline{5000};  // accept to authenticated, TLS handshake included
+  uint64_t pre_auth_message_bytes = uint64_t{64} << 10;
+  uint32_t max_connections = 0;                   // 0: half of RLIMIT_NOFILE's soft limit
+  uint32_t max_unauthenticated = 1024;
+  uint32_t max_unauthenticated_per_address = 64;
+  uint32_t auth_failure_burst = 10;               // failed tokens an address may send at once
+  double auth_failures_per_second = 1.0;          // and then, at most, this often
+};
+
+// The limits a process's configuration sets (common/config.h's `connections:`).
+[[nodiscard]] ConnectionLimits ConnectionLimitsFrom(const ConnectionsConfig& config);
 
 struct RpcServerOptions {
   std::vector<std::string> listen;   // "host:port" (port 0: any free port) or "unix:/path"
@@ -45,9 +69,12 @@ struct RpcServerOptions {
   // latency of small calls, at the price of one busy core while traffic flows. 0: off.
   std::chrono::microseconds busy_poll{0};
   std::string thread_name = "kvt-rpc";  // the event-loop thread's (common/thread_name.h)
+  ConnectionLimits limits;
 };
 
-using BootstrapFactory = std::function<capnp::Capability::Client()>;
+// Makes the bootstrap capability of one connection; `gate` is the connection's
+// (connection_gate.h), for the capability to report authentication through.
+using BootstrapFactory = std::function<capnp::Capability::Client(std::shared_ptr<ConnectionGate> gate)>;
 
 class RpcServer {
  public:
@@ -62,6 +89,9 @@ class RpcServer {
   // The bound addresses, with real ports: "127.0.0.1:7400", "unix:/run/kvtier.sock".
   const std::vector<std::string>& endpoints() const;
   bool tls() const;
+  // Ok while the listeners accept; kUnavailable, with the error, while an accept has failed
+  // within the last few seconds (descriptors exhausted). Safe from any thread.
+  [[nodiscard]] Status Readiness() const;
 
   // Closes listeners and connections and joins the thread. Idempotent.
   void Shutdown();

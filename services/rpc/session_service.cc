@@ -104,7 +104,8 @@ class SessionServer final : public schema::Session::Server {
 
 class BootstrapServer final : public schema::Bootstrap::Server {
  public:
-  explicit BootstrapServer(const SessionContext& context) : context_(context) {}
+  BootstrapServer(const SessionContext& context, std::shared_ptr<ConnectionGate> gate)
+      : context_(context), gate_(std::move(gate)) {}
 
  protected:
   kj::Promise<void> authenticate(AuthenticateContext call) override {
@@ -112,12 +113,15 @@ class BootstrapServer final : public schema::Bootstrap::Server {
     if (failures_ >= kMaxAuthFailures) {
       recorder.Fail(UnauthenticatedError("too many failed authentication attempts on this connection; reconnect"));
     }
+    if (Status admitted = gate_->BeforeAuthenticate(); !admitted.ok()) recorder.Fail(std::move(admitted));
     Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr());
     if (!tenant.ok()) {
       ++failures_;
       if (context_.metrics != nullptr) context_.metrics->auth_failures().Inc();
+      gate_->AuthenticationFailed();
       recorder.Fail(tenant.status());
     }
+    gate_->Authenticated();
     auto results = call.getResults();
     results.setTenant(tenant->name);
     FillServerInfo(context_.identity, results.initServer());
@@ -127,13 +131,18 @@ class BootstrapServer final : public schema::Bootstrap::Server {
 
  private:
   const SessionContext& context_;
+  const std::shared_ptr<ConnectionGate> gate_;
   int failures_ = 0;
 };
 
 }  // namespace
 
-capnp::Capability::Client MakeBootstrap(const SessionContext& context) {
-  return schema::Bootstrap::Client(kj::heap<BootstrapServer>(context));
+capnp::Capability::Client MakeBootstrap(const SessionContext& context, std::shared_ptr<ConnectionGate> gate) {
+  return schema::Bootstrap::Client(kj::heap<BootstrapServer>(context, std::move(gate)));
+}
+
+BootstrapFactory SessionBootstraps(const SessionContext& context) {
+  return [&context](std::shared_ptr<ConnectionGate> gate) { return MakeBootstrap(context, std::move(gate)); };
 }
 
 }  // namespace kvtier::rpc

@@ -3,7 +3,9 @@
 // MakeBootstrap() returns a fresh Bootstrap capability for one connection. Its only method,
 // authenticate(token), checks the token with the TokenStore and returns a Session scoped
 // to that tenant. A connection gets at most kMaxAuthFailures wrong tokens; after that
-// every attempt fails, so a client cannot guess tokens at line rate.
+// every attempt fails. Across connections, the listener's gate budgets failures per
+// address (connection_gate.h): a token is not checked while its address's budget is spent,
+// so a client cannot guess tokens at line rate by reconnecting either.
 //
 // The classes behind the capabilities are thin `final` adapters: each method converts
 // its parameters, calls a plain C++ object and converts the result or Status back. Every
@@ -15,6 +17,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +25,9 @@
 
 #include "common/clock.h"
 #include "services/auth/token_store.h"
+#include "services/rpc/connection_gate.h"
 #include "services/rpc/rpc_metrics.h"
+#include "services/rpc/rpc_server.h"
 
 namespace kvtier::rpc {
 
@@ -55,6 +60,12 @@ struct SessionContext {
   ServerFactory store;
 };
 
-[[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context);
+// `gate` is the connection's, from the listener (rpc_server.h's BootstrapFactory).
+[[nodiscard]] capnp::Capability::Client MakeBootstrap(const SessionContext& context,
+                                                      std::shared_ptr<ConnectionGate> gate);
+
+// The RpcServer factory that makes each connection's Bootstrap over `context`.
+// REQUIRES: `context` outlives the server.
+[[nodiscard]] BootstrapFactory SessionBootstraps(const SessionContext& context);
 
 }  // namespace kvtier::rpc

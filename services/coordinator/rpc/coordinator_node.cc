@@ -43,6 +43,7 @@ class CoordinatorNode::Impl {
     server.tls_cert_file = options_.tls.cert_file;
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();
+    server.limits = rpc::ConnectionLimitsFrom(options_.connections);
     server.tick = [this] {
       if (options_.on_tick) options_.on_tick(state_);
       state_.coordinator->Tick();
@@ -51,7 +52,7 @@ class CoordinatorNode::Impl {
     const Nanos interval = options_.tick_interval.count() > 0 ? options_.tick_interval : options_.lease_ttl / 4;
     server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            [this] { return rpc::MakeBootstrap(session_); }));
+                                                            rpc::SessionBootstraps(session_)));
     return Status::Ok();
   }
 
@@ -71,6 +72,7 @@ Result<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(CoordinatorNode
 CoordinatorNode::CoordinatorNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorNode::~CoordinatorNode() { Shutdown(); }
 const std::vector<std::string>& CoordinatorNode::endpoints() const { return impl_->server_->endpoints(); }
+Status CoordinatorNode::Readiness() const { return impl_->server_->Readiness(); }
 bool CoordinatorNode::tls() const { return impl_->server_->tls(); }
 void CoordinatorNode::Shutdown() { impl_->server_->Shutdown(); }
 

@@ -38,6 +38,7 @@ struct CoordinatorNodeOptions {
   std::string node_id = "coordinator";
   std::vector<std::string> roles = {"coordinator"};
   CoordinatorConfig rpc;
+  ConnectionsConfig connections;
   TlsConfig tls;
   auth::TokenStore tokens = auth::TokenStore::Disabled();
   MetricsRegistry* registry = nullptr;  // required
@@ -60,6 +61,8 @@ class CoordinatorNode {
   ~CoordinatorNode();
 
   const std::vector<std::string>& endpoints() const;
+  // Ok while its listeners accept connections (rpc_server.h's Readiness()).
+  [[nodiscard]] Status Readiness() const;
   bool tls() const;
   void Shutdown();
 

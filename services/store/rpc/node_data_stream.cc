@@ -28,6 +28,8 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStre
   stream.threads = options.threads;
   stream.tier_threads = options.tier_threads;
   stream.lend_pages = options.lend_pages;
+  stream.max_connections = options.max_connections;
+  stream.max_unproven_per_address = options.max_unproven_per_address;
   return DataStreamServer::Create(std::move(stream));
 }
 

@@ -29,6 +29,8 @@ struct NodeDataStreamOptions {
   uint32_t threads = 0;    // the stream's event loops; 0: its default
   uint32_t tier_threads = 0;  // its disk work's threads; 0: its default
   bool lend_pages = true;     // DataStreamServerOptions::lend_pages
+  uint32_t max_connections = 0;            // DataStreamServerOptions::max_connections
+  uint32_t max_unproven_per_address = 64;  // and ::max_unproven_per_address
   storage::TieredStore* store = nullptr;  // required
   MetricsRegistry* registry = nullptr;    // optional
 };
@@ -50,6 +52,8 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, cons
           .threads = section.data_stream_threads,
           .tier_threads = section.data_stream_tier_threads,
           .lend_pages = section.data_stream_lend_pages,
+          .max_connections = config.connections.data_stream_max,
+          .max_unproven_per_address = config.connections.max_unauthenticated_per_address,
           .store = store,
           .registry = registry};
 }

@@ -52,13 +52,18 @@ class StoreNode::Impl {
     server.max_message_bytes = options_.config.coordinator.max_message_bytes;
     server.tls_cert_file = options_.config.tls.cert_file;
     server.tls_key_file = options_.config.tls.key_file;
+    server.limits = rpc::ConnectionLimitsFrom(options_.config.connections);
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            [this] { return rpc::MakeBootstrap(session_); }));
+                                                            rpc::SessionBootstraps(session_)));
     StartAgent();
     return Status::Ok();
   }
 
   const std::vector<std::string>& endpoints() const { return server_->endpoints(); }
+  Status Readiness() const {
+    KVTIER_RETURN_IF_ERROR(server_->Readiness());
+    return stream_ ? stream_->Readiness() : Status::Ok();
+  }
   bool registered() const { return agent_owner_ != nullptr && agent_owner_->registered(); }
 
   Status Drain() {
@@ -135,6 +140,7 @@ Result<std::unique_ptr<StoreNode>> StoreNode::Create(StoreNodeOptions options) {
 StoreNode::StoreNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StoreNode::~StoreNode() = default;
 const std::vector<std::string>& StoreNode::endpoints() const { return impl_->endpoints(); }
+Status StoreNode::Readiness() const { return impl_->Readiness(); }
 bool StoreNode::registered() const { return impl_->registered(); }
 Status StoreNode::Drain() { return impl_->Drain(); }
 

@@ -45,6 +45,8 @@ class StoreNode {
   ~StoreNode();
 
   const std::vector<std::string>& endpoints() const;
+  // Ok while its listeners accept connections (rpc_server.h's Readiness()).
+  [[nodiscard]] Status Readiness() const;
   // Registered with the coordinator and its snapshot sent: ready for traffic.
   bool registered() const;
   // Leaves the coordinator, stops serving and flushes the disk tier. Idempotent; returns

@@ -97,7 +97,7 @@ class StoreServiceTest : public ::testing::Test {
     };
     rpc::RpcServerOptions server;
     server.listen = {"127.0.0.1:0"};
-    server_ = rpc::RpcServer::Create(std::move(server), [this] { return rpc::MakeBootstrap(session_); }).value();
+    server_ = rpc::RpcServer::Create(std::move(server), rpc::SessionBootstraps(session_)).value();
     address_ = server_->endpoints()[0];
   }
   void TearDown() override { server_->Shutdown(); }

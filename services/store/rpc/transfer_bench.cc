@@ -411,7 +411,7 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
   server_options.thread_name = "bench-store";
   server_options.max_message_bytes = o.block_bytes * o.batch * 2 + (1 << 20);
   KVTIER_ASSIGN_OR_RETURN(n->server, rpc::RpcServer::Create(std::move(server_options),
-                                                            [n] { return rpc::MakeBootstrap(n->session); }));
+                                                            rpc::SessionBootstraps(n->session)));
   return node;
 }
 

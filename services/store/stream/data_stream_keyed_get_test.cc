@@ -177,7 +177,7 @@ TEST_F(KeyedGetTest, BadSessionsAreRefusedWithTheirReason) {
   TransferTicket wrong = session;
   wrong.secret ^= 1;
   EXPECT_EQ(GetKeys(*Client(), wrong, {1}).status().code(), StatusCode::kPermissionDenied);
-  EXPECT_EQ(GetKeys(*Client(), session, {1}).status().code(), StatusCode::kNotFound) << "a guess withdrew it";
+  EXPECT_TRUE(GetKeys(*Client(), session, {1}).ok()) << "a guess costs the owner nothing";
 
   const TransferTicket idle = Session();
   clock_.Advance(std::chrono::seconds(31));  // the ttl is 30 s by default

@@ -4,24 +4,34 @@
 #include <thread>
 
 #include <asio.hpp>
+#include <spdlog/spdlog.h>
 
+#include "common/listener_health.h"
 #include "common/thread_name.h"
 #include "services/store/stream/source_staging.h"
 #include "services/store/stream/stream_connection.h"
 #include "services/store/stream/ticket_table.h"
 
 namespace kvtier::store {
+namespace {
+
+constexpr std::chrono::milliseconds kAcceptRetryMin{10};
+constexpr std::chrono::milliseconds kAcceptRetryMax{1000};
+
+}  // namespace
 
 class DataStreamServer::Impl {
  public:
   explicit Impl(DataStreamServerOptions options)
       : options_(std::move(options)), pool_(options_.max_staged_bytes),
         tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
-        acceptor_(*loops_.front()), sweep_(*loops_.front()),
+        acceptor_(*loops_.front()), accept_timer_(*loops_.front()), sweep_(*loops_.front()),
         tier_threads_(options_.tier_threads != 0 ? options_.tier_threads : static_cast<uint32_t>(loops_.size())),
-        tier_pool_(tier_threads_) {
+        tier_pool_(tier_threads_),
+        admission_(AdmissionOptions(options_)) {
     const bool disk = options_.store->Stats().disk.has_value();
     context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
+                .admission = &admission_,
                 .tier_pool = &tier_pool_, .disk = disk,
                 .lend_pages = options_.lend_pages && options_.store->CanLendHostPages(),
                 .lent_grace = options_.lent_grace,
@@ -58,10 +68,12 @@ class DataStreamServer::Impl {
     tier_pool_.join();
     asio::error_code ignored;
     acceptor_.close(ignored);
+    accept_timer_.cancel();
     tickets_.Drop();
   }
 
   const std::string& address() const { return address_; }
+  Status Readiness() const { return health_.Readiness("the data stream " + address_); }
   Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format, uint64_t scope,
                                   ExtraBlockSource* extra);
   Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
@@ -92,6 +104,8 @@ class DataStreamServer::Impl {
     s.bytes_received = counters_.bytes_received;
     s.bytes_lent = counters_.bytes_lent;
     s.refused = counters_.refused;
+    s.connections_refused = counters_.connections_refused;
+    s.connections_shed = counters_.connections_shed;
     s.expired = tickets_.expired();
     s.sessions = tickets_.sessions();
     s.loops = static_cast<uint32_t>(loops_.size());
@@ -106,6 +120,12 @@ class DataStreamServer::Impl {
   // saturates its core before the loopback does, and a second one let 2-core dev's gets
   // reach 1.1-1.2x one loop's rate; on a 16-core machine eight loops moved 1.6-2.0x the gets
   // of four (docs/benchmarks.md). An idle loop only waits in epoll.
+  static ConnectionAdmissionOptions AdmissionOptions(const DataStreamServerOptions& options) {
+    const uint32_t most = options.max_connections != 0 ? options.max_connections : DescriptorShare(1, 4);
+    return {.max_connections = most,
+            .max_unauthenticated = most,
+            .max_unauthenticated_per_address = std::min(most, options.max_unproven_per_address)};
+  }
   static std::vector<std::unique_ptr<asio::io_context>> MakeLoops(uint32_t threads) {
     if (threads == 0) threads = std::clamp(std::thread::hardware_concurrency() / 2, 2u, 8u);
     std::vector<std::unique_ptr<asio::io_context>> loops;
@@ -117,9 +137,46 @@ class DataStreamServer::Impl {
     acceptor_.async_accept(asio::any_io_executor(loop.get_executor()),
                            [this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
                              if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-                             if (!ec) std::make_shared<StreamConnection>(context_, std::move(socket))->Start();
+                             if (ec) return AcceptFailed(ec);
+                             accept_retry_ = kAcceptRetryMin;
+                             Admit(std::make_shared<StreamConnection>(context_, std::move(socket)));
                              Accept();
                            });
+  }
+  // Starts `connection`, or closes it when refused; sheds the oldest unproven ones for it.
+  void Admit(const std::shared_ptr<StreamConnection>& connection) {
+    const ConnectionAdmission::Admitted admitted =
+        admission_.Admit(connection->peer(), [weak = std::weak_ptr<StreamConnection>(connection),
+                                              loop = connection->executor()] {
+          // Under the admission's lock: no strong reference here, or the connection's last
+          // could go (and its destructor call the admission) on this thread.
+          asio::post(loop, [weak] {
+            if (const std::shared_ptr<StreamConnection> shed = weak.lock()) shed->Shed();
+          });
+        });
+    counters_.connections_shed += admitted.shed;
+    if (metrics_ != nullptr && admitted.shed > 0) metrics_->ConnectionsShed(admitted.shed);
+    if (admitted.verdict == ConnectionAdmission::Verdict::kAdmitted) return connection->Start(admitted.id);
+    ++counters_.connections_refused;  // the socket closes with the connection
+    if (metrics_ != nullptr) metrics_->ConnectionRefused();
+  }
+  // The listener keeps going: counted, logged (sampled), not ready meanwhile, and retried
+  // with backoff, since an accept that failed for want of descriptors fails again at once.
+  void AcceptFailed(const asio::error_code& ec) {
+    if (metrics_ != nullptr) metrics_->AcceptFailed();
+    if (admission_.ShedOldest()) {
+      ++counters_.connections_shed;
+      if (metrics_ != nullptr) metrics_->ConnectionsShed(1);
+    }
+    if (const std::optional<uint64_t> failures = health_.Failed("accept: " + ec.message())) {
+      spdlog::warn("data stream {}: accept failed ({} time(s) since the last line): {}", address_, *failures,
+                   ec.message());
+    }
+    accept_timer_.expires_after(accept_retry_);
+    accept_retry_ = std::min(accept_retry_ * 2, kAcceptRetryMax);
+    accept_timer_.async_wait([this](const asio::error_code& wait) {
+      if (!wait && acceptor_.is_open()) Accept();
+    });
   }
   // Expired tickets free their staging even when no transfer comes to sweep them.
   void Sweep() {
@@ -151,11 +208,15 @@ class DataStreamServer::Impl {
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> keep_running_;
   size_t next_loop_ = 0;  // first loop's thread (and Start)
   asio::ip::tcp::acceptor acceptor_;
+  asio::steady_timer accept_timer_;  // the first loop's: a failed accept's retry
+  std::chrono::milliseconds accept_retry_ = kAcceptRetryMin;  // first loop's thread
+  ListenerHealth health_;
   asio::steady_timer sweep_;
   const uint32_t tier_threads_;
   asio::thread_pool tier_pool_;  // after the loops: destroyed (joined) before them
   std::vector<std::thread> threads_;
   std::string address_;
+  StreamAdmission admission_;
 };
 
 Status DataStreamServer::Impl::Bind() {
@@ -254,6 +315,7 @@ Result<std::unique_ptr<DataStreamServer>> DataStreamServer::Create(DataStreamSer
 DataStreamServer::DataStreamServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DataStreamServer::~DataStreamServer() { Shutdown(); }
 const std::string& DataStreamServer::address() const { return impl_->address(); }
+Status DataStreamServer::Readiness() const { return impl_->Readiness(); }
 Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
                                                   uint64_t salt_scope, ExtraBlockSource* extra) {
   return impl_->OpenGet(keys, format_tag, salt_scope, extra);

@@ -91,6 +91,12 @@ struct DataStreamServerOptions {
   // Tenants' sessions, ticket gets and lend_pages false: copied into the socket.
   bool lend_pages = true;
   std::chrono::milliseconds lent_grace{100};
+  // Connections that have shown no valid ticket or session yet are "unproven": closed
+  // after `client_timeout`, shed (oldest first) for a newcomer when `max_connections` are
+  // open, and refused past `max_unproven_per_address` from one address. 0: a quarter of
+  // the process's descriptor limit, so that a flood leaves descriptors to the rest of it.
+  uint32_t max_connections = 0;
+  uint32_t max_unproven_per_address = 64;
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };
@@ -110,6 +116,8 @@ struct DataStreamStats {
   uint64_t bytes_sent = 0, bytes_received = 0;
   uint64_t bytes_lent = 0;                // of bytes_sent: spliced from the host tier's pages
   uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
+  uint64_t connections_refused = 0;       // closed at accept: too many unproven from its address
+  uint64_t connections_shed = 0;          // unproven, closed for a newcomer
   uint64_t expired = 0;                   // tickets never used
   uint64_t sessions = 0;                  // open get and put sessions
   uint32_t loops = 0;                     // event loops
@@ -128,6 +136,9 @@ class DataStreamServer {
 
   // "advertise_host:port".
   const std::string& address() const;
+  // Ok while the listener accepts; kUnavailable while its accepts are failing (descriptors
+  // exhausted: it keeps retrying). Safe from any thread.
+  [[nodiscard]] Status Readiness() const;
 
   // `keys` under one format tag and salt scope (the session's, already checked).
   [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,

@@ -11,12 +11,33 @@ StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
-StreamConnection::~StreamConnection() { UnpinAllLent(/*in_flight=*/reply_lent_); }
+StreamConnection::~StreamConnection() {
+  UnpinAllLent(/*in_flight=*/reply_lent_);
+  if (admission_id_ != 0 && context_.admission != nullptr) context_.admission->Closed(admission_id_);
+}
 
-void StreamConnection::Start() { ReadRequest(); }
+void StreamConnection::Start(ConnectionAdmission::Id admission_id) {
+  admission_id_ = admission_id;
+  ArmTimer();  // a connection that never showed a ticket has no right to idle
+  ReadRequest();
+}
+
+std::string StreamConnection::peer() const {
+  asio::error_code ec;
+  const asio::ip::tcp::endpoint remote = socket_.remote_endpoint(ec);
+  return ec ? "unknown" : remote.address().to_string();
+}
+
+void StreamConnection::Prove() {
+  if (proven_) return;
+  proven_ = true;
+  if (admission_id_ != 0 && context_.admission != nullptr) context_.admission->Proven(admission_id_);
+}
 
 void StreamConnection::ReadRequest() {
-  timer_.cancel();  // idle between transfers is the client's right; only transfers are timed
+  // Idle between transfers is the right of a client that showed a valid ticket or
+  // session; only transfers are timed then.
+  if (proven_) timer_.cancel();
   idle_ = true;
   // Only the lent timer reads when the connection went idle, and only while replies are
   // parked (a reply is parked just before this): no clock read per request otherwise.
@@ -52,6 +73,7 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   }
   Result<OpenTransfer> taken = context_.tickets->Take(request_.ticket_id, request_.secret, op);
   if (!taken.ok()) return Refuse(taken.status());
+  Prove();
   transfer_ = std::move(*taken);
   if (op == StreamOp::kGet) return ServeGet();
   ReadPutPayload();

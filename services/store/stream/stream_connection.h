@@ -20,6 +20,7 @@
 
 #include "services/store/stream/splice_writer.h"
 #include "services/store/stream/staging_pool.h"
+#include "services/store/stream/stream_admission.h"
 #include "services/store/stream/stream_metrics.h"
 #include "services/store/stream/ticket_table.h"
 #include "storage/tiered_store.h"
@@ -29,6 +30,8 @@ namespace kvtier::store {
 struct StreamCounters {
   std::atomic<uint64_t> gets{0}, puts{0}, bytes_sent{0}, bytes_received{0}, refused{0};
   std::atomic<uint64_t> bytes_lent{0};  // of bytes_sent: spliced from the host tier's pages
+  std::atomic<uint64_t> connections_refused{0};  // closed at accept
+  std::atomic<uint64_t> connections_shed{0};     // unproven, closed for a newcomer
 };
 
 struct StreamContext {
@@ -37,6 +40,7 @@ struct StreamContext {
   StreamCounters* counters = nullptr;
   StreamMetrics* metrics = nullptr;  // optional
   StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
+  StreamAdmission* admission = nullptr;  // optional: told when a connection proves itself, closes
   // Where work that may wait runs, off the loops: tier calls where the store has a disk
   // tier (`disk`), and keyed gets' calls to a session's extra source (reads, holds and
   // their return).
@@ -64,8 +68,13 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket);
   // Pages still lent (a reply cut off with its loop, replies never acked) are unpinned lent.
   ~StreamConnection();
-  // Reads the first request.
-  void Start();
+  // Reads the first request; `admission_id` is its place in the context's admission.
+  void Start(ConnectionAdmission::Id admission_id);
+  // Closes it (the stream shed it). On its loop, as every method.
+  void Shed() { Close(); }
+  asio::any_io_executor executor() { return socket_.get_executor(); }
+  // The peer's address without its port; "unknown" when the socket has none.
+  std::string peer() const;
 
  private:
   void ReadRequest();
@@ -205,6 +214,10 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   asio::steady_timer lent_timer_;
   bool lent_timer_armed_ = false;
   bool idle_ = false;  // waiting for the next request
+  // It showed a valid ticket or session; until then even its wait for a request is timed.
+  bool proven_ = false;
+  ConnectionAdmission::Id admission_id_ = 0;
+  void Prove();
   std::chrono::steady_clock::time_point idle_since_;
   std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
   std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order

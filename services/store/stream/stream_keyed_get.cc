@@ -20,6 +20,7 @@ void StreamConnection::ReadKeys() {
   Result<std::shared_ptr<const StreamSession>> session =
       context_.tickets->UseSession(request_.ticket_id, request_.secret, StreamOp::kGetKeys);
   if (!session.ok()) return Refuse(session.status());
+  Prove();
   session_ = std::move(*session);
   asio::async_read(socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeysHead(ec); });

@@ -15,6 +15,7 @@ void StreamConnection::ReadPutHeaders() {
   Result<std::shared_ptr<const StreamSession>> session =
       context_.tickets->UseSession(request_.ticket_id, request_.secret, StreamOp::kPutHeaders);
   if (!session.ok()) return Refuse(session.status());
+  Prove();
   session_ = std::move(*session);
   asio::async_read(socket_, asio::buffer(&headers_head_, sizeof(headers_head_)),
                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnHeadersHead(ec); });

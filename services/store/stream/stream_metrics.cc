@@ -27,6 +27,15 @@ Result<std::unique_ptr<StreamMetrics>> StreamMetrics::Create(MetricsRegistry& r)
                           r.AddGauge("kvtier_stream_staged_bytes", "Staging held by data stream transfers in flight."));
   KVTIER_ASSIGN_OR_RETURN(CounterFamily * expired, r.AddCounter("kvtier_stream_tickets_expired_total",
                                                                 "Data stream tickets opened and never used."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * accept_errors,
+                          r.AddCounter("kvtier_stream_accept_errors_total",
+                                       "Failed accepts of data stream connections (descriptors exhausted)."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * connections_refused,
+                          r.AddCounter("kvtier_stream_connections_refused_total",
+                                       "Data stream connections closed at accept: the most were open."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * connections_shed,
+                          r.AddCounter("kvtier_stream_connections_shed_total",
+                                       "Unproven data stream connections closed for a newcomer."));
   for (const StreamOp op : {StreamOp::kGet, StreamOp::kPut}) {
     const char* name = op == StreamOp::kPut ? "put" : "get";
     m->ok_[Index(op)] = &transfers->WithLabels({name, "ok"});
@@ -38,6 +47,9 @@ Result<std::unique_ptr<StreamMetrics>> StreamMetrics::Create(MetricsRegistry& r)
   m->lent_ = &lent->WithLabels({});
   m->staged_ = &staged->WithLabels({});
   m->expired_ = &expired->WithLabels({});
+  m->accept_errors_ = &accept_errors->WithLabels({});
+  m->connections_refused_ = &connections_refused->WithLabels({});
+  m->connections_shed_ = &connections_shed->WithLabels({});
   return m;
 }
 

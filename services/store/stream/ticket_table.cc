@@ -9,17 +9,24 @@
 namespace kvtier::store {
 namespace {
 
-Result<uint64_t> RandomSecret() {
-  uint64_t secret = 0;
-  if (getrandom(&secret, sizeof(secret), 0) != static_cast<ssize_t>(sizeof(secret))) {
+Result<TicketTable::Added> RandomIdAndSecret() {
+  uint64_t words[2] = {};
+  if (getrandom(words, sizeof(words), 0) != static_cast<ssize_t>(sizeof(words))) {
     return UnavailableError(std::string("getrandom failed: ") + std::strerror(errno));
   }
-  return secret;
+  return TicketTable::Added{words[0], words[1]};
+}
+
+// Compares secrets in time independent of where they differ.
+bool SameSecret(uint64_t a, uint64_t b) {
+  volatile uint64_t difference = a ^ b;
+  return difference == 0;
 }
 
 // The entry of `id` among `entries` (the tickets, or the sessions), its secret checked:
 // kNotFound, kInvalidArgument when the id is one of the other kind (`of_other_kind`), and
-// kPermissionDenied for a wrong secret, which withdraws the entry: a guess costs it.
+// kPermissionDenied for a wrong secret. A wrong secret leaves the entry to its owner: ids
+// are random, so whoever sends one it was not given is guessing 128 bits, not 64.
 template <typename Entries>
 Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id, uint64_t secret, bool of_other_kind,
                                                   const std::string& kind, const std::string& other_kind) {
@@ -28,9 +35,8 @@ Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id,
     if (of_other_kind) return InvalidArgumentError(kind + " " + std::to_string(id) + " is " + other_kind);
     return NotFoundError(kind + " " + std::to_string(id) + " is unknown or expired");
   }
-  if (it->second.secret != secret) {
-    entries.erase(it);
-    return PermissionDeniedError(kind + " " + std::to_string(id) + ": wrong secret; it is withdrawn");
+  if (!SameSecret(it->second.secret, secret)) {
+    return PermissionDeniedError(kind + " " + std::to_string(id) + ": wrong secret");
   }
   return it;
 }
@@ -40,13 +46,19 @@ Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id,
 // Lock order: the table's mutex, then the staging pool's (a dropped ticket returns its
 // buffer while the table is locked).
 Result<TicketTable::Added> TicketTable::Add(OpenTransfer transfer) {
-  KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
   MutexLock lock(mu_);
   SweepLocked();
-  const uint64_t id = next_id_++;
-  open_.emplace(id, Entry{secret, std::move(transfer)});
-  deadlines_.emplace_back(clock_.Now() + ttl_, id);
-  return Added{id, secret};
+  KVTIER_ASSIGN_OR_RETURN(const Added added, FreshIdLocked());
+  open_.emplace(added.id, Entry{added.secret, std::move(transfer)});
+  deadlines_.emplace_back(clock_.Now() + ttl_, added.id);
+  return added;
+}
+
+Result<TicketTable::Added> TicketTable::FreshIdLocked() const {
+  while (true) {
+    KVTIER_ASSIGN_OR_RETURN(const Added added, RandomIdAndSecret());
+    if (added.id != 0 && !open_.contains(added.id) && !sessions_.contains(added.id)) return added;
+  }
 }
 
 Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op) {
@@ -64,15 +76,15 @@ Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op
 }
 
 Result<TicketTable::Added> TicketTable::AddSession(StreamSession session) {
-  KVTIER_ASSIGN_OR_RETURN(const uint64_t secret, RandomSecret());
   MutexLock lock(mu_);
   if (sessions_.size() >= kMaxSessions) {
     return ResourceExhaustedError("the data stream has " + std::to_string(sessions_.size()) +
                                   " sessions open, its limit; reuse one");
   }
-  const uint64_t id = next_id_++;
-  sessions_.emplace(id, SessionEntry{secret, std::make_shared<const StreamSession>(std::move(session)), clock_.Now()});
-  return Added{id, secret};
+  KVTIER_ASSIGN_OR_RETURN(const Added added, FreshIdLocked());
+  sessions_.emplace(added.id,
+                    SessionEntry{added.secret, std::make_shared<const StreamSession>(std::move(session)), clock_.Now()});
+  return added;
 }
 
 Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id, uint64_t secret, StreamOp op) {

@@ -1,8 +1,10 @@
 // TicketTable: the transfers a data stream has opened and not yet carried out, and its
 // sessions (protocol.h's keyed gets and keyed puts).
 //
-// Each ticket gets a fresh id and a 64-bit secret from the kernel's CSPRNG (getrandom),
-// and is good for one Take() until `ttl` after it was added. Expiry needs no scan: every
+// Each ticket gets a random 64-bit id and a 64-bit secret from the kernel's CSPRNG
+// (getrandom), and is good for one Take() until `ttl` after it was added. A wrong secret
+// is refused and costs the owner nothing: no one can cancel a ticket or session that it
+// was not given, and guessing one means guessing 128 random bits. Expiry needs no scan: every
 // ticket lives for the same `ttl`, so they expire in the order they were added and a
 // queue of (deadline, id) is swept from its front on every Add and Take.
 // A session (of gets or of puts) is good for any number of UseSession() calls and lives
@@ -95,7 +97,7 @@ class TicketTable {
   [[nodiscard]] Result<Added> Add(OpenTransfer transfer);
 
   // The transfer, removed from the table. kNotFound for an unknown or expired id,
-  // kPermissionDenied for a wrong secret (the ticket is dropped: a guess costs it),
+  // kPermissionDenied for a wrong secret (the ticket stays its owner's),
   // kInvalidArgument when it was opened for the other operation.
   [[nodiscard]] Result<OpenTransfer> Take(uint64_t id, uint64_t secret, StreamOp op);
 
@@ -125,11 +127,12 @@ class TicketTable {
     Nanos last_used{};
   };
   size_t SweepLocked() KVTIER_REQUIRES(mu_);
+  // A random id that no ticket or session has, and its secret.
+  Result<Added> FreshIdLocked() const KVTIER_REQUIRES(mu_);
 
   const Clock& clock_;
   const std::chrono::milliseconds ttl_;
   mutable Mutex mu_;
-  uint64_t next_id_ KVTIER_GUARDED_BY(mu_) = 1;
   uint64_t expired_ KVTIER_GUARDED_BY(mu_) = 0;
   std::unordered_map<uint64_t, Entry> open_ KVTIER_GUARDED_BY(mu_);
   std::deque<std::pair<Nanos, uint64_t>> deadlines_ KVTIER_GUARDED_BY(mu_);  // in Add order

@@ -119,6 +119,10 @@ class WorkerNode::Impl {
   }
 
   const std::vector<std::string>& endpoints() const { return server_->endpoints(); }
+  Status Readiness() const {
+    KVTIER_RETURN_IF_ERROR(server_->Readiness());
+    return stream_ ? stream_->Readiness() : Status::Ok();
+  }
   bool registered() const { return worker_agent_owner_->registered() && (!store_ || store_agent_owner_->registered()); }
   std::string Summary() const { return plan_->Describe(); }
 
@@ -170,10 +174,11 @@ class WorkerNode::Impl {
     server.max_message_bytes = options_.config.coordinator.max_message_bytes;
     server.tls_cert_file = options_.config.tls.cert_file;
     server.tls_key_file = options_.config.tls.key_file;
+    server.limits = rpc::ConnectionLimitsFrom(options_.config.connections);
     server.tick = [this] { LoopTick(); };
     server.tick_interval = options_.tick;
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            [this] { return rpc::MakeBootstrap(session_); }));
+                                                            rpc::SessionBootstraps(session_)));
     return Status::Ok();
   }
 
@@ -337,6 +342,7 @@ Result<std::unique_ptr<WorkerNode>> WorkerNode::Create(WorkerNodeOptions options
 WorkerNode::WorkerNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 WorkerNode::~WorkerNode() = default;
 const std::vector<std::string>& WorkerNode::endpoints() const { return impl_->endpoints(); }
+Status WorkerNode::Readiness() const { return impl_->Readiness(); }
 bool WorkerNode::registered() const { return impl_->registered(); }
 std::string WorkerNode::Summary() const { return impl_->Summary(); }
 Status WorkerNode::Drain() { return impl_->Drain(); }

@@ -46,6 +46,8 @@ class WorkerNode {
   ~WorkerNode();
 
   const std::vector<std::string>& endpoints() const;
+  // Ok while its listeners accept connections (rpc_server.h's Readiness()).
+  [[nodiscard]] Status Readiness() const;
   // Both the pool and the tiers are registered with the coordinator.
   bool registered() const;
   std::string Summary() const;

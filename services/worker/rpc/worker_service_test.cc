@@ -127,7 +127,7 @@ class WorkerServiceTest : public ::testing::TestWithParam<bool> {
     session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
     rpc::RpcServerOptions options;
     options.listen = {"127.0.0.1:0"};
-    server_ = rpc::RpcServer::Create(std::move(options), [this] { return rpc::MakeBootstrap(session_); }).value();
+    server_ = rpc::RpcServer::Create(std::move(options), rpc::SessionBootstraps(session_)).value();
     address_ = server_->endpoints()[0];
   }
   void TearDown() override { server_->Shutdown(); }
@@ -220,7 +220,7 @@ TEST(WorkerServiceThreadTest, TheRpcLoopAnswersWhileTheWorkersThreadIsBusy) {
   session.worker = [&](const auth::Tenant& tenant) { return MakeWorkerService(context, tenant); };
   rpc::RpcServerOptions options;
   options.listen = {"127.0.0.1:0"};
-  auto server = rpc::RpcServer::Create(std::move(options), [&] { return rpc::MakeBootstrap(session); }).value();
+  auto server = rpc::RpcServer::Create(std::move(options), rpc::SessionBootstraps(session)).value();
 
   // The worker's thread is kept busy until `release`; it reads the blocks in use then.
   std::promise<void> busy, release;
