@@ -245,6 +245,24 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
       ASSERT_TRUE(read.ok()) << "block " << block.header.key.lo << ": " << read.status();
       EXPECT_EQ(*read, block.payload);
     }
+    // What an operator or the store does next on a full disk: a flush, a remove, more puts
+    // and then the shutdown. Each answers a Status (RocksDB's debug build asserts when a
+    // writer that failed is used again: none may be), and none loses what was acknowledged.
+    const Status flushed = tier->Flush();
+    EXPECT_TRUE(flushed.ok() || flushed.code() == StatusCode::kResourceExhausted) << flushed;
+    const TestBlock& removed = acknowledged.back();
+    const Status gone = tier->Remove(removed.ref());
+    EXPECT_TRUE(gone.ok() || gone.code() == StatusCode::kResourceExhausted) << gone;
+    if (gone.ok()) acknowledged.pop_back();
+    const TestBlock more = MakeBlock(1000, 64 << 10);
+    const Status again = tier->Put(more.header, more.payload);
+    EXPECT_TRUE(again.ok() || again.code() == StatusCode::kResourceExhausted) << again;
+    if (again.ok()) acknowledged.push_back(more);
+    for (const TestBlock& block : acknowledged) {
+      auto read = ReadBack(*tier, block);
+      ASSERT_TRUE(read.ok()) << "after the full disk's flush and remove, block " << block.header.key.lo << ": "
+                             << read.status();
+    }
   }
   // A restart on the still-full file system either opens (the headers fit) or fails to
   // open, saying why; once the operator makes room (the tmpfs grows), the reopened tier

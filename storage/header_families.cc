@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "storage/disk_tier_internal.h"
+#include "storage/rocks_logger.h"
 
 namespace kvtier::storage::disk_internal {
 namespace {
@@ -47,7 +48,7 @@ rocksdb::DBOptions MakeDbOptions(const DiskTierOptions& options) {
   db.create_missing_column_families = true;
   db.max_background_jobs = 2;
   db.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  db.keep_log_file_num = 2;
+  db.info_log = std::make_shared<RocksLogger>(db.info_log_level);  // no LOG file to fill up
   db.db_write_buffer_size = options.memtable_bytes;  // all layouts' memtables together
   return db;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 namespace kvtier::worker {
 namespace {
@@ -42,6 +43,53 @@ TEST(SharedPoolMemoryTest, NamesAreUnlinkedWithTheMemoryAndBadMapsFail) {
   EXPECT_EQ(SharedPoolMemory::Map(name, 4096).status().code(), StatusCode::kNotFound) << "unlinked with the pool";
   EXPECT_EQ(SharedPoolMemory::Map("../etc/passwd", 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(SharedPoolMemory::Create(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvtier::worker
+
+namespace kvtier::worker {
+namespace {
+
+bool ShmExists(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
+
+// A child creates a pool and dies without unlinking it, as a worker killed with SIGKILL
+// does; the sweep removes that pool and leaves the live one of this process alone.
+TEST(SharedPoolMemoryTest, RemoveStaleUnlinksThePoolsOfDeadCreatorsOnly) {
+  auto live = SharedPoolMemory::Create(4096);
+  ASSERT_TRUE(live.ok()) << live.status();
+  int names[2];
+  ASSERT_EQ(pipe(names), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto pool = SharedPoolMemory::Create(1 << 20);
+    if (!pool.ok()) _exit(1);
+    const std::string& name = pool->name();
+    if (write(names[1], name.data(), name.size()) != static_cast<ssize_t>(name.size())) _exit(2);
+    _exit(0);  // no destructor: the name stays behind
+  }
+  close(names[1]);
+  char buffer[128] = {};
+  ASSERT_GT(read(names[0], buffer, sizeof(buffer) - 1), 0);
+  close(names[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string stale = buffer;
+  ASSERT_TRUE(ShmExists(stale)) << "the dead child's pool was left behind";
+
+  EXPECT_EQ(SharedPoolMemory::RemoveStale("/dev/shm", std::chrono::seconds(60)).pools, 0u)
+      << "a pool changed within min_age is left (it may not be locked yet)";
+  // Old enough (a whole second; ctime has seconds) that no pool another test process is
+  // creating right now, not yet locked, could be taken for a dead one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  const SharedPoolMemory::Removed removed = SharedPoolMemory::RemoveStale("/dev/shm", std::chrono::seconds(1));
+  EXPECT_GE(removed.pools, 1u);
+  EXPECT_GE(removed.bytes, uint64_t{1} << 20);
+  EXPECT_FALSE(ShmExists(stale));
+  EXPECT_TRUE(ShmExists(live->name())) << "the live creator's pool stays";
+  EXPECT_TRUE(SharedPoolMemory::Map(live->name(), 4096).ok());
 }
 
 }  // namespace

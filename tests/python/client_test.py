@@ -4,14 +4,17 @@ Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier bi
 """
 import array
 import os
-import re
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 
 import kvtier
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing", "python"))
+from kvtier_banner import read_banner  # noqa: E402
 
 KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
 
@@ -25,18 +28,11 @@ class KvtierUp:
             [KVTIER_BIN, "up", "--data-dir", self.dir.name, "--coordinator-listen", "127.0.0.1:0",
              "--metrics-port", "0", "--metrics-bind", "127.0.0.1"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        banner = ""
-        deadline = time.monotonic() + 20
-        while "Stop with Ctrl-C" not in banner and time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            banner += line
-        match = re.search(r"\n  rpc +(\S+)", banner)
-        if match is None:
+        banner, values = read_banner(self.process)
+        if "rpc" not in values:
             self.stop()
             raise RuntimeError("kvtier up did not start: " + banner)
-        self.address = match.group(1)
+        self.address = values["rpc"]
         with open(os.path.join(self.dir.name, "token")) as f:
             self.token = f.read().strip()
 
