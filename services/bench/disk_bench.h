@@ -1,11 +1,14 @@
 // The disk tier benchmark behind `kvtier bench disk`.
 //
-// In a fresh directory under `dir` (removed afterwards), on the same file system:
-//   raw write  `total_bytes` written sequentially to one file in block_bytes writes,
-//              then fdatasync: the ceiling for put.
+// In a fresh directory under `dir` (removed afterwards), on the same file system, both
+// write sides timed to the durability the `sync` policy gives an acknowledged put:
+//   raw write  `total_bytes` written sequentially to one file in block_bytes writes:
+//              the ceiling for put. Under `fsync` an fdatasync follows every
+//              batch_blocks writes (as the tier syncs each batch); under `wal` and `none`
+//              nothing is synced (the tier acknowledges from the page cache too).
 //   put        the same bytes as blocks of block_bytes through DiskTier::PutBatch in
-//              batches of batch_blocks, then DiskTier::Flush (segments and headers
-//              synced): what a storage node sustains into its disk tier.
+//              batches of batch_blocks: what a storage node's clients see of its disk
+//              tier. DiskTier::Flush follows, untimed, before the reads.
 //   raw read   the raw file read back sequentially, cold: its pages are dropped from the
 //              page cache first (posix_fadvise DONTNEED after the sync; no root needed).
 //   get        every block read back in write order through DiskTier::Get (checksum
@@ -36,7 +39,7 @@ struct DiskBenchOptions {
 struct DiskBenchResult {
   double put_gbps = 0;
   double get_gbps = 0;
-  double raw_write_gbps = 0;
+  double raw_write_gbps = 0;  // at the policy's durability (see above)
   double raw_read_gbps = 0;
   uint64_t blocks = 0;
   // The put's PutBatch calls per write: above 1 where threads' batches were written

@@ -23,6 +23,7 @@ class BenchCommand {
   int RunLookupRpc() const;
   int RunPool() const;
   int RunDisk() const;
+  const char* RawWriteSync() const;
   // Each subcommand with its options.
   void AddIndex();
   void AddLookupRpc();

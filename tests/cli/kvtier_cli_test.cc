@@ -429,9 +429,16 @@ TEST(KvtierCliTest, BenchDiskPrintsOneJsonObjectAndCleansUp) {
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"raw_write_gbps\":", "\"raw_read_gbps\":",
-                          "\"put_batches_per_group\":", "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2"}) {
+                          "\"put_batches_per_group\":", "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2",
+                          "\"raw_write_sync\":\"page cache\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
+  // Under fsync the raw baseline syncs as the tier does: a batch at a time.
+  ChildProcess synced({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "1048576", "--block-bytes",
+                       "65536", "--sync", "fsync", "--json"},
+                      dir.path());
+  ASSERT_EQ(synced.Wait(seconds(60)), 0) << synced.Stderr();
+  EXPECT_NE(synced.Stdout().find("\"raw_write_sync\":\"fdatasync per batch\""), std::string::npos) << synced.Stdout();
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
   bool scratch_left = false;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
