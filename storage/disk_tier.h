@@ -14,7 +14,8 @@
 // through compaction: once dead bytes exceed a quarter of the live ones and
 // `segment_bytes`, the sealed segment with the smallest live share has its blocks moved
 // and is deleted, so the files hold at most about 1.25 times the live bytes plus a
-// segment: size the volume for that.
+// segment, and the headers' WAL about 1.1 times a 16 MiB write buffer (RocksDB
+// preallocates it): size the volume for that.
 //
 // Why not RocksDB's BlobDB (the first design): Debian 12's RocksDB computes CRC32C in
 // software over every payload byte, once in the blob file and again in the WAL, which

@@ -122,7 +122,10 @@ Result<std::unique_ptr<HeaderFamilies>> HeaderFamilies::Open(const DiskTierOptio
   const rocksdb::DBOptions db_options = MakeDbOptions(options);
   std::vector<std::string> names;
   if (!rocksdb::DB::ListColumnFamilies(db_options, options.path, &names).ok()) names = {};  // a new database
-  std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, {}}};
+  // The default family too: RocksDB preallocates each WAL file to the largest family's
+  // write buffer, and its default (64 MiB) took that much of a small disk at open.
+  std::vector<rocksdb::ColumnFamilyDescriptor> families{
+      {rocksdb::kDefaultColumnFamilyName, MakeFamilyOptions(options)}};
   for (const std::string& name : names) {
     if (name != rocksdb::kDefaultColumnFamilyName) families.emplace_back(name, MakeFamilyOptions(options));
   }

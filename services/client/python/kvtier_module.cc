@@ -232,14 +232,16 @@ void BindClient(py::module_& m) {
   py::class_<Client> client(m, "Client");
   client
       .def(py::init([](const std::string& address, const std::string& token, double timeout_s,
-                       const std::string& tls_ca_file, const std::string& tls_server_name) {
+                       const std::string& tls_ca_file, const std::string& tls_server_name,
+                       const std::string& coordinator_address) {
              py::gil_scoped_release unlocked;
              return ValueOrThrow(Client::Connect(
-                 {.address = address, .token = token, .tls_ca_file = tls_ca_file, .tls_server_name = tls_server_name,
+                 {.address = address, .coordinator_address = coordinator_address, .token = token,
+                  .tls_ca_file = tls_ca_file, .tls_server_name = tls_server_name,
                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))}));
            }),
            py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "",
-           py::arg("tls_server_name") = "")
+           py::arg("tls_server_name") = "", py::arg("coordinator_address") = "")
       .def_property_readonly("tenant", &Client::tenant)
       .def("worker_stats", [](Client& c) {
         WorkerStats s;
