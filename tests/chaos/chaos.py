@@ -5,8 +5,9 @@ directory on a small tmpfs when root). Client threads (the Python SDK, as engine
 requests against random workers: each allocates a prompt's blocks (shared system prompts
 and unique turns), checks every block it reuses or onboards against the bytes derived
 from its key, computes (writes) the rest, and commits. The workers write committed
-blocks through to the store. Meanwhile a driver SIGKILLs and restarts a random node,
-fills and frees the store's disk, and clients drop their connections now and then.
+blocks through to the store. Meanwhile a driver SIGKILLs and restarts a random node
+(but those spared, one worker by default, whose RSS is compared from the warm-up to the
+end), fills and frees the store's disk, and clients drop their connections now and then.
 
 At the end the driver finds the blocks the coordinator places on the store's disk tier,
 SIGKILLs the store once more, restarts it, and checks that every one of them is placed
@@ -15,10 +16,11 @@ wrong bytes served, acknowledged disk-tier blocks lost, engine-visible errors ot
 clean refusals, and each process's RSS at start and end. Exit 1 when a goal is missed
 (wrong bytes, lost blocks or unclean errors above 0).
 
-Usage: chaos.py [--seconds N] [--clients N] [--kill-every S] [--disk-sync P] [--json]
+Usage: chaos.py [--seconds N] [--clients N] [--kill-every S] [--disk-sync P] [--spare NODE...] [--json]
 (PYTHONPATH at the built module, KVTIER_BIN at the kvtier binary).
 """
 import argparse
+import collections
 import hashlib
 import json
 import os
@@ -157,7 +159,8 @@ class Stats:
         self.lock = threading.Lock()
         self.requests = self.verified_bytes = self.wrong_blocks = self.drops = 0
         self.refusals, self.unclean = {}, {}
-        self.committed = set()
+        # The latest committed prompts: what the store's disk tier (LRU) still holds.
+        self.committed = collections.deque(maxlen=1000)
 
     def add(self, **counts):
         with self.lock:
@@ -222,7 +225,7 @@ class Engine(threading.Thread):
         self.client.free(sequence)
         with self.stats.lock:
             self.stats.requests += 1
-            self.stats.committed.add(tuple(keys))
+            self.stats.committed.append(tuple(keys))
 
     def run(self):
         while not self.stop.is_set():
@@ -270,7 +273,7 @@ def final_check(cluster, stats, report):
     """Blocks on the store's disk survive one more SIGKILL and read back right."""
     client = kvtier.Client(cluster.workers[0], token=cluster.token, coordinator_address=cluster.coordinator)
     with stats.lock:
-        sample = random.Random(7).sample(sorted(stats.committed), min(600, len(stats.committed)))
+        sample = list(dict.fromkeys(stats.committed))  # the latest, each once
     before = on_store_disk(client, sample)
     chains = sorted({chain for chain, _ in before})
     store = cluster.nodes["store-0"]
@@ -309,7 +312,7 @@ def soak(args):
     stats = Stats()
     stop = threading.Event()
     report = {"seconds": args.seconds, "clients": args.clients, "store_disk_on_tmpfs": cluster.tmpfs,
-              "disk_sync": args.disk_sync}
+              "disk_sync": args.disk_sync, "spared": args.spare}
     kills = {}
     try:
         cluster.start()
@@ -326,7 +329,7 @@ def soak(args):
             time.sleep(min(args.kill_every, max(0, end - time.monotonic())))
             if time.monotonic() >= end:
                 break
-            victim = rng.choice(["worker-0", "worker-1", "store-0", "coordinator"])
+            victim = rng.choice([n for n in ("worker-0", "worker-1", "store-0", "coordinator") if n not in args.spare])
             cluster.nodes[victim].kill()
             time.sleep(rng.uniform(0.2, 1.0))
             cluster.nodes[victim].start()
@@ -371,6 +374,8 @@ def main():
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=5.0, help="seconds between kills")
     parser.add_argument("--disk-sync", default="wal", help="the store's disk_sync: none, wal or fsync")
+    parser.add_argument("--spare", nargs="*", default=["worker-1"],
+                        help="nodes never killed, whose RSS is compared from the warm-up to the end")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     report = soak(args)

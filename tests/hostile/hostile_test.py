@@ -68,7 +68,10 @@ class Node:
         self.port = int(self.port)
         self.http = values["metrics"].removesuffix("/metrics")
         token_path = os.path.join(data_dir, "token")
-        self.token = open(token_path).read().strip() if os.path.exists(token_path) else ""
+        self.token = ""
+        if os.path.exists(token_path):
+            with open(token_path) as f:
+                self.token = f.read().strip()
 
     def log_text(self):
         self.log.flush()
@@ -122,6 +125,8 @@ class Node:
 
     def close(self):
         self.log.close()
+        if self.process.stdout:
+            self.process.stdout.close()
         if self.scratch is not None:
             self.scratch.cleanup()
             self.scratch = None
@@ -402,12 +407,56 @@ class FullDiskTest(HostileTestCase):
             self.assert_good_client_served(up, "served with the disk full")
         finally:
             code = up.stop()
-        log = open(up.log_path).read()
+        with open(up.log_path) as f:
+            log = f.read()
         if os.environ.get("HOSTILE_DEBUG"):
             print(log[-6000:])
         self.assertIn("disk full", log, "the full disk was logged")
         self.assertEqual(code, 0, "SIGTERM drains and exits 0 on a full disk: " + log[-2000:])
         self.assertNotIn("Assertion", log)
+
+
+class TlsTest(HostileTestCase):
+    def make_certificates(self, directory):
+        """A CA, and a server certificate it signs for DNS kvtier.test and IP 127.0.0.1."""
+        def run(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=directory)
+        run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", "/CN=kvtier test CA", "-keyout", "ca.key", "-out", "ca.pem")
+        run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=kvtier.test",
+            "-keyout", "server.key", "-out", "server.csr")
+        with open(os.path.join(directory, "san.ext"), "w") as f:
+            f.write("subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n")
+        run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+            "-extfile", "san.ext", "-out", "server.pem")
+        return [os.path.join(directory, n) for n in ("ca.pem", "server.pem", "server.key")]
+
+    def test_both_sdks_name_the_server_they_expect(self):
+        certs = tempfile.TemporaryDirectory(prefix="kvtier-hostile-tls-")
+        self.addCleanup(certs.cleanup)
+        ca, cert, key = self.make_certificates(certs.name)
+        up = self.start("up", "--tls-cert-file", cert, "--tls-key-file", key)
+        self.assertIn("(TLS)", up.banner)
+        # Python: the address is an IP, the name the certificate's DNS name.
+        client = kvtier.Client(up.address, token=up.token, tls_ca_file=ca, tls_server_name="kvtier.test")
+        self.assertGreater(client.worker_stats()["total_blocks"], 0)
+        with self.assertRaises(kvtier.Error):
+            kvtier.Client(up.address, token=up.token, tls_ca_file=ca, tls_server_name="someone-else.test",
+                          timeout_s=2.0)
+        # C++ (the kvtier CLI on the SDK's RPC client): the same, by flag.
+        status = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", up.token,
+                                 "--tls-ca-file", ca, "--tls-server-name", "kvtier.test"],
+                                capture_output=True, text=True, timeout=30)
+        self.assertEqual(status.returncode, 0, status.stderr)
+        wrong = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", up.token,
+                                "--tls-ca-file", ca, "--tls-server-name", "someone-else.test"],
+                               capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(wrong.returncode, 0)
+        # Plain TCP to the TLS listener is not an RPC session: the handshake never completes.
+        plain = socket.create_connection(("127.0.0.1", up.port), timeout=2)
+        self.addCleanup(plain.close)
+        plain.sendall(struct.pack("<II", 0, 2) + b"\0" * 16)
+        self.assertTrue(closed_by_peer(plain, 3.0), "plaintext is refused")
 
 
 if __name__ == "__main__":
