@@ -30,6 +30,7 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStre
   stream.lend_pages = options.lend_pages;
   stream.max_connections = options.max_connections;
   stream.max_unproven_per_address = options.max_unproven_per_address;
+  stream.first_request_deadline = options.first_request_deadline;
   return DataStreamServer::Create(std::move(stream));
 }
 

@@ -31,6 +31,7 @@ struct NodeDataStreamOptions {
   bool lend_pages = true;     // DataStreamServerOptions::lend_pages
   uint32_t max_connections = 0;            // DataStreamServerOptions::max_connections
   uint32_t max_unproven_per_address = 64;  // and ::max_unproven_per_address
+  std::chrono::milliseconds first_request_deadline{5'000};  // and ::first_request_deadline
   storage::TieredStore* store = nullptr;  // required
   MetricsRegistry* registry = nullptr;    // optional
 };
@@ -54,6 +55,7 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, cons
           .lend_pages = section.data_stream_lend_pages,
           .max_connections = config.connections.data_stream_max,
           .max_unproven_per_address = config.connections.max_unauthenticated_per_address,
+          .first_request_deadline = std::chrono::milliseconds(config.connections.auth_deadline_ms),
           .store = store,
           .registry = registry};
 }

@@ -36,7 +36,8 @@ class DataStreamServer::Impl {
                 .lend_pages = options_.lend_pages && options_.store->CanLendHostPages(),
                 .lent_grace = options_.lent_grace,
                 .max_block_bytes = options_.max_block_bytes,
-                .client_timeout = options_.client_timeout};
+                .client_timeout = options_.client_timeout,
+                .first_request_deadline = options_.first_request_deadline};
   }
 
   Status Bind();

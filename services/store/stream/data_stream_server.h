@@ -92,11 +92,12 @@ struct DataStreamServerOptions {
   bool lend_pages = true;
   std::chrono::milliseconds lent_grace{100};
   // Connections that have shown no valid ticket or session yet are "unproven": closed
-  // after `client_timeout`, shed (oldest first) for a newcomer when `max_connections` are
+  // after `first_request_deadline` (the RPC's authentication deadline), shed (oldest first) for a newcomer when `max_connections` are
   // open, and refused past `max_unproven_per_address` from one address. 0: a quarter of
   // the process's descriptor limit, so that a flood leaves descriptors to the rest of it.
   uint32_t max_connections = 0;
   uint32_t max_unproven_per_address = 64;
+  std::chrono::milliseconds first_request_deadline{5'000};
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
 };

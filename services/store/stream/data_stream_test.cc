@@ -228,16 +228,26 @@ TEST_F(DataStreamTest, AClientThatGoesOrStallsMidGetReleasesThePinnedPages) {
 }
 
 // Only a client that showed a valid ticket may idle between transfers: a connection that
-// sends nothing is closed after the client timeout, one that put a block stays open and
-// puts again after three timeouts.
+// sends nothing is closed at the first-request deadline, one that put a block stays open
+// and puts again after three deadlines.
 TEST_F(DataStreamTest, AConnectionThatNeverShowsATicketIsClosedAProvenOneMayIdle) {
-  Start({.client_timeout = std::chrono::milliseconds(200)});
+  Start({.first_request_deadline = std::chrono::milliseconds(200)});
   const int silent = testing::ConnectRaw(server_->address());
   ASSERT_GE(silent, 0);
+  // Well-formed acks are requests too, but they prove nothing: they never extend it.
+  const int acking = testing::ConnectRaw(server_->address());
+  ASSERT_GE(acking, 0);
   auto proven = Client();
   const std::vector<TestBlock> first{MakeBlock(1, 4096)}, second{MakeBlock(2, 4096)};
   ASSERT_TRUE(proven->Put(OpenPut(first), Payloads(first)).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const StreamRequest ack{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = kStreamAcksReplies, .secret = 0};
+  bool ack_refused = false;
+  for (int i = 0; i < 6; ++i) {
+    ack_refused |= send(acking, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ack_refused) << "a connection that only acks was still open after three deadlines";
+  close(acking);
   pollfd closed{.fd = silent, .events = POLLIN, .revents = 0};
   ASSERT_EQ(poll(&closed, 1, 1000), 1) << "the silent connection was not closed";
   char byte = 0;

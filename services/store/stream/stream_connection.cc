@@ -18,7 +18,11 @@ StreamConnection::~StreamConnection() {
 
 void StreamConnection::Start(ConnectionAdmission::Id admission_id) {
   admission_id_ = admission_id;
-  ArmTimer();  // a connection that never showed a ticket has no right to idle
+  // A connection that never showed a ticket has no right to idle.
+  timer_.expires_after(context_.first_request_deadline);
+  timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    if (!ec && !self->proven_) self->Close();
+  });
   ReadRequest();
 }
 
@@ -31,6 +35,7 @@ std::string StreamConnection::peer() const {
 void StreamConnection::Prove() {
   if (proven_) return;
   proven_ = true;
+  ArmTimer();  // the transfer's, in place of the first-request deadline
   if (admission_id_ != 0 && context_.admission != nullptr) context_.admission->Proven(admission_id_);
 }
 
@@ -60,7 +65,9 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   if (ec) return Close();  // the client went (between transfers: the normal end)
   idle_ = false;
   started_ = std::chrono::steady_clock::now();
-  ArmTimer();
+  // An unproven connection's requests (acks, refused tickets) never extend its first-request
+  // deadline; the transfer timer starts once a ticket or session proves it (Prove).
+  if (proven_) ArmTimer();
   if (request_.magic != kStreamMagic) {
     return Refuse(InvalidArgumentError("not a kvtier data stream request (bad magic)"));
   }

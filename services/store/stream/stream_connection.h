@@ -53,6 +53,7 @@ struct StreamContext {
   std::chrono::milliseconds lent_grace{100};
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
+  std::chrono::milliseconds first_request_deadline{5'000};  // until a valid ticket or session
 };
 
 // Completion condition for a transfer's payload: the whole remainder in each system call.
