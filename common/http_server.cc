@@ -195,6 +195,7 @@ Response MetricsHttpServer::Impl::Handle(std::string_view method, std::string_vi
     if (ready.ok()) return TextResponse(200, "OK", "ready\n");
     return TextResponse(503, "Service Unavailable", "not ready: " + ready.message() + "\n");
   }
+  if (options_.before_scrape) options_.before_scrape();
   Response r = TextResponse(200, "OK", options_.registry->Exposition());
   r.content_type = std::string(MetricsRegistry::kContentType);
   return r;

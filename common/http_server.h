@@ -35,6 +35,9 @@ struct MetricsHttpServerOptions {
   const MetricsRegistry* registry = nullptr;
   // Returns OK when ready to serve; otherwise the reason given in the 503 body.
   std::function<Status()> readiness;
+  // Called before each /metrics exposition, on the server's thread: where gauges that cost
+  // a read to sample (the process's memory) are brought up to date. Optional.
+  std::function<void()> before_scrape;
 };
 
 class MetricsHttpServer {

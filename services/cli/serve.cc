@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http_server.h"
+#include "common/process_memory.h"
 #include "common/version.h"
 #include "gpu/device.h"
 #include "services/auth/token_store.h"
@@ -191,6 +192,12 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
   http_options.readiness = [&ready, cluster = node->get()]() -> Status {
     return ready ? cluster->Readiness() : UnavailableError("starting up");
   };
+  Result<std::unique_ptr<ProcessMemoryMetrics>> memory = ProcessMemoryMetrics::Create(registry);
+  if (!memory.ok()) {
+    spdlog::error("metrics: {}", memory.status().message());
+    return ExitCodeFor(memory.status());
+  }
+  http_options.before_scrape = [memory = memory->get()] { memory->Update(); };
   Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());

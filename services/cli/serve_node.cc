@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/http_server.h"
+#include "common/process_memory.h"
 #include "common/version.h"
 #include "services/cli/serve.h"
 
@@ -33,6 +34,12 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
     KVTIER_RETURN_IF_ERROR(node.listening());
     return node.registered() ? Status::Ok() : UnavailableError("not registered with the coordinator yet");
   };
+  Result<std::unique_ptr<ProcessMemoryMetrics>> memory = ProcessMemoryMetrics::Create(registry);
+  if (!memory.ok()) {
+    spdlog::error("metrics: {}", memory.status().message());
+    return ExitCodeFor(memory.status());
+  }
+  http_options.before_scrape = [memory = memory->get()] { memory->Update(); };
   Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import kvtier
 
@@ -56,6 +57,20 @@ def payload(key, size):
     """The bytes every holder of block `key` must serve: derived from the key alone."""
     digest = hashlib.sha256(struct.pack("<QQ", key[0] & (2**64 - 1), key[1] & (2**64 - 1))).digest()
     return digest * (size // len(digest))
+
+
+def heap_bytes(metrics_url):
+    """kvtier_process_heap_bytes by state, from a node's /metrics (common/process_memory.h)."""
+    heap = {}
+    try:
+        body = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
+    except OSError:
+        return heap
+    for line in body.splitlines():
+        if line.startswith("kvtier_process_heap_bytes{state="):
+            state = line.split('"')[1]
+            heap[state] = float(line.rsplit(" ", 1)[1])
+    return heap
 
 
 def rss_bytes(pid):
@@ -86,6 +101,7 @@ class Process:
         banner, values = read_banner(self.process)
         if "rpc" not in values:
             raise RuntimeError("%s did not start:\n%s" % (self.name, banner))
+        self.metrics = values.get("metrics", "")
         threading.Thread(target=self.process.stdout.read, daemon=True).start()  # drain
         self.rss_start = 0
 
@@ -248,13 +264,15 @@ def fill_disk(directory, stop_at):
     """Writes a ballast file until the file system is full; its path."""
     path = os.path.join(directory, "ballast")
     chunk = b"\0" * (1 << 20)
-    with open(path, "wb") as f:
-        try:
+    try:
+        with open(path, "wb") as f:
             while time.monotonic() < stop_at:
                 f.write(chunk)
                 f.flush()
-        except OSError:
-            pass
+    except OSError:
+        pass  # full (perhaps before the first byte: then the file may not exist)
+    if os.environ.get("CHAOS_DEBUG"):
+        subprocess.run("df -h %s; du -a %s | sort -n | tail -6" % (directory, directory), shell=True)
     return path
 
 
@@ -322,6 +340,7 @@ def soak(args):
         # Warm-up, no kills: the pools and tiers fill, so RSS then is the process's working size.
         time.sleep(max(2.0, args.seconds * 0.1))
         rss_start = {name: (p.starts, rss_bytes(p.process.pid)) for name, p in cluster.nodes.items()}
+        heap_start = {name: heap_bytes(cluster.nodes[name].metrics) for name in args.spare}
         rng = random.Random(1)
         end = time.monotonic() + args.seconds
         fills = 0
@@ -337,13 +356,15 @@ def soak(args):
             if cluster.tmpfs and rng.random() < 0.5:
                 ballast = fill_disk(cluster.store_dir, time.monotonic() + 5)
                 time.sleep(rng.uniform(0.5, 2.0))
-                os.remove(ballast)
+                if os.path.exists(ballast):
+                    os.remove(ballast)
                 fills += 1
         stop.set()
         for engine in engines:
             engine.join(timeout=30)
         time.sleep(1)  # the last write-throughs land
         rss_end = {name: (p.starts, rss_bytes(p.process.pid)) for name, p in cluster.nodes.items()}
+        heap_end = {name: heap_bytes(cluster.nodes[name].metrics) for name in args.spare}
         final_check(cluster, stats, report)
         report.update({
             "requests": stats.requests, "kills": kills, "disk_fills": fills, "dropped_connections": stats.drops,
@@ -353,6 +374,10 @@ def soak(args):
             "rss_mib": {n: [round(rss_start[n][1] / 2**20, 1), round(rss_end[n][1] / 2**20, 1)]
                         for n in rss_start if rss_start[n][0] == rss_end[n][0]},
             "restarted": {n: p.starts - 1 for n, p in cluster.nodes.items()},
+            # the spared nodes' heap in use and kept free, [after warm-up, at the end]
+            "heap_mib": {n: {state: [round(heap_start[n].get(state, 0) / 2**20, 1),
+                                     round(heap_end[n].get(state, 0) / 2**20, 1)] for state in ("in_use", "free")}
+                         for n in args.spare},
         })
     finally:
         stop.set()

@@ -33,18 +33,6 @@ class DataStreamTest : public DataStreamFixture {
     StartNode(storage::testing::HostOnly(host_bytes), options);
   }
 
-  TransferTicket OpenPut(const std::vector<TestBlock>& blocks) {
-    std::vector<storage::BlockHeader> headers;
-    for (const TestBlock& b : blocks) headers.push_back(b.header);
-    return server_->OpenPut(std::move(headers)).value();
-  }
-
-  static std::vector<std::span<const uint8_t>> Payloads(const std::vector<TestBlock>& blocks) {
-    std::vector<std::span<const uint8_t>> out;
-    for (const TestBlock& b : blocks) out.emplace_back(b.payload);
-    return out;
-  }
-
   static std::vector<BlockKey> Keys(const std::vector<uint64_t>& ids) {
     std::vector<BlockKey> keys;
     for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
@@ -225,36 +213,6 @@ TEST_F(DataStreamTest, AClientThatGoesOrStallsMidGetReleasesThePinnedPages) {
     EXPECT_EQ(store_->Stats().host->evictions, 0u);
     if (stalls) close(fd);
   }
-}
-
-// Only a client that showed a valid ticket may idle between transfers: a connection that
-// sends nothing is closed at the first-request deadline, one that put a block stays open
-// and puts again after three deadlines.
-TEST_F(DataStreamTest, AConnectionThatNeverShowsATicketIsClosedAProvenOneMayIdle) {
-  Start({.first_request_deadline = std::chrono::milliseconds(200)});
-  const int silent = testing::ConnectRaw(server_->address());
-  ASSERT_GE(silent, 0);
-  // Well-formed acks are requests too, but they prove nothing: they never extend it.
-  const int acking = testing::ConnectRaw(server_->address());
-  ASSERT_GE(acking, 0);
-  auto proven = Client();
-  const std::vector<TestBlock> first{MakeBlock(1, 4096)}, second{MakeBlock(2, 4096)};
-  ASSERT_TRUE(proven->Put(OpenPut(first), Payloads(first)).ok());
-  const StreamRequest ack{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = kStreamAcksReplies, .secret = 0};
-  bool ack_refused = false;
-  for (int i = 0; i < 6; ++i) {
-    ack_refused |= send(acking, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack));
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  EXPECT_TRUE(ack_refused) << "a connection that only acks was still open after three deadlines";
-  close(acking);
-  pollfd closed{.fd = silent, .events = POLLIN, .revents = 0};
-  ASSERT_EQ(poll(&closed, 1, 1000), 1) << "the silent connection was not closed";
-  char byte = 0;
-  EXPECT_EQ(recv(silent, &byte, 1, 0), 0) << "closed by the node, with nothing sent";
-  close(silent);
-  EXPECT_TRUE(proven->Put(OpenPut(second), Payloads(second)).ok()) << "the proven connection idled and goes on";
-  EXPECT_TRUE(store_->Contains(second[0].ref()));
 }
 
 // A block corrupted on disk is never sent, with one loop or several: the send finds it,

@@ -6,11 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "common/clock.h"
 #include "services/store/stream/data_stream_client.h"
 #include "services/store/stream/data_stream_server.h"
+#include "storage/testing/blocks.h"
 #include "storage/tiered_store.h"
 #include "tests/testing/test_util.h"
 
@@ -32,6 +36,18 @@ class DataStreamFixture : public ::testing::Test {
 
   std::unique_ptr<DataStreamClient> Client() {
     return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(10)}).value();
+  }
+
+  // A put ticket for `blocks`, and their payloads for the client's Put.
+  TransferTicket OpenPut(const std::vector<storage::testing::TestBlock>& blocks) {
+    std::vector<storage::BlockHeader> headers;
+    for (const storage::testing::TestBlock& b : blocks) headers.push_back(b.header);
+    return server_->OpenPut(std::move(headers)).value();
+  }
+  static std::vector<std::span<const uint8_t>> Payloads(const std::vector<storage::testing::TestBlock>& blocks) {
+    std::vector<std::span<const uint8_t>> out;
+    for (const storage::testing::TestBlock& b : blocks) out.emplace_back(b.payload);
+    return out;
   }
 
   // Waits (bounded) until the server holds no staging and no open ticket.
