@@ -7,6 +7,17 @@
 
 namespace kvtier {
 
+uint64_t RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  return limit.rlim_cur;
+}
+
 uint32_t DescriptorShare(uint32_t numerator, uint32_t denominator) {
   rlimit limit{};
   constexpr rlim_t kMost = rlim_t{1} << 20;

@@ -27,6 +27,11 @@ namespace kvtier {
 // rest to its files and outgoing connections.
 uint32_t DescriptorShare(uint32_t numerator, uint32_t denominator);
 
+// Raises RLIMIT_NOFILE's soft limit to its hard limit (as Go's runtime does for every
+// program), so that the shares above are of what the system allows the process, not of
+// a shell's 1,024. Returns the soft limit now. Call once at the start of main.
+uint64_t RaiseDescriptorLimit();
+
 class ListenerHealth {
  public:
   explicit ListenerHealth(std::chrono::seconds memory = std::chrono::seconds(5),

@@ -1,5 +1,9 @@
 #include "common/listener_health.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 namespace kvtier {
@@ -32,6 +36,22 @@ TEST(ListenerHealthTest, LogsTheFirstFailureThenOneLinePerIntervalWithItsCount) 
   EXPECT_EQ(health.Failed("e"), std::nullopt);
   clock.Advance(seconds(1));
   EXPECT_EQ(health.Failed("e"), 3u);
+}
+
+TEST(DescriptorLimitTest, TheSoftLimitIsRaisedToTheHardOneAndTheSharesFollowIt) {
+  rlimit original{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max == RLIM_INFINITY || original.rlim_max < 512) GTEST_SKIP() << "no finite hard limit to raise to";
+  rlimit lowered = original;
+  lowered.rlim_cur = 256;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  EXPECT_EQ(DescriptorShare(1, 2), 128u);
+  EXPECT_EQ(RaiseDescriptorLimit(), original.rlim_max);
+  rlimit now{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, original.rlim_max);
+  EXPECT_EQ(DescriptorShare(1, 4), std::min<rlim_t>(original.rlim_max / 4, rlim_t{1} << 20));
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/listener_health.h"
 #include "common/logging.h"
 #include "common/malloc_tuning.h"
 #include "common/version.h"
@@ -74,6 +75,7 @@ int RunRole(Role role, const char* name, const ConfigFlags& flags) {
 
 int Main(int argc, char** argv) {
   KeepLargeAllocationsInTheHeap();
+  RaiseDescriptorLimit();  // the listeners' default limits are shares of it
   CLI::App app{"kvtier: a distributed multi-tier KV-cache for LLM inference engines.\n"
                "Start with `kvtier up`, then see `kvtier up --help`."};
   app.require_subcommand(1);
