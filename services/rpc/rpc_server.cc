@@ -263,8 +263,8 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
   }
 
   void Accepted(kj::Own<kj::AsyncIoStream> stream);
-  kj::Promise<void> Serve(kj::Own<kj::AsyncIoStream> stream, std::shared_ptr<Gate> gate);
-  kj::Promise<void> ServeRpc(kj::Own<kj::AsyncIoStream> stream, std::shared_ptr<Gate> gate);
+  kj::Promise<void> Serve(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate);
+  kj::Promise<void> ServeRpc(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate);
   kj::Promise<void> AuthDeadline(std::shared_ptr<Gate> gate);
   void Closed(Gate& gate);
 
@@ -386,7 +386,7 @@ void RpcServer::Impl::Closed(Gate& gate) {
 
 // Serves until the peer disconnects, the listener sheds the connection, or the
 // authentication deadline passes unauthenticated.
-kj::Promise<void> RpcServer::Impl::Serve(kj::Own<kj::AsyncIoStream> stream, std::shared_ptr<Gate> gate) {
+kj::Promise<void> RpcServer::Impl::Serve(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate) {
   kj::Promise<void> serving = nullptr;
   if (!tls_) {
     serving = ServeRpc(kj::mv(stream), gate);
@@ -410,7 +410,7 @@ kj::Promise<void> RpcServer::Impl::AuthDeadline(std::shared_ptr<Gate> gate) {
       });
 }
 
-kj::Promise<void> RpcServer::Impl::ServeRpc(kj::Own<kj::AsyncIoStream> stream, std::shared_ptr<Gate> gate) {
+kj::Promise<void> RpcServer::Impl::ServeRpc(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate) {
   capnp::ReaderOptions reader;
   reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
   reader.nestingLimit = 64;

@@ -307,9 +307,8 @@ class PoolMemoryTest(HostileTestCase):
         time.sleep(2.1)  # the sweep leaves pools younger than 2 s (created, not yet locked)
         second = Node("up", data_dir=data.name)
         self.addCleanup(second.stop)
-        self.assertFalse(created & self.pools(), "the restart removed the dead process's pool")
-        # At least the one it killed (other processes killed meanwhile on this machine add theirs).
-        self.assertRegex(second.log_text(), r"removed [1-9][0-9]* shared pool\(s\) left in /dev/shm")
+        # Gone: swept by the restart, or by any process that made a pool since (each sweeps).
+        self.assertFalse(created & self.pools(), "the dead process's pool was removed")
         self.assert_good_client_served(second, "the restarted node serves")
 
 
