@@ -121,12 +121,17 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   EXPECT_EQ(replay.find("\"block_hit_rate\": 0.000000"), std::string::npos) << "chat prompts share prefixes: " << replay;
 
   // `kvtier status` reports what the replay left: both nodes registered, blocks indexed,
-  // the replay's lookups counted, the worker's pool.
+  // the replay's lookups counted, the worker's pool. The index learns from events (sent
+  // every 100 ms), so it may lag the replay's last commits: read it until it shows blocks,
+  // for at most 5 s.
   std::string status;
-  EXPECT_EQ(testing::RunCommand(kKvtier + " status --json --connect " + rpc + " --token-file " + data_dir + "/token",
-                                &status),
-            0)
-      << status;
+  const auto read_status = [&] {
+    status.clear();
+    return testing::RunCommand(kKvtier + " status --json --connect " + rpc + " --token-file " + data_dir + "/token",
+                               &status) == 0 &&
+           status.find("\"index_blocks\": 0,") == std::string::npos;
+  };
+  EXPECT_TRUE(testing::WaitUntil(read_status, std::chrono::seconds(5))) << status;
   EXPECT_NE(status.find("\"nodes\": 2,"), std::string::npos) << status;
   EXPECT_EQ(status.find("\"index_blocks\": 0,"), std::string::npos) << status;
   EXPECT_EQ(status.find("\"lookups\": 0,"), std::string::npos) << status;
