@@ -16,6 +16,8 @@ class Sha256Writer {
   Sha256Writer(const Sha256Writer&) = delete;
   Sha256Writer& operator=(const Sha256Writer&) = delete;
 
+  // Starts a new digest on the same context.
+  void Restart() { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
   void Bytes(const void* data, size_t size) { EVP_DigestUpdate(ctx_, data, size); }
   void U32(uint32_t v) {
     const std::array<uint8_t, 4> b{static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
@@ -129,6 +131,44 @@ uint64_t SaltScope(std::string_view salt) {
   w.String(salt);
   return w.Finish().hi;  // the first 8 bytes of the digest
 }
+
+KeySalt::KeySalt(std::string_view salt) : identity_(salt.empty()) {
+  if (identity_) return;
+  std::string message("kvtier.salt.v1");
+  const auto size = static_cast<uint32_t>(salt.size());
+  for (int i = 0; i < 4; ++i) message.push_back(static_cast<char>(size >> (8 * i)));
+  message.append(salt);
+  unsigned int written = 0;
+  EVP_Digest(message.data(), message.size(), secret_.data(), &written, EVP_sha256(), nullptr);
+}
+
+BlockKey KeySalt::Apply(const BlockKey& key) const {
+  BlockKey salted = key;
+  ApplyInPlace(std::span<BlockKey>(&salted, 1));
+  return salted;
+}
+
+std::vector<BlockKey> KeySalt::Apply(std::span<const BlockKey> keys) const {
+  std::vector<BlockKey> salted(keys.begin(), keys.end());
+  ApplyInPlace(salted);
+  return salted;
+}
+
+void KeySalt::ApplyInPlace(std::span<BlockKey> keys) const {
+  if (identity_ || keys.empty()) return;
+  Sha256Writer w;
+  for (BlockKey& key : keys) {
+    w.Restart();
+    w.Bytes("kvtier.salted.v1", 16);
+    w.Bytes(secret_.data(), secret_.size());
+    w.Key(key);
+    const uint64_t opaque = key.hi & kOpaqueBit;
+    key = w.Finish();
+    key.hi = (key.hi & ~kOpaqueBit) | opaque;
+  }
+}
+
+BlockKey KeySalt::Root() const { return Apply(RootKey("")); }
 
 OpaqueKeyNamespace::OpaqueKeyNamespace(std::string_view engine_namespace, std::string_view salt) {
   Sha256Writer w;

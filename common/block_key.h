@@ -34,6 +34,7 @@
 // REQUIRES: tokens_per_block > 0 for ComputeBlockKeys.
 #pragma once
 
+#include <array>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -86,6 +87,34 @@ class OpaqueKeyNamespace {
 
  private:
   uint64_t tag_;
+};
+
+// A tenant's key space, applied by the servers. Clients compute keys under the empty salt
+// (they need not know it); each server maps every key a tenant session sends through the
+// session's KeySalt before the key meets a pool, tier, index, event or stream:
+//
+//   secret       = SHA-256("kvtier.salt.v1" | u32 len(salt) | salt)
+//   salted(key)  = SHA-256("kvtier.salted.v1" | secret | u64 key.hi | u64 key.lo)[0:16]
+//
+// with the top bit of salted(key) that of key (an opaque key stays opaque). So equal
+// prompts of two tenants never share an identity anywhere past the RPC boundary, whatever
+// keys the clients send. The empty salt (auth off, node sessions, whose keys are already
+// salted) is the identity. Tenants configured with the same salt share a key space.
+class KeySalt {
+ public:
+  KeySalt() = default;  // the identity
+  explicit KeySalt(std::string_view salt);
+
+  bool identity() const { return identity_; }
+  [[nodiscard]] BlockKey Apply(const BlockKey& key) const;
+  [[nodiscard]] std::vector<BlockKey> Apply(std::span<const BlockKey> keys) const;
+  void ApplyInPlace(std::span<BlockKey> keys) const;
+  // The parent of a tenant's first block: Apply(RootKey("")).
+  [[nodiscard]] BlockKey Root() const;
+
+ private:
+  std::array<uint8_t, 32> secret_{};
+  bool identity_ = true;
 };
 
 // A tenant's salt scope as it travels in events and block headers: the first 8 bytes of

@@ -42,6 +42,30 @@ TEST(BlockKeyTest, MatchesCommittedVectors) {
   EXPECT_EQ(with_extra[1].ToHex(), "227ac574eff4da177bcee5833f4e0734");
 
   EXPECT_EQ(OpaqueKeyNamespace("mooncake", "").Key(42).ToHex(), "9bae8288898f3b9a000000000000002a");
+
+  const KeySalt tenant_a("tenant-a");
+  const std::vector<BlockKey> in_a = tenant_a.Apply(unsalted);
+  EXPECT_EQ(in_a[0].ToHex(), "362fd99ad48840a59f850c0b9813dd97");
+  EXPECT_EQ(in_a[1].ToHex(), "78d23eedc569a6c76b88fe1a08cb4950");
+  EXPECT_EQ(tenant_a.Root().ToHex(), "1d476af1060a00a951bff85af637f808");
+  EXPECT_EQ(tenant_a.Apply(OpaqueKeyNamespace("mooncake", "").Key(42)).ToHex(), "8a63f664a5696223b15ed6be47f9138c");
+}
+
+// The servers' map of a client's keys: two tenants' equal keys part, one tenant's keys
+// stay distinct and keep their kind, and the empty salt changes nothing.
+TEST(BlockKeyTest, KeySaltsPartEqualKeysOfTwoTenants) {
+  const std::vector<BlockKey> keys = ComputeBlockKeys("", Tokens(100, 64), 16);
+  const std::vector<BlockKey> a = KeySalt("tenant-a").Apply(keys), b = KeySalt("tenant-b").Apply(keys);
+  std::set<BlockKey> all(a.begin(), a.end());
+  all.insert(b.begin(), b.end());
+  all.insert(keys.begin(), keys.end());
+  EXPECT_EQ(all.size(), 12u) << "a key is shared across salts";
+  EXPECT_EQ(KeySalt("tenant-a").Apply(keys[2]), a[2]);
+  EXPECT_TRUE(KeySalt("").Apply(keys) == keys);
+  EXPECT_TRUE(KeySalt().identity());
+  EXPECT_EQ(KeySalt().Root(), RootKey(""));
+  EXPECT_FALSE(a[0].IsOpaque());
+  EXPECT_TRUE(KeySalt("tenant-a").Apply(OpaqueKeyNamespace("mooncake", "").Key(1)).IsOpaque());
 }
 
 TEST(BlockKeyTest, SameTokensUnderDifferentSaltsNeverMeet) {

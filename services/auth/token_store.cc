@@ -37,6 +37,24 @@ bool IsValidTenantName(std::string_view name) {
   return true;
 }
 
+// An engine's `tenants:` field: a non-empty list of names.
+Result<std::vector<std::string>> EngineTenants(const YAML::Node& node, const std::string& where) {
+  const YAML::Node list = node["tenants"];
+  if (!list || !list.IsSequence() || list.size() == 0) {
+    return InvalidArgumentError(where + ".tenants: expects a non-empty list of the tenants it acts for");
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].IsScalar()) return InvalidArgumentError(where + ".tenants[" + std::to_string(i) + "]: expects a name");
+    names.push_back(list[i].Scalar());
+  }
+  return names;
+}
+
+const char* KnownFields(bool tenant, bool engine) {
+  return tenant ? "name, token, salt" : (engine ? "name, token, tenants" : "name, token");
+}
+
 }  // namespace
 
 Result<TokenStore> TokenStore::FromFile(const std::string& path) {
@@ -44,19 +62,20 @@ Result<TokenStore> TokenStore::FromFile(const std::string& path) {
   return FromYaml(text, "auth.token_file " + path);
 }
 
-// Parses one list ("tenants" or "nodes") into `entries`, checking names and tokens
-// against everything parsed before.
-Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where_list, bool nodes,
+// Parses one list ("tenants", "nodes" or "engines") into `entries`, checking names and
+// tokens against everything parsed before.
+Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where_list, Kind kind,
                                 std::vector<Entry>& entries) {
+  const bool tenant = kind == Kind::kTenant, engine = kind == Kind::kEngine;
   for (size_t i = 0; i < list.size(); ++i) {
     const YAML::Node node = list[i];
     const std::string where = where_list + "[" + std::to_string(i) + "]";
-    const char* known = nodes ? "name, token" : "name, token, salt";
+    const char* known = KnownFields(tenant, engine);
     if (!node.IsMap()) return InvalidArgumentError(where + ": expects a mapping with " + known);
     for (const auto& field : node) {
       KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, where));
       const std::string key = field.first.Scalar();
-      if (key != "name" && key != "token" && (nodes || key != "salt")) {
+      if (key != "name" && key != "token" && !(tenant && key == "salt") && !(engine && key == "tenants")) {
         return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + known + ")");
       }
     }
@@ -69,16 +88,33 @@ Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where
       return InvalidArgumentError(where + ".token: must be at least " + std::to_string(kMinTokenLength) +
                                   " characters (got " + std::to_string(token.size()) + ")");
     }
-    const std::string salt = nodes ? "" : (node["salt"] ? node["salt"].as<std::string>("") : name);
-    Entry entry{{name, salt, nodes}, Digest(token)};
+    const std::string salt = !tenant ? "" : (node["salt"] ? node["salt"].as<std::string>("") : name);
+    Entry entry{{name, salt, kind == Kind::kNode, kind == Kind::kNode}, Digest(token), kind};
+    if (engine) {
+      KVTIER_ASSIGN_OR_RETURN(entry.acts_for, EngineTenants(node, where));
+    }
     for (const Entry& other : entries) {
       if (other.tenant.name == name) return InvalidArgumentError(where + ".name: \"" + name + "\" appears twice");
       if (other.token_digest == entry.token_digest) {
-        return InvalidArgumentError(where + ".token: the same token is given to " +
-                                    (other.tenant.node ? "node credential \"" : "tenant \"") + other.tenant.name + "\"");
+        const char* what = other.kind == Kind::kNode ? "node credential \"" : (other.kind == Kind::kEngine ? "engine \"" : "tenant \"");
+        return InvalidArgumentError(where + ".token: the same token is given to " + what + other.tenant.name + "\"");
       }
     }
     entries.push_back(std::move(entry));
+  }
+  return Status::Ok();
+}
+
+Status TokenStore::CheckEngineTenants(const std::vector<Entry>& entries, const std::string& source) {
+  for (size_t e = 0; e < entries.size(); ++e) {
+    for (const std::string& name : entries[e].acts_for) {
+      const bool known = std::any_of(entries.begin(), entries.end(),
+                                     [&](const Entry& t) { return t.kind == Kind::kTenant && t.tenant.name == name; });
+      if (!known) {
+        return InvalidArgumentError(source + ": engine \"" + entries[e].tenant.name + "\" acts for \"" + name +
+                                    "\", which is not a tenant of this file");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -97,16 +133,19 @@ Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view 
   for (const auto& field : root) {
     KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, source));
     const std::string key = field.first.Scalar();
-    if (key != "tenants" && key != "nodes") {
-      return InvalidArgumentError(source + ": unknown section \"" + key + "\" (known: tenants, nodes)");
+    if (key != "tenants" && key != "nodes" && key != "engines") {
+      return InvalidArgumentError(source + ": unknown section \"" + key + "\" (known: tenants, nodes, engines)");
     }
   }
   std::vector<Entry> entries;
-  KVTIER_RETURN_IF_ERROR(ParseEntries(root["tenants"], source + ": tenants", false, entries));
-  if (const YAML::Node nodes = root["nodes"]; nodes) {
-    if (!nodes.IsSequence()) return InvalidArgumentError(source + ": \"nodes\" must be a list");
-    KVTIER_RETURN_IF_ERROR(ParseEntries(nodes, source + ": nodes", true, entries));
+  KVTIER_RETURN_IF_ERROR(ParseEntries(root["tenants"], source + ": tenants", Kind::kTenant, entries));
+  for (const auto& [section, kind] : {std::pair{"nodes", Kind::kNode}, std::pair{"engines", Kind::kEngine}}) {
+    const YAML::Node list = root[section];
+    if (!list) continue;
+    if (!list.IsSequence()) return InvalidArgumentError(source + ": \"" + section + "\" must be a list");
+    KVTIER_RETURN_IF_ERROR(ParseEntries(list, source + ": " + section, kind, entries));
   }
+  KVTIER_RETURN_IF_ERROR(CheckEngineTenants(entries, source));
   return TokenStore(true, std::move(entries));
 }
 
@@ -125,19 +164,45 @@ Result<TokenStore> TokenStore::SingleTenant(Tenant tenant, std::string_view toke
 TokenStore TokenStore::Disabled() { return TokenStore(false, {}); }
 
 size_t TokenStore::tenant_count() const {
-  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return !e.tenant.node; }));
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.kind == Kind::kTenant; }));
 }
-size_t TokenStore::node_count() const { return entries_.size() - tenant_count(); }
+size_t TokenStore::node_count() const {
+  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.kind == Kind::kNode; }));
+}
+size_t TokenStore::engine_count() const { return entries_.size() - tenant_count() - node_count(); }
 
-Result<Tenant> TokenStore::Authenticate(std::string_view token) const {
-  if (!enabled_) return Tenant{"default", "", true};
+const TokenStore::Entry* TokenStore::FindTenant(std::string_view name) const {
+  for (const Entry& entry : entries_) {
+    if (entry.kind == Kind::kTenant && entry.tenant.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+Result<Tenant> TokenStore::Authenticate(std::string_view token, std::string_view act_for) const {
+  if (!enabled_) return Tenant{"default", "", true, true};
   const std::array<uint8_t, 32> digest = Digest(token);
   const Entry* match = nullptr;
   for (const Entry& entry : entries_) {  // no early exit: time does not depend on which entry matched
     if (CRYPTO_memcmp(entry.token_digest.data(), digest.data(), digest.size()) == 0) match = &entry;
   }
   if (match == nullptr) return UnauthenticatedError("invalid token: it matches no tenant of this cluster");
-  return match->tenant;
+  const std::string& name = match->tenant.name;
+  if (match->kind != Kind::kEngine) {
+    if (act_for.empty() || act_for == name) return match->tenant;
+    return PermissionDeniedError("\"" + name + "\" may not act for tenant \"" + std::string(act_for) +
+                                 "\": only an engine credential acts for a tenant other than its own");
+  }
+  if (act_for.empty()) {
+    return InvalidArgumentError("engine \"" + name + "\" acts for a tenant: name one of its tenants");
+  }
+  const bool allowed = std::find(match->acts_for.begin(), match->acts_for.end(), act_for) != match->acts_for.end();
+  const Entry* tenant = allowed ? FindTenant(act_for) : nullptr;
+  if (tenant == nullptr) {
+    return PermissionDeniedError("engine \"" + name + "\" may not act for tenant \"" + std::string(act_for) + "\"");
+  }
+  Tenant acting = tenant->tenant;
+  acting.maps_pools = true;
+  return acting;
 }
 
 std::string GenerateToken() {

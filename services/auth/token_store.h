@@ -9,6 +9,15 @@
 //   nodes:                    # optional: credentials of the cluster's own nodes
 //     - name: cluster-nodes   # [a-z0-9-]{1,63}, distinct from every tenant's
 //       token: "…"            # at least 32 characters, distinct from every other token
+//   engines:                  # optional: inference processes that serve tenants
+//     - name: vllm-fleet      # [a-z0-9-]{1,63}, distinct from every other name
+//       token: "…"            # at least 32 characters, distinct from every other token
+//       tenants: [team-a]     # the tenants it may act for (each one listed above)
+//
+// Who may map pool memory: a pool holds the blocks of every tenant that uses it, so a
+// tenant token never maps it (attachPool: PERMISSION_DENIED); an engine credential does.
+// An engine authenticates as one of its tenants (Authenticate's `act_for`): the session
+// has that tenant's salt and may map pools. Engines that share a pool are trusted alike.
 //
 // A node token is what `kvtier worker` and `kvtier store` present to the coordinator and
 // to each other: only a node session may register a node or publish its events, and only
@@ -41,8 +50,13 @@ namespace kvtier::auth {
 struct Tenant {
   std::string name;
   std::string salt;
-  bool node = false;  // a node credential (see above); every session is one with auth off
+  bool node = false;        // a node credential (see above); every session is one with auth off
+  bool maps_pools = false;  // may map pool memory: an engine acting for the tenant, a node, or auth off
 };
+
+// The one user of a local cluster (`kvtier up` without a token file, an embedded replay):
+// its only tenant, with an empty salt, and the rights of an engine and of a node.
+inline Tenant LocalUser(std::string name) { return Tenant{std::move(name), "", true, true}; }
 
 class TokenStore {
  public:
@@ -56,20 +70,29 @@ class TokenStore {
   // (auth off: every process is trusted).
   static TokenStore Disabled();
 
-  // kUnauthenticated when the token matches no tenant (the message never echoes it).
-  [[nodiscard]] Result<Tenant> Authenticate(std::string_view token) const;
+  // The session a token opens, acting for tenant `act_for` (empty: the token's own).
+  // kUnauthenticated when the token matches nothing (the message never echoes it);
+  // kPermissionDenied when it may not act for `act_for` (only an engine acts for others);
+  // kInvalidArgument for an engine token that names no tenant.
+  [[nodiscard]] Result<Tenant> Authenticate(std::string_view token, std::string_view act_for = {}) const;
 
   bool enabled() const { return enabled_; }
   size_t tenant_count() const;
   size_t node_count() const;
+  size_t engine_count() const;
 
  private:
+  enum class Kind : uint8_t { kTenant, kNode, kEngine };
   struct Entry {
     Tenant tenant;
     std::array<uint8_t, 32> token_digest;
+    Kind kind = Kind::kTenant;
+    std::vector<std::string> acts_for = {};  // an engine's tenants
   };
-  [[nodiscard]] static Status ParseEntries(const YAML::Node& list, const std::string& where_list, bool nodes,
+  [[nodiscard]] static Status ParseEntries(const YAML::Node& list, const std::string& where_list, Kind kind,
                                           std::vector<Entry>& entries);
+  [[nodiscard]] static Status CheckEngineTenants(const std::vector<Entry>& entries, const std::string& source);
+  const Entry* FindTenant(std::string_view name) const;
   TokenStore(bool enabled, std::vector<Entry> entries) : enabled_(enabled), entries_(std::move(entries)) {}
 
   bool enabled_;

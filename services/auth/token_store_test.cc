@@ -60,6 +60,53 @@ TEST(TokenStoreTest, MalformedNodeEntriesNameTheEntryAndField) {
   EXPECT_NE(error("admins: []\n").find("unknown section \"admins\""), std::string::npos);
 }
 
+// An engine acts for the tenants it names, with their salts and the right to map pools;
+// no other credential acts for anyone but itself.
+TEST(TokenStoreTest, AnEngineActsForItsTenantsOnly) {
+  const std::string engine(40, 'e'), node(40, 'n');
+  Result<TokenStore> store = TokenStore::FromYaml(
+      TwoTenants() + "engines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a]}\nnodes:\n  - {name: n, token: " +
+          node + "}\n",
+      "tokens.yaml");
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->engine_count(), 1u);
+  EXPECT_EQ(store->tenant_count(), 2u);
+  Result<Tenant> acting = store->Authenticate(engine, "team-a");
+  ASSERT_TRUE(acting.ok()) << acting.status();
+  EXPECT_EQ(acting->name, "team-a");
+  EXPECT_EQ(acting->salt, "salt-a");
+  EXPECT_TRUE(acting->maps_pools);
+  EXPECT_FALSE(acting->node);
+  EXPECT_EQ(store->Authenticate(engine, "team-b").status().code(), StatusCode::kPermissionDenied);
+  const Status none = store->Authenticate(engine).status();
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("name one of its tenants"), std::string::npos) << none;
+  EXPECT_FALSE(store->Authenticate(kTokenA)->maps_pools) << "a tenant token never maps pool memory";
+  EXPECT_TRUE(store->Authenticate(kTokenA, "team-a").ok()) << "a token may name its own tenant";
+  EXPECT_EQ(store->Authenticate(kTokenA, "team-b").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(store->Authenticate(node, "team-a").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(store->Authenticate(node)->maps_pools);
+  EXPECT_EQ(store->Authenticate(std::string(40, 'x'), "team-a").status().code(), StatusCode::kUnauthenticated);
+}
+
+TEST(TokenStoreTest, MalformedEngineEntriesNameTheEntryAndField) {
+  auto error = [](const std::string& engines) {
+    return TokenStore::FromYaml(TwoTenants() + engines, "tokens.yaml").status().message();
+  };
+  const std::string token(40, 'e');
+  EXPECT_NE(error("engines:\n  - {name: e, token: " + token + "}\n").find("engines[0].tenants: expects a non-empty list"),
+            std::string::npos);
+  EXPECT_NE(error("engines:\n  - {name: e, token: " + token + ", tenants: [team-c]}\n")
+                .find("engine \"e\" acts for \"team-c\", which is not a tenant of this file"),
+            std::string::npos);
+  EXPECT_NE(error("engines:\n  - {name: e, token: " + token + ", tenants: [team-a], salt: s}\n")
+                .find("engines[0]: unknown field \"salt\" (known: name, token, tenants)"),
+            std::string::npos);
+  EXPECT_NE(error("engines:\n  - {name: e, token: " + kTokenB + ", tenants: [team-a]}\n")
+                .find("engines[0].token: the same token is given to tenant \"team-b\""),
+            std::string::npos);
+}
+
 TEST(TokenStoreTest, WrongTokenIsUnauthenticatedAndNotEchoed) {
   const TokenStore store = *TokenStore::FromYaml(TwoTenants(), "tokens.yaml");
   const std::string wrong(40, 'c');

@@ -158,7 +158,7 @@ Status ReplayCommand::StartEmbedded(Target& target) const {
   if (!config.ok()) return InvalidArgumentError(config.status().message());
   const std::string token = auth::GenerateToken();
   EmbeddedClusterOptions options{.config = *config,
-                                 .tokens = auth::TokenStore::SingleTenant({"replay", ""}, token).value(),
+                                 .tokens = auth::TokenStore::SingleTenant(auth::LocalUser("replay"), token).value(),
                                  .registry = &target.registry,
                                  .node_id = "replay"};
   Result<std::unique_ptr<EmbeddedCluster>> started = EmbeddedCluster::Create(std::move(options));

@@ -70,8 +70,8 @@ Status GenerateLocalToken(const KvtierConfig& config, ResolvedAuth& auth) {
   const std::string token = auth::GenerateToken();
   const std::string path = config.data_dir + "/token";
   KVTIER_RETURN_IF_ERROR(WriteTokenFile(path, token));
-  KVTIER_ASSIGN_OR_RETURN(auth.tokens, auth::TokenStore::SingleTenant({"default", ""}, token));
-  auth.summary = "on, tenant \"default\", token " + token + " (also in " + path + ")";
+  KVTIER_ASSIGN_OR_RETURN(auth.tokens, auth::TokenStore::SingleTenant(auth::LocalUser("default"), token));
+  auth.summary = "on, tenant \"default\" (its token has every right), token " + token + " (also in " + path + ")";
   return Status::Ok();
 }
 

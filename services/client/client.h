@@ -52,7 +52,11 @@ struct ClientOptions {
   // The coordinator, where it is not at `address` (a `kvtier worker` node has none):
   // Lookup, Route and the coordinator's stats go there over a connection of their own.
   std::string coordinator_address = {};
-  std::string token = {};       // tenant token; any value when the server has auth off
+  std::string token = {};       // tenant or engine token; any value when the server has auth off
+  // The tenant an engine token acts for (services/auth/token_store.h): its salt keys the
+  // connection's calls, and only an engine may map pool memory (AttachPool). Empty: the
+  // token's own tenant. One Client acts for one tenant; an engine holds one per tenant.
+  std::string act_for = {};
   std::string tls_ca_file = {}; // set: TLS, the server verified against this CA bundle
   std::string tls_server_name = {};  // default: the host of `address`
   std::chrono::milliseconds timeout{5000};  // per attempt
@@ -83,7 +87,7 @@ struct LookupResult {
   // tokens with the tail (partial reuse), how many it shares and holds, and where it is.
   uint32_t partial_match_tokens = 0;
   uint32_t partial_block_tokens = 0;
-  BlockKey partial_block_key = {};
+  BlockKey partial_block_key = {};  // with auth off only; zero where the tenant has a salt
   std::vector<Location> partial_block_locations = {};
   std::vector<NodeScore> scores;
 };

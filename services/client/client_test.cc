@@ -21,6 +21,8 @@ using namespace std::chrono_literals;
 
 constexpr char kToken[] = "team-a-token-0123456789abcdef0123456789";
 constexpr char kOtherToken[] = "team-b-token-0123456789abcdef0123456789";
+constexpr char kEngineToken[] = "engine-token-0123456789abcdef0123456789";  // acts for both
+constexpr char kNodeToken[] = "nodes-token-0123456789abcdef0123456789";     // the operator's view
 constexpr uint32_t kTokensPerBlock = 4;
 
 KvLayout TestLayout() {
@@ -48,7 +50,10 @@ class ClientTest : public ::testing::Test {
     // Two tenants, each with its own salt.
     options.tokens = auth::TokenStore::FromYaml(std::string("tenants:\n") +
                                                     "  - {name: team-a, salt: salt-a, token: " + kToken + "}\n" +
-                                                    "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n",
+                                                    "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n" +
+                                                    "engines:\n  - {name: engine, tenants: [team-a, team-b], token: " +
+                                                    kEngineToken + "}\n" + "nodes:\n  - {name: ops, token: " +
+                                                    kNodeToken + "}\n",
                                                 "test tokens")
                          .value();
     options.registry = &registry_;
@@ -57,7 +62,10 @@ class ClientTest : public ::testing::Test {
     cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
   }
 
-  ClientOptions Options() const { return {.address = cluster_->endpoints()[0], .token = kToken}; }
+  // An engine acting for team-a: it may map the pool.
+  ClientOptions Options(const char* tenant = "team-a") const {
+    return {.address = cluster_->endpoints()[0], .token = kEngineToken, .act_for = tenant};
+  }
 
   std::unique_ptr<Client> Connect() {
     auto client = Client::Connect(Options());
@@ -138,8 +146,11 @@ TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   EXPECT_EQ(stats->total_blocks, 4u);
   ASSERT_EQ(stats->pool_layouts.size(), 1u);
   EXPECT_EQ(stats->pool_layouts[0], TestLayout());
-  EXPECT_EQ(stats->used_blocks, 3u);  // sequence 2's table
-  auto index = client->GetCoordinatorStats();
+  EXPECT_EQ(stats->used_blocks, 0u) << "a tenant sees the pool's size, not how full it is";
+  auto node = Client::Connect({.address = cluster_->endpoints()[0], .token = kNodeToken}).value();
+  EXPECT_EQ(node->GetWorkerStats()->used_blocks, 3u);  // sequence 2's table
+  EXPECT_EQ(client->GetCoordinatorStats()->index_blocks, 0u) << "nor what the index holds";
+  auto index = node->GetCoordinatorStats();
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_GE(index->index_blocks, 2u);
   EXPECT_GE(index->lookups, 2u) << "the miss and the hit above";
@@ -165,7 +176,7 @@ TEST_F(ClientTest, APromptEndingInsideACommittedBlockMatchesItPartially) {
   EXPECT_EQ(r->matched_blocks, 1u);
   EXPECT_EQ(r->partial_match_tokens, 3u);
   EXPECT_EQ(r->partial_block_tokens, kTokensPerBlock);
-  EXPECT_EQ(r->partial_block_key, keys[1]);
+  EXPECT_EQ(r->partial_block_key, BlockKey{}) << "a key of the tenant's key space, which no client sees";
   ASSERT_EQ(r->partial_block_locations.size(), 1u);
   EXPECT_EQ(r->partial_block_locations[0].node_id, "node/worker");
   ASSERT_FALSE(r->scores.empty());
@@ -224,7 +235,7 @@ TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
 TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
   auto a = Connect();
   ASSERT_NE(a, nullptr);
-  auto b = Client::Connect({.address = cluster_->endpoints()[0], .token = kOtherToken}).value();
+  auto b = Client::Connect(Options("team-b")).value();
   EXPECT_EQ(b->tenant(), "team-b");
   // Team a computes and commits blocks 0,1 of a prompt.
   const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(0, 8), kTokensPerBlock);
@@ -239,6 +250,15 @@ TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
   auto b_alloc = b->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
   ASSERT_TRUE(b_alloc.ok()) << b_alloc.status();
   EXPECT_EQ(b_alloc->reused_blocks, 0u);
+  // B caches its own copy, as if A had never sent the prompt, and reuses it after.
+  auto b_cached = b->Commit(1, keys);
+  ASSERT_TRUE(b_cached.ok()) << b_cached.status();
+  EXPECT_EQ(*b_cached, 2u) << "the count tells B nothing of A's blocks";
+  ASSERT_TRUE(b->Free(1).ok());
+  auto b_again = b->Allocate({.sequence = 2, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(b_again.ok()) << b_again.status();
+  EXPECT_EQ(b_again->reused_blocks, 2u);
+  EXPECT_EQ(WaitForMatch(*b, keys, 2).matched_blocks, 2u);
 }
 
 TEST_F(ClientTest, AsyncCallsFromManyThreads) {

@@ -111,6 +111,7 @@ kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
         auto bootstrap = rpc_->bootstrap(server_id).castAs<schema::Bootstrap>();
         auto request = bootstrap.authenticateRequest();
         request.setToken(options_.token.c_str());
+        request.setActFor(options_.act_for.c_str());
         return request.send();
       })
       .then([this](capnp::Response<schema::Bootstrap::AuthenticateResults> response) -> Status {

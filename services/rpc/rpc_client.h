@@ -25,6 +25,7 @@ namespace kvtier::rpc {
 struct RpcClientOptions {
   std::string address;          // "host:port" or "unix:/path"
   std::string token;            // tenant token; any value when the server has auth off
+  std::string act_for;          // the tenant an engine token acts for (empty: the token's own)
   std::string tls_ca_file;      // set: connect with TLS and verify against this CA
   std::string tls_server_name;  // name the certificate must carry; default: host of address
   std::chrono::milliseconds timeout{5000};  // per call, connecting included

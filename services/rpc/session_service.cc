@@ -114,7 +114,8 @@ class BootstrapServer final : public schema::Bootstrap::Server {
       recorder.Fail(UnauthenticatedError("too many failed authentication attempts on this connection; reconnect"));
     }
     if (Status admitted = gate_->BeforeAuthenticate(); !admitted.ok()) recorder.Fail(std::move(admitted));
-    Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr());
+    Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr(),
+                                                                 call.getParams().getActFor().cStr());
     if (!tenant.ok()) {
       ++failures_;
       if (context_.metrics != nullptr) context_.metrics->auth_failures().Inc();

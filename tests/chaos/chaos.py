@@ -125,11 +125,13 @@ class Cluster:
         self.root = root
         self.logs = os.path.join(root, "logs")
         os.makedirs(self.logs)
-        tenant, node = os.urandom(32).hex(), os.urandom(32).hex()
-        self.token = tenant
+        tenant, engine, node = os.urandom(32).hex(), os.urandom(32).hex(), os.urandom(32).hex()
+        self.token = engine  # the clients are an engine acting for tenant "chaos": they map pools
         tokens = os.path.join(root, "tokens.yaml")
         with open(tokens, "w") as f:
-            f.write("tenants:\n  - {name: chaos, token: \"%s\"}\nnodes:\n  - {name: nodes, token: \"%s\"}\n" % (tenant, node))
+            f.write("tenants:\n  - {name: chaos, token: \"%s\"}\n" % tenant +
+                    "engines:\n  - {name: engine, token: \"%s\", tenants: [chaos]}\n" % engine +
+                    "nodes:\n  - {name: nodes, token: \"%s\"}\n" % node)
         node_token = os.path.join(root, "node-token")
         with open(node_token, "w") as f:
             f.write(node + "\n")
@@ -201,7 +203,7 @@ class Engine(threading.Thread):
 
     def connect(self):
         address = self.rng.choice(self.cluster.workers)
-        self.client = kvtier.Client(address, token=self.cluster.token, timeout_s=2.0,
+        self.client = kvtier.Client(address, token=self.cluster.token, act_for="chaos", timeout_s=2.0,
                                     coordinator_address=self.cluster.coordinator)
         self.pool = kvtier.MappedPool(self.client.attach_pool(0, self.layout))
 
@@ -289,7 +291,8 @@ def on_store_disk(client, chains):
 
 def final_check(cluster, stats, report):
     """Blocks on the store's disk survive one more SIGKILL and read back right."""
-    client = kvtier.Client(cluster.workers[0], token=cluster.token, coordinator_address=cluster.coordinator)
+    client = kvtier.Client(cluster.workers[0], token=cluster.token, act_for="chaos",
+                           coordinator_address=cluster.coordinator)
     with stats.lock:
         sample = list(dict.fromkeys(stats.committed))  # the latest, each once
     before = on_store_disk(client, sample)

@@ -70,6 +70,33 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(wrong.exception.args[0], "INVALID_ARGUMENT")
         self.assertIn("uint32", wrong.exception.args[1])
 
+    def test_extra_keys_match_the_reference_encoding(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "vectors"))
+        import block_keys as reference  # tests/vectors: the encoding written from its spec alone
+        tokens = list(range(1, 9))
+        extra = dict(lora_id=7, model_tag="llama3-8b/bf16", extra=["img:abc"])
+        self.assertEqual(kvtier.block_keys(tokens, 4, **extra), reference.chain("", tokens, 4, **extra))
+        self.assertEqual(kvtier.block_keys(tokens, 4), reference.chain("", tokens, 4))
+        self.assertNotEqual(kvtier.block_keys(tokens, 4, lora_id=8), kvtier.block_keys(tokens, 4, lora_id=7))
+
+    def test_commit_takes_token_ranges_and_the_decode_retention(self):
+        client = self.connect()
+        prompt = array.array("I", range(17000, 17048))  # tokens no other test sends
+        keys = kvtier.block_keys(prompt, 16)
+        client.allocate(1, keys, len(prompt))
+        committed = client.commit(1, keys, ranges=[(0, 16, 90, None), (16, None, 20, 30.0)],
+                                  decode_priority=5, decode_duration_s=1.5)
+        self.assertEqual(committed, 3)
+        client.free(1)
+        with self.assertRaises(kvtier.Error) as bad:
+            client.allocate(2, keys, len(prompt))
+            client.commit(2, keys, ranges=[(0, None, 101, None)])
+        self.assertEqual(bad.exception.args[0], "INVALID_ARGUMENT")
+        self.assertIn("101", bad.exception.args[1])
+        with self.assertRaises(kvtier.Error) as negative:
+            client.commit(2, keys, ranges=[(0, None, 50, -1.0)])
+        self.assertIn("retention duration", negative.exception.args[1])
+
     def test_a_prompt_computed_in_the_mapped_pool_is_reused(self):
         client = self.connect()
         self.assertEqual(client.tenant, "default")

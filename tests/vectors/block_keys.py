@@ -44,6 +44,16 @@ def chain(salt, tokens, per_block, **extra):
     return keys
 
 
+def salted(salt, k):
+    """The server's map of a client's key into a tenant's key space (KeySalt)."""
+    if not salt:
+        return k
+    secret = hashlib.sha256(b"kvtier.salt.v1" + lp(salt.encode())).digest()
+    d = hashlib.sha256(b"kvtier.salted.v1" + secret + encode_key(k)).digest()
+    hi, lo = key_from_digest(d)
+    return hi | (k[0] & OPAQUE), lo
+
+
 def hexkey(k):
     return "%016x%016x" % k
 
@@ -58,3 +68,7 @@ if __name__ == "__main__":
         print("chain('tenant-a', 1..8, 4, lora 7, llama3-8b/bf16, img:abc)", hexkey(k))
     tag = int.from_bytes(hashlib.sha256(b"kvtier.opaque.v1" + lp(b"mooncake") + lp(b"")).digest()[0:8], "big") | OPAQUE
     print("opaque('mooncake', '', 42)", hexkey((tag, 42)))
+    for k in chain("", list(range(1, 9)), 4):
+        print("salted('tenant-a', chain('', 1..8, 4))", hexkey(salted("tenant-a", k)))
+    print("salted('tenant-a', root(''))", hexkey(salted("tenant-a", root(""))))
+    print("salted('tenant-a', opaque('mooncake', '', 42))", hexkey(salted("tenant-a", (tag, 42))))

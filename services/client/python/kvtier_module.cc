@@ -9,6 +9,9 @@
 //
 // Keys are (hi, lo) tuples. A failed call raises kvtier.Error with args (CODE, message),
 // CODE a canonical status name ("RESOURCE_EXHAUSTED", ...). Blocking calls release the GIL.
+#include <optional>
+#include <tuple>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -81,22 +84,42 @@ Result<KvLayout> MakeLayout(uint32_t layers, uint32_t heads, uint32_t head_dim, 
                            .sink_tokens = sinks});
 }
 
-RetentionConfig Retention(uint8_t priority, std::optional<double> duration_s) {
+std::optional<Nanos> Seconds(std::optional<double> s) {
+  if (!s) return std::nullopt;
+  if (!(*s >= 0)) throw StatusError{InvalidArgumentError("a retention duration must be >= 0 seconds")};
+  return std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(*s));
+}
+
+// (first_token, last_token or None, priority, duration_s or None) per range, in order.
+using PyRange = std::tuple<uint32_t, std::optional<uint32_t>, uint8_t, std::optional<double>>;
+
+// The whole prompt at `priority` unless `ranges` are given; then the decode's own.
+RetentionConfig Retention(uint8_t priority, std::optional<double> duration_s, const std::vector<PyRange>& ranges,
+                          std::optional<uint8_t> decode_priority, std::optional<double> decode_duration_s) {
   RetentionConfig retention;
-  coordinator::TokenRangeRetention whole{.first_token = 0, .priority = priority};
-  if (duration_s) whole.duration = std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(*duration_s));
-  retention.ranges.push_back(whole);
+  if (ranges.empty()) {
+    retention.ranges.push_back({.first_token = 0, .priority = priority, .duration = Seconds(duration_s)});
+  }
+  for (const auto& [first, last, range_priority, range_duration] : ranges) {
+    retention.ranges.push_back(
+        {.first_token = first, .last_token = last, .priority = range_priority, .duration = Seconds(range_duration)});
+  }
+  if (decode_priority) retention.decode_priority = *decode_priority;
+  retention.decode_duration = Seconds(decode_duration_s);
   return retention;
 }
 
 const char* TierName(Tier tier) { return tier == Tier::kGpu ? "gpu" : tier == Tier::kHost ? "host" : "disk"; }
 
 void BindKeys(py::module_& m) {
-  m.def("block_keys", [](const py::object& tokens, uint32_t tokens_per_block) {
+  m.def("block_keys", [](const py::object& tokens, uint32_t tokens_per_block, uint64_t lora_id,
+                          const std::string& model_tag, const std::vector<std::string>& extra) {
     if (tokens_per_block == 0) throw StatusError{InvalidArgumentError("tokens_per_block: must be positive")};
-    return FromKeys(Client::BlockKeys(ToTokens(tokens), tokens_per_block));
-  }, py::arg("tokens"), py::arg("tokens_per_block"),
-        "Keys (hi, lo) of every full block of `tokens` (a buffer of uint32 or a list of ints).");
+    return FromKeys(Client::BlockKeys(ToTokens(tokens), tokens_per_block, {lora_id, model_tag, extra}));
+  }, py::arg("tokens"), py::arg("tokens_per_block"), py::arg("lora_id") = 0, py::arg("model_tag") = "",
+        py::arg("extra") = std::vector<std::string>{},
+        "Keys (hi, lo) of every full block of `tokens` (a buffer of uint32 or a list of ints); lora_id, "
+        "model_tag and extra (e.g. multimodal content hashes) change every key, as they change the KV values.");
 }
 
 void BindTypes(py::module_& m) {
@@ -218,13 +241,16 @@ void BindSequences(py::class_<Client>& client) {
         return ValueOrThrow(c.Onboard(sequence, ToKeys(keys), {}, sources));
       }, py::arg("sequence"), py::arg("keys"), py::arg("sources") = std::vector<std::string>{}, Release())
       .def("commit", [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint8_t priority,
-                        std::optional<double> duration_s, const py::object& tokens) {
+                        std::optional<double> duration_s, const py::object& tokens, const std::vector<PyRange>& ranges,
+                        std::optional<uint8_t> decode_priority, std::optional<double> decode_duration_s) {
         // With the blocks' tokens the committed blocks become partial-reuse candidates.
         const std::vector<uint32_t> committed = OptionalTokens(tokens);
+        const RetentionConfig retention = Retention(priority, duration_s, ranges, decode_priority, decode_duration_s);
         py::gil_scoped_release unlocked;
-        return ValueOrThrow(c.Commit(sequence, ToKeys(keys), Retention(priority, duration_s), committed));
+        return ValueOrThrow(c.Commit(sequence, ToKeys(keys), retention, committed));
       }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,
-         py::arg("duration_s") = py::none(), py::arg("tokens") = py::none())
+         py::arg("duration_s") = py::none(), py::arg("tokens") = py::none(), py::arg("ranges") = std::vector<PyRange>{},
+         py::arg("decode_priority") = py::none(), py::arg("decode_duration_s") = py::none())
       .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release());
 }
 
@@ -233,15 +259,15 @@ void BindClient(py::module_& m) {
   client
       .def(py::init([](const std::string& address, const std::string& token, double timeout_s,
                        const std::string& tls_ca_file, const std::string& tls_server_name,
-                       const std::string& coordinator_address) {
+                       const std::string& coordinator_address, const std::string& act_for) {
              py::gil_scoped_release unlocked;
              return ValueOrThrow(Client::Connect(
                  {.address = address, .coordinator_address = coordinator_address, .token = token,
-                  .tls_ca_file = tls_ca_file, .tls_server_name = tls_server_name,
+                  .act_for = act_for, .tls_ca_file = tls_ca_file, .tls_server_name = tls_server_name,
                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))}));
            }),
            py::arg("address"), py::arg("token") = "", py::arg("timeout_s") = 5.0, py::arg("tls_ca_file") = "",
-           py::arg("tls_server_name") = "", py::arg("coordinator_address") = "")
+           py::arg("tls_server_name") = "", py::arg("coordinator_address") = "", py::arg("act_for") = "")
       .def_property_readonly("tenant", &Client::tenant)
       .def("worker_stats", [](Client& c) {
         WorkerStats s;

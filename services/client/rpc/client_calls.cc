@@ -350,6 +350,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   rpc::RpcClientOptions connection;
   connection.address = options.address;
   connection.token = options.token;
+  connection.act_for = options.act_for;
   connection.tls_ca_file = options.tls_ca_file;
   connection.tls_server_name = options.tls_server_name;
   connection.timeout = options.timeout;

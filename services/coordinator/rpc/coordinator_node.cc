@@ -28,7 +28,7 @@ class CoordinatorNode::Impl {
     session_.clock = options_.clock;
     session_.metrics = metrics_.get();
     session_.coordinator = [this](const auth::Tenant& tenant) {
-      return MakeCoordinatorService(state_, {SaltScope(tenant.salt), tenant.node});
+      return MakeCoordinatorService(state_, {SaltScope(tenant.salt), tenant.node, KeySalt(tenant.salt)});
     };
     state_.on_lookup = options_.on_lookup;
     session_.worker = options_.worker;

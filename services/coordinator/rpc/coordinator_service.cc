@@ -57,7 +57,8 @@ BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
   CoordinatorServer(CoordinatorState& state, CoordinatorSession session)
-      : state_(state), salt_scope_(session.salt_scope), node_(session.node), connection_(state.next_connection++),
+      : state_(state), salt_scope_(session.salt_scope), node_(session.node), salt_(session.salt),
+        connection_(state.next_connection++),
         answers_(*state.coordinator) {}
   // The client let go of the capability, or its connection closed: the nodes it
   // registered no longer hold their names against a restarted process.
@@ -160,14 +161,19 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   kj::Promise<void> lookup(LookupContext call) override {
     const auto request = call.getParams().getRequest();
+    // The index holds keys in each tenant's key space; the answer names the client's own.
     const std::vector<BlockKey> keys = ToKeys(request.getKeys());
-    if (state_.on_lookup) state_.on_lookup(keys);
+    const std::vector<BlockKey> salted = salt_.identity() ? std::vector<BlockKey>{} : salt_.Apply(keys);
+    const std::span<const BlockKey> held = salt_.identity() ? keys : salted;
+    if (state_.on_lookup) state_.on_lookup(held);
     const auto start = std::chrono::steady_clock::now();
     const std::optional<ScopeId> scope = state_.scopes.Find(salt_scope_);
     const std::vector<uint32_t> tail = ToTokens(request.getPartialTokens());
     LookupResult result;
     if (scope) {
-      result = state_.coordinator->Lookup(*scope, keys, tail);
+      result = state_.coordinator->Lookup(*scope, held, tail);
+      // The partial block's key is in the tenant's key space, which no client sees.
+      if (!salt_.identity()) result.partial.key = {};
     } else {
       result.location_begin = {0};  // a scope nobody wrote under: nothing cached
     }
@@ -179,7 +185,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   kj::Promise<void> route(RouteContext call) override {
     const auto request = call.getParams().getRequest();
-    const std::vector<BlockKey> keys = ToKeys(request.getKeys());
+    const std::vector<BlockKey> keys = salt_.Apply(ToKeys(request.getKeys()));
     const std::vector<uint32_t> tail = ToTokens(request.getPartialTokens());
     std::vector<std::string> candidates;
     candidates.reserve(request.getCandidates().size());
@@ -226,6 +232,9 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const CoordinatorStats s = state_.coordinator->Stats();
     auto out = call.getResults().initStats();
     out.setNodes(static_cast<uint32_t>(s.membership.live_nodes));
+    // A tenant sees the cluster's size, never what the index holds: that depends on what
+    // other tenants cached.
+    if (!node_) return kj::READY_NOW;
     out.setIndexBlocks(s.index.blocks);
     out.setIndexBytes(s.index.memory_bytes);
     out.setLookups(state_.metrics->lookups());
@@ -300,6 +309,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   CoordinatorState& state_;
   const uint64_t salt_scope_;
   const bool node_;
+  const KeySalt salt_;
   const ConnectionId connection_;
   LookupAnswerWriter answers_;
 };

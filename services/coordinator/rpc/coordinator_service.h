@@ -42,6 +42,7 @@ struct CoordinatorState {
 struct CoordinatorSession {
   uint64_t salt_scope = 0;
   bool node = false;
+  KeySalt salt = {};  // the tenant's key space: applied to every key a lookup or route names
 };
 
 // The capability's server (the session counts and times its calls: services/rpc/timed_server.h).

@@ -50,10 +50,23 @@ class CoordinatorClient {
   schema::Coordinator::Client coordinator_;
 };
 
+// Keys `first`.. as a tenant sends them.
 void SetKeys(capnp::List<schema::BlockKey>::Builder list, uint64_t first) {
   for (unsigned i = 0; i < list.size(); ++i) {
     list[i].setHi(OpaqueKeyNamespace("test", "").Key(first + i).hi);
     list[i].setLo(first + i);
+  }
+}
+
+// Tenant team-a's keys as its nodes hold and announce them: in its key space (KeySalt).
+struct TeamAKeys {
+  BlockKey Key(uint64_t id) const { return KeySalt("team-a").Apply(OpaqueKeyNamespace("test", "").Key(id)); }
+};
+void SetNodeKeys(capnp::List<schema::BlockKey>::Builder list, uint64_t first) {
+  for (unsigned i = 0; i < list.size(); ++i) {
+    const BlockKey key = TeamAKeys().Key(first + i);
+    list[i].setHi(key.hi);
+    list[i].setLo(key.lo);
   }
 }
 
@@ -104,7 +117,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     batch.setNodeId("w1");
     batch.setIncarnation(1);
     auto stored = batch.initEvents(1)[0].initStored();
-    SetKeys(stored.initKeys(3), 1);
+    SetNodeKeys(stored.initKeys(3), 1);
     stored.setSaltScope(SaltScope("team-a"));
     stored.setPriority(50);
     auto response = publish.send().wait(worker.ws());
@@ -149,10 +162,17 @@ TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
   EXPECT_NE(metrics.find("kvtier_coordinator_lookup_blocks_total 8\n"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("kvtier_coordinator_index_blocks 3"), std::string::npos);
-  // The Stats call counts both lookups too, team-b's (a scope nobody wrote under) included.
-  auto stats = team_b.coordinator().statsRequest().send().wait(team_b.ws());
+  // The Stats call counts both lookups too, team-b's (a scope nobody wrote under)
+  // included, for a node; a tenant sees the cluster's size only, not what others cached.
+  CoordinatorClient operator_(address_, kNodeToken);
+  auto stats = operator_.coordinator().statsRequest().send().wait(operator_.ws());
   EXPECT_EQ(stats.getStats().getLookups(), 2u);
   EXPECT_EQ(stats.getStats().getIndexBlocks(), 3u);
+  auto seen_by_b = team_b.coordinator().statsRequest().send().wait(team_b.ws());
+  EXPECT_EQ(seen_by_b.getStats().getNodes(), 1u);
+  EXPECT_EQ(seen_by_b.getStats().getLookups(), 0u);
+  EXPECT_EQ(seen_by_b.getStats().getIndexBlocks(), 0u);
+  EXPECT_EQ(seen_by_b.getStats().getIndexBytes(), 0u);
 }
 
 TEST_F(CoordinatorServiceTest, ALookupAskingForCompactLocationsGetsThemAndNoKeys) {
@@ -285,9 +305,9 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
   batch.setIncarnation(1);
   auto events = batch.initEvents(2);
   auto stored = events[0].initStored();
-  SetKeys(stored.initKeys(8), 1);
+  SetNodeKeys(stored.initKeys(8), 1);
   stored.setSaltScope(SaltScope("team-a"));
-  SetKeys(events[1].initRemoved().initKeys(3), 2);
+  SetNodeKeys(events[1].initRemoved().initKeys(3), 2);
   ASSERT_TRUE(worker.Send(kj::mv(publish)).ok());
 
   CoordinatorClient tenant(address_, kTokenA);
@@ -303,7 +323,7 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
 // A node's link carries each stored block's tokens, in events and in snapshots; a
 // tenant's lookup with tail tokens gets the partially matching block back.
 TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
-  const OpaqueKeyNamespace ns("test", "");
+  const TeamAKeys ns;  // the nodes announce team-a's keys
   const uint64_t scope = SaltScope("team-a");
   std::unique_ptr<NodeLink> link = *NodeLink::Connect(WorkerLink("w3", "10.0.0.3:7401"));
   ASSERT_TRUE(link->Register().ok());
@@ -337,14 +357,15 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
   EXPECT_EQ(r.getMatchedBlocks(), 1u);
   EXPECT_EQ(r.getPartialMatchTokens(), 1u);
   EXPECT_EQ(r.getPartialBlockTokens(), 2u);
-  EXPECT_EQ(rpc::ToKey(r.getPartialBlock().getKey()), ns.Key(2));
+  // Its key is in team-a's key space, which no client sees: its tokens and place name it.
+  EXPECT_EQ(rpc::ToKey(r.getPartialBlock().getKey()), BlockKey{});
   EXPECT_EQ(std::string(r.getPartialBlock().getLocations()[0].getNodeId().cStr()), "w3");
   ASSERT_EQ(r.getScores().size(), 1u);
   EXPECT_EQ(r.getScores()[0].getPartialTokens(), 1u);
   // A prompt shorter than a block: the snapshot's tokens make block 1 the partial match.
   auto shorter = first_block({7}, 0);
   EXPECT_EQ(shorter.getResult().getPartialMatchTokens(), 1u);
-  EXPECT_EQ(rpc::ToKey(shorter.getResult().getPartialBlock().getKey()), ns.Key(1));
+  EXPECT_EQ(shorter.getResult().getPartialBlockTokens(), 2u);
   // A tail nothing begins with: asked, not matched.
   EXPECT_EQ(first_block({42}, 1).getResult().getPartialMatchTokens(), 0u);
 
@@ -359,7 +380,7 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
 // tier as another: the coordinator counts two events, indexes every block with its own
 // tokens, and the node's next batch, numbered after those two, is applied.
 TEST_F(CoordinatorServiceTest, ANodesLinkSendsAChainAsOneEvent) {
-  const OpaqueKeyNamespace ns("test", "");
+  const TeamAKeys ns;  // the nodes announce team-a's keys
   std::unique_ptr<NodeLink> link = *NodeLink::Connect(WorkerLink("w4", "10.0.0.4:7401"));
   ASSERT_TRUE(link->Register().ok());
   ASSERT_TRUE(link->PublishSnapshot(0, std::vector<NodeBlock>{}).ok());
@@ -403,7 +424,7 @@ TEST_F(CoordinatorServiceTest, ANodesLinkSendsAChainAsOneEvent) {
   tail.set(1, 99);
   auto partial_answer = partial.send().wait(tenant.ws());
   EXPECT_EQ(partial_answer.getResult().getPartialMatchTokens(), 1u);
-  EXPECT_EQ(rpc::ToKey(partial_answer.getResult().getPartialBlock().getKey()), ns.Key(6));
+  EXPECT_EQ(partial_answer.getResult().getPartialBlockTokens(), 2u);
 
   // The next batch goes on from sequence 2: applied, not a gap.
   const std::vector<NodeEvent> next = {removal(6)};
@@ -413,7 +434,7 @@ TEST_F(CoordinatorServiceTest, ANodesLinkSendsAChainAsOneEvent) {
 // On the wire a stored block joins the one before it only where it continues that chain
 // like for like (the wire has one priority, retention, scope and token count an event).
 TEST(JoinsWireEventTest, OnlyABlockContinuingTheChainLikeForLikeJoins) {
-  const OpaqueKeyNamespace ns("test", "");
+  const TeamAKeys ns;  // the nodes announce team-a's keys
   NodeEvent last;
   last.key = ns.Key(1);
   last.first = true;
@@ -466,7 +487,7 @@ TEST(JoinsWireEventTest, OnlyABlockContinuingTheChainLikeForLikeJoins) {
 // enqueued one after the other (the second continuing the first) are applied with no
 // gap, so the coordinator asks for no snapshot beyond the first.
 TEST_F(CoordinatorServiceTest, ANodeAgentNumbersItsJoinedEventsWithoutGaps) {
-  const OpaqueKeyNamespace ns("test", "");
+  const TeamAKeys ns;  // the nodes announce team-a's keys
   NodeAgentOptions options;
   options.link = WorkerLink("w5", "10.0.0.5:7401");
   options.tick = std::chrono::milliseconds(10);
@@ -573,7 +594,7 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   removal.setNodeId("w1");
   removal.setIncarnation(1);
   removal.setFirstSequence(1);
-  SetKeys(removal.initEvents(1)[0].initRemoved().initKeys(1), 3);
+  SetNodeKeys(removal.initEvents(1)[0].initRemoved().initKeys(1), 3);
   ASSERT_TRUE(worker.Send(kj::mv(removed)).ok());
   EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_evictions_total{priority=\"50\"} 1"), std::string::npos)
       << registry_.Exposition();

@@ -59,9 +59,12 @@ class BenchConnection {
   schema::Bootstrap::Client bootstrap_ = nullptr;
 };
 
-void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns, const uint64_t* ids) {
+// Keys of `ids`, in `salt`'s key space: the identity for a tenant's lookups, which the
+// coordinator salts; the tenant's own for the worker's announcements.
+void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns, const uint64_t* ids,
+             const KeySalt& salt = {}) {
   for (unsigned i = 0; i < list.size(); ++i) {
-    const BlockKey key = ns.Key(ids[i]);
+    const BlockKey key = salt.Apply(ns.Key(ids[i]));
     list[i].setHi(key.hi);
     list[i].setLo(key.lo);
   }
@@ -69,7 +72,9 @@ void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespa
 
 // A worker announces every block of the trace as chains continuing what it already stored.
 uint64_t LoadTrace(BenchConnection& client, schema::Coordinator::Client& coordinator,
-                   const std::vector<std::vector<uint64_t>>& prompts, uint64_t salt_scope) {
+                   const std::vector<std::vector<uint64_t>>& prompts, std::string_view salt) {
+  const uint64_t salt_scope = SaltScope(salt);
+  const KeySalt keys(salt);
   auto& ws = client.waitScope();
   auto reg = coordinator.registerRequest();
   reg.initNode().setNodeId("bench-worker");
@@ -109,11 +114,11 @@ uint64_t LoadTrace(BenchConnection& client, schema::Coordinator::Client& coordin
       event.setSaltScope(salt_scope);
       if (prefix > 0) {
         event.setHasParent(true);
-        const BlockKey parent = ns.Key(prompts[p][prefix - 1]);
+        const BlockKey parent = keys.Apply(ns.Key(prompts[p][prefix - 1]));
         event.initParentKey().setHi(parent.hi);
         event.getParentKey().setLo(parent.lo);
       }
-      SetKeys(event.initKeys(static_cast<unsigned>(prompts[p].size() - prefix)), ns, prompts[p].data() + prefix);
+      SetKeys(event.initKeys(static_cast<unsigned>(prompts[p].size() - prefix)), ns, prompts[p].data() + prefix, keys);
     }
     publish.send().wait(ws);
     sequence += events;
@@ -232,7 +237,7 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   LookupRpcBenchResult result;
   auto client = std::make_unique<BenchConnection>(node->endpoints()[0]);
   schema::Coordinator::Client loader = client->Connect(node_token);
-  result.indexed_blocks = LoadTrace(*client, loader, options.prompts, SaltScope("bench-salt"));
+  result.indexed_blocks = LoadTrace(*client, loader, options.prompts, "bench-salt");
   schema::Coordinator::Client coordinator = client->Connect(token);
 
   const auto start = SteadyClock::now();

@@ -20,10 +20,13 @@ using Worker = import "worker.capnp";
 using Store = import "store.capnp";
 
 interface Bootstrap {
-  authenticate @0 (token :Text) -> (session :Session, tenant :Text, server :Common.ServerInfo);
-  # Exchanges a tenant token (from the token file or Kubernetes secret) for a session.
-  # A wrong token: UNAUTHENTICATED, and the connection stays unauthenticated. With auth
-  # switched off (local use only) any token gives the "default" tenant with an empty salt.
+  authenticate @0 (token :Text, actFor :Text) -> (session :Session, tenant :Text, server :Common.ServerInfo);
+  # Exchanges a token (from the token file or Kubernetes secret) for a session. `actFor`:
+  # the tenant an engine credential acts for (it must name one of the engine's tenants);
+  # empty or the token's own name for tenant and node tokens. A wrong token:
+  # UNAUTHENTICATED, and the connection stays unauthenticated; a tenant the token may not
+  # act for: PERMISSION_DENIED. With auth switched off (local use only) any token gives
+  # the "default" tenant with an empty salt.
 }
 
 interface Session {

@@ -20,9 +20,9 @@ std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(),
 
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:
-  BlockStoreServer(const BlockStoreServiceOptions& options, uint64_t scope, bool node)
+  BlockStoreServer(const BlockStoreServiceOptions& options, const auth::Tenant& tenant)
       : store_(*options.store), extra_(options.extra), stream_(options.stream), on_request_(options.on_request),
-        scope_(scope), node_(node), limits_(options.limits) {}
+        scope_(SaltScope(tenant.salt)), node_(tenant.node), salt_(tenant.salt), limits_(options.limits) {}
 
  protected:
   kj::Promise<void> put(PutContext call) override {
@@ -32,7 +32,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     items.reserve(blocks.size());
     for (unsigned i = 0; i < blocks.size(); ++i) {
       const uint64_t scope = ScopeFor(blocks[i].getHeader().getSaltScope());
-      Result<storage::BlockHeader> header = FromWire(blocks[i].getHeader(), scope);
+      Result<storage::BlockHeader> header = Salted(FromWire(blocks[i].getHeader(), scope));
       ThrowIfError(header.status().WithContext("block " + std::to_string(i)));
       storage::PutItem item{std::move(*header), Bytes(blocks[i].getData())};
       // Every block is checked before any is stored: a bad one refuses the whole batch.
@@ -62,7 +62,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     CheckCount(p.getKeys().size());
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    const std::vector<BlockKey> named = rpc::ToKeys(p.getKeys());
+    const std::vector<BlockKey> keys = salt_.Apply(named);
     if (on_request_) on_request_(keys);
     auto results = call.getResults();
     auto blocks = results.initBlocks(static_cast<unsigned>(keys.size()));
@@ -76,7 +77,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
         auto data = blocks[i].initData(static_cast<unsigned>(peeked->payload_bytes));
         Result<storage::TieredHit> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
         if (read.ok()) {
-          ToWire(read->header, blocks[i].initHeader());
+          ToWire(As(named[i], std::move(read->header)), blocks[i].initHeader());
           states.set(i, schema::BlockState::PRESENT);
           continue;
         }
@@ -89,7 +90,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       }
       if (extra_ != nullptr) PeekExtra(ref, blocks[i], i, extra);
     }
-    ReadExtra(extra, blocks, states);
+    ReadExtra(extra, named, blocks, states);
     return kj::READY_NOW;
   }
 
@@ -99,7 +100,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     auto present = call.getResults().initPresent(p.getKeys().size());
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    const std::vector<BlockKey> keys = salt_.Apply(rpc::ToKeys(p.getKeys()));
     if (on_request_) on_request_(keys);
     unsigned i = 0;
     for (const BlockKey& key : keys) {
@@ -115,7 +116,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     uint32_t removed = 0;
-    for (const BlockKey& key : rpc::ToKeys(p.getKeys())) removed += store_.Remove({key, format, scope}).ok();
+    for (const BlockKey& key : salt_.Apply(rpc::ToKeys(p.getKeys()))) removed += store_.Remove({key, format, scope}).ok();
     call.getResults().setRemoved(removed);
     return kj::READY_NOW;
   }
@@ -125,7 +126,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     CheckCount(headers.size());
     std::vector<storage::BlockHeader> converted;
     converted.reserve(headers.size());
-    for (auto h : headers) converted.push_back(rpc::ValueOrThrow(FromWire(h, ScopeFor(h.getSaltScope()))));
+    for (auto h : headers) converted.push_back(rpc::ValueOrThrow(Salted(FromWire(h, ScopeFor(h.getSaltScope())))));
     if (on_request_) {
       std::vector<BlockKey> keys;
       keys.reserve(converted.size());
@@ -141,7 +142,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const auto p = call.getParams();
     CheckCount(p.getKeys().size());
     const uint64_t scope = ScopeFor(p.getSaltScope());
-    const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
+    const std::vector<BlockKey> named = rpc::ToKeys(p.getKeys());
+    const std::vector<BlockKey> keys = salt_.Apply(named);
     if (on_request_) on_request_(keys);
     const StreamGetOpened opened = rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
     auto results = call.getResults();
@@ -152,7 +154,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       states.set(i, opened.states[i] == StreamBlockState::kPresent   ? schema::BlockState::PRESENT
                     : opened.states[i] == StreamBlockState::kCorrupt ? schema::BlockState::CORRUPT
                                                                      : schema::BlockState::MISSING);
-      if (opened.headers[i]) ToWire(*opened.headers[i], headers[i]);
+      if (opened.headers[i]) ToWire(As(named[i], *opened.headers[i]), headers[i]);
     }
     return kj::READY_NOW;
   }
@@ -165,6 +167,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
                                                                          .format_tag = p.getFormatTag().cStr(),
                                                                          .salt_scope = scope,
                                                                          .any_scope = node_,
+                                                                         .salt = salt_,
                                                                          .max_blocks = MaxBlocksPerTransfer(),
                                                                          .on_request = on_request_,
                                                                          .extra = BoundExtra()}));
@@ -178,6 +181,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenSession({.op = StreamOp::kPutHeaders,
                                                                             .salt_scope = scope,
                                                                             .any_scope = node_,
+                                                                            .salt = salt_,
                                                                             .max_blocks = MaxBlocksPerTransfer(),
                                                                             .on_request = on_request_}));
     ToWire(ticket, call.getResults().initTicket());
@@ -190,6 +194,19 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       rpc::ThrowStatus(InvalidArgumentError(std::to_string(count) + " blocks in one call; at most " +
                                             std::to_string(limits_.max_blocks_per_call)));
     }
+  }
+  // A tenant's header in its key space (common/block_key.h KeySalt): key and parent.
+  Result<storage::BlockHeader> Salted(Result<storage::BlockHeader> header) const {
+    if (header.ok()) {
+      header->key = salt_.Apply(header->key);
+      header->parent = salt_.Apply(header->parent);
+    }
+    return header;
+  }
+  // A stored header as the client sees it: under the key it named.
+  static storage::BlockHeader As(const BlockKey& named, storage::BlockHeader header) {
+    header.key = named;
+    return header;
   }
   // A keyed transfer carries as many blocks as a call may.
   uint32_t MaxBlocksPerTransfer() const { return std::min(limits_.max_blocks_per_call, kMaxStreamKeys); }
@@ -236,8 +253,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     extra.refs.push_back(ref);
     extra.outs.emplace_back(data.begin(), data.size());
   }
-  void ReadExtra(const ExtraReads& extra, capnp::List<schema::BlockPayload>::Builder blocks,
-                 capnp::List<schema::BlockState>::Builder states) {
+  void ReadExtra(const ExtraReads& extra, std::span<const BlockKey> named,
+                 capnp::List<schema::BlockPayload>::Builder blocks, capnp::List<schema::BlockState>::Builder states) {
     if (extra.refs.empty()) return;
     std::vector<Result<storage::BlockHeader>> reads = extra_->ReadBatch(extra.refs, extra.outs);
     for (size_t k = 0; k < reads.size(); ++k) {
@@ -247,7 +264,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
         if (reads[k].status().code() != StatusCode::kNotFound) ThrowIfError(reads[k].status());
         continue;
       }
-      ToWire(WithChecksum(std::move(*reads[k]), extra.outs[k]), blocks[i].initHeader());
+      ToWire(As(named[i], WithChecksum(std::move(*reads[k]), extra.outs[k])), blocks[i].initHeader());
       states.set(i, schema::BlockState::PRESENT);
     }
   }
@@ -259,13 +276,14 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   const std::function<void(std::span<const BlockKey>)> on_request_;
   const uint64_t scope_;
   const bool node_;
+  const KeySalt salt_;  // a tenant's key space; a node's keys are already in it
   const StoreServiceLimits limits_;
 };
 
 }  // namespace
 
 kj::Own<capnp::Capability::Server> MakeBlockStoreService(const BlockStoreServiceOptions& options, const auth::Tenant& tenant) {
-  return kj::heap<BlockStoreServer>(options, SaltScope(tenant.salt), tenant.node);
+  return kj::heap<BlockStoreServer>(options, tenant);
 }
 
 }  // namespace kvtier::store

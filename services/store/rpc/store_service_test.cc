@@ -29,10 +29,15 @@ const std::string kNodeToken(40, 'n');
 
 // Blocks held outside the tiers (as a worker's pool is), under one scope; `gone` ones
 // answer Peek but are evicted by the time they are read.
+// A worker's pool of `salt`'s blocks: held, as every pool holds them, under the keys of
+// the tenant's key space (KeySalt). `gone`: the ids of blocks evicted between Peek and Read.
 class FakeExtraSource final : public ExtraBlockSource {
  public:
-  FakeExtraSource(uint64_t scope, std::vector<TestBlock> blocks, std::vector<uint64_t> gone)
-      : scope_(scope), blocks_(std::move(blocks)), gone_(std::move(gone)) {}
+  FakeExtraSource(std::string_view salt, std::vector<TestBlock> blocks, std::vector<uint64_t> gone)
+      : scope_(SaltScope(salt)), blocks_(std::move(blocks)), gone_(std::move(gone)) {
+    for (TestBlock& block : blocks_) block.header.key = KeySalt(salt).Apply(block.header.key);
+    for (uint64_t id : gone_) ids_.push_back(KeySalt(salt).Apply(MakeBlock(id, 1).header.key));
+  }
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
@@ -42,7 +47,7 @@ class FakeExtraSource final : public ExtraBlockSource {
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
-    if (std::find(gone_.begin(), gone_.end(), ref.key.lo) != gone_.end()) return NotFoundError("evicted since Peek");
+    if (std::find(ids_.begin(), ids_.end(), ref.key) != ids_.end()) return NotFoundError("evicted since Peek");
     std::copy(block->payload.begin(), block->payload.end(), out.begin());
     storage::BlockHeader header = block->header;
     header.salt_scope = scope_;
@@ -66,6 +71,7 @@ class FakeExtraSource final : public ExtraBlockSource {
   uint64_t scope_;
   std::vector<TestBlock> blocks_;
   std::vector<uint64_t> gone_;
+  std::vector<BlockKey> ids_;  // gone_'s keys
 };
 
 class StoreServiceTest : public ::testing::Test {
@@ -139,13 +145,53 @@ TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
   EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing");
 }
 
+// Block `id`'s key over the bytes of block `bytes_of`: another tenant's block of the same tokens.
+TestBlock SameKeyOtherBytes(uint64_t id, uint64_t bytes_of, size_t bytes) {
+  TestBlock block = MakeBlock(bytes_of, bytes);
+  block.header.key = MakeBlock(id, 1).header.key;
+  block.header.parent = MakeBlock(id, 1).header.parent;
+  return block;
+}
+
+// Two tenants send the same keys: each stores, finds, reads and removes its own blocks,
+// inline and on the data stream, and B's answers never show that A holds the keys.
+TEST_F(StoreServiceTest, TwoTenantsStoreTheSameKeysSideBySide) {
+  Client a(address_, kTokenA), b(address_, kTokenB);
+  const TestBlock mine = MakeBlock(1, 3000), theirs = SameKeyOtherBytes(1, 101, 3000);
+  ASSERT_EQ(a.Put({mine}).value_or(0), 1u);
+  auto present = b.store().containsRequest();
+  present.initKeys(1)[0].setHi(mine.header.key.hi);
+  present.getKeys()[0].setLo(mine.header.key.lo);
+  present.setFormatTag(storage::testing::kFormat);
+  EXPECT_FALSE(b.Call(kj::mv(present))->getPresent()[0]) << "B learns nothing of A's block";
+  ASSERT_EQ(b.Put({theirs}).value_or(0), 1u) << "A's copy never stands in B's way";
+  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).second, mine.payload);
+  EXPECT_EQ(b.Get({1}, storage::testing::kFormat)->at(0).second, theirs.payload);
+  EXPECT_EQ(b.StreamGet({1}, storage::testing::kFormat)->at(0).second, theirs.payload);
+  EXPECT_EQ(b.KeyedGet({1}, storage::testing::kFormat)->at(0).second, theirs.payload);
+  // On the stream too: B's keyed put of key 2 beside A's.
+  const TestBlock mine_2 = MakeBlock(2, 5000), theirs_2 = SameKeyOtherBytes(2, 102, 5000);
+  ASSERT_EQ(a.StreamPut({mine_2}).value_or(0), 1u);
+  ASSERT_EQ(b.KeyedPut({theirs_2}).value_or(0), 1u);
+  EXPECT_EQ(a.KeyedGet({2}, storage::testing::kFormat)->at(0).second, mine_2.payload);
+  EXPECT_EQ(b.Get({2}, storage::testing::kFormat)->at(0).second, theirs_2.payload);
+  // B's remove takes B's block only.
+  auto remove = b.store().removeRequest();
+  remove.initKeys(1)[0].setHi(mine.header.key.hi);
+  remove.getKeys()[0].setLo(mine.header.key.lo);
+  remove.setFormatTag(storage::testing::kFormat);
+  EXPECT_EQ(b.Call(kj::mv(remove))->getRemoved(), 1u);
+  EXPECT_EQ(b.Get({1}, storage::testing::kFormat)->at(0).first, "missing");
+  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).second, mine.payload);
+}
+
 // Blocks 5 and 6 are held outside the tiers (a worker's pool), block 6 evicted between
 // Peek and Read; block 1 is in the tiers; block 9 nowhere. The pool's blocks are read in
 // one batch, inline, on the data stream by openGet and by keyed gets alike (the last
 // from the stream's threads, through the server's loop that the pool lives on).
 TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
   const std::vector<TestBlock> pool = {MakeBlock(5, 4096), MakeBlock(6, 4096)};
-  FakeExtraSource source(SaltScope("salt-a"), pool, {6});
+  FakeExtraSource source("salt-a", pool, {6});
   extra_ = &source;
   Client a(address_, kTokenA);
   const TestBlock tiered = MakeBlock(1, 2048);
@@ -168,9 +214,11 @@ TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {
   ASSERT_EQ(a.Put({MakeBlock(1, 3000)}).value_or(0), 1u);
   auto get = [&](uint64_t scope) {
     auto request = node.store().getRequest();
+    // A node names the key that team A's block is stored under: in team A's key space.
+    const BlockKey key = KeySalt("salt-a").Apply(MakeBlock(1, 1).header.key);
     auto keys = request.initKeys(1);
-    keys[0].setHi(0x1234);
-    keys[0].setLo(1);
+    keys[0].setHi(key.hi);
+    keys[0].setLo(key.lo);
     request.setFormatTag(storage::testing::kFormat);
     request.setSaltScope(scope);
     auto response = node.Call(kj::mv(request));
@@ -268,7 +316,10 @@ TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNot
 // each block under the scope its header names.
 TEST_F(StoreServiceTest, ANodesPutSessionStoresUnderTheScopeEachHeaderNames) {
   Client a(address_, kTokenA), node(address_, kNodeToken);
-  const std::vector<TestBlock> blocks = {MakeBlock(1, 3000)};
+  // A node writes team A's block under its key in team A's key space, as a worker's
+  // offload does; team A reads it under the key it computes.
+  std::vector<TestBlock> blocks = {MakeBlock(1, 3000)};
+  blocks[0].header.key = KeySalt("salt-a").Apply(blocks[0].header.key);
   ASSERT_EQ(node.KeyedPut(blocks, SaltScope("salt-a")).value_or(0), 1u);
   EXPECT_EQ(a.KeyedGet({1}, storage::testing::kFormat)->at(0).second, blocks[0].payload);
   EXPECT_EQ(node.KeyedGet({1}, storage::testing::kFormat)->at(0).first, "missing") << "not under the node's own";

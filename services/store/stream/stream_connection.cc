@@ -194,7 +194,7 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
       lendable_.push_back(1);
       gather_.emplace_back(piece.data(), piece.size());
     });
-    if (keyed()) AddSentHeader(pinned.header());
+    if (keyed()) AddSentHeader(i, pinned.header());
     return slot.bytes;
   }
   std::span<const uint8_t> out;
@@ -204,17 +204,22 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
     storage::BlockHeader header;
     transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, into, &header);
     out = into;
-    if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(header);
+    if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(i, header);
   } else {
     out = slot.held.empty() ? transfer_.buffer.bytes().subspan(slot.offset, slot.bytes) : slot.held;
-    if (keyed()) AddSentHeader(transfer_.headers[slot.header]);
+    if (keyed()) AddSentHeader(i, transfer_.headers[slot.header]);
   }
   if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
   gather_.emplace_back(out.data(), out.size());
   return out.size();
 }
 
-void StreamConnection::AddSentHeader(const storage::BlockHeader& header) { storage::EncodeHeader(header, headers_); }
+void StreamConnection::AddSentHeader(uint32_t i, const storage::BlockHeader& header) {
+  if (session_ == nullptr || session_->salt.identity()) return storage::EncodeHeader(header, headers_);
+  storage::BlockHeader named = header;
+  named.key = client_keys_[i];
+  storage::EncodeHeader(named, headers_);
+}
 
 bool StreamConnection::PinInPlace(const GetSlot& slot) {
   Result<storage::PinnedBlock> pinned =

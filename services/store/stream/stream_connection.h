@@ -133,7 +133,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // header in `*header` when present.
   StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out, storage::BlockHeader* header);
   // A keyed get's reply carries the header of each block sent.
-  void AddSentHeader(const storage::BlockHeader& header);
+  // Block `i`'s header, under the key the client named.
+  void AddSentHeader(uint32_t i, const storage::BlockHeader& header);
   // A put's payloads go straight into host-tier pages reserved for its blocks where the
   // tier takes the batch as new blocks; else into staging, stored by PutBatch.
   void ReadPutPayload();
@@ -187,6 +188,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   std::shared_ptr<const StreamSession> session_;
   StreamKeysHead keys_head_;
   std::vector<BlockKey> keys_;
+  std::vector<BlockKey> client_keys_;  // a keyed get's keys as sent, where the session salts them
   Status keyed_opened_;  // OpenKeyedGet's, handed from the tier pool to the loop
   StreamHeadersHead headers_head_;
   std::vector<uint8_t> headers_in_;

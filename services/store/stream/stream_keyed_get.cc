@@ -44,6 +44,10 @@ void StreamConnection::OnKeysHead(const asio::error_code& ec) {
 
 void StreamConnection::OnKeys(const asio::error_code& ec) {
   if (ec) return Close();  // the client went: nothing was taken yet
+  if (!session_->salt.identity()) {
+    client_keys_ = keys_;
+    session_->salt.ApplyInPlace(keys_);
+  }
   // A block's header may have to be read from the disk tier, and a session's extra source
   // is read on the loop that serves it: either may wait, so not on this loop.
   OffLoop(

@@ -32,6 +32,9 @@ struct StreamSession {
   std::string format_tag = {};       // kGetKeys
   uint64_t salt_scope = 0;
   bool any_scope = false;            // opened with a node's credential
+  // A tenant's key space (common/block_key.h): the keys a transfer names and the headers
+  // it sends are salted on the way in; replies name the client's own keys.
+  KeySalt salt = {};
   uint32_t max_blocks = kMaxStreamKeys;  // per transfer; 1 to kMaxStreamKeys
   // Called with each transfer's keys (a node's admission filter counting requests), on
   // the stream's loops: must be thread-safe. Optional.

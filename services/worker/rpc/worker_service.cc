@@ -154,10 +154,13 @@ class WorkerServer final : public schema::Worker::Server {
  public:
   WorkerServer(const WorkerServiceContext& context, ClientId client, const auth::Tenant& tenant)
       : worker_thread_(context.worker_thread),
+        salt_(tenant.salt),
+        maps_pools_(tenant.maps_pools),
+        sees_pool_state_(tenant.node),
         caller_{.worker = context.worker,
                 .peers = context.peers,
                 .client = client,
-                .root = RootKey(tenant.salt),
+                .root = salt_.Root(),
                 .scope = SaltScope(tenant.salt),
                 .alive = std::make_shared<std::atomic<bool>>(true)} {}
 
@@ -178,6 +181,11 @@ class WorkerServer final : public schema::Worker::Server {
 
  protected:
   kj::Promise<void> attachPool(AttachPoolContext call) override {
+    if (!maps_pools_) {
+      rpc::ThrowStatus(PermissionDeniedError(
+          "a tenant token cannot map pool memory, which holds every tenant's blocks: map it with an engine "
+          "credential acting for the tenant (token file \"engines:\")"));
+    }
     const auto params = call.getParams();
     Result<KvLayout> layout = rpc::ToLayout(params.getLayout());
     ThrowIfError(layout.status());
@@ -192,7 +200,7 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> allocate(AllocateContext call) override {
     const auto p = call.getParams();
-    return OnWorker([caller = caller_, keys = rpc::ToKeys(p.getKeys()), tokens = ToTokens(p.getTokens()),
+    return OnWorker([caller = caller_, keys = Salted(p.getKeys()), tokens = ToTokens(p.getTokens()),
                      sequence = p.getSequenceId(), pool = p.getPoolId(), format = p.getFormatTag(),
                      num_tokens = p.getNumTokens()] {
              return caller.worker->Allocate({.client = caller.client, .sequence = sequence, .pool_id = pool,
@@ -219,7 +227,7 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> commit(CommitContext call) override {
     const auto p = call.getParams();
-    return OnWorker([caller = caller_, sequence = p.getSequenceId(), keys = rpc::ToKeys(p.getKeys()),
+    return OnWorker([caller = caller_, sequence = p.getSequenceId(), keys = Salted(p.getKeys()),
                      tokens = ToTokens(p.getTokens()), retention = ToRetention(p.getRetention())] {
              return caller.worker->Commit(caller.client, sequence, keys, tokens, retention);
            })
@@ -231,7 +239,7 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> lookupLocal(LookupLocalContext call) override {
     const auto p = call.getParams();
-    return OnWorker([caller = caller_, pool = p.getPoolId(), keys = rpc::ToKeys(p.getKeys())] {
+    return OnWorker([caller = caller_, pool = p.getPoolId(), keys = Salted(p.getKeys())] {
              return caller.worker->LookupLocal(pool, caller.root, keys);
            })
         .then([call](Result<uint32_t> matched) mutable {
@@ -242,7 +250,7 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> onboard(OnboardContext call) override {
     const auto p = call.getParams();
-    OnboardArgs args{.sequence = p.getSequenceId(), .keys = rpc::ToKeys(p.getKeys()),
+    OnboardArgs args{.sequence = p.getSequenceId(), .keys = Salted(p.getKeys()),
                      .retention = ToRetention(p.getRetention()), .sources = {}};
     for (auto location : p.getSources()) args.sources.emplace_back(location.getNodeId().cStr());
     return OnWorker([caller = caller_, args = std::move(args)]() mutable {
@@ -252,8 +260,9 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
   kj::Promise<void> stats(StatsContext call) override {
-    return OnWorker([worker = caller_.worker] {
+    return OnWorker([worker = caller_.worker, all = sees_pool_state_] {
              StatsView view{.stats = worker->Stats(), .layouts = {}};
+             if (!all) view.stats = OwnView(view.stats);
              for (uint32_t i = 0; i < view.stats.pools.size(); ++i) {
                Result<KvLayout> layout = worker->PoolLayout(i);
                view.layouts.push_back(layout.ok() ? std::optional<KvLayout>(*layout) : std::nullopt);
@@ -270,6 +279,22 @@ class WorkerServer final : public schema::Worker::Server {
   kj::PromiseForResult<Work, void> OnWorker(Work&& work) {
     if (worker_thread_ != nullptr) return worker_thread_->executeAsync(kj::fwd<Work>(work));
     return kj::evalNow(kj::fwd<Work>(work));
+  }
+
+  // The keys a request names, in the session's key space (common/block_key.h KeySalt).
+  std::vector<BlockKey> Salted(capnp::List<schema::BlockKey>::Reader keys) const {
+    return salt_.Apply(rpc::ToKeys(keys));
+  }
+
+  // What a tenant session sees of the pools: their sizes, never how full they are, which
+  // depends on what other tenants cached.
+  static WorkerStats OwnView(const WorkerStats& all) {
+    WorkerStats view;
+    for (const auto& pool : all.pools) {
+      view.pools.emplace_back();
+      view.pools.back().total = pool.total;
+    }
+    return view;
   }
 
   static void Answer(const Result<Allocation>& a, schema::Allocation::Builder out) {
@@ -297,6 +322,9 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
   const kj::Executor* const worker_thread_;
+  const KeySalt salt_;
+  const bool maps_pools_;
+  const bool sees_pool_state_;  // a node session: the pool-wide counts
   const Caller caller_;
 };
 

@@ -30,6 +30,8 @@ namespace schema = kvtier::rpc::schema;
 const std::string kTokenA(40, 'a');
 const std::string kTokenA2(40, 'c');  // a second token of the same salt
 const std::string kTokenB(40, 'b');
+const std::string kEngine(40, 'e');  // an engine acting for every tenant above
+const std::string kNode(40, 'n');    // a node credential: sees the pool-wide counts
 
 using testing::TestLayout;
 
@@ -44,7 +46,8 @@ void SetLayout(schema::KvLayout::Builder b, uint32_t head_dim = 8) {
 // One process's connection (own KJ event loop) holding its Worker capability.
 class Client {
  public:
-  Client(const std::string& address, const std::string& token) : client_(address), worker_(Connect(token)) {}
+  Client(const std::string& address, const std::string& token, const std::string& act_for = "")
+      : client_(address), worker_(Connect(token, act_for)) {}
 
   template <typename Params, typename Results>
   Result<capnp::Response<Results>> Call(capnp::Request<Params, Results> request) {
@@ -95,9 +98,10 @@ class Client {
   }
 
  private:
-  schema::Worker::Client Connect(const std::string& token) {
+  schema::Worker::Client Connect(const std::string& token, const std::string& act_for) {
     auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
     auth.setToken(token);
+    auth.setActFor(act_for);
     auto session = auth.send().wait(client_.getWaitScope()).getSession();
     return session.workerRequest().send().wait(client_.getWaitScope()).getWorker();
   }
@@ -118,7 +122,11 @@ class WorkerServiceTest : public ::testing::TestWithParam<bool> {
     tokens_ = auth::TokenStore::FromYaml("tenants:\n"
                                          "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
                                          "  - {name: team-a2, token: " + kTokenA2 + ", salt: salt-a}\n"
-                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n",
+                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n"
+                                         "engines:\n"
+                                         "  - {name: engine, token: " + kEngine + ", tenants: [team-a, team-a2, team-b]}\n"
+                                         "nodes:\n"
+                                         "  - {name: nodes, token: " + kNode + "}\n",
                                          "tokens")
                   .value();
     session_.identity = {"w1", {"worker"}};
@@ -142,7 +150,7 @@ class WorkerServiceTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
-  Client first(address_, kTokenA);
+  Client first(address_, kEngine, "team-a");
   auto attach = first.worker().attachPoolRequest();
   SetLayout(attach.initLayout());
   auto attached = first.Call(kj::mv(attach));
@@ -163,14 +171,29 @@ TEST_P(WorkerServiceTest, ProcessesMapThePoolAndReuseEachOthersBlocks) {
   EXPECT_EQ(reused, 2u);
   EXPECT_EQ((*again)[0], (*table)[0]);
   EXPECT_EQ(static_cast<const uint8_t*>(memory.data())[(*again)[1] * 512 + 7], 0x30 + (*again)[1]);
-  // Tenant b sends the same key values: its chain starts at another salt's root.
+  // Tenant b sends the same key values: they name other blocks in its key space.
   Client other(address_, kTokenB);
   ASSERT_TRUE(other.Allocate(1, 8, &reused).ok());
   EXPECT_EQ(reused, 0u) << "blocks never cross tenants";
 }
 
+// The pool holds every tenant's blocks: a tenant's own token never maps it, and an
+// engine maps it only acting for one of its tenants.
+TEST_P(WorkerServiceTest, OnlyAnEngineActingForATenantMapsThePool) {
+  Client tenant(address_, kTokenA);
+  auto attach = tenant.worker().attachPoolRequest();
+  SetLayout(attach.initLayout());
+  const Status refused = tenant.Call(kj::mv(attach)).status();
+  EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
+  EXPECT_NE(refused.message().find("engine credential"), std::string::npos) << refused;
+  Client engine(address_, kEngine, "team-b");
+  auto mapped = engine.worker().attachPoolRequest();
+  SetLayout(mapped.initLayout());
+  EXPECT_TRUE(engine.Call(kj::mv(mapped)).ok());
+}
+
 TEST_P(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
-  Client observer(address_, kTokenA);
+  Client observer(address_, kNode);
   {
     Client doomed(address_, kTokenA);
     ASSERT_TRUE(doomed.Allocate(1, 12).ok());
@@ -182,7 +205,8 @@ TEST_P(WorkerServiceTest, ADroppedConnectionGivesBackItsBlocks) {
 }
 
 TEST_P(WorkerServiceTest, BadRequestsGetClearErrors) {
-  Client client(address_, kTokenA);
+  Client client(address_, kEngine, "team-a");
+  Client observer(address_, kNode);
   auto attach = client.worker().attachPoolRequest();
   SetLayout(attach.initLayout(), /*head_dim=*/16);
   const Status mismatch = client.Call(kj::mv(attach)).status();
@@ -201,7 +225,8 @@ TEST_P(WorkerServiceTest, BadRequestsGetClearErrors) {
   ASSERT_TRUE(client.Allocate(1, 4).ok());
   EXPECT_EQ(client.Allocate(1, 4).status().code(), StatusCode::kAlreadyExists);
   EXPECT_EQ(client.Allocate(2, 100).status().code(), StatusCode::kResourceExhausted) << "25 blocks of 16";
-  EXPECT_EQ(client.UsedBlocks(), 1u) << "the refused allocation took nothing";
+  EXPECT_EQ(observer.UsedBlocks(), 1u) << "the refused allocation took nothing";
+  EXPECT_EQ(client.UsedBlocks(), 0u) << "a tenant's session sees the pools' sizes, not how full they are";
 }
 
 // With the worker on a thread of its own, a call waiting there holds up nothing on the

@@ -1,0 +1,246 @@
+"""Tenant isolation against a real `kvtier up` with two tenants, an engine and a node
+credential in one token file (docs/architecture.md, "Tenant isolation").
+
+Tenant B runs the same script of calls on three fresh clusters: one where tenant A never
+ran, one where A first cached exactly B's prompts, and one where A first cached other
+prompts of the same sizes. B's answers must not depend on what A cached: with A's same
+prompts they equal the answers with A's other prompts field by field (block ids
+included: A's blocks fill the pool alike), and the answers where A never ran in every
+field but the pool's block ids. A tenant token never maps pool memory; an engine maps it
+only acting for one of its tenants; a tenant token has no node rights.
+
+Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier binary.
+"""
+import array
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import kvtier
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing", "python"))
+from kvtier_banner import read_banner  # noqa: E402
+
+KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
+TOKEN_A, TOKEN_B = "a" * 40, "b" * 40
+ENGINE, ENGINE_OF_A, NODE = "e" * 40, "f" * 40, "n" * 40
+TOKEN_FILE = """
+tenants:
+  - {name: team-a, token: "%s"}
+  - {name: team-b, token: "%s"}
+engines:
+  - {name: shared-engine, token: "%s", tenants: [team-a, team-b]}
+  - {name: engine-of-a, token: "%s", tenants: [team-a]}
+nodes:
+  - {name: cluster-nodes, token: "%s"}
+""" % (TOKEN_A, TOKEN_B, ENGINE, ENGINE_OF_A, NODE)
+LAYOUT = dict(num_layers=4, num_kv_heads=2, head_dim=64, tokens_per_block=16, dtype="fp16")
+OPAQUE = 1 << 63
+
+
+def prompt(first, count):
+    return array.array("I", range(first, first + count))
+
+
+# The prompts of the script: (tokens, block_keys kwargs). The partial prompt is the plain
+# one cut 10 tokens into its third block: two blocks reused, and 10 tokens of the third.
+def prompts(base):
+    plain = prompt(base, 48)
+    partial = plain[:42]
+    return {"plain": (plain, {}), "partial": (partial, {}),
+            "lora": (prompt(base + 2000, 32), dict(lora_id=7, model_tag="llama3-8b/bf16", extra=["img:abc"]))}
+
+
+def opaque_keys(base):
+    return [(OPAQUE | 0x1234, base + i) for i in range(2)]
+
+
+class KvtierUp:
+    """`kvtier up` with the token file, on free loopback ports, in a scratch directory."""
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="kvtier-isolation-")
+        token_file = os.path.join(self.dir.name, "tokens.yaml")
+        with open(token_file, "w") as f:
+            f.write(TOKEN_FILE)
+        self.log = open(os.path.join(self.dir.name, "log"), "w+")
+        self.process = subprocess.Popen(
+            [KVTIER_BIN, "up", "--data-dir", os.path.join(self.dir.name, "data"), "--coordinator-listen", "127.0.0.1:0",
+             "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--auth-token-file", token_file],
+            stdout=subprocess.PIPE, stderr=self.log, text=True)
+        banner, values = read_banner(self.process)
+        if "rpc" not in values:
+            self.stop()
+            raise RuntimeError("kvtier up did not start: " + banner + self.log_text())
+        self.address = values["rpc"]
+        # The embedded worker registers with the coordinator a moment after the banner.
+        node = self.client(NODE)
+        deadline = time.monotonic() + 10
+        while code_of(lambda: node.route([])) == "UNAVAILABLE" and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def client(self, token, act_for=""):
+        return kvtier.Client(self.address, token=token, act_for=act_for)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=20)
+        self.process.stdout.close()
+        self.log.close()
+        self.dir.cleanup()
+
+
+def code_of(call):
+    try:
+        call()
+    except kvtier.Error as e:
+        return e.args[0]
+    return "OK"
+
+
+def cache_as_a(up, base):
+    """Tenant A, through the engine of A: computes and commits every prompt of `base`."""
+    engine = up.client(ENGINE_OF_A, act_for="team-a")
+    pool = kvtier.MappedPool(engine.attach_pool(0, kvtier.Layout(**LAYOUT)))
+    sequence = 100
+    for tokens, extra in prompts(base).values():
+        keys = kvtier.block_keys(tokens, 16, **extra)
+        table = engine.allocate(sequence, keys, len(tokens), tokens=tokens)
+        for block in table.block_ids:
+            pool.block(block)[:4] = b"AAAA"
+        engine.commit(sequence, keys, tokens=tokens[:len(keys) * 16])
+        sequence += 1
+    table = engine.allocate(sequence, opaque_keys(base), 32)
+    assert engine.commit(sequence, opaque_keys(base)) == 2
+    return engine  # holds its sequences' blocks in use until it goes
+
+
+def run_as_b(up, base):
+    """Every call of the script as tenant B; the answers, by call."""
+    engine = up.client(ENGINE, act_for="team-b")
+    own = up.client(TOKEN_B)
+    seen = {"tenant": (engine.tenant, own.tenant)}
+    sequence = 1
+    for name, (tokens, extra) in prompts(base).items():
+        keys = kvtier.block_keys(tokens, 16, **extra)
+        tail = tokens[len(keys) * 16:]
+        seen[name + ".lookup"] = own.lookup(keys, tail_tokens=tail)
+        seen[name + ".route"] = own.route(keys, tail_tokens=tail)
+        seen[name + ".local"] = engine.lookup(keys)
+        table = engine.allocate(sequence, keys, len(tokens), tokens=tokens)
+        seen[name + ".allocate"] = (table.block_ids, table.reused_blocks, table.partial_reuse_tokens)
+        onboarded = engine.onboard(sequence, keys)
+        seen[name + ".onboard"] = (onboarded.onboarded_blocks, onboarded.cached_blocks, onboarded.from_host,
+                                   onboarded.from_disk, onboarded.from_remote)
+        seen[name + ".commit"] = engine.commit(sequence, keys, tokens=tokens[:len(keys) * 16],
+                                               ranges=[(0, 16, 90, None), (16, None, 40, 60.0)],
+                                               decode_priority=10)
+        engine.free(sequence)
+        again = engine.allocate(sequence + 50, keys, len(tokens), tokens=tokens)
+        seen[name + ".again"] = (again.block_ids, again.reused_blocks, again.partial_reuse_tokens)
+        engine.free(sequence + 50)
+        seen[name + ".lookup_after"] = lookup_until(own, keys, tail, len(keys))
+        sequence += 1
+    opaque = opaque_keys(base)
+    table = engine.allocate(sequence, opaque, 32)
+    seen["opaque.allocate"] = (table.block_ids, table.reused_blocks)
+    seen["opaque.commit"] = engine.commit(sequence, opaque)
+    seen["opaque.lookup"] = own.lookup(opaque)
+    seen["stats.tenant"] = own.worker_stats()
+    seen["stats.engine"] = engine.worker_stats()
+    seen["attach_pool.tenant"] = code_of(lambda: own.attach_pool(0, kvtier.Layout(**LAYOUT)))
+    return seen
+
+
+def lookup_until(client, keys, tail, blocks, timeout_s=5):
+    """The lookup once the coordinator has heard of `blocks` of them (events come each tick)."""
+    deadline = time.monotonic() + timeout_s
+    seen = client.lookup(keys, tail_tokens=tail)
+    while seen["matched_blocks"] < blocks and time.monotonic() < deadline:
+        time.sleep(0.02)
+        seen = client.lookup(keys, tail_tokens=tail)
+    return seen
+
+
+def without_block_ids(seen):
+    out = dict(seen)
+    for name, value in seen.items():
+        if name.endswith((".allocate", ".again")):
+            out[name] = (len(value[0]),) + tuple(value[1:])
+    return out
+
+
+class TenantIsolationTest(unittest.TestCase):
+    def script_on_fresh_cluster(self, a_base=None):
+        up = KvtierUp()
+        try:
+            a = cache_as_a(up, a_base) if a_base is not None else None
+            seen = run_as_b(up, 10000)
+            del a
+            return seen
+        finally:
+            up.stop()
+
+    def test_tenant_b_sees_the_same_whatever_tenant_a_cached(self):
+        alone = self.script_on_fresh_cluster()
+        after_same = self.script_on_fresh_cluster(a_base=10000)
+        after_other = self.script_on_fresh_cluster(a_base=50000)
+        # The answers themselves: B computes and then reuses its own prompts.
+        self.assertEqual(alone["plain.commit"], 3, alone)
+        self.assertEqual(alone["plain.again"][1], 3, alone)
+        self.assertEqual(alone["partial.allocate"][1:], (2, 10), alone)
+        self.assertEqual(alone["plain.lookup_after"]["matched_blocks"], 3, alone)
+        self.assertEqual(alone["lora.lookup_after"]["matched_blocks"], 2, alone)
+        self.assertEqual(alone["attach_pool.tenant"], "PERMISSION_DENIED")
+        for name in after_same:
+            self.assertEqual(after_same[name], after_other[name], "%s: A's same prompts vs A's other prompts" % name)
+        alone_view, same_view = without_block_ids(alone), without_block_ids(after_same)
+        for name in alone_view:
+            self.assertEqual(same_view[name], alone_view[name], "%s: after A's same prompts vs A never ran" % name)
+
+    def test_only_engines_map_pools_and_only_for_their_tenants(self):
+        up = KvtierUp()
+        try:
+            layout = kvtier.Layout(**LAYOUT)
+            for token in (TOKEN_A, TOKEN_B):
+                with self.assertRaises(kvtier.Error) as refused:
+                    up.client(token).attach_pool(0, layout)
+                self.assertEqual(refused.exception.args[0], "PERMISSION_DENIED")
+                self.assertIn("engine credential", refused.exception.args[1])
+            self.assertEqual(code_of(lambda: up.client(ENGINE_OF_A, act_for="team-b")), "PERMISSION_DENIED")
+            self.assertEqual(code_of(lambda: up.client(TOKEN_A, act_for="team-b")), "PERMISSION_DENIED")
+            self.assertEqual(code_of(lambda: up.client(ENGINE)), "INVALID_ARGUMENT")
+            engine = up.client(ENGINE_OF_A, act_for="team-a")
+            self.assertEqual(engine.tenant, "team-a")
+            kvtier.MappedPool(engine.attach_pool(0, layout))
+            # A tenant token sees the pools' sizes only, never how full they are.
+            stats = up.client(TOKEN_B).worker_stats()
+            self.assertGreater(stats["total_blocks"], 0)
+            self.assertEqual(stats["used_blocks"], 0)
+        finally:
+            up.stop()
+
+    def test_a_tenant_token_has_no_node_rights(self):
+        up = KvtierUp()
+        try:
+            status = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", TOKEN_B],
+                                    capture_output=True, text=True, timeout=30)
+            node = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", NODE],
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(node.returncode, 0, node.stderr)
+            self.assertEqual(status.returncode, 0, status.stderr)
+        finally:
+            up.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()
