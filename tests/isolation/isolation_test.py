@@ -1,19 +1,23 @@
 """Tenant isolation against a real `kvtier up` with two tenants, an engine and a node
 credential in one token file (docs/architecture.md, "Tenant isolation").
 
-Tenant B runs the same script of calls on three fresh clusters: one where tenant A never
+Tenant B runs the same script of calls on three fresh `kvtier up` clusters: one where tenant A never
 ran, one where A first cached exactly B's prompts, and one where A first cached other
 prompts of the same sizes. B's answers must not depend on what A cached: with A's same
 prompts they equal the answers with A's other prompts field by field (block ids
 included: A's blocks fill the pool alike), and the answers where A never ran in every
 field but the pool's block ids. A tenant token never maps pool memory; an engine maps it
-only acting for one of its tenants; a tenant token has no node rights.
+only acting for one of its tenants; a tenant token has no node rights. Across separate
+processes (a coordinator, two workers writing through to a store, the store), B's lookup,
+route, allocate, onboard from the store and commit are the same whether or not A first
+cached the same prompt on the other worker and the store.
 
 Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier binary.
 """
 import array
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -99,6 +103,87 @@ class KvtierUp:
         self.dir.cleanup()
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ProcessCluster:
+    """A coordinator, two workers writing through to a store, and the store: separate
+    processes on loopback, with the token file; the nodes hold the node credential."""
+
+    STORE = "store-0/store"
+
+    def __init__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="kvtier-isolation-cluster-")
+        root = self.dir.name
+        tokens, node_token = os.path.join(root, "tokens.yaml"), os.path.join(root, "node-token")
+        with open(tokens, "w") as f:
+            f.write(TOKEN_FILE)
+        with open(node_token, "w") as f:
+            f.write(NODE + "\n")
+        self.coordinator = "127.0.0.1:%d" % free_port()
+        self.workers = ["127.0.0.1:%d" % free_port() for _ in range(2)]
+        common = ["--auth-token-file", tokens, "--metrics-port", "0", "--metrics-bind", "127.0.0.1"]
+        joined = ["--node-coordinator", self.coordinator, "--node-coordinator-token-file", node_token]
+        commands = [["coordinator", "--data-dir", os.path.join(root, "c"), "--coordinator-listen", self.coordinator]]
+        for i, address in enumerate(self.workers):
+            commands.append(["worker", "--node-name", "worker-%d" % i, "--worker-listen", address, "--data-dir",
+                             os.path.join(root, "w%d" % i), "--worker-pool-bytes", str(8 << 20),
+                             "--store-host-cache-bytes", str(4 << 20), "--store-disk-bytes", "0",
+                             "--worker-write-through-stores", self.STORE, "--worker-data-port", str(free_port())] + joined)
+        commands.append(["store", "--node-name", "store-0", "--store-listen", "127.0.0.1:%d" % free_port(),
+                         "--data-dir", os.path.join(root, "s"), "--store-host-cache-bytes", str(4 << 20),
+                         "--store-disk-bytes", "0", "--store-data-port", str(free_port())] + joined)
+        self.processes = []
+        try:
+            for i, command in enumerate(commands):
+                log = open(os.path.join(root, "%d.log" % i), "w")
+                process = subprocess.Popen([KVTIER_BIN] + command + common,
+                                           stdout=subprocess.PIPE, stderr=log, text=True)
+                log.close()
+                self.processes.append(process)
+                banner, values = read_banner(process)
+                if "rpc" not in values:
+                    raise RuntimeError("%s did not start: %s" % (command[0], banner))
+            node = kvtier.Client(self.workers[0], token=NODE, coordinator_address=self.coordinator)
+            deadline = time.monotonic() + 10
+            while code_of(lambda: node.route([], candidates=["worker-1/worker"])) == "UNAVAILABLE" and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
+        except Exception:
+            self.stop()
+            raise
+
+    def client(self, worker, token, act_for=""):
+        return kvtier.Client(self.workers[worker], token=token, act_for=act_for, coordinator_address=self.coordinator)
+
+    def stop(self):
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            process.stdout.close()
+        self.dir.cleanup()
+
+
+def written_through(client, keys, store, timeout_s=10):
+    """Whether the coordinator has heard of every block of `keys` at `store` (write-through)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = client.lookup(keys)
+        if found["matched_blocks"] == len(keys) and \
+                all(any(where[0] == store for where in block) for block in found["locations"]):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def code_of(call):
     try:
         call()
@@ -179,6 +264,43 @@ def without_block_ids(seen):
     return out
 
 
+def cross_node_as_a(cluster, base):
+    """Tenant A computes its plain prompt on worker 0 and waits for it to reach the store."""
+    engine = cluster.client(0, ENGINE_OF_A, act_for="team-a")
+    tokens = prompts(base)["plain"][0]
+    keys = kvtier.block_keys(tokens, 16)
+    engine.allocate(1, keys, len(tokens))
+    engine.commit(1, keys)
+    engine.free(1)
+    assert written_through(engine, keys, ProcessCluster.STORE), "A's blocks never reached the store"
+
+
+def cross_node_as_b(cluster, base):
+    """Tenant B on worker 1: looks its prompt up, onboards what the lookup names, computes
+    the rest; then its copy reaches the store and comes back on worker 0."""
+    tokens = prompts(base)["plain"][0]
+    keys = kvtier.block_keys(tokens, 16)
+    seen = {}
+    b = cluster.client(1, ENGINE, act_for="team-b")
+    found = b.lookup(keys)
+    seen["lookup"] = found
+    seen["route"] = b.route(keys)
+    table = b.allocate(1, keys, len(tokens))
+    seen["allocate"] = (table.block_ids, table.reused_blocks)
+    onboarded = b.onboard(1, keys, sources=found["sources"] or [ProcessCluster.STORE])
+    seen["onboard"] = (onboarded.onboarded_blocks, onboarded.cached_blocks, onboarded.from_host,
+                       onboarded.from_disk, onboarded.from_remote)
+    seen["commit"] = b.commit(1, keys)
+    b.free(1)
+    seen["written_through"] = written_through(b, keys, ProcessCluster.STORE)
+    on_0 = cluster.client(0, ENGINE, act_for="team-b")
+    table = on_0.allocate(2, keys, len(tokens))
+    onboarded = on_0.onboard(2, keys, sources=[ProcessCluster.STORE])
+    seen["worker_0.onboard"] = (table.reused_blocks, onboarded.onboarded_blocks, onboarded.from_remote)
+    on_0.free(2)
+    return seen
+
+
 class TenantIsolationTest(unittest.TestCase):
     def script_on_fresh_cluster(self, a_base=None):
         up = KvtierUp()
@@ -206,6 +328,24 @@ class TenantIsolationTest(unittest.TestCase):
         alone_view, same_view = without_block_ids(alone), without_block_ids(after_same)
         for name in alone_view:
             self.assertEqual(same_view[name], alone_view[name], "%s: after A's same prompts vs A never ran" % name)
+
+    def cross_node_on_fresh_cluster(self, a_base=None):
+        cluster = ProcessCluster()
+        try:
+            if a_base is not None:
+                cross_node_as_a(cluster, a_base)
+            return cross_node_as_b(cluster, 10000)
+        finally:
+            cluster.stop()
+
+    def test_across_nodes_and_the_store_tenant_b_sees_the_same_whatever_tenant_a_cached(self):
+        alone = self.cross_node_on_fresh_cluster()
+        after_same = self.cross_node_on_fresh_cluster(a_base=10000)
+        self.assertEqual(alone["commit"], 3, alone)
+        self.assertTrue(alone["written_through"], alone)
+        self.assertEqual(alone["worker_0.onboard"], (0, 3, 3), "B's blocks come back from the store: %s" % alone)
+        for name in alone:
+            self.assertEqual(after_same[name], alone[name], "%s: after A's same prompt vs A never ran" % name)
 
     def test_only_engines_map_pools_and_only_for_their_tenants(self):
         up = KvtierUp()

@@ -23,12 +23,13 @@ namespace schema = kvtier::rpc::schema;
 const std::string kTokenA(40, 'a');
 const std::string kTokenB(40, 'b');
 const std::string kNodeToken(40, 'n');
+const std::string kEngineToken(40, 'e');  // an engine acting for team-a
 
 // One client connection (its own KJ event loop) holding a tenant's Coordinator capability.
 class CoordinatorClient {
  public:
-  CoordinatorClient(const std::string& address, const std::string& token)
-      : client_(address), coordinator_(Connect(token)) {}
+  CoordinatorClient(const std::string& address, const std::string& token, const std::string& act_for = "")
+      : client_(address), coordinator_(Connect(token, act_for)) {}
 
   template <typename Request>
   Status Send(Request request) {
@@ -40,9 +41,10 @@ class CoordinatorClient {
   schema::Coordinator::Client& coordinator() { return coordinator_; }
 
  private:
-  schema::Coordinator::Client Connect(const std::string& token) {
+  schema::Coordinator::Client Connect(const std::string& token, const std::string& act_for) {
     auto auth = client_.getMain<schema::Bootstrap>().authenticateRequest();
     auth.setToken(token);
+    auth.setActFor(act_for);
     auto session = auth.send().wait(client_.getWaitScope()).getSession();
     return session.coordinatorRequest().send().wait(client_.getWaitScope()).getCoordinator();
   }
@@ -78,6 +80,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     options.tokens = *auth::TokenStore::FromYaml("tenants:\n"
                                                  "  - {name: team-a, token: " + kTokenA + "}\n"
                                                  "  - {name: team-b, token: " + kTokenB + "}\n"
+                                                 "engines:\n"
+                                                 "  - {name: engine, token: " + kEngineToken + ", tenants: [team-a]}\n"
                                                  "nodes:\n"
                                                  "  - {name: cluster-nodes, token: " + kNodeToken + "}\n",
                                                  "tokens");
@@ -233,22 +237,34 @@ TEST_F(CoordinatorServiceTest, RouteKeepsToTheCandidatesNamed) {
   EXPECT_NE(none.message().find("none of the 1 candidates"), std::string::npos) << none;
 }
 
+// A tenant's token and an engine acting for a tenant alike: no node's call is theirs.
 TEST_F(CoordinatorServiceTest, OnlyNodeCredentialsRegisterAndPublish) {
-  CoordinatorClient tenant(address_, kTokenA);
-  auto reg = tenant.coordinator().registerRequest();
-  auto info = reg.initNode();
-  info.setNodeId("rogue");
-  info.setRpcAddress("10.6.6.6:7401");
-  info.setIncarnation(1);
-  const Status denied = tenant.Send(kj::mv(reg));
-  EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied) << denied;
-  EXPECT_NE(denied.message().find("node credential"), std::string::npos) << denied;
-  auto publish = tenant.coordinator().publishEventsRequest();
-  publish.initBatch().setNodeId("w1");
-  EXPECT_EQ(tenant.Send(kj::mv(publish)).code(), StatusCode::kPermissionDenied);
-
-  auto stats_response = tenant.coordinator().statsRequest().send().wait(tenant.ws());
-  EXPECT_EQ(stats_response.getStats().getNodes(), 0u) << "the tenant's register changed nothing";
+  for (const auto& [token, act_for] : {std::pair{kTokenA, ""}, std::pair{kEngineToken, "team-a"}}) {
+    CoordinatorClient tenant(address_, token, act_for);
+    auto reg = tenant.coordinator().registerRequest();
+    auto info = reg.initNode();
+    info.setNodeId("rogue");
+    info.setRpcAddress("10.6.6.6:7401");
+    info.setIncarnation(1);
+    const Status denied = tenant.Send(kj::mv(reg));
+    EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied) << denied;
+    EXPECT_NE(denied.message().find("node credential"), std::string::npos) << denied;
+    auto publish = tenant.coordinator().publishEventsRequest();
+    publish.initBatch().setNodeId("w1");
+    EXPECT_EQ(tenant.Send(kj::mv(publish)).code(), StatusCode::kPermissionDenied);
+    auto snapshot = tenant.coordinator().publishSnapshotRequest();
+    snapshot.initSnapshot().setNodeId("w1");
+    EXPECT_EQ(tenant.Send(kj::mv(snapshot)).code(), StatusCode::kPermissionDenied);
+    auto heartbeat = tenant.coordinator().heartbeatRequest();
+    heartbeat.setNodeId("w1");
+    EXPECT_EQ(tenant.Send(kj::mv(heartbeat)).code(), StatusCode::kPermissionDenied);
+    auto leave = tenant.coordinator().leaveRequest();
+    leave.setNodeId("w1");
+    EXPECT_EQ(tenant.Send(kj::mv(leave)).code(), StatusCode::kPermissionDenied);
+  }
+  CoordinatorClient node(address_, kNodeToken);
+  auto stats_response = node.coordinator().statsRequest().send().wait(node.ws());
+  EXPECT_EQ(stats_response.getStats().getNodes(), 0u) << "the tenants' registers changed nothing";
 }
 
 TEST_F(CoordinatorServiceTest, ResolveNodesNamesLiveNodesOnly) {
