@@ -44,6 +44,9 @@ struct MetricsConfig {
 struct AuthConfig {
   bool enabled = true;
   std::string token_file;  // YAML list of tenants; see services/auth/token_store.h
+  // How often the token file is checked for changes (then reloaded; services/auth/
+  // token_store.h); 0: read once at start.
+  uint64_t reload_interval_ms = 1000;
 };
 
 struct TlsConfig {

@@ -367,8 +367,12 @@ std::vector<Field> BuildFields() {
                              [](auto& c) -> auto& { return c.metrics.port; }));
   fields.push_back(BoolField("auth.enabled", "Require a tenant token on every RPC connection.",
                              [](auto& c) -> auto& { return c.auth.enabled; }));
-  fields.push_back(StringField("auth.token_file", "YAML file of tenants, tokens and salts.", "a file path",
-                               true, [](auto& c) -> auto& { return c.auth.token_file; }));
+  fields.push_back(StringField("auth.token_file", "YAML file of tenants, engines, nodes and their tokens.",
+                               "a file path", true, [](auto& c) -> auto& { return c.auth.token_file; }));
+  fields.push_back(UintField("auth.reload_interval_ms",
+                             "How often the token file is checked for changes and reloaded; a session whose "
+                             "token the new file revokes fails its next call. 0: read once at start.",
+                             0, 3600000, [](auto& c) -> auto& { return c.auth.reload_interval_ms; }));
   fields.push_back(StringField("tls.cert_file", "Server certificate chain (PEM); enables TLS.", "a file path",
                                true, [](auto& c) -> auto& { return c.tls.cert_file; }));
   fields.push_back(StringField("tls.key_file", "Server private key (PEM).", "a file path", true,

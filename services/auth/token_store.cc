@@ -59,7 +59,9 @@ const char* KnownFields(bool tenant, bool engine) {
 
 Result<TokenStore> TokenStore::FromFile(const std::string& path) {
   KVTIER_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path, "auth.token_file"));
-  return FromYaml(text, "auth.token_file " + path);
+  KVTIER_ASSIGN_OR_RETURN(TokenStore store, FromYaml(text, "auth.token_file " + path));
+  store.shared_->path = path;
+  return store;
 }
 
 // Parses one list ("tenants", "nodes" or "engines") into `entries`, checking names and
@@ -163,16 +165,28 @@ Result<TokenStore> TokenStore::SingleTenant(Tenant tenant, std::string_view toke
 
 TokenStore TokenStore::Disabled() { return TokenStore(false, {}); }
 
+TokenStore::TokenStore(bool enabled, Entries entries) : enabled_(enabled), shared_(std::make_shared<Shared>()) {
+  MutexLock lock(shared_->mu);
+  shared_->entries = std::make_shared<const Entries>(std::move(entries));
+}
+
+std::shared_ptr<const TokenStore::Entries> TokenStore::Current() const {
+  MutexLock lock(shared_->mu);
+  return shared_->entries;
+}
+
 size_t TokenStore::tenant_count() const {
-  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.kind == Kind::kTenant; }));
+  const std::shared_ptr<const Entries> entries = Current();
+  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(), [](const Entry& e) { return e.kind == Kind::kTenant; }));
 }
 size_t TokenStore::node_count() const {
-  return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.kind == Kind::kNode; }));
+  const std::shared_ptr<const Entries> entries = Current();
+  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(), [](const Entry& e) { return e.kind == Kind::kNode; }));
 }
-size_t TokenStore::engine_count() const { return entries_.size() - tenant_count() - node_count(); }
+size_t TokenStore::engine_count() const { return Current()->size() - tenant_count() - node_count(); }
 
-const TokenStore::Entry* TokenStore::FindTenant(std::string_view name) const {
-  for (const Entry& entry : entries_) {
+const TokenStore::Entry* TokenStore::FindTenant(const Entries& entries, std::string_view name) {
+  for (const Entry& entry : entries) {
     if (entry.kind == Kind::kTenant && entry.tenant.name == name) return &entry;
   }
   return nullptr;
@@ -180,29 +194,59 @@ const TokenStore::Entry* TokenStore::FindTenant(std::string_view name) const {
 
 Result<Tenant> TokenStore::Authenticate(std::string_view token, std::string_view act_for) const {
   if (!enabled_) return Tenant{"default", "", true, true};
-  const std::array<uint8_t, 32> digest = Digest(token);
+  return AuthenticateDigest(*Current(), Digest(token), act_for);
+}
+
+Result<Tenant> TokenStore::AuthenticateDigest(const Entries& entries, const std::array<uint8_t, 32>& digest,
+                                              std::string_view act_for) {
   const Entry* match = nullptr;
-  for (const Entry& entry : entries_) {  // no early exit: time does not depend on which entry matched
+  for (const Entry& entry : entries) {  // no early exit: time does not depend on which entry matched
     if (CRYPTO_memcmp(entry.token_digest.data(), digest.data(), digest.size()) == 0) match = &entry;
   }
   if (match == nullptr) return UnauthenticatedError("invalid token: it matches no tenant of this cluster");
   const std::string& name = match->tenant.name;
   if (match->kind != Kind::kEngine) {
-    if (act_for.empty() || act_for == name) return match->tenant;
-    return PermissionDeniedError("\"" + name + "\" may not act for tenant \"" + std::string(act_for) +
-                                 "\": only an engine credential acts for a tenant other than its own");
+    if (!act_for.empty() && act_for != name) {
+      return PermissionDeniedError("\"" + name + "\" may not act for tenant \"" + std::string(act_for) +
+                                   "\": only an engine credential acts for a tenant other than its own");
+    }
+    Tenant own = match->tenant;
+    own.credential = digest;
+    return own;
   }
   if (act_for.empty()) {
     return InvalidArgumentError("engine \"" + name + "\" acts for a tenant: name one of its tenants");
   }
   const bool allowed = std::find(match->acts_for.begin(), match->acts_for.end(), act_for) != match->acts_for.end();
-  const Entry* tenant = allowed ? FindTenant(act_for) : nullptr;
+  const Entry* tenant = allowed ? FindTenant(entries, act_for) : nullptr;
   if (tenant == nullptr) {
     return PermissionDeniedError("engine \"" + name + "\" may not act for tenant \"" + std::string(act_for) + "\"");
   }
   Tenant acting = tenant->tenant;
   acting.maps_pools = true;
+  acting.credential = digest;
+  acting.acting = true;
   return acting;
+}
+
+Status TokenStore::StillGrants(const Tenant& session) const {
+  if (!enabled_) return Status::Ok();
+  Result<Tenant> now = AuthenticateDigest(*Current(), session.credential, session.acting ? session.name : "");
+  const bool same = now.ok() && now->name == session.name && now->salt == session.salt && now->node == session.node &&
+                    now->maps_pools == session.maps_pools;
+  if (same) return Status::Ok();
+  return UnauthenticatedError("the credential of this session (tenant \"" + session.name +
+                              "\") was revoked or changed by a reload of the token file; authenticate again");
+}
+
+Status TokenStore::Reload() {
+  if (shared_->path.empty()) return FailedPreconditionError("this token store was not read from a file");
+  KVTIER_ASSIGN_OR_RETURN(TokenStore fresh, FromFile(shared_->path));
+  std::shared_ptr<const Entries> entries = fresh.Current();
+  MutexLock lock(shared_->mu);
+  shared_->entries = std::move(entries);
+  shared_->generation.fetch_add(1, std::memory_order_acq_rel);
+  return Status::Ok();
 }
 
 std::string GenerateToken() {

@@ -25,20 +25,29 @@
 // a tenant's blocks from a peer on that tenant's behalf). A node session has no salt of
 // its own: it cannot compute or look up a tenant's keys.
 //
+// Reload: Reload() reads the file again (kvtier polls it: a Kubernetes Secret's mount is
+// replaced in place); a file that does not parse changes nothing. A session opened with a
+// token the new file no longer grants as it did (removed, moved to another tenant, its
+// engine no longer acting for the tenant) fails its next call: StillGrants.
+//
 // Only SHA-256 digests of tokens are kept in memory, and a token is checked against every
 // tenant's digest with a constant-time comparison, so neither timing nor a memory dump
 // reveals a token. With auth disabled (local use), every token maps to tenant "default"
 // with an empty salt.
 //
-// Thread safety: immutable after creation; Authenticate may be called from any thread.
+// Thread safety: every method may be called from any thread. Copies share one set of
+// entries: a Reload through any copy is seen by all of them.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace YAML {
@@ -52,6 +61,10 @@ struct Tenant {
   std::string salt;
   bool node = false;        // a node credential (see above); every session is one with auth off
   bool maps_pools = false;  // may map pool memory: an engine acting for the tenant, a node, or auth off
+  // How the session was opened, for StillGrants: the token's digest, and whether an
+  // engine's token acts for this tenant.
+  std::array<uint8_t, 32> credential = {};
+  bool acting = false;
 };
 
 // The one user of a local cluster (`kvtier up` without a token file, an embedded replay):
@@ -76,6 +89,18 @@ class TokenStore {
   // kInvalidArgument for an engine token that names no tenant.
   [[nodiscard]] Result<Tenant> Authenticate(std::string_view token, std::string_view act_for = {}) const;
 
+  // Ok while the token `session` was opened with (Authenticate's answer) still opens the
+  // same session: same tenant, salt and rights. kUnauthenticated naming the tenant once a
+  // reload revoked or changed it.
+  [[nodiscard]] Status StillGrants(const Tenant& session) const;
+  // Reads the file FromFile read again; see the header comment. kFailedPrecondition for a
+  // store not made from a file.
+  [[nodiscard]] Status Reload();
+  // Counts the reloads that changed the entries: a session checked at this generation
+  // need not be checked again until it moves.
+  uint64_t generation() const { return shared_->generation.load(std::memory_order_acquire); }
+  const std::string& path() const { return shared_->path; }
+
   bool enabled() const { return enabled_; }
   size_t tenant_count() const;
   size_t node_count() const;
@@ -92,11 +117,21 @@ class TokenStore {
   [[nodiscard]] static Status ParseEntries(const YAML::Node& list, const std::string& where_list, Kind kind,
                                           std::vector<Entry>& entries);
   [[nodiscard]] static Status CheckEngineTenants(const std::vector<Entry>& entries, const std::string& source);
-  const Entry* FindTenant(std::string_view name) const;
-  TokenStore(bool enabled, std::vector<Entry> entries) : enabled_(enabled), entries_(std::move(entries)) {}
+  using Entries = std::vector<Entry>;
+  static const Entry* FindTenant(const Entries& entries, std::string_view name);
+  static Result<Tenant> AuthenticateDigest(const Entries& entries, const std::array<uint8_t, 32>& digest,
+                                           std::string_view act_for);
+  std::shared_ptr<const Entries> Current() const;
+  TokenStore(bool enabled, Entries entries);
 
+  struct Shared {
+    Mutex mu;
+    std::shared_ptr<const Entries> entries KVTIER_GUARDED_BY(mu);
+    std::atomic<uint64_t> generation{0};
+    std::string path;  // FromFile's; empty otherwise
+  };
   bool enabled_;
-  std::vector<Entry> entries_;
+  std::shared_ptr<Shared> shared_;
 };
 
 // 32 random bytes from OpenSSL's CSPRNG, as 64 hex digits.

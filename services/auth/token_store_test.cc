@@ -107,6 +107,42 @@ TEST(TokenStoreTest, MalformedEngineEntriesNameTheEntryAndField) {
             std::string::npos);
 }
 
+// A reload takes the file as it is now: sessions of tokens it dropped, moved or no longer
+// lets act are not granted any more, others are; a file that does not parse changes
+// nothing; copies see the reload.
+TEST(TokenStoreTest, AReloadRevokesWhatTheFileNoLongerGrants) {
+  const std::string path = ::testing::TempDir() + "/reload-tokens.yaml";
+  const std::string engine(40, 'e');
+  const auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
+  write(TwoTenants() + "engines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a, team-b]}\n");
+  Result<TokenStore> store = TokenStore::FromFile(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const TokenStore copy = *store;
+  const Tenant a = *store->Authenticate(kTokenA), b = *store->Authenticate(kTokenB);
+  const Tenant engine_for_b = *store->Authenticate(engine, "team-b");
+  EXPECT_TRUE(store->StillGrants(b).ok());
+  const uint64_t before = store->generation();
+
+  write("tenants:\n  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n  - {name: team-c, token: " + kTokenB +
+        "}\nengines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a]}\n");
+  ASSERT_TRUE(store->Reload().ok());
+  EXPECT_GT(copy.generation(), before) << "copies share the entries";
+  EXPECT_TRUE(copy.StillGrants(a).ok());
+  const Status moved = copy.StillGrants(b);
+  EXPECT_EQ(moved.code(), StatusCode::kUnauthenticated) << "team-b's token now opens team-c";
+  EXPECT_NE(moved.message().find("tenant \"team-b\""), std::string::npos) << moved;
+  EXPECT_EQ(copy.StillGrants(engine_for_b).code(), StatusCode::kUnauthenticated) << "vllm acts for team-a only";
+  EXPECT_EQ(copy.Authenticate(kTokenB)->name, "team-c");
+
+  write("tenants: [");
+  const Status bad = store->Reload();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find(path), std::string::npos) << bad;
+  EXPECT_TRUE(store->StillGrants(a).ok()) << "a file that does not parse changes nothing";
+  EXPECT_EQ(TokenStore::FromYaml(TwoTenants(), "x")->Reload().code(), StatusCode::kFailedPrecondition);
+  std::remove(path.c_str());
+}
+
 TEST(TokenStoreTest, WrongTokenIsUnauthenticatedAndNotEchoed) {
   const TokenStore store = *TokenStore::FromYaml(TwoTenants(), "tokens.yaml");
   const std::string wrong(40, 'c');

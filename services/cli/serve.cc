@@ -15,6 +15,7 @@
 #include "common/process_memory.h"
 #include "common/version.h"
 #include "gpu/device.h"
+#include "services/auth/token_file_watcher.h"
 #include "services/auth/token_store.h"
 #include "services/cli/embedded_cluster.h"
 #include "services/cli/local_node.h"
@@ -227,6 +228,17 @@ int Serve(Role role, const KvtierConfig& config) {
   if (!auth.ok()) {
     spdlog::error("{}", auth.status().message());
     return ExitCodeFor(auth.status());
+  }
+  // Shares the store's entries with the copy the node gets: a reload is seen by its sessions.
+  std::unique_ptr<auth::TokenFileWatcher> watcher;
+  if (!auth->tokens.path().empty() && config.auth.reload_interval_ms > 0) {
+    Result<std::unique_ptr<auth::TokenFileWatcher>> made = auth::TokenFileWatcher::Create(
+        {.tokens = auth->tokens, .interval = std::chrono::milliseconds(config.auth.reload_interval_ms)});
+    if (!made.ok()) {
+      spdlog::error("auth.token_file: {}", made.status().message());
+      return ExitCodeFor(made.status());
+    }
+    watcher = std::move(made).value();
   }
   const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
   if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "common/version.h"
+#include "services/rpc/credential_guard.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/status_mapping.h"
 #include "services/rpc/timed_server.h"
@@ -43,11 +44,13 @@ class CallRecorder {
 
 class SessionServer final : public schema::Session::Server {
  public:
-  SessionServer(const SessionContext& context, auth::Tenant tenant) : context_(context), tenant_(std::move(tenant)) {}
+  SessionServer(const SessionContext& context, std::shared_ptr<CredentialGuard> guard)
+      : context_(context), guard_(std::move(guard)), tenant_(guard_->tenant()) {}
 
  protected:
   kj::Promise<void> ping(PingContext call) override {
     CallRecorder recorder(context_.metrics, "ping");
+    Guard(recorder);
     const capnp::Data::Reader payload = call.getParams().getPayload();
     if (payload.size() > kMaxPingPayloadBytes) {
       recorder.Fail(InvalidArgumentError("ping payload is " + std::to_string(payload.size()) +
@@ -61,12 +64,14 @@ class SessionServer final : public schema::Session::Server {
 
   kj::Promise<void> version(VersionContext call) override {
     CallRecorder recorder(context_.metrics, "version");
+    Guard(recorder);
     FillServerInfo(context_.identity, call.getResults().initServer());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> coordinator(CoordinatorContext call) override {
     CallRecorder recorder(context_.metrics, "coordinator");
+    Guard(recorder);
     if (!context_.coordinator) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the coordinator role"));
     }
@@ -76,6 +81,7 @@ class SessionServer final : public schema::Session::Server {
 
   kj::Promise<void> worker(WorkerContext call) override {
     CallRecorder recorder(context_.metrics, "worker");
+    Guard(recorder);
     if (!context_.worker) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the worker role"));
     }
@@ -85,6 +91,7 @@ class SessionServer final : public schema::Session::Server {
 
   kj::Promise<void> store(StoreContext call) override {
     CallRecorder recorder(context_.metrics, "store");
+    Guard(recorder);
     if (!context_.store) {
       recorder.Fail(UnavailableError("node " + context_.identity.node_id + " serves no blocks (no store role)"));
     }
@@ -93,13 +100,19 @@ class SessionServer final : public schema::Session::Server {
   }
 
  private:
+  void Guard(CallRecorder& recorder) {
+    if (Status granted = guard_->Check(); !granted.ok()) recorder.Fail(std::move(granted));
+  }
+  // `server`, guarded by the session's credential, each call timed.
   template <typename Interface>
   typename Interface::Client Timed(kj::Own<capnp::Capability::Server> server) {
-    return TimeCalls(kj::mv(server), capnp::Schema::from<Interface>(), context_.metrics).template castAs<Interface>();
+    return TimeCalls(Guarded(kj::mv(server), guard_), capnp::Schema::from<Interface>(), context_.metrics)
+        .template castAs<Interface>();
   }
 
   const SessionContext& context_;
-  const auth::Tenant tenant_;
+  const std::shared_ptr<CredentialGuard> guard_;
+  const auth::Tenant& tenant_;  // guard_'s
 };
 
 class BootstrapServer final : public schema::Bootstrap::Server {
@@ -114,6 +127,7 @@ class BootstrapServer final : public schema::Bootstrap::Server {
       recorder.Fail(UnauthenticatedError("too many failed authentication attempts on this connection; reconnect"));
     }
     if (Status admitted = gate_->BeforeAuthenticate(); !admitted.ok()) recorder.Fail(std::move(admitted));
+    const uint64_t generation = context_.tokens->generation();  // before the check: a reload after it is seen
     Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr(),
                                                                  call.getParams().getActFor().cStr());
     if (!tenant.ok()) {
@@ -126,7 +140,8 @@ class BootstrapServer final : public schema::Bootstrap::Server {
     auto results = call.getResults();
     results.setTenant(tenant->name);
     FillServerInfo(context_.identity, results.initServer());
-    results.setSession(kj::heap<SessionServer>(context_, *std::move(tenant)));
+    results.setSession(
+        kj::heap<SessionServer>(context_, std::make_shared<CredentialGuard>(*context_.tokens, *std::move(tenant), generation)));
     return kj::READY_NOW;
   }
 

@@ -68,7 +68,7 @@ class KvtierUp:
 
     def __init__(self):
         self.dir = tempfile.TemporaryDirectory(prefix="kvtier-isolation-")
-        token_file = os.path.join(self.dir.name, "tokens.yaml")
+        token_file = self.token_file = os.path.join(self.dir.name, "tokens.yaml")
         with open(token_file, "w") as f:
             f.write(TOKEN_FILE)
         self.log = open(os.path.join(self.dir.name, "log"), "w+")
@@ -366,6 +366,36 @@ class TenantIsolationTest(unittest.TestCase):
             stats = up.client(TOKEN_B).worker_stats()
             self.assertGreater(stats["total_blocks"], 0)
             self.assertEqual(stats["used_blocks"], 0)
+        finally:
+            up.stop()
+
+    def test_a_token_revoked_by_a_token_file_reload_stops_its_sessions(self):
+        up = KvtierUp()
+        try:
+            b, engine_for_b = up.client(TOKEN_B), up.client(ENGINE, act_for="team-b")
+            a = up.client(ENGINE_OF_A, act_for="team-a")
+            keys = kvtier.block_keys(prompt(30000, 32), 16)
+            self.assertEqual(b.lookup(keys)["matched_blocks"], 0)
+            with open(up.token_file, "w") as f:  # team-b goes; the shared engine acts for team-a only
+                f.write(TOKEN_FILE.replace('  - {name: team-b, token: "%s"}\n' % TOKEN_B, "")
+                        .replace("tenants: [team-a, team-b]", "tenants: [team-a]"))
+            deadline = time.monotonic() + 10
+            while code_of(lambda: b.lookup(keys)) == "OK" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with self.assertRaises(kvtier.Error) as revoked:
+                b.lookup(keys)
+            self.assertEqual(revoked.exception.args[0], "UNAUTHENTICATED")
+            self.assertIn("revoked", revoked.exception.args[1])
+            self.assertEqual(code_of(lambda: engine_for_b.allocate(1, keys, 32)), "UNAUTHENTICATED")
+            self.assertEqual(code_of(lambda: up.client(TOKEN_B)), "UNAUTHENTICATED")
+            self.assertEqual(code_of(lambda: up.client(ENGINE, act_for="team-b")), "PERMISSION_DENIED")
+            self.assertEqual(a.lookup(keys)["matched_blocks"], 0, "team-a's session goes on")
+            # A file that does not parse leaves the tokens in force.
+            with open(up.token_file, "w") as f:
+                f.write("tenants: [")
+            time.sleep(2.5)
+            self.assertEqual(code_of(lambda: a.lookup(keys)), "OK")
+            self.assertIn("reload refused", up.log_text())
         finally:
             up.stop()
 
