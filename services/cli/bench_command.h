@@ -55,6 +55,9 @@ class BenchCommand {
   uint32_t transfer_gets_in_flight_ = 1;
   bool transfer_lend_pages_ = true;
   std::string transfer_stream_put_ = "keys";
+  struct TlsFiles {
+    std::string cert_file, key_file, ca_file, server_name;
+  } transfer_tls_;
   bool vs_redis_ = false;
   std::string trace_;
   uint32_t workers_ = 4;

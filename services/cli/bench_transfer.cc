@@ -57,6 +57,15 @@ void BenchCommand::AddTransfer() {
                         "session per client) or ticket (an openPut call per put)")
       ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
+  transfer_->add_option("--tls-cert-file", transfer_tls_.cert_file,
+                        "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure the inline path "
+                        "over TLS (path \"tls\"; the data stream has no TLS yet)")
+      ->check(CLI::ExistingFile);
+  transfer_->add_option("--tls-key-file", transfer_tls_.key_file, "The certificate's private key (PEM)")
+      ->check(CLI::ExistingFile);
+  transfer_->add_option("--tls-ca-file", transfer_tls_.ca_file, "The CA the clients verify the certificate with")
+      ->check(CLI::ExistingFile);
+  transfer_->add_option("--tls-server-name", transfer_tls_.server_name, "The name the certificate must carry");
   transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
 }
@@ -140,9 +149,10 @@ int BenchCommand::RunTransfer() const {
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
   std::vector<PathResult> paths;
-  for (const char* path : {"inline", "stream"}) {
-    if (transfer_path_ != "both" && transfer_path_ != path) continue;
-    const store::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
+  for (const char* path : {"inline", "stream", "tls"}) {
+    const bool tls = std::string_view(path) == "tls";
+    if (tls ? transfer_tls_.cert_file.empty() : transfer_path_ != "both" && transfer_path_ != path) continue;
+    store::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
                                               .clients = transfer_clients_,
                                               .total_bytes = transfer_total_bytes_,
                                               .batch = transfer_batch_,
@@ -152,6 +162,12 @@ int BenchCommand::RunTransfer() const {
                                               .gets_in_flight = transfer_gets_in_flight_,
                                               .keyed_puts = transfer_stream_put_ == "keys",
                                               .lend_pages = transfer_lend_pages_};
+    if (tls) {
+      options.tls_cert_file = transfer_tls_.cert_file;
+      options.tls_key_file = transfer_tls_.key_file;
+      options.tls_ca_file = transfer_tls_.ca_file;
+      options.tls_server_name = transfer_tls_.server_name;
+    }
     Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});

@@ -8,6 +8,7 @@ setrlimit in the child (what `prlimit --nofile` does). Every wait is bounded.
 
 Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier binary.
 """
+import json
 import os
 import re
 import resource
@@ -488,6 +489,85 @@ class TlsTest(HostileTestCase):
         self.addCleanup(plain.close)
         plain.sendall(struct.pack("<II", 0, 2) + b"\0" * 16)
         self.assertTrue(closed_by_peer(plain, 3.0), "plaintext is refused")
+
+    def test_the_transfer_bench_measures_tls_beside_plaintext(self):
+        certs = tempfile.TemporaryDirectory(prefix="kvtier-hostile-tls-")
+        self.addCleanup(certs.cleanup)
+        ca, cert, key = self.make_certificates(certs.name)
+        bench = subprocess.run([KVTIER_BIN, "bench", "transfer", "--json", "--total-bytes", str(4 << 20), "--clients",
+                                "2", "--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-file", ca,
+                                "--tls-server-name", "kvtier.test"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(bench.returncode, 0, bench.stderr)
+        figures = json.loads(bench.stdout)
+        for path in ("inline", "stream", "tls"):
+            self.assertGreater(figures[path + "_get_gbps"], 0, figures)
+            self.assertGreater(figures[path + "_put_gbps"], 0, figures)
+        wrong = subprocess.run([KVTIER_BIN, "bench", "transfer", "--total-bytes", str(4 << 20), "--tls-cert-file", cert,
+                                "--tls-key-file", key, "--tls-ca-file", ca, "--tls-server-name", "someone-else.test"],
+                               capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(wrong.returncode, 0, "a certificate for another name is refused")
+
+    def test_with_tls_no_listener_but_the_metrics_endpoint_speaks_plaintext(self):
+        """Every TCP port a TLS node listens on refuses plaintext; the data stream, which
+        has no TLS yet, does not listen at all. The metrics endpoint (counts only, no block
+        bytes or keys) is the one plaintext listener, and it is the banner's."""
+        certs = tempfile.TemporaryDirectory(prefix="kvtier-hostile-tls-")
+        self.addCleanup(certs.cleanup)
+        ca, cert, key = self.make_certificates(certs.name)
+        tls = ("--tls-cert-file", cert, "--tls-key-file", key)
+        up = self.start("up", *tls)
+        data_port = free_port()
+        store = self.start("store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0", "--store-data-port",
+                           str(data_port), "--node-coordinator", "127.0.0.1:%d" % free_port(), "--store-disk-bytes",
+                           "0", "--tls-ca-file", ca, *tls)
+        for name, node in (("up", up), ("store", store)):
+            ports = listening_ports(node.process.pid)
+            metrics_port = int(node.http.rsplit(":", 1)[1])
+            self.assertIn(node.port, ports)
+            self.assertIn(metrics_port, ports)
+            self.assertNotIn(data_port, ports, "with TLS the data stream does not listen")
+            for port in ports - {metrics_port}:
+                self.assertFalse(speaks_plaintext(port), "port %d of %s (%s) answers plaintext" % (port, name, sorted(ports)))
+            self.assertTrue(speaks_plaintext(metrics_port), "the metrics endpoint is found by the scan")
+
+
+def listening_ports(pid):
+    """The TCP ports process `pid` listens on (its sockets in /proc/<pid>/net/tcp{,6})."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        with open("/proc/%d/net/%s" % (pid, table)) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def speaks_plaintext(port, timeout_s=3.0):
+    """Whether `port` answers plaintext: a kvtier RPC session without TLS gets any answer
+    (even a refused token), or an HTTP request gets back anything but a TLS record."""
+    try:
+        kvtier.Client("127.0.0.1:%d" % port, token="0" * 64, timeout_s=timeout_s)
+        return True
+    except kvtier.Error as e:
+        if e.args[0] not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            return True
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n" + struct.pack("<II", 0, 2) + b"\0" * 16)
+        try:
+            answer = s.recv(64)
+        except (socket.timeout, ConnectionResetError):
+            return False
+    return len(answer) > 0 and answer[0] not in (0x15, 0x16)  # TLS alert or handshake records
 
 
 if __name__ == "__main__":

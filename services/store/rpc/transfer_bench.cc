@@ -1,6 +1,7 @@
 #include "services/store/rpc/transfer_bench.h"
 
-#include <capnp/ez-rpc.h>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
+#include "services/rpc/tls.h"
 #include "services/store/rpc/block_header_wire.h"
 #include "services/store/rpc/store_service.h"
 #include "services/store/stream/data_stream_client.h"
@@ -302,9 +304,21 @@ void RunClient(const std::string& address, const TransferBenchOptions& o, Client
   try {
     capnp::ReaderOptions reader;
     reader.traversalLimitInWords = (o.block_bytes * o.batch * 2) / 8 + (1 << 20);
-    capnp::EzRpcClient client(address, 0, reader);
-    auto& wait = client.getWaitScope();
-    auto auth = client.getMain<schema::Bootstrap>().authenticateRequest();
+    kj::AsyncIoContext io = kj::setupAsyncIo();
+    auto& wait = io.waitScope;
+    kj::Own<kj::AsyncIoStream> connection =
+        io.provider->getNetwork().parseAddress(address).wait(wait)->connect().wait(wait);
+    std::unique_ptr<rpc::TlsClient> tls;
+    if (o.tls()) {
+      tls = OrThrow(rpc::TlsClient::Create(o.tls_ca_file));
+      connection = tls->Wrap(kj::mv(connection), o.tls_server_name).wait(wait);
+    }
+    capnp::TwoPartyVatNetwork network(*connection, capnp::rpc::twoparty::Side::CLIENT, reader);
+    auto rpc_system = capnp::makeRpcClient(network);
+    capnp::MallocMessageBuilder vat_message(8);
+    auto server_id = vat_message.initRoot<capnp::rpc::twoparty::VatId>();
+    server_id.setSide(capnp::rpc::twoparty::Side::SERVER);
+    auto auth = rpc_system.bootstrap(server_id).castAs<schema::Bootstrap>().authenticateRequest();
     auth.setToken("bench");
     auto session = auth.send().wait(wait).getSession();
     schema::BlockStore::Client store = session.storeRequest().send().wait(wait).getStore();
@@ -410,6 +424,8 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
   server_options.listen = {"127.0.0.1:0"};
   server_options.thread_name = "bench-store";
   server_options.max_message_bytes = o.block_bytes * o.batch * 2 + (1 << 20);
+  server_options.tls_cert_file = o.tls_cert_file;
+  server_options.tls_key_file = o.tls_key_file;
   KVTIER_ASSIGN_OR_RETURN(n->server, rpc::RpcServer::Create(std::move(server_options),
                                                             rpc::SessionBootstraps(n->session)));
   return node;
@@ -453,6 +469,10 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   const uint64_t blocks = o.total_bytes / o.block_bytes;
   if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
     return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
+  }
+  if (o.tls() && (o.stream || o.tls_key_file.empty() || o.tls_ca_file.empty() || o.tls_server_name.empty())) {
+    return InvalidArgumentError(o.stream ? "the data stream has no TLS: TLS transfers go inline"
+                                         : "TLS needs a certificate, its key, the CA and the server name together");
   }
   if (o.gets_in_flight == 0 || o.gets_in_flight > DataStreamClient::kMaxGetsInFlight) {
     return InvalidArgumentError("--stream-gets-in-flight " + std::to_string(o.gets_in_flight) + ": it takes 1 to " +

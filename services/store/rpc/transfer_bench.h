@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -40,6 +41,14 @@ struct TransferBenchOptions {
   bool keyed_puts = true;
   // The data stream's gets lend the host tier's pages (DataStreamServerOptions::lend_pages).
   bool lend_pages = true;
+  // All three set: the store's RPC listener serves TLS with this certificate and key, and
+  // the clients verify it against the CA for `tls_server_name` (the data stream has no
+  // TLS: `stream` must be false).
+  std::string tls_cert_file = {};
+  std::string tls_key_file = {};
+  std::string tls_ca_file = {};
+  std::string tls_server_name = {};
+  bool tls() const { return !tls_cert_file.empty(); }
 };
 
 // Where a phase's CPU went, in cores (CPU seconds over the phase's wall time).
