@@ -8,16 +8,23 @@
 namespace kvtier {
 namespace {
 
+// OpenSSL's SHA-256, fetched once: EVP_sha256() makes every EVP_DigestInit look the
+// algorithm up again, which costs more than hashing a key.
+const EVP_MD* Sha256() {
+  static const EVP_MD* const md = EVP_MD_fetch(nullptr, "SHA256", nullptr);  // kept for the process
+  return md;
+}
+
 // Incremental SHA-256 with the little-endian, length-prefixed writers of the key encoding.
 class Sha256Writer {
  public:
-  Sha256Writer() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  Sha256Writer() : ctx_(EVP_MD_CTX_new()) { Restart(); }
   ~Sha256Writer() { EVP_MD_CTX_free(ctx_); }
   Sha256Writer(const Sha256Writer&) = delete;
   Sha256Writer& operator=(const Sha256Writer&) = delete;
 
   // Starts a new digest on the same context.
-  void Restart() { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  void Restart() { EVP_DigestInit_ex2(ctx_, Sha256(), nullptr); }
   void Bytes(const void* data, size_t size) { EVP_DigestUpdate(ctx_, data, size); }
   void U32(uint32_t v) {
     const std::array<uint8_t, 4> b{static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
@@ -139,7 +146,7 @@ KeySalt::KeySalt(std::string_view salt) : identity_(salt.empty()) {
   for (int i = 0; i < 4; ++i) message.push_back(static_cast<char>(size >> (8 * i)));
   message.append(salt);
   unsigned int written = 0;
-  EVP_Digest(message.data(), message.size(), secret_.data(), &written, EVP_sha256(), nullptr);
+  EVP_Digest(message.data(), message.size(), secret_.data(), &written, Sha256(), nullptr);
 }
 
 BlockKey KeySalt::Apply(const BlockKey& key) const {

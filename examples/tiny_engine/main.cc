@@ -16,10 +16,11 @@
 int main(int argc, char** argv) {
   using namespace kvtier;
   CLI::App app{"A tiny transformer that prefills and decodes through kvtier."};
-  std::string address = "127.0.0.1:7400", token, token_file;
+  std::string address = "127.0.0.1:7400", token, token_file, act_for;
   uint32_t turns = 4;
   app.add_option("--connect", address, "kvtier node (host:port)")->capture_default_str();
-  app.add_option("--token", token, "Tenant token")->envname("KVTIER_TOKEN");
+  app.add_option("--token", token, "An engine's token (or kvtier up's generated one)")->envname("KVTIER_TOKEN");
+  app.add_option("--act-for", act_for, "The tenant an engine token acts for (a token file's engines: section)");
   app.add_option("--token-file", token_file, "File whose first line is the token");
   app.add_option("--turns", turns, "Conversation turns")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
     }
     token = *read;
   }
-  auto client = client::Client::Connect({.address = address, .token = token});
+  auto client = client::Client::Connect({.address = address, .token = token, .act_for = act_for});
   if (!client.ok()) {
     std::fprintf(stderr, "connect %s: %s\n", address.c_str(), client.status().ToString().c_str());
     return 1;
