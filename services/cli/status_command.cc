@@ -36,7 +36,9 @@ std::string JsonString(const std::string& text) {
 void PrintText(const std::string& address, const client::Client& client,
                const Result<client::CoordinatorStats>& coordinator, const Result<client::WorkerStats>& worker) {
   std::printf("node         %s (tenant %s)\n", address.c_str(), client.tenant().c_str());
-  if (coordinator.ok()) {
+  if (coordinator.ok() && !coordinator->cluster_counts) {
+    std::printf("coordinator  %u nodes (the index's counts: node credentials only)\n", coordinator->nodes);
+  } else if (coordinator.ok()) {
     std::printf("coordinator  %u nodes; index %llu blocks, %llu bytes; %llu lookups; %llu sequence gaps, %llu "
                 "resyncs, %llu lease expiries\n",
                 coordinator->nodes, static_cast<unsigned long long>(coordinator->index_blocks),
@@ -54,6 +56,11 @@ void PrintText(const std::string& address, const client::Client& client,
   }
   std::string layouts;
   for (const KvLayout& layout : worker->pool_layouts) layouts += (layouts.empty() ? "" : ", ") + layout.Fingerprint();
+  if (!worker->cluster_counts) {
+    std::printf("worker       %zu pools (%s); %u blocks (how full: node credentials only)\n",
+                worker->pool_layouts.size(), layouts.c_str(), worker->total_blocks);
+    return;
+  }
   std::printf("worker       %zu pools (%s); %u blocks: %u in use, %u cached; %llu reuse hits, %llu evictions, "
               "%llu offloaded, %llu onboarded\n",
               worker->pool_layouts.size(), layouts.c_str(), worker->total_blocks, worker->used_blocks,
@@ -75,7 +82,8 @@ void PrintJson(const std::string& address, const client::Client& client,
            ", \"lookups\": " + std::to_string(coordinator->lookups) +
            ", \"sequence_gaps\": " + std::to_string(coordinator->sequence_gaps) +
            ", \"resyncs\": " + std::to_string(coordinator->resyncs) +
-           ", \"lease_expiries\": " + std::to_string(coordinator->lease_expiries) + "}";
+           ", \"lease_expiries\": " + std::to_string(coordinator->lease_expiries) +
+           ", \"cluster_counts\": " + (coordinator->cluster_counts ? "true" : "false") + "}";
   } else {
     out += "null";
   }
@@ -91,7 +99,8 @@ void PrintJson(const std::string& address, const client::Client& client,
            ", \"reuse_hits\": " + std::to_string(worker->reuse_hits) +
            ", \"evictions\": " + std::to_string(worker->evictions) +
            ", \"offloaded_blocks\": " + std::to_string(worker->offloaded_blocks) +
-           ", \"onboarded_blocks\": " + std::to_string(worker->onboarded_blocks) + "}";
+           ", \"onboarded_blocks\": " + std::to_string(worker->onboarded_blocks) +
+           ", \"cluster_counts\": " + (worker->cluster_counts ? "true" : "false") + "}";
   } else {
     out += "null";
   }

@@ -143,6 +143,9 @@ struct WorkerStats {
   uint64_t evictions = 0;
   uint64_t offloaded_blocks = 0;
   uint64_t onboarded_blocks = 0;
+  // True where the session is a node's: the counts of use cover every tenant. A tenant
+  // sees the pools' sizes and layouts only, and zero counts.
+  bool cluster_counts = false;
 };
 
 struct CoordinatorStats {
@@ -153,6 +156,7 @@ struct CoordinatorStats {
   uint64_t sequence_gaps = 0;   // nodes' event streams found with a gap (each asked for a snapshot)
   uint64_t resyncs = 0;         // snapshots applied
   uint64_t lease_expiries = 0;  // nodes dropped when their lease ran out
+  bool cluster_counts = false;  // as WorkerStats': a tenant sees the node count only
 };
 
 using coordinator::RetentionConfig;

@@ -296,13 +296,19 @@ class PoolMemoryTest(HostileTestCase):
     def pools():
         return {n for n in os.listdir("/dev/shm") if n.startswith("kvtier-pool-")}
 
+    @staticmethod
+    def pools_mapped_by(pid):
+        """The pools in /dev/shm that process `pid` maps (other tests' nodes make theirs too)."""
+        with open("/proc/%d/maps" % pid) as f:
+            return {os.path.basename(line.split()[-1]) for line in f if "/dev/shm/kvtier-pool-" in line}
+
     def test_a_killed_up_leaves_no_pool_behind_after_a_restart(self):
         data = tempfile.TemporaryDirectory(prefix="kvtier-hostile-shm-")
         self.addCleanup(data.cleanup)
-        before = self.pools()
         first = Node("up", data_dir=data.name)
-        created = self.pools() - before
+        created = self.pools_mapped_by(first.process.pid)
         self.assertEqual(len(created), 1, "kvtier up's host pool is in /dev/shm")
+        self.assertTrue(created <= self.pools())
         first.kill()  # SIGKILL: nothing unlinks it
         self.assertTrue(created <= self.pools(), "a killed process leaves its pool")
         time.sleep(2.1)  # the sweep leaves pools younger than 2 s (created, not yet locked)

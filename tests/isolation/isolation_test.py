@@ -366,6 +366,8 @@ class TenantIsolationTest(unittest.TestCase):
             stats = up.client(TOKEN_B).worker_stats()
             self.assertGreater(stats["total_blocks"], 0)
             self.assertEqual(stats["used_blocks"], 0)
+            self.assertFalse(stats["cluster_counts"])
+            self.assertTrue(up.client(NODE).worker_stats()["cluster_counts"])
         finally:
             up.stop()
 
@@ -399,7 +401,7 @@ class TenantIsolationTest(unittest.TestCase):
         finally:
             up.stop()
 
-    def test_a_tenant_token_has_no_node_rights(self):
+    def test_kvtier_status_shows_a_tenant_sizes_and_a_node_the_counts(self):
         up = KvtierUp()
         try:
             status = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", TOKEN_B],
@@ -408,6 +410,10 @@ class TenantIsolationTest(unittest.TestCase):
                                   capture_output=True, text=True, timeout=30)
             self.assertEqual(node.returncode, 0, node.stderr)
             self.assertEqual(status.returncode, 0, status.stderr)
+            # A tenant is told which counts are not its to see; a node sees them.
+            self.assertIn("node credentials only", status.stdout)
+            self.assertIn("in use", node.stdout)
+            self.assertNotIn("node credentials only", node.stdout)
         finally:
             up.stop()
 

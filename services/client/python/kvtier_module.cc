@@ -281,6 +281,7 @@ void BindClient(py::module_& m) {
         out["cached_blocks"] = s.cached_blocks;
         out["offloaded_blocks"] = s.offloaded_blocks;
         out["onboarded_blocks"] = s.onboarded_blocks;
+        out["cluster_counts"] = s.cluster_counts;  // False for a tenant: sizes only
         return out;
       });
   BindLookups(client);

@@ -140,8 +140,8 @@ class Client::Impl {
     return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, const Deferred&) {
       return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
         auto st = r.getStats();
-        return CoordinatorStats{st.getNodes(),        st.getIndexBlocks(), st.getIndexBytes(), st.getLookups(),
-                                st.getSequenceGaps(), st.getResyncs(),     st.getLeaseExpiries()};
+        return CoordinatorStats{st.getNodes(),        st.getIndexBlocks(), st.getIndexBytes(),      st.getLookups(),
+                                st.getSequenceGaps(), st.getResyncs(),     st.getLeaseExpiries(), st.getClusterCounts()};
       });
     });
   }
@@ -243,6 +243,7 @@ class Client::Impl {
         out.evictions = st.getEvictions();
         out.offloaded_blocks = st.getOffloadedBlocks();
         out.onboarded_blocks = st.getOnboardedBlocks();
+        out.cluster_counts = st.getClusterCounts();
         return out;
       }));
     });

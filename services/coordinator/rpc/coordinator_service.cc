@@ -235,6 +235,7 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     // A tenant sees the cluster's size, never what the index holds: that depends on what
     // other tenants cached.
     if (!node_) return kj::READY_NOW;
+    out.setClusterCounts(true);
     out.setIndexBlocks(s.index.blocks);
     out.setIndexBytes(s.index.memory_bytes);
     out.setLookups(state_.metrics->lookups());

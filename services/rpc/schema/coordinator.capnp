@@ -179,6 +179,9 @@ struct CoordinatorStats {
   sequenceGaps @4 :UInt64;
   resyncs @5 :UInt64;
   leaseExpiries @6 :UInt64;
+  clusterCounts @7 :Bool;
+  # True for a node session: the counts above cover the cluster. A tenant session sees the
+  # node count only (the rest depends on what other tenants cached): false, and zeros.
 }
 
 interface Coordinator {
@@ -211,6 +214,7 @@ interface Coordinator {
   # UNAVAILABLE when none is live.
 
   stats @6 () -> (stats :CoordinatorStats);
+  # A tenant session: the node count only (CoordinatorStats.clusterCounts).
 
   leave @7 (nodeId :Text, leaseId :UInt64) -> ();
   # The node leaves now (a store draining on SIGTERM): its locations leave lookups at

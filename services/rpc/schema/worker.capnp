@@ -41,6 +41,9 @@ struct WorkerStats {
   evictions @2 :UInt64;
   offloadedBlocks @3 :UInt64;
   onboardedBlocks @4 :UInt64;
+  clusterCounts @5 :Bool;
+  # True for a node session: the counts of use cover every tenant. A tenant session sees
+  # the pools' sizes and layouts only (how full they are depends on other tenants): false.
 }
 
 interface Worker {

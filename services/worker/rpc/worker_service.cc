@@ -147,6 +147,7 @@ kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args
 
 struct StatsView {
   WorkerStats stats;
+  bool cluster_counts = false;  // a node session's: every tenant's use
   std::vector<std::optional<KvLayout>> layouts;  // by pool
 };
 
@@ -262,6 +263,7 @@ class WorkerServer final : public schema::Worker::Server {
   kj::Promise<void> stats(StatsContext call) override {
     return OnWorker([worker = caller_.worker, all = sees_pool_state_] {
              StatsView view{.stats = worker->Stats(), .layouts = {}};
+             view.cluster_counts = all;
              if (!all) view.stats = OwnView(view.stats);
              for (uint32_t i = 0; i < view.stats.pools.size(); ++i) {
                Result<KvLayout> layout = worker->PoolLayout(i);
@@ -319,6 +321,7 @@ class WorkerServer final : public schema::Worker::Server {
     out.setEvictions(evictions);
     out.setOffloadedBlocks(s.offloaded_blocks);
     out.setOnboardedBlocks(s.onboarded_blocks);
+    out.setClusterCounts(view.cluster_counts);
   }
 
   const kj::Executor* const worker_thread_;
