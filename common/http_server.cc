@@ -2,10 +2,12 @@
 
 #include <array>
 #include <chrono>
+#include <optional>
 #include <string_view>
 #include <thread>
 
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <spdlog/spdlog.h>
 
 #include "common/thread_name.h"
@@ -47,6 +49,27 @@ class MetricsHttpServer::Impl {
  public:
   explicit Impl(MetricsHttpServerOptions options)
       : options_(std::move(options)), acceptor_(io_), retry_(io_) {}
+
+  bool tls() const { return tls_ != nullptr; }
+
+  // The HTTPS context, where the options name a certificate and key.
+  Status LoadTls() {
+    if (options_.tls_cert_file.empty() && options_.tls_key_file.empty()) return Status::Ok();
+    if (options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
+      return InvalidArgumentError("metrics over TLS needs both a certificate and its key");
+    }
+    tls_ = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
+    tls_->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                      asio::ssl::context::no_tlsv1_1);
+    asio::error_code ec;
+    if (tls_->use_certificate_chain_file(options_.tls_cert_file, ec); ec) {
+      return InvalidArgumentError("tls.cert_file " + options_.tls_cert_file + ": " + ec.message());
+    }
+    if (tls_->use_private_key_file(options_.tls_key_file, asio::ssl::context::pem, ec); ec) {
+      return InvalidArgumentError("tls.key_file " + options_.tls_key_file + ": " + ec.message());
+    }
+    return Status::Ok();
+  }
 
   Status Bind() {
     asio::error_code ec;
@@ -99,6 +122,7 @@ class MetricsHttpServer::Impl {
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer retry_;  // a failed accept's
+  std::unique_ptr<asio::ssl::context> tls_;  // null: plain HTTP
   std::thread thread_;
   uint16_t port_ = 0;
 };
@@ -108,7 +132,9 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
  public:
   Connection(Impl& server, asio::ip::tcp::socket socket)
       : server_(server), socket_(std::move(socket)), timer_(socket_.get_executor()),
-        buffer_(kMaxRequestHeadBytes) {}
+        buffer_(kMaxRequestHeadBytes) {
+    if (server_.tls_) tls_.emplace(socket_, *server_.tls_);
+  }
 
   void Start() {
     auto self = shared_from_this();
@@ -116,11 +142,31 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
     timer_.async_wait([self](const asio::error_code& ec) {
       if (!ec) self->Close();  // the client was silent for too long
     });
-    asio::async_read_until(socket_, buffer_, "\r\n\r\n",
-                           [self](const asio::error_code& ec, size_t) { self->OnHead(ec); });
+    if (!tls_) return ReadHead();
+    tls_->async_handshake(asio::ssl::stream_base::server, [self](const asio::error_code& ec) {
+      if (ec) return self->Close();  // plaintext, or a failed handshake
+      self->ReadHead();
+    });
   }
 
  private:
+  // Runs `op` on the connection's stream: the TLS one, else the socket.
+  template <typename Op>
+  void OnStream(Op&& op) {
+    if (tls_) {
+      op(*tls_);
+    } else {
+      op(socket_);
+    }
+  }
+
+  void ReadHead() {
+    OnStream([self = shared_from_this()](auto& stream) {
+      asio::async_read_until(stream, self->buffer_, "\r\n\r\n",
+                             [self](const asio::error_code& ec, size_t) { self->OnHead(ec); });
+    });
+  }
+
   void OnHead(const asio::error_code& ec) {
     if (ec == asio::error::not_found) {
       Reply(TextResponse(431, "Request Header Fields Too Large", "request head exceeds 8 KiB\n"), false);
@@ -150,7 +196,9 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
   void Reply(const Response& response, bool head_only) {
     auto self = shared_from_this();
     out_ = Serialize(response, head_only);
-    asio::async_write(socket_, asio::buffer(out_), [self](const asio::error_code&, size_t) { self->Close(); });
+    OnStream([&](auto& stream) {
+      asio::async_write(stream, asio::buffer(out_), [self](const asio::error_code&, size_t) { self->Close(); });
+    });
   }
 
   void Close() {
@@ -162,6 +210,7 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
 
   Impl& server_;
   asio::ip::tcp::socket socket_;
+  std::optional<asio::ssl::stream<asio::ip::tcp::socket&>> tls_;  // over socket_, with TLS
   asio::steady_timer timer_;
   asio::streambuf buffer_;
   std::string out_;
@@ -204,6 +253,7 @@ Response MetricsHttpServer::Impl::Handle(std::string_view method, std::string_vi
 Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(MetricsHttpServerOptions options) {
   if (options.registry == nullptr) return InvalidArgumentError("MetricsHttpServer needs a registry");
   auto impl = std::make_unique<Impl>(std::move(options));
+  KVTIER_RETURN_IF_ERROR(impl->LoadTls());
   KVTIER_RETURN_IF_ERROR(impl->Bind());
   impl->Start();
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
@@ -217,7 +267,7 @@ void MetricsHttpServer::Shutdown() { impl_->Shutdown(); }
 std::string MetricsHttpServer::endpoint() const {
   const std::string& bind = impl_->options().bind_address;
   const std::string host = bind == "0.0.0.0" ? "127.0.0.1" : bind;
-  return "http://" + host + ":" + std::to_string(port());
+  return std::string(impl_->tls() ? "https://" : "http://") + host + ":" + std::to_string(port());
 }
 
 }  // namespace kvtier

@@ -13,6 +13,9 @@
 // ~150 lines on the Asio loop the project already uses, and it bounds memory per client:
 // request heads over 8 KiB and clients silent for 10 s are cut off.
 //
+// With a certificate and key (the node's TLS ones) it serves HTTPS only: no plaintext
+// listener is left on a TLS node. A TLS handshake counts against the 10 s a client has.
+//
 // Thread safety: Create() starts one thread that runs the server's own asio::io_context;
 // handlers run only there. The readiness probe is called on that thread. Shutdown() and
 // the destructor may be called from any other thread.
@@ -38,12 +41,16 @@ struct MetricsHttpServerOptions {
   // Called before each /metrics exposition, on the server's thread: where gauges that cost
   // a read to sample (the process's memory) are brought up to date. Optional.
   std::function<void()> before_scrape;
+  // Both set: HTTPS only, with this certificate chain and private key (PEM files).
+  std::string tls_cert_file = {};
+  std::string tls_key_file = {};
 };
 
 class MetricsHttpServer {
  public:
-  // Binds and starts serving. Errors: kInvalidArgument (bad address, null registry),
-  // kUnavailable (address in use or not bindable).
+  // Binds and starts serving. Errors: kInvalidArgument (bad address, null registry, a
+  // certificate or key that does not load, naming the file), kUnavailable (address in
+  // use or not bindable).
   [[nodiscard]] static Result<std::unique_ptr<MetricsHttpServer>> Create(MetricsHttpServerOptions options);
 
   ~MetricsHttpServer();
@@ -51,7 +58,7 @@ class MetricsHttpServer {
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
 
   uint16_t port() const;
-  // "http://127.0.0.1:9400" style base address.
+  // "http://127.0.0.1:9400" style base address ("https://" with TLS).
   std::string endpoint() const;
 
   // Stops accepting, closes connections, joins the thread. Idempotent.

@@ -92,5 +92,25 @@ TEST(HttpServerOptionsTest, BadBindAddressIsInvalidArgument) {
   EXPECT_EQ(MetricsHttpServer::Create(std::move(options)).status().code(), StatusCode::kInvalidArgument);
 }
 
+// HTTPS needs a certificate and its key that load; each refusal names what was wrong.
+TEST(HttpServerOptionsTest, TlsFilesThatDoNotLoadAreNamed) {
+  MetricsRegistry registry;
+  const auto refusal = [&](std::string cert, std::string key) {
+    MetricsHttpServerOptions options;
+    options.bind_address = "127.0.0.1";
+    options.port = 0;
+    options.registry = &registry;
+    options.tls_cert_file = std::move(cert);
+    options.tls_key_file = std::move(key);
+    return MetricsHttpServer::Create(std::move(options)).status();
+  };
+  const Status missing = refusal("/nonexistent/server.pem", "/nonexistent/server.key");
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << missing;
+  EXPECT_NE(missing.message().find("tls.cert_file /nonexistent/server.pem"), std::string::npos) << missing;
+  const Status half = refusal("/nonexistent/server.pem", "");
+  EXPECT_EQ(half.code(), StatusCode::kInvalidArgument) << half;
+  EXPECT_NE(half.message().find("both a certificate and its key"), std::string::npos) << half;
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -190,6 +190,8 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
   http_options.bind_address = config.metrics.bind;
   http_options.port = config.metrics.port;
   http_options.registry = &registry;
+  http_options.tls_cert_file = config.tls.cert_file;  // a TLS node leaves no plaintext listener
+  http_options.tls_key_file = config.tls.key_file;
   http_options.readiness = [&ready, cluster = node->get()]() -> Status {
     return ready ? cluster->Readiness() : UnavailableError("starting up");
   };

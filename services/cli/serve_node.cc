@@ -28,6 +28,8 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
   http_options.bind_address = config.metrics.bind;
   http_options.port = config.metrics.port;
   http_options.registry = &registry;
+  http_options.tls_cert_file = config.tls.cert_file;  // a TLS node leaves no plaintext listener
+  http_options.tls_key_file = config.tls.key_file;
   // Ready once the coordinator knows the node: before that nothing routes to it.
   http_options.readiness = [&node, &draining]() -> Status {
     if (draining) return UnavailableError("draining");

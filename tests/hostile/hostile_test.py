@@ -14,6 +14,7 @@ import re
 import resource
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -513,10 +514,9 @@ class TlsTest(HostileTestCase):
                                capture_output=True, text=True, timeout=120)
         self.assertNotEqual(wrong.returncode, 0, "a certificate for another name is refused")
 
-    def test_with_tls_no_listener_but_the_metrics_endpoint_speaks_plaintext(self):
-        """Every TCP port a TLS node listens on refuses plaintext; the data stream, which
-        has no TLS yet, does not listen at all. The metrics endpoint (counts only, no block
-        bytes or keys) is the one plaintext listener, and it is the banner's."""
+    def test_with_tls_no_listener_speaks_plaintext(self):
+        """Every TCP port a TLS node listens on refuses plaintext, the metrics endpoint
+        included (it serves HTTPS); the data stream, which has no TLS yet, does not listen."""
         certs = tempfile.TemporaryDirectory(prefix="kvtier-hostile-tls-")
         self.addCleanup(certs.cleanup)
         ca, cert, key = self.make_certificates(certs.name)
@@ -526,15 +526,19 @@ class TlsTest(HostileTestCase):
         store = self.start("store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0", "--store-data-port",
                            str(data_port), "--node-coordinator", "127.0.0.1:%d" % free_port(), "--store-disk-bytes",
                            "0", "--tls-ca-file", ca, *tls)
+        verified = ssl.create_default_context(cafile=ca)
         for name, node in (("up", up), ("store", store)):
             ports = listening_ports(node.process.pid)
+            self.assertTrue(node.http.startswith("https://"), node.http)
             metrics_port = int(node.http.rsplit(":", 1)[1])
-            self.assertIn(node.port, ports)
-            self.assertIn(metrics_port, ports)
+            self.assertEqual(ports, {node.port, metrics_port}, "%s listens on its RPC and metrics ports only" % name)
             self.assertNotIn(data_port, ports, "with TLS the data stream does not listen")
-            for port in ports - {metrics_port}:
+            for port in ports:
                 self.assertFalse(speaks_plaintext(port), "port %d of %s (%s) answers plaintext" % (port, name, sorted(ports)))
-            self.assertTrue(speaks_plaintext(metrics_port), "the metrics endpoint is found by the scan")
+            with socket.create_connection(("127.0.0.1", metrics_port), timeout=5) as raw:
+                with verified.wrap_socket(raw, server_hostname="kvtier.test") as https:
+                    https.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+                    self.assertTrue(https.recv(64).startswith(b"HTTP/1.1 200"), "%s serves its metrics over HTTPS" % name)
 
 
 def listening_ports(pid):
