@@ -155,10 +155,9 @@ BlockKey KeySalt::Apply(const BlockKey& key) const {
   return salted;
 }
 
-std::vector<BlockKey> KeySalt::Apply(std::span<const BlockKey> keys) const {
-  std::vector<BlockKey> salted(keys.begin(), keys.end());
-  ApplyInPlace(salted);
-  return salted;
+std::vector<BlockKey> KeySalt::Apply(std::vector<BlockKey> keys) const {
+  ApplyInPlace(keys);
+  return keys;
 }
 
 void KeySalt::ApplyInPlace(std::span<BlockKey> keys) const {

@@ -107,7 +107,7 @@ class KeySalt {
 
   bool identity() const { return identity_; }
   [[nodiscard]] BlockKey Apply(const BlockKey& key) const;
-  [[nodiscard]] std::vector<BlockKey> Apply(std::span<const BlockKey> keys) const;
+  [[nodiscard]] std::vector<BlockKey> Apply(std::vector<BlockKey> keys) const;  // salted in place
   void ApplyInPlace(std::span<BlockKey> keys) const;
   // The parent of a tenant's first block: Apply(RootKey("")).
   [[nodiscard]] BlockKey Root() const;

@@ -157,7 +157,7 @@ class WorkerServer final : public schema::Worker::Server {
       : worker_thread_(context.worker_thread),
         salt_(tenant.salt),
         maps_pools_(tenant.maps_pools),
-        sees_pool_state_(tenant.node),
+        cluster_counts_(tenant.node),
         caller_{.worker = context.worker,
                 .peers = context.peers,
                 .client = client,
@@ -261,7 +261,7 @@ class WorkerServer final : public schema::Worker::Server {
   }
 
   kj::Promise<void> stats(StatsContext call) override {
-    return OnWorker([worker = caller_.worker, all = sees_pool_state_] {
+    return OnWorker([worker = caller_.worker, all = cluster_counts_] {
              StatsView view{.stats = worker->Stats(), .layouts = {}};
              view.cluster_counts = all;
              if (!all) view.stats = OwnView(view.stats);
@@ -327,7 +327,7 @@ class WorkerServer final : public schema::Worker::Server {
   const kj::Executor* const worker_thread_;
   const KeySalt salt_;
   const bool maps_pools_;
-  const bool sees_pool_state_;  // a node session: the pool-wide counts
+  const bool cluster_counts_;  // a node session: the pool-wide counts
   const Caller caller_;
 };
 
