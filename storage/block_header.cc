@@ -40,6 +40,11 @@ Status ValidateFormatTag(std::string_view format_tag) {
   return Status::Ok();
 }
 
+void SaltHeader(const KeySalt& salt, BlockHeader& header) {
+  header.key = salt.Apply(header.key);
+  header.parent = salt.Apply(header.parent);
+}
+
 Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateFormatTag(header.format_tag));
   if (header.priority > 100) {

@@ -67,6 +67,10 @@ struct BlockRef {
 // kMaxRetentionMs (common/retention.h), zero or oversized payload.
 [[nodiscard]] Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes);
 
+// A tenant's header moved into its key space (common/block_key.h KeySalt): its key and
+// its parent's, as the servers take every block a tenant session names.
+void SaltHeader(const KeySalt& salt, BlockHeader& header);
+
 // ValidateHeader plus: the payload has payload_bytes bytes.
 [[nodiscard]] Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> payload,
                                        uint64_t max_payload_bytes);

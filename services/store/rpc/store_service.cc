@@ -197,10 +197,7 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   }
   // A tenant's header in its key space (common/block_key.h KeySalt): key and parent.
   Result<storage::BlockHeader> Salted(Result<storage::BlockHeader> header) const {
-    if (header.ok()) {
-      header->key = salt_.Apply(header->key);
-      header->parent = salt_.Apply(header->parent);
-    }
+    if (header.ok()) storage::SaltHeader(salt_, *header);
     return header;
   }
   // A stored header as the client sees it: under the key it named.

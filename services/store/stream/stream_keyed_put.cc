@@ -63,8 +63,7 @@ Status StreamConnection::OpenKeyedPut() {
       return InvalidArgumentError(block + "'s header: " + header.status().message());
     }
     rest = rest.subspan(consumed);
-    header->key = session_->salt.Apply(header->key);
-    header->parent = session_->salt.Apply(header->parent);
+    storage::SaltHeader(session_->salt, *header);
     KVTIER_RETURN_IF_ERROR(ScopeHeader(*header).WithContext(block));
     KVTIER_RETURN_IF_ERROR(storage::ValidateHeader(*header, context_.max_block_bytes).WithContext(block));
     total += header->payload_bytes;
