@@ -21,6 +21,16 @@ target_compile_definitions(kvtier_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECA
 target_link_libraries(kvtier_asio INTERFACE Threads::Threads)
 add_library(kvtier::asio ALIAS kvtier_asio)
 
+# Engines' KV event streams (services/coordinator/engines): libzmq through cppzmq
+# (libzmq3-dev, cppzmq-dev) and msgpack-cxx (libmsgpack-cxx-dev). msgpack-cxx's CMake
+# package asks for Boost, which kvtier does not use: its headers are taken without it.
+find_package(cppzmq REQUIRED)
+find_path(MSGPACK_INCLUDE_DIR msgpack.hpp REQUIRED)
+add_library(kvtier_msgpack INTERFACE)
+target_include_directories(kvtier_msgpack SYSTEM INTERFACE ${MSGPACK_INCLUDE_DIR})
+target_compile_definitions(kvtier_msgpack INTERFACE MSGPACK_NO_BOOST MSGPACK_DEFAULT_API_VERSION=3)
+add_library(kvtier::msgpack ALIAS kvtier_msgpack)
+
 include(GoogleTest)
 
 # The client SDK's Python binding (pybind11-dev, python3-dev). Not built under the

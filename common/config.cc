@@ -75,6 +75,18 @@ Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view so
     values.push_back(node.Scalar());
   } else if (node.IsSequence() && field.is_list) {
     for (const YAML::Node& item : node) {
+      if (item.IsMap()) {  // a list of records (coordinator.engines): "key=value;key=value"
+        std::string spec;
+        for (const auto& kv : item) {
+          if (!kv.second.IsScalar()) {
+            return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(kv.second) +
+                                        ": a list item's values must be plain values");
+          }
+          spec += (spec.empty() ? "" : ";") + kv.first.as<std::string>() + "=" + kv.second.Scalar();
+        }
+        values.push_back(std::move(spec));
+        continue;
+      }
       if (!item.IsScalar()) {
         return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) +
                                     Where(item) + ": list items must be plain values");

@@ -69,6 +69,21 @@ struct ConnectionsConfig {
   uint32_t auth_failures_per_minute = 60;          // then at most this many a minute
 };
 
+// An inference engine whose KV event stream the coordinator follows (its ZMQ publisher:
+// vLLM's --kv-events-config, SGLang's, TensorRT-LLM's). In flags and environment variables
+// one engine is "name=...;events=tcp://...;replay=...;format=vllm;tokens_per_block=16;
+// tenant=...;model=..." (a YAML list item may be that string or a map of those keys).
+struct EngineConfig {
+  std::string name;
+  std::string events;                // tcp://host:port of its PUB socket
+  std::string replay = {};           // tcp://host:port of its ROUTER replay socket; empty: none
+  std::string format = "vllm";       // vllm, sglang or trtllm
+  uint32_t tokens_per_block = 16;    // the kvtier block size its blocks are keyed at
+  std::string tenant = {};           // whose key space its blocks join (auth.token_file's name)
+  std::string model = {};            // the model tag of its keys (what a gateway's "model" names)
+  friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
+};
+
 struct CoordinatorConfig {
   std::vector<std::string> listen = {"127.0.0.1:7400"};  // host:port; port 0 picks one
   std::string unix_socket;                                // path; empty for none
@@ -82,6 +97,11 @@ struct CoordinatorConfig {
   // How long a stored event whose parent no node holds waits for some node's event to
   // bring it (coordinator/cluster/waiting_children.h); 0: left out at once.
   uint64_t orphan_wait_ms = 2000;
+  std::vector<EngineConfig> engines = {};    // engines' KV event streams to follow
+  std::vector<std::string> http_listen = {};  // the routing API for gateways (host:port); empty: off
+  // The block size of SDK clients' keys, for the routing API's lookups by tokens (`kvtier up`
+  // uses its worker's); 0: only engines' keys are looked up.
+  uint32_t sdk_tokens_per_block = 16;
 };
 
 // The worker node's pool. Without a GPU the pool lives in host memory (`pool_bytes`).

@@ -109,7 +109,8 @@ Field StringField(std::string_view path, std::string_view help, std::string allo
   return f;
 }
 
-// "host:port", "[v6]:port" or "unix:/path"; ports in [0, 65535].
+}  // namespace
+
 Status CheckListenAddress(std::string_view address) {
   if (address.starts_with("unix:")) {
     if (address.size() == 5) return InvalidArgumentError(Quote(address) + " names no socket path");
@@ -123,6 +124,8 @@ Status CheckListenAddress(std::string_view address) {
   if (!port.ok()) return InvalidArgumentError(Quote(address) + " has a bad port: " + port.status().message());
   return Status::Ok();
 }
+
+namespace {
 
 // A list of strings, each passing `check` (when set); empty items are refused.
 template <typename Member>
@@ -403,6 +406,7 @@ std::vector<Field> BuildFields() {
                              "to bring the parent (two nodes' streams arrive in no common order); then it is "
                              "left out of lookups and counted. 0: left out at once.",
                              0, 60000, [](auto& c) -> auto& { return c.coordinator.orphan_wait_ms; }));
+  AddEngineFields(fields);
   AddConnectionFields(fields);
   AddPoolFields(fields);
   AddStoreFields(fields);

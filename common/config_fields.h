@@ -23,6 +23,11 @@ struct Field {
 };
 
 const std::vector<Field>& Fields();
+// coordinator.engines, coordinator.http_listen, coordinator.sdk_tokens_per_block
+// (config_engines.cc).
+void AddEngineFields(std::vector<Field>& fields);
+// "host:port", "[v6]:port" or "unix:/path"; ports in [0, 65535].
+Status CheckListenAddress(std::string_view address);
 const Field* FindField(std::string_view path);
 
 }  // namespace kvtier::config_internal

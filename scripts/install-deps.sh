@@ -14,6 +14,8 @@ PACKAGES=(
   capnproto libcapnp-dev librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libssl-dev libxxhash-dev
   libhiredis-dev libasio-dev
+  # engines' KV event streams (ZMQ + msgpack), and the publishers the tests run
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev python3-zmq python3-msgpack
   # the Python binding of the client SDK (services/client/python)
   pybind11-dev python3-dev
   # its wheel is tested installed into a fresh virtual environment (tests/python/wheel_test.py)

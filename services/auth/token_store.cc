@@ -197,6 +197,13 @@ Result<Tenant> TokenStore::Authenticate(std::string_view token, std::string_view
   return AuthenticateDigest(*Current(), Digest(token), act_for);
 }
 
+Result<std::string> TokenStore::TenantSalt(std::string_view name) const {
+  if (!enabled_) return std::string();
+  const Entry* entry = FindTenant(*Current(), name);
+  if (entry == nullptr) return NotFoundError("no tenant named \"" + std::string(name) + "\" in the token file");
+  return entry->tenant.salt;
+}
+
 Result<Tenant> TokenStore::AuthenticateDigest(const Entries& entries, const std::array<uint8_t, 32>& digest,
                                               std::string_view act_for) {
   const Entry* match = nullptr;

@@ -89,6 +89,10 @@ class TokenStore {
   // kInvalidArgument for an engine token that names no tenant.
   [[nodiscard]] Result<Tenant> Authenticate(std::string_view token, std::string_view act_for = {}) const;
 
+  // The salt of the tenant named `name` (engines' KV event streams join that tenant's key
+  // space). kNotFound naming it when no tenant has that name; "" for any name with auth off.
+  [[nodiscard]] Result<std::string> TenantSalt(std::string_view name) const;
+
   // Ok while the token `session` was opened with (Authenticate's answer) still opens the
   // same session: same tenant, salt and rights. kUnauthenticated naming the tenant once a
   // reload revoked or changed it.

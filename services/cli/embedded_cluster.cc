@@ -22,6 +22,12 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
   node.connections = config.connections;
   node.lease_ttl = std::chrono::milliseconds(config.coordinator.lease_ttl_ms);
   node.tls = config.tls;
+  Result<std::vector<coordinator::EngineSource>> engines =
+      coordinator::ResolveEngineSources(config.coordinator.engines, options.tokens);
+  if (!engines.ok()) return engines.status().WithContext("coordinator.engines");
+  node.engines = std::move(engines).value();
+  // `kvtier up`'s SDK clients key prompts at its worker's block size.
+  node.sdk_tokens_per_block = options.local_node ? config.worker.tokens_per_block : config.coordinator.sdk_tokens_per_block;
   node.tokens = std::move(options.tokens);
   node.registry = options.registry;
   Result<std::unique_ptr<coordinator::CoordinatorNode>> started = coordinator::CoordinatorNode::Create(std::move(node));
@@ -33,6 +39,7 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
 EmbeddedCluster::~EmbeddedCluster() { Shutdown(); }
 
 const std::vector<std::string>& EmbeddedCluster::endpoints() const { return coordinator_->endpoints(); }
+const std::vector<std::string>& EmbeddedCluster::http_endpoints() const { return coordinator_->http_endpoints(); }
 Status EmbeddedCluster::Readiness() const { return coordinator_->Readiness(); }
 bool EmbeddedCluster::tls() const { return coordinator_->tls(); }
 

@@ -47,6 +47,8 @@ class EmbeddedCluster {
   ~EmbeddedCluster();
 
   const std::vector<std::string>& endpoints() const;
+  // The routing API's addresses (coordinator.http_listen); empty when it is off.
+  const std::vector<std::string>& http_endpoints() const;
   // Ok while the listener every role shares accepts connections.
   [[nodiscard]] Status Readiness() const;
   bool tls() const;

@@ -112,6 +112,14 @@ void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& n
   std::printf("  roles     coordinator (prefix index, membership, routing)%s\n",
               local != nullptr ? ", worker, store" : "");
   if (local != nullptr) std::printf("  node      %s\n", local->Summary().c_str());
+  for (const std::string& e : node.http_endpoints()) {
+    std::printf("  routing   %s://%s/v1/lookup  /v1/route\n", node.tls() ? "https" : "http", e.c_str());
+  }
+  for (const EngineConfig& e : config.coordinator.engines) {
+    std::printf("  engine    %s (%s, %u tokens a block%s%s) events %s%s%s\n", e.name.c_str(), e.format.c_str(),
+                e.tokens_per_block, e.tenant.empty() ? "" : ", tenant ", e.tenant.c_str(), e.events.c_str(),
+                e.replay.empty() ? "" : " replay ", e.replay.c_str());
+  }
   std::printf("Stop with Ctrl-C or SIGTERM.\n");
   std::fflush(stdout);
 }

@@ -121,6 +121,8 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
     for (const std::string& path : unix_paths_) unlink(path.c_str());
   }
 
+  void RunOnLoop(kj::FunctionParam<void()> fn) { executor_->executeSync([&fn] { fn(); }); }
+
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   bool tls() const { return !options_.tls_cert_file.empty(); }
 
@@ -149,6 +151,14 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
     }
     for (auto& receiver : receivers) tasks.add(AcceptLoop(*receiver, kAcceptRetryMin));
     if (options_.tick) tasks.add(TickLoop());
+    if (options_.on_loop) {
+      Result<kj::Promise<void>> more = options_.on_loop(io);
+      if (!more.ok()) {
+        started.set_value(more.status());
+        return;
+      }
+      tasks.add(std::move(more).value());
+    }
     auto stop = kj::newPromiseAndFulfiller<void>();
     stop_ = kj::mv(stop.fulfiller);
     executor_ = &kj::getCurrentThreadExecutor();
@@ -443,5 +453,6 @@ const std::vector<std::string>& RpcServer::endpoints() const { return impl_->end
 bool RpcServer::tls() const { return impl_->tls(); }
 Status RpcServer::Readiness() const { return impl_->Readiness(); }
 void RpcServer::Shutdown() { impl_->Shutdown(); }
+void RpcServer::RunOnLoop(kj::FunctionParam<void()> fn) { impl_->RunOnLoop(fn); }
 
 }  // namespace kvtier::rpc

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <capnp/capability.h>
+#include <kj/async-io.h>
 
 #include "common/config.h"
 #include "common/status.h"
@@ -70,6 +71,10 @@ struct RpcServerOptions {
   std::chrono::microseconds busy_poll{0};
   std::string thread_name = "kvt-rpc";  // the event-loop thread's (common/thread_name.h)
   ConnectionLimits limits;
+  // More work on the server's loop (the coordinator's HTTP API: http_listener.h): called
+  // once on the loop thread before Create() returns; its promise runs until Shutdown(). An
+  // error fails Create().
+  std::function<Result<kj::Promise<void>>(kj::AsyncIoContext& io)> on_loop;
 };
 
 // Makes the bootstrap capability of one connection; `gate` is the connection's
@@ -92,6 +97,10 @@ class RpcServer {
   // Ok while the listeners accept; kUnavailable, with the error, while an accept has failed
   // within the last few seconds (descriptors exhausted). Safe from any thread.
   [[nodiscard]] Status Readiness() const;
+
+  // Runs `fn` on the server's event-loop thread and waits until it has. From any other
+  // thread, while the server runs (not after Shutdown()).
+  void RunOnLoop(kj::FunctionParam<void()> fn);
 
   // Closes listeners and connections and joins the thread. Idempotent.
   void Shutdown();

@@ -286,9 +286,21 @@ LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys,
 }
 
 Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<WorkerLoad> workers, RoutableWorkers(query));
+  const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
+  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
+}
+
+Result<std::vector<RouteChoice>> Coordinator::RouteAll(ScopeId scope, const RouteQuery& query) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<WorkerLoad> workers, RoutableWorkers(query));
+  const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
+  return ScoreWorkers(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
+}
+
+Result<std::vector<WorkerLoad>> Coordinator::RoutableWorkers(const RouteQuery& query) const {
   std::vector<WorkerLoad> workers;
   const auto add_if_live_worker = [&](NodeId node) {
-    if (membership_.live(node) && membership_.role(node) == NodeRole::kWorker) {
+    if (membership_.live(node) && membership_.role(node) != NodeRole::kStore) {
       workers.push_back({node, active_blocks_[node]});
     }
   };
@@ -305,8 +317,7 @@ Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
                                 : "none of the " + std::to_string(query.candidates.size()) +
                                       " candidates is a live worker");
   }
-  const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
-  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
+  return workers;
 }
 
 Status Coordinator::Leave(const std::string& node, uint64_t lease_id) {

@@ -187,10 +187,12 @@ class Coordinator {
   // (BlockIndex::Lookup).
   [[nodiscard]] LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys,
                                     std::span<const uint32_t> tail_tokens = {});
-  // The live worker (not store), among `query.candidates` where given, with the lowest
-  // routing cost (ChooseWorker); candidates that are no live worker are passed over.
+  // The live worker or engine (not store), among `query.candidates` where given, with the
+  // lowest routing cost (ChooseWorker); candidates that are neither are passed over.
   // kUnavailable when no worker is left.
   [[nodiscard]] Result<RouteChoice> Route(ScopeId scope, const RouteQuery& query);
+  // Every candidate Route weighs, cheapest first (Route's choice is the first).
+  [[nodiscard]] Result<std::vector<RouteChoice>> RouteAll(ScopeId scope, const RouteQuery& query);
 
   // Expires leases (dropping those nodes' locations) and retention deadlines. The service
   // calls it at least every half lease period, so a dead node's blocks leave lookups within
@@ -205,6 +207,8 @@ class Coordinator {
  private:
   Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index);
   Status Apply(NodeId node, const KvEvent& event);
+  // The live workers and engines among the query's candidates (all where it names none).
+  Result<std::vector<WorkerLoad>> RoutableWorkers(const RouteQuery& query) const;
   Status StoreChain(NodeId node, const StoreRequest& request);
   // StoreChain, then the waiting events whose parent it stored (and theirs, in turn).
   Status StoreChainAndAdopt(NodeId node, const StoreRequest& request);

@@ -32,7 +32,9 @@
 
 namespace kvtier::coordinator {
 
-enum class NodeRole : uint8_t { kWorker, kStore };
+// kEngine: an inference engine's prefix cache, learned from its own KV event stream
+// (services/coordinator/engines/); routed to like a worker.
+enum class NodeRole : uint8_t { kWorker, kStore, kEngine };
 
 using ConnectionId = uint64_t;
 inline constexpr ConnectionId kNoConnection = 0;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "services/coordinator/index/block_index.h"
 
@@ -35,12 +36,17 @@ struct RouteChoice {
   uint32_t prefix_blocks = 0;  // cached prefix on the chosen worker
   uint32_t partial_tokens = 0;  // tail tokens the chosen worker can reuse
   double cost = 0.0;
+  uint64_t active_blocks = 0;   // its load
 };
 
 // `lookup`: the index's answer for the prompt's keys and tail. The tail's share of a block
 // is known from the partially matching block's size; where nothing matched partially it is
 // the same for every worker and left out.
 // REQUIRES: `workers` is not empty (callers answer kUnavailable when no worker is live).
+// Every worker's cost, cheapest (as ChooseWorker picks) first.
+// REQUIRES: as ChooseWorker.
+[[nodiscard]] std::vector<RouteChoice> ScoreWorkers(const LookupResult& lookup, RoutedPrompt prompt,
+                                                   std::span<const WorkerLoad> workers, double overlap_weight = 1.0);
 [[nodiscard]] RouteChoice ChooseWorker(const LookupResult& lookup, RoutedPrompt prompt,
                                        std::span<const WorkerLoad> workers, double overlap_weight = 1.0);
 

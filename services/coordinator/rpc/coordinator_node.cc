@@ -1,6 +1,9 @@
 #include "services/coordinator/rpc/coordinator_node.h"
 
+#include "services/coordinator/engines/engine_nodes.h"
 #include "services/coordinator/rpc/coordinator_service.h"
+#include "services/coordinator/rpc/http_api.h"
+#include "services/rpc/http_listener.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
 
@@ -23,6 +26,8 @@ class CoordinatorNode::Impl {
     coordinator.membership.lease_ttl = options_.lease_ttl;
     KVTIER_ASSIGN_OR_RETURN(state_.coordinator, Coordinator::Create(coordinator));
     KVTIER_ASSIGN_OR_RETURN(state_.metrics, CoordinatorMetrics::Create(*options_.registry));
+    engine_nodes_ = std::make_unique<EngineNodes>(*state_.coordinator, state_.scopes);
+    engines_ = options_.engines;
     session_.identity = {options_.node_id, options_.roles};
     session_.tokens = &options_.tokens;
     session_.clock = options_.clock;
@@ -44,8 +49,10 @@ class CoordinatorNode::Impl {
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();
     server.limits = rpc::ConnectionLimitsFrom(options_.connections);
+    if (!options_.rpc.http_listen.empty()) server.on_loop = [this](kj::AsyncIoContext& io) { return StartHttp(io); };
     server.tick = [this] {
       if (options_.on_tick) options_.on_tick(state_);
+      engine_nodes_->Tick();
       state_.coordinator->Tick();
       state_.metrics->Update(state_.coordinator->Stats());
     };
@@ -53,15 +60,77 @@ class CoordinatorNode::Impl {
     server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
     KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
                                                             rpc::SessionBootstraps(session_)));
+    if (!engines_.empty()) KVTIER_RETURN_IF_ERROR(StartFeed(engines_));
+    return Status::Ok();
+  }
+
+  Status ReconfigureEngines(std::vector<EngineSource> engines) {
+    KVTIER_RETURN_IF_ERROR(ValidateEngineSources(engines));
+    if (!feed_) {
+      KVTIER_RETURN_IF_ERROR(StartFeed(engines));
+    } else {
+      KVTIER_RETURN_IF_ERROR(feed_->Reconfigure(engines));
+    }
+    server_->RunOnLoop([&] { engines_ = std::move(engines); });
+    return Status::Ok();
+  }
+
+  void Shutdown() {
+    feed_.reset();  // its sink runs on the server's loop
+    server_->Shutdown();
+  }
+
+  Result<kj::Promise<void>> StartHttp(kj::AsyncIoContext& io) {
+    rpc::HttpListenerOptions http{.listen = options_.rpc.http_listen, .tls_cert_file = options_.tls.cert_file,
+                                  .tls_key_file = options_.tls.key_file};
+    HttpApiOptions api{.state = &state_, .tokens = &options_.tokens, .engines = &engines_,
+                       .sdk_tokens_per_block = options_.sdk_tokens_per_block};
+    KVTIER_ASSIGN_OR_RETURN(kj::Own<rpc::HttpListener> listener,
+                            rpc::HttpListener::Create(io, std::move(http), [&](kj::HttpHeaderTable::Builder& headers) {
+                              return MakeHttpApi(api, headers);
+                            }));
+    http_endpoints_ = listener->endpoints();
+    auto running = listener->Run();
+    return running.attach(kj::mv(listener));
+  }
+
+  Status StartFeed(const std::vector<EngineSource>& engines) {
+    EngineFeedOptions feed{.engines = engines, .registry = options_.registry, .clock = options_.clock};
+    feed.sink = [this](std::vector<EngineUpdate>& updates) {
+      std::vector<std::string> resync;
+      server_->RunOnLoop([&] { resync = engine_nodes_->Apply(updates); });
+      return resync;
+    };
+    KVTIER_ASSIGN_OR_RETURN(feed_, EngineFeed::Create(std::move(feed)));
     return Status::Ok();
   }
 
   CoordinatorNodeOptions options_;
   std::unique_ptr<rpc::RpcMetrics> metrics_;
   CoordinatorState state_;  // used only on the server's event-loop thread
+  std::unique_ptr<EngineNodes> engine_nodes_;  // the server's thread's
+  std::vector<EngineSource> engines_;          // the server's thread's (the routing API reads it)
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
+  std::vector<std::string> http_endpoints_;  // set on the server's thread before Create() returns
+  std::unique_ptr<EngineFeed> feed_;
 };
+
+Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineConfig>& engines,
+                                                       const auth::TokenStore& tokens) {
+  std::vector<EngineSource> sources;
+  for (const EngineConfig& e : engines) {
+    KVTIER_ASSIGN_OR_RETURN(const EngineFormat format, ParseEngineFormat(e.format));
+    // No tenant: the unsalted key space (auth off, `kvtier up`'s local user).
+    Result<std::string> salt = e.tenant.empty() ? std::string() : tokens.TenantSalt(e.tenant);
+    if (!salt.ok()) return salt.status().WithContext("engine \"" + e.name + "\"");
+    sources.push_back(EngineSource{.name = e.name, .events = e.events, .replay = e.replay, .format = format,
+                                   .space = {.tenant = KeySalt(*salt), .model = e.model,
+                                             .tokens_per_block = e.tokens_per_block},
+                                   .salt_scope = SaltScope(*salt), .tenant = e.tenant});
+  }
+  return sources;
+}
 
 Result<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(CoordinatorNodeOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
@@ -72,8 +141,12 @@ Result<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(CoordinatorNode
 CoordinatorNode::CoordinatorNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorNode::~CoordinatorNode() { Shutdown(); }
 const std::vector<std::string>& CoordinatorNode::endpoints() const { return impl_->server_->endpoints(); }
+const std::vector<std::string>& CoordinatorNode::http_endpoints() const { return impl_->http_endpoints_; }
+Status CoordinatorNode::ReconfigureEngines(std::vector<EngineSource> engines) {
+  return impl_->ReconfigureEngines(std::move(engines));
+}
 Status CoordinatorNode::Readiness() const { return impl_->server_->Readiness(); }
 bool CoordinatorNode::tls() const { return impl_->server_->tls(); }
-void CoordinatorNode::Shutdown() { impl_->server_->Shutdown(); }
+void CoordinatorNode::Shutdown() { impl_->Shutdown(); }
 
 }  // namespace kvtier::coordinator

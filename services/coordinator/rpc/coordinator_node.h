@@ -10,7 +10,12 @@
 // and `on_tick` runs with the coordinator's state at every tick, on the server's thread,
 // so that nodes in the same process publish their events without a network hop.
 //
-// Thread safety: Create(), endpoints() and Shutdown() from one controlling thread; the
+// Engines (services/coordinator/engines/): an EngineFeed thread follows their ZMQ streams and
+// applies the updates on the server's thread (RpcServer::RunOnLoop); the routing API
+// (http_api.h) is served on that thread too.
+//
+// Thread safety: Create(), endpoints(), ReconfigureEngines() and Shutdown() from one
+// controlling thread; the
 // server runs on its own event-loop thread (services/rpc/rpc_server.h), and so do the
 // `worker` capabilities and `on_tick`.
 // Ownership: owns its server, token store and RPC metrics; the registry and clock outlive it.
@@ -29,6 +34,7 @@
 #include "common/config.h"
 #include "common/metrics.h"
 #include "services/auth/token_store.h"
+#include "services/coordinator/engines/engine_feed.h"
 
 namespace kvtier::coordinator {
 
@@ -53,7 +59,18 @@ struct CoordinatorNodeOptions {
   // Sees the keys of every lookup, on the server's thread (an embedded store's admission
   // filter counts them).
   std::function<void(std::span<const BlockKey>)> on_lookup;
+  // Inference engines whose KV event streams join the index (ResolveEngineSources), and
+  // the block size of SDK clients' keys for the routing API (rpc.http_listen).
+  std::vector<EngineSource> engines = {};
+  uint32_t sdk_tokens_per_block = 16;
 };
+
+// The engines of a configuration, each with its tenant's key space from `tokens` (no
+// tenant: the unsalted key space of auth off and of `kvtier up`'s local user).
+// kNotFound naming an engine whose tenant the token file does not hold; kInvalidArgument
+// for a bad format.
+[[nodiscard]] Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineConfig>& engines,
+                                                                     const auth::TokenStore& tokens);
 
 class CoordinatorNode {
  public:
@@ -61,6 +78,10 @@ class CoordinatorNode {
   ~CoordinatorNode();
 
   const std::vector<std::string>& endpoints() const;
+  // The routing API's bound addresses (empty when rpc.http_listen is).
+  const std::vector<std::string>& http_endpoints() const;
+  // Follows `engines` from now on: removed ones leave the index, new ones join it.
+  [[nodiscard]] Status ReconfigureEngines(std::vector<EngineSource> engines);
   // Ok while its listeners accept connections (rpc_server.h's Readiness()).
   [[nodiscard]] Status Readiness() const;
   bool tls() const;

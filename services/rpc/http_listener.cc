@@ -1,0 +1,110 @@
+#include "services/rpc/http_listener.h"
+
+#include <kj/debug.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+
+#include "services/rpc/status_mapping.h"
+#include "services/rpc/tls.h"
+
+namespace kvtier::rpc {
+namespace {
+
+class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHandler {
+ public:
+  HttpListenerImpl(kj::AsyncIoContext& io, HttpListenerOptions options) : io_(io), options_(std::move(options)) {}
+
+  Status Start(kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)>& make_service) {
+    if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(tls_, TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
+    }
+    kj::HttpHeaderTable::Builder builder;
+    service_ = make_service(builder);
+    table_ = builder.build();
+    kj::HttpServerSettings settings;
+    settings.headerTimeout = options_.header_timeout.count() * kj::MILLISECONDS;
+    settings.pipelineTimeout = options_.idle_timeout.count() * kj::MILLISECONDS;
+    server_ = kj::heap<kj::HttpServer>(io_.provider->getTimer(), *table_, *service_, settings);
+    for (const std::string& address : options_.listen) {
+      kj::Own<kj::ConnectionReceiver> receiver;
+      KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
+                     receiver = io_.provider->getNetwork().parseAddress(address.c_str()).wait(io_.waitScope)->listen();
+                   })) {
+        return UnavailableError("cannot listen for HTTP on " + address + ": " +
+                                ExceptionToStatus(*exception).message());
+      }
+      endpoints_.push_back(address.substr(0, address.rfind(':') + 1) + std::to_string(receiver->getPort()));
+      receivers_.push_back(kj::mv(receiver));
+    }
+    return Status::Ok();
+  }
+
+  kj::Promise<void> Run() override {
+    kj::Vector<kj::Promise<void>> loops;
+    for (auto& receiver : receivers_) loops.add(AcceptLoop(*receiver));
+    return kj::joinPromises(loops.releaseAsArray());
+  }
+
+  const std::vector<std::string>& endpoints() const override { return endpoints_; }
+
+ private:
+  kj::Promise<void> AcceptLoop(kj::ConnectionReceiver& receiver) {
+    return kj::evalNow([&receiver] { return receiver.accept(); })
+        .then(
+            [this, &receiver](kj::Own<kj::AsyncIoStream> stream) {
+              Accepted(kj::mv(stream));
+              return AcceptLoop(receiver);
+            },
+            [this, &receiver](kj::Exception&& e) {
+              spdlog::warn("HTTP listener {}: accept failed: {}", endpoints_.front(), e.getDescription().cStr());
+              return io_.provider->getTimer().afterDelay(100 * kj::MILLISECONDS).then([this, &receiver] {
+                return AcceptLoop(receiver);
+              });
+            });
+  }
+
+  void Accepted(kj::Own<kj::AsyncIoStream> stream) {
+    if (open_ >= options_.max_connections) return;  // dropped: closes the connection
+    ++open_;
+    kj::Promise<void> serving = nullptr;
+    if (tls_) {
+      auto deadline = io_.provider->getTimer().afterDelay(options_.header_timeout.count() * kj::MILLISECONDS);
+      serving = tls_->Wrap(kj::mv(stream))
+                    .exclusiveJoin(deadline.then([]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+                      return KJ_EXCEPTION(DISCONNECTED, "TLS handshake timed out");
+                    }))
+                    .then([this](kj::Own<kj::AsyncIoStream> secured) { return server_->listenHttp(kj::mv(secured)); });
+    } else {
+      serving = server_->listenHttp(kj::mv(stream));
+    }
+    tasks_.add(serving.attach(kj::defer([this] { --open_; })));
+  }
+
+  void taskFailed(kj::Exception&& e) override {
+    spdlog::debug("HTTP connection closed: {}", e.getDescription().cStr());
+  }
+
+  kj::AsyncIoContext& io_;
+  HttpListenerOptions options_;
+  std::unique_ptr<TlsServer> tls_;
+  kj::Own<kj::HttpHeaderTable> table_;
+  kj::Own<kj::HttpService> service_;
+  kj::Own<kj::HttpServer> server_;
+  std::vector<kj::Own<kj::ConnectionReceiver>> receivers_;
+  std::vector<std::string> endpoints_;
+  uint32_t open_ = 0;
+  kj::TaskSet tasks_{*this};
+};
+
+}  // namespace
+
+Result<kj::Own<HttpListener>> HttpListener::Create(
+    kj::AsyncIoContext& io, HttpListenerOptions options,
+    kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)> make_service) {
+  auto listener = kj::heap<HttpListenerImpl>(io, std::move(options));
+  KVTIER_RETURN_IF_ERROR(listener->Start(make_service));
+  return kj::Own<HttpListener>(kj::mv(listener));
+}
+
+}  // namespace kvtier::rpc
