@@ -40,6 +40,9 @@ EmbeddedCluster::~EmbeddedCluster() { Shutdown(); }
 
 const std::vector<std::string>& EmbeddedCluster::endpoints() const { return coordinator_->endpoints(); }
 const std::vector<std::string>& EmbeddedCluster::http_endpoints() const { return coordinator_->http_endpoints(); }
+Status EmbeddedCluster::ReconfigureEngines(std::vector<coordinator::EngineSource> engines) {
+  return coordinator_->ReconfigureEngines(std::move(engines));
+}
 Status EmbeddedCluster::Readiness() const { return coordinator_->Readiness(); }
 bool EmbeddedCluster::tls() const { return coordinator_->tls(); }
 

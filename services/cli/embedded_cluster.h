@@ -20,6 +20,7 @@
 #include "common/config.h"
 #include "common/metrics.h"
 #include "services/auth/token_store.h"
+#include "services/coordinator/engines/engine_feed.h"
 
 namespace kvtier::coordinator {
 class CoordinatorNode;
@@ -49,6 +50,8 @@ class EmbeddedCluster {
   const std::vector<std::string>& endpoints() const;
   // The routing API's addresses (coordinator.http_listen); empty when it is off.
   const std::vector<std::string>& http_endpoints() const;
+  // Follows `engines` from now on (CoordinatorNode::ReconfigureEngines).
+  [[nodiscard]] Status ReconfigureEngines(std::vector<coordinator::EngineSource> engines);
   // Ok while the listener every role shares accepts connections.
   [[nodiscard]] Status Readiness() const;
   bool tls() const;

@@ -68,7 +68,7 @@ int RunRole(Role role, const char* name, const ConfigFlags& flags) {
     return kExitUsage;
   }
   InitLogging(*ParseLogLevel(config->log.level));  // validated by the config schema
-  return Serve(role, *config);
+  return Serve(role, *config, [&flags] { return flags.Load(); });
 }
 
 }  // namespace

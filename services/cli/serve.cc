@@ -19,6 +19,7 @@
 #include "services/auth/token_store.h"
 #include "services/cli/embedded_cluster.h"
 #include "services/cli/local_node.h"
+#include "services/coordinator/rpc/coordinator_node.h"
 
 namespace kvtier::cli {
 namespace {
@@ -155,6 +156,7 @@ void BlockShutdownSignals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);  // reloads (ServeCluster); ignored by the other roles
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 }
 
@@ -178,9 +180,47 @@ Result<ResolvedAuth> PrepareToServe(Role role, const KvtierConfig& config, bool 
   return auth;
 }
 
+// Blocks until SIGINT or SIGTERM (returned); on each SIGHUP calls `on_reload`.
+int WaitForShutdownOrReload(const std::function<void()>& on_reload) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  for (;;) {
+    int received = 0;
+    sigwait(&signals, &received);
+    if (received != SIGHUP) return received;
+    on_reload();
+  }
+}
+
+// SIGHUP: the configuration's engines, applied to the running coordinator. A configuration
+// that does not load changes nothing.
+void ReloadEngines(const std::function<Result<KvtierConfig>()>& reload, const auth::TokenStore& tokens,
+                   EmbeddedCluster& node) {
+  if (!reload) return;
+  Result<KvtierConfig> config = reload();
+  if (!config.ok()) {
+    spdlog::error("SIGHUP: the configuration does not load, nothing changed: {}", config.status().message());
+    return;
+  }
+  Result<std::vector<coordinator::EngineSource>> engines =
+      coordinator::ResolveEngineSources(config->coordinator.engines, tokens);
+  Status applied = engines.ok() ? node.ReconfigureEngines(std::move(engines).value()) : engines.status();
+  if (!applied.ok()) {
+    spdlog::error("SIGHUP: coordinator.engines not applied: {}", applied.message());
+    return;
+  }
+  spdlog::info("SIGHUP: following {} engine(s) now; other settings take a restart",
+               config->coordinator.engines.size());
+}
+
 // `kvtier coordinator` and `kvtier up`: the embedded cluster (with the local worker and
 // store for `up`) and the metrics endpoint, ready until SIGINT or SIGTERM.
-int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, MetricsRegistry& registry, int gpu) {
+int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, MetricsRegistry& registry, int gpu,
+                 const std::function<Result<KvtierConfig>()>& reload) {
+  const auth::TokenStore tokens = auth.tokens;  // shares the entries (and their reloads)
   EmbeddedClusterOptions cluster;
   cluster.config = config;
   cluster.tokens = std::move(auth.tokens);
@@ -218,7 +258,7 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
 
   PrintBanner(role, config, **node, **http, auth.summary);
   if (!config.auth.enabled) spdlog::warn("AUTHENTICATION IS OFF: {}", auth.summary);
-  const int signal_number = WaitForShutdownSignal();
+  const int signal_number = WaitForShutdownOrReload([&] { ReloadEngines(reload, tokens, **node); });
   spdlog::info("received {}, shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   ready = false;
   (*http)->Shutdown();
@@ -229,7 +269,7 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
 
 }  // namespace
 
-int Serve(Role role, const KvtierConfig& config) {
+int Serve(Role role, const KvtierConfig& config, std::function<Result<KvtierConfig>()> reload) {
   const gpu::DeviceProbe devices = gpu::ProbeDevices();
   gpu::LogDeviceSelection(devices);
   // Everything that can be refused is checked before anything is created.
@@ -255,7 +295,7 @@ int Serve(Role role, const KvtierConfig& config) {
   if (role == Role::kWorker) {
     return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry, gpu);
   }
-  return ServeCluster(role, config, std::move(*auth), registry, gpu);
+  return ServeCluster(role, config, std::move(*auth), registry, gpu, reload);
 }
 
 }  // namespace kvtier::cli

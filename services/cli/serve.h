@@ -1,11 +1,13 @@
 // The long-running roles of the kvtier binary: `up` (every role in one process) and
 // `coordinator`. Each starts its servers, prints its endpoints, blocks until SIGINT or
-// SIGTERM, shuts down in order and returns the process exit code.
+// SIGTERM, shuts down in order and returns the process exit code. On SIGHUP `up` and
+// `coordinator` load their configuration again (`reload`) and apply coordinator.engines
+// (engines added, removed or changed); other settings take a restart.
 //
 // Exit codes: 0 after a clean shutdown; 1 when a server cannot start (address in use,
 // unwritable data directory); configuration errors are reported before this is called.
 //
-// REQUIRES: SIGINT and SIGTERM are blocked in every thread (BlockShutdownSignals() called
+// REQUIRES: SIGINT, SIGTERM and SIGHUP are blocked in every thread (BlockShutdownSignals() called
 // on the main thread before any other thread starts).
 #pragma once
 
@@ -24,8 +26,8 @@ enum class Role { kUp, kCoordinator, kStore, kWorker };
 
 void BlockShutdownSignals();
 
-// Returns the exit code.
-int Serve(Role role, const KvtierConfig& config);
+// Returns the exit code. `reload` loads the configuration from its sources again.
+int Serve(Role role, const KvtierConfig& config, std::function<Result<KvtierConfig>()> reload = {});
 
 // Shared by the roles (serve.cc, serve_store.cc).
 namespace serve_internal {

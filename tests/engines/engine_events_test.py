@@ -124,16 +124,22 @@ def vllm_batch(events, dp_rank=None):
 
 
 class KvtierUpWithEngines:
-    def __init__(self, engines):
+    """`kvtier up` following `engines` (flag items), or the engines of a config file."""
+
+    def __init__(self, engines=None, config_text=None):
         self.dir = tempfile.TemporaryDirectory(prefix="kvtier-engines-")
         token_file = os.path.join(self.dir.name, "tokens.yaml")
         with open(token_file, "w") as f:
             f.write(TOKEN_FILE)
+        self.config = os.path.join(self.dir.name, "kvtier.yaml")
+        source = ["--coordinator-engines", ",".join(engines)] if engines is not None else ["--config", self.config]
+        if config_text is not None:
+            self.write_config(config_text)
         self.log = open(os.path.join(self.dir.name, "log"), "w+")
         self.process = subprocess.Popen(
             [KVTIER_BIN, "up", "--data-dir", os.path.join(self.dir.name, "data"), "--coordinator-listen", "127.0.0.1:0",
              "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--auth-token-file", token_file,
-             "--coordinator-http-listen", "127.0.0.1:0", "--coordinator-engines", ",".join(engines)],
+             "--coordinator-http-listen", "127.0.0.1:0"] + source,
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         banner, values = read_banner(self.process)
         if "routing" not in values:
@@ -141,6 +147,11 @@ class KvtierUpWithEngines:
             raise RuntimeError("kvtier up did not start: " + banner + self.log_text())
         self.http = values["routing"].split()[0].rsplit("/v1/", 1)[0]
         self.metrics = values["metrics"]
+
+    def write_config(self, text):
+        with open(self.config + ".new", "w") as f:
+            f.write(text)
+        os.replace(self.config + ".new", self.config)
 
     def post(self, path, body, token=TOKEN_A):
         request = urllib.request.Request(self.http + path, data=json.dumps(body).encode(), method="POST",
@@ -321,6 +332,36 @@ class EngineEventsTest(unittest.TestCase):
         self.assertIsNotNone(self.prefix("vllm-a", tokens(13000, 16)), "what the replay still had is applied")
         self.assertGreaterEqual(
             self.up.metric('kvtier_engine_clears_total{engine="vllm-a",reason="replay_too_short"}'), 1)
+
+
+def engine_config(name, publisher):
+    return ("coordinator:\n  engines:\n    - {name: %s, events: \"tcp://127.0.0.1:%d\", replay: \"tcp://127.0.0.1:%d\", "
+            "format: vllm, tokens_per_block: 16, tenant: team-a}\n" % (name, publisher.events_port, publisher.replay_port))
+
+
+class EngineReloadTest(unittest.TestCase):
+    def test_sighup_adds_and_removes_engines_and_a_broken_file_changes_nothing(self):
+        one, two = Publisher(), Publisher()
+        up = KvtierUpWithEngines(config_text=engine_config("one", one))
+        try:
+            prompt = tokens(20000, 32)
+            instances = lambda: up.lookup(prompt)  # noqa: E731
+            one.send(vllm_batch([vllm_stored([1, 2], None, prompt)]))
+            until(lambda: "one" in instances(), keepalive=lambda: one.send(vllm_batch([])))
+            up.write_config(engine_config("two", two))
+            up.process.send_signal(signal.SIGHUP)
+            until(lambda: "one" not in instances())
+            two.send(vllm_batch([vllm_stored([5, 6], None, prompt)]))
+            until(lambda: "two" in instances(), keepalive=lambda: two.send(vllm_batch([])))
+            up.write_config("coordinator:\n  engines:\n    - {name: three, events: \"http://nowhere\"}\n")
+            up.process.send_signal(signal.SIGHUP)
+            until(lambda: "not tcp://host:port" in up.log_text())
+            self.assertIn("two", instances(), "a configuration that does not load changes nothing")
+            self.assertIsNone(up.process.poll())
+        finally:
+            up.stop()
+            one.close()
+            two.close()
 
 
 if __name__ == "__main__":
