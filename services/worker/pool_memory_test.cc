@@ -84,9 +84,14 @@ TEST(SharedPoolMemoryTest, RemoveStaleUnlinksThePoolsOfDeadCreatorsOnly) {
   // Old enough (a whole second; ctime has seconds) that no pool another test process is
   // creating right now, not yet locked, could be taken for a dead one.
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  // Another test's process starting meanwhile (a `kvtier up`, under ctest -j) removes stale
+  // pools too: then this call finds nothing left to count, and the name is gone all the same.
+  const bool left_to_us = ShmExists(stale);
   const SharedPoolMemory::Removed removed = SharedPoolMemory::RemoveStale("/dev/shm", std::chrono::seconds(1));
-  EXPECT_GE(removed.pools, 1u);
-  EXPECT_GE(removed.bytes, uint64_t{1} << 20);
+  if (left_to_us) {
+    EXPECT_GE(removed.pools, 1u);
+    EXPECT_GE(removed.bytes, uint64_t{1} << 20);
+  }
   EXPECT_FALSE(ShmExists(stale));
   EXPECT_TRUE(ShmExists(live->name())) << "the live creator's pool stays";
   EXPECT_TRUE(SharedPoolMemory::Map(live->name(), 4096).ok());
