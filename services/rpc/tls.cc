@@ -1,7 +1,14 @@
 #include "services/rpc/tls.h"
 
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
+#include <memory>
+
 #include "common/file.h"
 #include "services/rpc/status_mapping.h"
+#include "services/rpc/tls_client_stream.h"
 
 namespace kvtier::rpc {
 
@@ -12,11 +19,13 @@ template <typename T>
 Result<T> ParsePem(const std::string& path, const std::string& what) {
   KVTIER_ASSIGN_OR_RETURN(const std::string pem, ReadTextFile(path, what));
   kj::Maybe<T> parsed;
-  KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] { parsed = T(kj::StringPtr(pem.c_str())); })) {
+  KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] { parsed = T(kj::StringPtr(pem.c_str())); })) {
     return InvalidArgumentError(what + " " + path + ": not a valid PEM file (" +
                                 ExceptionToStatus(*exception).message() + ")");
   }
-  KJ_IF_MAYBE(value, parsed) { return kj::mv(*value); }
+  KJ_IF_MAYBE (value, parsed) {
+    return kj::mv(*value);
+  }
   return InvalidArgumentError(what + " " + path + ": empty");
 }
 
@@ -29,7 +38,8 @@ Result<std::unique_ptr<TlsServer>> TlsServer::Create(const std::string& cert_fil
   kj::TlsContext::Options options;
   options.defaultKeypair = server->keypair_;
   options.useSystemTrustStore = false;
-  KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] { server->context_ = kj::heap<kj::TlsContext>(kj::mv(options)); })) {
+  KJ_IF_MAYBE (exception,
+               kj::runCatchingExceptions([&] { server->context_ = kj::heap<kj::TlsContext>(kj::mv(options)); })) {
     return InvalidArgumentError("tls.cert_file " + cert_file + " and tls.key_file " + key_file +
                                 " do not make a usable keypair: " + ExceptionToStatus(*exception).message());
   }
@@ -44,20 +54,35 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> TlsServer::Wrap(kj::Own<kj::AsyncIoStrea
 }
 
 Result<std::unique_ptr<TlsClient>> TlsClient::Create(const std::string& ca_file) {
-  KVTIER_ASSIGN_OR_RETURN(kj::TlsCertificate ca, ParsePem<kj::TlsCertificate>(ca_file, "tls.ca_file"));
-  std::unique_ptr<TlsClient> client(new TlsClient(kj::mv(ca)));
-  kj::TlsContext::Options options;
-  options.useSystemTrustStore = false;
-  options.trustedCertificates = kj::arrayPtr(&client->ca_, 1);
-  client->context_ = kj::heap<kj::TlsContext>(kj::mv(options));
+  KVTIER_ASSIGN_OR_RETURN(const std::string pem, ReadTextFile(ca_file, "tls.ca_file"));
+  ERR_clear_error();
+  SSL_CTX* context = SSL_CTX_new(TLS_client_method());
+  if (context == nullptr) return InternalError("cannot make an OpenSSL context for TLS clients");
+  std::unique_ptr<TlsClient> client(new TlsClient(context));
+  SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
+  SSL_CTX_set_options(context, SSL_OP_NO_RENEGOTIATION);
+  SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nullptr);
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
+  X509_STORE* trusted = SSL_CTX_get_cert_store(context);
+  int certificates = 0;
+  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
+    const int added = X509_STORE_add_cert(trusted, cert);
+    X509_free(cert);
+    if (added != 1) return InvalidArgumentError("tls.ca_file " + ca_file + ": a certificate cannot be trusted");
+    ++certificates;
+  }
+  ERR_clear_error();  // the read that found no further certificate
+  if (certificates == 0) {
+    return InvalidArgumentError("tls.ca_file " + ca_file + ": not a valid PEM file (no certificate in it)");
+  }
   return client;
 }
 
-TlsClient::TlsClient(kj::TlsCertificate ca) : ca_(kj::mv(ca)) {}
+TlsClient::~TlsClient() { SSL_CTX_free(context_); }
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> TlsClient::Wrap(kj::Own<kj::AsyncIoStream> stream,
                                                         const std::string& server_name) {
-  return context_->wrapClient(kj::mv(stream), kj::StringPtr(server_name.c_str()));
+  return ConnectTls(*context_, kj::mv(stream), server_name);
 }
 
 }  // namespace kvtier::rpc

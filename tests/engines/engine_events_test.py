@@ -19,9 +19,7 @@ Run by ctest with KVTIER_BIN at the kvtier binary.
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -32,7 +30,7 @@ import msgpack
 import zmq
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing", "python"))
-from kvtier_banner import read_banner  # noqa: E402
+from kvtier_up import KvtierUp  # noqa: E402
 
 KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
 TOKEN_A, TOKEN_B = "a" * 40, "b" * 40
@@ -123,30 +121,20 @@ def vllm_batch(events, dp_rank=None):
     return batch
 
 
-class KvtierUpWithEngines:
+class KvtierUpWithEngines(KvtierUp):
     """`kvtier up` following `engines` (flag items), or the engines of a config file."""
 
     def __init__(self, engines=None, config_text=None):
-        self.dir = tempfile.TemporaryDirectory(prefix="kvtier-engines-")
-        token_file = os.path.join(self.dir.name, "tokens.yaml")
-        with open(token_file, "w") as f:
-            f.write(TOKEN_FILE)
-        self.config = os.path.join(self.dir.name, "kvtier.yaml")
-        source = ["--coordinator-engines", ",".join(engines)] if engines is not None else ["--config", self.config]
-        if config_text is not None:
-            self.write_config(config_text)
-        self.log = open(os.path.join(self.dir.name, "log"), "w+")
-        self.process = subprocess.Popen(
-            [KVTIER_BIN, "up", "--data-dir", os.path.join(self.dir.name, "data"), "--coordinator-listen", "127.0.0.1:0",
-             "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--auth-token-file", token_file,
-             "--coordinator-http-listen", "127.0.0.1:0"] + source,
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        banner, values = read_banner(self.process)
-        if "routing" not in values:
-            self.stop()
-            raise RuntimeError("kvtier up did not start: " + banner + self.log_text())
-        self.http = values["routing"].split()[0].rsplit("/v1/", 1)[0]
-        self.metrics = values["metrics"]
+        def args(directory):
+            self.config = os.path.join(directory, "kvtier.yaml")
+            if config_text is not None:
+                self.write_config(config_text)
+            source = ["--coordinator-engines", ",".join(engines)] if engines is not None else ["--config", self.config]
+            return ["--coordinator-http-listen", "127.0.0.1:0"] + source
+
+        super().__init__(KVTIER_BIN, TOKEN_FILE, "kvtier-engines-", args, ready_label="routing")
+        self.http = self.values["routing"].split()[0].rsplit("/v1/", 1)[0]
+        self.metrics = self.values["metrics"]
 
     def write_config(self, text):
         with open(self.config + ".new", "w") as f:
@@ -172,20 +160,8 @@ class KvtierUpWithEngines:
             text = response.read().decode()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
-    def log_text(self):
-        self.log.seek(0)
-        return self.log.read()
 
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=20)
-        self.process.stdout.close()
-        self.log.close()
-        self.dir.cleanup()
-
-
-def until(check, timeout_s=10, publisher=None, keepalive=None):
+def until(check, timeout_s=10, keepalive=None):
     """Waits for check() to be truthy; `keepalive` publishes now and then (a subscriber that
     joined late learns of a gap only from a later message)."""
     deadline = time.monotonic() + timeout_s

@@ -482,6 +482,12 @@ class TlsTest(HostileTestCase):
         with self.assertRaises(kvtier.Error):
             kvtier.Client(up.address, token=up.token, tls_ca_file=ca, tls_server_name="someone-else.test",
                           timeout_s=2.0)
+        # By the address alone: its IP is one the certificate names (subjectAltName IP).
+        self.assertTrue(up.address.startswith("127.0.0.1:"), up.address)
+        by_ip = kvtier.Client(up.address, token=up.token, tls_ca_file=ca)
+        self.assertGreater(by_ip.worker_stats()["total_blocks"], 0)
+        with self.assertRaisesRegex(kvtier.Error, "IP address mismatch"):
+            kvtier.Client(up.address, token=up.token, tls_ca_file=ca, tls_server_name="127.0.0.2", timeout_s=2.0)
         # C++ (the kvtier CLI on the SDK's RPC client): the same, by flag.
         status = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", up.token,
                                  "--tls-ca-file", ca, "--tls-server-name", "kvtier.test"],
@@ -491,6 +497,9 @@ class TlsTest(HostileTestCase):
                                 "--tls-ca-file", ca, "--tls-server-name", "someone-else.test"],
                                capture_output=True, text=True, timeout=30)
         self.assertNotEqual(wrong.returncode, 0)
+        status_by_ip = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", up.token,
+                                       "--tls-ca-file", ca], capture_output=True, text=True, timeout=30)
+        self.assertEqual(status_by_ip.returncode, 0, status_by_ip.stderr)
         # Plain TCP to the TLS listener is not an RPC session: the handshake never completes.
         plain = socket.create_connection(("127.0.0.1", up.port), timeout=2)
         self.addCleanup(plain.close)

@@ -28,6 +28,7 @@ import kvtier
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing", "python"))
 from kvtier_banner import read_banner  # noqa: E402
+from kvtier_up import KvtierUp  # noqa: E402
 
 KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
 TOKEN_A, TOKEN_B = "a" * 40, "b" * 40
@@ -63,44 +64,20 @@ def opaque_keys(base):
     return [(OPAQUE | 0x1234, base + i) for i in range(2)]
 
 
-class KvtierUp:
-    """`kvtier up` with the token file, on free loopback ports, in a scratch directory."""
+class IsolationUp(KvtierUp):
+    """`kvtier up` with the token file, its embedded worker registered."""
 
     def __init__(self):
-        self.dir = tempfile.TemporaryDirectory(prefix="kvtier-isolation-")
-        token_file = self.token_file = os.path.join(self.dir.name, "tokens.yaml")
-        with open(token_file, "w") as f:
-            f.write(TOKEN_FILE)
-        self.log = open(os.path.join(self.dir.name, "log"), "w+")
-        self.process = subprocess.Popen(
-            [KVTIER_BIN, "up", "--data-dir", os.path.join(self.dir.name, "data"), "--coordinator-listen", "127.0.0.1:0",
-             "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--auth-token-file", token_file],
-            stdout=subprocess.PIPE, stderr=self.log, text=True)
-        banner, values = read_banner(self.process)
-        if "rpc" not in values:
-            self.stop()
-            raise RuntimeError("kvtier up did not start: " + banner + self.log_text())
-        self.address = values["rpc"]
+        super().__init__(KVTIER_BIN, TOKEN_FILE, "kvtier-isolation-")
+        self.address = self.values["rpc"]
         # The embedded worker registers with the coordinator a moment after the banner.
         node = self.client(NODE)
         deadline = time.monotonic() + 10
         while code_of(lambda: node.route([])) == "UNAVAILABLE" and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def log_text(self):
-        self.log.seek(0)
-        return self.log.read()
-
     def client(self, token, act_for=""):
         return kvtier.Client(self.address, token=token, act_for=act_for)
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=20)
-        self.process.stdout.close()
-        self.log.close()
-        self.dir.cleanup()
 
 
 def free_port():
@@ -303,7 +280,7 @@ def cross_node_as_b(cluster, base):
 
 class TenantIsolationTest(unittest.TestCase):
     def script_on_fresh_cluster(self, a_base=None):
-        up = KvtierUp()
+        up = IsolationUp()
         try:
             a = cache_as_a(up, a_base) if a_base is not None else None
             seen = run_as_b(up, 10000)
@@ -348,7 +325,7 @@ class TenantIsolationTest(unittest.TestCase):
             self.assertEqual(after_same[name], alone[name], "%s: after A's same prompt vs A never ran" % name)
 
     def test_only_engines_map_pools_and_only_for_their_tenants(self):
-        up = KvtierUp()
+        up = IsolationUp()
         try:
             layout = kvtier.Layout(**LAYOUT)
             for token in (TOKEN_A, TOKEN_B):
@@ -372,7 +349,7 @@ class TenantIsolationTest(unittest.TestCase):
             up.stop()
 
     def test_a_token_revoked_by_a_token_file_reload_stops_its_sessions(self):
-        up = KvtierUp()
+        up = IsolationUp()
         try:
             b, engine_for_b = up.client(TOKEN_B), up.client(ENGINE, act_for="team-b")
             a = up.client(ENGINE_OF_A, act_for="team-a")
@@ -402,7 +379,7 @@ class TenantIsolationTest(unittest.TestCase):
             up.stop()
 
     def test_kvtier_status_shows_a_tenant_sizes_and_a_node_the_counts(self):
-        up = KvtierUp()
+        up = IsolationUp()
         try:
             status = subprocess.run([KVTIER_BIN, "status", "--connect", up.address, "--token", TOKEN_B],
                                     capture_output=True, text=True, timeout=30)

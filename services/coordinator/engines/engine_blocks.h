@@ -147,7 +147,7 @@ class EngineBlockMap {
               Entry& entry) const;
   std::vector<std::string> BlockExtras(const EngineBlockStored& stored, size_t i, bool chain_root,
                                        std::string* cache_salt) const;
-  // Marks `entry` held in `tier`; appends its keys not yet held there to `run`.
+  // Marks `entry` held in `tier`; appends a stored event for its keys not yet held there to `out`.
   void Hold(Entry& entry, Tier tier, std::vector<KvEvent>& out);
 
   Options options_;

@@ -15,10 +15,9 @@ std::string_view EngineClearReasonName(EngineClearReason reason) {
 }
 
 void EngineSequencer::OnLive(uint64_t seq, std::string payload, Nanos now) {
-  last_now_ = now;
   if (replaying()) {
     buffered_.push_back({seq, std::move(payload)});
-    if (buffered_.size() > options_.max_buffered) GiveUp(EngineClearReason::kBufferFull, now);
+    if (buffered_.size() > options_.max_buffered) GiveUp(EngineClearReason::kBufferFull);
     return;
   }
   if (next_.has_value() && seq < *next_) {
@@ -52,12 +51,11 @@ void EngineSequencer::OnReplay(uint64_t seq, std::string_view payload) {
 void EngineSequencer::OnReplayEnd() {
   if (!replaying()) return;
   replay_started_.reset();
-  Drain(last_now_);
+  Drain();
 }
 
 void EngineSequencer::OnTick(Nanos now) {
-  last_now_ = now;
-  if (replaying() && now - *replay_started_ >= options_.replay_timeout) GiveUp(EngineClearReason::kReplayTimeout, now);
+  if (replaying() && now - *replay_started_ >= options_.replay_timeout) GiveUp(EngineClearReason::kReplayTimeout);
 }
 
 void EngineSequencer::StartReplay(uint64_t from, Nanos now) {
@@ -66,13 +64,13 @@ void EngineSequencer::StartReplay(uint64_t from, Nanos now) {
   sink_.RequestReplay(from);
 }
 
-void EngineSequencer::Drain(Nanos now) {
+void EngineSequencer::Drain() {
   while (!buffered_.empty()) {
     Held& front = buffered_.front();
     const uint64_t expected = next_.value_or(0);
     if (front.seq > expected) {
       // The replay ended and the gap is still there: those messages are gone.
-      GiveUp(EngineClearReason::kReplayTooShort, now);
+      GiveUp(EngineClearReason::kReplayTooShort);
       return;
     }
     if (front.seq == expected) Deliver(front.seq, front.payload);
@@ -80,7 +78,7 @@ void EngineSequencer::Drain(Nanos now) {
   }
 }
 
-void EngineSequencer::GiveUp(EngineClearReason reason, Nanos /*now*/) {
+void EngineSequencer::GiveUp(EngineClearReason reason) {
   replay_started_.reset();
   sink_.Clear(reason);
   while (!buffered_.empty()) {

@@ -81,16 +81,15 @@ class EngineSequencer {
   void StartReplay(uint64_t from, Nanos now);
   // Delivers what the buffer holds in order, up to the next gap (which starts a
   // replay).
-  void Drain(Nanos now);
+  void Drain();
   // What was missed is lost: clear, then go on from the first message held.
-  void GiveUp(EngineClearReason reason, Nanos now);
+  void GiveUp(EngineClearReason reason);
 
   EngineSequencerOptions options_ = {};
   EngineSequencerSink& sink_;
   std::optional<uint64_t> next_ = {};
   std::optional<Nanos> replay_started_ = {};
   std::deque<Held> buffered_;  // live messages held during a replay, in arrival order
-  Nanos last_now_{0};
   uint64_t gaps_ = 0;
   uint64_t replays_ = 0;
 };

@@ -19,12 +19,12 @@
 #include <memory>
 #include <ostream>
 #include <random>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "services/store/rpc/testing/block_store_client.h"
+#include "services/store/rpc/testing/store_process.h"
 #include "storage/testing/blocks.h"
 #include "tests/testing/test_util.h"
 
@@ -46,27 +46,13 @@ int CyclesOr(int fallback) {
   return cycles != nullptr ? std::max(1, std::atoi(cycles)) : fallback;
 }
 
-// `kvtier store` on `data_dir`, its output in a directory of its own.
-class StoreProcess {
+// `kvtier store` on `data_dir`, with a host tier of `host_bytes` in front of its disk tier.
+class StoreProcess : public testing::StoreProcess {
  public:
   StoreProcess(const std::string& data_dir, uint64_t host_bytes, const std::string& output_dir)
-      : process_({std::string(KVTIER_BIN_DIR) + "/kvtier", "store", "--auth-enabled", "false", "--store-listen",
-                  "127.0.0.1:0", "--node-coordinator", "127.0.0.1:1", "--metrics-port", "0", "--metrics-bind",
-                  "127.0.0.1", "--data-dir", data_dir, "--store-host-cache-bytes", std::to_string(host_bytes),
-                  "--store-disk-bytes", std::to_string(1ull << 30), "--log-level", "error"},
-                 output_dir) {}
-
-  // The RPC address from its banner; empty when it did not come up.
-  std::string WaitForAddress() {
-    if (!process_.WaitForOutput("Stop with Ctrl-C", 30s)) return "";
-    std::smatch match;
-    const std::string banner = process_.Stdout();
-    return std::regex_search(banner, match, std::regex("\\n  rpc +(\\S+)")) ? match[1].str() : "";
-  }
-  ::kvtier::testing::ChildProcess& process() { return process_; }
-
- private:
-  ::kvtier::testing::ChildProcess process_;
+      : testing::StoreProcess({"--data-dir", data_dir, "--store-host-cache-bytes", std::to_string(host_bytes),
+                               "--store-disk-bytes", std::to_string(1ull << 30)},
+                              output_dir) {}
 };
 
 // One client writing batches of blocks first_id, first_id + 1, ... until the store dies.

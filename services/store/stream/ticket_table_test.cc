@@ -101,7 +101,7 @@ TEST(TicketTableTest, SweepDropsIdleSessionsOnly) {
   EXPECT_TRUE(table.UseSession(busy.id, busy.secret, StreamOp::kGetKeys).ok());
 }
 
-TEST(TicketTableTest, SessionsAndTicketsAreNotInterchangeableAndAWrongSecretWithdrawsASession) {
+TEST(TicketTableTest, SessionsAndTicketsAreNotInterchangeableAndAWrongSecretCostsTheOwnerNothing) {
   FakeClock clock;
   TicketTable table(clock, std::chrono::seconds(30));
   const auto session = table.AddSession(Session("fmt")).value();
