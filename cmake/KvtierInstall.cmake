@@ -7,8 +7,7 @@ include(CMakePackageConfigHelpers)
 set_target_properties(kvtier_build_flags PROPERTIES EXPORT_NAME build_flags)
 # The SDK and the static libraries it links (a static library's private dependencies
 # are link dependencies of its users).
-set(KVTIER_SDK_TARGETS kvtier_build_flags kvtier_common kvtier_auth kvtier_rpc kvtier_coordinator_index
-    kvtier_worker_memory kvtier_client)
+set(KVTIER_SDK_TARGETS kvtier_build_flags kvtier_common kvtier_auth kvtier_rpc kvtier_client)
 install(TARGETS ${KVTIER_SDK_TARGETS} EXPORT kvtierTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT sdk)
 install(EXPORT kvtierTargets NAMESPACE kvtier:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvtier COMPONENT sdk)
@@ -16,8 +15,6 @@ install(EXPORT kvtierTargets NAMESPACE kvtier:: DESTINATION ${CMAKE_INSTALL_LIBD
 # Headers keep their repository paths ("services/client/client.h").
 install(DIRECTORY common/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/common COMPONENT sdk
         FILES_MATCHING PATTERN "*.h" PATTERN "tools" EXCLUDE)
-install(DIRECTORY services/coordinator/index/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/services/coordinator/index
-        COMPONENT sdk FILES_MATCHING PATTERN "*.h")
 install(FILES services/client/client.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/services/client COMPONENT sdk)
 install(FILES ${KVTIER_GENERATED_DIR}/common/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/common COMPONENT sdk)
 

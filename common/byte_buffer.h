@@ -1,8 +1,7 @@
 // ByteBuffer: a std::vector of bytes whose resize() leaves the new bytes uninitialised,
 // for buffers that a read fills at once (a peer's blocks received from a socket): the
 // zero-fill that std::vector<uint8_t>::resize does would be a pass over every byte for
-// nothing (measured on dev: a 32 MiB fetch from a peer took about a fifth less without
-// it, docs/benchmarks.md).
+// nothing (docs/history/benchmarks-2026-11.md#a-workers-held-pool-blocks-sent-from-their-pages-2026-11-26-stop-36).
 //
 // The allocator value-initialises nothing it is not given a value for: construct() with
 // no argument default-initialises, which for uint8_t leaves the byte as it is. Everything

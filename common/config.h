@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/block_vocabulary.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
 
@@ -114,7 +115,7 @@ struct WorkerConfig {
   uint64_t pool_bytes = 256ull << 20;        // the host budget when there is no GPU
   double free_memory_fraction = 0.9;          // of free GPU memory, or of pool_bytes, for KV blocks
   uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
-  uint32_t secondary_offload_min_priority = 35;  // evicted blocks at least this go to the host tier
+  uint32_t secondary_offload_min_priority = kDefaultPriority;  // evicted blocks at least this go to the host tier
   uint32_t tier_threads = 0;  // helpers that hash and copy a batch to and from the tiers; 0: the default (tier_link.h)
   uint64_t offload_staging_bytes = 64ull << 20;  // evicted blocks stored behind the allocation (offload_queue.h); 0: off
   // `kvtier worker` only:
@@ -136,7 +137,8 @@ struct StoreConfig {
   uint64_t disk_bytes = 1ull << 30;
   std::string disk_sync = "wal";  // none | wal | fsync: see storage/disk_tier.h
   // Lookups a block needs before it may enter a full disk tier; 0 (the default): admit all.
-  // The filter cost hit rate on every chat workload measured (docs/benchmarks.md).
+  // The filter cost hit rate on every chat trace measured
+  // (docs/history/benchmarks-2026-11.md#the-disk-tier-admits-every-block-by-default-2026-11-27-stop-45).
   uint32_t disk_admission_min_count = 0;
   uint32_t host_free_percent = 5;  // of the host tier, kept free ahead of puts by moving blocks down (disk tier only)
   // `kvtier store` only:

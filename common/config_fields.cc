@@ -283,7 +283,7 @@ void AddWorkerNodeFields(std::vector<Field>& fields) {
   fields.push_back(UintField("worker.fetch_stream_min_block_bytes",
                              "`kvtier worker`: blocks at least this large are fetched from peers on their data "
                              "stream, smaller ones inline in the RPC (the stream was the faster of the two from "
-                             "64 KiB, the smallest measured: docs/benchmarks.md); 0: always the stream.",
+                             "64 KiB, the smallest measured); 0: always the stream.",
                              0, 1ull << 40, [](auto& c) -> auto& { return c.worker.fetch_stream_min_block_bytes; }));
   fields.push_back(StringField("worker.listen",
                                "`kvtier worker`: host:port its Worker and BlockStore serve on (port 0 picks one).",

@@ -25,10 +25,13 @@ Result<spdlog::level::level_enum> ParseLogLevel(std::string_view name) {
 }
 
 void InitLogging(spdlog::level::level_enum level) {
-  auto logger = spdlog::stderr_color_mt("kvtier");
-  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%t] %v");
+  std::shared_ptr<spdlog::logger> logger = spdlog::get("kvtier");
+  if (logger == nullptr) {
+    logger = spdlog::stderr_color_mt("kvtier");
+    logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ [%t] %v");
+    spdlog::set_default_logger(logger);
+  }
   logger->set_level(level);
-  spdlog::set_default_logger(std::move(logger));
 }
 
 }  // namespace kvtier

@@ -3,8 +3,9 @@
 // Modules call spdlog::info/warn/... directly; this header only parses a level name and
 // installs the default logger (stderr, with timestamps and thread ids).
 //
-// Thread safety: spdlog loggers are thread-safe. InitLogging is called once, from main,
-// before other threads start.
+// Thread safety: spdlog loggers are thread-safe. InitLogging is called from main, before
+// other threads start: first at once (so that nothing logs to spdlog's default stdout
+// logger), again to set the configured level.
 #pragma once
 
 #include <string_view>
@@ -18,7 +19,7 @@ namespace kvtier {
 // Level names: trace, debug, info, warn, error, off.
 [[nodiscard]] Result<spdlog::level::level_enum> ParseLogLevel(std::string_view name);
 
-// Installs the stderr logger at `level`.
+// Installs the stderr logger at `level`, or sets the level of the one installed.
 void InitLogging(spdlog::level::level_enum level);
 
 }  // namespace kvtier

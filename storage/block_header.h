@@ -23,12 +23,12 @@
 #include <string_view>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/status.h"
 #include "storage/format_tag.h"
 
 namespace kvtier::storage {
 
-inline constexpr uint8_t kDefaultPriority = 35;
 // An encoded header's size: 76 fixed bytes and the tag (see above).
 inline constexpr size_t kMaxEncodedHeaderBytes = 76 + kMaxFormatTagBytes;
 

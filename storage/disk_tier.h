@@ -18,11 +18,12 @@
 // preallocates it): size the volume for that.
 //
 // Why not RocksDB's BlobDB (the first design): Debian 12's RocksDB computes CRC32C in
-// software over every payload byte, once in the blob file and again in the WAL, which
-// held puts to a fraction of the disk's speed (docs/benchmarks.md); the header's XXH3
-// already covers the payload. A database of the BlobDB layout (column families
-// "blocks:<format>") is dropped at open, with a warning: the disk tier is a cache; one
-// whose headers share a single "headers" family keeps its blocks (storage/header_families.h).
+// software over every payload byte, once in the blob file and again in the WAL, which held puts to
+// a fraction of the disk's speed
+// (docs/history/benchmarks-2026-11.md#payload-segments-instead-of-blobdb-2026-11-23); the header's
+// XXH3 already covers the payload. A database of the BlobDB layout (column families
+// "blocks:<format>") is dropped at open, with a warning: the disk tier is a cache; one whose
+// headers share a single "headers" family keeps its blocks (storage/header_families.h).
 //
 // Every Get recomputes the payload's XXH3-64 as it reads and compares it with the header:
 // a block that fails is deleted, counted in checksum_failures, and answered kDataLoss.
@@ -98,13 +99,13 @@ struct DiskFiles {
   uint64_t lost_at_open = 0;
 };
 
-class DiskTier final : public Tier {
+class DiskTier final : public BlockTier {
  public:
   // Opens or creates the database and rebuilds the index from its headers.
   [[nodiscard]] static Result<std::unique_ptr<DiskTier>> Create(DiskTierOptions options);
   ~DiskTier() override;
 
-  TierKind kind() const override { return TierKind::kDisk; }
+  Tier kind() const override { return Tier::kDisk; }
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload) override;
   [[nodiscard]] Result<BlockHeader> Get(const BlockRef& ref, std::span<uint8_t> out) override;
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref) override;

@@ -123,12 +123,12 @@ class HostReservation {
   std::vector<uint32_t> first_pages_;
 };
 
-class HostTier final : public Tier {
+class HostTier final : public BlockTier {
  public:
   [[nodiscard]] static Result<std::unique_ptr<HostTier>> Create(HostTierOptions options);
   ~HostTier() override;
 
-  TierKind kind() const override { return TierKind::kHost; }
+  Tier kind() const override { return Tier::kHost; }
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload) override;
   // Put for each item, with room made for all of them at once (one eviction batch); when
   // it cannot be made whole, item by item. An item's checksum_checked skips the XXH3 pass

@@ -3,9 +3,10 @@
 // Open addressing with linear probing, at most 70% full, and backward-shift deletion (no
 // tombstones: a lookup never walks past slots that were emptied). A lookup reads the
 // slots from the key's home on, usually one cache line, where a node-based map read a
-// bucket and then a node elsewhere (TierIndex's finds were 7% of a worker's thread in a
-// replay: docs/benchmarks.md). No library here offers such a map (abseil's
-// flat_hash_map is not among the project's Debian packages), so it is written out.
+// bucket and then a node elsewhere (TierIndex's finds showed in a worker's profile:
+// docs/history/benchmarks-2026-11.md#the-disk-tier-off-the-workers-path-2026-11-27-stop-41). No
+// library here offers such a map (abseil's flat_hash_map is not among the project's Debian
+// packages), so it is written out.
 //
 // Thread safety: none; its TierIndex is used under its tier's lock.
 // REQUIRES: ids below kEmpty; a key is inserted only when absent.

@@ -2,16 +2,16 @@
 //
 // Payloads are appended to the active segment (`<dir>/<id>.seg`, ids counting up): room
 // is reserved (Reserve), then filled with one gathered write straight from the caller's
-// buffers; they are read back with `pread` straight into the caller's buffer, hashed
-// (XXH3-64) as they arrive, so a get touches its bytes once in user space. A segment is sealed when it reaches `segment_bytes`;
-// the tier that owns the segments tells them which bytes are still referenced (`AddLive`
-// at recovery, `Release` when a block leaves), and a sealed segment with nothing left
-// is deleted. Space held by dead bytes of partly live segments comes back by moving
-// their live blocks (the tier's compaction: see disk_tier.h).
+// buffers; they are read back with `pread` straight into the caller's buffer, hashed (XXH3-64) as
+// they arrive, so a get touches its bytes once in user space. A segment is sealed when it reaches
+// `segment_bytes`; the tier that owns the segments tells them which bytes are still referenced
+// (`AddLive` at recovery, `Release` when a block leaves), and a sealed segment with nothing left is
+// deleted. Space held by dead bytes of partly live segments comes back by moving their live blocks
+// (the tier's compaction: see disk_tier.h).
 //
 // Why not RocksDB's blob files: Debian 12's RocksDB computes its CRC32C in software, over
 // every payload byte at least once (the blob record) and once more with the WAL, which
-// held puts far below the disk's speed (docs/benchmarks.md); the payloads carry an XXH3
+// held puts far below the disk's speed (docs/benchmarks.md#disk-tier); the payloads carry an XXH3
 // in their header already. RocksDB keeps the headers and these locations.
 //
 // A location packs the segment id (high 24 bits) and the byte offset (low 40 bits).

@@ -1,4 +1,4 @@
-// Tier: one level of kvtier's block storage below the GPU pools (host memory, disk).
+// BlockTier: one level of kvtier's block storage below the GPU pools (host memory, disk).
 //
 // A tier keeps whole blocks, each a BlockHeader and its payload, indexed by (format tag,
 // key). Put validates the block (header fields, payload size, checksum) and stores it,
@@ -23,13 +23,11 @@
 #include <string>
 #include <vector>
 
+#include "common/block_vocabulary.h"
 #include "common/status.h"
 #include "storage/block_header.h"
 
 namespace kvtier::storage {
-
-enum class TierKind : uint8_t { kHost = 1, kDisk = 2 };
-[[nodiscard]] std::string_view TierName(TierKind kind);
 
 struct TierStats {
   uint64_t blocks = 0;
@@ -90,11 +88,11 @@ struct GetItem {
   std::span<uint8_t> out;  // at least the payload size
 };
 
-class Tier {
+class BlockTier {
  public:
-  virtual ~Tier() = default;
+  virtual ~BlockTier() = default;
 
-  virtual TierKind kind() const = 0;
+  virtual Tier kind() const = 0;
 
   // Stores the block, replacing one with the same (format tag, key). A block is
   // immutable for its key, so a replacement updates the policy fields (priority,

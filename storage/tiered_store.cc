@@ -29,9 +29,9 @@ class TieredStore::Impl {
   Status Open() {
     if (options_.disk) {
       DiskTierOptions disk = *options_.disk;
-      disk.on_evict = [this](const BlockHeader& header, auto) { Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, header); };
-      disk.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kDisk, h); };
-      disk.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kDisk, h); };
+      disk.on_evict = [this](const BlockHeader& header, auto) { Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, header); };
+      disk.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, Tier::kDisk, h); };
+      disk.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, h); };
       KVTIER_ASSIGN_OR_RETURN(disk_, DiskTier::Create(std::move(disk)));
     }
     if (options_.host) {
@@ -39,9 +39,9 @@ class TieredStore::Impl {
       if (disk_) {
         host.on_evict = [this](std::span<const EvictedBlockView> victims) { Demote(victims); };
       }
-      host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, TierKind::kHost, h); };
-      host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
-      host.on_evicted = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, TierKind::kHost, h); };
+      host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, Tier::kHost, h); };
+      host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h); };
+      host.on_evicted = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h); };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
     if (host_ && disk_) {
@@ -99,13 +99,13 @@ class TieredStore::Impl {
   Result<TieredHit> Find(const BlockRef& ref, std::span<uint8_t> out) {
     if (host_) {
       Result<BlockHeader> hit = host_->Get(ref, out);
-      if (hit.ok()) return TieredHit{std::move(hit).value(), TierKind::kHost};
+      if (hit.ok()) return TieredHit{std::move(hit).value(), Tier::kHost};
       if (!disk_ || hit.status().code() == StatusCode::kInvalidArgument) return hit.status();
     }
     if (!disk_) return NotStoredHere();
     Result<BlockHeader> hit = disk_->Get(ref, out);  // a corrupt block is dropped and told
     if (!hit.ok()) return hit.status();
-    return TieredHit{std::move(hit).value(), TierKind::kDisk};
+    return TieredHit{std::move(hit).value(), Tier::kDisk};
   }
 
   // A reserved put holds the shared lock while it reserves (its room is made as a put's)
@@ -158,13 +158,13 @@ class TieredStore::Impl {
     return from_host || from_disk ? Status::Ok() : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
   }
 
-  std::vector<std::pair<TierKind, BlockHeader>> Holdings() const {
-    std::vector<std::pair<TierKind, BlockHeader>> holdings;
+  std::vector<std::pair<Tier, BlockHeader>> Holdings() const {
+    std::vector<std::pair<Tier, BlockHeader>> holdings;
     if (host_) {
-      for (BlockHeader& header : host_->Headers()) holdings.emplace_back(TierKind::kHost, std::move(header));
+      for (BlockHeader& header : host_->Headers()) holdings.emplace_back(Tier::kHost, std::move(header));
     }
     if (disk_) {
-      for (BlockHeader& header : disk_->Headers()) holdings.emplace_back(TierKind::kDisk, std::move(header));
+      for (BlockHeader& header : disk_->Headers()) holdings.emplace_back(Tier::kDisk, std::move(header));
     }
     return holdings;
   }
@@ -183,7 +183,7 @@ class TieredStore::Impl {
   }
 
  private:
-  void Emit(StoreEvent::Kind kind, TierKind tier, const BlockHeader& header) {
+  void Emit(StoreEvent::Kind kind, Tier tier, const BlockHeader& header) {
     if (options_.on_event) options_.on_event(StoreEvent{kind, tier, header});
   }
 
@@ -276,7 +276,7 @@ class TieredStore::Impl {
   }
 
   bool Promotes(const Result<TieredHit>& hit) const {
-    return hit.ok() && hit->tier == TierKind::kDisk && host_ && options_.promote_on_hit;
+    return hit.ok() && hit->tier == Tier::kDisk && host_ && options_.promote_on_hit;
   }
 
   // A disk hit to promote: its bytes were hashed as the disk tier read them into `out`
@@ -398,7 +398,7 @@ Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 Status TieredStore::MoveOutOfHost(const BlockRef& ref) { return impl_->MoveOutOfHost(ref); }
-std::vector<std::pair<TierKind, BlockHeader>> TieredStore::Holdings() const { return impl_->Holdings(); }
+std::vector<std::pair<Tier, BlockHeader>> TieredStore::Holdings() const { return impl_->Holdings(); }
 TieredStoreStats TieredStore::Stats() const { return impl_->Stats(); }
 
 }  // namespace kvtier::storage

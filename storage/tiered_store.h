@@ -20,11 +20,11 @@
 // outside the tiers' locks, and so do the disk writes of the demotions they cause, the
 // host tier holding each victim readable meanwhile). With free_ahead_bytes, the store's
 // own thread demotes too, as a put would. Lock order: the store's own shared mutex
-// (shared by puts, promotions and that thread's demotions; whole for removals), then the
-// host tier's, then the disk tier's; the thread's wake-up mutex is taken alone. A block's events are told in the order its changes
-// happen in each tier: each tier tells its stores, removals and evictions under its own
-// lock. `on_event` and `admit_to_disk` run under those locks, from any thread that
-// changes the store: they must be thread-safe and quick, and must not call back into
+// (shared by puts, promotions and that thread's demotions; whole for removals), then the host
+// tier's, then the disk tier's; the thread's wake-up mutex is taken alone. A block's events are
+// told in the order its changes happen in each tier: each tier tells its stores, removals and
+// evictions under its own lock. `on_event` and `admit_to_disk` run under those locks, from any
+// thread that changes the store: they must be thread-safe and quick, and must not call back into
 // the store.
 #pragma once
 
@@ -40,17 +40,18 @@ namespace kvtier::storage {
 struct StoreEvent {
   enum class Kind : uint8_t { kStored, kRemoved };
   Kind kind;
-  TierKind tier;
+  Tier tier;
   BlockHeader header;  // key, parent, scope, format, priority, retention left
 };
 
 struct TieredStoreOptions {
   std::optional<HostTierOptions> host;  // its handlers (on_*) are the store's; leave them empty
   std::optional<DiskTierOptions> disk;  // likewise
-  uint8_t demote_min_priority = 35;
+  uint8_t demote_min_priority = kDefaultPriority;
   // With both tiers: a thread of the store's (kvt-demote) keeps this many bytes of the
   // host tier free, moving its coldest blocks down as puts fill it, so that a put seldom
-  // waits for the disk (the move down is most of a full tier's put: docs/benchmarks.md).
+  // waits for the disk (the move down is most of a full tier's put:
+  // docs/history/benchmarks-2026-11.md#the-disk-tier-off-the-workers-path-2026-11-27-stop-41).
   // A put that finds less room than it needs still makes the rest itself. The host tier
   // holds up to this much less meanwhile. Rounded down to whole host pages; 0 (or less
   // than a page): no such thread, every put makes its own room.
@@ -63,15 +64,15 @@ struct TieredStoreOptions {
 // Whether a GetBatch promotes its disk hits into the host tier (where promote_on_hit lets
 // it). A worker that fetches blocks into its pool asks kNo: the host tier would hold a
 // copy of a block the pool holds, and the pool offloads the block to the host tier anyway
-// when it evicts it. In `make run`'s replay, fetching without promotions raised the block
-// hit rate (0.692 to 0.698: more room for blocks held nowhere faster) and took 43% off the
-// worker's fetch time (docs/benchmarks.md).
+// when it evicts it. Fetching without promotions raised the replay's block hit rate (more
+// room for blocks held nowhere faster) and shortened the worker's fetches
+// (docs/history/benchmarks-2026-11.md#a-workers-fetches-no-longer-promote-2026-11-27-stop-44).
 enum class PromoteDiskHits : bool { kNo, kYes };
 
 // A TieredStore::Get hit: the block's header and the tier that served it.
 struct TieredHit {
   BlockHeader header;
-  TierKind tier;
+  Tier tier;
 };
 
 struct TieredStoreStats {
@@ -98,7 +99,8 @@ class TieredStore {
   // ahead (free_ahead_bytes) to the puts that callers wait for (a fetch's promotions, an
   // offload that found the staging full). A plain PutBatch from such a thread took that
   // room as fast as the store's thread made it, and a worker's fetches then waited for
-  // the disk writes of their promotions (docs/benchmarks.md). The same as PutBatch
+  // the disk writes of their promotions
+  // (docs/history/benchmarks-2026-11.md#the-stagings-puts-make-their-own-room-2026-11-27-stop-44). The same as PutBatch
   // without free_ahead_bytes.
   [[nodiscard]] std::vector<Status> PutBatchBehind(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
@@ -128,16 +130,16 @@ class TieredStore {
   // The block leaves the host tier for a place of the caller's: a worker's pool that has
   // fetched it and landed it (its disk copy, if any, stays). Told as the host's kRemoved;
   // counted in Stats().onboarded. The host tier's room then goes to blocks no pool holds,
-  // and the pool offloads the block back when it evicts it: in `make run`'s replay, the
-  // block hit rate rose from 0.698 to 0.703 (docs/benchmarks.md). kNotFound when the
-  // host tier does not hold it (or is being moved down: the move goes on).
+  // and the pool offloads the block back when it evicts it (it raised the replay's hit rate:
+  // docs/history/benchmarks-2026-11.md#host-hits-leave-the-host-tier-once-in-the-pool-2026-11-27-stop-44).
+  // kNotFound when the host tier does not hold it (or is being moved down: the move goes on).
   [[nodiscard]] Status MoveOutOfHost(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.
   [[nodiscard]] Status Remove(const BlockRef& ref);
   // Every copy: (tier, header) for each tier that holds a block, for a snapshot to the
   // coordinator. A block promoted from disk, or caught between a demotion's disk store and
   // its host removal, is listed once per tier, as its events told it.
-  std::vector<std::pair<TierKind, BlockHeader>> Holdings() const;
+  std::vector<std::pair<Tier, BlockHeader>> Holdings() const;
   TieredStoreStats Stats() const;
   // Makes everything stored so far durable on the disk tier (a store draining); OK when
   // the node has no disk tier.

@@ -44,7 +44,7 @@ const std::array<std::string, 2> kFormats = {"model-a|fp16", "model-b|fp8"};
 constexpr std::array<uint64_t, 2> kScopes = {11, 12};
 
 // A held copy: tier, format, key, scope.
-using Copy = std::tuple<TierKind, std::string, BlockKey, uint64_t>;
+using Copy = std::tuple<Tier, std::string, BlockKey, uint64_t>;
 // What was put: format, key, scope.
 using Name = std::tuple<std::string, BlockKey, uint64_t>;
 

@@ -24,7 +24,7 @@ constexpr uint32_t kPage = 4096;
 
 struct Recorded {
   StoreEvent::Kind kind;
-  TierKind tier;
+  Tier tier;
   uint64_t id;
   friend bool operator==(const Recorded&, const Recorded&) = default;
 };
@@ -80,7 +80,7 @@ class TieredStoreTest : public ::testing::Test {
   // move down to disk (not those the store's own thread moves).
   void CountMovesDownHere() {
     before_told_ = [this, here = std::this_thread::get_id()](const StoreEvent& event) {
-      if (event.kind == StoreEvent::Kind::kStored && event.tier == TierKind::kDisk &&
+      if (event.kind == StoreEvent::Kind::kStored && event.tier == Tier::kDisk &&
           std::this_thread::get_id() == here) {
         moved_down_here_.fetch_add(1);
       }
@@ -114,13 +114,13 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
        b3 = MakeBlock(3, kPage, 70);
   for (auto* b : {&b0, &b1, &b2, &b3}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
   using K = StoreEvent::Kind;
-  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kStored, TierKind::kHost, 0},
-                                            {K::kStored, TierKind::kHost, 1},
-                                            {K::kRemoved, TierKind::kHost, 1},
-                                            {K::kStored, TierKind::kHost, 2},
-                                            {K::kStored, TierKind::kDisk, 0},
-                                            {K::kRemoved, TierKind::kHost, 0},
-                                            {K::kStored, TierKind::kHost, 3}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kStored, Tier::kHost, 0},
+                                            {K::kStored, Tier::kHost, 1},
+                                            {K::kRemoved, Tier::kHost, 1},
+                                            {K::kStored, Tier::kHost, 2},
+                                            {K::kStored, Tier::kDisk, 0},
+                                            {K::kRemoved, Tier::kHost, 0},
+                                            {K::kStored, Tier::kHost, 3}}));
   EXPECT_FALSE(store->Contains(b1.ref()));
   EXPECT_EQ(store->Stats().dropped_below_priority, 1u);
   EXPECT_EQ(store->Stats().demoted, 1u);
@@ -132,29 +132,29 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_EQ(out, b0.payload);
   EXPECT_EQ(hit->header.priority, 60);
-  EXPECT_EQ(hit->tier, TierKind::kDisk);
+  EXPECT_EQ(hit->tier, Tier::kDisk);
   EXPECT_EQ(store->Stats().promoted, 1u);
   EXPECT_EQ(Events(), (std::vector<Recorded>{
-                         {K::kStored, TierKind::kDisk, 2}, {K::kRemoved, TierKind::kHost, 2}, {K::kStored, TierKind::kHost, 0}}));
+                         {K::kStored, Tier::kDisk, 2}, {K::kRemoved, Tier::kHost, 2}, {K::kStored, Tier::kHost, 0}}));
   // The holdings list every copy: 0 and 3 in host, 0 (the copy it was promoted from) and 2
   // on disk.
-  std::set<std::pair<TierKind, uint64_t>> holdings;
+  std::set<std::pair<Tier, uint64_t>> holdings;
   for (const auto& [tier, header] : store->Holdings()) holdings.emplace(tier, header.key.lo);
-  EXPECT_EQ(holdings, (std::set<std::pair<TierKind, uint64_t>>{
-                          {TierKind::kHost, 0}, {TierKind::kHost, 3}, {TierKind::kDisk, 0}, {TierKind::kDisk, 2}}));
+  EXPECT_EQ(holdings, (std::set<std::pair<Tier, uint64_t>>{
+                          {Tier::kHost, 0}, {Tier::kHost, 3}, {Tier::kDisk, 0}, {Tier::kDisk, 2}}));
   // Read again, block 0 comes from the host tier it was promoted into.
   auto again = store->Get(b0.ref(), out);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->tier, TierKind::kHost);
+  EXPECT_EQ(again->tier, Tier::kHost);
 
   // A worker's pool takes block 0: it leaves the host tier (told), its disk copy stays.
   ClearEvents();
   ASSERT_TRUE(store->MoveOutOfHost(b0.ref()).ok());
-  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, TierKind::kHost, 0}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, Tier::kHost, 0}}));
   EXPECT_EQ(store->Stats().onboarded, 1u);
   auto from_disk = store->Get(b0.ref(), out);
   ASSERT_TRUE(from_disk.ok()) << from_disk.status();
-  EXPECT_EQ(from_disk->tier, TierKind::kDisk);
+  EXPECT_EQ(from_disk->tier, Tier::kDisk);
   // Block 2 is only on disk: there is nothing to move out of the host tier.
   EXPECT_EQ(store->MoveOutOfHost(MakeBlock(2, kPage, 50).ref()).code(), StatusCode::kNotFound);
   EXPECT_EQ(store->Stats().onboarded, 1u);
@@ -182,10 +182,10 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
   auto store = Make(0, 1 << 20);
   auto block = MakeBlock(4, 1000);
   ASSERT_TRUE(store->Put(block.header, block.payload).ok());
-  EXPECT_EQ(Events().front(), (Recorded{StoreEvent::Kind::kStored, TierKind::kDisk, 4}));
+  EXPECT_EQ(Events().front(), (Recorded{StoreEvent::Kind::kStored, Tier::kDisk, 4}));
   EXPECT_TRUE(store->Remove(block.ref()).ok());
   EXPECT_EQ(store->Remove(block.ref()).code(), StatusCode::kNotFound);
-  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kRemoved, TierKind::kDisk, 4}));
+  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kRemoved, Tier::kDisk, 4}));
 }
 
 // Block 5 is in the host tier and is pinned there; block 6, demoted to disk by block 7,
@@ -204,7 +204,7 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
   EXPECT_EQ(bytes, five.payload);
   EXPECT_EQ(store->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
   std::vector<uint8_t> out(kPage);
-  EXPECT_EQ(store->Get(six.ref(), out)->tier, TierKind::kDisk);
+  EXPECT_EQ(store->Get(six.ref(), out)->tier, Tier::kDisk);
   pinned = NotFoundError("released");  // a pin must not outlive its tier
   store.reset();
 
@@ -225,17 +225,17 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
 
   Result<HostReservation> reserved = store->ReserveInHost(std::vector<BlockHeader>{seven.header});
   ASSERT_TRUE(reserved.ok()) << reserved.status();
-  EXPECT_EQ(Events(), (std::vector<Recorded>{{StoreEvent::Kind::kStored, TierKind::kDisk, 6},
-                                            {StoreEvent::Kind::kRemoved, TierKind::kHost, 6}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{StoreEvent::Kind::kStored, Tier::kDisk, 6},
+                                            {StoreEvent::Kind::kRemoved, Tier::kHost, 6}}));
   reserved->ForEachPiece(0, [&](std::span<uint8_t> piece) {
     std::copy_n(seven.payload.begin(), piece.size(), piece.begin());
   });
   const std::vector<Status> results = store->CommitInHost(std::move(*reserved));
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].ok()) << results[0];
-  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kStored, TierKind::kHost, 7}));
+  EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kStored, Tier::kHost, 7}));
   std::vector<uint8_t> out(kPage);
-  EXPECT_EQ(store->Get(seven.ref(), out)->tier, TierKind::kHost);
+  EXPECT_EQ(store->Get(seven.ref(), out)->tier, Tier::kHost);
   EXPECT_EQ(out, seven.payload);
   store.reset();
 
@@ -264,7 +264,7 @@ TEST_F(TieredStoreTest, TheVictimsOfABatchMoveDownTogether) {
     std::vector<uint8_t> out(b->payload.size());
     auto hit = store->Get(b->ref(), out);
     ASSERT_TRUE(hit.ok()) << hit.status();
-    EXPECT_EQ(hit->tier, TierKind::kDisk);
+    EXPECT_EQ(hit->tier, Tier::kDisk);
     EXPECT_EQ(out, b->payload) << "block " << b->header.key.lo;
   }
 }
@@ -289,7 +289,7 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
   ASSERT_EQ(hits.size(), 5u);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(hits[i].ok()) << "block " << i << ": " << hits[i].status();
-    EXPECT_EQ(hits[i]->tier, TierKind::kDisk);
+    EXPECT_EQ(hits[i]->tier, Tier::kDisk);
     EXPECT_EQ(outs[i], old_blocks[i].payload) << "block " << i;
   }
   EXPECT_EQ(hits[4].status().code(), StatusCode::kNotFound);
@@ -300,12 +300,12 @@ TEST_F(TieredStoreTest, ABatchsDiskHitsArePromotedTogether) {
   // then 0-3 stored in the host.
   using K = StoreEvent::Kind;
   std::vector<Recorded> expected;
-  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kStored, TierKind::kDisk, id});
-  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kRemoved, TierKind::kHost, id});
-  for (uint64_t id = 0; id < 4; ++id) expected.push_back({K::kStored, TierKind::kHost, id});
+  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kStored, Tier::kDisk, id});
+  for (uint64_t id = 4; id < 8; ++id) expected.push_back({K::kRemoved, Tier::kHost, id});
+  for (uint64_t id = 0; id < 4; ++id) expected.push_back({K::kStored, Tier::kHost, id});
   EXPECT_EQ(Events(), expected);
   std::vector<uint8_t> out(kPage);
-  for (const TestBlock& b : old_blocks) EXPECT_EQ(store->Get(b.ref(), out)->tier, TierKind::kHost);
+  for (const TestBlock& b : old_blocks) EXPECT_EQ(store->Get(b.ref(), out)->tier, Tier::kHost);
 }
 
 // With two of the host tier's eight pages kept free ahead, the store's own thread moves
@@ -333,11 +333,11 @@ TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
   ASSERT_TRUE(kvtier::testing::WaitUntil(room_ahead));
   EXPECT_EQ(store->Stats().demoted, 8u);
   EXPECT_EQ(store->Stats().demoted_ahead, 6u) << "all but the batch's own two";
-  std::set<std::pair<TierKind, uint64_t>> holdings;
+  std::set<std::pair<Tier, uint64_t>> holdings;
   for (const auto& [tier, header] : store->Holdings()) holdings.emplace(tier, header.key.lo);
-  std::set<std::pair<TierKind, uint64_t>> expected;
-  for (uint64_t id : {8, 9, 20, 21, 22, 23}) expected.emplace(TierKind::kHost, id);
-  for (uint64_t id = 0; id < 8; ++id) expected.emplace(TierKind::kDisk, id);
+  std::set<std::pair<Tier, uint64_t>> expected;
+  for (uint64_t id : {8, 9, 20, 21, 22, 23}) expected.emplace(Tier::kHost, id);
+  for (uint64_t id = 0; id < 8; ++id) expected.emplace(Tier::kDisk, id);
   EXPECT_EQ(holdings, expected);
 }
 
@@ -354,7 +354,7 @@ TEST_F(TieredStoreTest, VictimsPastEightMiBMoveDownInSeveralWritesEachWhole) {
   for (const TestBlock& b : old_blocks) {
     auto hit = store->Get(b.ref(), out);
     ASSERT_TRUE(hit.ok()) << hit.status();
-    EXPECT_EQ(hit->tier, TierKind::kDisk);
+    EXPECT_EQ(hit->tier, Tier::kDisk);
     EXPECT_EQ(out, b.payload) << "block " << b.header.key.lo;
   }
 }
@@ -372,7 +372,7 @@ TEST_F(TieredStoreTest, ACorruptDiskBlockIsToldAsRemoved) {
   std::vector<uint8_t> out(kPage);
   EXPECT_EQ(store->Get(b4.ref(), out).status().code(), StatusCode::kDataLoss);
   using K = StoreEvent::Kind;
-  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, TierKind::kDisk, 4}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, Tier::kDisk, 4}}));
   EXPECT_EQ(store->Stats().promoted, 0u);
   ASSERT_EQ(store->Holdings().size(), 1u);
   EXPECT_EQ(store->Holdings()[0].second.key.lo, 5u);
@@ -415,12 +415,12 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
   std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
   for (const Recorded& e : events) {
     auto& [host, disk] = told[e.id];
-    (e.tier == TierKind::kHost ? host : disk) = e.kind == StoreEvent::Kind::kStored;
+    (e.tier == Tier::kHost ? host : disk) = e.kind == StoreEvent::Kind::kStored;
   }
   std::map<uint64_t, std::pair<bool, bool>> held;
   for (const auto& [tier, header] : store->Holdings()) {
     auto& [host, disk] = held[header.key.lo];
-    (tier == TierKind::kHost ? host : disk) = true;
+    (tier == Tier::kHost ? host : disk) = true;
   }
   ASSERT_GT(store->Stats().demoted, 0u) << "the run moved blocks down";
   ASSERT_GT(store->Stats().promoted, 0u) << "and back up";
@@ -454,7 +454,7 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
   ASSERT_EQ(hits.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(hits[i].ok()) << "block " << i << ": " << hits[i].status();
-    EXPECT_EQ(hits[i]->tier, TierKind::kDisk);
+    EXPECT_EQ(hits[i]->tier, Tier::kDisk);
     EXPECT_EQ(outs[i], old_blocks[i].payload) << "block " << i;
   }
   EXPECT_EQ(store->Stats().promoted, 0u);
@@ -462,7 +462,7 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
   EXPECT_TRUE(Events().empty());
   std::set<uint64_t> in_host;
   for (const auto& [tier, header] : store->Holdings()) {
-    if (tier == TierKind::kHost) in_host.insert(header.key.lo);
+    if (tier == Tier::kHost) in_host.insert(header.key.lo);
   }
   EXPECT_EQ(in_host, (std::set<uint64_t>{4, 5, 6, 7}));
 }
@@ -482,7 +482,7 @@ TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   EXPECT_EQ(store->Stats().demoted_ahead, 0u);
   std::set<uint64_t> on_disk;
   for (const auto& [tier, header] : store->Holdings()) {
-    if (tier == TierKind::kDisk) on_disk.insert(header.key.lo);
+    if (tier == Tier::kDisk) on_disk.insert(header.key.lo);
   }
   EXPECT_EQ(on_disk, (std::set<uint64_t>{0, 1}));
 }
@@ -532,9 +532,9 @@ TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
   using K = StoreEvent::Kind;
   ASSERT_GE(about_1.size(), 3u);
   EXPECT_EQ(std::vector<Recorded>(about_1.end() - 3, about_1.end()),
-            (std::vector<Recorded>{{K::kStored, TierKind::kHost, 1},
-                                   {K::kStored, TierKind::kDisk, 1},
-                                   {K::kRemoved, TierKind::kHost, 1}}));
+            (std::vector<Recorded>{{K::kStored, Tier::kHost, 1},
+                                   {K::kStored, Tier::kDisk, 1},
+                                   {K::kRemoved, Tier::kHost, 1}}));
   EXPECT_EQ(store->Holdings().size(), 3u);  // 2 and 3 in host, 1 on disk
 }
 

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "services/bench/index_bench.h"
+#include "services/bench/index_driver.h"
 
 namespace kvtier::bench {
 namespace {

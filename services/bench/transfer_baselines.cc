@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/held_port.h"
+#include "services/bench/held_port.h"
 
 namespace kvtier::bench {
 namespace {

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <optional>
 
-#include "services/bench/index_bench.h"
-#include "services/bench/pool_bench.h"
+#include "services/bench/index_driver.h"
+#include "services/bench/pool_driver.h"
 #include "services/bench/trace.h"
-#include "services/coordinator/rpc/lookup_rpc_bench.h"
+#include "services/bench/rpc/lookup_rpc_driver.h"
 
 namespace kvtier::cli {
 
@@ -179,7 +179,7 @@ int BenchCommand::RunPool() const {
   return 0;
 }
 
-// The raw write's durability, which is the tier's under --sync (disk_bench.h).
+// The raw write's durability, which is the tier's under --sync (disk_driver.h).
 const char* BenchCommand::RawWriteSync() const {
   return disk_options_.sync == "fsync" ? "fdatasync per batch" : "page cache";
 }
@@ -225,13 +225,13 @@ int BenchCommand::RunLookupRpc() const {
   int exit_code = 0;
   std::optional<std::vector<bench::TraceRequest>> trace = LoadTrace(trace_, "lookup-rpc", exit_code);
   if (!trace) return exit_code;
-  coordinator::LookupRpcBenchOptions options;
+  bench::LookupRpcBenchOptions options;
   for (const bench::TraceRequest& r : *trace) options.prompts.push_back(r.hash_ids);
   options.rate_per_sec = rate_;
   options.seconds = seconds_;
   options.busy_poll_us = busy_poll_us_;
   options.compact_answers = !full_answers_;
-  Result<coordinator::LookupRpcBenchResult> r = coordinator::RunLookupRpcBench(options);
+  Result<bench::LookupRpcBenchResult> r = bench::RunLookupRpcBench(options);
   if (!r.ok()) {
     std::fprintf(stderr, "kvtier bench lookup-rpc: %s\n", r.status().ToString().c_str());
     return 1;

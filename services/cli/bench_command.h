@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "services/bench/disk_bench.h"
-#include "services/bench/pool_bench.h"
+#include "services/bench/disk_driver.h"
+#include "services/bench/pool_driver.h"
 
 namespace kvtier::cli {
 

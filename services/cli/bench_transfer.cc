@@ -7,7 +7,7 @@
 
 #include "services/bench/transfer_baselines.h"
 #include "services/cli/bench_command.h"
-#include "services/store/rpc/transfer_bench.h"
+#include "services/bench/rpc/transfer_driver.h"
 #include "services/store/stream/data_stream_client.h"
 
 namespace kvtier::cli {
@@ -74,7 +74,7 @@ namespace {
 
 struct PathResult {
   const char* name;
-  store::TransferBenchResult result;
+  bench::TransferBenchResult result;
 };
 
 std::string Number(double value) {
@@ -84,7 +84,7 @@ std::string Number(double value) {
 }
 
 // `"<prefix>_cores":{...},"<prefix>_open_share":x,` (the share only on the stream path).
-std::string WhereTimeWent(const std::string& prefix, const store::TransferPhase& phase, bool stream) {
+std::string WhereTimeWent(const std::string& prefix, const bench::TransferPhase& phase, bool stream) {
   std::string out = "\"" + prefix + "_cores\":{\"control\":" + Number(phase.cores.control) +
                     ",\"stream\":" + Number(phase.cores.stream) + ",\"clients\":" + Number(phase.cores.clients) + "},";
   if (stream) out += "\"" + prefix + "_open_share\":" + Number(phase.open_share) + ",";
@@ -118,7 +118,7 @@ std::string PathFields(const std::vector<PathResult>& paths) {
 void PrintResultsText(const std::vector<PathResult>& paths, const bench::LoopbackBenchResult& loopback,
                       const std::optional<bench::RedisBenchResult>& redis) {
   for (const PathResult& p : paths) {
-    const store::TransferBenchResult& r = p.result;
+    const bench::TransferBenchResult& r = p.result;
     std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
     if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
     std::printf("\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)", p.name,
@@ -152,7 +152,7 @@ int BenchCommand::RunTransfer() const {
   for (const char* path : {"inline", "stream", "tls"}) {
     const bool tls = std::string_view(path) == "tls";
     if (tls ? transfer_tls_.cert_file.empty() : transfer_path_ != "both" && transfer_path_ != path) continue;
-    store::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
+    bench::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
                                               .clients = transfer_clients_,
                                               .total_bytes = transfer_total_bytes_,
                                               .batch = transfer_batch_,
@@ -168,7 +168,7 @@ int BenchCommand::RunTransfer() const {
       options.tls_ca_file = transfer_tls_.ca_file;
       options.tls_server_name = transfer_tls_.server_name;
     }
-    Result<store::TransferBenchResult> result = store::RunStoreTransferBench(options);
+    Result<bench::TransferBenchResult> result = bench::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
     paths.push_back({path, *result});
   }

@@ -40,8 +40,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   std::unique_ptr<LocalNode> node(new LocalNode());
   node->name_ = std::move(name);
   node->incarnation_ = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
-  node->worker_node_ = {node->name_ + "/worker", coordinator::NodeRole::kWorker};
-  node->store_node_ = {node->name_ + "/store", coordinator::NodeRole::kStore};
+  node->worker_node_ = {node->name_ + "/worker", kvtier::NodeRole::kWorker};
+  node->store_node_ = {node->name_ + "/store", kvtier::NodeRole::kStore};
 
   KVTIER_ASSIGN_OR_RETURN(const worker::WorkerPlan plan, worker::PlanWorkerPool(config.worker, gpu));
   const KvLayout& layout = plan.layout;
@@ -51,12 +51,12 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
                               config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
   LocalNode* self = node.get();
   if (config.store.disk_admission_min_count > 0) {
-    KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,
-                            coordinator::FrequencyFilter::Create(
+    KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter,
+                            storage::FrequencyFilter::Create(
                                 {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
     {
       MutexLock lock(node->admission_mu_);
-      node->admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+      node->admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
     }
     store.admit_to_disk = [self](const storage::BlockHeader& header) {
       MutexLock lock(self->admission_mu_);
@@ -152,7 +152,7 @@ LocalNode::WorkerView LocalNode::ViewWorker() const {
   for (uint32_t pool = 0; pool < stats.size(); ++pool) {
     const Result<KvLayout> layout = worker_->PoolLayout(pool);
     if (!layout.ok()) continue;
-    view.pools.push_back({coordinator::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
+    view.pools.push_back({kvtier::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
                           uint64_t{stats[pool].total} * layout->bytes_per_block(), coordinator::WindowOf(*layout)});
   }
   view.holdings = worker_->Holdings();

@@ -38,7 +38,7 @@
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
 #include "services/auth/token_store.h"
-#include "services/coordinator/index/admission.h"
+#include "storage/admission.h"
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/rpc/loop_thread.h"
@@ -75,7 +75,7 @@ class LocalNode {
  private:
   struct Registration {
     std::string node;
-    coordinator::NodeRole role;
+    kvtier::NodeRole role;
     uint64_t lease_id = 0;
     uint64_t next_sequence = 1;
     bool registered = false;
@@ -121,7 +121,7 @@ class LocalNode {
   // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
   // Lock order: the store's host lock, then admission_mu_ (a leaf).
   Mutex admission_mu_;
-  std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_GUARDED_BY(admission_mu_);
+  std::unique_ptr<storage::FrequencyFilter> admission_ KVTIER_GUARDED_BY(admission_mu_);
 };
 
 }  // namespace kvtier::cli

@@ -75,6 +75,9 @@ int RunRole(Role role, const char* name, const ConfigFlags& flags) {
 
 int Main(int argc, char** argv) {
   KeepLargeAllocationsInTheHeap();
+  // Every command logs to stderr, never into what it prints (`kvtier replay --json` is one
+  // JSON object); the roles set their configured level once their configuration is read.
+  InitLogging(spdlog::level::warn);
   RaiseDescriptorLimit();  // the listeners' default limits are shares of it
   CLI::App app{"kvtier: a distributed multi-tier KV-cache for LLM inference engines.\n"
                "Start with `kvtier up`, then see `kvtier up --help`."};

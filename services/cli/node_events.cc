@@ -3,12 +3,12 @@
 namespace kvtier::cli {
 namespace {
 
-coordinator::Tier ToTier(storage::TierKind tier) {
-  return tier == storage::TierKind::kHost ? coordinator::Tier::kHost : coordinator::Tier::kDisk;
+kvtier::Tier ToTier(kvtier::Tier tier) {
+  return tier == kvtier::Tier::kHost ? kvtier::Tier::kHost : kvtier::Tier::kDisk;
 }
 
-coordinator::BlockRetention Retention(const storage::BlockHeader& header) {
-  return coordinator::BlockRetention{header.priority, std::chrono::milliseconds(header.retention_left_ms)};
+kvtier::BlockRetention Retention(const storage::BlockHeader& header) {
+  return kvtier::BlockRetention{header.priority, std::chrono::milliseconds(header.retention_left_ms)};
 }
 
 }  // namespace
@@ -16,13 +16,13 @@ coordinator::BlockRetention Retention(const storage::BlockHeader& header) {
 coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event, coordinator::ScopeId scope) {
   coordinator::KvEvent out;
   out.keys = {event.key};
-  out.tier = coordinator::Tier::kGpu;
+  out.tier = kvtier::Tier::kGpu;
   out.pool = static_cast<uint16_t>(event.pool_id);
   if (event.kind == worker::WorkerEvent::Kind::kStored) {
     out.kind = coordinator::KvEvent::Kind::kStored;
     out.scope = scope;
     if (!event.first) out.parent = event.parent;  // absent: the chain starts at the scope's root
-    out.retention = {coordinator::BlockRetention{event.priority, event.retention}};
+    out.retention = {kvtier::BlockRetention{event.priority, event.retention}};
     out.tokens = event.tokens;
   } else {
     out.kind = coordinator::KvEvent::Kind::kRemoved;
@@ -48,7 +48,7 @@ coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event, coordinator::Sc
   return out;
 }
 
-coordinator::SnapshotBlock ToSnapshotBlock(storage::TierKind tier, const storage::BlockHeader& header,
+coordinator::SnapshotBlock ToSnapshotBlock(kvtier::Tier tier, const storage::BlockHeader& header,
                                            coordinator::ScopeId scope) {
   coordinator::SnapshotBlock block;
   block.key = header.key;
@@ -65,7 +65,7 @@ coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id, const worker::PoolH
   block.key = holding.key;
   if (!holding.first) block.parent = holding.parent;
   block.scope = scope;
-  block.tier = coordinator::Tier::kGpu;
+  block.tier = kvtier::Tier::kGpu;
   block.pool = static_cast<uint16_t>(pool_id);
   block.retention = {holding.priority, holding.retention_left};
   block.tokens = holding.tokens;

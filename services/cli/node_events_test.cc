@@ -6,7 +6,6 @@ namespace kvtier::cli {
 namespace {
 
 using coordinator::KvEvent;
-using coordinator::Tier;
 
 TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   const BlockKey key{1, 2}, parent{1, 1};
@@ -37,7 +36,7 @@ TEST(NodeEventsTest, StoreEventsKeepTierAndRetention) {
   header.parent = BlockKey{5, 4};
   header.priority = 80;
   header.retention_left_ms = 1500;
-  const KvEvent stored = ToKvEvent({storage::StoreEvent::Kind::kStored, storage::TierKind::kHost, header}, 2);
+  const KvEvent stored = ToKvEvent({storage::StoreEvent::Kind::kStored, kvtier::Tier::kHost, header}, 2);
   EXPECT_EQ(stored.kind, KvEvent::Kind::kStored);
   EXPECT_EQ(stored.tier, Tier::kHost);
   EXPECT_EQ(stored.parent, header.parent);
@@ -45,16 +44,16 @@ TEST(NodeEventsTest, StoreEventsKeepTierAndRetention) {
   EXPECT_EQ(stored.retention[0].priority, 80);
   EXPECT_EQ(stored.retention[0].duration, std::chrono::milliseconds(1500));
   // A demotion's second half: the block leaves the host tier.
-  const KvEvent removed = ToKvEvent({storage::StoreEvent::Kind::kRemoved, storage::TierKind::kHost, header}, 2);
+  const KvEvent removed = ToKvEvent({storage::StoreEvent::Kind::kRemoved, kvtier::Tier::kHost, header}, 2);
   EXPECT_EQ(removed.kind, KvEvent::Kind::kRemoved);
   EXPECT_EQ(removed.tier, Tier::kHost);
   EXPECT_EQ(removed.keys, std::vector<BlockKey>{header.key});
-  const coordinator::SnapshotBlock block = ToSnapshotBlock(storage::TierKind::kDisk, header, 2);
+  const coordinator::SnapshotBlock block = ToSnapshotBlock(kvtier::Tier::kDisk, header, 2);
   EXPECT_EQ(block.tier, Tier::kDisk);
   EXPECT_EQ(block.parent, header.parent);
   EXPECT_EQ(block.retention.priority, 80);
   header.first_in_chain = true;
-  EXPECT_FALSE(ToSnapshotBlock(storage::TierKind::kDisk, header, 2).parent.has_value());
+  EXPECT_FALSE(ToSnapshotBlock(kvtier::Tier::kDisk, header, 2).parent.has_value());
 }
 
 }  // namespace

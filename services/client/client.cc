@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 
 namespace kvtier::client {
 
@@ -16,7 +16,7 @@ std::vector<BlockKey> Client::BlockKeys(std::span<const uint32_t> tokens, uint32
 }
 
 struct MappedPool::Memory {
-  worker::SharedPoolMemory shared;
+  SharedPoolMemory shared;
 };
 
 Result<MappedPool> MappedPool::Map(const PoolMapping& mapping) {
@@ -24,8 +24,8 @@ Result<MappedPool> MappedPool::Map(const PoolMapping& mapping) {
     return FailedPreconditionError("pool " + std::to_string(mapping.pool_id) + " is in GPU " +
                                    std::to_string(mapping.device) + " memory: open its CUDA IPC handle instead");
   }
-  KVTIER_ASSIGN_OR_RETURN(worker::SharedPoolMemory shared,
-                          worker::SharedPoolMemory::Map(mapping.shared_memory_name,
+  KVTIER_ASSIGN_OR_RETURN(SharedPoolMemory shared,
+                          SharedPoolMemory::Map(mapping.shared_memory_name,
                                                         uint64_t{mapping.num_blocks} * mapping.block_stride_bytes));
   return MappedPool(std::make_unique<Memory>(Memory{std::move(shared)}), mapping.block_stride_bytes,
                     mapping.layout.bytes_per_block());

@@ -41,9 +41,9 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
-#include "services/coordinator/index/retention.h"
 
 namespace kvtier::client {
 
@@ -64,7 +64,8 @@ struct ClientOptions {
   std::chrono::milliseconds retry_backoff{20};  // before the second attempt; doubles
 };
 
-enum class Tier : uint8_t { kGpu, kHost, kDisk };
+// The SDK speaks kvtier's shared vocabulary (common/block_vocabulary.h) under its own namespace.
+using kvtier::Tier;
 
 struct Location {
   std::string node_id;
@@ -159,7 +160,7 @@ struct CoordinatorStats {
   bool cluster_counts = false;  // as WorkerStats': a tenant sees the node count only
 };
 
-using coordinator::RetentionConfig;
+using kvtier::RetentionConfig;
 
 // A host pool mapped into this process: the node's blocks in place, block i at
 // bytes().subspan(i * block_stride_bytes, layout.bytes_per_block()). Writes are seen by

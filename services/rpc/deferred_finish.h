@@ -5,11 +5,11 @@
 // response. Dropped at once, the Finish travels alone, about a round trip after the
 // server's Return, and wakes the server's thread a second time for every call. Dropped
 // right after the next call is sent, it follows that Call on the wire and the server
-// reads both with one wake-up (BufferedMessageStream reads a burst at once). On dev,
-// `kvtier bench lookup-rpc` at 10,000 calls/s measured the server's context switches per
-// call fall from 1.7-1.9 to 1.0 and its CPU time per call from 40-56 to 32-36 us
-// (docs/benchmarks.md). The cost: the server keeps each held answer until that next
-// call, so a connection that goes quiet leaves its last answers held there.
+// reads both with one wake-up (BufferedMessageStream reads a burst at once): one sleep a
+// call instead of two (docs/history/benchmarks-2026-11.md, "Finish messages behind the next call",
+// under #kvtier-bench-lookup-rpc-lookup-over-the-rpc-on-loopback). The cost: the server keeps each
+// held answer until that next call, so a connection that goes quiet leaves its last answers held
+// there.
 //
 // Usage, on the connection's event-loop thread:
 //   auto promise = request.send().then([&](auto response) { use(response); deferred.Keep(kj::mv(response)); });

@@ -94,7 +94,7 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   // Sequence 1 fills the pool with blocks 1-5, each its own pattern, and commits them.
   auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();

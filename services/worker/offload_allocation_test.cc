@@ -57,7 +57,7 @@ class OffloadAllocationTest : public ::testing::TestWithParam<uint64_t> {
     while (link_->StagingStats().staged_bytes > 0) std::this_thread::yield();  // stored, if staged
     const uint64_t counted = ::kvtier::testing::HeapAllocations() - before;
     EXPECT_TRUE(allocated.ok()) << allocated.status();
-    const coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
+    const kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
     EXPECT_TRUE(worker_->Commit(1, sequence, keys, {}, keep).ok());
     EXPECT_TRUE(worker_->Free(1, sequence).ok());
     (void)worker_->TakeEvents();  // as a node's tick would

@@ -136,9 +136,9 @@ OffloadQueueStats OffloadQueue::Stats() const {
 void OffloadQueue::Run() {
   NameThisThread("kvt-offload");
   // Behind the callers, also for the processor: with few cores, this thread at full
-  // priority took turns from the coordinator's lookups (their p99 doubled on 2 cores:
-  // docs/benchmarks.md). Where it falls behind, its staging fills and offloads are stored
-  // by their callers again.
+  // priority took turns from the coordinator's lookups (their tail, on 2 cores:
+  // docs/history/benchmarks-2026-11.md#offloads-stored-behind-the-allocation-2026-11-27-stop-43).
+  // Where it falls behind, its staging fills and offloads are stored by their callers again.
   (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
   std::vector<std::unique_ptr<Staged>> batch;
   std::vector<storage::PutItem> items;

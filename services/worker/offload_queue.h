@@ -2,14 +2,15 @@
 //
 // An allocation that evicts blocks must not return before their bytes are safe: the pool
 // blocks are reused at once. Storing them (hashing each, copying it into the host tier,
-// and the disk writes of whatever that displaces) was most of a worker's thread in a
-// replay (docs/benchmarks.md). Stage copies each block into a staging buffer and returns;
-// a thread of the queue's own (kvt-offload) hashes the staged blocks and puts them into
-// the store in batches (TieredStore::PutBatchBehind: each makes its own room, leaving the
-// room the store keeps free to the worker's own puts), then frees their buffers. Until then a staged block is still
-// served: CopyStaged finds it by (format tag, key, salt scope), so an onboard right
-// after an eviction does not miss it. A block leaves the staged set only after the
-// store has it, so a reader that misses here finds it in the store.
+// and the disk writes of whatever that displaces) was most of a worker's thread in a replay
+// (docs/history/benchmarks-2026-11.md#offloads-stored-behind-the-allocation-2026-11-27-stop-43).
+// Stage copies each block into a staging buffer and returns; a thread of the queue's own
+// (kvt-offload) hashes the staged blocks and puts them into the store in batches
+// (TieredStore::PutBatchBehind: each makes its own room, leaving the room the store keeps free to
+// the worker's own puts), then frees their buffers. Until then a staged block is still served:
+// CopyStaged finds it by (format tag, key, salt scope), so an onboard right after an eviction does
+// not miss it. A block leaves the staged set only after the store has it, so a reader that misses
+// here finds it in the store.
 //
 // A staged block fetched back into a pool is held there again, and the pool offloads it
 // once more when it evicts it: Withdraw keeps it out of the host tier (the exclusive host
@@ -18,9 +19,9 @@
 // until then. Staging the block again (a pool evicted it again) cancels its withdrawal,
 // and a block so staged while it was moved out is stored once more.
 //
-// Memory: staging takes at most `capacity_bytes`. Buffers, their map nodes and the put's
-// headers are kept for reuse: no heap allocation per block once warm. A block that finds no room is not staged: the caller
-// stores it itself, as without a queue (back-pressure, never a wait).
+// Memory: staging takes at most `capacity_bytes`. Buffers, their map nodes and the put's headers
+// are kept for reuse: no heap allocation per block once warm. A block that finds no room is not
+// staged: the caller stores it itself, as without a queue (back-pressure, never a wait).
 //
 // Failures: a put the store refuses is counted (Stats().failed) and the block is
 // dropped, as a refused synchronous offload is; the pool's event already said the block

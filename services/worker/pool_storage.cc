@@ -3,7 +3,7 @@
 #include <cstring>
 #include <limits>
 
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 
 namespace kvtier::worker {
 namespace {

@@ -19,10 +19,10 @@ uint32_t TierLinkThreads(uint32_t configured) {
   return configured != 0 ? configured : DefaultTierLinkThreads(std::thread::hardware_concurrency());
 }
 
-// Half the threads from 16 up: on a 16-core h200 the GPU replay's tier hand-overs took
-// 5.1-5.3 s with 4 helpers and 3.9-4.0 s with 8 (the replay 14.6-15.0 -> 13.2-13.3 s;
-// 12 gained little more). A quarter below that, none under 4: on 2-core dev one helper
-// doubled the lookups' p99 (docs/benchmarks.md).
+// Half the threads from 16 up: on a 16-core machine 8 helpers cut the GPU replay's tier
+// hand-overs by a quarter against 4, and 12 gained little more. A quarter below that,
+// none under 4: on 2 cores a helper took turns from the lookups
+// (docs/history/benchmarks-2026-11.md#eight-tier-helpers-on-16-cores-2026-11-27-stop-42).
 uint32_t DefaultTierLinkThreads(uint32_t hardware_threads) {
   return hardware_threads >= 16 ? std::min(8u, hardware_threads / 2) : hardware_threads / 4;
 }
@@ -248,7 +248,7 @@ Result<SourceTier> TierLink::SourceOf(Result<storage::TieredHit> hit, const Onbo
     return DataLossError("stored block " + block.key.ToHex() + " has " + std::to_string(hit->header.payload_bytes) +
                          " bytes; its layout needs " + std::to_string(block.out.size()));
   }
-  return hit->tier == storage::TierKind::kHost ? SourceTier::kHost : SourceTier::kDisk;
+  return hit->tier == kvtier::Tier::kHost ? SourceTier::kHost : SourceTier::kDisk;
 }
 
 }  // namespace kvtier::worker

@@ -16,10 +16,11 @@
 //
 // Batches (OffloadBatch, FetchBatch) are split among `threads` helper threads and the
 // caller's: the hashing and copying of a batch's blocks run in parallel, so the worker's
-// loop, which waits for the batch, waits a fraction as long (on a GPU node these copies
-// were most of the loop's time: docs/benchmarks.md). Each share of an offload is one
-// store PutBatch, so its victims in the host tier go down to disk in one batch. The store
-// takes parallel puts and gets; each block's events stay in order.
+// loop, which waits for the batch, waits a fraction as long (on a GPU node these copies were most
+// of the loop's time:
+// docs/history/benchmarks-2026-11.md#the-disk-tier-off-the-workers-path-2026-11-27-stop-41). Each
+// share of an offload is one store PutBatch, so its victims in the host tier go down to disk in one
+// batch. The store takes parallel puts and gets; each block's events stay in order.
 //
 // Thread safety: as the TieredStore (safe from any thread); a batch's helpers are shared
 // by concurrent callers. Ownership: borrows the store, which outlives this object.

@@ -43,7 +43,7 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
 
   // Block A (priority 60, tenant scope 0xABC, format tag 9) is committed, written and released.
   const BlockKey root{3, 3}, a{0x2001, 1}, b{0x2002, 2};
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 0xABC, .format_tag = 9,
                                 .block_keys = std::vector<BlockKey>{a}, .tokens = Tokens(0, 4)}).ok());
   std::span<uint8_t> pool = worker->PoolBytes(0);
@@ -62,7 +62,7 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   auto hit = store->Get(storage::BlockRef{a, format, 0xABC}, out);
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_EQ(out, written);
-  EXPECT_EQ(hit->tier, storage::TierKind::kHost);
+  EXPECT_EQ(hit->tier, kvtier::Tier::kHost);
   EXPECT_EQ(hit->header.parent, root);
   EXPECT_TRUE(hit->header.first_in_chain);
   EXPECT_EQ(hit->header.priority, 60);
@@ -326,7 +326,7 @@ TEST(TierLinkTest, ABatchsDisplacedBlocksGoDownToDiskInOneWrite) {
   EXPECT_EQ(store->Stats().disk->put_batches, 1u);
   std::set<uint64_t> in_host;
   for (const auto& [tier, header] : store->Holdings()) {
-    if (tier == storage::TierKind::kHost) in_host.insert(header.key.lo);
+    if (tier == kvtier::Tier::kHost) in_host.insert(header.key.lo);
   }
   EXPECT_EQ(in_host, (std::set<uint64_t>{testing::Key(4).lo, testing::Key(5).lo, testing::Key(6).lo,
                                          testing::Key(7).lo}));
@@ -361,7 +361,7 @@ TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
   auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 8}}, .offload = &link, .onboard = &link}).value();
   std::vector<BlockKey> keys, other;
   for (uint64_t i = 0; i < 8; ++i) keys.push_back(testing::Key(i)), other.push_back(testing::Key(100 + i));
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   auto a = worker->Allocate({.client = 1, .sequence = 1, .root = testing::kRoot, .block_keys = keys,
                              .tokens = Tokens(0, 32)});
   ASSERT_TRUE(a.ok()) << a.status();

@@ -68,7 +68,7 @@ class Worker::Impl {
     // Parents first: the pool evicts a chain leaf first (a block's children before it), so
     // the victims go to the tier reversed, and its stored events reach the coordinator
     // parent before child: a chain's events join (JoinsWireEvent) and none waits for its
-    // parent (the trace replay's stored events: 471,761 -> 63,670, docs/benchmarks.md).
+    // parent (docs/history/benchmarks-2026-11.md#a-chain-is-one-event-2026-11-27-stop-46).
     std::vector<const EvictedBlock*> keep;
     keep.reserve(evicted.size());
     for (auto victim = evicted.rbegin(); victim != evicted.rend(); ++victim) {
@@ -299,12 +299,12 @@ Status Worker::Free(ClientId client, SequenceId sequence) {
 }
 
 Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention) {
+                                std::span<const uint32_t> tokens, const kvtier::RetentionConfig& retention) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockRetention> per_block,
-                          coordinator::ComputeBlockRetention(retention, state.layout.tokens_per_block(),
+                          kvtier::ComputeBlockRetention(retention, state.layout.tokens_per_block(),
                                                              seq->prompt_tokens, seq->tokens));
   if (block_keys.size() > per_block.size()) {
     return InvalidArgumentError("commit of " + std::to_string(block_keys.size()) + " blocks, but " +
@@ -325,7 +325,7 @@ Result<SequenceState> Worker::Sequence(ClientId client, SequenceId sequence) con
 }
 
 Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                      const coordinator::RetentionConfig& retention, OnboardSource* source) {
+                                      const kvtier::RetentionConfig& retention, OnboardSource* source) {
   Impl& w = *impl_;
   if (source == nullptr) source = w.options_.onboard;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));

@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/clock.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
-#include "services/coordinator/index/retention.h"
 #include "services/worker/pool/block_pool.h"
 #include "services/worker/pool_storage.h"
 
@@ -45,7 +45,7 @@ struct OffloadBlock {
   bool first = false;          // the chain's first block
   uint64_t format_tag = 0;     // the engine's format tag given at Allocate
   uint64_t salt_scope = 0;
-  uint8_t priority = 35;
+  uint8_t priority = kDefaultPriority;
   const KvLayout* layout = nullptr;
   std::span<const uint8_t> bytes;  // the block in pool memory
 };
@@ -132,7 +132,7 @@ struct WorkerPoolConfig {
 
 struct WorkerOptions {
   std::vector<WorkerPoolConfig> pools;
-  uint8_t secondary_offload_min_priority = 35;
+  uint8_t secondary_offload_min_priority = kDefaultPriority;
   bool partial_reuse = true;
   const Clock* clock = &SystemClock::Instance();
   OffloadTarget* offload = nullptr;  // null: evicted blocks are dropped
@@ -222,14 +222,14 @@ class Worker {
   // retention (prompt_tokens: how many of the sequence's tokens are the prompt). Returns
   // how many blocks the call cached.
   [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                        std::span<const uint32_t> tokens, const coordinator::RetentionConfig& retention);
+                                        std::span<const uint32_t> tokens, const kvtier::RetentionConfig& retention);
   // Fills the sequence's blocks after its reused prefix from `source` (null: the
   // worker's own, WorkerOptions::onboard), in order, up to the first block the source
   // lacks, and commits them under `block_keys` (the sequence's full blocks from its
   // first) with the request's retention. Called again with another source, it goes on
   // where the last call stopped.
   [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                              const coordinator::RetentionConfig& retention,
+                                              const kvtier::RetentionConfig& retention,
                                               OnboardSource* source = nullptr);
   // kNotFound: no such sequence of `client`.
   [[nodiscard]] Result<SequenceState> Sequence(ClientId client, SequenceId sequence) const;

@@ -59,7 +59,7 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   EXPECT_EQ(worker.PoolBytes(0).empty(), device_path()) << "device memory has no host view";
 
   // Sequence 1: block A (key 1, priority 50) written on the device and committed.
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)},
                             .tokens = Tokens(0, 4)});
   ASSERT_TRUE(a.ok()) << a.status();
@@ -114,7 +114,7 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4)};
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   // Sequence 1 fills the pool with blocks 1-4, each its own pattern, and commits them.
   auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(a.ok()) << a.status();

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "gpu/device.h"
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 #include "services/worker/testing/worker_testing.h"
 
 namespace kvtier::worker {
@@ -143,8 +143,8 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
   RecordingOffload offload;
   auto worker = MakeWorker(2, &offload);
   // Block A at priority 50 (worth offloading), block B at 20 (dropped); both released.
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
-  coordinator::RetentionConfig low{.ranges = {{.first_token = 0, .priority = 20}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig low{.ranges = {{.first_token = 0, .priority = 20}}};
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = kRoot, .salt_scope = 0xABC,
                                 .block_keys = std::vector<BlockKey>{Key(1)}, .tokens = Tokens(0, 4)}).ok());
   ASSERT_TRUE(worker->Commit(1, 1, std::vector<BlockKey>{Key(1)}, Tokens(0, 4), keep).ok());
@@ -174,7 +174,7 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
 TEST(WorkerTest, AChainEvictedAtOnceIsOffloadedParentFirst) {
   RecordingOffload offload;
   auto worker = MakeWorker(3, &offload);
-  coordinator::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
+  kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   const std::vector<BlockKey> chain = {Key(1), Key(2), Key(3)};
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = chain, .tokens = Tokens(0, 12)}).ok());
   ASSERT_TRUE(worker->Commit(1, 1, chain, Tokens(0, 12), keep).ok());

@@ -37,7 +37,7 @@ inline std::unique_ptr<DiskTier> OpenDiskTier(const std::string& path, uint64_t 
 }
 
 // `block`'s payload as the tier returns it.
-inline Result<std::vector<uint8_t>> ReadBack(Tier& tier, const TestBlock& block) {
+inline Result<std::vector<uint8_t>> ReadBack(BlockTier& tier, const TestBlock& block) {
   std::vector<uint8_t> out(block.payload.size());
   KVTIER_RETURN_IF_ERROR(tier.Get(block.ref(), out).status());
   return out;
@@ -49,7 +49,7 @@ inline Result<std::vector<uint8_t>> ReadBack(Tier& tier, const TestBlock& block)
 // removed meanwhile is not an error).
 class CheckingReaders {
  public:
-  CheckingReaders(Tier& tier, int threads, std::function<const TestBlock&(uint64_t reader, uint64_t i)> pick)
+  CheckingReaders(BlockTier& tier, int threads, std::function<const TestBlock&(uint64_t reader, uint64_t i)> pick)
       : pick_(std::move(pick)) {
     for (int r = 0; r < threads; ++r) {
       threads_.emplace_back([this, &tier, r] {

@@ -1,6 +1,7 @@
 // The kvtier binary as a user runs it: `up` serves and stops cleanly, bad input exits 2
 // and starts nothing, commands of later releases say so and exit 1.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -336,9 +337,13 @@ TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
 }
 
 // `kvtier replay` with no --connect starts its own cluster: two prompts sharing their
-// first block, with room for everything.
+// first block, with room for everything. A dead process's pool in /dev/shm, which the
+// replay's worker sweeps and logs, is there too: logs go to stderr, never into the JSON.
 TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
   testing::TempDir dir;
+  const std::string stale = "/dev/shm/kvtier-pool-clitest" + std::to_string(::getpid());
+  ASSERT_TRUE(testing::WriteFile(stale, "left by a process that died"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // the sweep spares pools under 2 s old
   ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
                                  "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [7, 8]}\n"
                                  "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [7, 9, 10]}\n"));
@@ -352,7 +357,8 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
                           "\"lookup_p99_us\": "}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
-  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line: " << out;
+  ::unlink(stale.c_str());  // in case another process's sweep did not take it either
 
   // Without --json: the report for people.
   ChildProcess text({kKvtier, "replay", "--conversations", "10", "--gpu-blocks", "256"}, dir.path());

@@ -1,4 +1,4 @@
-"""Measures what clients that never authenticate cost a `kvtier up` (docs/benchmarks.md).
+"""Measures what clients that never authenticate cost a `kvtier up` (docs/benchmarks.md#hostile-clients-and-chaos).
 
 Prints RSS (VmRSS) of the server before and after 2,000 idle connections from 40
 loopback addresses, after its authentication deadline, and around 30 frames that each

@@ -9,7 +9,7 @@
 #include <vector>
 #include <string>
 
-#include "common/held_port.h"
+#include "services/bench/held_port.h"
 
 namespace kvtier::testing {
 
@@ -51,7 +51,7 @@ int RunCommand(const std::string& command, std::string* output);
 // Writes `text` to `path`; returns false on failure.
 bool WriteFile(const std::string& path, const std::string& text);
 
-// A held loopback port (common/held_port.h) for a test's server that starts at an address
+// A held loopback port (services/bench/held_port.h) for a test's server that starts at an address
 // chosen beforehand: in a child process, or again where it was stopped. (CI once saw a
 // store dial its coordinator's old port and reach another test's HTTP server.) Aborts
 // when no port can be held: a port of 0 would fail far from the cause.

@@ -109,8 +109,6 @@ RetentionConfig Retention(uint8_t priority, std::optional<double> duration_s, co
   return retention;
 }
 
-const char* TierName(Tier tier) { return tier == Tier::kGpu ? "gpu" : tier == Tier::kHost ? "host" : "disk"; }
-
 void BindKeys(py::module_& m) {
   m.def("block_keys", [](const py::object& tokens, uint32_t tokens_per_block, uint64_t lora_id,
                           const std::string& model_tag, const std::vector<std::string>& extra) {
@@ -169,7 +167,7 @@ py::dict LookupToDict(const LookupResult& r) {
   py::list locations;
   for (const auto& block : r.locations) {
     py::list here;
-    for (const Location& l : block) here.append(py::make_tuple(l.node_id, TierName(l.tier), l.pool_id));
+    for (const Location& l : block) here.append(py::make_tuple(l.node_id, std::string(kvtier::TierName(l.tier)), l.pool_id));
     locations.append(here);
   }
   py::list scores;
@@ -178,7 +176,7 @@ py::dict LookupToDict(const LookupResult& r) {
   }
   py::list partial_locations;
   for (const Location& l : r.partial_block_locations) {
-    partial_locations.append(py::make_tuple(l.node_id, TierName(l.tier), l.pool_id));
+    partial_locations.append(py::make_tuple(l.node_id, std::string(kvtier::TierName(l.tier)), l.pool_id));
   }
   py::dict out;
   out["matched_blocks"] = r.matched_blocks;
@@ -248,7 +246,7 @@ void BindSequences(py::class_<Client>& client) {
         const RetentionConfig retention = Retention(priority, duration_s, ranges, decode_priority, decode_duration_s);
         py::gil_scoped_release unlocked;
         return ValueOrThrow(c.Commit(sequence, ToKeys(keys), retention, committed));
-      }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = coordinator::kDefaultPriority,
+      }, py::arg("sequence"), py::arg("keys"), py::arg("priority") = kvtier::kDefaultPriority,
          py::arg("duration_s") = py::none(), py::arg("tokens") = py::none(), py::arg("ranges") = std::vector<PyRange>{},
          py::arg("decode_priority") = py::none(), py::arg("decode_duration_s") = py::none())
       .def("free", [](Client& c, uint64_t sequence) { OkOrThrow(c.Free(sequence)); }, py::arg("sequence"), Release());

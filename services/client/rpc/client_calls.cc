@@ -30,7 +30,7 @@ void SetKeys(const std::vector<BlockKey>& keys, capnp::List<schema::BlockKey>::B
 void SetRetention(const RetentionConfig& config, schema::RetentionConfig::Builder out) {
   auto ranges = out.initRanges(static_cast<unsigned>(config.ranges.size()));
   for (unsigned i = 0; i < config.ranges.size(); ++i) {
-    const coordinator::TokenRangeRetention& range = config.ranges[i];
+    const kvtier::TokenRangeRetention& range = config.ranges[i];
     ranges[i].setFirstToken(range.first_token);
     ranges[i].setLastToken(range.last_token.value_or(0));
     ranges[i].setPriority(range.priority);

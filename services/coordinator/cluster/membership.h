@@ -32,10 +32,6 @@
 
 namespace kvtier::coordinator {
 
-// kEngine: an inference engine's prefix cache, learned from its own KV event stream
-// (services/coordinator/engines/); routed to like a worker.
-enum class NodeRole : uint8_t { kWorker, kStore, kEngine };
-
 using ConnectionId = uint64_t;
 inline constexpr ConnectionId kNoConnection = 0;
 

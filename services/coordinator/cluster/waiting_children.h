@@ -8,12 +8,11 @@
 //     first) may arrive too, before the store's batch that brings the parent.
 //   - A tier's own eviction drops a parent whose child it takes in next (its LRU knows
 //     nothing of chains), and the parent often comes back, offloaded again, soon after.
-// Left out at once, such a child was lost to every lookup (hundreds of blocks in each
-// `make run` replay, a third of the host tier in a 4-client replay on a GPU:
-// docs/benchmarks.md). So the coordinator parks it here, keyed by its parent, and
-// applies it when a stored event of the parent arrives from any node; it gives up after
-// `wait` (at the first Park or Expire after it: the coordinator's tick), or when it
-// needs the room, and only then counts the block as orphaned.
+// Left out at once, such a child was lost to every lookup (hundreds of blocks a replay:
+// docs/history/benchmarks-2026-11.md#make-run-and-the-embedded-nodes-resyncs-2026-11-26-stop-40).
+// So the coordinator parks it here, keyed by its parent, and applies it when a stored event of the
+// parent arrives from any node; it gives up after `wait` (at the first Park or Expire after it: the
+// coordinator's tick), or when it needs the room, and only then counts the block as orphaned.
 //
 // A parked event stays true only while its node says nothing more of its blocks in its
 // place: a later event of that node that stores, removes or moves one of them there

@@ -52,15 +52,12 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/clock.h"
 #include "common/status.h"
 
 namespace kvtier::coordinator {
 
-enum class Tier : uint8_t { kGpu = 0, kHost = 1, kDisk = 2 };
-inline constexpr int kTierCount = 3;
-inline constexpr uint8_t kDefaultPriority = 35;
-inline constexpr uint8_t kMaxPriority = 100;
 inline constexpr uint32_t kMaxNodes = 4096;
 
 using NodeId = uint16_t;   // dense ids; the membership layer maps node names to them
@@ -93,12 +90,6 @@ struct PoolWindowSpec {
 // the pool and its entry. What SetNodeWindows checks, for callers that check before the
 // node has an id (registration).
 [[nodiscard]] Status ValidatePoolWindows(std::span<const PoolWindowSpec> pools);
-
-// Priority and retention of one stored block. duration 0: the priority never expires.
-struct BlockRetention {
-  uint8_t priority = kDefaultPriority;
-  Nanos duration{0};
-};
 
 struct StoreRequest {
   ScopeId scope = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 
 namespace kvtier::coordinator::internal {
 
@@ -74,7 +75,7 @@ struct Block {                     // 52 bytes
   // deadline (then a priority reverts early), which keeps the block at 52 bytes.
   uint16_t retention_seq = 0;
   uint16_t scope = 0;
-  uint8_t priority = 35;
+  uint8_t priority = kDefaultPriority;
   uint8_t live = 0;
   LocationSlot first;
 };

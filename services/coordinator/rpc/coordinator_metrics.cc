@@ -1,9 +1,6 @@
 #include "services/coordinator/rpc/coordinator_metrics.h"
 
 namespace kvtier::coordinator {
-namespace {
-constexpr const char* kTierNames[kTierCount] = {"gpu", "host", "disk"};
-}  // namespace
 
 Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRegistry& r) {
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
@@ -34,8 +31,9 @@ Status CoordinatorMetrics::AddLookups(MetricsRegistry& r) {
                                          ExponentialBuckets(1e-7, 2, 20)));
   lookups_ = &lookups->WithLabels({});
   lookup_blocks_ = &asked->WithLabels({});
-  hit_blocks_ = {&hits->WithLabels({kTierNames[0]}), &hits->WithLabels({kTierNames[1]}),
-                 &hits->WithLabels({kTierNames[2]})};
+  hit_blocks_ = {&hits->WithLabels({std::string(TierName(Tier::kGpu))}),
+                 &hits->WithLabels({std::string(TierName(Tier::kHost))}),
+                 &hits->WithLabels({std::string(TierName(Tier::kDisk))})};
   tail_tokens_ = &tail->WithLabels({});
   partial_matches_ = &partial->WithLabels({});
   partial_tokens_ = &partial_tokens->WithLabels({});
@@ -60,7 +58,7 @@ Status CoordinatorMetrics::AddIndex(MetricsRegistry& r) {
   index_bytes_ = &bytes->WithLabels({});
   nodes_ = &nodes->WithLabels({});
   for (int t = 0; t < kTierCount; ++t) {
-    const std::string tier = kTierNames[t];
+    const std::string tier(TierName(static_cast<Tier>(t)));
     capacity_blocks_[t] = &capacity_blocks->WithLabels({tier});
     capacity_bytes_[t] = &capacity_bytes->WithLabels({tier});
     held_blocks_[t] = &held->WithLabels({tier});

@@ -2,6 +2,9 @@
 // sequenced events, a snapshot of its holdings, and leave. What a `kvtier store` or
 // `kvtier worker` process uses where `kvtier up` calls the coordinator in-process. The
 // node's events and holdings travel as the plain types below; Cap'n Proto stays inside.
+// With NodeAgent (node_agent.h) it is the coordinator's client library,
+// kvtier::coordinator_client: it needs the RPC plumbing and common/ only, never the
+// coordinator's index, cluster or server, so the nodes that link it do not either.
 //
 // Thread safety: every method from any thread (the RpcClient's loop runs the calls).
 // Ownership: owns its connection.
@@ -16,10 +19,9 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
-#include "services/coordinator/cluster/membership.h"
-#include "services/coordinator/index/block_index.h"
 #include "services/rpc/rpc_client.h"
 
 namespace kvtier::coordinator {

@@ -5,7 +5,7 @@
 
 #include "common/mutex.h"
 #include "common/thread_annotations.h"
-#include "services/coordinator/index/admission.h"
+#include "storage/admission.h"
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
@@ -84,9 +84,9 @@ class StoreNode::Impl {
   Status AddAdmissionFilter(storage::TieredStoreOptions& tiers) {
     const uint32_t min_count = options_.config.store.disk_admission_min_count;
     if (min_count == 0 || !tiers.disk) return Status::Ok();
-    KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter,
-                            coordinator::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
-    admission_ = std::make_unique<coordinator::FrequencyFilter>(std::move(filter));
+    KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter,
+                            storage::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
+    admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
     tiers.admit_to_disk = [this](const storage::BlockHeader& header) {
       MutexLock lock(admission_mu_);
       return admission_->Admit(header.key);
@@ -104,7 +104,7 @@ class StoreNode::Impl {
     agent.link.connection.token = options_.coordinator_token;
     agent.link.connection.tls_ca_file = options_.config.tls.ca_file;
     agent.link.node_id = options_.node_id;
-    agent.link.role = coordinator::NodeRole::kStore;
+    agent.link.role = kvtier::NodeRole::kStore;
     const std::string& advertise = options_.config.store.advertise;
     agent.link.rpc_address = advertise.empty() ? endpoints().front() : advertise;
     agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
@@ -120,7 +120,7 @@ class StoreNode::Impl {
   // A leaf lock: Admit runs under the tiers' locks (on any thread that puts), Record on
   // the server's thread.
   Mutex admission_mu_;
-  std::unique_ptr<coordinator::FrequencyFilter> admission_ KVTIER_PT_GUARDED_BY(admission_mu_);
+  std::unique_ptr<storage::FrequencyFilter> admission_ KVTIER_PT_GUARDED_BY(admission_mu_);
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<storage::StoreMetrics> metrics_;
   std::unique_ptr<DataStreamServer> stream_;  // before the server whose sessions use it

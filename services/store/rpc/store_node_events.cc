@@ -3,8 +3,8 @@
 namespace kvtier::store {
 namespace {
 
-coordinator::Tier ToTier(storage::TierKind tier) {
-  return tier == storage::TierKind::kHost ? coordinator::Tier::kHost : coordinator::Tier::kDisk;
+kvtier::Tier ToTier(kvtier::Tier tier) {
+  return tier == kvtier::Tier::kHost ? kvtier::Tier::kHost : kvtier::Tier::kDisk;
 }
 
 }  // namespace
@@ -32,8 +32,8 @@ coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
 std::vector<coordinator::NodePool> ToNodePools(const storage::TieredStore& store) {
   const storage::TieredStoreStats stats = store.Stats();
   std::vector<coordinator::NodePool> pools;
-  if (stats.host) pools.push_back({.tier = coordinator::Tier::kHost, .capacity_bytes = stats.host->capacity_bytes});
-  if (stats.disk) pools.push_back({.tier = coordinator::Tier::kDisk, .capacity_bytes = stats.disk->capacity_bytes});
+  if (stats.host) pools.push_back({.tier = kvtier::Tier::kHost, .capacity_bytes = stats.host->capacity_bytes});
+  if (stats.disk) pools.push_back({.tier = kvtier::Tier::kDisk, .capacity_bytes = stats.disk->capacity_bytes});
   return pools;
 }
 

@@ -27,7 +27,7 @@ class DataStreamDiskTest : public ::testing::Test {
   void SetUp() override {
     storage::TieredStoreOptions tiers = storage::testing::HostOverDisk(1u << 20, dir_.path());
     tiers.on_event = [this](const storage::StoreEvent& event) {
-      if (event.kind == storage::StoreEvent::Kind::kStored && event.tier == storage::TierKind::kDisk) {
+      if (event.kind == storage::StoreEvent::Kind::kStored && event.tier == kvtier::Tier::kDisk) {
         disk_writes_started_.fetch_add(1);
         release_.wait();
       }
@@ -98,7 +98,7 @@ TEST_F(DataStreamDiskTest, AGetIsServedWhileAPutOnTheSameLoopWaitsForTheDisk) {
   std::vector<uint8_t> out(one.payload.size());
   const auto hit = store_->Get(one.ref(), out);
   ASSERT_TRUE(hit.ok()) << hit.status();
-  EXPECT_EQ(hit->tier, storage::TierKind::kDisk);
+  EXPECT_EQ(hit->tier, kvtier::Tier::kDisk);
   EXPECT_EQ(out, one.payload);
 }
 

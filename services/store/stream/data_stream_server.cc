@@ -118,9 +118,9 @@ class DataStreamServer::Impl {
  private:
   // One loop per thread (threads: 0 picks half the hardware threads, 2 to 8); each
   // connection lives on one loop, dealt round-robin as accepted. At least two: one loop
-  // saturates its core before the loopback does, and a second one let 2-core dev's gets
-  // reach 1.1-1.2x one loop's rate; on a 16-core machine eight loops moved 1.6-2.0x the gets
-  // of four (docs/benchmarks.md). An idle loop only waits in epoll.
+  // saturates its core before the loopback does, on 2 cores as on 16
+  // (docs/history/benchmarks-2026-11.md#eight-stream-loops-on-16-cores-h200-2026-11-26-stop-35). An
+  // idle loop only waits in epoll.
   static ConnectionAdmissionOptions AdmissionOptions(const DataStreamServerOptions& options) {
     const uint32_t most = options.max_connections != 0 ? options.max_connections : DescriptorShare(1, 4);
     return {.max_connections = most,
@@ -249,7 +249,7 @@ Status DataStreamServer::Impl::Bind() {
 // source (a worker's pool, readable only on this thread) is copied now into staging. A
 // tier's block takes nothing until the send, on the stream's loop: the host tier's blocks
 // are then sent from its pages, with no copy at all, and only those gone down to disk by
-// then are staged (docs/benchmarks.md).
+// then are staged (docs/history/benchmarks-2026-11.md#gets-sent-from-the-host-tiers-pages-2026-11-24-stop-27).
 Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
                                                         uint64_t scope, ExtraBlockSource* extra) {
   StreamGetOpened opened;

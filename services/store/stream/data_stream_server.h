@@ -39,14 +39,15 @@
 //
 // Thread safety: Create() starts `threads` threads, each running an asio::io_context of
 // its own; each connection lives on one of them (dealt round-robin), so transfers of
-// different clients run in parallel: one loop's sending thread was the bottleneck of a
-// 16-core machine's gets (docs/benchmarks.md). Where the store has a disk tier, tier work
-// that may wait for the disk runs on a pool of `tier_threads` (an asio::thread_pool) and
-// hands the transfer back to its loop when done: a disk read or a demotion never stalls
-// the other connections of a loop. The ticket table and the staging pool are
-// shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
-// (safe from any thread). OpenGet/OpenPut/OpenSession/Stats are safe from any thread.
-// Ownership: the store (and the extra source passed to OpenGet) outlive the server.
+// different clients run in parallel: one loop's sending thread was the bottleneck of a 16-core
+// machine's gets
+// (docs/history/benchmarks-2026-11.md#several-stream-loops-and-a-machine-with-cores-to-spare-2026-11-23).
+// Where the store has a disk tier, tier work that may wait for the disk runs on a pool of
+// `tier_threads` (an asio::thread_pool) and hands the transfer back to its loop when done: a disk
+// read or a demotion never stalls the other connections of a loop. The ticket table and the staging
+// pool are shared (each locks itself; see ticket_table.h, staging_pool.h), and so is the store
+// (safe from any thread). OpenGet/OpenPut/OpenSession/Stats are safe from any thread. Ownership:
+// the store (and the extra source passed to OpenGet) outlive the server.
 #pragma once
 
 #include <chrono>
@@ -91,10 +92,11 @@ struct DataStreamServerOptions {
   // Tenants' sessions, ticket gets and lend_pages false: copied into the socket.
   bool lend_pages = true;
   std::chrono::milliseconds lent_grace{100};
-  // Connections that have shown no valid ticket or session yet are "unproven": closed
-  // after `first_request_deadline` (the RPC's authentication deadline), shed (oldest first) for a newcomer when `max_connections` are
-  // open, and refused past `max_unproven_per_address` from one address. 0: a quarter of
-  // the process's descriptor limit, so that a flood leaves descriptors to the rest of it.
+  // Connections that have shown no valid ticket or session yet are "unproven": closed after
+  // `first_request_deadline` (the RPC's authentication deadline), shed (oldest first) for a
+  // newcomer when `max_connections` are open, and refused past `max_unproven_per_address` from one
+  // address. 0: a quarter of the process's descriptor limit, so that a flood leaves descriptors to
+  // the rest of it.
   uint32_t max_connections = 0;
   uint32_t max_unproven_per_address = 64;
   std::chrono::milliseconds first_request_deadline{5'000};

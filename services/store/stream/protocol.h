@@ -20,8 +20,8 @@
 // ticket is a get session (BlockStore.openGetSession), good for any number of keyed gets
 // on any connection while it is used at least once per ticket ttl, each under the
 // session's format tag and salt scope. Why: an openGet per get was a Cap'n Proto round
-// trip per transfer, a fifth of a 256 KiB get's time and a busy RPC thread
-// (docs/benchmarks.md).
+// trip per transfer and a busy RPC thread
+// (docs/history/benchmarks-2026-11.md#keyed-gets-under-a-get-session-and-at-least-two-stream-loops-2026-11-24-stop-29).
 //   request  StreamRequest{magic, kGetKeys, session id, session secret}
 //            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
 //   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the

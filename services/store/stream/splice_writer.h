@@ -6,7 +6,7 @@
 // sendmsg, as a small range may share its page with memory that changes.
 //
 // Why: on loopback the kernel's copy from a block's pages into socket buffers was a get's
-// bound (about 4 GB/s a sending core, docs/benchmarks.md); splicing leaves one copy, on
+// bound (docs/benchmarks.md#cross-node-transfer); splicing leaves one copy, on
 // the reader's side.
 //
 // The catch, and the caller's duty: a lent page may be read by the kernel after Write

@@ -37,7 +37,7 @@ Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
                                 std::to_string(retention.size()) + " retention entries");
   }
   for (size_t i = 0; i < retention.size(); ++i) {
-    if (retention[i].priority > coordinator::kMaxPriority) {
+    if (retention[i].priority > kvtier::kMaxPriority) {
       return InvalidArgumentError("block " + std::to_string(i) + ": priority " +
                                   std::to_string(retention[i].priority) + " is out of range [0, 100]");
     }
@@ -350,7 +350,7 @@ Result<std::unique_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& o) 
     return InvalidArgumentError("block pool: num_blocks must be in [1, " + std::to_string(kNoBlock - 1) + "]");
   }
   if (o.tokens_per_block == 0) return InvalidArgumentError("block pool: tokens_per_block must be at least 1");
-  if (o.secondary_offload_min_priority > coordinator::kMaxPriority) {
+  if (o.secondary_offload_min_priority > kvtier::kMaxPriority) {
     return InvalidArgumentError("block pool: secondary_offload_min_priority " +
                                 std::to_string(o.secondary_offload_min_priority) + " is out of range [0, 100]");
   }

@@ -35,15 +35,14 @@
 #include <vector>
 
 #include "common/block_key.h"
+#include "common/block_vocabulary.h"
 #include "common/clock.h"
 #include "common/status.h"
-#include "services/coordinator/index/block_index.h"
 
 namespace kvtier::worker {
 
 using BlockId = uint32_t;
 using SequenceId = uint64_t;
-using coordinator::BlockRetention;
 inline constexpr BlockId kNoBlock = UINT32_MAX;  // a table entry dropped from a window
 
 struct BlockPoolOptions {
@@ -51,7 +50,7 @@ struct BlockPoolOptions {
   uint32_t tokens_per_block = 0;
   uint32_t window_tokens = 0;  // 0: full attention
   uint32_t sink_tokens = 0;    // windowed pools: tokens at the start that never leave
-  uint8_t secondary_offload_min_priority = 35;
+  uint8_t secondary_offload_min_priority = kDefaultPriority;
   bool partial_reuse = true;
   const Clock* clock = &SystemClock::Instance();
 };

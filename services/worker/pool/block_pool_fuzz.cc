@@ -44,7 +44,6 @@
 namespace kvtier::worker {
 namespace {
 
-using coordinator::kDefaultPriority;
 using kvtier::testing::FuzzCheck;
 using kvtier::testing::FuzzChoices;
 
@@ -472,7 +471,7 @@ void Harness::Commit(FuzzChoices& in) {
   }
   bool valid = it != sequences_.end() && count <= full && (tokens.empty() || tokens.size() >= count * tpb()) &&
                (retention.empty() || retention.size() == count);
-  for (const BlockRetention& r : retention) valid = valid && r.priority <= coordinator::kMaxPriority;
+  for (const BlockRetention& r : retention) valid = valid && r.priority <= kvtier::kMaxPriority;
   for (size_t i = 0; valid && i < count; ++i) {
     const BlockKey* cached = s.table[i] == kNoBlock ? nullptr : CachedKeyOf(s.table[i]);
     valid = cached == nullptr || *cached == keys[i];

@@ -15,7 +15,6 @@
 
 namespace kvtier::worker {
 
-using coordinator::kDefaultPriority;
 
 struct BlockMeta {
   BlockKey key{};

@@ -50,9 +50,10 @@ struct PeerFetcherOptions {
   std::vector<std::string> self_node_ids = {};  // this node's own ids: never fetched from
   uint32_t threads = 2;                         // concurrent fetches
   uint32_t max_blocks_per_call = 1024;          // a larger request is split
-  // Blocks at least this large come on a peer's data stream; smaller ones inline. With
-  // keyed gets the stream measured 1.6-2x inline from 64 KiB, the smallest block measured
-  // (docs/benchmarks.md); inline was faster below 1 MiB while each get cost an openGet.
+  // Blocks at least this large come on a peer's data stream; smaller ones inline. With keyed gets
+  // the stream beat inline from 64 KiB, the smallest block measured; inline was faster below 1 MiB
+  // while each get cost an openGet:
+  // docs/history/benchmarks-2026-11.md#keyed-gets-under-a-get-session-and-at-least-two-stream-loops-2026-11-24-stop-29
   uint64_t stream_min_block_bytes = 64ull << 10;
 };
 

@@ -249,8 +249,8 @@ class RemoteStoreWriter::Impl {
   // A store that runs a data stream takes the batch on it, as a keyed put under a put
   // session kept per store (its headers on the stream: no Cap'n Proto call per batch),
   // the payloads straight from the batch's buffer (as fast as inline or faster:
-  // docs/benchmarks.md). One that answers UNIMPLEMENTED (TLS, or its stream off) takes
-  // batches inline.
+  // docs/history/benchmarks-2026-11.md#keyed-puts-under-a-put-session-2026-11-25-stop-30). One that
+  // answers UNIMPLEMENTED (TLS, or its stream off) takes batches inline.
   Status Put(Batch& batch) {
     const std::string& node = options_.store_nodes[batch.store];
     KVTIER_ASSIGN_OR_RETURN(std::string address, nodes_.Resolve(node));

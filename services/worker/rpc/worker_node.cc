@@ -36,7 +36,7 @@ uint64_t Millis(Nanos n) { return static_cast<uint64_t>(std::chrono::ceil<std::c
 coordinator::NodeEvent ToNodeEvent(const WorkerEvent& e) {
   coordinator::NodeEvent out;
   out.key = e.key;
-  out.tier = coordinator::Tier::kGpu;
+  out.tier = kvtier::Tier::kGpu;
   out.pool = e.pool_id;
   if (e.kind == WorkerEvent::Kind::kStored) {
     out.kind = coordinator::NodeEvent::Kind::kStored;
@@ -194,15 +194,15 @@ class WorkerNode::Impl {
     if (store_) {
       coordinator::NodeAgentOptions tiers = agent;
       tiers.link.node_id = options_.name + "/store";
-      tiers.link.role = coordinator::NodeRole::kStore;
+      tiers.link.role = kvtier::NodeRole::kStore;
       tiers.link.pools = store::ToNodePools(*store_);
       tiers.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return store::ToNodeBlocks(*store_); };
       store_agent_owner_ = coordinator::NodeAgent::Start(std::move(tiers));
       store_agent_ = store_agent_owner_.get();
     }
     agent.link.node_id = options_.name + "/worker";
-    agent.link.role = coordinator::NodeRole::kWorker;
-    agent.link.pools = {{.tier = coordinator::Tier::kGpu, .pool = 0, .capacity_blocks = plan_->blocks,
+    agent.link.role = kvtier::NodeRole::kWorker;
+    agent.link.pools = {{.tier = kvtier::Tier::kGpu, .pool = 0, .capacity_blocks = plan_->blocks,
                          .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(), .layout = plan_->layout}};
     agent.holdings = [this] { return PoolHoldings(); };
     agent.active_blocks = [this] { return active_blocks_.load(); };
@@ -241,7 +241,7 @@ class WorkerNode::Impl {
     if (holdings_wanted_) {
       std::vector<coordinator::NodeBlock> blocks;
       for (const auto& [pool, h] : worker_->Holdings()) {
-        blocks.push_back({h.key, h.first, h.parent, coordinator::Tier::kGpu, pool, h.priority,
+        blocks.push_back({h.key, h.first, h.parent, kvtier::Tier::kGpu, pool, h.priority,
                           Millis(h.retention_left), h.salt_scope, h.tokens});
       }
       holdings_ = std::move(blocks);

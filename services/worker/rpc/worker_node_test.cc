@@ -266,7 +266,7 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
     std::span<uint8_t> block = pool_a_->block(table->block_ids[b]);
     std::fill(block.begin(), block.end(), uint8_t(0x30 + b));
   }
-  const coordinator::RetentionConfig high{.ranges = {{.first_token = 0, .priority = 80}}};
+  const kvtier::RetentionConfig high{.ranges = {{.first_token = 0, .priority = 80}}};
   ASSERT_TRUE(engine_a_->Commit(1, keys, high).ok());
   ASSERT_TRUE(engine_a_->Free(1).ok());
   // A's pool holds them (the store may be indexed first: the write-through is quick);

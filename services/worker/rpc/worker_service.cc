@@ -35,10 +35,10 @@ std::optional<Nanos> ToDuration(uint64_t ms, const std::string& what) {
   return *duration;
 }
 
-coordinator::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
-  coordinator::RetentionConfig config;
+kvtier::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
+  kvtier::RetentionConfig config;
   for (auto range : r.getRanges()) {
-    coordinator::TokenRangeRetention plain;
+    kvtier::TokenRangeRetention plain;
     plain.first_token = range.getFirstToken();
     if (range.getLastToken() != 0) plain.last_token = range.getLastToken();
     plain.priority = range.getPriority();
@@ -46,7 +46,7 @@ coordinator::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
                                                            "'s duration");
     config.ranges.push_back(plain);
   }
-  config.decode_priority = r.getDecodePriority() == 0 ? coordinator::kDefaultPriority : r.getDecodePriority();
+  config.decode_priority = r.getDecodePriority() == 0 ? kvtier::kDefaultPriority : r.getDecodePriority();
   config.decode_duration = ToDuration(r.getDecodeDurationMs(), "the decode retention");
   return config;
 }
@@ -94,7 +94,7 @@ struct Caller {
 struct OnboardArgs {
   uint64_t sequence = 0;
   std::vector<BlockKey> keys;
-  coordinator::RetentionConfig retention;
+  kvtier::RetentionConfig retention;
   std::vector<std::string> sources;  // node ids the client's lookup named
 };
 

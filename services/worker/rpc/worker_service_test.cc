@@ -18,7 +18,7 @@
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/session_service.h"
 #include "services/rpc/status_mapping.h"
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 #include "services/worker/rpc/worker_service.h"
 #include "tests/testing/test_util.h"
 #include "services/worker/testing/worker_testing.h"

@@ -1,4 +1,4 @@
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-namespace kvtier::worker {
+namespace kvtier {
 namespace {
 
 TEST(SharedPoolMemoryTest, AnotherProcessSeesAndWritesTheSameBytes) {
@@ -46,9 +46,9 @@ TEST(SharedPoolMemoryTest, NamesAreUnlinkedWithTheMemoryAndBadMapsFail) {
 }
 
 }  // namespace
-}  // namespace kvtier::worker
+}  // namespace kvtier
 
-namespace kvtier::worker {
+namespace kvtier {
 namespace {
 
 bool ShmExists(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
@@ -98,4 +98,4 @@ TEST(SharedPoolMemoryTest, RemoveStaleUnlinksThePoolsOfDeadCreatorsOnly) {
 }
 
 }  // namespace
-}  // namespace kvtier::worker
+}  // namespace kvtier

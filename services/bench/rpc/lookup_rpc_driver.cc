@@ -1,4 +1,4 @@
-#include "services/coordinator/rpc/lookup_rpc_bench.h"
+#include "services/bench/rpc/lookup_rpc_driver.h"
 
 #include <sys/resource.h>
 
@@ -17,8 +17,11 @@
 #include "services/rpc/schema/kvtier.capnp.h"
 #include "services/rpc/status_mapping.h"
 
-namespace kvtier::coordinator {
+namespace kvtier::bench {
 namespace {
+
+using coordinator::CoordinatorNode;
+using coordinator::CoordinatorNodeOptions;
 
 namespace schema = kvtier::rpc::schema;
 using SteadyClock = std::chrono::steady_clock;
@@ -269,4 +272,4 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   return result;
 }
 
-}  // namespace kvtier::coordinator
+}  // namespace kvtier::bench

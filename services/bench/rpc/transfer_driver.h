@@ -18,7 +18,7 @@
 
 #include "common/status.h"
 
-namespace kvtier::store {
+namespace kvtier::bench {
 
 struct TransferBenchOptions {
   uint64_t block_bytes = uint64_t{256} * 1024;
@@ -77,4 +77,4 @@ struct TransferBenchResult {
 
 [[nodiscard]] Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& options);
 
-}  // namespace kvtier::store
+}  // namespace kvtier::bench

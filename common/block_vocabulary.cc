@@ -1,6 +1,18 @@
-#include "services/coordinator/index/retention.h"
+#include "common/block_vocabulary.h"
 
-namespace kvtier::coordinator {
+#include <string>
+
+namespace kvtier {
+
+std::string_view TierName(Tier tier) {
+  switch (tier) {
+    case Tier::kGpu: return "gpu";
+    case Tier::kHost: return "host";
+    case Tier::kDisk: return "disk";
+  }
+  return "unknown";
+}
+
 namespace {
 
 Status Validate(const RetentionConfig& config, uint32_t tokens_per_block, uint32_t prompt_tokens,
@@ -55,4 +67,4 @@ Result<std::vector<BlockRetention>> ComputeBlockRetention(const RetentionConfig&
   return out;
 }
 
-}  // namespace kvtier::coordinator
+}  // namespace kvtier

@@ -15,7 +15,7 @@
 #include "common/block_key.h"
 #include "common/status.h"
 
-namespace kvtier::coordinator {
+namespace kvtier::storage {
 
 struct FrequencyFilterOptions {
   uint32_t width = 1 << 16;        // counters per row, a power of two
@@ -44,4 +44,4 @@ class FrequencyFilter {
   uint64_t agings_ = 0;
 };
 
-}  // namespace kvtier::coordinator
+}  // namespace kvtier::storage

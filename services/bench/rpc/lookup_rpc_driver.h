@@ -17,7 +17,7 @@
 
 #include "common/status.h"
 
-namespace kvtier::coordinator {
+namespace kvtier::bench {
 
 struct LookupRpcBenchOptions {
   std::vector<std::vector<uint64_t>> prompts;  // Mooncake hash_ids per request
@@ -47,4 +47,4 @@ struct LookupRpcBenchResult {
 
 [[nodiscard]] Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options);
 
-}  // namespace kvtier::coordinator
+}  // namespace kvtier::bench

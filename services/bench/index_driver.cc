@@ -1,4 +1,4 @@
-#include "services/bench/index_bench.h"
+#include "services/bench/index_driver.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 #include <vector>
 #include <queue>
 
-#include "services/coordinator/index/admission.h"
+#include "storage/admission.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
 
@@ -15,7 +15,6 @@ namespace {
 
 using coordinator::BlockIndex;
 using coordinator::NodeId;
-using coordinator::Tier;
 using Clock = std::chrono::steady_clock;
 
 struct PassResult {
@@ -67,7 +66,7 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace, const std::ve
   uint64_t hit_blocks = 0;
   double index_seconds = 0.0;
   ActiveRequests active(options.workers);
-  KVTIER_ASSIGN_OR_RETURN(coordinator::FrequencyFilter filter, coordinator::FrequencyFilter::Create({}));
+  KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter, storage::FrequencyFilter::Create({}));
   std::function<bool(const BlockKey&)> admit;
   if (options.frequency_admission) admit = [&filter](const BlockKey& key) { return filter.Admit(key); };
   std::vector<BlockKey> demoted;

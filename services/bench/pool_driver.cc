@@ -1,4 +1,4 @@
-#include "services/bench/pool_bench.h"
+#include "services/bench/pool_driver.h"
 
 #include <algorithm>
 #include <chrono>

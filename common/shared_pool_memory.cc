@@ -1,4 +1,4 @@
-#include "services/worker/pool_memory.h"
+#include "common/shared_pool_memory.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
-namespace kvtier::worker {
+namespace kvtier {
 namespace {
 
 constexpr std::string_view kPoolPrefix = "kvtier-pool-";
@@ -156,4 +156,4 @@ void SharedPoolMemory::Release() {
   lock_fd_ = -1;
 }
 
-}  // namespace kvtier::worker
+}  // namespace kvtier

@@ -27,7 +27,7 @@
 
 #include "common/status.h"
 
-namespace kvtier::worker {
+namespace kvtier {
 
 class SharedPoolMemory {
  public:
@@ -69,4 +69,4 @@ class SharedPoolMemory {
   int lock_fd_ = -1;    // the creator's: open, holding the object's flock
 };
 
-}  // namespace kvtier::worker
+}  // namespace kvtier

@@ -1,4 +1,4 @@
-#include "common/held_port.h"
+#include "services/bench/held_port.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "common/held_port.h"
+#include "services/bench/held_port.h"
 
 namespace kvtier {
 namespace {

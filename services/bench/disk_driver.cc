@@ -1,4 +1,4 @@
-#include "services/bench/disk_bench.h"
+#include "services/bench/disk_driver.h"
 
 #include <fcntl.h>
 #include <unistd.h>

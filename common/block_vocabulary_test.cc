@@ -1,11 +1,18 @@
-#include "services/coordinator/index/retention.h"
+#include "common/block_vocabulary.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::coordinator {
+namespace kvtier {
 namespace {
 
 using std::chrono::seconds;
+
+TEST(TierTest, NamesAreTheMetricLabels) {
+  EXPECT_EQ(TierName(Tier::kGpu), "gpu");
+  EXPECT_EQ(TierName(Tier::kHost), "host");
+  EXPECT_EQ(TierName(Tier::kDisk), "disk");
+  EXPECT_EQ(TierName(static_cast<Tier>(7)), "unknown");
+}
 
 TEST(RetentionTest, RangesDecodeAndDefault) {
   // 16-token blocks, 64-token prompt, 32 generated tokens: blocks 0-3 prompt, 4-5 decode.
@@ -56,4 +63,4 @@ TEST(RetentionTest, BadConfigsNameTheRange) {
 }
 
 }  // namespace
-}  // namespace kvtier::coordinator
+}  // namespace kvtier

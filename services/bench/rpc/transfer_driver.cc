@@ -1,4 +1,4 @@
-#include "services/store/rpc/transfer_bench.h"
+#include "services/bench/rpc/transfer_driver.h"
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
@@ -23,8 +23,15 @@
 #include "services/store/rpc/store_service.h"
 #include "services/store/stream/data_stream_client.h"
 
-namespace kvtier::store {
+namespace kvtier::bench {
 namespace {
+
+using store::DataStreamClient;
+using store::DataStreamServer;
+using store::FromWire;
+using store::MakeBlockStoreService;
+using store::StreamBlockState;
+using store::TransferTicket;
 
 namespace schema = kvtier::rpc::schema;
 using Clock = std::chrono::steady_clock;
@@ -505,4 +512,4 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
                              .blocks = blocks};
 }
 
-}  // namespace kvtier::store
+}  // namespace kvtier::bench

@@ -1,8 +1,8 @@
-#include "services/coordinator/index/admission.h"
+#include "storage/admission.h"
 
 #include <bit>
 
-namespace kvtier::coordinator {
+namespace kvtier::storage {
 namespace {
 constexpr int kRows = 4;
 constexpr uint64_t kSeeds[kRows] = {0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL, 0x165667B19E3779F9ULL,
@@ -60,4 +60,4 @@ void FrequencyFilter::Age() {
   ++agings_;
 }
 
-}  // namespace kvtier::coordinator
+}  // namespace kvtier::storage

@@ -1,8 +1,8 @@
-#include "services/coordinator/index/admission.h"
+#include "storage/admission.h"
 
 #include <gtest/gtest.h>
 
-namespace kvtier::coordinator {
+namespace kvtier::storage {
 namespace {
 
 BlockKey Key(uint64_t id) { return OpaqueKeyNamespace("test", "").Key(id); }
@@ -41,4 +41,4 @@ TEST(FrequencyFilterTest, BadOptionsAreNamed) {
 }
 
 }  // namespace
-}  // namespace kvtier::coordinator
+}  // namespace kvtier::storage
