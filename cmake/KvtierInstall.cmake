@@ -12,11 +12,15 @@ install(TARGETS ${KVTIER_SDK_TARGETS} EXPORT kvtierTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT sdk)
 install(EXPORT kvtierTargets NAMESPACE kvtier:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvtier COMPONENT sdk)
 
-# Headers keep their repository paths ("services/client/client.h").
-install(DIRECTORY common/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/common COMPONENT sdk
-        FILES_MATCHING PATTERN "*.h" PATTERN "tools" EXCLUDE)
-install(FILES services/client/client.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/services/client COMPONENT sdk)
-install(FILES ${KVTIER_GENERATED_DIR}/common/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/common COMPONENT sdk)
+# The SDK's public surface, and nothing else: services/client/client.h and the headers it
+# includes, under their repository paths. tests/install checks that every installed
+# header's includes are installed too and that a program builds against them alone.
+set(KVTIER_SDK_HEADERS services/client/client.h common/block_key.h common/block_vocabulary.h common/clock.h
+    common/kv_layout.h common/status.h)
+foreach(header IN LISTS KVTIER_SDK_HEADERS)
+  get_filename_component(directory "${header}" DIRECTORY)
+  install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/${directory}" COMPONENT sdk)
+endforeach()
 
 configure_package_config_file(cmake/kvtierConfig.cmake.in "${PROJECT_BINARY_DIR}/kvtierConfig.cmake"
                               INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvtier)

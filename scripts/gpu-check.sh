@@ -86,7 +86,7 @@ if want e2e; then
     # /metrics without curl (the GPU machine may lack it): one HTTP/1.0 GET over bash's /dev/tcp.
     exec 3<>/dev/tcp/127.0.0.1/9499
     printf 'GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n' >&3
-    # And each RPC method's calls and time (stop 40): where the lookups' tail comes from.
+    # And each RPC method's calls and time: where the lookups' tail comes from.
     grep -E '^kvtier_worker_(transfer_seconds_total|tier_seconds_total|offloaded_bytes_total|onboarded_bytes_total|evictions_total)|^kvtier_rpc_request_duration_seconds_(sum|count)|^kvtier_coordinator_(orphaned|adopted|waiting)_blocks' <&3 \
         >"$out/e2e_metrics.txt"
     exec 3<&-

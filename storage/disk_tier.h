@@ -17,7 +17,7 @@
 // segment, and the headers' WAL about 1.1 times a 16 MiB write buffer (RocksDB
 // preallocates it): size the volume for that.
 //
-// Why not RocksDB's BlobDB (the first design): Debian 12's RocksDB computes CRC32C in
+// Why not RocksDB's BlobDB (an earlier layout of this tier): Debian 12's RocksDB computes CRC32C in
 // software over every payload byte, once in the blob file and again in the WAL, which held puts to
 // a fraction of the disk's speed
 // (docs/history/benchmarks-2026-11.md#payload-segments-instead-of-blobdb-2026-11-23); the header's

@@ -16,7 +16,7 @@ namespace kvtier::storage::disk_internal {
 namespace {
 
 constexpr std::string_view kLayoutPrefix = "layout:";
-constexpr char kSingleHeadersFamily[] = "headers";  // stop 20's layout: every format in one family
+constexpr char kSingleHeadersFamily[] = "headers";  // the older layout: every format in one family
 constexpr std::string_view kBlobPayloadPrefix = "blocks:";  // the BlobDB layout's payloads
 constexpr size_t kUpgradeBatchEntries = 8192;
 

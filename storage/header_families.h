@@ -9,7 +9,7 @@
 // The "default" family is open (RocksDB requires it) and unused.
 //
 // Older layouts are upgraded at Open: the headers of the single "headers" family (keyed
-// by u16 length | tag | key, stop 20's layout) move to their layout's family, with their
+// by u16 length | tag | key, the older layout) move to their layout's family, with their
 // payload locations unchanged; a database of the BlobDB layout ("blocks:<tag>" families
 // of payloads) loses its blocks, with a warning (the disk tier is a cache).
 //
