@@ -83,10 +83,15 @@ Result<BlockKey> BlockKey::FromHex(std::string_view hex) {
   for (size_t i = 0; i < 32; ++i) {
     const char c = hex[i];
     uint64_t nibble = 0;
-    if (c >= '0' && c <= '9') nibble = static_cast<uint64_t>(c - '0');
-    else if (c >= 'a' && c <= 'f') nibble = static_cast<uint64_t>(c - 'a') + 10;
-    else if (c >= 'A' && c <= 'F') nibble = static_cast<uint64_t>(c - 'A') + 10;
-    else return InvalidArgumentError("block key has a non-hex character at position " + std::to_string(i));
+    if (c >= '0' && c <= '9')
+      nibble = static_cast<uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      nibble = static_cast<uint64_t>(c - 'a') + 10;
+    else if (c >= 'A' && c <= 'F')
+      nibble = static_cast<uint64_t>(c - 'A') + 10;
+    else
+      return InvalidArgumentError("block key has a non-hex character at position " +
+                                  std::to_string(i));
     uint64_t& half = i < 16 ? key.hi : key.lo;
     half = (half << 4) | nibble;
   }

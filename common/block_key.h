@@ -61,9 +61,9 @@ struct BlockKey {
 
 // Keys that are not tokens but change what a block's KV values are.
 struct BlockExtraKeys {
-  uint64_t lora_id = 0;              // 0: the base model
-  std::string model_tag;             // model and KV format, e.g. "llama3-8b/bf16"
-  std::vector<std::string> extra;    // e.g. multimodal content hashes
+  uint64_t lora_id = 0;            // 0: the base model
+  std::string model_tag;           // model and KV format, e.g. "llama3-8b/bf16"
+  std::vector<std::string> extra;  // e.g. multimodal content hashes
 };
 
 // The parent key of a tenant's first block.

@@ -48,14 +48,16 @@ TEST(BlockKeyTest, MatchesCommittedVectors) {
   EXPECT_EQ(in_a[0].ToHex(), "362fd99ad48840a59f850c0b9813dd97");
   EXPECT_EQ(in_a[1].ToHex(), "78d23eedc569a6c76b88fe1a08cb4950");
   EXPECT_EQ(tenant_a.Root().ToHex(), "1d476af1060a00a951bff85af637f808");
-  EXPECT_EQ(tenant_a.Apply(OpaqueKeyNamespace("mooncake", "").Key(42)).ToHex(), "8a63f664a5696223b15ed6be47f9138c");
+  EXPECT_EQ(tenant_a.Apply(OpaqueKeyNamespace("mooncake", "").Key(42)).ToHex(),
+            "8a63f664a5696223b15ed6be47f9138c");
 }
 
 // The servers' map of a client's keys: two tenants' equal keys part, one tenant's keys
 // stay distinct and keep their kind, and the empty salt changes nothing.
 TEST(BlockKeyTest, KeySaltsPartEqualKeysOfTwoTenants) {
   const std::vector<BlockKey> keys = ComputeBlockKeys("", Tokens(100, 64), 16);
-  const std::vector<BlockKey> a = KeySalt("tenant-a").Apply(keys), b = KeySalt("tenant-b").Apply(keys);
+  const std::vector<BlockKey> a = KeySalt("tenant-a").Apply(keys),
+                              b = KeySalt("tenant-b").Apply(keys);
   std::set<BlockKey> all(a.begin(), a.end());
   all.insert(b.begin(), b.end());
   all.insert(keys.begin(), keys.end());
@@ -94,8 +96,10 @@ TEST(BlockKeyTest, ExtraKeysAndPartialBlocks) {
   const std::vector<uint32_t> prompt = Tokens(0, 20);
   const auto base = ComputeBlockKeys("s", prompt, 8);
   EXPECT_EQ(base.size(), 2u) << "the partial last block (4 tokens) has no key";
-  EXPECT_NE(ComputeBlockKeys("s", prompt, 8, {1, "", {}})[0], base[0]) << "LoRA id must change the key";
-  EXPECT_NE(ComputeBlockKeys("s", prompt, 8, {0, "m/fp8", {}})[0], base[0]) << "model tag must change the key";
+  EXPECT_NE(ComputeBlockKeys("s", prompt, 8, {1, "", {}})[0], base[0])
+      << "LoRA id must change the key";
+  EXPECT_NE(ComputeBlockKeys("s", prompt, 8, {0, "m/fp8", {}})[0], base[0])
+      << "model tag must change the key";
   // Length prefixes keep ("ab","c") and ("a","bc") apart.
   EXPECT_NE(ComputeBlockKeys("s", prompt, 8, {0, "", {"ab", "c"}})[0],
             ComputeBlockKeys("s", prompt, 8, {0, "", {"a", "bc"}})[0]);
@@ -120,7 +124,8 @@ TEST(BlockKeyTest, HexRoundTripAndErrors) {
   // -Warray-bounds on `std::string(31, '0') + 'g'`.
   std::string bad_last_digit(32, '0');
   bad_last_digit[31] = 'g';
-  EXPECT_NE(BlockKey::FromHex(bad_last_digit).status().message().find("position 31"), std::string::npos);
+  EXPECT_NE(BlockKey::FromHex(bad_last_digit).status().message().find("position 31"),
+            std::string::npos);
 }
 
 // Same tokens and salt give the same keys in another process: nothing in the key depends on

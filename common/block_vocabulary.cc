@@ -19,7 +19,8 @@ Status Validate(const RetentionConfig& config, uint32_t tokens_per_block, uint32
                 uint32_t total_tokens) {
   if (tokens_per_block == 0) return InvalidArgumentError("tokens_per_block must be positive");
   if (prompt_tokens > total_tokens) {
-    return InvalidArgumentError("prompt of " + std::to_string(prompt_tokens) + " tokens is longer than the sequence (" +
+    return InvalidArgumentError("prompt of " + std::to_string(prompt_tokens) +
+                                " tokens is longer than the sequence (" +
                                 std::to_string(total_tokens) + ")");
   }
   if (config.decode_priority > kMaxPriority) {
@@ -30,13 +31,16 @@ Status Validate(const RetentionConfig& config, uint32_t tokens_per_block, uint32
     const TokenRangeRetention& r = config.ranges[i];
     const std::string where = "retention range " + std::to_string(i);
     if (r.priority > kMaxPriority) {
-      return InvalidArgumentError(where + ": priority " + std::to_string(r.priority) + " is out of range [0, 100]");
+      return InvalidArgumentError(where + ": priority " + std::to_string(r.priority) +
+                                  " is out of range [0, 100]");
     }
     if (r.last_token && *r.last_token <= r.first_token) {
       return InvalidArgumentError(where + ": last_token " + std::to_string(*r.last_token) +
-                                  " must be greater than first_token " + std::to_string(r.first_token));
+                                  " must be greater than first_token " +
+                                  std::to_string(r.first_token));
     }
-    if (r.duration && r.duration->count() <= 0) return InvalidArgumentError(where + ": duration must be positive");
+    if (r.duration && r.duration->count() <= 0)
+      return InvalidArgumentError(where + ": duration must be positive");
   }
   return Status::Ok();
 }
@@ -47,8 +51,10 @@ BlockRetention FromRange(uint8_t priority, const std::optional<Nanos>& duration)
 
 }  // namespace
 
-Result<std::vector<BlockRetention>> ComputeBlockRetention(const RetentionConfig& config, uint32_t tokens_per_block,
-                                                          uint32_t prompt_tokens, uint32_t total_tokens) {
+Result<std::vector<BlockRetention>> ComputeBlockRetention(const RetentionConfig& config,
+                                                          uint32_t tokens_per_block,
+                                                          uint32_t prompt_tokens,
+                                                          uint32_t total_tokens) {
   KVTIER_RETURN_IF_ERROR(Validate(config, tokens_per_block, prompt_tokens, total_tokens));
   const uint32_t blocks = total_tokens / tokens_per_block;
   std::vector<BlockRetention> out(blocks);

@@ -44,7 +44,8 @@ struct BlockRetention {
 
 struct TokenRangeRetention {
   uint32_t first_token = 0;
-  std::optional<uint32_t> last_token = std::nullopt;  // exclusive; nullopt: to the end of the prompt
+  std::optional<uint32_t> last_token =
+      std::nullopt;  // exclusive; nullopt: to the end of the prompt
   uint8_t priority = kDefaultPriority;
   std::optional<Nanos> duration = std::nullopt;  // nullopt: never expires
 };
@@ -57,9 +58,9 @@ struct RetentionConfig {
 
 // One entry per full block of a sequence of `total_tokens` tokens, the first
 // `prompt_tokens` of which are the prompt. kInvalidArgument names the offending range.
-[[nodiscard]] Result<std::vector<BlockRetention>> ComputeBlockRetention(const RetentionConfig& config,
-                                                                        uint32_t tokens_per_block,
-                                                                        uint32_t prompt_tokens, uint32_t total_tokens);
+[[nodiscard]] Result<std::vector<BlockRetention>> ComputeBlockRetention(
+    const RetentionConfig& config, uint32_t tokens_per_block, uint32_t prompt_tokens,
+    uint32_t total_tokens);
 
 // What a node of the cluster is. kEngine: an inference engine's prefix cache, learned from
 // its own KV event stream (services/coordinator/engines/), routed to like a worker.

@@ -17,7 +17,7 @@ TEST(TierTest, NamesAreTheMetricLabels) {
 TEST(RetentionTest, RangesDecodeAndDefault) {
   // 16-token blocks, 64-token prompt, 32 generated tokens: blocks 0-3 prompt, 4-5 decode.
   RetentionConfig config;
-  config.ranges = {{0, 16, 90, seconds(30)},             // the system prompt: block 0
+  config.ranges = {{0, 16, 90, seconds(30)},               // the system prompt: block 0
                    {32, std::nullopt, 10, std::nullopt}};  // tokens 32.. of the prompt: blocks 2, 3
   config.decode_priority = 5;
   config.decode_duration = seconds(2);
@@ -51,14 +51,19 @@ TEST(RetentionTest, PartialLastBlockHasNoEntry) {
 TEST(RetentionTest, BadConfigsNameTheRange) {
   RetentionConfig bad_priority;
   bad_priority.ranges = {{0, 16, 35, std::nullopt}, {0, 16, 101, std::nullopt}};
-  EXPECT_NE(ComputeBlockRetention(bad_priority, 16, 64, 64).status().message().find("range 1: priority 101"),
+  EXPECT_NE(ComputeBlockRetention(bad_priority, 16, 64, 64)
+                .status()
+                .message()
+                .find("range 1: priority 101"),
             std::string::npos);
   RetentionConfig empty_range;
   empty_range.ranges = {{16, 16, 50, std::nullopt}};
-  EXPECT_EQ(ComputeBlockRetention(empty_range, 16, 64, 64).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeBlockRetention(empty_range, 16, 64, 64).status().code(),
+            StatusCode::kInvalidArgument);
   RetentionConfig bad_decode;
   bad_decode.decode_priority = 200;
-  EXPECT_EQ(ComputeBlockRetention(bad_decode, 16, 64, 64).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeBlockRetention(bad_decode, 16, 64, 64).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(ComputeBlockRetention({}, 16, 65, 64).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -1,7 +1,8 @@
 // ByteBuffer: a std::vector of bytes whose resize() leaves the new bytes uninitialised,
 // for buffers that a read fills at once (a peer's blocks received from a socket): the
 // zero-fill that std::vector<uint8_t>::resize does would be a pass over every byte for
-// nothing (docs/history/benchmarks-2026-11.md#a-workers-held-pool-blocks-sent-from-their-pages-2026-11-26-stop-36).
+// nothing
+// (docs/history/benchmarks-2026-11.md#a-workers-held-pool-blocks-sent-from-their-pages-2026-11-26-stop-36).
 //
 // The allocator value-initialises nothing it is not given a value for: construct() with
 // no argument default-initialises, which for uint8_t leaves the byte as it is. Everything
@@ -26,7 +27,8 @@ class DefaultInitAllocator : public Base {
  public:
   template <typename U>
   struct rebind {
-    using other = DefaultInitAllocator<U, typename std::allocator_traits<Base>::template rebind_alloc<U>>;
+    using other =
+        DefaultInitAllocator<U, typename std::allocator_traits<Base>::template rebind_alloc<U>>;
   };
   using Base::Base;
 
@@ -36,7 +38,8 @@ class DefaultInitAllocator : public Base {
   }
   template <typename U, typename... Args>
   void construct(U* at, Args&&... args) {
-    std::allocator_traits<Base>::construct(static_cast<Base&>(*this), at, std::forward<Args>(args)...);
+    std::allocator_traits<Base>::construct(static_cast<Base&>(*this), at,
+                                           std::forward<Args>(args)...);
   }
 };
 

@@ -26,7 +26,8 @@ struct CountingAllocator : std::allocator<T> {
   static inline size_t constructed = 0;
 };
 
-using CountedBuffer = std::vector<uint8_t, DefaultInitAllocator<uint8_t, CountingAllocator<uint8_t>>>;
+using CountedBuffer =
+    std::vector<uint8_t, DefaultInitAllocator<uint8_t, CountingAllocator<uint8_t>>>;
 
 // Room for 1 MiB and some reserved (no reallocation moves bytes below): a resize to
 // 1 MiB writes none of its bytes; the values a caller gives are written.

@@ -22,7 +22,8 @@ void BM_ComputeBlockKeys(benchmark::State& state) {
     benchmark::DoNotOptimize(ComputeBlockKeys("tenant-a", tokens, per_block, extra));
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(tokens.size() / per_block));
-  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(tokens.size() * sizeof(uint32_t)));
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(tokens.size() * sizeof(uint32_t)));
 }
 BENCHMARK(BM_ComputeBlockKeys)->Args({16, 8192})->Args({512, 8192})->Args({512, 131072});
 
@@ -57,7 +58,8 @@ BENCHMARK(BM_CounterInc)->Threads(1)->Threads(2);
 void BM_HistogramObserve(benchmark::State& state) {
   static MetricsRegistry registry;
   static Histogram& histogram =
-      (*registry.AddHistogram("kvtier_bench_seconds", "Bench.", ExponentialBuckets(5e-6, 2, 20)))->WithLabels({});
+      (*registry.AddHistogram("kvtier_bench_seconds", "Bench.", ExponentialBuckets(5e-6, 2, 20)))
+          ->WithLabels({});
   double value = 1e-6;
   for (auto _ : state) {
     histogram.Observe(value);
@@ -71,12 +73,14 @@ BENCHMARK(BM_HistogramObserve)->Threads(1)->Threads(2);
 void BM_Exposition(benchmark::State& state) {
   MetricsRegistry registry;
   for (int f = 0; f < 16; ++f) {
-    CounterFamily* family = *registry.AddCounter("kvtier_family_" + std::to_string(f) + "_total", "Help.", {"node"});
+    CounterFamily* family =
+        *registry.AddCounter("kvtier_family_" + std::to_string(f) + "_total", "Help.", {"node"});
     for (int c = 0; c < 10; ++c) family->WithLabels({"node-" + std::to_string(c)}).Inc(c);
   }
   for (int h = 0; h < 4; ++h) {
-    HistogramFamily* family = *registry.AddHistogram("kvtier_latency_" + std::to_string(h) + "_seconds", "Help.",
-                                                     ExponentialBuckets(5e-6, 2, 20), {"method"});
+    HistogramFamily* family =
+        *registry.AddHistogram("kvtier_latency_" + std::to_string(h) + "_seconds", "Help.",
+                               ExponentialBuckets(5e-6, 2, 20), {"method"});
     for (int c = 0; c < 10; ++c) family->WithLabels({"m" + std::to_string(c)}).Observe(1e-4);
   }
   size_t bytes = 0;

@@ -14,12 +14,13 @@ namespace kvtier {
 namespace {
 
 using config_internal::Field;
-using config_internal::FindField;
 using config_internal::Fields;
+using config_internal::FindField;
 
 std::string EnvVarFor(std::string_view path) {
   std::string out = "KVTIER_";
-  for (char c : path) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char c : path)
+    out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -66,10 +67,12 @@ std::string KnownKeysUnder(std::string_view prefix) {
 std::string Where(const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
   if (mark.line < 0) return "";
-  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) + ")";
+  return " (line " + std::to_string(mark.line + 1) + ", column " + std::to_string(mark.column + 1) +
+         ")";
 }
 
-Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view source, KvtierConfig& config) {
+Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view source,
+                 KvtierConfig& config) {
   std::vector<std::string> values;
   if (node.IsScalar()) {
     values.push_back(node.Scalar());
@@ -79,7 +82,8 @@ Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view so
         std::string spec;
         for (const auto& kv : item) {
           if (!kv.second.IsScalar()) {
-            return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(kv.second) +
+            return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) +
+                                        Where(kv.second) +
                                         ": a list item's values must be plain values");
           }
           spec += (spec.empty() ? "" : ";") + kv.first.as<std::string>() + "=" + kv.second.Scalar();
@@ -96,18 +100,20 @@ Status ApplyLeaf(const Field& field, const YAML::Node& node, std::string_view so
   } else if (node.IsNull()) {
     values.emplace_back();
   } else {
-    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) + ": expects " +
-                                (field.is_list ? "a list" : "a single value") + " (allowed: " + field.allowed + ")");
+    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) +
+                                ": expects " + (field.is_list ? "a list" : "a single value") +
+                                " (allowed: " + field.allowed + ")");
   }
   Status status = field.set(config, values);
   if (!status.ok()) {
-    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) + ": " +
-                                WithAllowed(field, status));
+    return InvalidArgumentError(std::string(source) + ": " + std::string(field.path) + Where(node) +
+                                ": " + WithAllowed(field, status));
   }
   return Status::Ok();
 }
 
-Status ApplyMap(const YAML::Node& map, const std::string& prefix, std::string_view source, KvtierConfig& config) {
+Status ApplyMap(const YAML::Node& map, const std::string& prefix, std::string_view source,
+                KvtierConfig& config) {
   for (const auto& entry : map) {
     const std::string key = entry.first.as<std::string>();
     const std::string path = prefix + key;
@@ -125,9 +131,11 @@ Status ApplyMap(const YAML::Node& map, const std::string& prefix, std::string_vi
       return InvalidArgumentError(std::string(source) + ": " + path + Where(entry.first) +
                                   ": expects a section with keys: " + known_under);
     }
-    return InvalidArgumentError(std::string(source) + ": unknown field \"" + path + "\"" + Where(entry.first) +
-                                " (known " + (prefix.empty() ? std::string("top-level fields") : "fields in \"" +
-                                prefix.substr(0, prefix.size() - 1) + "\"") + ": " + KnownKeysUnder(prefix) + ")");
+    return InvalidArgumentError(
+        std::string(source) + ": unknown field \"" + path + "\"" + Where(entry.first) + " (known " +
+        (prefix.empty() ? std::string("top-level fields")
+                        : "fields in \"" + prefix.substr(0, prefix.size() - 1) + "\"") +
+        ": " + KnownKeysUnder(prefix) + ")");
   }
   return Status::Ok();
 }
@@ -138,15 +146,16 @@ std::vector<ConfigFieldInfo> ListConfigFields() {
   const KvtierConfig defaults;
   std::vector<ConfigFieldInfo> out;
   for (const Field& f : Fields()) {
-    out.push_back({std::string(f.path), EnvVarFor(f.path), FlagFor(f.path), f.allowed, std::string(f.help),
-                   f.get(defaults)});
+    out.push_back({std::string(f.path), EnvVarFor(f.path), FlagFor(f.path), f.allowed,
+                   std::string(f.help), f.get(defaults)});
   }
   return out;
 }
 
 Status ApplySetting(std::string_view path, std::string_view text, KvtierConfig& config) {
   const Field* field = FindField(path);
-  if (field == nullptr) return InvalidArgumentError("unknown setting \"" + std::string(path) + "\"");
+  if (field == nullptr)
+    return InvalidArgumentError("unknown setting \"" + std::string(path) + "\"");
   const std::vector<std::string> values =
       field->is_list ? SplitList(text) : std::vector<std::string>{std::string(text)};
   Status status = field->set(config, values);
@@ -162,12 +171,13 @@ Status ApplyYaml(std::string_view yaml_text, std::string_view source_name, Kvtie
     root = YAML::Load(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(std::string(source_name) + ": invalid YAML at line " +
-                                std::to_string(e.mark.line + 1) + ", column " + std::to_string(e.mark.column + 1) +
-                                ": " + e.msg);
+                                std::to_string(e.mark.line + 1) + ", column " +
+                                std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (root.IsNull()) return Status::Ok();  // an empty file keeps every default
   if (!root.IsMap()) {
-    return InvalidArgumentError(std::string(source_name) + ": the top level must be a mapping of settings");
+    return InvalidArgumentError(std::string(source_name) +
+                                ": the top level must be a mapping of settings");
   }
   try {
     return ApplyMap(root, "", source_name, config);
@@ -186,12 +196,14 @@ Status CheckWorkerQueues(const WorkerConfig& worker) {
   if (!layout.ok()) return Status::Ok();
   const uint64_t block = layout->bytes_per_block();
   const auto too_small = [&](const char* field, uint64_t bytes, const char* off) {
-    return InvalidArgumentError(std::string(field) + ": " + std::to_string(bytes) + " bytes hold no block of the " +
-                                "worker's layout (" + layout->Fingerprint() + ": " + std::to_string(block) +
+    return InvalidArgumentError(std::string(field) + ": " + std::to_string(bytes) +
+                                " bytes hold no block of the " + "worker's layout (" +
+                                layout->Fingerprint() + ": " + std::to_string(block) +
                                 " bytes a block); give at least " + std::to_string(block) + off);
   };
   if (worker.offload_staging_bytes > 0 && worker.offload_staging_bytes < block) {
-    return too_small("worker.offload_staging_bytes", worker.offload_staging_bytes, ", or 0 to turn the staging off");
+    return too_small("worker.offload_staging_bytes", worker.offload_staging_bytes,
+                     ", or 0 to turn the staging off");
   }
   if (!worker.write_through_stores.empty() && worker.write_through_queue_bytes < block) {
     return too_small("worker.write_through_queue_bytes", worker.write_through_queue_bytes, "");
@@ -213,11 +225,13 @@ Result<KvLayout> WorkerLayout(const WorkerConfig& worker) {
 Status ValidateConfig(const KvtierConfig& config) {
   KVTIER_RETURN_IF_ERROR(CheckWorkerQueues(config.worker));
   if (config.tls.cert_file.empty() != config.tls.key_file.empty()) {
-    return InvalidArgumentError("tls.cert_file and tls.key_file must be set together (got only " +
-                                std::string(config.tls.cert_file.empty() ? "tls.key_file" : "tls.cert_file") + ")");
+    return InvalidArgumentError(
+        "tls.cert_file and tls.key_file must be set together (got only " +
+        std::string(config.tls.cert_file.empty() ? "tls.key_file" : "tls.cert_file") + ")");
   }
   if (config.coordinator.listen.empty() && config.coordinator.unix_socket.empty()) {
-    return InvalidArgumentError("coordinator.listen and coordinator.unix_socket are both empty: nothing to listen on");
+    return InvalidArgumentError(
+        "coordinator.listen and coordinator.unix_socket are both empty: nothing to listen on");
   }
   return Status::Ok();
 }

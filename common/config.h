@@ -60,14 +60,14 @@ struct TlsConfig {
 // Bounds on what a client reaches before it authenticates, on every RPC listener of the
 // process (services/rpc/rpc_server.h's ConnectionLimits says what each does).
 struct ConnectionsConfig {
-  uint64_t auth_deadline_ms = 5000;                // accept to authenticated, TLS included
+  uint64_t auth_deadline_ms = 5000;  // accept to authenticated, TLS included
   uint64_t pre_auth_message_bytes = uint64_t{64} << 10;
-  uint32_t max = 0;                                // per RPC listener; 0: 1/2 of RLIMIT_NOFILE
-  uint32_t data_stream_max = 0;                    // per data stream; 0: 1/4 of RLIMIT_NOFILE
+  uint32_t max = 0;              // per RPC listener; 0: 1/2 of RLIMIT_NOFILE
+  uint32_t data_stream_max = 0;  // per data stream; 0: 1/4 of RLIMIT_NOFILE
   uint32_t max_unauthenticated = 1024;
   uint32_t max_unauthenticated_per_address = 64;
-  uint32_t auth_failure_burst = 10;                // failed tokens per address at once,
-  uint32_t auth_failures_per_minute = 60;          // then at most this many a minute
+  uint32_t auth_failure_burst = 10;        // failed tokens per address at once,
+  uint32_t auth_failures_per_minute = 60;  // then at most this many a minute
 };
 
 // An inference engine whose KV event stream the coordinator follows (its ZMQ publisher:
@@ -76,18 +76,18 @@ struct ConnectionsConfig {
 // tenant=...;model=..." (a YAML list item may be that string or a map of those keys).
 struct EngineConfig {
   std::string name;
-  std::string events;                // tcp://host:port of its PUB socket
-  std::string replay = {};           // tcp://host:port of its ROUTER replay socket; empty: none
-  std::string format = "vllm";       // vllm, sglang or trtllm
-  uint32_t tokens_per_block = 16;    // the kvtier block size its blocks are keyed at
-  std::string tenant = {};           // whose key space its blocks join (auth.token_file's name)
-  std::string model = {};            // the model tag of its keys (what a gateway's "model" names)
+  std::string events;              // tcp://host:port of its PUB socket
+  std::string replay = {};         // tcp://host:port of its ROUTER replay socket; empty: none
+  std::string format = "vllm";     // vllm, sglang or trtllm
+  uint32_t tokens_per_block = 16;  // the kvtier block size its blocks are keyed at
+  std::string tenant = {};         // whose key space its blocks join (auth.token_file's name)
+  std::string model = {};          // the model tag of its keys (what a gateway's "model" names)
   friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
 };
 
 struct CoordinatorConfig {
   std::vector<std::string> listen = {"127.0.0.1:7400"};  // host:port; port 0 picks one
-  std::string unix_socket;                                // path; empty for none
+  std::string unix_socket;                               // path; empty for none
   uint64_t max_message_bytes = 64ull << 20;
   uint64_t lease_ttl_ms = 10000;  // a node silent this long leaves the index
   uint64_t busy_poll_us = 0;      // poll without sleeping while calls arrive (rpc_server.h); 0: off
@@ -98,8 +98,9 @@ struct CoordinatorConfig {
   // How long a stored event whose parent no node holds waits for some node's event to
   // bring it (coordinator/cluster/waiting_children.h); 0: left out at once.
   uint64_t orphan_wait_ms = 2000;
-  std::vector<EngineConfig> engines = {};    // engines' KV event streams to follow
-  std::vector<std::string> http_listen = {};  // the routing API for gateways (host:port); empty: off
+  std::vector<EngineConfig> engines = {};  // engines' KV event streams to follow
+  std::vector<std::string> http_listen =
+      {};  // the routing API for gateways (host:port); empty: off
   // The block size of SDK clients' keys, for the routing API's lookups by tokens (`kvtier up`
   // uses its worker's); 0: only engines' keys are looked up.
   uint32_t sdk_tokens_per_block = 16;
@@ -107,28 +108,36 @@ struct CoordinatorConfig {
 
 // The worker node's pool. Without a GPU the pool lives in host memory (`pool_bytes`).
 struct WorkerConfig {
-  uint32_t num_layers = 4;        // the model's KV layout (defaults: a small test model)
+  uint32_t num_layers = 4;  // the model's KV layout (defaults: a small test model)
   uint32_t num_kv_heads = 2;
   uint32_t head_dim = 64;
   uint32_t tokens_per_block = 16;
   std::string dtype = "fp16";
-  uint64_t pool_bytes = 256ull << 20;        // the host budget when there is no GPU
-  double free_memory_fraction = 0.9;          // of free GPU memory, or of pool_bytes, for KV blocks
-  uint64_t max_tokens = 0;                    // cap the pool at this many tokens; 0: no cap
-  uint32_t secondary_offload_min_priority = kDefaultPriority;  // evicted blocks at least this go to the host tier
-  uint32_t tier_threads = 0;  // helpers that hash and copy a batch to and from the tiers; 0: the default (tier_link.h)
-  uint64_t offload_staging_bytes = 64ull << 20;  // evicted blocks stored behind the allocation (offload_queue.h); 0: off
+  uint64_t pool_bytes = 256ull << 20;  // the host budget when there is no GPU
+  double free_memory_fraction = 0.9;   // of free GPU memory, or of pool_bytes, for KV blocks
+  uint64_t max_tokens = 0;             // cap the pool at this many tokens; 0: no cap
+  uint32_t secondary_offload_min_priority =
+      kDefaultPriority;  // evicted blocks at least this go to the host tier
+  uint32_t tier_threads =
+      0;  // helpers that hash and copy a batch to and from the tiers; 0: the default (tier_link.h)
+  uint64_t offload_staging_bytes =
+      64ull << 20;  // evicted blocks stored behind the allocation (offload_queue.h); 0: off
   // `kvtier worker` only:
-  std::string listen = "127.0.0.1:7401";        // its Worker and BlockStore's host:port (port 0 picks one)
-  std::string advertise = {};                   // where peers reach it; empty: the bound listen address
-  bool data_stream = true;                      // its BlockStore's bulk bytes beside the RPC; off with TLS
-  uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
-  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
-  uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
-  bool data_stream_lend_pages = true;           // node sessions' gets sent zero copy (DataStreamServerOptions)
+  std::string listen =
+      "127.0.0.1:7401";              // its Worker and BlockStore's host:port (port 0 picks one)
+  std::string advertise = {};        // where peers reach it; empty: the bound listen address
+  bool data_stream = true;           // its BlockStore's bulk bytes beside the RPC; off with TLS
+  uint32_t data_port = 0;            // the data stream's port on the listen host; 0 picks one
+  uint32_t data_stream_threads = 0;  // its event loops; 0: hardware threads / 2, 2 to 8
+  uint32_t data_stream_tier_threads =
+      0;  // its disk work's threads (with a disk tier); 0: as many as loops
+  bool data_stream_lend_pages =
+      true;  // node sessions' gets sent zero copy (DataStreamServerOptions)
   uint64_t fetch_stream_min_block_bytes = 64ull << 10;  // peer fetches of smaller blocks go inline
-  std::vector<std::string> write_through_stores = {};  // store node ids: committed blocks are written to one too
-  uint64_t write_through_queue_bytes = 256ull << 20;  // blocks waiting for it beyond this are skipped
+  std::vector<std::string> write_through_stores =
+      {};  // store node ids: committed blocks are written to one too
+  uint64_t write_through_queue_bytes = 256ull
+                                       << 20;  // blocks waiting for it beyond this are skipped
 };
 
 // The node's host and disk tiers (under data_dir/blocks).
@@ -140,22 +149,25 @@ struct StoreConfig {
   // The filter cost hit rate on every chat trace measured
   // (docs/history/benchmarks-2026-11.md#the-disk-tier-admits-every-block-by-default-2026-11-27-stop-45).
   uint32_t disk_admission_min_count = 0;
-  uint32_t host_free_percent = 5;  // of the host tier, kept free ahead of puts by moving blocks down (disk tier only)
+  uint32_t host_free_percent =
+      5;  // of the host tier, kept free ahead of puts by moving blocks down (disk tier only)
   // `kvtier store` only:
-  std::string listen = "127.0.0.1:7402";        // its BlockStore's host:port (port 0 picks one)
-  std::string advertise = {};                   // where peers reach it; empty: the bound listen address
-  bool data_stream = true;                      // bulk bytes beside the RPC (services/store/stream); off with TLS
-  uint32_t data_port = 0;                       // the data stream's port on the listen host; 0 picks one
-  uint32_t data_stream_threads = 0;             // its event loops; 0: hardware threads / 2, 2 to 8
-  uint32_t data_stream_tier_threads = 0;        // its disk work's threads (with a disk tier); 0: as many as loops
-  bool data_stream_lend_pages = true;           // node sessions' gets sent zero copy (DataStreamServerOptions)
+  std::string listen = "127.0.0.1:7402";  // its BlockStore's host:port (port 0 picks one)
+  std::string advertise = {};             // where peers reach it; empty: the bound listen address
+  bool data_stream = true;  // bulk bytes beside the RPC (services/store/stream); off with TLS
+  uint32_t data_port = 0;   // the data stream's port on the listen host; 0 picks one
+  uint32_t data_stream_threads = 0;  // its event loops; 0: hardware threads / 2, 2 to 8
+  uint32_t data_stream_tier_threads =
+      0;  // its disk work's threads (with a disk tier); 0: as many as loops
+  bool data_stream_lend_pages =
+      true;  // node sessions' gets sent zero copy (DataStreamServerOptions)
 };
 
 // How a node of its own (`kvtier worker`, `kvtier store`) reaches the coordinator.
 struct NodeConfig {
-  std::string name = {};                        // the node's id prefix; empty: the host name (the pod's)
-  std::string coordinator = "127.0.0.1:7400";   // the coordinator it registers with
-  std::string coordinator_token_file = {};      // its token there (first line); empty: none (auth off)
+  std::string name = {};  // the node's id prefix; empty: the host name (the pod's)
+  std::string coordinator = "127.0.0.1:7400";  // the coordinator it registers with
+  std::string coordinator_token_file = {};  // its token there (first line); empty: none (auth off)
 };
 
 struct KvtierConfig {
@@ -183,7 +195,7 @@ struct ConfigFieldInfo {
 [[nodiscard]] std::vector<ConfigFieldInfo> ListConfigFields();
 
 struct ConfigSources {
-  std::string yaml_path;  // empty: no file
+  std::string yaml_path;                           // empty: no file
   std::map<std::string, std::string> environment;  // all of it; non-KVTIER_ entries are ignored
   std::vector<std::pair<std::string, std::string>> flags;  // (setting path, text) in order given
 };
@@ -192,10 +204,12 @@ struct ConfigSources {
 [[nodiscard]] Result<KvtierConfig> LoadConfig(const ConfigSources& sources);
 
 // Parses YAML text over `config` (exposed for tests and for configs not in files).
-[[nodiscard]] Status ApplyYaml(std::string_view yaml_text, std::string_view source_name, KvtierConfig& config);
+[[nodiscard]] Status ApplyYaml(std::string_view yaml_text, std::string_view source_name,
+                               KvtierConfig& config);
 
 // Sets one setting from text, as an environment variable or flag would.
-[[nodiscard]] Status ApplySetting(std::string_view path, std::string_view text, KvtierConfig& config);
+[[nodiscard]] Status ApplySetting(std::string_view path, std::string_view text,
+                                  KvtierConfig& config);
 
 // Checks that hold across settings (TLS certificate and key come together, ...).
 [[nodiscard]] Status ValidateConfig(const KvtierConfig& config);

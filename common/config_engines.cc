@@ -13,7 +13,8 @@ std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
 
 Status CheckEndpoint(std::string_view what, std::string_view endpoint) {
   if (endpoint.starts_with("tcp://") || endpoint.starts_with("ipc://")) return Status::Ok();
-  return InvalidArgumentError(std::string(what) + " " + Quote(endpoint) + " is not tcp://host:port (or ipc://path)");
+  return InvalidArgumentError(std::string(what) + " " + Quote(endpoint) +
+                              " is not tcp://host:port (or ipc://path)");
 }
 
 Status SetEngineKey(EngineConfig& e, std::string_view key, std::string_view value) {
@@ -34,7 +35,8 @@ Status SetEngineKey(EngineConfig& e, std::string_view key, std::string_view valu
     uint32_t n = 0;
     const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
     if (ec != std::errc() || end != value.data() + value.size() || n == 0 || n > 65536) {
-      return InvalidArgumentError("tokens_per_block " + Quote(value) + " is not a whole number in [1, 65536]");
+      return InvalidArgumentError("tokens_per_block " + Quote(value) +
+                                  " is not a whole number in [1, 65536]");
     }
     e.tokens_per_block = n;
   } else if (key == "tenant") {
@@ -58,18 +60,22 @@ Result<EngineConfig> ParseEngine(std::string_view spec) {
     start = end + 1;
     if (item.empty()) continue;
     const size_t eq = item.find('=');
-    if (eq == std::string_view::npos) return InvalidArgumentError(Quote(item) + " is not key=value");
+    if (eq == std::string_view::npos)
+      return InvalidArgumentError(Quote(item) + " is not key=value");
     KVTIER_RETURN_IF_ERROR(SetEngineKey(e, item.substr(0, eq), item.substr(eq + 1)));
   }
   if (e.name.empty()) return InvalidArgumentError("engine " + Quote(spec) + " has no name");
-  if (e.events.empty()) return InvalidArgumentError("engine \"" + e.name + "\" has no events endpoint");
+  if (e.events.empty())
+    return InvalidArgumentError("engine \"" + e.name + "\" has no events endpoint");
   return e;
 }
 
 std::string EngineSpec(const EngineConfig& e) {
-  return "name=" + e.name + ";events=" + e.events + (e.replay.empty() ? "" : ";replay=" + e.replay) +
-         ";format=" + e.format + ";tokens_per_block=" + std::to_string(e.tokens_per_block) +
-         (e.tenant.empty() ? "" : ";tenant=" + e.tenant) + (e.model.empty() ? "" : ";model=" + e.model);
+  return "name=" + e.name + ";events=" + e.events +
+         (e.replay.empty() ? "" : ";replay=" + e.replay) + ";format=" + e.format +
+         ";tokens_per_block=" + std::to_string(e.tokens_per_block) +
+         (e.tenant.empty() ? "" : ";tenant=" + e.tenant) +
+         (e.model.empty() ? "" : ";model=" + e.model);
 }
 
 Field EnginesField() {
@@ -90,7 +96,8 @@ Field EnginesField() {
       if (spec.empty() && v.size() == 1) break;  // an empty value: no engines
       KVTIER_ASSIGN_OR_RETURN(EngineConfig e, ParseEngine(spec));
       for (const EngineConfig& other : engines) {
-        if (other.name == e.name) return InvalidArgumentError("engine \"" + e.name + "\" is listed twice");
+        if (other.name == e.name)
+          return InvalidArgumentError("engine \"" + e.name + "\" is listed twice");
       }
       engines.push_back(std::move(e));
     }
@@ -99,7 +106,8 @@ Field EnginesField() {
   };
   f.get = [](const KvtierConfig& c) {
     std::string out;
-    for (const EngineConfig& e : c.coordinator.engines) out += (out.empty() ? "" : ",") + EngineSpec(e);
+    for (const EngineConfig& e : c.coordinator.engines)
+      out += (out.empty() ? "" : ",") + EngineSpec(e);
     return out;
   };
   return f;
@@ -118,7 +126,8 @@ Field HttpListenField() {
     std::vector<std::string> items;
     for (const std::string& item : v) {
       if (item.empty() && v.size() == 1) break;
-      if (item.starts_with("unix:")) return InvalidArgumentError(Quote(item) + ": the routing API listens on TCP only");
+      if (item.starts_with("unix:"))
+        return InvalidArgumentError(Quote(item) + ": the routing API listens on TCP only");
       KVTIER_RETURN_IF_ERROR(CheckListenAddress(item));
       items.push_back(item);
     }
@@ -127,7 +136,8 @@ Field HttpListenField() {
   };
   f.get = [](const KvtierConfig& c) {
     std::string out;
-    for (const std::string& item : c.coordinator.http_listen) out += (out.empty() ? "" : ",") + item;
+    for (const std::string& item : c.coordinator.http_listen)
+      out += (out.empty() ? "" : ",") + item;
     return out;
   };
   return f;
@@ -156,7 +166,9 @@ void AddEngineFields(std::vector<Field>& fields) {
     c.coordinator.sdk_tokens_per_block = n;
     return Status::Ok();
   };
-  sdk.get = [](const KvtierConfig& c) { return std::to_string(c.coordinator.sdk_tokens_per_block); };
+  sdk.get = [](const KvtierConfig& c) {
+    return std::to_string(c.coordinator.sdk_tokens_per_block);
+  };
   fields.push_back(std::move(sdk));
 }
 

@@ -16,7 +16,8 @@ Result<KvtierConfig> FromYaml(std::string_view yaml) {
 void ExpectError(const Status& status, std::initializer_list<std::string_view> parts) {
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
   for (std::string_view part : parts) {
-    EXPECT_NE(status.message().find(part), std::string::npos) << "missing \"" << part << "\" in: " << status;
+    EXPECT_NE(status.message().find(part), std::string::npos)
+        << "missing \"" << part << "\" in: " << status;
   }
 }
 
@@ -47,7 +48,8 @@ coordinator:
 }
 
 TEST(ConfigTest, InvalidYamlNamesLineAndColumn) {
-  ExpectError(FromYaml("metrics:\n  port: [1, 2\n").status(), {"kvtier.yaml", "invalid YAML at line"});
+  ExpectError(FromYaml("metrics:\n  port: [1, 2\n").status(),
+              {"kvtier.yaml", "invalid YAML at line"});
 }
 
 TEST(ConfigTest, UnknownFieldIsNamedWithKnownAlternatives) {
@@ -57,18 +59,23 @@ TEST(ConfigTest, UnknownFieldIsNamedWithKnownAlternatives) {
 }
 
 TEST(ConfigTest, OutOfRangeNamesFieldAndRange) {
-  ExpectError(FromYaml("metrics: {port: 70000}\n").status(), {"metrics.port", "70000", "[0, 65535]"});
+  ExpectError(FromYaml("metrics: {port: 70000}\n").status(),
+              {"metrics.port", "70000", "[0, 65535]"});
   ExpectError(FromYaml("metrics: {port: -1}\n").status(), {"metrics.port", "[0, 65535]"});
   ExpectError(FromYaml("metrics: {port: 12ab}\n").status(), {"metrics.port", "not a whole number"});
   ExpectError(FromYaml("coordinator: {max_message_bytes: 10}\n").status(),
               {"coordinator.max_message_bytes", "[4096, 1073741824]"});
-  ExpectError(FromYaml("log: {level: loud}\n").status(), {"log.level", "trace, debug, info, warn, error, off"});
-  ExpectError(FromYaml("coordinator: {lease_ttl_ms: 10}\n").status(), {"coordinator.lease_ttl_ms", "[500, 3600000]"});
+  ExpectError(FromYaml("log: {level: loud}\n").status(),
+              {"log.level", "trace, debug, info, warn, error, off"});
+  ExpectError(FromYaml("coordinator: {lease_ttl_ms: 10}\n").status(),
+              {"coordinator.lease_ttl_ms", "[500, 3600000]"});
   ExpectError(FromYaml("coordinator: {max_index_blocks: 134217728}\n").status(),
               {"coordinator.max_index_blocks", "[1024, 134217727]"});
   ExpectError(FromYaml("auth: {enabled: yes please}\n").status(), {"auth.enabled", "true, false"});
-  ExpectError(FromYaml("coordinator: {listen: [\"nohost\"]}\n").status(), {"coordinator.listen", "nohost"});
-  ExpectError(FromYaml("metrics: 5\n").status(), {"metrics", "expects a section with keys: bind, port"});
+  ExpectError(FromYaml("coordinator: {listen: [\"nohost\"]}\n").status(),
+              {"coordinator.listen", "nohost"});
+  ExpectError(FromYaml("metrics: 5\n").status(),
+              {"metrics", "expects a section with keys: bind, port"});
   ExpectError(FromYaml("metrics: {port: [1]}\n").status(), {"metrics.port", "single value"});
 }
 
@@ -86,10 +93,12 @@ TEST(ConfigTest, AWorkersQueuesHoldAtLeastOneBlock) {
   EXPECT_TRUE(FromYaml("worker: {offload_staging_bytes: 0}\n").ok()) << "off";
   // Blocks of 64 layers x 2 x 8 heads x 128 dims x 16 tokens x fp16: 4 MiB, beyond the
   // write-through queue's 1 MiB, which matters only with write-through stores.
-  const std::string big = "worker: {num_layers: 64, num_kv_heads: 8, head_dim: 128, write_through_queue_bytes: 1048576";
+  const std::string big =
+      "worker: {num_layers: 64, num_kv_heads: 8, head_dim: 128, write_through_queue_bytes: 1048576";
   EXPECT_TRUE(FromYaml(big + "}\n").ok());
-  ExpectError(FromYaml(big + ", write_through_stores: [s/store]}\n").status(),
-              {"worker.write_through_queue_bytes", "1048576 bytes hold no block", "4194304 bytes a block"});
+  ExpectError(
+      FromYaml(big + ", write_through_stores: [s/store]}\n").status(),
+      {"worker.write_through_queue_bytes", "1048576 bytes hold no block", "4194304 bytes a block"});
   // A layout the library refuses (24 tokens: not a power of two) is the worker node's to
   // name, not this check's.
   EXPECT_TRUE(FromYaml("worker: {tokens_per_block: 24, offload_staging_bytes: 1}\n").ok());
@@ -99,7 +108,8 @@ TEST(ConfigTest, PrecedenceIsDefaultsYamlEnvironmentFlags) {
   char path[] = "/tmp/kvtier_config_XXXXXX";
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
-  const std::string yaml = "metrics: {port: 1000, bind: 127.0.0.1}\nlog: {level: warn}\ndata_dir: /from/yaml\n";
+  const std::string yaml =
+      "metrics: {port: 1000, bind: 127.0.0.1}\nlog: {level: warn}\ndata_dir: /from/yaml\n";
   ASSERT_EQ(write(fd, yaml.data(), yaml.size()), static_cast<ssize_t>(yaml.size()));
   close(fd);
 
@@ -123,11 +133,13 @@ TEST(ConfigTest, PrecedenceIsDefaultsYamlEnvironmentFlags) {
 TEST(ConfigTest, ErrorsNameTheirSource) {
   ConfigSources env_source;
   env_source.environment = {{"KVTIER_METRICS_PORT", "99999"}};
-  ExpectError(LoadConfig(env_source).status(), {"environment KVTIER_METRICS_PORT", "metrics.port", "99999"});
+  ExpectError(LoadConfig(env_source).status(),
+              {"environment KVTIER_METRICS_PORT", "metrics.port", "99999"});
 
   ConfigSources flag_source;
   flag_source.flags = {{"data_dir", ""}};
-  ExpectError(LoadConfig(flag_source).status(), {"flag --data-dir", "data_dir", "must not be empty"});
+  ExpectError(LoadConfig(flag_source).status(),
+              {"flag --data-dir", "data_dir", "must not be empty"});
 
   ConfigSources missing_file;
   missing_file.yaml_path = "/nonexistent/kvtier.yaml";

@@ -13,7 +13,8 @@ ConnectionAdmission::Admitted ConnectionAdmission::Admit(const std::string& addr
   }
   // A shed connection is still open until it closes, but it no longer counts against the
   // limit: its descriptor is on its way back.
-  while (open_ - shedding_.size() >= options_.max_connections || waiting_.size() >= options_.max_unauthenticated) {
+  while (open_ - shedding_.size() >= options_.max_connections ||
+         waiting_.size() >= options_.max_unauthenticated) {
     if (!ShedOldest()) {
       result.verdict = Verdict::kRefusedFull;
       return result;
@@ -29,7 +30,8 @@ ConnectionAdmission::Admitted ConnectionAdmission::Admit(const std::string& addr
 }
 
 void ConnectionAdmission::Forget(WaitingList::iterator it) {
-  if (const auto count = per_address_.find(it->address); count != per_address_.end() && --count->second == 0) {
+  if (const auto count = per_address_.find(it->address);
+      count != per_address_.end() && --count->second == 0) {
     per_address_.erase(count);
   }
   by_id_.erase(it->id);

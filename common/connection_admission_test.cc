@@ -20,8 +20,8 @@ class ConnectionAdmissionTest : public ::testing::Test {
 };
 
 TEST_F(ConnectionAdmissionTest, AnAddressMayHaveOnlySoManyWaiting) {
-  ConnectionAdmission admission({.max_connections = 100, .max_unauthenticated = 100,
-                                 .max_unauthenticated_per_address = 2});
+  ConnectionAdmission admission(
+      {.max_connections = 100, .max_unauthenticated = 100, .max_unauthenticated_per_address = 2});
   const auto a1 = Admit(admission, "10.0.0.1", "a1");
   const auto a2 = Admit(admission, "10.0.0.1", "a2");
   ASSERT_EQ(a1.verdict, Verdict::kAdmitted);
@@ -38,8 +38,8 @@ TEST_F(ConnectionAdmissionTest, AnAddressMayHaveOnlySoManyWaiting) {
 }
 
 TEST_F(ConnectionAdmissionTest, TheOldestWaitingIsShedForANewcomer) {
-  ConnectionAdmission admission({.max_connections = 100, .max_unauthenticated = 2,
-                                 .max_unauthenticated_per_address = 100});
+  ConnectionAdmission admission(
+      {.max_connections = 100, .max_unauthenticated = 2, .max_unauthenticated_per_address = 100});
   const auto first = Admit(admission, "x", "first");
   Admit(admission, "x", "second");
   const auto third = Admit(admission, "y", "third");
@@ -53,8 +53,8 @@ TEST_F(ConnectionAdmissionTest, TheOldestWaitingIsShedForANewcomer) {
 }
 
 TEST_F(ConnectionAdmissionTest, AtTheConnectionLimitAnAuthenticatedOneIsNeverShed) {
-  ConnectionAdmission admission({.max_connections = 2, .max_unauthenticated = 100,
-                                 .max_unauthenticated_per_address = 100});
+  ConnectionAdmission admission(
+      {.max_connections = 2, .max_unauthenticated = 100, .max_unauthenticated_per_address = 100});
   const auto engine = Admit(admission, "x", "engine");
   admission.Authenticated(engine.id);
   const auto idle = Admit(admission, "x", "idle");

@@ -18,12 +18,14 @@ struct Owner {
     return it != generation.end() && it->second == e.generation;
   }
   void Set(Heap& heap, uint32_t id, int64_t deadline_ns) {
-    heap.Push({deadline_ns, id, ++generation[id]}, [this](const Heap::Entry& e) { return IsLive(e); });
+    heap.Push({deadline_ns, id, ++generation[id]},
+              [this](const Heap::Entry& e) { return IsLive(e); });
   }
   std::vector<Heap::Entry> Due(Heap& heap, int64_t now_ns) {
     std::vector<Heap::Entry> due;
-    heap.PopDue(now_ns, [this](const Heap::Entry& e) { return IsLive(e); },
-                [&](const Heap::Entry& e) { due.push_back(e); });
+    heap.PopDue(
+        now_ns, [this](const Heap::Entry& e) { return IsLive(e); },
+        [&](const Heap::Entry& e) { due.push_back(e); });
     return due;
   }
 };

@@ -59,8 +59,8 @@ class MetricsHttpServer::Impl {
       return InvalidArgumentError("metrics over TLS needs both a certificate and its key");
     }
     tls_ = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_server);
-    tls_->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                      asio::ssl::context::no_tlsv1_1);
+    tls_->set_options(asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                      asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1);
     asio::error_code ec;
     if (tls_->use_certificate_chain_file(options_.tls_cert_file, ec); ec) {
       return InvalidArgumentError("tls.cert_file " + options_.tls_cert_file + ": " + ec.message());
@@ -75,12 +75,14 @@ class MetricsHttpServer::Impl {
     asio::error_code ec;
     const asio::ip::address address = asio::ip::make_address(options_.bind_address, ec);
     if (ec) {
-      return InvalidArgumentError("metrics.bind: \"" + options_.bind_address + "\" is not an IP address");
+      return InvalidArgumentError("metrics.bind: \"" + options_.bind_address +
+                                  "\" is not an IP address");
     }
     const asio::ip::tcp::endpoint endpoint(address, options_.port);
     if (acceptor_.open(endpoint.protocol(), ec); !ec) {
       acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-      if (acceptor_.bind(endpoint, ec); !ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+      if (acceptor_.bind(endpoint, ec); !ec)
+        acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     }
     if (ec) {
       return UnavailableError("cannot listen for HTTP on " + options_.bind_address + ":" +
@@ -121,7 +123,7 @@ class MetricsHttpServer::Impl {
   MetricsHttpServerOptions options_;
   asio::io_context io_;
   asio::ip::tcp::acceptor acceptor_;
-  asio::steady_timer retry_;  // a failed accept's
+  asio::steady_timer retry_;                 // a failed accept's
   std::unique_ptr<asio::ssl::context> tls_;  // null: plain HTTP
   std::thread thread_;
   uint16_t port_ = 0;
@@ -131,7 +133,9 @@ class MetricsHttpServer::Impl {
 class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Impl& server, asio::ip::tcp::socket socket)
-      : server_(server), socket_(std::move(socket)), timer_(socket_.get_executor()),
+      : server_(server),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
         buffer_(kMaxRequestHeadBytes) {
     if (server_.tls_) tls_.emplace(socket_, *server_.tls_);
   }
@@ -169,7 +173,8 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
 
   void OnHead(const asio::error_code& ec) {
     if (ec == asio::error::not_found) {
-      Reply(TextResponse(431, "Request Header Fields Too Large", "request head exceeds 8 KiB\n"), false);
+      Reply(TextResponse(431, "Request Header Fields Too Large", "request head exceeds 8 KiB\n"),
+            false);
       return;
     }
     if (ec) {
@@ -197,7 +202,8 @@ class MetricsHttpServer::Impl::Connection : public std::enable_shared_from_this<
     auto self = shared_from_this();
     out_ = Serialize(response, head_only);
     OnStream([&](auto& stream) {
-      asio::async_write(stream, asio::buffer(out_), [self](const asio::error_code&, size_t) { self->Close(); });
+      asio::async_write(stream, asio::buffer(out_),
+                        [self](const asio::error_code&, size_t) { self->Close(); });
     });
   }
 
@@ -250,8 +256,10 @@ Response MetricsHttpServer::Impl::Handle(std::string_view method, std::string_vi
   return r;
 }
 
-Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(MetricsHttpServerOptions options) {
-  if (options.registry == nullptr) return InvalidArgumentError("MetricsHttpServer needs a registry");
+Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
+    MetricsHttpServerOptions options) {
+  if (options.registry == nullptr)
+    return InvalidArgumentError("MetricsHttpServer needs a registry");
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->LoadTls());
   KVTIER_RETURN_IF_ERROR(impl->Bind());

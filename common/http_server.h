@@ -51,7 +51,8 @@ class MetricsHttpServer {
   // Binds and starts serving. Errors: kInvalidArgument (bad address, null registry, a
   // certificate or key that does not load, naming the file), kUnavailable (address in
   // use or not bindable).
-  [[nodiscard]] static Result<std::unique_ptr<MetricsHttpServer>> Create(MetricsHttpServerOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<MetricsHttpServer>> Create(
+      MetricsHttpServerOptions options);
 
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;

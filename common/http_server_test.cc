@@ -11,7 +11,8 @@ namespace kvtier {
 namespace {
 
 std::string Exchange(uint16_t port, const std::string& request) {
-  return testing::SendRaw("127.0.0.1:" + std::to_string(port), request, std::chrono::seconds(5)).received;
+  return testing::SendRaw("127.0.0.1:" + std::to_string(port), request, std::chrono::seconds(5))
+      .received;
 }
 
 class HttpServerTest : public ::testing::Test {
@@ -26,7 +27,8 @@ class HttpServerTest : public ::testing::Test {
     options.readiness = [this]() -> Status {
       return ready_ ? Status::Ok() : UnavailableError("index still rebuilding");
     };
-    Result<std::unique_ptr<MetricsHttpServer>> server = MetricsHttpServer::Create(std::move(options));
+    Result<std::unique_ptr<MetricsHttpServer>> server =
+        MetricsHttpServer::Create(std::move(options));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(server).value();
   }
@@ -44,7 +46,8 @@ class HttpServerTest : public ::testing::Test {
 TEST_F(HttpServerTest, ServesMetricsInTextFormat) {
   const std::string response = Get("/metrics");
   EXPECT_TRUE(response.starts_with("HTTP/1.1 200 OK\r\n")) << response;
-  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), std::string::npos);
+  EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            std::string::npos);
   EXPECT_NE(response.find("\r\n\r\n# HELP kvtier_test_value A test value.\n"), std::string::npos);
   EXPECT_NE(response.find("kvtier_test_value 42\n"), std::string::npos);
 }
@@ -89,7 +92,8 @@ TEST(HttpServerOptionsTest, BadBindAddressIsInvalidArgument) {
   MetricsHttpServerOptions options;
   options.bind_address = "not-an-ip";
   options.registry = &registry;
-  EXPECT_EQ(MetricsHttpServer::Create(std::move(options)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MetricsHttpServer::Create(std::move(options)).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // HTTPS needs a certificate and its key that load; each refusal names what was wrong.
@@ -106,7 +110,8 @@ TEST(HttpServerOptionsTest, TlsFilesThatDoNotLoadAreNamed) {
   };
   const Status missing = refusal("/nonexistent/server.pem", "/nonexistent/server.key");
   EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << missing;
-  EXPECT_NE(missing.message().find("tls.cert_file /nonexistent/server.pem"), std::string::npos) << missing;
+  EXPECT_NE(missing.message().find("tls.cert_file /nonexistent/server.pem"), std::string::npos)
+      << missing;
   const Status half = refusal("/nonexistent/server.pem", "");
   EXPECT_EQ(half.code(), StatusCode::kInvalidArgument) << half;
   EXPECT_NE(half.message().find("both a certificate and its key"), std::string::npos) << half;

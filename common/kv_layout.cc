@@ -76,12 +76,14 @@ Result<KvLayout> KvLayout::Create(const KvLayoutOptions& o) {
                                 std::to_string(static_cast<int>(o.dtype)));
   }
   if (o.sink_tokens != 0 && o.attention_window == 0) {
-    return InvalidArgumentError("kv layout field sink_tokens = " + std::to_string(o.sink_tokens) +
-                                " requires a limited attention_window (sinks exist only in windowed attention)");
+    return InvalidArgumentError(
+        "kv layout field sink_tokens = " + std::to_string(o.sink_tokens) +
+        " requires a limited attention_window (sinks exist only in windowed attention)");
   }
   if (o.attention_window != 0 && o.sink_tokens >= o.attention_window) {
-    return OutOfRange("sink_tokens", o.sink_tokens,
-                      "[0, attention_window - 1] with attention_window = " + std::to_string(o.attention_window));
+    return OutOfRange(
+        "sink_tokens", o.sink_tokens,
+        "[0, attention_window - 1] with attention_window = " + std::to_string(o.attention_window));
   }
   return KvLayout(o);
 }
@@ -99,7 +101,8 @@ Result<size_t> KvLayout::CheckedByteOffset(uint32_t layer, KvPart part, uint32_t
     return InvalidArgumentError("kv part must be key or value");
   }
   if (head >= options_.num_kv_heads) return OutOfRange("kv_head", head, "[0, num_kv_heads)");
-  if (token >= options_.tokens_per_block) return OutOfRange("token", token, "[0, tokens_per_block)");
+  if (token >= options_.tokens_per_block)
+    return OutOfRange("token", token, "[0, tokens_per_block)");
   return ByteOffset(layer, part, head, token);
 }
 
@@ -122,17 +125,19 @@ Status KvLayout::CheckCompatible(const KvLayout& other) const {
     }
   }
   if (a.dtype != b.dtype) {
-    return FailedPreconditionError("kv layout mismatch: dtype is " + std::string(DtypeName(a.dtype)) +
-                                   " here but " + std::string(DtypeName(b.dtype)) + " on the other side");
+    return FailedPreconditionError("kv layout mismatch: dtype is " +
+                                   std::string(DtypeName(a.dtype)) + " here but " +
+                                   std::string(DtypeName(b.dtype)) + " on the other side");
   }
   return Status::Ok();
 }
 
 std::string KvLayout::Fingerprint() const {
   return "L" + std::to_string(options_.num_layers) + "/H" + std::to_string(options_.num_kv_heads) +
-         "/D" + std::to_string(options_.head_dim) + "/T" + std::to_string(options_.tokens_per_block) +
-         "/" + std::string(DtypeName(options_.dtype)) + "/W" + std::to_string(options_.attention_window) +
-         "/S" + std::to_string(options_.sink_tokens);
+         "/D" + std::to_string(options_.head_dim) + "/T" +
+         std::to_string(options_.tokens_per_block) + "/" + std::string(DtypeName(options_.dtype)) +
+         "/W" + std::to_string(options_.attention_window) + "/S" +
+         std::to_string(options_.sink_tokens);
 }
 
 }  // namespace kvtier

@@ -38,10 +38,10 @@ struct KvLayoutOptions {
   uint32_t num_layers = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;
-  uint32_t tokens_per_block = 0;   // a power of two > 1
+  uint32_t tokens_per_block = 0;  // a power of two > 1
   KvDtype dtype = KvDtype::kFp16;
-  uint32_t attention_window = 0;   // tokens; 0 = full attention
-  uint32_t sink_tokens = 0;        // tokens always kept at the start of a windowed sequence
+  uint32_t attention_window = 0;  // tokens; 0 = full attention
+  uint32_t sink_tokens = 0;       // tokens always kept at the start of a windowed sequence
 };
 
 class KvLayout {
@@ -66,7 +66,8 @@ class KvLayout {
 
   // Byte offset of element 0 of (layer, part, head, token) inside a block.
   size_t ByteOffset(uint32_t layer, KvPart part, uint32_t head, uint32_t token) const {
-    return ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(part)) * options_.num_kv_heads + head) *
+    return ((static_cast<size_t>(layer) * 2 + static_cast<size_t>(part)) * options_.num_kv_heads +
+            head) *
                head_run_bytes_ +
            static_cast<size_t>(token) * options_.head_dim * bytes_per_element();
   }

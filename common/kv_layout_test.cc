@@ -24,11 +24,12 @@ TEST(KvLayoutTest, OffsetsFollowLayerPartHeadTokenOrder) {
   const KvLayout layout = *KvLayout::Create({2, 3, 4, 8, KvDtype::kFp32, 0, 0});
   const size_t run = 8 * 4 * 4;  // tokens * head_dim * 4 bytes
   EXPECT_EQ(layout.ByteOffset(0, KvPart::kKey, 0, 0), 0u);
-  EXPECT_EQ(layout.ByteOffset(0, KvPart::kKey, 0, 1), 16u);       // next token: head_dim * 4 bytes
-  EXPECT_EQ(layout.ByteOffset(0, KvPart::kKey, 1, 0), run);       // next head
-  EXPECT_EQ(layout.ByteOffset(0, KvPart::kValue, 0, 0), 3 * run); // values after all key heads
-  EXPECT_EQ(layout.ByteOffset(1, KvPart::kKey, 0, 0), 6 * run);   // next layer
-  EXPECT_EQ(layout.ByteOffset(1, KvPart::kValue, 2, 7) + 16, layout.bytes_per_block());  // last element ends the block
+  EXPECT_EQ(layout.ByteOffset(0, KvPart::kKey, 0, 1), 16u);        // next token: head_dim * 4 bytes
+  EXPECT_EQ(layout.ByteOffset(0, KvPart::kKey, 1, 0), run);        // next head
+  EXPECT_EQ(layout.ByteOffset(0, KvPart::kValue, 0, 0), 3 * run);  // values after all key heads
+  EXPECT_EQ(layout.ByteOffset(1, KvPart::kKey, 0, 0), 6 * run);    // next layer
+  EXPECT_EQ(layout.ByteOffset(1, KvPart::kValue, 2, 7) + 16,
+            layout.bytes_per_block());  // last element ends the block
   // Every (layer, part, head, token) maps to a distinct offset.
   std::set<size_t> offsets;
   for (uint32_t l = 0; l < 2; ++l)
@@ -63,9 +64,12 @@ TEST(KvLayoutTest, RejectsEachInvalidFieldByName) {
 TEST(KvLayoutTest, CheckedOffsetRejectsOutOfRange) {
   const KvLayout layout = *KvLayout::Create(Llama8B());
   EXPECT_TRUE(layout.CheckedByteOffset(31, KvPart::kValue, 7, 15).ok());
-  EXPECT_NE(layout.CheckedByteOffset(32, KvPart::kKey, 0, 0).status().message().find("layer"), std::string::npos);
-  EXPECT_NE(layout.CheckedByteOffset(0, KvPart::kKey, 8, 0).status().message().find("kv_head"), std::string::npos);
-  EXPECT_NE(layout.CheckedByteOffset(0, KvPart::kKey, 0, 16).status().message().find("token"), std::string::npos);
+  EXPECT_NE(layout.CheckedByteOffset(32, KvPart::kKey, 0, 0).status().message().find("layer"),
+            std::string::npos);
+  EXPECT_NE(layout.CheckedByteOffset(0, KvPart::kKey, 8, 0).status().message().find("kv_head"),
+            std::string::npos);
+  EXPECT_NE(layout.CheckedByteOffset(0, KvPart::kKey, 0, 16).status().message().find("token"),
+            std::string::npos);
 }
 
 TEST(KvLayoutTest, MismatchIsAnErrorNamingTheField) {
@@ -77,13 +81,16 @@ TEST(KvLayoutTest, MismatchIsAnErrorNamingTheField) {
   EXPECT_TRUE(ours.CheckCompatible(*KvLayout::Create(Llama8B())).ok());
   Status dtype = ours.CheckCompatible(*KvLayout::Create(fp8));
   EXPECT_EQ(dtype.code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(dtype.message(), "kv layout mismatch: dtype is bf16 here but fp8_e4m3 on the other side");
-  EXPECT_NE(ours.CheckCompatible(*KvLayout::Create(windowed)).message().find("attention_window"), std::string::npos);
+  EXPECT_EQ(dtype.message(),
+            "kv layout mismatch: dtype is bf16 here but fp8_e4m3 on the other side");
+  EXPECT_NE(ours.CheckCompatible(*KvLayout::Create(windowed)).message().find("attention_window"),
+            std::string::npos);
   EXPECT_EQ(ours.Fingerprint(), "L32/H8/D128/T16/bf16/W0/S0");
 }
 
 TEST(KvLayoutTest, DtypeNamesRoundTrip) {
-  for (KvDtype d : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4m3, KvDtype::kInt8}) {
+  for (KvDtype d :
+       {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4m3, KvDtype::kInt8}) {
     Result<KvDtype> parsed = ParseDtype(DtypeName(d));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, d);

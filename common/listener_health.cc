@@ -21,8 +21,10 @@ uint64_t RaiseDescriptorLimit() {
 uint32_t DescriptorShare(uint32_t numerator, uint32_t denominator) {
   rlimit limit{};
   constexpr rlim_t kMost = rlim_t{1} << 20;
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return static_cast<uint32_t>(kMost);
-  return static_cast<uint32_t>(std::clamp<rlim_t>(limit.rlim_cur / denominator * numerator, 16, kMost));
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return static_cast<uint32_t>(kMost);
+  return static_cast<uint32_t>(
+      std::clamp<rlim_t>(limit.rlim_cur / denominator * numerator, 16, kMost));
 }
 
 std::optional<uint64_t> ListenerHealth::Failed(std::string error) {

@@ -18,11 +18,13 @@ TEST(ListenerHealthTest, NotReadyWhileAcceptsFailThenReadyOnceTheyStop) {
   health.Failed("accept: Too many open files");
   const Status failing = health.Readiness("the RPC listener");
   EXPECT_EQ(failing.code(), StatusCode::kUnavailable);
-  EXPECT_EQ(failing.message(), "the RPC listener cannot accept connections: accept: Too many open files");
+  EXPECT_EQ(failing.message(),
+            "the RPC listener cannot accept connections: accept: Too many open files");
   clock.Advance(seconds(4));
   health.Failed("accept: Too many open files in system");
   clock.Advance(seconds(4));
-  EXPECT_NE(health.Readiness("x").message().find("in system"), std::string::npos) << "the last failure counts";
+  EXPECT_NE(health.Readiness("x").message().find("in system"), std::string::npos)
+      << "the last failure counts";
   clock.Advance(seconds(1));
   EXPECT_TRUE(health.Readiness("x").ok());
 }
@@ -41,7 +43,8 @@ TEST(ListenerHealthTest, LogsTheFirstFailureThenOneLinePerIntervalWithItsCount) 
 TEST(DescriptorLimitTest, TheSoftLimitIsRaisedToTheHardOneAndTheSharesFollowIt) {
   rlimit original{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &original), 0);
-  if (original.rlim_max == RLIM_INFINITY || original.rlim_max < 512) GTEST_SKIP() << "no finite hard limit to raise to";
+  if (original.rlim_max == RLIM_INFINITY || original.rlim_max < 512)
+    GTEST_SKIP() << "no finite hard limit to raise to";
   rlimit lowered = original;
   lowered.rlim_cur = 256;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);

@@ -45,15 +45,20 @@ void AppendValue(std::string& out, double value) {
 
 void AppendEscaped(std::string& out, std::string_view text, bool escape_quotes) {
   for (char c : text) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '"' && escape_quotes) out += "\\\"";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && escape_quotes)
+      out += "\\\"";
+    else
+      out += c;
   }
 }
 
 // name{a="x",b="y"} for the given label names and values, plus an optional extra pair.
-void AppendSeries(std::string& out, std::string_view name, const std::vector<std::string>& label_names,
+void AppendSeries(std::string& out, std::string_view name,
+                  const std::vector<std::string>& label_names,
                   const std::vector<std::string>& values, std::string_view extra_name = {},
                   std::string_view extra_value = {}) {
   out += name;
@@ -73,7 +78,8 @@ void AppendSeries(std::string& out, std::string_view name, const std::vector<std
   out += '}';
 }
 
-void AppendHeader(std::string& out, std::string_view name, std::string_view help, std::string_view type) {
+void AppendHeader(std::string& out, std::string_view name, std::string_view help,
+                  std::string_view type) {
   out += "# HELP ";
   out += name;
   out += ' ';
@@ -160,7 +166,8 @@ std::vector<double> LinearBuckets(double start, double width, int count) {
 }
 
 template <typename T>
-MetricFamily<T>::MetricFamily(std::string name, std::string help, std::vector<std::string> label_names,
+MetricFamily<T>::MetricFamily(std::string name, std::string help,
+                              std::vector<std::string> label_names,
                               std::vector<double> upper_bounds)
     : name_(std::move(name)),
       help_(std::move(help)),
@@ -181,7 +188,8 @@ template <typename T>
 T& MetricFamily<T>::Get(std::vector<std::string> values) {
   if (values.size() != label_names_.size()) {
     // A programming error in the caller, not an input error: the label set is fixed in code.
-    spdlog::critical("metric {} takes {} label values, got {}", name_, label_names_.size(), values.size());
+    spdlog::critical("metric {} takes {} label values, got {}", name_, label_names_.size(),
+                     values.size());
     std::abort();
   }
   MutexLock lock(mu_);
@@ -228,9 +236,9 @@ Status MetricsRegistry::CheckNew(std::string_view name, MetricType type,
     }
   }
   for (const Entry& entry : families_) {
-    const std::string* existing = entry.counter     ? &entry.counter->name()
-                                  : entry.gauge     ? &entry.gauge->name()
-                                                    : &entry.histogram->name();
+    const std::string* existing = entry.counter ? &entry.counter->name()
+                                  : entry.gauge ? &entry.gauge->name()
+                                                : &entry.histogram->name();
     if (*existing == name) return AlreadyExistsError(quoted + " is already registered");
   }
   return Status::Ok();
@@ -240,9 +248,10 @@ Result<CounterFamily*> MetricsRegistry::AddCounter(std::string name, std::string
                                                    std::vector<std::string> label_names) {
   MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kCounter, label_names));
-  Entry entry{MetricType::kCounter, std::make_unique<CounterFamily>(std::move(name), std::move(help),
-                                                                    std::move(label_names)),
-              nullptr, nullptr};
+  Entry entry{
+      MetricType::kCounter,
+      std::make_unique<CounterFamily>(std::move(name), std::move(help), std::move(label_names)),
+      nullptr, nullptr};
   CounterFamily* family = entry.counter.get();
   families_.push_back(std::move(entry));
   return family;
@@ -252,9 +261,10 @@ Result<GaugeFamily*> MetricsRegistry::AddGauge(std::string name, std::string hel
                                                std::vector<std::string> label_names) {
   MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kGauge, label_names));
-  Entry entry{MetricType::kGauge, nullptr,
-              std::make_unique<GaugeFamily>(std::move(name), std::move(help), std::move(label_names)),
-              nullptr};
+  Entry entry{
+      MetricType::kGauge, nullptr,
+      std::make_unique<GaugeFamily>(std::move(name), std::move(help), std::move(label_names)),
+      nullptr};
   GaugeFamily* family = entry.gauge.get();
   families_.push_back(std::move(entry));
   return family;
@@ -272,8 +282,8 @@ Result<HistogramFamily*> MetricsRegistry::AddHistogram(std::string name, std::st
   MutexLock lock(mu_);
   KVTIER_RETURN_IF_ERROR(CheckNew(name, MetricType::kHistogram, label_names));
   Entry entry{MetricType::kHistogram, nullptr, nullptr,
-              std::make_unique<HistogramFamily>(std::move(name), std::move(help), std::move(label_names),
-                                                std::move(upper_bounds))};
+              std::make_unique<HistogramFamily>(std::move(name), std::move(help),
+                                                std::move(label_names), std::move(upper_bounds))};
   HistogramFamily* family = entry.histogram.get();
   families_.push_back(std::move(entry));
   return family;

@@ -137,8 +137,8 @@ class MetricsRegistry {
   static constexpr std::string_view kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
  private:
-  Status CheckNew(std::string_view name, MetricType type, const std::vector<std::string>& labels) const
-      KVTIER_REQUIRES(mu_);
+  Status CheckNew(std::string_view name, MetricType type,
+                  const std::vector<std::string>& labels) const KVTIER_REQUIRES(mu_);
 
   struct Entry {
     MetricType type;

@@ -30,8 +30,8 @@ TEST(MetricsTest, CounterAndGaugeExposition) {
 
 TEST(MetricsTest, HistogramBucketsAreCumulativeWithInfAndLeInclusive) {
   MetricsRegistry registry;
-  HistogramFamily* latency =
-      *registry.AddHistogram("kvtier_lookup_seconds", "Lookup latency.", {0.001, 0.01, 0.1}, {"role"});
+  HistogramFamily* latency = *registry.AddHistogram("kvtier_lookup_seconds", "Lookup latency.",
+                                                    {0.001, 0.01, 0.1}, {"role"});
   Histogram& h = latency->WithLabels({"coordinator"});
   h.Observe(0.0005);  // bucket 0.001
   h.Observe(0.001);   // le is inclusive: bucket 0.001
@@ -50,7 +50,8 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeWithInfAndLeInclusive) {
 
 TEST(MetricsTest, EscapesHelpAndLabelValues) {
   MetricsRegistry registry;
-  CounterFamily* c = *registry.AddCounter("kvtier_odd_total", "Back\\slash and\nnewline.", {"path"});
+  CounterFamily* c =
+      *registry.AddCounter("kvtier_odd_total", "Back\\slash and\nnewline.", {"path"});
   c->WithLabels({"a\"b\\c\nd"}).Inc();
   EXPECT_EQ(registry.Exposition(),
             "# HELP kvtier_odd_total Back\\\\slash and\\nnewline.\n"
@@ -60,10 +61,12 @@ TEST(MetricsTest, EscapesHelpAndLabelValues) {
 
 TEST(MetricsTest, RejectsBadNamesAndDuplicates) {
   MetricsRegistry registry;
-  EXPECT_EQ(registry.AddCounter("kvtier_hits", "no suffix").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.AddCounter("kvtier_hits", "no suffix").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.AddGauge("kvtier_used_total", "suffix on a gauge").status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddGauge("Kvtier-Bad", "bad characters").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.AddGauge("Kvtier-Bad", "bad characters").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.AddGauge("kvtier_x", "reserved label", {"__name"}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.AddHistogram("kvtier_h", "le label", {1.0}, {"le"}).status().code(),
@@ -71,7 +74,8 @@ TEST(MetricsTest, RejectsBadNamesAndDuplicates) {
   EXPECT_EQ(registry.AddHistogram("kvtier_h", "unsorted", {2.0, 1.0}).status().code(),
             StatusCode::kInvalidArgument);
   ASSERT_TRUE(registry.AddGauge("kvtier_once", "first").ok());
-  EXPECT_EQ(registry.AddCounter("kvtier_once", "second").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.AddCounter("kvtier_once", "second").status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(registry.AddGauge("kvtier_once", "second").status().code(), StatusCode::kAlreadyExists);
 }
 
@@ -101,10 +105,13 @@ TEST(MetricsTest, PromtoolAcceptsExposition) {
   ASSERT_EQ(std::system("command -v promtool >/dev/null"), 0)
       << "promtool is missing: run scripts/install-deps.sh (Debian package prometheus)";
   MetricsRegistry registry;
-  (*registry.AddCounter("kvtier_requests_total", "Requests \"quoted\" \\ back.", {"method", "code"}))
+  (*registry.AddCounter("kvtier_requests_total", "Requests \"quoted\" \\ back.",
+                        {"method", "code"}))
       ->WithLabels({"lookup", "ok"})
       .Inc(12);
-  (*registry.AddGauge("kvtier_pool_used_ratio", "Used fraction of the pool.", {"pool"}))->WithLabels({"a\nb"}).Set(0.25);
+  (*registry.AddGauge("kvtier_pool_used_ratio", "Used fraction of the pool.", {"pool"}))
+      ->WithLabels({"a\nb"})
+      .Set(0.25);
   HistogramFamily* h = *registry.AddHistogram("kvtier_rpc_duration_seconds", "RPC latency.",
                                               ExponentialBuckets(1e-6, 4, 8), {"method"});
   for (int i = 0; i < 100; ++i) h->WithLabels({"ping"}).Observe(i * 1e-5);

@@ -91,7 +91,8 @@ TEST(SharedMutexTest, ReadersHoldItTogether) {
     ++inside;
     // Both readers are inside at once only if neither excludes the other.
     const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (inside.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    while (inside.load() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
     if (inside.load() == 2) both_seen = true;
   };
   std::thread first(reader), second(reader);

@@ -41,8 +41,10 @@ class PrioritizedLru {
     Node& node = nodes_[id];
     List& list = lists_[priority];
     node = Node{list.tail, kNil, priority, true};
-    if (list.tail != kNil) nodes_[list.tail].next = id;
-    else list.head = id;
+    if (list.tail != kNil)
+      nodes_[list.tail].next = id;
+    else
+      list.head = id;
     list.tail = id;
     nonempty_[priority / 64] |= uint64_t{1} << (priority % 64);
     ++size_;
@@ -54,8 +56,10 @@ class PrioritizedLru {
     Node& node = nodes_[id];
     List& list = lists_[priority];
     node = Node{kNil, list.head, priority, true};
-    if (list.head != kNil) nodes_[list.head].prev = id;
-    else list.tail = id;
+    if (list.head != kNil)
+      nodes_[list.head].prev = id;
+    else
+      list.tail = id;
     list.head = id;
     nonempty_[priority / 64] |= uint64_t{1} << (priority % 64);
     ++size_;
@@ -64,10 +68,14 @@ class PrioritizedLru {
   void Remove(uint32_t id) {
     Node& node = nodes_[id];
     List& list = lists_[node.priority];
-    if (node.prev != kNil) nodes_[node.prev].next = node.next;
-    else list.head = node.next;
-    if (node.next != kNil) nodes_[node.next].prev = node.prev;
-    else list.tail = node.prev;
+    if (node.prev != kNil)
+      nodes_[node.prev].next = node.next;
+    else
+      list.head = node.next;
+    if (node.next != kNil)
+      nodes_[node.next].prev = node.prev;
+    else
+      list.tail = node.prev;
     if (list.head == kNil) nonempty_[node.priority / 64] &= ~(uint64_t{1} << (node.priority % 64));
     node.linked = false;
     --size_;

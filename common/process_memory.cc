@@ -22,13 +22,16 @@ ProcessMemory ReadProcessMemory() {
   return memory;
 }
 
-Result<std::unique_ptr<ProcessMemoryMetrics>> ProcessMemoryMetrics::Create(MetricsRegistry& registry) {
+Result<std::unique_ptr<ProcessMemoryMetrics>> ProcessMemoryMetrics::Create(
+    MetricsRegistry& registry) {
   std::unique_ptr<ProcessMemoryMetrics> m(new ProcessMemoryMetrics());
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* resident,
-                          registry.AddGauge("process_resident_memory_bytes", "Resident memory of the process."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* heap,
-                          registry.AddGauge("kvtier_process_heap_bytes",
-                                            "Heap memory in use, and free but kept by the allocator.", {"state"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * resident,
+      registry.AddGauge("process_resident_memory_bytes", "Resident memory of the process."));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * heap,
+      registry.AddGauge("kvtier_process_heap_bytes",
+                        "Heap memory in use, and free but kept by the allocator.", {"state"}));
   m->resident_ = &resident->WithLabels({});
   m->in_use_ = &heap->WithLabels({"in_use"});
   m->free_ = &heap->WithLabels({"free"});

@@ -32,7 +32,8 @@ ProcessMemory ReadProcessMemory();
 class ProcessMemoryMetrics {
  public:
   // kAlreadyExists when the registry has these names already.
-  [[nodiscard]] static Result<std::unique_ptr<ProcessMemoryMetrics>> Create(MetricsRegistry& registry);
+  [[nodiscard]] static Result<std::unique_ptr<ProcessMemoryMetrics>> Create(
+      MetricsRegistry& registry);
   // Samples the process's memory into the gauges (a scrape calls it first).
   void Update();
 

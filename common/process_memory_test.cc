@@ -12,7 +12,8 @@ namespace {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kGlibcHeap = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
 constexpr bool kGlibcHeap = false;
 #else
 constexpr bool kGlibcHeap = true;
@@ -44,7 +45,8 @@ TEST(ProcessMemoryTest, MetricsShowTheSampledValues) {
   EXPECT_NE(text.find("process_resident_memory_bytes "), std::string::npos) << text;
   EXPECT_NE(text.find("kvtier_process_heap_bytes{state=\"in_use\"} "), std::string::npos) << text;
   EXPECT_NE(text.find("kvtier_process_heap_bytes{state=\"free\"} "), std::string::npos) << text;
-  EXPECT_EQ(text.find("process_resident_memory_bytes 0\n"), std::string::npos) << "sampled, not left at 0";
+  EXPECT_EQ(text.find("process_resident_memory_bytes 0\n"), std::string::npos)
+      << "sampled, not left at 0";
 }
 
 }  // namespace

@@ -27,8 +27,9 @@ inline constexpr uint64_t kMaxRetentionMs = 100ull * 365 * 24 * 60 * 60 * 1000;
 // (e.g. "block retention") and the value.
 [[nodiscard]] inline Result<Nanos> RetentionFromMs(uint64_t ms, std::string_view what) {
   if (ms > kMaxRetentionMs) {
-    return InvalidArgumentError(std::string(what) + " of " + std::to_string(ms) + " ms exceeds the limit of " +
-                                std::to_string(kMaxRetentionMs) + " ms (100 years); 0 means no expiry");
+    return InvalidArgumentError(std::string(what) + " of " + std::to_string(ms) +
+                                " ms exceeds the limit of " + std::to_string(kMaxRetentionMs) +
+                                " ms (100 years); 0 means no expiry");
   }
   return Nanos(std::chrono::milliseconds(ms));
 }

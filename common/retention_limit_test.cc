@@ -19,13 +19,16 @@ TEST(RetentionLimitTest, UpToTheLimitConvertsToNanoseconds) {
 }
 
 TEST(RetentionLimitTest, PastTheLimitIsRefusedByName) {
-  for (const uint64_t ms : {kMaxRetentionMs + 1, uint64_t{1} << 55, std::numeric_limits<uint64_t>::max()}) {
+  for (const uint64_t ms :
+       {kMaxRetentionMs + 1, uint64_t{1} << 55, std::numeric_limits<uint64_t>::max()}) {
     const Result<Nanos> refused = RetentionFromMs(ms, "block retention");
     ASSERT_FALSE(refused.ok()) << ms;
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(refused.status().message().find("block retention of " + std::to_string(ms) + " ms"), std::string::npos)
+    EXPECT_NE(refused.status().message().find("block retention of " + std::to_string(ms) + " ms"),
+              std::string::npos)
         << refused.status();
-    EXPECT_NE(refused.status().message().find("0 means no expiry"), std::string::npos) << refused.status();
+    EXPECT_NE(refused.status().message().find("0 means no expiry"), std::string::npos)
+        << refused.status();
   }
 }
 

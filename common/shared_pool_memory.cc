@@ -27,7 +27,8 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 
 Result<std::string> RandomName() {
   unsigned char random[16];
-  if (RAND_bytes(random, sizeof(random)) != 1) return InternalError("no random bytes for a shared-memory name");
+  if (RAND_bytes(random, sizeof(random)) != 1)
+    return InternalError("no random bytes for a shared-memory name");
   std::string name = "/" + std::string(kPoolPrefix);
   char hex[3];
   for (unsigned char byte : random) {
@@ -47,13 +48,15 @@ struct FdCloser {
 };
 
 // Unlinks the pool `name` (under `dir`) when its creator's flock is gone; its size if so.
-std::optional<uint64_t> RemoveIfStale(const std::string& dir, const std::string& name, std::chrono::seconds min_age) {
+std::optional<uint64_t> RemoveIfStale(const std::string& dir, const std::string& name,
+                                      std::chrono::seconds min_age) {
   const std::string path = dir + "/" + name;
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return std::nullopt;
   FdCloser closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) return std::nullopt;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())
+    return std::nullopt;
   if (std::time(nullptr) - st.st_ctime < min_age.count()) return std::nullopt;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return std::nullopt;  // its creator lives
   if (::unlink(path.c_str()) != 0) return std::nullopt;
@@ -62,7 +65,8 @@ std::optional<uint64_t> RemoveIfStale(const std::string& dir, const std::string&
 
 }  // namespace
 
-SharedPoolMemory::Removed SharedPoolMemory::RemoveStale(const std::string& dir, std::chrono::seconds min_age) {
+SharedPoolMemory::Removed SharedPoolMemory::RemoveStale(const std::string& dir,
+                                                        std::chrono::seconds min_age) {
   Removed removed;
   DIR* entries = ::opendir(dir.c_str());
   if (entries == nullptr) return removed;
@@ -76,8 +80,8 @@ SharedPoolMemory::Removed SharedPoolMemory::RemoveStale(const std::string& dir, 
   }
   ::closedir(entries);
   if (removed.pools > 0) {
-    spdlog::info("removed {} shared pool(s) left in {} by processes that died ({} MiB)", removed.pools, dir,
-                 removed.bytes >> 20);
+    spdlog::info("removed {} shared pool(s) left in {} by processes that died ({} MiB)",
+                 removed.pools, dir, removed.bytes >> 20);
   }
   return removed;
 }
@@ -95,23 +99,27 @@ Result<SharedPoolMemory> SharedPoolMemory::Create(size_t bytes) {
   }
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     ::shm_unlink(name.c_str());
-    return ResourceExhaustedError(Errno("sizing shared memory " + name + " to " + std::to_string(bytes) + " bytes"));
+    return ResourceExhaustedError(
+        Errno("sizing shared memory " + name + " to " + std::to_string(bytes) + " bytes"));
   }
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     ::shm_unlink(name.c_str());
-    return ResourceExhaustedError(Errno("mapping " + std::to_string(bytes) + " bytes of shared memory " + name));
+    return ResourceExhaustedError(
+        Errno("mapping " + std::to_string(bytes) + " bytes of shared memory " + name));
   }
   return SharedPoolMemory(std::move(name), data, bytes, /*lock_fd=*/closer.release());
 }
 
 Result<SharedPoolMemory> SharedPoolMemory::Map(const std::string& name, size_t bytes) {
   if (name.empty() || name[0] != '/' || name.find('/', 1) != std::string::npos) {
-    return InvalidArgumentError("shared-memory name \"" + name + "\" must be one path component starting with '/'");
+    return InvalidArgumentError("shared-memory name \"" + name +
+                                "\" must be one path component starting with '/'");
   }
   const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0) {
-    return errno == ENOENT ? NotFoundError("shared memory " + name + " does not exist (is the worker on this node "
+    return errno == ENOENT ? NotFoundError("shared memory " + name +
+                                           " does not exist (is the worker on this node "
                                            "and its IPC namespace shared?)")
                            : PermissionDeniedError(Errno("shm_open " + name));
   }
@@ -119,8 +127,8 @@ Result<SharedPoolMemory> SharedPoolMemory::Map(const std::string& name, size_t b
   struct stat st {};
   if (::fstat(fd, &st) != 0) return InternalError(Errno("fstat " + name));
   if (static_cast<size_t>(st.st_size) < bytes) {
-    return FailedPreconditionError("shared memory " + name + " has " + std::to_string(st.st_size) + " bytes, not " +
-                                   std::to_string(bytes));
+    return FailedPreconditionError("shared memory " + name + " has " + std::to_string(st.st_size) +
+                                   " bytes, not " + std::to_string(bytes));
   }
   void* data = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return ResourceExhaustedError(Errno("mapping shared memory " + name));

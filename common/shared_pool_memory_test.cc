@@ -27,7 +27,8 @@ TEST(SharedPoolMemoryTest, AnotherProcessSeesAndWritesTheSameBytes) {
   }
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not map or read the pool";
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child could not map or read the pool";
   EXPECT_STREQ(static_cast<const char*>(pool->data()) + (1 << 20) - 8, "written");
 }
 
@@ -37,11 +38,14 @@ TEST(SharedPoolMemoryTest, NamesAreUnlinkedWithTheMemoryAndBadMapsFail) {
     auto pool = SharedPoolMemory::Create(4096);
     ASSERT_TRUE(pool.ok());
     name = pool->name();
-    EXPECT_EQ(SharedPoolMemory::Map(name, 8192).status().code(), StatusCode::kFailedPrecondition) << "too small";
+    EXPECT_EQ(SharedPoolMemory::Map(name, 8192).status().code(), StatusCode::kFailedPrecondition)
+        << "too small";
     EXPECT_TRUE(SharedPoolMemory::Map(name, 4096).ok());
   }
-  EXPECT_EQ(SharedPoolMemory::Map(name, 4096).status().code(), StatusCode::kNotFound) << "unlinked with the pool";
-  EXPECT_EQ(SharedPoolMemory::Map("../etc/passwd", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedPoolMemory::Map(name, 4096).status().code(), StatusCode::kNotFound)
+      << "unlinked with the pool";
+  EXPECT_EQ(SharedPoolMemory::Map("../etc/passwd", 1).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(SharedPoolMemory::Create(0).status().code(), StatusCode::kInvalidArgument);
 }
 
@@ -87,7 +91,8 @@ TEST(SharedPoolMemoryTest, RemoveStaleUnlinksThePoolsOfDeadCreatorsOnly) {
   // Another test's process starting meanwhile (a `kvtier up`, under ctest -j) removes stale
   // pools too: then this call finds nothing left to count, and the name is gone all the same.
   const bool left_to_us = ShmExists(stale);
-  const SharedPoolMemory::Removed removed = SharedPoolMemory::RemoveStale("/dev/shm", std::chrono::seconds(1));
+  const SharedPoolMemory::Removed removed =
+      SharedPoolMemory::RemoveStale("/dev/shm", std::chrono::seconds(1));
   if (left_to_us) {
     EXPECT_GE(removed.pools, 1u);
     EXPECT_GE(removed.bytes, uint64_t{1} << 20);

@@ -32,12 +32,9 @@ RetryAdvice RetryAdviceFor(StatusCode code) {
   switch (code) {
     case StatusCode::kUnavailable:
     case StatusCode::kResourceExhausted:
-    case StatusCode::kDeadlineExceeded:
-      return RetryAdvice::kWithBackoff;
-    case StatusCode::kAborted:
-      return RetryAdvice::kAtHigherLevel;
-    default:
-      return RetryAdvice::kNever;
+    case StatusCode::kDeadlineExceeded: return RetryAdvice::kWithBackoff;
+    case StatusCode::kAborted: return RetryAdvice::kAtHigherLevel;
+    default: return RetryAdvice::kNever;
   }
 }
 
@@ -85,12 +82,20 @@ void DieOfValueOnError(const Status& status) {
 
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
-Status ResourceExhaustedError(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+Status PermissionDeniedError(std::string m) {
+  return {StatusCode::kPermissionDenied, std::move(m)};
+}
+Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+Status FailedPreconditionError(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }

@@ -123,22 +123,47 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  Result(Status status)  // NOLINT: implicit by design
-      : status_(status.ok() ? InternalError("Result constructed from an OK Status") : std::move(status)) {
+  Result(Status status)                          // NOLINT: implicit by design
+      : status_(status.ok() ? InternalError("Result constructed from an OK Status")
+                            : std::move(status)) {
     assert(!status_.ok());
   }
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }
 
-  T& value() & { CheckOk(); return *value_; }
-  const T& value() const& { CheckOk(); return *value_; }
-  T&& value() && { CheckOk(); return std::move(*value_); }
-  T& operator*() & { assert(ok()); return *value_; }
-  const T& operator*() const& { assert(ok()); return *value_; }
-  T&& operator*() && { assert(ok()); return std::move(*value_); }
-  T* operator->() { assert(ok()); return &*value_; }
-  const T* operator->() const { assert(ok()); return &*value_; }
+  T& value() & {
+    CheckOk();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckOk();
+    return *value_;
+  }
+  T&& value() && {
+    CheckOk();
+    return std::move(*value_);
+  }
+  T& operator*() & {
+    assert(ok());
+    return *value_;
+  }
+  const T& operator*() const& {
+    assert(ok());
+    return *value_;
+  }
+  T&& operator*() && {
+    assert(ok());
+    return std::move(*value_);
+  }
+  T* operator->() {
+    assert(ok());
+    return &*value_;
+  }
+  const T* operator->() const {
+    assert(ok());
+    return &*value_;
+  }
 
   template <typename U>
   T value_or(U&& fallback) const& {
@@ -147,7 +172,8 @@ class [[nodiscard]] Result {
 
  private:
   void CheckOk() const {
-    if (!ok()) [[unlikely]] internal::DieOfValueOnError(status_);
+    if (!ok()) [[unlikely]]
+      internal::DieOfValueOnError(status_);
   }
 
   Status status_;  // OK exactly when value_ holds a value

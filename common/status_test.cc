@@ -17,7 +17,8 @@ TEST(StatusTest, ErrorNamesCodeAndMessage) {
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(s.ToString(), "RESOURCE_EXHAUSTED: pool gpu0 is full (16384 of 16384 blocks)");
-  EXPECT_EQ(s.WithContext("allocate").message(), "allocate: pool gpu0 is full (16384 of 16384 blocks)");
+  EXPECT_EQ(s.WithContext("allocate").message(),
+            "allocate: pool gpu0 is full (16384 of 16384 blocks)");
 }
 
 // A constant's copies all read the one message made once; they compare and print as a

@@ -16,7 +16,13 @@ namespace kvtier::gpu::internal {
 // 2 bytes each, by alignment): 256 threads x 4 units.
 inline constexpr size_t kUnitsPerChunk = 1024;
 
-enum class FaultKind : uint32_t { kNone = 0, kBadIndex, kRepeatedBlock, kBadLength, kBadTableEntry };
+enum class FaultKind : uint32_t {
+  kNone = 0,
+  kBadIndex,
+  kRepeatedBlock,
+  kBadLength,
+  kBadTableEntry
+};
 
 // The first failure a call found, stamped with the call's generation. Every call takes a
 // new generation, so nothing is reset between calls (one stream operation fewer per call):
@@ -42,7 +48,8 @@ struct FaultSlot {
   unsigned long long generation;
 };
 
-__device__ inline void Report(FaultSlot fault, FaultKind kind, uint32_t position, long long value, uint32_t sub = 0) {
+__device__ inline void Report(FaultSlot fault, FaultKind kind, uint32_t position, long long value,
+                              uint32_t sub = 0) {
   if (atomicMax(&fault.record->generation, fault.generation) < fault.generation) {
     volatile DeviceFault* mirror = fault.mirror;
     mirror->kind = kind;
@@ -57,7 +64,8 @@ __device__ inline void Report(FaultSlot fault, FaultKind kind, uint32_t position
 // Work kernels behind a validation kernel start with this: a fault recorded before them
 // on the same stream means the call writes nothing.
 __device__ inline bool Faulted(FaultSlot fault) {
-  return *reinterpret_cast<const volatile unsigned long long*>(&fault.record->generation) == fault.generation;
+  return *reinterpret_cast<const volatile unsigned long long*>(&fault.record->generation) ==
+         fault.generation;
 }
 
 // Batches of at most this many indices are checked by every thread block of the work
@@ -67,13 +75,13 @@ __device__ inline bool Faulted(FaultSlot fault) {
 // whose fixed cost they amortize.
 inline constexpr uint32_t kFusedCheckMaxIndices = 256;
 
-void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector, FaultSlot fault,
-                        cudaStream_t stream);
+void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector,
+                        FaultSlot fault, cudaStream_t stream);
 void LaunchPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);
 // stamps: one per pool block, for Scatter's repeat check (a block stamped twice with the
 // call's generation is repeated); null for Gather.
-void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, unsigned long long* stamps, FaultSlot fault,
-                      cudaStream_t stream);
+void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, unsigned long long* stamps,
+                      FaultSlot fault, cudaStream_t stream);
 void LaunchQuantize(const QuantizeArgs& args, cudaStream_t stream);
 void LaunchDequantize(const DequantizeArgs& args, cudaStream_t stream);
 void LaunchDecodeAttention(const DecodeAttentionArgs& args, FaultSlot fault, cudaStream_t stream);

@@ -21,14 +21,21 @@ __device__ inline float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 template <typename T>
 __device__ inline T FromFloat(float x);
 template <>
-__device__ inline float FromFloat<float>(float x) { return x; }
+__device__ inline float FromFloat<float>(float x) {
+  return x;
+}
 template <>
-__device__ inline __half FromFloat<__half>(float x) { return __float2half_rn(x); }
+__device__ inline __half FromFloat<__half>(float x) {
+  return __float2half_rn(x);
+}
 template <>
-__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ inline __nv_bfloat16 FromFloat<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 
 __device__ inline float WarpMax(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
   return v;
 }
 __device__ inline float WarpSum(float v) {
@@ -38,7 +45,8 @@ __device__ inline float WarpSum(float v) {
 
 // One warp per (token, head) row.
 template <typename In, bool kInt8>
-__global__ void QuantizeRows(const In* input, void* output, float* scales, size_t rows, uint32_t dim) {
+__global__ void QuantizeRows(const In* input, void* output, float* scales, size_t rows,
+                             uint32_t dim) {
   const size_t row = static_cast<size_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   const unsigned lane = threadIdx.x % 32;
   if (row >= rows) return;  // whole warps leave together
@@ -51,7 +59,8 @@ __global__ void QuantizeRows(const In* input, void* output, float* scales, size_
   for (uint32_t d = lane; d < dim; d += 32) {
     const float scaled = scale > 0.0f ? ToFloat(x[d]) / scale : 0.0f;
     if constexpr (kInt8) {
-      static_cast<int8_t*>(output)[row * dim + d] = static_cast<int8_t>(fminf(fmaxf(rintf(scaled), -127.0f), 127.0f));
+      static_cast<int8_t*>(output)[row * dim + d] =
+          static_cast<int8_t>(fminf(fmaxf(rintf(scaled), -127.0f), 127.0f));
     } else {
       static_cast<uint8_t*>(output)[row * dim + d] =
           static_cast<uint8_t>(__nv_cvt_float_to_fp8(scaled, __NV_SATFINITE, __NV_E4M3));
@@ -60,14 +69,16 @@ __global__ void QuantizeRows(const In* input, void* output, float* scales, size_
 }
 
 template <typename Out, bool kInt8>
-__global__ void DequantizeElements(const void* input, const float* scales, Out* output, size_t count, uint32_t dim) {
+__global__ void DequantizeElements(const void* input, const float* scales, Out* output,
+                                   size_t count, uint32_t dim) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     float q;
     if constexpr (kInt8) {
       q = static_cast<float>(static_cast<const int8_t*>(input)[i]);
     } else {
-      const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(input)[i], __NV_E4M3);
+      const __half_raw h =
+          __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(input)[i], __NV_E4M3);
       q = __half2float(__half(h));
     }
     output[i] = FromFloat<Out>(q * scales[i / dim]);
@@ -80,9 +91,11 @@ void LaunchQuantizeTyped(const QuantizeArgs& a, cudaStream_t s) {
   const auto grid = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const auto* input = static_cast<const In*>(a.input);
   if (a.output_dtype == KvDtype::kInt8) {
-    QuantizeRows<In, true><<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
+    QuantizeRows<In, true>
+        <<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
   } else {
-    QuantizeRows<In, false><<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
+    QuantizeRows<In, false>
+        <<<grid, kWarpsPerBlock * 32, 0, s>>>(input, a.output, a.scales, rows, a.head_dim);
   }
 }
 
@@ -92,15 +105,17 @@ void LaunchDequantizeTyped(const DequantizeArgs& a, cudaStream_t s) {
   const auto grid = static_cast<unsigned>(std::min<size_t>((count + 255) / 256, 65535));
   auto* output = static_cast<Out*>(a.output);
   if (a.input_dtype == KvDtype::kInt8) {
-    DequantizeElements<Out, true><<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
+    DequantizeElements<Out, true>
+        <<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
   } else {
-    DequantizeElements<Out, false><<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
+    DequantizeElements<Out, false>
+        <<<grid, 256, 0, s>>>(a.input, a.scales, output, count, a.head_dim);
   }
 }
 
-__global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* tables, uint32_t batch,
-                                     uint32_t max_blocks, uint32_t tokens_per_block, size_t pool_blocks,
-                                     FaultSlot fault) {
+__global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* tables,
+                                     uint32_t batch, uint32_t max_blocks, uint32_t tokens_per_block,
+                                     size_t pool_blocks, FaultSlot fault) {
   const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const uint32_t length = lengths[b];
@@ -126,8 +141,9 @@ struct AttentionGeometry {
 // Thread block (query head, sequence); each warp runs an online softmax over every
 // kWarpsPerBlock-th token, lanes split the head dimension; warps merge at the end.
 template <typename T>
-__global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, const float* query, const uint32_t* tables,
-                                      const uint32_t* lengths, float* output, FaultSlot fault) {
+__global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, const float* query,
+                                      const uint32_t* tables, const uint32_t* lengths,
+                                      float* output, FaultSlot fault) {
   if (Faulted(fault)) return;
   __shared__ float warp_max[kWarpsPerBlock], warp_sum[kWarpsPerBlock];
   __shared__ float warp_acc[kWarpsPerBlock][kMaxAttentionHeadDim];
@@ -143,7 +159,8 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   float running_max = -INFINITY, running_sum = 0.0f;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = warp; t < lengths[b]; t += kWarpsPerBlock) {
-    const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
+    const char* block =
+        pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
     const size_t token = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
     const T* key = reinterpret_cast<const T*>(block + g.key_offset) + token;
     const T* value = reinterpret_cast<const T*>(block + g.value_offset) + token;
@@ -175,11 +192,13 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   float total_max = -INFINITY;
   for (unsigned w = 0; w < kWarpsPerBlock; ++w) total_max = fmaxf(total_max, warp_max[w]);
   float total_sum = 0.0f;
-  for (unsigned w = 0; w < kWarpsPerBlock; ++w) total_sum += warp_sum[w] * expf(warp_max[w] - total_max);
+  for (unsigned w = 0; w < kWarpsPerBlock; ++w)
+    total_sum += warp_sum[w] * expf(warp_max[w] - total_max);
   float* out = output + (static_cast<size_t>(b) * g.query_heads + qh) * g.dim;
   for (uint32_t d = lane; d < g.dim; d += 32) {
     float merged = 0.0f;
-    for (unsigned w = 0; w < kWarpsPerBlock; ++w) merged += warp_acc[w][d] * expf(warp_max[w] - total_max);
+    for (unsigned w = 0; w < kWarpsPerBlock; ++w)
+      merged += warp_acc[w][d] * expf(warp_max[w] - total_max);
     out[d] = merged / total_sum;
   }
 }
@@ -204,9 +223,9 @@ void LaunchDequantize(const DequantizeArgs& a, cudaStream_t s) {
 
 void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
-  CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(a.context_lengths, a.block_tables, a.batch,
-                                                             a.max_blocks_per_sequence, layout.tokens_per_block(),
-                                                             a.pool_blocks, fault);
+  CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(
+      a.context_lengths, a.block_tables, a.batch, a.max_blocks_per_sequence,
+      layout.tokens_per_block(), a.pool_blocks, fault);
   const AttentionGeometry g{layout.bytes_per_block(),
                             layout.ByteOffset(a.layer, KvPart::kKey, 0, 0),
                             layout.ByteOffset(a.layer, KvPart::kValue, 0, 0),
@@ -221,13 +240,16 @@ void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaSt
   const auto* pool = static_cast<const char*>(a.pool);
   switch (layout.dtype()) {
     case KvDtype::kFp32:
-      DecodeAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      DecodeAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
       break;
     case KvDtype::kFp16:
-      DecodeAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      DecodeAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
       break;
     default:
-      DecodeAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      DecodeAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
       break;
   }
 }

@@ -15,7 +15,8 @@ using testing::RandomFloats;
 using testing::TestBackends;
 using testing::Upload;
 
-constexpr uint32_t kModel = 32, kQueryHeads = 4, kKvHeads = 2, kHeadDim = 8, kLayers = 2, kTokensPerBlock = 4;
+constexpr uint32_t kModel = 32, kQueryHeads = 4, kKvHeads = 2, kHeadDim = 8, kLayers = 2,
+                   kTokensPerBlock = 4;
 using Vec = std::vector<float>;
 
 struct Layer {
@@ -43,8 +44,8 @@ std::vector<Layer> RandomModel() {
 // Full recomputation: every token attends to itself and all earlier tokens. Also returns
 // each layer's keys and values, what a prefill would have written to the cache.
 struct Forward {
-  std::vector<Vec> hidden;              // [token][model], after the last layer
-  std::vector<std::vector<Vec>> k, v;   // [layer][token][kv_heads * head_dim]
+  std::vector<Vec> hidden;             // [token][model], after the last layer
+  std::vector<std::vector<Vec>> k, v;  // [layer][token][kv_heads * head_dim]
 };
 
 Forward Recompute(const std::vector<Layer>& layers, std::vector<Vec> h) {
@@ -66,13 +67,15 @@ Forward Recompute(const std::vector<Layer>& layers, std::vector<Vec> h) {
         float max_score = -INFINITY, sum = 0;
         for (size_t s = 0; s <= t; ++s) {
           float dot = 0;
-          for (uint32_t d = 0; d < kHeadDim; ++d) dot += q[t][qh * kHeadDim + d] * k[s][kv * kHeadDim + d];
+          for (uint32_t d = 0; d < kHeadDim; ++d)
+            dot += q[t][qh * kHeadDim + d] * k[s][kv * kHeadDim + d];
           scores[s] = dot * scale;
           max_score = std::max(max_score, scores[s]);
         }
         for (size_t s = 0; s <= t; ++s) sum += scores[s] = std::exp(scores[s] - max_score);
         for (size_t s = 0; s <= t; ++s)
-          for (uint32_t d = 0; d < kHeadDim; ++d) attended[qh * kHeadDim + d] += scores[s] / sum * v[s][kv * kHeadDim + d];
+          for (uint32_t d = 0; d < kHeadDim; ++d)
+            attended[qh * kHeadDim + d] += scores[s] / sum * v[s][kv * kHeadDim + d];
       }
       const Vec projected = MatVec(attended, layer.wo, kModel);
       for (uint32_t i = 0; i < kModel; ++i) next[t][i] += projected[i];
@@ -91,19 +94,27 @@ TEST(DecodeAttentionTest, DecodingThroughThePagedCacheEqualsRecomputation) {
   std::vector<Vec> tokens;
   for (uint32_t t = 0; t < total; ++t) tokens.push_back(RandomFloats(kModel, 1000 + t));
   const Forward reference = Recompute(layers, tokens);
-  const Forward prefill = Recompute(layers, std::vector<Vec>(tokens.begin(), tokens.begin() + prompt));
+  const Forward prefill =
+      Recompute(layers, std::vector<Vec>(tokens.begin(), tokens.begin() + prompt));
 
-  const KvLayout layout = KvLayout::Create({.num_layers = kLayers, .num_kv_heads = kKvHeads, .head_dim = kHeadDim,
-                                            .tokens_per_block = kTokensPerBlock, .dtype = KvDtype::kFp32})
+  const KvLayout layout = KvLayout::Create({.num_layers = kLayers,
+                                            .num_kv_heads = kKvHeads,
+                                            .head_dim = kHeadDim,
+                                            .tokens_per_block = kTokensPerBlock,
+                                            .dtype = KvDtype::kFp32})
                               .value();
   const size_t pool_blocks = 16;
   const std::vector<uint32_t> table = {9, 2, 14, 0, 7, 11};  // scattered on purpose
-  auto slot = [&](uint32_t t) { return int64_t{table[t / kTokensPerBlock]} * kTokensPerBlock + t % kTokensPerBlock; };
+  auto slot = [&](uint32_t t) {
+    return int64_t{table[t / kTokensPerBlock]} * kTokensPerBlock + t % kTokensPerBlock;
+  };
 
   for (auto& backend : TestBackends()) {
-    DeviceBuffer pool = Upload(*backend, std::vector<uint8_t>(pool_blocks * layout.bytes_per_block(), 0));
+    DeviceBuffer pool =
+        Upload(*backend, std::vector<uint8_t>(pool_blocks * layout.bytes_per_block(), 0));
     DeviceBuffer table_buf = Upload(*backend, table);
-    auto write = [&](uint32_t layer, KvPart part, const std::vector<Vec>& rows, uint32_t first_token) {
+    auto write = [&](uint32_t layer, KvPart part, const std::vector<Vec>& rows,
+                     uint32_t first_token) {
       Vec flat;
       std::vector<int64_t> slots;
       for (size_t i = 0; i < rows.size(); ++i) {
@@ -111,8 +122,10 @@ TEST(DecodeAttentionTest, DecodingThroughThePagedCacheEqualsRecomputation) {
         slots.push_back(slot(first_token + static_cast<uint32_t>(i)));
       }
       DeviceBuffer u = Upload(*backend, flat), s = Upload(*backend, slots);
-      ASSERT_TRUE(backend->UpdatePaged({pool.data(), pool_blocks, &layout, layer, part, u.data(), s.as<int64_t>(),
-                                        static_cast<uint32_t>(rows.size())}).ok());
+      ASSERT_TRUE(backend
+                      ->UpdatePaged({pool.data(), pool_blocks, &layout, layer, part, u.data(),
+                                     s.as<int64_t>(), static_cast<uint32_t>(rows.size())})
+                      .ok());
     };
     // Prefill: the prompt's keys and values of every layer go to the cache in one call each.
     for (uint32_t l = 0; l < kLayers; ++l) {
@@ -128,44 +141,71 @@ TEST(DecodeAttentionTest, DecodingThroughThePagedCacheEqualsRecomputation) {
         DeviceBuffer q = Upload(*backend, MatVec(h, layers[l].wq, kQueryHeads * kHeadDim));
         DeviceBuffer length = Upload(*backend, std::vector<uint32_t>{t + 1});
         DeviceBuffer out = Upload(*backend, Vec(kQueryHeads * kHeadDim));
-        DecodeAttentionArgs args{pool.data(), pool_blocks, &layout, l, 1, kQueryHeads, q.as<float>(),
-                                 table_buf.as<uint32_t>(), static_cast<uint32_t>(table.size()), length.as<uint32_t>(),
-                                 1.0f / std::sqrt(static_cast<float>(kHeadDim)), out.as<float>()};
+        DecodeAttentionArgs args{pool.data(),
+                                 pool_blocks,
+                                 &layout,
+                                 l,
+                                 1,
+                                 kQueryHeads,
+                                 q.as<float>(),
+                                 table_buf.as<uint32_t>(),
+                                 static_cast<uint32_t>(table.size()),
+                                 length.as<uint32_t>(),
+                                 1.0f / std::sqrt(static_cast<float>(kHeadDim)),
+                                 out.as<float>()};
         ASSERT_TRUE(backend->DecodeAttention(args).ok()) << backend->name();
-        const Vec projected = MatVec(Download<float>(*backend, out, kQueryHeads * kHeadDim), layers[l].wo, kModel);
+        const Vec projected =
+            MatVec(Download<float>(*backend, out, kQueryHeads * kHeadDim), layers[l].wo, kModel);
         for (uint32_t i = 0; i < kModel; ++i) h[i] += projected[i];
       }
       for (uint32_t i = 0; i < kModel; ++i) {
-        ASSERT_NEAR(h[i], reference.hidden[t][i], 1e-5f) << backend->name() << " token " << t << " dim " << i;
+        ASSERT_NEAR(h[i], reference.hidden[t][i], 1e-5f)
+            << backend->name() << " token " << t << " dim " << i;
       }
     }
   }
 }
 
 TEST(DecodeAttentionTest, BadLengthsAndTablesAreRejected) {
-  const KvLayout layout = KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .tokens_per_block = 4,
+  const KvLayout layout = KvLayout::Create({.num_layers = 1,
+                                            .num_kv_heads = 1,
+                                            .head_dim = 8,
+                                            .tokens_per_block = 4,
                                             .dtype = KvDtype::kFp16})
                               .value();
   for (auto& backend : TestBackends()) {
     DeviceBuffer pool = Upload(*backend, std::vector<uint8_t>(2 * layout.bytes_per_block()));
     DeviceBuffer q = Upload(*backend, Vec(8)), out = Upload(*backend, Vec(8, -1.0f));
-    DeviceBuffer table = Upload(*backend, std::vector<uint32_t>{1, 5});  // 5: not a block of this pool
+    DeviceBuffer table =
+        Upload(*backend, std::vector<uint32_t>{1, 5});  // 5: not a block of this pool
     DeviceBuffer ok_length = Upload(*backend, std::vector<uint32_t>{4});
-    DecodeAttentionArgs args{pool.data(), 2, &layout, 0, 1, 1, q.as<float>(), table.as<uint32_t>(), 2,
-                             ok_length.as<uint32_t>(), 0.35f, out.as<float>()};
+    DecodeAttentionArgs args{pool.data(),
+                             2,
+                             &layout,
+                             0,
+                             1,
+                             1,
+                             q.as<float>(),
+                             table.as<uint32_t>(),
+                             2,
+                             ok_length.as<uint32_t>(),
+                             0.35f,
+                             out.as<float>()};
     EXPECT_TRUE(backend->DecodeAttention(args).ok()) << "only the first entry is used for 4 tokens";
     DeviceBuffer long_length = Upload(*backend, std::vector<uint32_t>{5});
     args.context_lengths = long_length.as<uint32_t>();
     Status status = backend->DecodeAttention(args);
     EXPECT_EQ(status.code(), StatusCode::kOutOfRange) << backend->name();
-    EXPECT_NE(status.message().find("block_tables[0][1] = 5"), std::string::npos) << status.message();
+    EXPECT_NE(status.message().find("block_tables[0][1] = 5"), std::string::npos)
+        << status.message();
     DeviceBuffer zero_length = Upload(*backend, std::vector<uint32_t>{0});
     args.context_lengths = zero_length.as<uint32_t>();
     EXPECT_EQ(backend->DecodeAttention(args).code(), StatusCode::kOutOfRange) << backend->name();
     // Three query heads with the same query read the one KV head: three equal outputs.
     const Vec one_query = RandomFloats(8, 5);
     Vec three_queries;
-    for (int h = 0; h < 3; ++h) three_queries.insert(three_queries.end(), one_query.begin(), one_query.end());
+    for (int h = 0; h < 3; ++h)
+      three_queries.insert(three_queries.end(), one_query.begin(), one_query.end());
     DeviceBuffer q3 = Upload(*backend, three_queries), out3 = Upload(*backend, Vec(24, -1.0f));
     args.num_query_heads = 3;
     args.query = q3.as<float>();

@@ -27,9 +27,9 @@ struct DeviceInfo {
 };
 
 struct DeviceProbe {
-  bool cuda_compiled = false;        // the binary contains the CUDA sources
-  std::vector<DeviceInfo> devices;   // empty: use the CPU path
-  std::string cpu_reason;            // why the CPU path, when devices is empty
+  bool cuda_compiled = false;       // the binary contains the CUDA sources
+  std::vector<DeviceInfo> devices;  // empty: use the CPU path
+  std::string cpu_reason;           // why the CPU path, when devices is empty
 
   bool has_gpu() const { return !devices.empty(); }
 };

@@ -10,11 +10,13 @@ DeviceProbe ProbeDevices() {
 }
 
 Result<size_t> FreeDeviceMemory(int device_index) {
-  return UnavailableError("GPU " + std::to_string(device_index) + ": this build has no CUDA sources");
+  return UnavailableError("GPU " + std::to_string(device_index) +
+                          ": this build has no CUDA sources");
 }
 
 Status DeviceSelfTest(int device_index) {
-  return UnavailableError("GPU " + std::to_string(device_index) + ": this build has no CUDA sources");
+  return UnavailableError("GPU " + std::to_string(device_index) +
+                          ": this build has no CUDA sources");
 }
 
 }  // namespace kvtier::gpu

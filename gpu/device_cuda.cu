@@ -59,14 +59,16 @@ Status DeviceSelfTest(int device_index) {
     return UnavailableError(CudaError("cudaSetDevice", err));
   }
   unsigned int* device_buffer = nullptr;
-  if (cudaError_t err = cudaMalloc(&device_buffer, kCount * sizeof(unsigned int)); err != cudaSuccess) {
+  if (cudaError_t err = cudaMalloc(&device_buffer, kCount * sizeof(unsigned int));
+      err != cudaSuccess) {
     return ResourceExhaustedError(CudaError("cudaMalloc", err));
   }
   FillPattern<<<(kCount + 255) / 256, 256>>>(device_buffer, kCount, kSeed);
   std::vector<unsigned int> host(kCount);
   cudaError_t err = cudaGetLastError();
   if (err == cudaSuccess) {
-    err = cudaMemcpy(host.data(), device_buffer, kCount * sizeof(unsigned int), cudaMemcpyDeviceToHost);
+    err = cudaMemcpy(host.data(), device_buffer, kCount * sizeof(unsigned int),
+                     cudaMemcpyDeviceToHost);
   }
   cudaFree(device_buffer);
   if (err != cudaSuccess) return InternalError(CudaError("self-test kernel", err));

@@ -18,8 +18,8 @@ std::string IpcHandle::ToHex() const {
 
 Result<IpcHandle> IpcHandle::FromHex(std::string_view hex) {
   if (hex.size() != kBytes * 2) {
-    return InvalidArgumentError("CUDA IPC handle: expected " + std::to_string(kBytes * 2) + " hex digits, got " +
-                                std::to_string(hex.size()));
+    return InvalidArgumentError("CUDA IPC handle: expected " + std::to_string(kBytes * 2) +
+                                " hex digits, got " + std::to_string(hex.size()));
   }
   auto digit = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
@@ -31,7 +31,8 @@ Result<IpcHandle> IpcHandle::FromHex(std::string_view hex) {
   for (size_t i = 0; i < kBytes; ++i) {
     const int hi = digit(hex[2 * i]), lo = digit(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
-      return InvalidArgumentError("CUDA IPC handle: not a hex digit at position " + std::to_string(hi < 0 ? 2 * i : 2 * i + 1));
+      return InvalidArgumentError("CUDA IPC handle: not a hex digit at position " +
+                                  std::to_string(hi < 0 ? 2 * i : 2 * i + 1));
     }
     handle.bytes[i] = static_cast<uint8_t>(hi << 4 | lo);
   }
@@ -40,8 +41,8 @@ Result<IpcHandle> IpcHandle::FromHex(std::string_view hex) {
 
 Result<IpcHandle> IpcHandle::FromBytes(std::string_view raw) {
   if (raw.size() != kBytes) {
-    return InvalidArgumentError("CUDA IPC handle: expected " + std::to_string(kBytes) + " bytes, got " +
-                                std::to_string(raw.size()));
+    return InvalidArgumentError("CUDA IPC handle: expected " + std::to_string(kBytes) +
+                                " bytes, got " + std::to_string(raw.size()));
   }
   IpcHandle handle;
   for (size_t i = 0; i < kBytes; ++i) handle.bytes[i] = static_cast<uint8_t>(raw[i]);

@@ -42,12 +42,15 @@ int main(int argc, char** argv) {
   auto backend = MakeCudaBackend(0);
   if (!backend.ok()) return Fail(backend.status().ToString());
   std::vector<uint8_t> host(bytes);
-  if (auto s = (*backend)->Copy(host.data(), memory->data(), bytes); !s.ok()) return Fail(s.ToString());
+  if (auto s = (*backend)->Copy(host.data(), memory->data(), bytes); !s.ok())
+    return Fail(s.ToString());
   for (size_t i = 0; i < bytes; ++i) {
-    if (host[i] != PatternByte(i, expect_seed)) return Fail("byte " + std::to_string(i) + " differs from the creator's");
+    if (host[i] != PatternByte(i, expect_seed))
+      return Fail("byte " + std::to_string(i) + " differs from the creator's");
   }
   for (size_t i = 0; i < bytes; ++i) host[i] = PatternByte(i, write_seed);
-  if (auto s = (*backend)->Copy(memory->data(), host.data(), bytes); !s.ok()) return Fail(s.ToString());
+  if (auto s = (*backend)->Copy(memory->data(), host.data(), bytes); !s.ok())
+    return Fail(s.ToString());
   std::printf("ok\n");
   return 0;
 }

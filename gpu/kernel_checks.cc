@@ -19,8 +19,8 @@ Status NeedPositive(uint64_t value, const char* kernel, const char* name) {
 
 Status NeedFloatDtype(KvDtype dtype, const char* kernel, const char* name) {
   if (IsFloatDtype(dtype)) return Status::Ok();
-  return InvalidArgumentError(std::string(kernel) + ": " + name + " must be fp32, fp16 or bf16, not " +
-                              std::string(DtypeName(dtype)));
+  return InvalidArgumentError(std::string(kernel) + ": " + name +
+                              " must be fp32, fp16 or bf16, not " + std::string(DtypeName(dtype)));
 }
 
 Status NeedLayer(const KvLayout* layout, uint32_t layer, const char* kernel) {
@@ -38,15 +38,19 @@ bool IsFloatDtype(KvDtype dtype) {
   return dtype == KvDtype::kFp32 || dtype == KvDtype::kFp16 || dtype == KvDtype::kBf16;
 }
 
-bool IsQuantizedDtype(KvDtype dtype) { return dtype == KvDtype::kInt8 || dtype == KvDtype::kFp8E4m3; }
+bool IsQuantizedDtype(KvDtype dtype) {
+  return dtype == KvDtype::kInt8 || dtype == KvDtype::kFp8E4m3;
+}
 
-Status CheckCopy2D(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-                   size_t height) {
+Status CheckCopy2D(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                   size_t width, size_t height) {
   if (width == 0 || height == 0) return Status::Ok();
-  if (dst == nullptr || src == nullptr) return InvalidArgumentError("Copy2D: dst and src must be set");
+  if (dst == nullptr || src == nullptr)
+    return InvalidArgumentError("Copy2D: dst and src must be set");
   if (dst_pitch < width || src_pitch < width) {
     return InvalidArgumentError("Copy2D: pitches (dst " + std::to_string(dst_pitch) + ", src " +
-                                std::to_string(src_pitch) + ") must be at least the width " + std::to_string(width));
+                                std::to_string(src_pitch) + ") must be at least the width " +
+                                std::to_string(width));
   }
   return Status::Ok();
 }
@@ -63,8 +67,8 @@ Status CheckLinearUpdate(const LinearUpdateArgs& a) {
   KVTIER_RETURN_IF_ERROR(NeedPositive(a.seq, k, "seq"));
   KVTIER_RETURN_IF_ERROR(NeedPositive(a.head_size, k, "head_size"));
   if (a.seq > a.max_seq) {
-    return InvalidArgumentError("UpdateLinear: update length " + Str(a.seq) + " exceeds the cache's max_seq " +
-                                Str(a.max_seq));
+    return InvalidArgumentError("UpdateLinear: update length " + Str(a.seq) +
+                                " exceeds the cache's max_seq " + Str(a.max_seq));
   }
   return Status::Ok();
 }
@@ -137,7 +141,8 @@ Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
   const uint32_t kv_heads = a.layout->num_kv_heads();
   if (a.num_query_heads == 0 || a.num_query_heads % kv_heads != 0) {
     return InvalidArgumentError("DecodeAttention: num_query_heads " + Str(a.num_query_heads) +
-                                " must be a positive multiple of the layout's " + Str(kv_heads) + " KV heads");
+                                " must be a positive multiple of the layout's " + Str(kv_heads) +
+                                " KV heads");
   }
   if (a.layout->head_dim() > kMaxAttentionHeadDim) {
     return InvalidArgumentError("DecodeAttention: head_dim " + Str(a.layout->head_dim()) +
@@ -148,19 +153,21 @@ Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
 }
 
 Status BadWriteIndex(uint32_t batch_element, int64_t value, uint32_t seq, uint32_t max_seq) {
-  return OutOfRangeError("UpdateLinear: write_indices[" + Str(batch_element) + "] = " + std::to_string(value) +
-                         " with an update of " + Str(seq) + " tokens does not fit max_seq " + Str(max_seq) +
-                         "; nothing was written");
+  return OutOfRangeError("UpdateLinear: write_indices[" + Str(batch_element) +
+                         "] = " + std::to_string(value) + " with an update of " + Str(seq) +
+                         " tokens does not fit max_seq " + Str(max_seq) + "; nothing was written");
 }
 
 Status BadSlot(uint32_t token, int64_t slot, size_t pool_slots) {
   return OutOfRangeError("UpdatePaged: slot_mapping[" + Str(token) + "] = " + std::to_string(slot) +
-                         " is outside the pool's " + Str(pool_slots) + " slots (or -1 to skip); nothing was written");
+                         " is outside the pool's " + Str(pool_slots) +
+                         " slots (or -1 to skip); nothing was written");
 }
 
 Status BadBlockId(uint32_t position, int64_t block_id, size_t pool_blocks) {
-  return OutOfRangeError("Gather/Scatter: block_ids[" + Str(position) + "] = " + std::to_string(block_id) +
-                         " is not a block of this pool (it has " + Str(pool_blocks) + "); nothing was copied");
+  return OutOfRangeError(
+      "Gather/Scatter: block_ids[" + Str(position) + "] = " + std::to_string(block_id) +
+      " is not a block of this pool (it has " + Str(pool_blocks) + "); nothing was copied");
 }
 
 Status RepeatedBlockId(uint32_t position, uint32_t block_id) {
@@ -169,14 +176,14 @@ Status RepeatedBlockId(uint32_t position, uint32_t block_id) {
 }
 
 Status BadContextLength(uint32_t sequence, int64_t length, uint32_t max_tokens) {
-  return OutOfRangeError("DecodeAttention: context_lengths[" + Str(sequence) + "] = " + std::to_string(length) +
-                         " must be in [1, " + Str(max_tokens) + "]");
+  return OutOfRangeError("DecodeAttention: context_lengths[" + Str(sequence) + "] = " +
+                         std::to_string(length) + " must be in [1, " + Str(max_tokens) + "]");
 }
 
 Status BadBlockTableEntry(uint32_t sequence, uint32_t entry, int64_t block_id, size_t pool_blocks) {
   return OutOfRangeError("DecodeAttention: block_tables[" + Str(sequence) + "][" + Str(entry) +
-                         "] = " + std::to_string(block_id) + " is not a block of this pool (it has " +
-                         Str(pool_blocks) + ")");
+                         "] = " + std::to_string(block_id) +
+                         " is not a block of this pool (it has " + Str(pool_blocks) + ")");
 }
 
 }  // namespace kvtier::gpu::internal

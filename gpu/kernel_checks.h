@@ -26,13 +26,15 @@ inline constexpr uint32_t kMaxAttentionHeadDim = 256;
 
 // Messages for bad index values, as both backends report them.
 // Copy2D's arguments: pointers set when there is anything to copy, pitches at least the width.
-[[nodiscard]] Status CheckCopy2D(const void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-                                 size_t height);
-[[nodiscard]] Status BadWriteIndex(uint32_t batch_element, int64_t value, uint32_t seq, uint32_t max_seq);
+[[nodiscard]] Status CheckCopy2D(const void* dst, size_t dst_pitch, const void* src,
+                                 size_t src_pitch, size_t width, size_t height);
+[[nodiscard]] Status BadWriteIndex(uint32_t batch_element, int64_t value, uint32_t seq,
+                                   uint32_t max_seq);
 [[nodiscard]] Status BadSlot(uint32_t token, int64_t slot, size_t pool_slots);
 [[nodiscard]] Status BadBlockId(uint32_t position, int64_t block_id, size_t pool_blocks);
 [[nodiscard]] Status RepeatedBlockId(uint32_t position, uint32_t block_id);
 [[nodiscard]] Status BadContextLength(uint32_t sequence, int64_t length, uint32_t max_tokens);
-[[nodiscard]] Status BadBlockTableEntry(uint32_t sequence, uint32_t entry, int64_t block_id, size_t pool_blocks);
+[[nodiscard]] Status BadBlockTableEntry(uint32_t sequence, uint32_t entry, int64_t block_id,
+                                        size_t pool_blocks);
 
 }  // namespace kvtier::gpu::internal

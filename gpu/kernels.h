@@ -47,22 +47,22 @@ namespace kvtier::gpu {
 enum class IndexType : uint8_t { kInt32, kInt64 };
 
 struct LinearUpdateArgs {
-  void* cache = nullptr;              // [batch, heads, max_seq, head_size]
-  const void* update = nullptr;       // [batch, heads, seq, head_size]
+  void* cache = nullptr;                // [batch, heads, max_seq, head_size]
+  const void* update = nullptr;         // [batch, heads, seq, head_size]
   const void* write_indices = nullptr;  // [batch]
   IndexType index_type = IndexType::kInt32;
-  KvDtype dtype = KvDtype::kFp16;     // fp32, fp16 or bf16
+  KvDtype dtype = KvDtype::kFp16;  // fp32, fp16 or bf16
   uint32_t batch = 0, heads = 0, max_seq = 0, seq = 0, head_size = 0;
 };
 
 // One layer's keys or values of `tokens` tokens into pool blocks of `layout`.
 struct PagedUpdateArgs {
-  void* pool = nullptr;               // pool_blocks blocks of layout->bytes_per_block()
+  void* pool = nullptr;  // pool_blocks blocks of layout->bytes_per_block()
   size_t pool_blocks = 0;
   const KvLayout* layout = nullptr;
   uint32_t layer = 0;
   KvPart part = KvPart::kKey;
-  const void* update = nullptr;       // [tokens][num_kv_heads][head_dim], layout dtype
+  const void* update = nullptr;           // [tokens][num_kv_heads][head_dim], layout dtype
   const int64_t* slot_mapping = nullptr;  // [tokens]; -1 skips the token
   uint32_t tokens = 0;
 };
@@ -71,10 +71,10 @@ struct PagedUpdateArgs {
 struct BlockCopyArgs {
   void* pool = nullptr;
   size_t pool_blocks = 0;
-  size_t block_bytes = 0;             // a multiple of 16
+  size_t block_bytes = 0;               // a multiple of 16
   const uint32_t* block_ids = nullptr;  // [count], each < pool_blocks, no repeats for Scatter
   uint32_t count = 0;
-  void* staging = nullptr;            // count * block_bytes
+  void* staging = nullptr;  // count * block_bytes
 };
 
 // Per (token, head) quantization of [tokens][heads][head_dim] values.
@@ -89,8 +89,8 @@ struct QuantizeArgs {
 
 struct DequantizeArgs {
   const void* input = nullptr;
-  KvDtype input_dtype = KvDtype::kInt8;   // int8 or fp8 e4m3
-  const float* scales = nullptr;          // [tokens][heads]
+  KvDtype input_dtype = KvDtype::kInt8;  // int8 or fp8 e4m3
+  const float* scales = nullptr;         // [tokens][heads]
   void* output = nullptr;
   KvDtype output_dtype = KvDtype::kFp32;  // fp32, fp16 or bf16
   uint32_t tokens = 0, heads = 0, head_dim = 0;
@@ -99,16 +99,16 @@ struct DequantizeArgs {
 struct DecodeAttentionArgs {
   const void* pool = nullptr;
   size_t pool_blocks = 0;
-  const KvLayout* layout = nullptr;       // fp32, fp16 or bf16
+  const KvLayout* layout = nullptr;  // fp32, fp16 or bf16
   uint32_t layer = 0;
   uint32_t batch = 0;
-  uint32_t num_query_heads = 0;           // a multiple of the layout's KV heads
-  const float* query = nullptr;           // [batch][num_query_heads][head_dim]
-  const uint32_t* block_tables = nullptr; // [batch][max_blocks_per_sequence]
+  uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads
+  const float* query = nullptr;            // [batch][num_query_heads][head_dim]
+  const uint32_t* block_tables = nullptr;  // [batch][max_blocks_per_sequence]
   uint32_t max_blocks_per_sequence = 0;
   const uint32_t* context_lengths = nullptr;  // [batch], tokens, each >= 1
-  float scale = 0.0f;                     // usually 1 / sqrt(head_dim)
-  float* output = nullptr;                // [batch][num_query_heads][head_dim]
+  float scale = 0.0f;                         // usually 1 / sqrt(head_dim)
+  float* output = nullptr;                    // [batch][num_query_heads][head_dim]
 };
 
 enum class MemoryKind : uint8_t { kDevice, kStaging };
@@ -136,8 +136,8 @@ class KernelBackend {
   // `height` runs of `width` bytes, run i from src + i * src_pitch to dst + i * dst_pitch,
   // in one call (the leading tokens of every head run of a block, for partial reuse).
   // kInvalidArgument when a pitch is smaller than the width. REQUIRES: no overlap.
-  [[nodiscard]] virtual Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
-                                      size_t height) = 0;
+  [[nodiscard]] virtual Status Copy2D(void* dst, size_t dst_pitch, const void* src,
+                                      size_t src_pitch, size_t width, size_t height) = 0;
 };
 
 // The CPU reference. Always available.
@@ -150,7 +150,8 @@ class KernelBackend {
 // Memory of a backend, freed with it. Move-only.
 class DeviceBuffer {
  public:
-  [[nodiscard]] static Result<DeviceBuffer> Create(KernelBackend& backend, MemoryKind kind, size_t bytes);
+  [[nodiscard]] static Result<DeviceBuffer> Create(KernelBackend& backend, MemoryKind kind,
+                                                   size_t bytes);
   DeviceBuffer() = default;
   DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -160,7 +161,9 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
 
  private:

@@ -35,7 +35,8 @@ void StoreFloat(void* base, KvDtype dtype, size_t i, float value) {
 }
 
 int64_t LoadIndex(const void* indices, IndexType type, size_t i) {
-  return type == IndexType::kInt32 ? static_cast<const int32_t*>(indices)[i] : static_cast<const int64_t*>(indices)[i];
+  return type == IndexType::kInt32 ? static_cast<const int32_t*>(indices)[i]
+                                   : static_cast<const int64_t*>(indices)[i];
 }
 
 class CpuBackend final : public KernelBackend {
@@ -56,7 +57,8 @@ class CpuBackend final : public KernelBackend {
       for (uint32_t h = 0; h < a.heads; ++h) {
         const size_t plane = size_t{i} * a.heads + h;
         // The s rows of one (batch, head) are contiguous in both tensors: one copy.
-        std::memcpy(cache + (plane * a.max_seq + w) * row, update + plane * a.seq * row, a.seq * row);
+        std::memcpy(cache + (plane * a.max_seq + w) * row, update + plane * a.seq * row,
+                    a.seq * row);
       }
     }
     return Status::Ok();
@@ -68,7 +70,8 @@ class CpuBackend final : public KernelBackend {
     const size_t pool_slots = a.pool_blocks * layout.tokens_per_block();
     for (uint32_t t = 0; t < a.tokens; ++t) {
       const int64_t slot = a.slot_mapping[t];
-      if (slot < -1 || slot >= static_cast<int64_t>(pool_slots)) return internal::BadSlot(t, slot, pool_slots);
+      if (slot < -1 || slot >= static_cast<int64_t>(pool_slots))
+        return internal::BadSlot(t, slot, pool_slots);
     }
     const size_t head_bytes = size_t{layout.head_dim()} * layout.bytes_per_element();
     auto* pool = static_cast<char*>(a.pool);
@@ -96,11 +99,13 @@ class CpuBackend final : public KernelBackend {
     for (size_t row = 0; row < size_t{a.tokens} * a.heads; ++row) {
       const size_t base = row * a.head_dim;
       float amax = 0.0f;
-      for (uint32_t d = 0; d < a.head_dim; ++d) amax = std::max(amax, std::fabs(LoadFloat(a.input, a.input_dtype, base + d)));
+      for (uint32_t d = 0; d < a.head_dim; ++d)
+        amax = std::max(amax, std::fabs(LoadFloat(a.input, a.input_dtype, base + d)));
       const float scale = amax / range;
       a.scales[row] = scale;
       for (uint32_t d = 0; d < a.head_dim; ++d) {
-        const float scaled = scale > 0.0f ? LoadFloat(a.input, a.input_dtype, base + d) / scale : 0.0f;
+        const float scaled =
+            scale > 0.0f ? LoadFloat(a.input, a.input_dtype, base + d) / scale : 0.0f;
         if (int8) {
           static_cast<int8_t*>(a.output)[base + d] =
               static_cast<int8_t>(std::clamp(std::nearbyint(scaled), -127.0f, 127.0f));
@@ -131,8 +136,11 @@ class CpuBackend final : public KernelBackend {
   Result<void*> Allocate(MemoryKind, size_t bytes) override {
     // Page-aligned, like pinned memory; rounded up as aligned_alloc requires.
     constexpr size_t kAlign = 4096;
-    void* p = std::aligned_alloc(kAlign, std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
-    if (p == nullptr) return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+    void* p = std::aligned_alloc(kAlign,
+                                 std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+    if (p == nullptr)
+      return ResourceExhaustedError("cannot allocate " + std::to_string(bytes) +
+                                    " bytes of host memory");
     return p;
   }
   void Free(MemoryKind, void* pointer) override { std::free(pointer); }
@@ -145,7 +153,8 @@ class CpuBackend final : public KernelBackend {
                 size_t height) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckCopy2D(dst, dst_pitch, src, src_pitch, width, height));
     for (size_t row = 0; row < height; ++row) {
-      std::memcpy(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch, width);
+      std::memcpy(static_cast<char*>(dst) + row * dst_pitch,
+                  static_cast<const char*>(src) + row * src_pitch, width);
     }
     return Status::Ok();
   }
@@ -154,7 +163,8 @@ class CpuBackend final : public KernelBackend {
   Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));
     for (uint32_t i = 0; i < a.count; ++i) {
-      if (a.block_ids[i] >= a.pool_blocks) return internal::BadBlockId(i, a.block_ids[i], a.pool_blocks);
+      if (a.block_ids[i] >= a.pool_blocks)
+        return internal::BadBlockId(i, a.block_ids[i], a.pool_blocks);
     }
     if (!to_staging) KVTIER_RETURN_IF_ERROR(CheckNoRepeats(a));
     auto* pool = static_cast<char*>(a.pool);
@@ -162,8 +172,10 @@ class CpuBackend final : public KernelBackend {
     for (uint32_t i = 0; i < a.count; ++i) {
       char* block = pool + size_t{a.block_ids[i]} * a.block_bytes;
       char* staged = staging + size_t{i} * a.block_bytes;
-      if (to_staging) std::memcpy(staged, block, a.block_bytes);
-      else std::memcpy(block, staged, a.block_bytes);
+      if (to_staging)
+        std::memcpy(staged, block, a.block_bytes);
+      else
+        std::memcpy(block, staged, a.block_bytes);
     }
     return Status::Ok();
   }
@@ -202,7 +214,8 @@ Status CpuBackend::DecodeAttention(const DecodeAttentionArgs& a) {
     const uint32_t length = a.context_lengths[b];
     const uint32_t* table = a.block_tables + size_t{b} * a.max_blocks_per_sequence;
     auto row = [&](KvPart part, uint32_t kv_head, uint32_t t) {
-      return pool + size_t{table[t / tpb]} * layout.bytes_per_block() + layout.ByteOffset(a.layer, part, kv_head, t % tpb);
+      return pool + size_t{table[t / tpb]} * layout.bytes_per_block() +
+             layout.ByteOffset(a.layer, part, kv_head, t % tpb);
     };
     for (uint32_t qh = 0; qh < a.num_query_heads; ++qh) {
       const float* q = a.query + (size_t{b} * a.num_query_heads + qh) * dim;

@@ -21,8 +21,8 @@ namespace kvtier::gpu {
 namespace {
 
 using internal::DeviceFault;
-using internal::FaultSlot;
 using internal::FaultKind;
+using internal::FaultSlot;
 
 std::string CudaError(const char* what, cudaError_t err) {
   return std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
@@ -33,8 +33,9 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // The copy kernels run one thread block per chunk; a grid has at most 2^31 - 1 of them.
 Status FitsOneLaunch(const char* what, uint64_t runs, uint64_t chunks_per_run) {
   if (runs * chunks_per_run > 0x7fffffffull) {
-    return InvalidArgumentError(std::string(what) + ": " + std::to_string(runs * chunks_per_run) +
-                                " chunks is more than one launch can run (2^31 - 1); split the batch");
+    return InvalidArgumentError(
+        std::string(what) + ": " + std::to_string(runs * chunks_per_run) +
+        " chunks is more than one launch can run (2^31 - 1); split the batch");
   }
   return Status::Ok();
 }
@@ -46,7 +47,8 @@ class CudaBackend final : public KernelBackend {
       return UnavailableError(CudaError("cudaSetDevice", err));
     }
     auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(device));
-    if (cudaError_t err = cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking); err != cudaSuccess) {
+    if (cudaError_t err = cudaStreamCreateWithFlags(&backend->stream_, cudaStreamNonBlocking);
+        err != cudaSuccess) {
       return UnavailableError(CudaError("cudaStreamCreate", err));
     }
     if (cudaError_t err = cudaMalloc(&backend->fault_, sizeof(DeviceFault)); err != cudaSuccess) {
@@ -55,12 +57,14 @@ class CudaBackend final : public KernelBackend {
     if (cudaError_t err = cudaMemset(backend->fault_, 0, sizeof(DeviceFault)); err != cudaSuccess) {
       return InternalError(CudaError("cudaMemset", err));
     }
-    if (cudaError_t err = cudaHostAlloc(&backend->host_fault_, sizeof(DeviceFault), cudaHostAllocMapped);
+    if (cudaError_t err =
+            cudaHostAlloc(&backend->host_fault_, sizeof(DeviceFault), cudaHostAllocMapped);
         err != cudaSuccess) {
       return ResourceExhaustedError(CudaError("cudaHostAlloc", err));
     }
     backend->host_fault_->generation = 0;
-    if (cudaError_t err = cudaHostGetDevicePointer(&backend->mirror_fault_, backend->host_fault_, 0);
+    if (cudaError_t err =
+            cudaHostGetDevicePointer(&backend->mirror_fault_, backend->host_fault_, 0);
         err != cudaSuccess) {
       return InternalError(CudaError("cudaHostGetDevicePointer", err));
     }
@@ -82,11 +86,14 @@ class CudaBackend final : public KernelBackend {
     const size_t row_bytes = size_t{a.head_size} * DtypeBytes(a.dtype);
     const bool vector = row_bytes % 16 == 0 && Aligned16(a.cache) && Aligned16(a.update);
     const size_t unit = vector ? 16 : row_bytes % 4 == 0 ? 4 : 2;
-    KVTIER_RETURN_IF_ERROR(FitsOneLaunch("UpdateLinear", uint64_t{a.batch} * a.heads,
-                                         (uint64_t{a.seq} * row_bytes / unit + internal::kUnitsPerChunk - 1) /
-                                             internal::kUnitsPerChunk));
+    KVTIER_RETURN_IF_ERROR(
+        FitsOneLaunch("UpdateLinear", uint64_t{a.batch} * a.heads,
+                      (uint64_t{a.seq} * row_bytes / unit + internal::kUnitsPerChunk - 1) /
+                          internal::kUnitsPerChunk));
     internal::LaunchLinearUpdate(a, row_bytes, vector, Slot(), stream_);
-    return Finish([&](const DeviceFault& f) { return internal::BadWriteIndex(f.position, f.value, a.seq, a.max_seq); });
+    return Finish([&](const DeviceFault& f) {
+      return internal::BadWriteIndex(f.position, f.value, a.seq, a.max_seq);
+    });
   }
 
   Status UpdatePaged(const PagedUpdateArgs& a) override {
@@ -94,7 +101,8 @@ class CudaBackend final : public KernelBackend {
     KVTIER_RETURN_IF_ERROR(Begin());
     const size_t pool_slots = a.pool_blocks * a.layout->tokens_per_block();
     internal::LaunchPagedUpdate(a, Slot(), stream_);
-    return Finish([&](const DeviceFault& f) { return internal::BadSlot(f.position, f.value, pool_slots); });
+    return Finish(
+        [&](const DeviceFault& f) { return internal::BadSlot(f.position, f.value, pool_slots); });
   }
 
   Status Gather(const BlockCopyArgs& a) override { return CopyBlocks(a, /*to_staging=*/true); }
@@ -120,32 +128,38 @@ class CudaBackend final : public KernelBackend {
     internal::LaunchDecodeAttention(a, Slot(), stream_);
     const uint32_t max_tokens = a.max_blocks_per_sequence * a.layout->tokens_per_block();
     return Finish([&](const DeviceFault& f) {
-      if (f.kind == FaultKind::kBadLength) return internal::BadContextLength(f.position, f.value, max_tokens);
+      if (f.kind == FaultKind::kBadLength)
+        return internal::BadContextLength(f.position, f.value, max_tokens);
       return internal::BadBlockTableEntry(f.position, f.sub, f.value, a.pool_blocks);
     });
   }
 
   Result<void*> Allocate(MemoryKind kind, size_t bytes) override {
     void* p = nullptr;
-    const cudaError_t err = kind == MemoryKind::kDevice
-                                ? cudaMalloc(&p, bytes)
-                                : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    const cudaError_t err =
+        kind == MemoryKind::kDevice
+            ? cudaMalloc(&p, bytes)
+            : cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
     if (err != cudaSuccess) {
-      return ResourceExhaustedError(CudaError(kind == MemoryKind::kDevice ? "cudaMalloc" : "cudaHostAlloc", err) +
-                                    " of " + std::to_string(bytes) + " bytes");
+      return ResourceExhaustedError(
+          CudaError(kind == MemoryKind::kDevice ? "cudaMalloc" : "cudaHostAlloc", err) + " of " +
+          std::to_string(bytes) + " bytes");
     }
     return p;
   }
 
   void Free(MemoryKind kind, void* pointer) override {
-    if (kind == MemoryKind::kDevice) cudaFree(pointer);
-    else cudaFreeHost(pointer);
+    if (kind == MemoryKind::kDevice)
+      cudaFree(pointer);
+    else
+      cudaFreeHost(pointer);
   }
 
   // cudaMemcpy returns before a device-to-device copy is done; the contract is that a
   // call's result is visible when it returns, so the copy goes on our stream and we wait.
   Status Copy(void* dst, const void* src, size_t bytes) override {
-    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess)
+      return UnavailableError(CudaError("cudaSetDevice", err));
     cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) return InternalError(CudaError("cudaMemcpy", err));
@@ -156,8 +170,10 @@ class CudaBackend final : public KernelBackend {
                 size_t height) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckCopy2D(dst, dst_pitch, src, src_pitch, width, height));
     if (width == 0 || height == 0) return Status::Ok();
-    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
-    cudaError_t err = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height, cudaMemcpyDefault, stream_);
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess)
+      return UnavailableError(CudaError("cudaSetDevice", err));
+    cudaError_t err = cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                                        cudaMemcpyDefault, stream_);
     if (err == cudaSuccess) err = cudaStreamSynchronize(stream_);
     if (err != cudaSuccess) return InternalError(CudaError("cudaMemcpy2D", err));
     return Status::Ok();
@@ -168,10 +184,12 @@ class CudaBackend final : public KernelBackend {
 
   Status CopyBlocks(const BlockCopyArgs& a, bool to_staging) {
     KVTIER_RETURN_IF_ERROR(internal::CheckBlockCopy(a));
-    KVTIER_RETURN_IF_ERROR(FitsOneLaunch(to_staging ? "Gather" : "Scatter", a.count,
-                                         (a.block_bytes / 16 + internal::kUnitsPerChunk - 1) / internal::kUnitsPerChunk));
+    KVTIER_RETURN_IF_ERROR(FitsOneLaunch(
+        to_staging ? "Gather" : "Scatter", a.count,
+        (a.block_bytes / 16 + internal::kUnitsPerChunk - 1) / internal::kUnitsPerChunk));
     if (!Aligned16(a.pool) || !Aligned16(a.staging)) {
-      return InvalidArgumentError("Gather/Scatter: pool and staging must be 16-byte aligned (DeviceBuffer memory is)");
+      return InvalidArgumentError(
+          "Gather/Scatter: pool and staging must be 16-byte aligned (DeviceBuffer memory is)");
     }
     KVTIER_RETURN_IF_ERROR(Begin());
     unsigned long long* stamps = nullptr;
@@ -182,7 +200,8 @@ class CudaBackend final : public KernelBackend {
     }
     internal::LaunchCopyBlocks(a, to_staging, stamps, Slot(), stream_);
     return Finish([&](const DeviceFault& f) {
-      if (f.kind == FaultKind::kRepeatedBlock) return internal::RepeatedBlockId(f.position, static_cast<uint32_t>(f.value));
+      if (f.kind == FaultKind::kRepeatedBlock)
+        return internal::RepeatedBlockId(f.position, static_cast<uint32_t>(f.value));
       return internal::BadBlockId(f.position, f.value, a.pool_blocks);
     });
   }
@@ -193,10 +212,12 @@ class CudaBackend final : public KernelBackend {
     if (stamps_ != nullptr) cudaFree(stamps_);
     stamps_ = nullptr;
     stamp_count_ = 0;
-    if (cudaError_t err = cudaMalloc(&stamps_, blocks * sizeof(unsigned long long)); err != cudaSuccess) {
+    if (cudaError_t err = cudaMalloc(&stamps_, blocks * sizeof(unsigned long long));
+        err != cudaSuccess) {
       return ResourceExhaustedError(CudaError("cudaMalloc", err));
     }
-    if (cudaError_t err = cudaMemsetAsync(stamps_, 0, blocks * sizeof(unsigned long long), stream_); err != cudaSuccess) {
+    if (cudaError_t err = cudaMemsetAsync(stamps_, 0, blocks * sizeof(unsigned long long), stream_);
+        err != cudaSuccess) {
       return InternalError(CudaError("cudaMemsetAsync", err));
     }
     stamp_count_ = blocks;
@@ -206,15 +227,18 @@ class CudaBackend final : public KernelBackend {
   FaultSlot Slot() const { return FaultSlot{fault_, mirror_fault_, generation_}; }
 
   Status Begin() {
-    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess)
+      return UnavailableError(CudaError("cudaSetDevice", err));
     ++generation_;
     return Status::Ok();
   }
 
   template <typename FaultToStatus>
   Status Finish(FaultToStatus&& to_status) {
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return InternalError(CudaError("kernel launch", err));
-    if (cudaError_t err = cudaStreamSynchronize(stream_); err != cudaSuccess) return InternalError(CudaError("kernel", err));
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess)
+      return InternalError(CudaError("kernel launch", err));
+    if (cudaError_t err = cudaStreamSynchronize(stream_); err != cudaSuccess)
+      return InternalError(CudaError("kernel", err));
     // The device wrote the mirror (if it faulted) before the kernel ended; the wait orders it.
     const DeviceFault fault = *host_fault_;
     if (fault.generation == generation_) return to_status(fault);
@@ -226,13 +250,15 @@ class CudaBackend final : public KernelBackend {
   DeviceFault* fault_ = nullptr;
   DeviceFault* host_fault_ = nullptr;    // mapped pinned: the mirror the device writes
   DeviceFault* mirror_fault_ = nullptr;  // its device pointer
-  unsigned long long generation_ = 0;  // of the last call; 64 bits never wrap
+  unsigned long long generation_ = 0;    // of the last call; 64 bits never wrap
   unsigned long long* stamps_ = nullptr;
   size_t stamp_count_ = 0;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<KernelBackend>> MakeCudaBackend(int device_index) { return CudaBackend::Create(device_index); }
+Result<std::unique_ptr<KernelBackend>> MakeCudaBackend(int device_index) {
+  return CudaBackend::Create(device_index);
+}
 
 }  // namespace kvtier::gpu

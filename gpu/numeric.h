@@ -44,11 +44,14 @@ inline float HalfToFloat(uint16_t half) {
 
 inline uint16_t FloatToBf16(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
-inline float Bf16ToFloat(uint16_t bf16) { return std::bit_cast<float>(static_cast<uint32_t>(bf16) << 16); }
+inline float Bf16ToFloat(uint16_t bf16) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bf16) << 16);
+}
 
 inline constexpr float kFp8E4m3Max = 448.0f;
 

@@ -18,11 +18,11 @@ using testing::Upload;
 TEST(NumericTest, HalfEncodingsAtTheEdges) {
   EXPECT_EQ(FloatToHalf(1.0f), 0x3C00);
   EXPECT_EQ(FloatToHalf(-2.0f), 0xC000);
-  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);              // the largest half
-  EXPECT_EQ(FloatToHalf(65519.0f), 0x7BFF);              // still rounds down
-  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);              // rounds to infinity
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // the smallest subnormal
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0x0000);  // below half of it
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7BFF);                          // the largest half
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7BFF);                          // still rounds down
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7C00);                          // rounds to infinity
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);             // the smallest subnormal
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0x0000);             // below half of it
   EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // a tie goes to even
   EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // and up to even
   EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
@@ -45,8 +45,8 @@ TEST(NumericTest, Fp8E4m3EncodingsAndRoundTrip) {
   EXPECT_EQ(FloatToFp8E4m3(-INFINITY), 0xFE);
   EXPECT_EQ(FloatToFp8E4m3(1.0f), 0x38);
   EXPECT_EQ(FloatToFp8E4m3(std::ldexp(1.0f, -9)), 0x01);  // the smallest subnormal
-  EXPECT_EQ(FloatToFp8E4m3(1.0625f), 0x38);                // a tie between 1 and 1.125 goes to even
-  EXPECT_EQ(FloatToFp8E4m3(1.1875f), 0x3A);                // a tie between 1.125 and 1.25 goes to even
+  EXPECT_EQ(FloatToFp8E4m3(1.0625f), 0x38);               // a tie between 1 and 1.125 goes to even
+  EXPECT_EQ(FloatToFp8E4m3(1.1875f), 0x3A);  // a tie between 1.125 and 1.25 goes to even
   for (uint32_t bits = 0; bits <= 0xFF; ++bits) {
     if ((bits & 0x7F) == 0x7F) continue;  // NaN
     ASSERT_EQ(FloatToFp8E4m3(Fp8E4m3ToFloat(static_cast<uint8_t>(bits))), bits) << std::hex << bits;
@@ -64,7 +64,8 @@ std::vector<float> TestRows(uint32_t tokens, uint32_t heads, uint32_t dim) {
   std::vector<float> values = RandomFloats(size_t{tokens} * heads * dim, 11);
   for (size_t row = 0; row < size_t{tokens} * heads; ++row) {
     const float magnitude = row == 3 ? 0.0f : std::ldexp(1.0f, static_cast<int>(row % 9) - 4);
-    for (uint32_t d = 0; d < dim; ++d) values[row * dim + d] = HalfToFloat(FloatToHalf(values[row * dim + d] * magnitude));
+    for (uint32_t d = 0; d < dim; ++d)
+      values[row * dim + d] = HalfToFloat(FloatToHalf(values[row * dim + d] * magnitude));
   }
   return values;
 }
@@ -75,11 +76,18 @@ TEST(QuantizeTest, Int8AndFp8StayWithinTheirErrorBounds) {
   const std::vector<uint16_t> input = ToHalves(values);
   for (KvDtype format : {KvDtype::kInt8, KvDtype::kFp8E4m3}) {
     for (auto& backend : TestBackends()) {
-      DeviceBuffer in = Upload(*backend, input), q = Upload(*backend, std::vector<uint8_t>(values.size()));
+      DeviceBuffer in = Upload(*backend, input),
+                   q = Upload(*backend, std::vector<uint8_t>(values.size()));
       DeviceBuffer scales = Upload(*backend, std::vector<float>(tokens * heads));
       DeviceBuffer out = Upload(*backend, std::vector<float>(values.size()));
-      ASSERT_TRUE(backend->Quantize({in.data(), KvDtype::kFp16, q.data(), format, scales.as<float>(), tokens, heads, dim}).ok());
-      ASSERT_TRUE(backend->Dequantize({q.data(), format, scales.as<float>(), out.data(), KvDtype::kFp32, tokens, heads, dim}).ok());
+      ASSERT_TRUE(backend
+                      ->Quantize({in.data(), KvDtype::kFp16, q.data(), format, scales.as<float>(),
+                                  tokens, heads, dim})
+                      .ok());
+      ASSERT_TRUE(backend
+                      ->Dequantize({q.data(), format, scales.as<float>(), out.data(),
+                                    KvDtype::kFp32, tokens, heads, dim})
+                      .ok());
       const std::vector<float> scale = Download<float>(*backend, scales, tokens * heads);
       const std::vector<float> restored = Download<float>(*backend, out, values.size());
       for (size_t row = 0; row < size_t{tokens} * heads; ++row) {
@@ -90,9 +98,12 @@ TEST(QuantizeTest, Int8AndFp8StayWithinTheirErrorBounds) {
           const float x = values[row * dim + d], err = std::fabs(restored[row * dim + d] - x);
           // int8: half a step. fp8 e4m3: half an ulp of 3 mantissa bits (2^-4 relative), or
           // half the subnormal step 2^-9 of the scaled value; plus float rounding.
-          const float bound = format == KvDtype::kInt8 ? scale[row] * 0.5f
-                                                       : std::max(std::fabs(x) * 0.0625f, scale[row] * std::ldexp(1.0f, -10));
-          ASSERT_LE(err, bound * 1.0001f + 1e-12f) << backend->name() << " row " << row << " d " << d;
+          const float bound =
+              format == KvDtype::kInt8
+                  ? scale[row] * 0.5f
+                  : std::max(std::fabs(x) * 0.0625f, scale[row] * std::ldexp(1.0f, -10));
+          ASSERT_LE(err, bound * 1.0001f + 1e-12f)
+              << backend->name() << " row " << row << " d " << d;
         }
       }
     }
@@ -104,14 +115,23 @@ TEST(QuantizeTest, DequantizeWritesEveryFloatDtype) {
   const std::vector<float> scales = {0.5f};
   auto backend = MakeCpuBackend();
   std::vector<uint16_t> half(4), bf16(4);
-  ASSERT_TRUE(backend->Dequantize({q.data(), KvDtype::kInt8, scales.data(), half.data(), KvDtype::kFp16, 1, 1, 4}).ok());
-  ASSERT_TRUE(backend->Dequantize({q.data(), KvDtype::kInt8, scales.data(), bf16.data(), KvDtype::kBf16, 1, 1, 4}).ok());
+  ASSERT_TRUE(backend
+                  ->Dequantize({q.data(), KvDtype::kInt8, scales.data(), half.data(),
+                                KvDtype::kFp16, 1, 1, 4})
+                  .ok());
+  ASSERT_TRUE(backend
+                  ->Dequantize({q.data(), KvDtype::kInt8, scales.data(), bf16.data(),
+                                KvDtype::kBf16, 1, 1, 4})
+                  .ok());
   const std::vector<float> expected = {-63.5f, 0.0f, 32.0f, 63.5f};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(HalfToFloat(half[i]), expected[i]);
     EXPECT_EQ(Bf16ToFloat(bf16[i]), Bf16ToFloat(FloatToBf16(expected[i])));
   }
-  EXPECT_EQ(backend->Dequantize({q.data(), KvDtype::kFp16, scales.data(), half.data(), KvDtype::kFp16, 1, 1, 4}).code(),
+  EXPECT_EQ(backend
+                ->Dequantize(
+                    {q.data(), KvDtype::kFp16, scales.data(), half.data(), KvDtype::kFp16, 1, 1, 4})
+                .code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -48,7 +48,8 @@ class SharedDeviceMemory {
   // Maps another process's memory. REQUIRES: `bytes` is at most what the creator
   // allocated (the attachment's layout says how much). kFailedPrecondition for a handle
   // of this same process; kInvalidArgument for a handle CUDA does not accept.
-  [[nodiscard]] static Result<SharedDeviceMemory> Open(int device, const IpcHandle& handle, size_t bytes);
+  [[nodiscard]] static Result<SharedDeviceMemory> Open(int device, const IpcHandle& handle,
+                                                       size_t bytes);
 
   SharedDeviceMemory() = default;
   SharedDeviceMemory(SharedDeviceMemory&& other) noexcept { *this = std::move(other); }

@@ -18,10 +18,12 @@ static_assert(sizeof(cudaIpcMemHandle_t) == IpcHandle::kBytes);
 
 Result<SharedDeviceMemory> SharedDeviceMemory::Create(int device, size_t bytes) {
   if (bytes == 0) return InvalidArgumentError("shared device memory: size must be positive");
-  if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+  if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess)
+    return UnavailableError(CudaError("cudaSetDevice", err));
   void* data = nullptr;
   if (cudaError_t err = cudaMalloc(&data, bytes); err != cudaSuccess) {
-    return ResourceExhaustedError(CudaError("cudaMalloc", err) + " of " + std::to_string(bytes) + " bytes");
+    return ResourceExhaustedError(CudaError("cudaMalloc", err) + " of " + std::to_string(bytes) +
+                                  " bytes");
   }
   cudaIpcMemHandle_t raw;
   cudaError_t err = cudaMemset(data, 0, bytes);
@@ -35,16 +37,19 @@ Result<SharedDeviceMemory> SharedDeviceMemory::Create(int device, size_t bytes) 
   return SharedDeviceMemory(data, bytes, device, handle, /*owner=*/true);
 }
 
-Result<SharedDeviceMemory> SharedDeviceMemory::Open(int device, const IpcHandle& handle, size_t bytes) {
-  if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return UnavailableError(CudaError("cudaSetDevice", err));
+Result<SharedDeviceMemory> SharedDeviceMemory::Open(int device, const IpcHandle& handle,
+                                                    size_t bytes) {
+  if (cudaError_t err = cudaSetDevice(device); err != cudaSuccess)
+    return UnavailableError(CudaError("cudaSetDevice", err));
   cudaIpcMemHandle_t raw;
   std::memcpy(&raw, handle.bytes.data(), IpcHandle::kBytes);
   void* data = nullptr;
   const cudaError_t err = cudaIpcOpenMemHandle(&data, raw, cudaIpcMemLazyEnablePeerAccess);
   if (err == cudaErrorDeviceUninitialized) {  // the runtime's name for CUDA_ERROR_INVALID_CONTEXT
     cudaGetLastError();
-    return FailedPreconditionError(CudaError("cudaIpcOpenMemHandle", err) +
-                                   ": a CUDA IPC handle cannot be opened by the process that created it");
+    return FailedPreconditionError(
+        CudaError("cudaIpcOpenMemHandle", err) +
+        ": a CUDA IPC handle cannot be opened by the process that created it");
   }
   if (err != cudaSuccess) {
     cudaGetLastError();
@@ -56,8 +61,10 @@ Result<SharedDeviceMemory> SharedDeviceMemory::Open(int device, const IpcHandle&
 void SharedDeviceMemory::Release() {
   if (data_ == nullptr) return;
   cudaSetDevice(device_);
-  if (owner_) cudaFree(data_);
-  else cudaIpcCloseMemHandle(data_);
+  if (owner_)
+    cudaFree(data_);
+  else
+    cudaIpcCloseMemHandle(data_);
   data_ = nullptr;
 }
 

@@ -31,8 +31,10 @@ int RunCommand(const std::string& command, std::string* out) {
 
 // gpu_ipc_peer beside this test (a bundle carried to a GPU machine), else in the build's bin/.
 std::string PeerPath() {
-  const auto beside = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpu_ipc_peer";
-  return std::filesystem::exists(beside) ? beside.string() : std::string(KVTIER_BIN_DIR "/gpu_ipc_peer");
+  const auto beside =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpu_ipc_peer";
+  return std::filesystem::exists(beside) ? beside.string()
+                                         : std::string(KVTIER_BIN_DIR "/gpu_ipc_peer");
 }
 
 TEST(IpcHandleTest, HexAndBytesRoundTripAndBadInputIsNamed) {
@@ -43,12 +45,14 @@ TEST(IpcHandleTest, HexAndBytesRoundTripAndBadInputIsNamed) {
   auto back = IpcHandle::FromHex(hex);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->bytes, handle.bytes);
-  auto raw = IpcHandle::FromBytes(std::string(reinterpret_cast<const char*>(handle.bytes.data()), 64));
+  auto raw =
+      IpcHandle::FromBytes(std::string(reinterpret_cast<const char*>(handle.bytes.data()), 64));
   ASSERT_TRUE(raw.ok());
   EXPECT_EQ(raw->bytes, handle.bytes);
 
-  EXPECT_NE(IpcHandle::FromHex(hex.substr(1)).status().message().find("expected 128 hex digits, got 127"),
-            std::string::npos);
+  EXPECT_NE(
+      IpcHandle::FromHex(hex.substr(1)).status().message().find("expected 128 hex digits, got 127"),
+      std::string::npos);
   std::string bad = hex;
   bad[9] = 'g';
   EXPECT_NE(IpcHandle::FromHex(bad).status().message().find("position 9"), std::string::npos);
@@ -80,7 +84,11 @@ TEST(SharedDeviceMemoryTest, AnotherProcessReadsAndWritesThePoolInPlace) {
   // The peer process checks pattern 7 through its own mapping and writes pattern 99.
   std::string out;
   const std::string peer = PeerPath();
-  ASSERT_EQ(RunCommand(peer + " " + memory->handle().ToHex() + " " + std::to_string(kBytes) + " 7 99", &out), 0) << out;
+  ASSERT_EQ(
+      RunCommand(peer + " " + memory->handle().ToHex() + " " + std::to_string(kBytes) + " 7 99",
+                 &out),
+      0)
+      << out;
   EXPECT_EQ(out, "ok\n");
   ASSERT_TRUE((*backend)->Copy(host.data(), memory->data(), kBytes).ok());
   size_t wrong = 0;
@@ -88,7 +96,10 @@ TEST(SharedDeviceMemoryTest, AnotherProcessReadsAndWritesThePoolInPlace) {
   EXPECT_EQ(wrong, 0u) << "the peer's writes are visible to the creator, in place";
 
   // A peer that expects another pattern says which byte differs.
-  EXPECT_EQ(RunCommand(peer + " " + memory->handle().ToHex() + " " + std::to_string(kBytes) + " 8 1", &out), 1);
+  EXPECT_EQ(
+      RunCommand(peer + " " + memory->handle().ToHex() + " " + std::to_string(kBytes) + " 8 1",
+                 &out),
+      1);
   EXPECT_NE(out.find("byte 0 differs"), std::string::npos) << out;
   // CUDA refuses to open a handle in the process that made it.
   const Status same_process = SharedDeviceMemory::Open(0, memory->handle(), kBytes).status();

@@ -69,7 +69,7 @@ class SinkWindowCache {
   int64_t SlotOf(int64_t position) const;
 
   SinkWindowOptions options_;
-  int64_t last_chunk_ = -1;             // last closed chunk; -1 when empty
+  int64_t last_chunk_ = -1;  // last closed chunk; -1 when empty
   std::optional<int64_t> open_chunk_;
 };
 

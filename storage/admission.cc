@@ -5,8 +5,8 @@
 namespace kvtier::storage {
 namespace {
 constexpr int kRows = 4;
-constexpr uint64_t kSeeds[kRows] = {0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL, 0x165667B19E3779F9ULL,
-                                    0x27D4EB2F165667C5ULL};
+constexpr uint64_t kSeeds[kRows] = {0x9E3779B97F4A7C15ULL, 0xC2B2AE3D27D4EB4FULL,
+                                    0x165667B19E3779F9ULL, 0x27D4EB2F165667C5ULL};
 }  // namespace
 
 Result<FrequencyFilter> FrequencyFilter::Create(const FrequencyFilterOptions& options) {
@@ -14,7 +14,8 @@ Result<FrequencyFilter> FrequencyFilter::Create(const FrequencyFilterOptions& op
     return InvalidArgumentError("admission width " + std::to_string(options.width) +
                                 " must be a power of two of at least 64");
   }
-  if (options.sample_size == 0) return InvalidArgumentError("admission sample_size must be positive");
+  if (options.sample_size == 0)
+    return InvalidArgumentError("admission sample_size must be positive");
   if (options.min_count < 1 || options.min_count > 15) {
     return InvalidArgumentError("admission min_count " + std::to_string(options.min_count) +
                                 " is out of range [1, 15]");
@@ -42,7 +43,8 @@ void FrequencyFilter::Record(const BlockKey& key) {
   if (estimate < 15) {
     for (int row = 0; row < kRows; ++row) {
       const size_t i = Index(key, row);
-      if (Counter(i) == estimate) counters_[i / 2] = static_cast<uint8_t>(counters_[i / 2] + (i % 2 == 0 ? 1 : 0x10));
+      if (Counter(i) == estimate)
+        counters_[i / 2] = static_cast<uint8_t>(counters_[i / 2] + (i % 2 == 0 ? 1 : 0x10));
     }
   }
   if (++recorded_ >= options_.sample_size) Age();
@@ -55,7 +57,8 @@ uint8_t FrequencyFilter::Estimate(const BlockKey& key) const {
 }
 
 void FrequencyFilter::Age() {
-  for (uint8_t& byte : counters_) byte = static_cast<uint8_t>((byte >> 1) & 0x77);  // halve both nibbles
+  for (uint8_t& byte : counters_)
+    byte = static_cast<uint8_t>((byte >> 1) & 0x77);  // halve both nibbles
   recorded_ = 0;
   ++agings_;
 }

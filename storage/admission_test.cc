@@ -35,8 +35,10 @@ TEST(FrequencyFilterTest, AgingHalvesOldCounts) {
 }
 
 TEST(FrequencyFilterTest, BadOptionsAreNamed) {
-  EXPECT_NE(FrequencyFilter::Create({1000, 8, 2}).status().message().find("power of two"), std::string::npos);
-  EXPECT_NE(FrequencyFilter::Create({1024, 8, 16}).status().message().find("[1, 15]"), std::string::npos);
+  EXPECT_NE(FrequencyFilter::Create({1000, 8, 2}).status().message().find("power of two"),
+            std::string::npos);
+  EXPECT_NE(FrequencyFilter::Create({1024, 8, 16}).status().message().find("[1, 15]"),
+            std::string::npos);
   EXPECT_EQ(FrequencyFilter::Create({1024, 0, 2}).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -34,8 +34,9 @@ uint64_t PayloadChecksum(std::span<const uint8_t> payload) {
 Status ValidateFormatTag(std::string_view format_tag) {
   if (format_tag.empty()) return InvalidArgumentError("block format tag is empty");
   if (format_tag.size() > kMaxFormatTagBytes) {
-    return InvalidArgumentError("block format tag is " + std::to_string(format_tag.size()) + " bytes; at most " +
-                                std::to_string(kMaxFormatTagBytes) + " allowed");
+    return InvalidArgumentError("block format tag is " + std::to_string(format_tag.size()) +
+                                " bytes; at most " + std::to_string(kMaxFormatTagBytes) +
+                                " allowed");
   }
   return Status::Ok();
 }
@@ -48,7 +49,8 @@ void SaltHeader(const KeySalt& salt, BlockHeader& header) {
 Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateFormatTag(header.format_tag));
   if (header.priority > 100) {
-    return InvalidArgumentError("block priority " + std::to_string(header.priority) + " is outside 0-100");
+    return InvalidArgumentError("block priority " + std::to_string(header.priority) +
+                                " is outside 0-100");
   }
   KVTIER_RETURN_IF_ERROR(RetentionFromMs(header.retention_left_ms, "block retention").status());
   if (header.payload_bytes == 0) return InvalidArgumentError("block payload is empty");
@@ -59,26 +61,32 @@ Status ValidateHeader(const BlockHeader& header, uint64_t max_payload_bytes) {
   return Status::Ok();
 }
 
-Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
+Status ValidateBlockSize(const BlockHeader& header, std::span<const uint8_t> payload,
+                         uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateHeader(header, max_payload_bytes));
   if (payload.size() != header.payload_bytes) {
-    return InvalidArgumentError("block payload is " + std::to_string(payload.size()) + " bytes; its header says " +
-                                std::to_string(header.payload_bytes) + " (truncated or oversized)");
+    return InvalidArgumentError("block payload is " + std::to_string(payload.size()) +
+                                " bytes; its header says " + std::to_string(header.payload_bytes) +
+                                " (truncated or oversized)");
   }
   return Status::Ok();
 }
 
-Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload, uint64_t max_payload_bytes) {
+Status ValidateBlock(const BlockHeader& header, std::span<const uint8_t> payload,
+                     uint64_t max_payload_bytes) {
   KVTIER_RETURN_IF_ERROR(ValidateBlockSize(header, payload, max_payload_bytes));
   if (PayloadChecksum(payload) != header.checksum) return ChecksumMismatchError(header);
   return Status::Ok();
 }
 
 Status ChecksumMismatchError(const BlockHeader& header) {
-  return InvalidArgumentError("block payload does not match its checksum (block " + header.key.ToHex() + ")");
+  return InvalidArgumentError("block payload does not match its checksum (block " +
+                              header.key.ToHex() + ")");
 }
 
-size_t EncodedHeaderBytes(const BlockHeader& header) { return kFixedBytes + header.format_tag.size(); }
+size_t EncodedHeaderBytes(const BlockHeader& header) {
+  return kFixedBytes + header.format_tag.size();
+}
 
 void EncodeHeader(const BlockHeader& header, std::string& out) {
   out.reserve(out.size() + EncodedHeaderBytes(header));
@@ -100,16 +108,17 @@ void EncodeHeader(const BlockHeader& header, std::string& out) {
 
 Result<BlockHeader> DecodeHeader(std::span<const uint8_t> bytes, size_t& consumed) {
   if (bytes.size() < kFixedBytes) {
-    return DataLossError("block header truncated: " + std::to_string(bytes.size()) + " bytes, at least " +
-                         std::to_string(kFixedBytes) + " needed");
+    return DataLossError("block header truncated: " + std::to_string(bytes.size()) +
+                         " bytes, at least " + std::to_string(kFixedBytes) + " needed");
   }
   const uint8_t* p = bytes.data();
   if (Get<uint32_t>(p) != kMagic) return DataLossError("block header has a bad magic number");
   const uint32_t encoded = Get<uint32_t>(p + 4);
   const uint16_t tag_bytes = Get<uint16_t>(p + 74);
   if (encoded != kFixedBytes + tag_bytes || encoded > bytes.size()) {
-    return DataLossError("block header length " + std::to_string(encoded) + " is inconsistent (tag " +
-                         std::to_string(tag_bytes) + " bytes, " + std::to_string(bytes.size()) + " available)");
+    return DataLossError("block header length " + std::to_string(encoded) +
+                         " is inconsistent (tag " + std::to_string(tag_bytes) + " bytes, " +
+                         std::to_string(bytes.size()) + " available)");
   }
   BlockHeader header;
   header.key = BlockKey{Get<uint64_t>(p + 8), Get<uint64_t>(p + 16)};
@@ -121,10 +130,12 @@ Result<BlockHeader> DecodeHeader(std::span<const uint8_t> bytes, size_t& consume
   header.priority = p[72];
   header.first_in_chain = (p[73] & 1) != 0;
   if (header.priority > 100) {
-    return DataLossError("block header priority " + std::to_string(header.priority) + " is outside 0-100");
+    return DataLossError("block header priority " + std::to_string(header.priority) +
+                         " is outside 0-100");
   }
-  KVTIER_ASSIGN_OR_RETURN(header.format_tag,
-                          FormatTag::Intern({reinterpret_cast<const char*>(p + kFixedBytes), tag_bytes}));
+  KVTIER_ASSIGN_OR_RETURN(
+      header.format_tag,
+      FormatTag::Intern({reinterpret_cast<const char*>(p + kFixedBytes), tag_bytes}));
   consumed = encoded;
   return header;
 }

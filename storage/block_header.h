@@ -9,8 +9,9 @@
 //
 // Encoded form, all integers little-endian (76 fixed bytes, then the tag):
 //   u32 magic "KVB1" | u32 encoded header bytes | u64 key.hi | u64 key.lo |
-//   u64 parent.hi | u64 parent.lo | u64 salt_scope | u64 checksum | u64 payload bytes | u64 retention left ms (0: none) |
-//   u8 priority | u8 flags (bit 0: first in chain) | u16 len(tag) | tag bytes
+//   u64 parent.hi | u64 parent.lo | u64 salt_scope | u64 checksum | u64 payload bytes | u64
+//   retention left ms (0: none) | u8 priority | u8 flags (bit 0: first in chain) | u16 len(tag) |
+//   tag bytes
 // The checksum (XXH3-64, xxHash) covers the payload; a reader recomputes it before it
 // hands a payload out, so a corrupt block is reported as data loss, never returned.
 //
@@ -34,11 +35,11 @@ inline constexpr size_t kMaxEncodedHeaderBytes = 76 + kMaxFormatTagBytes;
 
 struct BlockHeader {
   BlockKey key;
-  BlockKey parent;                  // the previous block's key (the salt root for a first block)
-  bool first_in_chain = false;      // the prompt's first block: `parent` is the salt root
-  FormatTag format_tag;              // interned: a copy of the header allocates nothing
+  BlockKey parent;              // the previous block's key (the salt root for a first block)
+  bool first_in_chain = false;  // the prompt's first block: `parent` is the salt root
+  FormatTag format_tag;         // interned: a copy of the header allocates nothing
   uint64_t salt_scope = 0;
-  uint64_t checksum = 0;            // PayloadChecksum of the payload
+  uint64_t checksum = 0;  // PayloadChecksum of the payload
   uint64_t payload_bytes = 0;
   uint8_t priority = kDefaultPriority;
   // How long `priority` still holds when the header is handed over; after it the

@@ -21,7 +21,8 @@ constexpr size_t kFlagsOffset = 73;  // u8 flags, after the u8 priority (block_h
 bool SameHeader(const BlockHeader& a, const BlockHeader& b) {
   return a.key == b.key && a.parent == b.parent && a.first_in_chain == b.first_in_chain &&
          a.format_tag == b.format_tag && a.salt_scope == b.salt_scope && a.checksum == b.checksum &&
-         a.payload_bytes == b.payload_bytes && a.priority == b.priority && a.retention_left_ms == b.retention_left_ms;
+         a.payload_bytes == b.payload_bytes && a.priority == b.priority &&
+         a.retention_left_ms == b.retention_left_ms;
 }
 
 }  // namespace
@@ -39,11 +40,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzCheck(encoded.size() == consumed, "encodes to the size it was decoded from");
   std::string original(reinterpret_cast<const char*>(data), consumed);
   original[kFlagsOffset] = static_cast<char>(original[kFlagsOffset] & 1);
-  FuzzCheck(std::memcmp(encoded.data(), original.data(), consumed) == 0, "encodes back to its bytes");
+  FuzzCheck(std::memcmp(encoded.data(), original.data(), consumed) == 0,
+            "encodes back to its bytes");
 
   size_t again = 0;
-  const kvtier::Result<BlockHeader> decoded =
-      kvtier::storage::DecodeHeader({reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}, again);
-  FuzzCheck(decoded.ok() && again == consumed && SameHeader(*decoded, *header), "its encoding decodes to it");
+  const kvtier::Result<BlockHeader> decoded = kvtier::storage::DecodeHeader(
+      {reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}, again);
+  FuzzCheck(decoded.ok() && again == consumed && SameHeader(*decoded, *header),
+            "its encoding decodes to it");
   return 0;
 }

@@ -22,7 +22,8 @@ TEST(BlockHeaderTest, EncodeDecodeRoundTripsEveryField) {
   EXPECT_EQ(encoded.size(), EncodedHeaderBytes(block.header));
   encoded += "payload follows";
   size_t consumed = 0;
-  auto decoded = DecodeHeader({reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}, consumed);
+  auto decoded =
+      DecodeHeader({reinterpret_cast<const uint8_t*>(encoded.data()), encoded.size()}, consumed);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(consumed, EncodedHeaderBytes(block.header));
   EXPECT_EQ(decoded->key, block.header.key);
@@ -41,7 +42,9 @@ TEST(BlockHeaderTest, DecodeRejectsTruncatedAndGarbledHeaders) {
   std::string encoded;
   EncodeHeader(block.header, encoded);
   size_t consumed = 0;
-  auto bytes = [](const std::string& s) { return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+  auto bytes = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
 
   auto truncated = DecodeHeader(bytes(encoded.substr(0, 30)), consumed);
   EXPECT_EQ(truncated.status().code(), StatusCode::kDataLoss);
@@ -69,7 +72,8 @@ TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
   EXPECT_NE(oversized.message().find("exceeds the limit"), std::string::npos);
 
   block.payload[17] ^= 1;
-  EXPECT_NE(ValidateBlock(block.header, block.payload, 1024).message().find("checksum"), std::string::npos);
+  EXPECT_NE(ValidateBlock(block.header, block.payload, 1024).message().find("checksum"),
+            std::string::npos);
 
   BlockHeader no_tag = block.header;
   no_tag.format_tag = FormatTag();
@@ -88,7 +92,8 @@ TEST(BlockHeaderTest, ValidateBlockNamesWhatIsWrong) {
   too_long.retention_left_ms = uint64_t{1} << 55;
   const Status refused = ValidateHeader(too_long, 1024);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("block retention of 36028797018963968 ms"), std::string::npos) << refused;
+  EXPECT_NE(refused.message().find("block retention of 36028797018963968 ms"), std::string::npos)
+      << refused;
 }
 
 // The checksums that blocks on disk and on the wire carry are XXH3-64's: whichever of
@@ -114,7 +119,9 @@ TEST(BlockHeaderTest, PayloadChecksumIsXxh3OfThePayload) {
 // process holds FormatTag::kMaxFormatTags. Tags already interned still decode.
 // Keep it the file's last test: it fills this process's table of tags.
 TEST(BlockHeaderTest, DecodingBoundsTheFormatTagsItInterns) {
-  const auto bytes = [](const std::string& s) { return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size()); };
+  const auto bytes = [](const std::string& s) {
+    return std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
   // The encoded header of `block` with its tag's bytes replaced by `tag` (of any length).
   const auto with_tag = [](BlockHeader header, const std::string& tag) {
     header.format_tag = FormatTag();
@@ -128,17 +135,21 @@ TEST(BlockHeaderTest, DecodingBoundsTheFormatTagsItInterns) {
   };
   const BlockHeader header = testing::MakeBlock(1, 64).header;
   size_t consumed = 0;
-  const Result<BlockHeader> long_tag = DecodeHeader(bytes(with_tag(header, std::string(300, 'x'))), consumed);
+  const Result<BlockHeader> long_tag =
+      DecodeHeader(bytes(with_tag(header, std::string(300, 'x'))), consumed);
   EXPECT_EQ(long_tag.status().code(), StatusCode::kInvalidArgument) << long_tag.status();
   EXPECT_NE(long_tag.status().message().find("300 bytes"), std::string::npos) << long_tag.status();
 
-  const Result<BlockHeader> first = DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
+  const Result<BlockHeader> first =
+      DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
   ASSERT_TRUE(first.ok()) << first.status();
   for (size_t i = 0; FormatTag::Intern("flood-" + std::to_string(i)).ok(); ++i) {
   }
-  const Result<BlockHeader> fresh = DecodeHeader(bytes(with_tag(header, "decoded-after-the-flood")), consumed);
+  const Result<BlockHeader> fresh =
+      DecodeHeader(bytes(with_tag(header, "decoded-after-the-flood")), consumed);
   EXPECT_EQ(fresh.status().code(), StatusCode::kResourceExhausted) << fresh.status();
-  const Result<BlockHeader> again = DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
+  const Result<BlockHeader> again =
+      DecodeHeader(bytes(with_tag(header, "decoded-before-the-flood")), consumed);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->format_tag, first->format_tag);
 }

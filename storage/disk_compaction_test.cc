@@ -45,13 +45,15 @@ TEST(DiskCompactionTest, CompactionKeepsTheFilesNearTheLiveBytes) {
     TestBlock block = MakeBlock(id, 64 << 10);
     ASSERT_TRUE((*tier)->Put(block.header, block.payload).ok());
     if (id % 8 == 0) hot.push_back(std::move(block));
-    for (const TestBlock& h : hot) (*tier)->Contains(h.ref()) && ReadBack(**tier, h).ok();  // keep them recent
+    for (const TestBlock& h : hot)
+      (*tier)->Contains(h.ref()) && ReadBack(**tier, h).ok();  // keep them recent
     max_file_bytes = std::max(max_file_bytes, (*tier)->Files().file_bytes);
   }
   const DiskFiles files = (*tier)->Files();
   // At most 1.25x the live bytes plus a segment, and the put that found the debt may have
   // added up to a segment's worth before its compaction.
-  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes) << "compaction kept up";
+  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes)
+      << "compaction kept up";
   EXPECT_LE(files.file_bytes, files.live_bytes * 5 / 4 + 2 * options.segment_bytes);
   EXPECT_EQ(files.live_bytes, (*tier)->Stats().bytes);
   EXPECT_EQ(files.file_bytes, (*tier)->Stats().medium_bytes);
@@ -92,7 +94,8 @@ TEST(DiskCompactionTest, GetsReadTheRightBytesWhileCompactionMovesTheirBlocks) {
     ASSERT_TRUE((*tier)->Put(block.header, block.payload).ok());
     // The writer keeps the hot blocks recent too, so that they outlive their segments
     // however the readers are scheduled.
-    for (uint64_t id = 8; id <= block.header.key.lo; id += 8) (void)ReadBack(**tier, blocks[id - 1]);
+    for (uint64_t id = 8; id <= block.header.key.lo; id += 8)
+      (void)ReadBack(**tier, blocks[id - 1]);
     max_file_bytes = std::max(max_file_bytes, (*tier)->Files().file_bytes);
   }
   readers.Stop();
@@ -100,9 +103,11 @@ TEST(DiskCompactionTest, GetsReadTheRightBytesWhileCompactionMovesTheirBlocks) {
   EXPECT_EQ(readers.errors.load(), 0u);
   EXPECT_GT(readers.hits.load(), 0u);
   EXPECT_EQ((*tier)->Stats().checksum_failures, 0u);
-  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes) << "compaction kept up";
+  EXPECT_LE(max_file_bytes, options.capacity_bytes * 5 / 4 + 2 * options.segment_bytes)
+      << "compaction kept up";
   size_t hot_stored = 0;  // the last two segments hold 4 of them: the rest were moved
-  for (uint64_t id = 8; id <= blocks.size(); id += 8) hot_stored += (*tier)->Contains(blocks[id - 1].ref());
+  for (uint64_t id = 8; id <= blocks.size(); id += 8)
+    hot_stored += (*tier)->Contains(blocks[id - 1].ref());
   EXPECT_GT(hot_stored, 10u) << "compaction moved hot blocks while they were read";
 }
 
@@ -143,7 +148,8 @@ TEST(DiskCompactionTest, ABlockFoundCorruptWhileMovedIsDroppedCountedAndTold) {
     EXPECT_EQ(*read, h->payload);
   }
   const DiskFiles files = (*tier)->Files();
-  EXPECT_EQ(files.live_bytes, (*tier)->Stats().bytes) << "the dropped block's room is not counted live";
+  EXPECT_EQ(files.live_bytes, (*tier)->Stats().bytes)
+      << "the dropped block's room is not counted live";
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ using disk_internal::HeaderKey;
 
 class DiskTier::Impl {
  public:
-  Impl(DiskTierOptions options, std::unique_ptr<HeaderFamilies> families, std::unique_ptr<PayloadSegments> segments)
+  Impl(DiskTierOptions options, std::unique_ptr<HeaderFamilies> families,
+       std::unique_ptr<PayloadSegments> segments)
       : options_(std::move(options)),
         families_(std::move(families)),
         db_(families_->db()),
@@ -50,17 +51,20 @@ class DiskTier::Impl {
     Status scanned;
     families_->ForEach([&](std::string_view format_tag, rocksdb::ColumnFamilyHandle* family)
                            KVTIER_REQUIRES(write_mu_, mu_) {
-      if (scanned.ok()) scanned = RecoverLayout(format_tag, family, batch, lost);
-    });
+                             if (scanned.ok())
+                               scanned = RecoverLayout(format_tag, family, batch, lost);
+                           });
     KVTIER_RETURN_IF_ERROR(scanned);
     segments_->DropUnreferenced();
     lost_at_open_ = lost;
     if (lost > 0) {
-      spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped", options_.path, lost);
+      spdlog::warn("disk tier {}: {} blocks whose payload was not on disk were dropped",
+                   options_.path, lost);
     }
     std::vector<EvictedBlock> evicted;
     Status written = EvictLocked(0, batch, evicted);  // the capacity may have shrunk
-    if (written.ok()) written = FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
+    if (written.ok())
+      written = FromRocks(db_.Write(write_options_, &batch), "dropping unreadable headers");
     SettleEvictionsLocked(evicted, written.ok());
     return written;
   }
@@ -77,20 +81,25 @@ class DiskTier::Impl {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       const PutItem& item = items[i];
-      results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
+      results[i] =
+          ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
-    put_groups_.Commit(items, results, [this](std::span<const PutItem> group, std::vector<Status>& group_results) {
-      MutexLock write_lock(write_mu_);
-      PutBatchLocked(group, group_results);
-      // After a write (not when the disk just refused one: the move would fail too).
-      const auto wrote = [](const Status& s) { return s.ok(); };
-      if (std::any_of(group_results.begin(), group_results.end(), wrote)) Compact();
-    });
+    put_groups_.Commit(items, results,
+                       [this](std::span<const PutItem> group, std::vector<Status>& group_results) {
+                         MutexLock write_lock(write_mu_);
+                         PutBatchLocked(group, group_results);
+                         // After a write (not when the disk just refused one: the move would fail
+                         // too).
+                         const auto wrote = [](const Status& s) { return s.ok(); };
+                         if (std::any_of(group_results.begin(), group_results.end(), wrote))
+                           Compact();
+                       });
     return results;
   }
 
   // `results`: the items' checks, kept where they failed and made the outcome elsewhere.
-  void PutBatchLocked(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
+  void PutBatchLocked(std::span<const PutItem> items, std::vector<Status>& results)
+      KVTIER_REQUIRES(write_mu_) {
     CreateFamilies(items, results);
     StagedBatch staged;
     Status written;
@@ -102,7 +111,8 @@ class DiskTier::Impl {
       if (written.ok()) written = ReservePayloads(items, staged);
     }
     if (written.ok()) written = WritePayloads(items, staged);
-    if (written.ok()) written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
+    if (written.ok())
+      written = FromRocks(db_.Write(write_options_, &staged.batch), "writing blocks");
     MutexLock lock(mu_);
     // A batch that was not written evicted nothing: its victims' headers and payloads
     // are still on disk, so they go back into the index where they were.
@@ -142,16 +152,18 @@ class DiskTier::Impl {
       }
       header = index_.CurrentHeader(id);
       if (out.size() < header.payload_bytes) {
-        return InvalidArgumentError("buffer of " + std::to_string(out.size()) + " bytes is too small for block " +
-                                    ref.key.ToHex() + " of " + std::to_string(header.payload_bytes) + " bytes");
+        return InvalidArgumentError("buffer of " + std::to_string(out.size()) +
+                                    " bytes is too small for block " + ref.key.ToHex() + " of " +
+                                    std::to_string(header.payload_bytes) + " bytes");
       }
       location = index_.entry(id).location;
       file = segments_->File(SegmentOf(location));
       index_.Touch(id);
     }
     // Read outside the lock: the file stays readable even if the block is deleted now.
-    Result<uint64_t> hash = file == nullptr ? UnavailableError("its segment file is gone")
-                                            : file->ReadHashed(OffsetOf(location), out.first(header.payload_bytes));
+    Result<uint64_t> hash =
+        file == nullptr ? UnavailableError("its segment file is gone")
+                        : file->ReadHashed(OffsetOf(location), out.first(header.payload_bytes));
     if (!hash.ok()) {
       MutexLock lock(mu_);
       ++stats_.io_errors;
@@ -178,7 +190,8 @@ class DiskTier::Impl {
     if (id == TierIndex::kNil) return NotFound();
     rocksdb::WriteBatch batch;
     KVTIER_RETURN_IF_ERROR(DeleteHeader(index_.entry(id).header, batch));
-    Status removed = FromRocks(db_.Write(write_options_, &batch), "removing block " + ref.key.ToHex());
+    Status removed =
+        FromRocks(db_.Write(write_options_, &batch), "removing block " + ref.key.ToHex());
     if (!removed.ok()) {
       ++stats_.io_errors;
       return removed;  // nothing changed: the block stays, whole and readable
@@ -240,19 +253,21 @@ class DiskTier::Impl {
 
   // A miss allocates nothing (a constant), as the host tier's.
   static Status NotFound() {
-    static const std::string* const kMiss = MessageConstant("the block is not in the disk tier under the format and scope asked for");
+    static const std::string* const kMiss =
+        MessageConstant("the block is not in the disk tier under the format and scope asked for");
     return Status::Constant(StatusCode::kNotFound, kMiss);
   }
 
   // One layout's headers into the index. Unusable ones (undecodable, filed under another
   // layout or key, or whose payload is not on disk) join `batch` as deletes.
-  Status RecoverLayout(std::string_view format_tag, rocksdb::ColumnFamilyHandle* family, rocksdb::WriteBatch& batch,
-                       uint64_t& lost) KVTIER_REQUIRES(write_mu_, mu_) {
+  Status RecoverLayout(std::string_view format_tag, rocksdb::ColumnFamilyHandle* family,
+                       rocksdb::WriteBatch& batch, uint64_t& lost) KVTIER_REQUIRES(write_mu_, mu_) {
     std::unique_ptr<rocksdb::Iterator> it(db_.NewIterator(rocksdb::ReadOptions(), family));
     for (it->SeekToFirst(); it->Valid(); it->Next()) {
       Result<StoredHeader> stored = DecodeStored(it->value());
-      const bool readable = stored.ok() && stored->header.format_tag == format_tag &&
-                            HeaderKey(stored->header.key) == std::string_view(it->key().data(), it->key().size());
+      const bool readable =
+          stored.ok() && stored->header.format_tag == format_tag &&
+          HeaderKey(stored->header.key) == std::string_view(it->key().data(), it->key().size());
       if (!readable) {
         ++stats_.checksum_failures;
       } else if (!segments_->AddLive(stored->location, stored->header.payload_bytes)) {
@@ -276,10 +291,12 @@ class DiskTier::Impl {
 
   Result<StoredHeader> DecodeStored(const rocksdb::Slice& value) const {
     size_t consumed = 0;
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()), value.size());
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()),
+                                         value.size());
     KVTIER_ASSIGN_OR_RETURN(BlockHeader header, DecodeHeader(bytes, consumed));
     KVTIER_RETURN_IF_ERROR(ValidateHeader(header, options_.max_block_bytes));
-    if (bytes.size() != consumed + 8) return DataLossError("a block header without its payload's location");
+    if (bytes.size() != consumed + 8)
+      return DataLossError("a block header without its payload's location");
     StoredHeader stored{std::move(header), 0};
     stored.location = disk_internal::ReadBigEndian(std::string_view(value.data() + consumed, 8));
     return stored;
@@ -305,7 +322,7 @@ class DiskTier::Impl {
 
   struct StagedBatch {
     rocksdb::WriteBatch batch;
-    std::vector<size_t> inserts;    // new blocks: payload and header written
+    std::vector<size_t> inserts;  // new blocks: payload and header written
     std::optional<PayloadSegments::Reservation> reservation;  // the inserts' room, in order
     std::vector<size_t> refreshes;  // stored already: the header's policy fields rewritten
     uint64_t new_bytes = 0;
@@ -322,7 +339,8 @@ class DiskTier::Impl {
       const BlockHeader& header = items[i].header;
       if (const uint32_t id = index_.Find(header.key, header.format_tag); id != TierIndex::kNil) {
         if (index_.entry(id).header.salt_scope != header.salt_scope) {
-          results[i] = AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
+          results[i] = AlreadyExistsError("block " + header.key.ToHex() +
+                                          " is stored under another salt scope");
           continue;
         }
         staged.refreshes.push_back(i);
@@ -341,15 +359,16 @@ class DiskTier::Impl {
 
   // Reserves room for the new blocks' payloads and adds their headers, with the
   // locations, to the batch.
-  Status ReservePayloads(std::span<const PutItem> items, StagedBatch& staged) KVTIER_REQUIRES(write_mu_, mu_) {
+  Status ReservePayloads(std::span<const PutItem> items, StagedBatch& staged)
+      KVTIER_REQUIRES(write_mu_, mu_) {
     if (staged.inserts.empty()) return Status::Ok();
     std::vector<uint64_t> sizes;
     sizes.reserve(staged.inserts.size());
     for (size_t i : staged.inserts) sizes.push_back(items[i].payload.size());
     KVTIER_ASSIGN_OR_RETURN(staged.reservation, segments_->Reserve(sizes));
     for (size_t k = 0; k < staged.inserts.size(); ++k) {
-      KVTIER_RETURN_IF_ERROR(
-          PutHeader(items[staged.inserts[k]].header, staged.reservation->locations[k], staged.batch));
+      KVTIER_RETURN_IF_ERROR(PutHeader(items[staged.inserts[k]].header,
+                                       staged.reservation->locations[k], staged.batch));
     }
     return Status::Ok();
   }
@@ -369,10 +388,12 @@ class DiskTier::Impl {
 
   // Each valid item's layout gets its column family now, outside mu_ (its creation writes
   // RocksDB's MANIFEST); an item whose family cannot be made is refused with the reason.
-  void CreateFamilies(std::span<const PutItem> items, std::vector<Status>& results) KVTIER_REQUIRES(write_mu_) {
+  void CreateFamilies(std::span<const PutItem> items, std::vector<Status>& results)
+      KVTIER_REQUIRES(write_mu_) {
     for (size_t i = 0; i < items.size(); ++i) {
       if (!results[i].ok()) continue;
-      if (Result<rocksdb::ColumnFamilyHandle*> family = families_->FindOrCreate(items[i].header.format_tag);
+      if (Result<rocksdb::ColumnFamilyHandle*> family =
+              families_->FindOrCreate(items[i].header.format_tag);
           !family.ok()) {
         results[i] = family.status();
       }
@@ -384,10 +405,12 @@ class DiskTier::Impl {
       KVTIER_REQUIRES(write_mu_) {
     rocksdb::ColumnFamilyHandle* family = families_->Find(header.format_tag);
     if (family == nullptr) return InternalError("no column family for layout " + header.format_tag);
-    return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStored(header, location)), "batch");
+    return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStored(header, location)),
+                     "batch");
   }
 
-  Status DeleteHeader(const BlockHeader& header, rocksdb::WriteBatch& batch) KVTIER_REQUIRES(write_mu_) {
+  Status DeleteHeader(const BlockHeader& header, rocksdb::WriteBatch& batch)
+      KVTIER_REQUIRES(write_mu_) {
     rocksdb::ColumnFamilyHandle* family = families_->Find(header.format_tag);
     if (family == nullptr) return InternalError("no column family for layout " + header.format_tag);
     return FromRocks(batch.Delete(family, HeaderKey(header.key)), "batch");
@@ -411,14 +434,15 @@ class DiskTier::Impl {
   // Takes blocks out of the index until `incoming` more bytes fit; their deletes join
   // `batch`. Every block taken out is in `evicted`, also on error, for
   // SettleEvictionsLocked.
-  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch, std::vector<EvictedBlock>& evicted)
-      KVTIER_REQUIRES(write_mu_, mu_) {
+  Status EvictLocked(uint64_t incoming, rocksdb::WriteBatch& batch,
+                     std::vector<EvictedBlock>& evicted) KVTIER_REQUIRES(write_mu_, mu_) {
     while (index_.units() + incoming > options_.capacity_bytes) {
       const uint32_t victim = index_.Victim();
       if (victim == TierIndex::kNil) break;
       const TierIndex::Entry& entry = index_.entry(victim);
       KVTIER_RETURN_IF_ERROR(DeleteHeader(entry.header, batch));
-      evicted.push_back({index_.CurrentHeader(victim), index_.EffectivePriority(victim), entry.location});
+      evicted.push_back(
+          {index_.CurrentHeader(victim), index_.EffectivePriority(victim), entry.location});
       index_.Erase(victim);
     }
     return Status::Ok();
@@ -426,7 +450,8 @@ class DiskTier::Impl {
 
   // The batch holding `evicted`'s deletes was written: the evictions are done. It was
   // not: they are undone, each block back in its old place in the eviction order.
-  void SettleEvictionsLocked(const std::vector<EvictedBlock>& evicted, bool written) KVTIER_REQUIRES(write_mu_, mu_) {
+  void SettleEvictionsLocked(const std::vector<EvictedBlock>& evicted, bool written)
+      KVTIER_REQUIRES(write_mu_, mu_) {
     if (!written) {
       for (auto it = evicted.rbegin(); it != evicted.rend(); ++it) {
         index_.Restore(it->header, it->header.payload_bytes, it->location);
@@ -473,7 +498,8 @@ class DiskTier::Impl {
       }
       ReleaseLocked(freed);
     }
-    return DataLossError("disk tier: block " + header.key.ToHex() + " is corrupt (checksum mismatch); it was deleted");
+    return DataLossError("disk tier: block " + header.key.ToHex() +
+                         " is corrupt (checksum mismatch); it was deleted");
   }
 
   void TellRemoved(uint32_t id) KVTIER_REQUIRES(write_mu_, mu_) {
@@ -539,8 +565,8 @@ void DiskTier::Impl::Compact() {
     }
     CommitMoveLocked(*move);
     if (segments_->File(move->segment) != nullptr) {  // it should have emptied: never loop on it
-      spdlog::error("disk tier {}: segment {} still counts live bytes after its blocks moved", options_.path,
-                    move->segment);
+      spdlog::error("disk tier {}: segment {} still counts live bytes after its blocks moved",
+                    options_.path, move->segment);
       return;
     }
   }
@@ -551,7 +577,8 @@ Result<DiskTier::Impl::SegmentMove> DiskTier::Impl::PlanMoveLocked(uint32_t segm
   SegmentMove move;
   move.segment = segment;
   move.from = segments_->File(segment);
-  if (move.from == nullptr) return InternalError("segment " + std::to_string(segment) + " vanished");
+  if (move.from == nullptr)
+    return InternalError("segment " + std::to_string(segment) + " vanished");
   std::vector<uint64_t> sizes;
   index_.ForEach([&](uint32_t id) {
     mu_.AssertHeld();
@@ -575,7 +602,8 @@ Status DiskTier::Impl::CopyAndRecord(SegmentMove& move) {
   move.corrupt.assign(move.ids.size(), false);
   for (size_t k = 0, at = 0; k < move.ids.size(); at += move.headers[k].payload_bytes, ++k) {
     const std::span<uint8_t> out(buffer.get() + at, move.headers[k].payload_bytes);
-    KVTIER_ASSIGN_OR_RETURN(const uint64_t hash, move.from->ReadHashed(OffsetOf(move.old_locations[k]), out));
+    KVTIER_ASSIGN_OR_RETURN(const uint64_t hash,
+                            move.from->ReadHashed(OffsetOf(move.old_locations[k]), out));
     payloads.push_back(out);  // a corrupt one too: its room is simply never referenced
     move.corrupt[k] = hash != move.headers[k].checksum;
     if (move.corrupt[k]) {
@@ -589,7 +617,8 @@ Status DiskTier::Impl::CopyAndRecord(SegmentMove& move) {
     KVTIER_RETURN_IF_ERROR(move.to.file->Sync());
     if (move.to.new_segment) KVTIER_RETURN_IF_ERROR(move.to.file->SyncDirectory());
   }
-  return FromRocks(db_.Write(write_options_, &batch), "moving segment " + std::to_string(move.segment));
+  return FromRocks(db_.Write(write_options_, &batch),
+                   "moving segment " + std::to_string(move.segment));
 }
 
 void DiskTier::Impl::CommitMoveLocked(const SegmentMove& move) {
@@ -617,7 +646,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Create(DiskTierOptions options) {
   PayloadSegmentsOptions segment_options;
   segment_options.dir = (std::filesystem::path(options.path) / "segments").string();
   segment_options.segment_bytes = options.segment_bytes;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PayloadSegments> segments, PayloadSegments::Open(segment_options));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PayloadSegments> segments,
+                          PayloadSegments::Open(segment_options));
   auto impl = std::make_unique<Impl>(std::move(options), std::move(families), std::move(segments));
   KVTIER_RETURN_IF_ERROR(impl->Recover());
   return std::unique_ptr<DiskTier>(new DiskTier(std::move(impl)));
@@ -629,8 +659,12 @@ Status DiskTier::Put(const BlockHeader& header, std::span<const uint8_t> payload
   const PutItem item{header, payload};
   return std::move(impl_->PutBatch({&item, 1}).front());
 }
-std::vector<Status> DiskTier::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
-Result<BlockHeader> DiskTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+std::vector<Status> DiskTier::PutBatch(std::span<const PutItem> items) {
+  return impl_->PutBatch(items);
+}
+Result<BlockHeader> DiskTier::Get(const BlockRef& ref, std::span<uint8_t> out) {
+  return impl_->Get(ref, out);
+}
 Result<BlockHeader> DiskTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status DiskTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats DiskTier::Stats() const { return impl_->Stats(); }

@@ -72,12 +72,12 @@ enum class DiskSync : uint8_t { kNone, kWal, kFsync };
 [[nodiscard]] std::string_view DiskSyncName(DiskSync sync);
 
 struct DiskTierOptions {
-  std::string path;                         // a directory; created when missing
-  uint64_t capacity_bytes = 0;              // payload bytes
+  std::string path;             // a directory; created when missing
+  uint64_t capacity_bytes = 0;  // payload bytes
   uint64_t max_block_bytes = 256ull << 20;
   DiskSync sync = DiskSync::kWal;
-  uint64_t memtable_bytes = 64ull << 20;     // the headers' memtable
-  uint64_t segment_bytes = 64ull << 20;      // payload segments are sealed past this (1 MiB to 512 GiB)
+  uint64_t memtable_bytes = 64ull << 20;  // the headers' memtable
+  uint64_t segment_bytes = 64ull << 20;  // payload segments are sealed past this (1 MiB to 512 GiB)
   // Told of each eviction (no payload, see tier.h), of each put that stored or refreshed
   // a block, and of each block that left otherwise (a Remove; a payload found corrupt,
   // by a get or by compaction, and dropped), under the tier's locks: a block's changes

@@ -61,7 +61,8 @@ void RunKillCycles(int cycles, Writer how) {
       const std::string output_dir = dir.File("cycle" + std::to_string(cycle));
       std::filesystem::create_directory(output_dir);
       std::vector<std::string> argv{std::string(KVTIER_BIN_DIR) + "/storage_crash_writer", db,
-                                    std::to_string(next_id), std::to_string(kBlockBytes), std::to_string(kBatch)};
+                                    std::to_string(next_id), std::to_string(kBlockBytes),
+                                    std::to_string(kBatch)};
       if (how == Writer::kChurn) argv.push_back("churn");
       if (how == Writer::kThreads) argv.push_back("threads=4");
       kvtier::testing::ChildProcess writer(argv, output_dir);
@@ -87,7 +88,8 @@ void RunKillCycles(int cycles, Writer how) {
     // read back in their own cycle, and all are read again at the end).
     std::vector<uint8_t> out(kBlockBytes);
     for (uint64_t id : live) {
-      ASSERT_TRUE((*tier)->Contains(MakeBlock(id, 1).ref())) << "cycle " << cycle << " lost block " << id;
+      ASSERT_TRUE((*tier)->Contains(MakeBlock(id, 1).ref()))
+          << "cycle " << cycle << " lost block " << id;
     }
     const bool last = cycle == cycles - 1;
     for (uint64_t id : live) {
@@ -100,8 +102,8 @@ void RunKillCycles(int cycles, Writer how) {
     // Blocks written but not acknowledged, or removed without the acknowledgement, may or
     // may not be there; if there, they are whole. An acknowledged removal stays removed.
     for (const BlockHeader& header : (*tier)->Headers()) {
-      ASSERT_EQ(removed.count(header.key.lo), 0u) << "cycle " << cycle << ": removed block " << header.key.lo
-                                                  << " came back";
+      ASSERT_EQ(removed.count(header.key.lo), 0u)
+          << "cycle " << cycle << ": removed block " << header.key.lo << " came back";
       if (!last && header.key.lo < acked.front()) continue;  // checked in an earlier cycle
       const auto expected = MakeBlock(header.key.lo, kBlockBytes);
       auto read = (*tier)->Get(expected.ref(), out);
@@ -109,7 +111,8 @@ void RunKillCycles(int cycles, Writer how) {
       ASSERT_EQ(out, expected.payload) << "block " << header.key.lo;
     }
     EXPECT_EQ((*tier)->Stats().checksum_failures, 0u);
-    EXPECT_EQ((*tier)->Files().lost_at_open, 0u) << "cycle " << cycle << ": a header outlived its payload";
+    EXPECT_EQ((*tier)->Files().lost_at_open, 0u)
+        << "cycle " << cycle << ": a header outlived its payload";
   }
   EXPECT_GE(live.size(), static_cast<size_t>(cycles));
 }
@@ -119,7 +122,9 @@ int Cycles(int default_cycles) {
   return env != nullptr ? std::max(1, std::atoi(env)) : default_cycles;
 }
 
-TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNine) { RunKillCycles(Cycles(20), Writer::kPuts); }
+TEST(DiskTierCrashTest, AcknowledgedBlocksSurviveKillNine) {
+  RunKillCycles(Cycles(20), Writer::kPuts);
+}
 
 // The same with three quarters of every batch removed after it: dead bytes pile up and
 // the puts compact (move live blocks and delete segments) when the kill comes.

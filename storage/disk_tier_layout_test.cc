@@ -47,7 +47,8 @@ class RawDb {
     std::vector<std::string> names = Families(path);
     names.insert(names.end(), extra.begin(), extra.end());
     std::vector<rocksdb::ColumnFamilyDescriptor> families;
-    for (const std::string& name : names) families.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    for (const std::string& name : names)
+      families.emplace_back(name, rocksdb::ColumnFamilyOptions());
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     EXPECT_TRUE(rocksdb::DB::Open(options, path, families, &handles, &db).ok());
@@ -75,11 +76,16 @@ TEST(DiskTierLayoutTest, EachLayoutKeepsItsHeadersInAColumnFamilyOfItsOwn) {
   auto a = MakeBlock(1, 4096), b = MakeBlock(2, 4096, 35, 7, kOtherFormat);
   StoreAndClose(dir.path(), {a, b});
   EXPECT_EQ(Families(dir.path()),
-            (std::vector<std::string>{"default", LayoutFamilyName(kOtherFormat), LayoutFamilyName(testing::kFormat)}));
+            (std::vector<std::string>{"default", LayoutFamilyName(kOtherFormat),
+                                      LayoutFamilyName(testing::kFormat)}));
   RawDb raw(dir.path());
   std::string value;
-  EXPECT_TRUE(raw.db().Get({}, raw[LayoutFamilyName(testing::kFormat)], HeaderKey(a.header.key), &value).ok());
-  EXPECT_TRUE(raw.db().Get({}, raw[LayoutFamilyName(kOtherFormat)], HeaderKey(a.header.key), &value).IsNotFound())
+  EXPECT_TRUE(raw.db()
+                  .Get({}, raw[LayoutFamilyName(testing::kFormat)], HeaderKey(a.header.key), &value)
+                  .ok());
+  EXPECT_TRUE(raw.db()
+                  .Get({}, raw[LayoutFamilyName(kOtherFormat)], HeaderKey(a.header.key), &value)
+                  .IsNotFound())
       << "block 1 is filed under its own layout only";
 }
 
@@ -92,8 +98,14 @@ TEST(DiskTierLayoutTest, AHeaderFiledUnderAnotherLayoutIsDroppedAtOpen) {
   {
     RawDb raw(dir.path());
     std::string header_of_a;
-    ASSERT_TRUE(raw.db().Get({}, raw[LayoutFamilyName(testing::kFormat)], HeaderKey(a.header.key), &header_of_a).ok());
-    ASSERT_TRUE(raw.db().Put({}, raw[LayoutFamilyName(kOtherFormat)], HeaderKey(a.header.key), header_of_a).ok());
+    ASSERT_TRUE(
+        raw.db()
+            .Get({}, raw[LayoutFamilyName(testing::kFormat)], HeaderKey(a.header.key), &header_of_a)
+            .ok());
+    ASSERT_TRUE(
+        raw.db()
+            .Put({}, raw[LayoutFamilyName(kOtherFormat)], HeaderKey(a.header.key), header_of_a)
+            .ok());
   }
   auto tier = OpenDiskTier(dir.path());
   EXPECT_EQ(tier->Stats().checksum_failures, 1u);
@@ -111,12 +123,14 @@ TEST(DiskTierLayoutTest, AHeaderFiledUnderAnotherLayoutIsDroppedAtOpen) {
 TEST(DiskTierLayoutTest, HeadersOfTheSingleFamilyLayoutMoveToTheirLayoutsAtOpen) {
   TempDir dir;
   std::vector<TestBlock> blocks;
-  for (uint64_t id = 1; id <= 6; ++id) blocks.push_back(MakeBlock(id, 4096, 35, 7, id % 2 ? testing::kFormat : kOtherFormat));
+  for (uint64_t id = 1; id <= 6; ++id)
+    blocks.push_back(MakeBlock(id, 4096, 35, 7, id % 2 ? testing::kFormat : kOtherFormat));
   StoreAndClose(dir.path(), blocks);
   {  // Rewrite the database into the old layout.
     RawDb raw(dir.path(), {"headers"});
     for (const char* format : {testing::kFormat, kOtherFormat}) {
-      std::unique_ptr<rocksdb::Iterator> it(raw.db().NewIterator({}, raw[LayoutFamilyName(format)]));
+      std::unique_ptr<rocksdb::Iterator> it(
+          raw.db().NewIterator({}, raw[LayoutFamilyName(format)]));
       for (it->SeekToFirst(); it->Valid(); it->Next()) {
         const std::string tag(format);
         std::string old_key{static_cast<char>(tag.size() >> 8), static_cast<char>(tag.size())};
@@ -133,10 +147,12 @@ TEST(DiskTierLayoutTest, HeadersOfTheSingleFamilyLayoutMoveToTheirLayoutsAtOpen)
   auto tier = OpenDiskTier(dir.path());
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->Stats().blocks, 6u);
-  for (const TestBlock& block : blocks) EXPECT_EQ(*ReadBack(*tier, block), block.payload) << "block " << block.header.key.lo;
+  for (const TestBlock& block : blocks)
+    EXPECT_EQ(*ReadBack(*tier, block), block.payload) << "block " << block.header.key.lo;
   tier.reset();
   EXPECT_EQ(Families(dir.path()),
-            (std::vector<std::string>{"default", LayoutFamilyName(kOtherFormat), LayoutFamilyName(testing::kFormat)}))
+            (std::vector<std::string>{"default", LayoutFamilyName(kOtherFormat),
+                                      LayoutFamilyName(testing::kFormat)}))
       << "the single family is gone";
   auto reopened = OpenDiskTier(dir.path());
   EXPECT_EQ(reopened->Stats().blocks, 6u) << "and the move was durable";
@@ -151,9 +167,8 @@ TEST(DiskTierLayoutTest, ADatabaseOfTheBlobDbLayoutIsDroppedAtOpen) {
     rocksdb::Options options;
     options.create_if_missing = true;
     options.create_missing_column_families = true;
-    std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, {}},
-                                                          {"headers", {}},
-                                                          {"blocks:old-format", {}}};
+    std::vector<rocksdb::ColumnFamilyDescriptor> families{
+        {rocksdb::kDefaultColumnFamilyName, {}}, {"headers", {}}, {"blocks:old-format", {}}};
     std::vector<rocksdb::ColumnFamilyHandle*> handles;
     rocksdb::DB* db = nullptr;
     ASSERT_TRUE(rocksdb::DB::Open(options, dir.path(), families, &handles, &db).ok());
@@ -171,10 +186,12 @@ TEST(DiskTierLayoutTest, ADatabaseOfTheBlobDbLayoutIsDroppedAtOpen) {
   tier.reset();
   std::vector<std::string> names;
   ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), dir.path(), &names).ok());
-  EXPECT_EQ(std::count(names.begin(), names.end(), "blocks:old-format"), 0) << "the old payload family is gone";
+  EXPECT_EQ(std::count(names.begin(), names.end(), "blocks:old-format"), 0)
+      << "the old payload family is gone";
   auto reopened = OpenDiskTier(dir.path());
   ASSERT_NE(reopened, nullptr);
-  EXPECT_EQ(*ReadBack(*reopened, block), block.payload) << "what was stored after the upgrade stays";
+  EXPECT_EQ(*ReadBack(*reopened, block), block.payload)
+      << "what was stored after the upgrade stays";
 }
 
 }  // namespace

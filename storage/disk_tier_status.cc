@@ -8,7 +8,8 @@ Result<DiskSync> ParseDiskSync(std::string_view name) {
   if (name == "none") return DiskSync::kNone;
   if (name == "wal") return DiskSync::kWal;
   if (name == "fsync") return DiskSync::kFsync;
-  return InvalidArgumentError("disk sync policy '" + std::string(name) + "' is not one of none, wal, fsync");
+  return InvalidArgumentError("disk sync policy '" + std::string(name) +
+                              "' is not one of none, wal, fsync");
 }
 
 std::string_view DiskSyncName(DiskSync sync) {
@@ -29,7 +30,8 @@ Status FromRocks(const rocksdb::Status& status, const std::string& what) {
   if (status.IsCorruption()) return DataLossError(message);
   if (status.IsNotFound()) return NotFoundError(message);
   if (status.IsInvalidArgument()) return InvalidArgumentError(message);
-  if (status.ToString().find("Permission denied") != std::string::npos) return PermissionDeniedError(message);
+  if (status.ToString().find("Permission denied") != std::string::npos)
+    return PermissionDeniedError(message);
   if (status.IsIOError()) return UnavailableError(message);
   return InternalError(message);
 }

@@ -21,15 +21,14 @@ namespace kvtier::storage {
 namespace {
 
 using kvtier::testing::TempDir;
+using std::filesystem::recursive_directory_iterator;
 using testing::CheckingReaders;
 using testing::CorruptPayload;
-using std::filesystem::recursive_directory_iterator;
 using testing::MakeBlock;
 using testing::OpenDiskTier;
 using testing::ReadBack;
-using testing::TestDiskOptions;
 using testing::TestBlock;
-
+using testing::TestDiskOptions;
 
 TEST(DiskTierTest, BlocksSurviveReopen) {
   TempDir dir;
@@ -95,8 +94,10 @@ TEST(DiskTierTest, APayloadLostUnderTheTierIsAnErrorCountedAndNeverReturned) {
   ASSERT_EQ(cut, 1u);
   auto read = ReadBack(*tier, block);
   ASSERT_FALSE(read.ok());
-  EXPECT_NE(read.status().message().find(block.header.key.ToHex()), std::string::npos) << read.status();
-  EXPECT_EQ(read.status().code(), StatusCode::kUnavailable) << read.status();  // an I/O error: may pass
+  EXPECT_NE(read.status().message().find(block.header.key.ToHex()), std::string::npos)
+      << read.status();
+  EXPECT_EQ(read.status().code(), StatusCode::kUnavailable)
+      << read.status();  // an I/O error: may pass
   EXPECT_EQ(tier->Stats().io_errors, 1u);
   EXPECT_EQ(tier->Stats().checksum_failures, 0u);
 
@@ -137,7 +138,8 @@ TEST(DiskTierTest, ConcurrentGetsPutsAndRemovesNeverSeeAnotherBlocksBytes) {
   EXPECT_EQ(readers.wrong.load(), 0u);
   EXPECT_EQ(readers.errors.load(), 0u);
   EXPECT_GT(readers.hits.load(), 50u);
-  EXPECT_EQ((*tier)->Files().live_bytes, (*tier)->Stats().bytes) << "the segments count what the index holds";
+  EXPECT_EQ((*tier)->Files().live_bytes, (*tier)->Stats().bytes)
+      << "the segments count what the index holds";
 }
 
 // Four threads put 16 batches of 4 blocks each under kFsync, at once: batches that queue
@@ -150,7 +152,8 @@ TEST(DiskTierTest, BatchesPutFromSeveralThreadsAtOnceAreAllAcknowledgedAndSurviv
   options.sync = DiskSync::kFsync;
   constexpr uint64_t kThreads = 4, kBatches = 16, kBlocksPerBatch = 4;
   std::vector<TestBlock> blocks;
-  for (uint64_t id = 0; id < kThreads * kBatches * kBlocksPerBatch; ++id) blocks.push_back(MakeBlock(id, 16 << 10));
+  for (uint64_t id = 0; id < kThreads * kBatches * kBlocksPerBatch; ++id)
+    blocks.push_back(MakeBlock(id, 16 << 10));
   {
     auto tier = DiskTier::Create(options);
     ASSERT_TRUE(tier.ok()) << tier.status();
@@ -209,7 +212,8 @@ void FillFileSystem(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "wb");
   ASSERT_NE(file, nullptr) << std::strerror(errno);
   const std::vector<char> chunk(4096, 'x');
-  while (std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size() && std::fflush(file) == 0) {
+  while (std::fwrite(chunk.data(), 1, chunk.size(), file) == chunk.size() &&
+         std::fflush(file) == 0) {
   }
   std::fclose(file);
 }
@@ -222,7 +226,8 @@ void FillFileSystem(const std::string& path) {
 TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   TempDir dir;
   SmallFileSystem fs(dir.path(), "4m");
-  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
+  if (!fs.mounted())
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
   std::vector<TestBlock> acknowledged;
   Status full;
   {
@@ -260,8 +265,8 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
     if (again.ok()) acknowledged.push_back(more);
     for (const TestBlock& block : acknowledged) {
       auto read = ReadBack(*tier, block);
-      ASSERT_TRUE(read.ok()) << "after the full disk's flush and remove, block " << block.header.key.lo << ": "
-                             << read.status();
+      ASSERT_TRUE(read.ok()) << "after the full disk's flush and remove, block "
+                             << block.header.key.lo << ": " << read.status();
     }
   }
   // A restart on the still-full file system either opens (the headers fit) or fails to
@@ -269,8 +274,10 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   // holds every acknowledged block.
   auto on_full_disk = DiskTier::Create(TestDiskOptions(dir.path(), 1ull << 30));
   if (!on_full_disk.ok()) {
-    EXPECT_EQ(on_full_disk.status().code(), StatusCode::kResourceExhausted) << on_full_disk.status();
-    ASSERT_EQ(mount("tmpfs", dir.path().c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0) << std::strerror(errno);
+    EXPECT_EQ(on_full_disk.status().code(), StatusCode::kResourceExhausted)
+        << on_full_disk.status();
+    ASSERT_EQ(mount("tmpfs", dir.path().c_str(), "tmpfs", MS_REMOUNT, "size=64m"), 0)
+        << std::strerror(errno);
   } else {
     on_full_disk->reset();  // closed for the reopen below
   }
@@ -278,7 +285,8 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
   ASSERT_NE(reopened, nullptr);
   for (const TestBlock& block : acknowledged) {
     auto read = ReadBack(*reopened, block);
-    ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": " << read.status();
+    ASSERT_TRUE(read.ok()) << "after reopen, block " << block.header.key.lo << ": "
+                           << read.status();
     EXPECT_EQ(*read, block.payload);
   }
   EXPECT_EQ(reopened->Files().lost_at_open, 0u) << "no header outlived its payload";
@@ -292,7 +300,8 @@ TEST(DiskTierTest, AFullDiskFailsThePutAndLosesNothingAcknowledged) {
 TEST(DiskTierTest, APutThatFailsToWriteEvictsNothing) {
   TempDir dir;
   SmallFileSystem fs(dir.path(), "4m");
-  if (!fs.mounted()) GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
+  if (!fs.mounted())
+    GTEST_SKIP() << "cannot mount a small tmpfs here (" << fs.error() << "); needs root";
   constexpr size_t kBytes = 64 << 10;
   std::vector<uint64_t> evicted;
   auto tier = OpenDiskTier(dir.path(), 3 * kBytes, [&](const BlockHeader& header, auto) {
@@ -312,7 +321,8 @@ TEST(DiskTierTest, APutThatFailsToWriteEvictsNothing) {
   const Status failed = tier->Put(fourth.header, fourth.payload);
   ASSERT_FALSE(failed.ok()) << "a 64 KiB payload written to a full file system?";
   EXPECT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed;
-  EXPECT_TRUE(evicted.empty()) << "block " << evicted.front() << " reported evicted by a put that failed";
+  EXPECT_TRUE(evicted.empty()) << "block " << evicted.front()
+                               << " reported evicted by a put that failed";
   EXPECT_EQ(tier->Stats().evictions, 0u);
   EXPECT_EQ(tier->Stats().bytes, 3 * kBytes);
   EXPECT_FALSE(tier->Contains(fourth.ref()));
@@ -325,7 +335,8 @@ TEST(DiskTierTest, APutThatFailsToWriteEvictsNothing) {
   std::filesystem::remove(filler);
   ASSERT_TRUE(tier->Put(fourth.header, fourth.payload).ok());
   ASSERT_TRUE(tier->Put(fifth.header, fifth.payload).ok());
-  EXPECT_EQ(evicted, (std::vector<uint64_t>{1, 2})) << "the eviction order is as before the failure";
+  EXPECT_EQ(evicted, (std::vector<uint64_t>{1, 2}))
+      << "the eviction order is as before the failure";
   EXPECT_EQ(tier->Stats().evictions_by_priority[10], 2u);
 }
 
@@ -359,10 +370,12 @@ TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsEvictionsAndRemovalsApart) {
 TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   TempDir dir;
   auto tier = OpenDiskTier(dir.path());
-  auto ok1 = MakeBlock(1, 100), ok2 = MakeBlock(2, 200, 35, 7, "other-model|L1/H1/D8/T16/fp16/W0/S0|int8");
+  auto ok1 = MakeBlock(1, 100),
+       ok2 = MakeBlock(2, 200, 35, 7, "other-model|L1/H1/D8/T16/fp16/W0/S0|int8");
   auto broken = MakeBlock(3, 100);
   broken.payload[0] ^= 1;
-  std::vector<PutItem> items{{ok1.header, ok1.payload}, {broken.header, broken.payload}, {ok2.header, ok2.payload}};
+  std::vector<PutItem> items{
+      {ok1.header, ok1.payload}, {broken.header, broken.payload}, {ok2.header, ok2.payload}};
   auto results = tier->PutBatch(items);
   ASSERT_EQ(results.size(), 3u);
   EXPECT_TRUE(results[0].ok());
@@ -370,13 +383,15 @@ TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   EXPECT_TRUE(results[2].ok());
   EXPECT_EQ(tier->Stats().blocks, 2u);
   EXPECT_FALSE(tier->Contains(broken.ref()));
-  EXPECT_EQ(*ReadBack(*tier, ok2), ok2.payload);  // a second format: its own headers, the same segments
+  EXPECT_EQ(*ReadBack(*tier, ok2),
+            ok2.payload);  // a second format: its own headers, the same segments
   // Items whose caller hashed them skip that pass, not the size check; a payload that
   // was wrong all the same is caught when read (kDataLoss), never served.
   auto checked = MakeBlock(4, 100), short_one = MakeBlock(5, 100);
-  results = tier->PutBatch(std::vector<PutItem>{{checked.header, checked.payload, true},
-                                                {broken.header, broken.payload, true},
-                                                {short_one.header, std::span(short_one.payload).first(99), true}});
+  results = tier->PutBatch(
+      std::vector<PutItem>{{checked.header, checked.payload, true},
+                           {broken.header, broken.payload, true},
+                           {short_one.header, std::span(short_one.payload).first(99), true}});
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_TRUE(results[1].ok()) << results[1];
   EXPECT_NE(results[2].message().find("truncated"), std::string::npos) << results[2];
@@ -413,13 +428,15 @@ TEST(DiskTierTest, UnusableDirectoriesGetClearErrors) {
 
   if (geteuid() != 0) {  // root ignores directory permissions
     std::filesystem::create_directory(dir.File("locked"));
-    std::filesystem::permissions(dir.File("locked"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    std::filesystem::permissions(dir.File("locked"), std::filesystem::perms::owner_read |
+                                                         std::filesystem::perms::owner_exec);
     options.path = dir.File("locked") + "/db";
     EXPECT_EQ(DiskTier::Create(options).status().code(), StatusCode::kPermissionDenied);
     std::filesystem::permissions(dir.File("locked"), std::filesystem::perms::owner_all);
   }
   options.capacity_bytes = 0;
-  EXPECT_NE(DiskTier::Create(options).status().message().find("capacity is zero"), std::string::npos);
+  EXPECT_NE(DiskTier::Create(options).status().message().find("capacity is zero"),
+            std::string::npos);
 }
 
 }  // namespace

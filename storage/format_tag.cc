@@ -71,8 +71,8 @@ Result<FormatTag> FormatTag::Intern(std::string_view tag) {
   }
   const std::string* interned = InternTable::Get().Find(tag, /*bounded=*/true);
   if (interned == nullptr) {
-    return ResourceExhaustedError("format tag \"" + std::string(tag.substr(0, 64)) + "\" is new and " +
-                                  std::to_string(kMaxFormatTags) +
+    return ResourceExhaustedError("format tag \"" + std::string(tag.substr(0, 64)) +
+                                  "\" is new and " + std::to_string(kMaxFormatTags) +
                                   " distinct format tags are in use in this process already");
   }
   return FormatTag(interned);

@@ -36,7 +36,7 @@ class FormatTag {
   // anywhere near as many.
   static constexpr size_t kMaxFormatTags = 65536;
 
-  FormatTag();  // the empty tag
+  FormatTag();                      // the empty tag
   FormatTag(std::string_view tag);  // NOLINT: implicit, as the std::string it replaces
   FormatTag(const std::string& tag) : FormatTag(std::string_view(tag)) {}  // NOLINT
   FormatTag(const char* tag) : FormatTag(std::string_view(tag)) {}         // NOLINT
@@ -46,7 +46,7 @@ class FormatTag {
   [[nodiscard]] static Result<FormatTag> Intern(std::string_view tag);
 
   const std::string& str() const { return *tag_; }
-  operator std::string_view() const { return *tag_; }  // NOLINT: implicit
+  operator std::string_view() const { return *tag_; }    // NOLINT: implicit
   operator const std::string&() const { return *tag_; }  // NOLINT: implicit
   const char* data() const { return tag_->data(); }
   size_t size() const { return tag_->size(); }
@@ -60,7 +60,9 @@ class FormatTag {
   friend std::string operator+(const char* a, const FormatTag& b) { return a + *b.tag_; }
   friend std::string operator+(const FormatTag& a, const std::string& b) { return *a.tag_ + b; }
   friend std::string operator+(const FormatTag& a, const char* b) { return *a.tag_ + b; }
-  friend std::ostream& operator<<(std::ostream& os, const FormatTag& tag) { return os << *tag.tag_; }
+  friend std::ostream& operator<<(std::ostream& os, const FormatTag& tag) {
+    return os << *tag.tag_;
+  }
 
  private:
   explicit FormatTag(const std::string* interned) : tag_(interned) {}

@@ -72,7 +72,8 @@ TEST(FormatTagTest, InternRefusesNewTagsPastTheBound) {
     const Result<FormatTag> tag = FormatTag::Intern("flood-" + std::to_string(i));
     if (!tag.ok()) {
       EXPECT_EQ(tag.status().code(), StatusCode::kResourceExhausted);
-      EXPECT_NE(tag.status().message().find("distinct format tags"), std::string::npos) << tag.status();
+      EXPECT_NE(tag.status().message().find("distinct format tags"), std::string::npos)
+          << tag.status();
       refused_at = i;
       break;
     }

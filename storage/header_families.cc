@@ -107,8 +107,10 @@ HeaderFamilies::HeaderFamilies(const DiskTierOptions& options, std::unique_ptr<r
     : family_options_(MakeFamilyOptions(options)), db_(std::move(db)) {}
 
 HeaderFamilies::~HeaderFamilies() {
-  for (auto& [tag, handle] : layouts_) db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
-  if (default_family_ != nullptr) db_->DestroyColumnFamilyHandle(default_family_).PermitUncheckedError();
+  for (auto& [tag, handle] : layouts_)
+    db_->DestroyColumnFamilyHandle(handle).PermitUncheckedError();
+  if (default_family_ != nullptr)
+    db_->DestroyColumnFamilyHandle(default_family_).PermitUncheckedError();
 }
 
 Result<std::unique_ptr<HeaderFamilies>> HeaderFamilies::Open(const DiskTierOptions& options) {
@@ -116,24 +118,30 @@ Result<std::unique_ptr<HeaderFamilies>> HeaderFamilies::Open(const DiskTierOptio
   std::error_code error;
   std::filesystem::create_directories(options.path, error);
   if (error) {
-    const std::string message = "cannot create disk tier directory " + options.path + ": " + error.message();
-    return error == std::errc::permission_denied ? PermissionDeniedError(message) : FailedPreconditionError(message);
+    const std::string message =
+        "cannot create disk tier directory " + options.path + ": " + error.message();
+    return error == std::errc::permission_denied ? PermissionDeniedError(message)
+                                                 : FailedPreconditionError(message);
   }
   const rocksdb::DBOptions db_options = MakeDbOptions(options);
   std::vector<std::string> names;
-  if (!rocksdb::DB::ListColumnFamilies(db_options, options.path, &names).ok()) names = {};  // a new database
+  if (!rocksdb::DB::ListColumnFamilies(db_options, options.path, &names).ok())
+    names = {};  // a new database
   // The default family too: RocksDB preallocates each WAL file to the largest family's
   // write buffer, and its default (64 MiB) took that much of a small disk at open.
   std::vector<rocksdb::ColumnFamilyDescriptor> families{
       {rocksdb::kDefaultColumnFamilyName, MakeFamilyOptions(options)}};
   for (const std::string& name : names) {
-    if (name != rocksdb::kDefaultColumnFamilyName) families.emplace_back(name, MakeFamilyOptions(options));
+    if (name != rocksdb::kDefaultColumnFamilyName)
+      families.emplace_back(name, MakeFamilyOptions(options));
   }
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   KVTIER_RETURN_IF_ERROR(
-      FromRocks(rocksdb::DB::Open(db_options, options.path, families, &handles, &raw), "opening disk tier " + options.path));
-  std::unique_ptr<HeaderFamilies> opened(new HeaderFamilies(options, std::unique_ptr<rocksdb::DB>(raw)));
+      FromRocks(rocksdb::DB::Open(db_options, options.path, families, &handles, &raw),
+                "opening disk tier " + options.path));
+  std::unique_ptr<HeaderFamilies> opened(
+      new HeaderFamilies(options, std::unique_ptr<rocksdb::DB>(raw)));
   opened->default_family_ = handles[0];
   rocksdb::ColumnFamilyHandle* single_family = nullptr;
   bool blob_layout = false;
@@ -151,21 +159,27 @@ Result<std::unique_ptr<HeaderFamilies>> HeaderFamilies::Open(const DiskTierOptio
     // A BlobDB layout's payload family, or a family of no layout of ours: dropped.
     blob_layout |= std::string_view(name).starts_with(kBlobPayloadPrefix);
     if (!std::string_view(name).starts_with(kBlobPayloadPrefix)) {
-      spdlog::warn("disk tier {}: column family '{}' is not of this version's layout; dropped", options.path, name);
+      spdlog::warn("disk tier {}: column family '{}' is not of this version's layout; dropped",
+                   options.path, name);
     }
-    if (status.ok()) status = FromRocks(opened->db_->DropColumnFamily(handles[i]), "dropping family " + name);
+    if (status.ok())
+      status = FromRocks(opened->db_->DropColumnFamily(handles[i]), "dropping family " + name);
     opened->db_->DestroyColumnFamilyHandle(handles[i]).PermitUncheckedError();
   }
   if (single_family != nullptr && status.ok()) {
     if (blob_layout) {
-      spdlog::warn("disk tier {}: blocks of the BlobDB layout were dropped (payloads now live in segment files)",
-                   options.path);
-      status = FromRocks(opened->db_->DropColumnFamily(single_family), "dropping the BlobDB layout's headers");
+      spdlog::warn(
+          "disk tier {}: blocks of the BlobDB layout were dropped (payloads now live in segment "
+          "files)",
+          options.path);
+      status = FromRocks(opened->db_->DropColumnFamily(single_family),
+                         "dropping the BlobDB layout's headers");
     } else {
       status = opened->UpgradeSingleFamily(single_family);
     }
   }
-  if (single_family != nullptr) opened->db_->DestroyColumnFamilyHandle(single_family).PermitUncheckedError();
+  if (single_family != nullptr)
+    opened->db_->DestroyColumnFamilyHandle(single_family).PermitUncheckedError();
   if (!status.ok()) return status;
   return opened;
 }
@@ -185,18 +199,24 @@ Status HeaderFamilies::UpgradeSingleFamily(rocksdb::ColumnFamilyHandle* old_head
       continue;
     }
     KVTIER_ASSIGN_OR_RETURN(rocksdb::ColumnFamilyHandle * family, FindOrCreate(parsed->first));
-    KVTIER_RETURN_IF_ERROR(FromRocks(batch.Put(family, HeaderKey(parsed->second), it->value()), "batch"));
+    KVTIER_RETURN_IF_ERROR(
+        FromRocks(batch.Put(family, HeaderKey(parsed->second), it->value()), "batch"));
     if (++moved % kUpgradeBatchEntries == 0) {
-      KVTIER_RETURN_IF_ERROR(FromRocks(db_->Write(synced, &batch), "moving headers to their layout's family"));
+      KVTIER_RETURN_IF_ERROR(
+          FromRocks(db_->Write(synced, &batch), "moving headers to their layout's family"));
       batch.Clear();
     }
   }
   KVTIER_RETURN_IF_ERROR(FromRocks(it->status(), "reading the single headers family"));
   it.reset();
-  KVTIER_RETURN_IF_ERROR(FromRocks(db_->Write(synced, &batch), "moving headers to their layout's family"));
-  KVTIER_RETURN_IF_ERROR(FromRocks(db_->DropColumnFamily(old_headers), "dropping the single headers family"));
-  spdlog::info("disk tier: {} block headers moved to a column family per layout ({} unreadable ones dropped)", moved,
-               unreadable);
+  KVTIER_RETURN_IF_ERROR(
+      FromRocks(db_->Write(synced, &batch), "moving headers to their layout's family"));
+  KVTIER_RETURN_IF_ERROR(
+      FromRocks(db_->DropColumnFamily(old_headers), "dropping the single headers family"));
+  spdlog::info(
+      "disk tier: {} block headers moved to a column family per layout ({} unreadable ones "
+      "dropped)",
+      moved, unreadable);
   return Status::Ok();
 }
 
@@ -208,14 +228,15 @@ rocksdb::ColumnFamilyHandle* HeaderFamilies::Find(std::string_view format_tag) c
 Result<rocksdb::ColumnFamilyHandle*> HeaderFamilies::FindOrCreate(std::string_view format_tag) {
   if (rocksdb::ColumnFamilyHandle* found = Find(format_tag)) return found;
   rocksdb::ColumnFamilyHandle* created = nullptr;
-  KVTIER_RETURN_IF_ERROR(FromRocks(db_->CreateColumnFamily(family_options_, LayoutFamilyName(format_tag), &created),
-                                   "creating the column family of layout " + std::string(format_tag)));
+  KVTIER_RETURN_IF_ERROR(
+      FromRocks(db_->CreateColumnFamily(family_options_, LayoutFamilyName(format_tag), &created),
+                "creating the column family of layout " + std::string(format_tag)));
   layouts_.emplace(std::string(format_tag), created);
   return created;
 }
 
-void HeaderFamilies::ForEach(
-    const std::function<void(std::string_view format_tag, rocksdb::ColumnFamilyHandle*)>& fn) const {
+void HeaderFamilies::ForEach(const std::function<void(std::string_view format_tag,
+                                                      rocksdb::ColumnFamilyHandle*)>& fn) const {
   for (const auto& [tag, handle] : layouts_) fn(tag, handle);
 }
 
@@ -223,7 +244,8 @@ Status HeaderFamilies::Flush() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   for (const auto& [tag, handle] : layouts_) handles.push_back(handle);
   if (handles.empty()) return Status::Ok();
-  return FromRocks(db_->Flush(rocksdb::FlushOptions(), handles), "flushing the disk tier's headers");
+  return FromRocks(db_->Flush(rocksdb::FlushOptions(), handles),
+                   "flushing the disk tier's headers");
 }
 
 }  // namespace kvtier::storage::disk_internal

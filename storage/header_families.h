@@ -48,7 +48,8 @@ class HeaderFamilies {
   // As Find, creating the family on first use (a write of RocksDB's MANIFEST).
   [[nodiscard]] Result<rocksdb::ColumnFamilyHandle*> FindOrCreate(std::string_view format_tag);
   // Every layout family, in tag order.
-  void ForEach(const std::function<void(std::string_view format_tag, rocksdb::ColumnFamilyHandle*)>& fn) const;
+  void ForEach(const std::function<void(std::string_view format_tag, rocksdb::ColumnFamilyHandle*)>&
+                   fn) const;
   // Writes every family's memtable out.
   [[nodiscard]] Status Flush();
 

@@ -48,7 +48,8 @@ TEST(HeaderFamiliesTest, AFamilyMadeOnFirstUseIsThereAfterReopen) {
   (*reopened)->ForEach([&](std::string_view tag, auto*) { tags.emplace_back(tag); });
   EXPECT_EQ(tags, (std::vector<std::string>{"model b", "model-a"}));
   std::string value;
-  ASSERT_TRUE((*reopened)->db().Get({}, (*reopened)->Find("model-a"), HeaderKey({1, 2}), &value).ok());
+  ASSERT_TRUE(
+      (*reopened)->db().Get({}, (*reopened)->Find("model-a"), HeaderKey({1, 2}), &value).ok());
   EXPECT_EQ(value, "header of block 1:2");
 }
 

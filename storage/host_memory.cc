@@ -11,7 +11,8 @@ namespace {
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 void* Map(size_t bytes, int extra_flags) {
-  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | extra_flags, -1, 0);
   return data == MAP_FAILED ? nullptr : data;
 }
 
@@ -36,13 +37,15 @@ Result<std::unique_ptr<HostMemory>> HostMemory::Create(HostMemoryOptions options
     // pages are touched, then populate.
     data = Map(size, 0);
     if (data == nullptr) {
-      return ResourceExhaustedError("cannot map " + std::to_string(size) + " bytes of host memory: " +
-                                    std::strerror(errno));
+      return ResourceExhaustedError("cannot map " + std::to_string(size) +
+                                    " bytes of host memory: " + std::strerror(errno));
     }
     if (options.try_huge_pages) madvise(data, size, MADV_HUGEPAGE);  // advisory; failure is fine
-    if (options.populate) madvise(data, size, MADV_POPULATE_WRITE);  // Linux 5.14+; else first touch faults
+    if (options.populate)
+      madvise(data, size, MADV_POPULATE_WRITE);  // Linux 5.14+; else first touch faults
   }
-  std::unique_ptr<HostMemory> memory(new HostMemory(static_cast<uint8_t*>(data), size, explicit_huge, std::move(options)));
+  std::unique_ptr<HostMemory> memory(
+      new HostMemory(static_cast<uint8_t*>(data), size, explicit_huge, std::move(options)));
   if (memory->options_.pin) {
     Status pinned = memory->options_.pin(memory->data_, memory->size_);
     if (!pinned.ok()) return pinned.WithContext("pinning host memory");

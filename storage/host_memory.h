@@ -43,7 +43,10 @@ class HostMemory {
 
  private:
   HostMemory(uint8_t* data, size_t size, bool explicit_huge_pages, HostMemoryOptions options)
-      : data_(data), size_(size), explicit_huge_pages_(explicit_huge_pages), options_(std::move(options)) {}
+      : data_(data),
+        size_(size),
+        explicit_huge_pages_(explicit_huge_pages),
+        options_(std::move(options)) {}
 
   uint8_t* data_;
   size_t size_;

@@ -40,7 +40,8 @@ class HostTier::Impl {
     std::vector<Status> results(items.size());
     for (size_t i = 0; i < items.size(); ++i) {
       const PutItem& item = items[i];
-      results[i] = ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
+      results[i] =
+          ValidatePut(item.header, item.payload, item.checksum_checked, options_.max_block_bytes);
     }
     PutChecked(items, results, /*puts=*/items.size());
     return results;
@@ -68,7 +69,8 @@ class HostTier::Impl {
   Result<Held> Pin(const BlockRef& ref) {
     KVTIER_ASSIGN_OR_RETURN(Held held, Hold(ref, std::nullopt));
     const bool corrupt =
-        options_.verify_on_get && PiecesChecksum(held.first, held.header.payload_bytes) != held.header.checksum;
+        options_.verify_on_get &&
+        PiecesChecksum(held.first, held.header.payload_bytes) != held.header.checksum;
     KVTIER_RETURN_IF_ERROR(EndRead(held, corrupt, /*keep_held=*/true));
     return held;
   }
@@ -91,45 +93,53 @@ class HostTier::Impl {
   Result<std::vector<uint32_t>> Reserve(std::span<const BlockHeader> headers) {
     uint64_t pages = 0;
     for (size_t i = 0; i < headers.size(); ++i) {
-      KVTIER_RETURN_IF_ERROR(
-          ValidateHeader(headers[i], options_.max_block_bytes).WithContext("block " + std::to_string(i)));
+      KVTIER_RETURN_IF_ERROR(ValidateHeader(headers[i], options_.max_block_bytes)
+                                 .WithContext("block " + std::to_string(i)));
       pages += PagesFor(headers[i].payload_bytes);
     }
     KVTIER_RETURN_IF_ERROR(NoBlockTwice(headers));
     if (pages > num_pages_) {
       return ResourceExhaustedError("blocks of " + std::to_string(pages * options_.page_bytes) +
                                     " bytes are more than the whole host tier (" +
-                                    std::to_string(uint64_t{num_pages_} * options_.page_bytes) + " bytes)");
+                                    std::to_string(uint64_t{num_pages_} * options_.page_bytes) +
+                                    " bytes)");
     }
     MutexLock lock(mu_);
     if (reserved_pages_ + pages > num_pages_ / 2) {
-      return ResourceExhaustedError("host tier: reservations would hold " + std::to_string(reserved_pages_ + pages) +
-                                    " of its " + std::to_string(num_pages_) +
+      return ResourceExhaustedError("host tier: reservations would hold " +
+                                    std::to_string(reserved_pages_ + pages) + " of its " +
+                                    std::to_string(num_pages_) +
                                     " pages, more than half; put the blocks instead, or retry");
     }
     for (const BlockHeader& header : headers) {
       if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
-        return FailedPreconditionError("block " + header.key.ToHex() + " is stored already: its put refreshes it");
+        return FailedPreconditionError("block " + header.key.ToHex() +
+                                       " is stored already: its put refreshes it");
       }
     }
     reserved_pages_ += pages;  // counted before MakeRoom lets the lock go: others see it meanwhile
     if (!MakeRoom(pages)) {
       reserved_pages_ -= pages;
-      return ResourceExhaustedError("host tier: no room for " + std::to_string(pages * options_.page_bytes) +
-                                    " bytes while the rest is being read, written or evicted; retry");
+      return ResourceExhaustedError(
+          "host tier: no room for " + std::to_string(pages * options_.page_bytes) +
+          " bytes while the rest is being read, written or evicted; retry");
     }
     std::vector<uint32_t> firsts;
     firsts.reserve(headers.size());
-    for (const BlockHeader& header : headers) firsts.push_back(TakePages(PagesFor(header.payload_bytes)));
+    for (const BlockHeader& header : headers)
+      firsts.push_back(TakePages(PagesFor(header.payload_bytes)));
     return firsts;
   }
 
   // Reserved blocks, filled: every one checked, then all indexed (or, one failing, none).
-  std::vector<Status> Commit(std::span<const BlockHeader> headers, std::span<const uint32_t> firsts) {
+  std::vector<Status> Commit(std::span<const BlockHeader> headers,
+                             std::span<const uint32_t> firsts) {
     std::vector<Status> results(headers.size());
     for (size_t i = 0; i < headers.size(); ++i) {
       if (PiecesChecksum(firsts[i], headers[i].payload_bytes) == headers[i].checksum) continue;
-      results.assign(headers.size(), AbortedError("another block of the batch failed its checksum; none was stored"));
+      results.assign(
+          headers.size(),
+          AbortedError("another block of the batch failed its checksum; none was stored"));
       results[i] = ChecksumMismatchError(headers[i]);
       Abandon(firsts);
       return results;
@@ -156,7 +166,8 @@ class HostTier::Impl {
     while (bytes > 0) {
       uint64_t run = std::min<uint64_t>(options_.page_bytes, bytes);
       uint8_t* start = Page(page);
-      for (page = next_page_[page]; run < bytes && page == PageIndex(start + run); page = next_page_[page]) {
+      for (page = next_page_[page]; run < bytes && page == PageIndex(start + run);
+           page = next_page_[page]) {
         run += std::min<uint64_t>(options_.page_bytes, bytes - run);
       }
       piece(std::span<uint8_t>(start, run));
@@ -190,7 +201,8 @@ class HostTier::Impl {
 
   uint64_t Reclaim(uint64_t bytes) {
     MutexLock lock(mu_);
-    MakeRoom(std::min<uint64_t>(PagesFor(bytes), num_pages_));  // short of it when the rest is held: fine
+    MakeRoom(std::min<uint64_t>(PagesFor(bytes),
+                                num_pages_));  // short of it when the rest is held: fine
     return uint64_t{free_pages_.size()} * options_.page_bytes;
   }
 
@@ -216,7 +228,8 @@ class HostTier::Impl {
   // A miss allocates nothing (a constant): batches miss by the thousand, and their
   // callers know which blocks they asked for.
   static Status NotFound() {
-    static const std::string* const kMiss = MessageConstant("the block is not in the host tier under the format and scope asked for");
+    static const std::string* const kMiss =
+        MessageConstant("the block is not in the host tier under the format and scope asked for");
     return Status::Constant(StatusCode::kNotFound, kMiss);
   }
 
@@ -227,8 +240,9 @@ class HostTier::Impl {
     KVTIER_ASSIGN_OR_RETURN(const uint32_t id, FindLocked(ref));
     const TierIndex::Entry& entry = index_.entry(id);
     if (room && *room < entry.header.payload_bytes) {
-      return InvalidArgumentError("buffer of " + std::to_string(*room) + " bytes is too small for block " +
-                                  ref.key.ToHex() + " of " + std::to_string(entry.header.payload_bytes) + " bytes");
+      return InvalidArgumentError("buffer of " + std::to_string(*room) +
+                                  " bytes is too small for block " + ref.key.ToHex() + " of " +
+                                  std::to_string(entry.header.payload_bytes) + " bytes");
     }
     const auto first = static_cast<uint32_t>(entry.location);
     ++readers_[first];
@@ -246,7 +260,8 @@ class HostTier::Impl {
       ++stats_.checksum_failures;
       const uint32_t id = index_.Find(held.header.key, held.header.format_tag);
       if (id != TierIndex::kNil && index_.entry(id).location == held.first) RemoveLocked(id);
-      return DataLossError("host tier: block " + held.header.key.ToHex() + " failed its checksum; it was dropped");
+      return DataLossError("host tier: block " + held.header.key.ToHex() +
+                           " failed its checksum; it was dropped");
     }
     ++stats_.hits;
     stats_.bytes_read += held.header.payload_bytes;
@@ -283,8 +298,12 @@ class HostTier::Impl {
     return FailedPreconditionError("block " + twice->first.ToHex() + " comes twice in the batch");
   }
 
-  uint64_t PagesFor(uint64_t bytes) const { return (bytes + options_.page_bytes - 1) / options_.page_bytes; }
-  uint8_t* Page(uint32_t page) const { return memory_->data() + uint64_t{page} * options_.page_bytes; }
+  uint64_t PagesFor(uint64_t bytes) const {
+    return (bytes + options_.page_bytes - 1) / options_.page_bytes;
+  }
+  uint8_t* Page(uint32_t page) const {
+    return memory_->data() + uint64_t{page} * options_.page_bytes;
+  }
   // The page that starts at `at` (an address inside the slab or just past it).
   uint32_t PageIndex(const uint8_t* at) const {
     return static_cast<uint32_t>(static_cast<uint64_t>(at - memory_->data()) / options_.page_bytes);
@@ -310,13 +329,15 @@ class HostTier::Impl {
   // reader): nobody else writes their next_page_ entries or their bytes meanwhile.
   void CopyIn(uint32_t page, std::span<const uint8_t> payload) const {
     for (size_t at = 0; at < payload.size(); at += options_.page_bytes, page = next_page_[page]) {
-      std::memcpy(Page(page), payload.data() + at, std::min<size_t>(options_.page_bytes, payload.size() - at));
+      std::memcpy(Page(page), payload.data() + at,
+                  std::min<size_t>(options_.page_bytes, payload.size() - at));
     }
   }
 
   void CopyOut(uint32_t page, std::span<uint8_t> out) const {
     for (size_t at = 0; at < out.size(); at += options_.page_bytes, page = next_page_[page]) {
-      std::memcpy(out.data() + at, Page(page), std::min<size_t>(options_.page_bytes, out.size() - at));
+      std::memcpy(out.data() + at, Page(page),
+                  std::min<size_t>(options_.page_bytes, out.size() - at));
     }
   }
 
@@ -334,7 +355,7 @@ class HostTier::Impl {
   void PutChecked(std::span<const PutItem> items, std::span<Status> results, uint64_t puts) {
     std::vector<Placement> placed;
     placed.reserve(items.size());  // one allocation, however many blocks
-    std::vector<size_t> repeats;  // items whose block an earlier item of the batch places
+    std::vector<size_t> repeats;   // items whose block an earlier item of the batch places
     {
       MutexLock lock(mu_);
       stats_.puts += puts;
@@ -354,7 +375,8 @@ class HostTier::Impl {
           for (const Placement& one : placed) {
             PutChecked(items.subspan(one.item, 1), results.subspan(one.item, 1), /*puts=*/0);
           }
-          for (size_t i : repeats) PutChecked(items.subspan(i, 1), results.subspan(i, 1), /*puts=*/0);
+          for (size_t i : repeats)
+            PutChecked(items.subspan(i, 1), results.subspan(i, 1), /*puts=*/0);
           return;
         }
         // What is left is being copied right now: a moment later there is room.
@@ -381,13 +403,14 @@ class HostTier::Impl {
   static bool PlacedEarlier(std::span<const PutItem> items, const std::vector<Placement>& placed,
                             const BlockHeader& header) {
     return std::any_of(placed.begin(), placed.end(), [&](const Placement& p) {
-      return items[p.item].header.key == header.key && items[p.item].header.format_tag == header.format_tag;
+      return items[p.item].header.key == header.key &&
+             items[p.item].header.format_tag == header.format_tag;
     });
   }
 
   // A block already stored takes the new policy (OK); a new one joins `placed`.
-  Status PlaceLocked(const BlockHeader& header, size_t item, std::vector<Placement>& placed, uint64_t& pages)
-      KVTIER_REQUIRES(mu_) {
+  Status PlaceLocked(const BlockHeader& header, size_t item, std::vector<Placement>& placed,
+                     uint64_t& pages) KVTIER_REQUIRES(mu_) {
     const uint64_t need = PagesFor(header.payload_bytes);
     if (need > num_pages_) {
       return ResourceExhaustedError("block of " + std::to_string(header.payload_bytes) +
@@ -396,7 +419,8 @@ class HostTier::Impl {
     }
     if (RefreshLocked(header)) return Status::Ok();
     if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) {
-      return AlreadyExistsError("block " + header.key.ToHex() + " is stored under another salt scope");
+      return AlreadyExistsError("block " + header.key.ToHex() +
+                                " is stored under another salt scope");
     }
     placed.push_back({item, need});
     pages += need;
@@ -421,7 +445,8 @@ class HostTier::Impl {
   // A stored block under this key and scope takes the new policy fields; true when there was one.
   bool RefreshLocked(const BlockHeader& header) KVTIER_REQUIRES(mu_) {
     const uint32_t id = index_.Find(header.key, header.format_tag);
-    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != header.salt_scope) return false;
+    if (id == TierIndex::kNil || index_.entry(id).header.salt_scope != header.salt_scope)
+      return false;
     index_.Refresh(id, header);  // same key, same bytes: only the policy changes
     if (options_.on_stored) options_.on_stored(header);
     return true;
@@ -468,7 +493,8 @@ class HostTier::Impl {
       const uint32_t victim = index_.Victim();
       if (victim == TierIndex::kNil) break;
       const TierIndex::Entry& entry = index_.entry(victim);
-      victims.push_back(HeldVictim{index_.CurrentHeader(victim), static_cast<uint32_t>(entry.location)});
+      victims.push_back(
+          HeldVictim{index_.CurrentHeader(victim), static_cast<uint32_t>(entry.location)});
       coming += entry.units;
       index_.Hold(victim);
       ++readers_[victims.back().first];
@@ -494,9 +520,9 @@ class HostTier::Impl {
     std::vector<EvictedBlockView> views;
     views.reserve(victims.size());
     for (size_t k = 0; k < victims.size(); ++k) {
-      views.push_back({&victims[k].header,
-                       std::span<const std::span<const uint8_t>>(ranges).subspan(
-                           first_range[k], first_range[k + 1] - first_range[k])});
+      views.push_back(
+          {&victims[k].header, std::span<const std::span<const uint8_t>>(ranges).subspan(
+                                   first_range[k], first_range[k + 1] - first_range[k])});
     }
     options_.on_evict(views);
   }
@@ -539,7 +565,8 @@ class HostTier::Impl {
   // it has read them.
   void ReplaceLentPage(uint32_t page) KVTIER_REQUIRES(mu_) {
     lent_[page] = 0;
-    madvise(Page(page), options_.page_bytes, MADV_DONTNEED);  // cannot fail on our own anonymous pages
+    madvise(Page(page), options_.page_bytes,
+            MADV_DONTNEED);  // cannot fail on our own anonymous pages
     ++stats_.lent_pages_replaced;
   }
 
@@ -582,20 +609,22 @@ Result<std::unique_ptr<HostTier>> HostTier::Create(HostTierOptions options) {
   }
   if (options.capacity_bytes < options.page_bytes) {
     return InvalidArgumentError("host tier capacity of " + std::to_string(options.capacity_bytes) +
-                                " bytes holds no page of " + std::to_string(options.page_bytes) + " bytes");
+                                " bytes holds no page of " + std::to_string(options.page_bytes) +
+                                " bytes");
   }
   if (options.capacity_bytes / options.page_bytes >= TierIndex::kNil) {
     return InvalidArgumentError("host tier capacity of " + std::to_string(options.capacity_bytes) +
                                 " bytes has too many pages; raise page_bytes");
   }
   const uint64_t bytes = options.capacity_bytes / options.page_bytes * options.page_bytes;
-  KVTIER_ASSIGN_OR_RETURN(auto memory, HostMemory::Create(HostMemoryOptions{
-                                           .bytes = bytes,
-                                           .try_huge_pages = options.try_huge_pages,
-                                           .populate = true,
-                                           .pin = options.pin,
-                                           .unpin = options.unpin}));
-  return std::unique_ptr<HostTier>(new HostTier(std::make_unique<Impl>(std::move(options), std::move(memory))));
+  KVTIER_ASSIGN_OR_RETURN(
+      auto memory, HostMemory::Create(HostMemoryOptions{.bytes = bytes,
+                                                        .try_huge_pages = options.try_huge_pages,
+                                                        .populate = true,
+                                                        .pin = options.pin,
+                                                        .unpin = options.unpin}));
+  return std::unique_ptr<HostTier>(
+      new HostTier(std::make_unique<Impl>(std::move(options), std::move(memory))));
 }
 
 HostTier::HostTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -604,8 +633,12 @@ Status HostTier::Put(const BlockHeader& header, std::span<const uint8_t> payload
   const PutItem item{header, payload};
   return std::move(impl_->PutBatch({&item, 1}).front());
 }
-std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
-Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+std::vector<Status> HostTier::PutBatch(std::span<const PutItem> items) {
+  return impl_->PutBatch(items);
+}
+Result<BlockHeader> HostTier::Get(const BlockRef& ref, std::span<uint8_t> out) {
+  return impl_->Get(ref, out);
+}
 Result<PinnedBlock> HostTier::Pin(const BlockRef& ref) {
   KVTIER_ASSIGN_OR_RETURN(Impl::Held held, impl_->Pin(ref));
   return PinnedBlock(this, held.first, std::move(held.header));
@@ -621,7 +654,9 @@ bool HostTier::pinned() const { return impl_->memory().pinned(); }
 bool HostTier::can_lend_pages() const { return impl_->CanLend(); }
 
 PinnedBlock::PinnedBlock(PinnedBlock&& other) noexcept
-    : tier_(std::exchange(other.tier_, nullptr)), first_page_(other.first_page_), header_(std::move(other.header_)) {}
+    : tier_(std::exchange(other.tier_, nullptr)),
+      first_page_(other.first_page_),
+      header_(std::move(other.header_)) {}
 
 PinnedBlock& PinnedBlock::operator=(PinnedBlock&& other) noexcept {
   if (this != &other) {
@@ -659,7 +694,8 @@ std::vector<Status> HostTier::Commit(HostReservation reservation) {
 }
 
 HostReservation::HostReservation(HostReservation&& other) noexcept
-    : tier_(std::exchange(other.tier_, nullptr)), headers_(std::move(other.headers_)),
+    : tier_(std::exchange(other.tier_, nullptr)),
+      headers_(std::move(other.headers_)),
       first_pages_(std::move(other.first_pages_)) {}
 
 HostReservation& HostReservation::operator=(HostReservation&& other) noexcept {
@@ -679,8 +715,10 @@ void HostReservation::Release() {
   tier_ = nullptr;
 }
 
-void HostReservation::ForEachPiece(size_t i, const std::function<void(std::span<uint8_t>)>& piece) const {
-  if (tier_ != nullptr) tier_->impl_->ForEachPiece(first_pages_[i], headers_[i].payload_bytes, piece);
+void HostReservation::ForEachPiece(size_t i,
+                                   const std::function<void(std::span<uint8_t>)>& piece) const {
+  if (tier_ != nullptr)
+    tier_->impl_->ForEachPiece(first_pages_[i], headers_[i].payload_bytes, piece);
 }
 
 void PinnedBlock::ForEachPiece(const std::function<void(std::span<const uint8_t>)>& piece) const {

@@ -46,9 +46,9 @@ namespace kvtier::storage {
 class HostTier;
 
 struct HostTierOptions {
-  uint64_t capacity_bytes = 0;               // host_cache_size
+  uint64_t capacity_bytes = 0;  // host_cache_size
   uint32_t page_bytes = 64 * 1024;
-  uint64_t max_block_bytes = 256ull << 20;   // larger payloads are refused
+  uint64_t max_block_bytes = 256ull << 20;  // larger payloads are refused
   bool verify_on_get = false;
   bool try_huge_pages = true;
   std::function<Status(void*, size_t)> pin;  // see HostMemoryOptions

@@ -84,17 +84,24 @@ void BM_HostTierPutOverLentPages(benchmark::State& state) {
   HostTier& tier = LendingTier(lent);
   testing::PutFreshBlocks(state, kBlockBytes, /*checked=*/true, [&](const PutItem& item) {
     Status put = std::move(tier.PutBatch({&item, 1}).front());
-    Result<PinnedBlock> pin = tier.Pin({item.header.key, item.header.format_tag, item.header.salt_scope});
+    Result<PinnedBlock> pin =
+        tier.Pin({item.header.key, item.header.format_tag, item.header.salt_scope});
     if (pin.ok() && lent) pin->UnpinLent();
     return put;
   });
 }
-BENCHMARK(BM_HostTierPutOverLentPages)->ArgName("lent")->Arg(0)->Arg(1)->ThreadRange(1, 4)->UseRealTime();
+BENCHMARK(BM_HostTierPutOverLentPages)
+    ->ArgName("lent")
+    ->Arg(0)
+    ->Arg(1)
+    ->ThreadRange(1, 4)
+    ->UseRealTime();
 
 // The checksum every put, get and peer fetch computes or verifies once per block
 // (storage/fast_xxh3.h), on one thread, by block size.
 void BM_PayloadChecksum(benchmark::State& state) {
-  const std::vector<uint8_t> payload = testing::MakeBlock(1, static_cast<size_t>(state.range(0))).payload;
+  const std::vector<uint8_t> payload =
+      testing::MakeBlock(1, static_cast<size_t>(state.range(0))).payload;
   for (auto _ : state) benchmark::DoNotOptimize(PayloadChecksum(payload));
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }

@@ -108,7 +108,8 @@ TEST_F(StalledEvictionTest, AVictimStaysReadableAndTheTierServesWhileItsHandlerR
   EXPECT_EQ(out, b0_.payload);
   ASSERT_TRUE(tier_->Get(b1_.ref(), out).ok());
   ASSERT_TRUE(tier_->Put(b3_.header, b3_.payload).ok());
-  EXPECT_TRUE(handler_.in_call.load()) << "all of that ran while block 0's handler was still in its call";
+  EXPECT_TRUE(handler_.in_call.load())
+      << "all of that ran while block 0's handler was still in its call";
   EXPECT_TRUE(tier_->Contains(b0_.ref()));
   EXPECT_FALSE(tier_->Contains(b1_.ref()));
 

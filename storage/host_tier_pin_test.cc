@@ -23,7 +23,9 @@ using testing::SmallHostTier;
 
 constexpr uint32_t kPage = testing::kTestPageBytes;
 
-std::unique_ptr<HostTier> MakeTier(uint64_t pages) { return HostTier::Create(SmallHostTier(pages)).value(); }
+std::unique_ptr<HostTier> MakeTier(uint64_t pages) {
+  return HostTier::Create(SmallHostTier(pages)).value();
+}
 
 std::vector<std::span<const uint8_t>> Pieces(const PinnedBlock& pin) {
   std::vector<std::span<const uint8_t>> pieces;
@@ -33,7 +35,8 @@ std::vector<std::span<const uint8_t>> Pieces(const PinnedBlock& pin) {
 
 std::vector<uint8_t> Bytes(const PinnedBlock& pin) {
   std::vector<uint8_t> bytes;
-  for (std::span<const uint8_t> piece : Pieces(pin)) bytes.insert(bytes.end(), piece.begin(), piece.end());
+  for (std::span<const uint8_t> piece : Pieces(pin))
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
   return bytes;
 }
 
@@ -43,7 +46,8 @@ std::vector<uint8_t> Bytes(const PinnedBlock& pin) {
 // each pin counts as a hit.
 TEST(HostTierPinTest, APinnedBlockIsReadInPlaceInRunsOfAdjacentPages) {
   auto tier = MakeTier(16);
-  const TestBlock one = MakeBlock(1, 3 * kPage + 100), three = MakeBlock(3, kPage), five = MakeBlock(5, kPage);
+  const TestBlock one = MakeBlock(1, 3 * kPage + 100), three = MakeBlock(3, kPage),
+                  five = MakeBlock(5, kPage);
   ASSERT_TRUE(tier->Put(one.header, one.payload).ok());
   ASSERT_TRUE(tier->Put(three.header, three.payload).ok());
   ASSERT_TRUE(tier->Put(five.header, five.payload).ok());
@@ -78,8 +82,8 @@ TEST(HostTierPinTest, AMissIsNotFoundAndCounted) {
 // the pinned pages. When the pin goes, block 1's pages are free: block 4 fits beside 3.
 TEST(HostTierPinTest, APinKeepsTheBytesThroughRemoveAndEvictionAndFreesThePagesLast) {
   auto tier = MakeTier(4);
-  const TestBlock one = MakeBlock(1, 2 * kPage), two = MakeBlock(2, 2 * kPage), three = MakeBlock(3, 2 * kPage),
-                  four = MakeBlock(4, 2 * kPage);
+  const TestBlock one = MakeBlock(1, 2 * kPage), two = MakeBlock(2, 2 * kPage),
+                  three = MakeBlock(3, 2 * kPage), four = MakeBlock(4, 2 * kPage);
   ASSERT_TRUE(tier->Put(one.header, one.payload).ok());
   {
     Result<PinnedBlock> pin = tier->Pin(one.ref());
@@ -102,7 +106,8 @@ TEST(HostTierPinTest, APinKeepsTheBytesThroughRemoveAndEvictionAndFreesThePagesL
 // a moved-from pin releases nothing.
 TEST(HostTierPinTest, AMovedPinReleasesOnlyWhatItReplaces) {
   auto tier = MakeTier(2);
-  const TestBlock a = MakeBlock(1, kPage), b = MakeBlock(2, kPage), c = MakeBlock(3, kPage), d = MakeBlock(4, kPage);
+  const TestBlock a = MakeBlock(1, kPage), b = MakeBlock(2, kPage), c = MakeBlock(3, kPage),
+                  d = MakeBlock(4, kPage);
   ASSERT_TRUE(tier->Put(a.header, a.payload).ok());
   ASSERT_TRUE(tier->Put(b.header, b.payload).ok());
   PinnedBlock pin_a = tier->Pin(a.ref()).value();
@@ -113,7 +118,8 @@ TEST(HostTierPinTest, AMovedPinReleasesOnlyWhatItReplaces) {
 
   pin_a = std::move(pin_b);  // block 1's page is free now; block 2's is still held
   EXPECT_EQ(Bytes(pin_a), b.payload);
-  EXPECT_TRUE(Pieces(pin_b).empty()) << "a moved-from pin holds nothing";  // NOLINT(bugprone-use-after-move)
+  EXPECT_TRUE(Pieces(pin_b).empty())
+      << "a moved-from pin holds nothing";  // NOLINT(bugprone-use-after-move)
   ASSERT_TRUE(tier->Put(c.header, c.payload).ok());
   // Block 4 can only have block 3's page (evicting it), never the pinned one.
   ASSERT_TRUE(tier->Put(d.header, d.payload).ok());
@@ -137,7 +143,8 @@ TEST(HostTierPinTest, WithVerifyOnGetACorruptBlockIsDroppedNotPinned) {
   const TestBlock bad = MakeBlock(1, 3 * kPage), good = MakeBlock(2, 2 * kPage);
   ASSERT_TRUE(tier->Put(bad.header, bad.payload).ok());
   ASSERT_TRUE(tier->Put(good.header, good.payload).ok());
-  const auto at = std::search(slab.begin(), slab.end(), bad.payload.begin(), bad.payload.begin() + 64);
+  const auto at =
+      std::search(slab.begin(), slab.end(), bad.payload.begin(), bad.payload.begin() + 64);
   ASSERT_NE(at, slab.end()) << "block 1's first bytes are in the slab";
   *(at + 2 * kPage + 7) ^= 0x5A;  // in its third page
 
@@ -175,7 +182,8 @@ class SplicedPages {
   // What the tier's pages that were spliced hold now, in the order spliced.
   std::vector<uint8_t> PagesNow() const {
     std::vector<uint8_t> bytes;
-    for (std::span<const uint8_t> piece : pieces_) bytes.insert(bytes.end(), piece.begin(), piece.end());
+    for (std::span<const uint8_t> piece : pieces_)
+      bytes.insert(bytes.end(), piece.begin(), piece.end());
     return bytes;
   }
 

@@ -29,7 +29,8 @@ void Fill(const HostReservation& reservation, const std::vector<TestBlock>& bloc
   for (size_t i = 0; i < blocks.size(); ++i) {
     size_t at = 0;
     reservation.ForEachPiece(i, [&](std::span<uint8_t> piece) {
-      std::copy_n(blocks[i].payload.begin() + static_cast<ptrdiff_t>(at), piece.size(), piece.begin());
+      std::copy_n(blocks[i].payload.begin() + static_cast<ptrdiff_t>(at), piece.size(),
+                  piece.begin());
       at += piece.size();
     });
     ASSERT_EQ(at, blocks[i].payload.size()) << "block " << i << "'s pieces cover its payload";
@@ -104,7 +105,8 @@ TEST(HostTierReserveTest, ReservationsHoldAtMostHalfTheTier) {
   Fill(*three, first);
   ASSERT_TRUE(tier->Commit(std::move(*three)).front().ok());
   one = NotFoundError("abandoned");
-  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 4 * kPage)})).ok()) << "no page reserved any more";
+  EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(4, 4 * kPage)})).ok())
+      << "no page reserved any more";
 }
 
 // Two writers reserve block 1 at once (neither sees the other's: reserved blocks are in
@@ -129,7 +131,8 @@ TEST(HostTierReserveTest, TwoReservationsOfOneBlockStoreItOnce) {
   EXPECT_TRUE(tier->Reserve(Headers({MakeBlock(2, 4 * kPage)})).ok()) << "no page left reserved";
   const TestBlock rest = MakeBlock(3, 6 * kPage);
   EXPECT_TRUE(tier->Put(rest.header, rest.payload).ok());
-  EXPECT_EQ(tier->Stats().evictions, 0u) << "the second copy's pages came back: block 3 fit beside block 1";
+  EXPECT_EQ(tier->Stats().evictions, 0u)
+      << "the second copy's pages came back: block 3 fit beside block 1";
 }
 
 // Block 2's bytes do not match its header: the commit stores neither block (block 2 is
@@ -162,7 +165,8 @@ TEST(HostTierReserveTest, ABatchThatIsNotAllNewBlocksIsNotReserved) {
   ASSERT_TRUE(tier->Put(one.header, one.payload).ok());
 
   const auto stored_already = tier->Reserve(Headers({two, one}));
-  EXPECT_EQ(stored_already.status().code(), StatusCode::kFailedPrecondition) << stored_already.status();
+  EXPECT_EQ(stored_already.status().code(), StatusCode::kFailedPrecondition)
+      << stored_already.status();
   EXPECT_NE(stored_already.status().message().find(one.header.key.ToHex()), std::string::npos);
   const auto twice = tier->Reserve(Headers({two, two}));
   EXPECT_EQ(twice.status().code(), StatusCode::kFailedPrecondition) << twice.status();

@@ -68,7 +68,8 @@ TEST(HostTierTest, ConcurrentGetsAndPutsNeverSeeAnotherBlocksBytes) {
   for (int r = 0; r < 4; ++r) {
     readers.emplace_back([&, r] {
       std::vector<uint8_t> out(blocks[0].payload.size());
-      for (uint64_t i = static_cast<uint64_t>(r); !done.load(); i = i * 6364136223846793005ull + 1442695040888963407ull) {
+      for (uint64_t i = static_cast<uint64_t>(r); !done.load();
+           i = i * 6364136223846793005ull + 1442695040888963407ull) {
         const TestBlock& block = blocks[(i >> 33) % blocks.size()];
         auto header = tier->Get(block.ref(), out);
         if (!header.ok()) continue;
@@ -82,8 +83,10 @@ TEST(HostTierTest, ConcurrentGetsAndPutsNeverSeeAnotherBlocksBytes) {
   for (uint64_t n = 0; std::chrono::steady_clock::now() < until; ++n) {
     const TestBlock& block = blocks[n % blocks.size()];
     const Status put = tier->Put(block.header, block.payload);
-    if (put.code() == StatusCode::kResourceExhausted) ++refused;
-    else ASSERT_TRUE(put.ok()) << put;
+    if (put.code() == StatusCode::kResourceExhausted)
+      ++refused;
+    else
+      ASSERT_TRUE(put.ok()) << put;
   }
   done = true;
   for (std::thread& t : readers) t.join();
@@ -97,9 +100,11 @@ TEST(HostTierTest, ConcurrentGetsAndPutsNeverSeeAnotherBlocksBytes) {
   EXPECT_EQ(tier->Stats().bytes, 0u);
   for (uint64_t id = 100; id < 108; ++id) {
     auto block = MakeBlock(id, 3 * kPage);
-    ASSERT_TRUE(tier->Put(block.header, block.payload).ok()) << "block " << id << " (" << refused << " refused)";
+    ASSERT_TRUE(tier->Put(block.header, block.payload).ok())
+        << "block " << id << " (" << refused << " refused)";
   }
-  EXPECT_EQ(tier->Stats().evictions, stats.evictions) << "the 8 fit without evicting: no page leaked";
+  EXPECT_EQ(tier->Stats().evictions, stats.evictions)
+      << "the 8 fit without evicting: no page leaked";
 }
 
 TEST(HostTierTest, EvictsLowestPriorityThenLeastRecentAndHandsTheBytesOn) {
@@ -154,7 +159,8 @@ TEST(HostTierTest, ABatchEvictsForAllItsBlocksInOneHandOff) {
   EXPECT_TRUE(calls.empty());
   for (const Status& put : batch({4, 5, 6, 4})) EXPECT_TRUE(put.ok()) << put;
   EXPECT_EQ(calls, (std::vector<std::vector<uint64_t>>{{0, 1, 2}}));
-  for (uint64_t id : {3, 4, 5, 6}) EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
+  for (uint64_t id : {3, 4, 5, 6})
+    EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
 
   calls.clear();
   for (const Status& put : batch({7, 8, 9, 10, 11, 9})) EXPECT_TRUE(put.ok()) << put;
@@ -162,7 +168,8 @@ TEST(HostTierTest, ABatchEvictsForAllItsBlocksInOneHandOff) {
   for (const auto& call : calls) victims += call.size();
   EXPECT_EQ(victims, 5u) << "3, 4, 5, 6 and then 7";
   EXPECT_FALSE(tier->Contains(blocks[7].ref()));
-  for (uint64_t id : {8, 9, 10, 11}) EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
+  for (uint64_t id : {8, 9, 10, 11})
+    EXPECT_EQ(Read(*tier, blocks[id]), blocks[id].payload) << "block " << id;
   EXPECT_EQ(tier->Stats().blocks, 4u);
   EXPECT_EQ(tier->Stats().puts, 14u);
 }
@@ -190,7 +197,8 @@ TEST(HostTierTest, MalformedPutsAreRefusedAndStoreNothing) {
   EXPECT_EQ(truncated.code(), StatusCode::kInvalidArgument);
   auto corrupt = block;
   corrupt.payload[3] ^= 0xFF;
-  EXPECT_NE(tier->Put(corrupt.header, corrupt.payload).message().find("checksum"), std::string::npos);
+  EXPECT_NE(tier->Put(corrupt.header, corrupt.payload).message().find("checksum"),
+            std::string::npos);
   auto too_big = MakeBlock(2, 3 * kPage);
   EXPECT_EQ(tier->Put(too_big.header, too_big.payload).code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(tier->Stats().blocks, 0u);
@@ -218,7 +226,8 @@ TEST(HostTierTest, ACheckedBatchItemSkipsOnlyTheChecksumPass) {
   EXPECT_EQ(Read(*tier, first), first.payload);
   TestBlock unchecked = MakeBlock(3, 1000);
   unchecked.payload[3] ^= 0xFF;
-  const std::vector<Status> refused = tier->PutBatch(std::vector<PutItem>{{unchecked.header, unchecked.payload}});
+  const std::vector<Status> refused =
+      tier->PutBatch(std::vector<PutItem>{{unchecked.header, unchecked.payload}});
   EXPECT_NE(refused[0].message().find("checksum"), std::string::npos) << refused[0];
   EXPECT_EQ(tier->Stats().blocks, 2u);
 }
@@ -245,14 +254,16 @@ TEST(HostTierTest, VerifyOnGetDropsABlockCorruptedInMemory) {
   const TestBlock bad = MakeBlock(1, 3 * kPage), good = MakeBlock(2, kPage);
   ASSERT_TRUE((*tier)->Put(bad.header, bad.payload).ok());
   ASSERT_TRUE((*tier)->Put(good.header, good.payload).ok());
-  const auto at = std::search(slab.begin(), slab.end(), bad.payload.begin(), bad.payload.begin() + 64);
+  const auto at =
+      std::search(slab.begin(), slab.end(), bad.payload.begin(), bad.payload.begin() + 64);
   ASSERT_NE(at, slab.end()) << "block 1's first bytes are in the slab";
   *(at + 100) ^= 0x5A;
 
   std::vector<uint8_t> out(bad.payload.size());
   const Result<BlockHeader> read = (*tier)->Get(bad.ref(), out);
   EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << read.status();
-  EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos) << read.status();
+  EXPECT_NE(read.status().message().find(bad.header.key.ToHex()), std::string::npos)
+      << read.status();
   EXPECT_EQ(removed, std::vector<uint64_t>{1});
   EXPECT_EQ((*tier)->Stats().checksum_failures, 1u);
   EXPECT_EQ((*tier)->Get(bad.ref(), out).status().code(), StatusCode::kNotFound);
@@ -268,7 +279,7 @@ TEST(HostTierTest, RepeatedPutUpdatesPolicyWithoutCopying) {
   ASSERT_TRUE(tier->Put(a.header, a.payload).ok());
   auto c = MakeBlock(3, kPage);
   ASSERT_TRUE(tier->Put(c.header, c.payload).ok());
-  EXPECT_TRUE(tier->Contains(a.ref()));   // 90 outranks 50
+  EXPECT_TRUE(tier->Contains(a.ref()));  // 90 outranks 50
   EXPECT_FALSE(tier->Contains(b.ref()));
   EXPECT_EQ(tier->Peek(a.ref())->priority, 90);
 }
@@ -280,7 +291,8 @@ TEST(HostTierTest, OptionsAreChecked) {
   EXPECT_NE(HostTier::Create(options).status().message().find("holds no page"), std::string::npos);
   options.capacity_bytes = 1 << 20;
   options.page_bytes = 1000;
-  EXPECT_NE(HostTier::Create(options).status().message().find("multiple of 4096"), std::string::npos);
+  EXPECT_NE(HostTier::Create(options).status().message().find("multiple of 4096"),
+            std::string::npos);
 }
 
 TEST(HostTierTest, PinHookSeesTheWholeSlab) {
@@ -290,7 +302,10 @@ TEST(HostTierTest, PinHookSeesTheWholeSlab) {
     options.capacity_bytes = 16 * kPage;
     options.page_bytes = kPage;
     options.try_huge_pages = false;
-    options.pin = [&](void*, size_t bytes) { pinned_bytes = bytes; return Status::Ok(); };
+    options.pin = [&](void*, size_t bytes) {
+      pinned_bytes = bytes;
+      return Status::Ok();
+    };
     options.unpin = [&](void*, size_t bytes) { unpinned_bytes = bytes; };
     auto tier = HostTier::Create(options);
     ASSERT_TRUE(tier.ok());
@@ -303,7 +318,8 @@ TEST(HostTierTest, PinHookSeesTheWholeSlab) {
   failing.capacity_bytes = kPage;
   failing.page_bytes = kPage;
   failing.pin = [](void*, size_t) { return UnavailableError("no device"); };
-  EXPECT_NE(HostTier::Create(failing).status().message().find("pinning host memory"), std::string::npos);
+  EXPECT_NE(HostTier::Create(failing).status().message().find("pinning host memory"),
+            std::string::npos);
 }
 
 }  // namespace

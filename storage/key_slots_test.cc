@@ -34,7 +34,9 @@ TEST(KeySlotsTest, MatchesAMapThroughRandomInsertsAndErases) {
   KeySlots slots;
   std::map<std::pair<uint32_t, uint64_t>, uint32_t> model;
   std::mt19937_64 rng(42);
-  const auto key_of = [](uint64_t n) { return BlockKey{n * 0x10001, n}; };  // opaque-looking, low-entropy keys
+  const auto key_of = [](uint64_t n) {
+    return BlockKey{n * 0x10001, n};
+  };  // opaque-looking, low-entropy keys
   for (uint32_t step = 0; step < 20000; ++step) {
     const uint32_t format = static_cast<uint32_t>(rng() % 2);
     const uint64_t n = rng() % 300;

@@ -39,7 +39,8 @@ std::string SegmentPath(const std::string& dir, uint32_t id) {
 uint32_t SegmentId(const std::filesystem::path& path) {
   if (path.extension() != ".seg") return 0;
   const std::string stem = path.stem().string();
-  if (stem.empty() || stem.size() > 8 || !std::all_of(stem.begin(), stem.end(), ::isdigit)) return 0;
+  if (stem.empty() || stem.size() > 8 || !std::all_of(stem.begin(), stem.end(), ::isdigit))
+    return 0;
   const unsigned long id = std::stoul(stem);
   return id <= kMaxSegmentId ? static_cast<uint32_t>(id) : 0;
 }
@@ -68,8 +69,9 @@ Result<uint64_t> SegmentFile::ReadHashed(uint64_t offset, std::span<uint8_t> out
     if (got < 0 && errno == EINTR) continue;
     if (got <= 0) {
       const int error = got < 0 ? errno : 0;
-      return got < 0 ? IoError("reading " + path_, error)
-                     : UnavailableError("reading " + path_ + ": the file ends before the payload does");
+      return got < 0
+                 ? IoError("reading " + path_, error)
+                 : UnavailableError("reading " + path_ + ": the file ends before the payload does");
     }
     XXH3_64bits_update(&state, out.data() + done, static_cast<size_t>(got));
     done += static_cast<size_t>(got);
@@ -81,8 +83,10 @@ Result<std::unique_ptr<PayloadSegments>> PayloadSegments::Open(PayloadSegmentsOp
   std::error_code error;
   std::filesystem::create_directories(options.dir, error);
   if (error) {
-    const std::string message = "cannot create the payload directory " + options.dir + ": " + error.message();
-    return error == std::errc::permission_denied ? PermissionDeniedError(message) : FailedPreconditionError(message);
+    const std::string message =
+        "cannot create the payload directory " + options.dir + ": " + error.message();
+    return error == std::errc::permission_denied ? PermissionDeniedError(message)
+                                                 : FailedPreconditionError(message);
   }
   std::unique_ptr<PayloadSegments> segments(new PayloadSegments(std::move(options)));
   for (const auto& entry : std::filesystem::directory_iterator(segments->options_.dir, error)) {
@@ -98,7 +102,9 @@ Result<std::unique_ptr<PayloadSegments>> PayloadSegments::Open(PayloadSegmentsOp
     segments->file_bytes_ += segment.size;
     segments->next_id_ = std::max(segments->next_id_, id % kMaxSegmentId + 1);
   }
-  if (error) return FailedPreconditionError("cannot list " + segments->options_.dir + ": " + error.message());
+  if (error)
+    return FailedPreconditionError("cannot list " + segments->options_.dir + ": " +
+                                   error.message());
   return segments;
 }
 
@@ -123,7 +129,8 @@ void PayloadSegments::DropUnreferenced() {
 Status PayloadSegments::StartSegment() {
   // Ids are reused once their segment is gone: a location names a segment only while a
   // block lives in it, so 2^24 ids never run out (they would after 1 PiB of writes).
-  if (segments_.size() >= kMaxSegmentId) return ResourceExhaustedError("the disk tier has no free segment id");
+  if (segments_.size() >= kMaxSegmentId)
+    return ResourceExhaustedError("the disk tier has no free segment id");
   while (segments_.contains(next_id_)) next_id_ = next_id_ % kMaxSegmentId + 1;
   const uint32_t id = next_id_;
   next_id_ = next_id_ % kMaxSegmentId + 1;
@@ -139,7 +146,8 @@ Status PayloadSegments::StartSegment() {
 Result<PayloadSegments::Reservation> PayloadSegments::Reserve(std::span<const uint64_t> sizes) {
   uint64_t total = 0;
   for (const uint64_t size : sizes) total += size;
-  if (active_ && segments_.at(*active_).size > 0 && segments_.at(*active_).size + total > options_.segment_bytes) {
+  if (active_ && segments_.at(*active_).size > 0 &&
+      segments_.at(*active_).size + total > options_.segment_bytes) {
     const auto sealed = segments_.find(*active_);
     active_.reset();
     if (sealed->second.live == 0) Delete(sealed);
@@ -150,7 +158,8 @@ Result<PayloadSegments::Reservation> PayloadSegments::Reserve(std::span<const ui
     reservation.new_segment = true;
   }
   Segment& segment = segments_.at(*active_);
-  if (segment.size + total > kMaxOffset) return InvalidArgumentError("a put batch larger than a segment can address");
+  if (segment.size + total > kMaxOffset)
+    return InvalidArgumentError("a put batch larger than a segment can address");
   reservation.file = segment.file;
   reservation.offset = segment.size;
   reservation.bytes = total;
@@ -173,14 +182,16 @@ void PayloadSegments::Abandon(const Reservation& reservation) {
   Segment& segment = it->second;
   segment.live -= reservation.bytes;
   live_bytes_ -= reservation.bytes;
-  if (segment.size == reservation.offset + reservation.bytes) {  // nothing reserved after it: reuse the room
+  if (segment.size ==
+      reservation.offset + reservation.bytes) {  // nothing reserved after it: reuse the room
     segment.size = reservation.offset;
     file_bytes_ -= reservation.bytes;
   }
   if (segment.live == 0 && active_ != it->first) Delete(it);
 }
 
-Status SegmentFile::WriteAt(uint64_t offset, std::span<const std::span<const uint8_t>> payloads) const {
+Status SegmentFile::WriteAt(uint64_t offset,
+                            std::span<const std::span<const uint8_t>> payloads) const {
   std::vector<iovec> iov;
   iov.reserve(payloads.size());
   for (const auto& payload : payloads) {
@@ -205,7 +216,9 @@ Status SegmentFile::Sync() const {
   return Status::Ok();
 }
 
-Status SegmentFile::SyncDirectory() const { return SyncDir(std::filesystem::path(path_).parent_path().string()); }
+Status SegmentFile::SyncDirectory() const {
+  return SyncDir(std::filesystem::path(path_).parent_path().string());
+}
 
 Status PayloadSegments::Sync() {
   for (const uint32_t id : unsynced_) {

@@ -38,8 +38,12 @@ namespace kvtier::storage {
 inline constexpr uint64_t MakeSegmentLocation(uint32_t segment, uint64_t offset) {
   return uint64_t{segment} << 40 | offset;
 }
-inline constexpr uint32_t SegmentOf(uint64_t location) { return static_cast<uint32_t>(location >> 40); }
-inline constexpr uint64_t OffsetOf(uint64_t location) { return location & ((uint64_t{1} << 40) - 1); }
+inline constexpr uint32_t SegmentOf(uint64_t location) {
+  return static_cast<uint32_t>(location >> 40);
+}
+inline constexpr uint64_t OffsetOf(uint64_t location) {
+  return location & ((uint64_t{1} << 40) - 1);
+}
 
 // One open segment file, shared by readers.
 class SegmentFile {
@@ -54,8 +58,9 @@ class SegmentFile {
   [[nodiscard]] Result<uint64_t> ReadHashed(uint64_t offset, std::span<uint8_t> out) const;
   // Writes the payloads one after another from `offset`, in one gathered write.
   // kResourceExhausted ("disk full"), kUnavailable on other I/O errors.
-  [[nodiscard]] Status WriteAt(uint64_t offset, std::span<const std::span<const uint8_t>> payloads) const;
-  [[nodiscard]] Status Sync() const;  // fdatasync
+  [[nodiscard]] Status WriteAt(uint64_t offset,
+                               std::span<const std::span<const uint8_t>> payloads) const;
+  [[nodiscard]] Status Sync() const;           // fdatasync
   [[nodiscard]] Status SyncDirectory() const;  // fsync of the directory: a new file's name
 
   uint32_t id() const { return id_; }
@@ -69,8 +74,8 @@ class SegmentFile {
 };
 
 struct PayloadSegmentsOptions {
-  std::string dir;                        // created when missing
-  uint64_t segment_bytes = 64ull << 20;   // a segment is sealed past this
+  std::string dir;                       // created when missing
+  uint64_t segment_bytes = 64ull << 20;  // a segment is sealed past this
 };
 
 class PayloadSegments {
@@ -78,7 +83,8 @@ class PayloadSegments {
   // Opens every segment in `dir` (none referenced yet: call AddLive for each stored
   // payload, then DropUnreferenced). kPermissionDenied / kFailedPrecondition for a
   // directory that cannot be used, naming it.
-  [[nodiscard]] static Result<std::unique_ptr<PayloadSegments>> Open(PayloadSegmentsOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<PayloadSegments>> Open(
+      PayloadSegmentsOptions options);
   ~PayloadSegments();
 
   // Recovery: the payload of `bytes` at `location` is stored. False when the location
@@ -133,10 +139,10 @@ class PayloadSegments {
 
   const PayloadSegmentsOptions options_;
   std::map<uint32_t, Segment> segments_;
-  std::optional<uint32_t> active_;       // the segment appends go to
-  std::vector<uint32_t> unsynced_;       // written since the last Sync
-  bool dir_unsynced_ = false;            // a segment was created since the last Sync
-  uint32_t next_id_ = 1;                 // ids wrap around, skipping those in use
+  std::optional<uint32_t> active_;  // the segment appends go to
+  std::vector<uint32_t> unsynced_;  // written since the last Sync
+  bool dir_unsynced_ = false;       // a segment was created since the last Sync
+  uint32_t next_id_ = 1;            // ids wrap around, skipping those in use
   uint64_t file_bytes_ = 0;
   uint64_t live_bytes_ = 0;
 };

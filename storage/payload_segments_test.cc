@@ -28,7 +28,8 @@ std::unique_ptr<PayloadSegments> OpenSegments(const std::string& dir) {
   return segments.ok() ? std::move(segments).value() : nullptr;
 }
 
-std::vector<uint64_t> AppendAll(PayloadSegments& segments, const std::vector<std::vector<uint8_t>>& payloads) {
+std::vector<uint64_t> AppendAll(PayloadSegments& segments,
+                                const std::vector<std::vector<uint8_t>>& payloads) {
   // As the disk tier writes: room reserved, the payloads written into it in one go.
   std::vector<std::span<const uint8_t>> spans(payloads.begin(), payloads.end());
   std::vector<uint64_t> sizes;
@@ -42,7 +43,8 @@ std::vector<uint64_t> AppendAll(PayloadSegments& segments, const std::vector<std
 }
 
 // Reads a payload back through its segment file, checking bytes and hash.
-void ExpectStored(const PayloadSegments& segments, uint64_t location, const std::vector<uint8_t>& payload) {
+void ExpectStored(const PayloadSegments& segments, uint64_t location,
+                  const std::vector<uint8_t>& payload) {
   auto file = segments.File(SegmentOf(location));
   ASSERT_NE(file, nullptr) << "segment " << SegmentOf(location);
   std::vector<uint8_t> out(payload.size());
@@ -56,7 +58,8 @@ TEST(PayloadSegmentsTest, AppendsInOneSegmentAndReadsBackWithTheirHash) {
   TempDir dir;
   auto segments = OpenSegments(dir.path());
   // Three payloads, one of them larger than a read chunk (256 KiB).
-  const std::vector<std::vector<uint8_t>> payloads{Payload(1000, 1), Payload(300'000, 2), Payload(8, 3)};
+  const std::vector<std::vector<uint8_t>> payloads{Payload(1000, 1), Payload(300'000, 2),
+                                                   Payload(8, 3)};
   const std::vector<uint64_t> locations = AppendAll(*segments, payloads);
   ASSERT_EQ(locations.size(), 3u);
   EXPECT_EQ(SegmentOf(locations[0]), SegmentOf(locations[2]));
@@ -109,7 +112,8 @@ TEST(PayloadSegmentsTest, ReopenCountsWhatHeadersReferenceAndDropsTheRest) {
   // (a file cut short) is refused.
   EXPECT_TRUE(segments->AddLive(locations[0], payloads[0].size()));
   EXPECT_TRUE(segments->AddLive(locations[2], payloads[2].size()));
-  EXPECT_FALSE(segments->AddLive(MakeSegmentLocation(SegmentOf(locations[2]), 600 << 10), 200 << 10));
+  EXPECT_FALSE(
+      segments->AddLive(MakeSegmentLocation(SegmentOf(locations[2]), 600 << 10), 200 << 10));
   EXPECT_FALSE(segments->AddLive(MakeSegmentLocation(99, 0), 1));
   segments->DropUnreferenced();
   EXPECT_EQ(segments->segments(), 2u);

@@ -8,7 +8,8 @@
 
 namespace kvtier::storage {
 
-void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& results, const CommitFn& commit) {
+void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& results,
+                           const CommitFn& commit) {
   Waiter self;
   self.items = items;
   self.results = &results;
@@ -16,7 +17,8 @@ void PutGroupQueue::Commit(std::span<const PutItem> items, std::vector<Status>& 
 
   MutexLock lock(mu_);
   queue_.push_back(&self);
-  self.woken.Wait(lock, [&]() KVTIER_REQUIRES(mu_) { return self.done || queue_.front() == &self; });
+  self.woken.Wait(lock,
+                  [&]() KVTIER_REQUIRES(mu_) { return self.done || queue_.front() == &self; });
   if (self.done) return;  // a leader committed this batch with its group
 
   const std::vector<Waiter*> group = TakeGroupLocked();
@@ -44,14 +46,16 @@ std::vector<PutGroupQueue::Waiter*> PutGroupQueue::TakeGroupLocked() const {
   uint64_t bytes = queue_.front()->bytes;
   std::set<std::pair<std::string_view, BlockKey>> blocks;
   const auto add_blocks = [&](const Waiter& waiter) {
-    for (const PutItem& item : waiter.items) blocks.emplace(item.header.format_tag, item.header.key);
+    for (const PutItem& item : waiter.items)
+      blocks.emplace(item.header.format_tag, item.header.key);
   };
   add_blocks(*group[0]);
   for (size_t i = 1; i < queue_.size() && bytes + queue_[i]->bytes <= max_group_bytes_; ++i) {
     const Waiter& next = *queue_[i];
-    const bool repeats = std::any_of(next.items.begin(), next.items.end(), [&](const PutItem& item) {
-      return blocks.contains({item.header.format_tag, item.header.key});
-    });
+    const bool repeats =
+        std::any_of(next.items.begin(), next.items.end(), [&](const PutItem& item) {
+          return blocks.contains({item.header.format_tag, item.header.key});
+        });
     if (repeats) break;
     group.push_back(queue_[i]);
     bytes += next.bytes;

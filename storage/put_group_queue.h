@@ -41,7 +41,8 @@ class PutGroupQueue {
  public:
   // Commits a group's items: `results` holds one entry per item, each item's check so far;
   // it sets the outcome of every item whose check passed. Called by one thread at a time.
-  using CommitFn = std::function<void(std::span<const PutItem> items, std::vector<Status>& results)>;
+  using CommitFn =
+      std::function<void(std::span<const PutItem> items, std::vector<Status>& results)>;
 
   explicit PutGroupQueue(uint64_t max_group_bytes) : max_group_bytes_(max_group_bytes) {}
   PutGroupQueue(const PutGroupQueue&) = delete;

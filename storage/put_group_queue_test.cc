@@ -72,7 +72,8 @@ bool WaitQueued(const PutGroupQueue& queue, size_t batches) {
 // Commits `batch` on a thread of its own; the future is ready once Commit returned.
 std::future<void> CommitAsync(PutGroupQueue& queue, Batch& batch, RecordingCommit& commit) {
   return std::async(std::launch::async, [&] {
-    queue.Commit(batch.items, batch.results, [&](auto items, auto& results) { commit(items, results); });
+    queue.Commit(batch.items, batch.results,
+                 [&](auto items, auto& results) { commit(items, results); });
   });
 }
 
@@ -80,12 +81,13 @@ TEST(PutGroupQueueTest, ALoneBatchIsCommittedOnItsCallersThread) {
   PutGroupQueue queue(1 << 20);
   Batch batch({1, 2}, 100);
   std::thread::id committed_on;
-  queue.Commit(batch.items, batch.results, [&](std::span<const PutItem> items, std::vector<Status>& results) {
-    committed_on = std::this_thread::get_id();
-    ASSERT_EQ(items.size(), 2u);
-    EXPECT_EQ(items.data(), batch.items.data());  // the caller's items, not a copy
-    results[1] = InternalError("block 2 not written");
-  });
+  queue.Commit(batch.items, batch.results,
+               [&](std::span<const PutItem> items, std::vector<Status>& results) {
+                 committed_on = std::this_thread::get_id();
+                 ASSERT_EQ(items.size(), 2u);
+                 EXPECT_EQ(items.data(), batch.items.data());  // the caller's items, not a copy
+                 results[1] = InternalError("block 2 not written");
+               });
   EXPECT_EQ(committed_on, std::this_thread::get_id());
   EXPECT_TRUE(batch.results[0].ok());
   EXPECT_EQ(batch.results[1].code(), StatusCode::kInternal);
@@ -150,9 +152,10 @@ TEST(PutGroupQueueTest, AGroupStopsAtItsByteBudgetAndAtARepeatedBlock) {
 TEST(PutGroupQueueTest, ABatchOverTheBudgetIsCommittedAlone) {
   PutGroupQueue queue(100);
   Batch big({1, 2}, 1000);
-  queue.Commit(big.items, big.results, [](std::span<const PutItem> items, std::vector<Status>& results) {
-    results.assign(items.size(), Status::Ok());
-  });
+  queue.Commit(big.items, big.results,
+               [](std::span<const PutItem> items, std::vector<Status>& results) {
+                 results.assign(items.size(), Status::Ok());
+               });
   EXPECT_TRUE(big.results[0].ok() && big.results[1].ok());
   EXPECT_EQ(queue.totals().groups, 1u);
 }

@@ -18,7 +18,8 @@
 //                                                 onboarded (into the node's worker's pool)
 //   kvtier_store_demoted_ahead_total              counter: of the demoted, those the store's own
 //                                                 thread moved down to keep room ahead of puts
-//                                                 (store.host_free_percent); the rest waited on a put
+//                                                 (store.host_free_percent); the rest waited on a
+//                                                 put
 //   kvtier_store_disk_put_batches_total           counter: the disk tier's put calls
 //   kvtier_store_disk_put_writes_total            counter: the writes they went out in
 //                                                 (batches that queue meanwhile go

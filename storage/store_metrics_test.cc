@@ -32,28 +32,28 @@ TEST(StoreMetricsTest, GaugesFollowTheTiersAndCountersGrowByDifference) {
   stats.host->lent_pages_replaced = 5;
   stats.disk->put_batches = 10;  // 4 more calls in 2 writes
   stats.disk->put_writes = 6;
-  stats.demoted = 4;        // three more moved down, two of them by the store's own thread
+  stats.demoted = 4;  // three more moved down, two of them by the store's own thread
   stats.demoted_ahead = 2;
-  stats.onboarded = 3;      // and three left the host tier for the worker's pool
+  stats.onboarded = 3;  // and three left the host tier for the worker's pool
   metrics->Update(stats);
   const std::string text = registry.Exposition();
-  for (const char* line : {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
-                           "kvtier_store_capacity_bytes{tier=\"host\"} 1048576\n",
-                           "kvtier_store_medium_bytes{tier=\"disk\"} 5242880\n",
-                           "kvtier_store_hits_total{tier=\"host\"} 7\n",
-                           "kvtier_store_checksum_failures_total{tier=\"host\"} 1\n",
-                           "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",
-                           "kvtier_store_io_errors_total{tier=\"host\"} 2\n",
-                           "kvtier_store_io_errors_total{tier=\"disk\"} 0\n",
-                           "kvtier_store_read_bytes_total{tier=\"host\"} 458752\n",
-                           "kvtier_store_written_bytes_total{tier=\"disk\"} 0\n",
-                           "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
-                           "kvtier_store_moves_total{kind=\"demoted\"} 4\n",
-                           "kvtier_store_demoted_ahead_total 2\n",
-                           "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
-                           "kvtier_store_moves_total{kind=\"onboarded\"} 3\n",
-                           "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n",
-                           "kvtier_store_host_lent_pages_replaced_total 5\n"}) {
+  for (const char* line :
+       {"kvtier_store_blocks{tier=\"host\"} 3\n", "kvtier_store_bytes{tier=\"host\"} 196608\n",
+        "kvtier_store_capacity_bytes{tier=\"host\"} 1048576\n",
+        "kvtier_store_medium_bytes{tier=\"disk\"} 5242880\n",
+        "kvtier_store_hits_total{tier=\"host\"} 7\n",
+        "kvtier_store_checksum_failures_total{tier=\"host\"} 1\n",
+        "kvtier_store_checksum_failures_total{tier=\"disk\"} 0\n",
+        "kvtier_store_io_errors_total{tier=\"host\"} 2\n",
+        "kvtier_store_io_errors_total{tier=\"disk\"} 0\n",
+        "kvtier_store_read_bytes_total{tier=\"host\"} 458752\n",
+        "kvtier_store_written_bytes_total{tier=\"disk\"} 0\n",
+        "kvtier_store_evictions_total{tier=\"host\",priority=\"20\"} 3\n",
+        "kvtier_store_moves_total{kind=\"demoted\"} 4\n", "kvtier_store_demoted_ahead_total 2\n",
+        "kvtier_store_moves_total{kind=\"promoted\"} 0\n",
+        "kvtier_store_moves_total{kind=\"onboarded\"} 3\n",
+        "kvtier_store_disk_put_batches_total 10\n", "kvtier_store_disk_put_writes_total 6\n",
+        "kvtier_store_host_lent_pages_replaced_total 5\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

@@ -2,8 +2,8 @@
 
 namespace kvtier::storage {
 
-Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked,
-                   uint64_t max_payload_bytes) {
+Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload,
+                   bool checksum_checked, uint64_t max_payload_bytes) {
   return checksum_checked ? ValidateBlockSize(header, payload, max_payload_bytes)
                           : ValidateBlock(header, payload, max_payload_bytes);
 }

@@ -31,19 +31,19 @@ namespace kvtier::storage {
 
 struct TierStats {
   uint64_t blocks = 0;
-  uint64_t bytes = 0;            // payload bytes stored (host: pages in use)
+  uint64_t bytes = 0;  // payload bytes stored (host: pages in use)
   uint64_t capacity_bytes = 0;
-  uint64_t medium_bytes = 0;     // taken on the medium: the host slab; the disk's segment
-                                 // files, dead bytes included (see disk_tier.h)
+  uint64_t medium_bytes = 0;  // taken on the medium: the host slab; the disk's segment
+                              // files, dead bytes included (see disk_tier.h)
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t puts = 0;
   uint64_t evictions = 0;
   uint64_t evictions_by_priority[101] = {};
   uint64_t checksum_failures = 0;
-  uint64_t io_errors = 0;        // reads and writes the medium failed (not misses, not corruption)
-  uint64_t bytes_written = 0;    // payload bytes of blocks stored (not refreshes of stored ones)
-  uint64_t bytes_read = 0;       // payload bytes of hits
+  uint64_t io_errors = 0;      // reads and writes the medium failed (not misses, not corruption)
+  uint64_t bytes_written = 0;  // payload bytes of blocks stored (not refreshes of stored ones)
+  uint64_t bytes_read = 0;     // payload bytes of hits
   // Put calls (PutBatch, Put) and the writes they went out in. The disk tier writes the
   // batches that queue meanwhile together (disk_tier.h), so put_writes <= put_batches
   // there and their ratio is the mean group; the host tier leaves both 0.
@@ -57,8 +57,8 @@ struct TierStats {
 // An evicted block: its header (retention as still left) and its payload as one or more
 // byte ranges, valid only during the call. The disk tier, last in a node's chain, hands
 // no payload (reading it back only to drop it would cost a disk read per eviction).
-using EvictionHandler =
-    std::function<void(const BlockHeader& header, std::span<const std::span<const uint8_t>> payload)>;
+using EvictionHandler = std::function<void(const BlockHeader& header,
+                                           std::span<const std::span<const uint8_t>> payload)>;
 
 // The blocks one put evicts, handed on together (the host tier's victims move down to
 // disk in one write): each header with its payload's byte ranges, valid during the call.
@@ -80,8 +80,8 @@ struct PutItem {
 
 // ValidateBlock, without the checksum pass where `checksum_checked` (PutItem's) says
 // the caller made it.
-[[nodiscard]] Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload, bool checksum_checked,
-                                 uint64_t max_payload_bytes);
+[[nodiscard]] Status ValidatePut(const BlockHeader& header, std::span<const uint8_t> payload,
+                                 bool checksum_checked, uint64_t max_payload_bytes);
 
 struct GetItem {
   BlockRef ref;

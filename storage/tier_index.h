@@ -30,13 +30,13 @@ class TierIndex {
   static constexpr uint32_t kNil = PrioritizedLru::kNil;
 
   struct Entry {
-    BlockHeader header;           // retention_left_ms as given at Insert
-    int64_t deadline_ns = 0;      // 0: the priority never expires
-    uint64_t units = 0;           // the tier's measure of the entry's size (pages, bytes)
-    uint64_t location = 0;        // the tier's own use (first page)
+    BlockHeader header;       // retention_left_ms as given at Insert
+    int64_t deadline_ns = 0;  // 0: the priority never expires
+    uint64_t units = 0;       // the tier's measure of the entry's size (pages, bytes)
+    uint64_t location = 0;    // the tier's own use (first page)
     uint32_t generation = 0;
     bool live = false;
-    bool held = false;            // out of the eviction order until erased (Hold)
+    bool held = false;  // out of the eviction order until erased (Hold)
   };
 
   explicit TierIndex(const Clock* clock) : clock_(clock), lru_(0) {}
@@ -94,7 +94,9 @@ class TierIndex {
   void SetPolicy(uint32_t id, const BlockHeader& header);
   void ApplyDeadlines();
   // Whether `d` is its entry's current deadline (not re-set, the entry not erased).
-  bool DeadlineLive(const Deadline& d) const { return entries_[d.id].live && entries_[d.id].generation == d.generation; }
+  bool DeadlineLive(const Deadline& d) const {
+    return entries_[d.id].live && entries_[d.id].generation == d.generation;
+  }
   int64_t NowNs() const { return clock_->Now().count(); }
 
   const Clock* clock_;

@@ -18,7 +18,8 @@ TEST(TierIndexTest, FindsByFormatAndKeyOnly) {
   const uint32_t id = index.Insert(block.header, 64, 0);
   EXPECT_EQ(index.Find(block.header.key, block.header.format_tag), id);
   // Same key, another layout: a different block.
-  EXPECT_EQ(index.Find(block.header.key, "other-model|L1/H1/D8/T16/fp16/W0/S0|none"), TierIndex::kNil);
+  EXPECT_EQ(index.Find(block.header.key, "other-model|L1/H1/D8/T16/fp16/W0/S0|none"),
+            TierIndex::kNil);
   EXPECT_EQ(index.units(), 64u);
   index.Erase(id);
   EXPECT_EQ(index.Find(block.header.key, block.header.format_tag), TierIndex::kNil);

@@ -29,9 +29,15 @@ class TieredStore::Impl {
   Status Open() {
     if (options_.disk) {
       DiskTierOptions disk = *options_.disk;
-      disk.on_evict = [this](const BlockHeader& header, auto) { Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, header); };
-      disk.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, Tier::kDisk, h); };
-      disk.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, h); };
+      disk.on_evict = [this](const BlockHeader& header, auto) {
+        Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, header);
+      };
+      disk.on_stored = [this](const BlockHeader& h) {
+        Emit(StoreEvent::Kind::kStored, Tier::kDisk, h);
+      };
+      disk.on_removed = [this](const BlockHeader& h) {
+        Emit(StoreEvent::Kind::kRemoved, Tier::kDisk, h);
+      };
       KVTIER_ASSIGN_OR_RETURN(disk_, DiskTier::Create(std::move(disk)));
     }
     if (options_.host) {
@@ -39,13 +45,20 @@ class TieredStore::Impl {
       if (disk_) {
         host.on_evict = [this](std::span<const EvictedBlockView> victims) { Demote(victims); };
       }
-      host.on_stored = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kStored, Tier::kHost, h); };
-      host.on_removed = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h); };
-      host.on_evicted = [this](const BlockHeader& h) { Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h); };
+      host.on_stored = [this](const BlockHeader& h) {
+        Emit(StoreEvent::Kind::kStored, Tier::kHost, h);
+      };
+      host.on_removed = [this](const BlockHeader& h) {
+        Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h);
+      };
+      host.on_evicted = [this](const BlockHeader& h) {
+        Emit(StoreEvent::Kind::kRemoved, Tier::kHost, h);
+      };
       KVTIER_ASSIGN_OR_RETURN(host_, HostTier::Create(std::move(host)));
     }
     if (host_ && disk_) {
-      free_ahead_bytes_ = options_.free_ahead_bytes / options_.host->page_bytes * options_.host->page_bytes;
+      free_ahead_bytes_ =
+          options_.free_ahead_bytes / options_.host->page_bytes * options_.host->page_bytes;
       if (free_ahead_bytes_ > 0) demoter_ = std::thread([this] { KeepRoomAhead(); });
     }
     return Status::Ok();
@@ -54,7 +67,8 @@ class TieredStore::Impl {
   // Puts (and the demotions they cause) run in parallel, sharing mu_; the tiers tell
   // their events.
   Status Put(const BlockHeader& header, std::span<const uint8_t> payload) {
-    return Filling([&] { return host_ ? host_->Put(header, payload) : disk_->Put(header, payload); });
+    return Filling(
+        [&] { return host_ ? host_->Put(header, payload) : disk_->Put(header, payload); });
   }
 
   std::vector<Status> PutBatch(std::span<const PutItem> items) {
@@ -81,7 +95,8 @@ class TieredStore::Impl {
     return hit;
   }
 
-  std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs,
+  std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs,
+                                          std::span<const std::span<uint8_t>> outs,
                                           PromoteDiskHits promote) {
     std::vector<Result<TieredHit>> hits;
     hits.reserve(refs.size());
@@ -89,7 +104,8 @@ class TieredStore::Impl {
     for (size_t i = 0; i < refs.size(); ++i) {
       hits.push_back(Find(refs[i], outs[i]));
       const Result<TieredHit>& hit = hits.back();
-      if (promote == PromoteDiskHits::kYes && Promotes(hit)) promotions.push_back(Promotion(*hit, outs[i]));
+      if (promote == PromoteDiskHits::kYes && Promotes(hit))
+        promotions.push_back(Promotion(*hit, outs[i]));
     }
     if (!promotions.empty()) Promote(promotions);
     return hits;
@@ -155,16 +171,20 @@ class TieredStore::Impl {
     WriterLock lock(mu_);
     const bool from_host = host_ && host_->Remove(ref).ok();  // each tier tells its removal
     const bool from_disk = disk_ && disk_->Remove(ref).ok();
-    return from_host || from_disk ? Status::Ok() : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
+    return from_host || from_disk
+               ? Status::Ok()
+               : NotFoundError("block " + ref.key.ToHex() + " is not stored here");
   }
 
   std::vector<std::pair<Tier, BlockHeader>> Holdings() const {
     std::vector<std::pair<Tier, BlockHeader>> holdings;
     if (host_) {
-      for (BlockHeader& header : host_->Headers()) holdings.emplace_back(Tier::kHost, std::move(header));
+      for (BlockHeader& header : host_->Headers())
+        holdings.emplace_back(Tier::kHost, std::move(header));
     }
     if (disk_) {
-      for (BlockHeader& header : disk_->Headers()) holdings.emplace_back(Tier::kDisk, std::move(header));
+      for (BlockHeader& header : disk_->Headers())
+        holdings.emplace_back(Tier::kDisk, std::move(header));
     }
     return holdings;
   }
@@ -227,7 +247,8 @@ class TieredStore::Impl {
       if (victim.payload.size() == 1) {
         items.back().payload = victim.payload.front();
       } else {
-        for (auto range : victim.payload) gathered.insert(gathered.end(), range.begin(), range.end());
+        for (auto range : victim.payload)
+          gathered.insert(gathered.end(), range.begin(), range.end());
       }
       if (pending >= kDemoteBatchBytes) {
         WriteDown(gathered, items);
@@ -253,8 +274,8 @@ class TieredStore::Impl {
         demoted_.fetch_add(1);
         if (std::this_thread::get_id() == demoter_.get_id()) demoted_ahead_.fetch_add(1);
       } else {
-        spdlog::warn("host tier eviction of block {} could not move to disk: {}", items[k].header.key.ToHex(),
-                     written[k].ToString());
+        spdlog::warn("host tier eviction of block {} could not move to disk: {}",
+                     items[k].header.key.ToHex(), written[k].ToString());
       }
     }
     gathered.clear();
@@ -323,7 +344,8 @@ class TieredStore::Impl {
     NameThisThread("kvt-demote");
     MutexLock lock(ahead_mu_);
     for (;;) {
-      ahead_wanted_cv_.Wait(lock, [&]() KVTIER_REQUIRES(ahead_mu_) { return ahead_wanted_ || stopping_; });
+      ahead_wanted_cv_.Wait(
+          lock, [&]() KVTIER_REQUIRES(ahead_mu_) { return ahead_wanted_ || stopping_; });
       if (stopping_) return;
       ahead_wanted_ = false;
       lock.Unlock();
@@ -344,27 +366,31 @@ class TieredStore::Impl {
   // in flight, so that no demotion brings a block back to disk after the removal deleted
   // it there.
   SharedMutex mu_;
-  std::atomic<uint64_t> demoted_{0}, demoted_ahead_{0}, dropped_below_priority_{0}, dropped_by_admission_{0},
-      promoted_{0}, onboarded_{0};
+  std::atomic<uint64_t> demoted_{0}, demoted_ahead_{0}, dropped_below_priority_{0},
+      dropped_by_admission_{0}, promoted_{0}, onboarded_{0};
   // The demoter's wake-up (free_ahead_bytes), a mutex taken alone.
   Mutex ahead_mu_;
   CondVar ahead_wanted_cv_;
   bool ahead_wanted_ KVTIER_GUARDED_BY(ahead_mu_) = false;
   bool stopping_ KVTIER_GUARDED_BY(ahead_mu_) = false;
   uint64_t free_ahead_bytes_ = 0;  // whole host pages of options_.free_ahead_bytes; set by Open
-  std::thread demoter_;  // none without free_ahead_bytes_; joined by ~Impl
+  std::thread demoter_;            // none without free_ahead_bytes_; joined by ~Impl
 };
 
 Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions options) {
-  if (!options.host && !options.disk) return InvalidArgumentError("a tiered store needs a host tier, a disk tier or both");
-  if (options.host &&
-      (options.host->on_evict || options.host->on_stored || options.host->on_removed || options.host->on_evicted)) {
+  if (!options.host && !options.disk)
+    return InvalidArgumentError("a tiered store needs a host tier, a disk tier or both");
+  if (options.host && (options.host->on_evict || options.host->on_stored ||
+                       options.host->on_removed || options.host->on_evicted)) {
     return InvalidArgumentError(
-        "host tier on_evict, on_stored, on_removed and on_evicted are the tiered store's own; leave them empty");
+        "host tier on_evict, on_stored, on_removed and on_evicted are the tiered store's own; "
+        "leave them empty");
   }
-  if (options.disk && (options.disk->on_evict || options.disk->on_stored || options.disk->on_removed)) {
+  if (options.disk &&
+      (options.disk->on_evict || options.disk->on_stored || options.disk->on_removed)) {
     return InvalidArgumentError(
-        "disk tier on_evict, on_stored and on_removed are the tiered store's own; leave them empty");
+        "disk tier on_evict, on_stored and on_removed are the tiered store's own; leave them "
+        "empty");
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Open());
@@ -373,14 +399,20 @@ Result<std::unique_ptr<TieredStore>> TieredStore::Create(TieredStoreOptions opti
 
 TieredStore::TieredStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TieredStore::~TieredStore() = default;
-Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) { return impl_->Put(header, payload); }
-std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) { return impl_->PutBatch(items); }
+Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) {
+  return impl_->Put(header, payload);
+}
+std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) {
+  return impl_->PutBatch(items);
+}
 std::vector<Status> TieredStore::PutBatchBehind(std::span<const PutItem> items) {
   return impl_->PutBatchBehind(items);
 }
 Status TieredStore::Flush() { return impl_->Flush(); }
 
-Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) { return impl_->Get(ref, out); }
+Result<TieredHit> TieredStore::Get(const BlockRef& ref, std::span<uint8_t> out) {
+  return impl_->Get(ref, out);
+}
 std::vector<Result<TieredHit>> TieredStore::GetBatch(std::span<const BlockRef> refs,
                                                      std::span<const std::span<uint8_t>> outs,
                                                      PromoteDiskHits promote) {
@@ -398,7 +430,9 @@ Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 Status TieredStore::MoveOutOfHost(const BlockRef& ref) { return impl_->MoveOutOfHost(ref); }
-std::vector<std::pair<Tier, BlockHeader>> TieredStore::Holdings() const { return impl_->Holdings(); }
+std::vector<std::pair<Tier, BlockHeader>> TieredStore::Holdings() const {
+  return impl_->Holdings();
+}
 TieredStoreStats TieredStore::Stats() const { return impl_->Stats(); }
 
 }  // namespace kvtier::storage

@@ -57,7 +57,8 @@ struct TieredStoreOptions {
   // than a page): no such thread, every put makes its own room.
   uint64_t free_ahead_bytes = 0;
   bool promote_on_hit = true;
-  std::function<bool(const BlockHeader&)> admit_to_disk;  // asked when the disk is full; null: admit everything
+  std::function<bool(const BlockHeader&)>
+      admit_to_disk;  // asked when the disk is full; null: admit everything
   std::function<void(const StoreEvent&)> on_event;
 };
 
@@ -79,7 +80,8 @@ struct TieredStoreStats {
   std::optional<TierStats> host;
   std::optional<TierStats> disk;
   uint64_t demoted = 0;
-  uint64_t demoted_ahead = 0;  // of `demoted`, those the store's own thread moved (free_ahead_bytes)
+  uint64_t demoted_ahead =
+      0;  // of `demoted`, those the store's own thread moved (free_ahead_bytes)
   uint64_t dropped_below_priority = 0;
   uint64_t dropped_by_admission = 0;
   uint64_t promoted = 0;
@@ -100,8 +102,8 @@ class TieredStore {
   // offload that found the staging full). A plain PutBatch from such a thread took that
   // room as fast as the store's thread made it, and a worker's fetches then waited for
   // the disk writes of their promotions
-  // (docs/history/benchmarks-2026-11.md#the-stagings-puts-make-their-own-room-2026-11-27-stop-44). The same as PutBatch
-  // without free_ahead_bytes.
+  // (docs/history/benchmarks-2026-11.md#the-stagings-puts-make-their-own-room-2026-11-27-stop-44).
+  // The same as PutBatch without free_ahead_bytes.
   [[nodiscard]] std::vector<Status> PutBatchBehind(std::span<const PutItem> items);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
   [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
@@ -110,9 +112,9 @@ class TieredStore {
   // that the host blocks they displace go down to disk in one batch (promoted one at a
   // time, each displaced block was a disk write of its own).
   // REQUIRES: refs.size() == outs.size().
-  [[nodiscard]] std::vector<Result<TieredHit>> GetBatch(std::span<const BlockRef> refs,
-                                                        std::span<const std::span<uint8_t>> outs,
-                                                        PromoteDiskHits promote = PromoteDiskHits::kYes);
+  [[nodiscard]] std::vector<Result<TieredHit>> GetBatch(
+      std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs,
+      PromoteDiskHits promote = PromoteDiskHits::kYes);
   // The block held in place in the host tier (HostTier::Pin), for a sender that gathers
   // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
   // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).

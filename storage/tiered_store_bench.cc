@@ -36,7 +36,9 @@ Shared& Fixture() {
     TieredStoreOptions options;
     options.host = HostTierOptions{};
     options.host->capacity_bytes = 1ull << 30;
-    options.on_event = [s](const StoreEvent&) { s->events.fetch_add(1, std::memory_order_relaxed); };
+    options.on_event = [s](const StoreEvent&) {
+      s->events.fetch_add(1, std::memory_order_relaxed);
+    };
     s->store = TieredStore::Create(std::move(options)).value();
     return s;
   }();
@@ -46,8 +48,9 @@ Shared& Fixture() {
 // Arg 1: as the data stream puts (one-block batches it has hashed already).
 void BM_TieredStorePut(benchmark::State& state) {
   Shared& shared = Fixture();
-  testing::PutFreshBlocks(state, kBlockBytes, state.range(0) != 0,
-                          [&](const PutItem& item) { return std::move(shared.store->PutBatch({&item, 1}).front()); });
+  testing::PutFreshBlocks(state, kBlockBytes, state.range(0) != 0, [&](const PutItem& item) {
+    return std::move(shared.store->PutBatch({&item, 1}).front());
+  });
 }
 BENCHMARK(BM_TieredStorePut)->ArgName("checked")->Arg(0)->Arg(1)->ThreadRange(1, 16)->UseRealTime();
 
@@ -66,7 +69,8 @@ struct DemotingStore {
 DemotingStore& DemotingFixture() {
   static DemotingStore* shared = [] {
     auto* s = new DemotingStore();
-    s->dir = std::filesystem::temp_directory_path() / ("kvtier-demote-bench-" + std::to_string(::getpid()));
+    s->dir = std::filesystem::temp_directory_path() /
+             ("kvtier-demote-bench-" + std::to_string(::getpid()));
     TieredStoreOptions options;
     options.host = HostTierOptions{};
     options.host->capacity_bytes = 64ull << 20;
@@ -93,7 +97,8 @@ uint64_t PutUntil(TieredStore& store, const std::atomic<bool>& stop) {
     block.header.key.lo = next_id.fetch_add(1);
     const PutItem item{block.header, block.payload, /*checksum_checked=*/true};
     const Status put = std::move(store.PutBatch({&item, 1}).front());
-    if (put.code() == StatusCode::kResourceExhausted) continue;  // every victim is another putter's: retry
+    if (put.code() == StatusCode::kResourceExhausted)
+      continue;  // every victim is another putter's: retry
     if (!put.ok()) std::abort();
     bytes += kBlockBytes;
   }
@@ -124,19 +129,25 @@ void BM_GetWhileDemoting(benchmark::State& state) {
   uint64_t put = 0;
   for (uint64_t bytes : put_bytes) put += bytes;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kBlockBytes));
-  state.counters["get_max_us"] =
-      benchmark::Counter(static_cast<double>(slowest.count()) / 1000.0, benchmark::Counter::kAvgThreads);
+  state.counters["get_max_us"] = benchmark::Counter(static_cast<double>(slowest.count()) / 1000.0,
+                                                    benchmark::Counter::kAvgThreads);
   state.counters["put_bytes_per_s"] = static_cast<double>(put) / elapsed.count();
 }
-BENCHMARK(BM_GetWhileDemoting)->ArgName("putters")->Arg(0)->Arg(1)->Arg(2)->ThreadRange(1, 2)->UseRealTime();
+BENCHMARK(BM_GetWhileDemoting)
+    ->ArgName("putters")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->ThreadRange(1, 2)
+    ->UseRealTime();
 
 // Puts of fresh blocks into a full host tier, each batch's victims moving down to disk:
 // the put rate a node sustains once its host tier is full. Args: the disk tier's sync
 // policy (0: wal, 1: fsync) and the blocks per put call (the victims of one call are
 // written to disk together).
 void BM_PutsDemotingToDisk(benchmark::State& state) {
-  const std::string dir =
-      std::filesystem::temp_directory_path() / ("kvtier-demote-put-bench-" + std::to_string(::getpid()));
+  const std::string dir = std::filesystem::temp_directory_path() /
+                          ("kvtier-demote-put-bench-" + std::to_string(::getpid()));
   const size_t per_put = static_cast<size_t>(state.range(1));
   {
     TieredStoreOptions options;
@@ -148,9 +159,11 @@ void BM_PutsDemotingToDisk(benchmark::State& state) {
     options.disk->sync = state.range(0) == 0 ? DiskSync::kWal : DiskSync::kFsync;
     std::unique_ptr<TieredStore> store = TieredStore::Create(std::move(options)).value();
     testing::TestBlock block = testing::MakeBlock(1, kBlockBytes);
-    std::vector<PutItem> items(per_put, PutItem{block.header, block.payload, /*checksum_checked=*/true});
+    std::vector<PutItem> items(per_put,
+                               PutItem{block.header, block.payload, /*checksum_checked=*/true});
     uint64_t next_id = 1;
-    for (uint64_t filled = 0; filled < (32ull << 20) / kBlockBytes; ++filled) {  // the host tier, full
+    for (uint64_t filled = 0; filled < (32ull << 20) / kBlockBytes;
+         ++filled) {  // the host tier, full
       items[0].header.key.lo = next_id++;
       if (!store->PutBatch({items.data(), 1}).front().ok()) std::abort();
     }

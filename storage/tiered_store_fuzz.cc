@@ -51,12 +51,15 @@ using Name = std::tuple<std::string, BlockKey, uint64_t>;
 // A block from (key, format, scope, version): the payload's seed is all four, so that the
 // bytes of a hit name the put they came from.
 testing::TestBlock MakeFuzzBlock(FuzzChoices& in) {
-  const uint32_t key = in.Below(4), format = in.Below(2), scope = in.Below(2), version = in.Below(2);
+  const uint32_t key = in.Below(4), format = in.Below(2), scope = in.Below(2),
+                 version = in.Below(2);
   const uint32_t pages = 1 + in.Below(3);
   const size_t bytes = pages * kPage - size_t{in.Below(2)} * 100;
-  const auto priority = static_cast<uint8_t>(in.Below(4) * 25);  // 0-75: some below the demotion floor
-  testing::TestBlock b = testing::MakeBlock(uint64_t{key} << 24 | format << 16 | scope << 8 | version, bytes,
-                                            priority, kScopes[scope], kFormats[format]);
+  const auto priority =
+      static_cast<uint8_t>(in.Below(4) * 25);  // 0-75: some below the demotion floor
+  testing::TestBlock b =
+      testing::MakeBlock(uint64_t{key} << 24 | format << 16 | scope << 8 | version, bytes, priority,
+                         kScopes[scope], kFormats[format]);
   b.header.key = BlockKey{0x77, key};
   b.header.parent = BlockKey{0x77, 100};
   b.header.first_in_chain = true;
@@ -96,9 +99,11 @@ class Harness {
 
   void Step(FuzzChoices& in) {
     switch (in.Below(8)) {
-      case 0: case 1: Put(in); break;
+      case 0:
+      case 1: Put(in); break;
       case 2: PutBatch(in); break;
-      case 3: case 4: Get(in); break;
+      case 3:
+      case 4: Get(in); break;
       case 5: GetBatch(in); break;
       case 6: Pin(in); break;
       default: RemoveOrMove(in); break;
@@ -118,8 +123,9 @@ class Harness {
               "a hit is the key, format and scope asked for");
     FuzzCheck(bytes.size() == header.payload_bytes, "a hit's bytes are as many as its header says");
     const auto put = put_.find({std::string(ref.format_tag), ref.key, ref.salt_scope});
-    FuzzCheck(put != put_.end() && put->second.contains(std::vector<uint8_t>(bytes.begin(), bytes.end())),
-              "a hit's bytes were put under its key, format and scope");
+    FuzzCheck(
+        put != put_.end() && put->second.contains(std::vector<uint8_t>(bytes.begin(), bytes.end())),
+        "a hit's bytes were put under its key, format and scope");
   }
 
   void Put(FuzzChoices& in) {
@@ -138,7 +144,8 @@ class Harness {
     for (testing::TestBlock& b : blocks) b = MakeFuzzBlock(in);
     std::vector<PutItem> items;
     items.reserve(blocks.size());
-    for (const testing::TestBlock& b : blocks) items.push_back({b.header, b.payload, /*checksum_checked=*/false});
+    for (const testing::TestBlock& b : blocks)
+      items.push_back({b.header, b.payload, /*checksum_checked=*/false});
     const std::vector<Status> results = store_->PutBatch(items);
     FuzzCheck(results.size() == blocks.size(), "a batched put answers each block");
     for (size_t i = 0; i < blocks.size(); ++i) {
@@ -167,7 +174,8 @@ class Harness {
     const std::vector<Result<TieredHit>> hits = store_->GetBatch(refs, spans, promote);
     FuzzCheck(hits.size() == refs.size(), "a batched get answers each block");
     for (size_t i = 0; i < hits.size(); ++i) {
-      if (hits[i].ok()) CheckHit(refs[i], hits[i]->header, std::span(outs[i]).first(hits[i]->header.payload_bytes));
+      if (hits[i].ok())
+        CheckHit(refs[i], hits[i]->header, std::span(outs[i]).first(hits[i]->header.payload_bytes));
     }
   }
 
@@ -176,7 +184,9 @@ class Harness {
     const Result<PinnedBlock> pinned = store_->PinInHost(b.ref());
     if (!pinned.ok()) return;
     std::vector<uint8_t> bytes;
-    pinned->ForEachPiece([&](std::span<const uint8_t> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
+    pinned->ForEachPiece([&](std::span<const uint8_t> piece) {
+      bytes.insert(bytes.end(), piece.begin(), piece.end());
+    });
     CheckHit(b.ref(), pinned->header(), bytes);
   }
 
@@ -188,7 +198,8 @@ class Harness {
     }
     if (!store_->Remove(b.ref()).ok()) return;
     std::vector<uint8_t> out(3 * kPage);
-    FuzzCheck(store_->Get(b.ref(), out).status().code() == StatusCode::kNotFound, "a removed block is not found");
+    FuzzCheck(store_->Get(b.ref(), out).status().code() == StatusCode::kNotFound,
+              "a removed block is not found");
     FuzzCheck(!store_->Contains(b.ref()), "a removed block is not contained");
   }
 
@@ -208,18 +219,21 @@ class Harness {
     for (const auto& [tier, header] : store_->Holdings()) {
       FuzzCheck(put_.contains({std::string(header.format_tag), header.key, header.salt_scope}),
                 "a holding was put under its scope and format");
-      FuzzCheck(holdings.insert({tier, std::string(header.format_tag), header.key, header.salt_scope}).second,
-                "a tier lists a block once");
+      FuzzCheck(
+          holdings.insert({tier, std::string(header.format_tag), header.key, header.salt_scope})
+              .second,
+          "a tier lists a block once");
     }
     FuzzCheck(holdings == held_, "the holdings are what the events told");
     const TieredStoreStats stats = store_->Stats();
-    FuzzCheck(stats.host && stats.host->bytes <= 4 * kPage, "the host tier holds no more than its capacity");
+    FuzzCheck(stats.host && stats.host->bytes <= 4 * kPage,
+              "the host tier holds no more than its capacity");
   }
 
   kvtier::testing::TempDir dir_;  // the disk tier's; removed after the store closes
   std::vector<StoreEvent> events_;
   std::unique_ptr<TieredStore> store_;
-  std::set<Copy> held_;                                  // from the events
+  std::set<Copy> held_;                                 // from the events
   std::map<Name, std::set<std::vector<uint8_t>>> put_;  // every payload a put was answered OK for
 };
 
@@ -227,7 +241,8 @@ class Harness {
 }  // namespace kvtier::storage
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static kvtier::storage::Harness harness;  // one store per process: opening RocksDB per input would be most of the run
+  static kvtier::storage::Harness
+      harness;  // one store per process: opening RocksDB per input would be most of the run
   harness.Reset();
   kvtier::testing::FuzzChoices in(data, size);
   while (!in.done()) harness.Step(in);

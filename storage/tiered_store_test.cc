@@ -59,9 +59,11 @@ class TieredStoreTest : public ::testing::Test {
   }
 
   // `count` blocks of `bytes` from id `first` on.
-  static std::vector<TestBlock> Blocks(uint64_t first, uint64_t count, uint64_t bytes, uint8_t priority) {
+  static std::vector<TestBlock> Blocks(uint64_t first, uint64_t count, uint64_t bytes,
+                                       uint8_t priority) {
     std::vector<TestBlock> blocks;
-    for (uint64_t id = first; id < first + count; ++id) blocks.push_back(MakeBlock(id, bytes, priority));
+    for (uint64_t id = first; id < first + count; ++id)
+      blocks.push_back(MakeBlock(id, bytes, priority));
     return blocks;
   }
 
@@ -99,9 +101,9 @@ class TieredStoreTest : public ::testing::Test {
 
   TempDir dir_;
   uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
-  Mutex events_mu_;  // tests that change the store from several threads
+  Mutex events_mu_;                // tests that change the store from several threads
   std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
-  std::atomic<int> moved_down_here_{0};  // CountMovesDownHere
+  std::atomic<int> moved_down_here_{0};                 // CountMovesDownHere
   std::vector<Recorded> events_ KVTIER_GUARDED_BY(events_mu_);
 };
 
@@ -115,12 +117,12 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   for (auto* b : {&b0, &b1, &b2, &b3}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
   using K = StoreEvent::Kind;
   EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kStored, Tier::kHost, 0},
-                                            {K::kStored, Tier::kHost, 1},
-                                            {K::kRemoved, Tier::kHost, 1},
-                                            {K::kStored, Tier::kHost, 2},
-                                            {K::kStored, Tier::kDisk, 0},
-                                            {K::kRemoved, Tier::kHost, 0},
-                                            {K::kStored, Tier::kHost, 3}}));
+                                             {K::kStored, Tier::kHost, 1},
+                                             {K::kRemoved, Tier::kHost, 1},
+                                             {K::kStored, Tier::kHost, 2},
+                                             {K::kStored, Tier::kDisk, 0},
+                                             {K::kRemoved, Tier::kHost, 0},
+                                             {K::kStored, Tier::kHost, 3}}));
   EXPECT_FALSE(store->Contains(b1.ref()));
   EXPECT_EQ(store->Stats().dropped_below_priority, 1u);
   EXPECT_EQ(store->Stats().demoted, 1u);
@@ -134,8 +136,9 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   EXPECT_EQ(hit->header.priority, 60);
   EXPECT_EQ(hit->tier, Tier::kDisk);
   EXPECT_EQ(store->Stats().promoted, 1u);
-  EXPECT_EQ(Events(), (std::vector<Recorded>{
-                         {K::kStored, Tier::kDisk, 2}, {K::kRemoved, Tier::kHost, 2}, {K::kStored, Tier::kHost, 0}}));
+  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kStored, Tier::kDisk, 2},
+                                             {K::kRemoved, Tier::kHost, 2},
+                                             {K::kStored, Tier::kHost, 0}}));
   // The holdings list every copy: 0 and 3 in host, 0 (the copy it was promoted from) and 2
   // on disk.
   std::set<std::pair<Tier, uint64_t>> holdings;
@@ -191,7 +194,8 @@ TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {
 // Block 5 is in the host tier and is pinned there; block 6, demoted to disk by block 7,
 // is not (a sender then Gets it); a disk-only store pins nothing.
 TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
-  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage), seven = MakeBlock(7, kPage);
+  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage),
+                  seven = MakeBlock(7, kPage);
   auto store = Make(2, 1 << 20);
   ASSERT_TRUE(store->Put(six.header, six.payload).ok());
   ASSERT_TRUE(store->Put(five.header, five.payload).ok());
@@ -200,7 +204,9 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
   Result<PinnedBlock> pinned = store->PinInHost(five.ref());
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   std::vector<uint8_t> bytes;
-  pinned->ForEachPiece([&](std::span<const uint8_t> piece) { bytes.insert(bytes.end(), piece.begin(), piece.end()); });
+  pinned->ForEachPiece([&](std::span<const uint8_t> piece) {
+    bytes.insert(bytes.end(), piece.begin(), piece.end());
+  });
   EXPECT_EQ(bytes, five.payload);
   EXPECT_EQ(store->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
   std::vector<uint8_t> out(kPage);
@@ -217,7 +223,8 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
 // a page for block 7 moves block 6 (least recently used) down to disk as a put would, and
 // the commit is told as a put's store. A store without a host tier has no pages to lend.
 TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
-  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage), seven = MakeBlock(7, kPage);
+  const TestBlock five = MakeBlock(5, kPage), six = MakeBlock(6, kPage),
+                  seven = MakeBlock(7, kPage);
   auto store = Make(2, 1 << 20);
   ASSERT_TRUE(store->Put(six.header, six.payload).ok());
   ASSERT_TRUE(store->Put(five.header, five.payload).ok());
@@ -226,7 +233,7 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
   Result<HostReservation> reserved = store->ReserveInHost(std::vector<BlockHeader>{seven.header});
   ASSERT_TRUE(reserved.ok()) << reserved.status();
   EXPECT_EQ(Events(), (std::vector<Recorded>{{StoreEvent::Kind::kStored, Tier::kDisk, 6},
-                                            {StoreEvent::Kind::kRemoved, Tier::kHost, 6}}));
+                                             {StoreEvent::Kind::kRemoved, Tier::kHost, 6}}));
   reserved->ForEachPiece(0, [&](std::span<uint8_t> piece) {
     std::copy_n(seven.payload.begin(), piece.size(), piece.begin());
   });
@@ -250,7 +257,8 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
 // gathered payloads kept apart, the dropped one between them left out).
 TEST_F(TieredStoreTest, TheVictimsOfABatchMoveDownTogether) {
   auto store = Make(/*host_pages=*/4, /*disk_bytes=*/1 << 20);
-  const TestBlock b0 = MakeBlock(0, 2 * kPage - 100, 50), b1 = MakeBlock(1, kPage, 10), b2 = MakeBlock(2, 777, 50);
+  const TestBlock b0 = MakeBlock(0, 2 * kPage - 100, 50), b1 = MakeBlock(1, kPage, 10),
+                  b2 = MakeBlock(2, 777, 50);
   for (const TestBlock* b : {&b0, &b1, &b2}) ASSERT_TRUE(store->Put(b->header, b->payload).ok());
   std::vector<TestBlock> fresh;
   std::vector<PutItem> items;
@@ -318,7 +326,8 @@ TEST_F(TieredStoreTest, AThreadOfTheStoresKeepsRoomAheadOfPuts) {
   auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
   CountMovesDownHere();
   const auto room_ahead = [&] { return store->Stats().host->bytes <= 6 * kPage; };
-  for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+  for (const TestBlock& b : Blocks(0, 6, kPage, 50))
+    ASSERT_TRUE(store->Put(b.header, b.payload).ok());
   EXPECT_EQ(store->Stats().demoted, 0u);
   for (const TestBlock& b : Blocks(6, 4, kPage, 50)) {
     ASSERT_TRUE(store->Put(b.header, b.payload).ok());
@@ -402,14 +411,16 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
         } else if (what < 8) {
           (void)store->Get(block.ref(), out);
         } else {
-          (void)store->Put(block.header, block.payload);  // kResourceExhausted now and then: every page in a copy
+          (void)store->Put(block.header,
+                           block.payload);  // kResourceExhausted now and then: every page in a copy
         }
       }
     });
   }
   for (std::thread& thread : threads) thread.join();
   // The store's own thread, where it keeps room ahead, finishes moving blocks down.
-  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return store->Stats().host->bytes + free_ahead_bytes_ <= 6 * kPage; }));
+  ASSERT_TRUE(kvtier::testing::WaitUntil(
+      [&] { return store->Stats().host->bytes + free_ahead_bytes_ <= 6 * kPage; }));
 
   const std::vector<Recorded> events = Events();  // not held while the tiers' locks are taken below
   std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
@@ -429,7 +440,8 @@ void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
            (tiers.second ? "disk" : "") + (tiers.first || tiers.second ? "" : "nowhere");
   };
   for (uint64_t id = 0; id < kBlocks; ++id) {
-    EXPECT_EQ(where(told[id]), where(held[id])) << "block " << id << " (" << events.size() << " events)";
+    EXPECT_EQ(where(told[id]), where(held[id]))
+        << "block " << id << " (" << events.size() << " events)";
   }
 }
 
@@ -450,7 +462,8 @@ TEST_F(TieredStoreTest, ABatchGetWithoutPromotionLeavesTheTiersAsTheyWere) {
   std::vector<std::vector<uint8_t>> outs(refs.size(), std::vector<uint8_t>(kPage));
   std::vector<std::span<uint8_t>> out_spans(outs.begin(), outs.end());
   ClearEvents();
-  const std::vector<Result<TieredHit>> hits = store->GetBatch(refs, out_spans, PromoteDiskHits::kNo);
+  const std::vector<Result<TieredHit>> hits =
+      store->GetBatch(refs, out_spans, PromoteDiskHits::kNo);
   ASSERT_EQ(hits.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(hits[i].ok()) << "block " << i << ": " << hits[i].status();
@@ -471,7 +484,8 @@ TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   free_ahead_bytes_ = 2 * kPage;
   auto store = Make(/*host_pages=*/8, /*disk_bytes=*/1 << 20);
   CountMovesDownHere();
-  for (const TestBlock& b : Blocks(0, 6, kPage, 50)) ASSERT_TRUE(store->Put(b.header, b.payload).ok());
+  for (const TestBlock& b : Blocks(0, 6, kPage, 50))
+    ASSERT_TRUE(store->Put(b.header, b.payload).ok());
   const std::vector<TestBlock> behind = Blocks(6, 2, kPage, 50);
   std::vector<PutItem> items;
   for (const TestBlock& b : behind) items.push_back({b.header, b.payload});
@@ -487,7 +501,9 @@ TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   EXPECT_EQ(on_disk, (std::set<uint64_t>{0, 1}));
 }
 
-TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) { ChangeConcurrentlyThenCheckEvents(); }
+TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
+  ChangeConcurrentlyThenCheckEvents();
+}
 
 // The same with two pages kept free by the store's own thread, which moves blocks down
 // beside the puts, gets and removals.
@@ -503,7 +519,8 @@ TEST_F(TieredStoreTest, ConcurrentChangesBesideTheStoresDemotionsAreToldInOrder)
 // stored there, then removed from the host tier.
 TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
   auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
-  const TestBlock b1 = MakeBlock(1, kPage, 50), b2 = MakeBlock(2, kPage, 50), b3 = MakeBlock(3, kPage, 50);
+  const TestBlock b1 = MakeBlock(1, kPage, 50), b2 = MakeBlock(2, kPage, 50),
+                  b3 = MakeBlock(3, kPage, 50);
   ASSERT_TRUE(store->Put(b1.header, b1.payload).ok());
   ASSERT_TRUE(store->Put(b2.header, b2.payload).ok());
   TestBlock lower = b1;
@@ -539,7 +556,8 @@ TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
 }
 
 TEST(TieredStoreOptionsTest, NeedsATier) {
-  EXPECT_EQ(TieredStore::Create(TieredStoreOptions{}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(TieredStore::Create(TieredStoreOptions{}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

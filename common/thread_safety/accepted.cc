@@ -80,7 +80,8 @@ int Use() {
   Counter counter;
   counter.Add(1);
   Table table;
-  table.Write(counter.WaitForAtLeast(1) + counter.AddOutsideTheLock(1) + counter.Sum() + ordered.Put());
+  table.Write(counter.WaitForAtLeast(1) + counter.AddOutsideTheLock(1) + counter.Sum() +
+              ordered.Put());
   return table.Read();
 }
 

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<uint32_t> tokens;
-  for (int i = 3; i < argc; ++i) tokens.push_back(static_cast<uint32_t>(std::strtoul(argv[i], nullptr, 10)));
+  for (int i = 3; i < argc; ++i)
+    tokens.push_back(static_cast<uint32_t>(std::strtoul(argv[i], nullptr, 10)));
   for (const kvtier::BlockKey& key :
        kvtier::ComputeBlockKeys(argv[1], tokens, static_cast<uint32_t>(per_block))) {
     std::printf("%s\n", key.ToHex().c_str());

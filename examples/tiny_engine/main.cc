@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
   std::string address = "127.0.0.1:7400", token, token_file, act_for;
   uint32_t turns = 4;
   app.add_option("--connect", address, "kvtier node (host:port)")->capture_default_str();
-  app.add_option("--token", token, "An engine's token (or kvtier up's generated one)")->envname("KVTIER_TOKEN");
-  app.add_option("--act-for", act_for, "The tenant an engine token acts for (a token file's engines: section)");
+  app.add_option("--token", token, "An engine's token (or kvtier up's generated one)")
+      ->envname("KVTIER_TOKEN");
+  app.add_option("--act-for", act_for,
+                 "The tenant an engine token acts for (a token file's engines: section)");
   app.add_option("--token-file", token_file, "File whose first line is the token");
   app.add_option("--turns", turns, "Conversation turns")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -45,17 +47,21 @@ int main(int argc, char** argv) {
   }
   std::vector<uint32_t> conversation;
   for (uint32_t turn = 0; turn < turns; ++turn) {
-    for (uint32_t i = 0; i < 10; ++i) conversation.push_back((turn * 10 + i) * 7 % 64);  // the user's message
+    for (uint32_t i = 0; i < 10; ++i)
+      conversation.push_back((turn * 10 + i) * 7 % 64);  // the user's message
     auto out = (*engine)->Generate(turn + 1, conversation, 5);
     if (!out.ok()) {
       std::fprintf(stderr, "turn %u: %s\n", turn + 1, out.status().ToString().c_str());
       return 1;
     }
     const std::vector<examples::Vec> reference = model.Recompute(conversation);
-    const bool same = model.NextToken(reference.back()) == (out->tokens.empty() ? 0 : out->tokens[0]);
-    std::printf("turn %u: %zu prompt tokens, %u from the cache, %u computed; first token %s recomputation\n",
-                turn + 1, conversation.size(), out->cached_tokens, out->computed_tokens,
-                same ? "equals" : "DIFFERS FROM");
+    const bool same =
+        model.NextToken(reference.back()) == (out->tokens.empty() ? 0 : out->tokens[0]);
+    std::printf(
+        "turn %u: %zu prompt tokens, %u from the cache, %u computed; first token %s "
+        "recomputation\n",
+        turn + 1, conversation.size(), out->cached_tokens, out->computed_tokens,
+        same ? "equals" : "DIFFERS FROM");
     conversation.insert(conversation.end(), out->tokens.begin(), out->tokens.end());  // the answer
   }
   return 0;

@@ -14,67 +14,92 @@ Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const TinyEngineOptions& 
     return NotFoundError("the node has no pool " + std::to_string(options.pool_id));
   }
   const KvLayout layout = stats.pool_layouts[options.pool_id];
-  if (layout.dtype() != KvDtype::kFp32 || layout.num_layers() != shape.layers || layout.num_kv_heads() != shape.kv_heads ||
-      layout.head_dim() != shape.head_dim) {
-    return FailedPreconditionError("the node's pool is " + layout.Fingerprint() + "; the model needs fp32 with " +
-                                   std::to_string(shape.layers) + " layers, " + std::to_string(shape.kv_heads) +
-                                   " KV heads of " + std::to_string(shape.head_dim) + " dims");
+  if (layout.dtype() != KvDtype::kFp32 || layout.num_layers() != shape.layers ||
+      layout.num_kv_heads() != shape.kv_heads || layout.head_dim() != shape.head_dim) {
+    return FailedPreconditionError("the node's pool is " + layout.Fingerprint() +
+                                   "; the model needs fp32 with " + std::to_string(shape.layers) +
+                                   " layers, " + std::to_string(shape.kv_heads) + " KV heads of " +
+                                   std::to_string(shape.head_dim) + " dims");
   }
-  KVTIER_ASSIGN_OR_RETURN(client::PoolMapping mapping, options.client->AttachPool(options.pool_id, layout));
+  KVTIER_ASSIGN_OR_RETURN(client::PoolMapping mapping,
+                          options.client->AttachPool(options.pool_id, layout));
   if (mapping.block_stride_bytes != layout.bytes_per_block()) {
     return FailedPreconditionError("pool blocks are " + std::to_string(mapping.block_stride_bytes) +
                                    " bytes apart; the kernels need them packed");
   }
   KVTIER_ASSIGN_OR_RETURN(client::MappedPool pool, client::MappedPool::Map(mapping));
   const uint32_t blocks = mapping.num_blocks;
-  std::unique_ptr<TinyEngine> engine(new TinyEngine(options, layout, std::move(pool), gpu::MakeCpuBackend()));
+  std::unique_ptr<TinyEngine> engine(
+      new TinyEngine(options, layout, std::move(pool), gpu::MakeCpuBackend()));
   engine->pool_blocks_ = blocks;
   return engine;
 }
 
 TinyEngine::TinyEngine(const TinyEngineOptions& options, KvLayout layout, client::MappedPool pool,
                        std::unique_ptr<gpu::KernelBackend> kernels)
-    : options_(options), layout_(std::move(layout)), pool_(std::move(pool)), pool_blocks_(0),
+    : options_(options),
+      layout_(std::move(layout)),
+      pool_(std::move(pool)),
+      pool_blocks_(0),
       kernels_(std::move(kernels)) {}
 
-Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t position, uint32_t token) {
+Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t position,
+                             uint32_t token) {
   const TinyModel& model = *options_.model;
   const TinyModelShape& shape = model.shape();
   const uint32_t tokens_per_block = layout_.tokens_per_block();
   if (position / tokens_per_block >= table.size()) {
     return InternalError("position " + std::to_string(position) + " is past the block table");
   }
-  const int64_t slot = int64_t{table[position / tokens_per_block]} * tokens_per_block + position % tokens_per_block;
+  const int64_t slot =
+      int64_t{table[position / tokens_per_block]} * tokens_per_block + position % tokens_per_block;
   const uint32_t context = position + 1;
   Vec h = model.Embed(token);
   for (uint32_t l = 0; l < shape.layers; ++l) {
     // This token's keys and values go into its slot of the pool, in place.
-    for (const auto& [part, row] : {std::pair{KvPart::kKey, model.Key(l, h)}, std::pair{KvPart::kValue, model.Value(l, h)}}) {
-      KVTIER_RETURN_IF_ERROR(kernels_->UpdatePaged({.pool = pool_.bytes().data(), .pool_blocks = pool_blocks_,
-                                                    .layout = &layout_, .layer = l, .part = part,
-                                                    .update = row.data(), .slot_mapping = &slot, .tokens = 1}));
+    for (const auto& [part, row] :
+         {std::pair{KvPart::kKey, model.Key(l, h)}, std::pair{KvPart::kValue, model.Value(l, h)}}) {
+      KVTIER_RETURN_IF_ERROR(kernels_->UpdatePaged({.pool = pool_.bytes().data(),
+                                                    .pool_blocks = pool_blocks_,
+                                                    .layout = &layout_,
+                                                    .layer = l,
+                                                    .part = part,
+                                                    .update = row.data(),
+                                                    .slot_mapping = &slot,
+                                                    .tokens = 1}));
     }
     // Attention over every position so far, cached ones included, read from the pool.
     const Vec query = model.Query(l, h);
     Vec attended(size_t{shape.query_heads} * shape.head_dim);
-    KVTIER_RETURN_IF_ERROR(kernels_->DecodeAttention(
-        {.pool = pool_.bytes().data(), .pool_blocks = pool_blocks_, .layout = &layout_, .layer = l, .batch = 1,
-         .num_query_heads = shape.query_heads, .query = query.data(), .block_tables = table.data(),
-         .max_blocks_per_sequence = static_cast<uint32_t>(table.size()), .context_lengths = &context,
-         .scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim)), .output = attended.data()}));
+    KVTIER_RETURN_IF_ERROR(
+        kernels_->DecodeAttention({.pool = pool_.bytes().data(),
+                                   .pool_blocks = pool_blocks_,
+                                   .layout = &layout_,
+                                   .layer = l,
+                                   .batch = 1,
+                                   .num_query_heads = shape.query_heads,
+                                   .query = query.data(),
+                                   .block_tables = table.data(),
+                                   .max_blocks_per_sequence = static_cast<uint32_t>(table.size()),
+                                   .context_lengths = &context,
+                                   .scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim)),
+                                   .output = attended.data()}));
     const Vec projected = model.Output(l, attended);
     for (uint32_t i = 0; i < shape.model; ++i) h[i] += projected[i];
   }
   return h;
 }
 
-Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uint32_t>& prompt, uint32_t new_tokens) {
+Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uint32_t>& prompt,
+                                        uint32_t new_tokens) {
   if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
   client::Client& client = *options_.client;
   const uint32_t tokens_per_block = layout_.tokens_per_block();
   const std::vector<BlockKey> keys = client::Client::BlockKeys(prompt, tokens_per_block);
   KVTIER_ASSIGN_OR_RETURN(client::Allocation allocation,
-                          client.Allocate({.sequence = sequence, .pool_id = options_.pool_id, .keys = keys,
+                          client.Allocate({.sequence = sequence,
+                                           .pool_id = options_.pool_id,
+                                           .keys = keys,
                                            .num_tokens = static_cast<uint32_t>(prompt.size())}));
   Generation out;
   uint32_t cached_blocks = allocation.reused_blocks;
@@ -85,8 +110,10 @@ Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uin
   }
   // Prefill what the cache did not have; the last prompt token is always run, for its
   // hidden state (its KV is rewritten with the same values when it was cached).
-  out.cached_tokens = std::min<uint32_t>(cached_blocks * tokens_per_block, static_cast<uint32_t>(prompt.size()));
-  const uint32_t first = std::min<uint32_t>(out.cached_tokens, static_cast<uint32_t>(prompt.size()) - 1);
+  out.cached_tokens =
+      std::min<uint32_t>(cached_blocks * tokens_per_block, static_cast<uint32_t>(prompt.size()));
+  const uint32_t first =
+      std::min<uint32_t>(out.cached_tokens, static_cast<uint32_t>(prompt.size()) - 1);
   Vec h;
   for (uint32_t t = first; t < prompt.size(); ++t) {
     KVTIER_ASSIGN_OR_RETURN(h, Step(allocation.block_ids, t, prompt[t]));
@@ -112,10 +139,12 @@ Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uin
   // The answer's full blocks too: the conversation's next turn starts with them.
   std::vector<uint32_t> sequence_tokens = prompt;
   sequence_tokens.insert(sequence_tokens.end(), out.tokens.begin(), out.tokens.end());
-  const std::vector<BlockKey> all_keys = client::Client::BlockKeys(sequence_tokens, tokens_per_block);
+  const std::vector<BlockKey> all_keys =
+      client::Client::BlockKeys(sequence_tokens, tokens_per_block);
   if (all_keys.size() > keys.size()) {
     // The node learns the sequence's length (Extend was only called for new blocks).
-    KVTIER_RETURN_IF_ERROR(client.Extend(sequence, static_cast<uint32_t>(sequence_tokens.size())).status());
+    KVTIER_RETURN_IF_ERROR(
+        client.Extend(sequence, static_cast<uint32_t>(sequence_tokens.size())).status());
     KVTIER_RETURN_IF_ERROR(client.Commit(sequence, all_keys, {}, sequence_tokens).status());
   }
   KVTIER_RETURN_IF_ERROR(client.Free(sequence));

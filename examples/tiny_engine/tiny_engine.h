@@ -37,7 +37,8 @@ struct TinyEngineOptions {
 
 struct Generation {
   std::vector<uint32_t> tokens;  // the generated tokens
-  std::vector<Vec> hidden;       // final hidden state of the prompt's last token, then of each generated one
+  std::vector<Vec>
+      hidden;  // final hidden state of the prompt's last token, then of each generated one
   uint32_t cached_tokens = 0;    // prompt tokens whose KV came from the cache
   uint32_t computed_tokens = 0;  // prompt tokens computed here
   uint32_t onboarded_blocks = 0;

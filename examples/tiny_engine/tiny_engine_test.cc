@@ -15,9 +15,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr TinyModelShape kShape{.vocab = 64, .model = 32, .layers = 2, .query_heads = 4, .kv_heads = 2, .head_dim = 8};
+constexpr TinyModelShape kShape{
+    .vocab = 64, .model = 32, .layers = 2, .query_heads = 4, .kv_heads = 2, .head_dim = 8};
 constexpr uint32_t kTokensPerBlock = 4;
-constexpr uint64_t kBlockBytes = 2ull * 2 * 2 * 8 * 4 * 4;  // layers x K,V x heads x dims x tokens x fp32
+constexpr uint64_t kBlockBytes =
+    2ull * 2 * 2 * 8 * 4 * 4;  // layers x K,V x heads x dims x tokens x fp32
 
 class TinyEngineTest : public ::testing::Test {
  protected:
@@ -25,13 +27,18 @@ class TinyEngineTest : public ::testing::Test {
     cli::EmbeddedClusterOptions options;
     options.config.data_dir = dir_.path();
     options.config.coordinator.listen = {"127.0.0.1:0"};
-    options.config.worker = {.num_layers = kShape.layers, .num_kv_heads = kShape.kv_heads, .head_dim = kShape.head_dim,
-                             .tokens_per_block = kTokensPerBlock, .dtype = "fp32",
-                             .pool_bytes = pool_blocks * kBlockBytes, .free_memory_fraction = 1.0};
+    options.config.worker = {.num_layers = kShape.layers,
+                             .num_kv_heads = kShape.kv_heads,
+                             .head_dim = kShape.head_dim,
+                             .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp32",
+                             .pool_bytes = pool_blocks * kBlockBytes,
+                             .free_memory_fraction = 1.0};
     options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0};
     options.registry = &registry_;
     cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
-    client_ = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"}).value();
+    client_ = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"})
+                  .value();
     engine_ = TinyEngine::Create({.client = client_.get(), .model = &model_}).value();
   }
 
@@ -52,7 +59,8 @@ class TinyEngineTest : public ::testing::Test {
     ASSERT_EQ(engine.hidden.size(), reference.hidden.size());
     for (size_t t = 0; t < engine.hidden.size(); ++t) {
       for (uint32_t i = 0; i < kShape.model; ++i) {
-        ASSERT_NEAR(engine.hidden[t][i], reference.hidden[t][i], 1e-4f) << "step " << t << " dim " << i;
+        ASSERT_NEAR(engine.hidden[t][i], reference.hidden[t][i], 1e-4f)
+            << "step " << t << " dim " << i;
       }
     }
   }
@@ -125,7 +133,8 @@ TEST_F(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
 
 TEST_F(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
   Start(/*pool_blocks=*/8);
-  const TinyModel other({.vocab = 64, .model = 32, .layers = 3, .query_heads = 4, .kv_heads = 2, .head_dim = 8}, 1);
+  const TinyModel other(
+      {.vocab = 64, .model = 32, .layers = 3, .query_heads = 4, .kv_heads = 2, .head_dim = 8}, 1);
   auto engine = TinyEngine::Create({.client = client_.get(), .model = &other});
   EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(engine.status().message().find("3 layers"), std::string::npos) << engine.status();

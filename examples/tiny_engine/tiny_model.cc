@@ -29,23 +29,29 @@ TinyModel::TinyModel(const TinyModelShape& shape, uint64_t seed) : shape_(shape)
   embedding_ = Random(size_t{shape.vocab} * shape.model, rng, 1.0f);
   unembedding_ = Random(size_t{shape.model} * shape.vocab, rng, 0.3f);
   for (uint32_t l = 0; l < shape.layers; ++l) {
-    layers_.push_back({Random(size_t{shape.model} * q, rng, 0.3f), Random(size_t{shape.model} * kv, rng, 0.3f),
-                       Random(size_t{shape.model} * kv, rng, 0.3f), Random(size_t{q} * shape.model, rng, 0.3f)});
+    layers_.push_back(
+        {Random(size_t{shape.model} * q, rng, 0.3f), Random(size_t{shape.model} * kv, rng, 0.3f),
+         Random(size_t{shape.model} * kv, rng, 0.3f), Random(size_t{q} * shape.model, rng, 0.3f)});
   }
 }
 
 Vec TinyModel::Embed(uint32_t token) const {
-  const auto row = embedding_.begin() + static_cast<std::ptrdiff_t>(size_t{token % shape_.vocab} * shape_.model);
+  const auto row =
+      embedding_.begin() + static_cast<std::ptrdiff_t>(size_t{token % shape_.vocab} * shape_.model);
   return Vec(row, row + shape_.model);
 }
 Vec TinyModel::Query(uint32_t l, const Vec& h) const {
   return MatVec(h, layers_[l].wq, shape_.query_heads * shape_.head_dim);
 }
-Vec TinyModel::Key(uint32_t l, const Vec& h) const { return MatVec(h, layers_[l].wk, shape_.kv_heads * shape_.head_dim); }
+Vec TinyModel::Key(uint32_t l, const Vec& h) const {
+  return MatVec(h, layers_[l].wk, shape_.kv_heads * shape_.head_dim);
+}
 Vec TinyModel::Value(uint32_t l, const Vec& h) const {
   return MatVec(h, layers_[l].wv, shape_.kv_heads * shape_.head_dim);
 }
-Vec TinyModel::Output(uint32_t l, const Vec& attended) const { return MatVec(attended, layers_[l].wo, shape_.model); }
+Vec TinyModel::Output(uint32_t l, const Vec& attended) const {
+  return MatVec(attended, layers_[l].wo, shape_.model);
+}
 
 uint32_t TinyModel::NextToken(const Vec& h) const {
   const Vec logits = MatVec(h, unembedding_, shape_.vocab);
@@ -79,7 +85,8 @@ std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens) const
         }
         for (size_t s = 0; s <= t; ++s) sum += scores[s] = std::exp(scores[s] - max_score);
         for (size_t s = 0; s <= t; ++s)
-          for (uint32_t i = 0; i < d; ++i) attended[qh * d + i] += scores[s] / sum * v[s][kvh * d + i];
+          for (uint32_t i = 0; i < d; ++i)
+            attended[qh * d + i] += scores[s] / sum * v[s][kvh * d + i];
       }
       const Vec projected = Output(l, attended);
       for (uint32_t i = 0; i < shape_.model; ++i) next[t][i] += projected[i];

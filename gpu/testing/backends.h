@@ -21,7 +21,8 @@ inline std::vector<std::unique_ptr<KernelBackend>> TestBackends() {
 }
 
 template <typename T>
-DeviceBuffer Upload(KernelBackend& backend, const std::vector<T>& host, MemoryKind kind = MemoryKind::kDevice) {
+DeviceBuffer Upload(KernelBackend& backend, const std::vector<T>& host,
+                    MemoryKind kind = MemoryKind::kDevice) {
   auto buffer = DeviceBuffer::Create(backend, kind, std::max<size_t>(1, host.size() * sizeof(T)));
   EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
   if (!host.empty()) {

@@ -11,7 +11,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using kvtier::testing::FuzzCheck;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const kvtier::Result<kvtier::auth::TokenStore> store = kvtier::auth::TokenStore::FromYaml(text, "tokens.yaml");
+  const kvtier::Result<kvtier::auth::TokenStore> store =
+      kvtier::auth::TokenStore::FromYaml(text, "tokens.yaml");
   if (!store.ok()) {
     FuzzCheck(!store.status().message().empty(), "a refusal says why");
     return 0;
@@ -21,6 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const kvtier::Result<kvtier::auth::Tenant> tenant = store->Authenticate(kStranger);
   FuzzCheck(!tenant.ok() && tenant.status().code() == kvtier::StatusCode::kUnauthenticated,
             "a token not in the file is refused");
-  FuzzCheck(tenant.status().message().find(kStranger) == std::string_view::npos, "a refusal never echoes the token");
+  FuzzCheck(tenant.status().message().find(kStranger) == std::string_view::npos,
+            "a refusal never echoes the token");
   return 0;
 }

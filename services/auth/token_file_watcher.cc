@@ -22,7 +22,7 @@ struct FileVersion {
 };
 
 FileVersion VersionOf(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return {};
   return {st.st_ino, st.st_size, st.st_mtim};
 }
@@ -46,18 +46,22 @@ struct TokenFileWatcher::Impl {
       const Status reloaded = options.tokens.Reload();
       if (reloaded.ok()) {
         spdlog::info("auth.token_file {} reloaded: {} tenants, {} engines, {} node credentials",
-                     options.tokens.path(), options.tokens.tenant_count(), options.tokens.engine_count(),
-                     options.tokens.node_count());
+                     options.tokens.path(), options.tokens.tenant_count(),
+                     options.tokens.engine_count(), options.tokens.node_count());
       } else {
-        spdlog::error("auth.token_file reload refused, the tokens in force stay: {}", reloaded.message());
+        spdlog::error("auth.token_file reload refused, the tokens in force stay: {}",
+                      reloaded.message());
       }
     }
   }
 };
 
-Result<std::unique_ptr<TokenFileWatcher>> TokenFileWatcher::Create(TokenFileWatcherOptions options) {
-  if (options.tokens.path().empty()) return FailedPreconditionError("the token store was not read from a file");
-  if (options.interval.count() <= 0) return InvalidArgumentError("the token file's reload interval must be positive");
+Result<std::unique_ptr<TokenFileWatcher>> TokenFileWatcher::Create(
+    TokenFileWatcherOptions options) {
+  if (options.tokens.path().empty())
+    return FailedPreconditionError("the token store was not read from a file");
+  if (options.interval.count() <= 0)
+    return InvalidArgumentError("the token file's reload interval must be positive");
   auto impl = std::make_unique<Impl>();
   impl->seen = VersionOf(options.tokens.path());
   impl->options = std::move(options);

@@ -24,7 +24,8 @@ struct TokenFileWatcherOptions {
 class TokenFileWatcher {
  public:
   // kFailedPrecondition for a store not read from a file; kInvalidArgument for an interval of 0.
-  [[nodiscard]] static Result<std::unique_ptr<TokenFileWatcher>> Create(TokenFileWatcherOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<TokenFileWatcher>> Create(
+      TokenFileWatcherOptions options);
   ~TokenFileWatcher();
   TokenFileWatcher(const TokenFileWatcher&) = delete;
   TokenFileWatcher& operator=(const TokenFileWatcher&) = delete;

@@ -41,11 +41,13 @@ bool IsValidTenantName(std::string_view name) {
 Result<std::vector<std::string>> EngineTenants(const YAML::Node& node, const std::string& where) {
   const YAML::Node list = node["tenants"];
   if (!list || !list.IsSequence() || list.size() == 0) {
-    return InvalidArgumentError(where + ".tenants: expects a non-empty list of the tenants it acts for");
+    return InvalidArgumentError(where +
+                                ".tenants: expects a non-empty list of the tenants it acts for");
   }
   std::vector<std::string> names;
   for (size_t i = 0; i < list.size(); ++i) {
-    if (!list[i].IsScalar()) return InvalidArgumentError(where + ".tenants[" + std::to_string(i) + "]: expects a name");
+    if (!list[i].IsScalar())
+      return InvalidArgumentError(where + ".tenants[" + std::to_string(i) + "]: expects a name");
     names.push_back(list[i].Scalar());
   }
   return names;
@@ -77,8 +79,10 @@ Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where
     for (const auto& field : node) {
       KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, where));
       const std::string key = field.first.Scalar();
-      if (key != "name" && key != "token" && !(tenant && key == "salt") && !(engine && key == "tenants")) {
-        return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + known + ")");
+      if (key != "name" && key != "token" && !(tenant && key == "salt") &&
+          !(engine && key == "tenants")) {
+        return InvalidArgumentError(where + ": unknown field \"" + key + "\" (known: " + known +
+                                    ")");
       }
     }
     const std::string name = node["name"] ? node["name"].as<std::string>("") : "";
@@ -87,19 +91,25 @@ Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where
       return InvalidArgumentError(where + ".name: \"" + name + "\" must match [a-z0-9-]{1,63}");
     }
     if (token.size() < kMinTokenLength) {
-      return InvalidArgumentError(where + ".token: must be at least " + std::to_string(kMinTokenLength) +
-                                  " characters (got " + std::to_string(token.size()) + ")");
+      return InvalidArgumentError(where + ".token: must be at least " +
+                                  std::to_string(kMinTokenLength) + " characters (got " +
+                                  std::to_string(token.size()) + ")");
     }
-    const std::string salt = !tenant ? "" : (node["salt"] ? node["salt"].as<std::string>("") : name);
+    const std::string salt =
+        !tenant ? "" : (node["salt"] ? node["salt"].as<std::string>("") : name);
     Entry entry{{name, salt, kind == Kind::kNode, kind == Kind::kNode}, Digest(token), kind};
     if (engine) {
       KVTIER_ASSIGN_OR_RETURN(entry.acts_for, EngineTenants(node, where));
     }
     for (const Entry& other : entries) {
-      if (other.tenant.name == name) return InvalidArgumentError(where + ".name: \"" + name + "\" appears twice");
+      if (other.tenant.name == name)
+        return InvalidArgumentError(where + ".name: \"" + name + "\" appears twice");
       if (other.token_digest == entry.token_digest) {
-        const char* what = other.kind == Kind::kNode ? "node credential \"" : (other.kind == Kind::kEngine ? "engine \"" : "tenant \"");
-        return InvalidArgumentError(where + ".token: the same token is given to " + what + other.tenant.name + "\"");
+        const char* what = other.kind == Kind::kNode
+                               ? "node credential \""
+                               : (other.kind == Kind::kEngine ? "engine \"" : "tenant \"");
+        return InvalidArgumentError(where + ".token: the same token is given to " + what +
+                                    other.tenant.name + "\"");
       }
     }
     entries.push_back(std::move(entry));
@@ -107,13 +117,16 @@ Status TokenStore::ParseEntries(const YAML::Node& list, const std::string& where
   return Status::Ok();
 }
 
-Status TokenStore::CheckEngineTenants(const std::vector<Entry>& entries, const std::string& source) {
+Status TokenStore::CheckEngineTenants(const std::vector<Entry>& entries,
+                                      const std::string& source) {
   for (size_t e = 0; e < entries.size(); ++e) {
     for (const std::string& name : entries[e].acts_for) {
-      const bool known = std::any_of(entries.begin(), entries.end(),
-                                     [&](const Entry& t) { return t.kind == Kind::kTenant && t.tenant.name == name; });
+      const bool known = std::any_of(entries.begin(), entries.end(), [&](const Entry& t) {
+        return t.kind == Kind::kTenant && t.tenant.name == name;
+      });
       if (!known) {
-        return InvalidArgumentError(source + ": engine \"" + entries[e].tenant.name + "\" acts for \"" + name +
+        return InvalidArgumentError(source + ": engine \"" + entries[e].tenant.name +
+                                    "\" acts for \"" + name +
                                     "\", which is not a tenant of this file");
       }
     }
@@ -127,24 +140,30 @@ Result<TokenStore> TokenStore::FromYaml(std::string_view yaml, std::string_view 
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(source + ": invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+    return InvalidArgumentError(source + ": invalid YAML at line " +
+                                std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
-  if (!root.IsMap() || !root["tenants"] || !root["tenants"].IsSequence() || root["tenants"].size() == 0) {
+  if (!root.IsMap() || !root["tenants"] || !root["tenants"].IsSequence() ||
+      root["tenants"].size() == 0) {
     return InvalidArgumentError(source + ": expects a non-empty list under \"tenants\"");
   }
   for (const auto& field : root) {
     KVTIER_RETURN_IF_ERROR(CheckPlainKey(field.first, source));
     const std::string key = field.first.Scalar();
     if (key != "tenants" && key != "nodes" && key != "engines") {
-      return InvalidArgumentError(source + ": unknown section \"" + key + "\" (known: tenants, nodes, engines)");
+      return InvalidArgumentError(source + ": unknown section \"" + key +
+                                  "\" (known: tenants, nodes, engines)");
     }
   }
   std::vector<Entry> entries;
-  KVTIER_RETURN_IF_ERROR(ParseEntries(root["tenants"], source + ": tenants", Kind::kTenant, entries));
-  for (const auto& [section, kind] : {std::pair{"nodes", Kind::kNode}, std::pair{"engines", Kind::kEngine}}) {
+  KVTIER_RETURN_IF_ERROR(
+      ParseEntries(root["tenants"], source + ": tenants", Kind::kTenant, entries));
+  for (const auto& [section, kind] :
+       {std::pair{"nodes", Kind::kNode}, std::pair{"engines", Kind::kEngine}}) {
     const YAML::Node list = root[section];
     if (!list) continue;
-    if (!list.IsSequence()) return InvalidArgumentError(source + ": \"" + section + "\" must be a list");
+    if (!list.IsSequence())
+      return InvalidArgumentError(source + ": \"" + section + "\" must be a list");
     KVTIER_RETURN_IF_ERROR(ParseEntries(list, source + ": " + section, kind, entries));
   }
   KVTIER_RETURN_IF_ERROR(CheckEngineTenants(entries, source));
@@ -156,7 +175,8 @@ Result<TokenStore> TokenStore::SingleTenant(Tenant tenant, std::string_view toke
     return InvalidArgumentError("tenant name \"" + tenant.name + "\" must match [a-z0-9-]{1,63}");
   }
   if (token.size() < kMinTokenLength) {
-    return InvalidArgumentError("token must be at least " + std::to_string(kMinTokenLength) + " characters");
+    return InvalidArgumentError("token must be at least " + std::to_string(kMinTokenLength) +
+                                " characters");
   }
   std::vector<Entry> entries;
   entries.push_back(Entry{std::move(tenant), Digest(token)});
@@ -165,7 +185,8 @@ Result<TokenStore> TokenStore::SingleTenant(Tenant tenant, std::string_view toke
 
 TokenStore TokenStore::Disabled() { return TokenStore(false, {}); }
 
-TokenStore::TokenStore(bool enabled, Entries entries) : enabled_(enabled), shared_(std::make_shared<Shared>()) {
+TokenStore::TokenStore(bool enabled, Entries entries)
+    : enabled_(enabled), shared_(std::make_shared<Shared>()) {
   MutexLock lock(shared_->mu);
   shared_->entries = std::make_shared<const Entries>(std::move(entries));
 }
@@ -177,13 +198,17 @@ std::shared_ptr<const TokenStore::Entries> TokenStore::Current() const {
 
 size_t TokenStore::tenant_count() const {
   const std::shared_ptr<const Entries> entries = Current();
-  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(), [](const Entry& e) { return e.kind == Kind::kTenant; }));
+  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(),
+                                           [](const Entry& e) { return e.kind == Kind::kTenant; }));
 }
 size_t TokenStore::node_count() const {
   const std::shared_ptr<const Entries> entries = Current();
-  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(), [](const Entry& e) { return e.kind == Kind::kNode; }));
+  return static_cast<size_t>(std::count_if(entries->begin(), entries->end(),
+                                           [](const Entry& e) { return e.kind == Kind::kNode; }));
 }
-size_t TokenStore::engine_count() const { return Current()->size() - tenant_count() - node_count(); }
+size_t TokenStore::engine_count() const {
+  return Current()->size() - tenant_count() - node_count();
+}
 
 const TokenStore::Entry* TokenStore::FindTenant(const Entries& entries, std::string_view name) {
   for (const Entry& entry : entries) {
@@ -200,34 +225,42 @@ Result<Tenant> TokenStore::Authenticate(std::string_view token, std::string_view
 Result<std::string> TokenStore::TenantSalt(std::string_view name) const {
   if (!enabled_) return std::string();
   const Entry* entry = FindTenant(*Current(), name);
-  if (entry == nullptr) return NotFoundError("no tenant named \"" + std::string(name) + "\" in the token file");
+  if (entry == nullptr)
+    return NotFoundError("no tenant named \"" + std::string(name) + "\" in the token file");
   return entry->tenant.salt;
 }
 
-Result<Tenant> TokenStore::AuthenticateDigest(const Entries& entries, const std::array<uint8_t, 32>& digest,
+Result<Tenant> TokenStore::AuthenticateDigest(const Entries& entries,
+                                              const std::array<uint8_t, 32>& digest,
                                               std::string_view act_for) {
   const Entry* match = nullptr;
-  for (const Entry& entry : entries) {  // no early exit: time does not depend on which entry matched
+  for (const Entry& entry :
+       entries) {  // no early exit: time does not depend on which entry matched
     if (CRYPTO_memcmp(entry.token_digest.data(), digest.data(), digest.size()) == 0) match = &entry;
   }
-  if (match == nullptr) return UnauthenticatedError("invalid token: it matches no tenant of this cluster");
+  if (match == nullptr)
+    return UnauthenticatedError("invalid token: it matches no tenant of this cluster");
   const std::string& name = match->tenant.name;
   if (match->kind != Kind::kEngine) {
     if (!act_for.empty() && act_for != name) {
-      return PermissionDeniedError("\"" + name + "\" may not act for tenant \"" + std::string(act_for) +
-                                   "\": only an engine credential acts for a tenant other than its own");
+      return PermissionDeniedError(
+          "\"" + name + "\" may not act for tenant \"" + std::string(act_for) +
+          "\": only an engine credential acts for a tenant other than its own");
     }
     Tenant own = match->tenant;
     own.credential = digest;
     return own;
   }
   if (act_for.empty()) {
-    return InvalidArgumentError("engine \"" + name + "\" acts for a tenant: name one of its tenants");
+    return InvalidArgumentError("engine \"" + name +
+                                "\" acts for a tenant: name one of its tenants");
   }
-  const bool allowed = std::find(match->acts_for.begin(), match->acts_for.end(), act_for) != match->acts_for.end();
+  const bool allowed =
+      std::find(match->acts_for.begin(), match->acts_for.end(), act_for) != match->acts_for.end();
   const Entry* tenant = allowed ? FindTenant(entries, act_for) : nullptr;
   if (tenant == nullptr) {
-    return PermissionDeniedError("engine \"" + name + "\" may not act for tenant \"" + std::string(act_for) + "\"");
+    return PermissionDeniedError("engine \"" + name + "\" may not act for tenant \"" +
+                                 std::string(act_for) + "\"");
   }
   Tenant acting = tenant->tenant;
   acting.maps_pools = true;
@@ -238,16 +271,19 @@ Result<Tenant> TokenStore::AuthenticateDigest(const Entries& entries, const std:
 
 Status TokenStore::StillGrants(const Tenant& session) const {
   if (!enabled_) return Status::Ok();
-  Result<Tenant> now = AuthenticateDigest(*Current(), session.credential, session.acting ? session.name : "");
-  const bool same = now.ok() && now->name == session.name && now->salt == session.salt && now->node == session.node &&
-                    now->maps_pools == session.maps_pools;
+  Result<Tenant> now =
+      AuthenticateDigest(*Current(), session.credential, session.acting ? session.name : "");
+  const bool same = now.ok() && now->name == session.name && now->salt == session.salt &&
+                    now->node == session.node && now->maps_pools == session.maps_pools;
   if (same) return Status::Ok();
-  return UnauthenticatedError("the credential of this session (tenant \"" + session.name +
-                              "\") was revoked or changed by a reload of the token file; authenticate again");
+  return UnauthenticatedError(
+      "the credential of this session (tenant \"" + session.name +
+      "\") was revoked or changed by a reload of the token file; authenticate again");
 }
 
 Status TokenStore::Reload() {
-  if (shared_->path.empty()) return FailedPreconditionError("this token store was not read from a file");
+  if (shared_->path.empty())
+    return FailedPreconditionError("this token store was not read from a file");
   KVTIER_ASSIGN_OR_RETURN(TokenStore fresh, FromFile(shared_->path));
   std::shared_ptr<const Entries> entries = fresh.Current();
   MutexLock lock(shared_->mu);

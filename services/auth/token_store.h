@@ -5,7 +5,8 @@
 //   tenants:
 //     - name: team-a          # [a-z0-9-]{1,63}
 //       token: "…"            # at least 32 characters; generate with `openssl rand -hex 32`
-//       salt: "team-a-2026"   # optional; default: the name. Chains under different salts never meet.
+//       salt: "team-a-2026"   # optional; default: the name. Chains under different salts never
+//       meet.
 //   nodes:                    # optional: credentials of the cluster's own nodes
 //     - name: cluster-nodes   # [a-z0-9-]{1,63}, distinct from every tenant's
 //       token: "…"            # at least 32 characters, distinct from every other token
@@ -59,8 +60,9 @@ namespace kvtier::auth {
 struct Tenant {
   std::string name;
   std::string salt;
-  bool node = false;        // a node credential (see above); every session is one with auth off
-  bool maps_pools = false;  // may map pool memory: an engine acting for the tenant, a node, or auth off
+  bool node = false;  // a node credential (see above); every session is one with auth off
+  bool maps_pools =
+      false;  // may map pool memory: an engine acting for the tenant, a node, or auth off
   // How the session was opened, for StillGrants: the token's digest, and whether an
   // engine's token acts for this tenant.
   std::array<uint8_t, 32> credential = {};
@@ -76,7 +78,8 @@ class TokenStore {
   // kInvalidArgument naming the file, the entry and the field for every malformed entry,
   // duplicate name or duplicate token.
   [[nodiscard]] static Result<TokenStore> FromFile(const std::string& path);
-  [[nodiscard]] static Result<TokenStore> FromYaml(std::string_view yaml, std::string_view source_name);
+  [[nodiscard]] static Result<TokenStore> FromYaml(std::string_view yaml,
+                                                   std::string_view source_name);
   // One tenant: what `kvtier up` uses when it generates a token for local use.
   [[nodiscard]] static Result<TokenStore> SingleTenant(Tenant tenant, std::string_view token);
   // Any token is accepted as tenant "default" with an empty salt, with a node's rights
@@ -87,7 +90,8 @@ class TokenStore {
   // kUnauthenticated when the token matches nothing (the message never echoes it);
   // kPermissionDenied when it may not act for `act_for` (only an engine acts for others);
   // kInvalidArgument for an engine token that names no tenant.
-  [[nodiscard]] Result<Tenant> Authenticate(std::string_view token, std::string_view act_for = {}) const;
+  [[nodiscard]] Result<Tenant> Authenticate(std::string_view token,
+                                            std::string_view act_for = {}) const;
 
   // The salt of the tenant named `name` (engines' KV event streams join that tenant's key
   // space). kNotFound naming it when no tenant has that name; "" for any name with auth off.
@@ -118,12 +122,14 @@ class TokenStore {
     Kind kind = Kind::kTenant;
     std::vector<std::string> acts_for = {};  // an engine's tenants
   };
-  [[nodiscard]] static Status ParseEntries(const YAML::Node& list, const std::string& where_list, Kind kind,
-                                          std::vector<Entry>& entries);
-  [[nodiscard]] static Status CheckEngineTenants(const std::vector<Entry>& entries, const std::string& source);
+  [[nodiscard]] static Status ParseEntries(const YAML::Node& list, const std::string& where_list,
+                                           Kind kind, std::vector<Entry>& entries);
+  [[nodiscard]] static Status CheckEngineTenants(const std::vector<Entry>& entries,
+                                                 const std::string& source);
   using Entries = std::vector<Entry>;
   static const Entry* FindTenant(const Entries& entries, std::string_view name);
-  static Result<Tenant> AuthenticateDigest(const Entries& entries, const std::array<uint8_t, 32>& digest,
+  static Result<Tenant> AuthenticateDigest(const Entries& entries,
+                                           const std::array<uint8_t, 32>& digest,
                                            std::string_view act_for);
   std::shared_ptr<const Entries> Current() const;
   TokenStore(bool enabled, Entries entries);
@@ -147,6 +153,7 @@ class TokenStore {
 
 // The token a command was given: `token` when set, else ReadTokenFile(`token_file`) when
 // that is set, else empty (a server with auth off takes any).
-[[nodiscard]] Result<std::string> TokenFromFlags(const std::string& token, const std::string& token_file);
+[[nodiscard]] Result<std::string> TokenFromFlags(const std::string& token,
+                                                 const std::string& token_file);
 
 }  // namespace kvtier::auth

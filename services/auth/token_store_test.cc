@@ -13,8 +13,11 @@ const std::string kTokenB(40, 'b');
 
 std::string TwoTenants() {
   return "tenants:\n"
-         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
-         "  - {name: team-b, token: " + kTokenB + "}\n";
+         "  - {name: team-a, token: " +
+         kTokenA +
+         ", salt: salt-a}\n"
+         "  - {name: team-b, token: " +
+         kTokenB + "}\n";
 }
 
 TEST(TokenStoreTest, EachTokenMapsToItsTenantAndSalt) {
@@ -32,8 +35,9 @@ TEST(TokenStoreTest, EachTokenMapsToItsTenantAndSalt) {
 
 TEST(TokenStoreTest, NodeCredentialsAreNodesWithoutASalt) {
   const std::string node_token(40, 'n');
-  Result<TokenStore> store =
-      TokenStore::FromYaml(TwoTenants() + "nodes:\n  - {name: cluster-nodes, token: " + node_token + "}\n", "tokens.yaml");
+  Result<TokenStore> store = TokenStore::FromYaml(
+      TwoTenants() + "nodes:\n  - {name: cluster-nodes, token: " + node_token + "}\n",
+      "tokens.yaml");
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ(store->tenant_count(), 2u);
   EXPECT_EQ(store->node_count(), 1u);
@@ -43,18 +47,22 @@ TEST(TokenStoreTest, NodeCredentialsAreNodesWithoutASalt) {
   EXPECT_EQ(node->name, "cluster-nodes");
   EXPECT_EQ(node->salt, "") << "a node has no salt of its own";
   EXPECT_FALSE(store->Authenticate(kTokenA)->node) << "a tenant token is no node credential";
-  EXPECT_TRUE(TokenStore::Disabled().Authenticate("anything")->node) << "auth off: every process is trusted";
+  EXPECT_TRUE(TokenStore::Disabled().Authenticate("anything")->node)
+      << "auth off: every process is trusted";
 }
 
 TEST(TokenStoreTest, MalformedNodeEntriesNameTheEntryAndField) {
   auto error = [](const std::string& nodes) {
     return TokenStore::FromYaml(TwoTenants() + nodes, "tokens.yaml").status().message();
   };
-  EXPECT_NE(error("nodes:\n  - {name: n, token: " + kTokenA + "}\n").find("nodes[0].token: the same token is given to tenant \"team-a\""),
+  EXPECT_NE(error("nodes:\n  - {name: n, token: " + kTokenA + "}\n")
+                .find("nodes[0].token: the same token is given to tenant \"team-a\""),
             std::string::npos);
-  EXPECT_NE(error("nodes:\n  - {name: team-a, token: " + std::string(40, 'n') + "}\n").find("nodes[0].name: \"team-a\" appears twice"),
+  EXPECT_NE(error("nodes:\n  - {name: team-a, token: " + std::string(40, 'n') + "}\n")
+                .find("nodes[0].name: \"team-a\" appears twice"),
             std::string::npos);
-  EXPECT_NE(error("nodes:\n  - {name: n, token: " + std::string(40, 'n') + ", salt: s}\n").find("nodes[0]: unknown field \"salt\""),
+  EXPECT_NE(error("nodes:\n  - {name: n, token: " + std::string(40, 'n') + ", salt: s}\n")
+                .find("nodes[0]: unknown field \"salt\""),
             std::string::npos);
   EXPECT_NE(error("nodes: {name: n}\n").find("\"nodes\" must be a list"), std::string::npos);
   EXPECT_NE(error("admins: []\n").find("unknown section \"admins\""), std::string::npos);
@@ -64,10 +72,10 @@ TEST(TokenStoreTest, MalformedNodeEntriesNameTheEntryAndField) {
 // no other credential acts for anyone but itself.
 TEST(TokenStoreTest, AnEngineActsForItsTenantsOnly) {
   const std::string engine(40, 'e'), node(40, 'n');
-  Result<TokenStore> store = TokenStore::FromYaml(
-      TwoTenants() + "engines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a]}\nnodes:\n  - {name: n, token: " +
-          node + "}\n",
-      "tokens.yaml");
+  Result<TokenStore> store =
+      TokenStore::FromYaml(TwoTenants() + "engines:\n  - {name: vllm, token: " + engine +
+                               ", tenants: [team-a]}\nnodes:\n  - {name: n, token: " + node + "}\n",
+                           "tokens.yaml");
   ASSERT_TRUE(store.ok()) << store.status();
   EXPECT_EQ(store->engine_count(), 1u);
   EXPECT_EQ(store->tenant_count(), 2u);
@@ -86,7 +94,8 @@ TEST(TokenStoreTest, AnEngineActsForItsTenantsOnly) {
   EXPECT_EQ(store->Authenticate(kTokenA, "team-b").status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(store->Authenticate(node, "team-a").status().code(), StatusCode::kPermissionDenied);
   EXPECT_TRUE(store->Authenticate(node)->maps_pools);
-  EXPECT_EQ(store->Authenticate(std::string(40, 'x'), "team-a").status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(store->Authenticate(std::string(40, 'x'), "team-a").status().code(),
+            StatusCode::kUnauthenticated);
 }
 
 TEST(TokenStoreTest, MalformedEngineEntriesNameTheEntryAndField) {
@@ -94,7 +103,8 @@ TEST(TokenStoreTest, MalformedEngineEntriesNameTheEntryAndField) {
     return TokenStore::FromYaml(TwoTenants() + engines, "tokens.yaml").status().message();
   };
   const std::string token(40, 'e');
-  EXPECT_NE(error("engines:\n  - {name: e, token: " + token + "}\n").find("engines[0].tenants: expects a non-empty list"),
+  EXPECT_NE(error("engines:\n  - {name: e, token: " + token + "}\n")
+                .find("engines[0].tenants: expects a non-empty list"),
             std::string::npos);
   EXPECT_NE(error("engines:\n  - {name: e, token: " + token + ", tenants: [team-c]}\n")
                 .find("engine \"e\" acts for \"team-c\", which is not a tenant of this file"),
@@ -114,7 +124,8 @@ TEST(TokenStoreTest, AReloadRevokesWhatTheFileNoLongerGrants) {
   const std::string path = ::testing::TempDir() + "/reload-tokens.yaml";
   const std::string engine(40, 'e');
   const auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
-  write(TwoTenants() + "engines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a, team-b]}\n");
+  write(TwoTenants() + "engines:\n  - {name: vllm, token: " + engine +
+        ", tenants: [team-a, team-b]}\n");
   Result<TokenStore> store = TokenStore::FromFile(path);
   ASSERT_TRUE(store.ok()) << store.status();
   const TokenStore copy = *store;
@@ -123,7 +134,8 @@ TEST(TokenStoreTest, AReloadRevokesWhatTheFileNoLongerGrants) {
   EXPECT_TRUE(store->StillGrants(b).ok());
   const uint64_t before = store->generation();
 
-  write("tenants:\n  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n  - {name: team-c, token: " + kTokenB +
+  write("tenants:\n  - {name: team-a, token: " + kTokenA +
+        ", salt: salt-a}\n  - {name: team-c, token: " + kTokenB +
         "}\nengines:\n  - {name: vllm, token: " + engine + ", tenants: [team-a]}\n");
   ASSERT_TRUE(store->Reload().ok());
   EXPECT_GT(copy.generation(), before) << "copies share the entries";
@@ -131,7 +143,8 @@ TEST(TokenStoreTest, AReloadRevokesWhatTheFileNoLongerGrants) {
   const Status moved = copy.StillGrants(b);
   EXPECT_EQ(moved.code(), StatusCode::kUnauthenticated) << "team-b's token now opens team-c";
   EXPECT_NE(moved.message().find("tenant \"team-b\""), std::string::npos) << moved;
-  EXPECT_EQ(copy.StillGrants(engine_for_b).code(), StatusCode::kUnauthenticated) << "vllm acts for team-a only";
+  EXPECT_EQ(copy.StillGrants(engine_for_b).code(), StatusCode::kUnauthenticated)
+      << "vllm acts for team-a only";
   EXPECT_EQ(copy.Authenticate(kTokenB)->name, "team-c");
 
   write("tenants: [");
@@ -139,7 +152,8 @@ TEST(TokenStoreTest, AReloadRevokesWhatTheFileNoLongerGrants) {
   EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find(path), std::string::npos) << bad;
   EXPECT_TRUE(store->StillGrants(a).ok()) << "a file that does not parse changes nothing";
-  EXPECT_EQ(TokenStore::FromYaml(TwoTenants(), "x")->Reload().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(TokenStore::FromYaml(TwoTenants(), "x")->Reload().code(),
+            StatusCode::kFailedPrecondition);
   std::remove(path.c_str());
 }
 
@@ -154,20 +168,30 @@ TEST(TokenStoreTest, WrongTokenIsUnauthenticatedAndNotEchoed) {
 }
 
 TEST(TokenStoreTest, MalformedFilesNameTheEntryAndField) {
-  auto error = [](const std::string& yaml) { return TokenStore::FromYaml(yaml, "tokens.yaml").status(); };
+  auto error = [](const std::string& yaml) {
+    return TokenStore::FromYaml(yaml, "tokens.yaml").status();
+  };
   EXPECT_NE(error("tenants: [\n").message().find("invalid YAML"), std::string::npos);
   EXPECT_NE(error("users: []\n").message().find("\"tenants\""), std::string::npos);
-  EXPECT_NE(error("tenants:\n  - {name: Team_A, token: " + kTokenA + "}\n").message().find("tenants[0].name"),
+  EXPECT_NE(error("tenants:\n  - {name: Team_A, token: " + kTokenA + "}\n")
+                .message()
+                .find("tenants[0].name"),
             std::string::npos);
-  EXPECT_NE(error("tenants:\n  - {name: a, token: short}\n").message().find("tenants[0].token: must be at least 32"),
+  EXPECT_NE(error("tenants:\n  - {name: a, token: short}\n")
+                .message()
+                .find("tenants[0].token: must be at least 32"),
             std::string::npos);
-  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", role: admin}\n").message().find("unknown field \"role\""),
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + ", role: admin}\n")
+                .message()
+                .find("unknown field \"role\""),
             std::string::npos);
-  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n  - {name: a, token: " + kTokenB + "}\n")
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA +
+                  "}\n  - {name: a, token: " + kTokenB + "}\n")
                 .message()
                 .find("tenants[1].name: \"a\" appears twice"),
             std::string::npos);
-  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA + "}\n  - {name: b, token: " + kTokenA + "}\n")
+  EXPECT_NE(error("tenants:\n  - {name: a, token: " + kTokenA +
+                  "}\n  - {name: b, token: " + kTokenA + "}\n")
                 .message()
                 .find("same token"),
             std::string::npos);
@@ -185,8 +209,9 @@ TEST(TokenStoreTest, MalformedFilesNameTheEntryAndField) {
                 .message()
                 .find("tenants[0]: a key must be a plain name; this one is empty"),
             std::string::npos);
-  EXPECT_NE(TokenStore::FromFile("/nonexistent/tokens.yaml").status().message().find("cannot be read"),
-            std::string::npos);
+  EXPECT_NE(
+      TokenStore::FromFile("/nonexistent/tokens.yaml").status().message().find("cannot be read"),
+      std::string::npos);
 }
 
 TEST(TokenStoreTest, DisabledAcceptsAnyTokenAsDefaultTenant) {
@@ -240,7 +265,8 @@ TEST(TokenStoreTest, TokenFromFlagsPrefersTheTokenToTheFile) {
   EXPECT_EQ(*TokenFromFlags("", ""), "");
   std::remove(path.c_str());
   EXPECT_EQ(TokenFromFlags("", path).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(*TokenFromFlags("given", path), "given") << "the file is not read when a token is given";
+  EXPECT_EQ(*TokenFromFlags("given", path), "given")
+      << "the file is not read when a token is given";
 }
 
 }  // namespace

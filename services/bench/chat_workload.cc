@@ -18,7 +18,8 @@ class IdChain {
  public:
   // The id of a block with `content` after the prefix ending in `parent` (0: none).
   uint64_t Next(uint64_t parent, const Content& content) {
-    auto [it, inserted] = ids_.try_emplace({parent, content.first, content.second}, ids_.size() + 1);
+    auto [it, inserted] =
+        ids_.try_emplace({parent, content.first, content.second}, ids_.size() + 1);
     return it->second;
   }
 
@@ -36,7 +37,8 @@ class Zipf {
   }
   uint32_t operator()(std::mt19937_64& rng) const {
     const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    return static_cast<uint32_t>(std::lower_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+    return static_cast<uint32_t>(std::lower_bound(cumulative_.begin(), cumulative_.end(), u) -
+                                 cumulative_.begin());
   }
 
  private:
@@ -53,7 +55,9 @@ struct Conversation {
 
 std::vector<TraceRequest> GenerateChatWorkload(const ChatWorkloadOptions& o) {
   std::mt19937_64 rng(o.seed);
-  auto uniform = [&rng](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  auto uniform = [&rng](uint32_t lo, uint32_t hi) {
+    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+  };
   const Zipf documents(std::max(o.documents, 1u), o.zipf_s);
   const double mean_turns = (1.0 + std::max(o.max_turns, 1u)) / 2;
   std::exponential_distribution<double> new_conversation_gap_s(o.requests_per_second / mean_turns);
@@ -70,12 +74,14 @@ std::vector<TraceRequest> GenerateChatWorkload(const ChatWorkloadOptions& o) {
     const uint32_t system = uniform(0, std::max(o.system_prompts, 1u) - 1);
     for (uint32_t b = 0, n = 2 + system % 3; b < n; ++b) conv.blocks.push_back({1 + system, b});
     // Drawn only when asked for, so that the default workload stays what it was.
-    if (o.one_off_share > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < o.one_off_share) {
+    if (o.one_off_share > 0 &&
+        std::uniform_real_distribution<double>(0, 1)(rng) < o.one_off_share) {
       conv.turns_left = 1;
       for (uint32_t b = 0; b < o.one_off_blocks; ++b) conv.blocks.push_back({4'000'000 + c, b});
     } else if (std::uniform_real_distribution<double>(0, 1)(rng) < o.document_share) {
       const uint32_t doc = documents(rng);
-      for (uint32_t b = 0, n = 2 + (doc * 7919u) % 11; b < n; ++b) conv.blocks.push_back({1'000'000 + doc, b});
+      for (uint32_t b = 0, n = 2 + (doc * 7919u) % 11; b < n; ++b)
+        conv.blocks.push_back({1'000'000 + doc, b});
     }
     conversations.push_back(std::move(conv));
     events.push({t, c});
@@ -101,7 +107,8 @@ std::vector<TraceRequest> GenerateChatWorkload(const ChatWorkloadOptions& o) {
       const Content content = last ? Content{3'000'000 + conv.id, conv.turns_left} : conv.blocks[b];
       request.hash_ids.push_back(parent = chain.Next(parent, content));
     }
-    request.input_length = static_cast<uint32_t>(conv.blocks.size()) * kMooncakeTokensPerBlock - uniform(0, 255);
+    request.input_length =
+        static_cast<uint32_t>(conv.blocks.size()) * kMooncakeTokensPerBlock - uniform(0, 255);
     request.output_length = uniform(64, 512);
     requests.push_back(std::move(request));
     if (--conv.turns_left > 0) events.push({at + think_time_s(rng) * 1000, c});

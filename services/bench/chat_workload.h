@@ -26,15 +26,15 @@ namespace kvtier::bench {
 
 struct ChatWorkloadOptions {
   uint32_t conversations = 600;
-  uint32_t max_turns = 8;            // turns per conversation: uniform in [1, max_turns]
-  uint32_t system_prompts = 6;       // each 2-4 blocks
-  uint32_t documents = 300;          // each 2-12 blocks, popularity Zipf(zipf_s)
+  uint32_t max_turns = 8;       // turns per conversation: uniform in [1, max_turns]
+  uint32_t system_prompts = 6;  // each 2-4 blocks
+  uint32_t documents = 300;     // each 2-12 blocks, popularity Zipf(zipf_s)
   double zipf_s = 1.1;
-  double document_share = 0.5;       // conversations that attach a document
-  uint32_t max_turn_blocks = 2;      // answer + next message: 1..max_turn_blocks blocks per turn
-  double requests_per_second = 20;   // arrival rate of new conversations, times mean turns
-  double one_off_share = 0;          // conversations that are one request of unique blocks
-  uint32_t one_off_blocks = 16;      // those blocks, after the system prompt
+  double document_share = 0.5;      // conversations that attach a document
+  uint32_t max_turn_blocks = 2;     // answer + next message: 1..max_turn_blocks blocks per turn
+  double requests_per_second = 20;  // arrival rate of new conversations, times mean turns
+  double one_off_share = 0;         // conversations that are one request of unique blocks
+  uint32_t one_off_blocks = 16;     // those blocks, after the system prompt
   uint64_t seed = 1;
 };
 

@@ -18,9 +18,13 @@ namespace {
 
 using Seconds = std::chrono::duration<double>;
 
-double Gbps(uint64_t bytes, Seconds elapsed) { return static_cast<double>(bytes) / elapsed.count() / 1e9; }
+double Gbps(uint64_t bytes, Seconds elapsed) {
+  return static_cast<double>(bytes) / elapsed.count() / 1e9;
+}
 
-Status Errno(const std::string& what) { return UnavailableError(what + ": " + std::strerror(errno)); }
+Status Errno(const std::string& what) {
+  return UnavailableError(what + ": " + std::strerror(errno));
+}
 
 // Drops the clean pages of every regular file under `path` from the page cache.
 void DropFromPageCache(const std::filesystem::path& path) {
@@ -45,12 +49,14 @@ struct ScratchDir {
 
 // Runs fn(first, end) over `threads` contiguous shares of blocks [0, blocks), one thread
 // each; the first error any share returns.
-Status RunShares(uint32_t threads, uint64_t blocks, const std::function<Status(uint64_t, uint64_t)>& fn) {
+Status RunShares(uint32_t threads, uint64_t blocks,
+                 const std::function<Status(uint64_t, uint64_t)>& fn) {
   if (threads <= 1) return fn(0, blocks);
   std::vector<Status> results(threads);
   std::vector<std::thread> workers;
   for (uint32_t t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] { results[t] = fn(blocks * t / threads, blocks * (t + 1) / threads); });
+    workers.emplace_back(
+        [&, t] { results[t] = fn(blocks * t / threads, blocks * (t + 1) / threads); });
   }
   for (std::thread& worker : workers) worker.join();
   for (Status& result : results) KVTIER_RETURN_IF_ERROR(result);
@@ -59,8 +65,10 @@ Status RunShares(uint32_t threads, uint64_t blocks, const std::function<Status(u
 
 // `sync_every`: an fdatasync after every that many blocks a share writes (0: none, the
 // writes are timed into the page cache). The file is synced, untimed, before the read.
-Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file, const std::vector<uint8_t>& data,
-                                               const DiskBenchOptions& options, uint32_t sync_every) {
+Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file,
+                                               const std::vector<uint8_t>& data,
+                                               const DiskBenchOptions& options,
+                                               uint32_t sync_every) {
   const int fd = open(file.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
   if (fd < 0) return Errno("creating " + file.string());
   const uint64_t blocks = options.total_bytes / options.block_bytes;
@@ -73,7 +81,8 @@ Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file
           static_cast<ssize_t>(options.block_bytes)) {
         return Errno("writing " + file.string());
       }
-      const bool batch_done = sync_every != 0 && ((i - first + 1) % sync_every == 0 || i + 1 == end);
+      const bool batch_done =
+          sync_every != 0 && ((i - first + 1) % sync_every == 0 || i + 1 == end);
       if (batch_done && fdatasync(fd) != 0) return Errno("syncing " + file.string());
     }
     return Status::Ok();
@@ -94,7 +103,8 @@ Result<std::pair<double, double>> RawWriteRead(const std::filesystem::path& file
     std::vector<uint8_t> buffer(options.block_bytes);
     Status status;
     for (uint64_t i = first; i < end && status.ok(); ++i) {
-      if (pread(reader, buffer.data(), buffer.size(), static_cast<off_t>(i * options.block_bytes)) !=
+      if (pread(reader, buffer.data(), buffer.size(),
+                static_cast<off_t>(i * options.block_bytes)) !=
           static_cast<ssize_t>(buffer.size())) {
         status = Errno("reading " + file.string());
       }
@@ -125,7 +135,8 @@ struct BenchBlocks {
 BenchBlocks MakeBlocks(const DiskBenchOptions& options) {
   BenchBlocks blocks;
   blocks.block_bytes = options.block_bytes;
-  blocks.data.resize(std::max<uint64_t>(options.block_bytes, std::min<uint64_t>(options.total_bytes, 64ull << 20)));
+  blocks.data.resize(std::max<uint64_t>(options.block_bytes,
+                                        std::min<uint64_t>(options.total_bytes, 64ull << 20)));
   std::mt19937_64 rng(42);
   for (size_t i = 0; i + 8 <= blocks.data.size(); i += 8) {
     const uint64_t word = rng();
@@ -140,7 +151,8 @@ BenchBlocks MakeBlocks(const DiskBenchOptions& options) {
     h.format_tag = "bench|" + std::to_string(options.block_bytes);
     h.salt_scope = 1;
     h.payload_bytes = options.block_bytes;
-    h.checksum = i < blocks.slots ? storage::PayloadChecksum(blocks.payload(i)) : blocks.headers[i % blocks.slots].checksum;
+    h.checksum = i < blocks.slots ? storage::PayloadChecksum(blocks.payload(i))
+                                  : blocks.headers[i % blocks.slots].checksum;
   }
   return blocks;
 }
@@ -153,7 +165,7 @@ struct TierRates {
 
 // The disk tier's sustained put and, after an untimed flush, from a cold page cache, get.
 Result<TierRates> TierPutGet(const std::string& path, const BenchBlocks& blocks,
-                                             const DiskBenchOptions& options, storage::DiskSync sync) {
+                             const DiskBenchOptions& options, storage::DiskSync sync) {
   storage::DiskTierOptions disk_options;
   disk_options.path = path;
   disk_options.capacity_bytes = options.total_bytes * 2;
@@ -182,15 +194,16 @@ Result<TierRates> TierPutGet(const std::string& path, const BenchBlocks& blocks,
     std::vector<uint8_t> out(options.block_bytes);
     for (uint64_t i = first; i < end; ++i) {
       const storage::BlockHeader& h = blocks.headers[i];
-      KVTIER_RETURN_IF_ERROR(tier->Get(storage::BlockRef{h.key, h.format_tag, h.salt_scope}, out).status());
+      KVTIER_RETURN_IF_ERROR(
+          tier->Get(storage::BlockRef{h.key, h.format_tag, h.salt_scope}, out).status());
     }
     return Status::Ok();
   }));
   const storage::TierStats stats = tier->Stats();
-  return TierRates{
-      .put_gbps = put_gbps,
-      .get_gbps = Gbps(bytes, std::chrono::steady_clock::now() - get_start),
-      .put_batches_per_group = static_cast<double>(stats.put_batches) / static_cast<double>(stats.put_writes)};
+  return TierRates{.put_gbps = put_gbps,
+                   .get_gbps = Gbps(bytes, std::chrono::steady_clock::now() - get_start),
+                   .put_batches_per_group = static_cast<double>(stats.put_batches) /
+                                            static_cast<double>(stats.put_writes)};
 }
 
 }  // namespace
@@ -205,18 +218,21 @@ Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(const storage::DiskSync sync, storage::ParseDiskSync(options.sync));
   ScratchDir scratch;
   std::string pattern = (std::filesystem::path(options.dir) / "kvtier-bench-disk-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) return Errno("creating a scratch directory in " + options.dir);
+  if (mkdtemp(pattern.data()) == nullptr)
+    return Errno("creating a scratch directory in " + options.dir);
   scratch.path = pattern;
 
   const BenchBlocks blocks = MakeBlocks(options);
   DiskBenchResult result;
   result.blocks = blocks.headers.size();
   const uint32_t sync_every = sync == storage::DiskSync::kFsync ? options.batch_blocks : 0;
-  KVTIER_ASSIGN_OR_RETURN(auto raw, RawWriteRead(scratch.path / "raw", blocks.data, options, sync_every));
+  KVTIER_ASSIGN_OR_RETURN(auto raw,
+                          RawWriteRead(scratch.path / "raw", blocks.data, options, sync_every));
   result.raw_write_gbps = raw.first;
   result.raw_read_gbps = raw.second;
   std::filesystem::remove(scratch.path / "raw");
-  KVTIER_ASSIGN_OR_RETURN(auto tier, TierPutGet((scratch.path / "tier").string(), blocks, options, sync));
+  KVTIER_ASSIGN_OR_RETURN(auto tier,
+                          TierPutGet((scratch.path / "tier").string(), blocks, options, sync));
   result.put_gbps = tier.put_gbps;
   result.get_gbps = tier.get_gbps;
   result.put_batches_per_group = tier.put_batches_per_group;

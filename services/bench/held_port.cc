@@ -13,7 +13,9 @@ namespace kvtier {
 
 Result<HeldPort> HeldPort::Pick() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(std::string("no socket to hold a loopback port with: ") + std::strerror(errno));
+  if (fd < 0)
+    return UnavailableError(std::string("no socket to hold a loopback port with: ") +
+                            std::strerror(errno));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -33,7 +33,7 @@ struct IndexBenchOptions {
   double decode_ms_per_token = 20.0;
   uint64_t host_blocks_per_worker = 0;  // 0: no host tier
   bool frequency_admission = false;     // offload only blocks requested at least twice
-  double overlap_weight = 1.0;          // routing: weight of blocks to prefill against active blocks
+  double overlap_weight = 1.0;  // routing: weight of blocks to prefill against active blocks
   // The GPU pools' attention window in blocks (0: full attention) and sink blocks: a
   // windowed pool evicts interior blocks past every window, and a request reuses a
   // prefix whose sinks and last window are held (the blocks between need no onboarding).
@@ -45,16 +45,16 @@ struct IndexBenchResult {
   uint64_t requests = 0;
   uint64_t lookups = 0;
   uint64_t blocks_looked_up = 0;
-  uint64_t stored_blocks = 0;     // block-stored events
-  uint64_t removed_blocks = 0;    // block-removed (evicted) events
-  double seconds = 0.0;           // index time of the median pass
-  double ops_per_sec = 0.0;       // (lookups + stored_blocks + removed_blocks) / seconds
+  uint64_t stored_blocks = 0;   // block-stored events
+  uint64_t removed_blocks = 0;  // block-removed (evicted) events
+  double seconds = 0.0;         // index time of the median pass
+  double ops_per_sec = 0.0;     // (lookups + stored_blocks + removed_blocks) / seconds
   double requests_per_sec = 0.0;
   double lookup_p50_us = 0.0;
   double lookup_p99_us = 0.0;
-  double bytes_per_block = 0.0;   // index memory / indexed blocks, at the end of the pass
+  double bytes_per_block = 0.0;  // index memory / indexed blocks, at the end of the pass
   uint64_t indexed_blocks = 0;
-  double hit_rate = 0.0;          // block-weighted
+  double hit_rate = 0.0;  // block-weighted
   uint64_t gpu_hit_blocks = 0;
   uint64_t host_hit_blocks = 0;
   uint64_t offloaded_blocks = 0;  // tier-changed events (GPU -> host), onboards included

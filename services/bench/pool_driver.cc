@@ -16,7 +16,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point since) { return std::chrono::duration<double>(Clock::now() - since).count(); }
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 
 double Median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -24,7 +26,8 @@ double Median(std::vector<double> values) {
 }
 
 Status RunAllocFree(const PoolBenchOptions& o, PoolBenchResult& result) {
-  KVTIER_ASSIGN_OR_RETURN(auto pool, worker::BlockPool::Create({.num_blocks = o.pool_blocks, .tokens_per_block = 16}));
+  KVTIER_ASSIGN_OR_RETURN(
+      auto pool, worker::BlockPool::Create({.num_blocks = o.pool_blocks, .tokens_per_block = 16}));
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> size(o.min_alloc, std::min(o.max_alloc, o.pool_blocks));
   std::vector<worker::BlockId> blocks;
@@ -55,7 +58,8 @@ using TimedOp = std::function<Status()>;
 // drifted between them gave ratios from 0.7 to 2 for the same 32 MiB calls on an H100.
 // Warm-up: pages touched, kernels loaded, and 50 ms of rounds, so that a GPU's clocks
 // have left whatever state the previous phase left them in.
-Result<std::vector<double>> TimedGbpsSideBySide(uint32_t repeats, uint64_t bytes, const std::vector<TimedOp>& ops) {
+Result<std::vector<double>> TimedGbpsSideBySide(uint32_t repeats, uint64_t bytes,
+                                                const std::vector<TimedOp>& ops) {
   const auto warm_start = Clock::now();
   do {
     for (const TimedOp& op : ops) KVTIER_RETURN_IF_ERROR(op());
@@ -83,43 +87,52 @@ std::unique_ptr<gpu::KernelBackend> PickBackend(bool allow_gpu) {
 // Gather and scatter between the pool and staging in the pool's memory (device to device
 // on a GPU), and against pinned host staging (offload, onboard), each beside a plain copy
 // of the same bytes in the same direction.
-Status RunBlockCopies(gpu::KernelBackend& backend, const PoolBenchOptions& o, PoolBenchResult& result) {
+Status RunBlockCopies(gpu::KernelBackend& backend, const PoolBenchOptions& o,
+                      PoolBenchResult& result) {
   using gpu::DeviceBuffer;
   using gpu::MemoryKind;
   const uint64_t batch_bytes = o.block_bytes * o.batch_blocks;
-  KVTIER_ASSIGN_OR_RETURN(auto pool, DeviceBuffer::Create(backend, MemoryKind::kDevice, o.block_bytes * o.copy_pool_blocks));
-  KVTIER_ASSIGN_OR_RETURN(auto near, DeviceBuffer::Create(backend, MemoryKind::kDevice, batch_bytes));
-  KVTIER_ASSIGN_OR_RETURN(auto pinned, DeviceBuffer::Create(backend, MemoryKind::kStaging, batch_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto pool, DeviceBuffer::Create(backend, MemoryKind::kDevice,
+                                                          o.block_bytes * o.copy_pool_blocks));
+  KVTIER_ASSIGN_OR_RETURN(auto near,
+                          DeviceBuffer::Create(backend, MemoryKind::kDevice, batch_bytes));
+  KVTIER_ASSIGN_OR_RETURN(auto pinned,
+                          DeviceBuffer::Create(backend, MemoryKind::kStaging, batch_bytes));
   std::memset(pinned.data(), 1, batch_bytes);
   // Distinct random blocks, so the batch is scattered through the pool.
   std::vector<uint32_t> ids(o.copy_pool_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(11));
   ids.resize(o.batch_blocks);
-  KVTIER_ASSIGN_OR_RETURN(auto device_ids, DeviceBuffer::Create(backend, MemoryKind::kDevice, ids.size() * 4));
+  KVTIER_ASSIGN_OR_RETURN(auto device_ids,
+                          DeviceBuffer::Create(backend, MemoryKind::kDevice, ids.size() * 4));
   KVTIER_RETURN_IF_ERROR(backend.Copy(device_ids.data(), ids.data(), ids.size() * 4));
-  gpu::BlockCopyArgs args{pool.data(), o.copy_pool_blocks, o.block_bytes, device_ids.as<uint32_t>(), o.batch_blocks,
-                          near.data()};
+  gpu::BlockCopyArgs args{pool.data(),    o.copy_pool_blocks,
+                          o.block_bytes,  device_ids.as<uint32_t>(),
+                          o.batch_blocks, near.data()};
   for (uint32_t i = 0; i < o.copy_pool_blocks; i += o.batch_blocks) {  // touch every pool page once
-    KVTIER_RETURN_IF_ERROR(backend.Copy(static_cast<char*>(pool.data()) + uint64_t{i} * o.block_bytes, pinned.data(),
-                                        std::min<uint64_t>(batch_bytes, uint64_t{o.copy_pool_blocks - i} * o.block_bytes)));
+    KVTIER_RETURN_IF_ERROR(backend.Copy(
+        static_cast<char*>(pool.data()) + uint64_t{i} * o.block_bytes, pinned.data(),
+        std::min<uint64_t>(batch_bytes, uint64_t{o.copy_pool_blocks - i} * o.block_bytes)));
   }
-  KVTIER_ASSIGN_OR_RETURN(const std::vector<double> near_gbps,
-                          TimedGbpsSideBySide(o.repeats, batch_bytes,
-                                              {[&] { return backend.Gather(args); },
-                                               [&] { return backend.Scatter(args); },
-                                               [&] { return backend.Copy(near.data(), pool.data(), batch_bytes); }}));
+  KVTIER_ASSIGN_OR_RETURN(
+      const std::vector<double> near_gbps,
+      TimedGbpsSideBySide(
+          o.repeats, batch_bytes,
+          {[&] { return backend.Gather(args); }, [&] { return backend.Scatter(args); },
+           [&] { return backend.Copy(near.data(), pool.data(), batch_bytes); }}));
   result.gather_gbps = near_gbps[0];
   result.scatter_gbps = near_gbps[1];
   result.memcpy_gbps = near_gbps[2];
   gpu::BlockCopyArgs pinned_args = args;
   pinned_args.staging = pinned.data();
-  KVTIER_ASSIGN_OR_RETURN(const std::vector<double> pinned_gbps,
-                          TimedGbpsSideBySide(o.repeats, batch_bytes,
-                                              {[&] { return backend.Gather(pinned_args); },
-                                               [&] { return backend.Scatter(pinned_args); },
-                                               [&] { return backend.Copy(pinned.data(), pool.data(), batch_bytes); },
-                                               [&] { return backend.Copy(pool.data(), pinned.data(), batch_bytes); }}));
+  KVTIER_ASSIGN_OR_RETURN(
+      const std::vector<double> pinned_gbps,
+      TimedGbpsSideBySide(o.repeats, batch_bytes,
+                          {[&] { return backend.Gather(pinned_args); },
+                           [&] { return backend.Scatter(pinned_args); },
+                           [&] { return backend.Copy(pinned.data(), pool.data(), batch_bytes); },
+                           [&] { return backend.Copy(pool.data(), pinned.data(), batch_bytes); }}));
   result.offload_gbps = pinned_gbps[0];
   result.onboard_gbps = pinned_gbps[1];
   result.pinned_d2h_gbps = pinned_gbps[2];
@@ -139,11 +152,14 @@ struct UpdateBuffers {
 Result<UpdateBuffers> AllocateUpdate(gpu::KernelBackend& backend, const PoolBenchOptions& o) {
   const uint64_t row_bytes = uint64_t{kUpdateHeads} * kUpdateHeadSize * 2;
   UpdateBuffers b;
-  KVTIER_ASSIGN_OR_RETURN(b.cache, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
-                                                             row_bytes * o.update_batch * o.update_max_seq));
-  KVTIER_ASSIGN_OR_RETURN(b.update, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
-                                                              row_bytes * o.update_batch * o.update_tokens));
-  KVTIER_ASSIGN_OR_RETURN(b.indices, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, o.update_batch * 4));
+  KVTIER_ASSIGN_OR_RETURN(b.cache,
+                          gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
+                                                    row_bytes * o.update_batch * o.update_max_seq));
+  KVTIER_ASSIGN_OR_RETURN(b.update,
+                          gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
+                                                    row_bytes * o.update_batch * o.update_tokens));
+  KVTIER_ASSIGN_OR_RETURN(
+      b.indices, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, o.update_batch * 4));
   std::vector<int32_t> writes(o.update_batch);
   for (uint32_t i = 0; i < o.update_batch; ++i) {
     writes[i] = static_cast<int32_t>((i * 997) % (o.update_max_seq - o.update_tokens + 1));
@@ -152,15 +168,18 @@ Result<UpdateBuffers> AllocateUpdate(gpu::KernelBackend& backend, const PoolBenc
   return b;
 }
 
-Status RunUpdate(gpu::KernelBackend& backend, const PoolBenchOptions& o, UpdateBuffers& b, PoolBenchResult& result) {
+Status RunUpdate(gpu::KernelBackend& backend, const PoolBenchOptions& o, UpdateBuffers& b,
+                 PoolBenchResult& result) {
   const uint64_t update_bytes = b.update.size();
-  const gpu::LinearUpdateArgs args{b.cache.data(), b.update.data(), b.indices.data(), gpu::IndexType::kInt32,
-                                   KvDtype::kBf16, o.update_batch, kUpdateHeads, o.update_max_seq, o.update_tokens,
-                                   kUpdateHeadSize};
-  KVTIER_ASSIGN_OR_RETURN(const std::vector<double> gbps,
-                          TimedGbpsSideBySide(o.repeats, update_bytes,
-                                              {[&] { return backend.UpdateLinear(args); },
-                                               [&] { return backend.Copy(b.cache.data(), b.update.data(), update_bytes); }}));
+  const gpu::LinearUpdateArgs args{
+      b.cache.data(), b.update.data(), b.indices.data(), gpu::IndexType::kInt32, KvDtype::kBf16,
+      o.update_batch, kUpdateHeads,    o.update_max_seq, o.update_tokens,        kUpdateHeadSize};
+  KVTIER_ASSIGN_OR_RETURN(
+      const std::vector<double> gbps,
+      TimedGbpsSideBySide(
+          o.repeats, update_bytes,
+          {[&] { return backend.UpdateLinear(args); },
+           [&] { return backend.Copy(b.cache.data(), b.update.data(), update_bytes); }}));
   result.update_gbps = gbps[0];
   result.update_copy_gbps = gbps[1];
   return Status::Ok();

@@ -35,7 +35,8 @@ struct PoolBenchOptions {
   uint32_t min_alloc = 10;
   uint32_t max_alloc = 1000;
   double alloc_seconds = 2.0;
-  uint64_t block_bytes = 2ull << 20;  // Llama-3-8B: 32 layers x 8 KV heads x 128 x 16 tokens x bf16 x K,V
+  uint64_t block_bytes =
+      2ull << 20;  // Llama-3-8B: 32 layers x 8 KV heads x 128 x 16 tokens x bf16 x K,V
   uint32_t batch_blocks = 16;
   uint32_t copy_pool_blocks = 64;
   uint32_t update_batch = 16;  // 16: 16 MiB moved; on a GPU use enough to overflow its L2
@@ -48,11 +49,11 @@ struct PoolBenchOptions {
 struct PoolBenchResult {
   double alloc_free_per_sec = 0;
   uint64_t alloc_free_blocks = 0;
-  std::string backend;       // "cpu" or "cuda"
+  std::string backend;  // "cpu" or "cuda"
   // Staging in the pool's own memory (device to device on a GPU):
-  double gather_gbps = 0;    // pool -> staging
-  double scatter_gbps = 0;   // staging -> pool
-  double memcpy_gbps = 0;    // one contiguous copy of the same bytes
+  double gather_gbps = 0;   // pool -> staging
+  double scatter_gbps = 0;  // staging -> pool
+  double memcpy_gbps = 0;   // one contiguous copy of the same bytes
   // Staging in pinned host memory:
   double offload_gbps = 0;     // gather pool -> pinned
   double onboard_gbps = 0;     // scatter pinned -> pool

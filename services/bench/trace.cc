@@ -15,7 +15,8 @@ Result<T> Field(const YAML::Node& node, const char* name) {
   try {
     return value.as<T>();
   } catch (const YAML::Exception&) {
-    return InvalidArgumentError(std::string("field \"") + name + "\" is not a non-negative integer");
+    return InvalidArgumentError(std::string("field \"") + name +
+                                "\" is not a non-negative integer");
   }
 }
 
@@ -35,11 +36,12 @@ Result<TraceRequest> ParseMooncakeLine(const std::string& line) {
   KVTIER_ASSIGN_OR_RETURN(request.output_length, Field<uint32_t>(node, "output_length"));
   KVTIER_ASSIGN_OR_RETURN(request.hash_ids, Field<std::vector<uint64_t>>(node, "hash_ids"));
   // In 64 bits: rounding a length near 2^32 up in 32 would wrap to a handful of blocks.
-  const uint64_t expected = (uint64_t{request.input_length} + kMooncakeTokensPerBlock - 1) / kMooncakeTokensPerBlock;
+  const uint64_t expected =
+      (uint64_t{request.input_length} + kMooncakeTokensPerBlock - 1) / kMooncakeTokensPerBlock;
   if (request.hash_ids.size() != expected) {
     return InvalidArgumentError("hash_ids has " + std::to_string(request.hash_ids.size()) +
-                                " ids but input_length " + std::to_string(request.input_length) + " needs " +
-                                std::to_string(expected) + " blocks of 512 tokens");
+                                " ids but input_length " + std::to_string(request.input_length) +
+                                " needs " + std::to_string(expected) + " blocks of 512 tokens");
   }
   return request;
 }

@@ -10,13 +10,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);
-  const kvtier::Result<kvtier::bench::TraceRequest> request = kvtier::bench::ParseMooncakeLine(line);
+  const kvtier::Result<kvtier::bench::TraceRequest> request =
+      kvtier::bench::ParseMooncakeLine(line);
   if (!request.ok()) {
     kvtier::testing::FuzzCheck(!request.status().message().empty(), "a refusal says why");
     return 0;
   }
   const uint64_t blocks =
-      (uint64_t{request->input_length} + kvtier::bench::kMooncakeTokensPerBlock - 1) / kvtier::bench::kMooncakeTokensPerBlock;
-  kvtier::testing::FuzzCheck(request->hash_ids.size() == blocks, "one hash id per block of the prompt");
+      (uint64_t{request->input_length} + kvtier::bench::kMooncakeTokensPerBlock - 1) /
+      kvtier::bench::kMooncakeTokensPerBlock;
+  kvtier::testing::FuzzCheck(request->hash_ids.size() == blocks,
+                             "one hash id per block of the prompt");
   return 0;
 }

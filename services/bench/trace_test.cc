@@ -17,23 +17,28 @@ TEST(TraceTest, ParsesAMooncakeLine) {
 }
 
 TEST(TraceTest, MalformedLinesNameTheField) {
-  EXPECT_NE(ParseMooncakeLine("{\"timestamp\": 1}").status().message().find("input_length"), std::string::npos);
-  EXPECT_NE(ParseMooncakeLine(R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [0]})")
+  EXPECT_NE(ParseMooncakeLine("{\"timestamp\": 1}").status().message().find("input_length"),
+            std::string::npos);
+  EXPECT_NE(ParseMooncakeLine(
+                R"({"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": [0]})")
                 .status()
                 .message()
                 .find("timestamp"),
             std::string::npos);
-  EXPECT_NE(ParseMooncakeLine(R"({"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [0]})")
+  EXPECT_NE(ParseMooncakeLine(
+                R"({"timestamp": 0, "input_length": 2000, "output_length": 1, "hash_ids": [0]})")
                 .status()
                 .message()
                 .find("needs 4 blocks"),
             std::string::npos);
   // The largest length: its block count is taken in 64 bits, not wrapped to none.
-  EXPECT_NE(ParseMooncakeLine(R"({"timestamp": 0, "input_length": 4294967295, "output_length": 1, "hash_ids": []})")
-                .status()
-                .message()
-                .find("needs 8388608 blocks"),
-            std::string::npos);
+  EXPECT_NE(
+      ParseMooncakeLine(
+          R"({"timestamp": 0, "input_length": 4294967295, "output_length": 1, "hash_ids": []})")
+          .status()
+          .message()
+          .find("needs 8388608 blocks"),
+      std::string::npos);
   EXPECT_FALSE(ParseMooncakeLine("[1, 2").ok());
   EXPECT_EQ(ReadMooncakeTrace("/nonexistent.jsonl").status().code(), StatusCode::kNotFound);
 }

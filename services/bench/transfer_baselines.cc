@@ -25,7 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 // Runs `per_client(c)` on `clients` threads at once; returns when all of them have ended,
 // with the time they were let go.
@@ -61,8 +63,9 @@ class RedisProcess {
       sigemptyset(&none);
       pthread_sigmask(SIG_SETMASK, &none, nullptr);
       const std::string port_text = std::to_string(port);
-      execlp(binary.c_str(), binary.c_str(), "--port", port_text.c_str(), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--protected-mode", "no", "--logfile", "/dev/null", nullptr);
+      execlp(binary.c_str(), binary.c_str(), "--port", port_text.c_str(), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--protected-mode", "no", "--logfile", "/dev/null",
+             nullptr);
       _exit(127);
     }
     auto process = std::unique_ptr<RedisProcess>(new RedisProcess(pid, std::move(held)));
@@ -74,7 +77,8 @@ class RedisProcess {
       int status = 0;
       if (waitpid(pid, &status, WNOHANG) == pid) {
         process->pid_ = -1;
-        return FailedPreconditionError("redis-server (" + binary + ") did not start; install it with "
+        return FailedPreconditionError("redis-server (" + binary +
+                                       ") did not start; install it with "
                                        "scripts/install-deps.sh");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -103,16 +107,19 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
   std::vector<redisContext*> connections(o.clients, nullptr);
   for (auto& c : connections) {
     c = redisConnect("127.0.0.1", redis->port());
-    if (c == nullptr || c->err != 0) return UnavailableError("cannot connect to the bench's redis-server");
+    if (c == nullptr || c->err != 0)
+      return UnavailableError("cannot connect to the bench's redis-server");
   }
   std::atomic<uint64_t> failures{0};
   std::vector<std::vector<double>> get_ms(o.clients);
-  auto share = [&](uint32_t c) { return std::pair{blocks * c / o.clients, blocks * (c + 1) / o.clients}; };
+  auto share = [&](uint32_t c) {
+    return std::pair{blocks * c / o.clients, blocks * (c + 1) / o.clients};
+  };
   const auto put_start = RunClients(o.clients, [&](uint32_t c) {
     for (auto [id, end] = share(c); id < end; ++id) {
       const std::string key = "kvtier:" + std::to_string(id);
-      auto* reply = static_cast<redisReply*>(
-          redisCommand(connections[c], "SET %b %b", key.data(), key.size(), payload.data(), payload.size()));
+      auto* reply = static_cast<redisReply*>(redisCommand(
+          connections[c], "SET %b %b", key.data(), key.size(), payload.data(), payload.size()));
       if (reply == nullptr || reply->type == REDIS_REPLY_ERROR) ++failures;
       freeReplyObject(reply);
     }
@@ -122,9 +129,11 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
     for (auto [id, end] = share(c); id < end; ++id) {
       const std::string key = "kvtier:" + std::to_string(id);
       const auto start = Clock::now();
-      auto* reply = static_cast<redisReply*>(redisCommand(connections[c], "GET %b", key.data(), key.size()));
+      auto* reply =
+          static_cast<redisReply*>(redisCommand(connections[c], "GET %b", key.data(), key.size()));
       get_ms[c].push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-      if (reply == nullptr || reply->type != REDIS_REPLY_STRING || reply->len != static_cast<size_t>(o.block_bytes)) {
+      if (reply == nullptr || reply->type != REDIS_REPLY_STRING ||
+          reply->len != static_cast<size_t>(o.block_bytes)) {
         ++failures;
       }
       freeReplyObject(reply);
@@ -132,7 +141,8 @@ Result<RedisBenchResult> RunRedisBench(const BaselineOptions& o) {
   });
   const double get_s = SecondsSince(get_start);
   for (redisContext* c : connections) redisFree(c);
-  if (failures > 0) return InternalError(std::to_string(failures.load()) + " Redis commands failed");
+  if (failures > 0)
+    return InternalError(std::to_string(failures.load()) + " Redis commands failed");
   std::vector<double> all;
   for (const auto& v : get_ms) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
@@ -154,7 +164,8 @@ Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listener, 64) != 0 ||
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener, 64) != 0 ||
       getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     close(listener);
     return UnavailableError(std::string("loopback listener: ") + std::strerror(errno));
@@ -181,7 +192,8 @@ Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
     const std::span<const uint8_t> bytes = source(c);
     for (uint64_t sent = 0; sent < per_client;) {
       const uint64_t at = sent % bytes.size();
-      const ssize_t n = write(clients[c], bytes.data() + at, std::min(bytes.size() - at, per_client - sent));
+      const ssize_t n =
+          write(clients[c], bytes.data() + at, std::min(bytes.size() - at, per_client - sent));
       if (n <= 0) break;
       sent += static_cast<uint64_t>(n);
     }
@@ -198,15 +210,18 @@ Result<double> StreamOverLoopback(const BaselineOptions& o, Source source) {
 Result<LoopbackBenchResult> RunLoopbackBench(const BaselineOptions& o) {
   LoopbackBenchResult result;
   const std::vector<uint8_t> one_block(o.block_bytes, 0x5A);
-  KVTIER_ASSIGN_OR_RETURN(result.gbps,
-                          StreamOverLoopback(o, [&](uint32_t) { return std::span<const uint8_t>(one_block); }));
+  KVTIER_ASSIGN_OR_RETURN(result.gbps, StreamOverLoopback(o, [&](uint32_t) {
+                            return std::span<const uint8_t>(one_block);
+                          }));
   // Each sender's own share of distinct blocks, written (so that its pages exist) before
   // the clock starts.
   const uint64_t per_client = o.total_bytes / o.clients / o.block_bytes * o.block_bytes;
   std::vector<std::vector<uint8_t>> shares(o.clients);
-  for (uint32_t c = 0; c < o.clients; ++c) shares[c].assign(per_client, static_cast<uint8_t>(0x5A + c));
-  KVTIER_ASSIGN_OR_RETURN(result.from_memory_gbps,
-                          StreamOverLoopback(o, [&](uint32_t c) { return std::span<const uint8_t>(shares[c]); }));
+  for (uint32_t c = 0; c < o.clients; ++c)
+    shares[c].assign(per_client, static_cast<uint8_t>(0x5A + c));
+  KVTIER_ASSIGN_OR_RETURN(result.from_memory_gbps, StreamOverLoopback(o, [&](uint32_t c) {
+                            return std::span<const uint8_t>(shares[c]);
+                          }));
   return result;
 }
 

@@ -14,8 +14,10 @@ namespace kvtier::cli {
 
 void BenchCommand::AddTransfer() {
   transfer_ = bench_->add_subcommand(
-      "transfer", "Blocks through a store's RPC (put then get, N clients, each its own connection) against a "
-                  "raw loopback TCP stream of the same bytes and, with --vs-redis, a Redis server started here.");
+      "transfer",
+      "Blocks through a store's RPC (put then get, N clients, each its own connection) against a "
+      "raw loopback TCP stream of the same bytes and, with --vs-redis, a Redis server started "
+      "here.");
   // --block-size is the spelling of the issue that asked for this bench; --block-bytes
   // that of the other benches. Either is accepted.
   transfer_->add_option("--block-bytes,--block-size", transfer_block_bytes_, "Bytes per block")
@@ -30,43 +32,60 @@ void BenchCommand::AddTransfer() {
   transfer_->add_option("--batch", transfer_batch_, "Blocks per store call")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  transfer_->add_option("--path", transfer_path_,
-                        "How the store's payloads travel: inline (in the Cap'n Proto messages), stream (the "
-                        "data stream beside openPut/openGet) or both, each measured")
+  transfer_
+      ->add_option(
+          "--path", transfer_path_,
+          "How the store's payloads travel: inline (in the Cap'n Proto messages), stream (the "
+          "data stream beside openPut/openGet) or both, each measured")
       ->check(CLI::IsMember({"inline", "stream", "both"}))
       ->capture_default_str();
-  transfer_->add_option("--stream-threads", transfer_stream_threads_,
-                        "Event loops of the store's data stream (0: half the hardware threads, 2 to 8, as a node runs it)")
+  transfer_
+      ->add_option("--stream-threads", transfer_stream_threads_,
+                   "Event loops of the store's data stream (0: half the hardware threads, 2 to 8, "
+                   "as a node runs it)")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();
-  transfer_->add_option("--stream-get", transfer_stream_get_,
-                        "How the data stream's gets name their blocks: keys (on the stream, under one get "
-                        "session per client) or ticket (an openGet call per get)")
+  transfer_
+      ->add_option(
+          "--stream-get", transfer_stream_get_,
+          "How the data stream's gets name their blocks: keys (on the stream, under one get "
+          "session per client) or ticket (an openGet call per get)")
       ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
-  transfer_->add_option("--stream-gets-in-flight", transfer_gets_in_flight_,
-                        "Keyed gets each client sends ahead of the reply it reads (1: one at a time)")
+  transfer_
+      ->add_option("--stream-gets-in-flight", transfer_gets_in_flight_,
+                   "Keyed gets each client sends ahead of the reply it reads (1: one at a time)")
       ->check(CLI::Range(1, static_cast<int>(store::DataStreamClient::kMaxGetsInFlight)))
       ->capture_default_str();
-  transfer_->add_option("--stream-lend-pages", transfer_lend_pages_,
-                        "Whether the data stream's gets send the host tier's pages zero copy (spliced) "
-                        "rather than copied into the socket")
+  transfer_
+      ->add_option("--stream-lend-pages", transfer_lend_pages_,
+                   "Whether the data stream's gets send the host tier's pages zero copy (spliced) "
+                   "rather than copied into the socket")
       ->capture_default_str();
-  transfer_->add_option("--stream-put", transfer_stream_put_,
-                        "How the data stream's puts carry their headers: keys (on the stream, under one put "
-                        "session per client) or ticket (an openPut call per put)")
+  transfer_
+      ->add_option(
+          "--stream-put", transfer_stream_put_,
+          "How the data stream's puts carry their headers: keys (on the stream, under one put "
+          "session per client) or ticket (an openPut call per put)")
       ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
-  transfer_->add_option("--tls-cert-file", transfer_tls_.cert_file,
-                        "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure the inline path "
-                        "over TLS (path \"tls\"; the data stream has no TLS yet)")
+  transfer_
+      ->add_option(
+          "--tls-cert-file", transfer_tls_.cert_file,
+          "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure the inline path "
+          "over TLS (path \"tls\"; the data stream has no TLS yet)")
       ->check(CLI::ExistingFile);
-  transfer_->add_option("--tls-key-file", transfer_tls_.key_file, "The certificate's private key (PEM)")
+  transfer_
+      ->add_option("--tls-key-file", transfer_tls_.key_file, "The certificate's private key (PEM)")
       ->check(CLI::ExistingFile);
-  transfer_->add_option("--tls-ca-file", transfer_tls_.ca_file, "The CA the clients verify the certificate with")
+  transfer_
+      ->add_option("--tls-ca-file", transfer_tls_.ca_file,
+                   "The CA the clients verify the certificate with")
       ->check(CLI::ExistingFile);
-  transfer_->add_option("--tls-server-name", transfer_tls_.server_name, "The name the certificate must carry");
-  transfer_->add_flag("--vs-redis", vs_redis_, "Also move the blocks through redis-server (hiredis)");
+  transfer_->add_option("--tls-server-name", transfer_tls_.server_name,
+                        "The name the certificate must carry");
+  transfer_->add_flag("--vs-redis", vs_redis_,
+                      "Also move the blocks through redis-server (hiredis)");
   transfer_->add_flag("--json", json_, "Print one JSON object");
 }
 
@@ -84,9 +103,11 @@ std::string Number(double value) {
 }
 
 // `"<prefix>_cores":{...},"<prefix>_open_share":x,` (the share only on the stream path).
-std::string WhereTimeWent(const std::string& prefix, const bench::TransferPhase& phase, bool stream) {
+std::string WhereTimeWent(const std::string& prefix, const bench::TransferPhase& phase,
+                          bool stream) {
   std::string out = "\"" + prefix + "_cores\":{\"control\":" + Number(phase.cores.control) +
-                    ",\"stream\":" + Number(phase.cores.stream) + ",\"clients\":" + Number(phase.cores.clients) + "},";
+                    ",\"stream\":" + Number(phase.cores.stream) +
+                    ",\"clients\":" + Number(phase.cores.clients) + "},";
   if (stream) out += "\"" + prefix + "_open_share\":" + Number(phase.open_share) + ",";
   return out;
 }
@@ -100,50 +121,58 @@ std::string PathFields(const std::vector<PathResult>& paths) {
   for (const PathResult& p : paths) {
     const std::string name = p.name;
     out += "\"" + name + "_put_gbps\":" + Number(p.result.put.gbps) + ",\"" + name +
-           "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + name + "_p99_ms\":" + Number(p.result.get.p99_ms) +
-           ",";
+           "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + name +
+           "_p99_ms\":" + Number(p.result.get.p99_ms) + ",";
     out += WhereTimeWent(name + "_put", p.result.put, name == "stream");
     out += WhereTimeWent(name + "_get", p.result.get, name == "stream");
     if (p.result.put.gbps > best_put->result.put.gbps) best_put = &p;
     if (p.result.get.gbps > best_get->result.get.gbps) best_get = &p;
   }
   out += "\"put_gbps\":" + Number(best_put->result.put.gbps) + ",\"put_path\":\"" + best_put->name +
-         "\",\"put_p99_ms\":" + Number(best_put->result.put.p99_ms) + ",\"get_gbps\":" +
-         Number(best_get->result.get.gbps) + ",\"get_path\":\"" + best_get->name + "\",\"p99_ms\":" +
-         Number(best_get->result.get.p99_ms);
+         "\",\"put_p99_ms\":" + Number(best_put->result.put.p99_ms) +
+         ",\"get_gbps\":" + Number(best_get->result.get.gbps) + ",\"get_path\":\"" +
+         best_get->name + "\",\"p99_ms\":" + Number(best_get->result.get.p99_ms);
   return out;
 }
 
 // Each path's lines, then the loopback's and Redis's, against which they are read.
-void PrintResultsText(const std::vector<PathResult>& paths, const bench::LoopbackBenchResult& loopback,
+void PrintResultsText(const std::vector<PathResult>& paths,
+                      const bench::LoopbackBenchResult& loopback,
                       const std::optional<bench::RedisBenchResult>& redis) {
   for (const PathResult& p : paths) {
     const bench::TransferBenchResult& r = p.result;
     std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
     if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
-    std::printf("\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)", p.name,
-                r.get.gbps, r.get.p99_ms, r.get.gbps / loopback.gbps, r.get.gbps / loopback.from_memory_gbps);
+    std::printf(
+        "\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)",
+        p.name, r.get.gbps, r.get.p99_ms, r.get.gbps / loopback.gbps,
+        r.get.gbps / loopback.from_memory_gbps);
     if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
     std::printf("\n");
     for (const auto& [direction, phase] : {std::pair{"put", &r.put}, std::pair{"get", &r.get}}) {
-      std::printf("  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f", p.name,
-                  direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
-      if (std::string_view(p.name) == "stream") std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
+      std::printf(
+          "  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f",
+          p.name, direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
+      if (std::string_view(p.name) == "stream")
+        std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
       std::printf("\n");
     }
   }
-  std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n", loopback.gbps);
-  std::printf("  loopback   %.3f GB/s (raw TCP of as many distinct blocks from memory)\n", loopback.from_memory_gbps);
+  std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n",
+              loopback.gbps);
+  std::printf("  loopback   %.3f GB/s (raw TCP of as many distinct blocks from memory)\n",
+              loopback.from_memory_gbps);
   if (redis) {
-    std::printf("  redis put  %.3f GB/s\n  redis get  %.3f GB/s (p99 %.2f ms)\n", redis->put_gbps, redis->get_gbps,
-                redis->get_p99_ms);
+    std::printf("  redis put  %.3f GB/s\n  redis get  %.3f GB/s (p99 %.2f ms)\n", redis->put_gbps,
+                redis->get_gbps, redis->get_p99_ms);
   }
 }
 
 }  // namespace
 
 int BenchCommand::RunTransfer() const {
-  const bench::BaselineOptions baseline{transfer_block_bytes_, transfer_clients_, transfer_total_bytes_};
+  const bench::BaselineOptions baseline{transfer_block_bytes_, transfer_clients_,
+                                        transfer_total_bytes_};
   auto fail = [](const Status& status) {
     std::fprintf(stderr, "kvtier bench transfer: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -151,17 +180,18 @@ int BenchCommand::RunTransfer() const {
   std::vector<PathResult> paths;
   for (const char* path : {"inline", "stream", "tls"}) {
     const bool tls = std::string_view(path) == "tls";
-    if (tls ? transfer_tls_.cert_file.empty() : transfer_path_ != "both" && transfer_path_ != path) continue;
+    if (tls ? transfer_tls_.cert_file.empty() : transfer_path_ != "both" && transfer_path_ != path)
+      continue;
     bench::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
-                                              .clients = transfer_clients_,
-                                              .total_bytes = transfer_total_bytes_,
-                                              .batch = transfer_batch_,
-                                              .stream = std::string_view(path) == "stream",
-                                              .stream_threads = transfer_stream_threads_,
-                                              .keyed_gets = transfer_stream_get_ == "keys",
-                                              .gets_in_flight = transfer_gets_in_flight_,
-                                              .keyed_puts = transfer_stream_put_ == "keys",
-                                              .lend_pages = transfer_lend_pages_};
+                                        .clients = transfer_clients_,
+                                        .total_bytes = transfer_total_bytes_,
+                                        .batch = transfer_batch_,
+                                        .stream = std::string_view(path) == "stream",
+                                        .stream_threads = transfer_stream_threads_,
+                                        .keyed_gets = transfer_stream_get_ == "keys",
+                                        .gets_in_flight = transfer_gets_in_flight_,
+                                        .keyed_puts = transfer_stream_put_ == "keys",
+                                        .lend_pages = transfer_lend_pages_};
     if (tls) {
       options.tls_cert_file = transfer_tls_.cert_file;
       options.tls_key_file = transfer_tls_.key_file;
@@ -180,24 +210,32 @@ int BenchCommand::RunTransfer() const {
     if (!r.ok()) return fail(r.status());
     redis = *r;
   }
-  const auto redis_field = [&](double value) { return redis ? Number(value) : std::string("null"); };
+  const auto redis_field = [&](double value) {
+    return redis ? Number(value) : std::string("null");
+  };
   if (json_) {
-    std::printf("{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
-                "\"stream_get\":\"%s\",\"gets_in_flight\":%u,\"lend_pages\":%s,\"stream_put\":\"%s\",%s,"
-                "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_get_gbps\":%s,\"redis_p99_ms\":%s}\n",
-                static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
-                static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_, transfer_stream_get_.c_str(),
-                transfer_gets_in_flight_, transfer_lend_pages_ ? "true" : "false", transfer_stream_put_.c_str(),
-                PathFields(paths).c_str(),
-                loopback->gbps, loopback->from_memory_gbps, redis_field(redis ? redis->put_gbps : 0).c_str(),
-                redis_field(redis ? redis->get_gbps : 0).c_str(), redis_field(redis ? redis->get_p99_ms : 0).c_str());
+    std::printf(
+        "{\"bench\":\"transfer\",\"block_bytes\":%llu,\"clients\":%u,\"blocks\":%llu,\"batch\":%u,"
+        "\"stream_get\":\"%s\",\"gets_in_flight\":%u,\"lend_pages\":%s,\"stream_put\":\"%s\",%s,"
+        "\"loopback_gbps\":%.3f,\"loopback_from_memory_gbps\":%.3f,\"redis_put_gbps\":%s,\"redis_"
+        "get_gbps\":%s,\"redis_p99_ms\":%s}\n",
+        static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_,
+        static_cast<unsigned long long>(paths[0].result.blocks), transfer_batch_,
+        transfer_stream_get_.c_str(), transfer_gets_in_flight_,
+        transfer_lend_pages_ ? "true" : "false", transfer_stream_put_.c_str(),
+        PathFields(paths).c_str(), loopback->gbps, loopback->from_memory_gbps,
+        redis_field(redis ? redis->put_gbps : 0).c_str(),
+        redis_field(redis ? redis->get_gbps : 0).c_str(),
+        redis_field(redis ? redis->get_p99_ms : 0).c_str());
     return 0;
   }
-  std::printf("kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call, stream gets by %s, "
-              "puts by %s)\n",
-              static_cast<unsigned long long>(paths[0].result.blocks),
-              static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_,
-              transfer_stream_get_.c_str(), transfer_stream_put_.c_str());
+  std::printf(
+      "kvtier bench transfer (%llu blocks of %llu bytes, %u clients, %u blocks per call, stream "
+      "gets by %s, "
+      "puts by %s)\n",
+      static_cast<unsigned long long>(paths[0].result.blocks),
+      static_cast<unsigned long long>(transfer_block_bytes_), transfer_clients_, transfer_batch_,
+      transfer_stream_get_.c_str(), transfer_stream_put_.c_str());
   PrintResultsText(paths, *loopback, redis);
   return 0;
 }

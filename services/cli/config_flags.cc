@@ -9,9 +9,11 @@ ConfigFlags::ConfigFlags(CLI::App& command) : fields_(ListConfigFields()) {
   values_.resize(fields_.size());
   for (size_t i = 0; i < fields_.size(); ++i) {
     const ConfigFieldInfo& f = fields_[i];
-    const std::string help = f.help + " (allowed: " + f.allowed + "; default: " +
-                             (f.default_value.empty() ? "none" : f.default_value) + "; env: " + f.env_var + ")";
-    options_.push_back(command.add_option(f.flag, values_[i], help)->type_name("VALUE")->group("Settings"));
+    const std::string help = f.help + " (allowed: " + f.allowed +
+                             "; default: " + (f.default_value.empty() ? "none" : f.default_value) +
+                             "; env: " + f.env_var + ")";
+    options_.push_back(
+        command.add_option(f.flag, values_[i], help)->type_name("VALUE")->group("Settings"));
   }
 }
 

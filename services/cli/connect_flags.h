@@ -20,13 +20,17 @@ struct ConnectFlags {
 
   // Declares the flags on `command`; --connect is required where `connect_required`.
   void AddTo(CLI::App& command, bool connect_required) {
-    CLI::Option* address = command.add_option("--connect", connect, "The node: host:port or unix:/path");
+    CLI::Option* address =
+        command.add_option("--connect", connect, "The node: host:port or unix:/path");
     address->type_name("ADDR");
     if (connect_required) address->required();
     command.add_option("--token", token, "Tenant token")->envname("KVTIER_TOKEN");
-    command.add_option("--token-file", token_file, "File whose first line is the token")->type_name("FILE");
-    command.add_option("--tls-ca-file", tls_ca_file, "Use TLS; trust this CA bundle")->type_name("FILE");
-    command.add_option("--tls-server-name", tls_server_name, "Name the server certificate must carry");
+    command.add_option("--token-file", token_file, "File whose first line is the token")
+        ->type_name("FILE");
+    command.add_option("--tls-ca-file", tls_ca_file, "Use TLS; trust this CA bundle")
+        ->type_name("FILE");
+    command.add_option("--tls-server-name", tls_server_name,
+                       "Name the server certificate must carry");
   }
 };
 

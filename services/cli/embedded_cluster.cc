@@ -6,11 +6,13 @@
 namespace kvtier::cli {
 
 Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedClusterOptions options) {
-  if (options.registry == nullptr) return InvalidArgumentError("EmbeddedClusterOptions.registry is required");
+  if (options.registry == nullptr)
+    return InvalidArgumentError("EmbeddedClusterOptions.registry is required");
   std::unique_ptr<EmbeddedCluster> cluster(new EmbeddedCluster());
   const KvtierConfig& config = options.config;
   if (options.local_node) {
-    Result<std::unique_ptr<LocalNode>> local = LocalNode::Create(config, options.node_id, *options.registry, options.gpu);
+    Result<std::unique_ptr<LocalNode>> local =
+        LocalNode::Create(config, options.node_id, *options.registry, options.gpu);
     if (!local.ok()) return local.status().WithContext("worker and store");
     cluster->local_ = std::move(local).value();
   }
@@ -27,10 +29,12 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
   if (!engines.ok()) return engines.status().WithContext("coordinator.engines");
   node.engines = std::move(engines).value();
   // `kvtier up`'s SDK clients key prompts at its worker's block size.
-  node.sdk_tokens_per_block = options.local_node ? config.worker.tokens_per_block : config.coordinator.sdk_tokens_per_block;
+  node.sdk_tokens_per_block =
+      options.local_node ? config.worker.tokens_per_block : config.coordinator.sdk_tokens_per_block;
   node.tokens = std::move(options.tokens);
   node.registry = options.registry;
-  Result<std::unique_ptr<coordinator::CoordinatorNode>> started = coordinator::CoordinatorNode::Create(std::move(node));
+  Result<std::unique_ptr<coordinator::CoordinatorNode>> started =
+      coordinator::CoordinatorNode::Create(std::move(node));
   if (!started.ok()) return started.status().WithContext("coordinator");
   cluster->coordinator_ = std::move(started).value();
   return cluster;
@@ -38,8 +42,12 @@ Result<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::Create(EmbeddedCluster
 
 EmbeddedCluster::~EmbeddedCluster() { Shutdown(); }
 
-const std::vector<std::string>& EmbeddedCluster::endpoints() const { return coordinator_->endpoints(); }
-const std::vector<std::string>& EmbeddedCluster::http_endpoints() const { return coordinator_->http_endpoints(); }
+const std::vector<std::string>& EmbeddedCluster::endpoints() const {
+  return coordinator_->endpoints();
+}
+const std::vector<std::string>& EmbeddedCluster::http_endpoints() const {
+  return coordinator_->http_endpoints();
+}
 Status EmbeddedCluster::ReconfigureEngines(std::vector<coordinator::EngineSource> engines) {
   return coordinator_->ReconfigureEngines(std::move(engines));
 }

@@ -34,8 +34,9 @@ struct EmbeddedClusterOptions {
   KvtierConfig config;
   auth::TokenStore tokens = auth::TokenStore::Disabled();
   MetricsRegistry* registry = nullptr;  // required
-  std::string node_id = "kvtier";       // the coordinator's id; the local nodes are "<id>/worker", "<id>/store"
-  bool local_node = true;               // false: the coordinator alone
+  std::string node_id =
+      "kvtier";            // the coordinator's id; the local nodes are "<id>/worker", "<id>/store"
+  bool local_node = true;  // false: the coordinator alone
   int gpu = -1;
   std::chrono::milliseconds event_tick{100};  // how often the local nodes publish their events
 };
@@ -44,7 +45,8 @@ class EmbeddedCluster {
  public:
   // The configuration's errors as kInvalidArgument; kUnavailable when a listener cannot
   // bind or the data directory cannot be written.
-  [[nodiscard]] static Result<std::unique_ptr<EmbeddedCluster>> Create(EmbeddedClusterOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<EmbeddedCluster>> Create(
+      EmbeddedClusterOptions options);
   ~EmbeddedCluster();
 
   const std::vector<std::string>& endpoints() const;

@@ -24,10 +24,12 @@ uint64_t SaltScopeOf(const storage::StoreEvent& event) { return event.header.sal
 
 // A role's events as the coordinator takes them, each with its tenant's scope interned.
 template <typename Event>
-std::vector<coordinator::KvEvent> ToKvEvents(coordinator::CoordinatorState& state, const std::vector<Event>& events) {
+std::vector<coordinator::KvEvent> ToKvEvents(coordinator::CoordinatorState& state,
+                                             const std::vector<Event>& events) {
   std::vector<coordinator::KvEvent> out;
   out.reserve(events.size());
-  for (const Event& e : events) out.push_back(ToKvEvent(e, state.scopes.Intern(SaltScopeOf(e)).value_or(0)));
+  for (const Event& e : events)
+    out.push_back(ToKvEvent(e, state.scopes.Intern(SaltScopeOf(e)).value_or(0)));
   return out;
 }
 
@@ -43,17 +45,20 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   node->worker_node_ = {node->name_ + "/worker", kvtier::NodeRole::kWorker};
   node->store_node_ = {node->name_ + "/store", kvtier::NodeRole::kStore};
 
-  KVTIER_ASSIGN_OR_RETURN(const worker::WorkerPlan plan, worker::PlanWorkerPool(config.worker, gpu));
+  KVTIER_ASSIGN_OR_RETURN(const worker::WorkerPlan plan,
+                          worker::PlanWorkerPool(config.worker, gpu));
   const KvLayout& layout = plan.layout;
   // Every block the worker offloads has the layout's size: one host page each wastes nothing.
-  KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions store,
-                          store::TieredStoreOptionsFrom(
-                              config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
+  KVTIER_ASSIGN_OR_RETURN(
+      storage::TieredStoreOptions store,
+      store::TieredStoreOptionsFrom(
+          config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
   LocalNode* self = node.get();
   if (config.store.disk_admission_min_count > 0) {
-    KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter,
-                            storage::FrequencyFilter::Create(
-                                {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
+    KVTIER_ASSIGN_OR_RETURN(
+        storage::FrequencyFilter filter,
+        storage::FrequencyFilter::Create(
+            {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
     {
       MutexLock lock(node->admission_mu_);
       node->admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
@@ -76,21 +81,23 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
   }
   worker::WorkerOptions worker;
   worker.pools = {{layout, plan.blocks}};
-  worker.secondary_offload_min_priority = static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
+  worker.secondary_offload_min_priority =
+      static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
   worker.offload = node->link_.get();
   worker.onboard = node->link_.get();
   worker.device = gpu;
   KVTIER_ASSIGN_OR_RETURN(node->worker_, worker::Worker::Create(worker));
   node->context_.worker = node->worker_.get();
-  KVTIER_ASSIGN_OR_RETURN(node->worker_metrics_, worker::WorkerMetrics::Create(registry, node->worker_->pool_count()));
+  KVTIER_ASSIGN_OR_RETURN(node->worker_metrics_,
+                          worker::WorkerMetrics::Create(registry, node->worker_->pool_count()));
   if (node->store_ != nullptr) {
     KVTIER_ASSIGN_OR_RETURN(node->store_metrics_, storage::StoreMetrics::Create(registry));
     node->store_metrics_->Update(node->store_->Stats());  // capacities show before the first tick
   }
   node->worker_metrics_->Update(node->worker_->Stats());
-  node->summary_ = plan.Describe() + "; host tier " +
-                   Mib(config.store.host_cache_bytes) + ", disk tier " + Mib(config.store.disk_bytes) + " (" +
-                   config.store.disk_sync + ")";
+  node->summary_ = plan.Describe() + "; host tier " + Mib(config.store.host_cache_bytes) +
+                   ", disk tier " + Mib(config.store.disk_bytes) + " (" + config.store.disk_sync +
+                   ")";
   return node;
 }
 
@@ -107,7 +114,8 @@ kj::Own<capnp::Capability::Server> LocalNode::MakeWorker(const auth::Tenant& ten
 Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick) {
   if (tick.count() <= 0) return InvalidArgumentError("LocalNode::Embed: the tick must be positive");
   if (worker_loop_ == nullptr) {
-    const auto interval = std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(tick));
+    const auto interval = std::max(std::chrono::milliseconds(1),
+                                   std::chrono::duration_cast<std::chrono::milliseconds>(tick));
     KVTIER_ASSIGN_OR_RETURN(worker_loop_, rpc::LoopThread::Create({.name = "kvt-worker",
                                                                    .tick = [this] { WorkerTick(); },
                                                                    .tick_interval = interval}));
@@ -115,7 +123,8 @@ Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick
   }
   options.roles = {"coordinator", "worker", "store"};
   options.worker = [this](const auth::Tenant& tenant) { return MakeWorker(tenant); };
-  if (store_ != nullptr) options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
+  if (store_ != nullptr)
+    options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
   options.on_tick = [this](coordinator::CoordinatorState& state) { Pump(state); };
   options.tick_interval = tick;
   options.on_lookup = [this](std::span<const BlockKey> keys) {
@@ -153,7 +162,8 @@ LocalNode::WorkerView LocalNode::ViewWorker() const {
     const Result<KvLayout> layout = worker_->PoolLayout(pool);
     if (!layout.ok()) continue;
     view.pools.push_back({kvtier::Tier::kGpu, static_cast<uint16_t>(pool), stats[pool].total,
-                          uint64_t{stats[pool].total} * layout->bytes_per_block(), coordinator::WindowOf(*layout)});
+                          uint64_t{stats[pool].total} * layout->bytes_per_block(),
+                          coordinator::WindowOf(*layout)});
   }
   view.holdings = worker_->Holdings();
   return view;
@@ -225,10 +235,12 @@ void LocalNode::Pump(coordinator::CoordinatorState& state) {
   const uint64_t active_blocks = active_blocks_;
   for (Registration* node : {&worker_node_, &store_node_}) {
     if (node == &store_node_ && store_ == nullptr) continue;
-    Status renewed = node->registered ? state.coordinator->Heartbeat(node->node, node->lease_id, active_blocks)
-                                      : UnavailableError("not registered");
+    Status renewed = node->registered
+                         ? state.coordinator->Heartbeat(node->node, node->lease_id, active_blocks)
+                         : UnavailableError("not registered");
     if (!renewed.ok()) {
-      if (Status s = Register(state, *node); !s.ok()) spdlog::warn("{}: register: {}", node->node, s.ToString());
+      if (Status s = Register(state, *node); !s.ok())
+        spdlog::warn("{}: register: {}", node->node, s.ToString());
     }
   }
   if (store_metrics_ != nullptr) store_metrics_->Update(store_->Stats());

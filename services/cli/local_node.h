@@ -54,8 +54,10 @@ class LocalNode {
   // Registers the worker (kvtier_worker_*) and store (kvtier_store_*) metrics in `registry`,
   // which outlives the node; Pump keeps them current. `gpu`: the CUDA device whose memory
   // holds the worker's pool (shared by CUDA IPC), or -1 for host shared memory.
-  [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config, std::string name,
-                                                                 MetricsRegistry& registry, int gpu = -1);
+  [[nodiscard]] static Result<std::unique_ptr<LocalNode>> Create(const KvtierConfig& config,
+                                                                 std::string name,
+                                                                 MetricsRegistry& registry,
+                                                                 int gpu = -1);
   ~LocalNode();
 
   // Adds the worker and store roles to a coordinator node about to be created: the
@@ -67,7 +69,8 @@ class LocalNode {
   [[nodiscard]] Status Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick);
 
   kj::Own<capnp::Capability::Server> MakeWorker(const auth::Tenant& tenant);
-  kj::Own<capnp::Capability::Server> MakeStore(const auth::Tenant& tenant);  // REQUIRES: the node has tiers
+  kj::Own<capnp::Capability::Server> MakeStore(
+      const auth::Tenant& tenant);  // REQUIRES: the node has tiers
   void Pump(coordinator::CoordinatorState& state);
   // One line for the banner: layout, pool blocks, tier sizes.
   std::string Summary() const;
@@ -92,11 +95,13 @@ class LocalNode {
   void WorkerTick();
   WorkerView ViewWorker() const;
   Status Register(coordinator::CoordinatorState& state, Registration& node);
-  void Publish(coordinator::CoordinatorState& state, Registration& node, std::vector<coordinator::KvEvent> events);
+  void Publish(coordinator::CoordinatorState& state, Registration& node,
+               std::vector<coordinator::KvEvent> events);
 
   std::string name_;
   uint64_t incarnation_ = 0;
-  coordinator::ConnectionId connection_ = coordinator::kNoConnection;  // taken at the first Register
+  coordinator::ConnectionId connection_ =
+      coordinator::kNoConnection;  // taken at the first Register
   std::string summary_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<worker::TierLink> link_;
@@ -116,8 +121,9 @@ class LocalNode {
     std::vector<worker::WorkerEvent> worker;
     std::vector<storage::StoreEvent> store;
   };
-  std::vector<storage::StoreEvent> store_events_ KVTIER_GUARDED_BY(mu_);  // since the last worker tick
-  std::vector<EventGroup> ready_ KVTIER_GUARDED_BY(mu_);                  // for the next Pump
+  std::vector<storage::StoreEvent> store_events_
+      KVTIER_GUARDED_BY(mu_);                             // since the last worker tick
+  std::vector<EventGroup> ready_ KVTIER_GUARDED_BY(mu_);  // for the next Pump
   // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
   // Lock order: the store's host lock, then admission_mu_ (a leaf).
   Mutex admission_mu_;

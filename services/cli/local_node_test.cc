@@ -37,8 +37,14 @@ class LocalNodeTest : public ::testing::Test {
     config.data_dir = dir_.path();
     // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; a pool of two
     // (all of the 1024-byte budget).
-    config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = "fp16",
-                     .pool_bytes = 1024, .free_memory_fraction = 1.0, .secondary_offload_min_priority = 35};
+    config.worker = {.num_layers = 2,
+                     .num_kv_heads = 2,
+                     .head_dim = 8,
+                     .tokens_per_block = 4,
+                     .dtype = "fp16",
+                     .pool_bytes = 1024,
+                     .free_memory_fraction = 1.0,
+                     .secondary_offload_min_priority = 35};
     config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_sync = "wal"};
     Configure(config);
     local_ = LocalNode::Create(config, "test-node", registry_).value();
@@ -87,7 +93,8 @@ class LocalNodeTest : public ::testing::Test {
   // "node:tier" of every location of the two blocks from `first`, waiting up to 5 s until
   // `done` accepts it (by default: equal to `expected`).
   std::string WaitForLocations(uint64_t first, const std::string& expected,
-                               std::function<bool(const std::string&)> done = nullptr, unsigned count = 2) {
+                               std::function<bool(const std::string&)> done = nullptr,
+                               unsigned count = 2) {
     if (!done) done = [&](const std::string& seen) { return seen == expected; };
     std::string seen;
     testing::WaitUntil([&] {
@@ -99,7 +106,9 @@ class LocalNodeTest : public ::testing::Test {
       for (auto block : result.getBlocks()) {
         for (auto location : block.getLocations()) {
           seen += std::string(" ") + location.getNodeId().cStr() + ":" +
-                  (location.getTier() == schema::Tier::GPU ? "gpu" : location.getTier() == schema::Tier::HOST ? "host" : "disk");
+                  (location.getTier() == schema::Tier::GPU    ? "gpu"
+                   : location.getTier() == schema::Tier::HOST ? "host"
+                                                              : "disk");
         }
       }
       return done(seen);
@@ -151,7 +160,8 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
   EXPECT_EQ(onboarded.getCachedBlocks(), 2u);
   // Each block is now in the pool, and has left the host tier (its room is for blocks no
   // pool holds).
-  const std::string seen = WaitForLocations(0, "2 matched test-node/worker:gpu test-node/worker:gpu");
+  const std::string seen =
+      WaitForLocations(0, "2 matched test-node/worker:gpu test-node/worker:gpu");
   EXPECT_EQ(seen, "2 matched test-node/worker:gpu test-node/worker:gpu");
   // The worker's and the store's metrics say the same (updated at the next tick).
   std::string text;
@@ -160,22 +170,24 @@ TEST_F(LocalNodeTest, CommittedBlocksAreIndexedOffloadedAndOnboardedBack) {
     return text.find("kvtier_worker_onboarded_blocks_total 2\n") != std::string::npos;
   });
   // Every role's calls are counted by method (the worker's queued to its own thread).
-  for (const char* line : {"kvtier_worker_onboarded_blocks_total 2\n", "kvtier_worker_offloaded_blocks_total 2\n",
-                           "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 0\n",
-                           "kvtier_store_moves_total{kind=\"onboarded\"} 2\n",
-                           "kvtier_rpc_requests_total{method=\"Worker.allocate\",code=\"OK\"} 3\n",
-                           "kvtier_rpc_requests_total{method=\"Worker.onboard\",code=\"OK\"} 1\n",
-                           "kvtier_rpc_request_duration_seconds_count{method=\"Worker.commit\"} 1\n",
-                           "kvtier_rpc_requests_total{method=\"Coordinator.lookup\",code=\"OK\"} ",
-                           // 0,1 reached the store child first, after the worker's removals:
-                           // applied parent first, with no snapshot past the two joins.
-                           "kvtier_coordinator_resyncs_total 2\n", "kvtier_coordinator_orphaned_blocks_total 0\n"}) {
+  for (const char* line :
+       {"kvtier_worker_onboarded_blocks_total 2\n", "kvtier_worker_offloaded_blocks_total 2\n",
+        "kvtier_store_hits_total{tier=\"host\"} 2\n", "kvtier_store_blocks{tier=\"host\"} 0\n",
+        "kvtier_store_moves_total{kind=\"onboarded\"} 2\n",
+        "kvtier_rpc_requests_total{method=\"Worker.allocate\",code=\"OK\"} 3\n",
+        "kvtier_rpc_requests_total{method=\"Worker.onboard\",code=\"OK\"} 1\n",
+        "kvtier_rpc_request_duration_seconds_count{method=\"Worker.commit\"} 1\n",
+        "kvtier_rpc_requests_total{method=\"Coordinator.lookup\",code=\"OK\"} ",
+        // 0,1 reached the store child first, after the worker's removals:
+        // applied parent first, with no snapshot past the two joins.
+        "kvtier_coordinator_resyncs_total 2\n", "kvtier_coordinator_orphaned_blocks_total 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
   // The embedded nodes' events count as a remote node's do.
   const std::string stored = "kvtier_coordinator_events_total{kind=\"stored\"} ";
   ASSERT_NE(text.find(stored), std::string::npos) << text;
-  EXPECT_GT(std::stod(text.substr(text.find(stored) + stored.size())), 0.0) << "no stored event was counted";
+  EXPECT_GT(std::stod(text.substr(text.find(stored) + stored.size())), 0.0)
+      << "no stored event was counted";
 }
 
 TEST_F(LocalNodeTest, BlocksPutIntoTheStoreAreIndexedAtTheStore) {
@@ -193,7 +205,8 @@ TEST_F(LocalNodeTest, BlocksPutIntoTheStoreAreIndexedAtTheStore) {
   header.setPriority(50);
   block.setData(kj::arrayPtr(payload.data(), payload.size()));
   EXPECT_EQ(put.send().wait(client_->getWaitScope()).getStored(), 1u);
-  EXPECT_EQ(WaitForLocations(50, "1 matched test-node/store:host", nullptr, 1), "1 matched test-node/store:host");
+  EXPECT_EQ(WaitForLocations(50, "1 matched test-node/store:host", nullptr, 1),
+            "1 matched test-node/store:host");
 }
 
 }  // namespace
@@ -248,13 +261,16 @@ TEST_F(LocalNodeAdmissionTest, OnlyBlocksLookedUpTwiceMoveDownToDisk) {
   Allocate(2, 5);  // evicts 0,1 into the one-block host tier: one of them moves to the empty disk
   Commit(2, 5);
   Free(2);
-  Allocate(3, 8);  // evicts 5,6: the disk is full; the host tier's block (0 or 1) may enter, 5,6 may not
+  Allocate(
+      3, 8);  // evicts 5,6: the disk is full; the host tier's block (0 or 1) may enter, 5,6 may not
   // The store's metrics show both verdicts (updated at the next tick).
   const std::string dropped = "kvtier_store_moves_total{kind=\"dropped_admission\"}";
   testing::WaitUntil([&] { return Metric(dropped) > 0; });
   EXPECT_GE(Metric(dropped), 1u) << "5 or 6, never looked up, is refused by the disk tier";
-  EXPECT_GE(Metric("kvtier_store_blocks{tier=\"disk\"}"), 1u) << "0 or 1, looked up twice, is on disk";
-  EXPECT_GE(Metric("kvtier_store_moves_total{kind=\"demoted\"}"), Metric("kvtier_store_blocks{tier=\"disk\"}"));
+  EXPECT_GE(Metric("kvtier_store_blocks{tier=\"disk\"}"), 1u)
+      << "0 or 1, looked up twice, is on disk";
+  EXPECT_GE(Metric("kvtier_store_moves_total{kind=\"demoted\"}"),
+            Metric("kvtier_store_blocks{tier=\"disk\"}"));
 }
 
 }  // namespace kvtier::cli

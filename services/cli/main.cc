@@ -50,21 +50,24 @@ int RunVersion(const ConnectFlags& flags) {
   options.token = *token;
   Result<std::unique_ptr<rpc::RpcClient>> client = rpc::RpcClient::Connect(std::move(options));
   if (!client.ok()) {
-    std::fprintf(stderr, "kvtier version: %s: %s\n", flags.connect.c_str(), client.status().ToString().c_str());
+    std::fprintf(stderr, "kvtier version: %s: %s\n", flags.connect.c_str(),
+                 client.status().ToString().c_str());
     return 1;
   }
   const rpc::ServerVersion& server = (*client)->server();
   std::string roles;
   for (const std::string& r : server.roles) roles += (roles.empty() ? "" : ",") + r;
-  std::printf("server  kvtier %s (rpc schema %u) node %s, roles %s, tenant %s\n", server.version.c_str(),
-              server.schema_version, server.node_id.c_str(), roles.c_str(), (*client)->tenant().c_str());
+  std::printf("server  kvtier %s (rpc schema %u) node %s, roles %s, tenant %s\n",
+              server.version.c_str(), server.schema_version, server.node_id.c_str(), roles.c_str(),
+              (*client)->tenant().c_str());
   return 0;
 }
 
 int RunRole(Role role, const char* name, const ConfigFlags& flags) {
   Result<KvtierConfig> config = flags.Load();
   if (!config.ok()) {
-    std::fprintf(stderr, "kvtier %s: configuration error: %s\n", name, config.status().message().c_str());
+    std::fprintf(stderr, "kvtier %s: configuration error: %s\n", name,
+                 config.status().message().c_str());
     return kExitUsage;
   }
   InitLogging(*ParseLogLevel(config->log.level));  // validated by the config schema
@@ -79,35 +82,43 @@ int Main(int argc, char** argv) {
   // JSON object); the roles set their configured level once their configuration is read.
   InitLogging(spdlog::level::warn);
   RaiseDescriptorLimit();  // the listeners' default limits are shares of it
-  CLI::App app{"kvtier: a distributed multi-tier KV-cache for LLM inference engines.\n"
-               "Start with `kvtier up`, then see `kvtier up --help`."};
+  CLI::App app{
+      "kvtier: a distributed multi-tier KV-cache for LLM inference engines.\n"
+      "Start with `kvtier up`, then see `kvtier up --help`."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("kvtier ") + kVersion);
 
-  CLI::App* up = app.add_subcommand("up", "Run every role in one process: the embedded default for one machine.");
+  CLI::App* up = app.add_subcommand(
+      "up", "Run every role in one process: the embedded default for one machine.");
   ConfigFlags up_flags(*up);
   up->footer(kUpFooter);
 
-  CLI::App* coordinator = app.add_subcommand(
-      "coordinator", "Run the coordinator alone (cluster prefix index, membership, routing). Needs --auth-token-file "
-                     "unless --auth-enabled false.");
+  CLI::App* coordinator = app.add_subcommand("coordinator",
+                                             "Run the coordinator alone (cluster prefix index, "
+                                             "membership, routing). Needs --auth-token-file "
+                                             "unless --auth-enabled false.");
   ConfigFlags coordinator_flags(*coordinator);
 
-  CLI::App* worker = app.add_subcommand(
-      "worker", "Run a worker node: the block pool (GPU memory when one answers), its host and disk tiers, served to "
-                "the node's inference processes and registered with the coordinator at --node-coordinator. Needs "
-                "--auth-token-file unless --auth-enabled false.");
+  CLI::App* worker = app.add_subcommand("worker",
+                                        "Run a worker node: the block pool (GPU memory when one "
+                                        "answers), its host and disk tiers, served to "
+                                        "the node's inference processes and registered with the "
+                                        "coordinator at --node-coordinator. Needs "
+                                        "--auth-token-file unless --auth-enabled false.");
   ConfigFlags worker_flags(*worker);
   CLI::App* store = app.add_subcommand(
-      "store", "Run a storage node: host and disk tiers served to every node, registered with the coordinator at "
-               "--node-coordinator. Needs --auth-token-file unless --auth-enabled false.");
+      "store",
+      "Run a storage node: host and disk tiers served to every node, registered with the "
+      "coordinator at "
+      "--node-coordinator. Needs --auth-token-file unless --auth-enabled false.");
   ConfigFlags store_flags(*store);
   BenchCommand bench(app);
   ReplayCommand replay(app);
   StatusCommand status(app);
 
   ConnectFlags version_flags;
-  CLI::App* version = app.add_subcommand("version", "Print the version; with --connect, also the server's.");
+  CLI::App* version =
+      app.add_subcommand("version", "Print the version; with --connect, also the server's.");
   version_flags.AddTo(*version, /*connect_required=*/false);
 
   try {
@@ -120,7 +131,8 @@ int Main(int argc, char** argv) {
   // Serving roles wait for SIGINT/SIGTERM with sigwait: the signals are blocked before any
   // thread starts (parsing starts none). Every other command keeps the default actions,
   // so Ctrl-C and `timeout` stop a benchmark.
-  if (up->parsed() || coordinator->parsed() || store->parsed() || worker->parsed()) BlockShutdownSignals();
+  if (up->parsed() || coordinator->parsed() || store->parsed() || worker->parsed())
+    BlockShutdownSignals();
   if (up->parsed()) return RunRole(Role::kUp, "up", up_flags);
   if (coordinator->parsed()) return RunRole(Role::kCoordinator, "coordinator", coordinator_flags);
   if (worker->parsed()) return RunRole(Role::kWorker, "worker", worker_flags);

@@ -8,7 +8,8 @@ kvtier::Tier ToTier(kvtier::Tier tier) {
 }
 
 kvtier::BlockRetention Retention(const storage::BlockHeader& header) {
-  return kvtier::BlockRetention{header.priority, std::chrono::milliseconds(header.retention_left_ms)};
+  return kvtier::BlockRetention{header.priority,
+                                std::chrono::milliseconds(header.retention_left_ms)};
 }
 
 }  // namespace

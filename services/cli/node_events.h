@@ -14,11 +14,15 @@
 namespace kvtier::cli {
 
 // `scope`: the coordinator's id of the event's salt scope (used by stored events).
-[[nodiscard]] coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event, coordinator::ScopeId scope);
-[[nodiscard]] coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event, coordinator::ScopeId scope);
-[[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(kvtier::Tier tier, const storage::BlockHeader& header,
+[[nodiscard]] coordinator::KvEvent ToKvEvent(const worker::WorkerEvent& event,
+                                             coordinator::ScopeId scope);
+[[nodiscard]] coordinator::KvEvent ToKvEvent(const storage::StoreEvent& event,
+                                             coordinator::ScopeId scope);
+[[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(kvtier::Tier tier,
+                                                         const storage::BlockHeader& header,
                                                          coordinator::ScopeId scope);
-[[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id, const worker::PoolHolding& holding,
+[[nodiscard]] coordinator::SnapshotBlock ToSnapshotBlock(uint32_t pool_id,
+                                                         const worker::PoolHolding& holding,
                                                          coordinator::ScopeId scope);
 
 }  // namespace kvtier::cli

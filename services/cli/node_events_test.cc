@@ -9,7 +9,14 @@ using coordinator::KvEvent;
 
 TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   const BlockKey key{1, 2}, parent{1, 1};
-  const worker::WorkerEvent stored{worker::WorkerEvent::Kind::kStored, 7, 3, key, parent, false, 60, 0xABC,
+  const worker::WorkerEvent stored{worker::WorkerEvent::Kind::kStored,
+                                   7,
+                                   3,
+                                   key,
+                                   parent,
+                                   false,
+                                   60,
+                                   0xABC,
                                    std::chrono::seconds(30)};  // priority 60 for 30 s
   const KvEvent s = ToKvEvent(stored, /*scope=*/4);
   EXPECT_EQ(s.kind, KvEvent::Kind::kStored);
@@ -19,14 +26,17 @@ TEST(NodeEventsTest, WorkerEventsMapToThePrimaryTier) {
   EXPECT_EQ(s.parent, parent);
   ASSERT_EQ(s.retention.size(), 1u);
   EXPECT_EQ(s.retention[0].priority, 60);
-  EXPECT_EQ(s.retention[0].duration, std::chrono::seconds(30)) << "the coordinator reverts it after 30 s too";
+  EXPECT_EQ(s.retention[0].duration, std::chrono::seconds(30))
+      << "the coordinator reverts it after 30 s too";
   // Offloaded: gone from the pool; the store reports the block's new place itself.
-  const worker::WorkerEvent offloaded{worker::WorkerEvent::Kind::kOffloaded, 8, 3, key, {}, false, 60, 0xABC};
+  const worker::WorkerEvent offloaded{
+      worker::WorkerEvent::Kind::kOffloaded, 8, 3, key, {}, false, 60, 0xABC};
   const KvEvent o = ToKvEvent(offloaded, 4);
   EXPECT_EQ(o.kind, KvEvent::Kind::kRemoved);
   EXPECT_EQ(o.keys, std::vector<BlockKey>{key});
   // A chain's first block names no parent: the coordinator starts it at the scope's root.
-  const worker::WorkerEvent first{worker::WorkerEvent::Kind::kStored, 9, 0, key, BlockKey{9, 9}, true, 35, 0xABC};
+  const worker::WorkerEvent first{
+      worker::WorkerEvent::Kind::kStored, 9, 0, key, BlockKey{9, 9}, true, 35, 0xABC};
   EXPECT_FALSE(ToKvEvent(first, 4).parent.has_value());
 }
 
@@ -36,7 +46,8 @@ TEST(NodeEventsTest, StoreEventsKeepTierAndRetention) {
   header.parent = BlockKey{5, 4};
   header.priority = 80;
   header.retention_left_ms = 1500;
-  const KvEvent stored = ToKvEvent({storage::StoreEvent::Kind::kStored, kvtier::Tier::kHost, header}, 2);
+  const KvEvent stored =
+      ToKvEvent({storage::StoreEvent::Kind::kStored, kvtier::Tier::kHost, header}, 2);
   EXPECT_EQ(stored.kind, KvEvent::Kind::kStored);
   EXPECT_EQ(stored.tier, Tier::kHost);
   EXPECT_EQ(stored.parent, header.parent);
@@ -44,7 +55,8 @@ TEST(NodeEventsTest, StoreEventsKeepTierAndRetention) {
   EXPECT_EQ(stored.retention[0].priority, 80);
   EXPECT_EQ(stored.retention[0].duration, std::chrono::milliseconds(1500));
   // A demotion's second half: the block leaves the host tier.
-  const KvEvent removed = ToKvEvent({storage::StoreEvent::Kind::kRemoved, kvtier::Tier::kHost, header}, 2);
+  const KvEvent removed =
+      ToKvEvent({storage::StoreEvent::Kind::kRemoved, kvtier::Tier::kHost, header}, 2);
   EXPECT_EQ(removed.kind, KvEvent::Kind::kRemoved);
   EXPECT_EQ(removed.tier, Tier::kHost);
   EXPECT_EQ(removed.keys, std::vector<BlockKey>{header.key});

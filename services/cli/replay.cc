@@ -28,7 +28,8 @@ void CountUnboundedBound(std::span<const bench::TraceRequest> requests, uint32_t
     size_t hits = 0;
     while (hits < r.hash_ids.size() && seen.count(r.hash_ids[hits])) ++hits;
     report.bound_hit_blocks += hits;
-    for (size_t i = 0; i < hits; ++i) report.bound_hit_tokens += BlockTokens(r, i, tokens_per_block);
+    for (size_t i = 0; i < hits; ++i)
+      report.bound_hit_tokens += BlockTokens(r, i, tokens_per_block);
     seen.insert(r.hash_ids.begin(), r.hash_ids.end());
   }
 }
@@ -42,7 +43,8 @@ struct ClientTally {
 class Replayer {
  public:
   // `parts`: cluster blocks per trace block.
-  Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options, uint32_t parts)
+  Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options,
+           uint32_t parts)
       : requests_(requests), options_(options), parts_(parts), keys_("mooncake", "") {}
 
   // Takes requests in order until none are left or one fails.
@@ -73,10 +75,12 @@ class Replayer {
 
     const auto lookup_start = Clock::now();
     KVTIER_ASSIGN_OR_RETURN(const client::LookupResult lookup, client.Lookup(keys));
-    tally.lookup_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
+    tally.lookup_us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
 
     Result<client::Allocation> allocation = client.Allocate(
-        {.sequence = sequence, .keys = keys,
+        {.sequence = sequence,
+         .keys = keys,
          .num_tokens = static_cast<uint32_t>(request.hash_ids.size() * options_.tokens_per_block)});
     if (allocation.status().code() == StatusCode::kResourceExhausted) {
       ++tally.refused;
@@ -88,8 +92,9 @@ class Replayer {
     const uint32_t reused = allocation->reused_blocks;
     uint32_t from_host = 0, from_disk = 0, cached = reused;
     if (cached < keys.size()) {
-      KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded,
-                              client.Onboard(sequence, keys, {}, client::Client::SourcesOf(lookup)));
+      KVTIER_ASSIGN_OR_RETURN(
+          client::OnboardResult onboarded,
+          client.Onboard(sequence, keys, {}, client::Client::SourcesOf(lookup)));
       from_host = onboarded.from_host;
       from_disk = onboarded.from_disk;
       cached = std::max(cached, onboarded.cached_blocks);
@@ -101,7 +106,8 @@ class Replayer {
     tally.host += up_to_host - gpu;
     tally.disk += up_to_disk - up_to_host;
     tally.remote += all - up_to_disk;
-    for (uint32_t b = 0; b < all; ++b) tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
+    for (uint32_t b = 0; b < all; ++b)
+      tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
     // The engine computed the rest: every block of the prompt is now cached.
     KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys).status());
     return client.Free(sequence);
@@ -126,9 +132,11 @@ double Percentile(std::vector<double>& values, double q) {
 
 }  // namespace
 
-Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, const ReplayOptions& options) {
+Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
+                               const ReplayOptions& options) {
   if (options.clients == 0) return InvalidArgumentError("clients (--workers) must be at least 1");
-  if (options.tokens_per_block == 0) return InvalidArgumentError("ReplayOptions.tokens_per_block must be at least 1");
+  if (options.tokens_per_block == 0)
+    return InvalidArgumentError("ReplayOptions.tokens_per_block must be at least 1");
   if (!options.connect) return InvalidArgumentError("ReplayOptions.connect is required");
   std::vector<std::unique_ptr<client::Client>> clients;
   for (uint32_t c = 0; c < options.clients; ++c) {
@@ -137,7 +145,8 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
   }
   // The cluster's block size, from its worker's first pool.
   KVTIER_ASSIGN_OR_RETURN(client::WorkerStats before, clients[0]->GetWorkerStats());
-  if (before.pool_layouts.empty()) return FailedPreconditionError("the cluster's worker has no pool");
+  if (before.pool_layouts.empty())
+    return FailedPreconditionError("the cluster's worker has no pool");
   const uint32_t cluster_tokens = before.pool_layouts[0].tokens_per_block();
   if (cluster_tokens > options.tokens_per_block || options.tokens_per_block % cluster_tokens != 0) {
     return InvalidArgumentError("the cluster's blocks of " + std::to_string(cluster_tokens) +
@@ -186,56 +195,67 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests, co
 
 std::string ReplayReportJson(const ReplayReport& r) {
   char out[1024];
-  std::snprintf(out, sizeof(out),
-                "{\"requests\": %llu, \"clients\": %u, \"blocks\": %llu, \"tokens\": %llu, "
-                "\"block_hit_rate\": %.6f, \"token_hit_rate\": %.6f, "
-                "\"hits_by_tier\": {\"gpu\": %llu, \"host\": %llu, \"disk\": %llu, \"remote\": %llu}, "
-                "\"unbounded_block_hit_rate\": %.6f, \"unbounded_token_hit_rate\": %.6f, "
-                "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
-                "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu, "
-                "\"remote_to_gpu\": %llu}, "
-                "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, \"lookup_p99_us\": %.1f}",
-                static_cast<unsigned long long>(r.requests), r.clients, static_cast<unsigned long long>(r.blocks),
-                static_cast<unsigned long long>(r.tokens), r.block_hit_rate(), r.token_hit_rate(),
-                static_cast<unsigned long long>(r.hit_blocks_gpu), static_cast<unsigned long long>(r.hit_blocks_host),
-                static_cast<unsigned long long>(r.hit_blocks_disk), static_cast<unsigned long long>(r.hit_blocks_remote),
-                r.bound_block_hit_rate(), r.bound_token_hit_rate(),
-                static_cast<unsigned long long>(r.hit_tokens), static_cast<unsigned long long>(r.refused_requests),
-                static_cast<unsigned long long>(r.offloaded_blocks) * r.block_bytes,
-                static_cast<unsigned long long>(r.hit_blocks_host) * r.block_bytes,
-                static_cast<unsigned long long>(r.hit_blocks_disk) * r.block_bytes,
-                static_cast<unsigned long long>(r.hit_blocks_remote) * r.block_bytes, r.seconds, r.requests_per_second(),
-                r.lookup_p50_us, r.lookup_p99_us);
+  std::snprintf(
+      out, sizeof(out),
+      "{\"requests\": %llu, \"clients\": %u, \"blocks\": %llu, \"tokens\": %llu, "
+      "\"block_hit_rate\": %.6f, \"token_hit_rate\": %.6f, "
+      "\"hits_by_tier\": {\"gpu\": %llu, \"host\": %llu, \"disk\": %llu, \"remote\": %llu}, "
+      "\"unbounded_block_hit_rate\": %.6f, \"unbounded_token_hit_rate\": %.6f, "
+      "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
+      "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu, "
+      "\"remote_to_gpu\": %llu}, "
+      "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, "
+      "\"lookup_p99_us\": %.1f}",
+      static_cast<unsigned long long>(r.requests), r.clients,
+      static_cast<unsigned long long>(r.blocks), static_cast<unsigned long long>(r.tokens),
+      r.block_hit_rate(), r.token_hit_rate(), static_cast<unsigned long long>(r.hit_blocks_gpu),
+      static_cast<unsigned long long>(r.hit_blocks_host),
+      static_cast<unsigned long long>(r.hit_blocks_disk),
+      static_cast<unsigned long long>(r.hit_blocks_remote), r.bound_block_hit_rate(),
+      r.bound_token_hit_rate(), static_cast<unsigned long long>(r.hit_tokens),
+      static_cast<unsigned long long>(r.refused_requests),
+      static_cast<unsigned long long>(r.offloaded_blocks) * r.block_bytes,
+      static_cast<unsigned long long>(r.hit_blocks_host) * r.block_bytes,
+      static_cast<unsigned long long>(r.hit_blocks_disk) * r.block_bytes,
+      static_cast<unsigned long long>(r.hit_blocks_remote) * r.block_bytes, r.seconds,
+      r.requests_per_second(), r.lookup_p50_us, r.lookup_p99_us);
   return out;
 }
 
-std::string ReplayReportText(const ReplayReport& r, const std::string& source, const std::string& cluster) {
+std::string ReplayReportText(const ReplayReport& r, const std::string& source,
+                             const std::string& cluster) {
   auto mib = [&](uint64_t blocks) { return double(blocks * r.block_bytes) / (1 << 20); };
   auto share = [](double rate, double bound) { return bound <= 0 ? 0.0 : 100.0 * rate / bound; };
   char out[2048];
-  std::snprintf(
-      out, sizeof(out),
-      "kvtier replay: %llu requests of %s in %.1f s (%.0f requests/s, %u client%s)\n"
-      "  cluster         %s\n"
-      "  block hit rate  %.4f   (unbounded prefix bound %.4f: %.1f%% of it)\n"
-      "  token hit rate  %.4f   (bound %.4f: %.1f%%)\n"
-      "  hits by tier    gpu %llu, host %llu, disk %llu, other nodes %llu blocks\n"
-      "  tokens saved    %llu of %llu prompt tokens\n"
-      "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB, other nodes->gpu %.1f MiB\n"
-      "  lookups         p50 %.0f us, p99 %.0f us\n"
-      "%s",
-      static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds, r.requests_per_second(), r.clients,
-      r.clients == 1 ? "" : "s", cluster.c_str(), r.block_hit_rate(), r.bound_block_hit_rate(),
-      share(r.block_hit_rate(), r.bound_block_hit_rate()), r.token_hit_rate(), r.bound_token_hit_rate(),
-      share(r.token_hit_rate(), r.bound_token_hit_rate()), static_cast<unsigned long long>(r.hit_blocks_gpu),
-      static_cast<unsigned long long>(r.hit_blocks_host), static_cast<unsigned long long>(r.hit_blocks_disk),
-      static_cast<unsigned long long>(r.hit_blocks_remote), static_cast<unsigned long long>(r.hit_tokens),
-      static_cast<unsigned long long>(r.tokens), mib(r.offloaded_blocks), mib(r.hit_blocks_host),
-      mib(r.hit_blocks_disk), mib(r.hit_blocks_remote), r.lookup_p50_us, r.lookup_p99_us,
-      r.refused_requests == 0
-          ? ""
-          : ("  refused         " + std::to_string(r.refused_requests) +
-             " requests found the pool full of running sequences (kResourceExhausted)\n").c_str());
+  std::snprintf(out, sizeof(out),
+                "kvtier replay: %llu requests of %s in %.1f s (%.0f requests/s, %u client%s)\n"
+                "  cluster         %s\n"
+                "  block hit rate  %.4f   (unbounded prefix bound %.4f: %.1f%% of it)\n"
+                "  token hit rate  %.4f   (bound %.4f: %.1f%%)\n"
+                "  hits by tier    gpu %llu, host %llu, disk %llu, other nodes %llu blocks\n"
+                "  tokens saved    %llu of %llu prompt tokens\n"
+                "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB, "
+                "other nodes->gpu %.1f MiB\n"
+                "  lookups         p50 %.0f us, p99 %.0f us\n"
+                "%s",
+                static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds,
+                r.requests_per_second(), r.clients, r.clients == 1 ? "" : "s", cluster.c_str(),
+                r.block_hit_rate(), r.bound_block_hit_rate(),
+                share(r.block_hit_rate(), r.bound_block_hit_rate()), r.token_hit_rate(),
+                r.bound_token_hit_rate(), share(r.token_hit_rate(), r.bound_token_hit_rate()),
+                static_cast<unsigned long long>(r.hit_blocks_gpu),
+                static_cast<unsigned long long>(r.hit_blocks_host),
+                static_cast<unsigned long long>(r.hit_blocks_disk),
+                static_cast<unsigned long long>(r.hit_blocks_remote),
+                static_cast<unsigned long long>(r.hit_tokens),
+                static_cast<unsigned long long>(r.tokens), mib(r.offloaded_blocks),
+                mib(r.hit_blocks_host), mib(r.hit_blocks_disk), mib(r.hit_blocks_remote),
+                r.lookup_p50_us, r.lookup_p99_us,
+                r.refused_requests == 0
+                    ? ""
+                    : ("  refused         " + std::to_string(r.refused_requests) +
+                       " requests found the pool full of running sequences (kResourceExhausted)\n")
+                          .c_str());
   return out;
 }
 

@@ -15,8 +15,9 @@
 // layout, asked before the replay starts): a trace block is then that many consecutive
 // cluster blocks, each under its own opaque key (common/block_key.h). A trace block is a
 // hit when the sequence starts with all of it cached: reused in the pool (gpu), or
-// onboarded from the host or disk tier or another node (by where its last part came from). The unbounded bound is the longest-prefix hit rate of a
-// cache that never forgets, computed from the trace alone.
+// onboarded from the host or disk tier or another node (by where its last part came from). The
+// unbounded bound is the longest-prefix hit rate of a cache that never forgets, computed from the
+// trace alone.
 //
 // `clients` inference clients (one connection each) take requests in trace order.
 //
@@ -42,19 +43,19 @@ struct ReplayOptions {
   std::function<Result<std::unique_ptr<client::Client>>()> connect;
   uint32_t clients = 1;
   uint32_t tokens_per_block = bench::kMooncakeTokensPerBlock;  // the trace's
-  std::function<void(size_t done, size_t total)> progress;  // optional
+  std::function<void(size_t done, size_t total)> progress;     // optional
 };
 
 struct ReplayReport {
   uint64_t requests = 0;
-  uint64_t blocks = 0;            // block references in the prompts
-  uint64_t tokens = 0;            // prompt tokens
-  uint64_t hit_blocks_gpu = 0;    // reused in the worker's pool
-  uint64_t hit_blocks_host = 0;   // onboarded from the host tier
-  uint64_t hit_blocks_disk = 0;   // onboarded from the disk tier
-  uint64_t hit_blocks_remote = 0; // onboarded from other nodes (the sources the lookup named)
-  uint64_t hit_tokens = 0;        // prompt tokens whose KV was cached: tokens saved
-  uint64_t bound_hit_blocks = 0;  // the unbounded cache's hits
+  uint64_t blocks = 0;             // block references in the prompts
+  uint64_t tokens = 0;             // prompt tokens
+  uint64_t hit_blocks_gpu = 0;     // reused in the worker's pool
+  uint64_t hit_blocks_host = 0;    // onboarded from the host tier
+  uint64_t hit_blocks_disk = 0;    // onboarded from the disk tier
+  uint64_t hit_blocks_remote = 0;  // onboarded from other nodes (the sources the lookup named)
+  uint64_t hit_tokens = 0;         // prompt tokens whose KV was cached: tokens saved
+  uint64_t bound_hit_blocks = 0;   // the unbounded cache's hits
   uint64_t bound_hit_tokens = 0;
   uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
   uint64_t offloaded_blocks = 0;  // pool -> host tier
@@ -64,11 +65,17 @@ struct ReplayReport {
   double lookup_p99_us = 0;
   uint32_t clients = 0;
 
-  uint64_t hit_blocks() const { return hit_blocks_gpu + hit_blocks_host + hit_blocks_disk + hit_blocks_remote; }
+  uint64_t hit_blocks() const {
+    return hit_blocks_gpu + hit_blocks_host + hit_blocks_disk + hit_blocks_remote;
+  }
   double block_hit_rate() const { return blocks == 0 ? 0 : double(hit_blocks()) / double(blocks); }
   double token_hit_rate() const { return tokens == 0 ? 0 : double(hit_tokens) / double(tokens); }
-  double bound_block_hit_rate() const { return blocks == 0 ? 0 : double(bound_hit_blocks) / double(blocks); }
-  double bound_token_hit_rate() const { return tokens == 0 ? 0 : double(bound_hit_tokens) / double(tokens); }
+  double bound_block_hit_rate() const {
+    return blocks == 0 ? 0 : double(bound_hit_blocks) / double(blocks);
+  }
+  double bound_token_hit_rate() const {
+    return tokens == 0 ? 0 : double(bound_hit_tokens) / double(tokens);
+  }
   double requests_per_second() const { return seconds <= 0 ? 0 : double(requests) / seconds; }
 };
 
@@ -81,6 +88,7 @@ struct ReplayReport {
 // requests, lookup_p50_us, lookup_p99_us, and the rest of the report.
 std::string ReplayReportJson(const ReplayReport& report);
 // For people: a few aligned lines. `source` names the workload; `cluster` describes it.
-std::string ReplayReportText(const ReplayReport& report, const std::string& source, const std::string& cluster);
+std::string ReplayReportText(const ReplayReport& report, const std::string& source,
+                             const std::string& cluster);
 
 }  // namespace kvtier::cli

@@ -31,11 +31,13 @@ void DrawProgress(size_t done, size_t total) {
 // The embedded cluster's layout: 512-token blocks (the trace's) of one layer and one KV
 // head in fp16, whose head_dim makes a block `block_bytes` long.
 Result<KvtierConfig> EmbeddedConfig(uint64_t gpu_blocks, uint64_t host_blocks, uint64_t disk_blocks,
-                                    uint64_t block_bytes, uint32_t admission, const std::string& data_dir) {
+                                    uint64_t block_bytes, uint32_t admission,
+                                    const std::string& data_dir) {
   constexpr uint64_t kBytesPerHeadDim = 2ull * bench::kMooncakeTokensPerBlock * 2;  // K and V, fp16
   if (block_bytes < kBytesPerHeadDim || block_bytes % kBytesPerHeadDim != 0) {
-    return InvalidArgumentError("--block-bytes " + std::to_string(block_bytes) + ": must be a positive multiple of " +
-                                std::to_string(kBytesPerHeadDim) + " (K and V of 512 fp16 tokens per head dimension)");
+    return InvalidArgumentError(
+        "--block-bytes " + std::to_string(block_bytes) + ": must be a positive multiple of " +
+        std::to_string(kBytesPerHeadDim) + " (K and V of 512 fp16 tokens per head dimension)");
   }
   if (gpu_blocks == 0) return InvalidArgumentError("--gpu-blocks: must be at least 1");
   KvtierConfig config;
@@ -64,45 +66,74 @@ std::string ScratchDirectory() {
 }  // namespace
 
 ReplayCommand::ReplayCommand(CLI::App& app) {
-  replay_ = app.add_subcommand("replay", "Replay a Mooncake-format request trace (or a built-in chat workload) "
-                                         "through a cluster and report hit rates.");
-  replay_->add_option("--trace", trace_, "Mooncake-format trace (JSON lines); default: the built-in chat workload")
+  replay_ =
+      app.add_subcommand("replay",
+                         "Replay a Mooncake-format request trace (or a built-in chat workload) "
+                         "through a cluster and report hit rates.");
+  replay_
+      ->add_option("--trace", trace_,
+                   "Mooncake-format trace (JSON lines); default: the built-in chat workload")
       ->type_name("FILE");
-  replay_->add_option("--connect", connect_, "Replay against this running cluster (host:port or unix:/path); "
-                                             "default: an embedded one")->type_name("ADDR");
-  replay_->add_option("--coordinator", coordinator_, "With --connect to a `kvtier worker`: the coordinator's "
-                                                     "address, for lookups")->type_name("ADDR");
+  replay_
+      ->add_option("--connect", connect_,
+                   "Replay against this running cluster (host:port or unix:/path); "
+                   "default: an embedded one")
+      ->type_name("ADDR");
+  replay_
+      ->add_option("--coordinator", coordinator_,
+                   "With --connect to a `kvtier worker`: the coordinator's "
+                   "address, for lookups")
+      ->type_name("ADDR");
   replay_->add_option("--token", token_, "Tenant token for --connect")->envname("KVTIER_TOKEN");
-  replay_->add_option("--token-file", token_file_, "File whose first line is the token")->type_name("FILE");
-  replay_->add_option("--tls-ca-file", tls_ca_file_, "Use TLS; trust this CA bundle")->type_name("FILE");
+  replay_->add_option("--token-file", token_file_, "File whose first line is the token")
+      ->type_name("FILE");
+  replay_->add_option("--tls-ca-file", tls_ca_file_, "Use TLS; trust this CA bundle")
+      ->type_name("FILE");
   replay_->add_option("--workers", workers_, "Concurrent inference clients (one connection each)")
-      ->check(CLI::Range(1u, 256u))->capture_default_str();
-  replay_->add_option("--gpu-blocks", gpu_blocks_, "Embedded: blocks in the worker's pool")->capture_default_str();
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  replay_->add_option("--gpu-blocks", gpu_blocks_, "Embedded: blocks in the worker's pool")
+      ->capture_default_str();
   replay_->add_option("--host-blocks", host_blocks_, "Embedded: blocks in the host tier (0: none)")
       ->capture_default_str();
   replay_->add_option("--disk-blocks", disk_blocks_, "Embedded: blocks in the disk tier (0: none)")
       ->capture_default_str();
-  replay_->add_option("--block-bytes", block_bytes_, "Embedded: bytes per 512-token block (a multiple of 2048)")
+  replay_
+      ->add_option("--block-bytes", block_bytes_,
+                   "Embedded: bytes per 512-token block (a multiple of 2048)")
       ->capture_default_str();
-  replay_->add_option("--disk-admission", disk_admission_,
-                      "Embedded: lookups a block needs before it may enter the disk tier (0: admit all)")
+  replay_
+      ->add_option(
+          "--disk-admission", disk_admission_,
+          "Embedded: lookups a block needs before it may enter the disk tier (0: admit all)")
       ->capture_default_str();
-  replay_->add_option("--data-dir", data_dir_, "Embedded: keep the disk tier here (default: a scratch directory, "
-                                               "removed afterwards)")->type_name("DIR");
-  replay_->add_option("--conversations", conversations_, "Built-in workload: conversations to generate")
+  replay_
+      ->add_option("--data-dir", data_dir_,
+                   "Embedded: keep the disk tier here (default: a scratch directory, "
+                   "removed afterwards)")
+      ->type_name("DIR");
+  replay_
+      ->add_option("--conversations", conversations_,
+                   "Built-in workload: conversations to generate")
       ->capture_default_str();
-  replay_->add_option("--one-off-share", one_off_share_,
-                      "Built-in workload: share of conversations that are one request of blocks no other "
-                      "request has (batch jobs over unique documents)")
+  replay_
+      ->add_option(
+          "--one-off-share", one_off_share_,
+          "Built-in workload: share of conversations that are one request of blocks no other "
+          "request has (batch jobs over unique documents)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  replay_->add_option("--limit", limit_, "Replay only the first N requests (of the trace or workload); 0: all")
+  replay_
+      ->add_option("--limit", limit_,
+                   "Replay only the first N requests (of the trace or workload); 0: all")
       ->type_name("N")
       ->capture_default_str();
   replay_->add_flag("--json", json_, "Print one JSON object instead of the report");
-  replay_->footer("Examples:\n  kvtier replay                                  # built-in chat workload, embedded cluster\n"
-                  "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
-                  "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token");
+  replay_->footer(
+      "Examples:\n  kvtier replay                                  # built-in chat workload, "
+      "embedded cluster\n"
+      "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
+      "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token");
 }
 
 // The cluster a replay runs against, and how its clients reach it. Torn down in reverse:
@@ -123,7 +154,8 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
   std::vector<bench::TraceRequest> requests;
   std::string source;
   if (trace_.empty()) {
-    requests = bench::GenerateChatWorkload({.conversations = conversations_, .one_off_share = one_off_share_});
+    requests = bench::GenerateChatWorkload(
+        {.conversations = conversations_, .one_off_share = one_off_share_});
     source = "the built-in chat workload";
     if (one_off_share_ > 0) {
       char share[32];
@@ -133,7 +165,8 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
   } else {
     for (const char* flag : {"--conversations", "--one-off-share"}) {
       if (replay_->count(flag) > 0) {
-        return InvalidArgumentError(std::string(flag) + " shapes the built-in workload, not --trace");
+        return InvalidArgumentError(std::string(flag) +
+                                    " shapes the built-in workload, not --trace");
       }
     }
     Result<std::vector<bench::TraceRequest>> read = bench::ReadMooncakeTrace(trace_);
@@ -142,42 +175,48 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
     source = std::filesystem::path(trace_).filename().string();
   }
   if (limit_ > 0 && limit_ < requests.size()) {
-    source += " (its first " + std::to_string(limit_) + " of " + std::to_string(requests.size()) + ")";
+    source +=
+        " (its first " + std::to_string(limit_) + " of " + std::to_string(requests.size()) + ")";
     requests.resize(limit_);
   }
   return std::pair{std::move(requests), std::move(source)};
 }
 
 Status ReplayCommand::StartEmbedded(Target& target) const {
-  const std::string data_dir = data_dir_.empty() ? (target.scratch = ScratchDirectory()) : data_dir_;
+  const std::string data_dir =
+      data_dir_.empty() ? (target.scratch = ScratchDirectory()) : data_dir_;
   if (data_dir.empty()) {
-    return UnavailableError("cannot create a scratch directory in " + std::filesystem::temp_directory_path().string());
+    return UnavailableError("cannot create a scratch directory in " +
+                            std::filesystem::temp_directory_path().string());
   }
-  Result<KvtierConfig> config =
-      EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_, data_dir);
+  Result<KvtierConfig> config = EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_,
+                                               block_bytes_, disk_admission_, data_dir);
   if (!config.ok()) return InvalidArgumentError(config.status().message());
   const std::string token = auth::GenerateToken();
-  EmbeddedClusterOptions options{.config = *config,
-                                 .tokens = auth::TokenStore::SingleTenant(auth::LocalUser("replay"), token).value(),
-                                 .registry = &target.registry,
-                                 .node_id = "replay"};
+  EmbeddedClusterOptions options{
+      .config = *config,
+      .tokens = auth::TokenStore::SingleTenant(auth::LocalUser("replay"), token).value(),
+      .registry = &target.registry,
+      .node_id = "replay"};
   Result<std::unique_ptr<EmbeddedCluster>> started = EmbeddedCluster::Create(std::move(options));
   if (!started.ok()) return UnavailableError("embedded cluster: " + started.status().message());
   target.cluster = std::move(started).value();
   target.client.address = target.cluster->endpoints()[0];
   target.client.token = token;
   target.summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
-                   std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) + " disk (admission " +
-                   std::to_string(disk_admission_) + "), " + std::to_string(block_bytes_) + "-byte blocks";
+                   std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) +
+                   " disk (admission " + std::to_string(disk_admission_) + "), " +
+                   std::to_string(block_bytes_) + "-byte blocks";
   return Status::Ok();
 }
 
 Status ReplayCommand::UseConnected(Target& target) const {
-  for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes", "--disk-admission",
-                           "--data-dir"}) {
+  for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes",
+                           "--disk-admission", "--data-dir"}) {
     if (replay_->count(flag) > 0) {
-      return InvalidArgumentError(std::string(flag) +
-                                  " sizes the embedded cluster; with --connect the cluster's own configuration decides");
+      return InvalidArgumentError(
+          std::string(flag) +
+          " sizes the embedded cluster; with --connect the cluster's own configuration decides");
     }
   }
   Result<std::string> token = auth::TokenFromFlags(target.client.token, token_file_);
@@ -195,11 +234,16 @@ int ReplayCommand::Run() const {
   Result<std::pair<std::vector<bench::TraceRequest>, std::string>> requests = Requests();
   if (!requests.ok()) return fail(requests.status());
   if (!coordinator_.empty() && connect_.empty()) {
-    return fail(InvalidArgumentError("--coordinator goes with --connect (the embedded cluster has its own)"));
+    return fail(InvalidArgumentError(
+        "--coordinator goes with --connect (the embedded cluster has its own)"));
   }
   Target target;
-  target.client = {.address = connect_, .coordinator_address = coordinator_, .token = token_, .tls_ca_file = tls_ca_file_};
-  if (Status ready = connect_.empty() ? StartEmbedded(target) : UseConnected(target); !ready.ok()) return fail(ready);
+  target.client = {.address = connect_,
+                   .coordinator_address = coordinator_,
+                   .token = token_,
+                   .tls_ca_file = tls_ca_file_};
+  if (Status ready = connect_.empty() ? StartEmbedded(target) : UseConnected(target); !ready.ok())
+    return fail(ready);
 
   ReplayOptions options;
   options.clients = workers_;

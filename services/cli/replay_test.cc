@@ -19,7 +19,8 @@ constexpr uint64_t kBlockBytes = 4096;  // 1 layer x 1 head x 64 dims x 16 token
 
 bench::TraceRequest Request(std::vector<uint64_t> ids, uint32_t input_length = 0) {
   bench::TraceRequest r;
-  r.input_length = input_length != 0 ? input_length : static_cast<uint32_t>(ids.size()) * kTokensPerBlock;
+  r.input_length =
+      input_length != 0 ? input_length : static_cast<uint32_t>(ids.size()) * kTokensPerBlock;
   r.hash_ids = std::move(ids);
   return r;
 }
@@ -31,15 +32,21 @@ class ReplayTest : public ::testing::Test {
     EmbeddedClusterOptions options;
     options.config.data_dir = dir_.path();
     options.config.coordinator.listen = {"127.0.0.1:0"};
-    options.config.worker = {.num_layers = 1, .num_kv_heads = 1, .head_dim = 64, .tokens_per_block = kTokensPerBlock,
-                             .dtype = "fp16", .pool_bytes = gpu_blocks * kBlockBytes, .free_memory_fraction = 1.0};
+    options.config.worker = {.num_layers = 1,
+                             .num_kv_heads = 1,
+                             .head_dim = 64,
+                             .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp16",
+                             .pool_bytes = gpu_blocks * kBlockBytes,
+                             .free_memory_fraction = 1.0};
     options.config.store = {.host_cache_bytes = host_blocks * kBlockBytes, .disk_bytes = 0};
     options.registry = &registry_;
     options.event_tick = 10ms;
     cluster_ = EmbeddedCluster::Create(std::move(options)).value();
   }
 
-  Result<ReplayReport> Replay(const std::vector<bench::TraceRequest>& requests, uint32_t clients = 1) {
+  Result<ReplayReport> Replay(const std::vector<bench::TraceRequest>& requests,
+                              uint32_t clients = 1) {
     ReplayOptions options;
     options.clients = clients;
     options.tokens_per_block = kTokensPerBlock;
@@ -87,9 +94,10 @@ TEST_F(ReplayTest, EvictedBlocksComeBackFromTheHostTier) {
   EXPECT_EQ(report->bound_hit_blocks, 4u);
   EXPECT_GE(report->offloaded_blocks, 4u);
   const std::string json = ReplayReportJson(*report);
-  for (const char* field : {"\"block_hit_rate\": 0.333333", "\"token_hit_rate\": 0.333333",
-                            "\"hits_by_tier\": {\"gpu\": 0, \"host\": 4, \"disk\": 0, \"remote\": 0}", "\"requests\": 3",
-                            "\"lookup_p99_us\": "}) {
+  for (const char* field :
+       {"\"block_hit_rate\": 0.333333", "\"token_hit_rate\": 0.333333",
+        "\"hits_by_tier\": {\"gpu\": 0, \"host\": 4, \"disk\": 0, \"remote\": 0}",
+        "\"requests\": 3", "\"lookup_p99_us\": "}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   }
 }
@@ -119,15 +127,20 @@ TEST_F(ReplayTest, ConnectionAndLayoutErrorsStopTheReplay) {
   Start(/*gpu_blocks=*/4, /*host_blocks=*/0);
   ReplayOptions options;
   options.tokens_per_block = kTokensPerBlock;
-  options.connect = [] { return Result<std::unique_ptr<client::Client>>(UnavailableError("no cluster")); };
+  options.connect = [] {
+    return Result<std::unique_ptr<client::Client>>(UnavailableError("no cluster"));
+  };
   EXPECT_EQ(RunReplay(std::vector<bench::TraceRequest>{Request({1})}, options).status().code(),
             StatusCode::kUnavailable);
   // Trace blocks of 8 tokens cannot be made of the cluster's 16-token blocks.
-  options.connect = [this] { return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"}); };
+  options.connect = [this] {
+    return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"});
+  };
   options.tokens_per_block = 8;
   auto wrong = RunReplay(std::vector<bench::TraceRequest>{Request({1, 2, 3})}, options);
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument) << wrong.status();
-  EXPECT_NE(wrong.status().message().find("blocks of 16 tokens"), std::string::npos) << wrong.status();
+  EXPECT_NE(wrong.status().message().find("blocks of 16 tokens"), std::string::npos)
+      << wrong.status();
   // Trace blocks of no tokens: refused before any client connects.
   int connects = 0;
   options.connect = [&] {
@@ -146,7 +159,9 @@ TEST_F(ReplayTest, TraceBlocksSpanSeveralClusterBlocks) {
   Start(/*gpu_blocks=*/64, /*host_blocks=*/0);
   ReplayOptions options;
   options.tokens_per_block = 64;
-  options.connect = [this] { return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"}); };
+  options.connect = [this] {
+    return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"});
+  };
   std::vector<bench::TraceRequest> requests = {Request({1, 2}, 128), Request({1, 2, 3}, 150)};
   auto report = RunReplay(requests, options);
   ASSERT_TRUE(report.ok()) << report.status();

@@ -51,17 +51,20 @@ Status WriteTokenFile(const std::string& path, const std::string& token) {
 Result<ResolvedAuth> ResolveAuth(Role role, const KvtierConfig& config) {
   ResolvedAuth out;
   if (!config.auth.enabled) {
-    out.summary = "OFF (auth.enabled=false): any client can read and write every cache. Local use only!";
+    out.summary =
+        "OFF (auth.enabled=false): any client can read and write every cache. Local use only!";
     return out;
   }
   if (!config.auth.token_file.empty()) {
     KVTIER_ASSIGN_OR_RETURN(out.tokens, auth::TokenStore::FromFile(config.auth.token_file));
-    out.summary = "on, " + std::to_string(out.tokens.tenant_count()) + " tenant(s) from " + config.auth.token_file;
+    out.summary = "on, " + std::to_string(out.tokens.tenant_count()) + " tenant(s) from " +
+                  config.auth.token_file;
     return out;
   }
   if (role != Role::kUp) {
     return InvalidArgumentError(
-        "auth.token_file: required when auth.enabled is true (or set --auth-enabled false for local use only)");
+        "auth.token_file: required when auth.enabled is true (or set --auth-enabled false for "
+        "local use only)");
   }
   out.generate_token = true;
   return out;
@@ -72,20 +75,24 @@ Status GenerateLocalToken(const KvtierConfig& config, ResolvedAuth& auth) {
   const std::string token = auth::GenerateToken();
   const std::string path = config.data_dir + "/token";
   KVTIER_RETURN_IF_ERROR(WriteTokenFile(path, token));
-  KVTIER_ASSIGN_OR_RETURN(auth.tokens, auth::TokenStore::SingleTenant(auth::LocalUser("default"), token));
-  auth.summary = "on, tenant \"default\" (its token has every right), token " + token + " (also in " + path + ")";
+  KVTIER_ASSIGN_OR_RETURN(auth.tokens,
+                          auth::TokenStore::SingleTenant(auth::LocalUser("default"), token));
+  auth.summary = "on, tenant \"default\" (its token has every right), token " + token +
+                 " (also in " + path + ")";
   return Status::Ok();
 }
 
 // kvtier_role_info{role} is 1 for each role the process runs: dashboards and alerts count
 // a cluster's coordinators, workers and stores by it, whether embedded (`up`) or alone.
 Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda, Role role) {
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* info, registry.AddGauge("kvtier_build_info",
-                                                               "Always 1; labels describe the build.",
-                                                               {"version", "cuda"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * info,
+      registry.AddGauge("kvtier_build_info", "Always 1; labels describe the build.",
+                        {"version", "cuda"}));
   info->WithLabels({kVersion, cuda ? "true" : "false"}).Set(1);
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* roles, registry.AddGauge("kvtier_role_info",
-                                                                "1 for each role this process runs.", {"role"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * roles,
+      registry.AddGauge("kvtier_role_info", "1 for each role this process runs.", {"role"}));
   if (role == Role::kStore || role == Role::kWorker) {
     if (role == Role::kWorker) roles->WithLabels({"worker"}).Set(1);
     roles->WithLabels({"store"}).Set(1);  // a worker serves its node's tiers too
@@ -99,27 +106,31 @@ Status RegisterProcessMetrics(MetricsRegistry& registry, bool cuda, Role role) {
   return Status::Ok();
 }
 
-void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& node, const MetricsHttpServer& http,
-                 const std::string& auth_summary) {
+void PrintBanner(Role role, const KvtierConfig& config, const EmbeddedCluster& node,
+                 const MetricsHttpServer& http, const std::string& auth_summary) {
   const LocalNode* local = node.local();
   std::string rpc_endpoints;
-  for (const std::string& e : node.endpoints()) rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
+  for (const std::string& e : node.endpoints())
+    rpc_endpoints += (rpc_endpoints.empty() ? "" : ", ") + e;
   std::printf("kvtier %s %s\n", kVersion, role == Role::kUp ? "up" : "coordinator");
   std::printf("  rpc       %s%s\n", rpc_endpoints.c_str(), node.tls() ? " (TLS)" : "");
   std::printf("  metrics   %s/metrics\n", http.endpoint().c_str());
-  std::printf("  health    %s/healthz  %s/readyz\n", http.endpoint().c_str(), http.endpoint().c_str());
+  std::printf("  health    %s/healthz  %s/readyz\n", http.endpoint().c_str(),
+              http.endpoint().c_str());
   std::printf("  data dir  %s\n", config.data_dir.c_str());
   std::printf("  auth      %s\n", auth_summary.c_str());
   std::printf("  roles     coordinator (prefix index, membership, routing)%s\n",
               local != nullptr ? ", worker, store" : "");
   if (local != nullptr) std::printf("  node      %s\n", local->Summary().c_str());
   for (const std::string& e : node.http_endpoints()) {
-    std::printf("  routing   %s://%s/v1/lookup  /v1/route\n", node.tls() ? "https" : "http", e.c_str());
+    std::printf("  routing   %s://%s/v1/lookup  /v1/route\n", node.tls() ? "https" : "http",
+                e.c_str());
   }
   for (const EngineConfig& e : config.coordinator.engines) {
-    std::printf("  engine    %s (%s, %u tokens a block%s%s) events %s%s%s\n", e.name.c_str(), e.format.c_str(),
-                e.tokens_per_block, e.tenant.empty() ? "" : ", tenant ", e.tenant.c_str(), e.events.c_str(),
-                e.replay.empty() ? "" : " replay ", e.replay.c_str());
+    std::printf("  engine    %s (%s, %u tokens a block%s%s) events %s%s%s\n", e.name.c_str(),
+                e.format.c_str(), e.tokens_per_block, e.tenant.empty() ? "" : ", tenant ",
+                e.tenant.c_str(), e.events.c_str(), e.replay.empty() ? "" : " replay ",
+                e.replay.c_str());
   }
   std::printf("Stop with Ctrl-C or SIGTERM.\n");
   std::fflush(stdout);
@@ -170,7 +181,8 @@ Result<ResolvedAuth> PrepareToServe(Role role, const KvtierConfig& config, bool 
   KVTIER_ASSIGN_OR_RETURN(ResolvedAuth auth, ResolveAuth(role, config));
   std::error_code ec;
   std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) return UnavailableError("data_dir " + config.data_dir + ": cannot create: " + ec.message());
+  if (ec)
+    return UnavailableError("data_dir " + config.data_dir + ": cannot create: " + ec.message());
   if (auth.generate_token) {
     if (Status s = GenerateLocalToken(config, auth); !s.ok()) return UnavailableError(s.message());
   }
@@ -197,17 +209,19 @@ int WaitForShutdownOrReload(const std::function<void()>& on_reload) {
 
 // SIGHUP: the configuration's engines, applied to the running coordinator. A configuration
 // that does not load changes nothing.
-void ReloadEngines(const std::function<Result<KvtierConfig>()>& reload, const auth::TokenStore& tokens,
-                   EmbeddedCluster& node) {
+void ReloadEngines(const std::function<Result<KvtierConfig>()>& reload,
+                   const auth::TokenStore& tokens, EmbeddedCluster& node) {
   if (!reload) return;
   Result<KvtierConfig> config = reload();
   if (!config.ok()) {
-    spdlog::error("SIGHUP: the configuration does not load, nothing changed: {}", config.status().message());
+    spdlog::error("SIGHUP: the configuration does not load, nothing changed: {}",
+                  config.status().message());
     return;
   }
   Result<std::vector<coordinator::EngineSource>> engines =
       coordinator::ResolveEngineSources(config->coordinator.engines, tokens);
-  Status applied = engines.ok() ? node.ReconfigureEngines(std::move(engines).value()) : engines.status();
+  Status applied =
+      engines.ok() ? node.ReconfigureEngines(std::move(engines).value()) : engines.status();
   if (!applied.ok()) {
     spdlog::error("SIGHUP: coordinator.engines not applied: {}", applied.message());
     return;
@@ -218,7 +232,8 @@ void ReloadEngines(const std::function<Result<KvtierConfig>()>& reload, const au
 
 // `kvtier coordinator` and `kvtier up`: the embedded cluster (with the local worker and
 // store for `up`) and the metrics endpoint, ready until SIGINT or SIGTERM.
-int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, MetricsRegistry& registry, int gpu,
+int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth,
+                 MetricsRegistry& registry, int gpu,
                  const std::function<Result<KvtierConfig>()>& reload) {
   const auth::TokenStore tokens = auth.tokens;  // shares the entries (and their reloads)
   EmbeddedClusterOptions cluster;
@@ -249,7 +264,8 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth, Metri
     return ExitCodeFor(memory.status());
   }
   http_options.before_scrape = [memory = memory->get()] { memory->Update(); };
-  Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
+  Result<std::unique_ptr<MetricsHttpServer>> http =
+      MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());
     return ExitCodeFor(http.status());
@@ -283,17 +299,21 @@ int Serve(Role role, const KvtierConfig& config, std::function<Result<KvtierConf
   std::unique_ptr<auth::TokenFileWatcher> watcher;
   if (!auth->tokens.path().empty() && config.auth.reload_interval_ms > 0) {
     Result<std::unique_ptr<auth::TokenFileWatcher>> made = auth::TokenFileWatcher::Create(
-        {.tokens = auth->tokens, .interval = std::chrono::milliseconds(config.auth.reload_interval_ms)});
+        {.tokens = auth->tokens,
+         .interval = std::chrono::milliseconds(config.auth.reload_interval_ms)});
     if (!made.ok()) {
       spdlog::error("auth.token_file: {}", made.status().message());
       return ExitCodeFor(made.status());
     }
     watcher = std::move(made).value();
   }
-  const int gpu = devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
-  if (role == Role::kStore) return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
+  const int gpu =
+      devices.has_gpu() ? devices.devices[0].index : -1;  // the pool goes where the device is
+  if (role == Role::kStore)
+    return serve_internal::ServeStore(config, std::move(auth->tokens), auth->summary, registry);
   if (role == Role::kWorker) {
-    return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry, gpu);
+    return serve_internal::ServeWorker(config, std::move(auth->tokens), auth->summary, registry,
+                                       gpu);
   }
   return ServeCluster(role, config, std::move(*auth), registry, gpu, reload);
 }

@@ -41,16 +41,16 @@ int ExitCodeFor(const Status& status);
 int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
                MetricsRegistry& registry);
 // `kvtier worker` likewise, its pool on GPU `gpu` (-1: host shared memory).
-int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
-                MetricsRegistry& registry, int gpu);
+int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens,
+                const std::string& auth_summary, MetricsRegistry& registry, int gpu);
 // The node's token at the coordinator (node.coordinator_token_file; empty without one).
 Result<std::string> CoordinatorToken(const KvtierConfig& config);
 
 // A running node process (serve_node.cc): its metrics endpoint (ready = `registered`),
 // its banner, and `drain` on SIGINT/SIGTERM. Returns the exit code.
 struct NodeProcess {
-  std::string role;  // "store", "worker"
-  std::string rpc;   // its endpoint
+  std::string role;                                         // "store", "worker"
+  std::string rpc;                                          // its endpoint
   std::vector<std::pair<std::string, std::string>> banner;  // more lines: label, value
   std::function<bool()> registered;
   std::function<Status()> listening;  // Ok while its listeners accept connections

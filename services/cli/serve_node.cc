@@ -1,6 +1,6 @@
 // What `kvtier store` and `kvtier worker` share once their node runs: the metrics
-// endpoint with readiness = listening and registered with the coordinator, the banner, and the drain on
-// SIGINT/SIGTERM (exit 0 when it succeeds).
+// endpoint with readiness = listening and registered with the coordinator, the banner, and the
+// drain on SIGINT/SIGTERM (exit 0 when it succeeds).
 #include <signal.h>
 
 #include <atomic>
@@ -18,7 +18,8 @@ namespace kvtier::cli::serve_internal {
 Result<std::string> CoordinatorToken(const KvtierConfig& config) {
   if (config.node.coordinator_token_file.empty()) return std::string();
   Result<std::string> token = auth::ReadTokenFile(config.node.coordinator_token_file);
-  if (!token.ok()) return InvalidArgumentError("node.coordinator_token_file: " + token.status().message());
+  if (!token.ok())
+    return InvalidArgumentError("node.coordinator_token_file: " + token.status().message());
   return token;
 }
 
@@ -34,7 +35,8 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
   http_options.readiness = [&node, &draining]() -> Status {
     if (draining) return UnavailableError("draining");
     KVTIER_RETURN_IF_ERROR(node.listening());
-    return node.registered() ? Status::Ok() : UnavailableError("not registered with the coordinator yet");
+    return node.registered() ? Status::Ok()
+                             : UnavailableError("not registered with the coordinator yet");
   };
   Result<std::unique_ptr<ProcessMemoryMetrics>> memory = ProcessMemoryMetrics::Create(registry);
   if (!memory.ok()) {
@@ -42,7 +44,8 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
     return ExitCodeFor(memory.status());
   }
   http_options.before_scrape = [memory = memory->get()] { memory->Update(); };
-  Result<std::unique_ptr<MetricsHttpServer>> http = MetricsHttpServer::Create(std::move(http_options));
+  Result<std::unique_ptr<MetricsHttpServer>> http =
+      MetricsHttpServer::Create(std::move(http_options));
   if (!http.ok()) {
     spdlog::error("metrics endpoint: {}", http.status().message());
     return ExitCodeFor(http.status());
@@ -55,8 +58,10 @@ int RunNodeProcess(const KvtierConfig& config, MetricsRegistry& registry, const 
   std::printf("  health       %s/healthz  %s/readyz\n", endpoint.c_str(), endpoint.c_str());
   std::printf("  coordinator  %s\n", config.node.coordinator.c_str());
   std::printf("  data dir     %s\n", config.data_dir.c_str());
-  for (const auto& [label, value] : node.banner) std::printf("  %-12s %s\n", label.c_str(), value.c_str());
-  std::printf("Stop with Ctrl-C or SIGTERM (drains: leaves the coordinator, flushes the disk tier).\n");
+  for (const auto& [label, value] : node.banner)
+    std::printf("  %-12s %s\n", label.c_str(), value.c_str());
+  std::printf(
+      "Stop with Ctrl-C or SIGTERM (drains: leaves the coordinator, flushes the disk tier).\n");
   std::fflush(stdout);
 
   const int signal_number = WaitForShutdownSignal();

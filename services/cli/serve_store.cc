@@ -25,8 +25,9 @@ int ServeStore(const KvtierConfig& config, auth::TokenStore tokens, const std::s
     return ExitCodeFor(node.status());
   }
   store::StoreNode* store_node = node->get();
-  const std::string tiers = "host " + std::to_string(config.store.host_cache_bytes >> 20) + " MiB, disk " +
-                            std::to_string(config.store.disk_bytes >> 20) + " MiB (" + config.store.disk_sync + ")";
+  const std::string tiers = "host " + std::to_string(config.store.host_cache_bytes >> 20) +
+                            " MiB, disk " + std::to_string(config.store.disk_bytes >> 20) +
+                            " MiB (" + config.store.disk_sync + ")";
   return RunNodeProcess(config, registry,
                         {.role = "store",
                          .rpc = store_node->endpoints().front(),

@@ -6,8 +6,8 @@
 
 namespace kvtier::cli::serve_internal {
 
-int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::string& auth_summary,
-                MetricsRegistry& registry, int gpu) {
+int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens,
+                const std::string& auth_summary, MetricsRegistry& registry, int gpu) {
   Result<std::string> coordinator_token = CoordinatorToken(config);
   if (!coordinator_token.ok()) {
     spdlog::error("{}", coordinator_token.status().message());
@@ -26,15 +26,16 @@ int ServeWorker(const KvtierConfig& config, auth::TokenStore tokens, const std::
     return ExitCodeFor(node.status());
   }
   worker::WorkerNode* worker_node = node->get();
-  const std::string tiers = "host " + std::to_string(config.store.host_cache_bytes >> 20) + " MiB, disk " +
-                            std::to_string(config.store.disk_bytes >> 20) + " MiB";
-  return RunNodeProcess(config, registry,
-                        {.role = "worker",
-                         .rpc = worker_node->endpoints().front(),
-                         .banner = {{"auth", auth_summary}, {"node", worker_node->Summary() + "; " + tiers}},
-                         .registered = [worker_node] { return worker_node->registered(); },
-                         .listening = [worker_node] { return worker_node->Readiness(); },
-                         .drain = [worker_node] { return worker_node->Drain(); }});
+  const std::string tiers = "host " + std::to_string(config.store.host_cache_bytes >> 20) +
+                            " MiB, disk " + std::to_string(config.store.disk_bytes >> 20) + " MiB";
+  return RunNodeProcess(
+      config, registry,
+      {.role = "worker",
+       .rpc = worker_node->endpoints().front(),
+       .banner = {{"auth", auth_summary}, {"node", worker_node->Summary() + "; " + tiers}},
+       .registered = [worker_node] { return worker_node->registered(); },
+       .listening = [worker_node] { return worker_node->Readiness(); },
+       .drain = [worker_node] { return worker_node->Drain(); }});
 }
 
 }  // namespace kvtier::cli::serve_internal

@@ -34,19 +34,23 @@ std::string JsonString(const std::string& text) {
 }
 
 void PrintText(const std::string& address, const client::Client& client,
-               const Result<client::CoordinatorStats>& coordinator, const Result<client::WorkerStats>& worker) {
+               const Result<client::CoordinatorStats>& coordinator,
+               const Result<client::WorkerStats>& worker) {
   std::printf("node         %s (tenant %s)\n", address.c_str(), client.tenant().c_str());
   if (coordinator.ok() && !coordinator->cluster_counts) {
-    std::printf("coordinator  %u nodes (the index's counts: node credentials only)\n", coordinator->nodes);
+    std::printf("coordinator  %u nodes (the index's counts: node credentials only)\n",
+                coordinator->nodes);
   } else if (coordinator.ok()) {
-    std::printf("coordinator  %u nodes; index %llu blocks, %llu bytes; %llu lookups; %llu sequence gaps, %llu "
-                "resyncs, %llu lease expiries\n",
-                coordinator->nodes, static_cast<unsigned long long>(coordinator->index_blocks),
-                static_cast<unsigned long long>(coordinator->index_bytes),
-                static_cast<unsigned long long>(coordinator->lookups),
-                static_cast<unsigned long long>(coordinator->sequence_gaps),
-                static_cast<unsigned long long>(coordinator->resyncs),
-                static_cast<unsigned long long>(coordinator->lease_expiries));
+    std::printf(
+        "coordinator  %u nodes; index %llu blocks, %llu bytes; %llu lookups; %llu sequence gaps, "
+        "%llu "
+        "resyncs, %llu lease expiries\n",
+        coordinator->nodes, static_cast<unsigned long long>(coordinator->index_blocks),
+        static_cast<unsigned long long>(coordinator->index_bytes),
+        static_cast<unsigned long long>(coordinator->lookups),
+        static_cast<unsigned long long>(coordinator->sequence_gaps),
+        static_cast<unsigned long long>(coordinator->resyncs),
+        static_cast<unsigned long long>(coordinator->lease_expiries));
   } else {
     std::printf("coordinator  %s\n", Absent(coordinator.status()).c_str());
   }
@@ -55,25 +59,30 @@ void PrintText(const std::string& address, const client::Client& client,
     return;
   }
   std::string layouts;
-  for (const KvLayout& layout : worker->pool_layouts) layouts += (layouts.empty() ? "" : ", ") + layout.Fingerprint();
+  for (const KvLayout& layout : worker->pool_layouts)
+    layouts += (layouts.empty() ? "" : ", ") + layout.Fingerprint();
   if (!worker->cluster_counts) {
     std::printf("worker       %zu pools (%s); %u blocks (how full: node credentials only)\n",
                 worker->pool_layouts.size(), layouts.c_str(), worker->total_blocks);
     return;
   }
-  std::printf("worker       %zu pools (%s); %u blocks: %u in use, %u cached; %llu reuse hits, %llu evictions, "
-              "%llu offloaded, %llu onboarded\n",
-              worker->pool_layouts.size(), layouts.c_str(), worker->total_blocks, worker->used_blocks,
-              worker->cached_blocks, static_cast<unsigned long long>(worker->reuse_hits),
-              static_cast<unsigned long long>(worker->evictions),
-              static_cast<unsigned long long>(worker->offloaded_blocks),
-              static_cast<unsigned long long>(worker->onboarded_blocks));
+  std::printf(
+      "worker       %zu pools (%s); %u blocks: %u in use, %u cached; %llu reuse hits, %llu "
+      "evictions, "
+      "%llu offloaded, %llu onboarded\n",
+      worker->pool_layouts.size(), layouts.c_str(), worker->total_blocks, worker->used_blocks,
+      worker->cached_blocks, static_cast<unsigned long long>(worker->reuse_hits),
+      static_cast<unsigned long long>(worker->evictions),
+      static_cast<unsigned long long>(worker->offloaded_blocks),
+      static_cast<unsigned long long>(worker->onboarded_blocks));
 }
 
 // One JSON object; a role the node does not run is null.
 void PrintJson(const std::string& address, const client::Client& client,
-               const Result<client::CoordinatorStats>& coordinator, const Result<client::WorkerStats>& worker) {
-  std::string out = "{\"node\": " + JsonString(address) + ", \"tenant\": " + JsonString(client.tenant());
+               const Result<client::CoordinatorStats>& coordinator,
+               const Result<client::WorkerStats>& worker) {
+  std::string out =
+      "{\"node\": " + JsonString(address) + ", \"tenant\": " + JsonString(client.tenant());
   out += ", \"coordinator\": ";
   if (coordinator.ok()) {
     out += "{\"nodes\": " + std::to_string(coordinator->nodes) +
@@ -93,7 +102,8 @@ void PrintJson(const std::string& address, const client::Client& client,
     for (const KvLayout& layout : worker->pool_layouts) {
       layouts += (layouts.empty() ? "" : ", ") + JsonString(layout.Fingerprint());
     }
-    out += "{\"pools\": [" + layouts + "], \"total_blocks\": " + std::to_string(worker->total_blocks) +
+    out += "{\"pools\": [" + layouts +
+           "], \"total_blocks\": " + std::to_string(worker->total_blocks) +
            ", \"used_blocks\": " + std::to_string(worker->used_blocks) +
            ", \"cached_blocks\": " + std::to_string(worker->cached_blocks) +
            ", \"reuse_hits\": " + std::to_string(worker->reuse_hits) +
@@ -110,10 +120,12 @@ void PrintJson(const std::string& address, const client::Client& client,
 }  // namespace
 
 StatusCommand::StatusCommand(CLI::App& app)
-    : status_(app.add_subcommand("status", "Ask a running node what it serves: the coordinator's index and "
-                                           "membership counters, the worker's pools.")) {
+    : status_(app.add_subcommand("status",
+                                 "Ask a running node what it serves: the coordinator's index and "
+                                 "membership counters, the worker's pools.")) {
   node_.AddTo(*status_, /*connect_required=*/true);
-  status_->add_option("--coordinator", coordinator_, "The coordinator, where it is not at --connect")
+  status_
+      ->add_option("--coordinator", coordinator_, "The coordinator, where it is not at --connect")
       ->type_name("ADDR");
   status_->add_flag("--json", json_, "Print one JSON object");
 }
@@ -132,7 +144,8 @@ int StatusCommand::Run() const {
   options.token = *token;
   Result<std::unique_ptr<client::Client>> client = client::Client::Connect(std::move(options));
   if (!client.ok()) {
-    std::fprintf(stderr, "kvtier status: %s: %s\n", node_.connect.c_str(), client.status().ToString().c_str());
+    std::fprintf(stderr, "kvtier status: %s: %s\n", node_.connect.c_str(),
+                 client.status().ToString().c_str());
     return 1;
   }
   const Result<client::CoordinatorStats> coordinator = (*client)->GetCoordinatorStats();

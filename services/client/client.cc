@@ -22,11 +22,13 @@ struct MappedPool::Memory {
 Result<MappedPool> MappedPool::Map(const PoolMapping& mapping) {
   if (mapping.shared_memory_name.empty()) {
     return FailedPreconditionError("pool " + std::to_string(mapping.pool_id) + " is in GPU " +
-                                   std::to_string(mapping.device) + " memory: open its CUDA IPC handle instead");
+                                   std::to_string(mapping.device) +
+                                   " memory: open its CUDA IPC handle instead");
   }
-  KVTIER_ASSIGN_OR_RETURN(SharedPoolMemory shared,
-                          SharedPoolMemory::Map(mapping.shared_memory_name,
-                                                        uint64_t{mapping.num_blocks} * mapping.block_stride_bytes));
+  KVTIER_ASSIGN_OR_RETURN(
+      SharedPoolMemory shared,
+      SharedPoolMemory::Map(mapping.shared_memory_name,
+                            uint64_t{mapping.num_blocks} * mapping.block_stride_bytes));
   return MappedPool(std::make_unique<Memory>(Memory{std::move(shared)}), mapping.block_stride_bytes,
                     mapping.layout.bytes_per_block());
 }
@@ -45,16 +47,21 @@ std::span<uint8_t> MappedPool::block(uint32_t block) const {
   return bytes().subspan(uint64_t{block} * stride_, block_bytes_);
 }
 
-Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens) {
+Result<LookupResult> Client::Lookup(std::span<const BlockKey> keys,
+                                    std::span<const uint32_t> tail_tokens) {
   return LookupAsync(keys, tail_tokens).get();
 }
-Result<RouteDecision> Client::Route(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens,
+Result<RouteDecision> Client::Route(std::span<const BlockKey> keys,
+                                    std::span<const uint32_t> tail_tokens,
                                     std::span<const std::string> candidates) {
   return RouteAsync(keys, tail_tokens, candidates).get();
 }
-Result<Allocation> Client::Allocate(const AllocateRequest& request) { return AllocateAsync(request).get(); }
+Result<Allocation> Client::Allocate(const AllocateRequest& request) {
+  return AllocateAsync(request).get();
+}
 Result<OnboardResult> Client::Onboard(uint64_t sequence, std::span<const BlockKey> keys,
-                                      const RetentionConfig& retention, std::span<const std::string> sources) {
+                                      const RetentionConfig& retention,
+                                      std::span<const std::string> sources) {
   return OnboardAsync(sequence, keys, retention, sources).get();
 }
 
@@ -63,7 +70,8 @@ std::vector<std::string> Client::SourcesOf(const LookupResult& lookup) {
   for (const Tier tier : {Tier::kGpu, Tier::kHost, Tier::kDisk}) {
     for (const std::vector<Location>& block : lookup.locations) {
       for (const Location& location : block) {
-        if (location.tier == tier && std::find(sources.begin(), sources.end(), location.node_id) == sources.end()) {
+        if (location.tier == tier &&
+            std::find(sources.begin(), sources.end(), location.node_id) == sources.end()) {
           sources.push_back(location.node_id);
         }
       }
@@ -71,7 +79,8 @@ std::vector<std::string> Client::SourcesOf(const LookupResult& lookup) {
   }
   return sources;
 }
-Result<uint32_t> Client::Commit(uint64_t sequence, std::span<const BlockKey> keys, const RetentionConfig& retention,
+Result<uint32_t> Client::Commit(uint64_t sequence, std::span<const BlockKey> keys,
+                                const RetentionConfig& retention,
                                 std::span<const uint32_t> tokens) {
   return CommitAsync(sequence, keys, retention, tokens).get();
 }

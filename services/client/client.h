@@ -48,17 +48,17 @@
 namespace kvtier::client {
 
 struct ClientOptions {
-  std::string address = {};     // the node: "host:port" or "unix:/path"
+  std::string address = {};  // the node: "host:port" or "unix:/path"
   // The coordinator, where it is not at `address` (a `kvtier worker` node has none):
   // Lookup, Route and the coordinator's stats go there over a connection of their own.
   std::string coordinator_address = {};
-  std::string token = {};       // tenant or engine token; any value when the server has auth off
+  std::string token = {};  // tenant or engine token; any value when the server has auth off
   // The tenant an engine token acts for (services/auth/token_store.h): its salt keys the
   // connection's calls, and only an engine may map pool memory (AttachPool). Empty: the
   // token's own tenant. One Client acts for one tenant; an engine holds one per tenant.
   std::string act_for = {};
-  std::string tls_ca_file = {}; // set: TLS, the server verified against this CA bundle
-  std::string tls_server_name = {};  // default: the host of `address`
+  std::string tls_ca_file = {};             // set: TLS, the server verified against this CA bundle
+  std::string tls_server_name = {};         // default: the host of `address`
   std::chrono::milliseconds timeout{5000};  // per attempt
   int max_attempts = 3;                     // for calls that may be retried (above)
   std::chrono::milliseconds retry_backoff{20};  // before the second attempt; doubles
@@ -77,12 +77,12 @@ struct Location {
 struct NodeScore {
   std::string node_id;
   uint32_t prefix_blocks = 0;  // longest consecutive prefix the node can serve
-  double score = 0;            // weighted by tier, plus the share of a partially matching next block
-  uint32_t partial_tokens = 0; // tokens of the block after the prefix the node can reuse
+  double score = 0;  // weighted by tier, plus the share of a partially matching next block
+  uint32_t partial_tokens = 0;  // tokens of the block after the prefix the node can reuse
 };
 
 struct LookupResult {
-  uint32_t matched_blocks = 0;                 // longest cached prefix, in blocks
+  uint32_t matched_blocks = 0;                   // longest cached prefix, in blocks
   std::vector<std::vector<Location>> locations;  // per matched block
   // Lookup with tail tokens: the cached block after the prefix sharing the most leading
   // tokens with the tail (partial reuse), how many it shares and holds, and where it is.
@@ -116,9 +116,9 @@ struct AllocateRequest {
   uint64_t sequence = 0;
   uint32_t pool_id = 0;
   std::vector<BlockKey> keys = {};    // the prompt's full blocks
-  uint32_t num_tokens = 0;       // the prompt's length
+  uint32_t num_tokens = 0;            // the prompt's length
   std::vector<uint32_t> tokens = {};  // optional: the prompt, for partial reuse of one more block
-  uint64_t format_tag = 0;       // what else changes KV values (LoRA, model)
+  uint64_t format_tag = 0;            // what else changes KV values (LoRA, model)
 };
 
 struct Allocation {
@@ -132,12 +132,12 @@ struct OnboardResult {
   uint32_t cached_blocks = 0;     // leading full blocks now holding KV
   uint32_t from_host = 0;
   uint32_t from_disk = 0;
-  uint32_t from_remote = 0;       // fetched from other nodes (the sources named)
+  uint32_t from_remote = 0;  // fetched from other nodes (the sources named)
 };
 
 struct WorkerStats {
   std::vector<KvLayout> pool_layouts;  // by pool id
-  uint32_t total_blocks = 0;   // over every pool
+  uint32_t total_blocks = 0;           // over every pool
   uint32_t used_blocks = 0;
   uint32_t cached_blocks = 0;
   uint64_t reuse_hits = 0;
@@ -200,22 +200,25 @@ class Client {
 
   // The keys of every full block of `tokens` (a partial last block has none yet).
   // REQUIRES: tokens_per_block > 0.
-  static std::vector<BlockKey> BlockKeys(std::span<const uint32_t> tokens, uint32_t tokens_per_block,
+  static std::vector<BlockKey> BlockKeys(std::span<const uint32_t> tokens,
+                                         uint32_t tokens_per_block,
                                          const BlockExtraKeys& extra = {});
 
   // The coordinator (kUnavailable where the node runs none). `tail_tokens`: the prompt's
   // tokens after its full blocks, for a partial match of the block after the prefix
   // (nodes that commit with tokens make their blocks candidates).
-  [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {});
-  [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(std::span<const BlockKey> keys,
-                                                              std::span<const uint32_t> tail_tokens = {});
+  [[nodiscard]] Result<LookupResult> Lookup(std::span<const BlockKey> keys,
+                                            std::span<const uint32_t> tail_tokens = {});
+  [[nodiscard]] std::future<Result<LookupResult>> LookupAsync(
+      std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {});
   // The worker to run a prompt on (the coordinator's lowest routing cost): `tail_tokens` as
   // for Lookup; `candidates`: the node ids it may go to (empty: any live worker).
-  [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {},
+  [[nodiscard]] Result<RouteDecision> Route(std::span<const BlockKey> keys,
+                                            std::span<const uint32_t> tail_tokens = {},
                                             std::span<const std::string> candidates = {});
-  [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(std::span<const BlockKey> keys,
-                                                              std::span<const uint32_t> tail_tokens = {},
-                                                              std::span<const std::string> candidates = {});
+  [[nodiscard]] std::future<Result<RouteDecision>> RouteAsync(
+      std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens = {},
+      std::span<const std::string> candidates = {});
   [[nodiscard]] Result<CoordinatorStats> GetCoordinatorStats();
 
   // The node's worker (kUnavailable where the node runs none).
@@ -229,16 +232,18 @@ class Client {
   [[nodiscard]] Result<OnboardResult> Onboard(uint64_t sequence, std::span<const BlockKey> keys,
                                               const RetentionConfig& retention = {},
                                               std::span<const std::string> sources = {});
-  [[nodiscard]] std::future<Result<OnboardResult>> OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
-                                                                const RetentionConfig& retention = {},
-                                                                std::span<const std::string> sources = {});
+  [[nodiscard]] std::future<Result<OnboardResult>> OnboardAsync(
+      uint64_t sequence, std::span<const BlockKey> keys, const RetentionConfig& retention = {},
+      std::span<const std::string> sources = {});
   // The nodes a lookup placed the prompt's blocks on, for Onboard: those holding a block
   // in GPU memory first, then host, then disk, each in order of first appearance.
   static std::vector<std::string> SourcesOf(const LookupResult& lookup);
   // Returns how many blocks this call cached.
   [[nodiscard]] Result<uint32_t> Commit(uint64_t sequence, std::span<const BlockKey> keys,
-                                        const RetentionConfig& retention = {}, std::span<const uint32_t> tokens = {});
-  [[nodiscard]] std::future<Result<uint32_t>> CommitAsync(uint64_t sequence, std::span<const BlockKey> keys,
+                                        const RetentionConfig& retention = {},
+                                        std::span<const uint32_t> tokens = {});
+  [[nodiscard]] std::future<Result<uint32_t>> CommitAsync(uint64_t sequence,
+                                                          std::span<const BlockKey> keys,
                                                           const RetentionConfig& retention = {},
                                                           std::span<const uint32_t> tokens = {});
   [[nodiscard]] Status Free(uint64_t sequence);

@@ -27,8 +27,12 @@ constexpr uint32_t kTokensPerBlock = 4;
 
 KvLayout TestLayout() {
   // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks.
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
-                           .dtype = KvDtype::kFp16}).value();
+  return KvLayout::Create({.num_layers = 2,
+                           .num_kv_heads = 2,
+                           .head_dim = 8,
+                           .tokens_per_block = kTokensPerBlock,
+                           .dtype = KvDtype::kFp16})
+      .value();
 }
 
 std::vector<uint32_t> Prompt(uint32_t first, uint32_t count) {
@@ -44,18 +48,24 @@ class ClientTest : public ::testing::Test {
     options.config.data_dir = dir_.path();
     options.config.coordinator.listen = {"127.0.0.1:0"};
     // A pool of 4 blocks (the whole 2 KiB budget), host and disk tiers behind it.
-    options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
-                             .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
-    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_admission_min_count = 0};
+    options.config.worker = {.num_layers = 2,
+                             .num_kv_heads = 2,
+                             .head_dim = 8,
+                             .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp16",
+                             .pool_bytes = 2048,
+                             .free_memory_fraction = 1.0};
+    options.config.store = {
+        .host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_admission_min_count = 0};
     // Two tenants, each with its own salt.
-    options.tokens = auth::TokenStore::FromYaml(std::string("tenants:\n") +
-                                                    "  - {name: team-a, salt: salt-a, token: " + kToken + "}\n" +
-                                                    "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n" +
-                                                    "engines:\n  - {name: engine, tenants: [team-a, team-b], token: " +
-                                                    kEngineToken + "}\n" + "nodes:\n  - {name: ops, token: " +
-                                                    kNodeToken + "}\n",
-                                                "test tokens")
-                         .value();
+    options.tokens =
+        auth::TokenStore::FromYaml(
+            std::string("tenants:\n") + "  - {name: team-a, salt: salt-a, token: " + kToken +
+                "}\n" + "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n" +
+                "engines:\n  - {name: engine, tenants: [team-a, team-b], token: " + kEngineToken +
+                "}\n" + "nodes:\n  - {name: ops, token: " + kNodeToken + "}\n",
+            "test tokens")
+            .value();
     options.registry = &registry_;
     options.node_id = "node";
     options.event_tick = 10ms;
@@ -176,7 +186,8 @@ TEST_F(ClientTest, APromptEndingInsideACommittedBlockMatchesItPartially) {
   EXPECT_EQ(r->matched_blocks, 1u);
   EXPECT_EQ(r->partial_match_tokens, 3u);
   EXPECT_EQ(r->partial_block_tokens, kTokensPerBlock);
-  EXPECT_EQ(r->partial_block_key, BlockKey{}) << "a key of the tenant's key space, which no client sees";
+  EXPECT_EQ(r->partial_block_key, BlockKey{})
+      << "a key of the tenant's key space, which no client sees";
   ASSERT_EQ(r->partial_block_locations.size(), 1u);
   EXPECT_EQ(r->partial_block_locations[0].node_id, "node/worker");
   ASSERT_FALSE(r->scores.empty());
@@ -213,7 +224,8 @@ TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
   ASSERT_TRUE(client->Free(1).ok());
   // Sequence 2 needs the whole pool: blocks 0,1 are offloaded to the host tier and their
   // pool blocks zeroed by the new owner.
-  auto other = client->Allocate({.sequence = 2, .keys = Client::BlockKeys(Prompt(900, 16), kTokensPerBlock),
+  auto other = client->Allocate({.sequence = 2,
+                                 .keys = Client::BlockKeys(Prompt(900, 16), kTokensPerBlock),
                                  .num_tokens = 16});
   ASSERT_TRUE(other.ok()) << other.status();
   for (uint32_t id : other->block_ids) std::fill(pool->block(id).begin(), pool->block(id).end(), 0);
@@ -228,7 +240,8 @@ TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
   EXPECT_EQ(onboarded->from_host, 2u);
   for (uint32_t b = 0; b < 2; ++b) {
     std::span<uint8_t> block = pool->block(third->block_ids[b]);
-    for (size_t i = 0; i < block.size(); ++i) ASSERT_EQ(block[i], static_cast<uint8_t>(i * 7 + b)) << b << " " << i;
+    for (size_t i = 0; i < block.size(); ++i)
+      ASSERT_EQ(block[i], static_cast<uint8_t>(i * 7 + b)) << b << " " << i;
   }
 }
 
@@ -246,7 +259,8 @@ TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
   auto seen_by_b = b->Lookup(keys);
   ASSERT_TRUE(seen_by_b.ok()) << seen_by_b.status();
   EXPECT_EQ(seen_by_b->matched_blocks, 0u);
-  for (const NodeScore& score : seen_by_b->scores) EXPECT_EQ(score.prefix_blocks, 0u) << score.node_id;
+  for (const NodeScore& score : seen_by_b->scores)
+    EXPECT_EQ(score.prefix_blocks, 0u) << score.node_id;
   auto b_alloc = b->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
   ASSERT_TRUE(b_alloc.ok()) << b_alloc.status();
   EXPECT_EQ(b_alloc->reused_blocks, 0u);
@@ -269,7 +283,8 @@ TEST_F(ClientTest, AsyncCallsFromManyThreads) {
   std::atomic<int> committed{0};
   for (uint64_t t = 1; t <= 4; ++t) {
     threads.emplace_back([&, t] {
-      const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(1000 * static_cast<uint32_t>(t), 4), kTokensPerBlock);
+      const std::vector<BlockKey> keys =
+          Client::BlockKeys(Prompt(1000 * static_cast<uint32_t>(t), 4), kTokensPerBlock);
       auto allocation = client->AllocateAsync({.sequence = t, .keys = keys, .num_tokens = 4});
       auto lookup = client->LookupAsync(keys);
       ASSERT_TRUE(allocation.get().ok());
@@ -306,7 +321,8 @@ TEST_F(ClientTest, EachAnswersFinishFollowsTheNextCallOnTheWire) {
   const std::vector<rpc::testing::WireMessage> log = (*proxy)->Log();
   std::vector<size_t> calls;  // where the four calls are in the log
   for (size_t i = 0; i < log.size(); ++i) {
-    if (log[i].kind == Kind::kCall && (log[i].method == "Worker.stats" || log[i].method == "Coordinator.lookup")) {
+    if (log[i].kind == Kind::kCall &&
+        (log[i].method == "Worker.stats" || log[i].method == "Coordinator.lookup")) {
       calls.push_back(i);
     }
   }
@@ -316,16 +332,23 @@ TEST_F(ClientTest, EachAnswersFinishFollowsTheNextCallOnTheWire) {
   for (size_t k = 0; k + 1 < calls.size(); ++k) {
     const uint32_t question = log[calls[k]].question;
     size_t finish = calls[k] + 1;
-    while (finish < log.size() && !(log[finish].kind == Kind::kFinish && log[finish].question == question)) ++finish;
-    EXPECT_GT(finish, calls[k + 1]) << "call " << k << "'s Finish is sent after call " << k + 1 << " (" << sent << ")";
+    while (finish < log.size() &&
+           !(log[finish].kind == Kind::kFinish && log[finish].question == question))
+      ++finish;
+    EXPECT_GT(finish, calls[k + 1])
+        << "call " << k << "'s Finish is sent after call " << k + 1 << " (" << sent << ")";
   }
 }
 
 TEST_F(ClientTest, ErrorsNameWhatWasWrong) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  KvLayout other = KvLayout::Create({.num_layers = 3, .num_kv_heads = 2, .head_dim = 8,
-                                     .tokens_per_block = kTokensPerBlock, .dtype = KvDtype::kFp16}).value();
+  KvLayout other = KvLayout::Create({.num_layers = 3,
+                                     .num_kv_heads = 2,
+                                     .head_dim = 8,
+                                     .tokens_per_block = kTokensPerBlock,
+                                     .dtype = KvDtype::kFp16})
+                       .value();
   auto attached = client->AttachPool(0, other);
   EXPECT_EQ(attached.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(attached.status().message().find("num_layers"), std::string::npos) << attached.status();
@@ -337,13 +360,16 @@ TEST_F(ClientTest, ErrorsNameWhatWasWrong) {
   const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(900, 8), kTokensPerBlock);
   ASSERT_TRUE(client->Allocate({.sequence = 5, .keys = keys, .num_tokens = 8}).ok());
   RetentionConfig centuries;
-  centuries.ranges.push_back({.first_token = 0, .priority = 90, .duration = std::chrono::hours(24 * 365 * 200)});
+  centuries.ranges.push_back(
+      {.first_token = 0, .priority = 90, .duration = std::chrono::hours(24 * 365 * 200)});
   const auto committed = client->Commit(5, keys, centuries);
   EXPECT_EQ(committed.status().code(), StatusCode::kInvalidArgument) << committed.status();
-  EXPECT_NE(committed.status().message().find("retention range 0's duration of 6307200000000 ms exceeds"),
-            std::string::npos)
+  EXPECT_NE(
+      committed.status().message().find("retention range 0's duration of 6307200000000 ms exceeds"),
+      std::string::npos)
       << committed.status();
-  EXPECT_EQ(client->Commit(5, keys).value(), 2u) << "the same blocks commit with a retention in range";
+  EXPECT_EQ(client->Commit(5, keys).value(), 2u)
+      << "the same blocks commit with a retention in range";
   ASSERT_TRUE(client->Free(5).ok());
 
   auto bad_token = Client::Connect({.address = cluster_->endpoints()[0], .token = "wrong"});

@@ -52,8 +52,9 @@ Status AuthThrottle::Admit(std::string_view address) {
   if (bucket->tokens >= 1) return Status::Ok();
   ++refused_;
   const double wait_s = std::ceil((1 - bucket->tokens) / options_.per_second);
-  return ResourceExhaustedError("too many failed authentication attempts from " + std::string(address) +
-                                "; try again in " + std::to_string(static_cast<int64_t>(wait_s)) + " s");
+  return ResourceExhaustedError("too many failed authentication attempts from " +
+                                std::string(address) + "; try again in " +
+                                std::to_string(static_cast<int64_t>(wait_s)) + " s");
 }
 
 std::optional<uint64_t> AuthThrottle::Failed(std::string_view address) {

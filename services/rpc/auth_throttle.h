@@ -11,8 +11,8 @@
 // an address, then at most one per `log_interval`, with the count since the last line).
 //
 // At most `max_addresses` addresses are tracked; past that, buckets that have refilled are
-// forgotten first (with their unlogged count), and if none has, every further address shares one overflow bucket, so
-// that many addresses (an IPv6 range) cannot grow the table without bound.
+// forgotten first (with their unlogged count), and if none has, every further address shares one
+// overflow bucket, so that many addresses (an IPv6 range) cannot grow the table without bound.
 //
 // Thread safety: safe from any thread (one mutex, a leaf).
 #pragma once
@@ -32,8 +32,8 @@
 namespace kvtier::rpc {
 
 struct AuthThrottleOptions {
-  uint32_t burst = 10;            // failures an address may have before it must wait
-  double per_second = 1.0;        // how fast its budget refills
+  uint32_t burst = 10;      // failures an address may have before it must wait
+  double per_second = 1.0;  // how fast its budget refills
   size_t max_addresses = 65536;
   std::chrono::seconds log_interval{10};
   const Clock* clock = &SystemClock::Instance();
@@ -60,7 +60,7 @@ class AuthThrottle {
     double tokens = 0;
     Nanos updated{};
     std::optional<Nanos> logged;  // when its last line was logged
-    uint64_t unlogged = 0;    // failures since then
+    uint64_t unlogged = 0;        // failures since then
   };
   Bucket& Find(std::string_view address, Nanos now) KVTIER_REQUIRES(mu_);
   void Refill(Bucket& bucket, Nanos now) const;

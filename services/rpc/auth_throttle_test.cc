@@ -9,7 +9,11 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 AuthThrottleOptions Options(const FakeClock& clock) {
-  return {.burst = 3, .per_second = 1.0, .max_addresses = 4, .log_interval = seconds(10), .clock = &clock};
+  return {.burst = 3,
+          .per_second = 1.0,
+          .max_addresses = 4,
+          .log_interval = seconds(10),
+          .clock = &clock};
 }
 
 TEST(AuthThrottleTest, AnAddressGetsItsBurstThenWaitsForTheRefill) {

@@ -15,12 +15,13 @@ constexpr uint32_t kMaxSegments = 512;
 constexpr size_t kMinBufferBytes = 4096;
 
 uint32_t LoadLittleEndian32(const kj::byte* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
 
 // A reader over `words`, split into segments by the sizes in the stream's segment table.
-kj::Own<capnp::MessageReader> MakeReader(const kj::byte* table, uint32_t segment_count, kj::Array<word> words,
+kj::Own<capnp::MessageReader> MakeReader(const kj::byte* table, uint32_t segment_count,
+                                         kj::Array<word> words,
                                          const capnp::ReaderOptions& options) {
   auto segments = kj::heapArray<kj::ArrayPtr<const word>>(segment_count);
   size_t offset = 0;
@@ -29,7 +30,8 @@ kj::Own<capnp::MessageReader> MakeReader(const kj::byte* table, uint32_t segment
     segments[i] = kj::arrayPtr(words.begin() + offset, size);
     offset += size;
   }
-  auto reader = kj::heap<capnp::SegmentArrayMessageReader>(kj::ArrayPtr<const kj::ArrayPtr<const word>>(segments), options);
+  auto reader = kj::heap<capnp::SegmentArrayMessageReader>(
+      kj::ArrayPtr<const kj::ArrayPtr<const word>>(segments), options);
   // Attachments outlive the reader that points into them.
   return reader.attach(kj::mv(segments), kj::mv(words));
 }
@@ -42,7 +44,8 @@ struct BufferedMessageStream::Frame {
   size_t message_bytes = 0;  // the segments after it
 };
 
-BufferedMessageStream::BufferedMessageStream(kj::AsyncIoStream& stream, BufferedMessageStreamOptions options)
+BufferedMessageStream::BufferedMessageStream(kj::AsyncIoStream& stream,
+                                             BufferedMessageStreamOptions options)
     : stream_(stream),
       on_message_(std::move(options.on_message)),
       max_message_words_(options.max_message_words),
@@ -52,17 +55,20 @@ BufferedMessageStream::BufferedMessageStream(kj::AsyncIoStream& stream, Buffered
              options.buffer_bytes);
 }
 
-kj::Maybe<BufferedMessageStream::Frame> BufferedMessageStream::ParseFrame(const capnp::ReaderOptions& options) const {
+kj::Maybe<BufferedMessageStream::Frame> BufferedMessageStream::ParseFrame(
+    const capnp::ReaderOptions& options) const {
   if (buffered() < sizeof(word)) return nullptr;
   const kj::byte* table = buffer_.asBytes().begin() + begin_;
   const uint64_t segment_count = uint64_t{LoadLittleEndian32(table)} + 1;
-  KJ_REQUIRE(segment_count <= kMaxSegments, "message has too many segments", segment_count, kMaxSegments);
+  KJ_REQUIRE(segment_count <= kMaxSegments, "message has too many segments", segment_count,
+             kMaxSegments);
   Frame frame;
   frame.segment_count = static_cast<uint32_t>(segment_count);
   frame.table_bytes = ((segment_count + 1) * 4 + 7) & ~size_t{7};
   if (buffered() < frame.table_bytes) return nullptr;
   uint64_t words = 0;
-  for (uint32_t i = 0; i < frame.segment_count; ++i) words += LoadLittleEndian32(table + 4 + size_t{4} * i);
+  for (uint32_t i = 0; i < frame.segment_count; ++i)
+    words += LoadLittleEndian32(table + 4 + size_t{4} * i);
   KJ_REQUIRE(words <= options.traversalLimitInWords,
              "message is larger than the receiver's limit (ReaderOptions::traversalLimitInWords)",
              words * sizeof(word), options.traversalLimitInWords * sizeof(word));
@@ -77,7 +83,7 @@ kj::Maybe<BufferedMessageStream::Frame> BufferedMessageStream::ParseFrame(const 
 kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryReadMessage(
     kj::ArrayPtr<kj::AutoCloseFd>, capnp::ReaderOptions options, kj::ArrayPtr<word>) {
   return kj::evalNow([&]() -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
-    KJ_IF_MAYBE(frame, ParseFrame(options)) {
+    KJ_IF_MAYBE (frame, ParseFrame(options)) {
       const size_t frame_bytes = frame->table_bytes + frame->message_bytes;
       if (buffered() >= frame_bytes) {
         const kj::byte* table = buffer_.asBytes().begin() + begin_;
@@ -87,7 +93,8 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryRea
         begin_ += frame_bytes;
         if (begin_ == end_) begin_ = end_ = 0;
         if (on_message_) on_message_();
-        return kj::Maybe<capnp::MessageReaderAndFds>(capnp::MessageReaderAndFds{kj::mv(reader), nullptr});
+        return kj::Maybe<capnp::MessageReaderAndFds>(
+            capnp::MessageReaderAndFds{kj::mv(reader), nullptr});
       }
       if (frame_bytes > buffer_.asBytes().size()) return ReadLarge(*frame, options);
     }
@@ -102,8 +109,8 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryRea
         .then([this, options](size_t bytes) -> kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> {
           if (bytes == 0) {
             if (buffered() == 0) return kj::Maybe<capnp::MessageReaderAndFds>(nullptr);
-            kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the peer closed the stream inside a message",
-                                                 buffered()));
+            kj::throwFatalException(KJ_EXCEPTION(
+                DISCONNECTED, "the peer closed the stream inside a message", buffered()));
           }
           end_ += bytes;
           return tryReadMessage(nullptr, options, nullptr);
@@ -111,8 +118,8 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryRea
   });
 }
 
-kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::ReadLarge(const Frame& frame,
-                                                                                    capnp::ReaderOptions options) {
+kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::ReadLarge(
+    const Frame& frame, capnp::ReaderOptions options) {
   // The message does not fit the buffer: the buffered part is copied once, and the rest is
   // read straight into the message's own array.
   const kj::byte* table = buffer_.asBytes().begin() + begin_;
@@ -124,16 +131,17 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::ReadLa
   kj::byte* rest = words.asBytes().begin() + have;
   const size_t rest_bytes = frame.message_bytes - have;
   return stream_.read(rest, rest_bytes)
-      .then([table_copy = kj::mv(table_copy), words = kj::mv(words), segment_count = frame.segment_count,
-             options, this]() mutable {
+      .then([table_copy = kj::mv(table_copy), words = kj::mv(words),
+             segment_count = frame.segment_count, options, this]() mutable {
         if (on_message_) on_message_();
         auto reader = MakeReader(table_copy.begin(), segment_count, kj::mv(words), options);
-        return kj::Maybe<capnp::MessageReaderAndFds>(capnp::MessageReaderAndFds{kj::mv(reader), nullptr});
+        return kj::Maybe<capnp::MessageReaderAndFds>(
+            capnp::MessageReaderAndFds{kj::mv(reader), nullptr});
       });
 }
 
-kj::Promise<void> BufferedMessageStream::writeMessage(kj::ArrayPtr<const int> fds,
-                                                      kj::ArrayPtr<const kj::ArrayPtr<const word>> segments) {
+kj::Promise<void> BufferedMessageStream::writeMessage(
+    kj::ArrayPtr<const int> fds, kj::ArrayPtr<const kj::ArrayPtr<const word>> segments) {
   return writer_.writeMessage(fds, segments);
 }
 

@@ -45,17 +45,19 @@ struct BufferedMessageStreamOptions {
 
 class BufferedMessageStream final : public capnp::MessageStream {
  public:
-  explicit BufferedMessageStream(kj::AsyncIoStream& stream, BufferedMessageStreamOptions options = {});
+  explicit BufferedMessageStream(kj::AsyncIoStream& stream,
+                                 BufferedMessageStreamOptions options = {});
 
   using capnp::MessageStream::tryReadMessage;
   using capnp::MessageStream::writeMessage;
   using capnp::MessageStream::writeMessages;
 
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(kj::ArrayPtr<kj::AutoCloseFd> fd_space,
-                                                                    capnp::ReaderOptions options,
-                                                                    kj::ArrayPtr<capnp::word> scratch) override;
-  kj::Promise<void> writeMessage(kj::ArrayPtr<const int> fds,
-                                 kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override;
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
+      kj::ArrayPtr<kj::AutoCloseFd> fd_space, capnp::ReaderOptions options,
+      kj::ArrayPtr<capnp::word> scratch) override;
+  kj::Promise<void> writeMessage(
+      kj::ArrayPtr<const int> fds,
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override;
   kj::Promise<void> writeMessages(
       kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) override;
   kj::Maybe<int> getSendBufferSize() override;
@@ -65,7 +67,8 @@ class BufferedMessageStream final : public capnp::MessageStream {
   struct Frame;
   // The next message's framing, when the buffer holds its whole segment table.
   kj::Maybe<Frame> ParseFrame(const capnp::ReaderOptions& options) const;
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> ReadLarge(const Frame& frame, capnp::ReaderOptions options);
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> ReadLarge(const Frame& frame,
+                                                               capnp::ReaderOptions options);
   size_t buffered() const { return end_ - begin_; }
 
   kj::AsyncIoStream& stream_;

@@ -14,9 +14,11 @@ namespace kvtier::rpc {
 namespace {
 
 // One message whose root is a Data blob of `bytes` bytes, each byte `fill` + its index.
-kj::Array<capnp::word> DataMessage(size_t bytes, uint8_t fill, uint32_t first_segment_words = 1024) {
+kj::Array<capnp::word> DataMessage(size_t bytes, uint8_t fill,
+                                   uint32_t first_segment_words = 1024) {
   capnp::MallocMessageBuilder builder(first_segment_words, capnp::AllocationStrategy::FIXED_SIZE);
-  capnp::Data::Builder data = builder.initRoot<capnp::AnyPointer>().initAs<capnp::Data>(static_cast<unsigned>(bytes));
+  capnp::Data::Builder data =
+      builder.initRoot<capnp::AnyPointer>().initAs<capnp::Data>(static_cast<unsigned>(bytes));
   for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<kj::byte>(fill + i);
   return capnp::messageToFlatArray(builder);
 }
@@ -38,7 +40,8 @@ kj::Array<capnp::word> MultiSegmentMessage(uint64_t count, size_t& segments) {
 void ExpectData(capnp::MessageReader& reader, size_t bytes, uint8_t fill) {
   const capnp::Data::Reader data = reader.getRoot<capnp::AnyPointer>().getAs<capnp::Data>();
   ASSERT_EQ(data.size(), bytes);
-  for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(data[i], static_cast<kj::byte>(fill + i)) << "byte " << i;
+  for (size_t i = 0; i < bytes; ++i)
+    ASSERT_EQ(data[i], static_cast<kj::byte>(fill + i)) << "byte " << i;
 }
 
 // An event loop and a socket pair: ends[0] is the stream under test, ends[1] its peer.
@@ -50,7 +53,8 @@ struct Loop {
 
 class BufferedMessageStreamTest : public ::testing::Test {
  protected:
-  BufferedMessageStreamTest() : loop_(std::make_unique<Loop>()), io_(loop_->io), pipe_(loop_->pipe) {}
+  BufferedMessageStreamTest()
+      : loop_(std::make_unique<Loop>()), io_(loop_->io), pipe_(loop_->pipe) {}
 
   // Writes raw bytes from the far end of the socket pair, in chunks of `chunk` bytes with
   // the event loop run between them, so the reader sees the message arrive in pieces.
@@ -62,8 +66,9 @@ class BufferedMessageStreamTest : public ::testing::Test {
     }
   }
 
-  kj::Own<capnp::MessageReader> Read(BufferedMessageStream& stream, capnp::ReaderOptions options = {}) {
-    KJ_IF_MAYBE(message, stream.tryReadMessage(nullptr, options, nullptr).wait(io_.waitScope)) {
+  kj::Own<capnp::MessageReader> Read(BufferedMessageStream& stream,
+                                     capnp::ReaderOptions options = {}) {
+    KJ_IF_MAYBE (message, stream.tryReadMessage(nullptr, options, nullptr).wait(io_.waitScope)) {
       EXPECT_EQ(message->fds.size(), 0u);
       return kj::mv(message->reader);
     }
@@ -72,7 +77,9 @@ class BufferedMessageStreamTest : public ::testing::Test {
   }
 
   std::string ReadError(BufferedMessageStream& stream, capnp::ReaderOptions options = {}) {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { stream.tryReadMessage(nullptr, options, nullptr).wait(io_.waitScope); })) {
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                   stream.tryReadMessage(nullptr, options, nullptr).wait(io_.waitScope);
+                 })) {
       return e->getDescription().cStr();
     }
     return "";
@@ -109,7 +116,7 @@ TEST_F(BufferedMessageStreamTest, AssemblesMessagesThatArriveInPieces) {
   BufferedMessageStream stream(*pipe_.ends[0]);
   auto first = stream.tryReadMessage(nullptr, {}, nullptr);
   SendRaw(kj::arrayPtr(bytes.data(), bytes.size()), 3);
-  KJ_IF_MAYBE(message, first.wait(io_.waitScope)) {
+  KJ_IF_MAYBE (message, first.wait(io_.waitScope)) {
     ExpectData(*message->reader, 300, 1);
   } else {
     FAIL() << "the first message did not arrive";
@@ -139,10 +146,11 @@ TEST_F(BufferedMessageStreamTest, ReadsMessagesLargerThanTheBufferAndWhatFollows
   std::vector<kj::byte> bytes(large.asBytes().begin(), large.asBytes().end());
   bytes.insert(bytes.end(), small.asBytes().begin(), small.asBytes().end());
   int seen = 0;
-  BufferedMessageStream stream(*pipe_.ends[0], {.buffer_bytes = 4096, .on_message = [&seen] { ++seen; }});
+  BufferedMessageStream stream(*pipe_.ends[0],
+                               {.buffer_bytes = 4096, .on_message = [&seen] { ++seen; }});
   auto first = stream.tryReadMessage(nullptr, {}, nullptr);
   SendRaw(kj::arrayPtr(bytes.data(), bytes.size()), 100'000);
-  KJ_IF_MAYBE(message, first.wait(io_.waitScope)) {
+  KJ_IF_MAYBE (message, first.wait(io_.waitScope)) {
     ExpectData(*message->reader, 1 << 20, 7);
   } else {
     FAIL() << "the large message did not arrive";
@@ -157,7 +165,8 @@ TEST_F(BufferedMessageStreamTest, WritesWhatTheStandardReaderReads) {
   builder.initRoot<capnp::AnyPointer>().setAs<capnp::Text>("block 3 new");
   stream.writeMessage(builder).wait(io_.waitScope);
   auto reader = capnp::readMessage(*pipe_.ends[1]).wait(io_.waitScope);
-  EXPECT_EQ(std::string(reader->getRoot<capnp::AnyPointer>().getAs<capnp::Text>().cStr()), "block 3 new");
+  EXPECT_EQ(std::string(reader->getRoot<capnp::AnyPointer>().getAs<capnp::Text>().cStr()),
+            "block 3 new");
 }
 
 TEST_F(BufferedMessageStreamTest, RefusesAMessageOverTheReceiversLimit) {

@@ -10,8 +10,9 @@ class GuardedServer final : public capnp::Capability::Server {
   GuardedServer(kj::Own<capnp::Capability::Server> inner, std::shared_ptr<CredentialGuard> guard)
       : inner_(kj::mv(inner)), guard_(std::move(guard)) {}
 
-  DispatchCallResult dispatchCall(uint64_t interface_id, uint16_t method_id,
-                                  capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
+  DispatchCallResult dispatchCall(
+      uint64_t interface_id, uint16_t method_id,
+      capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
     if (Status granted = guard_->Check(); !granted.ok()) ThrowStatus(granted);
     return inner_->dispatchCall(interface_id, method_id, context);
   }

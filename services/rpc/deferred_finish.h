@@ -12,8 +12,9 @@
 // there.
 //
 // Usage, on the connection's event-loop thread:
-//   auto promise = request.send().then([&](auto response) { use(response); deferred.Keep(kj::mv(response)); });
-//   deferred.CallSent();  // after every send on the connection: the held Finishes follow it
+//   auto promise = request.send().then([&](auto response) { use(response);
+//   deferred.Keep(kj::mv(response)); }); deferred.CallSent();  // after every send on the
+//   connection: the held Finishes follow it
 //
 // Thread safety: none; one per connection, used and destroyed on its event-loop thread
 // (a response must die there).

@@ -55,15 +55,17 @@ TEST(DeferredFinishTest, ABurstPastTheLimitIsLetGoAtOnce) {
 // question id) before passing it on.
 class RecordingStream final : public capnp::MessageStream {
  public:
-  RecordingStream(capnp::MessageStream& inner, std::vector<std::string>& log) : inner_(inner), log_(log) {}
+  RecordingStream(capnp::MessageStream& inner, std::vector<std::string>& log)
+      : inner_(inner), log_(log) {}
 
-  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(kj::ArrayPtr<kj::AutoCloseFd> fd_space,
-                                                                     capnp::ReaderOptions options,
-                                                                     kj::ArrayPtr<capnp::word> scratch) override {
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
+      kj::ArrayPtr<kj::AutoCloseFd> fd_space, capnp::ReaderOptions options,
+      kj::ArrayPtr<capnp::word> scratch) override {
     return inner_.tryReadMessage(fd_space, options, scratch);
   }
-  kj::Promise<void> writeMessage(kj::ArrayPtr<const int> fds,
-                                 kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override {
+  kj::Promise<void> writeMessage(
+      kj::ArrayPtr<const int> fds,
+      kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override {
     Record(segments);
     return inner_.writeMessage(fds, segments);
   }
@@ -161,7 +163,8 @@ TEST_F(DeferredFinishRpcTest, ADroppedAnswersFinishGoesOutAloneBeforeTheNextCall
   // Question ids are reused once finished, so the pings may share one.
   ASSERT_EQ(log_.size(), 4u) << ::testing::PrintToString(log_);
   EXPECT_EQ(log_[0].substr(0, 5), "call ");
-  EXPECT_EQ(log_[1], "finish " + log_[0].substr(5)) << "ping 1's Finish leaves before ping 2's Call";
+  EXPECT_EQ(log_[1], "finish " + log_[0].substr(5))
+      << "ping 1's Finish leaves before ping 2's Call";
   EXPECT_EQ(log_[2].substr(0, 5), "call ");
   EXPECT_EQ(log_[3], "finish " + log_[2].substr(5));
 }
@@ -170,7 +173,8 @@ TEST_F(DeferredFinishRpcTest, AHeldAnswersFinishFollowsTheNextCall) {
   DeferredFinish deferred;
   Ping(&deferred);
   Settle();
-  ASSERT_EQ(log_.size(), 1u) << "the answer is held: no Finish yet; " << ::testing::PrintToString(log_);
+  ASSERT_EQ(log_.size(), 1u) << "the answer is held: no Finish yet; "
+                             << ::testing::PrintToString(log_);
   const std::string first = log_[0].substr(5);
   Ping(&deferred);
   Settle();

@@ -13,11 +13,14 @@ namespace {
 
 class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHandler {
  public:
-  HttpListenerImpl(kj::AsyncIoContext& io, HttpListenerOptions options) : io_(io), options_(std::move(options)) {}
+  HttpListenerImpl(kj::AsyncIoContext& io, HttpListenerOptions options)
+      : io_(io), options_(std::move(options)) {}
 
-  Status Start(kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)>& make_service) {
+  Status Start(
+      kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)>& make_service) {
     if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(tls_, TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
+      KVTIER_ASSIGN_OR_RETURN(tls_,
+                              TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
     }
     kj::HttpHeaderTable::Builder builder;
     service_ = make_service(builder);
@@ -29,12 +32,16 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
     for (const std::string& address : options_.listen) {
       kj::Own<kj::ConnectionReceiver> receiver;
       KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
-                     receiver = io_.provider->getNetwork().parseAddress(address.c_str()).wait(io_.waitScope)->listen();
+                     receiver = io_.provider->getNetwork()
+                                    .parseAddress(address.c_str())
+                                    .wait(io_.waitScope)
+                                    ->listen();
                    })) {
         return UnavailableError("cannot listen for HTTP on " + address + ": " +
                                 ExceptionToStatus(*exception).message());
       }
-      endpoints_.push_back(address.substr(0, address.rfind(':') + 1) + std::to_string(receiver->getPort()));
+      endpoints_.push_back(address.substr(0, address.rfind(':') + 1) +
+                           std::to_string(receiver->getPort()));
       receivers_.push_back(kj::mv(receiver));
     }
     return Status::Ok();
@@ -57,10 +64,11 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
               return AcceptLoop(receiver);
             },
             [this, &receiver](kj::Exception&& e) {
-              spdlog::warn("HTTP listener {}: accept failed: {}", endpoints_.front(), e.getDescription().cStr());
-              return io_.provider->getTimer().afterDelay(100 * kj::MILLISECONDS).then([this, &receiver] {
-                return AcceptLoop(receiver);
-              });
+              spdlog::warn("HTTP listener {}: accept failed: {}", endpoints_.front(),
+                           e.getDescription().cStr());
+              return io_.provider->getTimer()
+                  .afterDelay(100 * kj::MILLISECONDS)
+                  .then([this, &receiver] { return AcceptLoop(receiver); });
             });
   }
 
@@ -69,12 +77,15 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
     ++open_;
     kj::Promise<void> serving = nullptr;
     if (tls_) {
-      auto deadline = io_.provider->getTimer().afterDelay(options_.header_timeout.count() * kj::MILLISECONDS);
+      auto deadline =
+          io_.provider->getTimer().afterDelay(options_.header_timeout.count() * kj::MILLISECONDS);
       serving = tls_->Wrap(kj::mv(stream))
                     .exclusiveJoin(deadline.then([]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
                       return KJ_EXCEPTION(DISCONNECTED, "TLS handshake timed out");
                     }))
-                    .then([this](kj::Own<kj::AsyncIoStream> secured) { return server_->listenHttp(kj::mv(secured)); });
+                    .then([this](kj::Own<kj::AsyncIoStream> secured) {
+                      return server_->listenHttp(kj::mv(secured));
+                    });
     } else {
       serving = server_->listenHttp(kj::mv(stream));
     }

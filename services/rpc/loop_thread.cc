@@ -63,7 +63,8 @@ class LoopThread::Impl final : private kj::TaskSet::ErrorHandler {
 
 Result<std::unique_ptr<LoopThread>> LoopThread::Create(LoopThreadOptions options) {
   if (options.tick && options.tick_interval.count() <= 0) {
-    return InvalidArgumentError("LoopThread " + options.name + ": a tick needs a positive tick_interval, not " +
+    return InvalidArgumentError("LoopThread " + options.name +
+                                ": a tick needs a positive tick_interval, not " +
                                 std::to_string(options.tick_interval.count()) + " ms");
   }
   auto impl = std::make_unique<Impl>(std::move(options));

@@ -25,7 +25,8 @@ std::string ThisThreadsName() {
 }
 
 TEST(LoopThreadTest, WorkRunsOnTheNamedThreadAndItsResultComesBackHere) {
-  kj::AsyncIoContext io_ = kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
+  kj::AsyncIoContext io_ =
+      kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
   auto loop = LoopThread::Create({.name = "kvt-worker"}).value();
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id ran_on;
@@ -42,7 +43,8 @@ TEST(LoopThreadTest, WorkRunsOnTheNamedThreadAndItsResultComesBackHere) {
 // Three calls made in a row run in that order, each after the one before has finished,
 // although the first is the slowest.
 TEST(LoopThreadTest, CallsFromOneThreadRunInTheOrderMade) {
-  kj::AsyncIoContext io_ = kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
+  kj::AsyncIoContext io_ =
+      kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
   auto loop = LoopThread::Create({}).value();
   std::vector<int> order;  // touched only on the loop's thread until the last call is back
   auto first = loop->executor().executeAsync([&] {
@@ -60,7 +62,8 @@ TEST(LoopThreadTest, CallsFromOneThreadRunInTheOrderMade) {
 // While the loop thread runs a long call, this thread's loop goes on with its own events:
 // the point of moving work off it.
 TEST(LoopThreadTest, TheCallersLoopGoesOnWhileTheWorkRuns) {
-  kj::AsyncIoContext io_ = kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
+  kj::AsyncIoContext io_ =
+      kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
   auto loop = LoopThread::Create({}).value();
   std::atomic<bool> release{false};
   auto slow = loop->executor().executeAsync([&] {
@@ -68,7 +71,10 @@ TEST(LoopThreadTest, TheCallersLoopGoesOnWhileTheWorkRuns) {
     return 7;
   });
   bool timer_fired = false;
-  io_.provider->getTimer().afterDelay(5 * kj::MILLISECONDS).then([&] { timer_fired = true; }).wait(io_.waitScope);
+  io_.provider->getTimer()
+      .afterDelay(5 * kj::MILLISECONDS)
+      .then([&] { timer_fired = true; })
+      .wait(io_.waitScope);
   EXPECT_TRUE(timer_fired);
   release = true;
   EXPECT_EQ(slow.wait(io_.waitScope), 7);
@@ -77,13 +83,17 @@ TEST(LoopThreadTest, TheCallersLoopGoesOnWhileTheWorkRuns) {
 // A function that returns a promise is awaited on the loop thread; an exception thrown
 // there reaches the caller.
 TEST(LoopThreadTest, PromisesAreAwaitedThereAndExceptionsComeBack) {
-  kj::AsyncIoContext io_ = kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
+  kj::AsyncIoContext io_ =
+      kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
   auto loop = LoopThread::Create({}).value();
-  const int later = loop->executor().executeAsync([] { return kj::evalLater([] { return 41; }).then([](int v) { return v + 1; }); })
+  const int later = loop->executor()
+                        .executeAsync([] {
+                          return kj::evalLater([] { return 41; }).then([](int v) { return v + 1; });
+                        })
                         .wait(io_.waitScope);
   EXPECT_EQ(later, 42);
   auto failed = loop->executor().executeAsync([]() -> int { KJ_FAIL_REQUIRE("the pool is gone"); });
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { failed.wait(io_.waitScope); })) {
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { failed.wait(io_.waitScope); })) {
     EXPECT_NE(std::string(e->getDescription().cStr()).find("the pool is gone"), std::string::npos);
   } else {
     ADD_FAILURE() << "the exception did not come back";
@@ -91,19 +101,24 @@ TEST(LoopThreadTest, PromisesAreAwaitedThereAndExceptionsComeBack) {
 }
 
 TEST(LoopThreadTest, TicksRunOnTheLoopThread) {
-  kj::AsyncIoContext io_ = kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
+  kj::AsyncIoContext io_ =
+      kj::setupAsyncIo();  // the caller's own loop, as an RPC server's thread has one
   std::atomic<int> ticks{0};
   std::atomic<bool> elsewhere{false};
   const std::thread::id caller = std::this_thread::get_id();
   {
-    auto loop = LoopThread::Create({.name = "kvt-ticker", .tick = [&] {
-                                      if (std::this_thread::get_id() == caller) elsewhere = true;
-                                      ++ticks;
-                                    },
+    auto loop = LoopThread::Create({.name = "kvt-ticker",
+                                    .tick =
+                                        [&] {
+                                          if (std::this_thread::get_id() == caller)
+                                            elsewhere = true;
+                                          ++ticks;
+                                        },
                                     .tick_interval = 1ms})
                     .value();
     const auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (ticks < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    while (ticks < 3 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(1ms);
   }
   const int after_stop = ticks;
   std::this_thread::sleep_for(10ms);
@@ -113,10 +128,12 @@ TEST(LoopThreadTest, TicksRunOnTheLoopThread) {
 }
 
 TEST(LoopThreadTest, ATickWithoutAnIntervalIsRefused) {
-  Result<std::unique_ptr<LoopThread>> loop = LoopThread::Create({.tick = [] {}, .tick_interval = 0ms});
+  Result<std::unique_ptr<LoopThread>> loop =
+      LoopThread::Create({.tick = [] {}, .tick_interval = 0ms});
   ASSERT_FALSE(loop.ok());
   EXPECT_EQ(loop.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(loop.status().message().find("tick_interval"), std::string::npos) << loop.status().message();
+  EXPECT_NE(loop.status().message().find("tick_interval"), std::string::npos)
+      << loop.status().message();
 }
 
 // Work already queued when the loop goes still runs; a promise the loop was waiting on is

@@ -10,7 +10,8 @@ namespace {
 
 std::string HostOf(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return host;
 }
 
@@ -49,18 +50,22 @@ Status RpcClient::Impl::Start() {
 Result<PingReply> RpcClient::Impl::Ping(const std::string& payload) {
   return executor_->executeSync([&]() -> kj::Promise<Result<PingReply>> {
     auto request = session_->pingRequest();
-    request.setPayload(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
+    request.setPayload(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
     return Guard<Result<PingReply>>(request.send().then([](auto response) -> Result<PingReply> {
       const capnp::Data::Reader echoed = response.getPayload();
-      return PingReply{std::string(echoed.asChars().begin(), echoed.size()), response.getServerTimeNs()};
+      return PingReply{std::string(echoed.asChars().begin(), echoed.size()),
+                       response.getServerTimeNs()};
     }));
   });
 }
 
 Result<ServerVersion> RpcClient::Impl::Version() {
   return executor_->executeSync([&]() -> kj::Promise<Result<ServerVersion>> {
-    return Guard<Result<ServerVersion>>(session_->versionRequest().send().then(
-        [](auto response) -> Result<ServerVersion> { return ToServerVersion(response.getServer()); }));
+    return Guard<Result<ServerVersion>>(
+        session_->versionRequest().send().then([](auto response) -> Result<ServerVersion> {
+          return ToServerVersion(response.getServer());
+        }));
   });
 }
 
@@ -69,7 +74,7 @@ void RpcClient::Impl::Loop(std::promise<Status>& ready) {
   // An event loop needs descriptors (epoll, signalfd, eventfd): out of them, the client
   // fails to connect, as when the server cannot be reached, and the process goes on.
   kj::Maybe<kj::AsyncIoContext> made;
-  KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] { made = kj::setupAsyncIo(); })) {
+  KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] { made = kj::setupAsyncIo(); })) {
     ready.set_value(UnavailableError("cannot make the RPC client's event loop: " +
                                      std::string(exception->getDescription().cStr())));
     return;
@@ -93,7 +98,9 @@ void RpcClient::Impl::Loop(std::promise<Status>& ready) {
 kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
   return io_->provider->getNetwork()
       .parseAddress(options_.address.c_str())
-      .then([](kj::Own<kj::NetworkAddress> address) { return address->connect().attach(kj::mv(address)); })
+      .then([](kj::Own<kj::NetworkAddress> address) {
+        return address->connect().attach(kj::mv(address));
+      })
       .then([this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
         if (tls_) return tls_->Wrap(kj::mv(stream), options_.tls_server_name);
         return kj::mv(stream);
@@ -103,8 +110,10 @@ kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
         capnp::ReaderOptions reader;
         reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
         messages_ = kj::heap<BufferedMessageStream>(*stream_);
-        network_ = kj::heap<capnp::TwoPartyVatNetwork>(*messages_, capnp::rpc::twoparty::Side::CLIENT, reader);
-        rpc_ = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(capnp::makeRpcClient(*network_));
+        network_ = kj::heap<capnp::TwoPartyVatNetwork>(*messages_,
+                                                       capnp::rpc::twoparty::Side::CLIENT, reader);
+        rpc_ = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
+            capnp::makeRpcClient(*network_));
         capnp::MallocMessageBuilder message(8);
         auto server_id = message.initRoot<capnp::rpc::twoparty::VatId>();
         server_id.setSide(capnp::rpc::twoparty::Side::SERVER);
@@ -119,9 +128,10 @@ kj::Promise<Status> RpcClient::Impl::ConnectAndAuthenticate() {
         tenant_ = response.getTenant().cStr();
         server_ = ToServerVersion(response.getServer());
         connected_.store(true, std::memory_order_release);
-        watch_disconnect_ = network_->onDisconnect()
-                                .then([this] { connected_.store(false, std::memory_order_release); })
-                                .eagerlyEvaluate([this](kj::Exception&&) { connected_.store(false); });
+        watch_disconnect_ =
+            network_->onDisconnect()
+                .then([this] { connected_.store(false, std::memory_order_release); })
+                .eagerlyEvaluate([this](kj::Exception&&) { connected_.store(false); });
         return Status::Ok();
       });
 }

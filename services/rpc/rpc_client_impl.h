@@ -40,7 +40,6 @@ struct RetryPolicy {
   std::function<bool(const Status&)> should_retry;
 };
 
-
 class RpcClient::Impl {
  public:
   explicit Impl(RpcClientOptions options);
@@ -57,14 +56,15 @@ class RpcClient::Impl {
 
   // REQUIRES: T is a Result<...> or Status.
   template <typename T>
-  std::future<T> Call(kj::Function<kj::Promise<T>(schema::Session::Client&)> call, RetryPolicy retry = {}) {
+  std::future<T> Call(kj::Function<kj::Promise<T>(schema::Session::Client&)> call,
+                      RetryPolicy retry = {}) {
     auto done = std::make_shared<Completion<T>>();
     std::future<T> future = done->promise.get_future();
     auto attempt = std::make_shared<Attempt<T>>(Attempt<T>{kj::mv(call), std::move(retry), 1});
     executor_->executeSync([&] {
-      Run(attempt).then([done](T&& result) { done->Set(std::move(result)); }).detach([done](kj::Exception&& e) {
-        done->Set(T(ExceptionToStatus(e)));
-      });
+      Run(attempt)
+          .then([done](T&& result) { done->Set(std::move(result)); })
+          .detach([done](kj::Exception&& e) { done->Set(T(ExceptionToStatus(e))); });
     });
     return future;
   }
@@ -83,7 +83,8 @@ class RpcClient::Impl {
       promise.set_value(std::move(value));
     }
     ~Completion() {
-      if (!set) promise.set_value(T(CancelledError("the connection was closed before the call finished")));
+      if (!set)
+        promise.set_value(T(CancelledError("the connection was closed before the call finished")));
     }
   };
 
@@ -98,21 +99,23 @@ class RpcClient::Impl {
   kj::Promise<T> Run(std::shared_ptr<Attempt<T>> attempt) {
     return Guard<T>(attempt->call(*session_)).then([this, attempt](T&& result) -> kj::Promise<T> {
       const Status& status = StatusOf(result);
-      if (status.ok() || attempt->number >= attempt->retry.max_attempts || !attempt->retry.should_retry ||
-          !attempt->retry.should_retry(status)) {
+      if (status.ok() || attempt->number >= attempt->retry.max_attempts ||
+          !attempt->retry.should_retry || !attempt->retry.should_retry(status)) {
         return kj::mv(result);
       }
       const auto delay = attempt->retry.backoff * (1 << (attempt->number - 1));
       ++attempt->number;
-      return io_->provider->getTimer().afterDelay(delay.count() * kj::MILLISECONDS).then([this, attempt] {
-        return Run(attempt);
-      });
+      return io_->provider->getTimer()
+          .afterDelay(delay.count() * kj::MILLISECONDS)
+          .then([this, attempt] { return Run(attempt); });
     });
   }
 
   static const Status& StatusOf(const Status& status) { return status; }
   template <typename V>
-  static const Status& StatusOf(const Result<V>& result) { return result.status(); }
+  static const Status& StatusOf(const Result<V>& result) {
+    return result.status();
+  }
 
   void Loop(std::promise<Status>& ready);
   kj::Promise<Status> ConnectAndAuthenticate();
@@ -125,7 +128,8 @@ class RpcClient::Impl {
         .exclusiveJoin(io_->provider->getTimer()
                            .afterDelay(timeout.count() * kj::MILLISECONDS)
                            .then([timeout]() -> T {
-                             return T(DeadlineExceededError("no answer within " + std::to_string(timeout.count()) + " ms"));
+                             return T(DeadlineExceededError(
+                                 "no answer within " + std::to_string(timeout.count()) + " ms"));
                            }));
   }
 

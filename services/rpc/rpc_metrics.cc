@@ -5,33 +5,42 @@ namespace kvtier::rpc {
 
 Result<std::unique_ptr<RpcMetrics>> RpcMetrics::Create(MetricsRegistry& registry) {
   std::unique_ptr<RpcMetrics> m(new RpcMetrics());
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* open, registry.AddGauge("kvtier_rpc_connections", "Open RPC connections."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* accepted,
-                          registry.AddCounter("kvtier_rpc_connections_total", "Accepted RPC connections."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * open,
+                          registry.AddGauge("kvtier_rpc_connections", "Open RPC connections."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * accepted,
+      registry.AddCounter("kvtier_rpc_connections_total", "Accepted RPC connections."));
   KVTIER_ASSIGN_OR_RETURN(m->connection_errors_,
                           registry.AddCounter("kvtier_rpc_connection_errors_total",
                                               "RPC connections closed by an error.", {"reason"}));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* auth,
-                          registry.AddCounter("kvtier_rpc_auth_failures_total", "Rejected authentication tokens."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* throttled,
-                          registry.AddCounter("kvtier_rpc_auth_throttled_total",
-                                              "Tokens not checked: their address's failure budget was spent."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* unauthenticated,
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * auth,
+      registry.AddCounter("kvtier_rpc_auth_failures_total", "Rejected authentication tokens."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * throttled,
+      registry.AddCounter("kvtier_rpc_auth_throttled_total",
+                          "Tokens not checked: their address's failure budget was spent."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * unauthenticated,
                           registry.AddGauge("kvtier_rpc_unauthenticated_connections",
                                             "Open RPC connections not yet authenticated."));
-  KVTIER_ASSIGN_OR_RETURN(m->refused_, registry.AddCounter("kvtier_rpc_connections_refused_total",
-                                                           "RPC connections closed at accept.", {"reason"}));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* shed,
-                          registry.AddCounter("kvtier_rpc_connections_shed_total",
-                                              "Unauthenticated RPC connections closed to make room."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* accept_errors,
-                          registry.AddCounter("kvtier_rpc_accept_errors_total",
-                                              "Failed accepts of RPC connections (descriptors exhausted)."));
-  KVTIER_ASSIGN_OR_RETURN(m->requests_, registry.AddCounter("kvtier_rpc_requests_total",
-                                                            "RPC method calls by outcome.", {"method", "code"}));
-  KVTIER_ASSIGN_OR_RETURN(m->durations_,
-                          registry.AddHistogram("kvtier_rpc_request_duration_seconds", "RPC method latency.",
-                                                ExponentialBuckets(5e-6, 2, 20), {"method"}));
+  KVTIER_ASSIGN_OR_RETURN(m->refused_,
+                          registry.AddCounter("kvtier_rpc_connections_refused_total",
+                                              "RPC connections closed at accept.", {"reason"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * shed,
+      registry.AddCounter("kvtier_rpc_connections_shed_total",
+                          "Unauthenticated RPC connections closed to make room."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * accept_errors,
+      registry.AddCounter("kvtier_rpc_accept_errors_total",
+                          "Failed accepts of RPC connections (descriptors exhausted)."));
+  KVTIER_ASSIGN_OR_RETURN(
+      m->requests_, registry.AddCounter("kvtier_rpc_requests_total", "RPC method calls by outcome.",
+                                        {"method", "code"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      m->durations_,
+      registry.AddHistogram("kvtier_rpc_request_duration_seconds", "RPC method latency.",
+                            ExponentialBuckets(5e-6, 2, 20), {"method"}));
   m->open_connections_ = &open->WithLabels({});
   m->accepted_connections_ = &accepted->WithLabels({});
   m->auth_failures_ = &auth->WithLabels({});

@@ -40,7 +40,9 @@ class RpcMetrics {
 
   Gauge& open_connections() { return *open_connections_; }
   Counter& accepted_connections() { return *accepted_connections_; }
-  Counter& connection_errors(std::string_view reason) { return connection_errors_->WithLabels({reason}); }
+  Counter& connection_errors(std::string_view reason) {
+    return connection_errors_->WithLabels({reason});
+  }
   Counter& auth_failures() { return *auth_failures_; }
   Counter& auth_throttled() { return *auth_throttled_; }
   Gauge& unauthenticated_connections() { return *unauthenticated_; }

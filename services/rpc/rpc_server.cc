@@ -34,8 +34,8 @@ constexpr auto kAcceptRetryAfterShed = std::chrono::milliseconds(1);
 // One client connection: the stream, the two-party network over it and the RPC system
 // serving the connection's bootstrap capability. Destroying it closes the connection.
 struct Connection {
-  Connection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap, capnp::ReaderOptions options,
-             BufferedMessageStreamOptions stream_options)
+  Connection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap,
+             capnp::ReaderOptions options, BufferedMessageStreamOptions stream_options)
       : stream(kj::mv(s)),
         messages(*stream, std::move(stream_options)),
         network(messages, capnp::rpc::twoparty::Side::SERVER, options),
@@ -50,15 +50,16 @@ struct Connection {
 std::string PeerAddress(kj::AsyncIoStream& stream) {
   sockaddr_storage addr{};
   uint length = sizeof(addr);
-  if (kj::runCatchingExceptions([&] { stream.getpeername(reinterpret_cast<sockaddr*>(&addr), &length); }) !=
-      nullptr) {
+  if (kj::runCatchingExceptions(
+          [&] { stream.getpeername(reinterpret_cast<sockaddr*>(&addr), &length); }) != nullptr) {
     return "unknown";
   }
   char text[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
   } else if (addr.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text, sizeof(text));
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
+              sizeof(text));
   } else {
     return addr.ss_family == AF_UNIX ? "unix" : "unknown";
   }
@@ -71,19 +72,22 @@ Status PrepareUnixSocketPath(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return Status::Ok();
   if (!S_ISSOCK(st.st_mode)) {
-    return UnavailableError("cannot listen on unix:" + path + ": the path exists and is not a socket");
+    return UnavailableError("cannot listen on unix:" + path +
+                            ": the path exists and is not a socket");
   }
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgumentError("unix socket path is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
-                                " bytes: " + path);
+    return InvalidArgumentError("unix socket path is longer than " +
+                                std::to_string(sizeof(addr.sun_path) - 1) + " bytes: " + path);
   }
   path.copy(addr.sun_path, path.size());
   const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   const bool live = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
-  if (live) return UnavailableError("cannot listen on unix:" + path + ": another server is listening there");
+  if (live)
+    return UnavailableError("cannot listen on unix:" + path +
+                            ": another server is listening there");
   unlink(path.c_str());
   return Status::Ok();
 }
@@ -95,9 +99,10 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
   Impl(RpcServerOptions options, BootstrapFactory factory)
       : options_(WithDefaults(std::move(options))),
         factory_(std::move(factory)),
-        admission_({.max_connections = options_.limits.max_connections,
-                    .max_unauthenticated = options_.limits.max_unauthenticated,
-                    .max_unauthenticated_per_address = options_.limits.max_unauthenticated_per_address}),
+        admission_(
+            {.max_connections = options_.limits.max_connections,
+             .max_unauthenticated = options_.limits.max_unauthenticated,
+             .max_unauthenticated_per_address = options_.limits.max_unauthenticated_per_address}),
         throttle_({.burst = options_.limits.auth_failure_burst,
                    .per_second = options_.limits.auth_failures_per_second}) {}
   ~Impl() { Shutdown(); }
@@ -121,7 +126,9 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
     for (const std::string& path : unix_paths_) unlink(path.c_str());
   }
 
-  void RunOnLoop(kj::FunctionParam<void()> fn) { executor_->executeSync([&fn] { fn(); }); }
+  void RunOnLoop(kj::FunctionParam<void()> fn) {
+    executor_->executeSync([&fn] { fn(); });
+  }
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   bool tls() const { return !options_.tls_cert_file.empty(); }
@@ -205,23 +212,30 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
 
   Status Listen(kj::AsyncIoContext& io, std::vector<kj::Own<kj::ConnectionReceiver>>& receivers) {
     if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(tls_, TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
+      KVTIER_ASSIGN_OR_RETURN(tls_,
+                              TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
     }
-    if (options_.listen.empty()) return InvalidArgumentError("RpcServer needs at least one listen address");
+    if (options_.listen.empty())
+      return InvalidArgumentError("RpcServer needs at least one listen address");
     for (const std::string& address : options_.listen) {
       const bool is_unix = address.starts_with("unix:");
       if (is_unix) KVTIER_RETURN_IF_ERROR(PrepareUnixSocketPath(address.substr(5)));
       kj::Own<kj::ConnectionReceiver> receiver;
-      KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] {
-        receiver = io.provider->getNetwork().parseAddress(address.c_str()).wait(io.waitScope)->listen();
-      })) {
-        return UnavailableError("cannot listen for RPC on " + address + ": " + ExceptionToStatus(*exception).message());
+      KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
+                     receiver = io.provider->getNetwork()
+                                    .parseAddress(address.c_str())
+                                    .wait(io.waitScope)
+                                    ->listen();
+                   })) {
+        return UnavailableError("cannot listen for RPC on " + address + ": " +
+                                ExceptionToStatus(*exception).message());
       }
       if (is_unix) {
         unix_paths_.push_back(address.substr(5));
         endpoints_.push_back(address);
       } else {
-        endpoints_.push_back(address.substr(0, address.rfind(':') + 1) + std::to_string(receiver->getPort()));
+        endpoints_.push_back(address.substr(0, address.rfind(':') + 1) +
+                             std::to_string(receiver->getPort()));
       }
       receivers.push_back(kj::mv(receiver));
     }
@@ -251,9 +265,11 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
               // once after it, or a backlog of attackers would delay a good client by the
               // backoff each.
               const auto wait = shed ? kAcceptRetryAfterShed : retry;
-              return timer_->afterDelay(wait.count() * kj::MILLISECONDS).then([this, &receiver, retry, shed] {
-                return AcceptLoop(receiver, shed ? retry : std::min(retry * 2, kAcceptRetryMax));
-              });
+              return timer_->afterDelay(wait.count() * kj::MILLISECONDS)
+                  .then([this, &receiver, retry, shed] {
+                    return AcceptLoop(receiver,
+                                      shed ? retry : std::min(retry * 2, kAcceptRetryMax));
+                  });
             });
   }
 
@@ -265,9 +281,10 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
     const bool shed = admission_.ShedOldest();
     if (shed && options_.metrics != nullptr) options_.metrics->shed_connections().Inc();
     if (const std::optional<uint64_t> failures = health_.Failed(error)) {
-      spdlog::warn("RPC listener {}: accept failed ({} time(s) since the last line): {}; {}", endpoints_.front(),
-                   *failures, error,
-                   shed ? "shed the oldest unauthenticated connection" : "no unauthenticated connection to shed");
+      spdlog::warn("RPC listener {}: accept failed ({} time(s) since the last line): {}; {}",
+                   endpoints_.front(), *failures, error,
+                   shed ? "shed the oldest unauthenticated connection"
+                        : "no unauthenticated connection to shed");
     }
     return shed;
   }
@@ -284,7 +301,9 @@ class RpcServer::Impl final : private kj::TaskSet::ErrorHandler {
   }
 
   void taskFailed(kj::Exception&& exception) override {
-    CountError(exception.getType() == kj::Exception::Type::DISCONNECTED ? "disconnected" : "protocol", exception);
+    CountError(
+        exception.getType() == kj::Exception::Type::DISCONNECTED ? "disconnected" : "protocol",
+        exception);
   }
 
   const RpcServerOptions options_;
@@ -323,14 +342,16 @@ class RpcServer::Impl::Gate final : public ConnectionGate {
 
   Status BeforeAuthenticate() override {
     Status admitted = server_.throttle_.Admit(peer_);
-    if (!admitted.ok() && server_.options_.metrics != nullptr) server_.options_.metrics->auth_throttled().Inc();
+    if (!admitted.ok() && server_.options_.metrics != nullptr)
+      server_.options_.metrics->auth_throttled().Inc();
     return admitted;
   }
 
   void AuthenticationFailed() override {
     if (const std::optional<uint64_t> failures = server_.throttle_.Failed(peer_)) {
-      spdlog::warn("RPC listener {}: authentication failed from {} ({} time(s) since the last line)",
-                   server_.endpoints_.front(), peer_, *failures);
+      spdlog::warn(
+          "RPC listener {}: authentication failed from {} ({} time(s) since the last line)",
+          server_.endpoints_.front(), peer_, *failures);
     }
   }
 
@@ -339,7 +360,8 @@ class RpcServer::Impl::Gate final : public ConnectionGate {
     authenticated_ = true;
     message_limit_words_ = server_.options_.max_message_bytes / sizeof(capnp::word);
     server_.admission_.Authenticated(id);
-    if (server_.options_.metrics != nullptr) server_.options_.metrics->unauthenticated_connections().Add(-1);
+    if (server_.options_.metrics != nullptr)
+      server_.options_.metrics->unauthenticated_connections().Add(-1);
   }
 
   bool authenticated() const { return authenticated_; }
@@ -375,8 +397,9 @@ void RpcServer::Impl::Accepted(kj::Own<kj::AsyncIoStream> stream) {
   if (admitted.verdict != ConnectionAdmission::Verdict::kAdmitted) {
     const bool by_address = admitted.verdict == ConnectionAdmission::Verdict::kRefusedAddress;
     if (metrics != nullptr) metrics->refused_connections(by_address ? "address" : "full").Inc();
-    spdlog::debug("rpc connection from {} refused: {}", gate->peer(),
-                  by_address ? "too many unauthenticated connections from it" : "the listener is full");
+    spdlog::debug(
+        "rpc connection from {} refused: {}", gate->peer(),
+        by_address ? "too many unauthenticated connections from it" : "the listener is full");
     return;  // dropping the stream closes it
   }
   gate->id = admitted.id;
@@ -396,17 +419,20 @@ void RpcServer::Impl::Closed(Gate& gate) {
 
 // Serves until the peer disconnects, the listener sheds the connection, or the
 // authentication deadline passes unauthenticated.
-kj::Promise<void> RpcServer::Impl::Serve(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate) {
+kj::Promise<void> RpcServer::Impl::Serve(kj::Own<kj::AsyncIoStream> stream,
+                                         const std::shared_ptr<Gate>& gate) {
   kj::Promise<void> serving = nullptr;
   if (!tls_) {
     serving = ServeRpc(kj::mv(stream), gate);
   } else {
-    serving = tls_->Wrap(kj::mv(stream))
-                  .then([this, gate](kj::Own<kj::AsyncIoStream> secure) { return ServeRpc(kj::mv(secure), gate); },
-                        [this](kj::Exception&& e) -> kj::Promise<void> {
-                          CountError("tls_handshake", e);
-                          return kj::READY_NOW;
-                        });
+    serving =
+        tls_->Wrap(kj::mv(stream))
+            .then([this, gate](
+                      kj::Own<kj::AsyncIoStream> secure) { return ServeRpc(kj::mv(secure), gate); },
+                  [this](kj::Exception&& e) -> kj::Promise<void> {
+                    CountError("tls_handshake", e);
+                    return kj::READY_NOW;
+                  });
   }
   return serving.exclusiveJoin(gate->WhenShed()).exclusiveJoin(AuthDeadline(gate));
 }
@@ -415,19 +441,22 @@ kj::Promise<void> RpcServer::Impl::AuthDeadline(std::shared_ptr<Gate> gate) {
   return timer_->afterDelay(options_.limits.auth_deadline.count() * kj::MILLISECONDS)
       .then([this, gate = std::move(gate)]() -> kj::Promise<void> {
         if (gate->authenticated()) return kj::NEVER_DONE;
-        CountError("auth_deadline", KJ_EXCEPTION(DISCONNECTED, "not authenticated within the deadline"));
+        CountError("auth_deadline",
+                   KJ_EXCEPTION(DISCONNECTED, "not authenticated within the deadline"));
         return kj::READY_NOW;
       });
 }
 
-kj::Promise<void> RpcServer::Impl::ServeRpc(kj::Own<kj::AsyncIoStream> stream, const std::shared_ptr<Gate>& gate) {
+kj::Promise<void> RpcServer::Impl::ServeRpc(kj::Own<kj::AsyncIoStream> stream,
+                                            const std::shared_ptr<Gate>& gate) {
   capnp::ReaderOptions reader;
   reader.traversalLimitInWords = options_.max_message_bytes / sizeof(capnp::word);
   reader.nestingLimit = 64;
   BufferedMessageStreamOptions stream_options;
   stream_options.max_message_words = gate->message_limit_words();
   if (options_.busy_poll.count() > 0) stream_options.on_message = [this] { OnMessage(); };
-  auto connection = kj::heap<Connection>(kj::mv(stream), factory_(gate), reader, std::move(stream_options));
+  auto connection =
+      kj::heap<Connection>(kj::mv(stream), factory_(gate), reader, std::move(stream_options));
   return connection->network.onDisconnect().attach(kj::mv(connection));
 }
 
@@ -441,7 +470,8 @@ ConnectionLimits ConnectionLimitsFrom(const ConnectionsConfig& config) {
           .auth_failures_per_second = config.auth_failures_per_minute / 60.0};
 }
 
-Result<std::unique_ptr<RpcServer>> RpcServer::Create(RpcServerOptions options, BootstrapFactory factory) {
+Result<std::unique_ptr<RpcServer>> RpcServer::Create(RpcServerOptions options,
+                                                     BootstrapFactory factory) {
   auto impl = std::make_unique<Impl>(std::move(options), std::move(factory));
   KVTIER_RETURN_IF_ERROR(impl->Start());
   return std::unique_ptr<RpcServer>(new RpcServer(std::move(impl)));

@@ -43,22 +43,22 @@ namespace kvtier::rpc {
 struct ConnectionLimits {
   std::chrono::milliseconds auth_deadline{5000};  // accept to authenticated, TLS handshake included
   uint64_t pre_auth_message_bytes = uint64_t{64} << 10;
-  uint32_t max_connections = 0;                   // 0: half of RLIMIT_NOFILE's soft limit
+  uint32_t max_connections = 0;  // 0: half of RLIMIT_NOFILE's soft limit
   uint32_t max_unauthenticated = 1024;
   uint32_t max_unauthenticated_per_address = 64;
-  uint32_t auth_failure_burst = 10;               // failed tokens an address may send at once
-  double auth_failures_per_second = 1.0;          // and then, at most, this often
+  uint32_t auth_failure_burst = 10;       // failed tokens an address may send at once
+  double auth_failures_per_second = 1.0;  // and then, at most, this often
 };
 
 // The limits a process's configuration sets (common/config.h's `connections:`).
 [[nodiscard]] ConnectionLimits ConnectionLimitsFrom(const ConnectionsConfig& config);
 
 struct RpcServerOptions {
-  std::vector<std::string> listen;   // "host:port" (port 0: any free port) or "unix:/path"
+  std::vector<std::string> listen;  // "host:port" (port 0: any free port) or "unix:/path"
   uint64_t max_message_bytes = 64ull << 20;
-  std::string tls_cert_file;         // both set: every listener serves TLS only
+  std::string tls_cert_file;  // both set: every listener serves TLS only
   std::string tls_key_file;
-  RpcMetrics* metrics = nullptr;     // optional
+  RpcMetrics* metrics = nullptr;  // optional
   // Called on the server's event-loop thread every tick_interval (when set): the place for
   // work that must not race the capabilities, such as the coordinator's lease expiry.
   std::function<void()> tick;
@@ -79,7 +79,8 @@ struct RpcServerOptions {
 
 // Makes the bootstrap capability of one connection; `gate` is the connection's
 // (connection_gate.h), for the capability to report authentication through.
-using BootstrapFactory = std::function<capnp::Capability::Client(std::shared_ptr<ConnectionGate> gate)>;
+using BootstrapFactory =
+    std::function<capnp::Capability::Client(std::shared_ptr<ConnectionGate> gate)>;
 
 class RpcServer {
  public:

@@ -54,7 +54,8 @@ class SessionServer final : public schema::Session::Server {
     const capnp::Data::Reader payload = call.getParams().getPayload();
     if (payload.size() > kMaxPingPayloadBytes) {
       recorder.Fail(InvalidArgumentError("ping payload is " + std::to_string(payload.size()) +
-                                         " bytes; the limit is " + std::to_string(kMaxPingPayloadBytes)));
+                                         " bytes; the limit is " +
+                                         std::to_string(kMaxPingPayloadBytes)));
     }
     auto results = call.getResults();
     results.setPayload(payload);
@@ -73,7 +74,8 @@ class SessionServer final : public schema::Session::Server {
     CallRecorder recorder(context_.metrics, "coordinator");
     Guard(recorder);
     if (!context_.coordinator) {
-      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the coordinator role"));
+      recorder.Fail(UnavailableError("node " + context_.identity.node_id +
+                                     " does not run the coordinator role"));
     }
     call.getResults().setCoordinator(Timed<schema::Coordinator>(context_.coordinator(tenant_)));
     return kj::READY_NOW;
@@ -83,7 +85,8 @@ class SessionServer final : public schema::Session::Server {
     CallRecorder recorder(context_.metrics, "worker");
     Guard(recorder);
     if (!context_.worker) {
-      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " does not run the worker role"));
+      recorder.Fail(
+          UnavailableError("node " + context_.identity.node_id + " does not run the worker role"));
     }
     call.getResults().setWorker(Timed<schema::Worker>(context_.worker(tenant_)));
     return kj::READY_NOW;
@@ -93,7 +96,8 @@ class SessionServer final : public schema::Session::Server {
     CallRecorder recorder(context_.metrics, "store");
     Guard(recorder);
     if (!context_.store) {
-      recorder.Fail(UnavailableError("node " + context_.identity.node_id + " serves no blocks (no store role)"));
+      recorder.Fail(UnavailableError("node " + context_.identity.node_id +
+                                     " serves no blocks (no store role)"));
     }
     call.getResults().setStore(Timed<schema::BlockStore>(context_.store(tenant_)));
     return kj::READY_NOW;
@@ -106,7 +110,8 @@ class SessionServer final : public schema::Session::Server {
   // `server`, guarded by the session's credential, each call timed.
   template <typename Interface>
   typename Interface::Client Timed(kj::Own<capnp::Capability::Server> server) {
-    return TimeCalls(Guarded(kj::mv(server), guard_), capnp::Schema::from<Interface>(), context_.metrics)
+    return TimeCalls(Guarded(kj::mv(server), guard_), capnp::Schema::from<Interface>(),
+                     context_.metrics)
         .template castAs<Interface>();
   }
 
@@ -124,12 +129,15 @@ class BootstrapServer final : public schema::Bootstrap::Server {
   kj::Promise<void> authenticate(AuthenticateContext call) override {
     CallRecorder recorder(context_.metrics, "authenticate");
     if (failures_ >= kMaxAuthFailures) {
-      recorder.Fail(UnauthenticatedError("too many failed authentication attempts on this connection; reconnect"));
+      recorder.Fail(UnauthenticatedError(
+          "too many failed authentication attempts on this connection; reconnect"));
     }
-    if (Status admitted = gate_->BeforeAuthenticate(); !admitted.ok()) recorder.Fail(std::move(admitted));
-    const uint64_t generation = context_.tokens->generation();  // before the check: a reload after it is seen
-    Result<auth::Tenant> tenant = context_.tokens->Authenticate(call.getParams().getToken().cStr(),
-                                                                 call.getParams().getActFor().cStr());
+    if (Status admitted = gate_->BeforeAuthenticate(); !admitted.ok())
+      recorder.Fail(std::move(admitted));
+    const uint64_t generation =
+        context_.tokens->generation();  // before the check: a reload after it is seen
+    Result<auth::Tenant> tenant = context_.tokens->Authenticate(
+        call.getParams().getToken().cStr(), call.getParams().getActFor().cStr());
     if (!tenant.ok()) {
       ++failures_;
       if (context_.metrics != nullptr) context_.metrics->auth_failures().Inc();
@@ -140,8 +148,9 @@ class BootstrapServer final : public schema::Bootstrap::Server {
     auto results = call.getResults();
     results.setTenant(tenant->name);
     FillServerInfo(context_.identity, results.initServer());
-    results.setSession(
-        kj::heap<SessionServer>(context_, std::make_shared<CredentialGuard>(*context_.tokens, *std::move(tenant), generation)));
+    results.setSession(kj::heap<SessionServer>(
+        context_,
+        std::make_shared<CredentialGuard>(*context_.tokens, *std::move(tenant), generation)));
     return kj::READY_NOW;
   }
 
@@ -153,12 +162,15 @@ class BootstrapServer final : public schema::Bootstrap::Server {
 
 }  // namespace
 
-capnp::Capability::Client MakeBootstrap(const SessionContext& context, std::shared_ptr<ConnectionGate> gate) {
+capnp::Capability::Client MakeBootstrap(const SessionContext& context,
+                                        std::shared_ptr<ConnectionGate> gate) {
   return schema::Bootstrap::Client(kj::heap<BootstrapServer>(context, std::move(gate)));
 }
 
 BootstrapFactory SessionBootstraps(const SessionContext& context) {
-  return [&context](std::shared_ptr<ConnectionGate> gate) { return MakeBootstrap(context, std::move(gate)); };
+  return [&context](std::shared_ptr<ConnectionGate> gate) {
+    return MakeBootstrap(context, std::move(gate));
+  };
 }
 
 }  // namespace kvtier::rpc

@@ -41,7 +41,8 @@ bool CodeFromName(std::string_view name, StatusCode& code) {
 kj::Exception StatusToException(const Status& status) {
   const std::string description =
       std::string(kPrefix) + std::string(StatusCodeName(status.code())) + "] " + status.message();
-  return kj::Exception(KjTypeFor(status.code()), __FILE__, __LINE__, kj::heapString(description.c_str()));
+  return kj::Exception(KjTypeFor(status.code()), __FILE__, __LINE__,
+                       kj::heapString(description.c_str()));
 }
 
 void ThrowStatus(const Status& status) { kj::throwFatalException(StatusToException(status)); }

@@ -20,14 +20,18 @@ TEST(StatusMappingTest, RemotePrefixIsIgnored) {
 }
 
 TEST(StatusMappingTest, KjTypesCarryRetryMeaning) {
-  EXPECT_EQ(StatusToException(ResourceExhaustedError("full")).getType(), kj::Exception::Type::OVERLOADED);
-  EXPECT_EQ(StatusToException(UnavailableError("down")).getType(), kj::Exception::Type::DISCONNECTED);
-  const kj::Exception dropped(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__, kj::heapString("peer disconnected"));
+  EXPECT_EQ(StatusToException(ResourceExhaustedError("full")).getType(),
+            kj::Exception::Type::OVERLOADED);
+  EXPECT_EQ(StatusToException(UnavailableError("down")).getType(),
+            kj::Exception::Type::DISCONNECTED);
+  const kj::Exception dropped(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                              kj::heapString("peer disconnected"));
   EXPECT_EQ(ExceptionToStatus(dropped).code(), StatusCode::kUnavailable);
   const kj::Exception unknown_method(kj::Exception::Type::UNIMPLEMENTED, __FILE__, __LINE__,
                                      kj::heapString("Method not implemented."));
   EXPECT_EQ(ExceptionToStatus(unknown_method).code(), StatusCode::kUnimplemented);
-  const kj::Exception bug(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::heapString("std::bad_alloc"));
+  const kj::Exception bug(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                          kj::heapString("std::bad_alloc"));
   EXPECT_EQ(ExceptionToStatus(bug).code(), StatusCode::kInternal);
 }
 

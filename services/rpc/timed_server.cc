@@ -14,7 +14,8 @@ using Clock = std::chrono::steady_clock;
 
 class TimedServer final : public capnp::Capability::Server {
  public:
-  TimedServer(kj::Own<capnp::Capability::Server> inner, capnp::InterfaceSchema schema, RpcMetrics& metrics)
+  TimedServer(kj::Own<capnp::Capability::Server> inner, capnp::InterfaceSchema schema,
+              RpcMetrics& metrics)
       : inner_(kj::mv(inner)),
         interface_id_(schema.getProto().getId()),
         metrics_(metrics),
@@ -25,8 +26,9 @@ class TimedServer final : public capnp::Capability::Server {
     }
   }
 
-  DispatchCallResult dispatchCall(uint64_t interface_id, uint16_t method_id,
-                                  capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
+  DispatchCallResult dispatchCall(
+      uint64_t interface_id, uint16_t method_id,
+      capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer> context) override {
     // Calls of another interface (none of ours inherit) or an unknown method go untimed:
     // the inner server answers them (UNIMPLEMENTED).
     if (interface_id != interface_id_ || method_id >= methods_->size()) {
@@ -36,14 +38,17 @@ class TimedServer final : public capnp::Capability::Server {
     const Clock::time_point start = Clock::now();
     DispatchCallResult result{kj::READY_NOW, false};
     // A method may throw before it returns a promise.
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { result = inner_->dispatchCall(interface_id, method_id, context); })) {
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions(
+                        [&] { result = inner_->dispatchCall(interface_id, method_id, context); })) {
       Record(metrics_, *method, ExceptionToStatus(*e), start);
       kj::throwFatalException(kj::mv(*e));
     }
     // The continuation holds the method table, not this server, which its connection may
     // drop before the call ends.
     result.promise = result.promise.then(
-        [&metrics = metrics_, methods = methods_, method, start] { Record(metrics, *method, Status::Ok(), start); },
+        [&metrics = metrics_, methods = methods_, method, start] {
+          Record(metrics, *method, Status::Ok(), start);
+        },
         [&metrics = metrics_, methods = methods_, method, start](kj::Exception&& e) {
           Record(metrics, *method, ExceptionToStatus(e), start);
           kj::throwFatalException(kj::mv(e));
@@ -57,7 +62,8 @@ class TimedServer final : public capnp::Capability::Server {
     RpcMetrics::MethodMetrics* metrics;  // looked up at the method's first call
   };
 
-  static void Record(RpcMetrics& metrics, Method& method, const Status& status, Clock::time_point start) {
+  static void Record(RpcMetrics& metrics, Method& method, const Status& status,
+                     Clock::time_point start) {
     if (method.metrics == nullptr) method.metrics = &metrics.ForMethod(method.name);
     const std::chrono::duration<double> elapsed = Clock::now() - start;
     metrics.RecordCall(*method.metrics, status, elapsed.count());
@@ -71,8 +77,8 @@ class TimedServer final : public capnp::Capability::Server {
 
 }  // namespace
 
-capnp::Capability::Client TimeCalls(kj::Own<capnp::Capability::Server> server, capnp::InterfaceSchema schema,
-                                    RpcMetrics* metrics) {
+capnp::Capability::Client TimeCalls(kj::Own<capnp::Capability::Server> server,
+                                    capnp::InterfaceSchema schema, RpcMetrics* metrics) {
   if (metrics == nullptr) return capnp::Capability::Client(kj::mv(server));
   return capnp::Capability::Client(kj::heap<TimedServer>(kj::mv(server), schema, *metrics));
 }

@@ -24,6 +24,7 @@ namespace kvtier::rpc {
 
 // Null `metrics`: the server as it is, untimed.
 [[nodiscard]] capnp::Capability::Client TimeCalls(kj::Own<capnp::Capability::Server> server,
-                                                  capnp::InterfaceSchema schema, RpcMetrics* metrics);
+                                                  capnp::InterfaceSchema schema,
+                                                  RpcMetrics* metrics);
 
 }  // namespace kvtier::rpc

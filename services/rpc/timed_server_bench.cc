@@ -29,9 +29,9 @@ void BM_Ping(benchmark::State& state) {
   kj::WaitScope wait(loop);
   MetricsRegistry registry;
   std::unique_ptr<RpcMetrics> metrics = RpcMetrics::Create(registry).value();
-  auto session =
-      TimeCalls(kj::heap<EchoSession>(), capnp::Schema::from<schema::Session>(), timed ? metrics.get() : nullptr)
-          .castAs<schema::Session>();
+  auto session = TimeCalls(kj::heap<EchoSession>(), capnp::Schema::from<schema::Session>(),
+                           timed ? metrics.get() : nullptr)
+                     .castAs<schema::Session>();
   for (auto _ : state) {
     auto response = session.pingRequest().send().wait(wait);
     benchmark::DoNotOptimize(response.getServerTimeNs());

@@ -37,7 +37,8 @@ class TimedServerTest : public ::testing::Test {
  protected:
   void Ping(schema::Session::Client& session, const std::string& payload) {
     auto request = session.pingRequest();
-    request.setPayload(kj::arrayPtr(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
+    request.setPayload(
+        kj::arrayPtr(reinterpret_cast<const kj::byte*>(payload.data()), payload.size()));
     kj::runCatchingExceptions([&] { request.send().wait(wait_); });
   }
   // The exposition's line for `series` (with its labels), or "" when it has none.
@@ -58,8 +59,8 @@ class TimedServerTest : public ::testing::Test {
 
 TEST_F(TimedServerTest, EveryCallIsCountedByMethodAndOutcome) {
   auto release = kj::newPromiseAndFulfiller<void>();
-  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)), capnp::Schema::from<schema::Session>(),
-                           metrics_.get())
+  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)),
+                           capnp::Schema::from<schema::Session>(), metrics_.get())
                      .castAs<schema::Session>();
   Ping(session, "ok");
   Ping(session, "ok");
@@ -80,14 +81,15 @@ TEST_F(TimedServerTest, EveryCallIsCountedByMethodAndOutcome) {
 // A call is timed to the end of its promise, not to the return of the method.
 TEST_F(TimedServerTest, ACallWaitingOnAPromiseCountsWhenItEnds) {
   auto release = kj::newPromiseAndFulfiller<void>();
-  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)), capnp::Schema::from<schema::Session>(),
-                           metrics_.get())
+  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)),
+                           capnp::Schema::from<schema::Session>(), metrics_.get())
                      .castAs<schema::Session>();
   auto request = session.pingRequest();
   request.setPayload(kj::StringPtr("wait").asBytes());
   auto pending = request.send();
   EXPECT_FALSE(pending.poll(wait_));
-  EXPECT_EQ(Line("kvtier_rpc_request_duration_seconds_count{method=\"Session.ping\"}"), "") << "counted before it ended";
+  EXPECT_EQ(Line("kvtier_rpc_request_duration_seconds_count{method=\"Session.ping\"}"), "")
+      << "counted before it ended";
   release.fulfiller->fulfill();
   pending.wait(wait_);
   EXPECT_EQ(Line("kvtier_rpc_requests_total{method=\"Session.ping\",code=\"OK\"}"),
@@ -96,8 +98,8 @@ TEST_F(TimedServerTest, ACallWaitingOnAPromiseCountsWhenItEnds) {
 
 TEST_F(TimedServerTest, WithoutMetricsTheServerAnswersUntimed) {
   auto release = kj::newPromiseAndFulfiller<void>();
-  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)), capnp::Schema::from<schema::Session>(),
-                           nullptr)
+  auto session = TimeCalls(kj::heap<ScriptedSession>(kj::mv(release.promise)),
+                           capnp::Schema::from<schema::Session>(), nullptr)
                      .castAs<schema::Session>();
   auto request = session.pingRequest();
   request.setPayload(kj::StringPtr("ok").asBytes());

@@ -19,7 +19,8 @@ template <typename T>
 Result<T> ParsePem(const std::string& path, const std::string& what) {
   KVTIER_ASSIGN_OR_RETURN(const std::string pem, ReadTextFile(path, what));
   kj::Maybe<T> parsed;
-  KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] { parsed = T(kj::StringPtr(pem.c_str())); })) {
+  KJ_IF_MAYBE (exception,
+               kj::runCatchingExceptions([&] { parsed = T(kj::StringPtr(pem.c_str())); })) {
     return InvalidArgumentError(what + " " + path + ": not a valid PEM file (" +
                                 ExceptionToStatus(*exception).message() + ")");
   }
@@ -31,17 +32,22 @@ Result<T> ParsePem(const std::string& path, const std::string& what) {
 
 }  // namespace
 
-Result<std::unique_ptr<TlsServer>> TlsServer::Create(const std::string& cert_file, const std::string& key_file) {
-  KVTIER_ASSIGN_OR_RETURN(kj::TlsCertificate cert, ParsePem<kj::TlsCertificate>(cert_file, "tls.cert_file"));
-  KVTIER_ASSIGN_OR_RETURN(kj::TlsPrivateKey key, ParsePem<kj::TlsPrivateKey>(key_file, "tls.key_file"));
+Result<std::unique_ptr<TlsServer>> TlsServer::Create(const std::string& cert_file,
+                                                     const std::string& key_file) {
+  KVTIER_ASSIGN_OR_RETURN(kj::TlsCertificate cert,
+                          ParsePem<kj::TlsCertificate>(cert_file, "tls.cert_file"));
+  KVTIER_ASSIGN_OR_RETURN(kj::TlsPrivateKey key,
+                          ParsePem<kj::TlsPrivateKey>(key_file, "tls.key_file"));
   std::unique_ptr<TlsServer> server(new TlsServer(kj::mv(key), kj::mv(cert)));
   kj::TlsContext::Options options;
   options.defaultKeypair = server->keypair_;
   options.useSystemTrustStore = false;
-  KJ_IF_MAYBE (exception,
-               kj::runCatchingExceptions([&] { server->context_ = kj::heap<kj::TlsContext>(kj::mv(options)); })) {
-    return InvalidArgumentError("tls.cert_file " + cert_file + " and tls.key_file " + key_file +
-                                " do not make a usable keypair: " + ExceptionToStatus(*exception).message());
+  KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
+                 server->context_ = kj::heap<kj::TlsContext>(kj::mv(options));
+               })) {
+    return InvalidArgumentError(
+        "tls.cert_file " + cert_file + " and tls.key_file " + key_file +
+        " do not make a usable keypair: " + ExceptionToStatus(*exception).message());
   }
   return server;
 }
@@ -62,18 +68,21 @@ Result<std::unique_ptr<TlsClient>> TlsClient::Create(const std::string& ca_file)
   SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
   SSL_CTX_set_options(context, SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nullptr);
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
   X509_STORE* trusted = SSL_CTX_get_cert_store(context);
   int certificates = 0;
   while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
     const int added = X509_STORE_add_cert(trusted, cert);
     X509_free(cert);
-    if (added != 1) return InvalidArgumentError("tls.ca_file " + ca_file + ": a certificate cannot be trusted");
+    if (added != 1)
+      return InvalidArgumentError("tls.ca_file " + ca_file + ": a certificate cannot be trusted");
     ++certificates;
   }
   ERR_clear_error();  // the read that found no further certificate
   if (certificates == 0) {
-    return InvalidArgumentError("tls.ca_file " + ca_file + ": not a valid PEM file (no certificate in it)");
+    return InvalidArgumentError("tls.ca_file " + ca_file +
+                                ": not a valid PEM file (no certificate in it)");
   }
   return client;
 }

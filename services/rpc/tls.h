@@ -43,7 +43,8 @@ class TlsClient {
   ~TlsClient();
   // Handshakes and verifies that the server's certificate is valid for `server_name`: a
   // DNS name, or an IPv4/IPv6 address matched against the certificate's IP addresses.
-  kj::Promise<kj::Own<kj::AsyncIoStream>> Wrap(kj::Own<kj::AsyncIoStream> stream, const std::string& server_name);
+  kj::Promise<kj::Own<kj::AsyncIoStream>> Wrap(kj::Own<kj::AsyncIoStream> stream,
+                                               const std::string& server_name);
 
  private:
   explicit TlsClient(SSL_CTX* context) : context_(context) {}

@@ -21,7 +21,8 @@ constexpr size_t kReadChunk = 64 * 1024;
 
 bool IsIpLiteral(const std::string& name) {
   unsigned char address[16];
-  return inet_pton(AF_INET, name.c_str(), address) == 1 || inet_pton(AF_INET6, name.c_str(), address) == 1;
+  return inet_pton(AF_INET, name.c_str(), address) == 1 ||
+         inet_pton(AF_INET6, name.c_str(), address) == 1;
 }
 
 // OpenSSL's queued errors as one line (and the queue cleared).
@@ -36,7 +37,8 @@ std::string OpensslErrors() {
   return text.empty() ? "no OpenSSL error queued" : text;
 }
 
-kj::Exception Failed(const std::string& text, kj::Exception::Type type = kj::Exception::Type::FAILED) {
+kj::Exception Failed(const std::string& text,
+                     kj::Exception::Type type = kj::Exception::Type::FAILED) {
   return kj::Exception(type, __FILE__, __LINE__, kj::heapString(text.c_str()));
 }
 
@@ -58,13 +60,15 @@ class TlsClientStream final : public kj::AsyncIoStream {
     if (result == 1) return Flush().then([this] { CheckPeer(); });
     if (SSL_get_error(ssl_, result) == SSL_ERROR_WANT_READ) {
       if (peer_closed_)
-        return Failed("the server closed the connection during the TLS handshake", kj::Exception::Type::DISCONNECTED);
+        return Failed("the server closed the connection during the TLS handshake",
+                      kj::Exception::Type::DISCONNECTED);
       return Flush().then([this] { return FillFromPeer(); }).then([this] { return Handshake(); });
     }
     const long verify = SSL_get_verify_result(ssl_);
-    const std::string reason = verify != X509_V_OK ? std::string("the server's certificate is not trusted: ") +
-                                                         X509_verify_cert_error_string(verify)
-                                                   : "TLS handshake failed: " + OpensslErrors();
+    const std::string reason = verify != X509_V_OK
+                                   ? std::string("the server's certificate is not trusted: ") +
+                                         X509_verify_cert_error_string(verify)
+                                   : "TLS handshake failed: " + OpensslErrors();
     // The alert that tells the server why goes out before the connection is given up.
     return Flush().then([reason]() -> kj::Promise<void> { return Failed(reason); },
                         [reason](kj::Exception&&) -> kj::Promise<void> { return Failed(reason); });
@@ -85,9 +89,10 @@ class TlsClientStream final : public kj::AsyncIoStream {
   void shutdownWrite() override {
     ERR_clear_error();
     SSL_shutdown(ssl_);  // queues close_notify; the peer's answer is not awaited
-    shutdown_ = Flush().then([this] { inner_->shutdownWrite(); }).eagerlyEvaluate([](kj::Exception&& e) {
-      KJ_LOG(WARNING, "TLS shutdown failed", e);
-    });
+    shutdown_ =
+        Flush().then([this] { inner_->shutdownWrite(); }).eagerlyEvaluate([](kj::Exception&& e) {
+          KJ_LOG(WARNING, "TLS shutdown failed", e);
+        });
   }
   void abortRead() override { inner_->abortRead(); }
   void getsockopt(int level, int option, void* value, kj::uint* length) override {
@@ -96,8 +101,12 @@ class TlsClientStream final : public kj::AsyncIoStream {
   void setsockopt(int level, int option, const void* value, kj::uint length) override {
     inner_->setsockopt(level, option, value, length);
   }
-  void getsockname(struct sockaddr* addr, kj::uint* length) override { inner_->getsockname(addr, length); }
-  void getpeername(struct sockaddr* addr, kj::uint* length) override { inner_->getpeername(addr, length); }
+  void getsockname(struct sockaddr* addr, kj::uint* length) override {
+    inner_->getsockname(addr, length);
+  }
+  void getpeername(struct sockaddr* addr, kj::uint* length) override {
+    inner_->getpeername(addr, length);
+  }
 
  private:
   void CheckPeer() {
@@ -105,14 +114,16 @@ class TlsClientStream final : public kj::AsyncIoStream {
     KJ_REQUIRE(cert != nullptr, "the TLS server presented no certificate");
     X509_free(cert);
     const long verify = SSL_get_verify_result(ssl_);
-    KJ_REQUIRE(verify == X509_V_OK, "the server's certificate is not trusted", X509_verify_cert_error_string(verify));
+    KJ_REQUIRE(verify == X509_V_OK, "the server's certificate is not trusted",
+               X509_verify_cert_error_string(verify));
   }
 
   // Reads plaintext until `min_bytes` are in, the peer closed, or an error.
   kj::Promise<size_t> ReadFrom(kj::byte* buffer, size_t min_bytes, size_t max_bytes, size_t done) {
     while (done < max_bytes) {
       ERR_clear_error();
-      const int n = SSL_read(ssl_, buffer + done, static_cast<int>(std::min<size_t>(max_bytes - done, INT_MAX)));
+      const int n = SSL_read(ssl_, buffer + done,
+                             static_cast<int>(std::min<size_t>(max_bytes - done, INT_MAX)));
       if (n > 0) {
         done += static_cast<size_t>(n);
         if (done >= min_bytes) return done;
@@ -123,8 +134,9 @@ class TlsClientStream final : public kj::AsyncIoStream {
       if (error != SSL_ERROR_WANT_READ) return Failed("TLS read failed: " + OpensslErrors());
       if (peer_closed_) return done;
       QueueOutput();  // a post-handshake message (a key update) may want an answer
-      return FillFromPeer().then(
-          [this, buffer, min_bytes, max_bytes, done] { return ReadFrom(buffer, min_bytes, max_bytes, done); });
+      return FillFromPeer().then([this, buffer, min_bytes, max_bytes, done] {
+        return ReadFrom(buffer, min_bytes, max_bytes, done);
+      });
     }
     return done;
   }
@@ -136,12 +148,14 @@ class TlsClientStream final : public kj::AsyncIoStream {
         peer_closed_ = true;
         return;
       }
-      KJ_REQUIRE(BIO_write(in_, incoming_.begin(), static_cast<int>(n)) == static_cast<int>(n), "TLS input lost");
+      KJ_REQUIRE(BIO_write(in_, incoming_.begin(), static_cast<int>(n)) == static_cast<int>(n),
+                 "TLS input lost");
     });
   }
 
   // Encrypts `pieces` from (`index`, `offset`) on, sending every kWriteChunk bytes.
-  kj::Promise<void> WriteFrom(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, size_t index, size_t offset) {
+  kj::Promise<void> WriteFrom(kj::Array<kj::ArrayPtr<const kj::byte>> pieces, size_t index,
+                              size_t offset) {
     size_t queued = 0;
     while (index < pieces.size()) {
       const kj::ArrayPtr<const kj::byte> piece = pieces[index];
@@ -171,8 +185,9 @@ class TlsClientStream final : public kj::AsyncIoStream {
     const size_t pending = BIO_ctrl_pending(out_);
     if (pending == 0) return;
     auto bytes = kj::heapArray<kj::byte>(pending);
-    KJ_REQUIRE(BIO_read(out_, bytes.begin(), static_cast<int>(pending)) == static_cast<int>(pending),
-               "TLS output lost");
+    KJ_REQUIRE(
+        BIO_read(out_, bytes.begin(), static_cast<int>(pending)) == static_cast<int>(pending),
+        "TLS output lost");
     writes_ = writes_.addBranch()
                   .then([this, bytes = kj::mv(bytes)]() mutable {
                     auto written = inner_->write(bytes.begin(), bytes.size());
@@ -192,13 +207,15 @@ class TlsClientStream final : public kj::AsyncIoStream {
   kj::Own<kj::AsyncIoStream> inner_;
   kj::Array<kj::byte> incoming_;
   bool peer_closed_ = false;
-  kj::ForkedPromise<void> writes_ = kj::Promise<void>(kj::READY_NOW).fork();  // the last queued write
+  kj::ForkedPromise<void> writes_ =
+      kj::Promise<void>(kj::READY_NOW).fork();  // the last queued write
   kj::Maybe<kj::Promise<void>> shutdown_;
 };
 
 }  // namespace
 
-kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context, kj::Own<kj::AsyncIoStream> inner,
+kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context,
+                                                   kj::Own<kj::AsyncIoStream> inner,
                                                    const std::string& server_name) {
   if (server_name.empty()) return Failed("TLS needs the name the server's certificate must carry");
   ERR_clear_error();
@@ -208,7 +225,8 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context, kj::Own<kj:
   if (IsIpLiteral(server_name)) {
     named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name.c_str()) == 1;
   } else {
-    named = SSL_set_tlsext_host_name(ssl, server_name.c_str()) == 1 && SSL_set1_host(ssl, server_name.c_str()) == 1;
+    named = SSL_set_tlsext_host_name(ssl, server_name.c_str()) == 1 &&
+            SSL_set1_host(ssl, server_name.c_str()) == 1;
   }
   if (!named) {
     SSL_free(ssl);
@@ -216,7 +234,8 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context, kj::Own<kj:
   }
   auto stream = kj::heap<TlsClientStream>(ssl, kj::mv(inner));
   auto handshake = stream->Handshake();
-  return handshake.then([stream = kj::mv(stream)]() mutable -> kj::Own<kj::AsyncIoStream> { return kj::mv(stream); });
+  return handshake.then(
+      [stream = kj::mv(stream)]() mutable -> kj::Own<kj::AsyncIoStream> { return kj::mv(stream); });
 }
 
 }  // namespace kvtier::rpc

@@ -23,7 +23,8 @@
 
 namespace kvtier::rpc {
 
-kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context, kj::Own<kj::AsyncIoStream> inner,
+kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context,
+                                                   kj::Own<kj::AsyncIoStream> inner,
                                                    const std::string& server_name);
 
 }  // namespace kvtier::rpc

@@ -18,10 +18,11 @@ namespace {
 struct Echo {
   explicit Echo(kj::Own<kj::AsyncIoStream> s) : stream(kj::mv(s)) {}
   kj::Promise<void> Run() {
-    return stream->tryRead(buffer.begin(), 1, buffer.size()).then([this](size_t n) -> kj::Promise<void> {
-      if (n == 0) return kj::READY_NOW;
-      return stream->write(buffer.begin(), n).then([this] { return Run(); });
-    });
+    return stream->tryRead(buffer.begin(), 1, buffer.size())
+        .then([this](size_t n) -> kj::Promise<void> {
+          if (n == 0) return kj::READY_NOW;
+          return stream->write(buffer.begin(), n).then([this] { return Run(); });
+        });
   }
   kj::Own<kj::AsyncIoStream> stream;
   kj::Array<kj::byte> buffer = kj::heapArray<kj::byte>(1 << 16);
@@ -41,19 +42,25 @@ class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // A CA, and a server certificate it signs for DNS kvtier.test and IP 127.0.0.1.
-    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=test-ca"
+    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "
+        "/CN=test-ca"
         " -keyout ca.key -out ca.pem");
     Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kvtier.test"
         " -keyout server.key -out server.csr");
-    ASSERT_TRUE(testing::WriteFile(dir_.File("san.ext"), "subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n"));
-    Run("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile san.ext"
+    ASSERT_TRUE(
+        testing::WriteFile(dir_.File("san.ext"), "subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n"));
+    Run("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+        "-extfile san.ext"
         " -out server.pem");
-    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=stranger"
+    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "
+        "/CN=stranger"
         " -keyout stranger.key -out stranger.pem");
-    Result<std::unique_ptr<TlsServer>> server = TlsServer::Create(dir_.File("server.pem"), dir_.File("server.key"));
+    Result<std::unique_ptr<TlsServer>> server =
+        TlsServer::Create(dir_.File("server.pem"), dir_.File("server.key"));
     ASSERT_TRUE(server.ok()) << server.status();
     loop_->server = std::move(*server);
-    loop_->listener = io().provider->getNetwork().parseAddress("127.0.0.1", 0).wait(io().waitScope)->listen();
+    loop_->listener =
+        io().provider->getNetwork().parseAddress("127.0.0.1", 0).wait(io().waitScope)->listen();
     Accept();
   }
 
@@ -75,18 +82,21 @@ class TlsTest : public ::testing::Test {
   kj::AsyncIoContext& io() { return loop_->io; }
 
   // A verified connection to the echo server expecting `server_name`, or the exception.
-  kj::Own<kj::AsyncIoStream> Connect(const std::string& ca, const std::string& server_name, std::string* error) {
+  kj::Own<kj::AsyncIoStream> Connect(const std::string& ca, const std::string& server_name,
+                                     std::string* error) {
     Result<std::unique_ptr<TlsClient>> client = TlsClient::Create(dir_.File(ca));
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return kj::Own<kj::AsyncIoStream>();
     loop_->client = std::move(*client);
-    auto address =
-        io().provider->getNetwork().parseAddress("127.0.0.1", loop_->listener->getPort()).wait(io().waitScope);
+    auto address = io().provider->getNetwork()
+                       .parseAddress("127.0.0.1", loop_->listener->getPort())
+                       .wait(io().waitScope);
     kj::Own<kj::AsyncIoStream> connected;
-    KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] {
-                  connected =
-                      loop_->client->Wrap(address->connect().wait(io().waitScope), server_name).wait(io().waitScope);
-                })) {
+    KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
+                   connected =
+                       loop_->client->Wrap(address->connect().wait(io().waitScope), server_name)
+                           .wait(io().waitScope);
+                 })) {
       *error = exception->getDescription().cStr();
     }
     return connected;
@@ -104,8 +114,8 @@ TEST_F(TlsTest, TheServerIsVerifiedByItsDnsNameOrItsIpAddress) {
     std::vector<kj::byte> sent(3 << 20);
     for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<kj::byte>(i * 31 + i / 4096);
     // Two pieces in one write, read back while they are still being written.
-    const kj::ArrayPtr<const kj::byte> pieces[] = {kj::arrayPtr(sent.data(), 1000),
-                                                   kj::arrayPtr(sent.data() + 1000, sent.size() - 1000)};
+    const kj::ArrayPtr<const kj::byte> pieces[] = {
+        kj::arrayPtr(sent.data(), 1000), kj::arrayPtr(sent.data() + 1000, sent.size() - 1000)};
     std::vector<kj::byte> echoed(sent.size());
     auto written = stream->write(kj::arrayPtr(pieces, 2));
     auto read = stream->read(echoed.data(), echoed.size());
@@ -142,9 +152,11 @@ TEST_F(TlsTest, ACaFileWithoutACertificateIsNamed) {
   Result<std::unique_ptr<TlsClient>> client = TlsClient::Create(dir_.File("empty.pem"));
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(client.status().message().find("tls.ca_file " + dir_.File("empty.pem")), std::string::npos)
+  EXPECT_NE(client.status().message().find("tls.ca_file " + dir_.File("empty.pem")),
+            std::string::npos)
       << client.status();
-  EXPECT_EQ(TlsClient::Create(dir_.File("missing.pem")).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(TlsClient::Create(dir_.File("missing.pem")).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

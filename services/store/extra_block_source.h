@@ -50,18 +50,21 @@ class ExtraBlockSource {
   // (WithChecksum), on its own thread: a source's thread (a worker's loop) is not held
   // for the hash.
   [[nodiscard]] virtual Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) = 0;
-  [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) = 0;
+  [[nodiscard]] virtual Result<storage::BlockHeader> Read(const storage::BlockRef& ref,
+                                                          std::span<uint8_t> out) = 0;
   // Peek of several blocks, one result each (kNotFound as Peek); where the source can, it
   // also holds each block found, so that the caller reads its bytes in place on its own
   // thread (a keyed get sends them from there) and the source's thread is not held for a
   // copy (a worker's host pool). The caller gives every hold back, each once, by
   // ReleaseBatch calls. The default holds nothing.
-  [[nodiscard]] virtual std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) {
+  [[nodiscard]] virtual std::vector<Result<HeldBlock>> HoldBatch(
+      std::span<const storage::BlockRef> refs) {
     std::vector<Result<HeldBlock>> results;
     results.reserve(refs.size());
     for (const storage::BlockRef& ref : refs) {
       Result<storage::BlockHeader> header = Peek(ref);
-      results.push_back(header.ok() ? Result<HeldBlock>(HeldBlock{.header = std::move(*header)}) : header.status());
+      results.push_back(header.ok() ? Result<HeldBlock>(HeldBlock{.header = std::move(*header)})
+                                    : header.status());
     }
     return results;
   }
@@ -73,7 +76,8 @@ class ExtraBlockSource {
   [[nodiscard]] virtual Status ReleaseBatch(std::span<const uint64_t> holds,
                                             [[maybe_unused]] std::span<const uint64_t> checksums) {
     if (holds.empty()) return Status::Ok();
-    return InternalError("this source holds no blocks, yet " + std::to_string(holds.size()) + " holds came back");
+    return InternalError("this source holds no blocks, yet " + std::to_string(holds.size()) +
+                         " holds came back");
   }
   // The bytes of blocks held apart (HoldBatch's `held_apart`) into `outs`, one block each
   // (REQUIRES: holds.size() == outs.size(), each out that block's size), all at once (a
@@ -91,7 +95,8 @@ class ExtraBlockSource {
   // copier's pinned staging, one gather), so that they are not copied again on the host.
   // Any thread, as CopyHeld. kResourceExhausted: none to spare now (copy them by
   // CopyHeld); kDataLoss as CopyHeld's. The default stages nothing (kUnimplemented).
-  [[nodiscard]] virtual Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) {
+  [[nodiscard]] virtual Result<std::unique_ptr<StagedBlocks>> StageHeld(
+      std::span<const uint64_t> holds) {
     return UnimplementedError("this source stages no blocks; " + std::to_string(holds.size()) +
                               " held blocks are to be copied");
   }
@@ -108,7 +113,8 @@ class ExtraBlockSource {
 
 // A header read from an ExtraBlockSource, with the checksum of `payload` (the bytes read)
 // where the source left it 0.
-inline storage::BlockHeader WithChecksum(storage::BlockHeader header, std::span<const uint8_t> payload) {
+inline storage::BlockHeader WithChecksum(storage::BlockHeader header,
+                                         std::span<const uint8_t> payload) {
   if (header.checksum == 0) header.checksum = storage::PayloadChecksum(payload);
   return header;
 }

@@ -2,7 +2,8 @@
 
 namespace kvtier::store {
 
-Result<storage::TieredStoreOptions> TieredStoreOptionsFrom(const KvtierConfig& config, uint32_t page_bytes) {
+Result<storage::TieredStoreOptions> TieredStoreOptionsFrom(const KvtierConfig& config,
+                                                           uint32_t page_bytes) {
   storage::TieredStoreOptions store;
   if (config.store.host_cache_bytes > 0) {
     store.host.emplace();

@@ -14,6 +14,6 @@ namespace kvtier::store {
 // `page_bytes`: the host tier's page (0: its default). kInvalidArgument for a bad
 // store.disk_sync; the caller adds on_event and admit_to_disk.
 [[nodiscard]] Result<storage::TieredStoreOptions> TieredStoreOptionsFrom(const KvtierConfig& config,
-                                                                        uint32_t page_bytes = 0);
+                                                                         uint32_t page_bytes = 0);
 
 }  // namespace kvtier::store

@@ -36,10 +36,12 @@ struct Lane {
     const size_t bytes = batch.size() * block_bytes;
     if (staging.size() < bytes) {
       staging = gpu::DeviceBuffer();  // the old one goes first: pinned memory is scarce
-      KVTIER_ASSIGN_OR_RETURN(staging, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kStaging, bytes));
+      KVTIER_ASSIGN_OR_RETURN(
+          staging, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kStaging, bytes));
     }
     if (ids.size() < batch.size_bytes()) {
-      KVTIER_ASSIGN_OR_RETURN(ids, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, batch.size_bytes()));
+      KVTIER_ASSIGN_OR_RETURN(
+          ids, gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, batch.size_bytes()));
     }
     return backend->Copy(ids.data(), batch.data(), batch.size_bytes());
   }
@@ -80,8 +82,11 @@ class KeptCopier {
 // A copier taken for a fetch's landing, its ids staged; scattered by Commit.
 class DeviceLanding final : public StagedLanding {
  public:
-  DeviceLanding(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks, size_t block_bytes)
-      : pool_(pool), copier_(pool, Staging::kLanding, std::move(lane)), block_bytes_(block_bytes),
+  DeviceLanding(DevicePoolStorage& pool, std::unique_ptr<Lane> lane, size_t blocks,
+                size_t block_bytes)
+      : pool_(pool),
+        copier_(pool, Staging::kLanding, std::move(lane)),
+        block_bytes_(block_bytes),
         views_(copier_.Views<std::span<uint8_t>>(blocks, block_bytes)) {}
   const std::vector<std::span<uint8_t>>& views() const override { return views_; }
   Status Commit(size_t count) override;
@@ -111,9 +116,12 @@ class DevicePoolStorage final : public PoolStorage {
   using Memory = std::variant<gpu::SharedDeviceMemory, gpu::DeviceBuffer>;
 
   // REQUIRES: `memory` is memory of `backend` (or of its device).
-  DevicePoolStorage(BackendPoolOptions options, std::unique_ptr<gpu::KernelBackend> backend, Memory memory)
-      : make_backend_(std::move(options.make_backend)), copier_staging_bytes_(options.copier_staging_bytes),
-        lane_{.backend = std::move(backend)}, memory_(std::move(memory)),
+  DevicePoolStorage(BackendPoolOptions options, std::unique_ptr<gpu::KernelBackend> backend,
+                    Memory memory)
+      : make_backend_(std::move(options.make_backend)),
+        copier_staging_bytes_(options.copier_staging_bytes),
+        lane_{.backend = std::move(backend)},
+        memory_(std::move(memory)),
         max_staged_{options.max_staged_landings, options.max_staged_reads} {}
 
   size_t size() const override {
@@ -136,8 +144,10 @@ class DevicePoolStorage final : public PoolStorage {
   Status Write(size_t offset, std::span<const uint8_t> in) override {
     return lane_.backend->Copy(Base() + offset, in.data(), in.size());
   }
-  Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch, size_t runs) override {
-    return lane_.backend->Copy2D(Base() + destination, pitch, Base() + source, pitch, run_bytes, runs);
+  Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch,
+                  size_t runs) override {
+    return lane_.backend->Copy2D(Base() + destination, pitch, Base() + source, pitch, run_bytes,
+                                 runs);
   }
 
   size_t BatchLimit(size_t block_bytes) const override {
@@ -168,7 +178,8 @@ class DevicePoolStorage final : public PoolStorage {
   // them (fewer than all), those slots are moved to the front of the staging first (a
   // memmove in pinned host memory) and their ids staged again, so that the scatter writes
   // those blocks alone.
-  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes, std::span<const uint32_t> only) override {
+  Status CommitWrites(std::span<const uint32_t> ids, size_t block_bytes,
+                      std::span<const uint32_t> only) override {
     if (only.empty() || only.size() == ids.size()) {  // ascending positions: all of them
       if (ids.empty()) return Status::Ok();
       return lane_.backend->Scatter(Args(lane_, ids, block_bytes));
@@ -176,34 +187,38 @@ class DevicePoolStorage final : public PoolStorage {
     std::vector<uint32_t> kept;
     for (size_t k = 0; k < only.size(); ++k) {
       if (only[k] != k) {
-        std::memmove(lane_.Staged(k, block_bytes).data(), lane_.Staged(only[k], block_bytes).data(), block_bytes);
+        std::memmove(lane_.Staged(k, block_bytes).data(), lane_.Staged(only[k], block_bytes).data(),
+                     block_bytes);
       }
       kept.push_back(ids[only[k]]);
     }
-    KVTIER_RETURN_IF_ERROR(lane_.backend->Copy(lane_.ids.data(), kept.data(), std::span(kept).size_bytes()));
+    KVTIER_RETURN_IF_ERROR(
+        lane_.backend->Copy(lane_.ids.data(), kept.data(), std::span(kept).size_bytes()));
     return lane_.backend->Scatter(Args(lane_, kept, block_bytes));
   }
 
   // On a lane of the caller's own: one Gather per round of at most copier_staging_bytes_.
   Status CopyHeld(std::span<const uint32_t> ids, size_t block_bytes,
                   std::span<const std::span<uint8_t>> outs) override {
-    return InRounds(ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
-      KVTIER_RETURN_IF_ERROR(lane.backend->Gather(Args(lane, round, block_bytes)));
-      for (size_t i = 0; i < round.size(); ++i) {
-        std::copy_n(lane.Staged(i, block_bytes).data(), block_bytes, outs[first + i].data());
-      }
-      return Status::Ok();
-    });
+    return InRounds(
+        ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
+          KVTIER_RETURN_IF_ERROR(lane.backend->Gather(Args(lane, round, block_bytes)));
+          for (size_t i = 0; i < round.size(); ++i) {
+            std::copy_n(lane.Staged(i, block_bytes).data(), block_bytes, outs[first + i].data());
+          }
+          return Status::Ok();
+        });
   }
   // Likewise: one Scatter per round.
   Status LandHeld(std::span<const uint32_t> ids, size_t block_bytes,
                   std::span<const std::span<const uint8_t>> ins) override {
-    return InRounds(ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
-      for (size_t i = 0; i < round.size(); ++i) {
-        std::copy_n(ins[first + i].data(), block_bytes, lane.Staged(i, block_bytes).data());
-      }
-      return lane.backend->Scatter(Args(lane, round, block_bytes));
-    });
+    return InRounds(
+        ids, block_bytes, [&](Lane& lane, std::span<const uint32_t> round, size_t first) -> Status {
+          for (size_t i = 0; i < round.size(); ++i) {
+            std::copy_n(ins[first + i].data(), block_bytes, lane.Staged(i, block_bytes).data());
+          }
+          return lane.backend->Scatter(Args(lane, round, block_bytes));
+        });
   }
 
  private:
@@ -213,48 +228,62 @@ class DevicePoolStorage final : public PoolStorage {
   // The owner's lane staged for a batch of at most BatchLimit blocks.
   Status StageBatch(std::span<const uint32_t> ids, size_t block_bytes) {
     if (ids.size() > BatchLimit(block_bytes)) {
-      return InvalidArgumentError("a batch of " + std::to_string(ids.size()) + " blocks of " +
-                                  std::to_string(block_bytes) + " bytes exceeds the pool's limit of " +
-                                  std::to_string(BatchLimit(block_bytes)));
+      return InvalidArgumentError(
+          "a batch of " + std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
+          " bytes exceeds the pool's limit of " + std::to_string(BatchLimit(block_bytes)));
     }
     return lane_.Stage(ids, block_bytes);
   }
-  gpu::BlockCopyArgs Args(const Lane& lane, std::span<const uint32_t> ids, size_t block_bytes) const {
-    return {Base(), size() / block_bytes, block_bytes, lane.ids.as<uint32_t>(), static_cast<uint32_t>(ids.size()),
+  gpu::BlockCopyArgs Args(const Lane& lane, std::span<const uint32_t> ids,
+                          size_t block_bytes) const {
+    return {Base(),
+            size() / block_bytes,
+            block_bytes,
+            lane.ids.as<uint32_t>(),
+            static_cast<uint32_t>(ids.size()),
             lane.staging.data()};
   }
 
   // One round's worth at most, on a copier kept by the landing until it goes; at most
   // max_staged_landings at once (a landing waits for its fetch, which may be queued).
-  Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids, size_t block_bytes) override {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeStaged(Staging::kLanding, ids, block_bytes));
-    return std::unique_ptr<StagedLanding>(new DeviceLanding(*this, std::move(lane), ids.size(), block_bytes));
+  Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids,
+                                                      size_t block_bytes) override {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane,
+                            TakeStaged(Staging::kLanding, ids, block_bytes));
+    return std::unique_ptr<StagedLanding>(
+        new DeviceLanding(*this, std::move(lane), ids.size(), block_bytes));
   }
   // Likewise, kept by the read while its blocks are sent; one Gather.
-  Result<std::unique_ptr<StagedRead>> StageHeld(std::span<const uint32_t> ids, size_t block_bytes) override {
-    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane, TakeStaged(Staging::kRead, ids, block_bytes));
+  Result<std::unique_ptr<StagedRead>> StageHeld(std::span<const uint32_t> ids,
+                                                size_t block_bytes) override {
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Lane> lane,
+                            TakeStaged(Staging::kRead, ids, block_bytes));
     const Status gathered = lane->backend->Gather(Args(*lane, ids, block_bytes));
     if (!gathered.ok()) {
       EndStaged(Staging::kRead, std::move(lane));
       return gathered;
     }
-    return std::unique_ptr<StagedRead>(new DeviceRead(*this, std::move(lane), ids.size(), block_bytes));
+    return std::unique_ptr<StagedRead>(
+        new DeviceRead(*this, std::move(lane), ids.size(), block_bytes));
   }
 
   // A copier, its ids staged, for a landing or a read of `ids` (one round at most) that
   // keeps it until EndStaged; kResourceExhausted beyond one round or the kind's limit.
-  Result<std::unique_ptr<Lane>> TakeStaged(Staging kind, std::span<const uint32_t> ids, size_t block_bytes) {
+  Result<std::unique_ptr<Lane>> TakeStaged(Staging kind, std::span<const uint32_t> ids,
+                                           size_t block_bytes) {
     if (ids.empty()) return InvalidArgumentError("no blocks to stage");
     if (ids.size() > BatchLimit(block_bytes)) {
-      return ResourceExhaustedError(std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
-                                    " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
+      return ResourceExhaustedError(
+          std::to_string(ids.size()) + " blocks of " + std::to_string(block_bytes) +
+          " bytes exceed a copier's staging of " + std::to_string(copier_staging_bytes_));
     }
     const auto k = static_cast<size_t>(kind);
     {
       MutexLock lock(mu_);
       if (staged_[k] >= max_staged_[k]) {
         return ResourceExhaustedError(std::to_string(staged_[k]) +
-                                      (kind == Staging::kLanding ? " landings" : " reads") + " staged already");
+                                      (kind == Staging::kLanding ? " landings" : " reads") +
+                                      " staged already");
       }
       ++staged_[k];
     }
@@ -293,7 +322,8 @@ class DevicePoolStorage final : public PoolStorage {
     const size_t per_round = BatchLimit(block_bytes);
     Status done = Status::Ok();
     for (size_t first = 0; first < ids.size() && done.ok(); first += per_round) {
-      const std::span<const uint32_t> round = ids.subspan(first, std::min(per_round, ids.size() - first));
+      const std::span<const uint32_t> round =
+          ids.subspan(first, std::min(per_round, ids.size() - first));
       done = lane->Stage(round, block_bytes);
       if (done.ok()) done = each(*lane, round, first);
     }
@@ -319,7 +349,7 @@ class DevicePoolStorage final : public PoolStorage {
 
   const KernelBackendFactory make_backend_;
   const size_t copier_staging_bytes_;
-  Lane lane_;       // the owner's thread's; made before `memory_` (a CPU pool's is its memory)
+  Lane lane_;  // the owner's thread's; made before `memory_` (a CPU pool's is its memory)
   Memory memory_;
   Mutex mu_;  // a leaf: nothing else is locked while it is held
   std::vector<std::unique_ptr<Lane>> idle_ KVTIER_GUARDED_BY(mu_);  // copiers between calls
@@ -332,8 +362,8 @@ KeptCopier::~KeptCopier() { pool_.EndStaged(kind_, std::move(lane_)); }
 
 Status DeviceLanding::Commit(size_t count) {
   if (count > views_.size()) {
-    return InvalidArgumentError("landing " + std::to_string(count) + " blocks of " + std::to_string(views_.size()) +
-                                " staged");
+    return InvalidArgumentError("landing " + std::to_string(count) + " blocks of " +
+                                std::to_string(views_.size()) + " staged");
   }
   return pool_.ScatterStaged(copier_.lane(), count, block_bytes_);
 }
@@ -341,24 +371,29 @@ Status DeviceLanding::Commit(size_t count) {
 }  // namespace
 
 Result<std::unique_ptr<PoolStorage>> MakeDevicePoolStorage(int device, size_t bytes) {
-  BackendPoolOptions options{.make_backend = [device] { return gpu::MakeCudaBackend(device); }, .bytes = bytes};
+  BackendPoolOptions options{.make_backend = [device] { return gpu::MakeCudaBackend(device); },
+                             .bytes = bytes};
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, options.make_backend());
-  KVTIER_ASSIGN_OR_RETURN(gpu::SharedDeviceMemory memory, gpu::SharedDeviceMemory::Create(device, bytes));
-  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
+  KVTIER_ASSIGN_OR_RETURN(gpu::SharedDeviceMemory memory,
+                          gpu::SharedDeviceMemory::Create(device, bytes));
+  return std::unique_ptr<PoolStorage>(
+      new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
 }
 
 Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions options) {
   if (!options.make_backend) return InvalidArgumentError("a backend pool needs a backend factory");
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KernelBackend> backend, options.make_backend());
-  KVTIER_ASSIGN_OR_RETURN(gpu::DeviceBuffer memory,
-                          gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, options.bytes));
+  KVTIER_ASSIGN_OR_RETURN(
+      gpu::DeviceBuffer memory,
+      gpu::DeviceBuffer::Create(*backend, gpu::MemoryKind::kDevice, options.bytes));
   // Zero-filled, as every pool starts.
   std::vector<uint8_t> zeros(std::min<size_t>(options.bytes, 1u << 20));
   for (size_t offset = 0; offset < options.bytes; offset += zeros.size()) {
-    KVTIER_RETURN_IF_ERROR(
-        backend->Copy(memory.as<uint8_t>() + offset, zeros.data(), std::min(zeros.size(), options.bytes - offset)));
+    KVTIER_RETURN_IF_ERROR(backend->Copy(memory.as<uint8_t>() + offset, zeros.data(),
+                                         std::min(zeros.size(), options.bytes - offset)));
   }
-  return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
+  return std::unique_ptr<PoolStorage>(
+      new DevicePoolStorage(std::move(options), std::move(backend), std::move(memory)));
 }
 
 }  // namespace kvtier::worker

@@ -21,8 +21,8 @@ using testing::Key;
 using testing::kRoot;
 using testing::MapTier;
 using testing::Pattern;
-using testing::Tokens;
 using testing::TestLayout;
+using testing::Tokens;
 
 // What a pool's lanes did: each Gather and Scatter, and the largest staging any allocated.
 struct LaneCounts {
@@ -36,7 +36,9 @@ class CountingBackend final : public gpu::KernelBackend {
  public:
   explicit CountingBackend(std::shared_ptr<LaneCounts> counts) : counts_(std::move(counts)) {}
   std::string_view name() const override { return cpu_->name(); }
-  Status UpdateLinear(const gpu::LinearUpdateArgs& args) override { return cpu_->UpdateLinear(args); }
+  Status UpdateLinear(const gpu::LinearUpdateArgs& args) override {
+    return cpu_->UpdateLinear(args);
+  }
   Status UpdatePaged(const gpu::PagedUpdateArgs& args) override { return cpu_->UpdatePaged(args); }
   Status Gather(const gpu::BlockCopyArgs& args) override {
     ++counts_->gathers;
@@ -48,7 +50,9 @@ class CountingBackend final : public gpu::KernelBackend {
   }
   Status Quantize(const gpu::QuantizeArgs& args) override { return cpu_->Quantize(args); }
   Status Dequantize(const gpu::DequantizeArgs& args) override { return cpu_->Dequantize(args); }
-  Status DecodeAttention(const gpu::DecodeAttentionArgs& args) override { return cpu_->DecodeAttention(args); }
+  Status DecodeAttention(const gpu::DecodeAttentionArgs& args) override {
+    return cpu_->DecodeAttention(args);
+  }
   Result<void*> Allocate(gpu::MemoryKind kind, size_t bytes) override {
     if (kind == gpu::MemoryKind::kStaging) {
       size_t largest = counts_->largest_staging;
@@ -58,7 +62,9 @@ class CountingBackend final : public gpu::KernelBackend {
     return cpu_->Allocate(kind, bytes);
   }
   void Free(gpu::MemoryKind kind, void* pointer) override { cpu_->Free(kind, pointer); }
-  Status Copy(void* dst, const void* src, size_t bytes) override { return cpu_->Copy(dst, src, bytes); }
+  Status Copy(void* dst, const void* src, size_t bytes) override {
+    return cpu_->Copy(dst, src, bytes);
+  }
   Status Copy2D(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
                 size_t height) override {
     return cpu_->Copy2D(dst, dst_pitch, src, src_pitch, width, height);
@@ -70,12 +76,14 @@ class CountingBackend final : public gpu::KernelBackend {
 };
 
 // A device pool on counted CPU kernels whose lanes stage two TestLayout blocks (1 KiB).
-PoolStorageFactory TwoBlockLanes(std::shared_ptr<LaneCounts> counts, uint32_t max_staged_reads = 4) {
+PoolStorageFactory TwoBlockLanes(std::shared_ptr<LaneCounts> counts,
+                                 uint32_t max_staged_reads = 4) {
   return [counts, max_staged_reads](size_t bytes) {
-    return MakeBackendPoolStorage({.make_backend = [counts] {
-                                     return Result<std::unique_ptr<gpu::KernelBackend>>(
-                                         std::make_unique<CountingBackend>(counts));
-                                   },
+    return MakeBackendPoolStorage({.make_backend =
+                                       [counts] {
+                                         return Result<std::unique_ptr<gpu::KernelBackend>>(
+                                             std::make_unique<CountingBackend>(counts));
+                                       },
                                    .bytes = bytes,
                                    .copier_staging_bytes = 1024,
                                    .max_staged_reads = max_staged_reads});
@@ -89,33 +97,44 @@ PoolStorageFactory TwoBlockLanes(std::shared_ptr<LaneCounts> counts, uint32_t ma
 TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
   auto counts = std::make_shared<LaneCounts>();
   MapTier tier;
-  auto created = Worker::Create(
-      {.pools = {{TestLayout(), 5}}, .offload = &tier, .onboard = &tier, .pool_storage = TwoBlockLanes(counts)});
+  auto created = Worker::Create({.pools = {{TestLayout(), 5}},
+                                 .offload = &tier,
+                                 .onboard = &tier,
+                                 .pool_storage = TwoBlockLanes(counts)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   // Sequence 1 fills the pool with blocks 1-5, each its own pattern, and commits them.
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 5; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  for (uint8_t i = 0; i < 5; ++i)
+    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), keep).ok());
   ASSERT_TRUE(worker.Free(1, 1).ok());
 
   // Sequence 2 needs the whole pool: all five are evicted at once and offloaded.
   const int gathers_before_offload = counts->gathers;
   const std::vector<BlockKey> other = {Key(11), Key(12), Key(13), Key(14), Key(15)};
-  ASSERT_TRUE(
-      worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 20)}).ok());
+  ASSERT_TRUE(worker
+                  .Allocate({.client = 1,
+                             .sequence = 2,
+                             .root = kRoot,
+                             .block_keys = other,
+                             .tokens = Tokens(500, 20)})
+                  .ok());
   ASSERT_EQ(tier.blocks.size(), 5u);
-  for (uint8_t i = 0; i < 5; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
+  for (uint8_t i = 0; i < 5; ++i)
+    EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
   EXPECT_EQ(counts->gathers - gathers_before_offload, 3) << "batches of 2, 2 and 1 blocks";
   EXPECT_EQ(worker.Stats().offloaded_blocks, 5u);
   ASSERT_TRUE(worker.Free(1, 2).ok());
 
   // Sequence 3 asks for blocks 1-5 again: all five onboarded by one call.
   const int scatters_before_onboard = counts->scatters;
-  auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
+  auto c = worker.Allocate(
+      {.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(c.ok()) << c.status();
   auto onboarded = worker.Onboard(1, 3, keys, keep);
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
@@ -130,10 +149,11 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
 
   // A peer reads blocks 5, 1, 4, 2 and 3 on the loop: three gathers, each in its buffer.
   const int gathers_before_read = counts->gathers;
-  const std::vector<BlockId> asked = {c->block_table[4], c->block_table[0], c->block_table[3], c->block_table[1],
-                                      c->block_table[2]};
+  const std::vector<BlockId> asked = {c->block_table[4], c->block_table[0], c->block_table[3],
+                                      c->block_table[1], c->block_table[2]};
   std::vector<std::vector<uint8_t>> outs(5, std::vector<uint8_t>(512));
-  ASSERT_TRUE(worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  ASSERT_TRUE(
+      worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
   const uint8_t expected[] = {5, 1, 4, 2, 3};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
   EXPECT_EQ(counts->gathers - gathers_before_read, 3);
@@ -173,11 +193,13 @@ TEST(DevicePoolOnCpuTest, AnOnboardStopsAtTheBatchThatStopsShort) {
   auto counts = std::make_shared<LaneCounts>();
   MapTier tier;
   for (uint8_t i : {1, 2, 3, 5}) tier.blocks[Key(i)] = Pattern(i);
-  auto created = Worker::Create({.pools = {{TestLayout(), 5}}, .onboard = &tier, .pool_storage = TwoBlockLanes(counts)});
+  auto created = Worker::Create(
+      {.pools = {{TestLayout(), 5}}, .onboard = &tier, .pool_storage = TwoBlockLanes(counts)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();
   auto onboarded = worker.Onboard(1, 1, keys, {});
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
@@ -203,14 +225,16 @@ TEST(DevicePoolOnCpuTest, AnOnboardStopsAtTheBatchThatStopsShort) {
 // kResourceExhausted, to be copied instead; once the first goes, a read is staged again.
 TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
   auto counts = std::make_shared<LaneCounts>();
-  auto created =
-      Worker::Create({.pools = {{TestLayout(), 5}}, .pool_storage = TwoBlockLanes(counts, /*max_staged_reads=*/1)});
+  auto created = Worker::Create({.pools = {{TestLayout(), 5}},
+                                 .pool_storage = TwoBlockLanes(counts, /*max_staged_reads=*/1)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 3; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  for (uint8_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 12), {}).ok());
   ASSERT_TRUE(worker.HoldBlocks(0, a->block_table).ok());
 
@@ -223,19 +247,24 @@ TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
   const std::vector<std::span<const uint8_t>>& views = (*staged)->views();
   ASSERT_EQ(views.size(), 2u);
   std::vector<uint8_t> two(512);
-  ASSERT_TRUE(worker.CopyHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}, std::vector<std::span<uint8_t>>{two})
+  ASSERT_TRUE(worker
+                  .CopyHeldBlocks(0, std::vector<BlockId>{a->block_table[1]},
+                                  std::vector<std::span<uint8_t>>{two})
                   .ok());
   EXPECT_EQ(two, Pattern(2));
-  EXPECT_TRUE(std::ranges::equal(views[0], Pattern(3))) << "the staged bytes stay while the read lives";
+  EXPECT_TRUE(std::ranges::equal(views[0], Pattern(3)))
+      << "the staged bytes stay while the read lives";
   EXPECT_TRUE(std::ranges::equal(views[1], Pattern(1)));
 
   const Status second = worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status();
   EXPECT_EQ(second.code(), StatusCode::kResourceExhausted) << second;
   EXPECT_NE(second.message().find("1 reads staged already"), std::string::npos) << second;
   staged->reset();
-  EXPECT_EQ(worker.StageHeldBlocks(0, a->block_table).status().code(), StatusCode::kResourceExhausted)
+  EXPECT_EQ(worker.StageHeldBlocks(0, a->block_table).status().code(),
+            StatusCode::kResourceExhausted)
       << "three blocks exceed a copier's staging";
-  Result<std::unique_ptr<StagedRead>> again = worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]});
+  Result<std::unique_ptr<StagedRead>> again =
+      worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(std::ranges::equal((*again)->views()[0], Pattern(2)));
   ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
@@ -245,33 +274,46 @@ TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
 // order, goes in three rounds, and each block lands in its own buffer; so does a landing
 // of five blocks into another sequence's, each into its own block.
 TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
-  auto created = Worker::Create({.pools = {{TestLayout(), 10}}, .pool_storage = testing::DevicePathOnCpu(1024)});
+  auto created = Worker::Create(
+      {.pools = {{TestLayout(), 10}}, .pool_storage = testing::DevicePathOnCpu(1024)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4), Key(5)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 5; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  for (uint8_t i = 0; i < 5; ++i)
+    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), {}).ok());
-  const std::vector<BlockId> asked = {a->block_table[4], a->block_table[0], a->block_table[3], a->block_table[1],
-                                      a->block_table[2]};
+  const std::vector<BlockId> asked = {a->block_table[4], a->block_table[0], a->block_table[3],
+                                      a->block_table[1], a->block_table[2]};
   ASSERT_TRUE(worker.HoldBlocks(0, asked).ok());
   std::vector<std::vector<uint8_t>> outs(5, std::vector<uint8_t>(512));
-  ASSERT_TRUE(worker.CopyHeldBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  ASSERT_TRUE(
+      worker.CopyHeldBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end()))
+          .ok());
   const uint8_t expected[] = {5, 1, 4, 2, 3};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
   ASSERT_TRUE(worker.ReleaseBlocks(0, asked).ok());
 
   const std::vector<BlockKey> others = {Key(11), Key(12), Key(13), Key(14), Key(15)};
-  ASSERT_TRUE(
-      worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = others, .tokens = Tokens(100, 20)}).ok());
+  ASSERT_TRUE(worker
+                  .Allocate({.client = 1,
+                             .sequence = 2,
+                             .root = kRoot,
+                             .block_keys = others,
+                             .tokens = Tokens(100, 20)})
+                  .ok());
   auto landing = worker.HoldLanding(1, 2, 5);
   ASSERT_TRUE(landing.ok()) << landing.status();
-  EXPECT_TRUE(landing->views.empty() && !landing->staged) << "5 blocks exceed a copier's staging: the fetch buffers";
+  EXPECT_TRUE(landing->views.empty() && !landing->staged)
+      << "5 blocks exceed a copier's staging: the fetch buffers";
   std::vector<std::vector<uint8_t>> fetched;
   for (uint8_t i = 0; i < 5; ++i) fetched.push_back(Pattern(i + 11));
   ASSERT_TRUE(
-      worker.LandHeldBlocks(0, landing->blocks, std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
+      worker
+          .LandHeldBlocks(0, landing->blocks,
+                          std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
           .ok());
   std::vector<uint8_t> back(512);
   for (size_t i = 0; i < 5; ++i) {
@@ -286,14 +328,19 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
 // is staged again.
 TEST(DevicePoolOnCpuTest, LandingsBeyondTheStagedLimitBuffer) {
   auto created = Worker::Create(
-      {.pools = {{TestLayout(), 6}}, .pool_storage = testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/1)});
+      {.pools = {{TestLayout(), 6}},
+       .pool_storage = testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/1)});
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const auto blank = [&](SequenceId sequence) -> Result<LandingBlocks> {
     const std::vector<BlockKey> keys = {Key(10 * sequence), Key(10 * sequence + 1)};
-    KVTIER_RETURN_IF_ERROR(
-        worker.Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 8)})
-            .status());
+    KVTIER_RETURN_IF_ERROR(worker
+                               .Allocate({.client = 1,
+                                          .sequence = sequence,
+                                          .root = kRoot,
+                                          .block_keys = keys,
+                                          .tokens = Tokens(0, 8)})
+                               .status());
     return worker.HoldLanding(1, sequence, 2);
   };
   Result<LandingBlocks> first = blank(1);

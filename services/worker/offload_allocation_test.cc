@@ -36,12 +36,16 @@ class OffloadAllocationTest : public ::testing::TestWithParam<uint64_t> {
   void SetUp() override {
     storage::TieredStoreOptions tiers;
     tiers.host.emplace();
-    tiers.host->capacity_bytes = 16 * kPoolBlocks * 4096ull;  // every round's victims, with room to spare
+    tiers.host->capacity_bytes =
+        16 * kPoolBlocks * 4096ull;  // every round's victims, with room to spare
     tiers.host->page_bytes = 4096;
     tiers.host->try_huge_pages = false;
     store_ = storage::TieredStore::Create(std::move(tiers)).value();
-    link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(), .staging_bytes = GetParam()});
-    worker_ = Worker::Create(WorkerOptions{.pools = {{TestLayout(), kPoolBlocks}}, .offload = link_.get()}).value();
+    link_ = std::make_unique<TierLink>(
+        TierLinkOptions{.store = store_.get(), .staging_bytes = GetParam()});
+    worker_ = Worker::Create(
+                  WorkerOptions{.pools = {{TestLayout(), kPoolBlocks}}, .offload = link_.get()})
+                  .value();
   }
 
   // Sequence `sequence` of `blocks` new blocks (keys of its own), committed with priority
@@ -52,7 +56,10 @@ class OffloadAllocationTest : public ::testing::TestWithParam<uint64_t> {
     for (uint32_t i = 0; i < blocks; ++i) keys.push_back(BlockKey{sequence, i});
     const uint64_t before = ::kvtier::testing::HeapAllocations();
     const Result<Allocation> allocated =
-        worker_->Allocate({.client = 1, .sequence = sequence, .root = testing::kRoot, .block_keys = keys,
+        worker_->Allocate({.client = 1,
+                           .sequence = sequence,
+                           .root = testing::kRoot,
+                           .block_keys = keys,
                            .num_tokens = blocks * TestLayout().tokens_per_block()});
     while (link_->StagingStats().staged_bytes > 0) std::this_thread::yield();  // stored, if staged
     const uint64_t counted = ::kvtier::testing::HeapAllocations() - before;
@@ -73,7 +80,8 @@ class OffloadAllocationTest : public ::testing::TestWithParam<uint64_t> {
 // many of the oldest into the host tier.
 TEST_P(OffloadAllocationTest, AnAllocationThatOffloadsAllocatesNothingPerBlock) {
   uint64_t sequence = 1;
-  for (uint32_t filled = 0; filled < kPoolBlocks; filled += kMany) ComputeAndCache(sequence++, kMany);
+  for (uint32_t filled = 0; filled < kPoolBlocks; filled += kMany)
+    ComputeAndCache(sequence++, kMany);
   ComputeAndCache(sequence++, kMany);  // warm: the first evictions and puts
   ComputeAndCache(sequence++, kMany);
   const uint64_t offloaded_before = worker_->Stats().offloaded_blocks;
@@ -83,14 +91,16 @@ TEST_P(OffloadAllocationTest, AnAllocationThatOffloadsAllocatesNothingPerBlock) 
   for (int round = 0; round < kRounds; ++round) many.push_back(ComputeAndCache(sequence++, kMany));
   ASSERT_EQ(worker_->Stats().offloaded_blocks - offloaded_before, kRounds * (kFew + kMany))
       << "every round evicted as many blocks as it computed, into the host tier";
-  EXPECT_EQ(link_->StagingStats().staged - staged_before, GetParam() > 0 ? kRounds * (kFew + kMany) : 0u)
+  EXPECT_EQ(link_->StagingStats().staged - staged_before,
+            GetParam() > 0 ? kRounds * (kFew + kMany) : 0u)
       << "with staging, through it";
   EXPECT_LE(MedianAllocations(many), MedianAllocations(few) + kSlack)
-      << "an allocation offloading " << kFew << " blocks made " << MedianAllocations(few) << " allocations, " << kMany
-      << " blocks " << MedianAllocations(many);
+      << "an allocation offloading " << kFew << " blocks made " << MedianAllocations(few)
+      << " allocations, " << kMany << " blocks " << MedianAllocations(many);
 }
 
-INSTANTIATE_TEST_SUITE_P(StoredAtOnceOrStaged, OffloadAllocationTest, ::testing::Values(0, 8ull << 20),
+INSTANTIATE_TEST_SUITE_P(StoredAtOnceOrStaged, OffloadAllocationTest,
+                         ::testing::Values(0, 8ull << 20),
                          [](const auto& info) { return info.param == 0 ? "AtOnce" : "Staged"; });
 
 }  // namespace

@@ -34,7 +34,8 @@ OffloadQueue::~OffloadQueue() {
 }
 
 std::unique_ptr<OffloadQueue::Staged> OffloadQueue::TakeBuffer(size_t bytes) {
-  const auto same_size = std::find_if(free_.begin(), free_.end(), [&](const auto& s) { return s->bytes.size() == bytes; });
+  const auto same_size = std::find_if(free_.begin(), free_.end(),
+                                      [&](const auto& s) { return s->bytes.size() == bytes; });
   if (same_size != free_.end()) {
     std::unique_ptr<Staged> staged = std::move(*same_size);
     *same_size = std::move(free_.back());
@@ -56,7 +57,8 @@ std::unique_ptr<OffloadQueue::Staged> OffloadQueue::TakeBuffer(size_t bytes) {
 OffloadQueue::Staged* OffloadQueue::FindLocked(const storage::BlockRef& ref) {
   for (auto [it, end] = staged_.equal_range(ref.key); it != end; ++it) {
     const Staged* staged = it->second;
-    if (staged->header.format_tag == ref.format_tag && staged->header.salt_scope == ref.salt_scope) return it->second;
+    if (staged->header.format_tag == ref.format_tag && staged->header.salt_scope == ref.salt_scope)
+      return it->second;
   }
   return nullptr;
 }
@@ -69,7 +71,8 @@ std::vector<bool> OffloadQueue::Stage(std::span<const OffloadBlock> blocks,
     for (size_t i = 0; i < blocks.size(); ++i) {
       const OffloadBlock& block = blocks[i];
       if (formats[i] == nullptr) continue;
-      if (Staged* existing = FindLocked({block.key, *formats[i], block.salt_scope}); existing != nullptr) {
+      if (Staged* existing = FindLocked({block.key, *formats[i], block.salt_scope});
+          existing != nullptr) {
         existing->withdrawn = false;  // evicted again: no pool holds it now
         staged[i] = true;             // the same block (a key's bytes never change) is on its way
         continue;
@@ -180,7 +183,8 @@ void OffloadQueue::ReleaseLocked(std::unique_ptr<Staged> staged) {
   free_.push_back(std::move(staged));
 }
 
-void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items) {
+void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch,
+                              std::vector<storage::PutItem>& items) {
   if (items.size() < batch.size()) items.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) {
     const Staged& staged = *batch[i];
@@ -212,10 +216,12 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::
   idle_.NotifyAll();
 }
 
-void OffloadQueue::MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored) {
+void OffloadQueue::MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch,
+                                    std::span<const Status> stored) {
   {
     MutexLock lock(mu_);
-    for (size_t i = 0; i < batch.size(); ++i) batch[i]->moved_out = batch[i]->withdrawn && stored[i].ok();
+    for (size_t i = 0; i < batch.size(); ++i)
+      batch[i]->moved_out = batch[i]->withdrawn && stored[i].ok();
   }
   // Outside the queue's lock (a leaf). Each stays staged meanwhile: one a pool evicts
   // again now is staged again (its withdrawal cancelled), and StoreBatch queues it anew.

@@ -59,13 +59,13 @@ struct OffloadQueueOptions {
 };
 
 struct OffloadQueueStats {
-  uint64_t staged = 0;      // blocks staged
-  uint64_t stored = 0;      // of them, taken by the store
-  uint64_t failed = 0;      // refused by the store (dropped)
-  uint64_t no_room = 0;     // not staged: the staging was full (the caller stored them)
-  uint64_t served = 0;      // reads answered from the staging (CopyStaged)
-  uint64_t withdrawn = 0;   // fetched back into a pool, so not left in the host tier (Withdraw)
-  uint64_t staged_bytes = 0;  // now waiting, in bytes
+  uint64_t staged = 0;          // blocks staged
+  uint64_t stored = 0;          // of them, taken by the store
+  uint64_t failed = 0;          // refused by the store (dropped)
+  uint64_t no_room = 0;         // not staged: the staging was full (the caller stored them)
+  uint64_t served = 0;          // reads answered from the staging (CopyStaged)
+  uint64_t withdrawn = 0;       // fetched back into a pool, so not left in the host tier (Withdraw)
+  uint64_t staged_bytes = 0;    // now waiting, in bytes
   uint64_t capacity_bytes = 0;  // the most it may hold (OffloadQueueOptions::capacity_bytes)
 };
 
@@ -81,7 +81,8 @@ class OffloadQueue {
   // for each, whether it is staged (or already was): false ones the caller must store
   // (but those of a null format, which are not staged).
   // REQUIRES: formats.size() == blocks.size().
-  std::vector<bool> Stage(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats);
+  std::vector<bool> Stage(std::span<const OffloadBlock> blocks,
+                          std::span<const storage::FormatTag* const> formats);
   // Copies the staged block `ref` names into `out`: true when one is staged, of out's
   // size (a block of another size is not the one asked for: false).
   bool CopyStaged(const storage::BlockRef& ref, std::span<uint8_t> out);
@@ -98,9 +99,9 @@ class OffloadQueue {
   struct Staged {
     storage::BlockHeader header;  // all but the checksum, made on the queue's thread
     std::vector<uint8_t> bytes;
-    StagedMap::node_type node;    // its entry in staged_ while free, to insert again
-    bool withdrawn = false;  // to be kept out of the host tier (guarded by mu_)
-    bool moved_out = false;  // withdrawn when stored, so moved out (the thread's own)
+    StagedMap::node_type node;  // its entry in staged_ while free, to insert again
+    bool withdrawn = false;     // to be kept out of the host tier (guarded by mu_)
+    bool moved_out = false;     // withdrawn when stored, so moved out (the thread's own)
   };
 
   // A buffer of `bytes` from the free list, or a new one when the staging has room.
@@ -112,9 +113,11 @@ class OffloadQueue {
   void TakePendingLocked(std::vector<std::unique_ptr<Staged>>& batch) KVTIER_REQUIRES(mu_);
   void Run();
   // `items`: the put's, kept from batch to batch (no allocation once warm).
-  void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch, std::vector<storage::PutItem>& items);
+  void StoreBatch(std::vector<std::unique_ptr<Staged>>& batch,
+                  std::vector<storage::PutItem>& items);
   // Moves the blocks of `batch` withdrawn by now, and stored, out of the host tier.
-  void MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch, std::span<const Status> stored);
+  void MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch,
+                        std::span<const Status> stored);
 
   storage::TieredStore* const store_;
   const uint64_t capacity_bytes_;

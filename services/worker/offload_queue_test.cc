@@ -30,7 +30,8 @@ class OffloadQueueTest : public ::testing::Test {
     // The store's event of block `hold_` waits for `released_`: the queue's thread is
     // then inside its put, and what it stages waits in the staging.
     options.on_event = [this](const storage::StoreEvent& e) {
-      if (e.kind == storage::StoreEvent::Kind::kRemoved && on_removed_) on_removed_(e.header.key.lo);
+      if (e.kind == storage::StoreEvent::Kind::kRemoved && on_removed_)
+        on_removed_(e.header.key.lo);
       if (e.kind != storage::StoreEvent::Kind::kStored || e.header.key.lo != hold_) return;
       in_put_ = true;
       WaitUntil([this] { return released_.load(); });
@@ -40,13 +41,18 @@ class OffloadQueueTest : public ::testing::Test {
   void TearDown() override { released_ = true; }
 
   std::unique_ptr<OffloadQueue> MakeQueue(uint64_t capacity_bytes) {
-    return std::make_unique<OffloadQueue>(OffloadQueueOptions{.store = store_.get(), .capacity_bytes = capacity_bytes});
+    return std::make_unique<OffloadQueue>(
+        OffloadQueueOptions{.store = store_.get(), .capacity_bytes = capacity_bytes});
   }
   // Block `id`: its bytes all `id`, of `bytes` bytes.
   OffloadBlock Block(uint64_t id, size_t bytes = kBlockBytes) {
     payloads_.push_back(std::make_unique<std::vector<uint8_t>>(bytes, static_cast<uint8_t>(id)));
-    return OffloadBlock{.key = BlockKey{7, id}, .parent = BlockKey{7, 0}, .first = true, .salt_scope = 5,
-                        .priority = 50, .bytes = *payloads_.back()};
+    return OffloadBlock{.key = BlockKey{7, id},
+                        .parent = BlockKey{7, 0},
+                        .first = true,
+                        .salt_scope = 5,
+                        .priority = 50,
+                        .bytes = *payloads_.back()};
   }
   std::vector<bool> Stage(OffloadQueue& queue, const std::vector<OffloadBlock>& blocks) {
     const std::vector<const storage::FormatTag*> formats(blocks.size(), &kFormat);
@@ -160,7 +166,8 @@ TEST_F(OffloadQueueTest, ABlockStagedAgainAsItIsMovedOutIsStoredOnceMore) {
 TEST_F(OffloadQueueTest, ABlockThatFindsNoRoomIsLeftToTheCaller) {
   auto queue = MakeQueue(2 * kBlockBytes);
   // Blocks 1 and 2 fill the staging; 3 finds no room; 2 again is on its way already.
-  EXPECT_EQ(Stage(*queue, {Block(1), Block(2), Block(3), Block(2)}), (std::vector<bool>{true, true, false, true}));
+  EXPECT_EQ(Stage(*queue, {Block(1), Block(2), Block(3), Block(2)}),
+            (std::vector<bool>{true, true, false, true}));
   EXPECT_EQ(queue->Stats().no_room, 1u);
   EXPECT_EQ(queue->Stats().staged, 2u);
   EXPECT_EQ(queue->Stats().capacity_bytes, 2 * kBlockBytes);

@@ -70,8 +70,8 @@ class PoolStorage {
   [[nodiscard]] virtual Status Write(size_t offset, std::span<const uint8_t> in) = 0;
   // `runs` runs of `run_bytes`, run i at offset + i * pitch, from source to destination
   // (copy-on-partial-reuse: the leading tokens of every head run of a block), one call.
-  [[nodiscard]] virtual Status CopyRuns(size_t destination, size_t source, size_t run_bytes, size_t pitch,
-                                        size_t runs) = 0;
+  [[nodiscard]] virtual Status CopyRuns(size_t destination, size_t source, size_t run_bytes,
+                                        size_t pitch, size_t runs) = 0;
 
   // Batches of whole blocks, one transfer per batch (REQUIRES: ids inside the pool, no
   // repeats for WritableBlocks and CommitWrites, block_bytes a multiple of 16 for device
@@ -120,8 +120,8 @@ class PoolStorage {
   // kResourceExhausted: more than one round of a copier's staging, or as many landings
   // staged already as the pool allows (land by LandHeld).
   // REQUIRES: as LandHeld's.
-  [[nodiscard]] virtual Result<std::unique_ptr<StagedLanding>> StageLanding(std::span<const uint32_t> ids,
-                                                                            size_t block_bytes) = 0;
+  [[nodiscard]] virtual Result<std::unique_ptr<StagedLanding>> StageLanding(
+      std::span<const uint32_t> ids, size_t block_bytes) = 0;
 };
 
 // Host shared memory, zero-filled.
@@ -138,10 +138,11 @@ struct BackendPoolOptions {
   size_t bytes = 0;
   // A copier's staging holds at most this much (at least one block): a larger CopyHeld or
   // LandHeld goes in rounds, so that each concurrent caller pins a bounded share of host
-  // memory. The owner's thread's staging is bounded alike (BatchLimit). Copiers are made as callers come at once and kept: on a worker node about one
-  // per thread that copies for peers (its stream's tier threads, its fetch threads, its
-  // loop for tickets) and per staged landing: 15 with the defaults on 16 cores, 480 MiB
-  // pinned at the most. 32 MiB: a fetch of 16 blocks of 2 MiB in one round.
+  // memory. The owner's thread's staging is bounded alike (BatchLimit). Copiers are made as callers
+  // come at once and kept: on a worker node about one per thread that copies for peers (its
+  // stream's tier threads, its fetch threads, its loop for tickets) and per staged landing: 15 with
+  // the defaults on 16 cores, 480 MiB pinned at the most. 32 MiB: a fetch of 16 blocks of 2 MiB in
+  // one round.
   size_t copier_staging_bytes = 32ull << 20;
   // Landings staged at once (StageLanding; kResourceExhausted beyond): each keeps a
   // copier until its fetch, which may wait in the fetcher's queue, has landed. 4: the
@@ -156,7 +157,8 @@ struct BackendPoolOptions {
 // MakeDevicePoolStorage's (staging, gathers, scatters, copiers), which with
 // gpu::MakeCpuBackend runs on any machine, for tests. Its memory is the process's own: no
 // other process can map it (mapping() names nothing). kInvalidArgument: no factory.
-[[nodiscard]] Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(BackendPoolOptions options);
+[[nodiscard]] Result<std::unique_ptr<PoolStorage>> MakeBackendPoolStorage(
+    BackendPoolOptions options);
 // Where a worker's pools keep their bytes: `bytes` of them for one pool.
 using PoolStorageFactory = std::function<Result<std::unique_ptr<PoolStorage>>(size_t bytes)>;
 

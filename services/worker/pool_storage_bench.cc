@@ -50,16 +50,21 @@ bool Failed(benchmark::State& state, const Status& done) {
 // Bytes moved per iteration, and where: on a GPU or the CPU kernels, by which path.
 void Report(benchmark::State& state, size_t batch_bytes, const char* path) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * batch_bytes));
-  state.SetLabel(std::string(gpu::ProbeDevices().has_gpu() ? "GPU 0" : "CPU kernels (no GPU)") + path);
+  state.SetLabel(std::string(gpu::ProbeDevices().has_gpu() ? "GPU 0" : "CPU kernels (no GPU)") +
+                 path);
 }
 
 // A benchmark thread's batch, from its arguments (block bytes, blocks per batch, which
 // way): its ids (the thread's own range of the pool) and buffers of one block each.
 struct Batch {
   explicit Batch(const benchmark::State& state)
-      : block_bytes(static_cast<size_t>(state.range(0))), blocks(static_cast<size_t>(state.range(1))),
-        way(state.range(2) != 0), ids(blocks), memory(blocks * block_bytes, 1) {
-    std::iota(ids.begin(), ids.end(), static_cast<uint32_t>(state.thread_index() * blocks % kPoolBlocks));
+      : block_bytes(static_cast<size_t>(state.range(0))),
+        blocks(static_cast<size_t>(state.range(1))),
+        way(state.range(2) != 0),
+        ids(blocks),
+        memory(blocks * block_bytes, 1) {
+    std::iota(ids.begin(), ids.end(),
+              static_cast<uint32_t>(state.thread_index() * blocks % kPoolBlocks));
     for (size_t i = 0; i < blocks; ++i) {
       buffers.emplace_back(memory.data() + i * block_bytes, block_bytes);
       inputs.emplace_back(memory.data() + i * block_bytes, block_bytes);
@@ -76,7 +81,9 @@ struct Batch {
 
 // Batches of 16 blocks of 256 KiB and of 2 MiB, each of two ways (`way`: 0 or 1).
 benchmark::internal::Benchmark* Batches(benchmark::internal::Benchmark* b, const char* way) {
-  return b->ArgNames({"block_bytes", "blocks", way})->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})->UseRealTime();
+  return b->ArgNames({"block_bytes", "blocks", way})
+      ->ArgsProduct({{256 << 10, 2 << 20}, {16}, {0, 1}})
+      ->UseRealTime();
 }
 
 // Args: block bytes, blocks per batch, 0 = read (out of the pool) or 1 = land (into it).
@@ -118,7 +125,9 @@ void BM_OnCopiers(benchmark::State& state) {
   }
   Report(state, blocks * block_bytes, land ? ", landed by copiers" : ", copied out by copiers");
 }
-BENCHMARK(BM_OnCopiers)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "land")->ThreadRange(1, 8); });
+BENCHMARK(BM_OnCopiers)->Apply([](benchmark::internal::Benchmark* b) {
+  Batches(b, "land")->ThreadRange(1, 8);
+});
 
 // A fetch's run landing in held blocks, counted from its payloads' arrival (a copy from
 // the "socket", `wire`): into a staged landing's pinned staging, then its Commit (one
@@ -144,7 +153,8 @@ void BM_FetchLanding(benchmark::State& state) {
     }
     if (Failed(state, done)) break;
   }
-  Report(state, blocks * block_bytes, staged ? ", fetched into staging" : ", fetched into a buffer");
+  Report(state, blocks * block_bytes,
+         staged ? ", fetched into staging" : ", fetched into a buffer");
 }
 BENCHMARK(BM_FetchLanding)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "staged"); });
 
@@ -172,7 +182,8 @@ void BM_ServeHeld(benchmark::State& state) {
     }
     Status done;
     if (read) {
-      for (size_t i = 0; i < blocks; ++i) std::copy_n(read->views()[i].data(), block_bytes, &wire[i * block_bytes]);
+      for (size_t i = 0; i < blocks; ++i)
+        std::copy_n(read->views()[i].data(), block_bytes, &wire[i * block_bytes]);
     } else {
       copied_instead += staged ? 1 : 0;
       done = pool.CopyHeld(batch.ids, block_bytes, batch.buffers);
@@ -181,9 +192,12 @@ void BM_ServeHeld(benchmark::State& state) {
     if (Failed(state, done)) break;
   }
   state.counters["copied_instead"] = static_cast<double>(copied_instead);
-  Report(state, blocks * block_bytes, staged ? ", sent from a copier's staging" : ", copied out, then sent");
+  Report(state, blocks * block_bytes,
+         staged ? ", sent from a copier's staging" : ", copied out, then sent");
 }
-BENCHMARK(BM_ServeHeld)->Apply([](benchmark::internal::Benchmark* b) { Batches(b, "staged")->ThreadRange(1, 4); });
+BENCHMARK(BM_ServeHeld)->Apply([](benchmark::internal::Benchmark* b) {
+  Batches(b, "staged")->ThreadRange(1, 4);
+});
 
 }  // namespace
 }  // namespace kvtier::worker

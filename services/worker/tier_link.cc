@@ -45,14 +45,16 @@ class TierLink::Helpers {
 
  private:
   asio::io_context context_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_ = asio::make_work_guard(context_);
+  asio::executor_work_guard<asio::io_context::executor_type> work_ =
+      asio::make_work_guard(context_);
   std::vector<std::thread> threads_;  // last: they start once the context exists
 };
 
 TierLink::TierLink(TierLinkOptions options) : store_(options.store), threads_(options.threads) {
   if (threads_ > 0) helpers_ = std::make_unique<Helpers>(threads_);
   if (options.staging_bytes > 0) {
-    queue_ = std::make_unique<OffloadQueue>(OffloadQueueOptions{.store = store_, .capacity_bytes = options.staging_bytes});
+    queue_ = std::make_unique<OffloadQueue>(
+        OffloadQueueOptions{.store = store_, .capacity_bytes = options.staging_bytes});
   }
 }
 
@@ -60,7 +62,9 @@ void TierLink::Flush() {
   if (queue_) queue_->Flush();
 }
 
-OffloadQueueStats TierLink::StagingStats() const { return queue_ ? queue_->Stats() : OffloadQueueStats{}; }
+OffloadQueueStats TierLink::StagingStats() const {
+  return queue_ ? queue_->Stats() : OffloadQueueStats{};
+}
 
 TierLink::~TierLink() = default;
 
@@ -92,7 +96,9 @@ namespace {
 class FormatTags {
  public:
   // The tag's text, which a BlockRef views.
-  const std::string& Text(const KvLayout* layout, uint64_t format_tag) { return At(layout, format_tag).text; }
+  const std::string& Text(const KvLayout* layout, uint64_t format_tag) {
+    return At(layout, format_tag).text;
+  }
   // The tag interned for the headers an offload stores (storage::FormatTag::Intern).
   // Engines choose their format tags, so the table they go into is bounded: a tag past
   // it is kResourceExhausted, and its blocks are not stored.
@@ -146,18 +152,21 @@ std::vector<Status> TierLink::OffloadBatch(std::span<const OffloadBlock> blocks)
   return taken;
 }
 
-void TierLink::StoreNow(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats,
+void TierLink::StoreNow(std::span<const OffloadBlock> blocks,
+                        std::span<const storage::FormatTag* const> formats,
                         std::span<const size_t> which, std::vector<Status>& taken) {
   std::vector<storage::PutItem> items(which.size());
   ForEachShare(which.size(), [&](size_t begin, size_t end) {
-    for (size_t k = begin; k < end; ++k) items[k] = StoredItem(blocks[which[k]], *formats[which[k]]);
+    for (size_t k = begin; k < end; ++k)
+      items[k] = StoredItem(blocks[which[k]], *formats[which[k]]);
     std::vector<Status> stored = store_->PutBatch(std::span(items).subspan(begin, end - begin));
     for (size_t k = begin; k < end; ++k) taken[which[k]] = std::move(stored[k - begin]);
   });
 }
 
 std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBlock> blocks) {
-  std::vector<Result<SourceTier>> tiers(blocks.size(), Result<SourceTier>(AbortedError("not fetched")));
+  std::vector<Result<SourceTier>> tiers(blocks.size(),
+                                        Result<SourceTier>(AbortedError("not fetched")));
   FormatTags tags;  // the refs' format tags point into it
   std::vector<storage::BlockRef> refs;
   std::vector<std::span<uint8_t>> outs;
@@ -167,7 +176,8 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   from_store.reserve(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const OnboardBlock& block = blocks[i];
-    const storage::BlockRef ref{block.key, tags.Text(block.layout, block.format_tag), block.salt_scope};
+    const storage::BlockRef ref{block.key, tags.Text(block.layout, block.format_tag),
+                                block.salt_scope};
     if (queue_ && queue_->CopyStaged(ref, block.out)) {
       tiers[i] = SourceTier::kHost;  // on its way there
       continue;
@@ -179,10 +189,11 @@ std::vector<Result<SourceTier>> TierLink::FetchBatch(std::span<const OnboardBloc
   // Each share is one GetBatch. Its disk hits stay on disk only: the pool holds them now,
   // and offloads them to the host tier when it evicts them (PromoteDiskHits).
   ForEachShare(refs.size(), [&](size_t begin, size_t end) {
-    std::vector<Result<storage::TieredHit>> hits =
-        store_->GetBatch(std::span(refs).subspan(begin, end - begin), std::span(outs).subspan(begin, end - begin),
-                         storage::PromoteDiskHits::kNo);
-    for (size_t k = begin; k < end; ++k) tiers[from_store[k]] = SourceOf(std::move(hits[k - begin]), blocks[from_store[k]]);
+    std::vector<Result<storage::TieredHit>> hits = store_->GetBatch(
+        std::span(refs).subspan(begin, end - begin), std::span(outs).subspan(begin, end - begin),
+        storage::PromoteDiskHits::kNo);
+    for (size_t k = begin; k < end; ++k)
+      tiers[from_store[k]] = SourceOf(std::move(hits[k - begin]), blocks[from_store[k]]);
   });
   return tiers;
 }
@@ -206,8 +217,8 @@ std::string StorageFormatTag(const KvLayout& layout, uint64_t format_tag) {
 }
 
 bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint, uint64_t format_tag) {
-  return tag.size() == fingerprint.size() + FormatTagSuffix::kLength && tag.starts_with(fingerprint) &&
-         tag.ends_with(FormatTagSuffix(format_tag).view());
+  return tag.size() == fingerprint.size() + FormatTagSuffix::kLength &&
+         tag.starts_with(fingerprint) && tag.ends_with(FormatTagSuffix(format_tag).view());
 }
 
 storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const storage::FormatTag& format) {
@@ -217,13 +228,17 @@ storage::PutItem TierLink::StoredItem(const OffloadBlock& block, const storage::
   return storage::PutItem{std::move(header), block.bytes, /*checksum_checked=*/true};
 }
 
-Status TierLink::Offload(const OffloadBlock& block) { return std::move(OffloadBatch({&block, 1}).front()); }
+Status TierLink::Offload(const OffloadBlock& block) {
+  return std::move(OffloadBatch({&block, 1}).front());
+}
 
 }  // namespace kvtier::worker
 
 namespace kvtier::worker {
 
-Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) { return std::move(FetchBatch({&block, 1}).front()); }
+Result<SourceTier> TierLink::Fetch(const OnboardBlock& block) {
+  return std::move(FetchBatch({&block, 1}).front());
+}
 
 void TierLink::Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) {
   FormatTags tags;  // the refs' format tags point into it
@@ -245,8 +260,9 @@ Result<SourceTier> TierLink::SourceOf(Result<storage::TieredHit> hit, const Onbo
   if (!hit.ok()) return hit.status();
   if (hit->header.payload_bytes != block.out.size()) {
     // The format tag pins the layout, so this is a corrupt store, not a caller's error.
-    return DataLossError("stored block " + block.key.ToHex() + " has " + std::to_string(hit->header.payload_bytes) +
-                         " bytes; its layout needs " + std::to_string(block.out.size()));
+    return DataLossError("stored block " + block.key.ToHex() + " has " +
+                         std::to_string(hit->header.payload_bytes) + " bytes; its layout needs " +
+                         std::to_string(block.out.size()));
   }
   return hit->tier == kvtier::Tier::kHost ? SourceTier::kHost : SourceTier::kDisk;
 }

@@ -44,7 +44,8 @@ namespace kvtier::worker {
 // Whether `tag` is StorageFormatTag(layout, format_tag), where `fingerprint` is
 // layout.Fingerprint(): compared in place, so a hot path that checks the tag of every
 // block it serves allocates nothing.
-[[nodiscard]] bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint, uint64_t format_tag);
+[[nodiscard]] bool IsStorageFormatTag(std::string_view tag, std::string_view fingerprint,
+                                      uint64_t format_tag);
 
 // The helpers a node gives its TierLink: `configured` (worker.tier_threads) where it is
 // not 0, else DefaultTierLinkThreads of this machine.
@@ -76,7 +77,8 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   [[nodiscard]] std::vector<Status> OffloadBatch(std::span<const OffloadBlock> blocks) override;
   // Fetches every block, in parallel: a block after one the store lacks is copied too,
   // and its result says so; Onboard uses the leading run.
-  [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks) override;
+  [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(
+      std::span<const OnboardBlock> blocks) override;
   // The blocks landed from the host tier leave it (TieredStore::MoveOutOfHost), and those
   // answered from the staging are not stored if they still wait (OffloadQueue::Withdraw):
   // the pool holds them, and offloads them back when it evicts them.
@@ -89,8 +91,9 @@ class TierLink final : public OffloadTarget, public OnboardSource {
 
  private:
   // Stores blocks[i] for each i in `which` now (PutBatch by shares), its status into taken[i].
-  void StoreNow(std::span<const OffloadBlock> blocks, std::span<const storage::FormatTag* const> formats,
-                std::span<const size_t> which, std::vector<Status>& taken);
+  void StoreNow(std::span<const OffloadBlock> blocks,
+                std::span<const storage::FormatTag* const> formats, std::span<const size_t> which,
+                std::vector<Status>& taken);
   // fn(begin, end) for contiguous shares of [0, n): one on the calling thread, the rest
   // on the helpers; returns when every share is done.
   void ForEachShare(size_t n, const std::function<void(size_t, size_t)>& fn);
@@ -103,7 +106,7 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   storage::TieredStore* const store_;
   const uint32_t threads_;
   class Helpers;  // threads named kvt-tier-N on one asio::io_context (tier_link.cc)
-  std::unique_ptr<Helpers> helpers_;  // none when threads_ is 0
+  std::unique_ptr<Helpers> helpers_;     // none when threads_ is 0
   std::unique_ptr<OffloadQueue> queue_;  // none without staging
 };
 

@@ -13,8 +13,8 @@
 namespace kvtier::worker {
 namespace {
 
-using testing::Tokens;
 using testing::TestLayout;
+using testing::Tokens;
 
 // A storage format tag is recognised in place: this layout and engine format only, the
 // whole tag.
@@ -24,7 +24,8 @@ TEST(TierLinkTest, AStorageFormatTagIsRecognisedInPlace) {
   EXPECT_FALSE(IsStorageFormatTag(format, TestLayout().Fingerprint(), 10));
   EXPECT_FALSE(IsStorageFormatTag(format, "L9/H9/D9/T4/fp16/W0/S0", 9));
   EXPECT_FALSE(IsStorageFormatTag(format + "0", TestLayout().Fingerprint(), 9));
-  EXPECT_FALSE(IsStorageFormatTag(TestLayout().Fingerprint() + "/W8" + "|f0000000000000009", TestLayout().Fingerprint(), 9))
+  EXPECT_FALSE(IsStorageFormatTag(TestLayout().Fingerprint() + "/W8" + "|f0000000000000009",
+                                  TestLayout().Fingerprint(), 9))
       << "another layout whose fingerprint begins with this one's";
   std::string other_engine = format;
   other_engine.back() = '8';
@@ -39,21 +40,35 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   store_options.host->try_huge_pages = false;
   auto store = storage::TieredStore::Create(std::move(store_options)).value();
   TierLink link({.store = store.get()});
-  auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 1}}, .offload = &link, .onboard = &link}).value();
+  auto worker = Worker::Create(
+                    WorkerOptions{.pools = {{TestLayout(), 1}}, .offload = &link, .onboard = &link})
+                    .value();
 
   // Block A (priority 60, tenant scope 0xABC, format tag 9) is committed, written and released.
   const BlockKey root{3, 3}, a{0x2001, 1}, b{0x2002, 2};
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 60}}};
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 0xABC, .format_tag = 9,
-                                .block_keys = std::vector<BlockKey>{a}, .tokens = Tokens(0, 4)}).ok());
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 1,
+                              .root = root,
+                              .salt_scope = 0xABC,
+                              .format_tag = 9,
+                              .block_keys = std::vector<BlockKey>{a},
+                              .tokens = Tokens(0, 4)})
+                  .ok());
   std::span<uint8_t> pool = worker->PoolBytes(0);
   for (size_t i = 0; i < 512; ++i) pool[i] = static_cast<uint8_t>(i * 7);
   const std::vector<uint8_t> written(pool.begin(), pool.begin() + 512);
   ASSERT_TRUE(worker->Commit(1, 1, std::vector<BlockKey>{a}, Tokens(0, 4), keep).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
   // A new prompt needs the pool's only block: A is offloaded into the store.
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .root = root, .block_keys = std::vector<BlockKey>{b},
-                                .tokens = Tokens(100, 4)}).ok());
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 2,
+                              .root = root,
+                              .block_keys = std::vector<BlockKey>{b},
+                              .tokens = Tokens(100, 4)})
+                  .ok());
   EXPECT_EQ(worker->Stats().offloaded_blocks, 1u);
 
   const std::string format = StorageFormatTag(TestLayout(), 9);
@@ -73,8 +88,13 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   // Sequence 2 is done; a third prompt [A, C] finds A in neither the pool (B holds the
   // only block... freed now) nor computed: onboard brings A back from the host tier.
   ASSERT_TRUE(worker->Free(1, 2).ok());
-  auto again = worker->Allocate({.client = 1, .sequence = 3, .root = root, .salt_scope = 0xABC, .format_tag = 9,
-                                 .block_keys = std::vector<BlockKey>{a}, .tokens = Tokens(0, 4)});
+  auto again = worker->Allocate({.client = 1,
+                                 .sequence = 3,
+                                 .root = root,
+                                 .salt_scope = 0xABC,
+                                 .format_tag = 9,
+                                 .block_keys = std::vector<BlockKey>{a},
+                                 .tokens = Tokens(0, 4)});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->reused_blocks, 0u);
   std::fill(pool.begin(), pool.begin() + 512, 0);
@@ -85,7 +105,8 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   EXPECT_EQ(onboarded->from_disk, 0u);
   EXPECT_EQ(onboarded->cached_blocks, 1u);
   const size_t at = size_t{again->block_table[0]} * 512;
-  EXPECT_TRUE(std::equal(written.begin(), written.end(), pool.begin() + static_cast<std::ptrdiff_t>(at)));
+  EXPECT_TRUE(
+      std::equal(written.begin(), written.end(), pool.begin() + static_cast<std::ptrdiff_t>(at)));
   EXPECT_EQ(worker->Stats().onboarded_blocks, 1u);
   EXPECT_EQ(worker->Stats().onboarded_bytes, 512u);
   // A is committed again: the pool announces it and a lookup finds it locally.
@@ -97,8 +118,13 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
   EXPECT_EQ(store->Stats().onboarded, 1u);
   // Evicted from the pool again (by B), A is offloaded back.
   ASSERT_TRUE(worker->Free(1, 3).ok());
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 4, .root = root, .block_keys = std::vector<BlockKey>{b},
-                                .tokens = Tokens(100, 4)}).ok());
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 4,
+                              .root = root,
+                              .block_keys = std::vector<BlockKey>{b},
+                              .tokens = Tokens(100, 4)})
+                  .ok());
   hit = store->Get(storage::BlockRef{a, format, 0xABC}, out);
   ASSERT_TRUE(hit.ok()) << hit.status();
   EXPECT_EQ(out, written);
@@ -112,22 +138,33 @@ TEST(TierLinkTest, OnboardStopsAtTheFirstBlockTheStoreLacks) {
   store_options.host->try_huge_pages = false;
   auto store = storage::TieredStore::Create(std::move(store_options)).value();
   TierLink link({.store = store.get()});
-  auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 4}}, .offload = &link, .onboard = &link}).value();
+  auto worker = Worker::Create(
+                    WorkerOptions{.pools = {{TestLayout(), 4}}, .offload = &link, .onboard = &link})
+                    .value();
   // The store holds blocks 0 and 2 of a three-block prompt, not block 1.
   const BlockKey root{3, 3};
   const std::vector<BlockKey> keys = {{0x3000, 0}, {0x3000, 1}, {0x3000, 2}};
   const std::vector<uint8_t> bytes(512, 0x5A);
   const KvLayout layout = TestLayout();
   for (size_t i : {0, 2}) {
-    ASSERT_TRUE(link.Offload(OffloadBlock{keys[i], i == 0 ? root : keys[i - 1], i == 0, 0, 1, 50, &layout, bytes}).ok());
+    ASSERT_TRUE(link.Offload(OffloadBlock{keys[i], i == 0 ? root : keys[i - 1], i == 0, 0, 1, 50,
+                                          &layout, bytes})
+                    .ok());
   }
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .root = root, .salt_scope = 1, .block_keys = keys,
-                                .tokens = Tokens(0, 12)}).ok());
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 1,
+                              .root = root,
+                              .salt_scope = 1,
+                              .block_keys = keys,
+                              .tokens = Tokens(0, 12)})
+                  .ok());
   auto onboarded = worker->Onboard(1, 1, keys, {});
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 1u) << "block 1 is missing, so block 2 cannot be used";
   EXPECT_EQ(worker->LookupLocal(0, root, keys).value(), 1u);
-  EXPECT_EQ(worker->Onboard(1, 1, std::vector<BlockKey>(4, keys[0]), {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(worker->Onboard(1, 1, std::vector<BlockKey>(4, keys[0]), {}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // Blocks 0..n-1 of one chain (priority 50, salt scope 1), each with bytes of its own, as
@@ -136,20 +173,21 @@ struct Chain {
   Chain(uint8_t n, const KvLayout& layout) {
     for (uint8_t i = 0; i < n; ++i) bytes.push_back(testing::Pattern(i));
     for (uint8_t i = 0; i < n; ++i) {
-      victims.push_back({testing::Key(i), i == 0 ? testing::kRoot : testing::Key(i - 1), i == 0, 0, 1, 50, &layout,
-                         bytes[i]});
+      victims.push_back({testing::Key(i), i == 0 ? testing::kRoot : testing::Key(i - 1), i == 0, 0,
+                         1, 50, &layout, bytes[i]});
     }
   }
   // Blocks 0..n-1 asked back, each into its own buffer of `back` (made here).
   std::vector<OnboardBlock> Wanted(uint8_t n, std::vector<std::vector<uint8_t>>& back) const {
     back.assign(n, std::vector<uint8_t>(bytes[0].size()));
     std::vector<OnboardBlock> wanted;
-    for (uint8_t i = 0; i < n; ++i) wanted.push_back({testing::Key(i), 0, 1, victims[i].layout, back[i], i});
+    for (uint8_t i = 0; i < n; ++i)
+      wanted.push_back({testing::Key(i), 0, 1, victims[i].layout, back[i], i});
     return wanted;
   }
   // Every block fetched from `tier` with its own bytes.
-  void ExpectFetched(const std::vector<Result<SourceTier>>& tiers, const std::vector<std::vector<uint8_t>>& back,
-                     SourceTier tier) const {
+  void ExpectFetched(const std::vector<Result<SourceTier>>& tiers,
+                     const std::vector<std::vector<uint8_t>>& back, SourceTier tier) const {
     ASSERT_EQ(tiers.size(), back.size());
     for (size_t i = 0; i < tiers.size(); ++i) {
       ASSERT_TRUE(tiers[i].ok()) << "block " << i << ": " << tiers[i].status();
@@ -176,7 +214,8 @@ std::unique_ptr<storage::TieredStore> HostStore(uint64_t pages) {
 }
 
 // The options with a disk tier of 1 MiB in `dir`.
-storage::TieredStoreOptions WithDisk(storage::TieredStoreOptions options, const kvtier::testing::TempDir& dir) {
+storage::TieredStoreOptions WithDisk(storage::TieredStoreOptions options,
+                                     const kvtier::testing::TempDir& dir) {
   options.disk.emplace();
   options.disk->path = dir.path();
   options.disk->capacity_bytes = 1 << 20;
@@ -195,7 +234,9 @@ struct StallingStore {
     };
     store = storage::TieredStore::Create(std::move(options)).value();
   }
-  [[nodiscard]] bool WaitForThePut() const { return kvtier::testing::WaitUntil([this] { return in_put.load(); }); }
+  [[nodiscard]] bool WaitForThePut() const {
+    return kvtier::testing::WaitUntil([this] { return in_put.load(); });
+  }
   void Release() { released = true; }
 
   std::atomic<bool> in_put{false}, released{false};
@@ -217,11 +258,13 @@ TEST(TierLinkTest, BatchesAreSplitAmongHelpersAndEachBlockKeepsItsBytes) {
   const std::vector<OnboardBlock> wanted = chain.Wanted(16, back);
   chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
 
-  ASSERT_TRUE(store->Remove(storage::BlockRef{testing::Key(5), StorageFormatTag(layout, 0), 1}).ok());
+  ASSERT_TRUE(
+      store->Remove(storage::BlockRef{testing::Key(5), StorageFormatTag(layout, 0), 1}).ok());
   const std::vector<Result<SourceTier>> after = link.FetchBatch(wanted);
   ASSERT_EQ(after.size(), 16u);
   EXPECT_EQ(after[5].status().code(), StatusCode::kNotFound);
-  for (size_t i : {0, 4, 6, 15}) EXPECT_TRUE(after[i].ok()) << "block " << i << ": " << after[i].status();
+  for (size_t i : {0, 4, 6, 15})
+    EXPECT_TRUE(after[i].ok()) << "block " << i << ": " << after[i].status();
 }
 
 // With staging for 4 blocks, a batch of 6: 4 are staged and stored behind the call, 2
@@ -244,7 +287,8 @@ TEST(TierLinkTest, StagedOffloadsAreFetchedAtOnceAndStoredBehind) {
   EXPECT_EQ(stats.stored, 4u);
   EXPECT_EQ(stats.staged_bytes, 0u);
   for (size_t i = 0; i < 6; ++i) {
-    EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(i), StorageFormatTag(layout, 0), 1})) << "block " << i;
+    EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(i), StorageFormatTag(layout, 0), 1}))
+        << "block " << i;
   }
 }
 
@@ -280,7 +324,8 @@ TEST(TierLinkTest, StagedBlocksLandedInAPoolAreNotStored) {
   const Chain chain(3, layout);
   ASSERT_TRUE(link.Offload(chain.victims[0]).ok());
   ASSERT_TRUE(stalling.WaitForThePut());
-  for (const Status& taken : link.OffloadBatch(std::span(chain.victims).subspan(1))) EXPECT_TRUE(taken.ok()) << taken;
+  for (const Status& taken : link.OffloadBatch(std::span(chain.victims).subspan(1)))
+    EXPECT_TRUE(taken.ok()) << taken;
   std::vector<std::vector<uint8_t>> back;
   const std::vector<OnboardBlock> wanted = chain.Wanted(3, back);
   chain.ExpectFetched(link.FetchBatch(wanted), back, SourceTier::kHost);
@@ -289,8 +334,10 @@ TEST(TierLinkTest, StagedBlocksLandedInAPoolAreNotStored) {
   link.Flush();
 
   const std::string format = StorageFormatTag(layout, 0);
-  EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(0), format, 1})) << "being stored when it landed";
-  for (uint8_t i : {1, 2}) EXPECT_FALSE(store->Contains(storage::BlockRef{testing::Key(i), format, 1})) << int{i};
+  EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(0), format, 1}))
+      << "being stored when it landed";
+  for (uint8_t i : {1, 2})
+    EXPECT_FALSE(store->Contains(storage::BlockRef{testing::Key(i), format, 1})) << int{i};
   const OffloadQueueStats stats = link.StagingStats();
   EXPECT_EQ(stats.served, 3u);
   EXPECT_EQ(stats.withdrawn, 3u);
@@ -344,8 +391,10 @@ TEST(TierLinkTest, EachBlockOfABatchKeepsItsOwnFormat) {
   for (const Status& taken : link.OffloadBatch(chain.victims)) ASSERT_TRUE(taken.ok()) << taken;
   for (size_t i = 0; i < 4; ++i) {
     const BlockKey key = testing::Key(i);
-    EXPECT_TRUE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, tags[i]), 1})) << "block " << i;
-    EXPECT_FALSE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, 9 - tags[i]), 1})) << "block " << i;
+    EXPECT_TRUE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, tags[i]), 1}))
+        << "block " << i;
+    EXPECT_FALSE(store->Contains(storage::BlockRef{key, StorageFormatTag(layout, 9 - tags[i]), 1}))
+        << "block " << i;
   }
   std::vector<std::vector<uint8_t>> back;
   std::vector<OnboardBlock> wanted = chain.Wanted(4, back);
@@ -358,23 +407,38 @@ TEST(TierLinkTest, EachBlockOfABatchKeepsItsOwnFormat) {
 TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
   auto store = HostStore(64);
   TierLink link({.store = store.get(), .threads = 2});
-  auto worker = Worker::Create(WorkerOptions{.pools = {{TestLayout(), 8}}, .offload = &link, .onboard = &link}).value();
+  auto worker = Worker::Create(
+                    WorkerOptions{.pools = {{TestLayout(), 8}}, .offload = &link, .onboard = &link})
+                    .value();
   std::vector<BlockKey> keys, other;
-  for (uint64_t i = 0; i < 8; ++i) keys.push_back(testing::Key(i)), other.push_back(testing::Key(100 + i));
+  for (uint64_t i = 0; i < 8; ++i)
+    keys.push_back(testing::Key(i)), other.push_back(testing::Key(100 + i));
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
-  auto a = worker->Allocate({.client = 1, .sequence = 1, .root = testing::kRoot, .block_keys = keys,
+  auto a = worker->Allocate({.client = 1,
+                             .sequence = 1,
+                             .root = testing::kRoot,
+                             .block_keys = keys,
                              .tokens = Tokens(0, 32)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 8; ++i) ASSERT_TRUE(worker->WriteBlock(0, a->block_table[i], testing::Pattern(i)).ok());
+  for (uint8_t i = 0; i < 8; ++i)
+    ASSERT_TRUE(worker->WriteBlock(0, a->block_table[i], testing::Pattern(i)).ok());
   ASSERT_TRUE(worker->Commit(1, 1, keys, Tokens(0, 32), keep).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
   // Sequence 2 takes the whole pool: blocks 0-7 leave in one batch.
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .root = testing::kRoot, .block_keys = other,
-                                .tokens = Tokens(500, 32)}).ok());
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 2,
+                              .root = testing::kRoot,
+                              .block_keys = other,
+                              .tokens = Tokens(500, 32)})
+                  .ok());
   EXPECT_EQ(worker->Stats().offloaded_blocks, 8u);
   ASSERT_TRUE(worker->Free(1, 2).ok());
   // Sequence 3 asks for blocks 0-7 again: onboarded in one batch.
-  auto c = worker->Allocate({.client = 1, .sequence = 3, .root = testing::kRoot, .block_keys = keys,
+  auto c = worker->Allocate({.client = 1,
+                             .sequence = 3,
+                             .root = testing::kRoot,
+                             .block_keys = keys,
                              .tokens = Tokens(0, 32)});
   ASSERT_TRUE(c.ok()) << c.status();
   auto onboarded = worker->Onboard(1, 3, keys, keep);
@@ -418,7 +482,8 @@ TEST(TierLinkTest, AnOffloadUnderANewFormatPastTheBoundIsRefused) {
   EXPECT_TRUE(taken[1].ok()) << taken[1];
   link.Flush();
   EXPECT_EQ(link.StagingStats().staged, 2u) << "blocks 0 and 2";
-  EXPECT_FALSE(store->Contains(storage::BlockRef{testing::Key(1), StorageFormatTag(layout, 77), 1}));
+  EXPECT_FALSE(
+      store->Contains(storage::BlockRef{testing::Key(1), StorageFormatTag(layout, 77), 1}));
   EXPECT_TRUE(store->Contains(storage::BlockRef{testing::Key(2), StorageFormatTag(layout, 0), 1}));
 }
 

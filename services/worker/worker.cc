@@ -20,7 +20,7 @@ struct PoolState {
 
 struct SequenceRef {
   uint32_t pool_id;
-  SequenceId internal;     // the pool's id: unique across clients
+  SequenceId internal;  // the pool's id: unique across clients
   uint32_t prompt_tokens;
   uint32_t tokens;
   uint32_t filled_blocks;  // leading full blocks known to hold KV (reused or onboarded)
@@ -34,7 +34,9 @@ struct ClientSequence {
   friend bool operator==(const ClientSequence&, const ClientSequence&) = default;
 };
 struct ClientSequenceHash {
-  size_t operator()(const ClientSequence& k) const { return k.client * 0x9E3779B97F4A7C15ULL ^ k.sequence; }
+  size_t operator()(const ClientSequence& k) const {
+    return k.client * 0x9E3779B97F4A7C15ULL ^ k.sequence;
+  }
 };
 
 std::string Describe(ClientId client, SequenceId sequence) {
@@ -57,7 +59,8 @@ class Worker::Impl {
 
   Result<SequenceRef*> Find(ClientId client, SequenceId sequence) {
     const auto it = sequences_.find({client, sequence});
-    if (it == sequences_.end()) return NotFoundError(Describe(client, sequence) + " does not exist");
+    if (it == sequences_.end())
+      return NotFoundError(Describe(client, sequence) + " does not exist");
     return &it->second;
   }
 
@@ -77,17 +80,20 @@ class Worker::Impl {
     const size_t per_batch = state.storage->BatchLimit(state.layout.bytes_per_block());
     std::vector<BlockKey> refused;
     for (size_t first = 0; first < keep.size(); first += per_batch) {
-      Offload(state, std::span(keep).subspan(first, std::min(per_batch, keep.size() - first)), refused);
+      Offload(state, std::span(keep).subspan(first, std::min(per_batch, keep.size() - first)),
+              refused);
     }
     const std::vector<PoolEvent> pool_events = state.pool->TakeEvents();
     GrowFor(events_, pool_events.size());  // one allocation at most, however many blocks
     for (const PoolEvent& e : pool_events) {
       WorkerEvent::Kind kind = static_cast<WorkerEvent::Kind>(e.kind);
-      if (kind == WorkerEvent::Kind::kOffloaded && std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
+      if (kind == WorkerEvent::Kind::kOffloaded &&
+          std::find(refused.begin(), refused.end(), e.key) != refused.end()) {
         kind = WorkerEvent::Kind::kRemoved;
       }
-      WorkerEvent& out = events_.emplace_back(WorkerEvent{kind, ++next_event_, pool_id, e.key, e.parent, e.first,
-                                                          e.priority, e.salt_scope, e.retention});
+      WorkerEvent& out =
+          events_.emplace_back(WorkerEvent{kind, ++next_event_, pool_id, e.key, e.parent, e.first,
+                                           e.priority, e.salt_scope, e.retention});
       if (kind == WorkerEvent::Kind::kStored) {
         const std::span<const uint32_t> tokens = state.pool->TokensOf(e.key);
         out.tokens.assign(tokens.begin(), tokens.end());
@@ -99,7 +105,8 @@ class Worker::Impl {
   // the tiers lack one, counted into `result`; then lands those fetched in one go (one
   // scatter on a GPU), but for those already in place.
   Status OnboardBatch(PoolState& state, const SequenceRef& seq, std::span<const uint32_t> batch,
-                      std::span<const BlockKey> keys, OnboardSource& source, OnboardResult& result) {
+                      std::span<const BlockKey> keys, OnboardSource& source,
+                      OnboardResult& result) {
     const size_t block_bytes = state.layout.bytes_per_block();
     std::vector<std::span<uint8_t>> views;
     KVTIER_RETURN_IF_ERROR(state.storage->WritableBlocks(batch, block_bytes, &views));
@@ -108,7 +115,8 @@ class Worker::Impl {
     std::vector<OnboardBlock> blocks;
     blocks.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      blocks.push_back({keys[i], seq.format_tag, seq.salt_scope, &state.layout, views[i], batch[i]});
+      blocks.push_back(
+          {keys[i], seq.format_tag, seq.salt_scope, &state.layout, views[i], batch[i]});
     }
     const auto fetch_start = std::chrono::steady_clock::now();
     const std::vector<Result<SourceTier>> tiers = source.FetchBatch(blocks);
@@ -116,8 +124,9 @@ class Worker::Impl {
     for (; fetched < batch.size() && fetched < tiers.size(); ++fetched) {
       const Result<SourceTier>& tier = tiers[fetched];
       if (!tier.ok()) break;
-      ++(*tier == SourceTier::kHost ? result.from_host
-                                    : *tier == SourceTier::kDisk ? result.from_disk : result.from_remote);
+      ++(*tier == SourceTier::kHost   ? result.from_host
+         : *tier == SourceTier::kDisk ? result.from_disk
+                                      : result.from_remote);
       if (*tier == SourceTier::kRemoteInPlace) {
         ++stats_.landed_in_place;
       } else {
@@ -127,8 +136,9 @@ class Worker::Impl {
     result.onboarded_blocks += fetched;
     const auto write_start = std::chrono::steady_clock::now();
     stats_.onboard_fetch += write_start - fetch_start;
-    Status landed =
-        to_land.empty() ? Status::Ok() : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
+    Status landed = to_land.empty()
+                        ? Status::Ok()
+                        : state.storage->CommitWrites(batch.first(fetched), block_bytes, to_land);
     stats_.onboard_transfer += std::chrono::steady_clock::now() - write_start;
     if (landed.ok() && !to_land.empty()) {
       std::vector<OnboardBlock> done;
@@ -146,14 +156,16 @@ class Worker::Impl {
 
   // One batch of victims to the offload target, or those it refuses (or all, if their
   // bytes cannot be read) into `refused`.
-  void Offload(PoolState& state, std::span<const EvictedBlock* const> victims, std::vector<BlockKey>& refused) {
+  void Offload(PoolState& state, std::span<const EvictedBlock* const> victims,
+               std::vector<BlockKey>& refused) {
     const size_t block_bytes = state.layout.bytes_per_block();
     std::vector<uint32_t> ids;
     ids.reserve(victims.size());
     for (const EvictedBlock* victim : victims) ids.push_back(victim->block);
     std::vector<std::span<const uint8_t>> views;
     const auto read_start = std::chrono::steady_clock::now();
-    const bool readable = options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
+    const bool readable =
+        options_.offload != nullptr && state.storage->ReadBlocks(ids, block_bytes, &views).ok();
     const auto store_start = std::chrono::steady_clock::now();
     stats_.offload_transfer += store_start - read_start;
     std::vector<Status> taken;  // one per victim; none when their bytes could not be read
@@ -162,7 +174,8 @@ class Worker::Impl {
       blocks.reserve(victims.size());
       for (size_t i = 0; i < victims.size(); ++i) {
         const EvictedBlock& v = *victims[i];
-        blocks.push_back({v.key, v.parent, v.first, v.format_tag, v.salt_scope, v.priority, &state.layout, views[i]});
+        blocks.push_back({v.key, v.parent, v.first, v.format_tag, v.salt_scope, v.priority,
+                          &state.layout, views[i]});
       }
       taken = options_.offload->OffloadBatch(blocks);
     }
@@ -186,8 +199,9 @@ class Worker::Impl {
     const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
     const size_t runs = size_t{layout.num_layers()} * 2 * layout.num_kv_heads();
     const auto start = std::chrono::steady_clock::now();
-    Status copied = state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source),
-                                            run_bytes, layout.bytes_per_head_run(), runs);
+    Status copied =
+        state.storage->CopyRuns(state.BlockOffset(copy.destination), state.BlockOffset(copy.source),
+                                run_bytes, layout.bytes_per_head_run(), runs);
     stats_.copy_transfer += std::chrono::steady_clock::now() - start;
     return copied;
   }
@@ -215,8 +229,9 @@ std::vector<Result<SourceTier>> OnboardSource::FetchBatch(std::span<const Onboar
   tiers.reserve(blocks.size());
   for (const OnboardBlock& block : blocks) {
     const bool stopped = !tiers.empty() && !tiers.back().ok();
-    tiers.push_back(stopped ? Result<SourceTier>(AbortedError("not asked: an earlier block was not fetched"))
-                            : Fetch(block));
+    tiers.push_back(
+        stopped ? Result<SourceTier>(AbortedError("not asked: an earlier block was not fetched"))
+                : Fetch(block));
   }
   return tiers;
 }
@@ -227,17 +242,20 @@ Result<std::unique_ptr<Worker>> Worker::Create(const WorkerOptions& options) {
   for (size_t i = 0; i < options.pools.size(); ++i) {
     const WorkerPoolConfig& config = options.pools[i];
     const KvLayout& layout = config.layout;
-    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::Create({.num_blocks = config.num_blocks,
-                                                          .tokens_per_block = layout.tokens_per_block(),
-                                                          .window_tokens = layout.attention_window(),
-                                                          .sink_tokens = layout.sink_tokens(),
-                                                          .secondary_offload_min_priority = options.secondary_offload_min_priority,
-                                                          .partial_reuse = options.partial_reuse,
-                                                          .clock = options.clock}));
+    KVTIER_ASSIGN_OR_RETURN(
+        auto pool,
+        BlockPool::Create({.num_blocks = config.num_blocks,
+                           .tokens_per_block = layout.tokens_per_block(),
+                           .window_tokens = layout.attention_window(),
+                           .sink_tokens = layout.sink_tokens(),
+                           .secondary_offload_min_priority = options.secondary_offload_min_priority,
+                           .partial_reuse = options.partial_reuse,
+                           .clock = options.clock}));
     const size_t bytes = size_t{config.num_blocks} * layout.bytes_per_block();
     KVTIER_ASSIGN_OR_RETURN(auto storage, options.pool_storage ? options.pool_storage(bytes)
-                                          : options.device >= 0  ? MakeDevicePoolStorage(options.device, bytes)
-                                                                 : MakeHostPoolStorage(bytes));
+                                          : options.device >= 0
+                                              ? MakeDevicePoolStorage(options.device, bytes)
+                                              : MakeHostPoolStorage(bytes));
     impl->pools_.push_back({layout, std::move(pool), std::move(storage)});
   }
   return std::unique_ptr<Worker>(new Worker(std::move(impl)));
@@ -249,16 +267,19 @@ Worker::~Worker() = default;
 Result<PoolAttachment> Worker::AttachPool(uint32_t pool_id, const KvLayout& layout) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   KVTIER_RETURN_IF_ERROR(state->layout.CheckCompatible(layout));
-  return PoolAttachment{pool_id, state->layout, state->pool->options().num_blocks, state->layout.bytes_per_block(),
-                        state->storage->mapping()};
+  return PoolAttachment{pool_id, state->layout, state->pool->options().num_blocks,
+                        state->layout.bytes_per_block(), state->storage->mapping()};
 }
 
 Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(r.pool_id));
-  if (w.sequences_.contains({r.client, r.sequence})) return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
+  if (w.sequences_.contains({r.client, r.sequence}))
+    return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
   const SequenceId internal = w.next_internal_;
-  KVTIER_ASSIGN_OR_RETURN(SequenceStart start, state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag, r.block_keys, r.tokens, r.num_tokens}));
+  KVTIER_ASSIGN_OR_RETURN(SequenceStart start,
+                          state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag,
+                                                      r.block_keys, r.tokens, r.num_tokens}));
   ++w.next_internal_;
   // Victims are offloaded before the partial copy writes: the copy's destination may be
   // a victim's block, whose bytes must leave intact.
@@ -271,9 +292,12 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   }
   const auto tokens = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
   w.sequences_.emplace(ClientSequence{r.client, r.sequence},
-                       SequenceRef{r.pool_id, internal, tokens, tokens, start.reused_blocks, r.salt_scope, r.format_tag});
-  const uint32_t partial = start.reused_tokens - start.reused_blocks * state->layout.tokens_per_block();
-  return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens, partial};
+                       SequenceRef{r.pool_id, internal, tokens, tokens, start.reused_blocks,
+                                   r.salt_scope, r.format_tag});
+  const uint32_t partial =
+      start.reused_tokens - start.reused_blocks * state->layout.tokens_per_block();
+  return Allocation{std::move(start.block_table), start.reused_blocks, start.reused_tokens,
+                    partial};
 }
 
 Result<Allocation> Worker::Extend(ClientId client, SequenceId sequence, uint32_t total_tokens) {
@@ -284,7 +308,8 @@ Result<Allocation> Worker::Extend(ClientId client, SequenceId sequence, uint32_t
                                 " tokens; it cannot shrink to " + std::to_string(total_tokens));
   }
   BlockPool& pool = *w.pools_[seq->pool_id].pool;
-  KVTIER_ASSIGN_OR_RETURN(SequenceGrowth growth, pool.Extend(seq->internal, total_tokens - seq->tokens));
+  KVTIER_ASSIGN_OR_RETURN(SequenceGrowth growth,
+                          pool.Extend(seq->internal, total_tokens - seq->tokens));
   seq->tokens = total_tokens;
   w.Settle(seq->pool_id, growth.evicted);
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, pool.BlockTable(seq->internal));
@@ -298,63 +323,74 @@ Status Worker::Free(ClientId client, SequenceId sequence) {
   return Status::Ok();
 }
 
-Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                std::span<const uint32_t> tokens, const kvtier::RetentionConfig& retention) {
+Result<uint32_t> Worker::Commit(ClientId client, SequenceId sequence,
+                                std::span<const BlockKey> block_keys,
+                                std::span<const uint32_t> tokens,
+                                const kvtier::RetentionConfig& retention) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockRetention> per_block,
                           kvtier::ComputeBlockRetention(retention, state.layout.tokens_per_block(),
-                                                             seq->prompt_tokens, seq->tokens));
+                                                        seq->prompt_tokens, seq->tokens));
   if (block_keys.size() > per_block.size()) {
     return InvalidArgumentError("commit of " + std::to_string(block_keys.size()) + " blocks, but " +
-                                Describe(client, sequence) + " has " + std::to_string(per_block.size()) + " full blocks");
+                                Describe(client, sequence) + " has " +
+                                std::to_string(per_block.size()) + " full blocks");
   }
   per_block.resize(block_keys.size());
   KVTIER_RETURN_IF_ERROR(state.pool->Commit(seq->internal, block_keys, tokens, per_block));
   const size_t before = w.events_.size();
   w.Settle(seq->pool_id, {});
-  return static_cast<uint32_t>(std::count_if(w.events_.begin() + static_cast<std::ptrdiff_t>(before), w.events_.end(),
-                                             [](const WorkerEvent& e) { return e.kind == WorkerEvent::Kind::kStored; }));
+  return static_cast<uint32_t>(
+      std::count_if(w.events_.begin() + static_cast<std::ptrdiff_t>(before), w.events_.end(),
+                    [](const WorkerEvent& e) { return e.kind == WorkerEvent::Kind::kStored; }));
 }
 
 Result<SequenceState> Worker::Sequence(ClientId client, SequenceId sequence) const {
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, impl_->Find(client, sequence));
-  return SequenceState{seq->pool_id, impl_->pools_[seq->pool_id].layout, seq->format_tag, seq->salt_scope,
-                       seq->filled_blocks};
+  return SequenceState{seq->pool_id, impl_->pools_[seq->pool_id].layout, seq->format_tag,
+                       seq->salt_scope, seq->filled_blocks};
 }
 
-Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                      const kvtier::RetentionConfig& retention, OnboardSource* source) {
+Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence,
+                                      std::span<const BlockKey> block_keys,
+                                      const kvtier::RetentionConfig& retention,
+                                      OnboardSource* source) {
   Impl& w = *impl_;
   if (source == nullptr) source = w.options_.onboard;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
   const uint32_t full_blocks = seq->tokens / state.layout.tokens_per_block();
   if (block_keys.size() > full_blocks) {
-    return InvalidArgumentError("onboard of " + std::to_string(block_keys.size()) + " blocks, but " +
-                                Describe(client, sequence) + " has " + std::to_string(full_blocks) + " full blocks");
+    return InvalidArgumentError("onboard of " + std::to_string(block_keys.size()) +
+                                " blocks, but " + Describe(client, sequence) + " has " +
+                                std::to_string(full_blocks) + " full blocks");
   }
   KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
   const size_t block_bytes = state.layout.bytes_per_block();
   // The blocks to fill, in order, up to the first one out of a limited window.
   std::vector<uint32_t> ids;
   ids.reserve(block_keys.size());  // one allocation, however many blocks
-  for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b) ids.push_back(table[b]);
+  for (uint32_t b = seq->filled_blocks; b < block_keys.size() && table[b] != kNoBlock; ++b)
+    ids.push_back(table[b]);
   OnboardResult result;
   if (source != nullptr) {
     // In batches the pool's staging holds, until one stops short (the tiers lack a block).
     const size_t per_batch = state.storage->BatchLimit(block_bytes);
-    for (size_t first = 0; first < ids.size() && result.onboarded_blocks == first; first += per_batch) {
-      const std::span<const uint32_t> batch = std::span(ids).subspan(first, std::min(per_batch, ids.size() - first));
-      KVTIER_RETURN_IF_ERROR(
-          w.OnboardBatch(state, *seq, batch, block_keys.subspan(seq->filled_blocks + first), *source, result));
+    for (size_t first = 0; first < ids.size() && result.onboarded_blocks == first;
+         first += per_batch) {
+      const std::span<const uint32_t> batch =
+          std::span(ids).subspan(first, std::min(per_batch, ids.size() - first));
+      KVTIER_RETURN_IF_ERROR(w.OnboardBatch(
+          state, *seq, batch, block_keys.subspan(seq->filled_blocks + first), *source, result));
     }
   }
   const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {
     const size_t before = w.events_.size();
-    KVTIER_RETURN_IF_ERROR(Commit(client, sequence, block_keys.first(filled), {}, retention).status());
+    KVTIER_RETURN_IF_ERROR(
+        Commit(client, sequence, block_keys.first(filled), {}, retention).status());
     for (size_t e = before; e < w.events_.size(); ++e) {
       if (w.events_[e].kind == WorkerEvent::Kind::kStored) w.events_[e].onboarded = true;
     }
@@ -366,12 +402,14 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence, std:
   return result;
 }
 
-Result<std::optional<PoolHolding>> Worker::FindCommitted(uint32_t pool_id, const BlockKey& key) const {
+Result<std::optional<PoolHolding>> Worker::FindCommitted(uint32_t pool_id,
+                                                         const BlockKey& key) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->Find(key);
 }
 
-Result<uint32_t> Worker::LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const {
+Result<uint32_t> Worker::LookupLocal(uint32_t pool_id, const BlockKey& root,
+                                     std::span<const BlockKey> keys) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->LookupPrefix(root, keys);
 }
@@ -404,7 +442,8 @@ WorkerStats Worker::Stats() const {
 std::vector<std::pair<uint32_t, PoolHolding>> Worker::Holdings() const {
   std::vector<std::pair<uint32_t, PoolHolding>> holdings;
   for (uint32_t pool_id = 0; pool_id < impl_->pools_.size(); ++pool_id) {
-    for (const PoolHolding& h : impl_->pools_[pool_id].pool->Holdings()) holdings.emplace_back(pool_id, h);
+    for (const PoolHolding& h : impl_->pools_[pool_id].pool->Holdings())
+      holdings.emplace_back(pool_id, h);
   }
   return holdings;
 }
@@ -416,18 +455,22 @@ Result<KvLayout> Worker::PoolLayout(uint32_t pool_id) const {
   return state->layout;
 }
 
-std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) { return impl_->pools_.at(pool_id).storage->host_bytes(); }
+std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) {
+  return impl_->pools_.at(pool_id).storage->host_bytes();
+}
 
 namespace {
 
 // The pool's state when `block` is one of its blocks and `bytes` one block's size.
-Result<PoolState*> BlockAccess(Worker::Impl& w, const char* what, uint32_t pool_id, BlockId block, size_t bytes) {
+Result<PoolState*> BlockAccess(Worker::Impl& w, const char* what, uint32_t pool_id, BlockId block,
+                               size_t bytes) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, w.Pool(pool_id));
   if (block >= state->pool->options().num_blocks || bytes != state->layout.bytes_per_block()) {
-    return InvalidArgumentError(std::string(what) + ": block " + std::to_string(block) + " of pool " +
-                                std::to_string(pool_id) + " with " + std::to_string(bytes) + " bytes (blocks: " +
-                                std::to_string(state->pool->options().num_blocks) + " of " +
-                                std::to_string(state->layout.bytes_per_block()) + " bytes)");
+    return InvalidArgumentError(
+        std::string(what) + ": block " + std::to_string(block) + " of pool " +
+        std::to_string(pool_id) + " with " + std::to_string(bytes) +
+        " bytes (blocks: " + std::to_string(state->pool->options().num_blocks) + " of " +
+        std::to_string(state->layout.bytes_per_block()) + " bytes)");
   }
   return state;
 }
@@ -435,7 +478,8 @@ Result<PoolState*> BlockAccess(Worker::Impl& w, const char* what, uint32_t pool_
 }  // namespace
 
 Status Worker::ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const {
-  KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "ReadBlock", pool_id, block, out.size()));
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state,
+                          BlockAccess(*impl_, "ReadBlock", pool_id, block, out.size()));
   return state->storage->Read(state->BlockOffset(block), out);
 }
 
@@ -445,7 +489,8 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   if (blocks.empty()) return Status::Ok();
   PoolState* state = nullptr;
   for (size_t i = 0; i < blocks.size(); ++i) {
-    KVTIER_ASSIGN_OR_RETURN(state, BlockAccess(*impl_, "ReadBlocks", pool_id, blocks[i], outs[i].size()));
+    KVTIER_ASSIGN_OR_RETURN(state,
+                            BlockAccess(*impl_, "ReadBlocks", pool_id, blocks[i], outs[i].size()));
   }
   // As a copy of held blocks (on a GPU a copier's gathers, in rounds of its staging):
   // on this loop no one else writes them meanwhile. A gather reads each id once per
@@ -453,7 +498,8 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
 }
 
-Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
+Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id,
+                                                                 std::span<const BlockId> blocks) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   KVTIER_RETURN_IF_ERROR(state->pool->HoldBlocks(blocks));
   const std::span<const uint8_t> memory = state->storage->host_bytes();
@@ -470,9 +516,10 @@ namespace {
 // The pool of a call on held blocks (`call`), once each block is one of it. Reads only
 // what Create set (the pools, their layouts and storage), never the bookkeeping: safe off
 // the loop.
-Result<const PoolState*> HeldPool(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
-                                  std::span<const BlockId> blocks) {
-  if (pool_id >= pools.size()) return InvalidArgumentError(std::string(call) + ": no pool " + std::to_string(pool_id));
+Result<const PoolState*> HeldPool(const std::vector<PoolState>& pools, const char* call,
+                                  uint32_t pool_id, std::span<const BlockId> blocks) {
+  if (pool_id >= pools.size())
+    return InvalidArgumentError(std::string(call) + ": no pool " + std::to_string(pool_id));
   const PoolState& state = pools[pool_id];
   const size_t pool_blocks = state.storage->size() / state.layout.bytes_per_block();
   for (const BlockId block : blocks) {
@@ -486,16 +533,18 @@ Result<const PoolState*> HeldPool(const std::vector<PoolState>& pools, const cha
 
 // HeldPool for CopyHeldBlocks and LandHeldBlocks, once each buffer is one block.
 template <typename Buffer>
-Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call, uint32_t pool_id,
-                                    std::span<const BlockId> blocks, std::span<const Buffer> buffers) {
+Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call,
+                                    uint32_t pool_id, std::span<const BlockId> blocks,
+                                    std::span<const Buffer> buffers) {
   KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldPool(pools, call, pool_id, blocks));
-  if (blocks.size() != buffers.size()) return InvalidArgumentError(std::string(call) + ": one buffer per block");
+  if (blocks.size() != buffers.size())
+    return InvalidArgumentError(std::string(call) + ": one buffer per block");
   const size_t block_bytes = state->layout.bytes_per_block();
   for (size_t i = 0; i < blocks.size(); ++i) {
     if (buffers[i].size() != block_bytes) {
-      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(blocks[i]) + " with " +
-                                  std::to_string(buffers[i].size()) + " bytes (a block is " +
-                                  std::to_string(block_bytes) + ")");
+      return InvalidArgumentError(std::string(call) + ": block " + std::to_string(blocks[i]) +
+                                  " with " + std::to_string(buffers[i].size()) +
+                                  " bytes (a block is " + std::to_string(block_bytes) + ")");
     }
   }
   return state;
@@ -505,28 +554,34 @@ Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const c
 
 Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                               std::span<const std::span<uint8_t>> outs) const {
-  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldAccess(impl_->pools_, "CopyHeldBlocks", pool_id, blocks, outs));
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
+                          HeldAccess(impl_->pools_, "CopyHeldBlocks", pool_id, blocks, outs));
   return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
 }
 
-Result<std::unique_ptr<StagedRead>> Worker::StageHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks) const {
-  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldPool(impl_->pools_, "StageHeldBlocks", pool_id, blocks));
+Result<std::unique_ptr<StagedRead>> Worker::StageHeldBlocks(uint32_t pool_id,
+                                                            std::span<const BlockId> blocks) const {
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
+                          HeldPool(impl_->pools_, "StageHeldBlocks", pool_id, blocks));
   return state->storage->StageHeld(blocks, state->layout.bytes_per_block());
 }
 
 Status Worker::LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                               std::span<const std::span<const uint8_t>> ins) const {
-  KVTIER_ASSIGN_OR_RETURN(const PoolState* state, HeldAccess(impl_->pools_, "LandHeldBlocks", pool_id, blocks, ins));
+  KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
+                          HeldAccess(impl_->pools_, "LandHeldBlocks", pool_id, blocks, ins));
   std::vector<BlockId> sorted(blocks.begin(), blocks.end());
   std::ranges::sort(sorted);
   if (std::ranges::adjacent_find(sorted) != sorted.end()) {
-    return InvalidArgumentError("LandHeldBlocks: block " + std::to_string(*std::ranges::adjacent_find(sorted)) +
+    return InvalidArgumentError("LandHeldBlocks: block " +
+                                std::to_string(*std::ranges::adjacent_find(sorted)) +
                                 " twice in one batch");
   }
   return state->storage->LandHeld(blocks, state->layout.bytes_per_block(), ins);
 }
 
-Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks) {
+Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence,
+                                          uint32_t max_blocks) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
@@ -535,13 +590,15 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence, 
   const uint32_t full_blocks = std::min<uint32_t>(static_cast<uint32_t>(table.size()),
                                                   seq->tokens / state.layout.tokens_per_block());
   LandingBlocks landing{.pool_id = seq->pool_id, .first_block = seq->filled_blocks};
-  landing.blocks.reserve(std::min<uint32_t>(max_blocks, full_blocks));  // one allocation, however many blocks
-  for (uint32_t b = seq->filled_blocks; b < full_blocks && table[b] != kNoBlock && landing.blocks.size() < max_blocks;
-       ++b) {
+  landing.blocks.reserve(
+      std::min<uint32_t>(max_blocks, full_blocks));  // one allocation, however many blocks
+  for (uint32_t b = seq->filled_blocks;
+       b < full_blocks && table[b] != kNoBlock && landing.blocks.size() < max_blocks; ++b) {
     landing.blocks.push_back(table[b]);
   }
   if (landing.blocks.empty()) {
-    return FailedPreconditionError(Describe(client, sequence) + " has no blank full block after its first " +
+    return FailedPreconditionError(Describe(client, sequence) +
+                                   " has no blank full block after its first " +
                                    std::to_string(seq->filled_blocks) + " in its window");
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
@@ -575,7 +632,8 @@ Status Worker::RememberChecksums(uint32_t pool_id, std::span<const BlockId> bloc
 }
 
 Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
-  KVTIER_ASSIGN_OR_RETURN(PoolState * state, BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
+  KVTIER_ASSIGN_OR_RETURN(PoolState * state,
+                          BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
   return state->storage->Write(state->BlockOffset(block), in);
 }
 

@@ -42,8 +42,8 @@ using ClientId = uint64_t;
 struct OffloadBlock {
   BlockKey key;
   BlockKey parent;
-  bool first = false;          // the chain's first block
-  uint64_t format_tag = 0;     // the engine's format tag given at Allocate
+  bool first = false;       // the chain's first block
+  uint64_t format_tag = 0;  // the engine's format tag given at Allocate
   uint64_t salt_scope = 0;
   uint8_t priority = kDefaultPriority;
   const KvLayout* layout = nullptr;
@@ -67,7 +67,7 @@ struct OnboardBlock {
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
   const KvLayout* layout = nullptr;
-  std::span<uint8_t> out;  // the block in pool memory (host pools), or its staging (device pools)
+  std::span<uint8_t> out;    // the block in pool memory (host pools), or its staging (device pools)
   BlockId block = kNoBlock;  // the pool block it goes to
 };
 
@@ -88,7 +88,8 @@ class OnboardSource {
   // leading run of successes. By default one Fetch after another, stopping at the first
   // failure (the rest: kAborted, not asked); a source may fetch them in parallel, and
   // then may have written the `out` of blocks after a failure too.
-  [[nodiscard]] virtual std::vector<Result<SourceTier>> FetchBatch(std::span<const OnboardBlock> blocks);
+  [[nodiscard]] virtual std::vector<Result<SourceTier>> FetchBatch(
+      std::span<const OnboardBlock> blocks);
   // After Onboard has landed blocks this source fetched (blocks[i] from tiers[i]) in the
   // pool: a source may let go of copies the pool now holds. By default nothing.
   virtual void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers);
@@ -98,8 +99,8 @@ class OnboardSource {
 // place, on another thread (HoldLanding).
 struct LandingBlocks {
   uint32_t pool_id = 0;
-  uint32_t first_block = 0;                // the sequence's position of blocks[0]
-  std::vector<BlockId> blocks = {};        // each held once; give back by ReleaseBlocks
+  uint32_t first_block = 0;          // the sequence's position of blocks[0]
+  std::vector<BlockId> blocks = {};  // each held once; give back by ReleaseBlocks
   // Where the fetch writes blocks[i]: its bytes in pool memory (a host pool), or a
   // copier's pinned staging that `staged` scatters into the blocks (a device pool); empty
   // for a device pool's landing larger than a copier's staging (the fetch lands its blocks
@@ -113,7 +114,7 @@ struct OnboardResult {
   uint32_t cached_blocks = 0;     // leading full blocks of the sequence now holding KV
   uint32_t from_host = 0;
   uint32_t from_disk = 0;
-  uint32_t from_remote = 0;       // fetched from other nodes
+  uint32_t from_remote = 0;  // fetched from other nodes
 };
 
 // What Onboard needs to know of a sequence to fetch its blocks elsewhere first.
@@ -155,9 +156,9 @@ struct AllocateRequest {
   ClientId client = 0;
   SequenceId sequence = 0;
   uint32_t pool_id = 0;
-  BlockKey root{};                        // RootKey(the tenant's salt)
-  uint64_t salt_scope = 0;                // SaltScope(the tenant's salt), for the coordinator
-  uint64_t format_tag = 0;                // what else changes KV values (LoRA, model); partial reuse matches it
+  BlockKey root{};          // RootKey(the tenant's salt)
+  uint64_t salt_scope = 0;  // SaltScope(the tenant's salt), for the coordinator
+  uint64_t format_tag = 0;  // what else changes KV values (LoRA, model); partial reuse matches it
   std::span<const BlockKey> block_keys = {};  // the prompt's full blocks
   std::span<const uint32_t> tokens = {};      // the prompt; empty: no partial reuse
   uint32_t num_tokens = 0;                    // the prompt's length when `tokens` is empty
@@ -173,16 +174,18 @@ struct Allocation {
 struct WorkerEvent {
   enum class Kind : uint8_t { kStored, kRemoved, kOffloaded };
   Kind kind;
-  uint64_t sequence;     // the node's event stream: 1, 2, 3...
+  uint64_t sequence;  // the node's event stream: 1, 2, 3...
   uint32_t pool_id;
   BlockKey key;
-  BlockKey parent;       // kStored
-  bool first;            // kStored: the chain's first block (parent is the salt root)
+  BlockKey parent;  // kStored
+  bool first;       // kStored: the chain's first block (parent is the salt root)
   uint8_t priority;
   uint64_t salt_scope;
-  Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
-  bool onboarded = false;  // kStored: the bytes came from a tier or another node, not this node's engine
-  std::vector<uint32_t> tokens = {};  // kStored: as committed (empty: without them), for partial matching
+  Nanos retention{0};  // kStored: how long `priority` holds before reverting; 0: for good
+  bool onboarded =
+      false;  // kStored: the bytes came from a tier or another node, not this node's engine
+  std::vector<uint32_t> tokens =
+      {};  // kStored: as committed (empty: without them), for partial matching
 };
 
 struct WorkerStats {
@@ -192,13 +195,14 @@ struct WorkerStats {
   uint64_t dropped_offloads = 0;  // victims worth offloading that the target refused
   uint64_t onboarded_blocks = 0;
   uint64_t onboarded_bytes = 0;
-  uint64_t landed_in_place = 0;  // of onboarded_blocks, fetched from other nodes straight into the pool
+  uint64_t landed_in_place =
+      0;  // of onboarded_blocks, fetched from other nodes straight into the pool
   // Wall time moving pool bytes (the gather, scatter and strided-copy kernels with their
   // waits on a GPU; memcpy on the host, except offload: a host pool's victims are read in
   // place by the tier, so their share here is close to nothing), by path.
-  Nanos offload_transfer{0};   // victims read out of the pool
-  Nanos onboard_transfer{0};   // fetched blocks landed in the pool
-  Nanos copy_transfer{0};      // copy-on-partial-reuse
+  Nanos offload_transfer{0};  // victims read out of the pool
+  Nanos onboard_transfer{0};  // fetched blocks landed in the pool
+  Nanos copy_transfer{0};     // copy-on-partial-reuse
   // Wall time on the worker's loop in the offload target and the onboard source: the
   // victims handed over (hashed, copied into the host tier or written to a store) once
   // read out, and the blocks fetched (from the node's tiers or a peer) before they land.
@@ -216,24 +220,29 @@ class Worker {
 
   [[nodiscard]] Result<Allocation> Allocate(const AllocateRequest& request);
   // Grows the sequence to `total_tokens` tokens.
-  [[nodiscard]] Result<Allocation> Extend(ClientId client, SequenceId sequence, uint32_t total_tokens);
+  [[nodiscard]] Result<Allocation> Extend(ClientId client, SequenceId sequence,
+                                          uint32_t total_tokens);
   [[nodiscard]] Status Free(ClientId client, SequenceId sequence);
   // Commits the sequence's first block_keys.size() full blocks with the request's
   // retention (prompt_tokens: how many of the sequence's tokens are the prompt). Returns
   // how many blocks the call cached.
-  [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
-                                        std::span<const uint32_t> tokens, const kvtier::RetentionConfig& retention);
+  [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence,
+                                        std::span<const BlockKey> block_keys,
+                                        std::span<const uint32_t> tokens,
+                                        const kvtier::RetentionConfig& retention);
   // Fills the sequence's blocks after its reused prefix from `source` (null: the
   // worker's own, WorkerOptions::onboard), in order, up to the first block the source
   // lacks, and commits them under `block_keys` (the sequence's full blocks from its
   // first) with the request's retention. Called again with another source, it goes on
   // where the last call stopped.
-  [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence, std::span<const BlockKey> block_keys,
+  [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence,
+                                              std::span<const BlockKey> block_keys,
                                               const kvtier::RetentionConfig& retention,
                                               OnboardSource* source = nullptr);
   // kNotFound: no such sequence of `client`.
   [[nodiscard]] Result<SequenceState> Sequence(ClientId client, SequenceId sequence) const;
-  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root, std::span<const BlockKey> keys) const;
+  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root,
+                                             std::span<const BlockKey> keys) const;
 
   // Releases everything `client` holds (its connection is gone). Returns its sequences.
   size_t DropClient(ClientId client);
@@ -262,8 +271,8 @@ class Worker {
   // pool memory, which the reader reads in place; a device pool's views are empty: the
   // reader copies the blocks out with CopyHeldBlocks. kFailedPrecondition: a block not
   // committed; kNotFound: no such pool. Nothing held on error.
-  [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(uint32_t pool_id,
-                                                                        std::span<const BlockId> blocks);
+  [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(
+      uint32_t pool_id, std::span<const BlockId> blocks);
   // Blocks HoldBlocks holds, copied into `outs` (one block each) on the calling thread, any
   // thread, while this loop goes on: one gather on a device pool's copier of its own
   // (PoolStorage::CopyHeld). kInvalidArgument: no such pool or block, or a buffer that is
@@ -276,8 +285,8 @@ class Worker {
   // kFailedPrecondition: a host pool (its held blocks are read in place);
   // kResourceExhausted: none to spare now, or more than a copier holds (CopyHeldBlocks
   // them). REQUIRES: the blocks stay held until the call returns.
-  [[nodiscard]] Result<std::unique_ptr<StagedRead>> StageHeldBlocks(uint32_t pool_id,
-                                                                    std::span<const BlockId> blocks) const;
+  [[nodiscard]] Result<std::unique_ptr<StagedRead>> StageHeldBlocks(
+      uint32_t pool_id, std::span<const BlockId> blocks) const;
   // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
   // first outside its window, each held for a writer on another thread (BlockPool::
   // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
@@ -285,7 +294,8 @@ class Worker {
   // views; a device pool's staged views then `staged`'s Commit, or LandHeldBlocks), then
   // Onboard finds them there (its source answers kRemoteInPlace: nothing to copy).
   // kFailedPrecondition: a sequence with no such block; kNotFound: no such sequence.
-  [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence, uint32_t max_blocks);
+  [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence,
+                                                  uint32_t max_blocks);
   // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
   // calling thread, any thread, while this loop goes on: one scatter on a device pool's
   // copier of its own (PoolStorage::LandHeld). kInvalidArgument: no such pool or block,
@@ -293,7 +303,8 @@ class Worker {
   // until the call returns.
   [[nodiscard]] Status LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                       std::span<const std::span<const uint8_t>> ins) const;
-  // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as often).
+  // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as
+  // often).
   [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
   // Payload checksums a reader computed of blocks it holds (HoldBlocks), kept with the
   // blocks while they stay committed (BlockPool::RememberChecksums; FindCommitted gives
@@ -303,7 +314,8 @@ class Worker {
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
   // when the pool lacks it. kNotFound: no such pool.
-  [[nodiscard]] Result<std::optional<PoolHolding>> FindCommitted(uint32_t pool_id, const BlockKey& key) const;
+  [[nodiscard]] Result<std::optional<PoolHolding>> FindCommitted(uint32_t pool_id,
+                                                                 const BlockKey& key) const;
 
   class Impl;
 

@@ -20,21 +20,25 @@ Result<std::unique_ptr<WorkerMetrics>> WorkerMetrics::Create(MetricsRegistry& r,
 }
 
 Status WorkerMetrics::AddPools(MetricsRegistry& r, size_t pools) {
-  KVTIER_ASSIGN_OR_RETURN(pool_blocks_, r.AddGauge("kvtier_worker_pool_blocks",
-                                                   "Blocks of a pool by state: free, cached (reusable), in_use.",
-                                                   {"pool", "state"}));
-  KVTIER_ASSIGN_OR_RETURN(pool_held_,
-                          r.AddGauge("kvtier_worker_pool_held_blocks",
-                                     "Blocks of a pool held for transfers off the worker's event loop (a peer "
-                                     "reading them, or fetched blocks landing in them); in_use counts them too.",
-                                     {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      pool_blocks_,
+      r.AddGauge("kvtier_worker_pool_blocks",
+                 "Blocks of a pool by state: free, cached (reusable), in_use.", {"pool", "state"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      pool_held_,
+      r.AddGauge("kvtier_worker_pool_held_blocks",
+                 "Blocks of a pool held for transfers off the worker's event loop (a peer "
+                 "reading them, or fetched blocks landing in them); in_use counts them too.",
+                 {"pool"}));
   KVTIER_ASSIGN_OR_RETURN(allocated_, r.AddCounter("kvtier_worker_allocated_blocks_total",
                                                    "Blank blocks handed out.", {"pool"}));
-  KVTIER_ASSIGN_OR_RETURN(reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
-                                                "Full blocks found cached when a sequence started.", {"pool"}));
-  KVTIER_ASSIGN_OR_RETURN(partial_, r.AddCounter("kvtier_worker_partial_reuses_total",
-                                                 "Partially matching blocks reused, in place or by copy.",
-                                                 {"pool", "how"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      reused_, r.AddCounter("kvtier_worker_reused_blocks_total",
+                            "Full blocks found cached when a sequence started.", {"pool"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      partial_,
+      r.AddCounter("kvtier_worker_partial_reuses_total",
+                   "Partially matching blocks reused, in place or by copy.", {"pool", "how"}));
   KVTIER_ASSIGN_OR_RETURN(evictions_, r.AddCounter("kvtier_worker_evictions_total",
                                                    "Blocks evicted from a pool, by their priority.",
                                                    {"pool", "priority"}));
@@ -53,35 +57,43 @@ Status WorkerMetrics::AddPools(MetricsRegistry& r, size_t pools) {
 }
 
 Status WorkerMetrics::AddMoves(MetricsRegistry& r) {
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* offloaded, r.AddCounter("kvtier_worker_offloaded_blocks_total",
-                                                                 "Evicted blocks handed to the host tier."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_offloaded_bytes_total",
-                                                             "Bytes of the blocks handed to the host tier."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* dropped,
-                          r.AddCounter("kvtier_worker_dropped_offloads_total",
-                                       "Evicted blocks worth offloading that no host tier took (dropped)."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded, r.AddCounter("kvtier_worker_onboarded_blocks_total",
-                                                                 "Blocks brought into a pool from the node's tiers."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* onboarded_bytes,
-                          r.AddCounter("kvtier_worker_onboarded_bytes_total",
-                                       "Bytes of the blocks brought into a pool from the node's tiers."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* in_place,
-                          r.AddCounter("kvtier_worker_onboarded_in_place_blocks_total",
-                                       "Blocks fetched from other nodes straight into their pool blocks (a host pool's "
-                                       "memory, or a GPU pool's by a scatter off the loop): no copy on the worker's "
-                                       "event loop."));
-  KVTIER_ASSIGN_OR_RETURN(transfer_seconds_,
-                          r.AddCounter("kvtier_worker_transfer_seconds_total",
-                                       "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "
-                                       "landed), copy (partial reuse); on a GPU the kernels and their waits.",
-                                       {"op"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * offloaded,
+                          r.AddCounter("kvtier_worker_offloaded_blocks_total",
+                                       "Evicted blocks handed to the host tier."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * bytes,
+                          r.AddCounter("kvtier_worker_offloaded_bytes_total",
+                                       "Bytes of the blocks handed to the host tier."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * dropped,
+      r.AddCounter("kvtier_worker_dropped_offloads_total",
+                   "Evicted blocks worth offloading that no host tier took (dropped)."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * onboarded,
+                          r.AddCounter("kvtier_worker_onboarded_blocks_total",
+                                       "Blocks brought into a pool from the node's tiers."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * onboarded_bytes,
+      r.AddCounter("kvtier_worker_onboarded_bytes_total",
+                   "Bytes of the blocks brought into a pool from the node's tiers."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * in_place,
+      r.AddCounter("kvtier_worker_onboarded_in_place_blocks_total",
+                   "Blocks fetched from other nodes straight into their pool blocks (a host pool's "
+                   "memory, or a GPU pool's by a scatter off the loop): no copy on the worker's "
+                   "event loop."));
+  KVTIER_ASSIGN_OR_RETURN(
+      transfer_seconds_,
+      r.AddCounter("kvtier_worker_transfer_seconds_total",
+                   "Time moving pool bytes, by path: offload (victims read out), onboard (blocks "
+                   "landed), copy (partial reuse); on a GPU the kernels and their waits.",
+                   {"op"}));
   for (const char* op : {"offload", "onboard", "copy"}) transfer_seconds_->WithLabels({op});
-  KVTIER_ASSIGN_OR_RETURN(tier_seconds_,
-                          r.AddCounter("kvtier_worker_tier_seconds_total",
-                                       "Time on the worker's event loop in its tiers, by path: offload (victims, once "
-                                       "read out, hashed and handed to the host tier or a store), onboard (blocks "
-                                       "fetched from the node's tiers or a peer before they land).",
-                                       {"op"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      tier_seconds_,
+      r.AddCounter("kvtier_worker_tier_seconds_total",
+                   "Time on the worker's event loop in its tiers, by path: offload (victims, once "
+                   "read out, hashed and handed to the host tier or a store), onboard (blocks "
+                   "fetched from the node's tiers or a peer before they land).",
+                   {"op"}));
   for (const char* op : {"offload", "onboard"}) tier_seconds_->WithLabels({op});
   onboarded_blocks_ = &onboarded->WithLabels({});
   onboarded_bytes_ = &onboarded_bytes->WithLabels({});
@@ -93,23 +105,28 @@ Status WorkerMetrics::AddMoves(MetricsRegistry& r) {
 }
 
 Status WorkerMetrics::AddStaging(MetricsRegistry& r) {
-  KVTIER_ASSIGN_OR_RETURN(staged_, r.AddCounter("kvtier_worker_staged_offloads_total",
-                                                "Evicted blocks staged (worker.offload_staging_bytes) and since "
-                                                "stored by the staging's thread, refused by the store, or withdrawn "
-                                                "unstored once fetched back into a pool.",
-                                                {"result"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      staged_, r.AddCounter("kvtier_worker_staged_offloads_total",
+                            "Evicted blocks staged (worker.offload_staging_bytes) and since "
+                            "stored by the staging's thread, refused by the store, or withdrawn "
+                            "unstored once fetched back into a pool.",
+                            {"result"}));
   for (const char* result : {"stored", "failed", "withdrawn"}) staged_->WithLabels({result});
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* full,
-                          r.AddCounter("kvtier_worker_staging_full_offloads_total",
-                                       "Evicted blocks the offload staging had no room for: the allocation stored "
-                                       "them itself."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* reads, r.AddCounter("kvtier_worker_staging_reads_total",
-                                                             "Onboards answered from the offload staging."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_worker_staging_bytes",
-                                                         "Bytes of evicted blocks staged and not yet stored."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity,
-                          r.AddGauge("kvtier_worker_staging_capacity_bytes",
-                                     "The most bytes the offload staging holds (worker.offload_staging_bytes)."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * full,
+      r.AddCounter("kvtier_worker_staging_full_offloads_total",
+                   "Evicted blocks the offload staging had no room for: the allocation stored "
+                   "them itself."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * reads,
+                          r.AddCounter("kvtier_worker_staging_reads_total",
+                                       "Onboards answered from the offload staging."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * bytes,
+                          r.AddGauge("kvtier_worker_staging_bytes",
+                                     "Bytes of evicted blocks staged and not yet stored."));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * capacity,
+      r.AddGauge("kvtier_worker_staging_capacity_bytes",
+                 "The most bytes the offload staging holds (worker.offload_staging_bytes)."));
   staging_full_ = &full->WithLabels({});
   staging_reads_ = &reads->WithLabels({});
   staging_bytes_ = &bytes->WithLabels({});
@@ -143,8 +160,8 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
     IncBy(partial_->WithLabels({pool, "copy"}), now.partial_copies, before.partial_copies);
     for (size_t priority = 0; priority < now.evictions_by_priority.size(); ++priority) {
       if (now.evictions_by_priority[priority] > before.evictions_by_priority[priority]) {
-        IncBy(evictions_->WithLabels({pool, std::to_string(priority)}), now.evictions_by_priority[priority],
-              before.evictions_by_priority[priority]);
+        IncBy(evictions_->WithLabels({pool, std::to_string(priority)}),
+              now.evictions_by_priority[priority], before.evictions_by_priority[priority]);
       }
     }
   }
@@ -154,9 +171,13 @@ void WorkerMetrics::Update(const WorkerStats& stats) {
   IncBy(*onboarded_blocks_, stats.onboarded_blocks, last_.onboarded_blocks);
   IncBy(*onboarded_bytes_, stats.onboarded_bytes, last_.onboarded_bytes);
   IncBy(*landed_in_place_, stats.landed_in_place, last_.landed_in_place);
-  const auto seconds = [](Nanos now, Nanos before) { return std::chrono::duration<double>(now - before).count(); };
-  transfer_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_transfer, last_.offload_transfer));
-  transfer_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_transfer, last_.onboard_transfer));
+  const auto seconds = [](Nanos now, Nanos before) {
+    return std::chrono::duration<double>(now - before).count();
+  };
+  transfer_seconds_->WithLabels({"offload"})
+      .Inc(seconds(stats.offload_transfer, last_.offload_transfer));
+  transfer_seconds_->WithLabels({"onboard"})
+      .Inc(seconds(stats.onboard_transfer, last_.onboard_transfer));
   transfer_seconds_->WithLabels({"copy"}).Inc(seconds(stats.copy_transfer, last_.copy_transfer));
   tier_seconds_->WithLabels({"offload"}).Inc(seconds(stats.offload_store, last_.offload_store));
   tier_seconds_->WithLabels({"onboard"}).Inc(seconds(stats.onboard_fetch, last_.onboard_fetch));

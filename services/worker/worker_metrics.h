@@ -1,12 +1,11 @@
 // The worker's metrics (all prefixed kvtier_worker_), per pool (label `pool`):
 //   pool_blocks{pool,state}         gauge: free, cached (reusable) and in_use blocks
-//   pool_held_blocks{pool}          gauge: blocks held for transfers off the loop (in_use counts them)
-//   allocated_blocks_total{pool}    blank blocks handed out
-//   reused_blocks_total{pool}       full blocks found cached at allocation
-//   partial_reuses_total{pool,how}  partial reuse in place or by copy
-//   evictions_total{pool,priority}  blocks evicted, by their priority
-//   offloaded_blocks_total, offloaded_bytes_total, dropped_offloads_total
-//   onboarded_blocks_total, onboarded_bytes_total, onboarded_in_place_blocks_total (fetched
+//   pool_held_blocks{pool}          gauge: blocks held for transfers off the loop (in_use counts
+//   them) allocated_blocks_total{pool}    blank blocks handed out reused_blocks_total{pool} full
+//   blocks found cached at allocation partial_reuses_total{pool,how}  partial reuse in place or by
+//   copy evictions_total{pool,priority}  blocks evicted, by their priority offloaded_blocks_total,
+//   offloaded_bytes_total, dropped_offloads_total onboarded_blocks_total, onboarded_bytes_total,
+//   onboarded_in_place_blocks_total (fetched
 //                                   from other nodes straight into a host pool)
 //   transfer_seconds_total{op}      time moving pool bytes: offload, onboard, copy (the
 //                                   kernels and their waits on a GPU)
@@ -36,7 +35,8 @@ namespace kvtier::worker {
 
 class WorkerMetrics {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<WorkerMetrics>> Create(MetricsRegistry& registry, size_t pools);
+  [[nodiscard]] static Result<std::unique_ptr<WorkerMetrics>> Create(MetricsRegistry& registry,
+                                                                     size_t pools);
 
   // Brings every metric up to date with the worker's stats (counters by their growth).
   void Update(const WorkerStats& stats);

@@ -12,8 +12,11 @@ namespace {
 // A worker with one pool of `blocks` blocks of 4 tokens, and one block's key and tokens.
 struct OnePoolWorker {
   explicit OnePoolWorker(uint32_t blocks) {
-    const KvLayout layout = KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8,
-                                              .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+    const KvLayout layout = KvLayout::Create({.num_layers = 1,
+                                              .num_kv_heads = 1,
+                                              .head_dim = 8,
+                                              .tokens_per_block = 4,
+                                              .dtype = KvDtype::kFp16})
                                 .value();
     worker = Worker::Create({.pools = {{layout, blocks}}}).value();
     std::iota(tokens.begin(), tokens.end(), 0);
@@ -29,23 +32,25 @@ TEST(WorkerMetricsTest, TracksPoolStateReuseAndEvictions) {
   OnePoolWorker one(2);
   auto& [worker, tokens, keys] = one;
   // One block committed and released, reused once, then evicted by a 2-block prompt.
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens}).ok());
+  ASSERT_TRUE(
+      worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens}).ok());
   ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .block_keys = keys, .tokens = tokens}).ok());
+  ASSERT_TRUE(
+      worker->Allocate({.client = 1, .sequence = 2, .block_keys = keys, .tokens = tokens}).ok());
   ASSERT_TRUE(worker->Free(1, 2).ok());
   metrics->Update(worker->Stats());
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 3, .num_tokens = 3}).ok());
   ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 4, .num_tokens = 3}).ok());
   metrics->Update(worker->Stats());
   const std::string text = registry.Exposition();
-  for (const char* line : {"kvtier_worker_pool_blocks{pool=\"0\",state=\"in_use\"} 2\n",
-                           "kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 0\n",
-                           "kvtier_worker_allocated_blocks_total{pool=\"0\"} 3\n",
-                           "kvtier_worker_reused_blocks_total{pool=\"0\"} 1\n",
-                           "kvtier_worker_evictions_total{pool=\"0\",priority=\"35\"} 1\n",
-                           "kvtier_worker_dropped_offloads_total 1\n",
-                           "kvtier_worker_onboarded_blocks_total 0\n"}) {
+  for (const char* line :
+       {"kvtier_worker_pool_blocks{pool=\"0\",state=\"in_use\"} 2\n",
+        "kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 0\n",
+        "kvtier_worker_allocated_blocks_total{pool=\"0\"} 3\n",
+        "kvtier_worker_reused_blocks_total{pool=\"0\"} 1\n",
+        "kvtier_worker_evictions_total{pool=\"0\",priority=\"35\"} 1\n",
+        "kvtier_worker_dropped_offloads_total 1\n", "kvtier_worker_onboarded_blocks_total 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }
@@ -56,7 +61,8 @@ TEST(WorkerMetricsTest, BlocksHeldForPeersAreShownApartAndInUse) {
   OnePoolWorker one(4);
   auto& [worker, tokens, keys] = one;
   // One block committed and freed (cached), then held by a peer's fetch.
-  auto allocation = worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens});
+  auto allocation =
+      worker->Allocate({.client = 1, .sequence = 1, .block_keys = keys, .tokens = tokens});
   ASSERT_TRUE(allocation.ok());
   ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
@@ -73,7 +79,9 @@ TEST(WorkerMetricsTest, BlocksHeldForPeersAreShownApartAndInUse) {
   metrics->Update(worker->Stats());
   text = registry.Exposition();
   EXPECT_NE(text.find("kvtier_worker_pool_held_blocks{pool=\"0\"} 0\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 1\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(WorkerMetricsTest, CountsOnboardedBlocksAndBytesByGrowth) {
@@ -119,17 +127,29 @@ TEST(WorkerMetricsTest, TracksTheOffloadStagingByGrowth) {
   auto metrics = WorkerMetrics::Create(registry, 1).value();
   // A 64 KiB staging. 5 staged: 3 stored, 1 refused, 1 waiting (4 KiB); 2 found no room;
   // 1 read back.
-  metrics->UpdateStaging({.staged = 5, .stored = 3, .failed = 1, .no_room = 2, .served = 1, .staged_bytes = 4096,
+  metrics->UpdateStaging({.staged = 5,
+                          .stored = 3,
+                          .failed = 1,
+                          .no_room = 2,
+                          .served = 1,
+                          .staged_bytes = 4096,
                           .capacity_bytes = 65536});
   // Then 2 more staged: 2 stored, 1 read back and withdrawn, and nothing waits.
-  metrics->UpdateStaging({.staged = 7, .stored = 5, .failed = 1, .no_room = 2, .served = 2, .withdrawn = 1,
-                          .staged_bytes = 0, .capacity_bytes = 65536});
+  metrics->UpdateStaging({.staged = 7,
+                          .stored = 5,
+                          .failed = 1,
+                          .no_room = 2,
+                          .served = 2,
+                          .withdrawn = 1,
+                          .staged_bytes = 0,
+                          .capacity_bytes = 65536});
   const std::string text = registry.Exposition();
-  for (const char* line : {"kvtier_worker_staged_offloads_total{result=\"stored\"} 5\n",
-                           "kvtier_worker_staged_offloads_total{result=\"failed\"} 1\n",
-                           "kvtier_worker_staged_offloads_total{result=\"withdrawn\"} 1\n",
-                           "kvtier_worker_staging_full_offloads_total 2\n", "kvtier_worker_staging_reads_total 2\n",
-                           "kvtier_worker_staging_bytes 0\n", "kvtier_worker_staging_capacity_bytes 65536\n"}) {
+  for (const char* line :
+       {"kvtier_worker_staged_offloads_total{result=\"stored\"} 5\n",
+        "kvtier_worker_staged_offloads_total{result=\"failed\"} 1\n",
+        "kvtier_worker_staged_offloads_total{result=\"withdrawn\"} 1\n",
+        "kvtier_worker_staging_full_offloads_total 2\n", "kvtier_worker_staging_reads_total 2\n",
+        "kvtier_worker_staging_bytes 0\n", "kvtier_worker_staging_capacity_bytes 65536\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
 }

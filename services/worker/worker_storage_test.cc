@@ -15,11 +15,11 @@ namespace kvtier::worker {
 namespace {
 
 using testing::Key;
-using testing::MapTier;
 using testing::kRoot;
+using testing::MapTier;
 using testing::Pattern;
-using testing::Tokens;
 using testing::TestLayout;
+using testing::Tokens;
 
 // Where a WorkerStorageTest's pool keeps its bytes.
 enum class PoolKind { kHost, kGpu, kDeviceOnCpu };
@@ -35,7 +35,8 @@ class WorkerStorageTest : public ::testing::TestWithParam<PoolKind> {
   // The GPU pool's runs skip on a machine without a GPU.
   void SetUp() override {
     const gpu::DeviceProbe probe = gpu::ProbeDevices();
-    if (GetParam() == PoolKind::kGpu && !probe.has_gpu()) GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
+    if (GetParam() == PoolKind::kGpu && !probe.has_gpu())
+      GTEST_SKIP() << "no GPU: " << probe.cpu_reason;
   }
   bool device_path() const { return GetParam() != PoolKind::kHost; }
   // `options` with this run's pools.
@@ -48,7 +49,8 @@ class WorkerStorageTest : public ::testing::TestWithParam<PoolKind> {
 
 TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   MapTier tier;
-  auto created = Worker::Create(With({.pools = {{TestLayout(), 2}}, .offload = &tier, .onboard = &tier}));
+  auto created =
+      Worker::Create(With({.pools = {{TestLayout(), 2}}, .offload = &tier, .onboard = &tier}));
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   auto attachment = worker.AttachPool(0, TestLayout());
@@ -60,14 +62,18 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
 
   // Sequence 1: block A (key 1, priority 50) written on the device and committed.
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)},
+  auto a = worker.Allocate({.client = 1,
+                            .sequence = 1,
+                            .root = kRoot,
+                            .block_keys = std::vector<BlockKey>{Key(1)},
                             .tokens = Tokens(0, 4)});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, std::vector<BlockKey>{Key(1)}, Tokens(0, 4), keep).ok());
 
   // Sequence 2 shares 3 tokens of A while sequence 1 holds it: a copy on the device.
-  auto b = worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .tokens = std::vector<uint32_t>{0, 1, 2}});
+  auto b = worker.Allocate(
+      {.client = 1, .sequence = 2, .root = kRoot, .tokens = std::vector<uint32_t>{0, 1, 2}});
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(b->reused_tokens, 3u);
   std::vector<uint8_t> copied(512);
@@ -78,7 +84,8 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
     for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
       for (uint32_t head = 0; head < 2; ++head) {
         const size_t run = layout.ByteOffset(layer, part, head, 0);
-        EXPECT_TRUE(std::equal(original.begin() + run, original.begin() + run + 3 * 16, copied.begin() + run));
+        EXPECT_TRUE(std::equal(original.begin() + run, original.begin() + run + 3 * 16,
+                               copied.begin() + run));
       }
     }
   }
@@ -86,7 +93,10 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   ASSERT_TRUE(worker.Free(1, 2).ok());
 
   // Sequence 3 needs both blocks: A is evicted and offloaded from pool memory.
-  auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(7), Key(8)},
+  auto c = worker.Allocate({.client = 1,
+                            .sequence = 3,
+                            .root = kRoot,
+                            .block_keys = std::vector<BlockKey>{Key(7), Key(8)},
                             .tokens = Tokens(100, 8)});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_EQ(tier.blocks.count(Key(1)), 1u);
@@ -94,7 +104,10 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   ASSERT_TRUE(worker.Free(1, 3).ok());
 
   // Sequence 4 asks for A again: onboarded from the tier into pool memory.
-  auto d = worker.Allocate({.client = 1, .sequence = 4, .root = kRoot, .block_keys = std::vector<BlockKey>{Key(1)},
+  auto d = worker.Allocate({.client = 1,
+                            .sequence = 4,
+                            .root = kRoot,
+                            .block_keys = std::vector<BlockKey>{Key(1)},
                             .tokens = Tokens(0, 4)});
   ASSERT_TRUE(d.ok());
   auto onboarded = worker.Onboard(1, 4, std::vector<BlockKey>{Key(1)}, keep);
@@ -103,22 +116,26 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   std::vector<uint8_t> back(512);
   ASSERT_TRUE(worker.ReadBlock(0, d->block_table[0], back).ok());
   EXPECT_EQ(back, Pattern(1));
-  EXPECT_EQ(worker.WriteBlock(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument) << "block 2 of 2";
+  EXPECT_EQ(worker.WriteBlock(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument)
+      << "block 2 of 2";
 }
 
 // Four blocks evicted by one allocation leave in one batch (one gather on a GPU) and come
 // back in one (one scatter), each byte for byte.
 TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   MapTier tier;
-  auto created = Worker::Create(With({.pools = {{TestLayout(), 4}}, .offload = &tier, .onboard = &tier}));
+  auto created =
+      Worker::Create(With({.pools = {{TestLayout(), 4}}, .offload = &tier, .onboard = &tier}));
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4)};
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
   // Sequence 1 fills the pool with blocks 1-4, each its own pattern, and commits them.
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 4; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  for (uint8_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), keep).ok());
   ASSERT_TRUE(worker.Free(1, 1).ok());
   for (const WorkerEvent& e : worker.TakeEvents()) {
@@ -126,15 +143,23 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   }
   // Sequence 2 needs the whole pool: all four are evicted at once and offloaded.
   const std::vector<BlockKey> other = {Key(11), Key(12), Key(13), Key(14)};
-  ASSERT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(500, 16)}).ok());
+  ASSERT_TRUE(worker
+                  .Allocate({.client = 1,
+                             .sequence = 2,
+                             .root = kRoot,
+                             .block_keys = other,
+                             .tokens = Tokens(500, 16)})
+                  .ok());
   ASSERT_EQ(tier.blocks.size(), 4u);
-  for (uint8_t i = 0; i < 4; ++i) EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
+  for (uint8_t i = 0; i < 4; ++i)
+    EXPECT_EQ(tier.blocks[keys[i]], Pattern(i + 1)) << "block " << int(i + 1);
   EXPECT_GT(worker.Stats().offload_transfer.count(), 0) << "the batch's transfer time is counted";
   EXPECT_GT(worker.Stats().offload_store.count(), 0) << "and the hand-over to the tier";
   EXPECT_EQ(worker.Stats().onboard_fetch.count(), 0) << "nothing onboarded yet";
   ASSERT_TRUE(worker.Free(1, 2).ok());
   // Sequence 3 asks for blocks 1-4 again: all four onboarded at once.
-  auto c = worker.Allocate({.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
+  auto c = worker.Allocate(
+      {.client = 1, .sequence = 3, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(c.ok());
   auto onboarded = worker.Onboard(1, 3, keys, keep);
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
@@ -144,19 +169,23 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
   for (const WorkerEvent& e : worker.TakeEvents()) {
     if (e.kind == WorkerEvent::Kind::kStored) stored_onboarded += e.onboarded ? 1 : 100;
   }
-  EXPECT_EQ(stored_onboarded, 4u) << "the four stored again are marked onboarded, and only they are stored";
+  EXPECT_EQ(stored_onboarded, 4u)
+      << "the four stored again are marked onboarded, and only they are stored";
   // Once they are in the pool, the tier is told, so that it may let its copies go.
   ASSERT_EQ(tier.landed.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tier.landed[i], std::make_pair(keys[i], SourceTier::kHost)) << i;
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(tier.landed[i], std::make_pair(keys[i], SourceTier::kHost)) << i;
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
   // A peer's read of blocks 4, 1, 4 and 2 (one repeated): one batch, each in its buffer.
-  const std::vector<BlockId> asked = {c->block_table[3], c->block_table[0], c->block_table[3], c->block_table[1]};
+  const std::vector<BlockId> asked = {c->block_table[3], c->block_table[0], c->block_table[3],
+                                      c->block_table[1]};
   std::vector<std::vector<uint8_t>> outs(4, std::vector<uint8_t>(512));
-  ASSERT_TRUE(worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  ASSERT_TRUE(
+      worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
   EXPECT_EQ(outs[0], Pattern(4));
   EXPECT_EQ(outs[1], Pattern(1));
   EXPECT_EQ(outs[2], Pattern(4));
@@ -173,7 +202,8 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   Worker& worker = **created;
   // Sequence 1 computes and commits block 1; its second block stays uncommitted.
   const std::vector<BlockKey> keys = {Key(1)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 6)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 6)});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 6), {}).ok());
@@ -181,12 +211,18 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   auto held = worker.HoldBlocks(0, committed);
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_EQ(worker.HoldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status().code(),
-            StatusCode::kFailedPrecondition) << "block 2 is not committed";
+            StatusCode::kFailedPrecondition)
+      << "block 2 is not committed";
   EXPECT_EQ(worker.HoldBlocks(1, committed).status().code(), StatusCode::kNotFound) << "no pool 1";
   ASSERT_TRUE(worker.Free(1, 1).ok());
   // Sequence 2 needs both blocks: the held one is not evicted for it.
   const std::vector<BlockKey> other = {Key(5), Key(6)};
-  EXPECT_EQ(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 8)})
+  EXPECT_EQ(worker
+                .Allocate({.client = 1,
+                           .sequence = 2,
+                           .root = kRoot,
+                           .block_keys = other,
+                           .tokens = Tokens(50, 8)})
                 .status()
                 .code(),
             StatusCode::kResourceExhausted);
@@ -198,7 +234,8 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   // Another thread copies the held block out while the loop goes on.
   std::vector<uint8_t> copied(512);
   Status copy;
-  std::thread reader([&] { copy = worker.CopyHeldBlocks(0, committed, std::vector<std::span<uint8_t>>{copied}); });
+  std::thread reader(
+      [&] { copy = worker.CopyHeldBlocks(0, committed, std::vector<std::span<uint8_t>>{copied}); });
   reader.join();
   ASSERT_TRUE(copy.ok()) << copy;
   EXPECT_EQ(copied, Pattern(1));
@@ -210,8 +247,15 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
     EXPECT_TRUE(std::ranges::equal((*staged)->views().at(0), Pattern(1)));
   }
   ASSERT_TRUE(worker.ReleaseBlocks(0, committed).ok());
-  EXPECT_EQ(worker.ReleaseBlocks(0, committed).code(), StatusCode::kFailedPrecondition) << "released twice";
-  EXPECT_TRUE(worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 8)}).ok())
+  EXPECT_EQ(worker.ReleaseBlocks(0, committed).code(), StatusCode::kFailedPrecondition)
+      << "released twice";
+  EXPECT_TRUE(worker
+                  .Allocate({.client = 1,
+                             .sequence = 2,
+                             .root = kRoot,
+                             .block_keys = other,
+                             .tokens = Tokens(50, 8)})
+                  .ok())
       << "block 1 is evictable again";
 }
 
@@ -235,15 +279,19 @@ TEST_P(WorkerStorageTest, CopiesOfHeldBlocksRefuseWhatNamesNoBlock) {
       worker.CopyHeldBlocks(0, std::vector<BlockId>{1}, std::vector<std::span<uint8_t>>{short_one});
   EXPECT_EQ(short_buffer.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(short_buffer.message().find("with 100 bytes"), std::string::npos) << short_buffer;
-  EXPECT_EQ(worker.CopyHeldBlocks(0, std::vector<BlockId>{0, 1}, outs).code(), StatusCode::kInvalidArgument)
+  EXPECT_EQ(worker.CopyHeldBlocks(0, std::vector<BlockId>{0, 1}, outs).code(),
+            StatusCode::kInvalidArgument)
       << "two blocks, one buffer";
-  const Status twice = worker.LandHeldBlocks(0, std::vector<BlockId>{1, 1}, std::vector<std::span<const uint8_t>>{one, one});
+  const Status twice = worker.LandHeldBlocks(0, std::vector<BlockId>{1, 1},
+                                             std::vector<std::span<const uint8_t>>{one, one});
   EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(twice.message().find("block 1 twice"), std::string::npos) << twice;
   const Status stage_no_block = worker.StageHeldBlocks(0, std::vector<BlockId>{0, 2}).status();
   EXPECT_EQ(stage_no_block.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(stage_no_block.message().find("StageHeldBlocks: block 2 of 2"), std::string::npos) << stage_no_block;
-  EXPECT_EQ(worker.StageHeldBlocks(3, std::vector<BlockId>{0}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(stage_no_block.message().find("StageHeldBlocks: block 2 of 2"), std::string::npos)
+      << stage_no_block;
+  EXPECT_EQ(worker.StageHeldBlocks(3, std::vector<BlockId>{0}).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(worker.StageHeldBlocks(0, std::vector<BlockId>{0}).status().code(),
             device_path() ? StatusCode::kOk : StatusCode::kFailedPrecondition)
       << "a host pool's held blocks are read in place";
@@ -257,9 +305,11 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3), Key(4)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(a.ok()) << a.status();
-  for (uint8_t i = 0; i < 4; ++i) ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+  for (uint8_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), {}).ok());
   ASSERT_TRUE(worker.HoldBlocks(0, a->block_table).ok());
   auto b = worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .tokens = Tokens(100, 3)});
@@ -277,7 +327,8 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
       }
     });
   }
-  for (int n = 0; n < 200; ++n) ASSERT_TRUE(worker.WriteBlock(0, fifth, Pattern(static_cast<uint8_t>(n))).ok());
+  for (int n = 0; n < 200; ++n)
+    ASSERT_TRUE(worker.WriteBlock(0, fifth, Pattern(static_cast<uint8_t>(n))).ok());
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(wrong.load(), 0);
   ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
@@ -308,19 +359,23 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2), Key(3)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
   ASSERT_TRUE(a.ok()) << a.status();
   auto landing = worker.HoldLanding(1, 1, 3);
   ASSERT_TRUE(landing.ok()) << landing.status();
   const std::vector<uint8_t> two = Pattern(2);
-  ASSERT_TRUE(worker.LandHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}, std::vector<std::span<const uint8_t>>{two})
+  ASSERT_TRUE(worker
+                  .LandHeldBlocks(0, std::vector<BlockId>{a->block_table[1]},
+                                  std::vector<std::span<const uint8_t>>{two})
                   .ok());
   PartlyInPlace source;
   auto onboarded = worker.Onboard(1, 1, keys, {}, &source);
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 3u);
   EXPECT_EQ(worker.Stats().landed_in_place, 1u);
-  EXPECT_EQ(source.landed, (std::vector<BlockKey>{Key(1), Key(3)})) << "block 2 was in place: the pool landed none";
+  EXPECT_EQ(source.landed, (std::vector<BlockKey>{Key(1), Key(3)}))
+      << "block 2 was in place: the pool landed none";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());
@@ -338,16 +393,19 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   ASSERT_TRUE(created.ok()) << created.status();
   Worker& worker = **created;
   const std::vector<BlockKey> keys = {Key(1), Key(2)};
-  auto a = worker.Allocate({.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 10)});
+  auto a = worker.Allocate(
+      {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 10)});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_EQ(a->block_table.size(), 3u);
   auto landing = worker.HoldLanding(1, 1, 8);
   ASSERT_TRUE(landing.ok()) << landing.status();
   EXPECT_EQ(landing->first_block, 0u);
-  EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]})) << "not the partial third";
+  EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]}))
+      << "not the partial third";
   const std::vector<uint8_t> fetched = Pattern(7);
   ASSERT_EQ(landing->views.size(), 2u);
-  std::copy(fetched.begin(), fetched.end(), landing->views[1].begin());  // as a fetch writes block 2
+  std::copy(fetched.begin(), fetched.end(),
+            landing->views[1].begin());  // as a fetch writes block 2
   EXPECT_EQ(landing->staged != nullptr, device_path());
   if (device_path()) {  // a copier's staging: the block is as it was until the fetch lands it
     std::vector<uint8_t> before(fetched.size());
@@ -371,9 +429,10 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   ASSERT_TRUE(worker.Free(1, 1).ok());
   EXPECT_EQ(worker.Stats().pools[0].held, 2u);
   const std::vector<BlockKey> other = {Key(5), Key(6)};
-  const AllocateRequest needs_three{.client = 1, .sequence = 2, .root = kRoot, .block_keys = other,
-                                    .tokens = Tokens(50, 10)};
-  EXPECT_EQ(worker.Allocate(needs_three).status().code(), StatusCode::kResourceExhausted) << "two blocks held";
+  const AllocateRequest needs_three{
+      .client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 10)};
+  EXPECT_EQ(worker.Allocate(needs_three).status().code(), StatusCode::kResourceExhausted)
+      << "two blocks held";
   ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
   EXPECT_EQ(worker.Stats().pools[0].held, 0u);
   EXPECT_TRUE(worker.Allocate(needs_three).ok());

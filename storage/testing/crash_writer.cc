@@ -30,7 +30,8 @@ bool PutBatch(DiskTier& tier, uint64_t first, uint64_t count, uint64_t block_byt
   const std::vector<kvtier::Status> results = tier.PutBatch(items);
   for (uint64_t i = 0; i < count; ++i) {
     if (!results[i].ok()) {
-      std::fprintf(stderr, "put %llu: %s\n", static_cast<unsigned long long>(first + i), results[i].ToString().c_str());
+      std::fprintf(stderr, "put %llu: %s\n", static_cast<unsigned long long>(first + i),
+                   results[i].ToString().c_str());
       return false;
     }
     std::printf("ack %llu\n", static_cast<unsigned long long>(first + i));
@@ -46,7 +47,8 @@ bool RemoveMostOf(DiskTier& tier, uint64_t first, uint64_t count) {
     std::printf("removing %llu\n", static_cast<unsigned long long>(id));
     std::fflush(stdout);
     if (kvtier::Status removed = tier.Remove(testing::MakeBlock(id, 1).ref()); !removed.ok()) {
-      std::fprintf(stderr, "remove %llu: %s\n", static_cast<unsigned long long>(id), removed.ToString().c_str());
+      std::fprintf(stderr, "remove %llu: %s\n", static_cast<unsigned long long>(id),
+                   removed.ToString().c_str());
       return false;
     }
     std::printf("removed %llu\n", static_cast<unsigned long long>(id));
@@ -55,7 +57,8 @@ bool RemoveMostOf(DiskTier& tier, uint64_t first, uint64_t count) {
 }
 
 // Puts every `stride`-th batch from `first` on until a put fails (or the kill).
-void PutForever(DiskTier& tier, uint64_t first, uint64_t stride, uint64_t batch, uint64_t block_bytes) {
+void PutForever(DiskTier& tier, uint64_t first, uint64_t stride, uint64_t batch,
+                uint64_t block_bytes) {
   for (uint64_t id = first;; id += stride) {
     if (!PutBatch(tier, id, batch, block_bytes)) std::_Exit(1);
     std::fflush(stdout);
@@ -67,9 +70,12 @@ void PutForever(DiskTier& tier, uint64_t first, uint64_t stride, uint64_t batch,
 int main(int argc, char** argv) {
   const std::string mode = argc == 6 ? argv[5] : "";
   const bool churn = mode == "churn";
-  const uint64_t threads = mode.starts_with("threads=") ? std::strtoull(mode.c_str() + 8, nullptr, 10) : 1;
-  if ((argc != 5 && argc != 6) || (argc == 6 && !churn && threads == 1) || threads == 0 || threads > 64) {
-    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH [churn | threads=N (2 to 64)]\n", argv[0]);
+  const uint64_t threads =
+      mode.starts_with("threads=") ? std::strtoull(mode.c_str() + 8, nullptr, 10) : 1;
+  if ((argc != 5 && argc != 6) || (argc == 6 && !churn && threads == 1) || threads == 0 ||
+      threads > 64) {
+    std::fprintf(stderr, "usage: %s DIR FIRST_ID BLOCK_BYTES BATCH [churn | threads=N (2 to 64)]\n",
+                 argv[0]);
     return 2;
   }
   DiskTierOptions options;
@@ -90,7 +96,8 @@ int main(int argc, char** argv) {
   if (threads > 1) {
     std::vector<std::thread> putters;
     for (uint64_t t = 0; t < threads; ++t) {
-      putters.emplace_back(PutForever, std::ref(**tier), first + t * batch, threads * batch, batch, block_bytes);
+      putters.emplace_back(PutForever, std::ref(**tier), first + t * batch, threads * batch, batch,
+                           block_bytes);
     }
     for (std::thread& putter : putters) putter.join();  // never: they put until killed
     return 1;

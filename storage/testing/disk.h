@@ -24,10 +24,11 @@ inline DiskTierOptions TestDiskOptions(const std::string& path, uint64_t capacit
   return options;
 }
 
-// A disk tier at `path` (1 MiB memtable) with the given handlers; null, with a test failure, when it cannot open.
-inline std::unique_ptr<DiskTier> OpenDiskTier(const std::string& path, uint64_t capacity = 1 << 20,
-                                              EvictionHandler on_evict = nullptr,
-                                              std::function<void(const BlockHeader&)> on_removed = nullptr) {
+// A disk tier at `path` (1 MiB memtable) with the given handlers; null, with a test failure, when
+// it cannot open.
+inline std::unique_ptr<DiskTier> OpenDiskTier(
+    const std::string& path, uint64_t capacity = 1 << 20, EvictionHandler on_evict = nullptr,
+    std::function<void(const BlockHeader&)> on_removed = nullptr) {
   DiskTierOptions options = TestDiskOptions(path, capacity);
   options.on_evict = std::move(on_evict);
   options.on_removed = std::move(on_removed);
@@ -49,7 +50,8 @@ inline Result<std::vector<uint8_t>> ReadBack(BlockTier& tier, const TestBlock& b
 // removed meanwhile is not an error).
 class CheckingReaders {
  public:
-  CheckingReaders(BlockTier& tier, int threads, std::function<const TestBlock&(uint64_t reader, uint64_t i)> pick)
+  CheckingReaders(BlockTier& tier, int threads,
+                  std::function<const TestBlock&(uint64_t reader, uint64_t i)> pick)
       : pick_(std::move(pick)) {
     for (int r = 0; r < threads; ++r) {
       threads_.emplace_back([this, &tier, r] {

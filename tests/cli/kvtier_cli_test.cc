@@ -33,7 +33,8 @@ std::string HttpGet(const std::string& url) {
   // url: http://HOST:PORT/PATH
   const std::string rest = url.substr(7);
   const size_t slash = rest.find('/');
-  return testing::SendRaw(rest.substr(0, slash), "GET " + rest.substr(slash) + " HTTP/1.1\r\n\r\n", seconds(5))
+  return testing::SendRaw(rest.substr(0, slash), "GET " + rest.substr(slash) + " HTTP/1.1\r\n\r\n",
+                          seconds(5))
       .received;
 }
 
@@ -41,7 +42,8 @@ std::string HttpGet(const std::string& url) {
 std::multiset<std::string> ThreadNames(int pid) {
   std::multiset<std::string> names;
   std::error_code error;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", error)) {
     std::ifstream comm(task.path() / "comm");
     std::string name;
     if (std::getline(comm, name)) names.insert(name);
@@ -66,14 +68,15 @@ class KvtierUpTest : public ::testing::TestWithParam<int> {};
 TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   testing::TempDir dir;
   const std::string data_dir = dir.File("data");
-  ChildProcess up({kKvtier, "up", "--metrics-port", "0", "--coordinator-listen", "127.0.0.1:0", "--data-dir",
-                   data_dir, "--metrics-bind", "127.0.0.1"},
+  ChildProcess up({kKvtier, "up", "--metrics-port", "0", "--coordinator-listen", "127.0.0.1:0",
+                   "--data-dir", data_dir, "--metrics-bind", "127.0.0.1"},
                   dir.path());
   ASSERT_TRUE(up.WaitForOutput("Stop with Ctrl-C", seconds(20))) << up.Stdout() << up.Stderr();
   const std::string banner = up.Stdout();
   const std::string metrics_url = BannerValue(banner, "metrics");
   ASSERT_TRUE(metrics_url.starts_with("http://127.0.0.1:")) << banner;
-  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+  const std::string base =
+      metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
 
   EXPECT_TRUE(HttpGet(base + "/healthz").starts_with("HTTP/1.1 200")) << HttpGet(base + "/healthz");
   // Its threads say what they serve: the RPC loop (every role's calls, in `up`), the
@@ -89,23 +92,27 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   ASSERT_TRUE(response.starts_with("HTTP/1.1 200")) << response;
   const std::string body = response.substr(response.find("\r\n\r\n") + 4);
   // Every embedded role exports its series: coordinator, worker, store.
-  for (const char* series : {"kvtier_build_info{", "kvtier_worker_pool_blocks{", "kvtier_store_blocks{tier=\"host\"}",
-                             "kvtier_store_capacity_bytes{tier=\"disk\"}", "kvtier_role_info{role=\"coordinator\"} 1",
-                             "kvtier_role_info{role=\"worker\"} 1", "kvtier_role_info{role=\"store\"} 1",
-                             "kvtier_store_io_errors_total{tier=\"disk\"} 0"}) {
+  for (const char* series :
+       {"kvtier_build_info{", "kvtier_worker_pool_blocks{", "kvtier_store_blocks{tier=\"host\"}",
+        "kvtier_store_capacity_bytes{tier=\"disk\"}", "kvtier_role_info{role=\"coordinator\"} 1",
+        "kvtier_role_info{role=\"worker\"} 1", "kvtier_role_info{role=\"store\"} 1",
+        "kvtier_store_io_errors_total{tier=\"disk\"} 0"}) {
     EXPECT_NE(body.find(series), std::string::npos) << series;
   }
   ASSERT_TRUE(testing::WriteFile(dir.File("metrics.txt"), body));
   std::string promtool;
-  EXPECT_EQ(testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"), &promtool), 0) << promtool;
+  EXPECT_EQ(testing::RunCommand("promtool check metrics < " + dir.File("metrics.txt"), &promtool),
+            0)
+      << promtool;
   EXPECT_EQ(promtool, "") << "promtool lint findings";
 
   // The generated token authenticates against the printed RPC endpoint.
   const std::string rpc = BannerValue(banner, "rpc");
   std::string version;
-  EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + rpc + " --token-file " + data_dir + "/token",
-                                &version),
-            0)
+  EXPECT_EQ(
+      testing::RunCommand(
+          kKvtier + " version --connect " + rpc + " --token-file " + data_dir + "/token", &version),
+      0)
       << version;
   EXPECT_NE(version.find("tenant default"), std::string::npos) << version;
 
@@ -119,7 +126,8 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
       << replay;
   EXPECT_NE(replay.find("\"requests\": "), std::string::npos) << replay;
   EXPECT_NE(replay.find("\"refused_requests\": 0,"), std::string::npos) << replay;
-  EXPECT_EQ(replay.find("\"block_hit_rate\": 0.000000"), std::string::npos) << "chat prompts share prefixes: " << replay;
+  EXPECT_EQ(replay.find("\"block_hit_rate\": 0.000000"), std::string::npos)
+      << "chat prompts share prefixes: " << replay;
 
   // `kvtier status` reports what the replay left: both nodes registered, blocks indexed,
   // the replay's lookups counted, the worker's pool. The index learns from events (sent
@@ -128,8 +136,9 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   std::string status;
   const auto read_status = [&] {
     status.clear();
-    return testing::RunCommand(kKvtier + " status --json --connect " + rpc + " --token-file " + data_dir + "/token",
-                               &status) == 0 &&
+    return testing::RunCommand(
+               kKvtier + " status --json --connect " + rpc + " --token-file " + data_dir + "/token",
+               &status) == 0 &&
            status.find("\"index_blocks\": 0,") == std::string::npos;
   };
   EXPECT_TRUE(testing::WaitUntil(read_status, std::chrono::seconds(5))) << status;
@@ -138,7 +147,9 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
   EXPECT_EQ(status.find("\"lookups\": 0,"), std::string::npos) << status;
   EXPECT_NE(status.find("\"pools\": [\"L4/H2/D64/T16/fp16/W0/S0\"]"), std::string::npos) << status;
   std::string refused;
-  EXPECT_EQ(testing::RunCommand(kKvtier + " status --connect " + rpc + " --token not-a-token", &refused), 1);
+  EXPECT_EQ(
+      testing::RunCommand(kKvtier + " status --connect " + rpc + " --token not-a-token", &refused),
+      1);
   EXPECT_NE(refused.find("UNAUTHENTICATED"), std::string::npos) << refused;
 
   up.Signal(GetParam());
@@ -147,7 +158,9 @@ TEST_P(KvtierUpTest, ServesEndpointsAndStopsCleanlyOnSignal) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, KvtierUpTest, ::testing::Values(SIGINT, SIGTERM),
-                         [](const auto& info) { return info.param == SIGINT ? "SIGINT" : "SIGTERM"; });
+                         [](const auto& info) {
+                           return info.param == SIGINT ? "SIGINT" : "SIGTERM";
+                         });
 
 struct BadInput {
   const char* name;
@@ -165,7 +178,8 @@ TEST_P(KvtierBadInputTest, ExitsTwoNamingTheProblemAndStartsNothing) {
   testing::TempDir dir;
   std::vector<std::string> argv = {kKvtier};
   argv.insert(argv.end(), c.args.begin(), c.args.end());
-  argv.insert(argv.end(), {"--data-dir", dir.File("data"), "--metrics-port", "0", "--coordinator-listen", "127.0.0.1:0"});
+  argv.insert(argv.end(), {"--data-dir", dir.File("data"), "--metrics-port", "0",
+                           "--coordinator-listen", "127.0.0.1:0"});
   if (!c.config_yaml.empty()) {
     ASSERT_TRUE(testing::WriteFile(dir.File("kvtier.yaml"), c.config_yaml));
     argv.insert(argv.end(), {"--config", dir.File("kvtier.yaml")});
@@ -173,7 +187,8 @@ TEST_P(KvtierBadInputTest, ExitsTwoNamingTheProblemAndStartsNothing) {
   ChildProcess child(argv, dir.path());
   EXPECT_EQ(child.Wait(seconds(10)), 2) << child.Stdout() << child.Stderr();
   EXPECT_NE(child.Stderr().find(c.expected), std::string::npos) << child.Stderr();
-  EXPECT_EQ(child.Stdout().find("rpc"), std::string::npos) << "no server banner: " << child.Stdout();
+  EXPECT_EQ(child.Stdout().find("rpc"), std::string::npos)
+      << "no server banner: " << child.Stdout();
   EXPECT_FALSE(std::filesystem::exists(dir.File("data"))) << "nothing is created";
 }
 
@@ -181,14 +196,21 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, KvtierBadInputTest,
     ::testing::Values(
         BadInput{"UnknownFlag", {"up", "--no-such-flag"}, "", "--no-such-flag"},
-        BadInput{"FlagOutOfRange", {"up", "--coordinator-max-message-bytes", "12"}, "",
+        BadInput{"FlagOutOfRange",
+                 {"up", "--coordinator-max-message-bytes", "12"},
+                 "",
                  "coordinator.max_message_bytes: \"12\" is out of range [4096, 1073741824]"},
-        BadInput{"FractionOutOfRange", {"up", "--worker-free-memory-fraction", "1.5"}, "",
+        BadInput{"FractionOutOfRange",
+                 {"up", "--worker-free-memory-fraction", "1.5"},
+                 "",
                  "worker.free_memory_fraction: \"1.5\" is out of range (0, 1]"},
-        BadInput{"StagingBelowABlock", {"up", "--worker-offload-staging-bytes", "1000"}, "",
+        BadInput{"StagingBelowABlock",
+                 {"up", "--worker-offload-staging-bytes", "1000"},
+                 "",
                  "worker.offload_staging_bytes: 1000 bytes hold no block of the worker's layout"},
         BadInput{"InvalidYaml", {"up"}, "metrics: [1, 2\n", "invalid YAML at line"},
-        BadInput{"UnknownField", {"up"}, "metrics:\n  prot: 9400\n", "unknown field \"metrics.prot\""},
+        BadInput{
+            "UnknownField", {"up"}, "metrics:\n  prot: 9400\n", "unknown field \"metrics.prot\""},
         BadInput{"YamlOutOfRange", {"up"}, "log: {level: chatty}\n", "log.level"},
         BadInput{"CoordinatorWithoutTokens", {"coordinator"}, "", "auth.token_file: required"}),
     [](const auto& info) { return std::string(info.param.name); });
@@ -198,20 +220,23 @@ INSTANTIATE_TEST_SUITE_P(
 // the coordinator and exits 0.
 TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   testing::TempDir dir, store_dir;  // each process's output in its own directory
-  ChildProcess coordinator({kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
-                            "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
-                           dir.path());
+  ChildProcess coordinator(
+      {kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
+       "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
+      dir.path());
   ASSERT_TRUE(coordinator.WaitForOutput("Stop with Ctrl-C", seconds(20))) << coordinator.Stderr();
   const std::string coordinator_rpc = BannerValue(coordinator.Stdout(), "rpc");
   ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
-                      "--node-coordinator", coordinator_rpc, "--metrics-port", "0", "--metrics-bind", "127.0.0.1",
-                      "--data-dir", dir.File("s"), "--store-host-cache-bytes", "1048576", "--store-disk-bytes",
-                      "4194304"},
+                      "--node-coordinator", coordinator_rpc, "--metrics-port", "0",
+                      "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("s"),
+                      "--store-host-cache-bytes", "1048576", "--store-disk-bytes", "4194304"},
                      store_dir.path());
-  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20))) << store.Stdout() << store.Stderr();
+  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20)))
+      << store.Stdout() << store.Stderr();
   const std::string banner = store.Stdout();
   const std::string metrics_url = BannerValue(banner, "metrics");
-  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+  const std::string base =
+      metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
   const std::string ready = WaitUntilReady(base);
   EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
   const std::string metrics = HttpGet(metrics_url);
@@ -219,10 +244,15 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
   EXPECT_EQ(metrics.find("kvtier_role_info{role=\"coordinator\"}"), std::string::npos);
   EXPECT_NE(metrics.find("kvtier_store_capacity_bytes{tier=\"disk\"} 4194304"), std::string::npos);
   std::string version;
-  EXPECT_EQ(testing::RunCommand(kKvtier + " version --connect " + BannerValue(banner, "rpc"), &version), 0) << version;
+  EXPECT_EQ(
+      testing::RunCommand(kKvtier + " version --connect " + BannerValue(banner, "rpc"), &version),
+      0)
+      << version;
   EXPECT_NE(version.find("roles store"), std::string::npos) << version;
   std::string status;
-  EXPECT_EQ(testing::RunCommand(kKvtier + " status --connect " + BannerValue(banner, "rpc"), &status), 0) << status;
+  EXPECT_EQ(
+      testing::RunCommand(kKvtier + " status --connect " + BannerValue(banner, "rpc"), &status), 0)
+      << status;
   EXPECT_NE(status.find("coordinator  not served here"), std::string::npos) << status;
   EXPECT_NE(status.find("worker       not served here"), std::string::npos) << status;
   const std::multiset<std::string> threads = ThreadNames(store.pid());
@@ -232,7 +262,8 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
 
   store.Signal(SIGTERM);
   EXPECT_EQ(store.Wait(seconds(30)), 0) << store.Stderr();
-  EXPECT_NE(store.Stderr().find("drained: left the coordinator"), std::string::npos) << store.Stderr();
+  EXPECT_NE(store.Stderr().find("drained: left the coordinator"), std::string::npos)
+      << store.Stderr();
   coordinator.Signal(SIGTERM);
   EXPECT_EQ(coordinator.Wait(seconds(10)), 0) << coordinator.Stderr();
 }
@@ -242,34 +273,63 @@ TEST(KvtierCliTest, StoreRegistersWithTheCoordinatorAndDrainsOnSigterm) {
 // and equal to recomputation), and SIGTERM drains it: exit 0.
 TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
   testing::TempDir dir, worker_dir;  // each process's output in its own directory
-  ChildProcess coordinator({kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
-                            "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
-                           dir.path());
+  ChildProcess coordinator(
+      {kKvtier, "coordinator", "--auth-enabled", "false", "--coordinator-listen", "127.0.0.1:0",
+       "--metrics-port", "0", "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("c")},
+      dir.path());
   ASSERT_TRUE(coordinator.WaitForOutput("Stop with Ctrl-C", seconds(20))) << coordinator.Stderr();
   // The pool has the example engine's layout (2 layers, 2 KV heads of 8 dims, fp32).
-  ChildProcess worker({kKvtier, "worker", "--auth-enabled", "false", "--worker-listen", "127.0.0.1:0",
-                       "--node-coordinator", BannerValue(coordinator.Stdout(), "rpc"), "--metrics-port", "0",
-                       "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("w"), "--worker-num-layers", "2",
-                       "--worker-num-kv-heads", "2", "--worker-head-dim", "8", "--worker-tokens-per-block", "4",
-                       "--worker-dtype", "fp32", "--worker-pool-bytes", "1048576", "--store-host-cache-bytes",
-                       "1048576", "--store-disk-bytes", "0"},
+  ChildProcess worker({kKvtier,
+                       "worker",
+                       "--auth-enabled",
+                       "false",
+                       "--worker-listen",
+                       "127.0.0.1:0",
+                       "--node-coordinator",
+                       BannerValue(coordinator.Stdout(), "rpc"),
+                       "--metrics-port",
+                       "0",
+                       "--metrics-bind",
+                       "127.0.0.1",
+                       "--data-dir",
+                       dir.File("w"),
+                       "--worker-num-layers",
+                       "2",
+                       "--worker-num-kv-heads",
+                       "2",
+                       "--worker-head-dim",
+                       "8",
+                       "--worker-tokens-per-block",
+                       "4",
+                       "--worker-dtype",
+                       "fp32",
+                       "--worker-pool-bytes",
+                       "1048576",
+                       "--store-host-cache-bytes",
+                       "1048576",
+                       "--store-disk-bytes",
+                       "0"},
                       worker_dir.path());
-  ASSERT_TRUE(worker.WaitForOutput("Stop with Ctrl-C", seconds(20))) << worker.Stdout() << worker.Stderr();
+  ASSERT_TRUE(worker.WaitForOutput("Stop with Ctrl-C", seconds(20)))
+      << worker.Stdout() << worker.Stderr();
   const std::string banner = worker.Stdout();
   const std::string metrics_url = BannerValue(banner, "metrics");
-  const std::string base = metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
+  const std::string base =
+      metrics_url.substr(0, metrics_url.size() - std::string("/metrics").size());
   const std::string ready = WaitUntilReady(base);
   EXPECT_TRUE(ready.starts_with("HTTP/1.1 200")) << "registered: " << ready;
   const std::string metrics = HttpGet(metrics_url);
   EXPECT_NE(metrics.find("kvtier_role_info{role=\"worker\"} 1"), std::string::npos) << metrics;
 
   std::string demo;
-  EXPECT_EQ(testing::RunCommand(std::string(KVTIER_BIN_DIR) + "/tiny_engine_demo --turns 2 --connect " +
-                                    BannerValue(banner, "rpc"),
-                                &demo),
-            0)
+  EXPECT_EQ(
+      testing::RunCommand(std::string(KVTIER_BIN_DIR) + "/tiny_engine_demo --turns 2 --connect " +
+                              BannerValue(banner, "rpc"),
+                          &demo),
+      0)
       << demo;
-  EXPECT_NE(demo.find("turn 1: 10 prompt tokens, 0 from the cache, 10 computed; first token equals recomputation"),
+  EXPECT_NE(demo.find("turn 1: 10 prompt tokens, 0 from the cache, 10 computed; first token equals "
+                      "recomputation"),
             std::string::npos)
       << demo;
   EXPECT_NE(demo.find("turn 2: 25 prompt tokens, 12 from the cache"), std::string::npos) << demo;
@@ -277,7 +337,8 @@ TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
 
   worker.Signal(SIGTERM);
   EXPECT_EQ(worker.Wait(seconds(30)), 0) << worker.Stderr();
-  EXPECT_NE(worker.Stderr().find("drained: left the coordinator"), std::string::npos) << worker.Stderr();
+  EXPECT_NE(worker.Stderr().find("drained: left the coordinator"), std::string::npos)
+      << worker.Stderr();
   coordinator.Signal(SIGTERM);
   EXPECT_EQ(coordinator.Wait(seconds(10)), 0) << coordinator.Stderr();
 }
@@ -287,45 +348,55 @@ TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
 // as its issue spells it (--block-size).
 TEST(KvtierCliTest, BenchTransferPrintsOneJsonObject) {
   testing::TempDir dir;
-  ChildProcess child({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes", "4194304", "--clients",
-                      "2", "--vs-redis", "--json"},
+  ChildProcess child({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes",
+                      "4194304", "--clients", "2", "--vs-redis", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"loopback_from_memory_gbps\":", "\"p99_ms\":",
-                          "\"redis_put_gbps\":", "\"redis_get_gbps\":", "\"blocks\":64,",  // 4 MiB of 64 KiB
-                          // where each phase's time went
-                          "\"inline_get_cores\":{\"control\":", "\"stream_put_cores\":{\"control\":",
-                          "\"stream_get_open_share\":", "\"stream_put\":\"keys\""}) {
+  for (const char* key :
+       {"\"put_gbps\":", "\"get_gbps\":", "\"loopback_gbps\":", "\"loopback_from_memory_gbps\":",
+        "\"p99_ms\":", "\"redis_put_gbps\":", "\"redis_get_gbps\":",
+        "\"blocks\":64,",  // 4 MiB of 64 KiB
+        // where each phase's time went
+        "\"inline_get_cores\":{\"control\":", "\"stream_put_cores\":{\"control\":",
+        "\"stream_get_open_share\":", "\"stream_put\":\"keys\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(out.find("null"), std::string::npos) << "every figure was measured: " << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
 
   // Keyed gets pipelined two deep: the untimed pass still compares every byte it reads.
-  ChildProcess pipelined({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes", "4194304",
-                          "--clients", "2", "--path", "stream", "--stream-gets-in-flight", "2", "--json"},
-                         dir.path());
+  ChildProcess pipelined(
+      {kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes", "4194304",
+       "--clients", "2", "--path", "stream", "--stream-gets-in-flight", "2", "--json"},
+      dir.path());
   ASSERT_EQ(pipelined.Wait(seconds(60)), 0) << pipelined.Stderr();
-  EXPECT_NE(pipelined.Stdout().find("\"gets_in_flight\":2,"), std::string::npos) << pipelined.Stdout();
+  EXPECT_NE(pipelined.Stdout().find("\"gets_in_flight\":2,"), std::string::npos)
+      << pipelined.Stdout();
 
-  ChildProcess bad({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes", "65536", "--clients", "2"},
+  ChildProcess bad({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes",
+                    "65536", "--clients", "2"},
                    dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);
-  EXPECT_NE(bad.Stderr().find("every client at least one block"), std::string::npos) << bad.Stderr();
+  EXPECT_NE(bad.Stderr().find("every client at least one block"), std::string::npos)
+      << bad.Stderr();
 }
 
 TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
   testing::TempDir dir;
-  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
-                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
-                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"));
-  ChildProcess child({kKvtier, "bench", "index", "--trace", dir.File("trace.jsonl"), "--passes", "1", "--json"},
-                     dir.path());
+  ASSERT_TRUE(testing::WriteFile(
+      dir.File("trace.jsonl"),
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+      "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, "
+      "2]}\n"));
+  ChildProcess child(
+      {kKvtier, "bench", "index", "--trace", dir.File("trace.jsonl"), "--passes", "1", "--json"},
+      dir.path());
   ASSERT_EQ(child.Wait(seconds(30)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"ops_per_sec\":", "\"lookup_p50_us\":", "\"lookup_p99_us\":", "\"bytes_per_block\":",
-                          "\"hit_rate\":0.4000"}) {  // 2 of 5 prompt blocks were cached
+  for (const char* key :
+       {"\"ops_per_sec\":", "\"lookup_p50_us\":", "\"lookup_p99_us\":", "\"bytes_per_block\":",
+        "\"hit_rate\":0.4000"}) {  // 2 of 5 prompt blocks were cached
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
@@ -333,7 +404,8 @@ TEST(KvtierCliTest, BenchIndexPrintsOneJsonObject) {
   ASSERT_TRUE(testing::WriteFile(dir.File("bad.jsonl"), "{\"timestamp\": 0}\n"));
   ChildProcess bad({kKvtier, "bench", "index", "--trace", dir.File("bad.jsonl")}, dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);
-  EXPECT_NE(bad.Stderr().find("line 1: missing field \"input_length\""), std::string::npos) << bad.Stderr();
+  EXPECT_NE(bad.Stderr().find("line 1: missing field \"input_length\""), std::string::npos)
+      << bad.Stderr();
 }
 
 // `kvtier replay` with no --connect starts its own cluster: two prompts sharing their
@@ -343,32 +415,38 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
   testing::TempDir dir;
   const std::string stale = "/dev/shm/kvtier-pool-clitest" + std::to_string(::getpid());
   ASSERT_TRUE(testing::WriteFile(stale, "left by a process that died"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // the sweep spares pools under 2 s old
-  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
-                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [7, 8]}\n"
-                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [7, 9, 10]}\n"));
-  ChildProcess child({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--gpu-blocks", "64", "--host-blocks",
-                      "0", "--disk-blocks", "0", "--json"},
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(2100));  // the sweep spares pools under 2 s old
+  ASSERT_TRUE(testing::WriteFile(
+      dir.File("trace.jsonl"),
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [7, 8]}\n"
+      "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [7, 9, "
+      "10]}\n"));
+  ChildProcess child({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--gpu-blocks", "64",
+                      "--host-blocks", "0", "--disk-blocks", "0", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"requests\": 2,", "\"block_hit_rate\": 0.200000", "\"token_hit_rate\": 0.200000",
-                          "\"hits_by_tier\": {\"gpu\": 1, \"host\": 0, \"disk\": 0, \"remote\": 0}", "\"unbounded_block_hit_rate\": 0.200000",
-                          "\"lookup_p99_us\": "}) {
+  for (const char* key :
+       {"\"requests\": 2,", "\"block_hit_rate\": 0.200000", "\"token_hit_rate\": 0.200000",
+        "\"hits_by_tier\": {\"gpu\": 1, \"host\": 0, \"disk\": 0, \"remote\": 0}",
+        "\"unbounded_block_hit_rate\": 0.200000", "\"lookup_p99_us\": "}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line: " << out;
   ::unlink(stale.c_str());  // in case another process's sweep did not take it either
 
   // Without --json: the report for people.
-  ChildProcess text({kKvtier, "replay", "--conversations", "10", "--gpu-blocks", "256"}, dir.path());
+  ChildProcess text({kKvtier, "replay", "--conversations", "10", "--gpu-blocks", "256"},
+                    dir.path());
   ASSERT_EQ(text.Wait(seconds(60)), 0) << text.Stderr();
   EXPECT_NE(text.Stdout().find("block hit rate"), std::string::npos) << text.Stdout();
   EXPECT_NE(text.Stdout().find("the built-in chat workload"), std::string::npos) << text.Stdout();
 
   // --limit: the first request alone (block 7 new, block 8 new: no hit).
-  ChildProcess first({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--limit", "1", "--gpu-blocks", "64"},
-                     dir.path());
+  ChildProcess first(
+      {kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--limit", "1", "--gpu-blocks", "64"},
+      dir.path());
   ASSERT_EQ(first.Wait(seconds(60)), 0) << first.Stderr();
   EXPECT_NE(first.Stdout().find("1 requests of trace.jsonl (its first 1 of 2)"), std::string::npos)
       << first.Stdout();
@@ -377,7 +455,8 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
   // Bad input: exit 2, naming what was wrong.
   for (const auto& [args, expected] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--block-bytes", "1000"}, "--block-bytes 1000: must be a positive multiple of 2048"},
-           {{"--connect", "127.0.0.1:1", "--gpu-blocks", "5"}, "--gpu-blocks sizes the embedded cluster"},
+           {{"--connect", "127.0.0.1:1", "--gpu-blocks", "5"},
+            "--gpu-blocks sizes the embedded cluster"},
            {{"--trace", dir.File("missing.jsonl")}, "--trace"},
            {{"--workers", "0"}, "--workers"},
            {{"--one-off-share", "1.5"}, "--one-off-share"},
@@ -391,87 +470,98 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
     EXPECT_NE(bad.Stderr().find(expected), std::string::npos) << bad.Stderr();
   }
   // Nothing answers at --connect: exit 1.
-  ChildProcess unreachable({kKvtier, "replay", "--connect", "127.0.0.1:1", "--token", "t"}, dir.path());
+  ChildProcess unreachable({kKvtier, "replay", "--connect", "127.0.0.1:1", "--token", "t"},
+                           dir.path());
   EXPECT_EQ(unreachable.Wait(seconds(30)), 1);
   EXPECT_NE(unreachable.Stderr().find("UNAVAILABLE"), std::string::npos) << unreachable.Stderr();
 }
 
 TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {
   testing::TempDir dir;
-  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
-                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
-                                 "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, 2]}\n"));
-  ChildProcess child({kKvtier, "bench", "lookup-rpc", "--trace", dir.File("trace.jsonl"), "--rate", "500",
-                      "--seconds", "0.2", "--json"},
+  ASSERT_TRUE(testing::WriteFile(
+      dir.File("trace.jsonl"),
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+      "{\"timestamp\": 5, \"input_length\": 1536, \"output_length\": 5, \"hash_ids\": [0, 1, "
+      "2]}\n"));
+  ChildProcess child({kKvtier, "bench", "lookup-rpc", "--trace", dir.File("trace.jsonl"), "--rate",
+                      "500", "--seconds", "0.2", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stdout() << child.Stderr();
   const std::string out = child.Stdout();
   EXPECT_NE(out.find("\"calls\":100,\"errors\":0"), std::string::npos) << out;
   EXPECT_NE(out.find("\"indexed_blocks\":3"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"mean_matched_blocks\":2.50"), std::string::npos) << "every block is cached: " << out;
+  EXPECT_NE(out.find("\"mean_matched_blocks\":2.50"), std::string::npos)
+      << "every block is cached: " << out;
   EXPECT_NE(out.find("\"server_switches_per_call\":"), std::string::npos) << out;
 }
 
 TEST(KvtierCliTest, BenchPoolPrintsOneJsonObject) {
   testing::TempDir dir;
   // Small blocks and a short allocation loop: this checks the command, not the figures.
-  ChildProcess child({kKvtier, "bench", "pool", "--block-bytes", "4096", "--batch-blocks", "8", "--alloc-seconds",
-                      "0.05", "--cpu", "--json"},
+  ChildProcess child({kKvtier, "bench", "pool", "--block-bytes", "4096", "--batch-blocks", "8",
+                      "--alloc-seconds", "0.05", "--cpu", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"alloc_free_per_sec\":", "\"gather_gbps\":", "\"scatter_gbps\":", "\"memcpy_gbps\":",
-                          "\"backend\":\"cpu\"", "\"block_bytes\":4096"}) {
+  for (const char* key : {"\"alloc_free_per_sec\":", "\"gather_gbps\":", "\"scatter_gbps\":",
+                          "\"memcpy_gbps\":", "\"backend\":\"cpu\"", "\"block_bytes\":4096"}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
   ChildProcess bad({kKvtier, "bench", "pool", "--block-bytes", "100"}, dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2) << "not a multiple of 16";
-  EXPECT_NE(bad.Stderr().find("block_bytes must be a positive multiple of 16"), std::string::npos) << bad.Stderr();
+  EXPECT_NE(bad.Stderr().find("block_bytes must be a positive multiple of 16"), std::string::npos)
+      << bad.Stderr();
 }
 
 TEST(KvtierCliTest, BenchDiskPrintsOneJsonObjectAndCleansUp) {
   testing::TempDir dir;
   // 4 MiB in 64 KiB blocks from two threads: this checks the command and its clean-up,
   // not the figures.
-  ChildProcess child({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "4194304", "--block-bytes",
-                      "65536", "--threads", "2", "--json"},
+  ChildProcess child({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "4194304",
+                      "--block-bytes", "65536", "--threads", "2", "--json"},
                      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
-  for (const char* key : {"\"put_gbps\":", "\"get_gbps\":", "\"raw_write_gbps\":", "\"raw_read_gbps\":",
-                          "\"put_batches_per_group\":", "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2",
-                          "\"raw_write_sync\":\"page cache\""}) {
+  for (const char* key :
+       {"\"put_gbps\":", "\"get_gbps\":", "\"raw_write_gbps\":", "\"raw_read_gbps\":",
+        "\"put_batches_per_group\":", "\"blocks\":64", "\"sync\":\"wal\"", "\"threads\":2",
+        "\"raw_write_sync\":\"page cache\""}) {
     EXPECT_NE(out.find(key), std::string::npos) << key << " in " << out;
   }
   // Under fsync the raw baseline syncs as the tier does: a batch at a time.
-  ChildProcess synced({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "1048576", "--block-bytes",
-                       "65536", "--sync", "fsync", "--json"},
+  ChildProcess synced({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "1048576",
+                       "--block-bytes", "65536", "--sync", "fsync", "--json"},
                       dir.path());
   ASSERT_EQ(synced.Wait(seconds(60)), 0) << synced.Stderr();
-  EXPECT_NE(synced.Stdout().find("\"raw_write_sync\":\"fdatasync per batch\""), std::string::npos) << synced.Stdout();
+  EXPECT_NE(synced.Stdout().find("\"raw_write_sync\":\"fdatasync per batch\""), std::string::npos)
+      << synced.Stdout();
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << "one JSON object on one line";
   bool scratch_left = false;
   for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
     scratch_left |= entry.path().filename().string().rfind("kvtier-bench-disk-", 0) == 0;
   }
   EXPECT_FALSE(scratch_left) << "the scratch directory is removed";
-  ChildProcess bad({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "8192", "--block-bytes", "65536"},
+  ChildProcess bad({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "8192",
+                    "--block-bytes", "65536"},
                    dir.path());
   EXPECT_EQ(bad.Wait(seconds(30)), 2);
-  EXPECT_NE(bad.Stderr().find("--total-bytes must hold at least one block"), std::string::npos) << bad.Stderr();
-  ChildProcess too_many({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "131072", "--block-bytes",
-                         "65536", "--threads", "3"},
+  EXPECT_NE(bad.Stderr().find("--total-bytes must hold at least one block"), std::string::npos)
+      << bad.Stderr();
+  ChildProcess too_many({kKvtier, "bench", "disk", "--dir", dir.path(), "--total-bytes", "131072",
+                         "--block-bytes", "65536", "--threads", "3"},
                         dir.path());
   EXPECT_EQ(too_many.Wait(seconds(30)), 2) << "two blocks cannot go to three threads";
-  EXPECT_NE(too_many.Stderr().find("--threads must be between 1 and the number of blocks"), std::string::npos)
+  EXPECT_NE(too_many.Stderr().find("--threads must be between 1 and the number of blocks"),
+            std::string::npos)
       << too_many.Stderr();
 }
 
 TEST(KvtierCliTest, HelpAndVersion) {
   std::string help;
   EXPECT_EQ(testing::RunCommand(kKvtier + " up --help", &help), 0);
-  for (const char* expected : {"--metrics-port", "--data-dir", "KVTIER_METRICS_PORT", "Examples:"}) {
+  for (const char* expected :
+       {"--metrics-port", "--data-dir", "KVTIER_METRICS_PORT", "Examples:"}) {
     EXPECT_NE(help.find(expected), std::string::npos) << expected;
   }
   std::string version;

@@ -52,7 +52,8 @@ std::string BannerValue(const std::string& banner, const std::string& label) {
 // iproute2, `available()` is false and nodes share loopback.
 class Network {
  public:
-  explicit Network(int nodes) : tag_(std::to_string(getpid() % 10000)), subnet_(getpid() % 200 + 20) {
+  explicit Network(int nodes)
+      : tag_(std::to_string(getpid() % 10000)), subnet_(getpid() % 200 + 20) {
     if (geteuid() != 0) {
       why_not_ = "not root";
       return;
@@ -65,8 +66,9 @@ class Network {
                         peer = "kvtp" + tag_ + "n" + std::to_string(i);
       for (const std::string& step :
            {"ip netns add " + ns, "ip netns exec " + ns + " ip link set lo up",
-            "ip link add " + host + " type veth peer name " + peer, "ip link set " + peer + " netns " + ns,
-            "ip link set " + host + " master kvtbr" + tag_, "ip link set " + host + " up",
+            "ip link add " + host + " type veth peer name " + peer,
+            "ip link set " + peer + " netns " + ns, "ip link set " + host + " master kvtbr" + tag_,
+            "ip link set " + host + " up",
             "ip netns exec " + ns + " ip addr add " + Subnet(10 + i) + "/24 dev " + peer,
             "ip netns exec " + ns + " ip link set " + peer + " up"}) {
         steps.push_back(step);
@@ -84,7 +86,8 @@ class Network {
   }
   ~Network() {
     std::string ignored;
-    for (const std::string& ns : namespaces_) (void)testing::RunCommand("ip netns del " + ns + " 2>&1", &ignored);
+    for (const std::string& ns : namespaces_)
+      (void)testing::RunCommand("ip netns del " + ns + " 2>&1", &ignored);
     (void)testing::RunCommand("ip link del kvtbr" + tag_ + " 2>&1", &ignored);
   }
 
@@ -100,7 +103,9 @@ class Network {
 
  private:
   std::string Namespace(int i) const { return "kvt" + tag_ + "n" + std::to_string(i); }
-  std::string Subnet(int host) const { return "10.199." + std::to_string(subnet_) + "." + std::to_string(host); }
+  std::string Subnet(int host) const {
+    return "10.199." + std::to_string(subnet_) + "." + std::to_string(host);
+  }
 
   const std::string tag_;
   const int subnet_;
@@ -112,12 +117,15 @@ class Network {
 // One kvtier process (in node `node`'s namespace when there are namespaces), its output
 // in a directory of its own.
 struct Process {
-  Process(const Network& network, int node, std::vector<std::string> args, const std::string& name) {
+  Process(const Network& network, int node, std::vector<std::string> args,
+          const std::string& name) {
     args.insert(args.begin(), kKvtier);
     const std::vector<std::string> prefix = network.Prefix(node);
     args.insert(args.begin(), prefix.begin(), prefix.end());
-    for (const char* flag : {"--auth-enabled", "false", "--metrics-port", "0"}) args.push_back(flag);
-    args.insert(args.end(), {"--metrics-bind", network.Address(node), "--data-dir", dir.File(name)});
+    for (const char* flag : {"--auth-enabled", "false", "--metrics-port", "0"})
+      args.push_back(flag);
+    args.insert(args.end(),
+                {"--metrics-bind", network.Address(node), "--data-dir", dir.File(name)});
     child = std::make_unique<ChildProcess>(args, dir.path());
     started = child->WaitForOutput("Stop with Ctrl-C", 20s);
   }
@@ -142,16 +150,27 @@ class ClusterTest : public ::testing::Test {
 
   void SetUp() override {
     if (!network_.available()) {
-      std::printf("[ NOTE     ] no network namespaces (%s): the nodes share loopback\n", network_.why_not().c_str());
+      std::printf("[ NOTE     ] no network namespaces (%s): the nodes share loopback\n",
+                  network_.why_not().c_str());
     }
     coordinator_ = StartCoordinator();
     ASSERT_TRUE(coordinator_->started) << coordinator_->child->Stderr();
     address_ = coordinator_->rpc();
     for (int w = 0; w < 2; ++w) {
       const std::string name = w == 0 ? "worker-a" : "worker-b";
-      std::vector<std::string> args = {"worker", "--node-name", name, "--worker-listen", Listen(1 + w),
-                                       "--node-coordinator", address_, "--worker-pool-bytes", "4194304",
-                                       "--store-host-cache-bytes", "4194304", "--store-disk-bytes", "0"};
+      std::vector<std::string> args = {"worker",
+                                       "--node-name",
+                                       name,
+                                       "--worker-listen",
+                                       Listen(1 + w),
+                                       "--node-coordinator",
+                                       address_,
+                                       "--worker-pool-bytes",
+                                       "4194304",
+                                       "--store-host-cache-bytes",
+                                       "4194304",
+                                       "--store-disk-bytes",
+                                       "0"};
       for (const std::string& flag : WorkerFlags()) args.push_back(flag);
       workers_.push_back(std::make_unique<Process>(network_, 1 + w, std::move(args), name));
       ASSERT_TRUE(workers_.back()->started) << workers_.back()->child->Stderr();
@@ -174,10 +193,11 @@ class ClusterTest : public ::testing::Test {
   // The coordinator, at its address of before when it restarts.
   std::unique_ptr<Process> StartCoordinator() {
     const std::string listen = address_.empty() ? Listen(0) : address_;
-    return std::make_unique<Process>(network_, 0,
-                                     std::vector<std::string>{"coordinator", "--coordinator-listen", listen,
-                                                              "--coordinator-lease-ttl-ms", std::to_string(kLeaseMs)},
-                                     "coordinator");
+    return std::make_unique<Process>(
+        network_, 0,
+        std::vector<std::string>{"coordinator", "--coordinator-listen", listen,
+                                 "--coordinator-lease-ttl-ms", std::to_string(kLeaseMs)},
+        "coordinator");
   }
 
   // An engine on worker `w`, with lookups and routing at the coordinator.
@@ -190,16 +210,18 @@ class ClusterTest : public ::testing::Test {
 
   // Computes a prompt's blocks on the engine's worker and commits them.
   void Compute(client::Client& engine, uint64_t sequence, const std::vector<BlockKey>& keys) {
-    auto table = engine.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    auto table = engine.Allocate(
+        {.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
     ASSERT_TRUE(table.ok()) << table.status();
     ASSERT_TRUE(engine.Commit(sequence, keys).ok());
     ASSERT_TRUE(engine.Free(sequence).ok());
   }
 
   // A's engine computes a prompt (block i filled with `fill` + i) and commits it.
-  void ComputeOnA(client::Client& a, client::MappedPool& pool_a, uint64_t sequence, const std::vector<BlockKey>& keys,
-                  uint8_t fill) {
-    auto table = a.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+  void ComputeOnA(client::Client& a, client::MappedPool& pool_a, uint64_t sequence,
+                  const std::vector<BlockKey>& keys, uint8_t fill) {
+    auto table =
+        a.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
     ASSERT_TRUE(table.ok()) << table.status();
     for (size_t i = 0; i < keys.size(); ++i) {
       std::span<uint8_t> block = pool_a.block(table->block_ids[i]);
@@ -211,23 +233,26 @@ class ClusterTest : public ::testing::Test {
 
   // Whether some location of the prompt's last block is `node`, waiting up to 5 s for it;
   // with `only`, whether `node` is the sole one.
-  bool Located(client::Client& b, const std::vector<BlockKey>& keys, const std::string& node, bool only = false) {
+  bool Located(client::Client& b, const std::vector<BlockKey>& keys, const std::string& node,
+               bool only = false) {
     return testing::WaitUntil([&] {
       auto lookup = b.Lookup(keys);
       if (!lookup.ok() || lookup->matched_blocks != keys.size()) return false;
       const auto& where = lookup->locations.back();
-      const bool found = std::any_of(where.begin(), where.end(), [&](const auto& l) { return l.node_id == node; });
+      const bool found =
+          std::any_of(where.begin(), where.end(), [&](const auto& l) { return l.node_id == node; });
       return found && (!only || where.size() == 1);
     });
   }
 
   // B's engine: lookup, allocate (B has nothing), onboard from the nodes the lookup names;
   // every block comes from another node with the bytes A's engine wrote.
-  void OnboardOnB(client::Client& b, client::MappedPool& pool_b, uint64_t sequence, const std::vector<BlockKey>& keys,
-                  uint8_t fill) {
+  void OnboardOnB(client::Client& b, client::MappedPool& pool_b, uint64_t sequence,
+                  const std::vector<BlockKey>& keys, uint8_t fill) {
     auto lookup = b.Lookup(keys);
     ASSERT_TRUE(lookup.ok()) << lookup.status();
-    auto table = b.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
+    auto table =
+        b.Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * 16)});
     ASSERT_TRUE(table.ok()) << table.status();
     ASSERT_EQ(table->reused_blocks, 0u);
     auto onboarded = b.Onboard(sequence, keys, {}, client::Client::SourcesOf(*lookup));
@@ -236,7 +261,9 @@ class ClusterTest : public ::testing::Test {
     EXPECT_EQ(onboarded->cached_blocks, keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       std::span<uint8_t> block = pool_b.block(table->block_ids[i]);
-      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + i)), std::ptrdiff_t(block.size())) << "block " << i;
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + i)),
+                std::ptrdiff_t(block.size()))
+          << "block " << i;
     }
     ASSERT_TRUE(b.Free(sequence).ok());
   }
@@ -263,7 +290,8 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
     std::string seen;
     testing::WaitUntil([&] {
       auto route = a->Route(keys);
-      seen = route.ok() ? route->rpc_address + "/" + std::to_string(route->prefix_blocks) : route.status().ToString();
+      seen = route.ok() ? route->rpc_address + "/" + std::to_string(route->prefix_blocks)
+                        : route.status().ToString();
       return seen == want;
     });
     return seen;
@@ -282,14 +310,16 @@ TEST_F(ClusterTest, RoutingFailoverAndCoordinatorRestart) {
   workers_[0]->child->Signal(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   uint32_t matched = 4;
-  while (matched > 0 && std::chrono::steady_clock::now() - killed < std::chrono::milliseconds(4 * kLeaseMs)) {
+  while (matched > 0 &&
+         std::chrono::steady_clock::now() - killed < std::chrono::milliseconds(4 * kLeaseMs)) {
     auto lookup = b->Lookup(on_a);
     ASSERT_TRUE(lookup.ok()) << lookup.status();
     matched = lookup->matched_blocks;
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(matched, 0u);
-  EXPECT_LE(std::chrono::steady_clock::now() - killed, std::chrono::milliseconds(2 * kLeaseMs + 500))
+  EXPECT_LE(std::chrono::steady_clock::now() - killed,
+            std::chrono::milliseconds(2 * kLeaseMs + 500))
       << "gone within two lease periods";
   // The client falls back to computing the prompt on B: no error, nothing reused.
   EXPECT_EQ(routed_address(on_a, workers_[1]->rpc() + "/0"), workers_[1]->rpc() + "/0");
@@ -326,18 +356,22 @@ TEST_F(ClusterTest, WorkerBReusesAPrefixComputedOnWorkerA) { ReuseAPrefixCompute
 // on A, its second reuses them in its own pool and finds block 3 on A.
 TEST_F(ClusterTest, AReplayOnWorkerBOnboardsWhatWorkerAServed) {
   testing::TempDir dir;
-  ASSERT_TRUE(testing::WriteFile(dir.File("trace.jsonl"),
-                                 "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
-                                 "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [1, 2, 3]}\n"));
+  ASSERT_TRUE(testing::WriteFile(
+      dir.File("trace.jsonl"),
+      "{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n"
+      "{\"timestamp\": 1, \"input_length\": 1536, \"output_length\": 1, \"hash_ids\": [1, 2, "
+      "3]}\n"));
   const auto replay = [&](size_t w) {
-    ChildProcess child({kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--connect", workers_[w]->rpc(),
-                        "--coordinator", address_, "--token", "auth is off", "--json"},
-                       dir.path());
+    ChildProcess child(
+        {kKvtier, "replay", "--trace", dir.File("trace.jsonl"), "--connect", workers_[w]->rpc(),
+         "--coordinator", address_, "--token", "auth is off", "--json"},
+        dir.path());
     EXPECT_EQ(child.Wait(60s), 0) << child.Stderr();
     return child.Stdout();
   };
   const std::string on_a = replay(0);
-  EXPECT_NE(on_a.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 0}"), std::string::npos)
+  EXPECT_NE(on_a.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 0}"),
+            std::string::npos)
       << on_a;
   // A's 96 pool blocks reach the coordinator's index with A's next event batch.
   auto b = Engine(1);
@@ -349,17 +383,22 @@ TEST_F(ClusterTest, AReplayOnWorkerBOnboardsWhatWorkerAServed) {
       },
       10s);
   const std::string on_b = replay(1);
-  EXPECT_NE(on_b.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 3}"), std::string::npos)
+  EXPECT_NE(on_b.find("\"hits_by_tier\": {\"gpu\": 2, \"host\": 0, \"disk\": 0, \"remote\": 3}"),
+            std::string::npos)
       << on_b;
 }
 
 // Every peer fetch on the data stream, however small its blocks (64 KiB and up by default).
 class ClusterStreamingEveryFetchTest : public ClusterTest {
  protected:
-  std::vector<std::string> WorkerFlags() const override { return {"--worker-fetch-stream-min-block-bytes", "0"}; }
+  std::vector<std::string> WorkerFlags() const override {
+    return {"--worker-fetch-stream-min-block-bytes", "0"};
+  }
 };
 
-TEST_F(ClusterStreamingEveryFetchTest, WorkerBReusesAPrefixComputedOnWorkerA) { ReuseAPrefixComputedOnWorkerA(); }
+TEST_F(ClusterStreamingEveryFetchTest, WorkerBReusesAPrefixComputedOnWorkerA) {
+  ReuseAPrefixComputedOnWorkerA();
+}
 
 void ClusterTest::ReuseAPrefixComputedOnWorkerA() {
   auto a = Engine(0), b = Engine(1);
@@ -383,7 +422,8 @@ void ClusterTest::ReuseAPrefixComputedOnWorkerA() {
   const std::vector<BlockKey> from_store = Keys(3000, 4);
   ComputeOnA(*a, *pool_a, 3, from_store, 0x60);
   const uint32_t pool_blocks = a->GetWorkerStats()->total_blocks;
-  auto flood = a->Allocate({.sequence = 4, .keys = Keys(5000, pool_blocks), .num_tokens = pool_blocks * 16});
+  auto flood =
+      a->Allocate({.sequence = 4, .keys = Keys(5000, pool_blocks), .num_tokens = pool_blocks * 16});
   ASSERT_TRUE(flood.ok()) << flood.status();
   ASSERT_TRUE(a->Free(4).ok());
   ASSERT_TRUE(Located(*b, from_store, "worker-a/store", /*only=*/true));
@@ -393,7 +433,9 @@ void ClusterTest::ReuseAPrefixComputedOnWorkerA() {
 // The workers write every committed block through to the store node.
 class ClusterWithWriteThroughTest : public ClusterTest {
  protected:
-  std::vector<std::string> WorkerFlags() const override { return {"--worker-write-through-stores", "store-0/store"}; }
+  std::vector<std::string> WorkerFlags() const override {
+    return {"--worker-write-through-stores", "store-0/store"};
+  }
 };
 
 TEST_F(ClusterWithWriteThroughTest, WorkerBReusesAPrefixThroughTheStoreAfterWorkerAIsKilled) {

@@ -38,7 +38,8 @@ std::string ReadFile(const std::string& path) {
 std::set<std::string> Matches(const std::string& text, const std::string& pattern, int group = 0) {
   std::set<std::string> found;
   const std::regex re(pattern);
-  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it) found.insert((*it)[group].str());
+  for (std::sregex_iterator it(text.begin(), text.end(), re), end; it != end; ++it)
+    found.insert((*it)[group].str());
   return found;
 }
 
@@ -46,8 +47,14 @@ std::set<std::string> Matches(const std::string& text, const std::string& patter
 // ports the kernel picks.
 void StartUp(const testing::TempDir& dir, const testing::ReservedPort& metrics_port,
              std::unique_ptr<ChildProcess>& up, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv = {kKvtier, "up", "--data-dir", dir.File("data"), "--metrics-port",
-                                   std::to_string(metrics_port.port()), "--coordinator-listen", "127.0.0.1:0"};
+  std::vector<std::string> argv = {kKvtier,
+                                   "up",
+                                   "--data-dir",
+                                   dir.File("data"),
+                                   "--metrics-port",
+                                   std::to_string(metrics_port.port()),
+                                   "--coordinator-listen",
+                                   "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   up = std::make_unique<ChildProcess>(argv, dir.path());
   EXPECT_TRUE(up->WaitForOutput("Stop with Ctrl-C", seconds(20))) << up->Stdout() << up->Stderr();
@@ -62,7 +69,8 @@ std::vector<std::string> DashboardQueries() {
   for (std::sregex_iterator it(dashboard.begin(), dashboard.end(), expr), end; it != end; ++it) {
     std::string query;
     const std::string escaped = (*it)[1].str();
-    for (size_t i = 0; i < escaped.size(); ++i) query += escaped[i] == '\\' ? escaped[++i] : escaped[i];
+    for (size_t i = 0; i < escaped.size(); ++i)
+      query += escaped[i] == '\\' ? escaped[++i] : escaped[i];
     queries.push_back(std::move(query));
   }
   return queries;
@@ -80,24 +88,30 @@ TEST_P(OverlayTest, RendersAndValidatesAgainstTheKubernetesSchemas) {
   testing::TempDir dir;
   const std::string rendered = dir.File("rendered.yaml");
   std::string out;
-  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/" + GetParam() + " > " + rendered, &out), 0)
+  ASSERT_EQ(
+      RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/" + GetParam() + " > " + rendered,
+                 &out),
+      0)
       << "kubectl kustomize (is kubectl installed?): " << out;
   ASSERT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + rendered, &out), 0) << out;
   EXPECT_NE(out.find("objects valid"), std::string::npos) << out;
   const std::string manifests = ReadFile(rendered);
-  for (const char* expected : {"kind: Deployment", "kind: ConfigMap", "kind: PodDisruptionBudget",
-                               "kind: ServiceMonitor", "path: /healthz", "path: /readyz",
-                               "enableServiceLinks: false"}) {
+  for (const char* expected :
+       {"kind: Deployment", "kind: ConfigMap", "kind: PodDisruptionBudget", "kind: ServiceMonitor",
+        "path: /healthz", "path: /readyz", "enableServiceLinks: false"}) {
     EXPECT_NE(manifests.find(expected), std::string::npos) << expected;
   }
   if (GetParam() == "dev") {
     EXPECT_NE(manifests.find("kind: Secret"), std::string::npos) << "dev generates its tokens";
-    EXPECT_NE(manifests.find("- args:\n        - up\n"), std::string::npos) << "dev runs every role in one pod";
+    EXPECT_NE(manifests.find("- args:\n        - up\n"), std::string::npos)
+        << "dev runs every role in one pod";
   }
   if (GetParam() == "gpu") {
-    EXPECT_EQ(manifests.find("kind: Secret"), std::string::npos) << "production tokens never come from git";
-    for (const char* expected : {"kind: DaemonSet", "kind: StatefulSet", "nvidia.com/gpu: 1", "hostIPC: true",
-                                 "volumeClaimTemplates", "kind: PodMonitor", "image: kvtier/kvtier:0.1.0-cuda"}) {
+    EXPECT_EQ(manifests.find("kind: Secret"), std::string::npos)
+        << "production tokens never come from git";
+    for (const char* expected :
+         {"kind: DaemonSet", "kind: StatefulSet", "nvidia.com/gpu: 1", "hostIPC: true",
+          "volumeClaimTemplates", "kind: PodMonitor", "image: kvtier/kvtier:0.1.0-cuda"}) {
       EXPECT_NE(manifests.find(expected), std::string::npos) << expected;
     }
   }
@@ -109,19 +123,25 @@ INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest, ::testing::Values("dev", "gpu"))
 TEST(ManifestValidatorTest, AMisspeltFieldFailsNamingIt) {
   testing::TempDir dir;
   std::string out;
-  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/gpu | sed 's/terminationGracePeriodSeconds:/" +
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy +
+                           "/k8s/overlays/gpu | sed 's/terminationGracePeriodSeconds:/" +
                            "terminationGracePeriodSecond:/' > " + dir.File("typo.yaml"),
                        &out),
             0)
       << out;
-  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("typo.yaml"), &out), 1) << out;
+  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("typo.yaml"), &out),
+            1)
+      << out;
   EXPECT_NE(out.find("terminationGracePeriodSecond"), std::string::npos) << out;
   // And a wrong type: a port given as text.
-  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/dev | sed 's/port: 7400/port: \"7400x\"/' > " +
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy +
+                           "/k8s/overlays/dev | sed 's/port: 7400/port: \"7400x\"/' > " +
                            dir.File("type.yaml"),
                        &out),
             0);
-  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("type.yaml"), &out), 1) << out;
+  EXPECT_EQ(RunCommand("node " + kDeploy + "/validate/validate.mjs " + dir.File("type.yaml"), &out),
+            1)
+      << out;
   EXPECT_NE(out.find("Service/kvtier-coordinator"), std::string::npos) << out;
 }
 
@@ -140,8 +160,8 @@ void ExpectUpStartsAndStops(const std::vector<std::string>& args) {
 // The ConfigMap's kvtier.yaml and the dev overlay's tokens file are what kvtier accepts.
 TEST(DeployConfigTest, TheMountedConfigurationStartsKvtier) {
   ExpectUpStartsAndStops({"--config", kDeploy + "/k8s/base/kvtier.yaml", "--auth-token-file",
-                          kDeploy + "/k8s/overlays/dev/tokens.yaml", "--store-host-cache-bytes", "67108864",
-                          "--store-disk-bytes", "67108864"});
+                          kDeploy + "/k8s/overlays/dev/tokens.yaml", "--store-host-cache-bytes",
+                          "67108864", "--store-disk-bytes", "67108864"});
 }
 
 // The dev overlay's pod runs `kvtier up` with flags of its own on top of the mounted
@@ -154,7 +174,8 @@ TEST(DeployConfigTest, TheDevOverlaysCommandLineStartsKvtier) {
   std::vector<std::string> args;
   const std::string quoted = list[1].str();
   const std::regex item("\"([^\"]*)\"");
-  for (std::sregex_iterator it(quoted.begin(), quoted.end(), item), end; it != end; ++it) args.push_back((*it)[1]);
+  for (std::sregex_iterator it(quoted.begin(), quoted.end(), item), end; it != end; ++it)
+    args.push_back((*it)[1]);
   ASSERT_GE(args.size(), 3u) << quoted;
   ASSERT_EQ(args.front(), "up");
   args.erase(args.begin());
@@ -170,7 +191,8 @@ TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {
   const std::string dir = kDeploy + "/prometheus";
   EXPECT_EQ(RunCommand("promtool check config " + dir + "/prometheus.yml", &out), 0) << out;
   EXPECT_EQ(RunCommand("promtool check rules " + dir + "/kvtier.rules.yml", &out), 0) << out;
-  EXPECT_EQ(RunCommand("cd " + dir + " && promtool test rules kvtier.rules.test.yml", &out), 0) << out;
+  EXPECT_EQ(RunCommand("cd " + dir + " && promtool test rules kvtier.rules.test.yml", &out), 0)
+      << out;
   EXPECT_NE(out.find("SUCCESS"), std::string::npos) << out;
 }
 
@@ -189,16 +211,35 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
   const testing::ReservedPort store_metrics;
   const uint16_t store_port = store_metrics.port();
   // Named apart from up's own embedded store: node names are unique in a cluster.
-  ChildProcess store({kKvtier, "store", "--auth-enabled", "false", "--store-listen", "127.0.0.1:0",
-                      "--node-name", "metrics-store", "--node-coordinator", *coordinator_rpc.begin(), "--metrics-port", std::to_string(store_port),
-                      "--metrics-bind", "127.0.0.1", "--data-dir", dir.File("store"), "--store-host-cache-bytes",
-                      "1048576", "--store-disk-bytes", "4194304"},
+  ChildProcess store({kKvtier,
+                      "store",
+                      "--auth-enabled",
+                      "false",
+                      "--store-listen",
+                      "127.0.0.1:0",
+                      "--node-name",
+                      "metrics-store",
+                      "--node-coordinator",
+                      *coordinator_rpc.begin(),
+                      "--metrics-port",
+                      std::to_string(store_port),
+                      "--metrics-bind",
+                      "127.0.0.1",
+                      "--data-dir",
+                      dir.File("store"),
+                      "--store-host-cache-bytes",
+                      "1048576",
+                      "--store-disk-bytes",
+                      "4194304"},
                      store_dir.path());
-  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20))) << store.Stdout() << store.Stderr();
-  const std::string exposition = Curl("http://127.0.0.1:" + std::to_string(port) + "/metrics") +
-                                 Curl("http://127.0.0.1:" + std::to_string(store_port) + "/metrics");
+  ASSERT_TRUE(store.WaitForOutput("Stop with Ctrl-C", seconds(20)))
+      << store.Stdout() << store.Stderr();
+  const std::string exposition =
+      Curl("http://127.0.0.1:" + std::to_string(port) + "/metrics") +
+      Curl("http://127.0.0.1:" + std::to_string(store_port) + "/metrics");
   const std::set<std::string> exported = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) ", 1);
-  const std::set<std::string> histograms = Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) histogram", 1);
+  const std::set<std::string> histograms =
+      Matches(exposition, "# TYPE (kvtier_[a-z0-9_]+) histogram", 1);
   ASSERT_GT(exported.size(), 20u) << exposition;
 
   const std::string rules = ReadFile(kDeploy + "/prometheus/kvtier.rules.yml");
@@ -207,7 +248,8 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
   for (const std::string& name : Matches(rules + dashboard, "kvtier_[a-z0-9_]+")) {
     std::string family = name;
     for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-      const std::string base = name.substr(0, name.size() - std::min(name.size(), std::strlen(suffix)));
+      const std::string base =
+          name.substr(0, name.size() - std::min(name.size(), std::strlen(suffix)));
       if (name.ends_with(suffix) && histograms.contains(base)) family = base;
     }
     EXPECT_TRUE(exported.contains(family)) << name << " is queried but kvtier does not export it";
@@ -216,7 +258,8 @@ TEST(DeployMetricsTest, DashboardAndRulesQueryOnlyExportedMetrics) {
   EXPECT_GT(checked, 15u);
   const std::set<std::string> recorded = Matches(rules, "record: (kvtier:[a-z0-9_:]+)", 1);
   for (const std::string& name : Matches(dashboard, "kvtier:[a-z0-9_:]+")) {
-    EXPECT_TRUE(recorded.contains(name)) << name << " is used by the dashboard but no rule records it";
+    EXPECT_TRUE(recorded.contains(name))
+        << name << " is used by the dashboard but no rule records it";
   }
   store.Signal(SIGTERM);
   EXPECT_EQ(store.Wait(seconds(30)), 0) << store.Stderr();
@@ -236,10 +279,13 @@ TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   const uint16_t prometheus_port = prometheus_web.port();
   ASSERT_TRUE(testing::WriteFile(dir.File("prometheus.yml"),
                                  "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                                 "rule_files: ['" + kDeploy + "/prometheus/kvtier.rules.yml']\n"
-                                 "scrape_configs:\n"
-                                 "  - job_name: kvtier\n"
-                                 "    static_configs: [{targets: ['127.0.0.1:" + std::to_string(metrics_port) + "']}]\n"));
+                                 "rule_files: ['" +
+                                     kDeploy +
+                                     "/prometheus/kvtier.rules.yml']\n"
+                                     "scrape_configs:\n"
+                                     "  - job_name: kvtier\n"
+                                     "    static_configs: [{targets: ['127.0.0.1:" +
+                                     std::to_string(metrics_port) + "']}]\n"));
   ChildProcess prometheus({"/usr/bin/prometheus", "--config.file=" + dir.File("prometheus.yml"),
                            "--storage.tsdb.path=" + dir.File("tsdb"),
                            "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)},
@@ -248,13 +294,15 @@ TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   std::this_thread::sleep_for(seconds(15));
   const std::string roles = Curl(api + "query?query=kvtier_role_info");
   for (const char* role : {"coordinator", "worker", "store"}) {
-    EXPECT_NE(roles.find(std::string("\"role\":\"") + role + "\""), std::string::npos) << role << ": " << roles;
+    EXPECT_NE(roles.find(std::string("\"role\":\"") + role + "\""), std::string::npos)
+        << role << ": " << roles;
   }
   const std::string up_series = Curl(api + "query?query=up");
   EXPECT_NE(up_series.find("\"value\":["), std::string::npos) << up_series;
   EXPECT_NE(up_series.find(",\"1\"]"), std::string::npos) << "the target is up: " << up_series;
   const std::string rules = Curl(api + "rules");
-  EXPECT_NE(rules.find("\"name\":\"kvtier:block_hit_rate:ratio_rate5m\""), std::string::npos) << rules;
+  EXPECT_NE(rules.find("\"name\":\"kvtier:block_hit_rate:ratio_rate5m\""), std::string::npos)
+      << rules;
   EXPECT_EQ(rules.find("\"health\":\"err\""), std::string::npos) << rules;
   // Every query of the dashboard is one this Prometheus evaluates (a typo in PromQL fails).
   const std::vector<std::string> queries = DashboardQueries();
@@ -262,8 +310,8 @@ TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
   for (const std::string& query : queries) {
     ASSERT_TRUE(testing::WriteFile(dir.File("query"), query));
     std::string answer;
-    EXPECT_EQ(RunCommand("curl -sS --max-time 5 -G --data-urlencode 'query@" + dir.File("query") + "' '" + api +
-                             "query'",
+    EXPECT_EQ(RunCommand("curl -sS --max-time 5 -G --data-urlencode 'query@" + dir.File("query") +
+                             "' '" + api + "query'",
                          &answer),
               0);
     EXPECT_NE(answer.find("\"status\":\"success\""), std::string::npos) << query << ": " << answer;

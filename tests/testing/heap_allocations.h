@@ -38,7 +38,9 @@ inline void* AllocateOrThrow(std::size_t bytes, std::size_t alignment) {
 }  // namespace heap_allocations_detail
 
 // Allocations made so far by the whole process.
-inline uint64_t HeapAllocations() { return heap_allocations_detail::count.load(std::memory_order_relaxed); }
+inline uint64_t HeapAllocations() {
+  return heap_allocations_detail::count.load(std::memory_order_relaxed);
+}
 
 // The fewest allocations any of `rounds` calls of `work(round)` made: a background
 // allocation of a node's (a timer, a metric, a heartbeat) lands in some rounds, not all.
@@ -64,8 +66,12 @@ inline uint64_t MedianAllocations(std::vector<uint64_t> counts) {
 
 // The replacements (not inline: the standard forbids it). Sized and aligned deletes free
 // as the plain one does: malloc and aligned_alloc memory both go back through free.
-void* operator new(std::size_t n) { return kvtier::testing::heap_allocations_detail::AllocateOrThrow(n, 0); }
-void* operator new[](std::size_t n) { return kvtier::testing::heap_allocations_detail::AllocateOrThrow(n, 0); }
+void* operator new(std::size_t n) {
+  return kvtier::testing::heap_allocations_detail::AllocateOrThrow(n, 0);
+}
+void* operator new[](std::size_t n) {
+  return kvtier::testing::heap_allocations_detail::AllocateOrThrow(n, 0);
+}
 void* operator new(std::size_t n, std::align_val_t a) {
   return kvtier::testing::heap_allocations_detail::AllocateOrThrow(n, static_cast<std::size_t>(a));
 }

@@ -35,7 +35,8 @@ template <typename Address>
 int ConnectTo(const Address& addr, int receive_buffer) {
   const sockaddr* const generic = reinterpret_cast<const sockaddr*>(&addr);
   const int fd = socket(generic->sa_family, SOCK_STREAM, 0);
-  if (receive_buffer > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+  if (receive_buffer > 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
   if (connect(fd, generic, sizeof(addr)) == 0) return fd;
   close(fd);
   return -1;
@@ -59,7 +60,8 @@ int ConnectRaw(const std::string& address, int receive_buffer) {
   return ConnectTo(addr, receive_buffer);
 }
 
-RawExchange SendRaw(const std::string& address, const std::string& bytes, std::chrono::milliseconds timeout) {
+RawExchange SendRaw(const std::string& address, const std::string& bytes,
+                    std::chrono::milliseconds timeout) {
   RawExchange result;
   const int fd = ConnectRaw(address);
   if (fd < 0) return result;
@@ -73,7 +75,8 @@ RawExchange SendRaw(const std::string& address, const std::string& bytes, std::c
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buffer[4096];
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
@@ -89,7 +92,8 @@ RawExchange SendRaw(const std::string& address, const std::string& bytes, std::c
 }
 
 bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
-  for (const auto deadline = std::chrono::steady_clock::now() + timeout;; std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
+  for (const auto deadline = std::chrono::steady_clock::now() + timeout;;
+       std::this_thread::sleep_for(std::chrono::milliseconds(2))) {
     if (done()) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
   }
@@ -164,7 +168,8 @@ bool ChildProcess::WaitForOutput(const std::string& text, std::chrono::milliseco
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (ReadAll(stdout_path_).find(text) != std::string::npos) return true;
-    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return ReadAll(stdout_path_).find(text) != std::string::npos;
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_)
+      return ReadAll(stdout_path_).find(text) != std::string::npos;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;

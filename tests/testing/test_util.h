@@ -39,11 +39,13 @@ struct RawExchange {
   bool peer_closed = false;  // the peer closed (EOF or reset) within the timeout
   std::string received;
 };
-RawExchange SendRaw(const std::string& address, const std::string& bytes, std::chrono::milliseconds timeout);
+RawExchange SendRaw(const std::string& address, const std::string& bytes,
+                    std::chrono::milliseconds timeout);
 
 // Polls `done` every 2 ms until it holds or `timeout` passes; returns whether it held.
 // For state another thread reaches a moment after the call that caused it.
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+bool WaitUntil(const std::function<bool()>& done,
+               std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 // Runs `command` with /bin/sh; returns its exit code and puts stdout+stderr in `output`.
 int RunCommand(const std::string& command, std::string* output);

@@ -34,7 +34,11 @@ class BenchConnection {
  public:
   explicit BenchConnection(const std::string& address)
       : io_(kj::setupAsyncIo()),
-        stream_(io_.provider->getNetwork().parseAddress(address).wait(io_.waitScope)->connect().wait(io_.waitScope)),
+        stream_(io_.provider->getNetwork()
+                    .parseAddress(address)
+                    .wait(io_.waitScope)
+                    ->connect()
+                    .wait(io_.waitScope)),
         messages_(*stream_),
         network_(messages_, capnp::rpc::twoparty::Side::CLIENT),
         rpc_(capnp::makeRpcClient(network_)) {
@@ -64,8 +68,8 @@ class BenchConnection {
 
 // Keys of `ids`, in `salt`'s key space: the identity for a tenant's lookups, which the
 // coordinator salts; the tenant's own for the worker's announcements.
-void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns, const uint64_t* ids,
-             const KeySalt& salt = {}) {
+void SetKeys(capnp::List<schema::BlockKey>::Builder list, const OpaqueKeyNamespace& ns,
+             const uint64_t* ids, const KeySalt& salt = {}) {
   for (unsigned i = 0; i < list.size(); ++i) {
     const BlockKey key = salt.Apply(ns.Key(ids[i]));
     list[i].setHi(key.hi);
@@ -121,7 +125,8 @@ uint64_t LoadTrace(BenchConnection& client, schema::Coordinator::Client& coordin
         event.initParentKey().setHi(parent.hi);
         event.getParentKey().setLo(parent.lo);
       }
-      SetKeys(event.initKeys(static_cast<unsigned>(prompts[p].size() - prefix)), ns, prompts[p].data() + prefix, keys);
+      SetKeys(event.initKeys(static_cast<unsigned>(prompts[p].size() - prefix)), ns,
+              prompts[p].data() + prefix, keys);
     }
     publish.send().wait(ws);
     sequence += events;
@@ -143,7 +148,8 @@ struct AnswerTotals {
 
 // Sends the lookups open loop and returns each call's latency from its scheduled time.
 std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Client& coordinator,
-                               const LookupRpcBenchOptions& options, LookupRpcBenchResult& result, AnswerTotals& totals) {
+                               const LookupRpcBenchOptions& options, LookupRpcBenchResult& result,
+                               AnswerTotals& totals) {
   auto& ws = client.waitScope();
   const OpaqueKeyNamespace ns("mooncake", "");
   const auto total = static_cast<uint64_t>(options.rate_per_sec * options.seconds);
@@ -165,24 +171,32 @@ std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Cli
       result.errors += sent - done;  // answers that never came
       break;
     }
-    while (sent < total && start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent) <= now) {
-      const auto scheduled = start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent);
+    while (sent < total &&
+           start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent) <= now) {
+      const auto scheduled =
+          start + std::chrono::duration_cast<SteadyClock::duration>(interval * sent);
       const std::vector<uint64_t>& prompt = options.prompts[sent % options.prompts.size()];
       auto request = coordinator.lookupRequest();
       auto body = request.initRequest();
       SetKeys(body.initKeys(static_cast<unsigned>(prompt.size())), ns, prompt.data());
       body.setCompactLocations(options.compact_answers);
-      in_flight.push_back(request.send().then(
-          [&, scheduled](auto response) {
-            latencies_us.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - scheduled).count());
-            totals.Add(response.getResult(), response.totalSize().wordCount * sizeof(capnp::word));
-            ++done;
-            deferred.Keep(kj::mv(response));
-          },
-          [&](kj::Exception&&) {
-            ++result.errors;
-            ++done;
-          }).eagerlyEvaluate(nullptr));  // KJ promises are lazy: run the continuation on arrival
+      in_flight.push_back(
+          request.send()
+              .then(
+                  [&, scheduled](auto response) {
+                    latencies_us.push_back(
+                        std::chrono::duration<double, std::micro>(SteadyClock::now() - scheduled)
+                            .count());
+                    totals.Add(response.getResult(),
+                               response.totalSize().wordCount * sizeof(capnp::word));
+                    ++done;
+                    deferred.Keep(kj::mv(response));
+                  },
+                  [&](kj::Exception&&) {
+                    ++result.errors;
+                    ++done;
+                  })
+              .eagerlyEvaluate(nullptr));  // KJ promises are lazy: run the continuation on arrival
       ++sent;
       deferred.CallSent();
     }
@@ -205,14 +219,16 @@ struct OtherThreads {
     const auto seconds = [](const timeval& t) {
       return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
     };
-    return {process.ru_nvcsw - self.ru_nvcsw, seconds(process.ru_utime) + seconds(process.ru_stime) -
+    return {process.ru_nvcsw - self.ru_nvcsw, seconds(process.ru_utime) +
+                                                  seconds(process.ru_stime) -
                                                   seconds(self.ru_utime) - seconds(self.ru_stime)};
   }
 };
 
 double Percentile(std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+  return sorted[std::min(sorted.size() - 1,
+                         static_cast<size_t>(q * static_cast<double>(sorted.size())))];
 }
 
 }  // namespace
@@ -229,13 +245,15 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   CoordinatorNodeOptions node_options;
   node_options.rpc.listen = {"127.0.0.1:0"};
   node_options.rpc.busy_poll_us = options.busy_poll_us;
-  KVTIER_ASSIGN_OR_RETURN(node_options.tokens,
-                          auth::TokenStore::FromYaml("tenants:\n  - {name: bench, token: " + token +
-                                                         ", salt: bench-salt}\nnodes:\n  - {name: bench-node, token: " +
-                                                         node_token + "}\n",
-                                                     "the bench's tokens"));
+  KVTIER_ASSIGN_OR_RETURN(
+      node_options.tokens,
+      auth::TokenStore::FromYaml(
+          "tenants:\n  - {name: bench, token: " + token +
+              ", salt: bench-salt}\nnodes:\n  - {name: bench-node, token: " + node_token + "}\n",
+          "the bench's tokens"));
   node_options.registry = &registry;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node, CoordinatorNode::Create(std::move(node_options)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorNode> node,
+                          CoordinatorNode::Create(std::move(node_options)));
 
   LookupRpcBenchResult result;
   auto client = std::make_unique<BenchConnection>(node->endpoints()[0]);
@@ -265,8 +283,8 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   result.mean_matched_blocks = per_call(totals.matched);
   result.mean_locations = per_call(totals.locations);
   result.mean_answer_bytes = per_call(totals.bytes);
-  result.server_switches_per_call =
-      per_call(static_cast<uint64_t>(server_after.voluntary_switches - server_before.voluntary_switches));
+  result.server_switches_per_call = per_call(
+      static_cast<uint64_t>(server_after.voluntary_switches - server_before.voluntary_switches));
   result.server_cpu_us_per_call = 1e6 * (server_after.cpu_seconds - server_before.cpu_seconds) /
                                   static_cast<double>(std::max<uint64_t>(result.calls, 1));
   return result;

@@ -36,8 +36,8 @@ struct LookupRpcBenchResult {
   double p50_us = 0, p90_us = 0, p99_us = 0, p999_us = 0, max_us = 0;
   uint64_t indexed_blocks = 0;
   double mean_matched_blocks = 0;
-  double mean_locations = 0;       // locations per answer, over its matched blocks
-  double mean_answer_bytes = 0;    // each answer's Cap'n Proto message (the results), unpacked
+  double mean_locations = 0;     // locations per answer, over its matched blocks
+  double mean_answer_bytes = 0;  // each answer's Cap'n Proto message (the results), unpacked
   // The server thread's sleeps per call (voluntary context switches of the process's other
   // threads while the calls ran): 1 when each call wakes it once, 2 when its Finish
   // wakes it again, under 1 when calls queue behind one another.

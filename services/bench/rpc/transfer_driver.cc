@@ -86,7 +86,8 @@ struct Phases {
   }
 };
 
-void SetHeader(schema::BlockHeader::Builder header, uint64_t id, const TransferBenchOptions& o, uint64_t checksum) {
+void SetHeader(schema::BlockHeader::Builder header, uint64_t id, const TransferBenchOptions& o,
+               uint64_t checksum) {
   SetKey(header.initKey(), id);
   header.setFirstInChain(true);
   header.setFormatTag(kFormat);
@@ -104,8 +105,9 @@ void AskFor(Params& request, uint64_t first, unsigned n) {
 
 // Throws unless block `id` came back present with the block size and, when `verify`,
 // byte for byte as it was made (`expected`: scratch of the block size).
-void CheckBlock(bool present, std::span<const uint8_t> bytes, uint64_t id, const TransferBenchOptions& o,
-                const std::vector<uint8_t>& base, bool verify, std::vector<uint8_t>& expected) {
+void CheckBlock(bool present, std::span<const uint8_t> bytes, uint64_t id,
+                const TransferBenchOptions& o, const std::vector<uint8_t>& base, bool verify,
+                std::vector<uint8_t>& expected) {
   bool right = present && bytes.size() == o.block_bytes;
   if (right && verify) {
     MakePayload(base, id, expected);
@@ -122,11 +124,14 @@ struct StreamSide {
 
   Result<DataStreamClient*> Connect(const TransferTicket& ticket) {
     if (connection == nullptr) {
-      KVTIER_ASSIGN_OR_RETURN(connection, DataStreamClient::Connect({.address = ticket.data_address}));
+      KVTIER_ASSIGN_OR_RETURN(connection,
+                              DataStreamClient::Connect({.address = ticket.data_address}));
     }
     return connection.get();
   }
-  std::span<uint8_t> Block(uint64_t i, uint64_t bytes) { return std::span<uint8_t>(buffer).subspan(i * bytes, bytes); }
+  std::span<uint8_t> Block(uint64_t i, uint64_t bytes) {
+    return std::span<uint8_t>(buffer).subspan(i * bytes, bytes);
+  }
 };
 
 template <typename T>
@@ -136,11 +141,12 @@ T OrThrow(Result<T> result) {
 }
 
 // Keyed puts: one put session, then each put's headers on the stream.
-void KeyedPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
-                 ClientWork& work, const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums,
-                 StreamSide& side) {
+void KeyedPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait,
+                 const TransferBenchOptions& o, ClientWork& work, const std::vector<uint8_t>& base,
+                 const std::vector<uint64_t>& checksums, StreamSide& side) {
   const auto opened = Clock::now();
-  const TransferTicket session = FromWire(store.openPutSessionRequest().send().wait(wait).getTicket());
+  const TransferTicket session =
+      FromWire(store.openPutSessionRequest().send().wait(wait).getTicket());
   work.put_open_ms += MsSince(opened);
   DataStreamClient& connection = *OrThrow(side.Connect(session));
   std::vector<storage::BlockHeader> headers;
@@ -160,14 +166,15 @@ void KeyedPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const T
       MakePayload(base, id, side.Block(i, o.block_bytes));
       payloads.push_back(side.Block(i, o.block_bytes));
     }
-    if (OrThrow(connection.PutBlocks(session, headers, payloads)) != n) throw std::runtime_error("put short");
+    if (OrThrow(connection.PutBlocks(session, headers, payloads)) != n)
+      throw std::runtime_error("put short");
     work.put_ms.push_back(MsSince(start));
   }
 }
 
-void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
-                  ClientWork& work, const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums,
-                  StreamSide& side) {
+void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait,
+                  const TransferBenchOptions& o, ClientWork& work, const std::vector<uint8_t>& base,
+                  const std::vector<uint64_t>& checksums, StreamSide& side) {
   if (o.keyed_puts) return KeyedPutAll(store, wait, o, work, base, checksums, side);
   std::vector<std::span<const uint8_t>> payloads;
   for (uint64_t b = 0; b < work.blocks; b += o.batch) {
@@ -184,7 +191,8 @@ void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
     }
     const TransferTicket ticket = FromWire(request.send().wait(wait).getTicket());
     work.put_open_ms += MsSince(start);
-    if (OrThrow(OrThrow(side.Connect(ticket))->Put(ticket, payloads)) != n) throw std::runtime_error("put short");
+    if (OrThrow(OrThrow(side.Connect(ticket))->Put(ticket, payloads)) != n)
+      throw std::runtime_error("put short");
     work.put_ms.push_back(MsSince(start));
   }
 }
@@ -192,8 +200,9 @@ void StreamPutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
 // Keyed gets: one get session, then each get's keys on the stream, `gets_in_flight` of
 // them sent ahead of the reply read. Replies are read one at a time, each checked before
 // the next is read, so one batch's buffer serves them all.
-void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
-                 ClientWork& work, const std::vector<uint8_t>& base, bool verify, StreamSide& side) {
+void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait,
+                 const TransferBenchOptions& o, ClientWork& work, const std::vector<uint8_t>& base,
+                 bool verify, StreamSide& side) {
   const auto opened = Clock::now();
   auto request = store.openGetSessionRequest();
   request.setFormatTag(kFormat);
@@ -227,7 +236,8 @@ void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const T
     const DataStreamClient::KeyedGet got =
         OrThrow(connection.ReceiveGetKeys([&](size_t i, const storage::BlockHeader& header) {
           // A block of another size is refused by the client (its buffer would not fit).
-          return header.payload_bytes == o.block_bytes ? side.Block(i, o.block_bytes) : std::span<uint8_t>();
+          return header.payload_bytes == o.block_bytes ? side.Block(i, o.block_bytes)
+                                                       : std::span<uint8_t>();
         }));
     if (!verify) work.get_ms.push_back(MsSince(get.at));
     for (unsigned i = 0; i < get.n; ++i) {
@@ -237,8 +247,9 @@ void KeyedGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const T
   }
 }
 
-void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
-                  ClientWork& work, const std::vector<uint8_t>& base, bool verify, StreamSide& side) {
+void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait,
+                  const TransferBenchOptions& o, ClientWork& work, const std::vector<uint8_t>& base,
+                  bool verify, StreamSide& side) {
   if (o.keyed_gets) return KeyedGetAll(store, wait, o, work, base, verify, side);
   std::vector<uint8_t> expected(o.block_bytes);
   std::vector<std::span<uint8_t>> outs;
@@ -255,16 +266,19 @@ void StreamGetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const 
       outs.push_back(side.Block(i, present ? o.block_bytes : 0));
     }
     const TransferTicket ticket = FromWire(response.getTicket());
-    const std::vector<StreamBlockState> states = OrThrow(OrThrow(side.Connect(ticket))->Get(ticket, outs));
+    const std::vector<StreamBlockState> states =
+        OrThrow(OrThrow(side.Connect(ticket))->Get(ticket, outs));
     if (!verify) work.get_ms.push_back(MsSince(start));
     for (unsigned i = 0; i < n; ++i) {
-      CheckBlock(states[i] == StreamBlockState::kPresent, outs[i], work.first_block + b + i, o, base, verify, expected);
+      CheckBlock(states[i] == StreamBlockState::kPresent, outs[i], work.first_block + b + i, o,
+                 base, verify, expected);
     }
   }
 }
 
-void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o, ClientWork& work,
-            const std::vector<uint8_t>& base, const std::vector<uint64_t>& checksums) {
+void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
+            ClientWork& work, const std::vector<uint8_t>& base,
+            const std::vector<uint64_t>& checksums) {
   for (uint64_t b = 0; b < work.blocks; b += o.batch) {
     const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
     const auto start = Clock::now();
@@ -283,8 +297,8 @@ void PutAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
 
 // Gets every block of the client; `verify`: compare every byte (the untimed pass), else
 // check state and size only, as the Redis phase does.
-void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o, ClientWork& work,
-            const std::vector<uint8_t>& base, bool verify) {
+void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const TransferBenchOptions& o,
+            ClientWork& work, const std::vector<uint8_t>& base, bool verify) {
   std::vector<uint8_t> expected(o.block_bytes);
   for (uint64_t b = 0; b < work.blocks; b += o.batch) {
     const auto n = static_cast<unsigned>(std::min<uint64_t>(o.batch, work.blocks - b));
@@ -295,15 +309,16 @@ void GetAll(schema::BlockStore::Client& store, kj::WaitScope& wait, const Transf
     if (!verify) work.get_ms.push_back(MsSince(start));
     for (unsigned i = 0; i < n; ++i) {
       const auto data = response.getBlocks()[i].getData();
-      CheckBlock(response.getStates()[i] == schema::BlockState::PRESENT, {data.begin(), data.size()},
-                 work.first_block + b + i, o, base, verify, expected);
+      CheckBlock(response.getStates()[i] == schema::BlockState::PRESENT,
+                 {data.begin(), data.size()}, work.first_block + b + i, o, base, verify, expected);
     }
   }
 }
 
 // One client: its payloads' checksums (before any timing), the put phase, the timed get
 // phase, then an untimed get of every block again that compares every byte.
-void RunClient(const std::string& address, const TransferBenchOptions& o, ClientWork& work, Phases& phases) {
+void RunClient(const std::string& address, const TransferBenchOptions& o, ClientWork& work,
+               Phases& phases) {
   NameThisThread("bench-client-" + std::to_string(work.index));
   std::atomic<int>* const barriers[] = {&phases.ready, &phases.put_done, &phases.get_done};
   size_t passed = 0;
@@ -368,7 +383,8 @@ void RunClient(const std::string& address, const TransferBenchOptions& o, Client
 double Percentile(std::vector<double> values, double q) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(q * static_cast<double>(values.size())))];
+  return values[std::min(values.size() - 1,
+                         static_cast<size_t>(q * static_cast<double>(values.size())))];
 }
 
 // The threads' CPU now; empty where /proc cannot be read (the cores then read 0).
@@ -376,8 +392,9 @@ std::vector<ThreadCpu> SampleCpu() { return ReadThreadCpu().value_or(std::vector
 
 // One phase's figures from its clients' call times (`ms`), open times and the CPU samples
 // taken at its start and end.
-TransferPhase Summarize(uint64_t bytes, Clock::duration wall, std::vector<double> ms, double open_ms,
-                        const std::vector<ThreadCpu>& cpu_start, const std::vector<ThreadCpu>& cpu_end) {
+TransferPhase Summarize(uint64_t bytes, Clock::duration wall, std::vector<double> ms,
+                        double open_ms, const std::vector<ThreadCpu>& cpu_start,
+                        const std::vector<ThreadCpu>& cpu_end) {
   const double seconds = std::chrono::duration<double>(wall).count();
   TransferPhase phase;
   phase.gbps = static_cast<double>(bytes) / seconds / 1e9;
@@ -409,23 +426,25 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
   store_options.host->capacity_bytes = (blocks + 16) * ((o.block_bytes + 65535) / 65536 * 65536);
   KVTIER_ASSIGN_OR_RETURN(node->store, storage::TieredStore::Create(std::move(store_options)));
   if (o.stream) {
-    KVTIER_ASSIGN_OR_RETURN(node->stream,
-                            DataStreamServer::Create({.store = node->store.get(),
-                                                      .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients +
-                                                                          (64ull << 20),
-                                                      .max_block_bytes = o.block_bytes,
-                                                      .threads = o.stream_threads,
-                                                      .lend_pages = o.lend_pages}));
+    KVTIER_ASSIGN_OR_RETURN(
+        node->stream,
+        DataStreamServer::Create(
+            {.store = node->store.get(),
+             .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients + (64ull << 20),
+             .max_block_bytes = o.block_bytes,
+             .threads = o.stream_threads,
+             .lend_pages = o.lend_pages}));
   }
   BenchNode* n = node.get();
   n->session.identity = {"bench-store", {"store"}};
   n->session.tokens = &n->tokens;
   n->session.clock = &SystemClock::Instance();
   n->session.store = [n, &o](const auth::Tenant& tenant) {
-    return MakeBlockStoreService({.store = n->store.get(),
-                                  .stream = n->stream.get(),
-                                  .limits = {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch}},
-                                 tenant);
+    return MakeBlockStoreService(
+        {.store = n->store.get(),
+         .stream = n->stream.get(),
+         .limits = {.max_block_bytes = o.block_bytes, .max_blocks_per_call = o.batch}},
+        tenant);
   };
   rpc::RpcServerOptions server_options;
   server_options.listen = {"127.0.0.1:0"};
@@ -446,11 +465,13 @@ struct PhaseMarks {
 
 // Runs one thread per client through put, the timed get and the verify pass (RunClient),
 // opening each phase when every client is ready for it.
-PhaseMarks DrivePhases(const std::string& endpoint, const TransferBenchOptions& o, std::vector<ClientWork>& work) {
+PhaseMarks DrivePhases(const std::string& endpoint, const TransferBenchOptions& o,
+                       std::vector<ClientWork>& work) {
   Phases phases;
   std::vector<std::thread> threads;
   threads.reserve(work.size());
-  for (ClientWork& w : work) threads.emplace_back(RunClient, endpoint, std::cref(o), std::ref(w), std::ref(phases));
+  for (ClientWork& w : work)
+    threads.emplace_back(RunClient, endpoint, std::cref(o), std::ref(w), std::ref(phases));
   const auto clients = static_cast<int>(work.size());
   PhaseMarks marks;
   Phases::WaitFor(phases.ready, clients);
@@ -475,14 +496,18 @@ PhaseMarks DrivePhases(const std::string& endpoint, const TransferBenchOptions& 
 Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o) {
   const uint64_t blocks = o.total_bytes / o.block_bytes;
   if (o.clients == 0 || o.batch == 0 || blocks < o.clients) {
-    return InvalidArgumentError("--total-bytes must give every client at least one block of --block-bytes");
+    return InvalidArgumentError(
+        "--total-bytes must give every client at least one block of --block-bytes");
   }
-  if (o.tls() && (o.stream || o.tls_key_file.empty() || o.tls_ca_file.empty() || o.tls_server_name.empty())) {
-    return InvalidArgumentError(o.stream ? "the data stream has no TLS: TLS transfers go inline"
-                                         : "TLS needs a certificate, its key, the CA and the server name together");
+  if (o.tls() &&
+      (o.stream || o.tls_key_file.empty() || o.tls_ca_file.empty() || o.tls_server_name.empty())) {
+    return InvalidArgumentError(
+        o.stream ? "the data stream has no TLS: TLS transfers go inline"
+                 : "TLS needs a certificate, its key, the CA and the server name together");
   }
   if (o.gets_in_flight == 0 || o.gets_in_flight > DataStreamClient::kMaxGetsInFlight) {
-    return InvalidArgumentError("--stream-gets-in-flight " + std::to_string(o.gets_in_flight) + ": it takes 1 to " +
+    return InvalidArgumentError("--stream-gets-in-flight " + std::to_string(o.gets_in_flight) +
+                                ": it takes 1 to " +
                                 std::to_string(DataStreamClient::kMaxGetsInFlight));
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BenchNode> node, StartNode(o, blocks));
@@ -498,18 +523,20 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
   std::vector<double> put_ms, get_ms;
   double put_open_ms = 0, get_open_ms = 0;
   for (const ClientWork& w : work) {
-    if (!w.error.empty()) return InternalError("client " + std::to_string(w.index) + ": " + w.error);
+    if (!w.error.empty())
+      return InternalError("client " + std::to_string(w.index) + ": " + w.error);
     put_ms.insert(put_ms.end(), w.put_ms.begin(), w.put_ms.end());
     get_ms.insert(get_ms.end(), w.get_ms.begin(), w.get_ms.end());
     put_open_ms += w.put_open_ms;
     get_open_ms += w.get_open_ms;
   }
   const uint64_t bytes = blocks * o.block_bytes;
-  return TransferBenchResult{.put = Summarize(bytes, marks.put_end - marks.put_start, std::move(put_ms), put_open_ms,
-                                              marks.cpu_put_start, marks.cpu_put_end),
-                             .get = Summarize(bytes, marks.get_end - marks.get_start, std::move(get_ms), get_open_ms,
-                                              marks.cpu_put_end, marks.cpu_get_end),
-                             .blocks = blocks};
+  return TransferBenchResult{
+      .put = Summarize(bytes, marks.put_end - marks.put_start, std::move(put_ms), put_open_ms,
+                       marks.cpu_put_start, marks.cpu_put_end),
+      .get = Summarize(bytes, marks.get_end - marks.get_start, std::move(get_ms), get_open_ms,
+                       marks.cpu_put_end, marks.cpu_get_end),
+      .blocks = blocks};
 }
 
 }  // namespace kvtier::bench

@@ -29,7 +29,7 @@ struct TransferBenchOptions {
   // payloads on the store's data stream (services/store/stream), one stream connection
   // per client.
   bool stream = false;
-  uint32_t stream_threads = 0;          // the data stream's event loops; 0: its default
+  uint32_t stream_threads = 0;  // the data stream's event loops; 0: its default
   // The data stream's gets: true, keyed gets under one get session per client
   // (openGetSession once, then the keys on the stream); false, an openGet per get.
   bool keyed_gets = true;
@@ -75,6 +75,7 @@ struct TransferBenchResult {
   uint64_t blocks = 0;
 };
 
-[[nodiscard]] Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& options);
+[[nodiscard]] Result<TransferBenchResult> RunStoreTransferBench(
+    const TransferBenchOptions& options);
 
 }  // namespace kvtier::bench

@@ -20,8 +20,12 @@ namespace {
 namespace schema = rpc::schema;
 
 // Retry policies (client.h): calls safe to repeat, and calls the node may have refused.
-bool SafeToRepeat(const Status& status) { return status.retry_advice() == RetryAdvice::kWithBackoff; }
-bool RefusedByTheNode(const Status& status) { return status.code() == StatusCode::kResourceExhausted; }
+bool SafeToRepeat(const Status& status) {
+  return status.retry_advice() == RetryAdvice::kWithBackoff;
+}
+bool RefusedByTheNode(const Status& status) {
+  return status.code() == StatusCode::kResourceExhausted;
+}
 
 void SetKeys(const std::vector<BlockKey>& keys, capnp::List<schema::BlockKey>::Builder out) {
   for (unsigned i = 0; i < keys.size(); ++i) rpc::FromKey(keys[i], out[i]);
@@ -35,13 +39,14 @@ void SetRetention(const RetentionConfig& config, schema::RetentionConfig::Builde
     ranges[i].setLastToken(range.last_token.value_or(0));
     ranges[i].setPriority(range.priority);
     if (range.duration) {
-      ranges[i].setDurationMs(static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*range.duration).count()));
+      ranges[i].setDurationMs(static_cast<uint64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(*range.duration).count()));
     }
   }
   out.setDecodePriority(config.decode_priority);
   if (config.decode_duration) {
-    out.setDecodeDurationMs(
-        static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(*config.decode_duration).count()));
+    out.setDecodeDurationMs(static_cast<uint64_t>(
+        std::chrono::ceil<std::chrono::milliseconds>(*config.decode_duration).count()));
   }
 }
 
@@ -55,7 +60,10 @@ Allocation ToAllocation(schema::Allocation::Reader r) {
 
 Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
   KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(r.getLayout()));
-  PoolMapping out{.pool_id = r.getPoolId(), .layout = std::move(layout), .shared_memory_name = {}, .cuda_ipc_handle = {}};
+  PoolMapping out{.pool_id = r.getPoolId(),
+                  .layout = std::move(layout),
+                  .shared_memory_name = {},
+                  .cuda_ipc_handle = {}};
   out.num_blocks = r.getNumBlocks();
   out.block_stride_bytes = r.getBlockStrideBytes();
   if (r.getMapping().isCudaIpc()) {
@@ -90,7 +98,9 @@ class Client::Impl {
   // `coordinator_options`, and again with them when it is lost), or null.
   Impl(std::unique_ptr<rpc::RpcClient> rpc, std::unique_ptr<rpc::RpcClient> coordinator_rpc,
        rpc::RpcClientOptions coordinator_options, ClientOptions options)
-      : rpc_(std::move(rpc)), coordinator_options_(std::move(coordinator_options)), options_(std::move(options)) {
+      : rpc_(std::move(rpc)),
+        coordinator_options_(std::move(coordinator_options)),
+        options_(std::move(options)) {
     link_ = coordinator_rpc ? std::make_shared<CoordinatorLink>(std::move(coordinator_rpc))
                             : std::make_shared<CoordinatorLink>(rpc_.get(), deferred_);
   }
@@ -104,82 +114,98 @@ class Client::Impl {
 
   const std::string& tenant() const { return rpc_->tenant(); }
 
-  std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys, std::vector<uint32_t> tail_tokens) {
-    return CoordinatorCall<Result<LookupResult>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail_tokens)](
-                                                                   schema::Coordinator::Client& c, Deferred deferred) {
-      auto request = c.lookupRequest();
-      auto body = request.initRequest();
-      SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
-      if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
-      body.setCompactLocations(true);
-      return request.send().then(
-          ThenKeep(std::move(deferred), [](auto& r) -> Result<LookupResult> { return ReadLookupAnswer(r.getResult()); }));
-    });
+  std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys,
+                                           std::vector<uint32_t> tail_tokens) {
+    return CoordinatorCall<Result<LookupResult>>(
+        SafeToRepeat, [keys = std::move(keys), tail = std::move(tail_tokens)](
+                          schema::Coordinator::Client& c, Deferred deferred) {
+          auto request = c.lookupRequest();
+          auto body = request.initRequest();
+          SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
+          if (!tail.empty())
+            rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
+          body.setCompactLocations(true);
+          return request.send().then(ThenKeep(
+              std::move(deferred),
+              [](auto& r) -> Result<LookupResult> { return ReadLookupAnswer(r.getResult()); }));
+        });
   }
 
   std::future<Result<RouteDecision>> Route(std::vector<BlockKey> keys, std::vector<uint32_t> tail,
                                            std::vector<std::string> candidates) {
-    return CoordinatorCall<Result<RouteDecision>>(SafeToRepeat, [keys = std::move(keys), tail = std::move(tail),
-                                                                 candidates = std::move(candidates)](
-                                                                    schema::Coordinator::Client& c, Deferred deferred) {
-      auto request = c.routeRequest();
-      auto body = request.initRequest();
-      SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
-      if (!tail.empty()) rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
-      auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
-      for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
-      return request.send().then(ThenKeep(std::move(deferred), [](auto& r) -> Result<RouteDecision> {
-        auto d = r.getDecision();
-        return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(), d.getPrefixBlocks(), d.getScore(),
-                             d.getPartialTokens()};
-      }));
-    });
+    return CoordinatorCall<Result<RouteDecision>>(
+        SafeToRepeat,
+        [keys = std::move(keys), tail = std::move(tail), candidates = std::move(candidates)](
+            schema::Coordinator::Client& c, Deferred deferred) {
+          auto request = c.routeRequest();
+          auto body = request.initRequest();
+          SetKeys(keys, body.initKeys(static_cast<unsigned>(keys.size())));
+          if (!tail.empty())
+            rpc::FromTokens(tail, body.initPartialTokens(static_cast<unsigned>(tail.size())));
+          auto names = body.initCandidates(static_cast<unsigned>(candidates.size()));
+          for (unsigned i = 0; i < candidates.size(); ++i) names.set(i, candidates[i]);
+          return request.send().then(
+              ThenKeep(std::move(deferred), [](auto& r) -> Result<RouteDecision> {
+                auto d = r.getDecision();
+                return RouteDecision{d.getNodeId().cStr(), d.getRpcAddress().cStr(),
+                                     d.getPrefixBlocks(), d.getScore(), d.getPartialTokens()};
+              }));
+        });
   }
 
   std::future<Result<CoordinatorStats>> CoordinatorStatistics() {
-    return CoordinatorCall<Result<CoordinatorStats>>(SafeToRepeat, [](schema::Coordinator::Client& c, const Deferred&) {
-      return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
-        auto st = r.getStats();
-        return CoordinatorStats{st.getNodes(),        st.getIndexBlocks(), st.getIndexBytes(),      st.getLookups(),
-                                st.getSequenceGaps(), st.getResyncs(),     st.getLeaseExpiries(), st.getClusterCounts()};
-      });
-    });
+    return CoordinatorCall<Result<CoordinatorStats>>(
+        SafeToRepeat, [](schema::Coordinator::Client& c, const Deferred&) {
+          return c.statsRequest().send().then([](auto r) -> Result<CoordinatorStats> {
+            auto st = r.getStats();
+            return CoordinatorStats{st.getNodes(),         st.getIndexBlocks(),  st.getIndexBytes(),
+                                    st.getLookups(),       st.getSequenceGaps(), st.getResyncs(),
+                                    st.getLeaseExpiries(), st.getClusterCounts()};
+          });
+        });
   }
 
   std::future<Result<PoolMapping>> AttachPool(uint32_t pool_id, KvLayout layout) {
-    return Call<Result<PoolMapping>>(SafeToRepeat, [this, pool_id, layout](schema::Session::Client& s) {
-      auto request = Worker(s).attachPoolRequest();
-      request.setPoolId(pool_id);
-      rpc::FromLayout(layout, request.initLayout());
-      return request.send().then(ThenKeep(deferred_, [](auto& r) { return ToPoolMapping(r.getAttachment()); }));
-    });
+    return Call<Result<PoolMapping>>(
+        SafeToRepeat, [this, pool_id, layout](schema::Session::Client& s) {
+          auto request = Worker(s).attachPoolRequest();
+          request.setPoolId(pool_id);
+          rpc::FromLayout(layout, request.initLayout());
+          return request.send().then(
+              ThenKeep(deferred_, [](auto& r) { return ToPoolMapping(r.getAttachment()); }));
+        });
   }
 
   std::future<Result<Allocation>> Allocate(AllocateRequest a) {
-    return Call<Result<Allocation>>(RefusedByTheNode, [this, a = std::move(a)](schema::Session::Client& s) {
-      auto request = Worker(s).allocateRequest();
-      request.setSequenceId(a.sequence);
-      request.setPoolId(a.pool_id);
-      SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
-      request.setNumTokens(a.num_tokens);
-      rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
-      request.setFormatTag(a.format_tag);
-      return request.send().then(
-          ThenKeep(deferred_, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
-    });
+    return Call<Result<Allocation>>(
+        RefusedByTheNode, [this, a = std::move(a)](schema::Session::Client& s) {
+          auto request = Worker(s).allocateRequest();
+          request.setSequenceId(a.sequence);
+          request.setPoolId(a.pool_id);
+          SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
+          request.setNumTokens(a.num_tokens);
+          rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
+          request.setFormatTag(a.format_tag);
+          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
+            return ToAllocation(r.getAllocation());
+          }));
+        });
   }
 
   std::future<Result<Allocation>> Extend(uint64_t sequence, uint32_t num_tokens) {
-    return Call<Result<Allocation>>(RefusedByTheNode, [this, sequence, num_tokens](schema::Session::Client& s) {
-      auto request = Worker(s).extendRequest();
-      request.setSequenceId(sequence);
-      request.setNumTokens(num_tokens);
-      return request.send().then(
-          ThenKeep(deferred_, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
-    });
+    return Call<Result<Allocation>>(
+        RefusedByTheNode, [this, sequence, num_tokens](schema::Session::Client& s) {
+          auto request = Worker(s).extendRequest();
+          request.setSequenceId(sequence);
+          request.setNumTokens(num_tokens);
+          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
+            return ToAllocation(r.getAllocation());
+          }));
+        });
   }
 
-  std::future<Result<OnboardResult>> Onboard(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention,
+  std::future<Result<OnboardResult>> Onboard(uint64_t sequence, std::vector<BlockKey> keys,
+                                             RetentionConfig retention,
                                              std::vector<std::string> sources) {
     return Call<Result<OnboardResult>>(
         RefusedByTheNode, [this, sequence, keys = std::move(keys), retention = std::move(retention),
@@ -197,17 +223,19 @@ class Client::Impl {
         });
   }
 
-  std::future<Result<uint32_t>> Commit(uint64_t sequence, std::vector<BlockKey> keys, RetentionConfig retention,
-                                       std::vector<uint32_t> tokens) {
-    return Call<Result<uint32_t>>(SafeToRepeat, [this, sequence, keys = std::move(keys), retention = std::move(retention),
-                                                 tokens = std::move(tokens)](schema::Session::Client& s) {
-      auto request = Worker(s).commitRequest();
-      request.setSequenceId(sequence);
-      SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
-      SetRetention(retention, request.initRetention());
-      rpc::FromTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
-      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getCommitted(); }));
-    });
+  std::future<Result<uint32_t>> Commit(uint64_t sequence, std::vector<BlockKey> keys,
+                                       RetentionConfig retention, std::vector<uint32_t> tokens) {
+    return Call<Result<uint32_t>>(
+        SafeToRepeat, [this, sequence, keys = std::move(keys), retention = std::move(retention),
+                       tokens = std::move(tokens)](schema::Session::Client& s) {
+          auto request = Worker(s).commitRequest();
+          request.setSequenceId(sequence);
+          SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
+          SetRetention(retention, request.initRetention());
+          rpc::FromTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
+          return request.send().then(
+              ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getCommitted(); }));
+        });
   }
 
   std::future<Status> Free(uint64_t sequence) {
@@ -219,33 +247,36 @@ class Client::Impl {
   }
 
   std::future<Result<uint32_t>> LookupLocal(uint32_t pool_id, std::vector<BlockKey> keys) {
-    return Call<Result<uint32_t>>(SafeToRepeat, [this, pool_id, keys = std::move(keys)](schema::Session::Client& s) {
-      auto request = Worker(s).lookupLocalRequest();
-      request.setPoolId(pool_id);
-      SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
-      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
-    });
+    return Call<Result<uint32_t>>(
+        SafeToRepeat, [this, pool_id, keys = std::move(keys)](schema::Session::Client& s) {
+          auto request = Worker(s).lookupLocalRequest();
+          request.setPoolId(pool_id);
+          SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
+          return request.send().then(ThenKeep(
+              deferred_, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
+        });
   }
 
   std::future<Result<WorkerStats>> WorkerStatistics() {
     return Call<Result<WorkerStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
-      return Worker(s).statsRequest().send().then(ThenKeep(deferred_, [](auto& r) -> Result<WorkerStats> {
-        auto st = r.getStats();
-        WorkerStats out;
-        for (auto pool : st.getPools()) {
-          KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
-          out.pool_layouts.push_back(std::move(layout));
-          out.total_blocks += pool.getTotalBlocks();
-          out.used_blocks += pool.getUsedBlocks();
-          out.cached_blocks += pool.getCachedBlocks();
-        }
-        out.reuse_hits = st.getReuseHits();
-        out.evictions = st.getEvictions();
-        out.offloaded_blocks = st.getOffloadedBlocks();
-        out.onboarded_blocks = st.getOnboardedBlocks();
-        out.cluster_counts = st.getClusterCounts();
-        return out;
-      }));
+      return Worker(s).statsRequest().send().then(
+          ThenKeep(deferred_, [](auto& r) -> Result<WorkerStats> {
+            auto st = r.getStats();
+            WorkerStats out;
+            for (auto pool : st.getPools()) {
+              KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
+              out.pool_layouts.push_back(std::move(layout));
+              out.total_blocks += pool.getTotalBlocks();
+              out.used_blocks += pool.getUsedBlocks();
+              out.cached_blocks += pool.getCachedBlocks();
+            }
+            out.reuse_hits = st.getReuseHits();
+            out.evictions = st.getEvictions();
+            out.offloaded_blocks = st.getOffloadedBlocks();
+            out.onboarded_blocks = st.getOnboardedBlocks();
+            out.cluster_counts = st.getClusterCounts();
+            return out;
+          }));
     });
   }
 
@@ -276,7 +307,8 @@ class Client::Impl {
   struct CoordinatorLink {
     CoordinatorLink(rpc::RpcClient* shared, Deferred shared_deferred)
         : rpc(shared), deferred(std::move(shared_deferred)) {}
-    explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own) : rpc(own.get()), owned(std::move(own)) {}
+    explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own)
+        : rpc(own.get()), owned(std::move(own)) {}
     ~CoordinatorLink() {
       rpc->impl().RunOnLoop([this] {
         deferred->CallSent();
@@ -291,14 +323,16 @@ class Client::Impl {
 
   // The coordinator's calls: on its own connection when there is one.
   template <typename T>
-  std::future<T> CoordinatorCall(bool (*retry_on)(const Status&),
-                                 kj::Function<kj::Promise<T>(schema::Coordinator::Client&, Deferred)> call) {
+  std::future<T> CoordinatorCall(
+      bool (*retry_on)(const Status&),
+      kj::Function<kj::Promise<T>(schema::Coordinator::Client&, Deferred)> call) {
     const std::shared_ptr<CoordinatorLink> link = Link();
     CoordinatorLink* on_loop = link.get();
     return link->rpc->impl().Call<T>(
         [on_loop, call = kj::mv(call)](schema::Session::Client& session) mutable {
           // Obtained once per connection, pipelined: no round trip of its own.
-          if (!on_loop->capability) on_loop->capability = kj::heap(session.coordinatorRequest().send().getCoordinator());
+          if (!on_loop->capability)
+            on_loop->capability = kj::heap(session.coordinatorRequest().send().getCoordinator());
           kj::Promise<T> answer = call(*on_loop->capability, on_loop->deferred);
           on_loop->deferred->CallSent();
           return answer;
@@ -359,14 +393,16 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   rpc::RpcClientOptions second = connection;
   if (!options.coordinator_address.empty()) {
     second.address = options.coordinator_address;
-    if (options.tls_server_name.empty()) second.tls_server_name.clear();  // the coordinator's own host
+    if (options.tls_server_name.empty())
+      second.tls_server_name.clear();  // the coordinator's own host
     Result<std::unique_ptr<rpc::RpcClient>> made = rpc::RpcClient::Connect(second);
     if (!made.ok()) return made.status().WithContext("coordinator " + options.coordinator_address);
     coordinator = std::move(made).value();
   }
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(std::move(connection)));
-  return std::unique_ptr<Client>(
-      new Client(std::make_unique<Impl>(std::move(rpc), std::move(coordinator), std::move(second), std::move(options))));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc,
+                          rpc::RpcClient::Connect(std::move(connection)));
+  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(
+      std::move(rpc), std::move(coordinator), std::move(second), std::move(options))));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -374,16 +410,18 @@ Client::~Client() = default;
 const std::string& Client::tenant() const { return impl_->tenant(); }
 
 std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> keys,
-                                                     std::span<const uint32_t> tail_tokens) {
+                                                      std::span<const uint32_t> tail_tokens) {
   return impl_->Lookup({keys.begin(), keys.end()}, {tail_tokens.begin(), tail_tokens.end()});
 }
 std::future<Result<RouteDecision>> Client::RouteAsync(std::span<const BlockKey> keys,
-                                                     std::span<const uint32_t> tail_tokens,
-                                                     std::span<const std::string> candidates) {
+                                                      std::span<const uint32_t> tail_tokens,
+                                                      std::span<const std::string> candidates) {
   return impl_->Route({keys.begin(), keys.end()}, {tail_tokens.begin(), tail_tokens.end()},
                       {candidates.begin(), candidates.end()});
 }
-Result<CoordinatorStats> Client::GetCoordinatorStats() { return impl_->CoordinatorStatistics().get(); }
+Result<CoordinatorStats> Client::GetCoordinatorStats() {
+  return impl_->CoordinatorStatistics().get();
+}
 Result<PoolMapping> Client::AttachPool(uint32_t pool_id, const KvLayout& layout) {
   return impl_->AttachPool(pool_id, layout).get();
 }
@@ -393,14 +431,18 @@ std::future<Result<Allocation>> Client::AllocateAsync(const AllocateRequest& req
 Result<Allocation> Client::Extend(uint64_t sequence, uint32_t num_tokens) {
   return impl_->Extend(sequence, num_tokens).get();
 }
-std::future<Result<OnboardResult>> Client::OnboardAsync(uint64_t sequence, std::span<const BlockKey> keys,
+std::future<Result<OnboardResult>> Client::OnboardAsync(uint64_t sequence,
+                                                        std::span<const BlockKey> keys,
                                                         const RetentionConfig& retention,
                                                         std::span<const std::string> sources) {
-  return impl_->Onboard(sequence, {keys.begin(), keys.end()}, retention, {sources.begin(), sources.end()});
+  return impl_->Onboard(sequence, {keys.begin(), keys.end()}, retention,
+                        {sources.begin(), sources.end()});
 }
 std::future<Result<uint32_t>> Client::CommitAsync(uint64_t sequence, std::span<const BlockKey> keys,
-                                                  const RetentionConfig& retention, std::span<const uint32_t> tokens) {
-  return impl_->Commit(sequence, {keys.begin(), keys.end()}, retention, {tokens.begin(), tokens.end()});
+                                                  const RetentionConfig& retention,
+                                                  std::span<const uint32_t> tokens) {
+  return impl_->Commit(sequence, {keys.begin(), keys.end()}, retention,
+                       {tokens.begin(), tokens.end()});
 }
 std::future<Status> Client::FreeAsync(uint64_t sequence) { return impl_->Free(sequence); }
 Result<uint32_t> Client::LookupLocal(uint32_t pool_id, std::span<const BlockKey> keys) {

@@ -9,7 +9,9 @@ namespace {
 
 namespace schema = rpc::schema;
 
-Status Malformed(const std::string& what) { return InternalError("the coordinator's lookup answer " + what); }
+Status Malformed(const std::string& what) {
+  return InternalError("the coordinator's lookup answer " + what);
+}
 
 // Schema rule 4: an enumerant this reader does not know is an error, never a guess.
 Result<Tier> ReadTier(schema::Tier tier) {
@@ -82,10 +84,12 @@ Result<LookupResult> ReadLookupAnswer(schema::LookupResult::Reader r) {
   if (out.partial_match_tokens > 0 && r.hasPartialBlock()) {
     out.partial_block_tokens = r.getPartialBlockTokens();
     out.partial_block_key = rpc::ToKey(r.getPartialBlock().getKey());
-    KVTIER_ASSIGN_OR_RETURN(out.partial_block_locations, ReadNamed(r.getPartialBlock().getLocations()));
+    KVTIER_ASSIGN_OR_RETURN(out.partial_block_locations,
+                            ReadNamed(r.getPartialBlock().getLocations()));
   }
   for (const auto s : r.getScores()) {
-    out.scores.push_back({s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore(), s.getPartialTokens()});
+    out.scores.push_back(
+        {s.getNodeId().cStr(), s.getPrefixBlocks(), s.getScore(), s.getPartialTokens()});
   }
   return out;
 }

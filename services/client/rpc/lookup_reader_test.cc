@@ -24,7 +24,8 @@ const std::vector<std::vector<Location>> kExpected = {
 
 class LookupReaderTest : public ::testing::Test {
  protected:
-  ~LookupReaderTest() noexcept override = default;  // the message builder's may throw; it does not here
+  ~LookupReaderTest() noexcept override =
+      default;  // the message builder's may throw; it does not here
 
   schema::LookupResult::Builder Answer() { return message_.initRoot<schema::LookupResult>(); }
 
@@ -66,7 +67,8 @@ class LookupReaderTest : public ::testing::Test {
     return r;
   }
 
-  static void SetCompact(schema::CompactLocation::Builder l, uint16_t node, schema::Tier tier, uint32_t pool) {
+  static void SetCompact(schema::CompactLocation::Builder l, uint16_t node, schema::Tier tier,
+                         uint32_t pool) {
     l.setNode(node);
     l.setTier(tier);
     l.setPoolId(pool);

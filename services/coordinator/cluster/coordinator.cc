@@ -28,20 +28,27 @@ Status ValidateEvent(const KvEvent& e) {
 }  // namespace
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
-  if (options.membership.lease_ttl.count() <= 0) return InvalidArgumentError("lease_ttl must be positive");
-  if (!(options.overlap_weight >= 0)) return InvalidArgumentError("overlap_weight must be non-negative");
-  if (options.max_refused_keys == 0) return InvalidArgumentError("max_refused_keys must be positive");
-  if (options.max_waiting_blocks == 0) return InvalidArgumentError("max_waiting_blocks must be positive");
-  if (options.orphan_wait.count() < 0) return InvalidArgumentError("orphan_wait must not be negative");
+  if (options.membership.lease_ttl.count() <= 0)
+    return InvalidArgumentError("lease_ttl must be positive");
+  if (!(options.overlap_weight >= 0))
+    return InvalidArgumentError("overlap_weight must be non-negative");
+  if (options.max_refused_keys == 0)
+    return InvalidArgumentError("max_refused_keys must be positive");
+  if (options.max_waiting_blocks == 0)
+    return InvalidArgumentError("max_waiting_blocks must be positive");
+  if (options.orphan_wait.count() < 0)
+    return InvalidArgumentError("orphan_wait must not be negative");
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(options.index));
   return std::unique_ptr<Coordinator>(new Coordinator(options, std::move(index)));
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<BlockIndex> index)
-    : options_(options), index_(std::move(index)), membership_(options.membership),
+    : options_(options),
+      index_(std::move(index)),
+      membership_(options.membership),
       refused_(options.max_refused_keys),
-      waiting_(std::make_unique<WaitingChildren>(
-          WaitingChildrenOptions{.wait = options.orphan_wait, .max_blocks = options.max_waiting_blocks})) {}
+      waiting_(std::make_unique<WaitingChildren>(WaitingChildrenOptions{
+          .wait = options.orphan_wait, .max_blocks = options.max_waiting_blocks})) {}
 
 Coordinator::~Coordinator() = default;
 
@@ -52,8 +59,9 @@ Result<RegisterResult> Coordinator::Register(const Registration& registration) {
   windows.reserve(pools.size());
   for (const PoolInfo& p : pools) windows.push_back({{0, p.tier, p.pool}, p.window});
   KVTIER_RETURN_IF_ERROR(ValidatePoolWindows(windows));
-  KVTIER_ASSIGN_OR_RETURN(RegisterResult result, membership_.Register(registration.node, registration.role,
-                                                                      registration.incarnation, registration.connection));
+  KVTIER_ASSIGN_OR_RETURN(RegisterResult result,
+                          membership_.Register(registration.node, registration.role,
+                                               registration.incarnation, registration.connection));
   if (result.snapshot_required) DropNode(result.node);  // old holdings are unknown now
   NodeCapacity capacity;
   for (size_t i = 0; i < pools.size(); ++i) {
@@ -85,19 +93,17 @@ Status Coordinator::Heartbeat(const std::string& node, uint64_t lease_id, uint64
 
 Status Coordinator::Apply(NodeId node, const KvEvent& e) {
   // A later word of the node on a block it parked: the parked event is out of date.
-  if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared) orphaned_blocks_ += waiting_->Touch(node, e);
+  if (!waiting_->empty() && e.kind != KvEvent::Kind::kCleared)
+    orphaned_blocks_ += waiting_->Touch(node, e);
   switch (e.kind) {
-    case KvEvent::Kind::kStored:
-      return StoreChainAndAdopt(node, StoredBy(node, e));
+    case KvEvent::Kind::kStored: return StoreChainAndAdopt(node, StoredBy(node, e));
     case KvEvent::Kind::kRemoved:
       index_->Remove({node, e.tier, e.pool}, e.keys);
       return Status::Ok();
     case KvEvent::Kind::kTierChanged:
       index_->ChangeTier({node, e.tier, e.pool}, {node, e.to_tier, e.to_pool}, e.keys);
       return Status::Ok();
-    case KvEvent::Kind::kCleared:
-      DropNode(node);
-      return Status::Ok();
+    case KvEvent::Kind::kCleared: DropNode(node); return Status::Ok();
   }
   return InvalidArgumentError("unknown event kind");
 }
@@ -109,7 +115,8 @@ Status Coordinator::StoreChain(NodeId node, const StoreRequest& request) {
   if (stored.code() == StatusCode::kFailedPrecondition && request.parent.has_value() &&
       refused_.Contains(node, *request.parent)) {
     ++refused_children_;
-    stored = ResourceExhaustedError("parent block " + request.parent->ToHex() + " was left out of the full index");
+    stored = ResourceExhaustedError("parent block " + request.parent->ToHex() +
+                                    " was left out of the full index");
   }
   if (stored.code() == StatusCode::kResourceExhausted) refused_.Add(node, request.keys);
   return stored;
@@ -147,15 +154,16 @@ void Coordinator::DropNode(NodeId node) {
   waiting_->DropNode(node);
 }
 
-void Coordinator::KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event,
-                                   size_t from, size_t to) {
+void Coordinator::KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting,
+                                   size_t event, size_t from, size_t to) {
   const auto it = waiting.find(event);
   if (it == waiting.end()) return;
   const std::vector<size_t> waiters = it->second;  // the calls below change the map
   std::vector<size_t> kept;
   for (size_t waiter : waiters) {
     if (const std::optional<size_t> by = SupersededAt(events, waiter, from, to)) {
-      if (LeavesBlocksUnindexed(events[*by], events[waiter])) orphaned_blocks_ += events[waiter].keys.size();
+      if (LeavesBlocksUnindexed(events[*by], events[waiter]))
+        orphaned_blocks_ += events[waiter].keys.size();
       ParkWaiters(node, events, waiting, waiter);
     } else {
       kept.push_back(waiter);
@@ -169,7 +177,8 @@ void Coordinator::KeepWaitersValid(NodeId node, std::span<const KvEvent> events,
   }
 }
 
-void Coordinator::ParkWaiters(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event) {
+void Coordinator::ParkWaiters(NodeId node, std::span<const KvEvent> events, Waiting& waiting,
+                              size_t event) {
   const auto it = waiting.find(event);
   if (it == waiting.end()) return;
   const std::vector<size_t> waiters = std::move(it->second);
@@ -183,10 +192,13 @@ void Coordinator::ParkWaiters(NodeId node, std::span<const KvEvent> events, Wait
 Result<EventAck> Coordinator::PublishEvents(const EventBatch& batch) {
   for (size_t i = 0; i < batch.events.size(); ++i) {
     Status s = ValidateEvent(batch.events[i]);
-    if (!s.ok()) return s.WithContext("node \"" + batch.node + "\" event " + std::to_string(batch.first_sequence + i));
+    if (!s.ok())
+      return s.WithContext("node \"" + batch.node + "\" event " +
+                           std::to_string(batch.first_sequence + i));
   }
-  KVTIER_ASSIGN_OR_RETURN(const BatchCheck check, membership_.CheckBatch(batch.node, batch.incarnation,
-                                                                         batch.first_sequence, batch.events.size()));
+  KVTIER_ASSIGN_OR_RETURN(const BatchCheck check,
+                          membership_.CheckBatch(batch.node, batch.incarnation,
+                                                 batch.first_sequence, batch.events.size()));
   if (check.verdict != BatchVerdict::kApply) return EventAck{check.verdict, check.next_sequence};
   const NodeId node = *membership_.Find(batch.node);
   // Stored events waiting for a later event of the batch that stores their parent, by it.
@@ -239,15 +251,18 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
   std::unordered_map<BlockKey, size_t, BlockKeyHash> position;
   for (size_t i = 0; i < snapshot.blocks.size(); ++i) {
     const SnapshotBlock& b = snapshot.blocks[i];
-    if (!ValidTier(b.tier)) return InvalidArgumentError("snapshot block " + std::to_string(i) + ": unknown tier");
+    if (!ValidTier(b.tier))
+      return InvalidArgumentError("snapshot block " + std::to_string(i) + ": unknown tier");
     if (b.retention.priority > kMaxPriority) {
       return InvalidArgumentError("snapshot block " + std::to_string(i) + ": priority " +
-                                  std::to_string(b.retention.priority) + " is out of range [0, 100]");
+                                  std::to_string(b.retention.priority) +
+                                  " is out of range [0, 100]");
     }
     position.emplace(b.key, i);
   }
   KVTIER_RETURN_IF_ERROR(
-      membership_.SnapshotApplied(snapshot.node, snapshot.incarnation, snapshot.next_sequence).status());
+      membership_.SnapshotApplied(snapshot.node, snapshot.incarnation, snapshot.next_sequence)
+          .status());
   DropNode(node);
   // Store parents before children: for each block, collect its ancestors that the snapshot
   // also holds (stopping at a stored one, or after n steps on a malformed cycle) and store
@@ -260,7 +275,8 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
     chain.clear();
     for (size_t at = i; !done[at] && chain.size() <= snapshot.blocks.size();) {
       chain.push_back(at);
-      const auto parent = snapshot.blocks[at].parent ? position.find(*snapshot.blocks[at].parent) : position.end();
+      const auto parent =
+          snapshot.blocks[at].parent ? position.find(*snapshot.blocks[at].parent) : position.end();
       if (parent == position.end()) break;
       at = parent->second;
     }
@@ -269,11 +285,21 @@ Status Coordinator::PublishSnapshot(const NodeSnapshot& snapshot) {
       done[*it] = true;
       const SnapshotBlock& b = snapshot.blocks[*it];
       const Status stored =
-          StoreChainAndAdopt(node, {b.scope, b.parent, std::span<const BlockKey>(&b.key, 1), {node, b.tier, b.pool},
-                                    std::span<const BlockRetention>(&b.retention, 1), b.tokens});
+          StoreChainAndAdopt(node, {b.scope,
+                                    b.parent,
+                                    std::span<const BlockKey>(&b.key, 1),
+                                    {node, b.tier, b.pool},
+                                    std::span<const BlockRetention>(&b.retention, 1),
+                                    b.tokens});
       if (stored.code() == StatusCode::kFailedPrecondition) {
-        Park(node, {.kind = KvEvent::Kind::kStored, .scope = b.scope, .parent = b.parent, .keys = {b.key},
-                    .tier = b.tier, .pool = b.pool, .retention = {b.retention}, .tokens = b.tokens});
+        Park(node, {.kind = KvEvent::Kind::kStored,
+                    .scope = b.scope,
+                    .parent = b.parent,
+                    .keys = {b.key},
+                    .tier = b.tier,
+                    .pool = b.pool,
+                    .retention = {b.retention},
+                    .tokens = b.tokens});
       }
     }
   }
@@ -288,13 +314,15 @@ LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys,
 Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<WorkerLoad> workers, RoutableWorkers(query));
   const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
-  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
+  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers,
+                      options_.overlap_weight);
 }
 
 Result<std::vector<RouteChoice>> Coordinator::RouteAll(ScopeId scope, const RouteQuery& query) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<WorkerLoad> workers, RoutableWorkers(query));
   const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
-  return ScoreWorkers(lookup, {query.keys.size(), query.tail_tokens.size()}, workers, options_.overlap_weight);
+  return ScoreWorkers(lookup, {query.keys.size(), query.tail_tokens.size()}, workers,
+                      options_.overlap_weight);
 }
 
 Result<std::vector<WorkerLoad>> Coordinator::RoutableWorkers(const RouteQuery& query) const {

@@ -33,12 +33,12 @@ namespace kvtier::coordinator {
 struct KvEvent {
   enum class Kind { kStored, kRemoved, kTierChanged, kCleared };
   Kind kind = Kind::kStored;
-  ScopeId scope = 0;                      // stored
-  std::optional<BlockKey> parent;         // stored
-  std::vector<BlockKey> keys;             // stored, removed, tier changed (chain order)
-  Tier tier = Tier::kGpu;                 // stored, removed; the source of a tier change
+  ScopeId scope = 0;               // stored
+  std::optional<BlockKey> parent;  // stored
+  std::vector<BlockKey> keys;      // stored, removed, tier changed (chain order)
+  Tier tier = Tier::kGpu;          // stored, removed; the source of a tier change
   uint16_t pool = 0;
-  Tier to_tier = Tier::kHost;             // tier changed
+  Tier to_tier = Tier::kHost;  // tier changed
   uint16_t to_pool = 0;
   std::vector<BlockRetention> retention;  // stored: one per key, or empty
   std::vector<uint32_t> tokens = {};      // stored: the blocks' tokens (same count each), or empty
@@ -153,7 +153,8 @@ class WaitingChildren;
 
 class Coordinator {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  [[nodiscard]] static Result<std::unique_ptr<Coordinator>> Create(
+      const CoordinatorOptions& options);
   ~Coordinator();
 
   // kInvalidArgument: an unknown tier, a pool listed twice, more sinks than the window;
@@ -164,7 +165,8 @@ class Coordinator {
   // The RPC connection closed: see Membership::Disconnected.
   void Disconnected(ConnectionId connection) { membership_.Disconnected(connection); }
   // Renews the lease and records the node's load (active KV blocks) for routing.
-  [[nodiscard]] Status Heartbeat(const std::string& node, uint64_t lease_id, uint64_t active_blocks);
+  [[nodiscard]] Status Heartbeat(const std::string& node, uint64_t lease_id,
+                                 uint64_t active_blocks);
   // The node leaves the cluster now: its locations leave lookups at once (a draining
   // store), instead of after its lease. kNotFound: unknown node or another lease.
   [[nodiscard]] Status Leave(const std::string& node, uint64_t lease_id);
@@ -219,8 +221,8 @@ class Coordinator {
   // `event` moves from after `from` to after `to`, and those waiting for it with it: each
   // that an event in (from, to] supersedes stays out (an orphan only where
   // LeavesBlocksUnindexed says so), and those waiting for it are parked.
-  void KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting, size_t event, size_t from,
-                        size_t to);
+  void KeepWaitersValid(NodeId node, std::span<const KvEvent> events, Waiting& waiting,
+                        size_t event, size_t from, size_t to);
   // The events waiting for `event`, which stays out, and theirs in turn: parked, for
   // another store of their parent, of this batch or any node's (any later event of
   // theirs in their place drops them, as for every parked event).

@@ -38,15 +38,15 @@ struct NodeModel {
   uint64_t incarnation = 0;
   uint64_t lease_id = 0;
   uint64_t next_sequence = 0;
-  bool left = true;       // never registered, or left since
-  Nanos renewed{0};       // the last registration or heartbeat that succeeded
+  bool left = true;  // never registered, or left since
+  Nanos renewed{0};  // the last registration or heartbeat that succeeded
 };
 
 // What the nodes told the coordinator, over-approximated: everything any call named,
 // applied or not. A lookup may show less (evictions, orphans, a full index), never more.
 struct Told {
-  std::set<std::pair<ScopeId, BlockKey>> stored;                              // scope, key
-  std::set<std::tuple<std::string, BlockKey, uint8_t, uint16_t>> placed;     // node, key, tier, pool
+  std::set<std::pair<ScopeId, BlockKey>> stored;                          // scope, key
+  std::set<std::tuple<std::string, BlockKey, uint8_t, uint16_t>> placed;  // node, key, tier, pool
 };
 
 BlockKey KeyOf(uint32_t i) { return BlockKey{0xab, 1 + i}; }
@@ -81,17 +81,24 @@ class Harness {
 
  private:
   void Register(Choices& in, uint32_t n) {
-    Registration r{.node = kNodes[n], .role = n < 2 ? NodeRole::kWorker : NodeRole::kStore,
+    Registration r{.node = kNodes[n],
+                   .role = n < 2 ? NodeRole::kWorker : NodeRole::kStore,
                    .incarnation = 1 + in.Below(3)};
     r.pools.push_back({.tier = n < 2 ? Tier::kGpu : Tier::kHost, .pool = 0, .capacity_blocks = 8});
     if (n < 2 && in.Below(2) == 1) {
-      r.pools.push_back({.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 8, .window = {2 + in.Below(3), in.Below(2)}});
+      r.pools.push_back({.tier = Tier::kGpu,
+                         .pool = 1,
+                         .capacity_blocks = 8,
+                         .window = {2 + in.Below(3), in.Below(2)}});
     }
     const Result<RegisterResult> registered = coordinator_->Register(r);
     if (!registered.ok()) return;
     NodeModel& m = nodes_[n];
-    m = {.incarnation = r.incarnation, .lease_id = registered->lease_id, .next_sequence = m.next_sequence,
-         .left = false, .renewed = clock_.Now()};
+    m = {.incarnation = r.incarnation,
+         .lease_id = registered->lease_id,
+         .next_sequence = m.next_sequence,
+         .left = false,
+         .renewed = clock_.Now()};
     if (registered->snapshot_required) m.next_sequence = 0;
   }
 
@@ -108,7 +115,8 @@ class Harness {
     if (in.Below(2) == 1) e.parent = KeyOf(in.Below(12));
     if (in.Below(2) == 1) {
       for (uint32_t i = 0; i < keys; ++i) {
-        e.retention.push_back({static_cast<uint8_t>(in.Below(101)), std::chrono::milliseconds(100 * in.Below(8))});
+        e.retention.push_back(
+            {static_cast<uint8_t>(in.Below(101)), std::chrono::milliseconds(100 * in.Below(8))});
       }
     }
     if (in.Below(2) == 1) e.tokens.assign(size_t{keys} * (1 + in.Below(2)), in.Next());
@@ -125,8 +133,10 @@ class Harness {
 
   void Publish(Choices& in, uint32_t n) {
     NodeModel& m = nodes_[n];
-    EventBatch batch{.node = kNodes[n], .incarnation = m.incarnation + (in.Below(8) == 0 ? 1 : 0),
-                     .first_sequence = m.next_sequence, .events = {}};
+    EventBatch batch{.node = kNodes[n],
+                     .incarnation = m.incarnation + (in.Below(8) == 0 ? 1 : 0),
+                     .first_sequence = m.next_sequence,
+                     .events = {}};
     if (const uint32_t skew = in.Below(8); skew == 1 && batch.first_sequence > 0) {
       --batch.first_sequence;  // overlaps what was applied: a retry
     } else if (skew == 2) {
@@ -140,12 +150,17 @@ class Harness {
 
   void Snapshot(Choices& in, uint32_t n) {
     NodeModel& m = nodes_[n];
-    NodeSnapshot snapshot{
-        .node = kNodes[n], .incarnation = m.incarnation, .next_sequence = m.next_sequence, .blocks = {}};
+    NodeSnapshot snapshot{.node = kNodes[n],
+                          .incarnation = m.incarnation,
+                          .next_sequence = m.next_sequence,
+                          .blocks = {}};
     const uint32_t blocks = in.Below(6);
     for (uint32_t i = 0; i < blocks; ++i) {
-      SnapshotBlock b{.key = KeyOf(in.Below(12)), .parent = std::nullopt, .scope = static_cast<ScopeId>(in.Below(2)),
-                      .tier = static_cast<Tier>(in.Below(3)), .pool = static_cast<uint16_t>(in.Below(2)),
+      SnapshotBlock b{.key = KeyOf(in.Below(12)),
+                      .parent = std::nullopt,
+                      .scope = static_cast<ScopeId>(in.Below(2)),
+                      .tier = static_cast<Tier>(in.Below(3)),
+                      .pool = static_cast<uint16_t>(in.Below(2)),
                       .retention = {}};
       if (in.Below(2) == 1) b.parent = KeyOf(in.Below(12));
       told_.stored.insert({b.scope, b.key});
@@ -156,7 +171,8 @@ class Harness {
   }
 
   void Renew(uint32_t n) {
-    if (coordinator_->Heartbeat(kNodes[n], nodes_[n].lease_id, 3).ok()) nodes_[n].renewed = clock_.Now();
+    if (coordinator_->Heartbeat(kNodes[n], nodes_[n].lease_id, 3).ok())
+      nodes_[n].renewed = clock_.Now();
   }
 
   void Leave(uint32_t n) {
@@ -167,7 +183,8 @@ class Harness {
     clock_.Advance(kLeaseTtl / 4 * in.Below(6));
     coordinator_->Tick();
     for (NodeModel& m : nodes_) {
-      if (clock_.Now() - m.renewed >= 2 * kLeaseTtl) m.left = true;  // expired for sure by this tick
+      if (clock_.Now() - m.renewed >= 2 * kLeaseTtl)
+        m.left = true;  // expired for sure by this tick
     }
   }
 
@@ -191,9 +208,11 @@ class Harness {
     const std::vector<BlockKey> keys = Prompt(in);
     const LookupResult result = coordinator_->Lookup(scope, keys);
     FuzzCheck(result.matched_blocks <= keys.size(), "no more blocks matched than asked for");
-    FuzzCheck(result.location_begin.size() == result.matched_blocks + 1u, "a location range per matched block");
+    FuzzCheck(result.location_begin.size() == result.matched_blocks + 1u,
+              "a location range per matched block");
     for (uint32_t i = 0; i < result.matched_blocks; ++i) {
-      FuzzCheck(told_.stored.contains({scope, keys[i]}), "a matched block was stored under the lookup's scope");
+      FuzzCheck(told_.stored.contains({scope, keys[i]}),
+                "a matched block was stored under the lookup's scope");
       for (const Location& at : result.LocationsOf(i)) {
         const std::string& name = coordinator_->NodeName(at.node);
         FuzzCheck(told_.placed.contains({name, keys[i], static_cast<uint8_t>(at.tier), at.pool}),
@@ -208,7 +227,8 @@ class Harness {
     const std::vector<BlockKey> keys = Prompt(in);
     const Result<RouteChoice> choice = coordinator_->Route(scope, {.keys = keys});
     if (!choice.ok()) {
-      FuzzCheck(choice.status().code() == StatusCode::kUnavailable, "a route fails only for want of a worker");
+      FuzzCheck(choice.status().code() == StatusCode::kUnavailable,
+                "a route fails only for want of a worker");
       return;
     }
     const std::string& name = coordinator_->NodeName(choice->node);

@@ -24,7 +24,8 @@ TEST_F(CoordinatorTest, AStoredBlockWhoseParentNoNodeHoldsIsLeftOutWithoutASnaps
   EXPECT_EQ(Matched(ab), 0u);
   EXPECT_EQ(coordinator_->Stats().membership.resyncs, resyncs);
   // Once a is stored, storing b again links it.
-  EXPECT_EQ(Publish("w1", 1, {Stored({ab[0]}), Stored({ab[1]}, ab[0])}).verdict, BatchVerdict::kApply);
+  EXPECT_EQ(Publish("w1", 1, {Stored({ab[0]}), Stored({ab[1]}, ab[0])}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(ab), 2u);
 }
 
@@ -35,8 +36,10 @@ TEST_F(CoordinatorTest, AChainSentChildFirstIsAppliedParentFirst) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const EventAck ack = Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost), Stored({abc[1]}, abc[0], Tier::kHost),
-                                         Stored({abc[0]}, std::nullopt, Tier::kHost)});
+  const EventAck ack =
+      Publish("s1", 0,
+              {Stored({abc[2]}, abc[1], Tier::kHost), Stored({abc[1]}, abc[0], Tier::kHost),
+               Stored({abc[0]}, std::nullopt, Tier::kHost)});
   EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
   EXPECT_EQ(ack.next_sequence, 3u);
   EXPECT_EQ(Matched(abc), 3u) << "c waited for b, which waited for a";
@@ -51,7 +54,8 @@ TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResyn
   const auto ab = Chain(1, 2), c = Chain(3, 1);
   WorkerEvictsChain(ab);
   const uint64_t resyncs = coordinator_->Stats().membership.resyncs;
-  const EventAck ack = Publish("s1", 0, {Stored({ab[1]}, ab[0], Tier::kHost), Stored(c, std::nullopt, Tier::kHost)});
+  const EventAck ack =
+      Publish("s1", 0, {Stored({ab[1]}, ab[0], Tier::kHost), Stored(c, std::nullopt, Tier::kHost)});
   EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
   EXPECT_EQ(ack.next_sequence, 2u);
   EXPECT_EQ(Matched(ab), 0u);
@@ -66,12 +70,15 @@ TEST_F(CoordinatorTest, AStoresCopyOfABlockWhoseParentLeftFirstIsLeftOutNotResyn
 TEST_F(CoordinatorTest, AChildWhoseParentComesInTheStoresNextBatchIsIndexed) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u);
   EXPECT_EQ(Matched(abc), 0u);
-  ASSERT_EQ(Publish("s1", 1, {Stored({abc[1]}, abc[0], Tier::kHost), Stored({abc[0]}, std::nullopt, Tier::kHost)})
-                .verdict,
-            BatchVerdict::kApply);
+  ASSERT_EQ(
+      Publish("s1", 1,
+              {Stored({abc[1]}, abc[0], Tier::kHost), Stored({abc[0]}, std::nullopt, Tier::kHost)})
+          .verdict,
+      BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 3u) << "b waited for a in its batch, c for b across batches";
   const CoordinatorStats stats = coordinator_->Stats();
   EXPECT_EQ(stats.adopted_blocks, 1u);
@@ -87,8 +94,10 @@ TEST_F(CoordinatorTest, AChildWhoseParentComesInTheStoresNextBatchIsIndexed) {
 TEST_F(CoordinatorTest, AWaitingChildIsIndexedWhenAnotherNodeStoresItsParent) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("w1", 1 + abc.size(), {Stored({abc[0], abc[1]})}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
+  ASSERT_EQ(Publish("w1", 1 + abc.size(), {Stored({abc[0], abc[1]})}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 3u);
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 1u);
 }
@@ -98,10 +107,13 @@ TEST_F(CoordinatorTest, AWaitingChildIsIndexedWhenAnotherNodeStoresItsParent) {
 TEST_F(CoordinatorTest, AWaitingChainIsTakenInWholeWhenItsRootComes) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("s1", 1, {Stored({abc[1]}, abc[0], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 1, {Stored({abc[1]}, abc[0], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 2u);
-  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 3u);
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 2u);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
@@ -113,13 +125,16 @@ TEST_F(CoordinatorTest, AWaitingChainIsTakenInWholeWhenItsRootComes) {
 TEST_F(CoordinatorTest, AWaitingChildIsDroppedByItsOwnNodesLaterWordOnIt) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   ASSERT_EQ(Publish("w1", 1 + abc.size(), {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
-  EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u) << "the worker's removal is not the store's word";
+  EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u)
+      << "the worker's removal is not the store's word";
   ASSERT_EQ(Publish("s1", 1, {Removed({abc[2]}, Tier::kHost)}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u) << "c is gone: nothing was lost";
-  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 2u) << "c was removed: it does not come back with its parent";
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 0u);
 }
@@ -129,10 +144,12 @@ TEST_F(CoordinatorTest, AWaitingChildIsDroppedByItsOwnNodesLaterWordOnIt) {
 TEST_F(CoordinatorTest, AWaitingCopyBelowOutlivesItsRemovalAbove) {
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kDisk)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kDisk)}).verdict,
+            BatchVerdict::kApply);
   ASSERT_EQ(Publish("s1", 1, {Removed({abc[2]}, Tier::kHost)}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u);
-  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 2, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 3u);
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 1u);
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 0u);
@@ -140,8 +157,9 @@ TEST_F(CoordinatorTest, AWaitingCopyBelowOutlivesItsRemovalAbove) {
 
 TEST_F(CoordinatorTest, AChildDemotedWithinTheBatchThatBringsItsParentIsIndexedBelow) {
   const auto ab = Chain(1, 2);
-  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0], Tier::kHost), Stored({ab[1]}, ab[0], Tier::kDisk),
-                               Removed({ab[1]}, Tier::kHost), Stored({ab[0]}, std::nullopt, Tier::kHost)}),
+  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0], Tier::kHost),
+                               Stored({ab[1]}, ab[0], Tier::kDisk), Removed({ab[1]}, Tier::kHost),
+                               Stored({ab[0]}, std::nullopt, Tier::kHost)}),
             0u);
   EXPECT_EQ(Matched(ab), 2u);
 }
@@ -151,9 +169,11 @@ TEST_F(CoordinatorTest, AChildDemotedWithinTheBatchThatBringsItsParentIsIndexedB
 TEST_F(CoordinatorTest, AWaitingChildGivesUpAfterTheWaitOrWhenItsNodeLeaves) {
   const auto abc = Chain(1, 3), xy = Chain(10, 2);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(OrphansOnceTheWaitIsOver(), 1u);
-  ASSERT_EQ(Publish("s1", 1, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 1, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 2u);
   // A second store parks y under x, and leaves: y goes with it, counted nowhere.
   const uint64_t lease = Join("s2", 1, NodeRole::kStore);
@@ -161,7 +181,8 @@ TEST_F(CoordinatorTest, AWaitingChildGivesUpAfterTheWaitOrWhenItsNodeLeaves) {
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u);
   ASSERT_TRUE(coordinator_->Leave("s2", lease).ok());
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
-  ASSERT_EQ(Publish("s1", 2, {Stored({xy[0]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 2, {Stored({xy[0]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(xy), 1u);
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
 }
@@ -172,10 +193,12 @@ TEST_F(CoordinatorTest, WithNoOrphanWaitAChildIsLeftOutAtOnce) {
   Restart();
   const auto abc = Chain(1, 3);
   WorkerEvictsChain(abc);
-  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 0, {Stored({abc[2]}, abc[1], Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 0u);
   EXPECT_EQ(coordinator_->Stats().orphaned_blocks, 1u);
-  ASSERT_EQ(Publish("s1", 1, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict, BatchVerdict::kApply);
+  ASSERT_EQ(Publish("s1", 1, {Stored({abc[0], abc[1]}, std::nullopt, Tier::kHost)}).verdict,
+            BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 2u);
 }
 
@@ -185,7 +208,8 @@ TEST_F(CoordinatorTest, ASnapshotBlockWhoseParentIsHeldNowhereWaitsForIt) {
   Join("w1");
   Result<RegisterResult> store = coordinator_->Register({"s1", NodeRole::kStore, 1});
   ASSERT_TRUE(store.ok());
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"s1", 1, 0, {{ab[1], ab[0], 0, Tier::kHost, 0, {}}}}).ok());
+  ASSERT_TRUE(
+      coordinator_->PublishSnapshot({"s1", 1, 0, {{ab[1], ab[0], 0, Tier::kHost, 0, {}}}}).ok());
   EXPECT_EQ(coordinator_->Stats().waiting_blocks, 1u);
   ASSERT_EQ(Publish("w1", 0, {Stored({ab[0]})}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(Matched(ab), 2u);
@@ -201,7 +225,8 @@ TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLies
   EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Removed({ab[1]}), Stored({ab[0]})}), 0u);
   EXPECT_EQ(Matched(ab), 1u);
   Restart();
-  EXPECT_EQ(OrphansOfOneBatch({Stored({ab[1]}, ab[0]), Moved({ab[1]}, Tier::kGpu, Tier::kHost), Stored({ab[0]})}),
+  EXPECT_EQ(OrphansOfOneBatch(
+                {Stored({ab[1]}, ab[0]), Moved({ab[1]}, Tier::kGpu, Tier::kHost), Stored({ab[0]})}),
             1u);
   EXPECT_EQ(Matched(ab), 1u);
 }
@@ -210,8 +235,8 @@ TEST_F(CoordinatorTest, AChildWaitsForItsParentOnlyWhereNoEventOfItsOwnBlockLies
 // removal (event 2) and come back. It stays out; a and b are indexed.
 TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) {
   const auto abc = Chain(1, 3);
-  EXPECT_EQ(OrphansOfOneBatch(
-                {Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]), Removed({abc[2]}), Stored({abc[0]})}),
+  EXPECT_EQ(OrphansOfOneBatch({Stored({abc[2]}, abc[1]), Stored({abc[1]}, abc[0]),
+                               Removed({abc[2]}), Stored({abc[0]})}),
             0u);
   EXPECT_EQ(Matched(abc), 2u);
   // Moved to the host instead of removed, c is held there unindexed: an orphan.
@@ -226,8 +251,8 @@ TEST_F(CoordinatorTest, AWaitingChildDoesNotMoveWithItsParentPastItsOwnRemoval) 
 // at no loss, but d, whose parent is now held nowhere, is an orphan.
 TEST_F(CoordinatorTest, AChildWaitingForABlockItsNodeRemovedIsAnOrphan) {
   const auto abcd = Chain(1, 4);
-  EXPECT_EQ(OrphansOfOneBatch({Stored({abcd[3]}, abcd[2]), Stored({abcd[2]}, abcd[1]), Stored({abcd[1]}, abcd[0]),
-                               Removed({abcd[2]}), Stored({abcd[0]})}),
+  EXPECT_EQ(OrphansOfOneBatch({Stored({abcd[3]}, abcd[2]), Stored({abcd[2]}, abcd[1]),
+                               Stored({abcd[1]}, abcd[0]), Removed({abcd[2]}), Stored({abcd[0]})}),
             1u);
   EXPECT_EQ(Matched(abcd), 2u);
 }
@@ -238,9 +263,11 @@ TEST_F(CoordinatorTest, AChildWaitingForABlockItsNodeRemovedIsAnOrphan) {
 TEST_F(CoordinatorTest, AChildOfACopyThatMovedDownIsTakenInByTheCopyBelow) {
   const auto bcde = Chain(1, 4);
   const auto &b = bcde[0], &c = bcde[1], &d = bcde[2], &e = bcde[3];
-  EXPECT_EQ(OrphansOfOneBatch({Stored({e}, d, Tier::kHost), Stored({d}, c, Tier::kHost), Stored({c}, b, Tier::kHost),
-                               Removed({d}, Tier::kHost), Stored({d}, c, Tier::kDisk), Stored({b}, std::nullopt, Tier::kHost)}),
-            0u);
+  EXPECT_EQ(
+      OrphansOfOneBatch({Stored({e}, d, Tier::kHost), Stored({d}, c, Tier::kHost),
+                         Stored({c}, b, Tier::kHost), Removed({d}, Tier::kHost),
+                         Stored({d}, c, Tier::kDisk), Stored({b}, std::nullopt, Tier::kHost)}),
+      0u);
   EXPECT_EQ(Matched(bcde), 4u);
   EXPECT_EQ(coordinator_->Stats().adopted_blocks, 2u);
 }
@@ -261,7 +288,8 @@ TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn
   const auto abc = Chain(1, 3), xyz = Chain(10, 3);
   // Event 0: blocks a,b,c (3 of 4). Event 1: x,y,z would make 6: left out. Event 2 takes
   // c away; event 3 stores x alone (4 of 4).
-  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Removed({abc[2]}), Stored({xyz[0]})});
+  const EventAck ack =
+      Publish("w1", 0, {Stored(abc), Stored(xyz), Removed({abc[2]}), Stored({xyz[0]})});
   EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
   EXPECT_EQ(ack.next_sequence, 4u);
   EXPECT_EQ(Matched(abc), 2u);
@@ -269,7 +297,8 @@ TEST_F(CoordinatorTest, AStoredEventPastTheIndexLimitIsLeftOutAndTheStreamGoesOn
   const CoordinatorStats stats = coordinator_->Stats();
   EXPECT_EQ(stats.index.refused_full, 1u);
   EXPECT_EQ(stats.index.blocks, 3u);
-  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
+  EXPECT_EQ(stats.membership.resyncs, resyncs)
+      << "a full index is no lost event: no snapshot is asked";
 }
 
 TEST_F(CoordinatorTest, AChildOfALeftOutChainIsLeftOutTooWithoutAResync) {
@@ -279,19 +308,22 @@ TEST_F(CoordinatorTest, AChildOfALeftOutChainIsLeftOutTooWithoutAResync) {
   const auto abc = Chain(1, 3), xyz = Chain(10, 3), pq = Chain(20, 2);
   // a,b,c fit (3 of 4); x,y,z do not; then the node extends z with p and y with q (a
   // branch): both parents were left out, so both are left out; no event was lost.
-  const EventAck ack = Publish("w1", 0, {Stored(abc), Stored(xyz), Stored({pq[0]}, xyz[2]), Stored({pq[1]}, xyz[1])});
+  const EventAck ack = Publish(
+      "w1", 0, {Stored(abc), Stored(xyz), Stored({pq[0]}, xyz[2]), Stored({pq[1]}, xyz[1])});
   EXPECT_EQ(ack.verdict, BatchVerdict::kApply);
   EXPECT_EQ(ack.next_sequence, 4u);
   // A grandchild as well, in the next batch; then c is removed and a fresh chain fits.
   const auto fresh = Chain(30, 1);
-  EXPECT_EQ(Publish("w1", 4, {Stored(Chain(21, 1), pq[0]), Removed({abc[2]}), Stored(fresh)}).verdict,
-            BatchVerdict::kApply);
+  EXPECT_EQ(
+      Publish("w1", 4, {Stored(Chain(21, 1), pq[0]), Removed({abc[2]}), Stored(fresh)}).verdict,
+      BatchVerdict::kApply);
   EXPECT_EQ(Matched(fresh), 1u);
   EXPECT_EQ(Matched(xyz), 0u);
   const CoordinatorStats stats = coordinator_->Stats();
   EXPECT_EQ(stats.index.refused_full, 1u);
   EXPECT_EQ(stats.refused_children, 3u);
-  EXPECT_EQ(stats.membership.resyncs, resyncs) << "a full index is no lost event: no snapshot is asked";
+  EXPECT_EQ(stats.membership.resyncs, resyncs)
+      << "a full index is no lost event: no snapshot is asked";
 }
 
 TEST_F(CoordinatorTest, AnUnknownParentThatWasNotLeftOutMakesAnOrphanNotARefusedChild) {
@@ -311,7 +343,8 @@ TEST_F(CoordinatorTest, BlocksASnapshotCouldNotFitTakeTheirChildrenOutToo) {
   Join("w1");
   const auto abc = Chain(1, 3), d = Chain(4, 1);
   ASSERT_EQ(Publish("w1", 0, {Stored({abc[0]})}).verdict, BatchVerdict::kApply);
-  ASSERT_EQ(Publish("w1", 5, {Stored({abc[1]}, abc[0])}).verdict, BatchVerdict::kSnapshotRequired);  // a gap
+  ASSERT_EQ(Publish("w1", 5, {Stored({abc[1]}, abc[0])}).verdict,
+            BatchVerdict::kSnapshotRequired);  // a gap
   // The snapshot holds a,b,c; the index has room for two: c is left out.
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 6, GpuChainBlocks(abc)}).ok());
   EXPECT_EQ(Matched(abc), 2u);
@@ -326,7 +359,8 @@ TEST_F(CoordinatorTest, WhatWasLeftOutForANodeIsForgottenWhenItsHoldingsAreRepla
   RestartWithIndexLimit(2);
   Join("w1");
   const auto ab = Chain(1, 2), xyz = Chain(10, 3);
-  ASSERT_EQ(Publish("w1", 0, {Stored(ab), Stored(xyz)}).verdict, BatchVerdict::kApply);  // x,y,z left out
+  ASSERT_EQ(Publish("w1", 0, {Stored(ab), Stored(xyz)}).verdict,
+            BatchVerdict::kApply);  // x,y,z left out
   // The node restarts (incarnation 2) with nothing cached: its old blocks are gone, and a
   // child of z now names a parent nobody holds: an orphan, not a child of a refused block.
   ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 2}).ok());

@@ -17,7 +17,6 @@ namespace {
 
 using std::chrono::seconds;
 
-
 TEST_F(CoordinatorTest, EventsApplyInSequenceAndDuplicatesAreSkipped) {
   Join("w1");
   const auto abc = Chain(1, 3);
@@ -47,11 +46,15 @@ TEST_F(CoordinatorTest, AGapStopsTheStreamUntilASnapshot) {
       << "nothing is applied while the stream waits for its snapshot";
   EXPECT_EQ(Matched(abc), 1u);
   // The snapshot says what the node really holds, as of event 3.
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 3,
-                                             {{abc[2], abc[1], 0, Tier::kGpu, 0, {}},  // children first: reordered
-                                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
-                                              {abc[0], std::nullopt, 0, Tier::kGpu, 0, {}}}})
-                  .ok());
+  ASSERT_TRUE(
+      coordinator_
+          ->PublishSnapshot({"w1",
+                             1,
+                             3,
+                             {{abc[2], abc[1], 0, Tier::kGpu, 0, {}},  // children first: reordered
+                              {abc[1], abc[0], 0, Tier::kGpu, 0, {}},
+                              {abc[0], std::nullopt, 0, Tier::kGpu, 0, {}}}})
+          .ok());
   EXPECT_EQ(Matched(abc), 3u);
   EXPECT_EQ(Publish("w1", 3, {Removed({abc[2]})}).verdict, BatchVerdict::kApply);
   EXPECT_EQ(Matched(abc), 2u);
@@ -70,10 +73,13 @@ TEST_F(CoordinatorTest, MalformedBatchIsRefusedWholeAndChangesNothing) {
   EXPECT_NE(ack.status().message().find("event 1"), std::string::npos) << ack.status();
   EXPECT_NE(ack.status().message().find("priority 101"), std::string::npos) << ack.status();
   EXPECT_EQ(coordinator_->Stats().index.blocks, 0u);
-  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(1, 1))}).verdict, BatchVerdict::kApply) << "sequence not advanced";
+  EXPECT_EQ(Publish("w1", 0, {Stored(Chain(1, 1))}).verdict, BatchVerdict::kApply)
+      << "sequence not advanced";
   // Unknown nodes and stale incarnations get clear errors.
-  EXPECT_EQ(coordinator_->PublishEvents({"nobody", 1, 0, {}}).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(coordinator_->PublishEvents({"w1", 7, 1, {}}).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->PublishEvents({"nobody", 1, 0, {}}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->PublishEvents({"w1", 7, 1, {}}).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 // A stored event that repeats a key is malformed wherever its parent is. Found by
@@ -83,7 +89,8 @@ TEST_F(CoordinatorTest, AStoredEventRepeatingAKeyIsRefusedWholeEvenBeforeItsPare
   Join("w1");
   const auto keys = Chain(20, 3);
   // Block 21 twice, under block 20, which no node holds.
-  Result<EventAck> ack = coordinator_->PublishEvents({"w1", 1, 0, {Stored({keys[1], keys[1]}, keys[0])}});
+  Result<EventAck> ack =
+      coordinator_->PublishEvents({"w1", 1, 0, {Stored({keys[1], keys[1]}, keys[0])}});
   ASSERT_FALSE(ack.ok());
   EXPECT_EQ(ack.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(ack.status().message().find("repeats a block key"), std::string::npos) << ack.status();
@@ -97,12 +104,14 @@ TEST_F(CoordinatorTest, ARestartedNodeLosesItsOldLocations) {
   Join("w1", /*incarnation=*/1);
   const auto ab = Chain(1, 2);
   Publish("w1", 0, {Stored(ab)});
-  Result<RegisterResult> again = coordinator_->Register({"w1", NodeRole::kWorker, /*incarnation=*/2});
+  Result<RegisterResult> again =
+      coordinator_->Register({"w1", NodeRole::kWorker, /*incarnation=*/2});
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->restarted);
   EXPECT_TRUE(again->snapshot_required);
   EXPECT_EQ(Matched(ab), 0u) << "the new process holds nothing it has not reported";
-  EXPECT_EQ(coordinator_->PublishEvents({"w1", 1, 1, {}}).status().code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(coordinator_->PublishEvents({"w1", 1, 1, {}}).status().code(),
+            StatusCode::kFailedPrecondition)
       << "events of the old incarnation are stale";
 }
 
@@ -110,32 +119,40 @@ TEST_F(CoordinatorTest, ARestartedNodeLosesItsOldLocations) {
 // the two do not take the lease from each other in turn; once the first's connection
 // closes (the process died), a new incarnation is a restart and gets in.
 TEST_F(CoordinatorTest, ANameHeldOnAnOpenConnectionIsRefusedToAnotherProcess) {
-  auto first = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 5});
+  auto first = coordinator_->Register(
+      {.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 5});
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(coordinator_->PublishSnapshot({"s1", 1, 0, {}}).ok());
   const auto ab = Chain(1, 2);
   Publish("s1", 0, {Stored(ab, std::nullopt, Tier::kHost)});
 
-  auto second = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
+  auto second = coordinator_->Register(
+      {.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
   ASSERT_EQ(second.status().code(), StatusCode::kAlreadyExists) << second.status();
   EXPECT_NE(second.status().message().find("\"s1\""), std::string::npos) << second.status();
-  EXPECT_NE(second.status().message().find("a name of its own"), std::string::npos) << second.status();
+  EXPECT_NE(second.status().message().find("a name of its own"), std::string::npos)
+      << second.status();
   EXPECT_EQ(coordinator_->Stats().membership.name_conflicts, 1u);
-  EXPECT_TRUE(coordinator_->Heartbeat("s1", first->lease_id, 0).ok()) << "the first keeps its lease";
+  EXPECT_TRUE(coordinator_->Heartbeat("s1", first->lease_id, 0).ok())
+      << "the first keeps its lease";
   EXPECT_EQ(Matched(ab), 2u) << "and its blocks";
 
   // The first process reconnects (same incarnation, connection 7): not a conflict.
-  auto reconnected = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 7});
+  auto reconnected = coordinator_->Register(
+      {.node = "s1", .role = NodeRole::kStore, .incarnation = 1, .connection = 7});
   ASSERT_TRUE(reconnected.ok()) << reconnected.status();
   EXPECT_FALSE(reconnected->restarted);
   coordinator_->Disconnected(5);  // its old connection: no longer what holds the name
-  EXPECT_EQ(coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6})
-                .status()
-                .code(),
-            StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      coordinator_
+          ->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6})
+          .status()
+          .code(),
+      StatusCode::kAlreadyExists);
 
   coordinator_->Disconnected(7);  // the first process died
-  auto restarted = coordinator_->Register({.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
+  auto restarted = coordinator_->Register(
+      {.node = "s1", .role = NodeRole::kStore, .incarnation = 2, .connection = 6});
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   EXPECT_TRUE(restarted->restarted);
   EXPECT_EQ(Matched(ab), 0u) << "the new process holds nothing it has not reported";
@@ -146,8 +163,9 @@ TEST_F(CoordinatorTest, ANameHeldOnAnOpenConnectionIsRefusedToAnotherProcess) {
 // gives up; its lease lapsing frees the name anyway.
 TEST_F(CoordinatorTest, ANameIsFreeAgainOnceItsHoldersLeaseLapses) {
   ASSERT_TRUE(coordinator_->Register({.node = "w1", .incarnation = 1, .connection = 5}).ok());
-  ASSERT_EQ(coordinator_->Register({.node = "w1", .incarnation = 2, .connection = 6}).status().code(),
-            StatusCode::kAlreadyExists);
+  ASSERT_EQ(
+      coordinator_->Register({.node = "w1", .incarnation = 2, .connection = 6}).status().code(),
+      StatusCode::kAlreadyExists);
   clock_.Advance(seconds(11));
   coordinator_->Tick();
   EXPECT_TRUE(coordinator_->Register({.node = "w1", .incarnation = 2, .connection = 6}).ok());
@@ -169,7 +187,8 @@ TEST_F(CoordinatorTest, ExpiredLeaseRemovesTheNodesBlocksWithinTwoLeasePeriods) 
   ASSERT_EQ(result.scores.size(), 1u) << "only w2 (node id 1) still holds the prefix";
   EXPECT_EQ(result.scores[0].node, 1);
   EXPECT_EQ(coordinator_->Stats().membership.lease_expiries, 1u);
-  EXPECT_EQ(coordinator_->Heartbeat("w1", lease1, 0).code(), StatusCode::kNotFound) << "it must register again";
+  EXPECT_EQ(coordinator_->Heartbeat("w1", lease1, 0).code(), StatusCode::kNotFound)
+      << "it must register again";
 }
 
 TEST_F(CoordinatorTest, ALeavingNodesBlocksGoAtOnce) {
@@ -180,7 +199,8 @@ TEST_F(CoordinatorTest, ALeavingNodesBlocksGoAtOnce) {
   EXPECT_EQ(coordinator_->Leave("s1", lease + 1).code(), StatusCode::kNotFound) << "another lease";
   ASSERT_TRUE(coordinator_->Leave("s1", lease).ok());
   EXPECT_EQ(Matched(ab), 0u) << "no tick, no lease expiry needed";
-  EXPECT_EQ(coordinator_->Heartbeat("s1", lease, 0).code(), StatusCode::kNotFound) << "it must register again";
+  EXPECT_EQ(coordinator_->Heartbeat("s1", lease, 0).code(), StatusCode::kNotFound)
+      << "it must register again";
   EXPECT_EQ(coordinator_->Leave("s1", lease).code(), StatusCode::kNotFound);
 }
 
@@ -204,10 +224,13 @@ TEST_F(CoordinatorTest, CoordinatorRestartAnswersMissesUntilSnapshotsRebuildIt) 
 TEST_F(CoordinatorTest, ASnapshotMayNameABlockOnTwoTiersOfTheNode) {
   Join("s1", 1, NodeRole::kStore);
   const auto ab = Chain(1, 2);
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"s1", 1, 0,
-                                             {{ab[0], std::nullopt, 0, Tier::kHost, 0, {}},
-                                              {ab[0], std::nullopt, 0, Tier::kDisk, 0, {}},
-                                              {ab[1], ab[0], 0, Tier::kDisk, 0, {}}}})
+  ASSERT_TRUE(coordinator_
+                  ->PublishSnapshot({"s1",
+                                     1,
+                                     0,
+                                     {{ab[0], std::nullopt, 0, Tier::kHost, 0, {}},
+                                      {ab[0], std::nullopt, 0, Tier::kDisk, 0, {}},
+                                      {ab[1], ab[0], 0, Tier::kDisk, 0, {}}}})
                   .ok());
   LookupResult both = coordinator_->Lookup(0, ab);
   ASSERT_EQ(both.matched_blocks, 2u);
@@ -222,9 +245,11 @@ TEST_F(CoordinatorTest, ASnapshotMayNameABlockOnTwoTiersOfTheNode) {
 }
 
 TEST_F(CoordinatorTest, RouteChoosesALiveWorkerNeverAStore) {
-  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(),
+            StatusCode::kUnavailable);
   Join("store-1", 1, NodeRole::kStore);
-  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(coordinator_->Route(0, {.keys = Chain(1, 2)}).status().code(),
+            StatusCode::kUnavailable);
   const uint64_t lease_a = Join("w-a");
   const uint64_t lease_b = Join("w-b");
   const auto prompt = Chain(1, 4);
@@ -285,11 +310,16 @@ TEST_F(CoordinatorTest, RouteCreditsAReusableTail) {
 TEST_F(CoordinatorTest, RegisteredPoolsGiveCapacityAndWindows) {
   // w1: GPU pool 0 full attention (100 blocks), GPU pool 1 a window of 3 blocks with one
   // sink (50 blocks); s1: a host tier of 1000 blocks.
-  const std::vector<PoolInfo> w1_pools = {{.tier = Tier::kGpu, .pool = 0, .capacity_blocks = 100},
-                                           {.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {3, 1}}};
+  const std::vector<PoolInfo> w1_pools = {
+      {.tier = Tier::kGpu, .pool = 0, .capacity_blocks = 100},
+      {.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {3, 1}}};
   ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1, w1_pools}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
-  ASSERT_TRUE(coordinator_->Register({"s1", NodeRole::kStore, 1, std::vector<PoolInfo>{{.tier = Tier::kHost, .capacity_blocks = 1000}}}).ok());
+  ASSERT_TRUE(
+      coordinator_
+          ->Register({"s1", NodeRole::kStore, 1,
+                      std::vector<PoolInfo>{{.tier = Tier::kHost, .capacity_blocks = 1000}}})
+          .ok());
   // Blocks 0-7 in the windowed pool; the worker evicts 1-4 (they left every window).
   const auto keys = Chain(1, 8);
   KvEvent stored = Stored(keys);
@@ -308,8 +338,13 @@ TEST_F(CoordinatorTest, RegisteredPoolsGiveCapacityAndWindows) {
 // window of nearly 2^32 tokens still the 2^28 blocks it spans (not wrapped to none).
 TEST(WindowOfTest, RoundsTokensUpToWholeBlocks) {
   const auto window = [](uint32_t tokens, uint32_t sinks) {
-    return WindowOf(KvLayout::Create({.num_layers = 1, .num_kv_heads = 1, .head_dim = 8, .tokens_per_block = 16,
-                                      .dtype = KvDtype::kFp16, .attention_window = tokens, .sink_tokens = sinks})
+    return WindowOf(KvLayout::Create({.num_layers = 1,
+                                      .num_kv_heads = 1,
+                                      .head_dim = 8,
+                                      .tokens_per_block = 16,
+                                      .dtype = KvDtype::kFp16,
+                                      .attention_window = tokens,
+                                      .sink_tokens = sinks})
                         .value());
   };
   EXPECT_EQ(window(0, 0), (PoolWindow{0, 0})) << "full attention";
@@ -326,7 +361,8 @@ TEST_F(CoordinatorTest, FullAttentionPoolDoesNotServeAcrossMissingBlocks) {
 }
 
 TEST_F(CoordinatorTest, BadPoolsAreRefusedAndRegisterNothing) {
-  const std::vector<PoolInfo> twice = {{.tier = Tier::kGpu, .pool = 0}, {.tier = Tier::kGpu, .pool = 0}};
+  const std::vector<PoolInfo> twice = {{.tier = Tier::kGpu, .pool = 0},
+                                       {.tier = Tier::kGpu, .pool = 0}};
   const std::vector<PoolInfo> sinks = {{.tier = Tier::kGpu, .window = {2, 3}}};
   const std::vector<PoolInfo> tier = {{.tier = static_cast<Tier>(7)}};
   for (const auto& pools : {twice, sinks, tier}) {
@@ -339,14 +375,16 @@ TEST_F(CoordinatorTest, BadPoolsAreRefusedAndRegisterNothing) {
 
 TEST_F(CoordinatorTest, AChangedWindowUnderHeldBlocksAsksForASnapshot) {
   const std::vector<PoolInfo> full = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50}};
-  const std::vector<PoolInfo> windowed = {{.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {2, 0}}};
+  const std::vector<PoolInfo> windowed = {
+      {.tier = Tier::kGpu, .pool = 1, .capacity_blocks = 50, .window = {2, 0}}};
   ASSERT_TRUE(coordinator_->Register({"w1", NodeRole::kWorker, 1, full}).ok());
   ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 0, {}}).ok());
   KvEvent stored = Stored(Chain(1, 3));
   stored.pool = 1;
   Publish("w1", 0, {stored});
   // The same process registers again (its lease is live) with another window.
-  const Result<RegisterResult> again = coordinator_->Register({"w1", NodeRole::kWorker, 1, windowed});
+  const Result<RegisterResult> again =
+      coordinator_->Register({"w1", NodeRole::kWorker, 1, windowed});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->snapshot_required);
   EXPECT_EQ(Matched(Chain(1, 3)), 0u) << "its blocks left the index until the snapshot";
@@ -363,10 +401,14 @@ TEST_F(CoordinatorTest, TokensInStoredEventsAndSnapshotsServePartialMatches) {
   EXPECT_EQ(before.partial.tokens, 1u);
   EXPECT_EQ(before.partial.key, Chain(2, 1)[0]);
   // A resync from a snapshot keeps them: the node lists each block's tokens.
-  ASSERT_TRUE(coordinator_->PublishSnapshot({"w1", 1, 1,
-                                             {{Chain(1, 1)[0], std::nullopt, 0, Tier::kGpu, 0, {}, {7, 8}},
-                                              {Chain(2, 1)[0], Chain(1, 1)[0], 0, Tier::kGpu, 0, {}, {9, 10}}}})
-                  .ok());
+  ASSERT_TRUE(
+      coordinator_
+          ->PublishSnapshot({"w1",
+                             1,
+                             1,
+                             {{Chain(1, 1)[0], std::nullopt, 0, Tier::kGpu, 0, {}, {7, 8}},
+                              {Chain(2, 1)[0], Chain(1, 1)[0], 0, Tier::kGpu, 0, {}, {9, 10}}}})
+          .ok());
   const LookupResult after = coordinator_->Lookup(0, std::vector<BlockKey>{Chain(1, 1)}, tail);
   EXPECT_EQ(after.partial.tokens, 1u);
   ASSERT_EQ(after.scores.size(), 1u);
@@ -374,9 +416,11 @@ TEST_F(CoordinatorTest, TokensInStoredEventsAndSnapshotsServePartialMatches) {
   // Three tokens cannot be split between two blocks: the batch is refused whole.
   KvEvent bad = Stored(Chain(20, 2));
   bad.tokens = {1, 2, 3};
-  const Result<EventAck> ack = coordinator_->PublishEvents({"w1", 1, 1, {Stored(Chain(30, 1)), bad}});
+  const Result<EventAck> ack =
+      coordinator_->PublishEvents({"w1", 1, 1, {Stored(Chain(30, 1)), bad}});
   ASSERT_FALSE(ack.ok());
-  EXPECT_NE(ack.status().message().find("3 tokens for 2 blocks"), std::string::npos) << ack.status();
+  EXPECT_NE(ack.status().message().find("3 tokens for 2 blocks"), std::string::npos)
+      << ack.status();
   EXPECT_EQ(Matched(Chain(30, 1)), 0u);
 }
 
@@ -416,11 +460,13 @@ TEST(CoordinatorConvergenceTest, DroppedDuplicatedAndReorderedEventsConverge) {
         if (fresh.empty()) parent = prompt[i];
       }
       if (fresh.empty() || (parent && !truth.count(*parent))) continue;
-      for (size_t i = 0; i < fresh.size(); ++i) truth[fresh[i]] = i == 0 ? parent : std::optional<BlockKey>(fresh[i - 1]);
+      for (size_t i = 0; i < fresh.size(); ++i)
+        truth[fresh[i]] = i == 0 ? parent : std::optional<BlockKey>(fresh[i - 1]);
       sent.push_back({next_sequence++, Stored(fresh, parent)});
     } else {
       const BlockKey& last = prompt.back();
-      const bool is_leaf = std::none_of(truth.begin(), truth.end(), [&](const auto& e) { return e.second == last; });
+      const bool is_leaf =
+          std::none_of(truth.begin(), truth.end(), [&](const auto& e) { return e.second == last; });
       if (!truth.count(last) || !is_leaf) continue;
       truth.erase(last);
       sent.push_back({next_sequence++, Removed({last})});

@@ -15,8 +15,8 @@ bool SameTokensPerBlock(const KvEvent& event, const KvEvent& next) {
 }  // namespace
 
 bool JoinsEvent(const KvEvent& event, const KvEvent& next) {
-  if (event.kind != next.kind || event.keys.empty() || next.keys.empty() || event.tier != next.tier ||
-      event.pool != next.pool) {
+  if (event.kind != next.kind || event.keys.empty() || next.keys.empty() ||
+      event.tier != next.tier || event.pool != next.pool) {
     return false;
   }
   switch (next.kind) {
@@ -24,12 +24,10 @@ bool JoinsEvent(const KvEvent& event, const KvEvent& next) {
       // Retention is one per block, or none for any block of an event.
       return next.parent == event.keys.back() && next.scope == event.scope &&
              event.retention.empty() == next.retention.empty() && SameTokensPerBlock(event, next);
-    case KvEvent::Kind::kRemoved:
-      return true;
+    case KvEvent::Kind::kRemoved: return true;
     case KvEvent::Kind::kTierChanged:
       return next.to_tier == event.to_tier && next.to_pool == event.to_pool;
-    case KvEvent::Kind::kCleared:
-      return false;
+    case KvEvent::Kind::kCleared: return false;
   }
   return false;
 }

@@ -9,7 +9,8 @@ namespace {
 
 // One stored event for block `key` of a chain, as a node sends one a block: its parent,
 // priority 60 for a minute, and `tokens` tokens.
-KvEvent StoredBlock(const BlockKey& key, std::optional<BlockKey> parent, uint32_t tokens = 0, uint8_t priority = 60) {
+KvEvent StoredBlock(const BlockKey& key, std::optional<BlockKey> parent, uint32_t tokens = 0,
+                    uint8_t priority = 60) {
   KvEvent e = Stored({key}, parent);
   e.retention = {BlockRetention{priority, std::chrono::minutes(1)}};
   e.tokens.assign(tokens, 7);
@@ -41,7 +42,8 @@ TEST(JoinChainsTest, OnlyABlockThatContinuesTheChainLikeForLikeJoinsIt) {
   const KvEvent first = StoredBlock(chain[0], std::nullopt, 4);
   const KvEvent next = StoredBlock(chain[1], chain[0], 4);
   EXPECT_TRUE(JoinsEvent(first, next));
-  EXPECT_FALSE(JoinsEvent(first, StoredBlock(chain[2], chain[1], 4))) << "its parent is not the chain's last block";
+  EXPECT_FALSE(JoinsEvent(first, StoredBlock(chain[2], chain[1], 4)))
+      << "its parent is not the chain's last block";
   EXPECT_FALSE(JoinsEvent(first, StoredBlock(chain[1], std::nullopt, 4))) << "a chain of its own";
   KvEvent other = next;
   other.tier = Tier::kHost;
@@ -52,7 +54,8 @@ TEST(JoinChainsTest, OnlyABlockThatContinuesTheChainLikeForLikeJoinsIt) {
   other = next;
   other.scope = 9;
   EXPECT_FALSE(JoinsEvent(first, other));
-  EXPECT_FALSE(JoinsEvent(first, StoredBlock(chain[1], chain[0], 0))) << "no tokens after 4 a block";
+  EXPECT_FALSE(JoinsEvent(first, StoredBlock(chain[1], chain[0], 0)))
+      << "no tokens after 4 a block";
   other = next;
   other.retention.clear();
   EXPECT_FALSE(JoinsEvent(first, other));
@@ -67,7 +70,8 @@ TEST(JoinChainsTest, OnlyABlockThatContinuesTheChainLikeForLikeJoinsIt) {
 TEST(JoinChainsTest, RemovalsAndTierChangesLikeForLikeJoin) {
   const std::vector<BlockKey> keys = Chain(1, 4);
   const std::vector<KvEvent> removals =
-      JoinChains({Removed({keys[3]}), Removed({keys[1]}), Removed({keys[2]}, Tier::kHost), Removed({keys[0]}, Tier::kHost)});
+      JoinChains({Removed({keys[3]}), Removed({keys[1]}), Removed({keys[2]}, Tier::kHost),
+                  Removed({keys[0]}, Tier::kHost)});
   ASSERT_EQ(removals.size(), 2u);
   EXPECT_EQ(removals[0].keys, (std::vector<BlockKey>{keys[3], keys[1]}));
   EXPECT_EQ(removals[1].keys, (std::vector<BlockKey>{keys[2], keys[0]}));
@@ -88,8 +92,10 @@ class JoinedEventsTest : public CoordinatorTest {};
 TEST_F(JoinedEventsTest, JoinedEventsIndexWhatTheEventsTheyJoinIndex) {
   const std::vector<BlockKey> a = Chain(1, 5), b = Chain(100, 3);
   std::vector<KvEvent> events;
-  for (size_t i = 0; i < a.size(); ++i) events.push_back(StoredBlock(a[i], i == 0 ? std::nullopt : std::optional(a[i - 1])));
-  for (size_t i = 0; i < b.size(); ++i) events.push_back(StoredBlock(b[i], i == 0 ? std::nullopt : std::optional(b[i - 1])));
+  for (size_t i = 0; i < a.size(); ++i)
+    events.push_back(StoredBlock(a[i], i == 0 ? std::nullopt : std::optional(a[i - 1])));
+  for (size_t i = 0; i < b.size(); ++i)
+    events.push_back(StoredBlock(b[i], i == 0 ? std::nullopt : std::optional(b[i - 1])));
   events.push_back(Removed({a[4]}));
   events.push_back(Removed({a[3]}));
   events.push_back(Moved({b[2]}, Tier::kGpu, Tier::kHost));
@@ -110,7 +116,8 @@ TEST_F(JoinedEventsTest, JoinedEventsIndexWhatTheEventsTheyJoinIndex) {
     EXPECT_EQ(seen[0][q].matched_blocks, seen[1][q].matched_blocks) << "query " << q;
     ASSERT_EQ(seen[0][q].locations.size(), seen[1][q].locations.size()) << "query " << q;
     for (size_t i = 0; i < seen[0][q].locations.size(); ++i) {
-      EXPECT_EQ(seen[0][q].locations[i].tier, seen[1][q].locations[i].tier) << "query " << q << " location " << i;
+      EXPECT_EQ(seen[0][q].locations[i].tier, seen[1][q].locations[i].tier)
+          << "query " << q << " location " << i;
     }
   }
   EXPECT_EQ(seen[1][0].matched_blocks, 3u) << "a's blocks 0-2 are left";

@@ -4,15 +4,17 @@
 
 namespace kvtier::coordinator {
 
-Result<RegisterResult> Membership::Register(const std::string& name, NodeRole role, uint64_t incarnation,
-                                            ConnectionId connection) {
+Result<RegisterResult> Membership::Register(const std::string& name, NodeRole role,
+                                            uint64_t incarnation, ConnectionId connection) {
   if (name.empty()) return InvalidArgumentError("node id must not be empty");
   RegisterResult result;
   auto it = by_name_.find(name);
-  if (it != by_name_.end()) KVTIER_RETURN_IF_ERROR(CheckNameFree(nodes_[it->second], incarnation, connection));
+  if (it != by_name_.end())
+    KVTIER_RETURN_IF_ERROR(CheckNameFree(nodes_[it->second], incarnation, connection));
   if (it == by_name_.end()) {
     if (nodes_.size() >= kMaxNodes) {
-      return ResourceExhaustedError("the cluster already has " + std::to_string(kMaxNodes) + " nodes");
+      return ResourceExhaustedError("the cluster already has " + std::to_string(kMaxNodes) +
+                                    " nodes");
     }
     it = by_name_.emplace(name, static_cast<NodeId>(nodes_.size())).first;
     nodes_.push_back(Node{name});
@@ -45,11 +47,15 @@ Status Membership::CheckNameFree(const Node& node, uint64_t incarnation, Connect
     return Status::Ok();
   }
   ++stats_.name_conflicts;
-  const auto lease_left = std::chrono::duration_cast<std::chrono::milliseconds>(node.lease_deadline - options_.clock->Now());
-  return AlreadyExistsError("node name \"" + node.name + "\" is held by a live node (incarnation " +
-                            std::to_string(node.incarnation) + ", still connected): every node needs a name of its own. "
-                            "A restarted node is let in once its predecessor's connection closes or its lease lapses "
-                            "(in " + std::to_string(std::max<int64_t>(0, lease_left.count())) + " ms)");
+  const auto lease_left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      node.lease_deadline - options_.clock->Now());
+  return AlreadyExistsError(
+      "node name \"" + node.name + "\" is held by a live node (incarnation " +
+      std::to_string(node.incarnation) +
+      ", still connected): every node needs a name of its own. "
+      "A restarted node is let in once its predecessor's connection closes or its lease lapses "
+      "(in " +
+      std::to_string(std::max<int64_t>(0, lease_left.count())) + " ms)");
 }
 
 void Membership::Disconnected(ConnectionId connection) {
@@ -70,7 +76,8 @@ Result<Membership::Node*> Membership::LiveNode(const std::string& name) {
 Status Membership::Heartbeat(const std::string& name, uint64_t lease_id) {
   KVTIER_ASSIGN_OR_RETURN(Node * node, LiveNode(name));
   if (node->lease_id != lease_id) {
-    return NotFoundError("node \"" + name + "\": lease " + std::to_string(lease_id) + " is not its current lease");
+    return NotFoundError("node \"" + name + "\": lease " + std::to_string(lease_id) +
+                         " is not its current lease");
   }
   node->lease_deadline = options_.clock->Now() + options_.lease_ttl;
   return Status::Ok();
@@ -79,7 +86,8 @@ Status Membership::Heartbeat(const std::string& name, uint64_t lease_id) {
 Result<NodeId> Membership::Leave(const std::string& name, uint64_t lease_id) {
   KVTIER_ASSIGN_OR_RETURN(Node * node, LiveNode(name));
   if (node->lease_id != lease_id) {
-    return NotFoundError("node \"" + name + "\": lease " + std::to_string(lease_id) + " is not its current lease");
+    return NotFoundError("node \"" + name + "\": lease " + std::to_string(lease_id) +
+                         " is not its current lease");
   }
   node->live = false;
   return by_name_.at(name);
@@ -99,12 +107,13 @@ std::vector<NodeId> Membership::ExpireLeases() {
   return expired;
 }
 
-Result<BatchCheck> Membership::CheckBatch(const std::string& name, uint64_t incarnation, uint64_t first_sequence,
-                                          size_t count) {
+Result<BatchCheck> Membership::CheckBatch(const std::string& name, uint64_t incarnation,
+                                          uint64_t first_sequence, size_t count) {
   KVTIER_ASSIGN_OR_RETURN(Node * node, LiveNode(name));
   if (incarnation != node->incarnation) {
-    return FailedPreconditionError("node \"" + name + "\": events of incarnation " + std::to_string(incarnation) +
-                                   " but the registered one is " + std::to_string(node->incarnation));
+    return FailedPreconditionError("node \"" + name + "\": events of incarnation " +
+                                   std::to_string(incarnation) + " but the registered one is " +
+                                   std::to_string(node->incarnation));
   }
   BatchCheck check;
   check.next_sequence = node->next_sequence;
@@ -134,11 +143,13 @@ void Membership::RequireSnapshot(NodeId id) {
   nodes_[id].awaiting_snapshot = true;
 }
 
-Result<NodeId> Membership::SnapshotApplied(const std::string& name, uint64_t incarnation, uint64_t next_sequence) {
+Result<NodeId> Membership::SnapshotApplied(const std::string& name, uint64_t incarnation,
+                                           uint64_t next_sequence) {
   KVTIER_ASSIGN_OR_RETURN(Node * node, LiveNode(name));
   if (incarnation != node->incarnation) {
-    return FailedPreconditionError("node \"" + name + "\": snapshot of incarnation " + std::to_string(incarnation) +
-                                   " but the registered one is " + std::to_string(node->incarnation));
+    return FailedPreconditionError("node \"" + name + "\": snapshot of incarnation " +
+                                   std::to_string(incarnation) + " but the registered one is " +
+                                   std::to_string(node->incarnation));
   }
   node->awaiting_snapshot = false;
   node->next_sequence = next_sequence;

@@ -51,8 +51,8 @@ enum class BatchVerdict { kApply, kDuplicate, kSnapshotRequired };
 
 struct BatchCheck {
   BatchVerdict verdict = BatchVerdict::kApply;
-  size_t skip = 0;              // leading events already applied
-  uint64_t next_sequence = 0;   // what the node should send next
+  size_t skip = 0;             // leading events already applied
+  uint64_t next_sequence = 0;  // what the node should send next
 };
 
 struct MembershipStats {
@@ -71,8 +71,8 @@ class Membership {
   // kInvalidArgument for an empty name; kResourceExhausted past kMaxNodes names;
   // kAlreadyExists when another live incarnation holds the name on another open
   // connection (above).
-  [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role, uint64_t incarnation,
-                                                ConnectionId connection);
+  [[nodiscard]] Result<RegisterResult> Register(const std::string& name, NodeRole role,
+                                                uint64_t incarnation, ConnectionId connection);
   // `connection` closed: the nodes registered on it no longer hold their names against a
   // new incarnation (their leases run on).
   void Disconnected(ConnectionId connection);
@@ -85,14 +85,15 @@ class Membership {
   std::vector<NodeId> ExpireLeases();
 
   // kNotFound for an unknown or expired node, kFailedPrecondition for a stale incarnation.
-  [[nodiscard]] Result<BatchCheck> CheckBatch(const std::string& name, uint64_t incarnation, uint64_t first_sequence,
-                                              size_t count);
+  [[nodiscard]] Result<BatchCheck> CheckBatch(const std::string& name, uint64_t incarnation,
+                                              uint64_t first_sequence, size_t count);
   // Records that events up to first_sequence + count - 1 were applied.
   void Applied(NodeId node, uint64_t first_sequence, size_t count);
   // The stream lost an event the index needed (e.g. a stored block's parent): resync.
   void RequireSnapshot(NodeId node);
   // A snapshot replaced the node's holdings; it reflects every event before next_sequence.
-  [[nodiscard]] Result<NodeId> SnapshotApplied(const std::string& name, uint64_t incarnation, uint64_t next_sequence);
+  [[nodiscard]] Result<NodeId> SnapshotApplied(const std::string& name, uint64_t incarnation,
+                                               uint64_t next_sequence);
 
   [[nodiscard]] Result<NodeId> Find(const std::string& name) const;
   bool live(NodeId node) const { return node < nodes_.size() && nodes_[node].live; }

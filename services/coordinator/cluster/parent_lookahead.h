@@ -36,7 +36,8 @@ inline constexpr size_t kParentLookahead = 4096;
 // itself; later, for an event that already waited, the position reached since).
 // REQUIRES: events[at] is a stored event with a parent; at <= after; no event in
 // (at, after] supersedes events[at].
-[[nodiscard]] std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at, size_t after,
+[[nodiscard]] std::optional<size_t> LaterParentStore(std::span<const KvEvent> events, size_t at,
+                                                     size_t after,
                                                      size_t window = kParentLookahead);
 
 // Whether dropping `stored`, which `later` supersedes, leaves its blocks held where the
@@ -47,6 +48,7 @@ inline constexpr size_t kParentLookahead = 4096;
 
 // The first event in (from, to] that supersedes events[at] (which then may not be
 // applied after `to`); nullopt when none does.
-[[nodiscard]] std::optional<size_t> SupersededAt(std::span<const KvEvent> events, size_t at, size_t from, size_t to);
+[[nodiscard]] std::optional<size_t> SupersededAt(std::span<const KvEvent> events, size_t at,
+                                                 size_t from, size_t to);
 
 }  // namespace kvtier::coordinator

@@ -25,7 +25,8 @@ KvEvent Other(KvEvent::Kind kind, std::vector<BlockKey> keys) {
 
 // b (child of a) comes first; a's store is two events later, past an event of x.
 TEST(ParentLookaheadTest, FindsTheLaterStoreOfTheParent) {
-  const std::vector<KvEvent> events{Stored(kB, kA), Other(KvEvent::Kind::kRemoved, {kX}), Stored(kA)};
+  const std::vector<KvEvent> events{Stored(kB, kA), Other(KvEvent::Kind::kRemoved, {kX}),
+                                    Stored(kA)};
   EXPECT_EQ(LaterParentStore(events, 0, 0), 2u);
   EXPECT_EQ(LaterParentStore(events, 0, 0, /*window=*/1), std::nullopt) << "a lies past the window";
   EXPECT_EQ(LaterParentStore(events, 0, 2), std::nullopt) << "nothing stores a after event 2";
@@ -33,11 +34,14 @@ TEST(ParentLookaheadTest, FindsTheLaterStoreOfTheParent) {
 
 // b never moves past an event of its own block, nor past a cleared event.
 TEST(ParentLookaheadTest, StopsAtAnEventOfTheBlockOrAClear) {
-  const std::vector<KvEvent> removed{Stored(kB, kA), Other(KvEvent::Kind::kRemoved, {kB}), Stored(kA)};
+  const std::vector<KvEvent> removed{Stored(kB, kA), Other(KvEvent::Kind::kRemoved, {kB}),
+                                     Stored(kA)};
   EXPECT_EQ(LaterParentStore(removed, 0, 0), std::nullopt);
-  const std::vector<KvEvent> moved{Stored(kB, kA), Other(KvEvent::Kind::kTierChanged, {kB}), Stored(kA)};
+  const std::vector<KvEvent> moved{Stored(kB, kA), Other(KvEvent::Kind::kTierChanged, {kB}),
+                                   Stored(kA)};
   EXPECT_EQ(LaterParentStore(moved, 0, 0), std::nullopt);
-  const std::vector<KvEvent> cleared{Stored(kB, kA), Other(KvEvent::Kind::kCleared, {}), Stored(kA)};
+  const std::vector<KvEvent> cleared{Stored(kB, kA), Other(KvEvent::Kind::kCleared, {}),
+                                     Stored(kA)};
   EXPECT_EQ(LaterParentStore(cleared, 0, 0), std::nullopt);
 }
 
@@ -53,15 +57,18 @@ TEST(ParentLookaheadTest, EventsOfTheBlockElsewhereDoNotStopIt) {
   KvEvent other_pool = host_removal;
   other_pool.tier = Tier::kDisk;
   other_pool.pool = 1;
-  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, other_pool, Stored(kA)}, 0, 0), 2u) << "another pool";
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, other_pool, Stored(kA)}, 0, 0), 2u)
+      << "another pool";
 
   KvEvent moved_in = Other(KvEvent::Kind::kTierChanged, {kB});
   moved_in.tier = Tier::kHost;
   moved_in.to_tier = Tier::kDisk;
-  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, moved_in, Stored(kA)}, 0, 0), std::nullopt);
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, moved_in, Stored(kA)}, 0, 0),
+            std::nullopt);
   KvEvent stored_again = to_disk;
   stored_again.parent = std::nullopt;
-  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, stored_again, Stored(kA)}, 0, 0), std::nullopt);
+  EXPECT_EQ(LaterParentStore(std::vector<KvEvent>{to_disk, stored_again, Stored(kA)}, 0, 0),
+            std::nullopt);
   // Dropping b for a removal or a store again loses nothing; for a move it leaves b
   // held where the index does not know it.
   EXPECT_FALSE(LeavesBlocksUnindexed(Other(KvEvent::Kind::kRemoved, {kB}), Stored(kB, kA)));

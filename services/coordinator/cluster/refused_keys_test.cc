@@ -1,4 +1,5 @@
-// RefusedKeys remembers, per node and up to a bound over all nodes, the blocks a full index left out.
+// RefusedKeys remembers, per node and up to a bound over all nodes, the blocks a full index left
+// out.
 #include "services/coordinator/cluster/refused_keys.h"
 
 #include <gtest/gtest.h>

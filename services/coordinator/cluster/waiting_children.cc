@@ -9,7 +9,8 @@ namespace kvtier::coordinator {
 
 uint64_t WaitingChildren::Park(NodeId node, KvEvent event, Nanos now) {
   const size_t size = event.keys.size();
-  if (options_.wait.count() == 0 || size > options_.max_blocks || !event.parent.has_value()) return size;
+  if (options_.wait.count() == 0 || size > options_.max_blocks || !event.parent.has_value())
+    return size;
   uint64_t given_up = Expire(now);
   while (blocks_ + size > options_.max_blocks) {
     const uint64_t oldest = order_.front();

@@ -57,9 +57,9 @@ class WaitingChildren {
   explicit WaitingChildren(WaitingChildrenOptions options) : options_(options) {}
 
   // Parks `event` (a stored event with a parent) until `now + wait`.
-  // REQUIRES: no key of `event` twice (ValidateStoredBlocks refuses such an event). Returns the blocks
-  // given up to make room for it: the oldest parked events first, or the event itself
-  // when it alone is larger than max_blocks or nothing waits (a wait of 0).
+  // REQUIRES: no key of `event` twice (ValidateStoredBlocks refuses such an event). Returns the
+  // blocks given up to make room for it: the oldest parked events first, or the event itself when
+  // it alone is larger than max_blocks or nothing waits (a wait of 0).
   [[nodiscard]] uint64_t Park(NodeId node, KvEvent event, Nanos now);
   // The events waiting for `parent`, oldest first; they are no longer parked.
   [[nodiscard]] std::vector<ParkedEvent> TakeChildren(const BlockKey& parent);
@@ -84,8 +84,8 @@ class WaitingChildren {
   Entry Take(uint64_t id);
   // Take, for an entry given up or dropped; returns its blocks.
   uint64_t Remove(uint64_t id);
-  static void Unlink(std::unordered_map<BlockKey, std::vector<uint64_t>, BlockKeyHash>& map, const BlockKey& key,
-                     uint64_t id);
+  static void Unlink(std::unordered_map<BlockKey, std::vector<uint64_t>, BlockKeyHash>& map,
+                     const BlockKey& key, uint64_t id);
 
   WaitingChildrenOptions options_;
   std::unordered_map<uint64_t, Entry> entries_;

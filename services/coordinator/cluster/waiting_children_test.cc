@@ -32,7 +32,8 @@ KvEvent Later(KvEvent::Kind kind, std::vector<BlockKey> keys, Tier tier = Tier::
 
 std::vector<BlockKey> KeysOf(const std::vector<ParkedEvent>& parked) {
   std::vector<BlockKey> keys;
-  for (const ParkedEvent& p : parked) keys.insert(keys.end(), p.event.keys.begin(), p.event.keys.end());
+  for (const ParkedEvent& p : parked)
+    keys.insert(keys.end(), p.event.keys.begin(), p.event.keys.end());
   return keys;
 }
 
@@ -59,7 +60,8 @@ TEST(WaitingChildrenTest, AnEventGivesUpWhenItsWaitHasPassed) {
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(0), {Key(1), Key(2)}), milliseconds(0)), 0u);
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(10), {Key(11)}), milliseconds(50)), 0u);
   EXPECT_EQ(waiting.Expire(milliseconds(99)), 0u) << "both still within their wait";
-  EXPECT_EQ(waiting.Expire(milliseconds(100)), 2u) << "the chain of two, parked at 0, gives up at 100";
+  EXPECT_EQ(waiting.Expire(milliseconds(100)), 2u)
+      << "the chain of two, parked at 0, gives up at 100";
   EXPECT_TRUE(waiting.TakeChildren(Key(0)).empty());
   EXPECT_EQ(waiting.blocks(), 1u);
   EXPECT_EQ(waiting.Expire(milliseconds(150)), 1u);
@@ -101,7 +103,9 @@ TEST(WaitingChildrenTest, TheOldestGiveUpToMakeRoom) {
   EXPECT_TRUE(waiting.TakeChildren(Key(0)).empty());
   EXPECT_EQ(waiting.blocks(), 3u);
   // An event larger than all the room is given up itself; nothing else moves.
-  EXPECT_EQ(waiting.Park(1, StoredUnder(Key(30), {Key(31), Key(32), Key(33), Key(34)}), milliseconds(3)), 4u);
+  EXPECT_EQ(
+      waiting.Park(1, StoredUnder(Key(30), {Key(31), Key(32), Key(33), Key(34)}), milliseconds(3)),
+      4u);
   EXPECT_EQ(waiting.blocks(), 3u);
   // One block more than the room: the oldest left (block 11) gives up for it.
   EXPECT_EQ(waiting.Park(1, StoredUnder(Key(40), {Key(41)}), milliseconds(4)), 1u);

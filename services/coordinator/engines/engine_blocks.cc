@@ -9,7 +9,8 @@ namespace {
 
 constexpr std::string_view kLoraPrefix = "lora:";
 
-KvEvent Event(KvEvent::Kind kind, Tier tier = Tier::kGpu, std::optional<BlockKey> parent = std::nullopt) {
+KvEvent Event(KvEvent::Kind kind, Tier tier = Tier::kGpu,
+              std::optional<BlockKey> parent = std::nullopt) {
   KvEvent e;
   e.kind = kind;
   e.tier = tier;
@@ -31,17 +32,20 @@ BlockExtraKeys KeyExtras(uint64_t lora_id, const std::string& model, const std::
 
 }  // namespace
 
-std::vector<BlockKey> EnginePromptKeys(const EngineKeySpace& space, std::span<const uint32_t> tokens,
+std::vector<BlockKey> EnginePromptKeys(const EngineKeySpace& space,
+                                       std::span<const uint32_t> tokens,
                                        const EnginePrompt& prompt) {
-  std::vector<BlockKey> keys = ComputeBlockKeys(prompt.cache_salt, tokens, space.tokens_per_block,
-                                                KeyExtras(prompt.lora_id, space.model, prompt.lora_name, {}));
+  std::vector<BlockKey> keys =
+      ComputeBlockKeys(prompt.cache_salt, tokens, space.tokens_per_block,
+                       KeyExtras(prompt.lora_id, space.model, prompt.lora_name, {}));
   space.tenant.ApplyInPlace(keys);
   return keys;
 }
 
 std::optional<Tier> TierOfMedium(std::string_view medium) {
   if (medium.empty() || medium == "GPU") return Tier::kGpu;
-  if (medium == "CPU" || medium == "CPU_PINNED" || medium == "CPU_TIER1" || medium == "CPU_TIER2") return Tier::kHost;
+  if (medium == "CPU" || medium == "CPU_PINNED" || medium == "CPU_TIER1" || medium == "CPU_TIER2")
+    return Tier::kHost;
   if (medium == "DISK" || medium == "STORAGE") return Tier::kDisk;
   return std::nullopt;
 }
@@ -65,7 +69,8 @@ void EngineBlockMap::Clear() {
   held_.clear();
 }
 
-std::vector<std::string> EngineBlockMap::BlockExtras(const EngineBlockStored& stored, size_t i, bool chain_root,
+std::vector<std::string> EngineBlockMap::BlockExtras(const EngineBlockStored& stored, size_t i,
+                                                     bool chain_root,
                                                      std::string* cache_salt) const {
   std::vector<std::string> extras;
   if (i < stored.extra_keys.size()) {
@@ -76,9 +81,11 @@ std::vector<std::string> EngineBlockMap::BlockExtras(const EngineBlockStored& st
   }
   // vLLM appends a request's cache_salt to the extra keys of its first block
   // only.
-  if (chain_root && cache_salt != nullptr && cache_salt->empty() && options_.format == EngineFormat::kVllm) {
-    auto last_text = std::find_if(extras.rbegin(), extras.rend(),
-                                  [](const std::string& e) { return !e.empty() && e.front() != '\x1f'; });
+  if (chain_root && cache_salt != nullptr && cache_salt->empty() &&
+      options_.format == EngineFormat::kVllm) {
+    auto last_text = std::find_if(extras.rbegin(), extras.rend(), [](const std::string& e) {
+      return !e.empty() && e.front() != '\x1f';
+    });
     if (last_text != extras.rend()) {
       *cache_salt = *last_text;
       extras.erase(std::next(last_text).base());
@@ -97,8 +104,8 @@ std::optional<EngineBlockMap::Chain> EngineBlockMap::StartChain(const EngineBloc
   return it->second.chain;
 }
 
-void EngineBlockMap::Extend(const EngineBlockStored& stored, size_t i, std::span<const std::string> extras,
-                            Chain& chain, Entry& entry) const {
+void EngineBlockMap::Extend(const EngineBlockStored& stored, size_t i,
+                            std::span<const std::string> extras, Chain& chain, Entry& entry) const {
   const uint32_t tpb = options_.space.tokens_per_block;
   const size_t begin = i * stored.block_size;
   chain.pending_extra.insert(chain.pending_extra.end(), extras.begin(), extras.end());
@@ -111,10 +118,11 @@ void EngineBlockMap::Extend(const EngineBlockStored& stored, size_t i, std::span
     }
     chain.pending.push_back(stored.tokens[p]);
     if (chain.pending.size() < tpb) continue;
-    const BlockKey key = ChainBlockKey(
-        chain.parent, chain.pending,
-        KeyExtras(stored.lora_id.value_or(0), options_.space.model, stored.lora_name, chain.pending_extra));
-    if (entry.keys.empty() && !chain.at_root) entry.first_parent = options_.space.tenant.Apply(chain.parent);
+    const BlockKey key = ChainBlockKey(chain.parent, chain.pending,
+                                       KeyExtras(stored.lora_id.value_or(0), options_.space.model,
+                                                 stored.lora_name, chain.pending_extra));
+    if (entry.keys.empty() && !chain.at_root)
+      entry.first_parent = options_.space.tenant.Apply(chain.parent);
     entry.keys.push_back(options_.space.tenant.Apply(key));
     entry.key_tokens.insert(entry.key_tokens.end(), chain.pending.begin(), chain.pending.end());
     chain.parent = key;
@@ -138,7 +146,8 @@ void EngineBlockMap::Store(const EngineBlockStored& stored, std::vector<KvEvent>
   std::string cache_salt = stored.cache_salt;
   // The first block's extras name the chain's cache salt (vLLM), which the root
   // depends on.
-  std::vector<std::string> first_extras = BlockExtras(stored, 0, !stored.parent.has_value(), &cache_salt);
+  std::vector<std::string> first_extras =
+      BlockExtras(stored, 0, !stored.parent.has_value(), &cache_salt);
   std::optional<Chain> chain = StartChain(stored, cache_salt);
   if (!chain.has_value()) {
     stats_.unknown_parent += n;
@@ -160,7 +169,8 @@ void EngineBlockMap::Store(const EngineBlockStored& stored, std::vector<KvEvent>
       return;
     }
     Entry entry;
-    const std::vector<std::string> extras = i == 0 ? first_extras : BlockExtras(stored, i, false, nullptr);
+    const std::vector<std::string> extras =
+        i == 0 ? first_extras : BlockExtras(stored, i, false, nullptr);
     Extend(stored, i, extras, *chain, entry);
     entry.chain = *chain;
     Hold(entries_.emplace(id, std::move(entry)).first->second, *tier, out);
@@ -175,9 +185,11 @@ void EngineBlockMap::Hold(Entry& entry, Tier tier, std::vector<KvEvent>& out) {
   for (size_t k = 0; k < entry.keys.size(); ++k) {
     if (held_[{entry.keys[k], static_cast<uint8_t>(tier)}]++ != 0) continue;
     // Extends the previous stored event where this key continues its chain.
-    const std::optional<BlockKey> parent = k == 0 ? entry.first_parent : std::optional<BlockKey>(entry.keys[k - 1]);
-    const bool continues = !out.empty() && out.back().kind == KvEvent::Kind::kStored && out.back().tier == tier &&
-                           parent.has_value() && out.back().keys.back() == *parent;
+    const std::optional<BlockKey> parent =
+        k == 0 ? entry.first_parent : std::optional<BlockKey>(entry.keys[k - 1]);
+    const bool continues = !out.empty() && out.back().kind == KvEvent::Kind::kStored &&
+                           out.back().tier == tier && parent.has_value() &&
+                           out.back().keys.back() == *parent;
     if (!continues) out.push_back(Event(KvEvent::Kind::kStored, tier, parent));
     out.back().keys.push_back(entry.keys[k]);
     out.back().tokens.insert(out.back().tokens.end(), entry.key_tokens.begin() + k * tpb,
@@ -229,7 +241,8 @@ std::vector<SnapshotBlock> EngineBlockMap::Snapshot() const {
         b.key = entry.keys[k];
         b.parent = k == 0 ? entry.first_parent : std::optional<BlockKey>(entry.keys[k - 1]);
         b.tier = static_cast<Tier>(t);
-        b.tokens.assign(entry.key_tokens.begin() + k * tpb, entry.key_tokens.begin() + (k + 1) * tpb);
+        b.tokens.assign(entry.key_tokens.begin() + k * tpb,
+                        entry.key_tokens.begin() + (k + 1) * tpb);
       }
     }
   }

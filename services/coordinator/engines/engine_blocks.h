@@ -68,7 +68,8 @@ struct EnginePrompt {
 
 // The salted kvtier keys of a prompt's full blocks, as the engines of `space`
 // store them. REQUIRES: space.tokens_per_block > 0.
-[[nodiscard]] std::vector<BlockKey> EnginePromptKeys(const EngineKeySpace& space, std::span<const uint32_t> tokens,
+[[nodiscard]] std::vector<BlockKey> EnginePromptKeys(const EngineKeySpace& space,
+                                                     std::span<const uint32_t> tokens,
                                                      const EnginePrompt& prompt);
 
 // The tier an engine's `medium` names; nullopt for one kvtier does not know.
@@ -127,24 +128,27 @@ class EngineBlockMap {
   };
   struct Entry {
     Chain chain;
-    std::vector<BlockKey> keys = {};            // salted: the kvtier blocks this engine block completed
-    std::vector<uint32_t> key_tokens = {};      // their tokens, for partial matching
+    std::vector<BlockKey> keys = {};        // salted: the kvtier blocks this engine block completed
+    std::vector<uint32_t> key_tokens = {};  // their tokens, for partial matching
     std::optional<BlockKey> first_parent = {};  // salted parent of keys[0]; nullopt: the root
     uint8_t tiers = 0;                          // bit per Tier
   };
   struct HeldKeyHash {
-    size_t operator()(const std::pair<BlockKey, uint8_t>& k) const { return BlockKeyHash{}(k.first) ^ k.second; }
+    size_t operator()(const std::pair<BlockKey, uint8_t>& k) const {
+      return BlockKeyHash{}(k.first) ^ k.second;
+    }
   };
 
   void Store(const EngineBlockStored& stored, std::vector<KvEvent>& out);
   void Remove(const EngineBlockRemoved& removed, std::vector<KvEvent>& out);
   // The chain a stored event starts from: its parent's, or a new root. nullopt:
   // unknown parent.
-  std::optional<Chain> StartChain(const EngineBlockStored& stored, std::string_view cache_salt) const;
+  std::optional<Chain> StartChain(const EngineBlockStored& stored,
+                                  std::string_view cache_salt) const;
   // Extends `chain` by engine block `i` of `stored`, filling `entry` with the
   // kvtier blocks it completes.
-  void Extend(const EngineBlockStored& stored, size_t i, std::span<const std::string> extras, Chain& chain,
-              Entry& entry) const;
+  void Extend(const EngineBlockStored& stored, size_t i, std::span<const std::string> extras,
+              Chain& chain, Entry& entry) const;
   std::vector<std::string> BlockExtras(const EngineBlockStored& stored, size_t i, bool chain_root,
                                        std::string* cache_salt) const;
   // Marks `entry` held in `tier`; appends a stored event for its keys not yet held there to `out`.

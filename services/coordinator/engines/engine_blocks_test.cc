@@ -26,7 +26,8 @@ EngineBlockStored Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> p
   return s;
 }
 
-EngineBlockRemoved Removed(std::vector<uint64_t> hashes, std::string medium = "GPU", uint32_t group = 0) {
+EngineBlockRemoved Removed(std::vector<uint64_t> hashes, std::string medium = "GPU",
+                           uint32_t group = 0) {
   EngineBlockRemoved r;
   for (uint64_t h : hashes) r.hashes.push_back(EngineHash{0, h});
   r.medium = std::move(medium);
@@ -37,7 +38,8 @@ EngineBlockRemoved Removed(std::vector<uint64_t> hashes, std::string medium = "G
 std::vector<BlockKey> StoredKeys(const std::vector<KvEvent>& events, Tier tier = Tier::kGpu) {
   std::vector<BlockKey> keys;
   for (const KvEvent& e : events) {
-    if (e.kind == KvEvent::Kind::kStored && e.tier == tier) keys.insert(keys.end(), e.keys.begin(), e.keys.end());
+    if (e.kind == KvEvent::Kind::kStored && e.tier == tier)
+      keys.insert(keys.end(), e.keys.begin(), e.keys.end());
   }
   return keys;
 }
@@ -45,7 +47,8 @@ std::vector<BlockKey> StoredKeys(const std::vector<KvEvent>& events, Tier tier =
 std::vector<BlockKey> RemovedKeys(const std::vector<KvEvent>& events, Tier tier = Tier::kGpu) {
   std::vector<BlockKey> keys;
   for (const KvEvent& e : events) {
-    if (e.kind == KvEvent::Kind::kRemoved && e.tier == tier) keys.insert(keys.end(), e.keys.begin(), e.keys.end());
+    if (e.kind == KvEvent::Kind::kRemoved && e.tier == tier)
+      keys.insert(keys.end(), e.keys.begin(), e.keys.end());
   }
   return keys;
 }
@@ -93,7 +96,8 @@ TEST(EngineBlockMapTest, VllmExtraKeysNameTheCacheSaltAndLora) {
   s.extra_keys = {{"sql", "salt-9"}, {"sql"}};
   std::vector<KvEvent> out;
   map.Apply(s, out);
-  EXPECT_EQ(StoredKeys(out), EnginePromptKeys(Space(), tokens, {.cache_salt = "salt-9", .lora_name = "sql"}));
+  EXPECT_EQ(StoredKeys(out),
+            EnginePromptKeys(Space(), tokens, {.cache_salt = "salt-9", .lora_name = "sql"}));
 
   // The same blocks with an explicit cache_salt field and no extra keys.
   EngineBlockMap explicit_salt({.space = Space(), .format = EngineFormat::kSglang});
@@ -137,8 +141,11 @@ TEST(EngineBlockMapTest, LargerEngineBlocksSplitAndSmallerOnesJoin) {
     std::vector<KvEvent> out;
     std::vector<uint64_t> pages(32);
     std::iota(pages.begin(), pages.end(), 100);
-    join.Apply(Stored(std::vector<uint64_t>(pages.begin(), pages.begin() + 6), std::nullopt, tokens, 0, 1), out);
-    join.Apply(Stored(std::vector<uint64_t>(pages.begin() + 6, pages.end()), 105, tokens, 6, 1), out);
+    join.Apply(
+        Stored(std::vector<uint64_t>(pages.begin(), pages.begin() + 6), std::nullopt, tokens, 0, 1),
+        out);
+    join.Apply(Stored(std::vector<uint64_t>(pages.begin() + 6, pages.end()), 105, tokens, 6, 1),
+               out);
     EXPECT_EQ(StoredKeys(out), expected);
     out.clear();
     join.Apply(Removed({131}),

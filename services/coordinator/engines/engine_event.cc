@@ -14,7 +14,9 @@ namespace {
 
 using Object = msgpack::object;
 
-Status Bad(std::string_view what) { return InvalidArgumentError(fmt::format("engine event batch: {}", what)); }
+Status Bad(std::string_view what) {
+  return InvalidArgumentError(fmt::format("engine event batch: {}", what));
+}
 
 std::string_view Text(const Object& o) { return {o.via.str.ptr, o.via.str.size}; }
 bool IsNil(const Object& o) { return o.type == msgpack::type::NIL; }
@@ -27,7 +29,8 @@ Result<uint64_t> Unsigned(const Object& o, std::string_view field) {
 
 Result<uint32_t> Small(const Object& o, std::string_view field) {
   KVTIER_ASSIGN_OR_RETURN(uint64_t v, Unsigned(o, field));
-  if (v > std::numeric_limits<uint32_t>::max()) return Bad(fmt::format("{} {} is out of range", field, v));
+  if (v > std::numeric_limits<uint32_t>::max())
+    return Bad(fmt::format("{} {} is out of range", field, v));
   return static_cast<uint32_t>(v);
 }
 
@@ -37,8 +40,9 @@ Result<EngineHash> Hash(const Object& o) {
     case msgpack::type::NEGATIVE_INTEGER: return EngineHash{0, static_cast<uint64_t>(o.via.i64)};
     case msgpack::type::BIN:
     case msgpack::type::STR: {
-      const XXH128_hash_t h = XXH3_128bits(o.type == msgpack::type::BIN ? o.via.bin.ptr : o.via.str.ptr,
-                                           o.type == msgpack::type::BIN ? o.via.bin.size : o.via.str.size);
+      const XXH128_hash_t h =
+          XXH3_128bits(o.type == msgpack::type::BIN ? o.via.bin.ptr : o.via.str.ptr,
+                       o.type == msgpack::type::BIN ? o.via.bin.size : o.via.str.size);
       return EngineHash{h.high64 | (uint64_t{1} << 63), h.low64};
     }
     default: return Bad("a block hash is neither an integer nor bytes");
@@ -91,7 +95,8 @@ Result<std::vector<std::vector<std::string>>> ExtraKeys(const Object& o) {
     const Object& entry = o.via.array.ptr[i];
     if (IsNil(entry)) continue;
     if (entry.type != msgpack::type::ARRAY) return Bad("an extra_keys entry is not an array");
-    for (const Object& e : std::span(entry.via.array.ptr, entry.via.array.size)) out[i].push_back(ExtraKeyText(e));
+    for (const Object& e : std::span(entry.via.array.ptr, entry.via.array.size))
+      out[i].push_back(ExtraKeyText(e));
   }
   return out;
 }
@@ -126,7 +131,8 @@ constexpr std::array<std::string_view, 12> kStoredFields = {"block_hashes",
                                                             "kv_cache_spec_kind",
                                                             "kv_cache_spec_sliding_window",
                                                             "locality"};
-constexpr std::array<std::string_view, 4> kRemovedFields = {"block_hashes", "medium", "group_idx", "locality"};
+constexpr std::array<std::string_view, 4> kRemovedFields = {"block_hashes", "medium", "group_idx",
+                                                            "locality"};
 
 // group_idx and locality, which both BlockStored and BlockRemoved carry.
 Status PlaceField(std::string_view name, const Object& v, uint32_t& group, bool& remote) {
@@ -187,7 +193,8 @@ template <size_t N, typename Field>
 Status EachField(const Object& event, const std::array<std::string_view, N>& names, Field&& field) {
   if (event.type == msgpack::type::ARRAY) {
     const uint32_t n = std::min<uint32_t>(event.via.array.size - 1, N);
-    for (uint32_t i = 0; i < n; ++i) KVTIER_RETURN_IF_ERROR(field(names[i], event.via.array.ptr[i + 1]));
+    for (uint32_t i = 0; i < n; ++i)
+      KVTIER_RETURN_IF_ERROR(field(names[i], event.via.array.ptr[i + 1]));
     return Status::Ok();
   }
   for (const msgpack::object_kv& kv : std::span(event.via.map.ptr, event.via.map.size)) {
@@ -198,7 +205,8 @@ Status EachField(const Object& event, const std::array<std::string_view, N>& nam
 
 Result<std::string_view> EventTag(const Object& event) {
   if (event.type == msgpack::type::ARRAY) {
-    if (event.via.array.size == 0 || !IsText(event.via.array.ptr[0])) return Bad("an event array has no type tag");
+    if (event.via.array.size == 0 || !IsText(event.via.array.ptr[0]))
+      return Bad("an event array has no type tag");
     return Text(event.via.array.ptr[0]);
   }
   if (event.type == msgpack::type::MAP) {
@@ -217,12 +225,12 @@ Status CheckStored(const EngineBlockStored& s) {
   if (s.hashes.empty()) return Bad("BlockStored has no block_hashes");
   if (s.block_size == 0) return Bad("BlockStored has block_size 0");
   if (s.tokens.size() != s.hashes.size() * uint64_t{s.block_size}) {
-    return Bad(fmt::format("BlockStored has {} token ids for {} blocks of {}", s.tokens.size(), s.hashes.size(),
-                           s.block_size));
+    return Bad(fmt::format("BlockStored has {} token ids for {} blocks of {}", s.tokens.size(),
+                           s.hashes.size(), s.block_size));
   }
   if (!s.extra_keys.empty() && s.extra_keys.size() != s.hashes.size()) {
-    return Bad(
-        fmt::format("BlockStored has {} extra_keys entries for {} blocks", s.extra_keys.size(), s.hashes.size()));
+    return Bad(fmt::format("BlockStored has {} extra_keys entries for {} blocks",
+                           s.extra_keys.size(), s.hashes.size()));
   }
   return Status::Ok();
 }
@@ -232,13 +240,15 @@ Status DecodeEvent(const Object& event, EngineEventBatch& out) {
   if (tag == "BlockStored") {
     EngineBlockStored stored;
     KVTIER_RETURN_IF_ERROR(EachField(
-        event, kStoredFields, [&](std::string_view name, const Object& v) { return StoredField(name, v, stored); }));
+        event, kStoredFields,
+        [&](std::string_view name, const Object& v) { return StoredField(name, v, stored); }));
     KVTIER_RETURN_IF_ERROR(CheckStored(stored));
     out.events.emplace_back(std::move(stored));
   } else if (tag == "BlockRemoved") {
     EngineBlockRemoved removed;
     KVTIER_RETURN_IF_ERROR(EachField(
-        event, kRemovedFields, [&](std::string_view name, const Object& v) { return RemovedField(name, v, removed); }));
+        event, kRemovedFields,
+        [&](std::string_view name, const Object& v) { return RemovedField(name, v, removed); }));
     out.events.emplace_back(std::move(removed));
   } else if (tag == "AllBlocksCleared") {
     out.events.emplace_back(EngineAllCleared{});
@@ -252,7 +262,8 @@ Status DecodeEnvelope(const Object& root, const Object*& events, EngineEventBatc
   const Object* ts = nullptr;
   const Object* rank = nullptr;
   if (root.type == msgpack::type::ARRAY) {
-    if (root.via.array.size < 2) return Bad("the batch array has fewer than 2 elements [ts, events]");
+    if (root.via.array.size < 2)
+      return Bad("the batch array has fewer than 2 elements [ts, events]");
     ts = &root.via.array.ptr[0];
     events = &root.via.array.ptr[1];
     if (root.via.array.size > 2) rank = &root.via.array.ptr[2];
@@ -268,8 +279,10 @@ Status DecodeEnvelope(const Object& root, const Object*& events, EngineEventBatc
   } else {
     return Bad("the payload is neither an array nor a map");
   }
-  if (ts != nullptr && (ts->type == msgpack::type::FLOAT64 || ts->type == msgpack::type::FLOAT32)) out.ts = ts->via.f64;
-  if (ts != nullptr && ts->type == msgpack::type::POSITIVE_INTEGER) out.ts = static_cast<double>(ts->via.u64);
+  if (ts != nullptr && (ts->type == msgpack::type::FLOAT64 || ts->type == msgpack::type::FLOAT32))
+    out.ts = ts->via.f64;
+  if (ts != nullptr && ts->type == msgpack::type::POSITIVE_INTEGER)
+    out.ts = static_cast<double>(ts->via.u64);
   if (rank != nullptr && !IsNil(*rank)) {
     KVTIER_ASSIGN_OR_RETURN(out.dp_rank, Small(*rank, "the dp rank"));
   }
@@ -283,7 +296,8 @@ Result<EngineFormat> ParseEngineFormat(std::string_view name) {
   if (name == "vllm") return EngineFormat::kVllm;
   if (name == "sglang") return EngineFormat::kSglang;
   if (name == "trtllm") return EngineFormat::kTrtllm;
-  return InvalidArgumentError(fmt::format("engine format \"{}\" is not one of vllm, sglang, trtllm", name));
+  return InvalidArgumentError(
+      fmt::format("engine format \"{}\" is not one of vllm, sglang, trtllm", name));
 }
 
 std::string_view EngineFormatName(EngineFormat format) {
@@ -295,18 +309,22 @@ std::string_view EngineFormatName(EngineFormat format) {
   return "?";
 }
 
-Result<EngineEventBatch> DecodeEngineEvents(std::span<const uint8_t> payload, const EngineDecodeLimits& limits) {
+Result<EngineEventBatch> DecodeEngineEvents(std::span<const uint8_t> payload,
+                                            const EngineDecodeLimits& limits) {
   if (payload.size() > limits.max_payload_bytes) {
-    return Bad(fmt::format("payload of {} bytes is over the limit of {}", payload.size(), limits.max_payload_bytes));
+    return Bad(fmt::format("payload of {} bytes is over the limit of {}", payload.size(),
+                           limits.max_payload_bytes));
   }
   msgpack::object_handle handle;
   try {
     const size_t n = limits.max_elements;
-    const msgpack::unpack_limit limit(n, n, limits.max_payload_bytes, limits.max_payload_bytes, n, 8);
+    const msgpack::unpack_limit limit(n, n, limits.max_payload_bytes, limits.max_payload_bytes, n,
+                                      8);
     size_t offset = 0;
-    handle =
-        msgpack::unpack(reinterpret_cast<const char*>(payload.data()), payload.size(), offset, nullptr, nullptr, limit);
-    if (offset != payload.size()) return Bad(fmt::format("{} bytes after the batch", payload.size() - offset));
+    handle = msgpack::unpack(reinterpret_cast<const char*>(payload.data()), payload.size(), offset,
+                             nullptr, nullptr, limit);
+    if (offset != payload.size())
+      return Bad(fmt::format("{} bytes after the batch", payload.size() - offset));
   } catch (const std::exception& e) {
     return Bad(fmt::format("not msgpack ({})", e.what()));
   }

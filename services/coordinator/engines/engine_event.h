@@ -59,13 +59,15 @@ struct EngineHash {
 };
 
 struct EngineHashHasher {
-  size_t operator()(const EngineHash& h) const { return static_cast<size_t>(h.lo * 0x9E3779B97F4A7C15ull ^ h.hi); }
+  size_t operator()(const EngineHash& h) const {
+    return static_cast<size_t>(h.lo * 0x9E3779B97F4A7C15ull ^ h.hi);
+  }
 };
 
 struct EngineBlockStored {
   std::vector<EngineHash> hashes = {};
   std::optional<EngineHash> parent = {};
-  std::vector<uint32_t> tokens = {};                               // integer token ids, block after block
+  std::vector<uint32_t> tokens = {};  // integer token ids, block after block
   std::vector<std::pair<uint32_t, std::string>> text_tokens = {};  // position, a string token id
   uint32_t block_size = 0;
   std::optional<uint64_t> lora_id = {};

@@ -62,7 +62,8 @@ TEST(EngineEventTest, DecodesTheArrayForm) {
   EXPECT_EQ(stored.tokens.size(), 8u);
   EXPECT_FALSE(stored.lora_id.has_value());
   EXPECT_EQ(stored.medium, "");
-  EXPECT_EQ(std::get<EngineBlockRemoved>(batch->events[1]).hashes, std::vector<EngineHash>{(EngineHash{0, 11})});
+  EXPECT_EQ(std::get<EngineBlockRemoved>(batch->events[1]).hashes,
+            std::vector<EngineHash>{(EngineHash{0, 11})});
   EXPECT_TRUE(std::holds_alternative<EngineAllCleared>(batch->events[2]));
 }
 
@@ -179,7 +180,9 @@ TEST(EngineEventTest, DecodesTensorRtLlmEvents) {
 }
 
 TEST(EngineEventTest, MalformedPayloadsAreRefusedByName) {
-  const auto decode = [](const msgpack::sbuffer& b) { return DecodeEngineEvents(Bytes(b)).status(); };
+  const auto decode = [](const msgpack::sbuffer& b) {
+    return DecodeEngineEvents(Bytes(b)).status();
+  };
   {
     const std::vector<uint8_t> junk = {0xc1, 0x00, 0x17};
     Status s = DecodeEngineEvents(junk).status();

@@ -68,26 +68,34 @@ struct MetricFamilies {
   Status Register(MetricsRegistry& r) {
     KVTIER_ASSIGN_OR_RETURN(
         events, r.AddCounter("kvtier_engine_events_total",
-                             "KV events received from inference engines, by engine and kind", {"engine", "kind"}));
+                             "KV events received from inference engines, by engine and kind",
+                             {"engine", "kind"}));
     KVTIER_ASSIGN_OR_RETURN(
-        messages, r.AddCounter("kvtier_engine_messages_total", "ZMQ messages received from engines (live and replayed)",
-                               {"engine"}));
-    KVTIER_ASSIGN_OR_RETURN(decode_errors, r.AddCounter("kvtier_engine_decode_errors_total",
-                                                        "Engine messages dropped as malformed", {"engine"}));
+        messages,
+        r.AddCounter("kvtier_engine_messages_total",
+                     "ZMQ messages received from engines (live and replayed)", {"engine"}));
+    KVTIER_ASSIGN_OR_RETURN(decode_errors,
+                            r.AddCounter("kvtier_engine_decode_errors_total",
+                                         "Engine messages dropped as malformed", {"engine"}));
+    KVTIER_ASSIGN_OR_RETURN(gaps, r.AddCounter("kvtier_engine_sequence_gaps_total",
+                                               "Gaps in an engine's sequence numbers", {"engine"}));
     KVTIER_ASSIGN_OR_RETURN(
-        gaps, r.AddCounter("kvtier_engine_sequence_gaps_total", "Gaps in an engine's sequence numbers", {"engine"}));
-    KVTIER_ASSIGN_OR_RETURN(replays, r.AddCounter("kvtier_engine_replays_total",
-                                                  "Replays asked of an engine's replay endpoint", {"engine"}));
+        replays, r.AddCounter("kvtier_engine_replays_total",
+                              "Replays asked of an engine's replay endpoint", {"engine"}));
     KVTIER_ASSIGN_OR_RETURN(
-        clears, r.AddCounter("kvtier_engine_clears_total", "Times an engine's blocks left the index, by reason",
-                             {"engine", "reason"}));
-    KVTIER_ASSIGN_OR_RETURN(unknown_parent,
-                            r.AddCounter("kvtier_engine_unknown_parent_blocks_total",
-                                         "Stored engine blocks whose parent kvtier never learned", {"engine"}));
-    KVTIER_ASSIGN_OR_RETURN(lag, r.AddGauge("kvtier_engine_lag_seconds",
-                                            "Wall-clock time minus the ts of the engine's last batch", {"engine"}));
-    KVTIER_ASSIGN_OR_RETURN(blocks, r.AddGauge("kvtier_engine_blocks",
-                                               "Engine blocks kvtier maps, over the engine's instances", {"engine"}));
+        clears,
+        r.AddCounter("kvtier_engine_clears_total",
+                     "Times an engine's blocks left the index, by reason", {"engine", "reason"}));
+    KVTIER_ASSIGN_OR_RETURN(
+        unknown_parent,
+        r.AddCounter("kvtier_engine_unknown_parent_blocks_total",
+                     "Stored engine blocks whose parent kvtier never learned", {"engine"}));
+    KVTIER_ASSIGN_OR_RETURN(
+        lag, r.AddGauge("kvtier_engine_lag_seconds",
+                        "Wall-clock time minus the ts of the engine's last batch", {"engine"}));
+    KVTIER_ASSIGN_OR_RETURN(
+        blocks, r.AddGauge("kvtier_engine_blocks",
+                           "Engine blocks kvtier maps, over the engine's instances", {"engine"}));
     return Status::Ok();
   }
 
@@ -102,7 +110,8 @@ struct MetricFamilies {
     m.replays = &replays->WithLabels({engine});
     m.unknown_parent = &unknown_parent->WithLabels({engine});
     for (size_t r = 0; r < m.clears.size(); ++r) {
-      m.clears[r] = &clears->WithLabels({engine, EngineClearReasonName(static_cast<EngineClearReason>(r))});
+      m.clears[r] =
+          &clears->WithLabels({engine, EngineClearReasonName(static_cast<EngineClearReason>(r))});
     }
     m.lag = &lag->WithLabels({engine});
     m.blocks = &blocks->WithLabels({engine});
@@ -124,12 +133,14 @@ Status ValidateEngineSources(const std::vector<EngineSource>& engines) {
     const std::string what = fmt::format("engine \"{}\"", e.name);
     if (e.name.empty()) return InvalidArgumentError("an engine has no name");
     if (!names.insert(e.name).second) return InvalidArgumentError(what + " is listed twice");
-    if (e.space.tokens_per_block == 0) return InvalidArgumentError(what + ": tokens_per_block must be positive");
+    if (e.space.tokens_per_block == 0)
+      return InvalidArgumentError(what + ": tokens_per_block must be positive");
     for (const std::string* endpoint : {&e.events, &e.replay}) {
       if (endpoint == &e.replay && endpoint->empty()) continue;
-      if (!endpoint->starts_with("tcp://") && !endpoint->starts_with("ipc://") && !endpoint->starts_with("inproc://")) {
-        return InvalidArgumentError(
-            fmt::format("{}: endpoint \"{}\" is not tcp://host:port (or ipc://, inproc://)", what, *endpoint));
+      if (!endpoint->starts_with("tcp://") && !endpoint->starts_with("ipc://") &&
+          !endpoint->starts_with("inproc://")) {
+        return InvalidArgumentError(fmt::format(
+            "{}: endpoint \"{}\" is not tcp://host:port (or ipc://, inproc://)", what, *endpoint));
       }
     }
   }
@@ -140,11 +151,14 @@ Status ValidateEngineSources(const std::vector<EngineSource>& engines) {
 // ranks.
 class Subscription final : public EngineSequencerSink {
  public:
-  Subscription(zmq::context_t& context, EngineSource source, const EngineFeedOptions& options, EngineMetrics metrics)
+  Subscription(zmq::context_t& context, EngineSource source, const EngineFeedOptions& options,
+               EngineMetrics metrics)
       : source_(std::move(source)),
         options_(options),
         metrics_(metrics),
-        sequencer_({.can_replay = !source_.replay.empty(), .replay_timeout = options.replay_timeout}, *this),
+        sequencer_(
+            {.can_replay = !source_.replay.empty(), .replay_timeout = options.replay_timeout},
+            *this),
         sub_(context, zmq::socket_type::sub) {
     sub_.set(zmq::sockopt::linger, 0);
     sub_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes));
@@ -184,12 +198,14 @@ class Subscription final : public EngineSequencerSink {
     out_ = &out;
     for (size_t n = 0; dealer_ && n < kMaxMessagesPerRead; ++n) {
       std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(*dealer_, std::back_inserter(frames), zmq::recv_flags::dontwait)) break;
+      if (!zmq::recv_multipart(*dealer_, std::back_inserter(frames), zmq::recv_flags::dontwait))
+        break;
       metrics_.messages->Inc();
       // After the empty delimiter: [seq, payload] or [topic, seq, payload].
       const size_t at = frames.size() == 3 ? 1 : frames.size() == 4 ? 2 : 0;
       if (at == 0 || !frames[0].empty() || frames[at].size() != 8) {
-        Malformed(fmt::format("a replay message of {} frames (want \"\", [topic,] seq, payload)", frames.size()));
+        Malformed(fmt::format("a replay message of {} frames (want \"\", [topic,] seq, payload)",
+                              frames.size()));
         continue;
       }
       const uint64_t seq = BigEndian64(frames[at]);
@@ -232,9 +248,9 @@ class Subscription final : public EngineSequencerSink {
 
   // EngineSequencerSink:
   void Deliver(uint64_t /*seq*/, std::string_view payload) override {
-    Result<EngineEventBatch> batch =
-        DecodeEngineEvents(std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
-                           {.max_payload_bytes = options_.max_message_bytes});
+    Result<EngineEventBatch> batch = DecodeEngineEvents(
+        std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()),
+        {.max_payload_bytes = options_.max_message_bytes});
     if (!batch.ok()) {
       Malformed(batch.status().message());
       return;
@@ -250,13 +266,15 @@ class Subscription final : public EngineSequencerSink {
       map.Apply(event, update.events);
     }
     metrics_.unknown_parent->Inc(static_cast<double>(map.stats().unknown_parent - unknown_before));
-    const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (batch->ts > 0) metrics_.lag->Set(wall - batch->ts);
   }
 
   void Clear(EngineClearReason reason) override {
     metrics_.clears[static_cast<size_t>(reason)]->Inc();
-    spdlog::warn("engine {}: its blocks leave the index ({})", source_.name, EngineClearReasonName(reason));
+    spdlog::warn("engine {}: its blocks leave the index ({})", source_.name,
+                 EngineClearReasonName(reason));
     for (auto& [rank, map] : maps_) {
       map->Clear();
       KvEvent cleared;
@@ -284,10 +302,10 @@ class Subscription final : public EngineSequencerSink {
     auto it = maps_.find(rank);
     if (it == maps_.end()) {
       it = maps_
-               .emplace(rank, std::make_unique<EngineBlockMap>(
-                                  EngineBlockMap::Options{.space = source_.space,
-                                                          .format = source_.format,
-                                                          .max_blocks = options_.max_blocks_per_instance}))
+               .emplace(rank, std::make_unique<EngineBlockMap>(EngineBlockMap::Options{
+                                  .space = source_.space,
+                                  .format = source_.format,
+                                  .max_blocks = options_.max_blocks_per_instance}))
                .first;
     }
     return *it->second;
@@ -295,7 +313,8 @@ class Subscription final : public EngineSequencerSink {
 
   EngineUpdate& UpdateFor(uint32_t rank) {
     const std::string node = NodeName(rank);
-    if (out_->empty() || out_->back().kind != EngineUpdate::Kind::kEvents || out_->back().node != node) {
+    if (out_->empty() || out_->back().kind != EngineUpdate::Kind::kEvents ||
+        out_->back().node != node) {
       out_->push_back(EngineUpdate{.node = node, .salt_scope = source_.salt_scope});
     }
     return out_->back();
@@ -304,7 +323,8 @@ class Subscription final : public EngineSequencerSink {
   void Malformed(std::string_view what) {
     metrics_.decode_errors->Inc();
     const auto count = static_cast<uint64_t>(metrics_.decode_errors->Value());
-    if (Sampled(count)) spdlog::warn("engine {}: dropped {} (error {} of this engine)", source_.name, what, count);
+    if (Sampled(count))
+      spdlog::warn("engine {}: dropped {} (error {} of this engine)", source_.name, what, count);
   }
 
   EngineSource source_;
@@ -350,19 +370,22 @@ class EngineFeed::Impl {
   Status Subscribe(const std::vector<EngineSource>& engines) {
     std::vector<std::unique_ptr<Subscription>> next;
     for (const EngineSource& source : engines) {
-      auto same =
-          std::find_if(subs_.begin(), subs_.end(), [&](const auto& s) { return s && SameSource(s->source(), source); });
+      auto same = std::find_if(subs_.begin(), subs_.end(),
+                               [&](const auto& s) { return s && SameSource(s->source(), source); });
       if (same != subs_.end()) {
         next.push_back(std::move(*same));
         continue;
       }
       try {
-        next.push_back(std::make_unique<Subscription>(context_, source, options_, families_.For(source.name)));
+        next.push_back(
+            std::make_unique<Subscription>(context_, source, options_, families_.For(source.name)));
       } catch (const zmq::error_t& e) {
-        return InvalidArgumentError(fmt::format("engine \"{}\": cannot connect to {} or {}: {}", source.name,
-                                                source.events, source.replay, e.what()));
+        return InvalidArgumentError(fmt::format("engine \"{}\": cannot connect to {} or {}: {}",
+                                                source.name, source.events, source.replay,
+                                                e.what()));
       }
-      spdlog::info("engine {} ({}): subscribed to {}{}", source.name, EngineFormatName(source.format), source.events,
+      spdlog::info("engine {} ({}): subscribed to {}{}", source.name,
+                   EngineFormatName(source.format), source.events,
                    source.replay.empty() ? "" : " with replay " + source.replay);
     }
     for (auto& old : subs_) {
@@ -444,6 +467,8 @@ Result<std::unique_ptr<EngineFeed>> EngineFeed::Create(EngineFeedOptions options
 
 EngineFeed::EngineFeed(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EngineFeed::~EngineFeed() { impl_->Stop(); }
-Status EngineFeed::Reconfigure(std::vector<EngineSource> engines) { return impl_->Reconfigure(std::move(engines)); }
+Status EngineFeed::Reconfigure(std::vector<EngineSource> engines) {
+  return impl_->Reconfigure(std::move(engines));
+}
 
 }  // namespace kvtier::coordinator

@@ -50,7 +50,8 @@ struct EngineSource {
   std::string tenant = {};  // its name, for logs
 };
 
-using EngineUpdateSink = std::function<std::vector<std::string>(std::vector<EngineUpdate>& updates)>;
+using EngineUpdateSink =
+    std::function<std::vector<std::string>(std::vector<EngineUpdate>& updates)>;
 
 struct EngineFeedOptions {
   std::vector<EngineSource> engines = {};

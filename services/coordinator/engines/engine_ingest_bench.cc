@@ -33,7 +33,8 @@ std::string Payload(uint64_t chain, bool store) {
   if (store) {
     p.pack_nil();
     p.pack_array(kBlocks * kTokensPerBlock);
-    for (uint32_t t = 0; t < kBlocks * kTokensPerBlock; ++t) p.pack(static_cast<uint32_t>(chain * 7919 + t));
+    for (uint32_t t = 0; t < kBlocks * kTokensPerBlock; ++t)
+      p.pack(static_cast<uint32_t>(chain * 7919 + t));
     p.pack(kTokensPerBlock);
     p.pack_nil();
   }
@@ -48,7 +49,9 @@ void BM_IngestBlockEvents(benchmark::State& state) {
   std::unique_ptr<Coordinator> coordinator = std::move(Coordinator::Create(options)).value();
   ScopeRegistry scopes;
   EngineNodes nodes(*coordinator, scopes);
-  EngineBlockMap map({.space = {.tenant = KeySalt("team-a"), .model = "llama", .tokens_per_block = kTokensPerBlock}});
+  EngineBlockMap map(
+      {.space = {
+           .tenant = KeySalt("team-a"), .model = "llama", .tokens_per_block = kTokensPerBlock}});
   std::vector<std::string> payloads;
   for (uint64_t c = 0; c < kChains; ++c) payloads.push_back(Payload(c, true));
   for (uint64_t c = 0; c < kChains; ++c) payloads.push_back(Payload(c, false));
@@ -57,13 +60,14 @@ void BM_IngestBlockEvents(benchmark::State& state) {
   // does.
   updates[0] = EngineUpdate{.node = "vllm-0", .salt_scope = SaltScope("team-a")};
   (void)nodes.Apply(updates);
-  updates[0] = EngineUpdate{.kind = EngineUpdate::Kind::kSnapshot, .node = "vllm-0", .salt_scope = SaltScope("team-a")};
+  updates[0] = EngineUpdate{
+      .kind = EngineUpdate::Kind::kSnapshot, .node = "vllm-0", .salt_scope = SaltScope("team-a")};
   (void)nodes.Apply(updates);
   size_t i = 0;
   for (auto _ : state) {
     const std::string& payload = payloads[i++ % payloads.size()];
-    Result<EngineEventBatch> batch =
-        DecodeEngineEvents(std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+    Result<EngineEventBatch> batch = DecodeEngineEvents(
+        std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
     updates.assign(1, EngineUpdate{.node = "vllm-0", .salt_scope = SaltScope("team-a")});
     for (const EngineEvent& e : batch->events) map.Apply(e, updates[0].events);
     benchmark::DoNotOptimize(nodes.Apply(updates));
@@ -78,8 +82,8 @@ BENCHMARK(BM_IngestBlockEvents);
 void BM_DecodeBlockStored(benchmark::State& state) {
   const std::string payload = Payload(3, true);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(
-        DecodeEngineEvents(std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size())));
+    benchmark::DoNotOptimize(DecodeEngineEvents(
+        std::span(reinterpret_cast<const uint8_t*>(payload.data()), payload.size())));
   }
   state.SetItemsProcessed(state.iterations() * kBlocks);
 }

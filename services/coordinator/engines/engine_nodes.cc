@@ -25,7 +25,8 @@ std::vector<std::string> EngineNodes::Apply(std::vector<EngineUpdate>& updates) 
     } else if (instance.awaiting_snapshot) {
       // Its events are in the snapshot asked for; once per instance in this
       // batch of updates.
-      if (std::find(resync.begin(), resync.end(), update.node) == resync.end()) resync.push_back(update.node);
+      if (std::find(resync.begin(), resync.end(), update.node) == resync.end())
+        resync.push_back(update.node);
     } else {
       ApplyEvents(update, instance, resync);
     }
@@ -35,8 +36,10 @@ std::vector<std::string> EngineNodes::Apply(std::vector<EngineUpdate>& updates) 
 
 Status EngineNodes::EnsureRegistered(const std::string& name, Instance& instance) {
   if (instance.registered && coordinator_.LiveRole(name).has_value()) return Status::Ok();
-  Registration registration{.node = name, .role = NodeRole::kEngine, .incarnation = next_incarnation_++};
-  for (Tier tier : {Tier::kGpu, Tier::kHost, Tier::kDisk}) registration.pools.push_back(PoolInfo{.tier = tier});
+  Registration registration{
+      .node = name, .role = NodeRole::kEngine, .incarnation = next_incarnation_++};
+  for (Tier tier : {Tier::kGpu, Tier::kHost, Tier::kDisk})
+    registration.pools.push_back(PoolInfo{.tier = tier});
   KVTIER_ASSIGN_OR_RETURN(const RegisterResult registered, coordinator_.Register(registration));
   instance.incarnation = registration.incarnation;
   instance.lease_id = registered.lease_id;
@@ -64,14 +67,16 @@ void EngineNodes::ApplySnapshot(EngineUpdate& update, Instance& instance) {
                               .blocks = std::move(update.blocks)};
   if (Status s = coordinator_.PublishSnapshot(snapshot); !s.ok()) {
     ++stats_.refused_batches;
-    spdlog::warn("engine instance {}: the index refused its snapshot: {}", update.node, s.ToString());
+    spdlog::warn("engine instance {}: the index refused its snapshot: {}", update.node,
+                 s.ToString());
     return;
   }
   instance.awaiting_snapshot = false;
   ++stats_.snapshots;
 }
 
-void EngineNodes::ApplyEvents(EngineUpdate& update, Instance& instance, std::vector<std::string>& resync) {
+void EngineNodes::ApplyEvents(EngineUpdate& update, Instance& instance,
+                              std::vector<std::string>& resync) {
   if (update.events.empty()) return;
   const std::optional<ScopeId> scope = ScopeOf(update);
   if (!scope) return;
@@ -87,7 +92,8 @@ void EngineNodes::ApplyEvents(EngineUpdate& update, Instance& instance, std::vec
     // A batch the index cannot take (it checks every event first): nothing of
     // it applied.
     ++stats_.refused_batches;
-    spdlog::warn("engine instance {}: the index refused a batch: {}", update.node, ack.status().ToString());
+    spdlog::warn("engine instance {}: the index refused a batch: {}", update.node,
+                 ack.status().ToString());
     instance.awaiting_snapshot = true;
     resync.push_back(update.node);
     return;

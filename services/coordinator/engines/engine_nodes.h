@@ -41,7 +41,8 @@ struct EngineNodesStats {
 
 class EngineNodes {
  public:
-  EngineNodes(Coordinator& coordinator, ScopeRegistry& scopes) : coordinator_(coordinator), scopes_(scopes) {}
+  EngineNodes(Coordinator& coordinator, ScopeRegistry& scopes)
+      : coordinator_(coordinator), scopes_(scopes) {}
 
   // Applies `updates` in order. Returns the instances whose full state the
   // coordinator needs (a kSnapshot update from the feed): their events were not

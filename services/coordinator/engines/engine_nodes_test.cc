@@ -28,7 +28,8 @@ class EngineNodesTest : public ::testing::Test {
     for (size_t i = 0; i < tokens.size() / 4; ++i) s.hashes.push_back({0, i + 1});
     s.tokens = tokens;
     s.block_size = 4;
-    std::vector<EngineUpdate> updates(1, EngineUpdate{.node = node, .salt_scope = SaltScope("team-a")});
+    std::vector<EngineUpdate> updates(
+        1, EngineUpdate{.node = node, .salt_scope = SaltScope("team-a")});
     map.Apply(s, updates[0].events);
     return updates;
   }
@@ -73,13 +74,15 @@ TEST_F(EngineNodesTest, AnEngineJoinsTheIndexAndIsRoutedTo) {
   EXPECT_EQ(nodes_->stats().snapshots, 1u) << "a new instance is asked for its state once";
 
   const auto keys = EnginePromptKeys(space_, Tokens(12), {});
-  Result<RouteChoice> route = coordinator_->Route(*scopes_.Find(SaltScope("team-a")), {.keys = keys});
+  Result<RouteChoice> route =
+      coordinator_->Route(*scopes_.Find(SaltScope("team-a")), {.keys = keys});
   ASSERT_TRUE(route.ok()) << route.status().ToString();
   EXPECT_EQ(coordinator_->NodeName(route->node), "vllm-0");
   EXPECT_EQ(route->prefix_blocks, 3u);
 
   // Later events apply in sequence, with no further snapshot.
-  std::vector<EngineUpdate> removal(1, EngineUpdate{.node = "vllm-0", .salt_scope = SaltScope("team-a")});
+  std::vector<EngineUpdate> removal(
+      1, EngineUpdate{.node = "vllm-0", .salt_scope = SaltScope("team-a")});
   EngineBlockRemoved r;
   r.hashes = {{0, 3}};
   map.Apply(r, removal[0].events);
@@ -98,7 +101,8 @@ TEST_F(EngineNodesTest, LeasesAreRenewedByTickAndALeaveRemovesTheEngine) {
   }
   EXPECT_EQ(Matched(Tokens(8)), 2u) << "20 s past a 10 s lease, renewed by Tick";
 
-  std::vector<EngineUpdate> leave(1, EngineUpdate{.kind = EngineUpdate::Kind::kLeave, .node = "sglang-0"});
+  std::vector<EngineUpdate> leave(
+      1, EngineUpdate{.kind = EngineUpdate::Kind::kLeave, .node = "sglang-0"});
   EXPECT_TRUE(nodes_->Apply(leave).empty());
   EXPECT_EQ(Matched(Tokens(8)), 0u);
   EXPECT_FALSE(coordinator_->LiveRole("sglang-0").has_value());

@@ -55,7 +55,8 @@ void EngineSequencer::OnReplayEnd() {
 }
 
 void EngineSequencer::OnTick(Nanos now) {
-  if (replaying() && now - *replay_started_ >= options_.replay_timeout) GiveUp(EngineClearReason::kReplayTimeout);
+  if (replaying() && now - *replay_started_ >= options_.replay_timeout)
+    GiveUp(EngineClearReason::kReplayTimeout);
 }
 
 void EngineSequencer::StartReplay(uint64_t from, Nanos now) {

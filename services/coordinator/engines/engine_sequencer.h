@@ -32,7 +32,14 @@
 
 namespace kvtier::coordinator {
 
-enum class EngineClearReason { kRestart, kReplayTooShort, kNoReplay, kReplayTimeout, kBufferFull, kCount };
+enum class EngineClearReason {
+  kRestart,
+  kReplayTooShort,
+  kNoReplay,
+  kReplayTimeout,
+  kBufferFull,
+  kCount
+};
 std::string_view EngineClearReasonName(EngineClearReason reason);
 
 class EngineSequencerSink {
@@ -53,7 +60,8 @@ struct EngineSequencerOptions {
 
 class EngineSequencer {
  public:
-  EngineSequencer(EngineSequencerOptions options, EngineSequencerSink& sink) : options_(options), sink_(sink) {}
+  EngineSequencer(EngineSequencerOptions options, EngineSequencerSink& sink)
+      : options_(options), sink_(sink) {}
 
   void OnLive(uint64_t seq, std::string payload, Nanos now);
   // A replayed message; OnReplayEnd when the publisher's end marker arrives.

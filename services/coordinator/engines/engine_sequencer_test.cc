@@ -16,7 +16,9 @@ class Recorder final : public EngineSequencerSink {
     log.push_back("d" + std::to_string(seq));
     EXPECT_EQ(payload, "p" + std::to_string(seq));
   }
-  void Clear(EngineClearReason reason) override { log.push_back("c:" + std::string(EngineClearReasonName(reason))); }
+  void Clear(EngineClearReason reason) override {
+    log.push_back("c:" + std::string(EngineClearReasonName(reason)));
+  }
   void RequestReplay(uint64_t from) override { log.push_back("r" + std::to_string(from)); }
   std::vector<std::string> log;
 };

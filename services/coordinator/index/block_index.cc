@@ -14,7 +14,8 @@ namespace {
 bool HasDuplicateKeys(std::span<const BlockKey> keys) {
   std::array<uint64_t, 16> seen{};
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t bit = (keys[i].hi * 0x9E3779B97F4A7C15ULL ^ keys[i].lo) * 0xC2B2AE3D27D4EB4FULL >> 54;
+    const uint64_t bit =
+        (keys[i].hi * 0x9E3779B97F4A7C15ULL ^ keys[i].lo) * 0xC2B2AE3D27D4EB4FULL >> 54;
     uint64_t& word = seen[bit >> 6];
     if (word & (uint64_t{1} << (bit & 63))) {
       for (size_t j = 0; j < i; ++j) {
@@ -28,7 +29,8 @@ bool HasDuplicateKeys(std::span<const BlockKey> keys) {
 
 }  // namespace
 
-Status ValidateStoredBlocks(std::span<const BlockKey> chain, std::span<const BlockRetention> retention, size_t tokens) {
+Status ValidateStoredBlocks(std::span<const BlockKey> chain,
+                            std::span<const BlockRetention> retention, size_t tokens) {
   const size_t keys = chain.size();
   if (HasDuplicateKeys(chain)) return InvalidArgumentError("stored event repeats a block key");
   if (!retention.empty() && retention.size() != keys) {
@@ -37,12 +39,14 @@ Status ValidateStoredBlocks(std::span<const BlockKey> chain, std::span<const Blo
   }
   for (size_t i = 0; i < retention.size(); ++i) {
     if (retention[i].priority > kMaxPriority) {
-      return InvalidArgumentError("block " + std::to_string(i) + ": priority " + std::to_string(retention[i].priority) +
+      return InvalidArgumentError("block " + std::to_string(i) + ": priority " +
+                                  std::to_string(retention[i].priority) +
                                   " is out of range [0, 100]");
     }
   }
   if (tokens != 0 && (keys == 0 || tokens % keys != 0)) {
-    return InvalidArgumentError("stored event has " + std::to_string(tokens) + " tokens for " + std::to_string(keys) +
+    return InvalidArgumentError("stored event has " + std::to_string(tokens) + " tokens for " +
+                                std::to_string(keys) +
                                 " blocks: not the same count for each block");
   }
   return Status::Ok();
@@ -52,8 +56,8 @@ Status ValidateStoredBlocks(std::span<const BlockKey> chain, std::span<const Blo
 // Leaves each key's block (kNil: new) in found_ for Store to use.
 Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
   if (r.location.node >= kMaxNodes) {
-    return InvalidArgumentError("node id " + std::to_string(r.location.node) + " is out of range [0, " +
-                                std::to_string(kMaxNodes - 1) + "]");
+    return InvalidArgumentError("node id " + std::to_string(r.location.node) +
+                                " is out of range [0, " + std::to_string(kMaxNodes - 1) + "]");
   }
   if (static_cast<int>(r.location.tier) >= kTierCount) return InvalidArgumentError("unknown tier");
   KVTIER_RETURN_IF_ERROR(ValidateStoredBlocks(r.keys, r.retention, r.tokens.size()));
@@ -72,8 +76,9 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
                                   ") is already indexed under another salt scope");
     }
     if (block.parent != expected_parent) {
-      return InvalidArgumentError("block " + std::to_string(i) + " (" + r.keys[i].ToHex() +
-                                  ") is already indexed with a different parent: the chain is inconsistent");
+      return InvalidArgumentError(
+          "block " + std::to_string(i) + " (" + r.keys[i].ToHex() +
+          ") is already indexed with a different parent: the chain is inconsistent");
     }
     expected_parent = b;
   }
@@ -96,7 +101,8 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
     }
   }
   KVTIER_RETURN_IF_ERROR(ValidateStore(r, parent));
-  const uint32_t packed = internal::PackLocation(r.location.node, static_cast<uint32_t>(r.location.tier), r.location.pool);
+  const uint32_t packed = internal::PackLocation(
+      r.location.node, static_cast<uint32_t>(r.location.tier), r.location.pool);
   const uint32_t place = internal::PlaceOf(packed);
   // Pass 1, root to leaf: blocks, retention and locations (a parent's slot exists before
   // its child's, so children_here counts stay exact).
@@ -143,7 +149,8 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   result.locations.reserve(2 * expected_blocks);
   result.scores.reserve(8);
   result.location_begin.push_back(0);
-  std::vector<double>& pending = lookup_pending_;  // per score entry: the best tier weight for this block
+  std::vector<double>& pending =
+      lookup_pending_;  // per score entry: the best tier weight for this block
   pending.clear();
   WindowedScores windowed(*this);
   uint32_t expected_parent = kNil;
@@ -161,8 +168,10 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
                               static_cast<uint16_t>(internal::PackedPool(packed))};
       result.locations.push_back(location);
       if (windowed.Held(internal::PlaceOf(packed), i)) return;  // a windowed pool's block
-      const std::optional<size_t> s = internal::ScoreEntryAt(result.scores, pending, location.node, i);
-      if (s) pending[*s] = std::max(pending[*s], options_.tier_weights[internal::PackedTier(packed)]);
+      const std::optional<size_t> s =
+          internal::ScoreEntryAt(result.scores, pending, location.node, i);
+      if (s)
+        pending[*s] = std::max(pending[*s], options_.tier_weights[internal::PackedTier(packed)]);
     });
     for (size_t s = 0; s < result.scores.size(); ++s) {
       if (pending[s] > 0) {
@@ -171,7 +180,8 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
         pending[s] = 0;
       }
     }
-    if (located_prefix == i && result.locations.size() > result.location_begin.back()) located_prefix = i + 1;
+    if (located_prefix == i && result.locations.size() > result.location_begin.back())
+      located_prefix = i + 1;
     result.location_begin.push_back(static_cast<uint32_t>(result.locations.size()));
   }
   std::erase_if(result.scores, [](const NodeScore& s) { return s.prefix_blocks == 0; });
@@ -194,7 +204,8 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   chain.clear();
   const bool windows = HasWindows(node);
   auto full_place_here = [&](uint32_t packed) {
-    return internal::PackedNode(packed) == node && (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
+    return internal::PackedNode(packed) == node &&
+           (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
   };
   uint32_t full_prefix = 0;
   uint32_t expected_parent = kNil;
@@ -215,7 +226,8 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   for (uint32_t i = full_prefix; i-- > 0;) {
     Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
-    for (uint32_t ref : HeldSlotsInPlaceOrder(chain[i], [&](uint32_t r) { return full_place_here(Slot(r).packed); })) {
+    for (uint32_t ref : HeldSlotsInPlaceOrder(
+             chain[i], [&](uint32_t r) { return full_place_here(Slot(r).packed); })) {
       MoveToTail(ref);
     }
   }
@@ -227,14 +239,16 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
 // A request over the prefix a windowed pool serves uses its last window and its sinks:
 // those are renewed, the window in chain order (blocks leave a request's window oldest
 // first), then the sinks (held to the end). The blocks between were not used.
-void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain) {
+void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window,
+                                     std::span<const uint32_t> chain) {
   WindowedScores served_by(*this);
   for (uint32_t i = 0; i < chain.size(); ++i) {
     if (FindHeldSlot(chain[i], place) != kNil) served_by.Held(place, i);
   }
   const uint32_t served = served_by.Served(place);
   const uint32_t sinks = std::min(window.sink_blocks, served);
-  const uint32_t from = std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
+  const uint32_t from =
+      std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
   auto renew = [&](uint32_t i) {
     Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
@@ -244,7 +258,8 @@ void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window, s
   for (uint32_t i = 0; i < sinks; ++i) renew(i);
 }
 
-std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t count, const Location* demote_to,
+std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t count,
+                                              const Location* demote_to,
                                               const std::function<bool(const BlockKey&)>* admit,
                                               std::vector<BlockKey>* demoted) {
   std::vector<BlockKey> evicted;
@@ -253,8 +268,8 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
   int priority = 0;
   while (priority <= kMaxPriority && evicted.size() < count) {
     uint32_t ref = lists[priority].head;
-    bool skipped = false;   // an interior block was passed over in this list
-    int restart_at = -1;    // a lower priority list gained a leaf
+    bool skipped = false;  // an interior block was passed over in this list
+    int restart_at = -1;   // a lower priority list gained a leaf
     while (ref != kNil && evicted.size() < count) {
       const uint32_t next = Slot(ref).lru_next;
       if (!Evictable(ref)) {  // interior here: its descendants go first
@@ -268,7 +283,8 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
       if (demote_to != nullptr && (*admit == nullptr || (*admit)(key))) {
         // Offload: the copy in the lower tier is added before this one goes, so that the
         // block is never collected in between.
-        const uint32_t to = internal::PackLocation(node, static_cast<uint32_t>(demote_to->tier), demote_to->pool);
+        const uint32_t to =
+            internal::PackLocation(node, static_cast<uint32_t>(demote_to->tier), demote_to->pool);
         if (FindHeldSlot(b, internal::PlaceOf(to)) == kNil) LinkTail(AddLocation(b, to));
         demoted->push_back(key);
       } else {
@@ -315,7 +331,8 @@ size_t BlockIndex::Impl::Remove(Location location, std::span<const BlockKey> key
 }
 
 size_t BlockIndex::Impl::ChangeTier(Location from, Location to, std::span<const BlockKey> keys) {
-  const uint32_t to_packed = internal::PackLocation(from.node, static_cast<uint32_t>(to.tier), to.pool);
+  const uint32_t to_packed =
+      internal::PackLocation(from.node, static_cast<uint32_t>(to.tier), to.pool);
   size_t moved = 0;
   for (const BlockKey& key : keys) {
     const uint32_t from_ref = HeldSlotOf(key, PlaceOfLocation(from));
@@ -361,7 +378,8 @@ BlockIndexStats BlockIndex::Impl::Stats() const {
   stats.evictions_by_priority = evictions_by_priority_;
   stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
                        expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
-                       wide_children_.memory_bytes() + wide_window_leaves_.memory_bytes() + tokens_.memory_bytes();
+                       wide_children_.memory_bytes() + wide_window_leaves_.memory_bytes() +
+                       tokens_.memory_bytes();
   for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
   return stats;
 }
@@ -370,13 +388,14 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexOptions& 
   static_assert(kMaxIndexBlocks == internal::kMaxKeyTableBlocks);
   if (options.clock == nullptr) return InvalidArgumentError("BlockIndex needs a clock");
   if (options.max_blocks == 0 || options.max_blocks > kMaxIndexBlocks) {
-    return InvalidArgumentError("max_blocks " + std::to_string(options.max_blocks) + " is out of range [1, " +
-                                std::to_string(kMaxIndexBlocks) + "]");
+    return InvalidArgumentError("max_blocks " + std::to_string(options.max_blocks) +
+                                " is out of range [1, " + std::to_string(kMaxIndexBlocks) + "]");
   }
   for (double w : options.tier_weights) {
     if (!(w >= 0.0)) return InvalidArgumentError("tier weights must be non-negative");
   }
-  if (!(options.tier_weights[0] >= options.tier_weights[1] && options.tier_weights[1] >= options.tier_weights[2])) {
+  if (!(options.tier_weights[0] >= options.tier_weights[1] &&
+        options.tier_weights[1] >= options.tier_weights[2])) {
     return InvalidArgumentError("tier weights must not increase from gpu to host to disk");
   }
   return std::unique_ptr<BlockIndex>(new BlockIndex(std::make_unique<Impl>(options)));
@@ -385,7 +404,9 @@ Result<std::unique_ptr<BlockIndex>> BlockIndex::Create(const BlockIndexOptions& 
 BlockIndex::BlockIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 BlockIndex::~BlockIndex() = default;
 Status BlockIndex::Store(const StoreRequest& request) { return impl_->Store(request); }
-size_t BlockIndex::Remove(Location location, std::span<const BlockKey> keys) { return impl_->Remove(location, keys); }
+size_t BlockIndex::Remove(Location location, std::span<const BlockKey> keys) {
+  return impl_->Remove(location, keys);
+}
 Status BlockIndex::SetNodeWindows(NodeId node, std::span<const PoolWindowSpec> windows) {
   return impl_->SetNodeWindows(node, windows);
 }
@@ -397,8 +418,12 @@ LookupResult BlockIndex::Lookup(ScopeId scope, std::span<const BlockKey> keys,
                                 std::span<const uint32_t> tail_tokens) const {
   return impl_->Lookup(scope, keys, tail_tokens);
 }
-void BlockIndex::Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys) { impl_->Touch(node, scope, keys); }
-std::vector<BlockKey> BlockIndex::Evict(NodeId node, Tier tier, size_t count) { return impl_->Evict(node, tier, count); }
+void BlockIndex::Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys) {
+  impl_->Touch(node, scope, keys);
+}
+std::vector<BlockKey> BlockIndex::Evict(NodeId node, Tier tier, size_t count) {
+  return impl_->Evict(node, tier, count);
+}
 std::vector<BlockKey> BlockIndex::Demote(NodeId node, Tier from, Location to, size_t count,
                                          const std::function<bool(const BlockKey&)>& admit,
                                          std::vector<BlockKey>* demoted) {

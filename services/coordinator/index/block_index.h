@@ -93,8 +93,8 @@ struct PoolWindowSpec {
 
 struct StoreRequest {
   ScopeId scope = 0;
-  std::optional<BlockKey> parent = {};            // absent: the chain starts at the scope's root
-  std::span<const BlockKey> keys = {};            // in chain order
+  std::optional<BlockKey> parent = {};  // absent: the chain starts at the scope's root
+  std::span<const BlockKey> keys = {};  // in chain order
   Location location = {};
   std::span<const BlockRetention> retention = {};  // one per key, or empty for the default
   // The blocks' tokens, block after block (the same count for each), or empty: kept for
@@ -106,15 +106,15 @@ struct StoreRequest {
 // retention entry per key or none, priorities within [0, 100], the same number of tokens
 // for each block. kInvalidArgument names what was wrong. What Store checks first, for callers that
 // check a whole batch before applying any of it (the coordinator).
-[[nodiscard]] Status ValidateStoredBlocks(std::span<const BlockKey> keys, std::span<const BlockRetention> retention,
-                                          size_t tokens);
+[[nodiscard]] Status ValidateStoredBlocks(std::span<const BlockKey> keys,
+                                          std::span<const BlockRetention> retention, size_t tokens);
 
 struct NodeScore {
   NodeId node = 0;
-  uint32_t prefix_blocks = 0;  // longest consecutive prefix this node can serve
-  double score = 0.0;          // that prefix, each block weighted by the node's best tier,
-                               // plus the share of the next block's tokens it can reuse
-  uint32_t partial_tokens = 0; // tokens of the block after the prefix this node can reuse
+  uint32_t prefix_blocks = 0;   // longest consecutive prefix this node can serve
+  double score = 0.0;           // that prefix, each block weighted by the node's best tier,
+                                // plus the share of the next block's tokens it can reuse
+  uint32_t partial_tokens = 0;  // tokens of the block after the prefix this node can reuse
 };
 
 // The cached block after the matched prefix that shares the most leading tokens with the
@@ -132,12 +132,12 @@ struct LookupResult {
   // Locations of matched block i: locations[location_begin[i] .. location_begin[i + 1]).
   std::vector<Location> locations;
   std::vector<uint32_t> location_begin;  // matched_blocks + 1 entries
-  std::vector<NodeScore> scores;  // nodes with a prefix or partial tokens, best score first
-  PartialMatch partial;           // with tail tokens only
+  std::vector<NodeScore> scores;         // nodes with a prefix or partial tokens, best score first
+  PartialMatch partial;                  // with tail tokens only
 
   std::span<const Location> LocationsOf(uint32_t block) const {
-    return std::span<const Location>(locations).subspan(location_begin[block],
-                                                        location_begin[block + 1] - location_begin[block]);
+    return std::span<const Location>(locations).subspan(
+        location_begin[block], location_begin[block + 1] - location_begin[block]);
   }
 };
 
@@ -154,9 +154,9 @@ struct BlockIndexOptions {
 };
 
 struct BlockIndexStats {
-  size_t blocks = 0;         // blocks with at least one location, plus interior ghosts
+  size_t blocks = 0;  // blocks with at least one location, plus interior ghosts
   size_t locations = 0;
-  size_t memory_bytes = 0;   // everything the index allocated
+  size_t memory_bytes = 0;  // everything the index allocated
   uint64_t expirations = 0;
   uint64_t refused_full = 0;  // Store calls refused because of max_blocks
   // Locations dropped by Evict (victims not moved to a lower tier) and Remove, by the
@@ -230,7 +230,8 @@ class BlockIndex {
   // on the same node instead of leaving it: the offload path (GPU -> host -> disk).
   // Returns every victim in eviction order; `demoted` receives those that moved.
   std::vector<BlockKey> Demote(NodeId node, Tier from, Location to, size_t count,
-                               const std::function<bool(const BlockKey&)>& admit, std::vector<BlockKey>* demoted);
+                               const std::function<bool(const BlockKey&)>& admit,
+                               std::vector<BlockKey>* demoted);
 
   // Blocks held on (node, tier).
   size_t Held(NodeId node, Tier tier) const;

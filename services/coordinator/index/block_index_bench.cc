@@ -18,7 +18,8 @@ std::vector<BlockKey> ChainKeys(uint64_t chain) {
   return keys;
 }
 
-std::unique_ptr<BlockIndex> FilledIndex(const Clock* clock = &SystemClock::Instance(), uint64_t chains = kChains) {
+std::unique_ptr<BlockIndex> FilledIndex(const Clock* clock = &SystemClock::Instance(),
+                                        uint64_t chains = kChains) {
   BlockIndexOptions options;
   options.expected_blocks = chains * kChainLength;
   options.clock = clock;
@@ -69,10 +70,12 @@ BENCHMARK(BM_LookupMiss);
 // of them. Against BM_LookupHit32: what comparing the tail with the children costs.
 void BM_LookupPartial31(benchmark::State& state) {
   constexpr uint32_t kTpb = 16;
-  std::unique_ptr<BlockIndex> index = *BlockIndex::Create({.expected_blocks = kChains * (kChainLength + 3)});
+  std::unique_ptr<BlockIndex> index =
+      *BlockIndex::Create({.expected_blocks = kChains * (kChainLength + 3)});
   auto tokens_of = [](uint64_t block, uint64_t sibling) {
     std::vector<uint32_t> tokens(kTpb);
-    for (uint32_t t = 0; t < kTpb; ++t) tokens[t] = static_cast<uint32_t>(block * kTpb + t + (t >= 4 ? sibling : 0));
+    for (uint32_t t = 0; t < kTpb; ++t)
+      tokens[t] = static_cast<uint32_t>(block * kTpb + t + (t >= 4 ? sibling : 0));
     return tokens;
   };
   const OpaqueKeyNamespace ns("bench-partial", "");
@@ -88,7 +91,12 @@ void BM_LookupPartial31(benchmark::State& state) {
     (void)index->Store({0, std::nullopt, keys, where, {}, tokens});
     for (uint64_t sibling = 0; sibling < 4; ++sibling) {
       const BlockKey last = ns.Key(c * 4 + sibling);
-      (void)index->Store({0, keys.back(), std::span(&last, 1), where, {}, tokens_of(c * kChainLength + 31, sibling)});
+      (void)index->Store({0,
+                          keys.back(),
+                          std::span(&last, 1),
+                          where,
+                          {},
+                          tokens_of(c * kChainLength + 31, sibling)});
     }
   }
   std::vector<std::vector<BlockKey>> prompts;
@@ -107,7 +115,8 @@ void BM_LookupPartial31(benchmark::State& state) {
     benchmark::DoNotOptimize(index->Lookup(0, prompts[p], tails[p]));
   }
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(kChainLength));
-  state.counters["bytes_per_block"] = static_cast<double>(index->Stats().memory_bytes) / index->Stats().blocks;
+  state.counters["bytes_per_block"] =
+      static_cast<double>(index->Stats().memory_bytes) / index->Stats().blocks;
 }
 BENCHMARK(BM_LookupPartial31);
 
@@ -141,11 +150,16 @@ BENCHMARK(BM_Touch32);
 void BM_RetentionExpiry32(benchmark::State& state) {
   FakeClock clock;
   std::unique_ptr<BlockIndex> index = FilledIndex(&clock);
-  const std::vector<BlockRetention> retention(kChainLength, BlockRetention{80, std::chrono::seconds(1)});
+  const std::vector<BlockRetention> retention(kChainLength,
+                                              BlockRetention{80, std::chrono::seconds(1)});
   uint64_t c = 0;
   for (auto _ : state) {
     const std::vector<BlockKey> keys = ChainKeys(c++ % kChains);
-    (void)index->Store({0, std::nullopt, keys, {static_cast<NodeId>((c - 1) % kChains % 4), Tier::kGpu, 0}, retention});
+    (void)index->Store({0,
+                        std::nullopt,
+                        keys,
+                        {static_cast<NodeId>((c - 1) % kChains % 4), Tier::kGpu, 0},
+                        retention});
     clock.Advance(std::chrono::milliseconds(1));
     index->AdvanceTime();
   }

@@ -17,12 +17,12 @@ namespace kvtier::coordinator {
 
 using internal::Block;
 using internal::KeyTable;
-using internal::PagedVector;
 using internal::kNil;
 using internal::kNoLocation;
 using internal::kOverflowRef;
 using internal::LocationSlot;
 using internal::OverflowSlot;
+using internal::PagedVector;
 
 namespace internal {
 
@@ -46,15 +46,16 @@ using ExpiryEntry = DeadlineHeap<uint16_t>::Entry;
 
 // Where `node`'s entry is in `scores`; scores.size() when it has none.
 inline size_t ScoreOf(std::span<const NodeScore> scores, NodeId node) {
-  return static_cast<size_t>(
-      std::find_if(scores.begin(), scores.end(), [node](const NodeScore& s) { return s.node == node; }) -
-      scores.begin());
+  return static_cast<size_t>(std::find_if(scores.begin(), scores.end(),
+                                          [node](const NodeScore& s) { return s.node == node; }) -
+                             scores.begin());
 }
 
 // The entry that a location of `node` at the prompt's block `block` adds to, growing
 // `scores` and its parallel `pending` (what the block adds, 0 so far) by a new entry at
 // the first block; nullopt where the node holds no prefix reaching this block.
-inline std::optional<size_t> ScoreEntryAt(std::vector<NodeScore>& scores, std::vector<double>& pending, NodeId node,
+inline std::optional<size_t> ScoreEntryAt(std::vector<NodeScore>& scores,
+                                          std::vector<double>& pending, NodeId node,
                                           uint32_t block) {
   size_t s = ScoreOf(scores, node);
   if (s == scores.size()) {
@@ -103,10 +104,14 @@ class BlockIndex::Impl {
   const LocationSlot& Slot(uint32_t ref) const {
     return (ref & kOverflowRef) ? overflow_[ref & ~kOverflowRef].slot : blocks_[ref].first;
   }
-  uint32_t Owner(uint32_t ref) const { return (ref & kOverflowRef) ? overflow_[ref & ~kOverflowRef].owner : ref; }
+  uint32_t Owner(uint32_t ref) const {
+    return (ref & kOverflowRef) ? overflow_[ref & ~kOverflowRef].owner : ref;
+  }
 
   // A slot's counts (index_storage.h: narrow, with the wide ones aside).
-  uint32_t ChildrenHere(uint32_t ref) const { return internal::CountOf(Slot(ref).children_here, wide_children_, ref); }
+  uint32_t ChildrenHere(uint32_t ref) const {
+    return internal::CountOf(Slot(ref).children_here, wide_children_, ref);
+  }
   uint32_t AddChildrenHere(uint32_t ref, int32_t delta) {
     return internal::AddToCount(Slot(ref).children_here, wide_children_, ref, delta);
   }
@@ -155,7 +160,8 @@ class BlockIndex::Impl {
   // REQUIRES: the slot's node has lists (made by AddLocation before any slot is linked).
   ListHead& ListOf(uint32_t ref) {
     const uint32_t packed = Slot(ref).packed & ~internal::kAbsentBit;
-    return nodes_[internal::PackedNode(packed)]->lists[internal::PackedTier(packed)][blocks_[Owner(ref)].priority];
+    return nodes_[internal::PackedNode(packed)]
+        ->lists[internal::PackedTier(packed)][blocks_[Owner(ref)].priority];
   }
 
   void LinkTail(uint32_t ref) {
@@ -163,18 +169,24 @@ class BlockIndex::Impl {
     LocationSlot& slot = Slot(ref);
     slot.lru_prev = list.tail;
     slot.lru_next = kNil;
-    if (list.tail != kNil) Slot(list.tail).lru_next = ref;
-    else list.head = ref;
+    if (list.tail != kNil)
+      Slot(list.tail).lru_next = ref;
+    else
+      list.head = ref;
     list.tail = ref;
   }
 
   void Unlink(uint32_t ref) {
     ListHead& list = ListOf(ref);
     LocationSlot& slot = Slot(ref);
-    if (slot.lru_prev != kNil) Slot(slot.lru_prev).lru_next = slot.lru_next;
-    else list.head = slot.lru_next;
-    if (slot.lru_next != kNil) Slot(slot.lru_next).lru_prev = slot.lru_prev;
-    else list.tail = slot.lru_prev;
+    if (slot.lru_prev != kNil)
+      Slot(slot.lru_prev).lru_next = slot.lru_next;
+    else
+      list.head = slot.lru_next;
+    if (slot.lru_next != kNil)
+      Slot(slot.lru_next).lru_prev = slot.lru_prev;
+    else
+      list.tail = slot.lru_prev;
     slot.lru_prev = slot.lru_next = kNil;
   }
 
@@ -387,13 +399,16 @@ class BlockIndex::Impl {
     return nullptr;
   }
   bool HasWindows(uint32_t node) const {
-    return windowed_places_ != 0 && node < nodes_.size() && nodes_[node] && !nodes_[node]->windows.empty();
+    return windowed_places_ != 0 && node < nodes_.size() && nodes_[node] &&
+           !nodes_[node]->windows.empty();
   }
   // Eviction may take the slot now: a leaf here, or, in a windowed pool, an interior
   // block past every window that is not a sink.
   bool Evictable(uint32_t ref) const;
   // Eviction's hint: the lowest priority of a held block that may have become evictable.
-  void NoteEvictable(uint32_t b) { newly_evictable_ = std::min<int>(newly_evictable_, blocks_[b].priority); }
+  void NoteEvictable(uint32_t b) {
+    newly_evictable_ = std::min<int>(newly_evictable_, blocks_[b].priority);
+  }
   void CountChildHere(uint32_t b, uint32_t place);
   void UncountChildHere(uint32_t b, uint32_t place);
   void RemoveWindowedLocation(uint32_t ref);
@@ -408,18 +423,22 @@ class BlockIndex::Impl {
 
   Status Store(const StoreRequest& r);
   Status ValidateStore(const StoreRequest& r, uint32_t parent);
-  LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys, std::span<const uint32_t> tail_tokens) const;
+  LookupResult Lookup(ScopeId scope, std::span<const BlockKey> keys,
+                      std::span<const uint32_t> tail_tokens) const;
   // Partial matching (partial_match.cc): the tokens of the chain's blocks, and the cached
   // child of `parent` (kNil: the scope's root) sharing the most leading tokens with `tail`.
   void KeepTokens(const StoreRequest& r, std::span<const uint32_t> blocks);
   // The BlockTokens group of block b's tokens: its parent, or its scope's first blocks.
   uint64_t TokenGroup(uint32_t b) const {
-    return blocks_[b].parent == kNil ? internal::BlockTokens::RootGroup(blocks_[b].scope) : uint64_t{blocks_[b].parent};
+    return blocks_[b].parent == kNil ? internal::BlockTokens::RootGroup(blocks_[b].scope)
+                                     : uint64_t{blocks_[b].parent};
   }
-  void MatchPartial(ScopeId scope, uint32_t parent, std::span<const uint32_t> tail, LookupResult& result) const;
+  void MatchPartial(ScopeId scope, uint32_t parent, std::span<const uint32_t> tail,
+                    LookupResult& result) const;
   void Touch(NodeId node, ScopeId scope, std::span<const BlockKey> keys);
   void TouchWindowed(uint32_t place, const PoolWindow& window, std::span<const uint32_t> chain);
-  std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count, const Location* demote_to = nullptr,
+  std::vector<BlockKey> Evict(NodeId node, Tier tier, size_t count,
+                              const Location* demote_to = nullptr,
                               const std::function<bool(const BlockKey&)>* admit = nullptr,
                               std::vector<BlockKey>* demoted = nullptr);
   size_t Remove(Location location, std::span<const BlockKey> keys);
@@ -439,9 +458,9 @@ class BlockIndex::Impl {
   uint32_t free_overflow_ = kNil;
   KeyTable<internal::PagedVector<Block>> table_;
   std::vector<std::unique_ptr<NodeLists>> nodes_;
-  std::vector<uint32_t> scratch_;        // reused by Store and Touch
-  std::vector<uint32_t> found_;          // Store: each key's block from validation
-  std::vector<uint32_t> slot_order_;     // HeldSlotsInPlaceOrder
+  std::vector<uint32_t> scratch_;     // reused by Store and Touch
+  std::vector<uint32_t> found_;       // Store: each key's block from validation
+  std::vector<uint32_t> slot_order_;  // HeldSlotsInPlaceOrder
   // Lookup's per-node pending weights, kept so that a lookup allocates only its answer
   // (Lookup is const; the index is single-threaded, see block_index.h).
   mutable std::vector<double> lookup_pending_;

@@ -31,9 +31,9 @@ struct ModelBlock {
 
 // What a tail of tokens after a matched prefix should partially match.
 struct ModelPartial {
-  uint32_t tokens = 0;                             // most leading tokens any child shares
-  std::set<BlockKey> best;                         // the children sharing that many
-  std::map<NodeId, std::set<uint32_t>> per_node;   // tokens a node's best weighted share may report
+  uint32_t tokens = 0;                            // most leading tokens any child shares
+  std::set<BlockKey> best;                        // the children sharing that many
+  std::map<NodeId, std::set<uint32_t>> per_node;  // tokens a node's best weighted share may report
 };
 
 constexpr uint32_t kTokensPerBlock = 4;
@@ -41,7 +41,8 @@ constexpr uint32_t kTokensPerBlock = 4;
 // A block's tokens follow from its key (a key commits to them); drawn from 3 values so
 // that siblings often begin alike.
 std::vector<uint32_t> TokensOf(const BlockKey& key) {
-  uint64_t bits = (key.lo ^ (key.hi << 1)) * 0x9e3779b97f4a7c15ULL;  // the test's keys are small numbers: mix them
+  uint64_t bits = (key.lo ^ (key.hi << 1)) *
+                  0x9e3779b97f4a7c15ULL;  // the test's keys are small numbers: mix them
   std::vector<uint32_t> tokens;
   for (uint32_t i = 0; i < kTokensPerBlock; ++i) tokens.push_back(1 + (bits >> (40 + 6 * i)) % 3);
   return tokens;
@@ -51,8 +52,8 @@ class Model {
  public:
   explicit Model(std::map<Place, PoolWindow> windows) : windows_(std::move(windows)) {}
 
-  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Place place, uint8_t priority,
-             bool with_tokens) {
+  void Store(const std::vector<BlockKey>& keys, std::optional<BlockKey> parent, Place place,
+             uint8_t priority, bool with_tokens) {
     for (const BlockKey& key : keys) {
       ModelBlock& block = blocks_[key];
       block.parent = parent;
@@ -69,7 +70,8 @@ class Model {
       for (auto it = keys.rbegin(); it != keys.rend(); ++it) blocks_[*it].stamps[place] = ++clock_;
       return;
     }
-    for (const BlockKey& key : keys) blocks_[key].stamps[place] = ++clock_;  // root to leaf, then sinks
+    for (const BlockKey& key : keys)
+      blocks_[key].stamps[place] = ++clock_;  // root to leaf, then sinks
     for (const BlockKey& key : keys) {
       if (Depth(key) < window->second.sink_blocks) blocks_[key].stamps[place] = ++clock_;
     }
@@ -112,7 +114,8 @@ class Model {
       if (std::get<0>(place) != node) continue;
       const size_t served = Served(chain, place, window);
       const size_t sinks = std::min<size_t>(window.sink_blocks, served);
-      const size_t from = std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
+      const size_t from =
+          std::max(sinks, served > window.window_blocks ? served - window.window_blocks : 0);
       for (size_t i = from; i < served; ++i) blocks_[chain[i]].stamps[place] = ++clock_;
       for (size_t i = 0; i < sinks; ++i) blocks_[chain[i]].stamps[place] = ++clock_;
     }
@@ -138,7 +141,8 @@ class Model {
     size_t matched = 0;
     while (matched < indexed && !blocks_.at(keys[matched]).stamps.empty()) ++matched;
     const std::vector<BlockKey> chain(keys.begin(), keys.begin() + static_cast<long>(indexed));
-    for (const auto& [place, window] : windows_) matched = std::max(matched, Served(chain, place, window));
+    for (const auto& [place, window] : windows_)
+      matched = std::max(matched, Served(chain, place, window));
     return matched;
   }
 
@@ -153,14 +157,17 @@ class Model {
       const bool child = keys.empty() ? !block.parent.has_value() : block.parent == keys.back();
       if (!child || block.tokens.empty() || block.stamps.empty()) continue;
       uint32_t shared = 0;
-      while (shared < tail.size() && shared < block.tokens.size() && tail[shared] == block.tokens[shared]) ++shared;
+      while (shared < tail.size() && shared < block.tokens.size() &&
+             tail[shared] == block.tokens[shared])
+        ++shared;
       if (shared == 0) continue;
       if (shared > partial.tokens) partial.best.clear();
       if (shared >= partial.tokens) partial.best.insert(key);
       partial.tokens = std::max(partial.tokens, shared);
       for (const auto& [place, stamp] : block.stamps) {
         const NodeId node = std::get<0>(place);
-        const double share = weights[static_cast<int>(std::get<1>(place))] * shared / block.tokens.size();
+        const double share =
+            weights[static_cast<int>(std::get<1>(place))] * shared / block.tokens.size();
         if (share > node_share[node]) partial.per_node[node].clear();
         if (share >= node_share[node]) partial.per_node[node].insert(shared);
         node_share[node] = std::max(node_share[node], share);
@@ -176,13 +183,15 @@ class Model {
       std::pair<uint8_t, uint64_t> best{255, 0};
       for (const auto& [key, block] : blocks_) {
         for (const auto& [place, stamp] : block.stamps) {
-          if (std::get<0>(place) != node || std::get<1>(place) != tier || !Evictable(key, place)) continue;
+          if (std::get<0>(place) != node || std::get<1>(place) != tier || !Evictable(key, place))
+            continue;
           const std::pair<uint8_t, uint64_t> rank{block.priority, stamp};
           if (!victim || rank < best) victim = {key, place}, best = rank;
         }
       }
       if (!victim) break;
-      if (windows_.count(victim->second) && !IsLeaf(victim->first, victim->second)) ++interior_evictions_;
+      if (windows_.count(victim->second) && !IsLeaf(victim->first, victim->second))
+        ++interior_evictions_;
       out.push_back(victim->first);
       Remove(victim->first, victim->second);
     }
@@ -205,7 +214,8 @@ class Model {
   size_t Held(NodeId node, Tier tier) const {
     size_t n = 0;
     for (const auto& [key, block] : blocks_) {
-      for (const auto& [place, stamp] : block.stamps) n += std::get<0>(place) == node && std::get<1>(place) == tier;
+      for (const auto& [place, stamp] : block.stamps)
+        n += std::get<0>(place) == node && std::get<1>(place) == tier;
     }
     return n;
   }
@@ -216,7 +226,8 @@ class Model {
 
  private:
   bool HasWindows(NodeId node) const {
-    return std::any_of(windows_.begin(), windows_.end(), [&](const auto& w) { return std::get<0>(w.first) == node; });
+    return std::any_of(windows_.begin(), windows_.end(),
+                       [&](const auto& w) { return std::get<0>(w.first) == node; });
   }
 
   // How many blocks `key` lies below `ancestor`; nullopt when it is not below it.
@@ -240,8 +251,9 @@ class Model {
   bool Evictable(const BlockKey& key, Place place) const {
     const auto window = windows_.find(place);
     if (window == windows_.end()) {
-      return std::none_of(blocks_.begin(), blocks_.end(),
-                          [&](const auto& e) { return e.second.parent == key && e.second.stamps.count(place); });
+      return std::none_of(blocks_.begin(), blocks_.end(), [&](const auto& e) {
+        return e.second.parent == key && e.second.stamps.count(place);
+      });
     }
     bool held_below = false, leaf_in_window = false;
     for (const auto& [other, block] : blocks_) {
@@ -267,8 +279,9 @@ class Model {
     while (changed) {
       changed = false;
       for (auto it = blocks_.begin(); it != blocks_.end();) {
-        const bool has_child = std::any_of(blocks_.begin(), blocks_.end(),
-                                           [&](const auto& e) { return e.second.parent == it->first; });
+        const bool has_child = std::any_of(blocks_.begin(), blocks_.end(), [&](const auto& e) {
+          return e.second.parent == it->first;
+        });
         if (it->second.stamps.empty() && !has_child) {
           it = blocks_.erase(it);
           changed = true;
@@ -292,7 +305,8 @@ std::vector<std::vector<BlockKey>> Prompts(std::mt19937_64& rng) {
   for (uint64_t p = 0; p < 12; ++p) {
     std::vector<BlockKey> keys;
     const size_t shared = p == 0 ? 0 : rng() % 4;
-    for (size_t i = 0; i < shared && i < prompts[p - 1].size(); ++i) keys.push_back(prompts[p - 1][i]);
+    for (size_t i = 0; i < shared && i < prompts[p - 1].size(); ++i)
+      keys.push_back(prompts[p - 1][i]);
     while (keys.size() < 2 + rng() % 7) keys.push_back(ns.Key(1000 * (p + 1) + keys.size()));
     prompts.push_back(keys);
   }
@@ -301,8 +315,9 @@ std::vector<std::vector<BlockKey>> Prompts(std::mt19937_64& rng) {
 
 // A lookup of a random prefix of `prompt` with a tail: the tokens of the block after it
 // (1 to 4 of them, the last one sometimes changed) must match as the model says.
-void ExpectSamePartialMatch(const BlockIndex& index, const Model& model, const std::vector<BlockKey>& prompt,
-                            std::mt19937_64& rng, int step, size_t& partial_matches) {
+void ExpectSamePartialMatch(const BlockIndex& index, const Model& model,
+                            const std::vector<BlockKey>& prompt, std::mt19937_64& rng, int step,
+                            size_t& partial_matches) {
   const size_t cut = rng() % prompt.size();
   const std::vector<BlockKey> keys(prompt.begin(), prompt.begin() + static_cast<long>(cut));
   std::vector<uint32_t> tail = TokensOf(prompt[cut]);
@@ -324,22 +339,27 @@ void ExpectSamePartialMatch(const BlockIndex& index, const Model& model, const s
     ASSERT_TRUE(want.best.contains(result.partial.key));
     std::set<Place> got, held;
     for (const Location& l : result.partial.locations) got.insert(PlaceOf(l));
-    for (const auto& [place, stamp] : model.blocks().at(result.partial.key).stamps) held.insert(place);
+    for (const auto& [place, stamp] : model.blocks().at(result.partial.key).stamps)
+      held.insert(place);
     ASSERT_EQ(got, held);
   }
-  ASSERT_TRUE(std::ranges::is_sorted(result.scores, std::greater<>(), &NodeScore::score)) << "best score first";
+  ASSERT_TRUE(std::ranges::is_sorted(result.scores, std::greater<>(), &NodeScore::score))
+      << "best score first";
   for (const NodeScore& score : result.scores) {
     const auto node = want.per_node.find(score.node);
     if (score.prefix_blocks == cut && node != want.per_node.end()) {
-      ASSERT_TRUE(node->second.contains(score.partial_tokens)) << "node " << score.node << ": " << score.partial_tokens;
+      ASSERT_TRUE(node->second.contains(score.partial_tokens))
+          << "node " << score.node << ": " << score.partial_tokens;
     } else {
       ASSERT_EQ(score.partial_tokens, 0u) << "node " << score.node;
     }
   }
   if (cut == 0) {  // no prefix to hold: every node holding a matching first block scores
     for (const auto& held : want.per_node) {
-      const auto& node = held.first;  // named apart: a lambda cannot capture a structured binding before clang 16
-      ASSERT_TRUE(std::ranges::any_of(result.scores, [&](const NodeScore& s) { return s.node == node; }))
+      const auto& node =
+          held.first;  // named apart: a lambda cannot capture a structured binding before clang 16
+      ASSERT_TRUE(
+          std::ranges::any_of(result.scores, [&](const NodeScore& s) { return s.node == node; }))
           << "node " << node;
     }
   }
@@ -350,7 +370,8 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
   const auto prompts = Prompts(rng);
   // Pool 0 of every node and tier is full attention; pool 1 on the GPU of node 0 has a
   // window of 3 blocks with 1 sink, of node 1 a window of 2 without sinks; node 2 has none.
-  const std::vector<PoolWindowSpec> windows = {{{0, Tier::kGpu, 1}, {3, 1}}, {{1, Tier::kGpu, 1}, {2, 0}}};
+  const std::vector<PoolWindowSpec> windows = {{{0, Tier::kGpu, 1}, {3, 1}},
+                                               {{1, Tier::kGpu, 1}, {2, 0}}};
   std::unique_ptr<BlockIndex> index = *BlockIndex::Create({});
   std::map<Place, PoolWindow> model_windows;
   for (const PoolWindowSpec& w : windows) {
@@ -371,7 +392,8 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
       case 1: {  // store a prefix of the prompt (as a chain from the root)
         const size_t n = 1 + rng() % prompt.size();
         const std::vector<BlockKey> keys(prompt.begin(), prompt.begin() + static_cast<long>(n));
-        const uint8_t priority = static_cast<uint8_t>(rng() % 3 == 0 ? 20 + 30 * (rng() % 3) : kDefaultPriority);
+        const uint8_t priority =
+            static_cast<uint8_t>(rng() % 3 == 0 ? 20 + 30 * (rng() % 3) : kDefaultPriority);
         const std::vector<BlockRetention> retention(n, BlockRetention{priority, {}});
         const bool with_tokens = rng() % 2 == 0;  // half the nodes' events carry tokens
         std::vector<uint32_t> tokens;
@@ -390,7 +412,8 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
         break;
       case 3: {
         const size_t count = 1 + rng() % 3;
-        ASSERT_EQ(index->Evict(where.node, where.tier, count), model.Evict(where.node, where.tier, count))
+        ASSERT_EQ(index->Evict(where.node, where.tier, count),
+                  model.Evict(where.node, where.tier, count))
             << "step " << step;
         break;
       }
@@ -418,9 +441,11 @@ TEST(BlockIndexModelTest, RandomOperationsMatchTheModel) {
         ASSERT_EQ(got, want) << "step " << step << " block " << i;
       }
     }
-    for (const auto& p : prompts) ExpectSamePartialMatch(*index, model, p, tail_rng, step, partial_matches);
+    for (const auto& p : prompts)
+      ExpectSamePartialMatch(*index, model, p, tail_rng, step, partial_matches);
     for (NodeId n = 0; n < kNodes; ++n) {
-      for (Tier t : {Tier::kGpu, Tier::kHost}) ASSERT_EQ(index->Held(n, t), model.Held(n, t)) << "step " << step;
+      for (Tier t : {Tier::kGpu, Tier::kHost})
+        ASSERT_EQ(index->Held(n, t), model.Held(n, t)) << "step " << step;
     }
     ASSERT_EQ(index->Stats().blocks, model.blocks().size()) << "step " << step;
   }

@@ -30,7 +30,8 @@ class BlockIndexTest : public ::testing::Test {
   }
 
   Status Store(const std::vector<BlockKey>& keys, Location where, ScopeId scope = 0,
-               std::optional<BlockKey> parent = std::nullopt, std::vector<BlockRetention> retention = {}) {
+               std::optional<BlockKey> parent = std::nullopt,
+               std::vector<BlockRetention> retention = {}) {
     return index_->Store({scope, parent, keys, where, retention});
   }
 
@@ -41,7 +42,8 @@ class BlockIndexTest : public ::testing::Test {
 TEST_F(BlockIndexTest, LookupFindsLongestCachedPrefix) {
   const auto abc = Chain(1, 3);
   ASSERT_TRUE(Store(abc, kGpu0).ok());
-  const std::vector<BlockKey> prompt = {abc[0], abc[1], Chain(99, 1)[0]};  // blocks 0,1 cached, block 2 new
+  const std::vector<BlockKey> prompt = {abc[0], abc[1],
+                                        Chain(99, 1)[0]};  // blocks 0,1 cached, block 2 new
   const LookupResult result = index_->Lookup(0, prompt);
   EXPECT_EQ(result.matched_blocks, 2u);
   ASSERT_EQ(result.LocationsOf(1).size(), 1u);
@@ -60,10 +62,10 @@ TEST_F(BlockIndexTest, MatchesOnlyAsAChainFromTheRoot) {
 
 TEST_F(BlockIndexTest, ScoresWeighConsecutivePrefixByBestTier) {
   const auto abc = Chain(1, 3);
-  ASSERT_TRUE(Store(abc, kGpu0).ok());                                   // node 0: blocks 0-2 on GPU
-  ASSERT_TRUE(Store({abc[0], abc[1]}, kHost1).ok());                     // node 1: blocks 0,1 on host
-  ASSERT_TRUE(Store({abc[0]}, kGpu1).ok());                              //         and block 0 on GPU too
-  ASSERT_TRUE(Store({abc[1]}, kDisk2, 0, abc[0]).ok());                  // node 2: block 1 only
+  ASSERT_TRUE(Store(abc, kGpu0).ok());                   // node 0: blocks 0-2 on GPU
+  ASSERT_TRUE(Store({abc[0], abc[1]}, kHost1).ok());     // node 1: blocks 0,1 on host
+  ASSERT_TRUE(Store({abc[0]}, kGpu1).ok());              //         and block 0 on GPU too
+  ASSERT_TRUE(Store({abc[1]}, kDisk2, 0, abc[0]).ok());  // node 2: block 1 only
   const LookupResult result = index_->Lookup(0, abc);
   EXPECT_EQ(result.matched_blocks, 3u);
   ASSERT_EQ(result.scores.size(), 2u) << "node 2 lacks block 0, so it can serve no prefix";
@@ -71,7 +73,8 @@ TEST_F(BlockIndexTest, ScoresWeighConsecutivePrefixByBestTier) {
   EXPECT_DOUBLE_EQ(result.scores[0].score, 3.0);
   EXPECT_EQ(result.scores[1].node, 1);
   EXPECT_EQ(result.scores[1].prefix_blocks, 2u);
-  EXPECT_DOUBLE_EQ(result.scores[1].score, 1.5) << "block 0 counts once, at its best tier (gpu 1.0), block 1 host 0.5";
+  EXPECT_DOUBLE_EQ(result.scores[1].score, 1.5)
+      << "block 0 counts once, at its best tier (gpu 1.0), block 1 host 0.5";
   EXPECT_EQ(result.LocationsOf(1).size(), 3u);
 }
 
@@ -80,7 +83,8 @@ TEST_F(BlockIndexTest, ScoresComeBestFirstForFewAndManyNodes) {
   const auto abcd = Chain(1, 4);
   for (NodeId node = 0; node < 20; ++node) {
     const size_t held = 1 + (node * 7) % 4;  // node n holds blocks 0 .. held-1 on its GPU
-    ASSERT_TRUE(Store({abcd.begin(), abcd.begin() + static_cast<long>(held)}, {node, Tier::kGpu, 0}).ok());
+    ASSERT_TRUE(
+        Store({abcd.begin(), abcd.begin() + static_cast<long>(held)}, {node, Tier::kGpu, 0}).ok());
     if (node != 4 && node != 19) continue;
     const LookupResult result = index_->Lookup(0, abcd);
     ASSERT_EQ(result.scores.size(), node + 1u) << "every node holds block 0";
@@ -121,9 +125,11 @@ TEST_F(BlockIndexTest, BadEventsAreRefusedAndChangeNothing) {
 
   const Status bad_priority = Store(Chain(20, 2), kGpu0, 0, std::nullopt, {{35, {}}, {101, {}}});
   EXPECT_EQ(bad_priority.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad_priority.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << bad_priority;
+  EXPECT_NE(bad_priority.message().find("priority 101 is out of range [0, 100]"), std::string::npos)
+      << bad_priority;
 
-  EXPECT_EQ(Store(Chain(30, 3), kGpu0, 0, std::nullopt, {{35, {}}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Store(Chain(30, 3), kGpu0, 0, std::nullopt, {{35, {}}}).code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(Store({Chain(40, 1)[0], Chain(40, 1)[0]}, kGpu0).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Store(Chain(50, 1), {kMaxNodes, Tier::kGpu, 0}).code(), StatusCode::kInvalidArgument);
   // Block 1 re-stored as the root of a chain: its parent would change.
@@ -136,9 +142,10 @@ TEST_F(BlockIndexTest, BadEventsAreRefusedAndChangeNothing) {
 }
 
 TEST_F(BlockIndexTest, LowestPriorityIsEvictedFirstWhateverItsRecency) {
-  ASSERT_TRUE(Store(Chain(100, 1), kGpu0, 0, std::nullopt, {{50, {}}}).ok());  // oldest, priority 50
+  ASSERT_TRUE(
+      Store(Chain(100, 1), kGpu0, 0, std::nullopt, {{50, {}}}).ok());  // oldest, priority 50
   ASSERT_TRUE(Store(Chain(200, 1), kGpu0, 0, std::nullopt, {{10, {}}}).ok());  // priority 10
-  ASSERT_TRUE(Store(Chain(300, 1), kGpu0).ok());                                // newest, default 35
+  ASSERT_TRUE(Store(Chain(300, 1), kGpu0).ok());                               // newest, default 35
   const std::vector<BlockKey> order = index_->Evict(0, Tier::kGpu, 3);
   EXPECT_EQ(order, (std::vector<BlockKey>{Chain(200, 1)[0], Chain(300, 1)[0], Chain(100, 1)[0]}));
   const auto& evictions = index_->Stats().evictions_by_priority;
@@ -163,7 +170,8 @@ TEST_F(BlockIndexTest, LeavesGoBeforeTheirAncestors) {
   ASSERT_TRUE(Store(abc, kGpu0).ok());
   ASSERT_TRUE(Store(other, kGpu0).ok());
   index_->Touch(0, 0, abc);  // the chain is more recent than `other`
-  EXPECT_EQ(index_->Evict(0, Tier::kGpu, 4), (std::vector<BlockKey>{other[0], abc[2], abc[1], abc[0]}));
+  EXPECT_EQ(index_->Evict(0, Tier::kGpu, 4),
+            (std::vector<BlockKey>{other[0], abc[2], abc[1], abc[0]}));
 }
 
 TEST_F(BlockIndexTest, InteriorBlockHeldElsewhereWaitsForItsLocalChildren) {
@@ -210,10 +218,10 @@ TEST_F(BlockIndexTest, RestoringReplacesRetentionAndVoidsTheOldDeadline) {
 // retention (the worker's pool had this bug, and block_pool_fuzz found it there).
 TEST_F(BlockIndexTest, ARemovedBlocksDeadlineDoesNotReachTheNextBlockInItsPlace) {
   const auto p = Chain(1, 1), q = Chain(2, 1), r = Chain(3, 1);
-  ASSERT_TRUE(Store(p, kGpu0, 0, std::nullopt, {{90, seconds(5)}}).ok());  // p90 for 5 s
-  EXPECT_EQ(index_->Remove(kGpu0, p), 1u);                                   // p gone, its slot free
+  ASSERT_TRUE(Store(p, kGpu0, 0, std::nullopt, {{90, seconds(5)}}).ok());   // p90 for 5 s
+  EXPECT_EQ(index_->Remove(kGpu0, p), 1u);                                  // p gone, its slot free
   ASSERT_TRUE(Store(q, kGpu0, 0, std::nullopt, {{10, seconds(30)}}).ok());  // q: p10 for 30 s
-  ASSERT_TRUE(Store(r, kGpu0).ok());                                         // r: the default, 35
+  ASSERT_TRUE(Store(r, kGpu0).ok());                                        // r: the default, 35
   clock_.Advance(seconds(10));  // p's deadline passed, q's has not
   index_->AdvanceTime();
   EXPECT_EQ(index_->Stats().expirations, 0u) << "p's deadline died with p";
@@ -243,15 +251,18 @@ TEST_F(BlockIndexTest, DemotionOffloadsAdmittedVictimsAndKeepsLeafOrderBelow) {
   LookupResult result = index_->Lookup(0, abc);
   EXPECT_EQ(result.matched_blocks, 3u);
   ASSERT_EQ(result.scores.size(), 1u);
-  EXPECT_DOUBLE_EQ(result.scores[0].score, 2.5) << "blocks 0,1 on GPU (1.0 each), block 2 on host (0.5)";
+  EXPECT_DOUBLE_EQ(result.scores[0].score, 2.5)
+      << "blocks 0,1 on GPU (1.0 each), block 2 on host (0.5)";
   // Blocks 1 and 0 follow, but the filter admits only block 0.
   demoted.clear();
   const auto admit_root = [&](const BlockKey& key) { return key == abc[0]; };
-  EXPECT_EQ(index_->Demote(0, Tier::kGpu, host, 2, admit_root, &demoted), (std::vector<BlockKey>{abc[1], abc[0]}));
+  EXPECT_EQ(index_->Demote(0, Tier::kGpu, host, 2, admit_root, &demoted),
+            (std::vector<BlockKey>{abc[1], abc[0]}));
   EXPECT_EQ(demoted, std::vector<BlockKey>{abc[0]});
   EXPECT_EQ(index_->Held(0, Tier::kGpu), 0u);
   EXPECT_EQ(index_->Held(0, Tier::kHost), 2u);
-  EXPECT_EQ(index_->Lookup(0, abc).matched_blocks, 1u) << "block 1 was dropped, so the prefix stops after block 0";
+  EXPECT_EQ(index_->Lookup(0, abc).matched_blocks, 1u)
+      << "block 1 was dropped, so the prefix stops after block 0";
 }
 
 TEST_F(BlockIndexTest, ParentArrivingBelowItsChildIsInteriorThere) {
@@ -261,7 +272,8 @@ TEST_F(BlockIndexTest, ParentArrivingBelowItsChildIsInteriorThere) {
   std::vector<BlockKey> demoted;
   index_->Demote(0, Tier::kGpu, host, 2, {}, &demoted);  // the child reaches host first
   EXPECT_EQ(demoted, (std::vector<BlockKey>{ab[1], ab[0]}));
-  EXPECT_EQ(index_->Evict(0, Tier::kHost, 1), std::vector<BlockKey>{ab[1]}) << "the child goes first on host too";
+  EXPECT_EQ(index_->Evict(0, Tier::kHost, 1), std::vector<BlockKey>{ab[1]})
+      << "the child goes first on host too";
 }
 
 TEST_F(BlockIndexTest, RemoveNodeDropsEveryLocationOfTheNode) {
@@ -326,7 +338,9 @@ TEST_P(BlockIndexMemoryTest, MemoryPerBlockStaysUnder64Bytes) {
     const PoolWindowSpec windowed{kGpu0, {.window_blocks = GetParam(), .sink_blocks = 1}};
     ASSERT_TRUE(index->SetNodeWindows(0, std::span(&windowed, 1)).ok());
   }
-  const auto store = [&](const std::vector<BlockKey>& keys) { return index->Store({0, std::nullopt, keys, kGpu0, {}}); };
+  const auto store = [&](const std::vector<BlockKey>& keys) {
+    return index->Store({0, std::nullopt, keys, kGpu0, {}});
+  };
   for (uint64_t chain = 0; chain < 5000; ++chain) ASSERT_TRUE(store(Chain(chain * 20, 20)).ok());
   const BlockIndexStats stats = index->Stats();
   EXPECT_EQ(stats.blocks, 100000u);

@@ -45,7 +45,8 @@ uint32_t BlockTokens::Allocate(uint32_t words) {
   }
   const size_t offset = arena_.size();
   // Grow by half, not double: the arena holds most of this table's memory.
-  if (offset + words > arena_.capacity()) arena_.reserve(std::max(offset + words, arena_.capacity() * 3 / 2));
+  if (offset + words > arena_.capacity())
+    arena_.reserve(std::max(offset + words, arena_.capacity() * 3 / 2));
   arena_.resize(offset + words);
   return static_cast<uint32_t>(offset);
 }
@@ -92,8 +93,10 @@ void BlockTokens::Erase(uint32_t block, uint64_t group) {
 }
 
 size_t BlockTokens::memory_bytes() const {
-  size_t bytes = arena_.capacity() * sizeof(uint32_t) + record_of_.memory_bytes() + first_child_.memory_bytes();
-  for (const auto& [size, offsets] : free_) bytes += sizeof(free_[0]) + offsets.capacity() * sizeof(uint32_t);
+  size_t bytes = arena_.capacity() * sizeof(uint32_t) + record_of_.memory_bytes() +
+                 first_child_.memory_bytes();
+  for (const auto& [size, offsets] : free_)
+    bytes += sizeof(free_[0]) + offsets.capacity() * sizeof(uint32_t);
   // An unordered_map node: the pair, the next link and the cached hash; plus its bucket.
   return bytes + root_heads_.size() * (sizeof(std::pair<uint16_t, uint32_t>) + 3 * sizeof(void*));
 }

@@ -88,8 +88,8 @@ class BlockTokens {
 
   std::vector<uint32_t> arena_;
   std::vector<std::pair<uint32_t, std::vector<uint32_t>>> free_;  // record words -> free offsets
-  SparseTable record_of_;    // block -> its record's offset in arena_
-  SparseTable first_child_;  // block -> its latest child with tokens
+  SparseTable record_of_;                              // block -> its record's offset in arena_
+  SparseTable first_child_;                            // block -> its latest child with tokens
   std::unordered_map<uint16_t, uint32_t> root_heads_;  // scope -> latest first block with tokens
   size_t blocks_ = 0;
 };

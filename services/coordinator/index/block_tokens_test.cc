@@ -15,7 +15,8 @@ using Children = std::map<uint32_t, std::vector<uint32_t>>;  // block -> tokens
 Children ChildrenOf(const BlockTokens& tokens, uint64_t group) {
   Children out;
   tokens.ForEachChild(group, [&](uint32_t block, std::span<const uint32_t> t) {
-    EXPECT_TRUE(out.emplace(block, std::vector<uint32_t>(t.begin(), t.end())).second) << "block " << block << " twice";
+    EXPECT_TRUE(out.emplace(block, std::vector<uint32_t>(t.begin(), t.end())).second)
+        << "block " << block << " twice";
   });
   return out;
 }
@@ -28,7 +29,8 @@ TEST(BlockTokensTest, SiblingsLeaveFromAnyPlaceInTheirGroup) {
   for (uint32_t b = 1; b <= 3; ++b) tokens.Set(b, 0, std::vector<uint32_t>{b, b + 10, b + 20});
   EXPECT_EQ(ChildrenOf(tokens, 0).size(), 3u);
   EXPECT_EQ(ChildrenOf(tokens, BlockTokens::RootGroup(5)), (Children{{0, {100, 101}}, {7, {700}}}));
-  EXPECT_TRUE(ChildrenOf(tokens, BlockTokens::RootGroup(6)).empty()) << "another scope's first blocks";
+  EXPECT_TRUE(ChildrenOf(tokens, BlockTokens::RootGroup(6)).empty())
+      << "another scope's first blocks";
   tokens.Erase(2, 0);  // the middle of the list
   EXPECT_EQ(ChildrenOf(tokens, 0), (Children{{1, {1, 11, 21}}, {3, {3, 13, 23}}}));
   tokens.Erase(3, 0);  // the head (latest first)
@@ -45,7 +47,8 @@ TEST(BlockTokensTest, SiblingsLeaveFromAnyPlaceInTheirGroup) {
 TEST(BlockTokensTest, TheLastBlockLeavingFreesEverything) {
   BlockTokens tokens;
   const size_t empty = tokens.memory_bytes();
-  for (uint32_t b = 0; b < 5000; ++b) tokens.Set(b, b == 0 ? BlockTokens::RootGroup(0) : b - 1, std::vector<uint32_t>(16, b));
+  for (uint32_t b = 0; b < 5000; ++b)
+    tokens.Set(b, b == 0 ? BlockTokens::RootGroup(0) : b - 1, std::vector<uint32_t>(16, b));
   // 16 tokens and 20 bytes of links and table entries per block, plus growth slack.
   EXPECT_GE(tokens.memory_bytes(), 5000u * (16 * 4 + 20));
   EXPECT_LE(tokens.memory_bytes(), 5000u * (16 * 4 + 20) * 3 / 2 + 8192);
@@ -60,7 +63,8 @@ TEST(BlockTokensTest, RandomOperationsMatchAMap) {
   std::mt19937_64 rng(11);
   BlockTokens tokens;
   std::map<uint32_t, std::pair<uint64_t, std::vector<uint32_t>>> model;  // block -> group, tokens
-  const std::vector<uint64_t> groups = {BlockTokens::RootGroup(0), BlockTokens::RootGroup(1), 3, 4000, 70000};
+  const std::vector<uint64_t> groups = {BlockTokens::RootGroup(0), BlockTokens::RootGroup(1), 3,
+                                        4000, 70000};
   for (int step = 0; step < 50000; ++step) {
     const auto block = static_cast<uint32_t>(rng() % 3000);
     if (const auto it = model.find(block); it != model.end()) {

@@ -30,7 +30,9 @@ inline constexpr uint32_t kNoLocation = UINT32_MAX;
 inline constexpr uint32_t kAbsentBit = 1u << 31;
 
 // node: 12 bits (kMaxNodes 4096), tier: 2 bits, pool: 16 bits.
-inline uint32_t PackLocation(uint32_t node, uint32_t tier, uint32_t pool) { return node << 18 | tier << 16 | pool; }
+inline uint32_t PackLocation(uint32_t node, uint32_t tier, uint32_t pool) {
+  return node << 18 | tier << 16 | pool;
+}
 inline uint32_t PackedNode(uint32_t packed) { return packed >> 18; }
 inline uint32_t PackedTier(uint32_t packed) { return (packed >> 16) & 3; }
 inline uint32_t PackedPool(uint32_t packed) { return packed & 0xFFFF; }
@@ -41,21 +43,21 @@ inline bool IsHeld(uint32_t packed) { return packed != kNoLocation && (packed & 
 
 // The two counts of a slot are narrow (CountOf, AddToCount): 16 bits in the slot, with
 // the rare count past 65,534 in a side table.
-struct LocationSlot {             // 20 bytes
+struct LocationSlot {  // 20 bytes
   uint32_t packed = kNoLocation;
-  uint32_t lru_prev = kNil;        // neighbours in the (node, tier, priority) LRU list
+  uint32_t lru_prev = kNil;  // neighbours in the (node, tier, priority) LRU list
   uint32_t lru_next = kNil;
-  uint32_t next_location = kNil;   // the block's next slot reference
-  uint16_t children_here = 0;      // children of the block held at the same place
-  uint16_t window_leaves = 0;      // windowed places: leaves held 1 to W - 1 blocks below
+  uint32_t next_location = kNil;  // the block's next slot reference
+  uint16_t children_here = 0;     // children of the block held at the same place
+  uint16_t window_leaves = 0;     // windowed places: leaves held 1 to W - 1 blocks below
 };
 
 // A BlockKey stored as 4-byte words: BlockKey's 8-byte alignment would pad Block by 4.
 struct StoredKey {
   uint32_t words[4];
   static StoredKey From(const BlockKey& k) {
-    return {{static_cast<uint32_t>(k.hi), static_cast<uint32_t>(k.hi >> 32), static_cast<uint32_t>(k.lo),
-             static_cast<uint32_t>(k.lo >> 32)}};
+    return {{static_cast<uint32_t>(k.hi), static_cast<uint32_t>(k.hi >> 32),
+             static_cast<uint32_t>(k.lo), static_cast<uint32_t>(k.lo >> 32)}};
   }
   BlockKey Key() const {
     return {uint64_t{words[1]} << 32 | words[0], uint64_t{words[3]} << 32 | words[2]};
@@ -65,11 +67,11 @@ struct StoredKey {
 
 // Last access is not a field: recency is each location's position in its LRU list, which
 // is all that eviction needs, and 4 bytes less per block.
-struct Block {                     // 52 bytes
+struct Block {  // 52 bytes
   StoredKey key;
-  uint32_t parent = kNil;          // kNil: the chain's root; doubles as the free-list link
-  uint32_t children = 0;           // child blocks in the index
-  uint16_t hits = 0;               // saturating
+  uint32_t parent = kNil;  // kNil: the chain's root; doubles as the free-list link
+  uint32_t children = 0;   // child blocks in the index
+  uint16_t hits = 0;       // saturating
   // Matches the live expiry-heap entry; carried on when the slot is reused. 16 bits: a
   // stale entry matches again only after 65,536 retention changes of one slot before its
   // deadline (then a priority reverts early), which keeps the block at 52 bytes.
@@ -84,7 +86,7 @@ static_assert(sizeof(Block) == 52);
 
 struct OverflowSlot {
   LocationSlot slot;
-  uint32_t owner = kNil;           // block index; kNil while on the free list
+  uint32_t owner = kNil;  // block index; kNil while on the free list
 };
 
 // A vector of T in pages of 1024: growth adds a page instead of doubling (so memory tracks
@@ -134,14 +136,17 @@ inline constexpr uint32_t kMaxKeyTableBlocks = (1u << kKeyTableIndexBits) - 1;
 template <typename Blocks, typename Hash = KeyTableHash>
 class KeyTable {
  public:
-  explicit KeyTable(size_t expected) { slots_.assign(std::max<size_t>(16, expected * 5 / 4 + 1), kNil); }
+  explicit KeyTable(size_t expected) {
+    slots_.assign(std::max<size_t>(16, expected * 5 / 4 + 1), kNil);
+  }
 
   uint32_t Find(const BlockKey& key, const Blocks& blocks) const {
     const size_t home = Home(key);
     for (size_t i = home, distance = 0;; i = Next(i), ++distance) {
       const uint32_t s = slots_[i];
       if (s == kNil) return kNil;
-      if (StoredDistance(s) == CappedDistance(distance) && blocks[BlockOf(s)].key == key) return BlockOf(s);
+      if (StoredDistance(s) == CappedDistance(distance) && blocks[BlockOf(s)].key == key)
+        return BlockOf(s);
     }
   }
 
@@ -278,7 +283,8 @@ class SlotCounts {
   }
   size_t Home(uint32_t key) const {
     const uint64_t h = uint64_t{key} * 0x9E3779B97F4A7C15ULL;
-    return static_cast<size_t>((static_cast<unsigned __int128>(h ^ (h >> 29)) * entries_.size()) >> 64);
+    return static_cast<size_t>((static_cast<unsigned __int128>(h ^ (h >> 29)) * entries_.size()) >>
+                               64);
   }
   size_t Next(size_t i) const { return i + 1 == entries_.size() ? 0 : i + 1; }
 

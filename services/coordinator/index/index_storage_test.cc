@@ -23,7 +23,8 @@ struct TestBlock {
 };
 
 template <typename Hash>
-void CheckAgainstAMap(KeyTable<std::vector<TestBlock>, Hash>& table, uint32_t seed, int steps, uint64_t key_range) {
+void CheckAgainstAMap(KeyTable<std::vector<TestBlock>, Hash>& table, uint32_t seed, int steps,
+                      uint64_t key_range) {
   std::mt19937_64 rng(seed);
   std::vector<TestBlock> blocks;
   std::vector<uint32_t> free_blocks;
@@ -54,7 +55,8 @@ void CheckAgainstAMap(KeyTable<std::vector<TestBlock>, Hash>& table, uint32_t se
     if (step % 500 == 0) {
       for (uint64_t k = 0; k < key_range; ++k) {
         const auto m = model.find(k);
-        ASSERT_EQ(table.Find(BlockKey{k, 0}, blocks), m == model.end() ? kNil : m->second) << "key " << k;
+        ASSERT_EQ(table.Find(BlockKey{k, 0}, blocks), m == model.end() ? kNil : m->second)
+            << "key " << k;
       }
     }
   }
@@ -82,8 +84,10 @@ TEST(SlotCountsTest, MatchesAMapThroughRandomAddsAndSubtracts) {
       const uint32_t n = 1 + rng() % it->second;
       const uint32_t left = it->second - n;
       ASSERT_EQ(counts.Subtract(key, n), left) << "step " << step;
-      if (left == 0) model.erase(it);
-      else it->second = left;
+      if (left == 0)
+        model.erase(it);
+      else
+        it->second = left;
     } else {
       const uint32_t n = 1 + rng() % 3;
       counts.Add(key, n);
@@ -98,7 +102,8 @@ TEST(SlotCountsTest, MatchesAMapThroughRandomAddsAndSubtracts) {
       }
     }
   }
-  EXPECT_LE(counts.memory_bytes(), 2 * 1200 * 8 * 5 / 4 + 16 * 8) << "8 bytes per entry at load 0.8, grown by half";
+  EXPECT_LE(counts.memory_bytes(), 2 * 1200 * 8 * 5 / 4 + 16 * 8)
+      << "8 bytes per entry at load 0.8, grown by half";
 }
 
 // A slot's narrow count (16 bits) crossing into the wide table and back.

@@ -9,7 +9,8 @@ namespace kvtier::coordinator {
 namespace {
 
 Location LocationOf(uint32_t packed) {
-  return {static_cast<NodeId>(internal::PackedNode(packed)), static_cast<Tier>(internal::PackedTier(packed)),
+  return {static_cast<NodeId>(internal::PackedNode(packed)),
+          static_cast<Tier>(internal::PackedTier(packed)),
           static_cast<uint16_t>(internal::PackedPool(packed))};
 }
 
@@ -27,7 +28,8 @@ void BlockIndex::Impl::KeepTokens(const StoreRequest& r, std::span<const uint32_
 
 void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<const uint32_t> tail,
                                     LookupResult& result) const {
-  const uint64_t group = parent == kNil ? internal::BlockTokens::RootGroup(scope) : uint64_t{parent};
+  const uint64_t group =
+      parent == kNil ? internal::BlockTokens::RootGroup(scope) : uint64_t{parent};
   const uint32_t prefix = result.matched_blocks;
   // Per score entry, the best share of a partially matching child the node holds.
   std::vector<double> bonus(result.scores.size(), 0.0);
@@ -35,9 +37,11 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
   tokens_.ForEachChild(group, [&](uint32_t child, std::span<const uint32_t> cached) {
     if (!HasLocation(child)) return;  // a ghost in a windowed pool: nothing to copy from
     const size_t limit = std::min(cached.size(), tail.size());
-    const auto shared =
-        static_cast<uint32_t>(std::mismatch(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(limit),
-                                            cached.begin()).first - tail.begin());
+    const auto shared = static_cast<uint32_t>(
+        std::mismatch(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(limit),
+                      cached.begin())
+            .first -
+        tail.begin());
     if (shared == 0) return;
     if (shared > result.partial.tokens) {
       result.partial.tokens = shared;
@@ -49,7 +53,8 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
       const auto node = static_cast<NodeId>(internal::PackedNode(packed));
       const std::optional<size_t> s = internal::ScoreEntryAt(result.scores, bonus, node, prefix);
       if (!s) return;  // the node does not hold the prefix before this block
-      const double share = options_.tier_weights[internal::PackedTier(packed)] * shared / cached.size();
+      const double share =
+          options_.tier_weights[internal::PackedTier(packed)] * shared / cached.size();
       if (share > bonus[*s]) {
         bonus[*s] = share;
         result.scores[*s].partial_tokens = shared;
@@ -59,7 +64,9 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
   for (size_t s = 0; s < result.scores.size(); ++s) result.scores[s].score += bonus[s];
   if (best != kNil) {
     result.partial.key = blocks_[best].key.Key();
-    ForEachSlot(best, [&](uint32_t ref) { result.partial.locations.push_back(LocationOf(Slot(ref).packed)); });
+    ForEachSlot(best, [&](uint32_t ref) {
+      result.partial.locations.push_back(LocationOf(Slot(ref).packed));
+    });
   }
 }
 

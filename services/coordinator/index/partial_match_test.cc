@@ -22,8 +22,12 @@ class PartialMatchTest : public ::testing::Test {
   Status StoreTokens(std::span<const uint32_t> tokens, Location where, ScopeId scope = 0) {
     const std::vector<BlockKey> keys = KeysOf(tokens, scope);
     const std::optional<BlockKey> parent = std::nullopt;
-    return index_->Store({.scope = scope, .parent = parent, .keys = keys, .location = where,
-                          .retention = {}, .tokens = tokens.first(keys.size() * kTpb)});
+    return index_->Store({.scope = scope,
+                          .parent = parent,
+                          .keys = keys,
+                          .location = where,
+                          .retention = {},
+                          .tokens = tokens.first(keys.size() * kTpb)});
   }
   static std::vector<BlockKey> KeysOf(std::span<const uint32_t> tokens, ScopeId scope = 0) {
     return ComputeBlockKeys("salt-" + std::to_string(scope), tokens, kTpb);
@@ -38,7 +42,8 @@ class PartialMatchTest : public ::testing::Test {
 };
 
 // `r` scores one node only: `node`, with this prefix, partial tokens and score.
-void ExpectOneScore(const LookupResult& r, NodeId node, uint32_t prefix_blocks, uint32_t partial_tokens, double score) {
+void ExpectOneScore(const LookupResult& r, NodeId node, uint32_t prefix_blocks,
+                    uint32_t partial_tokens, double score) {
   ASSERT_EQ(r.scores.size(), 1u);
   EXPECT_EQ(r.scores[0].node, node);
   EXPECT_EQ(r.scores[0].prefix_blocks, prefix_blocks);
@@ -94,11 +99,21 @@ TEST_F(PartialMatchTest, TheSiblingSharingTheMostTokensWins) {
 TEST_F(PartialMatchTest, ANodeWithoutThePrefixGetsNoShareOfTheNextBlock) {
   // Node 1 holds block 0; node 2 holds only block 1 (its block 0 went elsewhere).
   const std::vector<BlockKey> keys = KeysOf(kConversation);
-  ASSERT_TRUE(index_->Store({.scope = 0, .parent = std::nullopt, .keys = std::span(keys).first(1),
-                             .location = kNode1Gpu, .retention = {}, .tokens = std::span(kConversation).first(4)})
+  ASSERT_TRUE(index_
+                  ->Store({.scope = 0,
+                           .parent = std::nullopt,
+                           .keys = std::span(keys).first(1),
+                           .location = kNode1Gpu,
+                           .retention = {},
+                           .tokens = std::span(kConversation).first(4)})
                   .ok());
-  ASSERT_TRUE(index_->Store({.scope = 0, .parent = keys[0], .keys = std::span(keys).subspan(1), .location = kNode2Host,
-                             .retention = {}, .tokens = std::span(kConversation).subspan(4)})
+  ASSERT_TRUE(index_
+                  ->Store({.scope = 0,
+                           .parent = keys[0],
+                           .keys = std::span(keys).subspan(1),
+                           .location = kNode2Host,
+                           .retention = {},
+                           .tokens = std::span(kConversation).subspan(4)})
                   .ok());
   const LookupResult r = LookupPrompt({10, 11, 12, 13, 20, 21});
   EXPECT_EQ(r.partial.tokens, 2u);
@@ -143,7 +158,8 @@ TEST_F(PartialMatchTest, TokensLeaveWithTheirBlock) {
   const std::vector<BlockKey> keys = KeysOf(kConversation);
   ASSERT_TRUE(twin->Store({0, std::nullopt, keys, kNode1Gpu, {}}).ok());
   ASSERT_TRUE(StoreTokens(kConversation, kNode1Gpu).ok());
-  EXPECT_GE(index_->Stats().memory_bytes, twin->Stats().memory_bytes + kConversation.size() * sizeof(uint32_t));
+  EXPECT_GE(index_->Stats().memory_bytes,
+            twin->Stats().memory_bytes + kConversation.size() * sizeof(uint32_t));
   // Block 1 removed: nothing partial after block 0 any more.
   EXPECT_EQ(index_->Remove(kNode1Gpu, std::span(keys).subspan(1)), 1u);
   EXPECT_EQ(LookupPrompt({10, 11, 12, 13, 20, 21}).partial.tokens, 0u);
@@ -159,8 +175,12 @@ TEST_F(PartialMatchTest, TokensLeaveWithTheirBlock) {
 
 TEST_F(PartialMatchTest, TokensThatDoNotSplitEvenlyAreRefusedAndNothingIsStored) {
   const std::vector<BlockKey> keys = KeysOf(kConversation);
-  const Status s = index_->Store({.scope = 0, .parent = std::nullopt, .keys = keys, .location = kNode1Gpu,
-                                  .retention = {}, .tokens = std::span(kConversation).first(7)});
+  const Status s = index_->Store({.scope = 0,
+                                  .parent = std::nullopt,
+                                  .keys = keys,
+                                  .location = kNode1Gpu,
+                                  .retention = {},
+                                  .tokens = std::span(kConversation).first(7)});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("7 tokens for 2 blocks"), std::string::npos) << s.message();
   EXPECT_EQ(index_->Stats().blocks, 0u);

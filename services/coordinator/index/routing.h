@@ -33,10 +33,10 @@ struct RoutedPrompt {
 
 struct RouteChoice {
   NodeId node = 0;
-  uint32_t prefix_blocks = 0;  // cached prefix on the chosen worker
+  uint32_t prefix_blocks = 0;   // cached prefix on the chosen worker
   uint32_t partial_tokens = 0;  // tail tokens the chosen worker can reuse
   double cost = 0.0;
-  uint64_t active_blocks = 0;   // its load
+  uint64_t active_blocks = 0;  // its load
 };
 
 // `lookup`: the index's answer for the prompt's keys and tail. The tail's share of a block
@@ -46,8 +46,10 @@ struct RouteChoice {
 // Every worker's cost, cheapest (as ChooseWorker picks) first.
 // REQUIRES: as ChooseWorker.
 [[nodiscard]] std::vector<RouteChoice> ScoreWorkers(const LookupResult& lookup, RoutedPrompt prompt,
-                                                   std::span<const WorkerLoad> workers, double overlap_weight = 1.0);
+                                                    std::span<const WorkerLoad> workers,
+                                                    double overlap_weight = 1.0);
 [[nodiscard]] RouteChoice ChooseWorker(const LookupResult& lookup, RoutedPrompt prompt,
-                                       std::span<const WorkerLoad> workers, double overlap_weight = 1.0);
+                                       std::span<const WorkerLoad> workers,
+                                       double overlap_weight = 1.0);
 
 }  // namespace kvtier::coordinator

@@ -37,7 +37,8 @@ void BlockIndex::Impl::CountChildHere(uint32_t b, uint32_t place) {
   for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
     uint32_t pref = FindSlot(parent, place);
     if (pref != kNil) {
-      if (AddChildrenHere(pref, +1) == 1 && internal::IsHeld(Slot(pref).packed)) LeafChanged(pref, -1);
+      if (AddChildrenHere(pref, +1) == 1 && internal::IsHeld(Slot(pref).packed))
+        LeafChanged(pref, -1);
       return;  // its ancestors have slots already
     }
     pref = NewSlot(parent, place | internal::kAbsentBit);
@@ -76,7 +77,8 @@ void BlockIndex::Impl::RemoveWindowedLocation(uint32_t ref) {
 }
 
 void BlockIndex::Impl::LeafChanged(uint32_t ref, int delta) {
-  if (WindowAt(internal::PlaceOf(Slot(ref).packed))->window_blocks <= 1) return;  // a window of one block
+  if (WindowAt(internal::PlaceOf(Slot(ref).packed))->window_blocks <= 1)
+    return;  // a window of one block
   if (!defer_leaf_changes_) {
     WalkWindow(ref, delta);
   } else if (!leaf_changes_.empty() && leaf_changes_.back().first == ref) {
@@ -113,15 +115,19 @@ Status ValidatePoolWindows(std::span<const PoolWindowSpec> pools) {
   for (size_t i = 0; i < pools.size(); ++i) {
     const Location& p = pools[i].pool;
     const PoolWindow& w = pools[i].window;
-    const std::string name = "pool " + std::to_string(p.pool) + " of tier " + std::to_string(static_cast<int>(p.tier)) +
-                             " (entry " + std::to_string(i) + ")";
-    if (static_cast<int>(p.tier) >= kTierCount) return InvalidArgumentError(name + ": unknown tier");
+    const std::string name = "pool " + std::to_string(p.pool) + " of tier " +
+                             std::to_string(static_cast<int>(p.tier)) + " (entry " +
+                             std::to_string(i) + ")";
+    if (static_cast<int>(p.tier) >= kTierCount)
+      return InvalidArgumentError(name + ": unknown tier");
     if (w.sink_blocks > w.window_blocks) {
-      return InvalidArgumentError(name + ": " + std::to_string(w.sink_blocks) + " sink blocks need a window of " +
-                                  "at least as many blocks, not " + std::to_string(w.window_blocks));
+      return InvalidArgumentError(
+          name + ": " + std::to_string(w.sink_blocks) + " sink blocks need a window of " +
+          "at least as many blocks, not " + std::to_string(w.window_blocks));
     }
     for (size_t j = 0; j < i; ++j) {
-      if (pools[j].pool.tier == p.tier && pools[j].pool.pool == p.pool) return InvalidArgumentError(name + " is listed twice");
+      if (pools[j].pool.tier == p.tier && pools[j].pool.pool == p.pool)
+        return InvalidArgumentError(name + " is listed twice");
     }
   }
   return Status::Ok();
@@ -142,10 +148,12 @@ Status BlockIndex::Impl::SetNodeWindows(NodeId node, std::span<const PoolWindowS
   std::vector<std::pair<uint32_t, PoolWindow>> declared;
   for (const PoolWindowSpec& spec : windows) {
     if (spec.window.window_blocks == 0) continue;  // full attention: the default
-    declared.emplace_back(internal::PackLocation(node, static_cast<uint32_t>(spec.pool.tier), spec.pool.pool),
-                          spec.window);
+    declared.emplace_back(
+        internal::PackLocation(node, static_cast<uint32_t>(spec.pool.tier), spec.pool.pool),
+        spec.window);
   }
-  std::sort(declared.begin(), declared.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(declared.begin(), declared.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   NodeLists& lists = Lists(node);
   if (lists.windows == declared) return Status::Ok();
   for (size_t held : lists.held) {

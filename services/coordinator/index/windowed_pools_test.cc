@@ -28,8 +28,8 @@ class WindowedPoolTest : public ::testing::Test {
   void Declare(PoolWindow window) {
     ASSERT_TRUE(index_->SetNodeWindows(0, std::vector<PoolWindowSpec>{{kWindowed, window}}).ok());
   }
-  Status Store(const std::vector<BlockKey>& keys, Location where, std::optional<BlockKey> parent = std::nullopt,
-               uint8_t priority = kDefaultPriority) {
+  Status Store(const std::vector<BlockKey>& keys, Location where,
+               std::optional<BlockKey> parent = std::nullopt, uint8_t priority = kDefaultPriority) {
     const std::vector<BlockRetention> retention(keys.size(), BlockRetention{priority, {}});
     return index_->Store({0, parent, keys, where, retention});
   }
@@ -79,7 +79,8 @@ TEST_F(WindowedPoolTest, LookupServesTheSinksAndTheLastWindow) {
 TEST_F(WindowedPoolTest, SinksStayWhileBlocksBelowThemAreHeld) {
   Declare({.window_blocks = 2, .sink_blocks = 2});
   const auto keys = Chain(1, 6);
-  ASSERT_TRUE(Store(Pick(keys, {0, 1, 2, 3}), kWindowed).ok());  // least recent: 2, 3, then sinks 0, 1
+  ASSERT_TRUE(
+      Store(Pick(keys, {0, 1, 2, 3}), kWindowed).ok());  // least recent: 2, 3, then sinks 0, 1
   ASSERT_TRUE(Store(Pick(keys, {4, 5}), kWindowed, keys[3]).ok());  // then 4, 5
   // 2 and 3 left leaf 5's window (4-5); sinks 0 and 1 wait until nothing below is held.
   EXPECT_EQ(index_->Evict(0, Tier::kGpu, 6), Pick(keys, {2, 3, 5, 4, 1, 0}));
@@ -95,7 +96,9 @@ TEST_F(WindowedPoolTest, AShortBranchKeepsTheSharedBlocksInItsWindow) {
   // Past the trunk leaf's window (4-5): 0-3. But block 2 is in the twig's window, so
   // of priority 20 only 0, 1 and 3 go.
   EXPECT_EQ(index_->Evict(0, Tier::kGpu, 3), Pick(trunk, {0, 1, 3}));
-  EXPECT_EQ(index_->Lookup(0, std::vector<BlockKey>{trunk[0], trunk[1], trunk[2], twig[0]}).matched_blocks, 4u)
+  EXPECT_EQ(index_->Lookup(0, std::vector<BlockKey>{trunk[0], trunk[1], trunk[2], twig[0]})
+                .matched_blocks,
+            4u)
       << "the twig's window (block 2 and the twig) is whole";
   EXPECT_EQ(index_->Lookup(0, trunk).matched_blocks, 6u) << "so is the trunk's (4-5)";
 }
@@ -135,11 +138,16 @@ TEST_F(WindowedPoolTest, BadDeclarationsAreRefusedAndChangeNothing) {
   auto declare = [&](NodeId node, PoolWindowSpec spec) {
     return index_->SetNodeWindows(node, std::vector<PoolWindowSpec>{spec}).code();
   };
-  EXPECT_EQ(declare(0, {kWindowed, {.window_blocks = 2, .sink_blocks = 3}}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(declare(0, {kWindowed, {.window_blocks = 0, .sink_blocks = 1}}), StatusCode::kInvalidArgument);
-  EXPECT_EQ(declare(1, {kWindowed, {.window_blocks = 2}}), StatusCode::kInvalidArgument) << "pool of node 0";
-  EXPECT_EQ(declare(kMaxNodes, {{kMaxNodes, Tier::kGpu, 1}, {.window_blocks = 2}}), StatusCode::kInvalidArgument);
-  const std::vector<PoolWindowSpec> twice = {{kWindowed, {.window_blocks = 2}}, {kWindowed, {.window_blocks = 4}}};
+  EXPECT_EQ(declare(0, {kWindowed, {.window_blocks = 2, .sink_blocks = 3}}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(declare(0, {kWindowed, {.window_blocks = 0, .sink_blocks = 1}}),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(declare(1, {kWindowed, {.window_blocks = 2}}), StatusCode::kInvalidArgument)
+      << "pool of node 0";
+  EXPECT_EQ(declare(kMaxNodes, {{kMaxNodes, Tier::kGpu, 1}, {.window_blocks = 2}}),
+            StatusCode::kInvalidArgument);
+  const std::vector<PoolWindowSpec> twice = {{kWindowed, {.window_blocks = 2}},
+                                             {kWindowed, {.window_blocks = 4}}};
   EXPECT_EQ(index_->SetNodeWindows(0, twice).code(), StatusCode::kInvalidArgument);
   // Nothing was declared: pool 1 is full attention, leaves first.
   StoreEightWithCheapMiddle(kWindowed);
@@ -156,7 +164,8 @@ TEST_F(WindowedPoolTest, CountsPastSixteenBitsStayExact) {
   constexpr size_t kChildren = 70'000;
   const auto root = Chain(1, 1), deep = Chain(2, 3), children = Chain(100, kChildren);
   const auto remove_all_but_the_last = [&](Location where) {
-    for (size_t i = 0; i + 1 < kChildren; ++i) ASSERT_EQ(index_->Remove(where, {&children[i], 1}), 1u);
+    for (size_t i = 0; i + 1 < kChildren; ++i)
+      ASSERT_EQ(index_->Remove(where, {&children[i], 1}), 1u);
   };
 
   // Windowed pool (W = 2): root, then root -> d0 -> d1 -> d2, then 70,000 leaf children

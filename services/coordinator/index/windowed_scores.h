@@ -20,7 +20,8 @@ class BlockIndex::Impl::WindowedScores {
   bool Held(uint32_t place, uint32_t i) {
     const PoolWindow* window = index_.WindowAt(place);
     if (window == nullptr) return false;
-    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
+    auto pool =
+        std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
     if (pool == pools_.end()) pool = pools_.insert(pools_.end(), Pool{place});
     if (i != pool->next) {  // blocks [next, i) are not held here
       if (pool->next < window->sink_blocks) pool->sinks_lost = true;
@@ -28,13 +29,15 @@ class BlockIndex::Impl::WindowedScores {
     }
     ++pool->run;
     pool->next = i + 1;
-    if (!pool->sinks_lost && pool->run >= std::min(window->window_blocks, i + 1)) pool->served = i + 1;
+    if (!pool->sinks_lost && pool->run >= std::min(window->window_blocks, i + 1))
+      pool->served = i + 1;
     return true;
   }
 
   // The longest prefix the pool at `place` serves (0: none, or never seen).
   uint32_t Served(uint32_t place) const {
-    auto pool = std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
+    auto pool =
+        std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
     return pool == pools_.end() ? 0 : pool->served;
   }
 
@@ -46,13 +49,15 @@ class BlockIndex::Impl::WindowedScores {
     for (const Pool& pool : pools_) {
       if (pool.served == 0) continue;
       longest = std::max(longest, pool.served);
-      const NodeScore candidate{static_cast<NodeId>(internal::PackedNode(pool.place)), pool.served,
-                                pool.served * index_.options_.tier_weights[internal::PackedTier(pool.place)]};
+      const NodeScore candidate{
+          static_cast<NodeId>(internal::PackedNode(pool.place)), pool.served,
+          pool.served * index_.options_.tier_weights[internal::PackedTier(pool.place)]};
       const size_t s = internal::ScoreOf(scores, candidate.node);
       if (s == scores.size()) {
         scores.push_back(candidate);
       } else if (candidate.score > scores[s].score ||
-                 (candidate.score == scores[s].score && candidate.prefix_blocks > scores[s].prefix_blocks)) {
+                 (candidate.score == scores[s].score &&
+                  candidate.prefix_blocks > scores[s].prefix_blocks)) {
         scores[s] = candidate;
       }
     }

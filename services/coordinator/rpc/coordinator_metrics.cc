@@ -11,24 +11,31 @@ Result<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Create(MetricsRe
 }
 
 Status CoordinatorMetrics::AddLookups(MetricsRegistry& r) {
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* lookups, r.AddCounter("kvtier_coordinator_lookups_total", "Prefix lookups."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* asked, r.AddCounter("kvtier_coordinator_lookup_blocks_total",
-                                                             "Full blocks of the prompts looked up."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* hits, r.AddCounter("kvtier_coordinator_lookup_hit_blocks_total",
-                                                            "Matched blocks by the best tier holding them.", {"tier"}));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* tail, r.AddCounter("kvtier_coordinator_lookup_tail_tokens_total",
-                                                            "Tokens after the full blocks, sent for partial matching."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* partial, r.AddCounter("kvtier_coordinator_lookup_partial_matches_total",
-                                                               "Lookups whose tail tokens matched a cached block."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* partial_tokens,
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * lookups,
+                          r.AddCounter("kvtier_coordinator_lookups_total", "Prefix lookups."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * asked,
+                          r.AddCounter("kvtier_coordinator_lookup_blocks_total",
+                                       "Full blocks of the prompts looked up."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * hits,
+                          r.AddCounter("kvtier_coordinator_lookup_hit_blocks_total",
+                                       "Matched blocks by the best tier holding them.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * tail,
+                          r.AddCounter("kvtier_coordinator_lookup_tail_tokens_total",
+                                       "Tokens after the full blocks, sent for partial matching."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * partial,
+                          r.AddCounter("kvtier_coordinator_lookup_partial_matches_total",
+                                       "Lookups whose tail tokens matched a cached block."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * partial_tokens,
                           r.AddCounter("kvtier_coordinator_lookup_partial_tokens_total",
                                        "Tail tokens that matched a cached block (partial reuse)."));
-  KVTIER_ASSIGN_OR_RETURN(HistogramFamily* matched,
-                          r.AddHistogram("kvtier_coordinator_matched_blocks", "Blocks matched per lookup.",
-                                         {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}));
-  KVTIER_ASSIGN_OR_RETURN(HistogramFamily* latency,
-                          r.AddHistogram("kvtier_coordinator_lookup_duration_seconds", "Index time of one lookup.",
-                                         ExponentialBuckets(1e-7, 2, 20)));
+  KVTIER_ASSIGN_OR_RETURN(
+      HistogramFamily * matched,
+      r.AddHistogram("kvtier_coordinator_matched_blocks", "Blocks matched per lookup.",
+                     {0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}));
+  KVTIER_ASSIGN_OR_RETURN(
+      HistogramFamily * latency,
+      r.AddHistogram("kvtier_coordinator_lookup_duration_seconds", "Index time of one lookup.",
+                     ExponentialBuckets(1e-7, 2, 20)));
   lookups_ = &lookups->WithLabels({});
   lookup_blocks_ = &asked->WithLabels({});
   hit_blocks_ = {&hits->WithLabels({std::string(TierName(Tier::kGpu))}),
@@ -43,17 +50,24 @@ Status CoordinatorMetrics::AddLookups(MetricsRegistry& r) {
 }
 
 Status CoordinatorMetrics::AddIndex(MetricsRegistry& r) {
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* blocks, r.AddGauge("kvtier_coordinator_index_blocks", "Blocks in the index."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* bytes, r.AddGauge("kvtier_coordinator_index_bytes", "Memory of the index."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* nodes, r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity_blocks,
-                          r.AddGauge("kvtier_coordinator_capacity_blocks",
-                                     "Blocks the live nodes' pools hold at most, as registered, by tier.", {"tier"}));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* capacity_bytes,
-                          r.AddGauge("kvtier_coordinator_capacity_bytes",
-                                     "Bytes of the live nodes' pools and tiers, as registered, by tier.", {"tier"}));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* held, r.AddGauge("kvtier_coordinator_held_blocks",
-                                                        "Blocks the index has the live nodes hold, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * blocks,
+                          r.AddGauge("kvtier_coordinator_index_blocks", "Blocks in the index."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * bytes,
+                          r.AddGauge("kvtier_coordinator_index_bytes", "Memory of the index."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * nodes,
+                          r.AddGauge("kvtier_coordinator_nodes", "Nodes with a live lease."));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * capacity_blocks,
+      r.AddGauge("kvtier_coordinator_capacity_blocks",
+                 "Blocks the live nodes' pools hold at most, as registered, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * capacity_bytes,
+      r.AddGauge("kvtier_coordinator_capacity_bytes",
+                 "Bytes of the live nodes' pools and tiers, as registered, by tier.", {"tier"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      GaugeFamily * held,
+      r.AddGauge("kvtier_coordinator_held_blocks",
+                 "Blocks the index has the live nodes hold, by tier.", {"tier"}));
   index_blocks_ = &blocks->WithLabels({});
   index_bytes_ = &bytes->WithLabels({});
   nodes_ = &nodes->WithLabels({});
@@ -67,34 +81,45 @@ Status CoordinatorMetrics::AddIndex(MetricsRegistry& r) {
 }
 
 Status CoordinatorMetrics::AddEvents(MetricsRegistry& r) {
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* events,
-                          r.AddCounter("kvtier_coordinator_events_total", "KV events applied, by kind (an event names a run of blocks: a chain stored, or blocks removed or moved together).", {"kind"}));
-  KVTIER_ASSIGN_OR_RETURN(evictions_, r.AddCounter("kvtier_coordinator_evictions_total",
-                                                   "Blocks evicted from a node's tier, by their priority.",
-                                                   {"priority"}));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* gaps, r.AddCounter("kvtier_coordinator_sequence_gaps_total",
-                                                            "Event streams found with a gap."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* resyncs,
-                          r.AddCounter("kvtier_coordinator_resyncs_total", "Snapshots asked of nodes."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* expiries,
-                          r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* conflicts,
-                          r.AddCounter("kvtier_coordinator_name_conflicts_total",
-                                       "Registrations refused: another live, connected node holds the name."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* refused_full,
-                          r.AddCounter("kvtier_coordinator_index_full_refusals_total",
-                                       "Stored events left out of the index: it held coordinator.max_index_blocks, "
-                                       "or the event's parent had been left out."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* orphaned,
-                          r.AddCounter("kvtier_coordinator_orphaned_blocks_total",
-                                       "Stored blocks left out of the index because no node held their parent, nor "
-                                       "brought it while they waited: no lookup could reach them (not those their "
-                                       "node removed meanwhile)."));
-  KVTIER_ASSIGN_OR_RETURN(CounterFamily* adopted,
-                          r.AddCounter("kvtier_coordinator_adopted_blocks_total",
-                                       "Stored blocks that waited for another event to bring their parent, and were "
-                                       "indexed when it came."));
-  KVTIER_ASSIGN_OR_RETURN(GaugeFamily* waiting,
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * events,
+      r.AddCounter("kvtier_coordinator_events_total",
+                   "KV events applied, by kind (an event names a run of blocks: a chain stored, or "
+                   "blocks removed or moved together).",
+                   {"kind"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      evictions_,
+      r.AddCounter("kvtier_coordinator_evictions_total",
+                   "Blocks evicted from a node's tier, by their priority.", {"priority"}));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * gaps,
+      r.AddCounter("kvtier_coordinator_sequence_gaps_total", "Event streams found with a gap."));
+  KVTIER_ASSIGN_OR_RETURN(CounterFamily * resyncs, r.AddCounter("kvtier_coordinator_resyncs_total",
+                                                                "Snapshots asked of nodes."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * expiries,
+      r.AddCounter("kvtier_coordinator_lease_expiries_total", "Node leases that ran out."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * conflicts,
+      r.AddCounter("kvtier_coordinator_name_conflicts_total",
+                   "Registrations refused: another live, connected node holds the name."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * refused_full,
+      r.AddCounter("kvtier_coordinator_index_full_refusals_total",
+                   "Stored events left out of the index: it held coordinator.max_index_blocks, "
+                   "or the event's parent had been left out."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * orphaned,
+      r.AddCounter("kvtier_coordinator_orphaned_blocks_total",
+                   "Stored blocks left out of the index because no node held their parent, nor "
+                   "brought it while they waited: no lookup could reach them (not those their "
+                   "node removed meanwhile)."));
+  KVTIER_ASSIGN_OR_RETURN(
+      CounterFamily * adopted,
+      r.AddCounter("kvtier_coordinator_adopted_blocks_total",
+                   "Stored blocks that waited for another event to bring their parent, and were "
+                   "indexed when it came."));
+  KVTIER_ASSIGN_OR_RETURN(GaugeFamily * waiting,
                           r.AddGauge("kvtier_coordinator_waiting_blocks",
                                      "Stored blocks waiting for an event to bring their parent."));
   events_ = {&events->WithLabels({"stored"}), &events->WithLabels({"removed"}),
@@ -121,7 +146,8 @@ void CoordinatorMetrics::RecordLookup(const LookupResult& result, Asked asked, d
   matched_blocks_->Observe(result.matched_blocks);
   lookup_seconds_->Observe(seconds);
   for (uint32_t b = 0; b < result.matched_blocks; ++b) {
-    if (result.LocationsOf(b).empty()) continue;  // between a windowed pool's sinks and window: not needed
+    if (result.LocationsOf(b).empty())
+      continue;  // between a windowed pool's sinks and window: not needed
     int best = kTierCount - 1;
     for (const Location& l : result.LocationsOf(b)) best = std::min(best, static_cast<int>(l.tier));
     hit_blocks_[best]->Inc();

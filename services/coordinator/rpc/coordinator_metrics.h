@@ -26,7 +26,8 @@ namespace kvtier::coordinator {
 
 class CoordinatorMetrics {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<CoordinatorMetrics>> Create(MetricsRegistry& registry);
+  [[nodiscard]] static Result<std::unique_ptr<CoordinatorMetrics>> Create(
+      MetricsRegistry& registry);
 
   // What one lookup asked: its full blocks and the tokens after them.
   struct Asked {

@@ -24,13 +24,19 @@ TEST(CoordinatorMetricsTest, CountersAddWhatTheStatsGainedSinceTheLastUpdate) {
   stats.waiting_blocks = 1;
   metrics->Update(stats);
   const std::string exposition = registry.Exposition();
-  EXPECT_NE(exposition.find("kvtier_coordinator_index_full_refusals_total 6\n"), std::string::npos) << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_resyncs_total 2\n"), std::string::npos) << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_evictions_total{priority=\"35\"} 5\n"), std::string::npos)
+  EXPECT_NE(exposition.find("kvtier_coordinator_index_full_refusals_total 6\n"), std::string::npos)
       << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_adopted_blocks_total 9\n"), std::string::npos) << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_orphaned_blocks_total 1\n"), std::string::npos) << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_waiting_blocks 1\n"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_resyncs_total 2\n"), std::string::npos)
+      << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_evictions_total{priority=\"35\"} 5\n"),
+            std::string::npos)
+      << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_adopted_blocks_total 9\n"), std::string::npos)
+      << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_orphaned_blocks_total 1\n"), std::string::npos)
+      << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_waiting_blocks 1\n"), std::string::npos)
+      << exposition;
 }
 
 }  // namespace

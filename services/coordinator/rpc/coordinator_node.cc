@@ -14,12 +14,14 @@ class CoordinatorNode::Impl {
   explicit Impl(CoordinatorNodeOptions options) : options_(std::move(options)) {}
 
   Status Start() {
-    if (options_.registry == nullptr) return InvalidArgumentError("CoordinatorNode needs a metrics registry");
+    if (options_.registry == nullptr)
+      return InvalidArgumentError("CoordinatorNode needs a metrics registry");
     KVTIER_ASSIGN_OR_RETURN(metrics_, rpc::RpcMetrics::Create(*options_.registry));
     CoordinatorOptions coordinator;
     coordinator.index.clock = options_.clock;
     coordinator.index.expected_blocks = options_.expected_blocks;
-    static_assert(CoordinatorConfig::kDefaultMaxIndexBlocks == kMaxIndexBlocks, "the config's default is the index's limit");
+    static_assert(CoordinatorConfig::kDefaultMaxIndexBlocks == kMaxIndexBlocks,
+                  "the config's default is the index's limit");
     coordinator.index.max_blocks = options_.rpc.max_index_blocks;
     coordinator.orphan_wait = std::chrono::milliseconds(options_.rpc.orphan_wait_ms);
     coordinator.membership.clock = options_.clock;
@@ -33,7 +35,8 @@ class CoordinatorNode::Impl {
     session_.clock = options_.clock;
     session_.metrics = metrics_.get();
     session_.coordinator = [this](const auth::Tenant& tenant) {
-      return MakeCoordinatorService(state_, {SaltScope(tenant.salt), tenant.node, KeySalt(tenant.salt)});
+      return MakeCoordinatorService(state_,
+                                    {SaltScope(tenant.salt), tenant.node, KeySalt(tenant.salt)});
     };
     state_.on_lookup = options_.on_lookup;
     session_.worker = options_.worker;
@@ -41,7 +44,8 @@ class CoordinatorNode::Impl {
 
     rpc::RpcServerOptions server;
     server.listen = options_.rpc.listen;
-    if (!options_.rpc.unix_socket.empty()) server.listen.push_back("unix:" + options_.rpc.unix_socket);
+    if (!options_.rpc.unix_socket.empty())
+      server.listen.push_back("unix:" + options_.rpc.unix_socket);
     server.max_message_bytes = options_.rpc.max_message_bytes;
     server.busy_poll = std::chrono::microseconds(options_.rpc.busy_poll_us);
     server.thread_name = "kvt-coord";
@@ -49,17 +53,19 @@ class CoordinatorNode::Impl {
     server.tls_key_file = options_.tls.key_file;
     server.metrics = metrics_.get();
     server.limits = rpc::ConnectionLimitsFrom(options_.connections);
-    if (!options_.rpc.http_listen.empty()) server.on_loop = [this](kj::AsyncIoContext& io) { return StartHttp(io); };
+    if (!options_.rpc.http_listen.empty())
+      server.on_loop = [this](kj::AsyncIoContext& io) { return StartHttp(io); };
     server.tick = [this] {
       if (options_.on_tick) options_.on_tick(state_);
       engine_nodes_->Tick();
       state_.coordinator->Tick();
       state_.metrics->Update(state_.coordinator->Stats());
     };
-    const Nanos interval = options_.tick_interval.count() > 0 ? options_.tick_interval : options_.lease_ttl / 4;
+    const Nanos interval =
+        options_.tick_interval.count() > 0 ? options_.tick_interval : options_.lease_ttl / 4;
     server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
-    KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            rpc::SessionBootstraps(session_)));
+    KVTIER_ASSIGN_OR_RETURN(
+        server_, rpc::RpcServer::Create(std::move(server), rpc::SessionBootstraps(session_)));
     if (!engines_.empty()) KVTIER_RETURN_IF_ERROR(StartFeed(engines_));
     return Status::Ok();
   }
@@ -81,21 +87,26 @@ class CoordinatorNode::Impl {
   }
 
   Result<kj::Promise<void>> StartHttp(kj::AsyncIoContext& io) {
-    rpc::HttpListenerOptions http{.listen = options_.rpc.http_listen, .tls_cert_file = options_.tls.cert_file,
+    rpc::HttpListenerOptions http{.listen = options_.rpc.http_listen,
+                                  .tls_cert_file = options_.tls.cert_file,
                                   .tls_key_file = options_.tls.key_file};
-    HttpApiOptions api{.state = &state_, .tokens = &options_.tokens, .engines = &engines_,
+    HttpApiOptions api{.state = &state_,
+                       .tokens = &options_.tokens,
+                       .engines = &engines_,
                        .sdk_tokens_per_block = options_.sdk_tokens_per_block};
-    KVTIER_ASSIGN_OR_RETURN(kj::Own<rpc::HttpListener> listener,
-                            rpc::HttpListener::Create(io, std::move(http), [&](kj::HttpHeaderTable::Builder& headers) {
-                              return MakeHttpApi(api, headers);
-                            }));
+    KVTIER_ASSIGN_OR_RETURN(
+        kj::Own<rpc::HttpListener> listener,
+        rpc::HttpListener::Create(io, std::move(http), [&](kj::HttpHeaderTable::Builder& headers) {
+          return MakeHttpApi(api, headers);
+        }));
     http_endpoints_ = listener->endpoints();
     auto running = listener->Run();
     return running.attach(kj::mv(listener));
   }
 
   Status StartFeed(const std::vector<EngineSource>& engines) {
-    EngineFeedOptions feed{.engines = engines, .registry = options_.registry, .clock = options_.clock};
+    EngineFeedOptions feed{
+        .engines = engines, .registry = options_.registry, .clock = options_.clock};
     feed.sink = [this](std::vector<EngineUpdate>& updates) {
       std::vector<std::string> resync;
       server_->RunOnLoop([&] { resync = engine_nodes_->Apply(updates); });
@@ -107,7 +118,7 @@ class CoordinatorNode::Impl {
 
   CoordinatorNodeOptions options_;
   std::unique_ptr<rpc::RpcMetrics> metrics_;
-  CoordinatorState state_;  // used only on the server's event-loop thread
+  CoordinatorState state_;                     // used only on the server's event-loop thread
   std::unique_ptr<EngineNodes> engine_nodes_;  // the server's thread's
   std::vector<EngineSource> engines_;          // the server's thread's (the routing API reads it)
   rpc::SessionContext session_;
@@ -124,10 +135,15 @@ Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineC
     // No tenant: the unsalted key space (auth off, `kvtier up`'s local user).
     Result<std::string> salt = e.tenant.empty() ? std::string() : tokens.TenantSalt(e.tenant);
     if (!salt.ok()) return salt.status().WithContext("engine \"" + e.name + "\"");
-    sources.push_back(EngineSource{.name = e.name, .events = e.events, .replay = e.replay, .format = format,
-                                   .space = {.tenant = KeySalt(*salt), .model = e.model,
+    sources.push_back(EngineSource{.name = e.name,
+                                   .events = e.events,
+                                   .replay = e.replay,
+                                   .format = format,
+                                   .space = {.tenant = KeySalt(*salt),
+                                             .model = e.model,
                                              .tokens_per_block = e.tokens_per_block},
-                                   .salt_scope = SaltScope(*salt), .tenant = e.tenant});
+                                   .salt_scope = SaltScope(*salt),
+                                   .tenant = e.tenant});
   }
   return sources;
 }
@@ -140,8 +156,12 @@ Result<std::unique_ptr<CoordinatorNode>> CoordinatorNode::Create(CoordinatorNode
 
 CoordinatorNode::CoordinatorNode(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CoordinatorNode::~CoordinatorNode() { Shutdown(); }
-const std::vector<std::string>& CoordinatorNode::endpoints() const { return impl_->server_->endpoints(); }
-const std::vector<std::string>& CoordinatorNode::http_endpoints() const { return impl_->http_endpoints_; }
+const std::vector<std::string>& CoordinatorNode::endpoints() const {
+  return impl_->server_->endpoints();
+}
+const std::vector<std::string>& CoordinatorNode::http_endpoints() const {
+  return impl_->http_endpoints_;
+}
 Status CoordinatorNode::ReconfigureEngines(std::vector<EngineSource> engines) {
   return impl_->ReconfigureEngines(std::move(engines));
 }

@@ -69,12 +69,13 @@ struct CoordinatorNodeOptions {
 // tenant: the unsalted key space of auth off and of `kvtier up`'s local user).
 // kNotFound naming an engine whose tenant the token file does not hold; kInvalidArgument
 // for a bad format.
-[[nodiscard]] Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineConfig>& engines,
-                                                                     const auth::TokenStore& tokens);
+[[nodiscard]] Result<std::vector<EngineSource>> ResolveEngineSources(
+    const std::vector<EngineConfig>& engines, const auth::TokenStore& tokens);
 
 class CoordinatorNode {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<CoordinatorNode>> Create(CoordinatorNodeOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<CoordinatorNode>> Create(
+      CoordinatorNodeOptions options);
   ~CoordinatorNode();
 
   const std::vector<std::string>& endpoints() const;

@@ -30,7 +30,8 @@ const std::string kToken = std::string(48, 'k');
 class CoordinatorRpcTest : public ::testing::Test {
  protected:
   // Starts a node on 127.0.0.1 (free port) and a Unix socket in a temp dir.
-  void StartNode(auth::TokenStore tokens, uint64_t max_message_bytes = 64ull << 20, TlsConfig tls = {}) {
+  void StartNode(auth::TokenStore tokens, uint64_t max_message_bytes = 64ull << 20,
+                 TlsConfig tls = {}) {
     CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
     options.rpc.unix_socket = dir_.File("coordinator.sock");
@@ -47,11 +48,14 @@ class CoordinatorRpcTest : public ::testing::Test {
     ASSERT_EQ(node_->endpoints().size(), 2u);
   }
 
-  static auth::TokenStore OneTenant() { return *auth::TokenStore::SingleTenant({"team-a", "salt-a"}, kToken); }
+  static auth::TokenStore OneTenant() {
+    return *auth::TokenStore::SingleTenant({"team-a", "salt-a"}, kToken);
+  }
   std::string tcp() const { return node_->endpoints()[0]; }
   std::string unix_socket() const { return node_->endpoints()[1]; }
 
-  Result<std::unique_ptr<rpc::RpcClient>> Connect(const std::string& address, const std::string& token,
+  Result<std::unique_ptr<rpc::RpcClient>> Connect(const std::string& address,
+                                                  const std::string& token,
                                                   milliseconds timeout = milliseconds(3000)) {
     rpc::RpcClientOptions options;
     options.address = address;
@@ -96,7 +100,9 @@ TEST_F(CoordinatorRpcTest, GoodTokenPingsAndReadsVersionOverTcpAndUnixSocket) {
     EXPECT_EQ(version->roles, std::vector<std::string>{"coordinator"});
   }
   const std::string metrics = registry_.Exposition();
-  EXPECT_NE(metrics.find("kvtier_rpc_requests_total{method=\"ping\",code=\"OK\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_rpc_requests_total{method=\"ping\",code=\"OK\"} 2"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST_F(CoordinatorRpcTest, AClientSeesItsConnectionGoWhenTheServerStops) {
@@ -105,7 +111,8 @@ TEST_F(CoordinatorRpcTest, AClientSeesItsConnectionGoWhenTheServerStops) {
   ASSERT_TRUE(client.ok()) << client.status();
   EXPECT_TRUE((*client)->connected());
   node_.reset();  // the server closes every connection
-  EXPECT_TRUE(testing::WaitUntil([&] { return !(*client)->connected(); })) << "noticed without a call of its own";
+  EXPECT_TRUE(testing::WaitUntil([&] { return !(*client)->connected(); }))
+      << "noticed without a call of its own";
   EXPECT_EQ((*client)->Ping("anyone?").status().code(), StatusCode::kUnavailable);
 }
 
@@ -168,7 +175,8 @@ TEST_F(CoordinatorRpcTest, GarbageBytesCloseOnlyThatConnection) {
   for (const std::string& address : {tcp(), unix_socket()}) {
     const testing::RawExchange exchange = testing::SendRaw(address, garbage, seconds(5));
     ASSERT_TRUE(exchange.connected) << address;
-    EXPECT_TRUE(exchange.peer_closed) << address << ": the server must drop a connection that sends garbage";
+    EXPECT_TRUE(exchange.peer_closed)
+        << address << ": the server must drop a connection that sends garbage";
   }
   ExpectServing();
 }
@@ -186,7 +194,8 @@ TEST_F(CoordinatorRpcTest, OversizedMessagesAreRefused) {
   ASSERT_TRUE(client.ok()) << client.status();
   Result<rpc::PingReply> pong = (*client)->Ping(std::string(32 * 1024, 'p'));
   ASSERT_FALSE(pong.ok());
-  EXPECT_NE(pong.status().code(), StatusCode::kDeadlineExceeded) << "refused, not left hanging: " << pong.status();
+  EXPECT_NE(pong.status().code(), StatusCode::kDeadlineExceeded)
+      << "refused, not left hanging: " << pong.status();
   ExpectServing();
 }
 
@@ -219,7 +228,8 @@ TEST_F(CoordinatorRpcTest, RepeatedBadTokensOnOneConnectionAreCutOff) {
     EXPECT_EQ(attempt("wrong").code(), StatusCode::kUnauthenticated);
   }
   const Status after_limit = attempt(kToken);
-  EXPECT_EQ(after_limit.code(), StatusCode::kUnauthenticated) << "even the right token, once cut off";
+  EXPECT_EQ(after_limit.code(), StatusCode::kUnauthenticated)
+      << "even the right token, once cut off";
   EXPECT_NE(after_limit.message().find("too many failed"), std::string::npos) << after_limit;
   ExpectServing();  // a new connection starts afresh
 }
@@ -229,9 +239,11 @@ class CoordinatorTlsTest : public CoordinatorRpcTest {
   // A self-signed certificate for "localhost", made by the openssl command line.
   static std::string MakeCertificate(const testing::TempDir& dir, const std::string& name) {
     std::string output;
-    const std::string command = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1"
-                                " -subj /CN=localhost -addext subjectAltName=DNS:localhost"
-                                " -keyout " + dir.File(name + ".key") + " -out " + dir.File(name + ".pem");
+    const std::string command =
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1"
+        " -subj /CN=localhost -addext subjectAltName=DNS:localhost"
+        " -keyout " +
+        dir.File(name + ".key") + " -out " + dir.File(name + ".pem");
     EXPECT_EQ(testing::RunCommand(command, &output), 0) << output;
     return dir.File(name);
   }
@@ -298,7 +310,8 @@ TEST_F(CoordinatorRpcTest, AddressInUseIsUnavailable) {
   same_socket.rpc.unix_socket = unix_socket().substr(5);
   MetricsRegistry third_registry;
   same_socket.registry = &third_registry;
-  EXPECT_EQ(CoordinatorNode::Create(std::move(same_socket)).status().code(), StatusCode::kUnavailable)
+  EXPECT_EQ(CoordinatorNode::Create(std::move(same_socket)).status().code(),
+            StatusCode::kUnavailable)
       << "a live server's socket is never taken over";
 }
 

@@ -22,22 +22,30 @@ using rpc::ToKeys;
 using rpc::ToTokens;
 Tier ToTier(schema::Tier t) {
   const auto value = static_cast<uint16_t>(t);
-  if (value >= kTierCount) ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));
+  if (value >= kTierCount)
+    ThrowStatus(InvalidArgumentError("unknown tier " + std::to_string(value)));
   return static_cast<Tier>(value);
 }
 // Pool ids travel as UInt32; the index keeps 16 bits of them.
 uint16_t ToPool(uint32_t pool) {
-  if (pool > UINT16_MAX) ThrowStatus(InvalidArgumentError("pool id " + std::to_string(pool) + " is out of range [0, 65535]"));
+  if (pool > UINT16_MAX)
+    ThrowStatus(
+        InvalidArgumentError("pool id " + std::to_string(pool) + " is out of range [0, 65535]"));
   return static_cast<uint16_t>(pool);
 }
 // A node's pools; a layout the library refuses is an error naming the pool.
 std::vector<PoolInfo> ToPools(capnp::List<schema::TierCapacity>::Reader capacities) {
   std::vector<PoolInfo> pools;
   for (const auto c : capacities) {
-    PoolInfo pool{ToTier(c.getTier()), ToPool(c.getPoolId()), c.getCapacityBlocks(), c.getCapacityBytes(), {}};
+    PoolInfo pool{ToTier(c.getTier()),
+                  ToPool(c.getPoolId()),
+                  c.getCapacityBlocks(),
+                  c.getCapacityBytes(),
+                  {}};
     if (c.hasLayout()) {
       Result<KvLayout> layout = rpc::ToLayout(c.getLayout());
-      if (!layout.ok()) ThrowStatus(layout.status().WithContext("pool " + std::to_string(c.getPoolId())));
+      if (!layout.ok())
+        ThrowStatus(layout.status().WithContext("pool " + std::to_string(c.getPoolId())));
       pool.window = WindowOf(*layout);
     }
     pools.push_back(pool);
@@ -45,7 +53,9 @@ std::vector<PoolInfo> ToPools(capnp::List<schema::TierCapacity>::Reader capaciti
   return pools;
 }
 uint8_t ToPriority(uint8_t p) {
-  if (p > kMaxPriority) ThrowStatus(InvalidArgumentError("priority " + std::to_string(p) + " is out of range [0, 100]"));
+  if (p > kMaxPriority)
+    ThrowStatus(
+        InvalidArgumentError("priority " + std::to_string(p) + " is out of range [0, 100]"));
   return p;
 }
 BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
@@ -57,7 +67,10 @@ BlockRetention ToRetention(uint8_t priority, uint64_t expiry_ms) {
 class CoordinatorServer final : public schema::Coordinator::Server {
  public:
   CoordinatorServer(CoordinatorState& state, CoordinatorSession session)
-      : state_(state), salt_scope_(session.salt_scope), node_(session.node), salt_(session.salt),
+      : state_(state),
+        salt_scope_(session.salt_scope),
+        node_(session.node),
+        salt_(session.salt),
         connection_(state.next_connection++),
         answers_(*state.coordinator) {}
   // The client let go of the capability, or its connection closed: the nodes it
@@ -69,7 +82,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     RequireNode();
     const auto node = call.getParams().getNode();
     const std::string name = node.getNodeId().cStr();
-    const NodeRole role = node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
+    const NodeRole role =
+        node.getRole() == schema::NodeRole::STORE ? NodeRole::kStore : NodeRole::kWorker;
     Result<RegisterResult> r = state_.coordinator->Register({.node = name,
                                                              .role = role,
                                                              .incarnation = node.getIncarnation(),
@@ -79,16 +93,19 @@ class CoordinatorServer final : public schema::Coordinator::Server {
       state_.metrics->Update(state_.coordinator->Stats());  // the conflict counts now
       // Once per name until it registers: the refused node retries every tick.
       if (state_.refused_names.insert(name).second) {
-        spdlog::warn("refused node \"{}\" from {}: {}", name, node.getRpcAddress().cStr(), r.status().message());
+        spdlog::warn("refused node \"{}\" from {}: {}", name, node.getRpcAddress().cStr(),
+                     r.status().message());
       }
     }
     ThrowIfError(r.status());
     state_.refused_names.erase(name);
     std::string& address = state_.rpc_addresses[name];
     if (r->restarted) {
-      spdlog::info("node \"{}\" restarted: a new incarnation from {} (before from {}) replaces the one whose "
-                   "connection closed",
-                   name, node.getRpcAddress().cStr(), address);
+      spdlog::info(
+          "node \"{}\" restarted: a new incarnation from {} (before from {}) replaces the one "
+          "whose "
+          "connection closed",
+          name, node.getRpcAddress().cStr(), address);
     }
     address = node.getRpcAddress().cStr();
     state_.metrics->Update(state_.coordinator->Stats());  // the node's capacity counts now
@@ -102,7 +119,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   kj::Promise<void> heartbeat(HeartbeatContext call) override {
     RequireNode();
     const auto params = call.getParams();
-    ThrowIfError(state_.coordinator->Heartbeat(params.getNodeId().cStr(), params.getLeaseId(), params.getActiveBlocks()));
+    ThrowIfError(state_.coordinator->Heartbeat(params.getNodeId().cStr(), params.getLeaseId(),
+                                               params.getActiveBlocks()));
     auto results = call.getResults();
     results.initLease().setLeaseId(params.getLeaseId());
     results.getLease().setTtlMs(LeaseTtlMs());
@@ -120,16 +138,18 @@ class CoordinatorServer final : public schema::Coordinator::Server {
   kj::Promise<void> publishEvents(PublishEventsContext call) override {
     RequireNode();
     const auto batch = call.getParams().getBatch();
-    EventBatch plain{batch.getNodeId().cStr(), batch.getIncarnation(), batch.getFirstSequence(), {}};
+    EventBatch plain{
+        batch.getNodeId().cStr(), batch.getIncarnation(), batch.getFirstSequence(), {}};
     for (auto e : batch.getEvents()) plain.events.push_back(ToEvent(e));
     Result<EventAck> ack = state_.coordinator->PublishEvents(plain);
     ThrowIfError(ack.status());
     for (const KvEvent& e : plain.events) state_.metrics->RecordEvent(e.kind);
     state_.metrics->Update(state_.coordinator->Stats());
     auto results = call.getResults();
-    results.setStatus(ack->verdict == BatchVerdict::kApply       ? schema::EventAckStatus::APPLIED
-                      : ack->verdict == BatchVerdict::kDuplicate ? schema::EventAckStatus::DUPLICATE
-                                                                 : schema::EventAckStatus::SNAPSHOT_REQUIRED);
+    results.setStatus(ack->verdict == BatchVerdict::kApply ? schema::EventAckStatus::APPLIED
+                      : ack->verdict == BatchVerdict::kDuplicate
+                          ? schema::EventAckStatus::DUPLICATE
+                          : schema::EventAckStatus::SNAPSHOT_REQUIRED);
     results.setNextSequence(ack->next_sequence);
     return kj::READY_NOW;
   }
@@ -144,8 +164,12 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     pending.next_sequence = chunk.getNextSequence();
     for (auto b : chunk.getBlocks()) {
       const auto location = b.getLocation();
-      SnapshotBlock block{ToKey(b.getKey()), std::nullopt, Scope(b.getSaltScope()), ToTier(location.getTier()),
-                          ToPool(location.getPoolId()), ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
+      SnapshotBlock block{ToKey(b.getKey()),
+                          std::nullopt,
+                          Scope(b.getSaltScope()),
+                          ToTier(location.getTier()),
+                          ToPool(location.getPoolId()),
+                          ToRetention(b.getPriority(), b.getRetentionExpiryMs())};
       if (b.getHasParent()) block.parent = ToKey(b.getParentKey());
       block.tokens = ToTokens(b.getTokens());
       pending.blocks.push_back(std::move(block));
@@ -163,7 +187,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     const auto request = call.getParams().getRequest();
     // The index holds keys in each tenant's key space; the answer names the client's own.
     const std::vector<BlockKey> keys = ToKeys(request.getKeys());
-    const std::vector<BlockKey> salted = salt_.identity() ? std::vector<BlockKey>{} : salt_.Apply(keys);
+    const std::vector<BlockKey> salted =
+        salt_.identity() ? std::vector<BlockKey>{} : salt_.Apply(keys);
     const std::span<const BlockKey> held = salt_.identity() ? keys : salted;
     if (state_.on_lookup) state_.on_lookup(held);
     const auto start = std::chrono::steady_clock::now();
@@ -177,9 +202,13 @@ class CoordinatorServer final : public schema::Coordinator::Server {
     } else {
       result.location_begin = {0};  // a scope nobody wrote under: nothing cached
     }
-    state_.metrics->RecordLookup(result, {keys.size(), tail.size()}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    answers_.Write(result, keys, request.getCompactLocations() ? LookupAnswerForm::kCompact : LookupAnswerForm::kFull,
-                   [&](capnp::MessageSize size) { return call.initResults(size).initResult(); });
+    state_.metrics->RecordLookup(
+        result, {keys.size(), tail.size()},
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    answers_.Write(
+        result, keys,
+        request.getCompactLocations() ? LookupAnswerForm::kCompact : LookupAnswerForm::kFull,
+        [&](capnp::MessageSize size) { return call.initResults(size).initResult(); });
     return kj::READY_NOW;
   }
 
@@ -217,12 +246,14 @@ class CoordinatorServer final : public schema::Coordinator::Server {
       const std::string name = id.cStr();
       const auto address = state_.rpc_addresses.find(name);
       if (address == state_.rpc_addresses.end()) continue;
-      if (const std::optional<NodeRole> role = state_.coordinator->LiveRole(name)) found.emplace_back(name, *role);
+      if (const std::optional<NodeRole> role = state_.coordinator->LiveRole(name))
+        found.emplace_back(name, *role);
     }
     auto nodes = call.getResults().initNodes(static_cast<unsigned>(found.size()));
     for (unsigned i = 0; i < found.size(); ++i) {
       nodes[i].setNodeId(found[i].first);
-      nodes[i].setRole(found[i].second == NodeRole::kStore ? schema::NodeRole::STORE : schema::NodeRole::WORKER);
+      nodes[i].setRole(found[i].second == NodeRole::kStore ? schema::NodeRole::STORE
+                                                           : schema::NodeRole::WORKER);
       nodes[i].setRpcAddress(state_.rpc_addresses[found[i].first]);
     }
     return kj::READY_NOW;
@@ -250,8 +281,9 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
   void RequireNode() const {
     if (!node_) {
-      ThrowStatus(PermissionDeniedError("nodes register and publish with a node credential (the nodes: section of "
-                                        "auth.token_file); this session holds a tenant token"));
+      ThrowStatus(PermissionDeniedError(
+          "nodes register and publish with a node credential (the nodes: section of "
+          "auth.token_file); this session holds a tenant token"));
     }
   }
 
@@ -274,7 +306,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         out.keys = ToKeys(s.getKeys());
         out.tier = ToTier(s.getTier());
         out.pool = ToPool(s.getPoolId());
-        out.retention.assign(out.keys.size(), ToRetention(s.getPriority(), s.getRetentionExpiryMs()));
+        out.retention.assign(out.keys.size(),
+                             ToRetention(s.getPriority(), s.getRetentionExpiryMs()));
         out.tokens = ToTokens(s.getTokens());
         break;
       }
@@ -294,17 +327,16 @@ class CoordinatorServer final : public schema::Coordinator::Server {
         out.to_pool = ToPool(t.getToPoolId());
         break;
       }
-      case schema::KvEvent::CLEARED:
-        out.kind = KvEvent::Kind::kCleared;
-        break;
-      default:
-        ThrowStatus(InvalidArgumentError("unknown KV event kind"));
+      case schema::KvEvent::CLEARED: out.kind = KvEvent::Kind::kCleared; break;
+      default: ThrowStatus(InvalidArgumentError("unknown KV event kind"));
     }
     return out;
   }
 
   uint64_t LeaseTtlMs() const {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(state_.coordinator->lease_ttl()).count());
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(state_.coordinator->lease_ttl())
+            .count());
   }
 
   CoordinatorState& state_;
@@ -317,7 +349,8 @@ class CoordinatorServer final : public schema::Coordinator::Server {
 
 }  // namespace
 
-kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session) {
+kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state,
+                                                          CoordinatorSession session) {
   return kj::heap<CoordinatorServer>(state, session);
 }
 

@@ -30,11 +30,11 @@ struct CoordinatorState {
   std::unique_ptr<Coordinator> coordinator;
   std::unique_ptr<CoordinatorMetrics> metrics;
   ScopeRegistry scopes;
-  std::unordered_map<std::string, std::string> rpc_addresses;    // node -> address, for Route
+  std::unordered_map<std::string, std::string> rpc_addresses;       // node -> address, for Route
   std::unordered_map<std::string, NodeSnapshot> pending_snapshots;  // chunks until `last`
-  std::function<void(std::span<const BlockKey>)> on_lookup;         // the prompt's keys, every lookup
-  ConnectionId next_connection = kNoConnection + 1;                 // one per capability made
-  std::unordered_set<std::string> refused_names;                    // name conflicts logged, until resolved
+  std::function<void(std::span<const BlockKey>)> on_lookup;  // the prompt's keys, every lookup
+  ConnectionId next_connection = kNoConnection + 1;          // one per capability made
+  std::unordered_set<std::string> refused_names;  // name conflicts logged, until resolved
 };
 
 // Who the session is: its tenant's salt scope, and whether it holds a node credential
@@ -46,6 +46,7 @@ struct CoordinatorSession {
 };
 
 // The capability's server (the session counts and times its calls: services/rpc/timed_server.h).
-[[nodiscard]] kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state, CoordinatorSession session);
+[[nodiscard]] kj::Own<capnp::Capability::Server> MakeCoordinatorService(CoordinatorState& state,
+                                                                        CoordinatorSession session);
 
 }  // namespace kvtier::coordinator

@@ -28,13 +28,16 @@ const std::string kEngineToken(40, 'e');  // an engine acting for team-a
 // One client connection (its own KJ event loop) holding a tenant's Coordinator capability.
 class CoordinatorClient {
  public:
-  CoordinatorClient(const std::string& address, const std::string& token, const std::string& act_for = "")
+  CoordinatorClient(const std::string& address, const std::string& token,
+                    const std::string& act_for = "")
       : client_(address), coordinator_(Connect(token, act_for)) {}
 
   template <typename Request>
   Status Send(Request request) {
     Status status;
-    request.send().then([](auto) {}, [&](kj::Exception&& e) { status = rpc::ExceptionToStatus(e); }).wait(ws());
+    request.send()
+        .then([](auto) {}, [&](kj::Exception&& e) { status = rpc::ExceptionToStatus(e); })
+        .wait(ws());
     return status;
   }
   kj::WaitScope& ws() { return client_.getWaitScope(); }
@@ -62,7 +65,9 @@ void SetKeys(capnp::List<schema::BlockKey>::Builder list, uint64_t first) {
 
 // Tenant team-a's keys as its nodes hold and announce them: in its key space (KeySalt).
 struct TeamAKeys {
-  BlockKey Key(uint64_t id) const { return KeySalt("team-a").Apply(OpaqueKeyNamespace("test", "").Key(id)); }
+  BlockKey Key(uint64_t id) const {
+    return KeySalt("team-a").Apply(OpaqueKeyNamespace("test", "").Key(id));
+  }
 };
 void SetNodeKeys(capnp::List<schema::BlockKey>::Builder list, uint64_t first) {
   for (unsigned i = 0; i < list.size(); ++i) {
@@ -77,14 +82,22 @@ class CoordinatorServiceTest : public ::testing::Test {
   void SetUp() override {
     CoordinatorNodeOptions options;
     options.rpc.listen = {"127.0.0.1:0"};
-    options.tokens = *auth::TokenStore::FromYaml("tenants:\n"
-                                                 "  - {name: team-a, token: " + kTokenA + "}\n"
-                                                 "  - {name: team-b, token: " + kTokenB + "}\n"
-                                                 "engines:\n"
-                                                 "  - {name: engine, token: " + kEngineToken + ", tenants: [team-a]}\n"
-                                                 "nodes:\n"
-                                                 "  - {name: cluster-nodes, token: " + kNodeToken + "}\n",
-                                                 "tokens");
+    options.tokens = *auth::TokenStore::FromYaml(
+        "tenants:\n"
+        "  - {name: team-a, token: " +
+            kTokenA +
+            "}\n"
+            "  - {name: team-b, token: " +
+            kTokenB +
+            "}\n"
+            "engines:\n"
+            "  - {name: engine, token: " +
+            kEngineToken +
+            ", tenants: [team-a]}\n"
+            "nodes:\n"
+            "  - {name: cluster-nodes, token: " +
+            kNodeToken + "}\n",
+        "tokens");
     options.registry = &registry_;
     node_ = *CoordinatorNode::Create(std::move(options));
     address_ = node_->endpoints()[0];
@@ -161,9 +174,12 @@ TEST_F(CoordinatorServiceTest, StoredBlocksAreFoundByTheirTenantOnly) {
   EXPECT_EQ(LookupMatched(team_b), 0u) << "team-b must not see team-a's blocks";
 
   const std::string metrics = registry_.Exposition();
-  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_hit_blocks_total{tier=\"gpu\"} 3"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_hit_blocks_total{tier=\"gpu\"} 3"),
+            std::string::npos)
+      << metrics;
   // Two lookups of 4 blocks each (team-a's and team-b's): 8 asked, 3 hit.
-  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_blocks_total 8\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_blocks_total 8\n"), std::string::npos)
+      << metrics;
   EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1"), std::string::npos);
   EXPECT_NE(metrics.find("kvtier_coordinator_index_blocks 3"), std::string::npos);
   // The Stats call counts both lookups too, team-b's (a scope nobody wrote under)
@@ -297,8 +313,12 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
 
   // GPU pool 0: 100 blocks of a layout with a 64-token window and 16 sink tokens, 16
   // tokens per block: a window of 4 blocks, 1 sink block.
-  const KvLayout layout = *KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 64,
-                                             .tokens_per_block = 16, .attention_window = 64, .sink_tokens = 16});
+  const KvLayout layout = *KvLayout::Create({.num_layers = 2,
+                                             .num_kv_heads = 2,
+                                             .head_dim = 64,
+                                             .tokens_per_block = 16,
+                                             .attention_window = 64,
+                                             .sink_tokens = 16});
   auto reg = worker.coordinator().registerRequest();
   auto info = reg.initNode();
   info.setNodeId("w2");
@@ -332,8 +352,11 @@ TEST_F(CoordinatorServiceTest, RegisteredPoolsCarryCapacityAndTheirWindow) {
   EXPECT_EQ(lookup.send().wait(tenant.ws()).getResult().getMatchedBlocks(), 8u)
       << "the sink and the last 4 blocks serve all 8";
   const std::string exposition = registry_.Exposition();
-  EXPECT_NE(exposition.find("kvtier_coordinator_capacity_blocks{tier=\"gpu\"} 100"), std::string::npos) << exposition;
-  EXPECT_NE(exposition.find("kvtier_coordinator_held_blocks{tier=\"gpu\"} 5"), std::string::npos) << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_capacity_blocks{tier=\"gpu\"} 100"),
+            std::string::npos)
+      << exposition;
+  EXPECT_NE(exposition.find("kvtier_coordinator_held_blocks{tier=\"gpu\"} 5"), std::string::npos)
+      << exposition;
 }
 
 // A node's link carries each stored block's tokens, in events and in snapshots; a
@@ -387,9 +410,12 @@ TEST_F(CoordinatorServiceTest, TokensFromANodesLinkServePartialMatches) {
 
   // Three lookups sent 2 + 1 + 1 tail tokens; two matched, 1 token each.
   const std::string metrics = registry_.Exposition();
-  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_tail_tokens_total 4\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_matches_total 2\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_tokens_total 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_tail_tokens_total 4\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_matches_total 2\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_lookup_partial_tokens_total 2\n"), std::string::npos)
+      << metrics;
 }
 
 // A node's link sends a chain stored block by block as one event, and removals of one
@@ -422,8 +448,11 @@ TEST_F(CoordinatorServiceTest, ANodesLinkSendsAChainAsOneEvent) {
   ASSERT_EQ(WireEventCount(events), 2u);
   ASSERT_EQ(*link->Publish(0, events), EventVerdict::kApplied);
   const std::string metrics = registry_.Exposition();
-  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"removed\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"stored\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_events_total{kind=\"removed\"} 1\n"),
+            std::string::npos)
+      << metrics;
 
   // Blocks 1-6 are indexed; block 6's tokens are its own (60, 61): one matches after 1-5.
   CoordinatorClient tenant(address_, kTokenA);
@@ -496,7 +525,8 @@ TEST(JoinsWireEventTest, OnlyABlockContinuingTheChainLikeForLikeJoins) {
   EXPECT_TRUE(JoinsWireEvent(moved, moved_too));
   moved_too.to_tier = Tier::kDisk;
   EXPECT_FALSE(JoinsWireEvent(moved, moved_too));
-  EXPECT_EQ(WireEventCount(std::vector<NodeEvent>{last, next, removed, another, moved, moved_too}), 5u);
+  EXPECT_EQ(WireEventCount(std::vector<NodeEvent>{last, next, removed, another, moved, moved_too}),
+            5u);
 }
 
 // A node's agent numbers its batches by the events that went on the wire: two chains
@@ -534,8 +564,10 @@ TEST_F(CoordinatorServiceTest, ANodeAgentNumbersItsJoinedEventsWithoutGaps) {
   agent->Enqueue(blocks(5));
   EXPECT_TRUE(testing::WaitUntil([&] { return matched() == 8; })) << "blocks 5-8 applied after 1-4";
   const std::string metrics = registry_.Exposition();
-  EXPECT_NE(metrics.find("kvtier_coordinator_sequence_gaps_total 0\n"), std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("kvtier_coordinator_resyncs_total 1\n"), std::string::npos) << "the first only: " << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_sequence_gaps_total 0\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("kvtier_coordinator_resyncs_total 1\n"), std::string::npos)
+      << "the first only: " << metrics;
   EXPECT_TRUE(agent->Stop().ok());
 }
 
@@ -560,7 +592,8 @@ TEST_F(CoordinatorServiceTest, ASecondProcessUnderALiveNodesNameIsRefusedUntilIt
   const Result<LinkRegistration> refused = second->Register();
   ASSERT_EQ(refused.status().code(), StatusCode::kAlreadyExists) << refused.status();
   EXPECT_NE(refused.status().message().find("store-a"), std::string::npos) << refused.status();
-  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_name_conflicts_total 1"), std::string::npos);
+  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_name_conflicts_total 1"),
+            std::string::npos);
   EXPECT_TRUE(first->Heartbeat(holder->lease_id).ok()) << "the first keeps its lease";
 
   first.reset();  // its process exits: the connection closes
@@ -598,11 +631,14 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   };
   const Status invalid = stored_once(50, 101, 0);
   EXPECT_EQ(invalid.code(), StatusCode::kInvalidArgument) << invalid;
-  EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos) << invalid;
+  EXPECT_NE(invalid.message().find("priority 101 is out of range [0, 100]"), std::string::npos)
+      << invalid;
   // A retention past 100 years (2^63 ms once overflowed the nanosecond deadline).
   const Status too_long = stored_once(51, 80, uint64_t{1} << 63);
   EXPECT_EQ(too_long.code(), StatusCode::kInvalidArgument) << too_long;
-  EXPECT_NE(too_long.message().find("retention of 9223372036854775808 ms exceeds"), std::string::npos) << too_long;
+  EXPECT_NE(too_long.message().find("retention of 9223372036854775808 ms exceeds"),
+            std::string::npos)
+      << too_long;
 
   // An eviction reported by the worker shows in the metric, by priority (stored at 50).
   auto removed = worker.coordinator().publishEventsRequest();
@@ -612,7 +648,8 @@ TEST_F(CoordinatorServiceTest, BadInputGetsClearErrorsAndChangesNothing) {
   removal.setFirstSequence(1);
   SetNodeKeys(removal.initEvents(1)[0].initRemoved().initKeys(1), 3);
   ASSERT_TRUE(worker.Send(kj::mv(removed)).ok());
-  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_evictions_total{priority=\"50\"} 1"), std::string::npos)
+  EXPECT_NE(registry_.Exposition().find("kvtier_coordinator_evictions_total{priority=\"50\"} 1"),
+            std::string::npos)
       << registry_.Exposition();
 
   auto stale = worker.coordinator().heartbeatRequest();

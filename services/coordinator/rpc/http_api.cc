@@ -73,13 +73,15 @@ class HttpApi final : public kj::HttpService {
     codec_.handleByAnnotation<schema::ErrorAnswer>();
   }
 
-  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url, const kj::HttpHeaders& headers,
-                            kj::AsyncInputStream& body, Response& response) override {
+  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                            Response& response) override {
     const bool lookup = url == "/v1/lookup";
     if (!lookup && url != "/v1/route")
       return Error(response, NotFoundError(std::string("no such path: ") + url.cStr()));
     if (method != kj::HttpMethod::POST) {
-      return Error(response, InvalidArgumentError(std::string(url.cStr()) + " takes POST"), 405, "Method Not Allowed");
+      return Error(response, InvalidArgumentError(std::string(url.cStr()) + " takes POST"), 405,
+                   "Method Not Allowed");
     }
     Result<auth::Tenant> tenant = Authenticate(headers);
     if (!tenant.ok()) return Error(response, tenant.status());
@@ -87,16 +89,19 @@ class HttpApi final : public kj::HttpService {
         .then([this, lookup, tenant = std::move(tenant).value(), &response](kj::String text) {
           if (text.size() > options_.max_body_bytes) {
             return Error(response,
-                         InvalidArgumentError("the body is over " + std::to_string(options_.max_body_bytes) + " bytes"),
+                         InvalidArgumentError("the body is over " +
+                                              std::to_string(options_.max_body_bytes) + " bytes"),
                          413, "Payload Too Large");
           }
           capnp::MallocMessageBuilder message;
           auto query = message.initRoot<schema::PromptQuery>();
           KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { codec_.decode(text, query); })) {
-            return Error(response, InvalidArgumentError(std::string("the body is not a prompt query: ") +
-                                                        e->getDescription().cStr()));
+            return Error(response,
+                         InvalidArgumentError(std::string("the body is not a prompt query: ") +
+                                              e->getDescription().cStr()));
           }
-          return lookup ? Lookup(tenant, query.asReader(), response) : Route(tenant, query.asReader(), response);
+          return lookup ? Lookup(tenant, query.asReader(), response)
+                        : Route(tenant, query.asReader(), response);
         });
   }
 
@@ -117,21 +122,25 @@ class HttpApi final : public kj::HttpService {
   }
 
   // The prompt's keys in every key space the tenant's instances use.
-  std::vector<KeySpace> KeySpaces(const auth::Tenant& tenant, schema::PromptQuery::Reader query) const {
+  std::vector<KeySpace> KeySpaces(const auth::Tenant& tenant,
+                                  schema::PromptQuery::Reader query) const {
     const std::string model = query.getModel();
     std::vector<std::pair<std::string, uint32_t>> spaces;
     for (const EngineSource& e : *options_.engines) {
-      if (SaltScope(tenant.salt) != e.salt_scope || (!model.empty() && model != e.space.model)) continue;
+      if (SaltScope(tenant.salt) != e.salt_scope || (!model.empty() && model != e.space.model))
+        continue;
       spaces.emplace_back(e.space.model, e.space.tokens_per_block);
     }
-    if (options_.sdk_tokens_per_block > 0 && model.empty()) spaces.emplace_back("", options_.sdk_tokens_per_block);
+    if (options_.sdk_tokens_per_block > 0 && model.empty())
+      spaces.emplace_back("", options_.sdk_tokens_per_block);
     std::sort(spaces.begin(), spaces.end());
     spaces.erase(std::unique(spaces.begin(), spaces.end()), spaces.end());
     std::vector<uint32_t> tokens;
     tokens.reserve(query.getTokens().size());
     for (uint32_t t : query.getTokens()) tokens.push_back(t);
-    const EnginePrompt prompt{
-        .cache_salt = query.getCacheSalt(), .lora_name = query.getLoraName(), .lora_id = query.getLoraId()};
+    const EnginePrompt prompt{.cache_salt = query.getCacheSalt(),
+                              .lora_name = query.getLoraName(),
+                              .lora_id = query.getLoraId()};
     std::vector<KeySpace> out;
     for (auto& [m, tpb] : spaces) {
       EngineKeySpace space{.tenant = KeySalt(tenant.salt), .model = m, .tokens_per_block = tpb};
@@ -141,7 +150,8 @@ class HttpApi final : public kj::HttpService {
     return out;
   }
 
-  kj::Promise<void> Lookup(const auth::Tenant& tenant, schema::PromptQuery::Reader query, Response& response) {
+  kj::Promise<void> Lookup(const auth::Tenant& tenant, schema::PromptQuery::Reader query,
+                           Response& response) {
     std::map<std::string, TierPrefix> best;
     const std::optional<ScopeId> scope = options_.state->scopes.Find(SaltScope(tenant.salt));
     for (const KeySpace& ks : KeySpaces(tenant, query)) {
@@ -149,14 +159,16 @@ class HttpApi final : public kj::HttpService {
       const LookupResult result = options_.state->coordinator->Lookup(*scope, ks.keys);
       for (const auto& [node, blocks] : PrefixesByNode(result)) {
         TierPrefix& b = best[options_.state->coordinator->NodeName(node)];
-        for (int t = 0; t < kTierCount; ++t) b[t] = std::max(b[t], blocks[t] * ks.space.tokens_per_block);
+        for (int t = 0; t < kTierCount; ++t)
+          b[t] = std::max(b[t], blocks[t] * ks.space.tokens_per_block);
       }
     }
     std::vector<std::pair<std::string, TierPrefix>> sorted(best.begin(), best.end());
     std::stable_sort(sorted.begin(), sorted.end(),
                      [](const auto& a, const auto& b) { return a.second[2] > b.second[2]; });
     capnp::MallocMessageBuilder message;
-    auto instances = message.initRoot<schema::LookupAnswer>().initInstances(static_cast<unsigned>(sorted.size()));
+    auto instances = message.initRoot<schema::LookupAnswer>().initInstances(
+        static_cast<unsigned>(sorted.size()));
     for (unsigned i = 0; i < sorted.size(); ++i) {
       instances[i].setName(sorted[i].first);
       instances[i].setPrefixTokens(sorted[i].second[2]);
@@ -165,14 +177,16 @@ class HttpApi final : public kj::HttpService {
       by_tier.setHost(sorted[i].second[1]);
       by_tier.setDisk(sorted[i].second[2]);
     }
-    return Reply(response, 200, "OK", codec_.encode(message.getRoot<schema::LookupAnswer>().asReader()));
+    return Reply(response, 200, "OK",
+                 codec_.encode(message.getRoot<schema::LookupAnswer>().asReader()));
   }
 
-  kj::Promise<void> Route(const auth::Tenant& tenant, schema::PromptQuery::Reader query, Response& response) {
+  kj::Promise<void> Route(const auth::Tenant& tenant, schema::PromptQuery::Reader query,
+                          Response& response) {
     std::vector<std::string> candidates;
     for (auto c : query.getCandidates()) candidates.emplace_back(c.cStr());
-    const ScopeId scope =
-        options_.state->scopes.Find(SaltScope(tenant.salt)).value_or(std::numeric_limits<ScopeId>::max());
+    const ScopeId scope = options_.state->scopes.Find(SaltScope(tenant.salt))
+                              .value_or(std::numeric_limits<ScopeId>::max());
     // The key space whose best instance holds the longest prefix (in tokens)
     // decides.
     std::optional<std::vector<RouteChoice>> chosen;
@@ -184,8 +198,11 @@ class HttpApi final : public kj::HttpService {
     for (const KeySpace& ks : KeySpaces(tenant, query)) {
       Result<std::vector<RouteChoice>> all =
           options_.state->coordinator->RouteAll(scope, {.keys = ks.keys, .candidates = candidates});
-      if (all.ok()) std::erase_if(*all, [&](const RouteChoice& c) { return OtherTenantsEngine(tenant, c.node); });
-      if (all.ok() && all->empty()) all = UnavailableError("none of the candidates is an instance of this tenant");
+      if (all.ok())
+        std::erase_if(*all,
+                      [&](const RouteChoice& c) { return OtherTenantsEngine(tenant, c.node); });
+      if (all.ok() && all->empty())
+        all = UnavailableError("none of the candidates is an instance of this tenant");
       if (!all.ok()) {
         last = all.status();
         continue;
@@ -207,7 +224,8 @@ class HttpApi final : public kj::HttpService {
       const RouteChoice& c = (*chosen)[i];
       list[i].setName(options_.state->coordinator->NodeName(c.node));
       list[i].setPrefixTokens(c.prefix_blocks * chosen_tpb);
-      list[i].setActiveBlocks(static_cast<uint32_t>(std::min<uint64_t>(c.active_blocks, UINT32_MAX)));
+      list[i].setActiveBlocks(
+          static_cast<uint32_t>(std::min<uint64_t>(c.active_blocks, UINT32_MAX)));
       list[i].setCost(c.cost);
     }
     return Reply(response, 200, "OK", codec_.encode(answer.asReader()));
@@ -225,13 +243,15 @@ class HttpApi final : public kj::HttpService {
     return false;
   }
 
-  kj::Promise<void> Error(Response& response, const Status& status, unsigned code = 0, kj::StringPtr text = nullptr) {
+  kj::Promise<void> Error(Response& response, const Status& status, unsigned code = 0,
+                          kj::StringPtr text = nullptr) {
     auto [http, http_text] = HttpStatusOf(status.code());
     capnp::MallocMessageBuilder message;
     auto error = message.initRoot<schema::ErrorAnswer>();
     error.setError(status.message());
     error.setCode(std::string(StatusCodeName(status.code())));
-    return Reply(response, code != 0 ? code : http, code != 0 ? text : http_text, codec_.encode(error.asReader()));
+    return Reply(response, code != 0 ? code : http, code != 0 ? text : http_text,
+                 codec_.encode(error.asReader()));
   }
 
   kj::Promise<void> Reply(Response& response, unsigned code, kj::StringPtr text, kj::String body) {
@@ -251,7 +271,8 @@ class HttpApi final : public kj::HttpService {
 
 }  // namespace
 
-kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options, kj::HttpHeaderTable::Builder& headers) {
+kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options,
+                                     kj::HttpHeaderTable::Builder& headers) {
   return kj::heap<HttpApi>(options, headers);
 }
 

@@ -46,6 +46,7 @@ struct HttpApiOptions {
   uint64_t max_body_bytes = uint64_t{4} << 20;
 };
 
-[[nodiscard]] kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options, kj::HttpHeaderTable::Builder& headers);
+[[nodiscard]] kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options,
+                                                   kj::HttpHeaderTable::Builder& headers);
 
 }  // namespace kvtier::coordinator

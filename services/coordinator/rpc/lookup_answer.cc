@@ -22,8 +22,9 @@ schema::Tier ToSchemaTier(Tier tier) { return static_cast<schema::Tier>(tier); }
 
 }  // namespace
 
-void LookupAnswerWriter::Write(const LookupResult& result, std::span<const BlockKey> keys, LookupAnswerForm form,
-                               kj::FunctionParam<schema::LookupResult::Builder(capnp::MessageSize)> init) {
+void LookupAnswerWriter::Write(
+    const LookupResult& result, std::span<const BlockKey> keys, LookupAnswerForm form,
+    kj::FunctionParam<schema::LookupResult::Builder(capnp::MessageSize)> init) {
   if (form == LookupAnswerForm::kCompact) ListNodes(result);
   schema::LookupResult::Builder out = init(capnp::MessageSize{SizeInWords(result, form), 0});
   out.setMatchedBlocks(result.matched_blocks);
@@ -66,7 +67,8 @@ uint64_t LookupAnswerWriter::SizeInWords(const LookupResult& result, LookupAnswe
     for (const Location& l : locations) words += TextWords(coordinator_.NodeName(l.node).size());
     return words;
   };
-  uint64_t words = capnp::sizeInWords<schema::Coordinator::LookupResults>() + capnp::sizeInWords<schema::LookupResult>();
+  uint64_t words = capnp::sizeInWords<schema::Coordinator::LookupResults>() +
+                   capnp::sizeInWords<schema::LookupResult>();
   if (form == LookupAnswerForm::kCompact) {
     words += nodes_.size();  // the list of Text pointers
     for (const NodeId node : nodes_) words += TextWords(coordinator_.NodeName(node).size());
@@ -84,13 +86,16 @@ uint64_t LookupAnswerWriter::SizeInWords(const LookupResult& result, LookupAnswe
              located_words(result.partial.locations);
   }
   words += StructListWords<schema::NodeScore>(result.scores.size());
-  for (const NodeScore& score : result.scores) words += TextWords(coordinator_.NodeName(score.node).size());
+  for (const NodeScore& score : result.scores)
+    words += TextWords(coordinator_.NodeName(score.node).size());
   return words;
 }
 
-void LookupAnswerWriter::WriteCompact(const LookupResult& result, schema::LookupResult::Builder out) const {
+void LookupAnswerWriter::WriteCompact(const LookupResult& result,
+                                      schema::LookupResult::Builder out) const {
   auto nodes = out.initNodes(static_cast<unsigned>(nodes_.size()));
-  for (unsigned i = 0; i < nodes_.size(); ++i) nodes.set(i, AsText(coordinator_.NodeName(nodes_[i])));
+  for (unsigned i = 0; i < nodes_.size(); ++i)
+    nodes.set(i, AsText(coordinator_.NodeName(nodes_[i])));
   const uint32_t first = result.location_begin[0];
   auto locations = out.initLocations(result.location_begin[result.matched_blocks] - first);
   for (unsigned i = 0; i < locations.size(); ++i) {
@@ -101,13 +106,15 @@ void LookupAnswerWriter::WriteCompact(const LookupResult& result, schema::Lookup
     locations[i].setPoolId(location.pool);
   }
   auto ends = out.initLocationEnds(result.matched_blocks);
-  for (uint32_t i = 0; i < result.matched_blocks; ++i) ends.set(i, result.location_begin[i + 1] - first);
+  for (uint32_t i = 0; i < result.matched_blocks; ++i)
+    ends.set(i, result.location_begin[i + 1] - first);
 }
 
 void LookupAnswerWriter::WriteFull(const LookupResult& result, std::span<const BlockKey> keys,
                                    schema::LookupResult::Builder out) const {
   auto blocks = out.initBlocks(result.matched_blocks);
-  for (uint32_t i = 0; i < result.matched_blocks; ++i) WriteBlock(keys[i], result.LocationsOf(i), blocks[i]);
+  for (uint32_t i = 0; i < result.matched_blocks; ++i)
+    WriteBlock(keys[i], result.LocationsOf(i), blocks[i]);
 }
 
 void LookupAnswerWriter::WriteBlock(const BlockKey& key, std::span<const Location> locations,

@@ -55,8 +55,9 @@ class LookupAnswerWriter {
                   rpc::schema::MatchedBlock::Builder out) const;
 
   const Coordinator& coordinator_;
-  std::vector<NodeId> nodes_;       // the current answer's node table
-  std::vector<uint32_t> slot_of_;   // NodeId -> index in nodes_, or kNotListed; grows to the largest id seen
+  std::vector<NodeId> nodes_;  // the current answer's node table
+  std::vector<uint32_t>
+      slot_of_;  // NodeId -> index in nodes_, or kNotListed; grows to the largest id seen
 };
 
 }  // namespace kvtier::coordinator

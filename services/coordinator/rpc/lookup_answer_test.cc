@@ -27,7 +27,8 @@ std::vector<BlockKey> Chain(uint64_t first, size_t n) {
   return keys;
 }
 
-KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent, Tier tier, uint16_t pool = 0) {
+KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent, Tier tier,
+               uint16_t pool = 0) {
   KvEvent e;
   e.kind = KvEvent::Kind::kStored;
   e.keys = std::move(keys);
@@ -43,9 +44,13 @@ struct BuiltAnswer {
   std::unique_ptr<capnp::MallocMessageBuilder> message;
   uint64_t announced_words = 0;
 
-  schema::LookupResult::Reader result() { return message->getRoot<schema::Coordinator::LookupResults>().getResult(); }
+  schema::LookupResult::Reader result() {
+    return message->getRoot<schema::Coordinator::LookupResults>().getResult();
+  }
   size_t segments() { return message->getSegmentsForOutput().size(); }
-  uint64_t used_words() { return message->getSegmentsForOutput()[0].size() - 1; }  // less the root pointer
+  uint64_t used_words() {
+    return message->getSegmentsForOutput()[0].size() - 1;
+  }  // less the root pointer
 };
 
 class LookupAnswerTest : public ::testing::Test {
@@ -60,7 +65,7 @@ class LookupAnswerTest : public ::testing::Test {
     // host memory and block 3 on disk, and a worker holding only blocks of another prompt.
     Join("worker-a", {Stored(Chain(1, 3), std::nullopt, Tier::kGpu, 2)});
     Join("a-store-with-a-longer-name", {Stored(Chain(1, 2), std::nullopt, Tier::kHost),
-                                         Stored(Chain(3, 1), kNamespace.Key(2), Tier::kDisk)});
+                                        Stored(Chain(3, 1), kNamespace.Key(2), Tier::kDisk)});
     Join("worker-b", {Stored(Chain(100, 2), std::nullopt, Tier::kGpu)});
     // Block 4 follows block 3 on worker-a, holding tokens 40 and 41: a partial match.
     KvEvent with_tokens = Stored(Chain(4, 1), kNamespace.Key(3), Tier::kGpu, 2);
@@ -74,11 +79,13 @@ class LookupAnswerTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_->PublishEvents({node, 1, 0, std::move(events)}).ok());
   }
 
-  BuiltAnswer Write(const LookupResult& result, std::span<const BlockKey> keys, LookupAnswerForm form) {
+  BuiltAnswer Write(const LookupResult& result, std::span<const BlockKey> keys,
+                    LookupAnswerForm form) {
     BuiltAnswer built;
     writer_->Write(result, keys, form, [&](capnp::MessageSize size) {
       built.announced_words = size.wordCount;
-      built.message = std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(size.wordCount + 1));
+      built.message =
+          std::make_unique<capnp::MallocMessageBuilder>(static_cast<unsigned>(size.wordCount + 1));
       return built.message->initRoot<schema::Coordinator::LookupResults>().initResult();
     });
     return built;
@@ -88,7 +95,8 @@ class LookupAnswerTest : public ::testing::Test {
     Places out;
     for (auto block : r.getBlocks()) {
       out.emplace_back();
-      for (auto l : block.getLocations()) out.back().emplace_back(l.getNodeId().cStr(), l.getTier(), l.getPoolId());
+      for (auto l : block.getLocations())
+        out.back().emplace_back(l.getNodeId().cStr(), l.getTier(), l.getPoolId());
     }
     return out;
   }
@@ -120,7 +128,8 @@ const Places kBlocks1To3 = {
 };
 
 TEST_F(LookupAnswerTest, TheCompactFormNamesEachNodeOnceAndKeepsEveryLocation) {
-  const std::vector<BlockKey> keys = Chain(1, 5);  // blocks 1-3 cached, block 4 only on worker-a, 5 new
+  const std::vector<BlockKey> keys =
+      Chain(1, 5);  // blocks 1-3 cached, block 4 only on worker-a, 5 new
   const LookupResult result = coordinator_->Lookup(0, keys);
   ASSERT_EQ(result.matched_blocks, 4u);
 
@@ -150,7 +159,8 @@ TEST_F(LookupAnswerTest, TheFullFormEchoesEachBlocksKeyAndNamesEveryLocation) {
   EXPECT_FALSE(r.hasLocations());
   EXPECT_FALSE(r.hasLocationEnds());
   ASSERT_EQ(r.getBlocks().size(), 4u);
-  for (unsigned i = 0; i < 4; ++i) EXPECT_EQ(rpc::ToKey(r.getBlocks()[i].getKey()), keys[i]) << "block " << i;
+  for (unsigned i = 0; i < 4; ++i)
+    EXPECT_EQ(rpc::ToKey(r.getBlocks()[i].getKey()), keys[i]) << "block " << i;
   Places expected = kBlocks1To3;
   expected.push_back({{"worker-a", schema::Tier::GPU, 2}});
   EXPECT_EQ(FullPlaces(r), expected);
@@ -191,8 +201,10 @@ TEST_F(LookupAnswerTest, EveryAnswerTakesExactlyTheSizeItAnnounced) {
     for (const LookupAnswerForm form : {LookupAnswerForm::kFull, LookupAnswerForm::kCompact}) {
       BuiltAnswer built = Write(result, c.keys, form);
       const char* form_name = form == LookupAnswerForm::kFull ? "full" : "compact";
-      EXPECT_EQ(built.segments(), 1u) << c.what << ", " << form_name << ": the answer outgrew its announced size";
-      EXPECT_EQ(built.announced_words, built.used_words()) << c.what << ", " << form_name << ": the size is exact";
+      EXPECT_EQ(built.segments(), 1u)
+          << c.what << ", " << form_name << ": the answer outgrew its announced size";
+      EXPECT_EQ(built.announced_words, built.used_words())
+          << c.what << ", " << form_name << ": the size is exact";
     }
   }
 }
@@ -201,10 +213,12 @@ TEST_F(LookupAnswerTest, TheNodeTableStartsAfreshForEachAnswer) {
   const std::vector<BlockKey> prompt_a = Chain(1, 1);    // block 1: worker-a's and the store's
   const std::vector<BlockKey> prompt_b = Chain(100, 2);  // worker-b's blocks only
   const Places places_a = {kBlocks1To3[0]};
-  const Places places_b = {{{"worker-b", schema::Tier::GPU, 0}}, {{"worker-b", schema::Tier::GPU, 0}}};
+  const Places places_b = {{{"worker-b", schema::Tier::GPU, 0}},
+                           {{"worker-b", schema::Tier::GPU, 0}}};
   // Prompt a, then b, then a again: each answer lists exactly the nodes it names.
   for (const auto& [prompt, places, nodes] :
-       {std::tuple{prompt_a, places_a, 2u}, std::tuple{prompt_b, places_b, 1u}, std::tuple{prompt_a, places_a, 2u}}) {
+       {std::tuple{prompt_a, places_a, 2u}, std::tuple{prompt_b, places_b, 1u},
+        std::tuple{prompt_a, places_a, 2u}}) {
     BuiltAnswer answer = Write(coordinator_->Lookup(0, prompt), prompt, LookupAnswerForm::kCompact);
     ASSERT_EQ(answer.result().getNodes().size(), nodes);
     EXPECT_EQ(CompactPlaces(answer.result()), places);

@@ -20,7 +20,8 @@ class NodeAgent::Impl {
 
   void Enqueue(std::vector<NodeEvent> events) {
     MutexLock lock(mu_);
-    queue_.insert(queue_.end(), std::make_move_iterator(events.begin()), std::make_move_iterator(events.end()));
+    queue_.insert(queue_.end(), std::make_move_iterator(events.begin()),
+                  std::make_move_iterator(events.end()));
   }
 
   bool registered() const { return ready_; }
@@ -34,7 +35,8 @@ class NodeAgent::Impl {
     wake_.NotifyAll();
     if (thread_.joinable()) thread_.join();
     Status status = Status::Ok();
-    if (link_ != nullptr && ready_) status = link_->Leave(lease_id_).WithContext("leave the coordinator");
+    if (link_ != nullptr && ready_)
+      status = link_->Leave(lease_id_).WithContext("leave the coordinator");
     ready_ = false;
     return status;
   }
@@ -54,7 +56,8 @@ class NodeAgent::Impl {
 
   void Tick() {
     if (link_ == nullptr && !Connect().ok()) return;
-    if (ready_) Check(link_->Heartbeat(lease_id_, options_.active_blocks ? options_.active_blocks() : 0));
+    if (ready_)
+      Check(link_->Heartbeat(lease_id_, options_.active_blocks ? options_.active_blocks() : 0));
     if (link_ == nullptr) return;  // lost: connect at the next tick
     if (!ready_) {
       if (Status s = Register(); !s.ok()) {
@@ -79,7 +82,8 @@ class NodeAgent::Impl {
   void Check(const Status& status) {
     if (status.ok()) return;
     ready_ = false;
-    if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded) link_.reset();
+    if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded)
+      link_.reset();
   }
 
   Status Connect() {
@@ -112,7 +116,8 @@ class NodeAgent::Impl {
 
   void Complain(const std::string& what) {
     if (!complained_) {
-      spdlog::warn("{}: {} (retrying every {} ms)", options_.link.node_id, what, options_.tick.count());
+      spdlog::warn("{}: {} (retrying every {} ms)", options_.link.node_id, what,
+                   options_.tick.count());
     }
     complained_ = true;
   }

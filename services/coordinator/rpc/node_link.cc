@@ -86,7 +86,8 @@ void SetBlock(const NodeBlock& b, const std::string& node, schema::SnapshotBlock
   out.setPriority(b.priority);
   out.setRetentionExpiryMs(b.retention_ms);
   out.setSaltScope(b.salt_scope);
-  if (!b.tokens.empty()) rpc::FromTokens(b.tokens, out.initTokens(static_cast<unsigned>(b.tokens.size())));
+  if (!b.tokens.empty())
+    rpc::FromTokens(b.tokens, out.initTokens(static_cast<unsigned>(b.tokens.size())));
 }
 
 }  // namespace
@@ -104,7 +105,8 @@ class NodeLink::Impl {
   T Run(Call call) {
     return rpc_->impl()
         .Call<T>([this, call = std::move(call)](schema::Session::Client& session) mutable {
-          if (!coordinator_) coordinator_ = kj::heap(session.coordinatorRequest().send().getCoordinator());
+          if (!coordinator_)
+            coordinator_ = kj::heap(session.coordinatorRequest().send().getCoordinator());
           return call(*coordinator_);
         })
         .get();
@@ -119,8 +121,10 @@ class NodeLink::Impl {
 };
 
 Result<std::unique_ptr<NodeLink>> NodeLink::Connect(NodeLinkOptions options) {
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc, rpc::RpcClient::Connect(options.connection));
-  return std::unique_ptr<NodeLink>(new NodeLink(std::make_unique<Impl>(std::move(rpc), std::move(options))));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc,
+                          rpc::RpcClient::Connect(options.connection));
+  return std::unique_ptr<NodeLink>(
+      new NodeLink(std::make_unique<Impl>(std::move(rpc), std::move(options))));
 }
 
 NodeLink::NodeLink(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -146,7 +150,8 @@ Result<LinkRegistration> NodeLink::Register() {
       if (p.layout) rpc::FromLayout(*p.layout, c.initLayout());
     }
     return request.send().then([](auto r) -> Result<LinkRegistration> {
-      return LinkRegistration{r.getLease().getLeaseId(), std::chrono::milliseconds(r.getLease().getTtlMs()),
+      return LinkRegistration{r.getLease().getLeaseId(),
+                              std::chrono::milliseconds(r.getLease().getTtlMs()),
                               r.getSnapshotRequired()};
     });
   });
@@ -170,62 +175,64 @@ bool JoinsWireEvent(const NodeEvent& last, const NodeEvent& next) {
       return !next.first && next.parent == last.key && next.priority == last.priority &&
              next.retention_ms == last.retention_ms && next.salt_scope == last.salt_scope &&
              next.tokens.size() == last.tokens.size();
-    case NodeEvent::Kind::kRemoved:
-      return true;
-    case NodeEvent::Kind::kTierChanged:
-      return next.to_tier == last.to_tier;
+    case NodeEvent::Kind::kRemoved: return true;
+    case NodeEvent::Kind::kTierChanged: return next.to_tier == last.to_tier;
   }
   return false;
 }
 
 size_t WireEventCount(std::span<const NodeEvent> events) {
   size_t count = 0;
-  for (size_t i = 0; i < events.size(); ++i) count += i == 0 || !JoinsWireEvent(events[i - 1], events[i]);
+  for (size_t i = 0; i < events.size(); ++i)
+    count += i == 0 || !JoinsWireEvent(events[i - 1], events[i]);
   return count;
 }
 
 Result<EventVerdict> NodeLink::Publish(uint64_t first_sequence, std::span<const NodeEvent> events) {
   const NodeLinkOptions& o = impl_->options();
-  return impl_->Run<Result<EventVerdict>>([&o, first_sequence, events](schema::Coordinator::Client& c) {
-    auto request = c.publishEventsRequest();
-    auto batch = request.initBatch();
-    batch.setNodeId(o.node_id);
-    batch.setIncarnation(o.incarnation);
-    batch.setFirstSequence(first_sequence);
-    const std::vector<size_t> starts = RunStarts(events);
-    auto list = batch.initEvents(static_cast<unsigned>(starts.size()));
-    for (unsigned r = 0; r < starts.size(); ++r) {
-      const size_t end = r + 1 < starts.size() ? starts[r + 1] : events.size();
-      SetEvent(events.subspan(starts[r], end - starts[r]), list[r]);
-    }
-    return request.send().then([](auto r) -> Result<EventVerdict> {
-      switch (r.getStatus()) {
-        case schema::EventAckStatus::APPLIED: return EventVerdict::kApplied;
-        case schema::EventAckStatus::DUPLICATE: return EventVerdict::kDuplicate;
-        default: return EventVerdict::kSnapshotRequired;
-      }
-    });
-  });
+  return impl_->Run<Result<EventVerdict>>(
+      [&o, first_sequence, events](schema::Coordinator::Client& c) {
+        auto request = c.publishEventsRequest();
+        auto batch = request.initBatch();
+        batch.setNodeId(o.node_id);
+        batch.setIncarnation(o.incarnation);
+        batch.setFirstSequence(first_sequence);
+        const std::vector<size_t> starts = RunStarts(events);
+        auto list = batch.initEvents(static_cast<unsigned>(starts.size()));
+        for (unsigned r = 0; r < starts.size(); ++r) {
+          const size_t end = r + 1 < starts.size() ? starts[r + 1] : events.size();
+          SetEvent(events.subspan(starts[r], end - starts[r]), list[r]);
+        }
+        return request.send().then([](auto r) -> Result<EventVerdict> {
+          switch (r.getStatus()) {
+            case schema::EventAckStatus::APPLIED: return EventVerdict::kApplied;
+            case schema::EventAckStatus::DUPLICATE: return EventVerdict::kDuplicate;
+            default: return EventVerdict::kSnapshotRequired;
+          }
+        });
+      });
 }
 
 Status NodeLink::PublishSnapshot(uint64_t next_sequence, std::span<const NodeBlock> blocks) {
   const NodeLinkOptions& o = impl_->options();
   size_t at = 0;
   do {
-    const auto chunk = blocks.subspan(at, std::min<size_t>(o.snapshot_chunk_blocks, blocks.size() - at));
+    const auto chunk =
+        blocks.subspan(at, std::min<size_t>(o.snapshot_chunk_blocks, blocks.size() - at));
     at += chunk.size();
     const bool last = at == blocks.size();
-    KVTIER_RETURN_IF_ERROR(impl_->Run<Status>([&o, next_sequence, chunk, last](schema::Coordinator::Client& c) {
-      auto request = c.publishSnapshotRequest();
-      auto snapshot = request.initSnapshot();
-      snapshot.setNodeId(o.node_id);
-      snapshot.setIncarnation(o.incarnation);
-      snapshot.setNextSequence(next_sequence);
-      snapshot.setLast(last);
-      auto list = snapshot.initBlocks(static_cast<unsigned>(chunk.size()));
-      for (unsigned i = 0; i < chunk.size(); ++i) SetBlock(chunk[i], o.node_id, list[i]);
-      return request.send().then([](auto) { return Status::Ok(); });
-    }));
+    KVTIER_RETURN_IF_ERROR(
+        impl_->Run<Status>([&o, next_sequence, chunk, last](schema::Coordinator::Client& c) {
+          auto request = c.publishSnapshotRequest();
+          auto snapshot = request.initSnapshot();
+          snapshot.setNodeId(o.node_id);
+          snapshot.setIncarnation(o.incarnation);
+          snapshot.setNextSequence(next_sequence);
+          snapshot.setLast(last);
+          auto list = snapshot.initBlocks(static_cast<unsigned>(chunk.size()));
+          for (unsigned i = 0; i < chunk.size(); ++i) SetBlock(chunk[i], o.node_id, list[i]);
+          return request.send().then([](auto) { return Status::Ok(); });
+        }));
   } while (at < blocks.size());
   return Status::Ok();
 }

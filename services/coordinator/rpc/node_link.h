@@ -31,15 +31,16 @@ struct NodeEvent {
   enum class Kind : uint8_t { kStored, kRemoved, kTierChanged };
   Kind kind = Kind::kStored;
   BlockKey key;
-  bool first = false;         // kStored: the chain's first block (no parent)
-  BlockKey parent;            // kStored
-  Tier tier = Tier::kGpu;     // where (kTierChanged: from)
-  Tier to_tier = Tier::kHost; // kTierChanged
+  bool first = false;          // kStored: the chain's first block (no parent)
+  BlockKey parent;             // kStored
+  Tier tier = Tier::kGpu;      // where (kTierChanged: from)
+  Tier to_tier = Tier::kHost;  // kTierChanged
   uint32_t pool = 0;
   uint8_t priority = kDefaultPriority;  // kStored
-  uint64_t retention_ms = 0;  // kStored: until the priority reverts; 0: for good
-  uint64_t salt_scope = 0;    // kStored
-  std::vector<uint32_t> tokens = {};  // kStored: the block's tokens, for partial matching (optional)
+  uint64_t retention_ms = 0;            // kStored: until the priority reverts; 0: for good
+  uint64_t salt_scope = 0;              // kStored
+  std::vector<uint32_t> tokens =
+      {};  // kStored: the block's tokens, for partial matching (optional)
 };
 
 // One block of a snapshot.
@@ -61,15 +62,16 @@ struct NodePool {
   uint32_t pool = 0;
   uint64_t capacity_blocks = 0;
   uint64_t capacity_bytes = 0;
-  std::optional<KvLayout> layout = std::nullopt;  // a worker pool's: it carries the attention window
+  std::optional<KvLayout> layout =
+      std::nullopt;  // a worker pool's: it carries the attention window
 };
 
 struct NodeLinkOptions {
   rpc::RpcClientOptions connection;  // the coordinator's address and this node's token
   std::string node_id;               // stable across restarts (the pod name)
   NodeRole role = NodeRole::kStore;
-  std::string rpc_address;           // where peers reach this node
-  uint64_t incarnation = 0;          // new on every process start
+  std::string rpc_address;   // where peers reach this node
+  uint64_t incarnation = 0;  // new on every process start
   uint32_t snapshot_chunk_blocks = 8192;
   std::vector<NodePool> pools;
 };
@@ -103,7 +105,8 @@ class NodeLink {
   [[nodiscard]] Status Heartbeat(uint64_t lease_id, uint64_t active_blocks = 0);
   // `events` in order, each run that JoinsWireEvent as one event: the wire events are
   // numbered first_sequence, first_sequence + 1, ..., WireEventCount(events) of them.
-  [[nodiscard]] Result<EventVerdict> Publish(uint64_t first_sequence, std::span<const NodeEvent> events);
+  [[nodiscard]] Result<EventVerdict> Publish(uint64_t first_sequence,
+                                             std::span<const NodeEvent> events);
   // Everything the node holds, as of event `next_sequence`, in chunks.
   [[nodiscard]] Status PublishSnapshot(uint64_t next_sequence, std::span<const NodeBlock> blocks);
   [[nodiscard]] Status Leave(uint64_t lease_id);

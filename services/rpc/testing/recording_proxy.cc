@@ -49,12 +49,14 @@ bool WriteExact(int fd, const void* data, size_t size) {
 
 Result<int> ConnectTo(const std::string& address) {
   const size_t colon = address.rfind(':');
-  if (colon == std::string::npos) return InvalidArgumentError("upstream \"" + address + "\" names no port");
+  if (colon == std::string::npos)
+    return InvalidArgumentError("upstream \"" + address + "\" names no port");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints, &found) != 0) {
+  if (::getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints,
+                    &found) != 0) {
     return UnavailableError("cannot resolve upstream \"" + address + "\"");
   }
   int fd = -1;
@@ -135,15 +137,18 @@ class RecordingProxy::Impl {
       size_t total = 0;
       for (size_t i = 0; i < count; ++i) total += table[i];
       if (total > kMaxMessageWords) break;
-      if (words.size() < total) words = kj::heapArray<capnp::word>(total);  // capnp::word cannot be moved: no vector
+      if (words.size() < total)
+        words = kj::heapArray<capnp::word>(total);  // capnp::word cannot be moved: no vector
       if (!ReadExact(from, words.begin(), total * sizeof(capnp::word))) break;
       std::vector<kj::ArrayPtr<const capnp::word>> segments;
-      for (size_t i = 0, at = 0; i < count; at += table[i], ++i) segments.emplace_back(words.begin() + at, table[i]);
+      for (size_t i = 0, at = 0; i < count; at += table[i], ++i)
+        segments.emplace_back(words.begin() + at, table[i]);
       if (auto message = ReadWireMessage(kj::arrayPtr(segments.data(), segments.size()))) {
         MutexLock lock(mu_);
         log_.push_back(std::move(*message));
       }
-      if (!WriteExact(to, &count_minus_one, sizeof(count_minus_one)) || !WriteExact(to, table.data(), table.size() * 4) ||
+      if (!WriteExact(to, &count_minus_one, sizeof(count_minus_one)) ||
+          !WriteExact(to, table.data(), table.size() * 4) ||
           !WriteExact(to, words.begin(), total * sizeof(capnp::word))) {
         break;
       }
@@ -177,7 +182,8 @@ Result<std::unique_ptr<RecordingProxy>> RecordingProxy::Start(std::string upstre
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 16) != 0) {
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      ::listen(listener, 16) != 0) {
     const std::string error = std::strerror(errno);
     ::close(listener);
     return UnavailableError("cannot listen on 127.0.0.1: " + error);

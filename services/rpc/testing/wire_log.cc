@@ -26,7 +26,8 @@ std::string MethodName(uint64_t interface_id, uint16_t method) {
   for (const auto& [name, interface] : kInterfaces) {
     if (interface.getProto().getId() != interface_id) continue;
     auto methods = interface.getMethods();
-    if (method < methods.size()) return std::string(name) + "." + methods[method].getProto().getName().cStr();
+    if (method < methods.size())
+      return std::string(name) + "." + methods[method].getProto().getName().cStr();
   }
   std::ostringstream out;
   out << std::hex << interface_id << std::dec << "." << method;
@@ -35,14 +36,17 @@ std::string MethodName(uint64_t interface_id, uint16_t method) {
 
 }  // namespace
 
-std::optional<WireMessage> ReadWireMessage(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+std::optional<WireMessage> ReadWireMessage(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
   capnp::SegmentArrayMessageReader reader(segments);
   const auto message = reader.getRoot<capnp::rpc::Message>();
   if (message.isCall()) {
     const auto call = message.getCall();
-    return WireMessage{WireMessage::Kind::kCall, call.getQuestionId(), MethodName(call.getInterfaceId(), call.getMethodId())};
+    return WireMessage{WireMessage::Kind::kCall, call.getQuestionId(),
+                       MethodName(call.getInterfaceId(), call.getMethodId())};
   }
-  if (message.isFinish()) return WireMessage{WireMessage::Kind::kFinish, message.getFinish().getQuestionId(), ""};
+  if (message.isFinish())
+    return WireMessage{WireMessage::Kind::kFinish, message.getFinish().getQuestionId(), ""};
   return std::nullopt;
 }
 

@@ -24,6 +24,7 @@ struct WireMessage {
 };
 
 // The Call or Finish in `segments` (one rpc::Message); nullopt for every other kind.
-std::optional<WireMessage> ReadWireMessage(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
+std::optional<WireMessage> ReadWireMessage(
+    kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
 
 }  // namespace kvtier::rpc::testing

@@ -9,8 +9,8 @@ Result<storage::BlockHeader> FromWire(rpc::schema::BlockHeader::Reader h, uint64
   header.key = rpc::ToKey(h.getKey());
   header.parent = rpc::ToKey(h.getParent());
   header.first_in_chain = h.getFirstInChain();
-  KVTIER_ASSIGN_OR_RETURN(header.format_tag,
-                          storage::FormatTag::Intern({h.getFormatTag().cStr(), h.getFormatTag().size()}));
+  KVTIER_ASSIGN_OR_RETURN(header.format_tag, storage::FormatTag::Intern({h.getFormatTag().cStr(),
+                                                                         h.getFormatTag().size()}));
   header.salt_scope = scope;
   header.checksum = h.getChecksum();
   header.payload_bytes = h.getPayloadBytes();

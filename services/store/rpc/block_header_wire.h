@@ -15,7 +15,8 @@ namespace kvtier::store {
 // `scope`: the session's salt scope, which the header takes whatever the wire says.
 // kInvalidArgument for an oversized format tag, kResourceExhausted for a new one past
 // storage::FormatTag::kMaxFormatTags.
-[[nodiscard]] Result<storage::BlockHeader> FromWire(rpc::schema::BlockHeader::Reader h, uint64_t scope);
+[[nodiscard]] Result<storage::BlockHeader> FromWire(rpc::schema::BlockHeader::Reader h,
+                                                    uint64_t scope);
 void ToWire(const storage::BlockHeader& header, rpc::schema::BlockHeader::Builder h);
 
 [[nodiscard]] TransferTicket FromWire(rpc::schema::TransferTicket::Reader t);

@@ -36,22 +36,28 @@ class LoopBoundBlockSource final : public ExtraBlockSource {
  public:
   // Binds `source` to the calling thread's event loop. kFailedPrecondition when this
   // thread runs no KJ event loop; kInvalidArgument for a null source.
-  [[nodiscard]] static Result<std::shared_ptr<LoopBoundBlockSource>> Create(ExtraBlockSource* source);
+  [[nodiscard]] static Result<std::shared_ptr<LoopBoundBlockSource>> Create(
+      ExtraBlockSource* source);
 
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
-  [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
-  [[nodiscard]] std::vector<Result<HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
-  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
+  [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref,
+                                                  std::span<uint8_t> out) override;
+  [[nodiscard]] std::vector<Result<HeldBlock>> HoldBatch(
+      std::span<const storage::BlockRef> refs) override;
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds,
+                                    std::span<const uint64_t> checksums) override;
   // On the calling thread: the source's CopyHeld is safe from any.
-  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds,
+                                std::span<const std::span<uint8_t>> outs) override {
     return source_->CopyHeld(holds, outs);
   }
   // Likewise.
-  [[nodiscard]] Result<std::unique_ptr<StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override {
+  [[nodiscard]] Result<std::unique_ptr<StagedBlocks>> StageHeld(
+      std::span<const uint64_t> holds) override {
     return source_->StageHeld(holds);
   }
-  [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                                    std::span<const std::span<uint8_t>> outs) override;
+  [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override;
 
   LoopBoundBlockSource(ExtraBlockSource* source, kj::Own<const kj::Executor> loop)
       : source_(source), loop_(kj::mv(loop)) {}

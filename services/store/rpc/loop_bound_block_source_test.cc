@@ -40,20 +40,23 @@ class RecordingSource final : public ExtraBlockSource {
     }
     return found;
   }
-  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> /*checksums*/) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds,
+                      std::span<const uint64_t> /*checksums*/) override {
     Record(release_batches);
     released.insert(released.end(), holds.begin(), holds.end());
     return Status::Ok();
   }
-  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                      std::span<const std::span<uint8_t>> outs) override {
+  std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override {
     Record(read_batches);
     return ExtraBlockSource::ReadBatch(refs, outs);
   }
   // Any thread's: records its own.
-  Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+  Status CopyHeld(std::span<const uint64_t> holds,
+                  std::span<const std::span<uint8_t>> outs) override {
     copy_thread = std::this_thread::get_id();
-    for (size_t i = 0; i < holds.size(); ++i) std::copy(block_.payload.begin(), block_.payload.end(), outs[i].begin());
+    for (size_t i = 0; i < holds.size(); ++i)
+      std::copy(block_.payload.begin(), block_.payload.end(), outs[i].begin());
     return Status::Ok();
   }
 
@@ -129,14 +132,17 @@ class LoopThread {
  private:
   Mutex mu_;
   CondVar ready_;
-  Result<std::shared_ptr<LoopBoundBlockSource>> bound_ KVTIER_GUARDED_BY(mu_) = InternalError("not bound yet");
+  Result<std::shared_ptr<LoopBoundBlockSource>> bound_ KVTIER_GUARDED_BY(mu_) =
+      InternalError("not bound yet");
   kj::Own<const kj::CrossThreadPromiseFulfiller<void>> stop_ KVTIER_GUARDED_BY(mu_);
   std::thread::id id_ KVTIER_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
-const storage::BlockRef kRef1{MakeBlock(1, 1).header.key, storage::testing::kFormat, storage::testing::kScope};
-const storage::BlockRef kRef2{MakeBlock(2, 1).header.key, storage::testing::kFormat, storage::testing::kScope};
+const storage::BlockRef kRef1{MakeBlock(1, 1).header.key, storage::testing::kFormat,
+                              storage::testing::kScope};
+const storage::BlockRef kRef2{MakeBlock(2, 1).header.key, storage::testing::kFormat,
+                              storage::testing::kScope};
 
 // Block 1 held, block 2 not: every call from the test's thread runs on the loop's thread,
 // a batch as one call there, and answers what the source answered.
@@ -157,7 +163,8 @@ TEST(LoopBoundBlockSourceTest, EachCallRunsOnTheLoopsThreadAndAnswersAsTheSource
   ASSERT_EQ(found.size(), 2u);
   ASSERT_TRUE(found[0].ok()) << found[0].status();
   EXPECT_EQ(found[0]->header.checksum, block.header.checksum);
-  EXPECT_TRUE(std::ranges::equal(found[0]->held, block.payload)) << "block 1's bytes, held in place";
+  EXPECT_TRUE(std::ranges::equal(found[0]->held, block.payload))
+      << "block 1's bytes, held in place";
   EXPECT_EQ(found[1].status().code(), StatusCode::kNotFound);
   const uint64_t holds[] = {found[0]->hold};
   EXPECT_TRUE(bound.ReleaseBatch(holds, {}).ok());
@@ -228,13 +235,15 @@ TEST(LoopBoundBlockSourceTest, OnceTheLoopHasExitedEveryCallAnswersUnavailable) 
   const std::span<uint8_t> outs[] = {out, out};
   const std::vector<Result<storage::BlockHeader>> read = bound->ReadBatch(refs, outs);
   ASSERT_EQ(read.size(), 2u);
-  for (const Result<storage::BlockHeader>& each : read) EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
+  for (const Result<storage::BlockHeader>& each : read)
+    EXPECT_EQ(each.status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(source.threads.empty()) << "the source was not called";
 }
 
 TEST(LoopBoundBlockSourceTest, ItIsBoundOnlyOnALoopsThreadAndToASource) {
   RecordingSource source(MakeBlock(1, 100));
-  const Status off_loop = LoopBoundBlockSource::Create(&source).status();  // the test's thread runs no loop
+  const Status off_loop =
+      LoopBoundBlockSource::Create(&source).status();  // the test's thread runs no loop
   EXPECT_EQ(off_loop.code(), StatusCode::kFailedPrecondition) << off_loop;
   LoopThread loop(nullptr);
   EXPECT_EQ(loop.bound().status().code(), StatusCode::kInvalidArgument);

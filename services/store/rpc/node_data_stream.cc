@@ -13,10 +13,13 @@ std::string HostOf(const std::string& address) {
 
 }  // namespace
 
-Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options) {
-  if (!options.enabled || options.listen.starts_with("unix:")) return std::unique_ptr<DataStreamServer>();
+Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(
+    const NodeDataStreamOptions& options) {
+  if (!options.enabled || options.listen.starts_with("unix:"))
+    return std::unique_ptr<DataStreamServer>();
   if (options.tls) {
-    spdlog::info("no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
+    spdlog::info(
+        "no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
     return std::unique_ptr<DataStreamServer>();
   }
   DataStreamServerOptions stream;

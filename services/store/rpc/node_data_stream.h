@@ -22,29 +22,32 @@ namespace kvtier::store {
 
 struct NodeDataStreamOptions {
   bool enabled = true;
-  std::string listen;      // the node's RPC listener, host:port
-  std::string advertise;   // where peers reach the node's RPC; empty: `listen`
-  bool tls = false;        // the node's RPC uses TLS
+  std::string listen;     // the node's RPC listener, host:port
+  std::string advertise;  // where peers reach the node's RPC; empty: `listen`
+  bool tls = false;       // the node's RPC uses TLS
   uint32_t port = 0;
-  uint32_t threads = 0;    // the stream's event loops; 0: its default
-  uint32_t tier_threads = 0;  // its disk work's threads; 0: its default
-  bool lend_pages = true;     // DataStreamServerOptions::lend_pages
+  uint32_t threads = 0;                    // the stream's event loops; 0: its default
+  uint32_t tier_threads = 0;               // its disk work's threads; 0: its default
+  bool lend_pages = true;                  // DataStreamServerOptions::lend_pages
   uint32_t max_connections = 0;            // DataStreamServerOptions::max_connections
   uint32_t max_unproven_per_address = 64;  // and ::max_unproven_per_address
   std::chrono::milliseconds first_request_deadline{5'000};  // and ::first_request_deadline
-  storage::TieredStore* store = nullptr;  // required
-  MetricsRegistry* registry = nullptr;    // optional
+  storage::TieredStore* store = nullptr;                    // required
+  MetricsRegistry* registry = nullptr;                      // optional
 };
 
 // nullptr when no stream is to run; errors as DataStreamServer::Create.
-[[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(const NodeDataStreamOptions& options);
+[[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(
+    const NodeDataStreamOptions& options);
 
 // The options from a node's configuration section (config.store or config.worker: each
 // has listen, advertise, data_stream, data_port, data_stream_threads,
 // data_stream_tier_threads and data_stream_lend_pages) and the cluster's TLS setting.
 template <typename NodeSection>
-NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section, const KvtierConfig& config,
-                                                storage::TieredStore* store, MetricsRegistry* registry) {
+NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section,
+                                                const KvtierConfig& config,
+                                                storage::TieredStore* store,
+                                                MetricsRegistry* registry) {
   return {.enabled = section.data_stream,
           .listen = section.listen,
           .advertise = section.advertise,

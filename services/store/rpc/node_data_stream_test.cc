@@ -13,11 +13,13 @@ namespace {
 class NodeDataStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(1u << 20, dir_.path())).value();
+    store_ =
+        storage::TieredStore::Create(storage::testing::HostOverDisk(1u << 20, dir_.path())).value();
     config_.store.listen = "127.0.0.1:0";
   }
   Result<std::unique_ptr<DataStreamServer>> Start() {
-    return StartNodeDataStream(NodeDataStreamOptionsFrom(config_.store, config_, store_.get(), nullptr));
+    return StartNodeDataStream(
+        NodeDataStreamOptionsFrom(config_.store, config_, store_.get(), nullptr));
   }
 
   kvtier::testing::TempDir dir_;

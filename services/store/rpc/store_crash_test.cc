@@ -39,7 +39,7 @@ using testing::BlockStoreClient;
 constexpr uint64_t kBlockBytes = 16 * 1024;
 constexpr uint64_t kBatch = 4;
 constexpr uint64_t kBlocksPerWriter = 512;  // at most, per cycle: the kill usually comes first
-constexpr char kToken[] = "crash-test";      // auth is off: any token opens the session
+constexpr char kToken[] = "crash-test";     // auth is off: any token opens the session
 
 int CyclesOr(int fallback) {
   const char* cycles = std::getenv("KVTIER_STORE_CRASH_CYCLES");
@@ -50,19 +50,20 @@ int CyclesOr(int fallback) {
 class StoreProcess : public testing::StoreProcess {
  public:
   StoreProcess(const std::string& data_dir, uint64_t host_bytes, const std::string& output_dir)
-      : testing::StoreProcess({"--data-dir", data_dir, "--store-host-cache-bytes", std::to_string(host_bytes),
-                               "--store-disk-bytes", std::to_string(1ull << 30)},
-                              output_dir) {}
+      : testing::StoreProcess(
+            {"--data-dir", data_dir, "--store-host-cache-bytes", std::to_string(host_bytes),
+             "--store-disk-bytes", std::to_string(1ull << 30)},
+            output_dir) {}
 };
 
 // One client writing batches of blocks first_id, first_id + 1, ... until the store dies.
 struct Writer {
   bool stream = false;
   uint64_t first_id = 0;
-  std::vector<uint64_t> acked;      // puts that returned success
-  std::vector<uint64_t> cut_off;    // the batch in flight when the store died
-  std::string stopped_by;           // the error that ended it; empty if it wrote every block
-  std::string broken;               // a put that succeeded but stored fewer blocks
+  std::vector<uint64_t> acked;    // puts that returned success
+  std::vector<uint64_t> cut_off;  // the batch in flight when the store died
+  std::string stopped_by;         // the error that ended it; empty if it wrote every block
+  std::string broken;             // a put that succeeded but stored fewer blocks
   std::atomic<bool> has_acked{false};
   std::atomic<bool> done{false};
 };
@@ -83,7 +84,8 @@ void Write(const std::string& address, Writer& w) {
         w.stopped_by = stored.status().ToString();
         break;
       }
-      if (*stored != kBatch) w.broken = "stored " + std::to_string(*stored) + " of " + std::to_string(kBatch);
+      if (*stored != kBatch)
+        w.broken = "stored " + std::to_string(*stored) + " of " + std::to_string(kBatch);
       w.acked.insert(w.acked.end(), ids.begin(), ids.end());
       w.has_acked = true;
     }
@@ -117,7 +119,8 @@ void Read(BlockStoreClient& client, const std::vector<uint64_t>& ids, bool strea
       } else if (state == "present" && bytes == MakeBlock(chunk[i], kBlockBytes).payload) {
         ++out.present;
       } else {
-        out.wrong.push_back("block " + std::to_string(chunk[i]) + ": " + state + " with other bytes");
+        out.wrong.push_back("block " + std::to_string(chunk[i]) + ": " + state +
+                            " with other bytes");
       }
     }
   }
@@ -158,10 +161,12 @@ TEST_P(StoreCrashTest, AcknowledgedBlocksSurviveKillNineAndNothingPartialIsServe
     }
     const auto deadline = std::chrono::steady_clock::now() + 30s;
     while (std::chrono::steady_clock::now() < deadline &&
-           !std::all_of(std::begin(writers), std::end(writers), [](const Writer& w) { return w.has_acked || w.done; })) {
+           !std::all_of(std::begin(writers), std::end(writers),
+                        [](const Writer& w) { return w.has_acked || w.done; })) {
       std::this_thread::sleep_for(1ms);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40'000)(rng)));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::uniform_int_distribution<int>(0, 40'000)(rng)));
     store->process().Signal(SIGKILL);
     EXPECT_EQ(store->process().Wait(10s), -SIGKILL);
     for (std::thread& t : threads) t.join();
@@ -194,7 +199,8 @@ TEST_P(StoreCrashTest, AcknowledgedBlocksSurviveKillNineAndNothingPartialIsServe
     EXPECT_TRUE(earlier.missing.empty()) << "a block that survived one kill is gone after another";
     for (const Writer& w : writers) {
       for (uint64_t id : w.acked) {
-        if (std::find(acked.missing.begin(), acked.missing.end(), id) == acked.missing.end()) surviving.push_back(id);
+        if (std::find(acked.missing.begin(), acked.missing.end(), id) == acked.missing.end())
+          surviving.push_back(id);
       }
     }
   }
@@ -203,8 +209,11 @@ TEST_P(StoreCrashTest, AcknowledgedBlocksSurviveKillNineAndNothingPartialIsServe
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StoreCrashTest,
-                         ::testing::Values(CrashCase{"DiskOnly", 0, 20}, CrashCase{"HostInFront", 1 << 20, 5}),
-                         [](const ::testing::TestParamInfo<CrashCase>& info) { return info.param.name; });
+                         ::testing::Values(CrashCase{"DiskOnly", 0, 20},
+                                           CrashCase{"HostInFront", 1 << 20, 5}),
+                         [](const ::testing::TestParamInfo<CrashCase>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace kvtier::store

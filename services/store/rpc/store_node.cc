@@ -26,7 +26,8 @@ class StoreNode::Impl {
     if (options_.registry == nullptr || options_.node_id.empty()) {
       return InvalidArgumentError("StoreNodeOptions: registry and node_id are required");
     }
-    KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions tiers, TieredStoreOptionsFrom(options_.config));
+    KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions tiers,
+                            TieredStoreOptionsFrom(options_.config));
     // Under the store's locks: the agent's queue is a leaf lock.
     tiers.on_event = [this](const storage::StoreEvent& event) {
       if (coordinator::NodeAgent* agent = agent_.load()) agent->Enqueue({ToNodeEvent(event)});
@@ -39,11 +40,13 @@ class StoreNode::Impl {
     session_.identity = {options_.node_id, {"store"}};
     session_.tokens = &options_.tokens;
     session_.clock = &SystemClock::Instance();
-    KVTIER_ASSIGN_OR_RETURN(stream_, StartNodeDataStream(NodeDataStreamOptionsFrom(
-                                         options_.config.store, options_.config, store_.get(), options_.registry)));
+    KVTIER_ASSIGN_OR_RETURN(
+        stream_, StartNodeDataStream(NodeDataStreamOptionsFrom(
+                     options_.config.store, options_.config, store_.get(), options_.registry)));
     session_.store = [this](const auth::Tenant& tenant) {
       BlockStoreServiceOptions service{.store = store_.get(), .stream = stream_.get()};
-      if (admission_ != nullptr) service.on_request = [this](std::span<const BlockKey> keys) { Record(keys); };
+      if (admission_ != nullptr)
+        service.on_request = [this](std::span<const BlockKey> keys) { Record(keys); };
       return MakeBlockStoreService(service, tenant);
     };
     rpc::RpcServerOptions server;
@@ -53,8 +56,8 @@ class StoreNode::Impl {
     server.tls_cert_file = options_.config.tls.cert_file;
     server.tls_key_file = options_.config.tls.key_file;
     server.limits = rpc::ConnectionLimitsFrom(options_.config.connections);
-    KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            rpc::SessionBootstraps(session_)));
+    KVTIER_ASSIGN_OR_RETURN(
+        server_, rpc::RpcServer::Create(std::move(server), rpc::SessionBootstraps(session_)));
     StartAgent();
     return Status::Ok();
   }
@@ -72,7 +75,8 @@ class StoreNode::Impl {
     if (server_) server_->Shutdown();
     if (stream_) stream_->Shutdown();
     if (store_) {
-      if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
+      if (Status flushed = store_->Flush(); !flushed.ok() && status.ok())
+        status = flushed.WithContext("flush");
     }
     return status;
   }
@@ -84,8 +88,9 @@ class StoreNode::Impl {
   Status AddAdmissionFilter(storage::TieredStoreOptions& tiers) {
     const uint32_t min_count = options_.config.store.disk_admission_min_count;
     if (min_count == 0 || !tiers.disk) return Status::Ok();
-    KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter,
-                            storage::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
+    KVTIER_ASSIGN_OR_RETURN(
+        storage::FrequencyFilter filter,
+        storage::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
     admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
     tiers.admit_to_disk = [this](const storage::BlockHeader& header) {
       MutexLock lock(admission_mu_);
@@ -110,7 +115,9 @@ class StoreNode::Impl {
     agent.link.incarnation = std::random_device{}() | (uint64_t{std::random_device{}()} << 32);
     agent.link.pools = ToNodePools(*store_);
     agent.tick = options_.tick;
-    agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return ToNodeBlocks(*store_); };
+    agent.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> {
+      return ToNodeBlocks(*store_);
+    };
     agent.on_tick = [this] { metrics_->Update(store_->Stats()); };
     agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
     agent_ = agent_owner_.get();

@@ -29,12 +29,12 @@
 namespace kvtier::store {
 
 struct StoreNodeOptions {
-  KvtierConfig config;                 // store.*, data_dir, tls, coordinator.max_message_bytes
+  KvtierConfig config;  // store.*, data_dir, tls, coordinator.max_message_bytes
   auth::TokenStore tokens = auth::TokenStore::Disabled();  // the tenants it serves
-  MetricsRegistry* registry = nullptr;  // required; outlives the node
-  std::string node_id;                  // required
-  std::string coordinator_token;        // this node's token at the coordinator
-  std::chrono::milliseconds tick{100};  // events reach the coordinator within it
+  MetricsRegistry* registry = nullptr;                     // required; outlives the node
+  std::string node_id;                                     // required
+  std::string coordinator_token;                           // this node's token at the coordinator
+  std::chrono::milliseconds tick{100};                     // events reach the coordinator within it
 };
 
 class StoreNode {

@@ -32,16 +32,18 @@ coordinator::NodeEvent ToNodeEvent(const storage::StoreEvent& e) {
 std::vector<coordinator::NodePool> ToNodePools(const storage::TieredStore& store) {
   const storage::TieredStoreStats stats = store.Stats();
   std::vector<coordinator::NodePool> pools;
-  if (stats.host) pools.push_back({.tier = kvtier::Tier::kHost, .capacity_bytes = stats.host->capacity_bytes});
-  if (stats.disk) pools.push_back({.tier = kvtier::Tier::kDisk, .capacity_bytes = stats.disk->capacity_bytes});
+  if (stats.host)
+    pools.push_back({.tier = kvtier::Tier::kHost, .capacity_bytes = stats.host->capacity_bytes});
+  if (stats.disk)
+    pools.push_back({.tier = kvtier::Tier::kDisk, .capacity_bytes = stats.disk->capacity_bytes});
   return pools;
 }
 
 std::vector<coordinator::NodeBlock> ToNodeBlocks(const storage::TieredStore& store) {
   std::vector<coordinator::NodeBlock> blocks;
   for (const auto& [tier, h] : store.Holdings()) {
-    blocks.push_back({h.key, h.first_in_chain, h.parent, ToTier(tier), 0, h.priority, h.retention_left_ms,
-                      h.salt_scope});
+    blocks.push_back({h.key, h.first_in_chain, h.parent, ToTier(tier), 0, h.priority,
+                      h.retention_left_ms, h.salt_scope});
   }
   return blocks;
 }

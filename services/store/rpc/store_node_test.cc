@@ -95,7 +95,8 @@ class StoreNodeTest : public ::testing::Test {
     request.setFormatTag(storage::testing::kFormat);
     auto response = request.send().wait(s.wait());
     std::string states;
-    for (bool present : response.getPresent()) states += std::string(states.empty() ? "" : " ") + (present ? "present" : "missing");
+    for (bool present : response.getPresent())
+      states += std::string(states.empty() ? "" : " ") + (present ? "present" : "missing");
     return states;
   }
 
@@ -164,8 +165,9 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
   EXPECT_EQ(bytes, block.payload);
   // The node's metrics count both transfers (once each reply is written: bounded wait).
   const std::string want = "kvtier_stream_bytes_total{direction=\"sent\"} 65536";
-  EXPECT_TRUE(testing::WaitUntil([&] { return registry.Exposition().find(want) != std::string::npos; }))
-      << registry.Exposition();
+  EXPECT_TRUE(testing::WaitUntil([&] {
+    return registry.Exposition().find(want) != std::string::npos;
+  })) << registry.Exposition();
   EXPECT_TRUE(node->Drain().ok());
 }
 
@@ -176,7 +178,8 @@ TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
   ASSERT_NE(node, nullptr);
   const uint64_t scope = SaltScope("");
   auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
-  // Blocks 1, 2, 3 put once each: 3 in the host tier, 1 and 2 demoted to the disk while it had room.
+  // Blocks 1, 2, 3 put once each: 3 in the host tier, 1 and 2 demoted to the disk while it had
+  // room.
   for (uint64_t id : {1, 2, 3}) Put(*node, {block(id)});
   // Block 3 is asked for once more (a contains): two requests.
   EXPECT_EQ(States(*node, {3}), "present");

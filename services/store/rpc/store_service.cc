@@ -21,8 +21,14 @@ std::span<const uint8_t> Bytes(capnp::Data::Reader data) { return {data.begin(),
 class BlockStoreServer final : public schema::BlockStore::Server {
  public:
   BlockStoreServer(const BlockStoreServiceOptions& options, const auth::Tenant& tenant)
-      : store_(*options.store), extra_(options.extra), stream_(options.stream), on_request_(options.on_request),
-        scope_(SaltScope(tenant.salt)), node_(tenant.node), salt_(tenant.salt), limits_(options.limits) {}
+      : store_(*options.store),
+        extra_(options.extra),
+        stream_(options.stream),
+        on_request_(options.on_request),
+        scope_(SaltScope(tenant.salt)),
+        node_(tenant.node),
+        salt_(tenant.salt),
+        limits_(options.limits) {}
 
  protected:
   kj::Promise<void> put(PutContext call) override {
@@ -75,7 +81,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
       // The size first, so that the payload is read straight into the response.
       if (Result<storage::BlockHeader> peeked = store_.Peek(ref); peeked.ok()) {
         auto data = blocks[i].initData(static_cast<unsigned>(peeked->payload_bytes));
-        Result<storage::TieredHit> read = store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
+        Result<storage::TieredHit> read =
+            store_.Get(ref, std::span<uint8_t>(data.begin(), data.size()));
         if (read.ok()) {
           ToWire(As(named[i], std::move(read->header)), blocks[i].initHeader());
           states.set(i, schema::BlockState::PRESENT);
@@ -116,7 +123,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const uint64_t scope = ScopeFor(p.getSaltScope());
     const std::string format = p.getFormatTag().cStr();
     uint32_t removed = 0;
-    for (const BlockKey& key : salt_.Apply(rpc::ToKeys(p.getKeys()))) removed += store_.Remove({key, format, scope}).ok();
+    for (const BlockKey& key : salt_.Apply(rpc::ToKeys(p.getKeys())))
+      removed += store_.Remove({key, format, scope}).ok();
     call.getResults().setRemoved(removed);
     return kj::READY_NOW;
   }
@@ -126,7 +134,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     CheckCount(headers.size());
     std::vector<storage::BlockHeader> converted;
     converted.reserve(headers.size());
-    for (auto h : headers) converted.push_back(rpc::ValueOrThrow(Salted(FromWire(h, ScopeFor(h.getSaltScope())))));
+    for (auto h : headers)
+      converted.push_back(rpc::ValueOrThrow(Salted(FromWire(h, ScopeFor(h.getSaltScope())))));
     if (on_request_) {
       std::vector<BlockKey> keys;
       keys.reserve(converted.size());
@@ -145,7 +154,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const std::vector<BlockKey> named = rpc::ToKeys(p.getKeys());
     const std::vector<BlockKey> keys = salt_.Apply(named);
     if (on_request_) on_request_(keys);
-    const StreamGetOpened opened = rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
+    const StreamGetOpened opened =
+        rpc::ValueOrThrow(Stream().OpenGet(keys, p.getFormatTag().cStr(), scope, extra_));
     auto results = call.getResults();
     ToWire(opened.ticket, results.initTicket());
     auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
@@ -163,14 +173,15 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     const auto p = call.getParams();
     const uint64_t scope = ScopeFor(p.getSaltScope());
     DataStreamServer& stream = Stream();
-    const TransferTicket ticket = rpc::ValueOrThrow(stream.OpenSession({.op = StreamOp::kGetKeys,
-                                                                         .format_tag = p.getFormatTag().cStr(),
-                                                                         .salt_scope = scope,
-                                                                         .any_scope = node_,
-                                                                         .salt = salt_,
-                                                                         .max_blocks = MaxBlocksPerTransfer(),
-                                                                         .on_request = on_request_,
-                                                                         .extra = BoundExtra()}));
+    const TransferTicket ticket =
+        rpc::ValueOrThrow(stream.OpenSession({.op = StreamOp::kGetKeys,
+                                              .format_tag = p.getFormatTag().cStr(),
+                                              .salt_scope = scope,
+                                              .any_scope = node_,
+                                              .salt = salt_,
+                                              .max_blocks = MaxBlocksPerTransfer(),
+                                              .on_request = on_request_,
+                                              .extra = BoundExtra()}));
     ToWire(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
   }
@@ -178,12 +189,13 @@ class BlockStoreServer final : public schema::BlockStore::Server {
   kj::Promise<void> openPutSession(OpenPutSessionContext call) override {
     const uint64_t scope = ScopeFor(call.getParams().getSaltScope());
     // A node session names each header's scope, as in put; a tenant's stays in its own.
-    const TransferTicket ticket = rpc::ValueOrThrow(Stream().OpenSession({.op = StreamOp::kPutHeaders,
-                                                                            .salt_scope = scope,
-                                                                            .any_scope = node_,
-                                                                            .salt = salt_,
-                                                                            .max_blocks = MaxBlocksPerTransfer(),
-                                                                            .on_request = on_request_}));
+    const TransferTicket ticket =
+        rpc::ValueOrThrow(Stream().OpenSession({.op = StreamOp::kPutHeaders,
+                                                .salt_scope = scope,
+                                                .any_scope = node_,
+                                                .salt = salt_,
+                                                .max_blocks = MaxBlocksPerTransfer(),
+                                                .on_request = on_request_}));
     ToWire(ticket, call.getResults().initTicket());
     return kj::READY_NOW;
   }
@@ -191,7 +203,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
  private:
   void CheckCount(size_t count) const {
     if (count > limits_.max_blocks_per_call) {
-      rpc::ThrowStatus(InvalidArgumentError(std::to_string(count) + " blocks in one call; at most " +
+      rpc::ThrowStatus(InvalidArgumentError(std::to_string(count) +
+                                            " blocks in one call; at most " +
                                             std::to_string(limits_.max_blocks_per_call)));
     }
   }
@@ -206,14 +219,17 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     return header;
   }
   // A keyed transfer carries as many blocks as a call may.
-  uint32_t MaxBlocksPerTransfer() const { return std::min(limits_.max_blocks_per_call, kMaxStreamKeys); }
+  uint32_t MaxBlocksPerTransfer() const {
+    return std::min(limits_.max_blocks_per_call, kMaxStreamKeys);
+  }
   // The scope a request works under: the session's own when it names none (0); another
   // only for a node session (a tenant naming one is refused).
   uint64_t ScopeFor(uint64_t requested) const {
     if (requested == 0) return scope_;
     if (node_) return requested;
     if (requested != scope_) {
-      rpc::ThrowStatus(PermissionDeniedError("salt scope " + std::to_string(requested) + " is not this session's"));
+      rpc::ThrowStatus(PermissionDeniedError("salt scope " + std::to_string(requested) +
+                                             " is not this session's"));
     }
     return scope_;
   }
@@ -229,7 +245,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
 
   DataStreamServer& Stream() const {
     if (stream_ == nullptr) {
-      rpc::ThrowStatus(UnimplementedError("this node runs no data stream (TLS is on, or it is turned off); use put/get"));
+      rpc::ThrowStatus(UnimplementedError(
+          "this node runs no data stream (TLS is on, or it is turned off); use put/get"));
     }
     return *stream_;
   }
@@ -242,7 +259,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     std::vector<storage::BlockRef> refs;
     std::vector<std::span<uint8_t>> outs;
   };
-  void PeekExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block, unsigned i, ExtraReads& extra) {
+  void PeekExtra(const storage::BlockRef& ref, schema::BlockPayload::Builder block, unsigned i,
+                 ExtraReads& extra) {
     Result<storage::BlockHeader> peeked = extra_->Peek(ref);
     if (!peeked.ok()) return;
     auto data = block.initData(static_cast<unsigned>(peeked->payload_bytes));
@@ -251,7 +269,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
     extra.outs.emplace_back(data.begin(), data.size());
   }
   void ReadExtra(const ExtraReads& extra, std::span<const BlockKey> named,
-                 capnp::List<schema::BlockPayload>::Builder blocks, capnp::List<schema::BlockState>::Builder states) {
+                 capnp::List<schema::BlockPayload>::Builder blocks,
+                 capnp::List<schema::BlockState>::Builder states) {
     if (extra.refs.empty()) return;
     std::vector<Result<storage::BlockHeader>> reads = extra_->ReadBatch(extra.refs, extra.outs);
     for (size_t k = 0; k < reads.size(); ++k) {
@@ -261,7 +280,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
         if (reads[k].status().code() != StatusCode::kNotFound) ThrowIfError(reads[k].status());
         continue;
       }
-      ToWire(As(named[i], WithChecksum(std::move(*reads[k]), extra.outs[k])), blocks[i].initHeader());
+      ToWire(As(named[i], WithChecksum(std::move(*reads[k]), extra.outs[k])),
+             blocks[i].initHeader());
       states.set(i, schema::BlockState::PRESENT);
     }
   }
@@ -279,7 +299,8 @@ class BlockStoreServer final : public schema::BlockStore::Server {
 
 }  // namespace
 
-kj::Own<capnp::Capability::Server> MakeBlockStoreService(const BlockStoreServiceOptions& options, const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> MakeBlockStoreService(const BlockStoreServiceOptions& options,
+                                                         const auth::Tenant& tenant) {
   return kj::heap<BlockStoreServer>(options, tenant);
 }
 

@@ -46,11 +46,10 @@ struct BlockStoreServiceOptions {
 };
 
 // The capability's server (the session counts and times its calls: services/rpc/timed_server.h).
-[[nodiscard]] kj::Own<capnp::Capability::Server> MakeBlockStoreService(const BlockStoreServiceOptions& options,
-                                                                       const auth::Tenant& tenant);
-[[nodiscard]] inline kj::Own<capnp::Capability::Server> MakeBlockStoreService(storage::TieredStore& store,
-                                                                              const auth::Tenant& tenant,
-                                                                              StoreServiceLimits limits = {}) {
+[[nodiscard]] kj::Own<capnp::Capability::Server> MakeBlockStoreService(
+    const BlockStoreServiceOptions& options, const auth::Tenant& tenant);
+[[nodiscard]] inline kj::Own<capnp::Capability::Server> MakeBlockStoreService(
+    storage::TieredStore& store, const auth::Tenant& tenant, StoreServiceLimits limits = {}) {
   return MakeBlockStoreService(BlockStoreServiceOptions{.store = &store, .limits = limits}, tenant);
 }
 

@@ -47,15 +47,16 @@ class FakeExtraSource final : public ExtraBlockSource {
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
-    if (std::find(ids_.begin(), ids_.end(), ref.key) != ids_.end()) return NotFoundError("evicted since Peek");
+    if (std::find(ids_.begin(), ids_.end(), ref.key) != ids_.end())
+      return NotFoundError("evicted since Peek");
     std::copy(block->payload.begin(), block->payload.end(), out.begin());
     storage::BlockHeader header = block->header;
     header.salt_scope = scope_;
     header.checksum = 0;  // as a pool's Read: the server hashes the bytes
     return header;
   }
-  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                      std::span<const std::span<uint8_t>> outs) override {
+  std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override {
     batches.push_back(refs.size());
     return ExtraBlockSource::ReadBatch(refs, outs);
   }
@@ -64,7 +65,9 @@ class FakeExtraSource final : public ExtraBlockSource {
  private:
   Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
     for (const TestBlock& b : blocks_) {
-      if (b.header.key == ref.key && ref.salt_scope == scope_ && b.header.format_tag == ref.format_tag) return &b;
+      if (b.header.key == ref.key && ref.salt_scope == scope_ &&
+          b.header.format_tag == ref.format_tag)
+        return &b;
     }
     return NotFoundError("not held");
   }
@@ -83,23 +86,28 @@ class StoreServiceTest : public ::testing::Test {
     options.host->try_huge_pages = false;
     store_ = storage::TieredStore::Create(std::move(options)).value();
     stream_ = DataStreamServer::Create({.store = store_.get()}).value();
-    tokens_ = auth::TokenStore::FromYaml("tenants:\n"
-                                         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
-                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n"
-                                         "nodes:\n"
-                                         "  - {name: cluster-nodes, token: " + kNodeToken + "}\n",
-                                         "tokens")
+    tokens_ = auth::TokenStore::FromYaml(
+                  "tenants:\n"
+                  "  - {name: team-a, token: " +
+                      kTokenA +
+                      ", salt: salt-a}\n"
+                      "  - {name: team-b, token: " +
+                      kTokenB +
+                      ", salt: salt-b}\n"
+                      "nodes:\n"
+                      "  - {name: cluster-nodes, token: " +
+                      kNodeToken + "}\n",
+                  "tokens")
                   .value();
     session_.identity = {"s1", {"store"}};
     session_.tokens = &tokens_;
     session_.clock = &SystemClock::Instance();
     session_.store = [this](const auth::Tenant& tenant) {
-      return MakeBlockStoreService(
-          {.store = store_.get(),
-           .extra = extra_,
-           .stream = stream_on_ ? stream_.get() : nullptr,
-           .limits = {.max_blocks_per_call = 8}},
-          tenant);
+      return MakeBlockStoreService({.store = store_.get(),
+                                    .extra = extra_,
+                                    .stream = stream_on_ ? stream_.get() : nullptr,
+                                    .limits = {.max_blocks_per_call = 8}},
+                                   tenant);
     };
     rpc::RpcServerOptions server;
     server.listen = {"127.0.0.1:0"};
@@ -110,7 +118,7 @@ class StoreServiceTest : public ::testing::Test {
 
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<DataStreamServer> stream_;
-  bool stream_on_ = true;  // read when a session opens its BlockStore
+  bool stream_on_ = true;              // read when a session opens its BlockStore
   ExtraBlockSource* extra_ = nullptr;  // likewise
   auth::TokenStore tokens_ = auth::TokenStore::Disabled();
   rpc::SessionContext session_;
@@ -125,7 +133,8 @@ TEST_F(StoreServiceTest, BlocksComeBackToTheirTenantOnly) {
   ASSERT_EQ(a.Put(blocks).value_or(0), 2u);
   auto got = a.Get({1, 2, 3}, storage::testing::kFormat);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
+  EXPECT_EQ((*got)[0],
+            (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
   EXPECT_EQ((*got)[1].second, blocks[1].payload);
   EXPECT_EQ((*got)[2].first, "missing");
   // Team B asks for the same keys: nothing, as if they did not exist; another format: nothing.
@@ -201,12 +210,15 @@ TEST_F(StoreServiceTest, BlocksOutsideTheTiersAreReadInOneBatch) {
                : way == "openGet" ? a.StreamGet({1, 5, 6, 9}, storage::testing::kFormat)
                                   : a.KeyedGet({1, 5, 6, 9}, storage::testing::kFormat);
     ASSERT_TRUE(got.ok()) << way << ": " << got.status();
-    EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", tiered.payload})) << way;
-    EXPECT_EQ((*got)[1], (std::pair<std::string, std::vector<uint8_t>>{"present", pool[0].payload})) << way;
+    EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", tiered.payload}))
+        << way;
+    EXPECT_EQ((*got)[1], (std::pair<std::string, std::vector<uint8_t>>{"present", pool[0].payload}))
+        << way;
     EXPECT_EQ((*got)[2].first, "missing") << way << ": evicted between Peek and Read";
     EXPECT_EQ((*got)[3].first, "missing") << way;
   }
-  EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2, 2})) << "blocks 5 and 6 in one batch per get";
+  EXPECT_EQ(source.batches, (std::vector<size_t>{2, 2, 2}))
+      << "blocks 5 and 6 in one batch per get";
 }
 
 TEST_F(StoreServiceTest, ANodeReadsATenantsBlocksOnlyUnderTheScopeItNames) {
@@ -237,7 +249,8 @@ TEST_F(StoreServiceTest, ABadBlockRefusesTheWholeBatch) {
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.message().find("block 1"), std::string::npos) << refused.message();
   EXPECT_NE(refused.message().find("checksum"), std::string::npos) << refused.message();
-  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing") << "nothing of the batch stored";
+  EXPECT_EQ(a.Get({1}, storage::testing::kFormat)->at(0).first, "missing")
+      << "nothing of the batch stored";
 
   std::vector<TestBlock> no_format = {MakeBlock(3, 100, 35, 7, "")};
   EXPECT_EQ(a.Put(no_format).status().code(), StatusCode::kInvalidArgument);
@@ -258,7 +271,8 @@ TEST_F(StoreServiceTest, TheDataStreamCarriesBlocksToTheirTenantOnly) {
   ASSERT_EQ(a.StreamPut(blocks).value_or(0), 2u);
   auto got = a.StreamGet({1, 3, 2}, storage::testing::kFormat);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ((*got)[0], (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
+  EXPECT_EQ((*got)[0],
+            (std::pair<std::string, std::vector<uint8_t>>{"present", blocks[0].payload}));
   EXPECT_EQ((*got)[1].first, "missing");
   EXPECT_EQ((*got)[2].second, blocks[1].payload);
   EXPECT_EQ(a.Get({2}, storage::testing::kFormat)->at(0).second, blocks[1].payload);
@@ -275,7 +289,8 @@ TEST_F(StoreServiceTest, TheDataStreamCarriesBlocksToTheirTenantOnly) {
   ASSERT_EQ(a.KeyedPut(keyed_blocks).value_or(0), 2u);
   EXPECT_EQ(a.KeyedGet({4, 5}, storage::testing::kFormat)->at(1).second, keyed_blocks[1].payload);
   EXPECT_EQ(b.KeyedGet({4}, storage::testing::kFormat)->at(0).first, "missing");
-  EXPECT_EQ(b.KeyedPut(keyed_blocks, SaltScope("salt-a")).status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(b.KeyedPut(keyed_blocks, SaltScope("salt-a")).status().code(),
+            StatusCode::kPermissionDenied);
   auto spoof = b.store().openGetRequest();
   spoof.initKeys(1)[0].setLo(1);
   spoof.setSaltScope(SaltScope("salt-a"));
@@ -300,13 +315,17 @@ TEST_F(StoreServiceTest, ABadStreamedPutIsRefusedAtOpenOrOnTheStreamAndStoresNot
   // The same three, as keyed puts: refused on the stream, the node's limits as at open.
   const Status keyed_no_format = a.KeyedPut(no_format).status();
   EXPECT_EQ(keyed_no_format.code(), StatusCode::kInvalidArgument) << keyed_no_format;
-  EXPECT_NE(keyed_no_format.message().find("block 0"), std::string::npos) << keyed_no_format.message();
-  const Status open_long_format = a.StreamPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
+  EXPECT_NE(keyed_no_format.message().find("block 0"), std::string::npos)
+      << keyed_no_format.message();
+  const Status open_long_format =
+      a.StreamPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
   EXPECT_EQ(open_long_format.code(), StatusCode::kInvalidArgument) << open_long_format;
-  const Status keyed_long_format = a.KeyedPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
+  const Status keyed_long_format =
+      a.KeyedPut({MakeBlock(4, 100, 35, 7, std::string(300, 'f'))}).status();
   EXPECT_EQ(keyed_long_format.code(), StatusCode::kInvalidArgument) << keyed_long_format;
   // Its header alone is more than a header may be: refused before it is decoded.
-  EXPECT_NE(keyed_long_format.message().find("bytes of headers"), std::string::npos) << keyed_long_format;
+  EXPECT_NE(keyed_long_format.message().find("bytes of headers"), std::string::npos)
+      << keyed_long_format;
   EXPECT_NE(a.KeyedPut(too_many).status().message().find("1 to 8"), std::string::npos);
   EXPECT_NE(a.KeyedPut(damaged).status().message().find("checksum"), std::string::npos);
   EXPECT_EQ(store_->Stats().host->blocks, 0u);
@@ -322,15 +341,16 @@ TEST_F(StoreServiceTest, ANodesPutSessionStoresUnderTheScopeEachHeaderNames) {
   blocks[0].header.key = KeySalt("salt-a").Apply(blocks[0].header.key);
   ASSERT_EQ(node.KeyedPut(blocks, SaltScope("salt-a")).value_or(0), 1u);
   EXPECT_EQ(a.KeyedGet({1}, storage::testing::kFormat)->at(0).second, blocks[0].payload);
-  EXPECT_EQ(node.KeyedGet({1}, storage::testing::kFormat)->at(0).first, "missing") << "not under the node's own";
+  EXPECT_EQ(node.KeyedGet({1}, storage::testing::kFormat)->at(0).first, "missing")
+      << "not under the node's own";
 }
 
 TEST_F(StoreServiceTest, ANodeWithoutADataStreamSaysSo) {
   stream_on_ = false;
   Client a(address_, kTokenA);
-  for (const Status& status :
-       {a.StreamGet({1}, storage::testing::kFormat).status(), a.KeyedGet({1}, storage::testing::kFormat).status(),
-        a.KeyedPut({MakeBlock(1, 100)}).status()}) {
+  for (const Status& status : {a.StreamGet({1}, storage::testing::kFormat).status(),
+                               a.KeyedGet({1}, storage::testing::kFormat).status(),
+                               a.KeyedPut({MakeBlock(1, 100)}).status()}) {
     EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
     EXPECT_NE(status.message().find("put/get"), std::string::npos) << status.message();
   }

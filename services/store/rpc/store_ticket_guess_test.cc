@@ -53,22 +53,26 @@ Result<uint32_t> PutOnce(const TransferTicket& ticket, const TestBlock& block) {
 
 // A keyed get of block `id` under `session` on a connection of its own: its bytes.
 Result<std::vector<uint8_t>> GetOnce(const TransferTicket& session, uint64_t id) {
-  KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = session.data_address}));
+  KVTIER_ASSIGN_OR_RETURN(auto stream,
+                          DataStreamClient::Connect({.address = session.data_address}));
   const BlockKey keys[] = {{testing::kKeyHi, id}};
   std::vector<uint8_t> bytes;
-  KVTIER_ASSIGN_OR_RETURN(const auto got, stream->GetKeys(session, keys, [&](size_t, const storage::BlockHeader& h) {
-                            bytes.resize(h.payload_bytes);
-                            return std::span<uint8_t>(bytes);
-                          }));
-  if (got.states[0] != StreamBlockState::kPresent) return NotFoundError("block " + std::to_string(id) + " absent");
+  KVTIER_ASSIGN_OR_RETURN(
+      const auto got, stream->GetKeys(session, keys, [&](size_t, const storage::BlockHeader& h) {
+        bytes.resize(h.payload_bytes);
+        return std::span<uint8_t>(bytes);
+      }));
+  if (got.states[0] != StreamBlockState::kPresent)
+    return NotFoundError("block " + std::to_string(id) + " absent");
   return bytes;
 }
 
 TEST(StoreTicketGuessTest, GuessedTicketsAndSessionsNeverCostTheirOwner) {
   ::kvtier::testing::TempDir dir;
-  testing::StoreProcess store({"--data-dir", dir.File("data"), "--store-host-cache-bytes", std::to_string(16 << 20),
-                               "--store-disk-bytes", "0", "--store-data-port", "0"},
-                              dir.path());
+  testing::StoreProcess store(
+      {"--data-dir", dir.File("data"), "--store-host-cache-bytes", std::to_string(16 << 20),
+       "--store-disk-bytes", "0", "--store-data-port", "0"},
+      dir.path());
   const std::string address = store.WaitForAddress();
   ASSERT_FALSE(address.empty()) << store.process().Stdout() << store.process().Stderr();
   BlockStoreClient owner(address, "owner");
@@ -90,7 +94,8 @@ TEST(StoreTicketGuessTest, GuessedTicketsAndSessionsNeverCostTheirOwner) {
     for (const uint64_t id : {own->id + delta, own->id - delta}) {
       TransferTicket guess = *own;
       guess.id = id;
-      EXPECT_EQ(PutOnce(guess, blocks[0]).status().code(), StatusCode::kNotFound) << "id " << id << " is someone's";
+      EXPECT_EQ(PutOnce(guess, blocks[0]).status().code(), StatusCode::kNotFound)
+          << "id " << id << " is someone's";
     }
   }
   // Even the exact ids, with a wrong secret.

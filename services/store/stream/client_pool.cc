@@ -3,7 +3,8 @@
 
 namespace kvtier::store {
 
-Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::string& address, bool& kept) {
+Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::string& address,
+                                                                     bool& kept) {
   {
     MutexLock lock(mu_);
     auto& idle = idle_[address];

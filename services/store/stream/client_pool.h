@@ -30,7 +30,8 @@ class DataStreamClientPool {
 
   // `transfer(DataStreamClient&)` returns a Result<T> or a Status.
   template <typename Transfer>
-  auto Run(const std::string& address, Transfer&& transfer) -> decltype(transfer(std::declval<DataStreamClient&>())) {
+  auto Run(const std::string& address, Transfer&& transfer)
+      -> decltype(transfer(std::declval<DataStreamClient&>())) {
     bool kept = false;
     Result<std::unique_ptr<DataStreamClient>> client = Take(address, kept);
     if (!client.ok()) return client.status();
@@ -47,7 +48,9 @@ class DataStreamClientPool {
 
  private:
   template <typename T>
-  static const Status& StatusOf(const Result<T>& result) { return result.status(); }
+  static const Status& StatusOf(const Result<T>& result) {
+    return result.status();
+  }
   static const Status& StatusOf(const Status& status) { return status; }
 
   // A kept connection (`kept` set) or a new one.
@@ -58,7 +61,8 @@ class DataStreamClientPool {
 
   const size_t max_idle_;
   Mutex mu_;
-  std::map<std::string, std::vector<std::unique_ptr<DataStreamClient>>> idle_ KVTIER_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::unique_ptr<DataStreamClient>>> idle_
+      KVTIER_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::store

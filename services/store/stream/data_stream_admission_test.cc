@@ -24,7 +24,9 @@ using storage::testing::TestBlock;
 
 class DataStreamAdmissionTest : public DataStreamFixture {
  protected:
-  void Start(DataStreamServerOptions options) { StartNode(storage::testing::HostOnly(64ull << 20), options); }
+  void Start(DataStreamServerOptions options) {
+    StartNode(storage::testing::HostOnly(64ull << 20), options);
+  }
 };
 
 // Only a client that showed a valid ticket may idle between transfers: a connection that
@@ -40,10 +42,12 @@ TEST_F(DataStreamAdmissionTest, AConnectionThatNeverShowsATicketIsClosedAProvenO
   auto proven = Client();
   const std::vector<TestBlock> first{MakeBlock(1, 4096)}, second{MakeBlock(2, 4096)};
   ASSERT_TRUE(proven->Put(OpenPut(first), Payloads(first)).ok());
-  const StreamRequest ack{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = kStreamAcksReplies, .secret = 0};
+  const StreamRequest ack{
+      .op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = kStreamAcksReplies, .secret = 0};
   bool ack_refused = false;
   for (int i = 0; i < 6; ++i) {
-    ack_refused |= send(acking, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack));
+    ack_refused |=
+        send(acking, &ack, sizeof(ack), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(ack));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(ack_refused) << "a connection that only acks was still open after three deadlines";
@@ -53,7 +57,8 @@ TEST_F(DataStreamAdmissionTest, AConnectionThatNeverShowsATicketIsClosedAProvenO
   char byte = 0;
   EXPECT_EQ(recv(silent, &byte, 1, 0), 0) << "closed by the node, with nothing sent";
   close(silent);
-  EXPECT_TRUE(proven->Put(OpenPut(second), Payloads(second)).ok()) << "the proven connection idled and goes on";
+  EXPECT_TRUE(proven->Put(OpenPut(second), Payloads(second)).ok())
+      << "the proven connection idled and goes on";
   EXPECT_TRUE(store_->Contains(second[0].ref()));
 }
 

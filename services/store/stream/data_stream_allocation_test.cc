@@ -19,10 +19,10 @@
 namespace kvtier::store {
 namespace {
 
+using ::kvtier::testing::FewestAllocations;
+using storage::testing::kScope;
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-using storage::testing::kScope;
-using ::kvtier::testing::FewestAllocations;
 constexpr size_t kBlockBytes = 64 * 1024;
 constexpr size_t kFew = 8, kMany = 64;
 constexpr int kRounds = 5;
@@ -52,7 +52,9 @@ TEST_F(StreamAllocationTest, AKeyedGetAllocatesNothingPerBlock) {
   for (const bool node : {false, true}) {
     SCOPED_TRACE(node ? "a node's session" : "a tenant's session");
     const TransferTicket session =
-        server_->OpenSession({.format_tag = storage::testing::kFormat, .salt_scope = kScope, .any_scope = node})
+        server_
+            ->OpenSession(
+                {.format_tag = storage::testing::kFormat, .salt_scope = kScope, .any_scope = node})
             .value();
     auto client = Client();
     const auto get = [&](size_t blocks) {
@@ -65,8 +67,8 @@ TEST_F(StreamAllocationTest, AKeyedGetAllocatesNothingPerBlock) {
     get(kMany);
     const uint64_t few = FewestAllocations(kRounds, [&](int) { get(kFew); });
     const uint64_t many = FewestAllocations(kRounds, [&](int) { get(kMany); });
-    EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " blocks made " << few << " allocations, of " << kMany
-                                  << " blocks " << many;
+    EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " blocks made " << few
+                                  << " allocations, of " << kMany << " blocks " << many;
     EXPECT_EQ(server_->Stats().bytes_lent > 0, node);
   }
 }
@@ -92,20 +94,23 @@ TEST_F(StreamAllocationTest, AKeyedGetOfBlocksNotStoredAllocatesNothingPerBlock)
   get(kMany);
   const uint64_t few = FewestAllocations(kRounds, [&](int) { get(kFew); });
   const uint64_t many = FewestAllocations(kRounds, [&](int) { get(kMany); });
-  EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " missing blocks made " << few << " allocations, of "
-                                << kMany << " blocks " << many;
+  EXPECT_LE(many, few + kSlack) << "a get of " << kFew << " missing blocks made " << few
+                                << " allocations, of " << kMany << " blocks " << many;
 }
 
 // Keyed puts of 8 and of 64 new blocks each (their headers and bytes made before), into a
 // host tier that drops its coldest blocks to take them.
 TEST_F(StreamAllocationTest, AKeyedPutAllocatesNothingPerBlock) {
   const TransferTicket session =
-      server_->OpenSession({.op = StreamOp::kPutHeaders, .salt_scope = kScope, .max_blocks = kMaxStreamKeys})
+      server_
+          ->OpenSession(
+              {.op = StreamOp::kPutHeaders, .salt_scope = kScope, .max_blocks = kMaxStreamKeys})
           .value();
   auto client = Client();
   // Every put's blocks, made up front: (2 warm-up + kRounds) puts of kMany, kRounds of kFew.
   std::vector<TestBlock> blocks;
-  for (uint64_t id = 0; id < (2 + 2 * kRounds) * kMany; ++id) blocks.push_back(MakeBlock(1000 + id, kBlockBytes));
+  for (uint64_t id = 0; id < (2 + 2 * kRounds) * kMany; ++id)
+    blocks.push_back(MakeBlock(1000 + id, kBlockBytes));
   std::vector<storage::BlockHeader> headers;
   std::vector<std::span<const uint8_t>> payloads;
   for (const TestBlock& b : blocks) {
@@ -124,8 +129,8 @@ TEST_F(StreamAllocationTest, AKeyedPutAllocatesNothingPerBlock) {
   put(kMany);
   const uint64_t few = FewestAllocations(kRounds, [&](int) { put(kFew); });
   const uint64_t many = FewestAllocations(kRounds, [&](int) { put(kMany); });
-  EXPECT_LE(many, few + kSlack) << "a put of " << kFew << " blocks made " << few << " allocations, of " << kMany
-                                << " blocks " << many;
+  EXPECT_LE(many, few + kSlack) << "a put of " << kFew << " blocks made " << few
+                                << " allocations, of " << kMany << " blocks " << many;
 }
 
 }  // namespace

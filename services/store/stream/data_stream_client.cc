@@ -25,11 +25,13 @@ Status IoError(const std::string& what, const std::string& address) {
 
 Result<int> ConnectTo(const std::string& address, std::chrono::milliseconds timeout) {
   const std::optional<HostPort> host_port = SplitHostPort(address);
-  if (!host_port) return InvalidArgumentError("data stream address \"" + address + "\" is not host:port");
+  if (!host_port)
+    return InvalidArgumentError("data stream address \"" + address + "\" is not host:port");
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(host_port->host.c_str(), host_port->port.c_str(), &hints, &found); rc != 0) {
+  if (const int rc = getaddrinfo(host_port->host.c_str(), host_port->port.c_str(), &hints, &found);
+      rc != 0) {
     return UnavailableError("data stream " + address + ": " + gai_strerror(rc));
   }
   const int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -51,7 +53,8 @@ Result<int> ConnectTo(const std::string& address, std::chrono::milliseconds time
     return status;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  const timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  const timeval tv{static_cast<time_t>(timeout.count() / 1000),
+                   static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   const int one = 1;
@@ -91,7 +94,8 @@ iovec Iov(const void* data, size_t size) { return {const_cast<void*>(data), size
 
 }  // namespace
 
-Result<std::unique_ptr<DataStreamClient>> DataStreamClient::Connect(const DataStreamClientOptions& options) {
+Result<std::unique_ptr<DataStreamClient>> DataStreamClient::Connect(
+    const DataStreamClientOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(const int fd, ConnectTo(options.address, options.timeout));
   return std::unique_ptr<DataStreamClient>(new DataStreamClient(fd, options.address));
 }
@@ -113,21 +117,25 @@ Result<StreamReply> DataStreamClient::ReadReply() {
   StreamReply reply;
   std::vector<iovec> iov{Iov(&reply, sizeof(reply))};
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading the reply", address_));
-  if (reply.magic != kStreamMagic) return Fail(InternalError("data stream " + address_ + ": reply has a bad magic"));
+  if (reply.magic != kStreamMagic)
+    return Fail(InternalError("data stream " + address_ + ": reply has a bad magic"));
   if (reply.code == 0) return reply;
-  if (reply.message_bytes > kMaxStreamMessageBytes || reply.code > static_cast<uint32_t>(StatusCode::kUnauthenticated)) {
+  if (reply.message_bytes > kMaxStreamMessageBytes ||
+      reply.code > static_cast<uint32_t>(StatusCode::kUnauthenticated)) {
     return Fail(InternalError("data stream " + address_ + ": malformed refusal"));
   }
   std::string message(reply.message_bytes, '\0');
   iov = {Iov(message.data(), message.size())};
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading a refusal", address_));
-  return Fail(Status(static_cast<StatusCode>(reply.code), "data stream " + address_ + ": " + message));
+  return Fail(
+      Status(static_cast<StatusCode>(reply.code), "data stream " + address_ + ": " + message));
 }
 
-Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket& ticket,
-                                                            std::span<const std::span<uint8_t>> outs) {
+Result<std::vector<StreamBlockState>> DataStreamClient::Get(
+    const TransferTicket& ticket, std::span<const std::span<uint8_t>> outs) {
   KVTIER_RETURN_IF_ERROR(CheckIdle());
-  StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = ticket.id, .secret = ticket.secret};
+  StreamRequest request{
+      .op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a get", address_));
   KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
@@ -151,7 +159,8 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket
     if (!outs[i].empty()) iov.push_back(Iov(outs[i].data(), outs[i].size()));
   }
   if (expected != reply.payload_bytes) {
-    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
+    return Fail(InternalError("data stream " + address_ + ": " +
+                              std::to_string(reply.payload_bytes) +
                               " payload bytes in the reply, the present blocks' headers say " +
                               std::to_string(expected)));
   }
@@ -160,14 +169,16 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(const TransferTicket
 }
 
 Status DataStreamClient::CheckOpen() const {
-  if (fd_ < 0) return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
+  if (fd_ < 0)
+    return UnavailableError("data stream " + address_ + ": connection broken by an earlier error");
   return Status::Ok();
 }
 
 Status DataStreamClient::CheckIdle() const {
   KVTIER_RETURN_IF_ERROR(CheckOpen());
   if (gets_in_flight_ > 0) {
-    return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(gets_in_flight_) +
+    return FailedPreconditionError("data stream " + address_ + ": " +
+                                   std::to_string(gets_in_flight_) +
                                    " keyed gets sent await their replies; receive them first");
   }
   return Status::Ok();
@@ -181,17 +192,20 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::GetKeys(const TransferTicke
   return ReceiveGetKeys(buffer_for);
 }
 
-Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<const BlockKey> keys) {
+Status DataStreamClient::SendGetKeys(const TransferTicket& session,
+                                     std::span<const BlockKey> keys) {
   KVTIER_RETURN_IF_ERROR(CheckOpen());
   if (gets_in_flight_ == kMaxGetsInFlight) {
-    return FailedPreconditionError("data stream " + address_ + ": " + std::to_string(kMaxGetsInFlight) +
+    return FailedPreconditionError("data stream " + address_ + ": " +
+                                   std::to_string(kMaxGetsInFlight) +
                                    " keyed gets already await their replies");
   }
   if (keys.empty() || keys.size() > kMaxStreamKeys) {
-    return InvalidArgumentError("a keyed get of " + std::to_string(keys.size()) + " keys: it takes 1 to " +
-                                std::to_string(kMaxStreamKeys));
+    return InvalidArgumentError("a keyed get of " + std::to_string(keys.size()) +
+                                " keys: it takes 1 to " + std::to_string(kMaxStreamKeys));
   }
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys),
+                              .ticket_id = session.id,
                               .secret = session.secret};
   // Says how many replies it has read whole, so that the node may lend it pages (protocol.h).
   const StreamKeysHead head{.count = static_cast<uint32_t>(keys.size()),
@@ -200,7 +214,8 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<co
   std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
                          Iov(keys.data(), keys.size_bytes())};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
-  keys_in_flight_[(oldest_in_flight_ + gets_in_flight_) % kMaxGetsInFlight] = static_cast<uint32_t>(keys.size());
+  keys_in_flight_[(oldest_in_flight_ + gets_in_flight_) % kMaxGetsInFlight] =
+      static_cast<uint32_t>(keys.size());
   ++gets_in_flight_;
   return Status::Ok();
 }
@@ -208,8 +223,9 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session, std::span<co
 Status DataStreamClient::AckReplies() {
   KVTIER_RETURN_IF_ERROR(CheckIdle());
   if (keyed_replies_acked_ == keyed_replies_read_) return Status::Ok();
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kAck),
-                              .ticket_id = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
+  const StreamRequest request{
+      .op = static_cast<uint32_t>(StreamOp::kAck),
+      .ticket_id = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
   if (!WriteFully(fd_, iov)) return Fail(IoError("sending an ack", address_));
   keyed_replies_acked_ = keyed_replies_read_;
@@ -237,35 +253,43 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReceiveGetKeys(const Buffer
     if (!got.headers[i]) continue;
     const std::span<uint8_t> out = buffer_for(i, *got.headers[i]);
     if (out.size() != got.headers[i]->payload_bytes) {
-      return Fail(InvalidArgumentError("keyed get: the buffer for block " + std::to_string(i) + " has " +
-                                       std::to_string(out.size()) + " bytes, its header says " +
+      return Fail(InvalidArgumentError("keyed get: the buffer for block " + std::to_string(i) +
+                                       " has " + std::to_string(out.size()) +
+                                       " bytes, its header says " +
                                        std::to_string(got.headers[i]->payload_bytes)));
     }
     expected += out.size();
     iov.push_back(Iov(out.data(), out.size()));
   }
   if (expected != reply.payload_bytes) {
-    return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
-                              " payload bytes in the reply, its headers say " + std::to_string(expected)));
+    return Fail(
+        InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
+                      " payload bytes in the reply, its headers say " + std::to_string(expected)));
   }
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
   ++keyed_replies_read_;
   return got;
 }
 
-Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const StreamReply& reply, size_t keys) {
+Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const StreamReply& reply,
+                                                                          size_t keys) {
   uint64_t header_bytes = 0;
   std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
-  std::vector<iovec> iov{Iov(&header_bytes, sizeof(header_bytes)), Iov(states.data(), states.size())};
+  std::vector<iovec> iov{Iov(&header_bytes, sizeof(header_bytes)),
+                         Iov(states.data(), states.size())};
   if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
-  if (header_bytes % 8 != 0 || header_bytes > keys * storage::kMaxEncodedHeaderBytes + 7) {  // + the padding
-    return Fail(InternalError("data stream " + address_ + ": a header section of " + std::to_string(header_bytes) +
-                              " bytes for " + std::to_string(keys) + " keys"));
+  if (header_bytes % 8 != 0 ||
+      header_bytes > keys * storage::kMaxEncodedHeaderBytes + 7) {  // + the padding
+    return Fail(InternalError("data stream " + address_ + ": a header section of " +
+                              std::to_string(header_bytes) + " bytes for " + std::to_string(keys) +
+                              " keys"));
   }
   std::vector<uint8_t> encoded(header_bytes);
   iov = {Iov(encoded.data(), encoded.size())};
-  if (header_bytes > 0 && !ReadFully(fd_, iov)) return Fail(IoError("reading block headers", address_));
-  KeyedGet got{std::vector<StreamBlockState>(keys), std::vector<std::optional<storage::BlockHeader>>(keys)};
+  if (header_bytes > 0 && !ReadFully(fd_, iov))
+    return Fail(IoError("reading block headers", address_));
+  KeyedGet got{std::vector<StreamBlockState>(keys),
+               std::vector<std::optional<storage::BlockHeader>>(keys)};
   size_t at = 0;
   for (size_t i = 0; i < keys; ++i) {
     if (states[i] > static_cast<uint8_t>(StreamBlockState::kCorrupt)) {
@@ -274,7 +298,8 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
     got.states[i] = static_cast<StreamBlockState>(states[i]);
     if (got.states[i] != StreamBlockState::kPresent) continue;
     size_t consumed = 0;
-    Result<storage::BlockHeader> header = storage::DecodeHeader(std::span(encoded).subspan(at), consumed);
+    Result<storage::BlockHeader> header =
+        storage::DecodeHeader(std::span(encoded).subspan(at), consumed);
     if (!header.ok()) {
       return Fail(InternalError("data stream " + address_ + ": block " + std::to_string(i) +
                                 "'s header: " + header.status().message()));
@@ -292,7 +317,8 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
 Result<uint32_t> DataStreamClient::Put(const TransferTicket& ticket,
                                        std::span<const std::span<const uint8_t>> payloads) {
   KVTIER_RETURN_IF_ERROR(CheckIdle());
-  StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
+  StreamRequest request{
+      .op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
   return SendPut(std::move(iov), payloads);
 }
@@ -302,9 +328,10 @@ Result<uint32_t> DataStreamClient::PutBlocks(const TransferTicket& session,
                                              std::span<const std::span<const uint8_t>> payloads) {
   KVTIER_RETURN_IF_ERROR(CheckIdle());
   if (headers.empty() || headers.size() > kMaxStreamKeys || payloads.size() != headers.size()) {
-    return InvalidArgumentError("a keyed put of " + std::to_string(headers.size()) + " headers and " +
-                                std::to_string(payloads.size()) + " payloads: it takes 1 to " +
-                                std::to_string(kMaxStreamKeys) + " of each, as many payloads as headers");
+    return InvalidArgumentError("a keyed put of " + std::to_string(headers.size()) +
+                                " headers and " + std::to_string(payloads.size()) +
+                                " payloads: it takes 1 to " + std::to_string(kMaxStreamKeys) +
+                                " of each, as many payloads as headers");
   }
   encoded_.clear();
   for (size_t i = 0; i < headers.size(); ++i) {
@@ -315,7 +342,8 @@ Result<uint32_t> DataStreamClient::PutBlocks(const TransferTicket& session,
     }
     storage::EncodeHeader(headers[i], encoded_);
   }
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders), .ticket_id = session.id,
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders),
+                              .ticket_id = session.id,
                               .secret = session.secret};
   const StreamHeadersHead head{.count = static_cast<uint32_t>(headers.size()),
                                .header_bytes = static_cast<uint32_t>(encoded_.size())};
@@ -324,7 +352,8 @@ Result<uint32_t> DataStreamClient::PutBlocks(const TransferTicket& session,
   return SendPut(std::move(iov), payloads);
 }
 
-Result<uint32_t> DataStreamClient::SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads) {
+Result<uint32_t> DataStreamClient::SendPut(std::vector<iovec> iov,
+                                           std::span<const std::span<const uint8_t>> payloads) {
   iov.reserve(iov.size() + payloads.size());
   for (const auto& payload : payloads) {
     if (!payload.empty()) iov.push_back(Iov(payload.data(), payload.size()));

@@ -48,7 +48,8 @@ struct DataStreamClientOptions {
 
 class DataStreamClient {
  public:
-  [[nodiscard]] static Result<std::unique_ptr<DataStreamClient>> Connect(const DataStreamClientOptions& options);
+  [[nodiscard]] static Result<std::unique_ptr<DataStreamClient>> Connect(
+      const DataStreamClientOptions& options);
   // Acks the replies it read (AckReplies, best effort) unless gets await their replies,
   // then closes the connection.
   ~DataStreamClient();
@@ -70,7 +71,8 @@ class DataStreamClient {
     std::vector<std::optional<storage::BlockHeader>> headers;
   };
   using BufferFor = std::function<std::span<uint8_t>(size_t i, const storage::BlockHeader& header)>;
-  [[nodiscard]] Result<KeyedGet> GetKeys(const TransferTicket& session, std::span<const BlockKey> keys,
+  [[nodiscard]] Result<KeyedGet> GetKeys(const TransferTicket& session,
+                                         std::span<const BlockKey> keys,
                                          const BufferFor& buffer_for);
   // GetKeys in two halves, for pipelining: SendGetKeys sends a keyed get's keys without
   // waiting; ReceiveGetKeys reads the reply of the oldest get sent and not yet received
@@ -92,13 +94,15 @@ class DataStreamClient {
   size_t gets_in_flight() const { return gets_in_flight_; }
   // The payloads in the order of the headers given to openPut; returns blocks stored.
   // REQUIRES: the payloads' sizes add up to ticket.total_bytes.
-  [[nodiscard]] Result<uint32_t> Put(const TransferTicket& ticket, std::span<const std::span<const uint8_t>> payloads);
+  [[nodiscard]] Result<uint32_t> Put(const TransferTicket& ticket,
+                                     std::span<const std::span<const uint8_t>> payloads);
   // A keyed put under a put session (protocol.h): the headers travel on the stream before
   // the payloads (payloads[i] is block i's, exactly headers[i].payload_bytes; checksums
   // are the caller's to set). Returns blocks stored. kInvalidArgument, with nothing sent
   // and the connection kept, for headers and payloads that do not match.
   // REQUIRES: 1 to kMaxStreamKeys blocks.
-  [[nodiscard]] Result<uint32_t> PutBlocks(const TransferTicket& session, std::span<const storage::BlockHeader> headers,
+  [[nodiscard]] Result<uint32_t> PutBlocks(const TransferTicket& session,
+                                           std::span<const storage::BlockHeader> headers,
                                            std::span<const std::span<const uint8_t>> payloads);
 
   const std::string& address() const { return address_; }
@@ -111,7 +115,8 @@ class DataStreamClient {
   // A keyed get's states and headers, after its reply head.
   [[nodiscard]] Result<KeyedGet> ReadStatesAndHeaders(const StreamReply& reply, size_t keys);
   // Sends `iov` (a put's request) and the payloads, then reads the reply.
-  [[nodiscard]] Result<uint32_t> SendPut(std::vector<iovec> iov, std::span<const std::span<const uint8_t>> payloads);
+  [[nodiscard]] Result<uint32_t> SendPut(std::vector<iovec> iov,
+                                         std::span<const std::span<const uint8_t>> payloads);
   [[nodiscard]] Status Fail(Status status);
   // kUnavailable when broken; CheckIdle also kFailedPrecondition while pipelined gets
   // await their replies.
@@ -126,7 +131,7 @@ class DataStreamClient {
   std::array<uint32_t, kMaxGetsInFlight> keys_in_flight_ = {};
   size_t oldest_in_flight_ = 0;
   size_t gets_in_flight_ = 0;
-  uint32_t keyed_replies_read_ = 0;  // whole, on this connection: acked in the next keyed get
+  uint32_t keyed_replies_read_ = 0;   // whole, on this connection: acked in the next keyed get
   uint32_t keyed_replies_acked_ = 0;  // the count last said
 };
 

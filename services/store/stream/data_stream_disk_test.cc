@@ -15,9 +15,9 @@
 namespace kvtier::store {
 namespace {
 
+using storage::testing::kScope;
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-using storage::testing::kScope;
 
 // One event loop; a host tier of 1 MiB (16 pages of 64 KiB) over a disk whose writes the
 // test holds: every block stored to disk waits on `disk_released` (a demotion is told as
@@ -45,7 +45,9 @@ class DataStreamDiskTest : public ::testing::Test {
     released_ = true;
   }
   std::unique_ptr<DataStreamClient> Client() {
-    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(10)}).value();
+    return DataStreamClient::Connect(
+               {.address = server_->address(), .timeout = std::chrono::seconds(10)})
+        .value();
   }
 
   kvtier::testing::TempDir dir_;
@@ -63,7 +65,8 @@ class DataStreamDiskTest : public ::testing::Test {
 // whole: the put's demotion waits on the tier pool, not on the loop. Released, the put
 // completes and block 1 reads back from disk.
 TEST_F(DataStreamDiskTest, AGetIsServedWhileAPutOnTheSameLoopWaitsForTheDisk) {
-  const TestBlock one = MakeBlock(1, 512 * 1024), two = MakeBlock(2, 64 * 1024), three = MakeBlock(3, 512 * 1024);
+  const TestBlock one = MakeBlock(1, 512 * 1024), two = MakeBlock(2, 64 * 1024),
+                  three = MakeBlock(3, 512 * 1024);
   ASSERT_TRUE(store_->Put(one.header, one.payload).ok());
   ASSERT_TRUE(store_->Put(two.header, two.payload).ok());
   std::vector<uint8_t> scratch(two.payload.size());
@@ -78,14 +81,16 @@ TEST_F(DataStreamDiskTest, AGetIsServedWhileAPutOnTheSameLoopWaitsForTheDisk) {
       << "the put never reached the disk";
 
   const std::vector<BlockKey> keys{two.header.key};
-  const StreamGetOpened opened = server_->OpenGet(keys, storage::testing::kFormat, kScope, nullptr).value();
+  const StreamGetOpened opened =
+      server_->OpenGet(keys, storage::testing::kFormat, kScope, nullptr).value();
   std::vector<uint8_t> got(two.payload.size());
   auto getter = std::async(std::launch::async, [&] {
     const std::vector<std::span<uint8_t>> outs{got};
     return Client()->Get(opened.ticket, outs);
   });
   const bool served = getter.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
-  EXPECT_EQ(putter.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout) << "the put was held";
+  EXPECT_EQ(putter.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout)
+      << "the put was held";
   ReleaseDisk();
   ASSERT_TRUE(served) << "the get waited for the put's disk write: the loop was blocked";
   const auto states = getter.get();

@@ -58,7 +58,8 @@ constexpr size_t kBlockBytes = 4096;
 // threads, as a store node's do.
 struct Node {
   Node() {
-    storage::TieredStoreOptions tiers = storage::testing::HostOverDisk(256 << 10, dir.path(), 16 << 20);
+    storage::TieredStoreOptions tiers =
+        storage::testing::HostOverDisk(256 << 10, dir.path(), 16 << 20);
     tiers.disk->sync = storage::DiskSync::kNone;  // no figure is measured here: spare the disk
     store = storage::TieredStore::Create(std::move(tiers)).value();
     // Staging and block sizes far below the defaults: a header may claim anything.
@@ -93,32 +94,35 @@ struct Node {
 
 TransferTicket GetSession(Node& node, bool node_session) {
   return node.server
-      ->OpenSession(
-          {.format_tag = storage::testing::kFormat, .salt_scope = storage::testing::kScope, .any_scope = node_session})
+      ->OpenSession({.format_tag = storage::testing::kFormat,
+                     .salt_scope = storage::testing::kScope,
+                     .any_scope = node_session})
       .value();
 }
 
 // The ticket the input's first byte names, and its op; nullopt for none.
 std::optional<std::pair<TransferTicket, StreamOp>> OpenFirst(Node& node, uint8_t mode) {
   switch ((mode & 0x7F) % 5) {
-    case 1:
-      return std::pair{GetSession(node, (mode & 0x80) != 0), StreamOp::kGetKeys};
+    case 1: return std::pair{GetSession(node, (mode & 0x80) != 0), StreamOp::kGetKeys};
     case 2:
-      return std::pair{node.server->OpenSession({.op = StreamOp::kPutHeaders, .salt_scope = storage::testing::kScope})
-                           .value(),
-                       StreamOp::kPutHeaders};
+      return std::pair{
+          node.server
+              ->OpenSession({.op = StreamOp::kPutHeaders, .salt_scope = storage::testing::kScope})
+              .value(),
+          StreamOp::kPutHeaders};
     case 3:
-      return std::pair{node.server->OpenPut({node.put_blocks[0].header, node.put_blocks[1].header}).value(),
-                       StreamOp::kPut};
+      return std::pair{
+          node.server->OpenPut({node.put_blocks[0].header, node.put_blocks[1].header}).value(),
+          StreamOp::kPut};
     case 4: {
       const std::vector<BlockKey> keys = {node.stored[0].header.key, node.stored[1].header.key};
-      return std::pair{node.server->OpenGet(keys, storage::testing::kFormat, storage::testing::kScope, nullptr)
-                           .value()
-                           .ticket,
-                       StreamOp::kGet};
+      return std::pair{
+          node.server->OpenGet(keys, storage::testing::kFormat, storage::testing::kScope, nullptr)
+              .value()
+              .ticket,
+          StreamOp::kGet};
     }
-    default:
-      return std::nullopt;
+    default: return std::nullopt;
   }
 }
 
@@ -130,7 +134,8 @@ std::string Exchange(const std::string& address, const std::string& bytes) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
-  FuzzCheck(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "the node accepts a connection");
+  FuzzCheck(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0,
+            "the node accepts a connection");
   // The node may close before taking every byte (a refused request): a short send is fine.
   for (size_t sent = 0; sent < bytes.size();) {
     const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
@@ -175,16 +180,19 @@ void CheckAfter(Node& node, const std::string& answer) {
   const bool first = node.store->Contains(node.put_blocks[0].ref());
   const bool second = node.store->Contains(node.put_blocks[1].ref());
   FuzzCheck(first == second, "a put ticket's blocks are stored both or neither");
-  for (const TestBlock& b : node.put_blocks) (void)node.store->Remove(b.ref());  // the next input starts alike
+  for (const TestBlock& b : node.put_blocks)
+    (void)node.store->Remove(b.ref());  // the next input starts alike
   FuzzCheck(Drained(node), "a closed connection leaves no staging and no ticket behind");
-  auto client = DataStreamClient::Connect({.address = node.server->address(), .timeout = std::chrono::seconds(10)});
+  auto client = DataStreamClient::Connect(
+      {.address = node.server->address(), .timeout = std::chrono::seconds(10)});
   FuzzCheck(client.ok(), "the node still accepts connections");
   std::vector<uint8_t> out;
   const std::vector<BlockKey> keys = {node.stored[0].header.key};
-  const auto got = (*client)->GetKeys(GetSession(node, /*node_session=*/true), keys, [&](size_t, const storage::BlockHeader& header) {
-    out.resize(header.payload_bytes);
-    return std::span<uint8_t>(out);
-  });
+  const auto got = (*client)->GetKeys(GetSession(node, /*node_session=*/true), keys,
+                                      [&](size_t, const storage::BlockHeader& header) {
+                                        out.resize(header.payload_bytes);
+                                        return std::span<uint8_t>(out);
+                                      });
   FuzzCheck(got.ok(), "the node still serves a keyed get");
   // The node frees the get's staging once its send has completed, a moment after the
   // client has every byte: the next input's ticket would find it taken.

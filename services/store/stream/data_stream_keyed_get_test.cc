@@ -21,9 +21,9 @@
 namespace kvtier::store {
 namespace {
 
+using storage::testing::kScope;
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
@@ -37,7 +37,8 @@ class KeyedGetTest : public DataStreamFixture {
     store_.reset();
   }
 
-  TransferTicket Session(uint64_t scope = kScope, std::shared_ptr<ExtraBlockSource> extra = nullptr) {
+  TransferTicket Session(uint64_t scope = kScope,
+                         std::shared_ptr<ExtraBlockSource> extra = nullptr) {
     return server_
         ->OpenSession({.format_tag = storage::testing::kFormat,
                        .salt_scope = scope,
@@ -88,13 +89,15 @@ class KeyedGetTest : public DataStreamFixture {
 
   // A keyed get of keys 5, 8, 6 and 9 from `source`, whose `pool` is blocks 5, 6 and 8 in
   // that order: the first three come with their bytes and their checksums, 9 is missing.
-  void GetFiveEightSixNine(const std::shared_ptr<PoolSource>& source, const std::vector<TestBlock>& pool) {
+  void GetFiveEightSixNine(const std::shared_ptr<PoolSource>& source,
+                           const std::vector<TestBlock>& pool) {
     auto client = Client();
     Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 8, 6, 9});
     ASSERT_TRUE(read.ok()) << read.status();
     const Got& got = *read;
-    EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
-                                                             StreamBlockState::kPresent, StreamBlockState::kMissing}));
+    EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{
+                                  StreamBlockState::kPresent, StreamBlockState::kPresent,
+                                  StreamBlockState::kPresent, StreamBlockState::kMissing}));
     const size_t order[] = {0, 2, 1};  // keys 5, 8, 6 are pool blocks 0, 2, 1
     for (size_t i = 0; i < 3; ++i) {
       EXPECT_EQ(got.bytes[i], pool[order[i]].payload) << "key " << i;
@@ -112,7 +115,8 @@ class KeyedGetTest : public DataStreamFixture {
 // session: each present block comes with the header of its bytes, a missing one with
 // none, and the session's callback sees every key asked.
 TEST_F(KeyedGetTest, AKeyedGetAnswersEachKeyWithItsHeaderAndBytes) {
-  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes),
+                                      MakeBlock(3, 4096)};
   Store(blocks);
   const TransferTicket session = Session();
   EXPECT_EQ(session.total_bytes, 0u);
@@ -120,9 +124,11 @@ TEST_F(KeyedGetTest, AKeyedGetAnswersEachKeyWithItsHeaderAndBytes) {
   Result<Got> first = GetKeys(*client, session, {1, 9, 3, 2});
   ASSERT_TRUE(first.ok()) << first.status();
   Got got = std::move(*first);
-  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing,
-                                                           StreamBlockState::kPresent, StreamBlockState::kPresent}));
-  EXPECT_EQ(got.asked, (std::vector<size_t>{0, 2, 3})) << "buffers are asked for present blocks only, in order";
+  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{
+                                StreamBlockState::kPresent, StreamBlockState::kMissing,
+                                StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  EXPECT_EQ(got.asked, (std::vector<size_t>{0, 2, 3}))
+      << "buffers are asked for present blocks only, in order";
   EXPECT_FALSE(got.get.headers[1]);
   const std::pair<size_t, size_t> answers[] = {{0, 0}, {2, 2}, {3, 1}};  // (position, block)
   for (const auto& [at, block] : answers) {
@@ -186,7 +192,8 @@ TEST_F(KeyedGetTest, BadSessionsAreRefusedWithTheirReason) {
   const TransferTicket put = server_->OpenPut({MakeBlock(2, 4096).header}).value();
   const Result<Got> as_session = GetKeys(*Client(), put, {1});
   EXPECT_EQ(as_session.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(as_session.status().message().find("not a session"), std::string::npos) << as_session.status();
+  EXPECT_NE(as_session.status().message().find("not a session"), std::string::npos)
+      << as_session.status();
 
   EXPECT_EQ(server_->OpenSession({.format_tag = "", .salt_scope = kScope}).status().code(),
             StatusCode::kInvalidArgument);
@@ -211,12 +218,15 @@ TEST_F(KeyedGetTest, PipelinedGetsAreAnsweredInOrder) {
 
   Result<Got> first = ReceiveGetKeys(*client, 2);
   ASSERT_TRUE(first.ok()) << first.status();
-  EXPECT_EQ(first->get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing}));
+  EXPECT_EQ(first->get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent,
+                                                              StreamBlockState::kMissing}));
   EXPECT_EQ(first->bytes[0], blocks[0].payload);
   // One still in flight: a whole transfer now would read that get's reply as its own.
   EXPECT_EQ(GetKeys(*client, session, {1}).status().code(), StatusCode::kFailedPrecondition);
   const TestBlock put = MakeBlock(5, 4096);
-  EXPECT_EQ(client->PutBlocks(session, {&put.header, 1}, {{std::span<const uint8_t>(put.payload)}}).status().code(),
+  EXPECT_EQ(client->PutBlocks(session, {&put.header, 1}, {{std::span<const uint8_t>(put.payload)}})
+                .status()
+                .code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(client->gets_in_flight(), 1u);
   Result<Got> second = ReceiveGetKeys(*client, 3);
@@ -263,10 +273,12 @@ TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {
   // A client that asks the node for more than kMaxStreamKeys.
   const int fd = testing::ConnectRaw(session.data_address);
   ASSERT_GE(fd, 0);
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys),
+                              .ticket_id = session.id,
                               .secret = session.secret};
   const StreamKeysHead head{.count = kMaxStreamKeys + 1};
-  ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+  ASSERT_EQ(send(fd, &request, sizeof(request), MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof(request)));
   ASSERT_EQ(send(fd, &head, sizeof(head), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(head)));
   StreamReply reply;
   ASSERT_EQ(recv(fd, &reply, sizeof(reply), MSG_WAITALL), static_cast<ssize_t>(sizeof(reply)));
@@ -283,23 +295,25 @@ TEST_F(KeyedGetTest, AKeyCountOutOfRangeIsRefused) {
 TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHeaders) {
   const TestBlock tiered = MakeBlock(1, kBlockBytes);
   Store({tiered});
-  const std::vector<TestBlock> pool{MakeBlock(1, 4096), MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
-                                    MakeBlock(7, 4096)};
+  const std::vector<TestBlock> pool{MakeBlock(1, 4096), MakeBlock(5, kBlockBytes),
+                                    MakeBlock(6, 4096), MakeBlock(7, 4096)};
   ASSERT_NE(pool[0].payload, tiered.payload);
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.gone = 6, .corrupt = 7});
   auto client = Client();
   Result<Got> read = GetKeys(*client, Session(kScope, source), {1, 5, 6, 7, 9});
   ASSERT_TRUE(read.ok()) << read.status();
   const Got& got = *read;
-  EXPECT_EQ(got.get.states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
-                                                           StreamBlockState::kMissing, StreamBlockState::kCorrupt,
-                                                           StreamBlockState::kMissing}));
+  EXPECT_EQ(got.get.states,
+            (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent,
+                                           StreamBlockState::kMissing, StreamBlockState::kCorrupt,
+                                           StreamBlockState::kMissing}));
   EXPECT_EQ(got.bytes[0], tiered.payload) << "the tiers' block comes first";
   EXPECT_EQ(got.get.headers[0]->checksum, tiered.header.checksum);
   EXPECT_EQ(got.bytes[1], pool[1].payload);
   ASSERT_TRUE(got.get.headers[1]);
   EXPECT_EQ(got.get.headers[1]->key, pool[1].header.key);
-  EXPECT_EQ(got.get.headers[1]->checksum, pool[1].header.checksum) << "the server hashed the bytes read";
+  EXPECT_EQ(got.get.headers[1]->checksum, pool[1].header.checksum)
+      << "the server hashed the bytes read";
   EXPECT_FALSE(got.get.headers[2]);
   EXPECT_FALSE(got.get.headers[3]);
   EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4})) << "blocks 5, 6, 7 and 9 in one call";
@@ -313,11 +327,13 @@ TEST_F(KeyedGetTest, BlocksTheTiersLackAreReadFromTheSessionsSourceWithTheirHead
 // block 8 alone, and gives both holds back once sent; every block comes with the
 // checksum of its bytes.
 TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
-  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
+                                    MakeBlock(8, 4096)};
   auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.holdable = {5, 6}});
   GetFiveEightSixNine(source, pool);
   EXPECT_EQ(source->hold_batches(), (std::vector<size_t>{4}));
-  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1}))
+      << "block 8 alone is read by the source";
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
@@ -329,15 +345,20 @@ TEST_F(KeyedGetTest, BlocksTheSourceHoldsAreSentFromItsPagesAndGivenBack) {
 // the source to read block 8 alone, and once sent drops the staging and gives both holds
 // back with the checksums it computed.
 TEST_F(KeyedGetTest, BlocksHeldApartAreSentFromTheSourcesStagingAndGivenBack) {
-  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
-  auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}, .stages = true});
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
+                                    MakeBlock(8, 4096)};
+  auto source =
+      std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}, .stages = true});
   GetFiveEightSixNine(source, pool);
   EXPECT_EQ(source->stage_batches(), (std::vector<size_t>{2})) << "blocks 5 and 6 in one call";
   EXPECT_TRUE(source->copy_batches().empty()) << "sent from the staging, not copied";
-  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0 && source->staged_out() == 0; }));
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1}))
+      << "block 8 alone is read by the source";
+  EXPECT_TRUE(kvtier::testing::WaitUntil(
+      [&] { return source->holds_out() == 0 && source->staged_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
-  EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
+  EXPECT_EQ(source->given_checksums(),
+            (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
   EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 2 * 4096);
   EXPECT_TRUE(Drained()) << "block 8's staging freed once sent";
 }
@@ -346,7 +367,8 @@ TEST_F(KeyedGetTest, BlocksHeldApartAreSentFromTheSourcesStagingAndGivenBack) {
 // that do not match the blocks: the get copies 5 and 6 out by one CopyHeld into its own
 // staging instead, and gives both holds back with the checksums it computed.
 TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallWhereTheSourceStagesNone) {
-  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096), MakeBlock(8, 4096)};
+  const std::vector<TestBlock> pool{MakeBlock(5, kBlockBytes), MakeBlock(6, 4096),
+                                    MakeBlock(8, 4096)};
   auto mismatched = std::make_shared<PoolSource>(
       pool, PoolSourceOptions{.held_apart = {5, 6}, .stages = true, .stages_short = true});
   GetFiveEightSixNine(mismatched, pool);
@@ -357,10 +379,12 @@ TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallWhereTheSourceStagesNon
   GetFiveEightSixNine(source, pool);
   EXPECT_EQ(source->stage_batches(), (std::vector<size_t>{2})) << "asked first";
   EXPECT_EQ(source->copy_batches(), (std::vector<size_t>{2})) << "blocks 5 and 6 in one copy";
-  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1})) << "block 8 alone is read by the source";
+  EXPECT_EQ(source->read_batches(), (std::vector<size_t>{1}))
+      << "block 8 alone is read by the source";
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; }));
   EXPECT_EQ(source->released(), (std::vector<uint64_t>{5, 6}));
-  EXPECT_EQ(source->given_checksums(), (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
+  EXPECT_EQ(source->given_checksums(),
+            (std::vector<uint64_t>{pool[0].header.checksum, pool[1].header.checksum}));
   EXPECT_TRUE(Drained()) << "the staging freed once sent";
 }
 
@@ -369,13 +393,16 @@ TEST_F(KeyedGetTest, BlocksHeldApartAreCopiedOutByOneCallWhereTheSourceStagesNon
 // holds are given back.
 TEST_F(KeyedGetTest, AFailedCopyOfBlocksHeldApartSendsNoneOfThem) {
   const std::vector<TestBlock> pool{MakeBlock(5, 4096), MakeBlock(6, 4096)};
-  for (const Status& failure : {DataLossError("the device lost them"), UnavailableError("no copier")}) {
-    auto source = std::make_shared<PoolSource>(pool, PoolSourceOptions{.held_apart = {5, 6}, .copy_fails = failure});
+  for (const Status& failure :
+       {DataLossError("the device lost them"), UnavailableError("no copier")}) {
+    auto source = std::make_shared<PoolSource>(
+        pool, PoolSourceOptions{.held_apart = {5, 6}, .copy_fails = failure});
     auto client = Client();
     Result<Got> read = GetKeys(*client, Session(kScope, source), {5, 6});
     ASSERT_TRUE(read.ok()) << read.status();
-    const StreamBlockState expected =
-        failure.code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
+    const StreamBlockState expected = failure.code() == StatusCode::kDataLoss
+                                          ? StreamBlockState::kCorrupt
+                                          : StreamBlockState::kMissing;
     EXPECT_EQ(read->get.states, (std::vector<StreamBlockState>{expected, expected})) << failure;
     EXPECT_EQ(server_->Stats().bytes_sent, 0u) << failure;
     EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source->holds_out() == 0; })) << failure;
@@ -389,8 +416,8 @@ TEST_F(KeyedGetTest, AFailedCopyOfBlocksHeldApartSendsNoneOfThem) {
 // nothing (none given back).
 TEST_F(KeyedGetTest, AChecksumTheSourceKeepsIsSentWithoutHashingAgain) {
   const TestBlock pooled = MakeBlock(5, kBlockBytes);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled},
-                                             PoolSourceOptions{.holdable = {5}, .keeps_checksums = true});
+  auto source = std::make_shared<PoolSource>(
+      std::vector<TestBlock>{pooled}, PoolSourceOptions{.holdable = {5}, .keeps_checksums = true});
   const TransferTicket session = Session(kScope, source);
   auto client = Client();
   for (int get = 0; get < 2; ++get) {
@@ -413,16 +440,19 @@ class StalledKeyedGetTest : public KeyedGetTest, public ::testing::WithParamInte
     const TransferTicket session = Session(kScope, source_);
     fd_ = testing::ConnectRaw(session.data_address, /*receive_buffer=*/4096);
     ASSERT_GE(fd_, 0);
-    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys), .ticket_id = session.id,
+    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGetKeys),
+                                .ticket_id = session.id,
                                 .secret = session.secret};
     const StreamKeysHead head{.count = 1};
     const BlockKey key = pooled_.header.key;
-    ASSERT_EQ(send(fd_, &request, sizeof(request), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(request)));
+    ASSERT_EQ(send(fd_, &request, sizeof(request), MSG_NOSIGNAL),
+              static_cast<ssize_t>(sizeof(request)));
     ASSERT_EQ(send(fd_, &head, sizeof(head), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(head)));
     ASSERT_EQ(send(fd_, &key, sizeof(key), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(key)));
     ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return source_->hold_batches().size() == 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_EQ(source_->holds_out(), 1) << "the node is still sending: 16 MiB exceed the sockets' buffers";
+    ASSERT_EQ(source_->holds_out(), 1)
+        << "the node is still sending: 16 MiB exceed the sockets' buffers";
     ASSERT_EQ(source_->staged_out(), GetParam() ? 1 : 0);
   }
   void TearDown() override {
@@ -431,9 +461,10 @@ class StalledKeyedGetTest : public KeyedGetTest, public ::testing::WithParamInte
   }
 
   const TestBlock pooled_ = MakeBlock(5, 16u << 20);
-  const std::shared_ptr<PoolSource> source_ = std::make_shared<PoolSource>(
-      std::vector<TestBlock>{pooled_},
-      GetParam() ? PoolSourceOptions{.held_apart = {5}, .stages = true} : PoolSourceOptions{.holdable = {5}});
+  const std::shared_ptr<PoolSource> source_ =
+      std::make_shared<PoolSource>(std::vector<TestBlock>{pooled_},
+                                   GetParam() ? PoolSourceOptions{.held_apart = {5}, .stages = true}
+                                              : PoolSourceOptions{.holdable = {5}});
   int fd_ = -1;
 };
 
@@ -441,7 +472,8 @@ class StalledKeyedGetTest : public KeyedGetTest, public ::testing::WithParamInte
 // the same.
 TEST_P(StalledKeyedGetTest, AClientGoneMidSendLeavesNothingOfTheSourceHeld) {
   close(std::exchange(fd_, -1));
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return source_->holds_out() == 0 && source_->staged_out() == 0; }));
+  EXPECT_TRUE(kvtier::testing::WaitUntil(
+      [&] { return source_->holds_out() == 0 && source_->staged_out() == 0; }));
   EXPECT_EQ(source_->released(), std::vector<uint64_t>{5});
 }
 
@@ -465,8 +497,8 @@ TEST_F(KeyedGetTest, AWaitingReleaseStallsNoOtherConnectionOfTheLoop) {
   const TestBlock tiered = MakeBlock(1, 4096);
   Store({tiered});
   const TestBlock pooled = MakeBlock(5, 4096);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled},
-                                             PoolSourceOptions{.holdable = {5}, .releases_wait = true});
+  auto source = std::make_shared<PoolSource>(
+      std::vector<TestBlock>{pooled}, PoolSourceOptions{.holdable = {5}, .releases_wait = true});
   const TransferTicket session = Session(kScope, source);
   auto holding = Client();
   const Result<Got> held = GetKeys(*holding, session, {5});
@@ -491,7 +523,8 @@ TEST_F(KeyedGetTest, AWaitingSourceStallsNoOtherConnectionOfTheLoop) {
   const TestBlock tiered = MakeBlock(1, 4096);
   Store({tiered});
   const TestBlock pooled = MakeBlock(5, 4096);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled}, PoolSourceOptions{.reads_wait = true});
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{pooled},
+                                             PoolSourceOptions{.reads_wait = true});
   const TransferTicket session = Session(kScope, source);
   Result<Got> waited = InternalError("not run");
   std::thread waiting([&] {
@@ -520,14 +553,16 @@ TEST_F(KeyedGetTest, ASourcesUnheldBlocksBeyondTheStagingAreRefusedForALaterRetr
   StartNode(storage::testing::HostOnly(1u << 20), {.max_staged_bytes = 2u << 20});
   const TestBlock held = MakeBlock(5, kBlockBytes);
   const TestBlock read = MakeBlock(8, kBlockBytes);
-  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{held, read}, PoolSourceOptions{.holdable = {5}});
+  auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{held, read},
+                                             PoolSourceOptions{.holdable = {5}});
   const TransferTicket session = Session(kScope, source);
   const Result<TransferTicket> put = server_->OpenPut({MakeBlock(2, 3u << 19).header});
   ASSERT_TRUE(put.ok()) << put.status();
   const uint64_t staged = server_->Stats().staged_bytes;
   const Result<Got> refused = GetKeys(*Client(), session, {8});
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_NE(refused.status().message().find("outside the node's tiers"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("outside the node's tiers"), std::string::npos)
+      << refused.status();
   EXPECT_EQ(server_->Stats().staged_bytes, staged) << "the put's alone";
   const Result<Got> sent = GetKeys(*Client(), session, {5});
   ASSERT_TRUE(sent.ok()) << sent.status();
@@ -543,7 +578,8 @@ TEST_F(KeyedGetTest, ASourcesUnheldBlocksBeyondTheStagingAreRefusedForALaterRetr
 
 TEST_F(KeyedGetTest, APutSessionTakesNoSource) {
   auto source = std::make_shared<PoolSource>(std::vector<TestBlock>{});
-  const Result<TransferTicket> put = server_->OpenSession({.op = StreamOp::kPutHeaders, .extra = source});
+  const Result<TransferTicket> put =
+      server_->OpenSession({.op = StreamOp::kPutHeaders, .extra = source});
   EXPECT_EQ(put.status().code(), StatusCode::kInvalidArgument) << put.status();
 }
 

@@ -15,9 +15,9 @@
 namespace kvtier::store {
 namespace {
 
+using storage::testing::kScope;
 using storage::testing::MakeBlock;
 using storage::testing::TestBlock;
-using storage::testing::kScope;
 constexpr size_t kBlockBytes = 64 * 1024;
 
 // A node's host tier (`host_bytes`) behind a data stream on loopback.
@@ -60,14 +60,17 @@ class KeyedPutTest : public DataStreamFixture {
   }
   // A request written by hand: the session's request head, then `rest`; the node's reply
   // code and message.
-  std::pair<uint32_t, std::string> SendByHand(const TransferTicket& session, const StreamHeadersHead& head,
+  std::pair<uint32_t, std::string> SendByHand(const TransferTicket& session,
+                                              const StreamHeadersHead& head,
                                               const std::string& rest) {
-    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders), .ticket_id = session.id,
+    const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders),
+                                .ticket_id = session.id,
                                 .secret = session.secret};
     std::string bytes(reinterpret_cast<const char*>(&request), sizeof(request));
     bytes.append(reinterpret_cast<const char*>(&head), sizeof(head));
     bytes += rest;
-    const testing::RawExchange exchange = testing::SendRaw(session.data_address, bytes, std::chrono::seconds(5));
+    const testing::RawExchange exchange =
+        testing::SendRaw(session.data_address, bytes, std::chrono::seconds(5));
     StreamReply reply;
     if (exchange.received.size() < sizeof(reply)) return {~0u, "no reply"};
     std::memcpy(&reply, exchange.received.data(), sizeof(reply));
@@ -82,7 +85,8 @@ class KeyedPutTest : public DataStreamFixture {
 // 3 is of another format. One connection, one session, two puts: every block is stored
 // under the session's scope, and the session's callback sees every key put.
 TEST_F(KeyedPutTest, AKeyedPutStoresEveryBlockUnderTheSessionsScope) {
-  std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes, 35, /*salt_scope=*/0), MakeBlock(2, kBlockBytes),
+  std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes, 35, /*salt_scope=*/0),
+                                MakeBlock(2, kBlockBytes),
                                 MakeBlock(3, 4096, 35, kScope, "other-format")};
   const TransferTicket session = Session();
   EXPECT_EQ(session.total_bytes, 0u);
@@ -91,8 +95,11 @@ TEST_F(KeyedPutTest, AKeyedPutStoresEveryBlockUnderTheSessionsScope) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(*stored, 2u);
   ASSERT_TRUE(Put(*client, session, {blocks[2]}).ok()) << "the same session and connection again";
-  for (const TestBlock& block : blocks) EXPECT_EQ(Stored(block), block.payload) << block.header.key.lo;
-  EXPECT_EQ(store_->Peek({blocks[0].header.key, storage::testing::kFormat, kScope}).value().salt_scope, kScope);
+  for (const TestBlock& block : blocks)
+    EXPECT_EQ(Stored(block), block.payload) << block.header.key.lo;
+  EXPECT_EQ(
+      store_->Peek({blocks[0].header.key, storage::testing::kFormat, kScope}).value().salt_scope,
+      kScope);
   const DataStreamStats stats = server_->Stats();
   EXPECT_EQ(stats.puts, 2u);
   EXPECT_EQ(stats.bytes_received, 2 * kBlockBytes + 4096);
@@ -149,14 +156,23 @@ TEST_F(KeyedPutTest, MalformedHeadsAndHeadersAreRefusedByName) {
   const Case cases[] = {
       {"no blocks", {0, size}, header + payload, "0 blocks"},
       {"too many blocks", {kMaxStreamKeys + 1, size}, header + payload, "4097 blocks"},
-      {"more header bytes than the count allows", {1, static_cast<uint32_t>(storage::kMaxEncodedHeaderBytes + 1)},
-       header + payload, "at most"},
-      {"a header cut short", {1, size - 4}, header.substr(0, size - 4) + payload, "block 0's header"},
-      {"bytes after the last header", {1, size + 8}, header + std::string(8, '\0') + payload, "8 bytes after"},
+      {"more header bytes than the count allows",
+       {1, static_cast<uint32_t>(storage::kMaxEncodedHeaderBytes + 1)},
+       header + payload,
+       "at most"},
+      {"a header cut short",
+       {1, size - 4},
+       header.substr(0, size - 4) + payload,
+       "block 0's header"},
+      {"bytes after the last header",
+       {1, size + 8},
+       header + std::string(8, '\0') + payload,
+       "8 bytes after"},
   };
   for (const Case& c : cases) {
     const auto [code, message] = SendByHand(session, c.head, c.rest);
-    EXPECT_EQ(code, static_cast<uint32_t>(StatusCode::kInvalidArgument)) << c.what << ": " << message;
+    EXPECT_EQ(code, static_cast<uint32_t>(StatusCode::kInvalidArgument))
+        << c.what << ": " << message;
     EXPECT_NE(message.find(c.named), std::string::npos) << c.what << ": " << message;
   }
   TestBlock oversized = MakeBlock(2, 4096);
@@ -198,17 +214,21 @@ TEST_F(KeyedPutTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
   storage::EncodeHeader(block.header, header);
   header.append(reinterpret_cast<const char*>(block.payload.data()), kBlockBytes / 2);
   const TransferTicket session = Session();
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders), .ticket_id = session.id,
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPutHeaders),
+                              .ticket_id = session.id,
                               .secret = session.secret};
-  const StreamHeadersHead head{.count = 1, .header_bytes = static_cast<uint32_t>(header.size() - kBlockBytes / 2)};
+  const StreamHeadersHead head{
+      .count = 1, .header_bytes = static_cast<uint32_t>(header.size() - kBlockBytes / 2)};
   std::string bytes(reinterpret_cast<const char*>(&request), sizeof(request));
   bytes.append(reinterpret_cast<const char*>(&head), sizeof(head));
   bytes += header;
-  ASSERT_TRUE(testing::SendRaw(session.data_address, bytes, std::chrono::milliseconds(50)).connected);
+  ASSERT_TRUE(
+      testing::SendRaw(session.data_address, bytes, std::chrono::milliseconds(50)).connected);
   EXPECT_TRUE(Drained());
   EXPECT_TRUE(Stored(block).empty());
   const TestBlock whole = MakeBlock(2, 1u << 20);
-  EXPECT_TRUE(store_->Put(whole.header, whole.payload).ok()) << "the reserved pages were given back";
+  EXPECT_TRUE(store_->Put(whole.header, whole.payload).ok())
+      << "the reserved pages were given back";
   EXPECT_EQ(store_->Stats().host->evictions, 0u);
 }
 
@@ -226,7 +246,8 @@ TEST_F(KeyedPutTest, AKeyedPutBeyondTheStagingIsRefusedToRetry) {
   ASSERT_TRUE(Client()->Put(ticket, std::vector<std::span<const uint8_t>>{large.payload}).ok());
   EXPECT_TRUE(Drained());
   EXPECT_TRUE(Put(*Client(), session, blocks).ok()) << "room again once the first put finished";
-  EXPECT_EQ(Put(*Client(), session, {MakeBlock(3, 3u << 20)}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put(*Client(), session, {MakeBlock(3, 3u << 20)}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 // The node's per-call limit (here 2 blocks) holds for each keyed transfer of a session.
@@ -239,9 +260,10 @@ TEST_F(KeyedPutTest, ASessionCarriesAtMostItsBlocksPerTransfer) {
   EXPECT_TRUE(Stored(three[0]).empty());
   EXPECT_TRUE(Put(*Client(), session, {three[0], three[1]}).ok());
 
-  for (const StreamSession& bad : {StreamSession{.op = StreamOp::kPut}, StreamSession{.op = StreamOp::kPutHeaders,
-                                                                                        .max_blocks = 0},
-                                   StreamSession{.op = StreamOp::kPutHeaders, .max_blocks = kMaxStreamKeys + 1}}) {
+  for (const StreamSession& bad :
+       {StreamSession{.op = StreamOp::kPut},
+        StreamSession{.op = StreamOp::kPutHeaders, .max_blocks = 0},
+        StreamSession{.op = StreamOp::kPutHeaders, .max_blocks = kMaxStreamKeys + 1}}) {
     EXPECT_EQ(server_->OpenSession(bad).status().code(), StatusCode::kInvalidArgument);
   }
 }
@@ -252,7 +274,8 @@ TEST_F(KeyedPutTest, HeadersAndPayloadsThatDoNotMatchAreRefusedBeforeAnythingIsS
   auto client = Client();
   const std::vector<uint8_t> short_payload(100);
   const std::vector<std::span<const uint8_t>> payloads{short_payload};
-  const Result<uint32_t> refused = client->PutBlocks(session, std::span(&block.header, 1), payloads);
+  const Result<uint32_t> refused =
+      client->PutBlocks(session, std::span(&block.header, 1), payloads);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("100 bytes"), std::string::npos) << refused.status();
   EXPECT_EQ(client->PutBlocks(session, {}, {}).status().code(), StatusCode::kInvalidArgument);

@@ -30,7 +30,8 @@ class LendTest : public DataStreamFixture {
  protected:
   // Unacked replies are unpinned lent after 20 ms (the default is 100 ms); an hour, where
   // only an ack may unpin them.
-  static DataStreamServerOptions Grace(std::chrono::milliseconds grace = std::chrono::milliseconds(20)) {
+  static DataStreamServerOptions Grace(
+      std::chrono::milliseconds grace = std::chrono::milliseconds(20)) {
     DataStreamServerOptions options;
     options.lent_grace = grace;
     return options;
@@ -50,7 +51,8 @@ class LendTest : public DataStreamFixture {
                    .value();
   }
   void Store(const std::vector<TestBlock>& blocks) {
-    for (const TestBlock& block : blocks) ASSERT_TRUE(store_->Put(block.header, block.payload).ok());
+    for (const TestBlock& block : blocks)
+      ASSERT_TRUE(store_->Put(block.header, block.payload).ok());
   }
   // A keyed get of `block` read whole; its bytes.
   std::vector<uint8_t> Get(DataStreamClient& client, const TestBlock& block) {
@@ -91,19 +93,23 @@ class LendTest : public DataStreamFixture {
 // is written into them in place. Both replies were lent.
 TEST_F(LendTest, AnAckedReplysPagesAreWrittenAgainInPlace) {
   Start(2);
-  const TestBlock one = MakeBlock(1, kBlockBytes), two = MakeBlock(2, kBlockBytes), three = MakeBlock(3, kBlockBytes);
+  const TestBlock one = MakeBlock(1, kBlockBytes), two = MakeBlock(2, kBlockBytes),
+                  three = MakeBlock(3, kBlockBytes);
   Store({one, two});
   auto client = Client();
   EXPECT_TRUE(Get(*client, one) == one.payload);
   EXPECT_TRUE(Get(*client, two) == two.payload);
 
   ASSERT_TRUE(store_->Remove(one.ref()).ok());
-  ASSERT_TRUE(store_->Put(three.header, three.payload).ok()) << "block 1's pages were unpinned by the ack";
+  ASSERT_TRUE(store_->Put(three.header, three.payload).ok())
+      << "block 1's pages were unpinned by the ack";
   EXPECT_EQ(Replaced(), 0u);
   // The client has read block 2's reply; the server counts it once its write completes.
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == 2 * kBlockBytes; }))
-      << server_->Stats().bytes_lent;
-  EXPECT_NE(registry_.Exposition().find("kvtier_stream_lent_bytes_total " + std::to_string(2 * kBlockBytes) + "\n"),
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return server_->Stats().bytes_lent == 2 * kBlockBytes;
+  })) << server_->Stats().bytes_lent;
+  EXPECT_NE(registry_.Exposition().find("kvtier_stream_lent_bytes_total " +
+                                        std::to_string(2 * kBlockBytes) + "\n"),
             std::string::npos)
       << registry_.Exposition();
 }
@@ -119,7 +125,8 @@ TEST_F(LendTest, AnUnackedReplyIsUnpinnedLentAfterTheGrace) {
   auto client = Client();
   const BlockKey keys[] = {one.header.key};
   ASSERT_TRUE(client->SendGetKeys(session_, keys).ok());
-  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == kBlockBytes; }));
+  ASSERT_TRUE(
+      kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == kBlockBytes; }));
   ASSERT_TRUE(store_->Remove(one.ref()).ok());
   ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return store_->Put(two.header, two.payload).ok(); }))
       << "block 1's pages were never unpinned";
@@ -141,8 +148,9 @@ TEST_F(LendTest, AClientLeavingTheConnectionIdleAcksWhatItRead) {
   const TestBlock one = MakeBlock(1, kBlockBytes), three = MakeBlock(3, kBlockBytes);
   const auto reuse_block_1s_pages = [&] {
     ASSERT_TRUE(store_->Remove(one.ref()).ok());
-    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return store_->Put(three.header, three.payload).ok(); }))
-        << "block 1's pages stayed pinned";
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+      return store_->Put(three.header, three.payload).ok();
+    })) << "block 1's pages stayed pinned";
     ASSERT_TRUE(store_->Remove(three.ref()).ok());
     Store({one});
   };
@@ -169,10 +177,11 @@ TEST_F(LendTest, AClientLeavingTheConnectionIdleAcksWhatItRead) {
 // An ack must carry the acks flag, in 32 bits, and no secret: else it is refused.
 TEST_F(LendTest, AMalformedAckIsRefused) {
   Start(1);
-  for (const StreamRequest& ack : {StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = 3},
-                                   StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck),
-                                                 .ticket_id = kStreamAcksReplies | 3,
-                                                 .secret = 1}}) {
+  for (const StreamRequest& ack :
+       {StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck), .ticket_id = 3},
+        StreamRequest{.op = static_cast<uint32_t>(StreamOp::kAck),
+        .ticket_id = kStreamAcksReplies | 3,
+        .secret = 1}}) {
     const int fd = kvtier::testing::ConnectRaw(server_->address());
     ASSERT_GE(fd, 0);
     ASSERT_EQ(send(fd, &ack, sizeof(ack), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(ack)));
@@ -198,8 +207,10 @@ TEST_F(LendTest, AGetLargerThanThePipeArrivesWhole) {
   std::vector<std::vector<uint8_t>> got(keys.size());
   const Result<DataStreamClient::KeyedGet> sent = client->GetKeys(session_, keys, Into(got));
   ASSERT_TRUE(sent.ok()) << sent.status();
-  for (size_t i = 0; i < blocks.size(); ++i) EXPECT_TRUE(got[i] == blocks[i].payload) << "block " << i + 1;
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == 24 * kBlockBytes; }));
+  for (size_t i = 0; i < blocks.size(); ++i)
+    EXPECT_TRUE(got[i] == blocks[i].payload) << "block " << i + 1;
+  EXPECT_TRUE(
+      kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent == 24 * kBlockBytes; }));
 }
 
 // A client asks for 24 blocks (3 MiB, more than the sockets hold) and goes away without
@@ -221,8 +232,9 @@ TEST_F(LendTest, AClientThatDiesMidReplyLeavesNothingPinned) {
     ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return server_->Stats().bytes_lent > 0; }));
   }  // gone, its reply unread
   for (const TestBlock& block : blocks) ASSERT_TRUE(store_->Remove(block.ref()).ok());
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return store_->Put(fresh[0].header, fresh[0].payload).ok(); }))
-      << "the dead client's pins were kept";
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return store_->Put(fresh[0].header, fresh[0].payload).ok();
+  })) << "the dead client's pins were kept";
   for (size_t i = 1; i < fresh.size(); ++i) {
     EXPECT_TRUE(store_->Put(fresh[i].header, fresh[i].payload).ok()) << "block " << 100 + i + 1;
   }

@@ -23,16 +23,25 @@ constexpr std::chrono::milliseconds kAcceptRetryMax{1000};
 class DataStreamServer::Impl {
  public:
   explicit Impl(DataStreamServerOptions options)
-      : options_(std::move(options)), pool_(options_.max_staged_bytes),
-        tickets_(*options_.clock, options_.ticket_ttl), loops_(MakeLoops(options_.threads)),
-        acceptor_(*loops_.front()), accept_timer_(*loops_.front()), sweep_(*loops_.front()),
-        tier_threads_(options_.tier_threads != 0 ? options_.tier_threads : static_cast<uint32_t>(loops_.size())),
+      : options_(std::move(options)),
+        pool_(options_.max_staged_bytes),
+        tickets_(*options_.clock, options_.ticket_ttl),
+        loops_(MakeLoops(options_.threads)),
+        acceptor_(*loops_.front()),
+        accept_timer_(*loops_.front()),
+        sweep_(*loops_.front()),
+        tier_threads_(options_.tier_threads != 0 ? options_.tier_threads
+                                                 : static_cast<uint32_t>(loops_.size())),
         tier_pool_(tier_threads_),
         admission_(AdmissionOptions(options_)) {
     const bool disk = options_.store->Stats().disk.has_value();
-    context_ = {.tickets = &tickets_, .store = options_.store, .counters = &counters_, .staging = &pool_,
+    context_ = {.tickets = &tickets_,
+                .store = options_.store,
+                .counters = &counters_,
+                .staging = &pool_,
                 .admission = &admission_,
-                .tier_pool = &tier_pool_, .disk = disk,
+                .tier_pool = &tier_pool_,
+                .disk = disk,
                 .lend_pages = options_.lend_pages && options_.store->CanLendHostPages(),
                 .lent_grace = options_.lent_grace,
                 .max_block_bytes = options_.max_block_bytes,
@@ -51,7 +60,8 @@ class DataStreamServer::Impl {
     Accept();
     Sweep();
     for (auto& loop : loops_) {
-      keep_running_.push_back(asio::make_work_guard(*loop));  // loops without connections wait for some
+      keep_running_.push_back(
+          asio::make_work_guard(*loop));  // loops without connections wait for some
       threads_.emplace_back([loop = loop.get(), i = threads_.size()] {
         NameThisThread("kvt-stream-" + std::to_string(i));
         loop->run();
@@ -75,8 +85,8 @@ class DataStreamServer::Impl {
 
   const std::string& address() const { return address_; }
   Status Readiness() const { return health_.Readiness("the data stream " + address_); }
-  Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format, uint64_t scope,
-                                  ExtraBlockSource* extra);
+  Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format,
+                                  uint64_t scope, ExtraBlockSource* extra);
   Result<TransferTicket> OpenPut(std::vector<storage::BlockHeader> headers);
   Result<TransferTicket> OpenSession(StreamSession session) {
     if (session.op != StreamOp::kGetKeys && session.op != StreamOp::kPutHeaders) {
@@ -84,15 +94,18 @@ class DataStreamServer::Impl {
                                   std::to_string(static_cast<uint32_t>(session.op)));
     }
     if (session.op == StreamOp::kGetKeys) {
-      KVTIER_RETURN_IF_ERROR(storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
+      KVTIER_RETURN_IF_ERROR(
+          storage::ValidateFormatTag(session.format_tag).WithContext("a get session"));
     } else if (session.extra != nullptr) {
-      return InvalidArgumentError("a put session reads no block source; only a get session has one");
+      return InvalidArgumentError(
+          "a put session reads no block source; only a get session has one");
     }
     if (session.max_blocks == 0 || session.max_blocks > kMaxStreamKeys) {
-      return InvalidArgumentError("a session of " + std::to_string(session.max_blocks) + " blocks per transfer: 1 to " +
-                                  std::to_string(kMaxStreamKeys));
+      return InvalidArgumentError("a session of " + std::to_string(session.max_blocks) +
+                                  " blocks per transfer: 1 to " + std::to_string(kMaxStreamKeys));
     }
-    KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added, tickets_.AddSession(std::move(session)));
+    KVTIER_ASSIGN_OR_RETURN(const TicketTable::Added added,
+                            tickets_.AddSession(std::move(session)));
     return TransferTicket{added.id, added.secret, address_, 0};
   }
   DataStreamStats Stats() const {
@@ -122,7 +135,8 @@ class DataStreamServer::Impl {
   // (docs/history/benchmarks-2026-11.md#eight-stream-loops-on-16-cores-h200-2026-11-26-stop-35). An
   // idle loop only waits in epoll.
   static ConnectionAdmissionOptions AdmissionOptions(const DataStreamServerOptions& options) {
-    const uint32_t most = options.max_connections != 0 ? options.max_connections : DescriptorShare(1, 4);
+    const uint32_t most =
+        options.max_connections != 0 ? options.max_connections : DescriptorShare(1, 4);
     return {.max_connections = most,
             .max_unauthenticated = most,
             .max_unauthenticated_per_address = std::min(most, options.max_unproven_per_address)};
@@ -137,7 +151,8 @@ class DataStreamServer::Impl {
     asio::io_context& loop = *loops_[next_loop_++ % loops_.size()];
     acceptor_.async_accept(asio::any_io_executor(loop.get_executor()),
                            [this](const asio::error_code& ec, asio::ip::tcp::socket socket) {
-                             if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+                             if (ec == asio::error::operation_aborted || !acceptor_.is_open())
+                               return;
                              if (ec) return AcceptFailed(ec);
                              accept_retry_ = kAcceptRetryMin;
                              Admit(std::make_shared<StreamConnection>(context_, std::move(socket)));
@@ -146,9 +161,9 @@ class DataStreamServer::Impl {
   }
   // Starts `connection`, or closes it when refused; sheds the oldest unproven ones for it.
   void Admit(const std::shared_ptr<StreamConnection>& connection) {
-    const ConnectionAdmission::Admitted admitted =
-        admission_.Admit(connection->peer(), [weak = std::weak_ptr<StreamConnection>(connection),
-                                              loop = connection->executor()] {
+    const ConnectionAdmission::Admitted admitted = admission_.Admit(
+        connection->peer(),
+        [weak = std::weak_ptr<StreamConnection>(connection), loop = connection->executor()] {
           // Under the admission's lock: no strong reference here, or the connection's last
           // could go (and its destructor call the admission) on this thread.
           asio::post(loop, [weak] {
@@ -157,7 +172,8 @@ class DataStreamServer::Impl {
         });
     counters_.connections_shed += admitted.shed;
     if (metrics_ != nullptr && admitted.shed > 0) metrics_->ConnectionsShed(admitted.shed);
-    if (admitted.verdict == ConnectionAdmission::Verdict::kAdmitted) return connection->Start(admitted.id);
+    if (admitted.verdict == ConnectionAdmission::Verdict::kAdmitted)
+      return connection->Start(admitted.id);
     ++counters_.connections_refused;  // the socket closes with the connection
     if (metrics_ != nullptr) metrics_->ConnectionRefused();
   }
@@ -170,8 +186,8 @@ class DataStreamServer::Impl {
       if (metrics_ != nullptr) metrics_->ConnectionsShed(1);
     }
     if (const std::optional<uint64_t> failures = health_.Failed("accept: " + ec.message())) {
-      spdlog::warn("data stream {}: accept failed ({} time(s) since the last line): {}", address_, *failures,
-                   ec.message());
+      spdlog::warn("data stream {}: accept failed ({} time(s) since the last line): {}", address_,
+                   *failures, ec.message());
     }
     accept_timer_.expires_after(accept_retry_);
     accept_retry_ = std::min(accept_retry_ * 2, kAcceptRetryMax);
@@ -204,7 +220,7 @@ class DataStreamServer::Impl {
   StreamCounters counters_;
   std::unique_ptr<StreamMetrics> metrics_;
   uint64_t expired_reported_ = 0;  // first loop's thread only
-  StreamContext context_;  // connections hold it: declared before the loops that own them
+  StreamContext context_;          // connections hold it: declared before the loops that own them
   std::vector<std::unique_ptr<asio::io_context>> loops_;  // the first also accepts and sweeps
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> keep_running_;
   size_t next_loop_ = 0;  // first loop's thread (and Start)
@@ -224,24 +240,28 @@ Status DataStreamServer::Impl::Bind() {
   asio::error_code ec;
   // A host name (the RPC listener's, "localhost") binds where it resolves first.
   asio::ip::tcp::resolver resolver(*loops_.front());
-  const auto resolved = resolver.resolve(options_.bind_host, std::to_string(options_.port),
-                                         asio::ip::tcp::resolver::passive | asio::ip::tcp::resolver::numeric_service, ec);
+  const auto resolved = resolver.resolve(
+      options_.bind_host, std::to_string(options_.port),
+      asio::ip::tcp::resolver::passive | asio::ip::tcp::resolver::numeric_service, ec);
   if (ec || resolved.empty()) {
-    return InvalidArgumentError("data stream bind host \"" + options_.bind_host + "\" does not resolve" +
-                                (ec ? ": " + ec.message() : std::string()));
+    return InvalidArgumentError("data stream bind host \"" + options_.bind_host +
+                                "\" does not resolve" + (ec ? ": " + ec.message() : std::string()));
   }
   const asio::ip::tcp::endpoint endpoint = resolved.begin()->endpoint();
   if (acceptor_.open(endpoint.protocol(), ec); !ec) {
     acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (acceptor_.bind(endpoint, ec); !ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (acceptor_.bind(endpoint, ec); !ec)
+      acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   }
   if (ec) {
     return UnavailableError("cannot listen for the data stream on " + options_.bind_host + ":" +
                             std::to_string(options_.port) + ": " + ec.message());
   }
-  const std::string& advertised = options_.advertise_host.empty() ? options_.bind_host : options_.advertise_host;
+  const std::string& advertised =
+      options_.advertise_host.empty() ? options_.bind_host : options_.advertise_host;
   const bool v6 = advertised.find(':') != std::string::npos;
-  address_ = (v6 ? "[" + advertised + "]" : advertised) + ":" + std::to_string(acceptor_.local_endpoint().port());
+  address_ = (v6 ? "[" + advertised + "]" : advertised) + ":" +
+             std::to_string(acceptor_.local_endpoint().port());
   return Status::Ok();
 }
 
@@ -249,9 +269,11 @@ Status DataStreamServer::Impl::Bind() {
 // source (a worker's pool, readable only on this thread) is copied now into staging. A
 // tier's block takes nothing until the send, on the stream's loop: the host tier's blocks
 // are then sent from its pages, with no copy at all, and only those gone down to disk by
-// then are staged (docs/history/benchmarks-2026-11.md#gets-sent-from-the-host-tiers-pages-2026-11-24-stop-27).
-Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys, const std::string& format,
-                                                        uint64_t scope, ExtraBlockSource* extra) {
+// then are staged
+// (docs/history/benchmarks-2026-11.md#gets-sent-from-the-host-tiers-pages-2026-11-24-stop-27).
+Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey> keys,
+                                                        const std::string& format, uint64_t scope,
+                                                        ExtraBlockSource* extra) {
   StreamGetOpened opened;
   opened.headers.resize(keys.size());
   OpenTransfer transfer;
@@ -268,17 +290,20 @@ Result<StreamGetOpened> DataStreamServer::Impl::OpenGet(std::span<const BlockKey
       continue;
     }
     transfer.states[i] = StreamBlockState::kPresent;
-    transfer.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys[i]};
+    transfer.slots[i] =
+        GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys[i]};
     opened.headers[i] = std::move(*header);
   }
   if (extra != nullptr && !lacking.empty()) {
-    KVTIER_RETURN_IF_ERROR(StageFromSource(*extra, keys, lacking, pool_, options_.max_block_bytes, transfer));
+    KVTIER_RETURN_IF_ERROR(
+        StageFromSource(*extra, keys, lacking, pool_, options_.max_block_bytes, transfer));
   }
   uint64_t total = 0;
   for (uint32_t i = 0; i < keys.size(); ++i) {
     if (transfer.states[i] != StreamBlockState::kPresent) continue;
     const GetSlot& slot = transfer.slots[i];
-    if (!slot.read_at_send) opened.headers[i] = transfer.headers[slot.header];  // read from the source
+    if (!slot.read_at_send)
+      opened.headers[i] = transfer.headers[slot.header];  // read from the source
     total += slot.bytes;
   }
   opened.states = transfer.states;
@@ -301,11 +326,13 @@ Result<TransferTicket> DataStreamServer::Impl::OpenPut(std::vector<storage::Bloc
   return Register(std::move(transfer), total);
 }
 
-Result<std::unique_ptr<DataStreamServer>> DataStreamServer::Create(DataStreamServerOptions options) {
+Result<std::unique_ptr<DataStreamServer>> DataStreamServer::Create(
+    DataStreamServerOptions options) {
   if (options.store == nullptr || options.clock == nullptr) {
     return InvalidArgumentError("DataStreamServerOptions: store and clock are required");
   }
-  if (options.max_staged_bytes == 0) return InvalidArgumentError("DataStreamServerOptions: max_staged_bytes is 0");
+  if (options.max_staged_bytes == 0)
+    return InvalidArgumentError("DataStreamServerOptions: max_staged_bytes is 0");
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Bind());
   KVTIER_RETURN_IF_ERROR(impl->AddMetrics());
@@ -317,7 +344,8 @@ DataStreamServer::DataStreamServer(std::unique_ptr<Impl> impl) : impl_(std::move
 DataStreamServer::~DataStreamServer() { Shutdown(); }
 const std::string& DataStreamServer::address() const { return impl_->address(); }
 Status DataStreamServer::Readiness() const { return impl_->Readiness(); }
-Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
+Result<StreamGetOpened> DataStreamServer::OpenGet(std::span<const BlockKey> keys,
+                                                  const std::string& format_tag,
                                                   uint64_t salt_scope, ExtraBlockSource* extra) {
   return impl_->OpenGet(keys, format_tag, salt_scope, extra);
 }

@@ -71,13 +71,13 @@ namespace kvtier::store {
 struct DataStreamServerOptions {
   storage::TieredStore* store = nullptr;  // required
   std::string bind_host = "127.0.0.1";
-  uint16_t port = 0;                      // 0: a free port (see address())
-  std::string advertise_host = {};        // how other nodes reach bind_host; empty: bind_host
+  uint16_t port = 0;                // 0: a free port (see address())
+  std::string advertise_host = {};  // how other nodes reach bind_host; empty: bind_host
   uint64_t max_staged_bytes = 1ull << 30;
   uint64_t max_block_bytes = 256ull << 20;
   std::chrono::milliseconds ticket_ttl{30'000};
   std::chrono::milliseconds client_timeout{10'000};  // a transfer stalled this long is cut off
-  uint32_t threads = 0;                   // event loops serving connections; 0: hardware threads / 2, 2 to 8
+  uint32_t threads = 0;  // event loops serving connections; 0: hardware threads / 2, 2 to 8
   // Threads that run the transfers' work that may wait: tier work where the store has a
   // disk tier (reads of blocks not in host memory, puts that may write or demote to disk)
   // and keyed gets' reads of a session's extra source, so that no event loop waits for a
@@ -101,7 +101,7 @@ struct DataStreamServerOptions {
   uint32_t max_unproven_per_address = 64;
   std::chrono::milliseconds first_request_deadline{5'000};
   const Clock* clock = &SystemClock::Instance();
-  MetricsRegistry* registry = nullptr;    // optional: stream_metrics.h; outlives the server
+  MetricsRegistry* registry = nullptr;  // optional: stream_metrics.h; outlives the server
 };
 
 struct StreamGetOpened {
@@ -115,24 +115,25 @@ struct StreamGetOpened {
 struct DataStreamStats {
   uint64_t tickets_open = 0;
   uint64_t staged_bytes = 0;
-  uint64_t gets = 0, puts = 0;            // transfers completed
+  uint64_t gets = 0, puts = 0;  // transfers completed
   uint64_t bytes_sent = 0, bytes_received = 0;
-  uint64_t bytes_lent = 0;                // of bytes_sent: spliced from the host tier's pages
-  uint64_t refused = 0;                   // unknown, expired or mismatched tickets, bad frames
-  uint64_t connections_refused = 0;       // closed at accept: too many unproven from its address
-  uint64_t connections_shed = 0;          // unproven, closed for a newcomer
-  uint64_t expired = 0;                   // tickets never used
-  uint64_t sessions = 0;                  // open get and put sessions
-  uint32_t loops = 0;                     // event loops
-  uint32_t tier_threads = 0;              // threads of the disk work (0: no disk tier)
-  bool lends_pages = false;               // lend_pages, where the host tier can lend them
+  uint64_t bytes_lent = 0;           // of bytes_sent: spliced from the host tier's pages
+  uint64_t refused = 0;              // unknown, expired or mismatched tickets, bad frames
+  uint64_t connections_refused = 0;  // closed at accept: too many unproven from its address
+  uint64_t connections_shed = 0;     // unproven, closed for a newcomer
+  uint64_t expired = 0;              // tickets never used
+  uint64_t sessions = 0;             // open get and put sessions
+  uint32_t loops = 0;                // event loops
+  uint32_t tier_threads = 0;         // threads of the disk work (0: no disk tier)
+  bool lends_pages = false;          // lend_pages, where the host tier can lend them
 };
 
 class DataStreamServer {
  public:
   // kInvalidArgument (no store, a bad host), kUnavailable (cannot listen),
   // kAlreadyExists (the registry has the stream's metrics already).
-  [[nodiscard]] static Result<std::unique_ptr<DataStreamServer>> Create(DataStreamServerOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<DataStreamServer>> Create(
+      DataStreamServerOptions options);
   ~DataStreamServer();
   DataStreamServer(const DataStreamServer&) = delete;
   DataStreamServer& operator=(const DataStreamServer&) = delete;
@@ -144,8 +145,9 @@ class DataStreamServer {
   [[nodiscard]] Status Readiness() const;
 
   // `keys` under one format tag and salt scope (the session's, already checked).
-  [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys, const std::string& format_tag,
-                                                uint64_t salt_scope, ExtraBlockSource* extra);
+  [[nodiscard]] Result<StreamGetOpened> OpenGet(std::span<const BlockKey> keys,
+                                                const std::string& format_tag, uint64_t salt_scope,
+                                                ExtraBlockSource* extra);
   // A session for keyed gets or keyed puts (protocol.h; stream_session.h says what each
   // runs under), with the caller's rights already checked: its salt scope, and
   // `any_scope` only for a node's credential. The ticket's total_bytes is 0. A keyed get

@@ -45,7 +45,8 @@ class DataStreamTest : public DataStreamFixture {
   // Buffers sized by the headers the open answered (empty for absent blocks).
   static std::vector<std::vector<uint8_t>> Buffers(const StreamGetOpened& opened) {
     std::vector<std::vector<uint8_t>> buffers;
-    for (const auto& header : opened.headers) buffers.emplace_back(header ? header->payload_bytes : 0);
+    for (const auto& header : opened.headers)
+      buffers.emplace_back(header ? header->payload_bytes : 0);
     return buffers;
   }
   static std::vector<std::span<uint8_t>> Spans(std::vector<std::vector<uint8_t>>& buffers) {
@@ -54,7 +55,8 @@ class DataStreamTest : public DataStreamFixture {
 };
 
 TEST_F(DataStreamTest, PutThenGetMovesEveryByteAndReportsAbsentBlocks) {
-  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+  const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes),
+                                      MakeBlock(3, 4096)};
   auto client = Client();
   ASSERT_EQ(client->Put(OpenPut(blocks), Payloads(blocks)).value(), 3u);
 
@@ -64,9 +66,11 @@ TEST_F(DataStreamTest, PutThenGetMovesEveryByteAndReportsAbsentBlocks) {
   EXPECT_FALSE(opened.headers[1]);
   EXPECT_EQ(opened.ticket.total_bytes, 2 * kBlockBytes + 4096);
   auto buffers = Buffers(opened);
-  const auto states = client->Get(opened.ticket, Spans(buffers)).value();  // the same connection again
-  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kMissing,
-                                                   StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  const auto states =
+      client->Get(opened.ticket, Spans(buffers)).value();  // the same connection again
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{
+                        StreamBlockState::kPresent, StreamBlockState::kMissing,
+                        StreamBlockState::kPresent, StreamBlockState::kPresent}));
   EXPECT_EQ(buffers[0], blocks[0].payload);
   EXPECT_EQ(buffers[2], blocks[2].payload);
   EXPECT_EQ(buffers[3], blocks[1].payload);
@@ -89,7 +93,8 @@ TEST_F(DataStreamTest, ClientsOnSeveralLoopsTransferInParallel) {
       auto client = Client();
       for (int round = 0; round < kRounds; ++round) {
         const uint64_t first = 100 * c + 10 * round;
-        const std::vector<TestBlock> blocks{MakeBlock(first, kBlockBytes), MakeBlock(first + 1, kBlockBytes)};
+        const std::vector<TestBlock> blocks{MakeBlock(first, kBlockBytes),
+                                            MakeBlock(first + 1, kBlockBytes)};
         if (client->Put(OpenPut(blocks), Payloads(blocks)).value_or(0) != 2) ++failures;
         const StreamGetOpened opened = OpenGet({first, first + 1});
         auto buffers = Buffers(opened);
@@ -116,15 +121,17 @@ TEST_F(DataStreamTest, ABlockEvictedBetweenOpenAndSendArrivesAsMissing) {
   for (const uint32_t loops : {1u, 2u}) {
     SCOPED_TRACE(std::to_string(loops) + " loops");
     Start({.threads = loops});
-    const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes), MakeBlock(3, 4096)};
+    const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes), MakeBlock(2, kBlockBytes),
+                                        MakeBlock(3, 4096)};
     for (const TestBlock& b : blocks) ASSERT_TRUE(store_->Put(b.header, b.payload).ok());
     const StreamGetOpened opened = OpenGet({1, 2, 3});
     EXPECT_EQ(opened.states, std::vector<StreamBlockState>(3, StreamBlockState::kPresent));
     ASSERT_TRUE(store_->Remove(blocks[0].ref()).ok());  // evicted between open and transfer
     auto buffers = Buffers(opened);
     const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
-    EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kMissing, StreamBlockState::kPresent,
-                                                     StreamBlockState::kPresent}));
+    EXPECT_EQ(states,
+              (std::vector<StreamBlockState>{StreamBlockState::kMissing, StreamBlockState::kPresent,
+                                             StreamBlockState::kPresent}));
     EXPECT_EQ(buffers[1], blocks[1].payload);
     EXPECT_EQ(buffers[2], blocks[2].payload);
     EXPECT_EQ(server_->Stats().bytes_sent, kBlockBytes + 4096);
@@ -147,9 +154,11 @@ bool ReadExactly(int fd, uint8_t* out, size_t bytes) {
 int SendRawGet(const StreamGetOpened& opened) {
   const int fd = testing::ConnectRaw(opened.ticket.data_address);
   if (fd < 0) return -1;
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = opened.ticket.id,
+  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kGet),
+                              .ticket_id = opened.ticket.id,
                               .secret = opened.ticket.secret};
-  if (send(fd, &request, sizeof(request), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(request))) return fd;
+  if (send(fd, &request, sizeof(request), MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof(request)))
+    return fd;
   close(fd);
   return -1;
 }
@@ -187,7 +196,8 @@ TEST_F(DataStreamTest, ABlockOnTheWireKeepsItsBytesWhileTheTierMovesOn) {
   EXPECT_TRUE(Drained());
   const TestBlock after = MakeBlock(13, 16u << 20);
   ASSERT_TRUE(store_->Put(after.header, after.payload).ok());
-  EXPECT_EQ(store_->Stats().host->evictions, 1u) << "block 13 took the freed pages, evicting nothing";
+  EXPECT_EQ(store_->Stats().host->evictions, 1u)
+      << "block 13 took the freed pages, evicting nothing";
 }
 
 // A client takes the reply of a 24 MiB get and a little of the block, then goes (closes
@@ -240,13 +250,19 @@ TEST_P(DataStreamLoops, ABlockCorruptOnDiskArrivesAsCorruptNeverAsBytes) {
   auto store = open_store();
   auto server = DataStreamServer::Create({.store = store.get(), .threads = GetParam()}).value();
   const std::vector<BlockKey> keys = {good.header.key, bad.header.key};
-  const StreamGetOpened opened = server->OpenGet(keys, storage::testing::kFormat, kScope, nullptr).value();
+  const StreamGetOpened opened =
+      server->OpenGet(keys, storage::testing::kFormat, kScope, nullptr).value();
   std::vector<std::vector<uint8_t>> buffers;
-  for (const auto& header : opened.headers) buffers.emplace_back(header ? header->payload_bytes : 0);
-  auto client = DataStreamClient::Connect({.address = server->address(), .timeout = std::chrono::seconds(5)}).value();
+  for (const auto& header : opened.headers)
+    buffers.emplace_back(header ? header->payload_bytes : 0);
+  auto client =
+      DataStreamClient::Connect({.address = server->address(), .timeout = std::chrono::seconds(5)})
+          .value();
   const auto states =
-      client->Get(opened.ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())).value();
-  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kCorrupt}));
+      client->Get(opened.ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end()))
+          .value();
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent,
+                                                   StreamBlockState::kCorrupt}));
   EXPECT_EQ(buffers[0], good.payload);
   EXPECT_FALSE(store->Contains(bad.ref())) << "deleted by the tier that found it";
 }
@@ -273,7 +289,8 @@ TEST_F(DataStreamTest, AWrongSecretIsRefusedAndTheOwnerStillTransfers) {
   const auto refused = Client()->Put(guessed, Payloads(blocks));
   EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
   EXPECT_FALSE(store_->Contains(blocks[0].ref())) << "nothing stored by the guess";
-  EXPECT_TRUE(Client()->Put(ticket, Payloads(blocks)).ok()) << "the owner's ticket survived the guess";
+  EXPECT_TRUE(Client()->Put(ticket, Payloads(blocks)).ok())
+      << "the owner's ticket survived the guess";
   EXPECT_TRUE(store_->Contains(blocks[0].ref()));
   EXPECT_TRUE(Drained());
 }
@@ -294,7 +311,8 @@ TEST_F(DataStreamTest, APutWithACorruptBlockStoresNothingOfItsBatch) {
   blocks[1].payload[100] ^= 0xFF;  // damaged after its checksum was taken
   const auto refused = Client()->Put(ticket, Payloads(blocks));
   ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("block 1"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("block 1"), std::string::npos)
+      << refused.status().message();
   EXPECT_FALSE(store_->Contains(blocks[0].ref()));
   EXPECT_FALSE(store_->Contains(blocks[1].ref()));
 }
@@ -307,15 +325,17 @@ TEST_F(DataStreamTest, AClientThatDiesMidPutFreesItsStagingAndStoresNothing) {
   const std::vector<TestBlock> blocks{MakeBlock(1, kBlockBytes)};
   const TransferTicket ticket = OpenPut(blocks);
   // A raw connection: the request and half the payload, then gone.
-  const StreamRequest request{.op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id,
-                              .secret = ticket.secret};
+  const StreamRequest request{
+      .op = static_cast<uint32_t>(StreamOp::kPut), .ticket_id = ticket.id, .secret = ticket.secret};
   std::string bytes(reinterpret_cast<const char*>(&request), sizeof(request));
   bytes.append(reinterpret_cast<const char*>(blocks[0].payload.data()), kBlockBytes / 2);
-  ASSERT_TRUE(testing::SendRaw(ticket.data_address, bytes, std::chrono::milliseconds(50)).connected);
+  ASSERT_TRUE(
+      testing::SendRaw(ticket.data_address, bytes, std::chrono::milliseconds(50)).connected);
   EXPECT_TRUE(Drained());
   EXPECT_FALSE(store_->Contains(blocks[0].ref()));
   const TestBlock whole = MakeBlock(2, 1u << 20);
-  EXPECT_TRUE(store_->Put(whole.header, whole.payload).ok()) << "the reserved pages were given back";
+  EXPECT_TRUE(store_->Put(whole.header, whole.payload).ok())
+      << "the reserved pages were given back";
   EXPECT_EQ(store_->Stats().host->evictions, 0u);
 }
 
@@ -361,19 +381,22 @@ TEST_F(DataStreamTest, AGetOfTheHostTiersBlocksStagesNothingWhileItsTicketWaits)
     blocks.push_back(MakeBlock(id, 1u << 20));
     ASSERT_TRUE(store_->Put(blocks.back().header, blocks.back().payload).ok());
   }
-  const Result<StreamGetOpened> open = server_->OpenGet(Keys({1, 2, 3, 4}), storage::testing::kFormat, kScope, nullptr);
+  const Result<StreamGetOpened> open =
+      server_->OpenGet(Keys({1, 2, 3, 4}), storage::testing::kFormat, kScope, nullptr);
   ASSERT_TRUE(open.ok()) << open.status();
   const StreamGetOpened& opened = *open;
   EXPECT_EQ(opened.states, std::vector<StreamBlockState>(4, StreamBlockState::kPresent));
   EXPECT_EQ(server_->Stats().staged_bytes, 0u);
   const std::vector<TestBlock> put{MakeBlock(9, 1u << 20)};
-  ASSERT_TRUE(Client()->Put(OpenPut(put), Payloads(put)).ok()) << "the whole bound was free for a put";
+  ASSERT_TRUE(Client()->Put(OpenPut(put), Payloads(put)).ok())
+      << "the whole bound was free for a put";
 
   auto buffers = Buffers(opened);
   const auto states = Client()->Get(opened.ticket, Spans(buffers));
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ(*states, std::vector<StreamBlockState>(4, StreamBlockState::kPresent));
-  for (size_t i = 0; i < blocks.size(); ++i) EXPECT_EQ(buffers[i], blocks[i].payload) << "block " << i + 1;
+  for (size_t i = 0; i < blocks.size(); ++i)
+    EXPECT_EQ(buffers[i], blocks[i].payload) << "block " << i + 1;
   EXPECT_TRUE(Drained());
 }
 
@@ -386,8 +409,11 @@ TEST_F(DataStreamTest, AGetOfTheHostTiersBlocksStagesNothingWhileItsTicketWaits)
 TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefusedToRetry) {
   kvtier::testing::TempDir dir;
   server_.reset();
-  store_ = storage::TieredStore::Create(storage::testing::HostOverDisk(4u << 20, dir.path())).value();
-  server_ = DataStreamServer::Create({.store = store_.get(), .max_staged_bytes = 2ull << 20, .clock = &clock_}).value();
+  store_ =
+      storage::TieredStore::Create(storage::testing::HostOverDisk(4u << 20, dir.path())).value();
+  server_ = DataStreamServer::Create(
+                {.store = store_.get(), .max_staged_bytes = 2ull << 20, .clock = &clock_})
+                .value();
 
   const TestBlock block = MakeBlock(1, 256 * 1024);
   ASSERT_TRUE(store_->Put(block.header, block.payload).ok());
@@ -397,7 +423,8 @@ TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefus
     const TestBlock filler = MakeBlock(id, 1536 * 1024);
     ASSERT_TRUE(store_->Put(filler.header, filler.payload).ok());
   }
-  ASSERT_EQ(store_->PinInHost(block.ref()).status().code(), StatusCode::kNotFound) << "block 1 is on disk only";
+  ASSERT_EQ(store_->PinInHost(block.ref()).status().code(), StatusCode::kNotFound)
+      << "block 1 is on disk only";
 
   const std::vector<TestBlock> put{MakeBlock(9, 1536 * 1024)};  // its open takes the 2 MiB
   const TransferTicket put_ticket = OpenPut(put);
@@ -405,7 +432,8 @@ TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefus
   auto client = Client();
   const auto refused = client->Get(opened.ticket, Spans(buffers));
   ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status();
-  EXPECT_NE(refused.status().message().find("not in host memory"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("not in host memory"), std::string::npos)
+      << refused.status();
   EXPECT_TRUE(store_->Contains(block.ref())) << "a refused get loses nothing";
 
   const auto put_done = Client()->Put(put_ticket, Payloads(put));
@@ -444,7 +472,8 @@ TEST_F(DataStreamTest, TransfersAreCountedInTheNodesMetrics) {
   std::string text;
   testing::WaitUntil([&] {
     text = registry.Exposition();
-    return std::all_of(want.begin(), want.end(), [&](const std::string& w) { return text.find(w) != std::string::npos; });
+    return std::all_of(want.begin(), want.end(),
+                       [&](const std::string& w) { return text.find(w) != std::string::npos; });
   });
   for (const std::string& w : want) EXPECT_NE(text.find(w), std::string::npos) << w << "\n" << text;
 }
@@ -454,7 +483,8 @@ TEST_F(DataStreamTest, AHeaderThatCannotDescribeABlockIsRefusedAtOpen) {
   block.header.priority = 101;
   const auto refused = server_->OpenPut({block.header});
   ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.status().message().find("block 0"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("block 0"), std::string::npos)
+      << refused.status().message();
   EXPECT_EQ(server_->Stats().tickets_open, 0u);
 }
 
@@ -483,7 +513,8 @@ TEST_F(DataStreamTest, BlocksOutsideTheTiersAreServedFromTheExtraSource) {
   const StreamGetOpened opened = OpenGet({1, 2}, &pool);
   auto buffers = Buffers(opened);
   const auto states = Client()->Get(opened.ticket, Spans(buffers)).value();
-  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent, StreamBlockState::kPresent}));
+  EXPECT_EQ(states, (std::vector<StreamBlockState>{StreamBlockState::kPresent,
+                                                   StreamBlockState::kPresent}));
   EXPECT_EQ(buffers[0], in_tiers.payload);
   EXPECT_EQ(buffers[1], MakeBlock(2, kBlockBytes).payload);
 }
@@ -491,8 +522,8 @@ TEST_F(DataStreamTest, BlocksOutsideTheTiersAreServedFromTheExtraSource) {
 TEST_F(DataStreamTest, ARequestThatIsNotOursIsRefusedByName) {
   const TransferTicket ticket = OpenPut({MakeBlock(1, 4096)});
   // An HTTP client on the wrong port: the magic does not match.
-  const testing::RawExchange exchange =
-      testing::SendRaw(ticket.data_address, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
+  const testing::RawExchange exchange = testing::SendRaw(
+      ticket.data_address, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::chrono::seconds(5));
   EXPECT_TRUE(exchange.peer_closed) << "the node closes after its refusal";
   StreamReply reply;
   ASSERT_GE(exchange.received.size(), sizeof(reply));

@@ -23,7 +23,8 @@
 // trip per transfer and a busy RPC thread
 // (docs/history/benchmarks-2026-11.md#keyed-gets-under-a-get-session-and-at-least-two-stream-loops-2026-11-24-stop-29).
 //   request  StreamRequest{magic, kGetKeys, session id, session secret}
-//            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <= kMaxStreamKeys
+//            StreamKeysHead{count, acked}, then `count` keys (u64 hi, u64 lo), count <=
+//            kMaxStreamKeys
 //   reply    StreamReply as for get (`blocks` = count), then u64 header_bytes, then the
 //            `blocks` state bytes padded to a multiple of 8, then `header_bytes` of the
 //            present blocks' headers in order (storage/block_header.h's encoding, the
@@ -63,7 +64,8 @@
 
 namespace kvtier::store {
 
-static_assert(std::endian::native == std::endian::little, "the data stream's framing is little-endian");
+static_assert(std::endian::native == std::endian::little,
+              "the data stream's framing is little-endian");
 
 struct TransferTicket {
   uint64_t id = 0;
@@ -75,7 +77,9 @@ struct TransferTicket {
 enum class StreamOp : uint32_t { kGet = 1, kPut = 2, kGetKeys = 3, kPutHeaders = 4, kAck = 5 };
 
 // A put of either kind (a ticket's, or a put session's keyed put).
-inline constexpr bool IsPut(StreamOp op) { return op == StreamOp::kPut || op == StreamOp::kPutHeaders; }
+inline constexpr bool IsPut(StreamOp op) {
+  return op == StreamOp::kPut || op == StreamOp::kPutHeaders;
+}
 
 enum class StreamBlockState : uint8_t {
   kPresent = 0,
@@ -129,11 +133,14 @@ inline std::optional<HostPort> SplitHostPort(std::string_view address) {
   const size_t colon = address.rfind(':');
   if (colon == std::string_view::npos || colon + 1 == address.size()) return std::nullopt;
   std::string_view host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return HostPort{std::string(host), std::string(address.substr(colon + 1))};
 }
 
 // The state bytes of a get reply, padded so that the payloads start 8-byte aligned.
-inline constexpr uint64_t PaddedStateBytes(uint32_t blocks) { return (uint64_t{blocks} + 7) / 8 * 8; }
+inline constexpr uint64_t PaddedStateBytes(uint32_t blocks) {
+  return (uint64_t{blocks} + 7) / 8 * 8;
+}
 
 }  // namespace kvtier::store

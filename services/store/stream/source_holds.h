@@ -30,12 +30,15 @@ namespace kvtier::store {
 class SourceHolds {
  public:
   SourceHolds() = default;
-  explicit SourceHolds(std::shared_ptr<ExtraBlockSource> source) : source_(source.get()), owner_(std::move(source)) {}
+  explicit SourceHolds(std::shared_ptr<ExtraBlockSource> source)
+      : source_(source.get()), owner_(std::move(source)) {}
   // REQUIRES: `source` outlives this object.
   explicit SourceHolds(ExtraBlockSource& source) : source_(&source) {}
   SourceHolds(SourceHolds&& other) noexcept
-      : source_(std::exchange(other.source_, nullptr)), owner_(std::move(other.owner_)),
-        holds_(std::exchange(other.holds_, {})), checksums_(std::exchange(other.checksums_, {})) {}
+      : source_(std::exchange(other.source_, nullptr)),
+        owner_(std::move(other.owner_)),
+        holds_(std::exchange(other.holds_, {})),
+        checksums_(std::exchange(other.checksums_, {})) {}
   // Gives this object's own holds back first.
   SourceHolds& operator=(SourceHolds&& other) noexcept;
   SourceHolds(const SourceHolds&) = delete;

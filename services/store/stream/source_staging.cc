@@ -10,7 +10,8 @@ namespace kvtier::store {
 namespace {
 
 // Slot i's block staged or held: present, with the header of the bytes in `bytes`.
-void Found(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header, std::span<const uint8_t> bytes) {
+void Found(OpenTransfer& transfer, uint32_t i, storage::BlockHeader header,
+           std::span<const uint8_t> bytes) {
   transfer.states[i] = StreamBlockState::kPresent;
   transfer.slots[i].header = static_cast<uint32_t>(transfer.headers.size());
   transfer.headers.push_back(WithChecksum(std::move(header), bytes));  // on the caller's thread
@@ -50,11 +51,17 @@ struct Copies {
 // one at positions[k] of the get.
 class FromSource {
  public:
-  FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held, std::span<const BlockKey> keys,
-             std::span<const uint32_t> positions, OpenTransfer& transfer)
-      : source_(source), holds_(holds), send_held_(send_held), positions_(positions), transfer_(transfer) {
+  FromSource(ExtraBlockSource& source, SourceHolds& holds, bool send_held,
+             std::span<const BlockKey> keys, std::span<const uint32_t> positions,
+             OpenTransfer& transfer)
+      : source_(source),
+        holds_(holds),
+        send_held_(send_held),
+        positions_(positions),
+        transfer_(transfer) {
     refs_.reserve(positions.size());
-    for (uint32_t i : positions) refs_.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
+    for (uint32_t i : positions)
+      refs_.push_back({keys[i], transfer.format_tag, transfer.salt_scope});
   }
 
   Status Run(StagingPool& staging, uint64_t max_block_bytes) {
@@ -74,7 +81,8 @@ class FromSource {
       if (send_held_ && !held.empty()) {
         SendFrom(k, held);
       } else {
-        AddReserving(send_held_ && found_[k]->held_apart ? to_send_apart : staged, k, positions_.size() - k);
+        AddReserving(send_held_ && found_[k]->held_apart ? to_send_apart : staged, k,
+                     positions_.size() - k);
       }
     }
     if (!to_send_apart.empty() && !SendApartFromStaging(to_send_apart)) {
@@ -90,11 +98,13 @@ class FromSource {
   Status Stage(std::span<const uint32_t> staged, StagingPool& staging) {
     uint64_t total = 0;
     for (const uint32_t k : staged) {
-      transfer_.slots[positions_[k]] = GetSlot{.offset = total, .bytes = found_[k]->header.payload_bytes};
+      transfer_.slots[positions_[k]] =
+          GetSlot{.offset = total, .bytes = found_[k]->header.payload_bytes};
       total += found_[k]->header.payload_bytes;
     }
     Result<StagingBuffer> taken = staging.Take(total);
-    if (!taken.ok()) return taken.status().WithContext("staging the get's blocks outside the node's tiers");
+    if (!taken.ok())
+      return taken.status().WithContext("staging the get's blocks outside the node's tiers");
     transfer_.buffer = std::move(*taken);
     Copies apart, unheld;
     for (size_t j = 0; j < staged.size(); ++j) {
@@ -186,22 +196,24 @@ class FromSource {
   const bool send_held_;
   const std::span<const uint32_t> positions_;
   OpenTransfer& transfer_;
-  std::vector<storage::BlockRef> refs_;       // block k's
-  std::vector<Result<HeldBlock>> found_;      // what HoldBatch said of block k
-  std::vector<size_t> hold_of_;               // of a held block k: its index in `holds_`
+  std::vector<storage::BlockRef> refs_;   // block k's
+  std::vector<Result<HeldBlock>> found_;  // what HoldBatch said of block k
+  std::vector<size_t> hold_of_;           // of a held block k: its index in `holds_`
 };
 
 }  // namespace
 
-Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys, std::span<const uint32_t> positions,
-                       StagingPool& staging, uint64_t max_block_bytes, OpenTransfer& transfer) {
+Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys,
+                       std::span<const uint32_t> positions, StagingPool& staging,
+                       uint64_t max_block_bytes, OpenTransfer& transfer) {
   SourceHolds holds(source);  // given back by FromSource, or on the way out of an error
-  return FromSource(source, holds, /*send_held=*/false, keys, positions, transfer).Run(staging, max_block_bytes);
+  return FromSource(source, holds, /*send_held=*/false, keys, positions, transfer)
+      .Run(staging, max_block_bytes);
 }
 
 Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source, std::span<const BlockKey> keys,
-                      std::span<const uint32_t> positions, StagingPool& staging, uint64_t max_block_bytes,
-                      OpenTransfer& transfer) {
+                      std::span<const uint32_t> positions, StagingPool& staging,
+                      uint64_t max_block_bytes, OpenTransfer& transfer) {
   ExtraBlockSource& read_from = *source;
   transfer.source_holds = SourceHolds(std::move(source));
   return FromSource(read_from, transfer.source_holds, /*send_held=*/true, keys, positions, transfer)

@@ -43,7 +43,8 @@ namespace kvtier::store {
 [[nodiscard]] Status StageFromSource(ExtraBlockSource& source, std::span<const BlockKey> keys,
                                      std::span<const uint32_t> positions, StagingPool& staging,
                                      uint64_t max_block_bytes, OpenTransfer& transfer);
-[[nodiscard]] Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source, std::span<const BlockKey> keys,
+[[nodiscard]] Status HoldFromSource(std::shared_ptr<ExtraBlockSource> source,
+                                    std::span<const BlockKey> keys,
                                     std::span<const uint32_t> positions, StagingPool& staging,
                                     uint64_t max_block_bytes, OpenTransfer& transfer);
 

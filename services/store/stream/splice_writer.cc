@@ -46,13 +46,14 @@ void TakePendingSigpipe() {
 
 Result<std::unique_ptr<SpliceWriter>> SpliceWriter::Create() {
   int fds[2];
-  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return UnavailableError(std::string("pipe2: ") + std::strerror(errno));
+  if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0)
+    return UnavailableError(std::string("pipe2: ") + std::strerror(errno));
   std::unique_ptr<SpliceWriter> writer(new SpliceWriter(fds[0], fds[1]));
   const int size = fcntl(fds[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
   const int got = size > 0 ? size : fcntl(fds[1], F_GETPIPE_SZ);
   if (got < static_cast<int>(kMinPipeBytes)) {
-    return UnavailableError("the kernel gives this process a pipe of " + std::to_string(got) + " bytes; splicing needs " +
-                            std::to_string(kMinPipeBytes));
+    return UnavailableError("the kernel gives this process a pipe of " + std::to_string(got) +
+                            " bytes; splicing needs " + std::to_string(kMinPipeBytes));
   }
   return writer;
 }
@@ -112,7 +113,8 @@ Result<bool> SpliceWriter::Write(int socket) {
 Result<bool> SpliceWriter::DrainPipe(int socket) {
   while (in_pipe_ > 0) {
     const unsigned more = next_ < iov_.size() ? SPLICE_F_MORE : 0;
-    const ssize_t n = splice(pipe_[0], nullptr, socket, nullptr, in_pipe_, SPLICE_F_MOVE | SPLICE_F_NONBLOCK | more);
+    const ssize_t n = splice(pipe_[0], nullptr, socket, nullptr, in_pipe_,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK | more);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return false;
     if (n < 0 && errno == EPIPE) TakePendingSigpipe();

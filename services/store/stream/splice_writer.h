@@ -64,9 +64,9 @@ class SpliceWriter {
   int pipe_[2];
   std::vector<iovec> iov_;
   std::vector<uint8_t> lend_;
-  size_t next_ = 0;         // first range with bytes left
-  size_t in_pipe_ = 0;      // lent bytes in the pipe, not yet in the socket
-  bool can_lend_ = true;    // false once vmsplice refused a range's memory
+  size_t next_ = 0;       // first range with bytes left
+  size_t in_pipe_ = 0;    // lent bytes in the pipe, not yet in the socket
+  bool can_lend_ = true;  // false once vmsplice refused a range's memory
   uint64_t lent_bytes_ = 0;
 };
 

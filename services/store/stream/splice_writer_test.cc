@@ -80,7 +80,8 @@ std::vector<uint8_t> Pattern(size_t bytes, uint8_t seed) {
 TEST(SpliceWriterTest, CopiedAndLentRangesArriveInOrderThroughAFullSocket) {
   Connection connection;
   std::unique_ptr<SpliceWriter> writer = SpliceWriter::Create().value();
-  const std::vector<uint8_t> head = Pattern(24, 1), states = Pattern(8, 2), middle = Pattern(100, 3);
+  const std::vector<uint8_t> head = Pattern(24, 1), states = Pattern(8, 2),
+                             middle = Pattern(100, 3);
   const size_t kRange = 64 * 1024;
   alignas(4096) static uint8_t lent[48 * kRange];
   const std::vector<uint8_t> lent_bytes = Pattern(sizeof(lent), 4);
@@ -126,7 +127,8 @@ TEST(SpliceWriterTest, ASecondReplyFollowsTheFirst) {
     EXPECT_EQ(writer->lent_bytes(), sizeof(page)) << "lent_bytes counts the current reply only";
   }
   reader.join();
-  EXPECT_EQ(std::count(received.begin(), received.begin() + sizeof(pages[0]), 'a'), sizeof(pages[0]));
+  EXPECT_EQ(std::count(received.begin(), received.begin() + sizeof(pages[0]), 'a'),
+            sizeof(pages[0]));
   EXPECT_EQ(std::count(received.begin() + sizeof(pages[0]), received.end(), 'b'), sizeof(pages[1]));
 }
 
@@ -142,7 +144,8 @@ TEST(SpliceWriterTest, AClosedPeerIsUnavailable) {
   writer->Add(pages, sizeof(pages), /*lend=*/true);
   Result<bool> done = WriteAll(*writer, connection.sender);
   EXPECT_EQ(done.status().code(), StatusCode::kUnavailable) << done.status();
-  EXPECT_NE(done.status().message().find("splice into the socket"), std::string::npos) << done.status();
+  EXPECT_NE(done.status().message().find("splice into the socket"), std::string::npos)
+      << done.status();
 }
 
 }  // namespace

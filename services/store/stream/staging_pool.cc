@@ -14,8 +14,10 @@ constexpr uint64_t kGranule = 1ull << 20;
 }  // namespace
 
 StagingBuffer::StagingBuffer(StagingBuffer&& other) noexcept
-    : pool_(std::exchange(other.pool_, nullptr)), data_(std::move(other.data_)),
-      size_(std::exchange(other.size_, 0)), capacity_(std::exchange(other.capacity_, 0)) {}
+    : pool_(std::exchange(other.pool_, nullptr)),
+      data_(std::move(other.data_)),
+      size_(std::exchange(other.size_, 0)),
+      capacity_(std::exchange(other.capacity_, 0)) {}
 
 StagingBuffer& StagingBuffer::operator=(StagingBuffer&& other) noexcept {
   if (this != &other) {
@@ -37,10 +39,12 @@ void StagingBuffer::Release() {
 }
 
 Result<StagingBuffer> StagingPool::Take(uint64_t bytes) {
-  const uint64_t capacity = std::max<uint64_t>(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
+  const uint64_t capacity =
+      std::max<uint64_t>(kGranule, (bytes + kGranule - 1) / kGranule * kGranule);
   if (capacity > max_bytes_) {
-    return InvalidArgumentError("a transfer of " + std::to_string(bytes) + " bytes exceeds the data stream's " +
-                                std::to_string(max_bytes_) + "-byte staging bound");
+    return InvalidArgumentError("a transfer of " + std::to_string(bytes) +
+                                " bytes exceeds the data stream's " + std::to_string(max_bytes_) +
+                                "-byte staging bound");
   }
   StagingBuffer buffer;
   std::vector<Free> dropped;  // freed after the lock is released
@@ -48,8 +52,9 @@ Result<StagingBuffer> StagingPool::Take(uint64_t bytes) {
     MutexLock lock(mu_);
     const uint64_t available = max_bytes_ - in_use_;
     if (capacity > available) {
-      return ResourceExhaustedError("the data stream has " + std::to_string(in_use_) + " bytes in flight (bound " +
-                                    std::to_string(max_bytes_) + "); retry when transfers finish");
+      return ResourceExhaustedError("the data stream has " + std::to_string(in_use_) +
+                                    " bytes in flight (bound " + std::to_string(max_bytes_) +
+                                    "); retry when transfers finish");
     }
     // Best fit among the cached buffers of at least this size, and at most twice it (a
     // much larger one would hold bound that other transfers could use).
@@ -76,7 +81,8 @@ Result<StagingBuffer> StagingPool::Take(uint64_t bytes) {
     in_use_ += buffer.capacity_;
   }
   if (buffer.data_ == nullptr) {
-    buffer.data_.reset(new uint8_t[capacity]);  // uninitialised: every byte is written before it is read
+    buffer.data_.reset(
+        new uint8_t[capacity]);  // uninitialised: every byte is written before it is read
   }
   buffer.pool_ = this;
   buffer.size_ = bytes;

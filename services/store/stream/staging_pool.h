@@ -73,7 +73,7 @@ class StagingPool {
 
   const uint64_t max_bytes_;
   mutable Mutex mu_;
-  uint64_t in_use_ KVTIER_GUARDED_BY(mu_) = 0;       // capacity of the buffers handed out
+  uint64_t in_use_ KVTIER_GUARDED_BY(mu_) = 0;        // capacity of the buffers handed out
   uint64_t cached_bytes_ KVTIER_GUARDED_BY(mu_) = 0;  // capacity of `free_`
   std::vector<Free> free_ KVTIER_GUARDED_BY(mu_);
 };

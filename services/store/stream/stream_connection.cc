@@ -5,7 +5,9 @@
 namespace kvtier::store {
 
 StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
-    : context_(context), socket_(std::move(socket)), timer_(socket_.get_executor()),
+    : context_(context),
+      socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
       lent_timer_(socket_.get_executor()) {
   asio::error_code ignored;
   socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
@@ -13,7 +15,8 @@ StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::
 
 StreamConnection::~StreamConnection() {
   UnpinAllLent(/*in_flight=*/reply_lent_);
-  if (admission_id_ != 0 && context_.admission != nullptr) context_.admission->Closed(admission_id_);
+  if (admission_id_ != 0 && context_.admission != nullptr)
+    context_.admission->Closed(admission_id_);
 }
 
 void StreamConnection::Start(ConnectionAdmission::Id admission_id) {
@@ -36,7 +39,8 @@ void StreamConnection::Prove() {
   if (proven_) return;
   proven_ = true;
   ArmTimer();  // the transfer's, in place of the first-request deadline
-  if (admission_id_ != 0 && context_.admission != nullptr) context_.admission->Proven(admission_id_);
+  if (admission_id_ != 0 && context_.admission != nullptr)
+    context_.admission->Proven(admission_id_);
 }
 
 void StreamConnection::ReadRequest() {
@@ -50,8 +54,9 @@ void StreamConnection::ReadRequest() {
     idle_since_ = std::chrono::steady_clock::now();
     if (!lent_timer_armed_) ArmLentTimer(context_.lent_grace);
   }
-  asio::async_read(socket_, asio::buffer(&request_, sizeof(request_)),
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
+  asio::async_read(
+      socket_, asio::buffer(&request_, sizeof(request_)),
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
 }
 
 void StreamConnection::ArmTimer() {
@@ -76,7 +81,8 @@ void StreamConnection::OnRequest(const asio::error_code& ec) {
   if (op == StreamOp::kPutHeaders) return ReadPutHeaders();
   if (op == StreamOp::kAck) return OnAck();
   if (op != StreamOp::kGet && op != StreamOp::kPut) {
-    return Refuse(InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
+    return Refuse(
+        InvalidArgumentError("unknown data stream operation " + std::to_string(request_.op)));
   }
   Result<OpenTransfer> taken = context_.tickets->Take(request_.ticket_id, request_.secret, op);
   if (!taken.ok()) return Refuse(taken.status());
@@ -91,7 +97,8 @@ void StreamConnection::ReadPutPayload() {
   OffLoop(
       context_.disk,
       [self = shared_from_this()] {
-        Result<storage::HostReservation> reserved = self->context_.store->ReserveInHost(self->transfer_.headers);
+        Result<storage::HostReservation> reserved =
+            self->context_.store->ReserveInHost(self->transfer_.headers);
         if (reserved.ok()) self->transfer_.in_place = std::move(*reserved);
       },
       [self = shared_from_this()] { self->ReadPutInto(); });
@@ -99,16 +106,21 @@ void StreamConnection::ReadPutPayload() {
 
 void StreamConnection::ReadPutInto() {
   if (transfer_.in_place.headers().empty()) {  // not reserved: through staging and PutBatch
-    asio::async_read(socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()), WholeRemainder,
-                     [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutPayload(ec); });
+    asio::async_read(
+        socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()),
+        WholeRemainder, [self = shared_from_this()](const asio::error_code& ec, size_t) {
+          self->OnPutPayload(ec);
+        });
     return;
   }
   scatter_.clear();
   for (size_t i = 0; i < transfer_.headers.size(); ++i) {
-    transfer_.in_place.ForEachPiece(i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
+    transfer_.in_place.ForEachPiece(
+        i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
   }
-  asio::async_read(socket_, scatter_, WholeRemainder,
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutInPlace(ec); });
+  asio::async_read(
+      socket_, scatter_, WholeRemainder,
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutInPlace(ec); });
 }
 
 void StreamConnection::OnPutInPlace(const asio::error_code& ec) {
@@ -199,10 +211,12 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   }
   std::span<const uint8_t> out;
   if (slot.read_at_send) {
-    const std::span<uint8_t> into = transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
+    const std::span<uint8_t> into =
+        transfer_.read_at_send.bytes().subspan(*read_offset, slot.bytes);
     *read_offset += slot.bytes;
     storage::BlockHeader header;
-    transfer_.states[i] = ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, into, &header);
+    transfer_.states[i] =
+        ReadFromTiers({slot.key, transfer_.format_tag, transfer_.salt_scope}, into, &header);
     out = into;
     if (keyed() && transfer_.states[i] == StreamBlockState::kPresent) AddSentHeader(i, header);
   } else {
@@ -215,7 +229,8 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
 }
 
 void StreamConnection::AddSentHeader(uint32_t i, const storage::BlockHeader& header) {
-  if (session_ == nullptr || session_->salt.identity()) return storage::EncodeHeader(header, headers_);
+  if (session_ == nullptr || session_->salt.identity())
+    return storage::EncodeHeader(header, headers_);
   storage::BlockHeader named = header;
   named.key = client_keys_[i];
   storage::EncodeHeader(named, headers_);
@@ -230,7 +245,8 @@ bool StreamConnection::PinInPlace(const GetSlot& slot) {
   return true;
 }
 
-StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out,
+StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref,
+                                                 std::span<uint8_t> out,
                                                  storage::BlockHeader* header) {
   Result<storage::TieredHit> hit = context_.store->Get(ref, out);
   if (hit.ok() && hit->header.payload_bytes == out.size()) {
@@ -238,7 +254,8 @@ StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref, s
     return StreamBlockState::kPresent;
   }
   if (hit.ok()) return StreamBlockState::kMissing;  // stored again with another size since the open
-  return hit.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt : StreamBlockState::kMissing;
+  return hit.status().code() == StatusCode::kDataLoss ? StreamBlockState::kCorrupt
+                                                      : StreamBlockState::kMissing;
 }
 
 void StreamConnection::OnPutPayload(const asio::error_code& ec) {
@@ -252,7 +269,8 @@ void StreamConnection::OnPutPayload(const asio::error_code& ec) {
     const auto payload = transfer_.buffer.bytes().subspan(offset, header.payload_bytes);
     offset += header.payload_bytes;
     // Every block is checked before any is stored: a bad one refuses the whole batch.
-    if (Status valid = storage::ValidateBlock(header, payload, context_.max_block_bytes); !valid.ok()) {
+    if (Status valid = storage::ValidateBlock(header, payload, context_.max_block_bytes);
+        !valid.ok()) {
       return Refuse(valid.WithContext("block " + std::to_string(i)));
     }
     items.push_back({header, payload, /*checksum_checked=*/true});
@@ -275,8 +293,10 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
   // The block that failed, not the others of its batch that were refused with it (kAborted).
   const auto cause = [](const Status& s) { return !s.ok() && s.code() != StatusCode::kAborted; };
   auto failed = std::find_if(results.begin(), results.end(), cause);
-  if (failed == results.end()) failed = std::find_if(results.begin(), results.end(), [](const Status& s) { return !s.ok(); });
-  if (failed != results.end()) return Refuse(failed->WithContext("block " + std::to_string(failed - results.begin())));
+  if (failed == results.end())
+    failed = std::find_if(results.begin(), results.end(), [](const Status& s) { return !s.ok(); });
+  if (failed != results.end())
+    return Refuse(failed->WithContext("block " + std::to_string(failed - results.begin())));
   reply_ = StreamReply{};
   reply_.blocks = static_cast<uint32_t>(results.size());
   context_.counters->puts++;
@@ -294,23 +314,26 @@ void StreamConnection::Refuse(const Status& status) {
   reply_ = StreamReply{};
   reply_.code = static_cast<uint32_t>(status.code());
   reply_.message_bytes = static_cast<uint32_t>(message_.size());
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)), asio::const_buffer(message_.data(), message_.size())});
+  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)),
+                  asio::const_buffer(message_.data(), message_.size())});
   lendable_.clear();
   SendReply();
 }
 
 void StreamConnection::SendReply() {
   if (SplicesReply()) return WriteSpliced();
-  asio::async_write(socket_, gather_, WholeRemainder,
-                    [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnReplySent(ec); });
+  asio::async_write(
+      socket_, gather_, WholeRemainder,
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnReplySent(ec); });
 }
 
 void StreamConnection::OnReplySent(const asio::error_code& ec) {
   const bool refused = reply_.code != 0;
   if (!ec && !refused && context_.metrics != nullptr) {
     const auto op = static_cast<StreamOp>(request_.op);
-    context_.metrics->Transferred(op, transfer_.payload_bytes,
-                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+    context_.metrics->Transferred(
+        op, transfer_.payload_bytes,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
   }
   GiveHoldsBack();
   if (!ec && !refused && keyed()) keyed_replies_ = (keyed_replies_ + 1) & kStreamAckedMask;
@@ -336,7 +359,8 @@ void StreamConnection::OnReplySent(const asio::error_code& ec) {
 // the source's loop (its busy moments included), which no stream loop must.
 void StreamConnection::GiveHoldsBack() {
   if (transfer_.source_holds.empty()) return;
-  asio::post(*context_.tier_pool, [holds = std::move(transfer_.source_holds)]() mutable { holds.Release(); });
+  asio::post(*context_.tier_pool,
+             [holds = std::move(transfer_.source_holds)]() mutable { holds.Release(); });
 }
 
 // After a refusal the client may still be sending (a put's payload): read and drop it
@@ -346,10 +370,11 @@ void StreamConnection::Linger() {
   asio::error_code ignored;
   socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
   discard_.resize(size_t{64} * 1024);
-  socket_.async_read_some(asio::buffer(discard_), [self = shared_from_this()](const asio::error_code& ec, size_t) {
-    if (ec) return self->Close();
-    self->Linger();
-  });
+  socket_.async_read_some(asio::buffer(discard_),
+                          [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                            if (ec) return self->Close();
+                            self->Linger();
+                          });
 }
 
 void StreamConnection::Close() {

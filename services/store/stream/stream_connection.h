@@ -38,8 +38,8 @@ struct StreamContext {
   TicketTable* tickets = nullptr;
   storage::TieredStore* store = nullptr;
   StreamCounters* counters = nullptr;
-  StreamMetrics* metrics = nullptr;  // optional
-  StagingPool* staging = nullptr;    // a get's blocks that are not in host memory when sent
+  StreamMetrics* metrics = nullptr;      // optional
+  StagingPool* staging = nullptr;        // a get's blocks that are not in host memory when sent
   StreamAdmission* admission = nullptr;  // optional: told when a connection proves itself, closes
   // Where work that may wait runs, off the loops: tier calls where the store has a disk
   // tier (`disk`), and keyed gets' calls to a session's extra source (reads, holds and
@@ -91,7 +91,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
       work();
       return then();
     }
-    asio::post(*context_.tier_pool, [self = shared_from_this(), work = std::move(work), then = std::move(then)]() mutable {
+    asio::post(*context_.tier_pool, [self = shared_from_this(), work = std::move(work),
+                                     then = std::move(then)]() mutable {
       work();
       asio::post(self->socket_.get_executor(), std::move(then));
     });
@@ -131,7 +132,8 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   bool PinInPlace(const GetSlot& slot);
   // One block of a get from the node's tiers into its slot: its state as sent, and its
   // header in `*header` when present.
-  StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out, storage::BlockHeader* header);
+  StreamBlockState ReadFromTiers(const storage::BlockRef& ref, std::span<uint8_t> out,
+                                 storage::BlockHeader* header);
   // A keyed get's reply carries the header of each block sent.
   // Block `i`'s header, under the key the client named.
   void AddSentHeader(uint32_t i, const storage::BlockHeader& header);
@@ -189,7 +191,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   StreamKeysHead keys_head_;
   std::vector<BlockKey> keys_;
   std::vector<BlockKey> client_keys_;  // a keyed get's keys as sent, where the session salts them
-  Status keyed_opened_;  // OpenKeyedGet's, handed from the tier pool to the loop
+  Status keyed_opened_;                // OpenKeyedGet's, handed from the tier pool to the loop
   StreamHeadersHead headers_head_;
   std::vector<uint8_t> headers_in_;
   uint64_t header_bytes_ = 0;
@@ -222,7 +224,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   ConnectionAdmission::Id admission_id_ = 0;
   void Prove();
   std::chrono::steady_clock::time_point idle_since_;
-  std::vector<int32_t> pin_of_;  // get: block i's index in transfer_.pinned, or -1
+  std::vector<int32_t> pin_of_;                // get: block i's index in transfer_.pinned, or -1
   std::vector<asio::mutable_buffer> scatter_;  // put in place: the reserved pages, in payload order
   std::vector<uint8_t> discard_;
 };

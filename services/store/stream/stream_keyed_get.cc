@@ -22,24 +22,27 @@ void StreamConnection::ReadKeys() {
   if (!session.ok()) return Refuse(session.status());
   Prove();
   session_ = std::move(*session);
-  asio::async_read(socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeysHead(ec); });
+  asio::async_read(
+      socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeysHead(ec); });
 }
 
 void StreamConnection::OnKeysHead(const asio::error_code& ec) {
   if (ec) return Close();
   const bool acks = (keys_head_.acked & kStreamAcksReplies) != 0;
-  if (keys_head_.count == 0 || keys_head_.count > session_->max_blocks || (!acks && keys_head_.acked != 0)) {
-    return Refuse(InvalidArgumentError("a keyed get of " + std::to_string(keys_head_.count) +
-                                       " keys (acked field " + std::to_string(keys_head_.acked) +
-                                       "): it must name 1 to " + std::to_string(session_->max_blocks) +
-                                       " keys, acked 0 or with the acks flag"));
+  if (keys_head_.count == 0 || keys_head_.count > session_->max_blocks ||
+      (!acks && keys_head_.acked != 0)) {
+    return Refuse(InvalidArgumentError(
+        "a keyed get of " + std::to_string(keys_head_.count) + " keys (acked field " +
+        std::to_string(keys_head_.acked) + "): it must name 1 to " +
+        std::to_string(session_->max_blocks) + " keys, acked 0 or with the acks flag"));
   }
   reader_acks_ = acks;
   if (acks) ReleaseRead(keys_head_.acked & kStreamAckedMask);
   keys_.resize(keys_head_.count);
-  asio::async_read(socket_, asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)), WholeRemainder,
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeys(ec); });
+  asio::async_read(
+      socket_, asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)), WholeRemainder,
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeys(ec); });
 }
 
 void StreamConnection::OnKeys(const asio::error_code& ec) {
@@ -79,12 +82,14 @@ Status StreamConnection::OpenKeyedGet() {
       continue;
     }
     transfer_.states[i] = StreamBlockState::kPresent;
-    transfer_.slots[i] = GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
+    transfer_.slots[i] =
+        GetSlot{.bytes = header->payload_bytes, .read_at_send = true, .key = keys_[i]};
   }
   if (session_->extra == nullptr || lacking.empty()) return Status::Ok();
   // Its calls hop to the source's loop; a block whose checksum the source did not keep is
   // hashed here, off that loop. The holds are given back once the reply is sent (SendReply).
-  return HoldFromSource(session_->extra, keys_, lacking, *context_.staging, context_.max_block_bytes, transfer_);
+  return HoldFromSource(session_->extra, keys_, lacking, *context_.staging,
+                        context_.max_block_bytes, transfer_);
 }
 
 }  // namespace kvtier::store

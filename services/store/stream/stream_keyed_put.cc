@@ -17,8 +17,9 @@ void StreamConnection::ReadPutHeaders() {
   if (!session.ok()) return Refuse(session.status());
   Prove();
   session_ = std::move(*session);
-  asio::async_read(socket_, asio::buffer(&headers_head_, sizeof(headers_head_)),
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnHeadersHead(ec); });
+  asio::async_read(
+      socket_, asio::buffer(&headers_head_, sizeof(headers_head_)),
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnHeadersHead(ec); });
 }
 
 void StreamConnection::OnHeadersHead(const asio::error_code& ec) {
@@ -26,16 +27,19 @@ void StreamConnection::OnHeadersHead(const asio::error_code& ec) {
   const uint64_t max_header_bytes = uint64_t{headers_head_.count} * storage::kMaxEncodedHeaderBytes;
   if (headers_head_.count == 0 || headers_head_.count > session_->max_blocks) {
     return Refuse(InvalidArgumentError("a keyed put of " + std::to_string(headers_head_.count) +
-                                       " blocks: it must carry 1 to " + std::to_string(session_->max_blocks)));
+                                       " blocks: it must carry 1 to " +
+                                       std::to_string(session_->max_blocks)));
   }
   if (headers_head_.header_bytes == 0 || headers_head_.header_bytes > max_header_bytes) {
-    return Refuse(InvalidArgumentError("a keyed put of " + std::to_string(headers_head_.count) + " blocks with " +
-                                       std::to_string(headers_head_.header_bytes) + " bytes of headers: at most " +
-                                       std::to_string(max_header_bytes)));
+    return Refuse(
+        InvalidArgumentError("a keyed put of " + std::to_string(headers_head_.count) +
+                             " blocks with " + std::to_string(headers_head_.header_bytes) +
+                             " bytes of headers: at most " + std::to_string(max_header_bytes)));
   }
   headers_in_.resize(headers_head_.header_bytes);
-  asio::async_read(socket_, asio::buffer(headers_in_), WholeRemainder,
-                   [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutHeaders(ec); });
+  asio::async_read(
+      socket_, asio::buffer(headers_in_), WholeRemainder,
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutHeaders(ec); });
 }
 
 void StreamConnection::OnPutHeaders(const asio::error_code& ec) {
@@ -59,18 +63,21 @@ Status StreamConnection::OpenKeyedPut() {
     if (!header.ok()) {
       // A node out of room for new format tags says so (the code tells the sender to
       // back off); malformed is the sender's fault, not data lost on this node.
-      if (header.status().code() == StatusCode::kResourceExhausted) return header.status().WithContext(block);
+      if (header.status().code() == StatusCode::kResourceExhausted)
+        return header.status().WithContext(block);
       return InvalidArgumentError(block + "'s header: " + header.status().message());
     }
     rest = rest.subspan(consumed);
     storage::SaltHeader(session_->salt, *header);
     KVTIER_RETURN_IF_ERROR(ScopeHeader(*header).WithContext(block));
-    KVTIER_RETURN_IF_ERROR(storage::ValidateHeader(*header, context_.max_block_bytes).WithContext(block));
+    KVTIER_RETURN_IF_ERROR(
+        storage::ValidateHeader(*header, context_.max_block_bytes).WithContext(block));
     total += header->payload_bytes;
     transfer_.headers.push_back(std::move(*header));
   }
   if (!rest.empty()) {
-    return InvalidArgumentError(std::to_string(rest.size()) + " bytes after the last of the put's " +
+    return InvalidArgumentError(std::to_string(rest.size()) +
+                                " bytes after the last of the put's " +
                                 std::to_string(headers_head_.count) + " headers");
   }
   if (session_->on_request) {
@@ -90,7 +97,8 @@ Status StreamConnection::ScopeHeader(storage::BlockHeader& header) const {
   if (header.salt_scope == 0) {
     header.salt_scope = session_->salt_scope;
   } else if (header.salt_scope != session_->salt_scope && !session_->any_scope) {
-    return PermissionDeniedError("salt scope " + std::to_string(header.salt_scope) + " is not this put session's");
+    return PermissionDeniedError("salt scope " + std::to_string(header.salt_scope) +
+                                 " is not this put session's");
   }
   return Status::Ok();
 }

@@ -13,21 +13,24 @@
 namespace kvtier::store {
 
 bool StreamConnection::SplicesReply() {
-  if (!context_.lend_pages || reply_.code != 0 || !keyed() || session_ == nullptr || !session_->any_scope ||
-      !reader_acks_ || lent_count_ == kMaxLentReplies || std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
+  if (!context_.lend_pages || reply_.code != 0 || !keyed() || session_ == nullptr ||
+      !session_->any_scope || !reader_acks_ || lent_count_ == kMaxLentReplies ||
+      std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
     return false;
   }
   if (splicer_ == nullptr && !splicer_unavailable_) {
     Result<std::unique_ptr<SpliceWriter>> made = SpliceWriter::Create();
     asio::error_code ec;
-    if (made.ok()) socket_.native_non_blocking(true, ec);  // the splicer's calls must not block the loop
+    if (made.ok())
+      socket_.native_non_blocking(true, ec);  // the splicer's calls must not block the loop
     if (made.ok() && !ec) splicer_ = std::move(*made);
     splicer_unavailable_ = splicer_ == nullptr;  // copied, as before, for this connection's life
   }
   if (splicer_ == nullptr) return false;
   splicer_->Clear();
   lendable_.resize(gather_.size(), 0);
-  for (size_t i = 0; i < gather_.size(); ++i) splicer_->Add(gather_[i].data(), gather_[i].size(), lendable_[i] != 0);
+  for (size_t i = 0; i < gather_.size(); ++i)
+    splicer_->Add(gather_[i].data(), gather_[i].size(), lendable_[i] != 0);
   return true;
 }
 
@@ -36,10 +39,11 @@ void StreamConnection::WriteSpliced() {
   reply_lent_ = splicer_->lent_bytes() > 0;  // also when the write failed: the socket may hold some
   if (!done.ok()) return OnReplySent(asio::error::connection_reset);
   if (*done) return OnReplySent({});
-  socket_.async_wait(asio::socket_base::wait_write, [self = shared_from_this()](const asio::error_code& ec) {
-    if (ec) return self->OnReplySent(ec);
-    self->WriteSpliced();
-  });
+  socket_.async_wait(asio::socket_base::wait_write,
+                     [self = shared_from_this()](const asio::error_code& ec) {
+                       if (ec) return self->OnReplySent(ec);
+                       self->WriteSpliced();
+                     });
 }
 
 void StreamConnection::ParkLent() {
@@ -88,9 +92,11 @@ void StreamConnection::ArmLentTimer(std::chrono::steady_clock::duration after) {
     self->lent_timer_armed_ = false;
     if (ec || self->lent_count_ == 0) return;  // closed, or every lent reply was acked meanwhile
     const auto idle_for = std::chrono::steady_clock::now() - self->idle_since_;
-    if (self->idle_ && idle_for >= self->context_.lent_grace) return self->UnpinAllLent(/*in_flight=*/false);
+    if (self->idle_ && idle_for >= self->context_.lent_grace)
+      return self->UnpinAllLent(/*in_flight=*/false);
     // Busy since, or idle for less: wait out the rest of a grace from when it went idle.
-    self->ArmLentTimer(self->idle_ ? self->context_.lent_grace - idle_for : self->context_.lent_grace);
+    self->ArmLentTimer(self->idle_ ? self->context_.lent_grace - idle_for
+                                   : self->context_.lent_grace);
   });
 }
 

@@ -1,7 +1,7 @@
 // StreamMetrics: Prometheus metrics of a node's data stream (data_stream_server.h).
 //
-//   kvtier_stream_transfers_total{op,result}   counter: op get|put (keyed or not), result ok|refused
-//   kvtier_stream_bytes_total{direction}       counter: payload bytes sent|received
+//   kvtier_stream_transfers_total{op,result}   counter: op get|put (keyed or not), result
+//   ok|refused kvtier_stream_bytes_total{direction}       counter: payload bytes sent|received
 //   kvtier_stream_lent_bytes_total             counter: of those sent, spliced from the host
 //                                              tier's pages (zero copy)
 //   kvtier_stream_transfer_seconds{op}         histogram: request read to reply written
@@ -40,7 +40,7 @@ class StreamMetrics {
  private:
   StreamMetrics() = default;
 
-  Counter* ok_[2] = {};       // [get, put]
+  Counter* ok_[2] = {};  // [get, put]
   Counter* refused_[2] = {};
   Counter* sent_ = nullptr;
   Counter* received_ = nullptr;

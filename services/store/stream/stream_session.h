@@ -31,7 +31,7 @@ struct StreamSession {
   StreamOp op = StreamOp::kGetKeys;  // kGetKeys or kPutHeaders: the one operation it serves
   std::string format_tag = {};       // kGetKeys
   uint64_t salt_scope = 0;
-  bool any_scope = false;            // opened with a node's credential
+  bool any_scope = false;  // opened with a node's credential
   // A tenant's key space (common/block_key.h): the keys a transfer names and the headers
   // it sends are salted on the way in; replies name the client's own keys.
   KeySalt salt = {};

@@ -28,11 +28,13 @@ bool SameSecret(uint64_t a, uint64_t b) {
 // kPermissionDenied for a wrong secret. A wrong secret leaves the entry to its owner: ids
 // are random, so whoever sends one it was not given is guessing 128 bits, not 64.
 template <typename Entries>
-Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id, uint64_t secret, bool of_other_kind,
-                                                  const std::string& kind, const std::string& other_kind) {
+Result<typename Entries::iterator> FindWithSecret(Entries& entries, uint64_t id, uint64_t secret,
+                                                  bool of_other_kind, const std::string& kind,
+                                                  const std::string& other_kind) {
   const auto it = entries.find(id);
   if (it == entries.end()) {
-    if (of_other_kind) return InvalidArgumentError(kind + " " + std::to_string(id) + " is " + other_kind);
+    if (of_other_kind)
+      return InvalidArgumentError(kind + " " + std::to_string(id) + " is " + other_kind);
     return NotFoundError(kind + " " + std::to_string(id) + " is unknown or expired");
   }
   if (!SameSecret(it->second.secret, secret)) {
@@ -64,8 +66,9 @@ Result<TicketTable::Added> TicketTable::FreshIdLocked() const {
 Result<OpenTransfer> TicketTable::Take(uint64_t id, uint64_t secret, StreamOp op) {
   MutexLock lock(mu_);
   SweepLocked();
-  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(open_, id, secret, sessions_.contains(id), "ticket",
-                                                        "a session: it serves keyed transfers only"));
+  KVTIER_ASSIGN_OR_RETURN(const auto it,
+                          FindWithSecret(open_, id, secret, sessions_.contains(id), "ticket",
+                                         "a session: it serves keyed transfers only"));
   if (it->second.transfer.op != op) {
     return InvalidArgumentError("ticket " + std::to_string(id) + " was opened for a " +
                                 (it->second.transfer.op == StreamOp::kGet ? "get" : "put"));
@@ -82,22 +85,28 @@ Result<TicketTable::Added> TicketTable::AddSession(StreamSession session) {
                                   " sessions open, its limit; reuse one");
   }
   KVTIER_ASSIGN_OR_RETURN(const Added added, FreshIdLocked());
-  sessions_.emplace(added.id,
-                    SessionEntry{added.secret, std::make_shared<const StreamSession>(std::move(session)), clock_.Now()});
+  sessions_.emplace(
+      added.id,
+      SessionEntry{added.secret, std::make_shared<const StreamSession>(std::move(session)),
+                   clock_.Now()});
   return added;
 }
 
-Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id, uint64_t secret, StreamOp op) {
+Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id, uint64_t secret,
+                                                                     StreamOp op) {
   MutexLock lock(mu_);
   const Nanos now = clock_.Now();
-  if (const auto idle = sessions_.find(id); idle != sessions_.end() && idle->second.last_used + ttl_ <= now) {
+  if (const auto idle = sessions_.find(id);
+      idle != sessions_.end() && idle->second.last_used + ttl_ <= now) {
     sessions_.erase(idle);  // idle past its ttl: expired
   }
-  KVTIER_ASSIGN_OR_RETURN(const auto it, FindWithSecret(sessions_, id, secret, open_.contains(id), "session",
-                                                        "a transfer's ticket, not a session"));
+  KVTIER_ASSIGN_OR_RETURN(const auto it,
+                          FindWithSecret(sessions_, id, secret, open_.contains(id), "session",
+                                         "a transfer's ticket, not a session"));
   if (it->second.session->op != op) {
     return InvalidArgumentError("session " + std::to_string(id) + " serves keyed " +
-                                (it->second.session->op == StreamOp::kGetKeys ? "gets" : "puts") + " only");
+                                (it->second.session->op == StreamOp::kGetKeys ? "gets" : "puts") +
+                                " only");
   }
   it->second.last_used = now;
   return it->second.session;
@@ -106,7 +115,8 @@ Result<std::shared_ptr<const StreamSession>> TicketTable::UseSession(uint64_t id
 size_t TicketTable::Sweep() {
   MutexLock lock(mu_);
   const Nanos now = clock_.Now();
-  const size_t idle = std::erase_if(sessions_, [&](const auto& entry) { return entry.second.last_used + ttl_ <= now; });
+  const size_t idle = std::erase_if(
+      sessions_, [&](const auto& entry) { return entry.second.last_used + ttl_ <= now; });
   return SweepLocked() + idle;
 }
 

@@ -71,7 +71,7 @@ struct OpenTransfer {
   // get: each block's state (final once sent) and slot (for kPresent blocks).
   std::vector<StreamBlockState> states;
   std::vector<GetSlot> slots;
-  std::string format_tag;      // get: of every block (BlockRef only views it)
+  std::string format_tag;  // get: of every block (BlockRef only views it)
   uint64_t salt_scope = 0;
   uint64_t payload_bytes = 0;  // get: of the blocks sent, once sent; put: received, once stored
   std::vector<storage::PinnedBlock> pinned;  // get: the host tier's blocks on the wire
@@ -106,7 +106,9 @@ class TicketTable {
   // The session, for a transfer of `op`, its idle time reset. Errors as Take
   // (kInvalidArgument for a transfer's ticket or a session of the other operation); a
   // session idle for `ttl` is kNotFound.
-  [[nodiscard]] Result<std::shared_ptr<const StreamSession>> UseSession(uint64_t id, uint64_t secret, StreamOp op);
+  [[nodiscard]] Result<std::shared_ptr<const StreamSession>> UseSession(uint64_t id,
+                                                                        uint64_t secret,
+                                                                        StreamOp op);
 
   // Drops the expired tickets and idle sessions; returns how many.
   size_t Sweep();

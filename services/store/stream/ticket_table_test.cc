@@ -20,9 +20,12 @@ TEST(TicketTableTest, ATicketIsTakenOnceWithItsSecret) {
   const auto other = table.Add(Put()).value();
   EXPECT_NE(added.id, other.id);
   EXPECT_NE(added.secret, other.secret) << "secrets are random, not derived from ids";
-  EXPECT_EQ(table.Take(added.id, added.secret, StreamOp::kGet).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(table.Take(added.id, added.secret, StreamOp::kPut).ok()) << "a wrong op leaves the ticket";
-  EXPECT_EQ(table.Take(added.id, added.secret, StreamOp::kPut).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.Take(added.id, added.secret, StreamOp::kGet).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table.Take(added.id, added.secret, StreamOp::kPut).ok())
+      << "a wrong op leaves the ticket";
+  EXPECT_EQ(table.Take(added.id, added.secret, StreamOp::kPut).status().code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(table.size(), 1u);
 }
 
@@ -47,7 +50,8 @@ TEST(TicketTableTest, TicketsExpireInTheOrderTheyWereAdded) {
   ASSERT_TRUE(table.Take(taken.id, taken.secret, StreamOp::kPut).ok());
   clock.Advance(std::chrono::seconds(15));  // t=35
   EXPECT_EQ(table.Sweep(), 1u);
-  EXPECT_EQ(table.Take(first.id, first.secret, StreamOp::kPut).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.Take(first.id, first.secret, StreamOp::kPut).status().code(),
+            StatusCode::kNotFound);
   EXPECT_TRUE(table.Take(second.id, second.secret, StreamOp::kPut).ok());
   clock.Advance(std::chrono::seconds(30));
   EXPECT_EQ(table.Sweep(), 0u) << "taken tickets do not count as expired";
@@ -67,7 +71,8 @@ TEST(TicketTableTest, IdsAreRandomNotSequential) {
   // Sequential ids would differ by 1; random ones differ in about half their 64 bits.
   EXPECT_GT(std::popcount(first.id ^ second.id), 8);
   EXPECT_GT(std::popcount(second.id ^ session.id), 8);
-  EXPECT_EQ(table.Take(first.id + 1, first.secret, StreamOp::kPut).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.Take(first.id + 1, first.secret, StreamOp::kPut).status().code(),
+            StatusCode::kNotFound);
 }
 
 TEST(TicketTableTest, AGetSessionServesEveryUseWhileUsedWithinItsTtl) {
@@ -84,7 +89,8 @@ TEST(TicketTableTest, AGetSessionServesEveryUseWhileUsedWithinItsTtl) {
   EXPECT_EQ(table.sessions(), 1u);
   EXPECT_EQ(table.size(), 0u) << "a session is not a ticket";
   clock.Advance(std::chrono::seconds(30));  // t=90: idle for the ttl
-  EXPECT_EQ(table.UseSession(added.id, added.secret, StreamOp::kGetKeys).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.UseSession(added.id, added.secret, StreamOp::kGetKeys).status().code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(table.sessions(), 0u);
 }
 
@@ -95,9 +101,10 @@ TEST(TicketTableTest, SweepDropsIdleSessionsOnly) {
   const auto busy = table.AddSession(Session("b")).value();
   clock.Advance(std::chrono::seconds(20));
   ASSERT_TRUE(table.UseSession(busy.id, busy.secret, StreamOp::kGetKeys).ok());  // t=20
-  clock.Advance(std::chrono::seconds(15));                     // t=35
+  clock.Advance(std::chrono::seconds(15));                                       // t=35
   EXPECT_EQ(table.Sweep(), 1u);
-  EXPECT_EQ(table.UseSession(idle.id, idle.secret, StreamOp::kGetKeys).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(table.UseSession(idle.id, idle.secret, StreamOp::kGetKeys).status().code(),
+            StatusCode::kNotFound);
   EXPECT_TRUE(table.UseSession(busy.id, busy.secret, StreamOp::kGetKeys).ok());
 }
 
@@ -107,21 +114,29 @@ TEST(TicketTableTest, SessionsAndTicketsAreNotInterchangeableAndAWrongSecretCost
   const auto session = table.AddSession(Session("fmt")).value();
   const auto ticket = table.Add(Put()).value();
   EXPECT_NE(session.id, ticket.id);
-  EXPECT_EQ(table.Take(session.id, session.secret, StreamOp::kGet).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.UseSession(ticket.id, ticket.secret, StreamOp::kGetKeys).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(table.Take(ticket.id, ticket.secret, StreamOp::kPut).ok()) << "the ticket is still there";
-  EXPECT_EQ(table.UseSession(session.id, session.secret + 1, StreamOp::kGetKeys).status().code(), StatusCode::kPermissionDenied);
-  EXPECT_TRUE(table.UseSession(session.id, session.secret, StreamOp::kGetKeys).ok()) << "a guess costs the owner nothing";
+  EXPECT_EQ(table.Take(session.id, session.secret, StreamOp::kGet).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.UseSession(ticket.id, ticket.secret, StreamOp::kGetKeys).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table.Take(ticket.id, ticket.secret, StreamOp::kPut).ok())
+      << "the ticket is still there";
+  EXPECT_EQ(table.UseSession(session.id, session.secret + 1, StreamOp::kGetKeys).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_TRUE(table.UseSession(session.id, session.secret, StreamOp::kGetKeys).ok())
+      << "a guess costs the owner nothing";
 }
 
 TEST(TicketTableTest, ASessionServesItsOwnOperationOnly) {
   FakeClock clock;
   TicketTable table(clock, std::chrono::seconds(30));
   const auto gets = table.AddSession(Session("fmt")).value();
-  const auto puts = table.AddSession({.op = StreamOp::kPutHeaders, .salt_scope = 9, .any_scope = true}).value();
+  const auto puts =
+      table.AddSession({.op = StreamOp::kPutHeaders, .salt_scope = 9, .any_scope = true}).value();
   EXPECT_EQ(table.sessions(), 2u);
-  EXPECT_EQ(table.UseSession(gets.id, gets.secret, StreamOp::kPutHeaders).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(table.UseSession(puts.id, puts.secret, StreamOp::kGetKeys).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.UseSession(gets.id, gets.secret, StreamOp::kPutHeaders).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(table.UseSession(puts.id, puts.secret, StreamOp::kGetKeys).status().code(),
+            StatusCode::kInvalidArgument);
   // Asking with the right secret for the other operation costs neither session.
   const auto put_session = table.UseSession(puts.id, puts.secret, StreamOp::kPutHeaders);
   ASSERT_TRUE(put_session.ok()) << put_session.status();

@@ -18,15 +18,18 @@ uint32_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
 // A sequence's prompt: its tokens, or only their count, and a key per full block.
 Status CheckSequenceRequest(const SequenceRequest& r, uint32_t tokens_per_block) {
   if (!r.tokens.empty() && r.num_tokens != 0 && r.num_tokens != r.tokens.size()) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " + std::to_string(r.num_tokens) +
-                                " but " + std::to_string(r.tokens.size()) + " tokens");
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " +
+                                std::to_string(r.num_tokens) + " but " +
+                                std::to_string(r.tokens.size()) + " tokens");
   }
   const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
-  if (prompt == 0) return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
+  if (prompt == 0)
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
   if (r.block_keys.size() != prompt / tokens_per_block) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " + std::to_string(prompt) +
-                                " tokens, so " + std::to_string(prompt / tokens_per_block) + " full-block keys, not " +
-                                std::to_string(r.block_keys.size()));
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " +
+                                std::to_string(prompt) + " tokens, so " +
+                                std::to_string(prompt / tokens_per_block) +
+                                " full-block keys, not " + std::to_string(r.block_keys.size()));
   }
   return Status::Ok();
 }
@@ -39,7 +42,8 @@ Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
   for (size_t i = 0; i < retention.size(); ++i) {
     if (retention[i].priority > kvtier::kMaxPriority) {
       return InvalidArgumentError("block " + std::to_string(i) + ": priority " +
-                                  std::to_string(retention[i].priority) + " is out of range [0, 100]");
+                                  std::to_string(retention[i].priority) +
+                                  " is out of range [0, 100]");
     }
   }
   return Status::Ok();
@@ -47,7 +51,8 @@ Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
 
 }  // namespace
 
-Status BlockPool::AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted) {
+Status BlockPool::AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks,
+                                 std::vector<EvictedBlock>* evicted) {
   KVTIER_RETURN_IF_ERROR(impl_->NeedBlocks(count));
   for (uint32_t i = 0; i < count; ++i) {
     blocks->push_back(impl_->TakeBlank(evicted));
@@ -60,9 +65,10 @@ Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   Impl& p = *impl_;
   // The one reference AllocateBlocks gave is the caller's to drop; a sequence's references
   // (FreeSequence drops them) and a reader's or writer's hold (ReleaseBlocks) are not.
-  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].allocated ? 1u : 0u; },
-                                      "not held by AllocateBlocks (a double free, or a sequence's block); "
-                                      "nothing was freed"));
+  KVTIER_RETURN_IF_ERROR(p.CheckDrops(
+      blocks, [&](BlockId b) { return p.metas_[b].allocated ? 1u : 0u; },
+      "not held by AllocateBlocks (a double free, or a sequence's block); "
+      "nothing was freed"));
   for (const BlockId b : blocks) {
     p.metas_[b].allocated = false;
     p.Unref(b);
@@ -70,25 +76,32 @@ Status BlockPool::FreeBlocks(std::span<const BlockId> blocks) {
   return Status::Ok();
 }
 
-Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) { return Hold(blocks, /*committed=*/true); }
+Status BlockPool::HoldBlocks(std::span<const BlockId> blocks) {
+  return Hold(blocks, /*committed=*/true);
+}
 
-Status BlockPool::HoldForWriting(std::span<const BlockId> blocks) { return Hold(blocks, /*committed=*/false); }
+Status BlockPool::HoldForWriting(std::span<const BlockId> blocks) {
+  return Hold(blocks, /*committed=*/false);
+}
 
 Status BlockPool::Hold(std::span<const BlockId> blocks, bool committed) {
   Impl& p = *impl_;
   for (const BlockId b : blocks) {
     if (b >= p.metas_.size()) {
-      return OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+      return OutOfRangeError("block " + std::to_string(b) +
+                             " is not a block of this pool (it has " +
                              std::to_string(p.metas_.size()) + "); nothing was held");
     }
     const BlockMeta& m = p.metas_[b];
     if (committed && !m.committed) {
-      return FailedPreconditionError("block " + std::to_string(b) + " is not committed; nothing was held");
+      return FailedPreconditionError("block " + std::to_string(b) +
+                                     " is not committed; nothing was held");
     }
     if (!committed && (m.committed || m.refs == m.holds)) {
       const char* const why = m.committed ? " is committed" : " is in no sequence";
-      return FailedPreconditionError("block " + std::to_string(b) + why +
-                                     ": only a sequence's blank blocks are held for writing; nothing was held");
+      return FailedPreconditionError(
+          "block " + std::to_string(b) + why +
+          ": only a sequence's blank blocks are held for writing; nothing was held");
     }
   }
   for (const BlockId b : blocks) {
@@ -100,8 +113,9 @@ Status BlockPool::Hold(std::span<const BlockId> blocks, bool committed) {
 
 Status BlockPool::ReleaseBlocks(std::span<const BlockId> blocks) {
   Impl& p = *impl_;
-  KVTIER_RETURN_IF_ERROR(p.CheckDrops(blocks, [&](BlockId b) { return p.metas_[b].holds; },
-                                      "released more often than it is held; nothing was released"));
+  KVTIER_RETURN_IF_ERROR(p.CheckDrops(
+      blocks, [&](BlockId b) { return p.metas_[b].holds; },
+      "released more often than it is held; nothing was released"));
   for (const BlockId b : blocks) {
     if (--p.metas_[b].holds == 0) --p.stats_.held;
     p.Unref(b);
@@ -125,20 +139,23 @@ std::optional<PoolHolding> BlockPool::Find(const BlockKey& key) const {
   const auto it = impl_->index_.find(key);
   if (it == impl_->index_.end()) return std::nullopt;
   const BlockMeta& m = impl_->metas_[it->second];
-  PoolHolding holding{it->second, m.key, m.parent_key, m.first, m.priority, Nanos{0}, m.salt_scope, m.format_tag};
+  PoolHolding holding{it->second, m.key,    m.parent_key, m.first,
+                      m.priority, Nanos{0}, m.salt_scope, m.format_tag};
   holding.checksum = m.checksum;
   return holding;
 }
 
-Status BlockPool::RememberChecksums(std::span<const BlockId> blocks, std::span<const uint64_t> checksums) {
+Status BlockPool::RememberChecksums(std::span<const BlockId> blocks,
+                                    std::span<const uint64_t> checksums) {
   Impl& p = *impl_;
   if (blocks.size() != checksums.size()) {
-    return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " + std::to_string(blocks.size()) +
-                                " blocks; nothing was kept");
+    return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " +
+                                std::to_string(blocks.size()) + " blocks; nothing was kept");
   }
   for (const BlockId b : blocks) {
     if (b >= p.metas_.size()) {
-      return OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+      return OutOfRangeError("block " + std::to_string(b) +
+                             " is not a block of this pool (it has " +
                              std::to_string(p.metas_.size()) + "); nothing was kept");
     }
   }
@@ -159,7 +176,8 @@ std::span<const uint32_t> BlockPool::TokensOf(const BlockKey& key) const {
 Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   Impl& p = *impl_;
   const uint32_t tpb = p.options_.tokens_per_block;
-  if (p.sequences_.contains(r.id)) return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
+  if (p.sequences_.contains(r.id))
+    return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
   KVTIER_RETURN_IF_ERROR(CheckSequenceRequest(r, tpb));
   const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
   SequenceStart start;
@@ -167,12 +185,14 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   const BlockKey parent_key = matched == 0 ? r.root : r.block_keys[matched - 1];
   const auto rest = r.tokens.empty() ? r.tokens : r.tokens.subspan(size_t{matched} * tpb);
   const auto [partial, partial_tokens] = p.BestPartial(parent_key, r.format_tag, rest);
-  const bool in_place = partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
+  const bool in_place =
+      partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
   const uint32_t needed = BlocksFor(prompt, tpb);
   const uint32_t blank = needed - matched - (in_place ? 1 : 0);
   // Feasibility before any change: pinning cached blocks takes them out of the evictable set.
   size_t pinned_evictable = 0;
-  for (uint32_t i = 0; i < matched; ++i) pinned_evictable += p.metas_[p.index_.at(r.block_keys[i])].refs == 0;
+  for (uint32_t i = 0; i < matched; ++i)
+    pinned_evictable += p.metas_[p.index_.at(r.block_keys[i])].refs == 0;
   if (partial != kNoBlock) pinned_evictable += p.metas_[partial].refs == 0;
   KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank + pinned_evictable));
 
@@ -193,7 +213,8 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.block_table.reserve(needed);
   start.evicted.reserve(evictions);
   GrowFor(p.events_, evictions);
-  while (start.block_table.size() < needed) start.block_table.push_back(p.TakeBlank(&start.evicted));
+  while (start.block_table.size() < needed)
+    start.block_table.push_back(p.TakeBlank(&start.evicted));
   if (partial != kNoBlock && !in_place) {
     start.copy = PartialCopy{partial, start.block_table[matched], partial_tokens};
     p.Unref(partial);  // stays cached
@@ -202,18 +223,21 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.reused_blocks = matched;
   start.reused_tokens = matched * tpb + partial_tokens;
   p.stats_.reused_blocks += matched;
-  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root, r.format_tag, r.salt_scope});
+  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root,
+                                      r.format_tag, r.salt_scope});
   return start;
 }
 
 Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
   Impl& p = *impl_;
   const auto it = p.sequences_.find(id);
-  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  if (it == p.sequences_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
   Sequence& seq = it->second;
   const uint32_t tpb = p.options_.tokens_per_block;
   const uint64_t total = uint64_t{seq.tokens} + tokens;
-  if (total > UINT32_MAX) return OutOfRangeError("sequence " + std::to_string(id) + " would exceed 2^32 tokens");
+  if (total > UINT32_MAX)
+    return OutOfRangeError("sequence " + std::to_string(id) + " would exceed 2^32 tokens");
   const uint32_t blank = BlocksFor(total, tpb) - static_cast<uint32_t>(seq.table.size());
   KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank));
   SequenceGrowth growth;
@@ -237,28 +261,33 @@ Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
   return growth;
 }
 
-Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::span<const uint32_t> tokens,
+Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys,
+                         std::span<const uint32_t> tokens,
                          std::span<const BlockRetention> retention) {
   Impl& p = *impl_;
   const auto it = p.sequences_.find(id);
-  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  if (it == p.sequences_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
   Sequence& seq = it->second;
   const uint32_t tpb = p.options_.tokens_per_block;
   if (keys.size() * tpb > seq.tokens) {
-    return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " full blocks, but sequence " +
-                                std::to_string(id) + " has " + std::to_string(seq.tokens) + " tokens");
+    return InvalidArgumentError("commit of " + std::to_string(keys.size()) +
+                                " full blocks, but sequence " + std::to_string(id) + " has " +
+                                std::to_string(seq.tokens) + " tokens");
   }
   if (!tokens.empty() && tokens.size() < keys.size() * tpb) {
-    return InvalidArgumentError("commit of " + std::to_string(keys.size()) + " blocks needs their " +
-                                std::to_string(keys.size() * tpb) + " tokens, got " + std::to_string(tokens.size()));
+    return InvalidArgumentError("commit of " + std::to_string(keys.size()) +
+                                " blocks needs their " + std::to_string(keys.size() * tpb) +
+                                " tokens, got " + std::to_string(tokens.size()));
   }
   KVTIER_RETURN_IF_ERROR(CheckRetention(retention, keys.size()));
   GrowFor(p.events_, keys.size());  // a stored event per block at most: one allocation
   for (size_t i = 0; i < keys.size(); ++i) {
     const BlockId b = seq.table[i];
     if (b != kNoBlock && p.metas_[b].committed && !(p.metas_[b].key == keys[i])) {
-      return InvalidArgumentError("block " + std::to_string(i) + " of sequence " + std::to_string(id) +
-                                  " is committed as " + p.metas_[b].key.ToHex() + ", not " + keys[i].ToHex());
+      return InvalidArgumentError("block " + std::to_string(i) + " of sequence " +
+                                  std::to_string(id) + " is committed as " +
+                                  p.metas_[b].key.ToHex() + ", not " + keys[i].ToHex());
     }
   }
   BlockKey parent = seq.root;
@@ -284,7 +313,8 @@ Status BlockPool::Commit(SequenceId id, std::span<const BlockKey> keys, std::spa
 Status BlockPool::FreeSequence(SequenceId id) {
   Impl& p = *impl_;
   const auto it = p.sequences_.find(id);
-  if (it == p.sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  if (it == p.sequences_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
   // Deepest first: descendants become less recent than their ancestors, so eviction
   // meets leaves first.
   for (auto b = it->second.table.rbegin(); b != it->second.table.rend(); ++b) {
@@ -296,7 +326,8 @@ Status BlockPool::FreeSequence(SequenceId id) {
 
 Result<std::vector<BlockId>> BlockPool::BlockTable(SequenceId id) const {
   const auto it = impl_->sequences_.find(id);
-  if (it == impl_->sequences_.end()) return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
+  if (it == impl_->sequences_.end())
+    return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
   return it->second.table;
 }
 
@@ -326,9 +357,17 @@ std::vector<PoolHolding> BlockPool::Holdings() const {
   for (const auto& [key, block] : w.index_) {
     const BlockMeta& m = w.metas_[block];
     const auto deadline = deadlines.find(block);
-    const Nanos left{deadline == deadlines.end() ? 0 : std::max<int64_t>(deadline->second - now, 1)};
+    const Nanos left{deadline == deadlines.end() ? 0
+                                                 : std::max<int64_t>(deadline->second - now, 1)};
     const std::span<const uint32_t> tokens = TokensOf(key);
-    holdings.push_back({block, m.key, m.parent_key, m.first, m.priority, left, m.salt_scope, m.format_tag,
+    holdings.push_back({block,
+                        m.key,
+                        m.parent_key,
+                        m.first,
+                        m.priority,
+                        left,
+                        m.salt_scope,
+                        m.format_tag,
                         {tokens.begin(), tokens.end()}});
   }
   return holdings;
@@ -347,15 +386,19 @@ const BlockPoolOptions& BlockPool::options() const { return impl_->options_; }
 
 Result<std::unique_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& o) {
   if (o.num_blocks == 0 || o.num_blocks == kNoBlock) {
-    return InvalidArgumentError("block pool: num_blocks must be in [1, " + std::to_string(kNoBlock - 1) + "]");
+    return InvalidArgumentError("block pool: num_blocks must be in [1, " +
+                                std::to_string(kNoBlock - 1) + "]");
   }
-  if (o.tokens_per_block == 0) return InvalidArgumentError("block pool: tokens_per_block must be at least 1");
+  if (o.tokens_per_block == 0)
+    return InvalidArgumentError("block pool: tokens_per_block must be at least 1");
   if (o.secondary_offload_min_priority > kvtier::kMaxPriority) {
     return InvalidArgumentError("block pool: secondary_offload_min_priority " +
-                                std::to_string(o.secondary_offload_min_priority) + " is out of range [0, 100]");
+                                std::to_string(o.secondary_offload_min_priority) +
+                                " is out of range [0, 100]");
   }
   if (o.window_tokens == 0 && o.sink_tokens != 0) {
-    return InvalidArgumentError("block pool: sink_tokens needs a limited window (window_tokens > 0)");
+    return InvalidArgumentError(
+        "block pool: sink_tokens needs a limited window (window_tokens > 0)");
   }
   if (o.clock == nullptr) return InvalidArgumentError("block pool: clock is null");
   return std::unique_ptr<BlockPool>(new BlockPool(std::make_unique<Impl>(o)));

@@ -58,24 +58,24 @@ struct BlockPoolOptions {
 struct PoolEvent {
   enum class Kind : uint8_t { kStored, kRemoved, kOffloaded };
   Kind kind;
-  uint64_t sequence;     // 1, 2, 3... per pool
+  uint64_t sequence;  // 1, 2, 3... per pool
   BlockKey key;
-  BlockKey parent;       // kStored: the parent key (the salt root for a first block)
-  bool first;            // the chain's first block
+  BlockKey parent;  // kStored: the parent key (the salt root for a first block)
+  bool first;       // the chain's first block
   BlockId block;
   uint8_t priority;
-  uint64_t salt_scope;   // SaltScope of the tenant that committed the block
-  Nanos retention{0};    // kStored: how long `priority` holds before reverting; 0: for good
+  uint64_t salt_scope;  // SaltScope of the tenant that committed the block
+  Nanos retention{0};   // kStored: how long `priority` holds before reverting; 0: for good
 };
 
 // A committed block, as a snapshot lists it.
 struct PoolHolding {
   BlockId block;
   BlockKey key;
-  BlockKey parent;        // the salt root for a first block
-  bool first;             // the chain's first block
+  BlockKey parent;  // the salt root for a first block
+  bool first;       // the chain's first block
   uint8_t priority;
-  Nanos retention_left;   // until the priority reverts to the default; 0: no expiry
+  Nanos retention_left;  // until the priority reverts to the default; 0: no expiry
   uint64_t salt_scope;
   uint64_t format_tag = 0;  // as given at Allocate
   // Holdings only (Find, on the peer-fetch path, copies none): as committed; empty when
@@ -89,9 +89,9 @@ struct PoolHolding {
 struct EvictedBlock {
   BlockId block;
   BlockKey key;
-  BlockKey parent;       // the parent key (the salt root for a first block)
-  bool first;            // the chain's first block
-  uint64_t format_tag;   // as given at Allocate
+  BlockKey parent;      // the parent key (the salt root for a first block)
+  bool first;           // the chain's first block
+  uint64_t format_tag;  // as given at Allocate
   uint64_t salt_scope;
   uint8_t priority;
   bool offload;
@@ -105,31 +105,33 @@ struct PartialCopy {
 
 struct SequenceRequest {
   SequenceId id = 0;
-  BlockKey root;                         // RootKey(salt): the first block's parent
-  uint64_t salt_scope = 0;               // SaltScope(salt), carried by the blocks' events
-  uint64_t format_tag = 0;               // what else changes KV values (model, LoRA); partial reuse matches it
+  BlockKey root;            // RootKey(salt): the first block's parent
+  uint64_t salt_scope = 0;  // SaltScope(salt), carried by the blocks' events
+  uint64_t format_tag = 0;  // what else changes KV values (model, LoRA); partial reuse matches it
   std::span<const BlockKey> block_keys;  // keys of the prompt's full blocks, in order
-  std::span<const uint32_t> tokens;      // the prompt; empty: no partial reuse, num_tokens says its length
-  uint32_t num_tokens = 0;               // the prompt's length when `tokens` is empty; at least 1
+  std::span<const uint32_t>
+      tokens;               // the prompt; empty: no partial reuse, num_tokens says its length
+  uint32_t num_tokens = 0;  // the prompt's length when `tokens` is empty; at least 1
 };
 
 struct SequenceStart {
-  std::vector<BlockId> block_table;      // ceil(tokens / tokens_per_block) blocks
-  uint32_t reused_blocks = 0;            // full blocks found cached
-  uint32_t reused_tokens = 0;            // tokens whose KV need not be computed
-  std::optional<PartialCopy> copy;       // copy-on-partial-reuse to do now
+  std::vector<BlockId> block_table;  // ceil(tokens / tokens_per_block) blocks
+  uint32_t reused_blocks = 0;        // full blocks found cached
+  uint32_t reused_tokens = 0;        // tokens whose KV need not be computed
+  std::optional<PartialCopy> copy;   // copy-on-partial-reuse to do now
   std::vector<EvictedBlock> evicted;
 };
 
 struct SequenceGrowth {
-  std::vector<BlockId> new_blocks;       // appended to the table
-  std::vector<BlockId> released;         // windowed: blocks that left the window
+  std::vector<BlockId> new_blocks;  // appended to the table
+  std::vector<BlockId> released;    // windowed: blocks that left the window
   std::vector<EvictedBlock> evicted;
 };
 
 struct BlockPoolStats {
   uint32_t total = 0, free = 0, cached = 0, in_use = 0;
-  uint32_t held = 0;  // blocks held for readers or writers elsewhere (HoldBlocks, HoldForWriting), in in_use too
+  uint32_t held = 0;  // blocks held for readers or writers elsewhere (HoldBlocks, HoldForWriting),
+                      // in in_use too
   uint64_t allocated_blocks = 0;  // blank blocks handed out
   uint64_t reused_blocks = 0, partial_reuses = 0, partial_copies = 0;
   std::array<uint64_t, 101> evictions_by_priority{};
@@ -143,7 +145,8 @@ class BlockPool {
 
   // ---- blocks without sequences (the engine manages its own tables) -------------------
   // `count` blank blocks, each with one reference, evicting as needed.
-  [[nodiscard]] Status AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks, std::vector<EvictedBlock>* evicted);
+  [[nodiscard]] Status AllocateBlocks(uint32_t count, std::vector<BlockId>* blocks,
+                                      std::vector<EvictedBlock>* evicted);
   // Drops the reference AllocateBlocks gave each block. kOutOfRange: not a block of this
   // pool; kFailedPrecondition: a block AllocateBlocks did not hand out or that was freed
   // since (a double free, also within the call), such as a sequence's block, which only
@@ -168,7 +171,8 @@ class BlockPool {
   // and forgotten when the block leaves the cache. A 0, a block not committed or not held
   // keeps nothing. kInvalidArgument: sizes differ; kOutOfRange as FreeBlocks. Nothing is
   // kept on error.
-  [[nodiscard]] Status RememberChecksums(std::span<const BlockId> blocks, std::span<const uint64_t> checksums);
+  [[nodiscard]] Status RememberChecksums(std::span<const BlockId> blocks,
+                                         std::span<const uint64_t> checksums);
   // Drops one hold of each block. kOutOfRange as FreeBlocks; kFailedPrecondition: a block
   // released more often than it is held (also within the call). Nothing released on error.
   [[nodiscard]] Status ReleaseBlocks(std::span<const BlockId> blocks);
@@ -181,7 +185,8 @@ class BlockPool {
   // chain from request.root), storing `tokens` (all of theirs, or none: then they are no
   // partial-reuse candidates) for partial reuse, with one retention per key or none (the
   // default priority). Blocks already committed keep their key.
-  [[nodiscard]] Status Commit(SequenceId id, std::span<const BlockKey> block_keys, std::span<const uint32_t> tokens,
+  [[nodiscard]] Status Commit(SequenceId id, std::span<const BlockKey> block_keys,
+                              std::span<const uint32_t> tokens,
                               std::span<const BlockRetention> retention);
   // Releases every block of the sequence (committed ones stay cached).
   [[nodiscard]] Status FreeSequence(SequenceId id);

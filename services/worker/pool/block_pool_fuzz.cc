@@ -77,7 +77,8 @@ struct SequenceModel {
 
 uint32_t CommonLead(std::span<const uint32_t> a, std::span<const uint32_t> b) {
   const size_t n = std::min(a.size(), b.size());
-  return static_cast<uint32_t>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first - a.begin());
+  return static_cast<uint32_t>(std::mismatch(a.begin(), a.begin() + n, b.begin()).first -
+                               a.begin());
 }
 
 bool SameStats(const BlockPoolStats& a, const BlockPoolStats& b) {
@@ -106,14 +107,20 @@ class Harness {
     before_ = pool_->Stats();
     refs_before_ = Refs();
     switch (in.Below(12)) {
-      case 0: case 1: return Start(in);
+      case 0:
+      case 1: return Start(in);
       case 2: return Extend(in);
-      case 3: case 4: return Commit(in);
+      case 3:
+      case 4: return Commit(in);
       case 5: return FreeSequence(in);
       case 6: return Allocate(in);
-      case 7: return DropEach(in, loose_, &BlockPool::FreeBlocks, "a free drops only references AllocateBlocks gave");
+      case 7:
+        return DropEach(in, loose_, &BlockPool::FreeBlocks,
+                        "a free drops only references AllocateBlocks gave");
       case 8: return Hold(in);
-      case 9: return DropEach(in, holds_, &BlockPool::ReleaseBlocks, "a release drops exactly holds that were taken");
+      case 9:
+        return DropEach(in, holds_, &BlockPool::ReleaseBlocks,
+                        "a release drops exactly holds that were taken");
       case 10: return RememberChecksums(in);
       default: return Advance(in);
     }
@@ -182,7 +189,8 @@ class Harness {
   // windowed one, or when none is a leaf)? A leaf is a block no cached child links to.
   void CheckVictimOrder(const CachedModel& victim) {
     const auto linked_children = [&](BlockId b) {
-      return std::count_if(cached_.begin(), cached_.end(), [&](const auto& e) { return e.second.parent_block == b; });
+      return std::count_if(cached_.begin(), cached_.end(),
+                           [&](const auto& e) { return e.second.parent_block == b; });
     };
     std::vector<const CachedModel*> candidates, leaves;
     for (const auto& [key, c] : cached_) {
@@ -206,9 +214,11 @@ class Harness {
     for (const PoolEvent& e : TakeNumberedEvents()) {
       FuzzCheck(e.kind != PoolEvent::Kind::kStored, "only a commit stores");
       const auto it = cached_.find(e.key);
-      FuzzCheck(it != cached_.end() && it->second.block == e.block, "a removal names a cached block");
+      FuzzCheck(it != cached_.end() && it->second.block == e.block,
+                "a removal names a cached block");
       const CachedModel& c = it->second;
-      FuzzCheck(e.parent == c.parent && e.first == c.first && e.salt_scope == c.scope && e.priority == c.priority,
+      FuzzCheck(e.parent == c.parent && e.first == c.first && e.salt_scope == c.scope &&
+                    e.priority == c.priority,
                 "a removal carries the block's stored parent, scope and priority");
       if (reused_in_place == e.block && e.kind == PoolEvent::Kind::kRemoved) {
         FuzzCheck(refs_before_[e.block] == 0, "a block reused in place was referenced by nobody");
@@ -219,8 +229,9 @@ class Harness {
       FuzzCheck(next < evicted.size(), "every eviction is reported");
       const EvictedBlock& v = evicted[next++];
       const bool offload = c.priority >= options_.secondary_offload_min_priority;
-      FuzzCheck(v.block == e.block && v.key == e.key && v.parent == c.parent && v.first == c.first &&
-                    v.format_tag == c.format && v.salt_scope == c.scope && v.priority == c.priority,
+      FuzzCheck(v.block == e.block && v.key == e.key && v.parent == c.parent &&
+                    v.first == c.first && v.format_tag == c.format && v.salt_scope == c.scope &&
+                    v.priority == c.priority,
                 "an evicted block is reported as it was stored");
       FuzzCheck(v.offload == offload && (e.kind == PoolEvent::Kind::kOffloaded) == offload,
                 "a victim is offloaded exactly from the threshold up");
@@ -234,7 +245,8 @@ class Harness {
 
   std::vector<PoolEvent> TakeNumberedEvents() {
     std::vector<PoolEvent> events = pool_->TakeEvents();
-    for (const PoolEvent& e : events) FuzzCheck(e.sequence == next_event_++, "events are numbered 1, 2, 3...");
+    for (const PoolEvent& e : events)
+      FuzzCheck(e.sequence == next_event_++, "events are numbered 1, 2, 3...");
     return events;
   }
 
@@ -248,13 +260,14 @@ class Harness {
     }
     for (const auto& [b, n] : holds_) expected.held += n > 0;
     const BlockPoolStats stats = pool_->Stats();
-    FuzzCheck(stats.total == options_.num_blocks && stats.free == expected.free && stats.cached == expected.cached &&
-                  stats.held == expected.held,
+    FuzzCheck(stats.total == options_.num_blocks && stats.free == expected.free &&
+                  stats.cached == expected.cached && stats.held == expected.held,
               "free, cached and held counts are the model's");
     for (const auto& [id, s] : sequences_) {
       const Result<std::vector<BlockId>> table = pool_->BlockTable(id);
       FuzzCheck(table.ok() && *table == s.table, "a sequence's block table is the model's");
-      FuzzCheck(pool_->LookupPrefix(s.root, s.keys) == ModelPrefix(s.root, s.keys), "a lookup finds the cached chain");
+      FuzzCheck(pool_->LookupPrefix(s.root, s.keys) == ModelPrefix(s.root, s.keys),
+                "a lookup finds the cached chain");
     }
     CheckHoldings();
   }
@@ -267,13 +280,14 @@ class Harness {
       FuzzCheck(it != cached_.end(), "holdings list only cached blocks");
       const CachedModel& c = it->second;
       const Nanos left = c.deadline ? std::max(*c.deadline - clock_.Now(), Nanos{1}) : Nanos{0};
-      FuzzCheck(h.block == c.block && h.parent == c.parent && h.first == c.first && h.salt_scope == c.scope &&
-                    h.format_tag == c.format && h.priority == c.priority,
+      FuzzCheck(h.block == c.block && h.parent == c.parent && h.first == c.first &&
+                    h.salt_scope == c.scope && h.format_tag == c.format && h.priority == c.priority,
                 "a holding is the block as stored, at its priority");
       FuzzCheck(h.retention_left == left, "a holding's retention left is the model's");
       FuzzCheck(h.tokens == c.tokens, "a holding keeps the tokens it was committed with");
       const std::optional<PoolHolding> found = pool_->Find(h.key);
-      FuzzCheck(found && found->block == c.block && found->checksum == c.checksum, "Find gives the block and checksum");
+      FuzzCheck(found && found->block == c.block && found->checksum == c.checksum,
+                "Find gives the block and checksum");
     }
   }
 
@@ -299,17 +313,18 @@ class Harness {
         continue;
       }
       const auto tokens = std::span(s.tokens).subspan(s.keys.size() * tpb(), tpb());
-      s.keys.push_back(ChainBlockKey(parent, tokens, {.lora_id = s.format, .model_tag = {}, .extra = {}}));
+      s.keys.push_back(
+          ChainBlockKey(parent, tokens, {.lora_id = s.format, .model_tag = {}, .extra = {}}));
     }
   }
 
   void Start(FuzzChoices& in);
-  void CheckPartial(const SequenceModel& s, const SequenceStart& start, uint32_t matched, bool passed_tokens,
-                    std::optional<BlockId>* in_place);
+  void CheckPartial(const SequenceModel& s, const SequenceStart& start, uint32_t matched,
+                    bool passed_tokens, std::optional<BlockId>* in_place);
   void Extend(FuzzChoices& in);
   void Commit(FuzzChoices& in);
-  void ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys, std::span<const uint32_t> tokens,
-                   std::span<const BlockRetention> retention);
+  void ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys,
+                   std::span<const uint32_t> tokens, std::span<const BlockRetention> retention);
   void FreeSequence(FuzzChoices& in);
   void Allocate(FuzzChoices& in);
   void DropEach(FuzzChoices& in, std::map<BlockId, uint32_t>& counts,
@@ -334,8 +349,12 @@ class Harness {
 
 void Harness::Start(FuzzChoices& in) {
   const SequenceId id = in.Below(kSequenceIds);
-  SequenceModel s{.root = kRoots[in.Below(2)], .scope = 1 + in.Below(2), .format = kFormats[in.Below(2)],
-                  .tokens = {}, .keys = {}, .table = {}};
+  SequenceModel s{.root = kRoots[in.Below(2)],
+                  .scope = 1 + in.Below(2),
+                  .format = kFormats[in.Below(2)],
+                  .tokens = {},
+                  .keys = {},
+                  .table = {}};
   const uint32_t length = in.Below(16) == 0 ? 0 : 1 + in.Below(4 * tpb());
   for (uint32_t i = 0; i < length; ++i) s.tokens.push_back(in.Below(3));
   KeyNewBlocks(in, s);
@@ -346,14 +365,19 @@ void Harness::Start(FuzzChoices& in) {
   if (in.Below(16) == 0) num_tokens = length + 1;  // disagrees with the tokens, or claims one more
   // As the contract reads: tokens given decide the length, and a count beside them must agree.
   const uint32_t prompt = pass_tokens ? length : num_tokens;
-  const bool valid = !sequences_.contains(id) && (!pass_tokens || num_tokens == 0 || num_tokens == length) &&
-                     prompt > 0 && keys.size() == prompt / tpb();
+  const bool valid = !sequences_.contains(id) &&
+                     (!pass_tokens || num_tokens == 0 || num_tokens == length) && prompt > 0 &&
+                     keys.size() == prompt / tpb();
   while (s.tokens.size() < prompt) s.tokens.push_back(in.Below(3));  // the token the count claimed
   const uint32_t matched = ModelPrefix(s.root, keys);
-  const SequenceRequest request{.id = id, .root = s.root, .salt_scope = s.scope, .format_tag = s.format,
-                                .block_keys = keys,
-                                .tokens = pass_tokens ? std::span<const uint32_t>(s.tokens) : std::span<const uint32_t>(),
-                                .num_tokens = num_tokens};
+  const SequenceRequest request{
+      .id = id,
+      .root = s.root,
+      .salt_scope = s.scope,
+      .format_tag = s.format,
+      .block_keys = keys,
+      .tokens = pass_tokens ? std::span<const uint32_t>(s.tokens) : std::span<const uint32_t>(),
+      .num_tokens = num_tokens};
   Result<SequenceStart> start = pool_->StartSequence(request);
   if (!start.ok()) {
     FuzzCheck(start.status().code() == StatusCode::kResourceExhausted ? valid : !valid,
@@ -363,16 +387,19 @@ void Harness::Start(FuzzChoices& in) {
   FuzzCheck(valid, "a bad start is refused");
   s.keys = keys;  // what the pool was told, a claimed key included
   const uint32_t needed = (prompt + tpb() - 1) / tpb();
-  FuzzCheck(start->block_table.size() == needed, "a start's table has a block per block of its prompt");
+  FuzzCheck(start->block_table.size() == needed,
+            "a start's table has a block per block of its prompt");
   FuzzCheck(start->reused_blocks == matched, "a start reuses exactly the cached chain of its keys");
   for (uint32_t i = 0; i < matched; ++i) {
-    FuzzCheck(start->block_table[i] == cached_.at(keys[i]).block, "a reused block is the one cached under its key");
+    FuzzCheck(start->block_table[i] == cached_.at(keys[i]).block,
+              "a reused block is the one cached under its key");
   }
   std::optional<BlockId> in_place;
   CheckPartial(s, *start, matched, pass_tokens, &in_place);
   ApplyEvictions(start->evicted, in_place, /*check_order=*/false);
   std::set<BlockId> blank;
-  for (uint32_t i = 0; i < matched; ++i) blank.insert(start->block_table[i]);  // a forged chain may repeat a block
+  for (uint32_t i = 0; i < matched; ++i)
+    blank.insert(start->block_table[i]);  // a forged chain may repeat a block
   if (start->copy) blank.insert(start->copy->source);
   CheckBlank(std::span(start->block_table).subspan(matched + (in_place ? 1 : 0)), &blank);
   s.table = start->block_table;
@@ -382,16 +409,18 @@ void Harness::Start(FuzzChoices& in) {
 
 // The start's partial reuse: the cached child of the last matched key (same format) whose
 // tokens lead the rest of the prompt longest, copied or (unreferenced) taken in place.
-void Harness::CheckPartial(const SequenceModel& s, const SequenceStart& start, uint32_t matched, bool passed_tokens,
-                           std::optional<BlockId>* in_place) {
+void Harness::CheckPartial(const SequenceModel& s, const SequenceStart& start, uint32_t matched,
+                           bool passed_tokens, std::optional<BlockId>* in_place) {
   const uint32_t partial = start.reused_tokens - matched * tpb();
   FuzzCheck(start.reused_tokens >= matched * tpb(), "a start counts its reused blocks' tokens");
   const BlockKey parent = matched == 0 ? s.root : s.keys[matched - 1];
-  const auto rest = std::span(s.tokens).subspan(std::min<size_t>(s.tokens.size(), size_t{matched} * tpb()));
+  const auto rest =
+      std::span(s.tokens).subspan(std::min<size_t>(s.tokens.size(), size_t{matched} * tpb()));
   uint32_t best = 0;
   if (options_.partial_reuse && passed_tokens) {
     for (const auto& [key, c] : cached_) {
-      if (c.parent == parent && c.format == s.format && !c.tokens.empty()) best = std::max(best, CommonLead(rest, c.tokens));
+      if (c.parent == parent && c.format == s.format && !c.tokens.empty())
+        best = std::max(best, CommonLead(rest, c.tokens));
     }
   }
   FuzzCheck(partial == best, "a start reuses the cached child sharing most leading tokens");
@@ -406,8 +435,9 @@ void Harness::CheckPartial(const SequenceModel& s, const SequenceStart& start, u
   FuzzCheck(c.parent == parent && c.format == s.format && CommonLead(rest, c.tokens) == partial,
             "a partial reuse's source is a child of the matched chain sharing its tokens");
   if (start.copy) {
-    FuzzCheck(start.copy->destination == start.block_table[matched] && start.copy->tokens == partial,
-              "a partial copy lands in the block after the matched chain");
+    FuzzCheck(
+        start.copy->destination == start.block_table[matched] && start.copy->tokens == partial,
+        "a partial copy lands in the block after the matched chain");
   } else {
     *in_place = source;
   }
@@ -420,13 +450,16 @@ void Harness::Extend(FuzzChoices& in) {
   const uint32_t blank =
       it == sequences_.end()
           ? 0
-          : static_cast<uint32_t>((it->second.tokens.size() + added + tpb() - 1) / tpb() - it->second.table.size());
+          : static_cast<uint32_t>((it->second.tokens.size() + added + tpb() - 1) / tpb() -
+                                  it->second.table.size());
   const Result<SequenceGrowth> growth = pool_->Extend(id, added);
   if (!growth.ok()) {
-    FuzzCheck(it == sequences_.end() || blank > Available(), "an extension is refused only for want of blocks");
+    FuzzCheck(it == sequences_.end() || blank > Available(),
+              "an extension is refused only for want of blocks");
     return CheckRefused();
   }
-  FuzzCheck(it != sequences_.end() && blank <= Available(), "an extension needing more blocks than left is refused");
+  FuzzCheck(it != sequences_.end() && blank <= Available(),
+            "an extension needing more blocks than left is refused");
   SequenceModel& s = it->second;
   FuzzCheck(growth->new_blocks.size() == blank, "an extension adds the blocks its tokens need");
   ApplyEvictions(growth->evicted, std::nullopt, /*check_order=*/false);
@@ -443,7 +476,8 @@ void Harness::Extend(FuzzChoices& in) {
       if (s.table[i] != kNoBlock) released.push_back(std::exchange(s.table[i], kNoBlock));
     }
   }
-  FuzzCheck(growth->released == released, "a windowed sequence releases exactly the blocks that left its window");
+  FuzzCheck(growth->released == released,
+            "a windowed sequence releases exactly the blocks that left its window");
   CheckState();
 }
 
@@ -453,10 +487,12 @@ void Harness::Commit(FuzzChoices& in) {
   static const SequenceModel kNone;
   const SequenceModel& s = it == sequences_.end() ? kNone : it->second;
   const size_t full = s.tokens.size() / tpb();
-  const size_t count = in.Below(static_cast<uint32_t>(std::min<size_t>(full, 250) + 2));  // one more than full at times
+  const size_t count = in.Below(
+      static_cast<uint32_t>(std::min<size_t>(full, 250) + 2));  // one more than full at times
   std::vector<BlockKey> keys(s.keys.begin(), s.keys.begin() + std::min(count, s.keys.size()));
   while (keys.size() < count) keys.push_back(kRoots[1]);
-  if (!keys.empty() && in.Below(8) == 0) keys[in.Below(static_cast<uint32_t>(std::min<size_t>(keys.size(), 256)))] = kRoots[0];
+  if (!keys.empty() && in.Below(8) == 0)
+    keys[in.Below(static_cast<uint32_t>(std::min<size_t>(keys.size(), 256)))] = kRoots[0];
   std::vector<uint32_t> tokens;
   if (const uint32_t mode = in.Below(3); mode != 0) {
     tokens.assign(s.tokens.begin(), s.tokens.begin() + std::min(s.tokens.size(), count * tpb()));
@@ -466,10 +502,12 @@ void Harness::Commit(FuzzChoices& in) {
   if (in.Below(2) == 1) {
     const size_t entries = count + (in.Below(16) == 0 ? 1 : 0);
     for (size_t i = 0; i < entries; ++i) {
-      retention.push_back({static_cast<uint8_t>(in.Below(102)), std::chrono::milliseconds(100 * in.Below(4))});
+      retention.push_back(
+          {static_cast<uint8_t>(in.Below(102)), std::chrono::milliseconds(100 * in.Below(4))});
     }
   }
-  bool valid = it != sequences_.end() && count <= full && (tokens.empty() || tokens.size() >= count * tpb()) &&
+  bool valid = it != sequences_.end() && count <= full &&
+               (tokens.empty() || tokens.size() >= count * tpb()) &&
                (retention.empty() || retention.size() == count);
   for (const BlockRetention& r : retention) valid = valid && r.priority <= kvtier::kMaxPriority;
   for (size_t i = 0; valid && i < count; ++i) {
@@ -485,7 +523,8 @@ void Harness::Commit(FuzzChoices& in) {
 
 // A commit's events, predicted whole: a stored event per blank block whose key nothing
 // caches yet, in order; blocks already committed take the new retention.
-void Harness::ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys, std::span<const uint32_t> tokens,
+void Harness::ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys,
+                          std::span<const uint32_t> tokens,
                           std::span<const BlockRetention> retention) {
   const std::vector<PoolEvent> events = TakeNumberedEvents();
   size_t next = 0;
@@ -493,8 +532,9 @@ void Harness::ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys
   for (size_t i = 0; i < keys.size(); parent = keys[i], ++i) {
     const BlockId b = s.table[i];
     const BlockRetention r = retention.empty() ? BlockRetention{} : retention[i];
-    const std::optional<Nanos> deadline =
-        r.duration.count() > 0 && r.priority != kDefaultPriority ? std::optional(clock_.Now() + r.duration) : std::nullopt;
+    const std::optional<Nanos> deadline = r.duration.count() > 0 && r.priority != kDefaultPriority
+                                              ? std::optional(clock_.Now() + r.duration)
+                                              : std::nullopt;
     if (b == kNoBlock) continue;
     if (const BlockKey* key = CachedKeyOf(b); key != nullptr) {
       if (!retention.empty()) {
@@ -506,16 +546,25 @@ void Harness::ApplyCommit(const SequenceModel& s, std::span<const BlockKey> keys
     if (cached_.contains(keys[i])) continue;  // the same content is cached in another block
     FuzzCheck(next < events.size(), "a commit stores each new block");
     const PoolEvent& e = events[next++];
-    FuzzCheck(e.kind == PoolEvent::Kind::kStored && e.block == b && e.key == keys[i] && e.parent == parent &&
-                  e.first == (parent == s.root) && e.priority == r.priority && e.salt_scope == s.scope &&
-                  e.retention == (deadline ? r.duration : Nanos{0}),
+    FuzzCheck(e.kind == PoolEvent::Kind::kStored && e.block == b && e.key == keys[i] &&
+                  e.parent == parent && e.first == (parent == s.root) && e.priority == r.priority &&
+                  e.salt_scope == s.scope && e.retention == (deadline ? r.duration : Nanos{0}),
               "a stored event is the block as committed");
     std::vector<uint32_t> kept;
-    if (options_.partial_reuse && !tokens.empty()) kept.assign(tokens.begin() + i * tpb(), tokens.begin() + (i + 1) * tpb());
-    cached_.emplace(keys[i], CachedModel{.block = b, .parent = parent, .first = parent == s.root, .scope = s.scope,
-                                         .format = s.format, .priority = r.priority, .deadline = deadline,
-                                         .tokens = std::move(kept), .checksum = 0, .parent_block = std::nullopt});
-    if (const auto p = cached_.find(parent); options_.window_tokens == 0 && p != cached_.end() && !(p->first == keys[i])) {
+    if (options_.partial_reuse && !tokens.empty())
+      kept.assign(tokens.begin() + i * tpb(), tokens.begin() + (i + 1) * tpb());
+    cached_.emplace(keys[i], CachedModel{.block = b,
+                                         .parent = parent,
+                                         .first = parent == s.root,
+                                         .scope = s.scope,
+                                         .format = s.format,
+                                         .priority = r.priority,
+                                         .deadline = deadline,
+                                         .tokens = std::move(kept),
+                                         .checksum = 0,
+                                         .parent_block = std::nullopt});
+    if (const auto p = cached_.find(parent);
+        options_.window_tokens == 0 && p != cached_.end() && !(p->first == keys[i])) {
       cached_.at(keys[i]).parent_block = p->second.block;
     }
     cached_by_block_.emplace(b, keys[i]);
@@ -536,7 +585,8 @@ void Harness::Allocate(FuzzChoices& in) {
   std::vector<BlockId> blocks;
   std::vector<EvictedBlock> evicted;
   const Status status = pool_->AllocateBlocks(count, &blocks, &evicted);
-  CheckOutcome(status, count <= Available(), "an allocation is refused exactly when too few blocks are left");
+  CheckOutcome(status, count <= Available(),
+               "an allocation is refused exactly when too few blocks are left");
   if (!status.ok()) return;
   FuzzCheck(blocks.size() == count, "an allocation gives what it was asked");
   ApplyEvictions(evicted, std::nullopt, /*check_order=*/true);
@@ -547,7 +597,8 @@ void Harness::Allocate(FuzzChoices& in) {
 }
 
 // Up to three block ids: mostly from `likely`, sometimes any id, one past the pool at times.
-std::vector<BlockId> Harness::PickBlocks(FuzzChoices& in, const std::map<BlockId, uint32_t>& likely) {
+std::vector<BlockId> Harness::PickBlocks(FuzzChoices& in,
+                                         const std::map<BlockId, uint32_t>& likely) {
   std::vector<BlockId> blocks(1 + in.Below(3));
   for (BlockId& b : blocks) {
     if (!likely.empty() && in.Below(4) != 0) {
@@ -561,7 +612,8 @@ std::vector<BlockId> Harness::PickBlocks(FuzzChoices& in, const std::map<BlockId
 
 // Drops `blocks` from `counts`, one per listing; false (and no change) when a block is
 // out of range or listed more often than counted.
-bool Drop(std::map<BlockId, uint32_t>& counts, std::span<const BlockId> blocks, uint32_t num_blocks) {
+bool Drop(std::map<BlockId, uint32_t>& counts, std::span<const BlockId> blocks,
+          uint32_t num_blocks) {
   std::map<BlockId, uint32_t> after = counts;
   for (const BlockId b : blocks) {
     if (b >= num_blocks || after[b] == 0) return false;
@@ -599,12 +651,14 @@ void Harness::Hold(FuzzChoices& in) {
   for (const BlockId b : blocks) {
     const bool cached = b < options_.num_blocks && CachedKeyOf(b) != nullptr;
     const uint32_t held = holds_.contains(b) ? holds_.at(b) : 0;
-    valid = valid && b < options_.num_blocks && (for_writing ? !cached && refs_before_[b] > held : cached);
+    valid = valid && b < options_.num_blocks &&
+            (for_writing ? !cached && refs_before_[b] > held : cached);
   }
   const Status status = for_writing ? pool_->HoldForWriting(blocks) : pool_->HoldBlocks(blocks);
   CheckOutcome(status, valid,
-               for_writing ? "a hold for writing takes exactly blank blocks that something references"
-                           : "a hold for reading takes exactly committed blocks");
+               for_writing
+                   ? "a hold for writing takes exactly blank blocks that something references"
+                   : "a hold for reading takes exactly committed blocks");
   if (!status.ok()) return;
   for (const BlockId b : blocks) ++holds_[b];
   FuzzCheck(pool_->TakeEvents().empty(), "a hold emits nothing");
@@ -615,14 +669,17 @@ void Harness::RememberChecksums(FuzzChoices& in) {
   const std::vector<BlockId> blocks = PickBlocks(in, holds_);
   std::vector<uint64_t> checksums(blocks.size() + (in.Below(16) == 0 ? 1 : 0));
   for (uint64_t& c : checksums) c = in.Below(4);  // 0 at times: remembers nothing
-  const bool valid = checksums.size() == blocks.size() &&
-                     std::all_of(blocks.begin(), blocks.end(), [&](BlockId b) { return b < options_.num_blocks; });
+  const bool valid =
+      checksums.size() == blocks.size() &&
+      std::all_of(blocks.begin(), blocks.end(), [&](BlockId b) { return b < options_.num_blocks; });
   const Status status = pool_->RememberChecksums(blocks, checksums);
-  CheckOutcome(status, valid, "checksums are refused exactly for a size mismatch or a foreign block");
+  CheckOutcome(status, valid,
+               "checksums are refused exactly for a size mismatch or a foreign block");
   if (!status.ok()) return;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockKey* key = CachedKeyOf(blocks[i]);
-    if (key != nullptr && holds_.contains(blocks[i]) && checksums[i] != 0) cached_.at(*key).checksum = checksums[i];
+    if (key != nullptr && holds_.contains(blocks[i]) && checksums[i] != 0)
+      cached_.at(*key).checksum = checksums[i];
   }
   CheckState();
 }

@@ -15,17 +15,16 @@
 
 namespace kvtier::worker {
 
-
 struct BlockMeta {
   BlockKey key{};
   BlockKey parent_key{};
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
-  uint64_t checksum = 0;          // committed: its payload's XXH3 as a reader computed it (0: none yet)
-  BlockId parent = kNoBlock;      // the parent's block when cached here (full-attention pools)
+  uint64_t checksum = 0;      // committed: its payload's XXH3 as a reader computed it (0: none yet)
+  BlockId parent = kNoBlock;  // the parent's block when cached here (full-attention pools)
   uint32_t refs = 0;
-  uint32_t holds = 0;             // of refs, readers' holds (HoldBlocks), which FreeBlocks never drops
-  uint32_t cached_children = 0;   // committed children cached here
+  uint32_t holds = 0;  // of refs, readers' holds (HoldBlocks), which FreeBlocks never drops
+  uint32_t cached_children = 0;  // committed children cached here
   // Matches the block's live expiry entry. It outlives the block's commit (Uncache bumps it),
   // so that an entry of an evicted commit never matches the next one; 32 bits, so that
   // it does not wrap while an old entry waits in the heap.
@@ -34,7 +33,8 @@ struct BlockMeta {
   bool committed = false;
   bool partial_candidate = false;  // its tokens are stored: a partial-reuse candidate
   bool first = false;              // the chain's first block (its parent is the salt root)
-  bool allocated = false;          // handed out by AllocateBlocks, not freed yet: FreeBlocks may drop its reference
+  bool allocated =
+      false;  // handed out by AllocateBlocks, not freed yet: FreeBlocks may drop its reference
 };
 
 struct Sequence {
@@ -54,7 +54,9 @@ struct ChildGroup {
   friend bool operator==(const ChildGroup&, const ChildGroup&) = default;
 };
 struct ChildGroupHash {
-  size_t operator()(const ChildGroup& g) const { return BlockKeyHash{}(g.parent) ^ (g.format_tag * 0x9E3779B97F4A7C15ULL); }
+  size_t operator()(const ChildGroup& g) const {
+    return BlockKeyHash{}(g.parent) ^ (g.format_tag * 0x9E3779B97F4A7C15ULL);
+  }
 };
 
 class BlockPool::Impl {
@@ -77,8 +79,10 @@ class BlockPool::Impl {
   void Unref(BlockId b) {
     BlockMeta& m = metas_[b];
     if (--m.refs != 0) return;
-    if (m.committed) lru_.PushMostRecent(b, m.priority);
-    else free_.push_back(b);
+    if (m.committed)
+      lru_.PushMostRecent(b, m.priority);
+    else
+      free_.push_back(b);
   }
 
   // OK when dropping one reference per listed block (a block may repeat) takes no block
@@ -94,8 +98,9 @@ class BlockPool::Impl {
     for (; checked < blocks.size(); ++checked) {
       const BlockId b = blocks[checked];
       if (b >= metas_.size()) {
-        status = OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
-                                 std::to_string(metas_.size()) + ")");
+        status =
+            OutOfRangeError("block " + std::to_string(b) + " is not a block of this pool (it has " +
+                            std::to_string(metas_.size()) + ")");
         break;
       }
       if (++free_marks_[b] > droppable(b)) {
@@ -124,8 +129,8 @@ class BlockPool::Impl {
     const size_t limit = std::min<size_t>(tpb, rest.size());
     for (const BlockId c : group->second) {
       const uint32_t* cached = tokens_.data() + size_t{c} * tpb;
-      const auto common =
-          static_cast<uint32_t>(std::mismatch(rest.begin(), rest.begin() + limit, cached).first - rest.begin());
+      const auto common = static_cast<uint32_t>(
+          std::mismatch(rest.begin(), rest.begin() + limit, cached).first - rest.begin());
       if (common > best_tokens) {
         best = c;
         best_tokens = common;
@@ -136,9 +141,10 @@ class BlockPool::Impl {
 
   Status NeedBlocks(size_t count) const {
     if (count <= Available()) return Status::Ok();
-    return ResourceExhaustedError("block pool is full: " + std::to_string(count) + " blocks needed, " +
-                                  std::to_string(free_.size()) + " free and " + std::to_string(lru_.size()) +
-                                  " evictable of " + std::to_string(options_.num_blocks));
+    return ResourceExhaustedError("block pool is full: " + std::to_string(count) +
+                                  " blocks needed, " + std::to_string(free_.size()) + " free and " +
+                                  std::to_string(lru_.size()) + " evictable of " +
+                                  std::to_string(options_.num_blocks));
   }
 
   // A blank block with one reference. REQUIRES: NeedBlocks passed for it.
@@ -158,13 +164,15 @@ class BlockPool::Impl {
 
   BlockId EvictOne(std::vector<EvictedBlock>* evicted) {
     // Full attention: leaves only. Windowed: anything unreferenced (see the header).
-    BlockId victim = lru_.FindVictim([&](uint32_t b) { return windowed() || metas_[b].cached_children == 0; });
+    BlockId victim =
+        lru_.FindVictim([&](uint32_t b) { return windowed() || metas_[b].cached_children == 0; });
     // Every unreferenced block is interior only when a child is in use through another
     // block of the same content (Commit skips duplicates): then the LRU head goes.
     if (victim == PrioritizedLru::kNil) victim = lru_.FindVictim([](uint32_t) { return true; });
     const BlockMeta& m = metas_[victim];
     const bool offload = m.priority >= options_.secondary_offload_min_priority;
-    evicted->push_back({victim, m.key, m.parent_key, m.first, m.format_tag, m.salt_scope, m.priority, offload});
+    evicted->push_back(
+        {victim, m.key, m.parent_key, m.first, m.format_tag, m.salt_scope, m.priority, offload});
     Emit(offload ? PoolEvent::Kind::kOffloaded : PoolEvent::Kind::kRemoved, victim);
     ++stats_.evictions_by_priority[m.priority];
     stats_.offloads += offload;
@@ -190,7 +198,8 @@ class BlockPool::Impl {
         --m.cached_children;
       }
     }
-    m = BlockMeta{.refs = m.refs, .retention_seq = m.retention_seq + 1};  // its expiry entries die with it
+    m = BlockMeta{.refs = m.refs,
+                  .retention_seq = m.retention_seq + 1};  // its expiry entries die with it
   }
 
   void CommitBlock(BlockId b, const BlockKey& key, const BlockKey& parent_key, const Sequence& seq,
@@ -212,7 +221,8 @@ class BlockPool::Impl {
     index_.emplace(key, b);
     m.partial_candidate = options_.partial_reuse && !tokens.empty();
     if (m.partial_candidate) {
-      std::copy(tokens.begin(), tokens.end(), tokens_.begin() + size_t{b} * options_.tokens_per_block);
+      std::copy(tokens.begin(), tokens.end(),
+                tokens_.begin() + size_t{b} * options_.tokens_per_block);
       children_[{parent_key, format_tag}].push_back(b);
     }
     SetExpiry(b, retention);
@@ -239,11 +249,14 @@ class BlockPool::Impl {
   }
 
   // Whether `e` is its block's current retention deadline (not replaced, not evicted).
-  bool ExpiryLive(const Expiry& e) const { return metas_[e.id].committed && metas_[e.id].retention_seq == e.generation; }
+  bool ExpiryLive(const Expiry& e) const {
+    return metas_[e.id].committed && metas_[e.id].retention_seq == e.generation;
+  }
 
   void Emit(PoolEvent::Kind kind, BlockId b) {
     const BlockMeta& m = metas_[b];
-    events_.push_back({kind, ++next_event_, m.key, m.parent_key, m.first, b, m.priority, m.salt_scope});
+    events_.push_back(
+        {kind, ++next_event_, m.key, m.parent_key, m.first, b, m.priority, m.salt_scope});
   }
 
   BlockPoolOptions options_;

@@ -28,7 +28,8 @@ std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
 
 // Starts a sequence whose full blocks are keyed by `keys`, and commits them.
 SequenceStart StartAndCommit(BlockPool& pool, SequenceId id, const std::vector<BlockKey>& keys,
-                             const std::vector<uint32_t>& tokens, std::vector<BlockRetention> retention = {}) {
+                             const std::vector<uint32_t>& tokens,
+                             std::vector<BlockRetention> retention = {}) {
   auto start = pool.StartSequence({id, kRoot, 0, 0, keys, tokens});
   EXPECT_TRUE(start.ok()) << start.status().ToString();
   EXPECT_TRUE(pool.Commit(id, keys, tokens, retention).ok());
@@ -46,7 +47,8 @@ TEST(BlockPoolTest, AllocateAndFreeBlankBlocks) {
   std::vector<BlockId> more;
   const Status full = pool->AllocateBlocks(2, &more, &evicted);
   EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(full.message().find("2 blocks needed, 1 free and 0 evictable of 4"), std::string::npos) << full.message();
+  EXPECT_NE(full.message().find("2 blocks needed, 1 free and 0 evictable of 4"), std::string::npos)
+      << full.message();
   EXPECT_TRUE(more.empty());
   ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
   EXPECT_EQ(pool->Stats().free, 4u);
@@ -59,8 +61,10 @@ TEST(BlockPoolTest, DoubleFreesAndForeignIdsAreRefusedAndChangeNothing) {
   std::vector<EvictedBlock> evicted;
   ASSERT_TRUE(pool->AllocateBlocks(2, &blocks, &evicted).ok());  // blocks 0, 1
   EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{0, 7}).code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{1, 1}).code(), StatusCode::kFailedPrecondition);  // one reference
-  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{2}).code(), StatusCode::kFailedPrecondition);     // never allocated
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{1, 1}).code(),
+            StatusCode::kFailedPrecondition);  // one reference
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{2}).code(),
+            StatusCode::kFailedPrecondition);  // never allocated
   EXPECT_EQ(pool->Stats().in_use, 2u) << "the refused frees dropped nothing";
   ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
   EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{0}).code(), StatusCode::kFailedPrecondition);
@@ -71,15 +75,19 @@ TEST(BlockPoolTest, DoubleFreesAndForeignIdsAreRefusedAndChangeNothing) {
 // the block's count below zero).
 TEST(BlockPoolTest, FreeBlocksRefusesASequencesBlocks) {
   auto pool = MakePool(4);
-  const SequenceStart start = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // blocks 0 (committed) and 1 (blank)
+  const SequenceStart start =
+      StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // blocks 0 (committed) and 1 (blank)
   ASSERT_EQ(start.block_table.size(), 2u);
   const Status committed = pool->FreeBlocks(std::vector<BlockId>{start.block_table[0]});
   EXPECT_EQ(committed.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(committed.message().find("not held by AllocateBlocks"), std::string::npos) << committed.message();
-  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(committed.message().find("not held by AllocateBlocks"), std::string::npos)
+      << committed.message();
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(),
+            StatusCode::kFailedPrecondition);
   // A blank block held for writing is still the sequence's, not the caller's.
   ASSERT_TRUE(pool->HoldForWriting(std::vector<BlockId>{start.block_table[1]}).ok());
-  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{start.block_table[1]}).code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool->Stats().in_use, 2u) << "the refused frees dropped nothing";
   ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{start.block_table[1]}).ok());
   ASSERT_TRUE(pool->FreeSequence(1).ok());
@@ -91,7 +99,8 @@ TEST(BlockPoolTest, FreeBlocksRefusesASequencesBlocks) {
   std::vector<EvictedBlock> evicted;
   ASSERT_TRUE(pool->AllocateBlocks(3, &blocks, &evicted).ok());
   ASSERT_TRUE(pool->FreeBlocks(blocks).ok());
-  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{blocks[0]}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->FreeBlocks(std::vector<BlockId>{blocks[0]}).code(),
+            StatusCode::kFailedPrecondition);
 }
 
 TEST(BlockPoolTest, SequencesShareCachedPrefixBlocks) {
@@ -118,7 +127,8 @@ TEST(BlockPoolTest, SequencesShareCachedPrefixBlocks) {
   ASSERT_TRUE(pool->FreeSequence(2).ok());
   EXPECT_EQ(pool->Stats().cached, 3u);
   EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0), Key(1), Key(2)}), 3u);
-  EXPECT_EQ(pool->LookupPrefix(BlockKey{2, 2}, std::vector<BlockKey>{Key(0)}), 0u) << "another salt's root";
+  EXPECT_EQ(pool->LookupPrefix(BlockKey{2, 2}, std::vector<BlockKey>{Key(0)}), 0u)
+      << "another salt's root";
 }
 
 TEST(BlockPoolTest, PartialReuseInPlaceWhenNothingElseUsesTheBlock) {
@@ -142,7 +152,8 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
   auto pool = MakePool(8);
   const SequenceStart a = StartAndCommit(*pool, 1, {Key(0), Key(1)}, Tokens(0, 8));
   // Same first block, then 3 of block 1's tokens (4, 5, 6) and a different one.
-  auto b = pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0), Key(5)}, std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 42}});
+  auto b = pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0), Key(5)},
+                                std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 42}});
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->reused_blocks, 1u);
   EXPECT_EQ(b->reused_tokens, 7u);
@@ -150,7 +161,8 @@ TEST(BlockPoolTest, CopyOnPartialReuseWhenAnotherSequenceStillUsesTheBlock) {
   EXPECT_EQ(b->copy->source, a.block_table[1]);
   EXPECT_EQ(b->copy->destination, b->block_table[1]);
   EXPECT_EQ(b->copy->tokens, 3u);
-  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0), Key(1)}), 2u) << "the source stays cached";
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0), Key(1)}), 2u)
+      << "the source stays cached";
   EXPECT_EQ(pool->Stats().partial_copies, 1u);
 }
 
@@ -177,7 +189,8 @@ TEST(BlockPoolTest, AHeldBlockIsNeitherEvictedNorTakenOverUntilFreed) {
   EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{held}).code(), StatusCode::kFailedPrecondition)
       << "released twice";
   EXPECT_EQ(pool->Stats().cached, 1u);
-  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0)}), 1u) << "still cached under its key";
+  EXPECT_EQ(pool->LookupPrefix(kRoot, std::vector<BlockKey>{Key(0)}), 1u)
+      << "still cached under its key";
   ASSERT_TRUE(pool->AllocateBlocks(1, &more, &evicted).ok());
   ASSERT_EQ(evicted.size(), 1u);
   EXPECT_EQ(evicted[0].block, held) << "evictable again once freed";
@@ -195,22 +208,26 @@ TEST(BlockPoolTest, TheHeldCountIsOfBlocksNotOfHolds) {
   EXPECT_EQ(pool->Stats().held, 2u) << "block " << first << " is still held by the other peer";
   ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{first, second}).ok());
   EXPECT_EQ(pool->Stats().held, 0u);
-  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{second}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{second}).code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool->Stats().held, 0u) << "a refused release changes nothing";
 }
 
 TEST(BlockPoolTest, HoldingABlankOrForeignBlockAndReleasingAnUnheldOneAreRefused) {
   auto pool = MakePool(4);
-  const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // block 0 committed, block 1 not
+  const SequenceStart a =
+      StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));  // block 0 committed, block 1 not
   ASSERT_EQ(a.block_table.size(), 2u);
   const BlockId committed = a.block_table[0];
   EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, a.block_table[1]}).code(),
             StatusCode::kFailedPrecondition);
   EXPECT_EQ(pool->HoldBlocks(std::vector<BlockId>{committed, 9}).code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{committed}).code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(pool->ReleaseBlocks(std::vector<BlockId>{committed}).code(),
+            StatusCode::kFailedPrecondition)
       << "never held";
   ASSERT_TRUE(pool->FreeSequence(1).ok());
-  EXPECT_EQ(pool->Stats().cached, 1u) << "the refused holds took no reference on block " << committed;
+  EXPECT_EQ(pool->Stats().cached, 1u)
+      << "the refused holds took no reference on block " << committed;
   EXPECT_EQ(pool->Stats().in_use, 0u);
   EXPECT_EQ(pool->Stats().held, 0u);
 }
@@ -223,7 +240,8 @@ TEST(BlockPoolTest, ABlankBlockHeldForWritingOutlivesItsSequenceUntilReleased) {
   auto pool = MakePool(2);
   const SequenceStart a = StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));
   const BlockId committed = a.block_table[0], blank = a.block_table[1];
-  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank, committed}).code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank, committed}).code(),
+            StatusCode::kFailedPrecondition)
       << "block " << committed << " is committed";
   EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{9}).code(), StatusCode::kOutOfRange);
   ASSERT_TRUE(pool->HoldForWriting(std::vector<BlockId>{blank}).ok());
@@ -237,7 +255,8 @@ TEST(BlockPoolTest, ABlankBlockHeldForWritingOutlivesItsSequenceUntilReleased) {
   EXPECT_EQ(pool->Stats().held, 0u);
   EXPECT_EQ(pool->Stats().free, 1u) << "blank again, not cached";
   EXPECT_EQ(pool->Stats().cached, 1u);
-  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank}).code(), StatusCode::kFailedPrecondition)
+  EXPECT_EQ(pool->HoldForWriting(std::vector<BlockId>{blank}).code(),
+            StatusCode::kFailedPrecondition)
       << "a free block is in no sequence";
   EXPECT_TRUE(pool->AllocateBlocks(2, &more, &evicted).ok());
 }
@@ -253,8 +272,11 @@ TEST(BlockPoolTest, AHeldBlocksChecksumIsKeptWhileItStaysCommitted) {
   ASSERT_TRUE(pool->HoldBlocks(std::vector<BlockId>{b0}).ok());
   EXPECT_EQ(pool->RememberChecksums(std::vector<BlockId>{b0}, std::vector<uint64_t>{}).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(pool->RememberChecksums(std::vector<BlockId>{9}, std::vector<uint64_t>{1}).code(), StatusCode::kOutOfRange);
-  ASSERT_TRUE(pool->RememberChecksums(std::vector<BlockId>{b0, b1}, std::vector<uint64_t>{0xabc, 0xdef}).ok());
+  EXPECT_EQ(pool->RememberChecksums(std::vector<BlockId>{9}, std::vector<uint64_t>{1}).code(),
+            StatusCode::kOutOfRange);
+  ASSERT_TRUE(
+      pool->RememberChecksums(std::vector<BlockId>{b0, b1}, std::vector<uint64_t>{0xabc, 0xdef})
+          .ok());
   EXPECT_EQ(pool->Find(Key(0))->checksum, 0xabcu);
   EXPECT_EQ(pool->Find(Key(1))->checksum, 0u) << "block 1 was not held";
   ASSERT_TRUE(pool->ReleaseBlocks(std::vector<BlockId>{b0}).ok());
@@ -281,8 +303,9 @@ TEST(BlockPoolTest, WithoutTokensThereIsNoPartialReuse) {
   auto partial = pool->StartSequence({3, kRoot, 0, 0, {}, std::vector<uint32_t>{0, 1}});
   ASSERT_TRUE(partial.ok());
   EXPECT_EQ(partial->reused_tokens, 0u) << "block 0's tokens are unknown";
-  EXPECT_EQ(pool->StartSequence({4, kRoot, 0, 0, {}, std::vector<uint32_t>{0, 1}, 3}).status().code(),
-            StatusCode::kInvalidArgument)
+  EXPECT_EQ(
+      pool->StartSequence({4, kRoot, 0, 0, {}, std::vector<uint32_t>{0, 1}, 3}).status().code(),
+      StatusCode::kInvalidArgument)
       << "num_tokens disagrees with the tokens";
 }
 
@@ -302,13 +325,15 @@ TEST(BlockPoolTest, EvictsLowestPriorityFirstThenLeastRecentThenLeavesFirst) {
   for (const EvictedBlock& e : evicted) order.push_back(e.key);
   // Priority 20 first; then priority 35 leaf c1 before its parent c0; then priority 50.
   EXPECT_EQ(order, (std::vector<BlockKey>{Key(20), Key(31), Key(30), Key(11), Key(10)}));
-  EXPECT_FALSE(evicted[0].offload) << "priority 20 is below secondary_offload_min_priority 35: dropped";
+  EXPECT_FALSE(evicted[0].offload)
+      << "priority 20 is below secondary_offload_min_priority 35: dropped";
   EXPECT_TRUE(evicted[1].offload);
   const auto events = pool->TakeEvents();
   ASSERT_EQ(events.size(), 5u);
   EXPECT_EQ(events[0].kind, PoolEvent::Kind::kRemoved);
   EXPECT_EQ(events[1].kind, PoolEvent::Kind::kOffloaded);
-  for (size_t i = 1; i < events.size(); ++i) EXPECT_EQ(events[i].sequence, events[i - 1].sequence + 1);
+  for (size_t i = 1; i < events.size(); ++i)
+    EXPECT_EQ(events[i].sequence, events[i - 1].sequence + 1);
   EXPECT_EQ(pool->Stats().evictions_by_priority[50], 2u);
 }
 
@@ -328,7 +353,8 @@ TEST(BlockPoolTest, HoldingsListCommittedBlocksWithRetentionLeft) {
   EXPECT_EQ(events[1].retention, 0ns);
   std::vector<PoolHolding> holdings = pool->Holdings();
   ASSERT_EQ(holdings.size(), 2u) << "the uncommitted block is not listed";
-  std::sort(holdings.begin(), holdings.end(), [](const auto& a, const auto& b) { return a.key.lo < b.key.lo; });
+  std::sort(holdings.begin(), holdings.end(),
+            [](const auto& a, const auto& b) { return a.key.lo < b.key.lo; });
   EXPECT_EQ(holdings[0].key, Key(1));
   EXPECT_TRUE(holdings[0].first);
   EXPECT_EQ(holdings[0].priority, 80);
@@ -390,8 +416,9 @@ TEST(BlockPoolTest, WindowedPoolReleasesBlocksThatLeaveTheWindowButKeepsSinks) {
   auto start = pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)});
   ASSERT_TRUE(start.ok());
   ASSERT_TRUE(pool->Extend(1, 8).ok());  // 12 tokens: blocks 0, 1, 2; nothing left the window yet
-  ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1), Key(2)}, Tokens(0, 12), {}).ok());
-  auto growth = pool->Extend(1, 8);      // 20 tokens: the window is tokens 12-19
+  ASSERT_TRUE(
+      pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1), Key(2)}, Tokens(0, 12), {}).ok());
+  auto growth = pool->Extend(1, 8);  // 20 tokens: the window is tokens 12-19
   ASSERT_TRUE(growth.ok());
   const std::vector<BlockId> table = pool->BlockTable(1).value();
   ASSERT_EQ(table.size(), 5u);
@@ -414,8 +441,10 @@ TEST(BlockPoolTest, EvictsAnInteriorBlockWhenItsOnlyChildIsInUseThroughADuplicat
   // Sequences 1 and 2 start with the same first block before either commits it: two
   // copies. Sequence 1 commits it (block a); sequence 2's copy stays uncommitted, and its
   // second block commits with parent key 0, so a is its cached parent.
-  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
-  ASSERT_TRUE(pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(
+      pool->StartSequence({1, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
+  ASSERT_TRUE(
+      pool->StartSequence({2, kRoot, 0, 0, std::vector<BlockKey>{Key(0)}, Tokens(0, 4)}).ok());
   ASSERT_TRUE(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), {}).ok());
   ASSERT_TRUE(pool->Extend(2, 4).ok());
   ASSERT_TRUE(pool->Commit(2, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).ok());
@@ -436,25 +465,37 @@ TEST(BlockPoolTest, BadRequestsAreRefusedAndChangeNothing) {
   StartAndCommit(*pool, 1, {Key(0)}, Tokens(0, 6));
   pool->TakeEvents();
   const BlockPoolStats before = pool->Stats();
-  EXPECT_EQ(pool->StartSequence({1, kRoot, 0, 0, {}, Tokens(0, 2)}).status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 5)}).status().code(), StatusCode::kInvalidArgument)
+  EXPECT_EQ(pool->StartSequence({1, kRoot, 0, 0, {}, Tokens(0, 2)}).status().code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 5)}).status().code(),
+            StatusCode::kInvalidArgument)
       << "5 tokens have 1 full block; no key given";
-  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 20)}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(pool->Extend(9, 1).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).code(), StatusCode::kInvalidArgument)
-      << "2 full blocks, but the sequence has 6 tokens";
-  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(5)}, Tokens(0, 4), {}).code(), StatusCode::kInvalidArgument)
-      << "block 0 is committed under another key";
-  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4), std::vector<BlockRetention>{{101, 0ns}}).code(),
+  EXPECT_EQ(pool->StartSequence({2, kRoot, 0, 0, {}, Tokens(0, 20)}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(pool->StartSequence({3, kRoot, 0, 0, std::vector<BlockKey>{Key(7), Key(8), Key(9)}, Tokens(50, 12)}).status().code(),
+  EXPECT_EQ(pool->Extend(9, 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0), Key(1)}, Tokens(0, 8), {}).code(),
+            StatusCode::kInvalidArgument)
+      << "2 full blocks, but the sequence has 6 tokens";
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(5)}, Tokens(0, 4), {}).code(),
+            StatusCode::kInvalidArgument)
+      << "block 0 is committed under another key";
+  EXPECT_EQ(pool->Commit(1, std::vector<BlockKey>{Key(0)}, Tokens(0, 4),
+                         std::vector<BlockRetention>{{101, 0ns}})
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->StartSequence(
+                    {3, kRoot, 0, 0, std::vector<BlockKey>{Key(7), Key(8), Key(9)}, Tokens(50, 12)})
+                .status()
+                .code(),
             StatusCode::kResourceExhausted);
   EXPECT_EQ(pool->Stats().in_use, before.in_use);
   EXPECT_EQ(pool->Stats().free, before.free);
   EXPECT_TRUE(pool->TakeEvents().empty());
-  EXPECT_EQ(BlockPool::Create({.num_blocks = 0, .tokens_per_block = 4}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(BlockPool::Create({.num_blocks = 4, .tokens_per_block = 4, .sink_tokens = 4}).status().code(),
+  EXPECT_EQ(BlockPool::Create({.num_blocks = 0, .tokens_per_block = 4}).status().code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      BlockPool::Create({.num_blocks = 4, .tokens_per_block = 4, .sink_tokens = 4}).status().code(),
+      StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -8,8 +8,9 @@ namespace {
 
 std::string PoolName(size_t i, const KvLayout& layout) {
   return "pool " + std::to_string(i) + " (window " +
-         (layout.windowed() ? std::to_string(layout.attention_window()) + " tokens" : std::string("full")) + ", " +
-         std::to_string(layout.num_kv_heads()) + " KV heads)";
+         (layout.windowed() ? std::to_string(layout.attention_window()) + " tokens"
+                            : std::string("full")) +
+         ", " + std::to_string(layout.num_kv_heads()) + " KV heads)";
 }
 
 Status Validate(const PoolSizingOptions& o) {
@@ -18,25 +19,28 @@ Status Validate(const PoolSizingOptions& o) {
                                 " is out of range (0, 1]");
   }
   if (o.pools.empty()) return InvalidArgumentError("no pools configured");
-  if (o.max_tokens.has_value() && *o.max_tokens == 0) return InvalidArgumentError("max_tokens must be at least 1");
+  if (o.max_tokens.has_value() && *o.max_tokens == 0)
+    return InvalidArgumentError("max_tokens must be at least 1");
   double shares = 0.0;
   for (size_t i = 0; i < o.pools.size(); ++i) {
     const PoolSpec& p = o.pools[i];
     if (!(p.fraction > 0.0 && p.fraction <= 1.0)) {
-      return InvalidArgumentError(PoolName(i, p.layout) + ": fraction " + std::to_string(p.fraction) +
-                                  " is out of range (0, 1]");
+      return InvalidArgumentError(PoolName(i, p.layout) + ": fraction " +
+                                  std::to_string(p.fraction) + " is out of range (0, 1]");
     }
     shares += p.fraction;
     for (size_t j = 0; j < i; ++j) {
       const KvLayout& other = o.pools[j].layout;
-      if (other.attention_window() == p.layout.attention_window() && other.num_kv_heads() == p.layout.num_kv_heads()) {
+      if (other.attention_window() == p.layout.attention_window() &&
+          other.num_kv_heads() == p.layout.num_kv_heads()) {
         return InvalidArgumentError(PoolName(i, p.layout) + " repeats pool " + std::to_string(j) +
                                     ": one pool per (attention window, KV heads)");
       }
     }
   }
   if (shares > 1.0 + 1e-9) {
-    return InvalidArgumentError("the pools' fractions sum to " + std::to_string(shares) + ", above 1");
+    return InvalidArgumentError("the pools' fractions sum to " + std::to_string(shares) +
+                                ", above 1");
   }
   return Status::Ok();
 }
@@ -53,12 +57,14 @@ Result<std::vector<PoolSize>> SizePools(const PoolSizingOptions& o) {
     size.budget_bytes = static_cast<uint64_t>(std::floor(kv_bytes * o.pools[i].fraction));
     uint64_t blocks = size.budget_bytes / layout.bytes_per_block();
     if (blocks == 0) {
-      return ResourceExhaustedError(PoolName(i, layout) + ": its budget of " + std::to_string(size.budget_bytes) +
-                                    " bytes is below one block of " + std::to_string(layout.bytes_per_block()) +
-                                    " bytes (raise free_memory_fraction or the pool's fraction)");
+      return ResourceExhaustedError(
+          PoolName(i, layout) + ": its budget of " + std::to_string(size.budget_bytes) +
+          " bytes is below one block of " + std::to_string(layout.bytes_per_block()) +
+          " bytes (raise free_memory_fraction or the pool's fraction)");
     }
     if (o.max_tokens.has_value()) {
-      const uint64_t token_blocks = (*o.max_tokens + layout.tokens_per_block() - 1) / layout.tokens_per_block();
+      const uint64_t token_blocks =
+          (*o.max_tokens + layout.tokens_per_block() - 1) / layout.tokens_per_block();
       if (token_blocks < blocks) {
         blocks = token_blocks;
         size.capped_by_max_tokens = true;

@@ -25,8 +25,8 @@ struct PoolSpec {
 };
 
 struct PoolSizingOptions {
-  uint64_t free_bytes = 0;              // free device memory, or the host budget
-  double free_memory_fraction = 0.9;    // in (0, 1]
+  uint64_t free_bytes = 0;                            // free device memory, or the host budget
+  double free_memory_fraction = 0.9;                  // in (0, 1]
   std::optional<uint64_t> max_tokens = std::nullopt;  // tokens the cache must hold at most
   std::vector<PoolSpec> pools = {};
 };
@@ -34,7 +34,7 @@ struct PoolSizingOptions {
 struct PoolSize {
   uint64_t budget_bytes = 0;  // what the fractions give this pool
   uint32_t num_blocks = 0;
-  uint64_t bytes = 0;         // num_blocks * bytes per block: what is allocated
+  uint64_t bytes = 0;  // num_blocks * bytes per block: what is allocated
   bool capped_by_max_tokens = false;
 };
 

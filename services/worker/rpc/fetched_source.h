@@ -22,7 +22,8 @@ namespace kvtier::worker {
 class FetchedSource final : public OnboardSource {
  public:
   // `landing`: null for a buffered fetch, else the blocks held for it (one per key asked).
-  FetchedSource(const FetchedBlocks& fetched, const LandingBlocks* landing) : fetched_(fetched), landing_(landing) {}
+  FetchedSource(const FetchedBlocks& fetched, const LandingBlocks* landing)
+      : fetched_(fetched), landing_(landing) {}
   // kNotFound for a block the fetch did not bring (onboarding stops there).
   [[nodiscard]] Result<SourceTier> Fetch(const OnboardBlock& block) override;
 

@@ -27,7 +27,10 @@ class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> 
   bool device() const { return GetParam() != testing::LandingPool::kHost; }
   // Sequence `sequence` of client 1 over blocks 1, 2 (8 tokens, nothing reused).
   std::vector<BlockId> Allocate(SequenceId sequence) {
-    auto a = worker_->Allocate({.client = 1, .sequence = sequence, .root = kRoot, .block_keys = keys_,
+    auto a = worker_->Allocate({.client = 1,
+                                .sequence = sequence,
+                                .root = kRoot,
+                                .block_keys = keys_,
                                 .tokens = Tokens(0, 8)});
     EXPECT_TRUE(a.ok()) << a.status();
     return a.ok() ? a->block_table : std::vector<BlockId>{};
@@ -58,8 +61,8 @@ class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> 
     const std::vector<uint8_t> one = Pattern(1), two = Pattern(2);
     if (GetParam() == testing::LandingPool::kDeviceBuffered) {
       if (land) {
-        KVTIER_RETURN_IF_ERROR(
-            worker_->LandHeldBlocks(0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
+        KVTIER_RETURN_IF_ERROR(worker_->LandHeldBlocks(
+            0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
       }
       return landing;
     }
@@ -82,7 +85,9 @@ class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> 
   }
 
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())}).value();
+      Worker::Create(
+          {.pools = {{TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())})
+          .value();
   const std::vector<BlockKey> keys_ = {Key(1), Key(2)};
 };
 
@@ -134,7 +139,8 @@ TEST_P(FetchedSourceTest, BufferedBlocksAreCopiedUntilTheFirstMissing) {
 // not in the held blocks, so Onboard copies them from where the fetch wrote them (the
 // copier's staging, or the fetch's buffer).
 TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromWhereItWasWritten) {
-  if (!device()) GTEST_SKIP() << "a host pool's fetch writes its views: there is no landing to fail";
+  if (!device())
+    GTEST_SKIP() << "a host pool's fetch writes its views: there is no landing to fail";
   const std::vector<BlockId> table = Allocate(1);
   const Result<LandingBlocks> landing = HoldAndWrite(/*land=*/false);
   ASSERT_TRUE(landing.ok()) << landing.status();

@@ -9,24 +9,29 @@
 
 namespace kvtier::worker {
 
-Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId client, SequenceId sequence,
-                                                       uint32_t max_blocks) {
+Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId client,
+                                                       SequenceId sequence, uint32_t max_blocks) {
   KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks, worker.HoldLanding(client, sequence, max_blocks));
-  return std::make_shared<LandingHold>(worker, std::move(blocks), kj::getCurrentThreadExecutor().addRef());
+  return std::make_shared<LandingHold>(worker, std::move(blocks),
+                                       kj::getCurrentThreadExecutor().addRef());
 }
 
 void LandingHold::Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequest& request) {
   const LandingBlocks& blocks = hold->blocks();
   request.keys.resize(std::min(request.keys.size(), blocks.blocks.size()));
   if (!blocks.views.empty()) {
-    request.land_in.assign(blocks.views.begin(), blocks.views.begin() + static_cast<ptrdiff_t>(request.keys.size()));
+    request.land_in.assign(blocks.views.begin(),
+                           blocks.views.begin() + static_cast<ptrdiff_t>(request.keys.size()));
   }
   if (blocks.staged) {  // a device pool's, written into staging: one scatter
     request.land = [staged = blocks.staged](const FetchedBlocks& fetched) {
       return staged->Commit(fetched.keys.size());
     };
-  } else if (blocks.views.empty()) {  // a device pool's, into the fetch's buffer; `keep` keeps the hold alive
-    request.land = [held = hold.get()](const FetchedBlocks& fetched) { return held->Land(fetched); };
+  } else if (blocks.views.empty()) {  // a device pool's, into the fetch's buffer; `keep` keeps the
+                                      // hold alive
+    request.land = [held = hold.get()](const FetchedBlocks& fetched) {
+      return held->Land(fetched);
+    };
   }
   request.keep = hold;
 }
@@ -47,14 +52,17 @@ Status LandingHold::Land(const FetchedBlocks& fetched) const {
 
 LandingHold::~LandingHold() noexcept {
   const auto release = [this] {
-    if (const Status released = worker_.ReleaseBlocks(blocks_.pool_id, blocks_.blocks); !released.ok()) {
-      spdlog::warn("giving back {} pool blocks held for a fetch: {}", blocks_.blocks.size(), released.ToString());
+    if (const Status released = worker_.ReleaseBlocks(blocks_.pool_id, blocks_.blocks);
+        !released.ok()) {
+      spdlog::warn("giving back {} pool blocks held for a fetch: {}", blocks_.blocks.size(),
+                   released.ToString());
     }
   };
   // executeSync runs it inline on the loop's own thread. Its exception is the loop's
   // (DISCONNECTED: it has exited), and the worker goes with the loop: nothing to give back.
-  KJ_IF_MAYBE(exception, kj::runCatchingExceptions([&] { loop_->executeSync(release); })) {
-    spdlog::debug("pool blocks held for a fetch not given back: {}", exception->getDescription().cStr());
+  KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] { loop_->executeSync(release); })) {
+    spdlog::debug("pool blocks held for a fetch not given back: {}",
+                  exception->getDescription().cStr());
   }
 }
 

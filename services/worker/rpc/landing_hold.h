@@ -34,7 +34,8 @@ class LandingHold {
   // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HoldLanding's
   // errors: no such sequence or block).
   [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(Worker& worker, ClientId client,
-                                                                 SequenceId sequence, uint32_t max_blocks);
+                                                                 SequenceId sequence,
+                                                                 uint32_t max_blocks);
   LandingHold(Worker& worker, LandingBlocks blocks, kj::Own<const kj::Executor> loop)
       : worker_(worker), blocks_(std::move(blocks)), loop_(kj::mv(loop)) {}
   ~LandingHold() noexcept;

@@ -23,8 +23,11 @@ class LandingHoldTest : public ::testing::TestWithParam<testing::LandingPool> {
  protected:
   // Sequence 1 of client 1: three full blank blocks, held for a fetch.
   void SetUp() override {
-    auto a = worker_->Allocate(
-        {.client = 1, .sequence = 1, .root = testing::kRoot, .block_keys = keys_, .tokens = testing::Tokens(0, 12)});
+    auto a = worker_->Allocate({.client = 1,
+                                .sequence = 1,
+                                .root = testing::kRoot,
+                                .block_keys = keys_,
+                                .tokens = testing::Tokens(0, 12)});
     ASSERT_TRUE(a.ok()) << a.status();
     table_ = a->block_table;
     auto held = LandingHold::Take(*worker_, 1, 1, 3);
@@ -51,7 +54,9 @@ class LandingHoldTest : public ::testing::TestWithParam<testing::LandingPool> {
   std::unique_ptr<kj::EventLoop> loop_ = std::make_unique<kj::EventLoop>();
   std::unique_ptr<kj::WaitScope> wait_scope_ = std::make_unique<kj::WaitScope>(*loop_);
   std::unique_ptr<Worker> worker_ =
-      Worker::Create({.pools = {{testing::TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())}).value();
+      Worker::Create(
+          {.pools = {{testing::TestLayout(), 4}}, .pool_storage = testing::StorageFor(GetParam())})
+          .value();
   const std::vector<BlockKey> keys_ = {testing::Key(1), testing::Key(2), testing::Key(3)};
   std::vector<BlockId> table_;
   std::shared_ptr<LandingHold> hold_;
@@ -91,7 +96,8 @@ TEST_P(LandingHoldTest, ARunThatDoesNotFitIsRefused) {
 // from the write, a device pool's from the land (one scatter of the run from staging, or
 // Land from the fetch's buffer).
 TEST_P(LandingHoldTest, AFetchIsDirectedAtTheHeldBlocks) {
-  PeerFetchRequest request{.keys = {testing::Key(1), testing::Key(2), testing::Key(3), testing::Key(4)}};
+  PeerFetchRequest request{
+      .keys = {testing::Key(1), testing::Key(2), testing::Key(3), testing::Key(4)}};
   LandingHold::Direct(hold_, request);
   EXPECT_EQ(request.keys.size(), 3u);
   EXPECT_EQ(request.keep, hold_);

@@ -20,8 +20,10 @@ Result<std::unique_ptr<NodeConnections>> NodeConnections::Create(NodeConnections
 Result<std::string> NodeConnections::Resolve(const std::string& node_id) {
   {
     MutexLock lock(mu_);
-    if (auto it = resolved_.find(node_id); it != resolved_.end() && it->second.expires > std::chrono::steady_clock::now()) {
-      if (it->second.address.empty()) return NotFoundError("node " + node_id + " is not live at the coordinator");
+    if (auto it = resolved_.find(node_id);
+        it != resolved_.end() && it->second.expires > std::chrono::steady_clock::now()) {
+      if (it->second.address.empty())
+        return NotFoundError("node " + node_id + " is not live at the coordinator");
       return it->second.address;
     }
   }
@@ -37,12 +39,14 @@ Result<std::string> NodeConnections::Resolve(const std::string& node_id) {
 // The coordinator's answer for one node: its address, or empty when it is not live.
 Result<std::string> NodeConnections::AskCoordinator(const std::string& node_id) {
   Result<std::shared_ptr<rpc::RpcClient>> coordinator = Connect(options_.coordinator_address);
-  if (!coordinator.ok()) return coordinator.status().WithContext("the coordinator at " + options_.coordinator_address);
+  if (!coordinator.ok())
+    return coordinator.status().WithContext("the coordinator at " + options_.coordinator_address);
   Result<std::string> address =
       (*coordinator)
           ->impl()
           .Call<Result<std::string>>([&](schema::Session::Client& session) {
-            auto request = session.coordinatorRequest().send().getCoordinator().resolveNodesRequest();
+            auto request =
+                session.coordinatorRequest().send().getCoordinator().resolveNodesRequest();
             request.initNodeIds(1).set(0, node_id);
             return request.send().then([](auto response) -> Result<std::string> {
               for (auto n : response.getNodes()) return std::string(n.getRpcAddress().cStr());
@@ -50,7 +54,8 @@ Result<std::string> NodeConnections::AskCoordinator(const std::string& node_id) 
             });
           })
           .get();
-  if (!address.ok() && address.status().code() == StatusCode::kUnavailable) Forget(options_.coordinator_address);
+  if (!address.ok() && address.status().code() == StatusCode::kUnavailable)
+    Forget(options_.coordinator_address);
   return address;
 }
 
@@ -69,7 +74,8 @@ Result<std::shared_ptr<rpc::RpcClient>> NodeConnections::Connect(const std::stri
   connect.tls_ca_file = options_.tls_ca_file;
   connect.timeout = options_.timeout;
   connect.max_message_bytes = options_.max_message_bytes;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> client, rpc::RpcClient::Connect(std::move(connect)));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> client,
+                          rpc::RpcClient::Connect(std::move(connect)));
   MutexLock lock(mu_);
   return connections_.try_emplace(address, std::move(client)).first->second;
 }

@@ -41,7 +41,8 @@ struct NodeConnectionsOptions {
 class NodeConnections {
  public:
   // kInvalidArgument: no coordinator address.
-  [[nodiscard]] static Result<std::unique_ptr<NodeConnections>> Create(NodeConnectionsOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<NodeConnections>> Create(
+      NodeConnectionsOptions options);
   NodeConnections(const NodeConnections&) = delete;
   NodeConnections& operator=(const NodeConnections&) = delete;
 

@@ -60,11 +60,18 @@ class OnboardAllocationTest : public ::testing::Test {
                                         MetricsRegistry& registry) {
     WorkerNodeOptions options;
     options.config.data_dir = data_dir;
-    options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
-                             .dtype = "fp16", .pool_bytes = uint64_t{kOnboards} * kMany * 512, .free_memory_fraction = 1.0};
+    options.config.worker = {.num_layers = 2,
+                             .num_kv_heads = 2,
+                             .head_dim = 8,
+                             .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp16",
+                             .pool_bytes = uint64_t{kOnboards} * kMany * 512,
+                             .free_memory_fraction = 1.0};
     options.config.worker.listen = "127.0.0.1:0";
-    options.config.worker.fetch_stream_min_block_bytes = 0;  // these small blocks go on the stream too
-    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 64 << 20};  // misses both tiers first
+    options.config.worker.fetch_stream_min_block_bytes =
+        0;  // these small blocks go on the stream too
+    options.config.store = {.host_cache_bytes = 1 << 20,
+                            .disk_bytes = 64 << 20};  // misses both tiers first
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
     options.name = name;
@@ -72,7 +79,8 @@ class OnboardAllocationTest : public ::testing::Test {
     // per event: at 1 s (not 100 ms) few land in a round, and the median leaves those out.
     options.tick = 1s;
     std::unique_ptr<WorkerNode> node = WorkerNode::Create(std::move(options)).value();
-    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return node->registered(); })) << name << " registered";
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return node->registered(); }))
+        << name << " registered";
     return node;
   }
 
@@ -101,7 +109,10 @@ TEST_F(OnboardAllocationTest, AnOnboardFromAnotherNodeAllocatesNothingPerBlock) 
   std::vector<std::vector<BlockKey>> prompts;
   for (uint32_t n = 0; n < kOnboards; ++n) {
     prompts.push_back(PromptKeys(n));
-    ASSERT_TRUE(engine_a_->Allocate({.sequence = n, .keys = prompts[n], .num_tokens = kMany * kTokensPerBlock}).ok());
+    ASSERT_TRUE(
+        engine_a_
+            ->Allocate({.sequence = n, .keys = prompts[n], .num_tokens = kMany * kTokensPerBlock})
+            .ok());
     ASSERT_TRUE(engine_a_->Commit(n, prompts[n]).ok());
     ASSERT_TRUE(engine_a_->Free(n).ok());
   }
@@ -111,8 +122,11 @@ TEST_F(OnboardAllocationTest, AnOnboardFromAnotherNodeAllocatesNothingPerBlock) 
   const auto onboard = [&](uint32_t blocks) {
     const std::span<const BlockKey> keys = std::span(prompts[next]).first(blocks);
     const uint64_t sequence = 1000 + next++;
-    ASSERT_TRUE(engine_b_->Allocate({.sequence = sequence, .keys = {keys.begin(), keys.end()},
-                                     .num_tokens = blocks * kTokensPerBlock}).ok());
+    ASSERT_TRUE(engine_b_
+                    ->Allocate({.sequence = sequence,
+                                .keys = {keys.begin(), keys.end()},
+                                .num_tokens = blocks * kTokensPerBlock})
+                    .ok());
     const uint64_t before = ::kvtier::testing::HeapAllocations();
     auto onboarded = engine_b_->Onboard(sequence, keys, {}, sources);
     counted_ = ::kvtier::testing::HeapAllocations() - before;
@@ -130,9 +144,10 @@ TEST_F(OnboardAllocationTest, AnOnboardFromAnotherNodeAllocatesNothingPerBlock) 
     many_counts.push_back(counted_);
   }
   const uint64_t few = std::ranges::min(few_counts), many = std::ranges::min(many_counts);
-  EXPECT_LE(many, few + kSlack) << "the fewest allocations of an onboard of " << kFew << " blocks: " << few << ", of "
-                                << kMany << " blocks: " << many << " (rounds: " << ::testing::PrintToString(few_counts)
-                                << " and " << ::testing::PrintToString(many_counts) << ")";
+  EXPECT_LE(many, few + kSlack) << "the fewest allocations of an onboard of " << kFew
+                                << " blocks: " << few << ", of " << kMany << " blocks: " << many
+                                << " (rounds: " << ::testing::PrintToString(few_counts) << " and "
+                                << ::testing::PrintToString(many_counts) << ")";
 }
 
 }  // namespace

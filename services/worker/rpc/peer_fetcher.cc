@@ -46,7 +46,8 @@ struct OpenedBlock {
 template <typename Params>
 void AskFor(const PeerFetchRequest& request, size_t first, size_t count, Params& params) {
   auto keys = params.initKeys(static_cast<unsigned>(count));
-  for (size_t i = 0; i < count; ++i) rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
+  for (size_t i = 0; i < count; ++i)
+    rpc::FromKey(request.keys[first + i], keys[static_cast<unsigned>(i)]);
   params.setSaltScope(request.salt_scope);
   params.setFormatTag(request.format_tag);
 }
@@ -58,10 +59,10 @@ struct OpenedGet {
 
 // Whether a node's header for block `i` of the request names what was asked: its key, the
 // tenant's scope, the format and the layout's block size.
-bool AnswersRequest(const PeerFetchRequest& request, size_t i, const BlockKey& key, uint64_t salt_scope,
-                    std::string_view format_tag, uint64_t payload_bytes) {
-  return key == request.keys[i] && salt_scope == request.salt_scope && format_tag == request.format_tag &&
-         payload_bytes == request.block_bytes;
+bool AnswersRequest(const PeerFetchRequest& request, size_t i, const BlockKey& key,
+                    uint64_t salt_scope, std::string_view format_tag, uint64_t payload_bytes) {
+  return key == request.keys[i] && salt_scope == request.salt_scope &&
+         format_tag == request.format_tag && payload_bytes == request.block_bytes;
 }
 
 // A get session is bound to one node, salt scope and format tag.
@@ -74,7 +75,8 @@ constexpr uint64_t kMaxOddBlockBytes = 256ull << 20;
 
 class PeerFetcher::Impl {
  public:
-  explicit Impl(PeerFetcherOptions options) : options_(std::move(options)), nodes_(*options_.connections) {}
+  explicit Impl(PeerFetcherOptions options)
+      : options_(std::move(options)), nodes_(*options_.connections) {}
 
   ~Impl() {
     {
@@ -126,15 +128,19 @@ class PeerFetcher::Impl {
     out.keys.reserve(request.keys.size());  // one allocation, however many blocks come
     if (LandsInPlace(request)) {
       const bool fits = request.land_in.size() == request.keys.size() &&
-                        std::ranges::all_of(request.land_in, [&](auto s) { return s.size() == request.block_bytes; });
+                        std::ranges::all_of(request.land_in, [&](auto s) {
+                          return s.size() == request.block_bytes;
+                        });
       if (!fits) {
-        spdlog::error("a peer fetch of {} blocks of {} bytes was given {} landing places of other sizes: "
-                      "nothing fetched",
-                      request.keys.size(), request.block_bytes, request.land_in.size());
+        spdlog::error(
+            "a peer fetch of {} blocks of {} bytes was given {} landing places of other sizes: "
+            "nothing fetched",
+            request.keys.size(), request.block_bytes, request.land_in.size());
         return out;
       }
     } else {
-      out.bytes.reserve(request.keys.size() * request.block_bytes);  // the blocks land without regrowth
+      out.bytes.reserve(request.keys.size() *
+                        request.block_bytes);  // the blocks land without regrowth
     }
     std::vector<std::string> seen;
     for (const std::string& node : request.node_ids) {
@@ -160,18 +166,21 @@ class PeerFetcher::Impl {
     if (request.land && !out.keys.empty()) {
       const Status landed = request.land(out);
       out.landed = landed.ok();
-      if (!landed.ok()) spdlog::warn("landing {} fetched blocks: {}", out.keys.size(), landed.ToString());
+      if (!landed.ok())
+        spdlog::warn("landing {} fetched blocks: {}", out.keys.size(), landed.ToString());
     }
     return out;
   }
 
   // Reads the leading run of the blocks still wanted that `address` holds into `out`,
   // in calls of at most max_blocks_per_call blocks.
-  Status FetchFrom(const std::string& address, const PeerFetchRequest& request, FetchedBlocks& out) {
+  Status FetchFrom(const std::string& address, const PeerFetchRequest& request,
+                   FetchedBlocks& out) {
     KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<rpc::RpcClient> peer, nodes_.Connect(address));
     while (out.keys.size() < request.keys.size()) {
       const size_t first = out.keys.size();
-      const size_t count = std::min<size_t>(request.keys.size() - first, options_.max_blocks_per_call);
+      const size_t count =
+          std::min<size_t>(request.keys.size() - first, options_.max_blocks_per_call);
       Result<size_t> taken = GetBatch(address, *peer, request, first, count, out);
       if (!taken.ok()) {
         if (taken.status().code() == StatusCode::kUnavailable) nodes_.Forget(address);
@@ -184,9 +193,11 @@ class PeerFetcher::Impl {
 
   // One get of keys[first, first + count); appends the leading run that checks out. On
   // the node's data stream unless it runs none.
-  Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
-                          size_t first, size_t count, FetchedBlocks& out) {
-    if (request.block_bytes >= options_.stream_min_block_bytes && !Marked(Lacks::kDataStream, address)) {
+  Result<size_t> GetBatch(const std::string& address, rpc::RpcClient& peer,
+                          const PeerFetchRequest& request, size_t first, size_t count,
+                          FetchedBlocks& out) {
+    if (request.block_bytes >= options_.stream_min_block_bytes &&
+        !Marked(Lacks::kDataStream, address)) {
       Result<size_t> streamed = StreamBatch(address, peer, request, first, count, out);
       if (streamed.status().code() != StatusCode::kUnimplemented) return streamed;
       Mark(Lacks::kDataStream, address);
@@ -205,8 +216,9 @@ class PeerFetcher::Impl {
   // On the node's data stream: keyed gets under a get session where the node serves them
   // (a store's tiers; a worker's tiers and pool), else a ticket per get (openGet: a node
   // of an earlier version, whose worker sessions did not read the pool).
-  Result<size_t> StreamBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
-                             size_t first, size_t count, FetchedBlocks& out) {
+  Result<size_t> StreamBatch(const std::string& address, rpc::RpcClient& peer,
+                             const PeerFetchRequest& request, size_t first, size_t count,
+                             FetchedBlocks& out) {
     if (!Marked(Lacks::kGetSessions, address)) {
       Result<size_t> keyed = KeyedBatch(address, peer, request, first, count, out);
       if (keyed.status().code() != StatusCode::kUnimplemented) return keyed;
@@ -217,21 +229,23 @@ class PeerFetcher::Impl {
 
   // A kept session that the node no longer knows (idle past its ttl, or the node
   // restarted) is opened again once.
-  Result<size_t> KeyedBatch(const std::string& address, rpc::RpcClient& peer, const PeerFetchRequest& request,
-                            size_t first, size_t count, FetchedBlocks& out) {
+  Result<size_t> KeyedBatch(const std::string& address, rpc::RpcClient& peer,
+                            const PeerFetchRequest& request, size_t first, size_t count,
+                            FetchedBlocks& out) {
     const SessionKey key{address, request.salt_scope, request.format_tag};
     for (int attempt = 0;; ++attempt) {
       KVTIER_ASSIGN_OR_RETURN(const store::TransferTicket session, SessionFor(key, peer));
       Result<size_t> taken = KeyedGet(session, request, first, count, out);
       const StatusCode code = taken.status().code();
-      if (attempt > 0 || (code != StatusCode::kNotFound && code != StatusCode::kPermissionDenied)) return taken;
+      if (attempt > 0 || (code != StatusCode::kNotFound && code != StatusCode::kPermissionDenied))
+        return taken;
       MutexLock lock(mu_);
       sessions_.erase(key);
     }
   }
 
-  Result<size_t> KeyedGet(const store::TransferTicket& session, const PeerFetchRequest& request, size_t first,
-                          size_t count, FetchedBlocks& out) {
+  Result<size_t> KeyedGet(const store::TransferTicket& session, const PeerFetchRequest& request,
+                          size_t first, size_t count, FetchedBlocks& out) {
     const uint64_t block_bytes = request.block_bytes;
     const size_t base = out.bytes.size();
     if (!LandsInPlace(request)) out.bytes.resize(base + count * block_bytes);
@@ -277,8 +291,9 @@ class PeerFetcher::Impl {
               auto open = session.storeRequest().send().getStore().openGetSessionRequest();
               open.setSaltScope(std::get<1>(key));
               open.setFormatTag(std::get<2>(key));
-              return open.send().then(
-                  [](auto response) -> Result<store::TransferTicket> { return store::FromWire(response.getTicket()); });
+              return open.send().then([](auto response) -> Result<store::TransferTicket> {
+                return store::FromWire(response.getTicket());
+              });
             })
             .get();
     if (opened.ok()) {
@@ -290,21 +305,24 @@ class PeerFetcher::Impl {
 
   static void RejectedBlock(const BlockKey& key, FetchedBlocks& out) {
     ++out.rejected;
-    spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken", key.ToHex());
+    spdlog::warn("a peer's copy of block {} does not match its header or the request; not taken",
+                 key.ToHex());
   }
 
-  Result<size_t> TicketBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count,
-                             FetchedBlocks& out) {
+  Result<size_t> TicketBatch(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first,
+                             size_t count, FetchedBlocks& out) {
     KVTIER_ASSIGN_OR_RETURN(const OpenedGet opened, OpenGet(peer, request, first, count));
     // The stream sends every present block; the ones after the leading run are read and dropped.
     uint64_t total = 0;
     for (const OpenedBlock& block : opened.blocks) total += block.present ? block.payload_bytes : 0;
     if (total > count * request.block_bytes || total > opened.ticket.total_bytes) {
       return DataLossError("the node's headers claim " + std::to_string(total) + " bytes for " +
-                           std::to_string(count) + " blocks of " + std::to_string(request.block_bytes));
+                           std::to_string(count) + " blocks of " +
+                           std::to_string(request.block_bytes));
     }
     const size_t base = out.bytes.size();
-    std::deque<std::vector<uint8_t>> odd;  // landing: blocks of another size than asked, never taken
+    std::deque<std::vector<uint8_t>>
+        odd;  // landing: blocks of another size than asked, never taken
     std::vector<std::span<uint8_t>> outs;
     if (!LandsInPlace(request)) out.bytes.resize(base + total);
     for (size_t i = 0, offset = base; i < count; ++i) {
@@ -315,11 +333,13 @@ class PeerFetcher::Impl {
       } else if (size == request.block_bytes) {
         outs.push_back(request.land_in[first + i]);
       } else {
-        outs.push_back(size == 0 ? std::span<uint8_t>() : std::span<uint8_t>(odd.emplace_back(size)));
+        outs.push_back(size == 0 ? std::span<uint8_t>()
+                                 : std::span<uint8_t>(odd.emplace_back(size)));
       }
     }
     Result<std::vector<store::StreamBlockState>> states = streams_.Run(
-        opened.ticket.data_address, [&](store::DataStreamClient& stream) { return stream.Get(opened.ticket, outs); });
+        opened.ticket.data_address,
+        [&](store::DataStreamClient& stream) { return stream.Get(opened.ticket, outs); });
     if (!states.ok()) {
       out.bytes.resize(base);
       return states.status();
@@ -339,7 +359,8 @@ class PeerFetcher::Impl {
     return taken;
   }
 
-  Result<OpenedGet> OpenGet(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first, size_t count) {
+  Result<OpenedGet> OpenGet(rpc::RpcClient& peer, const PeerFetchRequest& request, size_t first,
+                            size_t count) {
     return peer.impl()
         .Call<Result<OpenedGet>>([&](schema::Session::Client& session) {
           auto open = session.storeRequest().send().getStore().openGetRequest();
@@ -349,15 +370,17 @@ class PeerFetcher::Impl {
             opened.ticket = store::FromWire(response.getTicket());
             const auto headers = response.getHeaders();
             const auto states = response.getStates();
-            if (headers.size() != count || states.size() != count) return InternalError("openGet answered short");
+            if (headers.size() != count || states.size() != count)
+              return InternalError("openGet answered short");
             for (size_t i = 0; i < count; ++i) {
               const auto h = headers[static_cast<unsigned>(i)];
               OpenedBlock block;
               block.present = states[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
               block.payload_bytes = h.getPayloadBytes();
               block.checksum = h.getChecksum();
-              block.matches = AnswersRequest(request, first + i, rpc::ToKey(h.getKey()), h.getSaltScope(),
-                                             h.getFormatTag().cStr(), block.payload_bytes);
+              block.matches =
+                  AnswersRequest(request, first + i, rpc::ToKey(h.getKey()), h.getSaltScope(),
+                                 h.getFormatTag().cStr(), block.payload_bytes);
               opened.blocks.push_back(block);
             }
             return opened;
@@ -369,8 +392,8 @@ class PeerFetcher::Impl {
   static bool LandsInPlace(const PeerFetchRequest& request) { return !request.land_in.empty(); }
   // Where block `i` of a get of keys[first...] goes: its landing place, or its place in
   // the result's buffer from `base` (the get's first block there).
-  static std::span<uint8_t> PlaceOf(const PeerFetchRequest& request, FetchedBlocks& out, size_t base, size_t first,
-                                    size_t i) {
+  static std::span<uint8_t> PlaceOf(const PeerFetchRequest& request, FetchedBlocks& out,
+                                    size_t base, size_t first, size_t i) {
     if (LandsInPlace(request)) return request.land_in[first + i];
     return {out.bytes.data() + base + i * request.block_bytes, request.block_bytes};
   }
@@ -391,8 +414,8 @@ class PeerFetcher::Impl {
   // On the connection's loop: checks each answered block in order and copies the good
   // leading run out of the response.
   static size_t Take(const PeerFetchRequest& request, size_t first, size_t count,
-                     capnp::List<schema::BlockPayload>::Reader blocks, capnp::List<schema::BlockState>::Reader states,
-                     FetchedBlocks& out) {
+                     capnp::List<schema::BlockPayload>::Reader blocks,
+                     capnp::List<schema::BlockState>::Reader states, FetchedBlocks& out) {
     size_t taken = 0;
     for (; taken < count && taken < blocks.size() && taken < states.size(); ++taken) {
       if (states[static_cast<unsigned>(taken)] != schema::BlockState::PRESENT) break;
@@ -401,15 +424,18 @@ class PeerFetcher::Impl {
       const auto data = block.getData();
       const BlockKey& key = request.keys[first + taken];
       const std::span<const uint8_t> payload(data.begin(), data.size());
-      if (!AnswersRequest(request, first + taken, rpc::ToKey(header.getKey()), header.getSaltScope(),
-                          header.getFormatTag().cStr(), header.getPayloadBytes()) ||
-          data.size() != header.getPayloadBytes() || header.getChecksum() != storage::PayloadChecksum(payload)) {
+      if (!AnswersRequest(request, first + taken, rpc::ToKey(header.getKey()),
+                          header.getSaltScope(), header.getFormatTag().cStr(),
+                          header.getPayloadBytes()) ||
+          data.size() != header.getPayloadBytes() ||
+          header.getChecksum() != storage::PayloadChecksum(payload)) {
         RejectedBlock(key, out);
         break;
       }
       out.keys.push_back(key);
       if (LandsInPlace(request)) {
-        std::memcpy(request.land_in[first + taken].data(), payload.data(), payload.size());  // sizes checked
+        std::memcpy(request.land_in[first + taken].data(), payload.data(),
+                    payload.size());  // sizes checked
       } else {
         out.bytes.insert(out.bytes.end(), payload.begin(), payload.end());
       }
@@ -424,16 +450,21 @@ class PeerFetcher::Impl {
   CondVar wake_;
   bool stopping_ KVTIER_GUARDED_BY(mu_) = false;
   std::deque<Task> queue_ KVTIER_GUARDED_BY(mu_);
-  std::set<std::string> inline_only_ KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
+  std::set<std::string> inline_only_
+      KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
   std::set<std::string> no_sessions_ KVTIER_GUARDED_BY(mu_);  // ... or serve no get sessions
-  std::map<SessionKey, store::TransferTicket> sessions_ KVTIER_GUARDED_BY(mu_);  // kept get sessions
+  std::map<SessionKey, store::TransferTicket> sessions_
+      KVTIER_GUARDED_BY(mu_);                              // kept get sessions
   store::DataStreamClientPool streams_{options_.threads};  // kept data stream connections
 };
 
 Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {
-  if (options.connections == nullptr) return InvalidArgumentError("PeerFetcherOptions.connections is null");
-  if (options.threads == 0) return InvalidArgumentError("PeerFetcherOptions.threads must be at least 1");
-  if (options.max_blocks_per_call == 0) return InvalidArgumentError("PeerFetcherOptions.max_blocks_per_call must be at least 1");
+  if (options.connections == nullptr)
+    return InvalidArgumentError("PeerFetcherOptions.connections is null");
+  if (options.threads == 0)
+    return InvalidArgumentError("PeerFetcherOptions.threads must be at least 1");
+  if (options.max_blocks_per_call == 0)
+    return InvalidArgumentError("PeerFetcherOptions.max_blocks_per_call must be at least 1");
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->Start();
   return std::unique_ptr<PeerFetcher>(new PeerFetcher(std::move(impl)));
@@ -441,6 +472,8 @@ Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions opti
 
 PeerFetcher::PeerFetcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PeerFetcher::~PeerFetcher() = default;
-kj::Promise<FetchedBlocks> PeerFetcher::Fetch(PeerFetchRequest request) { return impl_->Fetch(std::move(request)); }
+kj::Promise<FetchedBlocks> PeerFetcher::Fetch(PeerFetchRequest request) {
+  return impl_->Fetch(std::move(request));
+}
 
 }  // namespace kvtier::worker

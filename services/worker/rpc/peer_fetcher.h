@@ -61,15 +61,16 @@ struct FetchedBlocks {
   std::vector<BlockKey> keys;  // the leading run of the request's keys that was found
   ByteBuffer bytes;            // their payloads, block_bytes each, in that order (none: landed)
   uint64_t block_bytes = 0;
-  uint32_t rejected = 0;       // blocks refused for a header or checksum that did not match
-  uint32_t streamed = 0;       // of `keys`, those that came on a node's data stream
-  bool landed = false;         // the request's `land` landed `keys` (their bytes still here)
+  uint32_t rejected = 0;  // blocks refused for a header or checksum that did not match
+  uint32_t streamed = 0;  // of `keys`, those that came on a node's data stream
+  bool landed = false;    // the request's `land` landed `keys` (their bytes still here)
 };
 
 struct PeerFetchRequest {
-  std::vector<std::string> node_ids = {};  // where the lookup placed the blocks, in preference order
-  std::vector<BlockKey> keys = {};         // the blocks wanted, in chain order
-  std::string format_tag = {};             // storage format (services/worker/tier_link.h)
+  std::vector<std::string> node_ids =
+      {};                           // where the lookup placed the blocks, in preference order
+  std::vector<BlockKey> keys = {};  // the blocks wanted, in chain order
+  std::string format_tag = {};      // storage format (services/worker/tier_link.h)
   uint64_t salt_scope = 0;
   uint64_t block_bytes = 0;
   // Optional: where each block lands (land_in[i] for keys[i], block_bytes each): memory

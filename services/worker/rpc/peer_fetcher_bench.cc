@@ -58,7 +58,8 @@ class PoolSource final : public store::ExtraBlockSource {
   }
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     const auto it = blocks_.find(ref.key);
-    if (it == blocks_.end() || ref.format_tag != kFormat || ref.salt_scope != kScope) return NotFoundError("not held");
+    if (it == blocks_.end() || ref.format_tag != kFormat || ref.salt_scope != kScope)
+      return NotFoundError("not held");
     storage::BlockHeader header = it->second.first;
     // As a pool's: computed as read, until a reader that held the block gave it back.
     const auto kept = kept_checksums_.find(ref.key.lo);
@@ -72,7 +73,8 @@ class PoolSource final : public store::ExtraBlockSource {
     std::copy(payload.begin(), payload.end(), out.begin());
     return header;
   }
-  std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override {
+  std::vector<Result<store::HeldBlock>> HoldBatch(
+      std::span<const storage::BlockRef> refs) override {
     const Timed timed(loop_ns_);
     std::vector<Result<store::HeldBlock>> found = ExtraBlockSource::HoldBatch(refs);
     for (size_t i = 0; hold_ && i < refs.size(); ++i) {
@@ -82,7 +84,8 @@ class PoolSource final : public store::ExtraBlockSource {
     }
     return found;
   }
-  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds,
+                      std::span<const uint64_t> checksums) override {
     const Timed timed(loop_ns_);
     for (size_t i = 0; i < checksums.size(); ++i) {
       if (checksums[i] != 0) kept_checksums_[holds[i]] = checksums[i];
@@ -96,7 +99,8 @@ class PoolSource final : public store::ExtraBlockSource {
   struct Timed {
     explicit Timed(std::atomic<uint64_t>& total) : total(total) {}
     ~Timed() {
-      total += static_cast<uint64_t>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
+      total += static_cast<uint64_t>(
+          std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
     }
     std::atomic<uint64_t>& total;
     const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
@@ -104,7 +108,8 @@ class PoolSource final : public store::ExtraBlockSource {
 
   const bool hold_;
   std::atomic<uint64_t> loop_ns_{0};  // written on the loop, read by the bench between fetches
-  std::unordered_map<BlockKey, std::pair<storage::BlockHeader, std::vector<uint8_t>>, BlockKeyHash> blocks_;
+  std::unordered_map<BlockKey, std::pair<storage::BlockHeader, std::vector<uint8_t>>, BlockKeyHash>
+      blocks_;
   std::unordered_map<uint64_t, uint64_t> kept_checksums_;  // by hold: as a pool keeps them (pool:2)
 };
 
@@ -145,7 +150,8 @@ class LoopProbe {
       if (loop == nullptr) continue;  // no connection yet: the first fetch binds it
       const auto sent = std::chrono::steady_clock::now();
       loop->executeSync([] {});
-      const auto waited = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - sent);
+      const auto waited =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - sent);
       MutexLock lock(mu_);
       waits_us_.push_back(waited.count());
       next = std::max(next, std::chrono::steady_clock::now());  // no catching up after a long wait
@@ -161,7 +167,8 @@ class LoopProbe {
 
 double Percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+  return sorted[std::min(sorted.size() - 1,
+                         static_cast<size_t>(q * static_cast<double>(sorted.size())))];
 }
 
 class Peer {
@@ -174,7 +181,8 @@ class Peer {
     store_ = storage::TieredStore::Create(std::move(tiers)).value();
     std::vector<uint8_t> payload(block_bytes);
     for (uint64_t id = 0; id < kStoredBlocks; ++id) {
-      for (size_t i = 0; i < payload.size(); i += 64) payload[i] = static_cast<uint8_t>(id * 31 + i);
+      for (size_t i = 0; i < payload.size(); i += 64)
+        payload[i] = static_cast<uint8_t>(id * 31 + i);
       storage::BlockHeader header;
       header.key = BlockKey{5, id};
       header.format_tag = kFormat;
@@ -193,11 +201,16 @@ class Peer {
         [this, pool](const auth::Tenant& tenant) {
           probe_.BindToThisLoop();
           return store::MakeBlockStoreService(
-              {.store = store_.get(), .extra = pool ? &pool_ : nullptr, .stream = stream_.get()}, tenant);
+              {.store = store_.get(), .extra = pool ? &pool_ : nullptr, .stream = stream_.get()},
+              tenant);
         },
         "peer/store", "127.0.0.1:0", std::chrono::hours(1));
-    nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
-    fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .threads = 1, .stream_min_block_bytes = 0}).value();
+    nodes_ = NodeConnections::Create(
+                 {.coordinator_address = node_->endpoints()[0], .token = "auth is off"})
+                 .value();
+    fetcher_ = PeerFetcher::Create(
+                   {.connections = nodes_.get(), .threads = 1, .stream_min_block_bytes = 0})
+                   .value();
   }
   ~Peer() {
     probe_.Stop();
@@ -232,13 +245,15 @@ void BM_PeerFetch(benchmark::State& state) {
   peer.probe().Start();
   for (auto _ : state) {
     PeerFetchRequest request{{"peer/store"}, {}, kFormat, kScope, block_bytes};
-    for (uint64_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
+    for (uint64_t i = 0; i < blocks; ++i)
+      request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
     next += blocks;
     const FetchedBlocks fetched = peer.fetcher().Fetch(std::move(request)).wait(io.waitScope);
     if (fetched.keys.size() != blocks || fetched.streamed != (stream ? blocks : 0)) {
-      const std::string error = "the fetch brought " + std::to_string(fetched.keys.size()) + " of " +
-                                std::to_string(blocks) + " blocks, " + std::to_string(fetched.streamed) +
-                                " on the stream, " + std::to_string(fetched.rejected) + " rejected";
+      const std::string error = "the fetch brought " + std::to_string(fetched.keys.size()) +
+                                " of " + std::to_string(blocks) + " blocks, " +
+                                std::to_string(fetched.streamed) + " on the stream, " +
+                                std::to_string(fetched.rejected) + " rejected";
       state.SkipWithError(error.c_str());
       break;
     }
@@ -253,7 +268,8 @@ void BM_PeerFetch(benchmark::State& state) {
     state.counters["loop_us"] = benchmark::Counter(static_cast<double>(peer.pool_loop_ns()) / 1e3,
                                                    benchmark::Counter::kAvgIterations);
   }
-  const char* const from[] = {", from the tiers", ", from a pool copied on its loop", ", from a pool held"};
+  const char* const from[] = {", from the tiers", ", from a pool copied on its loop",
+                              ", from a pool held"};
   state.SetLabel(std::string(stream ? "stream" : "inline") + from[pool]);
 }
 BENCHMARK(BM_PeerFetch)
@@ -275,12 +291,14 @@ void BM_PeerFetchIntoPool(benchmark::State& state) {
   auto io = kj::setupAsyncIo();
   std::vector<uint8_t> pool(blocks * block_bytes, 0);  // this worker's pool blocks, touched once
   std::vector<std::span<uint8_t>> places;
-  for (uint64_t i = 0; i < blocks; ++i) places.emplace_back(pool.data() + i * block_bytes, block_bytes);
+  for (uint64_t i = 0; i < blocks; ++i)
+    places.emplace_back(pool.data() + i * block_bytes, block_bytes);
   uint64_t next = 0;
   double copy_ns = 0;
   for (auto _ : state) {
     PeerFetchRequest request{{"peer/store"}, {}, kFormat, kScope, block_bytes};
-    for (uint64_t i = 0; i < blocks; ++i) request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
+    for (uint64_t i = 0; i < blocks; ++i)
+      request.keys.push_back(BlockKey{5, (next + i) % kStoredBlocks});
     next += blocks;
     if (land) request.land_in = places;
     const FetchedBlocks fetched = peer.fetcher().Fetch(std::move(request)).wait(io.waitScope);
@@ -293,11 +311,13 @@ void BM_PeerFetchIntoPool(benchmark::State& state) {
       for (uint64_t i = 0; i < blocks; ++i) {
         std::memcpy(places[i].data(), fetched.bytes.data() + i * block_bytes, block_bytes);
       }
-      copy_ns += static_cast<double>(std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
+      copy_ns += static_cast<double>(
+          std::chrono::nanoseconds(std::chrono::steady_clock::now() - start).count());
     }
     benchmark::DoNotOptimize(pool.data());
   }
-  state.counters["landing_copy_us"] = benchmark::Counter(copy_ns / 1e3, benchmark::Counter::kAvgIterations);
+  state.counters["landing_copy_us"] =
+      benchmark::Counter(copy_ns / 1e3, benchmark::Counter::kAvgIterations);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * blocks * block_bytes));
   state.SetLabel(land ? "landed in the pool" : "buffered, then copied into the pool");
 }

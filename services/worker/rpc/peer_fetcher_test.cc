@@ -32,7 +32,8 @@ const char* const kFormat = "L1/H1/D8/T4/fp16/W0/S0|f0000000000000000";
 
 // Block `key` of the scripted peer: filled with byte key.lo; the block whose fill is
 // `corrupt_fill` has its payload changed after its checksum was taken.
-storage::BlockHeader ScriptedBlock(const storage::BlockRef& ref, int corrupt_fill, std::vector<uint8_t>& payload) {
+storage::BlockHeader ScriptedBlock(const storage::BlockRef& ref, int corrupt_fill,
+                                   std::vector<uint8_t>& payload) {
   const uint8_t fill = static_cast<uint8_t>(ref.key.lo);
   payload.assign(kBlockBytes, fill);
   storage::BlockHeader header;
@@ -71,8 +72,13 @@ enum class PeerMode { kInline, kTickets, kSessions };
 // with `sessions` openGetSession too (whose keyed gets read the stream's tiers).
 class ScriptedStore final : public schema::BlockStore::Server {
  public:
-  ScriptedStore(int corrupt_fill, store::DataStreamServer* stream, bool sessions, std::atomic<int>& open_gets)
-      : corrupt_fill_(corrupt_fill), stream_(stream), sessions_(sessions), open_gets_(open_gets), source_(corrupt_fill) {}
+  ScriptedStore(int corrupt_fill, store::DataStreamServer* stream, bool sessions,
+                std::atomic<int>& open_gets)
+      : corrupt_fill_(corrupt_fill),
+        stream_(stream),
+        sessions_(sessions),
+        open_gets_(open_gets),
+        source_(corrupt_fill) {}
 
  protected:
   kj::Promise<void> get(GetContext call) override {
@@ -82,7 +88,8 @@ class ScriptedStore final : public schema::BlockStore::Server {
     for (unsigned i = 0; i < p.getKeys().size(); ++i) {
       std::vector<uint8_t> payload;
       const storage::BlockHeader header =
-          ScriptedBlock({rpc::ToKey(p.getKeys()[i]), p.getFormatTag().cStr(), p.getSaltScope()}, corrupt_fill_, payload);
+          ScriptedBlock({rpc::ToKey(p.getKeys()[i]), p.getFormatTag().cStr(), p.getSaltScope()},
+                        corrupt_fill_, payload);
       store::ToWire(header, blocks[i].initHeader());
       blocks[i].setData(kj::arrayPtr(payload.data(), payload.size()));
       states.set(i, schema::BlockState::PRESENT);
@@ -95,7 +102,8 @@ class ScriptedStore final : public schema::BlockStore::Server {
     ++open_gets_;
     const auto p = call.getParams();
     const std::vector<BlockKey> keys = rpc::ToKeys(p.getKeys());
-    const auto opened = stream_->OpenGet(keys, p.getFormatTag().cStr(), p.getSaltScope(), &source_).value();
+    const auto opened =
+        stream_->OpenGet(keys, p.getFormatTag().cStr(), p.getSaltScope(), &source_).value();
     auto results = call.getResults();
     store::ToWire(opened.ticket, results.initTicket());
     auto headers = results.initHeaders(static_cast<unsigned>(keys.size()));
@@ -111,7 +119,9 @@ class ScriptedStore final : public schema::BlockStore::Server {
     if (!sessions_) return schema::BlockStore::Server::openGetSession(call);  // UNIMPLEMENTED
     const auto p = call.getParams();
     const auto session =
-        stream_->OpenSession({.format_tag = p.getFormatTag().cStr(), .salt_scope = p.getSaltScope()}).value();
+        stream_
+            ->OpenSession({.format_tag = p.getFormatTag().cStr(), .salt_scope = p.getSaltScope()})
+            .value();
     store::ToWire(session, call.getResults().initTicket());
     return kj::READY_NOW;
   }
@@ -128,20 +138,24 @@ class ScriptedStore final : public schema::BlockStore::Server {
 class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
  protected:
   void SetUp() override {
-    storage::TieredStoreOptions tiers;  // empty but for kSessions: the scripted source serves the rest
+    storage::TieredStoreOptions
+        tiers;  // empty but for kSessions: the scripted source serves the rest
     tiers.host.emplace();
     tiers.host->capacity_bytes = 1 << 20;
     tiers.host->try_huge_pages = false;
     tiers_ = storage::TieredStore::Create(std::move(tiers)).value();
     if (GetParam() != PeerMode::kInline) {
-      stream_ = store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()}).value();
+      stream_ =
+          store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()})
+              .value();
     }
   }
 
   // A peer BlockStore whose block `corrupt_fill` fails its checksum (-1: none does).
   testing::StoreFactory Peer(int corrupt_fill) {
     return [this, corrupt_fill](const auth::Tenant&) -> kj::Own<capnp::Capability::Server> {
-      return kj::heap<ScriptedStore>(corrupt_fill, stream_.get(), GetParam() == PeerMode::kSessions, open_gets_);
+      return kj::heap<ScriptedStore>(corrupt_fill, stream_.get(), GetParam() == PeerMode::kSessions,
+                                     open_gets_);
     };
   }
 
@@ -150,7 +164,8 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   void StoreScriptedBlocks(int corrupt_fill) {
     for (uint64_t lo = 0; lo < 4; ++lo) {
       std::vector<uint8_t> payload;
-      const storage::BlockHeader header = ScriptedBlock({BlockKey{1, lo}, kFormat, kScope}, corrupt_fill, payload);
+      const storage::BlockHeader header =
+          ScriptedBlock({BlockKey{1, lo}, kFormat, kScope}, corrupt_fill, payload);
       const storage::PutItem item{header, payload, /*checksum_checked=*/true};
       ASSERT_TRUE(tiers_->PutBatch(std::span(&item, 1))[0].ok());
     }
@@ -160,8 +175,11 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   void Start(int corrupt_fill, const std::string& listen = "127.0.0.1:0") {
     if (GetParam() == PeerMode::kSessions) StoreScriptedBlocks(corrupt_fill);
     // "peer/store" resolves to the BlockStore scripted here.
-    node_ = testing::StartCoordinatorWithStoreNode(registry_, Peer(corrupt_fill), "peer/store", listen);
-    nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
+    node_ =
+        testing::StartCoordinatorWithStoreNode(registry_, Peer(corrupt_fill), "peer/store", listen);
+    nodes_ = NodeConnections::Create(
+                 {.coordinator_address = node_->endpoints()[0], .token = "auth is off"})
+                 .value();
     fetcher_ = PeerFetcher::Create({.connections = nodes_.get(),
                                     .self_node_ids = {"me/worker"},
                                     .stream_min_block_bytes = 0})  // these 64-byte blocks too
@@ -169,9 +187,12 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   }
 
   // Blocks 0 to `blocks` - 1, into the fetch's buffer, or landed in `land_in` with `keep`.
-  FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks, std::vector<std::span<uint8_t>> land_in = {},
+  FetchedBlocks Fetch(std::vector<std::string> nodes, uint32_t blocks,
+                      std::vector<std::span<uint8_t>> land_in = {},
                       std::shared_ptr<void> keep = {}) {
-    return Fetch({.node_ids = std::move(nodes), .land_in = std::move(land_in), .keep = std::move(keep)}, blocks);
+    return Fetch(
+        {.node_ids = std::move(nodes), .land_in = std::move(land_in), .keep = std::move(keep)},
+        blocks);
   }
   // `request` (its nodes and landing) for blocks 0 to `blocks` - 1.
   FetchedBlocks Fetch(PeerFetchRequest request, uint32_t blocks) {
@@ -185,7 +206,8 @@ class PeerFetcherTest : public ::testing::TestWithParam<PeerMode> {
   // `blocks` places of one block each in `memory`.
   static std::vector<std::span<uint8_t>> Places(std::vector<uint8_t>& memory, uint32_t blocks) {
     std::vector<std::span<uint8_t>> places;
-    for (uint32_t i = 0; i < blocks; ++i) places.emplace_back(memory.data() + i * kBlockBytes, kBlockBytes);
+    for (uint32_t i = 0; i < blocks; ++i)
+      places.emplace_back(memory.data() + i * kBlockBytes, kBlockBytes);
     return places;
   }
 
@@ -214,7 +236,8 @@ TEST_P(PeerFetcherTest, TakesEveryBlockAPeerHoldsInOrder) {
   EXPECT_EQ(fetched.bytes[2 * kBlockBytes], 2);
   EXPECT_EQ(fetched.rejected, 0u);
   EXPECT_EQ(fetched.streamed, Streamed(fetched));
-  EXPECT_EQ(open_gets_.load() > 0, GetParam() == PeerMode::kTickets) << "a store's blocks come by keyed gets";
+  EXPECT_EQ(open_gets_.load() > 0, GetParam() == PeerMode::kTickets)
+      << "a store's blocks come by keyed gets";
 }
 
 TEST_P(PeerFetcherTest, ABlockThatFailsItsChecksumEndsTheRun) {
@@ -266,18 +289,20 @@ TEST_P(PeerFetcherTest, ARequestsLandLandsTheRunOnTheFetchsThreadBeforeTheAnswer
     std::vector<std::vector<uint8_t>> landed;
     std::thread::id landed_on;
     bool kept_while_landing = false;
-    const FetchedBlocks fetched = Fetch(
-        {.node_ids = {"peer/store"},
-         .land = [&, kept = std::weak_ptr<int>(keep)](const FetchedBlocks& run) {
-           landed_on = std::this_thread::get_id();
-           kept_while_landing = !kept.expired();
-           for (size_t i = 0; i < run.keys.size(); ++i) {
-             landed.emplace_back(run.bytes.begin() + i * kBlockBytes, run.bytes.begin() + (i + 1) * kBlockBytes);
-           }
-           return answer;
-         },
-         .keep = std::move(keep)},
-        3);
+    const FetchedBlocks fetched =
+        Fetch({.node_ids = {"peer/store"},
+               .land =
+                   [&, kept = std::weak_ptr<int>(keep)](const FetchedBlocks& run) {
+                     landed_on = std::this_thread::get_id();
+                     kept_while_landing = !kept.expired();
+                     for (size_t i = 0; i < run.keys.size(); ++i) {
+                       landed.emplace_back(run.bytes.begin() + i * kBlockBytes,
+                                           run.bytes.begin() + (i + 1) * kBlockBytes);
+                     }
+                     return answer;
+                   },
+               .keep = std::move(keep)},
+              3);
     ASSERT_EQ(fetched.keys.size(), 1u) << answer;
     EXPECT_EQ(fetched.landed, answer.ok()) << answer;
     EXPECT_EQ(fetched.bytes.size(), kBlockBytes) << "the run stays in the buffer";
@@ -309,7 +334,8 @@ TEST_P(PeerFetcherTest, APeerThatRestartedIsReachedAgainOnTheNextFetch) {
   const std::string address = node_->endpoints()[0];
   std::shared_ptr<rpc::RpcClient> kept = nodes_->Connect(address).value();
   node_.reset();
-  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return !kept->connected(); })) << "the kept connection saw the peer go";
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return !kept->connected(); }))
+      << "the kept connection saw the peer go";
   MetricsRegistry second;
   node_ = testing::StartCoordinatorWithStoreNode(second, Peer(-1), "peer/store", address);
   EXPECT_EQ(Fetch({"peer/store"}, 2).keys.size(), 2u);
@@ -323,7 +349,8 @@ TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
   // The peer's data stream restarts on the same port: the kept connection is now closed.
   const std::string address = stream_->address();
   stream_.reset();
-  stream_ = store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()}).value();
+  stream_ =
+      store::DataStreamServer::Create({.store = tiers_.get(), .port = stream_port_.port()}).value();
   ASSERT_EQ(stream_->address(), address);
   const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
   EXPECT_EQ(fetched.keys.size(), 2u);
@@ -335,7 +362,9 @@ TEST_P(PeerFetcherTest, AKeptStreamConnectionToARestartedPeerIsMadeAgain) {
 
 TEST_P(PeerFetcherTest, BlocksBelowTheStreamThresholdComeInline) {
   Start(/*corrupt_fill=*/-1);
-  fetcher_ = PeerFetcher::Create({.connections = nodes_.get(), .stream_min_block_bytes = kBlockBytes + 1}).value();
+  fetcher_ =
+      PeerFetcher::Create({.connections = nodes_.get(), .stream_min_block_bytes = kBlockBytes + 1})
+          .value();
   const FetchedBlocks fetched = Fetch({"peer/store"}, 2);
   EXPECT_EQ(fetched.keys.size(), 2u);
   EXPECT_EQ(fetched.streamed, 0u) << "64-byte blocks under a 65-byte threshold";
@@ -349,7 +378,8 @@ TEST_P(PeerFetcherTest, NodesThatAreNotLiveHoldNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(InlineTicketsAndSessions, PeerFetcherTest,
-                         ::testing::Values(PeerMode::kInline, PeerMode::kTickets, PeerMode::kSessions),
+                         ::testing::Values(PeerMode::kInline, PeerMode::kTickets,
+                                           PeerMode::kSessions),
                          [](const ::testing::TestParamInfo<PeerMode>& info) {
                            return info.param == PeerMode::kInline    ? "Inline"
                                   : info.param == PeerMode::kTickets ? "Tickets"

@@ -34,23 +34,28 @@ class PoolBlockSource final : public store::ExtraBlockSource {
  public:
   explicit PoolBlockSource(Worker* worker);
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
-  [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override;
+  [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref,
+                                                  std::span<uint8_t> out) override;
   // Each block found, held (a device pool's held apart); one Worker::HoldBlocks per pool.
   // A hold names the pool (high 32 bits) and the block.
-  [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(std::span<const storage::BlockRef> refs) override;
+  [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(
+      std::span<const storage::BlockRef> refs) override;
   // Keeps the checksums given (Worker::RememberChecksums) before it gives the holds back:
   // a block's next reader gets its checksum in its header and hashes nothing.
-  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override;
+  [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds,
+                                    std::span<const uint64_t> checksums) override;
   // Any thread: one Worker::CopyHeldBlocks per pool. kInvalidArgument: a hold that names no
   // block of this worker's pools, or a buffer of another size; nothing is copied then.
-  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override;
+  [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds,
+                                std::span<const std::span<uint8_t>> outs) override;
   // Any thread: one Worker::StageHeldBlocks per pool, kept together until the
   // StagedBlocks goes. kInvalidArgument as CopyHeld's; the first pool's refusal
   // (kResourceExhausted: none to spare) stages none.
-  [[nodiscard]] Result<std::unique_ptr<store::StagedBlocks>> StageHeld(std::span<const uint64_t> holds) override;
+  [[nodiscard]] Result<std::unique_ptr<store::StagedBlocks>> StageHeld(
+      std::span<const uint64_t> holds) override;
   // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
-  [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                                    std::span<const std::span<uint8_t>> outs) override;
+  [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override;
 
  private:
   struct Found {

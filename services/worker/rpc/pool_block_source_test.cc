@@ -37,15 +37,24 @@ class PoolBlockSourceTest : public ::testing::Test {
   void Fill(uint32_t pool, const std::vector<uint8_t>& ids) {
     std::vector<BlockKey> keys;
     for (uint8_t id : ids) keys.push_back(Key(id));
-    const std::vector<uint32_t> tokens = testing::Tokens(100 * ids[0], 4 * static_cast<uint32_t>(ids.size()));
-    auto a = worker_->Allocate({.client = 1, .sequence = pool + 1, .pool_id = pool, .root = kRoot,
-                                .salt_scope = kScope, .block_keys = keys, .tokens = tokens});
+    const std::vector<uint32_t> tokens =
+        testing::Tokens(100 * ids[0], 4 * static_cast<uint32_t>(ids.size()));
+    auto a = worker_->Allocate({.client = 1,
+                                .sequence = pool + 1,
+                                .pool_id = pool,
+                                .root = kRoot,
+                                .salt_scope = kScope,
+                                .block_keys = keys,
+                                .tokens = tokens});
     ASSERT_TRUE(a.ok()) << a.status();
-    for (size_t i = 0; i < ids.size(); ++i) ASSERT_TRUE(worker_->WriteBlock(pool, a->block_table[i], Pattern(ids[i])).ok());
+    for (size_t i = 0; i < ids.size(); ++i)
+      ASSERT_TRUE(worker_->WriteBlock(pool, a->block_table[i], Pattern(ids[i])).ok());
     ASSERT_TRUE(worker_->Commit(1, pool + 1, keys, tokens, {}).ok());
   }
 
-  storage::BlockRef Ref(uint64_t n, uint64_t scope = kScope) const { return {Key(n), format_, scope}; }
+  storage::BlockRef Ref(uint64_t n, uint64_t scope = kScope) const {
+    return {Key(n), format_, scope};
+  }
 
   std::unique_ptr<Worker> worker_;
   std::string format_;
@@ -63,13 +72,15 @@ TEST_F(PoolBlockSourceTest, ABatchReadsTheBlocksItFindsAndNamesTheOnesItDoesNot)
     ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].status();
     EXPECT_EQ(results[i]->key, refs[i].key);
     EXPECT_EQ(results[i]->salt_scope, kScope);
-    EXPECT_EQ(results[i]->checksum, 0u) << "left to the server, which hashes the bytes off this loop";
+    EXPECT_EQ(results[i]->checksum, 0u)
+        << "left to the server, which hashes the bytes off this loop";
   }
   EXPECT_EQ(buffers[0], Pattern(3));
   EXPECT_EQ(buffers[2], Pattern(1));
   EXPECT_EQ(buffers[4], Pattern(3));
   EXPECT_EQ(results[1].status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(results[3].status().code(), StatusCode::kNotFound) << "another tenant's scope never matches";
+  EXPECT_EQ(results[3].status().code(), StatusCode::kNotFound)
+      << "another tenant's scope never matches";
   EXPECT_EQ(buffers[3], std::vector<uint8_t>(512, 0xEE));
 
   // One at a time, the same bytes and header.
@@ -105,7 +116,8 @@ TEST_F(PoolBlockSourceTest, HeldBlocksStayInPlaceUntilReleased) {
     ASSERT_TRUE(held[i].ok()) << i << ": " << held[i].status();
     EXPECT_EQ(held[i]->header.key, refs[i].key);
     EXPECT_EQ(held[i]->header.payload_bytes, 512u);
-    EXPECT_EQ(held[i]->header.checksum, 0u) << "left to the reader, which hashes the bytes it copies";
+    EXPECT_EQ(held[i]->header.checksum, 0u)
+        << "left to the reader, which hashes the bytes it copies";
     holds.push_back(held[i]->hold);
   }
   EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3));
@@ -114,12 +126,16 @@ TEST_F(PoolBlockSourceTest, HeldBlocksStayInPlaceUntilReleased) {
   ASSERT_TRUE(worker_->Free(1, 1).ok());
   const std::vector<BlockKey> others = {Key(11), Key(12), Key(13)};
   const auto needs_three = [&](SequenceId sequence) {
-    return worker_->Allocate({.client = 2, .sequence = sequence, .root = kRoot, .block_keys = others,
+    return worker_->Allocate({.client = 2,
+                              .sequence = sequence,
+                              .root = kRoot,
+                              .block_keys = others,
                               .tokens = testing::Tokens(100, 12)});
   };
   EXPECT_EQ(needs_three(1).status().code(), StatusCode::kResourceExhausted)
       << "of 4 blocks, blocks 1 and 3 are held: 2 left";
-  EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3)) << "unchanged";
+  EXPECT_EQ(std::vector<uint8_t>(held[0]->held.begin(), held[0]->held.end()), Pattern(3))
+      << "unchanged";
   const uint64_t foreign[] = {uint64_t{7} << 32};
   EXPECT_EQ(source.ReleaseBatch(foreign, {}).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
   ASSERT_TRUE(source.ReleaseBatch(holds, {}).ok());
@@ -135,7 +151,8 @@ TEST_F(PoolBlockSourceTest, AChecksumGivenBackWithAHoldIsInTheNextReadersHeader)
   std::vector<Result<store::HeldBlock>> held = source.HoldBatch(refs);
   ASSERT_TRUE(held[0].ok() && held[1].ok());
   const std::vector<uint64_t> holds = {held[0]->hold, held[1]->hold};
-  EXPECT_EQ(source.ReleaseBatch(holds, std::vector<uint64_t>{1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(source.ReleaseBatch(holds, std::vector<uint64_t>{1}).code(),
+            StatusCode::kInvalidArgument);
   const uint64_t checksum = storage::PayloadChecksum(held[0]->held);
   ASSERT_TRUE(source.ReleaseBatch(holds, std::vector<uint64_t>{checksum, 0}).ok());
   EXPECT_EQ(worker_->Stats().pools[0].held, 0u);
@@ -177,7 +194,8 @@ TEST_F(DevicePoolBlockSourceTest, BlocksHeldApartAreCopiedOutOnAnyThread) {
   EXPECT_EQ(bytes[0], Pattern(3));
   EXPECT_EQ(bytes[1], Pattern(1));
   const uint64_t foreign[] = {uint64_t{7} << 32};
-  EXPECT_EQ(source.CopyHeld(foreign, std::span(outs).first(1)).code(), StatusCode::kInvalidArgument) << "pool 7 of 1";
+  EXPECT_EQ(source.CopyHeld(foreign, std::span(outs).first(1)).code(), StatusCode::kInvalidArgument)
+      << "pool 7 of 1";
   EXPECT_EQ(source.CopyHeld(holds, std::span(outs).first(1)).code(), StatusCode::kInvalidArgument)
       << "two holds, one buffer";
   const uint64_t checksum = storage::PayloadChecksum(bytes[1]);
@@ -191,7 +209,8 @@ TEST_F(DevicePoolBlockSourceTest, BlocksHeldApartAreCopiedOutOnAnyThread) {
 class TwoDevicePoolsBlockSourceTest : public PoolBlockSourceTest {
  protected:
   void SetUp() override {
-    Start(testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/4, /*max_staged_reads=*/1), /*pools=*/2);
+    Start(testing::DevicePathOnCpu(32u << 20, /*max_staged_landings=*/4, /*max_staged_reads=*/1),
+          /*pools=*/2);
   }
 };
 
@@ -201,7 +220,8 @@ class TwoDevicePoolsBlockSourceTest : public PoolBlockSourceTest {
 // hold naming no pool kInvalidArgument; once they go, block 4 and 1 are staged again.
 TEST_F(TwoDevicePoolsBlockSourceTest, BlocksHeldApartAreStagedAcrossPoolsUntilTheStagingGoes) {
   PoolBlockSource source(worker_.get());
-  std::vector<Result<store::HeldBlock>> held = source.HoldBatch(std::vector<storage::BlockRef>{Ref(3), Ref(4), Ref(1)});
+  std::vector<Result<store::HeldBlock>> held =
+      source.HoldBatch(std::vector<storage::BlockRef>{Ref(3), Ref(4), Ref(1)});
   std::vector<uint64_t> holds;
   for (const Result<store::HeldBlock>& h : held) {
     ASSERT_TRUE(h.ok()) << h.status();
@@ -216,14 +236,18 @@ TEST_F(TwoDevicePoolsBlockSourceTest, BlocksHeldApartAreStagedAcrossPoolsUntilTh
   const std::span<const std::span<const uint8_t>> views = (*staged)->views();
   ASSERT_EQ(views.size(), 3u);
   const uint8_t expected[] = {3, 4, 1};
-  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(std::ranges::equal(views[i], Pattern(expected[i]))) << "view " << i;
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_TRUE(std::ranges::equal(views[i], Pattern(expected[i]))) << "view " << i;
 
-  EXPECT_EQ(source.StageHeld(std::span(holds).first(1)).status().code(), StatusCode::kResourceExhausted)
+  EXPECT_EQ(source.StageHeld(std::span(holds).first(1)).status().code(),
+            StatusCode::kResourceExhausted)
       << "pool 0 stages one read at a time";
   const uint64_t foreign[] = {uint64_t{7} << 32};
-  EXPECT_EQ(source.StageHeld(foreign).status().code(), StatusCode::kInvalidArgument) << "pool 7 of 2";
+  EXPECT_EQ(source.StageHeld(foreign).status().code(), StatusCode::kInvalidArgument)
+      << "pool 7 of 2";
   staged->reset();
-  Result<std::unique_ptr<store::StagedBlocks>> again = source.StageHeld(std::span(holds).subspan(1));
+  Result<std::unique_ptr<store::StagedBlocks>> again =
+      source.StageHeld(std::span(holds).subspan(1));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(std::ranges::equal((*again)->views()[0], Pattern(4)));
   EXPECT_TRUE(std::ranges::equal((*again)->views()[1], Pattern(1)));

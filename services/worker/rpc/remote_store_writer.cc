@@ -64,9 +64,12 @@ size_t StoreFor(const BlockKey& key, const std::vector<uint64_t>& store_hashes) 
 class RemoteStoreWriter::Impl {
  public:
   explicit Impl(RemoteStoreWriterOptions options)
-      : options_(std::move(options)), nodes_(*options_.connections), open_(options_.store_nodes.size()) {
+      : options_(std::move(options)),
+        nodes_(*options_.connections),
+        open_(options_.store_nodes.size()) {
     for (const std::string& node : options_.store_nodes) {
-      store_hashes_.push_back(storage::PayloadChecksum({reinterpret_cast<const uint8_t*>(node.data()), node.size()}));
+      store_hashes_.push_back(
+          storage::PayloadChecksum({reinterpret_cast<const uint8_t*>(node.data()), node.size()}));
     }
   }
 
@@ -81,15 +84,19 @@ class RemoteStoreWriter::Impl {
 
   Status Start() {
     MetricsRegistry& r = *options_.registry;
-    KVTIER_ASSIGN_OR_RETURN(CounterFamily* blocks,
-                            r.AddCounter("kvtier_worker_store_writes_blocks_total",
-                                         "Committed blocks written through to the storage nodes, by result: written, "
-                                         "skipped (the queue was full), failed (refused or unreachable).",
-                                         {"result"}));
-    KVTIER_ASSIGN_OR_RETURN(CounterFamily* bytes, r.AddCounter("kvtier_worker_store_writes_bytes_total",
-                                                               "Payload bytes written through to the storage nodes."));
-    KVTIER_ASSIGN_OR_RETURN(GaugeFamily* queued, r.AddGauge("kvtier_worker_store_writes_queued_bytes",
-                                                            "Payload bytes waiting to be written to the storage nodes."));
+    KVTIER_ASSIGN_OR_RETURN(
+        CounterFamily * blocks,
+        r.AddCounter("kvtier_worker_store_writes_blocks_total",
+                     "Committed blocks written through to the storage nodes, by result: written, "
+                     "skipped (the queue was full), failed (refused or unreachable).",
+                     {"result"}));
+    KVTIER_ASSIGN_OR_RETURN(CounterFamily * bytes,
+                            r.AddCounter("kvtier_worker_store_writes_bytes_total",
+                                         "Payload bytes written through to the storage nodes."));
+    KVTIER_ASSIGN_OR_RETURN(
+        GaugeFamily * queued,
+        r.AddGauge("kvtier_worker_store_writes_queued_bytes",
+                   "Payload bytes waiting to be written to the storage nodes."));
     written_metric_ = &blocks->WithLabels({"written"});
     skipped_metric_ = &blocks->WithLabels({"skipped"});
     failed_metric_ = &blocks->WithLabels({"failed"});
@@ -126,7 +133,8 @@ class RemoteStoreWriter::Impl {
     }
     if (submitted) wake_.NotifyOne();
     Batch& batch = *open;
-    if (batch.bytes.size() < batch.used + n) batch.bytes.resize(std::max<size_t>(options_.batch_bytes, batch.used + n));
+    if (batch.bytes.size() < batch.used + n)
+      batch.bytes.resize(std::max<size_t>(options_.batch_bytes, batch.used + n));
     if (batch.count == batch.headers.size()) batch.headers.emplace_back();
     batch.headers[batch.count++] = header;
     const std::span<uint8_t> out(batch.bytes.data() + batch.used, n);
@@ -159,7 +167,8 @@ class RemoteStoreWriter::Impl {
 
   Status Flush(std::chrono::milliseconds timeout) {
     MutexLock lock(mu_);
-    if (!idle_.WaitFor(lock, timeout, [this]() KVTIER_REQUIRES(mu_) { return ready_.empty() && !in_flight_; })) {
+    if (!idle_.WaitFor(lock, timeout,
+                       [this]() KVTIER_REQUIRES(mu_) { return ready_.empty() && !in_flight_; })) {
       return DeadlineExceededError("blocks still queued for the storage nodes after " +
                                    std::to_string(timeout.count()) + " ms");
     }
@@ -225,8 +234,10 @@ class RemoteStoreWriter::Impl {
     // Said once when a store's writes start failing and once when they recover, not per batch.
     const std::string& node = options_.store_nodes[batch.store];
     if (!sent.ok() && !failing_[batch.store]) {
-      spdlog::warn("writing blocks through to the storage node {}: {} (dropped; this node's tiers keep them)", node,
-                   sent.ToString());
+      spdlog::warn(
+          "writing blocks through to the storage node {}: {} (dropped; this node's tiers keep "
+          "them)",
+          node, sent.ToString());
     } else if (sent.ok() && failing_[batch.store]) {
       spdlog::info("writing blocks through to the storage node {} again", node);
     }
@@ -238,7 +249,8 @@ class RemoteStoreWriter::Impl {
     size_t offset = 0;
     for (size_t i = 0; i < batch.count; ++i) {
       storage::BlockHeader& header = batch.headers[i];
-      header.checksum = storage::PayloadChecksum({batch.bytes.data() + offset, header.payload_bytes});
+      header.checksum =
+          storage::PayloadChecksum({batch.bytes.data() + offset, header.payload_bytes});
       offset += header.payload_bytes;
     }
     Status sent = Put(batch);
@@ -268,15 +280,16 @@ class RemoteStoreWriter::Impl {
       }
       inline_only_.insert(address);
     }
-    Result<uint32_t> stored = (*store)
-                                  ->impl()
-                                  .Call<Result<uint32_t>>([&](schema::Session::Client& session) {
-                                    auto put = session.storeRequest().send().getStore().putRequest();
-                                    FillPut(batch, put);
-                                    return put.send().then(
-                                        [](auto response) -> Result<uint32_t> { return response.getStored(); });
-                                  })
-                                  .get();
+    Result<uint32_t> stored =
+        (*store)
+            ->impl()
+            .Call<Result<uint32_t>>([&](schema::Session::Client& session) {
+              auto put = session.storeRequest().send().getStore().putRequest();
+              FillPut(batch, put);
+              return put.send().then(
+                  [](auto response) -> Result<uint32_t> { return response.getStored(); });
+            })
+            .get();
     if (!stored.ok()) {
       if (stored.status().code() == StatusCode::kUnavailable) nodes_.Forget(address);
       return stored.status().WithContext(node + " at " + address);
@@ -305,7 +318,8 @@ class RemoteStoreWriter::Impl {
       Status put = streams_.Run(session->data_address, [&](store::DataStreamClient& stream) {
         return stream.PutBlocks(*session, headers, payloads_).status();
       });
-      const bool forgotten = put.code() == StatusCode::kNotFound || put.code() == StatusCode::kPermissionDenied;
+      const bool forgotten =
+          put.code() == StatusCode::kNotFound || put.code() == StatusCode::kPermissionDenied;
       if (!forgotten || attempt == 1) return put;
       put_sessions_.erase(address);
     }
@@ -314,13 +328,16 @@ class RemoteStoreWriter::Impl {
   // The store's put session, opened with the node credential (each header names its
   // scope). kUnimplemented: the store opens none (an older build, or no data stream).
   Result<store::TransferTicket> PutSessionFor(rpc::RpcClient& store, const std::string& address) {
-    if (no_put_sessions_.contains(address)) return UnimplementedError(address + " opens no put sessions");
+    if (no_put_sessions_.contains(address))
+      return UnimplementedError(address + " opens no put sessions");
     if (const auto it = put_sessions_.find(address); it != put_sessions_.end()) return it->second;
     Result<store::TransferTicket> opened =
         store.impl()
             .Call<Result<store::TransferTicket>>([&](schema::Session::Client& session) {
               return session.storeRequest().send().getStore().openPutSessionRequest().send().then(
-                  [](auto response) -> Result<store::TransferTicket> { return store::FromWire(response.getTicket()); });
+                  [](auto response) -> Result<store::TransferTicket> {
+                    return store::FromWire(response.getTicket());
+                  });
             })
             .get();
     if (opened.ok()) put_sessions_.insert_or_assign(address, *opened);
@@ -328,21 +345,23 @@ class RemoteStoreWriter::Impl {
   }
 
   Status PutByTicket(rpc::RpcClient& store, std::span<const storage::BlockHeader> headers) {
-    KVTIER_ASSIGN_OR_RETURN(const store::TransferTicket ticket,
-                            store.impl()
-                                .Call<Result<store::TransferTicket>>([&](schema::Session::Client& session) {
-                                  auto open = session.storeRequest().send().getStore().openPutRequest();
-                                  auto wire = open.initHeaders(static_cast<unsigned>(headers.size()));
-                                  for (size_t i = 0; i < headers.size(); ++i) {
-                                    store::ToWire(headers[i], wire[static_cast<unsigned>(i)]);
-                                  }
-                                  return open.send().then([](auto response) -> Result<store::TransferTicket> {
-                                    return store::FromWire(response.getTicket());
-                                  });
-                                })
-                                .get());
-    return streams_.Run(ticket.data_address,
-                        [&](store::DataStreamClient& stream) { return stream.Put(ticket, payloads_).status(); });
+    KVTIER_ASSIGN_OR_RETURN(
+        const store::TransferTicket ticket,
+        store.impl()
+            .Call<Result<store::TransferTicket>>([&](schema::Session::Client& session) {
+              auto open = session.storeRequest().send().getStore().openPutRequest();
+              auto wire = open.initHeaders(static_cast<unsigned>(headers.size()));
+              for (size_t i = 0; i < headers.size(); ++i) {
+                store::ToWire(headers[i], wire[static_cast<unsigned>(i)]);
+              }
+              return open.send().then([](auto response) -> Result<store::TransferTicket> {
+                return store::FromWire(response.getTicket());
+              });
+            })
+            .get());
+    return streams_.Run(ticket.data_address, [&](store::DataStreamClient& stream) {
+      return stream.Put(ticket, payloads_).status();
+    });
   }
 
   static void FillPut(const Batch& batch, schema::BlockStore::PutParams::Builder put) {
@@ -367,9 +386,10 @@ class RemoteStoreWriter::Impl {
   std::thread thread_;
   // The writer thread's:
   std::vector<bool> failing_ = std::vector<bool>(options_.store_nodes.size());
-  std::set<std::string> inline_only_;  // store addresses that run no data stream
+  std::set<std::string> inline_only_;      // store addresses that run no data stream
   std::set<std::string> no_put_sessions_;  // ... that run one but open no put sessions
-  std::map<std::string, store::TransferTicket> put_sessions_;  // kept put sessions, by store address
+  std::map<std::string, store::TransferTicket>
+      put_sessions_;                        // kept put sessions, by store address
   store::DataStreamClientPool streams_{1};  // kept data stream connections
   std::vector<std::span<const uint8_t>> payloads_;
   Counter* written_metric_ = nullptr;
@@ -387,20 +407,25 @@ class RemoteStoreWriter::Impl {
   RemoteStoreWriterStats stats_ KVTIER_GUARDED_BY(mu_);
 };
 
-Result<std::unique_ptr<RemoteStoreWriter>> RemoteStoreWriter::Create(RemoteStoreWriterOptions options) {
-  if (options.connections == nullptr || options.registry == nullptr || options.store_nodes.empty()) {
-    return InvalidArgumentError("RemoteStoreWriterOptions: connections, registry and store_nodes are required");
+Result<std::unique_ptr<RemoteStoreWriter>> RemoteStoreWriter::Create(
+    RemoteStoreWriterOptions options) {
+  if (options.connections == nullptr || options.registry == nullptr ||
+      options.store_nodes.empty()) {
+    return InvalidArgumentError(
+        "RemoteStoreWriterOptions: connections, registry and store_nodes are required");
   }
   for (size_t i = 0; i < options.store_nodes.size(); ++i) {
     const std::string& node = options.store_nodes[i];
     if (node.empty() || std::find(options.store_nodes.begin() + static_cast<std::ptrdiff_t>(i) + 1,
                                   options.store_nodes.end(), node) != options.store_nodes.end()) {
-      return InvalidArgumentError("RemoteStoreWriterOptions.store_nodes: \"" + node + "\" is empty or named twice");
+      return InvalidArgumentError("RemoteStoreWriterOptions.store_nodes: \"" + node +
+                                  "\" is empty or named twice");
     }
   }
   if (options.batch_bytes == 0 || options.batch_bytes > options.max_queued_bytes) {
-    return InvalidArgumentError("RemoteStoreWriterOptions.batch_bytes (" + std::to_string(options.batch_bytes) +
-                                ") must be in [1, max_queued_bytes = " + std::to_string(options.max_queued_bytes) + "]");
+    return InvalidArgumentError(
+        "RemoteStoreWriterOptions.batch_bytes (" + std::to_string(options.batch_bytes) +
+        ") must be in [1, max_queued_bytes = " + std::to_string(options.max_queued_bytes) + "]");
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   KVTIER_RETURN_IF_ERROR(impl->Start());
@@ -409,7 +434,9 @@ Result<std::unique_ptr<RemoteStoreWriter>> RemoteStoreWriter::Create(RemoteStore
 
 RemoteStoreWriter::RemoteStoreWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 RemoteStoreWriter::~RemoteStoreWriter() = default;
-std::span<uint8_t> RemoteStoreWriter::Reserve(const storage::BlockHeader& header) { return impl_->Reserve(header); }
+std::span<uint8_t> RemoteStoreWriter::Reserve(const storage::BlockHeader& header) {
+  return impl_->Reserve(header);
+}
 void RemoteStoreWriter::Unreserve() { impl_->Unreserve(); }
 void RemoteStoreWriter::Submit() { impl_->Submit(); }
 Status RemoteStoreWriter::Flush(std::chrono::milliseconds timeout) { return impl_->Flush(timeout); }

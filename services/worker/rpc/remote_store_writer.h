@@ -46,19 +46,19 @@ namespace kvtier::worker {
 class NodeConnections;
 
 struct RemoteStoreWriterOptions {
-  NodeConnections* connections = nullptr;  // required
-  MetricsRegistry* registry = nullptr;     // required
+  NodeConnections* connections = nullptr;     // required
+  MetricsRegistry* registry = nullptr;        // required
   std::vector<std::string> store_nodes = {};  // required: the stores' node ids ("<name>/store")
   uint64_t max_queued_bytes = 256ull << 20;
-  uint64_t batch_bytes = 8ull << 20;       // blocks per put call: about this many bytes
+  uint64_t batch_bytes = 8ull << 20;  // blocks per put call: about this many bytes
 };
 
 struct RemoteStoreWriterStats {
   uint64_t written_blocks = 0;
   uint64_t written_bytes = 0;
-  uint64_t streamed_blocks = 0; // of written_blocks, those that went on the store's data stream
-  uint64_t skipped_blocks = 0;  // the queue was full
-  uint64_t failed_blocks = 0;   // the store refused them or could not be reached
+  uint64_t streamed_blocks = 0;  // of written_blocks, those that went on the store's data stream
+  uint64_t skipped_blocks = 0;   // the queue was full
+  uint64_t failed_blocks = 0;    // the store refused them or could not be reached
   uint64_t queued_bytes = 0;
 };
 
@@ -66,7 +66,8 @@ class RemoteStoreWriter {
  public:
   // kInvalidArgument: a required option missing, a store named twice, or a batch larger
   // than the queue.
-  [[nodiscard]] static Result<std::unique_ptr<RemoteStoreWriter>> Create(RemoteStoreWriterOptions options);
+  [[nodiscard]] static Result<std::unique_ptr<RemoteStoreWriter>> Create(
+      RemoteStoreWriterOptions options);
   ~RemoteStoreWriter();
   RemoteStoreWriter(const RemoteStoreWriter&) = delete;
   RemoteStoreWriter& operator=(const RemoteStoreWriter&) = delete;

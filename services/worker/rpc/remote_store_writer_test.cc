@@ -81,14 +81,17 @@ class RemoteStoreWriterTest : public ::testing::Test {
           auto service = store::MakeBlockStoreService(
               {.store = store_.get(), .stream = stream_on_ ? stream_.get() : nullptr}, tenant);
           if (put_sessions_) return service;
-          return kj::heap<NoPutSessions>(capnp::Capability::Client(kj::mv(service)).castAs<schema::BlockStore>());
+          return kj::heap<NoPutSessions>(
+              capnp::Capability::Client(kj::mv(service)).castAs<schema::BlockStore>());
         },
         "store-0/store");
-    nodes_ = NodeConnections::Create({.coordinator_address = node_->endpoints()[0], .token = "auth is off"}).value();
+    nodes_ = NodeConnections::Create(
+                 {.coordinator_address = node_->endpoints()[0], .token = "auth is off"})
+                 .value();
   }
 
-  std::unique_ptr<RemoteStoreWriter> Writer(std::vector<std::string> store_nodes, uint64_t queue_bytes,
-                                            uint64_t batch_bytes) {
+  std::unique_ptr<RemoteStoreWriter> Writer(std::vector<std::string> store_nodes,
+                                            uint64_t queue_bytes, uint64_t batch_bytes) {
     // A registry each: a writer's metrics are registered once per registry.
     return RemoteStoreWriter::Create({.connections = nodes_.get(),
                                       .registry = &writer_registries_.emplace_back(),
@@ -108,7 +111,8 @@ class RemoteStoreWriterTest : public ::testing::Test {
 
   // Writes `n` blocks from `first` under scope 100 in one batch and waits for them.
   void WriteAndFlush(RemoteStoreWriter& writer, uint64_t first, uint64_t n) {
-    for (uint64_t key = first; key < first + n; ++key) ASSERT_TRUE(writer.Write(Header(key, 100), FillWith(1)));
+    for (uint64_t key = first; key < first + n; ++key)
+      ASSERT_TRUE(writer.Write(Header(key, 100), FillWith(1)));
     writer.Submit();
     ASSERT_TRUE(writer.Flush(10s).ok());
   }
@@ -118,7 +122,7 @@ class RemoteStoreWriterTest : public ::testing::Test {
   std::deque<MetricsRegistry> writer_registries_;  // one per writer, the last writer's last
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<store::DataStreamServer> stream_;
-  bool stream_on_ = true;  // read when a writer opens its session with the store
+  bool stream_on_ = true;     // read when a writer opens its session with the store
   bool put_sessions_ = true;  // false: the store answers openPutSession UNIMPLEMENTED
   std::unique_ptr<coordinator::CoordinatorNode> node_;
   std::unique_ptr<NodeConnections> nodes_;
@@ -146,7 +150,8 @@ TEST_F(RemoteStoreWriterTest, CommittedBlocksLandUnderTheirScopes) {
     const uint64_t scope = key % 2 == 0 ? 100 : 200;
     Result<std::vector<uint8_t>> stored = Stored(key, scope);
     ASSERT_TRUE(stored.ok()) << "block " << key << ": " << stored.status();
-    EXPECT_EQ(std::count(stored->begin(), stored->end(), uint8_t(0x10 + key)), std::ptrdiff_t(kBlockBytes));
+    EXPECT_EQ(std::count(stored->begin(), stored->end(), uint8_t(0x10 + key)),
+              std::ptrdiff_t(kBlockBytes));
     EXPECT_EQ(Stored(key, scope == 100 ? 200 : 100).status().code(), StatusCode::kNotFound)
         << "block " << key << " is not readable under the other tenant's scope";
   }
@@ -154,14 +159,16 @@ TEST_F(RemoteStoreWriterTest, CommittedBlocksLandUnderTheirScopes) {
   ASSERT_TRUE(header.ok());
   EXPECT_EQ(header->priority, 60) << "the block keeps its priority";
   const std::string exposition = writer_registries_.back().Exposition();
-  EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 5"), std::string::npos)
+  EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 5"),
+            std::string::npos)
       << exposition;
 }
 
 TEST_F(RemoteStoreWriterTest, AStoreWithoutADataStreamTakesTheBatchesInline) {
   stream_on_ = false;  // as with TLS on: openPut answers UNIMPLEMENTED
   auto writer = Writer({"store-0/store"}, 1 << 20, 2 * kBlockBytes);
-  for (uint64_t key = 1; key <= 3; ++key) ASSERT_TRUE(writer->Write(Header(key, 100), FillWith(uint8_t(key))));
+  for (uint64_t key = 1; key <= 3; ++key)
+    ASSERT_TRUE(writer->Write(Header(key, 100), FillWith(uint8_t(key))));
   writer->Submit();
   ASSERT_TRUE(writer->Flush(10s).ok());
   const RemoteStoreWriterStats stats = writer->Stats();
@@ -223,7 +230,8 @@ TEST_F(RemoteStoreWriterTest, AFullQueueSkipsBlocksInsteadOfWaiting) {
 TEST_F(RemoteStoreWriterTest, ABlockWhoseBytesCannotBeReadIsNotQueued) {
   auto writer = Writer({"store-0/store"}, 1 << 20, 4 * kBlockBytes);
   ASSERT_TRUE(writer->Write(Header(1, 100), FillWith(1)));
-  EXPECT_FALSE(writer->Write(Header(2, 100), [](std::span<uint8_t>) { return InternalError("device read failed"); }));
+  EXPECT_FALSE(writer->Write(
+      Header(2, 100), [](std::span<uint8_t>) { return InternalError("device read failed"); }));
   EXPECT_EQ(writer->Stats().queued_bytes, kBlockBytes) << "block 2 took nothing";
   ASSERT_TRUE(writer->Write(Header(3, 100), FillWith(3)));
   writer->Submit();
@@ -244,7 +252,8 @@ TEST_F(RemoteStoreWriterTest, ABlockRefusedBeforeTheWriterIsCountedAsFailed) {
   EXPECT_EQ(writer->Stats().failed_blocks, 2u);
   EXPECT_EQ(writer->Stats().queued_bytes, 0u);
   const std::string exposition = writer_registries_.back().Exposition();
-  EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"failed\"} 2"), std::string::npos)
+  EXPECT_NE(exposition.find("kvtier_worker_store_writes_blocks_total{result=\"failed\"} 2"),
+            std::string::npos)
       << exposition;
 }
 
@@ -261,9 +270,11 @@ TEST_F(RemoteStoreWriterTest, AStoreThatIsNotLiveFailsBatchesWithoutStallingTheW
 
 // Which of blocks first..first+n-1 a writer puts into store-0 (the only live store), as
 // offsets from `first`; store-0 is emptied of them again for the next writer.
-std::set<uint64_t> LandedAtStore0(storage::TieredStore& store, std::unique_ptr<RemoteStoreWriter> writer,
-                                  uint64_t first, uint64_t n) {
-  for (uint64_t key = first; key < first + n; ++key) EXPECT_TRUE(writer->Write(Header(key, 100), FillWith(1)));
+std::set<uint64_t> LandedAtStore0(storage::TieredStore& store,
+                                  std::unique_ptr<RemoteStoreWriter> writer, uint64_t first,
+                                  uint64_t n) {
+  for (uint64_t key = first; key < first + n; ++key)
+    EXPECT_TRUE(writer->Write(Header(key, 100), FillWith(1)));
   writer->Submit();
   EXPECT_TRUE(writer->Flush(10s).ok());
   std::set<uint64_t> landed;
@@ -272,42 +283,53 @@ std::set<uint64_t> LandedAtStore0(storage::TieredStore& store, std::unique_ptr<R
   }
   const RemoteStoreWriterStats stats = writer->Stats();
   EXPECT_EQ(stats.written_blocks, landed.size());
-  EXPECT_EQ(stats.written_blocks + stats.failed_blocks, n) << "the rest went to stores that are not live";
-  for (uint64_t offset : landed) EXPECT_TRUE(store.Remove({BlockKey{7, first + offset}, kFormat, 100}).ok());
+  EXPECT_EQ(stats.written_blocks + stats.failed_blocks, n)
+      << "the rest went to stores that are not live";
+  for (uint64_t offset : landed)
+    EXPECT_TRUE(store.Remove({BlockKey{7, first + offset}, kFormat, 100}).ok());
   return landed;
 }
 
 TEST_F(RemoteStoreWriterTest, BlocksAreSpreadOverTheStoresByKey) {
   constexpr uint64_t kBlocks = 64;
   // Two stores: store-0 takes about half of blocks 1000-1063, gone/store (not live) the rest.
-  const std::set<uint64_t> two =
-      LandedAtStore0(*store_, Writer({"store-0/store", "gone/store"}, 1 << 20, 4096), 1000, kBlocks);
+  const std::set<uint64_t> two = LandedAtStore0(
+      *store_, Writer({"store-0/store", "gone/store"}, 1 << 20, 4096), 1000, kBlocks);
   EXPECT_GT(two.size(), kBlocks / 4);
   EXPECT_LT(two.size(), kBlocks * 3 / 4);
   // A second worker naming the same stores in the other order sends the same blocks to each.
-  EXPECT_EQ(LandedAtStore0(*store_, Writer({"gone/store", "store-0/store"}, 1 << 20, 4096), 1000, kBlocks), two);
+  EXPECT_EQ(LandedAtStore0(*store_, Writer({"gone/store", "store-0/store"}, 1 << 20, 4096), 1000,
+                           kBlocks),
+            two);
   // A third store takes only its share: no block moves from one old store to the other.
-  const std::set<uint64_t> three =
-      LandedAtStore0(*store_, Writer({"store-0/store", "gone/store", "gone-2/store"}, 1 << 20, 4096), 1000, kBlocks);
+  const std::set<uint64_t> three = LandedAtStore0(
+      *store_, Writer({"store-0/store", "gone/store", "gone-2/store"}, 1 << 20, 4096), 1000,
+      kBlocks);
   EXPECT_LT(three.size(), two.size());
-  for (uint64_t offset : three) EXPECT_TRUE(two.count(offset)) << "block " << 1000 + offset << " moved to store-0";
+  for (uint64_t offset : three)
+    EXPECT_TRUE(two.count(offset)) << "block " << 1000 + offset << " moved to store-0";
 }
 
 TEST_F(RemoteStoreWriterTest, OptionsAreChecked) {
-  EXPECT_EQ(RemoteStoreWriter::Create({.connections = nodes_.get(), .registry = &options_registry_}).status().code(),
+  EXPECT_EQ(RemoteStoreWriter::Create({.connections = nodes_.get(), .registry = &options_registry_})
+                .status()
+                .code(),
             StatusCode::kInvalidArgument)
       << "no store node";
-  auto twice = RemoteStoreWriter::Create(
-      {.connections = nodes_.get(), .registry = &options_registry_, .store_nodes = {"s/store", "s/store"}});
+  auto twice = RemoteStoreWriter::Create({.connections = nodes_.get(),
+                                          .registry = &options_registry_,
+                                          .store_nodes = {"s/store", "s/store"}});
   EXPECT_EQ(twice.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(twice.status().message().find("\"s/store\" is empty or named twice"), std::string::npos) << twice.status();
+  EXPECT_NE(twice.status().message().find("\"s/store\" is empty or named twice"), std::string::npos)
+      << twice.status();
   auto bad_batch = RemoteStoreWriter::Create({.connections = nodes_.get(),
                                               .registry = &options_registry_,
                                               .store_nodes = {"store-0/store"},
                                               .max_queued_bytes = 10,
                                               .batch_bytes = 20});
   EXPECT_EQ(bad_batch.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad_batch.status().message().find("batch_bytes"), std::string::npos) << bad_batch.status();
+  EXPECT_NE(bad_batch.status().message().find("batch_bytes"), std::string::npos)
+      << bad_batch.status();
 }
 
 }  // namespace

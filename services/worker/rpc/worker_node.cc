@@ -29,7 +29,9 @@ namespace {
 constexpr auto kHoldingsWait = std::chrono::seconds(5);
 constexpr auto kWriteThroughDrain = std::chrono::seconds(10);
 
-uint64_t Millis(Nanos n) { return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(n).count()); }
+uint64_t Millis(Nanos n) {
+  return static_cast<uint64_t>(std::chrono::ceil<std::chrono::milliseconds>(n).count());
+}
 
 // A pool event as the worker's node stream carries it. An offloaded block leaves the
 // pool; where it went is the store stream's business.
@@ -70,48 +72,57 @@ class WorkerNode::Impl {
     }
     KVTIER_ASSIGN_OR_RETURN(plan_, PlanWorkerPool(options_.config.worker, options_.gpu));
     // Every offloaded block has the layout's size: one host page each wastes nothing.
-    KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions tiers,
-                            store::TieredStoreOptionsFrom(
-                                options_.config,
-                                static_cast<uint32_t>((plan_->layout.bytes_per_block() + 4095) / 4096 * 4096)));
+    KVTIER_ASSIGN_OR_RETURN(
+        storage::TieredStoreOptions tiers,
+        store::TieredStoreOptionsFrom(
+            options_.config,
+            static_cast<uint32_t>((plan_->layout.bytes_per_block() + 4095) / 4096 * 4096)));
     tiers.on_event = [this](const storage::StoreEvent& event) {
-      if (coordinator::NodeAgent* agent = store_agent_.load()) agent->Enqueue({store::ToNodeEvent(event)});
+      if (coordinator::NodeAgent* agent = store_agent_.load())
+        agent->Enqueue({store::ToNodeEvent(event)});
     };
     if (tiers.host || tiers.disk) {
       KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
-      link_ = std::make_unique<TierLink>(TierLinkOptions{.store = store_.get(),
-                                                         .threads = TierLinkThreads(options_.config.worker.tier_threads),
-                                                         .staging_bytes = options_.config.worker.offload_staging_bytes});
+      link_ = std::make_unique<TierLink>(
+          TierLinkOptions{.store = store_.get(),
+                          .threads = TierLinkThreads(options_.config.worker.tier_threads),
+                          .staging_bytes = options_.config.worker.offload_staging_bytes});
       KVTIER_ASSIGN_OR_RETURN(store_metrics_, storage::StoreMetrics::Create(*options_.registry));
     }
     WorkerOptions worker;
     worker.pools = {{plan_->layout, plan_->blocks}};
-    worker.secondary_offload_min_priority = static_cast<uint8_t>(options_.config.worker.secondary_offload_min_priority);
+    worker.secondary_offload_min_priority =
+        static_cast<uint8_t>(options_.config.worker.secondary_offload_min_priority);
     worker.offload = link_.get();
     worker.onboard = link_.get();
     worker.device = options_.gpu;
     KVTIER_ASSIGN_OR_RETURN(worker_, Worker::Create(worker));
     context_.worker = worker_.get();
     pool_source_ = std::make_unique<PoolBlockSource>(worker_.get());
-    KVTIER_ASSIGN_OR_RETURN(nodes_, NodeConnections::Create({.coordinator_address = options_.config.node.coordinator,
-                                                             .token = options_.coordinator_token,
-                                                             .tls_ca_file = options_.config.tls.ca_file,
-                                                             .max_message_bytes =
-                                                                 options_.config.coordinator.max_message_bytes}));
     KVTIER_ASSIGN_OR_RETURN(
-        peers_, PeerFetcher::Create({.connections = nodes_.get(),
-                                     .self_node_ids = {options_.name + "/worker", options_.name + "/store"},
-                                     .stream_min_block_bytes = options_.config.worker.fetch_stream_min_block_bytes}));
+        nodes_, NodeConnections::Create(
+                    {.coordinator_address = options_.config.node.coordinator,
+                     .token = options_.coordinator_token,
+                     .tls_ca_file = options_.config.tls.ca_file,
+                     .max_message_bytes = options_.config.coordinator.max_message_bytes}));
+    KVTIER_ASSIGN_OR_RETURN(
+        peers_,
+        PeerFetcher::Create(
+            {.connections = nodes_.get(),
+             .self_node_ids = {options_.name + "/worker", options_.name + "/store"},
+             .stream_min_block_bytes = options_.config.worker.fetch_stream_min_block_bytes}));
     context_.peers = peers_.get();
     if (!options_.config.worker.write_through_stores.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(writer_, RemoteStoreWriter::Create({.connections = nodes_.get(),
-                                                                  .registry = options_.registry,
-                                                                  .store_nodes = options_.config.worker.write_through_stores,
-                                                                  .max_queued_bytes =
-                                                                      options_.config.worker.write_through_queue_bytes,
-                                                                  .batch_bytes = WriteBatchBytes()}));
+      KVTIER_ASSIGN_OR_RETURN(
+          writer_, RemoteStoreWriter::Create(
+                       {.connections = nodes_.get(),
+                        .registry = options_.registry,
+                        .store_nodes = options_.config.worker.write_through_stores,
+                        .max_queued_bytes = options_.config.worker.write_through_queue_bytes,
+                        .batch_bytes = WriteBatchBytes()}));
     }
-    KVTIER_ASSIGN_OR_RETURN(worker_metrics_, WorkerMetrics::Create(*options_.registry, worker_->pool_count()));
+    KVTIER_ASSIGN_OR_RETURN(worker_metrics_,
+                            WorkerMetrics::Create(*options_.registry, worker_->pool_count()));
     worker_metrics_->Update(worker_->Stats());
     KVTIER_RETURN_IF_ERROR(StartServer());
     StartAgents();
@@ -123,7 +134,9 @@ class WorkerNode::Impl {
     KVTIER_RETURN_IF_ERROR(server_->Readiness());
     return stream_ ? stream_->Readiness() : Status::Ok();
   }
-  bool registered() const { return worker_agent_owner_->registered() && (!store_ || store_agent_owner_->registered()); }
+  bool registered() const {
+    return worker_agent_owner_->registered() && (!store_ || store_agent_owner_->registered());
+  }
   std::string Summary() const { return plan_->Describe(); }
 
   Status Drain() {
@@ -144,11 +157,13 @@ class WorkerNode::Impl {
     if (stream_) stream_->Shutdown();
     if (writer_) {
       // What the last ticks committed still goes to the store, for a bounded while.
-      if (Status flushed = writer_->Flush(kWriteThroughDrain); !flushed.ok() && status.ok()) status = flushed;
+      if (Status flushed = writer_->Flush(kWriteThroughDrain); !flushed.ok() && status.ok())
+        status = flushed;
     }
     if (link_) link_->Flush();  // the offloads still staged, into the store
     if (store_) {
-      if (Status flushed = store_->Flush(); !flushed.ok() && status.ok()) status = flushed.WithContext("flush");
+      if (Status flushed = store_->Flush(); !flushed.ok() && status.ok())
+        status = flushed.WithContext("flush");
     }
     return status;
   }
@@ -158,10 +173,13 @@ class WorkerNode::Impl {
     session_.identity = {options_.name + "/worker", {"worker", "store"}};
     session_.tokens = &options_.tokens;
     session_.clock = &SystemClock::Instance();
-    session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
+    session_.worker = [this](const auth::Tenant& tenant) {
+      return MakeWorkerService(context_, tenant);
+    };
     if (store_) {
-      KVTIER_ASSIGN_OR_RETURN(stream_, store::StartNodeDataStream(store::NodeDataStreamOptionsFrom(
-                                           options_.config.worker, options_.config, store_.get(), options_.registry)));
+      KVTIER_ASSIGN_OR_RETURN(
+          stream_, store::StartNodeDataStream(store::NodeDataStreamOptionsFrom(
+                       options_.config.worker, options_.config, store_.get(), options_.registry)));
       // The tiers, and after them the pool's committed blocks, for peers onboarding them.
       session_.store = [this](const auth::Tenant& tenant) {
         return store::MakeBlockStoreService(
@@ -177,8 +195,8 @@ class WorkerNode::Impl {
     server.limits = rpc::ConnectionLimitsFrom(options_.config.connections);
     server.tick = [this] { LoopTick(); };
     server.tick_interval = options_.tick;
-    KVTIER_ASSIGN_OR_RETURN(server_, rpc::RpcServer::Create(std::move(server),
-                                                            rpc::SessionBootstraps(session_)));
+    KVTIER_ASSIGN_OR_RETURN(
+        server_, rpc::RpcServer::Create(std::move(server), rpc::SessionBootstraps(session_)));
     return Status::Ok();
   }
 
@@ -196,14 +214,19 @@ class WorkerNode::Impl {
       tiers.link.node_id = options_.name + "/store";
       tiers.link.role = kvtier::NodeRole::kStore;
       tiers.link.pools = store::ToNodePools(*store_);
-      tiers.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> { return store::ToNodeBlocks(*store_); };
+      tiers.holdings = [this]() -> Result<std::vector<coordinator::NodeBlock>> {
+        return store::ToNodeBlocks(*store_);
+      };
       store_agent_owner_ = coordinator::NodeAgent::Start(std::move(tiers));
       store_agent_ = store_agent_owner_.get();
     }
     agent.link.node_id = options_.name + "/worker";
     agent.link.role = kvtier::NodeRole::kWorker;
-    agent.link.pools = {{.tier = kvtier::Tier::kGpu, .pool = 0, .capacity_blocks = plan_->blocks,
-                         .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(), .layout = plan_->layout}};
+    agent.link.pools = {{.tier = kvtier::Tier::kGpu,
+                         .pool = 0,
+                         .capacity_blocks = plan_->blocks,
+                         .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(),
+                         .layout = plan_->layout}};
     agent.holdings = [this] { return PoolHoldings(); };
     agent.active_blocks = [this] { return active_blocks_.load(); };
     worker_agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
@@ -213,7 +236,8 @@ class WorkerNode::Impl {
   // Blocks per write-through put: about 8 MiB, and within half a message.
   uint64_t WriteBatchBytes() const {
     const uint64_t block = plan_->layout.bytes_per_block();
-    const uint64_t cap = std::max<uint64_t>(block, std::min<uint64_t>(8ull << 20, options_.config.coordinator.max_message_bytes / 2));
+    const uint64_t cap = std::max<uint64_t>(
+        block, std::min<uint64_t>(8ull << 20, options_.config.coordinator.max_message_bytes / 2));
     return std::min(cap, options_.config.worker.write_through_queue_bytes);
   }
 
@@ -285,7 +309,8 @@ class WorkerNode::Impl {
   // seldom use more than one): a block written through builds no string.
   const Result<storage::FormatTag>& WriteFormat(uint64_t format_tag) {
     if (!write_format_ || write_format_->first != format_tag) {
-      write_format_.emplace(format_tag, storage::FormatTag::Intern(StorageFormatTag(plan_->layout, format_tag)));
+      write_format_.emplace(
+          format_tag, storage::FormatTag::Intern(StorageFormatTag(plan_->layout, format_tag)));
     }
     return write_format_->second;
   }
@@ -295,7 +320,9 @@ class WorkerNode::Impl {
     MutexLock lock(mu_);
     holdings_.reset();
     holdings_wanted_ = true;
-    if (!holdings_ready_.WaitFor(lock, kHoldingsWait, [this]() KVTIER_REQUIRES(mu_) { return holdings_.has_value() || draining_; }) ||
+    if (!holdings_ready_.WaitFor(
+            lock, kHoldingsWait,
+            [this]() KVTIER_REQUIRES(mu_) { return holdings_.has_value() || draining_; }) ||
         !holdings_) {
       return UnavailableError("the worker's loop did not list its holdings");
     }
@@ -308,7 +335,7 @@ class WorkerNode::Impl {
   std::unique_ptr<TierLink> link_;
   std::unique_ptr<Worker> worker_;  // the server loop's
   WorkerServiceContext context_;
-  std::unique_ptr<PoolBlockSource> pool_source_;  // the server loop's, as the worker
+  std::unique_ptr<PoolBlockSource> pool_source_;     // the server loop's, as the worker
   std::unique_ptr<store::DataStreamServer> stream_;  // null: none (no tiers, TLS, turned off)
   std::unique_ptr<NodeConnections> nodes_;  // the peer fetches' and the writes through to a store
   std::unique_ptr<PeerFetcher> peers_;

@@ -31,7 +31,7 @@
 namespace kvtier::worker {
 
 struct WorkerNodeOptions {
-  KvtierConfig config;                  // worker.*, store.* (tiers), node.*, data_dir, tls
+  KvtierConfig config;  // worker.*, store.* (tiers), node.*, data_dir, tls
   auth::TokenStore tokens = auth::TokenStore::Disabled();
   MetricsRegistry* registry = nullptr;  // required; outlives the node
   std::string name;                     // required: the node is "<name>/worker" and "<name>/store"

@@ -43,23 +43,33 @@ class WorkerNodeTest : public ::testing::Test {
 
   void StartWorker() { node_ = StartNode("gpu-node-0", dir_.path(), worker_registry_); }
 
-  std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir, MetricsRegistry& registry,
+  std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir,
+                                        MetricsRegistry& registry,
                                         const std::string& write_through_store = "") {
     WorkerNodeOptions options;
     options.config.data_dir = data_dir;
     // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; four of them.
-    options.config.worker = {.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = kTokensPerBlock,
-                             .dtype = "fp16", .pool_bytes = 2048, .free_memory_fraction = 1.0};
+    options.config.worker = {.num_layers = 2,
+                             .num_kv_heads = 2,
+                             .head_dim = 8,
+                             .tokens_per_block = kTokensPerBlock,
+                             .dtype = "fp16",
+                             .pool_bytes = 2048,
+                             .free_memory_fraction = 1.0};
     options.config.worker.listen = "127.0.0.1:0";
-    options.config.worker.fetch_stream_min_block_bytes = 0;  // this test's small blocks go on the stream too
-    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
-    if (!write_through_store.empty()) options.config.worker.write_through_stores = {write_through_store};
+    options.config.worker.fetch_stream_min_block_bytes =
+        0;  // this test's small blocks go on the stream too
+    options.config.store = {
+        .host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
+    if (!write_through_store.empty())
+      options.config.worker.write_through_stores = {write_through_store};
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
     options.name = name;
     options.tick = 10ms;
     std::unique_ptr<WorkerNode> node = WorkerNode::Create(std::move(options)).value();
-    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return node->registered(); })) << name << " registered";
+    EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return node->registered(); }))
+        << name << " registered";
     return node;
   }
 
@@ -70,7 +80,8 @@ class WorkerNodeTest : public ::testing::Test {
   // "node:tier" of block 0 of `keys` at the coordinator, waiting up to 5 s for `want`.
   // `any`: `want` may be any of block 0's locations, not only the first (several nodes
   // index it, in the order their events arrive).
-  std::string WaitFor(const std::vector<BlockKey>& keys, const std::string& want, bool any = false) {
+  std::string WaitFor(const std::vector<BlockKey>& keys, const std::string& want,
+                      bool any = false) {
     auto coordinator = Connect(coordinator_->endpoints()[0]);
     std::string seen;
     kvtier::testing::WaitUntil([&] {
@@ -78,8 +89,10 @@ class WorkerNodeTest : public ::testing::Test {
       seen = "none";
       if (result.ok() && result->matched_blocks > 0) {
         for (const client::Location& l : result->locations[0]) {
-          const std::string where =
-              l.node_id + ":" + (l.tier == client::Tier::kGpu ? "gpu" : l.tier == client::Tier::kHost ? "host" : "disk");
+          const std::string where = l.node_id + ":" +
+                                    (l.tier == client::Tier::kGpu    ? "gpu"
+                                     : l.tier == client::Tier::kHost ? "host"
+                                                                     : "disk");
           if (seen == "none" || (any && where == want)) seen = where;
           if (!any) break;
         }
@@ -129,8 +142,11 @@ TEST_F(WorkerNodeTest, ItsBlocksReachTheIndexAndLeaveWithADrain) {
   EXPECT_EQ(route->node_id, "gpu-node-0/worker");
   EXPECT_EQ(route->rpc_address, node_->endpoints()[0]);
   // A prompt of four new blocks needs the whole pool: 0,1 go down to the node's host tier.
-  ASSERT_TRUE(engine->Allocate({.sequence = 2, .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
-                                .num_tokens = 16}).ok());
+  ASSERT_TRUE(engine
+                  ->Allocate({.sequence = 2,
+                              .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
+                              .num_tokens = 16})
+                  .ok());
   EXPECT_EQ(WaitFor(keys, "gpu-node-0/store:host"), "gpu-node-0/store:host");
   // Drained: both of the node's streams leave the cluster at once.
   ASSERT_TRUE(node_->Drain().ok());
@@ -148,7 +164,8 @@ TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
   ASSERT_TRUE(engine->Commit(1, keys, {}, conversation).ok());
   ASSERT_EQ(WaitFor(keys, "gpu-node-0/worker:gpu"), "gpu-node-0/worker:gpu");
   auto partial_tokens = [&] {
-    auto r = Connect(coordinator_->endpoints()[0])->Lookup(std::span(keys).first(1), std::span(conversation).subspan(4, 3));
+    auto r = Connect(coordinator_->endpoints()[0])
+                 ->Lookup(std::span(keys).first(1), std::span(conversation).subspan(4, 3));
     return r.ok() ? r->partial_match_tokens : 0;
   };
   EXPECT_EQ(partial_tokens(), 3u);
@@ -177,7 +194,9 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
 
   // Engine A computes blocks 0,1 of a prompt (bytes 0x10 and 0x11) and commits them.
   auto compute_on_a = [&](uint64_t sequence, const std::vector<BlockKey>& keys, uint8_t fill) {
-    auto table = engine_a_->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    auto table = engine_a_->Allocate({.sequence = sequence,
+                                      .keys = keys,
+                                      .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
     ASSERT_TRUE(table.ok()) << table.status();
     for (size_t b = 0; b < keys.size(); ++b) {
       std::span<uint8_t> block = pool_a_->block(table->block_ids[b]);
@@ -191,7 +210,9 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
     auto lookup = coordinator->Lookup(keys);
     ASSERT_TRUE(lookup.ok()) << lookup.status();
     const std::vector<std::string> sources = client::Client::SourcesOf(*lookup);
-    auto table = engine_b_->Allocate({.sequence = sequence, .keys = keys, .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
+    auto table = engine_b_->Allocate({.sequence = sequence,
+                                      .keys = keys,
+                                      .num_tokens = uint32_t(keys.size() * kTokensPerBlock)});
     ASSERT_TRUE(table.ok()) << table.status();
     EXPECT_EQ(table->reused_blocks, 0u);
     auto onboarded = engine_b_->Onboard(sequence, keys, {}, sources);
@@ -200,7 +221,9 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
     EXPECT_EQ(onboarded->cached_blocks, keys.size());
     for (size_t b = 0; b < keys.size(); ++b) {
       std::span<uint8_t> block = pool_b_->block(table->block_ids[b]);
-      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + b)), std::ptrdiff_t(block.size())) << "block " << b;
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(fill + b)),
+                std::ptrdiff_t(block.size()))
+          << "block " << b;
     }
     ASSERT_TRUE(engine_b_->Free(sequence).ok());
   };
@@ -214,8 +237,11 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   // now sits in A's host tier, and B onboards it from there.
   const std::vector<BlockKey> second = client::Client::BlockKeys(Prompt(300, 8), kTokensPerBlock);
   compute_on_a(2, second, 0x20);
-  ASSERT_TRUE(engine_a_->Allocate({.sequence = 3, .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
-                                  .num_tokens = 16}).ok());
+  ASSERT_TRUE(engine_a_
+                  ->Allocate({.sequence = 3,
+                              .keys = client::Client::BlockKeys(Prompt(500, 16), kTokensPerBlock),
+                              .num_tokens = 16})
+                  .ok());
   ASSERT_EQ(WaitFor(second, "node-a/store:host"), "node-a/store:host");
   onboard_on_b(2, second, 0x20);
 
@@ -228,16 +254,20 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   EXPECT_EQ(nothing->onboarded_blocks, 0u);
   // Both prefixes left A on its data stream (counted once each reply is written: a bounded wait).
   const std::string streamed = "kvtier_stream_transfers_total{op=\"get\",result=\"ok\"} 2";
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return worker_registry_.Exposition().find(streamed) != std::string::npos; }))
-      << worker_registry_.Exposition();
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return worker_registry_.Exposition().find(streamed) != std::string::npos;
+  })) << worker_registry_.Exposition();
   // And landed straight in B's host pool, each of the four blocks (B's metrics as of its
   // last tick: a bounded wait).
   const std::string in_place = "kvtier_worker_onboarded_in_place_blocks_total 4";
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return registry_b_.Exposition().find(in_place) != std::string::npos; }))
-      << registry_b_.Exposition();
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return registry_b_.Exposition().find(in_place) != std::string::npos;
+  })) << registry_b_.Exposition();
   const std::string none_held = "kvtier_worker_pool_held_blocks{pool=\"0\"} 0\n";
-  EXPECT_TRUE(kvtier::testing::WaitUntil([&] { return registry_b_.Exposition().find(none_held) != std::string::npos; }))
-      << "B's blocks held for the fetches to land in were given back: " << registry_b_.Exposition();
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return registry_b_.Exposition().find(none_held) != std::string::npos;
+  })) << "B's blocks held for the fetches to land in were given back: "
+      << registry_b_.Exposition();
   ASSERT_TRUE(node_b_->Drain().ok());
 }
 
@@ -249,7 +279,8 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
   MetricsRegistry store_registry;
   store::StoreNodeOptions store_options;
   store_options.config.data_dir = store_dir.path();
-  store_options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0, .listen = "127.0.0.1:0"};
+  store_options.config.store = {
+      .host_cache_bytes = 1 << 20, .disk_bytes = 0, .listen = "127.0.0.1:0"};
   store_options.config.node.coordinator = coordinator_->endpoints()[0];
   store_options.registry = &store_registry;
   store_options.node_id = "store-0/store";
@@ -280,10 +311,12 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
                        [](const client::Location& l) { return l.node_id == "store-0/store"; });
   });
   ASSERT_TRUE(stored) << "block 1 is indexed at the store";
-  EXPECT_NE(worker_registry_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 2"),
+  EXPECT_NE(worker_registry_.Exposition().find(
+                "kvtier_worker_store_writes_blocks_total{result=\"written\"} 2"),
             std::string::npos);
   ASSERT_TRUE(node_->Drain().ok());
-  ASSERT_EQ(WaitFor(keys, "store-0/store:host"), "store-0/store:host") << "only the store holds the prefix now";
+  ASSERT_EQ(WaitFor(keys, "store-0/store:host"), "store-0/store:host")
+      << "only the store holds the prefix now";
 
   // Engine B finds the prefix at the store and onboards it from there.
   auto lookup = coordinator->Lookup(keys);
@@ -295,12 +328,15 @@ TEST_F(WorkerNodeTest, CommittedBlocksAreWrittenThroughToAStoreNodeThatOutlivesT
   EXPECT_EQ(onboarded->from_remote, 2u);
   for (size_t b = 0; b < keys.size(); ++b) {
     std::span<uint8_t> block = pool_b_->block(on_b->block_ids[b]);
-    EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(0x30 + b)), std::ptrdiff_t(block.size())) << "block " << b;
+    EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(0x30 + b)),
+              std::ptrdiff_t(block.size()))
+        << "block " << b;
   }
   // B onboarded them; it does not write them through again.
   ASSERT_TRUE(engine_b_->Free(1).ok());
   ASSERT_TRUE(node_b_->Drain().ok());
-  EXPECT_NE(registry_b_.Exposition().find("kvtier_worker_store_writes_blocks_total{result=\"written\"} 0"),
+  EXPECT_NE(registry_b_.Exposition().find(
+                "kvtier_worker_store_writes_blocks_total{result=\"written\"} 0"),
             std::string::npos);
   ASSERT_TRUE(store_node->Drain().ok());
 }

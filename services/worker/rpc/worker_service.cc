@@ -42,11 +42,13 @@ kvtier::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
     plain.first_token = range.getFirstToken();
     if (range.getLastToken() != 0) plain.last_token = range.getLastToken();
     plain.priority = range.getPriority();
-    plain.duration = ToDuration(range.getDurationMs(), "retention range " + std::to_string(config.ranges.size()) +
-                                                           "'s duration");
+    plain.duration =
+        ToDuration(range.getDurationMs(),
+                   "retention range " + std::to_string(config.ranges.size()) + "'s duration");
     config.ranges.push_back(plain);
   }
-  config.decode_priority = r.getDecodePriority() == 0 ? kvtier::kDefaultPriority : r.getDecodePriority();
+  config.decode_priority =
+      r.getDecodePriority() == 0 ? kvtier::kDefaultPriority : r.getDecodePriority();
   config.decode_duration = ToDuration(r.getDecodeDurationMs(), "the decode retention");
   return config;
 }
@@ -72,8 +74,9 @@ void SetAttachment(const PoolAttachment& a, schema::PoolAttachment::Builder out)
   out.setNumBlocks(a.num_blocks);
   out.setBlockStrideBytes(a.block_stride_bytes);
   if (a.mapping.device_index >= 0) {
-    out.initMapping().setCudaIpc(kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.mapping.cuda_ipc_handle.data()),
-                                              a.mapping.cuda_ipc_handle.size()));
+    out.initMapping().setCudaIpc(
+        kj::arrayPtr(reinterpret_cast<const kj::byte*>(a.mapping.cuda_ipc_handle.data()),
+                     a.mapping.cuda_ipc_handle.size()));
   } else {
     out.initMapping().setSharedMemory(a.mapping.shared_memory_name);
   }
@@ -104,9 +107,10 @@ struct OnboardArgs {
 // since the local onboard, a window), and `request` is unchanged.
 std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequence, uint32_t first,
                                          PeerFetchRequest& request) {
-  Result<std::shared_ptr<LandingHold>> held =
-      LandingHold::Take(*caller.worker, caller.client, sequence, static_cast<uint32_t>(request.keys.size()));
-  if (!held.ok() || (*held)->blocks().first_block != first) return nullptr;  // the hold goes with `held`
+  Result<std::shared_ptr<LandingHold>> held = LandingHold::Take(
+      *caller.worker, caller.client, sequence, static_cast<uint32_t>(request.keys.size()));
+  if (!held.ok() || (*held)->blocks().first_block != first)
+    return nullptr;  // the hold goes with `held`
   LandingHold::Direct(*held, request);
   return std::move(*held);
 }
@@ -116,9 +120,11 @@ std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequen
 // goes on where the first stopped).
 kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args) {
   Worker& worker = *caller.worker;
-  Result<OnboardResult> local = worker.Onboard(caller.client, args.sequence, args.keys, args.retention);
+  Result<OnboardResult> local =
+      worker.Onboard(caller.client, args.sequence, args.keys, args.retention);
   ThrowIfError(local.status());
-  if (local->cached_blocks >= args.keys.size() || args.sources.empty() || caller.peers == nullptr) return *local;
+  if (local->cached_blocks >= args.keys.size() || args.sources.empty() || caller.peers == nullptr)
+    return *local;
   Result<SequenceState> state = worker.Sequence(caller.client, args.sequence);
   ThrowIfError(state.status());
   PeerFetchRequest request;
@@ -129,14 +135,16 @@ kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args
   request.block_bytes = state->layout.bytes_per_block();
   // The sequence's blocks take the fetched bytes in place, off the loop (a host pool's as
   // they come, a device pool's by one scatter once fetched): no copy on the loop after.
-  std::shared_ptr<LandingHold> landing = LandInPlace(caller, args.sequence, local->cached_blocks, request);
+  std::shared_ptr<LandingHold> landing =
+      LandInPlace(caller, args.sequence, local->cached_blocks, request);
   return caller.peers->Fetch(std::move(request))
       .then([caller, args = std::move(args), total = *local,
              landing = std::move(landing)](const FetchedBlocks& fetched) mutable -> OnboardResult {
-        if (!*caller.alive) rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
+        if (!*caller.alive)
+          rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
         FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
-        Result<OnboardResult> remote =
-            caller.worker->Onboard(caller.client, args.sequence, args.keys, args.retention, &source);
+        Result<OnboardResult> remote = caller.worker->Onboard(caller.client, args.sequence,
+                                                              args.keys, args.retention, &source);
         ThrowIfError(remote.status());
         total.onboarded_blocks += remote->onboarded_blocks;
         total.from_remote += remote->from_remote;
@@ -147,7 +155,7 @@ kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args
 
 struct StatsView {
   WorkerStats stats;
-  bool cluster_counts = false;  // a node session's: every tenant's use
+  bool cluster_counts = false;                   // a node session's: every tenant's use
   std::vector<std::optional<KvLayout>> layouts;  // by pool
 };
 
@@ -175,17 +183,20 @@ class WorkerServer final : public schema::Worker::Server {
     }
     // After the calls this client made, which were queued first; waits for the worker's
     // thread to get to it (once per connection).
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { worker_thread_->executeSync([&] { worker.DropClient(client); }); })) {
-      spdlog::error("client {} left, but its holds could not be dropped: {}", client, e->getDescription().cStr());
+    KJ_IF_MAYBE (e, kj::runCatchingExceptions(
+                        [&] { worker_thread_->executeSync([&] { worker.DropClient(client); }); })) {
+      spdlog::error("client {} left, but its holds could not be dropped: {}", client,
+                    e->getDescription().cStr());
     }
   }
 
  protected:
   kj::Promise<void> attachPool(AttachPoolContext call) override {
     if (!maps_pools_) {
-      rpc::ThrowStatus(PermissionDeniedError(
-          "a tenant token cannot map pool memory, which holds every tenant's blocks: map it with an engine "
-          "credential acting for the tenant (token file \"engines:\")"));
+      rpc::ThrowStatus(
+          PermissionDeniedError("a tenant token cannot map pool memory, which holds every tenant's "
+                                "blocks: map it with an engine "
+                                "credential acting for the tenant (token file \"engines:\")"));
     }
     const auto params = call.getParams();
     Result<KvLayout> layout = rpc::ToLayout(params.getLayout());
@@ -204,11 +215,19 @@ class WorkerServer final : public schema::Worker::Server {
     return OnWorker([caller = caller_, keys = Salted(p.getKeys()), tokens = ToTokens(p.getTokens()),
                      sequence = p.getSequenceId(), pool = p.getPoolId(), format = p.getFormatTag(),
                      num_tokens = p.getNumTokens()] {
-             return caller.worker->Allocate({.client = caller.client, .sequence = sequence, .pool_id = pool,
-                                             .root = caller.root, .salt_scope = caller.scope, .format_tag = format,
-                                             .block_keys = keys, .tokens = tokens, .num_tokens = num_tokens});
+             return caller.worker->Allocate({.client = caller.client,
+                                             .sequence = sequence,
+                                             .pool_id = pool,
+                                             .root = caller.root,
+                                             .salt_scope = caller.scope,
+                                             .format_tag = format,
+                                             .block_keys = keys,
+                                             .tokens = tokens,
+                                             .num_tokens = num_tokens});
            })
-        .then([call](const Result<Allocation>& a) mutable { Answer(a, call.getResults().initAllocation()); });
+        .then([call](const Result<Allocation>& a) mutable {
+          Answer(a, call.getResults().initAllocation());
+        });
   }
 
   kj::Promise<void> extend(ExtendContext call) override {
@@ -216,7 +235,9 @@ class WorkerServer final : public schema::Worker::Server {
     return OnWorker([caller = caller_, sequence = p.getSequenceId(), tokens = p.getNumTokens()] {
              return caller.worker->Extend(caller.client, sequence, tokens);
            })
-        .then([call](const Result<Allocation>& a) mutable { Answer(a, call.getResults().initAllocation()); });
+        .then([call](const Result<Allocation>& a) mutable {
+          Answer(a, call.getResults().initAllocation());
+        });
   }
 
   kj::Promise<void> free(FreeContext call) override {
@@ -251,8 +272,10 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> onboard(OnboardContext call) override {
     const auto p = call.getParams();
-    OnboardArgs args{.sequence = p.getSequenceId(), .keys = Salted(p.getKeys()),
-                     .retention = ToRetention(p.getRetention()), .sources = {}};
+    OnboardArgs args{.sequence = p.getSequenceId(),
+                     .keys = Salted(p.getKeys()),
+                     .retention = ToRetention(p.getRetention()),
+                     .sources = {}};
     for (auto location : p.getSources()) args.sources.emplace_back(location.getNodeId().cStr());
     return OnWorker([caller = caller_, args = std::move(args)]() mutable {
              return OnboardFromAll(caller, std::move(args));
@@ -267,11 +290,14 @@ class WorkerServer final : public schema::Worker::Server {
              if (!all) view.stats = OwnView(view.stats);
              for (uint32_t i = 0; i < view.stats.pools.size(); ++i) {
                Result<KvLayout> layout = worker->PoolLayout(i);
-               view.layouts.push_back(layout.ok() ? std::optional<KvLayout>(*layout) : std::nullopt);
+               view.layouts.push_back(layout.ok() ? std::optional<KvLayout>(*layout)
+                                                  : std::nullopt);
              }
              return view;
            })
-        .then([call](const StatsView& view) mutable { SetStats(view, call.getResults().initStats()); });
+        .then([call](const StatsView& view) mutable {
+          SetStats(view, call.getResults().initStats());
+        });
   }
 
  private:
@@ -333,7 +359,8 @@ class WorkerServer final : public schema::Worker::Server {
 
 }  // namespace
 
-kj::Own<capnp::Capability::Server> MakeWorkerService(WorkerServiceContext& context, const auth::Tenant& tenant) {
+kj::Own<capnp::Capability::Server> MakeWorkerService(WorkerServiceContext& context,
+                                                     const auth::Tenant& tenant) {
   return kj::heap<WorkerServer>(context, context.next_client++, tenant);
 }
 

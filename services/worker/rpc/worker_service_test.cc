@@ -60,7 +60,8 @@ class Client {
   schema::Worker::Client& worker() { return worker_; }
 
   // Allocates `tokens` tokens 0.. with one key per full block (keys 1, 2, ...).
-  Result<std::vector<uint32_t>> Allocate(uint64_t sequence, uint32_t tokens, uint32_t* reused = nullptr) {
+  Result<std::vector<uint32_t>> Allocate(uint64_t sequence, uint32_t tokens,
+                                         uint32_t* reused = nullptr) {
     auto request = worker_.allocateRequest();
     request.setSequenceId(sequence);
     request.setNumTokens(tokens);
@@ -119,20 +120,32 @@ class WorkerServiceTest : public ::testing::TestWithParam<bool> {
       worker_thread_ = rpc::LoopThread::Create({.name = "kvt-worker"}).value();
       context_.worker_thread = &worker_thread_->executor();
     }
-    tokens_ = auth::TokenStore::FromYaml("tenants:\n"
-                                         "  - {name: team-a, token: " + kTokenA + ", salt: salt-a}\n"
-                                         "  - {name: team-a2, token: " + kTokenA2 + ", salt: salt-a}\n"
-                                         "  - {name: team-b, token: " + kTokenB + ", salt: salt-b}\n"
-                                         "engines:\n"
-                                         "  - {name: engine, token: " + kEngine + ", tenants: [team-a, team-a2, team-b]}\n"
-                                         "nodes:\n"
-                                         "  - {name: nodes, token: " + kNode + "}\n",
-                                         "tokens")
+    tokens_ = auth::TokenStore::FromYaml(
+                  "tenants:\n"
+                  "  - {name: team-a, token: " +
+                      kTokenA +
+                      ", salt: salt-a}\n"
+                      "  - {name: team-a2, token: " +
+                      kTokenA2 +
+                      ", salt: salt-a}\n"
+                      "  - {name: team-b, token: " +
+                      kTokenB +
+                      ", salt: salt-b}\n"
+                      "engines:\n"
+                      "  - {name: engine, token: " +
+                      kEngine +
+                      ", tenants: [team-a, team-a2, team-b]}\n"
+                      "nodes:\n"
+                      "  - {name: nodes, token: " +
+                      kNode + "}\n",
+                  "tokens")
                   .value();
     session_.identity = {"w1", {"worker"}};
     session_.tokens = &tokens_;
     session_.clock = &SystemClock::Instance();
-    session_.worker = [this](const auth::Tenant& tenant) { return MakeWorkerService(context_, tenant); };
+    session_.worker = [this](const auth::Tenant& tenant) {
+      return MakeWorkerService(context_, tenant);
+    };
     rpc::RpcServerOptions options;
     options.listen = {"127.0.0.1:0"};
     server_ = rpc::RpcServer::Create(std::move(options), rpc::SessionBootstraps(session_)).value();
@@ -140,10 +153,12 @@ class WorkerServiceTest : public ::testing::TestWithParam<bool> {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<Worker> worker_;  // used on the server's thread (or worker_thread_) only, until Shutdown
+  std::unique_ptr<Worker>
+      worker_;  // used on the server's thread (or worker_thread_) only, until Shutdown
   std::unique_ptr<rpc::LoopThread> worker_thread_;  // null: the worker runs on the server's thread
   WorkerServiceContext context_;
-  auth::TokenStore tokens_ = auth::TokenStore::SingleTenant({"x", ""}, std::string(40, 'x')).value();
+  auth::TokenStore tokens_ =
+      auth::TokenStore::SingleTenant({"x", ""}, std::string(40, 'x')).value();
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::string address_;
@@ -221,12 +236,15 @@ TEST_P(WorkerServiceTest, BadRequestsGetClearErrors) {
   EXPECT_EQ(client.Call(kj::mv(free)).status().code(), StatusCode::kNotFound);
   auto onboard = client.worker().onboardRequest();
   onboard.setSequenceId(78);
-  EXPECT_EQ(client.Call(kj::mv(onboard)).status().code(), StatusCode::kNotFound) << "no such sequence";
+  EXPECT_EQ(client.Call(kj::mv(onboard)).status().code(), StatusCode::kNotFound)
+      << "no such sequence";
   ASSERT_TRUE(client.Allocate(1, 4).ok());
   EXPECT_EQ(client.Allocate(1, 4).status().code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(client.Allocate(2, 100).status().code(), StatusCode::kResourceExhausted) << "25 blocks of 16";
+  EXPECT_EQ(client.Allocate(2, 100).status().code(), StatusCode::kResourceExhausted)
+      << "25 blocks of 16";
   EXPECT_EQ(observer.UsedBlocks(), 1u) << "the refused allocation took nothing";
-  EXPECT_EQ(client.UsedBlocks(), 0u) << "a tenant's session sees the pools' sizes, not how full they are";
+  EXPECT_EQ(client.UsedBlocks(), 0u)
+      << "a tenant's session sees the pools' sizes, not how full they are";
 }
 
 // With the worker on a thread of its own, a call waiting there holds up nothing on the
@@ -236,7 +254,8 @@ TEST_P(WorkerServiceTest, BadRequestsGetClearErrors) {
 TEST(WorkerServiceThreadTest, TheRpcLoopAnswersWhileTheWorkersThreadIsBusy) {
   auto worker = Worker::Create({.pools = {{TestLayout(), 16}}}).value();
   auto worker_thread = rpc::LoopThread::Create({.name = "kvt-worker"}).value();
-  WorkerServiceContext context{.worker = worker.get(), .peers = nullptr, .worker_thread = &worker_thread->executor()};
+  WorkerServiceContext context{
+      .worker = worker.get(), .peers = nullptr, .worker_thread = &worker_thread->executor()};
   auth::TokenStore tokens = auth::TokenStore::SingleTenant({"x", ""}, kTokenA).value();
   rpc::SessionContext session;
   session.identity = {"w1", {"worker"}};
@@ -274,17 +293,20 @@ TEST(WorkerServiceThreadTest, TheRpcLoopAnswersWhileTheWorkersThreadIsBusy) {
   // Sent after the allocation on the same connection: the loop reads it after dispatching
   // the allocation. It comes back (within 10 s) while the worker's thread is still busy.
   auto answered = tenant.workerRequest().send().then([](auto) { return true; });
-  const bool loop_answered = answered.exclusiveJoin(client.getIoProvider().getTimer().afterDelay(10 * kj::SECONDS).then([] {
-                                                      return false;
-                                                    }))
-                                 .wait(wait);
+  const bool loop_answered =
+      answered
+          .exclusiveJoin(client.getIoProvider().getTimer().afterDelay(10 * kj::SECONDS).then([] {
+            return false;
+          }))
+          .wait(wait);
   EXPECT_TRUE(loop_answered) << "the RPC loop waited on the worker's thread";
   release.set_value();
   blocker.join();
   EXPECT_EQ(in_use_when_released, 0u) << "the allocation ran before the worker's thread was free";
   auto response = allocated.wait(wait);
   EXPECT_EQ(response.getAllocation().getBlockIds().size(), 2u);
-  EXPECT_EQ(worker_thread->executor().executeSync([&] { return worker->Stats().pools[0].in_use; }), 2u);
+  EXPECT_EQ(worker_thread->executor().executeSync([&] { return worker->Stats().pools[0].in_use; }),
+            2u);
   server->Shutdown();
 }
 

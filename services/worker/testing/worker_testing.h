@@ -19,7 +19,11 @@ namespace kvtier::worker::testing {
 
 // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512 bytes per block.
 inline KvLayout TestLayout() {
-  return KvLayout::Create({.num_layers = 2, .num_kv_heads = 2, .head_dim = 8, .tokens_per_block = 4, .dtype = KvDtype::kFp16})
+  return KvLayout::Create({.num_layers = 2,
+                           .num_kv_heads = 2,
+                           .head_dim = 8,
+                           .tokens_per_block = 4,
+                           .dtype = KvDtype::kFp16})
       .value();
 }
 
@@ -63,12 +67,14 @@ class MapTier final : public OffloadTarget, public OnboardSource {
 
 // Pools on a GPU pool's code path (staging, gathers, scatters, copiers) run by the CPU
 // reference kernels: WorkerOptions::pool_storage for a device pool on any machine.
-inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes,
-                                          uint32_t max_staged_landings = BackendPoolOptions{}.max_staged_landings,
-                                          uint32_t max_staged_reads = BackendPoolOptions{}.max_staged_reads) {
+inline PoolStorageFactory DevicePathOnCpu(
+    size_t copier_staging_bytes = BackendPoolOptions{}.copier_staging_bytes,
+    uint32_t max_staged_landings = BackendPoolOptions{}.max_staged_landings,
+    uint32_t max_staged_reads = BackendPoolOptions{}.max_staged_reads) {
   return [copier_staging_bytes, max_staged_landings, max_staged_reads](size_t bytes) {
     return MakeBackendPoolStorage(
-        {.make_backend = [] { return Result<std::unique_ptr<gpu::KernelBackend>>(gpu::MakeCpuBackend()); },
+        {.make_backend =
+             [] { return Result<std::unique_ptr<gpu::KernelBackend>>(gpu::MakeCpuBackend()); },
          .bytes = bytes,
          .copier_staging_bytes = copier_staging_bytes,
          .max_staged_landings = max_staged_landings,
@@ -81,8 +87,8 @@ inline PoolStorageFactory DevicePathOnCpu(size_t copier_staging_bytes = BackendP
 // the staging, then commits it); one whose copiers stage a single TestLayout block, too
 // few (a fetch buffers its run, then lands it by Worker::LandHeldBlocks).
 enum class LandingPool { kHost, kDeviceStaged, kDeviceBuffered };
-inline constexpr std::array<LandingPool, 3> kLandingPools = {LandingPool::kHost, LandingPool::kDeviceStaged,
-                                                             LandingPool::kDeviceBuffered};
+inline constexpr std::array<LandingPool, 3> kLandingPools = {
+    LandingPool::kHost, LandingPool::kDeviceStaged, LandingPool::kDeviceBuffered};
 
 inline PoolStorageFactory StorageFor(LandingPool pool) {
   switch (pool) {

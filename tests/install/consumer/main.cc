@@ -11,11 +11,12 @@ int main() {
   if (keys.size() != 2 || keys[0] == keys[1]) return 1;
   // The shared vocabulary, as the SDK names it.
   const kvtier::client::RetentionConfig retention{.decode_priority = kvtier::kDefaultPriority};
-  if (kvtier::TierName(kvtier::client::Tier::kHost) != "host" || retention.decode_priority != 35) return 3;
+  if (kvtier::TierName(kvtier::client::Tier::kHost) != "host" || retention.decode_priority != 35)
+    return 3;
   // Nothing listens on port 1: the SDK reports UNAVAILABLE.
   auto client = kvtier::client::Client::Connect({.address = "127.0.0.1:1", .token = "t"});
   if (client.ok() || client.status().code() != kvtier::StatusCode::kUnavailable) return 2;
-  std::printf("consumer ok: %zu keys, first %s; connect: %s\n", keys.size(), keys[0].ToHex().c_str(),
-              client.status().ToString().c_str());
+  std::printf("consumer ok: %zu keys, first %s; connect: %s\n", keys.size(),
+              keys[0].ToHex().c_str(), client.status().ToString().c_str());
   return 0;
 }

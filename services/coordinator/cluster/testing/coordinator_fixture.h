@@ -28,7 +28,8 @@ inline KvEvent EventOf(KvEvent::Kind kind, std::vector<BlockKey> keys, Tier tier
   return e;
 }
 
-inline KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt, Tier tier = Tier::kGpu) {
+inline KvEvent Stored(std::vector<BlockKey> keys, std::optional<BlockKey> parent = std::nullopt,
+                      Tier tier = Tier::kGpu) {
   KvEvent e = EventOf(KvEvent::Kind::kStored, std::move(keys), tier);
   e.parent = parent;
   return e;
@@ -48,7 +49,12 @@ inline KvEvent Moved(std::vector<BlockKey> keys, Tier from, Tier to) {
 inline std::vector<SnapshotBlock> GpuChainBlocks(const std::vector<BlockKey>& chain) {
   std::vector<SnapshotBlock> blocks;
   for (size_t i = 0; i < chain.size(); ++i) {
-    blocks.push_back({chain[i], i == 0 ? std::nullopt : std::optional<BlockKey>(chain[i - 1]), 0, Tier::kGpu, 0, {}});
+    blocks.push_back({chain[i],
+                      i == 0 ? std::nullopt : std::optional<BlockKey>(chain[i - 1]),
+                      0,
+                      Tier::kGpu,
+                      0,
+                      {}});
   }
   return blocks;
 }
@@ -75,7 +81,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Registers `node` and sends an empty snapshot, as a node with nothing cached does.
-  uint64_t Join(const std::string& node, uint64_t incarnation = 1, NodeRole role = NodeRole::kWorker) {
+  uint64_t Join(const std::string& node, uint64_t incarnation = 1,
+                NodeRole role = NodeRole::kWorker) {
     Result<RegisterResult> r = coordinator_->Register({node, role, incarnation});
     EXPECT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(r->snapshot_required);
@@ -83,13 +90,17 @@ class CoordinatorTest : public ::testing::Test {
     return r->lease_id;
   }
 
-  EventAck Publish(const std::string& node, uint64_t first, std::vector<KvEvent> events, uint64_t incarnation = 1) {
-    Result<EventAck> ack = coordinator_->PublishEvents({node, incarnation, first, std::move(events)});
+  EventAck Publish(const std::string& node, uint64_t first, std::vector<KvEvent> events,
+                   uint64_t incarnation = 1) {
+    Result<EventAck> ack =
+        coordinator_->PublishEvents({node, incarnation, first, std::move(events)});
     EXPECT_TRUE(ack.ok()) << ack.status();
     return ack.ok() ? *ack : EventAck{};
   }
 
-  uint32_t Matched(const std::vector<BlockKey>& keys) { return coordinator_->Lookup(0, keys).matched_blocks; }
+  uint32_t Matched(const std::vector<BlockKey>& keys) {
+    return coordinator_->Lookup(0, keys).matched_blocks;
+  }
 
   // Worker w1 joins and publishes one batch, which must be applied whole (no resync);
   // returns the blocks left out as orphans once no event brought their parents in time.

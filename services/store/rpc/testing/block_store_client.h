@@ -36,7 +36,8 @@ inline void SetKeys(capnp::List<schema::BlockKey>::Builder keys, const std::vect
 // One tenant's connection and its BlockStore capability.
 class BlockStoreClient {
  public:
-  BlockStoreClient(const std::string& address, const std::string& token) : client_(address), store_(Connect(token)) {}
+  BlockStoreClient(const std::string& address, const std::string& token)
+      : client_(address), store_(Connect(token)) {}
 
   template <typename Params, typename Results>
   Result<capnp::Response<Results>> Call(capnp::Request<Params, Results> request) {
@@ -64,8 +65,8 @@ class BlockStoreClient {
 
   // "present"/"missing"/"corrupt" per key, and the bytes of those present; every present
   // block's checksum verified (kDataLoss where one does not match).
-  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(const std::vector<uint64_t>& ids,
-                                                                          const std::string& format) {
+  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Get(
+      const std::vector<uint64_t>& ids, const std::string& format) {
     auto request = store_.getRequest();
     SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
     request.setFormatTag(format);
@@ -76,8 +77,10 @@ class BlockStoreClient {
       const auto state = response->getStates()[i];
       const auto data = response->getBlocks()[i].getData();
       if (state == schema::BlockState::PRESENT &&
-          storage::PayloadChecksum({data.begin(), data.size()}) != response->getBlocks()[i].getHeader().getChecksum()) {
-        return DataLossError("block " + std::to_string(ids[i]) + " does not match its header's checksum");
+          storage::PayloadChecksum({data.begin(), data.size()}) !=
+              response->getBlocks()[i].getHeader().getChecksum()) {
+        return DataLossError("block " + std::to_string(ids[i]) +
+                             " does not match its header's checksum");
       }
       out.emplace_back(state == schema::BlockState::PRESENT   ? "present"
                        : state == schema::BlockState::CORRUPT ? "corrupt"
@@ -101,7 +104,8 @@ class BlockStoreClient {
     auto response = Call(kj::mv(request));
     if (!response.ok()) return response.status();
     const TransferTicket ticket = FromWire(response->getTicket());
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
+    KVTIER_ASSIGN_OR_RETURN(auto stream,
+                            DataStreamClient::Connect({.address = ticket.data_address}));
     return stream->Put(ticket, payloads);
   }
 
@@ -120,13 +124,14 @@ class BlockStoreClient {
       headers.back().salt_scope = salt_scope;
       payloads.emplace_back(block.payload);
     }
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = session.data_address}));
+    KVTIER_ASSIGN_OR_RETURN(auto stream,
+                            DataStreamClient::Connect({.address = session.data_address}));
     return stream->PutBlocks(session, headers, payloads);
   }
 
   // Get through openGet and the data stream, as Get answers; every checksum verified.
-  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> StreamGet(const std::vector<uint64_t>& ids,
-                                                                                const std::string& format) {
+  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> StreamGet(
+      const std::vector<uint64_t>& ids, const std::string& format) {
     auto request = store_.openGetRequest();
     SetKeys(request.initKeys(static_cast<unsigned>(ids.size())), ids);
     request.setFormatTag(format);
@@ -135,12 +140,14 @@ class BlockStoreClient {
     std::vector<std::vector<uint8_t>> buffers;
     for (auto header : response->getHeaders()) buffers.emplace_back(header.getPayloadBytes());
     const TransferTicket ticket = FromWire(response->getTicket());
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = ticket.data_address}));
-    KVTIER_ASSIGN_OR_RETURN(auto states,
-                            stream->Get(ticket, std::vector<std::span<uint8_t>>(buffers.begin(), buffers.end())));
+    KVTIER_ASSIGN_OR_RETURN(auto stream,
+                            DataStreamClient::Connect({.address = ticket.data_address}));
+    KVTIER_ASSIGN_OR_RETURN(auto states, stream->Get(ticket, std::vector<std::span<uint8_t>>(
+                                                                 buffers.begin(), buffers.end())));
     return Answer(ids, buffers, [&](size_t i) -> std::optional<uint64_t> {
-      const bool present = states[i] == StreamBlockState::kPresent &&
-                           response->getStates()[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
+      const bool present =
+          states[i] == StreamBlockState::kPresent &&
+          response->getStates()[static_cast<unsigned>(i)] == schema::BlockState::PRESENT;
       if (!present) return std::nullopt;
       return response->getHeaders()[static_cast<unsigned>(i)].getChecksum();
     });
@@ -148,23 +155,24 @@ class BlockStoreClient {
 
   // Get through a get session and a keyed get on the data stream, as Get answers; every
   // checksum verified.
-  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> KeyedGet(const std::vector<uint64_t>& ids,
-                                                                               const std::string& format,
-                                                                               uint64_t salt_scope = 0) {
+  Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> KeyedGet(
+      const std::vector<uint64_t>& ids, const std::string& format, uint64_t salt_scope = 0) {
     auto request = store_.openGetSessionRequest();
     request.setFormatTag(format);
     request.setSaltScope(salt_scope);
     auto response = Call(kj::mv(request));
     if (!response.ok()) return response.status();
     const TransferTicket session = FromWire(response->getTicket());
-    KVTIER_ASSIGN_OR_RETURN(auto stream, DataStreamClient::Connect({.address = session.data_address}));
+    KVTIER_ASSIGN_OR_RETURN(auto stream,
+                            DataStreamClient::Connect({.address = session.data_address}));
     std::vector<BlockKey> keys;
     for (uint64_t id : ids) keys.push_back({kKeyHi, id});
     std::vector<std::vector<uint8_t>> buffers(ids.size());
-    KVTIER_ASSIGN_OR_RETURN(auto got, stream->GetKeys(session, keys, [&](size_t i, const storage::BlockHeader& h) {
-                              buffers[i].resize(h.payload_bytes);
-                              return std::span<uint8_t>(buffers[i]);
-                            }));
+    KVTIER_ASSIGN_OR_RETURN(
+        auto got, stream->GetKeys(session, keys, [&](size_t i, const storage::BlockHeader& h) {
+          buffers[i].resize(h.payload_bytes);
+          return std::span<uint8_t>(buffers[i]);
+        }));
     return Answer(ids, buffers, [&](size_t i) -> std::optional<uint64_t> {
       if (got.states[i] != StreamBlockState::kPresent) return std::nullopt;
       return got.headers[i]->checksum;
@@ -176,14 +184,16 @@ class BlockStoreClient {
   // names the present block's checksum (kDataLoss where they do not match), else "missing".
   template <typename ChecksumOf>
   static Result<std::vector<std::pair<std::string, std::vector<uint8_t>>>> Answer(
-      const std::vector<uint64_t>& ids, const std::vector<std::vector<uint8_t>>& buffers, ChecksumOf checksum_of) {
+      const std::vector<uint64_t>& ids, const std::vector<std::vector<uint8_t>>& buffers,
+      ChecksumOf checksum_of) {
     std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
     for (size_t i = 0; i < ids.size(); ++i) {
       const std::optional<uint64_t> checksum = checksum_of(i);
       if (checksum && storage::PayloadChecksum(buffers[i]) != *checksum) {
         return DataLossError("block " + std::to_string(ids[i]) + " does not match its checksum");
       }
-      out.emplace_back(checksum ? "present" : "missing", checksum ? buffers[i] : std::vector<uint8_t>{});
+      out.emplace_back(checksum ? "present" : "missing",
+                       checksum ? buffers[i] : std::vector<uint8_t>{});
     }
     return out;
   }

@@ -35,7 +35,9 @@ class DataStreamFixture : public ::testing::Test {
   }
 
   std::unique_ptr<DataStreamClient> Client() {
-    return DataStreamClient::Connect({.address = server_->address(), .timeout = std::chrono::seconds(10)}).value();
+    return DataStreamClient::Connect(
+               {.address = server_->address(), .timeout = std::chrono::seconds(10)})
+        .value();
   }
 
   // A put ticket for `blocks`, and their payloads for the client's Put.
@@ -44,7 +46,8 @@ class DataStreamFixture : public ::testing::Test {
     for (const storage::testing::TestBlock& b : blocks) headers.push_back(b.header);
     return server_->OpenPut(std::move(headers)).value();
   }
-  static std::vector<std::span<const uint8_t>> Payloads(const std::vector<storage::testing::TestBlock>& blocks) {
+  static std::vector<std::span<const uint8_t>> Payloads(
+      const std::vector<storage::testing::TestBlock>& blocks) {
     std::vector<std::span<const uint8_t>> out;
     for (const storage::testing::TestBlock& b : blocks) out.emplace_back(b.payload);
     return out;

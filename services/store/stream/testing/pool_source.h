@@ -21,15 +21,18 @@ namespace kvtier::store {
 
 // What a PoolSource does besides answering its blocks (keys' `lo` name them).
 struct PoolSourceOptions {
-  uint64_t gone = 0;      // evicted between HoldBatch and ReadBatch
-  uint64_t corrupt = 0;   // fails its read
+  uint64_t gone = 0;                    // evicted between HoldBatch and ReadBatch
+  uint64_t corrupt = 0;                 // fails its read
   std::vector<uint64_t> holdable = {};  // held by HoldBatch (a host pool's), bytes in place
-  std::vector<uint64_t> held_apart = {};  // held by HoldBatch apart (a GPU pool's): CopyHeld copies them
-  Status copy_fails = Status::Ok();     // what CopyHeld answers, where not OK (nothing copied)
-  bool stages = false;  // StageHeld stages held-apart blocks (else: none to spare, kResourceExhausted)
-  bool stages_short = false;  // with `stages`: each view a byte short of its block (a source at fault)
-  bool reads_wait = false;  // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
-  bool releases_wait = false;  // likewise a ReleaseBatch, until releases().Open()
+  std::vector<uint64_t> held_apart =
+      {};                            // held by HoldBatch apart (a GPU pool's): CopyHeld copies them
+  Status copy_fails = Status::Ok();  // what CopyHeld answers, where not OK (nothing copied)
+  bool stages =
+      false;  // StageHeld stages held-apart blocks (else: none to spare, kResourceExhausted)
+  bool stages_short =
+      false;  // with `stages`: each view a byte short of its block (a source at fault)
+  bool reads_wait = false;       // a ReadBatch waits (up to 5 s) until reads().Open(): a busy loop
+  bool releases_wait = false;    // likewise a ReleaseBatch, until releases().Open()
   bool keeps_checksums = false;  // a checksum given back with a hold is its header's from then on
 };
 
@@ -43,7 +46,8 @@ class Gate {
     if (!closed_) return;
     waiting_ = true;
     changed_.NotifyAll();
-    changed_.WaitFor(lock, std::chrono::seconds(5), [&]() KVTIER_REQUIRES(mu_) { return !closed_; });
+    changed_.WaitFor(lock, std::chrono::seconds(5),
+                     [&]() KVTIER_REQUIRES(mu_) { return !closed_; });
     waiting_ = false;
   }
   // Whether a call waits here now; WaitForCall waits (bounded) until one does.
@@ -53,7 +57,8 @@ class Gate {
   }
   bool WaitForCall() {
     MutexLock lock(mu_);
-    return changed_.WaitFor(lock, std::chrono::seconds(5), [&]() KVTIER_REQUIRES(mu_) { return waiting_; });
+    return changed_.WaitFor(lock, std::chrono::seconds(5),
+                            [&]() KVTIER_REQUIRES(mu_) { return waiting_; });
   }
   void Open() {
     MutexLock lock(mu_);
@@ -74,14 +79,17 @@ class PoolSource final : public ExtraBlockSource {
   using TestBlock = storage::testing::TestBlock;
 
   explicit PoolSource(std::vector<TestBlock> blocks, PoolSourceOptions options = {})
-      : blocks_(std::move(blocks)), options_(std::move(options)), reads_(options_.reads_wait),
+      : blocks_(std::move(blocks)),
+        options_(std::move(options)),
+        reads_(options_.reads_wait),
         releases_(options_.releases_wait) {}
   Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override {
     KVTIER_ASSIGN_OR_RETURN(const TestBlock* block, Find(ref));
     storage::BlockHeader header = block->header;
     MutexLock lock(mu_);
     const auto kept = kept_checksums_.find(ref.key.lo);
-    header.checksum = kept != kept_checksums_.end() ? kept->second : 0;  // as a pool's Peek: computed by a reader
+    header.checksum =
+        kept != kept_checksums_.end() ? kept->second : 0;  // as a pool's Peek: computed by a reader
     return header;
   }
   Result<storage::BlockHeader> Read(const storage::BlockRef& ref, std::span<uint8_t> out) override {
@@ -108,7 +116,8 @@ class PoolSource final : public ExtraBlockSource {
     }
     return found;
   }
-  Status CopyHeld(std::span<const uint64_t> holds, std::span<const std::span<uint8_t>> outs) override {
+  Status CopyHeld(std::span<const uint64_t> holds,
+                  std::span<const std::span<uint8_t>> outs) override {
     {
       MutexLock lock(mu_);
       copy_batches_.push_back(holds.size());
@@ -138,7 +147,8 @@ class PoolSource final : public ExtraBlockSource {
     for (const std::vector<uint8_t>& copy : staged->copies) staged->spans.emplace_back(copy);
     return std::unique_ptr<StagedBlocks>(std::move(staged));
   }
-  Status ReleaseBatch(std::span<const uint64_t> holds, std::span<const uint64_t> checksums) override {
+  Status ReleaseBatch(std::span<const uint64_t> holds,
+                      std::span<const uint64_t> checksums) override {
     releases_.Pass();
     MutexLock lock(mu_);
     released_.insert(released_.end(), holds.begin(), holds.end());
@@ -150,8 +160,8 @@ class PoolSource final : public ExtraBlockSource {
     holds_out_ -= static_cast<int>(holds.size());
     return Status::Ok();
   }
-  std::vector<Result<storage::BlockHeader>> ReadBatch(std::span<const storage::BlockRef> refs,
-                                                      std::span<const std::span<uint8_t>> outs) override {
+  std::vector<Result<storage::BlockHeader>> ReadBatch(
+      std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override {
     {
       MutexLock lock(mu_);
       read_batches_.push_back(refs.size());
@@ -216,11 +226,13 @@ class PoolSource final : public ExtraBlockSource {
 
   // The block a hold names (its key's `lo`).
   static storage::BlockRef RefOf(uint64_t hold) {
-    return {storage::testing::MakeBlock(hold, 1).header.key, storage::testing::kFormat, storage::testing::kScope};
+    return {storage::testing::MakeBlock(hold, 1).header.key, storage::testing::kFormat,
+            storage::testing::kScope};
   }
   Result<const TestBlock*> Find(const storage::BlockRef& ref) const {
     for (const TestBlock& b : blocks_) {
-      if (b.ref().key == ref.key && b.ref().salt_scope == ref.salt_scope && b.ref().format_tag == ref.format_tag) {
+      if (b.ref().key == ref.key && b.ref().salt_scope == ref.salt_scope &&
+          b.ref().format_tag == ref.format_tag) {
         return &b;
       }
     }
