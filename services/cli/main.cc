@@ -17,6 +17,7 @@
 #include "services/cli/config_flags.h"
 #include "services/cli/connect_flags.h"
 #include "services/cli/replay_command.h"
+#include "services/cli/route_command.h"
 #include "services/cli/serve.h"
 #include "services/cli/status_command.h"
 #include "services/rpc/rpc_client.h"
@@ -115,6 +116,7 @@ int Main(int argc, char** argv) {
   BenchCommand bench(app);
   ReplayCommand replay(app);
   StatusCommand status(app);
+  RouteCommand route(app);
 
   ConnectFlags version_flags;
   CLI::App* version =
@@ -140,6 +142,7 @@ int Main(int argc, char** argv) {
   if (bench.parsed()) return bench.Run();
   if (replay.parsed()) return replay.Run();
   if (status.parsed()) return status.Run();
+  if (route.parsed()) return route.Run();
   return RunVersion(version_flags);
 }
 

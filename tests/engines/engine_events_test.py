@@ -19,6 +19,7 @@ Run by ctest with KVTIER_BIN at the kvtier binary.
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -202,6 +203,14 @@ class EngineEventsTest(unittest.TestCase):
         found = self.up.lookup(toks, token, model="llama", **extra).get(name)
         return found["prefix_tokens_by_tier"] if found else None
 
+    def route(self, tokens_file, *flags):
+        """`kvtier route` against the routing API as tenant A: its JSON answer."""
+        done = subprocess.run([KVTIER_BIN, "route", "--http", self.up.http, "--token", TOKEN_A,
+                               "--tokens-file", tokens_file, *flags], capture_output=True, text=True, timeout=30)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.count("\n"), 1, done.stdout)
+        return json.loads(done.stdout)
+
     def heartbeat(self, publisher):
         """An empty batch: what an engine sends when a step changed nothing."""
         return lambda: publisher.send(vllm_batch([]))
@@ -280,6 +289,23 @@ class EngineEventsTest(unittest.TestCase):
         status, answer = self.up.post("/v1/route", {"tokens": prompt, "model": "llama", "candidates": ["sglang-a/dp1"]})
         self.assertEqual(answer["instance"], "sglang-a/dp1", answer)
         self.assertEqual([c["name"] for c in answer["candidates"]], ["sglang-a/dp1"])
+        # The same from `kvtier route`, the prompt's token ids in a file (a JSON array).
+        tokens_file = os.path.join(self.up.dir.name, "prompt.json")
+        with open(tokens_file, "w") as f:
+            json.dump(prompt, f)
+        self.assertEqual(self.route(tokens_file, "--model", "llama"),
+                         self.up.post("/v1/route", {"tokens": prompt, "model": "llama"})[1])
+        self.assertEqual(self.route(tokens_file, "--model", "llama", "--candidates", "sglang-a/dp1")["instance"],
+                         "sglang-a/dp1")
+        looked_up = self.route(tokens_file, "--lookup")
+        self.assertEqual({i["name"]: i["prefix_tokens"] for i in looked_up["instances"]},
+                         {"sglang-a": 32, "sglang-a/dp1": 16}, looked_up)
+        with open(tokens_file, "w") as f:
+            f.write("9000 9001 minus-one")
+        refused = subprocess.run([KVTIER_BIN, "route", "--http", self.up.http, "--token", TOKEN_A,
+                                  "--tokens-file", tokens_file], capture_output=True, text=True, timeout=30)
+        self.assertEqual(refused.returncode, 2, refused.stderr)
+        self.assertIn('entry 3 ("minus-one") is not a token id', refused.stderr)
         s.send([time.time(), [["AllBlocksCleared"]], 0])
         until(lambda: self.prefix("sglang-a", prompt) is None)
         self.assertIsNotNone(self.prefix("sglang-a/dp1", prompt), "a clear of rank 0 leaves rank 1")

@@ -1,0 +1,149 @@
+#include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
+#include "services/coordinator/rpc/routing_client.h"
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <kj/async-io.h>
+#include <kj/compat/http.h>
+
+#include <memory>
+
+#include "services/rpc/schema/http_api.capnp.h"
+#include "services/rpc/status_mapping.h"
+#include "services/rpc/tls.h"
+
+namespace kvtier::coordinator {
+namespace {
+
+namespace schema = kvtier::rpc::schema;
+
+struct Endpoint {
+  bool tls = false;
+  std::string address;  // host:port, as kj parses it
+  std::string host;     // for the Host header and the certificate's name
+};
+
+Result<Endpoint> ParseUrl(const std::string& url) {
+  Endpoint e;
+  std::string rest;
+  if (url.starts_with("http://")) {
+    rest = url.substr(7);
+  } else if (url.starts_with("https://")) {
+    e.tls = true;
+    rest = url.substr(8);
+  } else {
+    return InvalidArgumentError("routing API URL \"" + url +
+                                "\": it starts with http:// or https://");
+  }
+  e.address = rest.substr(0, rest.find('/'));  // a path after the address is the banner's: dropped
+  const size_t colon = e.address.rfind(':');
+  if (e.address.empty() || colon == std::string::npos || colon + 1 == e.address.size()) {
+    return InvalidArgumentError("routing API URL \"" + url + "\": it names no host:port");
+  }
+  e.host = e.address.substr(0, colon);
+  if (e.host.size() >= 2 && e.host.front() == '[' && e.host.back() == ']') {
+    e.host = e.host.substr(1, e.host.size() - 2);
+  }
+  return e;
+}
+
+kj::String EncodeQuery(capnp::JsonCodec& codec, const RoutingQuery& query, RoutingCall call) {
+  capnp::MallocMessageBuilder message;
+  auto q = message.initRoot<schema::PromptQuery>();
+  auto tokens = q.initTokens(static_cast<unsigned>(query.tokens.size()));
+  for (unsigned i = 0; i < tokens.size(); ++i) tokens.set(i, query.tokens[i]);
+  if (!query.cache_salt.empty()) q.setCacheSalt(query.cache_salt);
+  if (!query.lora_name.empty()) q.setLoraName(query.lora_name);
+  if (!query.model.empty()) q.setModel(query.model);
+  if (call == RoutingCall::kRoute && !query.candidates.empty()) {
+    auto names = q.initCandidates(static_cast<unsigned>(query.candidates.size()));
+    for (unsigned i = 0; i < names.size(); ++i) names.set(i, query.candidates[i]);
+  }
+  return codec.encode(q.asReader());
+}
+
+Status FromHttp(capnp::JsonCodec& codec, unsigned code, const kj::String& body) {
+  std::string message(body.cStr());
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 capnp::MallocMessageBuilder decoded;
+                 auto error = decoded.initRoot<schema::ErrorAnswer>();
+                 codec.decode(body, error);
+                 if (error.hasError()) message = error.getError().cStr();
+               })) {
+    (void)e;  // not an error answer: its body as it came
+  }
+  message = "the routing API answered " + std::to_string(code) + ": " + message;
+  switch (code) {
+    case 400: return InvalidArgumentError(message);
+    case 401: return UnauthenticatedError(message);
+    case 403: return PermissionDeniedError(message);
+    case 404:
+    case 405: return NotFoundError(message);
+    case 413: return InvalidArgumentError(message);
+    case 429: return ResourceExhaustedError(message);
+    case 503: return UnavailableError(message);
+    default: return InternalError(message);
+  }
+}
+
+// The call, each step bounded by `deadline`; throws (a KJ exception) when it fails.
+kj::String Post(kj::AsyncIoContext& io, kj::TimePoint deadline, const Endpoint& endpoint,
+                rpc::TlsClient* tls, const RoutingClientOptions& o, kj::StringPtr path,
+                kj::String body, unsigned& status) {
+  kj::Timer& timer = io.provider->getTimer();
+  auto within = [&](auto promise) {
+    return timer.timeoutAt(deadline, kj::mv(promise)).wait(io.waitScope);
+  };
+  auto address = within(io.provider->getNetwork().parseAddress(endpoint.address.c_str()));
+  kj::Own<kj::AsyncIoStream> stream = within(address->connect());
+  if (tls != nullptr) {
+    const std::string& name = o.tls_server_name.empty() ? endpoint.host : o.tls_server_name;
+    stream = within(tls->Wrap(kj::mv(stream), name));
+  }
+  kj::HttpHeaderTable table;
+  auto client = kj::newHttpClient(table, *stream);
+  const std::string authorization = "Bearer " + o.token;
+  kj::HttpHeaders headers(table);
+  headers.set(kj::HttpHeaderId::HOST, endpoint.address.c_str());
+  headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/json");
+  headers.add("Authorization", authorization.c_str());
+  if (!o.act_for.empty()) headers.add("X-Kvtier-Act-For", o.act_for.c_str());
+  auto request = client->request(kj::HttpMethod::POST, path, headers, body.size());
+  within(request.body->write(body.begin(), body.size()));
+  request.body = nullptr;
+  auto response = within(kj::mv(request.response));
+  status = response.statusCode;
+  return within(response.body->readAllText());
+}
+
+}  // namespace
+
+Result<std::string> CallRoutingApi(const RoutingClientOptions& options, RoutingCall call,
+                                   const RoutingQuery& query) {
+  KVTIER_ASSIGN_OR_RETURN(const Endpoint endpoint, ParseUrl(options.url));
+  std::unique_ptr<rpc::TlsClient> tls;
+  if (endpoint.tls) {
+    if (options.tls_ca_file.empty()) {
+      return InvalidArgumentError("routing API URL \"" + options.url +
+                                  "\" is https: it needs the CA (--tls-ca-file)");
+    }
+    KVTIER_ASSIGN_OR_RETURN(tls, rpc::TlsClient::Create(options.tls_ca_file));
+  }
+  capnp::JsonCodec codec;
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  unsigned status = 0;
+  kj::String body;
+  const kj::StringPtr path = call == RoutingCall::kLookup ? "/v1/lookup" : "/v1/route";
+  const kj::TimePoint deadline =
+      io.provider->getTimer().now() + options.timeout.count() * kj::MILLISECONDS;
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 body = Post(io, deadline, endpoint, tls.get(), options, path,
+                             EncodeQuery(codec, query, call), status);
+               })) {
+    return rpc::ExceptionToStatus(*e);
+  }
+  if (status != 200) return FromHttp(codec, status, body);
+  return std::string(body.cStr());
+}
+
+}  // namespace kvtier::coordinator
