@@ -19,6 +19,7 @@
 #include "storage/header_families.h"
 #include "storage/payload_segments.h"
 #include "storage/put_group_queue.h"
+#include "storage/stored_header.h"
 #include "storage/tier_index.h"
 
 namespace kvtier::storage {
@@ -246,11 +247,6 @@ class DiskTier::Impl {
   }
 
  private:
-  struct StoredHeader {
-    BlockHeader header;
-    uint64_t location = 0;
-  };
-
   // A miss allocates nothing (a constant), as the host tier's.
   static Status NotFound() {
     static const std::string* const kMiss =
@@ -281,25 +277,9 @@ class DiskTier::Impl {
     return FromRocks(it->status(), "scanning the headers of layout " + std::string(format_tag));
   }
 
-  // A header's value: the encoded header, then its payload's location (8 bytes, big-endian).
-  static std::string EncodeStored(const BlockHeader& header, uint64_t location) {
-    std::string value;
-    EncodeHeader(header, value);
-    disk_internal::AppendBigEndian(value, location);
-    return value;
-  }
-
   Result<StoredHeader> DecodeStored(const rocksdb::Slice& value) const {
-    size_t consumed = 0;
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(value.data()),
-                                         value.size());
-    KVTIER_ASSIGN_OR_RETURN(BlockHeader header, DecodeHeader(bytes, consumed));
-    KVTIER_RETURN_IF_ERROR(ValidateHeader(header, options_.max_block_bytes));
-    if (bytes.size() != consumed + 8)
-      return DataLossError("a block header without its payload's location");
-    StoredHeader stored{std::move(header), 0};
-    stored.location = disk_internal::ReadBigEndian(std::string_view(value.data() + consumed, 8));
-    return stored;
+    return DecodeStoredHeader({reinterpret_cast<const uint8_t*>(value.data()), value.size()},
+                              options_.max_block_bytes);
   }
 
   // The payload of a block taken out of the index. Its room is released (and a segment
@@ -405,7 +385,7 @@ class DiskTier::Impl {
       KVTIER_REQUIRES(write_mu_) {
     rocksdb::ColumnFamilyHandle* family = families_->Find(header.format_tag);
     if (family == nullptr) return InternalError("no column family for layout " + header.format_tag);
-    return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStored(header, location)),
+    return FromRocks(batch.Put(family, HeaderKey(header.key), EncodeStoredHeader(header, location)),
                      "batch");
   }
 
