@@ -5,7 +5,7 @@
 #   scripts/gpu-bundle.sh build-gpu build-devrun     # here: binaries + the shared libraries they need
 #   scripts/gpu-check.sh build-devrun OUT_DIR        # there: tests, compute-sanitizer, benchmarks
 #
-# SECTIONS picks what runs (default all): tests memcheck pool e2e.
+# SECTIONS picks what runs (default all): tests memcheck pool e2e tls.
 # Logs go to OUT_DIR; the last lines printed are a summary table. Exit status: 0 when every
 # test passed, 1 otherwise (benchmarks never fail the run; their figures are recorded).
 set -uo pipefail
@@ -14,7 +14,7 @@ bundle=${1:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
 out=${2:?usage: gpu-check.sh BUNDLE_DIR OUT_DIR}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-sections=" ${SECTIONS:-tests memcheck pool e2e} "
+sections=" ${SECTIONS:-tests memcheck pool e2e tls} "
 want() { [[ "$sections" == *" $1 "* ]]; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
@@ -100,8 +100,28 @@ if want e2e; then
   rm -rf "$e2e_dir"
 fi
 
+# The data stream over TLS beside plaintext, 8 clients, at 256 KiB and 2 MiB blocks (each
+# line has the stream_* and tls_stream_* figures). Needs the openssl command line.
+if want tls && command -v openssl >/dev/null; then
+  certs=$(mktemp -d)
+  key="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+  (cd "$certs" && openssl req -x509 $key -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem &&
+    openssl req $key -subj /CN=kvtier.test -keyout server.key -out server.csr &&
+    printf 'subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n' >san.ext &&
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+      -extfile san.ext -out server.pem) >"$out/bench_tls.log" 2>&1
+  for bytes in 262144 2097152; do
+    "$bundle/bin/kvtier" bench transfer --json --block-bytes "$bytes" --clients 8 \
+      --total-bytes $((bytes * 1024)) --tls-cert-file "$certs/server.pem" \
+      --tls-key-file "$certs/server.key" --tls-ca-file "$certs/ca.pem" \
+      --tls-server-name kvtier.test >>"$out/bench_tls.jsonl" 2>>"$out/bench_tls.log"
+  done
+  summary+=("tls transfer: $(wc -l <"$out/bench_tls.jsonl" 2>/dev/null || echo 0) runs (bench_tls.jsonl)")
+  rm -rf "$certs"
+fi
+
 rm -f "$out/test.log"
 printf '%s\n' "${summary[@]}"
-cat "$out/bench_pool.jsonl" 2>/dev/null
+cat "$out/bench_pool.jsonl" "$out/bench_tls.jsonl" 2>/dev/null
 cat "$out/e2e_replay.txt" "$out/e2e_metrics.txt" 2>/dev/null
 exit $failed

@@ -72,8 +72,8 @@ void BenchCommand::AddTransfer() {
   transfer_
       ->add_option(
           "--tls-cert-file", transfer_tls_.cert_file,
-          "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure the inline path "
-          "over TLS (path \"tls\"; the data stream has no TLS yet)")
+          "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure both paths "
+          "over TLS (paths \"tls_inline\" and \"tls_stream\")")
       ->check(CLI::ExistingFile);
   transfer_
       ->add_option("--tls-key-file", transfer_tls_.key_file, "The certificate's private key (PEM)")
@@ -92,7 +92,7 @@ void BenchCommand::AddTransfer() {
 namespace {
 
 struct PathResult {
-  const char* name;
+  std::string name;
   bench::TransferBenchResult result;
 };
 
@@ -123,8 +123,9 @@ std::string PathFields(const std::vector<PathResult>& paths) {
     out += "\"" + name + "_put_gbps\":" + Number(p.result.put.gbps) + ",\"" + name +
            "_get_gbps\":" + Number(p.result.get.gbps) + ",\"" + name +
            "_p99_ms\":" + Number(p.result.get.p99_ms) + ",";
-    out += WhereTimeWent(name + "_put", p.result.put, name == "stream");
-    out += WhereTimeWent(name + "_get", p.result.get, name == "stream");
+    const bool stream = name.ends_with("stream");
+    out += WhereTimeWent(name + "_put", p.result.put, stream);
+    out += WhereTimeWent(name + "_get", p.result.get, stream);
     if (p.result.put.gbps > best_put->result.put.gbps) best_put = &p;
     if (p.result.get.gbps > best_get->result.get.gbps) best_get = &p;
   }
@@ -141,21 +142,32 @@ void PrintResultsText(const std::vector<PathResult>& paths,
                       const std::optional<bench::RedisBenchResult>& redis) {
   for (const PathResult& p : paths) {
     const bench::TransferBenchResult& r = p.result;
-    std::printf("  %-6s put %.3f GB/s (p99 %.2f ms per call)", p.name, r.put.gbps, r.put.p99_ms);
+    std::printf("  %-10s put %.3f GB/s (p99 %.2f ms per call)", p.name.c_str(), r.put.gbps,
+                r.put.p99_ms);
     if (redis) std::printf(", %.2f of redis", r.put.gbps / redis->put_gbps);
     std::printf(
-        "\n  %-6s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)",
-        p.name, r.get.gbps, r.get.p99_ms, r.get.gbps / loopback.gbps,
+        "\n  %-10s get %.3f GB/s (p99 %.2f ms per call), %.2f of loopback (%.2f of it from memory)",
+        p.name.c_str(), r.get.gbps, r.get.p99_ms, r.get.gbps / loopback.gbps,
         r.get.gbps / loopback.from_memory_gbps);
     if (redis) std::printf(", %.2f of redis", r.get.gbps / redis->get_gbps);
     std::printf("\n");
     for (const auto& [direction, phase] : {std::pair{"put", &r.put}, std::pair{"get", &r.get}}) {
       std::printf(
-          "  %-6s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f",
-          p.name, direction, phase->cores.control, phase->cores.stream, phase->cores.clients);
-      if (std::string_view(p.name) == "stream")
+          "  %-10s %s cores busy: store RPC thread %.2f, data stream loops %.2f, clients %.2f",
+          p.name.c_str(), direction, phase->cores.control, phase->cores.stream,
+          phase->cores.clients);
+      if (p.name.ends_with("stream"))
         std::printf("; open call %.0f%% of a call", 100 * phase->open_share);
       std::printf("\n");
+    }
+  }
+  // TLS against the same path in plaintext.
+  for (const PathResult& tls : paths) {
+    for (const PathResult& plain : paths) {
+      if (!tls.name.starts_with("tls_") || plain.name != tls.name.substr(4)) continue;
+      std::printf("  %-10s of %s: put %.2f, get %.2f\n", tls.name.c_str(), plain.name.c_str(),
+                  tls.result.put.gbps / plain.result.put.gbps,
+                  tls.result.get.gbps / plain.result.get.gbps);
     }
   }
   std::printf("  loopback   %.3f GB/s (raw TCP, one cache-resident block resent: the ceiling)\n",
@@ -178,15 +190,16 @@ int BenchCommand::RunTransfer() const {
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
   std::vector<PathResult> paths;
-  for (const char* path : {"inline", "stream", "tls"}) {
-    const bool tls = std::string_view(path) == "tls";
-    if (tls ? transfer_tls_.cert_file.empty() : transfer_path_ != "both" && transfer_path_ != path)
-      continue;
+  for (const std::string_view path : {"inline", "stream", "tls_inline", "tls_stream"}) {
+    const bool tls = path.starts_with("tls_");
+    const std::string_view plain = tls ? path.substr(4) : path;
+    if (tls && transfer_tls_.cert_file.empty()) continue;
+    if (transfer_path_ != "both" && transfer_path_ != plain) continue;
     bench::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
                                         .clients = transfer_clients_,
                                         .total_bytes = transfer_total_bytes_,
                                         .batch = transfer_batch_,
-                                        .stream = std::string_view(path) == "stream",
+                                        .stream = plain == "stream",
                                         .stream_threads = transfer_stream_threads_,
                                         .keyed_gets = transfer_stream_get_ == "keys",
                                         .gets_in_flight = transfer_gets_in_flight_,
@@ -200,7 +213,7 @@ int BenchCommand::RunTransfer() const {
     }
     Result<bench::TransferBenchResult> result = bench::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());
-    paths.push_back({path, *result});
+    paths.push_back({std::string(path), *result});
   }
   Result<bench::LoopbackBenchResult> loopback = bench::RunLoopbackBench(baseline);
   if (!loopback.ok()) return fail(loopback.status());

@@ -1,9 +1,5 @@
 #include "services/rpc/tls.h"
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/ssl.h>
-
 #include <memory>
 
 #include "common/file.h"
@@ -60,34 +56,9 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> TlsServer::Wrap(kj::Own<kj::AsyncIoStrea
 }
 
 Result<std::unique_ptr<TlsClient>> TlsClient::Create(const std::string& ca_file) {
-  KVTIER_ASSIGN_OR_RETURN(const std::string pem, ReadTextFile(ca_file, "tls.ca_file"));
-  ERR_clear_error();
-  SSL_CTX* context = SSL_CTX_new(TLS_client_method());
-  if (context == nullptr) return InternalError("cannot make an OpenSSL context for TLS clients");
-  std::unique_ptr<TlsClient> client(new TlsClient(context));
-  SSL_CTX_set_min_proto_version(context, TLS1_2_VERSION);
-  SSL_CTX_set_options(context, SSL_OP_NO_RENEGOTIATION);
-  SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nullptr);
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
-      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), BIO_free);
-  X509_STORE* trusted = SSL_CTX_get_cert_store(context);
-  int certificates = 0;
-  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-    const int added = X509_STORE_add_cert(trusted, cert);
-    X509_free(cert);
-    if (added != 1)
-      return InvalidArgumentError("tls.ca_file " + ca_file + ": a certificate cannot be trusted");
-    ++certificates;
-  }
-  ERR_clear_error();  // the read that found no further certificate
-  if (certificates == 0) {
-    return InvalidArgumentError("tls.ca_file " + ca_file +
-                                ": not a valid PEM file (no certificate in it)");
-  }
-  return client;
+  KVTIER_ASSIGN_OR_RETURN(TlsContextPtr context, MakeTlsClientContext(ca_file));
+  return std::unique_ptr<TlsClient>(new TlsClient(std::move(context)));
 }
-
-TlsClient::~TlsClient() { SSL_CTX_free(context_); }
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> TlsClient::Wrap(kj::Own<kj::AsyncIoStream> stream,
                                                         const std::string& server_name) {

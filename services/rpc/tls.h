@@ -19,6 +19,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/tls_context.h"
 
 namespace kvtier::rpc {
 
@@ -40,15 +41,14 @@ class TlsServer {
 class TlsClient {
  public:
   [[nodiscard]] static Result<std::unique_ptr<TlsClient>> Create(const std::string& ca_file);
-  ~TlsClient();
   // Handshakes and verifies that the server's certificate is valid for `server_name`: a
   // DNS name, or an IPv4/IPv6 address matched against the certificate's IP addresses.
   kj::Promise<kj::Own<kj::AsyncIoStream>> Wrap(kj::Own<kj::AsyncIoStream> stream,
                                                const std::string& server_name);
 
  private:
-  explicit TlsClient(SSL_CTX* context) : context_(context) {}
-  SSL_CTX* context_;  // owned
+  explicit TlsClient(TlsContextPtr context) : context_(std::move(context)) {}
+  TlsContextPtr context_;
 };
 
 }  // namespace kvtier::rpc

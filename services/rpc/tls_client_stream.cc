@@ -1,6 +1,5 @@
 #include "services/rpc/tls_client_stream.h"
 
-#include <arpa/inet.h>
 #include <kj/debug.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -8,6 +7,8 @@
 
 #include <algorithm>
 #include <climits>
+
+#include "common/tls_context.h"
 
 namespace kvtier::rpc {
 namespace {
@@ -18,24 +19,6 @@ constexpr size_t kWriteChunk = 256 * 1024;
 // One read from the peer takes at most this much ciphertext (a TLS record is at most 16 KiB
 // plus its overhead).
 constexpr size_t kReadChunk = 64 * 1024;
-
-bool IsIpLiteral(const std::string& name) {
-  unsigned char address[16];
-  return inet_pton(AF_INET, name.c_str(), address) == 1 ||
-         inet_pton(AF_INET6, name.c_str(), address) == 1;
-}
-
-// OpenSSL's queued errors as one line (and the queue cleared).
-std::string OpensslErrors() {
-  std::string text;
-  while (const unsigned long error = ERR_get_error()) {
-    char line[256];
-    ERR_error_string_n(error, line, sizeof(line));
-    if (!text.empty()) text += "; ";
-    text += line;
-  }
-  return text.empty() ? "no OpenSSL error queued" : text;
-}
 
 kj::Exception Failed(const std::string& text,
                      kj::Exception::Type type = kj::Exception::Type::FAILED) {
@@ -68,7 +51,7 @@ class TlsClientStream final : public kj::AsyncIoStream {
     const std::string reason = verify != X509_V_OK
                                    ? std::string("the server's certificate is not trusted: ") +
                                          X509_verify_cert_error_string(verify)
-                                   : "TLS handshake failed: " + OpensslErrors();
+                                   : "TLS handshake failed: " + TlsErrors();
     // The alert that tells the server why goes out before the connection is given up.
     return Flush().then([reason]() -> kj::Promise<void> { return Failed(reason); },
                         [reason](kj::Exception&&) -> kj::Promise<void> { return Failed(reason); });
@@ -110,12 +93,8 @@ class TlsClientStream final : public kj::AsyncIoStream {
 
  private:
   void CheckPeer() {
-    X509* cert = SSL_get_peer_certificate(ssl_);
-    KJ_REQUIRE(cert != nullptr, "the TLS server presented no certificate");
-    X509_free(cert);
-    const long verify = SSL_get_verify_result(ssl_);
-    KJ_REQUIRE(verify == X509_V_OK, "the server's certificate is not trusted",
-               X509_verify_cert_error_string(verify));
+    const Status verified = CheckTlsPeerVerified(ssl_);
+    KJ_REQUIRE(verified.ok(), verified.message());
   }
 
   // Reads plaintext until `min_bytes` are in, the peer closed, or an error.
@@ -131,7 +110,7 @@ class TlsClientStream final : public kj::AsyncIoStream {
       }
       const int error = SSL_get_error(ssl_, n);
       if (error == SSL_ERROR_ZERO_RETURN) return done;  // close_notify
-      if (error != SSL_ERROR_WANT_READ) return Failed("TLS read failed: " + OpensslErrors());
+      if (error != SSL_ERROR_WANT_READ) return Failed("TLS read failed: " + TlsErrors());
       if (peer_closed_) return done;
       QueueOutput();  // a post-handshake message (a key update) may want an answer
       return FillFromPeer().then([this, buffer, min_bytes, max_bytes, done] {
@@ -163,7 +142,7 @@ class TlsClientStream final : public kj::AsyncIoStream {
       if (chunk > 0) {
         ERR_clear_error();
         const int n = SSL_write(ssl_, piece.begin() + offset, static_cast<int>(chunk));
-        if (n <= 0) return Failed("TLS write failed: " + OpensslErrors());
+        if (n <= 0) return Failed("TLS write failed: " + TlsErrors());
         offset += static_cast<size_t>(n);
         queued += static_cast<size_t>(n);
       }
@@ -220,17 +199,10 @@ kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context,
   if (server_name.empty()) return Failed("TLS needs the name the server's certificate must carry");
   ERR_clear_error();
   SSL* ssl = SSL_new(&context);
-  if (ssl == nullptr) return Failed("cannot start a TLS connection: " + OpensslErrors());
-  bool named = false;
-  if (IsIpLiteral(server_name)) {
-    named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), server_name.c_str()) == 1;
-  } else {
-    named = SSL_set_tlsext_host_name(ssl, server_name.c_str()) == 1 &&
-            SSL_set1_host(ssl, server_name.c_str()) == 1;
-  }
-  if (!named) {
+  if (ssl == nullptr) return Failed("cannot start a TLS connection: " + TlsErrors());
+  if (const Status named = ExpectTlsServerName(ssl, server_name); !named.ok()) {
     SSL_free(ssl);
-    return Failed("cannot expect server name \"" + server_name + "\": " + OpensslErrors());
+    return Failed(named.message());
   }
   auto stream = kj::heap<TlsClientStream>(ssl, kj::mv(inner));
   auto handshake = stream->Handshake();

@@ -42,19 +42,7 @@ class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // A CA, and a server certificate it signs for DNS kvtier.test and IP 127.0.0.1.
-    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "
-        "/CN=test-ca"
-        " -keyout ca.key -out ca.pem");
-    Run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=kvtier.test"
-        " -keyout server.key -out server.csr");
-    ASSERT_TRUE(
-        testing::WriteFile(dir_.File("san.ext"), "subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n"));
-    Run("openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
-        "-extfile san.ext"
-        " -out server.pem");
-    Run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj "
-        "/CN=stranger"
-        " -keyout stranger.key -out stranger.pem");
+    ASSERT_EQ(testing::MakeTestCertificates(dir_.path()), "");
     Result<std::unique_ptr<TlsServer>> server =
         TlsServer::Create(dir_.File("server.pem"), dir_.File("server.key"));
     ASSERT_TRUE(server.ok()) << server.status();
@@ -62,11 +50,6 @@ class TlsTest : public ::testing::Test {
     loop_->listener =
         io().provider->getNetwork().parseAddress("127.0.0.1", 0).wait(io().waitScope)->listen();
     Accept();
-  }
-
-  void Run(const std::string& command) {
-    std::string output;
-    ASSERT_EQ(testing::RunCommand("cd " + dir_.path() + " && " + command, &output), 0) << output;
   }
 
   void Accept() {

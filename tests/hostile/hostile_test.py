@@ -515,7 +515,7 @@ class TlsTest(HostileTestCase):
                                 "--tls-server-name", "kvtier.test"], capture_output=True, text=True, timeout=120)
         self.assertEqual(bench.returncode, 0, bench.stderr)
         figures = json.loads(bench.stdout)
-        for path in ("inline", "stream", "tls"):
+        for path in ("inline", "stream", "tls_inline", "tls_stream"):
             self.assertGreater(figures[path + "_get_gbps"], 0, figures)
             self.assertGreater(figures[path + "_put_gbps"], 0, figures)
         wrong = subprocess.run([KVTIER_BIN, "bench", "transfer", "--total-bytes", str(4 << 20), "--tls-cert-file", cert,
@@ -524,8 +524,8 @@ class TlsTest(HostileTestCase):
         self.assertNotEqual(wrong.returncode, 0, "a certificate for another name is refused")
 
     def test_with_tls_no_listener_speaks_plaintext(self):
-        """Every TCP port a TLS node listens on refuses plaintext, the metrics endpoint
-        included (it serves HTTPS); the data stream, which has no TLS yet, does not listen."""
+        """Every TCP port a TLS node listens on refuses plaintext: its RPC, its metrics endpoint
+        (HTTPS) and its data stream (TLS, with the node's certificate)."""
         certs = tempfile.TemporaryDirectory(prefix="kvtier-hostile-tls-")
         self.addCleanup(certs.cleanup)
         ca, cert, key = self.make_certificates(certs.name)
@@ -540,8 +540,11 @@ class TlsTest(HostileTestCase):
             ports = listening_ports(node.process.pid)
             self.assertTrue(node.http.startswith("https://"), node.http)
             metrics_port = int(node.http.rsplit(":", 1)[1])
-            self.assertEqual(ports, {node.port, metrics_port}, "%s listens on its RPC and metrics ports only" % name)
-            self.assertNotIn(data_port, ports, "with TLS the data stream does not listen")
+            self.assertTrue({node.port, metrics_port} <= ports, "%s: %s" % (name, sorted(ports)))
+            self.assertLessEqual(len(ports), 3, "%s listens on its RPC, metrics and data stream ports only: %s"
+                                 % (name, sorted(ports)))
+            if name == "store":
+                self.assertIn(data_port, ports, "with TLS the store's data stream listens, encrypted")
             for port in ports:
                 self.assertFalse(speaks_plaintext(port), "port %d of %s (%s) answers plaintext" % (port, name, sorted(ports)))
             with socket.create_connection(("127.0.0.1", metrics_port), timeout=5) as raw:
@@ -580,13 +583,19 @@ def speaks_plaintext(port, timeout_s=3.0):
     except kvtier.Error as e:
         if e.args[0] not in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
             return True
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n" + struct.pack("<II", 0, 2) + b"\0" * 16)
-        try:
-            answer = s.recv(64)
-        except (socket.timeout, ConnectionResetError):
-            return False
-    return len(answer) > 0 and answer[0] not in (0x15, 0x16)  # TLS alert or handshake records
+    # An HTTP request, and a data stream request (protocol.h: magic "KVD1", a get of ticket 0),
+    # which a plaintext stream answers with a refusal.
+    for probe in (b"GET /metrics HTTP/1.0\r\n\r\n" + struct.pack("<II", 0, 2) + b"\0" * 16,
+                  b"KVD1" + struct.pack("<IQQ", 1, 0, 0)):
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(probe)
+            try:
+                answer = s.recv(64)
+            except (socket.timeout, ConnectionResetError):
+                continue
+        if len(answer) > 0 and answer[0] not in (0x15, 0x16):  # TLS alert or handshake records
+            return True
+    return False
 
 
 if __name__ == "__main__":

@@ -18,11 +18,13 @@ import array
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 import kvtier
 
@@ -80,6 +82,20 @@ class IsolationUp(KvtierUp):
         return kvtier.Client(self.address, token=token, act_for=act_for)
 
 
+def make_certificates(directory):
+    """A CA and a certificate it signs for 127.0.0.1 (server.pem, server.key); returns the CA's file."""
+    def run(*command):
+        subprocess.run(command, cwd=directory, check=True, capture_output=True)
+    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    run("openssl", "req", "-x509", *key, "-days", "2", "-subj", "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem")
+    run("openssl", "req", *key, "-subj", "/CN=kvtier.test", "-keyout", "server.key", "-out", "server.csr")
+    with open(os.path.join(directory, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n")
+    run("openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "2", "-extfile", "san.ext", "-out", "server.pem")
+    return os.path.join(directory, "ca.pem")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,9 +108,11 @@ class ProcessCluster:
 
     STORE = "store-0/store"
 
-    def __init__(self):
+    def __init__(self, tls=False):
         self.dir = tempfile.TemporaryDirectory(prefix="kvtier-isolation-cluster-")
         root = self.dir.name
+        self.ca = make_certificates(root) if tls else ""
+        self.metrics = []  # each process's metrics URL
         tokens, node_token = os.path.join(root, "tokens.yaml"), os.path.join(root, "node-token")
         with open(tokens, "w") as f:
             f.write(TOKEN_FILE)
@@ -103,13 +121,17 @@ class ProcessCluster:
         self.coordinator = "127.0.0.1:%d" % free_port()
         self.workers = ["127.0.0.1:%d" % free_port() for _ in range(2)]
         common = ["--auth-token-file", tokens, "--metrics-port", "0", "--metrics-bind", "127.0.0.1"]
+        if tls:  # every listener (RPC, metrics, data streams) and every client
+            common += ["--tls-cert-file", os.path.join(root, "server.pem"), "--tls-key-file",
+                       os.path.join(root, "server.key"), "--tls-ca-file", self.ca]
         joined = ["--node-coordinator", self.coordinator, "--node-coordinator-token-file", node_token]
         commands = [["coordinator", "--data-dir", os.path.join(root, "c"), "--coordinator-listen", self.coordinator]]
         for i, address in enumerate(self.workers):
             commands.append(["worker", "--node-name", "worker-%d" % i, "--worker-listen", address, "--data-dir",
                              os.path.join(root, "w%d" % i), "--worker-pool-bytes", str(8 << 20),
                              "--store-host-cache-bytes", str(4 << 20), "--store-disk-bytes", "0",
-                             "--worker-write-through-stores", self.STORE, "--worker-data-port", str(free_port())] + joined)
+                             "--worker-write-through-stores", self.STORE, "--worker-data-port", str(free_port()),
+                             "--worker-fetch-stream-min-block-bytes", "0"] + joined)
         commands.append(["store", "--node-name", "store-0", "--store-listen", "127.0.0.1:%d" % free_port(),
                          "--data-dir", os.path.join(root, "s"), "--store-host-cache-bytes", str(4 << 20),
                          "--store-disk-bytes", "0", "--store-data-port", str(free_port())] + joined)
@@ -124,7 +146,9 @@ class ProcessCluster:
                 banner, values = read_banner(process)
                 if "rpc" not in values:
                     raise RuntimeError("%s did not start: %s" % (command[0], banner))
-            node = kvtier.Client(self.workers[0], token=NODE, coordinator_address=self.coordinator)
+                self.metrics.append(values.get("metrics", ""))
+            node = kvtier.Client(self.workers[0], token=NODE, coordinator_address=self.coordinator,
+                                 tls_ca_file=self.ca)
             deadline = time.monotonic() + 10
             while code_of(lambda: node.route([], candidates=["worker-1/worker"])) == "UNAVAILABLE" and \
                     time.monotonic() < deadline:
@@ -134,7 +158,17 @@ class ProcessCluster:
             raise
 
     def client(self, worker, token, act_for=""):
-        return kvtier.Client(self.workers[worker], token=token, act_for=act_for, coordinator_address=self.coordinator)
+        return kvtier.Client(self.workers[worker], token=token, act_for=act_for, coordinator_address=self.coordinator,
+                             tls_ca_file=self.ca)
+
+    def metric(self, process, name):
+        """The sum of the samples of `name` (a metric, with labels or a prefix of them) at
+        process `process` (3: the store)."""
+        context = ssl.create_default_context(cafile=self.ca) if self.ca else None
+        with urllib.request.urlopen(self.metrics[process], timeout=10, context=context) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and line[len(name)] in '{} ,')
 
     def stop(self):
         for process in reversed(self.processes):
@@ -323,6 +357,23 @@ class TenantIsolationTest(unittest.TestCase):
         self.assertEqual(alone["worker_0.onboard"], (0, 3, 3), "B's blocks come back from the store: %s" % alone)
         for name in alone:
             self.assertEqual(after_same[name], alone[name], "%s: after A's same prompt vs A never ran" % name)
+
+    def test_a_tls_cluster_moves_blocks_on_encrypted_data_streams(self):
+        """With TLS on every node, write-through and onboards from the store still go on the
+        data streams (now TLS), and B's answers are those of the plaintext cluster."""
+        cluster = ProcessCluster(tls=True)
+        try:
+            cross_node_as_a(cluster, 10000)
+            seen = cross_node_as_b(cluster, 10000)
+            received = cluster.metric(3, 'kvtier_stream_bytes_total{direction="received"')
+            sent = cluster.metric(3, 'kvtier_stream_bytes_total{direction="sent"')
+        finally:
+            cluster.stop()
+        self.assertEqual(seen["commit"], 3, seen)
+        self.assertTrue(seen["written_through"], seen)
+        self.assertEqual(seen["worker_0.onboard"], (0, 3, 3), "B's blocks come back from the store: %s" % seen)
+        self.assertGreater(received, 0, "write-through reached the store on its data stream")
+        self.assertGreater(sent, 0, "the onboards read the store's data stream")
 
     def test_only_engines_map_pools_and_only_for_their_tenants(self):
         up = IsolationUp()

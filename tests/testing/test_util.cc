@@ -110,6 +110,24 @@ int RunCommand(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+std::string MakeTestCertificates(const std::string& dir) {
+  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+  const std::string commands[] = {
+      "openssl req -x509 " + key + " -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem",
+      "openssl req " + key + " -subj /CN=kvtier.test -keyout server.key -out server.csr",
+      "printf 'subjectAltName=DNS:kvtier.test,IP:127.0.0.1\\n' > san.ext",
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2"
+      " -extfile san.ext -out server.pem",
+      "openssl req -x509 " + key +
+          " -days 2 -subj /CN=stranger -keyout stranger.key"
+          " -out stranger.pem"};
+  for (const std::string& command : commands) {
+    std::string output;
+    if (RunCommand("cd " + dir + " && " + command, &output) != 0) return command + ": " + output;
+  }
+  return "";
+}
+
 bool WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

@@ -53,6 +53,11 @@ int RunCommand(const std::string& command, std::string* output);
 // Writes `text` to `path`; returns false on failure.
 bool WriteFile(const std::string& path, const std::string& text);
 
+// Makes, with the openssl command line, in `dir`: ca.pem/ca.key (a CA), server.pem/
+// server.key (signed by it for DNS kvtier.test and IP 127.0.0.1) and stranger.pem/
+// stranger.key (self-signed). Returns openssl's output when a command failed, else "".
+std::string MakeTestCertificates(const std::string& dir);
+
 // A held loopback port (services/bench/held_port.h) for a test's server that starts at an address
 // chosen beforehand: in a child process, or again where it was stopped. (CI once saw a
 // store dial its coordinator's old port and reach another test's HTTP server.) Aborts

@@ -84,11 +84,15 @@ void CheckBlock(bool present, std::span<const uint8_t> bytes, uint64_t id,
 struct StreamSide {
   std::unique_ptr<DataStreamClient> connection;
   std::vector<uint8_t> buffer;
+  TlsContextPtr tls;  // set: the stream is TLS, verified for tls_server_name
+  std::string tls_server_name;
 
   Result<DataStreamClient*> Connect(const TransferTicket& ticket) {
     if (connection == nullptr) {
-      KVTIER_ASSIGN_OR_RETURN(connection,
-                              DataStreamClient::Connect({.address = ticket.data_address}));
+      KVTIER_ASSIGN_OR_RETURN(
+          connection,
+          DataStreamClient::Connect(
+              {.address = ticket.data_address, .tls = tls, .tls_server_name = tls_server_name}));
     }
     return connection.get();
   }
@@ -320,6 +324,10 @@ void RunTransferClient(const std::string& address, const TransferBenchOptions& o
     }
     StreamSide side;
     side.buffer.resize(o.block_bytes * o.batch);
+    if (o.tls() && o.stream) {
+      side.tls = OrThrow(MakeTlsClientContext(o.tls_ca_file));
+      side.tls_server_name = o.tls_server_name;
+    }
     arrive();  // ready
     phases.go_put.wait(false);
     if (o.stream) {

@@ -67,6 +67,10 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
   store_options.host->capacity_bytes = (blocks + 16) * ((o.block_bytes + 65535) / 65536 * 65536);
   KVTIER_ASSIGN_OR_RETURN(node->store, storage::TieredStore::Create(std::move(store_options)));
   if (o.stream) {
+    TlsContextPtr tls;
+    if (o.tls()) {
+      KVTIER_ASSIGN_OR_RETURN(tls, MakeTlsServerContext(o.tls_cert_file, o.tls_key_file));
+    }
     KVTIER_ASSIGN_OR_RETURN(
         node->stream,
         DataStreamServer::Create(
@@ -74,7 +78,8 @@ Result<std::unique_ptr<BenchNode>> StartNode(const TransferBenchOptions& o, uint
              .max_staged_bytes = 2 * o.block_bytes * o.batch * o.clients + (64ull << 20),
              .max_block_bytes = o.block_bytes,
              .threads = o.stream_threads,
-             .lend_pages = o.lend_pages}));
+             .lend_pages = o.lend_pages,
+             .tls = std::move(tls)}));
   }
   BenchNode* n = node.get();
   n->session.identity = {"bench-store", {"store"}};
@@ -140,11 +145,9 @@ Result<TransferBenchResult> RunStoreTransferBench(const TransferBenchOptions& o)
     return InvalidArgumentError(
         "--total-bytes must give every client at least one block of --block-bytes");
   }
-  if (o.tls() &&
-      (o.stream || o.tls_key_file.empty() || o.tls_ca_file.empty() || o.tls_server_name.empty())) {
+  if (o.tls() && (o.tls_key_file.empty() || o.tls_ca_file.empty() || o.tls_server_name.empty())) {
     return InvalidArgumentError(
-        o.stream ? "the data stream has no TLS: TLS transfers go inline"
-                 : "TLS needs a certificate, its key, the CA and the server name together");
+        "TLS needs a certificate, its key, the CA and the server name together");
   }
   if (o.gets_in_flight == 0 || o.gets_in_flight > DataStreamClient::kMaxGetsInFlight) {
     return InvalidArgumentError("--stream-gets-in-flight " + std::to_string(o.gets_in_flight) +

@@ -41,9 +41,8 @@ struct TransferBenchOptions {
   bool keyed_puts = true;
   // The data stream's gets lend the host tier's pages (DataStreamServerOptions::lend_pages).
   bool lend_pages = true;
-  // All three set: the store's RPC listener serves TLS with this certificate and key, and
-  // the clients verify it against the CA for `tls_server_name` (the data stream has no
-  // TLS: `stream` must be false).
+  // All four set: the store's RPC listener and its data stream serve TLS with this
+  // certificate and key, and the clients verify both against the CA for `tls_server_name`.
   std::string tls_cert_file = {};
   std::string tls_key_file = {};
   std::string tls_ca_file = {};

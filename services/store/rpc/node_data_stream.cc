@@ -1,7 +1,5 @@
 #include "services/store/rpc/node_data_stream.h"
 
-#include <spdlog/spdlog.h>
-
 namespace kvtier::store {
 namespace {
 
@@ -17,12 +15,11 @@ Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(
     const NodeDataStreamOptions& options) {
   if (!options.enabled || options.listen.starts_with("unix:"))
     return std::unique_ptr<DataStreamServer>();
-  if (options.tls) {
-    spdlog::info(
-        "no data stream with TLS on (it is not encrypted); openGet/openPut answer UNIMPLEMENTED");
-    return std::unique_ptr<DataStreamServer>();
-  }
   DataStreamServerOptions stream;
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(stream.tls,
+                            MakeTlsServerContext(options.tls_cert_file, options.tls_key_file));
+  }
   stream.store = options.store;
   stream.bind_host = HostOf(options.listen);
   stream.port = static_cast<uint16_t>(options.port);

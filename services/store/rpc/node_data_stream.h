@@ -3,9 +3,9 @@
 //
 // The stream listens on the host of the node's RPC listener (`port`, 0: a free one) and
 // tells clients, in each ticket, the host they reach the node at (the advertised
-// address's, else the listener's). None is started (nullptr) when it is turned off, when
-// the node's RPC uses TLS (the stream is not encrypted: callers use inline put/get), or
-// when the node listens on a unix socket.
+// address's, else the listener's). With TLS configured the stream runs TLS with the
+// node's certificate (clients verify it as they verify the node's RPC). None is started
+// (nullptr) when it is turned off or when the node listens on a unix socket.
 //
 // Thread safety: a function of its inputs. Ownership: the store and the registry outlive
 // the stream.
@@ -24,7 +24,9 @@ struct NodeDataStreamOptions {
   bool enabled = true;
   std::string listen;     // the node's RPC listener, host:port
   std::string advertise;  // where peers reach the node's RPC; empty: `listen`
-  bool tls = false;       // the node's RPC uses TLS
+  // Set both: the stream runs TLS with this certificate chain and key (the node's RPC's).
+  std::string tls_cert_file = {};
+  std::string tls_key_file = {};
   uint32_t port = 0;
   uint32_t threads = 0;                    // the stream's event loops; 0: its default
   uint32_t tier_threads = 0;               // its disk work's threads; 0: its default
@@ -36,7 +38,8 @@ struct NodeDataStreamOptions {
   MetricsRegistry* registry = nullptr;                      // optional
 };
 
-// nullptr when no stream is to run; errors as DataStreamServer::Create.
+// nullptr when no stream is to run; errors as DataStreamServer::Create, and
+// kInvalidArgument naming a TLS file that cannot be used.
 [[nodiscard]] Result<std::unique_ptr<DataStreamServer>> StartNodeDataStream(
     const NodeDataStreamOptions& options);
 
@@ -51,7 +54,8 @@ NodeDataStreamOptions NodeDataStreamOptionsFrom(const NodeSection& section,
   return {.enabled = section.data_stream,
           .listen = section.listen,
           .advertise = section.advertise,
-          .tls = !config.tls.cert_file.empty(),
+          .tls_cert_file = config.tls.cert_file,
+          .tls_key_file = config.tls.key_file,
           .port = section.data_port,
           .threads = section.data_stream_threads,
           .tier_threads = section.data_stream_tier_threads,

@@ -1,5 +1,5 @@
 // StartNodeDataStream: a node's configuration section decides whether its data stream
-// runs and how many threads serve it.
+// runs, how many threads serve it, and whether it is TLS.
 #include "services/store/rpc/node_data_stream.h"
 
 #include <gtest/gtest.h>
@@ -57,15 +57,33 @@ TEST_F(NodeDataStreamTest, ByDefaultTheDiskWorkHasAThreadPerLoop) {
   EXPECT_EQ((*stream)->Stats().tier_threads, 2u);
 }
 
-TEST_F(NodeDataStreamTest, NoStreamWhenOffOverTlsOrOnAUnixSocket) {
+TEST_F(NodeDataStreamTest, NoStreamWhenOffOrOnAUnixSocket) {
   config_.store.data_stream = false;
   EXPECT_EQ(Start().value(), nullptr) << "turned off";
   config_.store.data_stream = true;
-  config_.tls.cert_file = "/etc/kvtier/cert.pem";  // the stream is not encrypted
-  EXPECT_EQ(Start().value(), nullptr) << "TLS on";
-  config_.tls.cert_file.clear();
   config_.store.listen = "unix:/run/kvtier.sock";
   EXPECT_EQ(Start().value(), nullptr) << "a unix socket";
+}
+
+// With TLS configured the stream runs TLS with the node's certificate, and does not lend.
+TEST_F(NodeDataStreamTest, WithTlsTheStreamIsEncryptedWithTheNodesCertificate) {
+  kvtier::testing::TempDir certs;
+  ASSERT_EQ(kvtier::testing::MakeTestCertificates(certs.path()), "");
+  config_.tls.cert_file = certs.File("server.pem");
+  config_.tls.key_file = certs.File("server.key");
+  auto stream = Start();
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_NE(*stream, nullptr);
+  EXPECT_TRUE((*stream)->Stats().encrypted);
+  EXPECT_FALSE((*stream)->Stats().lends_pages);
+  // A key that is not the certificate's is refused by name.
+  config_.tls.key_file = certs.File("stranger.key");
+  stream->reset();
+  auto mismatched = Start();
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_EQ(mismatched.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatched.status().message().find("do not make a usable keypair"), std::string::npos)
+      << mismatched.status();
 }
 
 }  // namespace

@@ -15,7 +15,14 @@ Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Take(const std::
       return client;
     }
   }
-  return DataStreamClient::Connect({.address = address});
+  return Connect(address);
+}
+
+Result<std::unique_ptr<DataStreamClient>> DataStreamClientPool::Connect(
+    const std::string& address) const {
+  DataStreamClientOptions options = connect_;
+  options.address = address;
+  return DataStreamClient::Connect(options);
 }
 
 void DataStreamClientPool::Give(std::unique_ptr<DataStreamClient> client) {

@@ -25,8 +25,10 @@ namespace kvtier::store {
 
 class DataStreamClientPool {
  public:
+  // New connections are made with `connect` (its TLS, its timeout) to each call's address.
   // REQUIRES: max_idle_per_address >= 1.
-  explicit DataStreamClientPool(size_t max_idle_per_address) : max_idle_(max_idle_per_address) {}
+  explicit DataStreamClientPool(size_t max_idle_per_address, DataStreamClientOptions connect = {})
+      : max_idle_(max_idle_per_address), connect_(std::move(connect)) {}
 
   // `transfer(DataStreamClient&)` returns a Result<T> or a Status.
   template <typename Transfer>
@@ -38,7 +40,7 @@ class DataStreamClientPool {
     auto result = transfer(**client);
     if (!StatusOf(result).ok() && kept && StatusOf(result).code() == StatusCode::kUnavailable) {
       Drop(address);
-      client = DataStreamClient::Connect({.address = address});
+      client = Connect(address);
       if (!client.ok()) return client.status();
       result = transfer(**client);
     }
@@ -58,8 +60,10 @@ class DataStreamClientPool {
   // Keeps it unless it broke or the address has enough kept already.
   void Give(std::unique_ptr<DataStreamClient> client);
   void Drop(const std::string& address);
+  Result<std::unique_ptr<DataStreamClient>> Connect(const std::string& address) const;
 
   const size_t max_idle_;
+  const DataStreamClientOptions connect_;
   Mutex mu_;
   std::map<std::string, std::vector<std::unique_ptr<DataStreamClient>>> idle_
       KVTIER_GUARDED_BY(mu_);

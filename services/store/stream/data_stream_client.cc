@@ -14,10 +14,18 @@
 #include <cerrno>
 #include <cstring>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include "common/iovec.h"
 
 namespace kvtier::store {
 namespace {
+
+// As the server's end (stream_socket.cc): small pieces coalesced, a 64 KiB read-ahead.
+constexpr size_t kTlsCoalesceBelow = 16 * 1024;
+constexpr size_t kTlsReadAheadBytes = 64 * 1024;
 
 Status IoError(const std::string& what, const std::string& address) {
   return UnavailableError("data stream " + address + ": " + what + ": " + std::strerror(errno));
@@ -79,8 +87,8 @@ bool MoveFully(int fd, std::vector<iovec>& iov, Syscall syscall) {
   return true;
 }
 
-bool ReadFully(int fd, std::vector<iovec>& iov) { return MoveFully(fd, iov, ::readv); }
-bool WriteFully(int fd, std::vector<iovec>& iov) {
+bool PlainRead(int fd, std::vector<iovec>& iov) { return MoveFully(fd, iov, ::readv); }
+bool PlainWrite(int fd, std::vector<iovec>& iov) {
   // sendmsg with MSG_NOSIGNAL: a node that closed the connection must not raise SIGPIPE.
   return MoveFully(fd, iov, [](int s, const iovec* v, int count) {
     msghdr message{};
@@ -97,26 +105,129 @@ iovec Iov(const void* data, size_t size) { return {const_cast<void*>(data), size
 Result<std::unique_ptr<DataStreamClient>> DataStreamClient::Connect(
     const DataStreamClientOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(const int fd, ConnectTo(options.address, options.timeout));
-  return std::unique_ptr<DataStreamClient>(new DataStreamClient(fd, options.address));
+  SSL* ssl = nullptr;
+  if (options.tls != nullptr) {
+    Result<SSL*> opened = StartTls(fd, options);
+    if (!opened.ok()) {
+      close(fd);
+      return opened.status();
+    }
+    ssl = *opened;
+  }
+  return std::unique_ptr<DataStreamClient>(new DataStreamClient(fd, ssl, options.address));
+}
+
+Result<SSL*> DataStreamClient::StartTls(int fd, const DataStreamClientOptions& options) {
+  std::string name = options.tls_server_name;
+  if (name.empty()) {
+    const std::optional<HostPort> host_port = SplitHostPort(options.address);
+    if (host_port) name = host_port->host;
+  }
+  ERR_clear_error();
+  SSL* ssl = SSL_new(options.tls.get());
+  if (ssl == nullptr) return InternalError("cannot start a TLS connection: " + TlsErrors());
+  Status named = ExpectTlsServerName(ssl, name);
+  if (named.ok()) named = AttachTlsSocket(ssl, fd);
+  if (!named.ok()) {
+    SSL_free(ssl);
+    return named;
+  }
+  SSL_set_read_ahead(ssl, 1);
+  SSL_set_default_read_buffer_len(ssl, kTlsReadAheadBytes);
+  SSL_set_options(ssl, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  ERR_clear_error();
+  if (SSL_connect(ssl) != 1) {
+    const long verify = SSL_get_verify_result(ssl);
+    const Status failed =
+        verify != X509_V_OK
+            ? UnauthenticatedError("data stream " + options.address +
+                                   ": the server's certificate is not trusted for \"" + name +
+                                   "\": " + X509_verify_cert_error_string(verify))
+            : UnavailableError("data stream " + options.address +
+                               ": TLS handshake failed: " + TlsErrors());
+    SSL_free(ssl);
+    return failed;
+  }
+  if (Status verified = CheckTlsPeerVerified(ssl); !verified.ok()) {
+    SSL_free(ssl);
+    return Status(verified.code(), "data stream " + options.address + ": " + verified.message());
+  }
+  return ssl;
+}
+
+bool DataStreamClient::ReadFully(std::vector<iovec>& iov) {
+  if (ssl_ == nullptr) return PlainRead(fd_, iov);
+  for (const iovec& piece : iov) {
+    auto* data = static_cast<uint8_t*>(piece.iov_base);
+    for (size_t done = 0; done < piece.iov_len;) {
+      size_t n = 0;
+      ERR_clear_error();
+      const int rc = SSL_read_ex(ssl_, data + done, piece.iov_len - done, &n);
+      if (rc != 1) return TlsFailed(rc);
+      done += n;
+    }
+  }
+  return true;
+}
+
+bool DataStreamClient::WriteFully(std::vector<iovec>& iov) {
+  if (ssl_ == nullptr) return PlainWrite(fd_, iov);
+  // Runs of small pieces (a request's head and keys) go out together, as one record.
+  auto write = [&](const uint8_t* data, size_t size) {
+    size_t n = 0;
+    ERR_clear_error();
+    const int rc = size == 0 ? 1 : SSL_write_ex(ssl_, data, size, &n);
+    return rc == 1 || TlsFailed(rc);
+  };
+  coalesced_.clear();
+  for (const iovec& piece : iov) {
+    const auto* data = static_cast<const uint8_t*>(piece.iov_base);
+    if (piece.iov_len < kTlsCoalesceBelow) {
+      coalesced_.insert(coalesced_.end(), data, data + piece.iov_len);
+      continue;
+    }
+    if (!write(coalesced_.data(), coalesced_.size()) || !write(data, piece.iov_len)) return false;
+    coalesced_.clear();
+  }
+  return write(coalesced_.data(), coalesced_.size());
+}
+
+bool DataStreamClient::TlsFailed(int rc) {
+  const int error = SSL_get_error(ssl_, rc);
+  if (error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && errno == 0)) {
+    errno = ECONNRESET;  // the node closed the connection
+  } else if (error == SSL_ERROR_WANT_READ || error == SSL_ERROR_WANT_WRITE) {
+    errno = ETIMEDOUT;  // SO_RCVTIMEO / SO_SNDTIMEO passed
+  } else if (error != SSL_ERROR_SYSCALL) {
+    errno = EPROTO;
+  }
+  ERR_clear_error();
+  return false;
 }
 
 DataStreamClient::~DataStreamClient() {
   // Best effort: the node then unpins in place the pages it lent, rather than after its
   // grace, when it would replace them.
   if (fd_ >= 0 && gets_in_flight_ == 0) (void)AckReplies();
+  CloseConnection();
+}
+
+void DataStreamClient::CloseConnection() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+  ssl_ = nullptr;
   if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 Status DataStreamClient::Fail(Status status) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
+  CloseConnection();
   return status;
 }
 
 Result<StreamReply> DataStreamClient::ReadReply() {
   StreamReply reply;
   std::vector<iovec> iov{Iov(&reply, sizeof(reply))};
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading the reply", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading the reply", address_));
   if (reply.magic != kStreamMagic)
     return Fail(InternalError("data stream " + address_ + ": reply has a bad magic"));
   if (reply.code == 0) return reply;
@@ -126,7 +237,7 @@ Result<StreamReply> DataStreamClient::ReadReply() {
   }
   std::string message(reply.message_bytes, '\0');
   iov = {Iov(message.data(), message.size())};
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading a refusal", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading a refusal", address_));
   return Fail(
       Status(static_cast<StatusCode>(reply.code), "data stream " + address_ + ": " + message));
 }
@@ -137,7 +248,7 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(
   StreamRequest request{
       .op = static_cast<uint32_t>(StreamOp::kGet), .ticket_id = ticket.id, .secret = ticket.secret};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
-  if (!WriteFully(fd_, iov)) return Fail(IoError("sending a get", address_));
+  if (!WriteFully(iov)) return Fail(IoError("sending a get", address_));
   KVTIER_ASSIGN_OR_RETURN(const StreamReply reply, ReadReply());
   if (reply.blocks != outs.size()) {
     return Fail(InternalError("data stream " + address_ + ": " + std::to_string(reply.blocks) +
@@ -145,7 +256,7 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(
   }
   std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
   iov = {Iov(states.data(), states.size())};
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading block states", address_));
   std::vector<StreamBlockState> result(outs.size());
   uint64_t expected = 0;
   iov.clear();
@@ -164,7 +275,7 @@ Result<std::vector<StreamBlockState>> DataStreamClient::Get(
                               " payload bytes in the reply, the present blocks' headers say " +
                               std::to_string(expected)));
   }
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading payloads", address_));
   return result;
 }
 
@@ -213,7 +324,7 @@ Status DataStreamClient::SendGetKeys(const TransferTicket& session,
   keyed_replies_acked_ = keyed_replies_read_;
   std::vector<iovec> iov{Iov(&request, sizeof(request)), Iov(&head, sizeof(head)),
                          Iov(keys.data(), keys.size_bytes())};
-  if (!WriteFully(fd_, iov)) return Fail(IoError("sending a keyed get", address_));
+  if (!WriteFully(iov)) return Fail(IoError("sending a keyed get", address_));
   keys_in_flight_[(oldest_in_flight_ + gets_in_flight_) % kMaxGetsInFlight] =
       static_cast<uint32_t>(keys.size());
   ++gets_in_flight_;
@@ -227,7 +338,7 @@ Status DataStreamClient::AckReplies() {
       .op = static_cast<uint32_t>(StreamOp::kAck),
       .ticket_id = kStreamAcksReplies | (keyed_replies_read_ & kStreamAckedMask)};
   std::vector<iovec> iov{Iov(&request, sizeof(request))};
-  if (!WriteFully(fd_, iov)) return Fail(IoError("sending an ack", address_));
+  if (!WriteFully(iov)) return Fail(IoError("sending an ack", address_));
   keyed_replies_acked_ = keyed_replies_read_;
   return Status::Ok();
 }
@@ -266,7 +377,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReceiveGetKeys(const Buffer
         InternalError("data stream " + address_ + ": " + std::to_string(reply.payload_bytes) +
                       " payload bytes in the reply, its headers say " + std::to_string(expected)));
   }
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading payloads", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading payloads", address_));
   ++keyed_replies_read_;
   return got;
 }
@@ -277,7 +388,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
   std::vector<uint8_t> states(PaddedStateBytes(reply.blocks));
   std::vector<iovec> iov{Iov(&header_bytes, sizeof(header_bytes)),
                          Iov(states.data(), states.size())};
-  if (!ReadFully(fd_, iov)) return Fail(IoError("reading block states", address_));
+  if (!ReadFully(iov)) return Fail(IoError("reading block states", address_));
   if (header_bytes % 8 != 0 ||
       header_bytes > keys * storage::kMaxEncodedHeaderBytes + 7) {  // + the padding
     return Fail(InternalError("data stream " + address_ + ": a header section of " +
@@ -286,8 +397,7 @@ Result<DataStreamClient::KeyedGet> DataStreamClient::ReadStatesAndHeaders(const 
   }
   std::vector<uint8_t> encoded(header_bytes);
   iov = {Iov(encoded.data(), encoded.size())};
-  if (header_bytes > 0 && !ReadFully(fd_, iov))
-    return Fail(IoError("reading block headers", address_));
+  if (header_bytes > 0 && !ReadFully(iov)) return Fail(IoError("reading block headers", address_));
   KeyedGet got{std::vector<StreamBlockState>(keys),
                std::vector<std::optional<storage::BlockHeader>>(keys)};
   size_t at = 0;
@@ -360,7 +470,7 @@ Result<uint32_t> DataStreamClient::SendPut(std::vector<iovec> iov,
   }
   // A node that refuses the put answers at once and drops what follows; its reply is
   // read even when sending the payloads failed.
-  const bool sent = WriteFully(fd_, iov);
+  const bool sent = WriteFully(iov);
   const int send_errno = errno;
   Result<StreamReply> reply = ReadReply();
   if (!reply.ok()) return reply.status();

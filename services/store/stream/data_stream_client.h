@@ -14,10 +14,13 @@
 // transfer, with a deadline, and readv/writev with SO_RCVTIMEO/SO_SNDTIMEO say exactly
 // that; the server side, which multiplexes connections, runs on Asio.
 //
+// With TLS (DataStreamClientOptions::tls) the same calls run over OpenSSL on the socket:
+// each payload goes to SSL_write or comes from SSL_read whole, small pieces coalesced.
+//
 // Errors: a refusal from the node comes back with the node's code and message (the
 // connection is then closed by the node); kUnavailable for a connection that failed or
-// timed out, kInternal for a reply that breaks the protocol. After any error the client
-// is broken(): make a new one.
+// timed out (kUnauthenticated for a server whose certificate does not verify), kInternal for a
+// reply that breaks the protocol. After any error the client is broken(): make a new one.
 //
 // Thread safety: not thread-safe; one caller at a time. Owns its socket.
 #pragma once
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/tls_context.h"
 #include "common/block_key.h"
 #include "services/store/stream/protocol.h"
 #include "storage/block_header.h"
@@ -42,8 +46,13 @@
 namespace kvtier::store {
 
 struct DataStreamClientOptions {
-  std::string address;  // "host:port" or "[v6]:port" (a ticket's data_address)
+  std::string address = {};  // "host:port" or "[v6]:port" (a ticket's data_address)
   std::chrono::milliseconds timeout{10'000};  // connect, and each wait for bytes
+  // Set (common/tls_context.h, a client context): TLS to a node whose stream runs TLS,
+  // its certificate verified for `tls_server_name` (default: the address's host, a name
+  // or an IP address).
+  TlsContextPtr tls = nullptr;
+  std::string tls_server_name = {};
 };
 
 class DataStreamClient {
@@ -109,7 +118,16 @@ class DataStreamClient {
   bool broken() const { return fd_ < 0; }
 
  private:
-  DataStreamClient(int fd, std::string address) : fd_(fd), address_(std::move(address)) {}
+  DataStreamClient(int fd, SSL* ssl, std::string address)
+      : fd_(fd), ssl_(ssl), address_(std::move(address)) {}
+  // Handshakes on a connected socket and verifies the server.
+  [[nodiscard]] static Result<SSL*> StartTls(int fd, const DataStreamClientOptions& options);
+  // Every byte of `iov` (consumed as it goes), in or out; false with errno set.
+  bool ReadFully(std::vector<iovec>& iov);
+  bool WriteFully(std::vector<iovec>& iov);
+  // A failed SSL call's reason as errno (ECONNRESET, ETIMEDOUT, EPROTO); false.
+  bool TlsFailed(int rc);
+  void CloseConnection();
   // The reply head; a refusal (its message read) as the node's status.
   [[nodiscard]] Result<StreamReply> ReadReply();
   // A keyed get's states and headers, after its reply head.
@@ -124,8 +142,10 @@ class DataStreamClient {
   [[nodiscard]] Status CheckIdle() const;
 
   int fd_ = -1;
+  SSL* ssl_ = nullptr;  // TLS: owned, over fd_
   std::string address_;
-  std::string encoded_;  // a keyed put's headers, reused
+  std::vector<uint8_t> coalesced_;  // TLS: a write's small pieces, reused
+  std::string encoded_;             // a keyed put's headers, reused
   // Pipelined keyed gets sent and not yet received: their key counts, oldest first, in a
   // ring (no allocation per get).
   std::array<uint32_t, kMaxGetsInFlight> keys_in_flight_ = {};

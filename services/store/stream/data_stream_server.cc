@@ -42,11 +42,13 @@ class DataStreamServer::Impl {
                 .admission = &admission_,
                 .tier_pool = &tier_pool_,
                 .disk = disk,
-                .lend_pages = options_.lend_pages && options_.store->CanLendHostPages(),
+                .lend_pages = options_.lend_pages && options_.tls == nullptr &&
+                              options_.store->CanLendHostPages(),
                 .lent_grace = options_.lent_grace,
                 .max_block_bytes = options_.max_block_bytes,
                 .client_timeout = options_.client_timeout,
-                .first_request_deadline = options_.first_request_deadline};
+                .first_request_deadline = options_.first_request_deadline,
+                .tls = options_.tls.get()};
   }
 
   Status Bind();
@@ -125,6 +127,7 @@ class DataStreamServer::Impl {
     s.loops = static_cast<uint32_t>(loops_.size());
     s.tier_threads = context_.disk ? tier_threads_ : 0;
     s.lends_pages = context_.lend_pages;
+    s.encrypted = context_.tls != nullptr;
     return s;
   }
 

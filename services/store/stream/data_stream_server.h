@@ -61,6 +61,7 @@
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "common/tls_context.h"
 #include "services/store/extra_block_source.h"
 #include "services/store/stream/protocol.h"
 #include "services/store/stream/stream_session.h"
@@ -100,6 +101,9 @@ struct DataStreamServerOptions {
   uint32_t max_connections = 0;
   uint32_t max_unproven_per_address = 64;
   std::chrono::milliseconds first_request_deadline{5'000};
+  // Set (common/tls_context.h, a server context): every connection is TLS, its handshake
+  // within `first_request_deadline`; replies are copied, never lent (lend_pages is off).
+  TlsContextPtr tls = nullptr;
   const Clock* clock = &SystemClock::Instance();
   MetricsRegistry* registry = nullptr;  // optional: stream_metrics.h; outlives the server
 };
@@ -126,6 +130,7 @@ struct DataStreamStats {
   uint32_t loops = 0;                // event loops
   uint32_t tier_threads = 0;         // threads of the disk work (0: no disk tier)
   bool lends_pages = false;          // lend_pages, where the host tier can lend them
+  bool encrypted = false;            // TLS
 };
 
 class DataStreamServer {

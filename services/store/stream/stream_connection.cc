@@ -6,11 +6,11 @@ namespace kvtier::store {
 
 StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
     : context_(context),
-      socket_(std::move(socket)),
+      socket_(std::move(socket), context.tls),
       timer_(socket_.get_executor()),
       lent_timer_(socket_.get_executor()) {
   asio::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.tcp().set_option(asio::ip::tcp::no_delay(true), ignored);
 }
 
 StreamConnection::~StreamConnection() {
@@ -26,12 +26,15 @@ void StreamConnection::Start(ConnectionAdmission::Id admission_id) {
   timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
     if (!ec && !self->proven_) self->Close();
   });
-  ReadRequest();
+  socket_.Handshake([self = shared_from_this()](const asio::error_code& ec) {
+    if (ec) return self->Close();
+    self->ReadRequest();
+  });
 }
 
 std::string StreamConnection::peer() const {
   asio::error_code ec;
-  const asio::ip::tcp::endpoint remote = socket_.remote_endpoint(ec);
+  const asio::ip::tcp::endpoint remote = socket_.tcp().remote_endpoint(ec);
   return ec ? "unknown" : remote.address().to_string();
 }
 
@@ -54,8 +57,8 @@ void StreamConnection::ReadRequest() {
     idle_since_ = std::chrono::steady_clock::now();
     if (!lent_timer_armed_) ArmLentTimer(context_.lent_grace);
   }
-  asio::async_read(
-      socket_, asio::buffer(&request_, sizeof(request_)),
+  socket_.ReadAll(
+      asio::buffer(&request_, sizeof(request_)),
       [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnRequest(ec); });
 }
 
@@ -106,11 +109,10 @@ void StreamConnection::ReadPutPayload() {
 
 void StreamConnection::ReadPutInto() {
   if (transfer_.in_place.headers().empty()) {  // not reserved: through staging and PutBatch
-    asio::async_read(
-        socket_, asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()),
-        WholeRemainder, [self = shared_from_this()](const asio::error_code& ec, size_t) {
-          self->OnPutPayload(ec);
-        });
+    socket_.ReadAll(asio::buffer(transfer_.buffer.bytes().data(), transfer_.buffer.size()),
+                    [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                      self->OnPutPayload(ec);
+                    });
     return;
   }
   scatter_.clear();
@@ -118,9 +120,9 @@ void StreamConnection::ReadPutInto() {
     transfer_.in_place.ForEachPiece(
         i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
   }
-  asio::async_read(
-      socket_, scatter_, WholeRemainder,
-      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutInPlace(ec); });
+  socket_.ReadAll(scatter_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
+    self->OnPutInPlace(ec);
+  });
 }
 
 void StreamConnection::OnPutInPlace(const asio::error_code& ec) {
@@ -322,9 +324,9 @@ void StreamConnection::Refuse(const Status& status) {
 
 void StreamConnection::SendReply() {
   if (SplicesReply()) return WriteSpliced();
-  asio::async_write(
-      socket_, gather_, WholeRemainder,
-      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnReplySent(ec); });
+  socket_.WriteAll(gather_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
+    self->OnReplySent(ec);
+  });
 }
 
 void StreamConnection::OnReplySent(const asio::error_code& ec) {
@@ -367,22 +369,19 @@ void StreamConnection::GiveHoldsBack() {
 // until the client closes, so that closing with unread bytes does not reset the
 // connection and lose the reply before the client reads it. The transfer timer bounds it.
 void StreamConnection::Linger() {
-  asio::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+  socket_.ShutdownSend();
   discard_.resize(size_t{64} * 1024);
-  socket_.async_read_some(asio::buffer(discard_),
-                          [self = shared_from_this()](const asio::error_code& ec, size_t) {
-                            if (ec) return self->Close();
-                            self->Linger();
-                          });
+  socket_.DiscardSome(asio::buffer(discard_),
+                      [self = shared_from_this()](const asio::error_code& ec, size_t) {
+                        if (ec) return self->Close();
+                        self->Linger();
+                      });
 }
 
 void StreamConnection::Close() {
-  asio::error_code ignored;
   timer_.cancel();
   lent_timer_.cancel();
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  socket_.Close();
 }
 
 }  // namespace kvtier::store

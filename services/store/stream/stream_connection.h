@@ -10,7 +10,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +21,7 @@
 #include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_admission.h"
 #include "services/store/stream/stream_metrics.h"
+#include "services/store/stream/stream_socket.h"
 #include "services/store/stream/ticket_table.h"
 #include "storage/tiered_store.h"
 
@@ -54,22 +54,18 @@ struct StreamContext {
   uint64_t max_block_bytes = 0;
   std::chrono::milliseconds client_timeout{10'000};
   std::chrono::milliseconds first_request_deadline{5'000};  // until a valid ticket or session
+  // Set: every connection is TLS (its handshake within the first-request deadline), and
+  // replies are copied, never spliced. Outlives the connections.
+  SSL_CTX* tls = nullptr;
 };
-
-// Completion condition for a transfer's payload: the whole remainder in each system call.
-// asio's transfer_all() hands the kernel at most 64 KiB per call (default_max_transfer_size),
-// so a 1 MiB get took 16 sendmsg calls, each with its own socket lock, wake-up and return
-// through the loop; profiles put the loop's send path, not the copy, at half its time.
-inline std::size_t WholeRemainder(const asio::error_code& ec, std::size_t /*transferred*/) {
-  return ec ? 0 : std::numeric_limits<std::size_t>::max();
-}
 
 class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
  public:
   StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket);
   // Pages still lent (a reply cut off with its loop, replies never acked) are unpinned lent.
   ~StreamConnection();
-  // Reads the first request; `admission_id` is its place in the context's admission.
+  // Handshakes (TLS), then reads the first request; `admission_id` is its place in the
+  // context's admission.
   void Start(ConnectionAdmission::Id admission_id);
   // Closes it (the stream shed it). On its loop, as every method.
   void Shed() { Close(); }
@@ -177,7 +173,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void ArmTimer();
 
   const StreamContext& context_;
-  asio::ip::tcp::socket socket_;
+  StreamSocket socket_;
   asio::steady_timer timer_;
   StreamRequest request_;
   std::chrono::steady_clock::time_point started_;  // the current request's arrival

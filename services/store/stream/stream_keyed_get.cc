@@ -22,8 +22,8 @@ void StreamConnection::ReadKeys() {
   if (!session.ok()) return Refuse(session.status());
   Prove();
   session_ = std::move(*session);
-  asio::async_read(
-      socket_, asio::buffer(&keys_head_, sizeof(keys_head_)),
+  socket_.ReadAll(
+      asio::buffer(&keys_head_, sizeof(keys_head_)),
       [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeysHead(ec); });
 }
 
@@ -40,8 +40,8 @@ void StreamConnection::OnKeysHead(const asio::error_code& ec) {
   reader_acks_ = acks;
   if (acks) ReleaseRead(keys_head_.acked & kStreamAckedMask);
   keys_.resize(keys_head_.count);
-  asio::async_read(
-      socket_, asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)), WholeRemainder,
+  socket_.ReadAll(
+      asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)),
       [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnKeys(ec); });
 }
 

@@ -17,8 +17,8 @@ void StreamConnection::ReadPutHeaders() {
   if (!session.ok()) return Refuse(session.status());
   Prove();
   session_ = std::move(*session);
-  asio::async_read(
-      socket_, asio::buffer(&headers_head_, sizeof(headers_head_)),
+  socket_.ReadAll(
+      asio::buffer(&headers_head_, sizeof(headers_head_)),
       [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnHeadersHead(ec); });
 }
 
@@ -37,8 +37,8 @@ void StreamConnection::OnHeadersHead(const asio::error_code& ec) {
                              " bytes of headers: at most " + std::to_string(max_header_bytes)));
   }
   headers_in_.resize(headers_head_.header_bytes);
-  asio::async_read(
-      socket_, asio::buffer(headers_in_), WholeRemainder,
+  socket_.ReadAll(
+      asio::buffer(headers_in_),
       [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnPutHeaders(ec); });
 }
 

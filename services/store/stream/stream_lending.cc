@@ -13,8 +13,9 @@
 namespace kvtier::store {
 
 bool StreamConnection::SplicesReply() {
-  if (!context_.lend_pages || reply_.code != 0 || !keyed() || session_ == nullptr ||
-      !session_->any_scope || !reader_acks_ || lent_count_ == kMaxLentReplies ||
+  if (!context_.lend_pages || socket_.encrypted() || reply_.code != 0 || !keyed() ||
+      session_ == nullptr || !session_->any_scope || !reader_acks_ ||
+      lent_count_ == kMaxLentReplies ||
       std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
     return false;
   }
@@ -22,7 +23,7 @@ bool StreamConnection::SplicesReply() {
     Result<std::unique_ptr<SpliceWriter>> made = SpliceWriter::Create();
     asio::error_code ec;
     if (made.ok())
-      socket_.native_non_blocking(true, ec);  // the splicer's calls must not block the loop
+      socket_.tcp().native_non_blocking(true, ec);  // the splicer's calls must not block the loop
     if (made.ok() && !ec) splicer_ = std::move(*made);
     splicer_unavailable_ = splicer_ == nullptr;  // copied, as before, for this connection's life
   }
@@ -35,15 +36,15 @@ bool StreamConnection::SplicesReply() {
 }
 
 void StreamConnection::WriteSpliced() {
-  const Result<bool> done = splicer_->Write(socket_.native_handle());
+  const Result<bool> done = splicer_->Write(socket_.tcp().native_handle());
   reply_lent_ = splicer_->lent_bytes() > 0;  // also when the write failed: the socket may hold some
   if (!done.ok()) return OnReplySent(asio::error::connection_reset);
   if (*done) return OnReplySent({});
-  socket_.async_wait(asio::socket_base::wait_write,
-                     [self = shared_from_this()](const asio::error_code& ec) {
-                       if (ec) return self->OnReplySent(ec);
-                       self->WriteSpliced();
-                     });
+  socket_.tcp().async_wait(asio::socket_base::wait_write,
+                           [self = shared_from_this()](const asio::error_code& ec) {
+                             if (ec) return self->OnReplySent(ec);
+                             self->WriteSpliced();
+                           });
 }
 
 void StreamConnection::ParkLent() {

@@ -14,7 +14,12 @@ Result<std::unique_ptr<NodeConnections>> NodeConnections::Create(NodeConnections
   if (options.coordinator_address.empty()) {
     return InvalidArgumentError("NodeConnectionsOptions.coordinator_address is empty");
   }
-  return std::unique_ptr<NodeConnections>(new NodeConnections(std::move(options)));
+  TlsContextPtr stream_tls;
+  if (!options.tls_ca_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(stream_tls, MakeTlsClientContext(options.tls_ca_file));
+  }
+  return std::unique_ptr<NodeConnections>(
+      new NodeConnections(std::move(options), std::move(stream_tls)));
 }
 
 Result<std::string> NodeConnections::Resolve(const std::string& node_id) {

@@ -25,6 +25,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "common/tls_context.h"
 #include "services/rpc/rpc_client.h"
 
 namespace kvtier::worker {
@@ -40,7 +41,7 @@ struct NodeConnectionsOptions {
 
 class NodeConnections {
  public:
-  // kInvalidArgument: no coordinator address.
+  // kInvalidArgument: no coordinator address, or a CA file that cannot be used.
   [[nodiscard]] static Result<std::unique_ptr<NodeConnections>> Create(
       NodeConnectionsOptions options);
   NodeConnections(const NodeConnections&) = delete;
@@ -55,6 +56,9 @@ class NodeConnections {
   void Forget(const std::string& address);
 
   const NodeConnectionsOptions& options() const { return options_; }
+  // The TLS client context for the nodes' data streams (the CA of tls_ca_file); null
+  // without TLS.
+  const TlsContextPtr& stream_tls() const { return stream_tls_; }
 
  private:
   struct Resolved {
@@ -62,10 +66,12 @@ class NodeConnections {
     std::chrono::steady_clock::time_point expires;
   };
 
-  explicit NodeConnections(NodeConnectionsOptions options) : options_(std::move(options)) {}
+  NodeConnections(NodeConnectionsOptions options, TlsContextPtr stream_tls)
+      : options_(std::move(options)), stream_tls_(std::move(stream_tls)) {}
   Result<std::string> AskCoordinator(const std::string& node_id);
 
   const NodeConnectionsOptions options_;
+  const TlsContextPtr stream_tls_;
   Mutex mu_;  // a leaf: never held across a network call
   std::map<std::string, std::shared_ptr<rpc::RpcClient>> connections_ KVTIER_GUARDED_BY(mu_);
   std::map<std::string, Resolved> resolved_ KVTIER_GUARDED_BY(mu_);

@@ -454,8 +454,10 @@ class PeerFetcher::Impl {
       KVTIER_GUARDED_BY(mu_);  // node addresses that run no data stream
   std::set<std::string> no_sessions_ KVTIER_GUARDED_BY(mu_);  // ... or serve no get sessions
   std::map<SessionKey, store::TransferTicket> sessions_
-      KVTIER_GUARDED_BY(mu_);                              // kept get sessions
-  store::DataStreamClientPool streams_{options_.threads};  // kept data stream connections
+      KVTIER_GUARDED_BY(mu_);  // kept get sessions
+  // kept data stream connections
+  store::DataStreamClientPool streams_{options_.threads,
+                                       {.tls = options_.connections->stream_tls()}};
 };
 
 Result<std::unique_ptr<PeerFetcher>> PeerFetcher::Create(PeerFetcherOptions options) {

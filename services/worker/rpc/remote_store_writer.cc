@@ -389,8 +389,9 @@ class RemoteStoreWriter::Impl {
   std::set<std::string> inline_only_;      // store addresses that run no data stream
   std::set<std::string> no_put_sessions_;  // ... that run one but open no put sessions
   std::map<std::string, store::TransferTicket>
-      put_sessions_;                        // kept put sessions, by store address
-  store::DataStreamClientPool streams_{1};  // kept data stream connections
+      put_sessions_;  // kept put sessions, by store address
+  // kept data stream connections
+  store::DataStreamClientPool streams_{1, {.tls = options_.connections->stream_tls()}};
   std::vector<std::span<const uint8_t>> payloads_;
   Counter* written_metric_ = nullptr;
   Counter* skipped_metric_ = nullptr;
