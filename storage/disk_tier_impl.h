@@ -145,13 +145,7 @@ class DiskTier::Impl {
 
   std::vector<BlockHeader> Headers() const {
     MutexLock lock(mu_);
-    std::vector<BlockHeader> headers;
-    headers.reserve(index_.size());
-    index_.ForEach([&](uint32_t id) {
-      mu_.AssertHeld();
-      headers.push_back(index_.CurrentHeader(id));
-    });
-    return headers;
+    return index_.CurrentHeaders();
   }
 
  private:

@@ -128,4 +128,11 @@ uint32_t TierIndex::Victim() {
   return lru_.FindVictim([](uint32_t) { return true; });
 }
 
+std::vector<BlockHeader> TierIndex::CurrentHeaders() const {
+  std::vector<BlockHeader> headers;
+  headers.reserve(size());
+  ForEach([&](uint32_t id) { headers.push_back(CurrentHeader(id)); });
+  return headers;
+}
+
 }  // namespace kvtier::storage

@@ -72,6 +72,8 @@ class TierIndex {
   const Entry& entry(uint32_t id) const { return entries_[id]; }
   // The entry's header with retention_left_ms as of now, to pass the block on.
   BlockHeader CurrentHeader(uint32_t id) const;
+  // Every stored block's CurrentHeader.
+  std::vector<BlockHeader> CurrentHeaders() const;
   uint8_t EffectivePriority(uint32_t id) const;
   size_t size() const { return by_key_.size(); }
   template <typename Fn>
