@@ -101,6 +101,18 @@ TEST_P(OverlayTest, RendersAndValidatesAgainstTheKubernetesSchemas) {
         "path: /healthz", "path: /readyz", "enableServiceLinks: false"}) {
     EXPECT_NE(manifests.find(expected), std::string::npos) << expected;
   }
+  // Host pools are shm_open objects in /dev/shm (common/shared_pool_memory.h), 0600: the
+  // worker shares the node's IPC namespace (and so its /dev/shm) and runs as one known user,
+  // as deploy/README.md tells inference pods to; no Unix socket hands them over.
+  const size_t daemon_set = manifests.find("kind: DaemonSet");
+  if (daemon_set != std::string::npos) {  // the worker's: the one DaemonSet
+    const size_t start = manifests.rfind("---", daemon_set);
+    const size_t at = start == std::string::npos ? 0 : start;
+    const std::string spec = manifests.substr(at, manifests.find("\n---", daemon_set) - at);
+    EXPECT_NE(spec.find("hostIPC: true"), std::string::npos) << spec;
+    EXPECT_NE(spec.find("runAsUser: 10001"), std::string::npos) << spec;
+    EXPECT_EQ(spec.find("/run/kvtier"), std::string::npos) << spec;
+  }
   if (GetParam() == "dev") {
     EXPECT_NE(manifests.find("kind: Secret"), std::string::npos) << "dev generates its tokens";
     EXPECT_NE(manifests.find("- args:\n        - up\n"), std::string::npos)
