@@ -53,7 +53,7 @@ void StreamConnection::ReadRequest() {
   idle_ = true;
   // Only the lent timer reads when the connection went idle, and only while replies are
   // parked (a reply is parked just before this): no clock read per request otherwise.
-  if (lent_count_ > 0) {
+  if (!lent_.empty()) {
     idle_since_ = std::chrono::steady_clock::now();
     if (!lent_timer_armed_) ArmLentTimer(context_.lent_grace);
   }
@@ -344,7 +344,7 @@ void StreamConnection::OnReplySent(const asio::error_code& ec) {
     if (context_.metrics != nullptr) context_.metrics->Lent(splicer_->lent_bytes());
     // Pinned until its reader says it read them; a reply cut off is not read to the end.
     if (!ec && !refused) {
-      ParkLent();
+      lent_.Park(keyed_replies_, transfer_.pinned);  // counted already: as its reader will
     } else {
       for (storage::PinnedBlock& pin : transfer_.pinned) pin.UnpinLent();
     }

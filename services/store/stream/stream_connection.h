@@ -17,6 +17,7 @@
 
 #include <asio.hpp>
 
+#include "services/store/stream/lent_replies.h"
 #include "services/store/stream/splice_writer.h"
 #include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_admission.h"
@@ -152,11 +153,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // After a reply's last byte went, or the connection failed: its transfer released (a
   // lent one's pins unpinned lent), then the next request read.
   void OnReplySent(const asio::error_code& ec);
-  // A lent reply's pins, parked until its reader acks it (or unpinned lent).
-  void ParkLent();
-  // The parked replies the reader has read whole (`acked`, mod 2^31): unpinned in place.
-  void ReleaseRead(uint32_t acked);
-  // A kAck request: ReleaseRead, no reply, then the next request.
+  // A kAck request: the replies it acks released (LentReplies), no reply, then the next request.
   void OnAck();
   // Every parked reply, and the one in flight when `in_flight`, unpinned lent.
   void UnpinAllLent(bool in_flight);
@@ -203,15 +200,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // the replies it read (protocol.h, acked); whether the current get's reader acks.
   uint32_t keyed_replies_ = 0;
   bool reader_acks_ = false;
-  // Lent replies whose reader has not acked them yet, oldest first, in a ring. Two are
-  // enough for a client two gets deep; while all four are taken, replies are copied.
-  struct LentReply {
-    uint32_t reply = 0;  // its number among keyed_replies_
-    std::vector<storage::PinnedBlock> pins;
-  };
-  static constexpr size_t kMaxLentReplies = 4;
-  std::array<LentReply, kMaxLentReplies> lent_;
-  size_t lent_oldest_ = 0, lent_count_ = 0;
+  LentReplies lent_;  // lent replies whose reader has not acked them yet
   asio::steady_timer lent_timer_;
   bool lent_timer_armed_ = false;
   bool idle_ = false;  // waiting for the next request

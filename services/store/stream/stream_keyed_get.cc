@@ -38,7 +38,7 @@ void StreamConnection::OnKeysHead(const asio::error_code& ec) {
         std::to_string(session_->max_blocks) + " keys, acked 0 or with the acks flag"));
   }
   reader_acks_ = acks;
-  if (acks) ReleaseRead(keys_head_.acked & kStreamAckedMask);
+  if (acks) lent_.Release(keys_head_.acked & kStreamAckedMask);
   keys_.resize(keys_head_.count);
   socket_.ReadAll(
       asio::buffer(keys_.data(), keys_.size() * sizeof(BlockKey)),

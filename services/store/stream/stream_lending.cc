@@ -14,8 +14,7 @@ namespace kvtier::store {
 
 bool StreamConnection::SplicesReply() {
   if (!context_.lend_pages || socket_.encrypted() || reply_.code != 0 || !keyed() ||
-      session_ == nullptr || !session_->any_scope || !reader_acks_ ||
-      lent_count_ == kMaxLentReplies ||
+      session_ == nullptr || !session_->any_scope || !reader_acks_ || lent_.full() ||
       std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
     return false;
   }
@@ -47,24 +46,6 @@ void StreamConnection::WriteSpliced() {
                            });
 }
 
-void StreamConnection::ParkLent() {
-  LentReply& parked = lent_[(lent_oldest_ + lent_count_) % kMaxLentReplies];
-  parked.reply = keyed_replies_;  // counted already: the reader's count once it read this one
-  std::swap(parked.pins, transfer_.pinned);
-  ++lent_count_;
-}
-
-void StreamConnection::ReleaseRead(uint32_t acked) {
-  while (lent_count_ > 0) {
-    LentReply& oldest = lent_[lent_oldest_];
-    // Read when `acked` is at or past its number (counting on from it, mod 2^31).
-    if (((acked - oldest.reply) & kStreamAckedMask) >= kStreamAcksReplies / 2) return;
-    oldest.pins.clear();  // unpinned in place: the reader has its bytes
-    lent_oldest_ = (lent_oldest_ + 1) % kMaxLentReplies;
-    --lent_count_;
-  }
-}
-
 void StreamConnection::OnAck() {
   const uint64_t acked = request_.ticket_id;
   if ((acked & kStreamAcksReplies) == 0 || acked > UINT32_MAX || request_.secret != 0) {
@@ -72,15 +53,12 @@ void StreamConnection::OnAck() {
                                        std::to_string(request_.secret) +
                                        "): it must carry the acks flag in 32 bits, secret 0"));
   }
-  ReleaseRead(static_cast<uint32_t>(acked) & kStreamAckedMask);
+  lent_.Release(static_cast<uint32_t>(acked) & kStreamAckedMask);
   ReadRequest();
 }
 
 void StreamConnection::UnpinAllLent(bool in_flight) {
-  for (; lent_count_ > 0; --lent_count_, lent_oldest_ = (lent_oldest_ + 1) % kMaxLentReplies) {
-    for (storage::PinnedBlock& pin : lent_[lent_oldest_].pins) pin.UnpinLent();
-    lent_[lent_oldest_].pins.clear();
-  }
+  lent_.UnpinAllLent();
   if (!in_flight) return;
   for (storage::PinnedBlock& pin : transfer_.pinned) pin.UnpinLent();
   reply_lent_ = false;
@@ -91,7 +69,7 @@ void StreamConnection::ArmLentTimer(std::chrono::steady_clock::duration after) {
   lent_timer_.expires_after(after);
   lent_timer_.async_wait([self = shared_from_this()](const asio::error_code& ec) {
     self->lent_timer_armed_ = false;
-    if (ec || self->lent_count_ == 0) return;  // closed, or every lent reply was acked meanwhile
+    if (ec || self->lent_.empty()) return;  // closed, or every lent reply was acked meanwhile
     const auto idle_for = std::chrono::steady_clock::now() - self->idle_since_;
     if (self->idle_ && idle_for >= self->context_.lent_grace)
       return self->UnpinAllLent(/*in_flight=*/false);
