@@ -1,5 +1,5 @@
 // The disk tier's compaction: moving the live blocks out of sparse segments (see
-// storage/disk_tier.cc), while gets go on, and dropping what it finds corrupt.
+// storage/disk_tier_compaction.cc), while gets go on, and dropping what it finds corrupt.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // HeaderFamilies: the disk tier's RocksDB database, with one column family per block
-// layout. Internal to DiskTier (storage/disk_tier.cc); not part of the storage API.
+// layout. Internal to DiskTier (storage/disk_tier_impl.h); not part of the storage API.
 //
 // Layout on disk: the family "layout:<format tag>" (the tag escaped: bytes other than
 // letters, digits and `._-/|=+` as %XX) holds the headers of that layout's blocks, keyed
