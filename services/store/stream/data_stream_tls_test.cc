@@ -1,8 +1,8 @@
 // The data stream over TLS: tickets, keyed gets (pipelined) and keyed puts move every
 // byte through a relay that records the wire, and none of it is plaintext; a client
 // that does not verify the node, or speaks plaintext, is refused and leaves its ticket
-// unused; an unproven connection that never finishes its handshake is closed at the
-// first-request deadline.
+// unused, and one refused mid-payload reads the node's reason; an unproven connection that never
+// finishes its handshake is closed at the first-request deadline.
 #include <gtest/gtest.h>
 
 #include <netinet/in.h>
@@ -242,6 +242,23 @@ TEST_F(DataStreamTlsTest, APlaintextClientIsRefusedAndItsTicketStaysUnused) {
   auto states = (*client)->Get(opened.ticket, outs);
   ASSERT_TRUE(states.ok()) << states.status();
   EXPECT_EQ(got, block.payload);
+}
+
+// The node refuses at the request and reads the rest of the payload away (Linger), so the
+// client, still sending 3 MiB, then reads the node's own refusal over TLS.
+TEST_F(DataStreamTlsTest, APutRefusedMidPayloadGetsTheNodesReason) {
+  const TestBlock block = MakeBlock(9, 3u << 20);
+  const TransferTicket ticket = server_->OpenPut({block.header}).value();
+  TransferTicket guessed = ticket;
+  guessed.secret ^= 1;
+  const std::span<const uint8_t> payload(block.payload);
+  auto client = TlsClient(server_->address());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const auto refused = (*client)->Put(guessed, std::span(&payload, 1));
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status();
+  auto owner = TlsClient(server_->address());
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  EXPECT_TRUE((*owner)->Put(ticket, std::span(&payload, 1)).ok());
 }
 
 TEST_F(DataStreamTlsTest, ATlsClientOfAPlaintextStreamFailsItsHandshake) {
