@@ -15,9 +15,9 @@
 #include "services/rpc/schema/worker.capnp.h"
 #include "services/rpc/schema_convert.h"
 #include "services/rpc/status_mapping.h"
-#include "services/worker/rpc/fetched_source.h"
-#include "services/worker/rpc/landing_hold.h"
-#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/peers/fetched_source.h"
+#include "services/worker/rpc/peers/landing_hold.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
 #include "services/worker/tier_link.h"
 
 namespace kvtier::worker {

@@ -1,5 +1,5 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
-#include "services/worker/rpc/landing_hold.h"
+#include "services/worker/rpc/peers/landing_hold.h"
 
 #include <algorithm>
 #include <string>

@@ -1,5 +1,5 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
-#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
 
 #include <algorithm>
 #include <cstring>
@@ -20,7 +20,7 @@
 #include "services/rpc/schema_convert.h"
 #include "services/store/rpc/block_header_wire.h"
 #include "services/store/stream/client_pool.h"
-#include "services/worker/rpc/node_connections.h"
+#include "services/worker/rpc/peers/node_connections.h"
 #include "storage/block_header.h"
 
 namespace kvtier::worker {

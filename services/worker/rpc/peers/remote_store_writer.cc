@@ -1,5 +1,5 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
-#include "services/worker/rpc/remote_store_writer.h"
+#include "services/worker/rpc/peers/remote_store_writer.h"
 
 #include <algorithm>
 #include <deque>
@@ -19,7 +19,7 @@
 #include "services/rpc/schema/store.capnp.h"
 #include "services/store/rpc/block_header_wire.h"
 #include "services/store/stream/client_pool.h"
-#include "services/worker/rpc/node_connections.h"
+#include "services/worker/rpc/peers/node_connections.h"
 
 namespace kvtier::worker {
 namespace {

@@ -2,7 +2,7 @@
 // committed blocks land under their own salt scopes with their bytes and checksums; a
 // full queue skips blocks rather than waiting; a store that is not live fails batches
 // without holding up the writer.
-#include "services/worker/rpc/remote_store_writer.h"
+#include "services/worker/rpc/peers/remote_store_writer.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 
 #include "services/rpc/schema/store.capnp.h"
 #include "services/store/rpc/store_service.h"
-#include "services/worker/rpc/node_connections.h"
-#include "services/worker/rpc/peer_node_testing.h"
+#include "services/worker/rpc/peers/node_connections.h"
+#include "services/worker/rpc/peers/peer_node_testing.h"
 #include "storage/tiered_store.h"
 
 namespace kvtier::worker {

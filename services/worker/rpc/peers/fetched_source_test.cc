@@ -1,7 +1,7 @@
 // FetchedSource under a worker's Onboard: blocks landed in the sequence's own pool blocks
 // are taken in place; blocks landed elsewhere (the sequence changed during the fetch) or
 // buffered are copied where Onboard wants them.
-#include "services/worker/rpc/fetched_source.h"
+#include "services/worker/rpc/peers/fetched_source.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
-#include "services/worker/rpc/node_connections.h"
+#include "services/worker/rpc/peers/node_connections.h"
 
 #include "common/mutex.h"
 #include "services/rpc/rpc_client_impl.h"

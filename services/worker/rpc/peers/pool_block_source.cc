@@ -1,4 +1,4 @@
-#include "services/worker/rpc/pool_block_source.h"
+#include "services/worker/rpc/peers/pool_block_source.h"
 
 #include <optional>
 #include <string>

@@ -1,6 +1,6 @@
 // PoolBlockSource: a worker's committed pool blocks served to peers, one at a time or in
 // one batch per pool, only under the scope and format they were committed with.
-#include "services/worker/rpc/pool_block_source.h"
+#include "services/worker/rpc/peers/pool_block_source.h"
 
 #include <gtest/gtest.h>
 

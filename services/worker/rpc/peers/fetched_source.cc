@@ -1,4 +1,4 @@
-#include "services/worker/rpc/fetched_source.h"
+#include "services/worker/rpc/peers/fetched_source.h"
 
 #include <cstring>
 

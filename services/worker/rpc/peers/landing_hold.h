@@ -24,7 +24,7 @@
 #include <kj/async.h>
 
 #include "common/status.h"
-#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
 #include "services/worker/worker.h"
 
 namespace kvtier::worker {

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <span>
 
-#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
 #include "services/worker/worker.h"
 
 namespace kvtier::worker {

@@ -4,7 +4,7 @@
 // from the fetch's buffer by Land, on the fetch's thread) and go back to the pool with the
 // last share.
 #include "services/rpc/gcc_kj_workaround.h"  // first: before any KJ header
-#include "services/worker/rpc/landing_hold.h"
+#include "services/worker/rpc/peers/landing_hold.h"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 // coordinator is the only source of addresses: callers name nodes, never addresses, so
 // the node credential only ever goes to registered nodes.
 //
-// Shared by the worker's peer fetches (services/worker/rpc/peer_fetcher.h) and its writes
-// through to a storage node (services/worker/rpc/remote_store_writer.h).
+// Shared by the worker's peer fetches (services/worker/rpc/peers/peer_fetcher.h) and its writes
+// through to a storage node (services/worker/rpc/peers/remote_store_writer.h).
 //
 // Thread safety: every method is safe from any thread; connecting and resolving block the
 // calling thread only (never call them on an event loop that must not wait).

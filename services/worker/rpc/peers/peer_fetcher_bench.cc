@@ -31,9 +31,9 @@
 #include "common/malloc_tuning.h"
 #include "common/mutex.h"
 #include "services/store/rpc/store_service.h"
-#include "services/worker/rpc/node_connections.h"
-#include "services/worker/rpc/peer_fetcher.h"
-#include "services/worker/rpc/peer_node_testing.h"
+#include "services/worker/rpc/peers/node_connections.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
+#include "services/worker/rpc/peers/peer_node_testing.h"
 
 namespace kvtier::worker {
 namespace {

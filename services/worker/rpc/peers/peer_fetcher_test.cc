@@ -4,7 +4,7 @@
 // resolves the peer at the coordinator, takes the
 // leading run of good blocks, refuses a block whose payload does not match its checksum
 // (and what follows it), and treats an unknown node as holding nothing.
-#include "services/worker/rpc/peer_fetcher.h"
+#include "services/worker/rpc/peers/peer_fetcher.h"
 
 #include <gtest/gtest.h>
 
@@ -17,8 +17,8 @@
 #include "services/rpc/schema_convert.h"
 #include "services/store/rpc/block_header_wire.h"
 #include "services/store/stream/data_stream_server.h"
-#include "services/worker/rpc/node_connections.h"
-#include "services/worker/rpc/peer_node_testing.h"
+#include "services/worker/rpc/peers/node_connections.h"
+#include "services/worker/rpc/peers/peer_node_testing.h"
 #include "storage/block_header.h"
 #include "tests/testing/test_util.h"
 
