@@ -126,7 +126,7 @@ struct WorkerConfig {
   std::string listen =
       "127.0.0.1:7401";              // its Worker and BlockStore's host:port (port 0 picks one)
   std::string advertise = {};        // where peers reach it; empty: the bound listen address
-  bool data_stream = true;           // its BlockStore's bulk bytes beside the RPC; off with TLS
+  bool data_stream = true;           // its BlockStore's bulk bytes beside the RPC, TLS with tls
   uint32_t data_port = 0;            // the data stream's port on the listen host; 0 picks one
   uint32_t data_stream_threads = 0;  // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads =
@@ -145,16 +145,15 @@ struct StoreConfig {
   uint64_t host_cache_bytes = 256ull << 20;
   uint64_t disk_bytes = 1ull << 30;
   std::string disk_sync = "wal";  // none | wal | fsync: see storage/disk_tier.h
-  // Lookups a block needs before it may enter a full disk tier; 0 (the default): admit all.
-  // The filter cost hit rate on every chat trace measured
-  // (docs/history/benchmarks-2026-11.md#the-disk-tier-admits-every-block-by-default-2026-11-27-stop-45).
-  uint32_t disk_admission_min_count = 0;
+  // Which blocks a full disk tier takes: all | min-count | tinylfu (storage/admission.h).
+  std::string disk_admission = "all";
+  uint32_t disk_admission_min_count = 2;  // min-count: requests a block needs, 1 to 16
   uint32_t host_free_percent =
       5;  // of the host tier, kept free ahead of puts by moving blocks down (disk tier only)
   // `kvtier store` only:
   std::string listen = "127.0.0.1:7402";  // its BlockStore's host:port (port 0 picks one)
   std::string advertise = {};             // where peers reach it; empty: the bound listen address
-  bool data_stream = true;  // bulk bytes beside the RPC (services/store/stream); off with TLS
+  bool data_stream = true;  // bulk bytes beside the RPC (services/store/stream), TLS with tls
   uint32_t data_port = 0;   // the data stream's port on the listen host; 0 picks one
   uint32_t data_stream_threads = 0;  // its event loops; 0: hardware threads / 2, 2 to 8
   uint32_t data_stream_tier_threads =

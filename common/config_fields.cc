@@ -238,16 +238,27 @@ void AddStoreFields(std::vector<Field>& fields) {
   fields.push_back(BoolField(
       "store.data_stream",
       "`kvtier store`: serve the data stream that openGet/openPut tickets name, beside the "
-      "RPC; never with tls (the stream is not encrypted): callers then use put/get.",
+      "RPC (over TLS when tls is set); false: callers use put/get.",
       [](auto& c) -> auto& { return c.store.data_stream; }));
+  fields.push_back(StringField(
+      "store.disk_admission",
+      "Which blocks a full disk tier takes from the host tier (storage/admission.h): all "
+      "(its LRU decides who leaves), min-count (blocks requested disk_admission_min_count "
+      "times) or tinylfu (a block enters only if requested more often than the disk blocks "
+      "it would push out, or of higher priority). `kvtier up` counts lookups, `kvtier "
+      "store` its own puts, gets and contains.",
+      "one of: all, min-count, tinylfu", false,
+      [](auto& c) -> auto& { return c.store.disk_admission; },
+      [](std::string_view v) -> Status {
+        if (v == "all" || v == "min-count" || v == "tinylfu") return Status::Ok();
+        return InvalidArgumentError("\"" + std::string(v) +
+                                    "\" is not one of all, min-count, tinylfu");
+      }));
   fields.push_back(UintField(
       "store.disk_admission_min_count",
-      "Requests a block must have had before it may move down to a full disk tier (a "
-      "frequency filter: `kvtier up` counts lookups, `kvtier store` its own puts, gets "
-      "and contains); 0 admits every block. Off by default: on a real chat trace it "
-      "refused blocks before their conversation came back, and cost hit rate; 2 won "
-      "where one-off jobs drew on a shared, popular corpus, and writes less to disk.",
-      0, 15, [](auto& c) -> auto& { return c.store.disk_admission_min_count; }));
+      "Requests a block needs before it may enter a full disk tier, with "
+      "disk_admission: min-count.",
+      1, 16, [](auto& c) -> auto& { return c.store.disk_admission_min_count; }));
   fields.push_back(UintField(
       "store.host_free_percent",
       "Share of the host tier (percent) that a thread of the node keeps free ahead of "
@@ -315,7 +326,7 @@ void AddWorkerNodeFields(std::vector<Field>& fields) {
   fields.push_back(BoolField(
       "worker.data_stream",
       "`kvtier worker`: serve the data stream that peers' openGet tickets name (blocks of "
-      "its tiers and pool); never with tls: peers then fetch inline.",
+      "its tiers and pool; over TLS when tls is set); false: peers fetch inline.",
       [](auto& c) -> auto& { return c.worker.data_stream; }));
   fields.push_back(UintField(
       "worker.fetch_stream_min_block_bytes",

@@ -163,6 +163,10 @@ Result<BlockHeader> DiskTier::Get(const BlockRef& ref, std::span<uint8_t> out) {
 Result<BlockHeader> DiskTier::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 Status DiskTier::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
 TierStats DiskTier::Stats() const { return impl_->Stats(); }
+std::vector<DisplacedBlock> DiskTier::DisplacedBy(const BlockHeader& header,
+                                                  uint64_t pending_bytes) {
+  return impl_->DisplacedBy(header, pending_bytes);
+}
 Status DiskTier::Flush() { return impl_->Flush(); }
 DiskFiles DiskTier::Files() const { return impl_->Files(); }
 std::vector<BlockHeader> DiskTier::Headers() const { return impl_->Headers(); }

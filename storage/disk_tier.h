@@ -113,6 +113,11 @@ class DiskTier final : public BlockTier {
   TierStats Stats() const override;
   [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items) override;
 
+  // The blocks that storing `header` would evict, in eviction order, after `pending_bytes`
+  // more stored first (the batch being gathered before it): empty when it fits, or when
+  // the block is stored already. The disk's admission asks before anything is written.
+  std::vector<DisplacedBlock> DisplacedBy(const BlockHeader& header, uint64_t pending_bytes);
+
   // Makes everything written so far durable: syncs the segments and writes the headers'
   // memtable out.
   [[nodiscard]] Status Flush();

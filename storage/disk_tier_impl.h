@@ -111,6 +111,24 @@ class DiskTier::Impl {
 
   Status Remove(const BlockRef& ref);
 
+  std::vector<DisplacedBlock> DisplacedBy(const BlockHeader& header, uint64_t pending_bytes) {
+    MutexLock lock(mu_);
+    std::vector<DisplacedBlock> displaced;
+    if (index_.Find(header.key, header.format_tag) != TierIndex::kNil) return displaced;
+    const uint64_t before = index_.units() + pending_bytes;  // room the batch takes first
+    const uint64_t after = before + header.payload_bytes;
+    if (after <= options_.capacity_bytes) return displaced;
+    const uint64_t skipped =
+        before > options_.capacity_bytes ? before - options_.capacity_bytes : 0;
+    uint64_t taken = 0;  // victims before `skipped` make room for the batch, not this block
+    for (const uint32_t id : index_.VictimsFor(after - options_.capacity_bytes)) {
+      taken += index_.entry(id).units;
+      if (taken > skipped)
+        displaced.push_back({index_.entry(id).header.key, index_.EffectivePriority(id)});
+    }
+    return displaced;
+  }
+
   TierStats Stats() const {
     const PutGroupQueue::Totals puts = put_groups_.totals();
     MutexLock lock(mu_);

@@ -367,6 +367,30 @@ TEST(DiskTierTest, CapacityEvictsByPriorityAndTellsEvictionsAndRemovalsApart) {
   EXPECT_EQ(evicted, std::vector<uint64_t>{1});
 }
 
+TEST(DiskTierTest, DisplacedByNamesWhatAPutWouldEvictAndEvictsNothing) {
+  TempDir dir;
+  auto tier = OpenDiskTier(dir.path(), 3000);
+  for (auto [id, priority] : {std::pair{0, 80}, {1, 10}, {2, 40}}) {
+    auto block = MakeBlock(id, 1000, static_cast<uint8_t>(priority));
+    ASSERT_TRUE(tier->Put(block.header, block.payload).ok());
+  }
+  auto keys = [](const std::vector<DisplacedBlock>& displaced) {
+    std::vector<std::pair<uint64_t, int>> out;
+    for (const DisplacedBlock& block : displaced) out.emplace_back(block.key.lo, block.priority);
+    return out;
+  };
+  using Displaced = std::vector<std::pair<uint64_t, int>>;
+  const BlockHeader three = MakeBlock(3, 1000).header;
+  EXPECT_EQ(keys(tier->DisplacedBy(three, 0)), (Displaced{{1, 10}}));
+  // 1000 bytes of the same batch go first and take block 1: block 3 would take block 2.
+  EXPECT_EQ(keys(tier->DisplacedBy(three, 1000)), (Displaced{{2, 40}}));
+  EXPECT_EQ(keys(tier->DisplacedBy(MakeBlock(3, 1500).header, 0)), (Displaced{{1, 10}, {2, 40}}));
+  EXPECT_TRUE(tier->DisplacedBy(MakeBlock(0, 1000).header, 0).empty()) << "stored already";
+  EXPECT_EQ(tier->Stats().blocks, 3u);
+  ASSERT_TRUE(tier->Remove(MakeBlock(2, 1000).ref()).ok());
+  EXPECT_TRUE(tier->DisplacedBy(three, 0).empty()) << "it fits";
+}
+
 TEST(DiskTierTest, BatchesStoreEverythingValidAndRefuseTheRest) {
   TempDir dir;
   auto tier = OpenDiskTier(dir.path());

@@ -68,6 +68,12 @@ struct EvictedBlockView {
 };
 using BatchEvictionHandler = std::function<void(std::span<const EvictedBlockView> victims)>;
 
+// A stored block that a put would evict to make room (DiskTier::DisplacedBy).
+struct DisplacedBlock {
+  BlockKey key;
+  uint8_t priority = 0;  // effective: the default once its retention ran out
+};
+
 struct PutItem {
   BlockHeader header;
   std::span<const uint8_t> payload;

@@ -128,6 +128,19 @@ uint32_t TierIndex::Victim() {
   return lru_.FindVictim([](uint32_t) { return true; });
 }
 
+std::vector<uint32_t> TierIndex::VictimsFor(uint64_t units) {
+  ApplyDeadlines();
+  std::vector<uint32_t> victims;
+  uint64_t taken = 0;
+  if (units == 0) return victims;
+  lru_.FindVictim([&](uint32_t id) {
+    victims.push_back(id);
+    taken += entries_[id].units;
+    return taken >= units;
+  });
+  return victims;
+}
+
 std::vector<BlockHeader> TierIndex::CurrentHeaders() const {
   std::vector<BlockHeader> headers;
   headers.reserve(size());

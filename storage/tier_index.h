@@ -68,6 +68,9 @@ class TierIndex {
 
   // The next entry to evict (retention deadlines applied first); kNil when empty.
   uint32_t Victim();
+  // The entries that evicting `units` would take, in eviction order (retention deadlines
+  // applied first): the fewest from the front whose units reach `units`, all when fewer.
+  std::vector<uint32_t> VictimsFor(uint64_t units);
 
   const Entry& entry(uint32_t id) const { return entries_[id]; }
   // The entry's header with retention_left_ms as of now, to pass the block on.

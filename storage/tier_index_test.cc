@@ -41,6 +41,19 @@ TEST(TierIndexTest, VictimsFollowPriorityThenRecency) {
   EXPECT_EQ(index.Victim(), b0);
 }
 
+TEST(TierIndexTest, VictimsForTakesTheFewestThatReachTheUnitsAndRemovesNone) {
+  FakeClock clock;
+  TierIndex index(&clock);
+  const uint32_t b0 = index.Insert(MakeBlock(0, 8, 50).header, 8, 0);
+  const uint32_t b1 = index.Insert(MakeBlock(1, 4, 10).header, 4, 0);
+  const uint32_t b2 = index.Insert(MakeBlock(2, 8, 50).header, 8, 0);
+  EXPECT_EQ(index.VictimsFor(4), (std::vector<uint32_t>{b1}));
+  EXPECT_EQ(index.VictimsFor(5), (std::vector<uint32_t>{b1, b0}));
+  EXPECT_EQ(index.VictimsFor(100), (std::vector<uint32_t>{b1, b0, b2}));
+  EXPECT_TRUE(index.VictimsFor(0).empty());
+  EXPECT_EQ(index.Victim(), b1) << "nothing was taken out";
+}
+
 TEST(TierIndexTest, RestoredVictimsGetTheirOldPlacesBack) {
   FakeClock clock;
   TierIndex index(&clock);

@@ -215,13 +215,6 @@ class TieredStore::Impl {
     return bytes;
   }
 
-  // Whether the block can enter the disk tier only by evicting others, after `pending`
-  // bytes admitted before it in the same batch.
-  bool DiskFullFor(const BlockHeader& header, uint64_t pending) const {
-    const TierStats disk = disk_->Stats();
-    return disk.bytes + pending + header.payload_bytes > disk.capacity_bytes;
-  }
-
   // A put's host tier victims, outside the host tier's lock (its handler): each onto the
   // disk when its priority and the admission filter let it, all in one disk batch (one
   // write and one header batch; under the fsync policy one sync). The disk tells the
@@ -283,13 +276,15 @@ class TieredStore::Impl {
   }
 
   // Whether a victim may move down: its priority, then (only when it would displace
-  // others there, after the batch's `pending` bytes) the admission filter.
+  // others there, after the batch's `pending` bytes) the disk's admission.
   bool Admitted(const BlockHeader& header, uint64_t pending) {
     if (header.priority < options_.demote_min_priority) {
       dropped_below_priority_.fetch_add(1);
       return false;
     }
-    if (options_.admit_to_disk && DiskFullFor(header, pending) && !options_.admit_to_disk(header)) {
+    if (!options_.admit_to_disk) return true;
+    const std::vector<DisplacedBlock> displaced = disk_->DisplacedBy(header, pending);
+    if (!displaced.empty() && !options_.admit_to_disk(header, displaced)) {
       dropped_by_admission_.fetch_add(1);
       return false;
     }

@@ -57,8 +57,11 @@ struct TieredStoreOptions {
   // than a page): no such thread, every put makes its own room.
   uint64_t free_ahead_bytes = 0;
   bool promote_on_hit = true;
-  std::function<bool(const BlockHeader&)>
-      admit_to_disk;  // asked when the disk is full; null: admit everything
+  // Asked, when the disk is full, whether a block the host tier evicts may enter it at the
+  // cost of the disk blocks it would displace (in eviction order; DiskAdmission::Admit).
+  // Refused: the block is dropped, unwritten. Null: every block goes down.
+  std::function<bool(const BlockHeader& candidate, std::span<const DisplacedBlock> displaced)>
+      admit_to_disk;
   std::function<void(const StoreEvent&)> on_event;
 };
 

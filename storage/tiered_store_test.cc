@@ -32,7 +32,7 @@ struct Recorded {
 class TieredStoreTest : public ::testing::Test {
  protected:
   std::unique_ptr<TieredStore> Make(uint64_t host_pages, uint64_t disk_bytes,
-                                    std::function<bool(const BlockHeader&)> admit = nullptr) {
+                                    decltype(TieredStoreOptions::admit_to_disk) admit = nullptr) {
     TieredStoreOptions options;
     if (host_pages > 0) {
       options.host = HostTierOptions{};
@@ -164,8 +164,14 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
 }
 
 TEST_F(TieredStoreTest, AdmissionFilterDecidesOnlyWhenTheDiskIsFull) {
-  // A one-page host tier over a two-block disk tier whose filter admits even keys only.
-  auto store = Make(1, 2 * kPage, [](const BlockHeader& header) { return header.key.lo % 2 == 0; });
+  // A one-page host tier over a two-block disk tier whose filter admits even keys only,
+  // told the disk's next victim each time.
+  std::vector<uint64_t> displaced_seen;
+  auto store =
+      Make(1, 2 * kPage, [&](const BlockHeader& header, std::span<const DisplacedBlock> displaced) {
+        for (const DisplacedBlock& block : displaced) displaced_seen.push_back(block.key.lo);
+        return header.key.lo % 2 == 0;
+      });
   for (uint64_t id = 0; id < 5; ++id) {
     auto block = MakeBlock(id, kPage);
     ASSERT_TRUE(store->Put(block.header, block.payload).ok());
@@ -179,6 +185,8 @@ TEST_F(TieredStoreTest, AdmissionFilterDecidesOnlyWhenTheDiskIsFull) {
   EXPECT_FALSE(store->Contains(MakeBlock(3, kPage).ref()));
   EXPECT_EQ(store->Stats().dropped_by_admission, 1u);
   EXPECT_EQ(store->Stats().disk->blocks, 2u);
+  // 2 would displace 0 (the disk's oldest); 3 then 1, the oldest left.
+  EXPECT_EQ(displaced_seen, (std::vector<uint64_t>{0, 1}));
 }
 
 TEST_F(TieredStoreTest, DiskOnlyStoreAndRemoveEverywhere) {

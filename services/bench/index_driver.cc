@@ -6,7 +6,7 @@
 #include <vector>
 #include <queue>
 
-#include "storage/admission.h"
+#include "storage/frequency_sketch.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
 
@@ -68,10 +68,11 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace,
   uint64_t hit_blocks = 0;
   double index_seconds = 0.0;
   ActiveRequests active(options.workers);
-  KVTIER_ASSIGN_OR_RETURN(storage::FrequencyFilter filter, storage::FrequencyFilter::Create({}));
+  // Frequency admission into host memory: a block requested at least twice lately.
+  KVTIER_ASSIGN_OR_RETURN(storage::FrequencySketch sketch, storage::FrequencySketch::Create({}));
   std::function<bool(const BlockKey&)> admit;
   if (options.frequency_admission)
-    admit = [&filter](const BlockKey& key) { return filter.Admit(key); };
+    admit = [&sketch](const BlockKey& key) { return sketch.Estimate(key) >= 2; };
   std::vector<BlockKey> demoted;
   std::vector<BlockKey> onboard;
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -86,7 +87,7 @@ Result<PassResult> RunPass(const std::vector<TraceRequest>& trace,
     const uint32_t prefix = route.prefix_blocks;
     index->Touch(node, 0, keys);
     if (options.frequency_admission) {
-      for (const BlockKey& key : keys) filter.Record(key);
+      for (const BlockKey& key : keys) sketch.Record(key);
     }
     // Which prefix blocks the worker holds on its GPU, and which only in host memory. A
     // windowed pool needs only the sinks and the last window.

@@ -54,20 +54,8 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
       store::TieredStoreOptionsFrom(
           config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
   LocalNode* self = node.get();
-  if (config.store.disk_admission_min_count > 0) {
-    KVTIER_ASSIGN_OR_RETURN(
-        storage::FrequencyFilter filter,
-        storage::FrequencyFilter::Create(
-            {.min_count = static_cast<uint8_t>(config.store.disk_admission_min_count)}));
-    {
-      MutexLock lock(node->admission_mu_);
-      node->admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
-    }
-    store.admit_to_disk = [self](const storage::BlockHeader& header) {
-      MutexLock lock(self->admission_mu_);
-      return self->admission_->Admit(header.key);
-    };
-  }
+  KVTIER_ASSIGN_OR_RETURN(node->admission_,
+                          store::AddDiskAdmission(config, layout.bytes_per_block(), store));
   store.on_event = [self](const storage::StoreEvent& event) {
     MutexLock lock(self->mu_);
     self->store_events_.push_back(event);
@@ -127,11 +115,8 @@ Status LocalNode::Embed(coordinator::CoordinatorNodeOptions& options, Nanos tick
     options.store = [this](const auth::Tenant& tenant) { return MakeStore(tenant); };
   options.on_tick = [this](coordinator::CoordinatorState& state) { Pump(state); };
   options.tick_interval = tick;
-  options.on_lookup = [this](std::span<const BlockKey> keys) {
-    MutexLock lock(admission_mu_);
-    if (admission_ == nullptr) return;
-    for (const BlockKey& key : keys) admission_->Record(key);
-  };
+  if (admission_ != nullptr)
+    options.on_lookup = [this](std::span<const BlockKey> keys) { admission_->Record(keys); };
   return Status::Ok();
 }
 
@@ -140,6 +125,11 @@ kj::Own<capnp::Capability::Server> LocalNode::MakeStore(const auth::Tenant& tena
 }
 
 std::string LocalNode::Summary() const { return summary_; }
+
+std::optional<storage::TieredStoreStats> LocalNode::StoreStats() const {
+  if (store_ == nullptr) return std::nullopt;
+  return store_->Stats();
+}
 
 void LocalNode::WorkerTick() {
   worker_->AdvanceTime();

@@ -23,11 +23,12 @@
 //
 // Thread safety: Embed before the coordinator node starts; MakeWorker, MakeStore and Pump
 // on the coordinator server's thread only; worker and store events are queued under a
-// mutex. Lock order: mu_ and admission_mu_ are leaves.
+// mutex. Lock order: mu_ is a leaf.
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,6 +75,8 @@ class LocalNode {
   void Pump(coordinator::CoordinatorState& state);
   // One line for the banner: layout, pool blocks, tier sizes.
   std::string Summary() const;
+  // The tiers' counters (replay reports the disk's writes); none without tiers.
+  std::optional<storage::TieredStoreStats> StoreStats() const;
 
  private:
   struct Registration {
@@ -124,10 +127,8 @@ class LocalNode {
   std::vector<storage::StoreEvent> store_events_
       KVTIER_GUARDED_BY(mu_);                             // since the last worker tick
   std::vector<EventGroup> ready_ KVTIER_GUARDED_BY(mu_);  // for the next Pump
-  // The coordinator's lookups, counted for the disk tier's admission (null: admit all).
-  // Lock order: the store's host lock, then admission_mu_ (a leaf).
-  Mutex admission_mu_;
-  std::unique_ptr<storage::FrequencyFilter> admission_ KVTIER_GUARDED_BY(admission_mu_);
+  // Counts the coordinator's lookups for the disk tier's admission (null: admit all).
+  std::shared_ptr<storage::DiskAdmission> admission_;
 };
 
 }  // namespace kvtier::cli

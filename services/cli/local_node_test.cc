@@ -230,12 +230,13 @@ TEST_F(LocalNodeTest, ARestartedCoordinatorGetsTheWorkersBlocksBackFromItsSnapsh
 
 // A host tier of one page (one block: pages are the layout's block size rounded up to
 // 4 KiB) in front of a disk tier of one block, which, once full, admits a block only after
-// two lookups of it (store.disk_admission_min_count: 2).
+// two lookups of it (store.disk_admission: min-count, 2 lookups).
 class LocalNodeAdmissionTest : public LocalNodeTest {
  protected:
   void Configure(KvtierConfig& config) override {
     config.store.host_cache_bytes = 4096;
     config.store.disk_bytes = 512;
+    config.store.disk_admission = "min-count";
     config.store.disk_admission_min_count = 2;
   }
 

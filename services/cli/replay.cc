@@ -203,7 +203,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
       "\"unbounded_block_hit_rate\": %.6f, \"unbounded_token_hit_rate\": %.6f, "
       "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
       "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu, "
-      "\"remote_to_gpu\": %llu}, "
+      "\"remote_to_gpu\": %llu}, %s"
       "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, "
       "\"lookup_p99_us\": %.1f}",
       static_cast<unsigned long long>(r.requests), r.clients,
@@ -217,10 +217,27 @@ std::string ReplayReportJson(const ReplayReport& r) {
       static_cast<unsigned long long>(r.offloaded_blocks) * r.block_bytes,
       static_cast<unsigned long long>(r.hit_blocks_host) * r.block_bytes,
       static_cast<unsigned long long>(r.hit_blocks_disk) * r.block_bytes,
-      static_cast<unsigned long long>(r.hit_blocks_remote) * r.block_bytes, r.seconds,
-      r.requests_per_second(), r.lookup_p50_us, r.lookup_p99_us);
+      static_cast<unsigned long long>(r.hit_blocks_remote) * r.block_bytes,
+      !r.disk_written_bytes
+          ? ""
+          : ("\"disk_written_bytes\": " + std::to_string(*r.disk_written_bytes) +
+             ", \"dropped_by_admission\": " + std::to_string(r.dropped_by_admission) + ", ")
+                .c_str(),
+      r.seconds, r.requests_per_second(), r.lookup_p50_us, r.lookup_p99_us);
   return out;
 }
+
+namespace {
+std::string DiskWritesLine(const ReplayReport& r) {
+  if (!r.disk_written_bytes) return "";
+  char line[160];
+  std::snprintf(line, sizeof(line),
+                "  disk writes     %.1f MiB, %llu blocks kept out by admission\n",
+                double(*r.disk_written_bytes) / (1 << 20),
+                static_cast<unsigned long long>(r.dropped_by_admission));
+  return line;
+}
+}  // namespace
 
 std::string ReplayReportText(const ReplayReport& r, const std::string& source,
                              const std::string& cluster) {
@@ -236,6 +253,7 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source,
                 "  tokens saved    %llu of %llu prompt tokens\n"
                 "  bytes moved     gpu->host %.1f MiB, host->gpu %.1f MiB, disk->gpu %.1f MiB, "
                 "other nodes->gpu %.1f MiB\n"
+                "%s"
                 "  lookups         p50 %.0f us, p99 %.0f us\n"
                 "%s",
                 static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds,
@@ -250,7 +268,7 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source,
                 static_cast<unsigned long long>(r.hit_tokens),
                 static_cast<unsigned long long>(r.tokens), mib(r.offloaded_blocks),
                 mib(r.hit_blocks_host), mib(r.hit_blocks_disk), mib(r.hit_blocks_remote),
-                r.lookup_p50_us, r.lookup_p99_us,
+                DiskWritesLine(r).c_str(), r.lookup_p50_us, r.lookup_p99_us,
                 r.refused_requests == 0
                     ? ""
                     : ("  refused         " + std::to_string(r.refused_requests) +

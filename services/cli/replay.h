@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -60,6 +61,10 @@ struct ReplayReport {
   uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
   uint64_t offloaded_blocks = 0;  // pool -> host tier
   uint64_t block_bytes = 0;       // of one trace block in the cluster's layout
+  // The node's own tiers, where the replay can read them (embedded): payload bytes the
+  // disk tier wrote, and blocks its admission kept out of it.
+  std::optional<uint64_t> disk_written_bytes;
+  uint64_t dropped_by_admission = 0;
   double seconds = 0;
   double lookup_p50_us = 0;
   double lookup_p99_us = 0;

@@ -9,6 +9,7 @@
 #include "services/auth/token_store.h"
 #include "services/bench/chat_workload.h"
 #include "services/cli/embedded_cluster.h"
+#include "services/cli/local_node.h"
 #include "services/cli/replay.h"
 
 namespace kvtier::cli {
@@ -31,8 +32,8 @@ void DrawProgress(size_t done, size_t total) {
 // The embedded cluster's layout: 512-token blocks (the trace's) of one layer and one KV
 // head in fp16, whose head_dim makes a block `block_bytes` long.
 Result<KvtierConfig> EmbeddedConfig(uint64_t gpu_blocks, uint64_t host_blocks, uint64_t disk_blocks,
-                                    uint64_t block_bytes, uint32_t admission,
-                                    const std::string& data_dir) {
+                                    uint64_t block_bytes, const std::string& admission,
+                                    uint32_t admission_min_count, const std::string& data_dir) {
   constexpr uint64_t kBytesPerHeadDim = 2ull * bench::kMooncakeTokensPerBlock * 2;  // K and V, fp16
   if (block_bytes < kBytesPerHeadDim || block_bytes % kBytesPerHeadDim != 0) {
     return InvalidArgumentError(
@@ -53,7 +54,8 @@ Result<KvtierConfig> EmbeddedConfig(uint64_t gpu_blocks, uint64_t host_blocks, u
   const uint64_t page = (block_bytes + 4095) / 4096 * 4096;  // the host tier's page (local_node.cc)
   config.store.host_cache_bytes = host_blocks * page;
   config.store.disk_bytes = disk_blocks * block_bytes;
-  config.store.disk_admission_min_count = admission;
+  config.store.disk_admission = admission;
+  config.store.disk_admission_min_count = admission_min_count;
   if (Status s = ValidateConfig(config); !s.ok()) return s;
   return config;
 }
@@ -103,9 +105,13 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "Embedded: bytes per 512-token block (a multiple of 2048)")
       ->capture_default_str();
   replay_
-      ->add_option(
-          "--disk-admission", disk_admission_,
-          "Embedded: lookups a block needs before it may enter the disk tier (0: admit all)")
+      ->add_option("--disk-admission", disk_admission_,
+                   "Embedded: which blocks a full disk tier takes (store.disk_admission)")
+      ->check(CLI::IsMember({"all", "min-count", "tinylfu"}))
+      ->capture_default_str();
+  replay_
+      ->add_option("--disk-admission-min-count", disk_admission_min_count_,
+                   "Embedded: lookups a block needs under --disk-admission min-count")
       ->capture_default_str();
   replay_
       ->add_option("--data-dir", data_dir_,
@@ -189,8 +195,9 @@ Status ReplayCommand::StartEmbedded(Target& target) const {
     return UnavailableError("cannot create a scratch directory in " +
                             std::filesystem::temp_directory_path().string());
   }
-  Result<KvtierConfig> config = EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_,
-                                               block_bytes_, disk_admission_, data_dir);
+  Result<KvtierConfig> config =
+      EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_,
+                     disk_admission_min_count_, data_dir);
   if (!config.ok()) return InvalidArgumentError(config.status().message());
   const std::string token = auth::GenerateToken();
   EmbeddedClusterOptions options{
@@ -205,14 +212,16 @@ Status ReplayCommand::StartEmbedded(Target& target) const {
   target.client.token = token;
   target.summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
                    std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) +
-                   " disk (admission " + std::to_string(disk_admission_) + "), " +
-                   std::to_string(block_bytes_) + "-byte blocks";
+                   " disk (admission " + disk_admission_ +
+                   (disk_admission_ == "min-count" ? " " + std::to_string(disk_admission_min_count_)
+                                                   : std::string()) +
+                   "), " + std::to_string(block_bytes_) + "-byte blocks";
   return Status::Ok();
 }
 
 Status ReplayCommand::UseConnected(Target& target) const {
   for (const char* flag : {"--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes",
-                           "--disk-admission", "--data-dir"}) {
+                           "--disk-admission", "--disk-admission-min-count", "--data-dir"}) {
     if (replay_->count(flag) > 0) {
       return InvalidArgumentError(
           std::string(flag) +
@@ -253,6 +262,13 @@ int ReplayCommand::Run() const {
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier replay: %s\n", report.status().ToString().c_str());
     return kExitFailure;
+  }
+  if (const LocalNode* local = target.cluster ? target.cluster->local() : nullptr) {
+    if (const std::optional<storage::TieredStoreStats> tiers = local->StoreStats();
+        tiers && tiers->disk) {
+      report->disk_written_bytes = tiers->disk->bytes_written;
+      report->dropped_by_admission = tiers->dropped_by_admission;
+    }
   }
   if (json_) {
     std::printf("%s\n", ReplayReportJson(*report).c_str());

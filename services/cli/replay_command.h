@@ -42,7 +42,8 @@ class ReplayCommand {
   uint64_t host_blocks_ = 65536;
   uint64_t disk_blocks_ = 262144;
   uint64_t block_bytes_ = 4096;
-  uint32_t disk_admission_ = 0;
+  std::string disk_admission_ = "all";
+  uint32_t disk_admission_min_count_ = 2;
   std::string data_dir_;
   uint32_t conversations_ = 600;
   double one_off_share_ = 0;

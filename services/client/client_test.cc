@@ -55,8 +55,7 @@ class ClientTest : public ::testing::Test {
                              .dtype = "fp16",
                              .pool_bytes = 2048,
                              .free_memory_fraction = 1.0};
-    options.config.store = {
-        .host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20, .disk_admission_min_count = 0};
+    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20};
     // Two tenants, each with its own salt.
     options.tokens =
         auth::TokenStore::FromYaml(

@@ -23,4 +23,25 @@ Result<storage::TieredStoreOptions> TieredStoreOptionsFrom(const KvtierConfig& c
   return store;
 }
 
+Result<std::shared_ptr<storage::DiskAdmission>> AddDiskAdmission(
+    const KvtierConfig& config, uint64_t block_bytes, storage::TieredStoreOptions& tiers) {
+  KVTIER_ASSIGN_OR_RETURN(const storage::AdmissionPolicy policy,
+                          storage::ParseAdmissionPolicy(config.store.disk_admission));
+  if (policy == storage::AdmissionPolicy::kAll || !tiers.host || !tiers.disk)
+    return std::shared_ptr<storage::DiskAdmission>();
+  const uint64_t tier_bytes = config.store.host_cache_bytes + config.store.disk_bytes;
+  KVTIER_ASSIGN_OR_RETURN(
+      std::unique_ptr<storage::DiskAdmission> made,
+      storage::DiskAdmission::Create(
+          {.policy = policy,
+           .min_count = config.store.disk_admission_min_count,
+           .expected_blocks = block_bytes == 0 ? 0 : tier_bytes / block_bytes}));
+  std::shared_ptr<storage::DiskAdmission> admission = std::move(made);
+  tiers.admit_to_disk = [admission](const storage::BlockHeader& candidate,
+                                    std::span<const storage::DisplacedBlock> displaced) {
+    return admission->Admit(candidate.key, candidate.priority, displaced);
+  };
+  return admission;
+}
+
 }  // namespace kvtier::store

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <thread>
@@ -462,7 +463,8 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
            {{"--one-off-share", "1.5"}, "--one-off-share"},
            {{"--trace", dir.File("trace.jsonl"), "--one-off-share", "0.5"},
             "--one-off-share shapes the built-in workload, not --trace"},
-           {{"--coordinator", "127.0.0.1:1"}, "--coordinator goes with --connect"}}) {
+           {{"--coordinator", "127.0.0.1:1"}, "--coordinator goes with --connect"},
+           {{"--disk-admission", "lfu"}, "--disk-admission: lfu not in {all,min-count,tinylfu}"}}) {
     std::vector<std::string> argv = {kKvtier, "replay"};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess bad(argv, dir.path());
@@ -474,6 +476,39 @@ TEST(KvtierCliTest, ReplayPrintsOneJsonObjectAndReportsTheBound) {
                            dir.path());
   EXPECT_EQ(unreachable.Wait(seconds(30)), 1);
   EXPECT_NE(unreachable.Stderr().find("UNAVAILABLE"), std::string::npos) << unreachable.Stderr();
+}
+
+// The number after `"key": ` in a replay's JSON; -1 when absent.
+int64_t JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1 : std::stoll(json.substr(at + key.size() + 4));
+}
+
+// A disk tier that fills early: admit-all writes every block the host tier evicts;
+// TinyLFU keeps some out, unwritten, and writes less.
+TEST(KvtierCliTest, ReplayReportsDiskWritesAndWhatAdmissionKeptOut) {
+  testing::TempDir dir;
+  std::map<std::string, std::string> out;
+  for (const char* policy : {"all", "tinylfu"}) {
+    ChildProcess child(
+        {kKvtier, "replay", "--conversations", "60", "--gpu-blocks", "16", "--host-blocks", "16",
+         "--disk-blocks", "48", "--disk-admission", policy, "--json"},
+        dir.path());
+    ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
+    out[policy] = child.Stdout();
+  }
+  EXPECT_GT(JsonNumber(out["all"], "disk_written_bytes"), 48 * 4096) << "the disk filled";
+  EXPECT_EQ(JsonNumber(out["all"], "dropped_by_admission"), 0) << out["all"];
+  EXPECT_GT(JsonNumber(out["tinylfu"], "dropped_by_admission"), 0) << out["tinylfu"];
+  EXPECT_LT(JsonNumber(out["tinylfu"], "disk_written_bytes"),
+            JsonNumber(out["all"], "disk_written_bytes"));
+  ChildProcess text(
+      {kKvtier, "replay", "--conversations", "60", "--gpu-blocks", "16", "--host-blocks", "16",
+       "--disk-blocks", "48", "--disk-admission", "min-count", "--disk-admission-min-count", "3"},
+      dir.path());
+  ASSERT_EQ(text.Wait(seconds(60)), 0) << text.Stderr();
+  EXPECT_NE(text.Stdout().find("disk (admission min-count 3)"), std::string::npos) << text.Stdout();
+  EXPECT_NE(text.Stdout().find("blocks kept out by admission"), std::string::npos) << text.Stdout();
 }
 
 TEST(KvtierCliTest, BenchLookupRpcAnswersEveryCall) {

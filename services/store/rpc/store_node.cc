@@ -3,9 +3,6 @@
 #include <atomic>
 #include <random>
 
-#include "common/mutex.h"
-#include "common/thread_annotations.h"
-#include "storage/admission.h"
 #include "services/coordinator/rpc/node_agent.h"
 #include "services/rpc/rpc_server.h"
 #include "services/rpc/session_service.h"
@@ -32,7 +29,7 @@ class StoreNode::Impl {
     tiers.on_event = [this](const storage::StoreEvent& event) {
       if (coordinator::NodeAgent* agent = agent_.load()) agent->Enqueue({ToNodeEvent(event)});
     };
-    KVTIER_RETURN_IF_ERROR(AddAdmissionFilter(tiers));
+    KVTIER_ASSIGN_OR_RETURN(admission_, AddDiskAdmission(options_.config, 0, tiers));
     KVTIER_ASSIGN_OR_RETURN(store_, storage::TieredStore::Create(std::move(tiers)));
     KVTIER_ASSIGN_OR_RETURN(metrics_, storage::StoreMetrics::Create(*options_.registry));
     metrics_->Update(store_->Stats());
@@ -46,7 +43,7 @@ class StoreNode::Impl {
     session_.store = [this](const auth::Tenant& tenant) {
       BlockStoreServiceOptions service{.store = store_.get(), .stream = stream_.get()};
       if (admission_ != nullptr)
-        service.on_request = [this](std::span<const BlockKey> keys) { Record(keys); };
+        service.on_request = [this](std::span<const BlockKey> keys) { admission_->Record(keys); };
       return MakeBlockStoreService(service, tenant);
     };
     rpc::RpcServerOptions server;
@@ -82,27 +79,6 @@ class StoreNode::Impl {
   }
 
  private:
-  // TinyLFU over this store's own traffic: the keys of every put, get and contains it
-  // serves are counted, and a block demoted to a full disk tier enters it only after
-  // `store.disk_admission_min_count` requests (one-off blocks do not flush the disk).
-  Status AddAdmissionFilter(storage::TieredStoreOptions& tiers) {
-    const uint32_t min_count = options_.config.store.disk_admission_min_count;
-    if (min_count == 0 || !tiers.disk) return Status::Ok();
-    KVTIER_ASSIGN_OR_RETURN(
-        storage::FrequencyFilter filter,
-        storage::FrequencyFilter::Create({.min_count = static_cast<uint8_t>(min_count)}));
-    admission_ = std::make_unique<storage::FrequencyFilter>(std::move(filter));
-    tiers.admit_to_disk = [this](const storage::BlockHeader& header) {
-      MutexLock lock(admission_mu_);
-      return admission_->Admit(header.key);
-    };
-    return Status::Ok();
-  }
-  void Record(std::span<const BlockKey> keys) {
-    MutexLock lock(admission_mu_);
-    for (const BlockKey& key : keys) admission_->Record(key);
-  }
-
   void StartAgent() {
     coordinator::NodeAgentOptions agent;
     agent.link.connection.address = options_.config.node.coordinator;
@@ -124,10 +100,8 @@ class StoreNode::Impl {
   }
 
   StoreNodeOptions options_;
-  // A leaf lock: Admit runs under the tiers' locks (on any thread that puts), Record on
-  // the server's thread.
-  Mutex admission_mu_;
-  std::unique_ptr<storage::FrequencyFilter> admission_ KVTIER_PT_GUARDED_BY(admission_mu_);
+  // Counts this store's own requests (puts, gets and contains it serves); null: admit all.
+  std::shared_ptr<storage::DiskAdmission> admission_;
   std::unique_ptr<storage::TieredStore> store_;
   std::unique_ptr<storage::StoreMetrics> metrics_;
   std::unique_ptr<DataStreamServer> stream_;  // before the server whose sessions use it

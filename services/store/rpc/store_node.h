@@ -8,10 +8,11 @@
 // incarnation, a gap, a coordinator restart) with everything the tiers hold.
 //
 // Drain() is what SIGTERM does: leave the coordinator (the node's blocks leave lookups
-// at once), stop serving, make the disk tier durable. The disk tier's admission filter
-// (store.disk_admission_min_count) counts this store's own requests (puts, gets and
-// contains of each key, inline or on the data stream): while the disk has room every
-// demoted block enters it; once it is full, only blocks requested that often.
+// at once), stop serving, make the disk tier durable. The disk tier's admission
+// (store.disk_admission, storage/admission.h) counts this store's own requests (puts,
+// gets and contains of each key, inline or on the data stream): while the disk has room
+// every demoted block enters it; once it is full, the policy weighs each against the
+// blocks it would push out.
 //
 // Thread safety: Create, endpoints, registered and Drain from one controlling thread;
 // the server and the coordinator thread run on their own.

@@ -50,15 +50,15 @@ class StoreNodeTest : public ::testing::Test {
     coordinator_ = coordinator::CoordinatorNode::Create(std::move(options)).value();
   }
 
-  // `admission`: store.disk_admission_min_count, where not the default.
+  // `admission`: store.disk_admission, where not the default.
   std::unique_ptr<StoreNode> StartStore(MetricsRegistry& registry, uint64_t disk_bytes = 1 << 20,
-                                        std::optional<uint32_t> admission = std::nullopt) {
+                                        std::string admission = "") {
     StoreNodeOptions options;
     options.config.data_dir = dir_.path();
     // A one-block host tier over the disk: the second block put moves the first to disk.
     options.config.store.host_cache_bytes = 64 << 10;
     options.config.store.disk_bytes = disk_bytes;
-    if (admission) options.config.store.disk_admission_min_count = *admission;
+    if (!admission.empty()) options.config.store.disk_admission = admission;
     options.config.store.listen = "127.0.0.1:0";
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
@@ -173,8 +173,8 @@ TEST_F(StoreNodeTest, ServesBlocksOnItsDataStream) {
 
 TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
   MetricsRegistry registry;
-  // Host: 1 block, disk: 2, admitting to the full disk blocks asked for twice.
-  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10), /*admission=*/2);
+  // Host: 1 block, disk: 2, admitting to the full disk blocks asked for twice (min-count 2).
+  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10), "min-count");
   ASSERT_NE(node, nullptr);
   const uint64_t scope = SaltScope("");
   auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
@@ -188,6 +188,27 @@ TEST_F(StoreNodeTest, AFullDiskAdmitsOnlyBlocksThisStoreWasAskedForTwice) {
   // Block 5 pushes 4 down: asked once, refused; it is gone.
   Put(*node, {block(5)});
   EXPECT_EQ(States(*node, {1, 2, 3, 4, 5}), "missing present present missing present");
+  EXPECT_TRUE(node->Drain().ok());
+}
+
+TEST_F(StoreNodeTest, UnderTinyLfuABlockAskedForLessOftenThanItsVictimStaysOut) {
+  MetricsRegistry registry;
+  auto node = StartStore(registry, /*disk_bytes=*/2 * (64 << 10), "tinylfu");
+  ASSERT_NE(node, nullptr);
+  const uint64_t scope = SaltScope("");
+  auto block = [&](uint64_t id) { return MakeBlock(id, 64 << 10, 50, scope); };
+  // 1 and 2 on the disk, 3 in the host tier; then 1 is asked for 4 times in all, 3 for 3.
+  for (uint64_t id : {1, 2, 3}) Put(*node, {block(id)});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(States(*node, {1}), "present");
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(States(*node, {3}), "present");
+  // Block 4 pushes 3 down to the full disk, where it would displace 1, the disk's oldest,
+  // asked for more often: 3 is dropped, unwritten (a threshold of 2 would have let it in).
+  Put(*node, {block(4)});
+  EXPECT_EQ(States(*node, {1, 2, 3, 4}), "present present missing present");
+  // 1 has been asked for 5 times; 4, asked for 6 times, then displaces it.
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(States(*node, {4}), "present");
+  Put(*node, {block(5)});
+  EXPECT_EQ(States(*node, {1, 2, 4, 5}), "missing present present present");
   EXPECT_TRUE(node->Drain().ok());
 }
 

@@ -59,8 +59,7 @@ class WorkerNodeTest : public ::testing::Test {
     options.config.worker.listen = "127.0.0.1:0";
     options.config.worker.fetch_stream_min_block_bytes =
         0;  // this test's small blocks go on the stream too
-    options.config.store = {
-        .host_cache_bytes = 1 << 20, .disk_bytes = 0, .disk_admission_min_count = 0};
+    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0};
     if (!write_through_store.empty())
       options.config.worker.write_through_stores = {write_through_store};
     options.config.node.coordinator = coordinator_->endpoints()[0];
