@@ -6,7 +6,8 @@
 //   2. asks the coordinator what is cached (Lookup) and which worker to run on (Route),
 //   3. builds a sequence's block table in the node's pool (Allocate): the cached prefix is
 //      reused in place, the rest are blank blocks it computes into (the pool is mapped
-//      with AttachPool: CUDA IPC or shared memory; bytes never cross the socket),
+//      with AttachPool: CUDA IPC or shared memory; bytes never cross the socket), and
+//      grows it as tokens come (Extend; a static sequence reserves its capacity at once),
 //   4. fills blocks the node's host and disk tiers hold, and with the lookup's locations
 //      (SourcesOf) the blocks other nodes hold, fetched by the node (Onboard),
 //   5. publishes its computed blocks with a retention policy (Commit), and drops the
@@ -119,6 +120,11 @@ struct AllocateRequest {
   uint32_t num_tokens = 0;            // the prompt's length
   std::vector<uint32_t> tokens = {};  // optional: the prompt, for partial reuse of one more block
   uint64_t format_tag = 0;            // what else changes KV values (LoRA, model)
+  // The sequence's mode. 0: dynamic, Extend grows its table block by block. Above 0:
+  // static (preallocated, for CUDA graphs): the table holds the blocks of this many
+  // tokens (at least num_tokens) from Allocate on and never changes, so its block ids
+  // and their addresses stay put; Extend past it is kOutOfRange.
+  uint32_t reserve_tokens = 0;
 };
 
 struct Allocation {

@@ -244,6 +244,50 @@ TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
   }
 }
 
+// A static sequence (reserve_tokens) holds its whole table from Allocate: decoding into
+// it through the mapped pool never moves a block, while other sequences come and go.
+TEST_F(ClientTest, AStaticSequencesBlocksNeverMoveAsItDecodes) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  auto mapping = client->AttachPool(0, TestLayout());
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  auto pool = MappedPool::Map(*mapping);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  auto fixed = client->Allocate({.sequence = 1, .num_tokens = 2, .reserve_tokens = 12});
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  ASSERT_EQ(fixed->block_ids.size(), 3u) << "12 tokens of 4 a block, of a 4-block pool";
+  for (uint32_t b = 0; b < 3; ++b) {
+    std::span<uint8_t> block = pool->block(fixed->block_ids[b]);
+    std::fill(block.begin(), block.end(), static_cast<uint8_t>(0xA0 + b));
+  }
+  for (uint32_t tokens = 3; tokens <= 12; ++tokens) {
+    // Another sequence takes the one block left and gives it back, every step.
+    auto other =
+        client->Allocate({.sequence = 100 + tokens,
+                          .keys = Client::BlockKeys(Prompt(tokens * 50, 4), kTokensPerBlock),
+                          .num_tokens = 4});
+    ASSERT_TRUE(other.ok()) << other.status();
+    ASSERT_TRUE(client->Free(100 + tokens).ok());
+    auto grown = client->Extend(1, tokens);
+    ASSERT_TRUE(grown.ok()) << grown.status();
+    ASSERT_EQ(grown->block_ids, fixed->block_ids) << "at " << tokens << " tokens";
+  }
+  for (uint32_t b = 0; b < 3; ++b) {
+    for (uint8_t byte : pool->block(fixed->block_ids[b])) ASSERT_EQ(byte, 0xA0 + b);
+  }
+  const Result<Allocation> past = client->Extend(1, 13);
+  EXPECT_EQ(past.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(past.status().message().find("reserved 12 tokens"), std::string::npos) << past.status();
+  // A dynamic sequence grows its table instead: a new block at token 5.
+  ASSERT_TRUE(client->Free(1).ok());
+  auto dynamic = client->Allocate({.sequence = 2, .num_tokens = 3});
+  ASSERT_TRUE(dynamic.ok()) << dynamic.status();
+  auto longer = client->Extend(2, 5);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_EQ(longer->block_ids.size(), 2u);
+  EXPECT_EQ(longer->block_ids[0], dynamic->block_ids[0]);
+}
+
 TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
   auto a = Connect();
   ASSERT_NE(a, nullptr);

@@ -66,9 +66,10 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   if (w.sequences_.contains({r.client, r.sequence}))
     return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
   const SequenceId internal = w.next_internal_;
-  KVTIER_ASSIGN_OR_RETURN(SequenceStart start,
-                          state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag,
-                                                      r.block_keys, r.tokens, r.num_tokens}));
+  KVTIER_ASSIGN_OR_RETURN(
+      SequenceStart start,
+      state->pool->StartSequence({internal, r.root, r.salt_scope, r.format_tag, r.block_keys,
+                                  r.tokens, r.num_tokens, r.reserve_tokens}));
   ++w.next_internal_;
   // Victims are offloaded before the partial copy writes: the copy's destination may be
   // a victim's block, whose bytes must leave intact.

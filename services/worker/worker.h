@@ -162,6 +162,7 @@ struct AllocateRequest {
   std::span<const BlockKey> block_keys = {};  // the prompt's full blocks
   std::span<const uint32_t> tokens = {};      // the prompt; empty: no partial reuse
   uint32_t num_tokens = 0;                    // the prompt's length when `tokens` is empty
+  uint32_t reserve_tokens = 0;  // a static sequence's capacity (SequenceRequest); 0: dynamic
 };
 
 struct Allocation {

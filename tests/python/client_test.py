@@ -166,6 +166,25 @@ class ClientTest(unittest.TestCase):
             client.route(prompt_keys, candidates=["no-such-worker"])
         self.assertEqual(nobody.exception.args[0], "UNAVAILABLE")
 
+    def test_a_static_sequence_keeps_its_reserved_table_as_it_decodes(self):
+        client = self.connect()
+        # 20 prompt tokens, reserved to 64 (four blocks of 16): decoding moves nothing.
+        table = client.allocate(20, [kvtier.block_keys(list(range(7000, 7016)), 16)[0]], 20,
+                                reserve_tokens=64)
+        self.assertEqual(len(table.block_ids), 4)
+        for tokens in range(21, 65):
+            self.assertEqual(client.extend(20, tokens).block_ids, table.block_ids)
+        with self.assertRaises(kvtier.Error) as past:
+            client.extend(20, 65)
+        self.assertEqual(past.exception.args[0], "OUT_OF_RANGE")
+        self.assertIn("reserved 64 tokens", past.exception.args[1])
+        client.free(20)
+        # Dynamic (the default): the table grows by a block past 32 tokens.
+        grown = client.allocate(21, [], 15)
+        self.assertEqual(len(grown.block_ids), 1)
+        self.assertEqual(len(client.extend(21, 33).block_ids), 3)
+        client.free(21)
+
     def test_errors_carry_the_status_code(self):
         client = self.connect()
         keys = kvtier.block_keys(list(range(32)), 16)

@@ -269,18 +269,21 @@ void BindSequences(py::class_<Client>& client) {
       .def(
           "allocate",
           [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint32_t num_tokens,
-             const py::object& tokens, uint32_t pool_id, uint64_t format_tag) {
+             const py::object& tokens, uint32_t pool_id, uint64_t format_tag,
+             uint32_t reserve_tokens) {
             AllocateRequest request{.sequence = sequence,
                                     .pool_id = pool_id,
                                     .keys = ToKeys(keys),
                                     .num_tokens = num_tokens,
                                     .tokens = OptionalTokens(tokens),
-                                    .format_tag = format_tag};
+                                    .format_tag = format_tag,
+                                    .reserve_tokens = reserve_tokens};
             py::gil_scoped_release unlocked;
             return ValueOrThrow(c.Allocate(request));
           },
           py::arg("sequence"), py::arg("keys"), py::arg("num_tokens"),
-          py::arg("tokens") = py::none(), py::arg("pool_id") = 0, py::arg("format_tag") = 0)
+          py::arg("tokens") = py::none(), py::arg("pool_id") = 0, py::arg("format_tag") = 0,
+          py::arg("reserve_tokens") = 0)
       .def(
           "extend",
           [](Client& c, uint64_t sequence, uint32_t num_tokens) {

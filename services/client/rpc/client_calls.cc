@@ -186,6 +186,7 @@ class Client::Impl {
           request.setNumTokens(a.num_tokens);
           rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
           request.setFormatTag(a.format_tag);
+          request.setReserveTokens(a.reserve_tokens);
           return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
             return ToAllocation(r.getAllocation());
           }));

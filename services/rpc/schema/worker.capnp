@@ -53,16 +53,20 @@ interface Worker {
 
   allocate @1 (sequenceId :UInt64, poolId :UInt32, keys :List(Common.BlockKey),
                numTokens :UInt32, partialTokens :List(UInt32), tokens :List(UInt32),
-               formatTag :UInt64) -> (allocation :Allocation);
+               formatTag :UInt64, reserveTokens :UInt32) -> (allocation :Allocation);
   # Builds the block table for a new sequence of `numTokens` tokens, reusing the cached
   # prefix named by `keys` (one per full block, under the session's salt) and, with
   # `tokens` (the whole prompt; numTokens entries), the leading tokens of one more cached
   # block of the same `formatTag` (what else changes KV values: LoRA, model). Without
   # `tokens` there is no partial reuse. `partialTokens` is unused (superseded by
   # `tokens`). RESOURCE_EXHAUSTED when eviction cannot free enough blocks.
+  # `reserveTokens` above 0 makes a static sequence: its table holds the blocks of that
+  # many tokens (at least numTokens) from now on and never changes; extend past it is
+  # OUT_OF_RANGE. 0: a dynamic sequence, grown by extend.
 
   extend @2 (sequenceId :UInt64, numTokens :UInt32) -> (allocation :Allocation);
-  # Grows the sequence to `numTokens` tokens (decode). NOT_FOUND: unknown sequence.
+  # Grows the sequence to `numTokens` tokens (decode). NOT_FOUND: unknown sequence;
+  # OUT_OF_RANGE: past a static sequence's reserve.
 
   free @3 (sequenceId :UInt64) -> ();
   # Drops the sequence's references; committed blocks stay cached until evicted. Also done

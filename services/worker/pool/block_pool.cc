@@ -31,6 +31,11 @@ Status CheckSequenceRequest(const SequenceRequest& r, uint32_t tokens_per_block)
                                 std::to_string(prompt / tokens_per_block) +
                                 " full-block keys, not " + std::to_string(r.block_keys.size()));
   }
+  if (r.reserve_tokens != 0 && r.reserve_tokens < prompt) {
+    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": reserve_tokens " +
+                                std::to_string(r.reserve_tokens) + " is less than its " +
+                                std::to_string(prompt) + " prompt tokens");
+  }
   return Status::Ok();
 }
 
@@ -187,7 +192,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   const auto [partial, partial_tokens] = p.BestPartial(parent_key, r.format_tag, rest);
   const bool in_place =
       partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
-  const uint32_t needed = BlocksFor(prompt, tpb);
+  const uint32_t needed = BlocksFor(std::max<size_t>(prompt, r.reserve_tokens), tpb);
   const uint32_t blank = needed - matched - (in_place ? 1 : 0);
   // Feasibility before any change: pinning cached blocks takes them out of the evictable set.
   size_t pinned_evictable = 0;
@@ -224,7 +229,7 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.reused_tokens = matched * tpb + partial_tokens;
   p.stats_.reused_blocks += matched;
   p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root,
-                                      r.format_tag, r.salt_scope});
+                                      r.format_tag, r.salt_scope, r.reserve_tokens});
   return start;
 }
 
@@ -238,6 +243,15 @@ Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
   const uint64_t total = uint64_t{seq.tokens} + tokens;
   if (total > UINT32_MAX)
     return OutOfRangeError("sequence " + std::to_string(id) + " would exceed 2^32 tokens");
+  if (seq.reserved_tokens != 0) {  // static: its table is fixed
+    if (total > seq.reserved_tokens) {
+      return OutOfRangeError("static sequence " + std::to_string(id) + " reserved " +
+                             std::to_string(seq.reserved_tokens) + " tokens; " +
+                             std::to_string(total) + " would not fit");
+    }
+    seq.tokens = static_cast<uint32_t>(total);
+    return SequenceGrowth{};
+  }
   const uint32_t blank = BlocksFor(total, tpb) - static_cast<uint32_t>(seq.table.size());
   KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank));
   SequenceGrowth growth;

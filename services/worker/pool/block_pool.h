@@ -112,10 +112,15 @@ struct SequenceRequest {
   std::span<const uint32_t>
       tokens;               // the prompt; empty: no partial reuse, num_tokens says its length
   uint32_t num_tokens = 0;  // the prompt's length when `tokens` is empty; at least 1
+  // 0: a dynamic sequence, which Extend grows block by block. Otherwise a static one
+  // (preallocated, as a CUDA graph needs): its table gets the blocks of this many tokens
+  // now (at least the prompt's) and never changes after, neither grown nor released
+  // where it left a window; Extend past it is kOutOfRange.
+  uint32_t reserve_tokens = 0;
 };
 
 struct SequenceStart {
-  std::vector<BlockId> block_table;  // ceil(tokens / tokens_per_block) blocks
+  std::vector<BlockId> block_table;  // ceil(max(tokens, reserve_tokens) / tokens_per_block)
   uint32_t reused_blocks = 0;        // full blocks found cached
   uint32_t reused_tokens = 0;        // tokens whose KV need not be computed
   std::optional<PartialCopy> copy;   // copy-on-partial-reuse to do now
@@ -179,7 +184,9 @@ class BlockPool {
 
   // ---- sequences ----------------------------------------------------------------------
   [[nodiscard]] Result<SequenceStart> StartSequence(const SequenceRequest& request);
-  // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed.
+  // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed
+  // (none for a static sequence). kOutOfRange past a static sequence's reserve: nothing
+  // changes.
   [[nodiscard]] Result<SequenceGrowth> Extend(SequenceId id, uint32_t tokens);
   // Commits the sequence's first block_keys.size() full blocks under those keys (the
   // chain from request.root), storing `tokens` (all of theirs, or none: then they are no

@@ -43,6 +43,7 @@ struct Sequence {
   BlockKey root;
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
+  uint32_t reserved_tokens = 0;  // a static sequence's fixed capacity; 0: dynamic
 };
 
 using Expiry = DeadlineHeap<uint32_t>::Entry;

@@ -214,7 +214,7 @@ class WorkerServer final : public schema::Worker::Server {
     const auto p = call.getParams();
     return OnWorker([caller = caller_, keys = Salted(p.getKeys()), tokens = ToTokens(p.getTokens()),
                      sequence = p.getSequenceId(), pool = p.getPoolId(), format = p.getFormatTag(),
-                     num_tokens = p.getNumTokens()] {
+                     num_tokens = p.getNumTokens(), reserve = p.getReserveTokens()] {
              return caller.worker->Allocate({.client = caller.client,
                                              .sequence = sequence,
                                              .pool_id = pool,
@@ -223,7 +223,8 @@ class WorkerServer final : public schema::Worker::Server {
                                              .format_tag = format,
                                              .block_keys = keys,
                                              .tokens = tokens,
-                                             .num_tokens = num_tokens});
+                                             .num_tokens = num_tokens,
+                                             .reserve_tokens = reserve});
            })
         .then([call](const Result<Allocation>& a) mutable {
           Answer(a, call.getResults().initAllocation());
