@@ -3,28 +3,18 @@
 // CUDA graph captured over it needs.
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "services/worker/pool/block_pool.h"
+#include "services/worker/pool/block_pool_testing.h"
 
 namespace kvtier::worker {
 namespace {
 
-constexpr uint32_t kTpb = 4;
-const BlockKey kRoot{1, 1};
+using testing::kRoot;
+using testing::kTpb;
+using testing::MakePool;
+using testing::Tokens;
+
 BlockKey Key(uint64_t n) { return BlockKey{0x2000 + n, n * 104729}; }
-
-std::unique_ptr<BlockPool> MakePool(uint32_t blocks, BlockPoolOptions options = {}) {
-  options.num_blocks = blocks;
-  options.tokens_per_block = kTpb;
-  return BlockPool::Create(options).value();
-}
-
-std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
-  std::vector<uint32_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
 
 // A static sequence's request; `prompt` and `keys` must outlive it.
 SequenceRequest Static(SequenceId id, const std::vector<uint32_t>& prompt, uint32_t reserve,

@@ -1,30 +1,21 @@
 #include "services/worker/pool/block_pool.h"
+#include "services/worker/pool/block_pool_testing.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <numeric>
 
 namespace kvtier::worker {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr uint32_t kTpb = 4;
-const BlockKey kRoot{1, 1};
+using testing::kRoot;
+using testing::kTpb;
+using testing::MakePool;
+using testing::Tokens;
+
 BlockKey Key(uint64_t n) { return BlockKey{0x1000 + n, n * 7919}; }
-
-std::unique_ptr<BlockPool> MakePool(uint32_t blocks, BlockPoolOptions options = {}) {
-  options.num_blocks = blocks;
-  options.tokens_per_block = kTpb;
-  return BlockPool::Create(options).value();
-}
-
-std::vector<uint32_t> Tokens(uint32_t first, uint32_t count) {
-  std::vector<uint32_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
 
 // Starts a sequence whose full blocks are keyed by `keys`, and commits them.
 SequenceStart StartAndCommit(BlockPool& pool, SequenceId id, const std::vector<BlockKey>& keys,
