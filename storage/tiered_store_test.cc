@@ -2,110 +2,19 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <map>
-#include <random>
-#include <set>
-#include <string>
 #include <thread>
+#include <vector>
 
-#include "common/mutex.h"
-#include "storage/testing/blocks.h"
-#include "tests/testing/test_util.h"
+#include "storage/testing/tiered_store_fixture.h"
 
 namespace kvtier::storage {
 namespace {
 
-using kvtier::testing::TempDir;
+using testing::kPage;
 using testing::MakeBlock;
+using testing::Recorded;
 using testing::TestBlock;
-
-constexpr uint32_t kPage = 4096;
-
-struct Recorded {
-  StoreEvent::Kind kind;
-  Tier tier;
-  uint64_t id;
-  friend bool operator==(const Recorded&, const Recorded&) = default;
-};
-
-class TieredStoreTest : public ::testing::Test {
- protected:
-  std::unique_ptr<TieredStore> Make(uint64_t host_pages, uint64_t disk_bytes,
-                                    decltype(TieredStoreOptions::admit_to_disk) admit = nullptr) {
-    TieredStoreOptions options;
-    if (host_pages > 0) {
-      options.host = HostTierOptions{};
-      options.host->capacity_bytes = host_pages * kPage;
-      options.host->page_bytes = kPage;
-      options.host->try_huge_pages = false;
-    }
-    if (disk_bytes > 0) {
-      options.disk = DiskTierOptions{};
-      options.disk->path = dir_.path();
-      options.disk->capacity_bytes = disk_bytes;
-      options.disk->memtable_bytes = 1 << 20;
-    }
-    options.admit_to_disk = std::move(admit);
-    options.free_ahead_bytes = free_ahead_bytes_;
-    options.on_event = [this](const StoreEvent& event) {
-      if (before_told_) before_told_(event);
-      MutexLock lock(events_mu_);
-      events_.push_back(Recorded{event.kind, event.tier, event.header.key.lo});
-    };
-    auto store = TieredStore::Create(std::move(options));
-    EXPECT_TRUE(store.ok()) << store.status();
-    return std::move(store).value();
-  }
-
-  // `count` blocks of `bytes` from id `first` on.
-  static std::vector<TestBlock> Blocks(uint64_t first, uint64_t count, uint64_t bytes,
-                                       uint8_t priority) {
-    std::vector<TestBlock> blocks;
-    for (uint64_t id = first; id < first + count; ++id)
-      blocks.push_back(MakeBlock(id, bytes, priority));
-    return blocks;
-  }
-
-  // `first` put one at a time, then `then` in one batch (which makes room for all of it at once).
-  static void PutThenBatch(TieredStore& store, const std::vector<TestBlock>& first,
-                           const std::vector<TestBlock>& then) {
-    for (const TestBlock& b : first) ASSERT_TRUE(store.Put(b.header, b.payload).ok());
-    std::vector<PutItem> items;
-    for (const TestBlock& b : then) items.push_back({b.header, b.payload});
-    for (const Status& put : store.PutBatch(items)) ASSERT_TRUE(put.ok()) << put;
-  }
-
-  void ChangeConcurrentlyThenCheckEvents();
-
-  // From now on, counts into moved_down_here_ the blocks that puts on the calling thread
-  // move down to disk (not those the store's own thread moves).
-  void CountMovesDownHere() {
-    before_told_ = [this, here = std::this_thread::get_id()](const StoreEvent& event) {
-      if (event.kind == StoreEvent::Kind::kStored && event.tier == Tier::kDisk &&
-          std::this_thread::get_id() == here) {
-        moved_down_here_.fetch_add(1);
-      }
-    };
-  }
-
-  // What the store told so far (a copy: the demoter's thread may add to it meanwhile).
-  std::vector<Recorded> Events() {
-    MutexLock lock(events_mu_);
-    return events_;
-  }
-  void ClearEvents() {
-    MutexLock lock(events_mu_);
-    events_.clear();
-  }
-
-  TempDir dir_;
-  uint64_t free_ahead_bytes_ = 0;  // Make's TieredStoreOptions::free_ahead_bytes
-  Mutex events_mu_;                // tests that change the store from several threads
-  std::function<void(const StoreEvent&)> before_told_;  // runs first in on_event
-  std::atomic<int> moved_down_here_{0};                 // CountMovesDownHere
-  std::vector<Recorded> events_ KVTIER_GUARDED_BY(events_mu_);
-};
+using testing::TieredStoreTest;
 
 TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
   auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
@@ -376,83 +285,6 @@ TEST_F(TieredStoreTest, VictimsPastEightMiBMoveDownInSeveralWritesEachWhole) {
   }
 }
 
-// Block 4 moves down to disk (block 5 takes the one host page) and is corrupted there.
-// Its get reports data loss and returns nothing; the disk tier drops it and that is told
-// as the disk's removal, so the coordinator stops naming this node for it.
-TEST_F(TieredStoreTest, ACorruptDiskBlockIsToldAsRemoved) {
-  auto store = Make(/*host_pages=*/1, /*disk_bytes=*/1 << 20);
-  const TestBlock b4 = MakeBlock(4, kPage), b5 = MakeBlock(5, kPage);
-  ASSERT_TRUE(store->Put(b4.header, b4.payload).ok());
-  ASSERT_TRUE(store->Put(b5.header, b5.payload).ok());
-  ASSERT_TRUE(testing::CorruptPayload(dir_.path(), b4.payload));
-  ClearEvents();
-  std::vector<uint8_t> out(kPage);
-  EXPECT_EQ(store->Get(b4.ref(), out).status().code(), StatusCode::kDataLoss);
-  using K = StoreEvent::Kind;
-  EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, Tier::kDisk, 4}}));
-  EXPECT_EQ(store->Stats().promoted, 0u);
-  ASSERT_EQ(store->Holdings().size(), 1u);
-  EXPECT_EQ(store->Holdings()[0].second.key.lo, 5u);
-}
-
-// Four threads put (priority 50: demoted when evicted), get (a disk hit comes back up)
-// and now and then remove 24 blocks through a host tier of 6 and a disk tier of 12
-// (puts into the host tier run in parallel). Replayed in the order they were told, the
-// events say which tiers hold each block at the end, as the holdings list them.
-// Four threads put, get and remove 24 blocks at random over a six-page host tier and a
-// twelve-page disk; the events told, replayed, say where each block is.
-void TieredStoreTest::ChangeConcurrentlyThenCheckEvents() {
-  auto store = Make(/*host_pages=*/6, /*disk_bytes=*/12 * kPage);
-  constexpr uint64_t kBlocks = 24;
-  std::vector<TestBlock> blocks;
-  for (uint64_t id = 0; id < kBlocks; ++id) blocks.push_back(MakeBlock(id, kPage, 50));
-  std::vector<std::thread> threads;
-  for (unsigned t = 0; t < 4; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937 rng(t);
-      std::vector<uint8_t> out(kPage);
-      for (int op = 0; op < 3000; ++op) {
-        const TestBlock& block = blocks[rng() % kBlocks];
-        const unsigned what = rng() % 20;
-        if (what == 0) {
-          (void)store->Remove(block.ref());
-        } else if (what < 8) {
-          (void)store->Get(block.ref(), out);
-        } else {
-          (void)store->Put(block.header,
-                           block.payload);  // kResourceExhausted now and then: every page in a copy
-        }
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  // The store's own thread, where it keeps room ahead, finishes moving blocks down.
-  ASSERT_TRUE(kvtier::testing::WaitUntil(
-      [&] { return store->Stats().host->bytes + free_ahead_bytes_ <= 6 * kPage; }));
-
-  const std::vector<Recorded> events = Events();  // not held while the tiers' locks are taken below
-  std::map<uint64_t, std::pair<bool, bool>> told;  // block -> (in host, on disk)
-  for (const Recorded& e : events) {
-    auto& [host, disk] = told[e.id];
-    (e.tier == Tier::kHost ? host : disk) = e.kind == StoreEvent::Kind::kStored;
-  }
-  std::map<uint64_t, std::pair<bool, bool>> held;
-  for (const auto& [tier, header] : store->Holdings()) {
-    auto& [host, disk] = held[header.key.lo];
-    (tier == Tier::kHost ? host : disk) = true;
-  }
-  ASSERT_GT(store->Stats().demoted, 0u) << "the run moved blocks down";
-  ASSERT_GT(store->Stats().promoted, 0u) << "and back up";
-  const auto where = [](std::pair<bool, bool> tiers) {
-    return std::string(tiers.first ? "host" : "") + (tiers.first && tiers.second ? "+" : "") +
-           (tiers.second ? "disk" : "") + (tiers.first || tiers.second ? "" : "nowhere");
-  };
-  for (uint64_t id = 0; id < kBlocks; ++id) {
-    EXPECT_EQ(where(told[id]), where(held[id]))
-        << "block " << id << " (" << events.size() << " events)";
-  }
-}
-
 // A put from a thread that works behind its callers makes its own room and leaves the
 // room kept ahead to puts that callers wait for. Blocks 0-5 fill six of the eight pages
 // (the two kept free are left whole). A batch of two (6, 7) put behind moves two blocks
@@ -507,60 +339,6 @@ TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
     if (tier == Tier::kDisk) on_disk.insert(header.key.lo);
   }
   EXPECT_EQ(on_disk, (std::set<uint64_t>{0, 1}));
-}
-
-TEST_F(TieredStoreTest, ConcurrentChangesAreToldInTheOrderTheyHappen) {
-  ChangeConcurrentlyThenCheckEvents();
-}
-
-// The same with two pages kept free by the store's own thread, which moves blocks down
-// beside the puts, gets and removals.
-TEST_F(TieredStoreTest, ConcurrentChangesBesideTheStoresDemotionsAreToldInOrder) {
-  free_ahead_bytes_ = 2 * kPage;
-  ChangeConcurrentlyThenCheckEvents();
-}
-
-// Block 1 is put again (at priority 40, now the lowest) on one thread, and telling that
-// store is held up; another thread's put of block 3 then needs room and evicts block 1
-// to disk. The eviction must not be told before the store it follows: it waits (here up
-// to 200 ms, then the first is let go), and the last word on block 1 is its move to disk:
-// stored there, then removed from the host tier.
-TEST_F(TieredStoreTest, AStoreIsToldBeforeTheEvictionThatFollowsIt) {
-  auto store = Make(/*host_pages=*/2, /*disk_bytes=*/1 << 20);
-  const TestBlock b1 = MakeBlock(1, kPage, 50), b2 = MakeBlock(2, kPage, 50),
-                  b3 = MakeBlock(3, kPage, 50);
-  ASSERT_TRUE(store->Put(b1.header, b1.payload).ok());
-  ASSERT_TRUE(store->Put(b2.header, b2.payload).ok());
-  TestBlock lower = b1;
-  lower.header.priority = 40;
-  std::atomic<bool> held{false}, let_go{false}, evicted{false};
-  before_told_ = [&](const StoreEvent& event) {
-    if (event.kind == StoreEvent::Kind::kStored && event.header.key.lo == 1 && !let_go.load()) {
-      held = true;
-      while (!let_go.load()) std::this_thread::yield();
-    }
-  };
-  std::thread refresh([&] { EXPECT_TRUE(store->Put(lower.header, lower.payload).ok()); });
-  ASSERT_TRUE(kvtier::testing::WaitUntil([&] { return held.load(); }));
-  std::thread evict([&] {
-    EXPECT_TRUE(store->Put(b3.header, b3.payload).ok());
-    evicted = true;
-  });
-  kvtier::testing::WaitUntil([&] { return evicted.load(); }, std::chrono::milliseconds(200));
-  let_go = true;
-  refresh.join();
-  evict.join();
-  std::vector<Recorded> about_1;
-  for (const Recorded& e : Events()) {
-    if (e.id == 1) about_1.push_back(e);
-  }
-  using K = StoreEvent::Kind;
-  ASSERT_GE(about_1.size(), 3u);
-  EXPECT_EQ(std::vector<Recorded>(about_1.end() - 3, about_1.end()),
-            (std::vector<Recorded>{{K::kStored, Tier::kHost, 1},
-                                   {K::kStored, Tier::kDisk, 1},
-                                   {K::kRemoved, Tier::kHost, 1}}));
-  EXPECT_EQ(store->Holdings().size(), 3u);  // 2 and 3 in host, 1 on disk
 }
 
 TEST(TieredStoreOptionsTest, NeedsATier) {
