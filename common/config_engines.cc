@@ -4,12 +4,11 @@
 // form too (config.cc).
 #include <charconv>
 
+#include "common/config_field_kinds.h"
 #include "common/config_fields.h"
 
 namespace kvtier::config_internal {
 namespace {
-
-std::string Quote(std::string_view v) { return "\"" + std::string(v) + "\""; }
 
 Status CheckEndpoint(std::string_view what, std::string_view endpoint) {
   if (endpoint.starts_with("tcp://") || endpoint.starts_with("ipc://")) return Status::Ok();

@@ -26,6 +26,11 @@ const std::vector<Field>& Fields();
 // coordinator.engines, coordinator.http_listen, coordinator.sdk_tokens_per_block
 // (config_engines.cc).
 void AddEngineFields(std::vector<Field>& fields);
+// store.* (config_node_fields.cc).
+void AddStoreFields(std::vector<Field>& fields);
+// worker.* beyond the pool and layout: tier hand-off, serving, write-through
+// (config_node_fields.cc).
+void AddWorkerNodeFields(std::vector<Field>& fields);
 // "host:port", "[v6]:port" or "unix:/path"; ports in [0, 65535].
 Status CheckListenAddress(std::string_view address);
 const Field* FindField(std::string_view path);
