@@ -303,8 +303,20 @@ TEST(PrometheusScrapeTest, FindsEveryRoleOfARunningKvtier) {
                            "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port)},
                           dir.path());
   const std::string api = "http://127.0.0.1:" + std::to_string(prometheus_port) + "/api/v1/";
-  std::this_thread::sleep_for(seconds(15));
-  const std::string roles = Curl(api + "query?query=kvtier_role_info");
+  // Prometheus starts and scrapes every second: waited for, bounded, for a loaded machine
+  // (a fixed sleep lost the race while the chaos soak ran beside it).
+  std::string roles;
+  testing::WaitUntil(
+      [&] {
+        roles.clear();
+        if (RunCommand("curl -sS --max-time 5 '" + api + "query?query=kvtier_role_info'", &roles) ==
+                0 &&
+            roles.find("\"role\":\"store\"") != std::string::npos)
+          return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return false;
+      },
+      seconds(60));
   for (const char* role : {"coordinator", "worker", "store"}) {
     EXPECT_NE(roles.find(std::string("\"role\":\"") + role + "\""), std::string::npos)
         << role << ": " << roles;
