@@ -397,11 +397,8 @@ TieredStore::~TieredStore() = default;
 Status TieredStore::Put(const BlockHeader& header, std::span<const uint8_t> payload) {
   return impl_->Put(header, payload);
 }
-std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items) {
-  return impl_->PutBatch(items);
-}
-std::vector<Status> TieredStore::PutBatchBehind(std::span<const PutItem> items) {
-  return impl_->PutBatchBehind(items);
+std::vector<Status> TieredStore::PutBatch(std::span<const PutItem> items, PutRoom room) {
+  return room == PutRoom::kOwn ? impl_->PutBatchBehind(items) : impl_->PutBatch(items);
 }
 Status TieredStore::Flush() { return impl_->Flush(); }
 
@@ -413,18 +410,20 @@ std::vector<Result<TieredHit>> TieredStore::GetBatch(std::span<const BlockRef> r
                                                      PromoteDiskHits promote) {
   return impl_->GetBatch(refs, outs, promote);
 }
-Result<PinnedBlock> TieredStore::PinInHost(const BlockRef& ref) { return impl_->PinInHost(ref); }
-bool TieredStore::CanLendHostPages() const { return impl_->CanLendHostPages(); }
-Result<HostReservation> TieredStore::ReserveInHost(std::span<const BlockHeader> headers) {
+Result<PinnedBlock> TieredStore::HostPages::Pin(const BlockRef& ref) {
+  return impl_->PinInHost(ref);
+}
+bool TieredStore::HostPages::can_lend() const { return impl_->CanLendHostPages(); }
+Result<HostReservation> TieredStore::HostPages::Reserve(std::span<const BlockHeader> headers) {
   return impl_->ReserveInHost(headers);
 }
-std::vector<Status> TieredStore::CommitInHost(HostReservation reservation) {
+std::vector<Status> TieredStore::HostPages::Commit(HostReservation reservation) {
   return impl_->CommitInHost(std::move(reservation));
 }
+Status TieredStore::HostPages::MoveOut(const BlockRef& ref) { return impl_->MoveOutOfHost(ref); }
 Result<BlockHeader> TieredStore::Peek(const BlockRef& ref) { return impl_->Peek(ref); }
 bool TieredStore::Contains(const BlockRef& ref) { return impl_->Peek(ref).ok(); }
 Status TieredStore::Remove(const BlockRef& ref) { return impl_->Remove(ref); }
-Status TieredStore::MoveOutOfHost(const BlockRef& ref) { return impl_->MoveOutOfHost(ref); }
 std::vector<std::pair<Tier, BlockHeader>> TieredStore::Holdings() const {
   return impl_->Holdings();
 }

@@ -3,18 +3,17 @@
 // Put lands in the host tier (or the disk tier when the node has no host tier). A block
 // the host tier evicts moves down to disk when its effective priority is at least
 // `demote_min_priority` (secondary_offload_min_priority, default 35) and, when the disk
-// tier is full (the block could only enter by displacing others), the injected admission
-// filter (the coordinator's frequency sketch, where enabled) accepts it; otherwise it is
-// dropped. While the disk has room every block is kept: refusing one then loses a
-// possible hit and saves nothing. The victims of one put (a PutBatch makes room for all
-// its blocks at once) go down in one disk batch: one write, and under fsync one sync.
-// Get reads host, then disk; a disk hit is promoted into the host tier (the disk copy
-// stays, so a later demotion rewrites nothing); GetBatch promotes its disk hits together,
-// unless its caller keeps the blocks in a place of its own (PromoteDiskHits::kNo).
-// Every change of where a block lives is reported to `on_event` for the node's sequenced
-// event stream, as each tier's store or removal: a demotion is the disk's kStored, then the host's
-// kRemoved (for that moment the block is in both, and it is readable from both); a block
-// a get finds corrupt is dropped from its tier and told as that tier's kRemoved.
+// tier is full (the block could only enter by displacing others), the disk's admission
+// (`admit_to_disk`, storage/admission.h) accepts it; otherwise it is dropped. While the disk has
+// room every block is kept: refusing one then loses a possible hit and saves nothing. The victims
+// of one put (a PutBatch makes room for all its blocks at once) go down in one disk batch: one
+// write, and under fsync one sync. Get reads host, then disk; a disk hit is promoted into the host
+// tier (the disk copy stays, so a later demotion rewrites nothing); GetBatch promotes its disk hits
+// together, unless its caller keeps the blocks in a place of its own (PromoteDiskHits::kNo). Every
+// change of where a block lives is reported to `on_event` for the node's sequenced event stream, as
+// each tier's store or removal: a demotion is the disk's kStored, then the host's kRemoved (for
+// that moment the block is in both, and it is readable from both); a block a get finds corrupt is
+// dropped from its tier and told as that tier's kRemoved.
 //
 // Thread safety: safe from any thread; puts run in parallel (their copies and checks
 // outside the tiers' locks, and so do the disk writes of the demotions they cause, the
@@ -65,6 +64,18 @@ struct TieredStoreOptions {
   std::function<void(const StoreEvent&)> on_event;
 };
 
+// Whose room a PutBatch takes where the store keeps room free ahead of puts
+// (free_ahead_bytes).
+enum class PutRoom : bool {
+  kKeptAhead,  // a caller waits for the put: it may take the room kept free
+  // A thread behind its callers (a worker's offload staging): it makes room for its blocks
+  // itself, on its own thread, and leaves the room kept ahead to the puts callers wait
+  // for (a fetch's promotions). Taking that room, it left them waiting for the disk writes
+  // of their demotions
+  // (docs/history/benchmarks-2026-11.md#the-stagings-puts-make-their-own-room-2026-11-27-stop-44).
+  kOwn,
+};
+
 // Whether a GetBatch promotes its disk hits into the host tier (where promote_on_hit lets
 // it). A worker that fetches blocks into its pool asks kNo: the host tier would hold a
 // copy of a block the pool holds, and the pool offloads the block to the host tier anyway
@@ -88,26 +99,50 @@ struct TieredStoreStats {
   uint64_t dropped_below_priority = 0;
   uint64_t dropped_by_admission = 0;
   uint64_t promoted = 0;
-  uint64_t onboarded = 0;  // left the host tier for the pool that fetched them (MoveOutOfHost)
+  uint64_t onboarded = 0;  // left the host tier for the pool that fetched them (HostPages::MoveOut)
 };
 
 class TieredStore {
  public:
+  class Impl;
+
+  // The host tier's pages used in place, beside the copies Put and Get make: a sender
+  // gathering from them, a receiver writing into them, a pool taking a block over. A view
+  // of its store (valid while the store lives), safe from any thread.
+  class HostPages {
+   public:
+    // The block held in place (HostTier::Pin), for a sender that gathers from there;
+    // kNotFound when the host tier does not hold it (Get reads it from disk), kDataLoss
+    // when it failed its checksum there (dropped; a Get may still find it on disk).
+    [[nodiscard]] Result<PinnedBlock> Pin(const BlockRef& ref);
+    // Whether Pin's pins may be unpinned lent (HostTier::can_lend_pages); false without a
+    // host tier.
+    bool can_lend() const;
+    // A put written in place: HostTier::Reserve, then Commit (events and demotions as
+    // PutBatch's). kFailedPrecondition from Reserve when the store has no host tier.
+    // REQUIRES: a reservation is committed to the store that made it.
+    [[nodiscard]] Result<HostReservation> Reserve(std::span<const BlockHeader> headers);
+    [[nodiscard]] std::vector<Status> Commit(HostReservation reservation);
+    // The block leaves the host tier for a place of the caller's: a worker's pool that
+    // has fetched it and landed it (its disk copy, if any, stays). Told as the host's
+    // kRemoved; counted in Stats().onboarded. The host tier's room then goes to blocks no
+    // pool holds, and the pool offloads the block back when it evicts it. kNotFound when
+    // the host tier does not hold it (or is being moved down: the move goes on).
+    [[nodiscard]] Status MoveOut(const BlockRef& ref);
+
+   private:
+    friend class TieredStore;
+    explicit HostPages(Impl* impl) : impl_(impl) {}
+    Impl* impl_;
+  };
+
   // kInvalidArgument when neither tier is configured or a tier's handler is set.
   [[nodiscard]] static Result<std::unique_ptr<TieredStore>> Create(TieredStoreOptions options);
   ~TieredStore();
 
   [[nodiscard]] Status Put(const BlockHeader& header, std::span<const uint8_t> payload);
-  [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items);
-  // PutBatch for a thread that works behind its callers (a worker's offload staging): it
-  // first makes room for its blocks itself, on its own thread, and leaves the room kept
-  // ahead (free_ahead_bytes) to the puts that callers wait for (a fetch's promotions, an
-  // offload that found the staging full). A plain PutBatch from such a thread took that
-  // room as fast as the store's thread made it, and a worker's fetches then waited for
-  // the disk writes of their promotions
-  // (docs/history/benchmarks-2026-11.md#the-stagings-puts-make-their-own-room-2026-11-27-stop-44).
-  // The same as PutBatch without free_ahead_bytes.
-  [[nodiscard]] std::vector<Status> PutBatchBehind(std::span<const PutItem> items);
+  [[nodiscard]] std::vector<Status> PutBatch(std::span<const PutItem> items,
+                                             PutRoom room = PutRoom::kKeptAhead);
   // The payload into `out`, from the highest tier that has it; kDataLoss as Tier::Get.
   [[nodiscard]] Result<TieredHit> Get(const BlockRef& ref, std::span<uint8_t> out);
   // Get for each block (refs[i] into outs[i]), one result each, with the disk hits
@@ -118,27 +153,8 @@ class TieredStore {
   [[nodiscard]] std::vector<Result<TieredHit>> GetBatch(
       std::span<const BlockRef> refs, std::span<const std::span<uint8_t>> outs,
       PromoteDiskHits promote = PromoteDiskHits::kYes);
-  // The block held in place in the host tier (HostTier::Pin), for a sender that gathers
-  // from there; kNotFound when the host tier does not hold it (Get reads it from disk),
-  // kDataLoss when it failed its checksum there (dropped; a Get may still find it on disk).
-  [[nodiscard]] Result<PinnedBlock> PinInHost(const BlockRef& ref);
-  // Whether PinInHost's pins may be unpinned lent (HostTier::can_lend_pages); false
-  // without a host tier.
-  bool CanLendHostPages() const;
-  // A put written in place: HostTier::Reserve and Commit (events and demotions as
-  // PutBatch's). kFailedPrecondition from ReserveInHost when the store has no host tier.
-  // REQUIRES: a reservation is committed to the store that made it.
-  [[nodiscard]] Result<HostReservation> ReserveInHost(std::span<const BlockHeader> headers);
-  [[nodiscard]] std::vector<Status> CommitInHost(HostReservation reservation);
   [[nodiscard]] Result<BlockHeader> Peek(const BlockRef& ref);
   bool Contains(const BlockRef& ref);
-  // The block leaves the host tier for a place of the caller's: a worker's pool that has
-  // fetched it and landed it (its disk copy, if any, stays). Told as the host's kRemoved;
-  // counted in Stats().onboarded. The host tier's room then goes to blocks no pool holds,
-  // and the pool offloads the block back when it evicts it (it raised the replay's hit rate:
-  // docs/history/benchmarks-2026-11.md#host-hits-leave-the-host-tier-once-in-the-pool-2026-11-27-stop-44).
-  // kNotFound when the host tier does not hold it (or is being moved down: the move goes on).
-  [[nodiscard]] Status MoveOutOfHost(const BlockRef& ref);
   // Removes the block from every tier; kNotFound when no tier had it.
   [[nodiscard]] Status Remove(const BlockRef& ref);
   // Every copy: (tier, header) for each tier that holds a block, for a snapshot to the
@@ -150,7 +166,9 @@ class TieredStore {
   // the node has no disk tier.
   [[nodiscard]] Status Flush();
 
-  class Impl;
+  // The host tier's pages in place (HostPages); its calls fail as documented there when
+  // the store has no host tier.
+  HostPages host_pages() { return HostPages(impl_.get()); }
 
  private:
   explicit TieredStore(std::unique_ptr<Impl> impl);

@@ -181,7 +181,7 @@ class Harness {
 
   void Pin(FuzzChoices& in) {
     const testing::TestBlock b = MakeFuzzBlock(in);
-    const Result<PinnedBlock> pinned = store_->PinInHost(b.ref());
+    const Result<PinnedBlock> pinned = store_->host_pages().Pin(b.ref());
     if (!pinned.ok()) return;
     std::vector<uint8_t> bytes;
     pinned->ForEachPiece([&](std::span<const uint8_t> piece) {
@@ -193,7 +193,7 @@ class Harness {
   void RemoveOrMove(FuzzChoices& in) {
     const testing::TestBlock b = MakeFuzzBlock(in);
     if (in.Below(2) == 0) {
-      (void)store_->MoveOutOfHost(b.ref());
+      (void)store_->host_pages().MoveOut(b.ref());
       return;
     }
     if (!store_->Remove(b.ref()).ok()) return;

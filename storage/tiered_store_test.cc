@@ -61,14 +61,15 @@ TEST_F(TieredStoreTest, HostEvictionsMoveDownByPriorityAndDiskHitsComeBackUp) {
 
   // A worker's pool takes block 0: it leaves the host tier (told), its disk copy stays.
   ClearEvents();
-  ASSERT_TRUE(store->MoveOutOfHost(b0.ref()).ok());
+  ASSERT_TRUE(store->host_pages().MoveOut(b0.ref()).ok());
   EXPECT_EQ(Events(), (std::vector<Recorded>{{K::kRemoved, Tier::kHost, 0}}));
   EXPECT_EQ(store->Stats().onboarded, 1u);
   auto from_disk = store->Get(b0.ref(), out);
   ASSERT_TRUE(from_disk.ok()) << from_disk.status();
   EXPECT_EQ(from_disk->tier, Tier::kDisk);
   // Block 2 is only on disk: there is nothing to move out of the host tier.
-  EXPECT_EQ(store->MoveOutOfHost(MakeBlock(2, kPage, 50).ref()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->host_pages().MoveOut(MakeBlock(2, kPage, 50).ref()).code(),
+            StatusCode::kNotFound);
   EXPECT_EQ(store->Stats().onboarded, 1u);
 }
 
@@ -118,14 +119,14 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
   ASSERT_TRUE(store->Put(five.header, five.payload).ok());
   ASSERT_TRUE(store->Put(seven.header, seven.payload).ok());  // evicts block 6 to disk
 
-  Result<PinnedBlock> pinned = store->PinInHost(five.ref());
+  Result<PinnedBlock> pinned = store->host_pages().Pin(five.ref());
   ASSERT_TRUE(pinned.ok()) << pinned.status();
   std::vector<uint8_t> bytes;
   pinned->ForEachPiece([&](std::span<const uint8_t> piece) {
     bytes.insert(bytes.end(), piece.begin(), piece.end());
   });
   EXPECT_EQ(bytes, five.payload);
-  EXPECT_EQ(store->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store->host_pages().Pin(six.ref()).status().code(), StatusCode::kNotFound);
   std::vector<uint8_t> out(kPage);
   EXPECT_EQ(store->Get(six.ref(), out)->tier, Tier::kDisk);
   pinned = NotFoundError("released");  // a pin must not outlive its tier
@@ -133,7 +134,7 @@ TEST_F(TieredStoreTest, OnlyTheHostTiersBlocksArePinnedInPlace) {
 
   auto disk_only = Make(0, 1 << 20);  // the same directory: block 6 is there
   ASSERT_TRUE(disk_only->Contains(six.ref()));
-  EXPECT_EQ(disk_only->PinInHost(six.ref()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(disk_only->host_pages().Pin(six.ref()).status().code(), StatusCode::kNotFound);
 }
 
 // A put written in place: blocks 6 and 5 fill a two-page host tier over a disk; reserving
@@ -147,14 +148,15 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
   ASSERT_TRUE(store->Put(five.header, five.payload).ok());
   ClearEvents();
 
-  Result<HostReservation> reserved = store->ReserveInHost(std::vector<BlockHeader>{seven.header});
+  Result<HostReservation> reserved =
+      store->host_pages().Reserve(std::vector<BlockHeader>{seven.header});
   ASSERT_TRUE(reserved.ok()) << reserved.status();
   EXPECT_EQ(Events(), (std::vector<Recorded>{{StoreEvent::Kind::kStored, Tier::kDisk, 6},
                                              {StoreEvent::Kind::kRemoved, Tier::kHost, 6}}));
   reserved->ForEachPiece(0, [&](std::span<uint8_t> piece) {
     std::copy_n(seven.payload.begin(), piece.size(), piece.begin());
   });
-  const std::vector<Status> results = store->CommitInHost(std::move(*reserved));
+  const std::vector<Status> results = store->host_pages().Commit(std::move(*reserved));
   ASSERT_EQ(results.size(), 1u);
   EXPECT_TRUE(results[0].ok()) << results[0];
   EXPECT_EQ(Events().back(), (Recorded{StoreEvent::Kind::kStored, Tier::kHost, 7}));
@@ -164,7 +166,7 @@ TEST_F(TieredStoreTest, APutWrittenInPlaceMovesVictimsDownAndIsToldAsAPut) {
   store.reset();
 
   auto disk_only = Make(0, 1 << 20);
-  EXPECT_EQ(disk_only->ReserveInHost(std::vector<BlockHeader>{five.header}).status().code(),
+  EXPECT_EQ(disk_only->host_pages().Reserve(std::vector<BlockHeader>{five.header}).status().code(),
             StatusCode::kFailedPrecondition);
 }
 
@@ -329,7 +331,7 @@ TEST_F(TieredStoreTest, APutBehindMakesItsOwnRoomAndLeavesTheRoomAhead) {
   const std::vector<TestBlock> behind = Blocks(6, 2, kPage, 50);
   std::vector<PutItem> items;
   for (const TestBlock& b : behind) items.push_back({b.header, b.payload});
-  for (const Status& put : store->PutBatchBehind(items)) ASSERT_TRUE(put.ok()) << put;
+  for (const Status& put : store->PutBatch(items, PutRoom::kOwn)) ASSERT_TRUE(put.ok()) << put;
 
   EXPECT_EQ(moved_down_here_.load(), 2);
   EXPECT_EQ(store->Stats().host->bytes, 6 * kPage);

@@ -196,7 +196,8 @@ void OffloadQueue::StoreBatch(std::vector<std::unique_ptr<Staged>>& batch,
   }
   // Behind: the batch makes its own room, and the room the store keeps free is left to
   // the worker's own puts (victims the staging had no room for), which it waits for.
-  const std::vector<Status> stored = store_->PutBatchBehind(std::span(items).first(batch.size()));
+  const std::vector<Status> stored =
+      store_->PutBatch(std::span(items).first(batch.size()), storage::PutRoom::kOwn);
   MoveOutWithdrawn(batch, stored);
   {
     MutexLock lock(mu_);
@@ -229,7 +230,7 @@ void OffloadQueue::MoveOutWithdrawn(std::vector<std::unique_ptr<Staged>>& batch,
     if (!staged->moved_out) continue;
     const storage::BlockHeader& header = staged->header;
     // kNotFound: the landing moved it out already, or the host tier sent it to disk.
-    (void)store_->MoveOutOfHost({header.key, header.format_tag, header.salt_scope});
+    (void)store_->host_pages().MoveOut({header.key, header.format_tag, header.salt_scope});
   }
 }
 

@@ -6,16 +6,16 @@
 // (docs/history/benchmarks-2026-11.md#offloads-stored-behind-the-allocation-2026-11-27-stop-43).
 // Stage copies each block into a staging buffer and returns; a thread of the queue's own
 // (kvt-offload) hashes the staged blocks and puts them into the store in batches
-// (TieredStore::PutBatchBehind: each makes its own room, leaving the room the store keeps free to
-// the worker's own puts), then frees their buffers. Until then a staged block is still served:
-// CopyStaged finds it by (format tag, key, salt scope), so an onboard right after an eviction does
-// not miss it. A block leaves the staged set only after the store has it, so a reader that misses
-// here finds it in the store.
+// (TieredStore::PutBatch with PutRoom::kOwn: each makes its own room, leaving the room the store
+// keeps free to the worker's own puts), then frees their buffers. Until then a staged block is
+// still served: CopyStaged finds it by (format tag, key, salt scope), so an onboard right after an
+// eviction does not miss it. A block leaves the staged set only after the store has it, so a reader
+// that misses here finds it in the store.
 //
 // A staged block fetched back into a pool is held there again, and the pool offloads it
 // once more when it evicts it: Withdraw keeps it out of the host tier (the exclusive host
 // tier of TierLink::Landed). One still waiting is dropped unstored; one the thread is
-// storing leaves the host tier once stored (TieredStore::MoveOutOfHost), and stays staged
+// storing leaves the host tier once stored (TieredStore::HostPages::MoveOut), and stays staged
 // until then. Staging the block again (a pool evicted it again) cancels its withdrawal,
 // and a block so staged while it was moved out is stored once more.
 //

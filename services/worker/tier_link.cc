@@ -252,7 +252,7 @@ void TierLink::Landed(std::span<const OnboardBlock> blocks, std::span<const Sour
   if (queue_) queue_->Withdraw(refs);
   for (const storage::BlockRef& ref : refs) {
     // kNotFound: the block was answered from the staging, or is on its way down to disk.
-    (void)store_->MoveOutOfHost(ref);
+    (void)store_->host_pages().MoveOut(ref);
   }
 }
 

@@ -79,7 +79,7 @@ class TierLink final : public OffloadTarget, public OnboardSource {
   // and its result says so; Onboard uses the leading run.
   [[nodiscard]] std::vector<Result<SourceTier>> FetchBatch(
       std::span<const OnboardBlock> blocks) override;
-  // The blocks landed from the host tier leave it (TieredStore::MoveOutOfHost), and those
+  // The blocks landed from the host tier leave it (TieredStore::HostPages::MoveOut), and those
   // answered from the staging are not stored if they still wait (OffloadQueue::Withdraw):
   // the pool holds them, and offloads them back when it evicts them.
   void Landed(std::span<const OnboardBlock> blocks, std::span<const SourceTier> tiers) override;

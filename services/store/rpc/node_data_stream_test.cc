@@ -42,7 +42,7 @@ TEST_F(NodeDataStreamTest, TheSectionsThreadCountsReachTheStream) {
 TEST_F(NodeDataStreamTest, TheSectionSaysWhetherGetsLendPages) {
   auto lending = Start();
   ASSERT_TRUE(lending.ok()) << lending.status();
-  EXPECT_EQ((*lending)->Stats().lends_pages, store_->CanLendHostPages());
+  EXPECT_EQ((*lending)->Stats().lends_pages, store_->host_pages().can_lend());
   lending->reset();
   config_.store.data_stream_lend_pages = false;
   auto copying = Start();

@@ -70,7 +70,7 @@ TEST_F(KeyedGetTest, ABlockOnDiskIsReadThroughStagingWithItsHeader) {
   const TestBlock first = MakeBlock(1, 256 * 1024);
   Store({first});
   for (uint64_t id = 10; id < 16; ++id) Store({MakeBlock(id, 256 * 1024)});
-  ASSERT_FALSE(store_->PinInHost(first.ref()).ok()) << "block 1 left host memory";
+  ASSERT_FALSE(store_->host_pages().Pin(first.ref()).ok()) << "block 1 left host memory";
   auto client = Client();
   const Result<Got> read = GetKeys(*client, Session(), {1});
   ASSERT_TRUE(read.ok()) << read.status();

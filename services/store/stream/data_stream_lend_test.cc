@@ -43,7 +43,7 @@ class LendTest : public DataStreamFixture {
     tiers.host->try_huge_pages = false;
     options.registry = &registry_;
     StartNode(std::move(tiers), options);
-    ASSERT_TRUE(store_->CanLendHostPages());
+    ASSERT_TRUE(store_->host_pages().can_lend());
     session_ = server_
                    ->OpenSession({.format_tag = storage::testing::kFormat,
                                   .salt_scope = storage::testing::kScope,

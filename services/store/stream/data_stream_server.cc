@@ -43,7 +43,7 @@ class DataStreamServer::Impl {
                 .tier_pool = &tier_pool_,
                 .disk = disk,
                 .lend_pages = options_.lend_pages && options_.tls == nullptr &&
-                              options_.store->CanLendHostPages(),
+                              options_.store->host_pages().can_lend(),
                 .lent_grace = options_.lent_grace,
                 .max_block_bytes = options_.max_block_bytes,
                 .client_timeout = options_.client_timeout,

@@ -24,7 +24,7 @@
 //   stream itself, with no OpenPut per transfer; the headers are checked as OpenPut
 //   checks them, on the loop, and the put then goes on as a ticket's.
 // - put: where the host tier takes the batch as new blocks, the payloads are read from
-//   the socket straight into pages it reserves for them (TieredStore::ReserveInHost: no
+//   the socket straight into pages it reserves for them (TieredStore::HostPages::Reserve: no
 //   copy on the node); else (a block stored already, no host tier, no room, or
 //   reservations holding half the tier already: HostTier::Reserve) into the
 //   staging buffer, stored by PutBatch. Either way every block is checked against its

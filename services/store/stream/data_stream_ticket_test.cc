@@ -181,7 +181,7 @@ TEST_F(DataStreamTest, AGetWhoseBlockLeftHostMemoryTakesStagingWhenSentOrIsRefus
     const TestBlock filler = MakeBlock(id, 1536 * 1024);
     ASSERT_TRUE(store_->Put(filler.header, filler.payload).ok());
   }
-  ASSERT_EQ(store_->PinInHost(block.ref()).status().code(), StatusCode::kNotFound)
+  ASSERT_EQ(store_->host_pages().Pin(block.ref()).status().code(), StatusCode::kNotFound)
       << "block 1 is on disk only";
 
   const std::vector<TestBlock> put{MakeBlock(9, 1536 * 1024)};  // its open takes the 2 MiB

@@ -101,7 +101,7 @@ void StreamConnection::ReadPutPayload() {
       context_.disk,
       [self = shared_from_this()] {
         Result<storage::HostReservation> reserved =
-            self->context_.store->ReserveInHost(self->transfer_.headers);
+            self->context_.store->host_pages().Reserve(self->transfer_.headers);
         if (reserved.ok()) self->transfer_.in_place = std::move(*reserved);
       },
       [self = shared_from_this()] { self->ReadPutInto(); });
@@ -128,7 +128,7 @@ void StreamConnection::ReadPutInto() {
 void StreamConnection::OnPutInPlace(const asio::error_code& ec) {
   if (ec) return Close();  // the client went mid-transfer: the reserved pages go with transfer_
   context_.counters->bytes_received += transfer_.buffer.size();
-  FinishPut(context_.store->CommitInHost(std::move(transfer_.in_place)));
+  FinishPut(context_.store->host_pages().Commit(std::move(transfer_.in_place)));
 }
 
 // The tiers' blocks are found now: pinned where they lie in the host tier (the write
@@ -240,7 +240,7 @@ void StreamConnection::AddSentHeader(uint32_t i, const storage::BlockHeader& hea
 
 bool StreamConnection::PinInPlace(const GetSlot& slot) {
   Result<storage::PinnedBlock> pinned =
-      context_.store->PinInHost({slot.key, transfer_.format_tag, transfer_.salt_scope});
+      context_.store->host_pages().Pin({slot.key, transfer_.format_tag, transfer_.salt_scope});
   // Not in the host tier (or stored again with another size since the open): read it.
   if (!pinned.ok() || pinned->header().payload_bytes != slot.bytes) return false;
   transfer_.pinned.push_back(std::move(*pinned));
