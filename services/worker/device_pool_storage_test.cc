@@ -236,38 +236,37 @@ TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
   for (uint8_t i = 0; i < 3; ++i)
     ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 12), {}).ok());
-  ASSERT_TRUE(worker.HoldBlocks(0, a->block_table).ok());
+  ASSERT_TRUE(worker.held().Hold(0, a->block_table).ok());
 
   const std::vector<BlockId> three_and_one = {a->block_table[2], a->block_table[0]};
   Result<std::unique_ptr<StagedRead>> staged = InternalError("not run");
-  std::thread sender([&] { staged = worker.StageHeldBlocks(0, three_and_one); });
+  std::thread sender([&] { staged = worker.held().Stage(0, three_and_one); });
   sender.join();
   ASSERT_TRUE(staged.ok()) << staged.status();
   EXPECT_EQ(counts->gathers, 1);
   const std::vector<std::span<const uint8_t>>& views = (*staged)->views();
   ASSERT_EQ(views.size(), 2u);
   std::vector<uint8_t> two(512);
-  ASSERT_TRUE(worker
-                  .CopyHeldBlocks(0, std::vector<BlockId>{a->block_table[1]},
-                                  std::vector<std::span<uint8_t>>{two})
-                  .ok());
+  ASSERT_TRUE(
+      worker.held()
+          .Copy(0, std::vector<BlockId>{a->block_table[1]}, std::vector<std::span<uint8_t>>{two})
+          .ok());
   EXPECT_EQ(two, Pattern(2));
   EXPECT_TRUE(std::ranges::equal(views[0], Pattern(3)))
       << "the staged bytes stay while the read lives";
   EXPECT_TRUE(std::ranges::equal(views[1], Pattern(1)));
 
-  const Status second = worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status();
+  const Status second = worker.held().Stage(0, std::vector<BlockId>{a->block_table[1]}).status();
   EXPECT_EQ(second.code(), StatusCode::kResourceExhausted) << second;
   EXPECT_NE(second.message().find("1 reads staged already"), std::string::npos) << second;
   staged->reset();
-  EXPECT_EQ(worker.StageHeldBlocks(0, a->block_table).status().code(),
-            StatusCode::kResourceExhausted)
+  EXPECT_EQ(worker.held().Stage(0, a->block_table).status().code(), StatusCode::kResourceExhausted)
       << "three blocks exceed a copier's staging";
   Result<std::unique_ptr<StagedRead>> again =
-      worker.StageHeldBlocks(0, std::vector<BlockId>{a->block_table[1]});
+      worker.held().Stage(0, std::vector<BlockId>{a->block_table[1]});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(std::ranges::equal((*again)->views()[0], Pattern(2)));
-  ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
+  ASSERT_TRUE(worker.held().Release(0, a->block_table).ok());
 }
 
 // A copier stages two blocks (1 KiB) at a time: a copy of five held blocks, asked out of
@@ -287,14 +286,13 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), {}).ok());
   const std::vector<BlockId> asked = {a->block_table[4], a->block_table[0], a->block_table[3],
                                       a->block_table[1], a->block_table[2]};
-  ASSERT_TRUE(worker.HoldBlocks(0, asked).ok());
+  ASSERT_TRUE(worker.held().Hold(0, asked).ok());
   std::vector<std::vector<uint8_t>> outs(5, std::vector<uint8_t>(512));
   ASSERT_TRUE(
-      worker.CopyHeldBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end()))
-          .ok());
+      worker.held().Copy(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
   const uint8_t expected[] = {5, 1, 4, 2, 3};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
-  ASSERT_TRUE(worker.ReleaseBlocks(0, asked).ok());
+  ASSERT_TRUE(worker.held().Release(0, asked).ok());
 
   const std::vector<BlockKey> others = {Key(11), Key(12), Key(13), Key(14), Key(15)};
   ASSERT_TRUE(worker
@@ -304,23 +302,22 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
                              .block_keys = others,
                              .tokens = Tokens(100, 20)})
                   .ok());
-  auto landing = worker.HoldLanding(1, 2, 5);
+  auto landing = worker.held().HoldLanding(1, 2, 5);
   ASSERT_TRUE(landing.ok()) << landing.status();
   EXPECT_TRUE(landing->views.empty() && !landing->staged)
       << "5 blocks exceed a copier's staging: the fetch buffers";
   std::vector<std::vector<uint8_t>> fetched;
   for (uint8_t i = 0; i < 5; ++i) fetched.push_back(Pattern(i + 11));
-  ASSERT_TRUE(
-      worker
-          .LandHeldBlocks(0, landing->blocks,
-                          std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
-          .ok());
+  ASSERT_TRUE(worker.held()
+                  .Land(0, landing->blocks,
+                        std::vector<std::span<const uint8_t>>(fetched.begin(), fetched.end()))
+                  .ok());
   std::vector<uint8_t> back(512);
   for (size_t i = 0; i < 5; ++i) {
     ASSERT_TRUE(worker.ReadBlock(0, landing->blocks[i], back).ok());
     EXPECT_EQ(back, fetched[i]) << "block " << i + 11;
   }
-  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, landing->blocks).ok());
 }
 
 // A pool that stages one landing at a time: sequence 1's landing takes the copier's
@@ -341,7 +338,7 @@ TEST(DevicePoolOnCpuTest, LandingsBeyondTheStagedLimitBuffer) {
                                           .block_keys = keys,
                                           .tokens = Tokens(0, 8)})
                                .status());
-    return worker.HoldLanding(1, sequence, 2);
+    return worker.held().HoldLanding(1, sequence, 2);
   };
   Result<LandingBlocks> first = blank(1);
   ASSERT_TRUE(first.ok()) << first.status();
@@ -350,13 +347,13 @@ TEST(DevicePoolOnCpuTest, LandingsBeyondTheStagedLimitBuffer) {
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_FALSE(second->staged) << "one landing staged at a time";
   EXPECT_TRUE(second->views.empty());
-  ASSERT_TRUE(worker.ReleaseBlocks(0, first->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, first->blocks).ok());
   first->staged.reset();
   Result<LandingBlocks> third = blank(3);
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_TRUE(third->staged) << "the first landing's copier is free again";
-  ASSERT_TRUE(worker.ReleaseBlocks(0, second->blocks).ok());
-  ASSERT_TRUE(worker.ReleaseBlocks(0, third->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, second->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, third->blocks).ok());
 }
 
 }  // namespace

@@ -192,8 +192,8 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence,
   return result;
 }
 
-Result<std::optional<PoolHolding>> Worker::FindCommitted(uint32_t pool_id,
-                                                         const BlockKey& key) const {
+Result<std::optional<PoolHolding>> Worker::HeldBlocks::FindCommitted(uint32_t pool_id,
+                                                                     const BlockKey& key) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->Find(key);
 }

@@ -15,9 +15,8 @@
 // Every change to what the worker caches becomes a WorkerEvent with the node's next
 // sequence number, for the coordinator.
 //
-// Thread safety: none; the worker's RPC event loop owns it. CopyHeldBlocks,
-// StageHeldBlocks and LandHeldBlocks are the exceptions: any thread, for blocks the loop
-// holds for it.
+// Thread safety: none; the worker's RPC event loop owns it. HeldBlocks' Copy, Stage and
+// Land are the exceptions: any thread, for blocks the loop holds for it.
 #pragma once
 
 #include <cstdint>
@@ -104,7 +103,7 @@ struct LandingBlocks {
   // Where the fetch writes blocks[i]: its bytes in pool memory (a host pool), or a
   // copier's pinned staging that `staged` scatters into the blocks (a device pool); empty
   // for a device pool's landing larger than a copier's staging (the fetch lands its blocks
-  // by LandHeldBlocks).
+  // by HeldBlocks::Land).
   std::vector<std::span<uint8_t>> views = {};
   std::shared_ptr<StagedLanding> staged = {};
 };
@@ -213,6 +212,72 @@ struct WorkerStats {
 
 class Worker {
  public:
+  class Impl;
+
+  // The pool blocks held for a reader or a writer on another thread (a peer's fetch sent
+  // off the loop, a peer's blocks landing in place): Hold, HoldLanding, Release,
+  // RememberChecksums and FindCommitted on the worker's loop, as every Worker call; Copy,
+  // Stage and Land on any thread, for blocks the loop holds. A view of its worker, valid
+  // while the worker lives.
+  class HeldBlocks {
+   public:
+    // Committed blocks held for a reader on another thread (a peer's fetch, sent off this
+    // loop): their bytes stay as they are until Release drops the hold (the block is
+    // neither evicted nor reused meanwhile). For a host pool views[i] is blocks[i]'s bytes in
+    // pool memory, which the reader reads in place; a device pool's views are empty: the
+    // reader copies the blocks out with Copy. kFailedPrecondition: a block not
+    // committed; kNotFound: no such pool. Nothing held on error.
+    [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> Hold(
+        uint32_t pool_id, std::span<const BlockId> blocks);
+    // Blocks Hold holds, copied into `outs` (one block each) on the calling thread, any
+    // thread, while this loop goes on: one gather on a device pool's copier of its own
+    // (PoolStorage::CopyHeld). kInvalidArgument: no such pool or block, or a buffer that is
+    // not one block. REQUIRES: the blocks stay held until the call returns.
+    [[nodiscard]] Status Copy(uint32_t pool_id, std::span<const BlockId> blocks,
+                              std::span<const std::span<uint8_t>> outs) const;
+    // Copy for a reader that sends the bytes on: one gather into a device pool's
+    // copier, kept with its pinned staging until the StagedRead goes, where the reader reads
+    // them (PoolStorage::StageHeld). Any thread. kInvalidArgument: no such pool or block;
+    // kFailedPrecondition: a host pool (its held blocks are read in place);
+    // kResourceExhausted: none to spare now, or more than a copier holds (Copy
+    // them). REQUIRES: the blocks stay held until the call returns.
+    [[nodiscard]] Result<std::unique_ptr<StagedRead>> Stage(uint32_t pool_id,
+                                                            std::span<const BlockId> blocks) const;
+    // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
+    // first outside its window, each held for a writer on another thread (BlockPool::
+    // HoldForWriting: neither freed nor handed out again until Release, whatever
+    // the sequence does meanwhile): a peer fetch lands their bytes in place (a host pool's
+    // views; a device pool's staged views then `staged`'s Commit, or Land), then
+    // Onboard finds them there (its source answers kRemoteInPlace: nothing to copy).
+    // kFailedPrecondition: a sequence with no such block; kNotFound: no such sequence.
+    [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence,
+                                                    uint32_t max_blocks);
+    // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
+    // calling thread, any thread, while this loop goes on: one scatter on a device pool's
+    // copier of its own (PoolStorage::LandHeld). kInvalidArgument: no such pool or block,
+    // a repeated block, or a buffer that is not one block. REQUIRES: the blocks stay held
+    // until the call returns.
+    [[nodiscard]] Status Land(uint32_t pool_id, std::span<const BlockId> blocks,
+                              std::span<const std::span<const uint8_t>> ins) const;
+    // Drops holds Hold or HoldLanding took, each once (kFailedPrecondition: a block not held as
+    // often).
+    [[nodiscard]] Status Release(uint32_t pool_id, std::span<const BlockId> blocks);
+    // Payload checksums a reader computed of blocks it holds (Hold), kept with the
+    // blocks while they stay committed (BlockPool::RememberChecksums; FindCommitted gives
+    // them). kNotFound: no such pool.
+    [[nodiscard]] Status RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
+                                           std::span<const uint64_t> checksums);
+    // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
+    // when the pool lacks it. kNotFound: no such pool.
+    [[nodiscard]] Result<std::optional<PoolHolding>> FindCommitted(uint32_t pool_id,
+                                                                   const BlockKey& key) const;
+
+   private:
+    friend class Worker;
+    explicit HeldBlocks(Impl* impl) : impl_(impl) {}
+    Impl* impl_;
+  };
+
   [[nodiscard]] static Result<std::unique_ptr<Worker>> Create(const WorkerOptions& options);
   ~Worker();
 
@@ -266,59 +331,8 @@ class Worker {
   // blocks.size() == outs.size().
   [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
                                   std::span<const std::span<uint8_t>> outs) const;
-  // Committed blocks held for a reader on another thread (a peer's fetch, sent off this
-  // loop): their bytes stay as they are until ReleaseBlocks drops the hold (the block is
-  // neither evicted nor reused meanwhile). For a host pool views[i] is blocks[i]'s bytes in
-  // pool memory, which the reader reads in place; a device pool's views are empty: the
-  // reader copies the blocks out with CopyHeldBlocks. kFailedPrecondition: a block not
-  // committed; kNotFound: no such pool. Nothing held on error.
-  [[nodiscard]] Result<std::vector<std::span<const uint8_t>>> HoldBlocks(
-      uint32_t pool_id, std::span<const BlockId> blocks);
-  // Blocks HoldBlocks holds, copied into `outs` (one block each) on the calling thread, any
-  // thread, while this loop goes on: one gather on a device pool's copier of its own
-  // (PoolStorage::CopyHeld). kInvalidArgument: no such pool or block, or a buffer that is
-  // not one block. REQUIRES: the blocks stay held until the call returns.
-  [[nodiscard]] Status CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                                      std::span<const std::span<uint8_t>> outs) const;
-  // CopyHeldBlocks for a reader that sends the bytes on: one gather into a device pool's
-  // copier, kept with its pinned staging until the StagedRead goes, where the reader reads
-  // them (PoolStorage::StageHeld). Any thread. kInvalidArgument: no such pool or block;
-  // kFailedPrecondition: a host pool (its held blocks are read in place);
-  // kResourceExhausted: none to spare now, or more than a copier holds (CopyHeldBlocks
-  // them). REQUIRES: the blocks stay held until the call returns.
-  [[nodiscard]] Result<std::unique_ptr<StagedRead>> StageHeldBlocks(
-      uint32_t pool_id, std::span<const BlockId> blocks) const;
-  // The sequence's full blocks after those it holds KV for, up to `max_blocks` and the
-  // first outside its window, each held for a writer on another thread (BlockPool::
-  // HoldForWriting: neither freed nor handed out again until ReleaseBlocks, whatever
-  // the sequence does meanwhile): a peer fetch lands their bytes in place (a host pool's
-  // views; a device pool's staged views then `staged`'s Commit, or LandHeldBlocks), then
-  // Onboard finds them there (its source answers kRemoteInPlace: nothing to copy).
-  // kFailedPrecondition: a sequence with no such block; kNotFound: no such sequence.
-  [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence,
-                                                  uint32_t max_blocks);
-  // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
-  // calling thread, any thread, while this loop goes on: one scatter on a device pool's
-  // copier of its own (PoolStorage::LandHeld). kInvalidArgument: no such pool or block,
-  // a repeated block, or a buffer that is not one block. REQUIRES: the blocks stay held
-  // until the call returns.
-  [[nodiscard]] Status LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                                      std::span<const std::span<const uint8_t>> ins) const;
-  // Drops holds HoldBlocks or HoldLanding took, each once (kFailedPrecondition: a block not held as
-  // often).
-  [[nodiscard]] Status ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks);
-  // Payload checksums a reader computed of blocks it holds (HoldBlocks), kept with the
-  // blocks while they stay committed (BlockPool::RememberChecksums; FindCommitted gives
-  // them). kNotFound: no such pool.
-  [[nodiscard]] Status RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
-                                         std::span<const uint64_t> checksums);
   [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
-  // The committed block `pool_id` caches under `key` (for a peer fetching it); nullopt
-  // when the pool lacks it. kNotFound: no such pool.
-  [[nodiscard]] Result<std::optional<PoolHolding>> FindCommitted(uint32_t pool_id,
-                                                                 const BlockKey& key) const;
-
-  class Impl;
+  HeldBlocks held() { return HeldBlocks(impl_.get()); }
 
  private:
   explicit Worker(std::unique_ptr<Impl> impl);

@@ -1,6 +1,7 @@
 // The worker's raw block I/O and the held-block calls a peer transfer makes (worker.h:
-// ReadBlock ... WriteBlock, HoldBlocks, CopyHeldBlocks, StageHeldBlocks, LandHeldBlocks,
-// HoldLanding, ReleaseBlocks, RememberChecksums), beside the sequences of worker.cc.
+// ReadBlock ... WriteBlock, HeldBlocks: Hold, HeldBlocks::Copy, HeldBlocks::Stage,
+// HeldBlocks::Land, HoldLanding, ReleaseBlocks, RememberChecksums), beside the sequences of
+// worker.cc.
 #include "services/worker/worker.h"
 
 #include "services/worker/worker_impl.h"
@@ -50,8 +51,8 @@ Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
   return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
 }
 
-Result<std::vector<std::span<const uint8_t>>> Worker::HoldBlocks(uint32_t pool_id,
-                                                                 std::span<const BlockId> blocks) {
+Result<std::vector<std::span<const uint8_t>>> Worker::HeldBlocks::Hold(
+    uint32_t pool_id, std::span<const BlockId> blocks) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   KVTIER_RETURN_IF_ERROR(state->pool->HoldBlocks(blocks));
   const std::span<const uint8_t> memory = state->storage->host_bytes();
@@ -83,7 +84,7 @@ Result<const PoolState*> HeldPool(const std::vector<PoolState>& pools, const cha
   return &state;
 }
 
-// HeldPool for CopyHeldBlocks and LandHeldBlocks, once each buffer is one block.
+// HeldPool for HeldBlocks::Copy and HeldBlocks::Land, once each buffer is one block.
 template <typename Buffer>
 Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const char* call,
                                     uint32_t pool_id, std::span<const BlockId> blocks,
@@ -104,36 +105,36 @@ Result<const PoolState*> HeldAccess(const std::vector<PoolState>& pools, const c
 
 }  // namespace
 
-Status Worker::CopyHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                              std::span<const std::span<uint8_t>> outs) const {
+Status Worker::HeldBlocks::Copy(uint32_t pool_id, std::span<const BlockId> blocks,
+                                std::span<const std::span<uint8_t>> outs) const {
   KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
-                          HeldAccess(impl_->pools_, "CopyHeldBlocks", pool_id, blocks, outs));
+                          HeldAccess(impl_->pools_, "HeldBlocks::Copy", pool_id, blocks, outs));
   return state->storage->CopyHeld(blocks, state->layout.bytes_per_block(), outs);
 }
 
-Result<std::unique_ptr<StagedRead>> Worker::StageHeldBlocks(uint32_t pool_id,
-                                                            std::span<const BlockId> blocks) const {
+Result<std::unique_ptr<StagedRead>> Worker::HeldBlocks::Stage(
+    uint32_t pool_id, std::span<const BlockId> blocks) const {
   KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
-                          HeldPool(impl_->pools_, "StageHeldBlocks", pool_id, blocks));
+                          HeldPool(impl_->pools_, "HeldBlocks::Stage", pool_id, blocks));
   return state->storage->StageHeld(blocks, state->layout.bytes_per_block());
 }
 
-Status Worker::LandHeldBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                              std::span<const std::span<const uint8_t>> ins) const {
+Status Worker::HeldBlocks::Land(uint32_t pool_id, std::span<const BlockId> blocks,
+                                std::span<const std::span<const uint8_t>> ins) const {
   KVTIER_ASSIGN_OR_RETURN(const PoolState* state,
-                          HeldAccess(impl_->pools_, "LandHeldBlocks", pool_id, blocks, ins));
+                          HeldAccess(impl_->pools_, "HeldBlocks::Land", pool_id, blocks, ins));
   std::vector<BlockId> sorted(blocks.begin(), blocks.end());
   std::ranges::sort(sorted);
   if (std::ranges::adjacent_find(sorted) != sorted.end()) {
-    return InvalidArgumentError("LandHeldBlocks: block " +
+    return InvalidArgumentError("HeldBlocks::Land: block " +
                                 std::to_string(*std::ranges::adjacent_find(sorted)) +
                                 " twice in one batch");
   }
   return state->storage->LandHeld(blocks, state->layout.bytes_per_block(), ins);
 }
 
-Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence,
-                                          uint32_t max_blocks) {
+Result<LandingBlocks> Worker::HeldBlocks::HoldLanding(ClientId client, SequenceId sequence,
+                                                      uint32_t max_blocks) {
   Impl& w = *impl_;
   KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
   PoolState& state = w.pools_[seq->pool_id];
@@ -162,7 +163,7 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence,
     return landing;
   }
   // A device pool's fetch writes into a copier's pinned staging where the landing fits
-  // one; otherwise into a buffer of its own, landed by LandHeldBlocks.
+  // one; otherwise into a buffer of its own, landed by HeldBlocks::Land.
   Result<std::unique_ptr<StagedLanding>> staged =
       state.storage->StageLanding(landing.blocks, state.layout.bytes_per_block());
   if (staged.ok()) {
@@ -172,13 +173,13 @@ Result<LandingBlocks> Worker::HoldLanding(ClientId client, SequenceId sequence,
   return landing;
 }
 
-Status Worker::ReleaseBlocks(uint32_t pool_id, std::span<const BlockId> blocks) {
+Status Worker::HeldBlocks::Release(uint32_t pool_id, std::span<const BlockId> blocks) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->ReleaseBlocks(blocks);
 }
 
-Status Worker::RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
-                                 std::span<const uint64_t> checksums) {
+Status Worker::HeldBlocks::RememberChecksums(uint32_t pool_id, std::span<const BlockId> blocks,
+                                             std::span<const uint64_t> checksums) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state, impl_->Pool(pool_id));
   return state->pool->RememberChecksums(blocks, checksums);
 }

@@ -67,7 +67,7 @@ TEST(WorkerMetricsTest, BlocksHeldForPeersAreShownApartAndInUse) {
   ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
   const std::vector<BlockId> block = {allocation->block_table[0]};
-  ASSERT_TRUE(worker->HoldBlocks(0, block).ok());
+  ASSERT_TRUE(worker->held().Hold(0, block).ok());
   metrics->Update(worker->Stats());
   std::string text = registry.Exposition();
   for (const char* line : {"kvtier_worker_pool_held_blocks{pool=\"0\"} 1\n",
@@ -75,7 +75,7 @@ TEST(WorkerMetricsTest, BlocksHeldForPeersAreShownApartAndInUse) {
                            "kvtier_worker_pool_blocks{pool=\"0\",state=\"cached\"} 0\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
   }
-  ASSERT_TRUE(worker->ReleaseBlocks(0, block).ok());  // the fetch is done
+  ASSERT_TRUE(worker->held().Release(0, block).ok());  // the fetch is done
   metrics->Update(worker->Stats());
   text = registry.Exposition();
   EXPECT_NE(text.find("kvtier_worker_pool_held_blocks{pool=\"0\"} 0\n"), std::string::npos) << text;

@@ -193,8 +193,8 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
 }
 
 // A peer's fetch holds committed blocks and reads them off the worker's thread: a host
-// pool's in place, a device pool's by a copy of their own (CopyHeldBlocks, which a host
-// pool answers too) or staged for a send (StageHeldBlocks). Held, they outlive their
+// pool's in place, a device pool's by a copy of their own (HeldBlocks::Copy, which a host
+// pool answers too) or staged for a send (HeldBlocks::Stage). Held, they outlive their
 // sequence and are not evicted.
 TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   auto created = Worker::Create(With({.pools = {{TestLayout(), 2}}}));
@@ -208,12 +208,12 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 6), {}).ok());
   const std::vector<BlockId> committed = {a->block_table[0]};
-  auto held = worker.HoldBlocks(0, committed);
+  auto held = worker.held().Hold(0, committed);
   ASSERT_TRUE(held.ok()) << held.status();
-  EXPECT_EQ(worker.HoldBlocks(0, std::vector<BlockId>{a->block_table[1]}).status().code(),
+  EXPECT_EQ(worker.held().Hold(0, std::vector<BlockId>{a->block_table[1]}).status().code(),
             StatusCode::kFailedPrecondition)
       << "block 2 is not committed";
-  EXPECT_EQ(worker.HoldBlocks(1, committed).status().code(), StatusCode::kNotFound) << "no pool 1";
+  EXPECT_EQ(worker.held().Hold(1, committed).status().code(), StatusCode::kNotFound) << "no pool 1";
   ASSERT_TRUE(worker.Free(1, 1).ok());
   // Sequence 2 needs both blocks: the held one is not evicted for it.
   const std::vector<BlockKey> other = {Key(5), Key(6)};
@@ -235,19 +235,19 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   std::vector<uint8_t> copied(512);
   Status copy;
   std::thread reader(
-      [&] { copy = worker.CopyHeldBlocks(0, committed, std::vector<std::span<uint8_t>>{copied}); });
+      [&] { copy = worker.held().Copy(0, committed, std::vector<std::span<uint8_t>>{copied}); });
   reader.join();
   ASSERT_TRUE(copy.ok()) << copy;
   EXPECT_EQ(copied, Pattern(1));
   if (device_path()) {  // or, for a send, gathered into a copier's staging and read there
     Result<std::unique_ptr<StagedRead>> staged = InternalError("not run");
-    std::thread sender([&] { staged = worker.StageHeldBlocks(0, committed); });
+    std::thread sender([&] { staged = worker.held().Stage(0, committed); });
     sender.join();
     ASSERT_TRUE(staged.ok()) << staged.status();
     EXPECT_TRUE(std::ranges::equal((*staged)->views().at(0), Pattern(1)));
   }
-  ASSERT_TRUE(worker.ReleaseBlocks(0, committed).ok());
-  EXPECT_EQ(worker.ReleaseBlocks(0, committed).code(), StatusCode::kFailedPrecondition)
+  ASSERT_TRUE(worker.held().Release(0, committed).ok());
+  EXPECT_EQ(worker.held().Release(0, committed).code(), StatusCode::kFailedPrecondition)
       << "released twice";
   EXPECT_TRUE(worker
                   .Allocate({.client = 1,
@@ -269,30 +269,31 @@ TEST_P(WorkerStorageTest, CopiesOfHeldBlocksRefuseWhatNamesNoBlock) {
   std::vector<uint8_t> one(512), short_one(100);
   const std::vector<std::span<uint8_t>> outs{one};
   const std::vector<std::span<const uint8_t>> ins{one};
-  const Status no_pool = worker.CopyHeldBlocks(1, std::vector<BlockId>{0}, outs);
+  const Status no_pool = worker.held().Copy(1, std::vector<BlockId>{0}, outs);
   EXPECT_EQ(no_pool.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(no_pool.message().find("no pool 1"), std::string::npos) << no_pool;
-  const Status no_block = worker.LandHeldBlocks(0, std::vector<BlockId>{2}, ins);
+  const Status no_block = worker.held().Land(0, std::vector<BlockId>{2}, ins);
   EXPECT_EQ(no_block.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(no_block.message().find("LandHeldBlocks: block 2 of 2"), std::string::npos) << no_block;
+  EXPECT_NE(no_block.message().find("HeldBlocks::Land: block 2 of 2"), std::string::npos)
+      << no_block;
   const Status short_buffer =
-      worker.CopyHeldBlocks(0, std::vector<BlockId>{1}, std::vector<std::span<uint8_t>>{short_one});
+      worker.held().Copy(0, std::vector<BlockId>{1}, std::vector<std::span<uint8_t>>{short_one});
   EXPECT_EQ(short_buffer.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(short_buffer.message().find("with 100 bytes"), std::string::npos) << short_buffer;
-  EXPECT_EQ(worker.CopyHeldBlocks(0, std::vector<BlockId>{0, 1}, outs).code(),
+  EXPECT_EQ(worker.held().Copy(0, std::vector<BlockId>{0, 1}, outs).code(),
             StatusCode::kInvalidArgument)
       << "two blocks, one buffer";
-  const Status twice = worker.LandHeldBlocks(0, std::vector<BlockId>{1, 1},
-                                             std::vector<std::span<const uint8_t>>{one, one});
+  const Status twice = worker.held().Land(0, std::vector<BlockId>{1, 1},
+                                          std::vector<std::span<const uint8_t>>{one, one});
   EXPECT_EQ(twice.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(twice.message().find("block 1 twice"), std::string::npos) << twice;
-  const Status stage_no_block = worker.StageHeldBlocks(0, std::vector<BlockId>{0, 2}).status();
+  const Status stage_no_block = worker.held().Stage(0, std::vector<BlockId>{0, 2}).status();
   EXPECT_EQ(stage_no_block.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(stage_no_block.message().find("StageHeldBlocks: block 2 of 2"), std::string::npos)
+  EXPECT_NE(stage_no_block.message().find("HeldBlocks::Stage: block 2 of 2"), std::string::npos)
       << stage_no_block;
-  EXPECT_EQ(worker.StageHeldBlocks(3, std::vector<BlockId>{0}).status().code(),
+  EXPECT_EQ(worker.held().Stage(3, std::vector<BlockId>{0}).status().code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(worker.StageHeldBlocks(0, std::vector<BlockId>{0}).status().code(),
+  EXPECT_EQ(worker.held().Stage(0, std::vector<BlockId>{0}).status().code(),
             device_path() ? StatusCode::kOk : StatusCode::kFailedPrecondition)
       << "a host pool's held blocks are read in place";
 }
@@ -311,7 +312,7 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
   for (uint8_t i = 0; i < 4; ++i)
     ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), {}).ok());
-  ASSERT_TRUE(worker.HoldBlocks(0, a->block_table).ok());
+  ASSERT_TRUE(worker.held().Hold(0, a->block_table).ok());
   auto b = worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .tokens = Tokens(100, 3)});
   ASSERT_TRUE(b.ok()) << b.status();
   const BlockId fifth = b->block_table[0];
@@ -322,7 +323,7 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
       std::vector<uint8_t> out(512);
       const std::vector<BlockId> block{a->block_table[r]};
       for (int n = 0; n < 200; ++n) {
-        const Status copied = worker.CopyHeldBlocks(0, block, std::vector<std::span<uint8_t>>{out});
+        const Status copied = worker.held().Copy(0, block, std::vector<std::span<uint8_t>>{out});
         if (!copied.ok() || out != Pattern(r + 1)) ++wrong;
       }
     });
@@ -331,7 +332,7 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
     ASSERT_TRUE(worker.WriteBlock(0, fifth, Pattern(static_cast<uint8_t>(n))).ok());
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(wrong.load(), 0);
-  ASSERT_TRUE(worker.ReleaseBlocks(0, a->block_table).ok());
+  ASSERT_TRUE(worker.held().Release(0, a->block_table).ok());
 }
 
 // An onboard source that answers blocks 1 and 3 from the tier (copied into the staging
@@ -362,12 +363,12 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
   auto a = worker.Allocate(
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
   ASSERT_TRUE(a.ok()) << a.status();
-  auto landing = worker.HoldLanding(1, 1, 3);
+  auto landing = worker.held().HoldLanding(1, 1, 3);
   ASSERT_TRUE(landing.ok()) << landing.status();
   const std::vector<uint8_t> two = Pattern(2);
-  ASSERT_TRUE(worker
-                  .LandHeldBlocks(0, std::vector<BlockId>{a->block_table[1]},
-                                  std::vector<std::span<const uint8_t>>{two})
+  ASSERT_TRUE(worker.held()
+                  .Land(0, std::vector<BlockId>{a->block_table[1]},
+                        std::vector<std::span<const uint8_t>>{two})
                   .ok());
   PartlyInPlace source;
   auto onboarded = worker.Onboard(1, 1, keys, {}, &source);
@@ -381,7 +382,7 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
     ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
-  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, landing->blocks).ok());
 }
 
 // Sequence 1 has two full blocks and a partial third, none filled yet. A landing holds
@@ -397,7 +398,7 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 10)});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_EQ(a->block_table.size(), 3u);
-  auto landing = worker.HoldLanding(1, 1, 8);
+  auto landing = worker.held().HoldLanding(1, 1, 8);
   ASSERT_TRUE(landing.ok()) << landing.status();
   EXPECT_EQ(landing->first_block, 0u);
   EXPECT_EQ(landing->blocks, (std::vector<BlockId>{a->block_table[0], a->block_table[1]}))
@@ -420,11 +421,12 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   std::vector<uint8_t> read(fetched.size());
   ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], read).ok());
   EXPECT_EQ(read, fetched);
-  auto one = worker.HoldLanding(1, 1, 1);
+  auto one = worker.held().HoldLanding(1, 1, 1);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->blocks.size(), 1u);
-  ASSERT_TRUE(worker.ReleaseBlocks(0, one->blocks).ok());
-  EXPECT_EQ(worker.HoldLanding(1, 9, 1).status().code(), StatusCode::kNotFound) << "no sequence 9";
+  ASSERT_TRUE(worker.held().Release(0, one->blocks).ok());
+  EXPECT_EQ(worker.held().HoldLanding(1, 9, 1).status().code(), StatusCode::kNotFound)
+      << "no sequence 9";
 
   ASSERT_TRUE(worker.Free(1, 1).ok());
   EXPECT_EQ(worker.Stats().pools[0].held, 2u);
@@ -433,7 +435,7 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
       .client = 1, .sequence = 2, .root = kRoot, .block_keys = other, .tokens = Tokens(50, 10)};
   EXPECT_EQ(worker.Allocate(needs_three).status().code(), StatusCode::kResourceExhausted)
       << "two blocks held";
-  ASSERT_TRUE(worker.ReleaseBlocks(0, landing->blocks).ok());
+  ASSERT_TRUE(worker.held().Release(0, landing->blocks).ok());
   EXPECT_EQ(worker.Stats().pools[0].held, 0u);
   EXPECT_TRUE(worker.Allocate(needs_three).ok());
 }

@@ -280,7 +280,8 @@ class WorkerNode::Impl {
   // computed. Blocks below the offload priority are not worth keeping anywhere.
   void WriteThrough(const WorkerEvent& stored) {
     if (stored.priority < options_.config.worker.secondary_offload_min_priority) return;
-    Result<std::optional<PoolHolding>> found = worker_->FindCommitted(stored.pool_id, stored.key);
+    Result<std::optional<PoolHolding>> found =
+        worker_->held().FindCommitted(stored.pool_id, stored.key);
     if (!found.ok() || !found->has_value()) return;  // evicted since: nothing to copy
     const PoolHolding& holding = **found;
     // Interned within the process's bound (engines choose format tags): past it the block

@@ -85,7 +85,7 @@ inline PoolStorageFactory DevicePathOnCpu(
 // The pools a landing test runs on: host memory (a fetch writes the blocks in place); a
 // device pool's code on the CPU kernels whose copiers stage the landing (a fetch writes
 // the staging, then commits it); one whose copiers stage a single TestLayout block, too
-// few (a fetch buffers its run, then lands it by Worker::LandHeldBlocks).
+// few (a fetch buffers its run, then lands it by Worker::HeldBlocks::Land).
 enum class LandingPool { kHost, kDeviceStaged, kDeviceBuffered };
 inline constexpr std::array<LandingPool, 3> kLandingPools = {
     LandingPool::kHost, LandingPool::kDeviceStaged, LandingPool::kDeviceBuffered};

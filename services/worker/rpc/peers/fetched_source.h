@@ -1,6 +1,6 @@
 // FetchedSource: the blocks a PeerFetcher brought (FetchedBlocks), as the source of a
 // worker's second Onboard: in the fetch's buffer, or landed in pool blocks held for the
-// fetch (Worker::HoldLanding: a host pool's written through its views, a device pool's
+// fetch (Worker::HeldBlocks::HoldLanding: a host pool's written through its views, a device pool's
 // written into staging, or buffered, and landed by the fetch's `land`). Onboard asks for
 // each block where it goes: where that is the very
 // block it landed in, there is nothing to copy (kRemoteInPlace); elsewhere (a buffered

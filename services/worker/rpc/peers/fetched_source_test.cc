@@ -57,11 +57,11 @@ class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> 
   // writes them (through a host pool's views or a device pool's staging; a buffered one
   // writes its buffer) and, with `land`, landed as its land does.
   Result<LandingBlocks> HoldAndWrite(bool land) const {
-    KVTIER_ASSIGN_OR_RETURN(LandingBlocks landing, worker_->HoldLanding(1, 1, 2));
+    KVTIER_ASSIGN_OR_RETURN(LandingBlocks landing, worker_->held().HoldLanding(1, 1, 2));
     const std::vector<uint8_t> one = Pattern(1), two = Pattern(2);
     if (GetParam() == testing::LandingPool::kDeviceBuffered) {
       if (land) {
-        KVTIER_RETURN_IF_ERROR(worker_->LandHeldBlocks(
+        KVTIER_RETURN_IF_ERROR(worker_->held().Land(
             0, landing.blocks, std::vector<std::span<const uint8_t>>{one, two}));
       }
       return landing;
@@ -100,7 +100,7 @@ TEST_P(FetchedSourceTest, BlocksLandedInTheSequencesBlocksAreTakenInPlace) {
   EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/device()), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 2u);
   ExpectFetchedIn(table);
-  EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
+  EXPECT_TRUE(worker_->held().Release(0, landing->blocks).ok());
 }
 
 // Sequence 1 is freed and allocated again once its fetch has landed: the landing's blocks
@@ -118,7 +118,7 @@ TEST_P(FetchedSourceTest, BlocksLandedWhereTheSequenceNoLongerIsAreCopiedToIt) {
   EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/device()), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(again);
-  EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
+  EXPECT_TRUE(worker_->held().Release(0, landing->blocks).ok());
 }
 
 // A buffered fetch that brought block 1 alone: block 1 is copied, and onboarding stops at
@@ -148,7 +148,7 @@ TEST_P(FetchedSourceTest, ADevicePoolsRunThatDidNotLandIsCopiedFromWhereItWasWri
   EXPECT_EQ(OnboardFrom(Fetched(/*landed=*/false), &*landing).from_remote, 2u);
   EXPECT_EQ(worker_->Stats().landed_in_place, 0u);
   ExpectFetchedIn(table);
-  EXPECT_TRUE(worker_->ReleaseBlocks(0, landing->blocks).ok());
+  EXPECT_TRUE(worker_->held().Release(0, landing->blocks).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(HostAndDeviceOnCpu, FetchedSourceTest,

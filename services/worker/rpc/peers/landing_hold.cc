@@ -11,7 +11,8 @@ namespace kvtier::worker {
 
 Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId client,
                                                        SequenceId sequence, uint32_t max_blocks) {
-  KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks, worker.HoldLanding(client, sequence, max_blocks));
+  KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks,
+                          worker.held().HoldLanding(client, sequence, max_blocks));
   return std::make_shared<LandingHold>(worker, std::move(blocks),
                                        kj::getCurrentThreadExecutor().addRef());
 }
@@ -47,12 +48,12 @@ Status LandingHold::Land(const FetchedBlocks& fetched) const {
   for (size_t i = 0; i < count; ++i) {
     ins.push_back(std::span(fetched.bytes).subspan(i * fetched.block_bytes, fetched.block_bytes));
   }
-  return worker_.LandHeldBlocks(blocks_.pool_id, std::span(blocks_.blocks).first(count), ins);
+  return worker_.held().Land(blocks_.pool_id, std::span(blocks_.blocks).first(count), ins);
 }
 
 LandingHold::~LandingHold() noexcept {
   const auto release = [this] {
-    if (const Status released = worker_.ReleaseBlocks(blocks_.pool_id, blocks_.blocks);
+    if (const Status released = worker_.held().Release(blocks_.pool_id, blocks_.blocks);
         !released.ok()) {
       spdlog::warn("giving back {} pool blocks held for a fetch: {}", blocks_.blocks.size(),
                    released.ToString());

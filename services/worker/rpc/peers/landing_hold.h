@@ -1,5 +1,5 @@
 // LandingHold: a sequence's blank pool blocks held while a peer fetch writes their bytes
-// in place on a fetcher thread (Worker::HoldLanding), given back on the worker's event
+// in place on a fetcher thread (Worker::HeldBlocks::HoldLanding), given back on the worker's event
 // loop once neither the onboard call that asked for the fetch nor the fetch itself needs
 // them. The fetch keeps a share until its last write (PeerFetchRequest::keep), so a call
 // cancelled mid-fetch (its client gone) never lets the blocks be handed out while bytes
@@ -31,7 +31,7 @@ namespace kvtier::worker {
 
 class LandingHold {
  public:
-  // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HoldLanding's
+  // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HeldBlocks::HoldLanding's
   // errors: no such sequence or block).
   [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(Worker& worker, ClientId client,
                                                                  SequenceId sequence,
@@ -49,7 +49,7 @@ class LandingHold {
   // its keep. REQUIRES: request.keys start at the hold's first block.
   static void Direct(const std::shared_ptr<LandingHold>& hold, PeerFetchRequest& request);
   // The fetched run (fetched.keys, in fetched.bytes) into the first of these blocks, one
-  // scatter on a device pool (Worker::LandHeldBlocks), on the calling thread.
+  // scatter on a device pool (Worker::HeldBlocks::Land), on the calling thread.
   // kInvalidArgument: more blocks fetched than held, or bytes that are not the run's.
   [[nodiscard]] Status Land(const FetchedBlocks& fetched) const;
 

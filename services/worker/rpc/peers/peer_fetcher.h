@@ -81,7 +81,7 @@ struct PeerFetchRequest {
   std::vector<std::span<uint8_t>> land_in = {};
   // Optional: called on the fetch's thread once the leading run is in land_in or
   // FetchedBlocks::bytes, to land it where it goes (a device pool's blocks held for it:
-  // one scatter from staging, or Worker::LandHeldBlocks) before the fetch is answered;
+  // one scatter from staging, or Worker::HeldBlocks::Land) before the fetch is answered;
   // then `keep` is dropped. FetchedBlocks::landed says whether it did (the bytes stay
   // where the fetch wrote them).
   std::function<Status(const FetchedBlocks&)> land = nullptr;

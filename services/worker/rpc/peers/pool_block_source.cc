@@ -17,7 +17,7 @@ PoolBlockSource::PoolBlockSource(Worker* worker) : worker_(worker) {
 Result<PoolBlockSource::Found> PoolBlockSource::Find(const storage::BlockRef& ref) const {
   for (uint32_t pool = 0; pool < worker_->pool_count(); ++pool) {
     KVTIER_ASSIGN_OR_RETURN(const std::optional<PoolHolding> holding,
-                            worker_->FindCommitted(pool, ref.key));
+                            worker_->held().FindCommitted(pool, ref.key));
     if (!holding || holding->salt_scope != ref.salt_scope) continue;
     if (!IsStorageFormatTag(ref.format_tag, fingerprints_[pool], holding->format_tag)) continue;
     KVTIER_ASSIGN_OR_RETURN(const KvLayout layout, worker_->PoolLayout(pool));
@@ -106,8 +106,8 @@ std::vector<Result<store::HeldBlock>> PoolBlockSource::HoldBatch(
   }
   ByPool(found, [&](uint32_t pool, std::span<const BlockId> blocks,
                     std::span<const size_t> positions) {
-    // Blocks not held (HoldBlocks failed) go to ReadBatch, on the loop.
-    const Result<std::vector<std::span<const uint8_t>>> held = worker_->HoldBlocks(pool, blocks);
+    // Blocks not held (HeldBlocks::Hold failed) go to ReadBatch, on the loop.
+    const Result<std::vector<std::span<const uint8_t>>> held = worker_->held().Hold(pool, blocks);
     for (size_t j = 0; j < positions.size(); ++j) {
       store::HeldBlock& out = *results[positions[j]];
       out.header = std::move(found[positions[j]]->header);
@@ -126,16 +126,16 @@ Status PoolBlockSource::ReleaseBatch(std::span<const uint64_t> holds,
     return InvalidArgumentError(std::to_string(checksums.size()) + " checksums for " +
                                 std::to_string(holds.size()) + " holds; nothing was released");
   }
-  return ByHoldPool(holds, "released",
-                    [&](uint32_t pool, std::span<const BlockId> blocks,
-                        const std::vector<size_t>& positions) -> Status {
-                      std::vector<uint64_t> computed;  // kept while the blocks are still held
-                      computed.reserve(positions.size());
-                      for (size_t i : positions)
-                        computed.push_back(checksums.empty() ? 0 : checksums[i]);
-                      KVTIER_RETURN_IF_ERROR(worker_->RememberChecksums(pool, blocks, computed));
-                      return worker_->ReleaseBlocks(pool, blocks);
-                    });
+  return ByHoldPool(
+      holds, "released",
+      [&](uint32_t pool, std::span<const BlockId> blocks,
+          const std::vector<size_t>& positions) -> Status {
+        std::vector<uint64_t> computed;  // kept while the blocks are still held
+        computed.reserve(positions.size());
+        for (size_t i : positions) computed.push_back(checksums.empty() ? 0 : checksums[i]);
+        KVTIER_RETURN_IF_ERROR(worker_->held().RememberChecksums(pool, blocks, computed));
+        return worker_->held().Release(pool, blocks);
+      });
 }
 
 Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds,
@@ -150,7 +150,7 @@ Status PoolBlockSource::CopyHeld(std::span<const uint64_t> holds,
         std::vector<std::span<uint8_t>> pool_outs;
         pool_outs.reserve(positions.size());
         for (size_t i : positions) pool_outs.push_back(outs[i]);
-        return worker_->CopyHeldBlocks(pool, blocks, pool_outs);
+        return worker_->held().Copy(pool, blocks, pool_outs);
       });
 }
 
@@ -180,9 +180,8 @@ Result<std::unique_ptr<store::StagedBlocks>> PoolBlockSource::StageHeld(
   KVTIER_RETURN_IF_ERROR(ByHoldPool(holds, "staged",
                                     [&](uint32_t pool, std::span<const BlockId> blocks,
                                         const std::vector<size_t>& positions) -> Status {
-                                      KVTIER_ASSIGN_OR_RETURN(
-                                          std::unique_ptr<StagedRead> read,
-                                          worker_->StageHeldBlocks(pool, blocks));
+                                      KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<StagedRead> read,
+                                                              worker_->held().Stage(pool, blocks));
                                       staged->Add(std::move(read), positions);
                                       return Status::Ok();
                                     }));

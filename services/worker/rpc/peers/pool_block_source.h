@@ -9,7 +9,7 @@
 // committed: the BlockStore serving a block hashes the bytes read (store::WithChecksum,
 // on the stream's threads for a keyed get) only the first time. Priority travels;
 // retention does not (a fetching worker commits the block with its own request's
-// retention). HoldBatch holds the blocks (Worker::HoldBlocks), so that this node's loop
+// retention). HoldBatch holds the blocks (Worker::HeldBlocks::Hold), so that this node's loop
 // only finds and releases them: a keyed get sends a host pool's from their pages, and a
 // device pool's from a copier's pinned staging (StageHeld: one gather, on a copier of
 // the pool's own, kept until they are sent; CopyHeld where none is to spare) on the
@@ -36,19 +36,19 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   [[nodiscard]] Result<storage::BlockHeader> Peek(const storage::BlockRef& ref) override;
   [[nodiscard]] Result<storage::BlockHeader> Read(const storage::BlockRef& ref,
                                                   std::span<uint8_t> out) override;
-  // Each block found, held (a device pool's held apart); one Worker::HoldBlocks per pool.
+  // Each block found, held (a device pool's held apart); one Worker::HeldBlocks::Hold per pool.
   // A hold names the pool (high 32 bits) and the block.
   [[nodiscard]] std::vector<Result<store::HeldBlock>> HoldBatch(
       std::span<const storage::BlockRef> refs) override;
-  // Keeps the checksums given (Worker::RememberChecksums) before it gives the holds back:
-  // a block's next reader gets its checksum in its header and hashes nothing.
+  // Keeps the checksums given (Worker::HeldBlocks::RememberChecksums) before it gives the holds
+  // back: a block's next reader gets its checksum in its header and hashes nothing.
   [[nodiscard]] Status ReleaseBatch(std::span<const uint64_t> holds,
                                     std::span<const uint64_t> checksums) override;
-  // Any thread: one Worker::CopyHeldBlocks per pool. kInvalidArgument: a hold that names no
+  // Any thread: one Worker::HeldBlocks::Copy per pool. kInvalidArgument: a hold that names no
   // block of this worker's pools, or a buffer of another size; nothing is copied then.
   [[nodiscard]] Status CopyHeld(std::span<const uint64_t> holds,
                                 std::span<const std::span<uint8_t>> outs) override;
-  // Any thread: one Worker::StageHeldBlocks per pool, kept together until the
+  // Any thread: one Worker::HeldBlocks::Stage per pool, kept together until the
   // StagedBlocks goes. kInvalidArgument as CopyHeld's; the first pool's refusal
   // (kResourceExhausted: none to spare) stages none.
   [[nodiscard]] Result<std::unique_ptr<store::StagedBlocks>> StageHeld(
