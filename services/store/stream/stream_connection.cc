@@ -148,28 +148,14 @@ void StreamConnection::ServeGet() {
 
 void StreamConnection::GatherReply() {
   const auto n = static_cast<uint32_t>(transfer_.states.size());
-  states_.assign(PaddedStateBytes(n), 0);
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
-  lendable_.clear();
-  headers_.clear();
-  if (keyed()) gather_.emplace_back(&header_bytes_, sizeof(header_bytes_));
-  gather_.emplace_back(states_.data(), states_.size());
-  const size_t headers_at = gather_.size();
-  if (keyed()) gather_.emplace_back();  // the headers, known once every block is gathered
+  reply_.BeginGet(n, keyed());
   uint64_t sent = 0, read_offset = 0;
   for (uint32_t i = 0; i < n; ++i) {
     if (transfer_.states[i] == StreamBlockState::kPresent) sent += GatherBlock(i, &read_offset);
-    states_[i] = static_cast<uint8_t>(transfer_.states[i]);
+    reply_.SetState(i, transfer_.states[i]);
   }
-  if (keyed()) {
-    headers_.resize((headers_.size() + 7) / 8 * 8, '\0');
-    header_bytes_ = headers_.size();
-    gather_[headers_at] = asio::const_buffer(headers_.data(), headers_.size());
-  }
+  reply_.FinishGet(sent);
   transfer_.payload_bytes = sent;
-  reply_ = StreamReply{};
-  reply_.blocks = n;
-  reply_.payload_bytes = sent;
   context_.counters->gets++;
   context_.counters->bytes_sent += sent;
 }
@@ -203,11 +189,8 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
   const GetSlot& slot = transfer_.slots[i];
   if (pin_of_[i] >= 0) {
     const storage::PinnedBlock& pinned = transfer_.pinned[static_cast<size_t>(pin_of_[i])];
-    pinned.ForEachPiece([&](std::span<const uint8_t> piece) {
-      lendable_.resize(gather_.size(), 0);
-      lendable_.push_back(1);
-      gather_.emplace_back(piece.data(), piece.size());
-    });
+    pinned.ForEachPiece(
+        [&](std::span<const uint8_t> piece) { reply_.AddPiece(piece, /*lendable=*/true); });
     if (keyed()) AddSentHeader(i, pinned.header());
     return slot.bytes;
   }
@@ -226,16 +209,15 @@ uint64_t StreamConnection::GatherBlock(uint32_t i, uint64_t* read_offset) {
     if (keyed()) AddSentHeader(i, transfer_.headers[slot.header]);
   }
   if (transfer_.states[i] != StreamBlockState::kPresent) return 0;
-  gather_.emplace_back(out.data(), out.size());
+  reply_.AddPiece(out, /*lendable=*/false);
   return out.size();
 }
 
 void StreamConnection::AddSentHeader(uint32_t i, const storage::BlockHeader& header) {
-  if (session_ == nullptr || session_->salt.identity())
-    return storage::EncodeHeader(header, headers_);
+  if (session_ == nullptr || session_->salt.identity()) return reply_.AddHeader(header);
   storage::BlockHeader named = header;
   named.key = client_keys_[i];
-  storage::EncodeHeader(named, headers_);
+  reply_.AddHeader(named);
 }
 
 bool StreamConnection::PinInPlace(const GetSlot& slot) {
@@ -299,11 +281,8 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
     failed = std::find_if(results.begin(), results.end(), [](const Status& s) { return !s.ok(); });
   if (failed != results.end())
     return Refuse(failed->WithContext("block " + std::to_string(failed - results.begin())));
-  reply_ = StreamReply{};
-  reply_.blocks = static_cast<uint32_t>(results.size());
+  reply_.Stored(static_cast<uint32_t>(results.size()));
   context_.counters->puts++;
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_))});
-  lendable_.clear();
   SendReply();
 }
 
@@ -312,25 +291,19 @@ void StreamConnection::Refuse(const Status& status) {
   const auto op = static_cast<StreamOp>(request_.op);
   const bool known = op == StreamOp::kGet || op == StreamOp::kGetKeys || IsPut(op);
   if (context_.metrics != nullptr && known) context_.metrics->Refused(op);
-  message_ = status.message().substr(0, kMaxStreamMessageBytes);
-  reply_ = StreamReply{};
-  reply_.code = static_cast<uint32_t>(status.code());
-  reply_.message_bytes = static_cast<uint32_t>(message_.size());
-  gather_.assign({asio::const_buffer(&reply_, sizeof(reply_)),
-                  asio::const_buffer(message_.data(), message_.size())});
-  lendable_.clear();
+  reply_.Refusal(status);
   SendReply();
 }
 
 void StreamConnection::SendReply() {
   if (SplicesReply()) return WriteSpliced();
-  socket_.WriteAll(gather_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
-    self->OnReplySent(ec);
-  });
+  socket_.WriteAll(
+      reply_.buffers(),
+      [self = shared_from_this()](const asio::error_code& ec, size_t) { self->OnReplySent(ec); });
 }
 
 void StreamConnection::OnReplySent(const asio::error_code& ec) {
-  const bool refused = reply_.code != 0;
+  const bool refused = reply_.reply().code != 0;
   if (!ec && !refused && context_.metrics != nullptr) {
     const auto op = static_cast<StreamOp>(request_.op);
     context_.metrics->Transferred(

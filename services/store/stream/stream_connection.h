@@ -18,6 +18,7 @@
 #include <asio.hpp>
 
 #include "services/store/stream/lent_replies.h"
+#include "services/store/stream/reply_gather.h"
 #include "services/store/stream/splice_writer.h"
 #include "services/store/stream/staging_pool.h"
 #include "services/store/stream/stream_admission.h"
@@ -112,14 +113,14 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   // A keyed put's header under the session's salt scope: 0 becomes the session's.
   [[nodiscard]] Status ScopeHeader(storage::BlockHeader& header) const;
   void ServeGet();
-  // The reply's states and gather, the tiers' unpinned blocks read into staging now (from
-  // the tier pool when they may wait for the disk).
+  // The get's reply (reply_), the tiers' unpinned blocks read into staging now (from the
+  // tier pool when they may wait for the disk).
   void GatherReply();
   // Pins each of the tiers' blocks that the host tier holds (`pin_of_`); the bytes of the
   // others, to be read from disk, are staged now. False (and refused) when staging is
   // full: nothing is sent yet, and the client may retry.
   bool PinOrStage();
-  // Block i of a get, present at open, into `gather_`: its pinned pages, or its bytes
+  // Block i of a get, present at open, into the reply: its pinned pages, or its bytes
   // read now into `read_at_send` staging (at `*read_offset`), or its extra-source slot
   // (the source's held pages, or staging).
   // Its state becomes final; returns the payload bytes gathered (0: missing or corrupt).
@@ -143,7 +144,7 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   void OnPutInPlace(const asio::error_code& ec);
   // The put's reply, or the refusal naming its first block that failed.
   void FinishPut(const std::vector<Status>& results);
-  // Writes `reply_` (+ message, + `gather_` for a get), then reads the next request, or
+  // Writes `reply_`'s buffers, then reads the next request, or
   // closes when the reply carried an error.
   void SendReply();
   // Whether this reply goes through the splicer: a get with pinned pages, where lending
@@ -174,12 +175,9 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   asio::steady_timer timer_;
   StreamRequest request_;
   std::chrono::steady_clock::time_point started_;  // the current request's arrival
-  StreamReply reply_;
-  std::string message_;
+  ReplyGather reply_;                              // the current reply's bytes, as written
   OpenTransfer transfer_;
-  std::vector<uint8_t> states_;
-  // keyed gets and puts: the session; a get's keys asked and its reply's headers section;
-  // a put's headers as they came
+  // keyed gets and puts: the session; a get's keys asked; a put's headers as they came
   std::shared_ptr<const StreamSession> session_;
   StreamKeysHead keys_head_;
   std::vector<BlockKey> keys_;
@@ -187,12 +185,6 @@ class StreamConnection : public std::enable_shared_from_this<StreamConnection> {
   Status keyed_opened_;                // OpenKeyedGet's, handed from the tier pool to the loop
   StreamHeadersHead headers_head_;
   std::vector<uint8_t> headers_in_;
-  uint64_t header_bytes_ = 0;
-  std::string headers_;
-  std::vector<asio::const_buffer> gather_;
-  // Per range of gather_ (shorter: the rest 0): 1 for a host-tier pin's pages, which a
-  // spliced reply lends.
-  std::vector<uint8_t> lendable_;
   std::unique_ptr<SpliceWriter> splicer_;  // made at the first reply it sends
   bool splicer_unavailable_ = false;
   bool reply_lent_ = false;  // some of the current reply's pages went to the kernel by reference

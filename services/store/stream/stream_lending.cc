@@ -13,9 +13,9 @@
 namespace kvtier::store {
 
 bool StreamConnection::SplicesReply() {
-  if (!context_.lend_pages || socket_.encrypted() || reply_.code != 0 || !keyed() ||
+  if (!context_.lend_pages || socket_.encrypted() || reply_.reply().code != 0 || !keyed() ||
       session_ == nullptr || !session_->any_scope || !reader_acks_ || lent_.full() ||
-      std::find(lendable_.begin(), lendable_.end(), 1) == lendable_.end()) {
+      !reply_.any_lendable()) {
     return false;
   }
   if (splicer_ == nullptr && !splicer_unavailable_) {
@@ -28,9 +28,9 @@ bool StreamConnection::SplicesReply() {
   }
   if (splicer_ == nullptr) return false;
   splicer_->Clear();
-  lendable_.resize(gather_.size(), 0);
-  for (size_t i = 0; i < gather_.size(); ++i)
-    splicer_->Add(gather_[i].data(), gather_[i].size(), lendable_[i] != 0);
+  const std::vector<asio::const_buffer>& pieces = reply_.buffers();
+  for (size_t i = 0; i < pieces.size(); ++i)
+    splicer_->Add(pieces[i].data(), pieces[i].size(), reply_.lendable(i));
   return true;
 }
 
