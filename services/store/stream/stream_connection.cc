@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "services/store/stream/put_payload.h"
+
 namespace kvtier::store {
 
 StreamConnection::StreamConnection(const StreamContext& context, asio::ip::tcp::socket socket)
@@ -115,11 +117,7 @@ void StreamConnection::ReadPutInto() {
                     });
     return;
   }
-  scatter_.clear();
-  for (size_t i = 0; i < transfer_.headers.size(); ++i) {
-    transfer_.in_place.ForEachPiece(
-        i, [&](std::span<uint8_t> piece) { scatter_.emplace_back(piece.data(), piece.size()); });
-  }
+  ReservedPieces(transfer_.in_place, scatter_);
   socket_.ReadAll(scatter_, [self = shared_from_this()](const asio::error_code& ec, size_t) {
     self->OnPutInPlace(ec);
   });
@@ -245,25 +243,15 @@ StreamBlockState StreamConnection::ReadFromTiers(const storage::BlockRef& ref,
 void StreamConnection::OnPutPayload(const asio::error_code& ec) {
   if (ec) return Close();  // the client went mid-transfer: its staging goes with transfer_
   context_.counters->bytes_received += transfer_.buffer.size();
-  std::vector<storage::PutItem> items;
-  items.reserve(transfer_.headers.size());
-  uint64_t offset = 0;
-  for (size_t i = 0; i < transfer_.headers.size(); ++i) {
-    const storage::BlockHeader& header = transfer_.headers[i];
-    const auto payload = transfer_.buffer.bytes().subspan(offset, header.payload_bytes);
-    offset += header.payload_bytes;
-    // Every block is checked before any is stored: a bad one refuses the whole batch.
-    if (Status valid = storage::ValidateBlock(header, payload, context_.max_block_bytes);
-        !valid.ok()) {
-      return Refuse(valid.WithContext("block " + std::to_string(i)));
-    }
-    items.push_back({header, payload, /*checksum_checked=*/true});
-  }
+  // Every block is checked before any is stored: a bad one refuses the whole batch.
+  Result<std::vector<storage::PutItem>> items =
+      StagedPutItems(transfer_.headers, transfer_.buffer.bytes(), context_.max_block_bytes);
+  if (!items.ok()) return Refuse(items.status());
   // A put through PutBatch may write to disk (its blocks, or the victims it demotes).
   auto results = std::make_shared<std::vector<Status>>();
   OffLoop(
       context_.disk,
-      [self = shared_from_this(), items = std::move(items), results] {
+      [self = shared_from_this(), items = std::move(*items), results] {
         *results = self->context_.store->PutBatch(items);
       },
       [self = shared_from_this(), results] { self->FinishPut(*results); });
@@ -274,13 +262,7 @@ void StreamConnection::FinishPut(const std::vector<Status>& results) {
   // client that reads the reply and opens its next transfer finds the room this one held.
   transfer_.payload_bytes = transfer_.buffer.size();
   transfer_.buffer = StagingBuffer{};
-  // The block that failed, not the others of its batch that were refused with it (kAborted).
-  const auto cause = [](const Status& s) { return !s.ok() && s.code() != StatusCode::kAborted; };
-  auto failed = std::find_if(results.begin(), results.end(), cause);
-  if (failed == results.end())
-    failed = std::find_if(results.begin(), results.end(), [](const Status& s) { return !s.ok(); });
-  if (failed != results.end())
-    return Refuse(failed->WithContext("block " + std::to_string(failed - results.begin())));
+  if (Status outcome = PutOutcome(results); !outcome.ok()) return Refuse(outcome);
   reply_.Stored(static_cast<uint32_t>(results.size()));
   context_.counters->puts++;
   SendReply();
