@@ -16,15 +16,12 @@
 
 namespace kvtier::store {
 
-inline constexpr size_t kBlockBytes = 64 * 1024;
-
-using storage::testing::kScope;
-using storage::testing::MakeBlock;
-using storage::testing::TestBlock;
-
 // A node's tiers (host memory) behind a data stream on loopback.
 class DataStreamTest : public DataStreamFixture {
  protected:
+  static constexpr size_t kBlockBytes = 64 * 1024;
+  using TestBlock = storage::testing::TestBlock;
+  static constexpr uint64_t kScope = storage::testing::kScope;
   void SetUp() override { Start({}); }
 
   void Start(DataStreamServerOptions options, uint64_t host_bytes = 64ull << 20) {
@@ -33,7 +30,7 @@ class DataStreamTest : public DataStreamFixture {
 
   static std::vector<BlockKey> Keys(const std::vector<uint64_t>& ids) {
     std::vector<BlockKey> keys;
-    for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
+    for (uint64_t id : ids) keys.push_back(storage::testing::MakeBlock(id, 1).header.key);
     return keys;
   }
   StreamGetOpened OpenGet(const std::vector<uint64_t>& ids, ExtraBlockSource* extra = nullptr) {

@@ -19,15 +19,12 @@
 
 namespace kvtier::store {
 
-inline constexpr size_t kBlockBytes = 64 * 1024;
-
-using storage::testing::kScope;
-using storage::testing::MakeBlock;
-using storage::testing::TestBlock;
-
 // A host tier of 1 MiB over a disk tier, behind a data stream on loopback.
 class KeyedGetTest : public DataStreamFixture {
  protected:
+  static constexpr size_t kBlockBytes = 64 * 1024;
+  using TestBlock = storage::testing::TestBlock;
+  static constexpr uint64_t kScope = storage::testing::kScope;
   void SetUp() override { StartNode(storage::testing::HostOverDisk(1u << 20, dir_.path())); }
   // The node goes before its disk tier's directory (a member of this class, destroyed
   // before the fixture's).
@@ -54,7 +51,7 @@ class KeyedGetTest : public DataStreamFixture {
   }
   static std::vector<BlockKey> Keys(const std::vector<uint64_t>& ids) {
     std::vector<BlockKey> keys;
-    for (uint64_t id : ids) keys.push_back(MakeBlock(id, 1).header.key);
+    for (uint64_t id : ids) keys.push_back(storage::testing::MakeBlock(id, 1).header.key);
     return keys;
   }
 
