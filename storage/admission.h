@@ -66,7 +66,6 @@ class DiskAdmission {
   [[nodiscard]] static Result<std::unique_ptr<DiskAdmission>> Create(
       const DiskAdmissionOptions& options);
 
-  AdmissionPolicy policy() const { return options_.policy; }
   // Counts requests of these blocks (kAll counts nothing).
   void Record(std::span<const BlockKey> keys);
   // Whether `candidate` (its effective priority given) enters the disk at the cost of

@@ -82,6 +82,12 @@ class ClientTest : public ::testing::Test {
     return client.ok() ? std::move(client).value() : nullptr;
   }
 
+  // The node's pool (the test's layout) mapped into this process.
+  static Result<MappedPool> MapPool(Client& client) {
+    KVTIER_ASSIGN_OR_RETURN(PoolMapping mapping, client.AttachPool(0, TestLayout()));
+    return MappedPool::Map(mapping);
+  }
+
   // Waits up to 5 s for the coordinator to match `want` blocks of `keys`.
   LookupResult WaitForMatch(Client& client, const std::vector<BlockKey>& keys, uint32_t want) {
     LookupResult last;
@@ -207,9 +213,7 @@ TEST_F(ClientTest, APromptEndingInsideACommittedBlockMatchesItPartially) {
 TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto mapping = client->AttachPool(0, TestLayout());
-  ASSERT_TRUE(mapping.ok()) << mapping.status();
-  auto pool = MappedPool::Map(*mapping);
+  auto pool = MapPool(*client);
   ASSERT_TRUE(pool.ok()) << pool.status();
   // Sequence 1 computes blocks 0,1 of a prompt into the pool, in place, and commits them.
   const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(7, 8), kTokensPerBlock);
@@ -249,9 +253,7 @@ TEST_F(ClientTest, BytesWrittenInTheMappedPoolComeBackThroughTheHostTier) {
 TEST_F(ClientTest, AStaticSequencesBlocksNeverMoveAsItDecodes) {
   auto client = Connect();
   ASSERT_NE(client, nullptr);
-  auto mapping = client->AttachPool(0, TestLayout());
-  ASSERT_TRUE(mapping.ok()) << mapping.status();
-  auto pool = MappedPool::Map(*mapping);
+  auto pool = MapPool(*client);
   ASSERT_TRUE(pool.ok()) << pool.status();
   auto fixed = client->Allocate({.sequence = 1, .num_tokens = 2, .reserve_tokens = 12});
   ASSERT_TRUE(fixed.ok()) << fixed.status();
