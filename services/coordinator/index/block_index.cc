@@ -3,6 +3,7 @@
 #include <array>
 
 #include "services/coordinator/index/block_index_impl.h"
+#include "services/coordinator/index/node_scores.h"
 #include "services/coordinator/index/windowed_scores.h"
 
 namespace kvtier::coordinator {
@@ -64,7 +65,7 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
   found_.clear();
   uint32_t expected_parent = parent;
   for (size_t i = 0; i < r.keys.size(); ++i) {
-    const uint32_t b = table_.Find(r.keys[i], blocks_);
+    const uint32_t b = blocks_.Find(r.keys[i]);
     found_.push_back(b);
     if (b == kNil) {
       expected_parent = kNil - 1;  // every later key must be new as well
@@ -83,10 +84,11 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
     expected_parent = b;
   }
   const size_t new_blocks = static_cast<size_t>(std::count(found_.begin(), found_.end(), kNil));
-  if (live_blocks_ + new_blocks > options_.max_blocks) {
+  if (blocks_.live() + new_blocks > options_.max_blocks) {
     ++refused_full_;
-    return ResourceExhaustedError("the index holds " + std::to_string(live_blocks_) + " blocks; " +
-                                  std::to_string(new_blocks) + " more would pass its limit of " +
+    return ResourceExhaustedError("the index holds " + std::to_string(blocks_.live()) +
+                                  " blocks; " + std::to_string(new_blocks) +
+                                  " more would pass its limit of " +
                                   std::to_string(options_.max_blocks));
   }
   return Status::Ok();
@@ -95,7 +97,7 @@ Status BlockIndex::Impl::ValidateStore(const StoreRequest& r, uint32_t parent) {
 Status BlockIndex::Impl::Store(const StoreRequest& r) {
   uint32_t parent = kNil;
   if (r.parent.has_value()) {
-    parent = table_.Find(*r.parent, blocks_);
+    parent = blocks_.Find(*r.parent);
     if (parent == kNil || blocks_[parent].scope != r.scope) {
       return FailedPreconditionError("parent block " + r.parent->ToHex() + " is not indexed");
     }
@@ -111,13 +113,13 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   defer_leaf_changes_ = true;  // a chain's inner blocks stop being leaves as they gain children
   for (size_t i = 0; i < r.keys.size(); ++i) {
     uint32_t b = found_[i];
-    if (b == kNil) b = NewBlock(r.keys[i], parent, r.scope);
+    if (b == kNil) b = blocks_.NewBlock(r.keys[i], parent, r.scope);
     SetRetention(b, r.retention.empty() ? BlockRetention{} : r.retention[i]);
-    uint32_t ref = FindHeldSlot(b, place);
+    uint32_t ref = blocks_.FindHeldSlot(b, place);
     if (ref == kNil) {
       ref = AddLocation(b, packed);  // not linked yet
     } else {
-      Unlink(ref);
+      lists_.Unlink(blocks_, ref);
     }
     slots.push_back(ref);
     parent = b;
@@ -128,13 +130,14 @@ Status BlockIndex::Impl::Store(const StoreRequest& r) {
   // descendants, so a list's least recently used end holds leaves and eviction rarely
   // skips interior blocks. Windowed, root to leaf, then the sinks: the order in which a
   // request releases blocks as they leave its window, sinks last.
-  if (const PoolWindow* window = WindowAt(place)) {
-    for (uint32_t ref : slots) LinkTail(ref);
+  if (const PoolWindow* window = windows_.At(place)) {
+    for (uint32_t ref : slots) lists_.LinkTail(blocks_, ref);
     for (size_t i = 0; i < std::min<size_t>(slots.size(), window->sink_blocks); ++i) {
-      if (IsSink(Owner(slots[i]), window->sink_blocks)) MoveToTail(slots[i]);
+      if (IsSink(blocks_.Owner(slots[i]), window->sink_blocks))
+        lists_.MoveToTail(blocks_, slots[i]);
     }
   } else {
-    for (auto it = slots.rbegin(); it != slots.rend(); ++it) LinkTail(*it);
+    for (auto it = slots.rbegin(); it != slots.rend(); ++it) lists_.LinkTail(blocks_, *it);
   }
   return Status::Ok();
 }
@@ -156,13 +159,13 @@ LookupResult BlockIndex::Impl::Lookup(ScopeId scope, std::span<const BlockKey> k
   uint32_t expected_parent = kNil;
   uint32_t located_prefix = 0;  // blocks each with a location somewhere
   for (uint32_t i = 0; i < keys.size(); ++i) {
-    const uint32_t b = table_.Find(keys[i], blocks_);
+    const uint32_t b = blocks_.Find(keys[i]);
     if (b == kNil || blocks_[b].scope != scope || blocks_[b].parent != expected_parent) break;
     // Past a block held nowhere only a windowed pool can serve a longer prefix.
-    if (!HasLocation(b) && windowed_places_ == 0) break;
+    if (!blocks_.HasLocation(b) && !windows_.any()) break;
     expected_parent = b;
-    ForEachSlot(b, [&](uint32_t ref) {
-      const uint32_t packed = Slot(ref).packed;
+    blocks_.ForEachSlot(b, [&](uint32_t ref) {
+      const uint32_t packed = blocks_.Slot(ref).packed;
       const Location location{static_cast<NodeId>(internal::PackedNode(packed)),
                               static_cast<Tier>(internal::PackedTier(packed)),
                               static_cast<uint16_t>(internal::PackedPool(packed))};
@@ -202,19 +205,19 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
   // full-attention place of the node, consecutively from the first.
   std::vector<uint32_t>& chain = scratch_;
   chain.clear();
-  const bool windows = HasWindows(node);
+  const bool windows = windows_.Any(node);
   auto full_place_here = [&](uint32_t packed) {
     return internal::PackedNode(packed) == node &&
-           (!windows || WindowAt(internal::PlaceOf(packed)) == nullptr);
+           (!windows || windows_.At(internal::PlaceOf(packed)) == nullptr);
   };
   uint32_t full_prefix = 0;
   uint32_t expected_parent = kNil;
   for (const BlockKey& key : keys) {
-    const uint32_t b = table_.Find(key, blocks_);
+    const uint32_t b = blocks_.Find(key);
     if (b == kNil || blocks_[b].scope != scope || blocks_[b].parent != expected_parent) break;
     bool held_here = false, held_full = false;
-    ForEachSlot(b, [&](uint32_t ref) {
-      const uint32_t packed = Slot(ref).packed;
+    blocks_.ForEachSlot(b, [&](uint32_t ref) {
+      const uint32_t packed = blocks_.Slot(ref).packed;
       held_here |= internal::PackedNode(packed) == node;
       held_full |= full_place_here(packed);
     });
@@ -227,12 +230,12 @@ void BlockIndex::Impl::Touch(NodeId node, ScopeId scope, std::span<const BlockKe
     Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
     for (uint32_t ref : HeldSlotsInPlaceOrder(
-             chain[i], [&](uint32_t r) { return full_place_here(Slot(r).packed); })) {
-      MoveToTail(ref);
+             chain[i], [&](uint32_t r) { return full_place_here(blocks_.Slot(r).packed); })) {
+      lists_.MoveToTail(blocks_, ref);
     }
   }
   if (windows) {
-    for (const auto& [place, window] : nodes_[node]->windows) TouchWindowed(place, window, chain);
+    for (const auto& [place, window] : windows_.Of(node)) TouchWindowed(place, window, chain);
   }
 }
 
@@ -243,7 +246,7 @@ void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window,
                                      std::span<const uint32_t> chain) {
   WindowedScores served_by(*this);
   for (uint32_t i = 0; i < chain.size(); ++i) {
-    if (FindHeldSlot(chain[i], place) != kNil) served_by.Held(place, i);
+    if (blocks_.FindHeldSlot(chain[i], place) != kNil) served_by.Held(place, i);
   }
   const uint32_t served = served_by.Served(place);
   const uint32_t sinks = std::min(window.sink_blocks, served);
@@ -252,7 +255,7 @@ void BlockIndex::Impl::TouchWindowed(uint32_t place, const PoolWindow& window,
   auto renew = [&](uint32_t i) {
     Block& block = blocks_[chain[i]];
     if (block.hits != UINT16_MAX) ++block.hits;
-    MoveToTail(FindHeldSlot(chain[i], place));
+    lists_.MoveToTail(blocks_, blocks_.FindHeldSlot(chain[i], place));
   };
   for (uint32_t i = from; i < served; ++i) renew(i);
   for (uint32_t i = 0; i < sinks; ++i) renew(i);
@@ -263,21 +266,23 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
                                               const std::function<bool(const BlockKey&)>* admit,
                                               std::vector<BlockKey>* demoted) {
   std::vector<BlockKey> evicted;
-  if (node >= nodes_.size() || !nodes_[node]) return evicted;
-  auto& lists = nodes_[node]->lists[static_cast<int>(tier)];
+  if (!lists_.Has(node)) return evicted;
+  auto list = [&](int priority) -> internal::ListHead& {
+    return lists_.List(node, static_cast<int>(tier), priority);
+  };
   int priority = 0;
   while (priority <= kMaxPriority && evicted.size() < count) {
-    uint32_t ref = lists[priority].head;
+    uint32_t ref = list(priority).head;
     bool skipped = false;  // an interior block was passed over in this list
     int restart_at = -1;   // a lower priority list gained a leaf
     while (ref != kNil && evicted.size() < count) {
-      const uint32_t next = Slot(ref).lru_next;
+      const uint32_t next = blocks_.Slot(ref).lru_next;
       if (!Evictable(ref)) {  // interior here: its descendants go first
         skipped = true;
         ref = next;
         continue;
       }
-      const uint32_t b = Owner(ref);
+      const uint32_t b = blocks_.Owner(ref);
       const BlockKey key = blocks_[b].key.Key();
       evicted.push_back(key);
       if (demote_to != nullptr && (*admit == nullptr || (*admit)(key))) {
@@ -285,7 +290,8 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
         // block is never collected in between.
         const uint32_t to =
             internal::PackLocation(node, static_cast<uint32_t>(demote_to->tier), demote_to->pool);
-        if (FindHeldSlot(b, internal::PlaceOf(to)) == kNil) LinkTail(AddLocation(b, to));
+        if (blocks_.FindHeldSlot(b, internal::PlaceOf(to)) == kNil)
+          lists_.LinkTail(blocks_, AddLocation(b, to));
         demoted->push_back(key);
       } else {
         ++evictions_by_priority_[blocks_[b].priority];
@@ -301,7 +307,7 @@ std::vector<BlockKey> BlockIndex::Impl::Evict(NodeId node, Tier tier, size_t cou
         restart_at = newly_evictable_;
         break;
       }
-      if (newly_evictable_ == priority && skipped) ref = lists[priority].head;
+      if (newly_evictable_ == priority && skipped) ref = list(priority).head;
     }
     priority = restart_at >= 0 ? restart_at : priority + 1;
   }
@@ -314,8 +320,8 @@ static uint32_t PlaceOfLocation(Location l) {
 }
 
 uint32_t BlockIndex::Impl::HeldSlotOf(const BlockKey& key, uint32_t place) const {
-  const uint32_t b = table_.Find(key, blocks_);
-  return b == kNil ? kNil : FindHeldSlot(b, place);
+  const uint32_t b = blocks_.Find(key);
+  return b == kNil ? kNil : blocks_.FindHeldSlot(b, place);
 }
 
 size_t BlockIndex::Impl::Remove(Location location, std::span<const BlockKey> keys) {
@@ -323,7 +329,7 @@ size_t BlockIndex::Impl::Remove(Location location, std::span<const BlockKey> key
   for (const BlockKey& key : keys) {
     const uint32_t ref = HeldSlotOf(key, PlaceOfLocation(location));
     if (ref == kNil) continue;
-    ++evictions_by_priority_[blocks_[Owner(ref)].priority];
+    ++evictions_by_priority_[blocks_[blocks_.Owner(ref)].priority];
     RemoveLocation(ref);
     ++removed;
   }
@@ -338,8 +344,9 @@ size_t BlockIndex::Impl::ChangeTier(Location from, Location to, std::span<const 
     const uint32_t from_ref = HeldSlotOf(key, PlaceOfLocation(from));
     if (from_ref == kNil) continue;
     // Add before removing, so that a block held only here is never collected in between.
-    const uint32_t b = Owner(from_ref);
-    if (FindHeldSlot(b, internal::PlaceOf(to_packed)) == kNil) LinkTail(AddLocation(b, to_packed));
+    const uint32_t b = blocks_.Owner(from_ref);
+    if (blocks_.FindHeldSlot(b, internal::PlaceOf(to_packed)) == kNil)
+      lists_.LinkTail(blocks_, AddLocation(b, to_packed));
     RemoveLocation(from_ref);
     ++moved;
   }
@@ -347,10 +354,11 @@ size_t BlockIndex::Impl::ChangeTier(Location from, Location to, std::span<const 
 }
 
 size_t BlockIndex::Impl::RemoveNode(NodeId node) {
-  if (node >= nodes_.size() || !nodes_[node]) return 0;
+  if (!lists_.Has(node)) return 0;
   size_t removed = 0;
-  for (auto& tier_lists : nodes_[node]->lists) {
-    for (ListHead& list : tier_lists) {
+  for (int tier = 0; tier < kTierCount; ++tier) {
+    for (int priority = 0; priority <= kMaxPriority; ++priority) {
+      internal::ListHead& list = lists_.List(node, tier, priority);
       while (list.head != kNil) {
         RemoveLocation(list.head);
         ++removed;
@@ -361,26 +369,19 @@ size_t BlockIndex::Impl::RemoveNode(NodeId node) {
 }
 
 void BlockIndex::Impl::AdvanceTime() {
-  expiry_.PopDue(
-      options_.clock->Now().count(), [this](const ExpiryEntry& e) { return ExpiryLive(e); },
-      [this](const ExpiryEntry& e) {
-        SetPriority(e.id, kDefaultPriority);
-        ++expirations_;
-      });
+  deadlines_.PopDue(blocks_, options_.clock->Now().count(),
+                    [this](uint32_t b) { SetPriority(b, kDefaultPriority); });
 }
 
 BlockIndexStats BlockIndex::Impl::Stats() const {
   BlockIndexStats stats;
-  stats.blocks = live_blocks_;
+  stats.blocks = blocks_.live();
   stats.locations = locations_;
-  stats.expirations = expirations_;
+  stats.expirations = deadlines_.expirations();
   stats.refused_full = refused_full_;
   stats.evictions_by_priority = evictions_by_priority_;
-  stats.memory_bytes = blocks_.memory_bytes() + overflow_.memory_bytes() + table_.memory_bytes() +
-                       expiry_.size() * sizeof(ExpiryEntry) + nodes_.size() * sizeof(void*) +
-                       wide_children_.memory_bytes() + wide_window_leaves_.memory_bytes() +
-                       tokens_.memory_bytes();
-  for (const auto& lists : nodes_) stats.memory_bytes += lists ? sizeof(NodeLists) : 0;
+  stats.memory_bytes = blocks_.memory_bytes() + lists_.memory_bytes() + windows_.memory_bytes() +
+                       deadlines_.memory_bytes() + tokens_.memory_bytes();
   return stats;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "services/coordinator/index/block_index_impl.h"
+#include "services/coordinator/index/node_scores.h"
 
 namespace kvtier::coordinator {
 namespace {
@@ -21,7 +22,7 @@ Location LocationOf(uint32_t packed) {
 void BlockIndex::Impl::KeepTokens(const StoreRequest& r, std::span<const uint32_t> slots) {
   const size_t per_block = r.tokens.size() / r.keys.size();
   for (size_t i = 0; i < slots.size(); ++i) {
-    const uint32_t b = Owner(slots[i]);
+    const uint32_t b = blocks_.Owner(slots[i]);
     if (!tokens_.Has(b)) tokens_.Set(b, TokenGroup(b), r.tokens.subspan(i * per_block, per_block));
   }
 }
@@ -35,7 +36,7 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
   std::vector<double> bonus(result.scores.size(), 0.0);
   uint32_t best = kNil;
   tokens_.ForEachChild(group, [&](uint32_t child, std::span<const uint32_t> cached) {
-    if (!HasLocation(child)) return;  // a ghost in a windowed pool: nothing to copy from
+    if (!blocks_.HasLocation(child)) return;  // a ghost in a windowed pool: nothing to copy from
     const size_t limit = std::min(cached.size(), tail.size());
     const auto shared = static_cast<uint32_t>(
         std::mismatch(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(limit),
@@ -48,8 +49,8 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
       result.partial.block_tokens = static_cast<uint32_t>(cached.size());
       best = child;
     }
-    ForEachSlot(child, [&](uint32_t ref) {
-      const uint32_t packed = Slot(ref).packed;
+    blocks_.ForEachSlot(child, [&](uint32_t ref) {
+      const uint32_t packed = blocks_.Slot(ref).packed;
       const auto node = static_cast<NodeId>(internal::PackedNode(packed));
       const std::optional<size_t> s = internal::ScoreEntryAt(result.scores, bonus, node, prefix);
       if (!s) return;  // the node does not hold the prefix before this block
@@ -64,8 +65,8 @@ void BlockIndex::Impl::MatchPartial(ScopeId scope, uint32_t parent, std::span<co
   for (size_t s = 0; s < result.scores.size(); ++s) result.scores[s].score += bonus[s];
   if (best != kNil) {
     result.partial.key = blocks_[best].key.Key();
-    ForEachSlot(best, [&](uint32_t ref) {
-      result.partial.locations.push_back(LocationOf(Slot(ref).packed));
+    blocks_.ForEachSlot(best, [&](uint32_t ref) {
+      result.partial.locations.push_back(LocationOf(blocks_.Slot(ref).packed));
     });
   }
 }

@@ -19,10 +19,11 @@
 namespace kvtier::coordinator {
 
 bool BlockIndex::Impl::Evictable(uint32_t ref) const {
-  const LocationSlot& slot = Slot(ref);
-  if (ChildrenHere(ref) == 0) return true;
-  const PoolWindow* window = WindowAt(internal::PlaceOf(slot.packed));
-  return window != nullptr && WindowLeaves(ref) == 0 && !IsSink(Owner(ref), window->sink_blocks);
+  const LocationSlot& slot = blocks_.Slot(ref);
+  if (blocks_.ChildrenHere(ref) == 0) return true;
+  const PoolWindow* window = windows_.At(internal::PlaceOf(slot.packed));
+  return window != nullptr && blocks_.WindowLeaves(ref) == 0 &&
+         !IsSink(blocks_.Owner(ref), window->sink_blocks);
 }
 
 bool BlockIndex::Impl::IsSink(uint32_t b, uint32_t sink_blocks) const {
@@ -35,49 +36,49 @@ bool BlockIndex::Impl::IsSink(uint32_t b, uint32_t sink_blocks) const {
 
 void BlockIndex::Impl::CountChildHere(uint32_t b, uint32_t place) {
   for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
-    uint32_t pref = FindSlot(parent, place);
+    uint32_t pref = blocks_.FindSlot(parent, place);
     if (pref != kNil) {
-      if (AddChildrenHere(pref, +1) == 1 && internal::IsHeld(Slot(pref).packed))
+      if (blocks_.AddChildrenHere(pref, +1) == 1 && internal::IsHeld(blocks_.Slot(pref).packed))
         LeafChanged(pref, -1);
       return;  // its ancestors have slots already
     }
-    pref = NewSlot(parent, place | internal::kAbsentBit);
-    AddChildrenHere(pref, +1);  // and its own parent counts it, next round
+    pref = blocks_.NewSlot(parent, place | internal::kAbsentBit);
+    blocks_.AddChildrenHere(pref, +1);  // and its own parent counts it, next round
   }
 }
 
 void BlockIndex::Impl::UncountChildHere(uint32_t b, uint32_t place) {
   for (uint32_t parent = blocks_[b].parent; parent != kNil; parent = blocks_[parent].parent) {
-    const uint32_t pref = FindSlot(parent, place);
+    const uint32_t pref = blocks_.FindSlot(parent, place);
     assert(pref != kNil && "a windowed slot's ancestors have slots");
-    if (AddChildrenHere(pref, -1) > 0) return;
-    if (internal::IsHeld(Slot(pref).packed)) {
+    if (blocks_.AddChildrenHere(pref, -1) > 0) return;
+    if (internal::IsHeld(blocks_.Slot(pref).packed)) {
       LeafChanged(pref, +1);
       NoteEvictable(parent);
       return;
     }
-    FreeSlot(pref);  // an absent slot with nothing held below any more
+    blocks_.FreeSlot(pref);  // an absent slot with nothing held below any more
   }
 }
 
 void BlockIndex::Impl::RemoveWindowedLocation(uint32_t ref) {
-  LocationSlot& slot = Slot(ref);
-  if (ChildrenHere(ref) > 0) {
+  LocationSlot& slot = blocks_.Slot(ref);
+  if (blocks_.ChildrenHere(ref) > 0) {
     // Interior (past every window, when Evict chose it): the slot stays as the skeleton
     // that links the blocks below to the root, with its counts.
     slot.packed |= internal::kAbsentBit;
     return;
   }
-  const uint32_t b = Owner(ref);
+  const uint32_t b = blocks_.Owner(ref);
   const uint32_t place = internal::PlaceOf(slot.packed);
   LeafChanged(ref, -1);
-  FreeSlot(ref);
+  blocks_.FreeSlot(ref);
   UncountChildHere(b, place);
   CollectIfUnused(b);
 }
 
 void BlockIndex::Impl::LeafChanged(uint32_t ref, int delta) {
-  if (WindowAt(internal::PlaceOf(Slot(ref).packed))->window_blocks <= 1)
+  if (windows_.At(internal::PlaceOf(blocks_.Slot(ref).packed))->window_blocks <= 1)
     return;  // a window of one block
   if (!defer_leaf_changes_) {
     WalkWindow(ref, delta);
@@ -89,17 +90,18 @@ void BlockIndex::Impl::LeafChanged(uint32_t ref, int delta) {
 }
 
 void BlockIndex::Impl::WalkWindow(uint32_t ref, int delta) {
-  const uint32_t place = internal::PlaceOf(Slot(ref).packed);
-  const uint32_t window_blocks = WindowAt(place)->window_blocks;
-  uint32_t b = Owner(ref);
+  const uint32_t place = internal::PlaceOf(blocks_.Slot(ref).packed);
+  const uint32_t window_blocks = windows_.At(place)->window_blocks;
+  uint32_t b = blocks_.Owner(ref);
   for (uint32_t distance = 1; distance < window_blocks; ++distance) {
     b = blocks_[b].parent;
     if (b == kNil) return;
-    const uint32_t a = FindSlot(b, place);
+    const uint32_t a = blocks_.FindSlot(b, place);
     assert(a != kNil && "a windowed slot's ancestors have slots");
-    assert(static_cast<int64_t>(WindowLeaves(a)) + delta >= 0);
-    if (AddWindowLeaves(a, delta) != 0 || delta > 0) continue;
-    if (internal::IsHeld(Slot(a).packed)) NoteEvictable(b);  // it may have left every window
+    assert(static_cast<int64_t>(blocks_.WindowLeaves(a)) + delta >= 0);
+    if (blocks_.AddWindowLeaves(a, delta) != 0 || delta > 0) continue;
+    if (internal::IsHeld(blocks_.Slot(a).packed))
+      NoteEvictable(b);  // it may have left every window
   }
 }
 
@@ -154,16 +156,15 @@ Status BlockIndex::Impl::SetNodeWindows(NodeId node, std::span<const PoolWindowS
   }
   std::sort(declared.begin(), declared.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  NodeLists& lists = Lists(node);
-  if (lists.windows == declared) return Status::Ok();
-  for (size_t held : lists.held) {
-    if (held != 0) {
-      return FailedPreconditionError("node " + std::to_string(node) +
-                                     " holds blocks: its pools' windows cannot change under them");
-    }
+  const auto current = windows_.Of(node);
+  if (std::equal(current.begin(), current.end(), declared.begin(), declared.end())) {
+    return Status::Ok();
   }
-  windowed_places_ = windowed_places_ - lists.windows.size() + declared.size();
-  lists.windows = std::move(declared);
+  if (!lists_.Empty(node)) {
+    return FailedPreconditionError("node " + std::to_string(node) +
+                                   " holds blocks: its pools' windows cannot change under them");
+  }
+  windows_.Set(node, std::move(declared));
   return Status::Ok();
 }
 

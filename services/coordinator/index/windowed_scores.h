@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "services/coordinator/index/block_index_impl.h"
+#include "services/coordinator/index/node_scores.h"
 
 namespace kvtier::coordinator {
 
@@ -18,7 +19,7 @@ class BlockIndex::Impl::WindowedScores {
   // Block i of the prompt is held at `place`. Returns false (and records nothing) when
   // the place is full attention: the caller scores it. REQUIRES: i never decreases.
   bool Held(uint32_t place, uint32_t i) {
-    const PoolWindow* window = index_.WindowAt(place);
+    const PoolWindow* window = index_.windows_.At(place);
     if (window == nullptr) return false;
     auto pool =
         std::find_if(pools_.begin(), pools_.end(), [&](const Pool& p) { return p.place == place; });
