@@ -110,7 +110,7 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 5; ++i)
-    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), keep).ok());
   ASSERT_TRUE(worker.Free(1, 1).ok());
 
@@ -143,7 +143,7 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
   EXPECT_EQ(counts->scatters - scatters_before_onboard, 3) << "batches of 2, 2 and 1 blocks";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 5; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
 
@@ -152,8 +152,9 @@ TEST(DevicePoolOnCpuTest, TheLoopsBatchesGoInRoundsOfItsStaging) {
   const std::vector<BlockId> asked = {c->block_table[4], c->block_table[0], c->block_table[3],
                                       c->block_table[1], c->block_table[2]};
   std::vector<std::vector<uint8_t>> outs(5, std::vector<uint8_t>(512));
-  ASSERT_TRUE(
-      worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  ASSERT_TRUE(worker.bytes()
+                  .ReadMany(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end()))
+                  .ok());
   const uint8_t expected[] = {5, 1, 4, 2, 3};
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(outs[i], Pattern(expected[i])) << "buffer " << i;
   EXPECT_EQ(counts->gathers - gathers_before_read, 3);
@@ -208,10 +209,10 @@ TEST(DevicePoolOnCpuTest, AnOnboardStopsAtTheBatchThatStopsShort) {
   EXPECT_EQ(counts->scatters, 2) << "blocks 1-2, then block 3";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, a->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
-  ASSERT_TRUE(worker.ReadBlock(0, a->block_table[4], back).ok());
+  ASSERT_TRUE(worker.bytes().Read(0, a->block_table[4], back).ok());
   EXPECT_EQ(back, std::vector<uint8_t>(512, 0)) << "block 5 is not fetched after the gap";
   auto state = worker.Sequence(1, 1);
   ASSERT_TRUE(state.ok());
@@ -234,7 +235,7 @@ TEST(DevicePoolOnCpuTest, AReadStagedForASendKeepsItsCopierUntilItGoes) {
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 12)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 3; ++i)
-    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 12), {}).ok());
   ASSERT_TRUE(worker.held().Hold(0, a->block_table).ok());
 
@@ -282,7 +283,7 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 20)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 5; ++i)
-    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 20), {}).ok());
   const std::vector<BlockId> asked = {a->block_table[4], a->block_table[0], a->block_table[3],
                                       a->block_table[1], a->block_table[2]};
@@ -314,7 +315,7 @@ TEST(DevicePoolOnCpuTest, ACopyLargerThanACopiersStagingGoesInRounds) {
                   .ok());
   std::vector<uint8_t> back(512);
   for (size_t i = 0; i < 5; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, landing->blocks[i], back).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, landing->blocks[i], back).ok());
     EXPECT_EQ(back, fetched[i]) << "block " << i + 11;
   }
   ASSERT_TRUE(worker.held().Release(0, landing->blocks).ok());

@@ -56,7 +56,7 @@ TEST(TierLinkTest, EvictedBlocksLandInTheHostTierWithFullHeaders) {
                               .block_keys = std::vector<BlockKey>{a},
                               .tokens = Tokens(0, 4)})
                   .ok());
-  std::span<uint8_t> pool = worker->PoolBytes(0);
+  std::span<uint8_t> pool = worker->bytes().Host(0);
   for (size_t i = 0; i < 512; ++i) pool[i] = static_cast<uint8_t>(i * 7);
   const std::vector<uint8_t> written(pool.begin(), pool.begin() + 512);
   ASSERT_TRUE(worker->Commit(1, 1, std::vector<BlockKey>{a}, Tokens(0, 4), keep).ok());
@@ -421,7 +421,7 @@ TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
                              .tokens = Tokens(0, 32)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 8; ++i)
-    ASSERT_TRUE(worker->WriteBlock(0, a->block_table[i], testing::Pattern(i)).ok());
+    ASSERT_TRUE(worker->bytes().Write(0, a->block_table[i], testing::Pattern(i)).ok());
   ASSERT_TRUE(worker->Commit(1, 1, keys, Tokens(0, 32), keep).ok());
   ASSERT_TRUE(worker->Free(1, 1).ok());
   // Sequence 2 takes the whole pool: blocks 0-7 leave in one batch.
@@ -447,7 +447,7 @@ TEST(TierLinkTest, AWorkersBatchesGoThroughTheHelpers) {
   EXPECT_EQ(onboarded->from_host, 8u);
   std::vector<uint8_t> back(testing::Pattern(0).size());
   for (uint8_t i = 0; i < 8; ++i) {
-    ASSERT_TRUE(worker->ReadBlock(0, c->block_table[i], back).ok());
+    ASSERT_TRUE(worker->bytes().Read(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, testing::Pattern(i)) << "block " << int(i);
   }
 }

@@ -75,7 +75,7 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   // a victim's block, whose bytes must leave intact.
   w.Settle(r.pool_id, start.evicted);
   if (start.copy.has_value()) {
-    if (Status copied = w.CopyTokens(*state, *start.copy); !copied.ok()) {
+    if (Status copied = w.transfer_.CopyTokens(Impl::Transfer(*state), *start.copy); !copied.ok()) {
       (void)state->pool->FreeSequence(internal);  // started just now
       return copied;
     }
@@ -166,15 +166,9 @@ Result<OnboardResult> Worker::Onboard(ClientId client, SequenceId sequence,
     ids.push_back(table[b]);
   OnboardResult result;
   if (source != nullptr) {
-    // In batches the pool's staging holds, until one stops short (the tiers lack a block).
-    const size_t per_batch = state.storage->BatchLimit(block_bytes);
-    for (size_t first = 0; first < ids.size() && result.onboarded_blocks == first;
-         first += per_batch) {
-      const std::span<const uint32_t> batch =
-          std::span(ids).subspan(first, std::min(per_batch, ids.size() - first));
-      KVTIER_RETURN_IF_ERROR(w.OnboardBatch(
-          state, *seq, batch, block_keys.subspan(seq->filled_blocks + first), *source, result));
-    }
+    KVTIER_RETURN_IF_ERROR(
+        w.transfer_.Onboard(Impl::Transfer(state), {seq->format_tag, seq->salt_scope}, ids,
+                            block_keys.subspan(seq->filled_blocks), *source, result));
   }
   const uint32_t filled = seq->filled_blocks + result.onboarded_blocks;
   if (result.onboarded_blocks > 0) {
@@ -225,6 +219,7 @@ std::vector<WorkerEvent> Worker::TakeEvents() {
 
 WorkerStats Worker::Stats() const {
   WorkerStats stats = impl_->stats_;
+  impl_->transfer_.AddTo(stats);
   for (const PoolState& state : impl_->pools_) stats.pools.push_back(state.pool->Stats());
   return stats;
 }

@@ -278,6 +278,32 @@ class Worker {
     Impl* impl_;
   };
 
+  // Block bytes to or from host memory, for any pool, outside any sequence: what an
+  // embedding process, a peer's fetch of committed blocks or a snapshot reads and writes.
+  // On the worker's loop, as every Worker call. A view of its worker, valid while the
+  // worker lives.
+  class BlockBytes {
+   public:
+    // The bytes of a host pool (empty for a device pool), for an embedding process.
+    // REQUIRES: the pool exists.
+    std::span<uint8_t> Host(uint32_t pool_id);
+    // One block's bytes. kInvalidArgument for a block outside the pool or a buffer that
+    // is not one block; kNotFound: no such pool.
+    [[nodiscard]] Status Read(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const;
+    // Several blocks of one pool at once (for a GPU pool one gather per round of a
+    // copier's staging, where Read is one copy per block); blocks may repeat. Errors as
+    // Read's, and kInvalidArgument unless blocks.size() == outs.size().
+    [[nodiscard]] Status ReadMany(uint32_t pool_id, std::span<const BlockId> blocks,
+                                  std::span<const std::span<uint8_t>> outs) const;
+    // Errors as Read's.
+    [[nodiscard]] Status Write(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
+
+   private:
+    friend class Worker;
+    explicit BlockBytes(Impl* impl) : impl_(impl) {}
+    Impl* impl_;
+  };
+
   [[nodiscard]] static Result<std::unique_ptr<Worker>> Create(const WorkerOptions& options);
   ~Worker();
 
@@ -321,18 +347,8 @@ class Worker {
   size_t pool_count() const;
   // kNotFound: no such pool.
   [[nodiscard]] Result<KvLayout> PoolLayout(uint32_t pool_id) const;
-  // The bytes of a host pool (empty for a device pool), for an embedding process.
-  std::span<uint8_t> PoolBytes(uint32_t pool_id);
-  // One block's bytes to or from host memory, for any pool. kInvalidArgument for a block
-  // outside the pool or a buffer that is not one block.
-  [[nodiscard]] Status ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const;
-  // Several blocks of one pool at once (for a GPU pool one gather per round of a copier's
-  // staging, where ReadBlock is one copy per block); blocks may repeat. REQUIRES:
-  // blocks.size() == outs.size().
-  [[nodiscard]] Status ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                                  std::span<const std::span<uint8_t>> outs) const;
-  [[nodiscard]] Status WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in);
   HeldBlocks held() { return HeldBlocks(impl_.get()); }
+  BlockBytes bytes() { return BlockBytes(impl_.get()); }
 
  private:
   explicit Worker(std::unique_ptr<Impl> impl);

@@ -1,14 +1,12 @@
-// The worker's raw block I/O and the held-block calls a peer transfer makes (worker.h:
-// ReadBlock ... WriteBlock, HeldBlocks: Hold, HeldBlocks::Copy, HeldBlocks::Stage,
-// HeldBlocks::Land, HoldLanding, ReleaseBlocks, RememberChecksums), beside the sequences of
-// worker.cc.
+// The worker's block bytes outside sequences (worker.h: BlockBytes) and the held-block
+// calls a peer transfer makes (HeldBlocks), beside the sequences of worker.cc.
 #include "services/worker/worker.h"
 
 #include "services/worker/worker_impl.h"
 
 namespace kvtier::worker {
 
-std::span<uint8_t> Worker::PoolBytes(uint32_t pool_id) {
+std::span<uint8_t> Worker::BlockBytes::Host(uint32_t pool_id) {
   return impl_->pools_.at(pool_id).storage->host_bytes();
 }
 
@@ -30,20 +28,20 @@ Result<PoolState*> BlockAccess(Worker::Impl& w, const char* what, uint32_t pool_
 
 }  // namespace
 
-Status Worker::ReadBlock(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const {
+Status Worker::BlockBytes::Read(uint32_t pool_id, BlockId block, std::span<uint8_t> out) const {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state,
-                          BlockAccess(*impl_, "ReadBlock", pool_id, block, out.size()));
+                          BlockAccess(*impl_, "Read", pool_id, block, out.size()));
   return state->storage->Read(state->BlockOffset(block), out);
 }
 
-Status Worker::ReadBlocks(uint32_t pool_id, std::span<const BlockId> blocks,
-                          std::span<const std::span<uint8_t>> outs) const {
-  if (blocks.size() != outs.size()) return InvalidArgumentError("ReadBlocks: one buffer per block");
+Status Worker::BlockBytes::ReadMany(uint32_t pool_id, std::span<const BlockId> blocks,
+                                    std::span<const std::span<uint8_t>> outs) const {
+  if (blocks.size() != outs.size()) return InvalidArgumentError("ReadMany: one buffer per block");
   if (blocks.empty()) return Status::Ok();
   PoolState* state = nullptr;
   for (size_t i = 0; i < blocks.size(); ++i) {
     KVTIER_ASSIGN_OR_RETURN(state,
-                            BlockAccess(*impl_, "ReadBlocks", pool_id, blocks[i], outs[i].size()));
+                            BlockAccess(*impl_, "ReadMany", pool_id, blocks[i], outs[i].size()));
   }
   // As a copy of held blocks (on a GPU a copier's gathers, in rounds of its staging):
   // on this loop no one else writes them meanwhile. A gather reads each id once per
@@ -184,9 +182,9 @@ Status Worker::HeldBlocks::RememberChecksums(uint32_t pool_id, std::span<const B
   return state->pool->RememberChecksums(blocks, checksums);
 }
 
-Status Worker::WriteBlock(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
+Status Worker::BlockBytes::Write(uint32_t pool_id, BlockId block, std::span<const uint8_t> in) {
   KVTIER_ASSIGN_OR_RETURN(PoolState * state,
-                          BlockAccess(*impl_, "WriteBlock", pool_id, block, in.size()));
+                          BlockAccess(*impl_, "Write", pool_id, block, in.size()));
   return state->storage->Write(state->BlockOffset(block), in);
 }
 

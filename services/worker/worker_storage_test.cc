@@ -58,7 +58,7 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   EXPECT_EQ(attachment->mapping.device_index, GetParam() == PoolKind::kGpu ? 0 : -1);
   EXPECT_EQ(attachment->mapping.cuda_ipc_handle.size(), GetParam() == PoolKind::kGpu ? 64u : 0u);
   EXPECT_EQ(attachment->mapping.shared_memory_name.empty(), device_path());
-  EXPECT_EQ(worker.PoolBytes(0).empty(), device_path()) << "device memory has no host view";
+  EXPECT_EQ(worker.bytes().Host(0).empty(), device_path()) << "device memory has no host view";
 
   // Sequence 1: block A (key 1, priority 50) written on the device and committed.
   kvtier::RetentionConfig keep{.ranges = {{.first_token = 0, .priority = 50}}};
@@ -68,7 +68,7 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
                             .block_keys = std::vector<BlockKey>{Key(1)},
                             .tokens = Tokens(0, 4)});
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
+  ASSERT_TRUE(worker.bytes().Write(0, a->block_table[0], Pattern(1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, std::vector<BlockKey>{Key(1)}, Tokens(0, 4), keep).ok());
 
   // Sequence 2 shares 3 tokens of A while sequence 1 holds it: a copy on the device.
@@ -77,7 +77,7 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(b->reused_tokens, 3u);
   std::vector<uint8_t> copied(512);
-  ASSERT_TRUE(worker.ReadBlock(0, b->block_table[0], copied).ok());
+  ASSERT_TRUE(worker.bytes().Read(0, b->block_table[0], copied).ok());
   const std::vector<uint8_t> original = Pattern(1);
   const KvLayout layout = TestLayout();
   for (uint32_t layer = 0; layer < 2; ++layer) {
@@ -114,9 +114,9 @@ TEST_P(WorkerStorageTest, OffloadsOnboardsAndCopiesInPoolMemory) {
   ASSERT_TRUE(onboarded.ok()) << onboarded.status();
   EXPECT_EQ(onboarded->onboarded_blocks, 1u);
   std::vector<uint8_t> back(512);
-  ASSERT_TRUE(worker.ReadBlock(0, d->block_table[0], back).ok());
+  ASSERT_TRUE(worker.bytes().Read(0, d->block_table[0], back).ok());
   EXPECT_EQ(back, Pattern(1));
-  EXPECT_EQ(worker.WriteBlock(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument)
+  EXPECT_EQ(worker.bytes().Write(0, 2, Pattern(0)).code(), StatusCode::kInvalidArgument)
       << "block 2 of 2";
 }
 
@@ -135,7 +135,7 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 4; ++i)
-    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), keep).ok());
   ASSERT_TRUE(worker.Free(1, 1).ok());
   for (const WorkerEvent& e : worker.TakeEvents()) {
@@ -177,15 +177,16 @@ TEST_P(WorkerStorageTest, BatchesOfBlocksRoundTripThroughTheTier) {
     EXPECT_EQ(tier.landed[i], std::make_pair(keys[i], SourceTier::kHost)) << i;
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, c->block_table[i], back).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, c->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
   // A peer's read of blocks 4, 1, 4 and 2 (one repeated): one batch, each in its buffer.
   const std::vector<BlockId> asked = {c->block_table[3], c->block_table[0], c->block_table[3],
                                       c->block_table[1]};
   std::vector<std::vector<uint8_t>> outs(4, std::vector<uint8_t>(512));
-  ASSERT_TRUE(
-      worker.ReadBlocks(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end())).ok());
+  ASSERT_TRUE(worker.bytes()
+                  .ReadMany(0, asked, std::vector<std::span<uint8_t>>(outs.begin(), outs.end()))
+                  .ok());
   EXPECT_EQ(outs[0], Pattern(4));
   EXPECT_EQ(outs[1], Pattern(1));
   EXPECT_EQ(outs[2], Pattern(4));
@@ -205,7 +206,7 @@ TEST_P(WorkerStorageTest, HeldBlocksAreReadOffTheLoopAndOutliveTheirSequence) {
   auto a = worker.Allocate(
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 6)});
   ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(worker.WriteBlock(0, a->block_table[0], Pattern(1)).ok());
+  ASSERT_TRUE(worker.bytes().Write(0, a->block_table[0], Pattern(1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 6), {}).ok());
   const std::vector<BlockId> committed = {a->block_table[0]};
   auto held = worker.held().Hold(0, committed);
@@ -310,7 +311,7 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(0, 16)});
   ASSERT_TRUE(a.ok()) << a.status();
   for (uint8_t i = 0; i < 4; ++i)
-    ASSERT_TRUE(worker.WriteBlock(0, a->block_table[i], Pattern(i + 1)).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, a->block_table[i], Pattern(i + 1)).ok());
   ASSERT_TRUE(worker.Commit(1, 1, keys, Tokens(0, 16), {}).ok());
   ASSERT_TRUE(worker.held().Hold(0, a->block_table).ok());
   auto b = worker.Allocate({.client = 1, .sequence = 2, .root = kRoot, .tokens = Tokens(100, 3)});
@@ -329,7 +330,7 @@ TEST_P(WorkerStorageTest, ReadersCopyHeldBlocksAtOnceBesideTheLoop) {
     });
   }
   for (int n = 0; n < 200; ++n)
-    ASSERT_TRUE(worker.WriteBlock(0, fifth, Pattern(static_cast<uint8_t>(n))).ok());
+    ASSERT_TRUE(worker.bytes().Write(0, fifth, Pattern(static_cast<uint8_t>(n))).ok());
   for (std::thread& t : readers) t.join();
   EXPECT_EQ(wrong.load(), 0);
   ASSERT_TRUE(worker.held().Release(0, a->block_table).ok());
@@ -379,7 +380,7 @@ TEST_P(WorkerStorageTest, AnOnboardLandsOnlyTheBlocksNotAlreadyInPlace) {
       << "block 2 was in place: the pool landed none";
   std::vector<uint8_t> back(512);
   for (uint8_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(worker.ReadBlock(0, a->block_table[i], back).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, a->block_table[i], back).ok());
     EXPECT_EQ(back, Pattern(i + 1)) << "block " << int(i + 1);
   }
   ASSERT_TRUE(worker.held().Release(0, landing->blocks).ok());
@@ -410,7 +411,7 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
   EXPECT_EQ(landing->staged != nullptr, device_path());
   if (device_path()) {  // a copier's staging: the block is as it was until the fetch lands it
     std::vector<uint8_t> before(fetched.size());
-    ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], before).ok());
+    ASSERT_TRUE(worker.bytes().Read(0, a->block_table[1], before).ok());
     EXPECT_EQ(before, std::vector<uint8_t>(fetched.size(), 0));
     Status landed;
     std::thread fetch([&] { landed = landing->staged->Commit(2); });
@@ -419,7 +420,7 @@ TEST_P(WorkerStorageTest, ALandingHoldsTheSequencesBlankFullBlocksUntilGivenBack
     EXPECT_EQ(landing->staged->Commit(3).code(), StatusCode::kInvalidArgument) << "two staged";
   }
   std::vector<uint8_t> read(fetched.size());
-  ASSERT_TRUE(worker.ReadBlock(0, a->block_table[1], read).ok());
+  ASSERT_TRUE(worker.bytes().Read(0, a->block_table[1], read).ok());
   EXPECT_EQ(read, fetched);
   auto one = worker.held().HoldLanding(1, 1, 1);
   ASSERT_TRUE(one.ok()) << one.status();

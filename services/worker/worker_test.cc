@@ -116,7 +116,7 @@ TEST(WorkerTest, AttachRefusesAnotherLayoutAndUnknownPools) {
 
 TEST(WorkerTest, CopyOnPartialReuseCopiesTheLeadingTokensOfEveryHeadRun) {
   auto worker = MakeWorker(8);
-  auto bytes = worker->PoolBytes(0);
+  auto bytes = worker->bytes().Host(0);
   const std::vector<BlockKey> keys = {Key(0)};
   auto a = worker->Allocate(
       {.client = 1, .sequence = 1, .root = kRoot, .block_keys = keys, .tokens = Tokens(10, 4)});
@@ -182,7 +182,7 @@ TEST(WorkerTest, EvictionOffloadsWhatIsWorthKeepingAndReportsEveryChange) {
                               .tokens = Tokens(50, 4)})
                   .ok());
   ASSERT_TRUE(worker->Commit(1, 2, std::vector<BlockKey>{Key(2)}, Tokens(50, 4), low).ok());
-  worker->PoolBytes(0)[worker->AttachPool(0, TestLayout()).value().block_stride_bytes * 0] =
+  worker->bytes().Host(0)[worker->AttachPool(0, TestLayout()).value().block_stride_bytes * 0] =
       0x77;  // block 0 is A
   ASSERT_TRUE(worker->Free(1, 1).ok());
   ASSERT_TRUE(worker->Free(1, 2).ok());
@@ -304,34 +304,34 @@ TEST(WorkerTest, BadRequestsNameWhatIsWrong) {
 
 TEST(WorkerTest, ReadAndWriteBlockCheckTheBlockAndTheBufferSize) {
   auto worker = MakeWorker(2);
-  ASSERT_TRUE(worker->WriteBlock(0, 1, Pattern(9)).ok());
+  ASSERT_TRUE(worker->bytes().Write(0, 1, Pattern(9)).ok());
   std::vector<uint8_t> back(512);
-  ASSERT_TRUE(worker->ReadBlock(0, 1, back).ok());
+  ASSERT_TRUE(worker->bytes().Read(0, 1, back).ok());
   EXPECT_EQ(back, Pattern(9));
-  EXPECT_EQ(worker->PoolBytes(0)[512 + 7], Pattern(9)[7])
+  EXPECT_EQ(worker->bytes().Host(0)[512 + 7], Pattern(9)[7])
       << "a host pool's bytes are the same memory";
-  const Status outside = worker->ReadBlock(0, 2, back);
+  const Status outside = worker->bytes().Read(0, 2, back);
   EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(outside.message().find("block 2 of pool 0"), std::string::npos) << outside;
   std::vector<uint8_t> short_buffer(100);
-  EXPECT_EQ(worker->ReadBlock(0, 0, short_buffer).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(worker->WriteBlock(1, 0, Pattern(0)).code(), StatusCode::kNotFound) << "no pool 1";
+  EXPECT_EQ(worker->bytes().Read(0, 0, short_buffer).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(worker->bytes().Write(1, 0, Pattern(0)).code(), StatusCode::kNotFound) << "no pool 1";
 }
 
 TEST(WorkerTest, ReadBlocksChecksEveryBlockBeforeReadingAny) {
   auto worker = MakeWorker(2);
-  ASSERT_TRUE(worker->WriteBlock(0, 1, Pattern(9)).ok());
+  ASSERT_TRUE(worker->bytes().Write(0, 1, Pattern(9)).ok());
   std::vector<uint8_t> first(512, 0xEE), second(512, 0xEE);
   const std::vector<std::span<uint8_t>> outs = {first, second};
   const Status outside =
-      worker->ReadBlocks(0, std::vector<BlockId>{1, 2}, outs);  // the pool has blocks 0 and 1
+      worker->bytes().ReadMany(0, std::vector<BlockId>{1, 2}, outs);  // the pool has blocks 0 and 1
   EXPECT_EQ(outside.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(outside.message().find("block 2 of pool 0"), std::string::npos) << outside;
   EXPECT_EQ(first, std::vector<uint8_t>(512, 0xEE)) << "block 1 was good, yet nothing was read";
-  EXPECT_EQ(worker->ReadBlocks(0, std::vector<BlockId>{1}, outs).code(),
+  EXPECT_EQ(worker->bytes().ReadMany(0, std::vector<BlockId>{1}, outs).code(),
             StatusCode::kInvalidArgument)
       << "one buffer per block";
-  ASSERT_TRUE(worker->ReadBlocks(0, std::vector<BlockId>{1, 0}, outs).ok());
+  ASSERT_TRUE(worker->bytes().ReadMany(0, std::vector<BlockId>{1, 0}, outs).ok());
   EXPECT_EQ(first, Pattern(9));
 }
 

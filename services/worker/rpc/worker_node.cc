@@ -301,7 +301,7 @@ class WorkerNode::Impl {
     header.priority = holding.priority;
     header.retention_left_ms = Millis(holding.retention_left);
     (void)writer_->Write(header, [&](std::span<uint8_t> out) {
-      return worker_->ReadBlock(stored.pool_id, holding.block, out);
+      return worker_->bytes().Read(stored.pool_id, holding.block, out);
     });  // not taken: counted by the writer; the node's own tiers still get it on eviction
   }
 

@@ -38,7 +38,7 @@ class FetchedSourceTest : public ::testing::TestWithParam<testing::LandingPool> 
   // The bytes of pool block `block`.
   std::vector<uint8_t> Read(BlockId block) const {
     std::vector<uint8_t> bytes(kBlockBytes);
-    EXPECT_TRUE(worker_->ReadBlock(0, block, bytes).ok());
+    EXPECT_TRUE(worker_->bytes().Read(0, block, bytes).ok());
     return bytes;
   }
   // Onboards sequence 1's blocks 1, 2 from `fetched` (landed in `landing` where given).

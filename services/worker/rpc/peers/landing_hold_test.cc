@@ -46,7 +46,7 @@ class LandingHoldTest : public ::testing::TestWithParam<testing::LandingPool> {
   }
   std::vector<uint8_t> Read(size_t i) const {
     std::vector<uint8_t> bytes(512);
-    EXPECT_TRUE(worker_->ReadBlock(0, table_[i], bytes).ok());
+    EXPECT_TRUE(worker_->bytes().Read(0, table_[i], bytes).ok());
     return bytes;
   }
 

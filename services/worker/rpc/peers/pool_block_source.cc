@@ -90,7 +90,7 @@ Result<storage::BlockHeader> PoolBlockSource::Peek(const storage::BlockRef& ref)
 Result<storage::BlockHeader> PoolBlockSource::Read(const storage::BlockRef& ref,
                                                    std::span<uint8_t> out) {
   KVTIER_ASSIGN_OR_RETURN(Found found, Find(ref));
-  KVTIER_RETURN_IF_ERROR(worker_->ReadBlock(found.pool_id, found.block, out));
+  KVTIER_RETURN_IF_ERROR(worker_->bytes().Read(found.pool_id, found.block, out));
   return std::move(found.header);
 }
 
@@ -208,7 +208,7 @@ std::vector<Result<storage::BlockHeader>> PoolBlockSource::ReadBatch(
            std::vector<std::span<uint8_t>> pool_outs;
            pool_outs.reserve(positions.size());
            for (size_t i : positions) pool_outs.push_back(outs[i]);
-           const Status read = worker_->ReadBlocks(pool, blocks, pool_outs);
+           const Status read = worker_->bytes().ReadMany(pool, blocks, pool_outs);
            for (size_t i : positions) {
              if (!read.ok()) {
                results[i] = read;

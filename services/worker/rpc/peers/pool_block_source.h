@@ -53,7 +53,8 @@ class PoolBlockSource final : public store::ExtraBlockSource {
   // (kResourceExhausted: none to spare) stages none.
   [[nodiscard]] Result<std::unique_ptr<store::StagedBlocks>> StageHeld(
       std::span<const uint64_t> holds) override;
-  // The blocks found are read pool by pool, one Worker::ReadBlocks each (one gather on a GPU).
+  // The blocks found are read pool by pool, one Worker::BlockBytes::ReadMany each (one gather on a
+  // GPU).
   [[nodiscard]] std::vector<Result<storage::BlockHeader>> ReadBatch(
       std::span<const storage::BlockRef> refs, std::span<const std::span<uint8_t>> outs) override;
 

@@ -48,7 +48,7 @@ class PoolBlockSourceTest : public ::testing::Test {
                                 .tokens = tokens});
     ASSERT_TRUE(a.ok()) << a.status();
     for (size_t i = 0; i < ids.size(); ++i)
-      ASSERT_TRUE(worker_->WriteBlock(pool, a->block_table[i], Pattern(ids[i])).ok());
+      ASSERT_TRUE(worker_->bytes().Write(pool, a->block_table[i], Pattern(ids[i])).ok());
     ASSERT_TRUE(worker_->Commit(1, pool + 1, keys, tokens, {}).ok());
   }
 
