@@ -21,7 +21,8 @@ enum class FaultKind : uint32_t {
   kBadIndex,
   kRepeatedBlock,
   kBadLength,
-  kBadTableEntry
+  kBadTableEntry,
+  kBadQueryStart
 };
 
 // The first failure a call found, stamped with the call's generation. Every call takes a
@@ -85,5 +86,6 @@ void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, unsigned long 
 void LaunchQuantize(const QuantizeArgs& args, cudaStream_t stream);
 void LaunchDequantize(const DequantizeArgs& args, cudaStream_t stream);
 void LaunchDecodeAttention(const DecodeAttentionArgs& args, FaultSlot fault, cudaStream_t stream);
+void LaunchChunkedAttention(const ChunkedAttentionArgs& args, FaultSlot fault, cudaStream_t stream);
 
 }  // namespace kvtier::gpu::internal

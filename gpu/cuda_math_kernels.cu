@@ -1,5 +1,5 @@
-// Arithmetic kernels: per-token quantization and paged decode attention. The arithmetic
-// matches the CPU reference (fp32, IEEE division, expf), so results agree to rounding.
+// Arithmetic kernels: per-token quantization and paged attention (decode, chunked prefill). The
+// arithmetic matches the CPU reference (fp32, IEEE division, expf), so results agree to rounding.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -132,6 +132,33 @@ __global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* ta
   }
 }
 
+// One key of an online softmax for one query, on a warp: lanes hold q and the accumulator
+// split over the head dimension (element lane + 32 k); every lane gets the same score.
+struct OnlineSoftmax {
+  float running_max = -INFINITY, running_sum = 0.0f;
+  float acc[kMaxPerLane] = {};
+
+  template <typename T>
+  __device__ void Add(const float* q_reg, const T* key, const T* value, uint32_t dim, float scale,
+                      uint32_t lane) {
+    float dot = 0.0f;
+    for (unsigned k = 0; k < kMaxPerLane; ++k) {
+      const uint32_t d = lane + 32 * k;
+      if (d < dim) dot += q_reg[k] * ToFloat(key[d]);
+    }
+    const float score = WarpSum(dot) * scale;
+    const float new_max = fmaxf(running_max, score);
+    const float correction = expf(running_max - new_max);
+    const float p = expf(score - new_max);
+    running_sum = running_sum * correction + p;
+    for (unsigned k = 0; k < kMaxPerLane; ++k) {
+      const uint32_t d = lane + 32 * k;
+      if (d < dim) acc[k] = acc[k] * correction + p * ToFloat(value[d]);
+    }
+    running_max = new_max;
+  }
+};
+
 struct AttentionGeometry {
   size_t block_bytes, key_offset, value_offset, head_run_bytes;
   uint32_t tokens_per_block, dim, group, query_heads, max_blocks;
@@ -150,36 +177,22 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   const uint32_t qh = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t head_offset = static_cast<size_t>(qh / g.group) * g.head_run_bytes;
   const float* q = query + (static_cast<size_t>(b) * g.query_heads + qh) * g.dim;
-  float q_reg[kMaxPerLane], acc[kMaxPerLane];
+  float q_reg[kMaxPerLane];
   for (unsigned k = 0; k < kMaxPerLane; ++k) {
     const uint32_t d = lane + 32 * k;
     q_reg[k] = d < g.dim ? q[d] : 0.0f;
-    acc[k] = 0.0f;
   }
-  float running_max = -INFINITY, running_sum = 0.0f;
+  OnlineSoftmax softmax;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = warp; t < lengths[b]; t += kWarpsPerBlock) {
     const char* block =
         pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
     const size_t token = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
-    const T* key = reinterpret_cast<const T*>(block + g.key_offset) + token;
-    const T* value = reinterpret_cast<const T*>(block + g.value_offset) + token;
-    float dot = 0.0f;
-    for (unsigned k = 0; k < kMaxPerLane; ++k) {
-      const uint32_t d = lane + 32 * k;
-      if (d < g.dim) dot += q_reg[k] * ToFloat(key[d]);
-    }
-    const float score = WarpSum(dot) * g.scale;
-    const float new_max = fmaxf(running_max, score);
-    const float correction = expf(running_max - new_max);
-    const float p = expf(score - new_max);
-    running_sum = running_sum * correction + p;
-    for (unsigned k = 0; k < kMaxPerLane; ++k) {
-      const uint32_t d = lane + 32 * k;
-      if (d < g.dim) acc[k] = acc[k] * correction + p * ToFloat(value[d]);
-    }
-    running_max = new_max;
+    softmax.Add(q_reg, reinterpret_cast<const T*>(block + g.key_offset) + token,
+                reinterpret_cast<const T*>(block + g.value_offset) + token, g.dim, g.scale, lane);
   }
+  const float running_max = softmax.running_max, running_sum = softmax.running_sum;
+  const float* acc = softmax.acc;
   if (lane == 0) {
     warp_max[warp] = running_max;
     warp_sum[warp] = running_sum;
@@ -201,6 +214,97 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
       merged += warp_acc[w][d] * expf(warp_max[w] - total_max);
     out[d] = merged / total_sum;
   }
+}
+
+// One thread per sequence: its chunk's bounds among the query tokens, its context (the
+// chunk included, within its table) and the table entries that context reads.
+__global__ void CheckChunkInputs(const uint32_t* starts, const uint32_t* lengths,
+                                 const uint32_t* tables, uint32_t batch, uint32_t query_tokens,
+                                 uint32_t max_blocks, uint32_t tokens_per_block, size_t pool_blocks,
+                                 FaultSlot fault) {
+  const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= batch) return;
+  if (b == 0 && starts[0] != 0) {
+    Report(fault, FaultKind::kBadQueryStart, 0, starts[0]);
+    return;
+  }
+  const uint32_t start = starts[b], end = starts[b + 1];
+  if (end <= start || end > query_tokens || (b + 1 == batch && end != query_tokens)) {
+    Report(fault, FaultKind::kBadQueryStart, b + 1, end);
+    return;
+  }
+  const uint32_t chunk = end - start, length = lengths[b];
+  if (length < chunk || length > max_blocks * tokens_per_block) {
+    Report(fault, FaultKind::kBadLength, b, length, chunk);
+    return;
+  }
+  for (uint32_t e = 0; e < (length + tokens_per_block - 1) / tokens_per_block; ++e) {
+    const uint32_t id = tables[static_cast<size_t>(b) * max_blocks + e];
+    if (id >= pool_blocks) {
+      Report(fault, FaultKind::kBadTableEntry, b, id, e);
+      return;
+    }
+  }
+}
+
+// Thread block (kWarpsPerBlock consecutive query tokens, query head); each warp one query
+// token: its sequence by a binary search of the starts, then an online softmax over the
+// positions it sees, lanes splitting the head dimension. The warps of a block walk the
+// same keys, so all but the first read them from L1.
+template <typename T>
+__global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, const float* query,
+                                       const uint32_t* starts, uint32_t batch,
+                                       uint32_t query_tokens, const uint32_t* tables,
+                                       const uint32_t* lengths, float* output, FaultSlot fault) {
+  if (Faulted(fault)) return;
+  const uint32_t qh = blockIdx.y, lane = threadIdx.x % 32;
+  const uint32_t token = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (token >= query_tokens) return;  // whole warps leave together; no barrier follows
+  uint32_t b = 0, hi = batch;         // the last sequence whose chunk starts at or before `token`
+  while (hi - b > 1) {
+    const uint32_t mid = (b + hi) / 2;
+    if (starts[mid] <= token)
+      b = mid;
+    else
+      hi = mid;
+  }
+  const uint32_t chunk = starts[b + 1] - starts[b];
+  const uint32_t visible = lengths[b] - chunk + (token - starts[b]) + 1;
+  const size_t head_offset = static_cast<size_t>(qh / g.group) * g.head_run_bytes;
+  const float* q = query + (static_cast<size_t>(token) * g.query_heads + qh) * g.dim;
+  float q_reg[kMaxPerLane];
+  for (unsigned k = 0; k < kMaxPerLane; ++k) {
+    const uint32_t d = lane + 32 * k;
+    q_reg[k] = d < g.dim ? q[d] : 0.0f;
+  }
+  OnlineSoftmax softmax;
+  const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
+  for (uint32_t t = 0; t < visible; ++t) {
+    const char* block =
+        pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
+    const size_t row = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
+    softmax.Add(q_reg, reinterpret_cast<const T*>(block + g.key_offset) + row,
+                reinterpret_cast<const T*>(block + g.value_offset) + row, g.dim, g.scale, lane);
+  }
+  float* out = output + (static_cast<size_t>(token) * g.query_heads + qh) * g.dim;
+  for (unsigned k = 0; k < kMaxPerLane; ++k) {
+    const uint32_t d = lane + 32 * k;
+    if (d < g.dim) out[d] = softmax.acc[k] / softmax.running_sum;
+  }
+}
+
+AttentionGeometry Geometry(const KvLayout& layout, uint32_t layer, uint32_t query_heads,
+                           uint32_t max_blocks, float scale) {
+  return {layout.bytes_per_block(),
+          layout.ByteOffset(layer, KvPart::kKey, 0, 0),
+          layout.ByteOffset(layer, KvPart::kValue, 0, 0),
+          layout.bytes_per_head_run(),
+          layout.tokens_per_block(),
+          layout.head_dim(),
+          query_heads / layout.num_kv_heads(),
+          query_heads,
+          max_blocks,
+          scale};
 }
 
 }  // namespace
@@ -226,16 +330,8 @@ void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaSt
   CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(
       a.context_lengths, a.block_tables, a.batch, a.max_blocks_per_sequence,
       layout.tokens_per_block(), a.pool_blocks, fault);
-  const AttentionGeometry g{layout.bytes_per_block(),
-                            layout.ByteOffset(a.layer, KvPart::kKey, 0, 0),
-                            layout.ByteOffset(a.layer, KvPart::kValue, 0, 0),
-                            layout.bytes_per_head_run(),
-                            layout.tokens_per_block(),
-                            layout.head_dim(),
-                            a.num_query_heads / layout.num_kv_heads(),
-                            a.num_query_heads,
-                            a.max_blocks_per_sequence,
-                            a.scale};
+  const AttentionGeometry g =
+      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
   const dim3 grid(a.num_query_heads, a.batch);
   const auto* pool = static_cast<const char*>(a.pool);
   switch (layout.dtype()) {
@@ -250,6 +346,34 @@ void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaSt
     default:
       DecodeAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(
           pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+      break;
+  }
+}
+
+void LaunchChunkedAttention(const ChunkedAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
+  const KvLayout& layout = *a.layout;
+  CheckChunkInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(
+      a.query_starts, a.context_lengths, a.block_tables, a.batch, a.query_tokens,
+      a.max_blocks_per_sequence, layout.tokens_per_block(), a.pool_blocks, fault);
+  const AttentionGeometry g =
+      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
+  const dim3 grid((a.query_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock, a.num_query_heads);
+  const auto* pool = static_cast<const char*>(a.pool);
+  switch (layout.dtype()) {
+    case KvDtype::kFp32:
+      ChunkedAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
+          a.context_lengths, a.output, fault);
+      break;
+    case KvDtype::kFp16:
+      ChunkedAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
+          a.context_lengths, a.output, fault);
+      break;
+    default:
+      ChunkedAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
+          a.context_lengths, a.output, fault);
       break;
   }
 }

@@ -127,6 +127,33 @@ Status CheckDequantize(const DequantizeArgs& a) {
   return NeedPositive(a.head_dim, k, "head_dim");
 }
 
+namespace {
+
+// What both attention kernels check of their shape: the layer of a float layout, query
+// heads over its KV heads, the head size, the scale.
+Status CheckAttentionShape(const char* k, const KvLayout* layout, uint32_t layer,
+                           size_t pool_blocks, uint32_t batch, uint32_t max_blocks,
+                           uint32_t query_heads, float scale) {
+  KVTIER_RETURN_IF_ERROR(NeedLayer(layout, layer, k));
+  KVTIER_RETURN_IF_ERROR(NeedPositive(pool_blocks, k, "pool_blocks"));
+  KVTIER_RETURN_IF_ERROR(NeedPositive(batch, k, "batch"));
+  KVTIER_RETURN_IF_ERROR(NeedPositive(max_blocks, k, "max_blocks_per_sequence"));
+  const uint32_t kv_heads = layout->num_kv_heads();
+  if (query_heads == 0 || query_heads % kv_heads != 0) {
+    return InvalidArgumentError(std::string(k) + ": num_query_heads " + Str(query_heads) +
+                                " must be a positive multiple of the layout's " + Str(kv_heads) +
+                                " KV heads");
+  }
+  if (layout->head_dim() > kMaxAttentionHeadDim) {
+    return InvalidArgumentError(std::string(k) + ": head_dim " + Str(layout->head_dim()) +
+                                " is above the supported " + Str(kMaxAttentionHeadDim));
+  }
+  if (!(scale > 0.0f)) return InvalidArgumentError(std::string(k) + ": scale must be positive");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
   constexpr const char* k = "DecodeAttention";
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.pool, k, "pool"));
@@ -134,21 +161,25 @@ Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.block_tables, k, "block_tables"));
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.context_lengths, k, "context_lengths"));
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.output, k, "output"));
-  KVTIER_RETURN_IF_ERROR(NeedLayer(a.layout, a.layer, k));
-  KVTIER_RETURN_IF_ERROR(NeedPositive(a.pool_blocks, k, "pool_blocks"));
-  KVTIER_RETURN_IF_ERROR(NeedPositive(a.batch, k, "batch"));
-  KVTIER_RETURN_IF_ERROR(NeedPositive(a.max_blocks_per_sequence, k, "max_blocks_per_sequence"));
-  const uint32_t kv_heads = a.layout->num_kv_heads();
-  if (a.num_query_heads == 0 || a.num_query_heads % kv_heads != 0) {
-    return InvalidArgumentError("DecodeAttention: num_query_heads " + Str(a.num_query_heads) +
-                                " must be a positive multiple of the layout's " + Str(kv_heads) +
-                                " KV heads");
+  return CheckAttentionShape(k, a.layout, a.layer, a.pool_blocks, a.batch,
+                             a.max_blocks_per_sequence, a.num_query_heads, a.scale);
+}
+
+Status CheckChunkedAttention(const ChunkedAttentionArgs& a) {
+  constexpr const char* k = "ChunkedAttention";
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.pool, k, "pool"));
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.query, k, "query"));
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.query_starts, k, "query_starts"));
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.block_tables, k, "block_tables"));
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.context_lengths, k, "context_lengths"));
+  KVTIER_RETURN_IF_ERROR(NeedPointer(a.output, k, "output"));
+  KVTIER_RETURN_IF_ERROR(CheckAttentionShape(k, a.layout, a.layer, a.pool_blocks, a.batch,
+                                             a.max_blocks_per_sequence, a.num_query_heads,
+                                             a.scale));
+  if (a.query_tokens < a.batch) {
+    return InvalidArgumentError("ChunkedAttention: " + Str(a.query_tokens) + " query tokens for " +
+                                Str(a.batch) + " sequences: every chunk has at least one");
   }
-  if (a.layout->head_dim() > kMaxAttentionHeadDim) {
-    return InvalidArgumentError("DecodeAttention: head_dim " + Str(a.layout->head_dim()) +
-                                " is above the supported " + Str(kMaxAttentionHeadDim));
-  }
-  if (!(a.scale > 0.0f)) return InvalidArgumentError("DecodeAttention: scale must be positive");
   return Status::Ok();
 }
 
@@ -180,10 +211,26 @@ Status BadContextLength(uint32_t sequence, int64_t length, uint32_t max_tokens) 
                          std::to_string(length) + " must be in [1, " + Str(max_tokens) + "]");
 }
 
-Status BadBlockTableEntry(uint32_t sequence, uint32_t entry, int64_t block_id, size_t pool_blocks) {
-  return OutOfRangeError("DecodeAttention: block_tables[" + Str(sequence) + "][" + Str(entry) +
-                         "] = " + std::to_string(block_id) +
+Status BadBlockTableEntry(const char* kernel, uint32_t sequence, uint32_t entry, int64_t block_id,
+                          size_t pool_blocks) {
+  return OutOfRangeError(std::string(kernel) + ": block_tables[" + Str(sequence) + "][" +
+                         Str(entry) + "] = " + std::to_string(block_id) +
                          " is not a block of this pool (it has " + Str(pool_blocks) + ")");
+}
+
+Status BadQueryStart(uint32_t index, int64_t value, uint32_t query_tokens) {
+  return OutOfRangeError("ChunkedAttention: query_starts[" + Str(index) +
+                         "] = " + std::to_string(value) +
+                         ": the starts must begin at 0, grow by at least one token per "
+                         "sequence and end at query_tokens (" +
+                         Str(query_tokens) + ")");
+}
+
+Status BadChunkContext(uint32_t sequence, int64_t length, uint32_t chunk, uint32_t max_tokens) {
+  return OutOfRangeError("ChunkedAttention: context_lengths[" + Str(sequence) +
+                         "] = " + std::to_string(length) + " must be in [" + Str(chunk) + ", " +
+                         Str(max_tokens) + "]: the context holds the chunk's " + Str(chunk) +
+                         " tokens, within the block table");
 }
 
 }  // namespace kvtier::gpu::internal

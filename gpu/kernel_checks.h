@@ -20,6 +20,7 @@ namespace kvtier::gpu::internal {
 [[nodiscard]] Status CheckQuantize(const QuantizeArgs& args);
 [[nodiscard]] Status CheckDequantize(const DequantizeArgs& args);
 [[nodiscard]] Status CheckDecodeAttention(const DecodeAttentionArgs& args);
+[[nodiscard]] Status CheckChunkedAttention(const ChunkedAttentionArgs& args);
 
 // Head dimensions the attention kernels support (one warp lane per 32 elements, at most 8).
 inline constexpr uint32_t kMaxAttentionHeadDim = 256;
@@ -34,7 +35,12 @@ inline constexpr uint32_t kMaxAttentionHeadDim = 256;
 [[nodiscard]] Status BadBlockId(uint32_t position, int64_t block_id, size_t pool_blocks);
 [[nodiscard]] Status RepeatedBlockId(uint32_t position, uint32_t block_id);
 [[nodiscard]] Status BadContextLength(uint32_t sequence, int64_t length, uint32_t max_tokens);
-[[nodiscard]] Status BadBlockTableEntry(uint32_t sequence, uint32_t entry, int64_t block_id,
-                                        size_t pool_blocks);
+// kernel: "DecodeAttention" or "ChunkedAttention".
+[[nodiscard]] Status BadBlockTableEntry(const char* kernel, uint32_t sequence, uint32_t entry,
+                                        int64_t block_id, size_t pool_blocks);
+// query_starts[index] breaks the starts' rules (0 first, increasing, query_tokens last).
+[[nodiscard]] Status BadQueryStart(uint32_t index, int64_t value, uint32_t query_tokens);
+[[nodiscard]] Status BadChunkContext(uint32_t sequence, int64_t length, uint32_t chunk,
+                                     uint32_t max_tokens);
 
 }  // namespace kvtier::gpu::internal

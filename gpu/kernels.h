@@ -18,6 +18,12 @@
 //   DecodeAttention  One query token per sequence against that sequence's paged keys and
 //                    values of one layer (GQA: query head q reads KV head q / (query heads /
 //                    KV heads)); softmax(q.k * scale) . v in fp32.
+//   ChunkedAttention A chunk of new query tokens per sequence (chunked prefill) against that
+//                    sequence's paged keys and values of one layer, the chunk's own included
+//                    (written first with UpdatePaged): query token i of a chunk of c tokens
+//                    in a context of n sits at position n - c + i and sees positions 0 to
+//                    n - c + i (a causal mask offset by the cached prefix). GQA and
+//                    arithmetic as DecodeAttention's, which is the case c = 1.
 //
 // Memory: every pointer in the argument structs is memory of the backend: host memory for
 // the CPU backend; device memory (or pinned host memory, for staging) for the CUDA backend.
@@ -111,6 +117,25 @@ struct DecodeAttentionArgs {
   float* output = nullptr;                    // [batch][num_query_heads][head_dim]
 };
 
+// Sequence b's chunk is query tokens [query_starts[b], query_starts[b + 1]), at least one;
+// its context after the chunk is context_lengths[b] tokens, at least the chunk.
+struct ChunkedAttentionArgs {
+  const void* pool = nullptr;
+  size_t pool_blocks = 0;
+  const KvLayout* layout = nullptr;  // fp32, fp16 or bf16
+  uint32_t layer = 0;
+  uint32_t batch = 0;
+  uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads
+  uint32_t query_tokens = 0;               // every chunk's tokens: query_starts[batch]
+  const float* query = nullptr;            // [query_tokens][num_query_heads][head_dim]
+  const uint32_t* query_starts = nullptr;  // [batch + 1]: 0, then increasing
+  const uint32_t* block_tables = nullptr;  // [batch][max_blocks_per_sequence]
+  uint32_t max_blocks_per_sequence = 0;
+  const uint32_t* context_lengths = nullptr;  // [batch], tokens, the chunk's included
+  float scale = 0.0f;                         // usually 1 / sqrt(head_dim)
+  float* output = nullptr;                    // [query_tokens][num_query_heads][head_dim]
+};
+
 enum class MemoryKind : uint8_t { kDevice, kStaging };
 
 class KernelBackend {
@@ -125,6 +150,7 @@ class KernelBackend {
   [[nodiscard]] virtual Status Quantize(const QuantizeArgs& args) = 0;
   [[nodiscard]] virtual Status Dequantize(const DequantizeArgs& args) = 0;
   [[nodiscard]] virtual Status DecodeAttention(const DecodeAttentionArgs& args) = 0;
+  [[nodiscard]] virtual Status ChunkedAttention(const ChunkedAttentionArgs& args) = 0;
 
   // Memory of this backend. Staging memory is host memory the device can reach (pinned
   // on CUDA); device memory is where pools live.

@@ -7,32 +7,13 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu/attention_cpu.h"
 #include "gpu/kernel_checks.h"
 #include "gpu/kernels.h"
 #include "gpu/numeric.h"
 
 namespace kvtier::gpu {
 namespace {
-
-using internal::kMaxAttentionHeadDim;
-
-float LoadFloat(const void* base, KvDtype dtype, size_t i) {
-  switch (dtype) {
-    case KvDtype::kFp32: return static_cast<const float*>(base)[i];
-    case KvDtype::kFp16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
-    case KvDtype::kBf16: return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    default: return 0.0f;  // unreachable: dtypes are checked first
-  }
-}
-
-void StoreFloat(void* base, KvDtype dtype, size_t i, float value) {
-  switch (dtype) {
-    case KvDtype::kFp32: static_cast<float*>(base)[i] = value; break;
-    case KvDtype::kFp16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); break;
-    case KvDtype::kBf16: static_cast<uint16_t*>(base)[i] = FloatToBf16(value); break;
-    default: break;  // unreachable: dtypes are checked first
-  }
-}
 
 int64_t LoadIndex(const void* indices, IndexType type, size_t i) {
   return type == IndexType::kInt32 ? static_cast<const int32_t*>(indices)[i]
@@ -131,7 +112,12 @@ class CpuBackend final : public KernelBackend {
     return Status::Ok();
   }
 
-  Status DecodeAttention(const DecodeAttentionArgs& a) override;
+  Status DecodeAttention(const DecodeAttentionArgs& a) override {
+    return internal::DecodeAttentionOnCpu(a);
+  }
+  Status ChunkedAttention(const ChunkedAttentionArgs& a) override {
+    return internal::ChunkedAttentionOnCpu(a);
+  }
 
   Result<void*> Allocate(MemoryKind, size_t bytes) override {
     // Page-aligned, like pinned memory; rounded up as aligned_alloc requires.
@@ -191,58 +177,6 @@ class CpuBackend final : public KernelBackend {
 
   std::vector<uint8_t> seen_;
 };
-
-Status CpuBackend::DecodeAttention(const DecodeAttentionArgs& a) {
-  KVTIER_RETURN_IF_ERROR(internal::CheckDecodeAttention(a));
-  const KvLayout& layout = *a.layout;
-  const uint32_t tpb = layout.tokens_per_block();
-  const uint32_t max_tokens = a.max_blocks_per_sequence * tpb;
-  for (uint32_t b = 0; b < a.batch; ++b) {
-    const uint32_t length = a.context_lengths[b];
-    if (length < 1 || length > max_tokens) return internal::BadContextLength(b, length, max_tokens);
-    for (uint32_t e = 0; e < (length + tpb - 1) / tpb; ++e) {
-      const uint32_t id = a.block_tables[size_t{b} * a.max_blocks_per_sequence + e];
-      if (id >= a.pool_blocks) return internal::BadBlockTableEntry(b, e, id, a.pool_blocks);
-    }
-  }
-  const uint32_t dim = layout.head_dim();
-  const uint32_t group = a.num_query_heads / layout.num_kv_heads();
-  const auto* pool = static_cast<const char*>(a.pool);
-  std::vector<float> scores;
-  std::vector<float> acc(kMaxAttentionHeadDim);
-  for (uint32_t b = 0; b < a.batch; ++b) {
-    const uint32_t length = a.context_lengths[b];
-    const uint32_t* table = a.block_tables + size_t{b} * a.max_blocks_per_sequence;
-    auto row = [&](KvPart part, uint32_t kv_head, uint32_t t) {
-      return pool + size_t{table[t / tpb]} * layout.bytes_per_block() +
-             layout.ByteOffset(a.layer, part, kv_head, t % tpb);
-    };
-    for (uint32_t qh = 0; qh < a.num_query_heads; ++qh) {
-      const float* q = a.query + (size_t{b} * a.num_query_heads + qh) * dim;
-      const uint32_t kv_head = qh / group;
-      scores.assign(length, 0.0f);
-      float max_score = -INFINITY;
-      for (uint32_t t = 0; t < length; ++t) {
-        const char* k = row(KvPart::kKey, kv_head, t);
-        float dot = 0.0f;
-        for (uint32_t d = 0; d < dim; ++d) dot += q[d] * LoadFloat(k, layout.dtype(), d);
-        scores[t] = dot * a.scale;
-        max_score = std::max(max_score, scores[t]);
-      }
-      float sum = 0.0f;
-      std::fill(acc.begin(), acc.begin() + dim, 0.0f);
-      for (uint32_t t = 0; t < length; ++t) {
-        const float p = std::exp(scores[t] - max_score);
-        sum += p;
-        const char* v = row(KvPart::kValue, kv_head, t);
-        for (uint32_t d = 0; d < dim; ++d) acc[d] += p * LoadFloat(v, layout.dtype(), d);
-      }
-      float* out = a.output + (size_t{b} * a.num_query_heads + qh) * dim;
-      for (uint32_t d = 0; d < dim; ++d) out[d] = acc[d] / sum;
-    }
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 

@@ -130,7 +130,26 @@ class CudaBackend final : public KernelBackend {
     return Finish([&](const DeviceFault& f) {
       if (f.kind == FaultKind::kBadLength)
         return internal::BadContextLength(f.position, f.value, max_tokens);
-      return internal::BadBlockTableEntry(f.position, f.sub, f.value, a.pool_blocks);
+      return internal::BadBlockTableEntry("DecodeAttention", f.position, f.sub, f.value,
+                                          a.pool_blocks);
+    });
+  }
+
+  Status ChunkedAttention(const ChunkedAttentionArgs& a) override {
+    KVTIER_RETURN_IF_ERROR(internal::CheckChunkedAttention(a));
+    KVTIER_RETURN_IF_ERROR(Begin());
+    internal::LaunchChunkedAttention(a, Slot(), stream_);
+    const uint32_t max_tokens = a.max_blocks_per_sequence * a.layout->tokens_per_block();
+    return Finish([&](const DeviceFault& f) {
+      switch (f.kind) {
+        case FaultKind::kBadQueryStart:
+          return internal::BadQueryStart(f.position, f.value, a.query_tokens);
+        case FaultKind::kBadLength:
+          return internal::BadChunkContext(f.position, f.value, f.sub, max_tokens);
+        default:
+          return internal::BadBlockTableEntry("ChunkedAttention", f.position, f.sub, f.value,
+                                              a.pool_blocks);
+      }
     });
   }
 

@@ -11,7 +11,10 @@
 
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+
+#include "common/kv_layout.h"
 
 namespace kvtier::gpu {
 
@@ -82,6 +85,26 @@ inline float Fp8E4m3ToFloat(uint8_t fp8) {
     magnitude = std::bit_cast<float>(((exponent + 120) << 23) | (mantissa << 20));
   }
   return (fp8 & 0x80u) ? -magnitude : magnitude;
+}
+
+// Element i of an fp32, fp16 or bf16 array as a float, and back (rounded to nearest even).
+// REQUIRES: a float dtype (others read as 0 and are not written).
+inline float LoadFloat(const void* base, KvDtype dtype, size_t i) {
+  switch (dtype) {
+    case KvDtype::kFp32: return static_cast<const float*>(base)[i];
+    case KvDtype::kFp16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case KvDtype::kBf16: return Bf16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    default: return 0.0f;  // unreachable: dtypes are checked first
+  }
+}
+
+inline void StoreFloat(void* base, KvDtype dtype, size_t i, float value) {
+  switch (dtype) {
+    case KvDtype::kFp32: static_cast<float*>(base)[i] = value; break;
+    case KvDtype::kFp16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); break;
+    case KvDtype::kBf16: static_cast<uint16_t*>(base)[i] = FloatToBf16(value); break;
+    default: break;  // unreachable: dtypes are checked first
+  }
 }
 
 }  // namespace kvtier::gpu

@@ -9,10 +9,11 @@ set -euo pipefail
 
 build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
-tests=(device_test copy_kernels_test quantize_test decode_attention_test sink_window_test shared_device_memory_test
+tests=(device_test copy_kernels_test quantize_test decode_attention_test chunked_attention_test sink_window_test
+       shared_device_memory_test
        worker_storage_test)
 
-benches=(host_tier_bench tiered_store_bench peer_fetcher_bench pool_storage_bench)
+benches=(host_tier_bench tiered_store_bench peer_fetcher_bench pool_storage_bench attention_bench)
 ninja -C "$build" "${tests[@]}" kvtier gpu_ipc_peer "${benches[@]}"
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"

@@ -34,7 +34,7 @@ fi
 # Every kernel test again under compute-sanitizer's memcheck: an out-of-bounds access or a
 # leak of device memory fails it.
 if want memcheck && command -v compute-sanitizer >/dev/null; then
-  for name in copy_kernels_test quantize_test decode_attention_test; do
+  for name in copy_kernels_test quantize_test decode_attention_test chunked_attention_test; do
     if compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$bundle/bin/$name" --gtest_color=no \
         >"$out/test.log" 2>&1; then result=clean; else result=ERRORS; failed=1; fi
     { echo "=== memcheck $name"; cat "$out/test.log"; } >>"$out/sanitizer.log"
@@ -68,6 +68,10 @@ if want pool; then
   # threads take (CopyHeld, LandHeld), 1 to 8 threads at once.
   "$bundle/bin/pool_storage_bench" --benchmark_min_time=1 --benchmark_format=json \
       >"$out/pool_storage.json" 2>"$out/pool_storage.err"
+  # Chunked prefill attention, paged against dense (one block per context), on the GPU.
+  "$bundle/bin/attention_bench" --benchmark_filter=Cuda --benchmark_repetitions=3 \
+      --benchmark_report_aggregates_only=true --benchmark_format=json \
+      >"$out/attention.json" 2>"$out/attention.err"
 fi
 
 # End to end: `kvtier up` with its pool in GPU memory (a 256 KiB-block layout, the pool

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   CLI::App app{"A tiny transformer that prefills and decodes through kvtier."};
   std::string address = "127.0.0.1:7400", token, token_file, act_for;
   uint32_t turns = 4;
+  uint32_t prefill_chunk = examples::TinyEngineOptions{}.prefill_chunk_tokens;
   app.add_option("--connect", address, "kvtier node (host:port)")->capture_default_str();
   app.add_option("--token", token, "An engine's token (or kvtier up's generated one)")
       ->envname("KVTIER_TOKEN");
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
                  "The tenant an engine token acts for (a token file's engines: section)");
   app.add_option("--token-file", token_file, "File whose first line is the token");
   app.add_option("--turns", turns, "Conversation turns")->capture_default_str();
+  app.add_option("--prefill-chunk", prefill_chunk, "Prompt tokens prefilled at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (token.empty() && !token_file.empty()) {
     Result<std::string> read = auth::ReadTokenFile(token_file);
@@ -40,7 +44,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const examples::TinyModel model({}, /*seed=*/42);
-  auto engine = examples::TinyEngine::Create({.client = client->get(), .model = &model});
+  auto engine = examples::TinyEngine::Create(
+      {.client = client->get(), .model = &model, .prefill_chunk_tokens = prefill_chunk});
   if (!engine.ok()) {
     std::fprintf(stderr, "%s\n", engine.status().ToString().c_str());
     return 1;
@@ -58,10 +63,10 @@ int main(int argc, char** argv) {
     const bool same =
         model.NextToken(reference.back()) == (out->tokens.empty() ? 0 : out->tokens[0]);
     std::printf(
-        "turn %u: %zu prompt tokens, %u from the cache, %u computed; first token %s "
-        "recomputation\n",
+        "turn %u: %zu prompt tokens, %u from the cache, %u computed (%u prefill chunk%s); first "
+        "token %s recomputation\n",
         turn + 1, conversation.size(), out->cached_tokens, out->computed_tokens,
-        same ? "equals" : "DIFFERS FROM");
+        out->prefill_chunks, out->prefill_chunks == 1 ? "" : "s", same ? "equals" : "DIFFERS FROM");
     conversation.insert(conversation.end(), out->tokens.begin(), out->tokens.end());  // the answer
   }
   return 0;

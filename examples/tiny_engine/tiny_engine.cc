@@ -8,6 +8,9 @@ Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const TinyEngineOptions& 
   if (options.client == nullptr || options.model == nullptr) {
     return InvalidArgumentError("TinyEngineOptions: client and model are required");
   }
+  if (options.prefill_chunk_tokens == 0) {
+    return InvalidArgumentError("TinyEngineOptions: prefill_chunk_tokens must be at least 1");
+  }
   const TinyModelShape& shape = options.model->shape();
   KVTIER_ASSIGN_OR_RETURN(client::WorkerStats stats, options.client->GetWorkerStats());
   if (options.pool_id >= stats.pool_layouts.size()) {
@@ -43,31 +46,40 @@ TinyEngine::TinyEngine(const TinyEngineOptions& options, KvLayout layout, client
       pool_blocks_(0),
       kernels_(std::move(kernels)) {}
 
+Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, KvPart part,
+                           uint32_t first, const std::vector<Vec>& rows) {
+  const uint32_t tokens_per_block = layout_.tokens_per_block();
+  std::vector<int64_t> slots;
+  Vec flat;
+  for (uint32_t i = 0; i < rows.size(); ++i) {
+    const uint32_t position = first + i;
+    if (position / tokens_per_block >= table.size()) {
+      return InternalError("position " + std::to_string(position) + " is past the block table");
+    }
+    slots.push_back(int64_t{table[position / tokens_per_block]} * tokens_per_block +
+                    position % tokens_per_block);
+    flat.insert(flat.end(), rows[i].begin(), rows[i].end());
+  }
+  return kernels_->UpdatePaged({.pool = pool_.bytes().data(),
+                                .pool_blocks = pool_blocks_,
+                                .layout = &layout_,
+                                .layer = layer,
+                                .part = part,
+                                .update = flat.data(),
+                                .slot_mapping = slots.data(),
+                                .tokens = static_cast<uint32_t>(rows.size())});
+}
+
 Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t position,
                              uint32_t token) {
   const TinyModel& model = *options_.model;
   const TinyModelShape& shape = model.shape();
-  const uint32_t tokens_per_block = layout_.tokens_per_block();
-  if (position / tokens_per_block >= table.size()) {
-    return InternalError("position " + std::to_string(position) + " is past the block table");
-  }
-  const int64_t slot =
-      int64_t{table[position / tokens_per_block]} * tokens_per_block + position % tokens_per_block;
   const uint32_t context = position + 1;
   Vec h = model.Embed(token);
   for (uint32_t l = 0; l < shape.layers; ++l) {
     // This token's keys and values go into its slot of the pool, in place.
-    for (const auto& [part, row] :
-         {std::pair{KvPart::kKey, model.Key(l, h)}, std::pair{KvPart::kValue, model.Value(l, h)}}) {
-      KVTIER_RETURN_IF_ERROR(kernels_->UpdatePaged({.pool = pool_.bytes().data(),
-                                                    .pool_blocks = pool_blocks_,
-                                                    .layout = &layout_,
-                                                    .layer = l,
-                                                    .part = part,
-                                                    .update = row.data(),
-                                                    .slot_mapping = &slot,
-                                                    .tokens = 1}));
-    }
+    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kKey, position, {model.Key(l, h)}));
+    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kValue, position, {model.Value(l, h)}));
     // Attention over every position so far, cached ones included, read from the pool.
     const Vec query = model.Query(l, h);
     Vec attended(size_t{shape.query_heads} * shape.head_dim);
@@ -90,6 +102,54 @@ Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t positi
   return h;
 }
 
+Result<std::vector<Vec>> TinyEngine::PrefillChunk(const std::vector<uint32_t>& table,
+                                                  uint32_t first,
+                                                  std::span<const uint32_t> tokens) {
+  const TinyModel& model = *options_.model;
+  const TinyModelShape& shape = model.shape();
+  const auto chunk = static_cast<uint32_t>(tokens.size());
+  const size_t row = size_t{shape.query_heads} * shape.head_dim;
+  std::vector<Vec> h;
+  for (uint32_t token : tokens) h.push_back(model.Embed(token));
+  const uint32_t starts[2] = {0, chunk};
+  const uint32_t context = first + chunk;
+  for (uint32_t l = 0; l < shape.layers; ++l) {
+    std::vector<Vec> keys, values;
+    Vec queries;
+    for (const Vec& x : h) {
+      keys.push_back(model.Key(l, x));
+      values.push_back(model.Value(l, x));
+      const Vec q = model.Query(l, x);
+      queries.insert(queries.end(), q.begin(), q.end());
+    }
+    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kKey, first, keys));
+    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kValue, first, values));
+    // The chunk attends over the cached prefix and itself, causally, read from the pool.
+    Vec attended(chunk * row);
+    KVTIER_RETURN_IF_ERROR(
+        kernels_->ChunkedAttention({.pool = pool_.bytes().data(),
+                                    .pool_blocks = pool_blocks_,
+                                    .layout = &layout_,
+                                    .layer = l,
+                                    .batch = 1,
+                                    .num_query_heads = shape.query_heads,
+                                    .query_tokens = chunk,
+                                    .query = queries.data(),
+                                    .query_starts = starts,
+                                    .block_tables = table.data(),
+                                    .max_blocks_per_sequence = static_cast<uint32_t>(table.size()),
+                                    .context_lengths = &context,
+                                    .scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim)),
+                                    .output = attended.data()}));
+    for (uint32_t t = 0; t < chunk; ++t) {
+      const Vec projected =
+          model.Output(l, Vec(attended.begin() + t * row, attended.begin() + (t + 1) * row));
+      for (uint32_t i = 0; i < shape.model; ++i) h[t][i] += projected[i];
+    }
+  }
+  return h;
+}
+
 Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uint32_t>& prompt,
                                         uint32_t new_tokens) {
   if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
@@ -100,7 +160,8 @@ Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uin
                           client.Allocate({.sequence = sequence,
                                            .pool_id = options_.pool_id,
                                            .keys = keys,
-                                           .num_tokens = static_cast<uint32_t>(prompt.size())}));
+                                           .num_tokens = static_cast<uint32_t>(prompt.size()),
+                                           .tokens = prompt}));
   Generation out;
   uint32_t cached_blocks = allocation.reused_blocks;
   if (cached_blocks < keys.size()) {
@@ -108,17 +169,25 @@ Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uin
     out.onboarded_blocks = onboarded.onboarded_blocks;
     cached_blocks = std::max(cached_blocks, onboarded.cached_blocks);
   }
-  // Prefill what the cache did not have; the last prompt token is always run, for its
-  // hidden state (its KV is rewritten with the same values when it was cached).
-  out.cached_tokens =
-      std::min<uint32_t>(cached_blocks * tokens_per_block, static_cast<uint32_t>(prompt.size()));
-  const uint32_t first =
-      std::min<uint32_t>(out.cached_tokens, static_cast<uint32_t>(prompt.size()) - 1);
+  // A partly reused block counts while no onboarded block replaced it.
+  const uint32_t partial =
+      cached_blocks == allocation.reused_blocks ? allocation.partial_reuse_tokens : 0;
+  out.cached_tokens = std::min<uint32_t>(cached_blocks * tokens_per_block + partial,
+                                         static_cast<uint32_t>(prompt.size()));
+  // Prefill what the cache did not have, chunk by chunk; the last prompt token is always
+  // run, for its hidden state (its KV is rewritten with the same values when it was cached).
+  const auto length = static_cast<uint32_t>(prompt.size());
   Vec h;
-  for (uint32_t t = first; t < prompt.size(); ++t) {
-    KVTIER_ASSIGN_OR_RETURN(h, Step(allocation.block_ids, t, prompt[t]));
+  for (uint32_t first = std::min(out.cached_tokens, length - 1); first < length;
+       first += options_.prefill_chunk_tokens) {
+    const uint32_t chunk = std::min(options_.prefill_chunk_tokens, length - first);
+    KVTIER_ASSIGN_OR_RETURN(
+        std::vector<Vec> hidden,
+        PrefillChunk(allocation.block_ids, first, std::span(prompt).subspan(first, chunk)));
+    h = std::move(hidden.back());
+    ++out.prefill_chunks;
   }
-  out.computed_tokens = static_cast<uint32_t>(prompt.size()) - out.cached_tokens;
+  out.computed_tokens = length - out.cached_tokens;
   KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys, {}, prompt).status());
   out.hidden.push_back(h);
 

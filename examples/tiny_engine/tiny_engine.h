@@ -1,15 +1,17 @@
 // TinyEngine: an inference worker in miniature, using kvtier the way a real engine would.
 //
 // For each request it computes the prompt's block keys, lets the node reuse the cached
-// prefix in place (Allocate) and fill what the host and disk tiers hold (Onboard), then
-// computes only the remaining tokens, writing their keys and values straight into the
-// node's pool (mapped with AttachPool: shared memory, zero-copy) with the paged update
-// kernel and attending over the whole context, cached part included, with the paged
-// decode-attention kernel (gpu/kernels.h). It commits the prompt's blocks, decodes
-// greedily, and commits the answer's full blocks as well (a conversation's next turn
-// starts with them). Its output equals TinyModel::Recompute, which uses no
-// cache: tiny_engine_test.cc checks it, cold, warm and after the blocks went to the host
-// tier and back.
+// prefix in place (Allocate, with the prompt's tokens: a partly matching block is copied
+// too) and fill what the host and disk tiers hold (Onboard), then prefills only the
+// remaining tokens, in chunks of prefill_chunk_tokens: each chunk's keys and values go
+// straight into the node's pool (mapped with AttachPool: shared memory, zero-copy) with
+// the paged update kernel, and the chunk attends over the whole context, cached part
+// included, with the chunked attention kernel (gpu/kernels.h: a causal mask offset by the
+// cached prefix). It commits the prompt's blocks, decodes greedily (the paged decode
+// attention kernel), and commits the answer's full blocks as well (a conversation's next
+// turn starts with them). Its output equals TinyModel::Recompute, which uses no cache:
+// tiny_engine_test.cc checks it for several chunk sizes, cold, warm, after a partial
+// reuse and after the blocks went to the host tier and back.
 //
 // The pool must be in host memory (the CPU kernels read it in place); a GPU pool would be
 // opened through its CUDA IPC handle and driven by the CUDA kernels instead.
@@ -19,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/kv_layout.h"
@@ -33,6 +36,8 @@ struct TinyEngineOptions {
   client::Client* client = nullptr;  // required
   const TinyModel* model = nullptr;  // required; its shape must match the pool's layout
   uint32_t pool_id = 0;
+  // Prompt tokens run through the model at once (chunked prefill); at least 1.
+  uint32_t prefill_chunk_tokens = 16;
 };
 
 struct Generation {
@@ -42,12 +47,14 @@ struct Generation {
   uint32_t cached_tokens = 0;    // prompt tokens whose KV came from the cache
   uint32_t computed_tokens = 0;  // prompt tokens computed here
   uint32_t onboarded_blocks = 0;
+  uint32_t prefill_chunks = 0;  // ChunkedAttention calls per layer for the prompt
 };
 
 class TinyEngine {
  public:
   // kFailedPrecondition when the node's pool does not have the model's layout (fp32,
-  // layers x kv_heads x head_dim) or is not in host memory.
+  // layers x kv_heads x head_dim) or is not in host memory; kInvalidArgument for a chunk
+  // of 0 tokens.
   [[nodiscard]] static Result<std::unique_ptr<TinyEngine>> Create(const TinyEngineOptions& options);
 
   // REQUIRES: prompt is not empty; `sequence` is not in use on this client.
@@ -60,6 +67,14 @@ class TinyEngine {
   // Runs token `token` at position `position` through every layer, its keys and values
   // written to the pool, attending over positions 0..position. Returns its hidden state.
   Result<Vec> Step(const std::vector<uint32_t>& table, uint32_t position, uint32_t token);
+  // Runs tokens [first, first + tokens.size()) of a sequence as one chunk through every
+  // layer, their keys and values written to the pool, each attending over positions up to
+  // its own. Returns their hidden states.
+  Result<std::vector<Vec>> PrefillChunk(const std::vector<uint32_t>& table, uint32_t first,
+                                        std::span<const uint32_t> tokens);
+  // One layer's keys or values of `rows` (one per position from `first`) into the pool.
+  Status WriteKv(const std::vector<uint32_t>& table, uint32_t layer, KvPart part, uint32_t first,
+                 const std::vector<Vec>& rows);
 
   TinyEngineOptions options_;
   KvLayout layout_;

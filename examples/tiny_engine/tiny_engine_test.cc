@@ -1,6 +1,7 @@
-// The example engine against a real embedded cluster: with the cache (cold, warm, and
-// after the prompt's blocks went down to the host tier and came back) it produces what
-// recomputation without any cache produces.
+// The example engine against a real embedded cluster: with the cache (cold, warm, after a
+// partial reuse, and after the prompt's blocks went down to the host tier and came back)
+// it produces what recomputation without any cache produces, whatever its prefill chunk
+// (one token, chunks that cross block boundaries, the whole prompt at once).
 #include "examples/tiny_engine/tiny_engine.h"
 
 #include <gtest/gtest.h>
@@ -21,7 +22,7 @@ constexpr uint32_t kTokensPerBlock = 4;
 constexpr uint64_t kBlockBytes =
     2ull * 2 * 2 * 8 * 4 * 4;  // layers x K,V x heads x dims x tokens x fp32
 
-class TinyEngineTest : public ::testing::Test {
+class TinyEngineTest : public ::testing::TestWithParam<uint32_t> {
  protected:
   void Start(uint32_t pool_blocks) {
     cli::EmbeddedClusterOptions options;
@@ -39,7 +40,9 @@ class TinyEngineTest : public ::testing::Test {
     cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
     client_ = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"})
                   .value();
-    engine_ = TinyEngine::Create({.client = client_.get(), .model = &model_}).value();
+    engine_ = TinyEngine::Create(
+                  {.client = client_.get(), .model = &model_, .prefill_chunk_tokens = GetParam()})
+                  .value();
   }
 
   // The model's answer without any cache: greedy decoding by full recomputation.
@@ -65,6 +68,9 @@ class TinyEngineTest : public ::testing::Test {
     }
   }
 
+  // ChunkedAttention calls per layer for `computed` prompt tokens.
+  static uint32_t Chunks(uint32_t computed) { return (computed + GetParam() - 1) / GetParam(); }
+
   static std::vector<uint32_t> Prompt(uint32_t first, uint32_t length) {
     std::vector<uint32_t> p(length);
     std::iota(p.begin(), p.end(), first);
@@ -79,7 +85,7 @@ class TinyEngineTest : public ::testing::Test {
   std::unique_ptr<TinyEngine> engine_;
 };
 
-TEST_F(TinyEngineTest, CachedPrefixesGiveTheSameOutputAsRecomputation) {
+TEST_P(TinyEngineTest, CachedPrefixesGiveTheSameOutputAsRecomputation) {
   Start(/*pool_blocks=*/64);
   // Cold: a 21-token prompt (5 full blocks and one token), 6 tokens decoded.
   const std::vector<uint32_t> first = Prompt(3, 21);
@@ -87,6 +93,7 @@ TEST_F(TinyEngineTest, CachedPrefixesGiveTheSameOutputAsRecomputation) {
   ASSERT_TRUE(cold.ok()) << cold.status();
   EXPECT_EQ(cold->cached_tokens, 0u);
   EXPECT_EQ(cold->computed_tokens, 21u);
+  EXPECT_EQ(cold->prefill_chunks, Chunks(21));
   ExpectSame(*cold, Reference(first, 6));
 
   // Warm: the same first 16 tokens (blocks 0-3), another tail: 16 tokens come from the
@@ -97,10 +104,34 @@ TEST_F(TinyEngineTest, CachedPrefixesGiveTheSameOutputAsRecomputation) {
   ASSERT_TRUE(warm.ok()) << warm.status();
   EXPECT_EQ(warm->cached_tokens, 16u);
   EXPECT_EQ(warm->computed_tokens, 7u);
+  EXPECT_EQ(warm->prefill_chunks, Chunks(7));
   ExpectSame(*warm, Reference(second, 6));
 }
 
-TEST_F(TinyEngineTest, TheNextTurnReusesTheAnswerToo) {
+TEST_P(TinyEngineTest, APartlyMatchingBlockIsReusedAndTheChunkStartsInside) {
+  Start(/*pool_blocks=*/64);
+  const std::vector<uint32_t> first = Prompt(3, 21);
+  ASSERT_TRUE(engine_->Generate(1, first, 2).ok());
+  // The same 18 leading tokens: blocks 0-3 and two tokens of block 4, copied from the
+  // cached block 4; the prefill starts at position 18, inside a block.
+  std::vector<uint32_t> second = Prompt(3, 18);
+  for (uint32_t t : {40u, 41u, 42u, 43u, 44u}) second.push_back(t);
+  auto partial = engine_->Generate(2, second, 4);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(partial->cached_tokens, 18u);
+  EXPECT_EQ(partial->computed_tokens, 5u);
+  EXPECT_EQ(partial->prefill_chunks, Chunks(5));
+  ExpectSame(*partial, Reference(second, 4));
+}
+
+TEST_P(TinyEngineTest, AChunkOfNoTokensIsRefused) {
+  Start(/*pool_blocks=*/8);
+  auto engine =
+      TinyEngine::Create({.client = client_.get(), .model = &model_, .prefill_chunk_tokens = 0});
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(TinyEngineTest, TheNextTurnReusesTheAnswerToo) {
   Start(/*pool_blocks=*/64);
   // Turn 1: 10 prompt tokens and 6 answered; the prompt alone fills two full blocks.
   std::vector<uint32_t> conversation = Prompt(1, 10);
@@ -116,7 +147,7 @@ TEST_F(TinyEngineTest, TheNextTurnReusesTheAnswerToo) {
   ExpectSame(*turn2, Reference(conversation, 3));
 }
 
-TEST_F(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
+TEST_P(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
   // A pool of 8 blocks: a second, unrelated prompt pushes the first one's blocks out to
   // the host tier; the first prompt then runs again from onboarded blocks.
   Start(/*pool_blocks=*/8);
@@ -131,7 +162,7 @@ TEST_F(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
   ExpectSame(*again, Reference(prompt, 4));
 }
 
-TEST_F(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
+TEST_P(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
   Start(/*pool_blocks=*/8);
   const TinyModel other(
       {.vocab = 64, .model = 32, .layers = 3, .query_heads = 4, .kv_heads = 2, .head_dim = 8}, 1);
@@ -139,6 +170,10 @@ TEST_F(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
   EXPECT_EQ(engine.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(engine.status().message().find("3 layers"), std::string::npos) << engine.status();
 }
+
+// One token at a time, chunks of 3 (crossing 4-token blocks), whole prompts.
+INSTANTIATE_TEST_SUITE_P(PrefillChunks, TinyEngineTest, ::testing::Values(1u, 3u, 64u),
+                         [](const auto& info) { return "Chunk" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace kvtier::examples

@@ -53,6 +53,9 @@ class CountingBackend final : public gpu::KernelBackend {
   Status DecodeAttention(const gpu::DecodeAttentionArgs& args) override {
     return cpu_->DecodeAttention(args);
   }
+  Status ChunkedAttention(const gpu::ChunkedAttentionArgs& args) override {
+    return cpu_->ChunkedAttention(args);
+  }
   Result<void*> Allocate(gpu::MemoryKind kind, size_t bytes) override {
     if (kind == gpu::MemoryKind::kStaging) {
       size_t largest = counts_->largest_staging;

@@ -322,14 +322,14 @@ TEST(KvtierCliTest, WorkerServesAnEngineAndDrainsOnSigterm) {
   EXPECT_NE(metrics.find("kvtier_role_info{role=\"worker\"} 1"), std::string::npos) << metrics;
 
   std::string demo;
-  EXPECT_EQ(
-      testing::RunCommand(std::string(KVTIER_BIN_DIR) + "/tiny_engine_demo --turns 2 --connect " +
-                              BannerValue(banner, "rpc"),
-                          &demo),
-      0)
+  EXPECT_EQ(testing::RunCommand(std::string(KVTIER_BIN_DIR) +
+                                    "/tiny_engine_demo --turns 2 --prefill-chunk 4 --connect " +
+                                    BannerValue(banner, "rpc"),
+                                &demo),
+            0)
       << demo;
-  EXPECT_NE(demo.find("turn 1: 10 prompt tokens, 0 from the cache, 10 computed; first token equals "
-                      "recomputation"),
+  EXPECT_NE(demo.find("turn 1: 10 prompt tokens, 0 from the cache, 10 computed (3 prefill chunks); "
+                      "first token equals recomputation"),
             std::string::npos)
       << demo;
   EXPECT_NE(demo.find("turn 2: 25 prompt tokens, 12 from the cache"), std::string::npos) << demo;
