@@ -98,6 +98,9 @@ struct CoordinatorConfig {
   // How long a stored event whose parent no node holds waits for some node's event to
   // bring it (coordinator/cluster/waiting_children.h); 0: left out at once.
   uint64_t orphan_wait_ms = 2000;
+  // Routing's cost per block to prefill against one active block (index/routing.h): higher
+  // keeps prompts with the engine or worker holding their prefix, lower balances load.
+  double overlap_weight = 1.0;
   std::vector<EngineConfig> engines = {};  // engines' KV event streams to follow
   std::vector<std::string> http_listen =
       {};  // the routing API for gateways (host:port); empty: off

@@ -60,19 +60,20 @@ Field UintField(std::string_view path, std::string_view help, uint64_t min, uint
   return f;
 }
 
-// A fraction in (0, 1].
-template <typename Access>
-Field FractionField(std::string_view path, std::string_view help, Access member) {
-  Field f{path, help, "(0, 1]", false, {}, {}};
-  f.set = [member](KvtierConfig& c, std::span<const std::string> v) -> Status {
+// A real number within `range` (its text, "(0, 1]" or "[0, 1000]", names it in errors):
+// `in_range` says whether a value belongs.
+template <typename Access, typename InRange>
+Field RealField(std::string_view path, std::string_view help, std::string range, Access member,
+                InRange in_range) {
+  Field f{path, help, range, false, {}, {}};
+  f.set = [member, in_range, range](KvtierConfig& c, std::span<const std::string> v) -> Status {
     KVTIER_RETURN_IF_ERROR(OneValue(v));
     double value = 0;
     const auto [end, ec] = std::from_chars(v[0].data(), v[0].data() + v[0].size(), value);
     if (v[0].empty() || ec != std::errc() || end != v[0].data() + v[0].size()) {
-      return InvalidArgumentError(Quote(v[0]) + " is not a number in (0, 1]");
+      return InvalidArgumentError(Quote(v[0]) + " is not a number in " + range);
     }
-    if (!(value > 0 && value <= 1))
-      return InvalidArgumentError(Quote(v[0]) + " is out of range (0, 1]");
+    if (!in_range(value)) return InvalidArgumentError(Quote(v[0]) + " is out of range " + range);
     member(c) = value;
     return Status::Ok();
   };
@@ -82,6 +83,22 @@ Field FractionField(std::string_view path, std::string_view help, Access member)
     return std::string(text);
   };
   return f;
+}
+
+// A fraction in (0, 1].
+template <typename Access>
+Field FractionField(std::string_view path, std::string_view help, Access member) {
+  return RealField(path, help, "(0, 1]", member, [](double v) { return v > 0 && v <= 1; });
+}
+
+// A number in [min, max].
+template <typename Access>
+Field NumberField(std::string_view path, std::string_view help, double min, double max,
+                  Access member) {
+  char range[64];
+  std::snprintf(range, sizeof(range), "[%g, %g]", min, max);
+  return RealField(path, help, range, member,
+                   [min, max](double v) { return v >= min && v <= max; });
 }
 
 template <typename Access>

@@ -195,6 +195,11 @@ std::vector<Field> BuildFields() {
       "to bring the parent (two nodes' streams arrive in no common order); then it is "
       "left out of lookups and counted. 0: left out at once.",
       0, 60000, [](auto& c) -> auto& { return c.coordinator.orphan_wait_ms; }));
+  fields.push_back(NumberField(
+      "coordinator.overlap_weight",
+      "Routing cost of one block to prefill against one active block of the candidate's "
+      "load: higher keeps prompts where their prefix is cached, lower balances load.",
+      0, 1000, [](auto& c) -> auto& { return c.coordinator.overlap_weight; }));
   AddEngineFields(fields);
   AddConnectionFields(fields);
   AddPoolFields(fields);

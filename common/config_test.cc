@@ -77,6 +77,25 @@ TEST(ConfigTest, OutOfRangeNamesFieldAndRange) {
   ExpectError(FromYaml("metrics: 5\n").status(),
               {"metrics", "expects a section with keys: bind, port"});
   ExpectError(FromYaml("metrics: {port: [1]}\n").status(), {"metrics.port", "single value"});
+  ExpectError(FromYaml("coordinator: {overlap_weight: -1}\n").status(),
+              {"coordinator.overlap_weight", "[0, 1000]"});
+  ExpectError(FromYaml("coordinator: {overlap_weight: heavy}\n").status(),
+              {"coordinator.overlap_weight", "not a number"});
+}
+
+TEST(ConfigTest, TheOverlapWeightComesFromYamlEnvironmentOrFlags) {
+  Result<KvtierConfig> yaml = FromYaml("coordinator: {overlap_weight: 2.5}\n");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_DOUBLE_EQ(yaml->coordinator.overlap_weight, 2.5);
+  ConfigSources sources;
+  sources.environment = {{"KVTIER_COORDINATOR_OVERLAP_WEIGHT", "16"}};
+  Result<KvtierConfig> env = LoadConfig(sources);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_DOUBLE_EQ(env->coordinator.overlap_weight, 16);
+  sources.flags = {{"coordinator.overlap_weight", "0"}};
+  Result<KvtierConfig> flag = LoadConfig(sources);
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_DOUBLE_EQ(flag->coordinator.overlap_weight, 0);
 }
 
 TEST(ConfigTest, CrossFieldChecks) {

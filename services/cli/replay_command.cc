@@ -9,6 +9,7 @@
 #include "services/auth/token_store.h"
 #include "services/bench/chat_workload.h"
 #include "services/cli/embedded_cluster.h"
+#include "services/cli/fleet_replay.h"
 #include "services/cli/local_node.h"
 #include "services/cli/replay.h"
 
@@ -134,12 +135,42 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
                    "Replay only the first N requests (of the trace or workload); 0: all")
       ->type_name("N")
       ->capture_default_str();
+  replay_
+      ->add_option("--engines", engines_,
+                   "Serve the requests by N simulated inference engines that publish KV events "
+                   "(ZMQ) to an embedded coordinator, routed by its /v1/route; 0: SDK clients")
+      ->check(CLI::Range(0u, 64u))
+      ->capture_default_str();
+  replay_->add_option("--engine-format", engine_format_, "--engines: their event wire format")
+      ->check(CLI::IsMember({"vllm", "sglang", "trtllm"}))
+      ->capture_default_str();
+  replay_->add_option("--engine-blocks", engine_blocks_, "--engines: each engine's GPU blocks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  replay_
+      ->add_option("--engine-block-tokens", engine_block_tokens_,
+                   "--engines: tokens per block (each trace block is one)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  replay_
+      ->add_option("--engine-decode-ms", engine_decode_ms_,
+                   "--engines: how long a request runs per output token, for the gateway's "
+                   "view of each engine's load; 0: route by prefix alone")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  replay_
+      ->add_option("--overlap-weight", overlap_weight_,
+                   "--engines: the coordinator's coordinator.overlap_weight (cached blocks "
+                   "against running blocks in a route's score)")
+      ->check(CLI::Range(0.0, 1000.0))
+      ->capture_default_str();
   replay_->add_flag("--json", json_, "Print one JSON object instead of the report");
   replay_->footer(
       "Examples:\n  kvtier replay                                  # built-in chat workload, "
       "embedded cluster\n"
       "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
-      "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token");
+      "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token\n"
+      "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --engines 4");
 }
 
 // The cluster a replay runs against, and how its clients reach it. Torn down in reverse:
@@ -246,6 +277,12 @@ int ReplayCommand::Run() const {
     return fail(InvalidArgumentError(
         "--coordinator goes with --connect (the embedded cluster has its own)"));
   }
+  if (engines_ > 0) return RunFleet(requests->first, requests->second);
+  for (const char* flag : {"--engine-format", "--engine-blocks", "--engine-block-tokens",
+                           "--engine-decode-ms", "--overlap-weight"}) {
+    if (replay_->count(flag) > 0)
+      return fail(InvalidArgumentError(std::string(flag) + " goes with --engines"));
+  }
   Target target;
   target.client = {.address = connect_,
                    .coordinator_address = coordinator_,
@@ -274,6 +311,40 @@ int ReplayCommand::Run() const {
     std::printf("%s\n", ReplayReportJson(*report).c_str());
   } else {
     std::printf("%s", ReplayReportText(*report, requests->second, target.summary).c_str());
+  }
+  return 0;
+}
+
+int ReplayCommand::RunFleet(const std::vector<bench::TraceRequest>& requests,
+                            const std::string& source) const {
+  for (const char* flag :
+       {"--connect", "--coordinator", "--token", "--token-file", "--tls-ca-file", "--workers",
+        "--gpu-blocks", "--host-blocks", "--disk-blocks", "--block-bytes", "--disk-admission",
+        "--disk-admission-min-count", "--data-dir"}) {
+    if (replay_->count(flag) > 0) {
+      std::fprintf(stderr,
+                   "kvtier replay: %s does not go with --engines (the fleet is simulated engines "
+                   "and an embedded coordinator)\n",
+                   flag);
+      return kExitUsage;
+    }
+  }
+  FleetReplayOptions options{.engines = engines_,
+                             .engine_blocks = engine_blocks_,
+                             .block_tokens = engine_block_tokens_,
+                             .format = engine_format_,
+                             .decode_ms_per_token = engine_decode_ms_,
+                             .overlap_weight = overlap_weight_};
+  if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
+  Result<FleetReplayReport> report = RunFleetReplay(requests, options);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvtier replay: %s\n", report.status().ToString().c_str());
+    return report.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  if (json_) {
+    std::printf("%s\n", FleetReportJson(*report).c_str());
+  } else {
+    std::printf("replay of %s\n%s", source.c_str(), FleetReportText(*report).c_str());
   }
   return 0;
 }

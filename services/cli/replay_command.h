@@ -1,6 +1,8 @@
 // `kvtier replay`: a Mooncake-format trace (or the built-in chat workload) replayed
 // through the real RPC against a running cluster (--connect) or, by default, against an
-// embedded one sized by --gpu-blocks, --host-blocks and --disk-blocks (services/cli/replay.h).
+// embedded one sized by --gpu-blocks, --host-blocks and --disk-blocks (services/cli/replay.h);
+// with --engines N, served by a fleet of simulated engines publishing KV events to a
+// coordinator that routes them (services/cli/fleet_replay.h).
 #pragma once
 
 #include <string>
@@ -29,6 +31,8 @@ class ReplayCommand {
   Result<std::pair<std::vector<bench::TraceRequest>, std::string>> Requests() const;
   Status StartEmbedded(Target& target) const;
   Status UseConnected(Target& target) const;
+  // --engines: the fleet replay (fleet_replay.h) instead of the SDK clients' one.
+  int RunFleet(const std::vector<bench::TraceRequest>& requests, const std::string& source) const;
 
   CLI::App* replay_;
   std::string trace_;
@@ -47,7 +51,13 @@ class ReplayCommand {
   std::string data_dir_;
   uint32_t conversations_ = 600;
   double one_off_share_ = 0;
-  uint64_t limit_ = 0;  // requests replayed: the first ones; 0: all
+  uint64_t limit_ = 0;    // requests replayed: the first ones; 0: all
+  uint32_t engines_ = 0;  // a fleet of simulated engines; 0: SDK clients
+  std::string engine_format_ = "vllm";
+  uint64_t engine_blocks_ = 16384;
+  uint32_t engine_block_tokens_ = 16;
+  double engine_decode_ms_ = 20.0;
+  double overlap_weight_ = 1.0;
   bool json_ = false;
 };
 

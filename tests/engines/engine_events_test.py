@@ -260,6 +260,15 @@ class EngineEventsTest(unittest.TestCase):
         self.assertIsNone(self.prefix("vllm-a", prompt, cache_salt="salt-1"))
         self.assertIsNone(self.prefix("vllm-a", prompt, TOKEN_B, cache_salt="salt-1", lora_name="sql"),
                           "team-b never sees team-a's engine")
+        # `kvtier route` sends the salt and the LoRA name as the API names them.
+        tokens_file = os.path.join(self.up.dir.name, "salted.json")
+        with open(tokens_file, "w") as f:
+            json.dump(prompt, f)
+        salted = self.route(tokens_file, "--lookup", "--model", "llama", "--cache-salt", "salt-1",
+                            "--lora-name", "sql")
+        self.assertIn("vllm-a", [i["name"] for i in salted["instances"]], salted)
+        unsalted = self.route(tokens_file, "--lookup", "--model", "llama", "--lora-name", "sql")
+        self.assertNotIn("vllm-a", [i["name"] for i in unsalted["instances"]], unsalted)
         # TensorRT-LLM's array envelope of tagged maps, for team-b, replayed with a topic frame.
         t = self.trtllm
         t.send([time.time(), [{"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
@@ -289,6 +298,17 @@ class EngineEventsTest(unittest.TestCase):
         status, answer = self.up.post("/v1/route", {"tokens": prompt, "model": "llama", "candidates": ["sglang-a/dp1"]})
         self.assertEqual(answer["instance"], "sglang-a/dp1", answer)
         self.assertEqual([c["name"] for c in answer["candidates"]], ["sglang-a/dp1"])
+        # The gateway's load of each candidate: sglang-a prefills a block less than dp1 but
+        # runs 40 blocks, so the idle dp1 wins; one load per candidate or a 400.
+        both = ["sglang-a", "sglang-a/dp1"]
+        status, answer = self.up.post("/v1/route", {"tokens": prompt, "model": "llama", "candidates": both,
+                                                    "candidate_active_blocks": [40, 0]})
+        self.assertEqual((status, answer["instance"]), (200, "sglang-a/dp1"), answer)
+        self.assertEqual([c["active_blocks"] for c in answer["candidates"]], [0, 40], answer)
+        status, answer = self.up.post("/v1/route", {"tokens": prompt, "model": "llama", "candidates": both,
+                                                    "candidate_active_blocks": [40]})
+        self.assertEqual(status, 400, answer)
+        self.assertIn("1 entries for 2 candidates", answer["error"])
         # The same from `kvtier route`, the prompt's token ids in a file (a JSON array).
         tokens_file = os.path.join(self.up.dir.name, "prompt.json")
         with open(tokens_file, "w") as f:

@@ -326,17 +326,24 @@ Result<std::vector<RouteChoice>> Coordinator::RouteAll(ScopeId scope, const Rout
 }
 
 Result<std::vector<WorkerLoad>> Coordinator::RoutableWorkers(const RouteQuery& query) const {
+  const auto& loads = query.candidate_active_blocks;
+  if (!loads.empty() && loads.size() != query.candidates.size()) {
+    return InvalidArgumentError(std::to_string(loads.size()) + " candidate loads for " +
+                                std::to_string(query.candidates.size()) +
+                                " candidates: one each, in the candidates' order");
+  }
   std::vector<WorkerLoad> workers;
-  const auto add_if_live_worker = [&](NodeId node) {
+  const auto add_if_live_worker = [&](NodeId node, uint64_t active_blocks) {
     if (membership_.live(node) && membership_.role(node) != NodeRole::kStore) {
-      workers.push_back({node, active_blocks_[node]});
+      workers.push_back({node, active_blocks});
     }
   };
   if (query.candidates.empty()) {
-    for (NodeId node : membership_.LiveNodes()) add_if_live_worker(node);
+    for (NodeId node : membership_.LiveNodes()) add_if_live_worker(node, active_blocks_[node]);
   } else {
-    for (const std::string& name : query.candidates) {
-      if (Result<NodeId> node = membership_.Find(name); node.ok()) add_if_live_worker(*node);
+    for (size_t i = 0; i < query.candidates.size(); ++i) {
+      if (Result<NodeId> node = membership_.Find(query.candidates[i]); node.ok())
+        add_if_live_worker(*node, loads.empty() ? active_blocks_[*node] : loads[i]);
     }
   }
   if (workers.empty()) {

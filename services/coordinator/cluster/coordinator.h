@@ -115,6 +115,10 @@ struct RouteQuery {
   std::span<const BlockKey> keys = {};
   std::span<const uint32_t> tail_tokens = {};
   std::span<const std::string> candidates = {};
+  // The caller's view of each candidate's load, in active blocks (candidate_active_blocks[i]
+  // is candidates[i]'s), in place of the coordinator's: a gateway knows what it has sent each
+  // engine, which engines do not report. Empty: the heartbeats' (0 for engines).
+  std::span<const uint64_t> candidate_active_blocks = {};
 };
 
 struct CoordinatorStats {

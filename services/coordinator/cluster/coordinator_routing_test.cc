@@ -52,6 +52,32 @@ TEST_F(CoordinatorTest, RouteKeepsToItsCandidates) {
   EXPECT_NE(none.message().find("none of the 2 candidates"), std::string::npos) << none;
 }
 
+TEST_F(CoordinatorTest, ACallersCandidateLoadsReplaceTheHeartbeats) {
+  Join("w-a");
+  Join("w-b");
+  const auto prompt = Chain(1, 2);
+  Publish("w-a", 0, {Stored({prompt[0]})});
+  const std::vector<std::string> both = {"w-a", "w-b"};
+  // w-a prefills 1 block, w-b 2: w-a, while nothing says it is busier.
+  Result<RouteChoice> idle = coordinator_->Route(0, {.keys = prompt, .candidates = both});
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(coordinator_->NodeName(idle->node), "w-a");
+  // The gateway has 5 blocks running on w-a: 1 + 5 against 2 + 0.
+  const std::vector<uint64_t> loads = {5, 0};
+  Result<RouteChoice> busy = coordinator_->Route(
+      0, {.keys = prompt, .candidates = both, .candidate_active_blocks = loads});
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_EQ(coordinator_->NodeName(busy->node), "w-b");
+  EXPECT_DOUBLE_EQ(busy->cost, 2.0);
+  const std::vector<uint64_t> one = {5};
+  const Status mismatched =
+      coordinator_->Route(0, {.keys = prompt, .candidates = both, .candidate_active_blocks = one})
+          .status();
+  EXPECT_EQ(mismatched.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatched.message().find("1 candidate loads for 2 candidates"), std::string::npos)
+      << mismatched;
+}
+
 TEST_F(CoordinatorTest, RouteCreditsAReusableTail) {
   Join("w-a");
   Join("w-b");

@@ -24,6 +24,7 @@ class CoordinatorNode::Impl {
                   "the config's default is the index's limit");
     coordinator.index.max_blocks = options_.rpc.max_index_blocks;
     coordinator.orphan_wait = std::chrono::milliseconds(options_.rpc.orphan_wait_ms);
+    coordinator.overlap_weight = options_.rpc.overlap_weight;
     coordinator.membership.clock = options_.clock;
     coordinator.membership.lease_ttl = options_.lease_ttl;
     KVTIER_ASSIGN_OR_RETURN(state_.coordinator, Coordinator::Create(coordinator));

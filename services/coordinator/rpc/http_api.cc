@@ -185,6 +185,14 @@ class HttpApi final : public kj::HttpService {
                           Response& response) {
     std::vector<std::string> candidates;
     for (auto c : query.getCandidates()) candidates.emplace_back(c.cStr());
+    std::vector<uint64_t> loads;
+    for (uint32_t load : query.getCandidateActiveBlocks()) loads.push_back(load);
+    if (!loads.empty() && loads.size() != candidates.size()) {
+      return Error(response, InvalidArgumentError(
+                                 "candidate_active_blocks has " + std::to_string(loads.size()) +
+                                 " entries for " + std::to_string(candidates.size()) +
+                                 " candidates: one each, in the candidates' order"));
+    }
     const ScopeId scope = options_.state->scopes.Find(SaltScope(tenant.salt))
                               .value_or(std::numeric_limits<ScopeId>::max());
     // The key space whose best instance holds the longest prefix (in tokens)
@@ -196,8 +204,8 @@ class HttpApi final : public kj::HttpService {
         "no key space to route in: the tenant has "
         "no engines and SDK keys are off");
     for (const KeySpace& ks : KeySpaces(tenant, query)) {
-      Result<std::vector<RouteChoice>> all =
-          options_.state->coordinator->RouteAll(scope, {.keys = ks.keys, .candidates = candidates});
+      Result<std::vector<RouteChoice>> all = options_.state->coordinator->RouteAll(
+          scope, {.keys = ks.keys, .candidates = candidates, .candidate_active_blocks = loads});
       if (all.ok())
         std::erase_if(*all,
                       [&](const RouteChoice& c) { return OtherTenantsEngine(tenant, c.node); });

@@ -8,7 +8,9 @@
 //     {"gpu", "host", "disk"}}]} every engine instance and kvtier node holding
 //     a prefix of the prompt, the longest first; prefix_tokens_by_tier[t] is
 //     the longest prefix held in tier t or a faster one.
-//   POST /v1/route   the same body, plus "candidates"?: [names]
+//   POST /v1/route   the same body, plus "candidates"?: [names] and
+//     "candidate_active_blocks"?: [n] (the gateway's load of each candidate, in
+//     the candidates' order, in place of the coordinator's: engines report none)
 //     200 {"instance", "prefix_tokens", "candidates": [{"name",
 //     "prefix_tokens", "active_blocks", "cost"}]} the instance Route chooses
 //     (overlap and load), and every candidate's score.

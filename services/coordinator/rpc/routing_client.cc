@@ -58,6 +58,11 @@ kj::String EncodeQuery(capnp::JsonCodec& codec, const RoutingQuery& query, Routi
   if (call == RoutingCall::kRoute && !query.candidates.empty()) {
     auto names = q.initCandidates(static_cast<unsigned>(query.candidates.size()));
     for (unsigned i = 0; i < names.size(); ++i) names.set(i, query.candidates[i]);
+    if (!query.candidate_active_blocks.empty()) {
+      auto loads =
+          q.initCandidateActiveBlocks(static_cast<unsigned>(query.candidate_active_blocks.size()));
+      for (unsigned i = 0; i < loads.size(); ++i) loads.set(i, query.candidate_active_blocks[i]);
+    }
   }
   return codec.encode(q.asReader());
 }
@@ -130,6 +135,9 @@ Result<std::string> CallRoutingApi(const RoutingClientOptions& options, RoutingC
     KVTIER_ASSIGN_OR_RETURN(tls, rpc::TlsClient::Create(options.tls_ca_file));
   }
   capnp::JsonCodec codec;
+  codec.handleByAnnotation<schema::PromptQuery>();  // cache_salt, lora_name, ... as the API names
+                                                    // them
+  codec.handleByAnnotation<schema::ErrorAnswer>();
   kj::AsyncIoContext io = kj::setupAsyncIo();
   unsigned status = 0;
   kj::String body;
@@ -144,6 +152,54 @@ Result<std::string> CallRoutingApi(const RoutingClientOptions& options, RoutingC
   }
   if (status != 200) return FromHttp(codec, status, body);
   return std::string(body.cStr());
+}
+
+namespace {
+
+// Decodes `json` as T; kInternal naming the call when it is not T's JSON.
+template <typename T, typename Fn>
+Status Decode(const std::string& json, const char* call, Fn&& read) {
+  capnp::JsonCodec codec;
+  codec.handleByAnnotation<T>();  // the $Json.name field names
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 capnp::MallocMessageBuilder message;
+                 auto root = message.initRoot<T>();
+                 codec.decode(kj::StringPtr(json.c_str()), root);
+                 read(root.asReader());
+               })) {
+    return InternalError(std::string(call) + ": the answer is not the routing API's JSON (" +
+                         e->getDescription().cStr() + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<RouteDecision> Route(const RoutingClientOptions& options, const RoutingQuery& query) {
+  KVTIER_ASSIGN_OR_RETURN(const std::string json,
+                          CallRoutingApi(options, RoutingCall::kRoute, query));
+  RouteDecision decision;
+  KVTIER_RETURN_IF_ERROR(
+      Decode<schema::RouteAnswer>(json, "/v1/route", [&](schema::RouteAnswer::Reader answer) {
+        decision.instance = answer.getInstance().cStr();
+        decision.prefix_tokens = answer.getPrefixTokens();
+        for (auto c : answer.getCandidates())
+          decision.candidates.push_back({c.getName().cStr(), c.getPrefixTokens()});
+      }));
+  return decision;
+}
+
+Result<std::vector<InstancePrefixTokens>> Lookup(const RoutingClientOptions& options,
+                                                 const RoutingQuery& query) {
+  KVTIER_ASSIGN_OR_RETURN(const std::string json,
+                          CallRoutingApi(options, RoutingCall::kLookup, query));
+  std::vector<InstancePrefixTokens> instances;
+  KVTIER_RETURN_IF_ERROR(
+      Decode<schema::LookupAnswer>(json, "/v1/lookup", [&](schema::LookupAnswer::Reader answer) {
+        for (auto i : answer.getInstances())
+          instances.push_back({i.getName().cStr(), i.getPrefixTokens()});
+      }));
+  return instances;
 }
 
 }  // namespace kvtier::coordinator

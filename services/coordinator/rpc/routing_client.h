@@ -20,6 +20,9 @@ struct RoutingQuery {
   std::string lora_name = {};
   std::string model = {};
   std::vector<std::string> candidates = {};  // /v1/route only; empty: any instance
+  // /v1/route only: each candidate's load in active blocks, as the gateway knows it; empty:
+  // the coordinator's.
+  std::vector<uint32_t> candidate_active_blocks = {};
 };
 
 struct RoutingClientOptions {
@@ -39,5 +42,22 @@ enum class RoutingCall { kLookup, kRoute };
 // ...) with the coordinator's message.
 [[nodiscard]] Result<std::string> CallRoutingApi(const RoutingClientOptions& options,
                                                  RoutingCall call, const RoutingQuery& query);
+
+// The answers decoded (what a gateway acts on), errors as CallRoutingApi's; kInternal for an
+// answer that is not the API's JSON.
+struct InstancePrefixTokens {
+  std::string name;
+  uint32_t prefix_tokens = 0;
+};
+struct RouteDecision {
+  std::string instance;
+  uint32_t prefix_tokens = 0;
+  std::vector<InstancePrefixTokens> candidates;  // every candidate, with its prefix
+};
+[[nodiscard]] Result<RouteDecision> Route(const RoutingClientOptions& options,
+                                          const RoutingQuery& query);
+// Every instance holding a prefix of the prompt, the longest first.
+[[nodiscard]] Result<std::vector<InstancePrefixTokens>> Lookup(const RoutingClientOptions& options,
+                                                               const RoutingQuery& query);
 
 }  // namespace kvtier::coordinator

@@ -15,6 +15,9 @@ struct PromptQuery {
   model @3 :Text;
   loraId @4 :UInt64 $Json.name("lora_id");
   candidates @5 :List(Text);  # /v1/route: the instances it may choose among; absent: any
+  # /v1/route: the caller's load of each candidate in active blocks (in the candidates'
+  # order), in place of what the coordinator knows (engines report none).
+  candidateActiveBlocks @6 :List(UInt32) $Json.name("candidate_active_blocks");
 }
 
 struct TierTokens {
