@@ -1,7 +1,9 @@
 #include "common/block_key.h"
 
 #include <array>
+#include <bit>
 #include <cstring>
+#include <span>
 
 #include <openssl/evp.h>
 
@@ -15,21 +17,60 @@ const EVP_MD* Sha256() {
   return md;
 }
 
-// Incremental SHA-256 with the little-endian, length-prefixed writers of the key encoding.
+// SHA-256 of the key encoding's little-endian, length-prefixed fields. Fields gather in a
+// buffer that reaches OpenSSL in one update (per 4 KiB), and the digest context is the
+// thread's, reused: a call per field, or a context allocated per key, cost more than the
+// hashing. A writer made while another is alive on the thread gets a context of its own.
 class Sha256Writer {
  public:
-  Sha256Writer() : ctx_(EVP_MD_CTX_new()) { Restart(); }
-  ~Sha256Writer() { EVP_MD_CTX_free(ctx_); }
+  Sha256Writer() {
+    ThreadContext& thread = Thread();
+    if (!thread.busy) {
+      thread.busy = true;
+      ctx_ = thread.ctx;
+    } else {
+      ctx_ = EVP_MD_CTX_new();
+      owned_ = true;
+    }
+    EVP_DigestInit_ex2(ctx_, Sha256(), nullptr);
+  }
+  ~Sha256Writer() {
+    if (owned_)
+      EVP_MD_CTX_free(ctx_);
+    else
+      Thread().busy = false;
+  }
   Sha256Writer(const Sha256Writer&) = delete;
   Sha256Writer& operator=(const Sha256Writer&) = delete;
 
-  // Starts a new digest on the same context.
-  void Restart() { EVP_DigestInit_ex2(ctx_, Sha256(), nullptr); }
-  void Bytes(const void* data, size_t size) { EVP_DigestUpdate(ctx_, data, size); }
+  // Starts a new digest.
+  void Restart() {
+    size_ = 0;
+    EVP_DigestInit_ex2(ctx_, Sha256(), nullptr);
+  }
+  void Bytes(const void* data, size_t size) {
+    if (size_ + size > buffer_.size()) {
+      Flush();
+      if (size > buffer_.size()) {
+        EVP_DigestUpdate(ctx_, data, size);
+        return;
+      }
+    }
+    std::memcpy(buffer_.data() + size_, data, size);
+    size_ += size;
+  }
   void U32(uint32_t v) {
     const std::array<uint8_t, 4> b{static_cast<uint8_t>(v), static_cast<uint8_t>(v >> 8),
                                    static_cast<uint8_t>(v >> 16), static_cast<uint8_t>(v >> 24)};
     Bytes(b.data(), b.size());
+  }
+  // Each value as U32 does.
+  void U32s(std::span<const uint32_t> values) {
+    if constexpr (std::endian::native == std::endian::little) {
+      Bytes(values.data(), values.size_bytes());
+    } else {
+      for (uint32_t v : values) U32(v);
+    }
   }
   void U64(uint64_t v) {
     U32(static_cast<uint32_t>(v));
@@ -47,6 +88,7 @@ class Sha256Writer {
   // The first 16 bytes of the digest as a key (big-endian halves, so ToHex() is the
   // digest's hex prefix).
   BlockKey Finish() {
+    Flush();
     std::array<uint8_t, 32> digest{};
     unsigned int size = 0;
     EVP_DigestFinal_ex(ctx_, digest.data(), &size);
@@ -57,7 +99,25 @@ class Sha256Writer {
   }
 
  private:
-  EVP_MD_CTX* ctx_;
+  void Flush() {
+    if (size_ > 0) EVP_DigestUpdate(ctx_, buffer_.data(), size_);
+    size_ = 0;
+  }
+
+  struct ThreadContext {
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    bool busy = false;
+    ~ThreadContext() { EVP_MD_CTX_free(ctx); }
+  };
+  static ThreadContext& Thread() {
+    thread_local ThreadContext context;
+    return context;
+  }
+
+  EVP_MD_CTX* ctx_ = nullptr;
+  bool owned_ = false;  // a context of its own, not the thread's
+  std::array<uint8_t, 4096> buffer_;
+  size_t size_ = 0;
 };
 
 constexpr uint64_t kOpaqueBit = uint64_t{1} << 63;
@@ -117,7 +177,7 @@ BlockKey ChainBlockKey(const BlockKey& parent, std::span<const uint32_t> tokens,
   w.U32(static_cast<uint32_t>(extra.extra.size()));
   for (const std::string& e : extra.extra) w.String(e);
   w.U32(static_cast<uint32_t>(tokens.size()));
-  for (uint32_t t : tokens) w.U32(t);
+  w.U32s(tokens);
   BlockKey key = w.Finish();
   key.hi &= ~kOpaqueBit;
   return key;
