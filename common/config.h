@@ -82,6 +82,10 @@ struct EngineConfig {
   uint32_t tokens_per_block = 16;  // the kvtier block size its blocks are keyed at
   std::string tenant = {};         // whose key space its blocks join (auth.token_file's name)
   std::string model = {};          // the model tag of its keys (what a gateway's "model" names)
+  // "dns": `events`' host names a set of engines (a Kubernetes headless Service), one
+  // engine "<name>-<address>" per address it resolves to, resolved again every
+  // CoordinatorConfig::engine_discovery_interval_ms. Empty: the endpoints as given.
+  std::string discovery = {};
   friend bool operator==(const EngineConfig&, const EngineConfig&) = default;
 };
 
@@ -102,6 +106,7 @@ struct CoordinatorConfig {
   // keeps prompts with the engine or worker holding their prefix, lower balances load.
   double overlap_weight = 1.0;
   std::vector<EngineConfig> engines = {};  // engines' KV event streams to follow
+  uint64_t engine_discovery_interval_ms = 10000;  // how often discovery: dns resolves again
   std::vector<std::string> http_listen =
       {};  // the routing API for gateways (host:port); empty: off
   // The block size of SDK clients' keys, for the routing API's lookups by tokens (`kvtier up`

@@ -42,10 +42,14 @@ Status SetEngineKey(EngineConfig& e, std::string_view key, std::string_view valu
     e.tenant = value;
   } else if (key == "model") {
     e.model = value;
+  } else if (key == "discovery") {
+    if (!value.empty() && value != "dns")
+      return InvalidArgumentError("discovery " + Quote(value) + " is not dns (or empty)");
+    e.discovery = value;
   } else {
     return InvalidArgumentError("unknown engine key " + Quote(key) +
                                 " (known: name, events, replay, format, "
-                                "tokens_per_block, tenant, model)");
+                                "tokens_per_block, tenant, model, discovery)");
   }
   return Status::Ok();
 }
@@ -74,7 +78,8 @@ std::string EngineSpec(const EngineConfig& e) {
          (e.replay.empty() ? "" : ";replay=" + e.replay) + ";format=" + e.format +
          ";tokens_per_block=" + std::to_string(e.tokens_per_block) +
          (e.tenant.empty() ? "" : ";tenant=" + e.tenant) +
-         (e.model.empty() ? "" : ";model=" + e.model);
+         (e.model.empty() ? "" : ";model=" + e.model) +
+         (e.discovery.empty() ? "" : ";discovery=" + e.discovery);
 }
 
 Field EnginesField() {
@@ -83,9 +88,9 @@ Field EnginesField() {
           "follows, each "
           "name=...;events=tcp://host:port;replay=tcp://"
           "host:port;format=vllm|sglang|trtllm;"
-          "tokens_per_block=N;tenant=...;model=...",
+          "tokens_per_block=N;tenant=...;model=...;discovery=dns",
           "a list of engines (name, events, replay, format, tokens_per_block, "
-          "tenant, model)",
+          "tenant, model, discovery)",
           true,
           {},
           {}};

@@ -200,6 +200,11 @@ std::vector<Field> BuildFields() {
       "Routing cost of one block to prefill against one active block of the candidate's "
       "load: higher keeps prompts where their prefix is cached, lower balances load.",
       0, 1000, [](auto& c) -> auto& { return c.coordinator.overlap_weight; }));
+  fields.push_back(UintField(
+      "coordinator.engine_discovery_interval_ms",
+      "How often engines of discovery: dns resolve their host again (a Service's pods come "
+      "and go).",
+      100, 3600000, [](auto& c) -> auto& { return c.coordinator.engine_discovery_interval_ms; }));
   AddEngineFields(fields);
   AddConnectionFields(fields);
   AddPoolFields(fields);

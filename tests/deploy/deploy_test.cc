@@ -5,6 +5,7 @@
 // scrapes a running `kvtier up`, finds every role and evaluates every dashboard query.
 #include <signal.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -118,7 +119,7 @@ TEST_P(OverlayTest, RendersAndValidatesAgainstTheKubernetesSchemas) {
     EXPECT_NE(manifests.find("- args:\n        - up\n"), std::string::npos)
         << "dev runs every role in one pod";
   }
-  if (GetParam() == "gpu") {
+  if (GetParam() == "gpu" || GetParam() == "fleet") {
     EXPECT_EQ(manifests.find("kind: Secret"), std::string::npos)
         << "production tokens never come from git";
     for (const char* expected :
@@ -129,7 +130,8 @@ TEST_P(OverlayTest, RendersAndValidatesAgainstTheKubernetesSchemas) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest, ::testing::Values("dev", "gpu"));
+INSTANTIATE_TEST_SUITE_P(Overlays, OverlayTest, ::testing::Values("dev", "gpu", "fleet"));
+
 
 // The validator must fail on what it exists to catch: a misspelt field, at any depth.
 TEST(ManifestValidatorTest, AMisspeltFieldFailsNamingIt) {
@@ -196,6 +198,41 @@ TEST(DeployConfigTest, TheDevOverlaysCommandLineStartsKvtier) {
   }
   args.insert(args.end(), {"--auth-token-file", kDeploy + "/k8s/overlays/dev/tokens.yaml"});
   ExpectUpStartsAndStops(args);
+}
+
+// The fleet overlay's coordinator follows the pods of a headless Service by DNS and opens
+// the routing API; its settings (environment variables, each a flag's value) start kvtier.
+// Offline the Service's name resolves to nothing: the coordinator runs with no engine.
+TEST(DeployConfigTest, TheFleetOverlaysCoordinatorSettingsStartKvtier) {
+  std::string rendered;
+  ASSERT_EQ(RunCommand("kubectl kustomize " + kDeploy + "/k8s/overlays/fleet", &rendered), 0)
+      << rendered;
+  const size_t service = rendered.find("name: kvtier-engines");
+  ASSERT_NE(service, std::string::npos) << rendered;
+  EXPECT_NE(rendered.find("clusterIP: None", service), std::string::npos)
+      << "a headless Service: one address per pod";
+  std::vector<std::string> flags;
+  for (const char* env : {"KVTIER_COORDINATOR_ENGINES", "KVTIER_COORDINATOR_HTTP_LISTEN",
+                          "KVTIER_COORDINATOR_ENGINE_DISCOVERY_INTERVAL_MS"}) {
+    std::smatch value;
+    ASSERT_TRUE(std::regex_search(rendered, value,
+                                  std::regex(std::string("- name: ") + env + "\n +value: \"?([^\"\n]*)")))
+        << env;
+    std::string flag = std::string(env).substr(std::strlen("KVTIER_"));
+    for (char& c : flag) c = c == '_' ? '-' : static_cast<char>(std::tolower(c));
+    flags.push_back("--" + flag);
+    flags.push_back(value[1].str());
+  }
+  EXPECT_NE(flags[1].find("discovery=dns"), std::string::npos) << flags[1];
+  EXPECT_NE(flags[1].find("events=tcp://kvtier-engines:5557"), std::string::npos) << flags[1];
+  flags[3] = "127.0.0.1:0";  // the routing API's 0.0.0.0:7480, on a port the kernel picks
+  testing::TempDir dir;
+  const std::string tokens = dir.File("tokens.yaml");
+  std::ofstream(tokens) << "tenants:\n  - {name: team-a, token: \"fleet-test-token-0123456789abcdef\"}\n";
+  flags.insert(flags.end(), {"--auth-token-file", tokens, "--config",
+                             kDeploy + "/k8s/base/kvtier.yaml", "--store-host-cache-bytes",
+                             "67108864", "--store-disk-bytes", "67108864"});
+  ExpectUpStartsAndStops(flags);
 }
 
 TEST(PromtoolTest, ConfigRulesAndRuleTestsPass) {

@@ -386,5 +386,27 @@ class EngineReloadTest(unittest.TestCase):
             two.close()
 
 
+class EngineDiscoveryTest(unittest.TestCase):
+    def test_each_address_of_a_discovered_host_is_an_engine(self):
+        """discovery=dns: the host of `events` (a headless Service in Kubernetes; localhost
+        here) names the engines, one per address."""
+        publisher = Publisher()
+        spec = ("name=fleet;events=tcp://localhost:%d;replay=tcp://localhost:%d;format=vllm;"
+                "tokens_per_block=16;tenant=team-a;discovery=dns" % (publisher.events_port, publisher.replay_port))
+        up = KvtierUpWithEngines([spec])
+        try:
+            prompt = tokens(30000, 32)
+            publisher.send(vllm_batch([vllm_stored([1, 2], None, prompt)]))
+            found = until(lambda: up.lookup(prompt).get("fleet-127.0.0.1"),
+                          keepalive=lambda: publisher.send(vllm_batch([])))
+            self.assertEqual(found["prefix_tokens"], 32)
+            self.assertNotIn("fleet", up.lookup(prompt))
+            self.assertGreaterEqual(up.metric("kvtier_engine_discovered_instances"), 1)
+            self.assertGreaterEqual(up.metric('kvtier_engine_discovery_resolutions_total{result="ok"}'), 1)
+        finally:
+            up.stop()
+            publisher.close()
+
+
 if __name__ == "__main__":
     unittest.main()

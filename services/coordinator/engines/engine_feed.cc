@@ -163,11 +163,13 @@ class Subscription final : public EngineSequencerSink {
     sub_.set(zmq::sockopt::linger, 0);
     sub_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes));
     sub_.set(zmq::sockopt::subscribe, "");
+    sub_.set(zmq::sockopt::ipv6, 1);  // an [ipv6] endpoint (discovered pods of an IPv6 cluster)
     sub_.connect(source_.events);
     if (!source_.replay.empty()) {
       dealer_.emplace(context, zmq::socket_type::dealer);
       dealer_->set(zmq::sockopt::linger, 0);
       dealer_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options.max_message_bytes));
+      dealer_->set(zmq::sockopt::ipv6, 1);
       dealer_->connect(source_.replay);
     }
   }

@@ -48,6 +48,7 @@ struct EngineSource {
   EngineKeySpace space = {};
   uint64_t salt_scope = 0;  // SaltScope of the engine's tenant
   std::string tenant = {};  // its name, for logs
+  bool discover = false;    // names a set of engines by DNS (engine_discovery.h), not one
 };
 
 using EngineUpdateSink =

@@ -1,5 +1,6 @@
 #include "services/coordinator/rpc/coordinator_node.h"
 
+#include "services/coordinator/engines/engine_discovery.h"
 #include "services/coordinator/engines/engine_nodes.h"
 #include "services/coordinator/rpc/coordinator_service.h"
 #include "services/coordinator/rpc/http_api.h"
@@ -30,7 +31,6 @@ class CoordinatorNode::Impl {
     KVTIER_ASSIGN_OR_RETURN(state_.coordinator, Coordinator::Create(coordinator));
     KVTIER_ASSIGN_OR_RETURN(state_.metrics, CoordinatorMetrics::Create(*options_.registry));
     engine_nodes_ = std::make_unique<EngineNodes>(*state_.coordinator, state_.scopes);
-    engines_ = options_.engines;
     session_.identity = {options_.node_id, options_.roles};
     session_.tokens = &options_.tokens;
     session_.clock = options_.clock;
@@ -67,11 +67,26 @@ class CoordinatorNode::Impl {
     server.tick_interval = std::chrono::duration_cast<std::chrono::milliseconds>(interval);
     KVTIER_ASSIGN_OR_RETURN(
         server_, rpc::RpcServer::Create(std::move(server), rpc::SessionBootstraps(session_)));
-    if (!engines_.empty()) KVTIER_RETURN_IF_ERROR(StartFeed(engines_));
+    if (!options_.engines.empty()) return ReconfigureEngines(options_.engines);
     return Status::Ok();
   }
 
+  // The configured engines, discovering ones among them, go through the discovery,
+  // which applies their expansion (ApplyEngines).
   Status ReconfigureEngines(std::vector<EngineSource> engines) {
+    KVTIER_RETURN_IF_ERROR(ValidateEngineSources(engines));
+    if (discovery_) return discovery_->SetSources(std::move(engines));
+    EngineDiscoveryOptions discovery{
+        .sources = std::move(engines),
+        .apply = [this](std::vector<EngineSource> e) { return ApplyEngines(std::move(e)); },
+        .interval = std::chrono::milliseconds(options_.rpc.engine_discovery_interval_ms),
+        .registry = options_.registry};
+    KVTIER_ASSIGN_OR_RETURN(discovery_, EngineDiscovery::Create(std::move(discovery)));
+    return Status::Ok();
+  }
+
+  // On the discovery's thread or the controlling one, one at a time (engine_discovery.h).
+  Status ApplyEngines(std::vector<EngineSource> engines) {
     KVTIER_RETURN_IF_ERROR(ValidateEngineSources(engines));
     if (!feed_) {
       KVTIER_RETURN_IF_ERROR(StartFeed(engines));
@@ -83,7 +98,8 @@ class CoordinatorNode::Impl {
   }
 
   void Shutdown() {
-    feed_.reset();  // its sink runs on the server's loop
+    discovery_.reset();  // it reconfigures the feed
+    feed_.reset();       // its sink runs on the server's loop
     server_->Shutdown();
   }
 
@@ -125,7 +141,8 @@ class CoordinatorNode::Impl {
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::vector<std::string> http_endpoints_;  // set on the server's thread before Create() returns
-  std::unique_ptr<EngineFeed> feed_;
+  std::unique_ptr<EngineFeed> feed_;  // ApplyEngines', one at a time (the discovery's order)
+  std::unique_ptr<EngineDiscovery> discovery_;  // last: it goes first, as it drives feed_
 };
 
 Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineConfig>& engines,
@@ -144,7 +161,8 @@ Result<std::vector<EngineSource>> ResolveEngineSources(const std::vector<EngineC
                                              .model = e.model,
                                              .tokens_per_block = e.tokens_per_block},
                                    .salt_scope = SaltScope(*salt),
-                                   .tenant = e.tenant});
+                                   .tenant = e.tenant,
+                                   .discover = e.discovery == "dns"});
   }
   return sources;
 }
