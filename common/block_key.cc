@@ -229,7 +229,7 @@ void KeySalt::ApplyInPlace(std::span<BlockKey> keys) const {
   if (identity_ || keys.empty()) return;
   Sha256Writer w;
   for (BlockKey& key : keys) {
-    w.Restart();
+    if (&key != keys.data()) w.Restart();
     w.Bytes("kvtier.salted.v1", 16);
     w.Bytes(secret_.data(), secret_.size());
     w.Key(key);

@@ -121,11 +121,12 @@ void EngineBlockMap::Extend(const EngineBlockStored& stored, size_t i,
     const BlockKey key = ChainBlockKey(chain.parent, chain.pending,
                                        KeyExtras(stored.lora_id.value_or(0), options_.space.model,
                                                  stored.lora_name, chain.pending_extra));
-    if (entry.keys.empty() && !chain.at_root)
-      entry.first_parent = options_.space.tenant.Apply(chain.parent);
-    entry.keys.push_back(options_.space.tenant.Apply(key));
+    if (entry.keys.empty() && !chain.at_root) entry.first_parent = chain.salted_parent;
+    const BlockKey salted = options_.space.tenant.Apply(key);
+    entry.keys.push_back(salted);
     entry.key_tokens.insert(entry.key_tokens.end(), chain.pending.begin(), chain.pending.end());
     chain.parent = key;
+    chain.salted_parent = salted;
     chain.at_root = false;
     chain.pending.clear();
     chain.pending_extra.clear();
@@ -168,7 +169,7 @@ void EngineBlockMap::Store(const EngineBlockStored& stored, std::vector<KvEvent>
       stats_.full_skipped += n - i;
       return;
     }
-    Entry entry;
+    Entry entry(&memory_);
     const std::vector<std::string> extras =
         i == 0 ? first_extras : BlockExtras(stored, i, false, nullptr);
     Extend(stored, i, extras, *chain, entry);
