@@ -11,10 +11,12 @@
 namespace kvtier::cli {
 
 BenchCommand::BenchCommand(CLI::App& app) {
-  bench_ = app.add_subcommand("bench", "Benchmarks: index, lookup-rpc, pool, disk, transfer.");
+  bench_ = app.add_subcommand("bench",
+                              "Benchmarks: index, lookup-rpc, lookup-http, pool, disk, transfer.");
   bench_->require_subcommand(1);
   AddIndex();
   AddLookupRpc();
+  AddLookupHttp();
   AddPool();
   AddDisk();
   AddTransfer();
@@ -104,6 +106,60 @@ void BenchCommand::AddLookupRpc() {
   lookup_rpc_->add_flag("--json", json_, "Print one JSON object");
 }
 
+void BenchCommand::AddLookupHttp() {
+  lookup_http_ = bench_->add_subcommand(
+      "lookup-http",
+      "The routing API's POST /v1/lookup latency at a fixed rate (open loop) on keep-alive "
+      "connections: an embedded coordinator following one engine that stores the prompts.");
+  LookupHttpBenchOptions& o = lookup_http_options_;
+  lookup_http_->add_option("--tokens", o.tokens, "Tokens per prompt")
+      ->check(CLI::Range(16u, 1u << 20))
+      ->capture_default_str();
+  lookup_http_->add_option("--prompts", o.prompts, "Distinct prompts, posted round robin")
+      ->check(CLI::Range(1u, 1u << 16))
+      ->capture_default_str();
+  lookup_http_->add_option("--rate", o.rate_per_sec, "Calls per second")
+      ->check(CLI::Range(1.0, 1e6))
+      ->capture_default_str();
+  lookup_http_->add_option("--seconds", o.seconds, "Duration of the load")
+      ->check(CLI::Range(0.1, 60.0))
+      ->capture_default_str();
+  lookup_http_->add_option("--connections", o.connections, "Keep-alive connections")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
+  lookup_http_->add_flag("--route", o.route, "POST /v1/route instead of /v1/lookup");
+  lookup_http_->add_flag("--json", json_, "Print one JSON object");
+}
+
+int BenchCommand::RunLookupHttp() const {
+  const LookupHttpBenchOptions& o = lookup_http_options_;
+  Result<LookupHttpBenchResult> r = RunLookupHttpBench(o);
+  if (!r.ok()) {
+    std::fprintf(stderr, "kvtier bench lookup-http: %s\n", r.status().ToString().c_str());
+    return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (json_) {
+    std::printf(
+        "{\"bench\":\"lookup-http\",\"path\":\"%s\",\"tokens\":%u,\"rate\":%.0f,"
+        "\"connections\":%u,\"achieved_rate\":%.0f,\"calls\":%llu,\"errors\":%llu,"
+        "\"p50_us\":%.1f,\"p90_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
+        "\"matched_tokens\":%u,\"server_cpu_us_per_call\":%.1f}\n",
+        o.route ? "/v1/route" : "/v1/lookup", o.tokens, o.rate_per_sec, o.connections,
+        r->achieved_rate, static_cast<unsigned long long>(r->calls),
+        static_cast<unsigned long long>(r->errors), r->p50_us, r->p90_us, r->p99_us, r->p999_us,
+        r->max_us, r->matched_tokens, r->server_cpu_us_per_call);
+  } else {
+    std::printf("kvtier bench lookup-http: %llu calls of %s at %.0f/s (asked %.0f/s), %llu errors\n",
+                static_cast<unsigned long long>(r->calls), o.route ? "/v1/route" : "/v1/lookup",
+                r->achieved_rate, o.rate_per_sec, static_cast<unsigned long long>(r->errors));
+    std::printf("  latency p50 %.1f us, p90 %.1f us, p99 %.1f us, p99.9 %.1f us, max %.1f us\n",
+                r->p50_us, r->p90_us, r->p99_us, r->p999_us, r->max_us);
+    std::printf("  %u tokens a prompt, %u matched in the last answer; coordinator CPU %.1f us a call\n",
+                o.tokens, r->matched_tokens, r->server_cpu_us_per_call);
+  }
+  return r->errors == 0 ? 0 : 1;
+}
+
 void BenchCommand::AddPool() {
   pool_ = bench_->add_subcommand(
       "pool",
@@ -189,6 +245,7 @@ int BenchCommand::Run() const {
   if (pool_->parsed()) return RunPool();
   if (transfer_->parsed()) return RunTransfer();
   if (disk_->parsed()) return RunDisk();
+  if (lookup_http_->parsed()) return RunLookupHttp();
   return lookup_rpc_->parsed() ? RunLookupRpc() : RunIndex();
 }
 

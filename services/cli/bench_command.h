@@ -1,5 +1,5 @@
 // `kvtier bench ...`: the component benchmarks. `index` (the coordinator's prefix index over a
-// Mooncake trace), `lookup-rpc`, `pool` (the worker's block pool and copy kernels), `disk`
+// Mooncake trace), `lookup-rpc`, `lookup-http` (the routing API, bench_lookup_http.h), `pool` (the worker's block pool and copy kernels), `disk`
 // (the disk tier against raw I/O), `transfer` (blocks through the store's RPC against Redis
 // and a raw loopback stream; bench_transfer.cc).
 #pragma once
@@ -8,6 +8,7 @@
 
 #include "services/bench/disk_driver.h"
 #include "services/bench/pool_driver.h"
+#include "services/cli/bench_lookup_http.h"
 
 namespace kvtier::cli {
 
@@ -21,12 +22,14 @@ class BenchCommand {
  private:
   int RunIndex() const;
   int RunLookupRpc() const;
+  int RunLookupHttp() const;
   int RunPool() const;
   int RunDisk() const;
   const char* RawWriteSync() const;
   // Each subcommand with its options.
   void AddIndex();
   void AddLookupRpc();
+  void AddLookupHttp();
   void AddPool();
   void AddDisk();
   void AddTransfer();
@@ -35,6 +38,8 @@ class BenchCommand {
   CLI::App* bench_;
   CLI::App* index_;
   CLI::App* lookup_rpc_;
+  CLI::App* lookup_http_ = nullptr;
+  LookupHttpBenchOptions lookup_http_options_;
   CLI::App* pool_;
   bench::PoolBenchOptions pool_options_;
   bench::DiskBenchOptions disk_options_;

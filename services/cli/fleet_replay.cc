@@ -9,7 +9,9 @@
 
 #include "common/metrics.h"
 #include "services/bench/engine_fleet.h"
+#include "services/bench/latency_stats.h"
 #include "services/cli/embedded_cluster.h"
+#include "services/cli/engine_publisher.h"
 #include "services/coordinator/rpc/routing_client.h"
 
 namespace kvtier::cli {
@@ -19,41 +21,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kFollowTimeout = std::chrono::seconds(10);
 
 std::string EngineName(uint32_t i) { return "engine-" + std::to_string(i); }
-
-// One engine's publisher: an XPUB socket on loopback, which also tells when the
-// coordinator's subscription has arrived (no message is lost to a late subscriber).
-class Publisher {
- public:
-  explicit Publisher(zmq::context_t& context) : socket_(context, zmq::socket_type::xpub) {
-    socket_.bind("tcp://127.0.0.1:0");
-    endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-
-  Status WaitForSubscriber() {
-    socket_.set(zmq::sockopt::rcvtimeo,
-                static_cast<int>(kFollowTimeout / std::chrono::milliseconds(1)));
-    zmq::message_t subscription;
-    if (!socket_.recv(subscription)) {
-      return UnavailableError("the coordinator did not subscribe to " + endpoint_ + " in time");
-    }
-    return Status::Ok();
-  }
-
-  void Publish(const std::string& payload) {
-    uint8_t seq[8];
-    for (int i = 0; i < 8; ++i) seq[i] = static_cast<uint8_t>(next_seq_ >> (56 - 8 * i));
-    ++next_seq_;
-    socket_.send(zmq::buffer(std::string_view("kv-events")), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(seq, sizeof(seq)), zmq::send_flags::sndmore);
-    socket_.send(zmq::buffer(payload), zmq::send_flags::none);
-  }
-
- private:
-  zmq::socket_t socket_;
-  std::string endpoint_;
-  uint64_t next_seq_ = 0;
-};
 
 std::vector<uint32_t> PromptTokens(const bench::TraceRequest& r, uint32_t block_tokens) {
   std::vector<uint32_t> tokens;
@@ -71,12 +38,6 @@ uint64_t EventCount(const bench::EngineStep& step) {
   return n;
 }
 
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  const size_t at = std::min(values.size() - 1, static_cast<size_t>(q * double(values.size())));
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
-  return values[at];
-}
 
 // The routed run: a coordinator following N publishing engines, asked where each request goes.
 class RoutedFleet {
@@ -143,7 +104,7 @@ class RoutedFleet {
     cluster.config.coordinator.sdk_tokens_per_block = 0;  // only the engines' keys
     cluster.config.coordinator.overlap_weight = options_.overlap_weight;
     for (uint32_t i = 0; i < options_.engines; ++i) {
-      publishers_.push_back(std::make_unique<Publisher>(context_));
+      publishers_.push_back(std::make_unique<EnginePublisher>(context_));
       cluster.config.coordinator.engines.push_back({.name = EngineName(i),
                                                     .events = publishers_.back()->endpoint(),
                                                     .format = options_.format,
@@ -155,7 +116,7 @@ class RoutedFleet {
     routing_.token = "auth is off";
     // Each engine announces itself with AllBlocksCleared, as an engine does at a reset.
     for (auto& publisher : publishers_) {
-      KVTIER_RETURN_IF_ERROR(publisher->WaitForSubscriber());
+      KVTIER_RETURN_IF_ERROR(publisher->WaitForSubscriber(kFollowTimeout));
       bench::EngineStep cleared;
       cleared.cleared = true;
       publisher->Publish(bench::EncodeEventBatch(cleared, 1, wire_, 0.0));
@@ -222,7 +183,7 @@ class RoutedFleet {
   std::vector<std::vector<Running>> running_;  // per engine: the requests it runs
   MetricsRegistry registry_;
   zmq::context_t context_{1};
-  std::vector<std::unique_ptr<Publisher>> publishers_;
+  std::vector<std::unique_ptr<EnginePublisher>> publishers_;
   std::unique_ptr<EmbeddedCluster> cluster_;  // after the publishers: it goes first
   coordinator::RoutingClientOptions routing_;
 };
@@ -279,8 +240,8 @@ Result<FleetReplayReport> RunFleetReplay(std::span<const bench::TraceRequest> re
     if (options.progress) options.progress(i + 1, requests.size());
   }
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  report.route_p50_us = Percentile(route_us, 0.50);
-  report.route_p99_us = Percentile(route_us, 0.99);
+  report.route_p50_us = bench::Percentile(route_us, 0.50);
+  report.route_p99_us = bench::Percentile(route_us, 0.99);
   report.round_robin_hit_blocks = RoundRobinHits(requests, options);
   report.bound_hit_blocks = BoundHits(requests);
   return report;

@@ -247,6 +247,22 @@ class EngineEventsTest(unittest.TestCase):
         self.assertEqual(self.up.metric('kvtier_engine_decode_errors_total{engine="vllm-a"}') - before, 2)
         self.assertIsNone(self.up.process.poll())
 
+    def test_2b_a_body_that_is_not_a_prompt_query_gets_a_400_naming_what_is_wrong(self):
+        for body, named in ((b'{"tokens": [1, 2.5]}', "tokens[1]"), (b'{"tokens": [1]', "',' or '}'"),
+                            (b'{"model": 7}', "model"), (b'[1, 2]', "a JSON object at byte 0"),
+                            (b'{"tokens": [4294967296]}', "[0, 4294967295]")):
+            request = urllib.request.Request(self.up.http + "/v1/lookup", data=body, method="POST",
+                                             headers={"Authorization": "Bearer " + TOKEN_A})
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=5)
+            self.assertEqual(refused.exception.code, 400, body)
+            answer = json.loads(refused.exception.read())
+            self.assertIn(named, answer["error"], body)
+            self.assertEqual(answer["code"], "INVALID_ARGUMENT")
+        # Keys a gateway adds beside the API's are skipped; the prompt is looked up.
+        status, answer = self.up.post("/v1/lookup", {"tokens": tokens(1, 16), "stream": True, "x": {"y": [1]}})
+        self.assertEqual(status, 200, answer)
+
     def test_3_cache_salts_lora_names_and_tenants_isolate(self):
         p = self.vllm
         prompt = tokens(7000, 32)

@@ -1,7 +1,5 @@
 #include "services/bench/rpc/lookup_rpc_driver.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <chrono>
 #include <unordered_set>
@@ -10,6 +8,7 @@
 #include <kj/async-io.h>
 
 #include "common/block_key.h"
+#include "services/bench/latency_stats.h"
 #include "services/auth/token_store.h"
 #include "services/coordinator/rpc/coordinator_node.h"
 #include "services/rpc/buffered_message_stream.h"
@@ -206,31 +205,6 @@ std::vector<double> SendAtRate(BenchConnection& client, schema::Coordinator::Cli
   return latencies_us;
 }
 
-// What every thread of the process but the calling one used: while the bench sends, that
-// is the coordinator's server thread.
-struct OtherThreads {
-  int64_t voluntary_switches = 0;  // sleeps
-  double cpu_seconds = 0;          // user and system
-
-  static OtherThreads Now() {
-    rusage process{}, self{};
-    getrusage(RUSAGE_SELF, &process);
-    getrusage(RUSAGE_THREAD, &self);
-    const auto seconds = [](const timeval& t) {
-      return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
-    };
-    return {process.ru_nvcsw - self.ru_nvcsw, seconds(process.ru_utime) +
-                                                  seconds(process.ru_stime) -
-                                                  seconds(self.ru_utime) - seconds(self.ru_stime)};
-  }
-};
-
-double Percentile(std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  return sorted[std::min(sorted.size() - 1,
-                         static_cast<size_t>(q * static_cast<double>(sorted.size())))];
-}
-
 }  // namespace
 
 Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& options) {
@@ -262,10 +236,10 @@ Result<LookupRpcBenchResult> RunLookupRpcBench(const LookupRpcBenchOptions& opti
   schema::Coordinator::Client coordinator = client->Connect(token);
 
   const auto start = SteadyClock::now();
-  const OtherThreads server_before = OtherThreads::Now();
+  const OtherThreadsUsage server_before = OtherThreadsUsage::Now();
   AnswerTotals totals;
   std::vector<double> latencies_us = SendAtRate(*client, coordinator, options, result, totals);
-  const OtherThreads server_after = OtherThreads::Now();
+  const OtherThreadsUsage server_after = OtherThreadsUsage::Now();
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
   node->Shutdown();
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "services/coordinator/rpc/prompt_query_json.h"
 #include "services/rpc/schema/http_api.capnp.h"
 #include "services/rpc/status_mapping.h"
 
@@ -67,7 +68,6 @@ class HttpApi final : public kj::HttpService {
         table_(headers.getFutureTable()),
         authorization_(headers.add("Authorization")),
         act_for_(headers.add("X-Kvtier-Act-For")) {
-    codec_.handleByAnnotation<schema::PromptQuery>();
     codec_.handleByAnnotation<schema::LookupAnswer>();
     codec_.handleByAnnotation<schema::RouteAnswer>();
     codec_.handleByAnnotation<schema::ErrorAnswer>();
@@ -93,15 +93,10 @@ class HttpApi final : public kj::HttpService {
                                               std::to_string(options_.max_body_bytes) + " bytes"),
                          413, "Payload Too Large");
           }
-          capnp::MallocMessageBuilder message;
-          auto query = message.initRoot<schema::PromptQuery>();
-          KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] { codec_.decode(text, query); })) {
-            return Error(response,
-                         InvalidArgumentError(std::string("the body is not a prompt query: ") +
-                                              e->getDescription().cStr()));
-          }
-          return lookup ? Lookup(tenant, query.asReader(), response)
-                        : Route(tenant, query.asReader(), response);
+          Result<PromptQuery> query = ParsePromptQuery(std::string_view(text.begin(), text.size()));
+          if (!query.ok())
+            return Error(response, query.status().WithContext("the body is not a prompt query"));
+          return lookup ? Lookup(tenant, *query, response) : Route(tenant, *query, response);
         });
   }
 
@@ -122,9 +117,8 @@ class HttpApi final : public kj::HttpService {
   }
 
   // The prompt's keys in every key space the tenant's instances use.
-  std::vector<KeySpace> KeySpaces(const auth::Tenant& tenant,
-                                  schema::PromptQuery::Reader query) const {
-    const std::string model = query.getModel();
+  std::vector<KeySpace> KeySpaces(const auth::Tenant& tenant, const PromptQuery& query) const {
+    const std::string& model = query.model;
     std::vector<std::pair<std::string, uint32_t>> spaces;
     for (const EngineSource& e : *options_.engines) {
       if (SaltScope(tenant.salt) != e.salt_scope || (!model.empty() && model != e.space.model))
@@ -135,22 +129,18 @@ class HttpApi final : public kj::HttpService {
       spaces.emplace_back("", options_.sdk_tokens_per_block);
     std::sort(spaces.begin(), spaces.end());
     spaces.erase(std::unique(spaces.begin(), spaces.end()), spaces.end());
-    std::vector<uint32_t> tokens;
-    tokens.reserve(query.getTokens().size());
-    for (uint32_t t : query.getTokens()) tokens.push_back(t);
-    const EnginePrompt prompt{.cache_salt = query.getCacheSalt(),
-                              .lora_name = query.getLoraName(),
-                              .lora_id = query.getLoraId()};
+    const EnginePrompt prompt{
+        .cache_salt = query.cache_salt, .lora_name = query.lora_name, .lora_id = query.lora_id};
     std::vector<KeySpace> out;
     for (auto& [m, tpb] : spaces) {
       EngineKeySpace space{.tenant = KeySalt(tenant.salt), .model = m, .tokens_per_block = tpb};
-      std::vector<BlockKey> keys = EnginePromptKeys(space, tokens, prompt);
+      std::vector<BlockKey> keys = EnginePromptKeys(space, query.tokens, prompt);
       out.push_back({std::move(space), std::move(keys)});
     }
     return out;
   }
 
-  kj::Promise<void> Lookup(const auth::Tenant& tenant, schema::PromptQuery::Reader query,
+  kj::Promise<void> Lookup(const auth::Tenant& tenant, const PromptQuery& query,
                            Response& response) {
     std::map<std::string, TierPrefix> best;
     const std::optional<ScopeId> scope = options_.state->scopes.Find(SaltScope(tenant.salt));
@@ -181,12 +171,11 @@ class HttpApi final : public kj::HttpService {
                  codec_.encode(message.getRoot<schema::LookupAnswer>().asReader()));
   }
 
-  kj::Promise<void> Route(const auth::Tenant& tenant, schema::PromptQuery::Reader query,
+  kj::Promise<void> Route(const auth::Tenant& tenant, const PromptQuery& query,
                           Response& response) {
-    std::vector<std::string> candidates;
-    for (auto c : query.getCandidates()) candidates.emplace_back(c.cStr());
-    std::vector<uint64_t> loads;
-    for (uint32_t load : query.getCandidateActiveBlocks()) loads.push_back(load);
+    const std::vector<std::string>& candidates = query.candidates;
+    const std::vector<uint64_t> loads(query.candidate_active_blocks.begin(),
+                                      query.candidate_active_blocks.end());
     if (!loads.empty() && loads.size() != candidates.size()) {
       return Error(response, InvalidArgumentError(
                                  "candidate_active_blocks has " + std::to_string(loads.size()) +

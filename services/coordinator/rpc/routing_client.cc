@@ -47,26 +47,6 @@ Result<Endpoint> ParseUrl(const std::string& url) {
   return e;
 }
 
-kj::String EncodeQuery(capnp::JsonCodec& codec, const RoutingQuery& query, RoutingCall call) {
-  capnp::MallocMessageBuilder message;
-  auto q = message.initRoot<schema::PromptQuery>();
-  auto tokens = q.initTokens(static_cast<unsigned>(query.tokens.size()));
-  for (unsigned i = 0; i < tokens.size(); ++i) tokens.set(i, query.tokens[i]);
-  if (!query.cache_salt.empty()) q.setCacheSalt(query.cache_salt);
-  if (!query.lora_name.empty()) q.setLoraName(query.lora_name);
-  if (!query.model.empty()) q.setModel(query.model);
-  if (call == RoutingCall::kRoute && !query.candidates.empty()) {
-    auto names = q.initCandidates(static_cast<unsigned>(query.candidates.size()));
-    for (unsigned i = 0; i < names.size(); ++i) names.set(i, query.candidates[i]);
-    if (!query.candidate_active_blocks.empty()) {
-      auto loads =
-          q.initCandidateActiveBlocks(static_cast<unsigned>(query.candidate_active_blocks.size()));
-      for (unsigned i = 0; i < loads.size(); ++i) loads.set(i, query.candidate_active_blocks[i]);
-    }
-  }
-  return codec.encode(q.asReader());
-}
-
 Status FromHttp(capnp::JsonCodec& codec, unsigned code, const kj::String& body) {
   std::string message(body.cStr());
   KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
@@ -135,8 +115,6 @@ Result<std::string> CallRoutingApi(const RoutingClientOptions& options, RoutingC
     KVTIER_ASSIGN_OR_RETURN(tls, rpc::TlsClient::Create(options.tls_ca_file));
   }
   capnp::JsonCodec codec;
-  codec.handleByAnnotation<schema::PromptQuery>();  // cache_salt, lora_name, ... as the API names
-                                                    // them
   codec.handleByAnnotation<schema::ErrorAnswer>();
   kj::AsyncIoContext io = kj::setupAsyncIo();
   unsigned status = 0;
@@ -145,8 +123,13 @@ Result<std::string> CallRoutingApi(const RoutingClientOptions& options, RoutingC
   const kj::TimePoint deadline =
       io.provider->getTimer().now() + options.timeout.count() * kj::MILLISECONDS;
   KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 RoutingQuery sent = query;
+                 if (call == RoutingCall::kLookup) {  // a lookup takes no candidates
+                   sent.candidates.clear();
+                   sent.candidate_active_blocks.clear();
+                 }
                  body = Post(io, deadline, endpoint, tls.get(), options, path,
-                             EncodeQuery(codec, query, call), status);
+                             kj::str(PromptQueryJson(sent)), status);
                })) {
     return rpc::ExceptionToStatus(*e);
   }

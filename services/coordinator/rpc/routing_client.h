@@ -11,19 +11,14 @@
 #include <vector>
 
 #include "common/status.h"
+#include "services/coordinator/rpc/prompt_query_json.h"
 
 namespace kvtier::coordinator {
 
-struct RoutingQuery {
-  std::vector<uint32_t> tokens = {};
-  std::string cache_salt = {};
-  std::string lora_name = {};
-  std::string model = {};
-  std::vector<std::string> candidates = {};  // /v1/route only; empty: any instance
-  // /v1/route only: each candidate's load in active blocks, as the gateway knows it; empty:
-  // the coordinator's.
-  std::vector<uint32_t> candidate_active_blocks = {};
-};
+// The body of both calls (prompt_query_json.h): candidates and candidate_active_blocks go
+// with /v1/route only (each candidate's load in active blocks as the gateway knows it;
+// empty: the coordinator's).
+using RoutingQuery = PromptQuery;
 
 struct RoutingClientOptions {
   std::string url = {};    // "http://host:port" or "https://host:port" (the banner's routing line)

@@ -1,6 +1,8 @@
 # kvtier's HTTP/JSON routing API for gateways (POST /v1/lookup, /v1/route on the
-# coordinator), as JSON objects: decoded and encoded with capnp's JSON codec, field names as
-# the $Json.name annotations give them. Evolution rules: see common.capnp.
+# coordinator), as JSON objects, field names as the $Json.name annotations give them. The
+# answers are encoded with capnp's JSON codec; the request body (PromptQuery) is read and
+# written by services/coordinator/rpc/prompt_query_json.h, which must keep to the shape
+# declared here. Evolution rules: see common.capnp.
 @0xf1284bd5e0fb8c8b;
 
 using Cxx = import "/capnp/c++.capnp";
