@@ -105,6 +105,7 @@ struct CoordinatorConfig {
   // Routing's cost per block to prefill against one active block (index/routing.h): higher
   // keeps prompts with the engine or worker holding their prefix, lower balances load.
   double overlap_weight = 1.0;
+  uint64_t routed_load_half_life_ms = 5000;  // engines' load from the coordinator's own routes
   std::vector<EngineConfig> engines = {};  // engines' KV event streams to follow
   uint64_t engine_discovery_interval_ms = 10000;  // how often discovery: dns resolves again
   std::vector<std::string> http_listen =

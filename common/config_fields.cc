@@ -201,6 +201,11 @@ std::vector<Field> BuildFields() {
       "load: higher keeps prompts where their prefix is cached, lower balances load.",
       0, 1000, [](auto& c) -> auto& { return c.coordinator.overlap_weight; }));
   fields.push_back(UintField(
+      "coordinator.routed_load_half_life_ms",
+      "Engines report no load: a route with no candidate_active_blocks counts what this "
+      "coordinator routed to each engine, halving every this long; 0: engines count as idle.",
+      0, 3600000, [](auto& c) -> auto& { return c.coordinator.routed_load_half_life_ms; }));
+  fields.push_back(UintField(
       "coordinator.engine_discovery_interval_ms",
       "How often engines of discovery: dns resolve their host again (a Service's pods come "
       "and go).",

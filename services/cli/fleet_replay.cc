@@ -52,7 +52,11 @@ class RoutedFleet {
                std::vector<double>& route_us) {
     const std::vector<uint32_t> tokens = PromptTokens(request, options_.block_tokens);
     coordinator::RoutingQuery query{.tokens = tokens, .candidates = names_};
-    if (options_.decode_ms_per_token > 0) query.candidate_active_blocks = Loads(request);
+    // Decode 0: every engine idle, said so (the coordinator's own count of its routes,
+    // which stands in for loads no one gives, stays out of it).
+    query.candidate_active_blocks = options_.decode_ms_per_token > 0
+                                        ? Loads(request)
+                                        : std::vector<uint32_t>(options_.engines, 0);
     const auto start = Clock::now();
     KVTIER_ASSIGN_OR_RETURN(coordinator::RouteDecision decision,
                             coordinator::Route(routing_, query));

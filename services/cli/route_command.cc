@@ -54,7 +54,9 @@ RouteCommand::RouteCommand(CLI::App& app)
     : route_(app.add_subcommand(
           "route",
           "Ask the coordinator's routing API where a prompt goes (POST /v1/route; /v1/lookup "
-          "with --lookup): its token ids from --tokens-file, the answer's JSON on stdout.")) {
+          "with --lookup): its token ids from --tokens-file, the answer's JSON on stdout. A "
+          "route counts as load on the engine it names (coordinator.routed_load_half_life_ms); "
+          "a lookup changes nothing.")) {
   route_->add_option("--http", http_, "The routing API: http://host:port (https:// with TLS)")
       ->required();
   route_

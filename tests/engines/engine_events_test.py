@@ -125,13 +125,13 @@ def vllm_batch(events, dp_rank=None):
 class KvtierUpWithEngines(KvtierUp):
     """`kvtier up` following `engines` (flag items), or the engines of a config file."""
 
-    def __init__(self, engines=None, config_text=None):
+    def __init__(self, engines=None, config_text=None, extra=()):
         def args(directory):
             self.config = os.path.join(directory, "kvtier.yaml")
             if config_text is not None:
                 self.write_config(config_text)
             source = ["--coordinator-engines", ",".join(engines)] if engines is not None else ["--config", self.config]
-            return ["--coordinator-http-listen", "127.0.0.1:0"] + source
+            return ["--coordinator-http-listen", "127.0.0.1:0"] + source + list(extra)
 
         super().__init__(KVTIER_BIN, TOKEN_FILE, "kvtier-engines-", args, ready_label="routing")
         self.http = self.values["routing"].split()[0].rsplit("/v1/", 1)[0]
@@ -191,7 +191,9 @@ class EngineEventsTest(unittest.TestCase):
             "name=trt-b;events=tcp://127.0.0.1:%d;replay=tcp://127.0.0.1:%d;format=trtllm;tokens_per_block=16;"
             "tenant=team-b;model=llama" % (cls.trtllm.events_port, cls.trtllm.replay_port),
         ]
-        cls.up = KvtierUpWithEngines(engines)
+        # Routes here compare answers call by call: the coordinator's count of what it routed
+        # (each /v1/route a load on its choice) is off; EngineRoutedLoadTest has it on.
+        cls.up = KvtierUpWithEngines(engines, extra=["--coordinator-routed-load-half-life-ms", "0"])
 
     @classmethod
     def tearDownClass(cls):
@@ -396,6 +398,31 @@ class EngineReloadTest(unittest.TestCase):
             until(lambda: "not tcp://host:port" in up.log_text())
             self.assertIn("two", instances(), "a configuration that does not load changes nothing")
             self.assertIsNone(up.process.poll())
+        finally:
+            up.stop()
+            one.close()
+            two.close()
+
+
+class EngineRoutedLoadTest(unittest.TestCase):
+    def test_engines_report_no_load_so_each_route_counts_as_one_on_its_choice(self):
+        one, two = Publisher(), Publisher()
+        specs = ["name=%s;events=tcp://127.0.0.1:%d;format=vllm;tokens_per_block=16;tenant=team-a;model=llama"
+                 % (name, p.events_port) for name, p in (("e-one", one), ("e-two", two))]
+        up = KvtierUpWithEngines(specs)
+        try:
+            # Both engines hold one block, sent again until the late subscriptions see it.
+            warm = tokens(40000, 16)
+            until(lambda: len(up.lookup(warm, model="llama")) == 2,
+                  keepalive=lambda: [p.send(vllm_batch([vllm_stored([1], None, warm)])) for p in (one, two)])
+            both = ["e-one", "e-two"]
+            went = [up.post("/v1/route", {"tokens": tokens(50000 + 100 * i, 64), "model": "llama",
+                                          "candidates": both})[1]["instance"] for i in range(4)]
+            self.assertEqual(sorted(went), ["e-one", "e-one", "e-two", "e-two"], went)
+            status, answer = up.post("/v1/route", {"tokens": tokens(60000, 64), "model": "llama",
+                                                   "candidates": both, "candidate_active_blocks": [0, 9]})
+            self.assertEqual((status, answer["instance"]), (200, "e-one"), answer)
+            self.assertEqual([c["active_blocks"] for c in answer["candidates"]], [0, 9], "the gateway's loads")
         finally:
             up.stop()
             one.close()

@@ -1,5 +1,7 @@
 #include "services/coordinator/cluster/coordinator.h"
 
+#include <cmath>
+
 #include <unordered_map>
 
 #include "services/coordinator/cluster/parent_lookahead.h"
@@ -38,6 +40,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOption
     return InvalidArgumentError("max_waiting_blocks must be positive");
   if (options.orphan_wait.count() < 0)
     return InvalidArgumentError("orphan_wait must not be negative");
+  if (options.routed_load_half_life.count() < 0)
+    return InvalidArgumentError("routed_load_half_life must not be negative");
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<BlockIndex> index, BlockIndex::Create(options.index));
   return std::unique_ptr<Coordinator>(new Coordinator(options, std::move(index)));
 }
@@ -48,7 +52,8 @@ Coordinator::Coordinator(const CoordinatorOptions& options, std::unique_ptr<Bloc
       membership_(options.membership),
       refused_(options.max_refused_keys),
       waiting_(std::make_unique<WaitingChildren>(WaitingChildrenOptions{
-          .wait = options.orphan_wait, .max_blocks = options.max_waiting_blocks})) {}
+          .wait = options.orphan_wait, .max_blocks = options.max_waiting_blocks})),
+      routed_(options.routed_load_half_life) {}
 
 Coordinator::~Coordinator() = default;
 
@@ -150,6 +155,7 @@ void Coordinator::Park(NodeId node, const KvEvent& event) {
 
 void Coordinator::DropNode(NodeId node) {
   index_->RemoveNode(node);
+  routed_.Forget(node);
   refused_.Forget(node);
   waiting_->DropNode(node);
 }
@@ -314,8 +320,18 @@ LookupResult Coordinator::Lookup(ScopeId scope, std::span<const BlockKey> keys,
 Result<RouteChoice> Coordinator::Route(ScopeId scope, const RouteQuery& query) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<WorkerLoad> workers, RoutableWorkers(query));
   const LookupResult lookup = index_->Lookup(scope, query.keys, query.tail_tokens);
-  return ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()}, workers,
-                      options_.overlap_weight);
+  const RouteChoice choice = ChooseWorker(lookup, {query.keys.size(), query.tail_tokens.size()},
+                                          workers, options_.overlap_weight);
+  RecordRoute(query, choice.node);
+  return choice;
+}
+
+void Coordinator::RecordRoute(const RouteQuery& query, NodeId chosen) {
+  if (!query.candidate_active_blocks.empty() || !membership_.live(chosen) ||
+      membership_.role(chosen) != NodeRole::kEngine)
+    return;
+  const size_t blocks = query.keys.size() + (query.tail_tokens.empty() ? 0 : 1);
+  routed_.Add(chosen, static_cast<double>(blocks), options_.membership.clock->Now());
 }
 
 Result<std::vector<RouteChoice>> Coordinator::RouteAll(ScopeId scope, const RouteQuery& query) {
@@ -338,12 +354,19 @@ Result<std::vector<WorkerLoad>> Coordinator::RoutableWorkers(const RouteQuery& q
       workers.push_back({node, active_blocks});
     }
   };
+  // The heartbeats' load, and for an engine (which sends none) what was routed to it.
+  const Nanos now = options_.membership.clock->Now();
+  const auto known_load = [&](NodeId node) {
+    const double routed =
+        membership_.role(node) == NodeRole::kEngine ? routed_.Get(node, now) : 0.0;
+    return active_blocks_[node] + static_cast<uint64_t>(std::llround(routed));
+  };
   if (query.candidates.empty()) {
-    for (NodeId node : membership_.LiveNodes()) add_if_live_worker(node, active_blocks_[node]);
+    for (NodeId node : membership_.LiveNodes()) add_if_live_worker(node, known_load(node));
   } else {
     for (size_t i = 0; i < query.candidates.size(); ++i) {
       if (Result<NodeId> node = membership_.Find(query.candidates[i]); node.ok())
-        add_if_live_worker(*node, loads.empty() ? active_blocks_[*node] : loads[i]);
+        add_if_live_worker(*node, loads.empty() ? known_load(*node) : loads[i]);
     }
   }
   if (workers.empty()) {

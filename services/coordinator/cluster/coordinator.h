@@ -24,6 +24,7 @@
 
 #include "common/kv_layout.h"
 #include "services/coordinator/cluster/membership.h"
+#include "services/coordinator/cluster/routed_load.h"
 #include "services/coordinator/cluster/refused_keys.h"
 #include "services/coordinator/index/block_index.h"
 #include "services/coordinator/index/routing.h"
@@ -97,6 +98,9 @@ struct CoordinatorOptions {
   BlockIndexOptions index;
   MembershipOptions membership;
   double overlap_weight = 1.0;  // routing: prefill blocks against active blocks
+  // Engines' load when the caller gives none: what this coordinator routed to each, halving
+  // every this long (routed_load.h). 0: engines count as idle.
+  Nanos routed_load_half_life = std::chrono::seconds(5);
   // How many keys of chains a full index left out are remembered (over all nodes, about
   // 80 bytes each), so that their children are left out too instead of asking for a
   // snapshot (refused_keys.h).
@@ -197,8 +201,12 @@ class Coordinator {
   // lowest routing cost (ChooseWorker); candidates that are neither are passed over.
   // kUnavailable when no worker is left.
   [[nodiscard]] Result<RouteChoice> Route(ScopeId scope, const RouteQuery& query);
-  // Every candidate Route weighs, cheapest first (Route's choice is the first).
+  // Every candidate Route weighs, cheapest first (Route's choice is the first). Unlike
+  // Route it records nothing: the caller that acts on one calls RecordRoute.
   [[nodiscard]] Result<std::vector<RouteChoice>> RouteAll(ScopeId scope, const RouteQuery& query);
+  // `query`'s prompt went to `chosen`: an engine's routed load grows by its blocks, unless
+  // the query carried the candidates' loads (RoutedLoad).
+  void RecordRoute(const RouteQuery& query, NodeId chosen);
 
   // Expires leases (dropping those nodes' locations) and retention deadlines. The service
   // calls it at least every half lease period, so a dead node's blocks leave lookups within
@@ -243,6 +251,7 @@ class Coordinator {
   uint64_t orphaned_blocks_ = 0;
   uint64_t adopted_blocks_ = 0;
   std::vector<uint64_t> active_blocks_;  // by NodeId, from heartbeats
+  RoutedLoad routed_;                    // engines', from this coordinator's routes
   struct NodeCapacity {
     std::array<uint64_t, kTierCount> blocks{};
     std::array<uint64_t, kTierCount> bytes{};

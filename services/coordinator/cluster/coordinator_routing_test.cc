@@ -1,5 +1,5 @@
 // The coordinator routes to live workers (never a store), keeps to the candidates it is
-// given, credits a reusable tail; registered pools give capacity and windows, and a
+// given, counts what it routed to engines as their load, credits a reusable tail; registered pools give capacity and windows, and a
 // changed window under held blocks asks for a snapshot.
 #include "services/coordinator/cluster/coordinator.h"
 
@@ -76,6 +76,69 @@ TEST_F(CoordinatorTest, ACallersCandidateLoadsReplaceTheHeartbeats) {
   EXPECT_EQ(mismatched.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(mismatched.message().find("1 candidate loads for 2 candidates"), std::string::npos)
       << mismatched;
+}
+
+// Engines report no load: without the coordinator's own count, every prompt no engine
+// holds would go to the first of them.
+TEST_F(CoordinatorTest, AnEnginesLoadIsWhatWasRoutedToItHalvingOverTime) {
+  Join("e-a", 1, NodeRole::kEngine);
+  Join("e-b", 1, NodeRole::kEngine);
+  const std::vector<std::string> both = {"e-a", "e-b"};
+  std::vector<std::string> went;
+  for (uint64_t p = 0; p < 4; ++p) {
+    const auto prompt = Chain(100 * (p + 1), 4);
+    Result<RouteChoice> c = coordinator_->Route(0, {.keys = prompt, .candidates = both});
+    ASSERT_TRUE(c.ok()) << c.status();
+    went.push_back(coordinator_->NodeName(c->node));
+  }
+  EXPECT_EQ(went, (std::vector<std::string>{"e-a", "e-b", "e-a", "e-b"}));
+  Result<std::vector<RouteChoice>> all =
+      coordinator_->RouteAll(0, {.keys = Chain(900, 4), .candidates = both});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)[0].active_blocks, 8u) << "two prompts of 4 blocks each";
+  clock_.Advance(CoordinatorOptions{}.routed_load_half_life);
+  all = coordinator_->RouteAll(0, {.keys = Chain(900, 4), .candidates = both});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ((*all)[0].active_blocks, 4u) << "halved after a half life";
+  EXPECT_EQ((*all)[1].active_blocks, 4u) << "RouteAll itself recorded nothing";
+}
+
+TEST(RoutedLoadTest, SumsRoutesHalvesThemEachHalfLifeAndForgets) {
+  RoutedLoad load(seconds(2));
+  load.Add(7, 8, seconds(10));
+  load.Add(7, 8, seconds(12));  // 8 halved to 4, plus 8
+  EXPECT_DOUBLE_EQ(load.Get(7, seconds(12)), 12.0);
+  EXPECT_DOUBLE_EQ(load.Get(7, seconds(16)), 3.0);
+  EXPECT_DOUBLE_EQ(load.Get(8, seconds(16)), 0.0);
+  load.Forget(7);
+  EXPECT_DOUBLE_EQ(load.Get(7, seconds(16)), 0.0);
+  RoutedLoad off(Nanos(0));
+  off.Add(7, 8, seconds(10));
+  EXPECT_FALSE(off.enabled());
+  EXPECT_DOUBLE_EQ(off.Get(7, seconds(10)), 0.0);
+}
+
+TEST_F(CoordinatorTest, CallersLoadsAndWorkersHeartbeatsAreNotCountedAsRoutedLoad) {
+  Join("e-a", 1, NodeRole::kEngine);
+  Join("e-b", 1, NodeRole::kEngine);
+  const std::vector<std::string> engines = {"e-a", "e-b"};
+  const std::vector<uint64_t> idle = {0, 0};
+  for (uint64_t p = 0; p < 3; ++p) {
+    Result<RouteChoice> c = coordinator_->Route(
+        0, {.keys = Chain(100 * (p + 1), 4), .candidates = engines, .candidate_active_blocks = idle});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(coordinator_->NodeName(c->node), "e-a") << "the gateway's loads decide";
+  }
+  const uint64_t lease = Join("w-a");
+  Join("w-b");
+  ASSERT_TRUE(coordinator_->Heartbeat("w-a", lease, 0).ok());
+  const std::vector<std::string> workers = {"w-a", "w-b"};
+  for (uint64_t p = 0; p < 3; ++p) {
+    Result<RouteChoice> c =
+        coordinator_->Route(0, {.keys = Chain(1000 * (p + 1), 4), .candidates = workers});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(coordinator_->NodeName(c->node), "w-a") << "a worker's heartbeat is its load";
+  }
 }
 
 TEST_F(CoordinatorTest, RouteCreditsAReusableTail) {

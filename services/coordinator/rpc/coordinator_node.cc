@@ -26,6 +26,8 @@ class CoordinatorNode::Impl {
     coordinator.index.max_blocks = options_.rpc.max_index_blocks;
     coordinator.orphan_wait = std::chrono::milliseconds(options_.rpc.orphan_wait_ms);
     coordinator.overlap_weight = options_.rpc.overlap_weight;
+    coordinator.routed_load_half_life =
+        std::chrono::milliseconds(options_.rpc.routed_load_half_life_ms);
     coordinator.membership.clock = options_.clock;
     coordinator.membership.lease_ttl = options_.lease_ttl;
     KVTIER_ASSIGN_OR_RETURN(state_.coordinator, Coordinator::Create(coordinator));

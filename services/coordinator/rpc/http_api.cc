@@ -187,6 +187,7 @@ class HttpApi final : public kj::HttpService {
     // The key space whose best instance holds the longest prefix (in tokens)
     // decides.
     std::optional<std::vector<RouteChoice>> chosen;
+    std::vector<BlockKey> chosen_keys;
     uint32_t chosen_tpb = 1;
     uint64_t chosen_tokens = 0;
     Status last = UnavailableError(
@@ -207,11 +208,15 @@ class HttpApi final : public kj::HttpService {
       const uint64_t tokens = uint64_t{all->front().prefix_blocks} * ks.space.tokens_per_block;
       if (!chosen || tokens > chosen_tokens) {
         chosen = std::move(all).value();
+        chosen_keys = ks.keys;
         chosen_tpb = ks.space.tokens_per_block;
         chosen_tokens = tokens;
       }
     }
     if (!chosen) return Error(response, last);
+    options_.state->coordinator->RecordRoute(
+        {.keys = chosen_keys, .candidates = candidates, .candidate_active_blocks = loads},
+        chosen->front().node);
     capnp::MallocMessageBuilder message;
     auto answer = message.initRoot<schema::RouteAnswer>();
     answer.setInstance(options_.state->coordinator->NodeName(chosen->front().node));
