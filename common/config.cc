@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include <yaml-cpp/yaml.h>
 
@@ -192,8 +193,12 @@ namespace {
 // block would pass them by unsaid. A layout the library refuses is left to the worker
 // node, which names it.
 Status CheckWorkerQueues(const WorkerConfig& worker) {
-  const Result<KvLayout> layout = WorkerLayout(worker);
-  if (!layout.ok()) return Status::Ok();
+  const Result<std::vector<WorkerPoolLayout>> pools = WorkerLayouts(worker);
+  if (!pools.ok()) return Status::Ok();
+  const KvLayout* layout = &pools->front().layout;  // the largest blocks of any pool
+  for (const WorkerPoolLayout& p : *pools) {
+    if (p.layout.bytes_per_block() > layout->bytes_per_block()) layout = &p.layout;
+  }
   const uint64_t block = layout->bytes_per_block();
   const auto too_small = [&](const char* field, uint64_t bytes, const char* off) {
     return InvalidArgumentError(std::string(field) + ": " + std::to_string(bytes) +
@@ -213,13 +218,41 @@ Status CheckWorkerQueues(const WorkerConfig& worker) {
 
 }  // namespace
 
-Result<KvLayout> WorkerLayout(const WorkerConfig& worker) {
+Result<std::vector<WorkerPoolLayout>> WorkerLayouts(const WorkerConfig& worker) {
   KVTIER_ASSIGN_OR_RETURN(const KvDtype dtype, ParseDtype(worker.dtype));
-  return KvLayout::Create({.num_layers = worker.num_layers,
-                           .num_kv_heads = worker.num_kv_heads,
-                           .head_dim = worker.head_dim,
-                           .tokens_per_block = worker.tokens_per_block,
-                           .dtype = dtype});
+  const std::vector<uint32_t>& windows = worker.max_attention_window;
+  std::map<uint32_t, std::vector<uint32_t>> layers_by_window;
+  for (uint32_t layer = 0; layer < worker.num_layers; ++layer)
+    layers_by_window[windows.empty() ? 0 : windows[layer % windows.size()]].push_back(layer);
+  if (layers_by_window.size() > 1 && layers_by_window.contains(0)) {
+    return InvalidArgumentError(
+        "worker.max_attention_window mixes 0 (full attention) with windows: give every "
+        "layer its window in tokens, a full-attention layer the longest sequence (as "
+        "TensorRT-LLM's max_attention_window)");
+  }
+  if (worker.sink_tokens > 0 && layers_by_window.contains(0)) {
+    return InvalidArgumentError(
+        "worker.sink_tokens " + std::to_string(worker.sink_tokens) +
+        " needs windowed attention (worker.max_attention_window): sinks exist only there");
+  }
+  std::vector<WorkerPoolLayout> pools;
+  for (auto& [window, layers] : layers_by_window) {
+    Result<KvLayout> layout =
+        KvLayout::Create({.num_layers = static_cast<uint32_t>(layers.size()),
+                          .num_kv_heads = worker.num_kv_heads,
+                          .head_dim = worker.head_dim,
+                          .tokens_per_block = worker.tokens_per_block,
+                          .dtype = dtype,
+                          .attention_window = window,
+                          .sink_tokens = window == 0 ? 0 : worker.sink_tokens});
+    if (!layout.ok()) {
+      return layout.status().WithContext(
+          window == 0 ? std::string("worker") : "worker pool of window " + std::to_string(window));
+    }
+    pools.push_back({*std::move(layout), std::move(layers)});
+  }
+  if (pools.empty()) return InvalidArgumentError("worker.num_layers must be positive");
+  return pools;
 }
 
 Status ValidateConfig(const KvtierConfig& config) {

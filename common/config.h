@@ -122,6 +122,12 @@ struct WorkerConfig {
   uint32_t head_dim = 64;
   uint32_t tokens_per_block = 16;
   std::string dtype = "fp16";
+  // Each layer's attention window in tokens, as TensorRT-LLM's max_attention_window: the
+  // list repeats over the layers (layer i has [i % size]), and the layers of one window
+  // share a pool (WorkerLayouts). Empty: full attention. A list of several windows gives
+  // every layer its window in tokens (a full-attention layer: the longest sequence).
+  std::vector<uint32_t> max_attention_window = {};
+  uint32_t sink_tokens = 0;  // windowed pools: the first tokens of a sequence, never released
   uint64_t pool_bytes = 256ull << 20;  // the host budget when there is no GPU
   double free_memory_fraction = 0.9;   // of free GPU memory, or of pool_bytes, for KV blocks
   uint64_t max_tokens = 0;             // cap the pool at this many tokens; 0: no cap
@@ -222,9 +228,17 @@ struct ConfigSources {
 // Checks that hold across settings (TLS certificate and key come together, ...).
 [[nodiscard]] Status ValidateConfig(const KvtierConfig& config);
 
-// The KV layout worker.* describes; kInvalidArgument (naming the field) for one the
-// library refuses.
-[[nodiscard]] Result<KvLayout> WorkerLayout(const WorkerConfig& worker);
+// One pool of the worker: its layout and the model's layers it holds, in order.
+struct WorkerPoolLayout {
+  KvLayout layout;
+  std::vector<uint32_t> layers;
+};
+
+// The pools worker.* describes: one per distinct window of worker.max_attention_window
+// (windows ascending), each holding the layers of that window, windowed ones with
+// worker.sink_tokens. kInvalidArgument (naming the field) for a layout the library
+// refuses, or a list that mixes 0 (full attention) with windows.
+[[nodiscard]] Result<std::vector<WorkerPoolLayout>> WorkerLayouts(const WorkerConfig& worker);
 
 // The process environment as a map, for ConfigSources::environment.
 [[nodiscard]] std::map<std::string, std::string> ProcessEnvironment();

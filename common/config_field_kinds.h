@@ -166,4 +166,35 @@ Field StringListField(std::string_view path, std::string_view help, std::string 
   return f;
 }
 
+// A list of whole numbers in [min, max].
+template <typename Member>
+Field UintListField(std::string_view path, std::string_view help, uint32_t min, uint32_t max,
+                    Member member) {
+  Field f{path, help,
+          "a list of whole numbers in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
+          true, {}, {}};
+  f.set = [member, min, max](KvtierConfig& c, std::span<const std::string> v) -> Status {
+    std::vector<uint32_t> items;
+    for (const std::string& item : v) {
+      if (item.empty() && v.size() == 1) break;  // an empty value: an empty list
+      uint32_t n = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+      if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n < min ||
+          n > max) {
+        return InvalidArgumentError(Quote(item) + " is not a whole number in [" +
+                                    std::to_string(min) + ", " + std::to_string(max) + "]");
+      }
+      items.push_back(n);
+    }
+    member(c) = std::move(items);
+    return Status::Ok();
+  };
+  f.get = [member](const KvtierConfig& c) {
+    std::string out;
+    for (uint32_t item : member(c)) out += (out.empty() ? "" : ",") + std::to_string(item);
+    return out;
+  };
+  return f;
+}
+
 }  // namespace kvtier::config_internal

@@ -54,6 +54,15 @@ void AddPoolFields(std::vector<Field>& fields) {
       "worker.dtype", "Element type of the KV cache.", "one of: fp32, fp16, bf16, fp8_e4m3, int8",
       false, [](auto& c) -> auto& { return c.worker.dtype; },
       [](std::string_view v) -> Status { return ParseDtype(v).status(); }));
+  fields.push_back(UintListField(
+      "worker.max_attention_window",
+      "Each layer's attention window in tokens, repeated over the layers (TensorRT-LLM's "
+      "max_attention_window): one pool per distinct window. Empty: full attention.",
+      0, 1u << 24, [](auto& c) -> auto& { return c.worker.max_attention_window; }));
+  fields.push_back(UintField(
+      "worker.sink_tokens",
+      "Windowed pools: tokens at the start of each sequence that never leave the window.", 0,
+      1u << 20, [](auto& c) -> auto& { return c.worker.sink_tokens; }));
   fields.push_back(UintField(
       "worker.pool_bytes", "Host-memory pool budget when there is no GPU.", 1ull << 16, 1ull << 44,
       [](auto& c) -> auto& { return c.worker.pool_bytes; }));

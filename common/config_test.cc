@@ -83,6 +83,23 @@ TEST(ConfigTest, OutOfRangeNamesFieldAndRange) {
               {"coordinator.overlap_weight", "not a number"});
 }
 
+TEST(ConfigTest, PerLayerWindowsComeFromYamlOrEnvironmentAndBadOnesAreNamed) {
+  Result<KvtierConfig> yaml =
+      FromYaml("worker: {max_attention_window: [1024, 32768], sink_tokens: 4}\n");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(yaml->worker.max_attention_window, (std::vector<uint32_t>{1024, 32768}));
+  EXPECT_EQ(yaml->worker.sink_tokens, 4u);
+  ConfigSources sources;
+  sources.environment = {{"KVTIER_WORKER_MAX_ATTENTION_WINDOW", "512,4096,4096"}};
+  Result<KvtierConfig> env = LoadConfig(sources);
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->worker.max_attention_window, (std::vector<uint32_t>{512, 4096, 4096}));
+  ExpectError(FromYaml("worker: {max_attention_window: [1024, wide]}\n").status(),
+              {"worker.max_attention_window", "\"wide\" is not a whole number"});
+  ExpectError(FromYaml("worker: {max_attention_window: [-1]}\n").status(),
+              {"worker.max_attention_window", "[0, 16777216]"});
+}
+
 TEST(ConfigTest, TheOverlapWeightComesFromYamlEnvironmentOrFlags) {
   Result<KvtierConfig> yaml = FromYaml("coordinator: {overlap_weight: 2.5}\n");
   ASSERT_TRUE(yaml.ok()) << yaml.status();

@@ -47,15 +47,14 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
 
   KVTIER_ASSIGN_OR_RETURN(const worker::WorkerPlan plan,
                           worker::PlanWorkerPool(config.worker, gpu));
-  const KvLayout& layout = plan.layout;
-  // Every block the worker offloads has the layout's size: one host page each wastes nothing.
-  KVTIER_ASSIGN_OR_RETURN(
-      storage::TieredStoreOptions store,
-      store::TieredStoreOptionsFrom(
-          config, static_cast<uint32_t>((layout.bytes_per_block() + 4095) / 4096 * 4096)));
+  // A block the worker offloads is at most the largest pool's: one host page each of that
+  // size wastes nothing where there is one pool.
+  const uint64_t block_bytes = plan.max_block_bytes();
+  KVTIER_ASSIGN_OR_RETURN(storage::TieredStoreOptions store,
+                          store::TieredStoreOptionsFrom(
+                              config, static_cast<uint32_t>((block_bytes + 4095) / 4096 * 4096)));
   LocalNode* self = node.get();
-  KVTIER_ASSIGN_OR_RETURN(node->admission_,
-                          store::AddDiskAdmission(config, layout.bytes_per_block(), store));
+  KVTIER_ASSIGN_OR_RETURN(node->admission_, store::AddDiskAdmission(config, block_bytes, store));
   store.on_event = [self](const storage::StoreEvent& event) {
     MutexLock lock(self->mu_);
     self->store_events_.push_back(event);
@@ -68,7 +67,7 @@ Result<std::unique_ptr<LocalNode>> LocalNode::Create(const KvtierConfig& config,
                                 .staging_bytes = config.worker.offload_staging_bytes});
   }
   worker::WorkerOptions worker;
-  worker.pools = {{layout, plan.blocks}};
+  for (const worker::PlannedPool& p : plan.pools) worker.pools.push_back({p.layout, p.blocks});
   worker.secondary_offload_min_priority =
       static_cast<uint8_t>(config.worker.secondary_offload_min_priority);
   worker.offload = node->link_.get();

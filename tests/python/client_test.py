@@ -22,13 +22,14 @@ KVTIER_BIN = os.environ.get("KVTIER_BIN", "build/bin/kvtier")
 class KvtierUp:
     """`kvtier up` on free loopback ports in a scratch data directory."""
 
-    def __init__(self):
+    def __init__(self, extra=()):
         self.dir = tempfile.TemporaryDirectory(prefix="kvtier-python-")
         self.process = subprocess.Popen(
             [KVTIER_BIN, "up", "--data-dir", self.dir.name, "--coordinator-listen", "127.0.0.1:0",
-             "--metrics-port", "0", "--metrics-bind", "127.0.0.1"],
+             "--metrics-port", "0", "--metrics-bind", "127.0.0.1", *extra],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         banner, values = read_banner(self.process)
+        self.banner = banner
         if "rpc" not in values:
             self.stop()
             raise RuntimeError("kvtier up did not start: " + banner)
@@ -39,6 +40,7 @@ class KvtierUp:
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(timeout=20)
+        self.process.stdout.close()
         self.dir.cleanup()
         return code
 
@@ -203,6 +205,58 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(bad_token.exception.args[0], "UNAUTHENTICATED")
         with self.assertRaises(kvtier.Error):
             kvtier.Layout(num_layers=1, num_kv_heads=1, head_dim=64, tokens_per_block=16, dtype="fp64")
+
+
+class WindowedPoolsTest(unittest.TestCase):
+    """A Gemma-like model from configuration: layers alternate a 32-token sliding window and
+    a 128-token one (TensorRT-LLM's max_attention_window, repeated over the 4 layers), with 16
+    sink tokens: one pool per window, each holding its layers, memory split by window."""
+
+    def test_each_window_is_a_pool_of_its_layers_reached_through_the_sdk(self):
+        up = KvtierUp(["--worker-max-attention-window", "32,128", "--worker-sink-tokens", "16"])
+        try:
+            self.assertIn("worker pools 0: L2/H2/D64/T16/fp16/W32/S16 (layers 0, 2)", up.banner)
+            self.assertIn("1: L2/H2/D64/T16/fp16/W128/S16 (layers 1, 3)", up.banner)
+            client = kvtier.Client(up.address, token=up.token)
+            stats = client.worker_stats()
+            self.assertEqual(stats["pool_layouts"], ["L2/H2/D64/T16/fp16/W32/S16", "L2/H2/D64/T16/fp16/W128/S16"])
+            windows = {}
+            for pool, window in ((0, 32), (1, 128)):
+                windows[pool] = kvtier.Layout(num_layers=2, num_kv_heads=2, head_dim=64, tokens_per_block=16,
+                                              dtype="fp16", attention_window=window, sink_tokens=16)
+            sizes = [client.attach_pool(pool, windows[pool]).num_blocks for pool in (0, 1)]
+            self.assertEqual(sum(sizes), stats["total_blocks"])
+            self.assertAlmostEqual(sizes[1] / sizes[0], 4.0, delta=0.01, msg="shares of 32 and 128 tokens")
+            with self.assertRaises(kvtier.Error) as mismatch:
+                client.attach_pool(0, windows[1])
+            self.assertEqual(mismatch.exception.args[0], "FAILED_PRECONDITION")
+            # One prompt through both pools (a sequence each), committed, then reused in both.
+            prompt = array.array("I", range(1000, 1096))
+            keys = kvtier.block_keys(prompt, 16)
+            for pool in (0, 1):
+                self.assertEqual(client.allocate(10 + pool, keys, len(prompt), pool_id=pool).reused_blocks, 0)
+                self.assertEqual(client.commit(10 + pool, keys, priority=80), 6)
+                client.free(10 + pool)
+            deadline = time.monotonic() + 5
+            while client.lookup(keys)["matched_blocks"] < 6 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            found = client.lookup(keys)
+            self.assertEqual(found["matched_blocks"], 6)
+            self.assertEqual(sorted(found["locations"][5]), [(found["sources"][0], "gpu", 0),
+                                                             (found["sources"][0], "gpu", 1)])
+            for pool in (0, 1):
+                self.assertEqual(client.allocate(20 + pool, keys, len(prompt), pool_id=pool).reused_blocks, 6)
+        finally:
+            self.assertEqual(up.stop(), 0)
+
+    def test_a_mixed_list_with_full_attention_and_sinks_without_windows_are_refused(self):
+        for flags, named in ((["--worker-max-attention-window", "1024,0"], "mixes 0"),
+                             (["--worker-sink-tokens", "4"], "worker.sink_tokens 4 needs windowed")):
+            with tempfile.TemporaryDirectory() as data:
+                done = subprocess.run([KVTIER_BIN, "up", "--data-dir", data, "--coordinator-listen", "127.0.0.1:0",
+                                       "--metrics-port", "0", *flags], capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(done.returncode, 0, flags)
+            self.assertIn(named, done.stderr, flags)
 
 
 if __name__ == "__main__":

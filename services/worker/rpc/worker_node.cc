@@ -71,12 +71,13 @@ class WorkerNode::Impl {
       return InvalidArgumentError("WorkerNodeOptions: registry and name are required");
     }
     KVTIER_ASSIGN_OR_RETURN(plan_, PlanWorkerPool(options_.config.worker, options_.gpu));
-    // Every offloaded block has the layout's size: one host page each wastes nothing.
+    // An offloaded block is at most the largest pool's: one host page each of that size
+    // wastes nothing where there is one pool.
     KVTIER_ASSIGN_OR_RETURN(
         storage::TieredStoreOptions tiers,
         store::TieredStoreOptionsFrom(
             options_.config,
-            static_cast<uint32_t>((plan_->layout.bytes_per_block() + 4095) / 4096 * 4096)));
+            static_cast<uint32_t>((plan_->max_block_bytes() + 4095) / 4096 * 4096)));
     tiers.on_event = [this](const storage::StoreEvent& event) {
       if (coordinator::NodeAgent* agent = store_agent_.load())
         agent->Enqueue({store::ToNodeEvent(event)});
@@ -90,7 +91,7 @@ class WorkerNode::Impl {
       KVTIER_ASSIGN_OR_RETURN(store_metrics_, storage::StoreMetrics::Create(*options_.registry));
     }
     WorkerOptions worker;
-    worker.pools = {{plan_->layout, plan_->blocks}};
+    for (const PlannedPool& p : plan_->pools) worker.pools.push_back({p.layout, p.blocks});
     worker.secondary_offload_min_priority =
         static_cast<uint8_t>(options_.config.worker.secondary_offload_min_priority);
     worker.offload = link_.get();
@@ -222,11 +223,14 @@ class WorkerNode::Impl {
     }
     agent.link.node_id = options_.name + "/worker";
     agent.link.role = kvtier::NodeRole::kWorker;
-    agent.link.pools = {{.tier = kvtier::Tier::kGpu,
-                         .pool = 0,
-                         .capacity_blocks = plan_->blocks,
-                         .capacity_bytes = plan_->blocks * plan_->layout.bytes_per_block(),
-                         .layout = plan_->layout}};
+    for (size_t i = 0; i < plan_->pools.size(); ++i) {
+      const PlannedPool& p = plan_->pools[i];
+      agent.link.pools.push_back({.tier = kvtier::Tier::kGpu,
+                                  .pool = static_cast<uint16_t>(i),
+                                  .capacity_blocks = p.blocks,
+                                  .capacity_bytes = uint64_t{p.blocks} * p.layout.bytes_per_block(),
+                                  .layout = p.layout});
+    }
     agent.holdings = [this] { return PoolHoldings(); };
     agent.active_blocks = [this] { return active_blocks_.load(); };
     worker_agent_owner_ = coordinator::NodeAgent::Start(std::move(agent));
@@ -235,7 +239,7 @@ class WorkerNode::Impl {
 
   // Blocks per write-through put: about 8 MiB, and within half a message.
   uint64_t WriteBatchBytes() const {
-    const uint64_t block = plan_->layout.bytes_per_block();
+    const uint64_t block = plan_->max_block_bytes();
     const uint64_t cap = std::max<uint64_t>(
         block, std::min<uint64_t>(8ull << 20, options_.config.coordinator.max_message_bytes / 2));
     return std::min(cap, options_.config.worker.write_through_queue_bytes);
@@ -286,7 +290,7 @@ class WorkerNode::Impl {
     const PoolHolding& holding = **found;
     // Interned within the process's bound (engines choose format tags): past it the block
     // is not written through (counted as failed), as its own offload would not be stored.
-    const Result<storage::FormatTag>& format = WriteFormat(holding.format_tag);
+    const Result<storage::FormatTag>& format = WriteFormat(stored.pool_id, holding.format_tag);
     if (!format.ok()) {
       writer_->CountRefused();
       return;
@@ -297,7 +301,8 @@ class WorkerNode::Impl {
     header.first_in_chain = holding.first;
     header.format_tag = *format;
     header.salt_scope = holding.salt_scope;
-    header.payload_bytes = plan_->layout.bytes_per_block();
+    const KvLayout& layout = plan_->pools[stored.pool_id].layout;
+    header.payload_bytes = layout.bytes_per_block();
     header.priority = holding.priority;
     header.retention_left_ms = Millis(holding.retention_left);
     (void)writer_->Write(header, [&](std::span<uint8_t> out) {
@@ -308,12 +313,13 @@ class WorkerNode::Impl {
   // On the server's loop: the storage format tag of blocks written through for engines of
   // `format_tag`, interned once per run of blocks of one engine format (a node's engines
   // seldom use more than one): a block written through builds no string.
-  const Result<storage::FormatTag>& WriteFormat(uint64_t format_tag) {
-    if (!write_format_ || write_format_->first != format_tag) {
-      write_format_.emplace(
-          format_tag, storage::FormatTag::Intern(StorageFormatTag(plan_->layout, format_tag)));
+  const Result<storage::FormatTag>& WriteFormat(uint32_t pool, uint64_t format_tag) {
+    if (!write_format_ || write_format_->pool != pool || write_format_->engine != format_tag) {
+      write_format_.emplace(WriteFormatTag{
+          pool, format_tag,
+          storage::FormatTag::Intern(StorageFormatTag(plan_->pools[pool].layout, format_tag))});
     }
-    return write_format_->second;
+    return write_format_->tag;
   }
 
   // On the worker agent's thread: asks the loop for the pool's holdings and waits.
@@ -341,8 +347,13 @@ class WorkerNode::Impl {
   std::unique_ptr<NodeConnections> nodes_;  // the peer fetches' and the writes through to a store
   std::unique_ptr<PeerFetcher> peers_;
   std::unique_ptr<RemoteStoreWriter> writer_;  // null: no write-through store
-  // The loop's: WriteFormat's last engine format tag and its storage tag, interned.
-  std::optional<std::pair<uint64_t, Result<storage::FormatTag>>> write_format_;
+  // The loop's: WriteFormat's last (pool, engine format tag) and its storage tag, interned.
+  struct WriteFormatTag {
+    uint32_t pool;
+    uint64_t engine;  // the engine's format tag
+    Result<storage::FormatTag> tag;
+  };
+  std::optional<WriteFormatTag> write_format_;
   std::unique_ptr<WorkerMetrics> worker_metrics_;
   std::unique_ptr<storage::StoreMetrics> store_metrics_;
   rpc::SessionContext session_;

@@ -45,7 +45,8 @@ class WorkerNodeTest : public ::testing::Test {
 
   std::unique_ptr<WorkerNode> StartNode(const std::string& name, const std::string& data_dir,
                                         MetricsRegistry& registry,
-                                        const std::string& write_through_store = "") {
+                                        const std::string& write_through_store = "",
+                                        std::function<void(WorkerConfig&)> configure = {}) {
     WorkerNodeOptions options;
     options.config.data_dir = data_dir;
     // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks; four of them.
@@ -62,6 +63,7 @@ class WorkerNodeTest : public ::testing::Test {
     options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 0};
     if (!write_through_store.empty())
       options.config.worker.write_through_stores = {write_through_store};
+    if (configure) configure(options.config.worker);
     options.config.node.coordinator = coordinator_->endpoints()[0];
     options.registry = &registry;
     options.name = name;
@@ -150,6 +152,48 @@ TEST_F(WorkerNodeTest, ItsBlocksReachTheIndexAndLeaveWithADrain) {
   // Drained: both of the node's streams leave the cluster at once.
   ASSERT_TRUE(node_->Drain().ok());
   EXPECT_EQ(WaitFor(keys, "none"), "none");
+}
+
+// `kvtier worker` with per-layer windows: one pool per window, both registered, a prompt
+// committed in each found in each at the coordinator.
+TEST_F(WorkerNodeTest, EachWindowOfTheConfigurationIsAPoolTheIndexKnows) {
+  node_ = StartNode("gpu-node-0", dir_.path(), worker_registry_, "", [](WorkerConfig& w) {
+    w.max_attention_window = {8, 16};
+    w.sink_tokens = 4;
+    w.pool_bytes = 4096;
+  });
+  EXPECT_NE(node_->Summary().find("worker pools 0: L1/H2/D8/T4/fp16/W8/S4 (layers 0)"),
+            std::string::npos)
+      << node_->Summary();
+  auto engine = Connect(node_->endpoints()[0]);
+  const std::vector<BlockKey> keys = client::Client::BlockKeys(Prompt(30, 8), kTokensPerBlock);
+  for (uint32_t pool : {0u, 1u}) {
+    ASSERT_TRUE(
+        engine->Allocate({.sequence = 1 + pool, .pool_id = pool, .keys = keys, .num_tokens = 8})
+            .ok());
+    ASSERT_TRUE(engine->Commit(1 + pool, keys).ok());
+    ASSERT_TRUE(engine->Free(1 + pool).ok());
+  }
+  auto coordinator = Connect(coordinator_->endpoints()[0]);
+  std::vector<uint32_t> pools;
+  ASSERT_TRUE(kvtier::testing::WaitUntil([&] {
+    auto result = coordinator->Lookup(keys);
+    pools.clear();
+    if (result.ok() && result->matched_blocks == 2) {
+      for (const client::Location& l : result->locations[1]) pools.push_back(l.pool_id);
+    }
+    std::sort(pools.begin(), pools.end());
+    return pools == std::vector<uint32_t>{0, 1};
+  })) << pools.size() << " pools hold block 1";
+  // Both pools registered: the coordinator counts every block of both as the node's.
+  auto stats = engine->GetWorkerStats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->pool_layouts.size(), 2u);
+  const std::string capacity = "kvtier_coordinator_capacity_blocks{tier=\"gpu\"} " +
+                               std::to_string(stats->total_blocks);
+  EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
+    return coordinator_registry_.Exposition().find(capacity) != std::string::npos;
+  })) << capacity << " in\n" << coordinator_registry_.Exposition();
 }
 
 TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {
