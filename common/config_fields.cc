@@ -51,7 +51,8 @@ void AddPoolFields(std::vector<Field>& fields) {
       "worker.tokens_per_block", "Tokens per KV block (a power of two).", 2, 4096,
       [](auto& c) -> auto& { return c.worker.tokens_per_block; }));
   fields.push_back(StringField(
-      "worker.dtype", "Element type of the KV cache.", "one of: fp32, fp16, bf16, fp8_e4m3, int8",
+      "worker.dtype", "Element type of the KV cache (int8, int4, fp8_e4m3: quantized per token).",
+      "one of: fp32, fp16, bf16, fp8_e4m3, int8, int4",
       false, [](auto& c) -> auto& { return c.worker.dtype; },
       [](std::string_view v) -> Status { return ParseDtype(v).status(); }));
   fields.push_back(UintListField(

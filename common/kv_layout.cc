@@ -10,15 +10,17 @@ namespace {
 struct DtypeInfo {
   KvDtype dtype;
   std::string_view name;
-  size_t bytes;
+  size_t bits;
+  bool quantized;
 };
 
-constexpr std::array<DtypeInfo, 5> kDtypes{{
-    {KvDtype::kFp32, "fp32", 4},
-    {KvDtype::kFp16, "fp16", 2},
-    {KvDtype::kBf16, "bf16", 2},
-    {KvDtype::kFp8E4m3, "fp8_e4m3", 1},
-    {KvDtype::kInt8, "int8", 1},
+constexpr std::array<DtypeInfo, 6> kDtypes{{
+    {KvDtype::kFp32, "fp32", 32, false},
+    {KvDtype::kFp16, "fp16", 16, false},
+    {KvDtype::kBf16, "bf16", 16, false},
+    {KvDtype::kFp8E4m3, "fp8_e4m3", 8, true},
+    {KvDtype::kInt8, "int8", 8, true},
+    {KvDtype::kInt4, "int4", 4, true},
 }};
 
 // Generous ceilings that catch unit mistakes (bytes for tokens, and the like) without
@@ -35,11 +37,18 @@ Status OutOfRange(std::string_view field, uint64_t value, std::string_view allow
 
 }  // namespace
 
-size_t DtypeBytes(KvDtype dtype) {
+size_t DtypeBits(KvDtype dtype) {
   for (const DtypeInfo& info : kDtypes) {
-    if (info.dtype == dtype) return info.bytes;
+    if (info.dtype == dtype) return info.bits;
   }
   return 0;
+}
+
+bool IsQuantized(KvDtype dtype) {
+  for (const DtypeInfo& info : kDtypes) {
+    if (info.dtype == dtype) return info.quantized;
+  }
+  return false;
 }
 
 std::string_view DtypeName(KvDtype dtype) {
@@ -54,7 +63,7 @@ Result<KvDtype> ParseDtype(std::string_view name) {
     if (info.name == name) return info.dtype;
   }
   return InvalidArgumentError("unknown KV dtype \"" + std::string(name) +
-                              "\" (allowed: fp32, fp16, bf16, fp8_e4m3, int8)");
+                              "\" (allowed: fp32, fp16, bf16, fp8_e4m3, int8, int4)");
 }
 
 Result<KvLayout> KvLayout::Create(const KvLayoutOptions& o) {
@@ -71,9 +80,13 @@ Result<KvLayout> KvLayout::Create(const KvLayoutOptions& o) {
       !std::has_single_bit(o.tokens_per_block)) {
     return OutOfRange("tokens_per_block", o.tokens_per_block, "(a power of two in [2, 65536])");
   }
-  if (DtypeBytes(o.dtype) == 0) {
+  if (DtypeBits(o.dtype) == 0) {
     return InvalidArgumentError("kv layout field dtype has an unknown value " +
                                 std::to_string(static_cast<int>(o.dtype)));
+  }
+  if (o.dtype == KvDtype::kInt4 && o.head_dim % 2 != 0) {
+    return InvalidArgumentError("kv layout field head_dim = " + std::to_string(o.head_dim) +
+                                " must be even for int4 (two values a byte)");
   }
   if (o.sink_tokens != 0 && o.attention_window == 0) {
     return InvalidArgumentError(
@@ -91,8 +104,12 @@ Result<KvLayout> KvLayout::Create(const KvLayoutOptions& o) {
 KvLayout::KvLayout(const KvLayoutOptions& options)
     : options_(options),
       head_run_bytes_(static_cast<size_t>(options.tokens_per_block) * options.head_dim *
-                      DtypeBytes(options.dtype)),
-      block_bytes_(head_run_bytes_ * 2 * options.num_kv_heads * options.num_layers) {}
+                      DtypeBits(options.dtype) / 8),
+      values_bytes_(head_run_bytes_ * 2 * options.num_kv_heads * options.num_layers),
+      block_bytes_(values_bytes_ + (IsQuantized(options.dtype)
+                                        ? size_t{2} * options.num_layers * options.num_kv_heads *
+                                              options.tokens_per_block * sizeof(float)
+                                        : 0)) {}
 
 Result<size_t> KvLayout::CheckedByteOffset(uint32_t layer, KvPart part, uint32_t head,
                                            uint32_t token) const {

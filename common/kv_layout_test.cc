@@ -90,13 +90,48 @@ TEST(KvLayoutTest, MismatchIsAnErrorNamingTheField) {
 
 TEST(KvLayoutTest, DtypeNamesRoundTrip) {
   for (KvDtype d :
-       {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4m3, KvDtype::kInt8}) {
+       {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16, KvDtype::kFp8E4m3, KvDtype::kInt8,
+        KvDtype::kInt4}) {
     Result<KvDtype> parsed = ParseDtype(DtypeName(d));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, d);
   }
   EXPECT_EQ(DtypeBytes(KvDtype::kFp8E4m3), 1u);
+  EXPECT_EQ(DtypeBytes(KvDtype::kInt4), 0u) << "not a whole byte";
   EXPECT_FALSE(ParseDtype("fp64").ok());
+}
+
+// A quantized block: its values (int4: two a byte), then an fp32 scale per (layer, k|v,
+// head, token); the offsets of both inside it.
+TEST(KvLayoutTest, QuantizedBlocksHoldTheirScalesAfterTheValues) {
+  const auto make = [](KvDtype dtype, uint32_t head_dim = 128) {
+    return KvLayout::Create({.num_layers = 2,
+                             .num_kv_heads = 4,
+                             .head_dim = head_dim,
+                             .tokens_per_block = 16,
+                             .dtype = dtype});
+  };
+  const KvLayout fp16 = *make(KvDtype::kFp16), int8 = *make(KvDtype::kInt8),
+                 int4 = *make(KvDtype::kInt4), fp8 = *make(KvDtype::kFp8E4m3);
+  const size_t scales = 2 * 2 * 4 * 16 * sizeof(float);
+  EXPECT_FALSE(fp16.quantized());
+  EXPECT_EQ(fp16.bytes_per_block(), fp16.bytes_of_values());
+  EXPECT_EQ(int8.bytes_of_values(), fp16.bytes_of_values() / 2);
+  EXPECT_EQ(int8.bytes_per_block(), int8.bytes_of_values() + scales);
+  EXPECT_EQ(fp8.bytes_per_block(), int8.bytes_per_block());
+  EXPECT_EQ(int4.bytes_of_values(), fp16.bytes_of_values() / 4);
+  EXPECT_EQ(int4.bytes_per_block(), int4.bytes_of_values() + scales);
+  EXPECT_EQ(int4.bytes_per_head_row(), 64u);
+  EXPECT_EQ(int4.ByteOffset(1, KvPart::kValue, 3, 5), ((1 * 2 + 1) * 4 + 3) * 16 * 64 + 5 * 64u);
+  EXPECT_EQ(int4.ScaleOffset(0, KvPart::kKey, 0, 0), int4.bytes_of_values());
+  EXPECT_EQ(int4.ScaleOffset(1, KvPart::kValue, 3, 5),
+            int4.bytes_of_values() + (((1 * 2 + 1) * 4 + 3) * 16 + 5) * sizeof(float));
+  EXPECT_EQ(int4.ScaleOffset(1, KvPart::kValue, 3, 15) + sizeof(float), int4.bytes_per_block());
+  EXPECT_NE(int4.CheckCompatible(int8).message().find("dtype is int4 here but int8"),
+            std::string::npos);
+  const Result<KvLayout> odd = make(KvDtype::kInt4, 7);
+  EXPECT_EQ(odd.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("must be even for int4"), std::string::npos);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // reference; CUDA when a device answers): fp16 KV, 8 query heads over 2 KV heads, a chunk
 // after a cached prefix. items_per_second counts the chunk's query tokens.
 //
+// BM_QuantizedPoolError: the error of quantized pools' attention against an fp16 pool's.
+//
 //   build/bin/attention_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "gpu/kernels.h"
+#include "gpu/testing/quantized_attention.h"
 
 namespace kvtier::gpu {
 namespace {
@@ -133,6 +136,34 @@ BENCHMARK(BM_ChunkedAttentionCuda)
     ->Args({2048, 2048, 128, 16})
     ->Args({2048, 2048, 128, 0})
     ->Unit(benchmark::kMicrosecond);
+
+// A quantized pool's chunked attention (a 32-token chunk after 224 cached tokens, head_dim
+// 64) against the same over an fp16 pool, on the CPU reference: the error of the output and
+// the bytes a block takes. Arg: the pool's dtype.
+void BM_QuantizedPoolError(benchmark::State& state) {
+  const auto dtype = static_cast<KvDtype>(state.range(0));
+  auto cpu = MakeCpuBackend();
+  testing::AttentionError e;
+  for (auto _ : state) e = testing::QuantizedAgainstFp16(*cpu, dtype);
+  if (!e.status.ok()) {
+    state.SkipWithError(e.status.ToString().c_str());
+    return;
+  }
+  const testing::QuantizedAttentionShape shape;
+  state.SetLabel(std::string(DtypeName(dtype)));
+  state.counters["max_abs_error"] = e.max_abs;
+  state.counters["rms_error"] = e.rms;
+  state.counters["block_bytes"] =
+      static_cast<double>(testing::AttentionLayout(shape, dtype).bytes_per_block());
+  state.counters["of_fp16_bytes"] =
+      static_cast<double>(testing::AttentionLayout(shape, dtype).bytes_per_block()) /
+      static_cast<double>(testing::AttentionLayout(shape, KvDtype::kFp16).bytes_per_block());
+}
+BENCHMARK(BM_QuantizedPoolError)
+    ->Arg(static_cast<int>(KvDtype::kInt8))
+    ->Arg(static_cast<int>(KvDtype::kInt4))
+    ->Arg(static_cast<int>(KvDtype::kFp8E4m3))
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kvtier::gpu

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gpu/kernel_checks.h"
@@ -17,10 +18,25 @@ struct PagedContext {
   uint32_t layer;
   const uint32_t* table;  // the sequence's block table
 
+  const char* Block(uint32_t t) const {
+    return pool + size_t{table[t / layout.tokens_per_block()]} * layout.bytes_per_block();
+  }
   const char* Row(KvPart part, uint32_t kv_head, uint32_t t) const {
-    const uint32_t tpb = layout.tokens_per_block();
-    return pool + size_t{table[t / tpb]} * layout.bytes_per_block() +
-           layout.ByteOffset(layer, part, kv_head, t % tpb);
+    return Block(t) + layout.ByteOffset(layer, part, kv_head, t % layout.tokens_per_block());
+  }
+  // Token t's head row as floats: the values, times its scale in a quantized pool.
+  void Load(KvPart part, uint32_t kv_head, uint32_t t, float* out) const {
+    const char* row = Row(part, kv_head, t);
+    const uint32_t dim = layout.head_dim();
+    if (!layout.quantized()) {
+      for (uint32_t d = 0; d < dim; ++d) out[d] = LoadFloat(row, layout.dtype(), d);
+      return;
+    }
+    float scale = 0.0f;
+    std::memcpy(&scale,
+                Block(t) + layout.ScaleOffset(layer, part, kv_head, t % layout.tokens_per_block()),
+                sizeof(scale));
+    for (uint32_t d = 0; d < dim; ++d) out[d] = LoadQuantized(row, layout.dtype(), d) * scale;
   }
 };
 
@@ -28,13 +44,13 @@ struct PagedContext {
 void AttendOne(const PagedContext& c, uint32_t kv_head, const float* q, uint32_t visible,
                float scale, float* out, std::vector<float>& scores) {
   const uint32_t dim = c.layout.head_dim();
-  const KvDtype dtype = c.layout.dtype();
+  float row[kMaxAttentionHeadDim];
   scores.assign(visible, 0.0f);
   float max_score = -INFINITY;
   for (uint32_t t = 0; t < visible; ++t) {
-    const char* k = c.Row(KvPart::kKey, kv_head, t);
+    c.Load(KvPart::kKey, kv_head, t, row);
     float dot = 0.0f;
-    for (uint32_t d = 0; d < dim; ++d) dot += q[d] * LoadFloat(k, dtype, d);
+    for (uint32_t d = 0; d < dim; ++d) dot += q[d] * row[d];
     scores[t] = dot * scale;
     max_score = std::max(max_score, scores[t]);
   }
@@ -43,8 +59,8 @@ void AttendOne(const PagedContext& c, uint32_t kv_head, const float* q, uint32_t
   for (uint32_t t = 0; t < visible; ++t) {
     const float p = std::exp(scores[t] - max_score);
     sum += p;
-    const char* v = c.Row(KvPart::kValue, kv_head, t);
-    for (uint32_t d = 0; d < dim; ++d) out[d] += p * LoadFloat(v, dtype, d);
+    c.Load(KvPart::kValue, kv_head, t, row);
+    for (uint32_t d = 0; d < dim; ++d) out[d] += p * row[d];
   }
   for (uint32_t d = 0; d < dim; ++d) out[d] /= sum;
 }

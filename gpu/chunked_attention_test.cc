@@ -107,7 +107,7 @@ void Fill(KernelBackend& backend, const DeviceBuffer& pool, const KvLayout& layo
     DeviceBuffer slot_buf = Upload(backend, slots);
     for (const auto& [part, rows] :
          {std::pair{KvPart::kKey, &s.keys}, std::pair{KvPart::kValue, &s.values}}) {
-      std::vector<uint8_t> bytes(rows->size() * layout.bytes_per_element());
+      std::vector<uint8_t> bytes(rows->size() * DtypeBytes(layout.dtype()));
       for (size_t i = 0; i < rows->size(); ++i)
         StoreFloat(bytes.data(), layout.dtype(), i, (*rows)[i]);
       DeviceBuffer update = Upload(backend, bytes);

@@ -152,7 +152,7 @@ KvLayout SmallLayout(KvDtype dtype) {
 TEST(PagedUpdateTest, WritesThroughTheSlotMappingAndSkipsPadding) {
   for (KvDtype dtype : {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16}) {
     const KvLayout layout = SmallLayout(dtype);
-    const size_t pool_blocks = 5, eb = layout.bytes_per_element();
+    const size_t pool_blocks = 5, eb = DtypeBytes(layout.dtype());
     const std::vector<uint8_t> pool = RandomBytes(pool_blocks * layout.bytes_per_block(), 3);
     const uint32_t tokens = 6;
     const std::vector<uint8_t> update = RandomBytes(size_t{tokens} * 2 * 8 * eb, 4);

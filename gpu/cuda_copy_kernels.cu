@@ -159,7 +159,7 @@ template <typename Unit>
 void LaunchPagedUnits(const PagedUpdateArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
   const auto pool_slots = static_cast<long long>(a.pool_blocks * layout.tokens_per_block());
-  const size_t head_bytes = size_t{layout.head_dim()} * layout.bytes_per_element();
+  const size_t head_bytes = layout.bytes_per_head_row();
   const size_t offset = layout.ByteOffset(a.layer, a.part, 0, 0);
   auto* pool = static_cast<char*>(a.pool);
   const auto* update = static_cast<const char*>(a.update);
@@ -265,7 +265,7 @@ void LaunchLinearUpdate(const LinearUpdateArgs& a, size_t row_bytes, bool vector
 }
 
 void LaunchPagedUpdate(const PagedUpdateArgs& a, FaultSlot fault, cudaStream_t s) {
-  const size_t head_bytes = size_t{a.layout->head_dim()} * a.layout->bytes_per_element();
+  const size_t head_bytes = a.layout->bytes_per_head_row();
   const bool vector = head_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.pool) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(a.update) % 16 == 0;
   if (vector)

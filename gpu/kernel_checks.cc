@@ -23,12 +23,14 @@ Status NeedFloatDtype(KvDtype dtype, const char* kernel, const char* name) {
                               " must be fp32, fp16 or bf16, not " + std::string(DtypeName(dtype)));
 }
 
+// A layer of a layout of a float or quantized dtype.
 Status NeedLayer(const KvLayout* layout, uint32_t layer, const char* kernel) {
   if (layout == nullptr) return InvalidArgumentError(std::string(kernel) + ": layout is null");
   if (layer >= layout->num_layers()) {
     return OutOfRangeError(std::string(kernel) + ": layer " + Str(layer) + " is out of range [0, " +
                            Str(layout->num_layers() - 1) + "]");
   }
+  if (layout->quantized()) return Status::Ok();
   return NeedFloatDtype(layout->dtype(), kernel, "the layout dtype");
 }
 
@@ -38,7 +40,7 @@ bool IsFloatDtype(KvDtype dtype) {
   return dtype == KvDtype::kFp32 || dtype == KvDtype::kFp16 || dtype == KvDtype::kBf16;
 }
 
-bool IsQuantizedDtype(KvDtype dtype) {
+bool IsQuantizedDtype(KvDtype dtype) {  // of the Quantize and Dequantize kernels
   return dtype == KvDtype::kInt8 || dtype == KvDtype::kFp8E4m3;
 }
 
@@ -80,7 +82,9 @@ Status CheckPagedUpdate(const PagedUpdateArgs& a) {
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.slot_mapping, k, "slot_mapping"));
   KVTIER_RETURN_IF_ERROR(NeedPositive(a.pool_blocks, k, "pool_blocks"));
   KVTIER_RETURN_IF_ERROR(NeedPositive(a.tokens, k, "tokens"));
-  return NeedLayer(a.layout, a.layer, k);
+  KVTIER_RETURN_IF_ERROR(NeedLayer(a.layout, a.layer, k));
+  if (a.layout->quantized()) return NeedFloatDtype(a.update_dtype, k, "update_dtype");
+  return Status::Ok();
 }
 
 Status CheckBlockCopy(const BlockCopyArgs& a) {

@@ -10,7 +10,8 @@
 //   UpdatePaged      The same through a slot mapping into pool blocks: token t of the update
 //                    ([tokens][kv_heads][head_dim]) goes to slot slot_mapping[t] (block =
 //                    slot / tokens_per_block) of one layer's keys or values; a slot of -1 is
-//                    padding and skipped.
+//                    padding and skipped. A quantized pool (int8, int4, fp8_e4m3) gets each
+//                    token's head quantized with its scale beside the block's values.
 //   Gather, Scatter  Blocks of a pool to or from a contiguous staging buffer ([count][block]),
 //                    one launch per batch: the offload, onboard and transfer path.
 //   Quantize,        Per (token, head) scaling to int8 (scale = max|x| / 127) or fp8 e4m3
@@ -24,6 +25,8 @@
 //                    in a context of n sits at position n - c + i and sees positions 0 to
 //                    n - c + i (a causal mask offset by the cached prefix). GQA and
 //                    arithmetic as DecodeAttention's, which is the case c = 1.
+//                    Both attentions read quantized pools too (value x scale), on the CPU;
+//                    the CUDA backend refuses them (kUnimplemented) for now.
 //
 // Memory: every pointer in the argument structs is memory of the backend: host memory for
 // the CPU backend; device memory (or pinned host memory, for staging) for the CUDA backend.
@@ -68,9 +71,12 @@ struct PagedUpdateArgs {
   const KvLayout* layout = nullptr;
   uint32_t layer = 0;
   KvPart part = KvPart::kKey;
-  const void* update = nullptr;           // [tokens][num_kv_heads][head_dim], layout dtype
+  const void* update = nullptr;           // [tokens][num_kv_heads][head_dim]
   const int64_t* slot_mapping = nullptr;  // [tokens]; -1 skips the token
   uint32_t tokens = 0;
+  // The update's dtype for a quantized layout (fp32, fp16 or bf16: each token's head is
+  // scaled and rounded as common/kv_layout.h says); other layouts take their own dtype.
+  KvDtype update_dtype = KvDtype::kFp16;
 };
 
 // Whole blocks between a pool and staging[i * block_bytes ...] for i < count.
@@ -105,7 +111,7 @@ struct DequantizeArgs {
 struct DecodeAttentionArgs {
   const void* pool = nullptr;
   size_t pool_blocks = 0;
-  const KvLayout* layout = nullptr;  // fp32, fp16 or bf16
+  const KvLayout* layout = nullptr;  // any dtype (quantized: CPU only)
   uint32_t layer = 0;
   uint32_t batch = 0;
   uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads
@@ -122,7 +128,7 @@ struct DecodeAttentionArgs {
 struct ChunkedAttentionArgs {
   const void* pool = nullptr;
   size_t pool_blocks = 0;
-  const KvLayout* layout = nullptr;  // fp32, fp16 or bf16
+  const KvLayout* layout = nullptr;  // any dtype (quantized: CPU only)
   uint32_t layer = 0;
   uint32_t batch = 0;
   uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads

@@ -54,7 +54,7 @@ class CpuBackend final : public KernelBackend {
       if (slot < -1 || slot >= static_cast<int64_t>(pool_slots))
         return internal::BadSlot(t, slot, pool_slots);
     }
-    const size_t head_bytes = size_t{layout.head_dim()} * layout.bytes_per_element();
+    const size_t head_bytes = layout.bytes_per_head_row();
     auto* pool = static_cast<char*>(a.pool);
     const auto* update = static_cast<const char*>(a.update);
     for (uint32_t t = 0; t < a.tokens; ++t) {
@@ -63,11 +63,32 @@ class CpuBackend final : public KernelBackend {
       char* block = pool + slot / layout.tokens_per_block() * layout.bytes_per_block();
       const auto token = static_cast<uint32_t>(slot % layout.tokens_per_block());
       for (uint32_t h = 0; h < layout.num_kv_heads(); ++h) {
-        std::memcpy(block + layout.ByteOffset(a.layer, a.part, h, token),
-                    update + (size_t{t} * layout.num_kv_heads() + h) * head_bytes, head_bytes);
+        const size_t row = size_t{t} * layout.num_kv_heads() + h;
+        if (layout.quantized()) {
+          QuantizeRow(layout, a.update, a.update_dtype, row * layout.head_dim(), block,
+                      a.layer, a.part, h, token);
+        } else {
+          std::memcpy(block + layout.ByteOffset(a.layer, a.part, h, token),
+                      update + row * head_bytes, head_bytes);
+        }
       }
     }
     return Status::Ok();
+  }
+
+  // The head_dim values of `input` from `first` on, scaled into (layer, part, head,
+  // token) of a quantized block, their scale beside the values.
+  static void QuantizeRow(const KvLayout& layout, const void* input, KvDtype input_dtype,
+                          size_t first, char* block, uint32_t layer, KvPart part, uint32_t head,
+                          uint32_t token) {
+    float amax = 0.0f;
+    for (uint32_t d = 0; d < layout.head_dim(); ++d)
+      amax = std::max(amax, std::fabs(LoadFloat(input, input_dtype, first + d)));
+    const float scale = amax > 0.0f ? amax / QuantizedRange(layout.dtype()) : 1.0f;
+    std::memcpy(block + layout.ScaleOffset(layer, part, head, token), &scale, sizeof(scale));
+    char* row = block + layout.ByteOffset(layer, part, head, token);
+    for (uint32_t d = 0; d < layout.head_dim(); ++d)
+      StoreQuantized(row, layout.dtype(), d, LoadFloat(input, input_dtype, first + d) / scale);
   }
 
   Status Gather(const BlockCopyArgs& a) override { return CopyBlocks(a, /*to_staging=*/true); }

@@ -9,6 +9,7 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -104,6 +105,46 @@ inline void StoreFloat(void* base, KvDtype dtype, size_t i, float value) {
     case KvDtype::kFp16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); break;
     case KvDtype::kBf16: static_cast<uint16_t*>(base)[i] = FloatToBf16(value); break;
     default: break;  // unreachable: dtypes are checked first
+  }
+}
+
+// The largest magnitude a quantized dtype holds after scaling (scale = max|x| / range).
+inline float QuantizedRange(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kInt8: return 127.0f;
+    case KvDtype::kInt4: return 7.0f;
+    default: return kFp8E4m3Max;
+  }
+}
+
+// Element i of a row of a quantized dtype (int4: two a byte, the even one low), as the
+// unscaled value, and back (`scaled` = x / scale, rounded to nearest, saturated).
+// REQUIRES: a quantized dtype.
+inline float LoadQuantized(const void* row, KvDtype dtype, size_t i) {
+  const auto* bytes = static_cast<const uint8_t*>(row);
+  switch (dtype) {
+    case KvDtype::kInt8: return static_cast<float>(static_cast<int8_t>(bytes[i]));
+    case KvDtype::kInt4: {
+      const uint8_t nibble = (bytes[i / 2] >> (4 * (i % 2))) & 0xFu;
+      return static_cast<float>(nibble >= 8 ? int{nibble} - 16 : int{nibble});
+    }
+    default: return Fp8E4m3ToFloat(bytes[i]);
+  }
+}
+
+inline void StoreQuantized(void* row, KvDtype dtype, size_t i, float scaled) {
+  auto* bytes = static_cast<uint8_t*>(row);
+  const float range = QuantizedRange(dtype);
+  const float q = std::clamp(std::nearbyint(scaled), -range, range);
+  switch (dtype) {
+    case KvDtype::kInt8: bytes[i] = static_cast<uint8_t>(static_cast<int8_t>(q)); break;
+    case KvDtype::kInt4: {
+      const auto nibble = static_cast<uint8_t>(static_cast<int>(q) & 0xF);
+      const int shift = 4 * static_cast<int>(i % 2);
+      bytes[i / 2] = static_cast<uint8_t>((bytes[i / 2] & ~(0xFu << shift)) | (nibble << shift));
+      break;
+    }
+    default: bytes[i] = FloatToFp8E4m3(scaled); break;
   }
 }
 

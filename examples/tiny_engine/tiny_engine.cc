@@ -17,10 +17,12 @@ Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const TinyEngineOptions& 
     return NotFoundError("the node has no pool " + std::to_string(options.pool_id));
   }
   const KvLayout layout = stats.pool_layouts[options.pool_id];
-  if (layout.dtype() != KvDtype::kFp32 || layout.num_layers() != shape.layers ||
+  const bool dtype_ok = layout.dtype() == KvDtype::kFp32 || layout.quantized();
+  if (!dtype_ok || layout.num_layers() != shape.layers ||
       layout.num_kv_heads() != shape.kv_heads || layout.head_dim() != shape.head_dim) {
     return FailedPreconditionError("the node's pool is " + layout.Fingerprint() +
-                                   "; the model needs fp32 with " + std::to_string(shape.layers) +
+                                   "; the model needs fp32 (or int8, int4, fp8_e4m3) with " +
+                                   std::to_string(shape.layers) +
                                    " layers, " + std::to_string(shape.kv_heads) + " KV heads of " +
                                    std::to_string(shape.head_dim) + " dims");
   }
@@ -67,7 +69,8 @@ Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, K
                                 .part = part,
                                 .update = flat.data(),
                                 .slot_mapping = slots.data(),
-                                .tokens = static_cast<uint32_t>(rows.size())});
+                                .tokens = static_cast<uint32_t>(rows.size()),
+                                .update_dtype = KvDtype::kFp32});  // a quantized pool scales it
 }
 
 Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t position,

@@ -22,7 +22,7 @@ void FromTokens(std::span<const uint32_t> tokens, capnp::List<uint32_t>::Builder
 
 Result<KvLayout> ToLayout(schema::KvLayout::Reader l) {
   const auto dtype = static_cast<uint16_t>(l.getDtype());
-  if (dtype > static_cast<uint16_t>(KvDtype::kInt8)) {
+  if (dtype > static_cast<uint16_t>(KvDtype::kInt4)) {
     return InvalidArgumentError("kv layout field dtype has an unknown value " +
                                 std::to_string(dtype));
   }

@@ -130,15 +130,23 @@ Status PoolTransfer::OnboardBatch(TransferPool pool, OnboardScope scope,
 }
 
 // The runs sit at a fixed pitch in a block ([layer][k|v][kv_head][token][head_dim]), so
-// this is one strided copy (one cudaMemcpy2D on a GPU).
+// this is one strided copy (one cudaMemcpy2D on a GPU); a quantized block's scales of
+// those tokens ([layer][k|v][kv_head][token] after the values) are a second one.
 Status PoolTransfer::CopyTokens(TransferPool pool, const PartialCopy& copy) {
   const KvLayout& layout = pool.layout;
-  const size_t run_bytes = size_t{copy.tokens} * layout.head_dim() * layout.bytes_per_element();
+  const size_t run_bytes = size_t{copy.tokens} * layout.bytes_per_head_row();
   const size_t runs = size_t{layout.num_layers()} * 2 * layout.num_kv_heads();
+  const size_t destination = BlockOffset(layout, copy.destination);
+  const size_t source = BlockOffset(layout, copy.source);
   const auto start = SteadyClock::now();
-  Status copied =
-      pool.storage.CopyRuns(BlockOffset(layout, copy.destination), BlockOffset(layout, copy.source),
-                            run_bytes, layout.bytes_per_head_run(), runs);
+  Status copied = pool.storage.CopyRuns(destination, source, run_bytes,
+                                        layout.bytes_per_head_run(), runs);
+  if (copied.ok() && layout.quantized()) {
+    copied = pool.storage.CopyRuns(destination + layout.bytes_of_values(),
+                                   source + layout.bytes_of_values(),
+                                   size_t{copy.tokens} * sizeof(float),
+                                   size_t{layout.tokens_per_block()} * sizeof(float), runs);
+  }
   counts_.copy_transfer += SteadyClock::now() - start;
   return copied;
 }

@@ -151,10 +151,44 @@ TEST_P(PoolTransferTest, APartialCopyTakesTheLeadingTokensOfEveryRun) {
   PoolTransfer transfer(nullptr);
   ASSERT_TRUE(transfer.CopyTokens(pool(), {.source = 1, .destination = 4, .tokens = 3}).ok());
   const std::vector<uint8_t> source = Pattern(2), before = Pattern(5), after = BlockBytes(4);
-  const size_t token_bytes = layout_.head_dim() * layout_.bytes_per_element();
+  const size_t token_bytes = layout_.bytes_per_head_row();
   const size_t run = layout_.bytes_per_head_run();
   for (size_t i = 0; i < after.size(); ++i) {
     const bool copied = i % run < 3 * token_bytes;
+    ASSERT_EQ(after[i], copied ? source[i] : before[i]) << "byte " << i;
+  }
+}
+
+// A quantized block's scales follow its values ([layer][k|v][kv_head][token] of fp32): a
+// partial copy takes the leading tokens' scales too, or their values would be read with
+// the destination's old scales.
+TEST_P(PoolTransferTest, APartialCopyOfAQuantizedBlockTakesTheTokensScalesToo) {
+  const KvLayout int4 = KvLayout::Create({.num_layers = 2,
+                                          .num_kv_heads = 2,
+                                          .head_dim = 8,
+                                          .tokens_per_block = 4,
+                                          .dtype = KvDtype::kInt4})
+                            .value();
+  const size_t block = int4.bytes_per_block();
+  auto made = GetParam() ? testing::DevicePathOnCpu(2 * block)(2 * block)
+                         : MakeHostPoolStorage(2 * block);
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::vector<uint8_t> source(block), before(block);
+  for (size_t i = 0; i < block; ++i) {
+    source[i] = static_cast<uint8_t>(i * 7 + 1);
+    before[i] = static_cast<uint8_t>(i * 11 + 2);
+  }
+  ASSERT_TRUE((*made)->Write(0, source).ok());
+  ASSERT_TRUE((*made)->Write(block, before).ok());
+  PoolTransfer transfer(nullptr);
+  ASSERT_TRUE(
+      transfer.CopyTokens({int4, **made}, {.source = 0, .destination = 1, .tokens = 3}).ok());
+  std::vector<uint8_t> after(block);
+  ASSERT_TRUE((*made)->Read(block, after).ok());
+  for (size_t i = 0; i < block; ++i) {
+    const bool copied = i < int4.bytes_of_values()
+                            ? i % int4.bytes_per_head_run() < 3 * int4.bytes_per_head_row()
+                            : (i - int4.bytes_of_values()) % (4 * sizeof(float)) < 3 * sizeof(float);
     ASSERT_EQ(after[i], copied ? source[i] : before[i]) << "byte " << i;
   }
 }

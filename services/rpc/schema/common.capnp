@@ -45,6 +45,7 @@ enum Dtype {
   bf16 @2;
   fp8E4m3 @3;
   int8 @4;
+  int4 @5;  # two values a byte; int8, int4 and fp8E4m3 carry per-token scales (kv_layout.h)
 }
 
 struct KvLayout {
