@@ -182,14 +182,21 @@ class LoadGenerator {
     headers.set(kj::HttpHeaderId::HOST, host_.c_str());
     headers.set(kj::HttpHeaderId::CONTENT_TYPE, "application/json");
     headers.add("Authorization", authorization_.c_str());
-    // A connection the server closed (after an error, or idle) is opened again.
+    // A connection the server closed is opened again once; a call that cannot start is an
+    // error (KJ's exceptions stop here).
     kj::Maybe<kj::HttpClient::Request> started;
-    KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
-                   started = c.client->request(kj::HttpMethod::POST, path_, headers, body.size());
-                 })) {
-      (void)e;
-      Connect(c);
-      started = c.client->request(kj::HttpMethod::POST, path_, headers, body.size());
+    for (int attempt = 0; attempt < 2 && started == nullptr; ++attempt) {
+      KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                     if (attempt > 0) Connect(c);
+                     started = c.client->request(kj::HttpMethod::POST, path_, headers, body.size());
+                   })) {
+        (void)e;
+      }
+    }
+    if (started == nullptr) {
+      ++errors_;
+      ++finished_;
+      return;
     }
     kj::HttpClient::Request request = kj::mv(KJ_ASSERT_NONNULL(started));
     c.busy = true;
@@ -261,12 +268,18 @@ Result<LookupHttpBenchResult> RunLookupHttpBench(const LookupHttpBenchOptions& o
   const std::string token = auth::GenerateToken();
   BenchCluster cluster;
   KVTIER_RETURN_IF_ERROR(cluster.Start(options, token));
-  LoadGenerator load(options, cluster.address(), token);
+  std::unique_ptr<LoadGenerator> load;
+  KJ_IF_MAYBE (e, kj::runCatchingExceptions([&] {
+                 load = std::make_unique<LoadGenerator>(options, cluster.address(), token);
+               })) {
+    return UnavailableError("connecting to the routing API at " + cluster.address() + ": " +
+                            e->getDescription().cStr());
+  }
 
   LookupHttpBenchResult result;
   const auto start = SteadyClock::now();
   const bench::OtherThreadsUsage before = bench::OtherThreadsUsage::Now();
-  std::vector<double> latencies_us = load.Run(result);
+  std::vector<double> latencies_us = load->Run(result);
   const bench::OtherThreadsUsage after = bench::OtherThreadsUsage::Now();
   const double elapsed = std::chrono::duration<double>(SteadyClock::now() - start).count();
   result.calls = latencies_us.size();

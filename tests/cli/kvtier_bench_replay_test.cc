@@ -204,6 +204,27 @@ TEST(KvtierBenchReplayTest, BenchLookupRpcAnswersEveryCall) {
   EXPECT_NE(out.find("\"server_switches_per_call\":"), std::string::npos) << out;
 }
 
+// The routing API's bench: every call answered, the engine's whole prompt matched, by
+// lookup and by route; a bad count is refused with exit code 2.
+TEST(KvtierBenchReplayTest, BenchLookupHttpAnswersEveryCallWithTheWholePrompt) {
+  testing::TempDir dir;
+  for (const char* path : {"/v1/lookup", "/v1/route"}) {
+    std::vector<std::string> argv = {kKvtier, "bench",   "lookup-http", "--tokens", "64",
+                                     "--prompts", "4",   "--rate",      "400",      "--seconds",
+                                     "0.25",      "--connections", "4", "--json"};
+    if (std::string(path) == "/v1/route") argv.push_back("--route");
+    ChildProcess child(argv, dir.path());
+    ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stdout() << child.Stderr();
+    const std::string out = child.Stdout();
+    EXPECT_NE(out.find(std::string("\"path\":\"") + path + "\""), std::string::npos) << out;
+    EXPECT_NE(out.find("\"calls\":100,\"errors\":0"), std::string::npos) << out;
+    EXPECT_NE(out.find("\"matched_tokens\":64"), std::string::npos) << out;
+  }
+  ChildProcess bad({kKvtier, "bench", "lookup-http", "--tokens", "8"}, dir.path());
+  EXPECT_EQ(bad.Wait(seconds(30)), 2) << bad.Stderr();
+  EXPECT_NE(bad.Stderr().find("--tokens"), std::string::npos) << bad.Stderr();
+}
+
 TEST(KvtierBenchReplayTest, BenchPoolPrintsOneJsonObject) {
   testing::TempDir dir;
   // Small blocks and a short allocation loop: this checks the command, not the figures.
