@@ -41,6 +41,16 @@ std::vector<uint32_t> SyntheticTokens(uint64_t id, uint32_t tokens_per_block) {
   return tokens;
 }
 
+std::vector<uint32_t> SyntheticPrompt(std::span<const uint64_t> ids, uint32_t tokens_per_block) {
+  std::vector<uint32_t> tokens;
+  tokens.reserve(ids.size() * tokens_per_block);
+  for (uint64_t id : ids) {
+    const std::vector<uint32_t> block = SyntheticTokens(id, tokens_per_block);
+    tokens.insert(tokens.end(), block.begin(), block.end());
+  }
+  return tokens;
+}
+
 namespace {
 
 using Packer = msgpack::packer<msgpack::sbuffer>;

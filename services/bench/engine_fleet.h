@@ -57,6 +57,8 @@ enum class EventWire { kArray, kMap };  // tagged arrays (vLLM, TensorRT-LLM) or
 // The tokens of trace block `id`: `tokens_per_block` ids derived from it, so that equal
 // ids give equal tokens and different ids almost surely different ones.
 std::vector<uint32_t> SyntheticTokens(uint64_t id, uint32_t tokens_per_block);
+// A prompt of the blocks `ids`: their SyntheticTokens one after another.
+std::vector<uint32_t> SyntheticPrompt(std::span<const uint64_t> ids, uint32_t tokens_per_block);
 
 // One engine message's payload: a msgpack EventBatch [ts, events, dp_rank] of the step's
 // AllBlocksCleared, BlockStored (token_ids from SyntheticTokens, medium GPU) and

@@ -26,13 +26,17 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr uint32_t kTokensPerBlock = 16;
 constexpr auto kFollowTimeout = std::chrono::seconds(10);
 
+// Prompt p's blocks: its full ones, then the one its last tokens start (if any).
+std::vector<uint64_t> PromptIds(uint32_t prompt, uint32_t tokens, bool partial) {
+  std::vector<uint64_t> ids;
+  const uint32_t blocks = (tokens + (partial ? kTokensPerBlock - 1 : 0)) / kTokensPerBlock;
+  for (uint32_t b = 0; b < blocks; ++b) ids.push_back((uint64_t{prompt} << 32) | b);
+  return ids;
+}
+
 std::vector<uint32_t> PromptTokens(uint32_t prompt, uint32_t tokens) {
-  std::vector<uint32_t> out;
-  for (uint32_t b = 0; out.size() < tokens; ++b) {
-    const std::vector<uint32_t> block =
-        bench::SyntheticTokens((uint64_t{prompt} << 32) | b, kTokensPerBlock);
-    out.insert(out.end(), block.begin(), block.end());
-  }
+  std::vector<uint32_t> out =
+      bench::SyntheticPrompt(PromptIds(prompt, tokens, /*partial=*/true), kTokensPerBlock);
   out.resize(tokens);
   return out;
 }
@@ -71,11 +75,9 @@ class BenchCluster {
     KVTIER_RETURN_IF_ERROR(publisher_.WaitForSubscriber(kFollowTimeout));
     bench::SimulatedEngine engine(size_t{options.prompts} * (options.tokens / kTokensPerBlock + 1));
     for (uint32_t p = 0; p < options.prompts; ++p) {
-      std::vector<uint64_t> ids;
-      for (uint32_t b = 0; b < options.tokens / kTokensPerBlock; ++b)
-        ids.push_back((uint64_t{p} << 32) | b);
-      publisher_.Publish(bench::EncodeEventBatch(engine.Serve(ids), kTokensPerBlock,
-                                                 bench::EventWire::kArray, 0.0));
+      publisher_.Publish(bench::EncodeEventBatch(
+          engine.Serve(PromptIds(p, options.tokens, /*partial=*/false)), kTokensPerBlock,
+          bench::EventWire::kArray, 0.0));
     }
     return WaitUntilIndexed(options, token);
   }

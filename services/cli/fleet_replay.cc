@@ -22,16 +22,6 @@ constexpr auto kFollowTimeout = std::chrono::seconds(10);
 
 std::string EngineName(uint32_t i) { return "engine-" + std::to_string(i); }
 
-std::vector<uint32_t> PromptTokens(const bench::TraceRequest& r, uint32_t block_tokens) {
-  std::vector<uint32_t> tokens;
-  tokens.reserve(r.hash_ids.size() * block_tokens);
-  for (uint64_t id : r.hash_ids) {
-    const std::vector<uint32_t> block = bench::SyntheticTokens(id, block_tokens);
-    tokens.insert(tokens.end(), block.begin(), block.end());
-  }
-  return tokens;
-}
-
 uint64_t EventCount(const bench::EngineStep& step) {
   uint64_t n = step.removed.size();
   for (const bench::StoredRun& run : step.stored) n += run.blocks.size();
@@ -50,7 +40,7 @@ class RoutedFleet {
 
   Status Serve(const bench::TraceRequest& request, FleetReplayReport& report,
                std::vector<double>& route_us) {
-    const std::vector<uint32_t> tokens = PromptTokens(request, options_.block_tokens);
+    const std::vector<uint32_t> tokens = bench::SyntheticPrompt(request.hash_ids, options_.block_tokens);
     coordinator::RoutingQuery query{.tokens = tokens, .candidates = names_};
     // Decode 0: every engine idle, said so (the coordinator's own count of its routes,
     // which stands in for loads no one gives, stays out of it).
