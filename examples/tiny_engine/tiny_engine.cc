@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "gpu/sink_window.h"
+
 namespace kvtier::examples {
 
 Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const TinyEngineOptions& options) {
@@ -18,12 +20,12 @@ Result<std::unique_ptr<TinyEngine>> TinyEngine::Create(const TinyEngineOptions& 
   }
   const KvLayout layout = stats.pool_layouts[options.pool_id];
   const bool dtype_ok = layout.dtype() == KvDtype::kFp32 || layout.quantized();
-  if (!dtype_ok || layout.num_layers() != shape.layers ||
-      layout.num_kv_heads() != shape.kv_heads || layout.head_dim() != shape.head_dim) {
+  if (!dtype_ok || layout.num_layers() != shape.layers || layout.num_kv_heads() != shape.kv_heads ||
+      layout.head_dim() != shape.head_dim) {
     return FailedPreconditionError("the node's pool is " + layout.Fingerprint() +
                                    "; the model needs fp32 (or int8, int4, fp8_e4m3) with " +
-                                   std::to_string(shape.layers) +
-                                   " layers, " + std::to_string(shape.kv_heads) + " KV heads of " +
+                                   std::to_string(shape.layers) + " layers, " +
+                                   std::to_string(shape.kv_heads) + " KV heads of " +
                                    std::to_string(shape.head_dim) + " dims");
   }
   KVTIER_ASSIGN_OR_RETURN(client::PoolMapping mapping,
@@ -52,7 +54,6 @@ Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, K
                            uint32_t first, const std::vector<Vec>& rows) {
   const uint32_t tokens_per_block = layout_.tokens_per_block();
   std::vector<int64_t> slots;
-  Vec flat;
   for (uint32_t i = 0; i < rows.size(); ++i) {
     const uint32_t position = first + i;
     if (position / tokens_per_block >= table.size()) {
@@ -60,8 +61,14 @@ Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, K
     }
     slots.push_back(int64_t{table[position / tokens_per_block]} * tokens_per_block +
                     position % tokens_per_block);
-    flat.insert(flat.end(), rows[i].begin(), rows[i].end());
   }
+  return WriteKvSlots(slots, layer, part, rows);
+}
+
+Status TinyEngine::WriteKvSlots(const std::vector<int64_t>& slots, uint32_t layer, KvPart part,
+                                const std::vector<Vec>& rows) {
+  Vec flat;
+  for (const Vec& row : rows) flat.insert(flat.end(), row.begin(), row.end());
   return kernels_->UpdatePaged({.pool = pool_.bytes().data(),
                                 .pool_blocks = pool_blocks_,
                                 .layout = &layout_,
@@ -75,15 +82,26 @@ Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, K
 
 Result<Vec> TinyEngine::Step(const std::vector<uint32_t>& table, uint32_t position,
                              uint32_t token) {
+  const uint32_t tokens_per_block = layout_.tokens_per_block();
+  if (position / tokens_per_block >= table.size()) {
+    return InternalError("position " + std::to_string(position) + " is past the block table");
+  }
+  const int64_t slot =
+      int64_t{table[position / tokens_per_block]} * tokens_per_block + position % tokens_per_block;
+  return StepAt(table, slot, position + 1, token);
+}
+
+Result<Vec> TinyEngine::StepAt(const std::vector<uint32_t>& table, int64_t slot, uint32_t context,
+                               uint32_t token) {
   const TinyModel& model = *options_.model;
   const TinyModelShape& shape = model.shape();
-  const uint32_t context = position + 1;
   Vec h = model.Embed(token);
   for (uint32_t l = 0; l < shape.layers; ++l) {
     // This token's keys and values go into its slot of the pool, in place.
-    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kKey, position, {model.Key(l, h)}));
-    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kValue, position, {model.Value(l, h)}));
-    // Attention over every position so far, cached ones included, read from the pool.
+    KVTIER_RETURN_IF_ERROR(WriteKvSlots({slot}, l, KvPart::kKey, {model.Key(l, h)}));
+    KVTIER_RETURN_IF_ERROR(WriteKvSlots({slot}, l, KvPart::kValue, {model.Value(l, h)}));
+    // Attention over the first `context` positions of the table (every one so far, cached
+    // ones included; or a sink-window cache's whole ring), read from the pool.
     const Vec query = model.Query(l, h);
     Vec attended(size_t{shape.query_heads} * shape.head_dim);
     KVTIER_RETURN_IF_ERROR(
@@ -220,6 +238,48 @@ Result<Generation> TinyEngine::Generate(uint64_t sequence, const std::vector<uin
     KVTIER_RETURN_IF_ERROR(client.Commit(sequence, all_keys, {}, sequence_tokens).status());
   }
   KVTIER_RETURN_IF_ERROR(client.Free(sequence));
+  return out;
+}
+
+Result<Generation> TinyEngine::GenerateStreaming(uint64_t sequence,
+                                                 const std::vector<uint32_t>& prompt,
+                                                 uint32_t new_tokens, uint32_t sink_tokens,
+                                                 uint32_t window_tokens) {
+  if (prompt.empty()) return InvalidArgumentError("the prompt is empty");
+  const uint32_t capacity = sink_tokens + window_tokens;
+  // A static sequence: its blocks are fixed from here on (CUDA-graph friendly).
+  KVTIER_ASSIGN_OR_RETURN(client::Allocation allocation,
+                          options_.client->Allocate({.sequence = sequence,
+                                                     .pool_id = options_.pool_id,
+                                                     .num_tokens = 1,  // its first; no reuse
+                                                     .reserve_tokens = capacity}));
+  KVTIER_ASSIGN_OR_RETURN(
+      gpu::SinkWindowCache cache,
+      gpu::SinkWindowCache::Create({.sink_tokens = sink_tokens,
+                                    .window_tokens = window_tokens,
+                                    .chunk_tokens = 1,
+                                    .tokens_per_block = layout_.tokens_per_block(),
+                                    .block_table = allocation.block_ids}));
+  Generation out;
+  out.computed_tokens = static_cast<uint32_t>(prompt.size());
+  Vec h;
+  uint32_t next = 0;
+  const uint32_t total = static_cast<uint32_t>(prompt.size()) + new_tokens;
+  for (uint32_t i = 0; i < total; ++i) {
+    const uint32_t token = i < prompt.size() ? prompt[i] : next;
+    if (i >= prompt.size()) out.tokens.push_back(token);
+    KVTIER_ASSIGN_OR_RETURN(const std::vector<int64_t> slots, cache.BeginChunk(i));
+    // Every slot of the ring that holds a token is read: attention does not depend on order.
+    const auto visible = static_cast<uint32_t>(cache.VisibleSlots().size());
+    KVTIER_ASSIGN_OR_RETURN(h, StepAt(allocation.block_ids, slots[0], visible, token));
+    KVTIER_RETURN_IF_ERROR(cache.EndChunk(i));
+    if (i + 1 >= prompt.size()) {
+      out.hidden.push_back(h);
+      next = options_.model->NextToken(h);
+    }
+  }
+  // The ring holds no prefix of the sequence once it rolled: nothing is committed.
+  KVTIER_RETURN_IF_ERROR(options_.client->Free(sequence));
   return out;
 }
 

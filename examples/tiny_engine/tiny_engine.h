@@ -61,12 +61,26 @@ class TinyEngine {
   [[nodiscard]] Result<Generation> Generate(uint64_t sequence, const std::vector<uint32_t>& prompt,
                                             uint32_t new_tokens);
 
+  // StreamingLLM-style: a sequence that keeps its first `sink_tokens` tokens and its last
+  // `window_tokens` (seed 000's sink and local window), in a static sequence of that many
+  // tokens whose blocks never change; gpu::SinkWindowCache maps each token to its ring slot,
+  // one token a step (prompt included). Nothing is reused or committed (a rolled ring holds
+  // no prefix). REQUIRES: window_tokens >= 1; `sequence` is not in use on this client.
+  [[nodiscard]] Result<Generation> GenerateStreaming(uint64_t sequence,
+                                                     const std::vector<uint32_t>& prompt,
+                                                     uint32_t new_tokens, uint32_t sink_tokens,
+                                                     uint32_t window_tokens);
+
  private:
   TinyEngine(const TinyEngineOptions& options, KvLayout layout, client::MappedPool pool,
              std::unique_ptr<gpu::KernelBackend> kernels);
   // Runs token `token` at position `position` through every layer, its keys and values
   // written to the pool, attending over positions 0..position. Returns its hidden state.
   Result<Vec> Step(const std::vector<uint32_t>& table, uint32_t position, uint32_t token);
+  // Step with the token's KV written to pool slot `slot`, attending over the first
+  // `context` positions of the table.
+  Result<Vec> StepAt(const std::vector<uint32_t>& table, int64_t slot, uint32_t context,
+                     uint32_t token);
   // Runs tokens [first, first + tokens.size()) of a sequence as one chunk through every
   // layer, their keys and values written to the pool, each attending over positions up to
   // its own. Returns their hidden states.
@@ -75,6 +89,8 @@ class TinyEngine {
   // One layer's keys or values of `rows` (one per position from `first`) into the pool.
   Status WriteKv(const std::vector<uint32_t>& table, uint32_t layer, KvPart part, uint32_t first,
                  const std::vector<Vec>& rows);
+  Status WriteKvSlots(const std::vector<int64_t>& slots, uint32_t layer, KvPart part,
+                      const std::vector<Vec>& rows);
 
   TinyEngineOptions options_;
   KvLayout layout_;

@@ -36,13 +36,12 @@ class TinyEngineTest : public ::testing::TestWithParam<std::tuple<uint32_t, cons
   static std::string Dtype() { return std::get<1>(GetParam()); }
 
   void Start(uint32_t pool_blocks) {
-    const uint64_t block_bytes =
-        KvLayout::Create({.num_layers = kShape.layers,
-                          .num_kv_heads = kShape.kv_heads,
-                          .head_dim = kShape.head_dim,
-                          .tokens_per_block = kTokensPerBlock,
-                          .dtype = ParseDtype(Dtype()).value()})
-            ->bytes_per_block();
+    const uint64_t block_bytes = KvLayout::Create({.num_layers = kShape.layers,
+                                                   .num_kv_heads = kShape.kv_heads,
+                                                   .head_dim = kShape.head_dim,
+                                                   .tokens_per_block = kTokensPerBlock,
+                                                   .dtype = ParseDtype(Dtype()).value()})
+                                     ->bytes_per_block();
     cli::EmbeddedClusterOptions options;
     options.config.data_dir = dir_.path();
     options.config.coordinator.listen = {"127.0.0.1:0"};
@@ -58,9 +57,10 @@ class TinyEngineTest : public ::testing::TestWithParam<std::tuple<uint32_t, cons
     cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
     client_ = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"})
                   .value();
-    engine_ = TinyEngine::Create(
-                  {.client = client_.get(), .model = &model_, .prefill_chunk_tokens = ChunkTokens()})
-                  .value();
+    engine_ =
+        TinyEngine::Create(
+            {.client = client_.get(), .model = &model_, .prefill_chunk_tokens = ChunkTokens()})
+            .value();
   }
 
   // The model's answer without any cache: greedy decoding by full recomputation.
@@ -78,9 +78,11 @@ class TinyEngineTest : public ::testing::TestWithParam<std::tuple<uint32_t, cons
   // int4 keeps 15 levels a head's values (8 dims here): its error moves this random
   // model's greedy choice among near ties, so from the second step on the two decode
   // different texts, and only the prompt's step is compared.
-  void ExpectSame(const Generation& engine, const Generation& reference) {
+  // `prompt_only`: the same for a dtype whose error moves this run's greedy choice.
+  void ExpectSame(const Generation& engine, const Generation& reference,
+                  bool prompt_only = Dtype() == "int4") {
     ASSERT_EQ(engine.hidden.size(), reference.hidden.size());
-    const size_t steps = Dtype() == "int4" ? 1 : engine.hidden.size();
+    const size_t steps = prompt_only ? 1 : engine.hidden.size();
     if (steps == engine.hidden.size()) {
       EXPECT_EQ(engine.tokens, reference.tokens);
     }
@@ -188,6 +190,36 @@ TEST_P(TinyEngineTest, BlocksThatWentToTheHostTierComeBackExact) {
   ExpectSame(*again, Reference(prompt, 4));
 }
 
+// A sink-window sequence (seed 000): 4 sink tokens and an 8-token window in a static
+// sequence of 3 blocks, a 21-token prompt and 6 more tokens one step at a time, equal to
+// recomputation with StreamingLLM's attention (sinks plus the last window); its blocks
+// never move, and it leaves nothing cached.
+TEST_P(TinyEngineTest, ASinkWindowSequenceAttendsToItsSinksAndTheLastWindow) {
+  Start(/*pool_blocks=*/16);
+  const std::vector<uint32_t> prompt = Prompt(5, 21);
+  auto streamed = engine_->GenerateStreaming(1, prompt, 6, /*sink_tokens=*/4, /*window_tokens=*/8);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  Generation reference;
+  std::vector<uint32_t> tokens = prompt;
+  for (uint32_t i = 0; i <= 6; ++i) {
+    const Vec last = model_.Recompute(tokens, 4, 8).back();
+    reference.hidden.push_back(last);
+    if (i < 6) tokens.push_back(reference.tokens.emplace_back(model_.NextToken(last)));
+  }
+  // 27 steps through one ring: fp8's rounding too moves a near tie of the greedy choice.
+  ExpectSame(*streamed, reference, Dtype() == "int4" || Dtype() == "fp8_e4m3");
+  // Not full attention: the same prompt recomputed without the window differs.
+  const Vec full = model_.Recompute(prompt).back();
+  float differs = 0;
+  for (uint32_t i = 0; i < kShape.model; ++i)
+    differs = std::max(differs, std::fabs(full[i] - reference.hidden[0][i]));
+  EXPECT_GT(differs, 0.1f);
+  auto stats = client_->GetWorkerStats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->used_blocks, 0u) << "freed";
+  EXPECT_EQ(stats->cached_blocks, 0u) << "a rolled ring is no prefix: nothing committed";
+}
+
 TEST_P(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
   Start(/*pool_blocks=*/8);
   const TinyModel other(
@@ -198,15 +230,14 @@ TEST_P(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
 }
 
 // One token at a time, chunks of 3 (crossing 4-token blocks), whole prompts; each pool dtype.
-INSTANTIATE_TEST_SUITE_P(
-    PrefillChunks, TinyEngineTest,
-    ::testing::Combine(::testing::Values(1u, 3u, 64u),
-                       ::testing::Values("fp32", "int8", "fp8_e4m3", "int4")),
-    [](const auto& info) {
-      std::string dtype = std::get<1>(info.param);
-      std::erase(dtype, '_');
-      return "Chunk" + std::to_string(std::get<0>(info.param)) + "_" + dtype;
-    });
+INSTANTIATE_TEST_SUITE_P(PrefillChunks, TinyEngineTest,
+                         ::testing::Combine(::testing::Values(1u, 3u, 64u),
+                                            ::testing::Values("fp32", "int8", "fp8_e4m3", "int4")),
+                         [](const auto& info) {
+                           std::string dtype = std::get<1>(info.param);
+                           std::erase(dtype, '_');
+                           return "Chunk" + std::to_string(std::get<0>(info.param)) + "_" + dtype;
+                         });
 
 }  // namespace
 }  // namespace kvtier::examples

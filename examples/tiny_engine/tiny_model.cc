@@ -58,7 +58,11 @@ uint32_t TinyModel::NextToken(const Vec& h) const {
   return static_cast<uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens) const {
+std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens, uint32_t sink_tokens,
+                                      uint32_t window_tokens) const {
+  const auto sees = [&](size_t s, size_t t) {
+    return window_tokens == 0 || s < sink_tokens || s + window_tokens > t;
+  };
   const uint32_t d = shape_.head_dim, group = shape_.query_heads / shape_.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   std::vector<Vec> h;
@@ -81,7 +85,8 @@ std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens) const
         for (size_t s = 0; s <= t; ++s) {
           float dot = 0;
           for (uint32_t i = 0; i < d; ++i) dot += q[t][qh * d + i] * k[s][kvh * d + i];
-          max_score = std::max(max_score, scores[s] = dot * scale);
+          scores[s] = sees(s, t) ? dot * scale : -INFINITY;
+          max_score = std::max(max_score, scores[s]);
         }
         for (size_t s = 0; s <= t; ++s) sum += scores[s] = std::exp(scores[s] - max_score);
         for (size_t s = 0; s <= t; ++s)

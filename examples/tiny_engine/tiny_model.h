@@ -35,8 +35,11 @@ class TinyModel {
   Vec Output(uint32_t layer, const Vec& attended) const;  // back to the model width
   uint32_t NextToken(const Vec& h) const;                 // greedy
 
-  // Every token's final hidden state, each token attending to itself and all before it.
-  std::vector<Vec> Recompute(const std::vector<uint32_t>& tokens) const;
+  // Every token's final hidden state, each token attending to itself and all before it;
+  // with `window_tokens`, only to the first `sink_tokens` tokens and the last
+  // `window_tokens` up to itself (StreamingLLM's attention).
+  std::vector<Vec> Recompute(const std::vector<uint32_t>& tokens, uint32_t sink_tokens = 0,
+                             uint32_t window_tokens = 0) const;
 
  private:
   struct Layer {
