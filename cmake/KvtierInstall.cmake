@@ -16,7 +16,7 @@ install(EXPORT kvtierTargets NAMESPACE kvtier:: DESTINATION ${CMAKE_INSTALL_LIBD
 # includes, under their repository paths. tests/install checks that every installed
 # header's includes are installed too and that a program builds against them alone.
 set(KVTIER_SDK_HEADERS services/client/client.h common/block_key.h common/block_vocabulary.h common/clock.h
-    common/kv_layout.h common/status.h)
+    common/kv_layout.h common/sink_window.h common/status.h)
 foreach(header IN LISTS KVTIER_SDK_HEADERS)
   get_filename_component(directory "${header}" DIRECTORY)
   install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/${directory}" COMPONENT sdk)

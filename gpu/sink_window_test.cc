@@ -1,6 +1,6 @@
 // The ring-indexed sink window cache must show exactly what a roll-by-copy cache shows
 // (the BlockKVCache semantics), step by step, over random chunk sequences with rewrites.
-#include "gpu/sink_window.h"
+#include "common/sink_window.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "gpu/sink_window.h"
+#include "common/sink_window.h"
 
 namespace kvtier::examples {
 
@@ -254,8 +254,8 @@ Result<Generation> TinyEngine::GenerateStreaming(uint64_t sequence,
                                                      .num_tokens = 1,  // its first; no reuse
                                                      .reserve_tokens = capacity}));
   KVTIER_ASSIGN_OR_RETURN(
-      gpu::SinkWindowCache cache,
-      gpu::SinkWindowCache::Create({.sink_tokens = sink_tokens,
+      SinkWindowCache cache,
+      SinkWindowCache::Create({.sink_tokens = sink_tokens,
                                     .window_tokens = window_tokens,
                                     .chunk_tokens = 1,
                                     .tokens_per_block = layout_.tokens_per_block(),

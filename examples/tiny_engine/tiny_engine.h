@@ -63,7 +63,7 @@ class TinyEngine {
 
   // StreamingLLM-style: a sequence that keeps its first `sink_tokens` tokens and its last
   // `window_tokens` (seed 000's sink and local window), in a static sequence of that many
-  // tokens whose blocks never change; gpu::SinkWindowCache maps each token to its ring slot,
+  // tokens whose blocks never change; SinkWindowCache maps each token to its ring slot,
   // one token a step (prompt included). Nothing is reused or committed (a rolled ring holds
   // no prefix). REQUIRES: window_tokens >= 1; `sequence` is not in use on this client.
   [[nodiscard]] Result<Generation> GenerateStreaming(uint64_t sequence,

@@ -187,6 +187,35 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(len(client.extend(21, 33).block_ids), 3)
         client.free(21)
 
+    def test_a_sink_window_sequence_writes_its_ring_in_a_static_table(self):
+        """StreamingLLM-style: 16 sink tokens and a 32-token window in a static sequence of
+        three blocks; chunks of 16 fill it, then the window rolls over its own slots."""
+        client = self.connect()
+        table = client.allocate(30, [], 1, reserve_tokens=48).block_ids
+        self.assertEqual(len(table), 3)
+        ring = kvtier.SinkWindow(sink_tokens=16, window_tokens=32, chunk_tokens=16, tokens_per_block=16,
+                                 block_table=table)
+        self.assertEqual(ring.capacity_tokens, 48)
+        slots = lambda block: [table[block] * 16 + t for t in range(16)]  # noqa: E731
+        for chunk, block in ((0, 0), (1, 1), (2, 2)):  # filling
+            self.assertEqual(ring.begin_chunk(chunk), slots(block))
+            ring.end_chunk(chunk)
+        self.assertFalse(ring.steady_state)
+        self.assertEqual(ring.begin_chunk(3), slots(1), "the window's oldest block is written over")
+        self.assertTrue(ring.steady_state)
+        self.assertEqual(ring.visible_slots(), slots(0) + slots(2) + slots(1), "sinks, then oldest to newest")
+        ring.end_chunk(3)
+        self.assertEqual(ring.begin_chunk(3), slots(1), "the same chunk again rewrites its tokens")
+        with self.assertRaises(kvtier.Error) as skipped:
+            ring.end_chunk(4)
+        self.assertEqual(skipped.exception.args[0], "FAILED_PRECONDITION")
+        ring.end_chunk(3)
+        with self.assertRaises(kvtier.Error) as bad:
+            ring.begin_chunk(7)
+        self.assertEqual(bad.exception.args[0], "INVALID_ARGUMENT")
+        self.assertEqual(client.extend(30, 48).block_ids, table, "a static table never moves")
+        client.free(30)
+
     def test_errors_carry_the_status_code(self):
         client = self.connect()
         keys = kvtier.block_keys(list(range(32)), 16)

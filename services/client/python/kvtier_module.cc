@@ -15,6 +15,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "common/sink_window.h"
 #include "services/client/client.h"
 
 namespace py = pybind11;
@@ -320,6 +321,33 @@ void BindSequences(py::class_<Client>& client) {
           py::arg("sequence"), Release());
 }
 
+// SinkWindow: the slots of a StreamingLLM-style sequence's ring (common/sink_window.h), for
+// a static sequence's block table (allocate with reserve_tokens = sinks + window).
+void BindSinkWindow(py::module_& m) {
+  py::class_<SinkWindowCache>(m, "SinkWindow")
+      .def(py::init([](uint32_t sink_tokens, uint32_t window_tokens, uint32_t chunk_tokens,
+                       uint32_t tokens_per_block, std::vector<uint32_t> block_table) {
+             return ValueOrThrow(SinkWindowCache::Create({.sink_tokens = sink_tokens,
+                                                          .window_tokens = window_tokens,
+                                                          .chunk_tokens = chunk_tokens,
+                                                          .tokens_per_block = tokens_per_block,
+                                                          .block_table = std::move(block_table)}));
+           }),
+           py::arg("sink_tokens"), py::arg("window_tokens"), py::arg("chunk_tokens"),
+           py::arg("tokens_per_block"), py::arg("block_table"))
+      .def(
+          "begin_chunk",
+          [](SinkWindowCache& c, int64_t index) { return ValueOrThrow(c.BeginChunk(index)); },
+          py::arg("chunk_index"), "Pool slots for the chunk's tokens (-1: not kept)")
+      .def("visible_slots", &SinkWindowCache::VisibleSlots,
+           "Slots attention reads, sinks first, then the window oldest to newest")
+      .def(
+          "end_chunk", [](SinkWindowCache& c, int64_t index) { OkOrThrow(c.EndChunk(index)); },
+          py::arg("chunk_index"))
+      .def_property_readonly("capacity_tokens", &SinkWindowCache::capacity_tokens)
+      .def_property_readonly("steady_state", &SinkWindowCache::steady_state);
+}
+
 void BindClient(py::module_& m) {
   py::class_<Client> client(m, "Client");
   client
@@ -386,4 +414,5 @@ PYBIND11_MODULE(kvtier, m) {
   kvtier::client::BindKeys(m);
   kvtier::client::BindTypes(m);
   kvtier::client::BindClient(m);
+  kvtier::client::BindSinkWindow(m);
 }

@@ -1,9 +1,9 @@
-#include "gpu/sink_window.h"
+#include "common/sink_window.h"
 
 #include <algorithm>
 #include <string>
 
-namespace kvtier::gpu {
+namespace kvtier {
 
 Result<SinkWindowCache> SinkWindowCache::Create(SinkWindowOptions o) {
   if (o.window_tokens == 0)
@@ -92,4 +92,4 @@ void SinkWindowCache::Reset() {
   open_chunk_.reset();
 }
 
-}  // namespace kvtier::gpu
+}  // namespace kvtier

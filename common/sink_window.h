@@ -29,7 +29,7 @@
 
 #include "common/status.h"
 
-namespace kvtier::gpu {
+namespace kvtier {
 
 struct SinkWindowOptions {
   uint32_t sink_tokens = 0;
@@ -73,4 +73,4 @@ class SinkWindowCache {
   std::optional<int64_t> open_chunk_;
 };
 
-}  // namespace kvtier::gpu
+}  // namespace kvtier
