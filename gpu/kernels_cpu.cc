@@ -81,14 +81,10 @@ class CpuBackend final : public KernelBackend {
   static void QuantizeRow(const KvLayout& layout, const void* input, KvDtype input_dtype,
                           size_t first, char* block, uint32_t layer, KvPart part, uint32_t head,
                           uint32_t token) {
-    float amax = 0.0f;
-    for (uint32_t d = 0; d < layout.head_dim(); ++d)
-      amax = std::max(amax, std::fabs(LoadFloat(input, input_dtype, first + d)));
-    const float scale = amax > 0.0f ? amax / QuantizedRange(layout.dtype()) : 1.0f;
+    const float scale = QuantizeRun(input, input_dtype, first, layout.head_dim(),
+                                    block + layout.ByteOffset(layer, part, head, token),
+                                    layout.dtype(), 0);
     std::memcpy(block + layout.ScaleOffset(layer, part, head, token), &scale, sizeof(scale));
-    char* row = block + layout.ByteOffset(layer, part, head, token);
-    for (uint32_t d = 0; d < layout.head_dim(); ++d)
-      StoreQuantized(row, layout.dtype(), d, LoadFloat(input, input_dtype, first + d) / scale);
   }
 
   Status Gather(const BlockCopyArgs& a) override { return CopyBlocks(a, /*to_staging=*/true); }
@@ -96,37 +92,19 @@ class CpuBackend final : public KernelBackend {
 
   Status Quantize(const QuantizeArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckQuantize(a));
-    const bool int8 = a.output_dtype == KvDtype::kInt8;
-    const float range = int8 ? 127.0f : kFp8E4m3Max;
     for (size_t row = 0; row < size_t{a.tokens} * a.heads; ++row) {
-      const size_t base = row * a.head_dim;
-      float amax = 0.0f;
-      for (uint32_t d = 0; d < a.head_dim; ++d)
-        amax = std::max(amax, std::fabs(LoadFloat(a.input, a.input_dtype, base + d)));
-      const float scale = amax / range;
-      a.scales[row] = scale;
-      for (uint32_t d = 0; d < a.head_dim; ++d) {
-        const float scaled =
-            scale > 0.0f ? LoadFloat(a.input, a.input_dtype, base + d) / scale : 0.0f;
-        if (int8) {
-          static_cast<int8_t*>(a.output)[base + d] =
-              static_cast<int8_t>(std::clamp(std::nearbyint(scaled), -127.0f, 127.0f));
-        } else {
-          static_cast<uint8_t*>(a.output)[base + d] = FloatToFp8E4m3(scaled);
-        }
-      }
+      a.scales[row] = QuantizeRun(a.input, a.input_dtype, row * a.head_dim, a.head_dim, a.output,
+                                  a.output_dtype, row * a.head_dim);
     }
     return Status::Ok();
   }
 
   Status Dequantize(const DequantizeArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckDequantize(a));
-    const bool int8 = a.input_dtype == KvDtype::kInt8;
     for (size_t row = 0; row < size_t{a.tokens} * a.heads; ++row) {
       for (uint32_t d = 0; d < a.head_dim; ++d) {
         const size_t i = row * a.head_dim + d;
-        const float q = int8 ? static_cast<float>(static_cast<const int8_t*>(a.input)[i])
-                             : Fp8E4m3ToFloat(static_cast<const uint8_t*>(a.input)[i]);
+        const float q = LoadQuantized(a.input, a.input_dtype, i);
         StoreFloat(a.output, a.output_dtype, i, q * a.scales[row]);
       }
     }

@@ -148,4 +148,20 @@ inline void StoreQuantized(void* row, KvDtype dtype, size_t i, float scaled) {
   }
 }
 
+// Scales `n` values of `input` (a float dtype) from `first` by the largest of them into
+// `output` (a quantized dtype) from `out_first`, and returns the scale: max|x| / range, 0
+// when every value is 0 (they then store as 0).
+inline float QuantizeRun(const void* input, KvDtype input_dtype, size_t first, uint32_t n,
+                         void* output, KvDtype output_dtype, size_t out_first) {
+  float amax = 0.0f;
+  for (uint32_t d = 0; d < n; ++d)
+    amax = std::max(amax, std::fabs(LoadFloat(input, input_dtype, first + d)));
+  const float scale = amax / QuantizedRange(output_dtype);
+  for (uint32_t d = 0; d < n; ++d) {
+    const float x = LoadFloat(input, input_dtype, first + d);
+    StoreQuantized(output, output_dtype, out_first + d, scale > 0.0f ? x / scale : 0.0f);
+  }
+  return scale;
+}
+
 }  // namespace kvtier::gpu

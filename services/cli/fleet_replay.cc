@@ -12,6 +12,7 @@
 #include "services/bench/latency_stats.h"
 #include "services/cli/embedded_cluster.h"
 #include "services/cli/engine_publisher.h"
+#include "services/coordinator/engines/engine_event.h"
 #include "services/coordinator/rpc/routing_client.h"
 
 namespace kvtier::cli {
@@ -211,10 +212,8 @@ Result<FleetReplayReport> RunFleetReplay(std::span<const bench::TraceRequest> re
     return InvalidArgumentError("--engine-block-tokens must be at least 1");
   if (!(options.overlap_weight >= 0 && options.overlap_weight <= 1000))
     return InvalidArgumentError("--overlap-weight must be in [0, 1000]");
-  if (options.format != "vllm" && options.format != "sglang" && options.format != "trtllm") {
-    return InvalidArgumentError("--engine-format \"" + options.format +
-                                "\" is not one of vllm, sglang, trtllm");
-  }
+  KVTIER_RETURN_IF_ERROR(
+      coordinator::ParseEngineFormat(options.format).status().WithContext("--engine-format"));
   FleetReplayReport report;
   report.engines = options.engines;
   report.engine_blocks = options.engine_blocks;
