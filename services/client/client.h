@@ -116,6 +116,12 @@ struct PoolMapping {
 struct AllocateRequest {
   uint64_t sequence = 0;
   uint32_t pool_id = 0;
+  // The pools the sequence spans (a model with layers of several attention windows has
+  // a pool per window): distinct, of one block size; empty: `pool_id` alone. The sequence
+  // gets a table in each (Allocation::tables), and Extend, Commit, Onboard and Free cover
+  // them all. The prefix reused is the longest that every one of them serves (a windowed
+  // pool by its sinks and its last window), and so is the partial reuse after it.
+  std::vector<uint32_t> pool_ids = {};
   std::vector<BlockKey> keys = {};    // the prompt's full blocks
   uint32_t num_tokens = 0;            // the prompt's length
   std::vector<uint32_t> tokens = {};  // optional: the prompt, for partial reuse of one more block
@@ -127,10 +133,21 @@ struct AllocateRequest {
   uint32_t reserve_tokens = 0;
 };
 
+// A table entry for a block outside a windowed pool's window: skipped by a reuse (between
+// the sinks and the last window) or let go as the sequence grew.
+inline constexpr uint32_t kNoBlock = UINT32_MAX;
+
+// A sequence's block table in one of its pools.
+struct PoolTable {
+  uint32_t pool_id = 0;
+  std::vector<uint32_t> block_ids = {};  // in token order; kNoBlock outside the window
+};
+
 struct Allocation {
-  std::vector<uint32_t> block_ids;  // the block table, in token order
+  std::vector<uint32_t> block_ids;  // the block table in the first pool, in token order
   uint32_t reused_blocks = 0;       // leading blocks whose KV is already there
   uint32_t partial_reuse_tokens = 0;
+  std::vector<PoolTable> tables = {};  // one per pool the sequence spans, as allocated
 };
 
 struct OnboardResult {
@@ -254,7 +271,11 @@ class Client {
                                                           std::span<const uint32_t> tokens = {});
   [[nodiscard]] Status Free(uint64_t sequence);
   [[nodiscard]] std::future<Status> FreeAsync(uint64_t sequence);
+  // The longest prefix of `keys` cached in the node's pool, or that every pool of
+  // `pool_ids` serves (what Allocate over those pools would reuse).
   [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, std::span<const BlockKey> keys);
+  [[nodiscard]] Result<uint32_t> LookupLocal(std::span<const uint32_t> pool_ids,
+                                             std::span<const BlockKey> keys);
   [[nodiscard]] Result<WorkerStats> GetWorkerStats();
 
   class Impl;

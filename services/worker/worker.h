@@ -6,8 +6,10 @@
 // memory, or with `device` set the memory of that GPU, shared by CUDA IPC. A process
 // attaches a pool (its layout must equal the pool's) and maps the memory itself: block ids
 // and the layout travel, bytes never do. Sequences belong to a client (one per connection)
-// and to one pool; when a client goes (DropClient: its connection dropped), every
-// reference it held is released.
+// and span one pool or several (a model whose layers attend over different windows has a
+// pool per window: the sequence has a block table in each, and every call covers them
+// all); when a client goes (DropClient: its connection dropped), every reference it held
+// is released.
 //
 // Eviction makes room when a pool is full. A victim whose priority is at least
 // secondary_offload_min_priority is copied out and handed to the offload target (the
@@ -21,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -116,9 +119,11 @@ struct OnboardResult {
   uint32_t from_remote = 0;  // fetched from other nodes
 };
 
-// What Onboard needs to know of a sequence to fetch its blocks elsewhere first.
+// What Onboard needs to know of a sequence to fetch its blocks elsewhere first: of one
+// of its pools (`pool_id`), and which pools it spans.
 struct SequenceState {
   uint32_t pool_id = 0;
+  std::vector<uint32_t> pools = {};  // every pool the sequence spans, as allocated
   KvLayout layout;
   uint64_t format_tag = 0;
   uint64_t salt_scope = 0;
@@ -155,6 +160,10 @@ struct AllocateRequest {
   ClientId client = 0;
   SequenceId sequence = 0;
   uint32_t pool_id = 0;
+  // The pools the sequence spans (distinct, of one block size); empty: `pool_id` alone.
+  // The prefix reused is the longest that every one of them serves (a windowed pool by
+  // its sinks and last window), and so is the partial reuse after it.
+  std::span<const uint32_t> pool_ids = {};
   BlockKey root{};          // RootKey(the tenant's salt)
   uint64_t salt_scope = 0;  // SaltScope(the tenant's salt), for the coordinator
   uint64_t format_tag = 0;  // what else changes KV values (LoRA, model); partial reuse matches it
@@ -164,11 +173,18 @@ struct AllocateRequest {
   uint32_t reserve_tokens = 0;  // a static sequence's capacity (SequenceRequest); 0: dynamic
 };
 
+// A sequence's block table in one of its pools.
+struct PoolTable {
+  uint32_t pool_id = 0;
+  std::vector<BlockId> block_table = {};  // kNoBlock: a block outside the pool's window
+};
+
 struct Allocation {
-  std::vector<BlockId> block_table;  // kNoBlock: a block that left the sequence's window
+  std::vector<BlockId> block_table;  // the first pool's (tables[0]); kNoBlock: outside its window
   uint32_t reused_blocks = 0;        // leading full blocks found cached
   uint32_t reused_tokens = 0;        // tokens whose KV is already in the table's blocks
   uint32_t partial_tokens = 0;       // of which in the block after the reused ones
+  std::vector<PoolTable> tables = {};  // one per pool the sequence spans, as allocated
 };
 
 struct WorkerEvent {
@@ -250,8 +266,10 @@ class Worker {
     // views; a device pool's staged views then `staged`'s Commit, or Land), then
     // Onboard finds them there (its source answers kRemoteInPlace: nothing to copy).
     // kFailedPrecondition: a sequence with no such block; kNotFound: no such sequence.
+    // `pool_id`: the pool of a sequence spanning several (nullopt: its first).
     [[nodiscard]] Result<LandingBlocks> HoldLanding(ClientId client, SequenceId sequence,
-                                                    uint32_t max_blocks);
+                                                    uint32_t max_blocks,
+                                                    std::optional<uint32_t> pool_id = {});
     // Bytes into blocks HoldLanding holds (ins[i] into blocks[i], one block each) on the
     // calling thread, any thread, while this loop goes on: one scatter on a device pool's
     // copier of its own (PoolStorage::LandHeld). kInvalidArgument: no such pool or block,
@@ -311,13 +329,14 @@ class Worker {
   [[nodiscard]] Result<PoolAttachment> AttachPool(uint32_t pool_id, const KvLayout& layout) const;
 
   [[nodiscard]] Result<Allocation> Allocate(const AllocateRequest& request);
-  // Grows the sequence to `total_tokens` tokens.
+  // Grows the sequence to `total_tokens` tokens in every pool it spans (or, refused, in none).
   [[nodiscard]] Result<Allocation> Extend(ClientId client, SequenceId sequence,
                                           uint32_t total_tokens);
   [[nodiscard]] Status Free(ClientId client, SequenceId sequence);
   // Commits the sequence's first block_keys.size() full blocks with the request's
-  // retention (prompt_tokens: how many of the sequence's tokens are the prompt). Returns
-  // how many blocks the call cached.
+  // retention (prompt_tokens: how many of the sequence's tokens are the prompt), in every
+  // pool it spans (a windowed pool: those still in its table). Returns how many blocks
+  // (keys) the call cached in some pool.
   [[nodiscard]] Result<uint32_t> Commit(ClientId client, SequenceId sequence,
                                         std::span<const BlockKey> block_keys,
                                         std::span<const uint32_t> tokens,
@@ -326,15 +345,26 @@ class Worker {
   // worker's own, WorkerOptions::onboard), in order, up to the first block the source
   // lacks, and commits them under `block_keys` (the sequence's full blocks from its
   // first) with the request's retention. Called again with another source, it goes on
-  // where the last call stopped.
+  // where the last call stopped. In every pool the sequence spans, or in `pool_id` alone;
+  // cached_blocks is what all of them hold (the fewest), the counts are summed over pools.
   [[nodiscard]] Result<OnboardResult> Onboard(ClientId client, SequenceId sequence,
                                               std::span<const BlockKey> block_keys,
                                               const kvtier::RetentionConfig& retention,
-                                              OnboardSource* source = nullptr);
-  // kNotFound: no such sequence of `client`.
-  [[nodiscard]] Result<SequenceState> Sequence(ClientId client, SequenceId sequence) const;
-  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root,
+                                              OnboardSource* source = nullptr,
+                                              std::optional<uint32_t> pool_id = {});
+  // The sequence in `pool_id` (nullopt: its first pool). kNotFound: no such sequence of
+  // `client`, or a pool it does not span.
+  [[nodiscard]] Result<SequenceState> Sequence(ClientId client, SequenceId sequence,
+                                               std::optional<uint32_t> pool_id = {}) const;
+  // The longest prefix of `keys` that every pool of `pool_ids` serves (BlockPool::
+  // ServablePrefixes). kNotFound: no such pool; kInvalidArgument: none given.
+  [[nodiscard]] Result<uint32_t> LookupLocal(std::span<const uint32_t> pool_ids,
+                                             const BlockKey& root,
                                              std::span<const BlockKey> keys) const;
+  [[nodiscard]] Result<uint32_t> LookupLocal(uint32_t pool_id, const BlockKey& root,
+                                             std::span<const BlockKey> keys) const {
+    return LookupLocal(std::span<const uint32_t>(&pool_id, 1), root, keys);
+  }
 
   // Releases everything `client` holds (its connection is gone). Returns its sequences.
   size_t DropClient(ClientId client);

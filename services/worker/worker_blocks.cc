@@ -132,25 +132,27 @@ Status Worker::HeldBlocks::Land(uint32_t pool_id, std::span<const BlockId> block
 }
 
 Result<LandingBlocks> Worker::HeldBlocks::HoldLanding(ClientId client, SequenceId sequence,
-                                                      uint32_t max_blocks) {
+                                                      uint32_t max_blocks,
+                                                      std::optional<uint32_t> pool_id) {
   Impl& w = *impl_;
-  KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, w.Find(client, sequence));
-  PoolState& state = w.pools_[seq->pool_id];
+  KVTIER_ASSIGN_OR_RETURN(auto found, w.FindPart(client, sequence, pool_id));
+  const auto [seq, part] = found;
+  PoolState& state = w.pools_[part->pool_id];
   const std::span<uint8_t> memory = state.storage->host_bytes();  // empty: a device pool
-  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(seq->internal));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<BlockId> table, state.pool->BlockTable(part->internal));
   const uint32_t full_blocks = std::min<uint32_t>(static_cast<uint32_t>(table.size()),
                                                   seq->tokens / state.layout.tokens_per_block());
-  LandingBlocks landing{.pool_id = seq->pool_id, .first_block = seq->filled_blocks};
+  LandingBlocks landing{.pool_id = part->pool_id, .first_block = part->filled_blocks};
   landing.blocks.reserve(
       std::min<uint32_t>(max_blocks, full_blocks));  // one allocation, however many blocks
-  for (uint32_t b = seq->filled_blocks;
+  for (uint32_t b = part->filled_blocks;
        b < full_blocks && table[b] != kNoBlock && landing.blocks.size() < max_blocks; ++b) {
     landing.blocks.push_back(table[b]);
   }
   if (landing.blocks.empty()) {
     return FailedPreconditionError(Describe(client, sequence) +
                                    " has no blank full block after its first " +
-                                   std::to_string(seq->filled_blocks) + " in its window");
+                                   std::to_string(part->filled_blocks) + " in its window");
   }
   KVTIER_RETURN_IF_ERROR(state.pool->HoldForWriting(landing.blocks));
   if (!memory.empty()) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,14 +28,34 @@ struct PoolState {
   size_t BlockOffset(BlockId block) const { return size_t{block} * layout.bytes_per_block(); }
 };
 
-struct SequenceRef {
+// A sequence in one of the pools it spans.
+struct SequencePart {
   uint32_t pool_id;
-  SequenceId internal;  // the pool's id: unique across clients
+  SequenceId internal;     // the pool's id: unique across clients
+  uint32_t filled_blocks;  // leading full blocks known to hold KV (reused or onboarded)
+};
+
+struct SequenceRef {
+  std::vector<SequencePart> parts;  // one per pool, as allocated
   uint32_t prompt_tokens;
   uint32_t tokens;
-  uint32_t filled_blocks;  // leading full blocks known to hold KV (reused or onboarded)
   uint64_t salt_scope;
   uint64_t format_tag;
+
+  // The part in `pool_id` (nullopt: the first); null when it spans no such pool.
+  SequencePart* Part(std::optional<uint32_t> pool_id) {
+    if (!pool_id.has_value()) return &parts.front();
+    for (SequencePart& part : parts) {
+      if (part.pool_id == *pool_id) return &part;
+    }
+    return nullptr;
+  }
+  // Leading full blocks every pool holds KV for.
+  uint32_t filled_blocks() const {
+    uint32_t filled = UINT32_MAX;
+    for (const SequencePart& part : parts) filled = std::min(filled, part.filled_blocks);
+    return filled;
+  }
 };
 
 struct ClientSequence {
@@ -71,6 +92,18 @@ class Worker::Impl {
     return &it->second;
   }
 
+  // The sequence and its part in `pool_id` (nullopt: its first).
+  Result<std::pair<SequenceRef*, SequencePart*>> FindPart(ClientId client, SequenceId sequence,
+                                                          std::optional<uint32_t> pool_id) {
+    KVTIER_ASSIGN_OR_RETURN(SequenceRef * seq, Find(client, sequence));
+    SequencePart* part = seq->Part(pool_id);
+    if (part == nullptr) {
+      return NotFoundError(Describe(client, sequence) + " has no blocks in pool " +
+                           std::to_string(*pool_id));
+    }
+    return std::pair{seq, part};
+  }
+
   // Offloads the victims worth keeping, then turns the pool's events into the node's.
   void Settle(uint32_t pool_id, const std::vector<EvictedBlock>& evicted) {
     PoolState& state = pools_[pool_id];
@@ -94,6 +127,18 @@ class Worker::Impl {
   }
 
   static TransferPool Transfer(PoolState& state) { return {state.layout, *state.storage}; }
+
+  // worker.cc: the parts of a sequence's calls.
+  Status CommitPart(const SequencePart& part,
+                    std::span<const BlockKey> block_keys, std::span<const uint32_t> tokens,
+                    std::span<const BlockRetention> retention, std::vector<BlockKey>& stored);
+  Result<std::vector<BlockRetention>> RetentionOf(ClientId client, SequenceId sequence,
+                                                  const SequenceRef& seq, size_t blocks,
+                                                  const kvtier::RetentionConfig& retention) const;
+  Status OnboardPart(ClientId client, SequenceId sequence, SequenceRef& seq, SequencePart& part,
+                     std::span<const BlockKey> block_keys,
+                     const kvtier::RetentionConfig& retention, OnboardSource& source,
+                     OnboardResult& result);
 
   WorkerOptions options_;
   PoolTransfer transfer_{options_.offload};

@@ -275,6 +275,40 @@ class WindowedPoolsTest(unittest.TestCase):
                                                              (found["sources"][0], "gpu", 1)])
             for pool in (0, 1):
                 self.assertEqual(client.allocate(20 + pool, keys, len(prompt), pool_id=pool).reused_blocks, 6)
+                client.free(20 + pool)
+            self.assertEqual(client.lookup_local(keys, pool_ids=[0, 1]), 6)
+        finally:
+            self.assertEqual(up.stop(), 0)
+
+    def test_one_sequence_spans_the_pools_and_reuses_what_both_serve(self):
+        up = KvtierUp(["--worker-max-attention-window", "32,128", "--worker-sink-tokens", "16"])
+        try:
+            client = kvtier.Client(up.address, token=up.token)
+            prompt = array.array("I", range(2000, 2096))  # 6 blocks of 16
+            keys = kvtier.block_keys(prompt, 16)
+            first = client.allocate(1, keys, len(prompt), pool_ids=[0, 1])
+            self.assertEqual(sorted(first.tables), [0, 1])
+            self.assertEqual([len(first.tables[p]) for p in (0, 1)], [6, 6])
+            self.assertEqual(first.block_ids, first.tables[0])
+            self.assertEqual(client.commit(1, keys, priority=80), 6, "six keys, cached in both pools")
+            client.free(1)
+            self.assertEqual(client.lookup_local(keys, pool_ids=[0, 1]), 6)
+            # The prompt grows by a block: both pools reuse its six. The 32-token pool needs
+            # only its sink block and its last window (blocks 4 and 5) of them; the 128-token
+            # pool needs all six.
+            longer = array.array("I", range(2000, 2112))
+            second = client.allocate(2, kvtier.block_keys(longer, 16), len(longer), pool_ids=[0, 1])
+            self.assertEqual(second.reused_blocks, 6)
+            self.assertEqual([b == kvtier.NO_BLOCK for b in second.tables[0]],
+                             [False, True, True, True, False, False, False])
+            self.assertNotIn(kvtier.NO_BLOCK, second.tables[1])
+            self.assertEqual(second.tables[1][:6], first.tables[1], "the same blocks, in place")
+            grown = client.extend(2, len(longer) + 16)
+            self.assertEqual([len(grown.tables[p]) for p in (0, 1)], [8, 8], "extend grows both")
+            with self.assertRaises(kvtier.Error) as twice:
+                client.allocate(3, keys, len(prompt), pool_ids=[1, 1])
+            self.assertEqual(twice.exception.args[0], "INVALID_ARGUMENT")
+            self.assertIn("pool 1 is listed twice", twice.exception.args[1])
         finally:
             self.assertEqual(up.stop(), 0)
 

@@ -159,7 +159,13 @@ void BindTypes(py::module_& m) {
   py::class_<Allocation>(m, "Allocation")
       .def_readonly("block_ids", &Allocation::block_ids)
       .def_readonly("reused_blocks", &Allocation::reused_blocks)
-      .def_readonly("partial_reuse_tokens", &Allocation::partial_reuse_tokens);
+      .def_readonly("partial_reuse_tokens", &Allocation::partial_reuse_tokens)
+      .def_property_readonly("tables", [](const Allocation& a) {
+        py::dict tables;  // pool id -> block ids (kvtier.NO_BLOCK outside a window)
+        for (const PoolTable& t : a.tables) tables[py::int_(t.pool_id)] = t.block_ids;
+        return tables;
+      });
+  m.attr("NO_BLOCK") = kvtier::client::kNoBlock;
   py::class_<OnboardResult>(m, "OnboardResult")
       .def_readonly("onboarded_blocks", &OnboardResult::onboarded_blocks)
       .def_readonly("cached_blocks", &OnboardResult::cached_blocks)
@@ -271,9 +277,10 @@ void BindSequences(py::class_<Client>& client) {
           "allocate",
           [](Client& c, uint64_t sequence, const std::vector<PyKey>& keys, uint32_t num_tokens,
              const py::object& tokens, uint32_t pool_id, uint64_t format_tag,
-             uint32_t reserve_tokens) {
+             uint32_t reserve_tokens, const std::vector<uint32_t>& pool_ids) {
             AllocateRequest request{.sequence = sequence,
                                     .pool_id = pool_id,
+                                    .pool_ids = pool_ids,
                                     .keys = ToKeys(keys),
                                     .num_tokens = num_tokens,
                                     .tokens = OptionalTokens(tokens),
@@ -284,7 +291,13 @@ void BindSequences(py::class_<Client>& client) {
           },
           py::arg("sequence"), py::arg("keys"), py::arg("num_tokens"),
           py::arg("tokens") = py::none(), py::arg("pool_id") = 0, py::arg("format_tag") = 0,
-          py::arg("reserve_tokens") = 0)
+          py::arg("reserve_tokens") = 0, py::arg("pool_ids") = std::vector<uint32_t>{})
+      .def(
+          "lookup_local",
+          [](Client& c, const std::vector<PyKey>& keys, const std::vector<uint32_t>& pool_ids) {
+            return ValueOrThrow(c.LookupLocal(pool_ids, ToKeys(keys)));
+          },
+          py::arg("keys"), py::arg("pool_ids") = std::vector<uint32_t>{0}, Release())
       .def(
           "extend",
           [](Client& c, uint64_t sequence, uint32_t num_tokens) {

@@ -55,6 +55,11 @@ Allocation ToAllocation(schema::Allocation::Reader r) {
   for (uint32_t id : r.getBlockIds()) out.block_ids.push_back(id);
   out.reused_blocks = r.getReusedBlocks();
   out.partial_reuse_tokens = r.getPartialReuseTokens();
+  for (auto table : r.getTables()) {
+    PoolTable& t = out.tables.emplace_back();
+    t.pool_id = table.getPoolId();
+    for (uint32_t id : table.getBlockIds()) t.block_ids.push_back(id);
+  }
   return out;
 }
 
@@ -187,6 +192,8 @@ class Client::Impl {
           rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
           request.setFormatTag(a.format_tag);
           request.setReserveTokens(a.reserve_tokens);
+          rpc::FromTokens(a.pool_ids,
+                          request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
           return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
             return ToAllocation(r.getAllocation());
           }));
@@ -247,11 +254,16 @@ class Client::Impl {
     });
   }
 
-  std::future<Result<uint32_t>> LookupLocal(uint32_t pool_id, std::vector<BlockKey> keys) {
+  // One pool's prefix, or (two or more) the prefix all of them serve.
+  std::future<Result<uint32_t>> LookupLocal(std::vector<uint32_t> pools,
+                                            std::vector<BlockKey> keys) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat, [this, pool_id, keys = std::move(keys)](schema::Session::Client& s) {
+        SafeToRepeat, [this, pools = std::move(pools), keys = std::move(keys)](
+                          schema::Session::Client& s) {
           auto request = Worker(s).lookupLocalRequest();
-          request.setPoolId(pool_id);
+          request.setPoolId(pools.empty() ? 0 : pools.front());
+          if (pools.size() != 1)
+            rpc::FromTokens(pools, request.initPoolIds(static_cast<unsigned>(pools.size())));
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           return request.send().then(ThenKeep(
               deferred_, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
@@ -447,7 +459,12 @@ std::future<Result<uint32_t>> Client::CommitAsync(uint64_t sequence, std::span<c
 }
 std::future<Status> Client::FreeAsync(uint64_t sequence) { return impl_->Free(sequence); }
 Result<uint32_t> Client::LookupLocal(uint32_t pool_id, std::span<const BlockKey> keys) {
-  return impl_->LookupLocal(pool_id, {keys.begin(), keys.end()}).get();
+  return impl_->LookupLocal({pool_id}, {keys.begin(), keys.end()}).get();
+}
+Result<uint32_t> Client::LookupLocal(std::span<const uint32_t> pool_ids,
+                                     std::span<const BlockKey> keys) {
+  if (pool_ids.empty()) return InvalidArgumentError("LookupLocal: no pool ids given");
+  return impl_->LookupLocal({pool_ids.begin(), pool_ids.end()}, {keys.begin(), keys.end()}).get();
 }
 Result<WorkerStats> Client::GetWorkerStats() { return impl_->WorkerStatistics().get(); }
 

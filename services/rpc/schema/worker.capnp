@@ -23,9 +23,14 @@ struct PoolAttachment {
 }
 
 struct Allocation {
-  blockIds @0 :List(UInt32);     # the sequence's block table, in token order
+  blockIds @0 :List(UInt32);     # the sequence's block table in its first pool, in token order
   reusedBlocks @1 :UInt32;       # leading blocks found cached (their KV is already there)
   partialReuseTokens @2 :UInt32; # tokens of the next block reusable (copied on partial reuse)
+  tables @3 :List(PoolTable);    # one per pool the sequence spans, as allocated
+  struct PoolTable {
+    poolId @0 :UInt32;
+    blockIds @1 :List(UInt32);   # 0xFFFFFFFF: a block outside the pool's attention window
+  }
 }
 
 struct WorkerStats {
@@ -53,7 +58,8 @@ interface Worker {
 
   allocate @1 (sequenceId :UInt64, poolId :UInt32, keys :List(Common.BlockKey),
                numTokens :UInt32, partialTokens :List(UInt32), tokens :List(UInt32),
-               formatTag :UInt64, reserveTokens :UInt32) -> (allocation :Allocation);
+               formatTag :UInt64, reserveTokens :UInt32, poolIds :List(UInt32))
+      -> (allocation :Allocation);
   # Builds the block table for a new sequence of `numTokens` tokens, reusing the cached
   # prefix named by `keys` (one per full block, under the session's salt) and, with
   # `tokens` (the whole prompt; numTokens entries), the leading tokens of one more cached
@@ -63,6 +69,10 @@ interface Worker {
   # `reserveTokens` above 0 makes a static sequence: its table holds the blocks of that
   # many tokens (at least numTokens) from now on and never changes; extend past it is
   # OUT_OF_RANGE. 0: a dynamic sequence, grown by extend.
+  # `poolIds` (distinct, of one block size) make the sequence span those pools, poolId
+  # aside: a table in each, and extend, commit, onboard and free cover them all. The
+  # prefix reused is the longest every one of them serves (a windowed pool by its sinks
+  # and its last window), and so is the partial reuse after it.
 
   extend @2 (sequenceId :UInt64, numTokens :UInt32) -> (allocation :Allocation);
   # Grows the sequence to `numTokens` tokens (decode). NOT_FOUND: unknown sequence;
@@ -79,8 +89,10 @@ interface Worker {
   # `tokens` (the committed blocks' tokens) make them candidates for partial reuse.
   # Returns how many blocks this call cached (already cached ones are not counted).
 
-  lookupLocal @5 (poolId :UInt32, keys :List(Common.BlockKey)) -> (matchedBlocks :UInt32);
-  # Longest prefix of `keys` cached in this worker's pool.
+  lookupLocal @5 (poolId :UInt32, keys :List(Common.BlockKey), poolIds :List(UInt32))
+      -> (matchedBlocks :UInt32);
+  # Longest prefix of `keys` cached in this worker's pool, or that every pool of `poolIds`
+  # (when given) serves.
 
   onboard @6 (sequenceId :UInt64, keys :List(Common.BlockKey), sources :List(Common.Location),
               retention :Common.RetentionConfig)

@@ -11,34 +11,6 @@
 namespace kvtier::worker {
 namespace {
 
-uint32_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
-  return static_cast<uint32_t>((tokens + tokens_per_block - 1) / tokens_per_block);
-}
-
-// A sequence's prompt: its tokens, or only their count, and a key per full block.
-Status CheckSequenceRequest(const SequenceRequest& r, uint32_t tokens_per_block) {
-  if (!r.tokens.empty() && r.num_tokens != 0 && r.num_tokens != r.tokens.size()) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": num_tokens " +
-                                std::to_string(r.num_tokens) + " but " +
-                                std::to_string(r.tokens.size()) + " tokens");
-  }
-  const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
-  if (prompt == 0)
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has no tokens");
-  if (r.block_keys.size() != prompt / tokens_per_block) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + " has " +
-                                std::to_string(prompt) + " tokens, so " +
-                                std::to_string(prompt / tokens_per_block) +
-                                " full-block keys, not " + std::to_string(r.block_keys.size()));
-  }
-  if (r.reserve_tokens != 0 && r.reserve_tokens < prompt) {
-    return InvalidArgumentError("sequence " + std::to_string(r.id) + ": reserve_tokens " +
-                                std::to_string(r.reserve_tokens) + " is less than its " +
-                                std::to_string(prompt) + " prompt tokens");
-  }
-  return Status::Ok();
-}
-
 Status CheckRetention(std::span<const BlockRetention> retention, size_t keys) {
   if (!retention.empty() && retention.size() != keys) {
     return InvalidArgumentError("commit has " + std::to_string(keys) + " block keys but " +
@@ -128,18 +100,6 @@ Status BlockPool::ReleaseBlocks(std::span<const BlockId> blocks) {
   return Status::Ok();
 }
 
-uint32_t BlockPool::LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const {
-  uint32_t matched = 0;
-  BlockKey parent = root;
-  for (const BlockKey& key : keys) {
-    const auto it = impl_->index_.find(key);
-    if (it == impl_->index_.end() || !(impl_->metas_[it->second].parent_key == parent)) break;
-    parent = key;
-    ++matched;
-  }
-  return matched;
-}
-
 std::optional<PoolHolding> BlockPool::Find(const BlockKey& key) const {
   const auto it = impl_->index_.find(key);
   if (it == impl_->index_.end()) return std::nullopt;
@@ -179,81 +139,77 @@ std::span<const uint32_t> BlockPool::TokensOf(const BlockKey& key) const {
 }
 
 Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
+  KVTIER_ASSIGN_OR_RETURN(const StartPlan plan, PlanStart(r));
   Impl& p = *impl_;
-  const uint32_t tpb = p.options_.tokens_per_block;
-  if (p.sequences_.contains(r.id))
-    return AlreadyExistsError("sequence " + std::to_string(r.id) + " already exists");
-  KVTIER_RETURN_IF_ERROR(CheckSequenceRequest(r, tpb));
-  const size_t prompt = r.tokens.empty() ? r.num_tokens : r.tokens.size();
   SequenceStart start;
-  const uint32_t matched = LookupPrefix(r.root, r.block_keys);
-  const BlockKey parent_key = matched == 0 ? r.root : r.block_keys[matched - 1];
-  const auto rest = r.tokens.empty() ? r.tokens : r.tokens.subspan(size_t{matched} * tpb);
-  const auto [partial, partial_tokens] = p.BestPartial(parent_key, r.format_tag, rest);
-  const bool in_place =
-      partial != kNoBlock && p.metas_[partial].refs == 0 && p.metas_[partial].cached_children == 0;
-  const uint32_t needed = BlocksFor(std::max<size_t>(prompt, r.reserve_tokens), tpb);
-  const uint32_t blank = needed - matched - (in_place ? 1 : 0);
-  // Feasibility before any change: pinning cached blocks takes them out of the evictable set.
-  size_t pinned_evictable = 0;
-  for (uint32_t i = 0; i < matched; ++i)
-    pinned_evictable += p.metas_[p.index_.at(r.block_keys[i])].refs == 0;
-  if (partial != kNoBlock) pinned_evictable += p.metas_[partial].refs == 0;
-  KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank + pinned_evictable));
-
-  for (uint32_t i = 0; i < matched; ++i) {
+  start.block_table.reserve(plan.needed);
+  for (uint32_t i = 0; i < plan.matched; ++i) {
+    if (!plan.Kept(i)) {
+      start.block_table.push_back(kNoBlock);
+      continue;
+    }
     const BlockId b = p.index_.at(r.block_keys[i]);
     p.Ref(b);
     start.block_table.push_back(b);
   }
+  const BlockId partial = plan.partial;
   if (partial != kNoBlock) p.Ref(partial);  // pinned: the copy source must survive eviction
-  if (in_place) {
+  if (plan.in_place) {
     p.Emit(PoolEvent::Kind::kRemoved, partial);  // its tail will be overwritten
     p.Uncache(partial);
     start.block_table.push_back(partial);
     ++p.stats_.partial_reuses;
   }
   // Blank blocks come from the free list, then by eviction: each vector grows once.
-  const size_t evictions = blank > p.free_.size() ? blank - p.free_.size() : 0;
-  start.block_table.reserve(needed);
+  const size_t evictions = plan.blank > p.free_.size() ? plan.blank - p.free_.size() : 0;
   start.evicted.reserve(evictions);
   GrowFor(p.events_, evictions);
-  while (start.block_table.size() < needed)
+  while (start.block_table.size() < plan.needed)
     start.block_table.push_back(p.TakeBlank(&start.evicted));
-  if (partial != kNoBlock && !in_place) {
-    start.copy = PartialCopy{partial, start.block_table[matched], partial_tokens};
+  if (partial != kNoBlock && !plan.in_place) {
+    start.copy = PartialCopy{partial, start.block_table[plan.matched], plan.partial_tokens};
     p.Unref(partial);  // stays cached
     ++p.stats_.partial_copies;
   }
-  start.reused_blocks = matched;
-  start.reused_tokens = matched * tpb + partial_tokens;
-  p.stats_.reused_blocks += matched;
-  p.sequences_.emplace(r.id, Sequence{start.block_table, static_cast<uint32_t>(prompt), r.root,
-                                      r.format_tag, r.salt_scope, r.reserve_tokens});
+  const uint32_t tpb = p.options_.tokens_per_block;
+  start.reused_blocks = plan.matched;
+  start.reused_tokens = plan.matched * tpb + plan.partial_tokens;
+  p.stats_.reused_blocks += plan.matched;
+  const auto prompt = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
+  p.sequences_.emplace(r.id, Sequence{start.block_table, prompt, r.root, r.format_tag,
+                                      r.salt_scope, r.reserve_tokens});
   return start;
 }
 
-Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
-  Impl& p = *impl_;
+Status BlockPool::CanExtend(SequenceId id, uint32_t tokens) const {
+  const Impl& p = *impl_;
   const auto it = p.sequences_.find(id);
   if (it == p.sequences_.end())
     return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
-  Sequence& seq = it->second;
-  const uint32_t tpb = p.options_.tokens_per_block;
+  const Sequence& seq = it->second;
   const uint64_t total = uint64_t{seq.tokens} + tokens;
   if (total > UINT32_MAX)
     return OutOfRangeError("sequence " + std::to_string(id) + " would exceed 2^32 tokens");
   if (seq.reserved_tokens != 0) {  // static: its table is fixed
-    if (total > seq.reserved_tokens) {
-      return OutOfRangeError("static sequence " + std::to_string(id) + " reserved " +
-                             std::to_string(seq.reserved_tokens) + " tokens; " +
-                             std::to_string(total) + " would not fit");
-    }
+    if (total <= seq.reserved_tokens) return Status::Ok();
+    return OutOfRangeError("static sequence " + std::to_string(id) + " reserved " +
+                           std::to_string(seq.reserved_tokens) + " tokens; " +
+                           std::to_string(total) + " would not fit");
+  }
+  return p.NeedBlocks(BlocksFor(total, p.options_.tokens_per_block) - seq.table.size());
+}
+
+Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
+  KVTIER_RETURN_IF_ERROR(CanExtend(id, tokens));
+  Impl& p = *impl_;
+  Sequence& seq = p.sequences_.find(id)->second;
+  const uint32_t tpb = p.options_.tokens_per_block;
+  const uint64_t total = uint64_t{seq.tokens} + tokens;
+  if (seq.reserved_tokens != 0) {
     seq.tokens = static_cast<uint32_t>(total);
     return SequenceGrowth{};
   }
   const uint32_t blank = BlocksFor(total, tpb) - static_cast<uint32_t>(seq.table.size());
-  KVTIER_RETURN_IF_ERROR(p.NeedBlocks(blank));
   SequenceGrowth growth;
   for (uint32_t i = 0; i < blank; ++i) {
     growth.new_blocks.push_back(p.TakeBlank(&growth.evicted));
@@ -330,8 +286,17 @@ Status BlockPool::FreeSequence(SequenceId id) {
   if (it == p.sequences_.end())
     return NotFoundError("sequence " + std::to_string(id) + " is not in this pool");
   // Deepest first: descendants become less recent than their ancestors, so eviction
-  // meets leaves first.
-  for (auto b = it->second.table.rbegin(); b != it->second.table.rend(); ++b) {
+  // meets leaves first. A windowed pool first lets go of the blocks between the sinks and
+  // the last window, which a later sequence over this prefix does not need.
+  std::vector<BlockId>& table = it->second.table;
+  if (p.windowed()) {
+    const PoolWindowBlocks window = p.WindowBlocks();
+    const auto full = static_cast<uint32_t>(table.size());
+    for (uint32_t i = window.sinks; full > window.window && i < full - window.window; ++i) {
+      if (table[i] != kNoBlock) p.Unref(std::exchange(table[i], kNoBlock));
+    }
+  }
+  for (auto b = table.rbegin(); b != table.rend(); ++b) {
     if (*b != kNoBlock) p.Unref(*b);
   }
   p.sequences_.erase(it);

@@ -117,6 +117,11 @@ struct SequenceRequest {
   // now (at least the prompt's) and never changes after, neither grown nor released
   // where it left a window; Extend past it is kOutOfRange.
   uint32_t reserve_tokens = 0;
+  // The reused prefix, in blocks, where the caller chose it (a sequence spanning pools
+  // reuses what every one of them serves); nullopt: the longest this pool serves.
+  // REQUIRES: ServablePrefixes(root, block_keys)[*reuse_blocks].
+  std::optional<uint32_t> reuse_blocks = std::nullopt;
+  uint32_t max_partial_tokens = UINT32_MAX;  // a cap on partial reuse (likewise shared)
 };
 
 struct SequenceStart {
@@ -183,7 +188,14 @@ class BlockPool {
   [[nodiscard]] Status ReleaseBlocks(std::span<const BlockId> blocks);
 
   // ---- sequences ----------------------------------------------------------------------
+  // A windowed sequence's table holds kNoBlock for the blocks a reused prefix skips (those
+  // between its sinks and its last window) and for those that left its window since.
   [[nodiscard]] Result<SequenceStart> StartSequence(const SequenceRequest& request);
+  // What StartSequence(request) would answer but for the change: OK where it would start
+  // the sequence, else its error (kResourceExhausted: too few blocks). Changes nothing.
+  [[nodiscard]] Status CanStart(const SequenceRequest& request) const;
+  // Likewise for Extend(id, tokens).
+  [[nodiscard]] Status CanExtend(SequenceId id, uint32_t tokens) const;
   // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed
   // (none for a static sequence). kOutOfRange past a static sequence's reserve: nothing
   // changes.
@@ -199,8 +211,20 @@ class BlockPool {
   [[nodiscard]] Status FreeSequence(SequenceId id);
   [[nodiscard]] Result<std::vector<BlockId>> BlockTable(SequenceId id) const;
 
-  // Full blocks of `keys` cached here as a chain from `root`.
+  // ---- prefix reuse (prefix_reuse.cc) ---------------------------------------------------
+  // servable[m], m in [0, keys.size()]: whether a sequence over the first m blocks of the
+  // chain `keys` from `root` finds their KV here: every one of them in a full-attention
+  // pool; in a windowed pool its sink blocks and its last window (the blocks between left
+  // every window: attention never reads them). servable[0] is true.
+  std::vector<bool> ServablePrefixes(const BlockKey& root, std::span<const BlockKey> keys) const;
+  // The longest servable prefix, in blocks.
   uint32_t LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const;
+  // The tokens of `tokens` (a prompt) after its first `reused_blocks` blocks that partial
+  // reuse finds here in a cached block of `format_tag` (0 with partial reuse off).
+  // REQUIRES: reused_blocks <= keys.size().
+  uint32_t PartialReuseTokens(const BlockKey& root, std::span<const BlockKey> keys,
+                              uint32_t reused_blocks, std::span<const uint32_t> tokens,
+                              uint64_t format_tag) const;
   // The committed block cached under `key`, whatever its chain (a peer fetching it);
   // retention_left is left 0 and tokens empty (not computed here).
   std::optional<PoolHolding> Find(const BlockKey& key) const;
@@ -222,6 +246,8 @@ class BlockPool {
 
  private:
   explicit BlockPool(std::unique_ptr<Impl> impl);
+  // StartSequence's decisions, checked, before it changes anything (prefix_reuse.cc).
+  [[nodiscard]] Result<struct StartPlan> PlanStart(const SequenceRequest& request) const;
   // HoldBlocks (`committed`) and HoldForWriting.
   [[nodiscard]] Status Hold(std::span<const BlockId> blocks, bool committed);
   std::unique_ptr<Impl> impl_;

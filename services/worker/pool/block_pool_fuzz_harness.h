@@ -268,16 +268,35 @@ class Harness {
     }
   }
 
+  // The pool's window in blocks (sinks, window), as the contract counts them; full
+  // attention: no sinks, no limit.
+  std::pair<uint32_t, uint32_t> ModelWindow() const {
+    if (options_.window_tokens == 0) return {0, UINT32_MAX};
+    const uint32_t t = tpb();
+    return {(options_.sink_tokens + t - 1) / t, (options_.window_tokens + t - 1) / t};
+  }
+
+  // Whether reused block i of a prefix of `matched` blocks is in the table: all of them
+  // under full attention, the sinks and the last window in a windowed pool.
+  bool ModelKept(uint32_t i, uint32_t matched) const {
+    const auto [sinks, window] = ModelWindow();
+    return i < sinks || window >= matched || i >= matched - window;
+  }
+
+  // The longest prefix the pool serves: every block cached as a chain, or (windowed) the
+  // sinks and the last window of it.
   uint32_t ModelPrefix(const BlockKey& root, std::span<const BlockKey> keys) const {
-    uint32_t matched = 0;
-    BlockKey parent = root;
-    for (const BlockKey& key : keys) {
-      const auto it = cached_.find(key);
-      if (it == cached_.end() || !(it->second.parent == parent)) break;
-      parent = key;
-      ++matched;
+    uint32_t longest = 0;
+    for (uint32_t m = 1; m <= keys.size(); ++m) {
+      bool served = true;
+      for (uint32_t i = 0; i < m && served; ++i) {
+        if (!ModelKept(i, m)) continue;
+        const auto it = cached_.find(keys[i]);
+        served = it != cached_.end() && it->second.parent == (i == 0 ? root : keys[i - 1]);
+      }
+      if (served) longest = m;
     }
-    return matched;
+    return longest;
   }
 
   // Keys for the full blocks of s.tokens not keyed yet: chained from the last key, as an

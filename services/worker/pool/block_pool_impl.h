@@ -48,6 +48,35 @@ struct Sequence {
 
 using Expiry = DeadlineHeap<uint32_t>::Entry;
 
+inline uint32_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
+  return static_cast<uint32_t>((tokens + tokens_per_block - 1) / tokens_per_block);
+}
+
+// A pool's window in blocks, as the coordinator counts it (block_index.h's PoolWindow):
+// a sequence of m blocks needs blocks [0, sinks) and [m - window, m). Full attention:
+// no sinks, an unlimited window.
+struct PoolWindowBlocks {
+  uint32_t sinks = 0;
+  uint32_t window = UINT32_MAX;
+};
+
+// What StartSequence does (BlockPool::PlanStart): the prefix it reuses, the partial
+// block after it, the blank blocks it takes.
+struct StartPlan {
+  uint32_t matched = 0;  // reused prefix, in blocks
+  PoolWindowBlocks window;
+  BlockId partial = kNoBlock;
+  uint32_t partial_tokens = 0;
+  bool in_place = false;
+  uint32_t needed = 0;  // table entries
+  uint32_t blank = 0;   // blank blocks taken
+
+  // Whether reused block i (< matched) is in the table (a windowed reuse skips the rest).
+  bool Kept(uint32_t i) const {
+    return i < window.sinks || window.window >= matched || i >= matched - window.window;
+  }
+};
+
 // Cached blocks grouped by (parent key, format tag): the partial-reuse candidates.
 struct ChildGroup {
   BlockKey parent;
@@ -70,6 +99,11 @@ class BlockPool::Impl {
   }
 
   bool windowed() const { return options_.window_tokens != 0; }
+  PoolWindowBlocks WindowBlocks() const {
+    if (!windowed()) return {};
+    const uint32_t tpb = options_.tokens_per_block;
+    return {BlocksFor(options_.sink_tokens, tpb), BlocksFor(options_.window_tokens, tpb)};
+  }
   size_t Available() const { return free_.size() + lru_.size(); }
 
   void Ref(BlockId b) {

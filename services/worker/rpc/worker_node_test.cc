@@ -155,7 +155,7 @@ TEST_F(WorkerNodeTest, ItsBlocksReachTheIndexAndLeaveWithADrain) {
 }
 
 // `kvtier worker` with per-layer windows: one pool per window, both registered, a prompt
-// committed in each found in each at the coordinator.
+// committed by one sequence spanning both found in each at the coordinator.
 TEST_F(WorkerNodeTest, EachWindowOfTheConfigurationIsAPoolTheIndexKnows) {
   node_ = StartNode("gpu-node-0", dir_.path(), worker_registry_, "", [](WorkerConfig& w) {
     w.max_attention_window = {8, 16};
@@ -167,13 +167,21 @@ TEST_F(WorkerNodeTest, EachWindowOfTheConfigurationIsAPoolTheIndexKnows) {
       << node_->Summary();
   auto engine = Connect(node_->endpoints()[0]);
   const std::vector<BlockKey> keys = client::Client::BlockKeys(Prompt(30, 8), kTokensPerBlock);
-  for (uint32_t pool : {0u, 1u}) {
-    ASSERT_TRUE(
-        engine->Allocate({.sequence = 1 + pool, .pool_id = pool, .keys = keys, .num_tokens = 8})
-            .ok());
-    ASSERT_TRUE(engine->Commit(1 + pool, keys).ok());
-    ASSERT_TRUE(engine->Free(1 + pool).ok());
-  }
+  // One sequence spans both pools: a table in each, one commit and one free for both.
+  const std::vector<uint32_t> both = {0, 1};
+  auto allocation =
+      engine->Allocate({.sequence = 1, .pool_ids = both, .keys = keys, .num_tokens = 8});
+  ASSERT_TRUE(allocation.ok()) << allocation.status();
+  ASSERT_EQ(allocation->tables.size(), 2u);
+  EXPECT_EQ(allocation->tables[1].pool_id, 1u);
+  EXPECT_EQ(allocation->tables[1].block_ids.size(), 2u);
+  ASSERT_EQ(engine->Commit(1, keys).value(), 2u);
+  ASSERT_TRUE(engine->Free(1).ok());
+  EXPECT_EQ(engine->LookupLocal(both, keys).value(), 2u);
+  auto again = engine->Allocate({.sequence = 2, .pool_ids = both, .keys = keys, .num_tokens = 9});
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->reused_blocks, 2u) << "reused in both pools";
+  ASSERT_TRUE(engine->Free(2).ok());
   auto coordinator = Connect(coordinator_->endpoints()[0]);
   std::vector<uint32_t> pools;
   ASSERT_TRUE(kvtier::testing::WaitUntil([&] {

@@ -53,11 +53,22 @@ kvtier::RetentionConfig ToRetention(schema::RetentionConfig::Reader r) {
   return config;
 }
 
+std::vector<uint32_t> ToPoolIds(capnp::List<uint32_t>::Reader ids) {
+  return rpc::ToTokens(ids);  // a list of UInt32, as tokens are
+}
+
 void SetAllocation(const Allocation& a, schema::Allocation::Builder b) {
   auto ids = b.initBlockIds(static_cast<unsigned>(a.block_table.size()));
   for (unsigned i = 0; i < a.block_table.size(); ++i) ids.set(i, a.block_table[i]);
   b.setReusedBlocks(a.reused_blocks);
   b.setPartialReuseTokens(a.partial_tokens);
+  auto tables = b.initTables(static_cast<unsigned>(a.tables.size()));
+  for (unsigned t = 0; t < a.tables.size(); ++t) {
+    tables[t].setPoolId(a.tables[t].pool_id);
+    const std::vector<BlockId>& table = a.tables[t].block_table;
+    auto out = tables[t].initBlockIds(static_cast<unsigned>(table.size()));
+    for (unsigned i = 0; i < table.size(); ++i) out.set(i, table[i]);
+  }
 }
 
 void SetOnboarded(const OnboardResult& r, schema::Worker::OnboardResults::Builder out) {
@@ -101,23 +112,66 @@ struct OnboardArgs {
   std::vector<std::string> sources;  // node ids the client's lookup named
 };
 
-// The sequence's blank blocks from `first` held for `request` to land in
+// The sequence's blank blocks in `pool_id` from `first` held for `request` to land in
 // (LandingHold::Direct: its keys cut to the blocks held, since Onboard stops at the
 // first block out of the window anyway); null where they cannot be (a sequence changed
 // since the local onboard, a window), and `request` is unchanged.
-std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequence, uint32_t first,
+std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequence,
+                                         uint32_t pool_id, uint32_t first,
                                          PeerFetchRequest& request) {
-  Result<std::shared_ptr<LandingHold>> held = LandingHold::Take(
-      *caller.worker, caller.client, sequence, static_cast<uint32_t>(request.keys.size()));
+  Result<std::shared_ptr<LandingHold>> held =
+      LandingHold::Take(*caller.worker, caller.client, sequence,
+                        static_cast<uint32_t>(request.keys.size()), pool_id);
   if (!held.ok() || (*held)->blocks().first_block != first)
     return nullptr;  // the hold goes with `held`
   LandingHold::Direct(*held, request);
   return std::move(*held);
 }
 
-// The onboard from the node's tiers, then, for what they lacked, from the nodes the
-// client's lookup named: fetched off the worker's loop, landed as a second onboard (it
-// goes on where the first stopped).
+// For each pool of the sequence from pools[next] on, one after another: the blocks the
+// node's tiers lacked, fetched from the nodes the client's lookup named off the worker's
+// loop and landed as a second onboard (it goes on where the first stopped).
+kj::Promise<OnboardResult> OnboardFromPeers(const Caller& caller,
+                                            std::shared_ptr<const OnboardArgs> args,
+                                            std::vector<uint32_t> pools, size_t next,
+                                            OnboardResult total) {
+  for (; next < pools.size(); ++next) {
+    Result<SequenceState> state = caller.worker->Sequence(caller.client, args->sequence, pools[next]);
+    ThrowIfError(state.status());
+    if (state->filled_blocks < args->keys.size()) break;
+  }
+  if (next == pools.size()) return total;
+  const uint32_t pool_id = pools[next];
+  const SequenceState state = caller.worker->Sequence(caller.client, args->sequence, pool_id).value();
+  PeerFetchRequest request;
+  request.node_ids = args->sources;
+  request.keys.assign(args->keys.begin() + state.filled_blocks, args->keys.end());
+  request.format_tag = StorageFormatTag(state.layout, state.format_tag);
+  request.salt_scope = state.salt_scope;
+  request.block_bytes = state.layout.bytes_per_block();
+  // The sequence's blocks take the fetched bytes in place, off the loop (a host pool's as
+  // they come, a device pool's by one scatter once fetched): no copy on the loop after.
+  std::shared_ptr<LandingHold> landing =
+      LandInPlace(caller, args->sequence, pool_id, state.filled_blocks, request);
+  return caller.peers->Fetch(std::move(request))
+      .then([caller, args, pools = std::move(pools), next, total,
+             landing = std::move(landing)](const FetchedBlocks& fetched) mutable {
+        if (!*caller.alive)
+          rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
+        FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
+        Result<OnboardResult> remote = caller.worker->Onboard(
+            caller.client, args->sequence, args->keys, args->retention, &source, pools[next]);
+        ThrowIfError(remote.status());
+        landing.reset();
+        total.onboarded_blocks += remote->onboarded_blocks;
+        total.from_remote += remote->from_remote;
+        total.cached_blocks = remote->cached_blocks;
+        return OnboardFromPeers(caller, std::move(args), std::move(pools), next + 1, total);
+      });
+}
+
+// The onboard from the node's tiers into every pool of the sequence, then, for what they
+// lacked, from the nodes the client's lookup named.
 kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args) {
   Worker& worker = *caller.worker;
   Result<OnboardResult> local =
@@ -127,30 +181,8 @@ kj::Promise<OnboardResult> OnboardFromAll(const Caller& caller, OnboardArgs args
     return *local;
   Result<SequenceState> state = worker.Sequence(caller.client, args.sequence);
   ThrowIfError(state.status());
-  PeerFetchRequest request;
-  request.node_ids = std::move(args.sources);
-  request.keys.assign(args.keys.begin() + local->cached_blocks, args.keys.end());
-  request.format_tag = StorageFormatTag(state->layout, state->format_tag);
-  request.salt_scope = state->salt_scope;
-  request.block_bytes = state->layout.bytes_per_block();
-  // The sequence's blocks take the fetched bytes in place, off the loop (a host pool's as
-  // they come, a device pool's by one scatter once fetched): no copy on the loop after.
-  std::shared_ptr<LandingHold> landing =
-      LandInPlace(caller, args.sequence, local->cached_blocks, request);
-  return caller.peers->Fetch(std::move(request))
-      .then([caller, args = std::move(args), total = *local,
-             landing = std::move(landing)](const FetchedBlocks& fetched) mutable -> OnboardResult {
-        if (!*caller.alive)
-          rpc::ThrowStatus(CancelledError("the client went while its blocks were fetched"));
-        FetchedSource source(fetched, landing ? &landing->blocks() : nullptr);
-        Result<OnboardResult> remote = caller.worker->Onboard(caller.client, args.sequence,
-                                                              args.keys, args.retention, &source);
-        ThrowIfError(remote.status());
-        total.onboarded_blocks += remote->onboarded_blocks;
-        total.from_remote += remote->from_remote;
-        total.cached_blocks = remote->cached_blocks;
-        return total;
-      });
+  return OnboardFromPeers(caller, std::make_shared<const OnboardArgs>(std::move(args)),
+                          std::move(state->pools), 0, *local);
 }
 
 struct StatsView {
@@ -214,10 +246,12 @@ class WorkerServer final : public schema::Worker::Server {
     const auto p = call.getParams();
     return OnWorker([caller = caller_, keys = Salted(p.getKeys()), tokens = ToTokens(p.getTokens()),
                      sequence = p.getSequenceId(), pool = p.getPoolId(), format = p.getFormatTag(),
-                     num_tokens = p.getNumTokens(), reserve = p.getReserveTokens()] {
+                     num_tokens = p.getNumTokens(), reserve = p.getReserveTokens(),
+                     pools = ToPoolIds(p.getPoolIds())] {
              return caller.worker->Allocate({.client = caller.client,
                                              .sequence = sequence,
                                              .pool_id = pool,
+                                             .pool_ids = pools,
                                              .root = caller.root,
                                              .salt_scope = caller.scope,
                                              .format_tag = format,
@@ -262,8 +296,10 @@ class WorkerServer final : public schema::Worker::Server {
 
   kj::Promise<void> lookupLocal(LookupLocalContext call) override {
     const auto p = call.getParams();
-    return OnWorker([caller = caller_, pool = p.getPoolId(), keys = Salted(p.getKeys())] {
-             return caller.worker->LookupLocal(pool, caller.root, keys);
+    return OnWorker([caller = caller_, pool = p.getPoolId(), pools = ToPoolIds(p.getPoolIds()),
+                     keys = Salted(p.getKeys())] {
+             return pools.empty() ? caller.worker->LookupLocal(pool, caller.root, keys)
+                                  : caller.worker->LookupLocal(pools, caller.root, keys);
            })
         .then([call](Result<uint32_t> matched) mutable {
           ThrowIfError(matched.status());

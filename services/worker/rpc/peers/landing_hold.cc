@@ -10,9 +10,10 @@
 namespace kvtier::worker {
 
 Result<std::shared_ptr<LandingHold>> LandingHold::Take(Worker& worker, ClientId client,
-                                                       SequenceId sequence, uint32_t max_blocks) {
+                                                       SequenceId sequence, uint32_t max_blocks,
+                                                       std::optional<uint32_t> pool_id) {
   KVTIER_ASSIGN_OR_RETURN(LandingBlocks blocks,
-                          worker.held().HoldLanding(client, sequence, max_blocks));
+                          worker.held().HoldLanding(client, sequence, max_blocks, pool_id));
   return std::make_shared<LandingHold>(worker, std::move(blocks),
                                        kj::getCurrentThreadExecutor().addRef());
 }

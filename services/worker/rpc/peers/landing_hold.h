@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include <kj/async.h>
 
@@ -31,11 +32,11 @@ namespace kvtier::worker {
 
 class LandingHold {
  public:
-  // The sequence's next blank blocks, up to `max_blocks`, held (Worker::HeldBlocks::HoldLanding's
-  // errors: no such sequence or block).
-  [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(Worker& worker, ClientId client,
-                                                                 SequenceId sequence,
-                                                                 uint32_t max_blocks);
+  // The sequence's next blank blocks in `pool_id` (nullopt: its first pool), up to
+  // `max_blocks`, held (Worker::HeldBlocks::HoldLanding's errors: no such sequence or block).
+  [[nodiscard]] static Result<std::shared_ptr<LandingHold>> Take(
+      Worker& worker, ClientId client, SequenceId sequence, uint32_t max_blocks,
+      std::optional<uint32_t> pool_id = {});
   LandingHold(Worker& worker, LandingBlocks blocks, kj::Own<const kj::Executor> loop)
       : worker_(worker), blocks_(std::move(blocks)), loop_(kj::mv(loop)) {}
   ~LandingHold() noexcept;
