@@ -44,8 +44,10 @@ class Replayer {
  public:
   // `parts`: cluster blocks per trace block.
   Replayer(std::span<const bench::TraceRequest> requests, const ReplayOptions& options,
-           uint32_t parts)
-      : requests_(requests), options_(options), parts_(parts), keys_("mooncake", "") {}
+           uint32_t parts, uint32_t pools)
+      : requests_(requests), options_(options), parts_(parts), keys_("mooncake", "") {
+    for (uint32_t p = 0; p < pools; ++p) pools_.push_back(p);
+  }
 
   // Takes requests in order until none are left or one fails.
   Status RunClient(client::Client& client, ClientTally& tally) {
@@ -78,50 +80,77 @@ class Replayer {
     tally.lookup_us.push_back(
         std::chrono::duration<double, std::micro>(Clock::now() - lookup_start).count());
 
+    const auto total = static_cast<uint32_t>(keys.size());
+    const uint32_t block_tokens = options_.tokens_per_block / parts_;  // the cluster's
+    uint32_t in_table = total;
+    if (options_.prefill_chunk_blocks > 0) {
+      KVTIER_ASSIGN_OR_RETURN(const uint32_t local, client.LookupLocal(pools_, keys));
+      in_table = std::min(total, local + options_.prefill_chunk_blocks);
+    }
+    const std::span<const BlockKey> all(keys);
     Result<client::Allocation> allocation = client.Allocate(
         {.sequence = sequence,
-         .keys = keys,
-         .num_tokens = static_cast<uint32_t>(request.hash_ids.size() * options_.tokens_per_block)});
+         .pool_ids = pools_,
+         .keys = {all.begin(), all.begin() + in_table},
+         .num_tokens = in_table * block_tokens});
     if (allocation.status().code() == StatusCode::kResourceExhausted) {
       ++tally.refused;
       return Status::Ok();
     }
     KVTIER_RETURN_IF_ERROR(allocation.status());
     // In cluster blocks: reused in the pool, then onboarded from the node's host tier, its
-    // disk tier, then from the other nodes the lookup named, as an engine would.
+    // disk tier, then from the other nodes the lookup named, as an engine would; onboarding
+    // goes on chunk by chunk while every block before was cached.
     const uint32_t reused = allocation->reused_blocks;
     uint32_t from_host = 0, from_disk = 0, cached = reused;
-    if (cached < keys.size()) {
-      KVTIER_ASSIGN_OR_RETURN(
-          client::OnboardResult onboarded,
-          client.Onboard(sequence, keys, {}, client::Client::SourcesOf(lookup)));
-      from_host = onboarded.from_host;
-      from_disk = onboarded.from_disk;
-      cached = std::max(cached, onboarded.cached_blocks);
+    const std::vector<std::string> sources = client::Client::SourcesOf(lookup);
+    for (bool open = true;;) {
+      if (open && cached < in_table) {
+        KVTIER_ASSIGN_OR_RETURN(client::OnboardResult onboarded,
+                                client.Onboard(sequence, all.first(in_table), {}, sources));
+        // Counted in every pool the sequence spans: per pool, on average.
+        from_host += onboarded.from_host / static_cast<uint32_t>(pools_.size());
+        from_disk += onboarded.from_disk / static_cast<uint32_t>(pools_.size());
+        cached = std::max(cached, onboarded.cached_blocks);
+        open = cached == in_table;
+      }
+      // The engine computed the rest of the table: its blocks are now cached.
+      KVTIER_RETURN_IF_ERROR(client.Commit(sequence, all.first(in_table)).status());
+      if (in_table == total) break;
+      in_table = std::min(total, in_table + options_.prefill_chunk_blocks);
+      Result<client::Allocation> grown = client.Extend(sequence, in_table * block_tokens);
+      if (grown.status().code() == StatusCode::kResourceExhausted) {
+        ++tally.refused;
+        return client.Free(sequence);
+      }
+      KVTIER_RETURN_IF_ERROR(grown.status());
     }
     // In whole trace blocks (onboarding fills in that order).
     const uint32_t gpu = reused / parts_, up_to_host = (reused + from_host) / parts_,
-                   up_to_disk = (reused + from_host + from_disk) / parts_, all = cached / parts_;
+                   up_to_disk = (reused + from_host + from_disk) / parts_, all_cached = cached / parts_;
     tally.gpu += gpu;
     tally.host += up_to_host - gpu;
     tally.disk += up_to_disk - up_to_host;
-    tally.remote += all - up_to_disk;
-    for (uint32_t b = 0; b < all; ++b)
+    tally.remote += all_cached - up_to_disk;
+    for (uint32_t b = 0; b < all_cached; ++b)
       tally.hit_tokens += BlockTokens(request, b, options_.tokens_per_block);
-    // The engine computed the rest: every block of the prompt is now cached.
-    KVTIER_RETURN_IF_ERROR(client.Commit(sequence, keys).status());
     return client.Free(sequence);
   }
 
   std::span<const bench::TraceRequest> requests_;
   const ReplayOptions& options_;
   const uint32_t parts_;
+  std::vector<uint32_t> pools_;  // every pool of the worker: a sequence spans them all
   const OpaqueKeyNamespace keys_;
   std::atomic<size_t> next_{0};
   std::atomic<size_t> done_{0};
   std::atomic<bool> failed_{false};
   Mutex progress_mu_;
 };
+
+uint64_t BlocksFor(uint64_t tokens, uint32_t tokens_per_block) {
+  return (tokens + tokens_per_block - 1) / tokens_per_block;
+}
 
 double Percentile(std::vector<double>& values, double q) {
   if (values.empty()) return 0;
@@ -131,6 +160,21 @@ double Percentile(std::vector<double>& values, double q) {
 }
 
 }  // namespace
+
+double SequenceKvSaved(std::span<const bench::TraceRequest> requests, uint32_t tokens_per_block,
+                       std::span<const uint32_t> windows, uint32_t sink_tokens) {
+  uint64_t full = 0, kept = 0;
+  for (const bench::TraceRequest& r : requests) {
+    const uint64_t blocks = BlocksFor(r.input_length, tokens_per_block);
+    for (const uint32_t window : windows) {
+      full += blocks;
+      kept += window == 0 ? blocks
+                          : std::min(blocks, BlocksFor(window, tokens_per_block) +
+                                                 BlocksFor(sink_tokens, tokens_per_block));
+    }
+  }
+  return full == 0 ? 0 : 1.0 - double(kept) / double(full);
+}
 
 Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
                                const ReplayOptions& options) {
@@ -156,7 +200,10 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
   const uint32_t parts = options.tokens_per_block / cluster_tokens;
   ReplayReport report;
   report.clients = options.clients;
-  report.block_bytes = uint64_t{parts} * before.pool_layouts[0].bytes_per_block();
+  for (const KvLayout& layout : before.pool_layouts) {
+    report.block_bytes += uint64_t{parts} * layout.bytes_per_block();
+    report.pools.push_back(layout.Fingerprint());
+  }
   report.requests = requests.size();
   for (const bench::TraceRequest& r : requests) {
     report.blocks += r.hash_ids.size();
@@ -164,7 +211,8 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
   }
   CountUnboundedBound(requests, options.tokens_per_block, report);
 
-  Replayer replayer(requests, options, parts);
+  Replayer replayer(requests, options, parts,
+                    static_cast<uint32_t>(before.pool_layouts.size()));
   std::vector<ClientTally> tallies(options.clients);
   std::vector<Status> outcomes(options.clients);
   const auto start = Clock::now();
@@ -189,12 +237,56 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
   report.lookup_p50_us = Percentile(lookups, 0.50);
   report.lookup_p99_us = Percentile(lookups, 0.99);
   KVTIER_ASSIGN_OR_RETURN(client::WorkerStats worker, clients[0]->GetWorkerStats());
-  report.offloaded_blocks = (worker.offloaded_blocks - before.offloaded_blocks) / parts;
+  report.offloaded_blocks =  // counted in every pool: per pool, on average
+      (worker.offloaded_blocks - before.offloaded_blocks) / parts / before.pool_layouts.size();
   return report;
 }
 
+namespace {
+
+// The pools, and with --layout the comparison against all-full pools, as JSON members.
+std::string LayoutJson(const ReplayReport& r) {
+  std::string json = "\"pools\": [";
+  for (size_t i = 0; i < r.pools.size(); ++i) json += (i ? ", \"" : "\"") + r.pools[i] + "\"";
+  json += "], ";
+  if (r.layout) {
+    char comparison[256];
+    std::snprintf(comparison, sizeof(comparison),
+                  "\"all_full\": {\"block_hit_rate\": %.6f, \"token_hit_rate\": %.6f}, "
+                  "\"sequence_kv_saved\": %.6f, ",
+                  r.layout->full_block_hit_rate, r.layout->full_token_hit_rate,
+                  r.layout->sequence_kv_saved);
+    json += comparison;
+  }
+  return json;
+}
+
+// For people: the pools, and with --layout the comparison.
+std::string LayoutText(const ReplayReport& r) {
+  std::string text;
+  if (r.pools.size() > 1) {
+    text = "  pools           ";
+    for (size_t i = 0; i < r.pools.size(); ++i) text += (i ? ", " : "") + r.pools[i];
+    text += " (a sequence spans all)\n";
+  }
+  if (r.layout) {
+    char lines[320];
+    std::snprintf(lines, sizeof(lines),
+                  "  all full        block hit rate %.4f, token hit rate %.4f: every layer at full "
+                  "attention in the same memory\n"
+                  "  sequence KV     %.1f%% less than with every layer full (each windowed layer "
+                  "holds its sinks and window)\n",
+                  r.layout->full_block_hit_rate, r.layout->full_token_hit_rate,
+                  100.0 * r.layout->sequence_kv_saved);
+    text += lines;
+  }
+  return text;
+}
+
+}  // namespace
+
 std::string ReplayReportJson(const ReplayReport& r) {
-  char out[1024];
+  char out[2048];
   std::snprintf(
       out, sizeof(out),
       "{\"requests\": %llu, \"clients\": %u, \"blocks\": %llu, \"tokens\": %llu, "
@@ -204,7 +296,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
       "\"tokens_saved\": %llu, \"refused_requests\": %llu, "
       "\"bytes_moved\": {\"gpu_to_host\": %llu, \"host_to_gpu\": %llu, \"disk_to_gpu\": %llu, "
       "\"remote_to_gpu\": %llu}, %s"
-      "\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, "
+      "%s\"seconds\": %.3f, \"requests_per_second\": %.1f, \"lookup_p50_us\": %.1f, "
       "\"lookup_p99_us\": %.1f}",
       static_cast<unsigned long long>(r.requests), r.clients,
       static_cast<unsigned long long>(r.blocks), static_cast<unsigned long long>(r.tokens),
@@ -223,7 +315,8 @@ std::string ReplayReportJson(const ReplayReport& r) {
           : ("\"disk_written_bytes\": " + std::to_string(*r.disk_written_bytes) +
              ", \"dropped_by_admission\": " + std::to_string(r.dropped_by_admission) + ", ")
                 .c_str(),
-      r.seconds, r.requests_per_second(), r.lookup_p50_us, r.lookup_p99_us);
+      LayoutJson(r).c_str(), r.seconds, r.requests_per_second(), r.lookup_p50_us,
+      r.lookup_p99_us);
   return out;
 }
 
@@ -255,7 +348,7 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source,
                 "other nodes->gpu %.1f MiB\n"
                 "%s"
                 "  lookups         p50 %.0f us, p99 %.0f us\n"
-                "%s",
+                "%s%s",
                 static_cast<unsigned long long>(r.requests), source.c_str(), r.seconds,
                 r.requests_per_second(), r.clients, r.clients == 1 ? "" : "s", cluster.c_str(),
                 r.block_hit_rate(), r.bound_block_hit_rate(),
@@ -268,7 +361,7 @@ std::string ReplayReportText(const ReplayReport& r, const std::string& source,
                 static_cast<unsigned long long>(r.hit_tokens),
                 static_cast<unsigned long long>(r.tokens), mib(r.offloaded_blocks),
                 mib(r.hit_blocks_host), mib(r.hit_blocks_disk), mib(r.hit_blocks_remote),
-                DiskWritesLine(r).c_str(), r.lookup_p50_us, r.lookup_p99_us,
+                DiskWritesLine(r).c_str(), r.lookup_p50_us, r.lookup_p99_us, LayoutText(r).c_str(),
                 r.refused_requests == 0
                     ? ""
                     : ("  refused         " + std::to_string(r.refused_requests) +

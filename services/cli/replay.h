@@ -32,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "services/bench/trace.h"
@@ -45,6 +46,19 @@ struct ReplayOptions {
   uint32_t clients = 1;
   uint32_t tokens_per_block = bench::kMooncakeTokensPerBlock;  // the trace's
   std::function<void(size_t done, size_t total)> progress;     // optional
+  // 0: each prompt in one Allocate (an engine that prefills at once). Otherwise chunked
+  // prefill, as an engine over windowed pools runs it: Allocate the cached prefix and one
+  // chunk of this many cluster blocks, then Extend chunk by chunk, each committed as it
+  // is computed, so that a windowed pool lets go of what left its window as it goes.
+  uint32_t prefill_chunk_blocks = 0;
+};
+
+// `kvtier replay --layout`: the same replay with every layer at full attention in the same
+// memory, and what the layout saves of the KV its sequences hold.
+struct LayoutComparison {
+  double full_block_hit_rate = 0;
+  double full_token_hit_rate = 0;
+  double sequence_kv_saved = 0;  // SequenceKvSaved of the trace
 };
 
 struct ReplayReport {
@@ -60,7 +74,9 @@ struct ReplayReport {
   uint64_t bound_hit_tokens = 0;
   uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
   uint64_t offloaded_blocks = 0;  // pool -> host tier
-  uint64_t block_bytes = 0;       // of one trace block in the cluster's layout
+  uint64_t block_bytes = 0;       // of one trace block in the cluster's layout (every pool)
+  std::vector<std::string> pools;  // the worker's pools' layouts (fingerprints); a sequence spans all
+  std::optional<LayoutComparison> layout;
   // The node's own tiers, where the replay can read them (embedded): payload bytes the
   // disk tier wrote, and blocks its admission kept out of it.
   std::optional<uint64_t> disk_written_bytes;
@@ -84,8 +100,17 @@ struct ReplayReport {
   double requests_per_second() const { return seconds <= 0 ? 0 : double(requests) / seconds; }
 };
 
-// Any error other than a refused allocation stops the replay and is returned, naming the
-// request. kInvalidArgument when the cluster's blocks do not divide the trace's.
+// The share of KV blocks a layout saves its sequences against every layer at full
+// attention: each request's prompt (in blocks of `tokens_per_block`) holds, per layer,
+// every block under full attention (window 0) and at most its sink blocks plus its window
+// in a windowed layer (what a windowed pool keeps of a running sequence).
+// `windows`: one per layer. 0 when there are no requests.
+double SequenceKvSaved(std::span<const bench::TraceRequest> requests, uint32_t tokens_per_block,
+                       std::span<const uint32_t> windows, uint32_t sink_tokens);
+
+// Each request's sequence spans every pool of the worker (Allocate's pool_ids). Any error
+// other than a refused allocation stops the replay and is returned, naming the request.
+// kInvalidArgument when the cluster's blocks do not divide the trace's.
 [[nodiscard]] Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
                                              const ReplayOptions& options);
 

@@ -30,34 +30,51 @@ void DrawProgress(size_t done, size_t total) {
   std::fflush(stderr);
 }
 
-// The embedded cluster's layout: 512-token blocks (the trace's) of one layer and one KV
-// head in fp16, whose head_dim makes a block `block_bytes` long.
-Result<KvtierConfig> EmbeddedConfig(uint64_t gpu_blocks, uint64_t host_blocks, uint64_t disk_blocks,
-                                    uint64_t block_bytes, const std::string& admission,
-                                    uint32_t admission_min_count, const std::string& data_dir) {
+// What the embedded cluster is made of (the replay's flags).
+struct EmbeddedShape {
+  uint64_t gpu_blocks = 0, host_blocks = 0, disk_blocks = 0, block_bytes = 0;
+  std::string admission;
+  uint32_t admission_min_count = 0;
+  std::string data_dir;
+  std::vector<uint32_t> windows;  // per layer (0: full attention); empty: one full layer
+  uint32_t sink_tokens = 0;
+};
+
+// The embedded cluster's layout: 512-token blocks (the trace's) of one KV head in fp16
+// over one layer per window (one layer without windows), whose head_dim makes a block of
+// every layer `block_bytes` long.
+Result<KvtierConfig> EmbeddedConfig(const EmbeddedShape& shape) {
   constexpr uint64_t kBytesPerHeadDim = 2ull * bench::kMooncakeTokensPerBlock * 2;  // K and V, fp16
-  if (block_bytes < kBytesPerHeadDim || block_bytes % kBytesPerHeadDim != 0) {
+  const uint64_t layers = std::max<size_t>(1, shape.windows.size());
+  const uint64_t unit = kBytesPerHeadDim * layers;
+  if (shape.block_bytes < unit || shape.block_bytes % unit != 0) {
     return InvalidArgumentError(
-        "--block-bytes " + std::to_string(block_bytes) + ": must be a positive multiple of " +
-        std::to_string(kBytesPerHeadDim) + " (K and V of 512 fp16 tokens per head dimension)");
+        "--block-bytes " + std::to_string(shape.block_bytes) + ": must be a positive multiple of " +
+        std::to_string(unit) + " (K and V of 512 fp16 tokens per head dimension, times " +
+        std::to_string(layers) + " layer" + (layers == 1 ? ")" : "s of --layout)"));
   }
-  if (gpu_blocks == 0) return InvalidArgumentError("--gpu-blocks: must be at least 1");
+  if (shape.gpu_blocks == 0) return InvalidArgumentError("--gpu-blocks: must be at least 1");
   KvtierConfig config;
-  config.data_dir = data_dir;
+  config.data_dir = shape.data_dir;
   config.coordinator.listen = {"127.0.0.1:0"};
-  config.worker.num_layers = 1;
+  config.worker.num_layers = static_cast<uint32_t>(layers);
   config.worker.num_kv_heads = 1;
-  config.worker.head_dim = static_cast<uint32_t>(block_bytes / kBytesPerHeadDim);
+  config.worker.head_dim = static_cast<uint32_t>(shape.block_bytes / unit);
   config.worker.tokens_per_block = bench::kMooncakeTokensPerBlock;
   config.worker.dtype = "fp16";
-  config.worker.pool_bytes = gpu_blocks * block_bytes;
+  config.worker.max_attention_window = shape.windows;
+  config.worker.sink_tokens = shape.sink_tokens;
+  config.worker.pool_bytes = shape.gpu_blocks * shape.block_bytes;
   config.worker.free_memory_fraction = 1.0;
-  const uint64_t page = (block_bytes + 4095) / 4096 * 4096;  // the host tier's page (local_node.cc)
-  config.store.host_cache_bytes = host_blocks * page;
-  config.store.disk_bytes = disk_blocks * block_bytes;
-  config.store.disk_admission = admission;
-  config.store.disk_admission_min_count = admission_min_count;
+  const uint64_t page =
+      (shape.block_bytes + 4095) / 4096 * 4096;  // the host tier's page (local_node.cc)
+  config.store.host_cache_bytes = shape.host_blocks * page;
+  config.store.disk_bytes = shape.disk_blocks * shape.block_bytes;
+  config.store.disk_admission = shape.admission;
+  config.store.disk_admission_min_count = shape.admission_min_count;
   if (Status s = ValidateConfig(config); !s.ok()) return s;
+  if (Result<std::vector<WorkerPoolLayout>> pools = WorkerLayouts(config.worker); !pools.ok())
+    return InvalidArgumentError("--layout: " + pools.status().message());
   return config;
 }
 
@@ -104,6 +121,15 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
   replay_
       ->add_option("--block-bytes", block_bytes_,
                    "Embedded: bytes per 512-token block (a multiple of 2048)")
+      ->capture_default_str();
+  replay_
+      ->add_option("--layout", layout_,
+                   "Embedded: per-layer attention windows in tokens (TensorRT-LLM's "
+                   "max_attention_window, one layer each; the longest is full attention), a pool "
+                   "per window; reports the same replay with every layer full in the same memory")
+      ->delimiter(',')
+      ->type_name("W,W,...");
+  replay_->add_option("--sink-tokens", sink_tokens_, "--layout: tokens each windowed pool keeps")
       ->capture_default_str();
   replay_
       ->add_option("--disk-admission", disk_admission_,
@@ -170,7 +196,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
       "embedded cluster\n"
       "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --json\n"
       "  kvtier replay --connect 127.0.0.1:7400 --token-file kvtier-data/token\n"
-      "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --engines 4");
+      "  kvtier replay --trace ../shared/traces/conversation_trace.jsonl --engines 4\n"
+      "  kvtier replay --layout 1024,32768 --block-bytes 8192 --gpu-blocks 4096");
 }
 
 // The cluster a replay runs against, and how its clients reach it. Torn down in reverse:
@@ -219,16 +246,30 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
   return std::pair{std::move(requests), std::move(source)};
 }
 
-Status ReplayCommand::StartEmbedded(Target& target) const {
+Status ReplayCommand::StartEmbedded(Target& target, bool all_full) const {
   const std::string data_dir =
       data_dir_.empty() ? (target.scratch = ScratchDirectory()) : data_dir_;
   if (data_dir.empty()) {
     return UnavailableError("cannot create a scratch directory in " +
                             std::filesystem::temp_directory_path().string());
   }
-  Result<KvtierConfig> config =
-      EmbeddedConfig(gpu_blocks_, host_blocks_, disk_blocks_, block_bytes_, disk_admission_,
-                     disk_admission_min_count_, data_dir);
+  EmbeddedShape shape{.gpu_blocks = gpu_blocks_,
+                      .host_blocks = host_blocks_,
+                      .disk_blocks = disk_blocks_,
+                      .block_bytes = block_bytes_,
+                      .admission = disk_admission_,
+                      .admission_min_count = disk_admission_min_count_,
+                      .data_dir = data_dir,
+                      .windows = layout_,
+                      .sink_tokens = sink_tokens_};
+  if (!layout_.empty()) {  // the comparison is of the GPU pools alone
+    shape.host_blocks = shape.disk_blocks = 0;
+    if (all_full) {
+      shape.windows.assign(layout_.size(), 0);
+      shape.sink_tokens = 0;
+    }
+  }
+  Result<KvtierConfig> config = EmbeddedConfig(shape);
   if (!config.ok()) return InvalidArgumentError(config.status().message());
   const std::string token = auth::GenerateToken();
   EmbeddedClusterOptions options{
@@ -242,7 +283,8 @@ Status ReplayCommand::StartEmbedded(Target& target) const {
   target.client.address = target.cluster->endpoints()[0];
   target.client.token = token;
   target.summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
-                   std::to_string(host_blocks_) + " host, " + std::to_string(disk_blocks_) +
+                   std::to_string(shape.host_blocks) + " host, " +
+                   std::to_string(shape.disk_blocks) +
                    " disk (admission " + disk_admission_ +
                    (disk_admission_ == "min-count" ? " " + std::to_string(disk_admission_min_count_)
                                                    : std::string()) +
@@ -283,6 +325,7 @@ int ReplayCommand::Run() const {
     if (replay_->count(flag) > 0)
       return fail(InvalidArgumentError(std::string(flag) + " goes with --engines"));
   }
+  if (Status usage = CheckLayoutFlags(); !usage.ok()) return fail(usage);
   Target target;
   target.client = {.address = connect_,
                    .coordinator_address = coordinator_,
@@ -291,14 +334,26 @@ int ReplayCommand::Run() const {
   if (Status ready = connect_.empty() ? StartEmbedded(target) : UseConnected(target); !ready.ok())
     return fail(ready);
 
-  ReplayOptions options;
-  options.clients = workers_;
-  options.connect = [&target] { return client::Client::Connect(target.client); };
-  if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
-  Result<ReplayReport> report = RunReplay(requests->first, options);
+  Result<ReplayReport> report = ReplayAgainst(target, requests->first);
   if (!report.ok()) {
     std::fprintf(stderr, "kvtier replay: %s\n", report.status().ToString().c_str());
     return kExitFailure;
+  }
+  if (!layout_.empty()) {  // the same replay with every layer full, in the same memory
+    Target full;
+    full.client = target.client;
+    if (Status ready = StartEmbedded(full, /*all_full=*/true); !ready.ok()) return fail(ready);
+    Result<ReplayReport> all_full = ReplayAgainst(full, requests->first);
+    if (!all_full.ok()) {
+      std::fprintf(stderr, "kvtier replay: all-full comparison: %s\n",
+                   all_full.status().ToString().c_str());
+      return kExitFailure;
+    }
+    report->layout = LayoutComparison{
+        .full_block_hit_rate = all_full->block_hit_rate(),
+        .full_token_hit_rate = all_full->token_hit_rate(),
+        .sequence_kv_saved = SequenceKvSaved(requests->first, bench::kMooncakeTokensPerBlock,
+                                             layout_, sink_tokens_)};
   }
   if (const LocalNode* local = target.cluster ? target.cluster->local() : nullptr) {
     if (const std::optional<storage::TieredStoreStats> tiers = local->StoreStats();
@@ -313,6 +368,41 @@ int ReplayCommand::Run() const {
     std::printf("%s", ReplayReportText(*report, requests->second, target.summary).c_str());
   }
   return 0;
+}
+
+Result<ReplayReport> ReplayCommand::ReplayAgainst(
+    const Target& target, std::span<const bench::TraceRequest> requests) const {
+  ReplayOptions options;
+  options.clients = workers_;
+  options.connect = [&target] { return client::Client::Connect(target.client); };
+  if (!json_ && isatty(STDERR_FILENO)) options.progress = DrawProgress;
+  if (!layout_.empty()) {  // chunks of the smallest window, in both runs of a comparison
+    const uint32_t window = *std::min_element(layout_.begin(), layout_.end());
+    const uint32_t block = bench::kMooncakeTokensPerBlock;
+    options.prefill_chunk_blocks = std::max<uint32_t>(1, (window + block - 1) / block);
+  }
+  return RunReplay(requests, options);
+}
+
+Status ReplayCommand::CheckLayoutFlags() const {
+  if (layout_.empty()) {
+    if (replay_->count("--sink-tokens") > 0)
+      return InvalidArgumentError("--sink-tokens goes with --layout (sinks exist in windows)");
+    return Status::Ok();
+  }
+  if (!connect_.empty()) {
+    return InvalidArgumentError(
+        "--layout shapes the embedded cluster; with --connect the cluster's own "
+        "worker.max_attention_window decides");
+  }
+  for (const char* flag : {"--host-blocks", "--disk-blocks", "--disk-admission",
+                           "--disk-admission-min-count", "--data-dir"}) {
+    if (replay_->count(flag) > 0) {
+      return InvalidArgumentError(std::string(flag) +
+                                  " does not go with --layout, which compares the GPU pools alone");
+    }
+  }
+  return Status::Ok();
 }
 
 int ReplayCommand::RunFleet(const std::vector<bench::TraceRequest>& requests,

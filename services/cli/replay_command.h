@@ -5,6 +5,7 @@
 // coordinator that routes them (services/cli/fleet_replay.h).
 #pragma once
 
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 
 #include "common/status.h"
 #include "services/bench/trace.h"
+#include "services/cli/replay.h"
 
 namespace kvtier::cli {
 
@@ -29,8 +31,14 @@ class ReplayCommand {
   // built-in workload). Errors here and in the two below are kInvalidArgument for bad
   // usage (exit 2), others for a cluster that failed (exit 1).
   Result<std::pair<std::vector<bench::TraceRequest>, std::string>> Requests() const;
-  Status StartEmbedded(Target& target) const;
+  // `all_full`: the --layout comparison's cluster, every layer at full attention.
+  Status StartEmbedded(Target& target, bool all_full = false) const;
+  // One replay against `target` (its clients from `target.client`).
+  Result<ReplayReport> ReplayAgainst(const Target& target,
+                                     std::span<const bench::TraceRequest> requests) const;
   Status UseConnected(Target& target) const;
+  // --layout's flags: embedded only, without host and disk tiers (it compares pools).
+  Status CheckLayoutFlags() const;
   // --engines: the fleet replay (fleet_replay.h) instead of the SDK clients' one.
   int RunFleet(const std::vector<bench::TraceRequest>& requests, const std::string& source) const;
 
@@ -46,6 +54,8 @@ class ReplayCommand {
   uint64_t host_blocks_ = 65536;
   uint64_t disk_blocks_ = 262144;
   uint64_t block_bytes_ = 4096;
+  std::vector<uint32_t> layout_;  // --layout: per-layer attention windows; empty: one full layer
+  uint32_t sink_tokens_ = 0;
   std::string disk_admission_ = "all";
   uint32_t disk_admission_min_count_ = 2;
   std::string data_dir_;

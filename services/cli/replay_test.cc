@@ -27,8 +27,9 @@ bench::TraceRequest Request(std::vector<uint64_t> ids, uint32_t input_length = 0
 
 class ReplayTest : public ::testing::Test {
  protected:
-  // A cluster whose pool holds `gpu_blocks`, with a host tier of `host_blocks` (0: none).
-  void Start(uint64_t gpu_blocks, uint64_t host_blocks) {
+  // A cluster whose pool holds `gpu_blocks`, with a host tier of `host_blocks` (0: none);
+  // with `windows`, a layer per window and a pool per distinct one.
+  void Start(uint64_t gpu_blocks, uint64_t host_blocks, std::vector<uint32_t> windows = {}) {
     EmbeddedClusterOptions options;
     options.config.data_dir = dir_.path();
     options.config.coordinator.listen = {"127.0.0.1:0"};
@@ -39,6 +40,10 @@ class ReplayTest : public ::testing::Test {
                              .dtype = "fp16",
                              .pool_bytes = gpu_blocks * kBlockBytes,
                              .free_memory_fraction = 1.0};
+    if (!windows.empty()) {
+      options.config.worker.num_layers = static_cast<uint32_t>(windows.size());
+      options.config.worker.max_attention_window = std::move(windows);
+    }
     options.config.store = {.host_cache_bytes = host_blocks * kBlockBytes, .disk_bytes = 0};
     options.registry = &registry_;
     options.event_tick = 10ms;
@@ -46,9 +51,10 @@ class ReplayTest : public ::testing::Test {
   }
 
   Result<ReplayReport> Replay(const std::vector<bench::TraceRequest>& requests,
-                              uint32_t clients = 1) {
+                              uint32_t clients = 1, uint32_t prefill_chunk_blocks = 0) {
     ReplayOptions options;
     options.clients = clients;
+    options.prefill_chunk_blocks = prefill_chunk_blocks;
     options.tokens_per_block = kTokensPerBlock;
     options.connect = [this] {
       return client::Client::Connect({.address = cluster_->endpoints()[0], .token = "auth is off"});
@@ -169,6 +175,41 @@ TEST_F(ReplayTest, TraceBlocksSpanSeveralClusterBlocks) {
   EXPECT_EQ(report->hit_blocks_gpu, 2u);
   EXPECT_EQ(report->hit_tokens, 128u);
   EXPECT_EQ(report->tokens, 278u);
+}
+
+// Layers of a 32-token window (2 blocks) and of a 64-token one: a pool each, spanned by
+// every sequence, prefilled by chunks of 2 blocks. Each turn of a conversation extends
+// the last: it reuses all of it, the 2-block pool by its last window alone.
+TEST_F(ReplayTest, ASequenceSpansThePoolsOfEveryWindowAndReusesByChunks) {
+  Start(/*gpu_blocks=*/96, /*host_blocks=*/0, {32, 64});
+  const std::vector<bench::TraceRequest> requests = {
+      Request({1, 2, 3, 4, 5, 6}), Request({1, 2, 3, 4, 5, 6, 7, 8}),
+      Request({1, 2, 3, 4, 5, 6, 7, 8, 9})};
+  auto report = Replay(requests, 1, /*prefill_chunk_blocks=*/2);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->pools, (std::vector<std::string>{"L1/H1/D64/T16/fp16/W32/S0",
+                                                     "L1/H1/D64/T16/fp16/W64/S0"}));
+  EXPECT_EQ(report->block_bytes, 2 * kBlockBytes) << "a block of each pool";
+  EXPECT_EQ(report->hit_blocks_gpu, 6u + 8u);
+  EXPECT_EQ(report->refused_requests, 0u);
+  auto node = client::Client::Connect({.address = cluster_->endpoints()[0], .token = "x"});
+  ASSERT_TRUE(node.ok());
+  const client::WorkerStats stats = (*node)->GetWorkerStats().value();
+  ASSERT_TRUE(stats.cluster_counts) << "auth is off: the counts are the node's";
+  EXPECT_EQ(stats.reuse_hits, 2 * (6u + 8u)) << "reused in both pools";
+  EXPECT_NE(ReplayReportJson(*report).find("\"pools\": [\"L1/H1/D64/T16/fp16/W32/S0\", "),
+            std::string::npos);
+}
+
+TEST(SequenceKvSavedTest, AWindowedLayerHoldsItsSinksAndWindowOfEachPrompt) {
+  // Prompts of 10 and 2 blocks of 16 tokens; one full layer, one of a 32-token window
+  // with 16 sinks (3 blocks): 12 blocks for the full layer, 3 + 2 for the windowed one.
+  const std::vector<bench::TraceRequest> requests = {Request({1}, 160), Request({2}, 20)};
+  const std::vector<uint32_t> windows = {0, 32};
+  EXPECT_DOUBLE_EQ(SequenceKvSaved(requests, 16, windows, 16), 1.0 - (12.0 + 5.0) / 24.0);
+  const std::vector<uint32_t> full = {0, 0};
+  EXPECT_DOUBLE_EQ(SequenceKvSaved(requests, 16, full, 0), 0.0);
+  EXPECT_DOUBLE_EQ(SequenceKvSaved({}, 16, windows, 16), 0.0);
 }
 
 }  // namespace

@@ -158,6 +158,12 @@ int64_t JsonNumber(const std::string& json, const std::string& key) {
   return at == std::string::npos ? -1 : std::stoll(json.substr(at + key.size() + 4));
 }
 
+// The first `key`'s value as a real number; -1 when absent.
+double JsonReal(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1 : std::stod(json.substr(at + key.size() + 4));
+}
+
 // A disk tier that fills early: admit-all writes every block the host tier evicts;
 // TinyLFU keeps some out, unwritten, and writes less.
 TEST(KvtierBenchReplayTest, ReplayReportsDiskWritesAndWhatAdmissionKeptOut) {
@@ -183,6 +189,37 @@ TEST(KvtierBenchReplayTest, ReplayReportsDiskWritesAndWhatAdmissionKeptOut) {
   ASSERT_EQ(text.Wait(seconds(60)), 0) << text.Stderr();
   EXPECT_NE(text.Stdout().find("disk (admission min-count 3)"), std::string::npos) << text.Stdout();
   EXPECT_NE(text.Stdout().find("blocks kept out by admission"), std::string::npos) << text.Stdout();
+}
+
+// --layout: a pool per window, the same replay with every layer full beside it, and what
+// the windows save of the sequences' KV; flags that do not go with it are named.
+TEST(KvtierBenchReplayTest, ReplayLayoutComparesAgainstAllFullPools) {
+  testing::TempDir dir;
+  ChildProcess child({kKvtier, "replay", "--conversations", "40", "--layout", "1024,8192",
+                      "--sink-tokens", "512", "--block-bytes", "8192", "--gpu-blocks", "512",
+                      "--json"},
+                     dir.path());
+  ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
+  const std::string out = child.Stdout();
+  EXPECT_NE(out.find("\"pools\": [\"L1/H1/D2/T512/fp16/W1024/S512\", "
+                     "\"L1/H1/D2/T512/fp16/W8192/S512\"]"),
+            std::string::npos)
+      << out;
+  EXPECT_GT(JsonReal(out, "block_hit_rate"), 0) << out;
+  EXPECT_GT(JsonReal(out, "sequence_kv_saved"), 0.1) << out;
+  EXPECT_NE(out.find("\"all_full\": {\"block_hit_rate\": "), std::string::npos) << out;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--layout", "1024,8192", "--host-blocks", "4"},
+        std::vector<std::string>{"--sink-tokens", "4"},
+        std::vector<std::string>{"--layout", "1024,0"},
+        std::vector<std::string>{"--layout", "1024,8192", "--block-bytes", "2048"}}) {
+    std::vector<std::string> argv = {kKvtier, "replay", "--conversations", "4"};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    ChildProcess refused(argv, dir.path());
+    EXPECT_EQ(refused.Wait(seconds(30)), 2) << bad[0] << " " << refused.Stderr();
+    EXPECT_NE(refused.Stderr().find(bad[bad.size() == 2 ? 0 : 2]), std::string::npos)
+        << refused.Stderr();
+  }
 }
 
 TEST(KvtierBenchReplayTest, BenchLookupRpcAnswersEveryCall) {

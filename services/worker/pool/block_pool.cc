@@ -216,11 +216,13 @@ Result<SequenceGrowth> BlockPool::Extend(SequenceId id, uint32_t tokens) {
     seq.table.push_back(growth.new_blocks.back());
   }
   seq.tokens = static_cast<uint32_t>(total);
-  if (p.windowed() && seq.tokens > p.options_.window_tokens) {
-    // Block i left the window when all its tokens precede the last window_tokens; blocks
-    // holding a sink token stay.
+  // Block i left the window when all its tokens precede the window of the first token
+  // added (position `old`), which the chunk's attention reads: [old + 1 - window, old].
+  // Blocks holding a sink token stay.
+  const uint32_t old = seq.tokens - tokens;
+  if (p.windowed() && old + 1 > p.options_.window_tokens) {
     const uint32_t sink_blocks = BlocksFor(p.options_.sink_tokens, tpb);
-    const uint32_t out_of_window = (seq.tokens - p.options_.window_tokens) / tpb;
+    const uint32_t out_of_window = (old + 1 - p.options_.window_tokens) / tpb;
     for (uint32_t i = sink_blocks; i < out_of_window; ++i) {
       if (seq.table[i] == kNoBlock) continue;
       growth.released.push_back(seq.table[i]);

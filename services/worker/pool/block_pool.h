@@ -5,7 +5,8 @@
 // Blocks are blank (free), in use (referenced by sequences), or cached (committed under
 // a block key, unreferenced, reusable until evicted). Sequences share prefix blocks by
 // reference count. A new sequence reuses the longest cached chain of its full-block keys
-// and, with partial reuse on, the first tokens of one more cached block whose tokens
+// (in a windowed pool, the longest prefix whose sinks and last window it holds) and, with
+// partial reuse on, the first tokens of one more cached block whose tokens
 // match: in place when nothing else needs that block, otherwise by copy-on-partial-reuse
 // into a new block (the caller copies `copy.tokens` tokens before its next pool call).
 //
@@ -197,8 +198,9 @@ class BlockPool {
   // Likewise for Extend(id, tokens).
   [[nodiscard]] Status CanExtend(SequenceId id, uint32_t tokens) const;
   // Adds `tokens` tokens (decode or a prefill chunk); new blocks as they are needed
-  // (none for a static sequence). kOutOfRange past a static sequence's reserve: nothing
-  // changes.
+  // (none for a static sequence). A windowed sequence lets go of the blocks the first
+  // token added no longer attends (all of theirs before its window). kOutOfRange past a
+  // static sequence's reserve: nothing changes.
   [[nodiscard]] Result<SequenceGrowth> Extend(SequenceId id, uint32_t tokens);
   // Commits the sequence's first block_keys.size() full blocks under those keys (the
   // chain from request.root), storing `tokens` (all of theirs, or none: then they are no

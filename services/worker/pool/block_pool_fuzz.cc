@@ -156,9 +156,11 @@ void Harness::Extend(FuzzChoices& in) {
   for (uint32_t i = 0; i < added; ++i) s.tokens.push_back(in.Below(3));
   KeyNewBlocks(in, s);
   std::vector<BlockId> released;
-  if (options_.window_tokens != 0 && s.tokens.size() > options_.window_tokens) {
+  // What the first token added (at position `old`) attends stays: [old + 1 - window, old].
+  const size_t old = s.tokens.size() - added;
+  if (options_.window_tokens != 0 && old + 1 > options_.window_tokens) {
     const size_t sinks = (options_.sink_tokens + tpb() - 1) / tpb();
-    const size_t out = (s.tokens.size() - options_.window_tokens) / tpb();
+    const size_t out = (old + 1 - options_.window_tokens) / tpb();
     for (size_t i = sinks; i < out; ++i) {
       if (s.table[i] != kNoBlock) released.push_back(std::exchange(s.table[i], kNoBlock));
     }

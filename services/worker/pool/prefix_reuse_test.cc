@@ -123,3 +123,32 @@ TEST(PrefixReuseTest, CanStartAndCanExtendAnswerAsTheCallsWouldAndChangeNothing)
 
 }  // namespace
 }  // namespace kvtier::worker
+
+namespace kvtier::worker {
+namespace {
+// A conversation prefilled by chunks of the window (2 blocks), committed as it goes: the
+// next turn over it finds its sink and last window, though the pool is small.
+TEST(PrefixReuseTest, AChunkedPrefillLeavesTheLastWindowServable) {
+  auto pool = WindowedPool(6);
+  const std::vector<uint32_t> prompt = Tokens(0, 24);
+  const std::vector<BlockKey> keys = Keys(prompt);
+  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, 0, std::span(keys).first(2),
+                                   std::span(prompt).first(8)}).ok());
+  std::vector<size_t> released;
+  for (uint32_t blocks = 2;; blocks += 2) {
+    ASSERT_TRUE(pool->Commit(1, std::span(keys).first(blocks),
+                             std::span(prompt).first(blocks * kTpb), {})
+                    .ok());
+    if (blocks == 6) break;
+    auto grown = pool->Extend(1, 2 * kTpb);
+    ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+    released.push_back(grown->released.size());
+  }
+  // A chunk keeps what its first token attends: at 8, tokens 1-8 (blocks 0-2); at 16,
+  // tokens 9-16 (blocks 2-4, and the sink).
+  EXPECT_EQ(released, (std::vector<size_t>{0, 1}));
+  ASSERT_TRUE(pool->FreeSequence(1).ok());
+  EXPECT_EQ(pool->LookupPrefix(kRoot, keys), 6u);
+}
+}  // namespace
+}  // namespace kvtier::worker
