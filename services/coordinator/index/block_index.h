@@ -16,7 +16,9 @@
 // sequence (a leaf) needs only its sinks and its last W blocks, so it stays servable:
 // Lookup counts a windowed pool as serving a prefix of m blocks when it holds blocks
 // [0, S) and [m - W, m), whatever lies between (interior blocks no pool holds stay in the
-// tree as ghosts while they have children).
+// tree as ghosts while they have children). A node's windowed pools of one tier are one
+// model's layers, a pool per window, each sequence spanning them: its score counts the
+// prefix every one of them serves.
 //
 // Salt scopes: a block is stored under the scope (tenant) of its writer; a lookup under
 // another scope never matches it and never counts it in a node's score.

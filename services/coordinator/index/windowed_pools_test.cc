@@ -192,5 +192,26 @@ TEST_F(WindowedPoolTest, CountsPastSixteenBitsStayExact) {
   EXPECT_EQ(index_->Evict(1, Tier::kGpu, 1), root) << "a leaf now";
 }
 
+// A node whose windowed pools are a model's layer groups (a pool per window, every
+// sequence spanning them): it serves a prefix only where each pool does.
+TEST_F(WindowedPoolTest, ANodeServesWhatEveryOneOfItsWindowedPoolsServes) {
+  constexpr Location kWide{0, Tier::kGpu, 2};
+  ASSERT_TRUE(index_
+                  ->SetNodeWindows(0, std::vector<PoolWindowSpec>{{kWindowed, {.window_blocks = 2}},
+                                                                  {kWide, {.window_blocks = 4}}})
+                  .ok());
+  const auto keys = Chain(1, 5);
+  ASSERT_TRUE(Store(keys, kWindowed).ok());
+  LookupResult one = index_->Lookup(0, keys);
+  EXPECT_EQ(one.matched_blocks, 5u) << "the blocks are cached";
+  EXPECT_TRUE(one.scores.empty()) << "but the node cannot run the prompt: the wide pool lacks it";
+  ASSERT_TRUE(Store(Pick(keys, {0, 1, 2}), kWide).ok());
+  LookupResult partly = index_->Lookup(0, keys);
+  ASSERT_EQ(partly.scores.size(), 1u);
+  EXPECT_EQ(partly.scores[0].prefix_blocks, 3u) << "what both serve";
+  ASSERT_TRUE(Store(Pick(keys, {3, 4}), kWide, keys[2]).ok());
+  EXPECT_EQ(index_->Lookup(0, keys).scores.at(0).prefix_blocks, 5u);
+}
+
 }  // namespace
 }  // namespace kvtier::coordinator

@@ -43,16 +43,24 @@ class BlockIndex::Impl::WindowedScores {
   }
 
   // Gives each node the better of its full-attention score (already in `scores`) and
-  // its windowed pools' (prefix times the tier's weight). Returns the longest prefix a
-  // windowed pool serves.
+  // its windowed pools' (prefix times the tier's weight). A node's windowed pools of one
+  // tier hold one model's layers, a pool per window, each sequence spanning them all: the
+  // node serves what every one of them serves. Returns the longest prefix a windowed pool
+  // serves.
   uint32_t MergeInto(std::vector<NodeScore>& scores) const {
     uint32_t longest = 0;
     for (const Pool& pool : pools_) {
       if (pool.served == 0) continue;
       longest = std::max(longest, pool.served);
-      const NodeScore candidate{
-          static_cast<NodeId>(internal::PackedNode(pool.place)), pool.served,
-          pool.served * index_.options_.tier_weights[internal::PackedTier(pool.place)]};
+      const uint32_t node = internal::PackedNode(pool.place);
+      const auto tier = internal::PackedTier(pool.place);
+      uint32_t served = pool.served;
+      for (const auto& [place, window] : index_.windows_.Of(node)) {
+        if (internal::PackedTier(place) == tier) served = std::min(served, Served(place));
+      }
+      if (served == 0) continue;
+      const NodeScore candidate{static_cast<NodeId>(node), served,
+                                served * index_.options_.tier_weights[tier]};
       const size_t s = internal::ScoreOf(scores, candidate.node);
       if (s == scores.size()) {
         scores.push_back(candidate);
