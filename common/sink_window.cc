@@ -77,6 +77,25 @@ std::vector<int64_t> SinkWindowCache::VisibleSlots() const {
   return slots;
 }
 
+Result<std::vector<uint32_t>> SinkWindowCache::VisibleBlockTable() const {
+  const std::vector<int64_t> slots = VisibleSlots();
+  const int64_t tpb = options_.tokens_per_block;
+  std::vector<uint32_t> table;
+  table.reserve((slots.size() + tpb - 1) / tpb);
+  for (size_t k = 0; k < slots.size(); ++k) {
+    const bool starts_block = k % tpb == 0;
+    if (starts_block ? slots[k] % tpb != 0 : slots[k] != slots[k - 1] + 1) {
+      return FailedPreconditionError(
+          "sink window cache: visible block " + std::to_string(k / tpb) +
+          " is not one whole pool block in order (sink_tokens, window_tokens and chunk_tokens "
+          "must be multiples of tokens_per_block " + std::to_string(tpb) +
+          "); read VisibleSlots instead");
+    }
+    if (starts_block) table.push_back(static_cast<uint32_t>(slots[k] / tpb));
+  }
+  return table;
+}
+
 Status SinkWindowCache::EndChunk(int64_t chunk_index) {
   if (!open_chunk_.has_value() || *open_chunk_ != chunk_index) {
     return FailedPreconditionError("sink window cache: chunk " + std::to_string(chunk_index) +

@@ -52,6 +52,12 @@ class SinkWindowCache {
   // Pool slots attention reads during the open chunk (or after the last one), in logical
   // order: the sink tokens, then the window from oldest to newest.
   [[nodiscard]] std::vector<int64_t> VisibleSlots() const;
+  // VisibleSlots as a block table in logical order, where every block's slots are whole
+  // and in order (sink_tokens, window_tokens and chunk_tokens multiples of
+  // tokens_per_block): a chunk's attention reads it as a sequence of VisibleSlots().size()
+  // tokens whose last chunk_tokens are the chunk (ChunkedAttention's causal mask is then
+  // the ring's). kFailedPrecondition otherwise, naming the first block that is not whole.
+  [[nodiscard]] Result<std::vector<uint32_t>> VisibleBlockTable() const;
 
   // Closes the open chunk. kFailedPrecondition when `chunk_index` is not the open chunk.
   [[nodiscard]] Status EndChunk(int64_t chunk_index);

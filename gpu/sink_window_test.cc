@@ -132,6 +132,42 @@ TEST(SinkWindowTest, OutOfOrderChunksAndBadShapesAreRefused) {
 
 // The plans drive the real paged update kernel: a 4-token sink and 8-token window of a
 // 2-head layer in pool blocks, filled chunk by chunk well into steady state.
+// 4 sinks, an 8-token window, chunks of 4, blocks of 4 (pool blocks 10, 11, 12): the
+// ring's logical order is whole blocks, rotated as it rolls.
+TEST(SinkWindowTest, AWholeBlockRingIsABlockTableInLogicalOrder) {
+  auto cache = SinkWindowCache::Create({.sink_tokens = 4,
+                                        .window_tokens = 8,
+                                        .chunk_tokens = 4,
+                                        .tokens_per_block = 4,
+                                        .block_table = {10, 11, 12}})
+                   .value();
+  const std::vector<std::vector<uint32_t>> expected = {
+      {10}, {10, 11}, {10, 11, 12}, {10, 12, 11}, {10, 11, 12}};
+  for (int64_t k = 0; k < 5; ++k) {
+    ASSERT_TRUE(cache.BeginChunk(k).ok());
+    EXPECT_EQ(cache.VisibleBlockTable().value(), expected[k]) << "chunk " << k;
+    ASSERT_TRUE(cache.EndChunk(k).ok());
+  }
+  ASSERT_TRUE(cache.BeginChunk(4).ok());  // a rewrite keeps the order
+  EXPECT_EQ(cache.VisibleBlockTable().value(), expected[4]);
+
+  auto odd = SinkWindowCache::Create({.sink_tokens = 2,
+                                      .window_tokens = 10,
+                                      .chunk_tokens = 2,
+                                      .tokens_per_block = 4,
+                                      .block_table = {10, 11, 12}})
+                 .value();
+  for (int64_t k = 0; k < 7; ++k) {
+    ASSERT_TRUE(odd.BeginChunk(k).ok());
+    const Result<std::vector<uint32_t>> table = odd.VisibleBlockTable();
+    EXPECT_EQ(table.ok(), k < 6) << "chunk " << k << ": the ring rolls at token 12";
+    if (!table.ok()) {
+      EXPECT_EQ(table.status().code(), StatusCode::kFailedPrecondition);
+    }
+    ASSERT_TRUE(odd.EndChunk(k).ok());
+  }
+}
+
 TEST(SinkWindowTest, PlansDriveThePagedUpdateKernel) {
   const KvLayout layout = KvLayout::Create({.num_layers = 1,
                                             .num_kv_heads = 2,

@@ -50,21 +50,6 @@ TinyEngine::TinyEngine(const TinyEngineOptions& options, KvLayout layout, client
       pool_blocks_(0),
       kernels_(std::move(kernels)) {}
 
-Status TinyEngine::WriteKv(const std::vector<uint32_t>& table, uint32_t layer, KvPart part,
-                           uint32_t first, const std::vector<Vec>& rows) {
-  const uint32_t tokens_per_block = layout_.tokens_per_block();
-  std::vector<int64_t> slots;
-  for (uint32_t i = 0; i < rows.size(); ++i) {
-    const uint32_t position = first + i;
-    if (position / tokens_per_block >= table.size()) {
-      return InternalError("position " + std::to_string(position) + " is past the block table");
-    }
-    slots.push_back(int64_t{table[position / tokens_per_block]} * tokens_per_block +
-                    position % tokens_per_block);
-  }
-  return WriteKvSlots(slots, layer, part, rows);
-}
-
 Status TinyEngine::WriteKvSlots(const std::vector<int64_t>& slots, uint32_t layer, KvPart part,
                                 const std::vector<Vec>& rows) {
   Vec flat;
@@ -126,6 +111,20 @@ Result<Vec> TinyEngine::StepAt(const std::vector<uint32_t>& table, int64_t slot,
 Result<std::vector<Vec>> TinyEngine::PrefillChunk(const std::vector<uint32_t>& table,
                                                   uint32_t first,
                                                   std::span<const uint32_t> tokens) {
+  const uint32_t tokens_per_block = layout_.tokens_per_block();
+  std::vector<int64_t> slots;
+  for (uint32_t p = first; p < first + tokens.size(); ++p) {
+    if (p / tokens_per_block >= table.size())
+      return InternalError("position " + std::to_string(p) + " is past the block table");
+    slots.push_back(int64_t{table[p / tokens_per_block]} * tokens_per_block + p % tokens_per_block);
+  }
+  return AttendChunk(slots, table, first + static_cast<uint32_t>(tokens.size()), tokens);
+}
+
+Result<std::vector<Vec>> TinyEngine::AttendChunk(const std::vector<int64_t>& slots,
+                                                 const std::vector<uint32_t>& table,
+                                                 uint32_t context,
+                                                 std::span<const uint32_t> tokens) {
   const TinyModel& model = *options_.model;
   const TinyModelShape& shape = model.shape();
   const auto chunk = static_cast<uint32_t>(tokens.size());
@@ -133,7 +132,6 @@ Result<std::vector<Vec>> TinyEngine::PrefillChunk(const std::vector<uint32_t>& t
   std::vector<Vec> h;
   for (uint32_t token : tokens) h.push_back(model.Embed(token));
   const uint32_t starts[2] = {0, chunk};
-  const uint32_t context = first + chunk;
   for (uint32_t l = 0; l < shape.layers; ++l) {
     std::vector<Vec> keys, values;
     Vec queries;
@@ -143,8 +141,8 @@ Result<std::vector<Vec>> TinyEngine::PrefillChunk(const std::vector<uint32_t>& t
       const Vec q = model.Query(l, x);
       queries.insert(queries.end(), q.begin(), q.end());
     }
-    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kKey, first, keys));
-    KVTIER_RETURN_IF_ERROR(WriteKv(table, l, KvPart::kValue, first, values));
+    KVTIER_RETURN_IF_ERROR(WriteKvSlots(slots, l, KvPart::kKey, keys));
+    KVTIER_RETURN_IF_ERROR(WriteKvSlots(slots, l, KvPart::kValue, values));
     // The chunk attends over the cached prefix and itself, causally, read from the pool.
     Vec attended(chunk * row);
     KVTIER_RETURN_IF_ERROR(
@@ -281,6 +279,55 @@ Result<Generation> TinyEngine::GenerateStreaming(uint64_t sequence,
   // The ring holds no prefix of the sequence once it rolled: nothing is committed.
   KVTIER_RETURN_IF_ERROR(options_.client->Free(sequence));
   return out;
+}
+
+Result<std::vector<Vec>> TinyEngine::StreamChunks(uint64_t sequence,
+                                                  const std::vector<uint32_t>& tokens,
+                                                  uint32_t sink_tokens, uint32_t window_tokens,
+                                                  uint32_t chunk_tokens) {
+  if (chunk_tokens == 0 || tokens.empty() || tokens.size() % chunk_tokens != 0) {
+    return InvalidArgumentError(std::to_string(tokens.size()) +
+                                " tokens are not a whole number of chunks of " +
+                                std::to_string(chunk_tokens));
+  }
+  if (window_tokens < chunk_tokens) {
+    return InvalidArgumentError("a window of " + std::to_string(window_tokens) +
+                                " tokens is shorter than a chunk of " +
+                                std::to_string(chunk_tokens));
+  }
+  KVTIER_ASSIGN_OR_RETURN(client::Allocation allocation,
+                          options_.client->Allocate({.sequence = sequence,
+                                                     .pool_id = options_.pool_id,
+                                                     .num_tokens = 1,
+                                                     .reserve_tokens = sink_tokens + window_tokens}));
+  Result<std::vector<Vec>> hidden = StreamInto(allocation.block_ids, tokens, sink_tokens,
+                                               window_tokens, chunk_tokens);
+  KVTIER_RETURN_IF_ERROR(options_.client->Free(sequence));  // a rolled ring is no prefix
+  return hidden;
+}
+
+Result<std::vector<Vec>> TinyEngine::StreamInto(const std::vector<uint32_t>& ring,
+                                                const std::vector<uint32_t>& tokens,
+                                                uint32_t sink_tokens, uint32_t window_tokens,
+                                                uint32_t chunk_tokens) {
+  KVTIER_ASSIGN_OR_RETURN(SinkWindowCache cache,
+                          SinkWindowCache::Create({.sink_tokens = sink_tokens,
+                                                   .window_tokens = window_tokens,
+                                                   .chunk_tokens = chunk_tokens,
+                                                   .tokens_per_block = layout_.tokens_per_block(),
+                                                   .block_table = ring}));
+  std::vector<Vec> hidden;
+  for (uint32_t k = 0; k * chunk_tokens < tokens.size(); ++k) {
+    KVTIER_ASSIGN_OR_RETURN(const std::vector<int64_t> slots, cache.BeginChunk(k));
+    KVTIER_ASSIGN_OR_RETURN(const std::vector<uint32_t> table, cache.VisibleBlockTable());
+    const auto visible = static_cast<uint32_t>(cache.VisibleSlots().size());
+    KVTIER_ASSIGN_OR_RETURN(
+        std::vector<Vec> h,
+        AttendChunk(slots, table, visible, std::span(tokens).subspan(k * chunk_tokens, chunk_tokens)));
+    hidden.insert(hidden.end(), h.begin(), h.end());
+    KVTIER_RETURN_IF_ERROR(cache.EndChunk(k));
+  }
+  return hidden;
 }
 
 }  // namespace kvtier::examples

@@ -70,6 +70,16 @@ class TinyEngine {
                                                      const std::vector<uint32_t>& prompt,
                                                      uint32_t new_tokens, uint32_t sink_tokens,
                                                      uint32_t window_tokens);
+  // The same ring fed a chunk of `chunk_tokens` at a time (a streaming model's input):
+  // each chunk written to its ring slots, then attending causally over the ring through
+  // ChunkedAttention, whose block table is the ring's in logical order
+  // (SinkWindowCache::VisibleBlockTable). Returns every token's hidden state.
+  // kInvalidArgument: tokens not a whole number of chunks, a window shorter than a chunk;
+  // kFailedPrecondition: sinks, window or chunk not whole blocks.
+  [[nodiscard]] Result<std::vector<Vec>> StreamChunks(uint64_t sequence,
+                                                      const std::vector<uint32_t>& tokens,
+                                                      uint32_t sink_tokens, uint32_t window_tokens,
+                                                      uint32_t chunk_tokens);
 
  private:
   TinyEngine(const TinyEngineOptions& options, KvLayout layout, client::MappedPool pool,
@@ -86,9 +96,16 @@ class TinyEngine {
   // its own. Returns their hidden states.
   Result<std::vector<Vec>> PrefillChunk(const std::vector<uint32_t>& table, uint32_t first,
                                         std::span<const uint32_t> tokens);
-  // One layer's keys or values of `rows` (one per position from `first`) into the pool.
-  Status WriteKv(const std::vector<uint32_t>& table, uint32_t layer, KvPart part, uint32_t first,
-                 const std::vector<Vec>& rows);
+  // PrefillChunk with the chunk's keys and values written to `slots` (one per token) and
+  // read back as the last tokens of the first `context` positions of `table`.
+  // StreamChunks over the static sequence's blocks `ring`.
+  Result<std::vector<Vec>> StreamInto(const std::vector<uint32_t>& ring,
+                                      const std::vector<uint32_t>& tokens, uint32_t sink_tokens,
+                                      uint32_t window_tokens, uint32_t chunk_tokens);
+  Result<std::vector<Vec>> AttendChunk(const std::vector<int64_t>& slots,
+                                       const std::vector<uint32_t>& table, uint32_t context,
+                                       std::span<const uint32_t> tokens);
+  // One layer's keys or values of `rows` into the pool, row i at slot slots[i].
   Status WriteKvSlots(const std::vector<int64_t>& slots, uint32_t layer, KvPart part,
                       const std::vector<Vec>& rows);
 

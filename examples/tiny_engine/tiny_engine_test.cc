@@ -220,6 +220,42 @@ TEST_P(TinyEngineTest, ASinkWindowSequenceAttendsToItsSinksAndTheLastWindow) {
   EXPECT_EQ(stats->cached_blocks, 0u) << "a rolled ring is no prefix: nothing committed";
 }
 
+// The same ring fed chunks of 4 (a streaming model's input): 4 sinks and an 8-token window,
+// 7 chunks, so the ring rolls four times; each chunk attends through ChunkedAttention over
+// the ring's blocks in logical order. Every token equals recomputation with the chunk's
+// window (seed 000); a ring that is not whole blocks is refused by name.
+TEST_P(TinyEngineTest, ASinkWindowRingTakesWholeChunksThroughChunkedAttention) {
+  Start(/*pool_blocks=*/16);
+  const std::vector<uint32_t> tokens = Prompt(9, 28);
+  auto streamed = engine_->StreamChunks(1, tokens, /*sink_tokens=*/4, /*window_tokens=*/8,
+                                        /*chunk_tokens=*/4);
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
+  const std::vector<Vec> reference = model_.Recompute(tokens, 4, 8, 4);
+  ASSERT_EQ(streamed->size(), reference.size());
+  for (size_t t = 0; t < reference.size(); ++t) {
+    for (uint32_t i = 0; i < kShape.model; ++i) {
+      ASSERT_NEAR((*streamed)[t][i], reference[t][i], Tolerance(Dtype()))
+          << Dtype() << " token " << t << " dim " << i;
+    }
+  }
+  // The chunk's window is not the token's own: token 25 sees tokens 16-27's window less
+  // its future, where one-token steps would see 18-25.
+  const std::vector<Vec> per_token = model_.Recompute(tokens, 4, 8, 1);
+  float differs = 0;
+  for (uint32_t i = 0; i < kShape.model; ++i)
+    differs = std::max(differs, std::fabs(per_token[25][i] - reference[25][i]));
+  EXPECT_GT(differs, 0.01f);
+  EXPECT_EQ(client_->GetWorkerStats()->used_blocks, 0u) << "freed";
+
+  auto unaligned = engine_->StreamChunks(2, Prompt(9, 16), 2, 10, 2);  // rolls at 12
+  EXPECT_EQ(unaligned.status().code(), StatusCode::kFailedPrecondition) << unaligned.status();
+  EXPECT_NE(unaligned.status().message().find("multiples of tokens_per_block"), std::string::npos);
+  EXPECT_EQ(engine_->StreamChunks(3, Prompt(9, 10), 4, 8, 4).status().code(),
+            StatusCode::kInvalidArgument)
+      << "10 tokens are not whole chunks";
+  EXPECT_EQ(client_->GetWorkerStats()->used_blocks, 0u) << "a refused stream frees its ring";
+}
+
 TEST_P(TinyEngineTest, AModelThatDoesNotFitThePoolIsRefused) {
   Start(/*pool_blocks=*/8);
   const TinyModel other(

@@ -59,9 +59,10 @@ uint32_t TinyModel::NextToken(const Vec& h) const {
 }
 
 std::vector<Vec> TinyModel::Recompute(const std::vector<uint32_t>& tokens, uint32_t sink_tokens,
-                                      uint32_t window_tokens) const {
+                                      uint32_t window_tokens, uint32_t chunk_tokens) const {
   const auto sees = [&](size_t s, size_t t) {
-    return window_tokens == 0 || s < sink_tokens || s + window_tokens > t;
+    const size_t chunk_end = (t / chunk_tokens + 1) * chunk_tokens;
+    return window_tokens == 0 || s < sink_tokens || s + window_tokens >= chunk_end;
   };
   const uint32_t d = shape_.head_dim, group = shape_.query_heads / shape_.kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));

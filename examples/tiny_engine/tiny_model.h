@@ -37,9 +37,11 @@ class TinyModel {
 
   // Every token's final hidden state, each token attending to itself and all before it;
   // with `window_tokens`, only to the first `sink_tokens` tokens and the last
-  // `window_tokens` up to itself (StreamingLLM's attention).
+  // `window_tokens` up to itself (StreamingLLM's attention). With chunks of
+  // `chunk_tokens`, the window is that of the token's chunk (the last `window_tokens` up
+  // to the chunk's end, seed 000's cache), and it attends within it causally.
   std::vector<Vec> Recompute(const std::vector<uint32_t>& tokens, uint32_t sink_tokens = 0,
-                             uint32_t window_tokens = 0) const;
+                             uint32_t window_tokens = 0, uint32_t chunk_tokens = 1) const;
 
  private:
   struct Layer {

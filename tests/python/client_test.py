@@ -204,6 +204,7 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(ring.begin_chunk(3), slots(1), "the window's oldest block is written over")
         self.assertTrue(ring.steady_state)
         self.assertEqual(ring.visible_slots(), slots(0) + slots(2) + slots(1), "sinks, then oldest to newest")
+        self.assertEqual(ring.visible_block_table(), [table[0], table[2], table[1]], "the same, as blocks")
         ring.end_chunk(3)
         self.assertEqual(ring.begin_chunk(3), slots(1), "the same chunk again rewrites its tokens")
         with self.assertRaises(kvtier.Error) as skipped:

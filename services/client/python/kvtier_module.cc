@@ -355,6 +355,11 @@ void BindSinkWindow(py::module_& m) {
       .def("visible_slots", &SinkWindowCache::VisibleSlots,
            "Slots attention reads, sinks first, then the window oldest to newest")
       .def(
+          "visible_block_table",
+          [](const SinkWindowCache& c) { return ValueOrThrow(c.VisibleBlockTable()); },
+          "visible_slots as pool blocks in logical order, for a chunked attention over a block "
+          "table (sinks, window and chunk in whole blocks)")
+      .def(
           "end_chunk", [](SinkWindowCache& c, int64_t index) { OkOrThrow(c.EndChunk(index)); },
           py::arg("chunk_index"))
       .def_property_readonly("capacity_tokens", &SinkWindowCache::capacity_tokens)
