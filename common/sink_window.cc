@@ -88,8 +88,8 @@ Result<std::vector<uint32_t>> SinkWindowCache::VisibleBlockTable() const {
       return FailedPreconditionError(
           "sink window cache: visible block " + std::to_string(k / tpb) +
           " is not one whole pool block in order (sink_tokens, window_tokens and chunk_tokens "
-          "must be multiples of tokens_per_block " + std::to_string(tpb) +
-          "); read VisibleSlots instead");
+          "must be multiples of tokens_per_block " +
+          std::to_string(tpb) + "); read VisibleSlots instead");
     }
     if (starts_block) table.push_back(static_cast<uint32_t>(slots[k] / tpb));
   }

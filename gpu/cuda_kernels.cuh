@@ -79,6 +79,9 @@ inline constexpr uint32_t kFusedCheckMaxIndices = 256;
 void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector,
                         FaultSlot fault, cudaStream_t stream);
 void LaunchPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);
+// The same into a quantized pool (cuda_quantized_update.cu): a validation kernel, then a
+// warp per (token, head) row.
+void LaunchQuantizedPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);
 // stamps: one per pool block, for Scatter's repeat check (a block stamped twice with the
 // call's generation is repeated); null for Gather.
 void LaunchCopyBlocks(const BlockCopyArgs& args, bool to_staging, unsigned long long* stamps,

@@ -132,19 +132,51 @@ __global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* ta
   }
 }
 
+// How a pool's head rows read as floats: element d of a row, before its scale (1 for the
+// float dtypes; a quantized row's fp32 scale sits beside the block's values).
+template <typename T>
+struct FloatRows {
+  static constexpr bool kScaled = false;
+  __device__ static float At(const char* row, uint32_t d) {
+    return ToFloat(reinterpret_cast<const T*>(row)[d]);
+  }
+};
+struct Int8Rows {
+  static constexpr bool kScaled = true;
+  __device__ static float At(const char* row, uint32_t d) {
+    return static_cast<float>(reinterpret_cast<const int8_t*>(row)[d]);
+  }
+};
+struct Int4Rows {  // two per byte, the even element in the low nibble
+  static constexpr bool kScaled = true;
+  __device__ static float At(const char* row, uint32_t d) {
+    const int nibble = (static_cast<uint8_t>(row[d / 2]) >> (4 * (d % 2))) & 0xF;
+    return static_cast<float>(nibble >= 8 ? nibble - 16 : nibble);
+  }
+};
+struct Fp8Rows {
+  static constexpr bool kScaled = true;
+  __device__ static float At(const char* row, uint32_t d) {
+    const __half_raw h =
+        __nv_cvt_fp8_to_halfraw(reinterpret_cast<const __nv_fp8_storage_t*>(row)[d], __NV_E4M3);
+    return __half2float(__half(h));
+  }
+};
+
 // One key of an online softmax for one query, on a warp: lanes hold q and the accumulator
 // split over the head dimension (element lane + 32 k); every lane gets the same score.
+// Each element is scaled before it is used, as the CPU reference loads it.
 struct OnlineSoftmax {
   float running_max = -INFINITY, running_sum = 0.0f;
   float acc[kMaxPerLane] = {};
 
-  template <typename T>
-  __device__ void Add(const float* q_reg, const T* key, const T* value, uint32_t dim, float scale,
-                      uint32_t lane) {
+  template <typename Rows>
+  __device__ void Add(const float* q_reg, const char* key, float key_scale, const char* value,
+                      float value_scale, uint32_t dim, float scale, uint32_t lane) {
     float dot = 0.0f;
     for (unsigned k = 0; k < kMaxPerLane; ++k) {
       const uint32_t d = lane + 32 * k;
-      if (d < dim) dot += q_reg[k] * ToFloat(key[d]);
+      if (d < dim) dot += q_reg[k] * Scaled<Rows>(key, d, key_scale);
     }
     const float score = WarpSum(dot) * scale;
     const float new_max = fmaxf(running_max, score);
@@ -153,21 +185,46 @@ struct OnlineSoftmax {
     running_sum = running_sum * correction + p;
     for (unsigned k = 0; k < kMaxPerLane; ++k) {
       const uint32_t d = lane + 32 * k;
-      if (d < dim) acc[k] = acc[k] * correction + p * ToFloat(value[d]);
+      if (d < dim) acc[k] = acc[k] * correction + p * Scaled<Rows>(value, d, value_scale);
     }
     running_max = new_max;
   }
+
+  template <typename Rows>
+  __device__ static float Scaled(const char* row, uint32_t d, float row_scale) {
+    if constexpr (Rows::kScaled) return Rows::At(row, d) * row_scale;
+    return Rows::At(row, d);
+  }
 };
 
+// Where one layer's rows and (quantized) scales are in a block, and the call's shape.
 struct AttentionGeometry {
-  size_t block_bytes, key_offset, value_offset, head_run_bytes;
+  size_t block_bytes, key_offset, value_offset, head_run_bytes, row_bytes;
+  size_t key_scale_offset, value_scale_offset, head_scale_bytes;  // quantized layouts
   uint32_t tokens_per_block, dim, group, query_heads, max_blocks;
   float scale;
+
+  // Token t's key and value rows of KV head `kv_head` in `block`, with their scales.
+  template <typename Rows>
+  __device__ void AddToken(OnlineSoftmax& softmax, const float* q_reg, const char* block,
+                           uint32_t kv_head, uint32_t t, uint32_t lane) const {
+    const uint32_t token = t % tokens_per_block;
+    const char* run = block + static_cast<size_t>(kv_head) * head_run_bytes +
+                      static_cast<size_t>(token) * row_bytes;
+    float key_scale = 1.0f, value_scale = 1.0f;
+    if constexpr (Rows::kScaled) {
+      const size_t at = static_cast<size_t>(kv_head) * head_scale_bytes + token * sizeof(float);
+      key_scale = *reinterpret_cast<const float*>(block + key_scale_offset + at);
+      value_scale = *reinterpret_cast<const float*>(block + value_scale_offset + at);
+    }
+    softmax.Add<Rows>(q_reg, run + key_offset, key_scale, run + value_offset, value_scale, dim,
+                      scale, lane);
+  }
 };
 
 // Thread block (query head, sequence); each warp runs an online softmax over every
 // kWarpsPerBlock-th token, lanes split the head dimension; warps merge at the end.
-template <typename T>
+template <typename Rows>
 __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, const float* query,
                                       const uint32_t* tables, const uint32_t* lengths,
                                       float* output, FaultSlot fault) {
@@ -175,7 +232,6 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   __shared__ float warp_max[kWarpsPerBlock], warp_sum[kWarpsPerBlock];
   __shared__ float warp_acc[kWarpsPerBlock][kMaxAttentionHeadDim];
   const uint32_t qh = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t head_offset = static_cast<size_t>(qh / g.group) * g.head_run_bytes;
   const float* q = query + (static_cast<size_t>(b) * g.query_heads + qh) * g.dim;
   float q_reg[kMaxPerLane];
   for (unsigned k = 0; k < kMaxPerLane; ++k) {
@@ -185,11 +241,8 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   OnlineSoftmax softmax;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = warp; t < lengths[b]; t += kWarpsPerBlock) {
-    const char* block =
-        pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
-    const size_t token = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
-    softmax.Add(q_reg, reinterpret_cast<const T*>(block + g.key_offset) + token,
-                reinterpret_cast<const T*>(block + g.value_offset) + token, g.dim, g.scale, lane);
+    const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes;
+    g.AddToken<Rows>(softmax, q_reg, block, qh / g.group, t, lane);
   }
   const float running_max = softmax.running_max, running_sum = softmax.running_sum;
   const float* acc = softmax.acc;
@@ -251,7 +304,7 @@ __global__ void CheckChunkInputs(const uint32_t* starts, const uint32_t* lengths
 // token: its sequence by a binary search of the starts, then an online softmax over the
 // positions it sees, lanes splitting the head dimension. The warps of a block walk the
 // same keys, so all but the first read them from L1.
-template <typename T>
+template <typename Rows>
 __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, const float* query,
                                        const uint32_t* starts, uint32_t batch,
                                        uint32_t query_tokens, const uint32_t* tables,
@@ -270,7 +323,6 @@ __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, co
   }
   const uint32_t chunk = starts[b + 1] - starts[b];
   const uint32_t visible = lengths[b] - chunk + (token - starts[b]) + 1;
-  const size_t head_offset = static_cast<size_t>(qh / g.group) * g.head_run_bytes;
   const float* q = query + (static_cast<size_t>(token) * g.query_heads + qh) * g.dim;
   float q_reg[kMaxPerLane];
   for (unsigned k = 0; k < kMaxPerLane; ++k) {
@@ -280,11 +332,8 @@ __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, co
   OnlineSoftmax softmax;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = 0; t < visible; ++t) {
-    const char* block =
-        pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes + head_offset;
-    const size_t row = static_cast<size_t>(t % g.tokens_per_block) * g.dim;
-    softmax.Add(q_reg, reinterpret_cast<const T*>(block + g.key_offset) + row,
-                reinterpret_cast<const T*>(block + g.value_offset) + row, g.dim, g.scale, lane);
+    const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes;
+    g.AddToken<Rows>(softmax, q_reg, block, qh / g.group, t, lane);
   }
   float* out = output + (static_cast<size_t>(token) * g.query_heads + qh) * g.dim;
   for (unsigned k = 0; k < kMaxPerLane; ++k) {
@@ -295,16 +344,34 @@ __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, co
 
 AttentionGeometry Geometry(const KvLayout& layout, uint32_t layer, uint32_t query_heads,
                            uint32_t max_blocks, float scale) {
+  const bool scaled = layout.quantized();
   return {layout.bytes_per_block(),
           layout.ByteOffset(layer, KvPart::kKey, 0, 0),
           layout.ByteOffset(layer, KvPart::kValue, 0, 0),
           layout.bytes_per_head_run(),
+          layout.bytes_per_head_row(),
+          scaled ? layout.ScaleOffset(layer, KvPart::kKey, 0, 0) : 0,
+          scaled ? layout.ScaleOffset(layer, KvPart::kValue, 0, 0) : 0,
+          size_t{layout.tokens_per_block()} * sizeof(float),  // a KV head's scales
           layout.tokens_per_block(),
           layout.head_dim(),
           query_heads / layout.num_kv_heads(),
           query_heads,
           max_blocks,
           scale};
+}
+
+// Calls `launch` with the row reader of `dtype` (a value of its type).
+template <typename Launch>
+void ForRows(KvDtype dtype, Launch&& launch) {
+  switch (dtype) {
+    case KvDtype::kFp32: launch(FloatRows<float>{}); break;
+    case KvDtype::kFp16: launch(FloatRows<__half>{}); break;
+    case KvDtype::kBf16: launch(FloatRows<__nv_bfloat16>{}); break;
+    case KvDtype::kInt8: launch(Int8Rows{}); break;
+    case KvDtype::kInt4: launch(Int4Rows{}); break;
+    default: launch(Fp8Rows{}); break;
+  }
 }
 
 }  // namespace
@@ -334,20 +401,10 @@ void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaSt
       Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
   const dim3 grid(a.num_query_heads, a.batch);
   const auto* pool = static_cast<const char*>(a.pool);
-  switch (layout.dtype()) {
-    case KvDtype::kFp32:
-      DecodeAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
-      break;
-    case KvDtype::kFp16:
-      DecodeAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
-      break;
-    default:
-      DecodeAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
-      break;
-  }
+  ForRows(layout.dtype(), [&](auto rows) {
+    DecodeAttentionKernel<decltype(rows)><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+        pool, g, a.query, a.block_tables, a.context_lengths, a.output, fault);
+  });
 }
 
 void LaunchChunkedAttention(const ChunkedAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
@@ -359,23 +416,11 @@ void LaunchChunkedAttention(const ChunkedAttentionArgs& a, FaultSlot fault, cuda
       Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
   const dim3 grid((a.query_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock, a.num_query_heads);
   const auto* pool = static_cast<const char*>(a.pool);
-  switch (layout.dtype()) {
-    case KvDtype::kFp32:
-      ChunkedAttentionKernel<float><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
-          a.context_lengths, a.output, fault);
-      break;
-    case KvDtype::kFp16:
-      ChunkedAttentionKernel<__half><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
-          a.context_lengths, a.output, fault);
-      break;
-    default:
-      ChunkedAttentionKernel<__nv_bfloat16><<<grid, kWarpsPerBlock * 32, 0, s>>>(
-          pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
-          a.context_lengths, a.output, fault);
-      break;
-  }
+  ForRows(layout.dtype(), [&](auto rows) {
+    ChunkedAttentionKernel<decltype(rows)><<<grid, kWarpsPerBlock * 32, 0, s>>>(
+        pool, g, a.query, a.query_starts, a.batch, a.query_tokens, a.block_tables,
+        a.context_lengths, a.output, fault);
+  });
 }
 
 }  // namespace kvtier::gpu::internal

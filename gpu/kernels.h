@@ -25,8 +25,7 @@
 //                    in a context of n sits at position n - c + i and sees positions 0 to
 //                    n - c + i (a causal mask offset by the cached prefix). GQA and
 //                    arithmetic as DecodeAttention's, which is the case c = 1.
-//                    Both attentions read quantized pools too (value x scale), on the CPU;
-//                    the CUDA backend refuses them (kUnimplemented) for now.
+//                    Both attentions read quantized pools too (value x scale).
 //
 // Memory: every pointer in the argument structs is memory of the backend: host memory for
 // the CPU backend; device memory (or pinned host memory, for staging) for the CUDA backend.
@@ -111,7 +110,7 @@ struct DequantizeArgs {
 struct DecodeAttentionArgs {
   const void* pool = nullptr;
   size_t pool_blocks = 0;
-  const KvLayout* layout = nullptr;  // any dtype (quantized: CPU only)
+  const KvLayout* layout = nullptr;  // any dtype
   uint32_t layer = 0;
   uint32_t batch = 0;
   uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads
@@ -128,7 +127,7 @@ struct DecodeAttentionArgs {
 struct ChunkedAttentionArgs {
   const void* pool = nullptr;
   size_t pool_blocks = 0;
-  const KvLayout* layout = nullptr;  // any dtype (quantized: CPU only)
+  const KvLayout* layout = nullptr;  // any dtype
   uint32_t layer = 0;
   uint32_t batch = 0;
   uint32_t num_query_heads = 0;            // a multiple of the layout's KV heads

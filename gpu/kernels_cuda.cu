@@ -40,13 +40,6 @@ Status FitsOneLaunch(const char* what, uint64_t runs, uint64_t chunks_per_run) {
   return Status::Ok();
 }
 
-// Quantized pools (int8, int4, fp8_e4m3 with per-token scales) have the CPU reference only.
-Status NoQuantizedPool(const char* kernel, const KvLayout& layout) {
-  if (!layout.quantized()) return Status::Ok();
-  return UnimplementedError(std::string(kernel) + ": a " + std::string(DtypeName(layout.dtype())) +
-                            " pool has no CUDA kernel yet (the CPU backend reads and writes it)");
-}
-
 class CudaBackend final : public KernelBackend {
  public:
   static Result<std::unique_ptr<KernelBackend>> Create(int device) {
@@ -105,10 +98,12 @@ class CudaBackend final : public KernelBackend {
 
   Status UpdatePaged(const PagedUpdateArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckPagedUpdate(a));
-    KVTIER_RETURN_IF_ERROR(NoQuantizedPool("UpdatePaged", *a.layout));
     KVTIER_RETURN_IF_ERROR(Begin());
     const size_t pool_slots = a.pool_blocks * a.layout->tokens_per_block();
-    internal::LaunchPagedUpdate(a, Slot(), stream_);
+    if (a.layout->quantized())
+      internal::LaunchQuantizedPagedUpdate(a, Slot(), stream_);
+    else
+      internal::LaunchPagedUpdate(a, Slot(), stream_);
     return Finish(
         [&](const DeviceFault& f) { return internal::BadSlot(f.position, f.value, pool_slots); });
   }
@@ -132,7 +127,6 @@ class CudaBackend final : public KernelBackend {
 
   Status DecodeAttention(const DecodeAttentionArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckDecodeAttention(a));
-    KVTIER_RETURN_IF_ERROR(NoQuantizedPool("DecodeAttention", *a.layout));
     KVTIER_RETURN_IF_ERROR(Begin());
     internal::LaunchDecodeAttention(a, Slot(), stream_);
     const uint32_t max_tokens = a.max_blocks_per_sequence * a.layout->tokens_per_block();
@@ -146,7 +140,6 @@ class CudaBackend final : public KernelBackend {
 
   Status ChunkedAttention(const ChunkedAttentionArgs& a) override {
     KVTIER_RETURN_IF_ERROR(internal::CheckChunkedAttention(a));
-    KVTIER_RETURN_IF_ERROR(NoQuantizedPool("ChunkedAttention", *a.layout));
     KVTIER_RETURN_IF_ERROR(Begin());
     internal::LaunchChunkedAttention(a, Slot(), stream_);
     const uint32_t max_tokens = a.max_blocks_per_sequence * a.layout->tokens_per_block();

@@ -10,6 +10,7 @@ set -euo pipefail
 build=${1:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 bundle=${2:?usage: gpu-bundle.sh BUILD_DIR BUNDLE_DIR}
 tests=(device_test copy_kernels_test quantize_test decode_attention_test chunked_attention_test sink_window_test
+       quantized_pool_test
        shared_device_memory_test
        worker_storage_test)
 

@@ -34,7 +34,7 @@ fi
 # Every kernel test again under compute-sanitizer's memcheck: an out-of-bounds access or a
 # leak of device memory fails it.
 if want memcheck && command -v compute-sanitizer >/dev/null; then
-  for name in copy_kernels_test quantize_test decode_attention_test chunked_attention_test; do
+  for name in copy_kernels_test quantize_test decode_attention_test chunked_attention_test quantized_pool_test sink_window_test; do
     if compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 "$bundle/bin/$name" --gtest_color=no \
         >"$out/test.log" 2>&1; then result=clean; else result=ERRORS; failed=1; fi
     { echo "=== memcheck $name"; cat "$out/test.log"; } >>"$out/sanitizer.log"

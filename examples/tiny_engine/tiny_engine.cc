@@ -251,13 +251,12 @@ Result<Generation> TinyEngine::GenerateStreaming(uint64_t sequence,
                                                      .pool_id = options_.pool_id,
                                                      .num_tokens = 1,  // its first; no reuse
                                                      .reserve_tokens = capacity}));
-  KVTIER_ASSIGN_OR_RETURN(
-      SinkWindowCache cache,
-      SinkWindowCache::Create({.sink_tokens = sink_tokens,
-                                    .window_tokens = window_tokens,
-                                    .chunk_tokens = 1,
-                                    .tokens_per_block = layout_.tokens_per_block(),
-                                    .block_table = allocation.block_ids}));
+  KVTIER_ASSIGN_OR_RETURN(SinkWindowCache cache,
+                          SinkWindowCache::Create({.sink_tokens = sink_tokens,
+                                                   .window_tokens = window_tokens,
+                                                   .chunk_tokens = 1,
+                                                   .tokens_per_block = layout_.tokens_per_block(),
+                                                   .block_table = allocation.block_ids}));
   Generation out;
   out.computed_tokens = static_cast<uint32_t>(prompt.size());
   Vec h;
@@ -295,13 +294,14 @@ Result<std::vector<Vec>> TinyEngine::StreamChunks(uint64_t sequence,
                                 " tokens is shorter than a chunk of " +
                                 std::to_string(chunk_tokens));
   }
-  KVTIER_ASSIGN_OR_RETURN(client::Allocation allocation,
-                          options_.client->Allocate({.sequence = sequence,
-                                                     .pool_id = options_.pool_id,
-                                                     .num_tokens = 1,
-                                                     .reserve_tokens = sink_tokens + window_tokens}));
-  Result<std::vector<Vec>> hidden = StreamInto(allocation.block_ids, tokens, sink_tokens,
-                                               window_tokens, chunk_tokens);
+  KVTIER_ASSIGN_OR_RETURN(
+      client::Allocation allocation,
+      options_.client->Allocate({.sequence = sequence,
+                                 .pool_id = options_.pool_id,
+                                 .num_tokens = 1,
+                                 .reserve_tokens = sink_tokens + window_tokens}));
+  Result<std::vector<Vec>> hidden =
+      StreamInto(allocation.block_ids, tokens, sink_tokens, window_tokens, chunk_tokens);
   KVTIER_RETURN_IF_ERROR(options_.client->Free(sequence));  // a rolled ring is no prefix
   return hidden;
 }
@@ -321,9 +321,9 @@ Result<std::vector<Vec>> TinyEngine::StreamInto(const std::vector<uint32_t>& rin
     KVTIER_ASSIGN_OR_RETURN(const std::vector<int64_t> slots, cache.BeginChunk(k));
     KVTIER_ASSIGN_OR_RETURN(const std::vector<uint32_t> table, cache.VisibleBlockTable());
     const auto visible = static_cast<uint32_t>(cache.VisibleSlots().size());
-    KVTIER_ASSIGN_OR_RETURN(
-        std::vector<Vec> h,
-        AttendChunk(slots, table, visible, std::span(tokens).subspan(k * chunk_tokens, chunk_tokens)));
+    KVTIER_ASSIGN_OR_RETURN(std::vector<Vec> h,
+                            AttendChunk(slots, table, visible,
+                                        std::span(tokens).subspan(k * chunk_tokens, chunk_tokens)));
     hidden.insert(hidden.end(), h.begin(), h.end());
     KVTIER_RETURN_IF_ERROR(cache.EndChunk(k));
   }

@@ -88,11 +88,11 @@ class Replayer {
       in_table = std::min(total, local + options_.prefill_chunk_blocks);
     }
     const std::span<const BlockKey> all(keys);
-    Result<client::Allocation> allocation = client.Allocate(
-        {.sequence = sequence,
-         .pool_ids = pools_,
-         .keys = {all.begin(), all.begin() + in_table},
-         .num_tokens = in_table * block_tokens});
+    Result<client::Allocation> allocation =
+        client.Allocate({.sequence = sequence,
+                         .pool_ids = pools_,
+                         .keys = {all.begin(), all.begin() + in_table},
+                         .num_tokens = in_table * block_tokens});
     if (allocation.status().code() == StatusCode::kResourceExhausted) {
       ++tally.refused;
       return Status::Ok();
@@ -127,7 +127,8 @@ class Replayer {
     }
     // In whole trace blocks (onboarding fills in that order).
     const uint32_t gpu = reused / parts_, up_to_host = (reused + from_host) / parts_,
-                   up_to_disk = (reused + from_host + from_disk) / parts_, all_cached = cached / parts_;
+                   up_to_disk = (reused + from_host + from_disk) / parts_,
+                   all_cached = cached / parts_;
     tally.gpu += gpu;
     tally.host += up_to_host - gpu;
     tally.disk += up_to_disk - up_to_host;
@@ -211,8 +212,7 @@ Result<ReplayReport> RunReplay(std::span<const bench::TraceRequest> requests,
   }
   CountUnboundedBound(requests, options.tokens_per_block, report);
 
-  Replayer replayer(requests, options, parts,
-                    static_cast<uint32_t>(before.pool_layouts.size()));
+  Replayer replayer(requests, options, parts, static_cast<uint32_t>(before.pool_layouts.size()));
   std::vector<ClientTally> tallies(options.clients);
   std::vector<Status> outcomes(options.clients);
   const auto start = Clock::now();
@@ -315,8 +315,7 @@ std::string ReplayReportJson(const ReplayReport& r) {
           : ("\"disk_written_bytes\": " + std::to_string(*r.disk_written_bytes) +
              ", \"dropped_by_admission\": " + std::to_string(r.dropped_by_admission) + ", ")
                 .c_str(),
-      LayoutJson(r).c_str(), r.seconds, r.requests_per_second(), r.lookup_p50_us,
-      r.lookup_p99_us);
+      LayoutJson(r).c_str(), r.seconds, r.requests_per_second(), r.lookup_p50_us, r.lookup_p99_us);
   return out;
 }
 

@@ -75,7 +75,8 @@ struct ReplayReport {
   uint64_t refused_requests = 0;  // the pool had no room even after eviction (kResourceExhausted)
   uint64_t offloaded_blocks = 0;  // pool -> host tier
   uint64_t block_bytes = 0;       // of one trace block in the cluster's layout (every pool)
-  std::vector<std::string> pools;  // the worker's pools' layouts (fingerprints); a sequence spans all
+  std::vector<std::string>
+      pools;  // the worker's pools' layouts (fingerprints); a sequence spans all
   std::optional<LayoutComparison> layout;
   // The node's own tiers, where the replay can read them (embedded): payload bytes the
   // disk tier wrote, and blocks its admission kept out of it.

@@ -284,8 +284,7 @@ Status ReplayCommand::StartEmbedded(Target& target, bool all_full) const {
   target.client.token = token;
   target.summary = "embedded: " + std::to_string(gpu_blocks_) + " GPU-pool blocks (host memory), " +
                    std::to_string(shape.host_blocks) + " host, " +
-                   std::to_string(shape.disk_blocks) +
-                   " disk (admission " + disk_admission_ +
+                   std::to_string(shape.disk_blocks) + " disk (admission " + disk_admission_ +
                    (disk_admission_ == "min-count" ? " " + std::to_string(disk_admission_min_count_)
                                                    : std::string()) +
                    "), " + std::to_string(block_bytes_) + "-byte blocks";

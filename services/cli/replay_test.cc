@@ -182,13 +182,13 @@ TEST_F(ReplayTest, TraceBlocksSpanSeveralClusterBlocks) {
 // the last: it reuses all of it, the 2-block pool by its last window alone.
 TEST_F(ReplayTest, ASequenceSpansThePoolsOfEveryWindowAndReusesByChunks) {
   Start(/*gpu_blocks=*/96, /*host_blocks=*/0, {32, 64});
-  const std::vector<bench::TraceRequest> requests = {
-      Request({1, 2, 3, 4, 5, 6}), Request({1, 2, 3, 4, 5, 6, 7, 8}),
-      Request({1, 2, 3, 4, 5, 6, 7, 8, 9})};
+  const std::vector<bench::TraceRequest> requests = {Request({1, 2, 3, 4, 5, 6}),
+                                                     Request({1, 2, 3, 4, 5, 6, 7, 8}),
+                                                     Request({1, 2, 3, 4, 5, 6, 7, 8, 9})};
   auto report = Replay(requests, 1, /*prefill_chunk_blocks=*/2);
   ASSERT_TRUE(report.ok()) << report.status();
-  EXPECT_EQ(report->pools, (std::vector<std::string>{"L1/H1/D64/T16/fp16/W32/S0",
-                                                     "L1/H1/D64/T16/fp16/W64/S0"}));
+  EXPECT_EQ(report->pools,
+            (std::vector<std::string>{"L1/H1/D64/T16/fp16/W32/S0", "L1/H1/D64/T16/fp16/W64/S0"}));
   EXPECT_EQ(report->block_bytes, 2 * kBlockBytes) << "a block of each pool";
   EXPECT_EQ(report->hit_blocks_gpu, 6u + 8u);
   EXPECT_EQ(report->refused_requests, 0u);

@@ -110,8 +110,8 @@ Result<Allocation> Worker::Allocate(const AllocateRequest& r) {
   KVTIER_RETURN_IF_ERROR(CheckSpan(w, pool_ids));
   if (w.sequences_.contains({r.client, r.sequence}))
     return AlreadyExistsError(Describe(r.client, r.sequence) + " already exists");
-  SequenceRequest request{0,        r.root,   r.salt_scope,    r.format_tag,
-                          r.block_keys, r.tokens, r.num_tokens, r.reserve_tokens};
+  SequenceRequest request{0,        r.root,       r.salt_scope,    r.format_tag, r.block_keys,
+                          r.tokens, r.num_tokens, r.reserve_tokens};
   if (pool_ids.size() > 1) {  // one reuse for all, checked in each before any starts
     const uint32_t reused = CommonPrefix(w, pool_ids, r.root, r.block_keys);
     uint32_t partial = UINT32_MAX;
@@ -195,8 +195,7 @@ Status Worker::Free(ClientId client, SequenceId sequence) {
 }
 
 // Commits the part's blocks; the keys it stored are appended to `stored`.
-Status Worker::Impl::CommitPart(const SequencePart& part,
-                                std::span<const BlockKey> block_keys,
+Status Worker::Impl::CommitPart(const SequencePart& part, std::span<const BlockKey> block_keys,
                                 std::span<const uint32_t> tokens,
                                 std::span<const BlockRetention> retention,
                                 std::vector<BlockKey>& stored) {
@@ -246,8 +245,9 @@ Result<SequenceState> Worker::Sequence(ClientId client, SequenceId sequence,
                                        std::optional<uint32_t> pool_id) const {
   KVTIER_ASSIGN_OR_RETURN(auto found, impl_->FindPart(client, sequence, pool_id));
   const auto [seq, part] = found;
-  SequenceState state{part->pool_id, {}, impl_->pools_[part->pool_id].layout, seq->format_tag,
-                      seq->salt_scope, part->filled_blocks};
+  SequenceState state{
+      part->pool_id,      {}, impl_->pools_[part->pool_id].layout, seq->format_tag, seq->salt_scope,
+      part->filled_blocks};
   for (const SequencePart& p : seq->parts) state.pools.push_back(p.pool_id);
   return state;
 }
@@ -274,8 +274,7 @@ Status Worker::Impl::OnboardPart(ClientId client, SequenceId sequence, SequenceR
                             RetentionOf(client, sequence, seq, filled, retention));
     const size_t before = events_.size();
     std::vector<BlockKey> stored;
-    KVTIER_RETURN_IF_ERROR(
-        CommitPart(part, block_keys.first(filled), {}, per_block, stored));
+    KVTIER_RETURN_IF_ERROR(CommitPart(part, block_keys.first(filled), {}, per_block, stored));
     for (size_t e = before; e < events_.size(); ++e) {
       if (events_[e].kind == WorkerEvent::Kind::kStored) events_[e].onboarded = true;
     }

@@ -180,10 +180,10 @@ struct PoolTable {
 };
 
 struct Allocation {
-  std::vector<BlockId> block_table;  // the first pool's (tables[0]); kNoBlock: outside its window
-  uint32_t reused_blocks = 0;        // leading full blocks found cached
-  uint32_t reused_tokens = 0;        // tokens whose KV is already in the table's blocks
-  uint32_t partial_tokens = 0;       // of which in the block after the reused ones
+  std::vector<BlockId> block_table;    // the first pool's (tables[0]); kNoBlock: outside its window
+  uint32_t reused_blocks = 0;          // leading full blocks found cached
+  uint32_t reused_tokens = 0;          // tokens whose KV is already in the table's blocks
+  uint32_t partial_tokens = 0;         // of which in the block after the reused ones
   std::vector<PoolTable> tables = {};  // one per pool the sequence spans, as allocated
 };
 

@@ -129,16 +129,15 @@ class Worker::Impl {
   static TransferPool Transfer(PoolState& state) { return {state.layout, *state.storage}; }
 
   // worker.cc: the parts of a sequence's calls.
-  Status CommitPart(const SequencePart& part,
-                    std::span<const BlockKey> block_keys, std::span<const uint32_t> tokens,
-                    std::span<const BlockRetention> retention, std::vector<BlockKey>& stored);
+  Status CommitPart(const SequencePart& part, std::span<const BlockKey> block_keys,
+                    std::span<const uint32_t> tokens, std::span<const BlockRetention> retention,
+                    std::vector<BlockKey>& stored);
   Result<std::vector<BlockRetention>> RetentionOf(ClientId client, SequenceId sequence,
                                                   const SequenceRef& seq, size_t blocks,
                                                   const kvtier::RetentionConfig& retention) const;
   Status OnboardPart(ClientId client, SequenceId sequence, SequenceRef& seq, SequencePart& part,
-                     std::span<const BlockKey> block_keys,
-                     const kvtier::RetentionConfig& retention, OnboardSource& source,
-                     OnboardResult& result);
+                     std::span<const BlockKey> block_keys, const kvtier::RetentionConfig& retention,
+                     OnboardSource& source, OnboardResult& result);
 
   WorkerOptions options_;
   PoolTransfer transfer_{options_.offload};

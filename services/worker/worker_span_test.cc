@@ -46,8 +46,12 @@ std::unique_ptr<Worker> GemmaLikeWorker(uint32_t full_blocks, uint32_t window_bl
 
 AllocateRequest Spanning(SequenceId sequence, std::span<const BlockKey> keys,
                          std::span<const uint32_t> tokens) {
-  return {.client = 1, .sequence = sequence, .pool_ids = kBothPools, .root = kRoot,
-          .block_keys = keys, .tokens = tokens};
+  return {.client = 1,
+          .sequence = sequence,
+          .pool_ids = kBothPools,
+          .root = kRoot,
+          .block_keys = keys,
+          .tokens = tokens};
 }
 
 TEST(WorkerSpanTest, OneSequenceHasATableInEachPoolAndCommitsInBoth) {
@@ -86,8 +90,13 @@ TEST(WorkerSpanTest, TheReuseIsThePrefixEveryPoolServes) {
   ASSERT_TRUE(worker->Free(1, 1).ok());
   // Another prompt in the windowed pool alone takes 5 of its 8 blocks: 2 free, 3 evicted.
   const std::vector<BlockKey> other = Keys(100, 5);
-  ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 2, .pool_id = 1, .root = kRoot,
-                                .block_keys = other, .num_tokens = 20})
+  ASSERT_TRUE(worker
+                  ->Allocate({.client = 1,
+                              .sequence = 2,
+                              .pool_id = 1,
+                              .root = kRoot,
+                              .block_keys = other,
+                              .num_tokens = 20})
                   .ok());
   ASSERT_TRUE(worker->Free(1, 2).ok());
   EXPECT_EQ(worker->LookupLocal(kBothPools, kRoot, keys).value(), 6u);
@@ -112,8 +121,13 @@ TEST(WorkerSpanTest, APrefixOnePoolLacksIsReusedByNone) {
     auto worker = GemmaLikeWorker(16, 16);
     const std::vector<BlockKey> keys = Keys(0, 4);
     const std::vector<uint32_t> tokens = Tokens(0, 16);
-    ASSERT_TRUE(worker->Allocate({.client = 1, .sequence = 1, .pool_id = computed_in,
-                                  .root = kRoot, .block_keys = keys, .tokens = tokens})
+    ASSERT_TRUE(worker
+                    ->Allocate({.client = 1,
+                                .sequence = 1,
+                                .pool_id = computed_in,
+                                .root = kRoot,
+                                .block_keys = keys,
+                                .tokens = tokens})
                     .ok());
     ASSERT_TRUE(worker->Commit(1, 1, keys, tokens, {}).ok());
     EXPECT_EQ(worker->LookupLocal(computed_in, kRoot, keys).value(), 4u);

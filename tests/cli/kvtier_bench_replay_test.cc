@@ -195,10 +195,10 @@ TEST(KvtierBenchReplayTest, ReplayReportsDiskWritesAndWhatAdmissionKeptOut) {
 // the windows save of the sequences' KV; flags that do not go with it are named.
 TEST(KvtierBenchReplayTest, ReplayLayoutComparesAgainstAllFullPools) {
   testing::TempDir dir;
-  ChildProcess child({kKvtier, "replay", "--conversations", "40", "--layout", "1024,8192",
-                      "--sink-tokens", "512", "--block-bytes", "8192", "--gpu-blocks", "512",
-                      "--json"},
-                     dir.path());
+  ChildProcess child(
+      {kKvtier, "replay", "--conversations", "40", "--layout", "1024,8192", "--sink-tokens", "512",
+       "--block-bytes", "8192", "--gpu-blocks", "512", "--json"},
+      dir.path());
   ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stderr();
   const std::string out = child.Stdout();
   EXPECT_NE(out.find("\"pools\": [\"L1/H1/D2/T512/fp16/W1024/S512\", "
@@ -246,9 +246,9 @@ TEST(KvtierBenchReplayTest, BenchLookupRpcAnswersEveryCall) {
 TEST(KvtierBenchReplayTest, BenchLookupHttpAnswersEveryCallWithTheWholePrompt) {
   testing::TempDir dir;
   for (const char* path : {"/v1/lookup", "/v1/route"}) {
-    std::vector<std::string> argv = {kKvtier, "bench",   "lookup-http", "--tokens", "64",
-                                     "--prompts", "4",   "--rate",      "400",      "--seconds",
-                                     "0.25",      "--connections", "4", "--json"};
+    std::vector<std::string> argv = {
+        kKvtier, "bench",     "lookup-http", "--tokens",      "64", "--prompts", "4", "--rate",
+        "400",   "--seconds", "0.25",        "--connections", "4",  "--json"};
     if (std::string(path) == "/v1/route") argv.push_back("--route");
     ChildProcess child(argv, dir.path());
     ASSERT_EQ(child.Wait(seconds(60)), 0) << child.Stdout() << child.Stderr();

@@ -399,7 +399,7 @@ void BindClient(py::module_& m) {
         out["offloaded_blocks"] = s.offloaded_blocks;
         out["onboarded_blocks"] = s.onboarded_blocks;
         out["cluster_counts"] = s.cluster_counts;  // False for a tenant: sizes only
-        py::list layouts;  // each pool's layout fingerprint, by pool id
+        py::list layouts;                          // each pool's layout fingerprint, by pool id
         for (const KvLayout& layout : s.pool_layouts) layouts.append(layout.Fingerprint());
         out["pool_layouts"] = layouts;
         return out;

@@ -182,22 +182,21 @@ class Client::Impl {
   }
 
   std::future<Result<Allocation>> Allocate(AllocateRequest a) {
-    return Call<Result<Allocation>>(
-        RefusedByTheNode, [this, a = std::move(a)](schema::Session::Client& s) {
-          auto request = Worker(s).allocateRequest();
-          request.setSequenceId(a.sequence);
-          request.setPoolId(a.pool_id);
-          SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
-          request.setNumTokens(a.num_tokens);
-          rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
-          request.setFormatTag(a.format_tag);
-          request.setReserveTokens(a.reserve_tokens);
-          rpc::FromTokens(a.pool_ids,
-                          request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
-          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
-            return ToAllocation(r.getAllocation());
-          }));
-        });
+    return Call<Result<Allocation>>(RefusedByTheNode, [this, a = std::move(a)](
+                                                          schema::Session::Client& s) {
+      auto request = Worker(s).allocateRequest();
+      request.setSequenceId(a.sequence);
+      request.setPoolId(a.pool_id);
+      SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
+      request.setNumTokens(a.num_tokens);
+      rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
+      request.setFormatTag(a.format_tag);
+      request.setReserveTokens(a.reserve_tokens);
+      rpc::FromTokens(a.pool_ids, request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
+      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
+        return ToAllocation(r.getAllocation());
+      }));
+    });
   }
 
   std::future<Result<Allocation>> Extend(uint64_t sequence, uint32_t num_tokens) {
@@ -258,8 +257,8 @@ class Client::Impl {
   std::future<Result<uint32_t>> LookupLocal(std::vector<uint32_t> pools,
                                             std::vector<BlockKey> keys) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat, [this, pools = std::move(pools), keys = std::move(keys)](
-                          schema::Session::Client& s) {
+        SafeToRepeat,
+        [this, pools = std::move(pools), keys = std::move(keys)](schema::Session::Client& s) {
           auto request = Worker(s).lookupLocalRequest();
           request.setPoolId(pools.empty() ? 0 : pools.front());
           if (pools.size() != 1)

@@ -176,8 +176,8 @@ Result<SequenceStart> BlockPool::StartSequence(const SequenceRequest& r) {
   start.reused_tokens = plan.matched * tpb + plan.partial_tokens;
   p.stats_.reused_blocks += plan.matched;
   const auto prompt = static_cast<uint32_t>(r.tokens.empty() ? r.num_tokens : r.tokens.size());
-  p.sequences_.emplace(r.id, Sequence{start.block_table, prompt, r.root, r.format_tag,
-                                      r.salt_scope, r.reserve_tokens});
+  p.sequences_.emplace(r.id, Sequence{start.block_table, prompt, r.root, r.format_tag, r.salt_scope,
+                                      r.reserve_tokens});
   return start;
 }
 

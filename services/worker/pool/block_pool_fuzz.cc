@@ -85,7 +85,8 @@ void Harness::Start(FuzzChoices& in) {
   ApplyEvictions(start->evicted, in_place, /*check_order=*/false);
   std::set<BlockId> blank;
   for (uint32_t i = 0; i < matched; ++i) {
-    if (ModelKept(i, matched)) blank.insert(start->block_table[i]);  // a forged chain may repeat one
+    if (ModelKept(i, matched))
+      blank.insert(start->block_table[i]);  // a forged chain may repeat one
   }
   if (start->copy) blank.insert(start->copy->source);
   CheckBlank(std::span(start->block_table).subspan(matched + (in_place ? 1 : 0)), &blank);

@@ -42,8 +42,8 @@ std::vector<bool> BlockPool::ServablePrefixes(const BlockKey& root,
   const PoolWindowBlocks window = p.WindowBlocks();
   std::vector<bool> servable(keys.size() + 1, false);
   servable[0] = true;
-  uint32_t run = 0;       // present blocks ending at the current one
-  uint32_t leading = 0;   // present blocks from the chain's first
+  uint32_t run = 0;      // present blocks ending at the current one
+  uint32_t leading = 0;  // present blocks from the chain's first
   BlockKey parent = root;
   for (size_t i = 0; i < keys.size(); ++i) {
     const auto it = p.index_.find(keys[i]);

@@ -89,16 +89,19 @@ TEST(PrefixReuseTest, AChosenReuseIsTakenAndAnUnservedOneRefused) {
   EXPECT_EQ(pool->PartialReuseTokens(kRoot, keys, 2, prompt, 0), kTpb)
       << "block 2 is cached whole: all of its tokens match";
   // Two of the three cached blocks, and 2 of the third's 4 tokens (taken in place).
-  auto start = pool->StartSequence(
-      {.id = 2, .root = kRoot, .block_keys = keys, .tokens = prompt, .reuse_blocks = 2,
-       .max_partial_tokens = 2});
+  auto start = pool->StartSequence({.id = 2,
+                                    .root = kRoot,
+                                    .block_keys = keys,
+                                    .tokens = prompt,
+                                    .reuse_blocks = 2,
+                                    .max_partial_tokens = 2});
   ASSERT_TRUE(start.ok()) << start.status().ToString();
   EXPECT_EQ(start->reused_blocks, 2u);
   EXPECT_EQ(start->reused_tokens, 2 * kTpb + 2);
 
   const std::vector<uint32_t> other = Tokens(500, 8);
-  const SequenceRequest unserved{.id = 3, .root = kRoot, .block_keys = Keys(other),
-                                 .tokens = other, .reuse_blocks = 1};
+  const SequenceRequest unserved{
+      .id = 3, .root = kRoot, .block_keys = Keys(other), .tokens = other, .reuse_blocks = 1};
   EXPECT_EQ(pool->CanStart(unserved).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pool->StartSequence(unserved).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(pool->BlockTable(3).ok()) << "a refused start leaves nothing";
@@ -107,8 +110,8 @@ TEST(PrefixReuseTest, AChosenReuseIsTakenAndAnUnservedOneRefused) {
 TEST(PrefixReuseTest, CanStartAndCanExtendAnswerAsTheCallsWouldAndChangeNothing) {
   auto pool = MakePool(4);
   const std::vector<uint32_t> prompt = Tokens(0, 12);
-  const SequenceRequest request{.id = 1, .root = kRoot, .block_keys = Keys(prompt),
-                                .tokens = prompt};
+  const SequenceRequest request{
+      .id = 1, .root = kRoot, .block_keys = Keys(prompt), .tokens = prompt};
   ASSERT_TRUE(pool->CanStart(request).ok());
   const BlockPoolStats before = pool->Stats();
   EXPECT_EQ(before.free, 4u) << "CanStart took nothing";
@@ -132,13 +135,14 @@ TEST(PrefixReuseTest, AChunkedPrefillLeavesTheLastWindowServable) {
   auto pool = WindowedPool(6);
   const std::vector<uint32_t> prompt = Tokens(0, 24);
   const std::vector<BlockKey> keys = Keys(prompt);
-  ASSERT_TRUE(pool->StartSequence({1, kRoot, 0, 0, std::span(keys).first(2),
-                                   std::span(prompt).first(8)}).ok());
+  ASSERT_TRUE(
+      pool->StartSequence({1, kRoot, 0, 0, std::span(keys).first(2), std::span(prompt).first(8)})
+          .ok());
   std::vector<size_t> released;
   for (uint32_t blocks = 2;; blocks += 2) {
-    ASSERT_TRUE(pool->Commit(1, std::span(keys).first(blocks),
-                             std::span(prompt).first(blocks * kTpb), {})
-                    .ok());
+    ASSERT_TRUE(
+        pool->Commit(1, std::span(keys).first(blocks), std::span(prompt).first(blocks * kTpb), {})
+            .ok());
     if (blocks == 6) break;
     auto grown = pool->Extend(1, 2 * kTpb);
     ASSERT_TRUE(grown.ok()) << grown.status().ToString();

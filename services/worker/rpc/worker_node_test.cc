@@ -192,16 +192,19 @@ TEST_F(WorkerNodeTest, EachWindowOfTheConfigurationIsAPoolTheIndexKnows) {
     }
     std::sort(pools.begin(), pools.end());
     return pools == std::vector<uint32_t>{0, 1};
-  })) << pools.size() << " pools hold block 1";
+  })) << pools.size()
+      << " pools hold block 1";
   // Both pools registered: the coordinator counts every block of both as the node's.
   auto stats = engine->GetWorkerStats();
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->pool_layouts.size(), 2u);
-  const std::string capacity = "kvtier_coordinator_capacity_blocks{tier=\"gpu\"} " +
-                               std::to_string(stats->total_blocks);
+  const std::string capacity =
+      "kvtier_coordinator_capacity_blocks{tier=\"gpu\"} " + std::to_string(stats->total_blocks);
   EXPECT_TRUE(kvtier::testing::WaitUntil([&] {
     return coordinator_registry_.Exposition().find(capacity) != std::string::npos;
-  })) << capacity << " in\n" << coordinator_registry_.Exposition();
+  })) << capacity
+      << " in\n"
+      << coordinator_registry_.Exposition();
 }
 
 TEST_F(WorkerNodeTest, ARestartedCoordinatorIsRebuiltFromThePoolsSnapshot) {

@@ -119,9 +119,8 @@ struct OnboardArgs {
 std::shared_ptr<LandingHold> LandInPlace(const Caller& caller, SequenceId sequence,
                                          uint32_t pool_id, uint32_t first,
                                          PeerFetchRequest& request) {
-  Result<std::shared_ptr<LandingHold>> held =
-      LandingHold::Take(*caller.worker, caller.client, sequence,
-                        static_cast<uint32_t>(request.keys.size()), pool_id);
+  Result<std::shared_ptr<LandingHold>> held = LandingHold::Take(
+      *caller.worker, caller.client, sequence, static_cast<uint32_t>(request.keys.size()), pool_id);
   if (!held.ok() || (*held)->blocks().first_block != first)
     return nullptr;  // the hold goes with `held`
   LandingHold::Direct(*held, request);
@@ -136,13 +135,15 @@ kj::Promise<OnboardResult> OnboardFromPeers(const Caller& caller,
                                             std::vector<uint32_t> pools, size_t next,
                                             OnboardResult total) {
   for (; next < pools.size(); ++next) {
-    Result<SequenceState> state = caller.worker->Sequence(caller.client, args->sequence, pools[next]);
+    Result<SequenceState> state =
+        caller.worker->Sequence(caller.client, args->sequence, pools[next]);
     ThrowIfError(state.status());
     if (state->filled_blocks < args->keys.size()) break;
   }
   if (next == pools.size()) return total;
   const uint32_t pool_id = pools[next];
-  const SequenceState state = caller.worker->Sequence(caller.client, args->sequence, pool_id).value();
+  const SequenceState state =
+      caller.worker->Sequence(caller.client, args->sequence, pool_id).value();
   PeerFetchRequest request;
   request.node_ids = args->sources;
   request.keys.assign(args->keys.begin() + state.filled_blocks, args->keys.end());
