@@ -264,6 +264,11 @@ void LaunchLinearUpdate(const LinearUpdateArgs& a, size_t row_bytes, bool vector
     LaunchLinearTyped<int64_t>(a, row_bytes, vector, fault, s);
 }
 
+void LaunchCheckSlots(const int64_t* slots, uint32_t tokens, long long pool_slots, FaultSlot fault,
+                      cudaStream_t s) {
+  CheckSlots<<<GridFor(tokens), kThreads, 0, s>>>(slots, tokens, pool_slots, fault);
+}
+
 void LaunchPagedUpdate(const PagedUpdateArgs& a, FaultSlot fault, cudaStream_t s) {
   const size_t head_bytes = a.layout->bytes_per_head_row();
   const bool vector = head_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.pool) % 16 == 0 &&

@@ -79,6 +79,9 @@ inline constexpr uint32_t kFusedCheckMaxIndices = 256;
 void LaunchLinearUpdate(const LinearUpdateArgs& args, size_t row_bytes, bool vector,
                         FaultSlot fault, cudaStream_t stream);
 void LaunchPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);
+// A slot mapping's check on its own (a slot below -1 or past the pool is a kBadIndex fault).
+void LaunchCheckSlots(const int64_t* slots, uint32_t tokens, long long pool_slots, FaultSlot fault,
+                      cudaStream_t stream);
 // The same into a quantized pool (cuda_quantized_update.cu): a validation kernel, then a
 // warp per (token, head) row.
 void LaunchQuantizedPagedUpdate(const PagedUpdateArgs& args, FaultSlot fault, cudaStream_t stream);

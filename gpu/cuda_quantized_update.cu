@@ -27,14 +27,6 @@ __device__ inline float Level(float x, float scale, float range) {
   return scale > 0.0f ? fminf(fmaxf(rintf(x / scale), -range), range) : 0.0f;
 }
 
-__global__ void CheckQuantizedSlots(const int64_t* slots, uint32_t tokens, long long pool_slots,
-                                    FaultSlot fault) {
-  const uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  const long long slot = slots[t];
-  if (slot < -1 || slot >= pool_slots) Report(fault, FaultKind::kBadIndex, t, slot);
-}
-
 struct QuantizedTarget {
   size_t block_bytes, layer_part_offset, head_run_bytes, row_bytes, scale_offset;
   uint32_t tokens_per_block, heads, dim;
@@ -91,8 +83,7 @@ __global__ void QuantizedPagedUpdate(char* pool, const In* update, const int64_t
 void LaunchQuantizedPagedUpdate(const PagedUpdateArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
   const auto pool_slots = static_cast<long long>(a.pool_blocks * layout.tokens_per_block());
-  CheckQuantizedSlots<<<(a.tokens + 255) / 256, 256, 0, s>>>(a.slot_mapping, a.tokens, pool_slots,
-                                                             fault);
+  LaunchCheckSlots(a.slot_mapping, a.tokens, pool_slots, fault, s);
   const QuantizedTarget g{layout.bytes_per_block(),
                           layout.ByteOffset(a.layer, a.part, 0, 0),
                           layout.bytes_per_head_run(),
