@@ -325,6 +325,59 @@ TEST_F(WorkerNodeTest, AnotherWorkerOnboardsAPrefixFromThePoolOrTheTiersThatHold
   ASSERT_TRUE(node_b_->Drain().ok());
 }
 
+// Two `kvtier worker` nodes with a pool per window (8 and 16 tokens, 4 sinks): a prompt
+// engine A computed in both of its pools comes to engine B's sequence over both of B's,
+// each pool's blocks from A's pool of the same window (their bytes differ by pool).
+TEST_F(WorkerNodeTest, ASequenceSpanningPoolsOnboardsEachPoolFromAnotherWorker) {
+  const auto windows = [](WorkerConfig& w) {
+    w.max_attention_window = {8, 16};
+    w.sink_tokens = 4;
+    w.pool_bytes = 8192;
+  };
+  node_ = StartNode("node-a", dir_.path(), worker_registry_, "", windows);
+  node_b_ = StartNode("node-b", dir_b_.path(), registry_b_, "", windows);
+  engine_a_ = Connect(node_->endpoints()[0]);
+  engine_b_ = Connect(node_b_->endpoints()[0]);
+  const std::vector<uint32_t> both = {0, 1};
+  std::vector<client::MappedPool> pools_a, pools_b;
+  for (uint32_t pool : both) {
+    pools_a.push_back(testing::MapWorkerPool(*engine_a_, pool).value());
+    pools_b.push_back(testing::MapWorkerPool(*engine_b_, pool).value());
+  }
+  const std::vector<BlockKey> keys = client::Client::BlockKeys(Prompt(40, 12), kTokensPerBlock);
+  auto a = engine_a_->Allocate({.sequence = 1, .pool_ids = both, .keys = keys, .num_tokens = 12});
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (const client::PoolTable& table : a->tables) {
+    for (size_t b = 0; b < keys.size(); ++b) {
+      std::span<uint8_t> block = pools_a[table.pool_id].block(table.block_ids[b]);
+      std::fill(block.begin(), block.end(), uint8_t(0x40 + 0x10 * table.pool_id + b));
+    }
+  }
+  ASSERT_TRUE(engine_a_->Commit(1, keys).ok());
+  ASSERT_TRUE(engine_a_->Free(1).ok());
+  ASSERT_EQ(WaitFor(keys, "node-a/worker:gpu"), "node-a/worker:gpu");
+  auto lookup = Connect(coordinator_->endpoints()[0])->Lookup(keys);
+  ASSERT_TRUE(lookup.ok()) << lookup.status();
+  ASSERT_FALSE(lookup->scores.empty());
+  EXPECT_EQ(lookup->scores[0].prefix_blocks, 3u) << "both of A's pools serve the prompt";
+
+  auto b = engine_b_->Allocate({.sequence = 1, .pool_ids = both, .keys = keys, .num_tokens = 13});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto onboarded = engine_b_->Onboard(1, keys, {}, client::Client::SourcesOf(*lookup));
+  ASSERT_TRUE(onboarded.ok()) << onboarded.status();
+  EXPECT_EQ(onboarded->from_remote, 2 * keys.size()) << "three blocks into each pool";
+  EXPECT_EQ(onboarded->cached_blocks, keys.size());
+  for (const client::PoolTable& table : b->tables) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::span<uint8_t> block = pools_b[table.pool_id].block(table.block_ids[i]);
+      EXPECT_EQ(std::count(block.begin(), block.end(), uint8_t(0x40 + 0x10 * table.pool_id + i)),
+                std::ptrdiff_t(block.size()))
+          << "pool " << table.pool_id << " block " << i;
+    }
+  }
+  ASSERT_TRUE(engine_b_->Free(1).ok());
+}
+
 // A worker writing through to a storage node of its own: what engine A computes reaches
 // the store while A still holds it, so after A is gone (drained, as a crash would take it
 // away) engine B onboards the prefix from the store, the bytes A's engine wrote.

@@ -134,26 +134,28 @@ kj::Promise<OnboardResult> OnboardFromPeers(const Caller& caller,
                                             std::shared_ptr<const OnboardArgs> args,
                                             std::vector<uint32_t> pools, size_t next,
                                             OnboardResult total) {
+  std::optional<SequenceState> state;
   for (; next < pools.size(); ++next) {
-    Result<SequenceState> state =
+    Result<SequenceState> part =
         caller.worker->Sequence(caller.client, args->sequence, pools[next]);
-    ThrowIfError(state.status());
-    if (state->filled_blocks < args->keys.size()) break;
+    ThrowIfError(part.status());
+    if (part->filled_blocks < args->keys.size()) {
+      state = std::move(part).value();
+      break;
+    }
   }
-  if (next == pools.size()) return total;
+  if (!state.has_value()) return total;
   const uint32_t pool_id = pools[next];
-  const SequenceState state =
-      caller.worker->Sequence(caller.client, args->sequence, pool_id).value();
   PeerFetchRequest request;
   request.node_ids = args->sources;
-  request.keys.assign(args->keys.begin() + state.filled_blocks, args->keys.end());
-  request.format_tag = StorageFormatTag(state.layout, state.format_tag);
-  request.salt_scope = state.salt_scope;
-  request.block_bytes = state.layout.bytes_per_block();
+  request.keys.assign(args->keys.begin() + state->filled_blocks, args->keys.end());
+  request.format_tag = StorageFormatTag(state->layout, state->format_tag);
+  request.salt_scope = state->salt_scope;
+  request.block_bytes = state->layout.bytes_per_block();
   // The sequence's blocks take the fetched bytes in place, off the loop (a host pool's as
   // they come, a device pool's by one scatter once fetched): no copy on the loop after.
   std::shared_ptr<LandingHold> landing =
-      LandInPlace(caller, args->sequence, pool_id, state.filled_blocks, request);
+      LandInPlace(caller, args->sequence, pool_id, state->filled_blocks, request);
   return caller.peers->Fetch(std::move(request))
       .then([caller, args, pools = std::move(pools), next, total,
              landing = std::move(landing)](const FetchedBlocks& fetched) mutable {
