@@ -100,8 +100,9 @@ TEST(PrefixReuseTest, AChosenReuseIsTakenAndAnUnservedOneRefused) {
   EXPECT_EQ(start->reused_tokens, 2 * kTpb + 2);
 
   const std::vector<uint32_t> other = Tokens(500, 8);
+  const std::vector<BlockKey> other_keys = Keys(other);
   const SequenceRequest unserved{
-      .id = 3, .root = kRoot, .block_keys = Keys(other), .tokens = other, .reuse_blocks = 1};
+      .id = 3, .root = kRoot, .block_keys = other_keys, .tokens = other, .reuse_blocks = 1};
   EXPECT_EQ(pool->CanStart(unserved).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(pool->StartSequence(unserved).status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(pool->BlockTable(3).ok()) << "a refused start leaves nothing";
@@ -110,8 +111,8 @@ TEST(PrefixReuseTest, AChosenReuseIsTakenAndAnUnservedOneRefused) {
 TEST(PrefixReuseTest, CanStartAndCanExtendAnswerAsTheCallsWouldAndChangeNothing) {
   auto pool = MakePool(4);
   const std::vector<uint32_t> prompt = Tokens(0, 12);
-  const SequenceRequest request{
-      .id = 1, .root = kRoot, .block_keys = Keys(prompt), .tokens = prompt};
+  const std::vector<BlockKey> keys = Keys(prompt);
+  const SequenceRequest request{.id = 1, .root = kRoot, .block_keys = keys, .tokens = prompt};
   ASSERT_TRUE(pool->CanStart(request).ok());
   const BlockPoolStats before = pool->Stats();
   EXPECT_EQ(before.free, 4u) << "CanStart took nothing";
