@@ -310,6 +310,12 @@ class WindowedPoolsTest(unittest.TestCase):
                 client.allocate(3, keys, len(prompt), pool_ids=[1, 1])
             self.assertEqual(twice.exception.args[0], "INVALID_ARGUMENT")
             self.assertIn("pool 1 is listed twice", twice.exception.args[1])
+            with self.assertRaises(kvtier.Error) as none:
+                client.lookup_local(keys, pool_ids=[])
+            self.assertEqual(none.exception.args[0], "INVALID_ARGUMENT")
+            with self.assertRaises(kvtier.Error) as unknown:
+                client.lookup_local(keys, pool_ids=[0, 9])
+            self.assertEqual(unknown.exception.args[0], "NOT_FOUND")
         finally:
             self.assertEqual(up.stop(), 0)
 

@@ -178,6 +178,8 @@ TEST_F(WorkerNodeTest, EachWindowOfTheConfigurationIsAPoolTheIndexKnows) {
   ASSERT_EQ(engine->Commit(1, keys).value(), 2u);
   ASSERT_TRUE(engine->Free(1).ok());
   EXPECT_EQ(engine->LookupLocal(both, keys).value(), 2u);
+  EXPECT_EQ(engine->LookupLocal(std::span<const uint32_t>(), keys).status().code(),
+            StatusCode::kInvalidArgument);
   auto again = engine->Allocate({.sequence = 2, .pool_ids = both, .keys = keys, .num_tokens = 9});
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->reused_blocks, 2u) << "reused in both pools";
