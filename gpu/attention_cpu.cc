@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu/attention_window.h"
 #include "gpu/kernel_checks.h"
 #include "gpu/numeric.h"
 
@@ -40,14 +41,16 @@ struct PagedContext {
   }
 };
 
-// out = softmax(q . k[t] * scale for t < visible) . v, of KV head `kv_head`. scores: scratch.
+// out = softmax(q . k[t] * scale for t < visible that `window` sees) . v, of KV head
+// `kv_head`. scores: scratch.
 void AttendOne(const PagedContext& c, uint32_t kv_head, const float* q, uint32_t visible,
-               float scale, float* out, std::vector<float>& scores) {
+               AttentionWindow window, float scale, float* out, std::vector<float>& scores) {
   const uint32_t dim = c.layout.head_dim();
   float row[kMaxAttentionHeadDim];
-  scores.assign(visible, 0.0f);
+  scores.assign(visible, -INFINITY);
   float max_score = -INFINITY;
   for (uint32_t t = 0; t < visible; ++t) {
+    if (!window.Sees(t, visible)) continue;
     c.Load(KvPart::kKey, kv_head, t, row);
     float dot = 0.0f;
     for (uint32_t d = 0; d < dim; ++d) dot += q[d] * row[d];
@@ -57,6 +60,7 @@ void AttendOne(const PagedContext& c, uint32_t kv_head, const float* q, uint32_t
   float sum = 0.0f;
   std::fill(out, out + dim, 0.0f);
   for (uint32_t t = 0; t < visible; ++t) {
+    if (!window.Sees(t, visible)) continue;
     const float p = std::exp(scores[t] - max_score);
     sum += p;
     c.Load(KvPart::kValue, kv_head, t, row);
@@ -65,10 +69,13 @@ void AttendOne(const PagedContext& c, uint32_t kv_head, const float* q, uint32_t
   for (uint32_t d = 0; d < dim; ++d) out[d] /= sum;
 }
 
-// The block table entries a context of `length` tokens reads.
+// The block table entries a context of `length` tokens reads, for a chunk whose first
+// query sees [0, first_visible) through `window`.
 Status CheckTable(const char* kernel, const uint32_t* tables, uint32_t max_blocks,
-                  uint32_t tokens_per_block, size_t pool_blocks, uint32_t b, uint32_t length) {
+                  uint32_t tokens_per_block, size_t pool_blocks, uint32_t b, uint32_t length,
+                  AttentionWindow window, uint32_t first_visible) {
   for (uint32_t e = 0; e < (length + tokens_per_block - 1) / tokens_per_block; ++e) {
+    if (!window.Reads(e, tokens_per_block, first_visible)) continue;
     const uint32_t id = tables[size_t{b} * max_blocks + e];
     if (id >= pool_blocks) return BadBlockTableEntry(kernel, b, e, id, pool_blocks);
   }
@@ -80,13 +87,14 @@ Status CheckTable(const char* kernel, const uint32_t* tables, uint32_t max_block
 Status DecodeAttentionOnCpu(const DecodeAttentionArgs& a) {
   KVTIER_RETURN_IF_ERROR(CheckDecodeAttention(a));
   const KvLayout& layout = *a.layout;
+  const AttentionWindow window{a.window_tokens, a.sink_tokens};
   const uint32_t tpb = layout.tokens_per_block();
   const uint32_t max_tokens = a.max_blocks_per_sequence * tpb;
   for (uint32_t b = 0; b < a.batch; ++b) {
     const uint32_t length = a.context_lengths[b];
     if (length < 1 || length > max_tokens) return BadContextLength(b, length, max_tokens);
     KVTIER_RETURN_IF_ERROR(CheckTable("DecodeAttention", a.block_tables, a.max_blocks_per_sequence,
-                                      tpb, a.pool_blocks, b, length));
+                                      tpb, a.pool_blocks, b, length, window, length));
   }
   const uint32_t dim = layout.head_dim();
   const uint32_t group = a.num_query_heads / layout.num_kv_heads();
@@ -96,8 +104,8 @@ Status DecodeAttentionOnCpu(const DecodeAttentionArgs& a) {
                                a.block_tables + size_t{b} * a.max_blocks_per_sequence};
     for (uint32_t qh = 0; qh < a.num_query_heads; ++qh) {
       const size_t row = (size_t{b} * a.num_query_heads + qh) * dim;
-      AttendOne(context, qh / group, a.query + row, a.context_lengths[b], a.scale, a.output + row,
-                scores);
+      AttendOne(context, qh / group, a.query + row, a.context_lengths[b], window, a.scale,
+                a.output + row, scores);
     }
   }
   return Status::Ok();
@@ -106,6 +114,7 @@ Status DecodeAttentionOnCpu(const DecodeAttentionArgs& a) {
 Status ChunkedAttentionOnCpu(const ChunkedAttentionArgs& a) {
   KVTIER_RETURN_IF_ERROR(CheckChunkedAttention(a));
   const KvLayout& layout = *a.layout;
+  const AttentionWindow window{a.window_tokens, a.sink_tokens};
   const uint32_t tpb = layout.tokens_per_block();
   const uint32_t max_tokens = a.max_blocks_per_sequence * tpb;
   if (a.query_starts[0] != 0) return BadQueryStart(0, a.query_starts[0], a.query_tokens);
@@ -117,7 +126,8 @@ Status ChunkedAttentionOnCpu(const ChunkedAttentionArgs& a) {
     if (length < end - start || length > max_tokens)
       return BadChunkContext(b, length, end - start, max_tokens);
     KVTIER_RETURN_IF_ERROR(CheckTable("ChunkedAttention", a.block_tables, a.max_blocks_per_sequence,
-                                      tpb, a.pool_blocks, b, length));
+                                      tpb, a.pool_blocks, b, length, window,
+                                      length - (end - start) + 1));
   }
   const uint32_t dim = layout.head_dim();
   const uint32_t group = a.num_query_heads / layout.num_kv_heads();
@@ -130,7 +140,7 @@ Status ChunkedAttentionOnCpu(const ChunkedAttentionArgs& a) {
     for (uint32_t i = 0; i < chunk; ++i) {
       for (uint32_t qh = 0; qh < a.num_query_heads; ++qh) {
         const size_t row = (size_t{start + i} * a.num_query_heads + qh) * dim;
-        AttendOne(context, qh / group, a.query + row, first_position + i + 1, a.scale,
+        AttendOne(context, qh / group, a.query + row, first_position + i + 1, window, a.scale,
                   a.output + row, scores);
       }
     }

@@ -50,8 +50,10 @@ Vec Rounded(const Vec& values, KvDtype dtype) {
   return out;
 }
 
-// Dense causal attention: query token i of s's chunk sees positions <= context - chunk + i.
-Vec Reference(const std::vector<Sequence>& sequences, const Vec& query, float scale) {
+// Dense causal attention: query token i of s's chunk sees positions <= context - chunk + i;
+// with a window, of those only the first `sinks` and the last `window`.
+Vec Reference(const std::vector<Sequence>& sequences, const Vec& query, float scale,
+              uint32_t window = 0, uint32_t sinks = 0) {
   Vec out;
   size_t token = 0;
   for (const Sequence& s : sequences) {
@@ -66,7 +68,8 @@ Vec Reference(const std::vector<Sequence>& sequences, const Vec& query, float sc
           float dot = 0;
           for (uint32_t d = 0; d < kHeadDim; ++d)
             dot += q[d] * s.keys[(t * kKvHeads + kv) * kHeadDim + d];
-          max_score = std::max(max_score, scores[t] = dot * scale);
+          const bool seen = window == 0 || t < sinks || t + window >= visible;
+          max_score = std::max(max_score, scores[t] = seen ? dot * scale : -INFINITY);
         }
         for (float& x : scores) sum += x = std::exp(x - max_score);
         for (uint32_t d = 0; d < kHeadDim; ++d) {
@@ -176,6 +179,73 @@ TEST(ChunkedAttentionTest, ChunksAtTheirOffsetsEqualDenseCausalAttention) {
             << i / (kQueryHeads * kHeadDim) << ")";
       }
     }
+  }
+}
+
+// A windowed layer (5 tokens, 2 sinks): each query sees its sinks and its last window, and
+// the table entries of blocks no query of a chunk sees are never read (they hold an id
+// past the pool, as a windowed pool's kNoBlock). Decode sees what a chunk of one sees.
+TEST(ChunkedAttentionTest, AWindowedLayerSeesItsSinksAndWindowAndReadsNothingElse) {
+  constexpr uint32_t kWindow = 5, kSinks = 2;
+  const KvLayout layout = Layout(KvDtype::kFp32);
+  const std::vector<Sequence> filled = MakeSequences(KvDtype::kFp32);
+  std::vector<Sequence> sequences = filled;
+  size_t unread = 0;
+  for (Sequence& s : sequences) {
+    const uint32_t first_visible = s.context - s.chunk + 1;
+    for (uint32_t e = 0; e * kTokensPerBlock < s.context; ++e) {
+      const uint32_t begin = e * kTokensPerBlock;
+      if (begin >= kSinks && begin + kTokensPerBlock + kWindow <= first_visible) {
+        s.table[e] = UINT32_MAX;
+        ++unread;
+      }
+    }
+  }
+  ASSERT_EQ(unread, 3u) << "blocks 1, 2 of the chunk at 9; blocks 1-3 of the decode at 20";
+  const uint32_t query_tokens = 7 + 6 + 1;
+  const Vec query = RandomFloats(size_t{query_tokens} * kQueryHeads * kHeadDim, 5);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+  const Vec expected = Reference(sequences, query, scale, kWindow, kSinks);
+  ASSERT_GT(std::fabs(expected.back() - Reference(sequences, query, scale).back()), 1e-4f)
+      << "the window changes the answer";
+  for (auto& backend : TestBackends()) {
+    DeviceBuffer pool =
+        testing::Upload(*backend, std::vector<uint8_t>(kPoolBlocks * layout.bytes_per_block()));
+    Fill(*backend, pool, layout, 0, filled);
+    const Buffers b = Upload(*backend, sequences, query, -7.0f);
+    ChunkedAttentionArgs args = Args(pool, layout, 0, b, 3, query_tokens);
+    args.window_tokens = kWindow;
+    args.sink_tokens = kSinks;
+    ASSERT_TRUE(backend->ChunkedAttention(args).ok()) << backend->name();
+    const Vec got = Download<float>(*backend, b.output, expected.size());
+    for (size_t i = 0; i < expected.size(); ++i)
+      ASSERT_NEAR(got[i], expected[i], 1e-5f) << backend->name() << " element " << i;
+    // The decode token alone (sequence 2: position 20) through DecodeAttention.
+    const size_t row = size_t{kQueryHeads} * kHeadDim;
+    DeviceBuffer one_query = testing::Upload(*backend, Vec(query.end() - row, query.end()));
+    DeviceBuffer table = testing::Upload(*backend, sequences[2].table);
+    DeviceBuffer length = testing::Upload(*backend, std::vector<uint32_t>{sequences[2].context});
+    DeviceBuffer decoded = testing::Upload(*backend, Vec(row));
+    DecodeAttentionArgs decode{pool.data(),
+                               kPoolBlocks,
+                               &layout,
+                               0,
+                               1,
+                               kQueryHeads,
+                               one_query.as<float>(),
+                               table.as<uint32_t>(),
+                               kMaxBlocks,
+                               length.as<uint32_t>(),
+                               scale,
+                               decoded.as<float>()};
+    decode.window_tokens = kWindow;
+    decode.sink_tokens = kSinks;
+    ASSERT_TRUE(backend->DecodeAttention(decode).ok()) << backend->name();
+    const Vec last = Download<float>(*backend, decoded, row);
+    for (size_t i = 0; i < row; ++i)
+      ASSERT_NEAR(last[i], expected[expected.size() - row + i], 1e-5f) << backend->name();
+    decode.window_tokens = 0;  // sinks without a window
+    EXPECT_EQ(backend->DecodeAttention(decode).code(), StatusCode::kInvalidArgument);
   }
 }
 

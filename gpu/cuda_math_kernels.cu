@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "gpu/attention_window.h"
 #include "gpu/cuda_kernels.cuh"
 #include "gpu/kernel_checks.h"
 
@@ -115,7 +116,7 @@ void LaunchDequantizeTyped(const DequantizeArgs& a, cudaStream_t s) {
 
 __global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* tables,
                                      uint32_t batch, uint32_t max_blocks, uint32_t tokens_per_block,
-                                     size_t pool_blocks, FaultSlot fault) {
+                                     size_t pool_blocks, AttentionWindow window, FaultSlot fault) {
   const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const uint32_t length = lengths[b];
@@ -124,6 +125,7 @@ __global__ void CheckAttentionInputs(const uint32_t* lengths, const uint32_t* ta
     return;
   }
   for (uint32_t e = 0; e < (length + tokens_per_block - 1) / tokens_per_block; ++e) {
+    if (!window.Reads(e, tokens_per_block, length)) continue;
     const uint32_t id = tables[static_cast<size_t>(b) * max_blocks + e];
     if (id >= pool_blocks) {
       Report(fault, FaultKind::kBadTableEntry, b, id, e);
@@ -203,6 +205,7 @@ struct AttentionGeometry {
   size_t key_scale_offset, value_scale_offset, head_scale_bytes;  // quantized layouts
   uint32_t tokens_per_block, dim, group, query_heads, max_blocks;
   float scale;
+  AttentionWindow window;
 
   // Token t's key and value rows of KV head `kv_head` in `block`, with their scales.
   template <typename Rows>
@@ -241,6 +244,7 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
   OnlineSoftmax softmax;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = warp; t < lengths[b]; t += kWarpsPerBlock) {
+    if (!g.window.Sees(t, lengths[b])) continue;  // the same for every lane of the warp
     const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes;
     g.AddToken<Rows>(softmax, q_reg, block, qh / g.group, t, lane);
   }
@@ -274,7 +278,7 @@ __global__ void DecodeAttentionKernel(const char* pool, AttentionGeometry g, con
 __global__ void CheckChunkInputs(const uint32_t* starts, const uint32_t* lengths,
                                  const uint32_t* tables, uint32_t batch, uint32_t query_tokens,
                                  uint32_t max_blocks, uint32_t tokens_per_block, size_t pool_blocks,
-                                 FaultSlot fault) {
+                                 AttentionWindow window, FaultSlot fault) {
   const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   if (b == 0 && starts[0] != 0) {
@@ -292,6 +296,7 @@ __global__ void CheckChunkInputs(const uint32_t* starts, const uint32_t* lengths
     return;
   }
   for (uint32_t e = 0; e < (length + tokens_per_block - 1) / tokens_per_block; ++e) {
+    if (!window.Reads(e, tokens_per_block, length - chunk + 1)) continue;
     const uint32_t id = tables[static_cast<size_t>(b) * max_blocks + e];
     if (id >= pool_blocks) {
       Report(fault, FaultKind::kBadTableEntry, b, id, e);
@@ -332,6 +337,7 @@ __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, co
   OnlineSoftmax softmax;
   const uint32_t* table = tables + static_cast<size_t>(b) * g.max_blocks;
   for (uint32_t t = 0; t < visible; ++t) {
+    if (!g.window.Sees(t, visible)) continue;  // the same for every lane of the warp
     const char* block = pool + static_cast<size_t>(table[t / g.tokens_per_block]) * g.block_bytes;
     g.AddToken<Rows>(softmax, q_reg, block, qh / g.group, t, lane);
   }
@@ -343,7 +349,7 @@ __global__ void ChunkedAttentionKernel(const char* pool, AttentionGeometry g, co
 }
 
 AttentionGeometry Geometry(const KvLayout& layout, uint32_t layer, uint32_t query_heads,
-                           uint32_t max_blocks, float scale) {
+                           uint32_t max_blocks, float scale, AttentionWindow window) {
   const bool scaled = layout.quantized();
   return {layout.bytes_per_block(),
           layout.ByteOffset(layer, KvPart::kKey, 0, 0),
@@ -358,7 +364,8 @@ AttentionGeometry Geometry(const KvLayout& layout, uint32_t layer, uint32_t quer
           query_heads / layout.num_kv_heads(),
           query_heads,
           max_blocks,
-          scale};
+          scale,
+          window};
 }
 
 // Calls `launch` with the row reader of `dtype` (a value of its type).
@@ -394,11 +401,12 @@ void LaunchDequantize(const DequantizeArgs& a, cudaStream_t s) {
 
 void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
+  const AttentionWindow window{a.window_tokens, a.sink_tokens};
   CheckAttentionInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(
       a.context_lengths, a.block_tables, a.batch, a.max_blocks_per_sequence,
-      layout.tokens_per_block(), a.pool_blocks, fault);
+      layout.tokens_per_block(), a.pool_blocks, window, fault);
   const AttentionGeometry g =
-      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
+      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale, window);
   const dim3 grid(a.num_query_heads, a.batch);
   const auto* pool = static_cast<const char*>(a.pool);
   ForRows(layout.dtype(), [&](auto rows) {
@@ -409,11 +417,12 @@ void LaunchDecodeAttention(const DecodeAttentionArgs& a, FaultSlot fault, cudaSt
 
 void LaunchChunkedAttention(const ChunkedAttentionArgs& a, FaultSlot fault, cudaStream_t s) {
   const KvLayout& layout = *a.layout;
+  const AttentionWindow window{a.window_tokens, a.sink_tokens};
   CheckChunkInputs<<<(a.batch + 127) / 128, 128, 0, s>>>(
       a.query_starts, a.context_lengths, a.block_tables, a.batch, a.query_tokens,
-      a.max_blocks_per_sequence, layout.tokens_per_block(), a.pool_blocks, fault);
+      a.max_blocks_per_sequence, layout.tokens_per_block(), a.pool_blocks, window, fault);
   const AttentionGeometry g =
-      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale);
+      Geometry(layout, a.layer, a.num_query_heads, a.max_blocks_per_sequence, a.scale, window);
   const dim3 grid((a.query_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock, a.num_query_heads);
   const auto* pool = static_cast<const char*>(a.pool);
   ForRows(layout.dtype(), [&](auto rows) {

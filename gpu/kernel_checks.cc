@@ -156,6 +156,13 @@ Status CheckAttentionShape(const char* k, const KvLayout* layout, uint32_t layer
   return Status::Ok();
 }
 
+// Sinks exist only in a window (as in a windowed pool's layout).
+Status CheckWindow(const char* k, uint32_t window_tokens, uint32_t sink_tokens) {
+  if (window_tokens != 0 || sink_tokens == 0) return Status::Ok();
+  return InvalidArgumentError(std::string(k) + ": sink_tokens " + Str(sink_tokens) +
+                              " needs a window (window_tokens > 0)");
+}
+
 }  // namespace
 
 Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
@@ -165,6 +172,7 @@ Status CheckDecodeAttention(const DecodeAttentionArgs& a) {
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.block_tables, k, "block_tables"));
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.context_lengths, k, "context_lengths"));
   KVTIER_RETURN_IF_ERROR(NeedPointer(a.output, k, "output"));
+  KVTIER_RETURN_IF_ERROR(CheckWindow(k, a.window_tokens, a.sink_tokens));
   return CheckAttentionShape(k, a.layout, a.layer, a.pool_blocks, a.batch,
                              a.max_blocks_per_sequence, a.num_query_heads, a.scale);
 }
@@ -180,6 +188,7 @@ Status CheckChunkedAttention(const ChunkedAttentionArgs& a) {
   KVTIER_RETURN_IF_ERROR(CheckAttentionShape(k, a.layout, a.layer, a.pool_blocks, a.batch,
                                              a.max_blocks_per_sequence, a.num_query_heads,
                                              a.scale));
+  KVTIER_RETURN_IF_ERROR(CheckWindow(k, a.window_tokens, a.sink_tokens));
   if (a.query_tokens < a.batch) {
     return InvalidArgumentError("ChunkedAttention: " + Str(a.query_tokens) + " query tokens for " +
                                 Str(a.batch) + " sequences: every chunk has at least one");

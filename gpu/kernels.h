@@ -25,7 +25,9 @@
 //                    in a context of n sits at position n - c + i and sees positions 0 to
 //                    n - c + i (a causal mask offset by the cached prefix). GQA and
 //                    arithmetic as DecodeAttention's, which is the case c = 1.
-//                    Both attentions read quantized pools too (value x scale).
+//                    Both attentions read quantized pools too (value x scale), and
+//                    windowed layers (window_tokens, sink_tokens) over tables whose
+//                    blocks outside every query's window are not read.
 //
 // Memory: every pointer in the argument structs is memory of the backend: host memory for
 // the CPU backend; device memory (or pinned host memory, for staging) for the CUDA backend.
@@ -120,6 +122,11 @@ struct DecodeAttentionArgs {
   const uint32_t* context_lengths = nullptr;  // [batch], tokens, each >= 1
   float scale = 0.0f;                         // usually 1 / sqrt(head_dim)
   float* output = nullptr;                    // [batch][num_query_heads][head_dim]
+  // A windowed layer (0: full attention): the query at position p sees the first
+  // sink_tokens positions and those above p - window_tokens; table entries of blocks it
+  // sees none of are not read (a windowed pool's kNoBlock).
+  uint32_t window_tokens = 0;
+  uint32_t sink_tokens = 0;
 };
 
 // Sequence b's chunk is query tokens [query_starts[b], query_starts[b + 1]), at least one;
@@ -139,6 +146,9 @@ struct ChunkedAttentionArgs {
   const uint32_t* context_lengths = nullptr;  // [batch], tokens, the chunk's included
   float scale = 0.0f;                         // usually 1 / sqrt(head_dim)
   float* output = nullptr;                    // [query_tokens][num_query_heads][head_dim]
+  // As DecodeAttentionArgs': each query token of a chunk sees its own window.
+  uint32_t window_tokens = 0;
+  uint32_t sink_tokens = 0;
 };
 
 enum class MemoryKind : uint8_t { kDevice, kStaging };
