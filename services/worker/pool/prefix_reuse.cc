@@ -58,6 +58,15 @@ std::vector<bool> BlockPool::ServablePrefixes(const BlockKey& root,
 }
 
 uint32_t BlockPool::LookupPrefix(const BlockKey& root, std::span<const BlockKey> keys) const {
+  const Impl& p = *impl_;
+  if (!p.windowed()) {  // the whole chain: no table of prefixes to build on the start path
+    uint32_t matched = 0;
+    for (BlockKey parent = root; matched < keys.size(); parent = keys[matched++]) {
+      const auto it = p.index_.find(keys[matched]);
+      if (it == p.index_.end() || !(p.metas_[it->second].parent_key == parent)) break;
+    }
+    return matched;
+  }
   const std::vector<bool> servable = ServablePrefixes(root, keys);
   uint32_t longest = 0;
   for (uint32_t m = 0; m < servable.size(); ++m) {
