@@ -222,6 +222,16 @@ Result<Tenant> TokenStore::Authenticate(std::string_view token, std::string_view
   return AuthenticateDigest(*Current(), Digest(token), act_for);
 }
 
+Result<Tenant> TokenStore::ActFor(const Tenant& session, std::string_view tenant) const {
+  if (!enabled_) return Authenticate("", tenant);
+  if (!session.acting) {
+    return PermissionDeniedError("\"" + session.name + "\" may not act for tenant \"" +
+                                 std::string(tenant) +
+                                 "\": only an engine credential acts for another tenant");
+  }
+  return AuthenticateDigest(*Current(), session.credential, tenant);
+}
+
 Result<std::string> TokenStore::TenantSalt(std::string_view name) const {
   if (!enabled_) return std::string();
   const Entry* entry = FindTenant(*Current(), name);

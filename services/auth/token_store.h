@@ -19,6 +19,8 @@
 // tenant token never maps it (attachPool: PERMISSION_DENIED); an engine credential does.
 // An engine authenticates as one of its tenants (Authenticate's `act_for`): the session
 // has that tenant's salt and may map pools. Engines that share a pool are trusted alike.
+// An engine's session derives a session for any other of its tenants (ActFor), so that
+// each request names its tenant on one connection.
 //
 // A node token is what `kvtier worker` and `kvtier store` present to the coordinator and
 // to each other: only a node session may register a node or publish its events, and only
@@ -92,6 +94,12 @@ class TokenStore {
   // kInvalidArgument for an engine token that names no tenant.
   [[nodiscard]] Result<Tenant> Authenticate(std::string_view token,
                                             std::string_view act_for = {}) const;
+
+  // The session that engine session `session` (an Authenticate or ActFor answer) opens
+  // for its tenant `tenant`: as Authenticate(the engine's token, tenant). kPermissionDenied
+  // when `session` is not an engine's or the engine may not act for `tenant`;
+  // kUnauthenticated once a reload revoked the engine's token.
+  [[nodiscard]] Result<Tenant> ActFor(const Tenant& session, std::string_view tenant) const;
 
   // The salt of the tenant named `name` (engines' KV event streams join that tenant's key
   // space). kNotFound naming it when no tenant has that name; "" for any name with auth off.

@@ -98,6 +98,58 @@ TEST(TokenStoreTest, AnEngineActsForItsTenantsOnly) {
             StatusCode::kUnauthenticated);
 }
 
+// An engine's session derives its other tenants' sessions with the engine's rights, as
+// authenticating again would; nobody else derives any.
+TEST(TokenStoreTest, AnEnginesSessionActsForItsOtherTenants) {
+  const std::string path = ::testing::TempDir() + "/act-for-tokens.yaml";
+  const std::string engine(40, 'e'), node(40, 'n');
+  const auto write = [&](const std::string& engine_tenants) {
+    std::ofstream(path, std::ios::trunc)
+        << TwoTenants() + "  - {name: team-c, token: " + std::string(40, 'c') +
+               ", salt: salt-c}\nengines:\n  - {name: vllm, token: " + engine + ", tenants: [" +
+               engine_tenants + "]}\nnodes:\n  - {name: n, token: " + node + "}\n";
+  };
+  write("team-a, team-b");
+  Result<TokenStore> store = TokenStore::FromFile(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const Tenant for_a = *store->Authenticate(engine, "team-a");
+
+  Result<Tenant> for_b = store->ActFor(for_a, "team-b");
+  ASSERT_TRUE(for_b.ok()) << for_b.status();
+  EXPECT_EQ(for_b->name, "team-b");
+  EXPECT_EQ(for_b->salt, "team-b") << "team-b's own salt (its name), not team-a's";
+  EXPECT_TRUE(for_b->maps_pools);
+  EXPECT_FALSE(for_b->node);
+  EXPECT_TRUE(store->StillGrants(*for_b).ok());
+  EXPECT_EQ(store->ActFor(*for_b, "team-a")->salt, "salt-a") << "and back";
+
+  const Status not_its = store->ActFor(for_a, "team-c").status();
+  EXPECT_EQ(not_its.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(not_its.message().find("engine \"vllm\" may not act for tenant \"team-c\""),
+            std::string::npos)
+      << not_its;
+  const Status tenant = store->ActFor(*store->Authenticate(kTokenA), "team-b").status();
+  EXPECT_EQ(tenant.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(tenant.message().find("\"team-a\" may not act for tenant \"team-b\""),
+            std::string::npos)
+      << tenant;
+  EXPECT_EQ(store->ActFor(*store->Authenticate(kTokenA), "team-a").status().code(),
+            StatusCode::kPermissionDenied)
+      << "a tenant's session derives nothing, not even its own";
+  EXPECT_EQ(store->ActFor(*store->Authenticate(node), "team-a").status().code(),
+            StatusCode::kPermissionDenied);
+
+  write("team-a");  // the engine no longer serves team-b
+  ASSERT_TRUE(store->Reload().ok());
+  EXPECT_EQ(store->StillGrants(*for_b).code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(store->ActFor(for_a, "team-b").status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(store->ActFor(for_a, "team-a").ok());
+  std::remove(path.c_str());
+
+  EXPECT_EQ(TokenStore::Disabled().ActFor(Tenant{"default", ""}, "anyone")->name, "default")
+      << "auth off: every tenant is the one local user";
+}
+
 TEST(TokenStoreTest, MalformedEngineEntriesNameTheEntryAndField) {
   auto error = [](const std::string& engines) {
     return TokenStore::FromYaml(TwoTenants() + engines, "tokens.yaml").status().message();

@@ -12,8 +12,8 @@
 //      (SourcesOf) the blocks other nodes hold, fetched by the node (Onboard),
 //   5. publishes its computed blocks with a retention policy (Commit), and drops the
 //      sequence when done (Free; committed blocks stay cached until evicted).
-// Sequence ids are the caller's; a sequence belongs to this connection, and everything
-// it holds is released when the connection closes.
+// Sequence ids are the caller's; a sequence belongs to this client, and everything it
+// holds is released when the client is destroyed or its connection closes.
 //
 // Every call has a synchronous form and an asynchronous one (`...Async`, a std::future).
 // Failures are Status codes (common/status.h): the server's own code, kUnavailable when
@@ -55,8 +55,8 @@ struct ClientOptions {
   std::string coordinator_address = {};
   std::string token = {};  // tenant or engine token; any value when the server has auth off
   // The tenant an engine token acts for (services/auth/token_store.h): its salt keys the
-  // connection's calls, and only an engine may map pool memory (AttachPool). Empty: the
-  // token's own tenant. One Client acts for one tenant; an engine holds one per tenant.
+  // client's calls, and only an engine may map pool memory (AttachPool). Empty: the
+  // token's own tenant. The engine's other tenants are reached through ForTenant views.
   std::string act_for = {};
   std::string tls_ca_file = {};             // set: TLS, the server verified against this CA bundle
   std::string tls_server_name = {};         // default: the host of `address`
@@ -220,6 +220,16 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   const std::string& tenant() const;
+
+  // A client over this one's connection acting for `tenant`, another tenant of the same
+  // engine credential: an engine serving many tenants picks each request's tenant by the
+  // view it calls, over one connection (and one pool mapping). A view is a Client in every
+  // respect: its calls are keyed by its tenant's salt, its sequences are its own (released
+  // when it is destroyed), and a reload of the token file that revokes it ends its calls
+  // alone. It may outlive this client. ForTenant waits for the node's grant (one round
+  // trip); the view's calls cost no more than this client's. kPermissionDenied unless this client's
+  // token is an engine's acting for `tenant` too; kUnavailable once the connection is gone.
+  [[nodiscard]] Result<std::unique_ptr<Client>> ForTenant(const std::string& tenant);
 
   // The keys of every full block of `tokens` (a partial last block has none yet).
   // REQUIRES: tokens_per_block > 0.

@@ -103,6 +103,21 @@ class SessionServer final : public schema::Session::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> actFor(ActForContext call) override {
+    CallRecorder recorder(context_.metrics, "actFor");
+    Guard(recorder);
+    const uint64_t generation = context_.tokens->generation();  // before the check, as above
+    Result<auth::Tenant> sibling =
+        context_.tokens->ActFor(tenant_, call.getParams().getTenant().cStr());
+    if (!sibling.ok()) recorder.Fail(sibling.status());
+    auto results = call.getResults();
+    results.setTenant(sibling->name);
+    results.setSession(kj::heap<SessionServer>(
+        context_,
+        std::make_shared<CredentialGuard>(*context_.tokens, *std::move(sibling), generation)));
+    return kj::READY_NOW;
+  }
+
  private:
   void Guard(CallRecorder& recorder) {
     if (Status granted = guard_->Check(); !granted.ok()) recorder.Fail(std::move(granted));

@@ -2,7 +2,7 @@
 //
 // MakeBootstrap() returns a fresh Bootstrap capability for one connection. Its only method,
 // authenticate(token), checks the token with the TokenStore and returns a Session scoped
-// to that tenant. A connection gets at most kMaxAuthFailures wrong tokens; after that
+// to that tenant; an engine's Session derives its other tenants' sessions (actFor). A connection gets at most kMaxAuthFailures wrong tokens; after that
 // every attempt fails. Across connections, the listener's gate budgets failures per
 // address (connection_gate.h): a token is not checked while its address's budget is spent,
 // so a client cannot guess tokens at line rate by reconnecting either.

@@ -7,7 +7,9 @@ prompts of the same sizes. B's answers must not depend on what A cached: with A'
 prompts they equal the answers with A's other prompts field by field (block ids
 included: A's blocks fill the pool alike), and the answers where A never ran in every
 field but the pool's block ids. A tenant token never maps pool memory; an engine maps it
-only acting for one of its tenants; a tenant token has no node rights. Across separate
+only acting for one of its tenants; a tenant token has no node rights. An engine that
+serves both tenants over one connection (B's calls through a view, Client.for_tenant)
+gives B the same answers as a connection of B's own. Across separate
 processes (a coordinator, two workers writing through to a store, the store), B's lookup,
 route, allocate, onboard from the store and commit are the same whether or not A first
 cached the same prompt on the other worker and the store.
@@ -203,9 +205,9 @@ def code_of(call):
     return "OK"
 
 
-def cache_as_a(up, base):
-    """Tenant A, through the engine of A: computes and commits every prompt of `base`."""
-    engine = up.client(ENGINE_OF_A, act_for="team-a")
+def cache_as_a(up, base, engine=None):
+    """Tenant A, through the engine of A (or `engine`): computes and commits every prompt of `base`."""
+    engine = engine or up.client(ENGINE_OF_A, act_for="team-a")
     pool = kvtier.MappedPool(engine.attach_pool(0, kvtier.Layout(**LAYOUT)))
     sequence = 100
     for tokens, extra in prompts(base).values():
@@ -220,9 +222,10 @@ def cache_as_a(up, base):
     return engine  # holds its sequences' blocks in use until it goes
 
 
-def run_as_b(up, base):
-    """Every call of the script as tenant B; the answers, by call."""
-    engine = up.client(ENGINE, act_for="team-b")
+def run_as_b(up, base, engine=None):
+    """Every call of the script as tenant B (the engine's calls through `engine`, else a
+    connection of the shared engine acting for B); the answers, by call."""
+    engine = engine or up.client(ENGINE, act_for="team-b")
     own = up.client(TOKEN_B)
     seen = {"tenant": (engine.tenant, own.tenant)}
     sequence = 1
@@ -292,7 +295,9 @@ def cross_node_as_b(cluster, base):
     tokens = prompts(base)["plain"][0]
     keys = kvtier.block_keys(tokens, 16)
     seen = {}
-    b = cluster.client(1, ENGINE, act_for="team-b")
+    # The shared engine's connection acts for A; B's calls go through its view of B, on the
+    # worker's connection and the coordinator's.
+    b = cluster.client(1, ENGINE, act_for="team-a").for_tenant("team-b")
     found = b.lookup(keys)
     seen["lookup"] = found
     seen["route"] = b.route(keys)
@@ -313,11 +318,14 @@ def cross_node_as_b(cluster, base):
 
 
 class TenantIsolationTest(unittest.TestCase):
-    def script_on_fresh_cluster(self, a_base=None):
+    def script_on_fresh_cluster(self, a_base=None, one_connection=False):
+        """`one_connection`: A and B are served by one connection of the shared engine,
+        B's calls through its view of B."""
         up = IsolationUp()
         try:
-            a = cache_as_a(up, a_base) if a_base is not None else None
-            seen = run_as_b(up, 10000)
+            shared = up.client(ENGINE, act_for="team-a") if one_connection else None
+            a = cache_as_a(up, a_base, engine=shared) if a_base is not None else None
+            seen = run_as_b(up, 10000, engine=shared.for_tenant("team-b") if shared else None)
             del a
             return seen
         finally:
@@ -327,6 +335,7 @@ class TenantIsolationTest(unittest.TestCase):
         alone = self.script_on_fresh_cluster()
         after_same = self.script_on_fresh_cluster(a_base=10000)
         after_other = self.script_on_fresh_cluster(a_base=50000)
+        one_connection = self.script_on_fresh_cluster(a_base=10000, one_connection=True)
         # The answers themselves: B computes and then reuses its own prompts.
         self.assertEqual(alone["plain.commit"], 3, alone)
         self.assertEqual(alone["plain.again"][1], 3, alone)
@@ -339,6 +348,9 @@ class TenantIsolationTest(unittest.TestCase):
         alone_view, same_view = without_block_ids(alone), without_block_ids(after_same)
         for name in alone_view:
             self.assertEqual(same_view[name], alone_view[name], "%s: after A's same prompts vs A never ran" % name)
+        for name in after_other:
+            self.assertEqual(one_connection[name], after_other[name],
+                             "%s: A's same prompts on B's engine connection vs A's other prompts" % name)
 
     def cross_node_on_fresh_cluster(self, a_base=None):
         cluster = ProcessCluster()
@@ -389,6 +401,11 @@ class TenantIsolationTest(unittest.TestCase):
             self.assertEqual(code_of(lambda: up.client(ENGINE)), "INVALID_ARGUMENT")
             engine = up.client(ENGINE_OF_A, act_for="team-a")
             self.assertEqual(engine.tenant, "team-a")
+            # A connection's views: only an engine's, only for its own tenants.
+            self.assertEqual(code_of(lambda: engine.for_tenant("team-b")), "PERMISSION_DENIED")
+            self.assertEqual(code_of(lambda: up.client(TOKEN_A).for_tenant("team-a")), "PERMISSION_DENIED")
+            self.assertEqual(code_of(lambda: up.client(NODE).for_tenant("team-a")), "PERMISSION_DENIED")
+            self.assertEqual(up.client(ENGINE, act_for="team-a").for_tenant("team-b").tenant, "team-b")
             kvtier.MappedPool(engine.attach_pool(0, layout))
             # A tenant token sees the pools' sizes only, never how full they are.
             stats = up.client(TOKEN_B).worker_stats()
@@ -404,6 +421,8 @@ class TenantIsolationTest(unittest.TestCase):
         try:
             b, engine_for_b = up.client(TOKEN_B), up.client(ENGINE, act_for="team-b")
             a = up.client(ENGINE_OF_A, act_for="team-a")
+            shared = up.client(ENGINE, act_for="team-a")
+            view_of_b = shared.for_tenant("team-b")
             keys = kvtier.block_keys(prompt(30000, 32), 16)
             self.assertEqual(b.lookup(keys)["matched_blocks"], 0)
             with open(up.token_file, "w") as f:  # team-b goes; the shared engine acts for team-a only
@@ -417,6 +436,10 @@ class TenantIsolationTest(unittest.TestCase):
             self.assertEqual(revoked.exception.args[0], "UNAUTHENTICATED")
             self.assertIn("revoked", revoked.exception.args[1])
             self.assertEqual(code_of(lambda: engine_for_b.allocate(1, keys, 32)), "UNAUTHENTICATED")
+            # On one connection, the view of B ends and the engine's session of A goes on.
+            self.assertEqual(code_of(lambda: view_of_b.allocate(1, keys, 32)), "UNAUTHENTICATED")
+            self.assertEqual(code_of(lambda: shared.lookup(keys)), "OK")
+            self.assertEqual(code_of(lambda: shared.for_tenant("team-b")), "PERMISSION_DENIED")
             self.assertEqual(code_of(lambda: up.client(TOKEN_B)), "UNAUTHENTICATED")
             self.assertEqual(code_of(lambda: up.client(ENGINE, act_for="team-b")), "PERMISSION_DENIED")
             self.assertEqual(a.lookup(keys)["matched_blocks"], 0, "team-a's session goes on")

@@ -386,6 +386,15 @@ void BindClient(py::module_& m) {
            py::arg("tls_ca_file") = "", py::arg("tls_server_name") = "",
            py::arg("coordinator_address") = "", py::arg("act_for") = "")
       .def_property_readonly("tenant", &Client::tenant)
+      .def(
+          "for_tenant",
+          [](Client& c, const std::string& tenant) {
+            py::gil_scoped_release unlocked;
+            return ValueOrThrow(c.ForTenant(tenant));
+          },
+          py::arg("tenant"),
+          "a client over this one's connection acting for another tenant of the same engine "
+          "token: each request's tenant is the view it is made through")
       .def("worker_stats", [](Client& c) {
         WorkerStats s;
         {

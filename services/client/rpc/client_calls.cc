@@ -6,12 +6,9 @@
 
 #include <kj/function.h>
 
-#include "common/mutex.h"
-#include "common/thread_annotations.h"
 #include "services/client/client.h"
+#include "services/client/rpc/client_connection.h"
 #include "services/client/rpc/lookup_reader.h"
-#include "services/rpc/deferred_finish.h"
-#include "services/rpc/rpc_client_impl.h"
 #include "services/rpc/schema_convert.h"
 
 namespace kvtier::client {
@@ -81,8 +78,6 @@ Result<PoolMapping> ToPoolMapping(schema::PoolAttachment::Reader r) {
   return out;
 }
 
-using Deferred = std::shared_ptr<rpc::DeferredFinish>;
-
 // A call's continuation: `convert` reads the answer, which is then held until the
 // connection's next call is sent, so that its Finish rides behind that call
 // (services/rpc/deferred_finish.h).
@@ -99,25 +94,49 @@ auto ThenKeep(Deferred deferred, Convert convert) {
 
 class Client::Impl {
  public:
-  // `coordinator_rpc`: a second connection for the coordinator's calls (made with
-  // `coordinator_options`, and again with them when it is lost), or null.
-  Impl(std::unique_ptr<rpc::RpcClient> rpc, std::unique_ptr<rpc::RpcClient> coordinator_rpc,
-       rpc::RpcClientOptions coordinator_options, ClientOptions options)
-      : rpc_(std::move(rpc)),
-        coordinator_options_(std::move(coordinator_options)),
-        options_(std::move(options)) {
-    link_ = coordinator_rpc ? std::make_shared<CoordinatorLink>(std::move(coordinator_rpc))
-                            : std::make_shared<CoordinatorLink>(rpc_.get(), deferred_);
+  // The root client: the connection's own session.
+  explicit Impl(std::shared_ptr<ClientConnection> connection)
+      : connection_(std::move(connection)),
+        tenant_(connection_->rpc->tenant()),
+        id_(std::make_shared<ClientIdentity>()) {}
+  // A view acting for `tenant`; its sibling session is set by Derive.
+  Impl(std::shared_ptr<ClientConnection> connection, std::string tenant)
+      : connection_(std::move(connection)),
+        tenant_(std::move(tenant)),
+        id_(std::make_shared<ClientIdentity>()) {
+    id_->tenant = tenant_;
   }
   ~Impl() {
     // Capabilities and answers die on the loop thread that made them.
-    rpc_->impl().RunOnLoop([this] {
-      worker_ = nullptr;
-      deferred_->CallSent();
+    connection_->rpc->impl().RunOnLoop([id = id_, deferred = connection_->deferred] {
+      id->closed = true;
+      id->worker = nullptr;
+      id->session = nullptr;
+      deferred->CallSent();
     });
   }
 
-  const std::string& tenant() const { return rpc_->tenant(); }
+  const std::string& tenant() const { return tenant_; }
+
+  // A view of this connection acting for `tenant`, once the node granted it.
+  Result<std::unique_ptr<Client>> ForTenant(const std::string& tenant) {
+    auto view = std::make_unique<Impl>(connection_, tenant);
+    const std::shared_ptr<ClientIdentity> id = view->id_;
+    Result<std::string> granted =
+        connection_->rpc->impl()
+            .Call<Result<std::string>>([id, tenant](schema::Session::Client& root) {
+              auto request = root.actForRequest();
+              request.setTenant(tenant);
+              auto answer = request.send();
+              id->session = kj::heap<schema::Session::Client>(answer.getSession());
+              return answer.then(
+                  [](auto r) -> Result<std::string> { return std::string(r.getTenant().cStr()); });
+            })
+            .get();
+    if (!granted.ok()) return granted.status();
+    view->tenant_ = *std::move(granted);
+    return std::unique_ptr<Client>(new Client(std::move(view)));
+  }
 
   std::future<Result<LookupResult>> Lookup(std::vector<BlockKey> keys,
                                            std::vector<uint32_t> tail_tokens) {
@@ -172,19 +191,21 @@ class Client::Impl {
 
   std::future<Result<PoolMapping>> AttachPool(uint32_t pool_id, KvLayout layout) {
     return Call<Result<PoolMapping>>(
-        SafeToRepeat, [this, pool_id, layout](schema::Session::Client& s) {
-          auto request = Worker(s).attachPoolRequest();
+        SafeToRepeat, [d = connection_->deferred, pool_id, layout](ClientIdentity& id,
+                                                                   schema::Session::Client& s) {
+          auto request = id.Worker(s).attachPoolRequest();
           request.setPoolId(pool_id);
           rpc::FromLayout(layout, request.initLayout());
           return request.send().then(
-              ThenKeep(deferred_, [](auto& r) { return ToPoolMapping(r.getAttachment()); }));
+              ThenKeep(d, [](auto& r) { return ToPoolMapping(r.getAttachment()); }));
         });
   }
 
   std::future<Result<Allocation>> Allocate(AllocateRequest a) {
-    return Call<Result<Allocation>>(RefusedByTheNode, [this, a = std::move(a)](
+    return Call<Result<Allocation>>(RefusedByTheNode, [d = connection_->deferred, a = std::move(a)](
+                                                          ClientIdentity& id,
                                                           schema::Session::Client& s) {
-      auto request = Worker(s).allocateRequest();
+      auto request = id.Worker(s).allocateRequest();
       request.setSequenceId(a.sequence);
       request.setPoolId(a.pool_id);
       SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
@@ -193,21 +214,20 @@ class Client::Impl {
       request.setFormatTag(a.format_tag);
       request.setReserveTokens(a.reserve_tokens);
       rpc::FromTokens(a.pool_ids, request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
-      return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
-        return ToAllocation(r.getAllocation());
-      }));
+      return request.send().then(ThenKeep(
+          d, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
     });
   }
 
   std::future<Result<Allocation>> Extend(uint64_t sequence, uint32_t num_tokens) {
     return Call<Result<Allocation>>(
-        RefusedByTheNode, [this, sequence, num_tokens](schema::Session::Client& s) {
-          auto request = Worker(s).extendRequest();
+        RefusedByTheNode, [d = connection_->deferred, sequence, num_tokens](
+                              ClientIdentity& id, schema::Session::Client& s) {
+          auto request = id.Worker(s).extendRequest();
           request.setSequenceId(sequence);
           request.setNumTokens(num_tokens);
-          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<Allocation> {
-            return ToAllocation(r.getAllocation());
-          }));
+          return request.send().then(ThenKeep(
+              d, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
         });
   }
 
@@ -215,15 +235,16 @@ class Client::Impl {
                                              RetentionConfig retention,
                                              std::vector<std::string> sources) {
     return Call<Result<OnboardResult>>(
-        RefusedByTheNode, [this, sequence, keys = std::move(keys), retention = std::move(retention),
-                           sources = std::move(sources)](schema::Session::Client& s) {
-          auto request = Worker(s).onboardRequest();
+        RefusedByTheNode, [d = connection_->deferred, sequence, keys = std::move(keys),
+                           retention = std::move(retention), sources = std::move(sources)](
+                              ClientIdentity& id, schema::Session::Client& s) {
+          auto request = id.Worker(s).onboardRequest();
           request.setSequenceId(sequence);
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           SetRetention(retention, request.initRetention());
           auto list = request.initSources(static_cast<unsigned>(sources.size()));
           for (unsigned i = 0; i < sources.size(); ++i) list[i].setNodeId(sources[i]);
-          return request.send().then(ThenKeep(deferred_, [](auto& r) -> Result<OnboardResult> {
+          return request.send().then(ThenKeep(d, [](auto& r) -> Result<OnboardResult> {
             return OnboardResult{r.getOnboardedBlocks(), r.getCachedBlocks(), r.getFromHostBlocks(),
                                  r.getFromDiskBlocks(), r.getFromRemoteBlocks()};
           }));
@@ -233,23 +254,25 @@ class Client::Impl {
   std::future<Result<uint32_t>> Commit(uint64_t sequence, std::vector<BlockKey> keys,
                                        RetentionConfig retention, std::vector<uint32_t> tokens) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat, [this, sequence, keys = std::move(keys), retention = std::move(retention),
-                       tokens = std::move(tokens)](schema::Session::Client& s) {
-          auto request = Worker(s).commitRequest();
+        SafeToRepeat, [d = connection_->deferred, sequence, keys = std::move(keys),
+                       retention = std::move(retention),
+                       tokens = std::move(tokens)](ClientIdentity& id, schema::Session::Client& s) {
+          auto request = id.Worker(s).commitRequest();
           request.setSequenceId(sequence);
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           SetRetention(retention, request.initRetention());
           rpc::FromTokens(tokens, request.initTokens(static_cast<unsigned>(tokens.size())));
           return request.send().then(
-              ThenKeep(deferred_, [](auto& r) -> Result<uint32_t> { return r.getCommitted(); }));
+              ThenKeep(d, [](auto& r) -> Result<uint32_t> { return r.getCommitted(); }));
         });
   }
 
   std::future<Status> Free(uint64_t sequence) {
-    return Call<Status>(nullptr, [this, sequence](schema::Session::Client& s) {
-      auto request = Worker(s).freeRequest();
+    return Call<Status>(nullptr, [d = connection_->deferred, sequence](ClientIdentity& id,
+                                                                       schema::Session::Client& s) {
+      auto request = id.Worker(s).freeRequest();
       request.setSequenceId(sequence);
-      return request.send().then(ThenKeep(deferred_, [](auto&) { return Status::Ok(); }));
+      return request.send().then(ThenKeep(d, [](auto&) { return Status::Ok(); }));
     });
   }
 
@@ -257,140 +280,92 @@ class Client::Impl {
   std::future<Result<uint32_t>> LookupLocal(std::vector<uint32_t> pools,
                                             std::vector<BlockKey> keys) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat,
-        [this, pools = std::move(pools), keys = std::move(keys)](schema::Session::Client& s) {
-          auto request = Worker(s).lookupLocalRequest();
+        SafeToRepeat, [d = connection_->deferred, pools = std::move(pools), keys = std::move(keys)](
+                          ClientIdentity& id, schema::Session::Client& s) {
+          auto request = id.Worker(s).lookupLocalRequest();
           request.setPoolId(pools.empty() ? 0 : pools.front());
           if (pools.size() != 1)
             rpc::FromTokens(pools, request.initPoolIds(static_cast<unsigned>(pools.size())));
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
-          return request.send().then(ThenKeep(
-              deferred_, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
+          return request.send().then(
+              ThenKeep(d, [](auto& r) -> Result<uint32_t> { return r.getMatchedBlocks(); }));
         });
   }
 
   std::future<Result<WorkerStats>> WorkerStatistics() {
-    return Call<Result<WorkerStats>>(SafeToRepeat, [this](schema::Session::Client& s) {
-      return Worker(s).statsRequest().send().then(
-          ThenKeep(deferred_, [](auto& r) -> Result<WorkerStats> {
-            auto st = r.getStats();
-            WorkerStats out;
-            for (auto pool : st.getPools()) {
-              KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
-              out.pool_layouts.push_back(std::move(layout));
-              out.total_blocks += pool.getTotalBlocks();
-              out.used_blocks += pool.getUsedBlocks();
-              out.cached_blocks += pool.getCachedBlocks();
-            }
-            out.reuse_hits = st.getReuseHits();
-            out.evictions = st.getEvictions();
-            out.offloaded_blocks = st.getOffloadedBlocks();
-            out.onboarded_blocks = st.getOnboardedBlocks();
-            out.cluster_counts = st.getClusterCounts();
-            return out;
-          }));
-    });
+    return Call<Result<WorkerStats>>(
+        SafeToRepeat, [d = connection_->deferred](ClientIdentity& id, schema::Session::Client& s) {
+          return id.Worker(s).statsRequest().send().then(
+              ThenKeep(d, [](auto& r) -> Result<WorkerStats> {
+                auto st = r.getStats();
+                WorkerStats out;
+                for (auto pool : st.getPools()) {
+                  KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
+                  out.pool_layouts.push_back(std::move(layout));
+                  out.total_blocks += pool.getTotalBlocks();
+                  out.used_blocks += pool.getUsedBlocks();
+                  out.cached_blocks += pool.getCachedBlocks();
+                }
+                out.reuse_hits = st.getReuseHits();
+                out.evictions = st.getEvictions();
+                out.offloaded_blocks = st.getOffloadedBlocks();
+                out.onboarded_blocks = st.getOnboardedBlocks();
+                out.cluster_counts = st.getClusterCounts();
+                return out;
+              }));
+        });
   }
 
  private:
-  // The node's calls; their answers are held in deferred_ (ThenKeep) until the
-  // connection's next call is sent.
+  // The node's calls, under this client's session; their answers are held in the
+  // connection's deferred (ThenKeep) until its next call is sent.
   template <typename T>
-  std::future<T> Call(bool (*retry_on)(const Status&),
-                      kj::Function<kj::Promise<T>(schema::Session::Client&)> call) {
-    return rpc_->impl().Call<T>(
-        [this, call = kj::mv(call)](schema::Session::Client& session) mutable {
-          kj::Promise<T> answer = call(session);
-          deferred_->CallSent();
+  std::future<T> Call(
+      bool (*retry_on)(const Status&),
+      kj::Function<kj::Promise<T>(ClientIdentity&, schema::Session::Client&)> call) {
+    return connection_->rpc->impl().Call<T>(
+        [id = id_, deferred = connection_->deferred,
+         call = kj::mv(call)](schema::Session::Client& root) mutable -> kj::Promise<T> {
+          if (id->closed) return T(CancelledError("the client was closed before the call ran"));
+          kj::Promise<T> answer = call(*id, root);
+          deferred->CallSent();
           return answer;
         },
         Policy(retry_on));
   }
 
-  // The coordinator's connection (its own, or the node's) and the Coordinator capability
-  // on it, made and dropped on that connection's loop. Calls hold it by shared_ptr while
-  // they are queued, so a link replaced by a reconnect dies on a caller's thread after
-  // every call queued on it ran (the loop runs them in order). `deferred` holds the
-  // answers of lookups and routes until the link's next call is sent, so that their
-  // Finish messages ride behind it (services/rpc/deferred_finish.h); it is shared with
-  // the answers' continuations, which may run after a replaced link is gone, and used
-  // and emptied on the link's loop only. On the node's connection it is the node calls'
-  // deferred_: one per connection.
-  struct CoordinatorLink {
-    CoordinatorLink(rpc::RpcClient* shared, Deferred shared_deferred)
-        : rpc(shared), deferred(std::move(shared_deferred)) {}
-    explicit CoordinatorLink(std::unique_ptr<rpc::RpcClient> own)
-        : rpc(own.get()), owned(std::move(own)) {}
-    ~CoordinatorLink() {
-      rpc->impl().RunOnLoop([this] {
-        deferred->CallSent();
-        capability = nullptr;
-      });
-    }
-    rpc::RpcClient* rpc;
-    std::unique_ptr<rpc::RpcClient> owned;  // null: the coordinator is at the node's address
-    kj::Own<schema::Coordinator::Client> capability;  // the loop's
-    Deferred deferred = std::make_shared<rpc::DeferredFinish>();
-  };
-
-  // The coordinator's calls: on its own connection when there is one.
+  // The coordinator's calls, under this client's tenant: on its own connection when there
+  // is one. The link is held by shared_ptr while the call is queued (ClientConnection).
   template <typename T>
   std::future<T> CoordinatorCall(
       bool (*retry_on)(const Status&),
       kj::Function<kj::Promise<T>(schema::Coordinator::Client&, Deferred)> call) {
-    const std::shared_ptr<CoordinatorLink> link = Link();
+    const std::shared_ptr<CoordinatorLink> link = connection_->Link();
     CoordinatorLink* on_loop = link.get();
+    const std::string key = id_->session ? tenant_ : std::string();
     return link->rpc->impl().Call<T>(
-        [on_loop, call = kj::mv(call)](schema::Session::Client& session) mutable {
-          // Obtained once per connection, pipelined: no round trip of its own.
-          if (!on_loop->capability)
-            on_loop->capability = kj::heap(session.coordinatorRequest().send().getCoordinator());
-          kj::Promise<T> answer = call(*on_loop->capability, on_loop->deferred);
+        [on_loop, key, call = kj::mv(call)](schema::Session::Client& session) mutable {
+          kj::Promise<T> answer = call(on_loop->For(key, session), on_loop->deferred);
           on_loop->deferred->CallSent();
           return answer;
         },
         Policy(retry_on));
   }
 
-  // The coordinator's link; a connection of its own that was lost (the coordinator
-  // restarted or moved) is made again first, blocking this caller (and other coordinator
-  // calls) for at most the connect timeout. It holds no state a new one lacks. When the
-  // connect fails the lost link is kept, and the call answers kUnavailable.
-  std::shared_ptr<CoordinatorLink> Link() {
-    MutexLock lock(link_mu_);
-    if (link_->owned != nullptr && !link_->rpc->connected()) {
-      Result<std::unique_ptr<rpc::RpcClient>> again = rpc::RpcClient::Connect(coordinator_options_);
-      if (again.ok()) link_ = std::make_shared<CoordinatorLink>(std::move(again).value());
-    }
-    return link_;
-  }
-
   rpc::RetryPolicy Policy(bool (*retry_on)(const Status&)) const {
     rpc::RetryPolicy policy;
     if (retry_on != nullptr) {
-      policy.max_attempts = options_.max_attempts;
-      policy.backoff = options_.retry_backoff;
+      policy.max_attempts = connection_->options.max_attempts;
+      policy.backoff = connection_->options.retry_backoff;
       policy.should_retry = retry_on;
     }
     return policy;
   }
 
-  // The session's worker capability, obtained once (pipelined: no round trip of its own).
-  // It is this client's identity at the node: its sequences live there.
-  schema::Worker::Client& Worker(schema::Session::Client& session) {
-    if (!worker_) worker_ = kj::heap(session.workerRequest().send().getWorker());
-    return *worker_;
-  }
-
-  std::unique_ptr<rpc::RpcClient> rpc_;
-  const rpc::RpcClientOptions coordinator_options_;
-  const ClientOptions options_;
-  kj::Own<schema::Worker::Client> worker_;  // made and used on rpc_'s loop thread only
-  // The node connection's held answers; used on rpc_'s loop thread only (shared with the
-  // calls' continuations, which run there).
-  const Deferred deferred_ = std::make_shared<rpc::DeferredFinish>();
-  Mutex link_mu_;  // a leaf; held while reconnecting
-  std::shared_ptr<CoordinatorLink> link_ KVTIER_GUARDED_BY(link_mu_);  // dies before rpc_
+  const std::shared_ptr<ClientConnection> connection_;
+  std::string tenant_;
+  // This client's session and Worker capability at the node (ClientIdentity).
+  const std::shared_ptr<ClientIdentity> id_;
 };
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
@@ -413,13 +388,17 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<rpc::RpcClient> rpc,
                           rpc::RpcClient::Connect(std::move(connection)));
-  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(
-      std::move(rpc), std::move(coordinator), std::move(second), std::move(options))));
+  return std::unique_ptr<Client>(
+      new Client(std::make_unique<Impl>(std::make_shared<ClientConnection>(
+          std::move(rpc), std::move(coordinator), std::move(second), std::move(options)))));
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 const std::string& Client::tenant() const { return impl_->tenant(); }
+Result<std::unique_ptr<Client>> Client::ForTenant(const std::string& tenant) {
+  return impl_->ForTenant(tenant);
+}
 
 std::future<Result<LookupResult>> Client::LookupAsync(std::span<const BlockKey> keys,
                                                       std::span<const uint32_t> tail_tokens) {

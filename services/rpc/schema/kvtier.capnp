@@ -49,4 +49,12 @@ interface Session {
   store @4 () -> (store :Store.BlockStore);
   # Block reads and writes (storage nodes, and workers serving their pools to peers).
   # UNAVAILABLE where this process serves no blocks.
+
+  actFor @5 (tenant :Text) -> (session :Session, tenant :Text);
+  # A sibling session, on this connection, acting for another tenant of the same engine
+  # credential: what authenticate(the engine's token, `tenant`) opens, without sending the
+  # token again. An engine serves many tenants over one connection and picks each
+  # request's tenant by the session it calls (pipelined: no round trip of its own).
+  # PERMISSION_DENIED unless this session is an engine's and `tenant` one of the engine's
+  # tenants; a reload that revokes either ends the sibling as it ends this session.
 }
