@@ -105,23 +105,13 @@ if want e2e; then
 fi
 
 # The data stream over TLS beside plaintext, 8 clients, at 256 KiB and 2 MiB blocks (each
-# line has the stream_* and tls_stream_* figures). Needs the openssl command line.
-if want tls && command -v openssl >/dev/null; then
-  certs=$(mktemp -d)
-  key="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
-  (cd "$certs" && openssl req -x509 $key -days 2 -subj /CN=test-ca -keyout ca.key -out ca.pem &&
-    openssl req $key -subj /CN=kvtier.test -keyout server.key -out server.csr &&
-    printf 'subjectAltName=DNS:kvtier.test,IP:127.0.0.1\n' >san.ext &&
-    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-      -extfile san.ext -out server.pem) >"$out/bench_tls.log" 2>&1
+# line has the stream_* and tls_stream_* figures; --tls makes a throwaway certificate).
+if want tls; then
   for bytes in 262144 2097152; do
     "$bundle/bin/kvtier" bench transfer --json --block-bytes "$bytes" --clients 8 \
-      --total-bytes $((bytes * 1024)) --tls-cert-file "$certs/server.pem" \
-      --tls-key-file "$certs/server.key" --tls-ca-file "$certs/ca.pem" \
-      --tls-server-name kvtier.test >>"$out/bench_tls.jsonl" 2>>"$out/bench_tls.log"
+      --total-bytes $((bytes * 1024)) --tls >>"$out/bench_tls.jsonl" 2>>"$out/bench_tls.log"
   done
   summary+=("tls transfer: $(wc -l <"$out/bench_tls.jsonl" 2>/dev/null || echo 0) runs (bench_tls.jsonl)")
-  rm -rf "$certs"
 fi
 
 rm -f "$out/test.log"

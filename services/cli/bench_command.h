@@ -63,6 +63,7 @@ class BenchCommand {
   struct TlsFiles {
     std::string cert_file, key_file, ca_file, server_name;
   } transfer_tls_;
+  bool transfer_tls_generate_ = false;  // --tls
   bool vs_redis_ = false;
   std::string trace_;
   uint32_t workers_ = 4;

@@ -1,10 +1,14 @@
 // `kvtier bench transfer`: the store's RPC path against Redis and a raw loopback stream.
+#include <stdlib.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "services/bench/loopback_certificate.h"
 #include "services/bench/transfer_baselines.h"
 #include "services/cli/bench_command.h"
 #include "services/bench/rpc/transfer_driver.h"
@@ -69,11 +73,16 @@ void BenchCommand::AddTransfer() {
           "session per client) or ticket (an openPut call per put)")
       ->check(CLI::IsMember({"keys", "ticket"}))
       ->capture_default_str();
+  transfer_->add_flag(
+      "--tls", transfer_tls_generate_,
+      "Also measure both paths over TLS (paths \"tls_inline\" and \"tls_stream\"), "
+      "with a throwaway self-signed certificate for 127.0.0.1 unless --tls-cert-file "
+      "names one");
   transfer_
       ->add_option(
           "--tls-cert-file", transfer_tls_.cert_file,
           "With --tls-key-file, --tls-ca-file and --tls-server-name: also measure both paths "
-          "over TLS (paths \"tls_inline\" and \"tls_stream\")")
+          "over TLS with this certificate")
       ->check(CLI::ExistingFile);
   transfer_
       ->add_option("--tls-key-file", transfer_tls_.key_file, "The certificate's private key (PEM)")
@@ -180,6 +189,29 @@ void PrintResultsText(const std::vector<PathResult>& paths,
   }
 }
 
+// A scratch directory holding `--tls`'s throwaway certificate, removed with it.
+class ScratchCertificate {
+ public:
+  ScratchCertificate() = default;
+  ScratchCertificate(const ScratchCertificate&) = delete;
+  ScratchCertificate& operator=(const ScratchCertificate&) = delete;
+  ~ScratchCertificate() {
+    std::error_code ignored;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+  }
+  Result<bench::LoopbackCertificate> Make() {
+    std::string pattern = std::filesystem::temp_directory_path().string() + "/kvtier-tls-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr)
+      return InternalError("cannot make a directory for --tls's certificate under " +
+                           std::filesystem::temp_directory_path().string());
+    dir_ = pattern;
+    return bench::WriteLoopbackCertificate(dir_);
+  }
+
+ private:
+  std::string dir_;
+};
+
 }  // namespace
 
 int BenchCommand::RunTransfer() const {
@@ -189,11 +221,18 @@ int BenchCommand::RunTransfer() const {
     std::fprintf(stderr, "kvtier bench transfer: %s\n", status.ToString().c_str());
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
+  TlsFiles tls_files = transfer_tls_;
+  ScratchCertificate scratch;
+  if (transfer_tls_generate_ && tls_files.cert_file.empty()) {
+    Result<bench::LoopbackCertificate> made = scratch.Make();
+    if (!made.ok()) return fail(made.status());
+    tls_files = {made->cert_file, made->key_file, made->cert_file, made->server_name};
+  }
   std::vector<PathResult> paths;
   for (const std::string_view path : {"inline", "stream", "tls_inline", "tls_stream"}) {
     const bool tls = path.starts_with("tls_");
     const std::string_view plain = tls ? path.substr(4) : path;
-    if (tls && transfer_tls_.cert_file.empty()) continue;
+    if (tls && tls_files.cert_file.empty()) continue;
     if (transfer_path_ != "both" && transfer_path_ != plain) continue;
     bench::TransferBenchOptions options{.block_bytes = transfer_block_bytes_,
                                         .clients = transfer_clients_,
@@ -206,10 +245,10 @@ int BenchCommand::RunTransfer() const {
                                         .keyed_puts = transfer_stream_put_ == "keys",
                                         .lend_pages = transfer_lend_pages_};
     if (tls) {
-      options.tls_cert_file = transfer_tls_.cert_file;
-      options.tls_key_file = transfer_tls_.key_file;
-      options.tls_ca_file = transfer_tls_.ca_file;
-      options.tls_server_name = transfer_tls_.server_name;
+      options.tls_cert_file = tls_files.cert_file;
+      options.tls_key_file = tls_files.key_file;
+      options.tls_ca_file = tls_files.ca_file;
+      options.tls_server_name = tls_files.server_name;
     }
     Result<bench::TransferBenchResult> result = bench::RunStoreTransferBench(options);
     if (!result.ok()) return fail(result.status());

@@ -49,6 +49,17 @@ TEST(KvtierBenchReplayTest, BenchTransferPrintsOneJsonObject) {
   EXPECT_NE(pipelined.Stdout().find("\"gets_in_flight\":2,"), std::string::npos)
       << pipelined.Stdout();
 
+  // --tls: the same paths over TLS, with a certificate the bench makes and removes.
+  ChildProcess tls({kKvtier, "bench", "transfer", "--block-size", "65536", "--total-bytes",
+                    "4194304", "--clients", "2", "--path", "stream", "--tls", "--json"},
+                   dir.path());
+  ASSERT_EQ(tls.Wait(seconds(60)), 0) << tls.Stderr();
+  for (const char* key : {"\"stream_put_gbps\":", "\"tls_stream_put_gbps\":",
+                          "\"tls_stream_get_gbps\":"}) {
+    EXPECT_NE(tls.Stdout().find(key), std::string::npos) << key << " in " << tls.Stdout();
+  }
+  EXPECT_EQ(tls.Stdout().find("tls_inline"), std::string::npos) << "--path stream only";
+
   ChildProcess bad({kKvtier, "bench", "transfer", "--block-bytes", "65536", "--total-bytes",
                     "65536", "--clients", "2"},
                    dir.path());
