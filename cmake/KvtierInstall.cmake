@@ -13,13 +13,15 @@ install(TARGETS ${KVTIER_SDK_TARGETS} EXPORT kvtierTargets
 install(EXPORT kvtierTargets NAMESPACE kvtier:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvtier COMPONENT sdk)
 
 # The SDK's public surface, and nothing else: services/client/client.h and the headers it
-# includes, under their repository paths. tests/install checks that every installed
-# header's includes are installed too and that a program builds against them alone.
+# includes, under PREFIX/include/kvtier/ by their repository paths (a program includes
+# <kvtier/services/client/client.h>; the headers find each other through include/kvtier).
+# tests/install checks that every installed header's includes are installed too, that
+# nothing lands outside include/kvtier/, and that a program builds against them alone.
 set(KVTIER_SDK_HEADERS services/client/client.h common/block_key.h common/block_vocabulary.h common/clock.h
     common/kv_layout.h common/sink_window.h common/status.h)
 foreach(header IN LISTS KVTIER_SDK_HEADERS)
   get_filename_component(directory "${header}" DIRECTORY)
-  install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/${directory}" COMPONENT sdk)
+  install(FILES "${header}" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/kvtier/${directory}" COMPONENT sdk)
 endforeach()
 
 configure_package_config_file(cmake/kvtierConfig.cmake.in "${PROJECT_BINARY_DIR}/kvtierConfig.cmake"

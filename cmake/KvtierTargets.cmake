@@ -110,7 +110,8 @@ function(kvtier_library)
   add_library(${target} STATIC ${sources})
   add_library(kvtier::${ARG_NAME} ALIAS ${target})
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-                             $<BUILD_INTERFACE:${KVTIER_GENERATED_DIR}> $<INSTALL_INTERFACE:include>)
+                             $<BUILD_INTERFACE:${KVTIER_GENERATED_DIR}> $<INSTALL_INTERFACE:include>
+                             $<INSTALL_INTERFACE:include/kvtier>)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${ARG_NAME})
   target_link_libraries(${target} PUBLIC ${ARG_DEPS} PRIVATE kvtier_build_flags ${ARG_PRIVATE_DEPS})
   set_target_properties(${target} PROPERTIES POSITION_INDEPENDENT_CODE ON)

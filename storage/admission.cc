@@ -12,7 +12,7 @@ constexpr uint64_t kSketchMinWidth = 1 << 10;
 constexpr uint64_t kSketchMaxWidth = 1 << 24;
 // Requests between two agings, per counter. TinyLFU's paper ages after ten per cached
 // entry, but here every lookup counts each block of its prompt: one per counter follows
-// the workload closely enough (ten cost hit rate on every replay: docs/benchmarks.md).
+// the workload closely enough (ten cost hit rate on every replay: docs/benchmarks.md#disk-admission).
 constexpr uint64_t kSamplesPerCounter = 1;
 }  // namespace
 

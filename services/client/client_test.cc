@@ -10,101 +10,13 @@
 #include <numeric>
 #include <thread>
 
-#include "services/cli/embedded_cluster.h"
+#include "services/client/testing/client_fixture.h"
 #include "services/rpc/testing/recording_proxy.h"
-#include "tests/testing/test_util.h"
 
 namespace kvtier::client {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr char kToken[] = "team-a-token-0123456789abcdef0123456789";
-constexpr char kOtherToken[] = "team-b-token-0123456789abcdef0123456789";
-constexpr char kEngineToken[] = "engine-token-0123456789abcdef0123456789";  // acts for both
-constexpr char kNodeToken[] = "nodes-token-0123456789abcdef0123456789";     // the operator's view
-constexpr uint32_t kTokensPerBlock = 4;
-
-KvLayout TestLayout() {
-  // 2 layers x 2 KV heads x 8 dims x 4 tokens x fp16 x K,V = 512-byte blocks.
-  return KvLayout::Create({.num_layers = 2,
-                           .num_kv_heads = 2,
-                           .head_dim = 8,
-                           .tokens_per_block = kTokensPerBlock,
-                           .dtype = KvDtype::kFp16})
-      .value();
-}
-
-std::vector<uint32_t> Prompt(uint32_t first, uint32_t count) {
-  std::vector<uint32_t> tokens(count);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
-
-class ClientTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    cli::EmbeddedClusterOptions options;
-    options.config.data_dir = dir_.path();
-    options.config.coordinator.listen = {"127.0.0.1:0"};
-    // A pool of 4 blocks (the whole 2 KiB budget), host and disk tiers behind it.
-    options.config.worker = {.num_layers = 2,
-                             .num_kv_heads = 2,
-                             .head_dim = 8,
-                             .tokens_per_block = kTokensPerBlock,
-                             .dtype = "fp16",
-                             .pool_bytes = 2048,
-                             .free_memory_fraction = 1.0};
-    options.config.store = {.host_cache_bytes = 1 << 20, .disk_bytes = 1 << 20};
-    // Two tenants, each with its own salt.
-    options.tokens =
-        auth::TokenStore::FromYaml(
-            std::string("tenants:\n") + "  - {name: team-a, salt: salt-a, token: " + kToken +
-                "}\n" + "  - {name: team-b, salt: salt-b, token: " + kOtherToken + "}\n" +
-                "engines:\n  - {name: engine, tenants: [team-a, team-b], token: " + kEngineToken +
-                "}\n" + "nodes:\n  - {name: ops, token: " + kNodeToken + "}\n",
-            "test tokens")
-            .value();
-    options.registry = &registry_;
-    options.node_id = "node";
-    options.event_tick = 10ms;
-    cluster_ = cli::EmbeddedCluster::Create(std::move(options)).value();
-  }
-
-  // An engine acting for team-a: it may map the pool.
-  ClientOptions Options(const char* tenant = "team-a") const {
-    return {.address = cluster_->endpoints()[0], .token = kEngineToken, .act_for = tenant};
-  }
-
-  std::unique_ptr<Client> Connect() {
-    auto client = Client::Connect(Options());
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? std::move(client).value() : nullptr;
-  }
-
-  // The node's pool (the test's layout) mapped into this process.
-  static Result<MappedPool> MapPool(Client& client) {
-    KVTIER_ASSIGN_OR_RETURN(PoolMapping mapping, client.AttachPool(0, TestLayout()));
-    return MappedPool::Map(mapping);
-  }
-
-  // Waits up to 5 s for the coordinator to match `want` blocks of `keys`.
-  LookupResult WaitForMatch(Client& client, const std::vector<BlockKey>& keys, uint32_t want) {
-    LookupResult last;
-    testing::WaitUntil([&] {
-      auto result = client.Lookup(keys);
-      EXPECT_TRUE(result.ok()) << result.status();
-      if (!result.ok()) return true;  // no use waiting
-      last = *result;
-      return last.matched_blocks == want;
-    });
-    return last;
-  }
-
-  testing::TempDir dir_;
-  MetricsRegistry registry_;
-  std::unique_ptr<cli::EmbeddedCluster> cluster_;
-};
 
 TEST_F(ClientTest, ComputesLooksUpAllocatesCommitsAndReuses) {
   auto client = Connect();
@@ -288,99 +200,6 @@ TEST_F(ClientTest, AStaticSequencesBlocksNeverMoveAsItDecodes) {
   ASSERT_TRUE(longer.ok()) << longer.status();
   EXPECT_EQ(longer->block_ids.size(), 2u);
   EXPECT_EQ(longer->block_ids[0], dynamic->block_ids[0]);
-}
-
-TEST_F(ClientTest, AnotherTenantsBlocksNeverMatch) {
-  auto a = Connect();
-  ASSERT_NE(a, nullptr);
-  auto b = Client::Connect(Options("team-b")).value();
-  EXPECT_EQ(b->tenant(), "team-b");
-  // Team a computes and commits blocks 0,1 of a prompt.
-  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(0, 8), kTokensPerBlock);
-  ASSERT_TRUE(a->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8}).ok());
-  ASSERT_TRUE(a->Commit(1, keys).ok());
-  ASSERT_EQ(WaitForMatch(*a, keys, 2).matched_blocks, 2u);
-  // Team b, same tokens and so the same keys: no match, no score, no reuse in the pool.
-  auto seen_by_b = b->Lookup(keys);
-  ASSERT_TRUE(seen_by_b.ok()) << seen_by_b.status();
-  EXPECT_EQ(seen_by_b->matched_blocks, 0u);
-  for (const NodeScore& score : seen_by_b->scores)
-    EXPECT_EQ(score.prefix_blocks, 0u) << score.node_id;
-  auto b_alloc = b->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
-  ASSERT_TRUE(b_alloc.ok()) << b_alloc.status();
-  EXPECT_EQ(b_alloc->reused_blocks, 0u);
-  // B caches its own copy, as if A had never sent the prompt, and reuses it after.
-  auto b_cached = b->Commit(1, keys);
-  ASSERT_TRUE(b_cached.ok()) << b_cached.status();
-  EXPECT_EQ(*b_cached, 2u) << "the count tells B nothing of A's blocks";
-  ASSERT_TRUE(b->Free(1).ok());
-  auto b_again = b->Allocate({.sequence = 2, .keys = keys, .num_tokens = 8});
-  ASSERT_TRUE(b_again.ok()) << b_again.status();
-  EXPECT_EQ(b_again->reused_blocks, 2u);
-  EXPECT_EQ(WaitForMatch(*b, keys, 2).matched_blocks, 2u);
-}
-
-// One engine connection serves both of its tenants, each request under the view it is
-// made through: team-b's view gets the answers a cluster where team-a never ran gives.
-TEST_F(ClientTest, AnEnginePicksEachRequestsTenantOverOneConnection) {
-  auto engine = Connect();  // acting for team-a
-  ASSERT_NE(engine, nullptr);
-  Result<std::unique_ptr<Client>> view = engine->ForTenant("team-b");
-  ASSERT_TRUE(view.ok()) << view.status();
-  Client& b = **view;
-  EXPECT_EQ(b.tenant(), "team-b");
-  const std::vector<BlockKey> keys = Client::BlockKeys(Prompt(0, 8), kTokensPerBlock);
-  ASSERT_TRUE(engine->Allocate({.sequence = 1, .keys = keys, .num_tokens = 8}).ok());
-  ASSERT_TRUE(engine->Commit(1, keys).ok());
-  ASSERT_EQ(WaitForMatch(*engine, keys, 2).matched_blocks, 2u);
-
-  auto seen_by_b = b.Lookup(keys);
-  ASSERT_TRUE(seen_by_b.ok()) << seen_by_b.status();
-  EXPECT_EQ(seen_by_b->matched_blocks, 0u);
-  for (const NodeScore& score : seen_by_b->scores)
-    EXPECT_EQ(score.prefix_blocks, 0u) << score.node_id;
-  EXPECT_EQ(b.LookupLocal(0, keys).value_or(99), 0u);
-  // Sequence 1 again: the view's sequences are its own, beside the engine's.
-  auto b_alloc = b.Allocate({.sequence = 1, .keys = keys, .num_tokens = 8});
-  ASSERT_TRUE(b_alloc.ok()) << b_alloc.status();
-  EXPECT_EQ(b_alloc->reused_blocks, 0u);
-  auto b_cached = b.Commit(1, keys);
-  ASSERT_TRUE(b_cached.ok()) << b_cached.status();
-  EXPECT_EQ(*b_cached, 2u) << "the count tells team-b nothing of team-a's blocks";
-  ASSERT_TRUE(b.Free(1).ok());
-  EXPECT_EQ(WaitForMatch(b, keys, 2).matched_blocks, 2u);
-  // The engine's own sequence 1 is untouched by the view's Free, and the view's blocks are
-  // not the engine's: both tenants now hold the prompt, each in its own key space.
-  EXPECT_EQ(engine->Extend(1, 8).status().code(), StatusCode::kOk);
-  EXPECT_EQ(engine->LookupLocal(0, keys).value_or(99), 2u);
-
-  // A view may outlive the client it came from, and reuses its tenant's blocks.
-  engine.reset();
-  auto b_again = b.Allocate({.sequence = 2, .keys = keys, .num_tokens = 8});
-  ASSERT_TRUE(b_again.ok()) << b_again.status();
-  EXPECT_EQ(b_again->reused_blocks, 2u);
-}
-
-TEST_F(ClientTest, OnlyAnEngineActsForItsOwnTenants) {
-  auto engine = Connect();
-  ASSERT_NE(engine, nullptr);
-  auto tenant = Client::Connect({.address = cluster_->endpoints()[0], .token = kToken}).value();
-  for (const char* name : {"team-b", "team-a"}) {
-    const Status refused = tenant->ForTenant(name).status();
-    EXPECT_EQ(refused.code(), StatusCode::kPermissionDenied) << refused;
-    EXPECT_NE(refused.message().find("only an engine credential acts for another tenant"),
-              std::string::npos)
-        << refused;
-  }
-  const Status unknown = engine->ForTenant("team-c").status();
-  EXPECT_EQ(unknown.code(), StatusCode::kPermissionDenied) << unknown;
-  EXPECT_NE(unknown.message().find("may not act for tenant \"team-c\""), std::string::npos)
-      << unknown;
-  auto node = Client::Connect({.address = cluster_->endpoints()[0], .token = kNodeToken}).value();
-  EXPECT_EQ(node->ForTenant("team-a").status().code(), StatusCode::kPermissionDenied);
-  // A refused view leaves the connection working.
-  EXPECT_TRUE(engine->GetWorkerStats().ok());
-  EXPECT_TRUE(tenant->Lookup(Client::BlockKeys(Prompt(0, 8), kTokensPerBlock)).ok());
 }
 
 TEST_F(ClientTest, AsyncCallsFromManyThreads) {

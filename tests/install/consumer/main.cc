@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "services/client/client.h"
+#include <kvtier/services/client/client.h>
 
 int main() {
   std::vector<uint32_t> prompt(40);
