@@ -96,16 +96,10 @@ class Client::Impl {
  public:
   // The root client: the connection's own session.
   explicit Impl(std::shared_ptr<ClientConnection> connection)
-      : connection_(std::move(connection)),
-        tenant_(connection_->rpc->tenant()),
-        id_(std::make_shared<ClientIdentity>()) {}
-  // A view acting for `tenant`; its sibling session is set by Derive.
-  Impl(std::shared_ptr<ClientConnection> connection, std::string tenant)
-      : connection_(std::move(connection)),
-        tenant_(std::move(tenant)),
-        id_(std::make_shared<ClientIdentity>()) {
-    id_->tenant = tenant_;
-  }
+      : connection_(std::move(connection)), tenant_(connection_->rpc->tenant()) {}
+  // A view acting for `tenant`, whose sibling session ForTenant obtains.
+  Impl(std::shared_ptr<ClientConnection> connection, const std::string& tenant)
+      : connection_(std::move(connection)), acting_for_(tenant), tenant_(tenant) {}
   ~Impl() {
     // Capabilities and answers die on the loop thread that made them.
     connection_->rpc->impl().RunOnLoop([id = id_, deferred = connection_->deferred] {
@@ -191,9 +185,8 @@ class Client::Impl {
 
   std::future<Result<PoolMapping>> AttachPool(uint32_t pool_id, KvLayout layout) {
     return Call<Result<PoolMapping>>(
-        SafeToRepeat, [d = connection_->deferred, pool_id, layout](ClientIdentity& id,
-                                                                   schema::Session::Client& s) {
-          auto request = id.Worker(s).attachPoolRequest();
+        SafeToRepeat, [pool_id, layout](schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.attachPoolRequest();
           request.setPoolId(pool_id);
           rpc::FromLayout(layout, request.initLayout());
           return request.send().then(
@@ -202,28 +195,28 @@ class Client::Impl {
   }
 
   std::future<Result<Allocation>> Allocate(AllocateRequest a) {
-    return Call<Result<Allocation>>(RefusedByTheNode, [d = connection_->deferred, a = std::move(a)](
-                                                          ClientIdentity& id,
-                                                          schema::Session::Client& s) {
-      auto request = id.Worker(s).allocateRequest();
-      request.setSequenceId(a.sequence);
-      request.setPoolId(a.pool_id);
-      SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
-      request.setNumTokens(a.num_tokens);
-      rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
-      request.setFormatTag(a.format_tag);
-      request.setReserveTokens(a.reserve_tokens);
-      rpc::FromTokens(a.pool_ids, request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
-      return request.send().then(ThenKeep(
-          d, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
-    });
+    return Call<Result<Allocation>>(
+        RefusedByTheNode, [a = std::move(a)](schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.allocateRequest();
+          request.setSequenceId(a.sequence);
+          request.setPoolId(a.pool_id);
+          SetKeys(a.keys, request.initKeys(static_cast<unsigned>(a.keys.size())));
+          request.setNumTokens(a.num_tokens);
+          rpc::FromTokens(a.tokens, request.initTokens(static_cast<unsigned>(a.tokens.size())));
+          request.setFormatTag(a.format_tag);
+          request.setReserveTokens(a.reserve_tokens);
+          rpc::FromTokens(a.pool_ids,
+                          request.initPoolIds(static_cast<unsigned>(a.pool_ids.size())));
+          return request.send().then(ThenKeep(
+              d, [](auto& r) -> Result<Allocation> { return ToAllocation(r.getAllocation()); }));
+        });
   }
 
   std::future<Result<Allocation>> Extend(uint64_t sequence, uint32_t num_tokens) {
     return Call<Result<Allocation>>(
-        RefusedByTheNode, [d = connection_->deferred, sequence, num_tokens](
-                              ClientIdentity& id, schema::Session::Client& s) {
-          auto request = id.Worker(s).extendRequest();
+        RefusedByTheNode,
+        [sequence, num_tokens](schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.extendRequest();
           request.setSequenceId(sequence);
           request.setNumTokens(num_tokens);
           return request.send().then(ThenKeep(
@@ -235,10 +228,10 @@ class Client::Impl {
                                              RetentionConfig retention,
                                              std::vector<std::string> sources) {
     return Call<Result<OnboardResult>>(
-        RefusedByTheNode, [d = connection_->deferred, sequence, keys = std::move(keys),
-                           retention = std::move(retention), sources = std::move(sources)](
-                              ClientIdentity& id, schema::Session::Client& s) {
-          auto request = id.Worker(s).onboardRequest();
+        RefusedByTheNode,
+        [sequence, keys = std::move(keys), retention = std::move(retention),
+         sources = std::move(sources)](schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.onboardRequest();
           request.setSequenceId(sequence);
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           SetRetention(retention, request.initRetention());
@@ -254,10 +247,10 @@ class Client::Impl {
   std::future<Result<uint32_t>> Commit(uint64_t sequence, std::vector<BlockKey> keys,
                                        RetentionConfig retention, std::vector<uint32_t> tokens) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat, [d = connection_->deferred, sequence, keys = std::move(keys),
-                       retention = std::move(retention),
-                       tokens = std::move(tokens)](ClientIdentity& id, schema::Session::Client& s) {
-          auto request = id.Worker(s).commitRequest();
+        SafeToRepeat,
+        [sequence, keys = std::move(keys), retention = std::move(retention),
+         tokens = std::move(tokens)](schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.commitRequest();
           request.setSequenceId(sequence);
           SetKeys(keys, request.initKeys(static_cast<unsigned>(keys.size())));
           SetRetention(retention, request.initRetention());
@@ -268,9 +261,8 @@ class Client::Impl {
   }
 
   std::future<Status> Free(uint64_t sequence) {
-    return Call<Status>(nullptr, [d = connection_->deferred, sequence](ClientIdentity& id,
-                                                                       schema::Session::Client& s) {
-      auto request = id.Worker(s).freeRequest();
+    return Call<Status>(nullptr, [sequence](schema::Worker::Client& worker, const Deferred& d) {
+      auto request = worker.freeRequest();
       request.setSequenceId(sequence);
       return request.send().then(ThenKeep(d, [](auto&) { return Status::Ok(); }));
     });
@@ -280,9 +272,9 @@ class Client::Impl {
   std::future<Result<uint32_t>> LookupLocal(std::vector<uint32_t> pools,
                                             std::vector<BlockKey> keys) {
     return Call<Result<uint32_t>>(
-        SafeToRepeat, [d = connection_->deferred, pools = std::move(pools), keys = std::move(keys)](
-                          ClientIdentity& id, schema::Session::Client& s) {
-          auto request = id.Worker(s).lookupLocalRequest();
+        SafeToRepeat, [pools = std::move(pools), keys = std::move(keys)](
+                          schema::Worker::Client& worker, const Deferred& d) {
+          auto request = worker.lookupLocalRequest();
           request.setPoolId(pools.empty() ? 0 : pools.front());
           if (pools.size() != 1)
             rpc::FromTokens(pools, request.initPoolIds(static_cast<unsigned>(pools.size())));
@@ -294,25 +286,24 @@ class Client::Impl {
 
   std::future<Result<WorkerStats>> WorkerStatistics() {
     return Call<Result<WorkerStats>>(
-        SafeToRepeat, [d = connection_->deferred](ClientIdentity& id, schema::Session::Client& s) {
-          return id.Worker(s).statsRequest().send().then(
-              ThenKeep(d, [](auto& r) -> Result<WorkerStats> {
-                auto st = r.getStats();
-                WorkerStats out;
-                for (auto pool : st.getPools()) {
-                  KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
-                  out.pool_layouts.push_back(std::move(layout));
-                  out.total_blocks += pool.getTotalBlocks();
-                  out.used_blocks += pool.getUsedBlocks();
-                  out.cached_blocks += pool.getCachedBlocks();
-                }
-                out.reuse_hits = st.getReuseHits();
-                out.evictions = st.getEvictions();
-                out.offloaded_blocks = st.getOffloadedBlocks();
-                out.onboarded_blocks = st.getOnboardedBlocks();
-                out.cluster_counts = st.getClusterCounts();
-                return out;
-              }));
+        SafeToRepeat, [](schema::Worker::Client& worker, const Deferred& d) {
+          return worker.statsRequest().send().then(ThenKeep(d, [](auto& r) -> Result<WorkerStats> {
+            auto st = r.getStats();
+            WorkerStats out;
+            for (auto pool : st.getPools()) {
+              KVTIER_ASSIGN_OR_RETURN(KvLayout layout, rpc::ToLayout(pool.getLayout()));
+              out.pool_layouts.push_back(std::move(layout));
+              out.total_blocks += pool.getTotalBlocks();
+              out.used_blocks += pool.getUsedBlocks();
+              out.cached_blocks += pool.getCachedBlocks();
+            }
+            out.reuse_hits = st.getReuseHits();
+            out.evictions = st.getEvictions();
+            out.offloaded_blocks = st.getOffloadedBlocks();
+            out.onboarded_blocks = st.getOnboardedBlocks();
+            out.cluster_counts = st.getClusterCounts();
+            return out;
+          }));
         });
   }
 
@@ -320,14 +311,13 @@ class Client::Impl {
   // The node's calls, under this client's session; their answers are held in the
   // connection's deferred (ThenKeep) until its next call is sent.
   template <typename T>
-  std::future<T> Call(
-      bool (*retry_on)(const Status&),
-      kj::Function<kj::Promise<T>(ClientIdentity&, schema::Session::Client&)> call) {
+  std::future<T> Call(bool (*retry_on)(const Status&),
+                      kj::Function<kj::Promise<T>(schema::Worker::Client&, const Deferred&)> call) {
     return connection_->rpc->impl().Call<T>(
         [id = id_, deferred = connection_->deferred,
          call = kj::mv(call)](schema::Session::Client& root) mutable -> kj::Promise<T> {
           if (id->closed) return T(CancelledError("the client was closed before the call ran"));
-          kj::Promise<T> answer = call(*id, root);
+          kj::Promise<T> answer = call(id->Worker(root), deferred);
           deferred->CallSent();
           return answer;
         },
@@ -342,10 +332,10 @@ class Client::Impl {
       kj::Function<kj::Promise<T>(schema::Coordinator::Client&, Deferred)> call) {
     const std::shared_ptr<CoordinatorLink> link = connection_->Link();
     CoordinatorLink* on_loop = link.get();
-    const std::string key = id_->session ? tenant_ : std::string();
     return link->rpc->impl().Call<T>(
-        [on_loop, key, call = kj::mv(call)](schema::Session::Client& session) mutable {
-          kj::Promise<T> answer = call(on_loop->For(key, session), on_loop->deferred);
+        [on_loop, tenant = acting_for_,
+         call = kj::mv(call)](schema::Session::Client& session) mutable {
+          kj::Promise<T> answer = call(on_loop->For(tenant, session), on_loop->deferred);
           on_loop->deferred->CallSent();
           return answer;
         },
@@ -363,9 +353,10 @@ class Client::Impl {
   }
 
   const std::shared_ptr<ClientConnection> connection_;
-  std::string tenant_;
+  const std::string acting_for_;  // a view's tenant, as asked for; empty: the root client
+  std::string tenant_;            // as the node named it
   // This client's session and Worker capability at the node (ClientIdentity).
-  const std::shared_ptr<ClientIdentity> id_;
+  const std::shared_ptr<ClientIdentity> id_ = std::make_shared<ClientIdentity>();
 };
 
 Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {

@@ -30,12 +30,11 @@ namespace kvtier::client {
 
 using Deferred = std::shared_ptr<rpc::DeferredFinish>;
 
-// A session's calls at the node. `tenant` empty: the connection's own session.
+// A client's identity at the node; made, used and dropped on the connection's loop only.
 struct ClientIdentity {
-  std::string tenant;
-  kj::Own<rpc::schema::Session::Client> session;  // the loop's; a view's sibling session
-  kj::Own<rpc::schema::Worker::Client> worker;    // the loop's; obtained once, pipelined
-  bool closed = false;                            // the loop's; set as the client goes
+  kj::Own<rpc::schema::Session::Client> session;  // a view's sibling session; null: the root's
+  kj::Own<rpc::schema::Worker::Client> worker;    // obtained once, pipelined
+  bool closed = false;                            // set as the client goes
 
   // The session calls go through: the view's own, else the connection's.
   rpc::schema::Session::Client& SessionOf(rpc::schema::Session::Client& root) {
