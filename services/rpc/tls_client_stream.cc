@@ -9,6 +9,7 @@
 #include <climits>
 
 #include "common/tls_context.h"
+#include "services/rpc/status_mapping.h"
 
 namespace kvtier::rpc {
 namespace {
@@ -20,10 +21,10 @@ constexpr size_t kWriteChunk = 256 * 1024;
 // plus its overhead).
 constexpr size_t kReadChunk = 64 * 1024;
 
-kj::Exception Failed(const std::string& text,
-                     kj::Exception::Type type = kj::Exception::Type::FAILED) {
-  return kj::Exception(type, __FILE__, __LINE__, kj::heapString(text.c_str()));
-}
+// A failure as the exception that carries its Status (services/rpc/status_mapping.h), so
+// the caller learns whether to retry: a certificate that does not verify is
+// UNAUTHENTICATED (configuration), a broken connection UNAVAILABLE.
+kj::Exception Failed(const Status& status) { return StatusToException(status); }
 
 class TlsClientStream final : public kj::AsyncIoStream {
  public:
@@ -43,15 +44,16 @@ class TlsClientStream final : public kj::AsyncIoStream {
     if (result == 1) return Flush().then([this] { CheckPeer(); });
     if (SSL_get_error(ssl_, result) == SSL_ERROR_WANT_READ) {
       if (peer_closed_)
-        return Failed("the server closed the connection during the TLS handshake",
-                      kj::Exception::Type::DISCONNECTED);
+        return Failed(
+            UnavailableError("the server closed the connection during the TLS handshake"));
       return Flush().then([this] { return FillFromPeer(); }).then([this] { return Handshake(); });
     }
     const long verify = SSL_get_verify_result(ssl_);
-    const std::string reason = verify != X509_V_OK
-                                   ? std::string("the server's certificate is not trusted: ") +
-                                         X509_verify_cert_error_string(verify)
-                                   : "TLS handshake failed: " + TlsErrors();
+    const Status reason =
+        verify != X509_V_OK
+            ? UnauthenticatedError(std::string("the server's certificate is not trusted: ") +
+                                   X509_verify_cert_error_string(verify))
+            : UnavailableError("TLS handshake failed: " + TlsErrors());
     // The alert that tells the server why goes out before the connection is given up.
     return Flush().then([reason]() -> kj::Promise<void> { return Failed(reason); },
                         [reason](kj::Exception&&) -> kj::Promise<void> { return Failed(reason); });
@@ -94,7 +96,7 @@ class TlsClientStream final : public kj::AsyncIoStream {
  private:
   void CheckPeer() {
     const Status verified = CheckTlsPeerVerified(ssl_);
-    KJ_REQUIRE(verified.ok(), verified.message());
+    if (!verified.ok()) kj::throwFatalException(Failed(verified));
   }
 
   // Reads plaintext until `min_bytes` are in, the peer closed, or an error.
@@ -110,7 +112,8 @@ class TlsClientStream final : public kj::AsyncIoStream {
       }
       const int error = SSL_get_error(ssl_, n);
       if (error == SSL_ERROR_ZERO_RETURN) return done;  // close_notify
-      if (error != SSL_ERROR_WANT_READ) return Failed("TLS read failed: " + TlsErrors());
+      if (error != SSL_ERROR_WANT_READ)
+        return Failed(UnavailableError("TLS read failed: " + TlsErrors()));
       if (peer_closed_) return done;
       QueueOutput();  // a post-handshake message (a key update) may want an answer
       return FillFromPeer().then([this, buffer, min_bytes, max_bytes, done] {
@@ -142,7 +145,7 @@ class TlsClientStream final : public kj::AsyncIoStream {
       if (chunk > 0) {
         ERR_clear_error();
         const int n = SSL_write(ssl_, piece.begin() + offset, static_cast<int>(chunk));
-        if (n <= 0) return Failed("TLS write failed: " + TlsErrors());
+        if (n <= 0) return Failed(UnavailableError("TLS write failed: " + TlsErrors()));
         offset += static_cast<size_t>(n);
         queued += static_cast<size_t>(n);
       }
@@ -196,13 +199,14 @@ class TlsClientStream final : public kj::AsyncIoStream {
 kj::Promise<kj::Own<kj::AsyncIoStream>> ConnectTls(SSL_CTX& context,
                                                    kj::Own<kj::AsyncIoStream> inner,
                                                    const std::string& server_name) {
-  if (server_name.empty()) return Failed("TLS needs the name the server's certificate must carry");
+  if (server_name.empty())
+    return Failed(InvalidArgumentError("TLS needs the name the server's certificate must carry"));
   ERR_clear_error();
   SSL* ssl = SSL_new(&context);
-  if (ssl == nullptr) return Failed("cannot start a TLS connection: " + TlsErrors());
+  if (ssl == nullptr) return Failed(InternalError("cannot start a TLS connection: " + TlsErrors()));
   if (const Status named = ExpectTlsServerName(ssl, server_name); !named.ok()) {
     SSL_free(ssl);
-    return Failed(named.message());
+    return Failed(named);
   }
   auto stream = kj::heap<TlsClientStream>(ssl, kj::mv(inner));
   auto handshake = stream->Handshake();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "services/rpc/status_mapping.h"
 #include "tests/testing/test_util.h"
 
 namespace kvtier::rpc {
@@ -65,8 +66,9 @@ class TlsTest : public ::testing::Test {
   kj::AsyncIoContext& io() { return loop_->io; }
 
   // A verified connection to the echo server expecting `server_name`, or the exception.
+  // `failed`: how the connect failed, as the RPC client reports it.
   kj::Own<kj::AsyncIoStream> Connect(const std::string& ca, const std::string& server_name,
-                                     std::string* error) {
+                                     Status* failed) {
     Result<std::unique_ptr<TlsClient>> client = TlsClient::Create(dir_.File(ca));
     EXPECT_TRUE(client.ok()) << client.status();
     if (!client.ok()) return kj::Own<kj::AsyncIoStream>();
@@ -80,7 +82,7 @@ class TlsTest : public ::testing::Test {
                        loop_->client->Wrap(address->connect().wait(io().waitScope), server_name)
                            .wait(io().waitScope);
                  })) {
-      *error = exception->getDescription().cStr();
+      *failed = ExceptionToStatus(*exception);
     }
     return connected;
   }
@@ -91,9 +93,9 @@ class TlsTest : public ::testing::Test {
 
 TEST_F(TlsTest, TheServerIsVerifiedByItsDnsNameOrItsIpAddress) {
   for (const std::string name : {"kvtier.test", "127.0.0.1"}) {
-    std::string error;
-    kj::Own<kj::AsyncIoStream> stream = Connect("ca.pem", name, &error);
-    ASSERT_TRUE(stream.get() != nullptr) << name << ": " << error;
+    Status failed;
+    kj::Own<kj::AsyncIoStream> stream = Connect("ca.pem", name, &failed);
+    ASSERT_TRUE(stream.get() != nullptr) << name << ": " << failed;
     std::vector<kj::byte> sent(3 << 20);
     for (size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<kj::byte>(i * 31 + i / 4096);
     // Two pieces in one write, read back while they are still being written.
@@ -112,22 +114,27 @@ TEST_F(TlsTest, TheServerIsVerifiedByItsDnsNameOrItsIpAddress) {
   }
 }
 
+// A certificate that does not verify is UNAUTHENTICATED, which is not retried: the cause
+// is configuration, not the network.
 TEST_F(TlsTest, AnotherNameOrAddressIsRefused) {
-  std::string error;
-  EXPECT_TRUE(Connect("ca.pem", "someone-else.test", &error).get() == nullptr);
-  EXPECT_NE(error.find("hostname mismatch"), std::string::npos) << error;
-  error.clear();
-  EXPECT_TRUE(Connect("ca.pem", "127.0.0.2", &error).get() == nullptr);
-  EXPECT_NE(error.find("IP address mismatch"), std::string::npos) << error;
-  error.clear();
-  EXPECT_TRUE(Connect("ca.pem", "", &error).get() == nullptr);
-  EXPECT_NE(error.find("name"), std::string::npos) << error;
+  Status failed;
+  EXPECT_TRUE(Connect("ca.pem", "someone-else.test", &failed).get() == nullptr);
+  EXPECT_EQ(failed.code(), StatusCode::kUnauthenticated) << failed;
+  EXPECT_NE(failed.message().find("hostname mismatch"), std::string::npos) << failed;
+  EXPECT_EQ(failed.retry_advice(), RetryAdvice::kNever) << failed;
+  EXPECT_TRUE(Connect("ca.pem", "127.0.0.2", &failed).get() == nullptr);
+  EXPECT_EQ(failed.code(), StatusCode::kUnauthenticated) << failed;
+  EXPECT_NE(failed.message().find("IP address mismatch"), std::string::npos) << failed;
+  EXPECT_TRUE(Connect("ca.pem", "", &failed).get() == nullptr);
+  EXPECT_EQ(failed.code(), StatusCode::kInvalidArgument) << failed;
+  EXPECT_NE(failed.message().find("name"), std::string::npos) << failed;
 }
 
 TEST_F(TlsTest, AServerTheCaDidNotSignIsRefused) {
-  std::string error;
-  EXPECT_TRUE(Connect("stranger.pem", "kvtier.test", &error).get() == nullptr);
-  EXPECT_NE(error.find("not trusted"), std::string::npos) << error;
+  Status failed;
+  EXPECT_TRUE(Connect("stranger.pem", "kvtier.test", &failed).get() == nullptr);
+  EXPECT_EQ(failed.code(), StatusCode::kUnauthenticated) << failed;
+  EXPECT_NE(failed.message().find("not trusted"), std::string::npos) << failed;
 }
 
 TEST_F(TlsTest, ACaFileWithoutACertificateIsNamed) {
