@@ -3,8 +3,10 @@
 #include <kj/debug.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <memory>
 
+#include "services/rpc/peer_address.h"
 #include "services/rpc/status_mapping.h"
 #include "services/rpc/tls.h"
 
@@ -17,7 +19,7 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
       : io_(io), options_(std::move(options)) {}
 
   Status Start(
-      kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)>& make_service) {
+      kj::Function<kj::Own<HttpPeerService>(kj::HttpHeaderTable::Builder&)>& make_service) {
     if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
       KVTIER_ASSIGN_OR_RETURN(tls_,
                               TlsServer::Create(options_.tls_cert_file, options_.tls_key_file));
@@ -28,7 +30,13 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
     kj::HttpServerSettings settings;
     settings.headerTimeout = options_.header_timeout.count() * kj::MILLISECONDS;
     settings.pipelineTimeout = options_.idle_timeout.count() * kj::MILLISECONDS;
-    server_ = kj::heap<kj::HttpServer>(io_.provider->getTimer(), *table_, *service_, settings);
+    server_ = kj::heap<kj::HttpServer>(
+        io_.provider->getTimer(), *table_,
+        [this](kj::AsyncIoStream& connection) {
+          auto peer = peers_.find(&connection);
+          return service_->ForPeer(peer != peers_.end() ? peer->second : "unknown");
+        },
+        settings);
     for (const std::string& address : options_.listen) {
       kj::Own<kj::ConnectionReceiver> receiver;
       KJ_IF_MAYBE (exception, kj::runCatchingExceptions([&] {
@@ -72,9 +80,18 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
             });
   }
 
+  // Serves `stream`, the peer's address kept by the stream it is served on (the
+  // server's service factory looks it up) until the connection ends.
   void Accepted(kj::Own<kj::AsyncIoStream> stream) {
     if (open_ >= options_.max_connections) return;  // dropped: closes the connection
     ++open_;
+    auto key = std::make_shared<const kj::AsyncIoStream*>(nullptr);
+    std::string peer = PeerAddress(*stream);
+    auto serve = [this, key, peer = std::move(peer)](kj::Own<kj::AsyncIoStream> connection) {
+      *key = connection.get();
+      peers_[*key] = peer;
+      return server_->listenHttp(kj::mv(connection));
+    };
     kj::Promise<void> serving = nullptr;
     if (tls_) {
       auto deadline =
@@ -83,13 +100,14 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
                     .exclusiveJoin(deadline.then([]() -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
                       return KJ_EXCEPTION(DISCONNECTED, "TLS handshake timed out");
                     }))
-                    .then([this](kj::Own<kj::AsyncIoStream> secured) {
-                      return server_->listenHttp(kj::mv(secured));
-                    });
+                    .then(kj::mv(serve));
     } else {
-      serving = server_->listenHttp(kj::mv(stream));
+      serving = serve(kj::mv(stream));
     }
-    tasks_.add(serving.attach(kj::defer([this] { --open_; })));
+    tasks_.add(serving.attach(kj::defer([this, key] {
+      if (*key != nullptr) peers_.erase(*key);
+      --open_;
+    })));
   }
 
   void taskFailed(kj::Exception&& e) override {
@@ -100,7 +118,9 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
   HttpListenerOptions options_;
   std::unique_ptr<TlsServer> tls_;
   kj::Own<kj::HttpHeaderTable> table_;
-  kj::Own<kj::HttpService> service_;
+  kj::Own<HttpPeerService> service_;
+  // The peer of each connection being served, by the stream it is served on.
+  std::map<const kj::AsyncIoStream*, std::string> peers_;
   kj::Own<kj::HttpServer> server_;
   std::vector<kj::Own<kj::ConnectionReceiver>> receivers_;
   std::vector<std::string> endpoints_;
@@ -112,7 +132,7 @@ class HttpListenerImpl final : public HttpListener, private kj::TaskSet::ErrorHa
 
 Result<kj::Own<HttpListener>> HttpListener::Create(
     kj::AsyncIoContext& io, HttpListenerOptions options,
-    kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)> make_service) {
+    kj::Function<kj::Own<HttpPeerService>(kj::HttpHeaderTable::Builder&)> make_service) {
   auto listener = kj::heap<HttpListenerImpl>(io, std::move(options));
   KVTIER_RETURN_IF_ERROR(listener->Start(make_service));
   return kj::Own<HttpListener>(kj::mv(listener));

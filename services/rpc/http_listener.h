@@ -7,7 +7,9 @@
 // head must arrive within header_timeout (8 KiB at most: kj-http's limit), an
 // idle keep-alive connection closes after idle_timeout, and past
 // max_connections a new connection is closed at once. With a certificate and
-// key every listener serves HTTPS only.
+// key every listener serves HTTPS only. Each connection is served by the
+// service HttpPeerService::ForPeer makes for its client's address, so that a
+// service can budget what one address may try (its tokens: auth_throttle.h).
 //
 // Thread safety: Create(), Run() and the service run on the loop's thread only.
 // Ownership: owns its listeners, server and service; the io context outlives
@@ -26,6 +28,14 @@
 
 namespace kvtier::rpc {
 
+// What a listener serves: ForPeer makes the service of one connection, given its
+// client's address without the port (peer_address.h).
+class HttpPeerService {
+ public:
+  virtual ~HttpPeerService() noexcept(false) = default;
+  [[nodiscard]] virtual kj::Own<kj::HttpService> ForPeer(std::string peer) = 0;
+};
+
 struct HttpListenerOptions {
   std::vector<std::string> listen;  // host:port; port 0 picks a free one
   std::string tls_cert_file = {};   // both set: HTTPS only
@@ -42,7 +52,7 @@ class HttpListener {
   // the server parses with.
   [[nodiscard]] static Result<kj::Own<HttpListener>> Create(
       kj::AsyncIoContext& io, HttpListenerOptions options,
-      kj::Function<kj::Own<kj::HttpService>(kj::HttpHeaderTable::Builder&)> make_service);
+      kj::Function<kj::Own<HttpPeerService>(kj::HttpHeaderTable::Builder&)> make_service);
   virtual ~HttpListener() noexcept(false) = default;
 
   // Accepts and serves until the promise is dropped.

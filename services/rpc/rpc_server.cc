@@ -1,7 +1,5 @@
 #include "services/rpc/rpc_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,6 +16,7 @@
 #include "common/listener_health.h"
 #include "common/thread_name.h"
 #include "services/rpc/auth_throttle.h"
+#include "services/rpc/peer_address.h"
 #include "services/rpc/buffered_message_stream.h"
 #include "common/connection_admission.h"
 #include "services/rpc/status_mapping.h"
@@ -45,26 +44,6 @@ struct Connection {
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
-
-// The peer's address without its port, or "unix" (a Unix socket), or "unknown".
-std::string PeerAddress(kj::AsyncIoStream& stream) {
-  sockaddr_storage addr{};
-  uint length = sizeof(addr);
-  if (kj::runCatchingExceptions(
-          [&] { stream.getpeername(reinterpret_cast<sockaddr*>(&addr), &length); }) != nullptr) {
-    return "unknown";
-  }
-  char text[INET6_ADDRSTRLEN] = {};
-  if (addr.ss_family == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof(text));
-  } else if (addr.ss_family == AF_INET6) {
-    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
-              sizeof(text));
-  } else {
-    return addr.ss_family == AF_UNIX ? "unix" : "unknown";
-  }
-  return text;
-}
 
 // A Unix socket path left behind by a process that died is removed; one that a live
 // server still answers on is "in use".

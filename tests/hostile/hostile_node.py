@@ -58,6 +58,7 @@ class Node:
         if "rpc" not in values or "metrics" not in values:
             self.kill()
             raise RuntimeError("kvtier %s did not start: %s\n%s" % (role, self.banner, self.log_text()))
+        self.values = values
         self.address = values["rpc"]
         self.host, self.port = self.address.rsplit(":", 1)
         self.port = int(self.port)

@@ -9,6 +9,8 @@ setrlimit in the child (what `prlimit --nofile` does). Every wait is bounded.
 Run by ctest with PYTHONPATH at the built module and KVTIER_BIN at the kvtier binary.
 """
 
+import http.client
+import json
 import os
 import socket
 import struct
@@ -16,6 +18,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.parse
 
 import kvtier
 
@@ -138,6 +141,35 @@ class RpcListenerTest(HostileTestCase):
         self.assertGreater(up.metric("kvtier_rpc_auth_throttled_total"), 0)
         log = up.log_text()
         lines = [l for l in log.splitlines() if "authentication failed from 127.0.0.1" in l]
+        self.assertGreaterEqual(len(lines), 1, "failures are logged")
+        self.assertLessEqual(len(lines), 2, "and sampled: one line per 10 s per address")
+
+
+class RoutingApiTest(HostileTestCase):
+    @staticmethod
+    def lookup(node, token, source):
+        """POST /v1/lookup from `source` (a loopback address); the HTTP status."""
+        url = urllib.parse.urlsplit(node.values["routing"].split()[0])
+        connection = http.client.HTTPConnection(url.hostname, url.port, timeout=5, source_address=(source, 0))
+        try:
+            connection.request("POST", "/v1/lookup", body=json.dumps({"tokens": [1, 2, 3]}),
+                               headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+            return connection.getresponse().status
+        finally:
+            connection.close()
+
+    def test_token_guessing_over_http_is_throttled_per_address(self):
+        """The routing API spends an address's budget of failed tokens as the RPC listeners
+        do: a guesser gets 429 once it is spent, even for the right token (no oracle), while
+        another address is served."""
+        up = self.start("up", "--coordinator-http-listen", "127.0.0.1:0", "--connections-auth-failure-burst", "5",
+                        "--connections-auth-failures-per-minute", "6")
+        statuses = [self.lookup(up, "0" * 64, "127.0.0.2") for _ in range(20)]
+        self.assertEqual(statuses[:5], [401] * 5, statuses)
+        self.assertEqual(set(statuses[5:]), {429}, statuses)
+        self.assertEqual(self.lookup(up, up.token, "127.0.0.2"), 429, "the right token from a spent address")
+        self.assertEqual(self.lookup(up, up.token, "127.0.0.1"), 200, "another address keeps its budget")
+        lines = [l for l in up.log_text().splitlines() if "routing API: authentication failed from 127.0.0.2" in l]
         self.assertGreaterEqual(len(lines), 1, "failures are logged")
         self.assertLessEqual(len(lines), 2, "and sampled: one line per 10 s per address")
 

@@ -109,10 +109,13 @@ class CoordinatorNode::Impl {
     rpc::HttpListenerOptions http{.listen = options_.rpc.http_listen,
                                   .tls_cert_file = options_.tls.cert_file,
                                   .tls_key_file = options_.tls.key_file};
+    const rpc::ConnectionLimits limits = rpc::ConnectionLimitsFrom(options_.connections);
     HttpApiOptions api{.state = &state_,
                        .tokens = &options_.tokens,
                        .engines = &engines_,
-                       .sdk_tokens_per_block = options_.sdk_tokens_per_block};
+                       .sdk_tokens_per_block = options_.sdk_tokens_per_block,
+                       .throttle = {.burst = limits.auth_failure_burst,
+                                    .per_second = limits.auth_failures_per_second}};
     KVTIER_ASSIGN_OR_RETURN(
         kj::Own<rpc::HttpListener> listener,
         rpc::HttpListener::Create(io, std::move(http), [&](kj::HttpHeaderTable::Builder& headers) {
@@ -143,7 +146,7 @@ class CoordinatorNode::Impl {
   rpc::SessionContext session_;
   std::unique_ptr<rpc::RpcServer> server_;
   std::vector<std::string> http_endpoints_;  // set on the server's thread before Create() returns
-  std::unique_ptr<EngineFeed> feed_;  // ApplyEngines', one at a time (the discovery's order)
+  std::unique_ptr<EngineFeed> feed_;         // ApplyEngines', one at a time (the discovery's order)
   std::unique_ptr<EngineDiscovery> discovery_;  // last: it goes first, as it drives feed_
 };
 

@@ -9,6 +9,8 @@
 #include <map>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "services/coordinator/rpc/prompt_query_json.h"
 #include "services/rpc/schema/http_api.capnp.h"
 #include "services/rpc/status_mapping.h"
@@ -61,10 +63,13 @@ std::map<NodeId, TierPrefix> PrefixesByNode(const LookupResult& result) {
   return prefixes;
 }
 
-class HttpApi final : public kj::HttpService {
+class HttpApi final : public rpc::HttpPeerService {
  public:
+  using Response = kj::HttpService::Response;
+
   HttpApi(HttpApiOptions options, kj::HttpHeaderTable::Builder& headers)
       : options_(options),
+        throttle_(options.throttle),
         table_(headers.getFutureTable()),
         authorization_(headers.add("Authorization")),
         act_for_(headers.add("X-Kvtier-Act-For")) {
@@ -73,9 +78,29 @@ class HttpApi final : public kj::HttpService {
     codec_.handleByAnnotation<schema::ErrorAnswer>();
   }
 
-  kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
-                            const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
-                            Response& response) override {
+  kj::Own<kj::HttpService> ForPeer(std::string peer) override {
+    return kj::heap<Connection>(*this, std::move(peer));
+  }
+
+ private:
+  // One connection's service: the API, told the client's address.
+  class Connection final : public kj::HttpService {
+   public:
+    Connection(HttpApi& api, std::string peer) : api_(api), peer_(std::move(peer)) {}
+    kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url,
+                              const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                              Response& response) override {
+      return api_.Serve(peer_, method, url, headers, body, response);
+    }
+
+   private:
+    HttpApi& api_;
+    const std::string peer_;
+  };
+
+  kj::Promise<void> Serve(const std::string& peer, kj::HttpMethod method, kj::StringPtr url,
+                          const kj::HttpHeaders& headers, kj::AsyncInputStream& body,
+                          Response& response) {
     const bool lookup = url == "/v1/lookup";
     if (!lookup && url != "/v1/route")
       return Error(response, NotFoundError(std::string("no such path: ") + url.cStr()));
@@ -83,7 +108,7 @@ class HttpApi final : public kj::HttpService {
       return Error(response, InvalidArgumentError(std::string(url.cStr()) + " takes POST"), 405,
                    "Method Not Allowed");
     }
-    Result<auth::Tenant> tenant = Authenticate(headers);
+    Result<auth::Tenant> tenant = Authenticate(peer, headers);
     if (!tenant.ok()) return Error(response, tenant.status());
     return body.readAllText(options_.max_body_bytes + 1)
         .then([this, lookup, tenant = std::move(tenant).value(), &response](kj::String text) {
@@ -100,20 +125,29 @@ class HttpApi final : public kj::HttpService {
         });
   }
 
- private:
   struct KeySpace {
     EngineKeySpace space;
     std::vector<BlockKey> keys;
   };
 
-  Result<auth::Tenant> Authenticate(const kj::HttpHeaders& headers) const {
+  // The request's tenant. A token is checked only while `peer` has failures left in its
+  // budget; each one that fails spends one.
+  Result<auth::Tenant> Authenticate(const std::string& peer, const kj::HttpHeaders& headers) {
     kj::StringPtr value = headers.get(authorization_).orDefault("");
-    if (!value.startsWith("Bearer ")) {
-      if (!options_.tokens->enabled()) return options_.tokens->Authenticate("");
+    if (!options_.tokens->enabled()) return options_.tokens->Authenticate("");
+    if (!value.startsWith("Bearer "))
       return UnauthenticatedError("no \"Authorization: Bearer <token>\" header");
-    }
+    KVTIER_RETURN_IF_ERROR(throttle_.Admit(peer));
     kj::StringPtr act_for = headers.get(act_for_).orDefault("");
-    return options_.tokens->Authenticate(value.slice(7).cStr(), act_for.cStr());
+    Result<auth::Tenant> tenant =
+        options_.tokens->Authenticate(value.slice(7).cStr(), act_for.cStr());
+    if (!tenant.ok()) {
+      if (const std::optional<uint64_t> failures = throttle_.Failed(peer)) {
+        spdlog::warn("routing API: authentication failed from {} ({} time(s) since the last line)",
+                     peer, *failures);
+      }
+    }
+    return tenant;
   }
 
   // The prompt's keys in every key space the tenant's instances use.
@@ -265,6 +299,7 @@ class HttpApi final : public kj::HttpService {
   }
 
   HttpApiOptions options_;
+  rpc::AuthThrottle throttle_;
   const kj::HttpHeaderTable& table_;
   kj::HttpHeaderId authorization_;
   kj::HttpHeaderId act_for_;
@@ -273,8 +308,8 @@ class HttpApi final : public kj::HttpService {
 
 }  // namespace
 
-kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options,
-                                     kj::HttpHeaderTable::Builder& headers) {
+kj::Own<rpc::HttpPeerService> MakeHttpApi(HttpApiOptions options,
+                                          kj::HttpHeaderTable::Builder& headers) {
   return kj::heap<HttpApi>(options, headers);
 }
 

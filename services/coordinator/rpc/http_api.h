@@ -22,8 +22,10 @@
 // the SDK's (no model, sdk_tokens_per_block); "model" narrows that to one
 // model. Errors answer {"error", "code"} with 400 (bad JSON or fields), 401 (no
 // or a wrong token), 404 (another path), 405 (not POST), 413 (a body over
-// max_body_bytes), 503 (nothing to route to). The body is read only after the
-// token checks.
+// max_body_bytes), 429 (the client's address spent its budget of failed tokens:
+// no token from it is checked until the budget refills, as on the RPC
+// listeners, rpc/auth_throttle.h), 503 (nothing to route to). The body is read
+// only after the token checks.
 //
 // Thread safety: runs on the coordinator's event-loop thread, as the state
 // does. Ownership: the state, token store and engine list outlive the service.
@@ -37,6 +39,8 @@
 #include "services/auth/token_store.h"
 #include "services/coordinator/engines/engine_feed.h"
 #include "services/coordinator/rpc/coordinator_service.h"
+#include "services/rpc/auth_throttle.h"
+#include "services/rpc/http_listener.h"
 
 namespace kvtier::coordinator {
 
@@ -46,9 +50,11 @@ struct HttpApiOptions {
   const std::vector<EngineSource>* engines = nullptr;  // required: the configured engines
   uint32_t sdk_tokens_per_block = 16;                  // 0: SDK clients' keys are not looked up
   uint64_t max_body_bytes = uint64_t{4} << 20;
+  rpc::AuthThrottleOptions throttle = {};  // failed tokens an address may send
 };
 
-[[nodiscard]] kj::Own<kj::HttpService> MakeHttpApi(HttpApiOptions options,
-                                                   kj::HttpHeaderTable::Builder& headers);
+// The service an rpc::HttpListener serves, each connection knowing its peer.
+[[nodiscard]] kj::Own<rpc::HttpPeerService> MakeHttpApi(HttpApiOptions options,
+                                                        kj::HttpHeaderTable::Builder& headers);
 
 }  // namespace kvtier::coordinator
