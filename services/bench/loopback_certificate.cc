@@ -34,7 +34,7 @@ Result<CertPtr> SelfSigned(EVP_PKEY* key) {
   const bool made = name != nullptr && X509_set_version(cert.get(), 2) == 1 &&
                     ASN1_INTEGER_set(X509_get_serialNumber(cert.get()), 1) == 1 &&
                     X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3600) != nullptr &&
-                    X509_gmtime_adj(X509_getm_notAfter(cert.get()), 24 * 3600) != nullptr &&
+                    X509_gmtime_adj(X509_getm_notAfter(cert.get()), long{24} * 3600) != nullptr &&
                     X509_set_pubkey(cert.get(), key) == 1 &&
                     X509_NAME_add_entry_by_txt(
                         name, "CN", MBSTRING_ASC,

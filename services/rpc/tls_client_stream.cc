@@ -16,10 +16,10 @@ namespace {
 
 // Records are encrypted into memory and sent in pieces of about this many bytes, so that a
 // large message never needs a second copy of itself in ciphertext.
-constexpr size_t kWriteChunk = 256 * 1024;
+constexpr size_t kWriteChunk = size_t{256} * 1024;
 // One read from the peer takes at most this much ciphertext (a TLS record is at most 16 KiB
 // plus its overhead).
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = size_t{64} * 1024;
 
 // A failure as the exception that carries its Status (services/rpc/status_mapping.h), so
 // the caller learns whether to retry: a certificate that does not verify is
