@@ -63,8 +63,8 @@ Field UintField(std::string_view path, std::string_view help, uint64_t min, uint
 // A real number within `range` (its text, "(0, 1]" or "[0, 1000]", names it in errors):
 // `in_range` says whether a value belongs.
 template <typename Access, typename InRange>
-Field RealField(std::string_view path, std::string_view help, std::string range, Access member,
-                InRange in_range) {
+Field RealField(std::string_view path, std::string_view help, const std::string& range,
+                Access member, InRange in_range) {
   Field f{path, help, range, false, {}, {}};
   f.set = [member, in_range, range](KvtierConfig& c, std::span<const std::string> v) -> Status {
     KVTIER_RETURN_IF_ERROR(OneValue(v));
@@ -170,9 +170,12 @@ Field StringListField(std::string_view path, std::string_view help, std::string 
 template <typename Member>
 Field UintListField(std::string_view path, std::string_view help, uint32_t min, uint32_t max,
                     Member member) {
-  Field f{path, help,
+  Field f{path,
+          help,
           "a list of whole numbers in [" + std::to_string(min) + ", " + std::to_string(max) + "]",
-          true, {}, {}};
+          true,
+          {},
+          {}};
   f.set = [member, min, max](KvtierConfig& c, std::span<const std::string> v) -> Status {
     std::vector<uint32_t> items;
     for (const std::string& item : v) {

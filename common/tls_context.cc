@@ -35,7 +35,8 @@ void Configure(SSL_CTX* context) {
   SSL_CTX_set_ciphersuites(context, kSuites);
 }
 
-int FdOf(BIO* bio) { return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(bio))); }
+// The BIO owns its socket descriptor's number (SocketDestroy frees it); the socket is the caller's.
+int FdOf(BIO* bio) { return *static_cast<const int*>(BIO_get_data(bio)); }
 
 // A transient failure (EAGAIN: non-blocking, or a blocking socket's SO_*TIMEO passed) is
 // a retry for OpenSSL (SSL_ERROR_WANT_*); EINTR is retried here.
@@ -66,6 +67,12 @@ int SocketCreate(BIO* bio) {
   return 1;
 }
 
+int SocketDestroy(BIO* bio) {
+  delete static_cast<int*>(BIO_get_data(bio));
+  BIO_set_data(bio, nullptr);
+  return 1;
+}
+
 const BIO_METHOD* SocketMethod() {
   static BIO_METHOD* const method = [] {
     BIO_METHOD* made = BIO_meth_new(
@@ -75,6 +82,7 @@ const BIO_METHOD* SocketMethod() {
     BIO_meth_set_read(made, SocketRead);
     BIO_meth_set_ctrl(made, SocketControl);
     BIO_meth_set_create(made, SocketCreate);
+    BIO_meth_set_destroy(made, SocketDestroy);
     return made;
   }();
   return method;
@@ -171,7 +179,7 @@ Status AttachTlsSocket(SSL* ssl, int fd) {
   const BIO_METHOD* method = SocketMethod();
   BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
   if (bio == nullptr) return InternalError("cannot make a TLS socket BIO: " + TlsErrors());
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  BIO_set_data(bio, new int(fd));
   SSL_set_bio(ssl, bio, bio);  // the SSL owns it now
   return Status::Ok();
 }

@@ -317,13 +317,14 @@ Result<std::vector<Vec>> TinyEngine::StreamInto(const std::vector<uint32_t>& rin
                                                    .tokens_per_block = layout_.tokens_per_block(),
                                                    .block_table = ring}));
   std::vector<Vec> hidden;
-  for (uint32_t k = 0; k * chunk_tokens < tokens.size(); ++k) {
+  for (uint32_t k = 0; size_t{k} * chunk_tokens < tokens.size(); ++k) {
     KVTIER_ASSIGN_OR_RETURN(const std::vector<int64_t> slots, cache.BeginChunk(k));
     KVTIER_ASSIGN_OR_RETURN(const std::vector<uint32_t> table, cache.VisibleBlockTable());
     const auto visible = static_cast<uint32_t>(cache.VisibleSlots().size());
-    KVTIER_ASSIGN_OR_RETURN(std::vector<Vec> h,
-                            AttendChunk(slots, table, visible,
-                                        std::span(tokens).subspan(k * chunk_tokens, chunk_tokens)));
+    KVTIER_ASSIGN_OR_RETURN(
+        std::vector<Vec> h,
+        AttendChunk(slots, table, visible,
+                    std::span(tokens).subspan(size_t{k} * chunk_tokens, chunk_tokens)));
     hidden.insert(hidden.end(), h.begin(), h.end());
     KVTIER_RETURN_IF_ERROR(cache.EndChunk(k));
   }

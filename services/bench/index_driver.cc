@@ -26,7 +26,7 @@ struct PassResult {
 class ActiveRequests {
  public:
   explicit ActiveRequests(uint32_t workers) {
-    for (NodeId n = 0; n < workers; ++n) loads_.push_back({n, 0});
+    for (uint32_t n = 0; n < workers; ++n) loads_.push_back({static_cast<NodeId>(n), 0});
   }
   void AdvanceTo(double now_ms) {
     while (!running_.empty() && running_.top().end_ms <= now_ms) {

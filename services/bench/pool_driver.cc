@@ -73,6 +73,7 @@ Result<std::vector<double>> TimedGbpsSideBySide(uint32_t repeats, uint64_t bytes
     }
   }
   std::vector<double> gbps;
+  gbps.reserve(seconds.size());
   for (const auto& s : seconds) gbps.push_back(static_cast<double>(bytes) / Median(s) / 1e9);
   return gbps;
 }
@@ -158,13 +159,13 @@ Result<UpdateBuffers> AllocateUpdate(gpu::KernelBackend& backend, const PoolBenc
   KVTIER_ASSIGN_OR_RETURN(b.update,
                           gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
                                                     row_bytes * o.update_batch * o.update_tokens));
-  KVTIER_ASSIGN_OR_RETURN(
-      b.indices, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice, o.update_batch * 4));
+  KVTIER_ASSIGN_OR_RETURN(b.indices, gpu::DeviceBuffer::Create(backend, gpu::MemoryKind::kDevice,
+                                                               size_t{o.update_batch} * 4));
   std::vector<int32_t> writes(o.update_batch);
   for (uint32_t i = 0; i < o.update_batch; ++i) {
     writes[i] = static_cast<int32_t>((i * 997) % (o.update_max_seq - o.update_tokens + 1));
   }
-  KVTIER_RETURN_IF_ERROR(backend.Copy(b.indices.data(), writes.data(), o.update_batch * 4));
+  KVTIER_RETURN_IF_ERROR(backend.Copy(b.indices.data(), writes.data(), size_t{o.update_batch} * 4));
   return b;
 }
 

@@ -285,7 +285,8 @@ int ServeCluster(Role role, const KvtierConfig& config, ResolvedAuth auth,
 
 }  // namespace
 
-int Serve(Role role, const KvtierConfig& config, std::function<Result<KvtierConfig>()> reload) {
+int Serve(Role role, const KvtierConfig& config,
+          const std::function<Result<KvtierConfig>()>& reload) {
   const gpu::DeviceProbe devices = gpu::ProbeDevices();
   gpu::LogDeviceSelection(devices);
   // Everything that can be refused is checked before anything is created.

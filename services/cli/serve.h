@@ -27,7 +27,8 @@ enum class Role { kUp, kCoordinator, kStore, kWorker };
 void BlockShutdownSignals();
 
 // Returns the exit code. `reload` loads the configuration from its sources again.
-int Serve(Role role, const KvtierConfig& config, std::function<Result<KvtierConfig>()> reload = {});
+int Serve(Role role, const KvtierConfig& config,
+          const std::function<Result<KvtierConfig>()>& reload = {});
 
 // Shared by the roles (serve.cc, serve_store.cc).
 namespace serve_internal {

@@ -24,8 +24,8 @@ namespace kvtier::store {
 namespace {
 
 // As the server's end (stream_socket.cc): small pieces coalesced, a 64 KiB read-ahead.
-constexpr size_t kTlsCoalesceBelow = 16 * 1024;
-constexpr size_t kTlsReadAheadBytes = 64 * 1024;
+constexpr size_t kTlsCoalesceBelow = size_t{16} * 1024;
+constexpr size_t kTlsReadAheadBytes = size_t{64} * 1024;
 
 Status IoError(const std::string& what, const std::string& address) {
   return UnavailableError("data stream " + address + ": " + what + ": " + std::strerror(errno));

@@ -13,9 +13,9 @@ namespace {
 
 // Buffers smaller than this are copied together into one record; larger ones are handed
 // to SSL_write whole.
-constexpr size_t kCoalesceBelow = 16 * 1024;
+constexpr size_t kCoalesceBelow = size_t{16} * 1024;
 // OpenSSL's read-ahead buffer: up to this much ciphertext per read from the socket.
-constexpr size_t kReadAheadBytes = 64 * 1024;
+constexpr size_t kReadAheadBytes = size_t{64} * 1024;
 
 }  // namespace
 
