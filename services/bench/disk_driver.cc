@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "storage/disk_tier.h"
 
 namespace kvtier::bench {
@@ -39,14 +40,6 @@ void DropFromPageCache(const std::filesystem::path& path) {
 }
 
 // A directory that removes itself.
-struct ScratchDir {
-  std::filesystem::path path;
-  ~ScratchDir() {
-    std::error_code ignored;
-    if (!path.empty()) std::filesystem::remove_all(path, ignored);
-  }
-};
-
 // Runs fn(first, end) over `threads` contiguous shares of blocks [0, blocks), one thread
 // each; the first error any share returns.
 Status RunShares(uint32_t threads, uint64_t blocks,
@@ -216,23 +209,21 @@ Result<DiskBenchResult> RunDiskBench(const DiskBenchOptions& options) {
     return InvalidArgumentError("--threads must be between 1 and the number of blocks");
   }
   KVTIER_ASSIGN_OR_RETURN(const storage::DiskSync sync, storage::ParseDiskSync(options.sync));
-  ScratchDir scratch;
-  std::string pattern = (std::filesystem::path(options.dir) / "kvtier-bench-disk-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr)
-    return Errno("creating a scratch directory in " + options.dir);
-  scratch.path = pattern;
+  KVTIER_ASSIGN_OR_RETURN(const ScratchDir made,
+                          ScratchDir::Create("kvtier-bench-disk", options.dir));
+  const std::filesystem::path scratch = made.path();
 
   const BenchBlocks blocks = MakeBlocks(options);
   DiskBenchResult result;
   result.blocks = blocks.headers.size();
   const uint32_t sync_every = sync == storage::DiskSync::kFsync ? options.batch_blocks : 0;
   KVTIER_ASSIGN_OR_RETURN(auto raw,
-                          RawWriteRead(scratch.path / "raw", blocks.data, options, sync_every));
+                          RawWriteRead(scratch / "raw", blocks.data, options, sync_every));
   result.raw_write_gbps = raw.first;
   result.raw_read_gbps = raw.second;
-  std::filesystem::remove(scratch.path / "raw");
+  std::filesystem::remove(scratch / "raw");
   KVTIER_ASSIGN_OR_RETURN(auto tier,
-                          TierPutGet((scratch.path / "tier").string(), blocks, options, sync));
+                          TierPutGet((scratch / "tier").string(), blocks, options, sync));
   result.put_gbps = tier.put_gbps;
   result.get_gbps = tier.get_gbps;
   result.put_batches_per_group = tier.put_batches_per_group;

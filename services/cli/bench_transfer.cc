@@ -1,13 +1,11 @@
 // `kvtier bench transfer`: the store's RPC path against Redis and a raw loopback stream.
-#include <stdlib.h>
-
 #include <cstdio>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/scratch_dir.h"
 #include "services/bench/loopback_certificate.h"
 #include "services/bench/transfer_baselines.h"
 #include "services/cli/bench_command.h"
@@ -189,29 +187,6 @@ void PrintResultsText(const std::vector<PathResult>& paths,
   }
 }
 
-// A scratch directory holding `--tls`'s throwaway certificate, removed with it.
-class ScratchCertificate {
- public:
-  ScratchCertificate() = default;
-  ScratchCertificate(const ScratchCertificate&) = delete;
-  ScratchCertificate& operator=(const ScratchCertificate&) = delete;
-  ~ScratchCertificate() {
-    std::error_code ignored;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-  }
-  Result<bench::LoopbackCertificate> Make() {
-    std::string pattern = std::filesystem::temp_directory_path().string() + "/kvtier-tls-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr)
-      return InternalError("cannot make a directory for --tls's certificate under " +
-                           std::filesystem::temp_directory_path().string());
-    dir_ = pattern;
-    return bench::WriteLoopbackCertificate(dir_);
-  }
-
- private:
-  std::string dir_;
-};
-
 }  // namespace
 
 int BenchCommand::RunTransfer() const {
@@ -222,9 +197,12 @@ int BenchCommand::RunTransfer() const {
     return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
   };
   TlsFiles tls_files = transfer_tls_;
-  ScratchCertificate scratch;
+  std::optional<ScratchDir> scratch;  // --tls's throwaway certificate, removed with it
   if (transfer_tls_generate_ && tls_files.cert_file.empty()) {
-    Result<bench::LoopbackCertificate> made = scratch.Make();
+    Result<ScratchDir> dir = ScratchDir::Create("kvtier-tls");
+    if (!dir.ok()) return fail(dir.status());
+    scratch = std::move(dir).value();
+    Result<bench::LoopbackCertificate> made = bench::WriteLoopbackCertificate(scratch->path());
     if (!made.ok()) return fail(made.status());
     tls_files = {made->cert_file, made->key_file, made->cert_file, made->server_name};
   }

@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "common/scratch_dir.h"
 #include "services/auth/token_store.h"
 #include "services/bench/chat_workload.h"
 #include "services/cli/embedded_cluster.h"
@@ -76,11 +78,6 @@ Result<KvtierConfig> EmbeddedConfig(const EmbeddedShape& shape) {
   if (Result<std::vector<WorkerPoolLayout>> pools = WorkerLayouts(config.worker); !pools.ok())
     return InvalidArgumentError("--layout: " + pools.status().message());
   return config;
-}
-
-std::string ScratchDirectory() {
-  std::string pattern = std::filesystem::temp_directory_path().string() + "/kvtier-replay-XXXXXX";
-  return mkdtemp(pattern.data()) == nullptr ? std::string() : pattern;
 }
 
 }  // namespace
@@ -205,9 +202,8 @@ ReplayCommand::ReplayCommand(CLI::App& app) {
 struct ReplayCommand::Target {
   ~Target() {
     if (cluster) cluster->Shutdown();
-    if (!scratch.empty()) std::filesystem::remove_all(scratch);
   }
-  std::string scratch;  // an embedded cluster's data directory made here, removed after
+  std::optional<ScratchDir> scratch;  // an embedded cluster's data directory made here
   MetricsRegistry registry;
   std::unique_ptr<EmbeddedCluster> cluster;
   client::ClientOptions client;
@@ -247,12 +243,11 @@ Result<std::pair<std::vector<bench::TraceRequest>, std::string>> ReplayCommand::
 }
 
 Status ReplayCommand::StartEmbedded(Target& target, bool all_full) const {
-  const std::string data_dir =
-      data_dir_.empty() ? (target.scratch = ScratchDirectory()) : data_dir_;
-  if (data_dir.empty()) {
-    return UnavailableError("cannot create a scratch directory in " +
-                            std::filesystem::temp_directory_path().string());
+  if (data_dir_.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(ScratchDir made, ScratchDir::Create("kvtier-replay"));
+    target.scratch = std::move(made);
   }
+  const std::string data_dir = data_dir_.empty() ? target.scratch->path() : data_dir_;
   EmbeddedShape shape{.gpu_blocks = gpu_blocks_,
                       .host_blocks = host_blocks_,
                       .disk_blocks = disk_blocks_,

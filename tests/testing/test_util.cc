@@ -15,17 +15,15 @@
 
 namespace kvtier::testing {
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/kvtier_test_XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) std::abort();
-  path_ = pattern;
+namespace {
+ScratchDir MadeOrAbort() {
+  Result<ScratchDir> dir = ScratchDir::Create("kvtier_test");
+  if (!dir.ok()) std::abort();  // a test cannot run without one
+  return std::move(dir).value();
 }
+}  // namespace
 
-TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
+TempDir::TempDir() : dir_(MadeOrAbort()) {}
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <vector>
 #include <string>
 
+#include "common/scratch_dir.h"
 #include "services/bench/held_port.h"
 
 namespace kvtier::testing {
@@ -17,14 +18,11 @@ namespace kvtier::testing {
 class TempDir {
  public:
   TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return dir_.path(); }
+  std::string File(const std::string& name) const { return path() + "/" + name; }
 
  private:
-  std::string path_;
+  ScratchDir dir_;
 };
 
 // A blocking socket connected to "host:port" (IPv4) or "unix:/path"; -1 when it cannot
